@@ -1,0 +1,3 @@
+from jaxmemprof.cli import main
+
+main(prog_name="jaxmemprof")

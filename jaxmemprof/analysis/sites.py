@@ -1,0 +1,155 @@
+"""Site attribution: which of the user's own lines holds each buffer.
+
+A frame is *library* code when its file belongs to JAX or jaxlib, the Python
+standard library, or an installed package (site-packages, dist-packages);
+everything else is the user's. The *site* of a stack is its innermost user
+frame (its innermost frame when it has none), and its *user stack* is the
+stack with library frames removed: the compile path and the fast path of one
+jitted call differ only in library frames, so they get one site and one user
+stack.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import re
+import sysconfig
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from jaxmemprof.pprof.reader import Profile
+
+_INSTALLED = re.compile(r"[/\\](?:site|dist)-packages[/\\]")
+# A Python standard library directory on any machine: .../lib/python3.11/...,
+# .../lib/python3.13t/..., C:\Python311\Lib\...
+_STDLIB = re.compile(r"(?:^|[/\\])lib[/\\]python\d+(?:\.\d+)?t?[/\\]|(?:^|[/\\])Lib[/\\]")
+_LIBRARY_DIRS = ("jax", "jaxlib", "jax_plugins")
+_OWN_PACKAGE = str(Path(__file__).resolve().parent.parent) + os.sep
+_GLOB_CHARS = set("*?[")
+
+STACK_SEPARATOR = " <- "
+NO_STACK = "<no stack>"
+
+
+def _local_stdlib_dirs() -> tuple[str, ...]:
+    dirs = set()
+    for key in ("stdlib", "platstdlib"):
+        p = sysconfig.get_paths().get(key)
+        if p:
+            dirs.add(str(Path(p)) + os.sep)
+    return tuple(sorted(dirs))
+
+
+_LOCAL_STDLIB = _local_stdlib_dirs()
+
+
+def _matches(path: str, pattern: str) -> bool:
+    if _GLOB_CHARS & set(pattern):
+        return fnmatch.fnmatchcase(path, pattern)
+    return pattern in path
+
+
+@dataclass(frozen=True)
+class Attribution:
+    """What counts as library code, and how paths are shown.
+
+    ``library`` patterns mark more files as library code (your own framework,
+    say); ``user`` patterns mark files as user code even when they would be
+    library code (an installed package you want to see into). A pattern with
+    ``*``, ``?`` or ``[`` is a glob matched against the whole path; any other
+    pattern matches when it occurs anywhere in the path. ``all_frames`` treats
+    every frame as user code (the site is then the innermost frame, as in
+    ``go tool pprof``). ``cwd``: paths inside it are shown relative to it.
+    """
+
+    library: tuple[str, ...] = ()
+    user: tuple[str, ...] = ()
+    all_frames: bool = False
+    cwd: str | None = None
+
+    def is_library(self, path: str) -> bool:
+        if self.all_frames:
+            return False
+        if any(_matches(path, p) for p in self.user):
+            return False
+        if any(_matches(path, p) for p in self.library):
+            return True
+        return is_builtin_library(path)
+
+    def display_path(self, path: str) -> str:
+        cwd = self.cwd if self.cwd is not None else os.getcwd()
+        prefix = cwd.rstrip("/\\") + os.sep
+        if path.startswith(prefix):
+            return path[len(prefix):]
+        m = None
+        for m in _INSTALLED.finditer(path):
+            pass
+        if m is not None:
+            return path[m.end():]
+        return path
+
+
+def is_builtin_library(path: str) -> bool:
+    """JAX, jaxlib, jaxmemprof itself, the standard library, installed packages."""
+    if not path or path.startswith("<frozen "):
+        return True
+    if _INSTALLED.search(path) or _STDLIB.search(path):
+        return True
+    if path.startswith(_LOCAL_STDLIB) or path.startswith(_OWN_PACKAGE):
+        return True
+    parts = re.split(r"[/\\]", path)
+    return any(p in _LIBRARY_DIRS for p in parts[:-1])
+
+
+def frame_labels(profile: Profile, attribution: Attribution) -> pd.DataFrame:
+    """Per frame: ``user`` flag, shown ``file`` and ``site`` text
+    (``path:line (function)``), with ``function`` and ``line``."""
+    frames = profile.frames
+    files = frames["file"].unique()
+    is_lib = {f: attribution.is_library(f) for f in files}
+    shown = {f: attribution.display_path(f) for f in files}
+    out = pd.DataFrame(index=frames.index)
+    out["user"] = ~frames["file"].map(is_lib).astype(bool)
+    out["file"] = frames["file"].map(shown)
+    out["line"] = frames["line"]
+    out["function"] = frames["function"]
+    out["site"] = out["file"] + ":" + out["line"].astype(str) + " (" + out["function"] + ")"
+    return out
+
+
+def stack_sites(profile: Profile, attribution: Attribution, *, with_stacks: bool = False) -> pd.DataFrame:
+    """Per stack (indexed by ``stack_id``): ``site, file, line, function`` of
+    its site frame, and with ``with_stacks`` its user stack as text
+    (``stack``, innermost first, joined by `` <- ``)."""
+    labels = frame_labels(profile, attribution)
+    user = labels["user"].to_numpy()
+    site_frame = np.empty(len(profile.stacks), dtype=np.int64)
+    user_stacks = [] if with_stacks else None
+    for sid, stack in enumerate(profile.stacks):
+        chosen = -1
+        for fid in stack:
+            if user[fid]:
+                chosen = fid
+                break
+        if chosen < 0 and stack:
+            chosen = stack[0]
+        site_frame[sid] = chosen
+        if with_stacks:
+            ufr = tuple(f for f in stack if user[f]) or stack[:1]
+            user_stacks.append(ufr)
+
+    # Stacks without any frame get a placeholder site.
+    placeholder = pd.DataFrame(
+        {"user": [False], "file": [""], "line": [0], "function": [""], "site": [NO_STACK]}, index=[-1]
+    )
+    table = pd.concat([labels, placeholder]) if (site_frame < 0).any() else labels
+    out = table.loc[site_frame, ["site", "file", "line", "function"]].reset_index(drop=True)
+    out.index.name = "stack_id"
+    if with_stacks:
+        site_text = labels["site"].to_numpy()
+        out["stack"] = [STACK_SEPARATOR.join(site_text[list(s)]) if s else NO_STACK for s in user_stacks]
+    return out

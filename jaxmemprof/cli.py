@@ -1,0 +1,219 @@
+"""The command line: parse options, call analysis, hand the result to a renderer.
+
+Heavy modules (pandas, rich, protobuf) are imported inside the commands, so
+``jaxmemprof --help`` starts fast; nothing here imports jax.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from contextlib import contextmanager
+
+import click
+
+from jaxmemprof import __version__
+from jaxmemprof.errors import InputError
+
+GROUPINGS = ("site", "function", "file", "stack", "device", "kind")
+DEFAULT_TERMINAL_TOP = 20
+
+
+class _Size(click.ParamType):
+    name = "SIZE"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, int):
+            return value
+        from jaxmemprof.units import parse_size
+
+        try:
+            return parse_size(value)
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+def _profile_options(f):
+    """Options shared by the commands that read and group profiles."""
+    options = [
+        click.option("--by", type=click.Choice(GROUPINGS), default="site", show_default=True,
+                     help="Group bytes by the user's line (site), its function or file, the whole "
+                          "user stack, the device or the kind (buffer/executable)."),
+        click.option("--top", type=click.IntRange(min=0), default=None, metavar="N",
+                     help=f"Show the first N groups (0: all). Default: {DEFAULT_TERMINAL_TOP} in the "
+                          "terminal, all in CSV and JSON."),
+        click.option("--csv", "csv_path", metavar="PATH|-", default=None,
+                     help="Write the rows as CSV to PATH, or to stdout with '-'."),
+        click.option("--json", "as_json", is_flag=True,
+                     help="Write the rows and totals as JSON to stdout."),
+        click.option("--force", is_flag=True, help="Overwrite an existing --csv file."),
+        click.option("--lib", "library", multiple=True, metavar="PATTERN",
+                     help="Treat matching paths as library code too (repeatable). A pattern with "
+                          "*?[ is a glob on the whole path; otherwise it matches any path containing it."),
+        click.option("--user", "user", multiple=True, metavar="PATTERN",
+                     help="Treat matching paths as your code even inside installed packages (repeatable)."),
+        click.option("--all-frames", is_flag=True,
+                     help="Count every frame as user code: the site is then the innermost frame, as in pprof."),
+        click.option("--sample-index", default=None, metavar="NAME|N",
+                     help="Which sample value to report as bytes (default: 'space', else the "
+                          "profile's default bytes type)."),
+        click.option("--max-decompressed", type=_Size(), default="4GiB", show_default=True,
+                     help="Refuse profiles that decompress to more than this (gzip bombs)."),
+    ]
+    for opt in reversed(options):
+        f = opt(f)
+    return f
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, "--version", prog_name="jaxmemprof")
+def cli():
+    """Where does your JAX program's device memory go? jaxmemprof reads JAX's
+    device-memory profiles and attributes every byte to your own lines of code.
+
+    \b
+    Examples:
+      python -c "import jax; ...; jax.profiler.save_device_memory_profile('a.prof')"
+      jaxmemprof show a.prof                 # which of my lines hold the bytes
+      jaxmemprof diff a.prof b.prof          # which lines grew or shrank
+      jaxmemprof show a.prof --csv sites.csv # the same rows for a spreadsheet
+    """
+
+
+def _attribution(library, user, all_frames):
+    from jaxmemprof.analysis.sites import Attribution
+
+    return Attribution(library=tuple(library), user=tuple(user), all_frames=all_frames, cwd=os.getcwd())
+
+
+def _load(path, sample_index, max_decompressed):
+    from jaxmemprof.pprof.reader import load_profile
+
+    return load_profile(path, sample_index=sample_index, max_decompressed=max_decompressed)
+
+
+@contextmanager
+def _output(path: str, force: bool):
+    """stdout for '-', else a new file (never overwritten without --force)."""
+    if path == "-":
+        yield sys.stdout
+        return
+    if os.path.exists(path) and not force:
+        raise InputError(path, "already exists; pass --force to overwrite it")
+    try:
+        f = open(path, "w", encoding="utf-8", newline="")
+    except OSError as exc:
+        raise InputError(path, f"cannot write: {exc.strerror or exc}") from None
+    with f:
+        yield f
+    click.echo(f"jaxmemprof: wrote {path}", err=True)
+
+
+def _emit(command, inputs, result, value_type, title, csv_path, as_json, top, force):
+    """Send ``result`` to the outputs asked for."""
+    from jaxmemprof.analysis.groups import top as keep_top
+
+    if csv_path == "-" and as_json:
+        raise click.UsageError("--csv - and --json both write to stdout; send the CSV to a file")
+    machine = csv_path is not None or as_json
+    result = keep_top(result, top if (top is not None or machine) else DEFAULT_TERMINAL_TOP)
+    if csv_path is not None:
+        from jaxmemprof.render.csv import write_csv
+        from jaxmemprof.render.results import table
+
+        with _output(csv_path, force) as out:
+            write_csv(table(result), out)
+    if as_json:
+        from jaxmemprof.render.json import write_json
+        from jaxmemprof.render.results import document
+
+        write_json(document(command, inputs, result, value_type), sys.stdout)
+    if not machine:
+        from jaxmemprof.render import text
+
+        render = text.render_summary if command == "show" else text.render_diff
+        render(result, text.console(), title=title, value_type=value_type)
+
+
+@cli.command()
+@click.argument("profile", metavar="PROFILE")
+@_profile_options
+def show(profile, by, top, csv_path, as_json, force, library, user, all_frames, sample_index, max_decompressed):
+    """Show where the bytes of one profile are, by your lines of code.
+
+    PROFILE is a pprof file from jax.profiler.save_device_memory_profile()
+    (gzip or raw); any pprof works (e.g. a Go heap profile).
+
+    \b
+    Examples:
+      jaxmemprof show a.prof
+      jaxmemprof show a.prof --by function --top 5
+      jaxmemprof show a.prof --lib myframework/ --csv sites.csv
+      jaxmemprof show a.prof --json | jq '.rows[0]'
+    """
+    from jaxmemprof.analysis.groups import summarize
+
+    prof = _load(profile, sample_index, max_decompressed)
+    result = summarize(prof, by, _attribution(library, user, all_frames))
+    _emit("show", [profile], result, prof.value_type, f"{profile}: {prof.value_type} by {by}",
+          csv_path, as_json, top, force)
+
+
+@cli.command()
+@click.argument("base", metavar="BASE")
+@click.argument("new", metavar="NEW")
+@_profile_options
+def diff(base, new, by, top, csv_path, as_json, force, library, user, all_frames, sample_index, max_decompressed):
+    """Compare two profiles: which of your lines grew and which shrank.
+
+    Deltas are NEW minus BASE per group, as with `go tool pprof -diff_base`;
+    they add up to the change in total bytes exactly.
+
+    \b
+    Examples:
+      jaxmemprof diff before.prof after.prof
+      jaxmemprof diff before.prof after.prof --by file --csv changes.csv
+    """
+    from jaxmemprof.analysis.groups import diff as diff_profiles
+
+    base_prof = _load(base, sample_index, max_decompressed)
+    new_prof = _load(new, sample_index, max_decompressed)
+    if base_prof.value_type != new_prof.value_type:
+        raise InputError(new, f"measures {new_prof.value_type}, but {base} measures {base_prof.value_type}")
+    result = diff_profiles(base_prof, new_prof, by, _attribution(library, user, all_frames))
+    _emit("diff", [base, new], result, new_prof.value_type, f"{base} -> {new}: {new_prof.value_type} by {by}",
+          csv_path, as_json, top, force)
+
+
+def main(argv=None, prog_name="jaxmemprof"):
+    """Entry point: clean one-line errors (exit 2) for bad input, exit 1 for
+    internal errors."""
+    try:
+        cli.main(args=argv, prog_name=prog_name, standalone_mode=False)
+    except InputError as exc:
+        click.echo(f"jaxmemprof: error: {exc}", err=True)
+        sys.exit(2)
+    except click.exceptions.Abort:
+        click.echo("Aborted.", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except BrokenPipeError:
+        # The reader went away (`| head`): not an error. Keep Python from
+        # complaining again while flushing stdout at exit.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        sys.exit(0)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except Exception:
+        import traceback
+
+        click.echo("jaxmemprof: internal error (please report it with the traceback below):", err=True)
+        traceback.print_exc()
+        sys.exit(1)
+    sys.exit(0)

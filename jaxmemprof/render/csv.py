@@ -1,0 +1,31 @@
+"""CSV output: UTF-8, one header row, raw numbers, text cells that a
+spreadsheet would run as formulas neutralised with a leading quote."""
+
+from __future__ import annotations
+
+import csv
+from typing import TextIO
+
+import pandas as pd
+
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def neutralise(value: str) -> str:
+    """Prefix ``'`` to text a spreadsheet would treat as a formula."""
+    return "'" + value if value.startswith(_FORMULA_START) else value
+
+
+def write_csv(rows: pd.DataFrame, out: TextIO) -> None:
+    """Write ``rows`` (header plus one line per row); object (text) columns
+    are neutralised, numeric columns written as they are."""
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(list(rows.columns))
+    text_cols = [i for i, c in enumerate(rows.columns) if rows[c].dtype == object or pd.api.types.is_string_dtype(rows[c])]
+    for rec in rows.itertuples(index=False, name=None):
+        rec = list(rec)
+        for i in text_cols:
+            v = rec[i]
+            if isinstance(v, str):
+                rec[i] = neutralise(v)
+        writer.writerow(rec)

@@ -1,0 +1,38 @@
+"""JSON output: one object with ``schema_version``, the inputs and the rows."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import TextIO
+
+import pandas as pd
+
+SCHEMA_VERSION = 1
+
+
+def records(rows: pd.DataFrame) -> list[dict]:
+    return rows.to_dict(orient="records")
+
+
+def _default(o):
+    if hasattr(o, "item"):  # numpy scalars
+        return o.item()
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def _clean(o):
+    """NaN and infinities are not JSON: write null."""
+    if isinstance(o, float) and not math.isfinite(o):
+        return None
+    if isinstance(o, dict):
+        return {k: _clean(v) for k, v in o.items()}
+    if isinstance(o, list):
+        return [_clean(v) for v in o]
+    return o
+
+
+def write_json(doc: dict, out: TextIO) -> None:
+    body = {"schema_version": SCHEMA_VERSION, **doc}
+    json.dump(_clean(body), out, default=_default, indent=1, allow_nan=False)
+    out.write("\n")

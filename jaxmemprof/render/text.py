@@ -1,0 +1,126 @@
+"""Terminal tables (rich). Names from profiles are data: control and
+bidirectional-override characters are shown escaped, never interpreted."""
+
+from __future__ import annotations
+
+import re
+import sys
+from typing import TextIO
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from jaxmemprof.analysis.groups import Diff, Summary
+from jaxmemprof.units import format_bytes
+
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+_PLURAL = {"site": "sites", "function": "functions", "file": "files", "stack": "stacks", "device": "devices", "kind": "kinds"}
+
+
+def safe(text: object) -> str:
+    """``text`` with control characters written as escapes (``\\x1b``)."""
+    s = str(text)
+    return _UNSAFE.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), s)
+
+
+def console(out: TextIO | None = None) -> Console:
+    """A console for ``out``: colours only on a terminal (and never with
+    NO_COLOR); off a terminal, lines are never wrapped or cut."""
+    out = out or sys.stdout
+    is_tty = hasattr(out, "isatty") and out.isatty()
+    if is_tty:
+        return Console(file=out, highlight=False)
+    return Console(file=out, highlight=False, width=100_000, no_color=True, color_system=None)
+
+
+def _key_text(row, result) -> str:
+    if result.by == "site":
+        return safe(row["site"])
+    value = row[result.key_columns[0]]
+    return safe(value) if value != "" else "(none)"
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f}%"
+
+
+def _delta_style(n: int) -> str:
+    return "red" if n > 0 else "green" if n < 0 else ""
+
+
+def render_summary(summary: Summary, con: Console, *, title: str, value_type: str) -> None:
+    table = Table(box=None, pad_edge=False, header_style="bold", title=safe(title), title_justify="left")
+    table.add_column("bytes", justify="right", no_wrap=True)
+    table.add_column("count", justify="right", no_wrap=True)
+    table.add_column("%", justify="right", no_wrap=True)
+    table.add_column("cum %", justify="right", no_wrap=True)
+    table.add_column(summary.by, overflow="fold")
+    for _, row in summary.rows.iterrows():
+        table.add_row(
+            format_bytes(row["bytes"]),
+            str(row["count"]),
+            _pct(row["share"]),
+            _pct(row["cum_share"]),
+            Text(_key_text(row, summary)),
+        )
+    con.print(table)
+    if summary.omitted_rows:
+        con.print(
+            f"... {summary.omitted_rows} more {_PLURAL[summary.by]} hold "
+            f"{format_bytes(summary.omitted_bytes)} ({summary.omitted_count} buffers); --top 0 shows all"
+        )
+    con.print(
+        f"total: {format_bytes(summary.total_bytes)} in {summary.total_count} allocations "
+        f"({value_type}, {len(summary.rows) + summary.omitted_rows} {_PLURAL[summary.by]})"
+    )
+    _render_breakdown(con, "by device", summary.devices, "device")
+    _render_breakdown(con, "by kind", summary.kinds, "kind")
+
+
+def _render_breakdown(con: Console, label: str, rows, key: str) -> None:
+    if len(rows) <= 1 and (len(rows) == 0 or rows[key].iloc[0] == ""):
+        return
+    parts = []
+    for _, r in rows.iterrows():
+        name = safe(r[key]) or f"(no {key})"
+        if "delta_bytes" in r:
+            parts.append(
+                f"{name} {format_bytes(r['base_bytes'])} -> {format_bytes(r['new_bytes'])} "
+                f"({format_bytes(r['delta_bytes'], signed=True)})"
+            )
+        else:
+            parts.append(f"{name} {format_bytes(r['bytes'])} ({r['count']})")
+    con.print(Text(f"{label}: " + ", ".join(parts)))
+
+
+def render_diff(d: Diff, con: Console, *, title: str, value_type: str) -> None:
+    table = Table(box=None, pad_edge=False, header_style="bold", title=safe(title), title_justify="left")
+    table.add_column("delta", justify="right", no_wrap=True)
+    table.add_column("base", justify="right", no_wrap=True)
+    table.add_column("new", justify="right", no_wrap=True)
+    table.add_column("delta count", justify="right", no_wrap=True)
+    table.add_column(d.by, overflow="fold")
+    for _, row in d.rows.iterrows():
+        delta = int(row["delta_bytes"])
+        table.add_row(
+            Text(format_bytes(delta, signed=True), style=_delta_style(delta)),
+            format_bytes(row["base_bytes"]),
+            format_bytes(row["new_bytes"]),
+            Text(f"{int(row['delta_count']):+d}", style=_delta_style(int(row["delta_count"]))),
+            Text(_key_text(row, d)),
+        )
+    con.print(table)
+    if d.omitted_rows:
+        con.print(
+            f"... {d.omitted_rows} more {_PLURAL[d.by]} change by "
+            f"{format_bytes(d.omitted_bytes, signed=True)}; --top 0 shows all"
+        )
+    t = d.totals
+    total = Text(f"total: {format_bytes(t['base_bytes'])} -> {format_bytes(t['new_bytes'])} (")
+    total.append(format_bytes(t["delta_bytes"], signed=True), style=_delta_style(t["delta_bytes"]))
+    total.append(f", {t['delta_count']:+d} buffers; {value_type})")
+    con.print(total)
+    _render_breakdown(con, "by device", d.devices, "device")
+    _render_breakdown(con, "by kind", d.kinds, "kind")
