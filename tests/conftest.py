@@ -1,0 +1,87 @@
+"""Shared helpers: run the CLI as a user would, and record real JAX profiles."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def cpu_env(**extra) -> dict:
+    env = dict(os.environ)
+    env["JAX_PLATFORMS"] = "cpu"
+    env.pop("NO_COLOR", None)
+    env.update(extra)
+    return env
+
+
+def run_cli(*args, cwd=None, env=None, check=None, input=None) -> subprocess.CompletedProcess:
+    """Run ``python -m jaxmemprof ARGS`` and return the completed process
+    (text stdout/stderr). ``check``: the exit status expected, if any."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "jaxmemprof", *map(str, args)],
+        cwd=cwd,
+        env=env or cpu_env(),
+        capture_output=True,
+        text=True,
+        input=input,
+        timeout=300,
+    )
+    if check is not None:
+        assert proc.returncode == check, (
+            f"exit {proc.returncode}, expected {check}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+        )
+    return proc
+
+
+def run_script(path: Path, *args, cwd=None) -> subprocess.CompletedProcess:
+    """Run a Python script with real JAX on the CPU backend."""
+    proc = subprocess.run(
+        [sys.executable, str(path), *map(str, args)],
+        cwd=cwd or path.parent,
+        env=cpu_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, f"{path} failed:\n{proc.stdout}\n{proc.stderr}"
+    return proc
+
+
+def write_script(directory: Path, name: str, source: str) -> Path:
+    path = directory / name
+    path.write_text(textwrap.dedent(source).lstrip("\n"))
+    return path
+
+
+def line_of(path: Path, marker: str) -> int:
+    """The 1-based line number of the line containing ``marker``."""
+    for i, text in enumerate(path.read_text().splitlines(), start=1):
+        if marker in text:
+            return i
+    raise AssertionError(f"{marker!r} not in {path}")
+
+
+def go_pprof() -> list[str] | None:
+    """The reference reader, ``go tool pprof``, or None when Go is missing."""
+    go = shutil.which("go")
+    if go is None:
+        return None
+    return [go, "tool", "pprof"]
+
+
+@pytest.fixture
+def pprof_cmd():
+    cmd = go_pprof()
+    if cmd is None:
+        if os.environ.get("CI"):
+            pytest.fail("go tool pprof is missing: .ci/run must install golang-go")
+        pytest.skip("go tool pprof not installed (apt-get install golang-go)")
+    return cmd
