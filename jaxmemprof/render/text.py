@@ -69,7 +69,7 @@ def render_summary(summary: Summary, con: Console, *, title: str, value_type: st
     if summary.omitted_rows:
         con.print(
             f"... {summary.omitted_rows} more {_PLURAL[summary.by]} hold "
-            f"{format_bytes(summary.omitted_bytes)} ({summary.omitted_count} buffers); --top 0 shows all"
+            f"{format_bytes(summary.omitted_bytes)} ({summary.omitted_count} allocations); --top 0 shows all"
         )
     con.print(
         f"total: {format_bytes(summary.total_bytes)} in {summary.total_count} allocations "
@@ -120,7 +120,7 @@ def render_diff(d: Diff, con: Console, *, title: str, value_type: str) -> None:
     t = d.totals
     total = Text(f"total: {format_bytes(t['base_bytes'])} -> {format_bytes(t['new_bytes'])} (")
     total.append(format_bytes(t["delta_bytes"], signed=True), style=_delta_style(t["delta_bytes"]))
-    total.append(f", {t['delta_count']:+d} buffers; {value_type})")
+    total.append(f", {t['delta_count']:+d} allocations; {value_type})")
     con.print(total)
     _render_breakdown(con, "by device", d.devices, "device")
     _render_breakdown(con, "by kind", d.kinds, "kind")
