@@ -104,12 +104,15 @@ def test_diff_names_the_lines_that_grew_and_shrank(profiles):
     assert (step["base_bytes"], step["new_bytes"], step["delta_bytes"]) == (3 * STEP_OUT, 2 * STEP_OUT, -STEP_OUT)
     cache = rows[f"known_sites.py:{ln['CACHE']} (<module>)"]
     assert (cache["base_bytes"], cache["new_bytes"], cache["delta_bytes"]) == (0, 5 * 2 * KiB, 5 * 2 * KiB)
-    assert rows[f"known_sites.py:{ln['W']} (init_params)"]["delta_bytes"] == 0
+    # Unchanged lines (W, B) are left out, and counted.
+    assert f"known_sites.py:{ln['W']} (init_params)" not in rows
+    assert doc["unchanged_rows"] == 2 and len(rows) == 2
     # Sorted by |delta|, and the deltas add up exactly.
     assert [r["site"] for r in doc["rows"][:2]] == [step["site"], cache["site"]]
     t = doc["totals"]
     assert t["delta_bytes"] == sum(r["delta_bytes"] for r in doc["rows"]) == t["new_bytes"] - t["base_bytes"]
     assert t["delta_bytes"] == 10 * KiB - STEP_OUT
+    assert t["base_bytes"] == MiB + 4 * KiB + 3 * STEP_OUT  # totals include unchanged groups
 
 
 def test_terminal_output(profiles):

@@ -50,8 +50,9 @@ class Summary:
 
 @dataclass(frozen=True)
 class Diff:
-    """Per group: ``base_bytes, new_bytes, delta_bytes, base_count,
-    new_count, delta_count``, largest change first."""
+    """Per group that changed: ``base_bytes, new_bytes, delta_bytes,
+    base_count, new_count, delta_count``, largest change first.
+    ``unchanged_rows`` groups had equal bytes and counts on both sides."""
 
     by: str
     key_columns: tuple[str, ...]
@@ -59,6 +60,7 @@ class Diff:
     totals: dict
     devices: pd.DataFrame
     kinds: pd.DataFrame
+    unchanged_rows: int = 0
     omitted_rows: int = 0
     omitted_bytes: int = 0
     omitted_count: int = 0
@@ -128,11 +130,6 @@ def diff(base: Profile, new: Profile, by: str = "site", attribution: Attribution
     then |delta count|, then key."""
     keys = list(KEY_COLUMNS[by])
     rows = _merge(keyed_samples(base, by, attribution), keyed_samples(new, by, attribution), keys)
-    order = pd.DataFrame(
-        {"a": -rows["delta_bytes"].abs(), "b": -rows["delta_count"].abs(), "c": -rows["new_bytes"]}
-    )
-    rows = rows.loc[pd.concat([order, rows[keys]], axis=1).sort_values(["a", "b", "c"] + keys).index]
-    rows = rows.reset_index(drop=True)
     totals = {
         "base_bytes": int(rows["base_bytes"].sum()),
         "new_bytes": int(rows["new_bytes"].sum()),
@@ -141,6 +138,14 @@ def diff(base: Profile, new: Profile, by: str = "site", attribution: Attribution
         "new_count": int(rows["new_count"].sum()),
         "delta_count": int(rows["delta_count"].sum()),
     }
+    same = (rows["delta_bytes"] == 0) & (rows["delta_count"] == 0) & (rows["base_bytes"] == rows["new_bytes"])
+    unchanged = int(same.sum())
+    rows = rows[~same]
+    order = pd.DataFrame(
+        {"a": -rows["delta_bytes"].abs(), "b": -rows["delta_count"].abs(), "c": -rows["new_bytes"]}
+    )
+    rows = rows.loc[pd.concat([order, rows[keys]], axis=1).sort_values(["a", "b", "c"] + keys).index]
+    rows = rows.reset_index(drop=True)
     return Diff(
         by=by,
         key_columns=tuple(keys),
@@ -148,6 +153,7 @@ def diff(base: Profile, new: Profile, by: str = "site", attribution: Attribution
         totals=totals,
         devices=_sorted(_merge(base.samples, new.samples, ["device"]), ["device"]),
         kinds=_sorted(_merge(base.samples, new.samples, ["kind"]), ["kind"]),
+        unchanged_rows=unchanged,
     )
 
 

@@ -29,6 +29,7 @@ def document(command: str, inputs: list[str], result: Summary | Diff, value_type
         doc["totals"] = {"bytes": result.total_bytes, "count": result.total_count}
     else:
         doc["totals"] = dict(result.totals)
+        doc["unchanged_rows"] = result.unchanged_rows
     doc["devices"] = records(result.devices)
     doc["kinds"] = records(result.kinds)
     doc["omitted"] = {

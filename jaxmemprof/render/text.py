@@ -117,6 +117,8 @@ def render_diff(d: Diff, con: Console, *, title: str, value_type: str) -> None:
             f"... {d.omitted_rows} more {_PLURAL[d.by]} change by "
             f"{format_bytes(d.omitted_bytes, signed=True)}; --top 0 shows all"
         )
+    if d.unchanged_rows:
+        con.print(f"{d.unchanged_rows} unchanged {_PLURAL[d.by]} not shown")
     t = d.totals
     total = Text(f"total: {format_bytes(t['base_bytes'])} -> {format_bytes(t['new_bytes'])} (")
     total.append(format_bytes(t["delta_bytes"], signed=True), style=_delta_style(t["delta_bytes"]))
