@@ -27,7 +27,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -58,21 +57,38 @@ class Timing:
     failures: int = 0
 
 
+# Runs one command and reports its wall time and peak RSS. A small separate
+# process does the spawning: a child's peak RSS counts the memory of the
+# process that spawned it (Linux records it at exec), so spawning from this
+# process (which may be large) would inflate small figures. The launcher's own
+# floor is about 8 MiB, below any command measured here.
+_LAUNCHER = r"""
+import os, sys, time
+cmd = sys.argv[1:]
+devnull = os.open(os.devnull, os.O_WRONLY)
+t0 = time.perf_counter()
+pid = os.posix_spawn(cmd[0], cmd, os.environ, file_actions=[(os.POSIX_SPAWN_DUP2, devnull, 1)])
+_, status, ru = os.wait4(pid, 0)
+wall = time.perf_counter() - t0
+print(wall, ru.ru_maxrss, os.waitstatus_to_exitcode(status))
+"""
+
+
 def run_once(cmd: list[str], cwd: Path, env: dict) -> tuple[float, int]:
-    """Wall time and peak RSS (KiB, the process and its waited-for children)
-    of one run; raises if the command fails."""
+    """Wall time (spawn to exit) and peak RSS in KiB (the process and its
+    waited-for children) of one run, stdout to /dev/null; raises if it fails."""
     with tempfile.TemporaryFile() as err:
-        t0 = time.perf_counter()
-        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
-                                stdout=subprocess.DEVNULL, stderr=err)
-        _, status, usage = os.wait4(proc.pid, 0)
-        wall = time.perf_counter() - t0
-        proc.returncode = os.waitstatus_to_exitcode(status)
+        proc = subprocess.run([sys.executable, "-S", "-I", "-c", _LAUNCHER, *cmd], cwd=cwd, env=env,
+                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err, text=True)
         if proc.returncode != 0:
             err.seek(0)
+            raise RuntimeError(f"launcher failed for {' '.join(cmd)}:\n{err.read()[-2000:].decode('utf-8', 'replace')}")
+        wall, rss, rc = proc.stdout.split()
+        if int(rc) != 0:
+            err.seek(0)
             tail = err.read()[-2000:].decode("utf-8", "replace")
-            raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}:\n{tail}")
-    return wall, usage.ru_maxrss
+            raise RuntimeError(f"{' '.join(cmd)} exited {rc}:\n{tail}")
+    return float(wall), int(rss)
 
 
 def python_cmd(*args: str) -> list[str]:
@@ -140,6 +156,18 @@ def measure(bench_list: list[Bench], data: Path, env: dict, repeat: int, warmup:
     return results
 
 
+def count_samples(data: Path, env: dict) -> tuple[int, int]:
+    """Samples in each profile, read by jaxmemprof in a child process (this
+    one stays small: see run_once)."""
+    code = (
+        "import sys; from jaxmemprof.pprof.reader import load_profile; "
+        "print(*(len(load_profile(p).samples) for p in sys.argv[1:]))"
+    )
+    out = subprocess.run(python_cmd("-c", code, str(data / BASE), str(data / NEW)), env=env,
+                         capture_output=True, text=True, check=True).stdout.split()
+    return int(out[0]), int(out[1])
+
+
 def git_state() -> str:
     try:
         rev = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
@@ -189,10 +217,7 @@ def main(argv=None) -> int:
     env["JAX_PLATFORMS"] = "cpu"
     env.pop("NO_COLOR", None)
 
-    from jaxmemprof.pprof.reader import load_profile
-
-    n_base = len(load_profile(data / BASE).samples)
-    n_new = len(load_profile(data / NEW).samples)
+    n_base, n_new = count_samples(data, env)
     header = [
         f"date: {datetime.datetime.now().astimezone().isoformat(timespec='seconds')}",
         f"machine: {platform.machine()}, {os.cpu_count()} CPUs, {platform.platform()}",

