@@ -87,10 +87,17 @@ def _attribution(library, user, all_frames):
     return Attribution(library=tuple(library), user=tuple(user), all_frames=all_frames, cwd=os.getcwd())
 
 
-def _load(path, sample_index, max_decompressed):
+def _load(spec, sample_index, max_decompressed, default="peak"):
+    """A profile file, RUN@SEL or a bare run directory; returns (name, Profile)."""
     from jaxmemprof.pprof.reader import load_profile
+    from jaxmemprof.store.selectors import resolve
 
-    return load_profile(path, sample_index=sample_index, max_decompressed=max_decompressed)
+    ref = resolve(spec, default)
+    if ref.run is not None:
+        for w in ref.run.warnings:
+            click.echo(f"jaxmemprof: warning: {ref.run.path}: {w}", err=True)
+    prof = load_profile(ref.path, name=ref.name, sample_index=sample_index, max_decompressed=max_decompressed)
+    return ref.name, prof
 
 
 @contextmanager
@@ -143,47 +150,131 @@ def show(profile, by, top, csv_path, as_json, force, library, user, all_frames, 
     """Show where the bytes of one profile are, by your lines of code.
 
     PROFILE is a pprof file from jax.profiler.save_device_memory_profile()
-    (gzip or raw); any pprof works (e.g. a Go heap profile).
+    (gzip or raw; any pprof works, e.g. a Go heap profile), or one snapshot
+    of a run: RUN@SEL, where SEL is a snapshot number (-1: the last), first,
+    last, peak, a label or a trigger (oom, exit, ...). A bare RUN means RUN@peak.
 
     \b
     Examples:
       jaxmemprof show a.prof
+      jaxmemprof show jaxmemprof-runs/train-20260101-120000@peak
       jaxmemprof show a.prof --by function --top 5
       jaxmemprof show a.prof --lib myframework/ --csv sites.csv
       jaxmemprof show a.prof --json | jq '.rows[0]'
     """
     from jaxmemprof.analysis.groups import summarize
 
-    prof = _load(profile, sample_index, max_decompressed)
+    name, prof = _load(profile, sample_index, max_decompressed)
     result = summarize(prof, by, _attribution(library, user, all_frames))
-    _emit("show", [profile], result, prof.value_type, f"{profile}: {prof.value_type} by {by}",
+    _emit("show", [name], result, prof.value_type, f"{name}: {prof.value_type} by {by}",
           csv_path, as_json, top, force)
 
 
 @cli.command()
 @click.argument("base", metavar="BASE")
-@click.argument("new", metavar="NEW")
+@click.argument("new", metavar="[NEW]", required=False)
 @_profile_options
 def diff(base, new, by, top, csv_path, as_json, force, library, user, all_frames, sample_index, max_decompressed):
     """Compare two profiles: which of your lines grew and which shrank.
 
     Deltas are NEW minus BASE per group, as with `go tool pprof -diff_base`;
-    they add up to the change in total bytes exactly.
+    they add up to the change in total bytes exactly. BASE and NEW are
+    profile files or RUN@SEL (see `jaxmemprof show --help`); a run directory
+    alone compares its first snapshot with its last.
 
     \b
     Examples:
       jaxmemprof diff before.prof after.prof
+      jaxmemprof diff RUN                   # first snapshot -> last
+      jaxmemprof diff RUN@first RUN@peak
       jaxmemprof diff before.prof after.prof --by file --csv changes.csv
     """
     from jaxmemprof.analysis.groups import diff as diff_profiles
 
-    base_prof = _load(base, sample_index, max_decompressed)
-    new_prof = _load(new, sample_index, max_decompressed)
+    if new is None:
+        from jaxmemprof.store.selectors import split_selector
+
+        run_dir, sel = split_selector(base)
+        if sel is not None or not os.path.isdir(run_dir):
+            raise click.UsageError("diff needs BASE and NEW, or a run directory alone (first -> last)")
+        base, new = f"{run_dir}@first", f"{run_dir}@last"
+    base_name, base_prof = _load(base, sample_index, max_decompressed)
+    new_name, new_prof = _load(new, sample_index, max_decompressed)
     if base_prof.value_type != new_prof.value_type:
         raise InputError(new, f"measures {new_prof.value_type}, but {base} measures {base_prof.value_type}")
     result = diff_profiles(base_prof, new_prof, by, _attribution(library, user, all_frames))
-    _emit("diff", [base, new], result, new_prof.value_type, f"{base} -> {new}: {new_prof.value_type} by {by}",
-          csv_path, as_json, top, force)
+    _emit("diff", [base_name, new_name], result, new_prof.value_type,
+          f"{base_name} -> {new_name}: {new_prof.value_type} by {by}", csv_path, as_json, top, force)
+
+
+@cli.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("-o", "--output", metavar="DIR", default=None,
+              help="Run directory (default: jaxmemprof-runs/<script>-<YYYYmmdd-HHMMSS>).")
+@click.option("--force", is_flag=True, help="Reuse a non-empty --output directory, replacing its run.")
+@click.option("--interval", type=click.FloatRange(min=0.001), default=0.5, show_default=True, metavar="SECONDS",
+              help="Time between snapshots, stretched so sampling stays within --max-overhead.")
+@click.option("--max-overhead", type=click.FloatRange(min=0.0, max=1.0), default=0.02, show_default=True,
+              metavar="FRACTION", help="Most of the wall time sampling may take (0: never stretch --interval).")
+@click.option("-m", "module", metavar="MODULE", default=None, help="Run a module, as python -m MODULE.")
+@click.option("-q", "--quiet", is_flag=True, help="No summary at the end.")
+@click.argument("target", nargs=-1, type=click.UNPROCESSED, metavar="SCRIPT [ARGS]...")
+def run(output, force, interval, max_overhead, module, quiet, target):
+    """Run a Python script (or -m MODULE) unchanged and record its device memory.
+
+    The script runs in this process exactly as `python SCRIPT ARGS` runs it;
+    jaxmemprof's options come before it (or before `--`). Snapshots of JAX's
+    device-memory profile, every live array and the allocator statistics go
+    to a crash-safe run directory; the exit status is the script's.
+
+    \b
+    Examples:
+      jaxmemprof run train.py --epochs 3
+      jaxmemprof run -o runs/baseline --interval 0.2 train.py
+      jaxmemprof run -m mypackage.train -- --lr 0.1
+      jaxmemprof show jaxmemprof-runs/train-20260101-120000@peak
+    """
+    from pathlib import Path
+
+    from jaxmemprof.capture.runner import Target, run_target
+    from jaxmemprof.capture.session import Session, default_output, prepare_directory
+
+    args = list(target)
+    if module is None:
+        if not args:
+            raise click.UsageError("give a SCRIPT to run (or -m MODULE)")
+        script = args.pop(0)
+        if not os.path.isfile(script):
+            raise InputError(script, "no such script" if not os.path.exists(script) else "is not a file")
+        tgt = Target(path=script, module=None, args=tuple(args))
+    else:
+        tgt = Target(path=None, module=module, args=tuple(args))
+    directory = prepare_directory(Path(output) if output else default_output(tgt.stem), force)
+    session = Session(directory, target_argv=tgt.argv, interval=interval, max_overhead=max_overhead)
+    status, ended_by = run_target(tgt, session)
+    session.stop(status, ended_by)
+    if not quiet:
+        _run_summary(tgt, directory)
+    sys.stdout.flush()
+    raise SystemExit(status)
+
+
+def _run_summary(tgt, directory):
+    """Print the run's summary on stderr; a failure here never changes the
+    target's exit status."""
+    try:
+        from jaxmemprof.analysis.runs import overview
+        from jaxmemprof.render import text
+        from jaxmemprof.store.reader import load_run
+
+        run_ = load_run(directory)
+        ov = overview(run_, _attribution((), (), False))
+        con = text.console(sys.stderr)
+        if ov.oom_sites is not None:
+            text.render_oom(ov.oom_sites, con)
+        problems = run_.events.loc[run_.events["kind"] == "sampler-error", "message"].tolist()
+        text.render_run_summary(ov, con, target=" ".join(tgt.argv), run_dir=str(directory), warnings=problems)
+    except Exception as exc:  # the run itself is safe on disk
+        click.echo(f"jaxmemprof: warning: could not summarise the run: {exc}", err=True)
 
 
 def main(argv=None, prog_name="jaxmemprof"):

@@ -109,17 +109,21 @@ class Sampler:
         if jax is None or self.failed or self.writer.closed:
             return None
         with self._lock:
-            t0 = time.perf_counter()
+            # The cost that matters is the CPU time this thread takes (holding
+            # the GIL, the target waits); its wall time also counts the waits
+            # for the GIL while the target runs Python, which cost the target nothing.
+            c0, w0 = time.thread_time(), time.perf_counter()
             t_wall, t_mono = time.time(), time.monotonic()
             try:
                 rec = self._collect(jax, trigger, label, t_wall, t_mono)
-                rec.cost_s = time.perf_counter() - t0
+                rec.cost_s = time.thread_time() - c0
+                rec.wall_s = time.perf_counter() - w0
                 index = self.writer.add_snapshot(rec)
             except Exception as exc:  # a full disk, a closed journal, a JAX error
                 self._fail(exc)
                 return None
             self.first_taken = True
-            cost = time.perf_counter() - t0
+            cost = time.thread_time() - c0
             self._cost = cost if self._cost == 0 else 0.7 * self._cost + 0.3 * cost
             if self.peak is None or rec.live_bytes > self.peak[0]:
                 self.peak = (rec.live_bytes, index, t_mono)

@@ -126,3 +126,35 @@ def render_diff(d: Diff, con: Console, *, title: str, value_type: str) -> None:
     con.print(total)
     _render_breakdown(con, "by device", d.devices, "device")
     _render_breakdown(con, "by kind", d.kinds, "kind")
+
+
+def render_run_summary(ov, con: Console, *, target: str, run_dir: str, warnings: list[str]) -> None:
+    """The few lines ``jaxmemprof run`` prints on stderr when the target ends."""
+    took = f"{ov.duration_s:.1f} s" if ov.duration_s is not None else "?"
+    share = f" (sampling: {100 * ov.sampling_s / ov.duration_s:.1f}% CPU)" if ov.duration_s else ""
+    con.print(Text(f"jaxmemprof: {safe(target)} ran {took}, exit status {ov.exit_status}"
+                   f" ({ov.ended_by}); {ov.snapshots} snapshots{share}"))
+    for w in warnings:
+        con.print(Text(f"jaxmemprof: warning: {safe(w)}"))
+    if ov.peak_snapshot is None:
+        con.print("jaxmemprof: no snapshot: the program never put an array on a JAX device")
+    else:
+        con.print(Text(
+            f"peak live device memory: {format_bytes(ov.peak_bytes)} at {ov.peak_t:.1f} s "
+            f"(snapshot {ov.peak_snapshot}); held by:"
+        ))
+        for _, row in ov.peak_sites.rows.iterrows():
+            con.print(Text(f"  {format_bytes(row['bytes']):>10}  {safe(row['site'])}"))
+        if ov.peak_sites.omitted_rows:
+            con.print(Text(f"  {format_bytes(ov.peak_sites.omitted_bytes):>10}  "
+                           f"{ov.peak_sites.omitted_rows} more sites"))
+    con.print(Text(f"run directory: {safe(run_dir)}"))
+    if ov.peak_snapshot is not None:
+        con.print(Text(f"next: jaxmemprof show {safe(run_dir)}@peak    jaxmemprof diff {safe(run_dir)}"))
+
+
+def render_oom(summary: Summary, con: Console) -> None:
+    """The top live sites when the target ran out of device memory."""
+    con.print(Text(f"jaxmemprof: out of device memory; live at the failure: {format_bytes(summary.total_bytes)}, held by:"))
+    for _, row in summary.rows.iterrows():
+        con.print(Text(f"  {format_bytes(row['bytes']):>10}  {safe(row['site'])}"))

@@ -22,16 +22,14 @@ from jaxmemprof.store import layout
 
 PROFILE_SUFFIXES = (".prof", ".prof.gz", ".pb.gz", ".pprof")
 
-SNAPSHOT_COLUMNS = ["snapshot", "t", "t_wall", "trigger", "label", "file", "live_bytes", "buffers",
-                    "arrays", "cost_s"]
-
 
 @dataclass
 class Run:
     """One run directory (one process).
 
     - ``snapshots``: ``snapshot, t`` (seconds since the run started), ``t_wall,
-      trigger, label, file, live_bytes, buffers, arrays, cost_s, process``.
+      trigger, label, file, live_bytes, buffers, arrays, cost_s, wall_s,
+      process`` (``cost_s``: CPU time the snapshot took).
     - ``arrays``: one row per array identity (interval form): ``array_id,
       first_snapshot, last_snapshot`` (the last snapshot it was seen alive in),
       ``end_snapshot`` (the first it was gone in; NA if alive at the end),
@@ -235,11 +233,11 @@ def _load_profile_directory(path: Path, profiles: list[Path]) -> Run:
             continue
         buffers = prof.samples[prof.samples["kind"] != "executable"]
         rows.append((i, p.stat().st_mtime, "file", p.name, p.name, int(buffers["bytes"].sum()),
-                     int(buffers["count"].sum()), 0, 0.0))
+                     int(buffers["count"].sum()), 0, 0.0, 0.0))
     if not rows:
         raise InputError(str(path), "none of its .prof files is a readable profile")
     snaps = pd.DataFrame(rows, columns=["snapshot", "t_wall", "trigger", "label", "file", "live_bytes",
-                                        "buffers", "arrays", "cost_s"])
+                                        "buffers", "arrays", "cost_s", "wall_s"])
     snaps.insert(1, "t", snaps["t_wall"] - snaps["t_wall"].min())
     snaps["process"] = 0
     return Run(

@@ -31,6 +31,7 @@ class SnapshotRecord:
     ended_arrays: list = field(default_factory=list)  # (array_id, last_snapshot, how)
     memory_stats: list = field(default_factory=list)  # (device, key, value)
     cost_s: float = 0.0
+    wall_s: float = 0.0
 
 
 class RunWriter:
@@ -74,9 +75,9 @@ class RunWriter:
             db.execute("BEGIN")
             try:
                 db.execute(
-                    "INSERT INTO snapshots VALUES (?,?,?,?,?,?,?,?,?,?)",
+                    "INSERT INTO snapshots VALUES (?,?,?,?,?,?,?,?,?,?,?)",
                     (index, rec.t_wall, rec.t_mono, rec.trigger, rec.label, name,
-                     rec.live_bytes, rec.buffers, rec.arrays, rec.cost_s),
+                     rec.live_bytes, rec.buffers, rec.arrays, rec.cost_s, rec.wall_s),
                 )
                 db.executemany("INSERT INTO stacks VALUES (?,?)", rec.new_stacks)
                 db.executemany(

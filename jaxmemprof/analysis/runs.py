@@ -1,0 +1,53 @@
+"""Facts about a whole run: duration, snapshots, the peak and what held it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+
+from jaxmemprof.analysis.groups import Summary, summarize, top
+from jaxmemprof.analysis.sites import Attribution
+
+
+@dataclass(frozen=True)
+class Overview:
+    duration_s: float | None
+    snapshots: int
+    sampling_s: float  # time spent taking snapshots
+    peak_snapshot: int | None
+    peak_bytes: int
+    peak_t: float | None
+    peak_sites: Summary | None  # top sites at the peak
+    exit_status: object
+    ended_by: str | None
+    triggers: dict  # trigger -> count
+    oom_sites: Summary | None  # top sites when the program ran out of memory
+
+
+def overview(run, attribution: Attribution = Attribution(), top_sites: int = 5) -> Overview:
+    snaps: pd.DataFrame = run.snapshots
+    m = run.manifest
+    def sites_at(snapshot: int) -> Summary:
+        return top(summarize(run.profile(snapshot), "site", attribution), top_sites)
+
+    peak = sites = oom = None
+    if not snaps.empty:
+        peak = snaps.loc[snaps["live_bytes"].idxmax()]
+        sites = sites_at(int(peak["snapshot"]))
+        ooms = snaps.loc[snaps["trigger"] == "oom", "snapshot"]
+        if not ooms.empty:
+            oom = sites_at(int(ooms.iloc[0]))
+    return Overview(
+        duration_s=m.get("duration_s"),
+        snapshots=len(snaps),
+        sampling_s=float(snaps["cost_s"].sum()) if not snaps.empty else 0.0,
+        peak_snapshot=None if peak is None else int(peak["snapshot"]),
+        peak_bytes=0 if peak is None else int(peak["live_bytes"]),
+        peak_t=None if peak is None else float(peak["t"]),
+        peak_sites=sites,
+        exit_status=m.get("exit_status"),
+        ended_by=m.get("ended_by"),
+        triggers=snaps["trigger"].value_counts().to_dict() if not snaps.empty else {},
+        oom_sites=oom,
+    )
