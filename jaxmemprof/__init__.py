@@ -5,8 +5,9 @@ Importing this package does not import jax; only capturing a run does.
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "load_profile", "InputError"]
+__all__ = ["__version__", "profile", "mark", "snapshot", "load_profile", "load_run", "InputError"]
 
+from jaxmemprof.api import mark, profile, snapshot
 from jaxmemprof.errors import InputError
 
 
@@ -18,3 +19,13 @@ def load_profile(source, **kwargs):
     from jaxmemprof.pprof.reader import load_profile as _load
 
     return _load(source, **kwargs)
+
+
+def load_run(path):
+    """Read a run directory (or a directory of .prof files) into DataFrames.
+
+    See :class:`jaxmemprof.store.reader.Run`.
+    """
+    from jaxmemprof.store.reader import load_run as _load
+
+    return _load(path)

@@ -71,13 +71,10 @@ def _exec_script(path: str) -> None:
     with open(path, "rb") as f:
         source = f.read()
     code = compile(source, path, "exec", dont_inherit=True)
-    saved = sys.modules.get("__main__")
+    # As under python, the module stays __main__ (and its globals alive) until
+    # the process ends: the exit snapshot sees them.
     sys.modules["__main__"] = main
-    try:
-        exec(code, main.__dict__)
-    finally:
-        if saved is not None:
-            sys.modules["__main__"] = saved
+    exec(code, main.__dict__)
 
 
 def _exit_code(code) -> int:

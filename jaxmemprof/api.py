@@ -1,0 +1,60 @@
+"""The API for scripts and notebooks. Cheap no-ops outside a run; importing
+it does not import jax."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from pathlib import Path
+
+
+def mark(label: str) -> None:
+    """Record a marker (say, ``"step 12"``) on the run's timeline."""
+    from jaxmemprof.capture import session
+
+    s = session.active()
+    if s is not None:
+        s.writer.add_marker(str(label))
+
+
+def snapshot(label: str | None = None) -> int | None:
+    """Take a snapshot now; returns its number, or None outside a run (or
+    before the program has used JAX)."""
+    from jaxmemprof.capture import session
+
+    s = session.active()
+    if s is None:
+        return None
+    return s.sampler.snapshot("api", None if label is None else str(label))
+
+
+@contextmanager
+def profile(output=None, *, interval: float = 0.5, max_overhead: float = 0.02, force: bool = False):
+    """Record device memory while the block runs, into the run directory
+    ``output`` (default: ``jaxmemprof-runs/profile-<time>``)::
+
+        with jaxmemprof.profile("runs/finetune"):
+            train()
+
+    Yields the run directory's path.
+    """
+    from jaxmemprof.capture import session as session_mod
+    from jaxmemprof.capture.runner import is_out_of_memory
+
+    if session_mod.active() is not None:
+        raise RuntimeError("a jaxmemprof run is already recording in this process")
+    directory = session_mod.prepare_directory(
+        Path(output) if output is not None else session_mod.default_output("profile"), force
+    )
+    s = session_mod.Session(directory, target_argv=[], interval=interval, max_overhead=max_overhead)
+    s.start()
+    s.sampler.snapshot("api", "start")
+    try:
+        yield directory
+    except BaseException as exc:
+        trigger = "oom" if is_out_of_memory(exc) else "exception"
+        s.sampler.snapshot(trigger, type(exc).__name__)
+        s.stop(None, trigger)
+        raise
+    else:
+        s.sampler.snapshot("exit")
+        s.stop(None, "exit")

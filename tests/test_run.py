@@ -1,0 +1,356 @@
+"""`jaxmemprof run`: real scripts with known arrays, run through the CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import cpu_env, line_of, run_cli, write_script
+
+import jaxmemprof
+from jaxmemprof.pprof.reader import load_profile
+from jaxmemprof.store.reader import load_run
+
+MiB = 1024 * 1024
+
+
+def _run(tmp_path, script_name, source, *args, check=None, out="run", extra=()):
+    script = write_script(tmp_path, script_name, source)
+    proc = run_cli("run", "-o", tmp_path / out, *extra, script, *args, cwd=tmp_path, check=check)
+    return script, proc, tmp_path / out
+
+
+def test_target_sees_python_semantics_and_its_exit_status(tmp_path):
+    script, proc, _ = _run(tmp_path, "args.py", """
+        import json, os, sys
+        print(json.dumps({"argv": sys.argv, "name": __name__, "file": __file__,
+                          "path0": sys.path[0]}))
+        sys.exit(int(sys.argv[1]))
+    """, "7", "--flag", "x y", check=7)
+    seen = json.loads(proc.stdout)  # stdout is the target's alone
+    assert seen == {"argv": [str(script), "7", "--flag", "x y"], "name": "__main__",
+                    "file": str(script), "path0": str(tmp_path)}
+    assert "run directory:" in proc.stderr
+
+
+def test_double_dash_and_module(tmp_path):
+    pkg = tmp_path / "mypkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "train.py").write_text(
+        "import sys\nprint(__name__, sys.argv[1:])\nraise SystemExit(3)\n"
+    )
+    proc = run_cli("run", "-o", tmp_path / "r", "-m", "mypkg.train", "--", "--lr", "0.1", cwd=tmp_path, check=3)
+    assert proc.stdout.strip() == "__main__ ['--lr', '0.1']"
+    script = write_script(tmp_path, "s.py", "import sys; print(sys.argv[1:])")
+    proc = run_cli("run", "-o", tmp_path / "r2", "--", script, "--interval", "9", cwd=tmp_path, check=0)
+    assert proc.stdout.strip() == "['--interval', '9']"
+
+
+def test_known_arrays_lifetimes_and_sites(tmp_path):
+    script, proc, run_dir = _run(tmp_path, "known.py", """
+        import jax, jax.numpy as jnp
+        import jaxmemprof
+        a = jnp.zeros((256, 1024), jnp.float32)  # LINE-A
+        jaxmemprof.snapshot("after-a")
+        b = jnp.ones((512,), jnp.float32)  # LINE-B
+        jaxmemprof.mark("step 1")
+        jaxmemprof.snapshot("after-b")
+        del a
+        jaxmemprof.snapshot("after-del")
+    """, check=0)
+    run = load_run(run_dir)
+    assert run.finished and run.manifest["exit_status"] == 0
+    snaps = run.snapshots.set_index("label")
+    n_a, n_b, n_del = (int(snaps.loc[k, "snapshot"]) for k in ("after-a", "after-b", "after-del"))
+    assert snaps.loc["after-a", "live_bytes"] == MiB
+    assert snaps.loc["after-b", "live_bytes"] == MiB + 2048
+    assert snaps.loc["after-del", "live_bytes"] == 2048
+    arrays = run.arrays
+    a = arrays[arrays["nbytes"] == MiB].iloc[0]
+    assert (a["first_snapshot"], a["last_snapshot"], a["end_snapshot"], a["how"]) == (n_a, n_b, n_del, "freed")
+    assert (a["shape"], a["dtype"], a["devices"], a["shard_bytes"]) == ((256, 1024), "float32", ("cpu:0",), (MiB,))
+    b = arrays[arrays["nbytes"] == 2048].iloc[0]
+    assert b["first_snapshot"] == n_b and pd_isna(b["end_snapshot"]) and pd_isna(b["how"])
+    # The creation stack of each array leads to its line.
+    frames_a = run.stacks[int(a["stack_id"])]
+    assert any(f == str(script) and ln == line_of(script, "LINE-A") for f, ln, _ in frames_a)
+    assert list(run.markers["label"]) == ["step 1"]
+    # (the background sampler may take a snapshot of its own in between)
+    assert n_a <= int(run.markers["after_snapshot"].iloc[0]) < n_b
+    # Each snapshot is the unmodified JAX profile, readable as such.
+    prof = run.profile(n_b)
+    assert prof.samples.loc[prof.samples["kind"] == "buffer", "bytes"].sum() == MiB + 2048
+
+
+def pd_isna(v):
+    import pandas as pd
+
+    return pd.isna(v)
+
+
+def test_donated_input_ends_as_deleted(tmp_path):
+    _, _, run_dir = _run(tmp_path, "donate.py", """
+        import jax, jax.numpy as jnp
+        import jaxmemprof
+        step = jax.jit(lambda s: s * 2, donate_argnums=0)
+        state = jnp.ones((1000,), jnp.float32)
+        jaxmemprof.snapshot("before")
+        old = state
+        state = step(state)
+        jaxmemprof.snapshot("after")
+        assert old.is_deleted()
+    """, check=0)
+    run = load_run(run_dir)
+    arrays = run.arrays[run.arrays["nbytes"] == 4000].sort_values("array_id")
+    first, second = arrays.iloc[0], arrays.iloc[1]
+    assert first["how"] == "deleted"
+    # The output took the donated buffer: the same address.
+    assert first["addresses"] == second["addresses"]
+
+
+def test_uncaught_exception(tmp_path):
+    script, proc, run_dir = _run(tmp_path, "boom.py", """
+        import jax.numpy as jnp
+        x = jnp.ones((1000,))
+        def fail():
+            raise ValueError("bad batch")  # LINE-RAISE
+        fail()
+    """, check=1)
+    assert proc.stdout == ""
+    assert "ValueError: bad batch" in proc.stderr
+    assert f'File "{script}", line {line_of(script, "LINE-RAISE")}, in fail' in proc.stderr
+    assert "jaxmemprof/capture" not in proc.stderr and "runpy" not in proc.stderr
+    run = load_run(run_dir)
+    assert run.snapshots["trigger"].iloc[-1] == "exception"
+    assert run.manifest["exit_status"] == 1 and run.manifest["ended_by"] == "exception"
+    assert "ValueError: bad batch" in run.events["message"].iloc[0]
+
+
+def test_out_of_memory_snapshot_holds_the_arrays_alive_at_the_failure(tmp_path):
+    script, proc, run_dir = _run(tmp_path, "oom.py", """
+        import jax.numpy as jnp
+        def build():
+            activations = jnp.ones((512, 1024), jnp.float32)  # LINE-LOCAL
+            huge = jnp.zeros((1 << 44,), jnp.uint8)
+            return activations, huge
+        build()
+    """, check=1)
+    assert "RESOURCE_EXHAUSTED" in proc.stderr
+    assert "out of device memory" in proc.stderr
+    site = f"oom.py:{line_of(script, 'LINE-LOCAL')} (build)"
+    assert site in proc.stderr
+    run = load_run(run_dir)
+    oom = run.snapshots[run.snapshots["trigger"] == "oom"]
+    # The 2 MiB local, and JAX's 1-byte fill value for zeros().
+    assert len(oom) == 1 and 2 * MiB <= int(oom["live_bytes"].iloc[0]) <= 2 * MiB + 8
+    assert run.manifest["ended_by"] == "oom"
+    proc = run_cli("show", f"{run_dir}@oom", "--json", cwd=tmp_path, check=0)
+    rows = json.loads(proc.stdout)["rows"]
+    assert rows[0]["site"] == site and rows[0]["bytes"] == 2 * MiB
+
+
+def test_script_that_never_uses_jax(tmp_path):
+    _, proc, run_dir = _run(tmp_path, "plain.py", "print('hello')", check=0)
+    assert proc.stdout == "hello\n"
+    assert "no snapshot" in proc.stderr
+    run = load_run(run_dir)
+    assert run.snapshots.empty and run.finished
+    assert "jax" not in json.dumps(run.manifest.get("backend") or "")
+
+
+@pytest.mark.parametrize("sig,status,label", [(signal.SIGINT, 130, "SIGINT"), (signal.SIGTERM, 143, "SIGTERM")])
+def test_signals_end_the_target_and_finalise_the_run(tmp_path, sig, status, label):
+    script = write_script(tmp_path, "loop.py", """
+        import sys, time
+        import jax.numpy as jnp
+        x = jnp.ones((1000,))
+        print("ready", flush=True)
+        while True:
+            time.sleep(0.05)
+    """)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "jaxmemprof", "run", "-o", str(tmp_path / "run"), str(script)],
+        cwd=tmp_path, env=cpu_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    assert proc.stdout.readline().strip() == "ready"
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == status, err
+    run = load_run(tmp_path / "run")
+    assert run.finished and run.manifest["ended_by"] == label
+    last = run.snapshots.iloc[-1]
+    assert (last["trigger"], last["label"], last["live_bytes"]) == ("signal", label, 4000)
+
+
+def test_sigkill_mid_run_loses_no_committed_snapshot(tmp_path):
+    script = write_script(tmp_path, "grow.py", """
+        import time
+        import jax.numpy as jnp
+        keep = []
+        while True:
+            keep.append(jnp.ones((256,), jnp.float32))
+            time.sleep(0.005)
+    """)
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "jaxmemprof", "run", "-o", str(run_dir), "--interval", "0.02",
+         "--max-overhead", "0", str(script)],
+        cwd=tmp_path, env=cpu_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            try:
+                con = sqlite3.connect(f"file:{run_dir / 'journal.sqlite'}?mode=ro", uri=True)
+                n = con.execute("SELECT count(*) FROM snapshots").fetchone()[0]
+                con.close()
+            except sqlite3.Error:
+                n = 0
+            if n >= 5:
+                break
+            time.sleep(0.05)
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait(timeout=60)
+    run = load_run(run_dir)
+    assert not run.finished
+    assert any("did not finish" in w for w in run.warnings)
+    assert len(run.snapshots) >= 5
+    for n in run.snapshots["snapshot"]:
+        prof = run.profile(int(n))
+        live = prof.samples.loc[prof.samples["kind"] == "buffer", "bytes"].sum()
+        assert live == run.snapshots.loc[run.snapshots["snapshot"] == n, "live_bytes"].iloc[0]
+    # The commands still work on the unfinished run.
+    out = run_cli("show", f"{run_dir}@last", cwd=tmp_path, check=0)
+    assert "did not finish" in out.stderr and "grow.py" in out.stdout
+
+
+def test_sharded_array_over_several_cpu_devices(tmp_path):
+    script, proc, run_dir = _run(tmp_path, "sharded.py", """
+        import jax
+        jax.config.update("jax_num_cpu_devices", 4)
+        import jax.numpy as jnp
+        from jax.sharding import NamedSharding, PartitionSpec as P
+        mesh = jax.make_mesh((4,), ("x",))
+        x = jax.device_put(jnp.zeros((1024, 256), jnp.float32), NamedSharding(mesh, P("x")))  # LINE-SHARD
+        del mesh
+    """, check=0)
+    run = load_run(run_dir)
+    assert len(run.manifest["devices"]) == 4
+    sharded = run.arrays[run.arrays["nbytes"] == MiB]
+    sharded = sharded[sharded["shard_bytes"].map(len) == 4].iloc[0]
+    assert sharded["shard_bytes"] == (MiB // 4,) * 4
+    assert sorted(sharded["devices"]) == ["cpu:0", "cpu:1", "cpu:2", "cpu:3"]
+    assert sharded["sharding"].startswith("NamedSharding(") and "'x'" in sharded["sharding"]
+    doc = json.loads(run_cli("show", f"{run_dir}@exit", "--by", "device", "--json", cwd=tmp_path, check=0).stdout)
+    per_device = {r["device"]: r["bytes"] for r in doc["rows"] if r["bytes"]}
+    assert len(per_device) == 4 and all(v >= MiB // 4 for v in per_device.values())
+    site = f"sharded.py:{line_of(script, 'LINE-SHARD')} (<module>)"
+    doc = json.loads(run_cli("show", f"{run_dir}@exit", "--json", cwd=tmp_path, check=0).stdout)
+    assert {r["site"]: r["bytes"] for r in doc["rows"]}[site] >= MiB
+
+
+def test_selectors_and_diff_of_a_run(tmp_path):
+    script, _, run_dir = _run(tmp_path, "sel.py", """
+        import jax.numpy as jnp
+        import jaxmemprof
+        a = jnp.zeros((1024,), jnp.float32)
+        jaxmemprof.snapshot("small")
+        b = jnp.zeros((4096,), jnp.float32)  # LINE-BIG
+        jaxmemprof.snapshot("big")
+        del b
+    """, check=0)
+    run = load_run(run_dir)
+    numbers = run.snapshots["snapshot"].tolist()
+    by_label = dict(zip(run.snapshots["label"], numbers))
+
+    def shown(spec):
+        return json.loads(run_cli("show", spec, "--json", cwd=tmp_path, check=0).stdout)
+
+    assert shown(f"{run_dir}@peak")["inputs"] == [f"{run_dir}@{by_label['big']}"]
+    assert shown(f"{run_dir}@big")["totals"]["bytes"] == 4096 + 16384
+    assert shown(f"{run_dir}@-1")["inputs"] == [f"{run_dir}@{numbers[-1]}"]
+    assert shown(f"{run_dir}@first")["inputs"] == [f"{run_dir}@{numbers[0]}"]
+    assert shown(str(run_dir))["inputs"] == shown(f"{run_dir}@peak")["inputs"]
+    whole = json.loads(run_cli("diff", run_dir, "--json", cwd=tmp_path, check=0).stdout)
+    explicit = json.loads(run_cli("diff", f"{run_dir}@first", f"{run_dir}@last", "--json", cwd=tmp_path, check=0).stdout)
+    assert whole["rows"] == explicit["rows"] and whole["totals"] == explicit["totals"]
+    grew = json.loads(run_cli("diff", f"{run_dir}@small", f"{run_dir}@big", "--json", cwd=tmp_path, check=0).stdout)
+    assert grew["rows"][0]["site"] == f"sel.py:{line_of(script, 'LINE-BIG')} (<module>)"
+    assert grew["totals"]["delta_bytes"] == 16384
+    for bad in ("@nope", "@0", "@99"):
+        proc = run_cli("show", f"{run_dir}{bad}", cwd=tmp_path, check=2)
+        assert proc.stderr.startswith("jaxmemprof: error: ") and str(run_dir) in proc.stderr
+
+
+def test_plain_directory_of_profiles_is_a_run(tmp_path):
+    write_script(tmp_path, "save.py", """
+        import time, jax, jax.numpy as jnp
+        a = jnp.zeros((1000,))
+        jax.profiler.save_device_memory_profile("profs/1.prof")
+        time.sleep(0.05)
+        b = jnp.zeros((3000,))
+        jax.profiler.save_device_memory_profile("profs/2.prof")
+    """)
+    (tmp_path / "profs").mkdir()
+    subprocess.run([sys.executable, "save.py"], cwd=tmp_path, env=cpu_env(), check=True)
+    run = load_run(tmp_path / "profs")
+    assert not run.has_arrays and list(run.snapshots["live_bytes"]) == [4000, 16000]
+    assert any("no per-array data" in w for w in run.warnings)
+    doc = json.loads(run_cli("diff", "profs", "--json", cwd=tmp_path, check=0).stdout)
+    assert doc["totals"]["delta_bytes"] == 12000
+
+
+def test_existing_output_needs_force(tmp_path):
+    script = write_script(tmp_path, "s.py", "pass")
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "keep.txt").write_text("mine")
+    proc = run_cli("run", "-o", tmp_path / "out", script, cwd=tmp_path, check=2)
+    assert proc.stderr.count("\n") == 1 and "--force" in proc.stderr
+    run_cli("run", "-o", tmp_path / "out", "--force", script, cwd=tmp_path, check=0)
+    assert (tmp_path / "out" / "keep.txt").read_text() == "mine"
+    proc = run_cli("run", tmp_path / "missing.py", cwd=tmp_path, check=2)
+    assert "missing.py: no such script" in proc.stderr
+
+
+def test_api_profile_context_and_no_ops_outside_a_run(tmp_path):
+    assert jaxmemprof.snapshot("x") is None and jaxmemprof.mark("y") is None
+    script = write_script(tmp_path, "api.py", """
+        import jax.numpy as jnp
+        import jaxmemprof
+        with jaxmemprof.profile("prof-run"):
+            x = jnp.ones((2048,), jnp.float32)
+            jaxmemprof.mark("epoch 1")
+            jaxmemprof.snapshot("mid")
+        print(jaxmemprof.snapshot("outside"))
+    """)
+    proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=cpu_env(), capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "None"
+    run = load_run(tmp_path / "prof-run")
+    assert run.finished
+    assert list(run.snapshots["label"].dropna()) == ["mid"]
+    assert run.snapshots["trigger"].iloc[-1] == "exit"
+    assert int(run.snapshots.set_index("label").loc["mid", "live_bytes"]) == 8192
+    assert list(run.markers["label"]) == ["epoch 1"]
+
+
+def test_manifest_records_the_environment(tmp_path):
+    script = write_script(tmp_path, "env.py", "import jax.numpy as jnp\nx = jnp.ones(3)\n")
+    env = cpu_env(XLA_PYTHON_CLIENT_PREALLOCATE="false", XLA_FLAGS="--xla_dump_to=/nonexistent")
+    subprocess.run([sys.executable, "-m", "jaxmemprof", "run", "-q", "-o", str(tmp_path / "r"), str(script), "a"],
+                   cwd=tmp_path, env=env, check=True, capture_output=True)
+    m = json.loads((tmp_path / "r" / "manifest.json").read_text())
+    assert m["environment"]["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
+    assert m["environment"]["XLA_FLAGS"] == "--xla_dump_to=/nonexistent"
+    assert m["argv"] == [str(script), "a"]
+    assert m["backend"] == "cpu" and m["process_index"] == 0 and m["process_count"] == 1
+    assert m["jax_version"] and m["schema_version"] == 1 and m["exit_status"] == 0
