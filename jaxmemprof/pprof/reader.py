@@ -39,7 +39,7 @@ class Profile:
       ``function, file, line``.
     - ``stacks``: for each ``stack_id``, the tuple of its frame ids, innermost
       first (inlined frames expanded, as pprof does).
-    - ``labels``: every label: ``sample_id, key, value, num``.
+    - ``labels`` (built on demand): every label: ``sample_id, key, value, num``.
     - ``sample_types``: ``index, type, unit``; ``value_index`` and
       ``count_index`` say which were used for ``bytes`` and ``count``.
     """
@@ -48,7 +48,8 @@ class Profile:
     samples: pd.DataFrame
     frames: pd.DataFrame
     stacks: tuple
-    labels: pd.DataFrame
+    label_sets: tuple
+    label_ids: np.ndarray
     sample_types: pd.DataFrame
     value_index: int
     count_index: int | None
@@ -64,6 +65,15 @@ class Profile:
     @property
     def total_bytes(self) -> int:
         return int(self.samples["bytes"].sum())
+
+    @property
+    def labels(self) -> pd.DataFrame:
+        rows = [
+            (i, key, value, num)
+            for i, lid in enumerate(self.label_ids.tolist())
+            for key, value, num in self.label_sets[lid]
+        ]
+        return pd.DataFrame(rows, columns=["sample_id", "key", "value", "num"])
 
     def stack_frames(self) -> pd.DataFrame:
         """Long form of the stacks: ``stack_id, depth, function, file, line``
@@ -236,6 +246,39 @@ def _choose_count_index(types: list[tuple[str, str]], value_index: int) -> int |
     return counts[0]
 
 
+def _length(b: bytes, p: int) -> tuple[int, int]:
+    """Read a length varint at ``p``: (end of the field's data, its start)."""
+    n = b[p]
+    if n < 0x80:
+        return p + 1 + n, p + 1
+    n, shift = 0, 0
+    while True:
+        byte = b[p]
+        n |= (byte & 0x7F) << shift
+        p += 1
+        if byte < 0x80:
+            return p + n, p
+        shift += 7
+
+
+def _stack_frames(sample, loc_frames: dict, name: str, i: int) -> tuple[int, ...]:
+    try:
+        return tuple(f for lid in sample.location_id for f in loc_frames[lid])
+    except KeyError:
+        missing = next(lid for lid in sample.location_id if lid not in loc_frames)
+        raise InputError(
+            name, f"corrupt profile: sample {i} refers to location {missing}, which does not exist"
+        ) from None
+
+
+def _label_set(sample, strings: "_Strings", i: int) -> tuple:
+    what = f"a label of sample {i}"
+    return tuple(
+        (strings.get(lab.key, what), strings.get(lab.str, what) if lab.str else "", int(lab.num))
+        for lab in sample.label
+    )
+
+
 def _convert(msg, name: str, sample_index) -> Profile:
     strings = _Strings(msg.string_table, name)
     if len(strings) == 0 or msg.string_table[0] != b"":
@@ -291,48 +334,66 @@ def _convert(msg, name: str, sample_index) -> Profile:
 
     n = len(msg.sample)
     ntypes = len(types)
-    stack_of: dict[tuple, int] = {}
+    sample_msgs = msg.sample
+    # Samples repeat the same stacks, values and labels many times over. Each
+    # distinct one is decoded once, found through its bytes in the sample's
+    # canonical serialisation (location ids, then values, then labels): far
+    # cheaper than reading every field of every sample through protobuf.
+    stack_of: dict[bytes, int] = {}
     stacks: list[tuple[int, ...]] = []
+    value_of: dict[bytes, int] = {}
+    value_rows: list[tuple[int, ...]] = []
+    labels_of: dict[bytes, int] = {}
+    label_sets: list[tuple] = []
     stack_ids = np.empty(n, dtype=np.int64)
-    values = np.empty((n, ntypes), dtype=np.int64)
-    kinds: list[str] = [""] * n
-    devices: list[str] = [""] * n
-    label_rows: list[tuple] = []
-    get = strings.get
-    for i, s in enumerate(msg.sample):
-        locs = tuple(s.location_id)
-        sid = stack_of.get(locs)
+    value_ids = np.empty(n, dtype=np.int64)
+    label_ids = np.empty(n, dtype=np.int64)
+    for i, b in enumerate([smp.SerializeToString() for smp in sample_msgs]):
+        end = len(b)
+        p = 0
+        loc_key = val_key = b""
+        if end and b[0] == 0x0A:
+            p, q = _length(b, 1)
+            loc_key = b[q:p]
+        if p < end and b[p] == 0x12:
+            p, q = _length(b, p + 1)
+            val_key = b[q:p]
+        lab_key = b[p:]
+
+        sid = stack_of.get(loc_key)
         if sid is None:
-            try:
-                frames_of = tuple(f for lid in locs for f in loc_frames[lid])
-            except KeyError:
-                missing = next(lid for lid in locs if lid not in loc_frames)
-                raise InputError(
-                    name, f"corrupt profile: sample {i} refers to location {missing}, which does not exist"
-                ) from None
-            sid = stack_of[locs] = len(stacks)
-            stacks.append(frames_of)
+            sid = stack_of[loc_key] = len(stacks)
+            stacks.append(_stack_frames(sample_msgs[i], loc_frames, name, i))
         stack_ids[i] = sid
-        v = s.value
-        if len(v) != ntypes:
-            raise InputError(
-                name, f"corrupt profile: sample {i} has {len(v)} values for {ntypes} sample types"
-            )
-        values[i] = v
-        for lab in s.label:
-            key = get(lab.key, f"a label of sample {i}")
-            text = get(lab.str, f"a label of sample {i}") if lab.str else ""
-            if key == "kind":
-                kinds[i] = text
-            elif key == "device":
-                devices[i] = text
-            label_rows.append((i, key, text, int(lab.num)))
+
+        vid = value_of.get(val_key)
+        if vid is None:
+            v = tuple(sample_msgs[i].value)
+            if len(v) != ntypes:
+                raise InputError(
+                    name, f"corrupt profile: sample {i} has {len(v)} values for {ntypes} sample types"
+                )
+            vid = value_of[val_key] = len(value_rows)
+            value_rows.append(v)
+        value_ids[i] = vid
+
+        lid = labels_of.get(lab_key)
+        if lid is None:
+            lid = labels_of[lab_key] = len(label_sets)
+            label_sets.append(_label_set(sample_msgs[i], strings, i))
+        label_ids[i] = lid
+
+    values = np.array(value_rows, dtype=np.int64).reshape(-1, ntypes)[value_ids]
+    # JAX's two labels become columns.
+    label_dicts = [{k: t for k, t, _ in ls} for ls in label_sets]
+    kinds = np.array([d.get("kind", "") for d in label_dicts], dtype=object)[label_ids]
+    devices = np.array([d.get("device", "") for d in label_dicts], dtype=object)[label_ids]
 
     samples = pd.DataFrame(
         {
             "sample_id": np.arange(n, dtype=np.int64),
-            "kind": pd.Series(kinds, dtype=object),
-            "device": pd.Series(devices, dtype=object),
+            "kind": kinds,
+            "device": devices,
             "count": values[:, count_index] if count_index is not None else np.zeros(n, np.int64),
             "bytes": values[:, value_index],
             "stack_id": stack_ids,
@@ -347,7 +408,6 @@ def _convert(msg, name: str, sample_index) -> Profile:
         }
     )
     frames.index.name = "frame_id"
-    labels = pd.DataFrame(label_rows, columns=["sample_id", "key", "value", "num"])
     sample_types = pd.DataFrame(
         {"index": range(ntypes), "type": [t for t, _ in types], "unit": [u for _, u in types]}
     )
@@ -356,11 +416,12 @@ def _convert(msg, name: str, sample_index) -> Profile:
         samples=samples,
         frames=frames,
         stacks=tuple(stacks),
-        labels=labels,
+        label_sets=tuple(label_sets),
+        label_ids=label_ids,
         sample_types=sample_types,
         value_index=value_index,
         count_index=count_index,
         time_nanos=int(msg.time_nanos),
         duration_nanos=int(msg.duration_nanos),
-        comments=tuple(get(c, "a comment") for c in msg.comment),
+        comments=tuple(strings.get(c, "a comment") for c in msg.comment),
     )
