@@ -105,13 +105,15 @@ def read_profile_bytes(
         try:
             if path.is_dir():
                 raise InputError(name, "is a directory, not a profile file")
-            size = path.stat().st_size
-            if size > max_decompressed:
+            # Read at most one byte past the limit: a size from stat() cannot
+            # be trusted (a pipe, /dev/zero, a file still growing).
+            with open(path, "rb") as f:
+                raw = f.read(max_decompressed + 1)
+            if len(raw) > max_decompressed:
                 raise InputError(
-                    name, f"file is {size} bytes, over the {max_decompressed}-byte limit "
+                    name, f"is larger than the {max_decompressed}-byte limit "
                     "(raise it with --max-decompressed)"
                 )
-            raw = path.read_bytes()
         except FileNotFoundError:
             raise InputError(name, "no such file") from None
         except PermissionError:
