@@ -325,7 +325,8 @@ _MEASURE = textwrap.dedent(
     limit = int(sys.argv[1])
 
     def cap():
-        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+        if limit:
+            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
     p = subprocess.run([sys.executable, "-m", "jaxmemprof", *sys.argv[2:]],
                        capture_output=True, text=True, preexec_fn=cap, timeout=300)
@@ -336,8 +337,8 @@ _MEASURE = textwrap.dedent(
 
 
 def run_cli_measured(*args, cwd, address_space: int) -> tuple[subprocess.CompletedProcess, int]:
-    """Run the CLI with its address space capped; return it and its peak RSS
-    in bytes (measured by a fresh parent whose only child it is)."""
+    """Run the CLI with its address space capped (0: not capped); return it
+    and its peak RSS in bytes (measured by a fresh parent whose only child it is)."""
     env = cpu_env(OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     proc = subprocess.run([sys.executable, "-c", _MEASURE, str(address_space), *map(str, args)],
                           cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
@@ -346,7 +347,23 @@ def run_cli_measured(*args, cwd, address_space: int) -> tuple[subprocess.Complet
     return subprocess.CompletedProcess(args, r["rc"], r["stdout"], r["stderr"]), r["peak"]
 
 
-@pytest.mark.skipif(sys.platform != "linux", reason="RLIMIT_AS and ru_maxrss in KiB are Linux's")
+LINUX_ONLY = pytest.mark.skipif(sys.platform != "linux", reason="RLIMIT_AS and ru_maxrss in KiB are Linux's")
+
+
+@LINUX_ONLY
+@pytest.mark.parametrize("extra", [[], ["--max-decompressed", "64MiB"]])
+def test_small_profile_reads_with_capped_address_space(tmp_path, extra):
+    """A 300-byte profile needs no more memory because the limit on
+    decompressed bytes is large (4 GiB by default): reading must not reserve
+    the whole limit up front (machines with `ulimit -v` would fail)."""
+    small = tmp_path / "small.prof"
+    small.write_bytes(valid_message().SerializeToString())
+    proc, _ = run_cli_measured("show", small, *extra, cwd=tmp_path, address_space=1 * GiB)
+    assert proc.returncode == 0, proc.stderr
+    assert "train.py:12 (train_step)" in proc.stdout
+
+
+@LINUX_ONLY
 def test_gzip_bomb_is_refused_in_bounded_memory(tmp_path):
     """A 2 MiB file that inflates to 2 GiB, read with a 64 MiB limit in a
     process capped at 1.5 GiB of address space: refused cleanly, and the
@@ -358,7 +375,7 @@ def test_gzip_bomb_is_refused_in_bounded_memory(tmp_path):
     bomb.write_bytes(gzip_bomb(2048))
     assert bomb.stat().st_size < 4 * MiB
     cap = int(1.5 * GiB)
-    ok, baseline = run_cli_measured("show", small, cwd=tmp_path, address_space=cap)
+    ok, baseline = run_cli_measured("show", small, "--max-decompressed", "64MiB", cwd=tmp_path, address_space=0)
     assert ok.returncode == 0, ok.stderr
     for args in (["show", bomb], ["diff", small, bomb]):
         proc, peak = run_cli_measured(*args, "--max-decompressed", "64MiB", cwd=tmp_path, address_space=cap)
@@ -366,7 +383,7 @@ def test_gzip_bomb_is_refused_in_bounded_memory(tmp_path):
         assert peak - baseline < 4 * 64 * MiB, f"peak RSS {peak / MiB:.0f} MiB vs {baseline / MiB:.0f} MiB"
 
 
-@pytest.mark.skipif(not os.path.exists("/dev/zero"), reason="needs /dev/zero")
+@LINUX_ONLY
 def test_endless_stream_is_refused_in_bounded_memory(tmp_path):
     """A path that is not a regular file has no size to check up front
     (/dev/zero never ends): reading stops at the limit all the same."""
