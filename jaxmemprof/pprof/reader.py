@@ -107,8 +107,7 @@ def read_profile_bytes(
                 raise InputError(name, "is a directory, not a profile file")
             # Read at most one byte past the limit: a size from stat() cannot
             # be trusted (a pipe, /dev/zero, a file still growing).
-            with open(path, "rb") as f:
-                raw = f.read(max_decompressed + 1)
+            raw = _read_bounded(path, max_decompressed)
             if len(raw) > max_decompressed:
                 raise InputError(
                     name, f"is larger than the {max_decompressed}-byte limit "
@@ -129,6 +128,19 @@ def read_profile_bytes(
         if not raw:
             raise InputError(name, "gzip data decompresses to nothing, not a pprof profile")
     return name, raw
+
+
+def _read_bounded(path: Path, limit: int) -> bytearray:
+    """The file's bytes, at most ``limit + 1`` of them, read in chunks (one
+    read of the whole limit would reserve all of it up front)."""
+    out = bytearray()
+    with open(path, "rb") as f:
+        while len(out) <= limit:
+            chunk = f.read(min(_CHUNK, limit + 1 - len(out)))
+            if not chunk:
+                break
+            out += chunk
+    return out
 
 
 def _gunzip(data: bytes, name: str, limit: int) -> bytes:
@@ -159,7 +171,7 @@ def _gunzip(data: bytes, name: str, limit: int) -> bytes:
             if data.strip(b"\0"):
                 raise InputError(name, "unexpected data after the end of the gzip stream")
             break
-    return bytes(out)
+    return out
 
 
 def load_profile(
@@ -176,12 +188,18 @@ def load_profile(
     default type when its unit is bytes, else the last type measured in bytes,
     else the last type.
     """
-    name, raw = read_profile_bytes(source, name=name, max_decompressed=max_decompressed)
     try:
-        msg = profile_pb2.Profile.FromString(raw)
-    except (DecodeError, RuntimeError, ValueError) as exc:
-        raise InputError(name, f"not a pprof profile (protobuf decoding failed: {exc})") from None
-    return _convert(msg, name, sample_index)
+        name, raw = read_profile_bytes(source, name=name, max_decompressed=max_decompressed)
+        try:
+            msg = profile_pb2.Profile.FromString(raw)
+        except (DecodeError, RuntimeError, ValueError) as exc:
+            raise InputError(name, f"not a pprof profile (protobuf decoding failed: {exc})") from None
+        del raw
+        return _convert(msg, name, sample_index)
+    except MemoryError:
+        raise InputError(
+            name or str(source), "too large to read in the memory available (lower --max-decompressed?)"
+        ) from None
 
 
 class _Strings:
@@ -386,6 +404,12 @@ def _convert(msg, name: str, sample_index) -> Profile:
         label_ids[i] = lid
 
     values = np.array(value_rows, dtype=np.int64).reshape(-1, ntypes)[value_ids]
+    for col in (value_index, count_index):
+        # Sums (and diffs) must stay exact in 64 bits.
+        if col is not None and n and np.abs(values[:, col].astype(np.float64)).sum() >= 2**62:
+            raise InputError(
+                name, f"corrupt profile: the {types[col][0]} values add up past 2**62, too large to total exactly"
+            )
     # JAX's two labels become columns.
     label_dicts = [{k: t for k, t, _ in ls} for ls in label_sets]
     kinds = np.array([d.get("kind", "") for d in label_dicts], dtype=object)[label_ids]

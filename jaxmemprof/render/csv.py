@@ -19,7 +19,9 @@ def neutralise(value: str) -> str:
 def write_csv(rows: pd.DataFrame, out: TextIO) -> None:
     """Write ``rows`` (header plus one line per row); object (text) columns
     are neutralised, numeric columns written as they are."""
-    writer = csv.writer(out, lineterminator="\n")
+    # CRLF, the standard CSV line end: with it the writer quotes every cell
+    # holding a CR or LF, so no name can start a row of its own.
+    writer = csv.writer(out, lineterminator="\r\n")
     writer.writerow(list(rows.columns))
     text_cols = [i for i, c in enumerate(rows.columns) if rows[c].dtype == object or pd.api.types.is_string_dtype(rows[c])]
     for rec in rows.itertuples(index=False, name=None):
