@@ -81,14 +81,19 @@ def cli():
     """
 
 
-def _attribution(library, user, all_frames):
+def _attribution(library, user, all_frames, *runs):
+    """What counts as user code; paths are shown relative to the current
+    directory, or to the directory a run was recorded in."""
     from jaxmemprof.analysis.sites import Attribution
 
-    return Attribution(library=tuple(library), user=tuple(user), all_frames=all_frames, cwd=os.getcwd())
+    roots = [os.getcwd()] + [r.manifest["cwd"] for r in runs if r is not None and r.manifest.get("cwd")]
+    return Attribution(library=tuple(library), user=tuple(user), all_frames=all_frames,
+                       roots=tuple(dict.fromkeys(roots)))
 
 
 def _load(spec, sample_index, max_decompressed, default="peak"):
-    """A profile file, RUN@SEL or a bare run directory; returns (name, Profile)."""
+    """A profile file, RUN@SEL or a bare run directory; returns (name,
+    Profile, the Run or None)."""
     from jaxmemprof.pprof.reader import load_profile
     from jaxmemprof.store.selectors import resolve
 
@@ -97,7 +102,7 @@ def _load(spec, sample_index, max_decompressed, default="peak"):
         for w in ref.run.warnings:
             click.echo(f"jaxmemprof: warning: {ref.run.path}: {w}", err=True)
     prof = load_profile(ref.path, name=ref.name, sample_index=sample_index, max_decompressed=max_decompressed)
-    return ref.name, prof
+    return ref.name, prof, ref.run
 
 
 @contextmanager
@@ -164,8 +169,8 @@ def show(profile, by, top, csv_path, as_json, force, library, user, all_frames, 
     """
     from jaxmemprof.analysis.groups import summarize
 
-    name, prof = _load(profile, sample_index, max_decompressed)
-    result = summarize(prof, by, _attribution(library, user, all_frames))
+    name, prof, run_ = _load(profile, sample_index, max_decompressed)
+    result = summarize(prof, by, _attribution(library, user, all_frames, run_))
     _emit("show", [name], result, prof.value_type, f"{name}: {prof.value_type} by {by}",
           csv_path, as_json, top, force)
 
@@ -198,11 +203,11 @@ def diff(base, new, by, top, csv_path, as_json, force, library, user, all_frames
         if sel is not None or not os.path.isdir(run_dir):
             raise click.UsageError("diff needs BASE and NEW, or a run directory alone (first -> last)")
         base, new = f"{run_dir}@first", f"{run_dir}@last"
-    base_name, base_prof = _load(base, sample_index, max_decompressed)
-    new_name, new_prof = _load(new, sample_index, max_decompressed)
+    base_name, base_prof, base_run = _load(base, sample_index, max_decompressed)
+    new_name, new_prof, new_run = _load(new, sample_index, max_decompressed)
     if base_prof.value_type != new_prof.value_type:
         raise InputError(new, f"measures {new_prof.value_type}, but {base} measures {base_prof.value_type}")
-    result = diff_profiles(base_prof, new_prof, by, _attribution(library, user, all_frames))
+    result = diff_profiles(base_prof, new_prof, by, _attribution(library, user, all_frames, base_run, new_run))
     _emit("diff", [base_name, new_name], result, new_prof.value_type,
           f"{base_name} -> {new_name}: {new_prof.value_type} by {by}", csv_path, as_json, top, force)
 
@@ -267,7 +272,7 @@ def _run_summary(tgt, directory):
         from jaxmemprof.store.reader import load_run
 
         run_ = load_run(directory)
-        ov = overview(run_, _attribution((), (), False))
+        ov = overview(run_, _attribution((), (), False, run_))
         con = text.console(sys.stderr)
         if ov.oom_sites is not None:
             text.render_oom(ov.oom_sites, con)

@@ -286,6 +286,11 @@ def test_selectors_and_diff_of_a_run(tmp_path):
     grew = json.loads(run_cli("diff", f"{run_dir}@small", f"{run_dir}@big", "--json", cwd=tmp_path, check=0).stdout)
     assert grew["rows"][0]["site"] == f"sel.py:{line_of(script, 'LINE-BIG')} (<module>)"
     assert grew["totals"]["delta_bytes"] == 16384
+    # Read from another directory, paths stay relative to where the run was recorded.
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    doc = json.loads(run_cli("show", f"{run_dir}@big", "--json", cwd=elsewhere, check=0).stdout)
+    assert doc["rows"][0]["site"] == f"sel.py:{line_of(script, 'LINE-BIG')} (<module>)"
     for bad in ("@nope", "@0", "@99"):
         proc = run_cli("show", f"{run_dir}{bad}", cwd=tmp_path, check=2)
         assert proc.stderr.startswith("jaxmemprof: error: ") and str(run_dir) in proc.stderr

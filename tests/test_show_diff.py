@@ -62,7 +62,7 @@ def test_show_attributes_bytes_to_the_user_lines(profiles):
 def test_buffer_counts_per_site(profiles):
     d, base, _, ln = profiles
     prof = load_profile(base)
-    samples = keyed_samples(prof, "site", Attribution(cwd=str(d)))
+    samples = keyed_samples(prof, "site", Attribution(roots=(str(d),)))
     buffers = samples[samples["kind"] == "buffer"].groupby("line")["count"].sum().to_dict()
     assert buffers == {ln["W"]: 1, ln["B"]: 1, ln["STEP"]: 6}
 

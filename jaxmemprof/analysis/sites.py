@@ -63,13 +63,15 @@ class Attribution:
     ``*``, ``?`` or ``[`` is a glob matched against the whole path; any other
     pattern matches when it occurs anywhere in the path. ``all_frames`` treats
     every frame as user code (the site is then the innermost frame, as in
-    ``go tool pprof``). ``cwd``: paths inside it are shown relative to it.
+    ``go tool pprof``). ``roots``: a path inside one of these directories
+    (the first that holds it) is shown relative to it; default: the current
+    directory. A run adds the directory it was recorded in.
     """
 
     library: tuple[str, ...] = ()
     user: tuple[str, ...] = ()
     all_frames: bool = False
-    cwd: str | None = None
+    roots: tuple[str, ...] = ()
 
     def is_library(self, path: str) -> bool:
         if self.all_frames:
@@ -81,10 +83,10 @@ class Attribution:
         return is_builtin_library(path)
 
     def display_path(self, path: str) -> str:
-        cwd = self.cwd if self.cwd is not None else os.getcwd()
-        prefix = cwd.rstrip("/\\") + os.sep
-        if path.startswith(prefix):
-            return path[len(prefix):]
+        for root in self.roots or (os.getcwd(),):
+            prefix = root.rstrip("/\\") + os.sep
+            if path.startswith(prefix):
+                return path[len(prefix):]
         m = None
         for m in _INSTALLED.finditer(path):
             pass

@@ -65,7 +65,9 @@ def _user_traceback(tb):
 
 
 def _exec_script(path: str) -> None:
-    """What ``python path`` does: a fresh ``__main__`` module running the file."""
+    """What ``python path`` does: a fresh ``__main__`` module running the file
+    (whose ``__file__``, as in Python 3.9+, is absolute)."""
+    path = os.path.abspath(path)
     main = types.ModuleType("__main__")
     main.__dict__.update(__file__=path, __builtins__=builtins, __cached__=None, __spec__=None, __loader__=None)
     with open(path, "rb") as f:
