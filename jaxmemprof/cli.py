@@ -157,7 +157,8 @@ def show(profile, by, top, csv_path, as_json, force, library, user, all_frames, 
     PROFILE is a pprof file from jax.profiler.save_device_memory_profile()
     (gzip or raw; any pprof works, e.g. a Go heap profile), or one snapshot
     of a run: RUN@SEL, where SEL is a snapshot number (-1: the last), first,
-    last, peak, a label or a trigger (oom, exit, ...). A bare RUN means RUN@peak.
+    last, final (the last before the program exited), peak, a label or a
+    trigger (oom, exit, ...). A bare RUN means RUN@peak.
 
     \b
     Examples:
@@ -185,12 +186,13 @@ def diff(base, new, by, top, csv_path, as_json, force, library, user, all_frames
     Deltas are NEW minus BASE per group, as with `go tool pprof -diff_base`;
     they add up to the change in total bytes exactly. BASE and NEW are
     profile files or RUN@SEL (see `jaxmemprof show --help`); a run directory
-    alone compares its first snapshot with its last.
+    alone compares its first snapshot with its final one (the last taken
+    while the program ran, before it exited).
 
     \b
     Examples:
       jaxmemprof diff before.prof after.prof
-      jaxmemprof diff RUN                   # first snapshot -> last
+      jaxmemprof diff RUN                   # RUN@first -> RUN@final
       jaxmemprof diff RUN@first RUN@peak
       jaxmemprof diff before.prof after.prof --by file --csv changes.csv
     """
@@ -202,7 +204,7 @@ def diff(base, new, by, top, csv_path, as_json, force, library, user, all_frames
         run_dir, sel = split_selector(base)
         if sel is not None or not os.path.isdir(run_dir):
             raise click.UsageError("diff needs BASE and NEW, or a run directory alone (first -> last)")
-        base, new = f"{run_dir}@first", f"{run_dir}@last"
+        base, new = f"{run_dir}@first", f"{run_dir}@final"
     base_name, base_prof, base_run = _load(base, sample_index, max_decompressed)
     new_name, new_prof, new_run = _load(new, sample_index, max_decompressed)
     if base_prof.value_type != new_prof.value_type:

@@ -281,7 +281,9 @@ def test_selectors_and_diff_of_a_run(tmp_path):
     assert shown(f"{run_dir}@first")["inputs"] == [f"{run_dir}@{numbers[0]}"]
     assert shown(str(run_dir))["inputs"] == shown(f"{run_dir}@peak")["inputs"]
     whole = json.loads(run_cli("diff", run_dir, "--json", cwd=tmp_path, check=0).stdout)
-    explicit = json.loads(run_cli("diff", f"{run_dir}@first", f"{run_dir}@last", "--json", cwd=tmp_path, check=0).stdout)
+    explicit = json.loads(run_cli("diff", f"{run_dir}@first", f"{run_dir}@final", "--json", cwd=tmp_path, check=0).stdout)
+    assert run.snapshots["trigger"].iloc[-1] == "exit"
+    assert shown(f"{run_dir}@final")["inputs"] == [f"{run_dir}@{numbers[-2]}"]
     assert whole["rows"] == explicit["rows"] and whole["totals"] == explicit["totals"]
     grew = json.loads(run_cli("diff", f"{run_dir}@small", f"{run_dir}@big", "--json", cwd=tmp_path, check=0).stdout)
     assert grew["rows"][0]["site"] == f"sel.py:{line_of(script, 'LINE-BIG')} (<module>)"

@@ -51,7 +51,8 @@ def _delta_style(n: int) -> str:
 
 
 def render_summary(summary: Summary, con: Console, *, title: str, value_type: str) -> None:
-    table = Table(box=None, pad_edge=False, header_style="bold", title=safe(title), title_justify="left")
+    con.print(Text(safe(title)))
+    table = Table(box=None, pad_edge=False, header_style="bold")
     table.add_column("bytes", justify="right", no_wrap=True)
     table.add_column("count", justify="right", no_wrap=True)
     table.add_column("%", justify="right", no_wrap=True)
@@ -96,7 +97,8 @@ def _render_breakdown(con: Console, label: str, rows, key: str) -> None:
 
 
 def render_diff(d: Diff, con: Console, *, title: str, value_type: str) -> None:
-    table = Table(box=None, pad_edge=False, header_style="bold", title=safe(title), title_justify="left")
+    con.print(Text(safe(title)))
+    table = Table(box=None, pad_edge=False, header_style="bold")
     table.add_column("delta", justify="right", no_wrap=True)
     table.add_column("base", justify="right", no_wrap=True)
     table.add_column("new", justify="right", no_wrap=True)

@@ -2,7 +2,10 @@
 
 SEL is a snapshot number as shown in the ``snapshot`` column (1, 2, ...;
 negative counts from the end: -1 is the last), ``first``, ``last``, ``peak``
-(most live bytes; the first such), a label given to ``jaxmemprof.snapshot()``,
+(most live bytes; the first such), ``final`` (the last snapshot taken
+while the program ran: the last one before the exit snapshot, whose
+arrays a script's ``main()`` has usually freed already), a label given to
+``jaxmemprof.snapshot()``,
 or a trigger (``oom``, ``exit``, ``exception``, ``signal``): the first
 snapshot that has it.
 """
@@ -46,6 +49,9 @@ def select(run, sel: str) -> int:
         return int(numbers[0])
     if s == "last":
         return int(numbers[-1])
+    if s == "final":
+        running = snaps[snaps["trigger"] != "exit"]
+        return int((running if not running.empty else snaps)["snapshot"].iloc[-1])
     if s == "peak":
         return int(snaps.loc[snaps["live_bytes"].idxmax(), "snapshot"])
     if s.lstrip("-").isdigit():

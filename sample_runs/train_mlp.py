@@ -1,14 +1,15 @@
-"""A small MLP training loop with two classic memory mistakes.
+"""A small MLP training loop, in three flavours that a memory profiler should tell apart.
 
-1. It keeps every step's per-example losses on the device "for logging later"
-   (a leak: 4 KiB more every step).
-2. Its jitted step takes the parameters and optimizer state without donating
-   them, so old and new state are both alive during each call.
+    python sample_runs/train_mlp.py               # forgets buffer donation
+    python sample_runs/train_mlp.py --donate      # donates params and momentum
+    python sample_runs/train_mlp.py --leak        # also keeps every step's losses
 
-It saves a device-memory profile after the first step and after the last:
+Without donation, the jitted step's old and new parameters and momentum are
+both alive during each call. With --leak, the loop keeps one (batch,) array
+per step "for logging later": 4 KiB more device memory every step.
 
-    python sample_runs/leaky_mlp.py --profiles /tmp/mlp
-    jaxmemprof diff /tmp/mlp/first.prof /tmp/mlp/last.prof
+With --profiles DIR it also saves JAX device-memory profiles after the first
+and the last step (DIR/first.prof, DIR/last.prof) for `jaxmemprof diff`.
 """
 
 import argparse
@@ -16,6 +17,11 @@ import os
 
 import jax
 import jax.numpy as jnp
+
+try:  # optional: step markers on jaxmemprof's timeline (no-ops outside a run)
+    import jaxmemprof
+except ImportError:  # pragma: no cover
+    jaxmemprof = None
 
 
 def init_params(key, sizes):
@@ -43,7 +49,6 @@ def per_example_loss(params, x, y):
     return jnp.mean((predict(params, x) - y) ** 2, axis=-1)
 
 
-@jax.jit
 def train_step(params, momentum, x, y):
     def loss_fn(p):
         losses = per_example_loss(p, x, y)
@@ -59,8 +64,12 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--batch", type=int, default=1024)
+    parser.add_argument("--donate", action="store_true", help="donate params and momentum to the step")
+    parser.add_argument("--leak", action="store_true", help="keep every step's per-example losses")
     parser.add_argument("--profiles", help="directory for first.prof and last.prof")
     args = parser.parse_args()
+
+    step_fn = jax.jit(train_step, donate_argnums=(0, 1) if args.donate else ())
 
     key = jax.random.PRNGKey(0)
     params = init_params(key, [512, 1024, 1024, 10])
@@ -70,13 +79,16 @@ def main():
 
     loss_history = []
     for step in range(1, args.steps + 1):
-        params, momentum, losses = train_step(params, momentum, x, y)
-        loss_history.append(losses)  # the leak: one (batch,) array per step
+        params, momentum, losses = step_fn(params, momentum, x, y)
+        if args.leak:
+            loss_history.append(losses)  # the leak: one (batch,) array per step
+        if jaxmemprof is not None:
+            jaxmemprof.mark(f"step {step}")
         if args.profiles and step in (1, args.steps):
             os.makedirs(args.profiles, exist_ok=True)
             name = "first.prof" if step == 1 else "last.prof"
             jax.profiler.save_device_memory_profile(os.path.join(args.profiles, name))
-    print(f"final mean loss {float(jnp.mean(loss_history[-1])):.4f} after {args.steps} steps")
+    print(f"final mean loss {float(jnp.mean(losses)):.4f} after {args.steps} steps")
 
 
 if __name__ == "__main__":
