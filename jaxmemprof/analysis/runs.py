@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pandas as pd
 
@@ -29,7 +29,10 @@ def overview(run, attribution: Attribution = Attribution(), top_sites: int = 5) 
     snaps: pd.DataFrame = run.snapshots
     m = run.manifest
     def sites_at(snapshot: int) -> Summary:
-        return top(summarize(run.profile(snapshot), "site", attribution), top_sites)
+        """The top sites holding bytes (executables of 0 bytes left out)."""
+        full = summarize(run.profile(snapshot), "site", attribution)
+        held = replace(full, rows=full.rows[full.rows["bytes"] > 0].reset_index(drop=True))
+        return top(held, top_sites)
 
     peak = sites = oom = None
     if not snaps.empty:
