@@ -12,8 +12,11 @@ def mark(label: str) -> None:
     from jaxmemprof.capture import session
 
     s = session.active()
-    if s is not None:
-        s.writer.add_marker(str(label))
+    if s is not None and not s.sampler.failed:
+        try:
+            s.writer.add_marker(str(label))
+        except Exception as exc:  # never break the program being profiled
+            s.sampler.fail(exc)
 
 
 def snapshot(label: str | None = None) -> int | None:

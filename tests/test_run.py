@@ -361,3 +361,36 @@ def test_manifest_records_the_environment(tmp_path):
     assert m["argv"] == [str(script), "a"]
     assert m["backend"] == "cpu" and m["process_index"] == 0 and m["process_count"] == 1
     assert m["jax_version"] and m["schema_version"] == 1 and m["exit_status"] == 0
+
+
+def test_a_full_disk_stops_sampling_but_never_the_target(tmp_path):
+    import resource
+
+    script = write_script(tmp_path, "busy.py", """
+        import time
+        import jax.numpy as jnp
+        keep = []
+        t0 = time.time()
+        while time.time() - t0 < 4:
+            keep.extend(jnp.full((64,), i) for i in range(20))
+            time.sleep(0.01)
+        print("done", len(keep))
+    """)
+    limit = 256 * 1024  # bytes any one file may grow to: the journal soon hits it
+
+    def small_files():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "jaxmemprof", "run", "-o", str(tmp_path / "run"), "--interval", "0.05",
+         "--max-overhead", "0", str(script)],
+        cwd=tmp_path, env=cpu_env(), capture_output=True, text=True, preexec_fn=small_files, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("done ")
+    assert proc.stderr.count("sampling stopped") == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    run = load_run(tmp_path / "run")
+    assert len(run.snapshots) >= 2
+    for n in run.snapshots["snapshot"]:
+        run.profile(int(n))  # every committed snapshot is whole

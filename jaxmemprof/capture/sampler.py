@@ -120,7 +120,7 @@ class Sampler:
                 rec.wall_s = time.perf_counter() - w0
                 index = self.writer.add_snapshot(rec)
             except Exception as exc:  # a full disk, a closed journal, a JAX error
-                self._fail(exc)
+                self.fail(exc)
                 return None
             self.first_taken = True
             cost = time.thread_time() - c0
@@ -129,7 +129,11 @@ class Sampler:
                 self.peak = (rec.live_bytes, index, t_mono)
             return index
 
-    def _fail(self, exc: BaseException) -> None:
+    def fail(self, exc: BaseException) -> None:
+        """Stop sampling after an error (a full disk, say), warning once; the
+        target runs on."""
+        if self.failed:
+            return
         self.failed = f"{type(exc).__name__}: {exc}"
         sys.stderr.write(f"jaxmemprof: warning: sampling stopped: {self.failed}\n")
         try:

@@ -103,6 +103,12 @@ class Session:
         self.sampler.stop()
         if _active is self:
             _active = None
+        try:
+            self._finish(exit_status, ended_by)
+        except Exception as exc:  # a full disk: what was committed stays readable
+            sys.stderr.write(f"jaxmemprof: warning: could not finalise {self.directory}: {exc}\n")
+
+    def _finish(self, exit_status, ended_by: str) -> None:
         self.writer.finish(
             end_time=datetime.now(timezone.utc).isoformat(),
             duration_s=round(time.monotonic() - self.t_start, 6),
