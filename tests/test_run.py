@@ -65,7 +65,7 @@ def test_known_arrays_lifetimes_and_sites(tmp_path):
         jaxmemprof.snapshot("after-b")
         del a
         jaxmemprof.snapshot("after-del")
-    """, check=0)
+    """, check=0, extra=("--interval", "1000"))  # only the script's own snapshots
     run = load_run(run_dir)
     assert run.finished and run.manifest["exit_status"] == 0
     snaps = run.snapshots.set_index("label")

@@ -155,3 +155,24 @@ def stack_sites(profile: Profile, attribution: Attribution, *, with_stacks: bool
         site_text = labels["site"].to_numpy()
         out["stack"] = [STACK_SEPARATOR.join(site_text[list(s)]) if s else NO_STACK for s in user_stacks]
     return out
+
+
+def run_stack_sites(stacks: dict, attribution: Attribution) -> pd.DataFrame:
+    """Sites of a run's recorded creation stacks (``Run.stacks``: stack_id ->
+    frames ``[(file, line, function), ...]``, innermost first), with the same
+    rules as for profiles. Indexed by ``stack_id``: ``site, file, line,
+    function, stack`` (the user stack, as in ``--by stack``)."""
+    files = {f for frames in stacks.values() for f, _, _ in frames}
+    is_lib = {f: attribution.is_library(f) for f in files}
+    shown = {f: attribution.display_path(f) for f in files}
+    rows = []
+    for sid, frames in stacks.items():
+        user = [fr for fr in frames if not is_lib[fr[0]]] or list(frames[:1])
+        texts = [f"{shown[f]}:{ln} ({fn})" for f, ln, fn in user]
+        if user:
+            f, ln, fn = user[0]
+            rows.append((sid, texts[0], shown[f], ln, fn, STACK_SEPARATOR.join(texts)))
+        else:
+            rows.append((sid, NO_STACK, "", 0, "", NO_STACK))
+    out = pd.DataFrame(rows, columns=["stack_id", "site", "file", "line", "function", "stack"])
+    return out.set_index("stack_id")

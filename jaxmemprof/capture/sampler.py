@@ -172,6 +172,7 @@ class Sampler:
             live_bytes=live_bytes, buffers=buffers, arrays=len(still),
             new_stacks=new_stacks, new_arrays=new_rows, ended_arrays=ended,
             memory_stats=_memory_stats(jax),
+            executables=self._executables(jax, new_stacks),
         )
 
     def _describe(self, a, rows: list, stacks: list):
@@ -201,6 +202,34 @@ class Sampler:
             stack_id,
         ))
         return (weakref.ref(a), array_id, sum(sizes), len(sizes))
+
+    def _executables(self, jax, stacks: list) -> list:
+        """Loaded executables, counted per (creation stack, HLO module name).
+        Read through the backend client; empty where it cannot be read."""
+        counts: dict[tuple, list] = {}
+        try:
+            seen_clients = set()
+            for d in jax.local_devices():
+                client = d.client
+                if id(client) in seen_clients:
+                    continue
+                seen_clients.add(id(client))
+                for e in client.live_executables():
+                    try:
+                        modules = e.hlo_modules()
+                        name = modules[0].name if modules else "?"
+                    except Exception:
+                        name = "?"
+                    sid = self._stack_id(getattr(e, "traceback", None), stacks)
+                    entry = counts.setdefault((sid, name), [0, 0])
+                    entry[0] += 1
+                    try:
+                        entry[1] += int(e.size_of_generated_code_in_bytes())
+                    except Exception:
+                        pass
+        except Exception:
+            return []
+        return [(sid, name, c, b) for (sid, name), (c, b) in counts.items()]
 
     def _stack_id(self, tb, stacks: list):
         if tb is None:

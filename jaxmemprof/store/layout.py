@@ -70,6 +70,13 @@ CREATE TABLE IF NOT EXISTS array_ends (
     end_snapshot  INTEGER NOT NULL,     -- the first snapshot it was gone in
     how           TEXT NOT NULL         -- 'freed' or 'deleted' (donated or .delete())
 );
+CREATE TABLE IF NOT EXISTS executables (  -- loaded executables, per snapshot
+    snapshot      INTEGER NOT NULL,
+    stack_id      INTEGER,              -- where it was compiled, in stacks
+    name          TEXT NOT NULL,        -- the HLO module name, e.g. jit_train_step
+    count         INTEGER NOT NULL,     -- how many are loaded (more than 1: recompiled)
+    code_bytes    INTEGER NOT NULL      -- generated code size, summed
+);
 CREATE TABLE IF NOT EXISTS memory_stats (
     snapshot      INTEGER NOT NULL,
     device        TEXT NOT NULL,

@@ -37,6 +37,8 @@ class Run:
       addresses, sharding, memory_kind, stack_id, py_id, process``.
     - ``stacks``: ``stack_id`` -> frames ``[(file, line, function), ...]``,
       innermost first.
+    - ``executables``: per snapshot, loaded executables per creation stack and
+      HLO module name: ``snapshot, stack_id, name, count, code_bytes``.
     - ``memory_stats`` (``snapshot, device, key, value``), ``markers``,
       ``events``, and the ``manifest``.
     - ``has_arrays``: False for a plain directory of .prof files.
@@ -48,6 +50,7 @@ class Run:
     arrays: pd.DataFrame
     stacks: dict
     memory_stats: pd.DataFrame
+    executables: pd.DataFrame
     markers: pd.DataFrame
     events: pd.DataFrame
     has_arrays: bool = True
@@ -143,6 +146,7 @@ def _load_journal_run(path: Path) -> Run:
         ends = _query(con, "array_ends", warnings, ["array_id", "last_snapshot", "end_snapshot", "how"])
         stack_rows = _query(con, "stacks", warnings, ["stack_id", "frames"])
         memory_stats = _query(con, "memory_stats", warnings, ["snapshot", "device", "key", "value"])
+        executables = _query(con, "executables", warnings, ["snapshot", "stack_id", "name", "count", "code_bytes"])
         markers = _query(con, "markers", warnings, ["marker", "t_wall", "t_mono", "label", "after_snapshot"])
         events = _query(con, "events", warnings, ["event", "t_wall", "kind", "message", "snapshot"])
     finally:
@@ -169,7 +173,7 @@ def _load_journal_run(path: Path) -> Run:
     arrays["process"] = process
     return Run(
         path=path, manifest=manifest, snapshots=snaps.reset_index(drop=True), arrays=arrays,
-        stacks=stacks, memory_stats=memory_stats, markers=markers, events=events,
+        stacks=stacks, memory_stats=memory_stats, executables=executables, markers=markers, events=events,
         has_arrays=True, finished=finished, warnings=warnings,
     )
 
@@ -243,6 +247,7 @@ def _load_profile_directory(path: Path, profiles: list[Path]) -> Run:
     return Run(
         path=path, manifest={}, snapshots=snaps, arrays=_array_intervals(_empty([]), _empty([]), snaps),
         stacks={}, memory_stats=_empty(["snapshot", "device", "key", "value"]),
+        executables=_empty(["snapshot", "stack_id", "name", "count", "code_bytes"]),
         markers=_empty(["marker", "t_wall", "t_mono", "label", "after_snapshot", "t"]),
         events=_empty(["event", "t_wall", "kind", "message", "snapshot"]),
         has_arrays=False, finished=True, warnings=warnings,

@@ -30,6 +30,7 @@ class SnapshotRecord:
     new_arrays: list = field(default_factory=list)  # rows of the arrays table, without first_snapshot
     ended_arrays: list = field(default_factory=list)  # (array_id, last_snapshot, how)
     memory_stats: list = field(default_factory=list)  # (device, key, value)
+    executables: list = field(default_factory=list)  # (stack_id, name, count, code_bytes)
     cost_s: float = 0.0
     wall_s: float = 0.0
 
@@ -87,6 +88,10 @@ class RunWriter:
                 db.executemany(
                     "INSERT INTO array_ends VALUES (?,?,?,?)",
                     [(aid, last, index, how) for aid, last, how in rec.ended_arrays],
+                )
+                db.executemany(
+                    "INSERT INTO executables VALUES (?,?,?,?,?)",
+                    [(index, *row) for row in rec.executables],
                 )
                 db.executemany(
                     "INSERT INTO memory_stats VALUES (?,?,?,?)",
