@@ -157,6 +157,19 @@ def stack_sites(profile: Profile, attribution: Attribution, *, with_stacks: bool
     return out
 
 
+def user_stacks(profile: Profile, attribution: Attribution) -> list[tuple]:
+    """Per stack_id, its user stack as frames ``(function, shown file, line)``,
+    innermost first (the innermost frame when none is the user's)."""
+    labels = frame_labels(profile, attribution)
+    user = labels["user"].to_numpy()
+    frames = list(zip(labels["function"], labels["file"], labels["line"].tolist()))
+    out = []
+    for stack in profile.stacks:
+        ids = [f for f in stack if user[f]] or list(stack[:1])
+        out.append(tuple(frames[f] for f in ids))
+    return out
+
+
 def run_stack_sites(stacks: dict, attribution: Attribution) -> pd.DataFrame:
     """Sites of a run's recorded creation stacks (``Run.stacks``: stack_id ->
     frames ``[(file, line, function), ...]``, innermost first), with the same
