@@ -1,0 +1,409 @@
+"""Leaks and recompilations: what keeps growing over a run.
+
+A *leak* is a site whose live bytes grow steadily across the run. "The last
+snapshot holds more than the first" is not enough (a model loaded half-way, a
+cache warming up, one large temporary at the wrong moment), so each site's
+per-snapshot series is put to a trend test:
+
+- **Mann-Kendall**: S = sum over pairs i < j of sign(x_j - x_i), its variance
+  corrected for ties, var = (n(n-1)(2n+5) - sum_t t(t-1)(2t+5)) / 18, and the
+  one-sided p-value of an increasing trend from the normal approximation with
+  continuity correction, p = erfc(z / sqrt 2) / 2, z = (S - 1) / sqrt(var).
+  Kendall's tau-b, S / sqrt((n0 - n1) n0) (n0 = n(n-1)/2 pairs, n1 of them
+  tied), says how monotone the growth is (1: every later snapshot holds
+  more).
+- **Theil-Sen**: the growth rate is the median of the pairwise slopes
+  (x_j - x_i) / (t_j - t_i), robust to outliers; against time (bytes per
+  second) and, when the script marks its steps with ``jaxmemprof.mark``,
+  against the number of markers seen before each snapshot (bytes per step).
+
+A site is reported when p < ``alpha`` (0.01), tau-b >= ``min_tau`` (0.5), the
+growth is positive, it grew at ``min_increases`` (3) or more snapshots, and it
+is still growing at the end: the last third of its snapshots reaches a new
+high over the first two thirds. A single jump, however significant, is not a
+leak, nor is a cache that filled up early and then stayed flat. The ``exit``
+snapshot is left out (a script's main() has returned by then), and so are
+sites whose live bytes never reach ``min_bytes``.
+
+A *recompilation suspect* is a function compiled into several executables at
+one site: each new input shape, dtype or static argument compiles it again.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from jaxmemprof.analysis.findings import Finding
+from jaxmemprof.analysis.sites import NO_STACK, Attribution
+from jaxmemprof.analysis.timeline import SiteSeries, markers_seen, site_codes
+from jaxmemprof.units import format_bytes
+
+KiB = 1024
+GiB = 1024**3
+
+LEAK_COLUMNS = [
+    "site", "file", "line", "function",
+    "growth_bytes_per_s", "growth_bytes_per_step",
+    "live_bytes_first", "live_bytes_last", "arrays_last",
+    "p_value", "tau",
+    "projected_bytes_after", "projected_growth_bytes", "projected_steps", "projected_seconds",
+    "projected_share_of_peak", "snapshots_used",
+]
+RECOMPILE_COLUMNS = [
+    "site", "file", "line", "function", "name",
+    "first_snapshot_seen", "first_count", "last_count", "max_count", "growth",
+    "first_code_bytes", "last_code_bytes", "suspect",
+]
+
+
+# -- statistics --------------------------------------------------------------------
+
+
+def mann_kendall(x: np.ndarray) -> pd.DataFrame:
+    """Mann-Kendall trend test of each row of ``x`` (series x snapshots).
+
+    Returns one row per series: ``s`` (the S statistic), ``var`` (its
+    variance, corrected for ties), ``tau`` (Kendall's tau-b against time),
+    ``p_value`` (one-sided: the probability of an S this large without an
+    increasing trend; 1.0 for a constant series)."""
+    x = np.asarray(x)
+    k, m = x.shape if x.ndim == 2 else (1, x.shape[0])
+    x = x.reshape(k, m)
+    s = np.zeros(k, dtype=np.int64)
+    for i in range(m - 1):  # one vectorised pass per snapshot, across all series
+        s += np.sign(x[:, i + 1:] - x[:, i:i + 1]).sum(axis=1, dtype=np.int64)
+    tie_var = np.zeros(k)
+    tie_pairs = np.zeros(k)
+    if m and k:
+        srt = np.sort(x, axis=1)
+        change = np.ones((k, m), dtype=bool)
+        change[:, 1:] = srt[:, 1:] != srt[:, :-1]
+        starts = np.flatnonzero(change.ravel())
+        lengths = np.diff(np.append(starts, k * m)).astype(float)
+        rows = starts // m
+        tie_var = np.bincount(rows, weights=lengths * (lengths - 1) * (2 * lengths + 5), minlength=k)
+        tie_pairs = np.bincount(rows, weights=lengths * (lengths - 1) / 2, minlength=k)
+    n0 = m * (m - 1) / 2
+    var = (m * (m - 1) * (2 * m + 5) - tie_var) / 18.0
+    denom = np.sqrt(np.maximum(n0 - tie_pairs, 0.0) * n0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        tau = np.where(denom > 0, s / denom, 0.0)
+    p = []
+    for si, vi in zip(s.tolist(), var.tolist()):  # one per series
+        if vi <= 0:  # a constant series
+            p.append(1.0)
+            continue
+        z = (si - 1 if si > 0 else si + 1 if si < 0 else 0) / math.sqrt(vi)  # continuity-corrected
+        p.append(0.5 * math.erfc(z / math.sqrt(2.0)))
+    return pd.DataFrame({"s": s, "var": var, "tau": tau, "p_value": np.array(p, dtype=float)})
+
+
+def theil_sen(x: np.ndarray, t: np.ndarray, *, max_pairs: int = 20_000, seed: int = 0) -> np.ndarray:
+    """Theil-Sen slope of each row of ``x`` against ``t``: the median of the
+    slopes between all pairs of points with different ``t`` (a fixed random
+    sample of ``max_pairs`` pairs when there are more). NaN when no pair
+    has different ``t``."""
+    x = np.asarray(x, dtype=float)
+    x = x.reshape(-1, x.shape[-1]) if x.ndim else x.reshape(1, 1)
+    t = np.asarray(t, dtype=float)
+    m = len(t)
+    if m * (m - 1) // 2 <= max_pairs:
+        i, j = np.triu_indices(m, 1)
+    else:
+        rng = np.random.default_rng(seed)
+        a = rng.integers(0, m, size=2 * max_pairs)
+        b = rng.integers(0, m, size=2 * max_pairs)
+        ok = a != b
+        a, b = a[ok][:max_pairs], b[ok][:max_pairs]
+        i, j = np.minimum(a, b), np.maximum(a, b)
+    dt = t[j] - t[i]
+    keep = dt != 0
+    i, j, dt = i[keep], j[keep], dt[keep]
+    out = np.full(x.shape[0], np.nan)
+    if not len(dt):
+        return out
+    block = max(1, 2_000_000 // len(dt))
+    for lo in range(0, x.shape[0], block):  # bounded memory: blocks of series
+        xb = x[lo:lo + block]
+        out[lo:lo + block] = np.median((xb[:, j] - xb[:, i]) / dt, axis=1)
+    return out
+
+
+# -- leaks -------------------------------------------------------------------------
+
+
+def _empty(columns, dtypes=None) -> pd.DataFrame:
+    dtypes = dtypes or {}
+    return pd.DataFrame({c: pd.Series(dtype=dtypes.get(c, object)) for c in columns})
+
+
+_LEAK_DTYPES = {
+    "line": np.int64, "growth_bytes_per_s": float, "growth_bytes_per_step": float,
+    "live_bytes_first": np.int64, "live_bytes_last": np.int64, "arrays_last": np.int64,
+    "p_value": float, "tau": float, "projected_bytes_after": np.int64, "projected_growth_bytes": np.int64,
+    "projected_steps": "Int64", "projected_seconds": float, "projected_share_of_peak": float,
+    "snapshots_used": np.int64,
+}
+
+
+def leaks(run, attribution: Attribution = Attribution(), *, steps: int = 1000, min_bytes: int = 64 * KiB,
+          alpha: float = 0.01, min_tau: float = 0.5, min_snapshots: int = 6, min_increases: int = 3,
+          max_points: int = 500, max_pairs: int = 20_000) -> pd.DataFrame:
+    """Sites whose live bytes grow steadily over ``run`` (see the module
+    docstring for the tests), largest projected growth first. Columns:
+
+    - ``site, file, line, function``: where the growing arrays are made;
+    - ``growth_bytes_per_s``: Theil-Sen slope against time;
+    - ``growth_bytes_per_step``: Theil-Sen slope against the number of
+      markers seen before each snapshot (NaN when the run has no markers);
+    - ``live_bytes_first``, ``live_bytes_last``: the site's live bytes at the
+      first and the last snapshot used; ``arrays_last``: its live arrays
+      (buffers, for a directory of profiles) at the last;
+    - ``p_value`` (one-sided Mann-Kendall), ``tau`` (Kendall's tau-b);
+    - ``projected_bytes_after``: the site's live bytes projected after
+      ``steps`` more steps (``projected_steps``) when the run has markers,
+      else after as long again as the snapshots used span
+      (``projected_seconds``); ``projected_growth_bytes``: that minus
+      ``live_bytes_last``; ``projected_share_of_peak``: the growth as a
+      fraction of the run's peak live bytes;
+    - ``snapshots_used``: snapshots in the series (the tests use at most
+      ``max_points`` of them, evenly spaced; Theil-Sen at most ``max_pairs``
+      pairs).
+    """
+    snaps = run.snapshots
+    used = (snaps["trigger"] != "exit").to_numpy()
+    if used.sum() < max(min_snapshots, 2):
+        return _empty(LEAK_COLUMNS, _LEAK_DTYPES)
+    series = SiteSeries(run, attribution)
+    candidates = series.sites.index.to_numpy()[series.sites["peak_bytes"].to_numpy() >= min_bytes]
+    if not len(candidates):
+        return _empty(LEAK_COLUMNS, _LEAK_DTYPES)
+    mb, ma = series.matrix(candidates)
+    mb, ma = mb[:, used], ma[:, used]
+    big = mb.max(axis=1) >= min_bytes
+    candidates, mb, ma = candidates[big], mb[big], ma[big]
+    if not len(candidates):
+        return _empty(LEAK_COLUMNS, _LEAK_DTYPES)
+
+    t = snaps["t"].to_numpy(dtype=float)[used]
+    step_no = markers_seen(run)[used]
+    n = mb.shape[1]
+    pts = np.unique(np.rint(np.linspace(0, n - 1, min(n, max_points))).astype(np.int64))
+    xs = mb[:, pts]
+
+    mk = mann_kendall(xs)
+    per_s = theil_sen(xs, t[pts], max_pairs=max_pairs)
+    has_steps = run.markers is not None and not run.markers.empty and np.ptp(step_no) > 0
+    per_step = theil_sen(xs, step_no[pts], max_pairs=max_pairs) if has_steps else np.full(len(candidates), np.nan)
+
+    increases = (np.diff(mb, axis=1) > 0).sum(axis=1)
+    cut = max(1, (2 * n) // 3)
+    late_highs = mb[:, cut:].max(axis=1, initial=np.iinfo(np.int64).min) > mb[:, :cut].max(axis=1)
+    growth = np.where(np.isnan(per_step), per_s, per_step)
+    keep = ((mk["p_value"].to_numpy() < alpha) & (mk["tau"].to_numpy() >= min_tau) & (growth > 0)
+            & (per_s > 0) & (increases >= min_increases) & late_highs)
+    if not keep.any():
+        return _empty(LEAK_COLUMNS, _LEAK_DTYPES)
+
+    span = float(t[-1] - t[0]) if n > 1 else 0.0
+    last = mb[:, -1]
+    if has_steps:
+        proj_growth = per_step * steps
+        proj_steps, proj_seconds = steps, np.nan
+    else:
+        proj_growth = per_s * span
+        proj_steps, proj_seconds = pd.NA, span
+    proj_growth = np.rint(np.maximum(np.nan_to_num(proj_growth), 0)).astype(np.int64)
+    peak = int(snaps["live_bytes"].to_numpy()[used].max()) if n else 0
+    table = series.sites.loc[candidates]
+    out = pd.DataFrame({
+        "site": table["site"].to_numpy(dtype=object),
+        "file": table["file"].to_numpy(dtype=object),
+        "line": table["line"].to_numpy(dtype=np.int64),
+        "function": table["function"].to_numpy(dtype=object),
+        "growth_bytes_per_s": per_s,
+        "growth_bytes_per_step": per_step,
+        "live_bytes_first": mb[:, 0].astype(np.int64),
+        "live_bytes_last": last.astype(np.int64),
+        "arrays_last": ma[:, -1].astype(np.int64),
+        "p_value": mk["p_value"].to_numpy(),
+        "tau": mk["tau"].to_numpy(),
+        "projected_bytes_after": (last + proj_growth).astype(np.int64),
+        "projected_growth_bytes": proj_growth,
+        "projected_steps": pd.array([proj_steps] * len(candidates), dtype="Int64"),
+        "projected_seconds": np.full(len(candidates), proj_seconds, dtype=float),
+        "projected_share_of_peak": proj_growth / peak if peak else np.full(len(candidates), np.nan),
+        "snapshots_used": np.full(len(candidates), n, dtype=np.int64),
+    })[keep]
+    out = out.sort_values(["projected_growth_bytes", "growth_bytes_per_s", "site"],
+                          ascending=[False, False, True], kind="stable")
+    return out.reset_index(drop=True)[LEAK_COLUMNS]
+
+
+# -- recompilations ------------------------------------------------------------------
+
+
+def recompiles(run, attribution: Attribution = Attribution(), *, min_executables: int = 3) -> pd.DataFrame:
+    """Executables (per site and HLO module name) whose number or code size
+    grew over the run, or that a site compiled ``min_executables`` or more
+    times (``suspect``). Columns:
+
+    - ``site, file, line, function``: where they were compiled (the call);
+    - ``name``: the HLO module name (``jit_train_step``); "" for a directory
+      of profiles, which do not name executables;
+    - ``first_snapshot_seen``; ``first_count``: executables loaded then;
+      ``last_count``: at the last snapshot before ``exit`` (0 when none is
+      loaded then); ``max_count``: the most at any snapshot; ``growth =
+      last_count - first_count``;
+    - ``first_code_bytes``, ``last_code_bytes``: their generated code (0 on CPU);
+    - ``suspect``: ``max_count >= min_executables`` (for unnamed executables
+      also: their number grew during the run, since one line can compile
+      several different functions).
+
+    Suspects first, then by ``max_count``.
+    """
+    snaps = run.snapshots
+    dtypes = {"line": np.int64, "first_snapshot_seen": np.int64, "first_count": np.int64, "last_count": np.int64,
+              "max_count": np.int64, "growth": np.int64, "first_code_bytes": np.int64,
+              "last_code_bytes": np.int64, "suspect": bool}
+    if snaps.empty:
+        return _empty(RECOMPILE_COLUMNS, dtypes)
+    if run.has_arrays:
+        ex = run.executables
+        if ex is None or ex.empty:
+            return _empty(RECOMPILE_COLUMNS, dtypes)
+        table, code = site_codes(run.stacks, attribution)
+        sid = pd.to_numeric(ex["stack_id"], errors="coerce").fillna(-1).to_numpy(dtype=np.int64)
+        c = code.reindex(sid).to_numpy(dtype=float)
+        miss = np.isnan(c)
+        info = table.set_index(np.arange(len(table)))
+        site = np.where(miss, NO_STACK, info["site"].to_numpy(dtype=object)[np.where(miss, 0, c).astype(np.int64)]
+                        if len(table) else NO_STACK)
+        rows = pd.DataFrame({
+            "snapshot": pd.to_numeric(ex["snapshot"]).to_numpy(dtype=np.int64),
+            "site": site,
+            "name": ex["name"].astype(str).to_numpy(dtype=object),
+            "count": pd.to_numeric(ex["count"]).to_numpy(dtype=np.int64),
+            "code_bytes": pd.to_numeric(ex["code_bytes"]).fillna(0).to_numpy(dtype=np.int64),
+        })
+        where = pd.concat([table, pd.DataFrame({"site": [NO_STACK], "file": [""], "line": [0], "function": [""]})])
+        where = where.drop_duplicates("site").set_index("site")
+    else:
+        series = SiteSeries(run, attribution)
+        prof = series.profile_executables()
+        if prof is None or prof.empty:
+            return _empty(RECOMPILE_COLUMNS, dtypes)
+        rows = pd.DataFrame({
+            "snapshot": series.snapshots[prof["pos"].to_numpy(dtype=np.int64)],
+            "site": prof["site"].to_numpy(dtype=object),
+            "name": "",
+            "count": prof["count"].to_numpy(dtype=np.int64),
+            "code_bytes": prof["bytes"].to_numpy(dtype=np.int64),
+        })
+        where = prof.drop_duplicates("site").set_index("site")[["file", "line", "function"]]
+    rows = rows[rows["snapshot"].isin(snaps["snapshot"])]
+    rows = rows.groupby(["site", "name", "snapshot"], sort=True)[["count", "code_bytes"]].sum().reset_index()
+    rows = rows[rows["count"] > 0]
+    if rows.empty:
+        return _empty(RECOMPILE_COLUMNS, dtypes)
+
+    not_exit = snaps.loc[snaps["trigger"] != "exit", "snapshot"]
+    last_snap = int(not_exit.max()) if len(not_exit) else int(snaps["snapshot"].max())
+    g = rows.groupby(["site", "name"], sort=True)
+    first = g.first()  # rows are sorted by snapshot within each group
+    out = pd.DataFrame({
+        "first_snapshot_seen": first["snapshot"],
+        "first_count": first["count"],
+        "max_count": g["count"].max(),
+        "first_code_bytes": first["code_bytes"],
+        "max_code_bytes": g["code_bytes"].max(),
+    })
+    at_last = rows[rows["snapshot"] == last_snap].set_index(["site", "name"])
+    out["last_count"] = at_last["count"].reindex(out.index).fillna(0).astype(np.int64)
+    out["last_code_bytes"] = at_last["code_bytes"].reindex(out.index).fillna(0).astype(np.int64)
+    out["growth"] = out["last_count"] - out["first_count"]
+    out = out.reset_index()
+    named = out["name"] != ""
+    grew = out["max_count"] > out["first_count"]
+    out["suspect"] = (out["max_count"] >= min_executables) & (named | grew)
+    keep = out["suspect"] | grew | (out["last_count"] > out["first_count"]) | (
+        out["max_code_bytes"] > out["first_code_bytes"])
+    out = out[keep]
+    loc = where.reindex(out["site"])
+    out["file"] = loc["file"].fillna("").to_numpy(dtype=object)
+    out["line"] = loc["line"].fillna(0).to_numpy(dtype=np.int64)
+    out["function"] = loc["function"].fillna("").to_numpy(dtype=object)
+    out = out.sort_values(["suspect", "max_count", "site", "name"], ascending=[False, False, True, True],
+                          kind="stable")
+    out = out.reset_index(drop=True)[RECOMPILE_COLUMNS]
+    return out.astype(dtypes)
+
+
+# -- findings --------------------------------------------------------------------------
+
+
+def _rate(v: float) -> str:
+    return format_bytes(v) if v == v else "?"
+
+
+def leak_findings(leaks_df: pd.DataFrame, recompiles_df: pd.DataFrame) -> list[Finding]:
+    """One finding per leak (rule ``leak``) and per recompilation suspect
+    (rule ``recompile``).
+
+    A leak is ``high`` when its projected growth reaches half the run's peak
+    or 1 GiB, ``medium`` from a tenth of the peak, else ``low``; its
+    ``saving_bytes`` is the projected growth. A recompilation is ``medium``
+    from 10 executables, else ``low``; it saves the code of all but one
+    executable, where code size is known (not on CPU)."""
+    out: list[Finding] = []
+    for r in leaks_df.itertuples(index=False):
+        growth = int(r.projected_growth_bytes)
+        share = r.projected_share_of_peak
+        share = float(share) if share == share and share is not None else 0.0
+        severity = "high" if share >= 0.5 or growth >= GiB else "medium" if share >= 0.1 else "low"
+        per_step = r.growth_bytes_per_step
+        if per_step == per_step:  # not NaN: the run has step markers
+            rate = f"{_rate(per_step)} per step ({_rate(r.growth_bytes_per_s)}/s)"
+            horizon = f"{int(r.projected_steps)} more steps"
+        else:
+            rate = f"{_rate(r.growth_bytes_per_s)}/s"
+            horizon = f"another {float(r.projected_seconds):.1f} s"
+        message = f"Live memory at {r.site} keeps growing: {rate}."
+        evidence = (
+            f"{format_bytes(r.live_bytes_first)} -> {format_bytes(r.live_bytes_last)} over "
+            f"{int(r.snapshots_used)} snapshots ({int(r.arrays_last)} arrays alive at the last); "
+            f"Mann-Kendall tau {r.tau:.2f}, p = {r.p_value:.2g}; projected "
+            f"{format_bytes(r.projected_bytes_after)} after {horizon} "
+            f"(+{format_bytes(growth)}"
+            + (f", {share:.0%} of the run's peak)" if share else ")")
+        )
+        fix = (
+            f"Find what keeps the arrays made at {r.site} alive: an array appended to a list or stored "
+            "in a dict each step (e.g. losses kept for logging: keep a Python float via float() or "
+            "jax.device_get, or only the last few), a cache that is never evicted, or a closure or "
+            "global holding them."
+        )
+        out.append(Finding(rule="leak", severity=severity, site=str(r.site), message=message,
+                           evidence=evidence, saving_bytes=growth, fix=fix))
+    for r in recompiles_df[recompiles_df["suspect"]].itertuples(index=False) if len(recompiles_df) else ():
+        what = r.name or "executables"
+        count = int(r.max_count)
+        code = int(r.last_code_bytes) or int(r.first_code_bytes)
+        saving = int(code * (count - 1) / count) if code and count else None
+        message = f"{what} was compiled {count} times at {r.site}."
+        evidence = (
+            f"{count} executables loaded at most; {int(r.first_count)} when first seen (snapshot "
+            f"{int(r.first_snapshot_seen)}), {int(r.last_count)} at the last snapshot; generated code "
+            f"{format_bytes(code)}"
+        )
+        fix = (
+            "Each new input shape, dtype or static-argument value compiles the function again: pad or "
+            "bucket shapes to a few sizes, keep changing Python values out of static_argnums, and "
+            "create jax.jit(f) once, outside loops."
+        )
+        out.append(Finding(rule="recompile", severity="medium" if count >= 10 else "low", site=str(r.site),
+                           message=message, evidence=evidence, saving_bytes=saving, fix=fix))
+    return out

@@ -1,0 +1,321 @@
+"""Leaks and recompilations, found in real runs of scripts with known
+behaviour: a leak of a known size per step, a steady loop that must not be
+called a leak, a function compiled for several shapes, and a directory of
+profiles. The statistics are checked against brute force and scipy."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from conftest import line_of, run_cli, run_script, write_script
+
+from jaxmemprof.analysis.findings import Finding
+from jaxmemprof.analysis.leaks import (
+    LEAK_COLUMNS, RECOMPILE_COLUMNS, leak_findings, leaks, mann_kendall, recompiles, theil_sen,
+)
+from jaxmemprof.analysis.sites import Attribution
+from jaxmemprof.store.reader import load_run
+
+STEPS = 30
+
+LEAK = """
+import time
+import jax, jax.numpy as jnp
+import jaxmemprof
+
+
+@jax.jit
+def update(p):
+    return p * 0.5
+
+
+def main():
+    jax.devices()
+    jaxmemprof.snapshot("start")  # 1
+    time.sleep(0.3)  # the sampler's one interval snapshot (2) happens now
+    params = jnp.zeros((64, 1024), jnp.float32)  # SITE-PARAMS
+    history = []
+    for i in range(30):
+        params = update(params)  # SITE-UPDATE
+        history.append(jnp.ones((1024,), jnp.float32))  # SITE-LEAK
+        jaxmemprof.mark(f"step {i}")
+        jaxmemprof.snapshot(f"step {i}")  # 3 + i
+    # main() returns: everything is freed before the exit snapshot (33)
+
+
+main()
+"""
+
+STEADY = """
+import time
+import numpy as np
+import jax, jax.numpy as jnp
+import jaxmemprof
+
+
+@jax.jit
+def step(params, batch):
+    grads = jnp.mean(batch) * params
+    return params - 0.01 * grads, jnp.sum(batch)
+
+
+def main():
+    jax.devices()
+    jaxmemprof.snapshot("start")
+    time.sleep(0.3)
+    params = jnp.ones((256, 256), jnp.float32)  # long-lived, replaced every step
+    loss = None
+    for i in range(30):
+        batch = jax.device_put(np.full((128, 1024), i, np.float32))  # a per-step temporary
+        scratch = jnp.zeros((64, 1024), jnp.float32) + i  # another
+        params, loss = step(params, batch)
+        jaxmemprof.mark(f"step {i}")
+        jaxmemprof.snapshot(f"step {i}")
+    print(float(loss))
+
+
+main()
+"""
+
+RECOMPILE = """
+import time
+import numpy as np
+import jax
+import jaxmemprof
+
+
+@jax.jit
+def f(x):
+    return x * 2.0
+
+
+def main():
+    jax.devices()
+    jaxmemprof.snapshot("start")
+    time.sleep(0.3)
+    outs = []
+    for n in range(1, 6):
+        x = np.zeros((n, 8), np.float32)
+        outs.append(f(x))  # SITE-CALL
+        jaxmemprof.snapshot(f"shape {n}")  # 3, 4, 5, 6, 7
+    for _ in range(5):
+        outs.append(f(np.ones((5, 8), np.float32)))  # SITE-SAME
+    jaxmemprof.snapshot("same shape")  # 8
+    return outs
+
+
+main()
+"""
+
+PROFILES = """
+import os, sys
+import jax, jax.numpy as jnp
+
+out = sys.argv[1]
+params = jnp.zeros((64, 1024), jnp.float32)  # SITE-PARAMS
+keep = []
+for i in range(30):
+    keep.append(jnp.ones((1024,), jnp.float32))  # SITE-KEEP
+    jax.profiler.save_device_memory_profile(os.path.join(out, f"p{i:03d}.prof"))
+"""
+
+
+def _record(tmp_path_factory, name, source):
+    tmp = tmp_path_factory.mktemp(name)
+    script = write_script(tmp, f"{name}.py", source)
+    run_cli("run", "-q", "--interval", "1000", "-o", tmp / "run", script, cwd=tmp, check=0)
+    run = load_run(tmp / "run")
+    return script, run, Attribution(roots=(run.manifest["cwd"],))
+
+
+@pytest.fixture(scope="module")
+def leak_run(tmp_path_factory):
+    return _record(tmp_path_factory, "leaky", LEAK)
+
+
+@pytest.fixture(scope="module")
+def steady_run(tmp_path_factory):
+    return _record(tmp_path_factory, "steady", STEADY)
+
+
+@pytest.fixture(scope="module")
+def recompile_run(tmp_path_factory):
+    return _record(tmp_path_factory, "shapes", RECOMPILE)
+
+
+def test_leak_of_a_known_size_per_step(leak_run):
+    script, run, att = leak_run
+    assert len(run.snapshots) == STEPS + 3 and run.snapshots["trigger"].iloc[-1] == "exit"
+    found = leaks(run, att)
+    assert list(found.columns) == LEAK_COLUMNS
+    assert len(found) == 1  # not the params (constant), not the per-step update
+    row = found.iloc[0]
+    line = line_of(script, "SITE-LEAK")
+    assert (row["site"], row["file"], row["line"], row["function"]) == (f"leaky.py:{line} (main)", "leaky.py",
+                                                                        line, "main")
+    assert row["growth_bytes_per_step"] == 4096.0
+    assert row["growth_bytes_per_s"] > 0
+    assert (row["live_bytes_first"], row["live_bytes_last"], row["arrays_last"]) == (0, STEPS * 4096, STEPS)
+    assert row["snapshots_used"] == STEPS + 2  # the exit snapshot is left out
+    # tau-b: of the 496 pairs, 495 rise and one is tied (start and interval both hold 0 B).
+    assert row["tau"] == pytest.approx(495 / np.sqrt(495 * 496))
+    assert row["p_value"] < 1e-8
+    assert row["projected_steps"] == 1000
+    assert np.isnan(row["projected_seconds"])
+    assert row["projected_growth_bytes"] == 1000 * 4096
+    assert row["projected_bytes_after"] == STEPS * 4096 + 1000 * 4096
+    peak = STEPS * 4096 + 64 * 1024 * 4
+    assert row["projected_share_of_peak"] == pytest.approx(1000 * 4096 / peak)
+    assert leaks(run, att, steps=10).iloc[0]["projected_bytes_after"] == (STEPS + 10) * 4096
+
+
+def test_leak_without_markers_is_measured_per_second(leak_run):
+    script, run, att = leak_run
+    unmarked = dataclasses.replace(run, markers=run.markers.iloc[0:0])
+    row = leaks(unmarked, att).iloc[0]
+    assert row["line"] == line_of(script, "SITE-LEAK")
+    assert np.isnan(row["growth_bytes_per_step"])
+    used = run.snapshots[run.snapshots["trigger"] != "exit"]
+    span = float(used["t"].iloc[-1] - used["t"].iloc[0])
+    assert row["projected_seconds"] == pytest.approx(span)
+    assert row["projected_growth_bytes"] == round(row["growth_bytes_per_s"] * span)
+    assert row["growth_bytes_per_s"] > 0
+
+
+def test_small_sites_are_left_out(leak_run):
+    _, run, att = leak_run
+    assert leaks(run, att, min_bytes=STEPS * 4096 + 1).empty
+    assert len(leaks(run, att, min_bytes=STEPS * 4096)) == 1
+
+
+def test_leak_finding(leak_run):
+    script, run, att = leak_run
+    found = leak_findings(leaks(run, att), recompiles(run, att))
+    assert [f.rule for f in found] == ["leak"]
+    f = found[0]
+    assert isinstance(f, Finding)
+    site = f"leaky.py:{line_of(script, 'SITE-LEAK')} (main)"
+    assert f.site == site and site in f.message
+    assert "4.00 KiB per step" in f.message
+    assert f.severity == "high"  # 4 MiB more after 1000 steps, ten times the run's peak
+    assert f.saving_bytes == 1000 * 4096
+    assert "120.00 KiB" in f.evidence and "32 snapshots" in f.evidence
+    assert "list" in f.fix
+
+
+def test_steady_loop_is_not_a_leak(steady_run):
+    _, run, att = steady_run
+    assert len(run.snapshots) == 33
+    # Even sites of a few bytes: a steady loop has nothing growing.
+    assert leaks(run, att, min_bytes=0).empty
+    assert recompiles(run, att).empty
+    assert leak_findings(leaks(run, att), recompiles(run, att)) == []
+
+
+def test_function_compiled_for_several_shapes(recompile_run):
+    script, run, att = recompile_run
+    rc = recompiles(run, att)
+    assert list(rc.columns) == RECOMPILE_COLUMNS
+    row = rc.iloc[0]
+    line = line_of(script, "SITE-CALL")
+    assert (row["site"], row["line"], row["function"], row["name"]) == (f"shapes.py:{line} (main)", line,
+                                                                       "main", "jit_f")
+    assert (row["first_snapshot_seen"], row["first_count"], row["last_count"], row["max_count"],
+            row["growth"]) == (3, 1, 5, 5, 4)
+    assert bool(row["suspect"])
+    # The same shape five times compiles nothing new: that line is no suspect.
+    same = line_of(script, "SITE-SAME")
+    assert not (rc["line"] == same).any()
+    assert len(rc[rc["name"] == "jit_f"]) == 1
+    findings = [f for f in leak_findings(leaks(run, att), rc) if f.rule == "recompile"]
+    assert len(findings) == 1
+    f = findings[0]
+    assert f.site == row["site"] and f.message == f"jit_f was compiled 5 times at {row['site']}."
+    assert f.severity == "low" and f.saving_bytes is None  # no code size on CPU
+    assert "shape" in f.fix
+    assert recompiles(run, att, min_executables=6)["suspect"].sum() == 0
+
+
+def test_directory_of_profiles(tmp_path):
+    script = write_script(tmp_path, "profiles.py", PROFILES)
+    (tmp_path / "profs").mkdir()
+    run_script(script, tmp_path / "profs")
+    run = load_run(tmp_path / "profs")
+    att = Attribution(roots=(str(tmp_path),))
+    found = leaks(run, att)
+    assert len(found) == 1
+    row = found.iloc[0]
+    assert row["site"] == f"profiles.py:{line_of(script, 'SITE-KEEP')} (<module>)"
+    assert (row["live_bytes_first"], row["live_bytes_last"], row["arrays_last"]) == (4096, 30 * 4096, 30)
+    assert row["snapshots_used"] == 30
+    assert np.isnan(row["growth_bytes_per_step"]) and row["growth_bytes_per_s"] > 0
+    assert row["tau"] == 1.0
+    rc = recompiles(run, att)
+    assert (rc["name"] == "").all() and not rc["suspect"].any()
+
+
+# -- the statistics ----------------------------------------------------------------
+
+
+def _brute_s(x):
+    return sum(np.sign(x[j] - x[i]) for i, j in itertools.combinations(range(len(x)), 2))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, 6), min_size=3, max_size=40))
+def test_mann_kendall_matches_brute_force_and_scipy(values):
+    from scipy import stats
+
+    x = np.array(values, dtype=np.int64)
+    mk = mann_kendall(x[None, :]).iloc[0]
+    assert mk["s"] == _brute_s(x)
+    n = len(x)
+    _, counts = np.unique(x, return_counts=True)
+    var = (n * (n - 1) * (2 * n + 5) - sum(t * (t - 1) * (2 * t + 5) for t in counts)) / 18
+    assert mk["var"] == pytest.approx(var)
+    if len(counts) > 1:
+        assert mk["tau"] == pytest.approx(stats.kendalltau(np.arange(n), x).statistic)
+    if var > 0 and mk["s"] > 0:
+        z = (mk["s"] - 1) / np.sqrt(var)
+        assert mk["p_value"] == pytest.approx(stats.norm.sf(z))
+    if mk["s"] == 0 or var == 0:
+        assert mk["p_value"] >= 0.5
+
+
+def test_mann_kendall_several_series_at_once():
+    rising = np.arange(20)
+    flat = np.full(20, 7)
+    falling = rising[::-1]
+    mk = mann_kendall(np.vstack([rising, flat, falling]))
+    assert mk["s"].tolist() == [190, 0, -190]
+    assert mk["tau"].tolist() == [1.0, 0.0, -1.0]
+    assert mk["p_value"].iloc[0] < 1e-8 and mk["p_value"].iloc[1] == 1.0 and mk["p_value"].iloc[2] > 0.999
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # scipy's confidence interval of tiny samples
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 30), st.integers(-1000, 1000)), min_size=2, max_size=30))
+def test_theil_sen_matches_scipy(points):
+    from scipy import stats
+
+    t = np.array([p[0] for p in points], dtype=float)
+    x = np.array([p[1] for p in points], dtype=float)
+    slope = theil_sen(x[None, :], t)[0]
+    if len(np.unique(t)) < 2:
+        assert np.isnan(slope)
+    else:
+        assert slope == pytest.approx(stats.theilslopes(x, t).slope)
+
+
+def test_theil_sen_samples_pairs_of_long_series():
+    t = np.arange(2000, dtype=float)
+    x = np.vstack([3.0 * t + 5, np.where(t % 2 == 0, 0.0, 1e6)])  # a line; a see-saw
+    slopes = theil_sen(x, t, max_pairs=5000)
+    assert slopes[0] == 3.0
+    assert abs(slopes[1]) < 1e3  # no trend: half the pairwise slopes up, half down
