@@ -38,7 +38,7 @@ def update(p):
 def main():
     jax.devices()
     jaxmemprof.snapshot("start")  # 1
-    time.sleep(0.3)  # the sampler's one interval snapshot (2) happens now
+    jaxmemprof.snapshot()  # 2, unlabelled
     params = jnp.zeros((64, 1024), jnp.float32)  # SITE-PARAMS
     history = []
     for i in range(30):
@@ -68,7 +68,7 @@ def step(params, batch):
 def main():
     jax.devices()
     jaxmemprof.snapshot("start")
-    time.sleep(0.3)
+    jaxmemprof.snapshot()
     params = jnp.ones((256, 256), jnp.float32)  # long-lived, replaced every step
     loss = None
     for i in range(30):
@@ -98,7 +98,7 @@ def f(x):
 def main():
     jax.devices()
     jaxmemprof.snapshot("start")
-    time.sleep(0.3)
+    jaxmemprof.snapshot()
     outs = []
     for n in range(1, 6):
         x = np.zeros((n, 8), np.float32)
@@ -163,7 +163,7 @@ def test_leak_of_a_known_size_per_step(leak_run):
     assert row["growth_bytes_per_s"] > 0
     assert (row["live_bytes_first"], row["live_bytes_last"], row["arrays_last"]) == (0, STEPS * 4096, STEPS)
     assert row["snapshots_used"] == STEPS + 2  # the exit snapshot is left out
-    # tau-b: of the 496 pairs, 495 rise and one is tied (start and interval both hold 0 B).
+    # tau-b: of the 496 pairs, 495 rise and one is tied (the two first snapshots both hold 0 B).
     assert row["tau"] == pytest.approx(495 / np.sqrt(495 * 496))
     assert row["p_value"] < 1e-8
     assert row["projected_steps"] == 1000

@@ -2,9 +2,8 @@
 snapshot, checked against scripts whose arrays have known sizes on known lines.
 
 Runs are recorded through the real CLI with ``--interval 1000``: besides the
-script's own ``jaxmemprof.snapshot()`` calls there is the sampler's single
-interval snapshot right after the first one (the script sleeps through it) and
-the exit snapshot, so snapshot numbers are fixed.
+script's own ``jaxmemprof.snapshot()`` calls there is only the exit snapshot,
+so snapshot numbers are fixed.
 """
 
 from __future__ import annotations
@@ -40,7 +39,7 @@ def make_b():
 def main():
     jax.devices()
     jaxmemprof.snapshot("start")  # 1
-    time.sleep(0.3)  # the sampler's one interval snapshot (2) happens now
+    jaxmemprof.snapshot()  # 2, unlabelled
     a = jnp.zeros((256, 1024), jnp.float32)  # SITE-A
     jaxmemprof.snapshot("a")  # 3
     bs = make_b()
@@ -80,7 +79,7 @@ def test_snapshots_are_where_the_script_put_them(known):
     run, _, _ = known
     assert run.snapshots["label"].tolist()[:1] + run.snapshots["label"].tolist()[2:6] == [
         "start", "a", "b", "del-a", "sharded"]
-    assert run.snapshots["trigger"].tolist() == ["api", "interval", "api", "api", "api", "api", "exit"]
+    assert run.snapshots["trigger"].tolist() == ["api", "api", "api", "api", "api", "api", "exit"]
 
 
 def test_totals_and_peak(known):

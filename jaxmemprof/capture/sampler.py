@@ -59,6 +59,7 @@ class Sampler:
         self._next_array = 1
         self._next_stack = 1
         self._cost = 0.0  # smoothed cost of one snapshot, seconds
+        self._last_mono = 0.0  # when the last snapshot was taken
         self.peak: tuple[int, int, float] | None = None  # (live_bytes, snapshot, t_mono)
         self.failed: str | None = None
         self.first_taken = False
@@ -80,18 +81,21 @@ class Sampler:
         return max(self.interval, self._cost * (1.0 / self.max_overhead - 1.0))
 
     def _loop(self) -> None:
-        wait = min(self.interval, 0.05)
-        while not self._stop.wait(wait):
-            if self.failed:
-                return
+        poll = min(self.interval, 0.05)
+        while not self.failed:
             if not self.first_taken:
                 # Until the backend has arrays, poll cheaply and often.
-                if _jax_ready() is not None and self._has_arrays():
+                if self._stop.wait(poll):
+                    return
+                if not self.first_taken and _jax_ready() is not None and self._has_arrays():
                     self.snapshot("first")
-                wait = min(self.interval, 0.05)
                 continue
-            self.snapshot("interval")
-            wait = self.next_wait()
+            # A full interval after the last snapshot, whoever took it.
+            due = self._last_mono + self.next_wait()
+            if self._stop.wait(max(0.0, due - time.monotonic())):
+                return
+            if time.monotonic() >= self._last_mono + self.next_wait():
+                self.snapshot("interval")
 
     def _has_arrays(self) -> bool:
         jax = _jax_ready()
@@ -123,6 +127,7 @@ class Sampler:
                 self.fail(exc)
                 return None
             self.first_taken = True
+            self._last_mono = time.monotonic()
             cost = time.thread_time() - c0
             self._cost = cost if self._cost == 0 else 0.7 * self._cost + 0.3 * cost
             if self.peak is None or rec.live_bytes > self.peak[0]:
