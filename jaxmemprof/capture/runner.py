@@ -90,7 +90,12 @@ def _exit_code(code) -> int:
 
 def run_target(target: Target, session: Session) -> tuple[int, str]:
     """Run ``target`` under ``session``; return (exit status, how it ended)."""
-    sampler = session.sampler
+
+    def final_snapshot(trigger: str, label: str | None = None):
+        # Stop the background thread first, so that this one is the last.
+        session.sampler.stop()
+        return session.sampler.snapshot(trigger, label)
+
     saved_argv, saved_path0 = sys.argv, sys.path[0] if sys.path else None
     sys.argv = target.argv
     if target.path:
@@ -111,27 +116,27 @@ def run_target(target: Target, session: Session) -> tuple[int, str]:
             _exec_script(target.path)
         else:
             runpy.run_module(target.module, run_name="__main__", alter_sys=True)
-        sampler.snapshot("exit")
+        final_snapshot("exit")
         return 0, "exit"
     except SystemExit as exc:
-        sampler.snapshot("exit")
+        final_snapshot("exit")
         return _exit_code(exc.code), "exit"
     except KeyboardInterrupt as exc:
-        sampler.snapshot("signal", "SIGINT")
+        final_snapshot("signal", "SIGINT")
         _print_exception(exc)
         return 130, "SIGINT"
     except Terminated:
-        sampler.snapshot("signal", "SIGTERM")
+        final_snapshot("signal", "SIGTERM")
         return 128 + signal.SIGTERM, "SIGTERM"
     except BaseException as exc:
         # The traceback still holds the frames, and so the arrays they
         # reference: the snapshot sees memory as it was at the failure.
         if is_out_of_memory(exc):
-            index = sampler.snapshot("oom", type(exc).__name__)
+            index = final_snapshot("oom", type(exc).__name__)
             session.writer.add_event("oom", str(exc)[:2000], index)
             how = "oom"
         else:
-            index = sampler.snapshot("exception", type(exc).__name__)
+            index = final_snapshot("exception", type(exc).__name__)
             session.writer.add_event("exception", f"{type(exc).__name__}: {exc}"[:2000], index)
             how = "exception"
         _print_exception(exc)

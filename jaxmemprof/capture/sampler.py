@@ -54,7 +54,8 @@ class Sampler:
         self._lock = threading.RLock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._tracked: dict[int, tuple] = {}  # id(array) -> (weakref, array_id, bytes, shards)
+        self._tracked: dict[int, _Entry] = {}  # id(array) -> what we know of it
+        self._aliases: dict = {}  # id(view) -> weakref: per-shard views, not counted
         self._stacks: dict = {}  # traceback -> stack_id
         self._next_array = 1
         self._next_stack = 1
@@ -113,6 +114,8 @@ class Sampler:
         if jax is None or self.failed or self.writer.closed:
             return None
         with self._lock:
+            if trigger == "first" and self.first_taken:
+                return None  # someone else took a snapshot meanwhile
             # The cost that matters is the CPU time this thread takes (holding
             # the GIL, the target waits); its wall time also counts the waits
             # for the GIL while the target runs Python, which cost the target nothing.
@@ -150,28 +153,55 @@ class Sampler:
         profile = jax.profiler.device_memory_profile()
         live = jax.live_arrays()
         previous = self.writer.snapshots
-        tracked = self._tracked
-        still: dict[int, tuple] = {}
-        new_rows, new_stacks = [], []
-        live_bytes = buffers = 0
-        for a in live:
+        tracked, aliases = self._tracked, self._aliases
+        new_stacks: list = []
+        # (sort key, id, entry, row of a new array or None)
+        candidates = []
+        for pos, a in enumerate(live):
             key = id(a)
             entry = tracked.get(key)
-            if entry is None or entry[0]() is not a:
-                entry = self._describe(a, new_rows, new_stacks)
-                if entry is None:
-                    continue
+            if entry is not None and entry.ref() is a:
+                candidates.append(((-len(entry.keys), 0, entry.array_id), key, entry, None))
+                continue
+            ref = aliases.get(key)
+            if ref is not None and ref() is a:
+                continue
+            described = self._describe(a, new_stacks)
+            if described is not None:
+                entry, row = described
+                candidates.append(((-len(entry.keys), 1, pos), key, entry, row))
+        # JAX keeps per-shard views of an array as arrays of their own (made
+        # when a shard's buffer is first touched): they hold no memory of their
+        # own. One array owns each (device, address); arrays with more shards,
+        # and arrays seen before, are the owners.
+        candidates.sort(key=lambda c: c[0])
+        owned: set = set()
+        still: dict[int, _Entry] = {}
+        new_rows = []
+        live_bytes = buffers = 0
+        for _, key, entry, row in candidates:
+            known = [k for k in entry.keys if k[1] is not None]
+            if known and all(k in owned for k in known):
+                if row is not None:
+                    aliases[key] = entry.ref
+                continue
+            owned.update(known)
+            if row is not None:
+                entry.array_id = self._next_array
+                self._next_array += 1
+                new_rows.append((entry.array_id, *row))
             still[key] = entry
-            live_bytes += entry[2]
-            buffers += entry[3]
+            live_bytes += entry.nbytes
+            buffers += len(entry.keys)
         ended = []
         for key, entry in tracked.items():
             if still.get(key) is not entry:
-                obj = entry[0]()
+                obj = entry.ref()
                 how = "deleted" if obj is not None and _is_deleted(obj) else "freed"
-                ended.append((entry[1], previous, how))
+                ended.append((entry.array_id, previous, how))
         self._tracked = still
-        del live
+        self._aliases = {k: r for k, r in aliases.items() if r() is not None}
+        del live, candidates
         return SnapshotRecord(
             t_wall=t_wall, t_mono=t_mono, trigger=trigger, label=label, profile=profile,
             live_bytes=live_bytes, buffers=buffers, arrays=len(still),
@@ -180,18 +210,23 @@ class Sampler:
             executables=self._executables(jax, new_stacks),
         )
 
-    def _describe(self, a, rows: list, stacks: list):
+    def _describe(self, a, stacks: list):
+        """(entry, journal row without its array_id) for an array not seen
+        before, or None when it cannot be read (deleted meanwhile)."""
         try:
             shards = a.addressable_shards
             devices, sizes, addresses = [], [], []
-            for s in shards:
-                data = s.data
-                devices.append(str(s.device))
-                sizes.append(int(data.nbytes))
-                try:
-                    addresses.append(int(data.unsafe_buffer_pointer()))
-                except Exception:
-                    addresses.append(None)
+            if len(shards) == 1:
+                # No shard view needed: the array is its only buffer.
+                devices.append(str(shards[0].device))
+                sizes.append(int(a.nbytes))
+                addresses.append(_address(a))
+            else:
+                for s in shards:
+                    data = s.data
+                    devices.append(str(s.device))
+                    sizes.append(int(data.nbytes))
+                    addresses.append(_address(data))
             sharding = a.sharding
             row_shape = json.dumps(list(a.shape))
             dtype = str(a.dtype)
@@ -199,14 +234,12 @@ class Sampler:
         except Exception:
             return None  # deleted while we looked, or not a concrete array
         stack_id = self._stack_id(getattr(a, "traceback", None), stacks)
-        array_id = self._next_array
-        self._next_array += 1
-        rows.append((
-            array_id, id(a), row_shape, dtype, nbytes, json.dumps(sizes), json.dumps(devices),
+        row = (
+            id(a), row_shape, dtype, nbytes, json.dumps(sizes), json.dumps(devices),
             json.dumps(addresses), _sharding_text(sharding), getattr(sharding, "memory_kind", None),
             stack_id,
-        ))
-        return (weakref.ref(a), array_id, sum(sizes), len(sizes))
+        )
+        return _Entry(weakref.ref(a), 0, sum(sizes), tuple(zip(devices, addresses))), row
 
     def _executables(self, jax, stacks: list) -> list:
         """Loaded executables, counted per (creation stack, HLO module name).
@@ -253,6 +286,22 @@ class Sampler:
                 pass
             stacks.append((sid, json.dumps(frames, separators=(",", ":"))))
         return sid
+
+
+class _Entry:
+    """A tracked array: weak reference, identity, bytes, (device, address) per shard."""
+
+    __slots__ = ("ref", "array_id", "nbytes", "keys")
+
+    def __init__(self, ref, array_id, nbytes, keys):
+        self.ref, self.array_id, self.nbytes, self.keys = ref, array_id, nbytes, keys
+
+
+def _address(a):
+    try:
+        return int(a.unsafe_buffer_pointer())
+    except Exception:
+        return None
 
 
 def _is_deleted(a) -> bool:
