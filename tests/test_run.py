@@ -394,3 +394,29 @@ def test_a_full_disk_stops_sampling_but_never_the_target(tmp_path):
     assert len(run.snapshots) >= 2
     for n in run.snapshots["snapshot"]:
         run.profile(int(n))  # every committed snapshot is whole
+
+
+def test_shard_views_are_not_counted_twice(tmp_path):
+    """Touching a shard's buffer makes JAX list a per-shard view as an array of
+    its own; live bytes must still equal JAX's own profile."""
+    _, _, run_dir = _run(tmp_path, "views.py", """
+        import numpy as np
+        import jax
+        jax.config.update("jax_num_cpu_devices", 2)
+        from jax.sharding import NamedSharding, PartitionSpec as P
+        import jaxmemprof
+        a = jax.device_put(np.zeros(4096, np.float32))
+        a.unsafe_buffer_pointer()
+        jaxmemprof.snapshot("one")
+        c = jax.device_put(np.zeros(4096, np.float32), NamedSharding(jax.make_mesh((2,), ("x",)), P("x")))
+        [s.data for s in c.addressable_shards]
+        jaxmemprof.snapshot("two")
+    """, check=0, extra=("--interval", "1000"))
+    run = load_run(run_dir)
+    for n, live, arrays in zip(run.snapshots["snapshot"], run.snapshots["live_bytes"], run.snapshots["arrays"]):
+        prof = run.profile(int(n))
+        assert live == prof.samples.loc[prof.samples["kind"] == "buffer", "bytes"].sum()
+    by_label = run.snapshots.set_index("label")
+    assert (by_label.loc["one", "live_bytes"], by_label.loc["one", "arrays"]) == (16384, 1)
+    assert (by_label.loc["two", "live_bytes"], by_label.loc["two", "arrays"]) == (32768, 2)
+    assert sorted(map(tuple, run.arrays["shard_bytes"])) == [(8192, 8192), (16384,)]
