@@ -284,6 +284,163 @@ def _run_summary(tgt, directory):
         click.echo(f"jaxmemprof: warning: could not summarise the run: {exc}", err=True)
 
 
+def _open_run(spec):
+    from jaxmemprof.store.reader import load_run
+    from jaxmemprof.store.selectors import split_selector
+
+    path, sel = split_selector(spec)
+    if sel is not None:
+        raise click.UsageError(f"{spec}: report and export --csv take a whole run, not one snapshot")
+    return load_run(path)
+
+
+def _build_report(run_, top, library, user, all_frames, steps):
+    from jaxmemprof.analysis.report import build_report
+
+    return build_report(run_, _attribution(library, user, all_frames, run_), top_sites=top, steps=steps)
+
+
+def _attribution_options(f):
+    for opt in reversed([
+        click.option("--lib", "library", multiple=True, metavar="PATTERN",
+                     help="Treat matching paths as library code too (repeatable)."),
+        click.option("--user", "user", multiple=True, metavar="PATTERN",
+                     help="Treat matching paths as your code even inside installed packages (repeatable)."),
+        click.option("--all-frames", is_flag=True, help="Count every frame as user code."),
+    ]):
+        f = opt(f)
+    return f
+
+
+@cli.command()
+@click.argument("run_dir", metavar="RUN")
+@click.option("--top", type=click.IntRange(min=1), default=10, show_default=True, metavar="N",
+              help="Rows per section (sites, lifetimes, reuse, leaks).")
+@click.option("--steps", type=click.IntRange(min=1), default=1000, show_default=True, metavar="N",
+              help="Project leaks this many steps (markers) ahead.")
+@click.option("--json", "as_json", is_flag=True, help="Write every section's rows as JSON to stdout.")
+@_attribution_options
+def report(run_dir, top, steps, as_json, library, user, all_frames):
+    """Report on a run: the peak and what held it, the timeline, lifetimes,
+    buffer reuse, leaks, recompiles, and findings.
+
+    RUN is a run directory from `jaxmemprof run` (or a directory of .prof
+    files, with less detail).
+
+    \b
+    Examples:
+      jaxmemprof report jaxmemprof-runs/train-20260101-120000
+      jaxmemprof report RUN --top 20 --steps 10000
+      jaxmemprof report RUN --json > report.json
+    """
+    run_ = _open_run(run_dir)
+    rep = _build_report(run_, top, library, user, all_frames, steps)
+    if as_json:
+        from jaxmemprof.render.json import write_json
+        from jaxmemprof.render.tables import report_document
+
+        write_json(report_document(rep), sys.stdout)
+        return
+    from jaxmemprof.render import text
+    from jaxmemprof.render.report import render_report
+
+    render_report(rep, text.console(), top=top)
+
+
+@cli.command()
+@click.argument("inputs", nargs=-1, required=True, metavar="RUN | PROFILE [NEW]")
+@click.option("--csv", "csv_dir", metavar="DIR", default=None,
+              help="Write the run's tables as CSV files into DIR (created if needed).")
+@click.option("--format", "fmt", type=click.Choice(["csv", "pprof"]), default=None,
+              help="csv: the run's tables (into -o DIR); pprof: one snapshot, or the diff of two, "
+                   "with your code's stacks (into -o FILE).")
+@click.option("-o", "--output", metavar="PATH", default=None, help="Where --format writes.")
+@click.option("--force", is_flag=True, help="Overwrite existing files.")
+@click.option("--top", type=click.IntRange(min=1), default=20, show_default=True, metavar="N",
+              help="Sites with their own series in sites.csv (the rest are 'other').")
+@click.option("--steps", type=click.IntRange(min=1), default=1000, show_default=True, metavar="N",
+              help="Project leaks this many steps ahead (findings.csv).")
+@_attribution_options
+def export(inputs, csv_dir, fmt, output, force, top, steps, library, user, all_frames):
+    """Export a run's tables as CSV, or a snapshot (or a diff) as pprof.
+
+    \b
+    CSV files written (columns documented in the README):
+      timeline.csv   one row per snapshot     sites.csv      per snapshot x top site
+      devices.csv    per snapshot x device    arrays.csv     one row per array
+      lifetimes.csv  one row per site         reuse.csv      per device and per site
+      leaks.csv      growing sites            findings.csv   what to fix
+
+    \b
+    Examples:
+      jaxmemprof export RUN --csv tables/
+      jaxmemprof export RUN@peak --format pprof -o peak.pb.gz && go tool pprof -top peak.pb.gz
+      jaxmemprof export RUN@first RUN@final --format pprof -o growth.pb.gz
+    """
+    if csv_dir is not None and fmt == "pprof":
+        raise click.UsageError("--csv DIR writes CSV; use -o FILE with --format pprof")
+    fmt = fmt or ("csv" if csv_dir is not None else None)
+    if fmt is None:
+        raise click.UsageError("say what to write: --csv DIR, or --format pprof -o FILE")
+    if fmt == "csv":
+        target = csv_dir or output
+        if target is None or len(inputs) != 1:
+            raise click.UsageError("CSV export takes one RUN and --csv DIR")
+        run_ = _open_run(inputs[0])
+        rep = _build_report(run_, top, library, user, all_frames, steps)
+        from jaxmemprof.render.tables import export_tables
+
+        from jaxmemprof.render.csv import write_csv
+
+        directory = _prepare_export_dir(target, force)
+        tables = export_tables(rep)
+        for name, rows in tables.items():
+            with open(os.path.join(directory, name), "w", encoding="utf-8", newline="") as f:
+                write_csv(rows, f)
+        click.echo(f"jaxmemprof: wrote {len(tables)} CSV files to {directory}: {', '.join(tables)}", err=True)
+        return
+    if output is None or len(inputs) not in (1, 2):
+        raise click.UsageError("pprof export takes PROFILE or RUN@SEL (or two, for a diff) and -o FILE")
+    _export_pprof(inputs, output, force, library, user, all_frames)
+
+
+def _prepare_export_dir(directory, force):
+    if os.path.exists(directory) and not os.path.isdir(directory):
+        raise InputError(directory, "exists and is not a directory")
+    os.makedirs(directory, exist_ok=True)
+    from jaxmemprof.render.tables import EXPORT_FILES
+
+    clash = [n for n in EXPORT_FILES if os.path.exists(os.path.join(directory, n))]
+    if clash and not force:
+        raise InputError(directory, f"already holds {', '.join(clash)}; pass --force to overwrite")
+    return directory
+
+
+def _export_pprof(inputs, output, force, library, user, all_frames):
+    from jaxmemprof.analysis.sites import user_stacks
+    from jaxmemprof.render.pprof import diff_pprof, snapshot_pprof
+    from jaxmemprof.store.layout import write_atomic
+
+    if os.path.exists(output) and not force:
+        raise InputError(output, "already exists; pass --force to overwrite it")
+    loaded = [_load(spec, None, 4 * 1024**3) for spec in inputs]
+    att = _attribution(library, user, all_frames, *(run_ for _, _, run_ in loaded))
+    if len(loaded) == 1:
+        name, prof, _ = loaded[0]
+        data = snapshot_pprof(prof, user_stacks(prof, att), f"jaxmemprof: {name}, user stacks")
+    else:
+        (bname, base, _), (nname, new, _) = loaded
+        data = diff_pprof(base, user_stacks(base, att), new, user_stacks(new, att),
+                          f"jaxmemprof: {nname} - {bname}, user stacks")
+    try:
+        from pathlib import Path
+
+        write_atomic(Path(output), data)
+    except OSError as exc:
+        raise InputError(output, f"cannot write: {exc.strerror or exc}") from None
+    click.echo(f"jaxmemprof: wrote {output} (open it with: go tool pprof -top {output})", err=True)
+
+
 def main(argv=None, prog_name="jaxmemprof"):
     """Entry point: clean one-line errors (exit 2) for bad input, exit 1 for
     internal errors."""

@@ -246,10 +246,11 @@ def leaks(run, attribution: Attribution = Attribution(), *, steps: int = 1000, m
 # -- recompilations ------------------------------------------------------------------
 
 
-def recompiles(run, attribution: Attribution = Attribution(), *, min_executables: int = 3) -> pd.DataFrame:
+def recompiles(run, attribution: Attribution = Attribution(), *, min_executables: int = 5) -> pd.DataFrame:
     """Executables (per site and HLO module name) whose number or code size
     grew over the run, or that a site compiled ``min_executables`` or more
-    times (``suspect``). Columns:
+    times (``suspect``; the default, 5, leaves alone the few shapes of a
+    model's initialisation, one per layer size). Columns:
 
     - ``site, file, line, function``: where they were compiled (the call);
     - ``name``: the HLO module name (``jit_train_step``); "" for a directory

@@ -25,14 +25,19 @@ class Overview:
     oom_sites: Summary | None  # top sites when the program ran out of memory
 
 
+def sites_holding(run, snapshot: int, attribution: Attribution, n: int) -> Summary:
+    """The ``n`` sites holding the most bytes in a snapshot (executables of
+    0 bytes left out)."""
+    full = summarize(run.profile(snapshot), "site", attribution)
+    held = replace(full, rows=full.rows[full.rows["bytes"] > 0].reset_index(drop=True))
+    return top(held, n)
+
+
 def overview(run, attribution: Attribution = Attribution(), top_sites: int = 5) -> Overview:
     snaps: pd.DataFrame = run.snapshots
     m = run.manifest
     def sites_at(snapshot: int) -> Summary:
-        """The top sites holding bytes (executables of 0 bytes left out)."""
-        full = summarize(run.profile(snapshot), "site", attribution)
-        held = replace(full, rows=full.rows[full.rows["bytes"] > 0].reset_index(drop=True))
-        return top(held, top_sites)
+        return sites_holding(run, snapshot, attribution, top_sites)
 
     peak = sites = oom = None
     if not snaps.empty:

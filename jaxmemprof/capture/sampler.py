@@ -122,7 +122,10 @@ class Sampler:
             c0, w0 = time.thread_time(), time.perf_counter()
             t_wall, t_mono = time.time(), time.monotonic()
             try:
-                rec = self._collect(jax, trigger, label, t_wall, t_mono)
+                # Background snapshots never wait for a computation to finish;
+                # one the program asked for (or its last) reads every address.
+                rec = self._collect(jax, trigger, label, t_wall, t_mono,
+                                    wait=trigger not in ("interval", "first"))
                 rec.cost_s = time.thread_time() - c0
                 rec.wall_s = time.perf_counter() - w0
                 index = self.writer.add_snapshot(rec)
@@ -149,7 +152,7 @@ class Sampler:
         except Exception:
             pass
 
-    def _collect(self, jax, trigger, label, t_wall, t_mono) -> SnapshotRecord:
+    def _collect(self, jax, trigger, label, t_wall, t_mono, wait: bool) -> SnapshotRecord:
         profile = jax.profiler.device_memory_profile()
         live = jax.live_arrays()
         previous = self.writer.snapshots
@@ -157,16 +160,21 @@ class Sampler:
         new_stacks: list = []
         # (sort key, id, entry, row of a new array or None)
         candidates = []
+        address_updates = []
         for pos, a in enumerate(live):
             key = id(a)
             entry = tracked.get(key)
             if entry is not None and entry.ref() is a:
+                if entry.pending and (wait or _is_ready(a)):
+                    entry.keys = _shard_keys(a)
+                    entry.pending = False
+                    address_updates.append((json.dumps([k[1] for k in entry.keys]), entry.array_id))
                 candidates.append(((-len(entry.keys), 0, entry.array_id), key, entry, None))
                 continue
             ref = aliases.get(key)
             if ref is not None and ref() is a:
                 continue
-            described = self._describe(a, new_stacks)
+            described = self._describe(a, new_stacks, wait)
             if described is not None:
                 entry, row = described
                 candidates.append(((-len(entry.keys), 1, pos), key, entry, row))
@@ -206,27 +214,21 @@ class Sampler:
             t_wall=t_wall, t_mono=t_mono, trigger=trigger, label=label, profile=profile,
             live_bytes=live_bytes, buffers=buffers, arrays=len(still),
             new_stacks=new_stacks, new_arrays=new_rows, ended_arrays=ended,
-            memory_stats=_memory_stats(jax),
+            address_updates=address_updates, memory_stats=_memory_stats(jax),
             executables=self._executables(jax, new_stacks),
         )
 
-    def _describe(self, a, stacks: list):
+    def _describe(self, a, stacks: list, wait: bool):
         """(entry, journal row without its array_id) for an array not seen
         before, or None when it cannot be read (deleted meanwhile)."""
         try:
-            shards = a.addressable_shards
-            devices, sizes, addresses = [], [], []
-            if len(shards) == 1:
-                # No shard view needed: the array is its only buffer.
-                devices.append(str(shards[0].device))
-                sizes.append(int(a.nbytes))
-                addresses.append(_address(a))
-            else:
-                for s in shards:
-                    data = s.data
-                    devices.append(str(s.device))
-                    sizes.append(int(data.nbytes))
-                    addresses.append(_address(data))
+            # Reading a buffer's address waits for the computation that fills
+            # it: an array still being computed gets its addresses later.
+            pending = not wait and not _is_ready(a)
+            keys = _shard_keys(a, with_addresses=not pending)
+            devices = [d for d, _ in keys]
+            addresses = [addr for _, addr in keys]
+            sizes = _shard_sizes(a)
             sharding = a.sharding
             row_shape = json.dumps(list(a.shape))
             dtype = str(a.dtype)
@@ -239,7 +241,7 @@ class Sampler:
             json.dumps(addresses), _sharding_text(sharding), getattr(sharding, "memory_kind", None),
             stack_id,
         )
-        return _Entry(weakref.ref(a), 0, sum(sizes), tuple(zip(devices, addresses))), row
+        return _Entry(weakref.ref(a), 0, sum(sizes), keys, pending), row
 
     def _executables(self, jax, stacks: list) -> list:
         """Loaded executables, counted per (creation stack, HLO module name).
@@ -289,12 +291,36 @@ class Sampler:
 
 
 class _Entry:
-    """A tracked array: weak reference, identity, bytes, (device, address) per shard."""
+    """A tracked array: weak reference, identity, bytes, (device, address) per
+    shard, and whether its addresses are still to be read."""
 
-    __slots__ = ("ref", "array_id", "nbytes", "keys")
+    __slots__ = ("ref", "array_id", "nbytes", "keys", "pending")
 
-    def __init__(self, ref, array_id, nbytes, keys):
-        self.ref, self.array_id, self.nbytes, self.keys = ref, array_id, nbytes, keys
+    def __init__(self, ref, array_id, nbytes, keys, pending=False):
+        self.ref, self.array_id, self.nbytes, self.keys, self.pending = ref, array_id, nbytes, keys, pending
+
+
+def _shard_keys(a, with_addresses: bool = True) -> tuple:
+    """(device, buffer address) per addressable shard. A single-device array
+    is its own buffer: no per-shard view is made for it."""
+    shards = a.addressable_shards
+    if len(shards) == 1:
+        return ((str(shards[0].device), _address(a) if with_addresses else None),)
+    return tuple((str(s.device), _address(s.data) if with_addresses else None) for s in shards)
+
+
+def _shard_sizes(a) -> list:
+    shards = a.addressable_shards
+    if len(shards) == 1:
+        return [int(a.nbytes)]
+    return [int(s.data.nbytes) for s in shards]
+
+
+def _is_ready(a) -> bool:
+    try:
+        return bool(a.is_ready())
+    except Exception:
+        return True
 
 
 def _address(a):

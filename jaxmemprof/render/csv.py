@@ -24,6 +24,8 @@ def write_csv(rows: pd.DataFrame, out: TextIO) -> None:
     writer = csv.writer(out, lineterminator="\r\n")
     writer.writerow(list(rows.columns))
     text_cols = [i for i, c in enumerate(rows.columns) if rows[c].dtype == object or pd.api.types.is_string_dtype(rows[c])]
+    if rows.isna().to_numpy().any():
+        rows = rows.astype(object).where(rows.notna(), "")  # a missing value is an empty cell
     for rec in rows.itertuples(index=False, name=None):
         rec = list(rec)
         for i in text_cols:

@@ -16,8 +16,12 @@ def records(rows: pd.DataFrame) -> list[dict]:
 
 
 def _default(o):
+    if o is pd.NA or o is pd.NaT:
+        return None
     if hasattr(o, "item"):  # numpy scalars
         return o.item()
+    if isinstance(o, (tuple, set, frozenset)):
+        return list(o)
     raise TypeError(f"not JSON serialisable: {type(o).__name__}")
 
 

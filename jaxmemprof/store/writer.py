@@ -29,6 +29,7 @@ class SnapshotRecord:
     new_stacks: list = field(default_factory=list)  # (stack_id, frames JSON)
     new_arrays: list = field(default_factory=list)  # rows of the arrays table, without first_snapshot
     ended_arrays: list = field(default_factory=list)  # (array_id, last_snapshot, how)
+    address_updates: list = field(default_factory=list)  # (addresses JSON, array_id): read late
     memory_stats: list = field(default_factory=list)  # (device, key, value)
     executables: list = field(default_factory=list)  # (stack_id, name, count, code_bytes)
     cost_s: float = 0.0
@@ -85,6 +86,7 @@ class RunWriter:
                     "INSERT INTO arrays VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
                     [(r[0], r[1], index, *r[2:]) for r in rec.new_arrays],
                 )
+                db.executemany("UPDATE arrays SET addresses = ? WHERE array_id = ?", rec.address_updates)
                 db.executemany(
                     "INSERT INTO array_ends VALUES (?,?,?,?)",
                     [(aid, last, index, how) for aid, last, how in rec.ended_arrays],

@@ -1,0 +1,112 @@
+"""Everything ``report`` and ``export`` say about a run, computed once.
+
+Each section is a table (DataFrame); ``render/`` only formats them, so the
+terminal, JSON and CSV carry the same rows and numbers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import pandas as pd
+
+from jaxmemprof.analysis.findings import Finding, findings_frame
+from jaxmemprof.analysis.groups import Summary
+from jaxmemprof.analysis.leaks import leak_findings, leaks, recompiles
+from jaxmemprof.analysis.lifetimes import array_lifetimes, estimated_site_churn, site_lifetimes
+from jaxmemprof.analysis.reuse import OBSERVABILITY, reuse
+from jaxmemprof.analysis.runs import sites_holding
+from jaxmemprof.analysis.sites import Attribution
+from jaxmemprof.analysis.timeline import Timeline, timeline
+
+
+@dataclass(frozen=True)
+class Report:
+    """A run, analysed: see each analysis module for the columns."""
+
+    path: str
+    manifest: dict
+    finished: bool
+    has_arrays: bool
+    warnings: list
+    summary: dict  # the headline figures
+    peak_sites: Summary | None  # what held the peak, by site
+    timeline: Timeline
+    arrays: pd.DataFrame  # one row per array (lifetimes)
+    lifetimes: pd.DataFrame  # per site
+    churn: pd.DataFrame  # estimated births/deaths per site (runs without array data)
+    reuse_by_device: pd.DataFrame
+    reuse_by_site: pd.DataFrame
+    reuse_note: str
+    leaks: pd.DataFrame
+    recompiles: pd.DataFrame
+    findings: pd.DataFrame
+    extra_findings: list = field(default_factory=list)
+
+
+def build_report(run, attribution: Attribution, *, top_sites: int = 10, steps: int = 1000,
+                 extra_rules=()) -> Report:
+    """Analyse ``run``. ``extra_rules``: callables ``(run, report_so_far) ->
+    list[Finding]`` (the advice rules) added to the findings."""
+    tl = timeline(run, attribution, top_sites=top_sites)
+    peak_sites = None if tl.peak_snapshot is None else sites_holding(run, tl.peak_snapshot, attribution, top_sites)
+
+    if run.has_arrays:
+        arrays = array_lifetimes(run, attribution)
+        per_site = site_lifetimes(arrays, run)
+        churn = pd.DataFrame()
+        r = reuse(run, arrays)
+        reuse_by_device, reuse_by_site = r.by_device, r.by_site
+    else:
+        arrays = per_site = reuse_by_device = reuse_by_site = pd.DataFrame()
+        churn = estimated_site_churn(run, attribution)
+
+    leak_rows = leaks(run, attribution, steps=steps)
+    recompile_rows = recompiles(run, attribution)
+    found: list[Finding] = leak_findings(leak_rows, recompile_rows)
+
+    snaps = run.snapshots
+    m = run.manifest
+    totals = tl.totals
+    peak_row = totals.loc[totals["snapshot"] == tl.peak_snapshot] if tl.peak_snapshot is not None else totals.iloc[0:0]
+    unattributed = None
+    if not peak_row.empty and "unattributed_bytes" in peak_row and pd.notna(peak_row["unattributed_bytes"].iloc[0]):
+        unattributed = int(peak_row["unattributed_bytes"].iloc[0])
+    summary = {
+        "run": str(run.path),
+        "command": " ".join(m.get("argv") or []),
+        "finished": run.finished,
+        "exit_status": m.get("exit_status"),
+        "ended_by": m.get("ended_by"),
+        "duration_s": m.get("duration_s"),
+        "backend": m.get("backend"),
+        "devices": int(tl.devices["device"].nunique()) if not tl.devices.empty else len(m.get("devices") or []),
+        "snapshots": int(len(snaps)),
+        "markers": int(len(run.markers)),
+        "sampling_cpu_s": float(snaps["cost_s"].sum()) if not snaps.empty else 0.0,
+        "peak_snapshot": tl.peak_snapshot,
+        "peak_t": tl.peak_t,
+        "peak_bytes": int(tl.peak_bytes),
+        "peak_unattributed_bytes": unattributed,
+        "arrays_seen": int(len(arrays)),
+        "per_array_data": bool(run.has_arrays),
+    }
+    report = Report(
+        path=str(run.path), manifest=m, finished=run.finished, has_arrays=run.has_arrays,
+        warnings=list(run.warnings), summary=summary, peak_sites=peak_sites, timeline=tl,
+        arrays=arrays, lifetimes=per_site, churn=churn, reuse_by_device=reuse_by_device,
+        reuse_by_site=reuse_by_site, reuse_note=OBSERVABILITY, leaks=leak_rows,
+        recompiles=recompile_rows, findings=findings_frame(found),
+    )
+    extra = [f for rule in extra_rules for f in rule(run, report)]
+    if extra:
+        report = replace(report, findings=findings_frame(found + extra), extra_findings=extra)
+    return report
+
+
+def peak_devices(report: Report) -> pd.DataFrame:
+    """Live bytes per device at the peak snapshot."""
+    d = report.timeline.devices
+    if d.empty or report.timeline.peak_snapshot is None:
+        return d.iloc[0:0]
+    return d.loc[d["snapshot"] == report.timeline.peak_snapshot].reset_index(drop=True)

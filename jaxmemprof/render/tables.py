@@ -1,0 +1,59 @@
+"""The tables ``report --json`` and ``export --csv`` carry: the same rows the
+terminal report shows, every one of them."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from jaxmemprof.analysis.report import Report
+from jaxmemprof.render.json import records
+
+EXPORT_FILES = (
+    "timeline.csv", "devices.csv", "sites.csv", "arrays.csv", "lifetimes.csv", "reuse.csv",
+    "reuse_devices.csv", "leaks.csv", "recompiles.csv", "findings.csv",
+)
+
+
+def export_tables(rep: Report) -> dict[str, pd.DataFrame]:
+    """File name -> rows, in EXPORT_FILES order. A run without per-array data
+    (a directory of .prof files) has no arrays or reuse; its lifetimes.csv
+    holds the estimated births and deaths per site."""
+    tl = rep.timeline
+    tables = {
+        "timeline.csv": tl.totals,
+        "devices.csv": tl.devices,
+        "sites.csv": tl.sites,
+        "arrays.csv": rep.arrays,
+        "lifetimes.csv": rep.lifetimes if rep.has_arrays else rep.churn,
+        "reuse.csv": rep.reuse_by_site,
+        "reuse_devices.csv": rep.reuse_by_device,
+        "leaks.csv": rep.leaks,
+        "recompiles.csv": rep.recompiles,
+        "findings.csv": rep.findings,
+    }
+    return {name: tables[name] for name in EXPORT_FILES}
+
+
+def report_document(rep: Report) -> dict:
+    tl = rep.timeline
+    return {
+        "command": "report",
+        "inputs": [rep.path],
+        "warnings": list(rep.warnings),
+        "summary": dict(rep.summary),
+        "manifest": rep.manifest,
+        "peak_sites": records(rep.peak_sites.rows) if rep.peak_sites is not None else [],
+        "timeline": records(tl.totals),
+        "devices": records(tl.devices),
+        "sites": records(tl.sites),
+        "executables": records(tl.executables),
+        "markers": records(tl.markers),
+        "lifetimes": records(rep.lifetimes if rep.has_arrays else rep.churn),
+        "lifetimes_estimated": not rep.has_arrays,
+        "arrays": records(rep.arrays),
+        "reuse": {"by_device": records(rep.reuse_by_device), "by_site": records(rep.reuse_by_site),
+                  "note": rep.reuse_note},
+        "leaks": records(rep.leaks),
+        "recompiles": records(rep.recompiles),
+        "findings": records(rep.findings),
+    }
