@@ -249,3 +249,16 @@ def test_version_and_help():
     for cmd in ("show", "diff"):
         out = run_cli(cmd, "--help", check=0).stdout
         assert "Examples:" in out and f"jaxmemprof {cmd} " in out
+
+
+def test_an_empty_profile(tmp_path):
+    """A valid profile with no samples (JAX with no live arrays) shows zero."""
+    from jaxmemprof.pprof import profile_pb2
+
+    msg = profile_pb2.Profile(string_table=[b"", b"space", b"bytes"])
+    msg.sample_type.add(type=1, unit=2)
+    (tmp_path / "empty.prof").write_bytes(msg.SerializeToString())
+    out = run_cli("show", "empty.prof", cwd=tmp_path, check=0).stdout
+    assert "total: 0 B in 0 allocations" in out
+    doc = json.loads(run_cli("diff", "empty.prof", "empty.prof", "--json", cwd=tmp_path, check=0).stdout)
+    assert doc["rows"] == [] and doc["totals"]["delta_bytes"] == 0

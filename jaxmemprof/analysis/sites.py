@@ -116,10 +116,10 @@ def frame_labels(profile: Profile, attribution: Attribution) -> pd.DataFrame:
     shown = {f: attribution.display_path(f) for f in files}
     out = pd.DataFrame(index=frames.index)
     out["user"] = ~frames["file"].map(is_lib).astype(bool)
-    out["file"] = frames["file"].map(shown)
-    out["line"] = frames["line"]
-    out["function"] = frames["function"]
-    out["site"] = out["file"] + ":" + out["line"].astype(str) + " (" + out["function"] + ")"
+    out["file"] = frames["file"].map(shown).astype(object)
+    out["line"] = frames["line"].astype("int64")
+    out["function"] = frames["function"].astype(object)
+    out["site"] = (out["file"] + ":" + out["line"].astype(str) + " (" + out["function"] + ")").astype(object)
     return out
 
 
