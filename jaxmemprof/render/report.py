@@ -182,11 +182,14 @@ def _render_leaks(rep: Report, con: Console, top: int) -> None:
                 format_bytes(r["projected_bytes_after"]), f"{r['p_value']:.0e}", Text(safe(r["site"]), style="red"),
             )
         con.print(t)
-    if rep.recompiles.empty:
-        con.print("no function was compiled again and again")
+    suspects = rep.recompiles[rep.recompiles["suspect"]] if not rep.recompiles.empty else rep.recompiles
+    others = len(rep.recompiles) - len(suspects)
+    if suspects.empty:
+        con.print("no function was compiled again and again" + (
+            f" ({others} compiled for a few shapes each: recompiles.csv lists them)" if others else ""))
     else:
         t = _table("executables", "first", "last", "name", "site")
-        for _, r in rep.recompiles.head(top).iterrows():
+        for _, r in suspects.head(top).iterrows():
             t.add_row(str(r["max_count"]), str(r["first_count"]), str(r["last_count"]), Text(safe(r["name"])),
                       Text(safe(r["site"])))
         con.print(t)
