@@ -152,7 +152,7 @@ def render_run_summary(ov, con: Console, *, target: str, run_dir: str, warnings:
                            f"{ov.peak_sites.omitted_rows} more sites"))
     con.print(Text(f"run directory: {safe(run_dir)}"))
     if ov.peak_snapshot is not None:
-        con.print(Text(f"next: jaxmemprof show {safe(run_dir)}@peak    jaxmemprof diff {safe(run_dir)}"))
+        con.print(Text(f"next: jaxmemprof report {safe(run_dir)}    jaxmemprof show {safe(run_dir)}@peak"))
 
 
 def render_oom(summary: Summary, con: Console) -> None:
