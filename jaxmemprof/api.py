@@ -31,14 +31,16 @@ def snapshot(label: str | None = None) -> int | None:
 
 
 @contextmanager
-def profile(output=None, *, interval: float = 0.5, max_overhead: float = 0.02, force: bool = False):
+def profile(output=None, *, interval: float = 0.5, max_overhead: float = 0.02, jit_probe: bool = True,
+            force: bool = False):
     """Record device memory while the block runs, into the run directory
     ``output`` (default: ``jaxmemprof-runs/profile-<time>``)::
 
         with jaxmemprof.profile("runs/finetune"):
             train()
 
-    Yields the run directory's path.
+    Yields the run directory's path. Functions jitted inside the block (with
+    ``jax.jit`` called there) are observed by the jit probe.
     """
     from jaxmemprof.capture import session as session_mod
     from jaxmemprof.capture.runner import is_out_of_memory
@@ -48,7 +50,8 @@ def profile(output=None, *, interval: float = 0.5, max_overhead: float = 0.02, f
     directory = session_mod.prepare_directory(
         Path(output) if output is not None else session_mod.default_output("profile"), force
     )
-    s = session_mod.Session(directory, target_argv=[], interval=interval, max_overhead=max_overhead)
+    s = session_mod.Session(directory, target_argv=[], interval=interval, max_overhead=max_overhead,
+                            jit_probe=jit_probe)
     s.start()
     s.sampler.snapshot("api", "start")
     try:

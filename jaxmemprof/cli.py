@@ -223,9 +223,11 @@ def diff(base, new, by, top, csv_path, as_json, force, library, user, all_frames
 @click.option("--max-overhead", type=click.FloatRange(min=0.0, max=1.0), default=0.02, show_default=True,
               metavar="FRACTION", help="Most of the wall time sampling may take (0: never stretch --interval).")
 @click.option("-m", "module", metavar="MODULE", default=None, help="Run a module, as python -m MODULE.")
+@click.option("--no-jit-probe", is_flag=True,
+              help="Do not observe jitted functions (no donation advice, no memory inside jit).")
 @click.option("-q", "--quiet", is_flag=True, help="No summary at the end.")
 @click.argument("target", nargs=-1, type=click.UNPROCESSED, metavar="SCRIPT [ARGS]...")
-def run(output, force, interval, max_overhead, module, quiet, target):
+def run(output, force, interval, max_overhead, module, no_jit_probe, quiet, target):
     """Run a Python script (or -m MODULE) unchanged and record its device memory.
 
     The script runs in this process exactly as `python SCRIPT ARGS` runs it;
@@ -256,7 +258,8 @@ def run(output, force, interval, max_overhead, module, quiet, target):
     else:
         tgt = Target(path=None, module=module, args=tuple(args))
     directory = prepare_directory(Path(output) if output else default_output(tgt.stem), force)
-    session = Session(directory, target_argv=tgt.argv, interval=interval, max_overhead=max_overhead)
+    session = Session(directory, target_argv=tgt.argv, interval=interval, max_overhead=max_overhead,
+                      jit_probe=not no_jit_probe)
     status, ended_by = run_target(tgt, session)
     session.stop(status, ended_by)
     if not quiet:
@@ -294,10 +297,11 @@ def _open_run(spec):
     return load_run(path)
 
 
-def _build_report(run_, top, library, user, all_frames, steps):
+def _build_report(run_, top, library, user, all_frames, steps, device_memory=None):
     from jaxmemprof.analysis.report import build_report
 
-    return build_report(run_, _attribution(library, user, all_frames, run_), top_sites=top, steps=steps)
+    return build_report(run_, _attribution(library, user, all_frames, run_), top_sites=top, steps=steps,
+                        device_memory=device_memory)
 
 
 def _attribution_options(f):
@@ -318,9 +322,12 @@ def _attribution_options(f):
               help="Rows per section (sites, lifetimes, reuse, leaks).")
 @click.option("--steps", type=click.IntRange(min=1), default=1000, show_default=True, metavar="N",
               help="Project leaks this many steps (markers) ahead.")
+@click.option("--device-memory", type=_Size(), default=None, metavar="SIZE",
+              help="Check whether the run's estimated true peak fits a device of this size (16GiB, 80GB) "
+                   "under JAX's default preallocation, and with which settings it would.")
 @click.option("--json", "as_json", is_flag=True, help="Write every section's rows as JSON to stdout.")
 @_attribution_options
-def report(run_dir, top, steps, as_json, library, user, all_frames):
+def report(run_dir, top, steps, device_memory, as_json, library, user, all_frames):
     """Report on a run: the peak and what held it, the timeline, lifetimes,
     buffer reuse, leaks, recompiles, and findings.
 
@@ -331,10 +338,11 @@ def report(run_dir, top, steps, as_json, library, user, all_frames):
     Examples:
       jaxmemprof report jaxmemprof-runs/train-20260101-120000
       jaxmemprof report RUN --top 20 --steps 10000
+      jaxmemprof report RUN --device-memory 16GiB   # plan a GPU job from a CPU run
       jaxmemprof report RUN --json > report.json
     """
     run_ = _open_run(run_dir)
-    rep = _build_report(run_, top, library, user, all_frames, steps)
+    rep = _build_report(run_, top, library, user, all_frames, steps, device_memory)
     if as_json:
         from jaxmemprof.render.json import write_json
         from jaxmemprof.render.tables import report_document
@@ -369,7 +377,8 @@ def export(inputs, csv_dir, fmt, output, force, top, steps, library, user, all_f
       timeline.csv   one row per snapshot     sites.csv      per snapshot x top site
       devices.csv    per snapshot x device    arrays.csv     one row per array
       lifetimes.csv  one row per site         reuse.csv      per device and per site
-      leaks.csv      growing sites            findings.csv   what to fix
+      leaks.csv      growing sites            recompiles.csv functions compiled again
+      jit.csv        memory inside jit        findings.csv   what to fix
 
     \b
     Examples:

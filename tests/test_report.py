@@ -86,7 +86,8 @@ def test_export_csv_tables_parse_back(leaky, tmp_path):
     assert str(out) in proc.stderr and proc.stdout == ""
     names = sorted(p.name for p in out.iterdir())
     assert names == sorted(["timeline.csv", "devices.csv", "sites.csv", "arrays.csv", "lifetimes.csv",
-                            "reuse.csv", "reuse_devices.csv", "leaks.csv", "recompiles.csv", "findings.csv"])
+                            "reuse.csv", "reuse_devices.csv", "leaks.csv", "recompiles.csv", "jit.csv",
+                            "findings.csv"])
     timeline = pd.read_csv(out / "timeline.csv")
     assert len(timeline) == STEPS + 2
     assert timeline["live_bytes"].iloc[-2] == PEAK
@@ -111,7 +112,12 @@ def test_export_csv_tables_parse_back(leaky, tmp_path):
     leaks = pd.read_csv(out / "leaks.csv")
     assert leaks["growth_bytes_per_step"].tolist() == [4096]
     findings = list(csv.DictReader(io.StringIO((out / "findings.csv").read_text())))
-    assert [f["rule"] for f in findings] == ["leak"]
+    # The leak, and params, replaced by each step without being donated.
+    assert sorted(f["rule"] for f in findings) == ["donate", "leak"]
+    [donate] = [f for f in findings if f["rule"] == "donate"]
+    assert int(donate["saving_bytes"]) == MiB and "donate_argnums=(0,)" in donate["fix"]
+    jit = pd.read_csv(out / "jit.csv")
+    assert jit["alias_bytes"].tolist() == [0]
     assert list(findings[0]) == ["rule", "severity", "site", "message", "saving_bytes", "fix", "evidence"]
     # Never overwrite without --force.
     proc = run_cli("export", run_dir, "--csv", out, cwd=d, check=2)

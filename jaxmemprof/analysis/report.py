@@ -10,6 +10,9 @@ from dataclasses import dataclass, field, replace
 
 import pandas as pd
 
+from jaxmemprof.analysis.advice.allocator import allocator_findings
+from jaxmemprof.analysis.advice.capacity import fit_findings, will_it_fit
+from jaxmemprof.analysis.advice.donation import donation_findings, estimated_true_peak, jit_memory
 from jaxmemprof.analysis.findings import Finding, findings_frame
 from jaxmemprof.analysis.groups import Summary
 from jaxmemprof.analysis.leaks import leak_findings, leaks, recompiles
@@ -40,14 +43,19 @@ class Report:
     reuse_note: str
     leaks: pd.DataFrame
     recompiles: pd.DataFrame
+    jit_memory: pd.DataFrame  # per jitted function: XLA's memory analysis
+    true_peak_bytes: int | None  # the snapshot peak plus what snapshots cannot see inside calls
+    true_peak_where: str
+    fit: object  # capacity.Fit for --device-memory, else None
     findings: pd.DataFrame
     extra_findings: list = field(default_factory=list)
 
 
 def build_report(run, attribution: Attribution, *, top_sites: int = 10, steps: int = 1000,
-                 extra_rules=()) -> Report:
-    """Analyse ``run``. ``extra_rules``: callables ``(run, report_so_far) ->
-    list[Finding]`` (the advice rules) added to the findings."""
+                 device_memory: int | None = None, extra_rules=()) -> Report:
+    """Analyse ``run``. ``device_memory``: bytes of a device to check the run
+    against ("will it fit?"). ``extra_rules``: callables ``(run,
+    report_so_far) -> list[Finding]`` added to the findings."""
     tl = timeline(run, attribution, top_sites=top_sites)
     peak_sites = None if tl.peak_snapshot is None else sites_holding(run, tl.peak_snapshot, attribution, top_sites)
 
@@ -64,6 +72,18 @@ def build_report(run, attribution: Attribution, *, top_sites: int = 10, steps: i
     leak_rows = leaks(run, attribution, steps=steps)
     recompile_rows = recompiles(run, attribution)
     found: list[Finding] = leak_findings(leak_rows, recompile_rows)
+
+    memory_in_jit = jit_memory(run, attribution)
+    inside, where = estimated_true_peak(run)
+    true_peak = max(int(tl.peak_bytes), inside) if inside is not None else None
+    if inside is None or inside <= tl.peak_bytes:
+        where = "at the snapshot peak" if true_peak is not None else ""
+    found += donation_findings(run, attribution)
+    found += allocator_findings(run, true_peak)
+    fit = None
+    if device_memory is not None:
+        fit = will_it_fit(run, device_memory, true_peak)
+        found += fit_findings(fit)
 
     snaps = run.snapshots
     m = run.manifest
@@ -88,6 +108,8 @@ def build_report(run, attribution: Attribution, *, top_sites: int = 10, steps: i
         "peak_t": tl.peak_t,
         "peak_bytes": int(tl.peak_bytes),
         "peak_unattributed_bytes": unattributed,
+        "estimated_true_peak_bytes": true_peak,
+        "estimated_true_peak_where": where,
         "arrays_seen": int(len(arrays)),
         "per_array_data": bool(run.has_arrays),
     }
@@ -96,7 +118,8 @@ def build_report(run, attribution: Attribution, *, top_sites: int = 10, steps: i
         warnings=list(run.warnings), summary=summary, peak_sites=peak_sites, timeline=tl,
         arrays=arrays, lifetimes=per_site, churn=churn, reuse_by_device=reuse_by_device,
         reuse_by_site=reuse_by_site, reuse_note=OBSERVABILITY, leaks=leak_rows,
-        recompiles=recompile_rows, findings=findings_frame(found),
+        recompiles=recompile_rows, jit_memory=memory_in_jit, true_peak_bytes=true_peak, true_peak_where=where,
+        fit=fit, findings=findings_frame(found),
     )
     extra = [f for rule in extra_rules for f in rule(run, report)]
     if extra:

@@ -8,11 +8,13 @@ import platform
 import shutil
 import sys
 import time
+import warnings
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
 
 from jaxmemprof import __version__
+from jaxmemprof.capture.jitprobe import JitProbe
 from jaxmemprof.capture.sampler import Sampler, _jax_ready
 from jaxmemprof.errors import InputError
 from jaxmemprof.store import layout
@@ -66,7 +68,7 @@ def allocator_environment() -> dict:
 
 class Session:
     def __init__(self, directory: Path, *, target_argv: list[str], interval: float,
-                 max_overhead: float, command: list[str] | None = None):
+                 max_overhead: float, jit_probe: bool = True, command: list[str] | None = None):
         self.directory = directory
         self.t_start = time.monotonic()
         manifest = {
@@ -85,22 +87,40 @@ class Session:
             "start_epoch": time.time(),
             "end_time": None,
             "exit_status": None,
-            "settings": {"interval": interval, "max_overhead": max_overhead},
+            "settings": {"interval": interval, "max_overhead": max_overhead, "jit_probe": jit_probe},
         }
         self.writer = RunWriter(directory, manifest)
         self.sampler = Sampler(self.writer, interval=interval, max_overhead=max_overhead)
+        self.probe = JitProbe(self.writer) if jit_probe else None
 
     def start(self) -> "Session":
         global _active
         _active = self
+        if self.probe is not None:
+            self.probe.install()
+        self._showwarning = warnings.showwarning
+        warnings.showwarning = self._on_warning
         self.sampler.start()
         return self
+
+    def _on_warning(self, message, category, filename, lineno, file=None, line=None):
+        """Record each warning the program shows (JAX's 'Some donated buffers
+        were not usable', say), then show it as before."""
+        try:
+            self.writer.add_event("warning", f"{category.__name__}: {message} ({filename}:{lineno})"[:4000])
+        except Exception:
+            pass
+        self._showwarning(message, category, filename, lineno, file, line)
 
     def stop(self, exit_status, ended_by: str) -> None:
         """Stop sampling and record how the run ended (the last snapshot has
         been taken by the caller)."""
         global _active
         self.sampler.stop()
+        if self.probe is not None:
+            self.probe.uninstall()
+        if warnings.showwarning == self._on_warning:
+            warnings.showwarning = self._showwarning
         if _active is self:
             _active = None
         try:

@@ -70,6 +70,9 @@ def render_report(rep: Report, con: Console, *, top: int) -> None:
         if len(per_dev) > 1:
             lines.append("at the peak by device: " + ", ".join(
                 f"{safe(d)} {format_bytes(b)}" for d, b in zip(per_dev["device"], per_dev["live_bytes"])))
+    if s["estimated_true_peak_bytes"] is not None:
+        lines.append(f"estimated true peak, with XLA's temporaries inside jitted calls: "
+                     f"{format_bytes(s['estimated_true_peak_bytes'])} ({s['estimated_true_peak_where']})")
     if s["peak_unattributed_bytes"] is not None:
         lines.append(f"unattributed at the peak (in use by the allocator, not by live arrays): "
                      f"{format_bytes(s['peak_unattributed_bytes'])}")
@@ -84,6 +87,7 @@ def render_report(rep: Report, con: Console, *, top: int) -> None:
         con.print(t)
 
     _render_timeline(rep, con)
+    _render_jit(rep, con, top)
     _render_lifetimes(rep, con, top)
     _render_reuse(rep, con, top)
     _render_leaks(rep, con, top)
@@ -126,6 +130,23 @@ def _sample_rows(totals: pd.DataFrame, peak, n: int) -> list:
     if peak is not None:
         chosen |= set(totals.index[totals["snapshot"] == peak])
     return sorted(chosen)
+
+
+def _render_jit(rep: Report, con: Console, top: int) -> None:
+    jm = rep.jit_memory
+    if jm.empty:
+        return
+    _heading(con, "Memory inside jitted functions (XLA's memory analysis, largest signature)")
+    t = _table("calls", "compiles", "arguments", "outputs", "aliased", "temporaries", "call peak", "donated",
+               "function", "site")
+    for _, r in jm.head(top).iterrows():
+        t.add_row("-" if pd.isna(r["calls"]) else str(r["calls"]), "-" if pd.isna(r["compiles"]) else str(r["compiles"]),
+                  format_bytes(r["argument_bytes"]), format_bytes(r["output_bytes"]), format_bytes(r["alias_bytes"]),
+                  format_bytes(r["temp_bytes"]), format_bytes(r["call_peak_bytes"]), safe(r["donated"]) or "-",
+                  Text(safe(r["function"])), Text(safe(r["jitted_at"])))
+    con.print(t)
+    con.print(Text("call peak = arguments + outputs - aliased (donation that took effect) + temporaries + code; "
+                   "snapshots, taken between calls, never see it."))
 
 
 def _render_lifetimes(rep: Report, con: Console, top: int) -> None:

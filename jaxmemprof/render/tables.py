@@ -10,7 +10,7 @@ from jaxmemprof.render.json import records
 
 EXPORT_FILES = (
     "timeline.csv", "devices.csv", "sites.csv", "arrays.csv", "lifetimes.csv", "reuse.csv",
-    "reuse_devices.csv", "leaks.csv", "recompiles.csv", "findings.csv",
+    "reuse_devices.csv", "leaks.csv", "recompiles.csv", "jit.csv", "findings.csv",
 )
 
 
@@ -29,6 +29,7 @@ def export_tables(rep: Report) -> dict[str, pd.DataFrame]:
         "reuse_devices.csv": rep.reuse_by_device,
         "leaks.csv": rep.leaks,
         "recompiles.csv": rep.recompiles,
+        "jit.csv": rep.jit_memory,
         "findings.csv": rep.findings,
     }
     return {name: tables[name] for name in EXPORT_FILES}
@@ -55,5 +56,7 @@ def report_document(rep: Report) -> dict:
                   "note": rep.reuse_note},
         "leaks": records(rep.leaks),
         "recompiles": records(rep.recompiles),
+        "jit_memory": records(rep.jit_memory),
+        "fit": None if rep.fit is None else {k: v for k, v in vars(rep.fit).items()},
         "findings": records(rep.findings),
     }

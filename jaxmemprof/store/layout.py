@@ -77,6 +77,51 @@ CREATE TABLE IF NOT EXISTS executables (  -- loaded executables, per snapshot
     count         INTEGER NOT NULL,     -- how many are loaded (more than 1: recompiled)
     code_bytes    INTEGER NOT NULL      -- generated code size, summed
 );
+CREATE TABLE IF NOT EXISTS jit_functions (  -- functions jitted through jax.jit (the jit probe)
+    function_id   INTEGER PRIMARY KEY,
+    name          TEXT NOT NULL,
+    qualname      TEXT NOT NULL,
+    file          TEXT NOT NULL,        -- where the function is defined
+    line          INTEGER NOT NULL,
+    jit_file      TEXT NOT NULL,        -- where jax.jit was applied
+    jit_line      INTEGER NOT NULL,
+    jit_function  TEXT NOT NULL,
+    params        TEXT NOT NULL,        -- JSON: parameter names, in order
+    donate_argnums TEXT NOT NULL,       -- JSON lists, as given to jax.jit
+    donate_argnames TEXT NOT NULL,
+    static_argnums TEXT NOT NULL,
+    static_argnames TEXT NOT NULL,
+    t_wall        REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS jit_compiles (  -- one per compiled signature: memory_analysis()
+    function_id   INTEGER NOT NULL,
+    call_index    INTEGER NOT NULL,     -- the call that compiled it (or the next one)
+    t_wall        REAL NOT NULL,
+    signature     TEXT NOT NULL,
+    argument_bytes INTEGER, output_bytes INTEGER, alias_bytes INTEGER, temp_bytes INTEGER,
+    generated_code_bytes INTEGER, host_argument_bytes INTEGER, host_output_bytes INTEGER,
+    host_alias_bytes INTEGER, host_temp_bytes INTEGER, host_generated_code_bytes INTEGER,
+    peak_bytes INTEGER
+);
+CREATE TABLE IF NOT EXISTS jit_calls (  -- sampled calls
+    call_id       INTEGER PRIMARY KEY,
+    function_id   INTEGER NOT NULL,
+    call_index    INTEGER NOT NULL,     -- 1 for the function's first call
+    t_wall        REAL NOT NULL,
+    t_mono        REAL NOT NULL,
+    caller_file   TEXT NOT NULL,
+    caller_line   INTEGER NOT NULL,
+    caller_function TEXT NOT NULL,
+    inputs        TEXT NOT NULL,        -- JSON: array leaves of the arguments
+    outputs       TEXT NOT NULL,        -- JSON: array leaves of the result
+    inputs_alive  TEXT                  -- JSON: per input leaf, its fate by the next call: held,
+                                        -- dropped (by the calling statement), dropped-later, deleted
+);
+CREATE TABLE IF NOT EXISTS jit_counts (
+    function_id   INTEGER PRIMARY KEY,
+    calls         INTEGER NOT NULL,
+    compiles      INTEGER NOT NULL
+);
 CREATE TABLE IF NOT EXISTS memory_stats (
     snapshot      INTEGER NOT NULL,
     device        TEXT NOT NULL,

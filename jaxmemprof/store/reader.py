@@ -39,6 +39,11 @@ class Run:
       innermost first.
     - ``executables``: per snapshot, loaded executables per creation stack and
       HLO module name: ``snapshot, stack_id, name, count, code_bytes``.
+    - ``jit``: what the jit probe saw: ``functions``, ``compiles`` (memory
+      analysis per compiled signature), ``calls`` (sampled calls: input and
+      output leaves as JSON, and whether each input was still held at the
+      next call), ``counts`` (calls and compiles per function); see
+      store/layout.py for the columns.
     - ``memory_stats`` (``snapshot, device, key, value``), ``markers``,
       ``events``, and the ``manifest``.
     - ``has_arrays``: False for a plain directory of .prof files.
@@ -51,6 +56,7 @@ class Run:
     stacks: dict
     memory_stats: pd.DataFrame
     executables: pd.DataFrame
+    jit: dict
     markers: pd.DataFrame
     events: pd.DataFrame
     has_arrays: bool = True
@@ -147,6 +153,7 @@ def _load_journal_run(path: Path) -> Run:
         stack_rows = _query(con, "stacks", warnings, ["stack_id", "frames"])
         memory_stats = _query(con, "memory_stats", warnings, ["snapshot", "device", "key", "value"])
         executables = _query(con, "executables", warnings, ["snapshot", "stack_id", "name", "count", "code_bytes"])
+        jit = {t: _query(con, f"jit_{t}", warnings) for t in ("functions", "compiles", "calls", "counts")}
         markers = _query(con, "markers", warnings, ["marker", "t_wall", "t_mono", "label", "after_snapshot"])
         events = _query(con, "events", warnings, ["event", "t_wall", "kind", "message", "snapshot"])
     finally:
@@ -173,7 +180,7 @@ def _load_journal_run(path: Path) -> Run:
     arrays["process"] = process
     return Run(
         path=path, manifest=manifest, snapshots=snaps.reset_index(drop=True), arrays=arrays,
-        stacks=stacks, memory_stats=memory_stats, executables=executables, markers=markers, events=events,
+        stacks=stacks, memory_stats=memory_stats, executables=executables, jit=jit, markers=markers, events=events,
         has_arrays=True, finished=finished, warnings=warnings,
     )
 
@@ -248,6 +255,7 @@ def _load_profile_directory(path: Path, profiles: list[Path]) -> Run:
         path=path, manifest={}, snapshots=snaps, arrays=_array_intervals(_empty([]), _empty([]), snaps),
         stacks={}, memory_stats=_empty(["snapshot", "device", "key", "value"]),
         executables=_empty(["snapshot", "stack_id", "name", "count", "code_bytes"]),
+        jit={t: _empty([]) for t in ("functions", "compiles", "calls", "counts")},
         markers=_empty(["marker", "t_wall", "t_mono", "label", "after_snapshot", "t"]),
         events=_empty(["event", "t_wall", "kind", "message", "snapshot"]),
         has_arrays=False, finished=True, warnings=warnings,

@@ -107,6 +107,27 @@ class RunWriter:
             self._last_digest, self._last_file = digest, name
             return index
 
+    def _insert(self, sql: str, rows) -> None:
+        with self._lock:
+            if not self.closed:
+                self._db.executemany(sql, rows)
+
+    def add_jit_function(self, row: tuple) -> None:
+        self._insert("INSERT INTO jit_functions VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)", [row])
+
+    def add_jit_compile(self, row: tuple) -> None:
+        self._insert("INSERT INTO jit_compiles VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", [row])
+
+    def add_jit_call(self, row: tuple) -> None:
+        self._insert("INSERT INTO jit_calls (call_id, function_id, call_index, t_wall, t_mono, caller_file, "
+                     "caller_line, caller_function, inputs, outputs) VALUES (?,?,?,?,?,?,?,?,?,?)", [row])
+
+    def set_jit_liveness(self, call_id: int, alive_json: str) -> None:
+        self._insert("UPDATE jit_calls SET inputs_alive = ? WHERE call_id = ?", [(alive_json, call_id)])
+
+    def set_jit_counts(self, rows: list) -> None:
+        self._insert("INSERT OR REPLACE INTO jit_counts VALUES (?,?,?)", rows)
+
     def add_marker(self, label: str) -> None:
         with self._lock:
             self._db.execute(

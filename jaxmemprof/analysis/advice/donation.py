@@ -1,0 +1,387 @@
+"""Buffer donation and the memory inside jitted calls, from the jit probe.
+
+Donation lets XLA write a jitted function's output into an input's buffer:
+without it, old and new values are both alive during the call (the classic
+``state = step(state, batch)``). JAX's rule (JAX_MEMORY_FACTS.md §5): donated
+input leaves are matched to output leaves of equal (shape, dtype, memory
+kind), each output taking the first unused donor; a donor with no match stays
+alive and JAX warns that it was "not usable".
+
+An argument is recommended for donation only when, in every sampled call,
+each of its array leaves was freed by the very statement that made the call
+(``state = step(state, batch)``: the jit probe notes where each input leaf
+dies), so the caller cannot have used it after the call, and every one of its
+leaves finds an output left over by the arguments already donated. What that saves at each call's peak is the bytes of those
+leaves (on every device that holds a shard).
+"""
+
+from __future__ import annotations
+
+import json
+import linecache
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from jaxmemprof.analysis.findings import Finding
+from jaxmemprof.analysis.sites import Attribution
+from jaxmemprof.units import format_bytes
+
+DOCS = "https://docs.jax.dev/en/latest/faq.html#buffer-donation"
+
+JIT_MEMORY_COLUMNS = [
+    "function_id", "function", "defined_at", "jitted_at", "calls", "compiles", "donated",
+    "argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "generated_code_bytes", "call_peak_bytes",
+]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One argument worth donating, with what backs it."""
+
+    function_id: int
+    function: str
+    argument: str  # "params" or "0"
+    position: int | None  # for donate_argnums
+    keyword: bool  # passed by keyword: donate_argnames
+    leaves: int
+    saving_bytes: int
+    calls_sampled: int
+    matches: tuple  # (input leaf, output leaf) descriptions
+
+
+def _json(text, default):
+    if text is None or (isinstance(text, float) and np.isnan(text)):
+        return default
+    try:
+        return json.loads(text)
+    except (TypeError, ValueError):
+        return default
+
+
+def _key(leaf: dict) -> tuple:
+    return (tuple(leaf.get("shape") or ()), leaf.get("dtype"), leaf.get("memory_kind"))
+
+
+def _describe(leaf: dict) -> str:
+    return f"{leaf.get('dtype')}[{','.join(map(str, leaf.get('shape') or []))}]"
+
+
+def _arg_label(leaf: dict) -> str:
+    return leaf.get("name") or str(leaf.get("arg"))
+
+
+def _match(inputs: list[dict], outputs: list[dict], donors: list[int]) -> dict[int, int]:
+    """JAX's matching: each output takes the first unused donor (input leaf
+    index, in ``donors`` order) of equal key. Returns donor -> output."""
+    free: dict[tuple, list[int]] = {}
+    for i in donors:
+        free.setdefault(_key(inputs[i]), []).append(i)
+    taken: dict[int, int] = {}
+    for o, out in enumerate(outputs):
+        queue = free.get(_key(out))
+        if queue:
+            taken[queue.pop(0)] = o
+    return taken
+
+
+def _functions(run) -> pd.DataFrame:
+    f = run.jit.get("functions")
+    return f if f is not None else pd.DataFrame()
+
+
+def _user_function(row, attribution: Attribution) -> bool:
+    return bool(row["file"]) and not attribution.is_library(row["file"])
+
+
+def _where(file: str, line: int, attribution: Attribution) -> str:
+    return f"{attribution.display_path(file)}:{line}" if file else "?"
+
+
+def donation_candidates(run, attribution: Attribution = Attribution()) -> list[Candidate]:
+    functions = _functions(run)
+    calls = run.jit.get("calls")
+    if functions.empty or calls is None or calls.empty:
+        return []
+    out: list[Candidate] = []
+    for _, fn in functions.iterrows():
+        if not _user_function(fn, attribution):
+            continue
+        rows = calls[(calls["function_id"] == fn["function_id"]) & calls["inputs_alive"].notna()]
+        if rows.empty:
+            continue
+        per_arg_ok: dict[str, bool] = {}
+        per_arg_info: dict[str, tuple] = {}
+        for _, call in rows.iterrows():
+            inputs = _json(call["inputs"], [])
+            outputs = _json(call["outputs"], [])
+            fates = _json(call["inputs_alive"], [])
+            if len(fates) != len(inputs):
+                continue
+            args: dict[str, list[int]] = {}
+            for i, leaf in enumerate(inputs):
+                args.setdefault(_arg_label(leaf), []).append(i)
+            donated = [i for i, leaf in enumerate(inputs) if leaf.get("donated")]
+            # Arguments whose every leaf the caller dropped in the statement
+            # that made the call (state = step(state)): nothing used them after.
+            free_args = [a for a, idx in args.items()
+                         if not any(inputs[i].get("donated") for i in idx)
+                         and all(fates[i] == "dropped" for i in idx)]
+            for a, idx in args.items():
+                if a not in free_args:
+                    per_arg_ok[a] = False
+            donors = list(donated)
+            for a in free_args:
+                trial = _match(inputs, outputs, donors + args[a])
+                if all(i in trial for i in args[a]):
+                    donors += args[a]
+                    matches = tuple((f"{a}{inputs[i]['path']} {_describe(inputs[i])}",
+                                     f"output{outputs[trial[i]]['path']}") for i in args[a])
+                    saving = sum(int(inputs[i].get("bytes") or 0) for i in args[a])
+                    first = inputs[args[a][0]]
+                    per_arg_info[a] = (first.get("arg"), bool(first.get("kw")), len(args[a]), saving, matches)
+                    per_arg_ok.setdefault(a, True)
+                else:
+                    per_arg_ok[a] = False
+        for a, ok in per_arg_ok.items():
+            if ok and a in per_arg_info:
+                pos, kw, n, saving, matches = per_arg_info[a]
+                out.append(Candidate(int(fn["function_id"]), str(fn["name"]), a, pos, kw, n, saving,
+                                     len(rows), matches))
+    return out
+
+
+def unusable_donations(run) -> list[tuple]:
+    """(function row, call, donated leaves with no matching output, outputs)."""
+    functions = _functions(run)
+    calls = run.jit.get("calls")
+    if functions.empty or calls is None or calls.empty:
+        return []
+    found = []
+    for _, fn in functions.iterrows():
+        rows = calls[calls["function_id"] == fn["function_id"]]
+        for _, call in rows.iterrows():
+            inputs = _json(call["inputs"], [])
+            outputs = _json(call["outputs"], [])
+            donated = [i for i, leaf in enumerate(inputs) if leaf.get("donated")]
+            if not donated:
+                continue
+            taken = _match(inputs, outputs, donated)
+            lost = [inputs[i] for i in donated if i not in taken]
+            if lost:
+                found.append((fn, call, lost, outputs))
+                break  # one sampled call says it
+    return found
+
+
+def _suggest(fn, positions: list[int], names: list[str]) -> str:
+    """The jit line edited to donate, when it can be read and has a known form."""
+    text = linecache.getline(str(fn["jit_file"]), int(fn["jit_line"])).rstrip("\n")
+    if not text.strip():
+        return ""
+    args = []
+    if positions:
+        args.append("donate_argnums=" + (f"({positions[0]},)" if len(positions) == 1 else str(tuple(positions))))
+    if names:
+        args.append("donate_argnames=" + (f"({names[0]!r},)" if len(names) == 1 else str(tuple(names))))
+    extra = ", ".join(args)
+    indent = text[: len(text) - len(text.lstrip())]
+    stripped = text.strip()
+    m = re.fullmatch(r"@((?:jax\.)?jit)", stripped)
+    if m:
+        return f"{indent}@functools.partial({m.group(1)}, {extra})"
+    # jax.jit(f ...) or partial(jax.jit ...): add the argument before the call's closing parenthesis.
+    m = re.search(r"(?:jax\.)?jit\(|partial\((?:jax\.)?jit", text)
+    if not m:
+        return ""
+    start = text.index("(", m.start())
+    depth = 0
+    for i in range(start, len(text)):
+        if text[i] == "(":
+            depth += 1
+        elif text[i] == ")":
+            depth -= 1
+            if depth == 0:
+                inner = text[start + 1:i]
+                inner = re.sub(r",?\s*donate_arg(?:nums|names)\s*=\s*(\([^)]*\)|\[[^\]]*\]|\d+|'[^']*'|\"[^\"]*\")",
+                               "", inner)
+                return text[: start + 1] + inner + ", " + extra + text[i:]
+    return ""
+
+
+def donation_findings(run, attribution: Attribution = Attribution()) -> list[Finding]:
+    findings: list[Finding] = []
+    functions = _functions(run)
+    if functions.empty:
+        return findings
+    by_id = functions.set_index("function_id")
+    grouped: dict[int, list[Candidate]] = {}
+    for c in donation_candidates(run, attribution):
+        grouped.setdefault(c.function_id, []).append(c)
+    for fid, cands in grouped.items():
+        fn = by_id.loc[fid]
+        fn = fn.copy()
+        fn["function_id"] = fid
+        already_nums = [int(x) for x in _json(fn["donate_argnums"], [])]
+        already_names = [str(x) for x in _json(fn["donate_argnames"], [])]
+        positions = sorted(set(already_nums + [c.position for c in cands if not c.keyword and c.position is not None]))
+        names = sorted(set(already_names + [c.argument for c in cands if c.keyword]))
+        saving = sum(c.saving_bytes for c in cands)
+        site = _where(fn["jit_file"], int(fn["jit_line"]), attribution)
+        defined = _where(fn["file"], int(fn["line"]), attribution)
+        what = ", ".join(f"'{c.argument}'" if c.keyword or not c.argument.isdigit() else f"argument {c.argument}"
+                         for c in cands)
+        setting = ", ".join(
+            ([f"donate_argnums={tuple(positions) if len(positions) > 1 else f'({positions[0]},)'}"] if positions else [])
+            + ([f"donate_argnames={tuple(names) if len(names) > 1 else repr((names[0],))}"] if names else []))
+        edited = _suggest(fn, positions, names)
+        fix = f"jit {fn['name']} with {setting} (at {site})"
+        if edited:
+            fix += f":  {edited.strip()}"
+        matches = "; ".join(f"{i} -> {o}" for c in cands for i, o in c.matches[:6])
+        evidence = (f"{cands[0].calls_sampled} calls sampled; in each, the statement that made the call dropped "
+                    f"{what} (nothing used it after the call), and every leaf has an output of the same shape "
+                    f"and dtype: {matches}. "
+                    f"See {DOCS}")
+        findings.append(Finding(
+            rule="donate",
+            severity="high" if saving >= 256 * 1024**2 else "medium",
+            site=site,
+            message=(f"Donate {what} of {fn['name']} (defined at {defined}): each call then reuses their "
+                     f"buffers for its outputs instead of holding old and new at once, "
+                     f"{format_bytes(saving)} less at every call's peak."),
+            evidence=evidence,
+            saving_bytes=int(saving),
+            fix=fix,
+        ))
+    for fn, call, lost, outputs in unusable_donations(run):
+        site = _where(fn["jit_file"], int(fn["jit_line"]), attribution)
+        outs = ", ".join(sorted({_describe(o) for o in outputs})) or "none"
+        lost_text = ", ".join(f"{_arg_label(leaf)}{leaf['path']} {_describe(leaf)}" for leaf in lost)
+        warned = _warned(run, lost)
+        findings.append(Finding(
+            rule="donation-unusable",
+            severity="low",
+            site=site,
+            message=(f"{fn['name']} donates {lost_text}, but no output has that shape and dtype, so the buffer "
+                     f"cannot be reused and stays alive" + (" (JAX warned: 'Some donated buffers were not usable')"
+                                                            if warned else "") + "."),
+            evidence=f"outputs of the sampled call {int(call['call_index'])}: {outs}. See {DOCS}",
+            saving_bytes=None,
+            fix=(f"stop donating {', '.join(sorted({_arg_label(leaf) for leaf in lost}))} of {fn['name']}, or return "
+                 f"an output of the same shape and dtype so that XLA can write into it"),
+        ))
+    findings += _used_after_donation(run, attribution)
+    return findings
+
+
+def _warned(run, lost: list[dict]) -> bool:
+    ev = run.events
+    if ev is None or ev.empty:
+        return False
+    msgs = ev.loc[ev["kind"] == "warning", "message"].astype(str)
+    return any("donated buffers were not usable" in m and any(_describe(leaf) in m for leaf in lost) for m in msgs)
+
+
+def _used_after_donation(run, attribution: Attribution) -> list[Finding]:
+    ev = run.events
+    if ev is None or ev.empty:
+        return []
+    hits = ev[(ev["kind"] == "exception") & ev["message"].astype(str).str.contains("deleted", case=False)]
+    functions = _functions(run)
+    donating = functions[functions.apply(
+        lambda f: bool(_json(f["donate_argnums"], []) or _json(f["donate_argnames"], [])), axis=1)] \
+        if not functions.empty else functions
+    out = []
+    for msg in hits["message"].astype(str).head(1):
+        names = ", ".join(f"{f['name']} ({_where(f['jit_file'], int(f['jit_line']), attribution)})"
+                          for _, f in donating.iterrows()) or "a jitted function"
+        out.append(Finding(
+            rule="donated-then-used",
+            severity="high",
+            site="",
+            message=f"The program used an array after donating it: {msg.splitlines()[0][:300]}",
+            evidence=f"functions that donate arguments in this run: {names}. A donated array is deleted "
+                     f"when the call starts; see {DOCS}",
+            saving_bytes=None,
+            fix="keep using the function's output instead of the donated input (state = step(state)), or "
+                "stop donating that argument, or pass a copy (jnp.copy(x)) where the original is still needed",
+        ))
+    return out
+
+
+def jit_memory(run, attribution: Attribution = Attribution()) -> pd.DataFrame:
+    """Per jitted function, its largest compiled signature's memory: XLA's
+    argument, output, alias (donation that took effect), temporary and code
+    bytes, and the call's peak ``argument + output - alias + temp + code``."""
+    functions = _functions(run)
+    compiles = run.jit.get("compiles")
+    counts = run.jit.get("counts")
+    if functions.empty or compiles is None or compiles.empty:
+        return pd.DataFrame({c: pd.Series(dtype=object) for c in JIT_MEMORY_COLUMNS})
+    c = compiles.copy()
+    for col in ("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "generated_code_bytes"):
+        c[col] = pd.to_numeric(c[col], errors="coerce").fillna(0).astype(np.int64)
+    c["call_peak_bytes"] = (c["argument_bytes"] + c["output_bytes"] - c["alias_bytes"] + c["temp_bytes"]
+                            + c["generated_code_bytes"])
+    biggest = c.sort_values("call_peak_bytes", ascending=False).drop_duplicates("function_id")
+    merged = biggest.merge(functions, on="function_id", how="left")
+    if counts is not None and not counts.empty:
+        merged = merged.merge(counts, on="function_id", how="left", suffixes=("", "_n"))
+    else:
+        merged["calls"] = np.nan
+        merged["compiles"] = c.groupby("function_id").size().reindex(merged["function_id"]).to_numpy()
+    out = pd.DataFrame({
+        "function_id": merged["function_id"].astype(np.int64),
+        "function": merged["name"],
+        "defined_at": [_where(f, int(ln), attribution) for f, ln in zip(merged["file"], merged["line"])],
+        "jitted_at": [_where(f, int(ln), attribution) for f, ln in zip(merged["jit_file"], merged["jit_line"])],
+        "calls": pd.to_numeric(merged["calls"], errors="coerce").astype("Int64"),
+        "compiles": pd.to_numeric(merged["compiles"], errors="coerce").astype("Int64"),
+        "donated": [", ".join(map(str, _json(n, []) + _json(m, [])))
+                    for n, m in zip(merged["donate_argnums"], merged["donate_argnames"])],
+        "argument_bytes": merged["argument_bytes"],
+        "output_bytes": merged["output_bytes"],
+        "alias_bytes": merged["alias_bytes"],
+        "temp_bytes": merged["temp_bytes"],
+        "generated_code_bytes": merged["generated_code_bytes"],
+        "call_peak_bytes": merged["call_peak_bytes"],
+    })
+    return out.sort_values("call_peak_bytes", ascending=False).reset_index(drop=True)
+
+
+def estimated_true_peak(run) -> tuple[int | None, str]:
+    """Snapshots never see XLA's temporaries. For each compile and sampled
+    call: live bytes at the last snapshot before it, minus the call's
+    arguments (counted by the call itself), plus the call's peak. Returns
+    (the largest, where it happened), or (None, "") without probe data."""
+    compiles = run.jit.get("compiles")
+    snaps = run.snapshots
+    if compiles is None or compiles.empty or snaps.empty:
+        return None, ""
+    c = compiles.copy()
+    for col in ("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "generated_code_bytes"):
+        c[col] = pd.to_numeric(c[col], errors="coerce").fillna(0).astype(np.int64)
+    peak_of = dict(zip(
+        c["function_id"],
+        c["argument_bytes"] + c["output_bytes"] - c["alias_bytes"] + c["temp_bytes"] + c["generated_code_bytes"]))
+    args_of = dict(zip(c["function_id"], c["argument_bytes"]))
+    times = [(float(t), int(f)) for t, f in zip(c["t_wall"], c["function_id"])]
+    calls = run.jit.get("calls")
+    if calls is not None and not calls.empty:
+        times += [(float(t), int(f)) for t, f in zip(calls["t_wall"], calls["function_id"])]
+    snap_t = snaps["t_wall"].to_numpy(dtype=float)
+    live = snaps["live_bytes"].to_numpy(dtype=np.int64)
+    names = dict(zip(_functions(run)["function_id"], _functions(run)["name"])) if not _functions(run).empty else {}
+    best, where = None, ""
+    for t, fid in times:
+        if fid not in peak_of:
+            continue
+        i = int(np.searchsorted(snap_t, t, side="right")) - 1
+        before = int(live[i]) if i >= 0 else 0
+        estimate = max(before - int(args_of[fid]), 0) + int(peak_of[fid])
+        if best is None or estimate > best:
+            best, where = estimate, f"during a call of {names.get(fid, fid)}"
+    return best, where

@@ -1,0 +1,267 @@
+"""The jit probe and donation advice, proven on real training loops.
+
+Each script runs under `jaxmemprof run`; the advice must be exactly right:
+the arguments to donate, their bytes, and nothing about arguments the caller
+still uses. Applying the advice must lower the call's peak by what it said.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import cpu_env, line_of, run_cli, write_script
+
+from jaxmemprof.analysis.advice.donation import donation_findings, jit_memory
+from jaxmemprof.analysis.sites import Attribution
+from jaxmemprof.store.reader import load_run
+
+KiB = 1024
+
+TRAIN = """
+import functools
+import jax
+import jax.numpy as jnp
+
+def init():
+    params = {"w": jnp.ones((512, 256), jnp.float32), "b": jnp.zeros((256,), jnp.float32)}
+    opt = {"w": jnp.zeros((512, 256), jnp.float32), "b": jnp.zeros((256,), jnp.float32)}
+    return params, opt
+
+def update(params, opt, batch):
+    grads = jax.tree_util.tree_map(lambda p: p * jnp.mean(batch), params)
+    opt = jax.tree_util.tree_map(lambda m, g: 0.9 * m + g, opt, grads)
+    params = jax.tree_util.tree_map(lambda p, m: p - 0.01 * m, params, opt)
+    return params, opt, jnp.mean(batch)
+
+step = jax.jit(update{DONATE})  # LINE-JIT
+params, opt = init()
+batch = jnp.ones((64, 512), jnp.float32)
+for i in range(8):
+    params, opt, loss = step(params, opt, batch)  # LINE-CALL
+print(float(loss))
+"""
+STATE_BYTES = 2 * (512 * 256 * 4 + 256 * 4)  # params and opt
+
+
+def _record(tmp_path, name, source, *args, check=0, extra=()):
+    script = write_script(tmp_path, name, source)
+    proc = run_cli("run", "-q", "-o", tmp_path / (name + ".run"), *extra, script, *args, cwd=tmp_path, check=check)
+    run = load_run(tmp_path / (name + ".run"))
+    return script, run, Attribution(roots=(run.manifest["cwd"],)), proc
+
+
+def _donations(run, att):
+    return [f for f in donation_findings(run, att) if f.rule == "donate"]
+
+
+def test_forgotten_donation_is_recommended_with_the_right_bytes(tmp_path):
+    script, run, att, _ = _record(tmp_path, "nodonate.py", TRAIN.replace("{DONATE}", ""))
+    [f] = _donations(run, att)
+    assert f.site == f"nodonate.py:{line_of(script, 'LINE-JIT')}"
+    assert f.saving_bytes == STATE_BYTES
+    assert "'params'" in f.message and "'opt'" in f.message and "'batch'" not in f.message
+    assert "donate_argnums=(0, 1)" in f.fix
+    assert "step = jax.jit(update, donate_argnums=(0, 1))  # LINE-JIT" in f.fix  # the edited line
+    assert "params['w'] float32[512,256] -> output[0]['w']" in f.evidence
+
+
+def test_applied_donation_gets_no_advice_and_lowers_the_peak_by_the_prediction(tmp_path):
+    _, before, att_b, _ = _record(tmp_path, "before.py", TRAIN.replace("{DONATE}", ""))
+    [advice] = _donations(before, att_b)
+    _, after, att_a, _ = _record(tmp_path, "after.py", TRAIN.replace("{DONATE}", ", donate_argnums=(0, 1)"))
+    assert _donations(after, att_a) == []
+    mb, ma = jit_memory(before, att_b).iloc[0], jit_memory(after, att_a).iloc[0]
+    assert mb["alias_bytes"] == 0
+    # XLA's own account of the donation that took effect, and the call's peak.
+    assert abs(ma["alias_bytes"] - advice.saving_bytes) <= 0.1 * advice.saving_bytes
+    drop = mb["call_peak_bytes"] - ma["call_peak_bytes"]
+    assert abs(drop - advice.saving_bytes) <= 0.1 * advice.saving_bytes
+
+
+def test_an_argument_used_after_the_call_is_never_recommended(tmp_path):
+    source = TRAIN.replace("{DONATE}", "").replace(
+        "    params, opt, loss = step(params, opt, batch)  # LINE-CALL",
+        "    new_params, opt, loss = step(params, opt, batch)  # LINE-CALL\n"
+        "    drift = jax.tree_util.tree_map(lambda a, b: a - b, new_params, params)  # uses the old params\n"
+        "    params = new_params")
+    _, run, att, _ = _record(tmp_path, "reuse.py", source)
+    [f] = _donations(run, att)
+    assert "'opt'" in f.message and "'params'" not in f.message
+    assert f.saving_bytes == STATE_BYTES // 2
+    assert "donate_argnums=(1,)" in f.fix
+
+
+def test_keyword_state_gets_donate_argnames(tmp_path):
+    source = """
+import jax
+import jax.numpy as jnp
+
+@jax.jit
+def step(batch, *, state):
+    return {"w": state["w"] + batch.sum()}
+
+state = {"w": jnp.zeros((1024,), jnp.float32)}
+batch = jnp.ones((8,), jnp.float32)
+for i in range(5):
+    state = step(batch, state=state)
+"""
+    _, run, att, _ = _record(tmp_path, "kw.py", source)
+    [f] = _donations(run, att)
+    assert "donate_argnames=('state',)" in f.fix and "donate_argnums" not in f.fix
+    assert f.saving_bytes == 4096
+    assert "@functools.partial(jax.jit, donate_argnames=('state',))" in f.fix
+
+
+def test_sharded_state_is_matched_per_shard(tmp_path):
+    source = """
+import jax
+jax.config.update("jax_num_cpu_devices", 2)
+import jax.numpy as jnp
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+mesh = jax.make_mesh((2,), ("x",))
+state = jax.device_put(jnp.zeros((4096, 64), jnp.float32), NamedSharding(mesh, P("x")))
+replicated = jax.device_put(jnp.zeros((256,), jnp.float32), NamedSharding(mesh, P()))
+step = jax.jit(lambda s, r: (s + 1.0, r * 2.0))
+for i in range(5):
+    state, replicated = step(state, replicated)
+"""
+    _, run, att, _ = _record(tmp_path, "sharded.py", source)
+    [f] = _donations(run, att)
+    # The sharded state: 1 MiB over 2 devices; the replicated array: 1 KiB on each of 2 devices.
+    assert f.saving_bytes == 4096 * 64 * 4 + 2 * 256 * 4
+    assert "donate_argnums=(0, 1)" in f.fix
+
+
+def test_unusable_donation_is_explained(tmp_path):
+    source = """
+import jax
+import jax.numpy as jnp
+
+step = jax.jit(lambda x, y: (x * 2.0).sum(), donate_argnums=(0, 1))
+x = jnp.ones((1000,), jnp.float32)
+for i in range(3):
+    y = jnp.ones((10,), jnp.int32)
+    out = step(x, y)
+"""
+    _, run, att, proc = _record(tmp_path, "unusable.py", source)
+    assert "Some donated buffers were not usable" in proc.stderr  # JAX's warning, still shown
+    warnings = run.events[run.events["kind"] == "warning"]["message"].tolist()
+    assert any("Some donated buffers were not usable" in w for w in warnings)
+    [f] = [f for f in donation_findings(run, att) if f.rule == "donation-unusable"]
+    assert "float32[1000]" in f.message and "int32[10]" in f.message
+    assert "JAX warned" in f.message
+    assert "float32[]" in f.evidence  # the only output
+
+
+def test_using_a_donated_array_is_explained(tmp_path):
+    source = """
+import jax
+import jax.numpy as jnp
+
+step = jax.jit(lambda s: s + 1.0, donate_argnums=0)
+state = jnp.zeros((100,), jnp.float32)
+new = step(state)
+print(state + 1)  # state was donated
+"""
+    _, run, att, proc = _record(tmp_path, "used.py", source, check=1)
+    assert "deleted" in proc.stderr
+    [f] = [f for f in donation_findings(run, att) if f.rule == "donated-then-used"]
+    assert "<lambda>" in f.evidence and f.severity == "high"
+
+
+PROBE_SEMANTICS = """
+import dataclasses, functools, json, sys
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+@dataclasses.dataclass
+class State:
+    w: jax.Array
+    n: int
+
+jax.tree_util.register_dataclass(State, data_fields=["w"], meta_fields=["n"])
+
+@jax.jit
+def plain(x, y):
+    return x * y
+
+@jax.jit(donate_argnums=0)
+def factory(x):
+    return x + 1
+
+@functools.partial(jax.jit, static_argnums=1)
+def static(x, k):
+    return x * k
+
+@functools.partial(jax.jit, static_argnames="mode")
+def named(x, mode="add"):
+    return x + 1 if mode == "add" else x - 1
+
+class Model:
+    def __init__(self):
+        self.scale = 3.0
+
+    @functools.partial(jax.jit, static_argnums=0)
+    def apply(self, x):
+        return x * self.scale
+
+@jax.jit
+def tree(state, d, items):
+    return State(state.w + d["a"] + items[0], state.n), [d["b"] * 2]
+
+x = jnp.arange(6.0)
+results = {
+    "plain": plain(x, x).tolist(),
+    "factory": factory(jnp.ones(3)).tolist(),
+    "static": static(x, 2).tolist(),
+    "named": named(x, mode="sub").tolist(),
+    "method": Model().apply(x).tolist(),
+    "tree": [tree(State(x, 1), {"a": x, "b": x}, [x, x])[0].w.tolist()],
+    "lower": plain.lower(x, x).compile()(x, x).tolist(),
+    "trace": str(plain.trace(x, x).jaxpr).count("mul"),
+    "eval_shape": str(plain.eval_shape(x, x).shape),
+    "name": plain.__name__,
+    "wrapped": plain.__wrapped__.__name__,
+}
+for i in range(4):
+    results["loop"] = plain(x, x).sum().item()
+print(json.dumps(results, sort_keys=True))
+"""
+
+
+def test_probe_keeps_every_jit_form_working_with_identical_results(tmp_path):
+    script = write_script(tmp_path, "forms.py", PROBE_SEMANTICS)
+    plain = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=cpu_env(), capture_output=True,
+                           text=True, check=True).stdout
+    probed = run_cli("run", "-q", "-o", tmp_path / "forms.run", script, cwd=tmp_path, check=0).stdout
+    assert json.loads(probed) == json.loads(plain)
+    run = load_run(tmp_path / "forms.run")
+    names = set(run.jit["functions"]["name"])
+    assert {"plain", "factory", "static", "named", "apply", "tree"} <= names
+    counts = run.jit["counts"].merge(run.jit["functions"], on="function_id").set_index("name")
+    # Calls through the proxy: not the one through .lower(...).compile(), which runs the executable.
+    assert counts.loc["plain", "calls"] == 1 + 4
+    factory = run.jit["functions"].set_index("name").loc["factory"]
+    assert json.loads(factory["donate_argnums"]) == [0]
+    # Without the probe, nothing is recorded about jitted functions.
+    run_cli("run", "-q", "--no-jit-probe", "-o", tmp_path / "off.run", script, cwd=tmp_path, check=0)
+    assert load_run(tmp_path / "off.run").jit["functions"].empty
+
+
+def test_report_shows_the_donation_and_memory_inside_jit(tmp_path):
+    script, run, att, _ = _record(tmp_path, "rep.py", TRAIN.replace("{DONATE}", ""))
+    out = run_cli("report", tmp_path / "rep.py.run", cwd=tmp_path, check=0).stdout
+    assert "Memory inside jitted functions" in out
+    assert "Donate 'params', 'opt' of update" in out
+    assert "estimated true peak" in out
+    doc = json.loads(run_cli("report", tmp_path / "rep.py.run", "--json", cwd=tmp_path, check=0).stdout)
+    [jm] = [r for r in doc["jit_memory"] if r["function"] == "update"]
+    assert jm["alias_bytes"] == 0 and jm["call_peak_bytes"] >= 2 * STATE_BYTES
+    [d] = [f for f in doc["findings"] if f["rule"] == "donate"]
+    assert d["saving_bytes"] == STATE_BYTES
