@@ -1,0 +1,1 @@
+"""Advice: what to change (donation, allocator settings, device capacity)."""

@@ -1,0 +1,571 @@
+"""Allocator settings for a GPU run: what to set, and the figures behind it.
+
+The rules read what a run recorded: the backend, the jaxlib version, the
+allocation environment variables set at run time (``manifest["environment"]``),
+the allocator statistics of each device (``memory_stats``: ``bytes_limit``,
+``peak_bytes_in_use``, ``pool_bytes``, ``largest_free_block_bytes``), and the
+peak the program needs. Each finding says what to set, the figures behind it,
+the trade-off, and where JAX documents it (:data:`DOCS_URL`).
+
+Rules (all about the whole run, so ``site`` is empty):
+
+- ``allocator-fraction``: the peak, with headroom (:func:`needed_bytes`: 5 %
+  plus 64 MiB), needs more than the allocator's limit (``bytes_limit`` = device
+  memory x fraction): raise the fraction to the one that holds it, or, when
+  even :data:`MAX_FRACTION_PERCENT` of the device would not, say so.
+- ``allocator-preallocate``: several processes share a GPU and their
+  preallocated pools add up to more than the device, or the peak is below
+  :data:`UNDERUSED_SHARE` (25 %) of a preallocated pool: preallocate less.
+- ``allocator-fragmentation``: a BFC pool of at least 1 GiB was at least 30 %
+  fragmented (JAX_MEMORY_FACTS.md section 3): ``TF_GPU_ALLOCATOR=cuda_malloc_async``.
+- ``allocator-platform`` (info): when one of the above fired or the run ran
+  out of memory, ``XLA_PYTHON_CLIENT_ALLOCATOR=platform`` measures exact use,
+  slowly: a debugging aid only.
+- ``allocator-env``: the environment itself is wrong for the jaxlib that ran:
+  both fraction variables set, the new name under an old jaxlib (ignored), a
+  preallocation value jaxlib reads as true.
+
+Which fraction variable to name depends on the jaxlib version recorded in
+the manifest (never both; see :func:`fraction_env_name`).
+
+Only GPU runs get settings: a CPU or TPU run returns ``[]``, except that an
+environment that makes the CUDA plugin fail (both fraction variables under a
+jaxlib that refuses them) is reported whatever the backend, since that
+failure is what leaves a program on the CPU. To plan a GPU job from a CPU
+run, use :mod:`jaxmemprof.analysis.advice.capacity`.
+
+This module never imports jax: versions are read from the manifest.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from jaxmemprof.analysis.findings import Finding
+from jaxmemprof.analysis.timeline import timeline as build_timeline
+from jaxmemprof.units import format_bytes
+
+DOCS_URL = "https://docs.jax.dev/en/latest/gpu_memory_allocation.html"
+
+MiB = 1024**2
+GiB = 1024**3
+
+FRACTION = "XLA_CLIENT_MEM_FRACTION"
+OLD_FRACTION = "XLA_PYTHON_CLIENT_MEM_FRACTION"  # deprecated name
+PREALLOCATE = "XLA_PYTHON_CLIENT_PREALLOCATE"
+ALLOCATOR = "XLA_PYTHON_CLIENT_ALLOCATOR"
+TF_GPU_ALLOCATOR = "TF_GPU_ALLOCATOR"
+
+# The jaxlib that first reads XLA_CLIENT_MEM_FRACTION. Checked in
+# jaxlib/xla_client.py, generate_pjrt_gpu_plugin_options(), of the installed
+# jaxlib and of the 0.4.31 and 0.4.32 wheels (fetched with pip download):
+# - jaxlib 0.4.31 (line 223) reads only XLA_PYTHON_CLIENT_MEM_FRACTION;
+# - jaxlib 0.4.32 (lines 223-233) reads XLA_CLIENT_MEM_FRACTION, falls back
+#   to XLA_PYTHON_CLIENT_MEM_FRACTION, and raises ValueError ("... is
+#   specified together with XLA_PYTHON_CLIENT_MEM_FRACTION. Remove the latter
+#   one, it is deprecated.") when both are set;
+# - the installed jaxlib 0.10.2 does the same (xla_client.py lines 180-190).
+# The CUDA plugin calls that function in its initialize() (jax-ml/jax
+# jax_plugins/cuda/__init__.py; not installed here) and JAX only logs an exception raised there
+# ("Jax plugin configuration error", jax/_src/xla_bridge.py lines 506-511 in
+# 0.10.2): the CUDA backend is then missing and JAX runs on what is left.
+NEW_FRACTION_NAME_SINCE = (0, 4, 32)
+
+# XLA's default pool fraction: GpuAllocatorConfig::memory_fraction = 0.75
+# (xla/pjrt/gpu/gpu_helpers.h). It lives in the CUDA plugin, not in Python:
+# the installed jaxlib 0.10.2 passes memory_fraction only when a variable is
+# set (xla_client.py lines 201-202). Since jaxlib 0.4.1 it is a fraction of
+# total memory (earlier: of the memory available at start).
+DEFAULT_FRACTION = 0.75
+
+# Never advise giving the pool more than this share of the device: the CUDA
+# context, cuBLAS/cuDNN handles and NCCL buffers live outside it.
+MAX_FRACTION_PERCENT = 95
+HEADROOM_PERCENT = 5  # BFC rounds chunks up and bins them; slack
+HEADROOM_BYTES = 64 * MiB  # small buffers XLA allocates beside the program's
+UNDERUSED_SHARE = 0.25
+FRAGMENTATION_MIN = 0.30
+FRAGMENTATION_MIN_POOL_BYTES = 1 * GiB
+
+GPU_BACKENDS = ("gpu", "cuda", "rocm")
+# jaxlib turns preallocation off only for these values (xla_client.py line 204:
+# ``preallocate not in ('false', 'False', '0')``); any other non-empty value is on.
+PREALLOCATE_OFF = ("false", "False", "0")
+
+
+# -- versions and variable names ---------------------------------------------------
+
+
+def parse_version(text) -> tuple[int, ...] | None:
+    """``"0.4.32"`` -> (0, 4, 32); ``"0.4.32.dev20240901+cuda12"`` ->
+    (0, 4, 32); None when there is no leading version number."""
+    if text is None:
+        return None
+    m = re.match(r"\s*v?(\d+(?:\.\d+)*)", str(text))
+    if not m:
+        return None
+    parts = tuple(int(p) for p in m.group(1).split("."))
+    return (parts + (0, 0, 0))[:3]
+
+
+def reads_new_fraction_name(jaxlib_version: str | None) -> bool:
+    """Whether that jaxlib reads ``XLA_CLIENT_MEM_FRACTION`` (0.4.32 and
+    later). An unknown version is taken to be a current one."""
+    v = parse_version(jaxlib_version)
+    return v is None or v >= NEW_FRACTION_NAME_SINCE
+
+
+def fraction_env_name(jaxlib_version: str | None) -> str:
+    """The one fraction variable to recommend for that jaxlib."""
+    return FRACTION if reads_new_fraction_name(jaxlib_version) else OLD_FRACTION
+
+
+def fraction_setting(percent: int) -> str:
+    """82 -> ``".82"`` (the form JAX's documentation uses); 100 -> ``"1.00"``."""
+    return f"{percent // 100}.{percent % 100:02d}" if percent >= 100 else f".{percent:02d}"
+
+
+def needed_bytes(peak_bytes: int) -> int:
+    """The pool a peak needs: the peak, plus 5 % (allocator rounding and
+    fragmentation slack), plus 64 MiB (XLA's own small buffers)."""
+    peak = max(int(peak_bytes), 0)
+    return peak + -(-peak * HEADROOM_PERCENT // 100) + HEADROOM_BYTES
+
+
+def percent_needed(need: int, total: int) -> int:
+    """The smallest whole percent of ``total`` that holds ``need``."""
+    if total <= 0:
+        return 10**9
+    return max(1, -(-int(need) * 100 // int(total)))
+
+
+@dataclass(frozen=True)
+class FractionConfig:
+    """How the run's environment sets the pool fraction for its jaxlib."""
+
+    value: float  # the fraction in effect (the default when none is set)
+    variable: str | None  # the variable it came from; None: XLA's default
+    both_set: bool  # both names set
+    ignored: str | None  # a variable set but not read by that jaxlib
+
+
+def fraction_config(env: dict, jaxlib_version: str | None) -> FractionConfig:
+    """The fraction in effect, read as that jaxlib reads it (an empty value
+    counts as unset, as in ``os.getenv(name, '')``)."""
+    new, old = env.get(FRACTION) or "", env.get(OLD_FRACTION) or ""
+    both = bool(new and old)
+    if reads_new_fraction_name(jaxlib_version):
+        name, text, ignored = (FRACTION, new, None) if new else (OLD_FRACTION, old, None)
+    else:
+        name, text, ignored = OLD_FRACTION, old, (FRACTION if new else None)
+    value = _float(text) if text else None
+    if value is None or value <= 0:
+        return FractionConfig(DEFAULT_FRACTION, None, both, ignored)
+    return FractionConfig(value, name, both, ignored)
+
+
+def fraction_fix(env: dict, jaxlib_version: str | None, setting: str) -> str:
+    """``NAME=setting``, naming the variable that jaxlib reads, and asking to
+    unset the other one when the environment has it."""
+    name = fraction_env_name(jaxlib_version)
+    other = OLD_FRACTION if name == FRACTION else FRACTION
+    text = f"{name}={setting}"
+    if env.get(other):
+        why = ("jaxlib raises ValueError when both are set" if name == FRACTION
+               else f"jaxlib {jaxlib_version} does not read it")
+        text += f" and unset {other} ({why})"
+    return text
+
+
+def preallocates(env: dict) -> bool:
+    """Whether the allocator preallocates its pool at start: the BFC allocator
+    (default) with preallocation not turned off."""
+    if not _bfc(env):
+        return False
+    value = env.get(PREALLOCATE) or ""
+    return value == "" or value not in PREALLOCATE_OFF
+
+
+def _bfc(env: dict) -> bool:
+    """Whether the BFC allocator runs: XLA_PYTHON_CLIENT_ALLOCATOR default or
+    bfc (platform, cuda_async and vmm are other allocators; xla_client.py line
+    195), and, for default, TF_GPU_ALLOCATOR not asking for cudaMallocAsync
+    (JAX_MEMORY_FACTS.md section 6)."""
+    allocator = (env.get(ALLOCATOR) or "default").lower()
+    if allocator not in ("default", "bfc"):
+        return False
+    return not (allocator == "default" and (env.get(TF_GPU_ALLOCATOR) or "") == "cuda_malloc_async")
+
+
+def _float(text) -> float | None:
+    try:
+        v = float(text)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
+
+
+# -- the peak the program needs --------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Peak:
+    bytes: int
+    source: str  # in words, for evidence
+    device: str | None  # the device it was measured on, where known
+
+
+def estimate_peak(run, true_peak_bytes: int | None = None, devices: pd.DataFrame | None = None) -> Peak:
+    """The peak on the busiest device, best source first: the estimated true
+    peak given by the caller (XLA temporaries included); the allocator's
+    high-water mark ``peak_bytes_in_use``; the most live array bytes on one
+    device in a snapshot; the most live bytes of any snapshot."""
+    if true_peak_bytes is not None:
+        return Peak(int(true_peak_bytes), "the estimated true peak (XLA temporaries included)", None)
+    if devices is None:
+        devices = build_timeline(run, top_sites=0).devices
+    hwm = devices.dropna(subset=["peak_bytes_in_use"]) if "peak_bytes_in_use" in devices else devices.iloc[0:0]
+    if len(hwm):
+        row = hwm.loc[hwm["peak_bytes_in_use"].astype("int64").idxmax()]
+        return Peak(int(row["peak_bytes_in_use"]),
+                    f"the allocator's high-water mark (peak_bytes_in_use) on {row['device']}", str(row["device"]))
+    if len(devices) and (devices["live_bytes"] > 0).any():
+        row = devices.loc[devices["live_bytes"].astype("int64").idxmax()]
+        return Peak(int(row["live_bytes"]), f"the most live array bytes on {row['device']} in a snapshot "
+                    "(XLA temporaries not included)", str(row["device"]))
+    snaps = run.snapshots
+    live = int(snaps["live_bytes"].max()) if len(snaps) else 0
+    return Peak(live, "the most live bytes in a snapshot (XLA temporaries not included)", None)
+
+
+# -- devices and processes -------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DeviceStats:
+    device: str
+    bytes_limit: int | None  # the last one recorded
+    pool_bytes: int | None  # the largest
+    peak_bytes_in_use: int | None  # the largest
+
+
+def device_stats(devices: pd.DataFrame) -> list[DeviceStats]:
+    out = []
+    if devices.empty:
+        return out
+    for dev, g in devices.groupby("device", sort=True):
+        limit = g["bytes_limit"].dropna()
+        pool = g["pool_bytes"].dropna()
+        hwm = g["peak_bytes_in_use"].dropna()
+        if limit.empty and pool.empty and hwm.empty:
+            continue
+        out.append(DeviceStats(
+            str(dev),
+            int(limit.iloc[-1]) if len(limit) else None,
+            int(pool.max()) if len(pool) else None,
+            int(hwm.max()) if len(hwm) else None,
+        ))
+    return out
+
+
+def processes_per_device(run) -> int:
+    """How many JAX processes used one physical GPU, where the run can tell:
+    this process and the other processes of a multi-process run directory
+    (``process-N`` siblings) on the same host whose devices name the same
+    ``local_hardware_id``. Process count alone cannot tell: processes of a
+    multi-controller job normally own distinct GPUs. 1 when unknown."""
+    m = run.manifest or {}
+    manifests = [m]
+    path = Path(run.path)
+    if path.name.startswith("process-") and path.parent.is_dir():
+        for sib in sorted(path.parent.glob("process-*/manifest.json")):
+            if sib.parent.resolve() == path.resolve():
+                continue
+            try:
+                doc = json.loads(sib.read_text(encoding="utf-8"))
+            except (OSError, ValueError, UnicodeDecodeError):
+                continue
+            if isinstance(doc, dict):
+                manifests.append(doc)
+    users: dict[tuple, set] = {}
+    for i, doc in enumerate(manifests):
+        for d in doc.get("devices") or []:
+            if not isinstance(d, dict) or d.get("local_hardware_id") is None:
+                continue
+            key = (doc.get("hostname"), str(d.get("kind")), d.get("local_hardware_id"))
+            users.setdefault(key, set()).add(doc.get("process_index", i))
+    return max((len(v) for v in users.values()), default=1)
+
+
+def had_oom(run) -> bool:
+    ev = run.events
+    if ev is not None and len(ev) and "kind" in ev and (ev["kind"] == "oom").any():
+        return True
+    snaps = run.snapshots
+    return bool(len(snaps) and "trigger" in snaps and (snaps["trigger"] == "oom").any())
+
+
+def _is_rocm(manifest: dict) -> bool:
+    kinds = " ".join(str(d.get("kind", "")) for d in manifest.get("devices") or [] if isinstance(d, dict))
+    return bool(re.search(r"\b(AMD|Instinct|Radeon|gfx\d+)", kinds)) or str(manifest.get("backend")).lower() == "rocm"
+
+
+# -- the rules -------------------------------------------------------------------
+
+
+def allocator_findings(run, true_peak_bytes: int | None = None, *, processes_per_gpu: int | None = None,
+                       timeline=None) -> list[Finding]:
+    """Allocator advice for a GPU run (``[]`` for other backends, but see the
+    module docstring). ``true_peak_bytes``: the estimated peak on the busiest
+    device, XLA temporaries included, where known. ``processes_per_gpu``:
+    how many processes share one GPU, when the caller knows (otherwise read
+    from the run, :func:`processes_per_device`). ``timeline``: the run's
+    Timeline, if already computed."""
+    m = run.manifest or {}
+    env = {str(k): str(v) for k, v in (m.get("environment") or {}).items()}
+    jaxlib = m.get("jaxlib_version")
+    backend = str(m.get("backend") or "").lower()
+    if backend not in GPU_BACKENDS:
+        return both_fractions_findings(env, jaxlib, backend)
+    found = env_findings(env, jaxlib, backend=backend)
+
+    devices = (timeline if timeline is not None else build_timeline(run, top_sites=0)).devices
+    peak = estimate_peak(run, true_peak_bytes, devices)
+    stats = device_stats(devices)
+    frac = fraction_config(env, jaxlib)
+    oom = had_oom(run)
+    n = int(processes_per_gpu) if processes_per_gpu else processes_per_device(run)
+
+    capacity = _fraction_rule(env, jaxlib, peak, stats, frac, oom)
+    found += capacity
+    found += _preallocate_rule(env, jaxlib, peak, stats, frac, n)
+    fragmentation = [] if _is_rocm(m) else _fragmentation_rule(env, devices, oom)
+    found += fragmentation
+
+    reasons = []
+    if oom:
+        reasons.append("the run ran out of device memory")
+    reasons += [f"{f.rule} fired" for f in capacity + fragmentation]
+    if reasons and (env.get(ALLOCATOR) or "").lower() != "platform":
+        found.append(Finding(
+            rule="allocator-platform", severity="info", site="",
+            message="To measure exactly how much device memory this program needs, run it once "
+                    "with XLA_PYTHON_CLIENT_ALLOCATOR=platform.",
+            evidence="why: " + "; ".join(reasons) + f"; peak used here: {format_bytes(peak.bytes)} from {peak.source}",
+            fix="XLA_PYTHON_CLIENT_ALLOCATOR=platform allocates exactly what is needed and frees it at once "
+                "(no pool, no preallocation, the only mode that returns memory to the device): very slow, "
+                f"a debugging aid for one measuring run, not a setting to keep. See {DOCS_URL}",
+        ))
+    return found
+
+
+def _limit_for(peak: Peak, stats: list[DeviceStats]) -> DeviceStats | None:
+    with_limit = [s for s in stats if s.bytes_limit]
+    if not with_limit:
+        return None
+    if peak.device is not None:
+        for s in with_limit:
+            if s.device == peak.device:
+                return s
+    return min(with_limit, key=lambda s: (s.bytes_limit, s.device))
+
+
+def _fraction_rule(env, jaxlib, peak: Peak, stats, frac: FractionConfig, oom: bool) -> list[Finding]:
+    dev = _limit_for(peak, stats)
+    if dev is None or peak.bytes <= 0:
+        return []
+    limit = dev.bytes_limit
+    need = needed_bytes(peak.bytes)
+    if need <= limit:
+        return []
+    total = int(round(limit / frac.value))
+    pct = percent_needed(need, total)
+    from_what = f"{frac.variable}={env.get(frac.variable)}" if frac.variable else f"the default {DEFAULT_FRACTION:.2f}"
+    evidence = (
+        f"peak {format_bytes(peak.bytes)} ({peak.bytes} bytes), from {peak.source}; with headroom "
+        f"(+5 % + 64 MiB) {format_bytes(need)} ({need} bytes); bytes_limit on {dev.device} "
+        f"{format_bytes(limit)} ({limit} bytes) = {frac.value:.2f} ({from_what}) x about "
+        f"{format_bytes(total)} of device memory; fraction needed {pct / 100:.2f}"
+    )
+    severity = "high" if (peak.bytes > limit or oom) else "medium"
+    if pct <= MAX_FRACTION_PERCENT:
+        setting = fraction_setting(pct)
+        return [Finding(
+            rule="allocator-fraction", severity=severity, site="",
+            message=f"The peak needs {format_bytes(need)} with headroom but the allocator's limit on "
+                    f"{dev.device} is {format_bytes(limit)}: raise the memory fraction to {setting}.",
+            evidence=evidence,
+            fix=f"Set {fraction_fix(env, jaxlib, setting)}. Trade-off: what the pool takes, other processes "
+                "and the libraries outside it (CUDA context, cuDNN/cuBLAS workspaces, NCCL) cannot have; "
+                f"above {fraction_setting(MAX_FRACTION_PERCENT)} they may fail to allocate. See {DOCS_URL}",
+        )]
+    return [Finding(
+        rule="allocator-fraction", severity="high", site="",
+        message=f"The peak needs {format_bytes(need)} with headroom, {pct} % of the "
+                f"{format_bytes(total)} device: no memory fraction up to "
+                f"{fraction_setting(MAX_FRACTION_PERCENT)} holds it.",
+        evidence=evidence,
+        fix="Lower the peak (donate arguments, rematerialise with jax.checkpoint, smaller batches, shard "
+            "over more devices) or use a device with more memory. TF_FORCE_UNIFIED_MEMORY=1 with "
+            f"{fraction_env_name(jaxlib)} above 1 lets the pool spill into host memory, at a large cost in "
+            f"speed. See {DOCS_URL}",
+    )]
+
+
+def _preallocate_rule(env, jaxlib, peak: Peak, stats, frac: FractionConfig, n: int) -> list[Finding]:
+    if not preallocates(env):
+        return []
+    dev = _limit_for(peak, stats)
+    pool = None
+    if dev is not None:
+        pool = dev.pool_bytes or dev.bytes_limit
+    if n > 1 and frac.value * n * 100 > MAX_FRACTION_PERCENT:
+        share = MAX_FRACTION_PERCENT // n
+        total = int(round(dev.bytes_limit / frac.value)) if dev is not None and dev.bytes_limit else None
+        need = needed_bytes(peak.bytes)
+        evidence = (f"{n} processes on one GPU; fraction {frac.value:.2f} ({frac.variable or 'default'}); "
+                    f"{PREALLOCATE}={env.get(PREALLOCATE) or 'unset (true)'}; this process's peak "
+                    f"{format_bytes(peak.bytes)} from {peak.source}, {format_bytes(need)} with headroom")
+        fix = (f"Set {PREALLOCATE}=false in each process (memory is allocated on demand: more prone to "
+               "fragmentation, and freed memory stays with its process), or give each process "
+               f"{fraction_fix(env, jaxlib, fraction_setting(share))} ({MAX_FRACTION_PERCENT} % / {n})")
+        if total:
+            each = total * share // 100
+            evidence += f"; device about {format_bytes(total)}, {format_bytes(each)} each at {fraction_setting(share)}"
+            if need <= each:
+                fix += f", which holds this process's peak ({format_bytes(need)} with headroom)."
+            else:
+                fix += (f". Neither is enough if every process peaks like this one: {n} x {format_bytes(need)} = "
+                        f"{format_bytes(n * need)} is more than {fraction_setting(MAX_FRACTION_PERCENT)} of the "
+                        f"{format_bytes(total)} GPU; run fewer processes per GPU or lower the peak.")
+        else:
+            fix += "."
+        return [Finding(
+            rule="allocator-preallocate", severity="high", site="",
+            message=f"{n} processes share one GPU and each preallocates {frac.value:.0%} of it: "
+                    f"together they ask for {frac.value * n:.0%} of its memory.",
+            evidence=evidence,
+            fix=fix + f" See {DOCS_URL}",
+        )]
+    if not pool or peak.bytes <= 0 or peak.bytes >= UNDERUSED_SHARE * pool:
+        return []
+    need = needed_bytes(peak.bytes)
+    total = int(round(dev.bytes_limit / frac.value)) if dev.bytes_limit else pool
+    pct = percent_needed(need, total)
+    return [Finding(
+        rule="allocator-preallocate", severity="low", site="",
+        message=f"The peak ({format_bytes(peak.bytes)}) is {peak.bytes / pool:.0%} of the "
+                f"{format_bytes(pool)} pool preallocated on {dev.device}: "
+                f"{format_bytes(pool - need)} of it is never needed.",
+        evidence=f"peak {format_bytes(peak.bytes)} ({peak.bytes} bytes), from {peak.source}; pool "
+                 f"{format_bytes(pool)} ({pool} bytes; fraction {frac.value:.2f}); with headroom "
+                 f"(+5 % + 64 MiB) the peak needs {format_bytes(need)} = {pct / 100:.2f} of the device; "
+                 f"threshold: peak below {UNDERUSED_SHARE:.0%} of the pool",
+        saving_bytes=int(pool - need),
+        fix=f"Only worth changing if something else needs the GPU: set {PREALLOCATE}=false to allocate "
+            "on demand (more prone to fragmentation; freed memory stays with the process), or keep "
+            f"preallocation and set {fraction_fix(env, jaxlib, fraction_setting(pct))} to preallocate only "
+            f"what the peak needs. See {DOCS_URL}",
+    )]
+
+
+def _fragmentation_rule(env, devices: pd.DataFrame, oom: bool) -> list[Finding]:
+    if not _bfc(env) or devices.empty or "fragmentation" not in devices:
+        return []
+    d = devices.dropna(subset=["fragmentation", "pool_bytes", "bytes_in_use", "largest_free_block_bytes"])
+    d = d[(d["pool_bytes"].astype("int64") >= FRAGMENTATION_MIN_POOL_BYTES) & (d["fragmentation"] >= FRAGMENTATION_MIN)]
+    if d.empty:
+        return []
+    row = d.loc[d["fragmentation"].astype(float).idxmax()]
+    pool, used, largest = int(row["pool_bytes"]), int(row["bytes_in_use"]), int(row["largest_free_block_bytes"])
+    free = pool - used
+    frag = float(row["fragmentation"])
+    fix = ("Set TF_GPU_ALLOCATOR=cuda_malloc_async: CUDA's stream-ordered allocator (cudaMallocAsync, CUDA "
+           "11.2 or later) replaces the BFC pool and its fragmentation. Trade-off: no preallocated pool "
+           "(memory is taken from the device as needed), speed may differ (measure), and the BFC "
+           "statistics (pool_bytes, largest_free_block_bytes) are no longer reported. BFC's own "
+           "out-of-memory message suggests it when fragmentation is the cause.")
+    if not preallocates(env):
+        fix += (f" Preallocation is off ({PREALLOCATE}={env.get(PREALLOCATE)}), which JAX's documentation "
+                "says is more prone to fragmentation: turning it back on is the first thing to try.")
+    return [Finding(
+        rule="allocator-fragmentation", severity="high" if oom else "medium", site="",
+        message=f"The allocator pool on {row['device']} was {frag:.0%} fragmented at snapshot "
+                f"{int(row['snapshot'])}: {format_bytes(free)} free, but the largest free block is "
+                f"{format_bytes(largest)}.",
+        evidence=f"pool_bytes {format_bytes(pool)} ({pool} bytes), bytes_in_use {format_bytes(used)} "
+                 f"({used} bytes), largest_free_block_bytes {format_bytes(largest)} ({largest} bytes); "
+                 f"fragmentation = (pool - in use - largest free block) / (pool - in use) = {frag:.2f}; "
+                 f"threshold {FRAGMENTATION_MIN:.2f} on pools of {format_bytes(FRAGMENTATION_MIN_POOL_BYTES)} "
+                 "or more",
+        saving_bytes=int(free - largest),
+        fix=fix + f" See {DOCS_URL}",
+    )]
+
+
+def both_fractions_findings(env: dict, jaxlib_version: str | None, backend: str = "gpu") -> list[Finding]:
+    """Both fraction variables set under a jaxlib that refuses them together:
+    the CUDA plugin fails to initialise, whatever the backend that then ran."""
+    new, old = env.get(FRACTION) or "", env.get(OLD_FRACTION) or ""
+    if not (new and old and reads_new_fraction_name(jaxlib_version)):
+        return []
+    platforms = (env.get("JAX_PLATFORMS") or "").lower()
+    if backend in GPU_BACKENDS:
+        where = "yet this run reports a GPU backend: was the environment changed after JAX started?"
+    elif platforms and not re.search(r"\b(cuda|gpu)\b", platforms):
+        where = (f"this run asked for JAX_PLATFORMS={env.get('JAX_PLATFORMS')}; a GPU run with this "
+                 "environment would start without its CUDA backend")
+    else:
+        where = f"this run used the {backend or 'unknown'} backend, which that failure may explain"
+    version = jaxlib_version or "(unknown version)"
+    return [Finding(
+        rule="allocator-env", severity="high", site="",
+        message=f"Both {FRACTION}={new} and {OLD_FRACTION}={old} are set: jaxlib {version} raises "
+                "ValueError when both are, and JAX then starts without its CUDA backend.",
+        evidence=f"jaxlib 0.4.32 and later read {FRACTION} and refuse {OLD_FRACTION} beside it "
+                 "(jaxlib/xla_client.py, generate_pjrt_gpu_plugin_options); the CUDA plugin calls it while "
+                 "initialising and JAX only logs the error ('Jax plugin configuration error'); " + where,
+        fix=f"Unset {OLD_FRACTION} (deprecated) and keep {FRACTION}={new}. See {DOCS_URL}",
+    )]
+
+
+def env_findings(env: dict, jaxlib_version: str | None, backend: str = "gpu") -> list[Finding]:
+    """Problems of the allocation environment itself for that jaxlib
+    (rule ``allocator-env``)."""
+    out = both_fractions_findings(env, jaxlib_version, backend)
+    new, old = env.get(FRACTION) or "", env.get(OLD_FRACTION) or ""
+    version = jaxlib_version or "(unknown version)"
+    if new and old and not reads_new_fraction_name(jaxlib_version):
+        out.append(Finding(
+            rule="allocator-env", severity="medium", site="",
+            message=f"Both {FRACTION}={new} and {OLD_FRACTION}={old} are set: jaxlib {version} reads "
+                    f"only {OLD_FRACTION}, and jaxlib 0.4.32 and later refuse the two together.",
+            evidence=f"jaxlib before 0.4.32 reads only {OLD_FRACTION} (jaxlib/xla_client.py of 0.4.31); "
+                     "from 0.4.32 on, both set raise ValueError",
+            fix=f"Unset {FRACTION} and keep {OLD_FRACTION}={old} while on jaxlib {version}; after "
+                f"upgrading to 0.4.32 or later, rename it to {FRACTION}. See {DOCS_URL}",
+        ))
+    elif new and not reads_new_fraction_name(jaxlib_version):
+        out.append(Finding(
+            rule="allocator-env", severity="medium", site="",
+            message=f"{FRACTION}={new} is ignored: jaxlib {version} reads only {OLD_FRACTION}, so the "
+                    f"pool used the default fraction {DEFAULT_FRACTION:.2f}.",
+            evidence=f"{FRACTION} is read from jaxlib 0.4.32 on (jaxlib/xla_client.py)",
+            fix=f"Set {OLD_FRACTION}={new} instead (and unset {FRACTION}), or upgrade jaxlib. See {DOCS_URL}",
+        ))
+    pre = env.get(PREALLOCATE)
+    if pre and pre not in PREALLOCATE_OFF and pre.lower() in ("false", "no", "off", "n", "f"):
+        out.append(Finding(
+            rule="allocator-env", severity="medium", site="",
+            message=f"{PREALLOCATE}={pre} leaves preallocation on: jaxlib turns it off only for "
+                    "false, False or 0.",
+            evidence="jaxlib/xla_client.py: preallocate = value not in ('false', 'False', '0')",
+            fix=f"Set {PREALLOCATE}=false. See {DOCS_URL}",
+        ))
+    return out
