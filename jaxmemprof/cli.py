@@ -269,20 +269,24 @@ def run(output, force, interval, max_overhead, module, no_jit_probe, quiet, targ
 
 
 def _run_summary(tgt, directory):
-    """Print the run's summary on stderr; a failure here never changes the
-    target's exit status."""
+    """Print the run's summary and findings on stderr; a failure here never
+    changes the target's exit status."""
     try:
+        from jaxmemprof.analysis.report import build_report
         from jaxmemprof.analysis.runs import overview
         from jaxmemprof.render import text
         from jaxmemprof.store.reader import load_run
 
         run_ = load_run(directory)
-        ov = overview(run_, _attribution((), (), False, run_))
+        att = _attribution((), (), False, run_)
+        ov = overview(run_, att)
         con = text.console(sys.stderr)
         if ov.oom_sites is not None:
             text.render_oom(ov.oom_sites, con)
-        problems = run_.events.loc[run_.events["kind"] == "sampler-error", "message"].tolist()
+        problems = run_.events.loc[run_.events["kind"].isin(["sampler-error", "probe-error"]), "message"].tolist()
         text.render_run_summary(ov, con, target=" ".join(tgt.argv), run_dir=str(directory), warnings=problems)
+        if ov.peak_snapshot is not None:
+            text.render_findings_brief(build_report(run_, att, top_sites=5).findings, con)
     except Exception as exc:  # the run itself is safe on disk
         click.echo(f"jaxmemprof: warning: could not summarise the run: {exc}", err=True)
 

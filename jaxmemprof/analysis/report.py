@@ -79,10 +79,18 @@ def build_report(run, attribution: Attribution, *, top_sites: int = 10, steps: i
     if inside is None or inside <= tl.peak_bytes:
         where = "at the snapshot peak" if true_peak is not None else ""
     found += donation_findings(run, attribution)
-    found += allocator_findings(run, true_peak)
+    # The allocator rules and the fit work per device: the busiest device's
+    # snapshot peak, plus its share of what snapshots cannot see inside calls.
+    device_peak = None
+    if true_peak is not None:
+        per_device = tl.devices.groupby("device")["live_bytes"].max() if not tl.devices.empty else pd.Series(dtype=float)
+        n = max(len(per_device), 1)
+        busiest = int(per_device.max()) if len(per_device) else int(tl.peak_bytes)
+        device_peak = busiest + (true_peak - int(tl.peak_bytes)) // n
+    found += allocator_findings(run, device_peak, timeline=tl)
     fit = None
     if device_memory is not None:
-        fit = will_it_fit(run, device_memory, true_peak)
+        fit = will_it_fit(run, device_memory, device_peak)
         found += fit_findings(fit)
 
     snaps = run.snapshots

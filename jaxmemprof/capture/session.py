@@ -148,7 +148,8 @@ def _backend_facts() -> dict:
             "backend": jax.default_backend(),
             "devices": [
                 {"id": d.id, "name": str(d), "kind": getattr(d, "device_kind", ""),
-                 "process_index": d.process_index}
+                 "process_index": d.process_index,
+                 "local_hardware_id": getattr(d, "local_hardware_id", None)}
                 for d in jax.local_devices()
             ],
             "process_index": jax.process_index(),

@@ -155,6 +155,19 @@ def render_run_summary(ov, con: Console, *, target: str, run_dir: str, warnings:
         con.print(Text(f"next: jaxmemprof report {safe(run_dir)}    jaxmemprof show {safe(run_dir)}@peak"))
 
 
+def render_findings_brief(findings, con: Console, *, limit: int = 5) -> None:
+    """The first findings, one line each with its fix (``run``'s summary)."""
+    if findings.empty:
+        return
+    con.print(Text(f"findings ({len(findings)}):"))
+    for r in findings.head(limit).itertuples(index=False):
+        con.print(Text(f"  [{r.severity}] {safe(r.message)}"))
+        if r.fix:
+            con.print(Text(f"      fix: {safe(r.fix)}"))
+    if len(findings) > limit:
+        con.print(Text(f"  ... {len(findings) - limit} more in the report"))
+
+
 def render_oom(summary: Summary, con: Console) -> None:
     """The top live sites when the target ran out of device memory."""
     con.print(Text(f"jaxmemprof: out of device memory; live at the failure: {format_bytes(summary.total_bytes)}, held by:"))

@@ -179,8 +179,8 @@ def unusable_donations(run) -> list[tuple]:
 def _suggest(fn, positions: list[int], names: list[str]) -> str:
     """The jit line edited to donate, when it can be read and has a known form."""
     text = linecache.getline(str(fn["jit_file"]), int(fn["jit_line"])).rstrip("\n")
-    if not text.strip():
-        return ""
+    if not text.strip() or "donate_arg" in text:
+        return ""  # unreadable, or donation already set there in a way we would have to rewrite
     args = []
     if positions:
         args.append("donate_argnums=" + (f"({positions[0]},)" if len(positions) == 1 else str(tuple(positions))))
@@ -204,10 +204,7 @@ def _suggest(fn, positions: list[int], names: list[str]) -> str:
         elif text[i] == ")":
             depth -= 1
             if depth == 0:
-                inner = text[start + 1:i]
-                inner = re.sub(r",?\s*donate_arg(?:nums|names)\s*=\s*(\([^)]*\)|\[[^\]]*\]|\d+|'[^']*'|\"[^\"]*\")",
-                               "", inner)
-                return text[: start + 1] + inner + ", " + extra + text[i:]
+                return text[:i] + ", " + extra + text[i:]
     return ""
 
 
@@ -249,9 +246,10 @@ def donation_findings(run, attribution: Attribution = Attribution()) -> list[Fin
             rule="donate",
             severity="high" if saving >= 256 * 1024**2 else "medium",
             site=site,
-            message=(f"Donate {what} of {fn['name']} (defined at {defined}): each call then reuses their "
-                     f"buffers for its outputs instead of holding old and new at once, "
-                     f"{format_bytes(saving)} less at every call's peak."),
+            message=(f"Donate {what} of {fn['name']} (defined at {defined}): XLA can then write the outputs "
+                     f"into their {format_bytes(saving)} of buffers instead of holding old and new values at once "
+                     f"during each call (up to that much less at each call's peak; XLA's temporaries may "
+                     f"change too)."),
             evidence=evidence,
             saving_bytes=int(saving),
             fix=fix,
