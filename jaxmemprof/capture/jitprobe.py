@@ -33,6 +33,8 @@ import time
 import types
 import weakref
 
+from jaxmemprof.capture.sampler import is_deleted as _is_deleted
+
 _OWN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _SKIP_FILES = (os.path.abspath(functools.__file__),)
 
@@ -403,13 +405,6 @@ def _leaf(a, path: str) -> dict:
         "devices": len(getattr(sharding, "addressable_devices", ()) or ()) or 1,
         "bytes": int(device_bytes),
     }
-
-
-def _is_deleted(a) -> bool:
-    try:
-        return bool(a.is_deleted())
-    except Exception:
-        return False
 
 
 def _cache_size(real) -> int:

@@ -205,7 +205,7 @@ class Sampler:
         for key, entry in tracked.items():
             if still.get(key) is not entry:
                 obj = entry.ref()
-                how = "deleted" if obj is not None and _is_deleted(obj) else "freed"
+                how = "deleted" if obj is not None and is_deleted(obj) else "freed"
                 ended.append((entry.array_id, previous, how))
         self._tracked = still
         self._aliases = {k: r for k, r in aliases.items() if r() is not None}
@@ -330,7 +330,8 @@ def _address(a):
         return None
 
 
-def _is_deleted(a) -> bool:
+def is_deleted(a) -> bool:
+    """``a.is_deleted()``, False when it cannot be asked."""
     try:
         return bool(a.is_deleted())
     except Exception:
