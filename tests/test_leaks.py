@@ -319,3 +319,31 @@ def test_theil_sen_samples_pairs_of_long_series():
     slopes = theil_sen(x, t, max_pairs=5000)
     assert slopes[0] == 3.0
     assert abs(slopes[1]) < 1e3  # no trend: half the pairwise slopes up, half down
+
+
+SPIKY = """
+import jax, jax.numpy as jnp
+import jaxmemprof
+
+def make(n):
+    return jnp.zeros((n,), jnp.float32)  # SITE-MAKE
+
+jax.devices()
+jaxmemprof.snapshot("start")
+keep = []
+for i in range(30):
+    keep.append(make(1024))  # 4 KiB kept each step
+    if i == 3:
+        spike = make(1 << 18)  # 1 MiB for one snapshot only, at the same site
+    jaxmemprof.mark(f"step {i}")
+    jaxmemprof.snapshot()
+    if i == 3:
+        del spike
+"""
+
+
+def test_a_transient_spike_does_not_hide_a_leak(tmp_path_factory):
+    script, run, att = _record(tmp_path_factory, "spiky", SPIKY)
+    found = leaks(run, att, min_bytes=0)
+    row = found.set_index("site").loc[f"spiky.py:{line_of(script, 'SITE-MAKE')} (make)"]
+    assert row["growth_bytes_per_step"] == 4096

@@ -19,8 +19,9 @@ per-snapshot series is put to a trend test:
 
 A site is reported when p < ``alpha`` (0.01), tau-b >= ``min_tau`` (0.5), the
 growth is positive, it grew at ``min_increases`` (3) or more snapshots, and it
-is still growing at the end: the last third of its snapshots reaches a new
-high over the first two thirds. A single jump, however significant, is not a
+is still growing at the end: the last third of its snapshots rises above the
+first two thirds (their 90th percentile: a transient spike, such as a snapshot
+taken while a call holds old and new state, does not hide a leak). A single jump, however significant, is not a
 leak, nor is a cache that filled up early and then stayed flat. The ``exit``
 snapshot is left out (a script's main() has returned by then), and so are
 sites whose live bytes never reach ``min_bytes``.
@@ -201,7 +202,9 @@ def leaks(run, attribution: Attribution = Attribution(), *, steps: int = 1000, m
 
     increases = (np.diff(mb, axis=1) > 0).sum(axis=1)
     cut = max(1, (2 * n) // 3)
-    late_highs = mb[:, cut:].max(axis=1, initial=np.iinfo(np.int64).min) > mb[:, :cut].max(axis=1)
+    # Still growing at the end: the last third goes above the first two thirds
+    # (their 90th percentile, so that one transient spike does not hide a leak).
+    late_highs = mb[:, cut:].max(axis=1, initial=np.iinfo(np.int64).min) > np.percentile(mb[:, :cut], 90, axis=1)
     growth = np.where(np.isnan(per_step), per_s, per_step)
     keep = ((mk["p_value"].to_numpy() < alpha) & (mk["tau"].to_numpy() >= min_tau) & (growth > 0)
             & (per_s > 0) & (increases >= min_increases) & late_highs)
