@@ -56,6 +56,8 @@ class Sampler:
         self._thread: threading.Thread | None = None
         self._tracked: dict[int, _Entry] = {}  # id(array) -> what we know of it
         self._aliases: dict = {}  # id(view) -> weakref: per-shard views, not counted
+        self._owner: dict = {}  # (device, address) -> the tracked entry that holds it
+        self._static: dict = {}  # (shape, dtype, sharding) -> what every such array shares
         self._stacks: dict = {}  # traceback -> stack_id
         self._next_array = 1
         self._next_stack = 1
@@ -156,60 +158,66 @@ class Sampler:
         profile = jax.profiler.device_memory_profile()
         live = jax.live_arrays()
         previous = self.writer.snapshots
-        tracked, aliases = self._tracked, self._aliases
+        tracked, aliases, owner = self._tracked, self._aliases, self._owner
         new_stacks: list = []
-        # (sort key, id, entry, row of a new array or None)
-        candidates = []
+        new: list = []  # (sort key, id, entry, row) of arrays not seen before
         address_updates = []
+        still: dict[int, _Entry] = {}
+        live_bytes = buffers = 0
         for pos, a in enumerate(live):
             key = id(a)
             entry = tracked.get(key)
             if entry is not None and entry.ref() is a:
                 if entry.pending and (wait or _is_ready(a)):
-                    entry.keys = _shard_keys(a)
+                    entry.keys, views = _shard_keys(a, a.addressable_shards, True)
                     entry.pending = False
-                    address_updates.append((json.dumps([k[1] for k in entry.keys]), entry.array_id))
-                candidates.append(((-len(entry.keys), 0, entry.array_id), key, entry, None))
+                    self._own(entry, views)
+                    address_updates.append((_json_list(k[1] for k in entry.keys), entry.array_id))
+                still[key] = entry
+                live_bytes += entry.nbytes
+                buffers += len(entry.keys)
                 continue
             ref = aliases.get(key)
             if ref is not None and ref() is a:
                 continue
             described = self._describe(a, new_stacks, wait)
             if described is not None:
-                entry, row = described
-                candidates.append(((-len(entry.keys), 1, pos), key, entry, row))
+                entry, row, views = described
+                new.append(((-len(entry.keys), pos), key, entry, row, views))
+        # Arrays gone since the last snapshot give up their addresses first: a
+        # new array may hold one already (a donated input's buffer, reused).
+        ended = []
+        if len(still) != len(tracked):
+            for key, entry in tracked.items():
+                if still.get(key) is not entry:
+                    obj = entry.ref()
+                    how = "deleted" if obj is not None and is_deleted(obj) else "freed"
+                    ended.append((entry.array_id, previous, how))
+                    for k in entry.keys:
+                        if owner.get(k) is entry:
+                            del owner[k]
+            self._aliases = {k: r for k, r in aliases.items() if r() is not None}
+            aliases = self._aliases
         # JAX keeps per-shard views of an array as arrays of their own (made
-        # when a shard's buffer is first touched): they hold no memory of their
-        # own. One array owns each (device, address); arrays with more shards,
-        # and arrays seen before, are the owners.
-        candidates.sort(key=lambda c: c[0])
-        owned: set = set()
-        still: dict[int, _Entry] = {}
+        # when a shard's buffer is first read): they hold no memory of their
+        # own. One array owns each (device, address): arrays seen before, then
+        # new arrays with more shards first.
+        new.sort(key=lambda c: c[0])
         new_rows = []
-        live_bytes = buffers = 0
-        for _, key, entry, row in candidates:
+        for _, key, entry, row, views in new:
             known = [k for k in entry.keys if k[1] is not None]
-            if known and all(k in owned for k in known):
-                if row is not None:
-                    aliases[key] = entry.ref
+            if known and all(k in owner for k in known):
+                aliases[key] = entry.ref
                 continue
-            owned.update(known)
-            if row is not None:
-                entry.array_id = self._next_array
-                self._next_array += 1
-                new_rows.append((entry.array_id, *row))
+            entry.array_id = self._next_array
+            self._next_array += 1
+            new_rows.append((entry.array_id, *row))
+            self._own(entry, views)
             still[key] = entry
             live_bytes += entry.nbytes
             buffers += len(entry.keys)
-        ended = []
-        for key, entry in tracked.items():
-            if still.get(key) is not entry:
-                obj = entry.ref()
-                how = "deleted" if obj is not None and is_deleted(obj) else "freed"
-                ended.append((entry.array_id, previous, how))
         self._tracked = still
-        self._aliases = {k: r for k, r in aliases.items() if r() is not None}
-        del live, candidates
+        del live, new
         return SnapshotRecord(
             t_wall=t_wall, t_mono=t_mono, trigger=trigger, label=label, profile=profile,
             live_bytes=live_bytes, buffers=buffers, arrays=len(still),
@@ -218,30 +226,46 @@ class Sampler:
             executables=self._executables(jax, new_stacks),
         )
 
+    def _own(self, entry: "_Entry", views) -> None:
+        """``entry`` owns its buffers; the per-shard views that reading their
+        addresses made are known as views from now on."""
+        for k in entry.keys:
+            if k[1] is not None:
+                self._owner[k] = entry
+        target = entry.ref()
+        for v in views:
+            if v is not target:
+                self._aliases[id(v)] = weakref.ref(v)
+
     def _describe(self, a, stacks: list, wait: bool):
-        """(entry, journal row without its array_id) for an array not seen
-        before, or None when it cannot be read (deleted meanwhile)."""
+        """(entry, journal row without its array_id, per-shard views) for an
+        array not seen before, or None when it cannot be read (deleted
+        meanwhile)."""
         try:
+            shards = a.addressable_shards
             # Reading a buffer's address waits for the computation that fills
             # it: an array still being computed gets its addresses later.
             pending = not wait and not _is_ready(a)
-            keys = _shard_keys(a, with_addresses=not pending)
-            devices = [d for d, _ in keys]
-            addresses = [addr for _, addr in keys]
-            sizes = _shard_sizes(a)
+            keys, views = _shard_keys(a, shards, not pending)
             sharding = a.sharding
-            row_shape = json.dumps(list(a.shape))
-            dtype = str(a.dtype)
-            nbytes = int(a.nbytes)
+            shape, dtype = a.shape, a.dtype
+            static = self._static.get((shape, dtype, sharding))
+            if static is None:
+                sizes = _shard_sizes(a, shards)
+                static = (_json_list(shape), str(dtype), int(a.nbytes), sum(sizes), _json_list(sizes),
+                          json.dumps([d for d, _ in keys]), _sharding_text(sharding),
+                          getattr(sharding, "memory_kind", None))
+                if len(self._static) < 10_000:
+                    self._static[(shape, dtype, sharding)] = static
         except Exception:
             return None  # deleted while we looked, or not a concrete array
+        row_shape, dtype_text, nbytes, device_bytes, sizes_json, devices_json, sharding_text, kind = static
         stack_id = self._stack_id(getattr(a, "traceback", None), stacks)
         row = (
-            id(a), row_shape, dtype, nbytes, json.dumps(sizes), json.dumps(devices),
-            json.dumps(addresses), _sharding_text(sharding), getattr(sharding, "memory_kind", None),
-            stack_id,
+            id(a), row_shape, dtype_text, nbytes, sizes_json, devices_json,
+            _json_list(addr for _, addr in keys), sharding_text, kind, stack_id,
         )
-        return _Entry(weakref.ref(a), 0, sum(sizes), keys, pending), row
+        return _Entry(weakref.ref(a), 0, device_bytes, keys, pending), row, views
 
     def _executables(self, jax, stacks: list) -> list:
         """Loaded executables, counted per (creation stack, HLO module name).
@@ -300,20 +324,35 @@ class _Entry:
         self.ref, self.array_id, self.nbytes, self.keys, self.pending = ref, array_id, nbytes, keys, pending
 
 
-def _shard_keys(a, with_addresses: bool = True) -> tuple:
-    """(device, buffer address) per addressable shard. A single-device array
-    is its own buffer: no per-shard view is made for it."""
-    shards = a.addressable_shards
+def _shard_keys(a, shards, with_addresses: bool) -> tuple:
+    """((device, buffer address) per addressable shard, the per-shard view
+    arrays that reading the addresses made)."""
     if len(shards) == 1:
-        return ((str(shards[0].device), _address(a) if with_addresses else None),)
-    return tuple((str(s.device), _address(s.data) if with_addresses else None) for s in shards)
+        if not with_addresses:
+            return ((str(shards[0].device), None),), ()
+        address = _address(a)
+        # Reading it may make JAX list a view of the buffer (for device_put
+        # arrays): the shard's data is that view.
+        try:
+            views = (shards[0].data,)
+        except Exception:
+            views = ()
+        return ((str(shards[0].device), address),), views
+    if not with_addresses:
+        return tuple((str(s.device), None) for s in shards), ()
+    views = tuple(s.data for s in shards)
+    return tuple((str(s.device), _address(v)) for s, v in zip(shards, views)), views
 
 
-def _shard_sizes(a) -> list:
-    shards = a.addressable_shards
+def _shard_sizes(a, shards) -> list:
     if len(shards) == 1:
         return [int(a.nbytes)]
     return [int(s.data.nbytes) for s in shards]
+
+
+def _json_list(values) -> str:
+    """JSON for a list of ints or None (faster than json.dumps for these)."""
+    return "[" + ",".join("null" if v is None else str(int(v)) for v in values) + "]"
 
 
 def _is_ready(a) -> bool:
