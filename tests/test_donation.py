@@ -265,3 +265,23 @@ def test_report_shows_the_donation_and_memory_inside_jit(tmp_path):
     assert jm["alias_bytes"] == 0 and jm["call_peak_bytes"] >= 2 * STATE_BYTES
     [d] = [f for f in doc["findings"] if f["rule"] == "donate"]
     assert d["saving_bytes"] == STATE_BYTES
+
+
+def test_calls_after_sampling_still_count_and_new_compilations_are_analysed(tmp_path):
+    source = """
+import jax
+import jax.numpy as jnp
+
+f = jax.jit(lambda x: x * 2.0)
+a, b = jnp.ones((16,), jnp.float32), jnp.ones((32,), jnp.float32)
+for i in range(1200):  # well past the last sampled call
+    a = f(a)
+for i in range(3):
+    b = f(b)  # a new signature, compiled after sampling ended
+"""
+    _, run, att, _ = _record(tmp_path, "many.py", source)
+    counts = run.jit["counts"].iloc[0]
+    assert (counts["calls"], counts["compiles"]) == (1203, 2)
+    compiles = run.jit["compiles"]
+    assert sorted(compiles["argument_bytes"].tolist()) == [64, 128]
+    assert len(run.jit["calls"]) == 20  # the sample is capped

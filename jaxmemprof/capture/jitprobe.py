@@ -60,7 +60,7 @@ def _normalise(value) -> list:
 
 class _FunctionState:
     __slots__ = ("function_id", "calls", "samples", "pending", "compiles", "analyse_next", "signature_count",
-                 "param_names", "donate_argnums", "donate_argnames")
+                 "param_names", "donate_argnums", "donate_argnames", "cache", "quiet")
 
     def __init__(self, function_id, param_names, donate_argnums, donate_argnames):
         self.function_id = function_id
@@ -73,6 +73,8 @@ class _FunctionState:
         self.param_names = param_names
         self.donate_argnums = donate_argnums
         self.donate_argnames = donate_argnames
+        self.cache = 0  # the jitted function's compile-cache size after the last call
+        self.quiet = False  # all samples taken: calls only watch for new compilations
 
 
 class JitProbe:
@@ -221,8 +223,8 @@ class JitProbe:
         before = _cache_size(real)
         inputs = self._guard(self._describe_inputs, state, args, kwargs) if sample else None
         out = real(*args, **kwargs)
-        grew = _cache_size(real) > before
-        if grew:
+        state.cache = _cache_size(real)
+        if state.cache > before:
             state.compiles += 1
             # With donated (now deleted) arguments the AOT path cannot run
             # again on them: analyse at the next call instead, before it runs.
@@ -230,6 +232,7 @@ class JitProbe:
                 state.analyse_next = True
         if inputs is not None:
             self._guard(self._record_call, state, inputs, out)
+        state.quiet = state.samples >= self.max_samples and state.pending is None and not state.analyse_next
         return out
 
     def _describe_inputs(self, state, args, kwargs):
@@ -343,7 +346,10 @@ def _on_death(index: int, deaths: dict):
     """A weakref callback noting where (code, line) an input leaf was freed."""
 
     def died(_ref):
-        f = sys._getframe(1)
+        try:
+            f = sys._getframe(1)
+        except ValueError:  # freed with no Python frame running (interpreter exit)
+            return
         while f is not None and os.path.abspath(f.f_code.co_filename).startswith(_OWN_DIR):
             f = f.f_back
         if f is not None:
@@ -368,7 +374,19 @@ class Probed:
             pass
 
     def __call__(self, *args, **kwargs):
-        return self._probe.call(self._real, self._state, args, kwargs)
+        state = self._state
+        if state.quiet and self._probe.active:
+            # The common case once sampling is done: count the call and watch
+            # the compile cache; a new compilation is analysed at the next call.
+            out = self._real(*args, **kwargs)
+            state.calls += 1
+            if _cache_size(self._real) != state.cache:
+                state.compiles += 1
+                state.cache = _cache_size(self._real)
+                state.analyse_next = True
+                state.quiet = False
+            return out
+        return self._probe.call(self._real, state, args, kwargs)
 
     def __get__(self, instance, owner=None):
         if instance is None:
