@@ -268,6 +268,11 @@ def run(output, force, interval, max_overhead, module, no_jit_probe, quiet, targ
     raise SystemExit(status)
 
 
+# Past this many array records, analysing the whole run at exit takes seconds:
+# `run` then leaves the findings to `report`.
+_SUMMARY_MAX_ARRAYS = 200_000
+
+
 def _run_summary(tgt, directory):
     """Print the run's summary and findings on stderr; a failure here never
     changes the target's exit status."""
@@ -286,7 +291,10 @@ def _run_summary(tgt, directory):
         problems = run_.events.loc[run_.events["kind"].isin(["sampler-error", "probe-error"]), "message"].tolist()
         text.render_run_summary(ov, con, target=" ".join(tgt.argv), run_dir=str(directory), warnings=problems)
         if ov.peak_snapshot is not None:
-            text.render_findings_brief(build_report(run_, att, top_sites=5).findings, con)
+            if len(run_.arrays) <= _SUMMARY_MAX_ARRAYS:
+                text.render_findings_brief(build_report(run_, att, top_sites=5).findings, con)
+            else:
+                con.print(f"jaxmemprof: {len(run_.arrays)} arrays recorded: run `jaxmemprof report` for the findings")
     except Exception as exc:  # the run itself is safe on disk
         click.echo(f"jaxmemprof: warning: could not summarise the run: {exc}", err=True)
 

@@ -218,7 +218,11 @@ def _array_intervals(arrays: pd.DataFrame, ends: pd.DataFrame, snaps: pd.DataFra
     out["end_snapshot"] = out["end_snapshot"].astype("Int64")
     out.loc[alive, "how"] = None
     for col in ("shape", "shard_bytes", "devices", "addresses"):
-        out[col] = out[col].map(_json_list)
+        # Many rows share a text (shapes, devices): parse each distinct one once.
+        codes, uniques = pd.factorize(out[col], use_na_sentinel=False)
+        parsed = np.empty(len(uniques), dtype=object)
+        parsed[:] = [_json_list(u) for u in uniques]
+        out[col] = parsed[codes] if len(codes) else out[col]
     cols = ["array_id", "py_id", "first_snapshot", "last_snapshot", "end_snapshot", "how", "shape", "dtype",
             "nbytes", "shard_bytes", "devices", "addresses", "sharding", "memory_kind", "stack_id"]
     return out[cols]
