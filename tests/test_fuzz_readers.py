@@ -1,0 +1,439 @@
+"""Property-based fuzzing of the run-directory reader and the CSV and JSON writers.
+
+- The run-directory reader, on random mutations of a real small run's
+  ``journal.sqlite`` bytes, on hand edits of its cells (any value in any
+  column: SQLite's columns are not typed), and on random mutations of its
+  ``manifest.json`` text and values: ``load_run`` either returns a Run whose
+  report ``build_report(run, Attribution())`` succeeds, or raises
+  InputError; never another exception.
+- ``write_csv`` on random frames of text (any unicode, control characters,
+  leading ``= + - @``, tab, CR), integers (negative, huge), floats (NaN, inf)
+  and missing values: the output parses back to the same rows and columns,
+  text that a spreadsheet would run starts with ``'``, numbers stay numbers.
+- ``write_json`` on random nested dicts and lists of those values (also
+  tuples and numpy scalars, as DataFrame rows hold them): valid JSON, NaN and
+  infinities as null, everything else as it was.
+
+The malformed-pprof property lives in test_bad_input.py; hostile names
+through show and diff in test_hostile_names.py.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import itertools
+import json
+import math
+import random
+import re
+import sqlite3
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from conftest import run_cli, write_script
+
+from jaxmemprof import load_run
+from jaxmemprof.analysis.report import build_report
+from jaxmemprof.analysis.sites import Attribution
+from jaxmemprof.errors import InputError
+from jaxmemprof.render.csv import write_csv
+from jaxmemprof.render.json import write_json
+
+FUZZ = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+# --------------------------------------------------------------------------
+# The run-directory reader
+
+
+SMALL = """
+import jax
+import jax.numpy as jnp
+import jaxmemprof
+
+keep = []
+f = jax.jit(lambda a: a * 2.0)
+g = jax.jit(lambda a: a + 1.0, donate_argnums=0)
+state = jnp.zeros((64,), jnp.float32)
+for i in range(5):
+    keep.append(f(jnp.ones((32 * (i + 1),), jnp.float32)))
+    state = g(state)
+    jaxmemprof.mark(f"step {i}")
+    jaxmemprof.snapshot(f"s{i}")
+    if i % 2:
+        keep.pop(0)
+"""
+
+
+@pytest.fixture(scope="module")
+def real_run(tmp_path_factory):
+    """A real small finished run (its journal in one file), made once."""
+    d = tmp_path_factory.mktemp("real-run")
+    script = write_script(d, "small.py", SMALL)
+    run_cli("run", "-q", "-o", d / "run", "--interval", "5", script, cwd=d, check=0)
+    run = load_run(d / "run")
+    assert run.finished and not run.warnings and len(run.snapshots) >= 6
+    assert not run.arrays.empty and not run.markers.empty
+    build_report(run, Attribution())
+    assert not (d / "run" / "journal.sqlite-wal").exists()
+    return d / "run"
+
+
+class _Dirs:
+    """Fresh run directories for the examples of one test: the manifest and
+    journal are written per example; the snapshot files are shared (the
+    reader never writes)."""
+
+    def __init__(self, root: Path, source: Path):
+        self.root, self.source = root, source
+        self.counter = itertools.count()
+
+    def make(self, journal: bytes | None = None, manifest: bytes | None = None) -> Path:
+        d = self.root / f"ex{next(self.counter):05d}"
+        d.mkdir()
+        (d / "snapshots").symlink_to(self.source / "snapshots", target_is_directory=True)
+        (d / "manifest.json").write_bytes(
+            manifest if manifest is not None else (self.source / "manifest.json").read_bytes())
+        (d / "journal.sqlite").write_bytes(
+            journal if journal is not None else (self.source / "journal.sqlite").read_bytes())
+        return d
+
+
+@pytest.fixture(scope="module")
+def run_dirs(tmp_path_factory, real_run):
+    return _Dirs(tmp_path_factory.mktemp("examples"), real_run)
+
+
+def _load_and_report(d: Path):
+    """The property: load_run raises InputError (one line), or the report of
+    what it returns builds."""
+    try:
+        run = load_run(d)
+    except InputError as exc:
+        assert "\n" not in str(exc)
+        return None
+    build_report(run, Attribution())
+    return run
+
+
+def _mutate(data: bytes, ops) -> bytes:
+    b = bytearray(data)
+    for op, pos, value in ops:
+        if not b:
+            break
+        pos %= len(b)
+        if op == "flip":
+            b[pos] ^= 1 << (value % 8)
+        elif op == "set":
+            b[pos] = value
+        elif op == "zero-run":
+            b[pos:pos + 1 + value] = bytes(len(b[pos:pos + 1 + value]))
+        elif op == "random-run":
+            n = len(b[pos:pos + 1 + value])
+            b[pos:pos + n] = bytes((value * 31 + i * 17) % 256 for i in range(n))
+        elif op == "truncate":
+            del b[pos:]
+        elif op == "truncate-page":
+            del b[(pos // 4096) * 4096:]
+        elif op == "delete":
+            del b[pos]
+        elif op == "insert":
+            b.insert(pos, value)
+    return bytes(b)
+
+
+def _positions(size: int):
+    # SQLite's header (first 100 bytes), the page headers (each page's first
+    # 12 bytes), and anywhere (uniformly: Hypothesis favours small integers,
+    # so the position comes from a drawn seed).
+    return st.one_of(
+        st.integers(0, 99),
+        st.builds(lambda page, off: page * 4096 + off, st.integers(0, max(0, size // 4096 - 1)), st.integers(0, 11)),
+        st.integers(0, 2**32).map(lambda seed: random.Random(seed).randrange(max(1, size))),
+        st.integers(0, 2**32).map(lambda seed: random.Random(seed).randrange(max(1, size))),
+    )
+
+
+def _ops(size: int, kinds):
+    return st.lists(st.tuples(st.sampled_from(kinds), _positions(size), st.integers(0, 255)),
+                    min_size=1, max_size=5)
+
+
+JOURNAL_OPS = ["flip", "flip", "flip", "set", "set", "zero-run", "random-run", "truncate", "truncate-page",
+               "delete", "insert"]
+
+
+@settings(FUZZ, max_examples=100)
+@given(data=st.data())
+def test_mutated_journal_bytes_load_or_raise_input_error(real_run, run_dirs, data):
+    journal = (real_run / "journal.sqlite").read_bytes()
+    mutated = _mutate(journal, data.draw(_ops(len(journal), JOURNAL_OPS), label="ops"))
+    _load_and_report(run_dirs.make(journal=mutated))
+
+
+# Values a hand-edited journal can hold in any column.
+HOSTILE_CELLS = st.one_of(
+    st.none(),
+    st.sampled_from(["", "x", "lots", "1e309", "-1", "[", "[[1]]", '[["f", "x", "g"]]', "{}", "null", "NaN",
+                     "snapshots/../../manifest.json", "/dev/null", "\x00", "=1+1"]),
+    st.integers(-(2**63), 2**63 - 1),
+    st.sampled_from([0, -1, 1, 2**31, 2**53 + 1, 2**63 - 1, -(2**63)]),
+    st.floats(allow_nan=False),
+    st.binary(max_size=8),
+    st.text(max_size=8),
+)
+
+
+def _tables_and_columns(db: Path) -> dict:
+    con = sqlite3.connect(db)
+    try:
+        tables = [t for (t,) in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        return {t: [c[1] for c in con.execute(f"PRAGMA table_info({t})")] for t in tables}
+    finally:
+        con.close()
+
+
+@settings(FUZZ, max_examples=100)
+@given(data=st.data())
+def test_hand_edited_journal_cells_load_or_raise_input_error(real_run, run_dirs, data):
+    """Any value in any cell: a journal edited by hand (or by another tool)
+    is still read, or refused in one line."""
+    d = run_dirs.make()
+    db = d / "journal.sqlite"
+    schema = _tables_and_columns(db)
+    con = sqlite3.connect(db)
+    try:
+        for _ in range(data.draw(st.integers(1, 3), label="edits")):
+            table = data.draw(st.sampled_from(sorted(schema)), label="table")
+            column = data.draw(st.sampled_from(schema[table]), label="column")
+            value = data.draw(HOSTILE_CELLS, label="value")
+            every_row = data.draw(st.booleans(), label="every row")
+            where = "" if every_row else f" WHERE rowid = (SELECT min(rowid) FROM {table})"
+            try:
+                con.execute(f"UPDATE {table} SET {column} = ?{where}", (value,))
+            except sqlite3.Error:
+                pass  # a constraint refused it (NOT NULL, a duplicate key)
+        con.commit()
+    finally:
+        con.close()
+    _load_and_report(d)
+
+
+MANIFEST_FIELDS = ["argv", "command", "cwd", "start_epoch", "start_time", "end_time", "duration_s", "exit_status",
+                   "ended_by", "process_index", "process_count", "backend", "devices", "environment",
+                   "jaxlib_version", "jax_version", "settings", "schema_version", "hostname"]
+JSON_VALUES = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.floats(allow_nan=False, allow_infinity=False),
+              st.text(max_size=12)),
+    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=8), inner, max_size=3)),
+    max_leaves=6,
+)
+
+
+@settings(FUZZ, max_examples=100)
+@given(data=st.data())
+def test_mutated_manifest_loads_or_raises_input_error(real_run, run_dirs, data):
+    """manifest.json: random byte mutations of its text, or any JSON value in
+    any of its fields (or the whole document)."""
+    text = (real_run / "manifest.json").read_bytes()
+    how = data.draw(st.sampled_from(["bytes", "field", "field", "document"]), label="how")
+    if how == "bytes":
+        manifest = _mutate(text, data.draw(_ops(len(text), ["flip", "set", "truncate", "delete", "insert"])))
+    elif how == "field":
+        doc = json.loads(text)
+        for _ in range(data.draw(st.integers(1, 3), label="fields")):
+            doc[data.draw(st.sampled_from(MANIFEST_FIELDS), label="field")] = data.draw(JSON_VALUES, label="value")
+        manifest = json.dumps(doc).encode()
+    else:
+        manifest = json.dumps(data.draw(JSON_VALUES, label="document")).encode()
+    _load_and_report(run_dirs.make(manifest=manifest))
+
+
+def test_unmutated_copy_reports_like_the_original(real_run, run_dirs):
+    """The harness itself: an unmutated copy loads with no warning."""
+    run = _load_and_report(run_dirs.make())
+    assert run is not None and not run.warnings
+    assert run.snapshots["live_bytes"].tolist() == load_run(real_run).snapshots["live_bytes"].tolist()
+
+
+# --------------------------------------------------------------------------
+# The CSV writer
+
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+MISSING = (None, float("nan"), pd.NA)
+
+TEXT = st.one_of(
+    st.text(),
+    st.builds(lambda p, t: p + t, st.sampled_from(["=", "+", "-", "@", "\t", "\r", "\n", "\r\n", " =", "'", '"', ",",
+                                                     "\x00", "=HYPERLINK(", "-1", "+1", "@SUM("]), st.text()),
+    st.text(st.characters(max_codepoint=0x1F)),
+)
+INTS = st.one_of(st.integers(-(2**63), 2**63 - 1), st.sampled_from([0, -1, -(2**63), 2**63 - 1]))
+BIG_INTS = st.one_of(st.integers(), st.sampled_from([2**64, -(2**64) - 1, 10**30, -(10**30)]))
+FLOATS = st.one_of(st.floats(), st.sampled_from([float("nan"), float("inf"), float("-inf"), -0.0, 1e308, -1e-308]))
+
+
+def _column(kind: str, n: int):
+    """(a strategy for the values, the pandas dtype to build with)."""
+    maybe = lambda s: st.one_of(s, st.sampled_from(MISSING))  # noqa: E731
+    return {
+        "text": (st.lists(maybe(TEXT), min_size=n, max_size=n), object),
+        "string": (st.lists(st.one_of(TEXT, st.just(pd.NA)), min_size=n, max_size=n), "string"),
+        "int": (st.lists(INTS, min_size=n, max_size=n), "int64"),
+        "nullable-int": (st.lists(st.one_of(INTS, st.just(pd.NA)), min_size=n, max_size=n), "Int64"),
+        "big-int": (st.lists(st.one_of(BIG_INTS, st.none()), min_size=n, max_size=n), object),
+        "float": (st.lists(FLOATS, min_size=n, max_size=n), "float64"),
+        "mixed": (st.lists(maybe(st.one_of(TEXT, INTS, FLOATS)), min_size=n, max_size=n), object),
+    }[kind]
+
+
+@st.composite
+def frames(draw):
+    n = draw(st.integers(0, 6), label="rows")
+    kinds = draw(st.lists(st.sampled_from(["text", "string", "int", "nullable-int", "big-int", "float", "mixed"]),
+                          min_size=1, max_size=6), label="columns")
+    cols = {}
+    for i, kind in enumerate(kinds):
+        values_st, dtype = _column(kind, n)
+        values = draw(values_st, label=f"c{i} ({kind})")
+        cols[f"c{i}_{kind}"] = pd.Series(values, dtype=dtype)
+    return pd.DataFrame(cols)
+
+
+def _is_missing(v) -> bool:
+    return v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v))
+
+
+def _expected_cell(v) -> str | None:
+    """The exact cell text for text and missing values; None for numbers
+    (checked by value)."""
+    if _is_missing(v):
+        return ""
+    if isinstance(v, str):
+        return "'" + v if v.startswith(FORMULA_START) else v
+    return None
+
+
+@settings(FUZZ, max_examples=200)
+@given(frame=frames())
+def test_csv_round_trips_and_neutralises_formulas(frame):
+    out = io.StringIO(newline="")
+    write_csv(frame, out)
+    rows = list(csv.reader(io.StringIO(out.getvalue(), newline="")))
+    assert rows[0] == list(frame.columns)
+    assert len(rows) == 1 + len(frame)
+    for r, row in enumerate(rows[1:]):
+        assert len(row) == frame.shape[1], row
+        for c, cell in enumerate(row):
+            v = frame.iat[r, c]
+            expected = _expected_cell(v)
+            if expected is not None:
+                assert cell == expected, (frame.columns[c], v, cell)
+            elif isinstance(v, (int, np.integer)) and not isinstance(v, bool):
+                # An integer stays a plain integer: no quote, no decimal point.
+                assert re.fullmatch(r"-?\d+", cell), (frame.columns[c], v, cell)
+                assert int(cell) == int(v)
+            else:
+                assert isinstance(v, (float, np.floating)), (frame.columns[c], type(v), v)
+                # A float stays a number that reads back to itself.
+                assert not cell.startswith("'"), (frame.columns[c], v, cell)
+                assert float(cell) == float(v), (frame.columns[c], v, cell)
+        # Nothing a spreadsheet would evaluate, except numbers.
+        for cell in row:
+            if cell.startswith(FORMULA_START):
+                assert re.fullmatch(r"-\d+(\.\d*)?(e[+-]?\d+)?|-inf|\+?\d+(\.\d*)?(e[+-]?\d+)?", cell), cell
+
+
+def test_csv_examples():
+    frame = pd.DataFrame({
+        "site": ["=cmd|' /C calc'!A0", "+1", "-2", "@SUM(A1)", "\tx", "\rx", "plain", None],
+        "bytes": pd.Series([-5, 0, 2**62, 1, 2, 3, 4, None], dtype="Int64"),
+        "share": [float("nan"), float("inf"), -0.5, 1.0, 0.0, 2.5, -1e-9, 3.0],
+    })
+    out = io.StringIO(newline="")
+    write_csv(frame, out)
+    rows = list(csv.reader(io.StringIO(out.getvalue(), newline="")))
+    assert [r[0] for r in rows[1:]] == ["'=cmd|' /C calc'!A0", "'+1", "'-2", "'@SUM(A1)", "'\tx", "'\rx", "plain", ""]
+    assert [r[1] for r in rows[1:]] == ["-5", "0", str(2**62), "1", "2", "3", "4", ""]
+    assert rows[1][2] == "" and float(rows[2][2]) == math.inf and float(rows[3][2]) == -0.5
+
+
+# --------------------------------------------------------------------------
+# The JSON writer
+
+# Text, integers (huge too), floats (NaN, inf), missing values, and the numpy
+# scalars that DataFrame rows hold (float32 and tuples: see the test after).
+SCALARS = st.one_of(
+    TEXT, st.integers(), FLOATS, st.sampled_from(MISSING + (pd.NaT,)),
+    st.builds(np.int64, INTS), st.builds(np.float64, FLOATS),
+    st.builds(np.int32, st.integers(-(2**31), 2**31 - 1)), st.booleans(),
+)
+NESTED = st.recursive(
+    SCALARS,
+    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(TEXT, inner, max_size=4)),
+    max_leaves=20,
+)
+
+
+def _expected_json(v):
+    """What ``v`` must read back as."""
+    if v is None or v is pd.NA or v is pd.NaT:
+        return None
+    if isinstance(v, (bool, np.bool_)):
+        return bool(v)
+    if isinstance(v, (int, np.integer)):
+        return int(v)
+    if isinstance(v, (float, np.floating)):
+        f = float(v)
+        return f if math.isfinite(f) else None
+    if isinstance(v, str):
+        return v
+    if isinstance(v, (list, tuple)):
+        return [_expected_json(x) for x in v]
+    if isinstance(v, dict):
+        return {k: _expected_json(x) for k, x in v.items()}
+    raise AssertionError(f"unexpected value {v!r}")
+
+
+def _no_constants(name):
+    raise AssertionError(f"{name} in the JSON output")
+
+
+@settings(FUZZ, max_examples=200)
+@given(doc=st.dictionaries(TEXT.filter(lambda k: k != "schema_version"), NESTED, max_size=6))
+def test_json_is_valid_and_nan_becomes_null(doc):
+    out = io.StringIO()
+    write_json(doc, out)
+    text = out.getvalue()
+    back = json.loads(text, parse_constant=_no_constants)  # NaN, Infinity: not JSON
+    assert back.pop("schema_version") == 1
+    assert back == _expected_json(doc)
+
+
+def test_json_examples():
+    out = io.StringIO()
+    write_json({"rows": [{"a": float("nan"), "b": float("-inf"), "c": np.float64("inf"), "d": pd.NA,
+                          "e": 2**70, "f": "=x", "g": np.int64(-3)}]}, out)
+    assert json.loads(out.getvalue(), parse_constant=_no_constants)["rows"] == [
+        {"a": None, "b": None, "c": None, "d": None, "e": 2**70, "f": "=x", "g": -3}]
+
+
+def test_json_nan_inside_tuples_and_numpy_float32_becomes_null():
+    """DataFrame rows carry tuples (an array's shape, devices) and numpy
+    scalars; NaN there is not JSON either."""
+    for doc, expected in (
+        ({"a": (1.0, float("nan"))}, {"a": [1.0, None]}),
+        ({"a": np.float32("nan")}, {"a": None}),
+        ({"a": [np.float32("inf")]}, {"a": [None]}),
+    ):
+        out = io.StringIO()
+        write_json(doc, out)
+        back = json.loads(out.getvalue(), parse_constant=_no_constants)
+        back.pop("schema_version")
+        assert back == expected
