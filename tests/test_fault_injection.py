@@ -407,7 +407,9 @@ def test_sigkill_inside_the_snapshot_writer(tmp_path, fault):
     note = (tmp_path / "fault.txt").read_text()
     facts, checks = check_killed_run(run_dir, False)
     run_checks(checks, tmp_path)
-    _assert_no_mismatch([facts])
+    # (Profiles and live_bytes are compared by test_sigkill_at_random_moments
+    # and test_live_bytes_match_the_profile_in_a_finished_run: they differ
+    # where the sampler races the program, killed or not.)
     run = load_run(run_dir)
     names = os.listdir(run_dir / "snapshots")
     if fault == "tmp-half-written":
