@@ -14,6 +14,7 @@ waits until the target has done both, so the target's own configuration
 
 from __future__ import annotations
 
+import gzip
 import json
 import sys
 import threading
@@ -163,7 +164,6 @@ class Sampler:
         new: list = []  # (sort key, id, entry, row) of arrays not seen before
         address_updates = []
         still: dict[int, _Entry] = {}
-        live_bytes = buffers = 0
         for pos, a in enumerate(live):
             key = id(a)
             entry = tracked.get(key)
@@ -174,8 +174,6 @@ class Sampler:
                     self._own(entry, views)
                     address_updates.append((_json_list(k[1] for k in entry.keys), entry.array_id))
                 still[key] = entry
-                live_bytes += entry.nbytes
-                buffers += len(entry.keys)
                 continue
             ref = aliases.get(key)
             if ref is not None and ref() is a:
@@ -214,10 +212,11 @@ class Sampler:
             new_rows.append((entry.array_id, *row))
             self._own(entry, views)
             still[key] = entry
-            live_bytes += entry.nbytes
-            buffers += len(entry.keys)
         self._tracked = still
         del live, new
+        # The totals are the profile's own (its buffers), not the array records':
+        # the two are read a moment apart while the program runs on.
+        live_bytes, buffers = profile_buffers(profile)
         return SnapshotRecord(
             t_wall=t_wall, t_mono=t_mono, trigger=trigger, label=label, profile=profile,
             live_bytes=live_bytes, buffers=buffers, arrays=len(still),
@@ -252,20 +251,20 @@ class Sampler:
             static = self._static.get((shape, dtype, sharding))
             if static is None:
                 sizes = _shard_sizes(a, shards)
-                static = (_json_list(shape), str(dtype), int(a.nbytes), sum(sizes), _json_list(sizes),
+                static = (_json_list(shape), str(dtype), int(a.nbytes), _json_list(sizes),
                           json.dumps([d for d, _ in keys]), _sharding_text(sharding),
                           getattr(sharding, "memory_kind", None))
                 if len(self._static) < 10_000:
                     self._static[(shape, dtype, sharding)] = static
         except Exception:
             return None  # deleted while we looked, or not a concrete array
-        row_shape, dtype_text, nbytes, device_bytes, sizes_json, devices_json, sharding_text, kind = static
+        row_shape, dtype_text, nbytes, sizes_json, devices_json, sharding_text, kind = static
         stack_id = self._stack_id(getattr(a, "traceback", None), stacks)
         row = (
             id(a), row_shape, dtype_text, nbytes, sizes_json, devices_json,
             _json_list(addr for _, addr in keys), sharding_text, kind, stack_id,
         )
-        return _Entry(weakref.ref(a), 0, device_bytes, keys, pending), row, views
+        return _Entry(weakref.ref(a), 0, keys, pending), row, views
 
     def _executables(self, jax, stacks: list) -> list:
         """Loaded executables, counted per (creation stack, HLO module name).
@@ -315,13 +314,13 @@ class Sampler:
 
 
 class _Entry:
-    """A tracked array: weak reference, identity, bytes, (device, address) per
-    shard, and whether its addresses are still to be read."""
+    """A tracked array: weak reference, identity, (device, address) per shard,
+    and whether its addresses are still to be read."""
 
-    __slots__ = ("ref", "array_id", "nbytes", "keys", "pending")
+    __slots__ = ("ref", "array_id", "keys", "pending")
 
-    def __init__(self, ref, array_id, nbytes, keys, pending=False):
-        self.ref, self.array_id, self.nbytes, self.keys, self.pending = ref, array_id, nbytes, keys, pending
+    def __init__(self, ref, array_id, keys, pending=False):
+        self.ref, self.array_id, self.keys, self.pending = ref, array_id, keys, pending
 
 
 def _shard_keys(a, shards, with_addresses: bool) -> tuple:
@@ -348,6 +347,32 @@ def _shard_sizes(a, shards) -> list:
     if len(shards) == 1:
         return [int(a.nbytes)]
     return [int(s.data.nbytes) for s in shards]
+
+
+def profile_buffers(data: bytes) -> tuple[int, int]:
+    """(bytes, count) of the buffers in a device-memory profile (samples
+    labelled kind=buffer), read straight from the protobuf."""
+    from jaxmemprof.pprof import profile_pb2
+
+    msg = profile_pb2.Profile.FromString(gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data)
+    strings = list(msg.string_table)
+    try:
+        kind, buffer = strings.index(b"kind"), strings.index(b"buffer")
+    except ValueError:
+        return 0, 0
+    types = [strings[t.type] for t in msg.sample_type]
+    space = types.index(b"space") if b"space" in types else len(types) - 1
+    count = types.index(b"allocations") if b"allocations" in types else None
+    total = n = 0
+    for smp in msg.sample:
+        for lab in smp.label:
+            if lab.key == kind:
+                if lab.str == buffer:
+                    v = smp.value
+                    total += v[space]
+                    n += v[count] if count is not None else 1
+                break
+    return int(total), int(n)
 
 
 def _json_list(values) -> str:

@@ -27,11 +27,16 @@ def _default(o):
 
 def _clean(o):
     """NaN and infinities are not JSON: write null."""
+    if hasattr(o, "item") and not isinstance(o, (list, dict, tuple)):
+        try:
+            o = o.item()  # numpy scalars, float32 included
+        except (TypeError, ValueError):
+            pass
     if isinstance(o, float) and not math.isfinite(o):
         return None
     if isinstance(o, dict):
         return {k: _clean(v) for k, v in o.items()}
-    if isinstance(o, list):
+    if isinstance(o, (list, tuple)):
         return [_clean(v) for v in o]
     return o
 

@@ -22,6 +22,99 @@ from jaxmemprof.store import layout
 
 PROFILE_SUFFIXES = (".prof", ".prof.gz", ".pb.gz", ".pprof")
 
+# The journal is untrusted (SQLite columns are not typed): every table is read
+# against these. table -> (numeric columns, text columns, columns a row cannot
+# do without). A row missing a required value is dropped, with a warning; a
+# missing optional number becomes 0 (NA for the few that may be absent).
+_TABLES = {
+    "snapshots": (("snapshot", "t_wall", "t_mono", "live_bytes", "buffers", "arrays", "cost_s", "wall_s"),
+                  ("trigger", "label", "file"), ("snapshot", "t_wall", "live_bytes", "file")),
+    "arrays": (("array_id", "py_id", "first_snapshot", "nbytes", "stack_id"),
+               ("shape", "dtype", "shard_bytes", "devices", "addresses", "sharding", "memory_kind"),
+               ("array_id", "first_snapshot")),
+    "array_ends": (("array_id", "last_snapshot", "end_snapshot"), ("how",),
+                   ("array_id", "last_snapshot", "end_snapshot")),
+    "stacks": (("stack_id",), ("frames",), ("stack_id",)),
+    "executables": (("snapshot", "stack_id", "count", "code_bytes"), ("name",), ("snapshot",)),
+    "memory_stats": (("snapshot", "value"), ("device", "key"), ("snapshot", "value")),
+    "markers": (("marker", "t_wall", "t_mono", "after_snapshot"), ("label",), ("t_wall",)),
+    "events": (("event", "t_wall", "snapshot"), ("kind", "message"), ()),
+    "jit_functions": (("function_id", "line", "jit_line", "t_wall"),
+                      ("name", "qualname", "file", "jit_file", "jit_function", "params", "donate_argnums",
+                       "donate_argnames", "static_argnums", "static_argnames"), ("function_id",)),
+    "jit_compiles": (("function_id", "call_index", "t_wall", "argument_bytes", "output_bytes", "alias_bytes",
+                      "temp_bytes", "generated_code_bytes", "host_argument_bytes", "host_output_bytes",
+                      "host_alias_bytes", "host_temp_bytes", "host_generated_code_bytes", "peak_bytes"),
+                     ("signature",), ("function_id", "t_wall")),
+    "jit_calls": (("call_id", "function_id", "call_index", "t_wall", "t_mono", "caller_line"),
+                  ("caller_file", "caller_function", "inputs", "outputs", "inputs_alive"),
+                  ("call_id", "function_id", "t_wall")),
+    "jit_counts": (("function_id", "calls", "compiles"), (), ("function_id",)),
+}
+# Columns whose absence means "not known" rather than 0, and the columns of seconds.
+_MAY_BE_MISSING = {"end_snapshot", "after_snapshot", "stack_id", "snapshot", "peak_bytes", "call_index"}
+_FLOAT_COLUMNS = {"t_wall", "t_mono", "cost_s", "wall_s"}
+
+# Manifest fields and the types a reader relies on.
+_MANIFEST_TYPES = {
+    "argv": list, "command": list, "cwd": str, "start_epoch": (int, float), "duration_s": (int, float),
+    "process_index": int, "process_count": int, "environment": dict, "devices": list, "backend": str,
+    "exit_status": int, "ended_by": str, "end_time": str, "start_time": str, "jax_version": str,
+    "jaxlib_version": str, "platform": str, "settings": dict,
+}
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())
+
+
+def _typed(df: pd.DataFrame, table: str, warnings: list) -> pd.DataFrame:
+    """``df`` with the columns of ``table``'s schema, numbers as numbers,
+    texts as text, and the rows that lack a required value dropped."""
+    numeric, text, required = _TABLES[table]
+    missing = [c for c in required if c not in df.columns]
+    if missing and table == "snapshots":
+        raise InputError(table, f"the journal's snapshots lack {', '.join(missing)}")
+    out = pd.DataFrame(index=df.index)
+    for c in numeric:
+        col = pd.to_numeric(df[c], errors="coerce") if c in df.columns else pd.Series(np.nan, index=df.index)
+        col = col.astype("float64")
+        # Infinities and numbers past 2**53 (not exact as floats) are damage too.
+        out[c] = col.where(np.isfinite(col) & (col.abs() < 2.0**53))
+    for c in text:
+        col = df[c] if c in df.columns else pd.Series(None, index=df.index, dtype=object)
+        out[c] = col.map(_text).astype(object)
+    bad = out[[c for c in required if c in out.columns]].isna().any(axis=1) if required else None
+    if bad is not None and bad.any():
+        warnings.append(f"{int(bad.sum())} row(s) of the journal's {table} are damaged and left out")
+        out = out[~bad]
+    for c in numeric:
+        col = out[c]
+        if c in _FLOAT_COLUMNS:
+            out[c] = col.fillna(0.0)
+        elif c in _MAY_BE_MISSING:
+            out[c] = col.round().astype("Int64")
+        else:
+            out[c] = col.fillna(0).round().astype(np.int64)
+    return out.reset_index(drop=True)
+
+
+def _text(v):
+    if v is None or (isinstance(v, float) and v != v):
+        return None
+    return v if isinstance(v, str) else str(v)
+
+
+def _check_manifest(manifest: dict, warnings: list) -> dict:
+    for key, kind in _MANIFEST_TYPES.items():
+        v = manifest.get(key)
+        if v is not None and (not isinstance(v, kind) or isinstance(v, bool) and kind is not bool):
+            warnings.append(f"manifest.json: {key} is not a {getattr(kind, '__name__', 'number')}; ignored")
+            manifest = {k: w for k, w in manifest.items() if k != key}
+    if isinstance(manifest.get("argv"), list):
+        manifest["argv"] = [str(a) for a in manifest["argv"]]
+    return manifest
+
 
 @dataclass
 class Run:
@@ -102,20 +195,24 @@ def _connect(db_path: Path) -> sqlite3.Connection:
     try:
         con = sqlite3.connect(f"{uri}?mode=ro", uri=True)
         con.execute("SELECT count(*) FROM sqlite_master").fetchone()
-        return con
     except sqlite3.Error:
         # A read-only directory: read the file as it is.
         con = sqlite3.connect(f"{uri}?immutable=1", uri=True)
         con.execute("SELECT count(*) FROM sqlite_master").fetchone()
-        return con
+    # Text that is not UTF-8 is shown escaped rather than failing the run.
+    con.text_factory = lambda b: b.decode("utf-8", "backslashreplace")
+    return con
 
 
-def _query(con, table: str, warnings: list, columns: list[str] | None = None) -> pd.DataFrame:
+def _query(con, table: str, warnings: list) -> pd.DataFrame:
+    """One journal table, typed (see _TABLES); empty, with a warning, when
+    it cannot be read."""
     try:
-        return pd.read_sql_query(f"SELECT * FROM {table}", con)
-    except (sqlite3.Error, pd.errors.DatabaseError) as exc:
-        warnings.append(f"journal table {table} unreadable ({exc}); left empty")
-        return _empty(columns or [])
+        df = pd.read_sql_query(f"SELECT * FROM {table}", con)
+    except (sqlite3.Error, pd.errors.DatabaseError, UnicodeDecodeError) as exc:
+        warnings.append(f"journal table {table} unreadable ({_one_line(exc)}); left empty")
+        df = pd.DataFrame()
+    return _typed(df, table, warnings)
 
 
 def _load_journal_run(path: Path) -> Run:
@@ -128,8 +225,9 @@ def _load_journal_run(path: Path) -> Run:
             if not isinstance(manifest, dict):
                 raise ValueError("not a JSON object")
         except (ValueError, UnicodeDecodeError) as exc:
-            warnings.append(f"manifest.json unreadable ({exc})")
+            warnings.append(f"manifest.json unreadable ({_one_line(exc)})")
             manifest = {}
+        manifest = _check_manifest(manifest, warnings)
     else:
         warnings.append("manifest.json missing")
     finished = manifest.get("end_time") is not None
@@ -142,20 +240,25 @@ def _load_journal_run(path: Path) -> Run:
     try:
         con = _connect(db_path)
     except sqlite3.Error as exc:
-        raise InputError(str(db_path), f"not a readable journal ({exc})") from None
+        raise InputError(str(db_path), f"not a readable journal ({_one_line(exc)})") from None
     try:
         try:
             snaps = pd.read_sql_query("SELECT * FROM snapshots", con)
-        except (sqlite3.Error, pd.errors.DatabaseError) as exc:
-            raise InputError(str(db_path), f"the journal is damaged: its snapshots are unreadable ({exc})") from None
+        except (sqlite3.Error, pd.errors.DatabaseError, UnicodeDecodeError) as exc:
+            raise InputError(str(db_path), f"the journal is damaged: its snapshots are unreadable "
+                                           f"({_one_line(exc)})") from None
+        try:
+            snaps = _typed(snaps, "snapshots", warnings)
+        except InputError as exc:
+            raise InputError(str(db_path), exc.problem) from None
         arrays = _query(con, "arrays", warnings)
-        ends = _query(con, "array_ends", warnings, ["array_id", "last_snapshot", "end_snapshot", "how"])
-        stack_rows = _query(con, "stacks", warnings, ["stack_id", "frames"])
-        memory_stats = _query(con, "memory_stats", warnings, ["snapshot", "device", "key", "value"])
-        executables = _query(con, "executables", warnings, ["snapshot", "stack_id", "name", "count", "code_bytes"])
+        ends = _query(con, "array_ends", warnings)
+        stack_rows = _query(con, "stacks", warnings)
+        memory_stats = _query(con, "memory_stats", warnings)
+        executables = _query(con, "executables", warnings)
         jit = {t: _query(con, f"jit_{t}", warnings) for t in ("functions", "compiles", "calls", "counts")}
-        markers = _query(con, "markers", warnings, ["marker", "t_wall", "t_mono", "label", "after_snapshot"])
-        events = _query(con, "events", warnings, ["event", "t_wall", "kind", "message", "snapshot"])
+        markers = _query(con, "markers", warnings)
+        events = _query(con, "events", warnings)
     finally:
         con.close()
 
@@ -165,6 +268,7 @@ def _load_journal_run(path: Path) -> Run:
         start = float(snaps["t_wall"].min())
     snaps.insert(1, "t", snaps["t_wall"] - (start or 0.0))
     process = int(manifest.get("process_index") or 0)
+    snaps["snapshot"] = snaps["snapshot"].astype(np.int64)
     snaps["process"] = process
     if not markers.empty:
         markers["t"] = markers["t_wall"] - (start or 0.0)
@@ -186,9 +290,14 @@ def _load_journal_run(path: Path) -> Run:
 
 
 def _check_snapshot_files(path: Path, snaps: pd.DataFrame, warnings: list) -> pd.DataFrame:
-    missing = [
-        int(s) for s, f in zip(snaps["snapshot"], snaps["file"]) if not (path / str(f)).is_file()
-    ]
+    snap_root = (path / layout.SNAPSHOT_DIR).resolve()
+
+    def usable(name) -> bool:
+        # Only regular files inside RUN/snapshots/: the journal could name any path.
+        p = (path / str(name)).resolve()
+        return p.parent == snap_root and p.is_file()
+
+    missing = [int(s) for s, f in zip(snaps["snapshot"], snaps["file"]) if not usable(f)]
     if missing:
         shown = ", ".join(map(str, missing[:10])) + (" ..." if len(missing) > 10 else "")
         warnings.append(f"{len(missing)} snapshot file(s) missing (snapshots {shown}); those snapshots are skipped")

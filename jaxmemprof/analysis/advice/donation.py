@@ -53,12 +53,21 @@ class Candidate:
 
 
 def _json(text, default):
-    if text is None or (isinstance(text, float) and np.isnan(text)):
+    """Parsed JSON of the type of ``default`` (a list of dicts for leaf lists),
+    else ``default``: the journal is untrusted."""
+    if not isinstance(text, str):
         return default
     try:
-        return json.loads(text)
-    except (TypeError, ValueError):
+        v = json.loads(text)
+    except ValueError:
         return default
+    if not isinstance(v, type(default)):
+        return default
+    return v
+
+
+def _leaves(text) -> list[dict]:
+    return [d for d in _json(text, []) if isinstance(d, dict)]
 
 
 def _key(leaf: dict) -> tuple:
@@ -115,8 +124,8 @@ def donation_candidates(run, attribution: Attribution = Attribution()) -> list[C
         per_arg_ok: dict[str, bool] = {}
         per_arg_info: dict[str, tuple] = {}
         for _, call in rows.iterrows():
-            inputs = _json(call["inputs"], [])
-            outputs = _json(call["outputs"], [])
+            inputs = _leaves(call["inputs"])
+            outputs = _leaves(call["outputs"])
             fates = _json(call["inputs_alive"], [])
             if len(fates) != len(inputs):
                 continue
@@ -163,8 +172,8 @@ def unusable_donations(run) -> list[tuple]:
     for _, fn in functions.iterrows():
         rows = calls[calls["function_id"] == fn["function_id"]]
         for _, call in rows.iterrows():
-            inputs = _json(call["inputs"], [])
-            outputs = _json(call["outputs"], [])
+            inputs = _leaves(call["inputs"])
+            outputs = _leaves(call["outputs"])
             donated = [i for i, leaf in enumerate(inputs) if leaf.get("donated")]
             if not donated:
                 continue
@@ -325,7 +334,9 @@ def jit_memory(run, attribution: Attribution = Attribution()) -> pd.DataFrame:
     c["call_peak_bytes"] = (c["argument_bytes"] + c["output_bytes"] - c["alias_bytes"] + c["temp_bytes"]
                             + c["generated_code_bytes"])
     biggest = c.sort_values("call_peak_bytes", ascending=False).drop_duplicates("function_id")
-    merged = biggest.merge(functions, on="function_id", how="left")
+    merged = biggest.merge(functions, on="function_id", how="inner")
+    if merged.empty:
+        return pd.DataFrame({c: pd.Series(dtype=object) for c in JIT_MEMORY_COLUMNS})
     if counts is not None and not counts.empty:
         merged = merged.merge(counts, on="function_id", how="left", suffixes=("", "_n"))
     else:
