@@ -422,3 +422,23 @@ def test_shard_views_are_not_counted_twice(tmp_path):
     assert (by_label.loc["one", "live_bytes"], by_label.loc["one", "arrays"]) == (16384, 1)
     assert (by_label.loc["two", "live_bytes"], by_label.loc["two", "arrays"]) == (32768, 2)
     assert sorted(map(tuple, run.arrays["shard_bytes"])) == [(8192, 8192), (16384,)]
+
+
+def test_no_addresses_leaves_live_arrays_alone(tmp_path):
+    """Without address reading, a device_put array gets no per-shard view: the
+    program's own jax.live_arrays() is unchanged by the profiler."""
+    source = """
+        import numpy as np
+        import jax
+        import jaxmemprof
+        a = jax.device_put(np.zeros(4096, np.float32))
+        jaxmemprof.snapshot("one")
+        print(len(jax.live_arrays()))
+    """
+    _, proc, run_dir = _run(tmp_path, "noaddr.py", source, check=0, extra=("--no-addresses", "--interval", "1000"))
+    assert proc.stdout.strip() == "1"
+    run = load_run(run_dir)
+    assert run.manifest["settings"]["addresses"] is False
+    assert run.arrays["addresses"].tolist() == [(None,)]
+    _, proc, _ = _run(tmp_path, "addr.py", source, check=0, out="run2", extra=("--interval", "1000"))
+    assert proc.stdout.strip() == "2"  # the view that reading the address made

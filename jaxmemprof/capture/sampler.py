@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import sys
 import threading
 import time
@@ -47,11 +48,15 @@ class Sampler:
     wall time (measured on the real snapshot cost)."""
 
     def __init__(self, writer: RunWriter, *, interval: float = 0.5, max_overhead: float = 0.02,
-                 adaptive: bool = True):
+                 adaptive: bool = True, addresses: bool = True):
         self.writer = writer
         self.interval = interval
         self.max_overhead = max_overhead
         self.adaptive = adaptive
+        # Reading a buffer's address makes JAX keep a per-shard view of
+        # device_put and sharded arrays (listed by jax.live_arrays(), and
+        # slowing its device_memory_profile()): addresses=False reads none.
+        self.addresses = addresses
         self._lock = threading.RLock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -169,7 +174,9 @@ class Sampler:
             entry = tracked.get(key)
             if entry is not None and entry.ref() is a:
                 if entry.pending and (wait or _is_ready(a)):
-                    entry.keys, views = _shard_keys(a, a.addressable_shards, True)
+                    keys, views = _shard_keys(a, a.addressable_shards, True)
+                    address = dict(keys)  # in the device order recorded before
+                    entry.keys = tuple((d, address.get(d)) for d, _ in entry.keys)
                     entry.pending = False
                     self._own(entry, views)
                     address_updates.append((_json_list(k[1] for k in entry.keys), entry.array_id))
@@ -241,16 +248,21 @@ class Sampler:
         array not seen before, or None when it cannot be read (deleted
         meanwhile)."""
         try:
-            shards = a.addressable_shards
             # Reading a buffer's address waits for the computation that fills
             # it: an array still being computed gets its addresses later.
-            pending = not wait and not _is_ready(a)
-            keys, views = _shard_keys(a, shards, not pending)
+            pending = self.addresses and not wait and not _is_ready(a)
             sharding = a.sharding
             shape, dtype = a.shape, a.dtype
+            if self.addresses and not pending:
+                shards = a.addressable_shards
+                keys, views = _shard_keys(a, shards, True)
+            else:
+                # Even listing the shards makes JAX keep views: ask the sharding.
+                shards = None
+                keys, views = tuple((d, None) for d in _shard_devices(sharding)), ()
             static = self._static.get((shape, dtype, sharding))
             if static is None:
-                sizes = _shard_sizes(a, shards)
+                sizes = _shard_sizes(a, shards) if shards is not None else _sharding_sizes(a, sharding, len(keys))
                 static = (_json_list(shape), str(dtype), int(a.nbytes), _json_list(sizes),
                           json.dumps([d for d, _ in keys]), _sharding_text(sharding),
                           getattr(sharding, "memory_kind", None))
@@ -341,6 +353,20 @@ def _shard_keys(a, shards, with_addresses: bool) -> tuple:
         return tuple((str(s.device), None) for s in shards), ()
     views = tuple(s.data for s in shards)
     return tuple((str(s.device), _address(v)) for s, v in zip(shards, views)), views
+
+
+def _shard_devices(sharding) -> list[str]:
+    """Names of the addressable devices, in device id order, without
+    touching the array's shards."""
+    return [str(d) for d in sorted(sharding.addressable_devices, key=lambda d: d.id)]
+
+
+def _sharding_sizes(a, sharding, n: int) -> list:
+    try:
+        per_shard = math.prod(sharding.shard_shape(a.shape)) * a.dtype.itemsize
+    except Exception:
+        per_shard = int(a.nbytes) // max(n, 1)
+    return [int(per_shard)] * n
 
 
 def _shard_sizes(a, shards) -> list:

@@ -68,7 +68,8 @@ def allocator_environment() -> dict:
 
 class Session:
     def __init__(self, directory: Path, *, target_argv: list[str], interval: float,
-                 max_overhead: float, jit_probe: bool = True, command: list[str] | None = None):
+                 max_overhead: float, jit_probe: bool = True, addresses: bool = True,
+                 command: list[str] | None = None):
         self.directory = directory
         self.t_start = time.monotonic()
         manifest = {
@@ -87,10 +88,11 @@ class Session:
             "start_epoch": time.time(),
             "end_time": None,
             "exit_status": None,
-            "settings": {"interval": interval, "max_overhead": max_overhead, "jit_probe": jit_probe},
+            "settings": {"interval": interval, "max_overhead": max_overhead, "jit_probe": jit_probe,
+                         "addresses": addresses},
         }
         self.writer = RunWriter(directory, manifest)
-        self.sampler = Sampler(self.writer, interval=interval, max_overhead=max_overhead)
+        self.sampler = Sampler(self.writer, interval=interval, max_overhead=max_overhead, addresses=addresses)
         self.probe = JitProbe(self.writer) if jit_probe else None
 
     def start(self) -> "Session":
