@@ -64,6 +64,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from _common import git_state  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 DATA = HERE / "data"
@@ -465,17 +467,6 @@ class Code:
 
 
 # -- summary ------------------------------------------------------------------------
-
-
-def git_state() -> str:
-    try:
-        rev = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
-                             capture_output=True, text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--", "jaxmemprof"],
-                               capture_output=True, text=True, check=True).stdout.strip()
-        return rev + (" + uncommitted changes in jaxmemprof/" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 def per_doubling(ratio: float, factor: float) -> float:

@@ -55,6 +55,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from _common import git_state  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 WORKLOADS = HERE / "workloads"
@@ -562,17 +564,6 @@ def bench_snapshot(res: Results, args, env: dict) -> None:
 
 
 # -- main ------------------------------------------------------------------------
-
-
-def git_state() -> str:
-    try:
-        rev = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
-                             capture_output=True, text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--", "jaxmemprof"],
-                               capture_output=True, text=True, check=True).stdout.strip()
-        return rev + (" + uncommitted changes in jaxmemprof/" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 def main(argv=None) -> int:

@@ -30,6 +30,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from _common import git_state  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 DEFAULT_DATA = HERE / "data"
@@ -166,17 +168,6 @@ def count_samples(data: Path, env: dict) -> tuple[int, int]:
     out = subprocess.run(python_cmd("-c", code, str(data / BASE), str(data / NEW)), env=env,
                          capture_output=True, text=True, check=True).stdout.split()
     return int(out[0]), int(out[1])
-
-
-def git_state() -> str:
-    try:
-        rev = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
-                             capture_output=True, text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--", "jaxmemprof"],
-                               capture_output=True, text=True, check=True).stdout.strip()
-        return rev + (" + uncommitted changes in jaxmemprof/" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 def tool_version(pprof: list[str] | None) -> str:
