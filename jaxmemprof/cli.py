@@ -69,15 +69,19 @@ def _profile_options(f):
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, "--version", prog_name="jaxmemprof")
 def cli():
-    """Where does your JAX program's device memory go? jaxmemprof reads JAX's
-    device-memory profiles and attributes every byte to your own lines of code.
+    """Where does your JAX program's device memory go, and what should you
+    change? jaxmemprof records device memory over time and attributes every
+    byte to your own lines of code, then says what to donate, what leaks, and
+    which allocator settings to use.
 
     \b
     Examples:
-      python -c "import jax; ...; jax.profiler.save_device_memory_profile('a.prof')"
-      jaxmemprof show a.prof                 # which of my lines hold the bytes
-      jaxmemprof diff a.prof b.prof          # which lines grew or shrank
-      jaxmemprof show a.prof --csv sites.csv # the same rows for a spreadsheet
+      jaxmemprof run train.py --epochs 3     # record a run (your script, unchanged)
+      jaxmemprof report RUN                  # peak, lifetimes, reuse, leaks, advice
+      jaxmemprof show RUN@peak               # which of my lines hold the peak
+      jaxmemprof diff RUN@first RUN@final    # which lines grew or shrank
+      jaxmemprof export RUN --csv tables/    # every table for a spreadsheet
+      jaxmemprof show a.prof                 # any profile from save_device_memory_profile()
     """
 
 
