@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -18,3 +19,31 @@ def git_state() -> str:
         return rev + (" + uncommitted changes in jaxmemprof/" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
+
+
+def _num(v):
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    return v
+
+
+@dataclass
+class Results:
+    """Rows of a results CSV (benchmark, case, value, unit, reference, ratio,
+    target, met), and the summary lines printed along the way."""
+
+    rows: list = field(default_factory=list)
+    lines: list = field(default_factory=list)
+
+    def add(self, benchmark, case, value, unit, reference=None, ratio=None, target=None, met=None):
+        self.rows.append({
+            "benchmark": benchmark, "case": case, "value": _num(value), "unit": unit,
+            "reference": _num(reference), "ratio": _num(ratio), "target": target or "",
+            "met": met if isinstance(met, str) else "" if met is None else ("yes" if met else "no"),
+        })
+
+    def say(self, line=""):
+        self.lines.append(line)
+        print(line, flush=True)

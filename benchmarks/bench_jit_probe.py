@@ -79,10 +79,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-from _common import git_state  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
+from _common import Results, git_state  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -106,26 +106,6 @@ MIB = 1024 ** 2
 
 
 # -- results -----------------------------------------------------------------
-
-
-@dataclass
-class Results:
-    rows: list = field(default_factory=list)
-
-    def add(self, benchmark, case, value, unit, reference=None, ratio=None, target=None, met=None):
-        self.rows.append({
-            "benchmark": benchmark, "case": case, "value": _num(value), "unit": unit,
-            "reference": _num(reference), "ratio": _num(ratio), "target": target or "",
-            "met": met if isinstance(met, str) else "" if met is None else ("yes" if met else "no"),
-        })
-
-
-def _num(v):
-    if v is None:
-        return ""
-    if isinstance(v, float):
-        return f"{v:.6g}"
-    return v
 
 
 def say(line=""):

@@ -55,7 +55,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from _common import git_state  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
+from _common import Results, git_state  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -73,31 +73,6 @@ COLUMNS = ("benchmark", "case", "value", "unit", "reference", "ratio", "target",
 
 
 # -- results -----------------------------------------------------------------
-
-
-@dataclass
-class Results:
-    rows: list = field(default_factory=list)
-    lines: list = field(default_factory=list)
-
-    def add(self, benchmark, case, value, unit, reference=None, ratio=None, target=None, met=None):
-        self.rows.append({
-            "benchmark": benchmark, "case": case, "value": _num(value), "unit": unit,
-            "reference": _num(reference), "ratio": _num(ratio), "target": target or "",
-            "met": met if isinstance(met, str) else "" if met is None else ("yes" if met else "no"),
-        })
-
-    def say(self, line=""):
-        self.lines.append(line)
-        print(line, flush=True)
-
-
-def _num(v):
-    if v is None:
-        return ""
-    if isinstance(v, float):
-        return f"{v:.6g}"
-    return v
 
 
 def _median(xs):

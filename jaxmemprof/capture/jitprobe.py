@@ -59,7 +59,7 @@ def _normalise(value) -> list:
 
 
 class _FunctionState:
-    __slots__ = ("function_id", "calls", "samples", "pending", "compiles", "analyse_next", "signature_count",
+    __slots__ = ("function_id", "calls", "samples", "pending", "compiles", "analyse_next",
                  "param_names", "donate_argnums", "donate_argnames", "cache", "quiet")
 
     def __init__(self, function_id, param_names, donate_argnums, donate_argnames):
@@ -69,7 +69,6 @@ class _FunctionState:
         self.pending = None  # (call_id, [weakrefs]) of the last sampled call
         self.compiles = 0
         self.analyse_next = False
-        self.signature_count = 0
         self.param_names = param_names
         self.donate_argnums = donate_argnums
         self.donate_argnames = donate_argnames
@@ -322,7 +321,6 @@ class JitProbe:
         signature = ", ".join(
             f"{d['dtype']}[{','.join(map(str, d['shape']))}]" for d in (
                 _leaf(x, "") for x in self._array_leaves((args, kwargs))))
-        state.signature_count += 1
         self.writer.add_jit_compile((state.function_id, state.calls, time.time(), signature[:2000], *values))
         return True
 

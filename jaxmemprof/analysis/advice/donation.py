@@ -383,7 +383,8 @@ def estimated_true_peak(run) -> tuple[int | None, str]:
         times += [(float(t), int(f)) for t, f in zip(calls["t_wall"], calls["function_id"])]
     snap_t = snaps["t_wall"].to_numpy(dtype=float)
     live = snaps["live_bytes"].to_numpy(dtype=np.int64)
-    names = dict(zip(_functions(run)["function_id"], _functions(run)["name"])) if not _functions(run).empty else {}
+    functions = _functions(run)
+    names = dict(zip(functions["function_id"], functions["name"])) if not functions.empty else {}
     best, where = None, ""
     for t, fid in times:
         if fid not in peak_of:
