@@ -32,7 +32,7 @@ def snapshot(label: str | None = None) -> int | None:
 
 @contextmanager
 def profile(output=None, *, interval: float = 0.5, max_overhead: float = 0.02, jit_probe: bool = True,
-            force: bool = False):
+            addresses: str = "auto", force: bool = False):
     """Record device memory while the block runs, into the run directory
     ``output`` (default: ``jaxmemprof-runs/profile-<time>``)::
 
@@ -40,7 +40,8 @@ def profile(output=None, *, interval: float = 0.5, max_overhead: float = 0.02, j
             train()
 
     Yields the run directory's path. Functions jitted inside the block (with
-    ``jax.jit`` called there) are observed by the jit probe.
+    ``jax.jit`` called there) are observed by the jit probe. ``addresses``:
+    which buffer addresses to read, as ``jaxmemprof run --addresses``.
     """
     from jaxmemprof.capture import session as session_mod
     from jaxmemprof.capture.runner import is_out_of_memory
@@ -51,7 +52,7 @@ def profile(output=None, *, interval: float = 0.5, max_overhead: float = 0.02, j
         Path(output) if output is not None else session_mod.default_output("profile"), force
     )
     s = session_mod.Session(directory, target_argv=[], interval=interval, max_overhead=max_overhead,
-                            jit_probe=jit_probe)
+                            jit_probe=jit_probe, addresses=addresses)
     s.start()
     s.sampler.snapshot("api", "start")
     try:

@@ -229,12 +229,13 @@ def diff(base, new, by, top, csv_path, as_json, force, library, user, all_frames
 @click.option("-m", "module", metavar="MODULE", default=None, help="Run a module, as python -m MODULE.")
 @click.option("--no-jit-probe", is_flag=True,
               help="Do not observe jitted functions (no donation advice, no memory inside jit).")
-@click.option("--no-addresses", is_flag=True,
-              help="Do not read buffer addresses (no reuse analysis). Reading them makes JAX keep a "
-                   "per-shard view of device_put and sharded arrays, which jax.live_arrays() lists.")
+@click.option("--addresses", type=click.Choice(["auto", "all", "none"]), default="auto", show_default=True,
+              help="Which buffer addresses to read (for the reuse analysis). Reading one makes JAX keep a "
+                   "per-shard view of device_put and sharded arrays, which jax.live_arrays() lists and "
+                   "its profile walks: auto reads those that make no new view.")
 @click.option("-q", "--quiet", is_flag=True, help="No summary at the end.")
 @click.argument("target", nargs=-1, type=click.UNPROCESSED, metavar="SCRIPT [ARGS]...")
-def run(output, force, interval, max_overhead, module, no_jit_probe, no_addresses, quiet, target):
+def run(output, force, interval, max_overhead, module, no_jit_probe, addresses, quiet, target):
     """Run a Python script (or -m MODULE) unchanged and record its device memory.
 
     The script runs in this process exactly as `python SCRIPT ARGS` runs it;
@@ -266,7 +267,7 @@ def run(output, force, interval, max_overhead, module, no_jit_probe, no_addresse
         tgt = Target(path=None, module=module, args=tuple(args))
     directory = prepare_directory(Path(output) if output else default_output(tgt.stem), force)
     session = Session(directory, target_argv=tgt.argv, interval=interval, max_overhead=max_overhead,
-                      jit_probe=not no_jit_probe, addresses=not no_addresses)
+                      jit_probe=not no_jit_probe, addresses=addresses)
     status, ended_by = run_target(tgt, session)
     session.stop(status, ended_by)
     if not quiet:

@@ -424,21 +424,48 @@ def test_shard_views_are_not_counted_twice(tmp_path):
     assert sorted(map(tuple, run.arrays["shard_bytes"])) == [(8192, 8192), (16384,)]
 
 
-def test_no_addresses_leaves_live_arrays_alone(tmp_path):
-    """Without address reading, a device_put array gets no per-shard view: the
-    program's own jax.live_arrays() is unchanged by the profiler."""
-    source = """
-        import numpy as np
-        import jax
-        import jaxmemprof
-        a = jax.device_put(np.zeros(4096, np.float32))
-        jaxmemprof.snapshot("one")
-        print(len(jax.live_arrays()))
-    """
-    _, proc, run_dir = _run(tmp_path, "noaddr.py", source, check=0, extra=("--no-addresses", "--interval", "1000"))
-    assert proc.stdout.strip() == "1"
+ADDRESS_SCRIPT = """
+    import json
+    import numpy as np
+    import jax
+    jax.config.update("jax_num_cpu_devices", 2)
+    from jax.sharding import NamedSharding, PartitionSpec as P
+    import jaxmemprof
+    put = [jax.device_put(np.full(1024, i, np.float32)) for i in range(3)]  # LINE-PUT
+    sharded = jax.device_put(np.zeros(4096, np.float32), NamedSharding(jax.make_mesh((2,), ("x",)), P("x")))
+    computed = jax.jit(lambda: jax.numpy.ones(512))()
+    jaxmemprof.snapshot("one")
+    live = len(jax.live_arrays())
+    shards = [s.data.unsafe_buffer_pointer() for s in sharded.addressable_shards]  # the program's own views
+    jaxmemprof.snapshot("two")
+    print(json.dumps({"live": live, "sharded": shards, "computed": computed.unsafe_buffer_pointer()}))
+"""
+
+
+@pytest.mark.parametrize("mode, views", [("auto", 1), ("none", 0), ("all", 3 + 2)])
+def test_addresses_modes_and_the_views_they_make(tmp_path, mode, views):
+    """Reading an address makes JAX keep a per-shard view of device_put and
+    sharded arrays. auto reads only where that makes no new view (one
+    device_put per line pays one); views the program makes itself are
+    recognised by their addresses, so none (which reads no address) counts
+    them as arrays of their own."""
+    _, proc, run_dir = _run(tmp_path, "addr.py", ADDRESS_SCRIPT, check=0, extra=("--addresses", mode, "--interval", "1000"))
+    seen = json.loads(proc.stdout)
+    assert seen["live"] == 5 + views  # 3 device_put + 1 sharded + 1 computed, and the views made
     run = load_run(run_dir)
-    assert run.manifest["settings"]["addresses"] is False
-    assert run.arrays["addresses"].tolist() == [(None,)]
-    _, proc, _ = _run(tmp_path, "addr.py", source, check=0, out="run2", extra=("--interval", "1000"))
-    assert proc.stdout.strip() == "2"  # the view that reading the address made
+    assert run.manifest["settings"]["addresses"] == mode
+    by_label = run.snapshots.set_index("label")
+    assert by_label.loc["one", "arrays"] == 5
+    assert by_label.loc["two", "arrays"] == (7 if mode == "none" else 5)
+    arrays = run.arrays[run.arrays["first_snapshot"] <= by_label.loc["one", "snapshot"]]
+    assert len(arrays) == 5
+    put = arrays[arrays["shape"] == (1024,)]
+    known = put["addresses"].map(lambda a: a[0] is not None).sum()
+    assert known == {"auto": 1, "none": 0, "all": 3}[mode]
+    computed = arrays[arrays["shape"] == (512,)].iloc[0]
+    assert computed["addresses"] == ((seen["computed"],) if mode != "none" else (None,))
+    sharded = arrays[arrays["shape"] == (4096,)].iloc[0]
+    assert sharded["shard_bytes"] == (8192, 8192)
+    # Once the program made the views, reading the addresses costs nothing:
+    # auto reads them then.
+    assert sharded["addresses"] == ((None, None) if mode == "none" else tuple(seen["sharded"]))

@@ -24,6 +24,7 @@ import weakref
 
 from jaxmemprof.store.writer import RunWriter, SnapshotRecord
 
+ADDRESS_MODES = ("auto", "all", "none")
 TRIGGERS = ("interval", "first", "exit", "exception", "oom", "signal", "api")
 
 
@@ -48,15 +49,20 @@ class Sampler:
     wall time (measured on the real snapshot cost)."""
 
     def __init__(self, writer: RunWriter, *, interval: float = 0.5, max_overhead: float = 0.02,
-                 adaptive: bool = True, addresses: bool = True):
+                 adaptive: bool = True, addresses: str = "auto"):
         self.writer = writer
         self.interval = interval
         self.max_overhead = max_overhead
         self.adaptive = adaptive
         # Reading a buffer's address makes JAX keep a per-shard view of
         # device_put and sharded arrays (listed by jax.live_arrays(), and
-        # slowing its device_memory_profile()): addresses=False reads none.
+        # slowing its device_memory_profile()): "auto" reads only those that
+        # make no new view, "all" every one, "none" none.
+        if addresses not in ADDRESS_MODES:
+            raise ValueError(f"addresses must be one of {ADDRESS_MODES}, not {addresses!r}")
         self.addresses = addresses
+        self._view_sites: set = set()  # stack ids where reading an address made a view
+        self._skipped: dict = {}  # id(traceback) -> tracked entry whose addresses were skipped
         self._lock = threading.RLock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -164,35 +170,28 @@ class Sampler:
         profile = jax.profiler.device_memory_profile()
         live = jax.live_arrays()
         previous = self.writer.snapshots
-        tracked, aliases, owner = self._tracked, self._aliases, self._owner
+        tracked, aliases = self._tracked, self._aliases
         new_stacks: list = []
-        new: list = []  # (sort key, id, entry, row) of arrays not seen before
-        address_updates = []
+        fresh: list = []  # (position, array) of arrays not seen before
+        address_updates: list = []
         still: dict[int, _Entry] = {}
         for pos, a in enumerate(live):
             key = id(a)
             entry = tracked.get(key)
             if entry is not None and entry.ref() is a:
                 if entry.pending and (wait or _is_ready(a)):
-                    keys, views = _shard_keys(a, a.addressable_shards, True)
-                    address = dict(keys)  # in the device order recorded before
-                    entry.keys = tuple((d, address.get(d)) for d, _ in entry.keys)
-                    entry.pending = False
-                    self._own(entry, views)
-                    address_updates.append((_json_list(k[1] for k in entry.keys), entry.array_id))
+                    self._read_late(a, entry, address_updates)
                 still[key] = entry
                 continue
             ref = aliases.get(key)
             if ref is not None and ref() is a:
                 continue
-            described = self._describe(a, new_stacks, wait)
-            if described is not None:
-                entry, row, views = described
-                new.append(((-len(entry.keys), pos), key, entry, row, views))
+            fresh.append((pos, a))
         # Arrays gone since the last snapshot give up their addresses first: a
         # new array may hold one already (a donated input's buffer, reused).
         ended = []
         if len(still) != len(tracked):
+            owner = self._owner
             for key, entry in tracked.items():
                 if still.get(key) is not entry:
                     obj = entry.ref()
@@ -202,25 +201,10 @@ class Sampler:
                         if owner.get(k) is entry:
                             del owner[k]
             self._aliases = {k: r for k, r in aliases.items() if r() is not None}
-            aliases = self._aliases
-        # JAX keeps per-shard views of an array as arrays of their own (made
-        # when a shard's buffer is first read): they hold no memory of their
-        # own. One array owns each (device, address): arrays seen before, then
-        # new arrays with more shards first.
-        new.sort(key=lambda c: c[0])
-        new_rows = []
-        for _, key, entry, row, views in new:
-            known = [k for k in entry.keys if k[1] is not None]
-            if known and all(k in owner for k in known):
-                aliases[key] = entry.ref
-                continue
-            entry.array_id = self._next_array
-            self._next_array += 1
-            new_rows.append((entry.array_id, *row))
-            self._own(entry, views)
-            still[key] = entry
+            self._skipped = {k: e for k, e in self._skipped.items() if e.ref() is not None}
+        new_rows = self._add_new(fresh, still, new_stacks, address_updates, wait) if fresh else []
         self._tracked = still
-        del live, new
+        del live, fresh
         # The totals are the profile's own (its buffers), not the array records':
         # the two are read a moment apart while the program runs on.
         live_bytes, buffers = profile_buffers(profile)
@@ -232,6 +216,137 @@ class Sampler:
             executables=self._executables(jax, new_stacks),
         )
 
+    def _add_new(self, fresh: list, still: dict, stacks: list, address_updates: list, wait: bool) -> list:
+        """Track the arrays not seen before; their journal rows, per-shard
+        views left out."""
+        described = []
+        for pos, a in fresh:
+            d = self._describe(a, stacks)
+            if d is not None:
+                described.append((pos, a, *d))
+        shared = self._views_made(described) if self.addresses == "auto" else {}
+        for tb_id, tb in shared.items():
+            # A tracked array whose addresses were skipped has views now (the
+            # program read its shards): reading them costs nothing any more.
+            parent = self._skipped.pop(tb_id, None)
+            a = parent.ref() if parent is not None else None
+            if a is not None and getattr(a, "traceback", None) is tb:
+                self._read_late(a, parent, address_updates)
+        new = []
+        for pos, a, tb, stack_id, static in described:
+            devices = static[-1]
+            read = self._reads(len(devices), stack_id, tb is not None and id(tb) in shared)
+            try:
+                # Reading a buffer's address waits for the computation that
+                # fills it: an array still being computed gets them later.
+                pending = read and not wait and not _is_ready(a)
+                if read and not pending:
+                    keys, views = self._read(a, devices, stack_id)
+                else:
+                    keys, views = tuple((d, None) for d in devices), ()
+            except Exception:
+                continue  # deleted while we looked
+            entry = _Entry(weakref.ref(a), keys, pending, stack_id, skipped=not read)
+            new.append(((-len(keys), pos), id(a), entry, tb, static, views))
+        # JAX keeps per-shard views of an array as arrays of their own: they
+        # hold no memory of their own. One array owns each (device, address):
+        # arrays seen before, then new arrays with more shards first.
+        new.sort(key=lambda c: c[0])
+        owner, aliases = self._owner, self._aliases
+        rows = []
+        for _, key, entry, tb, static, views in new:
+            known = [k for k in entry.keys if k[1] is not None]
+            if known and all(k in owner for k in known):
+                aliases[key] = entry.ref
+                continue
+            entry.array_id = self._next_array
+            self._next_array += 1
+            shape_json, dtype_text, nbytes, sizes_json, devices_json, sharding_text, kind, _ = static
+            rows.append((entry.array_id, key, shape_json, dtype_text, nbytes, sizes_json, devices_json,
+                         _json_list(address for _, address in entry.keys), sharding_text, kind, entry.site))
+            self._own(entry, views)
+            if entry.skipped and tb is not None:
+                self._skipped[id(tb)] = entry
+            still[key] = entry
+        return rows
+
+    def _describe(self, a, stacks: list):
+        """(traceback, stack_id, static description) of an array not seen
+        before, or None when it cannot be read (deleted meanwhile)."""
+        try:
+            sharding = a.sharding
+            shape, dtype = a.shape, a.dtype
+            static = self._static.get((shape, dtype, sharding))
+            if static is None:
+                devices, sizes = _layout(a, sharding)
+                static = (_json_list(shape), str(dtype), int(a.nbytes), _json_list(sizes), json.dumps(devices),
+                          _sharding_text(sharding), getattr(sharding, "memory_kind", None), tuple(devices))
+                if len(self._static) < 10_000:
+                    self._static[(shape, dtype, sharding)] = static
+            tb = getattr(a, "traceback", None)
+        except Exception:
+            return None
+        return tb, self._stack_id(tb, stacks), static
+
+    def _reads(self, n_devices: int, stack_id, shared: bool) -> bool:
+        """Whether to read an array's buffer addresses. ``auto``: where it
+        makes JAX keep no new per-shard view: one-device arrays except those
+        made where such an array had to get one (device_put), and arrays
+        whose views the program itself made."""
+        if self.addresses == "auto":
+            return shared or (n_devices == 1 and stack_id not in self._view_sites)
+        return self.addresses == "all"
+
+    def _read(self, a, devices, stack_id) -> tuple:
+        """((device, address) per shard in the order of ``devices``, the
+        per-shard views that reading them made or found)."""
+        shards = a.addressable_shards
+        if len(shards) == 1:
+            address = {str(shards[0].device): _address(a)}
+            try:
+                views = (shards[0].data,)
+            except Exception:
+                views = ()
+        else:
+            views = tuple(s.data for s in shards)
+            address = {str(s.device): _address(v) for s, v in zip(shards, views)}
+        if any(v is not a for v in views):
+            self._view_sites.add(stack_id)
+        return tuple((d, address.get(d)) for d in devices), views
+
+    def _read_late(self, a, entry: "_Entry", updates: list) -> None:
+        """Read the addresses of a tracked array (computed by now, or with
+        views by now) and queue the journal update."""
+        try:
+            keys, views = self._read(a, [d for d, _ in entry.keys], entry.site)
+        except Exception:
+            entry.pending = False  # deleted meanwhile: it ends at the next snapshot
+            return
+        entry.keys, entry.pending, entry.skipped = keys, False, False
+        self._own(entry, views)
+        updates.append((_json_list(k[1] for k in keys), entry.array_id))
+
+    def _views_made(self, described: list) -> dict:
+        """{id(traceback): traceback} of new arrays that are per-shard views
+        the program made, with their array: a view shares its array's
+        traceback object and lies on one of its devices."""
+        first: dict[int, tuple] = {}  # id(traceback) -> (traceback, devices) of the first array
+        groups: dict[int, list] = {}
+        for _, _, tb, _, static in described:
+            if tb is None:
+                continue
+            k = id(tb)
+            if k in first:
+                groups.setdefault(k, [first[k][1]]).append(static[-1])
+            else:
+                first[k] = (tb, static[-1])
+        for k in self._skipped.keys() & first.keys():
+            entry = self._skipped[k]
+            parent = entry.ref()
+            if parent is not None and getattr(parent, "traceback", None) is first[k][0]:
+                groups.setdefault(k, [first[k][1]]).append(tuple(d for d, _ in entry.keys))
+        return {k: first[k][0] for k, members in groups.items() if _has_view(members)}
+
     def _own(self, entry: "_Entry", views) -> None:
         """``entry`` owns its buffers; the per-shard views that reading their
         addresses made are known as views from now on."""
@@ -242,41 +357,6 @@ class Sampler:
         for v in views:
             if v is not target:
                 self._aliases[id(v)] = weakref.ref(v)
-
-    def _describe(self, a, stacks: list, wait: bool):
-        """(entry, journal row without its array_id, per-shard views) for an
-        array not seen before, or None when it cannot be read (deleted
-        meanwhile)."""
-        try:
-            # Reading a buffer's address waits for the computation that fills
-            # it: an array still being computed gets its addresses later.
-            pending = self.addresses and not wait and not _is_ready(a)
-            sharding = a.sharding
-            shape, dtype = a.shape, a.dtype
-            if self.addresses and not pending:
-                shards = a.addressable_shards
-                keys, views = _shard_keys(a, shards, True)
-            else:
-                # Even listing the shards makes JAX keep views: ask the sharding.
-                shards = None
-                keys, views = tuple((d, None) for d in _shard_devices(sharding)), ()
-            static = self._static.get((shape, dtype, sharding))
-            if static is None:
-                sizes = _shard_sizes(a, shards) if shards is not None else _sharding_sizes(a, sharding, len(keys))
-                static = (_json_list(shape), str(dtype), int(a.nbytes), _json_list(sizes),
-                          json.dumps([d for d, _ in keys]), _sharding_text(sharding),
-                          getattr(sharding, "memory_kind", None))
-                if len(self._static) < 10_000:
-                    self._static[(shape, dtype, sharding)] = static
-        except Exception:
-            return None  # deleted while we looked, or not a concrete array
-        row_shape, dtype_text, nbytes, sizes_json, devices_json, sharding_text, kind = static
-        stack_id = self._stack_id(getattr(a, "traceback", None), stacks)
-        row = (
-            id(a), row_shape, dtype_text, nbytes, sizes_json, devices_json,
-            _json_list(addr for _, addr in keys), sharding_text, kind, stack_id,
-        )
-        return _Entry(weakref.ref(a), 0, keys, pending), row, views
 
     def _executables(self, jax, stacks: list) -> list:
         """Loaded executables, counted per (creation stack, HLO module name).
@@ -327,52 +407,43 @@ class Sampler:
 
 class _Entry:
     """A tracked array: weak reference, identity, (device, address) per shard,
-    and whether its addresses are still to be read."""
+    its stack id, whether its addresses are still to be read (``pending``:
+    once computed) or were left unread (``skipped``: reading them would
+    make JAX keep per-shard views)."""
 
-    __slots__ = ("ref", "array_id", "keys", "pending")
+    __slots__ = ("ref", "array_id", "keys", "pending", "site", "skipped")
 
-    def __init__(self, ref, array_id, keys, pending=False):
-        self.ref, self.array_id, self.keys, self.pending = ref, array_id, keys, pending
-
-
-def _shard_keys(a, shards, with_addresses: bool) -> tuple:
-    """((device, buffer address) per addressable shard, the per-shard view
-    arrays that reading the addresses made)."""
-    if len(shards) == 1:
-        if not with_addresses:
-            return ((str(shards[0].device), None),), ()
-        address = _address(a)
-        # Reading it may make JAX list a view of the buffer (for device_put
-        # arrays): the shard's data is that view.
-        try:
-            views = (shards[0].data,)
-        except Exception:
-            views = ()
-        return ((str(shards[0].device), address),), views
-    if not with_addresses:
-        return tuple((str(s.device), None) for s in shards), ()
-    views = tuple(s.data for s in shards)
-    return tuple((str(s.device), _address(v)) for s, v in zip(shards, views)), views
+    def __init__(self, ref, keys, pending=False, site=None, skipped=False):
+        self.ref, self.array_id, self.keys = ref, 0, keys
+        self.pending, self.site, self.skipped = pending, site, skipped
 
 
-def _shard_devices(sharding) -> list[str]:
-    """Names of the addressable devices, in device id order, without
-    touching the array's shards."""
-    return [str(d) for d in sorted(sharding.addressable_devices, key=lambda d: d.id)]
-
-
-def _sharding_sizes(a, sharding, n: int) -> list:
+def _layout(a, sharding) -> tuple[list[str], list[int]]:
+    """Names and byte sizes of an array's addressable shards, in device id
+    order, from its sharding alone: even listing the shards makes JAX keep
+    per-shard views of device_put and sharded arrays."""
+    shape = a.shape
     try:
-        per_shard = math.prod(sharding.shard_shape(a.shape)) * a.dtype.itemsize
+        index = sharding.addressable_devices_indices_map(shape)
+        devices = sorted(index, key=lambda d: d.id)
+        itemsize = a.dtype.itemsize
+        sizes = [itemsize * math.prod(len(range(n)[s]) if isinstance(s, slice) else 1
+                                      for s, n in zip(index[d], shape)) for d in devices]
     except Exception:
-        per_shard = int(a.nbytes) // max(n, 1)
-    return [int(per_shard)] * n
+        devices = sorted(sharding.addressable_devices, key=lambda d: d.id)
+        sizes = [int(a.nbytes) // max(len(devices), 1)] * len(devices)
+    return [str(d) for d in devices], [int(s) for s in sizes]
 
 
-def _shard_sizes(a, shards) -> list:
-    if len(shards) == 1:
-        return [int(a.nbytes)]
-    return [int(s.data.nbytes) for s in shards]
+def _has_view(members: list) -> bool:
+    """Among arrays sharing one traceback object (their device names), is
+    one a one-device view lying on another's device? (Outputs of one jitted
+    call share a traceback too, but all lie on the call's devices.)"""
+    for i, m in enumerate(members):
+        if len(m) == 1:
+            if any(j != i and m[0] in other for j, other in enumerate(members)):
+                return True
+    return False
 
 
 def profile_buffers(data: bytes) -> tuple[int, int]:

@@ -68,7 +68,7 @@ def allocator_environment() -> dict:
 
 class Session:
     def __init__(self, directory: Path, *, target_argv: list[str], interval: float,
-                 max_overhead: float, jit_probe: bool = True, addresses: bool = True,
+                 max_overhead: float, jit_probe: bool = True, addresses: str = "auto",
                  command: list[str] | None = None):
         self.directory = directory
         self.t_start = time.monotonic()
