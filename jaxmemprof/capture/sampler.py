@@ -62,6 +62,7 @@ class Sampler:
             raise ValueError(f"addresses must be one of {ADDRESS_MODES}, not {addresses!r}")
         self.addresses = addresses
         self._view_sites: set = set()  # stack ids where reading an address made a view
+        self._clean_sites: set = set()  # stack ids where it made none (one-device arrays)
         self._skipped: dict = {}  # id(traceback) -> tracked entry whose addresses were skipped
         self._lock = threading.RLock()
         self._stop = threading.Event()
@@ -74,6 +75,8 @@ class Sampler:
         self._next_array = 1
         self._next_stack = 1
         self._cost = 0.0  # smoothed cost of one snapshot, seconds
+        self._spent = 0.0  # cost of all snapshots so far, seconds
+        self._t0 = time.monotonic()  # when sampling began
         self._last_mono = 0.0  # when the last snapshot was taken
         self.peak: tuple[int, int, float] | None = None  # (live_bytes, snapshot, t_mono)
         self.failed: str | None = None
@@ -90,10 +93,19 @@ class Sampler:
         if self._thread is not None:
             self._thread.join()
 
-    def next_wait(self) -> float:
-        if not self.adaptive or self.max_overhead <= 0:
-            return self.interval
-        return max(self.interval, self._cost * (1.0 / self.max_overhead - 1.0))
+    def next_due(self) -> float:
+        """When (monotonic) the next interval snapshot is due: ``interval``
+        after the last one, stretched so that sampling takes at most
+        ``max_overhead`` of the time, both since the last snapshot and since
+        sampling began (counting the next snapshot and the final one, each
+        estimated at the recent cost): describing every array the first
+        time it is seen costs more than a snapshot of arrays already known."""
+        due = self._last_mono + self.interval
+        if self.adaptive and self.max_overhead > 0:
+            share = 1.0 / self.max_overhead
+            due = max(due, self._last_mono + self._cost * (share - 1.0),
+                      self._t0 + (self._spent + 2.0 * self._cost) * share)
+        return due
 
     def _loop(self) -> None:
         poll = min(self.interval, 0.05)
@@ -105,11 +117,10 @@ class Sampler:
                 if not self.first_taken and _jax_ready() is not None and self._has_arrays():
                     self.snapshot("first")
                 continue
-            # A full interval after the last snapshot, whoever took it.
-            due = self._last_mono + self.next_wait()
-            if self._stop.wait(max(0.0, due - time.monotonic())):
+            # Counted from the last snapshot, whoever took it.
+            if self._stop.wait(max(0.0, self.next_due() - time.monotonic())):
                 return
-            if time.monotonic() >= self._last_mono + self.next_wait():
+            if time.monotonic() >= self.next_due():
                 self.snapshot("interval")
 
     def _has_arrays(self) -> bool:
@@ -149,6 +160,7 @@ class Sampler:
             self.first_taken = True
             self._last_mono = time.monotonic()
             cost = time.thread_time() - c0
+            self._spent += cost
             self._cost = cost if self._cost == 0 else 0.7 * self._cost + 0.3 * cost
             if self.peak is None or rec.live_bytes > self.peak[0]:
                 self.peak = (rec.live_bytes, index, t_mono)
@@ -172,10 +184,10 @@ class Sampler:
         previous = self.writer.snapshots
         tracked, aliases = self._tracked, self._aliases
         new_stacks: list = []
-        fresh: list = []  # (position, array) of arrays not seen before
+        fresh: list = []  # arrays not seen before
         address_updates: list = []
         still: dict[int, _Entry] = {}
-        for pos, a in enumerate(live):
+        for a in live:
             key = id(a)
             entry = tracked.get(key)
             if entry is not None and entry.ref() is a:
@@ -186,7 +198,7 @@ class Sampler:
             ref = aliases.get(key)
             if ref is not None and ref() is a:
                 continue
-            fresh.append((pos, a))
+            fresh.append(a)
         # Arrays gone since the last snapshot give up their addresses first: a
         # new array may hold one already (a donated input's buffer, reused).
         ended = []
@@ -218,13 +230,26 @@ class Sampler:
 
     def _add_new(self, fresh: list, still: dict, stacks: list, address_updates: list, wait: bool) -> list:
         """Track the arrays not seen before; their journal rows, per-shard
-        views left out."""
-        described = []
-        for pos, a in fresh:
-            d = self._describe(a, stacks)
-            if d is not None:
-                described.append((pos, a, *d))
-        shared = self._views_made(described) if self.addresses == "auto" else {}
+        views left out. (Written to allocate little: describing many new
+        arrays at once otherwise sets off full garbage collections.)"""
+        n = len(fresh)
+        statics: list = [None] * n
+        tbs: list = [None] * n
+        sites: list = [None] * n
+        cache, stack_id = self._static, self._stack_id
+        for i, a in enumerate(fresh):
+            try:
+                sharding = a.sharding
+                static = cache.get((a.shape, a.dtype, sharding))
+                if static is None:
+                    static = _Static(a, sharding)
+                    if len(cache) < 10_000:
+                        cache[(a.shape, a.dtype, sharding)] = static
+                tb = getattr(a, "traceback", None)
+            except Exception:
+                continue  # deleted while we looked, or not a concrete array
+            statics[i], tbs[i], sites[i] = static, tb, stack_id(tb, stacks)
+        shared = self._views_made(statics, tbs) if self.addresses == "auto" else {}
         for tb_id, tb in shared.items():
             # A tracked array whose addresses were skipped has views now (the
             # program read its shards): reading them costs nothing any more.
@@ -232,77 +257,68 @@ class Sampler:
             a = parent.ref() if parent is not None else None
             if a is not None and getattr(a, "traceback", None) is tb:
                 self._read_late(a, parent, address_updates)
-        new = []
-        for pos, a, tb, stack_id, static in described:
-            devices = static[-1]
-            read = self._reads(len(devices), stack_id, tb is not None and id(tb) in shared)
+        multi, single = [], []
+        for i, a in enumerate(fresh):
+            static = statics[i]
+            if static is None:
+                continue
+            tb, site = tbs[i], sites[i]
+            read = self._reads(len(static.devices), site, tb is not None and id(tb) in shared)
             try:
                 # Reading a buffer's address waits for the computation that
                 # fills it: an array still being computed gets them later.
                 pending = read and not wait and not _is_ready(a)
-                if read and not pending:
-                    keys, views = self._read(a, devices, stack_id)
-                else:
-                    keys, views = tuple((d, None) for d in devices), ()
+                keys = self._read(a, static.devices, site) if read and not pending else static.unread
             except Exception:
                 continue  # deleted while we looked
-            entry = _Entry(weakref.ref(a), keys, pending, stack_id, skipped=not read)
-            new.append(((-len(keys), pos), id(a), entry, tb, static, views))
+            entry = _Entry(weakref.ref(a), keys, pending, site, not read, static)
+            (multi if len(keys) > 1 else single).append(entry)
         # JAX keeps per-shard views of an array as arrays of their own: they
         # hold no memory of their own. One array owns each (device, address):
         # arrays seen before, then new arrays with more shards first.
-        new.sort(key=lambda c: c[0])
         owner, aliases = self._owner, self._aliases
         rows = []
-        for _, key, entry, tb, static, views in new:
+        for entry in multi + single:
+            a = entry.ref()
+            if a is None:
+                continue
+            key = id(a)
             known = [k for k in entry.keys if k[1] is not None]
             if known and all(k in owner for k in known):
                 aliases[key] = entry.ref
                 continue
             entry.array_id = self._next_array
             self._next_array += 1
-            shape_json, dtype_text, nbytes, sizes_json, devices_json, sharding_text, kind, _ = static
-            rows.append((entry.array_id, key, shape_json, dtype_text, nbytes, sizes_json, devices_json,
-                         _json_list(address for _, address in entry.keys), sharding_text, kind, entry.site))
-            self._own(entry, views)
-            if entry.skipped and tb is not None:
-                self._skipped[id(tb)] = entry
+            s = entry.static
+            rows.append((entry.array_id, key, s.shape, s.dtype, s.nbytes, s.sizes, s.devices_json,
+                         _json_list(address for _, address in entry.keys), s.sharding, s.memory_kind,
+                         entry.site))
+            self._own(entry)
+            if entry.skipped:
+                tb = getattr(a, "traceback", None)
+                if tb is not None:
+                    self._skipped[id(tb)] = entry
             still[key] = entry
         return rows
 
-    def _describe(self, a, stacks: list):
-        """(traceback, stack_id, static description) of an array not seen
-        before, or None when it cannot be read (deleted meanwhile)."""
-        try:
-            sharding = a.sharding
-            shape, dtype = a.shape, a.dtype
-            static = self._static.get((shape, dtype, sharding))
-            if static is None:
-                devices, sizes = _layout(a, sharding)
-                static = (_json_list(shape), str(dtype), int(a.nbytes), _json_list(sizes), json.dumps(devices),
-                          _sharding_text(sharding), getattr(sharding, "memory_kind", None), tuple(devices))
-                if len(self._static) < 10_000:
-                    self._static[(shape, dtype, sharding)] = static
-            tb = getattr(a, "traceback", None)
-        except Exception:
-            return None
-        return tb, self._stack_id(tb, stacks), static
-
-    def _reads(self, n_devices: int, stack_id, shared: bool) -> bool:
+    def _reads(self, n_devices: int, site, shared: bool) -> bool:
         """Whether to read an array's buffer addresses. ``auto``: where it
         makes JAX keep no new per-shard view: one-device arrays except those
         made where such an array had to get one (device_put), and arrays
         whose views the program itself made."""
         if self.addresses == "auto":
-            return shared or (n_devices == 1 and stack_id not in self._view_sites)
+            return shared or (n_devices == 1 and site not in self._view_sites)
         return self.addresses == "all"
 
-    def _read(self, a, devices, stack_id) -> tuple:
-        """((device, address) per shard in the order of ``devices``, the
-        per-shard views that reading them made or found)."""
+    def _read(self, a, devices: tuple, site) -> tuple:
+        """(device, address) per shard, in the order of ``devices``. The
+        per-shard views this makes JAX keep are known as views from now on;
+        where (``site``) one-device arrays get one, or none, is remembered."""
+        if len(devices) == 1 and site in self._clean_sites:
+            return ((devices[0], _address(a)),)
         shards = a.addressable_shards
         if len(shards) == 1:
-            address = {str(shards[0].device): _address(a)}
+            address = {devices[0]: _address(a)}
             try:
                 views = (shards[0].data,)
             except Exception:
@@ -310,53 +326,52 @@ class Sampler:
         else:
             views = tuple(s.data for s in shards)
             address = {str(s.device): _address(v) for s, v in zip(shards, views)}
-        if any(v is not a for v in views):
-            self._view_sites.add(stack_id)
-        return tuple((d, address.get(d)) for d in devices), views
+        made = [v for v in views if v is not a]
+        for v in made:
+            self._aliases[id(v)] = weakref.ref(v)
+        if made:
+            self._view_sites.add(site)
+        elif len(devices) == 1:
+            self._clean_sites.add(site)
+        return tuple((d, address.get(d)) for d in devices)
 
     def _read_late(self, a, entry: "_Entry", updates: list) -> None:
         """Read the addresses of a tracked array (computed by now, or with
         views by now) and queue the journal update."""
         try:
-            keys, views = self._read(a, [d for d, _ in entry.keys], entry.site)
+            keys = self._read(a, entry.static.devices, entry.site)
         except Exception:
             entry.pending = False  # deleted meanwhile: it ends at the next snapshot
             return
         entry.keys, entry.pending, entry.skipped = keys, False, False
-        self._own(entry, views)
+        self._own(entry)
         updates.append((_json_list(k[1] for k in keys), entry.array_id))
 
-    def _views_made(self, described: list) -> dict:
+    def _views_made(self, statics: list, tbs: list) -> dict:
         """{id(traceback): traceback} of new arrays that are per-shard views
         the program made, with their array: a view shares its array's
         traceback object and lies on one of its devices."""
         first: dict[int, tuple] = {}  # id(traceback) -> (traceback, devices) of the first array
         groups: dict[int, list] = {}
-        for _, _, tb, _, static in described:
-            if tb is None:
+        for static, tb in zip(statics, tbs):
+            if tb is None or static is None:
                 continue
             k = id(tb)
             if k in first:
-                groups.setdefault(k, [first[k][1]]).append(static[-1])
+                groups.setdefault(k, [first[k][1]]).append(static.devices)
             else:
-                first[k] = (tb, static[-1])
+                first[k] = (tb, static.devices)
         for k in self._skipped.keys() & first.keys():
             entry = self._skipped[k]
             parent = entry.ref()
             if parent is not None and getattr(parent, "traceback", None) is first[k][0]:
-                groups.setdefault(k, [first[k][1]]).append(tuple(d for d, _ in entry.keys))
+                groups.setdefault(k, [first[k][1]]).append(entry.static.devices)
         return {k: first[k][0] for k, members in groups.items() if _has_view(members)}
 
-    def _own(self, entry: "_Entry", views) -> None:
-        """``entry`` owns its buffers; the per-shard views that reading their
-        addresses made are known as views from now on."""
+    def _own(self, entry: "_Entry") -> None:
         for k in entry.keys:
             if k[1] is not None:
                 self._owner[k] = entry
-        target = entry.ref()
-        for v in views:
-            if v is not target:
-                self._aliases[id(v)] = weakref.ref(v)
 
     def _executables(self, jax, stacks: list) -> list:
         """Loaded executables, counted per (creation stack, HLO module name).
@@ -409,30 +424,44 @@ class _Entry:
     """A tracked array: weak reference, identity, (device, address) per shard,
     its stack id, whether its addresses are still to be read (``pending``:
     once computed) or were left unread (``skipped``: reading them would
-    make JAX keep per-shard views)."""
+    make JAX keep per-shard views), and what it shares with its kind."""
 
-    __slots__ = ("ref", "array_id", "keys", "pending", "site", "skipped")
+    __slots__ = ("ref", "array_id", "keys", "pending", "site", "skipped", "static")
 
-    def __init__(self, ref, keys, pending=False, site=None, skipped=False):
-        self.ref, self.array_id, self.keys = ref, 0, keys
-        self.pending, self.site, self.skipped = pending, site, skipped
+    def __init__(self, ref, keys, pending, site, skipped, static):
+        self.ref, self.array_id, self.keys, self.pending = ref, 0, keys, pending
+        self.site, self.skipped, self.static = site, skipped, static
 
 
-def _layout(a, sharding) -> tuple[list[str], list[int]]:
-    """Names and byte sizes of an array's addressable shards, in device id
-    order, from its sharding alone: even listing the shards makes JAX keep
-    per-shard views of device_put and sharded arrays."""
-    shape = a.shape
-    try:
-        index = sharding.addressable_devices_indices_map(shape)
-        devices = sorted(index, key=lambda d: d.id)
-        itemsize = a.dtype.itemsize
-        sizes = [itemsize * math.prod(len(range(n)[s]) if isinstance(s, slice) else 1
-                                      for s, n in zip(index[d], shape)) for d in devices]
-    except Exception:
-        devices = sorted(sharding.addressable_devices, key=lambda d: d.id)
-        sizes = [int(a.nbytes) // max(len(devices), 1)] * len(devices)
-    return [str(d) for d in devices], [int(s) for s in sizes]
+class _Static:
+    """What every array of one shape, dtype and sharding shares, as journal
+    text. The devices and shard sizes come from the sharding alone: even
+    listing the shards makes JAX keep per-shard views of device_put and
+    sharded arrays."""
+
+    __slots__ = ("shape", "dtype", "nbytes", "sizes", "devices", "devices_json", "sharding",
+                 "memory_kind", "unread")
+
+    def __init__(self, a, sharding):
+        shape = a.shape
+        try:
+            index = sharding.addressable_devices_indices_map(shape)
+            devices = sorted(index, key=lambda d: d.id)
+            itemsize = a.dtype.itemsize
+            sizes = [itemsize * math.prod(len(range(n)[s]) if isinstance(s, slice) else 1
+                                          for s, n in zip(index[d], shape)) for d in devices]
+        except Exception:
+            devices = sorted(sharding.addressable_devices, key=lambda d: d.id)
+            sizes = [int(a.nbytes) // max(len(devices), 1)] * len(devices)
+        self.devices = tuple(str(d) for d in devices)
+        self.unread = tuple((d, None) for d in self.devices)  # (device, address) before reading
+        self.shape = _json_list(shape)
+        self.dtype = str(a.dtype)
+        self.nbytes = int(a.nbytes)
+        self.sizes = _json_list(sizes)
+        self.devices_json = json.dumps(list(self.devices))
+        self.sharding = _sharding_text(sharding)
+        self.memory_kind = getattr(sharding, "memory_kind", None)
 
 
 def _has_view(members: list) -> bool:
