@@ -469,6 +469,16 @@ def test_addresses_modes_and_the_views_they_make(tmp_path, mode, views):
     # Once the program made the views, reading the addresses costs nothing:
     # auto reads them then.
     assert sharded["addresses"] == ((None, None) if mode == "none" else tuple(seen["sharded"]))
+    # The reuse analysis says how many buffers it could not match.
+    from jaxmemprof.analysis.reuse import OBSERVABILITY, reuse
+
+    note = reuse(run).note
+    if mode == "all":
+        assert note == OBSERVABILITY
+    else:  # auto: two device_put arrays; none: every buffer, the program's two views counted too
+        unknown = 2 if mode == "auto" else 3 + 2 + 1 + 2
+        assert note.startswith(f"{unknown} of {unknown if mode == 'none' else 3 + 2 + 1} buffers have no "
+                               "recorded address") and "--addresses all" in note
 
 
 def test_sampling_budget_holds_since_the_last_snapshot_and_since_the_start(tmp_path):

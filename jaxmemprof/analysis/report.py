@@ -64,9 +64,10 @@ def build_report(run, attribution: Attribution, *, top_sites: int = 10, steps: i
         per_site = site_lifetimes(arrays, run)
         churn = pd.DataFrame()
         r = reuse(run, arrays)
-        reuse_by_device, reuse_by_site = r.by_device, r.by_site
+        reuse_by_device, reuse_by_site, reuse_note = r.by_device, r.by_site, r.note
     else:
         arrays = per_site = reuse_by_device = reuse_by_site = pd.DataFrame()
+        reuse_note = OBSERVABILITY
         churn = estimated_site_churn(run, attribution)
 
     leak_rows = leaks(run, attribution, steps=steps)
@@ -125,7 +126,7 @@ def build_report(run, attribution: Attribution, *, top_sites: int = 10, steps: i
         path=str(run.path), manifest=m, finished=run.finished, has_arrays=run.has_arrays,
         warnings=list(run.warnings), summary=summary, peak_sites=peak_sites, timeline=tl,
         arrays=arrays, lifetimes=per_site, churn=churn, reuse_by_device=reuse_by_device,
-        reuse_by_site=reuse_by_site, reuse_note=OBSERVABILITY, leaks=leak_rows,
+        reuse_by_site=reuse_by_site, reuse_note=reuse_note, leaks=leak_rows,
         recompiles=recompile_rows, jit_memory=memory_in_jit, true_peak_bytes=true_peak, true_peak_where=where,
         fit=fit, findings=findings_frame(found),
     )

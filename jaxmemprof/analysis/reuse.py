@@ -264,8 +264,16 @@ def reuse(run, arrays_df: pd.DataFrame | None = None) -> Reuse:
         }
     )
     events = events.sort_values(["first_snapshot", "device", "address", "array_id"], kind="stable")
+    unknown = int((~shards["known_address"].to_numpy()).sum())
+    note = OBSERVABILITY
+    if unknown:
+        note = (f"{unknown} of {len(shards)} buffers have no recorded address and are not matched: "
+                "`jaxmemprof run --addresses auto` (the default) leaves the addresses of sharded and "
+                "device_put arrays unread, since reading one makes JAX keep a per-shard view of the "
+                "array; `--addresses all` reads them. ") + OBSERVABILITY
     return Reuse(
         by_device=by_device[["device"] + COUNT_COLUMNS].reset_index(drop=True),
         by_site=by_site[SITE_COLUMNS + COUNT_COLUMNS].reset_index(drop=True),
         events=events[EVENT_COLUMNS].reset_index(drop=True),
+        note=note,
     )

@@ -68,7 +68,9 @@ class Sampler:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._tracked: dict[int, _Entry] = {}  # id(array) -> what we know of it
-        self._aliases: dict = {}  # id(view) -> weakref: per-shard views, not counted
+        self._aliases: dict = {}  # id(view) -> _Ref: per-shard views, not counted
+        self._pending: dict[int, _Entry] = {}  # tracked arrays whose addresses are to be read
+        self._dead: list = []  # _Ref/_Entry of arrays that died (appended by their callbacks)
         self._owner: dict = {}  # (device, address) -> the tracked entry that holds it
         self._static: dict = {}  # (shape, dtype, sharding) -> what every such array shares
         self._stacks: dict = {}  # traceback -> stack_id
@@ -180,55 +182,61 @@ class Sampler:
 
     def _collect(self, jax, trigger, label, t_wall, t_mono, wait: bool) -> SnapshotRecord:
         profile = jax.profiler.device_memory_profile()
-        live = jax.live_arrays()
+        live = jax.live_arrays()  # holds every listed array alive until we are done
         previous = self.writer.snapshots
-        tracked, aliases = self._tracked, self._aliases
-        new_stacks: list = []
-        fresh: list = []  # arrays not seen before
+        tracked, aliases, owner = self._tracked, self._aliases, self._owner
+        ended: list = []
+
+        def end(entry, how):
+            ended.append((entry.array_id, previous, how))
+            self._pending.pop(entry.key, None)
+            if entry.traceback_id is not None and self._skipped.get(entry.traceback_id) is entry:
+                del self._skipped[entry.traceback_id]
+            for k in entry.keys:
+                if owner.get(k) is entry:
+                    del owner[k]
+
+        # Arrays (and views) that died since the last snapshot: their weak
+        # references said so, before any other object could take their id.
+        # They give up their addresses first: a new array may hold one
+        # already (a donated input's buffer, reused).
+        dead = self._dead
+        while dead:
+            ref = dead.pop()
+            if tracked.get(ref.key) is ref:
+                del tracked[ref.key]
+                end(ref, "freed")
+            elif aliases.get(ref.key) is ref:
+                del aliases[ref.key]
+        ids = set(map(id, live))
+        if not ids.issuperset(tracked.keys()):
+            # Alive but no longer listed: deleted (donated) arrays.
+            for key in tracked.keys() - ids:
+                entry = tracked.pop(key)
+                obj = entry()
+                end(entry, "deleted" if obj is not None and is_deleted(obj) else "freed")
         address_updates: list = []
-        still: dict[int, _Entry] = {}
-        for a in live:
-            key = id(a)
-            entry = tracked.get(key)
-            if entry is not None and entry.ref() is a:
-                if entry.pending and (wait or _is_ready(a)):
-                    self._read_late(a, entry, address_updates)
-                still[key] = entry
-                continue
-            ref = aliases.get(key)
-            if ref is not None and ref() is a:
-                continue
-            fresh.append(a)
-        # Arrays gone since the last snapshot give up their addresses first: a
-        # new array may hold one already (a donated input's buffer, reused).
-        ended = []
-        if len(still) != len(tracked):
-            owner = self._owner
-            for key, entry in tracked.items():
-                if still.get(key) is not entry:
-                    obj = entry.ref()
-                    how = "deleted" if obj is not None and is_deleted(obj) else "freed"
-                    ended.append((entry.array_id, previous, how))
-                    for k in entry.keys:
-                        if owner.get(k) is entry:
-                            del owner[k]
-            self._aliases = {k: r for k, r in aliases.items() if r() is not None}
-            self._skipped = {k: e for k, e in self._skipped.items() if e.ref() is not None}
-        new_rows = self._add_new(fresh, still, new_stacks, address_updates, wait) if fresh else []
-        self._tracked = still
+        for key, entry in list(self._pending.items()):
+            a = entry()
+            if a is not None and (wait or _is_ready(a)):
+                del self._pending[key]
+                self._read_late(a, entry, address_updates)
+        fresh = [a for a in live if id(a) not in tracked and id(a) not in aliases]
+        new_stacks: list = []
+        new_rows = self._add_new(fresh, new_stacks, address_updates, wait) if fresh else []
         del live, fresh
         # The totals are the profile's own (its buffers), not the array records':
         # the two are read a moment apart while the program runs on.
         live_bytes, buffers = profile_buffers(profile)
         return SnapshotRecord(
             t_wall=t_wall, t_mono=t_mono, trigger=trigger, label=label, profile=profile,
-            live_bytes=live_bytes, buffers=buffers, arrays=len(still),
+            live_bytes=live_bytes, buffers=buffers, arrays=len(tracked),
             new_stacks=new_stacks, new_arrays=new_rows, ended_arrays=ended,
             address_updates=address_updates, memory_stats=_memory_stats(jax),
             executables=self._executables(jax, new_stacks),
         )
 
-    def _add_new(self, fresh: list, still: dict, stacks: list, address_updates: list, wait: bool) -> list:
+    def _add_new(self, fresh: list, stacks: list, address_updates: list, wait: bool) -> list:
         """Track the arrays not seen before; their journal rows, per-shard
         views left out. (Written to allocate little: describing many new
         arrays at once otherwise sets off full garbage collections.)"""
@@ -254,7 +262,7 @@ class Sampler:
             # A tracked array whose addresses were skipped has views now (the
             # program read its shards): reading them costs nothing any more.
             parent = self._skipped.pop(tb_id, None)
-            a = parent.ref() if parent is not None else None
+            a = parent() if parent is not None else None
             if a is not None and getattr(a, "traceback", None) is tb:
                 self._read_late(a, parent, address_updates)
         multi, single = [], []
@@ -263,29 +271,31 @@ class Sampler:
             if static is None:
                 continue
             tb, site = tbs[i], sites[i]
-            read = self._reads(len(static.devices), site, tb is not None and id(tb) in shared)
+            views_made = tb is not None and id(tb) in shared
+            read = self._reads(len(static.devices), site, views_made)
             try:
                 # Reading a buffer's address waits for the computation that
                 # fills it: an array still being computed gets them later.
                 pending = read and not wait and not _is_ready(a)
-                keys = self._read(a, static.devices, site) if read and not pending else static.unread
+                keys = (self._read(a, static.devices, site, learn=not views_made) if read and not pending
+                        else static.unread)
             except Exception:
                 continue  # deleted while we looked
-            entry = _Entry(weakref.ref(a), keys, pending, site, not read, static)
+            entry = _Entry(a, self._dead.append, keys, pending, site, not read, static)
             (multi if len(keys) > 1 else single).append(entry)
         # JAX keeps per-shard views of an array as arrays of their own: they
         # hold no memory of their own. One array owns each (device, address):
         # arrays seen before, then new arrays with more shards first.
-        owner, aliases = self._owner, self._aliases
+        owner, aliases, tracked = self._owner, self._aliases, self._tracked
         rows = []
         for entry in multi + single:
-            a = entry.ref()
+            a = entry()
             if a is None:
                 continue
-            key = id(a)
+            key = entry.key
             known = [k for k in entry.keys if k[1] is not None]
             if known and all(k in owner for k in known):
-                aliases[key] = entry.ref
+                aliases[key] = entry
                 continue
             entry.array_id = self._next_array
             self._next_array += 1
@@ -297,8 +307,11 @@ class Sampler:
             if entry.skipped:
                 tb = getattr(a, "traceback", None)
                 if tb is not None:
+                    entry.traceback_id = id(tb)
                     self._skipped[id(tb)] = entry
-            still[key] = entry
+            if entry.pending:
+                self._pending[key] = entry
+            tracked[key] = entry
         return rows
 
     def _reads(self, n_devices: int, site, shared: bool) -> bool:
@@ -310,10 +323,12 @@ class Sampler:
             return shared or (n_devices == 1 and site not in self._view_sites)
         return self.addresses == "all"
 
-    def _read(self, a, devices: tuple, site) -> tuple:
+    def _read(self, a, devices: tuple, site, learn: bool = True) -> tuple:
         """(device, address) per shard, in the order of ``devices``. The
         per-shard views this makes JAX keep are known as views from now on;
-        where (``site``) one-device arrays get one, or none, is remembered."""
+        with ``learn``, where (``site``) one-device arrays get one, or none,
+        is remembered (not from arrays whose views the program made: a view
+        shares its array's site, and reading it makes none)."""
         if len(devices) == 1 and site in self._clean_sites:
             return ((devices[0], _address(a)),)
         shards = a.addressable_shards
@@ -328,10 +343,10 @@ class Sampler:
             address = {str(s.device): _address(v) for s, v in zip(shards, views)}
         made = [v for v in views if v is not a]
         for v in made:
-            self._aliases[id(v)] = weakref.ref(v)
-        if made:
+            self._aliases[id(v)] = _Ref(v, self._dead.append)
+        if made and learn:
             self._view_sites.add(site)
-        elif len(devices) == 1:
+        elif len(devices) == 1 and learn:
             self._clean_sites.add(site)
         return tuple((d, address.get(d)) for d in devices)
 
@@ -339,11 +354,11 @@ class Sampler:
         """Read the addresses of a tracked array (computed by now, or with
         views by now) and queue the journal update."""
         try:
-            keys = self._read(a, entry.static.devices, entry.site)
+            keys = self._read(a, entry.static.devices, entry.site, learn=not entry.skipped)
         except Exception:
             entry.pending = False  # deleted meanwhile: it ends at the next snapshot
             return
-        entry.keys, entry.pending, entry.skipped = keys, False, False
+        entry.keys, entry.pending, entry.skipped, entry.traceback_id = keys, False, False, None
         self._own(entry)
         updates.append((_json_list(k[1] for k in keys), entry.array_id))
 
@@ -363,7 +378,7 @@ class Sampler:
                 first[k] = (tb, static.devices)
         for k in self._skipped.keys() & first.keys():
             entry = self._skipped[k]
-            parent = entry.ref()
+            parent = entry()
             if parent is not None and getattr(parent, "traceback", None) is first[k][0]:
                 groups.setdefault(k, [first[k][1]]).append(entry.static.devices)
         return {k: first[k][0] for k, members in groups.items() if _has_view(members)}
@@ -420,17 +435,34 @@ class Sampler:
         return sid
 
 
-class _Entry:
-    """A tracked array: weak reference, identity, (device, address) per shard,
-    its stack id, whether its addresses are still to be read (``pending``:
-    once computed) or were left unread (``skipped``: reading them would
-    make JAX keep per-shard views), and what it shares with its kind."""
+class _Ref(weakref.ref):
+    """A weak reference to an array that knows the array's ``id()``: the
+    callback hears of its death before another object can take the id."""
 
-    __slots__ = ("ref", "array_id", "keys", "pending", "site", "skipped", "static")
+    __slots__ = ("key",)
 
-    def __init__(self, ref, keys, pending, site, skipped, static):
-        self.ref, self.array_id, self.keys, self.pending = ref, 0, keys, pending
+    def __new__(cls, obj, callback, *args):
+        return super().__new__(cls, obj, callback)
+
+    def __init__(self, obj, callback, *args):
+        super().__init__(obj, callback)
+        self.key = id(obj)
+
+
+class _Entry(_Ref):
+    """A tracked array (a weak reference to it): identity, (device, address)
+    per shard, its stack id, whether its addresses are still to be read
+    (``pending``: once computed) or were left unread (``skipped``: reading
+    them would make JAX keep per-shard views), and what it shares with its
+    kind."""
+
+    __slots__ = ("array_id", "keys", "pending", "site", "skipped", "static", "traceback_id")
+
+    def __init__(self, obj, callback, keys, pending, site, skipped, static):
+        super().__init__(obj, callback)
+        self.array_id, self.keys, self.pending = 0, keys, pending
         self.site, self.skipped, self.static = site, skipped, static
+        self.traceback_id = None  # id() of its traceback, while its addresses are skipped
 
 
 class _Static:
