@@ -221,7 +221,8 @@ class Sampler:
             if a is not None and (wait or _is_ready(a)):
                 del self._pending[key]
                 self._read_late(a, entry, address_updates)
-        fresh = [a for a in live if id(a) not in tracked and id(a) not in aliases]
+        unseen = ids - tracked.keys() - aliases.keys() if len(ids) > len(tracked) else ()
+        fresh = [a for a in live if id(a) in unseen] if unseen else []
         new_stacks: list = []
         new_rows = self._add_new(fresh, new_stacks, address_updates, wait) if fresh else []
         del live, fresh

@@ -81,24 +81,19 @@ class RunWriter:
                     (index, rec.t_wall, rec.t_mono, rec.trigger, rec.label, name,
                      rec.live_bytes, rec.buffers, rec.arrays, rec.cost_s, rec.wall_s),
                 )
-                db.executemany("INSERT INTO stacks VALUES (?,?)", rec.new_stacks)
-                db.executemany(
-                    "INSERT INTO arrays VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
-                    [(r[0], r[1], index, *r[2:]) for r in rec.new_arrays],
-                )
-                db.executemany("UPDATE arrays SET addresses = ? WHERE array_id = ?", rec.address_updates)
-                db.executemany(
-                    "INSERT INTO array_ends VALUES (?,?,?,?)",
-                    [(aid, last, index, how) for aid, last, how in rec.ended_arrays],
-                )
-                db.executemany(
-                    "INSERT INTO executables VALUES (?,?,?,?,?)",
-                    [(index, *row) for row in rec.executables],
-                )
-                db.executemany(
-                    "INSERT INTO memory_stats VALUES (?,?,?,?)",
-                    [(index, d, k, v) for d, k, v in rec.memory_stats],
-                )
+                for sql, rows in (
+                    ("INSERT INTO stacks VALUES (?,?)", rec.new_stacks),
+                    ("INSERT INTO arrays VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                     [(r[0], r[1], index, *r[2:]) for r in rec.new_arrays]),
+                    ("UPDATE arrays SET addresses = ? WHERE array_id = ?", rec.address_updates),
+                    ("INSERT INTO array_ends VALUES (?,?,?,?)",
+                     [(aid, last, index, how) for aid, last, how in rec.ended_arrays]),
+                    ("INSERT INTO executables VALUES (?,?,?,?,?)", [(index, *row) for row in rec.executables]),
+                    ("INSERT INTO memory_stats VALUES (?,?,?,?)",
+                     [(index, d, k, v) for d, k, v in rec.memory_stats]),
+                ):
+                    if rows:
+                        db.executemany(sql, rows)
                 db.execute("COMMIT")
             except BaseException:
                 db.execute("ROLLBACK")
