@@ -225,7 +225,8 @@ def diff(base, new, by, top, csv_path, as_json, force, library, user, all_frames
 @click.option("--interval", type=click.FloatRange(min=0.001), default=0.5, show_default=True, metavar="SECONDS",
               help="Time between snapshots, stretched so sampling stays within --max-overhead.")
 @click.option("--max-overhead", type=click.FloatRange(min=0.0, max=1.0), default=0.02, show_default=True,
-              metavar="FRACTION", help="Most of the wall time sampling may take (0: never stretch --interval).")
+              metavar="FRACTION", help="Most of the wall time jaxmemprof may take: snapshots keep to half of it, "
+                   "the rest is for start-up, the jit probe and the end (0: never stretch --interval).")
 @click.option("-m", "module", metavar="MODULE", default=None, help="Run a module, as python -m MODULE.")
 @click.option("--no-jit-probe", is_flag=True,
               help="Do not observe jitted functions (no donation advice, no memory inside jit).")

@@ -14,8 +14,12 @@ function. The proxy records:
   bytes, donated or not) and of the outputs, and, checked at the function's
   next call, whether each input leaf was still held by the caller.
 
-Calls that are not sampled cost a counter and two cache-size reads. Nothing
-here imports jax: the probe is installed when the program imports it.
+Once a function's samples are taken its proxy becomes a ``_QuietProbed``,
+whose calls reach the jitted function with no Python code in between (and
+are no longer counted); a JAX compile event, or a snapshot that finds the
+function's compile cache grown, turns it back, so that a new signature is
+analysed at its next call. Nothing here imports jax: the probe is installed
+when the program imports it.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import importlib.machinery
 import inspect
 import json
 import math
+import operator
 import os
 import sys
 import threading
@@ -60,7 +65,8 @@ def _normalise(value) -> list:
 
 class _FunctionState:
     __slots__ = ("function_id", "calls", "samples", "pending", "compiles", "analyse_next",
-                 "param_names", "donate_argnums", "donate_argnames", "cache", "quiet")
+                 "param_names", "donate_argnums", "donate_argnames", "cache", "quiet", "proxy", "real",
+                 "counted_all")
 
     def __init__(self, function_id, param_names, donate_argnums, donate_argnames):
         self.function_id = function_id
@@ -73,7 +79,10 @@ class _FunctionState:
         self.donate_argnums = donate_argnums
         self.donate_argnames = donate_argnames
         self.cache = 0  # the jitted function's compile-cache size after the last call
-        self.quiet = False  # all samples taken: calls only watch for new compilations
+        self.quiet = False  # all samples taken: calls go straight to the jitted function
+        self.proxy = None  # weak reference to its Probed
+        self.real = None  # the jitted function
+        self.counted_all = True  # every call counted (False once it went quiet)
 
 
 class JitProbe:
@@ -93,6 +102,7 @@ class JitProbe:
         self._jax = None
         self._hook = None
         self._jit_fn = None
+        self._monitoring = None
         self._next_function = 1
         self._next_call = 1
         self._lock = threading.Lock()
@@ -118,6 +128,12 @@ class JitProbe:
         if self._jax is not None and self._original_jit is not None:
             if getattr(self._jax, "jit", None) is self._jit_fn:
                 self._jax.jit = self._original_jit
+        unregister = getattr(self._monitoring, "unregister_event_duration_listener", None)
+        if unregister is not None:
+            try:
+                unregister(self._on_event)
+            except Exception:
+                pass
         self._guard(self._flush)
 
     def _patch(self, jax) -> None:
@@ -127,6 +143,13 @@ class JitProbe:
         self._original_jit = jax.jit
         self._jit_fn = self._make_jit(jax.jit)
         jax.jit = self._jit_fn
+        try:
+            import jax.monitoring as monitoring
+
+            monitoring.register_event_duration_secs_listener(self._on_event)
+            self._monitoring = monitoring
+        except Exception:  # an older JAX: snapshots still notice new compilations
+            self._monitoring = None
 
     def _guard(self, fn, *args):
         """Run ``fn``; on any error stop probing (warn once), never failing
@@ -171,7 +194,9 @@ class JitProbe:
         state = self._guard(self._register, fun, kwargs, frame)
         if state is None:
             return real
-        return Probed(real, self, state)
+        proxy = Probed(real, self, state)
+        state.proxy, state.real = weakref.ref(proxy), real
+        return proxy
 
     def _register(self, fun, kwargs, frame) -> _FunctionState:
         target = inspect.unwrap(fun) if callable(fun) else fun
@@ -213,6 +238,8 @@ class JitProbe:
         state.calls += 1
         if state.pending is not None:
             self._guard(self._check_liveness, state)
+        if self._sync_cache(state):  # compiled while quiet: analyse these arguments' signature
+            state.analyse_next = True
         analyse = state.analyse_next
         if analyse:
             state.analyse_next = False
@@ -330,9 +357,43 @@ class JitProbe:
 
     def _flush(self):
         for state in self._states:
+            self._sync_cache(state)
             if state.pending is not None:
                 self._check_liveness(state)
-        self.writer.set_jit_counts([(s.function_id, s.calls, s.compiles) for s in self._states])
+        self.writer.set_jit_counts([(s.function_id, s.calls, s.compiles, int(s.counted_all))
+                                    for s in self._states])
+
+    def on_snapshot(self) -> None:
+        if self.active:
+            self._guard(self.poll)
+
+    def poll(self) -> None:
+        """At every snapshot: a quiet function whose compile cache grew is
+        observed again, so that its next call is analysed (the compile event
+        listener usually said so already)."""
+        for state in self._states:
+            if state.quiet and _cache_size(state.real) != state.cache:
+                _wake(state)
+
+    def _on_event(self, event: str, *args, **kwargs) -> None:
+        """A JAX compile event: some function compiled, which one is not
+        said; every quiet function is observed again until its next call."""
+        if event.startswith("/jax/core/compile/") and self.active:
+            for state in self._states:
+                if state.quiet:
+                    _wake(state)
+
+    @staticmethod
+    def _sync_cache(state: "_FunctionState") -> bool:
+        """Count the compilations made while the function was quiet; True if
+        there were any."""
+        size = _cache_size(state.real)
+        if size == state.cache:
+            return False
+        if size > state.cache:
+            state.compiles += size - state.cache
+        state.cache = size  # smaller: JAX's caches were cleared
+        return True
 
 
 # A statement spanning lines stores its result on its first line, before the
@@ -373,18 +434,13 @@ class Probed:
 
     def __call__(self, *args, **kwargs):
         state = self._state
+        out = self._probe.call(self._real, state, args, kwargs)
         if state.quiet and self._probe.active:
-            # The common case once sampling is done: count the call and watch
-            # the compile cache; a new compilation is analysed at the next call.
-            out = self._real(*args, **kwargs)
-            state.calls += 1
-            if _cache_size(self._real) != state.cache:
-                state.compiles += 1
-                state.cache = _cache_size(self._real)
-                state.analyse_next = True
-                state.quiet = False
-            return out
-        return self._probe.call(self._real, state, args, kwargs)
+            # Sampling done: from now on calls go straight to the jitted
+            # function, at no cost; JitProbe.poll watches for new compilations.
+            state.counted_all = False
+            self.__class__ = _QuietProbed
+        return out
 
     def __get__(self, instance, owner=None):
         if instance is None:
@@ -402,6 +458,23 @@ class Probed:
 
     def __eq__(self, other):
         return self._real == (other._real if isinstance(other, Probed) else other)
+
+
+def _wake(state: "_FunctionState") -> None:
+    """Observe a quiet function again, from its next call."""
+    state.quiet = False
+    proxy = state.proxy() if state.proxy is not None else None
+    if proxy is not None and type(proxy) is _QuietProbed:
+        proxy.__class__ = Probed
+
+
+class _QuietProbed(Probed):
+    """A Probed whose sampling is done: calling it calls the jitted function
+    with no Python code in between (``__call__`` is looked up on the type
+    and resolves, through a C-level getter, to the jitted function)."""
+
+    __slots__ = ()
+    __call__ = property(operator.attrgetter("_real"))
 
 
 def _leaf(a, path: str) -> dict:

@@ -45,8 +45,8 @@ def _jax_ready():
 
 class Sampler:
     """Snapshots on demand and, in a background thread, every ``interval``
-    seconds, stretched so that sampling takes at most ``max_overhead`` of the
-    wall time (measured on the real snapshot cost)."""
+    seconds, stretched so that sampling takes at most half of
+    ``max_overhead`` of the wall time (measured on the real snapshot cost)."""
 
     def __init__(self, writer: RunWriter, *, interval: float = 0.5, max_overhead: float = 0.02,
                  adaptive: bool = True, addresses: str = "auto"):
@@ -83,6 +83,7 @@ class Sampler:
         self.peak: tuple[int, int, float] | None = None  # (live_bytes, snapshot, t_mono)
         self.failed: str | None = None
         self.first_taken = False
+        self.hooks: list = []  # called after each snapshot, in the sampling thread, holding its lock
 
     # -- the background thread -------------------------------------------------
 
@@ -97,16 +98,18 @@ class Sampler:
 
     def next_due(self) -> float:
         """When (monotonic) the next interval snapshot is due: ``interval``
-        after the last one, stretched so that sampling takes at most
-        ``max_overhead`` of the time, both since the last snapshot and since
-        sampling began (counting the next snapshot and the final one, each
-        estimated at the recent cost): describing every array the first
-        time it is seen costs more than a snapshot of arrays already known."""
+        after the last one, stretched so that sampling takes at most half of
+        ``max_overhead`` of the time (the other half is left to start-up,
+        the jit probe and the end of the run), both since the last snapshot
+        and since sampling began (counting the next snapshot and the final
+        one, each estimated at the recent cost): describing every array the
+        first time it is seen costs more than a snapshot of arrays already
+        known."""
         due = self._last_mono + self.interval
         if self.adaptive and self.max_overhead > 0:
-            share = 1.0 / self.max_overhead
-            due = max(due, self._last_mono + self._cost * (share - 1.0),
-                      self._t0 + (self._spent + 2.0 * self._cost) * share)
+            times = 2.0 / self.max_overhead  # wall time per second of sampling
+            due = max(due, self._last_mono + self._cost * (times - 1.0),
+                      self._t0 + (self._spent + 2.0 * self._cost) * times)
         return due
 
     def _loop(self) -> None:
@@ -160,6 +163,8 @@ class Sampler:
                 self.fail(exc)
                 return None
             self.first_taken = True
+            for hook in self.hooks:
+                hook()
             self._last_mono = time.monotonic()
             cost = time.thread_time() - c0
             self._spent += cost

@@ -94,6 +94,8 @@ class Session:
         self.writer = RunWriter(directory, manifest)
         self.sampler = Sampler(self.writer, interval=interval, max_overhead=max_overhead, addresses=addresses)
         self.probe = JitProbe(self.writer) if jit_probe else None
+        if self.probe is not None:
+            self.sampler.hooks.append(self.probe.on_snapshot)
 
     def start(self) -> "Session":
         global _active

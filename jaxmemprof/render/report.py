@@ -140,13 +140,15 @@ def _render_jit(rep: Report, con: Console, top: int) -> None:
     t = _table("calls", "compiles", "arguments", "outputs", "aliased", "temporaries", "call peak", "donated",
                "function", "site")
     for _, r in jm.head(top).iterrows():
-        t.add_row("-" if pd.isna(r["calls"]) else str(r["calls"]), "-" if pd.isna(r["compiles"]) else str(r["compiles"]),
+        calls = "-" if pd.isna(r["calls"]) else ("" if r["calls_complete"] else "≥") + str(r["calls"])
+        t.add_row(calls, "-" if pd.isna(r["compiles"]) else str(r["compiles"]),
                   format_bytes(r["argument_bytes"]), format_bytes(r["output_bytes"]), format_bytes(r["alias_bytes"]),
                   format_bytes(r["temp_bytes"]), format_bytes(r["call_peak_bytes"]), safe(r["donated"]) or "-",
                   Text(safe(r["function"])), Text(safe(r["jitted_at"])))
     con.print(t)
     con.print(Text("call peak = arguments + outputs - aliased (donation that took effect) + temporaries + code; "
-                   "snapshots, taken between calls, never see it."))
+                   "snapshots, taken between calls, never see it. ≥N calls: the probe stops counting a "
+                   "function's calls once its samples are taken, so that it costs nothing per call."))
 
 
 def _render_lifetimes(rep: Report, con: Console, top: int) -> None:

@@ -119,8 +119,10 @@ CREATE TABLE IF NOT EXISTS jit_calls (  -- sampled calls
 );
 CREATE TABLE IF NOT EXISTS jit_counts (
     function_id   INTEGER PRIMARY KEY,
-    calls         INTEGER NOT NULL,
-    compiles      INTEGER NOT NULL
+    calls         INTEGER NOT NULL,     -- calls counted
+    compiles      INTEGER NOT NULL,
+    calls_complete INTEGER              -- 1: every call counted; 0: counting stopped once its
+                                        -- samples were taken (calls is then a lower bound)
 );
 CREATE TABLE IF NOT EXISTS memory_stats (
     snapshot      INTEGER NOT NULL,

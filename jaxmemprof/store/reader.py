@@ -49,10 +49,11 @@ _TABLES = {
     "jit_calls": (("call_id", "function_id", "call_index", "t_wall", "t_mono", "caller_line"),
                   ("caller_file", "caller_function", "inputs", "outputs", "inputs_alive"),
                   ("call_id", "function_id", "t_wall")),
-    "jit_counts": (("function_id", "calls", "compiles"), (), ("function_id",)),
+    "jit_counts": (("function_id", "calls", "compiles", "calls_complete"), (), ("function_id",)),
 }
 # Columns whose absence means "not known" rather than 0, and the columns of seconds.
-_MAY_BE_MISSING = {"end_snapshot", "after_snapshot", "stack_id", "snapshot", "peak_bytes", "call_index"}
+_MAY_BE_MISSING = {"end_snapshot", "after_snapshot", "stack_id", "snapshot", "peak_bytes", "call_index",
+                   "calls_complete"}
 _FLOAT_COLUMNS = {"t_wall", "t_mono", "cost_s", "wall_s"}
 
 # Manifest fields and the types a reader relies on.

@@ -32,7 +32,7 @@ from jaxmemprof.units import format_bytes
 DOCS = "https://docs.jax.dev/en/latest/faq.html#buffer-donation"
 
 JIT_MEMORY_COLUMNS = [
-    "function_id", "function", "defined_at", "jitted_at", "calls", "compiles", "donated",
+    "function_id", "function", "defined_at", "jitted_at", "calls", "calls_complete", "compiles", "donated",
     "argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "generated_code_bytes", "call_peak_bytes",
 ]
 
@@ -348,6 +348,9 @@ def jit_memory(run, attribution: Attribution = Attribution()) -> pd.DataFrame:
         "defined_at": [_where(f, int(ln), attribution) for f, ln in zip(merged["file"], merged["line"])],
         "jitted_at": [_where(f, int(ln), attribution) for f, ln in zip(merged["jit_file"], merged["jit_line"])],
         "calls": pd.to_numeric(merged["calls"], errors="coerce").astype("Int64"),
+        # Runs recorded before the probe stopped counting counted every call.
+        "calls_complete": (pd.to_numeric(merged["calls_complete"], errors="coerce").fillna(1) != 0
+                           if "calls_complete" in merged else True),
         "compiles": pd.to_numeric(merged["compiles"], errors="coerce").astype("Int64"),
         "donated": [", ".join(map(str, _json(n, []) + _json(m, [])))
                     for n, m in zip(merged["donate_argnums"], merged["donate_argnames"])],
