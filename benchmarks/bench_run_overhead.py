@@ -33,8 +33,7 @@ snapshot
 Results: ``benchmarks/data/run_overhead.csv`` (columns ``benchmark, case,
 value, unit, reference, ratio, target, met``), the cProfile tables in
 ``benchmarks/data/run_overhead_cprofile.txt``, and a summary on stdout.
-About 6 minutes at default settings on 2 idle cores (10 on a busy machine);
-``--quick`` about 2.
+About 13 minutes at default settings on 2 idle cores; ``--quick`` about 2.
 """
 
 from __future__ import annotations
@@ -566,7 +565,7 @@ def main(argv=None) -> int:
                     help="about 2 minutes: 2 s workloads, fewer in-process repeats")
     ap.add_argument("--only", choices=("run", "snapshot"), default=None, help="run one part only")
     ap.add_argument("--seconds", type=float, default=None,
-                    help="how long each training workload runs plain (default 12, --quick 2)")
+                    help="how long each training workload runs plain (default 30, --quick 2)")
     ap.add_argument("--arrays", type=int, default=20_000, help="live arrays in many_arrays.py (default 20000)")
     ap.add_argument("--interval", type=float, default=None, help="pass --interval to jaxmemprof run")
     ap.add_argument("--max-overhead", type=float, default=None, help="pass --max-overhead to jaxmemprof run")
@@ -582,7 +581,10 @@ def main(argv=None) -> int:
     if args.repeat < 1:
         ap.error("--repeat must be at least 1")
     if args.seconds is None:
-        args.seconds = 2.0 if args.quick else 12.0
+        # A training loop runs for minutes; 30 s keeps the fixed costs (start-up,
+        # describing every array once, the end of the run) in proportion
+        # while a whole benchmark stays under a quarter of an hour.
+        args.seconds = 2.0 if args.quick else 30.0
     args.snap_repeat = 3 if args.quick else 7
 
     env = dict(os.environ)

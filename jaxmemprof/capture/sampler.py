@@ -3,9 +3,11 @@
 A snapshot is JAX's own ``device_memory_profile()`` plus one record per live
 ``jax.Array`` (shape, dtype, shards, devices, buffer addresses, creation
 stack) and each device's allocator statistics. Arrays are tracked across
-snapshots through weak references: an array seen before costs a dictionary
-look-up, only new ones are described, and an identity is never reused (Python
-``id()`` is, after an object dies).
+snapshots by weak references whose callbacks report each death before another
+object can take the dead one's ``id()``: a snapshot finds the arrays it has
+not seen by set differences of ids, describes only those (never touching
+what makes JAX keep extra per-shard arrays, unless asked), and an identity
+is never reused.
 
 The sampler never imports jax and never initialises a JAX backend itself: it
 waits until the target has done both, so the target's own configuration
