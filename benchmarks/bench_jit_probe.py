@@ -39,7 +39,8 @@ micro
     the cost of a sampled call (a probe set to sample every call), of
     ``memory_analysis`` through the AOT path after compilation (what the
     probe does once per compiled signature), and of one ``_cache_size()``
-    read (the probe makes two per call).
+    read (the probe makes two per observed call, and one per function at each
+    snapshot once its calls go straight to the jitted function).
 
 donation
     For each parameter size (``--sizes``, MiB; depth 4, widths 512, 2048,
@@ -328,7 +329,7 @@ def micro_child(cfg: dict) -> dict:
                      "overhead_us": median(diffs), "overhead_min_us": min(times["probed"]) - min(times["bare"]),
                      "samples": st.samples, "calls": st.calls}
 
-        # One _cache_size() read (two per call).
+        # One _cache_size() read (two per observed call; per snapshot once quiet).
         k = 20000
         t0 = time.perf_counter()
         for _ in range(k):
@@ -379,7 +380,7 @@ def bench_micro(res: Results, args, env: dict, work: str) -> dict:
         say(f"{name}: bare {d['bare_us']:.2f} us/call, probed {d['probed_us']:.2f} us/call: "
             f"+{d['overhead_us']:.2f} us ({d['overhead_us'] / d['bare_us'] * 100:.1f}%; fastest blocks: "
             f"+{d['overhead_min_us']:.2f} us) "
-            f"[after {d['samples']} samples]; _cache_size() {d['cache_size_us']:.3f} us (2 per call); "
+            f"[after {d['samples']} samples]; _cache_size() {d['cache_size_us']:.3f} us; "
             f"memory_analysis (AOT, cached) {d['memory_analysis_ms']:.2f} ms")
         res.add(b, f"{name}: unsampled call", d["probed_us"], "us", d["bare_us"], d["probed_us"] / d["bare_us"])
         res.add(b, f"{name}: probe cost per unsampled call (median of block differences)", d["overhead_us"], "us")
