@@ -291,3 +291,40 @@ for i in range(3):
     assert len(run.jit["calls"]) == 20  # the sample is capped
     out = run_cli("report", tmp_path / "many.py.run", cwd=tmp_path, check=0).stdout
     assert f"≥{counts['calls']}" in out
+
+
+def test_a_snapshot_wakes_a_quiet_function_that_compiled_again(tmp_path):
+    """Without JAX's compile events (older JAX), the snapshot's poll finds the
+    grown compile cache of a quiet function and the next call is analysed;
+    while quiet, calls reach the jitted function itself."""
+    import jax
+    import jax.numpy as jnp
+
+    from jaxmemprof.capture.jitprobe import JitProbe, Probed, _QuietProbed
+    from jaxmemprof.store.writer import RunWriter
+
+    writer = RunWriter(tmp_path / "run", {"argv": []})
+    probe = JitProbe(writer, sample_first=1, sample_every=1, max_samples=2)
+    probe.install()
+    try:
+        if probe._monitoring is not None:
+            probe._monitoring.unregister_event_duration_listener(probe._on_event)
+        f = jax.jit(lambda x: x * 2.0)
+        a, b = jnp.ones((16,), jnp.float32), jnp.ones((32,), jnp.float32)
+        for _ in range(5):
+            a = f(a)
+        assert type(f) is _QuietProbed and float(a[0]) == 32.0
+        b = f(b)  # compiles a second signature, unobserved
+        assert type(f) is _QuietProbed
+        probe.poll()
+        assert type(f) is Probed
+        b = f(b)  # observed again: analysed, then quiet again
+        assert type(f) is _QuietProbed and float(b[0]) == 4.0
+    finally:
+        probe.uninstall()
+        writer.finish()
+    run = load_run(tmp_path / "run")
+    assert sorted(run.jit["compiles"]["argument_bytes"].tolist()) == [64, 128]
+    counts = run.jit["counts"].iloc[0]
+    assert counts["compiles"] == 2 and counts["calls_complete"] == 0
+    assert jax.jit is not probe._jit_fn  # uninstalled
