@@ -105,6 +105,20 @@ def _addresses(values: list) -> tuple[np.ndarray, np.ndarray]:
         return out, known
 
 
+def _why_unknown(run) -> str:
+    """Why buffers of ``run`` may lack an address, from how it was recorded."""
+    settings = (getattr(run, "manifest", None) or {}).get("settings")
+    mode = settings.get("addresses") if isinstance(settings, dict) else None
+    if mode in (False, "none"):
+        return "this run read no buffer address (`jaxmemprof run --addresses none`)."
+    why = ("an array still being computed when a background snapshot saw it gets its address at a later "
+           "snapshot, if it lives that long")
+    if mode == "auto":
+        why += ("; and `--addresses auto` (the default) leaves sharded and device_put arrays unread, since "
+                "reading one makes JAX keep a per-shard view of the array (`--addresses all` reads them)")
+    return why + "."
+
+
 def shard_table(run, arrays_df: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per buffer (array shard): ``array_id, device, address`` (uint64;
     0 when unknown), ``known_address, bytes, first_snapshot, last_snapshot,
@@ -267,10 +281,8 @@ def reuse(run, arrays_df: pd.DataFrame | None = None) -> Reuse:
     unknown = int((~shards["known_address"].to_numpy()).sum())
     note = OBSERVABILITY
     if unknown:
-        note = (f"{unknown} of {len(shards)} buffers have no recorded address and are not matched: "
-                "`jaxmemprof run --addresses auto` (the default) leaves the addresses of sharded and "
-                "device_put arrays unread, since reading one makes JAX keep a per-shard view of the "
-                "array; `--addresses all` reads them. ") + OBSERVABILITY
+        note = f"{unknown} of {len(shards)} buffers have no recorded address and are not matched: " + _why_unknown(run)
+        note += " " + OBSERVABILITY
     return Reuse(
         by_device=by_device[["device"] + COUNT_COLUMNS].reset_index(drop=True),
         by_site=by_site[SITE_COLUMNS + COUNT_COLUMNS].reset_index(drop=True),
