@@ -308,7 +308,7 @@ def test_a_snapshot_wakes_a_quiet_function_that_compiled_again(tmp_path):
     probe.install()
     try:
         if probe._monitoring is not None:
-            probe._monitoring.unregister_event_duration_listener(probe._on_event)
+            probe._monitoring.unregister_event_duration_listener(probe._listener)
         f = jax.jit(lambda x: x * 2.0)
         a, b = jnp.ones((16,), jnp.float32), jnp.ones((32,), jnp.float32)
         for _ in range(5):
@@ -328,3 +328,32 @@ def test_a_snapshot_wakes_a_quiet_function_that_compiled_again(tmp_path):
     counts = run.jit["counts"].iloc[0]
     assert counts["compiles"] == 2 and counts["calls_complete"] == 0
     assert jax.jit is not probe._jit_fn  # uninstalled
+
+
+def test_a_signature_compiled_while_quiet_is_analysed_when_it_comes_back(tmp_path):
+    """A smaller last batch each epoch: compiled while the function was quiet
+    (its arguments unseen), analysed at the next call that has it; the
+    signature seen in between is not analysed twice."""
+    import jax
+    import jax.numpy as jnp
+
+    from jaxmemprof.capture.jitprobe import JitProbe, _QuietProbed
+    from jaxmemprof.store.writer import RunWriter
+
+    writer = RunWriter(tmp_path / "run", {"argv": []})
+    probe = JitProbe(writer, sample_first=1, sample_every=1, max_samples=2)
+    probe.install()
+    try:
+        f = jax.jit(lambda x: x + 1.0)
+        full, last = jnp.zeros((16,), jnp.float32), jnp.zeros((4,), jnp.float32)
+        for epoch in range(2):
+            for _ in range(5):
+                f(full)
+            f(last)
+        assert type(f) is _QuietProbed
+    finally:
+        probe.uninstall()
+        writer.finish()
+    run = load_run(tmp_path / "run")
+    assert sorted(run.jit["compiles"]["signature"]) == ["float32[16]", "float32[4]"]
+    assert run.jit["counts"].iloc[0]["compiles"] == 2

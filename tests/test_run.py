@@ -446,9 +446,9 @@ ADDRESS_SCRIPT = """
 def test_addresses_modes_and_the_views_they_make(tmp_path, mode, views):
     """Reading an address makes JAX keep a per-shard view of device_put and
     sharded arrays. auto reads only where that makes no new view (one
-    device_put per line pays one); views the program makes itself are
-    recognised by their addresses, so none (which reads no address) counts
-    them as arrays of their own."""
+    device_put per line pays one) and never those of arrays on several
+    devices; views the program makes itself of those are recognised by their
+    traceback object, device and size, in every mode."""
     _, proc, run_dir = _run(tmp_path, "addr.py", ADDRESS_SCRIPT, check=0, extra=("--addresses", mode, "--interval", "1000"))
     seen = json.loads(proc.stdout)
     assert seen["live"] == 5 + views  # 3 device_put + 1 sharded + 1 computed, and the views made
@@ -456,7 +456,7 @@ def test_addresses_modes_and_the_views_they_make(tmp_path, mode, views):
     assert run.manifest["settings"]["addresses"] == mode
     by_label = run.snapshots.set_index("label")
     assert by_label.loc["one", "arrays"] == 5
-    assert by_label.loc["two", "arrays"] == (7 if mode == "none" else 5)
+    assert by_label.loc["two", "arrays"] == 5
     arrays = run.arrays[run.arrays["first_snapshot"] <= by_label.loc["one", "snapshot"]]
     assert len(arrays) == 5
     put = arrays[arrays["shape"] == (1024,)]
@@ -466,19 +466,16 @@ def test_addresses_modes_and_the_views_they_make(tmp_path, mode, views):
     assert computed["addresses"] == ((seen["computed"],) if mode != "none" else (None,))
     sharded = arrays[arrays["shape"] == (4096,)].iloc[0]
     assert sharded["shard_bytes"] == (8192, 8192)
-    # Once the program made the views, reading the addresses costs nothing:
-    # auto reads them then.
-    assert sharded["addresses"] == ((None, None) if mode == "none" else tuple(seen["sharded"]))
+    assert sharded["addresses"] == (tuple(seen["sharded"]) if mode == "all" else (None, None))
     # The reuse analysis says how many buffers it could not match.
     from jaxmemprof.analysis.reuse import OBSERVABILITY, reuse
 
     note = reuse(run).note
     if mode == "all":
         assert note == OBSERVABILITY
-    else:  # auto: two device_put arrays; none: every buffer, the program's two views counted too
-        unknown = 2 if mode == "auto" else 3 + 2 + 1 + 2
-        assert note.startswith(f"{unknown} of {unknown if mode == 'none' else 3 + 2 + 1} buffers have no "
-                               "recorded address")
+    else:  # auto: two device_put arrays and the sharded one's two shards; none: every buffer
+        unknown = 2 + 2 if mode == "auto" else 3 + 2 + 1
+        assert note.startswith(f"{unknown} of 6 buffers have no recorded address")
         assert ("--addresses all" if mode == "auto" else "--addresses none") in note
 
 

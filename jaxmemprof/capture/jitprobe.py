@@ -17,8 +17,8 @@ function. The proxy records:
 Once a function's samples are taken its proxy becomes a ``_QuietProbed``,
 whose calls reach the jitted function with no Python code in between (and
 are no longer counted); a JAX compile event, or a snapshot that finds the
-function's compile cache grown, turns it back, so that a new signature is
-analysed at its next call. Nothing here imports jax: the probe is installed
+function's compile cache grown, turns it back, and the first of the next
+1,000 calls with a signature not analysed yet is analysed. Nothing here imports jax: the probe is installed
 when the program imports it.
 """
 
@@ -64,8 +64,8 @@ def _normalise(value) -> list:
 
 
 class _FunctionState:
-    __slots__ = ("function_id", "calls", "samples", "pending", "compiles", "analyse_next",
-                 "param_names", "donate_argnums", "donate_argnames", "cache", "quiet", "proxy", "real",
+    __slots__ = ("function_id", "calls", "samples", "pending", "compiles", "analyse_next", "hunt", "signatures",
+                 "param_names", "donate_argnums", "donate_argnames", "cache", "quiet", "proxy",
                  "counted_all")
 
     def __init__(self, function_id, param_names, donate_argnums, donate_argnames):
@@ -75,13 +75,15 @@ class _FunctionState:
         self.pending = None  # (call_id, [weakrefs]) of the last sampled call
         self.compiles = 0
         self.analyse_next = False
+        self.hunt = 0  # calls left to find a signature compiled while quiet
+        self.signatures: set = set()  # signatures analysed
         self.param_names = param_names
         self.donate_argnums = donate_argnums
         self.donate_argnames = donate_argnames
         self.cache = 0  # the jitted function's compile-cache size after the last call
         self.quiet = False  # all samples taken: calls go straight to the jitted function
-        self.proxy = None  # weak reference to its Probed
-        self.real = None  # the jitted function
+        self.proxy = None  # weak reference to its Probed (never to the jitted function itself,
+        # which the program may drop, with everything its closure holds)
         self.counted_all = True  # every call counted (False once it went quiet)
 
 
@@ -103,6 +105,8 @@ class JitProbe:
         self._hook = None
         self._jit_fn = None
         self._monitoring = None
+        self._listener = None
+        self._quiet: set = set()  # states whose calls go straight to the jitted function
         self._next_function = 1
         self._next_call = 1
         self._lock = threading.Lock()
@@ -128,10 +132,16 @@ class JitProbe:
         if self._jax is not None and self._original_jit is not None:
             if getattr(self._jax, "jit", None) is self._jit_fn:
                 self._jax.jit = self._original_jit
-        unregister = getattr(self._monitoring, "unregister_event_duration_listener", None)
-        if unregister is not None:
+        if self._monitoring is not None:
+            # Public from JAX 0.8.1; before, only a private one (the listener
+            # holds the probe weakly, so one left behind costs nothing).
+            unregister = getattr(self._monitoring, "unregister_event_duration_listener", None)
+            if unregister is None:
+                private = sys.modules.get("jax._src.monitoring")
+                unregister = getattr(private, "_unregister_event_duration_listener_by_callback", None)
             try:
-                unregister(self._on_event)
+                if unregister is not None:
+                    unregister(self._listener)
             except Exception:
                 pass
         self._guard(self._flush)
@@ -146,7 +156,8 @@ class JitProbe:
         try:
             import jax.monitoring as monitoring
 
-            monitoring.register_event_duration_secs_listener(self._on_event)
+            self._listener = _compile_listener(weakref.ref(self))
+            monitoring.register_event_duration_secs_listener(self._listener)
             self._monitoring = monitoring
         except Exception:  # an older JAX: snapshots still notice new compilations
             self._monitoring = None
@@ -195,7 +206,7 @@ class JitProbe:
         if state is None:
             return real
         proxy = Probed(real, self, state)
-        state.proxy, state.real = weakref.ref(proxy), real
+        state.proxy = weakref.ref(proxy)
         return proxy
 
     def _register(self, fun, kwargs, frame) -> _FunctionState:
@@ -238,12 +249,18 @@ class JitProbe:
         state.calls += 1
         if state.pending is not None:
             self._guard(self._check_liveness, state)
-        if self._sync_cache(state):  # compiled while quiet: analyse these arguments' signature
-            state.analyse_next = True
-        analyse = state.analyse_next
-        if analyse:
-            state.analyse_next = False
-            self._guard(self._memory_analysis, real, state, args, kwargs)
+        if self._sync_cache(state):
+            # Compiled while quiet, for arguments not known: analyse the first
+            # of the next HUNT_CALLS calls whose signature is not analysed yet.
+            state.analyse_next, state.hunt = True, HUNT_CALLS
+        if state.analyse_next:
+            signature = self._guard(self._signature, args, kwargs)
+            if state.hunt > 0 and signature in state.signatures:
+                state.hunt -= 1
+                state.analyse_next = state.hunt > 0
+            else:
+                state.analyse_next, state.hunt = False, 0
+                self._guard(self._memory_analysis, real, state, args, kwargs)
         sample = state.calls > 1 and state.samples < self.max_samples and (
             state.samples < self.sample_first or state.calls % self.sample_every == 0)
         before = _cache_size(real)
@@ -345,11 +362,14 @@ class JitProbe:
                   "host_output_size_in_bytes", "host_alias_size_in_bytes", "host_temp_size_in_bytes",
                   "host_generated_code_size_in_bytes", "peak_memory_in_bytes")
         values = [_int_or_none(getattr(ma, f, None)) if ma is not None else None for f in fields]
-        signature = ", ".join(
-            f"{d['dtype']}[{','.join(map(str, d['shape']))}]" for d in (
-                _leaf(x, "") for x in self._array_leaves((args, kwargs))))
+        signature = self._signature(args, kwargs)
+        state.signatures.add(signature)
         self.writer.add_jit_compile((state.function_id, state.calls, time.time(), signature[:2000], *values))
         return True
+
+    def _signature(self, args, kwargs) -> str:
+        return ", ".join(f"{d['dtype']}[{','.join(map(str, d['shape']))}]"
+                         for d in (_leaf(x, "") for x in self._array_leaves((args, kwargs))))
 
     def _array_leaves(self, tree):
         Array = self._jax.Array
@@ -369,25 +389,38 @@ class JitProbe:
 
     def poll(self) -> None:
         """At every snapshot: a quiet function whose compile cache grew is
-        observed again, so that its next call is analysed (the compile event
-        listener usually said so already)."""
-        for state in self._states:
-            if state.quiet and _cache_size(state.real) != state.cache:
-                _wake(state)
+        observed again (the compile event listener usually said so already);
+        functions the program dropped are forgotten."""
+        for state in list(self._quiet):
+            proxy = state.proxy()
+            if proxy is None:
+                self._quiet.discard(state)
+            elif _cache_size(proxy._real) != state.cache:
+                self._wake(state)
 
-    def _on_event(self, event: str, *args, **kwargs) -> None:
+    def on_compile(self) -> None:
         """A JAX compile event: some function compiled, which one is not
         said; every quiet function is observed again until its next call."""
-        if event.startswith("/jax/core/compile/") and self.active:
-            for state in self._states:
-                if state.quiet:
-                    _wake(state)
+        if self.active:
+            for state in list(self._quiet):
+                self._wake(state)
+
+    def _wake(self, state: "_FunctionState") -> None:
+        """Observe a quiet function again, from its next call."""
+        self._quiet.discard(state)
+        state.quiet = False
+        proxy = state.proxy()
+        if proxy is not None and type(proxy) is _QuietProbed:
+            proxy.__class__ = Probed
 
     @staticmethod
     def _sync_cache(state: "_FunctionState") -> bool:
         """Count the compilations made while the function was quiet; True if
         there were any."""
-        size = _cache_size(state.real)
+        proxy = state.proxy()
+        if proxy is None:
+            return False
+        size = _cache_size(proxy._real)
         if size == state.cache:
             return False
         if size > state.cache:
@@ -395,6 +428,10 @@ class JitProbe:
         state.cache = size  # smaller: JAX's caches were cleared
         return True
 
+
+# After a compilation that happened while a function was quiet, how many calls
+# the probe watches for the new signature (its arguments are not known).
+HUNT_CALLS = 1000
 
 # A statement spanning lines stores its result on its first line, before the
 # line of the call inside it: how far back a death still counts as "at the call".
@@ -439,7 +476,8 @@ class Probed:
             # Sampling done: from now on calls go straight to the jitted
             # function, at no cost; JitProbe.poll watches for new compilations.
             state.counted_all = False
-            self.__class__ = _QuietProbed
+            self.__class__ = _QuietProbed  # first: a wake-up in between then still turns it back
+            self._probe._quiet.add(state)
         return out
 
     def __get__(self, instance, owner=None):
@@ -460,12 +498,16 @@ class Probed:
         return self._real == (other._real if isinstance(other, Probed) else other)
 
 
-def _wake(state: "_FunctionState") -> None:
-    """Observe a quiet function again, from its next call."""
-    state.quiet = False
-    proxy = state.proxy() if state.proxy is not None else None
-    if proxy is not None and type(proxy) is _QuietProbed:
-        proxy.__class__ = Probed
+def _compile_listener(probe_ref):
+    """A jax.monitoring listener that wakes the probe's quiet functions on
+    JAX's compile events, holding the probe weakly."""
+
+    def listener(event: str, *args, **kwargs) -> None:
+        probe = probe_ref()
+        if probe is not None and event.startswith("/jax/core/compile/"):
+            probe.on_compile()
+
+    return listener
 
 
 class _QuietProbed(Probed):

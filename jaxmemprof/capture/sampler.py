@@ -65,7 +65,7 @@ class Sampler:
         self.addresses = addresses
         self._view_sites: set = set()  # stack ids where reading an address made a view
         self._clean_sites: set = set()  # stack ids where it made none (one-device arrays)
-        self._skipped: dict = {}  # id(traceback) -> tracked entry whose addresses were skipped
+        self._unread: dict = {}  # id(traceback) -> tracked entries whose addresses are not read
         self._lock = threading.RLock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -197,8 +197,8 @@ class Sampler:
         def end(entry, how):
             ended.append((entry.array_id, previous, how))
             self._pending.pop(entry.key, None)
-            if entry.traceback_id is not None and self._skipped.get(entry.traceback_id) is entry:
-                del self._skipped[entry.traceback_id]
+            if entry.traceback_id is not None:
+                self._forget_unread(entry)
             for k in entry.keys:
                 if owner.get(k) is entry:
                     del owner[k]
@@ -265,31 +265,34 @@ class Sampler:
             except Exception:
                 continue  # deleted while we looked, or not a concrete array
             statics[i], tbs[i], sites[i] = static, tb, stack_id(tb, stacks)
-        shared = self._views_made(statics, tbs) if self.addresses == "auto" else {}
-        for tb_id, tb in shared.items():
-            # A tracked array whose addresses were skipped has views now (the
-            # program read its shards): reading them costs nothing any more.
-            parent = self._skipped.pop(tb_id, None)
-            a = parent() if parent is not None else None
-            if a is not None and getattr(a, "traceback", None) is tb:
-                self._read_late(a, parent, address_updates)
+        # Views the program made of arrays whose addresses are not read (it
+        # read a shard, or float() a replicated array) are recognised without
+        # reading: same traceback object, on one of the array's devices, the
+        # size of its shard there.
+        views = self._views_of_unread(statics, tbs) if self.addresses != "all" else ()
+        paired = self._one_device_pairs(statics, tbs) if self.addresses == "auto" else ()
         multi, single = [], []
         for i, a in enumerate(fresh):
             static = statics[i]
             if static is None:
                 continue
+            if i in views:
+                self._aliases[id(a)] = _Ref(a, self._dead.append)
+                continue
             tb, site = tbs[i], sites[i]
-            views_made = tb is not None and id(tb) in shared
-            read = self._reads(len(static.devices), site, views_made)
+            pair = tb is not None and id(tb) in paired
+            read = self._reads(len(static.devices), site, pair)
             try:
                 # Reading a buffer's address waits for the computation that
                 # fills it: an array still being computed gets them later.
                 pending = read and not wait and not _is_ready(a)
-                keys = (self._read(a, static.devices, site, learn=not views_made) if read and not pending
+                keys = (self._read(a, static.devices, site, learn=not pair) if read and not pending
                         else static.unread)
             except Exception:
                 continue  # deleted while we looked
-            entry = _Entry(a, self._dead.append, keys, pending, site, not read, static)
+            entry = _Entry(a, self._dead.append, keys, pending, site, static)
+            if not read and tb is not None:
+                entry.traceback_id = id(tb)
             (multi if len(keys) > 1 else single).append(entry)
         # JAX keeps per-shard views of an array as arrays of their own: they
         # hold no memory of their own. One array owns each (device, address):
@@ -312,23 +315,22 @@ class Sampler:
                          _json_list(address for _, address in entry.keys), s.sharding, s.memory_kind,
                          entry.site))
             self._own(entry)
-            if entry.skipped:
-                tb = getattr(a, "traceback", None)
-                if tb is not None:
-                    entry.traceback_id = id(tb)
-                    self._skipped[id(tb)] = entry
+            if entry.traceback_id is not None:
+                self._unread.setdefault(entry.traceback_id, []).append(entry)
             if entry.pending:
                 self._pending[key] = entry
             tracked[key] = entry
         return rows
 
-    def _reads(self, n_devices: int, site, shared: bool) -> bool:
+    def _reads(self, n_devices: int, site, paired: bool) -> bool:
         """Whether to read an array's buffer addresses. ``auto``: where it
         makes JAX keep no new per-shard view: one-device arrays except those
-        made where such an array had to get one (device_put), and arrays
-        whose views the program itself made."""
+        made where such an array had to get one (device_put); and a
+        one-device array paired with another (an array and its view, or two
+        outputs of one call: either way reading is free and tells them
+        apart)."""
         if self.addresses == "auto":
-            return shared or (n_devices == 1 and site not in self._view_sites)
+            return n_devices == 1 and (paired or site not in self._view_sites)
         return self.addresses == "all"
 
     def _read(self, a, devices: tuple, site, learn: bool = True) -> tuple:
@@ -359,37 +361,65 @@ class Sampler:
         return tuple((d, address.get(d)) for d in devices)
 
     def _read_late(self, a, entry: "_Entry", updates: list) -> None:
-        """Read the addresses of a tracked array (computed by now, or with
-        views by now) and queue the journal update."""
+        """Read the addresses of a tracked array computed by now and queue
+        the journal update."""
         try:
-            keys = self._read(a, entry.static.devices, entry.site, learn=not entry.skipped)
+            keys = self._read(a, entry.static.devices, entry.site)
         except Exception:
             entry.pending = False  # deleted meanwhile: it ends at the next snapshot
             return
-        entry.keys, entry.pending, entry.skipped, entry.traceback_id = keys, False, False, None
+        entry.keys, entry.pending = keys, False
         self._own(entry)
         updates.append((_json_list(k[1] for k in keys), entry.array_id))
 
-    def _views_made(self, statics: list, tbs: list) -> dict:
-        """{id(traceback): traceback} of new arrays that are per-shard views
-        the program made, with their array: a view shares its array's
-        traceback object and lies on one of its devices."""
-        first: dict[int, tuple] = {}  # id(traceback) -> (traceback, devices) of the first array
-        groups: dict[int, list] = {}
+    def _views_of_unread(self, statics: list, tbs: list) -> set:
+        """Indices of new one-device arrays that are views of an array whose
+        addresses are not read (new in this snapshot and on several devices,
+        or tracked): the same traceback object (shared by a view and its
+        array, and otherwise only by the outputs of one call, which appear
+        together and all lie on the call's devices), one of its devices, and
+        the size of its shard there."""
+        parents: dict[int, list] = {}
         for static, tb in zip(statics, tbs):
-            if tb is None or static is None:
+            if static is not None and tb is not None and len(static.devices) > 1:
+                parents.setdefault(id(tb), []).append(static)
+        out = set()
+        for i, (static, tb) in enumerate(zip(statics, tbs)):
+            if static is None or tb is None or len(static.devices) != 1:
                 continue
             k = id(tb)
-            if k in first:
-                groups.setdefault(k, [first[k][1]]).append(static.devices)
-            else:
-                first[k] = (tb, static.devices)
-        for k in self._skipped.keys() & first.keys():
-            entry = self._skipped[k]
-            parent = entry()
-            if parent is not None and getattr(parent, "traceback", None) is first[k][0]:
-                groups.setdefault(k, [first[k][1]]).append(entry.static.devices)
-        return {k: first[k][0] for k, members in groups.items() if _has_view(members)}
+            candidates = list(parents.get(k, ()))
+            for entry in self._unread.get(k, ()):
+                obj = entry()
+                if obj is not None and getattr(obj, "traceback", None) is tb:
+                    candidates.append(entry.static)
+            device = static.devices[0]
+            if any(device in p.devices and p.shard_bytes[p.devices.index(device)] == static.nbytes
+                   for p in candidates):
+                out.add(i)
+        return out
+
+    @staticmethod
+    def _one_device_pairs(statics: list, tbs: list) -> set:
+        """id(traceback) of new one-device arrays that share the traceback
+        object, device and size with another new one."""
+        seen, pairs = set(), set()
+        for static, tb in zip(statics, tbs):
+            if static is None or tb is None or len(static.devices) != 1:
+                continue
+            k = (id(tb), static.devices[0], static.nbytes)
+            if k in seen:
+                pairs.add(id(tb))
+            seen.add(k)
+        return pairs
+
+    def _forget_unread(self, entry: "_Entry") -> None:
+        group = self._unread.get(entry.traceback_id)
+        if group is not None:
+            if entry in group:
+                group.remove(entry)
+            if not group:
+                del self._unread[entry.traceback_id]
 
     def _own(self, entry: "_Entry") -> None:
         for k in entry.keys:
@@ -460,17 +490,15 @@ class _Ref(weakref.ref):
 class _Entry(_Ref):
     """A tracked array (a weak reference to it): identity, (device, address)
     per shard, its stack id, whether its addresses are still to be read
-    (``pending``: once computed) or were left unread (``skipped``: reading
-    them would make JAX keep per-shard views), and what it shares with its
-    kind."""
+    (``pending``: once computed), and what it shares with its kind."""
 
-    __slots__ = ("array_id", "keys", "pending", "site", "skipped", "static", "traceback_id")
+    __slots__ = ("array_id", "keys", "pending", "site", "static", "traceback_id")
 
-    def __init__(self, obj, callback, keys, pending, site, skipped, static):
+    def __init__(self, obj, callback, keys, pending, site, static):
         super().__init__(obj, callback)
         self.array_id, self.keys, self.pending = 0, keys, pending
-        self.site, self.skipped, self.static = site, skipped, static
-        self.traceback_id = None  # id() of its traceback, while its addresses are skipped
+        self.site, self.static = site, static
+        self.traceback_id = None  # id() of its traceback when its addresses are not read
 
 
 class _Static:
@@ -479,7 +507,7 @@ class _Static:
     listing the shards makes JAX keep per-shard views of device_put and
     sharded arrays."""
 
-    __slots__ = ("shape", "dtype", "nbytes", "sizes", "devices", "devices_json", "sharding",
+    __slots__ = ("shape", "dtype", "nbytes", "sizes", "devices", "shard_bytes", "devices_json", "sharding",
                  "memory_kind", "unread")
 
     def __init__(self, a, sharding):
@@ -494,6 +522,7 @@ class _Static:
             devices = sorted(sharding.addressable_devices, key=lambda d: d.id)
             sizes = [int(a.nbytes) // max(len(devices), 1)] * len(devices)
         self.devices = tuple(str(d) for d in devices)
+        self.shard_bytes = tuple(int(x) for x in sizes)
         self.unread = tuple((d, None) for d in self.devices)  # (device, address) before reading
         self.shape = _json_list(shape)
         self.dtype = str(a.dtype)
@@ -502,17 +531,6 @@ class _Static:
         self.devices_json = json.dumps(list(self.devices))
         self.sharding = _sharding_text(sharding)
         self.memory_kind = getattr(sharding, "memory_kind", None)
-
-
-def _has_view(members: list) -> bool:
-    """Among arrays sharing one traceback object (their device names), is
-    one a one-device view lying on another's device? (Outputs of one jitted
-    call share a traceback too, but all lie on the call's devices.)"""
-    for i, m in enumerate(members):
-        if len(m) == 1:
-            if any(j != i and m[0] in other for j, other in enumerate(members)):
-                return True
-    return False
 
 
 def profile_buffers(data: bytes) -> tuple[int, int]:
