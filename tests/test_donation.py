@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import textwrap
 
 import pytest
 
@@ -293,20 +294,33 @@ for i in range(3):
     assert f"≥{counts['calls']}" in out
 
 
+def _probe_script(tmp_path, name: str, body: str):
+    """Run ``body`` (which asserts) in a fresh process with a JitProbe
+    installed on a RunWriter at tmp_path/run, then load that run: JAX stays
+    out of the test process."""
+    source = (
+        "import jax, jax.numpy as jnp\n"
+        "from jaxmemprof.capture.jitprobe import JitProbe, Probed, _QuietProbed\n"
+        "from jaxmemprof.store.writer import RunWriter\n"
+        f"writer = RunWriter(__import__('pathlib').Path({str(tmp_path / 'run')!r}), {{'argv': []}})\n"
+        "probe = JitProbe(writer, sample_first=1, sample_every=1, max_samples=2)\n"
+        "probe.install()\n"
+        "try:\n"
+        + "".join(f"    {line}\n" for line in textwrap.dedent(body).strip().splitlines())
+        + "finally:\n    probe.uninstall()\n    writer.finish()\n"
+        "assert jax.jit is not probe._jit_fn\n"
+    )
+    script = write_script(tmp_path, name, source)
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=cpu_env())
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return load_run(tmp_path / "run")
+
+
 def test_a_snapshot_wakes_a_quiet_function_that_compiled_again(tmp_path):
     """Without JAX's compile events (older JAX), the snapshot's poll finds the
     grown compile cache of a quiet function and the next call is analysed;
     while quiet, calls reach the jitted function itself."""
-    import jax
-    import jax.numpy as jnp
-
-    from jaxmemprof.capture.jitprobe import JitProbe, Probed, _QuietProbed
-    from jaxmemprof.store.writer import RunWriter
-
-    writer = RunWriter(tmp_path / "run", {"argv": []})
-    probe = JitProbe(writer, sample_first=1, sample_every=1, max_samples=2)
-    probe.install()
-    try:
+    run = _probe_script(tmp_path, "poll.py", """
         if probe._monitoring is not None:
             probe._monitoring.unregister_event_duration_listener(probe._listener)
         f = jax.jit(lambda x: x * 2.0)
@@ -320,30 +334,17 @@ def test_a_snapshot_wakes_a_quiet_function_that_compiled_again(tmp_path):
         assert type(f) is Probed
         b = f(b)  # observed again: analysed, then quiet again
         assert type(f) is _QuietProbed and float(b[0]) == 4.0
-    finally:
-        probe.uninstall()
-        writer.finish()
-    run = load_run(tmp_path / "run")
+    """)
     assert sorted(run.jit["compiles"]["argument_bytes"].tolist()) == [64, 128]
     counts = run.jit["counts"].iloc[0]
     assert counts["compiles"] == 2 and counts["calls_complete"] == 0
-    assert jax.jit is not probe._jit_fn  # uninstalled
 
 
 def test_a_signature_compiled_while_quiet_is_analysed_when_it_comes_back(tmp_path):
     """A smaller last batch each epoch: compiled while the function was quiet
     (its arguments unseen), analysed at the next call that has it; the
     signature seen in between is not analysed twice."""
-    import jax
-    import jax.numpy as jnp
-
-    from jaxmemprof.capture.jitprobe import JitProbe, _QuietProbed
-    from jaxmemprof.store.writer import RunWriter
-
-    writer = RunWriter(tmp_path / "run", {"argv": []})
-    probe = JitProbe(writer, sample_first=1, sample_every=1, max_samples=2)
-    probe.install()
-    try:
+    run = _probe_script(tmp_path, "epochs.py", """
         f = jax.jit(lambda x: x + 1.0)
         full, last = jnp.zeros((16,), jnp.float32), jnp.zeros((4,), jnp.float32)
         for epoch in range(2):
@@ -351,9 +352,6 @@ def test_a_signature_compiled_while_quiet_is_analysed_when_it_comes_back(tmp_pat
                 f(full)
             f(last)
         assert type(f) is _QuietProbed
-    finally:
-        probe.uninstall()
-        writer.finish()
-    run = load_run(tmp_path / "run")
+    """)
     assert sorted(run.jit["compiles"]["signature"]) == ["float32[16]", "float32[4]"]
     assert run.jit["counts"].iloc[0]["compiles"] == 2
