@@ -625,6 +625,8 @@ EDITS = [
     # columns are not typed), and a manifest any JSON value in any field.
     ("snapshot-file-outside-the-run", "finished",
      _sql("UPDATE snapshots SET file = '../manifest.json' WHERE snapshot = 2")),
+    ("snapshot-file-name-with-nul", "finished",
+     _sql("UPDATE snapshots SET file = 'snapshots/' || char(0) || 'x.prof.gz' WHERE snapshot = 2")),
     ("live-bytes-text", "finished", _sql("UPDATE snapshots SET live_bytes = 'lots' WHERE snapshot = 3")),
     ("snapshot-time-text", "finished", _sql("UPDATE snapshots SET t_wall = 'noon' WHERE snapshot = 2")),
     ("cost-text", "finished", _sql("UPDATE snapshots SET cost_s = 'x'")),

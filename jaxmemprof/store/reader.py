@@ -294,9 +294,13 @@ def _check_snapshot_files(path: Path, snaps: pd.DataFrame, warnings: list) -> pd
     snap_root = (path / layout.SNAPSHOT_DIR).resolve()
 
     def usable(name) -> bool:
-        # Only regular files inside RUN/snapshots/: the journal could name any path.
-        p = (path / str(name)).resolve()
-        return p.parent == snap_root and p.is_file()
+        # Only regular files inside RUN/snapshots/: the journal could name any
+        # path, or none that the OS accepts (a NUL byte in it).
+        try:
+            p = (path / str(name)).resolve()
+            return p.parent == snap_root and p.is_file()
+        except (ValueError, OSError):
+            return False
 
     missing = [int(s) for s, f in zip(snaps["snapshot"], snaps["file"]) if not usable(f)]
     if missing:
