@@ -625,6 +625,10 @@ EDITS = [
     # columns are not typed), and a manifest any JSON value in any field.
     ("snapshot-file-outside-the-run", "finished",
      _sql("UPDATE snapshots SET file = '../manifest.json' WHERE snapshot = 2")),
+    # (a copy of the table has no NOT NULL: what damaged bytes can also give)
+    ("jit-function-file-null", "finished",
+     _sql("CREATE TABLE jf AS SELECT * FROM jit_functions", "UPDATE jf SET file = NULL",
+          "DROP TABLE jit_functions", "ALTER TABLE jf RENAME TO jit_functions")),
     ("snapshot-file-name-with-nul", "finished",
      _sql("UPDATE snapshots SET file = 'snapshots/' || char(0) || 'x.prof.gz' WHERE snapshot = 2")),
     ("live-bytes-text", "finished", _sql("UPDATE snapshots SET live_bytes = 'lots' WHERE snapshot = 3")),

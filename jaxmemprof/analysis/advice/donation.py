@@ -102,7 +102,8 @@ def _functions(run) -> pd.DataFrame:
 
 
 def _user_function(row, attribution: Attribution) -> bool:
-    return bool(row["file"]) and not attribution.is_library(row["file"])
+    file = row["file"]  # None, or NaN once pandas has merged it, for a damaged row
+    return isinstance(file, str) and bool(file) and not attribution.is_library(file)
 
 
 def _where(file: str, line: int, attribution: Attribution) -> str:
