@@ -629,6 +629,8 @@ EDITS = [
     ("jit-function-file-null", "finished",
      _sql("CREATE TABLE jf AS SELECT * FROM jit_functions", "UPDATE jf SET file = NULL",
           "DROP TABLE jit_functions", "ALTER TABLE jf RENAME TO jit_functions")),
+    ("array-devices-nested", "finished", _sql("UPDATE arrays SET devices = '[[1]]' WHERE array_id = 1")),
+    ("array-shape-nested", "finished", _sql("UPDATE arrays SET shape = '[[1], 2]' WHERE array_id = 2")),
     ("snapshot-file-name-with-nul", "finished",
      _sql("UPDATE snapshots SET file = 'snapshots/' || char(0) || 'x.prof.gz' WHERE snapshot = 2")),
     ("live-bytes-text", "finished", _sql("UPDATE snapshots SET live_bytes = 'lots' WHERE snapshot = 3")),

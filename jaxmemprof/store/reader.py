@@ -331,23 +331,38 @@ def _array_intervals(arrays: pd.DataFrame, ends: pd.DataFrame, snaps: pd.DataFra
     out["last_snapshot"] = out["last_snapshot"].fillna(last).astype(np.int64)
     out["end_snapshot"] = out["end_snapshot"].astype("Int64")
     out.loc[alive, "how"] = None
-    for col in ("shape", "shard_bytes", "devices", "addresses"):
+    for col, ok in (("shape", _is_count), ("shard_bytes", _is_count), ("devices", _is_text),
+                    ("addresses", _is_address)):
         # Many rows share a text (shapes, devices): parse each distinct one once.
         codes, uniques = pd.factorize(out[col], use_na_sentinel=False)
         parsed = np.empty(len(uniques), dtype=object)
-        parsed[:] = [_json_list(u) for u in uniques]
+        parsed[:] = [_json_list(u, ok) for u in uniques]
         out[col] = parsed[codes] if len(codes) else out[col]
     cols = ["array_id", "py_id", "first_snapshot", "last_snapshot", "end_snapshot", "how", "shape", "dtype",
             "nbytes", "shard_bytes", "devices", "addresses", "sharding", "memory_kind", "stack_id"]
     return out[cols]
 
 
-def _json_list(text):
+def _json_list(text, ok) -> tuple:
+    """A JSON list whose every element passes ``ok``; () for anything else
+    (a damaged record, which the analyses then leave out)."""
     try:
         v = json.loads(text)
-        return tuple(v) if isinstance(v, list) else ()
     except (TypeError, ValueError):
         return ()
+    return tuple(v) if isinstance(v, list) and all(ok(x) for x in v) else ()
+
+
+def _is_count(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and 0 <= x < 2**63
+
+
+def _is_text(x) -> bool:
+    return isinstance(x, str)
+
+
+def _is_address(x) -> bool:
+    return x is None or _is_count(x)
 
 
 def _load_profile_directory(path: Path, profiles: list[Path]) -> Run:
