@@ -65,7 +65,7 @@ class Sampler:
         self.addresses = addresses
         self._view_sites: set = set()  # stack ids where reading an address made a view
         self._clean_sites: set = set()  # stack ids where it made none (one-device arrays)
-        self._unread: dict = {}  # id(traceback) -> tracked entries whose addresses are not read
+        self._unread: dict = {}  # id(traceback) -> {id(array): entry} of tracked arrays whose addresses are not read
         self._lock = threading.RLock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -316,7 +316,7 @@ class Sampler:
                          entry.site))
             self._own(entry)
             if entry.traceback_id is not None:
-                self._unread.setdefault(entry.traceback_id, []).append(entry)
+                self._unread.setdefault(entry.traceback_id, {})[key] = entry
             if entry.pending:
                 self._pending[key] = entry
             tracked[key] = entry
@@ -389,7 +389,7 @@ class Sampler:
                 continue
             k = id(tb)
             candidates = list(parents.get(k, ()))
-            for entry in self._unread.get(k, ()):
+            for entry in self._unread.get(k, {}).values():
                 obj = entry()
                 if obj is not None and getattr(obj, "traceback", None) is tb:
                     candidates.append(entry.static)
@@ -415,9 +415,8 @@ class Sampler:
 
     def _forget_unread(self, entry: "_Entry") -> None:
         group = self._unread.get(entry.traceback_id)
-        if group is not None:
-            if entry in group:
-                group.remove(entry)
+        if group is not None and group.get(entry.key) is entry:
+            del group[entry.key]
             if not group:
                 del self._unread[entry.traceback_id]
 
