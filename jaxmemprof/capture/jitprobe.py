@@ -18,8 +18,8 @@ Once a function's samples are taken its proxy becomes a ``_QuietProbed``,
 whose calls reach the jitted function with no Python code in between (and
 are no longer counted); a JAX compile event, or a snapshot that finds the
 function's compile cache grown, turns it back, and the first of the next
-1,000 calls with a signature not analysed yet is analysed. Nothing here imports jax: the probe is installed
-when the program imports it.
+1,000 calls with a signature not analysed yet is analysed. Nothing here
+imports jax: the probe is installed when the program imports it.
 """
 
 from __future__ import annotations
