@@ -24,6 +24,8 @@ import threading
 import time
 import weakref
 
+# Imported here, not in the first snapshot, whose cost sets the sampling pace.
+from jaxmemprof.pprof import profile_pb2
 from jaxmemprof.store.writer import RunWriter, SnapshotRecord
 
 ADDRESS_MODES = ("auto", "all", "none")
@@ -103,15 +105,14 @@ class Sampler:
         after the last one, stretched so that sampling takes at most half of
         ``max_overhead`` of the time (the other half is left to start-up,
         the jit probe and the end of the run), both since the last snapshot
-        and since sampling began (counting the next snapshot and the final
-        one, each estimated at the recent cost): describing every array the
-        first time it is seen costs more than a snapshot of arrays already
-        known."""
+        and since sampling began (counting the next snapshot, estimated at
+        the recent cost): describing every array the first time it is seen
+        costs more than a snapshot of arrays already known."""
         due = self._last_mono + self.interval
         if self.adaptive and self.max_overhead > 0:
             times = 2.0 / self.max_overhead  # wall time per second of sampling
             due = max(due, self._last_mono + self._cost * (times - 1.0),
-                      self._t0 + (self._spent + 2.0 * self._cost) * times)
+                      self._t0 + (self._spent + self._cost) * times)
         return due
 
     def _loop(self) -> None:
@@ -535,8 +536,6 @@ class _Static:
 def profile_buffers(data: bytes) -> tuple[int, int]:
     """(bytes, count) of the buffers in a device-memory profile (samples
     labelled kind=buffer), read straight from the protobuf."""
-    from jaxmemprof.pprof import profile_pb2
-
     msg = profile_pb2.Profile.FromString(gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data)
     strings = list(msg.string_table)
     try:
