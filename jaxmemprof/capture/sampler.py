@@ -82,6 +82,7 @@ class Sampler:
         self._next_stack = 1
         self._cost = 0.0  # smoothed cost of one snapshot, seconds
         self._spent = 0.0  # cost of all snapshots so far, seconds
+        self._per_new = 10e-6  # cost of describing one new array, seconds (measured when many)
         self._t0 = time.monotonic()  # when sampling began
         self._last_mono = 0.0  # when the last snapshot was taken
         self.peak: tuple[int, int, float] | None = None  # (live_bytes, snapshot, t_mono)
@@ -128,8 +129,30 @@ class Sampler:
             # Counted from the last snapshot, whoever took it.
             if self._stop.wait(max(0.0, self.next_due() - time.monotonic())):
                 return
-            if time.monotonic() >= self.next_due():
-                self.snapshot("interval")
+            if time.monotonic() < self.next_due():
+                continue
+            # Many arrays made since the last snapshot (a model being built)
+            # cost a description each: wait until the budget affords them,
+            # so that a burst is described once, after it, not half-way.
+            affordable = self._affordable_at()
+            if affordable > time.monotonic():
+                if self._stop.wait(min(affordable - time.monotonic(), 1.0)):
+                    return
+                continue
+            self.snapshot("interval")
+
+    def _affordable_at(self) -> float:
+        """When the since-start budget affords the next snapshot, counting
+        a description for each array not seen yet."""
+        if not self.adaptive or self.max_overhead <= 0:
+            return 0.0
+        jax = _jax_ready()
+        try:
+            unseen = len(jax.live_arrays()) - len(self._tracked) - len(self._aliases)
+        except Exception:
+            return 0.0
+        estimate = self._cost + max(0, unseen) * self._per_new
+        return self._t0 + (self._spent + estimate) * 2.0 / self.max_overhead
 
     def _has_arrays(self) -> bool:
         jax = _jax_ready()
@@ -172,6 +195,8 @@ class Sampler:
             cost = time.thread_time() - c0
             self._spent += cost
             self._cost = cost if self._cost == 0 else 0.7 * self._cost + 0.3 * cost
+            if len(rec.new_arrays) >= 1000:  # mostly describing: its cost per new array
+                self._per_new = cost / len(rec.new_arrays)
             if self.peak is None or rec.live_bytes > self.peak[0]:
                 self.peak = (rec.live_bytes, index, t_mono)
             return index
