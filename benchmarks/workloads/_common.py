@@ -36,3 +36,11 @@ def calibrate(run_steps, seconds: float, probe_s: float = 1.5) -> None:
         n = max(n * 2, int(n * probe_s / max(elapsed, 1e-6) * 1.1))
     step_s = elapsed / n
     print(json.dumps({"steps": max(1, math.ceil(seconds / step_s)), "step_s": step_s}))
+
+
+def run(run_steps, args) -> None:
+    """``--steps N`` steps, or with ``--calibrate`` the step count printed."""
+    if args.calibrate is not None:
+        calibrate(run_steps, args.calibrate)
+    else:
+        run_steps(args.steps)

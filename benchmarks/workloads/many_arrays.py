@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import calibrate, parse_args  # noqa: E402
+from _common import parse_args, run  # noqa: E402
 
 
 @functools.partial(jax.jit, donate_argnums=0)
@@ -51,10 +51,7 @@ def main():
         float(loss)
         state["s"] = s
 
-    if args.calibrate is not None:
-        calibrate(run_steps, args.calibrate)
-    else:
-        run_steps(args.steps)
+    run(run_steps, args)
 
 
 if __name__ == "__main__":
