@@ -313,7 +313,7 @@ class Sampler:
                 # fills it: an array still being computed gets them later.
                 pending = read and not wait and not _is_ready(a)
                 keys = (self._read(a, static.devices, site, learn=not pair) if read and not pending
-                        else static.unread)
+                        else static.unread_keys)
             except Exception:
                 continue  # deleted while we looked
             entry = _Entry(a, self._dead.append, keys, pending, site, static)
@@ -533,7 +533,7 @@ class _Static:
     sharded arrays."""
 
     __slots__ = ("shape", "dtype", "nbytes", "sizes", "devices", "shard_bytes", "devices_json", "sharding",
-                 "memory_kind", "unread")
+                 "memory_kind", "unread_keys")
 
     def __init__(self, a, sharding):
         shape = a.shape
@@ -548,7 +548,7 @@ class _Static:
             sizes = [int(a.nbytes) // max(len(devices), 1)] * len(devices)
         self.devices = tuple(str(d) for d in devices)
         self.shard_bytes = tuple(int(x) for x in sizes)
-        self.unread = tuple((d, None) for d in self.devices)  # (device, address) before reading
+        self.unread_keys = tuple((d, None) for d in self.devices)  # (device, address) before reading
         self.shape = _json_list(shape)
         self.dtype = str(a.dtype)
         self.nbytes = int(a.nbytes)
