@@ -81,7 +81,8 @@ class Sampler:
         self._next_array = 1
         self._next_stack = 1
         self._cost = 0.0  # smoothed cost of one snapshot, seconds
-        self._spent = 0.0  # cost of all snapshots so far, seconds
+        self._spent = 0.0  # cost of all snapshots (and checks) so far, seconds
+        self._checks = 0.0  # cost of the checks since the last snapshot, seconds
         self._per_new = 10e-6  # cost of describing one new array, seconds (measured when many)
         self._t0 = time.monotonic()  # when sampling began
         self._last_mono = 0.0  # when the last snapshot was taken
@@ -134,25 +135,32 @@ class Sampler:
             # Many arrays made since the last snapshot (a model being built)
             # cost a description each: wait until the budget affords them,
             # so that a burst is described once, after it, not half-way.
-            affordable = self._affordable_at()
+            affordable, live = self._affordable_at()
             if affordable > time.monotonic():
+                del live
                 if self._stop.wait(min(affordable - time.monotonic(), 1.0)):
                     return
                 continue
-            self.snapshot("interval")
+            self.snapshot("interval", live=live)
 
-    def _affordable_at(self) -> float:
+    def _affordable_at(self) -> tuple[float, list | None]:
         """When the since-start budget affords the next snapshot, counting
-        a description for each array not seen yet."""
+        a description for each array not seen yet; and the live arrays
+        counted, for that snapshot. Listing them costs milliseconds when
+        there are many, so the check counts in the budget too."""
         if not self.adaptive or self.max_overhead <= 0:
-            return 0.0
-        jax = _jax_ready()
+            return 0.0, None
+        c0 = time.thread_time()
         try:
-            unseen = len(jax.live_arrays()) - len(self._tracked) - len(self._aliases)
+            live = _jax_ready().live_arrays()
         except Exception:
-            return 0.0
+            return 0.0, None
+        unseen = len(live) - len(self._tracked) - len(self._aliases)
+        cost = time.thread_time() - c0
+        self._spent += cost
+        self._checks += cost  # journalled with the next snapshot's cost
         estimate = self._cost + max(0, unseen) * self._per_new
-        return self._t0 + (self._spent + estimate) * 2.0 / self.max_overhead
+        return self._t0 + (self._spent + estimate) * 2.0 / self.max_overhead, live
 
     def _has_arrays(self) -> bool:
         jax = _jax_ready()
@@ -163,9 +171,10 @@ class Sampler:
 
     # -- one snapshot ----------------------------------------------------------
 
-    def snapshot(self, trigger: str, label: str | None = None) -> int | None:
+    def snapshot(self, trigger: str, label: str | None = None, live: list | None = None) -> int | None:
         """Take a snapshot now; None when JAX is not up yet or sampling has
-        stopped after an error."""
+        stopped after an error. ``live``: ``jax.live_arrays()`` if listed a
+        moment ago."""
         jax = _jax_ready()
         if jax is None or self.failed or self.writer.closed:
             return None
@@ -180,9 +189,10 @@ class Sampler:
             try:
                 # Background snapshots never wait for a computation to finish;
                 # one the program asked for (or its last) reads every address.
-                rec = self._collect(jax, trigger, label, t_wall, t_mono,
+                rec = self._collect(jax, trigger, label, t_wall, t_mono, live,
                                     wait=trigger not in ("interval", "first"))
-                rec.cost_s = time.thread_time() - c0
+                rec.cost_s = time.thread_time() - c0 + self._checks
+                self._checks = 0.0
                 rec.wall_s = time.perf_counter() - w0
                 index = self.writer.add_snapshot(rec)
             except Exception as exc:  # a full disk, a closed journal, a JAX error
@@ -213,9 +223,10 @@ class Sampler:
         except Exception:
             pass
 
-    def _collect(self, jax, trigger, label, t_wall, t_mono, wait: bool) -> SnapshotRecord:
+    def _collect(self, jax, trigger, label, t_wall, t_mono, live, wait: bool) -> SnapshotRecord:
         profile = jax.profiler.device_memory_profile()
-        live = jax.live_arrays()  # holds every listed array alive until we are done
+        if live is None:
+            live = jax.live_arrays()  # holds every listed array alive until we are done
         previous = self.writer.snapshots
         tracked, aliases, owner = self._tracked, self._aliases, self._owner
         ended: list = []

@@ -43,7 +43,7 @@ CREATE TABLE IF NOT EXISTS snapshots (
     live_bytes    INTEGER NOT NULL,     -- bytes of live buffers in the profile
     buffers       INTEGER NOT NULL,     -- live buffers (one per device shard)
     arrays        INTEGER NOT NULL,     -- live jax.Arrays seen by jax.live_arrays()
-    cost_s        REAL NOT NULL,        -- CPU time taking it took (the sampler's thread)
+    cost_s        REAL NOT NULL,        -- CPU time taking it took (the sampler's thread; with its checks since the last)
     wall_s        REAL NOT NULL         -- wall time, including waits for the GIL
 );
 CREATE TABLE IF NOT EXISTS stacks (
