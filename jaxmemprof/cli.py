@@ -6,7 +6,6 @@ Heavy modules (pandas, rich, protobuf) are imported inside the commands, so
 
 from __future__ import annotations
 
-import functools
 import os
 import sys
 from contextlib import contextmanager

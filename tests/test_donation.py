@@ -12,7 +12,6 @@ import subprocess
 import sys
 import textwrap
 
-import pytest
 
 from conftest import cpu_env, line_of, run_cli, write_script
 

@@ -12,10 +12,9 @@ import time
 
 import pytest
 
-from conftest import cpu_env, line_of, run_cli, write_script
+from conftest import cpu_env, line_of, run_cli, run_script, write_script
 
 import jaxmemprof
-from jaxmemprof.pprof.reader import load_profile
 from jaxmemprof.store.reader import load_run
 
 MiB = 1024 * 1024
@@ -508,3 +507,90 @@ def test_sampling_budget_holds_since_the_last_snapshot_and_since_the_start(tmp_p
                    abs(due - (s._t0 + (spent + cost) / share))) < 1e-6
     s.adaptive = False
     assert s.next_due() == s._last_mono + 0.5
+
+
+def test_a_burst_of_new_arrays_is_described_once_after_it(tmp_path):
+    """An interval snapshot waits until the since-start budget affords
+    describing every array made since the last one: the arrays of a burst
+    (a model being built, here 10,000 arrays over about 2 s) are described by
+    one snapshot after the burst, not a part by each snapshot that the
+    interval and the cost of the last snapshot alone would let fall within
+    it. (The budget saved before the burst may afford a first few hundred.)"""
+    n = 10_000
+    script, proc, run_dir = _run(tmp_path, "burst.py", f"""
+        import time, jax, jax.numpy as jnp
+        import jaxmemprof
+        seed = jnp.zeros((1000,), jnp.float32)
+        time.sleep(0.2)
+        burst = []
+        for i in range({n}):
+            burst.append(jnp.full((3,), i, jnp.float32))  # LINE-BURST
+            if i % 100 == 99:
+                time.sleep(0.02)
+        jaxmemprof.mark("burst made")
+        time.sleep(4.0)
+    """, check=0, extra=("--interval", "0.05", "--max-overhead", "0.05"))
+    run = load_run(run_dir)
+    triggers = run.snapshots.set_index("snapshot")["trigger"]
+    burst = run.arrays[run.arrays["nbytes"] == 12]
+    assert len(burst) == n
+    by_snapshot = burst.groupby("first_snapshot").size()
+    # All described while the script slept, none left to its last snapshot
+    # (checking the budget costs too, and must not put the snapshot off for ever) ...
+    assert set(triggers[by_snapshot.index]) == {"interval"}, by_snapshot.to_dict()
+    # ... most by one snapshot after the burst.
+    described_by = int(by_snapshot.idxmax())
+    assert by_snapshot.max() >= n / 2 and described_by > int(run.markers["after_snapshot"].iloc[0])
+    frames = run.stacks[int(burst["stack_id"].iloc[0])]
+    assert (str(script), line_of(script, "LINE-BURST")) in [(f, ln) for f, ln, _ in frames]
+
+
+def test_the_burst_check_counts_its_cost_and_serves_the_snapshot(tmp_path):
+    """The check before an interval snapshot lists the live arrays: it finds
+    the new ones, says the budget affords describing them only when 1% of
+    the time since sampling began covers it, counts its own CPU time in the
+    budget and in the next snapshot's cost, and its list is the one that
+    snapshot describes."""
+    script = write_script(tmp_path, "burst_check.py", """
+        import json, sys, time
+        import jax, jax.numpy as jnp
+        from jaxmemprof.capture.sampler import Sampler
+        from jaxmemprof.store.writer import RunWriter
+        s = Sampler(RunWriter(sys.argv[1], {"argv": []}), interval=0.05, max_overhead=0.02)
+        seed = jnp.zeros(1000)
+        s.snapshot("first")
+        burst = [jnp.full((3,), i, jnp.float32) for i in range(5000)]
+        spent = s._spent
+        at, live = s._affordable_at()
+        out = {"listed": sorted(map(id, live)) == sorted(map(id, jax.live_arrays())),
+               "after_start": at - s._t0, "charged": s._spent - spent, "check": s._check_cost,
+               "journalled": s._checks}
+        out["snapshot"] = s.snapshot("interval", live=live)
+        out["checks_after"] = s._checks
+        s.writer.finish()
+        print(json.dumps(out))
+    """)
+    out = json.loads(run_script(script, tmp_path / "run").stdout)
+    assert out["listed"]
+    assert out["after_start"] >= 5000 * 10e-6 / 0.01  # describing them (10 us each, at first) is 1% of that
+    assert out["check"] > 0 and out["charged"] == out["check"] == out["journalled"]
+    run = load_run(tmp_path / "run")
+    snap = run.snapshots.set_index("snapshot").loc[out["snapshot"]]
+    assert (run.arrays["first_snapshot"] == out["snapshot"]).sum() == 5000
+    assert snap["cost_s"] >= out["check"] and out["checks_after"] == 0
+
+
+@pytest.mark.parametrize("budget, stretched", [("0.00002", True), ("0", False)])
+def test_summary_says_when_the_budget_spaced_the_snapshots(tmp_path, budget, stretched):
+    _, proc, run_dir = _run(tmp_path, "sleepy.py", """
+        import time, jax.numpy as jnp
+        x = jnp.ones((1000,))
+        time.sleep(1.5)
+    """, check=0, extra=("--interval", "0.05", "--max-overhead", budget))
+    snaps = load_run(run_dir).snapshots
+    if stretched:  # a snapshot costs ~1 ms: 2 / 0.00002 times that apart is 100 s
+        assert list(snaps["trigger"]) == ["first", "exit"]
+        assert "on average, not every 0.05 s: --max-overhead 2e-05 keeps them to 0.001% of the run" in proc.stderr
+    else:  # 0: never stretched
+        assert len(snaps) >= 10
+        assert "on average" not in proc.stderr

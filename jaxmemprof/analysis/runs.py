@@ -23,6 +23,20 @@ class Overview:
     ended_by: str | None
     triggers: dict  # trigger -> count
     oom_sites: Summary | None  # top sites when the program ran out of memory
+    # (--interval, mean seconds between snapshots, --max-overhead) when the
+    # overhead budget spaced snapshots well beyond the interval asked for
+    stretched: tuple[float, float, float] | None = None
+
+
+def stretched_sampling(snaps: pd.DataFrame, settings: dict) -> tuple[float, float, float] | None:
+    """(interval, mean gap, max_overhead) if snapshots came on average more
+    than twice the interval apart because of the overhead budget."""
+    interval, budget = settings.get("interval"), settings.get("max_overhead")
+    numbers = all(isinstance(x, (int, float)) and x > 0 for x in (interval, budget))
+    if not numbers or len(snaps) < 2:
+        return None
+    gap = float(snaps["t"].max() - snaps["t"].min()) / (len(snaps) - 1)
+    return (float(interval), gap, float(budget)) if gap > 2 * interval else None
 
 
 def sites_holding(run, snapshot: int, attribution: Attribution, n: int) -> Summary:
@@ -58,4 +72,5 @@ def overview(run, attribution: Attribution = Attribution(), top_sites: int = 5) 
         ended_by=m.get("ended_by"),
         triggers=snaps["trigger"].value_counts().to_dict() if not snaps.empty else {},
         oom_sites=oom,
+        stretched=stretched_sampling(snaps, m.get("settings") or {}),
     )

@@ -83,6 +83,7 @@ class Sampler:
         self._cost = 0.0  # smoothed cost of one snapshot, seconds
         self._spent = 0.0  # cost of all snapshots (and checks) so far, seconds
         self._checks = 0.0  # cost of the checks since the last snapshot, seconds
+        self._check_cost = 0.0  # cost of the last check, seconds
         self._per_new = 10e-6  # cost of describing one new array, seconds (measured when many)
         self._t0 = time.monotonic()  # when sampling began
         self._last_mono = 0.0  # when the last snapshot was taken
@@ -136,9 +137,16 @@ class Sampler:
             # cost a description each: wait until the budget affords them,
             # so that a burst is described once, after it, not half-way.
             affordable, live = self._affordable_at()
-            if affordable > time.monotonic():
+            now = time.monotonic()
+            if affordable > now:
                 del live
-                if self._stop.wait(min(affordable - time.monotonic(), 1.0)):
+                # Each check pushes the budget back by its own cost: check
+                # again when it affords the snapshot (or in a second, in case
+                # the new arrays are gone), but no sooner than ten times that
+                # push, so that the checks take at most a tenth of the budget
+                # and cannot chase it for ever.
+                times = 2.0 / self.max_overhead
+                if self._stop.wait(max(min(affordable - now, 1.0), 10 * self._check_cost * times)):
                     return
                 continue
             self.snapshot("interval", live=live)
@@ -156,7 +164,7 @@ class Sampler:
         except Exception:
             return 0.0, None
         unseen = len(live) - len(self._tracked) - len(self._aliases)
-        cost = time.thread_time() - c0
+        cost = self._check_cost = time.thread_time() - c0
         self._spent += cost
         self._checks += cost  # journalled with the next snapshot's cost
         estimate = self._cost + max(0, unseen) * self._per_new

@@ -136,6 +136,13 @@ def render_run_summary(ov, con: Console, *, target: str, run_dir: str, warnings:
     share = f" (sampling: {100 * ov.sampling_s / ov.duration_s:.1f}% CPU)" if ov.duration_s else ""
     con.print(Text(f"jaxmemprof: {safe(target)} ran {took}, exit status {ov.exit_status}"
                    f" ({ov.ended_by}); {ov.snapshots} snapshots{share}"))
+    if ov.stretched is not None:
+        interval, gap, budget = ov.stretched
+        con.print(Text(
+            f"jaxmemprof: snapshots came every {gap:.1f} s on average, not every {interval:g} s: "
+            f"--max-overhead {budget:g} keeps them to {100 * budget / 2:g}% of the run "
+            f"(describing each new array the first time costs most); a larger --max-overhead gives more"
+        ))
     for w in warnings:
         con.print(Text(f"jaxmemprof: warning: {safe(w)}"))
     if ov.peak_snapshot is None:
