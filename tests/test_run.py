@@ -545,6 +545,23 @@ def test_a_burst_of_new_arrays_is_described_once_after_it(tmp_path):
     assert (str(script), line_of(script, "LINE-BURST")) in [(f, ln) for f, ln, _ in frames]
 
 
+def test_sampling_never_keeps_an_array_alive(tmp_path):
+    """An array the program drops is freed under the sampler as under
+    python: a loop that replaces a 1 MiB array never has more than the
+    current one and the one being computed alive at a snapshot."""
+    _, proc, run_dir = _run(tmp_path, "churn.py", """
+        import time, jax.numpy as jnp
+        x = jnp.zeros((256, 1024), jnp.float32)
+        for _ in range(300):
+            x = x + 1
+            time.sleep(0.005)
+    """, check=0, extra=("--interval", "0.05"))
+    run = load_run(run_dir)
+    assert (run.snapshots["trigger"] == "interval").sum() >= 10
+    assert run.snapshots["live_bytes"].max() <= 2 * MiB
+    assert (run.arrays["how"] == "freed").sum() == len(run.arrays) - 1
+
+
 def test_the_burst_check_counts_its_cost_and_serves_the_snapshot(tmp_path):
     """The check before an interval snapshot lists the live arrays: it finds
     the new ones, says the budget affords describing them only when 1% of

@@ -150,6 +150,7 @@ class Sampler:
                     return
                 continue
             self.snapshot("interval", live=live)
+            del live  # it holds every array it lists alive: not while waiting for the next
 
     def _affordable_at(self) -> tuple[float, list | None]:
         """When the since-start budget affords the next snapshot, counting
