@@ -175,6 +175,46 @@ def test_leak_of_a_known_size_per_step(leak_run):
     assert leaks(run, att, steps=10).iloc[0]["projected_bytes_after"] == (STEPS + 10) * 4096
 
 
+SETUP_THEN_LEAK = """
+import jax, jax.numpy as jnp
+import jaxmemprof
+
+
+@jax.jit
+def step(p):
+    return p * 0.5, jnp.ones((1024,), jnp.float32)
+
+
+def main():
+    jax.devices()
+    for k in range(8):
+        jaxmemprof.snapshot(f"setup {k}")  # before the first step
+    params = jnp.zeros((64, 1024), jnp.float32)
+    history = []
+    for i in range(12):
+        params, extra = step(params)  # SITE-STEP: 256 KiB replaced, 4 KiB kept, each step
+        history.append(extra)
+        jaxmemprof.mark(f"step {i}")
+        jaxmemprof.snapshot(f"step {i}")
+
+
+main()
+"""
+
+
+def test_growth_per_step_leaves_out_the_setup_before_the_first_step(tmp_path_factory):
+    """The line that makes the parameters (256 KiB at once, at the first
+    step) also leaks 4 KiB per step: per step, the growth is 4 KiB, measured
+    from the first step on, not the setup's jump."""
+    script, run, att = _record(tmp_path_factory, "setup_then_leak", SETUP_THEN_LEAK)
+    found = leaks(run, att)
+    assert len(found) == 1
+    row = found.iloc[0]
+    assert row["line"] == line_of(script, "SITE-STEP")
+    assert row["growth_bytes_per_step"] == 4096.0
+    assert (row["live_bytes_first"], row["live_bytes_last"]) == (0, 256 * 1024 + 12 * 4096)
+
+
 def test_leak_without_markers_is_measured_per_second(leak_run):
     script, run, att = leak_run
     unmarked = dataclasses.replace(run, markers=run.markers.iloc[0:0])

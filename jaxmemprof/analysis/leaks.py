@@ -15,7 +15,8 @@ per-snapshot series is put to a trend test:
 - **Theil-Sen**: the growth rate is the median of the pairwise slopes
   (x_j - x_i) / (t_j - t_i), robust to outliers; against time (bytes per
   second) and, when the script marks its steps with ``jaxmemprof.mark``,
-  against the number of markers seen before each snapshot (bytes per step).
+  against the number of markers seen before each snapshot, from the first
+  marker on (bytes per step; before it the program sets up).
 
 A site is reported when p < ``alpha`` (0.01), tau-b >= ``min_tau`` (0.5), the
 growth is positive, it grew at ``min_increases`` (3) or more snapshots, and it
@@ -159,7 +160,8 @@ def leaks(run, attribution: Attribution = Attribution(), *, steps: int = 1000, m
     - ``site, file, line, function``: where the growing arrays are made;
     - ``growth_bytes_per_s``: Theil-Sen slope against time;
     - ``growth_bytes_per_step``: Theil-Sen slope against the number of
-      markers seen before each snapshot (NaN when the run has no markers);
+      markers seen before each snapshot, over the snapshots from the first
+      marker on (NaN when the run has no markers);
     - ``live_bytes_first``, ``live_bytes_last``: the site's live bytes at the
       first and the last snapshot used; ``arrays_last``: its live arrays
       (buffers, for a directory of profiles) at the last;
@@ -197,8 +199,13 @@ def leaks(run, attribution: Attribution = Attribution(), *, steps: int = 1000, m
 
     mk = mann_kendall(xs)
     per_s = theil_sen(xs, t[pts], max_pairs=max_pairs)
-    has_steps = run.markers is not None and not run.markers.empty and np.ptp(step_no) > 0
-    per_step = theil_sen(xs, step_no[pts], max_pairs=max_pairs) if has_steps else np.full(len(candidates), np.nan)
+    # Per step, from the first step on: before it the program sets up (its
+    # parameters appear at once), which is no step's growth.
+    sx = step_no[pts]
+    stepping = sx >= 1
+    has_steps = run.markers is not None and stepping.sum() >= 2 and np.ptp(sx[stepping]) > 0
+    per_step = (theil_sen(xs[:, stepping], sx[stepping], max_pairs=max_pairs) if has_steps
+                else np.full(len(candidates), np.nan))
 
     increases = (np.diff(mb, axis=1) > 0).sum(axis=1)
     cut = max(1, (2 * n) // 3)
