@@ -518,7 +518,8 @@ def test_a_burst_of_new_arrays_is_described_once_after_it(tmp_path):
     it. (The budget saved before the burst may afford a first few hundred.)"""
     n = 10_000
     script, proc, run_dir = _run(tmp_path, "burst.py", f"""
-        import time, jax, jax.numpy as jnp
+        import sqlite3, sys, time
+        import jax, jax.numpy as jnp
         import jaxmemprof
         seed = jnp.zeros((1000,), jnp.float32)
         time.sleep(0.2)
@@ -526,10 +527,20 @@ def test_a_burst_of_new_arrays_is_described_once_after_it(tmp_path):
         for i in range({n}):
             burst.append(jnp.full((3,), i, jnp.float32))  # LINE-BURST
             if i % 100 == 99:
-                time.sleep(0.02)
+                time.sleep(0.01)
         jaxmemprof.mark("burst made")
-        time.sleep(4.0)
-    """, check=0, extra=("--interval", "0.05", "--max-overhead", "0.05"))
+        # The budget affords describing them about 5 s after the start (more
+        # on a busy machine): wait for that snapshot in the journal, 30 s at most.
+        journal = f"file:{{sys.argv[1]}}?mode=ro"
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            time.sleep(0.2)
+            db = sqlite3.connect(journal, uri=True)
+            described = db.execute("SELECT count(*) FROM snapshots WHERE arrays > {n}").fetchone()[0]
+            db.close()
+            if described:
+                break
+    """, tmp_path / "run" / "journal.sqlite", check=0, extra=("--interval", "0.05", "--max-overhead", "0.05"))
     run = load_run(run_dir)
     triggers = run.snapshots.set_index("snapshot")["trigger"]
     burst = run.arrays[run.arrays["nbytes"] == 12]
