@@ -103,6 +103,12 @@ class Sampler:
         if self._thread is not None:
             self._thread.join()
 
+    @property
+    def _wall_per_sampling_s(self) -> float:
+        """Wall time per second of sampling: sampling keeps to half of
+        ``max_overhead`` (when it is above 0)."""
+        return 2.0 / self.max_overhead
+
     def next_due(self) -> float:
         """When (monotonic) the next interval snapshot is due: ``interval``
         after the last one, stretched so that sampling takes at most half of
@@ -113,7 +119,7 @@ class Sampler:
         costs more than a snapshot of arrays already known."""
         due = self._last_mono + self.interval
         if self.adaptive and self.max_overhead > 0:
-            times = 2.0 / self.max_overhead  # wall time per second of sampling
+            times = self._wall_per_sampling_s
             due = max(due, self._last_mono + self._cost * (times - 1.0),
                       self._t0 + (self._spent + self._cost) * times)
         return due
@@ -145,8 +151,7 @@ class Sampler:
                 # the new arrays are gone), but no sooner than ten times that
                 # push, so that the checks take at most a tenth of the budget
                 # and cannot chase it for ever.
-                times = 2.0 / self.max_overhead
-                if self._stop.wait(max(min(affordable - now, 1.0), 10 * self._check_cost * times)):
+                if self._stop.wait(max(min(affordable - now, 1.0), 10 * self._check_cost * self._wall_per_sampling_s)):
                     return
                 continue
             self.snapshot("interval", live=live)
@@ -169,7 +174,7 @@ class Sampler:
         self._spent += cost
         self._checks += cost  # journalled with the next snapshot's cost
         estimate = self._cost + max(0, unseen) * self._per_new
-        return self._t0 + (self._spent + estimate) * 2.0 / self.max_overhead, live
+        return self._t0 + (self._spent + estimate) * self._wall_per_sampling_s, live
 
     def _has_arrays(self) -> bool:
         jax = _jax_ready()
@@ -572,7 +577,7 @@ class _Static:
         self.shape = _json_list(shape)
         self.dtype = str(a.dtype)
         self.nbytes = int(a.nbytes)
-        self.sizes = _json_list(sizes)
+        self.sizes = _json_list(self.shard_bytes)
         self.devices_json = json.dumps(list(self.devices))
         self.sharding = _sharding_text(sharding)
         self.memory_kind = getattr(sharding, "memory_kind", None)
