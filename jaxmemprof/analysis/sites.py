@@ -13,38 +13,18 @@ from __future__ import annotations
 
 import fnmatch
 import os
-import re
-import sysconfig
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from jaxmemprof.paths import installed_part, is_builtin_library
 from jaxmemprof.pprof.reader import Profile
 
-_INSTALLED = re.compile(r"[/\\](?:site|dist)-packages[/\\]")
-# A Python standard library directory on any machine: .../lib/python3.11/...,
-# .../lib/python3.13t/..., C:\Python311\Lib\...
-_STDLIB = re.compile(r"(?:^|[/\\])lib[/\\]python\d+(?:\.\d+)?t?[/\\]|(?:^|[/\\])Lib[/\\]")
-_LIBRARY_DIRS = ("jax", "jaxlib", "jax_plugins")
-_OWN_PACKAGE = str(Path(__file__).resolve().parent.parent) + os.sep
 _GLOB_CHARS = set("*?[")
 
 STACK_SEPARATOR = " <- "
 NO_STACK = "<no stack>"
-
-
-def _local_stdlib_dirs() -> tuple[str, ...]:
-    dirs = set()
-    for key in ("stdlib", "platstdlib"):
-        p = sysconfig.get_paths().get(key)
-        if p:
-            dirs.add(str(Path(p)) + os.sep)
-    return tuple(sorted(dirs))
-
-
-_LOCAL_STDLIB = _local_stdlib_dirs()
 
 
 def _matches(path: str, pattern: str) -> bool:
@@ -87,24 +67,7 @@ class Attribution:
             prefix = root.rstrip("/\\") + os.sep
             if path.startswith(prefix):
                 return path[len(prefix):]
-        m = None
-        for m in _INSTALLED.finditer(path):
-            pass
-        if m is not None:
-            return path[m.end():]
-        return path
-
-
-def is_builtin_library(path: str) -> bool:
-    """JAX, jaxlib, jaxmemprof itself, the standard library, installed packages."""
-    if not path or path.startswith("<frozen "):
-        return True
-    if _INSTALLED.search(path) or _STDLIB.search(path):
-        return True
-    if path.startswith(_LOCAL_STDLIB) or path.startswith(_OWN_PACKAGE):
-        return True
-    parts = re.split(r"[/\\]", path)
-    return any(p in _LIBRARY_DIRS for p in parts[:-1])
+        return installed_part(path) or path
 
 
 def frame_labels(profile: Profile, attribution: Attribution) -> pd.DataFrame:

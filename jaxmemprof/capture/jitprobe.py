@@ -39,20 +39,33 @@ import types
 import weakref
 
 from jaxmemprof.capture.sampler import is_deleted as _is_deleted
+from jaxmemprof.paths import installed_part, is_builtin_library
 
-_OWN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_SKIP_FILES = (os.path.abspath(functools.__file__),)
+# Library wrappers around jax.jit that the probe knows by name: (installed
+# package, the wrapper's function) of the outermost library frame between the
+# user's line and jax.jit -> how the user spells it.
+KNOWN_WRAPPERS = {("flax", "jit"): "flax.nnx.jit", ("equinox", "filter_jit"): "equinox.filter_jit"}
+# Names under which a wrapper's frame holds the user's function.
+_FUNCTION_LOCALS = ("fun", "f", "fn", "func", "function")
+# A function whose observation fails this often is no longer observed.
+MAX_ERRORS = 3
+
+_library_cache: dict[str, bool] = {}
 
 
-def _caller_frame(depth: int = 2):
-    """The first frame outside jaxmemprof and functools."""
-    f = sys._getframe(depth)
-    while f is not None:
-        fn = os.path.abspath(f.f_code.co_filename)
-        if not fn.startswith(_OWN_DIR) and fn not in _SKIP_FILES:
-            return f
+def _is_library(filename: str) -> bool:
+    v = _library_cache.get(filename)
+    if v is None:
+        v = _library_cache[filename] = is_builtin_library(os.path.abspath(filename) if filename else filename)
+    return v
+
+
+def _user_frame(f):
+    """The innermost frame of ``f`` and its callers that is the user's code
+    (the site rule: not jaxmemprof, JAX, a library or the standard library)."""
+    while f is not None and _is_library(f.f_code.co_filename):
         f = f.f_back
-    return None
+    return f
 
 
 def _normalise(value) -> list:
@@ -63,25 +76,107 @@ def _normalise(value) -> list:
     return list(value)
 
 
-class _FunctionState:
-    __slots__ = ("function_id", "calls", "samples", "pending", "compiles", "analyse_next", "hunt", "signatures",
-                 "param_names", "donate_argnums", "donate_argnames", "cache", "quiet", "proxy",
-                 "counted_all")
+def _unwrap(fun):
+    """The Python function behind ``fun``: through ``__wrapped__``,
+    ``functools.partial`` and bound methods."""
+    for _ in range(32):
+        if isinstance(fun, functools.partial):
+            fun = fun.func
+        elif isinstance(fun, types.MethodType):
+            fun = fun.__func__
+        elif getattr(fun, "__wrapped__", None) is not None and fun.__wrapped__ is not fun:
+            fun = fun.__wrapped__
+        else:
+            break
+    return fun
 
-    def __init__(self, function_id, param_names, donate_argnums, donate_argnames):
+
+def _is_user_function(fun) -> bool:
+    code = getattr(fun, "__code__", None)
+    return code is not None and not _is_library(code.co_filename)
+
+
+def _wrapper_of(frames) -> str | None:
+    """How the user spells the library wrapper whose frames (innermost
+    first) lie between the user's line and jax.jit: ``flax.nnx.jit``, or
+    ``package:function`` for one not known; None when the user called
+    jax.jit directly."""
+    for f in reversed(frames):
+        part = installed_part(os.path.abspath(f.f_code.co_filename))
+        if part is None:  # the standard library, or jaxmemprof itself
+            continue
+        package = part.replace("\\", "/").split("/", 1)[0]
+        if package == "jaxmemprof":
+            continue
+        if package in ("jax", "jaxlib"):
+            return None
+        return KNOWN_WRAPPERS.get((package, f.f_code.co_name), f"{package}:{f.f_code.co_name}")
+    return None
+
+
+class _Site:
+    """Where jax.jit was applied, seen from the user's code: the user's line,
+    the library wrapper in between (if any), the user's own function and the
+    wrapper's options (equinox's ``donate``)."""
+
+    __slots__ = ("frame", "wrapper", "function", "options")
+
+    def __init__(self, caller, fun, wrapper_default):
+        frames = []
+        f = caller
+        while f is not None and _is_library(f.f_code.co_filename):
+            frames.append(f)
+            f = f.f_back
+        self.frame = f
+        self.wrapper = _wrapper_of(frames) or wrapper_default
+        self.function = self._find_function(fun, frames)
+        self.options = {}
+        if self.wrapper == "equinox.filter_jit":
+            for fr in frames:
+                if fr.f_code.co_name == "filter_jit" and isinstance(fr.f_locals.get("donate"), str):
+                    self.options["donate"] = fr.f_locals["donate"]
+                    break
+
+    @staticmethod
+    def _find_function(fun, frames):
+        target = _unwrap(fun)
+        if _is_user_function(target):
+            return target
+        for fr in frames:  # a wrapper that jits a function of its own holds the user's
+            for name in _FUNCTION_LOCALS:
+                v = fr.f_locals.get(name)
+                if v is not None and callable(v):
+                    u = _unwrap(v)
+                    if _is_user_function(u):
+                        return u
+        return target
+
+
+class _FunctionState:
+    __slots__ = ("function_id", "calls", "traced", "samples", "pending", "compiles", "analyse_next", "hunt",
+                 "signatures", "param_names", "donate_argnums", "donate_argnames", "arguments", "by_signature",
+                 "cache", "quiet", "off", "errors", "proxy", "counted_all")
+
+    def __init__(self, function_id, param_names, donate_argnums, donate_argnames, arguments, by_signature):
         self.function_id = function_id
-        self.calls = 0
+        self.calls = 0  # device calls
+        self.traced = 0  # calls made while a transformation traced (grad, vmap, scan, an outer jit)
         self.samples = 0
         self.pending = None  # (call_id, [weakrefs]) of the last sampled call
         self.compiles = 0
-        self.analyse_next = False
-        self.hunt = 0  # calls left to find a signature compiled while quiet
+        # Without a compile cache to watch (jax.pmap), each new signature is analysed.
+        self.by_signature = by_signature
+        self.analyse_next = by_signature
+        self.hunt = HUNT_CALLS if by_signature else 0  # calls left to find a signature not analysed yet
         self.signatures: set = set()  # signatures analysed
         self.param_names = param_names
         self.donate_argnums = donate_argnums
         self.donate_argnames = donate_argnames
+        self.arguments = arguments  # (state, args, kwargs) -> the call's arguments as the user wrote them
         self.cache = 0  # the jitted function's compile-cache size after the last call
         self.quiet = False  # all samples taken: calls go straight to the jitted function
+        self.off = False  # observing it failed MAX_ERRORS times: no longer observed
+        self.errors = 0
         self.proxy = None  # weak reference to its Probed (never to the jitted function itself,
         # which the program may drop, with everything its closure holds)
         self.counted_all = True  # every call counted (False once it went quiet)
@@ -89,9 +184,10 @@ class _FunctionState:
 
 class JitProbe:
     """Install with :meth:`install`; every function jitted afterwards through
-    ``jax.jit`` is observed. ``sample_first``: calls sampled after the
-    first; then one call in ``sample_every``; at most ``max_samples`` per
-    function."""
+    ``jax.jit`` or ``jax.pmap`` (directly, or through a library wrapper such
+    as ``flax.nnx.jit`` or ``equinox.filter_jit``) is observed.
+    ``sample_first``: calls sampled after the first; then one call in
+    ``sample_every``; at most ``max_samples`` per function."""
 
     def __init__(self, writer, *, sample_first: int = 3, sample_every: int = 50, max_samples: int = 20):
         self.writer = writer
@@ -99,19 +195,19 @@ class JitProbe:
         self.sample_every = sample_every
         self.max_samples = max_samples
         self.active = True
-        self.failed = False
-        self._original_jit = None
         self._jax = None
         self._hook = None
-        self._jit_fn = None
+        self._patched: list[tuple[str, object, object]] = []  # (name in jax, original, ours)
         self._monitoring = None
         self._listener = None
+        self._tracing = None  # () -> True while a transformation traces, where JAX tells
+        self._tracer_type = ()
         self._quiet: set = set()  # states whose calls go straight to the jitted function
         self._next_function = 1
         self._next_call = 1
         self._lock = threading.Lock()
         self._states: list[_FunctionState] = []
-        self.warned = False
+        self._errors_seen: set = set()
 
     # -- installing ----------------------------------------------------------------
 
@@ -129,9 +225,9 @@ class JitProbe:
         self.active = False
         if self._hook is not None and self._hook in sys.meta_path:
             sys.meta_path.remove(self._hook)
-        if self._jax is not None and self._original_jit is not None:
-            if getattr(self._jax, "jit", None) is self._jit_fn:
-                self._jax.jit = self._original_jit
+        for name, original, ours in self._patched:
+            if getattr(self._jax, name, None) is ours:
+                setattr(self._jax, name, original)
         if self._monitoring is not None:
             # Public from JAX 0.8.1; before, only a private one (the listener
             # holds the probe weakly, so one left behind costs nothing).
@@ -144,15 +240,44 @@ class JitProbe:
                     unregister(self._listener)
             except Exception:
                 pass
-        self._guard(self._flush)
+        try:
+            self._flush()
+        except Exception as exc:
+            self._error(None, exc)
 
     def _patch(self, jax) -> None:
-        if self._original_jit is not None:
+        if self._patched:
             return
         self._jax = jax
-        self._original_jit = jax.jit
-        self._jit_fn = self._make_jit(jax.jit)
-        jax.jit = self._jit_fn
+        for name, wrapper in (("jit", "jax.jit"), ("pmap", "jax.pmap")):
+            original = getattr(jax, name, None)
+            if original is not None:
+                ours = self._make_jit(original, wrapper)
+                setattr(jax, name, ours)
+                self._patched.append((name, original, ours))
+        original_eval_shape = getattr(jax, "eval_shape", None)
+        if original_eval_shape is not None:
+            # JAX's eval_shape uses a jitted function's own static arguments
+            # only when it is exactly a PjitFunction: give it the real one.
+            @functools.wraps(original_eval_shape)
+            def eval_shape(fun, *args, **kwargs):
+                return original_eval_shape(fun._real if isinstance(fun, Probed) else fun, *args, **kwargs)
+
+            jax.eval_shape = eval_shape
+            self._patched.append(("eval_shape", original_eval_shape, eval_shape))
+        core = sys.modules.get("jax._src.core")
+        ctx, evaluating = getattr(core, "trace_ctx", None), getattr(core, "EvalTrace", None)
+        if ctx is not None and evaluating is not None and hasattr(ctx, "trace"):
+            self._tracing = lambda: not isinstance(ctx.trace, evaluating)
+        self._tracer_type = getattr(getattr(jax, "core", None), "Tracer", ())
+        try:
+            # JAX leaves its own frames out of the tracebacks of errors raised
+            # through it; leave the probe's out too, so they read as under python.
+            from jax._src import traceback_util
+
+            traceback_util.register_exclusion(os.path.dirname(os.path.abspath(__file__)))
+        except Exception:
+            pass
         try:
             import jax.monitoring as monitoring
 
@@ -162,142 +287,172 @@ class JitProbe:
         except Exception:  # an older JAX: snapshots still notice new compilations
             self._monitoring = None
 
-    def _guard(self, fn, *args):
-        """Run ``fn``; on any error stop probing (warn once), never failing
-        the program."""
-        if self.failed:
-            return None
+    def _error(self, state, exc) -> None:
+        """Reading a call failed: record it once per function and kind (a run
+        event; the program's own output stays its own), and stop observing a
+        function that keeps failing. The call itself goes on."""
+        key = (state.function_id if state is not None else None, type(exc).__name__)
+        if key not in self._errors_seen:
+            self._errors_seen.add(key)
+            where = f"function {state.function_id}: " if state is not None else ""
+            try:
+                self.writer.add_event("probe-error", f"{where}{type(exc).__name__}: {exc}"[:2000])
+            except Exception:
+                pass
+        if state is not None:
+            state.errors += 1
+            if state.errors >= MAX_ERRORS:
+                state.off = True
+
+    def _guard(self, state, fn, *args):
+        """``fn(*args)``, or None after recording its error (never failing the program)."""
         try:
             return fn(*args)
         except Exception as exc:
-            self.failed = True
-            if not self.warned:
-                self.warned = True
-                sys.stderr.write(f"jaxmemprof: warning: jit probe stopped: {type(exc).__name__}: {exc}\n")
-                try:
-                    self.writer.add_event("probe-error", f"{type(exc).__name__}: {exc}")
-                except Exception:
-                    pass
+            self._error(state, exc)
             return None
 
-    # -- the replacement for jax.jit -----------------------------------------------
+    # -- the replacement for jax.jit and jax.pmap ------------------------------------
 
-    def _make_jit(self, original):
+    def _make_jit(self, original, wrapper: str):
         probe = self
 
         @functools.wraps(original)
         def jit(*args, **kwargs):
-            if not args:  # @jax.jit(donate_argnums=...): a decorator factory
+            if not args and "fun" not in kwargs:  # @jax.jit(donate_argnums=...): a decorator factory
                 decorator = original(**kwargs)
-                frame = _caller_frame()
+                caller = sys._getframe(1)
 
                 def decorate(fun):
-                    return probe._wrap(decorator(fun), fun, kwargs, frame)
+                    return probe._wrap(decorator(fun), fun, kwargs, caller, wrapper)
 
                 return decorate
-            return probe._wrap(original(*args, **kwargs), args[0], kwargs, _caller_frame())
+            fun = args[0] if args else kwargs["fun"]
+            return probe._wrap(original(*args, **kwargs), fun, kwargs, sys._getframe(1), wrapper)
 
         return jit
 
-    def _wrap(self, real, fun, kwargs, frame):
-        if not self.active or self.failed:
+    def _wrap(self, real, fun, kwargs, caller, wrapper):
+        if not self.active:
             return real
-        state = self._guard(self._register, fun, kwargs, frame)
-        if state is None:
+        try:
+            state = self._register(real, fun, kwargs, caller, wrapper)
+        except Exception as exc:
+            self._error(None, exc)
             return real
         proxy = Probed(real, self, state)
         state.proxy = weakref.ref(proxy)
         return proxy
 
-    def _register(self, fun, kwargs, frame) -> _FunctionState:
-        target = inspect.unwrap(fun) if callable(fun) else fun
+    def _register(self, real, fun, kwargs, caller, wrapper) -> _FunctionState:
+        site = _Site(caller, fun, wrapper)
+        target = site.function
         code = getattr(target, "__code__", None)
-        try:
-            params = list(inspect.signature(fun).parameters)
-        except (TypeError, ValueError):
-            params = []
+        jitted = _signature_names(fun)
         donate_argnums = _normalise(kwargs.get("donate_argnums"))
         donate_argnames = _normalise(kwargs.get("donate_argnames"))
+        static_argnums = _normalise(kwargs.get("static_argnums", kwargs.get("static_broadcasted_argnums")))
+        static_argnames = _normalise(kwargs.get("static_argnames"))
+        arguments, params = _plain_arguments, jitted
+        if site.wrapper == "equinox.filter_jit" and jitted == list(_EQUINOX_PARAMS):
+            # equinox jits a function of its own, over (arrays donated,
+            # arrays not donated, the rest): donation is its "donate" option.
+            arguments, params = _equinox_arguments, _signature_names(target)
+            donate_argnums, donate_argnames, static_argnums = [], [], []
         with self._lock:
             fid = self._next_function
             self._next_function += 1
-        self.writer.add_jit_function((
-            fid,
-            getattr(target, "__name__", type(target).__name__),
-            getattr(target, "__qualname__", getattr(target, "__name__", "")),
-            code.co_filename if code else "",
-            code.co_firstlineno if code else 0,
-            frame.f_code.co_filename if frame else "",
-            frame.f_lineno if frame else 0,
-            frame.f_code.co_name if frame else "",
-            json.dumps(params),
-            json.dumps(donate_argnums),
-            json.dumps(donate_argnames),
-            json.dumps(_normalise(kwargs.get("static_argnums"))),
-            json.dumps(_normalise(kwargs.get("static_argnames"))),
-            time.time(),
-        ))
-        state = _FunctionState(fid, params, donate_argnums, donate_argnames)
+        frame = site.frame
+        self.writer.add_jit_function({
+            "function_id": fid,
+            "name": getattr(target, "__name__", type(target).__name__),
+            "qualname": getattr(target, "__qualname__", getattr(target, "__name__", "")),
+            "file": code.co_filename if code else "",
+            "line": code.co_firstlineno if code else 0,
+            "jit_file": frame.f_code.co_filename if frame else "",
+            "jit_line": frame.f_lineno if frame else 0,
+            "jit_function": frame.f_code.co_name if frame else "",
+            "params": json.dumps(params),
+            "donate_argnums": json.dumps(donate_argnums),
+            "donate_argnames": json.dumps(donate_argnames),
+            "static_argnums": json.dumps(static_argnums),
+            "static_argnames": json.dumps(static_argnames),
+            "t_wall": time.time(),
+            "wrapper": site.wrapper,
+            "wrapper_options": json.dumps(site.options),
+        })
+        state = _FunctionState(fid, params, donate_argnums, donate_argnames, arguments, _cache_size(real) < 0)
         self._states.append(state)
         return state
 
     # -- a call --------------------------------------------------------------------
 
     def call(self, real, state: _FunctionState, args, kwargs):
-        if not self.active or self.failed:
+        if not self.active or state.off:
+            return real(*args, **kwargs)
+        if self._traced(args, kwargs):
+            # Called while grad, vmap, scan or an outer jit traces: no device
+            # call happens, and its arguments are tracers.
+            state.traced += 1
             return real(*args, **kwargs)
         state.calls += 1
         if state.pending is not None:
-            self._guard(self._check_liveness, state)
+            self._guard(state, self._check_liveness, state)
         if self._sync_cache(state):
             # Compiled while quiet, for arguments not known: analyse the first
             # of the next HUNT_CALLS calls whose signature is not analysed yet.
             state.analyse_next, state.hunt = True, HUNT_CALLS
         if state.analyse_next:
-            signature = self._guard(self._signature, args, kwargs)
-            if state.hunt > 0 and signature in state.signatures:
+            signature = self._guard(state, self._signature, args, kwargs)
+            if signature is None:
+                state.analyse_next = state.hunt = 0
+            elif state.hunt > 0 and signature in state.signatures:
                 state.hunt -= 1
                 state.analyse_next = state.hunt > 0
             else:
                 state.analyse_next, state.hunt = False, 0
-                self._guard(self._memory_analysis, real, state, args, kwargs)
+                self._guard(state, self._memory_analysis, real, state, args, kwargs)
         sample = state.calls > 1 and state.samples < self.max_samples and (
             state.samples < self.sample_first or state.calls % self.sample_every == 0)
         before = _cache_size(real)
-        inputs = self._guard(self._describe_inputs, state, args, kwargs) if sample else None
+        inputs = self._guard(state, self._describe_inputs, state, args, kwargs) if sample else None
         out = real(*args, **kwargs)
-        state.cache = _cache_size(real)
-        if state.cache > before:
-            state.compiles += 1
-            # With donated (now deleted) arguments the AOT path cannot run
-            # again on them: analyse at the next call instead, before it runs.
-            if not self._guard(self._memory_analysis, real, state, args, kwargs, True):
-                state.analyse_next = True
+        if not state.by_signature:
+            state.cache = _cache_size(real)
+            if state.cache > before:
+                state.compiles += 1
+                # With donated (now deleted) arguments the AOT path cannot run
+                # again on them: analyse at the next call instead, before it runs.
+                if not self._guard(state, self._memory_analysis, real, state, args, kwargs, True):
+                    state.analyse_next = True
         if inputs is not None:
-            self._guard(self._record_call, state, inputs, out)
-        state.quiet = state.samples >= self.max_samples and state.pending is None and not state.analyse_next
+            self._guard(state, self._record_call, state, inputs, out)
+        state.quiet = (state.samples >= self.max_samples and state.pending is None and not state.analyse_next) \
+            or state.off
         return out
+
+    def _traced(self, args, kwargs) -> bool:
+        if self._tracing is not None:
+            return self._tracing()
+        # No trace state to ask (another JAX version): look for tracers.
+        try:
+            return any(isinstance(x, self._tracer_type) for x in self._jax.tree_util.tree_leaves((args, kwargs)))
+        except Exception:
+            return False
+
+    def _is_array(self, x) -> bool:
+        return isinstance(x, self._jax.Array) and not isinstance(x, self._tracer_type)
 
     def _describe_inputs(self, state, args, kwargs):
         tu = self._jax.tree_util
-        Array = self._jax.Array
         leaves, refs = [], []
         deaths: dict[int, tuple] = {}
-        names = state.param_names
-        for where, value in [(i, a) for i, a in enumerate(args)] + list(kwargs.items()):
-            if isinstance(where, int):
-                name = names[where] if where < len(names) else ""
-                donated = where in state.donate_argnums or name in state.donate_argnames
-            else:
-                name = where
-                donated = where in state.donate_argnames or (
-                    where in names and names.index(where) in state.donate_argnums)
+        for position, name, keyword, donated, value in state.arguments(state, args, kwargs):
             for path, leaf in tu.tree_flatten_with_path(value)[0]:
-                if not isinstance(leaf, Array):
+                if not self._is_array(leaf):
                     continue
                 d = _leaf(leaf, tu.keystr(path))
-                d.update(arg=where if isinstance(where, int) else None, name=name, kw=not isinstance(where, int),
-                         donated=bool(donated))
+                d.update(arg=position, name=name, kw=keyword, donated=bool(donated))
                 leaves.append(d)
                 try:
                     refs.append(weakref.ref(leaf, _on_death(len(refs), deaths)))
@@ -308,13 +463,12 @@ class JitProbe:
     def _record_call(self, state, inputs, out):
         leaves, refs, deaths = inputs
         tu = self._jax.tree_util
-        Array = self._jax.Array
         outputs = [_leaf(leaf, tu.keystr(path)) for path, leaf in tu.tree_flatten_with_path(out)[0]
-                   if isinstance(leaf, Array)]
+                   if self._is_array(leaf)]
         for d, r in zip(leaves, refs):
             obj = r() if r is not None else None
             d["deleted_after"] = bool(obj is not None and _is_deleted(obj))
-        frame = _caller_frame()
+        frame = _user_frame(sys._getframe(1))
         with self._lock:
             call_id = self._next_call
             self._next_call += 1
@@ -332,9 +486,10 @@ class JitProbe:
         """What became of the last sampled call's input leaves by the time the
         function was called again (or the run ended): ``held`` (still
         referenced), ``dropped`` (freed by the very statement that made the
-        call, as in ``state = step(state)``: nothing can have used it after
-        the call), ``dropped-later`` (freed by a later statement, which may
-        have used it), ``deleted`` (donated) or ``unknown``."""
+        call, as in ``state = step(state)``, or by the library wrapper that
+        made it, as nnx.jit replacing a module's state: nothing can have used
+        it after the call), ``dropped-later`` (freed by a later statement,
+        which may have used it), ``deleted`` (donated) or ``unknown``."""
         call_id, refs, deaths, where = state.pending
         state.pending = None
         fates = []
@@ -364,6 +519,8 @@ class JitProbe:
         values = [_int_or_none(getattr(ma, f, None)) if ma is not None else None for f in fields]
         signature = self._signature(args, kwargs)
         state.signatures.add(signature)
+        if state.by_signature:
+            state.compiles += 1
         self.writer.add_jit_compile((state.function_id, state.calls, time.time(), signature[:2000], *values))
         return True
 
@@ -372,20 +529,19 @@ class JitProbe:
                          for d in (_leaf(x, "") for x in self._array_leaves((args, kwargs))))
 
     def _array_leaves(self, tree):
-        Array = self._jax.Array
-        return [x for x in self._jax.tree_util.tree_leaves(tree) if isinstance(x, Array)]
+        return [x for x in self._jax.tree_util.tree_leaves(tree) if self._is_array(x)]
 
     def _flush(self):
         for state in self._states:
             self._sync_cache(state)
             if state.pending is not None:
                 self._check_liveness(state)
-        self.writer.set_jit_counts([(s.function_id, s.calls, s.compiles, int(s.counted_all))
+        self.writer.set_jit_counts([(s.function_id, s.calls, s.compiles, int(s.counted_all), s.traced)
                                     for s in self._states])
 
     def on_snapshot(self) -> None:
         if self.active:
-            self._guard(self.poll)
+            self._guard(None, self.poll)
 
     def poll(self) -> None:
         """At every snapshot: a quiet function whose compile cache grew is
@@ -400,10 +556,16 @@ class JitProbe:
 
     def on_compile(self) -> None:
         """A JAX compile event: some function compiled, which one is not
-        said; every quiet function is observed again until its next call."""
-        if self.active:
-            for state in list(self._quiet):
-                self._wake(state)
+        said; every quiet function is observed again until its next call,
+        and functions without a compile cache to watch look for a new
+        signature."""
+        if not self.active:
+            return
+        for state in list(self._quiet):
+            self._wake(state)
+        for state in self._states:
+            if state.by_signature and not state.off:
+                state.analyse_next, state.hunt = True, HUNT_CALLS
 
     def _wake(self, state: "_FunctionState") -> None:
         """Observe a quiet function again, from its next call."""
@@ -417,6 +579,8 @@ class JitProbe:
     def _sync_cache(state: "_FunctionState") -> bool:
         """Count the compilations made while the function was quiet; True if
         there were any."""
+        if state.by_signature:
+            return False
         proxy = state.proxy()
         if proxy is None:
             return False
@@ -438,16 +602,59 @@ HUNT_CALLS = 1000
 _STATEMENT_LINES = 10
 
 
+def _signature_names(fun) -> list[str]:
+    try:
+        return list(inspect.signature(fun).parameters)
+    except (TypeError, ValueError):
+        return []
+
+
+def _plain_arguments(state, args, kwargs):
+    """The arguments of a jax.jit call (flax.nnx.jit passes the user's
+    arguments, as pytrees of their state, in the same places): (position or
+    None, name, passed by keyword, donated, value)."""
+    names = state.param_names
+    for i, value in enumerate(args):
+        name = names[i] if i < len(names) else ""
+        yield i, name, False, i in state.donate_argnums or name in state.donate_argnames, value
+    for name, value in kwargs.items():
+        donated = name in state.donate_argnames or (
+            name in names and names.index(name) in state.donate_argnums)
+        yield (names.index(name) if name in names else None), name, True, donated, value
+
+
+_EQUINOX_PARAMS = ("dynamic_donate", "dynamic_nodonate", "static")
+
+
+def _equinox_arguments(state, args, kwargs):
+    """The user's arguments inside equinox.filter_jit's call of its own jitted
+    function: ``(donated, not donated, static)``, the first two dicts of
+    ``first`` (the first argument), ``rest`` ((other arguments, keyword
+    arguments)) and ``fun`` (the function's own arrays)."""
+    names = state.param_names
+    for part, donated in zip(args[:2], (True, False)):
+        for key, value in part.items():
+            if key == "first":
+                yield 0, names[0] if names else "", False, donated, value
+            elif key == "rest":
+                rest, keywords = value
+                for i, v in enumerate(rest):
+                    yield i + 1, names[i + 1] if i + 1 < len(names) else "", False, donated, v
+                for name, v in keywords.items():
+                    yield (names.index(name) if name in names else None), name, True, donated, v
+            else:  # "fun": arrays the function itself holds (a module's own fields)
+                yield None, f"({key})", False, donated, value
+
+
 def _on_death(index: int, deaths: dict):
-    """A weakref callback noting where (code, line) an input leaf was freed."""
+    """A weakref callback noting where (code, line) of the user's code an
+    input leaf was freed."""
 
     def died(_ref):
         try:
-            f = sys._getframe(1)
+            f = _user_frame(sys._getframe(1))
         except ValueError:  # freed with no Python frame running (interpreter exit)
             return
-        while f is not None and os.path.abspath(f.f_code.co_filename).startswith(_OWN_DIR):
-            f = f.f_back
         if f is not None:
             deaths[index] = (f.f_code, f.f_lineno)
 
@@ -456,7 +663,8 @@ def _on_death(index: int, deaths: dict):
 
 class Probed:
     """Stands for a jitted function: calls go through the probe; everything
-    else (``.lower``, ``.trace``, ``.eval_shape``, attributes) goes to it."""
+    else (``.lower``, ``.trace``, ``.eval_shape``, attributes, pickling and
+    copies) goes to it."""
 
     __slots__ = ("_real", "_probe", "_state", "__weakref__", "__dict__")
 
@@ -477,7 +685,8 @@ class Probed:
             # function, at no cost; JitProbe.poll watches for new compilations.
             state.counted_all = False
             self.__class__ = _QuietProbed  # first: a wake-up in between then still turns it back
-            self._probe._quiet.add(state)
+            if not state.off:
+                self._probe._quiet.add(state)
         return out
 
     def __get__(self, instance, owner=None):
@@ -487,6 +696,14 @@ class Probed:
 
     def __getattr__(self, name):
         return getattr(self._real, name)
+
+    def __reduce_ex__(self, protocol):
+        # pickle and copy see the jitted function itself, as under python
+        # (itemgetter(0)((real,)) is real: nothing of jaxmemprof in the pickle)
+        return operator.itemgetter(0), ((self._real,),)
+
+    def __dir__(self):
+        return dir(self._real)
 
     def __repr__(self):
         return repr(self._real)
@@ -539,10 +756,12 @@ def _leaf(a, path: str) -> dict:
 
 
 def _cache_size(real) -> int:
+    """The jitted function's compile-cache size; -1 where it has none to ask
+    (``jax.pmap``, a Python function)."""
     try:
         return int(real._cache_size())
     except Exception:
-        return 0
+        return -1
 
 
 def _int_or_none(v):

@@ -91,7 +91,10 @@ CREATE TABLE IF NOT EXISTS jit_functions (  -- functions jitted through jax.jit 
     donate_argnames TEXT NOT NULL,
     static_argnums TEXT NOT NULL,
     static_argnames TEXT NOT NULL,
-    t_wall        REAL NOT NULL
+    t_wall        REAL NOT NULL,
+    wrapper       TEXT,                 -- how the user jitted it: jax.jit, jax.pmap, flax.nnx.jit,
+                                        -- equinox.filter_jit, or package:function for another library
+    wrapper_options TEXT                -- JSON: the wrapper's own options (equinox's donate)
 );
 CREATE TABLE IF NOT EXISTS jit_compiles (  -- one per compiled signature: memory_analysis()
     function_id   INTEGER NOT NULL,
@@ -121,8 +124,9 @@ CREATE TABLE IF NOT EXISTS jit_counts (
     function_id   INTEGER PRIMARY KEY,
     calls         INTEGER NOT NULL,     -- calls counted
     compiles      INTEGER NOT NULL,
-    calls_complete INTEGER              -- 1: every call counted; 0: counting stopped once its
+    calls_complete INTEGER,             -- 1: every call counted; 0: counting stopped once its
                                         -- samples were taken (calls is then a lower bound)
+    traced        INTEGER               -- calls made while a transformation traced (no device call)
 );
 CREATE TABLE IF NOT EXISTS memory_stats (
     snapshot      INTEGER NOT NULL,

@@ -41,7 +41,8 @@ _TABLES = {
     "events": (("event", "t_wall", "snapshot"), ("kind", "message"), ()),
     "jit_functions": (("function_id", "line", "jit_line", "t_wall"),
                       ("name", "qualname", "file", "jit_file", "jit_function", "params", "donate_argnums",
-                       "donate_argnames", "static_argnums", "static_argnames"), ("function_id",)),
+                       "donate_argnames", "static_argnums", "static_argnames", "wrapper", "wrapper_options"),
+                      ("function_id",)),
     "jit_compiles": (("function_id", "call_index", "t_wall", "argument_bytes", "output_bytes", "alias_bytes",
                       "temp_bytes", "generated_code_bytes", "host_argument_bytes", "host_output_bytes",
                       "host_alias_bytes", "host_temp_bytes", "host_generated_code_bytes", "peak_bytes"),
@@ -49,11 +50,11 @@ _TABLES = {
     "jit_calls": (("call_id", "function_id", "call_index", "t_wall", "t_mono", "caller_line"),
                   ("caller_file", "caller_function", "inputs", "outputs", "inputs_alive"),
                   ("call_id", "function_id", "t_wall")),
-    "jit_counts": (("function_id", "calls", "compiles", "calls_complete"), (), ("function_id",)),
+    "jit_counts": (("function_id", "calls", "compiles", "calls_complete", "traced"), (), ("function_id",)),
 }
 # Columns whose absence means "not known" rather than 0, and the columns of seconds.
 _MAY_BE_MISSING = {"end_snapshot", "after_snapshot", "stack_id", "snapshot", "peak_bytes", "call_index",
-                   "calls_complete"}
+                   "calls_complete", "traced"}
 _FLOAT_COLUMNS = {"t_wall", "t_mono", "cost_s", "wall_s"}
 
 # Manifest fields and the types a reader relies on.

@@ -107,8 +107,9 @@ class RunWriter:
             if not self.closed:
                 self._db.executemany(sql, rows)
 
-    def add_jit_function(self, row: tuple) -> None:
-        self._insert("INSERT INTO jit_functions VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)", [row])
+    def add_jit_function(self, row: dict) -> None:
+        self._insert(f"INSERT INTO jit_functions ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
+                     [tuple(row.values())])
 
     def add_jit_compile(self, row: tuple) -> None:
         self._insert("INSERT INTO jit_compiles VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", [row])
@@ -121,7 +122,7 @@ class RunWriter:
         self._insert("UPDATE jit_calls SET inputs_alive = ? WHERE call_id = ?", [(alive_json, call_id)])
 
     def set_jit_counts(self, rows: list) -> None:
-        self._insert("INSERT OR REPLACE INTO jit_counts VALUES (?,?,?,?)", rows)
+        self._insert("INSERT OR REPLACE INTO jit_counts VALUES (?,?,?,?,?)", rows)
 
     def add_marker(self, label: str) -> None:
         with self._lock:
