@@ -384,27 +384,48 @@ def test_gzip_bomb_is_refused_in_bounded_memory(tmp_path):
 
 
 @LINUX_ONLY
-def test_endless_stream_is_refused_in_bounded_memory(tmp_path):
+@pytest.mark.parametrize("device", ["/dev/zero", "/dev/urandom"])
+def test_a_device_is_refused_before_it_is_read(tmp_path, device):
     """A path that is not a regular file has no size to check up front
-    (/dev/zero never ends): reading stops at the limit all the same."""
-    proc, _ = run_cli_measured("show", "/dev/zero", "--max-decompressed", "1MiB", cwd=tmp_path,
-                               address_space=int(1.5 * GiB))
-    assert_refused(proc, "/dev/zero", r"1048576")
+    (/dev/zero never ends): it is refused from stat() alone, under the
+    default 4 GiB limit, in a process that could not even hold that much."""
+    proc, peak = run_cli_measured("show", device, cwd=tmp_path, address_space=int(1.5 * GiB))
+    assert_refused(proc, device, r"is a character device, not a regular file")
+    assert peak < 1 * GiB, peak
+
+
+@LINUX_ONLY
+def test_a_sparse_file_over_the_limit_is_refused_from_its_size(tmp_path):
+    """An 8 GiB sparse file (no disk used) is refused from its size, not
+    after reading 4 GiB of it."""
+    big = tmp_path / "sparse.prof"
+    with open(big, "wb") as f:
+        f.truncate(8 * GiB)
+    proc, peak = run_cli_measured("show", big, cwd=tmp_path, address_space=int(1.5 * GiB))
+    assert_refused(proc, big, rf"is {8 * GiB} bytes, larger than the {4 * GiB}-byte limit")
+    assert peak < 1 * GiB, peak
+
+
+def test_a_large_file_of_zeros_is_refused_from_its_first_byte(tmp_path):
+    """Under the limit but not a profile: a file of zeros starts with no
+    protobuf field, so it is refused before the rest is read."""
+    zeros = tmp_path / "zeros.prof"
+    with open(zeros, "wb") as f:
+        f.truncate(3 * GiB)
+    assert_refused(run_cli("show", zeros, cwd=tmp_path), zeros, r"not a pprof profile \(it starts with byte 0x00")
 
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs named pipes")
-def test_profile_through_a_pipe_is_read(tmp_path, real_profile):
-    """The bound on reading does not stop a profile coming through a pipe
-    (as with `jaxmemprof show <(ssh host cat a.prof)`)."""
+@pytest.mark.parametrize("position", POSITIONS)
+def test_a_fifo_is_refused_without_blocking(tmp_path, real_profile, position):
+    """A FIFO is not read: with no writer, opening it would wait for ever,
+    and its size cannot be checked first. `show <(cat a.prof)` is refused
+    too (save the profile to a file first)."""
     fifo = tmp_path / "pipe.prof"
     os.mkfifo(fifo)
-    data = real_profile.read_bytes()
-    writer = threading.Thread(target=lambda: fifo.write_bytes(data), daemon=True)
-    writer.start()
-    piped = json.loads(run_cli("show", fifo, "--json", "--max-decompressed", "1MiB", cwd=tmp_path, check=0).stdout)
-    writer.join(10)
-    direct = json.loads(run_cli("show", real_profile, "--json", cwd=tmp_path, check=0).stdout)
-    assert piped["totals"] == direct["totals"] and piped["rows"] == direct["rows"]
+    proc = subprocess.run([sys.executable, "-m", "jaxmemprof", *args_for(position, fifo, real_profile)],
+                          cwd=tmp_path, env=cpu_env(), capture_output=True, text=True, timeout=60)
+    assert_refused(proc, fifo, r"is a FIFO, not a regular file: save the profile to a file first")
 
 
 def test_values_that_overflow_are_not_silently_wrapped(tmp_path):

@@ -7,11 +7,13 @@ Works on any valid pprof (JAX's device-memory profiles, Go heap profiles, ...).
 
 from __future__ import annotations
 
+import io
 import os
+import stat
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Union
+from typing import BinaryIO, Union
 
 import numpy as np
 import pandas as pd
@@ -24,6 +26,7 @@ GZIP_MAGIC = b"\x1f\x8b"
 # Cap on the decompressed size of a profile (a gzip bomb stops here).
 DEFAULT_MAX_DECOMPRESSED = 4 * 1024**3
 _CHUNK = 64 * 1024**2
+_IN_CHUNK = 1024**2  # compressed bytes read at a time
 
 Source = Union[str, os.PathLike, bytes]
 
@@ -95,83 +98,150 @@ def read_profile_bytes(
     source: Source, *, name: str | None = None, max_decompressed: int = DEFAULT_MAX_DECOMPRESSED
 ) -> tuple[str, bytes]:
     """Return ``(name, serialized protobuf)`` for a path or bytes, gunzipping
-    if needed, never producing more than ``max_decompressed`` bytes."""
+    if needed, never producing more than ``max_decompressed`` bytes.
+
+    A path must be a regular file no larger than the limit: that is checked
+    with stat() before a byte is read, so a device (/dev/urandom), a FIFO
+    (which could block for ever) or a huge sparse file is refused at once.
+    The file is then read, and gunzipped, as a stream under the limit (it may
+    still be growing)."""
     if isinstance(source, (bytes, bytearray, memoryview)):
         name = name or "<bytes>"
-        raw = bytes(source)
-    else:
-        path = Path(source)
-        name = name or str(source)
-        try:
-            if path.is_dir():
-                raise InputError(name, "is a directory, not a profile file")
-            # Read at most one byte past the limit: a size from stat() cannot
-            # be trusted (a pipe, /dev/zero, a file still growing).
-            raw = _read_bounded(path, max_decompressed)
-            if len(raw) > max_decompressed:
-                raise InputError(
-                    name, f"is larger than the {max_decompressed}-byte limit "
-                    "(raise it with --max-decompressed)"
-                )
-        except FileNotFoundError:
-            raise InputError(name, "no such file") from None
-        except PermissionError:
-            raise InputError(name, "permission denied") from None
-        except IsADirectoryError:
-            raise InputError(name, "is a directory, not a profile file") from None
-        except OSError as exc:
-            raise InputError(name, f"cannot read: {exc.strerror or exc}") from None
-    if not raw:
+        return name, _decode(io.BytesIO(bytes(source)), name, max_decompressed)
+    name = name or str(source)
+    try:
+        with _open_regular(Path(source), name, max_decompressed) as f:
+            return name, _decode(f, name, max_decompressed)
+    except FileNotFoundError:
+        raise InputError(name, "no such file") from None
+    except PermissionError:
+        raise InputError(name, "permission denied") from None
+    except IsADirectoryError:
+        raise InputError(name, "is a directory, not a profile file") from None
+    except NotADirectoryError:
+        raise InputError(name, "no such file (a part of the path is not a directory)") from None
+    except OSError as exc:
+        raise InputError(name, f"cannot read: {exc.strerror or exc}") from None
+
+
+_KINDS = ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO"),
+          (stat.S_ISSOCK, "a socket"))
+
+
+def _not_regular(mode: int, name: str) -> InputError:
+    if stat.S_ISDIR(mode):
+        return InputError(name, "is a directory, not a profile file")
+    kind = next((k for test, k in _KINDS if test(mode)), "not a regular file")
+    return InputError(name, f"is {kind}, not a regular file: save the profile to a file first")
+
+
+def _open_regular(path: Path, name: str, limit: int):
+    """The file open for reading, once stat() says it is a regular file of
+    at most ``limit`` bytes; checked again on the open file (the path may
+    have been swapped for a FIFO in between: O_NONBLOCK keeps the open from
+    waiting on one)."""
+    st = os.stat(path)
+    if not stat.S_ISREG(st.st_mode):
+        raise _not_regular(st.st_mode, name)
+    if st.st_size > limit:
+        raise InputError(name, f"is {st.st_size} bytes, larger than the {limit}-byte limit "
+                               "(raise it with --max-decompressed)")
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise _not_regular(mode, name)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _decode(f: BinaryIO, name: str, limit: int) -> bytes:
+    """The serialized protobuf in ``f``: gunzipped if it is gzip, at most
+    ``limit`` bytes either way."""
+    head = f.read(2)
+    if not head:
         raise InputError(name, "empty file, not a pprof profile")
-    if raw[:2] == GZIP_MAGIC:
-        raw = _gunzip(raw, name, max_decompressed)
+    if head == GZIP_MAGIC:
+        raw = _gunzip(f, head, name, limit)
         if not raw:
             raise InputError(name, "gzip data decompresses to nothing, not a pprof profile")
-    return name, raw
+        return raw
+    _check_first_tag(head[0], name)
+    raw = bytearray(head)
+    _read_into(raw, f, limit)
+    if len(raw) > limit:
+        raise InputError(name, f"is larger than the {limit}-byte limit (raise it with --max-decompressed)")
+    return raw
 
 
-def _read_bounded(path: Path, limit: int) -> bytearray:
-    """The file's bytes, at most ``limit + 1`` of them, read in chunks (one
-    read of the whole limit would reserve all of it up front)."""
+def _check_first_tag(byte: int, name: str) -> None:
+    """A protobuf message starts with a field tag: field number 1 or more,
+    a wire type that can begin a field. Anything else (zeros, most text) is
+    refused before the rest of the file is read."""
+    if byte >> 3 == 0 or byte & 7 in (4, 6, 7):
+        raise InputError(name, f"not a pprof profile (it starts with byte 0x{byte:02x}, "
+                               "which begins no protobuf field)")
+
+
+def _read_into(out: bytearray, f: BinaryIO, limit: int) -> None:
+    """Append ``f``'s bytes to ``out`` until it holds ``limit + 1`` (one past
+    the limit says "too large"), in chunks: one read of the whole limit would
+    reserve all of it up front."""
+    while len(out) <= limit:
+        chunk = f.read(min(_CHUNK, limit + 1 - len(out)))
+        if not chunk:
+            break
+        out += chunk
+
+
+def _gunzip(f: BinaryIO, head: bytes, name: str, limit: int) -> bytearray:
+    """Decompress the gzip members in ``f`` (``head``: its first bytes,
+    already read), reading it in chunks, and producing at most ``limit``
+    bytes. NUL padding after the last member is allowed, as gzip allows it."""
     out = bytearray()
-    with open(path, "rb") as f:
-        while len(out) <= limit:
-            chunk = f.read(min(_CHUNK, limit + 1 - len(out)))
-            if not chunk:
-                break
-            out += chunk
-    return out
-
-
-def _gunzip(data: bytes, name: str, limit: int) -> bytes:
-    """Decompress one or more concatenated gzip members, at most ``limit`` bytes."""
-    out = bytearray()
-    while data:
-        d = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
-        pending = data
+    pending = head
+    at_end = False
+    d = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+    while True:
+        if not pending and not at_end:
+            pending = f.read(_IN_CHUNK)
+            at_end = not pending
         try:
-            while True:
-                chunk = d.decompress(pending, min(_CHUNK, limit - len(out) + 1))
-                out += chunk
-                if len(out) > limit:
-                    raise InputError(
-                        name,
-                        f"decompresses to more than {limit} bytes (a gzip bomb?); "
-                        "raise the limit with --max-decompressed",
-                    )
-                pending = d.unconsumed_tail
-                if d.eof or (not pending and not chunk):
-                    break
+            chunk = d.decompress(pending, min(_CHUNK, limit - len(out) + 1))
         except zlib.error as exc:
             raise InputError(name, f"corrupt gzip data ({exc})") from None
-        if not d.eof:
+        out += chunk
+        if len(out) > limit:
+            raise InputError(
+                name,
+                f"decompresses to more than {limit} bytes (a gzip bomb?); raise the limit with --max-decompressed",
+            )
+        pending = d.unconsumed_tail
+        if d.eof:
+            rest = d.unused_data
+            while len(rest) < 2 and not at_end:
+                more = f.read(_IN_CHUNK)
+                at_end = not more
+                rest += more
+            if not rest:
+                return out
+            if rest[:2] != GZIP_MAGIC:
+                _expect_padding(rest, f, name)
+                return out
+            d = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+            pending = rest
+        elif at_end and not chunk and not pending:
             raise InputError(name, "truncated gzip data (the file ends mid-stream)")
-        data = d.unused_data
-        if data and data[:2] != GZIP_MAGIC:
-            if data.strip(b"\0"):
-                raise InputError(name, "unexpected data after the end of the gzip stream")
-            break
-    return out
+
+
+def _expect_padding(rest: bytes, f: BinaryIO, name: str) -> None:
+    """Only NUL bytes may follow the last gzip member."""
+    while rest:
+        if rest.strip(b"\0"):
+            raise InputError(name, "unexpected data after the end of the gzip stream")
+        rest = f.read(_IN_CHUNK)
 
 
 def load_profile(
