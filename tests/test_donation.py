@@ -111,9 +111,9 @@ for i in range(5):
 """
     _, run, att, _ = _record(tmp_path, "kw.py", source)
     [f] = _donations(run, att)
-    assert "donate_argnames=('state',)" in f.fix and "donate_argnums" not in f.fix
+    assert 'donate_argnames=("state",)' in f.fix and "donate_argnums" not in f.fix
     assert f.saving_bytes == 4096
-    assert "@functools.partial(jax.jit, donate_argnames=('state',))" in f.fix
+    assert '@functools.partial(jax.jit, donate_argnames=("state",))' in f.fix
 
 
 def test_sharded_state_is_matched_per_shard(tmp_path):
@@ -307,7 +307,7 @@ def _probe_script(tmp_path, name: str, body: str):
         "try:\n"
         + "".join(f"    {line}\n" for line in textwrap.dedent(body).strip().splitlines())
         + "finally:\n    probe.uninstall()\n    writer.finish()\n"
-        "assert jax.jit is not probe._jit_fn\n"
+        "assert not isinstance(jax.jit(lambda x: x), Probed)  # uninstalled\n"
     )
     script = write_script(tmp_path, name, source)
     proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=cpu_env())

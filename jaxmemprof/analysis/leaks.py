@@ -57,8 +57,11 @@ LEAK_COLUMNS = [
 RECOMPILE_COLUMNS = [
     "site", "file", "line", "function", "name",
     "first_snapshot_seen", "first_count", "last_count", "max_count", "growth",
-    "first_code_bytes", "last_code_bytes", "suspect",
+    "first_code_bytes", "last_code_bytes", "new_after_setup", "suspect",
 ]
+REJIT_COLUMNS = ["site", "file", "line", "function", "name", "functions", "after_setup", "suspect"]
+# Without markers, the first tenth of the snapshots' time span counts as the setup.
+SETUP_SHARE = 0.1
 
 
 # -- statistics --------------------------------------------------------------------
@@ -256,11 +259,23 @@ def leaks(run, attribution: Attribution = Attribution(), *, steps: int = 1000, m
 # -- recompilations ------------------------------------------------------------------
 
 
+def setup_end(run) -> float:
+    """When the program's setup ends (``t_wall``): at the first marker (a
+    step), or else after the first tenth of the snapshots' time span."""
+    m = run.markers
+    if m is not None and not m.empty:
+        return float(m["t_wall"].min())
+    t = run.snapshots["t_wall"].to_numpy(dtype=float)
+    return float(t.min() + SETUP_SHARE * np.ptp(t)) if len(t) else 0.0
+
+
 def recompiles(run, attribution: Attribution = Attribution(), *, min_executables: int = 5) -> pd.DataFrame:
     """Executables (per site and HLO module name) whose number or code size
-    grew over the run, or that a site compiled ``min_executables`` or more
-    times (``suspect``; the default, 5, leaves alone the few shapes of a
-    model's initialisation, one per layer size). Columns:
+    grew over the run. A site is a ``suspect`` when it compiled
+    ``min_executables`` or more and new ones kept coming after the setup
+    (``setup_end``) in two snapshots or more: one executable per shape
+    compiled once each while the program sets up (an optimizer's init, eager
+    calls on each parameter) is not a recompilation problem. Columns:
 
     - ``site, file, line, function``: where they were compiled (the call);
     - ``name``: the HLO module name (``jit_train_step``); "" for a directory
@@ -270,16 +285,17 @@ def recompiles(run, attribution: Attribution = Attribution(), *, min_executables
       loaded then); ``max_count``: the most at any snapshot; ``growth =
       last_count - first_count``;
     - ``first_code_bytes``, ``last_code_bytes``: their generated code (0 on CPU);
-    - ``suspect``: ``max_count >= min_executables`` (for unnamed executables
-      also: their number grew during the run, since one line can compile
-      several different functions).
+    - ``new_after_setup``: executables that appeared after the setup;
+    - ``suspect``: ``max_count >= min_executables``, new executables in two
+      or more snapshots after the setup, and (for unnamed executables, since
+      one line can compile several different functions) their number grew.
 
     Suspects first, then by ``max_count``.
     """
     snaps = run.snapshots
     dtypes = {"line": np.int64, "first_snapshot_seen": np.int64, "first_count": np.int64, "last_count": np.int64,
               "max_count": np.int64, "growth": np.int64, "first_code_bytes": np.int64,
-              "last_code_bytes": np.int64, "suspect": bool}
+              "last_code_bytes": np.int64, "new_after_setup": np.int64, "suspect": bool}
     if snaps.empty:
         return _empty(RECOMPILE_COLUMNS, dtypes)
     if run.has_arrays:
@@ -321,6 +337,13 @@ def recompiles(run, attribution: Attribution = Attribution(), *, min_executables
     if rows.empty:
         return _empty(RECOMPILE_COLUMNS, dtypes)
 
+    # New executables per snapshot, and those that came after the setup: in
+    # the time since the snapshot before, which began after the setup ended.
+    rise = (rows["count"] - rows.groupby(["site", "name"])["count"].shift(1).fillna(0)).clip(lower=0)
+    ordered = snaps.sort_values("snapshot")
+    began = pd.Series(ordered["t_wall"].shift(1).fillna(-np.inf).to_numpy(), index=ordered["snapshot"])
+    late = rows["snapshot"].map(began).to_numpy(dtype=float) >= setup_end(run)
+    rows = rows.assign(new=np.where(late, rise, 0), late_rise=late & (rise > 0))
     not_exit = snaps.loc[snaps["trigger"] != "exit", "snapshot"]
     last_snap = int(not_exit.max()) if len(not_exit) else int(snaps["snapshot"].max())
     g = rows.groupby(["site", "name"], sort=True)
@@ -331,6 +354,8 @@ def recompiles(run, attribution: Attribution = Attribution(), *, min_executables
         "max_count": g["count"].max(),
         "first_code_bytes": first["code_bytes"],
         "max_code_bytes": g["code_bytes"].max(),
+        "new_after_setup": g["new"].sum(),
+        "late_rises": g["late_rise"].sum(),
     })
     at_last = rows[rows["snapshot"] == last_snap].set_index(["site", "name"])
     out["last_count"] = at_last["count"].reindex(out.index).fillna(0).astype(np.int64)
@@ -339,7 +364,7 @@ def recompiles(run, attribution: Attribution = Attribution(), *, min_executables
     out = out.reset_index()
     named = out["name"] != ""
     grew = out["max_count"] > out["first_count"]
-    out["suspect"] = (out["max_count"] >= min_executables) & (named | grew)
+    out["suspect"] = (out["max_count"] >= min_executables) & (named | grew) & (out["late_rises"] >= 2)
     keep = out["suspect"] | grew | (out["last_count"] > out["first_count"]) | (
         out["max_code_bytes"] > out["first_code_bytes"])
     out = out[keep]
@@ -353,6 +378,35 @@ def recompiles(run, attribution: Attribution = Attribution(), *, min_executables
     return out.astype(dtypes)
 
 
+def rejits(run, attribution: Attribution = Attribution(), *, min_functions: int = 5) -> pd.DataFrame:
+    """Lines where the program jitted the same function again and again
+    (``jax.jit(f)`` inside a loop, from the jit probe): each new jitted
+    function is traced and compiled anew, while its executables may be freed
+    with it, so the executables loaded need not grow. Per line and function
+    name: ``functions`` jitted there, ``after_setup`` of them after the setup
+    (``setup_end``); ``suspect`` from ``min_functions``, two of them or more
+    after the setup. Suspects first, then by ``functions``."""
+    dtypes = {"line": np.int64, "functions": np.int64, "after_setup": np.int64, "suspect": bool}
+    f = run.jit.get("functions")
+    if f is None or f.empty:
+        return _empty(REJIT_COLUMNS, dtypes)
+    f = f[f["jit_file"].map(lambda x: isinstance(x, str) and bool(x) and not attribution.is_library(x))]
+    if f.empty:
+        return _empty(REJIT_COLUMNS, dtypes)
+    late = f["t_wall"].to_numpy(dtype=float) > setup_end(run)
+    g = f.assign(late=late).groupby(["jit_file", "jit_line", "jit_function", "name"], sort=True)
+    out = g.agg(functions=("function_id", "size"), after_setup=("late", "sum"),
+                wrapper=("wrapper", "first")).reset_index()
+    out = out[out["functions"] > 1]
+    out["suspect"] = (out["functions"] >= min_functions) & (out["after_setup"] >= 2)
+    out["file"] = out["jit_file"].map(attribution.display_path)
+    out["site"] = out["file"] + ":" + out["jit_line"].astype(str) + " (" + out["jit_function"].astype(str) + ")"
+    out = out.rename(columns={"jit_line": "line", "jit_function": "function"})
+    out["name"] = out["name"].astype(str)
+    out = out.sort_values(["suspect", "functions", "site"], ascending=[False, False, True], kind="stable")
+    return out.reset_index(drop=True)[REJIT_COLUMNS].astype(dtypes)
+
+
 # -- findings --------------------------------------------------------------------------
 
 
@@ -360,9 +414,11 @@ def _rate(v: float) -> str:
     return format_bytes(v) if v == v else "?"
 
 
-def leak_findings(leaks_df: pd.DataFrame, recompiles_df: pd.DataFrame) -> list[Finding]:
+def leak_findings(leaks_df: pd.DataFrame, recompiles_df: pd.DataFrame,
+                  rejits_df: pd.DataFrame | None = None) -> list[Finding]:
     """One finding per leak (rule ``leak``) and per recompilation suspect
-    (rule ``recompile``).
+    (rule ``recompile``): executables that keep coming, or a function jitted
+    again and again.
 
     A leak is ``high`` when its projected growth reaches half the run's peak
     or 1 GiB, ``medium`` from a tenth of the peak, else ``low``; its
@@ -417,4 +473,15 @@ def leak_findings(leaks_df: pd.DataFrame, recompiles_df: pd.DataFrame) -> list[F
         )
         out.append(Finding(rule="recompile", severity="medium" if count >= 10 else "low", site=str(r.site),
                            message=message, evidence=evidence, saving_bytes=saving, fix=fix))
+    suspects = rejits_df[rejits_df["suspect"]] if rejits_df is not None and len(rejits_df) else ()
+    for r in suspects.itertuples(index=False) if len(suspects) else ():
+        count = int(r.functions)
+        out.append(Finding(
+            rule="recompile", severity="medium" if count >= 10 else "low", site=str(r.site),
+            message=f"{r.name} was jitted {count} times at {r.site}: each new jitted function is traced "
+                    f"and compiled again.",
+            evidence=f"{count} jitted functions made on that line, {int(r.after_setup)} of them after the setup",
+            saving_bytes=None,
+            fix="Create the jitted function once, outside the loop (at module level, or before the loop), "
+                "and pass what changes as arguments."))
     return out

@@ -13,9 +13,9 @@ import pandas as pd
 from jaxmemprof.analysis.advice.allocator import allocator_findings
 from jaxmemprof.analysis.advice.capacity import fit_findings, will_it_fit
 from jaxmemprof.analysis.advice.donation import donation_findings, estimated_true_peak, jit_memory
-from jaxmemprof.analysis.findings import Finding, findings_frame
+from jaxmemprof.analysis.findings import Finding, findings_frame, in_proportion
 from jaxmemprof.analysis.groups import Summary
-from jaxmemprof.analysis.leaks import leak_findings, leaks, recompiles
+from jaxmemprof.analysis.leaks import leak_findings, leaks, recompiles, rejits
 from jaxmemprof.analysis.lifetimes import array_lifetimes, estimated_site_churn, site_lifetimes
 from jaxmemprof.analysis.reuse import OBSERVABILITY, reuse
 from jaxmemprof.analysis.runs import sites_holding
@@ -72,7 +72,7 @@ def build_report(run, attribution: Attribution, *, top_sites: int = 10, steps: i
 
     leak_rows = leaks(run, attribution, steps=steps)
     recompile_rows = recompiles(run, attribution)
-    found: list[Finding] = leak_findings(leak_rows, recompile_rows)
+    found: list[Finding] = leak_findings(leak_rows, recompile_rows, rejits(run, attribution))
 
     memory_in_jit = jit_memory(run, attribution)
     inside, where = estimated_true_peak(run)
@@ -93,6 +93,7 @@ def build_report(run, attribution: Attribution, *, top_sites: int = 10, steps: i
     if device_memory is not None:
         fit = will_it_fit(run, device_memory, device_peak)
         found += fit_findings(fit)
+    found = in_proportion(found, true_peak if true_peak is not None else int(tl.peak_bytes))
 
     snaps = run.snapshots
     m = run.manifest

@@ -56,7 +56,8 @@ _library_cache: dict[str, bool] = {}
 def _is_library(filename: str) -> bool:
     v = _library_cache.get(filename)
     if v is None:
-        v = _library_cache[filename] = is_builtin_library(os.path.abspath(filename) if filename else filename)
+        v = _library_cache[filename] = is_builtin_library(
+            os.path.abspath(filename) if filename and not filename.startswith("<") else filename)
     return v
 
 
@@ -628,22 +629,32 @@ _EQUINOX_PARAMS = ("dynamic_donate", "dynamic_nodonate", "static")
 
 def _equinox_arguments(state, args, kwargs):
     """The user's arguments inside equinox.filter_jit's call of its own jitted
-    function: ``(donated, not donated, static)``, the first two dicts of
-    ``first`` (the first argument), ``rest`` ((other arguments, keyword
-    arguments)) and ``fun`` (the function's own arrays)."""
+    function, ``(donated, not donated, static)``: the first two are dicts of
+    the array leaves of ``first`` (the first argument), ``rest`` ((the other
+    arguments, the keyword arguments)) and ``fun`` (the function's own
+    arrays), the third their static leaves and tree structures."""
+    donated_part, kept_part, (static_fun, static_first, static_rest) = args
     names = state.param_names
-    for part, donated in zip(args[:2], (True, False)):
-        for key, value in part.items():
-            if key == "first":
-                yield 0, names[0] if names else "", False, donated, value
-            elif key == "rest":
-                rest, keywords = value
-                for i, v in enumerate(rest):
-                    yield i + 1, names[i + 1] if i + 1 < len(names) else "", False, donated, v
-                for name, v in keywords.items():
-                    yield (names.index(name) if name in names else None), name, True, donated, v
-            else:  # "fun": arrays the function itself holds (a module's own fields)
-                yield None, f"({key})", False, donated, value
+
+    def part(key, static):
+        donated = key in donated_part
+        return donated, _combine((donated_part if donated else kept_part)[key], static)
+
+    donated, first = part("first", static_first)
+    yield 0, names[0] if names else "", False, donated, first
+    donated, (rest, keywords) = part("rest", static_rest)
+    for i, value in enumerate(rest):
+        yield i + 1, names[i + 1] if i + 1 < len(names) else "", False, donated, value
+    for name, value in keywords.items():
+        yield (names.index(name) if name in names else None), name, True, donated, value
+    donated, fun = part("fun", static_fun)
+    yield None, "(function)", False, donated, fun  # a module's own arrays, for a method
+
+
+def _combine(dynamic_leaves, static):
+    """A pytree from equinox's split of it: (array leaves, (other leaves, structure))."""
+    static_leaves, treedef = static
+    return treedef.unflatten([d if s is None else s for d, s in zip(dynamic_leaves, static_leaves)])
 
 
 def _on_death(index: int, deaths: dict):

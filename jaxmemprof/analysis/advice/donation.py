@@ -186,24 +186,42 @@ def unusable_donations(run) -> list[tuple]:
     return found
 
 
-def _suggest(fn, positions: list[int], names: list[str]) -> str:
-    """The jit line edited to donate, when it can be read and has a known form."""
+# How each wrapper is spelled on the line that applies it, and whether a bare
+# decorator of it takes options when called (@nnx.jit(...)) or needs
+# functools.partial (@functools.partial(jax.jit, ...)).
+_SPELLINGS = {
+    "jax.jit": (r"(?:jax\.)?jit", False),
+    "jax.pmap": (r"(?:jax\.)?pmap", False),
+    "flax.nnx.jit": (r"(?:(?:flax\.)?nnx\.)?jit", True),
+    "equinox.filter_jit": (r"(?:(?:eqx|equinox)\.)?filter_jit", True),
+}
+_EQUINOX = "equinox.filter_jit"
+_NNX = "flax.nnx.jit"
+
+
+def _wrapper(fn) -> str:
+    """How the function was jitted; runs recorded before the probe knew
+    wrappers jitted through jax.jit."""
+    w = fn.get("wrapper") if hasattr(fn, "get") else None
+    return w if isinstance(w, str) and w else "jax.jit"
+
+
+def _suggest(fn, extra: str, wrapper: str) -> str:
+    """The line that applies the wrapper, edited to add ``extra`` (the
+    donation options), when it can be read and has a known form."""
     text = linecache.getline(str(fn["jit_file"]), int(fn["jit_line"])).rstrip("\n")
-    if not text.strip() or "donate_arg" in text:
+    if not text.strip() or "donate" in text or wrapper not in _SPELLINGS:
         return ""  # unreadable, or donation already set there in a way we would have to rewrite
-    args = []
-    if positions:
-        args.append("donate_argnums=" + (f"({positions[0]},)" if len(positions) == 1 else str(tuple(positions))))
-    if names:
-        args.append("donate_argnames=" + (f"({names[0]!r},)" if len(names) == 1 else str(tuple(names))))
-    extra = ", ".join(args)
+    spelling, callable_decorator = _SPELLINGS[wrapper]
     indent = text[: len(text) - len(text.lstrip())]
     stripped = text.strip()
-    m = re.fullmatch(r"@((?:jax\.)?jit)", stripped)
+    m = re.fullmatch(rf"@({spelling})", stripped)
     if m:
+        if callable_decorator:
+            return f"{indent}@{m.group(1)}({extra})"
         return f"{indent}@functools.partial({m.group(1)}, {extra})"
-    # jax.jit(f ...) or partial(jax.jit ...): add the argument before the call's closing parenthesis.
-    m = re.search(r"(?:jax\.)?jit\(|partial\((?:jax\.)?jit", text)
+    # wrapper(f ...), @wrapper(...) or partial(wrapper ...): add the options before the call's closing parenthesis.
+    m = re.search(rf"(?<![\w.])(?:{spelling})\(|partial\((?:{spelling})\b", text)
     if not m:
         return ""
     start = text.index("(", m.start())
@@ -214,8 +232,70 @@ def _suggest(fn, positions: list[int], names: list[str]) -> str:
         elif text[i] == ")":
             depth -= 1
             if depth == 0:
-                return text[:i] + ", " + extra + text[i:]
+                inside = text[start + 1:i].strip()
+                return text[:i] + (", " if inside else "") + extra + text[i:]
     return ""
+
+
+def _tuple(values) -> str:
+    """A tuple as code, names in double quotes: ("model", "optimizer")."""
+    items = [json.dumps(v) if isinstance(v, str) else str(v) for v in values]
+    return f"({items[0]},)" if len(items) == 1 else "(" + ", ".join(items) + ")"
+
+
+def _array_arguments(run, function_id) -> list[tuple]:
+    """(label, position, bytes) of each argument with array leaves in the
+    function's last sampled call, in the call's order."""
+    calls = run.jit.get("calls")
+    rows = calls[calls["function_id"] == function_id]
+    if rows.empty:
+        return []
+    out: dict[str, list] = {}
+    for leaf in _leaves(rows.iloc[-1]["inputs"]):
+        entry = out.setdefault(_arg_label(leaf), [leaf.get("arg"), 0])
+        entry[1] += int(leaf.get("bytes") or 0)
+    return [(label, pos, size) for label, (pos, size) in out.items()]
+
+
+def _fix(run, fn, cands: list[Candidate], site: str) -> str:
+    """The change to make, the way a user of the function's wrapper writes it."""
+    wrapper = _wrapper(fn)
+    params = [str(p) for p in _json(fn["params"], [])]
+    already_nums = [int(x) for x in _json(fn["donate_argnums"], []) if isinstance(x, int)]
+    already_names = [str(x) for x in _json(fn["donate_argnames"], [])]
+    if wrapper == _EQUINOX:
+        chosen = {c.argument for c in cands}
+        others = [(label, pos, size) for label, pos, size in _array_arguments(run, fn["function_id"])
+                  if label not in chosen]
+        first = [o for o in others if o[1] == 0]
+        if others and first == others:
+            extra, note = 'donate="all-except-first"', ""
+        else:
+            extra, note = 'donate="all"', ""
+            if others:
+                names = ", ".join(label for label, _, _ in others)
+                note = (f"; that also donates {names} ({format_bytes(sum(s for _, _, s in others))}): only if "
+                        f"nothing uses them after the call, else pass them first, as a tuple, with "
+                        f'donate="all-except-first" (equinox donates all arrays or all but the first argument\'s)')
+        fix = f"filter_jit {fn['name']} with {extra} (at {site}){note}"
+    else:
+        names, positions = list(already_names), list(already_nums)
+        for c in cands:
+            if c.keyword or (wrapper == _NNX and c.position is not None and c.position < len(params)):
+                names.append(c.argument if c.keyword else params[c.position])
+            elif c.position is not None:
+                positions.append(c.position)
+        if wrapper == _NNX:  # as flax's docs write it: by name
+            names += [params[p] for p in already_nums if p < len(params)]
+            positions = [p for p in positions if p >= len(params)]
+        names = sorted(set(names), key=lambda n: params.index(n) if n in params else len(params))
+        positions = sorted(set(positions))
+        extra = ", ".join(([f"donate_argnums={_tuple(positions)}"] if positions else [])
+                          + ([f"donate_argnames={_tuple(names)}"] if names else []))
+        verb = {"jax.pmap": "pmap", _NNX: "nnx.jit"}.get(wrapper, "jit")
+        fix = f"{verb} {fn['name']} with {extra} (at {site})"
+    edited = _suggest(fn, extra, wrapper)
+    return fix + (f":  {edited.strip()}" if edited else "")
 
 
 def donation_findings(run, attribution: Attribution = Attribution()) -> list[Finding]:
@@ -231,22 +311,11 @@ def donation_findings(run, attribution: Attribution = Attribution()) -> list[Fin
         fn = by_id.loc[fid]
         fn = fn.copy()
         fn["function_id"] = fid
-        already_nums = [int(x) for x in _json(fn["donate_argnums"], [])]
-        already_names = [str(x) for x in _json(fn["donate_argnames"], [])]
-        positions = sorted(set(already_nums + [c.position for c in cands if not c.keyword and c.position is not None]))
-        names = sorted(set(already_names + [c.argument for c in cands if c.keyword]))
         saving = sum(c.saving_bytes for c in cands)
         site = _where(fn["jit_file"], int(fn["jit_line"]), attribution)
         defined = _where(fn["file"], int(fn["line"]), attribution)
         what = ", ".join(f"'{c.argument}'" if c.keyword or not c.argument.isdigit() else f"argument {c.argument}"
                          for c in cands)
-        setting = ", ".join(
-            ([f"donate_argnums={tuple(positions) if len(positions) > 1 else f'({positions[0]},)'}"] if positions else [])
-            + ([f"donate_argnames={tuple(names) if len(names) > 1 else repr((names[0],))}"] if names else []))
-        edited = _suggest(fn, positions, names)
-        fix = f"jit {fn['name']} with {setting} (at {site})"
-        if edited:
-            fix += f":  {edited.strip()}"
         matches = "; ".join(f"{i} -> {o}" for c in cands for i, o in c.matches[:6])
         evidence = (f"{cands[0].calls_sampled} calls sampled; in each, the statement that made the call dropped "
                     f"{what} (nothing used it after the call), and every leaf has an output of the same shape "
@@ -262,9 +331,12 @@ def donation_findings(run, attribution: Attribution = Attribution()) -> list[Fin
                      f"change too)."),
             evidence=evidence,
             saving_bytes=int(saving),
-            fix=fix,
+            fix=_fix(run, fn, cands, site),
         ))
     for fn, call, lost, outputs in unusable_donations(run):
+        if _wrapper(fn) == _EQUINOX and _json(fn.get("wrapper_options"), {}).get("donate") in (
+                "all", "all-except-first"):
+            continue  # equinox donates every array by design, and silences JAX's warning about the unusable
         site = _where(fn["jit_file"], int(fn["jit_line"]), attribution)
         outs = ", ".join(sorted({_describe(o) for o in outputs})) or "none"
         lost_text = ", ".join(f"{_arg_label(leaf)}{leaf['path']} {_describe(leaf)}" for leaf in lost)
