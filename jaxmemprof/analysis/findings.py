@@ -11,7 +11,6 @@ from dataclasses import asdict, dataclass, replace
 import pandas as pd
 
 SEVERITIES = ("high", "medium", "low", "info")
-MiB, GiB = 1024**2, 1024**3
 COLUMNS = ["rule", "severity", "site", "message", "saving_bytes", "fix", "evidence"]
 
 
@@ -33,18 +32,11 @@ _NOT_IN_PROPORTION = ("recompile",)
 
 def in_proportion(findings: list[Finding], peak_bytes: int) -> list[Finding]:
     """Severities in proportion to the run: a finding that saves under 1 % of
-    the peak is ``info``; one that saves under 1 MiB on a run whose peak is
-    1 GiB or more is ``low`` at most."""
-    out = []
-    for f in findings:
-        severity = f.severity
-        if f.saving_bytes is not None and peak_bytes > 0 and f.rule not in _NOT_IN_PROPORTION:
-            if f.saving_bytes < 0.01 * peak_bytes:
-                severity = "info"
-            elif f.saving_bytes < MiB and peak_bytes >= GiB and severity in ("high", "medium"):
-                severity = "low"
-        out.append(f if severity == f.severity else replace(f, severity=severity))
-    return out
+    the peak is ``info`` (on a run whose peak is GiB-scale, that is every
+    saving under 10 MiB)."""
+    return [replace(f, severity="info")
+            if f.saving_bytes is not None and f.rule not in _NOT_IN_PROPORTION and f.saving_bytes < 0.01 * peak_bytes
+            else f for f in findings]
 
 
 def findings_frame(findings: list[Finding]) -> pd.DataFrame:

@@ -687,6 +687,8 @@ class Probed:
             functools.update_wrapper(self, real)
         except (AttributeError, TypeError):
             pass
+        if "__wrapped__" in getattr(real, "__dict__", {}):
+            self.__wrapped__ = real.__wrapped__  # the user's function, as for the jitted one
 
     def __call__(self, *args, **kwargs):
         state = self._state

@@ -214,12 +214,12 @@ def _suggest(fn, extra: str, wrapper: str) -> str:
         return ""  # unreadable, or donation already set there in a way we would have to rewrite
     spelling, callable_decorator = _SPELLINGS[wrapper]
     indent = text[: len(text) - len(text.lstrip())]
-    stripped = text.strip()
-    m = re.fullmatch(rf"@({spelling})", stripped)
+    m = re.fullmatch(rf"@({spelling})(\s*#.*)?", text.strip())
     if m:
+        comment = m.group(2) or ""
         if callable_decorator:
-            return f"{indent}@{m.group(1)}({extra})"
-        return f"{indent}@functools.partial({m.group(1)}, {extra})"
+            return f"{indent}@{m.group(1)}({extra}){comment}"
+        return f"{indent}@functools.partial({m.group(1)}, {extra}){comment}"
     # wrapper(f ...), @wrapper(...) or partial(wrapper ...): add the options before the call's closing parenthesis.
     m = re.search(rf"(?<![\w.])(?:{spelling})\(|partial\((?:{spelling})\b", text)
     if not m:
@@ -274,10 +274,10 @@ def _fix(run, fn, cands: list[Candidate], site: str) -> str:
             extra, note = 'donate="all"', ""
             if others:
                 names = ", ".join(label for label, _, _ in others)
-                note = (f"; that also donates {names} ({format_bytes(sum(s for _, _, s in others))}): only if "
+                note = (f" (that also donates {names} ({format_bytes(sum(s for _, _, s in others))}): only if "
                         f"nothing uses them after the call, else pass them first, as a tuple, with "
-                        f'donate="all-except-first" (equinox donates all arrays or all but the first argument\'s)')
-        fix = f"filter_jit {fn['name']} with {extra} (at {site}){note}"
+                        f'donate="all-except-first": equinox donates all arrays or all but the first argument\'s)')
+        fix = f"filter_jit {fn['name']} with {extra} (at {site})"
     else:
         names, positions = list(already_names), list(already_nums)
         for c in cands:
@@ -293,9 +293,9 @@ def _fix(run, fn, cands: list[Candidate], site: str) -> str:
         extra = ", ".join(([f"donate_argnums={_tuple(positions)}"] if positions else [])
                           + ([f"donate_argnames={_tuple(names)}"] if names else []))
         verb = {"jax.pmap": "pmap", _NNX: "nnx.jit"}.get(wrapper, "jit")
-        fix = f"{verb} {fn['name']} with {extra} (at {site})"
+        fix, note = f"{verb} {fn['name']} with {extra} (at {site})", ""
     edited = _suggest(fn, extra, wrapper)
-    return fix + (f":  {edited.strip()}" if edited else "")
+    return fix + (f":  {edited.strip()}" if edited else "") + note
 
 
 def donation_findings(run, attribution: Attribution = Attribution()) -> list[Finding]:

@@ -1,0 +1,34 @@
+"""A flax.nnx training step over an nnx.Optimizer (optax adam), written as
+flax's docs write one: the model and the optimizer are updated in place."""
+import jax
+import jax.numpy as jnp
+import optax
+from flax import nnx
+
+
+class MLP(nnx.Module):
+    def __init__(self, rngs):
+        self.l1 = nnx.Linear(256, 512, rngs=rngs)
+        self.l2 = nnx.Linear(512, 10, rngs=rngs)
+
+    def __call__(self, x):
+        return self.l2(jax.nn.relu(self.l1(x)))
+
+
+def loss_fn(model, x, y):
+    return optax.softmax_cross_entropy_with_integer_labels(model(x), y).mean()
+
+
+@nnx.jit  # LINE-JIT
+def train_step(model, optimizer, x, y):  # LINE-DEF
+    loss, grads = nnx.value_and_grad(loss_fn)(model, x, y)
+    optimizer.update(model, grads)
+    return loss
+
+
+model = MLP(nnx.Rngs(0))
+optimizer = nnx.Optimizer(model, optax.adam(1e-3), wrt=nnx.Param)
+x, y = jnp.ones((32, 256)), jnp.zeros((32,), jnp.int32)
+for i in range(6):
+    loss = train_step(model, optimizer, x, y)  # LINE-CALL
+print(round(float(loss), 4))

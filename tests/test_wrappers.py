@@ -1,0 +1,247 @@
+"""The jit probe on the code people write: flax.nnx, flax linen, equinox,
+optax and jax.pmap training programs, and jitted functions used inside JAX's
+transformations.
+
+Each program runs under plain python and under `jaxmemprof run`: they must
+behave alike, the probe must record no error, the donation advice must name
+the bytes XLA then aliases (to the byte) and be written the way that library's
+user writes it, and applying the advice, edited into the program as the
+finding prints it, must remove the finding.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO, cpu_env, line_of, run_cli, write_script
+
+from jaxmemprof.analysis.advice.donation import donation_findings, jit_memory
+from jaxmemprof.analysis.findings import Finding, in_proportion
+from jaxmemprof.analysis.leaks import leak_findings, leaks, recompiles, rejits
+from jaxmemprof.analysis.sites import Attribution
+from jaxmemprof.store.reader import load_run
+
+SCRIPTS = REPO / "tests" / "scripts"
+# The MLP of the programs: Linear(256, 512) and Linear(512, 10), float32.
+PARAMS = (256 * 512 + 512 + 512 * 10 + 10) * 4
+ADAM = 2 * PARAMS + 4  # mu and nu of each parameter, and the step count (int32)
+
+CASES = {
+    # program: (wrapper, function, bytes to donate, the advice's edited line, devices)
+    "nnx_optimizer.py": ("flax.nnx.jit", "train_step", PARAMS + ADAM + 4,  # + nnx.Optimizer's step
+                         '@nnx.jit(donate_argnames=("model", "optimizer"))', 1),
+    "equinox_optax.py": ("equinox.filter_jit", "make_step", PARAMS + ADAM, '@eqx.filter_jit(donate="all")', 1),
+    "linen_trainstate.py": ("jax.jit", "train_step", PARAMS + ADAM + 4,  # + TrainState's step
+                            "@functools.partial(jax.jit, donate_argnums=(0,))", 1),
+    "pmap_state.py": ("jax.pmap", "step", 2 * (256 * 128 + 128) * 4, "pstep = jax.pmap(step, donate_argnums=(0,))", 2),
+}
+
+
+def _python(script, cwd):
+    return subprocess.run([sys.executable, str(script)], cwd=cwd, env=cpu_env(), capture_output=True, text=True,
+                          timeout=300)
+
+
+def _record(script, cwd, name):
+    proc = run_cli("run", "-q", "-o", cwd / name, script, cwd=cwd)
+    run = load_run(cwd / name)
+    return proc, run, Attribution(roots=(run.manifest["cwd"],))
+
+
+def _unstamped(text: str) -> str:
+    """stderr without the time and process id of XLA's log lines."""
+    return re.sub(r"(?m)^([EWIF])\d{4} [\d:.]+\s+\d+ ", r"\1 ", text)
+
+
+def _probe_errors(run) -> list[str]:
+    ev = run.events
+    return [] if ev is None or ev.empty else ev.loc[ev["kind"] == "probe-error", "message"].tolist()
+
+
+@pytest.mark.parametrize("program", sorted(CASES))
+def test_wrapper_gets_donation_advice_in_its_own_terms(tmp_path, program):
+    wrapper, function, saving, edited, devices = CASES[program]
+    script = tmp_path / program
+    shutil.copy(SCRIPTS / program, script)
+    plain = _python(script, tmp_path)
+    proc, run, att = _record(script, tmp_path, "run")
+    assert (proc.returncode, proc.stdout) == (plain.returncode, plain.stdout) == (0, plain.stdout)
+    assert "jaxmemprof" not in proc.stderr and _probe_errors(run) == []
+
+    fns = run.jit["functions"]
+    [row] = fns[fns["name"] == function].itertuples()
+    jit_line = line_of(script, "LINE-JIT")
+    assert (row.wrapper, row.jit_file, row.jit_line) == (wrapper, str(script), jit_line)
+    assert row.file == str(script)  # the user's function, not the wrapper's
+
+    [f] = [f for f in donation_findings(run, att) if f.rule == "donate"]
+    assert f.site == f"{program}:{jit_line}"
+    assert f.saving_bytes == saving
+    assert f"of {function} (defined at {program}:" in f.message
+    assert f":  {edited}  # LINE-JIT" in f.fix, f.fix
+    if wrapper == "equinox.filter_jit":  # equinox donates every array: the advice says which others
+        assert "also donates x, y (32.12 KiB)" in f.fix and 'donate="all-except-first"' in f.fix
+
+    # Apply the advice as printed, and run again: no advice, and XLA aliases
+    # exactly the bytes predicted (its figures are per device).
+    lines = script.read_text().splitlines()
+    lines[jit_line - 1] = edited + "  # LINE-JIT"
+    fixed = write_script(tmp_path, "fixed_" + program, "\n".join(lines) + "\n")
+    proc, after, att_after = _record(fixed, tmp_path, "fixed")
+    assert proc.returncode == 0 and proc.stdout == plain.stdout
+    assert [f for f in donation_findings(after, att_after) if f.rule.startswith("donat")] == []
+    memory = jit_memory(after, att_after)
+    [alias] = memory.loc[memory["function"] == function, "alias_bytes"]
+    assert alias * devices == saving
+    assert _probe_errors(after) == []
+
+
+TRANSFORMS = """
+import copy, functools, inspect, pickle, weakref
+import jax, jax.numpy as jnp
+from jax import lax
+
+def g(x, n):
+    return x * n
+
+f = jax.jit(g, static_argnums=1)
+x = jnp.ones((4,))
+print("eval_shape", jax.eval_shape(f, x, 2))
+h = jax.jit(lambda x: jnp.sin(x) * 2)
+print("grad", float(jax.grad(lambda x: h(x).sum())(x)[0]))
+print("vmap", jax.vmap(h)(jnp.ones((3, 4))).shape)
+print("scan", float(lax.scan(lambda c, _: (h(c), None), x, None, length=3)[0][0]))
+print("jaxpr", str(jax.make_jaxpr(h)(x)).count("pjit"))
+print("checkpoint", float(jax.checkpoint(lambda x: h(x).sum())(x)))
+print("jit in jit", float(jax.jit(lambda x: h(x) + 1)(x)[0]))
+print("eval_shape of h", jax.eval_shape(h, x))
+
+class Holder:
+    def __init__(self):
+        self.f = h
+print("deepcopy", type(copy.deepcopy(Holder()).f).__name__, type(copy.copy(h)).__name__)
+try:
+    pickle.dumps(h)
+except Exception as e:
+    print("pickle", type(e).__name__)
+print("signature", inspect.signature(f), inspect.signature(h))
+print("wraps", f.__name__, f.__qualname__, f.__module__, f.__wrapped__ is g)
+print("Wrapped", isinstance(f, jax.stages.Wrapped), callable(f))
+r = weakref.ref(f)
+print("weakref", r() is f)
+print("hash", hash(f) == hash(f), f == f)
+
+class M:
+    @functools.partial(jax.jit, static_argnums=0)
+    def twice(self, x):
+        return x * 2
+print("method", float(M().twice(x)[0]), type(M().twice).__name__)
+print("lower", type(f.lower(x, 3).compile().memory_analysis()).__name__)
+
+key = jax.random.key(0)
+split = jax.jit(lambda k: jax.random.split(k))
+for i in range(4):
+    key = split(key)[0]
+print("keys", key.dtype)
+maybe = jax.jit(lambda a, b: a if b is None else a + b)
+for i in range(4):
+    maybe(x, None)
+donating = jax.jit(lambda a: a + 1, donate_argnums=0)
+y = jnp.ones((8,))
+z = donating(y)
+try:
+    donating(y)
+except Exception as e:
+    print("deleted", type(e).__name__)
+
+# After all that, the probe still observes: state = step(state) gets advice.
+step = jax.jit(lambda s: {"w": s["w"] * 0.5})  # LINE-STEP
+state = {"w": jnp.ones((256, 64))}
+for i in range(6):
+    state = step(state)
+print("done", float(state["w"][0, 0]))
+"""
+
+
+def test_jitted_functions_inside_transformations_behave_as_under_python(tmp_path):
+    script = write_script(tmp_path, "transforms.py", TRANSFORMS)
+    plain = _python(script, tmp_path)
+    assert plain.returncode == 0, plain.stderr
+    proc, run, att = _record(script, tmp_path, "run")
+    assert proc.returncode == 0
+    assert proc.stdout == plain.stdout
+    # JAX's own messages (XLA logs the deleted array), and nothing of ours.
+    assert _unstamped(proc.stderr) == _unstamped(plain.stderr)
+    assert _probe_errors(run) == []
+    fns, counts = run.jit["functions"], run.jit["counts"]
+    h = fns.loc[fns["line"] == line_of(script, "h = jax.jit"), "function_id"].item()
+    c = counts.set_index("function_id").loc[h]
+    # grad, vmap, scan, make_jaxpr, checkpoint and jit-in-jit trace it: no device call.
+    assert (c["calls"], c["traced"]) == (0, 6)
+    [f] = [f for f in donation_findings(run, att) if f.rule == "donate"]
+    assert f.site == f"transforms.py:{line_of(script, 'LINE-STEP')}" and f.saving_bytes == 256 * 64 * 4
+
+
+RECOMPILES = """
+import jax, jax.numpy as jnp
+import jaxmemprof
+
+def scale(x, k):
+    return x * k
+
+def init(shapes):  # an optimizer-style init: one shape per parameter, once each
+    params = [jnp.ones(s) for s in shapes]  # SITE-INIT
+    opt = []
+    for p in params:
+        opt.append(jnp.zeros_like(p))
+        jaxmemprof.snapshot("init")  # each new executable seen, as a slow init would be
+    return opt
+
+opt = init([(i + 1, 3) for i in range(8)])
+static_scale = jax.jit(scale, static_argnums=1)
+plain_scale = jax.jit(scale)
+outs = []
+for i in range(12):
+    jaxmemprof.mark(f"step {i}")
+    outs.append(plain_scale(jnp.ones((i + 1,)), 2.0))  # SITE-SHAPE
+    outs.append(static_scale(jnp.ones((4,)), float(i)))  # SITE-STATIC
+    outs.append(jax.jit(lambda x: x * i)(jnp.ones((4,))))  # SITE-LOOPJIT
+    outs.append(plain_scale(jnp.ones((4,)), 3.0))  # SITE-SAME
+    jaxmemprof.snapshot(f"step {i}")
+"""
+
+
+def test_recompiles_that_keep_coming_are_found_and_setup_compiles_are_not(tmp_path):
+    script = write_script(tmp_path, "recompiles.py", RECOMPILES)
+    run_cli("run", "-q", "--interval", "1000", "-o", tmp_path / "run", script, cwd=tmp_path, check=0)
+    run = load_run(tmp_path / "run")
+    att = Attribution(roots=(run.manifest["cwd"],))
+    found = [f for f in leak_findings(leaks(run, att), recompiles(run, att), rejits(run, att))
+             if f.rule == "recompile"]
+    lines = {int(f.site.split(":")[1].split()[0]) for f in found}
+    assert lines == {line_of(script, m) for m in ("SITE-SHAPE", "SITE-STATIC", "SITE-LOOPJIT")}
+    rc = recompiles(run, att)
+    init = rc[rc["line"] == line_of(script, "SITE-INIT")]
+    # 8 executables at one line, one per shape, as many as the old rule (5 or more) called a recompilation.
+    assert len(init) == 1 and init["max_count"].item() == 8 and not init["suspect"].item()
+    assert init["new_after_setup"].item() == 0
+    [loop] = [f for f in found if "jitted 12 times" in f.message]
+    assert loop.site.startswith(f"recompiles.py:{line_of(script, 'SITE-LOOPJIT')}")
+    assert "outside the loop" in loop.fix
+
+
+def test_severity_in_proportion_to_the_peak():
+    def f(saving, severity="medium", rule="donate"):
+        return Finding(rule=rule, severity=severity, site="a.py:1", message="", evidence="", saving_bytes=saving)
+
+    MiB, GiB = 1024**2, 1024**3
+    got = in_proportion([f(396), f(2 * MiB, "high"), f(41 * MiB, "high"), f(None), f(10, rule="recompile")], 4 * GiB)
+    # Under 1 % of 4 GiB: info; 41 MiB is 1.0 %: kept; no saving: kept; a recompilation is about time.
+    assert [x.severity for x in got] == ["info", "info", "high", "medium", "medium"]
+    got = in_proportion([f(396), f(600 * 1024, "high")], 40 * MiB)  # a small run: 396 B is 0.001 %, 600 KiB 1.5 %
+    assert [x.severity for x in got] == ["info", "high"]
