@@ -42,12 +42,18 @@ def profile(output=None, *, interval: float = 0.5, max_overhead: float = 0.02, j
     Yields the run directory's path. Functions jitted inside the block (with
     ``jax.jit`` called there) are observed by the jit probe. ``addresses``:
     which buffer addresses to read, as ``jaxmemprof run --addresses``.
+
+    Inside a run already recording (``jaxmemprof run``, or an enclosing
+    ``profile()``), it defers quietly to that run: it records nothing of its
+    own and yields that run's directory.
     """
     from jaxmemprof.capture import session as session_mod
     from jaxmemprof.capture.runner import is_out_of_memory
 
-    if session_mod.active() is not None:
-        raise RuntimeError("a jaxmemprof run is already recording in this process")
+    outer = session_mod.active()
+    if outer is not None:
+        yield outer.directory
+        return
     directory = session_mod.prepare_directory(
         Path(output) if output is not None else session_mod.default_output("profile"), force
     )

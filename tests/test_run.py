@@ -165,7 +165,9 @@ def test_script_that_never_uses_jax(tmp_path):
     assert "jax" not in json.dumps(run.manifest.get("backend") or "")
 
 
-@pytest.mark.parametrize("sig,status,label", [(signal.SIGINT, 130, "SIGINT"), (signal.SIGTERM, 143, "SIGTERM")])
+# As under python: ended by the signal itself (a shell says 130 and 143).
+@pytest.mark.parametrize("sig,status,label", [(signal.SIGINT, -signal.SIGINT, "SIGINT"),
+                                              (signal.SIGTERM, -signal.SIGTERM, "SIGTERM")])
 def test_signals_end_the_target_and_finalise_the_run(tmp_path, sig, status, label):
     script = write_script(tmp_path, "loop.py", """
         import sys, time
@@ -323,8 +325,14 @@ def test_existing_output_needs_force(tmp_path):
     (tmp_path / "out" / "keep.txt").write_text("mine")
     proc = run_cli("run", "-o", tmp_path / "out", script, cwd=tmp_path, check=2)
     assert proc.stderr.count("\n") == 1 and "--force" in proc.stderr
-    run_cli("run", "-o", tmp_path / "out", "--force", script, cwd=tmp_path, check=0)
+    # Not one of our runs: refused even with --force, and nothing is touched.
+    proc = run_cli("run", "-o", tmp_path / "out", "--force", script, cwd=tmp_path, check=2)
+    assert proc.stderr.count("\n") == 1 and "no jaxmemprof run" in proc.stderr
     assert (tmp_path / "out" / "keep.txt").read_text() == "mine"
+    run_cli("run", "-o", tmp_path / "run", script, cwd=tmp_path, check=0)
+    (tmp_path / "run" / "keep.txt").write_text("mine")
+    run_cli("run", "-o", tmp_path / "run", "--force", script, cwd=tmp_path, check=0)
+    assert (tmp_path / "run" / "keep.txt").read_text() == "mine"
     proc = run_cli("run", tmp_path / "missing.py", cwd=tmp_path, check=2)
     assert "missing.py: no such script" in proc.stderr
 

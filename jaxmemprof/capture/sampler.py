@@ -185,10 +185,17 @@ class Sampler:
 
     # -- one snapshot ----------------------------------------------------------
 
-    def snapshot(self, trigger: str, label: str | None = None, live: list | None = None) -> int | None:
+    def owned_by_this_thread(self) -> bool:
+        """Whether this thread is taking a snapshot (holds the lock)."""
+        return self._lock._is_owned()
+
+    def snapshot(self, trigger: str, label: str | None = None, live: list | None = None,
+                 wait: bool | None = None) -> int | None:
         """Take a snapshot now; None when JAX is not up yet or sampling has
         stopped after an error. ``live``: ``jax.live_arrays()`` if listed a
-        moment ago."""
+        moment ago. ``wait``: whether to wait for computations in flight to
+        read their arrays' addresses (default: not for background snapshots;
+        never for SIGTERM's, which must not outlast the process)."""
         jax = _jax_ready()
         if jax is None or self.failed or self.writer.closed:
             return None
@@ -203,8 +210,9 @@ class Sampler:
             try:
                 # Background snapshots never wait for a computation to finish;
                 # one the program asked for (or its last) reads every address.
-                rec = self._collect(jax, trigger, label, t_wall, t_mono, live,
-                                    wait=trigger not in ("interval", "first"))
+                if wait is None:
+                    wait = trigger not in ("interval", "first")
+                rec = self._collect(jax, trigger, label, t_wall, t_mono, live, wait=wait)
                 rec.cost_s = time.thread_time() - c0 + self._checks
                 self._checks = 0.0
                 rec.wall_s = time.perf_counter() - w0

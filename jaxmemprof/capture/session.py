@@ -3,9 +3,10 @@
 
 from __future__ import annotations
 
+import json
 import os
 import platform
-import shutil
+import sqlite3
 import sys
 import time
 import warnings
@@ -30,26 +31,165 @@ def active() -> "Session | None":
 
 
 def default_output(stem: str) -> Path:
+    """``jaxmemprof-runs/<stem>-<time>``; :func:`prepare_directory` makes
+    it unique (``-2``, ``-3``, ...) when another run took the name."""
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    return Path(DEFAULT_ROOT) / f"{stem}-{stamp}"
+    return _DefaultPath(Path(DEFAULT_ROOT) / f"{stem}-{stamp}")
+
+
+class _DefaultPath(type(Path())):
+    """A default run name: another free name is chosen if it is taken."""
+
+
+# The lock file of each run directory this process records into: held (flock)
+# for the run's life, so that two runs never share one directory.
+LOCK_NAME = ".jaxmemprof.lock"
+_locks: dict[str, int] = {}
 
 
 def prepare_directory(path: Path, force: bool) -> Path:
-    """Make ``path`` ready for a new run: refuse a non-empty directory unless
-    ``force``, in which case the previous run's files are removed."""
-    if path.exists() and not path.is_dir():
-        raise InputError(str(path), "exists and is not a directory")
-    if path.is_dir() and any(path.iterdir()):
-        if not force:
-            raise InputError(str(path), "is not empty; choose another --output or pass --force")
-        for name in (layout.MANIFEST, layout.JOURNAL, layout.JOURNAL + "-wal", layout.JOURNAL + "-shm"):
-            (path / name).unlink(missing_ok=True)
-        shutil.rmtree(path / layout.SNAPSHOT_DIR, ignore_errors=True)
+    """Claim ``path`` for a new run and return it.
+
+    A fresh name is made with an exclusive mkdir; any directory is then
+    locked for the run's life (a second run into it is refused at once).
+    A non-empty directory is refused unless ``force``; even with ``force``,
+    only a directory holding one of our runs (a manifest of ours) is reused,
+    and only the files jaxmemprof writes are removed from it."""
+    path = Path(path)
+    if isinstance(path, _DefaultPath):
+        path = _claim_fresh_name(path)
+    else:
+        if path.exists() and not path.is_dir():
+            raise InputError(str(path), "exists and is not a directory")
+        _mkdir(path, exist_ok=True)
+    _lock(path)
     try:
-        path.mkdir(parents=True, exist_ok=True)
+        _clear_for_reuse(path, force)
+    except BaseException:
+        release_directory(path)
+        raise
+    return path
+
+
+def _mkdir(path: Path, exist_ok: bool) -> bool:
+    """Create ``path`` (and its parents); False when it already existed."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.mkdir()
+        return True
+    except FileExistsError:
+        if exist_ok and path.is_dir():
+            return False
+        raise
     except OSError as exc:
         raise InputError(str(path), f"cannot create the run directory: {exc.strerror or exc}") from None
-    return path
+
+
+def _claim_fresh_name(path: Path) -> Path:
+    """The first of ``path``, ``path-2``, ``path-3``, ... that this process
+    creates itself (mkdir is atomic: two runs never get one name)."""
+    for n in range(1, 10_000):
+        candidate = path if n == 1 else path.with_name(f"{path.name}-{n}")
+        try:
+            _mkdir(candidate, exist_ok=False)
+            return candidate
+        except FileExistsError:
+            continue
+    raise InputError(str(path), "no free run name; choose one with --output")
+
+
+def _lock(path: Path) -> None:
+    """Hold an exclusive lock on ``path/.jaxmemprof.lock`` until the run
+    ends (or the process dies: the kernel releases it). The file is removed
+    when the run ends; a lock taken on a file removed meanwhile is retried."""
+    import fcntl
+
+    lock_path = path / LOCK_NAME
+    for _ in range(100):
+        try:
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            raise InputError(str(path), f"cannot write to the run directory: {exc.strerror or exc}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            raise InputError(str(path), "another jaxmemprof run is recording into it; choose another --output") \
+                from None
+        try:
+            same = os.path.samestat(os.fstat(fd), os.stat(lock_path))
+        except OSError:
+            same = False
+        if same:
+            try:
+                os.ftruncate(fd, 0)
+                os.write(fd, f"{os.getpid()}\n".encode())
+            except OSError as exc:
+                os.close(fd)
+                raise InputError(str(path), f"cannot write to the run directory: {exc.strerror or exc}") from None
+            _locks[os.path.abspath(path)] = fd
+            return
+        os.close(fd)  # the run that held it removed it: lock the new one
+    raise InputError(str(path), "cannot lock the run directory")
+
+
+def release_directory(path: Path) -> None:
+    """Remove the run's lock file, then release the lock."""
+    fd = _locks.pop(os.path.abspath(path), None)
+    if fd is None:
+        return
+    try:
+        os.unlink(Path(path) / LOCK_NAME)
+    except OSError:
+        pass
+    os.close(fd)
+
+
+def _forget_locks_in_child() -> None:
+    """A forked child shares its parent's lock (one open file description):
+    it drops its copy of the descriptor, so that the lock ends with the
+    parent's run, never removing the parent's lock file."""
+    for fd in _locks.values():
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    _locks.clear()
+
+
+def _is_our_run(path: Path) -> bool:
+    """Whether ``path`` holds a manifest that jaxmemprof wrote."""
+    try:
+        with open(path / layout.MANIFEST, "rb") as f:
+            doc = json.loads(f.read(1 << 20))
+    except (OSError, ValueError, RecursionError):
+        return False
+    return isinstance(doc, dict) and "jaxmemprof_version" in doc and "schema_version" in doc
+
+
+def _clear_for_reuse(path: Path, force: bool) -> None:
+    """Refuse a non-empty directory unless ``force`` and it holds one of our
+    runs; then remove only the files a run writes (never anything else)."""
+    others = [p for p in path.iterdir() if p.name != LOCK_NAME]
+    if not others:
+        return
+    if not force:
+        raise InputError(str(path), "is not empty; choose another --output or pass --force")
+    if not _is_our_run(path):
+        raise InputError(str(path), "is not empty and holds no jaxmemprof run (no manifest of ours); "
+                                    "--force replaces only a run; choose another --output")
+    for p in others:
+        if p.is_file() and not p.is_symlink() and layout.is_run_file(p.name):
+            p.unlink(missing_ok=True)
+    snaps = path / layout.SNAPSHOT_DIR
+    if snaps.is_dir() and not snaps.is_symlink():
+        for p in snaps.iterdir():
+            if p.is_file() and not p.is_symlink() and layout.is_snapshot_file(p.name):
+                p.unlink(missing_ok=True)
+        try:
+            snaps.rmdir()
+        except OSError:
+            pass  # it holds files of someone else's: left as they are
 
 
 def _version(dist: str) -> str | None:
@@ -91,7 +231,16 @@ class Session:
             "settings": {"interval": interval, "max_overhead": max_overhead, "jit_probe": jit_probe,
                          "addresses": addresses},
         }
-        self.writer = RunWriter(directory, manifest)
+        # Absolute: the script may chdir, the run directory stays put.
+        self.path = Path(os.path.abspath(directory))
+        try:
+            self.writer = RunWriter(self.path, manifest)
+        except (OSError, sqlite3.Error) as exc:
+            release_directory(self.path)
+            raise InputError(str(directory), f"cannot write the run: {_reason(exc)}") from None
+        self.pid = os.getpid()
+        self.forked = False  # a forked child's copy: records nothing
+        self.child_hooks: list = []  # called in a forked child, to stop recording there
         self.sampler = Sampler(self.writer, interval=interval, max_overhead=max_overhead, addresses=addresses)
         self.probe = JitProbe(self.writer) if jit_probe else None
         if self.probe is not None:
@@ -118,8 +267,10 @@ class Session:
 
     def stop(self, exit_status, ended_by: str) -> None:
         """Stop sampling and record how the run ended (the last snapshot has
-        been taken by the caller)."""
+        been taken by the caller). Nothing in a forked child."""
         global _active
+        if self.forked:
+            return
         self.sampler.stop()
         if self.probe is not None:
             self.probe.uninstall()
@@ -130,7 +281,26 @@ class Session:
         try:
             self._finish(exit_status, ended_by)
         except Exception as exc:  # a full disk: what was committed stays readable
-            sys.stderr.write(f"jaxmemprof: warning: could not finalise {self.directory}: {exc}\n")
+            _warn(f"jaxmemprof: warning: could not finalise {self.directory}: {exc}\n")
+        release_directory(self.path)
+
+    def detach_in_child(self) -> None:
+        """In a forked child: stop recording at once, touching nothing the
+        parent's run uses (its SQLite connection is neither committed nor
+        closed here; its lock file stays the parent's)."""
+        self.forked = True
+        self.sampler.failed = "forked"  # no snapshot, and no event about it
+        self.sampler._stop.set()
+        self.writer.detach()
+        if self.probe is not None:
+            self.probe.active = False
+        if warnings.showwarning == self._on_warning:
+            warnings.showwarning = self._showwarning
+        for hook in self.child_hooks:
+            try:
+                hook()
+            except Exception:
+                pass
 
     def _finish(self, exit_status, ended_by: str) -> None:
         self.writer.finish(
@@ -140,6 +310,31 @@ class Session:
             ended_by=ended_by,
             **_backend_facts(),
         )
+
+
+def _warn(text: str) -> None:
+    """A line on stderr, if the script left one to write to."""
+    try:
+        sys.stderr.write(text)
+    except Exception:
+        pass
+
+
+def _reason(exc: BaseException) -> str:
+    return getattr(exc, "strerror", None) or str(exc)
+
+
+def _after_fork_in_child() -> None:
+    """Registered once: a forked child stops recording the parent's run."""
+    global _active
+    s = _active
+    _active = None
+    _forget_locks_in_child()
+    if s is not None:
+        s.detach_in_child()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _backend_facts() -> dict:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 SCHEMA_VERSION = 1
@@ -153,6 +154,28 @@ CREATE TABLE IF NOT EXISTS events (
 
 def snapshot_name(index: int) -> str:
     return f"{SNAPSHOT_DIR}/{index:06d}.prof.gz"
+
+
+# What a run writes, and all that ``run --force`` may remove: the manifest, the
+# journal and SQLite's files beside it, snapshot files, and the temporary
+# files of interrupted atomic writes (``.NAME.tmpPID``).
+_TMP = re.compile(r"\.(?P<name>.+)\.tmp[0-9]+")
+_SNAPSHOT = re.compile(r"[0-9]{6,}\.prof\.gz")
+
+
+def _untemp(name: str) -> str:
+    m = _TMP.fullmatch(name)
+    return m["name"] if m else name
+
+
+def is_run_file(name: str) -> bool:
+    """Whether a top-level file of a run directory is one jaxmemprof writes."""
+    return _untemp(name) in (MANIFEST, JOURNAL, JOURNAL + "-wal", JOURNAL + "-shm", JOURNAL + "-journal")
+
+
+def is_snapshot_file(name: str) -> bool:
+    """Whether a file in ``snapshots/`` is one jaxmemprof writes."""
+    return _SNAPSHOT.fullmatch(_untemp(name)) is not None
 
 
 def write_atomic(path: Path, data: bytes) -> None:

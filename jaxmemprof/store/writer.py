@@ -4,6 +4,7 @@ own thread (markers, on-demand snapshots) both write."""
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import sqlite3
 import threading
@@ -36,13 +37,18 @@ class SnapshotRecord:
     wall_s: float = 0.0
 
 
+_KEPT: list = []  # connections a forked child must never close
+
+
 class RunWriter:
     def __init__(self, directory: Path, manifest: dict):
         self.directory = Path(directory)
         (self.directory / layout.SNAPSHOT_DIR).mkdir(parents=True, exist_ok=True)
         self.manifest = dict(manifest, schema_version=layout.SCHEMA_VERSION)
         layout.write_json_atomic(self.directory / layout.MANIFEST, self.manifest)
-        self._lock = threading.Lock()
+        # Reentrant, so that a signal's last snapshot can tell whether the
+        # interrupted thread holds it (RLock._is_owned).
+        self._lock = threading.RLock()
         self._db = sqlite3.connect(
             self.directory / layout.JOURNAL, check_same_thread=False, isolation_level=None
         )
@@ -55,6 +61,7 @@ class RunWriter:
         self._last_digest: bytes | None = None
         self._last_file: str | None = None
         self.closed = False
+        self.detached = False
 
     @property
     def snapshots(self) -> int:
@@ -63,6 +70,8 @@ class RunWriter:
     def add_snapshot(self, rec: SnapshotRecord) -> int:
         """Store one snapshot: the profile file first (atomically), then its
         journal rows in one transaction. Returns the snapshot number."""
+        if self.closed:
+            raise RuntimeError("the run's journal is closed")
         with self._lock:
             index = self._count + 1
             # Profiles often repeat exactly between snapshots (a steady training
@@ -103,6 +112,8 @@ class RunWriter:
             return index
 
     def _insert(self, sql: str, rows) -> None:
+        if self.closed:
+            return
         with self._lock:
             if not self.closed:
                 self._db.executemany(sql, rows)
@@ -125,6 +136,8 @@ class RunWriter:
         self._insert("INSERT OR REPLACE INTO jit_counts VALUES (?,?,?,?,?)", rows)
 
     def add_marker(self, label: str) -> None:
+        if self.closed:
+            return
         with self._lock:
             self._db.execute(
                 "INSERT INTO markers (t_wall, t_mono, label, after_snapshot) VALUES (?,?,?,?)",
@@ -132,14 +145,32 @@ class RunWriter:
             )
 
     def add_event(self, kind: str, message: str, snapshot: int | None = None) -> None:
+        if self.closed:
+            return
         with self._lock:
             self._db.execute(
                 "INSERT INTO events (t_wall, kind, message, snapshot) VALUES (?,?,?,?)",
                 (time.time(), kind, message, snapshot),
             )
 
+    def owned_by_this_thread(self) -> bool:
+        return self._lock._is_owned()
+
+    def detach(self) -> None:
+        """In a forked child: write nothing more, and never close the
+        connection inherited from the parent (closing a WAL database can
+        checkpoint and remove the WAL the parent still writes), not even
+        when the child's interpreter frees its objects at exit."""
+        self.closed = self.detached = True
+        try:
+            ctypes.pythonapi.Py_IncRef(ctypes.py_object(self._db))
+        except Exception:
+            _KEPT.append(self._db)
+
     def finish(self, **fields) -> None:
         """Record how the run ended in the manifest, and close the journal."""
+        if self.closed:
+            return
         with self._lock:
             if self.closed:
                 return
