@@ -26,8 +26,8 @@ from jaxmemprof.analysis.leaks import leak_findings, leaks, recompiles, rejits
 from jaxmemprof.analysis.sites import Attribution
 from jaxmemprof.store.reader import load_run
 
-SCRIPTS = REPO / "tests" / "scripts"
-# The MLP of the programs: Linear(256, 512) and Linear(512, 10), float32.
+PROGRAMS = REPO / "sample_runs" / "libraries"
+# The MLP of the programs at their default --width: Linear(256, 512) and Linear(512, 10), float32.
 PARAMS = (256 * 512 + 512 + 512 * 10 + 10) * 4
 ADAM = 2 * PARAMS + 4  # mu and nu of each parameter, and the step count (int32)
 
@@ -38,7 +38,7 @@ CASES = {
     "equinox_optax.py": ("equinox.filter_jit", "make_step", PARAMS + ADAM, '@eqx.filter_jit(donate="all")', 1),
     "linen_trainstate.py": ("jax.jit", "train_step", PARAMS + ADAM + 4,  # + TrainState's step
                             "@functools.partial(jax.jit, donate_argnums=(0,))", 1),
-    "pmap_state.py": ("jax.pmap", "step", 2 * (256 * 128 + 128) * 4, "pstep = jax.pmap(step, donate_argnums=(0,))", 2),
+    "pmap_state.py": ("jax.pmap", "step", 2 * (256 * 512 + 512) * 4, "pstep = jax.pmap(step, donate_argnums=(0,))", 2),
 }
 
 
@@ -67,7 +67,7 @@ def _probe_errors(run) -> list[str]:
 def test_wrapper_gets_donation_advice_in_its_own_terms(tmp_path, program):
     wrapper, function, saving, edited, devices = CASES[program]
     script = tmp_path / program
-    shutil.copy(SCRIPTS / program, script)
+    shutil.copy(PROGRAMS / program, script)
     plain = _python(script, tmp_path)
     proc, run, att = _record(script, tmp_path, "run")
     assert (proc.returncode, proc.stdout) == (plain.returncode, plain.stdout) == (0, plain.stdout)

@@ -1,5 +1,13 @@
-"""A flax linen model trained through a TrainState under jax.jit."""
-import functools
+"""A flax linen model trained through a TrainState under jax.jit.
+
+    python sample_runs/libraries/linen_trainstate.py [--width N] [--steps N]
+
+--width sets the hidden layer's width (the state grows with it); the
+program's donation advice is tested in tests/test_wrappers.py and measured in
+benchmarks/bench_wrappers.py.
+"""
+import argparse
+import functools  # noqa: F401 (the donation advice edits the decorator into functools.partial)
 
 import flax.linen as nn
 import jax
@@ -7,11 +15,16 @@ import jax.numpy as jnp
 import optax
 from flax.training import train_state
 
+parser = argparse.ArgumentParser()
+parser.add_argument("--width", type=int, default=512)
+parser.add_argument("--steps", type=int, default=6)
+args = parser.parse_args()
+
 
 class MLP(nn.Module):
     @nn.compact
     def __call__(self, x):
-        return nn.Dense(10)(nn.relu(nn.Dense(512)(x)))
+        return nn.Dense(10)(nn.relu(nn.Dense(args.width)(x)))
 
 
 model = MLP()
@@ -29,6 +42,6 @@ def train_step(state, x, y):  # LINE-DEF
 
 
 x, y = jnp.ones((32, 256)), jnp.zeros((32,), jnp.int32)
-for i in range(6):
+for i in range(args.steps):
     state, loss = train_step(state, x, y)  # LINE-CALL
-print(round(float(loss), 4), functools.__name__)
+print(round(float(loss), 4))
