@@ -6,6 +6,8 @@ Heavy modules (pandas, rich, protobuf) are imported inside the commands, so
 
 from __future__ import annotations
 
+import errno
+import io
 import os
 import sys
 from contextlib import contextmanager
@@ -14,6 +16,7 @@ import click
 
 from jaxmemprof import __version__
 from jaxmemprof.errors import InputError
+from jaxmemprof.render.escape import safe
 
 GROUPINGS = ("site", "function", "file", "stack", "device", "kind")
 DEFAULT_TERMINAL_TOP = 20
@@ -65,7 +68,74 @@ def _profile_options(f):
     return f
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+class _ClosedPipe(Exception):
+    """The reader of stdout went away (`| head`). Not an OSError, so that
+    click, which exits with status 1 on EPIPE, lets it through to main()."""
+
+
+def _is_closed_pipe(exc: BaseException) -> bool:
+    return isinstance(exc, OSError) and exc.errno in (errno.EPIPE, errno.ESHUTDOWN)
+
+
+class _Group(click.Group):
+    """The command group; a closed pipe anywhere (help included) reaches
+    main() as _ClosedPipe."""
+
+    def make_context(self, *args, **kwargs):
+        try:
+            return super().make_context(*args, **kwargs)
+        except OSError as exc:
+            if _is_closed_pipe(exc):
+                raise _ClosedPipe() from None
+            raise
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except OSError as exc:
+            if _is_closed_pipe(exc):
+                raise _ClosedPipe() from None
+            raise
+
+
+def _stderr():
+    """Where jaxmemprof's own messages go: the process's stderr, or the
+    script's sys.stderr if the real one is gone; None when neither can be
+    written."""
+    for stream in (sys.__stderr__, sys.stderr):
+        if stream is not None and hasattr(stream, "write") and not getattr(stream, "closed", False):
+            return stream
+    return None
+
+
+def _silence(stream) -> None:
+    """Point ``stream``'s file descriptor at /dev/null: what is still
+    buffered for it, and Python's own flush at exit, then cannot fail (a
+    failed flush at exit turns any exit status into 120)."""
+    try:
+        fd = stream.fileno()
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, fd)
+        os.close(devnull)
+    except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
+        pass
+
+
+def _say(message: str) -> None:
+    """One message on stderr, escaped for the terminal (names are data). A
+    stderr that cannot be written (a closed pipe, a full disk) never changes
+    the exit status."""
+    stream = _stderr()
+    if stream is None:
+        return
+    try:
+        stream.write("\n".join(safe(line) for line in message.split("\n")) + "\n")
+        stream.flush()
+    except (OSError, ValueError):
+        _silence(stream)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, "--version", prog_name="jaxmemprof")
 def cli():
     """Where does your JAX program's device memory go, and what should you
@@ -102,27 +172,27 @@ def _load(spec, sample_index, max_decompressed, default="peak"):
 
     ref = resolve(spec, default)
     if ref.run is not None:
-        for w in ref.run.warnings:
-            click.echo(f"jaxmemprof: warning: {ref.run.path}: {w}", err=True)
+        _warn(ref.run)
     prof = load_profile(ref.path, name=ref.name, sample_index=sample_index, max_decompressed=max_decompressed)
     return ref.name, prof, ref.run
 
 
+def _warn(run_) -> None:
+    for w in run_.warnings:
+        _say(f"jaxmemprof: warning: {run_.path}: {w}")
+
+
 @contextmanager
 def _output(path: str, force: bool):
-    """stdout for '-', else a new file (never overwritten without --force)."""
+    """stdout for '-', else a file written by the rules of outputs.py."""
     if path == "-":
         yield sys.stdout
         return
-    if os.path.exists(path) and not force:
-        raise InputError(path, "already exists; pass --force to overwrite it")
-    try:
-        f = open(path, "w", encoding="utf-8", newline="")
-    except OSError as exc:
-        raise InputError(path, f"cannot write: {exc.strerror or exc}") from None
-    with f:
+    from jaxmemprof.outputs import open_output
+
+    with open_output(path, force) as f:
         yield f
-    click.echo(f"jaxmemprof: wrote {path}", err=True)
+    _say(f"jaxmemprof: wrote {path}")
 
 
 def _emit(command, inputs, result, value_type, title, csv_path, as_json, top, force):
@@ -271,9 +341,19 @@ def run(output, force, interval, max_overhead, module, no_jit_probe, addresses, 
     status, ended_by = run_target(tgt, session)
     session.stop(status, ended_by)
     if not quiet:
+        _flush_script_stdout()
         _run_summary(tgt, directory)
-    sys.stdout.flush()
     raise SystemExit(status)
+
+
+def _flush_script_stdout() -> None:
+    """Let what the script printed come before the summary. A stdout that
+    fails (closed, a closed pipe, replaced by the script) is left as it is:
+    Python's own flush at exit then does exactly what it does under python."""
+    try:
+        sys.stdout.flush()
+    except Exception:
+        pass
 
 
 # Past this many array records, analysing the whole run at exit takes seconds:
@@ -282,8 +362,11 @@ _SUMMARY_MAX_ARRAYS = 200_000
 
 
 def _run_summary(tgt, directory):
-    """Print the run's summary and findings on stderr; a failure here never
-    changes the target's exit status."""
+    """Print the run's summary and findings on stderr; a failure here,
+    writing to stderr included, never changes the target's exit status."""
+    stream = _stderr()
+    if stream is None:
+        return
     try:
         from jaxmemprof.analysis.report import build_report
         from jaxmemprof.analysis.runs import overview
@@ -293,7 +376,7 @@ def _run_summary(tgt, directory):
         run_ = load_run(directory)
         att = _attribution((), (), False, run_)
         ov = overview(run_, att)
-        con = text.console(sys.stderr)
+        con = text.console(stream)
         if ov.oom_sites is not None:
             text.render_oom(ov.oom_sites, con)
         problems = run_.events.loc[run_.events["kind"].isin(["sampler-error", "probe-error"]), "message"].tolist()
@@ -304,7 +387,8 @@ def _run_summary(tgt, directory):
             else:
                 con.print(f"jaxmemprof: {len(run_.arrays)} arrays recorded: run `jaxmemprof report` for the findings")
     except Exception as exc:  # the run itself is safe on disk
-        click.echo(f"jaxmemprof: warning: could not summarise the run: {exc}", err=True)
+        # A stderr that cannot be written fails here again, and is silenced.
+        _say(f"jaxmemprof: warning: could not summarise the run: {exc}")
 
 
 def _open_run(spec):
@@ -313,7 +397,7 @@ def _open_run(spec):
 
     path, sel = split_selector(spec)
     if sel is not None:
-        raise click.UsageError(f"{spec}: report and export --csv take a whole run, not one snapshot")
+        raise InputError(spec, f"report and export --csv take a whole run, not one snapshot: give {path}")
     return load_run(path)
 
 
@@ -415,43 +499,43 @@ def export(inputs, csv_dir, fmt, output, force, top, steps, library, user, all_f
         target = csv_dir or output
         if target is None or len(inputs) != 1:
             raise click.UsageError("CSV export takes one RUN and --csv DIR")
-        run_ = _open_run(inputs[0])
-        rep = _build_report(run_, top, library, user, all_frames, steps)
-        from jaxmemprof.render.tables import export_tables
-
-        from jaxmemprof.render.csv import write_csv
-
-        directory = _prepare_export_dir(target, force)
-        tables = export_tables(rep)
-        for name, rows in tables.items():
-            with open(os.path.join(directory, name), "w", encoding="utf-8", newline="") as f:
-                write_csv(rows, f)
-        click.echo(f"jaxmemprof: wrote {len(tables)} CSV files to {directory}: {', '.join(tables)}", err=True)
+        if target == "-":
+            raise click.UsageError("CSV export writes a directory of files, not one stream: give --csv DIR "
+                                   "(show and diff write one table with --csv -)")
+        _export_csv(inputs[0], target, force, top, steps, library, user, all_frames)
         return
     if output is None or len(inputs) not in (1, 2):
         raise click.UsageError("pprof export takes PROFILE or RUN@SEL (or two, for a diff) and -o FILE")
     _export_pprof(inputs, output, force, library, user, all_frames)
 
 
-def _prepare_export_dir(directory, force):
-    if os.path.exists(directory) and not os.path.isdir(directory):
-        raise InputError(directory, "exists and is not a directory")
-    os.makedirs(directory, exist_ok=True)
-    from jaxmemprof.render.tables import EXPORT_FILES
+def _export_csv(spec, directory, force, top, steps, library, user, all_frames):
+    """Every table of the report as a CSV file in ``directory``. The
+    directory is checked before the run is analysed, so a refusal is quick."""
+    from jaxmemprof.outputs import open_output, prepare_directory
+    from jaxmemprof.render.csv import write_csv
+    from jaxmemprof.render.tables import EXPORT_FILES, export_tables
 
-    clash = [n for n in EXPORT_FILES if os.path.exists(os.path.join(directory, n))]
-    if clash and not force:
-        raise InputError(directory, f"already holds {', '.join(clash)}; pass --force to overwrite")
-    return directory
+    run_ = _open_run(spec)
+    _warn(run_)
+    prepare_directory(directory, EXPORT_FILES, force)
+    tables = export_tables(_build_report(run_, top, library, user, all_frames, steps))
+    for name, rows in tables.items():
+        with open_output(os.path.join(directory, name), force, strict=True) as f:
+            write_csv(rows, f)
+    _say(f"jaxmemprof: wrote {len(tables)} CSV files to {directory}: {', '.join(tables)}")
 
 
 def _export_pprof(inputs, output, force, library, user, all_frames):
     from jaxmemprof.analysis.sites import user_stacks
+    from jaxmemprof.outputs import check_output, write_output
     from jaxmemprof.render.pprof import diff_pprof, snapshot_pprof
-    from jaxmemprof.store.layout import write_atomic
 
-    if os.path.exists(output) and not force:
-        raise InputError(output, "already exists; pass --force to overwrite it")
+    if output == "-":
+        if _isatty(sys.stdout):
+            raise click.UsageError("-o - would write binary pprof data to the terminal; redirect it or name a file")
+    else:
+        check_output(output, force)  # refuse before the work, not after
     loaded = [_load(spec, None, 4 * 1024**3) for spec in inputs]
     att = _attribution(library, user, all_frames, *(run_ for _, _, run_ in loaded))
     if len(loaded) == 1:
@@ -461,43 +545,70 @@ def _export_pprof(inputs, output, force, library, user, all_frames):
         (bname, base, _), (nname, new, _) = loaded
         data = diff_pprof(base, user_stacks(base, att), new, user_stacks(new, att),
                           f"jaxmemprof: {nname} - {bname}, user stacks")
-    try:
-        from pathlib import Path
+    if output == "-":
+        sys.stdout.flush()
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
+        return
+    write_output(output, data, force)
+    _say(f"jaxmemprof: wrote {output} (open it with: go tool pprof -top {output})")
 
-        write_atomic(Path(output), data)
-    except OSError as exc:
-        raise InputError(output, f"cannot write: {exc.strerror or exc}") from None
-    click.echo(f"jaxmemprof: wrote {output} (open it with: go tool pprof -top {output})", err=True)
+
+def _isatty(stream) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError, OSError):
+        return False
+
+
+# Errors from writing that have no file name: they come from stdout.
+_WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO, errno.EROFS, errno.EBADF)
 
 
 def main(argv=None, prog_name="jaxmemprof"):
     """Entry point: clean one-line errors (exit 2) for bad input, exit 1 for
-    internal errors."""
+    internal errors, exit 0 when the reader of stdout goes away."""
     try:
         cli.main(args=argv, prog_name=prog_name, standalone_mode=False)
+        if sys.stdout is not None:
+            sys.stdout.flush()  # a full disk behind stdout shows now, not at exit
     except InputError as exc:
-        click.echo(f"jaxmemprof: error: {exc}", err=True)
+        _say(f"jaxmemprof: error: {exc}")
         sys.exit(2)
     except click.exceptions.Abort:
-        click.echo("Aborted.", err=True)
+        _say("Aborted.")
         sys.exit(130)
     except click.ClickException as exc:
-        exc.show()
+        shown = io.StringIO()
+        exc.show(file=shown)
+        _say(shown.getvalue().rstrip("\n"))
         sys.exit(exc.exit_code)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
-    except BrokenPipeError:
-        # The reader went away (`| head`): not an error. Keep Python from
-        # complaining again while flushing stdout at exit.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+    except (_ClosedPipe, BrokenPipeError):
+        # The reader went away (`| head`): not an error. What is still
+        # buffered goes to /dev/null, so Python's flush at exit stays quiet.
+        _silence(sys.stdout)
         sys.exit(0)
     except KeyboardInterrupt:
         sys.exit(130)
+    except OSError as exc:
+        if exc.filename is None and exc.errno in _WRITE_ERRNOS:
+            _say(f"jaxmemprof: error: stdout: cannot write: {exc.strerror or exc}")
+            _silence(sys.stdout)
+            sys.exit(2)
+        _internal_error()
     except Exception:
-        import traceback
-
-        click.echo("jaxmemprof: internal error (please report it with the traceback below):", err=True)
-        traceback.print_exc()
-        sys.exit(1)
+        _internal_error()
     sys.exit(0)
+
+
+def _internal_error():
+    import traceback
+
+    _say("jaxmemprof: internal error (please report it with the traceback below):")
+    try:
+        traceback.print_exc()
+    except (OSError, ValueError):
+        pass
+    sys.exit(1)

@@ -3,7 +3,7 @@ bidirectional-override characters are shown escaped, never interpreted."""
 
 from __future__ import annotations
 
-import re
+import errno
 import sys
 from typing import TextIO
 
@@ -12,27 +12,33 @@ from rich.table import Table
 from rich.text import Text
 
 from jaxmemprof.analysis.groups import Diff, Summary
+from jaxmemprof.render.escape import safe
 from jaxmemprof.units import format_bytes
-
-_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
 _PLURAL = {"site": "sites", "function": "functions", "file": "files", "stack": "stacks", "device": "devices", "kind": "kinds"}
 
 
-def safe(text: object) -> str:
-    """``text`` with control characters written as escapes (``\\x1b``)."""
-    s = str(text)
-    return _UNSAFE.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), s)
+class _Console(Console):
+    """rich exits with status 1 when the reader of its output goes away
+    (`| head`); a closed pipe is no error, so raise it for the command line
+    to end quietly with status 0 (or, on stderr, to carry on)."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        raise BrokenPipeError(errno.EPIPE, "Broken pipe")
 
 
 def console(out: TextIO | None = None) -> Console:
     """A console for ``out``: colours only on a terminal (and never with
     NO_COLOR); off a terminal, lines are never wrapped or cut."""
     out = out or sys.stdout
-    is_tty = hasattr(out, "isatty") and out.isatty()
+    try:
+        is_tty = out.isatty()
+    except (AttributeError, ValueError, OSError):  # no isatty, or closed
+        is_tty = False
     if is_tty:
-        return Console(file=out, highlight=False)
-    return Console(file=out, highlight=False, width=100_000, no_color=True, color_system=None)
+        return _Console(file=out, highlight=False)
+    return _Console(file=out, highlight=False, width=100_000, no_color=True, color_system=None)
 
 
 def _key_text(row, result) -> str:

@@ -9,6 +9,7 @@ usable is left.
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -66,8 +67,60 @@ _MANIFEST_TYPES = {
 }
 
 
+# Journal cells that hold JSON, which the analyses parse (the jit probe's).
+# A cell nested deeper than _MAX_JSON_DEPTH is damage: read as missing.
+_JSON_COLUMNS = {
+    "jit_functions": ("params", "donate_argnums", "donate_argnames", "static_argnums", "static_argnames",
+                      "wrapper_options"),
+    "jit_calls": ("inputs", "outputs", "inputs_alive"),
+}
+_MAX_JSON_DEPTH = 64
+# A manifest is a few KiB; one far larger is not ours.
+_MAX_MANIFEST_BYTES = 16 * 1024**2
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+
+
 def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split())
+
+
+def _too_deep(text) -> bool:
+    """Whether JSON ``text`` nests lists and objects more than
+    _MAX_JSON_DEPTH deep (Python's parser recurses once per level: 100,000
+    would raise RecursionError). Cheap for the usual shallow cell."""
+    if not isinstance(text, str) or text.count("[") + text.count("{") <= _MAX_JSON_DEPTH:
+        return False
+    depth = deepest = 0
+    for c in _NOT_BRACKET.sub("", _JSON_STRING.sub("", text)):
+        depth += 1 if c in "[{" else -1
+        deepest = max(deepest, depth)
+    return deepest > _MAX_JSON_DEPTH
+
+
+def _loads(text):
+    """json.loads for untrusted text: nesting too deep is a ValueError too."""
+    if _too_deep(text):
+        raise ValueError(f"JSON nested more than {_MAX_JSON_DEPTH} levels deep")
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
+
+
+def _shallow_json(df: pd.DataFrame, table: str, warnings: list) -> pd.DataFrame:
+    """Cells of ``table``'s JSON columns nested too deep to parse are
+    damaged: read as missing, with a warning."""
+    damaged = 0
+    for c in _JSON_COLUMNS.get(table, ()):
+        if c in df.columns:
+            deep = df[c].map(_too_deep).astype(bool)
+            if deep.any():
+                damaged += int(deep.sum())
+                df[c] = df[c].where(~deep, None)
+    if damaged:
+        warnings.append(f"{damaged} cell(s) of the journal's {table} hold JSON nested too deeply; read as damaged")
+    return df
 
 
 def _typed(df: pd.DataFrame, table: str, warnings: list) -> pd.DataFrame:
@@ -214,7 +267,7 @@ def _query(con, table: str, warnings: list) -> pd.DataFrame:
     except (sqlite3.Error, pd.errors.DatabaseError, UnicodeDecodeError) as exc:
         warnings.append(f"journal table {table} unreadable ({_one_line(exc)}); left empty")
         df = pd.DataFrame()
-    return _typed(df, table, warnings)
+    return _shallow_json(_typed(df, table, warnings), table, warnings)
 
 
 def _load_journal_run(path: Path) -> Run:
@@ -223,10 +276,12 @@ def _load_journal_run(path: Path) -> Run:
     mpath = path / layout.MANIFEST
     if mpath.is_file():
         try:
-            manifest = json.loads(mpath.read_text(encoding="utf-8"))
+            if mpath.stat().st_size > _MAX_MANIFEST_BYTES:
+                raise ValueError(f"larger than {_MAX_MANIFEST_BYTES} bytes")
+            manifest = _loads(mpath.read_text(encoding="utf-8"))
             if not isinstance(manifest, dict):
                 raise ValueError("not a JSON object")
-        except (ValueError, UnicodeDecodeError) as exc:
+        except (OSError, ValueError, UnicodeDecodeError) as exc:
             warnings.append(f"manifest.json unreadable ({_one_line(exc)})")
             manifest = {}
         manifest = _check_manifest(manifest, warnings)
@@ -278,7 +333,7 @@ def _load_journal_run(path: Path) -> Run:
     stacks = {}
     for sid, frames in zip(stack_rows.get("stack_id", []), stack_rows.get("frames", [])):
         try:
-            stacks[int(sid)] = [(str(f), int(ln), str(fn)) for f, ln, fn in json.loads(frames)]
+            stacks[int(sid)] = [(str(f), int(ln), str(fn)) for f, ln, fn in _loads(frames)]
         except (ValueError, TypeError):
             warnings.append(f"stack {sid} unreadable; its arrays have no site")
 
@@ -348,7 +403,7 @@ def _json_list(text, ok) -> tuple:
     """A JSON list whose every element passes ``ok``; () for anything else
     (a damaged record, which the analyses then leave out)."""
     try:
-        v = json.loads(text)
+        v = _loads(text)
     except (TypeError, ValueError):
         return ()
     return tuple(v) if isinstance(v, list) and all(ok(x) for x in v) else ()
