@@ -24,7 +24,7 @@ from jaxmemprof.analysis.groups import keyed_samples
 from jaxmemprof.analysis.sites import NO_STACK, Attribution, run_stack_sites
 
 OTHER = "other"
-# Allocator statistics carried into the timeline (JAX_MEMORY_FACTS.md section 3).
+# Allocator statistics carried into the timeline (docs/jax-facts.md, memory_stats).
 STAT_KEYS = ("bytes_in_use", "peak_bytes_in_use", "bytes_limit", "pool_bytes", "largest_free_block_bytes")
 STAT_COLUMNS = STAT_KEYS + ("fragmentation", "unattributed_bytes")
 

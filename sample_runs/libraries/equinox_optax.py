@@ -27,8 +27,8 @@ def loss_fn(model, x, y):
     return optax.softmax_cross_entropy_with_integer_labels(jax.vmap(model)(x), y).mean()
 
 
-@eqx.filter_jit  # LINE-JIT
-def make_step(model, opt_state, x, y):  # LINE-DEF
+@eqx.filter_jit
+def make_step(model, opt_state, x, y):
     loss, grads = eqx.filter_value_and_grad(loss_fn)(model, x, y)
     updates, opt_state = opt.update(grads, opt_state, model)
     model = eqx.apply_updates(model, updates)
@@ -37,5 +37,5 @@ def make_step(model, opt_state, x, y):  # LINE-DEF
 
 x, y = jnp.ones((32, 256)), jnp.zeros((32,), jnp.int32)
 for i in range(args.steps):
-    model, opt_state, loss = make_step(model, opt_state, x, y)  # LINE-CALL
+    model, opt_state, loss = make_step(model, opt_state, x, y)
 print(round(float(loss), 4))

@@ -32,8 +32,8 @@ params = model.init(jax.random.key(0), jnp.ones((1, 256)))["params"]
 state = train_state.TrainState.create(apply_fn=model.apply, params=params, tx=optax.adam(1e-3))
 
 
-@jax.jit  # LINE-JIT
-def train_step(state, x, y):  # LINE-DEF
+@jax.jit
+def train_step(state, x, y):
     def loss_fn(p):
         return optax.softmax_cross_entropy_with_integer_labels(state.apply_fn({"params": p}, x), y).mean()
 
@@ -43,5 +43,5 @@ def train_step(state, x, y):  # LINE-DEF
 
 x, y = jnp.ones((32, 256)), jnp.zeros((32,), jnp.int32)
 for i in range(args.steps):
-    state, loss = train_step(state, x, y)  # LINE-CALL
+    state, loss = train_step(state, x, y)
 print(round(float(loss), 4))

@@ -32,8 +32,8 @@ def loss_fn(model, x, y):
     return optax.softmax_cross_entropy_with_integer_labels(model(x), y).mean()
 
 
-@nnx.jit  # LINE-JIT
-def train_step(model, optimizer, x, y):  # LINE-DEF
+@nnx.jit
+def train_step(model, optimizer, x, y):
     loss, grads = nnx.value_and_grad(loss_fn)(model, x, y)
     optimizer.update(model, grads)
     return loss
@@ -43,5 +43,5 @@ model = MLP(nnx.Rngs(0))
 optimizer = nnx.Optimizer(model, optax.adam(1e-3), wrt=nnx.Param)
 x, y = jnp.ones((32, 256)), jnp.zeros((32,), jnp.int32)
 for i in range(args.steps):
-    loss = train_step(model, optimizer, x, y)  # LINE-CALL
+    loss = train_step(model, optimizer, x, y)
 print(round(float(loss), 4))

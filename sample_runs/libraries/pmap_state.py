@@ -18,13 +18,13 @@ parser.add_argument("--steps", type=int, default=6)
 args = parser.parse_args()
 
 
-def step(state, x):  # LINE-DEF
+def step(state, x):
     return jax.tree_util.tree_map(lambda s: s - 0.1 * x.mean(), state), x.sum()
 
 
-pstep = jax.pmap(step)  # LINE-JIT
+pstep = jax.pmap(step)
 state = {"w": jnp.ones((2, 256, args.width)), "b": jnp.zeros((2, args.width))}
 x = jnp.ones((2, 64))
 for i in range(args.steps):
-    state, loss = pstep(state, x)  # LINE-CALL
+    state, loss = pstep(state, x)
 print(float(loss[0]))

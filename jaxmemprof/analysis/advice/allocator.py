@@ -17,7 +17,7 @@ Rules (all about the whole run, so ``site`` is empty):
   preallocated pools add up to more than the device, or the peak is below
   :data:`UNDERUSED_SHARE` (25 %) of a preallocated pool: preallocate less.
 - ``allocator-fragmentation``: a BFC pool of at least 1 GiB was at least 30 %
-  fragmented (JAX_MEMORY_FACTS.md section 3): ``TF_GPU_ALLOCATOR=cuda_malloc_async``.
+  fragmented (docs/jax-facts.md, memory_stats): ``TF_GPU_ALLOCATOR=cuda_malloc_async``.
 - ``allocator-platform`` (info): when one of the above fired or the run ran
   out of memory, ``XLA_PYTHON_CLIENT_ALLOCATOR=platform`` measures exact use,
   slowly: a debugging aid only.
@@ -196,7 +196,7 @@ def _bfc(env: dict) -> bool:
     """Whether the BFC allocator runs: XLA_PYTHON_CLIENT_ALLOCATOR default or
     bfc (platform, cuda_async and vmm are other allocators; xla_client.py line
     195), and, for default, TF_GPU_ALLOCATOR not asking for cudaMallocAsync
-    (JAX_MEMORY_FACTS.md section 6)."""
+    (docs/jax-facts.md, allocator settings)."""
     allocator = (env.get(ALLOCATOR) or "default").lower()
     if allocator not in ("default", "bfc"):
         return False

@@ -2,7 +2,7 @@
 
 Donation lets XLA write a jitted function's output into an input's buffer:
 without it, old and new values are both alive during the call (the classic
-``state = step(state, batch)``). JAX's rule (JAX_MEMORY_FACTS.md §5): donated
+``state = step(state, batch)``). JAX's rule (docs/jax-facts.md, donation): donated
 input leaves are matched to output leaves of equal (shape, dtype, memory
 kind), each output taking the first unused donor; a donor with no match stays
 alive and JAX warns that it was "not usable".
@@ -32,7 +32,8 @@ from jaxmemprof.units import format_bytes
 DOCS = "https://docs.jax.dev/en/latest/faq.html#buffer-donation"
 
 JIT_MEMORY_COLUMNS = [
-    "function_id", "function", "defined_at", "jitted_at", "calls", "calls_complete", "compiles", "donated",
+    "function_id", "function", "wrapper", "defined_at", "jitted_at", "calls", "calls_complete", "traced", "compiles",
+    "donated",
     "argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "generated_code_bytes", "call_peak_bytes",
 ]
 
@@ -418,12 +419,16 @@ def jit_memory(run, attribution: Attribution = Attribution()) -> pd.DataFrame:
     out = pd.DataFrame({
         "function_id": merged["function_id"].astype(np.int64),
         "function": merged["name"],
+        "wrapper": [_wrapper(r) for _, r in merged.iterrows()],
         "defined_at": [_where(f, int(ln), attribution) for f, ln in zip(merged["file"], merged["line"])],
         "jitted_at": [_where(f, int(ln), attribution) for f, ln in zip(merged["jit_file"], merged["jit_line"])],
         "calls": pd.to_numeric(merged["calls"], errors="coerce").astype("Int64"),
         # Runs recorded before the probe stopped counting counted every call.
         "calls_complete": (pd.to_numeric(merged["calls_complete"], errors="coerce").fillna(1) != 0
                            if "calls_complete" in merged else True),
+        # Calls made while a transformation traced (grad, vmap, an outer jit): no device call.
+        "traced": (pd.to_numeric(merged["traced"], errors="coerce").astype("Int64")
+                   if "traced" in merged else pd.array([pd.NA] * len(merged), dtype="Int64")),
         "compiles": pd.to_numeric(merged["compiles"], errors="coerce").astype("Int64"),
         "donated": [", ".join(map(str, _json(n, []) + _json(m, [])))
                     for n, m in zip(merged["donate_argnums"], merged["donate_argnames"])],
