@@ -247,3 +247,26 @@ def test_severity_in_proportion_to_the_peak():
     assert [x.severity for x in got] == ["info", "info", "high", "medium", "medium"]
     got = in_proportion([f(396), f(600 * 1024, "high")], 40 * MiB)  # a small run: 396 B is 0.001 %, 600 KiB 1.5 %
     assert [x.severity for x in got] == ["info", "high"]
+
+
+ERRORS = """
+import jax, jax.numpy as jnp
+
+add = jax.jit(lambda x: x + jnp.ones(3))
+try:
+    add(jnp.ones(4))
+except TypeError as e:
+    raise RuntimeError("the step failed") from e
+"""
+
+
+def test_an_error_inside_a_jitted_function_reads_as_under_python(tmp_path):
+    """The probe's frames between the script and the jitted function exist
+    only under run: the traceback, and the one it was raised from, leave
+    them out, as python would print them."""
+    script = write_script(tmp_path, "errors.py", ERRORS)
+    plain = _python(script, tmp_path)
+    proc = run_cli("run", "-q", "-o", tmp_path / "run", script, cwd=tmp_path)
+    assert plain.returncode == proc.returncode == 1
+    assert "The above exception was the direct cause" in plain.stderr
+    assert _unstamped(proc.stderr) == _unstamped(plain.stderr)

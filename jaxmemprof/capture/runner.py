@@ -58,15 +58,36 @@ def is_out_of_memory(exc: BaseException) -> bool:
     )
 
 
+_PROBE_FILE = os.path.join(_OWN_DIR, "capture", "jitprobe.py")
+
+
 def _user_traceback(tb):
-    """Drop jaxmemprof's and runpy's frames from the top of a traceback."""
+    """A traceback as python would have it: without jaxmemprof's and runpy's
+    frames above the script, nor the jit probe's between the script and a
+    jitted function (which exist only under run)."""
     while tb is not None:
         f = os.path.abspath(tb.tb_frame.f_code.co_filename)
         if f.startswith(_OWN_DIR) or f == _RUNPY:
             tb = tb.tb_next
         else:
             break
-    return tb
+    head = tb
+    while tb is not None and tb.tb_next is not None:
+        if os.path.abspath(tb.tb_next.tb_frame.f_code.co_filename) == _PROBE_FILE:
+            tb.tb_next = tb.tb_next.tb_next
+        else:
+            tb = tb.tb_next
+    return head
+
+
+def _chain(exc: BaseException):
+    """The exception and those python prints with it (its cause or context)."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        yield exc
+        exc = exc.__cause__ if exc.__cause__ is not None else (
+            None if exc.__suppress_context__ else exc.__context__)
 
 
 def script_file(path: str) -> str:
@@ -187,8 +208,9 @@ def _run(target: Target, session: Session) -> tuple[int, str]:
 def _report_exception(exc: BaseException) -> None:
     """What python does with an uncaught exception: ``sys.excepthook`` (the
     script's own if it set one), and if that fails, both tracebacks."""
-    tb = _user_traceback(exc.__traceback__)
-    exc.with_traceback(tb)  # what python's hook prints is the exception's own
+    for e in _chain(exc):  # what python's hook prints is each exception's own
+        e.with_traceback(_user_traceback(e.__traceback__))
+    tb = exc.__traceback__
     hook = getattr(sys, "excepthook", None)
     try:
         if hook is None:
