@@ -121,15 +121,17 @@ def _silence(stream) -> None:
         pass
 
 
-def _say(message: str) -> None:
-    """One message on stderr, escaped for the terminal (names are data). A
-    stderr that cannot be written (a closed pipe, a full disk) never changes
-    the exit status."""
+def _say(message: str, *, lines: bool = False) -> None:
+    """One line on stderr, escaped for the terminal (names are data: a
+    newline in one is shown as \\n); ``lines``: keep the message's own line
+    breaks (click's usage errors). A stderr that cannot be written (a closed
+    pipe, a full disk) never changes the exit status."""
     stream = _stderr()
     if stream is None:
         return
     try:
-        stream.write("\n".join(safe(line) for line in message.split("\n")) + "\n")
+        parts = message.split("\n") if lines else [message]
+        stream.write("\n".join(safe(part) for part in parts) + "\n")
         stream.flush()
     except (OSError, ValueError):
         _silence(stream)
@@ -581,7 +583,7 @@ def main(argv=None, prog_name="jaxmemprof"):
     except click.ClickException as exc:
         shown = io.StringIO()
         exc.show(file=shown)
-        _say(shown.getvalue().rstrip("\n"))
+        _say(shown.getvalue().rstrip("\n"), lines=True)
         sys.exit(exc.exit_code)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)

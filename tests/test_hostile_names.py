@@ -15,9 +15,11 @@ from __future__ import annotations
 import csv
 import io
 import json
+import shutil
 import subprocess
 import sys
 from collections import defaultdict
+from pathlib import Path
 
 import pytest
 
@@ -357,3 +359,51 @@ def test_json_round_trips_the_names(hostile, command, by):
         assert "+cmd|' /C calc'!A0" in functions
         assert "\r=1+1" in functions and "\x1b]0;title\x07" in functions
         assert "evil\u202egnp" in functions and "caf\u00e9 \u2713" in functions
+
+
+# --------------------------------------------------------------------------
+# Warnings and errors name files too
+
+RUN = Path(__file__).resolve().parent.parent / "sample_runs" / "runs" / "mlp-leak"
+HOSTILE_FILE = "\x1b]0;owned\x07\x1b[2J\u202eline\nbreak000999.prof.gz"
+
+
+@pytest.fixture(scope="module")
+def hostile_run(tmp_path_factory):
+    """The bundled run, copied under a name with terminal escapes, with an
+    orphan snapshot file whose name has more: both reach the warnings."""
+    d = tmp_path_factory.mktemp("hostile-run")
+    run = d / "run\x1b[31mred"
+    shutil.copytree(RUN, run)
+    (run / "snapshots" / HOSTILE_FILE).write_bytes(b"")
+    return run
+
+
+@pytest.mark.parametrize("args", [
+    ["show", "{run}"], ["diff", "{run}"], ["export", "{run}", "--csv", "{out}"],
+    ["export", "{run}@peak", "--format", "pprof", "-o", "{out}.pb.gz"], ["report", "{run}"],
+], ids=["show", "diff", "export-csv", "export-pprof", "report"])
+def test_warnings_escape_the_names_they_quote(hostile_run, tmp_path, args):
+    out = tmp_path / "out\x1b[2J"
+    argv = [a.format(run=hostile_run, out=out) for a in args]
+    proc = run_cli_bytes(*argv, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr.decode(errors="replace")
+    assert_terminal_safe(proc.stdout)
+    assert_terminal_safe(proc.stderr)
+    shown = (proc.stdout + proc.stderr).decode("utf-8", "replace")
+    assert "snapshot file(s) without a journal entry" in shown
+    assert "\\x1b]0;owned\\x07\\x1b[2J\\u202eline\\nbreak000999.prof.gz" in shown
+    assert "run\\x1b[31mred" in shown
+
+
+@pytest.mark.parametrize("command", ["show", "report", "diff"])
+def test_errors_escape_the_names_they_quote(tmp_path, command):
+    """A path typed (or globbed) with escapes or a newline in it: the error
+    stays one line, escaped."""
+    name = "no\x1b[2Jsuch\nfile.prof"
+    args = [command, tmp_path / name] + ([tmp_path / name] if command == "diff" else [])
+    proc = run_cli_bytes(*args, cwd=tmp_path)
+    assert proc.returncode == 2
+    assert_terminal_safe(proc.stderr)
+    err = proc.stderr.decode()
+    assert err.count("\n") == 1 and "no\\x1b[2Jsuch\\nfile.prof" in err, err

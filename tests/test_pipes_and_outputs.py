@@ -161,15 +161,31 @@ def output_args(command, path, profile) -> list:
 OUTPUT_COMMANDS = ["show", "diff", "export"]
 
 
+def full_device(tmp_path, force: bool) -> str:
+    """A device that answers every write with ENOSPC: a node of /dev/full's
+    own device made in tmp_path where this process may (root), so that a
+    reader that wrongly renames over it replaces only a scratch node; else
+    /dev/full itself, only where nothing may be replaced (no --force)."""
+    node = tmp_path / "full"
+    try:
+        os.mknod(node, stat.S_IFCHR | 0o666, os.makedev(1, 7))
+        return str(node)
+    except (OSError, AttributeError):
+        if force or not os.path.exists("/dev/full"):
+            pytest.skip("cannot make a scratch /dev/full, and the real one must not be put at risk")
+        return "/dev/full"
+
+
 @LINUX_ONLY
 @pytest.mark.parametrize("force", [False, True], ids=["", "force"])
 @pytest.mark.parametrize("command", OUTPUT_COMMANDS)
 def test_dev_full_is_written_into_and_fails_cleanly(tmp_path, peak_profile, command, force):
     """/dev/full is a device: written into (never renamed over), and the
     full disk it reports is a one-line error naming it."""
-    args = output_args(command, "/dev/full", peak_profile) + (["--force"] if force else [])
-    assert_one_line_error(run_cli(*args, cwd=tmp_path), "/dev/full", "cannot write: No space left on device")
-    assert stat.S_ISCHR(os.stat("/dev/full").st_mode)
+    full = full_device(tmp_path, force)
+    args = output_args(command, full, peak_profile) + (["--force"] if force else [])
+    assert_one_line_error(run_cli(*args, cwd=tmp_path), full, "cannot write: No space left on device")
+    assert stat.S_ISCHR(os.stat(full).st_mode)
 
 
 @pytest.mark.parametrize("command", OUTPUT_COMMANDS)
