@@ -293,8 +293,12 @@ def _fix(run, fn, cands: list[Candidate], site: str) -> str:
         positions = sorted(set(positions))
         extra = ", ".join(([f"donate_argnums={_tuple(positions)}"] if positions else [])
                           + ([f"donate_argnames={_tuple(names)}"] if names else []))
-        verb = {"jax.pmap": "pmap", _NNX: "nnx.jit"}.get(wrapper, "jit")
-        fix, note = f"{verb} {fn['name']} with {extra} (at {site})", ""
+        note = ""
+        if wrapper in _SPELLINGS:
+            verb = {"jax.pmap": "pmap", _NNX: "nnx.jit"}.get(wrapper, "jit")
+            fix = f"{verb} {fn['name']} with {extra} (at {site})"
+        else:  # a library's own wrapper: where jax.jit's options reach through it, if they do
+            fix = f"jit {fn['name']} with {extra}, through {wrapper} (at {site}) if it passes them to jax.jit"
     edited = _suggest(fn, extra, wrapper)
     return fix + (f":  {edited.strip()}" if edited else "") + note
 
