@@ -55,10 +55,10 @@ def prepare_directory(path: Path, force: bool) -> Path:
     A non-empty directory is refused unless ``force``; even with ``force``,
     only a directory holding one of our runs (a manifest of ours) is reused,
     and only the files jaxmemprof writes are removed from it."""
-    path = Path(path)
     if isinstance(path, _DefaultPath):
-        path = _claim_fresh_name(path)
+        path = Path(_claim_fresh_name(path))
     else:
+        path = Path(path)
         if path.exists() and not path.is_dir():
             raise InputError(str(path), "exists and is not a directory")
         _mkdir(path, exist_ok=True)
