@@ -129,6 +129,29 @@ CREATE TABLE IF NOT EXISTS jit_counts (
                                         -- samples were taken (calls is then a lower bound)
     traced        INTEGER               -- calls made while a transformation traced (no device call)
 );
+CREATE TABLE IF NOT EXISTS jit_programs (  -- XLA's dump of a function's largest signature, compiled apart
+    function_id   INTEGER NOT NULL,
+    signature     TEXT NOT NULL,
+    module        TEXT NOT NULL,        -- the HLO module, e.g. jit_train_step
+    length        INTEGER NOT NULL,     -- instructions in its sequence
+    peak_position INTEGER NOT NULL,     -- where in it the program's peak is
+    peak_bytes    INTEGER NOT NULL,     -- what the buffers live there add up to (XLA's live ranges)
+    argument_bytes INTEGER NOT NULL, output_bytes INTEGER NOT NULL, alias_bytes INTEGER NOT NULL,
+    temp_bytes    INTEGER NOT NULL,     -- allocations by kind, as memory_analysis() adds them
+    dump_s        REAL NOT NULL         -- wall time the compile and the reading took
+);
+CREATE TABLE IF NOT EXISTS jit_buffers (  -- its buffers live at that peak, and its largest others
+    function_id   INTEGER NOT NULL,
+    name          TEXT NOT NULL,        -- the HLO value, e.g. sort.0{}
+    bytes         INTEGER NOT NULL,
+    shape         TEXT NOT NULL,        -- f32[1024,1024]
+    kind          TEXT NOT NULL,        -- argument, output, aliased, temporary, constant
+    op            TEXT NOT NULL,        -- the op that made it, e.g. jit(step)/dot_general
+    frames        TEXT NOT NULL,        -- JSON [[file, line, function], ...] of the line that made it, innermost first
+    live_start    INTEGER NOT NULL,     -- its live range in the instruction sequence
+    live_end      INTEGER NOT NULL,
+    at_peak       INTEGER NOT NULL      -- 1: live at the program's peak
+);
 CREATE TABLE IF NOT EXISTS memory_stats (
     snapshot      INTEGER NOT NULL,
     device        TEXT NOT NULL,

@@ -51,12 +51,19 @@ _TABLES = {
     "jit_calls": (("call_id", "function_id", "call_index", "t_wall", "t_mono", "caller_line"),
                   ("caller_file", "caller_function", "inputs", "outputs", "inputs_alive"),
                   ("call_id", "function_id", "t_wall")),
+    "jit_programs": (("function_id", "length", "peak_position", "peak_bytes", "argument_bytes", "output_bytes",
+                      "alias_bytes", "temp_bytes", "dump_s"), ("signature", "module"),
+                     ("function_id", "peak_bytes")),
+    "jit_buffers": (("function_id", "bytes", "live_start", "live_end", "at_peak"),
+                    ("name", "shape", "kind", "op", "frames"), ("function_id", "bytes")),
     "jit_counts": (("function_id", "calls", "compiles", "calls_complete", "traced"), (), ("function_id",)),
 }
 # Columns whose absence means "not known" rather than 0, and the columns of seconds.
 _MAY_BE_MISSING = {"end_snapshot", "after_snapshot", "stack_id", "snapshot", "peak_bytes", "call_index",
                    "calls_complete", "traced"}
-_FLOAT_COLUMNS = {"t_wall", "t_mono", "cost_s", "wall_s"}
+_FLOAT_COLUMNS = {"t_wall", "t_mono", "cost_s", "wall_s", "dump_s"}
+# Tables that runs recorded by earlier versions lack.
+_ADDED_TABLES = {"jit_programs", "jit_buffers"}
 
 # Manifest fields and the types a reader relies on.
 _MANIFEST_TYPES = {
@@ -265,7 +272,8 @@ def _query(con, table: str, warnings: list) -> pd.DataFrame:
     try:
         df = pd.read_sql_query(f"SELECT * FROM {table}", con)
     except (sqlite3.Error, pd.errors.DatabaseError, UnicodeDecodeError) as exc:
-        warnings.append(f"journal table {table} unreadable ({_one_line(exc)}); left empty")
+        if not (table in _ADDED_TABLES and "no such table" in str(exc)):  # not in a run recorded before them
+            warnings.append(f"journal table {table} unreadable ({_one_line(exc)}); left empty")
         df = pd.DataFrame()
     return _shallow_json(_typed(df, table, warnings), table, warnings)
 
@@ -313,7 +321,8 @@ def _load_journal_run(path: Path) -> Run:
         stack_rows = _query(con, "stacks", warnings)
         memory_stats = _query(con, "memory_stats", warnings)
         executables = _query(con, "executables", warnings)
-        jit = {t: _query(con, f"jit_{t}", warnings) for t in ("functions", "compiles", "calls", "counts")}
+        jit = {t: _query(con, f"jit_{t}", warnings)
+               for t in ("functions", "compiles", "calls", "counts", "programs", "buffers")}
         markers = _query(con, "markers", warnings)
         events = _query(con, "events", warnings)
     finally:

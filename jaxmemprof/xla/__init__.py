@@ -1,0 +1,1 @@
+"""XLA's own files: its dumps of compiled programs."""

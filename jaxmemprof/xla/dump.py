@@ -1,0 +1,280 @@
+"""XLA's own account of one compiled program's memory, read from its dump.
+
+Compiling a lowering with ``compiler_options={"xla_dump_to": DIR}`` makes XLA
+write, per HLO module (``module_NNNN.<name>.<backend>_after_optimizations*``):
+
+- the optimised HLO (``…after_optimizations.txt``), which begins with the
+  tables ``FileNames``, ``FunctionNames``, ``FileLocations`` and
+  ``StackFrames``; each instruction's ``metadata`` carries an ``op_name`` and a
+  ``stack_frame_id`` into them, so every buffer resolves to the Python stack
+  of the line that made it;
+- the buffer assignment (``…-buffer-assignment.txt``): each allocation's size
+  and kind (``parameter N``, ``output``, ``maybe-live-out``, ``constant``,
+  ``thread-local``, ``preallocated-temp``) and the HLO values it holds;
+- the live ranges (``…-live-range.txt``): the instruction sequence, each
+  value's range in it, the position of the program's peak and the values live
+  there with their bytes.
+
+The text formats are XLA's, the same on every backend (CPU, GPU, TPU); only
+the file names' backend part differs. This module parses them, with no JAX
+and no pandas (it runs in the profiled process), into a ``ProgramMemory``.
+Facts about the formats: docs/jax-facts.md.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# A value's kind, from its allocation's.
+ARGUMENT, OUTPUT, ALIASED, TEMPORARY, CONSTANT = "argument", "output", "aliased", "temporary", "constant"
+
+_TABLE_ROW = re.compile(r"^(\d+) (.*)$")
+_FIELDS = re.compile(r"(\w+)=(\d+)")
+_INSTRUCTION = re.compile(r"^\s*(?:ROOT )?%([\w.\-]+) = (\S+?)(?:\{[^}]*\})? (\w[\w\-]*)\(")
+_METADATA = re.compile(r'metadata=\{([^}]*)\}')
+_OP_NAME = re.compile(r'op_name="((?:[^"\\]|\\.)*)"')
+_FRAME_ID = re.compile(r"stack_frame_id=(\d+)")
+_ALLOCATION = re.compile(r"^allocation (\d+): size (\d+)(.*):$")
+_VALUE = re.compile(r"^ value: <\d+ ([^ >]+) @\d+> \(size=(\d+),offset=(\d+)\): (.*)$")
+_RANGE = re.compile(r"^\s+([^\s:][^:]*\{[^}]*\}):(\d+)-(\d+)$")
+_PEAK_AT = re.compile(r"^\s+Live ranges at (\d+) \(peak\):$")
+_PEAK_VALUE = re.compile(r"^\s+([^:]+\{[^}]*\}): (\d+) bytes")
+_SEQUENCE_MAX = re.compile(r"^HloLiveRange \(max (\d+)\):")
+
+
+class DumpError(ValueError):
+    """The dump lacks a file, or a file is not in the format expected."""
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """One HLO value: a buffer of the program."""
+
+    name: str  # the value, as the live ranges name it: "sort.0{}"
+    bytes: int
+    shape: str  # "f32[1024,1024]"
+    kind: str  # argument, output, aliased, temporary or constant
+    op: str  # the op that made it, e.g. "jit(step)/dot_general"
+    frames: tuple  # ((file, line, function), ...) of the line that made it, innermost first
+    start: int  # its live range in the instruction sequence
+    end: int
+    at_peak: bool
+
+
+@dataclass
+class ProgramMemory:
+    """What one compiled program holds at its own peak, in program order."""
+
+    module: str
+    length: int  # instructions in the sequence
+    peak_position: int
+    peak_bytes: int  # what the values live at the peak add up to (XLA's live-range peak)
+    buffers: list = field(default_factory=list)  # at the peak, then the largest others
+    argument_bytes: int = 0  # allocation sizes by kind, as memory_analysis() adds them
+    output_bytes: int = 0
+    alias_bytes: int = 0
+    temp_bytes: int = 0
+
+
+def _table(lines: list[str], title: str) -> dict[int, str]:
+    """The rows ``ID TEXT`` under a table's title line, up to a blank line."""
+    out: dict[int, str] = {}
+    try:
+        i = lines.index(title) + 1
+    except ValueError:
+        return out
+    while i < len(lines) and lines[i].strip():
+        m = _TABLE_ROW.match(lines[i])
+        if m:
+            out[int(m.group(1))] = m.group(2)
+        i += 1
+    return out
+
+
+def _unquote(text: str) -> str:
+    text = text.strip()
+    if len(text) >= 2 and text[0] == text[-1] == '"':
+        return re.sub(r"\\(.)", r"\1", text[1:-1])
+    return text
+
+
+def stack_frames(hlo_text: str) -> dict[int, tuple]:
+    """Per stack frame id, its frames ((file, line, function), ...),
+    innermost first. A frame's ``parent_frame_id`` is printed one more than
+    the parent's id (0 + 1 for none)."""
+    lines = hlo_text.splitlines()
+    files = {k: _unquote(v) for k, v in _table(lines, "FileNames").items()}
+    functions = {k: _unquote(v) for k, v in _table(lines, "FunctionNames").items()}
+    locations = {}
+    for k, v in _table(lines, "FileLocations").items():
+        f = dict((a, int(b)) for a, b in _FIELDS.findall(v))
+        locations[k] = (files.get(f.get("file_name_id"), ""), f.get("line", 0),
+                        functions.get(f.get("function_name_id"), ""))
+    raw = {}
+    for k, v in _table(lines, "StackFrames").items():
+        f = dict((a, int(b)) for a, b in _FIELDS.findall(v))
+        raw[k] = (f.get("file_location_id"), f.get("parent_frame_id", 0) - 1)
+    out: dict[int, tuple] = {}
+    for k in raw:
+        chain, seen, frame = [], set(), k
+        while frame in raw and frame not in seen:
+            seen.add(frame)
+            location, parent = raw[frame]
+            if location in locations:
+                chain.append(locations[location])
+            frame = parent
+        out[k] = tuple(chain)
+    return out
+
+
+def instructions(hlo_text: str) -> dict[str, tuple]:
+    """Per instruction name: (shape, opcode, op_name, stack frame id or 0)."""
+    out: dict[str, tuple] = {}
+    for line in hlo_text.splitlines():
+        m = _INSTRUCTION.match(line)
+        if not m:
+            continue
+        meta = _METADATA.search(line)
+        op, frame = "", 0
+        if meta:
+            n = _OP_NAME.search(meta.group(1))
+            op = n.group(1) if n else ""
+            fid = _FRAME_ID.search(meta.group(1))
+            frame = int(fid.group(1)) if fid else 0
+        out[m.group(1)] = (m.group(2), m.group(3), op, frame)
+    return out
+
+
+def _value_key(name: str) -> str:
+    """A value's name as the live ranges write it: with its shape index."""
+    return name if name.endswith("}") else name + "{}"
+
+
+def allocations(text: str) -> tuple[dict[str, str], dict[str, int]]:
+    """(kind of each value, bytes per kind over all allocations) from a
+    buffer assignment."""
+    kinds: dict[str, str] = {}
+    totals = {ARGUMENT: 0, OUTPUT: 0, ALIASED: 0, TEMPORARY: 0, CONSTANT: 0}
+    kind = None
+    for line in text.splitlines():
+        m = _ALLOCATION.match(line)
+        if m:
+            size, attrs = int(m.group(2)), m.group(3)
+            parameter = " parameter " in attrs + " "
+            output = "output" in attrs or "maybe-live-out" in attrs
+            if "thread-local" in attrs:
+                kind = None  # a scalar of one thread: not in memory_analysis()
+            elif parameter:
+                kind = ALIASED if output else ARGUMENT
+            elif output:
+                kind = OUTPUT
+            elif "constant" in attrs:
+                kind = CONSTANT
+            else:
+                kind = TEMPORARY
+            if kind is not None:
+                totals[kind] += size
+            continue
+        v = _VALUE.match(line)
+        if v and kind is not None:
+            kinds.setdefault(_value_key(v.group(1)), kind)
+    return kinds, totals
+
+
+def live_ranges(text: str) -> tuple[int, dict[str, tuple], int, list[tuple]]:
+    """(sequence length, value -> (start, end), peak position, [(value,
+    bytes)] live at the peak) from a live-range file."""
+    length, ranges, peak_at, peak = 0, {}, -1, []
+    section = ""
+    for line in text.splitlines():
+        m = _SEQUENCE_MAX.match(line)
+        if m:
+            length = int(m.group(1))
+            continue
+        stripped = line.strip()
+        if stripped in ("InstructionSequence:", "BufferLiveRange:"):
+            section = stripped
+            continue
+        m = _PEAK_AT.match(line)
+        if m:
+            peak_at, section = int(m.group(1)), "peak"
+            continue
+        if stripped.startswith("Stack trace breakdown"):
+            section = ""
+            continue
+        if section == "BufferLiveRange:":
+            r = _RANGE.match(line)
+            if r:
+                ranges[r.group(1).strip()] = (int(r.group(2)), int(r.group(3)))
+        elif section == "peak":
+            p = _PEAK_VALUE.match(line)
+            if p:
+                peak.append((p.group(1).strip(), int(p.group(2))))
+    if peak_at < 0:
+        raise DumpError("the live ranges name no peak")
+    return length, ranges, peak_at, peak
+
+
+def _dtype_shape(shape: str) -> str:
+    """``f32[1024,1024]{1,0}`` -> ``f32[1024,1024]`` (layout dropped)."""
+    return re.sub(r"\{[^}]*\}", "", shape)
+
+
+def read_program(hlo_text: str, assignment_text: str, live_range_text: str, *, module: str = "",
+                 largest: int = 20) -> ProgramMemory:
+    """The program's peak: every value live there (size, shape, kind, op and
+    the Python stack that made it), and the ``largest`` biggest values of the
+    whole program with their live ranges."""
+    frames = stack_frames(hlo_text)
+    instrs = instructions(hlo_text)
+    kinds, totals = allocations(assignment_text)
+    length, ranges, peak_at, peak = live_ranges(live_range_text)
+
+    def buffer(name: str, size: int, at_peak: bool) -> Buffer:
+        base = name.split("{", 1)[0]
+        shape, _, op, frame = instrs.get(base, ("", "", "", 0))
+        start, end = ranges.get(name, (-1, -1))
+        return Buffer(name=name, bytes=size, shape=_dtype_shape(shape), kind=kinds.get(name, TEMPORARY),
+                      op=op, frames=frames.get(frame, ()), start=start, end=end, at_peak=at_peak)
+
+    at_peak = [buffer(n, b, True) for n, b in peak]
+    seen = {b.name for b in at_peak}
+    sizes = _value_sizes(assignment_text)
+    others = sorted((n for n in ranges if n not in seen and n in sizes), key=lambda n: -sizes[n])[:largest]
+    return ProgramMemory(
+        module=module, length=length, peak_position=peak_at, peak_bytes=sum(b for _, b in peak),
+        buffers=at_peak + [buffer(n, sizes[n], False) for n in others],
+        argument_bytes=totals[ARGUMENT] + totals[ALIASED], output_bytes=totals[OUTPUT] + totals[ALIASED],
+        alias_bytes=totals[ALIASED], temp_bytes=totals[TEMPORARY])
+
+
+def _value_sizes(text: str) -> dict[str, int]:
+    out = {}
+    for line in text.splitlines():
+        v = _VALUE.match(line)
+        if v:
+            out.setdefault(_value_key(v.group(1)), int(v.group(2)))
+    return out
+
+
+def read_dump(directory: Path | str, module_name: str | None = None) -> list[ProgramMemory]:
+    """Every module of a dump directory that has all three files (the main
+    program of a jitted function: ``jit_<name>``), read."""
+    directory = Path(directory)
+    out = []
+    for hlo in sorted(directory.glob("module_*_after_optimizations.txt")):
+        stem = hlo.name[: -len(".txt")]
+        assignment = hlo.with_name(stem + "-buffer-assignment.txt")
+        ranges = hlo.with_name(stem + "-live-range.txt")
+        if not (assignment.is_file() and ranges.is_file()):
+            continue
+        # module_0006.jit_step.cpu_after_optimizations.txt -> jit_step
+        parts = hlo.name.split(".")
+        module = ".".join(parts[1:-2]) if len(parts) > 3 else hlo.name
+        if module_name is not None and module != module_name:
+            continue
+        out.append(read_program(hlo.read_text(errors="replace"), assignment.read_text(errors="replace"),
+                                ranges.read_text(errors="replace"), module=module))
+    return out
