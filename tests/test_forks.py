@@ -125,3 +125,27 @@ def test_multiprocessing(tmp_path, method):
     run = _check_parent_only(jm, run_dir, 16000)
     assert run.markers.empty
     assert not run.events["message"].str.contains("from child").any()
+
+
+def test_sigterm_to_a_forked_child_ends_only_the_child(tmp_path):
+    py, jm, run_dir = _both(tmp_path, """
+        import os, signal, time
+        import jax.numpy as jnp
+        a = jnp.ones((1000,))
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.write(w, b"x")
+            time.sleep(30)
+            os._exit(0)
+        os.read(r, 1)
+        os.kill(pid, signal.SIGTERM)
+        _, status = os.waitpid(pid, 0)
+        print("child status:", os.waitstatus_to_exitcode(status), flush=True)
+        b = jnp.ones((3000,))
+        time.sleep(0.5)
+    """)
+    assert py.returncode == jm.returncode == 0, jm.stderr
+    assert jm.stdout == py.stdout == "child status: -15\n"
+    run = _check_parent_only(jm, run_dir, 16000)
+    assert run.manifest["ended_by"] == "exit"

@@ -293,3 +293,58 @@ def test_ctrl_c_ends_as_under_python(tmp_path):
     assert py_out == jm_out == "atexit ran\n"
     assert py_err == jm_err and py_err.endswith("KeyboardInterrupt\n")
     assert load_run(tmp_path / "run").manifest["ended_by"] == "SIGINT"
+
+
+def test_warnings_are_recorded_without_the_script_seeing_a_hook(tmp_path):
+    py, jm, run_dir = both(tmp_path, """
+        import warnings
+        import jax.numpy as jnp
+        x = jnp.ones(10)
+        print(warnings.showwarning.__module__, warnings.showwarning.__name__)
+        warnings.warn("shown")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            warnings.warn("caught")
+        print(len(caught), caught[0].message)
+    """)
+    assert py.returncode == 0, py.stderr
+    assert_same(py, jm)
+    messages = list(load_run(run_dir).events.query("kind == 'warning'")["message"])
+    assert len(messages) == 1 and messages[0].startswith("UserWarning: shown"), messages
+
+
+def test_asyncio_signal_handlers(tmp_path):
+    # asyncio takes the wakeup descriptor for its own signals: SIGTERM, not
+    # one of them, still ends the process at once, after the last snapshot.
+    (py, py_out, py_err, _), (jm, jm_out, jm_err, _) = _both_signalled(tmp_path, """
+        import asyncio, signal
+        import jax.numpy as jnp
+        x = jnp.ones((1000,))
+        async def main():
+            asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, print, "usr1")
+            print("ready", flush=True)
+            await asyncio.sleep(60)
+        asyncio.run(main())
+    """, signal.SIGTERM)
+    assert py.returncode == jm.returncode == -signal.SIGTERM
+    assert py_out == jm_out == "" and py_err == jm_err == ""
+    run = load_run(tmp_path / "run")
+    assert run.finished and run.snapshots.iloc[-1]["label"] == "SIGTERM"
+
+
+def test_asyncio_handler_for_sigterm(tmp_path):
+    (py, py_out, py_err, _), (jm, jm_out, jm_err, _) = _both_signalled(tmp_path, """
+        import asyncio, signal
+        import jax.numpy as jnp
+        x = jnp.ones((1000,))
+        async def main():
+            stop = asyncio.Event()
+            asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+            print("ready", flush=True)
+            await stop.wait()
+            print("stopped cleanly")
+        asyncio.run(main())
+    """, signal.SIGTERM)
+    assert py.returncode == jm.returncode == 0
+    assert py_out == jm_out == "stopped cleanly\n" and py_err == jm_err
+    assert load_run(tmp_path / "run").manifest["ended_by"] == "exit"

@@ -251,19 +251,35 @@ class Session:
         _active = self
         if self.probe is not None:
             self.probe.install()
-        self._showwarning = warnings.showwarning
-        warnings.showwarning = self._on_warning
+        self._hook_warnings()
         self.sampler.start()
         return self
 
-    def _on_warning(self, message, category, filename, lineno, file=None, line=None):
+    # Warnings are heard where the warnings module shows each one
+    # (_showwarnmsg, which calls showwarning), so that the script still sees
+    # its own warnings.showwarning.
+    def _hook_warnings(self) -> None:
+        self._showwarnmsg = getattr(warnings, "_showwarnmsg", None)
+        self._showwarnmsg_impl = getattr(warnings, "_showwarnmsg_impl", None)
+        if self._showwarnmsg is not None:
+            warnings._showwarnmsg = self._on_warning
+
+    def _unhook_warnings(self) -> None:
+        if self._showwarnmsg is not None and getattr(warnings, "_showwarnmsg", None) == self._on_warning:
+            warnings._showwarnmsg = self._showwarnmsg
+
+    def _on_warning(self, msg):
         """Record each warning the program shows (JAX's 'Some donated buffers
-        were not usable', say), then show it as before."""
-        try:
-            self.writer.add_event("warning", f"{category.__name__}: {message} ({filename}:{lineno})"[:4000])
-        except Exception:
-            pass
-        self._showwarning(message, category, filename, lineno, file, line)
+        were not usable', say), then show it as before. Warnings a
+        catch_warnings(record=True) block collects are not shown: not recorded."""
+        shown = getattr(warnings, "_showwarnmsg_impl", None) is self._showwarnmsg_impl
+        if shown and not self.forked:
+            try:
+                self.writer.add_event(
+                    "warning", f"{msg.category.__name__}: {msg.message} ({msg.filename}:{msg.lineno})"[:4000])
+            except Exception:
+                pass
+        self._showwarnmsg(msg)
 
     def stop(self, exit_status, ended_by: str) -> None:
         """Stop sampling and record how the run ended (the last snapshot has
@@ -274,8 +290,7 @@ class Session:
         self.sampler.stop()
         if self.probe is not None:
             self.probe.uninstall()
-        if warnings.showwarning == self._on_warning:
-            warnings.showwarning = self._showwarning
+        self._unhook_warnings()
         if _active is self:
             _active = None
         try:
@@ -294,8 +309,7 @@ class Session:
         self.writer.detach()
         if self.probe is not None:
             self.probe.active = False
-        if warnings.showwarning == self._on_warning:
-            warnings.showwarning = self._showwarning
+        self._unhook_warnings()
         for hook in self.child_hooks:
             try:
                 hook()
