@@ -197,10 +197,10 @@ def scale(x, k):
     return x * k
 
 def init(shapes):  # an optimizer-style init: one shape per parameter, once each
-    params = [jnp.ones(s) for s in shapes]  # SITE-INIT
-    opt = []
-    for p in params:
-        opt.append(jnp.zeros_like(p))
+    params, opt = [], []
+    for s in shapes:
+        params.append(jnp.ones(s))  # SITE-INIT
+        opt.append(jnp.zeros_like(params[-1]))
         jaxmemprof.snapshot("init")  # each new executable seen, as a slow init would be
     return opt
 

@@ -15,6 +15,7 @@ from jaxmemprof.analysis.advice.capacity import fit_findings, will_it_fit
 from jaxmemprof.analysis.advice.donation import donation_findings, estimated_true_peak, jit_memory
 from jaxmemprof.analysis.findings import Finding, findings_frame, in_proportion
 from jaxmemprof.analysis.groups import Summary
+from jaxmemprof.analysis.inside_jit import inside_jit_findings, largest_buffers, peak_by_line
 from jaxmemprof.analysis.leaks import leak_findings, leaks, recompiles, rejits
 from jaxmemprof.analysis.lifetimes import array_lifetimes, estimated_site_churn, site_lifetimes
 from jaxmemprof.analysis.reuse import OBSERVABILITY, reuse
@@ -44,6 +45,8 @@ class Report:
     leaks: pd.DataFrame
     recompiles: pd.DataFrame
     jit_memory: pd.DataFrame  # per jitted function: XLA's memory analysis
+    jit_peak: pd.DataFrame  # per jitted function x user line x kind: XLA's buffers at the function's own peak
+    jit_buffers: pd.DataFrame  # the largest of those buffers, with their live ranges in program order
     true_peak_bytes: int | None  # the snapshot peak plus what snapshots cannot see inside calls
     true_peak_where: str
     fit: object  # capacity.Fit for --device-memory, else None
@@ -80,6 +83,7 @@ def build_report(run, attribution: Attribution, *, top_sites: int = 10, steps: i
     if inside is None or inside <= tl.peak_bytes:
         where = "at the snapshot peak" if true_peak is not None else ""
     found += donation_findings(run, attribution)
+    found += inside_jit_findings(run, attribution)
     # The allocator rules and the fit work per device: the busiest device's
     # snapshot peak, plus its share of what snapshots cannot see inside calls.
     device_peak = None
@@ -128,7 +132,8 @@ def build_report(run, attribution: Attribution, *, top_sites: int = 10, steps: i
         warnings=list(run.warnings), summary=summary, peak_sites=peak_sites, timeline=tl,
         arrays=arrays, lifetimes=per_site, churn=churn, reuse_by_device=reuse_by_device,
         reuse_by_site=reuse_by_site, reuse_note=reuse_note, leaks=leak_rows,
-        recompiles=recompile_rows, jit_memory=memory_in_jit, true_peak_bytes=true_peak, true_peak_where=where,
+        recompiles=recompile_rows, jit_memory=memory_in_jit, jit_peak=peak_by_line(run, attribution),
+        jit_buffers=largest_buffers(run, attribution), true_peak_bytes=true_peak, true_peak_where=where,
         fit=fit, findings=findings_frame(found),
     )
     extra = [f for rule in extra_rules for f in rule(run, report)]

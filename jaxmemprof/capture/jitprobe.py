@@ -32,7 +32,9 @@ import json
 import math
 import operator
 import os
+import shutil
 import sys
+import tempfile
 import threading
 import time
 import types
@@ -40,6 +42,7 @@ import weakref
 
 from jaxmemprof.capture.sampler import is_deleted as _is_deleted
 from jaxmemprof.paths import installed_part, is_builtin_library
+from jaxmemprof.xla.dump import read_dump
 
 # Library wrappers around jax.jit that the probe knows by name: (installed
 # package, the wrapper's function) of the outermost library frame between the
@@ -156,7 +159,7 @@ class _Site:
 class _FunctionState:
     __slots__ = ("function_id", "calls", "traced", "samples", "pending", "compiles", "analyse_next", "hunt",
                  "signatures", "param_names", "donate_argnums", "donate_argnames", "arguments", "by_signature",
-                 "cache", "quiet", "off", "errors", "proxy", "counted_all")
+                 "cache", "quiet", "off", "errors", "proxy", "counted_all", "largest")
 
     def __init__(self, function_id, param_names, donate_argnums, donate_argnames, arguments, by_signature):
         self.function_id = function_id
@@ -181,6 +184,7 @@ class _FunctionState:
         self.proxy = None  # weak reference to its Probed (never to the jitted function itself,
         # which the program may drop, with everything its closure holds)
         self.counted_all = True  # every call counted (False once it went quiet)
+        self.largest = None  # (call peak, signature, its lowering) of the largest signature, until dumped
 
 
 class JitProbe:
@@ -190,8 +194,14 @@ class JitProbe:
     ``sample_first``: calls sampled after the first; then one call in
     ``sample_every``; at most ``max_samples`` per function."""
 
-    def __init__(self, writer, *, sample_first: int = 3, sample_every: int = 50, max_samples: int = 20):
+    def __init__(self, writer, *, sample_first: int = 3, sample_every: int = 50, max_samples: int = 20,
+                 dump_share: float = 0.01, dump_min_s: float = 2.0):
         self.writer = writer
+        # XLA's dumps at the end of the run may take this share of the run's
+        # wall time (at least dump_min_s, and always the largest function's).
+        self.dump_share = dump_share
+        self.dump_min_s = dump_min_s
+        self._t_install = time.monotonic()
         self.sample_first = sample_first
         self.sample_every = sample_every
         self.max_samples = max_samples
@@ -241,10 +251,11 @@ class JitProbe:
                     unregister(self._listener)
             except Exception:
                 pass
-        try:
-            self._flush()
-        except Exception as exc:
-            self._error(None, exc)
+        for step in (self._dump_programs, self._flush):
+            try:
+                step()
+            except Exception as exc:
+                self._error(None, exc)
 
     def _patch(self, jax) -> None:
         if self._patched:
@@ -511,8 +522,8 @@ class JitProbe:
     def _memory_analysis(self, real, state, args, kwargs, after_call: bool = False) -> bool:
         if after_call and any(_is_deleted(leaf) for leaf in self._array_leaves((args, kwargs))):
             return False
-        compiled = real.lower(*args, **kwargs).compile()
-        ma = compiled.memory_analysis()
+        lowered = real.lower(*args, **kwargs)
+        ma = lowered.compile().memory_analysis()
         fields = ("argument_size_in_bytes", "output_size_in_bytes", "alias_size_in_bytes",
                   "temp_size_in_bytes", "generated_code_size_in_bytes", "host_argument_size_in_bytes",
                   "host_output_size_in_bytes", "host_alias_size_in_bytes", "host_temp_size_in_bytes",
@@ -522,6 +533,9 @@ class JitProbe:
         state.signatures.add(signature)
         if state.by_signature:
             state.compiles += 1
+        peak = sum(v or 0 for v in values[:2]) - (values[2] or 0) + sum(v or 0 for v in values[3:5])
+        if state.largest is None or peak > state.largest[0]:
+            state.largest = (peak, signature, lowered)
         self.writer.add_jit_compile((state.function_id, state.calls, time.time(), signature[:2000], *values))
         return True
 
@@ -531,6 +545,42 @@ class JitProbe:
 
     def _array_leaves(self, tree):
         return [x for x in self._jax.tree_util.tree_leaves(tree) if self._is_array(x)]
+
+    def _dump_programs(self) -> None:
+        """XLA's own account of each function's largest signature: compile
+        its lowering once more with a dump directory (a compile of its own,
+        never the program's: the options differ), read the dump, remove it.
+        Largest first, while the budget lasts; the largest always."""
+        jobs = sorted((s for s in self._states if s.largest is not None), key=lambda s: -s.largest[0])
+        budget = max(self.dump_min_s, self.dump_share * (time.monotonic() - self._t_install))
+        spent = 0.0
+        for i, state in enumerate(jobs):
+            if i and spent >= budget:
+                self.writer.add_event("xla-dump", f"{len(jobs) - i} function(s) left out: the dumps took "
+                                                  f"{spent:.2f} s of {budget:.2f} s allowed")
+                break
+            t0 = time.monotonic()
+            self._guard(state, self._dump_one, state)
+            spent += time.monotonic() - t0
+            state.largest = None  # the lowering is no longer needed
+
+    def _dump_one(self, state) -> None:
+        _, signature, lowered = state.largest
+        t0 = time.monotonic()
+        directory = tempfile.mkdtemp(prefix="jaxmemprof-xla-")
+        try:
+            lowered.compile(compiler_options={"xla_dump_to": directory})
+            programs = read_dump(directory)
+        finally:
+            shutil.rmtree(directory, ignore_errors=True)
+        if not programs:
+            raise ValueError("XLA's dump held no program with buffer assignment and live ranges")
+        p = max(programs, key=lambda p: p.peak_bytes)
+        self.writer.add_jit_program(
+            (state.function_id, signature[:2000], p.module, p.length, p.peak_position, p.peak_bytes,
+             p.argument_bytes, p.output_bytes, p.alias_bytes, p.temp_bytes, time.monotonic() - t0),
+            [(state.function_id, b.name, b.bytes, b.shape, b.kind, b.op, json.dumps(b.frames), b.start, b.end,
+              int(b.at_peak)) for b in p.buffers])
 
     def _flush(self):
         for state in self._states:

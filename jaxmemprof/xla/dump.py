@@ -37,7 +37,7 @@ _METADATA = re.compile(r'metadata=\{([^}]*)\}')
 _OP_NAME = re.compile(r'op_name="((?:[^"\\]|\\.)*)"')
 _FRAME_ID = re.compile(r"stack_frame_id=(\d+)")
 _ALLOCATION = re.compile(r"^allocation (\d+): size (\d+)(.*):$")
-_VALUE = re.compile(r"^ value: <\d+ ([^ >]+) @\d+> \(size=(\d+),offset=(\d+)\): (.*)$")
+_VALUE = re.compile(r"^ value: <\d+ (\S+)(?: \(\w+\))? @\d+> \(size=(\d+),offset=(\d+)\): (.*)$")
 _RANGE = re.compile(r"^\s+([^\s:][^:]*\{[^}]*\}):(\d+)-(\d+)$")
 _PEAK_AT = re.compile(r"^\s+Live ranges at (\d+) \(peak\):$")
 _PEAK_VALUE = re.compile(r"^\s+([^:]+\{[^}]*\}): (\d+) bytes")
@@ -152,16 +152,20 @@ def _value_key(name: str) -> str:
     return name if name.endswith("}") else name + "{}"
 
 
-def allocations(text: str) -> tuple[dict[str, str], dict[str, int]]:
-    """(kind of each value, bytes per kind over all allocations) from a
-    buffer assignment."""
+def allocations(text: str) -> tuple[dict[str, str], dict[str, int], dict[str, tuple]]:
+    """(kind of each value, bytes per kind over all allocations, each
+    value's slot: (allocation, offset, size)) from a buffer assignment.
+    Values in one slot are one buffer (a loop's carried value and what it
+    was made from)."""
     kinds: dict[str, str] = {}
+    slots: dict[str, tuple] = {}
+    index = -1
     totals = {ARGUMENT: 0, OUTPUT: 0, ALIASED: 0, TEMPORARY: 0, CONSTANT: 0}
     kind = None
     for line in text.splitlines():
         m = _ALLOCATION.match(line)
         if m:
-            size, attrs = int(m.group(2)), m.group(3)
+            index, size, attrs = int(m.group(1)), int(m.group(2)), m.group(3)
             parameter = " parameter " in attrs + " "
             output = "output" in attrs or "maybe-live-out" in attrs
             if "thread-local" in attrs:
@@ -179,8 +183,10 @@ def allocations(text: str) -> tuple[dict[str, str], dict[str, int]]:
             continue
         v = _VALUE.match(line)
         if v and kind is not None:
-            kinds.setdefault(_value_key(v.group(1)), kind)
-    return kinds, totals
+            key = _value_key(v.group(1))
+            kinds.setdefault(key, kind)
+            slots.setdefault(key, (index, int(v.group(3)), int(v.group(2))))
+    return kinds, totals, slots
 
 
 def live_ranges(text: str) -> tuple[int, dict[str, tuple], int, list[tuple]]:
@@ -229,15 +235,31 @@ def read_program(hlo_text: str, assignment_text: str, live_range_text: str, *, m
     whole program with their live ranges."""
     frames = stack_frames(hlo_text)
     instrs = instructions(hlo_text)
-    kinds, totals = allocations(assignment_text)
+    kinds, totals, slots = allocations(assignment_text)
     length, ranges, peak_at, peak = live_ranges(live_range_text)
 
-    def buffer(name: str, size: int, at_peak: bool) -> Buffer:
+    def made_by(name: str) -> tuple:
+        """(shape, op, frames) of the instruction that defines a value."""
         base = name.split("{", 1)[0]
         shape, _, op, frame = instrs.get(base, ("", "", "", 0))
+        return _dtype_shape(shape), op, frames.get(frame, ())
+
+    # A value with no op of its own (a loop's carried tuple element) takes
+    # the op and stack of a value in the same slot that has them.
+    by_slot: dict[tuple, tuple] = {}
+    for name, slot in slots.items():
+        shape, op, fr = made_by(name)
+        if fr and slot not in by_slot:
+            by_slot[slot] = (shape, op, fr)
+
+    def buffer(name: str, size: int, at_peak: bool) -> Buffer:
+        shape, op, fr = made_by(name)
+        kind = kinds.get(name, TEMPORARY)
+        if not fr and kind not in (ARGUMENT, ALIASED) and slots.get(name) in by_slot:
+            shape, op, fr = by_slot[slots[name]]
         start, end = ranges.get(name, (-1, -1))
-        return Buffer(name=name, bytes=size, shape=_dtype_shape(shape), kind=kinds.get(name, TEMPORARY),
-                      op=op, frames=frames.get(frame, ()), start=start, end=end, at_peak=at_peak)
+        return Buffer(name=name, bytes=size, shape=shape, kind=kind, op=op, frames=fr, start=start, end=end,
+                      at_peak=at_peak)
 
     at_peak = [buffer(n, b, True) for n, b in peak]
     seen = {b.name for b in at_peak}

@@ -1,0 +1,157 @@
+"""What fills a jitted function's own peak, by the user's lines.
+
+Snapshots never see the buffers a jitted call makes while it runs. XLA's dump
+of the function's largest signature (``jaxmemprof.xla.dump``, taken by the jit
+probe at the end of the run) says which buffers are live at the program's
+peak, in program order, and which op and Python stack made each. Here they
+are attributed as every byte is: to the innermost frame of the user's code
+(the site rule); an argument's buffer is attributed to the argument's name.
+
+- ``peak_by_line``: per function, user line and kind (argument, output,
+  aliased, temporary, constant), the bytes live at the function's peak; they
+  add up to XLA's own peak for that program.
+- ``largest_buffers``: the largest buffers of each program with their live
+  ranges in program order.
+- ``inside_jit_findings``: hints where one applies: rematerialisation
+  (``jax.checkpoint``) for activations the forward pass keeps for the
+  backward pass, and a narrower dtype for the largest float32 temporaries.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pandas as pd
+
+from jaxmemprof.analysis.findings import Finding
+from jaxmemprof.analysis.sites import NO_STACK, Attribution
+from jaxmemprof.units import format_bytes
+
+PEAK_COLUMNS = ["function_id", "function", "site", "file", "line", "kind", "bytes", "buffers", "share_of_peak",
+                "program_peak_bytes"]
+BUFFER_COLUMNS = ["function_id", "function", "name", "site", "kind", "shape", "bytes", "op", "live_start",
+                  "live_end", "program_length", "at_peak"]
+# Forward-pass ops of a gradient (JAX names them jvp(...), and their backward
+# pass transpose(jvp(...))): their results live at the peak are the
+# activations kept for the backward pass.
+_FORWARD = re.compile(r"(?:^|/)jvp\(")
+_BACKWARD = re.compile(r"transpose\(")
+_ARG_NAME = re.compile(r"^([^\[.]+)")
+REMAT_SHARE = 0.25  # of the program's peak, held by kept activations
+NARROW_SHARE = 0.5  # of the program's peak, held by float32 temporaries
+
+
+def _frames(text) -> list:
+    try:
+        v = json.loads(text) if isinstance(text, str) else []
+    except ValueError:
+        return []
+    return [f for f in v if isinstance(f, list) and len(f) == 3] if isinstance(v, list) else []
+
+
+def _attributed(run, attribution: Attribution) -> pd.DataFrame:
+    """The dumped buffers with their function's name and their site."""
+    buffers = run.jit.get("buffers")
+    programs = run.jit.get("programs")
+    functions = run.jit.get("functions")
+    if buffers is None or buffers.empty or programs is None or programs.empty:
+        return pd.DataFrame()
+    b = buffers.copy()
+    names = dict(zip(functions["function_id"], functions["name"])) if functions is not None else {}
+    sites, files, lines = [], [], []
+    for kind, op, frames in zip(b["kind"], b["op"], b["frames"]):
+        user = [f for f in _frames(frames) if isinstance(f[0], str) and not attribution.is_library(f[0])]
+        if user:
+            f, ln, fn = user[0]
+            shown = attribution.display_path(f)
+            sites.append(f"{shown}:{ln} ({fn})")
+            files.append(shown)
+            lines.append(int(ln))
+        elif kind in ("argument", "aliased") and isinstance(op, str) and op:
+            m = _ARG_NAME.match(op)
+            sites.append(f"argument {m.group(1) if m else op}")
+            files.append("")
+            lines.append(0)
+        else:
+            sites.append(NO_STACK if not op else f"({op})")
+            files.append("")
+            lines.append(0)
+    b["site"], b["file"], b["line"] = sites, files, lines
+    b["function"] = b["function_id"].map(names).fillna("").astype(str)
+    per = programs.drop_duplicates("function_id", keep="last").set_index("function_id")
+    b["program_peak_bytes"] = b["function_id"].map(per["peak_bytes"]).fillna(0).astype(np.int64)
+    b["program_length"] = b["function_id"].map(per["length"]).fillna(0).astype(np.int64)
+    return b
+
+
+def peak_by_line(run, attribution: Attribution = Attribution()) -> pd.DataFrame:
+    """Per function, user line and kind: the bytes and buffers live at the
+    function's own peak, and their share of it. Functions by peak, lines by
+    bytes."""
+    b = _attributed(run, attribution)
+    if b.empty:
+        return pd.DataFrame({c: pd.Series(dtype=object) for c in PEAK_COLUMNS})
+    b = b[b["at_peak"] == 1]
+    g = b.groupby(["function_id", "function", "site", "file", "line", "kind", "program_peak_bytes"], sort=False)
+    out = g.agg(bytes=("bytes", "sum"), buffers=("name", "size")).reset_index()
+    out["share_of_peak"] = out["bytes"] / out["program_peak_bytes"].where(out["program_peak_bytes"] > 0)
+    out = out.sort_values(["program_peak_bytes", "function_id", "bytes", "site"],
+                          ascending=[False, True, False, True], kind="stable")
+    return out.reset_index(drop=True)[PEAK_COLUMNS]
+
+
+def largest_buffers(run, attribution: Attribution = Attribution()) -> pd.DataFrame:
+    """Each program's buffers (those live at its peak and its largest
+    others), largest first, with their live ranges in program order."""
+    b = _attributed(run, attribution)
+    if b.empty:
+        return pd.DataFrame({c: pd.Series(dtype=object) for c in BUFFER_COLUMNS})
+    b = b.assign(at_peak=b["at_peak"] == 1)
+    b = b.sort_values(["program_peak_bytes", "function_id", "bytes", "live_start"],
+                      ascending=[False, True, False, True], kind="stable")
+    return b.reset_index(drop=True)[BUFFER_COLUMNS]
+
+
+def inside_jit_findings(run, attribution: Attribution = Attribution()) -> list[Finding]:
+    """Hints from what fills each function's peak."""
+    b = _attributed(run, attribution)
+    if b.empty:
+        return []
+    out: list[Finding] = []
+    for (fid, name), g in b[b["at_peak"] == 1].groupby(["function_id", "function"], sort=False):
+        peak = int(g["program_peak_bytes"].iloc[0])
+        if peak <= 0:
+            continue
+        temps = g[g["kind"] == "temporary"]
+        forward = temps["op"].astype(str).map(lambda op: bool(_FORWARD.search(op)) and not _BACKWARD.search(op))
+        kept = temps.loc[forward.astype(bool)]
+        if int(kept["bytes"].sum()) >= REMAT_SHARE * peak:
+            by_line = kept.groupby("site")["bytes"].sum().sort_values(ascending=False)
+            lines = ", ".join(f"{format_bytes(v)} at {s}" for s, v in by_line.head(3).items())
+            saving = int(kept["bytes"].sum())
+            out.append(Finding(
+                rule="remat", severity="low", site=str(by_line.index[0]),
+                message=(f"At {name}'s peak, {format_bytes(saving)} ({saving / peak:.0%} of it) are activations "
+                         f"its forward pass keeps for the backward pass: {lines}."),
+                evidence=(f"XLA's buffers live at the program's peak ({format_bytes(peak)}): {len(kept)} made by "
+                          f"forward-pass (jvp) ops and still live there"),
+                saving_bytes=saving,
+                fix=(f"Recompute them in the backward pass instead: wrap the layer or block at {by_line.index[0]} "
+                     "in jax.checkpoint (jax.remat; nnx.remat, eqx.filter_checkpoint), trading compute for "
+                     "memory; a policy such as jax.checkpoint_policies.dots_saveable keeps the matmuls only.")))
+        wide = temps.loc[temps["shape"].astype(str).str.startswith("f32[").astype(bool)]
+        if int(wide["bytes"].sum()) >= NARROW_SHARE * peak:
+            by_line = wide.groupby("site")["bytes"].sum().sort_values(ascending=False)
+            half = int(wide["bytes"].sum()) // 2
+            out.append(Finding(
+                rule="narrow-dtype", severity="low", site=str(by_line.index[0]),
+                message=(f"At {name}'s peak, float32 temporaries hold {format_bytes(2 * half)} "
+                         f"({2 * half / peak:.0%} of it), the most at {by_line.index[0]}."),
+                evidence=f"XLA's buffers live at the program's peak ({format_bytes(peak)}), float32 temporaries",
+                saving_bytes=half,
+                fix=("Compute in bfloat16 where precision allows (the activations or the matmuls: "
+                     "x.astype(jnp.bfloat16), or a model dtype of bfloat16 with float32 parameters): "
+                     "it halves these buffers.")))
+    return out
