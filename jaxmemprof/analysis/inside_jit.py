@@ -9,7 +9,10 @@ are attributed as every byte is: to the innermost frame of the user's code
 
 - ``peak_by_line``: per function, user line and kind (argument, output,
   aliased, temporary, constant), the bytes live at the function's peak; they
-  add up to XLA's own peak for that program.
+  add up to XLA's own peak for that program (its live ranges' peak). What a
+  call holds on the device is XLA's allocations, which ``memory_analysis()``
+  adds up: its temporaries are one block for the whole call, as large as
+  their packing needs, so the live-range peak is at most that.
 - ``largest_buffers``: the largest buffers of each program with their live
   ranges in program order.
 - ``inside_jit_findings``: hints where one applies: rematerialisation

@@ -458,18 +458,9 @@ def estimated_true_peak(run) -> tuple[int | None, str]:
     c = compiles.copy()
     for col in ("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "generated_code_bytes"):
         c[col] = pd.to_numeric(c[col], errors="coerce").fillna(0).astype(np.int64)
-    c["call_peak"] = c["argument_bytes"] + c["output_bytes"] - c["alias_bytes"] + c["temp_bytes"] + c[
-        "generated_code_bytes"]
-    programs = run.jit.get("programs")
-    if programs is not None and not programs.empty:
-        # Where XLA's dump of the signature says where its peak is, that is
-        # the call's peak (buffers live at once, not the sum of all), plus code.
-        dumped = programs.drop_duplicates(["function_id", "signature"], keep="last").set_index(
-            ["function_id", "signature"])["peak_bytes"]
-        key = pd.MultiIndex.from_arrays([c["function_id"], c["signature"].astype(str).str[:2000]])
-        exact = pd.Series(dumped.reindex(key).to_numpy(), index=c.index)
-        c["call_peak"] = np.where(exact.notna(), exact.fillna(0) + c["generated_code_bytes"], c["call_peak"])
-    peak_of = dict(zip(c["function_id"], c["call_peak"]))
+    peak_of = dict(zip(
+        c["function_id"],
+        c["argument_bytes"] + c["output_bytes"] - c["alias_bytes"] + c["temp_bytes"] + c["generated_code_bytes"]))
     args_of = dict(zip(c["function_id"], c["argument_bytes"]))
     times = [(float(t), int(f)) for t, f in zip(c["t_wall"], c["function_id"])]
     calls = run.jit.get("calls")

@@ -1,0 +1,157 @@
+"""What fills a jitted function's own peak, by line: XLA's dump of each
+function's largest signature, read and attributed to the user's lines.
+
+Programs with known buffers at known lines run under `jaxmemprof run`; the
+buffers live at each program's peak must be found at those lines with those
+sizes, add up to XLA's own peak, and the dump's allocations by kind must
+equal memory_analysis() of the same signature.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import line_of, run_cli, write_script
+
+from jaxmemprof.analysis.inside_jit import inside_jit_findings, largest_buffers, peak_by_line
+from jaxmemprof.analysis.sites import Attribution
+from jaxmemprof.store.reader import load_run
+
+MiB = 1024 * 1024
+
+PROGRAM = """
+import sys
+import jax, jax.numpy as jnp
+from jax import lax
+
+CHANGED = "--changed" in sys.argv
+
+
+def sorted_copy(x, w):
+    a = x @ w  # LINE-A
+    b = jnp.sort(a, axis=1)  # LINE-B
+    return b, a
+
+
+def reduced(x, w):
+    a = x @ w  # LINE-RA
+    b = a if CHANGED else jnp.sort(a, axis=1)  # LINE-RB
+    return b.sum(axis=0), a
+
+
+def scanned(h0, w):
+    def body(h, _):
+        h = jnp.tanh(h @ w)  # LINE-BODY
+        return h, h
+    h, hs = lax.scan(body, h0, None, length=8)  # LINE-SCAN
+    return h, hs.sum(axis=0)
+
+
+def loss(params, x):
+    h = x
+    for w in params:
+        h = jnp.tanh(h @ w)  # LINE-ACT
+    return (h ** 2).mean()
+
+
+def grad_step(params, x):
+    g = jax.grad(loss)(params, x)
+    return [p - 0.1 * gi for p, gi in zip(params, g)]
+
+
+x = jnp.ones((512, 512))
+w = jnp.ones((512, 512)) * 0.01
+f, r, s, g = jax.jit(sorted_copy), jax.jit(reduced), jax.jit(scanned), jax.jit(grad_step)
+params = [jnp.ones((512, 512)) * 0.01 for _ in range(4)]
+batch = jnp.ones((1024, 512))
+for i in range(3):
+    out = f(x, w)
+    out = r(x, w)
+    h = s(x[:256, :256], w[:256, :256])
+    params = g(params, batch)
+"""
+
+
+def _record(tmp_path, *args, name="run"):
+    script = write_script(tmp_path, "inside.py", PROGRAM)
+    run_cli("run", "-q", "-o", tmp_path / name, script, *args, cwd=tmp_path, check=0)
+    run = load_run(tmp_path / name)
+    return script, run, Attribution(roots=(run.manifest["cwd"],))
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    return _record(tmp_path_factory.mktemp("inside"))
+
+
+def _function_id(run, name):
+    fns = run.jit["functions"]
+    return int(fns.loc[fns["name"] == name, "function_id"].item())
+
+
+def _rows(table, run, name):
+    return table[table["function_id"] == _function_id(run, name)]
+
+
+def test_totals_are_xlas_own(recorded):
+    _, run, att = recorded
+    assert run.events.empty or not (run.events["kind"] == "probe-error").any()
+    programs = run.jit["programs"].set_index("function_id")
+    compiles = run.jit["compiles"].drop_duplicates("function_id").set_index("function_id")
+    peaks = peak_by_line(run, att)
+    assert set(programs.index) == {_function_id(run, n) for n in ("sorted_copy", "reduced", "scanned", "grad_step")}
+    for fid, p in programs.iterrows():
+        # The dump's allocations by kind are memory_analysis()'s figures, to the byte.
+        c = compiles.loc[fid]
+        assert (p["argument_bytes"], p["output_bytes"], p["alias_bytes"], p["temp_bytes"]) == (
+            c["argument_bytes"], c["output_bytes"], c["alias_bytes"], c["temp_bytes"])
+        # The lines' bytes at the peak add up to XLA's live-range peak.
+        assert peaks.loc[peaks["function_id"] == fid, "bytes"].sum() == p["peak_bytes"]
+
+
+def test_a_matmul_and_its_sorted_copy_at_their_lines(recorded):
+    script, run, att = recorded
+    rows = _rows(peak_by_line(run, att), run, "sorted_copy").set_index("site")
+    a = f"inside.py:{line_of(script, 'LINE-A')} (sorted_copy)"
+    b = f"inside.py:{line_of(script, 'LINE-B')} (sorted_copy)"
+    assert rows.loc[a, "bytes"] == rows.loc[b, "bytes"] == MiB  # float32[512,512] each, both live at the peak
+    assert rows.loc["argument x", "bytes"] == rows.loc["argument w", "bytes"] == MiB
+    assert rows.loc[a, "kind"] == rows.loc[b, "kind"] == "output"
+
+
+def test_a_scan_carries_its_stacked_activations(recorded):
+    script, run, att = recorded
+    rows = _rows(peak_by_line(run, att), run, "scanned")
+    stacked = rows[rows["line"] == line_of(script, "LINE-SCAN")]
+    assert stacked["bytes"].sum() >= 8 * 256 * 256 * 4  # the scan's stacked outputs, made at the scan's line
+    buffers = _rows(largest_buffers(run, att), run, "scanned")
+    top = buffers.iloc[0]
+    assert top["bytes"] == 8 * 256 * 256 * 4 and top["shape"] == "f32[8,256,256]"
+    assert top["live_start"] < top["live_end"] <= top["program_length"]
+
+
+def test_activations_kept_for_the_backward_pass_get_a_remat_hint(recorded):
+    script, run, att = recorded
+    rows = _rows(peak_by_line(run, att), run, "grad_step")
+    act = f"inside.py:{line_of(script, 'LINE-ACT')} (loss)"
+    assert rows.loc[rows["site"] == act, "bytes"].sum() >= 3 * 1024 * 512 * 4  # tanh outputs of 3 layers at least
+    [remat] = [f for f in inside_jit_findings(run, att) if f.rule == "remat"]
+    assert remat.site == act and "jax.checkpoint" in remat.fix
+    assert remat.saving_bytes % (1024 * 512 * 4) == 0 and remat.saving_bytes >= 3 * 1024 * 512 * 4
+
+
+def test_changing_one_line_changes_what_the_call_needs(recorded, tmp_path):
+    """Without the sort (b = a), the program loses exactly the sorted copy's
+    temporary buffer (XLA's temporaries, as memory_analysis() counts them),
+    and its line makes no buffer any more."""
+    script, before, att = recorded
+    _, after, att_after = _record(tmp_path, "--changed", name="changed")
+    line = line_of(script, "LINE-RB")
+    temps = [r.jit["programs"].set_index("function_id").loc[_function_id(r, "reduced"), "temp_bytes"]
+             for r in (before, after)]
+    assert temps[0] - temps[1] == MiB
+    old = _rows(largest_buffers(before, att), before, "reduced")
+    new = _rows(largest_buffers(after, att_after), after, "reduced")
+    sorted_buffer = old[(old["site"] == f"inside.py:{line} (reduced)") & (old["kind"] == "temporary")]
+    assert sorted_buffer["bytes"].tolist() == [MiB] and sorted_buffer["shape"].tolist() == ["f32[512,512]"]
+    assert not ((new["site"] == f"inside.py:{line} (reduced)") & (new["kind"] == "temporary")).any()
