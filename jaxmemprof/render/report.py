@@ -149,6 +149,22 @@ def _render_jit(rep: Report, con: Console, top: int) -> None:
     con.print(Text("call peak = arguments + outputs - aliased (donation that took effect) + temporaries + code; "
                    "snapshots, taken between calls, never see it. ≥N calls: the probe stops counting a "
                    "function's calls once its samples are taken, so that it costs nothing per call."))
+    _render_jit_peak(rep, con, top)
+
+
+def _render_jit_peak(rep: Report, con: Console, top: int, lines: int = 4) -> None:
+    """Per function XLA dumped, what its buffers live at its own peak are, by line."""
+    peak = rep.jit_peak
+    if peak.empty:
+        return
+    con.print(Text("At each function's own peak, in program order (XLA's buffer live ranges), by line:"))
+    for fid, rows in list(peak.groupby("function_id", sort=False))[:top]:
+        parts = [f"{format_bytes(r['bytes'])} {safe(r['site'])}" if r["site"].startswith("argument ")
+                 else f"{format_bytes(r['bytes'])} {r['kind']} at {safe(r['site'])}"
+                 for _, r in rows.head(lines).iterrows()]
+        more = len(rows) - lines
+        con.print(Text(f"  {safe(rows['function'].iloc[0])} {format_bytes(rows['program_peak_bytes'].iloc[0])}: "
+                       + "; ".join(parts) + (f"; {more} more in jit_peak.csv" if more > 0 else "")))
 
 
 def _render_lifetimes(rep: Report, con: Console, top: int) -> None:

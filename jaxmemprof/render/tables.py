@@ -10,7 +10,8 @@ from jaxmemprof.render.json import records
 
 EXPORT_FILES = (
     "timeline.csv", "devices.csv", "sites.csv", "arrays.csv", "lifetimes.csv", "reuse.csv",
-    "reuse_devices.csv", "leaks.csv", "recompiles.csv", "jit.csv", "findings.csv",
+    "reuse_devices.csv", "leaks.csv", "recompiles.csv", "jit.csv", "jit_peak.csv", "jit_buffers.csv",
+    "findings.csv",
 )
 
 
@@ -30,6 +31,8 @@ def export_tables(rep: Report) -> dict[str, pd.DataFrame]:
         "leaks.csv": rep.leaks,
         "recompiles.csv": rep.recompiles,
         "jit.csv": rep.jit_memory,
+        "jit_peak.csv": rep.jit_peak,
+        "jit_buffers.csv": rep.jit_buffers,
         "findings.csv": rep.findings,
     }
     return {name: tables[name] for name in EXPORT_FILES}
@@ -57,6 +60,8 @@ def report_document(rep: Report) -> dict:
         "leaks": records(rep.leaks),
         "recompiles": records(rep.recompiles),
         "jit_memory": records(rep.jit_memory),
+        "jit_peak": records(rep.jit_peak),
+        "jit_buffers": records(rep.jit_buffers),
         "fit": None if rep.fit is None else {k: v for k, v in vars(rep.fit).items()},
         "findings": records(rep.findings),
     }
