@@ -159,7 +159,7 @@ class _Site:
 class _FunctionState:
     __slots__ = ("function_id", "calls", "traced", "samples", "pending", "compiles", "analyse_next", "hunt",
                  "signatures", "param_names", "donate_argnums", "donate_argnames", "arguments", "by_signature",
-                 "cache", "quiet", "off", "errors", "proxy", "counted_all", "largest")
+                 "cache", "quiet", "off", "errors", "proxy", "counted_all", "largest", "user")
 
     def __init__(self, function_id, param_names, donate_argnums, donate_argnames, arguments, by_signature):
         self.function_id = function_id
@@ -185,6 +185,7 @@ class _FunctionState:
         # which the program may drop, with everything its closure holds)
         self.counted_all = True  # every call counted (False once it went quiet)
         self.largest = None  # (call peak, signature, its lowering) of the largest signature, until dumped
+        self.user = True  # the function is the user's (not a library's own jitted helper)
 
 
 class JitProbe:
@@ -394,6 +395,7 @@ class JitProbe:
             "wrapper_options": json.dumps(site.options),
         })
         state = _FunctionState(fid, params, donate_argnums, donate_argnames, arguments, _cache_size(real) < 0)
+        state.user = _is_user_function(target)
         self._states.append(state)
         return state
 
@@ -551,7 +553,7 @@ class JitProbe:
         its lowering once more with a dump directory (a compile of its own,
         never the program's: the options differ), read the dump, remove it.
         Largest first, while the budget lasts; the largest always."""
-        jobs = sorted((s for s in self._states if s.largest is not None), key=lambda s: -s.largest[0])
+        jobs = sorted((s for s in self._states if s.largest is not None and s.user), key=lambda s: -s.largest[0])
         budget = max(self.dump_min_s, self.dump_share * (time.monotonic() - self._t_install))
         spent = 0.0
         for i, state in enumerate(jobs):
