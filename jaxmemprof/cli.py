@@ -121,6 +121,14 @@ def _silence(stream) -> None:
         pass
 
 
+def _stdout():
+    """sys.stdout, for the commands that write to it; Python sets it to None
+    when the shell closed it (`>&-`), which is an error only if written to."""
+    if sys.stdout is None:
+        raise InputError("stdout", "cannot write: it is closed")
+    return sys.stdout
+
+
 def _say(message: str, *, lines: bool = False) -> None:
     """One line on stderr, escaped for the terminal (names are data: a
     newline in one is shown as \\n); ``lines``: keep the message's own line
@@ -188,7 +196,7 @@ def _warn(run_) -> None:
 def _output(path: str, force: bool):
     """stdout for '-', else a file written by the rules of outputs.py."""
     if path == "-":
-        yield sys.stdout
+        yield _stdout()
         return
     from jaxmemprof.outputs import open_output
 
@@ -215,12 +223,12 @@ def _emit(command, inputs, result, value_type, title, csv_path, as_json, top, fo
         from jaxmemprof.render.json import write_json
         from jaxmemprof.render.results import document
 
-        write_json(document(command, inputs, result, value_type), sys.stdout)
+        write_json(document(command, inputs, result, value_type), _stdout())
     if not machine:
         from jaxmemprof.render import text
 
         render = text.render_summary if command == "show" else text.render_diff
-        render(result, text.console(), title=title, value_type=value_type)
+        render(result, text.console(_stdout()), title=title, value_type=value_type)
 
 
 @cli.command()
@@ -453,12 +461,12 @@ def report(run_dir, top, steps, device_memory, as_json, library, user, all_frame
         from jaxmemprof.render.json import write_json
         from jaxmemprof.render.tables import report_document
 
-        write_json(report_document(rep), sys.stdout)
+        write_json(report_document(rep), _stdout())
         return
     from jaxmemprof.render import text
     from jaxmemprof.render.report import render_report
 
-    render_report(rep, text.console(), top=top)
+    render_report(rep, text.console(_stdout()), top=top)
 
 
 @cli.command()
@@ -534,7 +542,7 @@ def _export_pprof(inputs, output, force, library, user, all_frames):
     from jaxmemprof.render.pprof import diff_pprof, snapshot_pprof
 
     if output == "-":
-        if _isatty(sys.stdout):
+        if _isatty(_stdout()):
             raise click.UsageError("-o - would write binary pprof data to the terminal; redirect it or name a file")
     else:
         check_output(output, force)  # refuse before the work, not after
@@ -548,9 +556,10 @@ def _export_pprof(inputs, output, force, library, user, all_frames):
         data = diff_pprof(base, user_stacks(base, att), new, user_stacks(new, att),
                           f"jaxmemprof: {nname} - {bname}, user stacks")
     if output == "-":
-        sys.stdout.flush()
-        sys.stdout.buffer.write(data)
-        sys.stdout.buffer.flush()
+        out = _stdout()
+        out.flush()
+        out.buffer.write(data)
+        out.buffer.flush()
         return
     write_output(output, data, force)
     _say(f"jaxmemprof: wrote {output} (open it with: go tool pprof -top {output})")

@@ -15,6 +15,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -407,3 +408,19 @@ def test_errors_escape_the_names_they_quote(tmp_path, command):
     assert_terminal_safe(proc.stderr)
     err = proc.stderr.decode()
     assert err.count("\n") == 1 and "no\\x1b[2Jsuch\\nfile.prof" in err, err
+
+
+def test_a_path_that_is_not_utf8_is_shown_as_its_bytes(tmp_path):
+    """A file name's bytes that are not UTF-8 reach Python as surrogates;
+    written back raw, 0x9b would be a C1 control (CSI). They are shown as
+    \\xNN, in errors and in the title of the table alike."""
+    bad = tmp_path / os.fsdecode(b"\x9b31m\xff.prof")
+    proc = run_cli_bytes("show", bad, cwd=tmp_path)
+    assert proc.returncode == 2
+    assert_terminal_safe(proc.stderr)
+    assert b"\\x9b31m\\xff.prof: no such file" in proc.stderr
+    shutil.copy(RUN / "snapshots" / "000001.prof.gz", bad)
+    proc = run_cli_bytes("show", bad, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert_terminal_safe(proc.stdout)
+    assert b"\\x9b31m\\xff.prof: space/bytes by site" in proc.stdout

@@ -413,3 +413,19 @@ def test_a_manifest_that_is_a_fifo_is_not_opened(tmp_path):
     proc = subprocess.run(jaxmemprof("show", run), capture_output=True, text=True, env=cpu_env(), timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert "manifest.json missing" in proc.stderr
+
+
+@pytest.mark.parametrize("args, writes_stdout", [
+    (["show", RUN], True), (["show", RUN, "--csv", "-"], True), (["report", RUN, "--json"], True),
+    (["diff", RUN], True), (["show", RUN, "--csv", "{tmp}/sites.csv"], False),
+], ids=["show", "show-csv", "report-json", "diff", "show-csv-file"])
+def test_a_closed_stdout_is_an_error_only_when_written_to(tmp_path, args, writes_stdout):
+    """`jaxmemprof show RUN >&-`: Python starts with sys.stdout None."""
+    argv = [str(a).format(tmp=tmp_path) for a in args]
+    proc = subprocess.run(["bash", "-c", '"$@" >&-', "sh", *jaxmemprof(*argv)], capture_output=True, text=True,
+                          env=cpu_env(), cwd=tmp_path, timeout=120)
+    if writes_stdout:
+        assert (proc.returncode, proc.stderr) == (2, "jaxmemprof: error: stdout: cannot write: it is closed\n")
+    else:
+        assert proc.returncode == 0, proc.stderr
+        assert (tmp_path / "sites.csv").is_file()

@@ -8,12 +8,20 @@ from __future__ import annotations
 
 import re
 
-# C0 and C1 controls, and the bidirectional marks and overrides that can
-# reorder what a terminal shows.
-_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+# C0 and C1 controls, the bidirectional marks and overrides that can reorder
+# what a terminal shows, and lone surrogates: the bytes of a path that is not
+# UTF-8 (Python decodes them as U+DC80..U+DCFF), which written back raw could
+# be a C1 control (0x9b is CSI) or fail to encode.
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+
+
+def _escape(c: str) -> str:
+    n = ord(c)
+    if 0xDC80 <= n <= 0xDCFF:
+        return f"\\x{n - 0xDC00:02x}"  # the original byte
+    return c.encode("unicode_escape", "backslashreplace").decode("ascii")
 
 
 def safe(text: object) -> str:
     """``text`` with control characters written as escapes (``\\x1b``)."""
-    s = str(text)
-    return _UNSAFE.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), s)
+    return _UNSAFE.sub(lambda m: _escape(m.group()), str(text))
