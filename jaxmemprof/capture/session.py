@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import platform
@@ -19,7 +20,7 @@ from jaxmemprof.capture.jitprobe import JitProbe
 from jaxmemprof.capture.sampler import Sampler, _jax_ready
 from jaxmemprof.errors import InputError
 from jaxmemprof.store import layout
-from jaxmemprof.store.writer import RunWriter
+from jaxmemprof.store.writer import RunWriter, Thinning
 
 DEFAULT_ROOT = "jaxmemprof-runs"
 
@@ -212,6 +213,13 @@ class Session:
                  command: list[str] | None = None):
         self.directory = directory
         self.t_start = time.monotonic()
+        # Absolute: the script may chdir, the run directory stays put.
+        self.path = Path(os.path.abspath(directory))
+        try:
+            thinning = thinning_schedule()
+        except InputError:
+            release_directory(self.path)
+            raise
         manifest = {
             "jaxmemprof_version": __version__,
             "command": command if command is not None else list(sys.argv),
@@ -229,12 +237,10 @@ class Session:
             "end_time": None,
             "exit_status": None,
             "settings": {"interval": interval, "max_overhead": max_overhead, "jit_probe": jit_probe,
-                         "addresses": addresses},
+                         "addresses": addresses, "thinning": dataclasses.asdict(thinning)},
         }
-        # Absolute: the script may chdir, the run directory stays put.
-        self.path = Path(os.path.abspath(directory))
         try:
-            self.writer = RunWriter(self.path, manifest)
+            self.writer = RunWriter(self.path, manifest, thinning=thinning)
         except (OSError, sqlite3.Error) as exc:
             release_directory(self.path)
             raise InputError(str(directory), f"cannot write the run: {_reason(exc)}") from None
@@ -324,6 +330,25 @@ class Session:
             ended_by=ended_by,
             **_backend_facts(),
         )
+
+
+THINNING_ENV = "JAXMEMPROF_THINNING"
+
+
+def thinning_schedule() -> Thinning:
+    """The default schedule, or ``RECENT_S:BASE_WIDTH_S:EVERY`` from
+    $JAXMEMPROF_THINNING (a compressed clock, to see thinning in a short run)."""
+    text = os.environ.get(THINNING_ENV)
+    if not text:
+        return Thinning()
+    try:
+        recent, width, every = text.split(":")
+        sched = Thinning(recent_s=float(recent), base_width_s=float(width), every=int(every))
+        if not (sched.recent_s > 0 and sched.base_width_s > 0 and sched.every > 0):
+            raise ValueError
+    except ValueError:
+        raise InputError(THINNING_ENV, f"{text!r}: expected RECENT_S:BASE_WIDTH_S:EVERY, all above 0") from None
+    return sched
 
 
 def _warn(text: str) -> None:

@@ -165,6 +165,11 @@ CREATE TABLE IF NOT EXISTS markers (
     label         TEXT NOT NULL,
     after_snapshot INTEGER              -- the last snapshot taken before it, if any
 );
+CREATE TABLE IF NOT EXISTS thinned (  -- old interval snapshots whose profile was removed as the run went
+    snapshot      INTEGER PRIMARY KEY   -- its row in snapshots stays (time, totals); its executables and
+                                        -- memory_stats rows and its profile file (unless a kept snapshot
+                                        -- shares it) are gone; arrays keep every birth and end
+);
 CREATE TABLE IF NOT EXISTS events (
     event         INTEGER PRIMARY KEY,
     t_wall        REAL NOT NULL,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import math
 import sqlite3
 import threading
 import time
@@ -40,8 +41,36 @@ class SnapshotRecord:
 _KEPT: list = []  # connections a forked child must never close
 
 
+@dataclass(frozen=True)
+class Thinning:
+    """How a long run keeps its storage bounded: every snapshot of the last
+    ``recent_s`` seconds is kept; older interval snapshots are thinned to
+    one per time bucket, the bucket ``base_width_s`` times 2**k wide where
+    their age is ``recent_s`` times 2**(k-1) to 2**k (so each doubling of
+    age keeps about ``recent_s / (2 * base_width_s)`` of them). Snapshots
+    taken for any other reason (first, exit, exception, oom, signal, api),
+    labelled ones and the peak so far are always kept. Applied after every
+    ``every`` snapshots, with a passive WAL checkpoint."""
+
+    recent_s: float = 600.0
+    base_width_s: float = 1.0
+    every: int = 100
+
+    def bucket(self, t_rel: float, age: float):
+        """(level, index) of a snapshot taken ``t_rel`` seconds into the
+        run, ``age`` seconds ago; None while it is recent."""
+        if age < self.recent_s:
+            return None
+        level = int(math.log2(age / self.recent_s)) + 1
+        return level, int(t_rel // (self.base_width_s * 2 ** level))
+
+
+# The WAL is truncated to this after each checkpoint that empties it.
+WAL_LIMIT_BYTES = 1 << 20
+
+
 class RunWriter:
-    def __init__(self, directory: Path, manifest: dict):
+    def __init__(self, directory: Path, manifest: dict, thinning: Thinning | None = Thinning()):
         self.directory = Path(directory)
         (self.directory / layout.SNAPSHOT_DIR).mkdir(parents=True, exist_ok=True)
         self.manifest = dict(manifest, schema_version=layout.SCHEMA_VERSION)
@@ -56,7 +85,13 @@ class RunWriter:
         # NORMAL: a committed transaction survives the process being killed
         # (not a power cut), without an fsync per snapshot.
         self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.execute(f"PRAGMA journal_size_limit={WAL_LIMIT_BYTES}")
         self._db.executescript(layout.SCHEMA)
+        self.thinning = thinning
+        self._since_upkeep = 0
+        self._peak: tuple[int, int] | None = None  # (live_bytes, snapshot)
+        self._t0: float | None = None  # t_mono of the first snapshot
+        self.thinned = 0  # snapshots thinned so far
         self._count = 0
         self._last_digest: bytes | None = None
         self._last_file: str | None = None
@@ -109,7 +144,74 @@ class RunWriter:
                 raise
             self._count = index
             self._last_digest, self._last_file = digest, name
+            if self._peak is None or rec.live_bytes > self._peak[0]:
+                self._peak = (rec.live_bytes, index)
+            if self._t0 is None:
+                self._t0 = rec.t_mono
+            self._since_upkeep += 1
+            if self.thinning is not None and self._since_upkeep >= self.thinning.every:
+                self._since_upkeep = 0
+                self._upkeep(rec.t_mono)
             return index
+
+    def _upkeep(self, now: float) -> None:
+        """Thin old interval snapshots, then checkpoint the WAL (passive:
+        never waits for a reader). A failure here costs only storage."""
+        try:
+            self._thin(now)
+        except (OSError, sqlite3.Error):
+            pass
+        try:
+            self._db.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        except sqlite3.Error:
+            pass
+
+    def _thin(self, now: float) -> None:
+        """Apply the thinning schedule: journal first (one transaction), then
+        remove the profile files no kept snapshot names. Killed in between,
+        a thinned snapshot's file is merely left behind."""
+        sched = self.thinning
+        db = self._db
+        rows = db.execute(
+            "SELECT snapshot, t_mono FROM snapshots WHERE trigger = 'interval' AND label IS NULL "
+            "AND t_mono < ? AND snapshot NOT IN (SELECT snapshot FROM thinned) ORDER BY t_mono, snapshot",
+            (now - sched.recent_s,),
+        ).fetchall()
+        peak = self._peak[1] if self._peak else None
+        seen, thin = set(), []
+        for snapshot, t_mono in rows:
+            key = sched.bucket(t_mono - self._t0, now - t_mono)
+            if key is None or snapshot == peak:
+                continue
+            if key in seen:
+                thin.append(snapshot)
+            else:
+                seen.add(key)  # the earliest in its bucket stays
+        if not thin:
+            return
+        db.execute("BEGIN")
+        try:
+            db.execute("CREATE TEMP TABLE IF NOT EXISTS thinning (snapshot INTEGER PRIMARY KEY)")
+            db.execute("DELETE FROM temp.thinning")
+            db.executemany("INSERT INTO temp.thinning VALUES (?)", [(s,) for s in thin])
+            db.execute("INSERT INTO thinned SELECT snapshot FROM temp.thinning")
+            db.execute("DELETE FROM executables WHERE snapshot IN (SELECT snapshot FROM temp.thinning)")
+            db.execute("DELETE FROM memory_stats WHERE snapshot IN (SELECT snapshot FROM temp.thinning)")
+            files = [f for (f,) in db.execute(
+                "SELECT DISTINCT file FROM snapshots WHERE snapshot IN (SELECT snapshot FROM temp.thinning) "
+                "AND file NOT IN (SELECT file FROM snapshots WHERE snapshot NOT IN "
+                "(SELECT snapshot FROM thinned))")]
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        self.thinned += len(thin)
+        for name in files:
+            if name != self._last_file and layout.is_snapshot_file(Path(name).name):
+                try:
+                    (self.directory / name).unlink()
+                except FileNotFoundError:
+                    pass
 
     def _insert(self, sql: str, rows) -> None:
         if self.closed:
