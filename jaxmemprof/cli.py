@@ -402,9 +402,11 @@ def _run_summary(tgt, directory):
 
 
 def _open_run(spec):
+    from jaxmemprof.errors import check_not_empty
     from jaxmemprof.store.reader import load_run
     from jaxmemprof.store.selectors import split_selector
 
+    check_not_empty(spec)
     path, sel = split_selector(spec)
     if sel is not None:
         raise InputError(spec, f"report and export --csv take a whole run, not one snapshot: give {path}")
@@ -506,7 +508,7 @@ def export(inputs, csv_dir, fmt, output, force, top, steps, library, user, all_f
     if fmt is None:
         raise click.UsageError("say what to write: --csv DIR, or --format pprof -o FILE")
     if fmt == "csv":
-        target = csv_dir or output
+        target = csv_dir if csv_dir is not None else output
         if target is None or len(inputs) != 1:
             raise click.UsageError("CSV export takes one RUN and --csv DIR")
         if target == "-":

@@ -15,3 +15,10 @@ class InputError(Exception):
 
     def __str__(self) -> str:
         return f"{self.source}: {self.problem}"
+
+
+def check_not_empty(path) -> None:
+    """An empty argument (often an unset shell variable) names no file; as
+    a path it would silently mean the current directory."""
+    if str(path) == "":
+        raise InputError("''", "an empty path (an unset variable?)")

@@ -24,7 +24,7 @@ import stat
 import tempfile
 from contextlib import contextmanager
 
-from jaxmemprof.errors import InputError
+from jaxmemprof.errors import InputError, check_not_empty
 
 _KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISSOCK, "a socket"), (stat.S_ISBLK, "a block device"),
           (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"))
@@ -41,6 +41,7 @@ def _problem(exc: OSError) -> str:
 def _target(path: str, force: bool, streams: bool) -> tuple[str, str]:
     """How ``path`` is written: ("new" | "replace" | "stream", the path to
     write). Raises InputError for what must not be touched."""
+    check_not_empty(path)
     try:
         st = os.stat(path)
     except FileNotFoundError:
@@ -158,6 +159,7 @@ def prepare_directory(directory: str, names, force: bool) -> str:
     missing, refused when it is not a directory or when one of the files
     exists (without --force, or when it is not a regular file)."""
     directory = str(directory)
+    check_not_empty(directory)
     if os.path.lexists(directory) and not os.path.isdir(directory):
         raise InputError(directory, "exists and is not a directory")
     try:

@@ -358,6 +358,14 @@ def test_export_csv_into_a_file_is_refused(tmp_path, peak_profile):
     (["show", RUN / "journal.sqlite"], RUN / "journal.sqlite", "not a pprof profile"),
     (["report", f"{RUN}@peak"], f"{RUN}@peak", "take a whole run"),
     (["export", f"{RUN}@peak", "--csv", "t"], f"{RUN}@peak", "take a whole run"),
+    # An empty argument (an unset variable) would otherwise mean the current directory.
+    (["show", ""], "''", "an empty path"),
+    (["report", ""], "''", "an empty path"),
+    (["diff", "", RUN], "''", "an empty path"),
+    (["export", "", "--csv", "t"], "''", "an empty path"),
+    (["show", RUN, "--csv", ""], "''", "an empty path"),
+    (["export", RUN, "--csv", ""], "''", "an empty path"),
+    (["export", f"{RUN}@peak", "--format", "pprof", "-o", ""], "''", "an empty path"),
 ])
 def test_wrong_input_is_a_one_line_error(tmp_path, args, source, problem):
     assert_one_line_error(run_cli(*args, cwd=tmp_path), source, problem)

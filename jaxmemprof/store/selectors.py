@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from jaxmemprof.errors import InputError
+from jaxmemprof.errors import InputError, check_not_empty
 
 
 @dataclass(frozen=True)
@@ -74,6 +74,7 @@ def resolve(spec: str, default: str = "peak") -> ProfileRef:
     """A profile file, ``RUN@SEL``, or a bare run directory (``default``)."""
     from jaxmemprof.store.reader import load_run
 
+    check_not_empty(spec)
     base, sel = split_selector(spec)
     path = Path(base)
     if sel is None and not path.is_dir():
