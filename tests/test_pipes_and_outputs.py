@@ -396,6 +396,16 @@ DAMAGE = {
                               "(SELECT array_id FROM arrays LIMIT 5)", (DEEP,))]),
     "jit-call-inputs": dict(sql=[("UPDATE jit_calls SET inputs = ?, outputs = ?", (DEEP, DEEP))]),
     "jit-function-params": dict(sql=[("UPDATE jit_functions SET params = ?, donate_argnums = ?", (DEEP, DEEP))]),
+    "jit-buffer-frames": dict(sql=[
+        ("CREATE TABLE IF NOT EXISTS jit_buffers (function_id INTEGER, name TEXT, bytes INTEGER, shape TEXT, "
+         "kind TEXT, op TEXT, frames TEXT, live_start INTEGER, live_end INTEGER, at_peak INTEGER)", ()),
+        ("INSERT INTO jit_buffers SELECT function_id, 'x', 1024, 'f32[256]', 'temporary', 'jit(f)/add', ?, 0, 1, 1 "
+         "FROM jit_functions", (DEEP,)),
+        ("CREATE TABLE IF NOT EXISTS jit_programs (function_id INTEGER, signature TEXT, module TEXT, "
+         "length INTEGER, peak_position INTEGER, peak_bytes INTEGER, argument_bytes INTEGER, "
+         "output_bytes INTEGER, alias_bytes INTEGER, temp_bytes INTEGER, dump_s REAL)", ()),
+        ("INSERT INTO jit_programs SELECT function_id, '', 'jit_f', 2, 1, 1024, 0, 0, 0, 1024, 0.1 "
+         "FROM jit_functions", ())]),
 }
 
 

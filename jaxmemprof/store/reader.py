@@ -80,6 +80,7 @@ _JSON_COLUMNS = {
     "jit_functions": ("params", "donate_argnums", "donate_argnames", "static_argnums", "static_argnames",
                       "wrapper_options"),
     "jit_calls": ("inputs", "outputs", "inputs_alive"),
+    "jit_buffers": ("frames",),
 }
 _MAX_JSON_DEPTH = 64
 # A manifest is a few KiB; one far larger is not ours.
