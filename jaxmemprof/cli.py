@@ -46,10 +46,12 @@ def _profile_options(f):
                      help=f"Show the first N groups (0: all). Default: {DEFAULT_TERMINAL_TOP} in the "
                           "terminal, all in CSV and JSON."),
         click.option("--csv", "csv_path", metavar="PATH|-", default=None,
-                     help="Write the rows as CSV to PATH, or to stdout with '-'."),
+                     help="Write the rows as CSV to PATH, or to stdout with '-'. A FIFO or a device "
+                          "(/dev/stdout) is written into."),
         click.option("--json", "as_json", is_flag=True,
                      help="Write the rows and totals as JSON to stdout."),
-        click.option("--force", is_flag=True, help="Overwrite an existing --csv file."),
+        click.option("--force", is_flag=True,
+                     help="Overwrite an existing --csv file (only a regular file, or a link to one)."),
         click.option("--lib", "library", multiple=True, metavar="PATTERN",
                      help="Treat matching paths as library code too (repeatable). A pattern with "
                           "*?[ is a glob on the whole path; otherwise it matches any path containing it."),
@@ -478,8 +480,9 @@ def report(run_dir, top, steps, device_memory, as_json, library, user, all_frame
 @click.option("--format", "fmt", type=click.Choice(["csv", "pprof"]), default=None,
               help="csv: the run's tables (into -o DIR); pprof: one snapshot, or the diff of two, "
                    "with your code's stacks (into -o FILE).")
-@click.option("-o", "--output", metavar="PATH", default=None, help="Where --format writes.")
-@click.option("--force", is_flag=True, help="Overwrite existing files.")
+@click.option("-o", "--output", metavar="PATH", default=None,
+              help="Where --format writes ('-': pprof to stdout).")
+@click.option("--force", is_flag=True, help="Overwrite existing files (only regular files).")
 @click.option("--top", type=click.IntRange(min=1), default=20, show_default=True, metavar="N",
               help="Sites with their own series in sites.csv (the rest are 'other').")
 @click.option("--steps", type=click.IntRange(min=1), default=1000, show_default=True, metavar="N",

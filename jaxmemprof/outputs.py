@@ -116,7 +116,9 @@ def open_output(path: str, force: bool, *, binary: bool = False, strict: bool = 
         if how == "stream":
             raw = _open_stream(path)
         else:
-            fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(real)}.", suffix=".tmp",
+            # The temporary name is kept short: a legitimate 255-byte name plus a
+            # prefix and suffix would be too long for the file system.
+            fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(real)[:64]}.", suffix=".tmp",
                                        dir=os.path.dirname(real) or ".")
             raw = os.fdopen(fd, "wb")
     except OSError as exc:

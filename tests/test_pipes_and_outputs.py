@@ -289,6 +289,15 @@ def test_a_replaced_file_keeps_its_mode_and_leaves_no_temporary(tmp_path, peak_p
     assert sorted(p.name for p in tmp_path.iterdir()) == ["sites.csv"]
 
 
+@pytest.mark.parametrize("command", OUTPUT_COMMANDS)
+def test_a_name_as_long_as_the_file_system_allows_is_written(tmp_path, peak_profile, command):
+    """255 bytes is a legitimate name: its temporary name must not be longer."""
+    out = tmp_path / ("x" * 251 + ".out")
+    run_cli(*output_args(command, out, peak_profile), cwd=tmp_path, check=0)
+    assert out.stat().st_size > 0
+    assert [p.name for p in tmp_path.iterdir()] == [out.name]
+
+
 def test_export_csv_to_stdout_is_refused(tmp_path):
     """`export --csv -` would make a directory named '-': it is refused."""
     proc = run_cli("export", RUN, "--csv", "-", cwd=tmp_path)
