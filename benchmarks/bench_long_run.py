@@ -1,0 +1,166 @@
+"""What a day-long `jaxmemprof run` stores, with the thinning schedule.
+
+    python benchmarks/bench_long_run.py [--hours 24] [--no-thinning] [--report] [--out DIR]
+
+1. Records a corpus once: ``sample_runs/train_mlp.py --steps 3000 --batch
+   256`` under ``jaxmemprof run -q`` at default settings (``--interval 0.5``),
+   in ``benchmarks/data/long_run_corpus`` (kept; ``--rerecord`` to redo).
+2. Replays its steady snapshots (its interval snapshots after the first
+   five) cyclically through the run writer on a simulated clock, one every
+   0.5 s, for ``--hours``: the real profile bytes, array births and ends
+   (new array ids each cycle), executables and memory_stats rows, as the
+   sampler would commit them. The script's markers (``mark()`` once a step,
+   the user's own rows) are left out; their size per marker is printed.
+3. Every simulated hour: snapshots, files in the run directory, its size,
+   the journal and its WAL, snapshots thinned, wall time so far.
+4. With ``--report``: ``jaxmemprof report RUN`` on the result, as a whole
+   process (wall time and peak RSS of the child).
+
+Targets (issue 12): 24 hours at default settings under 200 MB and 20,000 files.
+
+Figures (2026-12-01, 2 shared cores, commit 7fef816; corpus: 2.3 KiB
+profiles, 13 new arrays and 13 executable rows per snapshot):
+
+    without thinning, 2 h:  14,402 files, 61.5 MB (journal 28.0 MB): 24 h would be ~172,800 files, ~740 MB
+    with thinning, 24 h:     3,342 files, 285.8 MB (journal 278.0 MB; WAL at most 2.4 MB); 113 s to simulate
+    report on that run:      exit 0, 48.6 s, peak RSS 3.1 GiB (172,800 snapshot rows, 2.25 M arrays)
+
+Files are well within the target; bytes are not: the journal's arrays
+(214 MB) and array_ends (49 MB) tables, every birth and end of 2.25 M
+arrays (the step's new parameters and momentum, 13 per snapshot), are 92%
+of it. Each arrays row repeats its shape, dtype, shard sizes, devices and
+sharding as text (~95 B a row); a table of those kinds, referenced by id,
+would bring the day to about 150 MB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import shutil
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+from jaxmemprof.store import layout  # noqa: E402
+from jaxmemprof.store.writer import RunWriter, SnapshotRecord, Thinning  # noqa: E402
+
+DATA = HERE / "data"
+INTERVAL = 0.5
+
+
+def record_corpus(path: Path, rerecord: bool) -> Path:
+    if path.is_dir() and not rerecord:
+        return path
+    shutil.rmtree(path, ignore_errors=True)
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    subprocess.run([sys.executable, "-m", "jaxmemprof", "run", "-q", "-o", str(path),
+                    str(HERE.parent / "sample_runs" / "train_mlp.py"), "--steps", "3000", "--batch", "256"],
+                   check=True, env=env, stdout=subprocess.DEVNULL)
+    return path
+
+
+def load_corpus(path: Path):
+    """Per steady snapshot: (profile bytes, live_bytes, buffers, arrays,
+    new array rows, ended array ids, executables, memory_stats); and the stacks."""
+    con = sqlite3.connect(path / layout.JOURNAL)
+    snaps = con.execute("SELECT snapshot, file, live_bytes, buffers, arrays FROM snapshots "
+                        "WHERE trigger = 'interval' ORDER BY snapshot").fetchall()[5:]
+    out = []
+    for snapshot, file, live, buffers, arrays in snaps:
+        rows = con.execute("SELECT array_id, py_id, shape, dtype, nbytes, shard_bytes, devices, addresses, "
+                           "sharding, memory_kind, stack_id FROM arrays WHERE first_snapshot = ?",
+                           (snapshot,)).fetchall()
+        ends = [a for (a,) in con.execute("SELECT array_id FROM array_ends WHERE end_snapshot = ?", (snapshot,))]
+        exe = con.execute("SELECT stack_id, name, count, code_bytes FROM executables WHERE snapshot = ?",
+                          (snapshot,)).fetchall()
+        stats = con.execute("SELECT device, key, value FROM memory_stats WHERE snapshot = ?", (snapshot,)).fetchall()
+        out.append(((path / file).read_bytes(), live, buffers, arrays, rows, ends, exe, stats))
+    stacks = con.execute("SELECT stack_id, frames FROM stacks").fetchall()
+    markers = con.execute("SELECT count(*) FROM markers").fetchone()[0]
+    con.close()
+    return out, stacks, markers
+
+
+def dir_facts(path: Path) -> tuple[int, int]:
+    files = size = 0
+    for root, _, names in os.walk(path):
+        for n in names:
+            files += 1
+            size += os.path.getsize(os.path.join(root, n))
+    return files, size
+
+
+def simulate(out: Path, corpus, stacks, hours: float, thinning: Thinning | None) -> None:
+    shutil.rmtree(out, ignore_errors=True)
+    w = RunWriter(out, {"jaxmemprof_version": "bench", "argv": ["train_mlp.py"], "start_epoch": 0.0,
+                        "command": ["bench_long_run"]}, thinning=thinning)
+    n = int(hours * 3600 / INTERVAL)
+    id_map: dict = {}  # corpus array id -> id in this run (per cycle)
+    next_id = 1
+    t0 = time.perf_counter()
+    print(f"{'hour':>5} {'snapshots':>9} {'thinned':>8} {'files':>6} {'dir MB':>7} {'journal MB':>10} "
+          f"{'wal MB':>6} {'wall s':>7}")
+    for i in range(1, n + 1):
+        prof, live, buffers, arrays, rows, ends, exe, stats = corpus[(i - 1) % len(corpus)]
+        new = []
+        for r in rows:
+            id_map[r[0]] = next_id
+            new.append((next_id, *r[1:]))
+            next_id += 1
+        ended = [(id_map.pop(a), i - 1, "freed") for a in ends if a in id_map]
+        w.add_snapshot(SnapshotRecord(
+            t_wall=i * INTERVAL, t_mono=i * INTERVAL, trigger="interval", label=None, profile=prof,
+            live_bytes=live, buffers=buffers, arrays=arrays, new_stacks=stacks if i == 1 else [],
+            new_arrays=new, ended_arrays=ended, executables=exe, memory_stats=stats,
+        ))
+        if i % int(3600 / INTERVAL) == 0 or i == n:
+            files, size = dir_facts(out)
+            journal = os.path.getsize(out / layout.JOURNAL)
+            wal = out / (layout.JOURNAL + "-wal")
+            wal_size = os.path.getsize(wal) if wal.exists() else 0
+            print(f"{i * INTERVAL / 3600:5.1f} {i:9d} {w.thinned:8d} {files:6d} {size / 1e6:7.1f} "
+                  f"{journal / 1e6:10.1f} {wal_size / 1e6:6.2f} {time.perf_counter() - t0:7.1f}", flush=True)
+    w.finish(end_time="bench", exit_status=0, ended_by="exit", duration_s=n * INTERVAL)
+    files, size = dir_facts(out)
+    print(f"finished: {files} files, {size / 1e6:.1f} MB (journal {os.path.getsize(out / layout.JOURNAL) / 1e6:.1f} MB)")
+
+
+def time_report(run: Path) -> None:
+    launcher = ("import resource, subprocess, sys, time; t = time.perf_counter(); "
+                "p = subprocess.run([sys.executable, '-m', 'jaxmemprof', 'report', sys.argv[1]], "
+                "stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True); "
+                "print(p.returncode, round(time.perf_counter() - t, 1), "
+                "resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024, repr(p.stderr[-300:]))")
+    proc = subprocess.run([sys.executable, "-c", launcher, str(run)], capture_output=True, text=True)
+    status, wall, rss, err = proc.stdout.split(" ", 3)
+    print(f"report: exit {status}, {wall} s, peak RSS {rss} MiB; stderr tail {err.strip()}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--hours", type=float, default=24.0)
+    ap.add_argument("--no-thinning", action="store_true")
+    ap.add_argument("--report", action="store_true")
+    ap.add_argument("--rerecord", action="store_true")
+    ap.add_argument("--out", type=Path, default=DATA / "long_run")
+    args = ap.parse_args()
+    corpus, stacks, markers = load_corpus(record_corpus(DATA / "long_run_corpus", args.rerecord))
+    per = sum(len(p) for p, *_ in corpus) / len(corpus)
+    print(f"corpus: {len(corpus)} steady snapshots, {per / 1024:.1f} KiB profile each, "
+          f"{sum(len(c[4]) for c in corpus) / len(corpus):.1f} new arrays and "
+          f"{sum(len(c[6]) for c in corpus) / len(corpus):.1f} executable rows per snapshot "
+          f"({markers} markers left out)")
+    simulate(args.out, corpus, stacks, args.hours, None if args.no_thinning else Thinning())
+    if args.report:
+        time_report(args.out)
+
+
+if __name__ == "__main__":
+    main()
