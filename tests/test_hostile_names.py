@@ -424,3 +424,28 @@ def test_a_path_that_is_not_utf8_is_shown_as_its_bytes(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert_terminal_safe(proc.stdout)
     assert b"\\x9b31m\\xff.prof: space/bytes by site" in proc.stdout
+
+
+def test_report_shows_labels_and_manifest_fields_as_data(tmp_path):
+    """A snapshot label with rich markup ([link=...] would become an OSC 8
+    hyperlink on a terminal) and manifest fields with escapes are shown as
+    they are, escaped: never read as markup, never raw."""
+    run = tmp_path / "run"
+    shutil.copytree(RUN, run)
+    manifest = json.loads((run / "manifest.json").read_text())
+    manifest.update(backend="\x1b]0;title\x07cpu", ended_by="exit\x1b[2J")
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    label = "[link=http://evil.example/]click[/link][bold]\x1b[31m"
+    import sqlite3
+
+    con = sqlite3.connect(run / "journal.sqlite")
+    with con:
+        con.execute("UPDATE snapshots SET label = ? WHERE live_bytes = (SELECT max(live_bytes) FROM snapshots)",
+                    (label,))
+    con.close()
+    proc = run_cli_bytes("report", run, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr.decode(errors="replace")
+    assert_terminal_safe(proc.stdout)
+    out = proc.stdout.decode()
+    assert "[link=http://evil.example/]click[/link][bold]\\x1b[31m" in out
+    assert "backend \\x1b]0;title\\x07cpu" in out and "ended by exit\\x1b[2J" in out

@@ -59,8 +59,8 @@ def render_report(rep: Report, con: Console, *, top: int) -> None:
     _heading(con, "Summary")
     lines = [
         f"command: {safe(s['command']) or '-'}",
-        f"ran {_seconds(s['duration_s'])}, ended by {s['ended_by'] or '?'} (exit status {s['exit_status']}); "
-        f"backend {s['backend'] or '?'}, {s['devices']} device(s)",
+        f"ran {_seconds(s['duration_s'])}, ended by {safe(s['ended_by'] or '?')} (exit status {s['exit_status']}); "
+        f"backend {safe(s['backend'] or '?')}, {s['devices']} device(s)",
         f"{s['snapshots']} snapshots, {s['markers']} markers, {s['arrays_seen']} arrays seen; "
         f"sampling took {s['sampling_cpu_s']:.2f} s of CPU",
     ]
@@ -105,7 +105,9 @@ def _render_timeline(rep: Report, con: Console) -> None:
         ["in use", "unattributed"] if totals["bytes_in_use"].notna().any() else []))
     picks = _sample_rows(totals, tl.peak_snapshot, 12)
     for _, r in totals.loc[picks].iterrows():
-        cells = [str(r["snapshot"]), f"{r['t']:.2f}", safe(r["trigger"]) + (f" ({safe(r['label'])})" if isinstance(r["label"], str) else ""),
+        # Text, not str: rich would read a label's [brackets] as markup (a [link=...] emits an escape).
+        cells = [str(r["snapshot"]), f"{r['t']:.2f}",
+                 Text(safe(r["trigger"]) + (f" ({safe(r['label'])})" if isinstance(r["label"], str) else "")),
                  format_bytes(r["live_bytes"]), str(r["arrays"]), str(r["markers_seen"])]
         if totals["bytes_in_use"].notna().any():
             cells += [_maybe_bytes(r["bytes_in_use"]), _maybe_bytes(r["unattributed_bytes"])]
@@ -143,7 +145,7 @@ def _render_jit(rep: Report, con: Console, top: int) -> None:
         calls = "-" if pd.isna(r["calls"]) else ("" if r["calls_complete"] else "≥") + str(r["calls"])
         t.add_row(calls, "-" if pd.isna(r["compiles"]) else str(r["compiles"]),
                   format_bytes(r["argument_bytes"]), format_bytes(r["output_bytes"]), format_bytes(r["alias_bytes"]),
-                  format_bytes(r["temp_bytes"]), format_bytes(r["call_peak_bytes"]), safe(r["donated"]) or "-",
+                  format_bytes(r["temp_bytes"]), format_bytes(r["call_peak_bytes"]), Text(safe(r["donated"]) or "-"),
                   Text(safe(r["function"])), Text(safe(r["jitted_at"])))
     con.print(t)
     con.print(Text("call peak = arguments + outputs - aliased (donation that took effect) + temporaries + code; "

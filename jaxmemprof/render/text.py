@@ -141,7 +141,7 @@ def render_run_summary(ov, con: Console, *, target: str, run_dir: str, warnings:
     took = f"{ov.duration_s:.1f} s" if ov.duration_s is not None else "?"
     share = f" (sampling: {100 * ov.sampling_s / ov.duration_s:.1f}% CPU)" if ov.duration_s else ""
     con.print(Text(f"jaxmemprof: {safe(target)} ran {took}, exit status {ov.exit_status}"
-                   f" ({ov.ended_by}); {ov.snapshots} snapshots{share}"))
+                   f" ({safe(ov.ended_by)}); {ov.snapshots} snapshots{share}"))
     if ov.stretched is not None:
         interval, gap, budget = ov.stretched
         con.print(Text(
