@@ -45,7 +45,8 @@ def test_default_names_started_in_the_same_second_never_collide(tmp_path):
 
 
 def test_two_runs_into_one_directory_at_once(tmp_path):
-    script = write_script(tmp_path, "both.py", "import time\nprint('ran', flush=True)\ntime.sleep(1)\n")
+    # Long enough that both have started before either ends, on a busy machine too.
+    script = write_script(tmp_path, "both.py", "import time\nprint('ran', flush=True)\ntime.sleep(4)\n")
     for force in ((), ("--force",)):
         out = tmp_path / f"shared{len(force)}"
         procs = [_popen_run(tmp_path, script, "-o", out, *force) for _ in range(2)]
@@ -61,14 +62,24 @@ def test_two_runs_into_one_directory_at_once(tmp_path):
 
 
 def test_a_directory_being_recorded_is_refused_even_with_force(tmp_path):
-    script = write_script(tmp_path, "long.py", "import time\nprint('ready', flush=True)\ntime.sleep(3)\n")
-    first = _popen_run(tmp_path, script, "-o", tmp_path / "busy")
+    script = write_script(tmp_path, "long.py", """
+        import os, sys, time
+        print("ready", flush=True)
+        t0 = time.time()
+        while not os.path.exists(sys.argv[1]) and time.time() - t0 < 60:
+            time.sleep(0.02)
+    """)
+    release = tmp_path / "release"
+    first = subprocess.Popen([sys.executable, "-m", "jaxmemprof", "run", "-q", "-o", str(tmp_path / "busy"),
+                              str(script), str(release)], cwd=tmp_path, env=cpu_env(), stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
     try:
         assert first.stdout.readline() == "ready\n"
-        proc = run_cli("run", "-o", tmp_path / "busy", "--force", script, cwd=tmp_path, check=2)
+        proc = run_cli("run", "-o", tmp_path / "busy", "--force", script, release, cwd=tmp_path, check=2)
         _one_error_line(proc, "another jaxmemprof run is recording into it")
         assert proc.stdout == ""
     finally:
+        release.write_text("")
         first.communicate(timeout=120)
     assert first.returncode == 0 and load_run(tmp_path / "busy").finished
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
 import os
 import platform
@@ -113,10 +114,13 @@ def _lock(path: Path) -> None:
             raise InputError(str(path), f"cannot write to the run directory: {exc.strerror or exc}") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(fd)
-            raise InputError(str(path), "another jaxmemprof run is recording into it; choose another --output") \
-                from None
+        except OSError as exc:
+            if exc.errno in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                os.close(fd)
+                raise InputError(str(path), "another jaxmemprof run is recording into it; "
+                                            "choose another --output") from None
+            # A file system without locks (some network ones): recorded
+            # unlocked, as before locks existed.
         try:
             same = os.path.samestat(os.fstat(fd), os.stat(lock_path))
         except OSError:
