@@ -9,6 +9,7 @@ usable is left.
 from __future__ import annotations
 
 import json
+import os
 import re
 import sqlite3
 from dataclasses import dataclass, field
@@ -56,11 +57,12 @@ _TABLES = {
                      ("function_id", "peak_bytes")),
     "jit_buffers": (("function_id", "bytes", "live_start", "live_end", "at_peak"),
                     ("name", "shape", "kind", "op", "frames"), ("function_id", "bytes")),
-    "jit_counts": (("function_id", "calls", "compiles", "calls_complete", "traced"), (), ("function_id",)),
+    "jit_counts": (("function_id", "calls", "compiles", "calls_complete", "traced", "backend_compiles"), (),
+                   ("function_id",)),
 }
 # Columns whose absence means "not known" rather than 0, and the columns of seconds.
 _MAY_BE_MISSING = {"end_snapshot", "after_snapshot", "stack_id", "snapshot", "peak_bytes", "call_index",
-                   "calls_complete", "traced"}
+                   "calls_complete", "traced", "backend_compiles"}
 _FLOAT_COLUMNS = {"t_wall", "t_mono", "cost_s", "wall_s", "dump_s"}
 # Tables that runs recorded by earlier versions lack.
 _ADDED_TABLES = {"jit_programs", "jit_buffers"}
@@ -254,7 +256,7 @@ def _empty(columns) -> pd.DataFrame:
 
 
 def _connect(db_path: Path) -> sqlite3.Connection:
-    uri = db_path.resolve().as_uri()
+    uri = _real(db_path).as_uri()
     try:
         con = sqlite3.connect(f"{uri}?mode=ro", uri=True)
         con.execute("SELECT count(*) FROM sqlite_master").fetchone()
@@ -356,14 +358,21 @@ def _load_journal_run(path: Path) -> Run:
     )
 
 
+def _real(path: Path) -> Path:
+    """The path with its links resolved. Not Path.resolve(): it raises
+    RuntimeError on a symlink loop (Python < 3.13), which a damaged or
+    hostile run directory may hold; a loop then simply names no file."""
+    return Path(os.path.realpath(path))
+
+
 def _check_snapshot_files(path: Path, snaps: pd.DataFrame, warnings: list) -> pd.DataFrame:
-    snap_root = (path / layout.SNAPSHOT_DIR).resolve()
+    snap_root = _real(path / layout.SNAPSHOT_DIR)
 
     def usable(name) -> bool:
         # Only regular files inside RUN/snapshots/: the journal could name any
         # path, or none that the OS accepts (a NUL byte in it).
         try:
-            p = (path / str(name)).resolve()
+            p = _real(path / str(name))
             return p.parent == snap_root and p.is_file()
         except (ValueError, OSError):
             return False
