@@ -60,8 +60,10 @@ RECOMPILE_COLUMNS = [
     "first_code_bytes", "last_code_bytes", "new_after_setup", "suspect",
 ]
 REJIT_COLUMNS = ["site", "file", "line", "function", "name", "functions", "after_setup", "suspect"]
-# Without markers, the first tenth of the snapshots' time span counts as the setup.
+# Without markers or jit probe data, the first tenth of the snapshots' time span counts as the setup.
 SETUP_SHARE = 0.1
+# A recompilation suspect's new executables come over at least this share of the time after the setup.
+SPREAD_SHARE = 0.25
 
 
 # -- statistics --------------------------------------------------------------------
@@ -261,10 +263,20 @@ def leaks(run, attribution: Attribution = Attribution(), *, steps: int = 1000, m
 
 def setup_end(run) -> float:
     """When the program's setup ends (``t_wall``): at the first marker (a
-    step), or else after the first tenth of the snapshots' time span."""
+    step); else when the jitted function called most (the training step,
+    from the jit probe) was first compiled; else after the first tenth of the
+    snapshots' time span."""
     m = run.markers
     if m is not None and not m.empty:
         return float(m["t_wall"].min())
+    counts, compiles = run.jit.get("counts"), run.jit.get("compiles")
+    if counts is not None and not counts.empty and compiles is not None and not compiles.empty:
+        busiest = counts.sort_values("calls", ascending=False, kind="stable")
+        busiest = busiest[busiest["calls"] > 1]
+        if not busiest.empty:
+            first = compiles.loc[compiles["function_id"] == busiest["function_id"].iloc[0], "t_wall"]
+            if not first.empty:
+                return float(first.min())
     t = run.snapshots["t_wall"].to_numpy(dtype=float)
     return float(t.min() + SETUP_SHARE * np.ptp(t)) if len(t) else 0.0
 
@@ -273,7 +285,8 @@ def recompiles(run, attribution: Attribution = Attribution(), *, min_executables
     """Executables (per site and HLO module name) whose number or code size
     grew over the run. A site is a ``suspect`` when it compiled
     ``min_executables`` or more and new ones kept coming after the setup
-    (``setup_end``) in two snapshots or more: one executable per shape
+    (``setup_end``): in two snapshots or more, spread over a quarter of the
+    time after the setup at least (not one burst). One executable per shape
     compiled once each while the program sets up (an optimizer's init, eager
     calls on each parameter) is not a recompilation problem. Columns:
 
@@ -343,7 +356,9 @@ def recompiles(run, attribution: Attribution = Attribution(), *, min_executables
     ordered = snaps.sort_values("snapshot")
     began = pd.Series(ordered["t_wall"].shift(1).fillna(-np.inf).to_numpy(), index=ordered["snapshot"])
     late = rows["snapshot"].map(began).to_numpy(dtype=float) >= setup_end(run)
-    rows = rows.assign(new=np.where(late, rise, 0), late_rise=late & (rise > 0))
+    t_rows = rows["snapshot"].map(snaps.set_index("snapshot")["t_wall"]).to_numpy(dtype=float)
+    rows = rows.assign(new=np.where(late, rise, 0), late_rise=late & (rise > 0),
+                       late_t=np.where(late & (rise > 0), t_rows, np.nan))
     not_exit = snaps.loc[snaps["trigger"] != "exit", "snapshot"]
     last_snap = int(not_exit.max()) if len(not_exit) else int(snaps["snapshot"].max())
     g = rows.groupby(["site", "name"], sort=True)
@@ -356,6 +371,7 @@ def recompiles(run, attribution: Attribution = Attribution(), *, min_executables
         "max_code_bytes": g["code_bytes"].max(),
         "new_after_setup": g["new"].sum(),
         "late_rises": g["late_rise"].sum(),
+        "late_span": g["late_t"].max() - g["late_t"].min(),
     })
     at_last = rows[rows["snapshot"] == last_snap].set_index(["site", "name"])
     out["last_count"] = at_last["count"].reindex(out.index).fillna(0).astype(np.int64)
@@ -364,7 +380,11 @@ def recompiles(run, attribution: Attribution = Attribution(), *, min_executables
     out = out.reset_index()
     named = out["name"] != ""
     grew = out["max_count"] > out["first_count"]
-    out["suspect"] = (out["max_count"] >= min_executables) & (named | grew) & (out["late_rises"] >= 2)
+    # New ones kept coming: over a quarter of the time after the setup at
+    # least, not in one burst (an evaluation or a summary once, at the end).
+    after = max(float(snaps["t_wall"].max()) - setup_end(run), 1e-9)
+    spread = out["late_span"].fillna(0).to_numpy(dtype=float) >= SPREAD_SHARE * after
+    out["suspect"] = (out["max_count"] >= min_executables) & (named | grew) & (out["late_rises"] >= 2) & spread
     keep = out["suspect"] | grew | (out["last_count"] > out["first_count"]) | (
         out["max_code_bytes"] > out["first_code_bytes"])
     out = out[keep]
@@ -385,7 +405,9 @@ def rejits(run, attribution: Attribution = Attribution(), *, min_functions: int 
     with it, so the executables loaded need not grow. Per line and function
     name: ``functions`` jitted there, ``after_setup`` of them after the setup
     (``setup_end``); ``suspect`` from ``min_functions``, two of them or more
-    after the setup. Suspects first, then by ``functions``."""
+    after the setup, and (where the run counted them) as many XLA compiles:
+    JAX reuses the compile of the same Python function jitted again.
+    Suspects first, then by ``functions``."""
     dtypes = {"line": np.int64, "functions": np.int64, "after_setup": np.int64, "suspect": bool}
     f = run.jit.get("functions")
     if f is None or f.empty:
@@ -394,11 +416,19 @@ def rejits(run, attribution: Attribution = Attribution(), *, min_functions: int 
     if f.empty:
         return _empty(REJIT_COLUMNS, dtypes)
     late = f["t_wall"].to_numpy(dtype=float) > setup_end(run)
-    g = f.assign(late=late).groupby(["jit_file", "jit_line", "jit_function", "name"], sort=True)
+    counts = run.jit.get("counts")
+    compiled = np.nan
+    if counts is not None and not counts.empty and "backend_compiles" in counts:
+        compiled = f["function_id"].map(counts.set_index("function_id")["backend_compiles"]).astype(float)
+    g = f.assign(late=late, compiled=compiled).groupby(["jit_file", "jit_line", "jit_function", "name"], sort=True)
     out = g.agg(functions=("function_id", "size"), after_setup=("late", "sum"),
-                wrapper=("wrapper", "first")).reset_index()
+                compiled=("compiled", lambda c: c.sum() if c.notna().any() else np.nan)).reset_index()
     out = out[out["functions"] > 1]
-    out["suspect"] = (out["functions"] >= min_functions) & (out["after_setup"] >= 2)
+    # JAX reuses what it compiled for the same Python function jitted again:
+    # only XLA compiles that kept coming (JAX's compile events, where the run
+    # has them) make it a suspect.
+    really = out["compiled"].isna() | (out["compiled"] >= min_functions)
+    out["suspect"] = (out["functions"] >= min_functions) & (out["after_setup"] >= 2) & really
     out["file"] = out["jit_file"].map(attribution.display_path)
     out["site"] = out["file"] + ":" + out["jit_line"].astype(str) + " (" + out["jit_function"].astype(str) + ")"
     out = out.rename(columns={"jit_line": "line", "jit_function": "function"})
@@ -455,7 +485,11 @@ def leak_findings(leaks_df: pd.DataFrame, recompiles_df: pd.DataFrame,
         )
         out.append(Finding(rule="leak", severity=severity, site=str(r.site), message=message,
                            evidence=evidence, saving_bytes=growth, fix=fix))
+    suspects = rejits_df[rejits_df["suspect"]] if rejits_df is not None and len(rejits_df) else ()
+    rejit_sites = set(suspects["site"]) if len(suspects) else set()
     for r in recompiles_df[recompiles_df["suspect"]].itertuples(index=False) if len(recompiles_df) else ():
+        if r.site in rejit_sites:
+            continue  # the same line jits a new function each time: said below, with its cause
         what = r.name or "executables"
         count = int(r.max_count)
         code = int(r.last_code_bytes) or int(r.first_code_bytes)
@@ -473,7 +507,6 @@ def leak_findings(leaks_df: pd.DataFrame, recompiles_df: pd.DataFrame,
         )
         out.append(Finding(rule="recompile", severity="medium" if count >= 10 else "low", site=str(r.site),
                            message=message, evidence=evidence, saving_bytes=saving, fix=fix))
-    suspects = rejits_df[rejits_df["suspect"]] if rejits_df is not None and len(rejits_df) else ()
     for r in suspects.itertuples(index=False) if len(suspects) else ():
         count = int(r.functions)
         out.append(Finding(

@@ -24,6 +24,7 @@ imports jax: the probe is installed when the program imports it.
 
 from __future__ import annotations
 
+import dis
 import functools
 import importlib.abc
 import importlib.machinery
@@ -159,7 +160,7 @@ class _Site:
 class _FunctionState:
     __slots__ = ("function_id", "calls", "traced", "samples", "pending", "compiles", "analyse_next", "hunt",
                  "signatures", "param_names", "donate_argnums", "donate_argnames", "arguments", "by_signature",
-                 "cache", "quiet", "off", "errors", "proxy", "counted_all", "largest", "user")
+                 "cache", "quiet", "off", "errors", "proxy", "counted_all", "largest", "user", "backend_compiles")
 
     def __init__(self, function_id, param_names, donate_argnums, donate_argnames, arguments, by_signature):
         self.function_id = function_id
@@ -186,6 +187,7 @@ class _FunctionState:
         self.counted_all = True  # every call counted (False once it went quiet)
         self.largest = None  # (call peak, signature, its lowering) of the largest signature, until dumped
         self.user = True  # the function is the user's (not a library's own jitted helper)
+        self.backend_compiles = 0  # XLA compiles during its observed calls
 
 
 class JitProbe:
@@ -220,6 +222,7 @@ class JitProbe:
         self._lock = threading.Lock()
         self._states: list[_FunctionState] = []
         self._errors_seen: set = set()
+        self._calling = threading.local()  # .state: the function whose call this thread is in
 
     # -- installing ----------------------------------------------------------------
 
@@ -426,11 +429,18 @@ class JitProbe:
             else:
                 state.analyse_next, state.hunt = False, 0
                 self._guard(state, self._memory_analysis, real, state, args, kwargs)
-        sample = state.calls > 1 and state.samples < self.max_samples and (
-            state.samples < self.sample_first or state.calls % self.sample_every == 0)
+        # The first calls (the first included: its inputs are often what the
+        # program set up, and may be kept), then one in sample_every.
+        sample = state.samples < self.max_samples and (
+            state.calls <= self.sample_first + 1 or state.calls % self.sample_every == 0)
         before = _cache_size(real)
         inputs = self._guard(state, self._describe_inputs, state, args, kwargs) if sample else None
-        out = real(*args, **kwargs)
+        calling = self._calling
+        outer, calling.state = getattr(calling, "state", None), state
+        try:
+            out = real(*args, **kwargs)
+        finally:
+            calling.state = outer
         if not state.by_signature:
             state.cache = _cache_size(real)
             if state.cache > before:
@@ -461,12 +471,14 @@ class JitProbe:
         tu = self._jax.tree_util
         leaves, refs = [], []
         deaths: dict[int, tuple] = {}
+        first: dict[int, int] = {}  # id of an array -> its first leaf: one array passed twice cannot be donated twice
         for position, name, keyword, donated, value in state.arguments(state, args, kwargs):
             for path, leaf in tu.tree_flatten_with_path(value)[0]:
                 if not self._is_array(leaf):
                     continue
                 d = _leaf(leaf, tu.keystr(path))
-                d.update(arg=position, name=name, kw=keyword, donated=bool(donated))
+                d.update(arg=position, name=name, kw=keyword, donated=bool(donated),
+                         same_as=first.setdefault(id(leaf), len(leaves)))
                 leaves.append(d)
                 try:
                     refs.append(weakref.ref(leaf, _on_death(len(refs), deaths)))
@@ -493,18 +505,18 @@ class JitProbe:
             json.dumps(leaves), json.dumps(outputs),
         ))
         state.samples += 1
-        where = (frame.f_code, frame.f_lineno) if frame is not None else None
-        state.pending = (call_id, refs, deaths, where)
+        state.pending = (call_id, refs, deaths, _windows(frame))
 
     def _check_liveness(self, state):
         """What became of the last sampled call's input leaves by the time the
         function was called again (or the run ended): ``held`` (still
-        referenced), ``dropped`` (freed by the very statement that made the
-        call, as in ``state = step(state)``, or by the library wrapper that
-        made it, as nnx.jit replacing a module's state: nothing can have used
-        it after the call), ``dropped-later`` (freed by a later statement,
-        which may have used it), ``deleted`` (donated) or ``unknown``."""
-        call_id, refs, deaths, where = state.pending
+        referenced), ``dropped`` (freed during the call, as nnx.jit does when
+        it replaces a module's state, or after it before anything else ran:
+        only loads and stores, as in ``state = step(state)``, or the caller's
+        ``return step(state)``, so nothing can have used it after the call),
+        ``dropped-later`` (freed once other code had run, which may have used
+        it), ``deleted`` (donated) or ``unknown``."""
+        call_id, refs, deaths, windows = state.pending
         state.pending = None
         fates = []
         for i, r in enumerate(refs):
@@ -514,9 +526,7 @@ class JitProbe:
             elif obj is not None:
                 fates.append("deleted" if _is_deleted(obj) else "held")
             elif i in deaths:
-                code, line = deaths[i]
-                same = where is not None and code is where[0] and where[1] - _STATEMENT_LINES <= line <= where[1]
-                fates.append("dropped" if same else "dropped-later")
+                fates.append("dropped" if deaths[i] in windows else "dropped-later")
             else:
                 fates.append("unknown")
         self.writer.set_jit_liveness(call_id, json.dumps(fates))
@@ -589,8 +599,8 @@ class JitProbe:
             self._sync_cache(state)
             if state.pending is not None:
                 self._check_liveness(state)
-        self.writer.set_jit_counts([(s.function_id, s.calls, s.compiles, int(s.counted_all), s.traced)
-                                    for s in self._states])
+        self.writer.set_jit_counts([(s.function_id, s.calls, s.compiles, int(s.counted_all), s.traced,
+                                     s.backend_compiles) for s in self._states])
 
     def on_snapshot(self) -> None:
         if self.active:
@@ -607,13 +617,17 @@ class JitProbe:
             elif _cache_size(proxy._real) != state.cache:
                 self._wake(state)
 
-    def on_compile(self) -> None:
-        """A JAX compile event: some function compiled, which one is not
-        said; every quiet function is observed again until its next call,
-        and functions without a compile cache to watch look for a new
-        signature."""
+    def on_compile(self, event: str = "") -> None:
+        """A JAX compile event: an XLA compile is counted for the function
+        whose call this thread is in, if any; which function compiled is not
+        said otherwise, so every quiet function is observed again until its
+        next call, and functions without a compile cache to watch look for a
+        new signature."""
         if not self.active:
             return
+        state = getattr(self._calling, "state", None)
+        if state is not None and event.endswith("/backend_compile_duration"):
+            state.backend_compiles += 1
         for state in list(self._quiet):
             self._wake(state)
         for state in self._states:
@@ -650,9 +664,54 @@ class JitProbe:
 # the probe watches for the new signature (its arguments are not known).
 HUNT_CALLS = 1000
 
-# A statement spanning lines stores its result on its first line, before the
-# line of the call inside it: how far back a death still counts as "at the call".
-_STATEMENT_LINES = 10
+# Instructions that run no code of the program's: after a call, an input that
+# dies while only these ran cannot have been used after the call.
+_MOVES = frozenset({
+    "CACHE", "NOP", "EXTENDED_ARG", "POP_TOP", "COPY", "SWAP", "DUP_TOP", "ROT_TWO", "ROT_THREE", "ROT_FOUR",
+    "UNPACK_SEQUENCE", "UNPACK_EX", "BUILD_TUPLE", "BUILD_LIST", "PUSH_NULL", "KW_NAMES",
+    "LOAD_FAST", "LOAD_CONST", "LOAD_NAME", "LOAD_GLOBAL", "LOAD_DEREF", "LOAD_CLOSURE",
+    "STORE_FAST", "STORE_NAME", "STORE_GLOBAL", "STORE_DEREF", "DELETE_FAST", "DELETE_NAME",
+})
+_RETURNS = frozenset({"RETURN_VALUE", "RETURN_CONST"})
+_window_cache: dict = {}
+
+
+def _window(code, lasti: int) -> tuple[frozenset, bool]:
+    """The offsets of ``code`` from the call at ``lasti`` on through the
+    loads and stores after it, and whether the frame then returns the
+    result (the caller's statement then goes on with it)."""
+    key = (code, lasti)
+    hit = _window_cache.get(key)
+    if hit is None:
+        offsets, returns = {lasti}, False
+        for ins in dis.get_instructions(code):
+            if ins.offset <= lasti:
+                continue
+            if ins.opname in _MOVES:
+                offsets.add(ins.offset)
+            else:
+                returns = ins.opname in _RETURNS
+                if returns:
+                    offsets.add(ins.offset)
+                break
+        hit = _window_cache[key] = (frozenset(offsets), returns)
+    return hit
+
+
+def _windows(frame) -> set:
+    """(frame id, code, offset) at which an input's death means that nothing
+    of the program's ran between the call and it: in the calling frame, and
+    in its callers while each returns the result at once."""
+    out = set()
+    while frame is not None:
+        offsets, returns = _window(frame.f_code, frame.f_lasti)
+        out.update((id(frame), frame.f_code, o) for o in offsets)
+        if not returns:
+            break
+        frame = frame.f_back
+        if frame is not None and _is_library(frame.f_code.co_filename):
+            break
+    return out
 
 
 def _signature_names(fun) -> list[str]:
@@ -710,8 +769,8 @@ def _combine(dynamic_leaves, static):
 
 
 def _on_death(index: int, deaths: dict):
-    """A weakref callback noting where (code, line) of the user's code an
-    input leaf was freed."""
+    """A weakref callback noting where in the user's code (frame id, code,
+    offset of the instruction running) an input leaf was freed."""
 
     def died(_ref):
         try:
@@ -719,7 +778,7 @@ def _on_death(index: int, deaths: dict):
         except ValueError:  # freed with no Python frame running (interpreter exit)
             return
         if f is not None:
-            deaths[index] = (f.f_code, f.f_lineno)
+            deaths[index] = (id(f), f.f_code, f.f_lasti)
 
     return died
 
@@ -787,7 +846,7 @@ def _compile_listener(probe_ref):
     def listener(event: str, *args, **kwargs) -> None:
         probe = probe_ref()
         if probe is not None and event.startswith("/jax/core/compile/"):
-            probe.on_compile()
+            probe.on_compile(event)
 
     return listener
 

@@ -127,7 +127,8 @@ CREATE TABLE IF NOT EXISTS jit_counts (
     compiles      INTEGER NOT NULL,
     calls_complete INTEGER,             -- 1: every call counted; 0: counting stopped once its
                                         -- samples were taken (calls is then a lower bound)
-    traced        INTEGER               -- calls made while a transformation traced (no device call)
+    traced        INTEGER,              -- calls made while a transformation traced (no device call)
+    backend_compiles INTEGER            -- XLA compiles during its observed calls (JAX's compile events)
 );
 CREATE TABLE IF NOT EXISTS jit_programs (  -- XLA's dump of a function's largest signature, compiled apart
     function_id   INTEGER NOT NULL,

@@ -240,7 +240,7 @@ class RunWriter:
         self._insert("UPDATE jit_calls SET inputs_alive = ? WHERE call_id = ?", [(alive_json, call_id)])
 
     def set_jit_counts(self, rows: list) -> None:
-        self._insert("INSERT OR REPLACE INTO jit_counts VALUES (?,?,?,?,?)", rows)
+        self._insert("INSERT OR REPLACE INTO jit_counts VALUES (?,?,?,?,?,?)", rows)
 
     def add_marker(self, label: str) -> None:
         if self.closed:

@@ -51,6 +51,7 @@ class Candidate:
     saving_bytes: int
     calls_sampled: int
     matches: tuple  # (input leaf, output leaf) descriptions
+    first_kept: bool = False  # the first call's value was still referenced after it (set up before a loop?)
 
 
 def _json(text, default):
@@ -125,6 +126,7 @@ def donation_candidates(run, attribution: Attribution = Attribution()) -> list[C
             continue
         per_arg_ok: dict[str, bool] = {}
         per_arg_info: dict[str, tuple] = {}
+        first_kept: set[str] = set()
         for _, call in rows.iterrows():
             inputs = _leaves(call["inputs"])
             outputs = _leaves(call["outputs"])
@@ -135,11 +137,23 @@ def donation_candidates(run, attribution: Attribution = Attribution()) -> list[C
             for i, leaf in enumerate(inputs):
                 args.setdefault(_arg_label(leaf), []).append(i)
             donated = [i for i, leaf in enumerate(inputs) if leaf.get("donated")]
-            # Arguments whose every leaf the caller dropped in the statement
-            # that made the call (state = step(state)): nothing used them after.
+            # An array passed in two places (ema = params; step(params, ema))
+            # cannot be donated twice, nor donated in one and kept in another.
+            shared = {i for i, leaf in enumerate(inputs) if leaf.get("same_as") not in (None, i)}
+            shared |= {inputs[i].get("same_as") for i in shared}
+            # Arguments whose every leaf the caller dropped with nothing run
+            # after the call (state = step(state)): nothing used them after.
             free_args = [a for a, idx in args.items()
                          if not any(inputs[i].get("donated") for i in idx)
-                         and all(fates[i] == "dropped" for i in idx)]
+                         and all(fates[i] == "dropped" and i not in shared for i in idx)]
+            if call["call_index"] == 1 and len(rows) > 1:
+                # The first call's inputs are often what the program set up
+                # before its loop, and still named there: not a reason to
+                # keep state that every later call replaces, but worth saying.
+                kept = [a for a, idx in args.items() if a not in free_args
+                        and not any(inputs[i].get("donated") or i in shared for i in idx)]
+                first_kept.update(kept)
+                free_args += kept
             for a, idx in args.items():
                 if a not in free_args:
                     per_arg_ok[a] = False
@@ -160,7 +174,7 @@ def donation_candidates(run, attribution: Attribution = Attribution()) -> list[C
             if ok and a in per_arg_info:
                 pos, kw, n, saving, matches = per_arg_info[a]
                 out.append(Candidate(int(fn["function_id"]), str(fn["name"]), a, pos, kw, n, saving,
-                                     len(rows), matches))
+                                     len(rows), matches, a in first_kept))
     return out
 
 
@@ -245,17 +259,27 @@ def _tuple(values) -> str:
 
 
 def _array_arguments(run, function_id) -> list[tuple]:
-    """(label, position, bytes) of each argument with array leaves in the
-    function's last sampled call, in the call's order."""
+    """(label, position, bytes, dropped) of each argument with array leaves
+    in the function's sampled calls, in the call's order; ``dropped``: in
+    every call whose fates are known, each of its leaves was dropped with
+    nothing run after the call (donating it would break nothing); the first
+    call counts only when it is the only one, as for the candidates."""
     calls = run.jit.get("calls")
     rows = calls[calls["function_id"] == function_id]
-    if rows.empty:
-        return []
     out: dict[str, list] = {}
-    for leaf in _leaves(rows.iloc[-1]["inputs"]):
-        entry = out.setdefault(_arg_label(leaf), [leaf.get("arg"), 0])
-        entry[1] += int(leaf.get("bytes") or 0)
-    return [(label, pos, size) for label, (pos, size) in out.items()]
+    for _, call in rows.iterrows():
+        inputs, fates = _leaves(call["inputs"]), _json(call["inputs_alive"], [])
+        known = len(fates) == len(inputs) and not (call["call_index"] == 1 and len(rows) > 1)
+        sizes: dict[str, int] = {}
+        for i, leaf in enumerate(inputs):
+            label = _arg_label(leaf)
+            entry = out.setdefault(label, [leaf.get("arg"), 0, True])
+            sizes[label] = sizes.get(label, 0) + int(leaf.get("bytes") or 0)
+            if known and fates[i] != "dropped":
+                entry[2] = False
+        for label, size in sizes.items():
+            out[label][1] = size
+    return [(label, pos, size, dropped) for label, (pos, size, dropped) in out.items()]
 
 
 def _fix(run, fn, cands: list[Candidate], site: str) -> str:
@@ -265,19 +289,26 @@ def _fix(run, fn, cands: list[Candidate], site: str) -> str:
     already_nums = [int(x) for x in _json(fn["donate_argnums"], []) if isinstance(x, int)]
     already_names = [str(x) for x in _json(fn["donate_argnames"], [])]
     if wrapper == _EQUINOX:
+        # Equinox donates every array argument ("all") or all but the first
+        # argument's ("all-except-first"): what else would go with the chosen?
         chosen = {c.argument for c in cands}
-        others = [(label, pos, size) for label, pos, size in _array_arguments(run, fn["function_id"])
-                  if label not in chosen]
-        first = [o for o in others if o[1] == 0]
-        if others and first == others:
-            extra, note = 'donate="all-except-first"', ""
-        else:
-            extra, note = 'donate="all"', ""
+        others = [o for o in _array_arguments(run, fn["function_id"]) if o[0] not in chosen]
+        kept = [o for o in others if not o[3]]  # still used after some call: must not be donated
+        note = ""
+        if not kept:
+            extra = 'donate="all"'
             if others:
-                names = ", ".join(label for label, _, _ in others)
-                note = (f" (that also donates {names} ({format_bytes(sum(s for _, _, s in others))}): only if "
-                        f"nothing uses them after the call, else pass them first, as a tuple, with "
-                        f'donate="all-except-first": equinox donates all arrays or all but the first argument\'s)')
+                note = (f" (that donates {', '.join(o[0] for o in others)} too: the program drops them "
+                        f"with each call)")
+        elif all(o[1] == 0 for o in kept):
+            extra = 'donate="all-except-first"'
+        else:
+            names = ", ".join(o[0] for o in kept)
+            several = len(kept) > 1
+            return (f'filter_jit {fn["name"]} with donate="all-except-first" and pass {names} as its first '
+                    f"argument{' (one tuple)' if several else ''} (at {site}): the program uses "
+                    f"{'them' if several else 'it'} after the call, and equinox donates every array argument "
+                    f"but the first's")
         fix = f"filter_jit {fn['name']} with {extra} (at {site})"
     else:
         names, positions = list(already_names), list(already_nums)
@@ -300,6 +331,11 @@ def _fix(run, fn, cands: list[Candidate], site: str) -> str:
         else:  # a library's own wrapper: where jax.jit's options reach through it, if they do
             fix = f"jit {fn['name']} with {extra}, through {wrapper} (at {site}) if it passes them to jax.jit"
     edited = _suggest(fn, extra, wrapper)
+    kept_first = [c.argument for c in cands if c.first_kept]
+    if kept_first:
+        note += (f"; the first call's {', '.join(kept_first)} stayed referenced after it (a variable set before "
+                 f"the loop?): donating deletes it, so if the program uses it again, give the first call a copy "
+                 f"(jax.tree.map(jnp.copy, ...))")
     return fix + (f":  {edited.strip()}" if edited else "") + note
 
 
