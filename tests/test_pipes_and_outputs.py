@@ -476,3 +476,26 @@ def test_a_symlink_loop_in_a_run_is_a_missing_file(tmp_path, loop):
         proc = run_cli(*args, cwd=tmp_path)
         assert proc.returncode == 0, (args, proc.stderr[-2000:])
         assert "snapshot file(s) missing" in proc.stdout + proc.stderr
+
+
+@LINUX_ONLY
+@pytest.mark.parametrize("command", OUTPUT_COMMANDS)
+def test_a_write_that_fails_midway_leaves_the_old_file_as_it_was(tmp_path, peak_profile, command):
+    """The disk fills up while writing (here: RLIMIT_FSIZE makes every write
+    past 64 bytes fail with EFBIG, as ENOSPC would): a one-line error, the
+    file that was there is intact, and no temporary file is left behind."""
+    import resource
+    import signal
+
+    def small_files():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG instead of being killed
+        resource.setrlimit(resource.RLIMIT_FSIZE, (64, 64))
+
+    out = tmp_path / "out.data"
+    out.write_bytes(b"precious\n")
+    proc = subprocess.run(jaxmemprof(*output_args(command, out, peak_profile), "--force"), capture_output=True,
+                          text=True, env=cpu_env(PYTHONDONTWRITEBYTECODE="1"), cwd=tmp_path, timeout=120,
+                          preexec_fn=small_files)
+    assert_one_line_error(proc, out, "cannot write: File too large")
+    assert out.read_bytes() == b"precious\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.data"]
