@@ -285,3 +285,134 @@ def test_an_error_inside_a_jitted_function_reads_as_under_python(tmp_path):
     assert plain.returncode == proc.returncode == 1
     assert "The above exception was the direct cause" in plain.stderr
     assert _unstamped(proc.stderr) == _unstamped(plain.stderr)
+
+
+ADVICE_CASES = """
+import jax, jax.numpy as jnp
+
+
+def make():
+    return jnp.ones((64, 64)) * 0.01
+
+
+@jax.jit
+def step(w, x):  # LINE-STEP: w = step(w, x), the old w dropped at once
+    return w - 0.1 * x.mean()
+
+
+@jax.jit
+def norm(w):  # called on the new w, which the next step still needs
+    return w / jnp.linalg.norm(w)
+
+
+@jax.jit
+def kept(w):  # LINE-KEPT: the caller keeps the old value (old = w) and uses it after
+    return w * 0.5
+
+
+@jax.jit
+def same_statement(w):  # its input is used later in the same statement
+    return w + 1.0
+
+
+@jax.jit
+def twice(a, b):  # the same array passed twice
+    return a + 1.0, b + 1.0
+
+
+@jax.jit
+def inner(w):  # LINE-INNER: through a helper that returns its result
+    return w * 0.9
+
+
+def helper(w):
+    return inner(w)
+
+
+@jax.jit
+def first_kept(w):  # LINE-FIRST: the value set up before the loop stays named
+    return w * 0.99
+
+
+x = jnp.ones((8,))
+w, k, s, h, f = make(), make(), make(), make(), make()
+a = make()
+f0 = f
+for i in range(6):
+    w = step(w, x)
+    n = norm(w)
+    old = k
+    k = kept(k)
+    drift = float((k - old).sum())
+    s, total = same_statement(s), float(s.sum())
+    a, b = twice(a, a)
+    h = helper(h)
+    f = first_kept(f)
+print(round(float(n.sum()), 4), round(drift, 4), round(total, 2), round(float(h.sum()), 4), float(f0.sum()))
+"""
+
+
+def test_donation_is_advised_only_where_nothing_uses_the_input_again(tmp_path):
+    """Each function of the script at its known line: advice where the call
+    replaces the caller's value and nothing runs before the old one is
+    dropped, none where the program uses it again, and a caveat where only
+    the first call's value stays named."""
+    script = write_script(tmp_path, "advice.py", ADVICE_CASES)
+    plain = _python(script, tmp_path)
+    proc, run, att = _record(script, tmp_path, "run")
+    assert proc.returncode == plain.returncode == 0 and proc.stdout == plain.stdout
+    found = {f.site: f for f in donation_findings(run, att) if f.rule == "donate"}
+    at = {name: f"advice.py:{line_of(script, marker) - 1}" for name, marker in
+          (("step", "LINE-STEP"), ("inner", "LINE-INNER"), ("first_kept", "LINE-FIRST"))}
+    assert set(found) == set(at.values())  # not norm, kept, same_statement or twice
+    assert "stayed referenced" not in found[at["step"]].fix
+    assert "the first call's w stayed referenced" in found[at["first_kept"]].fix
+
+
+SCRIPT_VIEWS = """
+import traceback
+import jax, jax.numpy as jnp
+
+
+def inner(x):
+    return jnp.sin(x) * 2
+
+
+def outer(x):
+    return jax.jit(inner)(x) + 1.0
+
+
+print(jax.make_jaxpr(outer)(1.0).pretty_print(source_info=True))
+try:
+    jax.jit(lambda x: x)("a string")
+except TypeError:
+    traceback.print_exc()
+try:
+    jax.jit(lambda x: x, donate_argnames="y")
+except ValueError:
+    traceback.print_exc()
+
+
+@jax.pmap
+def bad(x):
+    return x @ jnp.ones((5, 5))
+
+
+try:
+    bad(jnp.ones((1, 3)))
+except TypeError as e:
+    print("pmap error:", str(e)[:40])
+"""
+
+
+def test_what_the_script_sees_of_its_jitted_functions_is_as_under_python(tmp_path):
+    """Source lines in jaxprs, tracebacks the script prints itself, and the
+    program's own errors in a pmap'd function (no probe error for them)."""
+    script = write_script(tmp_path, "views.py", SCRIPT_VIEWS)
+    plain = _python(script, tmp_path)
+    proc, run, _ = _record(script, tmp_path, "run")
+    assert "views.py" in plain.stdout and "jaxmemprof" not in proc.stdout + proc.stderr
+    assert proc.stdout == plain.stdout
+    assert re.sub(r"0x[0-9a-f]+", "0x", _unstamped(proc.stderr)) == re.sub(r"0x[0-9a-f]+", "0x",
+                                                                          _unstamped(plain.stderr))
+    assert _probe_errors(run) == []

@@ -286,14 +286,16 @@ class JitProbe:
         if ctx is not None and evaluating is not None and hasattr(ctx, "trace"):
             self._tracing = lambda: not isinstance(ctx.trace, evaluating)
         self._tracer_type = getattr(getattr(jax, "core", None), "Tracer", ())
-        try:
+        own = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+        for module in ("jax._src.traceback_util", "jax._src.source_info_util"):
             # JAX leaves its own frames out of the tracebacks of errors raised
-            # through it; leave the probe's out too, so they read as under python.
-            from jax._src import traceback_util
-
-            traceback_util.register_exclusion(os.path.dirname(os.path.abspath(__file__)))
-        except Exception:
-            pass
+            # through it, and out of the source lines it gives ops (jaxprs,
+            # HLO locations, cache-miss explanations): leave jaxmemprof's out
+            # too, so they read as under python.
+            try:
+                importlib.import_module(module).register_exclusion(own)
+            except Exception:
+                pass
         try:
             import jax.monitoring as monitoring
 
@@ -335,16 +337,24 @@ class JitProbe:
 
         @functools.wraps(original)
         def jit(*args, **kwargs):
-            if not args and "fun" not in kwargs:  # @jax.jit(donate_argnums=...): a decorator factory
-                decorator = original(**kwargs)
-                caller = sys._getframe(1)
+            try:
+                if not args and "fun" not in kwargs:  # @jax.jit(donate_argnums=...): a decorator factory
+                    decorator = original(**kwargs)
+                    caller = sys._getframe(1)
 
-                def decorate(fun):
-                    return probe._wrap(decorator(fun), fun, kwargs, caller, wrapper)
+                    def decorate(fun):
+                        try:
+                            return probe._wrap(decorator(fun), fun, kwargs, caller, wrapper)
+                        except BaseException as exc:
+                            _drop_own_frames(exc)
+                            raise
 
-                return decorate
-            fun = args[0] if args else kwargs["fun"]
-            return probe._wrap(original(*args, **kwargs), fun, kwargs, sys._getframe(1), wrapper)
+                    return decorate
+                fun = args[0] if args else kwargs["fun"]
+                return probe._wrap(original(*args, **kwargs), fun, kwargs, sys._getframe(1), wrapper)
+            except BaseException as exc:
+                _drop_own_frames(exc)
+                raise
 
         return jit
 
@@ -413,6 +423,7 @@ class JitProbe:
             state.traced += 1
             return real(*args, **kwargs)
         state.calls += 1
+        failed = None
         if state.pending is not None:
             self._guard(state, self._check_liveness, state)
         if self._sync_cache(state):
@@ -428,7 +439,10 @@ class JitProbe:
                 state.analyse_next = state.hunt > 0
             else:
                 state.analyse_next, state.hunt = False, 0
-                self._guard(state, self._memory_analysis, real, state, args, kwargs)
+                try:
+                    self._memory_analysis(real, state, args, kwargs)
+                except Exception as exc:  # the program's own error, if the call raises it too
+                    failed = exc
         # The first calls (the first included: its inputs are often what the
         # program set up, and may be kept), then one in sample_every.
         sample = state.samples < self.max_samples and (
@@ -441,6 +455,8 @@ class JitProbe:
             out = real(*args, **kwargs)
         finally:
             calling.state = outer
+        if failed is not None:  # the call went well: reading it failed on its own
+            self._error(state, failed)
         if not state.by_signature:
             state.cache = _cache_size(real)
             if state.cache > before:
@@ -803,7 +819,11 @@ class Probed:
 
     def __call__(self, *args, **kwargs):
         state = self._state
-        out = self._probe.call(self._real, state, args, kwargs)
+        try:
+            out = self._probe.call(self._real, state, args, kwargs)
+        except BaseException as exc:
+            _drop_own_frames(exc)
+            raise
         if state.quiet and self._probe.active:
             # Sampling done: from now on calls go straight to the jitted
             # function, at no cost; JitProbe.poll watches for new compilations.
@@ -837,6 +857,24 @@ class Probed:
 
     def __eq__(self, other):
         return self._real == (other._real if isinstance(other, Probed) else other)
+
+
+_THIS_FILE = os.path.abspath(__file__)
+
+
+def _drop_own_frames(exc: BaseException) -> None:
+    """Leave the probe's frames out of an error the program's call raised:
+    its traceback reads as under python (the error goes on from there)."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename == _THIS_FILE:
+        tb = tb.tb_next
+    head = tb
+    while tb is not None and tb.tb_next is not None:
+        if tb.tb_next.tb_frame.f_code.co_filename == _THIS_FILE:
+            tb.tb_next = tb.tb_next.tb_next
+        else:
+            tb = tb.tb_next
+    exc.__traceback__ = head
 
 
 def _compile_listener(probe_ref):
