@@ -499,3 +499,23 @@ def test_a_write_that_fails_midway_leaves_the_old_file_as_it_was(tmp_path, peak_
     assert_one_line_error(proc, out, "cannot write: File too large")
     assert out.read_bytes() == b"precious\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.data"]
+
+
+def test_at_signs_in_run_names_labels_and_files(tmp_path):
+    """`RUN@SEL` splits at the last '@' whose left side is a directory, so a
+    run named a@b and a label step@10 both work; a file that exists as it is
+    (runs@1.prof beside a directory runs) is that file."""
+    run = tmp_path / "a@b"
+    shutil.copytree(RUN, run)
+    con = sqlite3.connect(run / "journal.sqlite")
+    with con:
+        con.execute("UPDATE snapshots SET label = 'step@10' WHERE snapshot = 9")
+    con.close()
+    for spec, name in ((f"{run}@peak", f"{run}@67"), (str(run), f"{run}@67"), (f"{run}@step@10", f"{run}@9")):
+        doc = json.loads(run_cli("show", spec, "--json", cwd=tmp_path, check=0).stdout)
+        assert doc["inputs"] == [name]
+    (tmp_path / "runs").mkdir()
+    shutil.copy(RUN / "snapshots" / "000067.prof.gz", tmp_path / "runs@1.prof")
+    doc = json.loads(run_cli("show", "runs@1.prof", "--json", cwd=tmp_path, check=0).stdout)
+    assert doc["inputs"] == ["runs@1.prof"]
+    assert_one_line_error(run_cli("show", f"{run}@step@11", cwd=tmp_path), run, "no snapshot matches 'step@11'")

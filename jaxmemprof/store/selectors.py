@@ -29,11 +29,18 @@ class ProfileRef:
 
 
 def split_selector(spec: str) -> tuple[str, str | None]:
-    """``RUN@SEL`` -> (RUN, SEL) when RUN is a directory; else (spec, None)."""
-    if "@" in spec:
-        left, sel = spec.rsplit("@", 1)
-        if left and Path(left).is_dir():
-            return left, sel
+    """``RUN@SEL`` -> (RUN, SEL) when RUN is a directory; else (spec, None).
+    Either may hold an ``@`` (``runs/a@b@peak``, a label ``step@10``): the
+    last ``@`` whose left side is a directory splits them. A path that
+    exists as it is (a file ``runs@1.prof`` beside a directory ``runs``)
+    is that path."""
+    if "@" not in spec or Path(spec).exists():
+        return spec, None
+    at = len(spec)
+    while (at := spec.rfind("@", 0, at)) > 0:
+        left = spec[:at]
+        if Path(left).is_dir():
+            return left, spec[at + 1:]
     return spec, None
 
 
