@@ -519,3 +519,19 @@ def test_at_signs_in_run_names_labels_and_files(tmp_path):
     doc = json.loads(run_cli("show", "runs@1.prof", "--json", cwd=tmp_path, check=0).stdout)
     assert doc["inputs"] == ["runs@1.prof"]
     assert_one_line_error(run_cli("show", f"{run}@step@11", cwd=tmp_path), run, "no snapshot matches 'step@11'")
+
+
+@LINUX_ONLY
+@pytest.mark.parametrize("args, status", [
+    (["show", "missing.prof"], 2), (["show", "{damaged}"], 0), (["report", "{damaged}"], 0),
+    (["export", "{damaged}", "--csv", "{tmp}/t", "--force"], 0), (["report", "{damaged}@peak"], 2),
+], ids=["error", "show-warnings", "report-warnings", "export-warnings", "usage"])
+def test_a_stderr_that_cannot_be_written_does_not_change_the_status(tmp_path, args, status):
+    """Errors and warnings go to a stderr on a full disk, or one closed:
+    the exit status is what it would have been, and no traceback follows."""
+    damaged = damaged_copy(tmp_path, manifest="{")  # a warning: manifest.json unreadable
+    argv = [a.format(damaged=damaged, tmp=tmp_path) for a in args]
+    for redirect in ("2>/dev/full", "2>&-"):
+        proc = subprocess.run(["bash", "-c", f'"$@" {redirect}', "sh", *jaxmemprof(*argv)], stdout=subprocess.DEVNULL,
+                              env=cpu_env(), cwd=tmp_path, timeout=120)
+        assert proc.returncode == status, redirect
