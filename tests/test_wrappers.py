@@ -141,7 +141,8 @@ print("eval_shape of h", jax.eval_shape(h, x))
 class Holder:
     def __init__(self):
         self.f = h
-print("deepcopy", type(copy.deepcopy(Holder()).f).__name__, type(copy.copy(h)).__name__)
+print("deepcopy", type(copy.deepcopy(Holder()).f) is type(h), type(copy.copy(h)) is type(h),
+      float(copy.deepcopy(Holder()).f(x)[0]))
 try:
     pickle.dumps(h)
 except Exception as e:
@@ -196,7 +197,7 @@ def test_jitted_functions_inside_transformations_behave_as_under_python(tmp_path
     assert _unstamped(proc.stderr) == _unstamped(plain.stderr)
     assert _probe_errors(run) == []
     fns, counts = run.jit["functions"], run.jit["counts"]
-    h = fns.loc[fns["line"] == line_of(script, "h = jax.jit"), "function_id"].item()
+    h = fns.loc[fns["line"] == line_of(script, "h = jax.jit"), "function_id"].min()  # (then its copies)
     c = counts.set_index("function_id").loc[h]
     # grad, vmap, scan, make_jaxpr, checkpoint and jit-in-jit trace it: no device call.
     assert (c["calls"], c["traced"]) == (0, 6)
@@ -416,3 +417,37 @@ def test_what_the_script_sees_of_its_jitted_functions_is_as_under_python(tmp_pat
     assert re.sub(r"0x[0-9a-f]+", "0x", _unstamped(proc.stderr)) == re.sub(r"0x[0-9a-f]+", "0x",
                                                                           _unstamped(plain.stderr))
     assert _probe_errors(run) == []
+
+
+COPIED = """
+import copy, dataclasses
+import jax, jax.numpy as jnp
+
+
+@dataclasses.dataclass
+class Trainer:
+    step_fn: object
+
+
+def sgd(w, x):
+    return w - 0.1 * x * w
+
+
+base = Trainer(jax.jit(sgd))  # LINE-JIT
+trainer = copy.deepcopy(base)  # one trainer per experiment, from a template
+w, x = jnp.ones((256, 256)), jnp.ones((256, 256))
+for i in range(6):
+    w = trainer.step_fn(w, x)
+print(float(w[0, 0]))
+"""
+
+
+def test_a_copied_jitted_function_is_observed_too(tmp_path):
+    """copy.deepcopy of a jitted function makes a jitted function of its own
+    (JAX cannot lower it: no memory analysis), whose calls are observed."""
+    script = write_script(tmp_path, "copied.py", COPIED)
+    plain = _python(script, tmp_path)
+    proc, run, att = _record(script, tmp_path, "run")
+    assert proc.stdout == plain.stdout and _probe_errors(run) == []
+    [f] = [f for f in donation_findings(run, att) if f.rule == "donate"]
+    assert f.site == f"copied.py:{line_of(script, 'LINE-JIT')}" and f.saving_bytes == 256 * 256 * 4

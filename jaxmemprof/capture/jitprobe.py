@@ -24,6 +24,7 @@ imports jax: the probe is installed when the program imports it.
 
 from __future__ import annotations
 
+import copy
 import dis
 import functools
 import importlib.abc
@@ -160,7 +161,8 @@ class _Site:
 class _FunctionState:
     __slots__ = ("function_id", "calls", "traced", "samples", "pending", "compiles", "analyse_next", "hunt",
                  "signatures", "param_names", "donate_argnums", "donate_argnames", "arguments", "by_signature",
-                 "cache", "quiet", "off", "errors", "proxy", "counted_all", "largest", "user", "backend_compiles")
+                 "cache", "quiet", "off", "errors", "proxy", "counted_all", "largest", "user", "backend_compiles",
+                 "row")
 
     def __init__(self, function_id, param_names, donate_argnums, donate_argnames, arguments, by_signature):
         self.function_id = function_id
@@ -188,6 +190,7 @@ class _FunctionState:
         self.largest = None  # (call peak, signature, its lowering) of the largest signature, until dumped
         self.user = True  # the function is the user's (not a library's own jitted helper)
         self.backend_compiles = 0  # XLA compiles during its observed calls
+        self.row = None  # its jit_functions row, for a copy of the function
 
 
 class JitProbe:
@@ -389,7 +392,7 @@ class JitProbe:
             fid = self._next_function
             self._next_function += 1
         frame = site.frame
-        self.writer.add_jit_function({
+        row = {
             "function_id": fid,
             "name": getattr(target, "__name__", type(target).__name__),
             "qualname": getattr(target, "__qualname__", getattr(target, "__name__", "")),
@@ -406,11 +409,36 @@ class JitProbe:
             "t_wall": time.time(),
             "wrapper": site.wrapper,
             "wrapper_options": json.dumps(site.options),
-        })
+        }
+        self.writer.add_jit_function(row)
         state = _FunctionState(fid, params, donate_argnums, donate_argnames, arguments, _cache_size(real) < 0)
-        state.user = _is_user_function(target)
+        state.user, state.row = _is_user_function(target), row
         self._states.append(state)
         return state
+
+    def copy_of(self, proxy: "Probed", real):
+        """A copy of a jitted function (copy.copy, copy.deepcopy): a jitted
+        function of its own (its own compile cache), observed as the original
+        is, under a new function id."""
+        if not self.active:
+            return real
+        try:
+            old = proxy._state
+            with self._lock:
+                fid = self._next_function
+                self._next_function += 1
+            row = dict(old.row, function_id=fid, t_wall=time.time())
+            self.writer.add_jit_function(row)
+            state = _FunctionState(fid, old.param_names, old.donate_argnums, old.donate_argnames, old.arguments,
+                                   old.by_signature)
+            state.user, state.row = old.user, row
+            self._states.append(state)
+        except Exception as exc:
+            self._error(proxy._state, exc)
+            return real
+        copy = Probed(real, self, state)
+        state.proxy = weakref.ref(copy)
+        return copy
 
     # -- a call --------------------------------------------------------------------
 
@@ -550,7 +578,15 @@ class JitProbe:
     def _memory_analysis(self, real, state, args, kwargs, after_call: bool = False) -> bool:
         if after_call and any(_is_deleted(leaf) for leaf in self._array_leaves((args, kwargs))):
             return False
-        lowered = real.lower(*args, **kwargs)
+        try:
+            lowered = real.lower(*args, **kwargs)
+        except AttributeError as exc:
+            if "'_fun'" not in str(exc):
+                raise
+            # A copy (copy.deepcopy) of a jitted function cannot be lowered,
+            # under python too: its calls are still observed, not its memory.
+            state.signatures.add(self._signature(args, kwargs))
+            return True
         ma = lowered.compile().memory_analysis()
         fields = ("argument_size_in_bytes", "output_size_in_bytes", "alias_size_in_bytes",
                   "temp_size_in_bytes", "generated_code_size_in_bytes", "host_argument_size_in_bytes",
@@ -842,9 +878,15 @@ class Probed:
         return getattr(self._real, name)
 
     def __reduce_ex__(self, protocol):
-        # pickle and copy see the jitted function itself, as under python
+        # pickle sees the jitted function itself, as under python
         # (itemgetter(0)((real,)) is real: nothing of jaxmemprof in the pickle)
         return operator.itemgetter(0), ((self._real,),)
+
+    def __copy__(self):
+        return self._probe.copy_of(self, copy.copy(self._real))
+
+    def __deepcopy__(self, memo):
+        return self._probe.copy_of(self, copy.deepcopy(self._real, memo))
 
     def __dir__(self):
         return dir(self._real)

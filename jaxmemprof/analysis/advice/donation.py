@@ -52,6 +52,7 @@ class Candidate:
     calls_sampled: int
     matches: tuple  # (input leaf, output leaf) descriptions
     first_kept: bool = False  # the first call's value was still referenced after it (set up before a loop?)
+    devices: int = 1  # devices its leaves lie on (XLA's figures are per device)
 
 
 def _json(text, default):
@@ -166,15 +167,17 @@ def donation_candidates(run, attribution: Attribution = Attribution()) -> list[C
                                      f"output{outputs[trial[i]]['path']}") for i in args[a])
                     saving = sum(int(inputs[i].get("bytes") or 0) for i in args[a])
                     first = inputs[args[a][0]]
-                    per_arg_info[a] = (first.get("arg"), bool(first.get("kw")), len(args[a]), saving, matches)
+                    devices = max(int(inputs[i].get("devices") or 1) for i in args[a])
+                    per_arg_info[a] = (first.get("arg"), bool(first.get("kw")), len(args[a]), saving, matches,
+                                       devices)
                     per_arg_ok.setdefault(a, True)
                 else:
                     per_arg_ok[a] = False
         for a, ok in per_arg_ok.items():
             if ok and a in per_arg_info:
-                pos, kw, n, saving, matches = per_arg_info[a]
+                pos, kw, n, saving, matches, devices = per_arg_info[a]
                 out.append(Candidate(int(fn["function_id"]), str(fn["name"]), a, pos, kw, n, saving,
-                                     len(rows), matches, a in first_kept))
+                                     len(rows), matches, a in first_kept, devices))
     return out
 
 
@@ -282,6 +285,13 @@ def _array_arguments(run, function_id) -> list[tuple]:
     return [(label, pos, size, dropped) for label, (pos, size, dropped) in out.items()]
 
 
+def _per_device(cands: list[Candidate], saving: int) -> str:
+    """`` (N on each of D devices)`` where the arguments lie on several
+    devices (XLA's figures, as in the jit table, are per device)."""
+    devices = max(c.devices for c in cands)
+    return f" ({format_bytes(saving // devices)} on each of {devices} devices)" if devices > 1 else ""
+
+
 def _fix(run, fn, cands: list[Candidate], site: str) -> str:
     """The change to make, the way a user of the function's wrapper writes it."""
     wrapper = _wrapper(fn)
@@ -367,7 +377,8 @@ def donation_findings(run, attribution: Attribution = Attribution()) -> list[Fin
             severity="high" if saving >= 256 * 1024**2 else "medium",
             site=site,
             message=(f"Donate {what} of {fn['name']} (defined at {defined}): XLA can then write the outputs "
-                     f"into their {format_bytes(saving)} of buffers instead of holding old and new values at once "
+                     f"into their {format_bytes(saving)} of buffers{_per_device(cands, saving)} instead of holding "
+                     f"old and new values at once "
                      f"during each call (up to that much less at each call's peak; XLA's temporaries may "
                      f"change too)."),
             evidence=evidence,
