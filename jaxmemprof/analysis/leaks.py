@@ -502,8 +502,9 @@ def leak_findings(leaks_df: pd.DataFrame, recompiles_df: pd.DataFrame,
         )
         fix = (
             "Each new input shape, dtype or static-argument value compiles the function again: pad or "
-            "bucket shapes to a few sizes, keep changing Python values out of static_argnums, and "
-            "create jax.jit(f) once, outside loops."
+            "bucket shapes to a few sizes, keep changing Python values out of static_argnums (equinox's "
+            "filter_jit makes every non-array argument static: pass a changing number as an array, "
+            "jnp.asarray(lr)), and create jax.jit(f) once, outside loops."
         )
         out.append(Finding(rule="recompile", severity="medium" if count >= 10 else "low", site=str(r.site),
                            message=message, evidence=evidence, saving_bytes=saving, fix=fix))

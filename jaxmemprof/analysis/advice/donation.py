@@ -444,6 +444,15 @@ def _used_after_donation(run, attribution: Attribution) -> list[Finding]:
     return out
 
 
+def _donated(fn) -> str:
+    """What the function donates, as its wrapper takes it: argument numbers
+    and names, or equinox's donate option."""
+    if _wrapper(fn) == _EQUINOX:
+        option = _json(fn.get("wrapper_options"), {}).get("donate")
+        return f"donate={option}" if option and option != "none" else ""
+    return ", ".join(map(str, _json(fn["donate_argnums"], []) + _json(fn["donate_argnames"], [])))
+
+
 def jit_memory(run, attribution: Attribution = Attribution()) -> pd.DataFrame:
     """Per jitted function, its largest compiled signature's memory: XLA's
     argument, output, alias (donation that took effect), temporary and code
@@ -481,8 +490,7 @@ def jit_memory(run, attribution: Attribution = Attribution()) -> pd.DataFrame:
         "traced": (pd.to_numeric(merged["traced"], errors="coerce").astype("Int64")
                    if "traced" in merged else pd.array([pd.NA] * len(merged), dtype="Int64")),
         "compiles": pd.to_numeric(merged["compiles"], errors="coerce").astype("Int64"),
-        "donated": [", ".join(map(str, _json(n, []) + _json(m, [])))
-                    for n, m in zip(merged["donate_argnums"], merged["donate_argnames"])],
+        "donated": [_donated(r) for _, r in merged.iterrows()],
         "argument_bytes": merged["argument_bytes"],
         "output_bytes": merged["output_bytes"],
         "alias_bytes": merged["alias_bytes"],
