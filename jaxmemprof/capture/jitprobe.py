@@ -201,8 +201,9 @@ class JitProbe:
     ``sample_every``; at most ``max_samples`` per function."""
 
     def __init__(self, writer, *, sample_first: int = 3, sample_every: int = 50, max_samples: int = 20,
-                 dump_share: float = 0.01, dump_min_s: float = 2.0):
+                 dump_share: float = 0.01, dump_min_s: float = 2.0, exclude: tuple = ()):
         self.writer = writer
+        self.exclude = tuple(exclude)  # more files JAX should not take for the program's (the launcher)
         # XLA's dumps at the end of the run may take this share of the run's
         # wall time (at least dump_min_s, and always the largest function's).
         self.dump_share = dump_share
@@ -295,10 +296,11 @@ class JitProbe:
             # through it, and out of the source lines it gives ops (jaxprs,
             # HLO locations, cache-miss explanations): leave jaxmemprof's out
             # too, so they read as under python.
-            try:
-                importlib.import_module(module).register_exclusion(own)
-            except Exception:
-                pass
+            for path in (own, *self.exclude):
+                try:
+                    importlib.import_module(module).register_exclusion(path)
+                except Exception:
+                    pass
         try:
             import jax.monitoring as monitoring
 

@@ -251,7 +251,12 @@ class Session:
         self.forked = False  # a forked child's copy: records nothing
         self.child_hooks: list = []  # called in a forked child, to stop recording there
         self.sampler = Sampler(self.writer, interval=interval, max_overhead=max_overhead, addresses=addresses)
-        self.probe = JitProbe(self.writer) if jit_probe else None
+        # Under run, the console script that started jaxmemprof is the outermost
+        # frame of every stack the program makes: not the program's own. XLA's
+        # dumps at the end take their share of the half of --max-overhead the
+        # sampler leaves.
+        launcher = (os.path.abspath(sys.argv[0]),) if target_argv and sys.argv and os.path.isfile(sys.argv[0]) else ()
+        self.probe = JitProbe(self.writer, dump_share=max_overhead / 2, exclude=launcher) if jit_probe else None
         if self.probe is not None:
             self.sampler.hooks.append(self.probe.on_snapshot)
 
