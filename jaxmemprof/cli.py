@@ -101,10 +101,10 @@ class _Group(click.Group):
 
 
 def _stderr():
-    """Where jaxmemprof's own messages go: the process's stderr, or the
-    script's sys.stderr if the real one is gone; None when neither can be
-    written."""
-    for stream in (sys.__stderr__, sys.stderr):
+    """Where jaxmemprof's own messages go: sys.stderr (as a caller of main()
+    may have redirected it), else the process's own if a script set it to
+    None or closed it; None when neither can be written."""
+    for stream in (sys.stderr, sys.__stderr__):
         if stream is not None and hasattr(stream, "write") and not getattr(stream, "closed", False):
             return stream
     return None
