@@ -30,8 +30,9 @@ _OWN_DIR = str(Path(__file__).resolve().parent.parent)
 _RUNPY = os.path.abspath(runpy.__file__)
 
 # How long a SIGTERM waits for the run to be finalised before the process
-# ends anyway (the final snapshot and the manifest take milliseconds).
-TERM_GRACE_S = 30.0
+# ends anyway (the final snapshot and the manifest take milliseconds; a
+# sampler stuck in JAX must not keep the process alive).
+TERM_GRACE_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -475,6 +476,9 @@ class _SigTerm:
                 return
             self._started = True
         s = self.session
+        watchdog = threading.Timer(TERM_GRACE_S, die_by, (signal.SIGTERM,))
+        watchdog.daemon = True
+        watchdog.start()
         try:
             if not s.forked:
                 s.sampler.stop()
