@@ -15,7 +15,7 @@ from contextlib import contextmanager
 import click
 
 from jaxmemprof import __version__
-from jaxmemprof.errors import InputError
+from jaxmemprof.errors import InputError, check_not_empty
 from jaxmemprof.render.escape import safe
 
 GROUPINGS = ("site", "function", "file", "stack", "device", "kind")
@@ -342,6 +342,7 @@ def run(output, force, interval, max_overhead, module, no_jit_probe, addresses, 
         if not args:
             raise click.UsageError("give a SCRIPT to run (or -m MODULE)")
         script = args.pop(0)
+        check_not_empty(script)
         if not os.path.isfile(script):
             raise InputError(script, "no such script" if not os.path.exists(script) else "is not a file")
         tgt = Target(path=script, module=None, args=tuple(args))
@@ -404,7 +405,6 @@ def _run_summary(tgt, directory):
 
 
 def _open_run(spec):
-    from jaxmemprof.errors import check_not_empty
     from jaxmemprof.store.reader import load_run
     from jaxmemprof.store.selectors import split_selector
 

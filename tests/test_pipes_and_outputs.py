@@ -375,6 +375,7 @@ def test_export_csv_into_a_file_is_refused(tmp_path, peak_profile):
     (["show", RUN, "--csv", ""], "''", "an empty path"),
     (["export", RUN, "--csv", ""], "''", "an empty path"),
     (["export", f"{RUN}@peak", "--format", "pprof", "-o", ""], "''", "an empty path"),
+    (["run", ""], "''", "an empty path"),
 ])
 def test_wrong_input_is_a_one_line_error(tmp_path, args, source, problem):
     assert_one_line_error(run_cli(*args, cwd=tmp_path), source, problem)
