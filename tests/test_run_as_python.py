@@ -348,3 +348,19 @@ def test_asyncio_handler_for_sigterm(tmp_path):
     assert py.returncode == jm.returncode == 0
     assert py_out == jm_out == "stopped cleanly\n" and py_err == jm_err
     assert load_run(tmp_path / "run").manifest["ended_by"] == "exit"
+
+
+def test_sigwait_in_the_main_thread_gets_the_signal(tmp_path):
+    # jaxmemprof's own threads never take a signal meant for the program: one
+    # that comes while the main thread blocks it waits for its sigwait.
+    (py, py_out, py_err, _), (jm, jm_out, jm_err, _) = _both_signalled(tmp_path, """
+        import signal, time
+        signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGTERM])
+        import jax.numpy as jnp
+        x = jnp.ones((10,))
+        print("ready", flush=True)
+        time.sleep(1)
+        print("got", int(signal.sigwait([signal.SIGTERM])), flush=True)
+    """, signal.SIGTERM)
+    assert py.returncode == jm.returncode == 0, jm_err
+    assert py_out == jm_out == "got 15\n" and py_err == jm_err

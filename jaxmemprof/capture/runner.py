@@ -24,6 +24,7 @@ import types
 from dataclasses import dataclass
 from pathlib import Path
 
+from jaxmemprof.capture.sampler import block_signals_in_this_thread
 from jaxmemprof.capture.session import Session
 
 _OWN_DIR = str(Path(__file__).resolve().parent.parent)
@@ -443,6 +444,7 @@ class _SigTerm:
                 pass
 
     def _listen(self) -> None:
+        block_signals_in_this_thread()  # the C handler runs in the program's threads
         while True:
             try:
                 data = os.read(self._r, 512)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import gzip
 import json
 import math
+import signal
 import sys
 import threading
 import time
@@ -30,6 +31,22 @@ from jaxmemprof.store.writer import RunWriter, SnapshotRecord
 
 ADDRESS_MODES = ("auto", "all", "none")
 TRIGGERS = ("interval", "first", "exit", "exception", "oom", "signal", "api")
+
+
+# Signals a thread raises itself by a fault: never blocked (blocked, the kernel
+# kills the process without the traceback faulthandler would print).
+_SYNCHRONOUS = {"SIGSEGV", "SIGBUS", "SIGFPE", "SIGILL", "SIGABRT", "SIGTRAP", "SIGSYS"}
+
+
+def block_signals_in_this_thread() -> None:
+    """For jaxmemprof's own threads: the kernel then delivers every signal
+    meant for the program to the program's threads, as under python (a
+    main thread that blocks SIGTERM and sigwait()s for it later gets it)."""
+    try:
+        signals = {s for s in signal.valid_signals() if getattr(s, "name", "") not in _SYNCHRONOUS}
+        signal.pthread_sigmask(signal.SIG_BLOCK, signals)
+    except (AttributeError, OSError, ValueError):
+        pass
 
 
 def _jax_ready():
@@ -125,6 +142,7 @@ class Sampler:
         return due
 
     def _loop(self) -> None:
+        block_signals_in_this_thread()
         poll = min(self.interval, 0.05)
         while not self.failed:
             if not self.first_taken:
