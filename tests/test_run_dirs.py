@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
 import time
@@ -182,3 +183,32 @@ def test_full_file_system(tmp_path, small_fs):
     proc = run_cli("run", "-o", small_fs / "run", script, cwd=tmp_path, check=2)
     _one_error_line(proc, "No space left on device")
     assert proc.stdout == ""
+
+
+@pytest.mark.parametrize("name", ["journal.sqlite", "manifest.json", "snapshots"])
+def test_force_never_writes_through_a_symlink(tmp_path, name):
+    script = write_script(tmp_path, "s.py", "print('ran')\n")
+    run_dir = tmp_path / "run"
+    run_cli("run", "-q", "-o", run_dir, script, cwd=tmp_path, check=0)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    target = elsewhere / name
+    if name == "snapshots":
+        shutil.rmtree(run_dir / name, ignore_errors=True)
+        target.mkdir()
+        (target / "000001.prof.gz").write_bytes(b"theirs")
+    elif name == "journal.sqlite":  # someone else's database
+        (run_dir / name).unlink()
+        con = sqlite3.connect(target)
+        con.execute("CREATE TABLE theirs (x)")
+        con.commit()
+        con.close()
+    else:
+        (run_dir / name).unlink()
+        target.write_bytes(b"theirs")
+    before = {p.name: p.read_bytes() for p in elsewhere.rglob("*") if p.is_file()}
+    (run_dir / name).symlink_to(target)
+    proc = run_cli("run", "-q", "-o", run_dir, "--force", script, cwd=tmp_path, check=2)
+    _one_error_line(proc)
+    assert proc.stdout == ""
+    assert {p.name: p.read_bytes() for p in elsewhere.rglob("*") if p.is_file()} == before

@@ -172,6 +172,22 @@ def _is_our_run(path: Path) -> bool:
     return isinstance(doc, dict) and "jaxmemprof_version" in doc and "schema_version" in doc
 
 
+def _refuse_foreign_entries(path: Path) -> None:
+    """A name the new run writes through must be ours to replace: the
+    journal, the manifest and SQLite's files regular files, snapshots/ a
+    real directory (a symlink there would have the run write elsewhere)."""
+    names = (layout.MANIFEST, layout.JOURNAL, layout.JOURNAL + "-wal", layout.JOURNAL + "-shm",
+             layout.JOURNAL + "-journal")
+    for name in (*names, layout.SNAPSHOT_DIR):
+        p = path / name
+        if not os.path.lexists(p):
+            continue
+        ok = (p.is_dir() if name == layout.SNAPSHOT_DIR else p.is_file()) and not p.is_symlink()
+        if not ok:
+            raise InputError(str(p), "is a symlink or a special file, not one of our run's; "
+                                     "--force replaces only what jaxmemprof wrote; choose another --output")
+
+
 def _clear_for_reuse(path: Path, force: bool) -> None:
     """Refuse a non-empty directory unless ``force`` and it holds one of our
     runs; then remove only the files a run writes (never anything else)."""
@@ -183,6 +199,7 @@ def _clear_for_reuse(path: Path, force: bool) -> None:
     if not _is_our_run(path):
         raise InputError(str(path), "is not empty and holds no jaxmemprof run (no manifest of ours); "
                                     "--force replaces only a run; choose another --output")
+    _refuse_foreign_entries(path)
     for p in others:
         if p.is_file() and not p.is_symlink() and layout.is_run_file(p.name):
             p.unlink(missing_ok=True)
