@@ -64,8 +64,11 @@ def _record(script, cwd, name):
 
 
 def _unstamped(text: str) -> str:
-    """stderr without the time and process id of XLA's log lines."""
-    return re.sub(r"(?m)^([EWIF])\d{4} [\d:.]+\s+\d+ ", r"\1 ", text)
+    """stderr without the time and process id of XLA's log lines, and
+    without its warnings and notes (a busy machine adds "slow operation"
+    ones now and then)."""
+    text = re.sub(r"(?m)^[WI]\d{4} [\d:.]+\s+\d+ .*\n", "", text)
+    return re.sub(r"(?m)^([EF])\d{4} [\d:.]+\s+\d+ ", r"\1 ", text)
 
 
 def _probe_errors(run) -> list[str]:
