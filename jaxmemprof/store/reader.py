@@ -281,17 +281,26 @@ def _query(con, table: str, warnings: list) -> pd.DataFrame:
     return _shallow_json(_typed(df, table, warnings), table, warnings)
 
 
+def read_manifest(mpath: Path) -> dict:
+    """A manifest.json, bounded: ValueError (or OSError) when it is not a
+    regular file, too large, nested too deep, or not a JSON object."""
+    if not mpath.is_file():
+        raise ValueError("not a regular file")
+    if mpath.stat().st_size > _MAX_MANIFEST_BYTES:
+        raise ValueError(f"larger than {_MAX_MANIFEST_BYTES} bytes")
+    manifest = _loads(mpath.read_text(encoding="utf-8"))
+    if not isinstance(manifest, dict):
+        raise ValueError("not a JSON object")
+    return manifest
+
+
 def _load_journal_run(path: Path) -> Run:
     warnings: list[str] = []
     manifest: dict = {}
     mpath = path / layout.MANIFEST
     if mpath.is_file():
         try:
-            if mpath.stat().st_size > _MAX_MANIFEST_BYTES:
-                raise ValueError(f"larger than {_MAX_MANIFEST_BYTES} bytes")
-            manifest = _loads(mpath.read_text(encoding="utf-8"))
-            if not isinstance(manifest, dict):
-                raise ValueError("not a JSON object")
+            manifest = read_manifest(mpath)
         except (OSError, ValueError, UnicodeDecodeError) as exc:
             warnings.append(f"manifest.json unreadable ({_one_line(exc)})")
             manifest = {}

@@ -39,7 +39,6 @@ This module never imports jax: versions are read from the manifest.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import dataclass
@@ -49,6 +48,7 @@ import pandas as pd
 
 from jaxmemprof.analysis.findings import Finding
 from jaxmemprof.analysis.timeline import timeline as build_timeline
+from jaxmemprof.store.reader import read_manifest
 from jaxmemprof.units import format_bytes
 
 DOCS_URL = "https://docs.jax.dev/en/latest/gpu_memory_allocation.html"
@@ -288,11 +288,9 @@ def processes_per_device(run) -> int:
             if sib.parent.resolve() == path.resolve():
                 continue
             try:
-                doc = json.loads(sib.read_text(encoding="utf-8"))
+                manifests.append(read_manifest(sib))
             except (OSError, ValueError, UnicodeDecodeError):
                 continue
-            if isinstance(doc, dict):
-                manifests.append(doc)
     users: dict[tuple, set] = {}
     for i, doc in enumerate(manifests):
         for d in doc.get("devices") or []:
