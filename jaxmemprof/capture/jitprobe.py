@@ -1,18 +1,25 @@
 """Observe the program's jitted functions without changing what they compute.
 
-``jax.jit`` is replaced, in the ``jax`` module only (JAX's own internals keep
-the original), by a function returning a thin proxy around the real jitted
-function. The proxy records:
+``jax.jit`` and ``jax.pmap`` are replaced, in the ``jax`` module only (JAX's
+own internals keep the originals), by functions returning a thin proxy around
+the real jitted function; library wrappers that call ``jax.jit`` (flax.nnx.jit,
+equinox.filter_jit) are seen through, and named. To the program the proxy is
+the jitted function (docs/advice.md lists how); a call made while another
+transformation traces is only counted. The proxy records:
 
-- per function: name, where it is defined and where ``jax.jit`` was applied,
-  its ``donate_argnums/argnames`` and ``static_argnums/argnames``;
+- per function: the user's function and where it is defined, the user's line
+  that jitted it and the wrapper used, its donation and static arguments;
 - per compiled signature: XLA's ``memory_analysis()`` (arguments, outputs,
   alias, temporaries, generated code), read through the AOT path with the
   same arguments, which hits the compile cache;
-- for a sample of calls after the first: every array leaf of the arguments
-  (argument position and name, pytree path, shape, dtype, sharding, device
-  bytes, donated or not) and of the outputs, and, checked at the function's
-  next call, whether each input leaf was still held by the caller.
+- for a sample of calls (the first ones, then one in ``sample_every``): every
+  array leaf of the arguments, mapped to the user's arguments (argument
+  position and name, pytree path, shape, dtype, sharding, device bytes,
+  donated or not) and of the outputs, and, checked at the function's next
+  call, what became of each input leaf (see ``_check_liveness``);
+- at the end of the run, XLA's dump of each user function's largest signature
+  (``jaxmemprof.xla.dump``): its buffers at its own peak, by the line that
+  made them.
 
 Once a function's samples are taken its proxy becomes a ``_QuietProbed``,
 whose calls reach the jitted function with no Python code in between (and
@@ -390,12 +397,8 @@ class JitProbe:
             # arrays not donated, the rest): donation is its "donate" option.
             arguments, params = _equinox_arguments, _signature_names(target)
             donate_argnums, donate_argnames, static_argnums = [], [], []
-        with self._lock:
-            fid = self._next_function
-            self._next_function += 1
         frame = site.frame
         row = {
-            "function_id": fid,
             "name": getattr(target, "__name__", type(target).__name__),
             "qualname": getattr(target, "__qualname__", getattr(target, "__name__", "")),
             "file": code.co_filename if code else "",
@@ -412,9 +415,19 @@ class JitProbe:
             "wrapper": site.wrapper,
             "wrapper_options": json.dumps(site.options),
         }
+        return self._add_function(row, params, donate_argnums, donate_argnames, arguments, _cache_size(real) < 0,
+                                  _is_user_function(target))
+
+    def _add_function(self, row: dict, *state_args) -> _FunctionState:
+        """A new function id, its jit_functions row, and its state."""
+        with self._lock:
+            fid = self._next_function
+            self._next_function += 1
+        row = {"function_id": fid, **row}
         self.writer.add_jit_function(row)
-        state = _FunctionState(fid, params, donate_argnums, donate_argnames, arguments, _cache_size(real) < 0)
-        state.user, state.row = _is_user_function(target), row
+        *args, user = state_args
+        state = _FunctionState(fid, *args)
+        state.user, state.row = user, row
         self._states.append(state)
         return state
 
@@ -424,23 +437,17 @@ class JitProbe:
         is, under a new function id."""
         if not self.active:
             return real
+        old = proxy._state
         try:
-            old = proxy._state
-            with self._lock:
-                fid = self._next_function
-                self._next_function += 1
-            row = dict(old.row, function_id=fid, t_wall=time.time())
-            self.writer.add_jit_function(row)
-            state = _FunctionState(fid, old.param_names, old.donate_argnums, old.donate_argnames, old.arguments,
-                                   old.by_signature)
-            state.user, state.row = old.user, row
-            self._states.append(state)
+            row = {k: v for k, v in old.row.items() if k != "function_id"}
+            state = self._add_function(dict(row, t_wall=time.time()), old.param_names, old.donate_argnums,
+                                       old.donate_argnames, old.arguments, old.by_signature, old.user)
         except Exception as exc:
-            self._error(proxy._state, exc)
+            self._error(old, exc)
             return real
-        copy = Probed(real, self, state)
-        state.proxy = weakref.ref(copy)
-        return copy
+        twin = Probed(real, self, state)
+        state.proxy = weakref.ref(twin)
+        return twin
 
     # -- a call --------------------------------------------------------------------
 
