@@ -371,12 +371,18 @@ class JitProbe:
         return jit
 
     def _wrap(self, real, fun, kwargs, caller, wrapper):
+        return self._observed(real, None, lambda: self._register(real, fun, kwargs, caller, wrapper))
+
+    def _observed(self, real, owner, make_state):
+        """A proxy for ``real`` with the state ``make_state()`` gives; ``real``
+        itself when the probe is off or that fails (``owner``: the state of
+        the function it copies, for the error)."""
         if not self.active:
             return real
         try:
-            state = self._register(real, fun, kwargs, caller, wrapper)
+            state = make_state()
         except Exception as exc:
-            self._error(None, exc)
+            self._error(owner, exc)
             return real
         proxy = Probed(real, self, state)
         state.proxy = weakref.ref(proxy)
@@ -435,19 +441,11 @@ class JitProbe:
         """A copy of a jitted function (copy.copy, copy.deepcopy): a jitted
         function of its own (its own compile cache), observed as the original
         is, under a new function id."""
-        if not self.active:
-            return real
         old = proxy._state
-        try:
-            row = {k: v for k, v in old.row.items() if k != "function_id"}
-            state = self._add_function(dict(row, t_wall=time.time()), old.param_names, old.donate_argnums,
-                                       old.donate_argnames, old.arguments, old.by_signature, old.user)
-        except Exception as exc:
-            self._error(old, exc)
-            return real
-        twin = Probed(real, self, state)
-        state.proxy = weakref.ref(twin)
-        return twin
+        row = {k: v for k, v in old.row.items() if k != "function_id"}
+        return self._observed(real, old, lambda: self._add_function(
+            dict(row, t_wall=time.time()), old.param_names, old.donate_argnums, old.donate_argnames, old.arguments,
+            old.by_signature, old.user))
 
     # -- a call --------------------------------------------------------------------
 
