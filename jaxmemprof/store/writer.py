@@ -92,6 +92,8 @@ class RunWriter:
         self._peak: tuple[int, int] | None = None  # (live_bytes, snapshot)
         self._t0: float | None = None  # t_mono of the first snapshot
         self.thinned = 0  # snapshots thinned so far
+        self._candidates: list = []  # (snapshot, t_mono, file) of interval snapshots not thinned yet
+        self._file_refs: dict[str, int] = {}  # profile file -> snapshots not thinned that name it
         self._count = 0
         self._last_digest: bytes | None = None
         self._last_file: str | None = None
@@ -148,6 +150,11 @@ class RunWriter:
                 self._peak = (rec.live_bytes, index)
             if self._t0 is None:
                 self._t0 = rec.t_mono
+            if self.thinning is not None:
+                # Kept snapshots that name each file (a file counts while one does).
+                self._file_refs[name] = self._file_refs.get(name, 0) + 1
+                if rec.trigger == "interval" and rec.label is None:
+                    self._candidates.append((index, rec.t_mono, name))
             self._since_upkeep += 1
             if self.thinning is not None and self._since_upkeep >= self.thinning.every:
                 self._since_upkeep = 0
@@ -169,44 +176,47 @@ class RunWriter:
     def _thin(self, now: float) -> None:
         """Apply the thinning schedule: journal first (one transaction), then
         remove the profile files no kept snapshot names. Killed in between,
-        a thinned snapshot's file is merely left behind."""
+        a thinned snapshot's file is merely left behind. Works from what
+        the writer remembers of the snapshots it may still thin (not a scan
+        of the journal), so each pass costs as much at hour 24 as at hour 1."""
         sched = self.thinning
-        db = self._db
-        rows = db.execute(
-            "SELECT snapshot, t_mono FROM snapshots WHERE trigger = 'interval' AND label IS NULL "
-            "AND t_mono < ? AND snapshot NOT IN (SELECT snapshot FROM thinned) ORDER BY t_mono, snapshot",
-            (now - sched.recent_s,),
-        ).fetchall()
         peak = self._peak[1] if self._peak else None
-        seen, thin = set(), []
-        for snapshot, t_mono in rows:
+        seen, thin, keep = set(), [], []
+        for cand in self._candidates:
+            snapshot, t_mono, _ = cand
             key = sched.bucket(t_mono - self._t0, now - t_mono)
             if key is None or snapshot == peak:
-                continue
-            if key in seen:
-                thin.append(snapshot)
+                keep.append(cand)
+            elif key in seen:
+                thin.append(cand)
             else:
                 seen.add(key)  # the earliest in its bucket stays
+                keep.append(cand)
         if not thin:
             return
+        db = self._db
+        numbers = [(c[0],) for c in thin]
         db.execute("BEGIN")
         try:
+            db.executemany("INSERT INTO thinned VALUES (?)", numbers)
+            # One pass over each table (kept small: thinned rows leave it).
             db.execute("CREATE TEMP TABLE IF NOT EXISTS thinning (snapshot INTEGER PRIMARY KEY)")
             db.execute("DELETE FROM temp.thinning")
-            db.executemany("INSERT INTO temp.thinning VALUES (?)", [(s,) for s in thin])
-            db.execute("INSERT INTO thinned SELECT snapshot FROM temp.thinning")
+            db.executemany("INSERT INTO temp.thinning VALUES (?)", numbers)
             db.execute("DELETE FROM executables WHERE snapshot IN (SELECT snapshot FROM temp.thinning)")
             db.execute("DELETE FROM memory_stats WHERE snapshot IN (SELECT snapshot FROM temp.thinning)")
-            files = [f for (f,) in db.execute(
-                "SELECT DISTINCT file FROM snapshots WHERE snapshot IN (SELECT snapshot FROM temp.thinning) "
-                "AND file NOT IN (SELECT file FROM snapshots WHERE snapshot NOT IN "
-                "(SELECT snapshot FROM thinned))")]
             db.execute("COMMIT")
         except BaseException:
             db.execute("ROLLBACK")
             raise
+        self._candidates = keep
         self.thinned += len(thin)
-        for name in files:
+        for _, _, name in thin:
+            left = self._file_refs[name] - 1
+            if left:
+                self._file_refs[name] = left
+                continue
+            del self._file_refs[name]
             if name != self._last_file and layout.is_snapshot_file(Path(name).name):
                 try:
                     (self.directory / name).unlink()
