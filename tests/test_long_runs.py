@@ -133,3 +133,4 @@ def test_a_run_is_thinned_as_it_goes(tmp_path):
     assert files == {f.split("/")[-1] for *_, f in kept}
     manifest = json.loads((run_dir / layout.MANIFEST).read_text())
     assert manifest["settings"]["thinning"] == {"recent_s": 0.5, "base_width_s": 0.05, "every": 10}
+    assert manifest["thinned_snapshots"] == len(thinned)

@@ -353,6 +353,7 @@ class Session:
             duration_s=round(time.monotonic() - self.t_start, 6),
             exit_status=exit_status,
             ended_by=ended_by,
+            thinned_snapshots=self.writer.thinned,
             **_backend_facts(),
         )
 
