@@ -364,3 +364,25 @@ def test_sigwait_in_the_main_thread_gets_the_signal(tmp_path):
     """, signal.SIGTERM)
     assert py.returncode == jm.returncode == 0, jm_err
     assert py_out == jm_out == "got 15\n" and py_err == jm_err
+
+
+@pytest.mark.parametrize("module", ["pkg.main", "pkg.missing", "pkg"])
+def test_module_runs_as_python_dash_m(tmp_path, module):
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    source = '''
+import sys
+main = sys.modules["__main__"]
+print(sys.argv, sys.path[0], __name__, __spec__.name, main is sys.modules[__name__])
+print(sorted(k for k in globals() if k not in ("sys", "main")))
+raise ValueError("from the module")
+'''
+    (pkg / "main.py").write_text(source)
+    (pkg / "__main__.py").write_text(source)
+    py = subprocess.run([sys.executable, "-m", module, "x"], cwd=tmp_path, env=cpu_env(), capture_output=True,
+                        text=True, timeout=120)
+    jm = subprocess.run([sys.executable, "-m", "jaxmemprof", "run", "-q", "-o", str(tmp_path / "run"),
+                         "-m", module, "x"], cwd=tmp_path, env=cpu_env(), capture_output=True, text=True, timeout=120)
+    assert py.returncode == 1
+    assert_same(py, jm)

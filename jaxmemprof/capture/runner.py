@@ -122,6 +122,16 @@ def _exec_script(path: str) -> None:
     exec(code, main.__dict__)
 
 
+def _exec_module(name: str) -> None:
+    """What ``python -m name`` does: runpy's own entry for it, in a fresh
+    ``__main__`` module (so tracebacks, sys.argv[0] and ``__main__`` are
+    python's; a missing module ends with python's one-line message)."""
+    main = types.ModuleType("__main__")
+    main.__dict__.update(__builtins__=builtins, __annotations__={})
+    sys.modules["__main__"] = main
+    runpy._run_module_as_main(name, alter_argv=True)
+
+
 def _exit_code(code) -> int:
     if code is None:
         return 0
@@ -176,7 +186,7 @@ def _run(target: Target, session: Session) -> tuple[int, str]:
         if target.path:
             _exec_script(target.path)
         else:
-            runpy.run_module(target.module, run_name="__main__", alter_sys=True)
+            _exec_module(target.module)
         final_snapshot("exit")
         return 0, "exit"
     except SystemExit as exc:
