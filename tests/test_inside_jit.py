@@ -134,10 +134,12 @@ def test_activations_kept_for_the_backward_pass_get_a_remat_hint(recorded):
     script, run, att = recorded
     rows = _rows(peak_by_line(run, att), run, "grad_step")
     act = f"inside.py:{line_of(script, 'LINE-ACT')} (loss)"
-    assert rows.loc[rows["site"] == act, "bytes"].sum() >= 3 * 1024 * 512 * 4  # tanh outputs of 3 layers at least
+    # tanh outputs of the layers, float32[1024,512] each, kept for the backward pass (XLA reuses one
+    # buffer for two of them: each buffer counts once)
+    assert rows.loc[rows["site"] == act, "bytes"].sum() >= 2 * 1024 * 512 * 4
     [remat] = [f for f in inside_jit_findings(run, att) if f.rule == "remat"]
     assert remat.site == act and "jax.checkpoint" in remat.fix
-    assert remat.saving_bytes % (1024 * 512 * 4) == 0 and remat.saving_bytes >= 3 * 1024 * 512 * 4
+    assert remat.saving_bytes % (1024 * 512 * 4) == 0 and remat.saving_bytes >= 2 * 1024 * 512 * 4
 
 
 def test_changing_one_line_changes_what_the_call_needs(recorded, tmp_path):
@@ -155,3 +157,29 @@ def test_changing_one_line_changes_what_the_call_needs(recorded, tmp_path):
     sorted_buffer = old[(old["site"] == f"inside.py:{line} (reduced)") & (old["kind"] == "temporary")]
     assert sorted_buffer["bytes"].tolist() == [MiB] and sorted_buffer["shape"].tolist() == ["f32[512,512]"]
     assert not ((new["site"] == f"inside.py:{line} (reduced)") & (new["kind"] == "temporary")).any()
+
+
+def test_at_its_peak_a_program_holds_no_more_than_its_allocations(recorded):
+    """Values that share one buffer (an op's output and what it is passed on
+    as) count once: what the lines hold at the peak is never more than XLA's
+    allocations for the call (arguments + outputs - aliased + temporaries)."""
+    _, run, att = recorded
+    programs = run.jit["programs"]
+    for p in programs.itertuples():
+        allocated = p.argument_bytes + p.output_bytes - p.alias_bytes + p.temp_bytes
+        assert p.peak_bytes <= allocated
+    # sorted_copy on float32[512,512]: x, w, a and its sorted copy, 4 MiB, none counted twice.
+    rows = _rows(peak_by_line(run, att), run, "sorted_copy")
+    assert rows["program_peak_bytes"].iloc[0] <= 4 * MiB + 64
+
+
+def test_xla_strings_are_read_as_xla_writes_them():
+    """Quoted names with C escapes (a non-ASCII path's UTF-8 bytes in octal)
+    and op names holding braces and quotes."""
+    from jaxmemprof.xla.dump import _METADATA, _unquote, instructions
+
+    assert _unquote(r'"/tmp/\303\274n\303\257 dir/p.py"') == "/tmp/ünï dir/p.py"
+    line = ('  %sine.1 = f32[4]{0} sine(%x), metadata={op_name="jit(f)/we}ird\\"sc{ope/sin" stack_frame_id=3}, '
+            'backend_config={}')
+    assert _METADATA.search(line).group(1).endswith("stack_frame_id=3")
+    assert instructions(line)["sine.1"] == ("f32[4]", "sine", 'jit(f)/we}ird"sc{ope/sin', 3)

@@ -33,7 +33,7 @@ ARGUMENT, OUTPUT, ALIASED, TEMPORARY, CONSTANT = "argument", "output", "aliased"
 _TABLE_ROW = re.compile(r"^(\d+) (.*)$")
 _FIELDS = re.compile(r"(\w+)=(\d+)")
 _INSTRUCTION = re.compile(r"^\s*(?:ROOT )?%([\w.\-]+) = (\S+?)(?:\{[^}]*\})? (\w[\w\-]*)\(")
-_METADATA = re.compile(r'metadata=\{([^}]*)\}')
+_METADATA = re.compile(r'metadata=\{((?:[^{}"]|"(?:[^"\\]|\\.)*")*)\}')
 _OP_NAME = re.compile(r'op_name="((?:[^"\\]|\\.)*)"')
 _FRAME_ID = re.compile(r"stack_frame_id=(\d+)")
 _ALLOCATION = re.compile(r"^allocation (\d+): size (\d+)(.*):$")
@@ -70,7 +70,7 @@ class ProgramMemory:
     module: str
     length: int  # instructions in the sequence
     peak_position: int
-    peak_bytes: int  # what the values live at the peak add up to (XLA's live-range peak)
+    peak_bytes: int  # what the buffers live at the peak add up to (XLA's live-range peak, each buffer once)
     buffers: list = field(default_factory=list)  # at the peak, then the largest others
     argument_bytes: int = 0  # allocation sizes by kind, as memory_analysis() adds them
     output_bytes: int = 0
@@ -93,11 +93,26 @@ def _table(lines: list[str], title: str) -> dict[int, str]:
     return out
 
 
+_ESCAPE = re.compile(rb"\\(?:([0-7]{1,3})|x([0-9a-fA-F]{2})|(.))", re.S)
+_SIMPLE_ESCAPES = {b"n": b"\n", b"t": b"\t", b"r": b"\r"}
+
+
 def _unquote(text: str) -> str:
+    """A string as XLA prints it: quoted, with C escapes (a non-ASCII path's
+    UTF-8 bytes in octal: ``\\303\\274`` is u-umlaut)."""
     text = text.strip()
     if len(text) >= 2 and text[0] == text[-1] == '"':
-        return re.sub(r"\\(.)", r"\1", text[1:-1])
-    return text
+        text = text[1:-1]
+    raw = text.encode("utf-8", "surrogateescape")
+
+    def one(m):
+        if m.group(1):
+            return bytes([int(m.group(1), 8) & 0xFF])
+        if m.group(2):
+            return bytes([int(m.group(2), 16)])
+        return _SIMPLE_ESCAPES.get(m.group(3), m.group(3))
+
+    return _ESCAPE.sub(one, raw).decode("utf-8", "replace")
 
 
 def stack_frames(hlo_text: str) -> dict[int, tuple]:
@@ -140,7 +155,7 @@ def instructions(hlo_text: str) -> dict[str, tuple]:
         op, frame = "", 0
         if meta:
             n = _OP_NAME.search(meta.group(1))
-            op = n.group(1) if n else ""
+            op = _unquote(n.group(1)) if n else ""
             fid = _FRAME_ID.search(meta.group(1))
             frame = int(fid.group(1)) if fid else 0
         out[m.group(1)] = (m.group(2), m.group(3), op, frame)
@@ -261,12 +276,20 @@ def read_program(hlo_text: str, assignment_text: str, live_range_text: str, *, m
         return Buffer(name=name, bytes=size, shape=shape, kind=kind, op=op, frames=fr, start=start, end=end,
                       at_peak=at_peak)
 
-    at_peak = [buffer(n, b, True) for n, b in peak]
-    seen = {b.name for b in at_peak}
+    # Values in one slot are one buffer: the live ranges may list several of
+    # them at the peak (an op's output and the value it is passed on as).
+    at_peak, slots_seen = [], set()
+    for n, b in peak:
+        slot = slots.get(n)
+        if slot is not None and slot in slots_seen:
+            continue
+        slots_seen.add(slot)
+        at_peak.append(buffer(n, b, True))
+    seen = {n for n, _ in peak}
     sizes = _value_sizes(assignment_text)
     others = sorted((n for n in ranges if n not in seen and n in sizes), key=lambda n: -sizes[n])[:largest]
     return ProgramMemory(
-        module=module, length=length, peak_position=peak_at, peak_bytes=sum(b for _, b in peak),
+        module=module, length=length, peak_position=peak_at, peak_bytes=sum(b.bytes for b in at_peak),
         buffers=at_peak + [buffer(n, sizes[n], False) for n in others],
         argument_bytes=totals[ARGUMENT] + totals[ALIASED], output_bytes=totals[OUTPUT] + totals[ALIASED],
         alias_bytes=totals[ALIASED], temp_bytes=totals[TEMPORARY])
