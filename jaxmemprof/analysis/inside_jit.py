@@ -9,15 +9,17 @@ are attributed as every byte is: to the innermost frame of the user's code
 
 - ``peak_by_line``: per function, user line and kind (argument, output,
   aliased, temporary, constant), the bytes live at the function's peak; they
-  add up to XLA's own peak for that program (its live ranges' peak). What a
-  call holds on the device is XLA's allocations, which ``memory_analysis()``
-  adds up: its temporaries are one block for the whole call, as large as
-  their packing needs, so the live-range peak is at most that.
+  add up to XLA's own peak for that program (its live ranges' peak, each
+  buffer once). What a call holds on the device is XLA's allocations, which
+  ``memory_analysis()`` adds up: its temporaries are one block for the whole
+  call, as large as their packing needs, so the live-range peak is at most
+  that.
 - ``largest_buffers``: the largest buffers of each program with their live
   ranges in program order.
 - ``inside_jit_findings``: hints where one applies: rematerialisation
   (``jax.checkpoint``) for activations the forward pass keeps for the
-  backward pass, and a narrower dtype for the largest float32 temporaries.
+  backward pass (not for a program that uses it already), and a narrower
+  dtype for the largest float32 temporaries.
 """
 
 from __future__ import annotations
@@ -123,6 +125,8 @@ def inside_jit_findings(run, attribution: Attribution = Attribution()) -> list[F
     if b.empty:
         return []
     out: list[Finding] = []
+    # A program that rematerialises already (jax.checkpoint names its ops).
+    remat = set(b.loc[b["op"].astype(str).str.contains(r"checkpoint|remat", regex=True), "function_id"])
     for (fid, name), g in b[b["at_peak"] == 1].groupby(["function_id", "function"], sort=False):
         peak = int(g["program_peak_bytes"].iloc[0])
         if peak <= 0:
@@ -130,7 +134,7 @@ def inside_jit_findings(run, attribution: Attribution = Attribution()) -> list[F
         temps = g[g["kind"] == "temporary"]
         forward = temps["op"].astype(str).map(lambda op: bool(_FORWARD.search(op)) and not _BACKWARD.search(op))
         kept = temps.loc[forward.astype(bool)]
-        if int(kept["bytes"].sum()) >= REMAT_SHARE * peak:
+        if fid not in remat and int(kept["bytes"].sum()) >= REMAT_SHARE * peak:
             by_line = kept.groupby("site")["bytes"].sum().sort_values(ascending=False)
             lines = ", ".join(f"{format_bytes(v)} at {s}" for s, v in by_line.head(3).items())
             saving = int(kept["bytes"].sum())

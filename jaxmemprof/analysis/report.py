@@ -129,7 +129,7 @@ def build_report(run, attribution: Attribution, *, top_sites: int = 10, steps: i
     }
     report = Report(
         path=str(run.path), manifest=m, finished=run.finished, has_arrays=run.has_arrays,
-        warnings=list(run.warnings), summary=summary, peak_sites=peak_sites, timeline=tl,
+        warnings=list(run.warnings) + probe_warnings(run), summary=summary, peak_sites=peak_sites, timeline=tl,
         arrays=arrays, lifetimes=per_site, churn=churn, reuse_by_device=reuse_by_device,
         reuse_by_site=reuse_by_site, reuse_note=reuse_note, leaks=leak_rows,
         recompiles=recompile_rows, jit_memory=memory_in_jit, jit_peak=peak_by_line(run, attribution),
@@ -140,6 +140,18 @@ def build_report(run, attribution: Attribution, *, top_sites: int = 10, steps: i
     if extra:
         report = replace(report, findings=findings_frame(found + extra), extra_findings=extra)
     return report
+
+
+def probe_warnings(run) -> list[str]:
+    """What the jit probe could not do, from the run's events: calls it
+    could not read (once per function and error) and functions whose XLA
+    dump was left out."""
+    ev = run.events
+    if ev is None or ev.empty:
+        return []
+    rows = ev[ev["kind"].isin(["probe-error", "xla-dump"])]
+    return [("jit probe: " if kind == "probe-error" else "memory inside jit: ") + str(msg)
+            for kind, msg in zip(rows["kind"], rows["message"])]
 
 
 def peak_devices(report: Report) -> pd.DataFrame:

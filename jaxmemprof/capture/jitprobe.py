@@ -169,7 +169,7 @@ class _FunctionState:
     __slots__ = ("function_id", "calls", "traced", "samples", "pending", "compiles", "analyse_next", "hunt",
                  "signatures", "param_names", "donate_argnums", "donate_argnames", "arguments", "by_signature",
                  "cache", "quiet", "off", "errors", "proxy", "counted_all", "largest", "user", "backend_compiles",
-                 "row")
+                 "row", "compile_s")
 
     def __init__(self, function_id, param_names, donate_argnums, donate_argnames, arguments, by_signature):
         self.function_id = function_id
@@ -198,6 +198,7 @@ class _FunctionState:
         self.user = True  # the function is the user's (not a library's own jitted helper)
         self.backend_compiles = 0  # XLA compiles during its observed calls
         self.row = None  # its jit_functions row, for a copy of the function
+        self.compile_s = 0.0  # XLA's compile time during its observed calls: what a dump of it costs
 
 
 class JitProbe:
@@ -434,6 +435,11 @@ class JitProbe:
         *args, user = state_args
         state = _FunctionState(fid, *args)
         state.user, state.row = user, row
+        if state.donate_argnums or state.donate_argnames or json.loads(row.get("wrapper_options") or "{}").get(
+                "donate", "none") != "none":
+            # After its first call a donating function's arguments are deleted:
+            # analyse that call before it runs (the compile is then shared).
+            state.analyse_next = True
         self._states.append(state)
         return state
 
@@ -621,26 +627,43 @@ class JitProbe:
         """XLA's own account of each function's largest signature: compile
         its lowering once more with a dump directory (a compile of its own,
         never the program's: the options differ), read the dump, remove it.
-        Largest first, while the budget lasts; the largest always."""
+        Largest first, each while the budget affords what its compile took
+        in the program (the first, whatever the dumps took so far)."""
         jobs = sorted((s for s in self._states if s.largest is not None and s.user), key=lambda s: -s.largest[0])
+        if jobs and _dumps_of_its_own(self._jax):
+            # The program dumps XLA's or JAX's output itself: a compile of ours
+            # would add to its dump directory.
+            self.writer.add_event("xla-dump", "left out: the program dumps XLA's or JAX's output itself "
+                                              "(XLA_FLAGS --xla_dump_*, jax_dump_ir_to)")
+            jobs = []
         budget = max(self.dump_min_s, self.dump_share * (time.monotonic() - self._t_install))
         spent = 0.0
-        for i, state in enumerate(jobs):
-            if i and spent >= budget:
-                self.writer.add_event("xla-dump", f"{len(jobs) - i} function(s) left out: the dumps took "
-                                                  f"{spent:.2f} s of {budget:.2f} s allowed")
-                break
+        left = []
+        for state in jobs:
+            if spent + state.compile_s > budget:
+                left.append(state)
+                continue
             t0 = time.monotonic()
             self._guard(state, self._dump_one, state)
             spent += time.monotonic() - t0
             state.largest = None  # the lowering is no longer needed
+        if left:
+            names = ", ".join(str(s.row.get("name", s.function_id)) for s in left[:5])
+            self.writer.add_event("xla-dump", f"{len(left)} function(s) left out ({names}"
+                                              f"{', ...' if len(left) > 5 else ''}): a compile of each would "
+                                              f"take the dumps past {budget:.1f} s, the share of the run's "
+                                              f"time they may take (a longer run or a larger --max-overhead "
+                                              f"allows more)")
+        for state in left:
+            state.largest = None
 
     def _dump_one(self, state) -> None:
         _, signature, lowered = state.largest
         t0 = time.monotonic()
         directory = tempfile.mkdtemp(prefix="jaxmemprof-xla-")
         try:
-            lowered.compile(compiler_options={"xla_dump_to": directory})
+            with _unseen_compile(self._jax):
+                lowered.compile(compiler_options={"xla_dump_to": directory})
             programs = read_dump(directory)
         finally:
             shutil.rmtree(directory, ignore_errors=True)
@@ -668,7 +691,11 @@ class JitProbe:
     def poll(self) -> None:
         """At every snapshot: a quiet function whose compile cache grew is
         observed again (the compile event listener usually said so already);
-        functions the program dropped are forgotten."""
+        functions the program dropped are forgotten (and the lowering kept
+        for their dump, which may hold large constants, freed)."""
+        for state in self._states:
+            if state.largest is not None and state.proxy() is None:
+                state.largest = None
         for state in list(self._quiet):
             proxy = state.proxy()
             if proxy is None:
@@ -676,7 +703,7 @@ class JitProbe:
             elif _cache_size(proxy._real) != state.cache:
                 self._wake(state)
 
-    def on_compile(self, event: str = "") -> None:
+    def on_compile(self, event: str = "", seconds: float = 0.0) -> None:
         """A JAX compile event: an XLA compile is counted for the function
         whose call this thread is in, if any; which function compiled is not
         said otherwise, so every quiet function is observed again until its
@@ -687,6 +714,7 @@ class JitProbe:
         state = getattr(self._calling, "state", None)
         if state is not None and event.endswith("/backend_compile_duration"):
             state.backend_compiles += 1
+            state.compile_s += float(seconds) if isinstance(seconds, (int, float)) else 0.0
         for state in list(self._quiet):
             self._wake(state)
         for state in self._states:
@@ -908,6 +936,58 @@ class Probed:
         return self._real == (other._real if isinstance(other, Probed) else other)
 
 
+class _unseen_compile:
+    """Around the compile of a dump: not the program's, so nothing of it is
+    shown to the program. No persistent compilation cache (a hit would
+    compile nothing, and dump no buffer assignment), no jax_log_compiles
+    line, no event for the program's jax.monitoring listeners. JAX's own
+    internals (private, looked up defensively): anything missing is left
+    as it is."""
+
+    def __init__(self, jax):
+        self.jax = jax
+        self.undo = []
+
+    def __enter__(self):
+        cache = sys.modules.get("jax._src.compilation_cache")
+        if cache is not None and hasattr(cache, "is_cache_used"):
+            original = cache.is_cache_used
+            cache.is_cache_used = lambda backend: False
+            self.undo.append(lambda: setattr(cache, "is_cache_used", original))
+        try:
+            if self.jax.config.jax_log_compiles:
+                self.jax.config.update("jax_log_compiles", False)
+                self.undo.append(lambda: self.jax.config.update("jax_log_compiles", True))
+        except Exception:
+            pass
+        monitoring = sys.modules.get("jax._src.monitoring")
+        for name in ("_event_listeners", "_event_duration_secs_listeners", "_event_time_span_listeners"):
+            listeners = getattr(monitoring, name, None)
+            if isinstance(listeners, list) and listeners:
+                saved = list(listeners)
+                listeners.clear()
+                self.undo.append(lambda listeners=listeners, saved=saved: listeners.extend(saved))
+        return self
+
+    def __exit__(self, *exc):
+        for undo in reversed(self.undo):
+            try:
+                undo()
+            except Exception:
+                pass
+        return False
+
+
+def _dumps_of_its_own(jax) -> bool:
+    """Whether the program has XLA or JAX dump their output somewhere."""
+    if "--xla_dump" in os.environ.get("XLA_FLAGS", ""):
+        return True
+    try:
+        return bool(jax.config.jax_dump_ir_to)
+    except Exception:
+        return False
+
+
 _THIS_FILE = os.path.abspath(__file__)
 
 
@@ -933,7 +1013,7 @@ def _compile_listener(probe_ref):
     def listener(event: str, *args, **kwargs) -> None:
         probe = probe_ref()
         if probe is not None and event.startswith("/jax/core/compile/"):
-            probe.on_compile(event)
+            probe.on_compile(event, args[0] if args else 0.0)
 
     return listener
 

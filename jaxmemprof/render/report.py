@@ -160,13 +160,16 @@ def _render_jit_peak(rep: Report, con: Console, top: int, lines: int = 4) -> Non
     if peak.empty:
         return
     con.print(Text("At each function's own peak, in program order (XLA's buffer live ranges), by line:"))
-    for fid, rows in list(peak.groupby("function_id", sort=False))[:top]:
+    functions = list(peak.groupby("function_id", sort=False))
+    for fid, rows in functions[:top]:
         parts = [f"{format_bytes(r['bytes'])} {safe(r['site'])}" if r["site"].startswith("argument ")
                  else f"{format_bytes(r['bytes'])} {r['kind']} at {safe(r['site'])}"
                  for _, r in rows.head(lines).iterrows()]
         more = len(rows) - lines
         con.print(Text(f"  {safe(rows['function'].iloc[0])} {format_bytes(rows['program_peak_bytes'].iloc[0])}: "
                        + "; ".join(parts) + (f"; {more} more in jit_peak.csv" if more > 0 else "")))
+    if len(functions) > top:
+        con.print(Text(f"  {len(functions) - top} more functions in jit_peak.csv"))
 
 
 def _render_lifetimes(rep: Report, con: Console, top: int) -> None:
