@@ -134,3 +134,17 @@ def test_a_run_is_thinned_as_it_goes(tmp_path):
     manifest = json.loads((run_dir / layout.MANIFEST).read_text())
     assert manifest["settings"]["thinning"] == {"recent_s": 0.5, "base_width_s": 0.05, "every": 10}
     assert manifest["thinned_snapshots"] == len(thinned)
+    # Read back: the thinned snapshots keep their rows (the timeline has them)
+    # and are no "missing file"; asked for, one is a one-line error.
+    from jaxmemprof.store.reader import load_run
+
+    run = load_run(run_dir)
+    assert not any("missing" in w for w in run.warnings), run.warnings
+    assert len(run.snapshots) == total and set(run.snapshots.loc[run.snapshots["thinned"], "snapshot"]) == thinned
+    report = subprocess.run([sys.executable, "-m", "jaxmemprof", "report", str(run_dir)], cwd=tmp_path, env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert report.returncode == 0 and "missing" not in report.stdout + report.stderr
+    some = min(thinned)
+    show = subprocess.run([sys.executable, "-m", "jaxmemprof", "show", f"{run_dir}@{some}"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert show.returncode == 2 and show.stderr.count("\n") == 1 and "was thinned" in show.stderr

@@ -57,6 +57,7 @@ _TABLES = {
                      ("function_id", "peak_bytes")),
     "jit_buffers": (("function_id", "bytes", "live_start", "live_end", "at_peak"),
                     ("name", "shape", "kind", "op", "frames"), ("function_id", "bytes")),
+    "thinned": (("snapshot",), (), ("snapshot",)),
     "jit_counts": (("function_id", "calls", "compiles", "calls_complete", "traced", "backend_compiles"), (),
                    ("function_id",)),
 }
@@ -65,7 +66,7 @@ _MAY_BE_MISSING = {"end_snapshot", "after_snapshot", "stack_id", "snapshot", "pe
                    "calls_complete", "traced", "backend_compiles"}
 _FLOAT_COLUMNS = {"t_wall", "t_mono", "cost_s", "wall_s", "dump_s"}
 # Tables that runs recorded by earlier versions lack.
-_ADDED_TABLES = {"jit_programs", "jit_buffers"}
+_ADDED_TABLES = {"jit_programs", "jit_buffers", "thinned"}
 
 # Manifest fields and the types a reader relies on.
 _MANIFEST_TYPES = {
@@ -187,7 +188,8 @@ class Run:
 
     - ``snapshots``: ``snapshot, t`` (seconds since the run started), ``t_wall,
       trigger, label, file, live_bytes, buffers, arrays, cost_s, wall_s,
-      process`` (``cost_s``: CPU time the snapshot took).
+      thinned, process`` (``cost_s``: CPU time the snapshot took; ``thinned``:
+      its profile file was removed on purpose as a long run went, its row kept).
     - ``arrays``: one row per array identity (interval form): ``array_id,
       first_snapshot, last_snapshot`` (the last snapshot it was seen alive in),
       ``end_snapshot`` (the first it was gone in; NA if alive at the end),
@@ -225,6 +227,10 @@ class Run:
         row = self.snapshots.loc[self.snapshots["snapshot"] == snapshot]
         if row.empty:
             raise InputError(str(self.path), f"has no snapshot {snapshot}")
+        if "thinned" in row and bool(row["thinned"].iloc[0]):
+            raise InputError(f"{self.path}@{snapshot}", "was thinned as the run went (a long run keeps its last "
+                                                        "10 minutes whole, one older snapshot per time bucket, and "
+                                                        "the peak, labelled and trigger snapshots): pick a kept one")
         return self.path / row["file"].iloc[0]
 
     def profile(self, snapshot: int, **kwargs) -> Profile:
@@ -337,10 +343,11 @@ def _load_journal_run(path: Path) -> Run:
                for t in ("functions", "compiles", "calls", "counts", "programs", "buffers")}
         markers = _query(con, "markers", warnings)
         events = _query(con, "events", warnings)
+        thinned = set(_query(con, "thinned", warnings)["snapshot"].dropna().astype(np.int64).tolist())
     finally:
         con.close()
 
-    snaps = _check_snapshot_files(path, snaps, warnings)
+    snaps = _check_snapshot_files(path, snaps, warnings, thinned)
     start = manifest.get("start_epoch")
     if start is None and not snaps.empty:
         start = float(snaps["t_wall"].min())
@@ -374,7 +381,9 @@ def _real(path: Path) -> Path:
     return Path(os.path.realpath(path))
 
 
-def _check_snapshot_files(path: Path, snaps: pd.DataFrame, warnings: list) -> pd.DataFrame:
+def _check_snapshot_files(path: Path, snaps: pd.DataFrame, warnings: list, thinned=frozenset()) -> pd.DataFrame:
+    """The snapshots whose profile file is there, and those thinned on
+    purpose (a long run keeps their rows, not their files: ``thinned``)."""
     snap_root = _real(path / layout.SNAPSHOT_DIR)
 
     def usable(name) -> bool:
@@ -386,7 +395,7 @@ def _check_snapshot_files(path: Path, snaps: pd.DataFrame, warnings: list) -> pd
         except (ValueError, OSError):
             return False
 
-    missing = [int(s) for s, f in zip(snaps["snapshot"], snaps["file"]) if not usable(f)]
+    missing = [int(s) for s, f in zip(snaps["snapshot"], snaps["file"]) if int(s) not in thinned and not usable(f)]
     if missing:
         shown = ", ".join(map(str, missing[:10])) + (" ..." if len(missing) > 10 else "")
         warnings.append(f"{len(missing)} snapshot file(s) missing (snapshots {shown}); those snapshots are skipped")
@@ -400,6 +409,7 @@ def _check_snapshot_files(path: Path, snaps: pd.DataFrame, warnings: list) -> pd
                 f"{len(orphans)} snapshot file(s) without a journal entry (the run was killed while "
                 f"writing them?): {', '.join(sorted(orphans)[:5])}"
             )
+    snaps = snaps.assign(thinned=snaps["snapshot"].isin(thinned))
     return snaps.sort_values("snapshot").reset_index(drop=True)
 
 

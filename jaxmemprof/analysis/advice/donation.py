@@ -69,6 +69,12 @@ def _json(text, default):
     return v
 
 
+def _is_first(call) -> bool:
+    """A sampled call is the function's first (its index may be missing in a damaged journal)."""
+    v = call["call_index"]
+    return not pd.isna(v) and int(v) == 1
+
+
 def _leaves(text) -> list[dict]:
     return [d for d in _json(text, []) if isinstance(d, dict)]
 
@@ -147,7 +153,7 @@ def donation_candidates(run, attribution: Attribution = Attribution()) -> list[C
             free_args = [a for a, idx in args.items()
                          if not any(inputs[i].get("donated") for i in idx)
                          and all(fates[i] == "dropped" and i not in shared for i in idx)]
-            if call["call_index"] == 1 and len(rows) > 1:
+            if _is_first(call) and len(rows) > 1:
                 # The first call's inputs are often what the program set up
                 # before its loop, and still named there: not a reason to
                 # keep state that every later call replaces, but worth saying.
@@ -272,7 +278,7 @@ def _array_arguments(run, function_id) -> list[tuple]:
     out: dict[str, list] = {}
     for _, call in rows.iterrows():
         inputs, fates = _leaves(call["inputs"]), _json(call["inputs_alive"], [])
-        known = len(fates) == len(inputs) and not (call["call_index"] == 1 and len(rows) > 1)
+        known = len(fates) == len(inputs) and not (_is_first(call) and len(rows) > 1)
         sizes: dict[str, int] = {}
         for i, leaf in enumerate(inputs):
             label = _arg_label(leaf)
