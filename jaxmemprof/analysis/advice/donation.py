@@ -374,10 +374,11 @@ def donation_findings(run, attribution: Attribution = Attribution()) -> list[Fin
         what = ", ".join(f"'{c.argument}'" if c.keyword or not c.argument.isdigit() else f"argument {c.argument}"
                          for c in cands)
         matches = "; ".join(f"{i} -> {o}" for c in cands for i, o in c.matches[:6])
-        evidence = (f"{cands[0].calls_sampled} calls sampled; in each, the statement that made the call dropped "
-                    f"{what} (nothing used it after the call), and every leaf has an output of the same shape "
-                    f"and dtype: {matches}. "
-                    f"See {DOCS}")
+        each = "in each after the first" if any(c.first_kept for c in cands) else "in each"
+        evidence = (f"{cands[0].calls_sampled} calls sampled (the first ones, then one in 50; calls between them "
+                    f"are not seen); {each}, the program dropped {what} during the call or right after it, "
+                    f"before running anything else, and every leaf has an output of the same shape and dtype: "
+                    f"{matches}. See {DOCS}")
         findings.append(Finding(
             rule="donate",
             severity="high" if saving >= 256 * 1024**2 else "medium",
