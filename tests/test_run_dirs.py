@@ -98,7 +98,7 @@ def test_force_removes_only_what_jaxmemprof_wrote(tmp_path):
     run_dir = tmp_path / "run"
     run_cli("run", "-q", "-o", run_dir, many, cwd=tmp_path, check=0)
     before = sorted(p.name for p in (run_dir / "snapshots").iterdir())
-    assert len(before) >= 6
+    assert len(before) >= 5  # five labelled snapshots of five different profiles (first and exit may share one)
     # What the user put there: all of it must survive.
     (run_dir / "snapshots" / "model_epoch10.ckpt").write_bytes(b"weights")
     (run_dir / "notes.txt").write_text("mine")
