@@ -209,11 +209,12 @@ class JitProbe:
     ``sample_every``; at most ``max_samples`` per function."""
 
     def __init__(self, writer, *, sample_first: int = 3, sample_every: int = 50, max_samples: int = 20,
-                 dump_share: float = 0.01, dump_min_s: float = 2.0, exclude: tuple = ()):
+                 dump_share: float = 0.01, dump_min_s: float = 0.25, exclude: tuple = ()):
         self.writer = writer
         self.exclude = tuple(exclude)  # more files JAX should not take for the program's (the launcher)
         # XLA's dumps at the end of the run may take this share of the run's
-        # wall time (at least dump_min_s, and always the largest function's).
+        # wall time (at least dump_min_s), each dump costing about what the
+        # function's compile cost the program.
         self.dump_share = dump_share
         self.dump_min_s = dump_min_s
         self._t_install = time.monotonic()
