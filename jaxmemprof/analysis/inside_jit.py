@@ -44,16 +44,22 @@ BUFFER_COLUMNS = ["function_id", "function", "name", "site", "kind", "shape", "b
 _FORWARD = re.compile(r"(?:^|/)jvp\(")
 _BACKWARD = re.compile(r"transpose\(")
 _ARG_NAME = re.compile(r"^([^\[.]+)")
+_EQUINOX_ARG = re.compile(r"^dynamic_(?:no)?donate\['(\w+)'\]")
 REMAT_SHARE = 0.25  # of the program's peak, held by kept activations
 NARROW_SHARE = 0.5  # of the program's peak, held by float32 temporaries
 
 
-def _frames(text) -> list:
+def _frames_or_list(text) -> list:
+    """A JSON list from the journal, or []."""
     try:
         v = json.loads(text) if isinstance(text, str) else []
     except ValueError:
         return []
-    return [f for f in v if isinstance(f, list) and len(f) == 3] if isinstance(v, list) else []
+    return v if isinstance(v, list) else []
+
+
+def _frames(text) -> list:
+    return [f for f in _frames_or_list(text) if isinstance(f, list) and len(f) == 3]
 
 
 def _attributed(run, attribution: Attribution) -> pd.DataFrame:
@@ -65,8 +71,13 @@ def _attributed(run, attribution: Attribution) -> pd.DataFrame:
         return pd.DataFrame()
     b = buffers.copy()
     names = dict(zip(functions["function_id"], functions["name"])) if functions is not None else {}
+    equinox = {}
+    if functions is not None and "wrapper" in functions:
+        for fid, wrapper, params in zip(functions["function_id"], functions["wrapper"], functions["params"]):
+            if wrapper == "equinox.filter_jit":
+                equinox[fid] = [str(p) for p in _frames_or_list(params)]
     sites, files, lines = [], [], []
-    for kind, op, frames in zip(b["kind"], b["op"], b["frames"]):
+    for fid, kind, op, frames in zip(b["function_id"], b["kind"], b["op"], b["frames"]):
         user = [f for f in _frames(frames) if isinstance(f[0], str) and not attribution.is_library(f[0])]
         if user:
             f, ln, fn = user[0]
@@ -75,8 +86,14 @@ def _attributed(run, attribution: Attribution) -> pd.DataFrame:
             files.append(shown)
             lines.append(int(ln))
         elif kind in ("argument", "aliased") and isinstance(op, str) and op:
-            m = _ARG_NAME.match(op)
-            sites.append(f"argument {m.group(1) if m else op}")
+            m = _EQUINOX_ARG.match(op) if fid in equinox else None
+            if m:  # equinox passes its own (donated, not donated) dicts: name the user's arguments
+                params = equinox[fid]
+                part = {"first": params[:1], "rest": params[1:]}.get(m.group(1))
+                sites.append(f"argument {', '.join(part)}" if part else "argument (the function's own arrays)")
+            else:
+                m = _ARG_NAME.match(op)
+                sites.append(f"argument {m.group(1) if m else op}")
             files.append("")
             lines.append(0)
         else:
