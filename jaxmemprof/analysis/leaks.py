@@ -353,9 +353,10 @@ def recompiles(run, attribution: Attribution = Attribution(), *, min_executables
     # New executables per snapshot, and those that came after the setup: in
     # the time since the snapshot before, which began after the setup ended.
     rise = (rows["count"] - rows.groupby(["site", "name"])["count"].shift(1).fillna(0)).clip(lower=0)
+    setup = setup_end(run)
     ordered = snaps.sort_values("snapshot")
     began = pd.Series(ordered["t_wall"].shift(1).fillna(-np.inf).to_numpy(), index=ordered["snapshot"])
-    late = rows["snapshot"].map(began).to_numpy(dtype=float) >= setup_end(run)
+    late = rows["snapshot"].map(began).to_numpy(dtype=float) >= setup
     t_rows = rows["snapshot"].map(snaps.set_index("snapshot")["t_wall"]).to_numpy(dtype=float)
     rows = rows.assign(new=np.where(late, rise, 0), late_rise=late & (rise > 0),
                        late_t=np.where(late & (rise > 0), t_rows, np.nan))
@@ -382,7 +383,7 @@ def recompiles(run, attribution: Attribution = Attribution(), *, min_executables
     grew = out["max_count"] > out["first_count"]
     # New ones kept coming: over a quarter of the time after the setup at
     # least, not in one burst (an evaluation or a summary once, at the end).
-    after = max(float(snaps["t_wall"].max()) - setup_end(run), 1e-9)
+    after = max(float(snaps["t_wall"].max()) - setup, 1e-9)
     spread = out["late_span"].fillna(0).to_numpy(dtype=float) >= SPREAD_SHARE * after
     out["suspect"] = (out["max_count"] >= min_executables) & (named | grew) & (out["late_rises"] >= 2) & spread
     keep = out["suspect"] | grew | (out["last_count"] > out["first_count"]) | (
