@@ -258,9 +258,7 @@ class _ProcessState:
             cwd = None
         return cls(cwd, sys.argv, list(sys.path), sys.stdout, sys.stderr)
 
-    def restore(self) -> None:
-        """Put back this state; a stream the script closed or removed is
-        replaced by a new one on the same descriptor."""
+    def _put_back(self, stdout, stderr) -> None:
         if self.cwd is not None:
             try:
                 os.chdir(self.cwd)
@@ -268,24 +266,18 @@ class _ProcessState:
                 pass
         sys.argv = self.argv
         sys.path[:] = self.path
-        sys.stdout = _usable(self.stdout, 1)
-        sys.stderr = _usable(self.stderr, 2)
+        sys.stdout, sys.stderr = stdout, stderr
+
+    def restore(self) -> None:
+        """Put back this state; a stream the script closed or removed is
+        replaced by a new one on the same descriptor."""
+        self._put_back(_usable(self.stdout, 1), _usable(self.stderr, 2))
 
     def restore_at_exit(self) -> None:
-        """Put this state back at exit, before the atexit handlers
-        registered earlier (the script's) run: atexit runs the last
+        """Put this state back at exit, as it was, before the atexit
+        handlers registered earlier (the script's) run: atexit runs the last
         registered first."""
-        def put_back():
-            if self.cwd is not None:
-                try:
-                    os.chdir(self.cwd)
-                except OSError:
-                    pass
-            sys.argv = self.argv
-            sys.path[:] = self.path
-            sys.stdout, sys.stderr = self.stdout, self.stderr
-
-        atexit.register(put_back)
+        atexit.register(lambda: self._put_back(self.stdout, self.stderr))
 
 
 def _usable(stream, fd: int):
