@@ -49,7 +49,7 @@ REMAT_SHARE = 0.25  # of the program's peak, held by kept activations
 NARROW_SHARE = 0.5  # of the program's peak, held by float32 temporaries
 
 
-def _frames_or_list(text) -> list:
+def _json_list(text) -> list:
     """A JSON list from the journal, or []."""
     try:
         v = json.loads(text) if isinstance(text, str) else []
@@ -59,7 +59,7 @@ def _frames_or_list(text) -> list:
 
 
 def _frames(text) -> list:
-    return [f for f in _frames_or_list(text) if isinstance(f, list) and len(f) == 3]
+    return [f for f in _json_list(text) if isinstance(f, list) and len(f) == 3]
 
 
 def _attributed(run, attribution: Attribution) -> pd.DataFrame:
@@ -75,7 +75,7 @@ def _attributed(run, attribution: Attribution) -> pd.DataFrame:
     if functions is not None and "wrapper" in functions:
         for fid, wrapper, params in zip(functions["function_id"], functions["wrapper"], functions["params"]):
             if wrapper == "equinox.filter_jit":
-                equinox[fid] = [str(p) for p in _frames_or_list(params)]
+                equinox[fid] = [str(p) for p in _json_list(params)]
     sites, files, lines = [], [], []
     for fid, kind, op, frames in zip(b["function_id"], b["kind"], b["op"], b["frames"]):
         user = [f for f in _frames(frames) if isinstance(f[0], str) and not attribution.is_library(f[0])]
