@@ -404,7 +404,7 @@ def breakdown_child(run_path: str, top: int = 10) -> None:
         import io
 
         from jaxmemprof.capture.runner import Target
-        from jaxmemprof.cli import _run_summary
+        from jaxmemprof.cli.record import _run_summary
 
         with contextlib.redirect_stderr(io.StringIO()):
             _run_summary(Target(path="x.py", module=None, args=()), Path(run_path))

@@ -1,0 +1,8 @@
+"""The command line: parse options, call analysis, hand the result to a renderer.
+
+``base`` holds the group, the shared options and the error handling; each
+other module registers its commands on the group when imported here.
+"""
+
+from jaxmemprof.cli.base import cli, main  # noqa: F401
+from jaxmemprof.cli import profiles, record, runs  # noqa: F401,E402  (registers the commands)

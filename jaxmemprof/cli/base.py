@@ -1,0 +1,264 @@
+"""The command group and what every command shares: errors, streams, options, loading.
+
+Heavy modules (pandas, rich, protobuf) are imported inside the commands, so
+``jaxmemprof --help`` starts fast; nothing here imports jax.
+"""
+
+from __future__ import annotations
+
+import errno
+import io
+import os
+import sys
+from contextlib import contextmanager
+
+import click
+
+from jaxmemprof import __version__
+from jaxmemprof.errors import InputError, check_not_empty
+from jaxmemprof.render.escape import safe
+
+
+class Size(click.ParamType):
+    name = "SIZE"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, int):
+            return value
+        from jaxmemprof.units import parse_size
+
+        try:
+            return parse_size(value)
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+class _ClosedPipe(Exception):
+    """The reader of stdout went away (`| head`). Not an OSError, so that
+    click, which exits with status 1 on EPIPE, lets it through to main()."""
+
+
+def _is_closed_pipe(exc: BaseException) -> bool:
+    return isinstance(exc, OSError) and exc.errno in (errno.EPIPE, errno.ESHUTDOWN)
+
+
+class _Group(click.Group):
+    """The command group; a closed pipe anywhere (help included) reaches
+    main() as _ClosedPipe."""
+
+    def make_context(self, *args, **kwargs):
+        try:
+            return super().make_context(*args, **kwargs)
+        except OSError as exc:
+            if _is_closed_pipe(exc):
+                raise _ClosedPipe() from None
+            raise
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except OSError as exc:
+            if _is_closed_pipe(exc):
+                raise _ClosedPipe() from None
+            raise
+
+
+def stderr_stream():
+    """Where jaxmemprof's own messages go: sys.stderr (as a caller of main()
+    may have redirected it), else the process's own if a script set it to
+    None or closed it; None when neither can be written."""
+    for stream in (sys.stderr, sys.__stderr__):
+        if stream is not None and hasattr(stream, "write") and not getattr(stream, "closed", False):
+            return stream
+    return None
+
+
+def silence(stream) -> None:
+    """Point ``stream``'s file descriptor at /dev/null: what is still
+    buffered for it, and Python's own flush at exit, then cannot fail (a
+    failed flush at exit turns any exit status into 120)."""
+    try:
+        fd = stream.fileno()
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, fd)
+        os.close(devnull)
+    except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
+        pass
+
+
+def stdout_stream():
+    """sys.stdout, for the commands that write to it; Python sets it to None
+    when the shell closed it (`>&-`), which is an error only if written to."""
+    if sys.stdout is None:
+        raise InputError("stdout", "cannot write: it is closed")
+    return sys.stdout
+
+
+def say(message: str, *, lines: bool = False) -> None:
+    """One line on stderr, escaped for the terminal (names are data: a
+    newline in one is shown as \\n); ``lines``: keep the message's own line
+    breaks (click's usage errors). A stderr that cannot be written (a closed
+    pipe, a full disk) never changes the exit status."""
+    stream = stderr_stream()
+    if stream is None:
+        return
+    try:
+        parts = message.split("\n") if lines else [message]
+        stream.write("\n".join(safe(part) for part in parts) + "\n")
+        stream.flush()
+    except (OSError, ValueError):
+        silence(stream)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, "--version", prog_name="jaxmemprof")
+def cli():
+    """Where does your JAX program's device memory go, and what should you
+    change? jaxmemprof records device memory over time and attributes every
+    byte to your own lines of code, then says what to donate, what leaks, and
+    which allocator settings to use.
+
+    \b
+    Examples:
+      jaxmemprof run train.py --epochs 3     # record a run (your script, unchanged)
+      jaxmemprof report RUN                  # peak, lifetimes, reuse, leaks, advice
+      jaxmemprof show RUN@peak               # which of my lines hold the peak
+      jaxmemprof diff RUN@first RUN@final    # which lines grew or shrank
+      jaxmemprof export RUN --csv tables/    # every table for a spreadsheet
+      jaxmemprof show a.prof                 # any profile from save_device_memory_profile()
+    """
+
+
+def attribution_options(f):
+    """--lib, --user and --all-frames: what counts as the user's code (one
+    definition for every command that attributes bytes to lines)."""
+    for opt in reversed([
+        click.option("--lib", "library", multiple=True, metavar="PATTERN",
+                     help="Treat matching paths as library code too (repeatable). A pattern with "
+                          "*?[ is a glob on the whole path; otherwise it matches any path containing it."),
+        click.option("--user", "user", multiple=True, metavar="PATTERN",
+                     help="Treat matching paths as your code even inside installed packages (repeatable)."),
+        click.option("--all-frames", is_flag=True,
+                     help="Count every frame as user code: the site is then the innermost frame, as in pprof."),
+    ]):
+        f = opt(f)
+    return f
+
+
+def attribution(library, user, all_frames, *runs):
+    """What counts as user code; paths are shown relative to the current
+    directory, or to the directory a run was recorded in."""
+    from jaxmemprof.analysis.sites import Attribution
+
+    roots = [os.getcwd()] + [r.manifest["cwd"] for r in runs if r is not None and r.manifest.get("cwd")]
+    return Attribution(library=tuple(library), user=tuple(user), all_frames=all_frames,
+                       roots=tuple(dict.fromkeys(roots)))
+
+
+def load(spec, sample_index, max_decompressed, default="peak"):
+    """A profile file, RUN@SEL or a bare run directory; returns (name,
+    Profile, the Run or None)."""
+    from jaxmemprof.pprof.reader import load_profile
+    from jaxmemprof.store.selectors import resolve
+
+    ref = resolve(spec, default)
+    if ref.run is not None:
+        warn(ref.run)
+    prof = load_profile(ref.path, name=ref.name, sample_index=sample_index, max_decompressed=max_decompressed)
+    return ref.name, prof, ref.run
+
+
+def warn(run_) -> None:
+    for w in run_.warnings:
+        say(f"jaxmemprof: warning: {run_.path}: {w}")
+
+
+@contextmanager
+def output_to(path: str, force: bool):
+    """stdout for '-', else a file written by the rules of outputs.py."""
+    if path == "-":
+        yield stdout_stream()
+        return
+    from jaxmemprof.outputs import open_output
+
+    with open_output(path, force) as f:
+        yield f
+    say(f"jaxmemprof: wrote {path}")
+
+
+def open_run(spec):
+    from jaxmemprof.store.reader import load_run
+    from jaxmemprof.store.selectors import split_selector
+
+    check_not_empty(spec)
+    path, sel = split_selector(spec)
+    if sel is not None:
+        raise InputError(spec, f"report and export --csv take a whole run, not one snapshot: give {path}")
+    return load_run(path)
+
+
+def build_report_for(run_, top, library, user, all_frames, steps, device_memory=None):
+    from jaxmemprof.analysis.report import build_report
+
+    return build_report(run_, attribution(library, user, all_frames, run_), top_sites=top, steps=steps,
+                        device_memory=device_memory)
+
+
+def isatty(stream) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError, OSError):
+        return False
+
+
+# Errors from writing that have no file name: they come from stdout.
+_WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO, errno.EROFS, errno.EBADF)
+
+
+def main(argv=None, prog_name="jaxmemprof"):
+    """Entry point: clean one-line errors (exit 2) for bad input, exit 1 for
+    internal errors, exit 0 when the reader of stdout goes away."""
+    try:
+        cli.main(args=argv, prog_name=prog_name, standalone_mode=False)
+        if sys.stdout is not None:
+            sys.stdout.flush()  # a full disk behind stdout shows now, not at exit
+    except InputError as exc:
+        say(f"jaxmemprof: error: {exc}")
+        sys.exit(2)
+    except click.exceptions.Abort:
+        say("Aborted.")
+        sys.exit(130)
+    except click.ClickException as exc:
+        shown = io.StringIO()
+        exc.show(file=shown)
+        say(shown.getvalue().rstrip("\n"), lines=True)
+        sys.exit(exc.exit_code)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except (_ClosedPipe, BrokenPipeError):
+        # The reader went away (`| head`): not an error. What is still
+        # buffered goes to /dev/null, so Python's flush at exit stays quiet.
+        silence(sys.stdout)
+        sys.exit(0)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except OSError as exc:
+        if exc.filename is None and exc.errno in _WRITE_ERRNOS:
+            say(f"jaxmemprof: error: stdout: cannot write: {exc.strerror or exc}")
+            silence(sys.stdout)
+            sys.exit(2)
+        _internal_error()
+    except Exception:
+        _internal_error()
+    sys.exit(0)
+
+
+def _internal_error():
+    import traceback
+
+    say("jaxmemprof: internal error (please report it with the traceback below):")
+    try:
+        traceback.print_exc()
+    except (OSError, ValueError):
+        pass
+    sys.exit(1)

@@ -1,0 +1,133 @@
+"""`show` and `diff`: one profile, or two, grouped by the user's code."""
+
+from __future__ import annotations
+
+import os
+
+import click
+
+from jaxmemprof.cli.base import Size, attribution, attribution_options, cli, load, output_to, stdout_stream
+from jaxmemprof.errors import InputError
+
+
+GROUPINGS = ("site", "function", "file", "stack", "device", "kind")
+DEFAULT_TERMINAL_TOP = 20
+
+
+def _profile_options(f):
+    """Options shared by the commands that read and group profiles."""
+    options = [
+        click.option("--by", type=click.Choice(GROUPINGS), default="site", show_default=True,
+                     help="Group bytes by the user's line (site), its function or file, the whole "
+                          "user stack, the device or the kind (buffer/executable)."),
+        click.option("--top", type=click.IntRange(min=0), default=None, metavar="N",
+                     help=f"Show the first N groups (0: all). Default: {DEFAULT_TERMINAL_TOP} in the "
+                          "terminal, all in CSV and JSON."),
+        click.option("--csv", "csv_path", metavar="PATH|-", default=None,
+                     help="Write the rows as CSV to PATH, or to stdout with '-'. A FIFO or a device "
+                          "(/dev/stdout) is written into."),
+        click.option("--json", "as_json", is_flag=True,
+                     help="Write the rows and totals as JSON to stdout."),
+        click.option("--force", is_flag=True,
+                     help="Overwrite an existing --csv file (only a regular file, or a link to one)."),
+        click.option("--sample-index", default=None, metavar="NAME|N",
+                     help="Which sample value to report as bytes (default: 'space', else the "
+                          "profile's default bytes type)."),
+        click.option("--max-decompressed", type=Size(), default="4GiB", show_default=True,
+                     help="Refuse profiles that decompress to more than this (gzip bombs)."),
+    ]
+    for opt in reversed(options):
+        f = opt(f)
+    return attribution_options(f)
+
+
+def _emit(command, inputs, result, value_type, title, csv_path, as_json, top, force):
+    """Send ``result`` to the outputs asked for."""
+    from jaxmemprof.analysis.groups import top as keep_top
+
+    if csv_path == "-" and as_json:
+        raise click.UsageError("--csv - and --json both write to stdout; send the CSV to a file")
+    machine = csv_path is not None or as_json
+    result = keep_top(result, top if (top is not None or machine) else DEFAULT_TERMINAL_TOP)
+    if csv_path is not None:
+        from jaxmemprof.render.csv import write_csv
+        from jaxmemprof.render.results import table
+
+        with output_to(csv_path, force) as out:
+            write_csv(table(result), out)
+    if as_json:
+        from jaxmemprof.render.json import write_json
+        from jaxmemprof.render.results import document
+
+        write_json(document(command, inputs, result, value_type), stdout_stream())
+    if not machine:
+        from jaxmemprof.render import text
+
+        render = text.render_summary if command == "show" else text.render_diff
+        render(result, text.console(stdout_stream()), title=title, value_type=value_type)
+
+
+@cli.command()
+@click.argument("profile", metavar="PROFILE")
+@_profile_options
+def show(profile, by, top, csv_path, as_json, force, library, user, all_frames, sample_index, max_decompressed):
+    """Show where the bytes of one profile are, by your lines of code.
+
+    PROFILE is a pprof file from jax.profiler.save_device_memory_profile()
+    (gzip or raw; any pprof works, e.g. a Go heap profile), or one snapshot
+    of a run: RUN@SEL, where SEL is a snapshot number (-1: the last), first,
+    last, final (the last before the program exited), peak, a label or a
+    trigger (oom, exit, ...). A bare RUN means RUN@peak.
+
+    \b
+    Examples:
+      jaxmemprof show a.prof
+      jaxmemprof show jaxmemprof-runs/train-20260101-120000@peak
+      jaxmemprof show a.prof --by function --top 5
+      jaxmemprof show a.prof --lib myframework/ --csv sites.csv
+      jaxmemprof show a.prof --json | jq '.rows[0]'
+    """
+    from jaxmemprof.analysis.groups import summarize
+
+    name, prof, run_ = load(profile, sample_index, max_decompressed)
+    result = summarize(prof, by, attribution(library, user, all_frames, run_))
+    _emit("show", [name], result, prof.value_type, f"{name}: {prof.value_type} by {by}",
+          csv_path, as_json, top, force)
+
+
+@cli.command()
+@click.argument("base", metavar="BASE")
+@click.argument("new", metavar="[NEW]", required=False)
+@_profile_options
+def diff(base, new, by, top, csv_path, as_json, force, library, user, all_frames, sample_index, max_decompressed):
+    """Compare two profiles: which of your lines grew and which shrank.
+
+    Deltas are NEW minus BASE per group, as with `go tool pprof -diff_base`;
+    they add up to the change in total bytes exactly. BASE and NEW are
+    profile files or RUN@SEL (see `jaxmemprof show --help`); a run directory
+    alone compares its first snapshot with its final one (the last taken
+    while the program ran, before it exited).
+
+    \b
+    Examples:
+      jaxmemprof diff before.prof after.prof
+      jaxmemprof diff RUN                   # RUN@first -> RUN@final
+      jaxmemprof diff RUN@first RUN@peak
+      jaxmemprof diff before.prof after.prof --by file --csv changes.csv
+    """
+    from jaxmemprof.analysis.groups import diff as diff_profiles
+
+    if new is None:
+        from jaxmemprof.store.selectors import split_selector
+
+        run_dir, sel = split_selector(base)
+        if sel is not None or not os.path.isdir(run_dir):
+            raise click.UsageError("diff needs BASE and NEW, or a run directory alone (first -> last)")
+        base, new = f"{run_dir}@first", f"{run_dir}@final"
+    base_name, base_prof, base_run = load(base, sample_index, max_decompressed)
+    new_name, new_prof, new_run = load(new, sample_index, max_decompressed)
+    if base_prof.value_type != new_prof.value_type:
+        raise InputError(new, f"measures {new_prof.value_type}, but {base} measures {base_prof.value_type}")
+    result = diff_profiles(base_prof, new_prof, by, attribution(library, user, all_frames, base_run, new_run))
+    _emit("diff", [base_name, new_name], result, new_prof.value_type,
+          f"{base_name} -> {new_name}: {new_prof.value_type} by {by}", csv_path, as_json, top, force)

@@ -1,0 +1,116 @@
+"""`run`: the script, unchanged, under the recorder."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+from jaxmemprof.cli.base import attribution, cli, say, stderr_stream
+from jaxmemprof.errors import InputError, check_not_empty
+
+
+@cli.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("-o", "--output", metavar="DIR", default=None,
+              help="Run directory (default: jaxmemprof-runs/<script>-<YYYYmmdd-HHMMSS>).")
+@click.option("--force", is_flag=True, help="Reuse a non-empty --output directory, replacing its run.")
+@click.option("--interval", type=click.FloatRange(min=0.001), default=0.5, show_default=True, metavar="SECONDS",
+              help="Time between snapshots, stretched so sampling stays within --max-overhead.")
+@click.option("--max-overhead", type=click.FloatRange(min=0.0, max=1.0), default=0.02, show_default=True,
+              metavar="FRACTION", help="Most of the wall time jaxmemprof may take: snapshots keep to half of it, "
+                   "the rest is for start-up, the jit probe and the end (0: never stretch --interval).")
+@click.option("-m", "module", metavar="MODULE", default=None, help="Run a module, as python -m MODULE.")
+@click.option("--no-jit-probe", is_flag=True,
+              help="Do not observe jitted functions (no donation advice, no memory inside jit).")
+@click.option("--addresses", type=click.Choice(["auto", "all", "none"]), default="auto", show_default=True,
+              help="Which buffer addresses to read (for the reuse analysis). Reading one makes JAX keep a "
+                   "per-shard view of device_put and sharded arrays, which jax.live_arrays() lists and "
+                   "its profile walks: auto reads those that make no new view.")
+@click.option("-q", "--quiet", is_flag=True, help="No summary at the end.")
+@click.argument("target", nargs=-1, type=click.UNPROCESSED, metavar="SCRIPT [ARGS]...")
+def run(output, force, interval, max_overhead, module, no_jit_probe, addresses, quiet, target):
+    """Run a Python script (or -m MODULE) unchanged and record its device memory.
+
+    The script runs in this process exactly as `python SCRIPT ARGS` runs it;
+    jaxmemprof's options come before it (or before `--`). Snapshots of JAX's
+    device-memory profile, every live array and the allocator statistics go
+    to a crash-safe run directory; the exit status is the script's.
+
+    \b
+    Examples:
+      jaxmemprof run train.py --epochs 3
+      jaxmemprof run -o runs/baseline --interval 0.2 train.py
+      jaxmemprof run -m mypackage.train -- --lr 0.1
+      jaxmemprof show jaxmemprof-runs/train-20260101-120000@peak
+    """
+    from pathlib import Path
+
+    from jaxmemprof.capture.runner import Target, run_target
+    from jaxmemprof.capture.session import Session, default_output, prepare_directory
+
+    args = list(target)
+    if module is None:
+        if not args:
+            raise click.UsageError("give a SCRIPT to run (or -m MODULE)")
+        script = args.pop(0)
+        check_not_empty(script)
+        if not os.path.isfile(script):
+            raise InputError(script, "no such script" if not os.path.exists(script) else "is not a file")
+        tgt = Target(path=script, module=None, args=tuple(args))
+    else:
+        tgt = Target(path=None, module=module, args=tuple(args))
+    directory = prepare_directory(Path(output) if output else default_output(tgt.stem), force)
+    session = Session(directory, target_argv=tgt.argv, interval=interval, max_overhead=max_overhead,
+                      jit_probe=not no_jit_probe, addresses=addresses)
+    status, ended_by = run_target(tgt, session)
+    session.stop(status, ended_by)
+    if not quiet:
+        _flush_script_stdout()
+        _run_summary(tgt, directory)
+    raise SystemExit(status)
+
+
+def _flush_script_stdout() -> None:
+    """Let what the script printed come before the summary. A stdout that
+    fails (closed, a closed pipe, replaced by the script) is left as it is:
+    Python's own flush at exit then does exactly what it does under python."""
+    try:
+        sys.stdout.flush()
+    except Exception:
+        pass
+
+
+# Past this many array records, analysing the whole run at exit takes seconds:
+# `run` then leaves the findings to `report`.
+_SUMMARY_MAX_ARRAYS = 200_000
+
+
+def _run_summary(tgt, directory):
+    """Print the run's summary and findings on stderr; a failure here,
+    writing to stderr included, never changes the target's exit status."""
+    stream = stderr_stream()
+    if stream is None:
+        return
+    try:
+        from jaxmemprof.analysis.report import build_report
+        from jaxmemprof.analysis.runs import overview
+        from jaxmemprof.render import text
+        from jaxmemprof.store.reader import load_run
+
+        run_ = load_run(directory)
+        att = attribution((), (), False, run_)
+        ov = overview(run_, att)
+        con = text.console(stream)
+        if ov.oom_sites is not None:
+            text.render_oom(ov.oom_sites, con)
+        problems = run_.events.loc[run_.events["kind"].isin(["sampler-error", "probe-error"]), "message"].tolist()
+        text.render_run_summary(ov, con, target=" ".join(tgt.argv), run_dir=str(directory), warnings=problems)
+        if ov.peak_snapshot is not None:
+            if len(run_.arrays) <= _SUMMARY_MAX_ARRAYS:
+                text.render_findings_brief(build_report(run_, att, top_sites=5).findings, con)
+            else:
+                con.print(f"jaxmemprof: {len(run_.arrays)} arrays recorded: run `jaxmemprof report` for the findings")
+    except Exception as exc:  # the run itself is safe on disk
+        # A stderr that cannot be written fails here again, and is silenced.
+        say(f"jaxmemprof: warning: could not summarise the run: {exc}")

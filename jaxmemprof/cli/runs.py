@@ -1,0 +1,146 @@
+"""`report` and `export`: a whole run analysed, for the terminal, JSON, CSV or pprof."""
+
+from __future__ import annotations
+
+import os
+
+import click
+
+from jaxmemprof.cli.base import (Size, attribution, attribution_options, build_report_for, cli, isatty, load, open_run,
+                                 say, stdout_stream, warn)
+
+
+@cli.command()
+@click.argument("run_dir", metavar="RUN")
+@click.option("--top", type=click.IntRange(min=1), default=10, show_default=True, metavar="N",
+              help="Rows per section (sites, lifetimes, reuse, leaks).")
+@click.option("--steps", type=click.IntRange(min=1), default=1000, show_default=True, metavar="N",
+              help="Project leaks this many steps (markers) ahead.")
+@click.option("--device-memory", type=Size(), default=None, metavar="SIZE",
+              help="Check whether the run's estimated true peak fits a device of this size (16GiB, 80GB) "
+                   "under JAX's default preallocation, and with which settings it would.")
+@click.option("--json", "as_json", is_flag=True, help="Write every section's rows as JSON to stdout.")
+@attribution_options
+def report(run_dir, top, steps, device_memory, as_json, library, user, all_frames):
+    """Report on a run: the peak and what held it, the timeline, lifetimes,
+    buffer reuse, leaks, recompiles, and findings.
+
+    RUN is a run directory from `jaxmemprof run` (or a directory of .prof
+    files, with less detail).
+
+    \b
+    Examples:
+      jaxmemprof report jaxmemprof-runs/train-20260101-120000
+      jaxmemprof report RUN --top 20 --steps 10000
+      jaxmemprof report RUN --device-memory 16GiB   # plan a GPU job from a CPU run
+      jaxmemprof report RUN --json > report.json
+    """
+    run_ = open_run(run_dir)
+    rep = build_report_for(run_, top, library, user, all_frames, steps, device_memory)
+    if as_json:
+        from jaxmemprof.render.json import write_json
+        from jaxmemprof.render.tables import report_document
+
+        write_json(report_document(rep), stdout_stream())
+        return
+    from jaxmemprof.render import text
+    from jaxmemprof.render.report import render_report
+
+    render_report(rep, text.console(stdout_stream()), top=top)
+
+
+@cli.command()
+@click.argument("inputs", nargs=-1, required=True, metavar="RUN | PROFILE [NEW]")
+@click.option("--csv", "csv_dir", metavar="DIR", default=None,
+              help="Write the run's tables as CSV files into DIR (created if needed).")
+@click.option("--format", "fmt", type=click.Choice(["csv", "pprof"]), default=None,
+              help="csv: the run's tables (into -o DIR); pprof: one snapshot, or the diff of two, "
+                   "with your code's stacks (into -o FILE).")
+@click.option("-o", "--output", metavar="PATH", default=None,
+              help="Where --format writes ('-': pprof to stdout).")
+@click.option("--force", is_flag=True, help="Overwrite existing files (only regular files).")
+@click.option("--top", type=click.IntRange(min=1), default=20, show_default=True, metavar="N",
+              help="Sites with their own series in sites.csv (the rest are 'other').")
+@click.option("--steps", type=click.IntRange(min=1), default=1000, show_default=True, metavar="N",
+              help="Project leaks this many steps ahead (findings.csv).")
+@attribution_options
+def export(inputs, csv_dir, fmt, output, force, top, steps, library, user, all_frames):
+    """Export a run's tables as CSV, or a snapshot (or a diff) as pprof.
+
+    \b
+    CSV files written (columns documented in the README):
+      timeline.csv   one row per snapshot     sites.csv      per snapshot x top site
+      devices.csv    per snapshot x device    arrays.csv     one row per array
+      lifetimes.csv  one row per site         reuse.csv      per device and per site
+      leaks.csv      growing sites            recompiles.csv functions compiled again
+      jit.csv        memory inside jit        findings.csv   what to fix
+
+    \b
+    Examples:
+      jaxmemprof export RUN --csv tables/
+      jaxmemprof export RUN@peak --format pprof -o peak.pb.gz && go tool pprof -top peak.pb.gz
+      jaxmemprof export RUN@first RUN@final --format pprof -o growth.pb.gz
+    """
+    if csv_dir is not None and fmt == "pprof":
+        raise click.UsageError("--csv DIR writes CSV; use -o FILE with --format pprof")
+    fmt = fmt or ("csv" if csv_dir is not None else None)
+    if fmt is None:
+        raise click.UsageError("say what to write: --csv DIR, or --format pprof -o FILE")
+    if fmt == "csv":
+        target = csv_dir if csv_dir is not None else output
+        if target is None or len(inputs) != 1:
+            raise click.UsageError("CSV export takes one RUN and --csv DIR")
+        if target == "-":
+            raise click.UsageError("CSV export writes a directory of files, not one stream: give --csv DIR "
+                                   "(show and diff write one table with --csv -)")
+        _export_csv(inputs[0], target, force, top, steps, library, user, all_frames)
+        return
+    if output is None or len(inputs) not in (1, 2):
+        raise click.UsageError("pprof export takes PROFILE or RUN@SEL (or two, for a diff) and -o FILE")
+    _export_pprof(inputs, output, force, library, user, all_frames)
+
+
+def _export_csv(spec, directory, force, top, steps, library, user, all_frames):
+    """Every table of the report as a CSV file in ``directory``. The
+    directory is checked before the run is analysed, so a refusal is quick."""
+    from jaxmemprof.outputs import open_output, prepare_directory
+    from jaxmemprof.render.csv import write_csv
+    from jaxmemprof.render.tables import EXPORT_FILES, export_tables
+
+    run_ = open_run(spec)
+    warn(run_)
+    prepare_directory(directory, EXPORT_FILES, force)
+    tables = export_tables(build_report_for(run_, top, library, user, all_frames, steps))
+    for name, rows in tables.items():
+        with open_output(os.path.join(directory, name), force, strict=True) as f:
+            write_csv(rows, f)
+    say(f"jaxmemprof: wrote {len(tables)} CSV files to {directory}: {', '.join(tables)}")
+
+
+def _export_pprof(inputs, output, force, library, user, all_frames):
+    from jaxmemprof.analysis.sites import user_stacks
+    from jaxmemprof.outputs import check_output, write_output
+    from jaxmemprof.render.pprof import diff_pprof, snapshot_pprof
+
+    if output == "-":
+        if isatty(stdout_stream()):
+            raise click.UsageError("-o - would write binary pprof data to the terminal; redirect it or name a file")
+    else:
+        check_output(output, force)  # refuse before the work, not after
+    loaded = [load(spec, None, 4 * 1024**3) for spec in inputs]
+    att = attribution(library, user, all_frames, *(run_ for _, _, run_ in loaded))
+    if len(loaded) == 1:
+        name, prof, _ = loaded[0]
+        data = snapshot_pprof(prof, user_stacks(prof, att), f"jaxmemprof: {name}, user stacks")
+    else:
+        (bname, base, _), (nname, new, _) = loaded
+        data = diff_pprof(base, user_stacks(base, att), new, user_stacks(new, att),
+                          f"jaxmemprof: {nname} - {bname}, user stacks")
+    if output == "-":
+        out = stdout_stream()
+        out.flush()
+        out.buffer.write(data)
+        out.buffer.flush()
+        return
+    write_output(output, data, force)
+    say(f"jaxmemprof: wrote {output} (open it with: go tool pprof -top {output})")
