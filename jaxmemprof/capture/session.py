@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+import functools
+import importlib.abc
 import json
 import os
 import platform
+import re
 import sqlite3
 import sys
 import time
 import warnings
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
@@ -34,9 +38,76 @@ def active() -> "Session | None":
 
 def default_output(stem: str) -> Path:
     """``jaxmemprof-runs/<stem>-<time>``; :func:`prepare_directory` makes
-    it unique (``-2``, ``-3``, ...) when another run took the name."""
+    it unique (``-2``, ``-3``, ...) when another run took the name. A
+    process of a multi-process job whose launcher names the job
+    (SLURM_JOB_ID, ...) gets ``<stem>-job-<id>``, the same in every process."""
+    job = launcher_process()
+    if job is not None and job.job_id:
+        return _DefaultPath(Path(DEFAULT_ROOT) / f"{stem}-job-{_name_safe(job.job_id)}")
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     return _DefaultPath(Path(DEFAULT_ROOT) / f"{stem}-{stamp}")
+
+
+def _name_safe(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]", "_", text)[:64] or "job"
+
+
+# -- the processes of a multi-process job ---------------------------------------------
+
+# Launchers name a process's rank (and the job's size) before JAX knows it:
+# (rank variable, size variable), first match wins.
+RANK_VARIABLES = (
+    ("JAX_PROCESS_ID", "JAX_NUM_PROCESSES"),
+    ("SLURM_PROCID", "SLURM_NTASKS"),
+    ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
+    ("PMI_RANK", "PMI_SIZE"),
+    ("PMIX_RANK", None),
+    ("MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_SIZE"),
+)
+# Variables that name the job (so that every process picks the same default run name).
+JOB_ID_VARIABLES = ("SLURM_JOB_ID", "PBS_JOBID", "LSB_JOBID", "FLUX_JOB_ID", "OMPI_MCA_ess_base_jobid")
+
+
+@dataclass(frozen=True)
+class LauncherProcess:
+    """This process's place in a multi-process job, as its launcher says."""
+
+    index: int
+    count: int | None  # None: the launcher does not say
+    variable: str  # the variable that named it
+    job_id: str | None = None
+
+
+def launcher_process(environ=None) -> "LauncherProcess | None":
+    """This process's rank from the first launcher variable set to a
+    process index, when it is part of a job: the variable's size partner
+    is more than 1, or is not set. None for a lone process (no variable, or
+    a job of one), which keeps the single-run layout. A variable that does
+    not hold a number is passed over (it is the launcher's, not ours)."""
+    env = os.environ if environ is None else environ
+    for rank_var, size_var in RANK_VARIABLES:
+        text = env.get(rank_var, "").strip()
+        if not text:
+            continue
+        if not text.isdigit():
+            continue
+        count = None
+        size = env.get(size_var, "").strip() if size_var else ""
+        if size.isdigit():
+            count = int(size)
+        if count is not None and count <= 1:
+            return None
+        job_id = next((env[v].strip() for v in JOB_ID_VARIABLES if env.get(v, "").strip()), None)
+        return LauncherProcess(index=int(text), count=count, variable=rank_var, job_id=job_id)
+    return None
+
+
+def process_directory_name(index: int) -> str:
+    return f"{layout.PROCESS_DIR_PREFIX}{index}"
+
+
+# The process directories this process claimed: absolute path -> LauncherProcess.
+_processes: dict[str, LauncherProcess] = {}
 
 
 class _DefaultPath(type(Path())):
@@ -57,6 +128,9 @@ def prepare_directory(path: Path, force: bool) -> Path:
     A non-empty directory is refused unless ``force``; even with ``force``,
     only a directory holding one of our runs (a manifest of ours) is reused,
     and only the files jaxmemprof writes are removed from it."""
+    proc = launcher_process()
+    if proc is not None:
+        return _prepare_process_directory(Path(path), proc, force)
     if isinstance(path, _DefaultPath):
         path = Path(_claim_fresh_name(path))
     else:
@@ -70,6 +144,30 @@ def prepare_directory(path: Path, force: bool) -> Path:
     except BaseException:
         release_directory(path)
         raise
+    return path
+
+
+def _prepare_process_directory(job: Path, proc: LauncherProcess, force: bool) -> Path:
+    """``job/process-N`` for process N of a job: the job directory is shared
+    (every process creates it if need be; never a single run's directory),
+    the process directory is claimed, locked and cleared as a run directory
+    is. Two processes that claim one index: the second is refused."""
+    if job.exists() and not job.is_dir():
+        raise InputError(str(job), "exists and is not a directory")
+    _mkdir(job, exist_ok=True)
+    if (job / layout.MANIFEST).exists() or (job / layout.JOURNAL).exists():
+        raise InputError(str(job), f"holds a single-process run, not a job's processes ({proc.variable}="
+                                   f"{proc.index} makes this process {process_directory_name(proc.index)} "
+                                   "of a job); choose another --output")
+    path = job / process_directory_name(proc.index)
+    _mkdir(path, exist_ok=True)
+    _lock(path)
+    try:
+        _clear_for_reuse(path, force)
+    except BaseException:
+        release_directory(path)
+        raise
+    _processes[os.path.abspath(path)] = proc
     return path
 
 
@@ -117,8 +215,10 @@ def _lock(path: Path) -> None:
         except OSError as exc:
             if exc.errno in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
                 os.close(fd)
-                raise InputError(str(path), "another jaxmemprof run is recording into it; "
-                                            "choose another --output") from None
+                raise InputError(str(path), "another jaxmemprof run is recording into it; choose another "
+                                            "--output (the processes of one job: set JAX_PROCESS_ID, or let "
+                                            "the launcher's rank variable say, so that each records "
+                                            "RUN/process-N)") from None
             # A file system without locks (some network ones): recorded
             # unlocked, as before locks existed.
         try:
@@ -260,6 +360,13 @@ class Session:
             "settings": {"interval": interval, "max_overhead": max_overhead, "jit_probe": jit_probe,
                          "addresses": addresses, "thinning": dataclasses.asdict(thinning)},
         }
+        proc = _processes.get(str(self.path))
+        if proc is not None:  # as the launcher says; JAX's own index replaces it once known
+            manifest.update(process_index=proc.index, process_count=proc.count, process_variable=proc.variable,
+                            job_id=proc.job_id)
+        self.process = proc
+        self._dist_patch = None
+        self._dist_hook = None
         try:
             self.writer = RunWriter(self.path, manifest, thinning=thinning)
         except (OSError, sqlite3.Error) as exc:
@@ -283,8 +390,78 @@ class Session:
         if self.probe is not None:
             self.probe.install()
         self._hook_warnings()
+        self._hook_distributed()
         self.sampler.start()
         return self
+
+    # jax.distributed.initialize returns in every process of a job at once (it
+    # waits for all of them to connect): the moment it returns is recorded,
+    # to align the processes' clocks, with the index JAX gives the process.
+    def _hook_distributed(self) -> None:
+        jax = sys.modules.get("jax")
+        if jax is not None and hasattr(jax, "distributed"):
+            self._patch_distributed(jax)
+            return
+        self._dist_hook = _AfterImport("jax", self._patch_distributed)
+        sys.meta_path.insert(0, self._dist_hook)
+
+    def _patch_distributed(self, jax) -> None:
+        dist = getattr(jax, "distributed", None)
+        original = getattr(dist, "initialize", None)
+        if original is None or not callable(original) or hasattr(original, "_jaxmemprof_original"):
+            return
+
+        @functools.wraps(original)
+        def initialize(*args, **kwargs):
+            result = original(*args, **kwargs)
+            s = _active
+            if s is not None and not s.forked:
+                s._on_distributed_init()
+            return result
+
+        initialize._jaxmemprof_original = original
+        try:
+            dist.initialize = initialize
+        except Exception:
+            return
+        self._dist_patch = (dist, original, initialize)
+
+    def _unhook_distributed(self) -> None:
+        if self._dist_hook is not None and self._dist_hook in sys.meta_path:
+            sys.meta_path.remove(self._dist_hook)
+        if self._dist_patch is not None:
+            dist, original, ours = self._dist_patch
+            if getattr(dist, "initialize", None) is ours:
+                dist.initialize = original
+            self._dist_patch = None
+
+    def _on_distributed_init(self) -> None:
+        """Record when jax.distributed.initialize returned (the job's common
+        moment) and the process index and count it set (read from JAX's
+        state: asking jax.process_index() would start the backend)."""
+        t_wall, t_mono = time.time(), time.monotonic()
+        try:
+            state = getattr(sys.modules.get("jax._src.distributed"), "global_state", None)
+            index, count = getattr(state, "process_id", None), getattr(state, "num_processes", None)
+            index = index if isinstance(index, int) else None
+            count = count if isinstance(count, int) else None
+            info = {"t_wall": t_wall, "t_mono": t_mono, "process_index": index, "process_count": count}
+            proc = self.process
+            if proc is not None and index is not None and index != proc.index:
+                info["launcher_process_index"] = proc.index
+                self.writer.add_event("warning", f"jax.distributed.initialize made this process {index}; "
+                                                 f"{proc.variable} said {proc.index}, which names its directory")
+            self.writer.add_event("distributed-init", json.dumps(info))
+            with self.writer._lock:
+                if self.writer.closed:
+                    return
+                m = self.writer.manifest
+                m["distributed"] = info
+                if index is not None:
+                    m["process_index"], m["process_count"] = index, count
+                layout.write_json_atomic(self.path / layout.MANIFEST, m)
+        except Exception:
+            pass  # never break the program's own initialize
 
     # Warnings are heard where the warnings module shows each one
     # (_showwarnmsg, which calls showwarning), so that the script still sees
@@ -322,6 +499,7 @@ class Session:
         if self.probe is not None:
             self.probe.uninstall()
         self._unhook_warnings()
+        self._unhook_distributed()
         if _active is self:
             _active = None
         try:
@@ -348,14 +526,66 @@ class Session:
                 pass
 
     def _finish(self, exit_status, ended_by: str) -> None:
+        facts = _backend_facts()
+        proc = self.process
+        if proc is not None:
+            if facts.get("process_count") in (None, 1):  # JAX not distributed (or not up): the launcher's word
+                facts.update(process_index=proc.index, process_count=proc.count)
+            elif facts.get("process_index") != proc.index:
+                facts["launcher_process_index"] = proc.index
         self.writer.finish(
             end_time=datetime.now(timezone.utc).isoformat(),
             duration_s=round(time.monotonic() - self.t_start, 6),
             exit_status=exit_status,
             ended_by=ended_by,
             thinned_snapshots=self.writer.thinned,
-            **_backend_facts(),
+            **facts,
         )
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Calls ``callback(module)`` once ``name`` is first imported, before
+    the importer gets it. Other finders that wrap the same module's loader
+    (the jit probe's) are asked in turn; a search it started itself is
+    passed over, so two such finders never recurse into each other."""
+
+    def __init__(self, name: str, callback):
+        self.name, self.callback = name, callback
+        self._searching = False
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname != self.name or self._searching:
+            return None
+        self._searching = True
+        try:
+            for finder in list(sys.meta_path):
+                if finder is self or not hasattr(finder, "find_spec"):
+                    continue
+                spec = finder.find_spec(fullname, path, target)
+                if spec is not None:
+                    break
+            else:
+                return None
+        finally:
+            self._searching = False
+        loader = spec.loader
+        if loader is None or not hasattr(loader, "exec_module"):
+            return spec
+        hook = self
+
+        class _Loader(importlib.abc.Loader):
+            def create_module(self, spec):
+                return loader.create_module(spec)
+
+            def exec_module(self, module):
+                module.__loader__ = module.__spec__.loader = loader
+                loader.exec_module(module)
+                if hook in sys.meta_path:
+                    sys.meta_path.remove(hook)
+                hook.callback(module)
+
+        spec.loader = _Loader()
+        return spec
 
 
 THINNING_ENV = "JAXMEMPROF_THINNING"
