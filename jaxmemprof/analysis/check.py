@@ -1,0 +1,243 @@
+"""Gates on memory: ``jaxmemprof check RUN`` and the pytest plugin's limits.
+
+Facts only, from the figures the report already computed (its summary, its
+leaks, its findings) or, for one test, from the run recorded around it;
+``render/check.py`` and the pytest plugin word them.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from jaxmemprof.analysis.sites import Attribution
+
+# The rules a finding can have (the ``rule`` of report's findings), for
+# ``check --fail-on``: a name not among them is a typo, refused.
+RULES = (
+    "leak", "recompile", "donate", "donation-unusable", "donated-then-used", "remat", "narrow-dtype",
+    "allocator-platform", "allocator-fraction", "allocator-preallocate", "allocator-fragmentation",
+    "allocator-env", "fit",
+)
+
+
+def known_rules() -> tuple[str, ...]:
+    """The rule names: findings.RULES where the findings module lists them, else ours."""
+    try:
+        from jaxmemprof.analysis import findings
+
+        listed = getattr(findings, "RULES", None)
+    except Exception:  # pragma: no cover - the findings module is always there
+        listed = None
+    if listed:
+        return tuple(dict.fromkeys([*listed, *RULES]))
+    return RULES
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What ``check`` is asked to hold. Bytes; growth per step or per second;
+    a percentage over the baseline's peaks."""
+
+    max_peak: int | None = None
+    max_true_peak: int | None = None
+    max_growth: int | None = None
+    growth_per: str = "step"  # "step" (per marker) or "s"
+    fail_on: tuple[str, ...] = ()
+    max_increase_pct: float | None = None  # with a baseline
+
+    def any(self) -> bool:
+        return (self.max_peak is not None or self.max_true_peak is not None or self.max_growth is not None
+                or bool(self.fail_on) or self.max_increase_pct is not None)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One check: ``check`` (max-peak, max-true-peak, max-growth, fail-on,
+    max-increase), the ``limit`` and the ``value`` measured (bytes, bytes per
+    step or second, a finding count, a percentage), whether it ``held``, the
+    ``site`` most to blame where there is one, and the rows behind it
+    (``details``: (site, bytes) pairs, or the findings' (rule, severity, site))."""
+
+    check: str
+    limit: float | None
+    value: float | None
+    held: bool
+    unit: str = "bytes"
+    site: str = ""
+    details: tuple = ()
+    facts: dict = field(default_factory=dict)
+
+
+def _findings_rows(findings) -> list[tuple[str, str, str]]:
+    """(rule, severity, site) of each finding, from the report's findings
+    (a DataFrame with those columns, or a list of Finding records)."""
+    if findings is None:
+        return []
+    if hasattr(findings, "columns"):
+        if findings.empty:
+            return []
+        sites = findings["site"] if "site" in findings.columns else [""] * len(findings)
+        return [(str(r), str(s), "" if t is None or t != t else str(t))
+                for r, s, t in zip(findings["rule"], findings["severity"], sites)]
+    return [(str(f.rule), str(f.severity), str(getattr(f, "site", "") or "")) for f in findings]
+
+
+def _peak_sites(report, n: int = 3) -> tuple:
+    ps = report.peak_sites
+    if ps is None or ps.rows.empty:
+        return ()
+    rows = ps.rows.head(n)
+    return tuple((str(s), int(b)) for s, b in zip(rows["site"], rows["bytes"]))
+
+
+def check_report(report, limits: Limits, baseline=None) -> list[Outcome]:
+    """Every check asked for, on ``report`` (and ``baseline``, a report of the
+    run to compare with, for ``max_increase_pct``)."""
+    s = report.summary
+    out: list[Outcome] = []
+    sites = _peak_sites(report)
+    if limits.max_peak is not None:
+        peak = int(s["peak_bytes"])
+        out.append(Outcome("max-peak", limits.max_peak, peak, peak <= limits.max_peak,
+                           site=sites[0][0] if sites else "", details=sites))
+    if limits.max_true_peak is not None:
+        true_peak = s.get("estimated_true_peak_bytes")
+        if true_peak is None:  # no jit probe data: the snapshot peak is all that is known
+            true_peak = int(s["peak_bytes"])
+        true_peak = int(true_peak)
+        out.append(Outcome("max-true-peak", limits.max_true_peak, true_peak, true_peak <= limits.max_true_peak,
+                           site=sites[0][0] if sites else "", details=sites,
+                           facts={"where": s.get("estimated_true_peak_where") or ""}))
+    if limits.max_growth is not None:
+        column = "growth_bytes_per_step" if limits.growth_per == "step" else "growth_bytes_per_s"
+        growing = []
+        lk = report.leaks
+        if lk is not None and not lk.empty and column in lk.columns:
+            for site, g in zip(lk["site"], lk[column]):
+                if g is not None and not (isinstance(g, float) and math.isnan(g)) and g > 0:
+                    growing.append((str(site), float(g)))
+        growing.sort(key=lambda x: -x[1])
+        total = sum(g for _, g in growing)
+        out.append(Outcome("max-growth", limits.max_growth, total, total <= limits.max_growth,
+                           unit=f"bytes/{limits.growth_per}", site=growing[0][0] if growing else "",
+                           details=tuple((site, g) for site, g in growing[:3])))
+    if limits.fail_on:
+        wanted = set(limits.fail_on)
+        hits = [row for row in _findings_rows(report.findings) if row[0] in wanted]
+        out.append(Outcome("fail-on", None, len(hits), not hits, unit="findings",
+                           site=hits[0][2] if hits else "", details=tuple(hits),
+                           facts={"rules": list(limits.fail_on)}))
+    if limits.max_increase_pct is not None and baseline is not None:
+        b = baseline.summary
+        pairs = [("peak", int(s["peak_bytes"]), int(b["peak_bytes"]))]
+        if s.get("estimated_true_peak_bytes") is not None and b.get("estimated_true_peak_bytes") is not None:
+            pairs.append(("true peak", int(s["estimated_true_peak_bytes"]), int(b["estimated_true_peak_bytes"])))
+        for what, new, old in pairs:
+            pct = (new - old) / old * 100.0 if old > 0 else (0.0 if new == 0 else math.inf)
+            out.append(Outcome("max-increase", limits.max_increase_pct, pct, pct <= limits.max_increase_pct,
+                               unit="percent", site=sites[0][0] if sites else "", details=sites,
+                               facts={"what": what, "bytes": new, "baseline_bytes": old}))
+    return out
+
+
+# -- one test (the pytest plugin) ----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TestMemory:
+    """Device memory of one test, from the run recorded around it.
+
+    ``peak_bytes``: the largest of the snapshots' live bytes (taken at the
+    test's start, while it ran, when its function returned and after it)
+    and the probe's estimate inside its jitted calls (``jit_peak_bytes``,
+    ``jit_where``: the live bytes before a call, less its arguments, plus
+    XLA's peak for it). ``peak_sites``: (site, bytes) at the peak snapshot;
+    ``jit_lines``: (site, bytes) of XLA's buffers at the call's own peak, by
+    the user's line, when a call held the peak and XLA's dump was read.
+    ``leak_bytes``: live bytes after the test (after garbage collection)
+    less before it; ``leak_sites``: (site, bytes) that grew."""
+
+    __test__ = False  # not a test class, whatever pytest collects
+
+    peak_bytes: int
+    snapshot_peak_bytes: int
+    peak_snapshot: int | None
+    jit_peak_bytes: int | None
+    jit_where: str
+    peak_sites: tuple
+    jit_lines: tuple
+    leak_bytes: int
+    leak_sites: tuple
+    snapshots: int
+
+
+def _snapshot_of(snaps, *, trigger=None, label=None):
+    rows = snaps
+    if trigger is not None:
+        rows = rows[rows["trigger"] == trigger]
+    if label is not None:
+        rows = rows[rows["label"] == label]
+    return None if rows.empty else rows.iloc[-1]
+
+
+def measure_test(run, attribution: Attribution = Attribution(), *, top: int = 5) -> TestMemory:
+    """The figures of one test's run: snapshots labelled ``start`` (api) and
+    the ``exit`` one; see :class:`TestMemory`."""
+    from jaxmemprof.analysis.advice.donation import estimated_true_peak
+    from jaxmemprof.analysis.groups import diff, summarize
+    from jaxmemprof.analysis.runs import sites_holding
+
+    snaps = run.snapshots
+    if snaps.empty:
+        return TestMemory(0, 0, None, None, "", (), (), 0, (), 0)
+    peak_row = snaps.loc[snaps["live_bytes"].idxmax()]
+    snap_peak, peak_snapshot = int(peak_row["live_bytes"]), int(peak_row["snapshot"])
+    peak_sites = ()
+    if snap_peak > 0:
+        held = sites_holding(run, peak_snapshot, attribution, top)
+        peak_sites = tuple((str(s), int(b)) for s, b in zip(held.rows["site"], held.rows["bytes"]))
+    inside, where = estimated_true_peak(run)
+    jit_lines = ()
+    if inside is not None and inside > snap_peak:
+        jit_lines = _jit_lines(run, attribution, where, top)
+    peak = max(snap_peak, inside or 0)
+
+    start = _snapshot_of(snaps, trigger="api", label="start")
+    end = _snapshot_of(snaps, trigger="exit")
+    leak, leak_sites = 0, ()
+    if end is not None:
+        leak = int(end["live_bytes"]) - (int(start["live_bytes"]) if start is not None else 0)
+        if leak > 0:
+            new = run.profile(int(end["snapshot"]))
+            if start is not None:
+                d = diff(run.profile(int(start["snapshot"])), new, "site", attribution)
+                rows = d.rows[d.rows["delta_bytes"] > 0].head(top)
+                leak_sites = tuple((str(s), int(b)) for s, b in zip(rows["site"], rows["delta_bytes"]))
+            else:
+                rows = summarize(new, "site", attribution).rows
+                rows = rows[rows["bytes"] > 0].head(top)
+                leak_sites = tuple((str(s), int(b)) for s, b in zip(rows["site"], rows["bytes"]))
+    return TestMemory(peak_bytes=int(peak), snapshot_peak_bytes=snap_peak, peak_snapshot=peak_snapshot,
+                      jit_peak_bytes=None if inside is None else int(inside), jit_where=where,
+                      peak_sites=peak_sites, jit_lines=jit_lines, leak_bytes=leak, leak_sites=leak_sites,
+                      snapshots=int(len(snaps)))
+
+
+def _jit_lines(run, attribution: Attribution, where: str, top: int) -> tuple:
+    """XLA's buffers at the peak of the function named in ``where`` ('during
+    a call of NAME'), by the user's line; () without XLA's dump of it."""
+    from jaxmemprof.analysis.inside_jit import peak_by_line
+
+    try:
+        rows = peak_by_line(run, attribution)
+    except Exception:
+        return ()
+    if rows.empty:
+        return ()
+    name = where.rsplit(" ", 1)[-1]
+    mine = rows[rows["function"].astype(str) == name] if "function" in rows.columns else rows.iloc[0:0]
+    if mine.empty:
+        mine = rows[rows["function_id"] == rows["function_id"].iloc[0]]
+    g = mine.groupby("site", sort=False)["bytes"].sum().sort_values(ascending=False).head(top)
+    return tuple((str(s), int(b)) for s, b in g.items())

@@ -1,0 +1,255 @@
+"""The pytest plugin: device-memory limits on tests, and ``--jaxmemprof``.
+
+Registered by installing jaxmemprof (the ``pytest11`` entry point)::
+
+    @pytest.mark.limit_device_memory("64 MiB")   # the test's peak device memory
+    @pytest.mark.limit_device_leaks("1 MiB")     # live device bytes after it less before
+
+    pytest --jaxmemprof                          # profile every test; top tests by peak at the end
+
+A test with a marker (or every test, with ``--jaxmemprof``) is recorded as a
+run of its own (``capture.session``: snapshots at its start, while it runs,
+when its function returns, and after it; the jit probe on the functions it
+jits), then measured by ``analysis.check.measure_test``. Loading this module
+imports neither jax, pandas nor the capture code: a test suite that uses
+neither marker nor flag pays one marker look-up per test.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import sys
+import tempfile
+
+import pytest
+
+_MARKERS = {
+    "limit_device_memory": "limit_device_memory(size): fail the test when its peak device memory (snapshots, "
+                           "the arrays its locals hold when it returns, XLA's peak in its jitted calls) exceeds "
+                           "size, e.g. '64 MiB' or an int of bytes (jaxmemprof)",
+    "limit_device_leaks": "limit_device_leaks(size): fail the test when it leaves more than size of device memory "
+                          "alive after it (after garbage collection) than before it (jaxmemprof)",
+}
+_PROPERTY = "jaxmemprof_peak_bytes"
+_INTERVAL_S = 0.05  # between the snapshots taken while a test runs (the budget may stretch it)
+_MAX_OVERHEAD = 0.05
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("jaxmemprof", "device memory of JAX tests (jaxmemprof)")
+    group.addoption("--jaxmemprof", action="store_true", default=False,
+                    help="Record the device memory of every test; print the tests with the highest peaks at the end.")
+    group.addoption("--jaxmemprof-top", type=int, default=10, metavar="N",
+                    help="Tests listed by --jaxmemprof (default 10).")
+    group.addoption("--jaxmemprof-runs", default=None, metavar="DIR",
+                    help="Keep each recorded test's run in DIR (one directory per test, for jaxmemprof report); "
+                         "by default they are recorded in a temporary directory and removed.")
+
+
+def pytest_configure(config):
+    for name, text in _MARKERS.items():
+        config.addinivalue_line("markers", text)
+    config.pluginmanager.register(_Peaks(config), "jaxmemprof-peaks")
+
+
+def _size(marker, item) -> int:
+    """The marker's size in bytes; a bad one fails the test with a one-line message."""
+    if marker.args and len(marker.args) == 1 and not marker.kwargs:
+        value = marker.args[0]
+    elif not marker.args and set(marker.kwargs) == {"size"}:
+        value = marker.kwargs["size"]
+    else:
+        pytest.fail(f"{marker.name} takes one size, e.g. @pytest.mark.{marker.name}('64 MiB')", pytrace=False)
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    from jaxmemprof.units import parse_size
+
+    try:
+        return parse_size(str(value).replace(" ", ""))
+    except ValueError as exc:
+        pytest.fail(f"{marker.name}: {exc}", pytrace=False)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    config = item.config
+    memory = item.get_closest_marker("limit_device_memory")
+    leaks = item.get_closest_marker("limit_device_leaks")
+    profile_all = config.getoption("jaxmemprof", False)
+    if memory is None and leaks is None and not profile_all:
+        return (yield)
+    limit = _size(memory, item) if memory is not None else None
+    leak_limit = _size(leaks, item) if leaks is not None else None
+
+    from jaxmemprof.capture import session as session_mod
+
+    if session_mod.active() is not None:
+        item.warn(pytest.PytestWarning("jaxmemprof: this test runs inside a jaxmemprof run already; "
+                                       "its device memory is not measured"))
+        return (yield)
+    recorder = _Recorder(item, dumps=limit is not None)
+    recorder.start()
+    try:
+        result = yield
+    except BaseException:
+        recorder.stop(failed=True)
+        raise
+    measured = recorder.stop(failed=False)
+    if measured is None:
+        return result
+    item.user_properties.append((_PROPERTY, measured.peak_bytes))
+    problems = []
+    if limit is not None and measured.peak_bytes > limit:
+        problems.append(_peak_message(measured, limit))
+    if leak_limit is not None and measured.leak_bytes > leak_limit:
+        problems.append(_leak_message(measured, leak_limit))
+    if problems:
+        pytest.fail("\n".join(problems), pytrace=False)
+    return result
+
+
+class _Recorder:
+    """One test's run: a capture session around its call, snapshots at its
+    start (after garbage collection), when its function returns (its locals
+    still held) and after it (after garbage collection)."""
+
+    def __init__(self, item, dumps: bool):
+        self.item = item
+        self.dumps = dumps  # read XLA's dump of the jitted functions (to name the lines inside a call)
+        keep = item.config.getoption("jaxmemprof_runs", None)
+        if keep:
+            name = re.sub(r"[^A-Za-z0-9._-]+", "_", item.nodeid).strip("_")[:150] or "test"
+            self.directory, self.temporary = os.path.join(keep, name), False
+        else:
+            self.directory, self.temporary = tempfile.mkdtemp(prefix="jaxmemprof-test-"), True
+        self.session = None
+        self.previous_profile = None
+        self.hooked = False
+
+    def start(self) -> None:
+        import gc
+        from pathlib import Path
+
+        from jaxmemprof.capture import session as session_mod
+
+        gc.collect()
+        path = session_mod.prepare_directory(Path(self.directory), force=True)
+        s = session_mod.Session(path, target_argv=[], interval=_INTERVAL_S, max_overhead=_MAX_OVERHEAD,
+                                command=["pytest", self.item.nodeid])
+        if s.probe is not None and not self.dumps:
+            s.probe.dump_min_s = s.probe.dump_share = 0.0
+        self.session = s.start()
+        s.sampler.snapshot("api", "start")
+        self._hook_return()
+
+    def _hook_return(self) -> None:
+        """A snapshot when the test function returns, while its frame still
+        holds its locals (a profile function on this thread, only for the
+        test's own code object; not when a profiler is set already)."""
+        code = getattr(getattr(self.item, "obj", None), "__code__", None)
+        if code is None or sys.getprofile() is not None:
+            return
+        sampler = self.session.sampler
+
+        def on_event(frame, event, arg):
+            if event == "return" and frame.f_code is code:
+                sampler.snapshot("api", "return")
+
+        sys.setprofile(on_event)
+        self.hooked = True
+
+    def stop(self, failed: bool):
+        """End the run; the test's figures (None when the test failed or
+        nothing could be measured)."""
+        import gc
+
+        if self.hooked:
+            sys.setprofile(None)
+        s = self.session
+        try:
+            if s is None:
+                return None
+            if s.probe is not None:
+                # Stopped first: XLA's dumps are made while the test's jitted
+                # functions are still known (the snapshot after the test
+                # finds them dropped), and their lowerings freed before it.
+                probe, s.probe = s.probe, None
+                probe.uninstall()
+            gc.collect()
+            s.sampler.snapshot("exception" if failed else "exit")
+            s.stop(None, "exception" if failed else "exit")
+            if failed:
+                return None
+            from jaxmemprof.analysis.check import measure_test
+            from jaxmemprof.analysis.sites import Attribution
+            from jaxmemprof.store.reader import load_run
+
+            run = load_run(s.path)
+            roots = (str(self.item.config.rootpath), os.getcwd())
+            return measure_test(run, Attribution(roots=roots))
+        finally:
+            if self.temporary:
+                shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def _lines(pairs, n: int) -> list[str]:
+    from jaxmemprof.render.escape import safe
+    from jaxmemprof.units import format_bytes
+
+    return [f"  {format_bytes(b):>10}  {safe(site)}" for site, b in pairs[:n]]
+
+
+def _peak_message(m, limit: int) -> str:
+    """At most 6 lines: the figures, then the lines holding the memory."""
+    from jaxmemprof.render.escape import safe
+    from jaxmemprof.units import format_bytes
+
+    head = (f"device memory peak {format_bytes(m.peak_bytes)} exceeds limit_device_memory "
+            f"{format_bytes(limit)}")
+    if m.jit_lines:
+        head += f" ({safe(m.jit_where)}: XLA's peak, by line inside the call)"
+        return "\n".join([head + ":", *_lines(m.jit_lines, 5)])
+    if m.jit_peak_bytes is not None and m.jit_peak_bytes >= m.peak_bytes and m.jit_where:
+        head += f" ({safe(m.jit_where)}; live before it)"
+    return "\n".join([head + ":", *_lines(m.peak_sites, 5)])
+
+
+def _leak_message(m, limit: int) -> str:
+    from jaxmemprof.units import format_bytes
+
+    head = (f"device memory leak: {format_bytes(m.leak_bytes)} more alive after the test than before it "
+            f"exceeds limit_device_leaks {format_bytes(limit)}; made at:")
+    return "\n".join([head, *_lines(m.leak_sites, 5)])
+
+
+class _Peaks:
+    """The tests' peaks, gathered where the reports arrive (under
+    pytest-xdist, on the controller: a report's user_properties travel with
+    it), and listed at the end with --jaxmemprof."""
+
+    def __init__(self, config):
+        self.config = config
+        self.peaks: dict[str, int] = {}
+
+    def pytest_runtest_logreport(self, report):
+        if report.when != "call":
+            return
+        for name, value in getattr(report, "user_properties", ()):
+            if name == _PROPERTY:
+                self.peaks[report.nodeid] = int(value)
+
+    def pytest_terminal_summary(self, terminalreporter):
+        config = self.config
+        if not config.getoption("jaxmemprof", False) or hasattr(config, "workerinput"):
+            return
+        from jaxmemprof.render.escape import safe
+        from jaxmemprof.units import format_bytes
+
+        peaks = sorted(self.peaks.items(), key=lambda kv: (-kv[1], kv[0]))
+        n = max(config.getoption("jaxmemprof_top", 10), 0)
+        terminalreporter.write_sep("=", f"jaxmemprof: device memory peak of the top {min(n, len(peaks))} of "
+                                        f"{len(peaks)} tests")
+        for nodeid, peak in peaks[:n]:
+            terminalreporter.write_line(f"{format_bytes(peak):>12}  {safe(nodeid)}")
