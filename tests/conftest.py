@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+pytest_plugins = ["pytester"]
+
 REPO = Path(__file__).resolve().parent.parent
 
 
