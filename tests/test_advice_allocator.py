@@ -84,7 +84,7 @@ def gpu_like(base: Path, dest: Path, *, jaxlib="0.10.2", env=None, stats=(), dev
     mpath.write_text(json.dumps(man))
     snapshots = last_snapshots(base, len(stats))
     con = sqlite3.connect(dest / "journal.sqlite")
-    con.execute("UPDATE arrays SET devices = replace(devices, 'cpu:0', 'cuda:0')")
+    con.execute("UPDATE array_kinds SET devices = replace(devices, 'cpu:0', 'cuda:0')")
     for snapshot, values in zip(snapshots, stats):
         con.executemany("INSERT INTO memory_stats (snapshot, device, key, value) VALUES (?, ?, ?, ?)",
                         [(snapshot, "cuda:0", k, int(v)) for k, v in values.items()])

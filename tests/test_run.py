@@ -369,7 +369,7 @@ def test_manifest_records_the_environment(tmp_path):
     assert m["environment"]["XLA_FLAGS"] == "--xla_dump_to=/nonexistent"
     assert m["argv"] == [str(script), "a"]
     assert m["backend"] == "cpu" and m["process_index"] == 0 and m["process_count"] == 1
-    assert m["jax_version"] and m["schema_version"] == 1 and m["exit_status"] == 0
+    assert m["jax_version"] and m["schema_version"] == 2 and m["exit_status"] == 0
 
 
 def test_a_full_disk_stops_sampling_but_never_the_target(tmp_path):

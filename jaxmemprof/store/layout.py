@@ -23,7 +23,10 @@ import os
 import re
 from pathlib import Path
 
-SCHEMA_VERSION = 1
+# 2: arrays name their description in array_kinds (schema 1 repeated it in
+# every arrays row: shape, dtype, nbytes, shard_bytes, devices, sharding,
+# memory_kind, stack_id). The reader reads both.
+SCHEMA_VERSION = 2
 MANIFEST = "manifest.json"
 JOURNAL = "journal.sqlite"
 SNAPSHOT_DIR = "snapshots"
@@ -51,19 +54,23 @@ CREATE TABLE IF NOT EXISTS stacks (
     stack_id      INTEGER PRIMARY KEY,
     frames        TEXT NOT NULL         -- JSON [[file, line, function], ...], innermost first
 );
-CREATE TABLE IF NOT EXISTS arrays (
-    array_id      INTEGER PRIMARY KEY,  -- identity across snapshots (never reused)
-    py_id         INTEGER NOT NULL,     -- Python id() while it lived (may be reused later)
-    first_snapshot INTEGER NOT NULL,
+CREATE TABLE IF NOT EXISTS array_kinds (  -- what arrays share: each description stored once
+    kind_id       INTEGER PRIMARY KEY,
     shape         TEXT NOT NULL,        -- JSON list
     dtype         TEXT NOT NULL,
     nbytes        INTEGER NOT NULL,     -- logical size of the whole array
     shard_bytes   TEXT NOT NULL,        -- JSON list, one per addressable shard
     devices       TEXT NOT NULL,        -- JSON list of str(device), one per shard
-    addresses     TEXT NOT NULL,        -- JSON list of buffer addresses, one per shard
     sharding      TEXT NOT NULL,
     memory_kind   TEXT,
     stack_id      INTEGER               -- creation traceback, in stacks
+);
+CREATE TABLE IF NOT EXISTS arrays (     -- one per array identity: its birth
+    array_id      INTEGER PRIMARY KEY,  -- identity across snapshots (never reused)
+    py_id         INTEGER NOT NULL,     -- Python id() while it lived (may be reused later)
+    first_snapshot INTEGER NOT NULL,
+    kind_id       INTEGER NOT NULL,     -- its description, in array_kinds
+    addresses     TEXT NOT NULL         -- JSON list of buffer addresses, one per shard
 );
 CREATE TABLE IF NOT EXISTS array_ends (
     array_id      INTEGER PRIMARY KEY,

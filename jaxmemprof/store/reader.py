@@ -31,9 +31,10 @@ PROFILE_SUFFIXES = (".prof", ".prof.gz", ".pb.gz", ".pprof")
 _TABLES = {
     "snapshots": (("snapshot", "t_wall", "t_mono", "live_bytes", "buffers", "arrays", "cost_s", "wall_s"),
                   ("trigger", "label", "file"), ("snapshot", "t_wall", "live_bytes", "file")),
-    "arrays": (("array_id", "py_id", "first_snapshot", "nbytes", "stack_id"),
-               ("shape", "dtype", "shard_bytes", "devices", "addresses", "sharding", "memory_kind"),
-               ("array_id", "first_snapshot")),
+    "arrays": (("array_id", "py_id", "first_snapshot", "kind_id"), ("addresses",),
+               ("array_id", "first_snapshot", "kind_id")),
+    "array_kinds": (("kind_id", "nbytes", "stack_id"),
+                    ("shape", "dtype", "shard_bytes", "devices", "sharding", "memory_kind"), ("kind_id",)),
     "array_ends": (("array_id", "last_snapshot", "end_snapshot"), ("how",),
                    ("array_id", "last_snapshot", "end_snapshot")),
     "stacks": (("stack_id",), ("frames",), ("stack_id",)),
@@ -61,12 +62,17 @@ _TABLES = {
     "jit_counts": (("function_id", "calls", "compiles", "calls_complete", "traced", "backend_compiles"), (),
                    ("function_id",)),
 }
+# Schema 1's arrays table (each row its own description), read as it is.
+_ARRAYS_V1 = (("array_id", "py_id", "first_snapshot", "nbytes", "stack_id"),
+              ("shape", "dtype", "shard_bytes", "devices", "addresses", "sharding", "memory_kind"),
+              ("array_id", "first_snapshot"))
+_KIND_COLUMNS = ("shape", "dtype", "nbytes", "shard_bytes", "devices", "sharding", "memory_kind", "stack_id")
 # Columns whose absence means "not known" rather than 0, and the columns of seconds.
 _MAY_BE_MISSING = {"end_snapshot", "after_snapshot", "stack_id", "snapshot", "peak_bytes", "call_index",
                    "calls_complete", "traced", "backend_compiles"}
 _FLOAT_COLUMNS = {"t_wall", "t_mono", "cost_s", "wall_s", "dump_s"}
 # Tables that runs recorded by earlier versions lack.
-_ADDED_TABLES = {"jit_programs", "jit_buffers", "thinned"}
+_ADDED_TABLES = {"jit_programs", "jit_buffers", "thinned", "array_kinds"}
 
 # Manifest fields and the types a reader relies on.
 _MANIFEST_TYPES = {
@@ -134,10 +140,11 @@ def _shallow_json(df: pd.DataFrame, table: str, warnings: list) -> pd.DataFrame:
     return df
 
 
-def _typed(df: pd.DataFrame, table: str, warnings: list) -> pd.DataFrame:
-    """``df`` with the columns of ``table``'s schema, numbers as numbers,
-    texts as text, and the rows that lack a required value dropped."""
-    numeric, text, required = _TABLES[table]
+def _typed(df: pd.DataFrame, table: str, warnings: list, spec=None) -> pd.DataFrame:
+    """``df`` with the columns of ``table``'s schema (or ``spec``), numbers
+    as numbers, texts as text, and the rows that lack a required value
+    dropped."""
+    numeric, text, required = spec or _TABLES[table]
     missing = [c for c in required if c not in df.columns]
     if missing and table == "snapshots":
         raise InputError(table, f"the journal's snapshots lack {', '.join(missing)}")
@@ -275,16 +282,58 @@ def _connect(db_path: Path) -> sqlite3.Connection:
     return con
 
 
-def _query(con, table: str, warnings: list) -> pd.DataFrame:
+def _query(con, table: str, warnings: list, spec=None) -> pd.DataFrame:
     """One journal table, typed (see _TABLES); empty, with a warning, when
     it cannot be read."""
+    return _shallow_json(_typed(_read(con, table, warnings), table, warnings, spec), table, warnings)
+
+
+def _read(con, table: str, warnings: list) -> pd.DataFrame:
     try:
-        df = pd.read_sql_query(f"SELECT * FROM {table}", con)
+        return pd.read_sql_query(f"SELECT * FROM {table}", con)
     except (sqlite3.Error, pd.errors.DatabaseError, UnicodeDecodeError) as exc:
         if not (table in _ADDED_TABLES and "no such table" in str(exc)):  # not in a run recorded before them
             warnings.append(f"journal table {table} unreadable ({_one_line(exc)}); left empty")
-        df = pd.DataFrame()
-    return _shallow_json(_typed(df, table, warnings), table, warnings)
+        return pd.DataFrame()
+
+
+def _query_arrays(con, warnings: list) -> pd.DataFrame:
+    """The arrays table with each array's description: schema 2 names it
+    in array_kinds (each parsed once, shared by its arrays); schema 1
+    repeats it in every row. JSON lists parsed (see _parse_lists)."""
+    raw = _read(con, "arrays", warnings)
+    if "kind_id" not in raw.columns and len(raw.columns):
+        return _parse_lists(_typed(raw, "arrays", warnings, _ARRAYS_V1), ("shape", "shard_bytes", "devices",
+                                                                           "addresses"))
+    arrays = _parse_lists(_typed(raw, "arrays", warnings), ("addresses",))
+    kinds = _parse_lists(_query(con, "array_kinds", warnings), ("shape", "shard_bytes", "devices"))
+    kinds = kinds.drop_duplicates("kind_id").set_index("kind_id")
+    known = arrays["kind_id"].isin(kinds.index)
+    if not known.all():
+        warnings.append(f"{int((~known).sum())} array(s) name a description (kind_id) the journal's array_kinds "
+                        "lacks; left out")
+        arrays = arrays[known]
+    described = kinds.reindex(arrays["kind_id"].to_numpy())
+    out = arrays.drop(columns="kind_id").reset_index(drop=True)
+    for c in _KIND_COLUMNS:
+        out[c] = described[c].to_numpy()
+    out["stack_id"] = out["stack_id"].astype("Int64")
+    return out
+
+
+def _parse_lists(df: pd.DataFrame, columns) -> pd.DataFrame:
+    """The JSON lists of ``columns`` as tuples (() where damaged: the
+    analyses then leave the record out)."""
+    for col in columns:
+        if col not in df.columns or df.empty:
+            continue
+        ok = _LIST_CHECKS[col]
+        # Many rows share a text (shapes, devices): parse each distinct one once.
+        codes, uniques = pd.factorize(df[col], use_na_sentinel=False)
+        parsed = np.empty(len(uniques), dtype=object)
+        parsed[:] = [_json_list(u, ok) for u in uniques]
+        df[col] = parsed[codes]
+    return df
 
 
 def read_manifest(mpath: Path) -> dict:
@@ -334,7 +383,7 @@ def _load_journal_run(path: Path) -> Run:
             snaps = _typed(snaps, "snapshots", warnings)
         except InputError as exc:
             raise InputError(str(db_path), exc.problem) from None
-        arrays = _query(con, "arrays", warnings)
+        arrays = _query_arrays(con, warnings)
         ends = _query(con, "array_ends", warnings)
         stack_rows = _query(con, "stacks", warnings)
         memory_stats = _query(con, "memory_stats", warnings)
@@ -414,7 +463,8 @@ def _check_snapshot_files(path: Path, snaps: pd.DataFrame, warnings: list, thinn
 
 
 def _array_intervals(arrays: pd.DataFrame, ends: pd.DataFrame, snaps: pd.DataFrame) -> pd.DataFrame:
-    """Join births and ends: alive from first_snapshot to last_snapshot."""
+    """Join births (described, their lists parsed) and ends: alive from
+    first_snapshot to last_snapshot."""
     if arrays.empty:
         cols = ["array_id", "py_id", "first_snapshot", "last_snapshot", "end_snapshot", "how", "shape",
                 "dtype", "nbytes", "shard_bytes", "devices", "addresses", "sharding", "memory_kind", "stack_id"]
@@ -425,13 +475,6 @@ def _array_intervals(arrays: pd.DataFrame, ends: pd.DataFrame, snaps: pd.DataFra
     out["last_snapshot"] = out["last_snapshot"].fillna(last).astype(np.int64)
     out["end_snapshot"] = out["end_snapshot"].astype("Int64")
     out.loc[alive, "how"] = None
-    for col, ok in (("shape", _is_count), ("shard_bytes", _is_count), ("devices", _is_text),
-                    ("addresses", _is_address)):
-        # Many rows share a text (shapes, devices): parse each distinct one once.
-        codes, uniques = pd.factorize(out[col], use_na_sentinel=False)
-        parsed = np.empty(len(uniques), dtype=object)
-        parsed[:] = [_json_list(u, ok) for u in uniques]
-        out[col] = parsed[codes] if len(codes) else out[col]
     cols = ["array_id", "py_id", "first_snapshot", "last_snapshot", "end_snapshot", "how", "shape", "dtype",
             "nbytes", "shard_bytes", "devices", "addresses", "sharding", "memory_kind", "stack_id"]
     return out[cols]
@@ -457,6 +500,9 @@ def _is_text(x) -> bool:
 
 def _is_address(x) -> bool:
     return x is None or _is_count(x)
+
+
+_LIST_CHECKS = {"shape": _is_count, "shard_bytes": _is_count, "devices": _is_text, "addresses": _is_address}
 
 
 def _load_profile_directory(path: Path, profiles: list[Path]) -> Run:

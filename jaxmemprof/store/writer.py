@@ -29,7 +29,9 @@ class SnapshotRecord:
     buffers: int
     arrays: int
     new_stacks: list = field(default_factory=list)  # (stack_id, frames JSON)
-    new_arrays: list = field(default_factory=list)  # rows of the arrays table, without first_snapshot
+    # (array_id, py_id, shape, dtype, nbytes, shard_bytes, devices, addresses,
+    # sharding, memory_kind, stack_id): the writer stores each description once
+    new_arrays: list = field(default_factory=list)
     ended_arrays: list = field(default_factory=list)  # (array_id, last_snapshot, how)
     address_updates: list = field(default_factory=list)  # (addresses JSON, array_id): read late
     memory_stats: list = field(default_factory=list)  # (device, key, value)
@@ -67,6 +69,11 @@ class Thinning:
 
 # The WAL is truncated to this after each checkpoint that empties it.
 WAL_LIMIT_BYTES = 1 << 20
+# Descriptions (array_kinds rows) the writer remembers; past this many it
+# forgets them all and starts again (a description met again is then stored
+# once more, under a new kind_id): memory stays bounded for a program of
+# endlessly new shapes.
+KINDS_REMEMBERED = 50_000
 
 
 class RunWriter:
@@ -95,6 +102,8 @@ class RunWriter:
         self._candidates: list = []  # (snapshot, t_mono, file) of interval snapshots not thinned yet
         self._file_refs: dict[str, int] = {}  # profile file -> snapshots not thinned that name it
         self._count = 0
+        self._kinds: dict[tuple, int] = {}  # array description -> kind_id (in array_kinds)
+        self._next_kind = 1
         self._last_digest: bytes | None = None
         self._last_file: str | None = None
         self.closed = False
@@ -119,6 +128,7 @@ class RunWriter:
             else:
                 name = layout.snapshot_name(index)
                 layout.write_atomic(self.directory / name, rec.profile)
+            births, new_kinds, added = self._births(rec.new_arrays, index)
             db = self._db
             db.execute("BEGIN")
             try:
@@ -129,8 +139,8 @@ class RunWriter:
                 )
                 for sql, rows in (
                     ("INSERT INTO stacks VALUES (?,?)", rec.new_stacks),
-                    ("INSERT INTO arrays VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
-                     [(r[0], r[1], index, *r[2:]) for r in rec.new_arrays]),
+                    ("INSERT INTO array_kinds VALUES (?,?,?,?,?,?,?,?,?)", new_kinds),
+                    ("INSERT INTO arrays VALUES (?,?,?,?,?)", births),
                     ("UPDATE arrays SET addresses = ? WHERE array_id = ?", rec.address_updates),
                     ("INSERT INTO array_ends VALUES (?,?,?,?)",
                      [(aid, last, index, how) for aid, last, how in rec.ended_arrays]),
@@ -145,6 +155,11 @@ class RunWriter:
                 db.execute("ROLLBACK")
                 raise
             self._count = index
+            if added:
+                if len(self._kinds) + len(added) > KINDS_REMEMBERED:
+                    self._kinds.clear()
+                self._kinds.update(added)
+                self._next_kind += len(added)
             self._last_digest, self._last_file = digest, name
             if self._peak is None or rec.live_bytes > self._peak[0]:
                 self._peak = (rec.live_bytes, index)
@@ -160,6 +175,21 @@ class RunWriter:
                 self._since_upkeep = 0
                 self._upkeep(rec.t_mono)
             return index
+
+    def _births(self, new_arrays: list, index: int):
+        """The arrays rows of one snapshot's new arrays, the array_kinds rows
+        of the descriptions not stored yet, and those descriptions with their
+        kind_id (remembered once the snapshot is committed)."""
+        kinds, births, new_kinds, added = self._kinds, [], [], {}
+        for r in new_arrays:
+            # shape, dtype, nbytes, shard_bytes, devices, sharding, memory_kind, stack_id
+            desc = (r[2], r[3], r[4], r[5], r[6], r[8], r[9], r[10])
+            kind = kinds.get(desc) or added.get(desc)
+            if kind is None:
+                kind = added[desc] = self._next_kind + len(added)
+                new_kinds.append((kind, *desc))
+            births.append((r[0], r[1], index, kind, r[7]))
+        return births, new_kinds, added
 
     def _upkeep(self, now: float) -> None:
         """Thin old interval snapshots, then checkpoint the WAL (passive:
