@@ -171,10 +171,12 @@ class _Recorder:
         try:
             if s is None:
                 return None
+            # The sampler stops first, then the jit probe: XLA's dumps are made
+            # while the test's jitted functions are still known (a snapshot
+            # after the test would find them dropped), and their lowerings
+            # are freed before the last snapshot.
+            s.sampler.stop()
             if s.probe is not None:
-                # Stopped first: XLA's dumps are made while the test's jitted
-                # functions are still known (the snapshot after the test
-                # finds them dropped), and their lowerings freed before it.
                 probe, s.probe = s.probe, None
                 probe.uninstall()
             gc.collect()
@@ -206,13 +208,13 @@ def _peak_message(m, limit: int) -> str:
     from jaxmemprof.render.escape import safe
     from jaxmemprof.units import format_bytes
 
-    head = (f"device memory peak {format_bytes(m.peak_bytes)} exceeds limit_device_memory "
-            f"{format_bytes(limit)}")
-    if m.jit_lines:
-        head += f" ({safe(m.jit_where)}: XLA's peak, by line inside the call)"
-        return "\n".join([head + ":", *_lines(m.jit_lines, 5)])
-    if m.jit_peak_bytes is not None and m.jit_peak_bytes >= m.peak_bytes and m.jit_where:
-        head += f" ({safe(m.jit_where)}; live before it)"
+    head = f"device memory peak {format_bytes(m.peak_bytes)} exceeds limit_device_memory {format_bytes(limit)}"
+    if m.jit_call_site or m.jit_lines:
+        call = f" ({safe(m.jit_call_site)})" if m.jit_call_site else ""
+        head += f", {safe(m.jit_where)}{call}"
+        if m.jit_lines:
+            return "\n".join([head + "; XLA's buffers at its peak:", *_lines(m.jit_lines, 5)])
+        head += "; held by"
     return "\n".join([head + ":", *_lines(m.peak_sites, 5)])
 
 

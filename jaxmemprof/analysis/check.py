@@ -148,11 +148,13 @@ def check_report(report, limits: Limits, baseline=None) -> list[Outcome]:
 class TestMemory:
     """Device memory of one test, from the run recorded around it.
 
+    Every figure counts the bytes above those alive at the test's start.
     ``peak_bytes``: the largest of the snapshots' live bytes (taken at the
     test's start, while it ran, when its function returned and after it)
     and the probe's estimate inside its jitted calls (``jit_peak_bytes``,
     ``jit_where``: the live bytes before a call, less its arguments, plus
-    XLA's peak for it). ``peak_sites``: (site, bytes) at the peak snapshot;
+    XLA's peak for it). ``peak_sites``: (site, bytes) grown since the start
+    at the peak snapshot;
     ``jit_lines``: (site, bytes) of XLA's buffers at the call's own peak, by
     the user's line, when a call held the peak and XLA's dump was read.
     ``leak_bytes``: live bytes after the test (after garbage collection)
@@ -167,6 +169,7 @@ class TestMemory:
     jit_where: str
     peak_sites: tuple
     jit_lines: tuple
+    jit_call_site: str  # where the test called the function whose call held the peak
     leak_bytes: int
     leak_sites: tuple
     snapshots: int
@@ -183,44 +186,49 @@ def _snapshot_of(snaps, *, trigger=None, label=None):
 
 def measure_test(run, attribution: Attribution = Attribution(), *, top: int = 5) -> TestMemory:
     """The figures of one test's run: snapshots labelled ``start`` (api) and
-    the ``exit`` one; see :class:`TestMemory`."""
+    the ``exit`` one; see :class:`TestMemory`. Bytes count above the start:
+    what fixtures and earlier tests left alive is not the test's."""
     from jaxmemprof.analysis.advice.donation import estimated_true_peak
     from jaxmemprof.analysis.groups import diff, summarize
-    from jaxmemprof.analysis.runs import sites_holding
-
     snaps = run.snapshots
     if snaps.empty:
-        return TestMemory(0, 0, None, None, "", (), (), 0, (), 0)
-    peak_row = snaps.loc[snaps["live_bytes"].idxmax()]
-    snap_peak, peak_snapshot = int(peak_row["live_bytes"]), int(peak_row["snapshot"])
-    peak_sites = ()
-    if snap_peak > 0:
-        held = sites_holding(run, peak_snapshot, attribution, top)
-        peak_sites = tuple((str(s), int(b)) for s, b in zip(held.rows["site"], held.rows["bytes"]))
-    inside, where = estimated_true_peak(run)
-    jit_lines = ()
-    if inside is not None and inside > snap_peak:
-        jit_lines = _jit_lines(run, attribution, where, top)
-    peak = max(snap_peak, inside or 0)
-
+        return TestMemory(0, 0, None, None, "", (), (), "", 0, (), 0)
     start = _snapshot_of(snaps, trigger="api", label="start")
     end = _snapshot_of(snaps, trigger="exit")
+    base = int(start["live_bytes"]) if start is not None else 0
+    base_profile = run.profile(int(start["snapshot"])) if start is not None else None
+
+    def grown(snapshot: int) -> tuple:
+        """(site, bytes) that grew since the start, largest first."""
+        new = run.profile(snapshot)
+        if base_profile is None:
+            rows = summarize(new, "site", attribution).rows
+            rows = rows[rows["bytes"] > 0].head(top)
+            return tuple((str(s), int(b)) for s, b in zip(rows["site"], rows["bytes"]))
+        d = diff(base_profile, new, "site", attribution)
+        rows = d.rows[d.rows["delta_bytes"] > 0].head(top)
+        return tuple((str(s), int(b)) for s, b in zip(rows["site"], rows["delta_bytes"]))
+
+    peak_row = snaps.loc[snaps["live_bytes"].idxmax()]
+    snap_peak, peak_snapshot = int(peak_row["live_bytes"]) - base, int(peak_row["snapshot"])
+    peak_sites = grown(peak_snapshot) if snap_peak > 0 else ()
+    inside, where = estimated_true_peak(run)
+    if inside is not None:
+        inside = max(int(inside) - base, 0)
+    jit_lines, call_site = (), ""
+    if inside is not None and inside > snap_peak:
+        jit_lines = _jit_lines(run, attribution, where, top)
+        call_site = _call_site(run, attribution, where)
+    peak = max(snap_peak, inside or 0)
+
     leak, leak_sites = 0, ()
     if end is not None:
-        leak = int(end["live_bytes"]) - (int(start["live_bytes"]) if start is not None else 0)
+        leak = int(end["live_bytes"]) - base
         if leak > 0:
-            new = run.profile(int(end["snapshot"]))
-            if start is not None:
-                d = diff(run.profile(int(start["snapshot"])), new, "site", attribution)
-                rows = d.rows[d.rows["delta_bytes"] > 0].head(top)
-                leak_sites = tuple((str(s), int(b)) for s, b in zip(rows["site"], rows["delta_bytes"]))
-            else:
-                rows = summarize(new, "site", attribution).rows
-                rows = rows[rows["bytes"] > 0].head(top)
-                leak_sites = tuple((str(s), int(b)) for s, b in zip(rows["site"], rows["bytes"]))
+            leak_sites = grown(int(end["snapshot"]))
     return TestMemory(peak_bytes=int(peak), snapshot_peak_bytes=snap_peak, peak_snapshot=peak_snapshot,
                       jit_peak_bytes=None if inside is None else int(inside), jit_where=where,
-                      peak_sites=peak_sites, jit_lines=jit_lines, leak_bytes=leak, leak_sites=leak_sites,
+                      peak_sites=peak_sites, jit_lines=jit_lines, jit_call_site=call_site, leak_bytes=leak, leak_sites=leak_sites,
                       snapshots=int(len(snaps)))
 
 
@@ -241,3 +249,20 @@ def _jit_lines(run, attribution: Attribution, where: str, top: int) -> tuple:
         mine = rows[rows["function_id"] == rows["function_id"].iloc[0]]
     g = mine.groupby("site", sort=False)["bytes"].sum().sort_values(ascending=False).head(top)
     return tuple((str(s), int(b)) for s, b in g.items())
+
+
+def _call_site(run, attribution: Attribution, where: str) -> str:
+    """The user's line that first called the function named in ``where``."""
+    functions, calls = run.jit.get("functions"), run.jit.get("calls")
+    if functions is None or calls is None or functions.empty or calls.empty:
+        return ""
+    name = where.rsplit(" ", 1)[-1]
+    ids = set(functions.loc[functions["name"].astype(str) == name, "function_id"])
+    mine = calls[calls["function_id"].isin(ids)].sort_values("call_index")
+    if mine.empty:
+        return ""
+    r = mine.iloc[0]
+    file = r["caller_file"]
+    if not isinstance(file, str) or not file:
+        return ""
+    return f"{attribution.display_path(file)}:{int(r['caller_line'])} ({r['caller_function']})"

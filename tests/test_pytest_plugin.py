@@ -1,0 +1,198 @@
+"""The pytest plugin, run by pytest's own pytester on real JAX tests whose
+arrays, sizes and lines are known: over the limit, under it, leaking, inside
+a jitted call, under pytest-xdist, and --jaxmemprof's list of peaks."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+from conftest import cpu_env, line_of
+
+KiB, MiB = 1024, 1024 * 1024
+
+TESTS = '''
+import jax
+import jax.numpy as jnp
+import pytest
+
+kept = []
+
+
+@pytest.mark.limit_device_memory("3 MiB")
+def test_over():
+    a = jnp.ones((512, 1024), jnp.float32)  # LINE-A: 2 MiB
+    b = a + 1  # LINE-B: 2 MiB more, held by a local when the test returns
+    assert b.shape == (512, 1024)
+
+
+@pytest.mark.limit_device_memory("5 MiB")
+def test_under():
+    a = jnp.ones((512, 1024), jnp.float32)  # 2 MiB
+    b = a + 1  # 2 MiB
+    assert b.shape == (512, 1024)
+
+
+@pytest.mark.limit_device_leaks("512 KiB")
+def test_leaks():
+    kept.append(jnp.ones((256, 1024), jnp.float32))  # LINE-LEAK: 1 MiB kept after the test
+
+
+@pytest.mark.limit_device_leaks("2 MiB")
+def test_leaks_within():
+    kept.append(jnp.ones((256, 1024), jnp.float32))  # 1 MiB kept, under the limit
+    tmp = jnp.zeros((1024, 1024), jnp.float32)  # 4 MiB, freed at return
+
+
+def inner(x):
+    big = jnp.tile(x, (32, 1))
+    return jnp.sort(big, axis=1).sum()  # LINE-SORT: 8 MiB inside the call
+
+
+@pytest.mark.limit_device_memory("4 MiB")
+def test_inside_jit():
+    x = jnp.ones((256, 256), jnp.float32)  # 256 KiB
+    f = jax.jit(inner)
+    f(x).block_until_ready()
+
+
+@pytest.mark.limit_device_memory("4 MiB")
+def test_temporary_jit():
+    x = jnp.ones((256, 256), jnp.float32)
+    jax.jit(inner)(x).block_until_ready()  # LINE-CALL: the jitted function dropped at once
+
+
+def test_unmarked():
+    a = jnp.ones((128, 1024), jnp.float32)  # 512 KiB
+'''
+
+
+@pytest.fixture
+def suite(pytester, monkeypatch):
+    monkeypatch.setenv("JAX_PLATFORMS", "cpu")
+    path = pytester.makepyfile(test_memory=TESTS)
+    return pytester, path
+
+
+def outcomes(result) -> dict:
+    """nodeid's test name -> PASSED/FAILED, from pytest -rA's short summary."""
+    found = {}
+    for line in result.outlines:
+        m = re.match(r"^(PASSED|FAILED) \S+::(\w+)", line)
+        if m:
+            found[m.group(2)] = m.group(1)
+    return found
+
+
+def failure_text(result, name: str) -> list[str]:
+    """The lines of one test's failure section."""
+    lines = result.outlines
+    start = next(i for i, line in enumerate(lines) if re.match(rf"^_+ {name} _+$", line))
+    end = next((i for i in range(start + 1, len(lines)) if re.match(r"^(_{3,} \w+ _{3,}|={3,})", lines[i])),
+               len(lines))
+    return lines[start + 1:end]
+
+
+def test_limits_on_real_tests(suite):
+    pytester, path = suite
+    result = pytester.runpytest_subprocess("-rA", "-p", "no:cacheprovider", "--jaxmemprof")
+    got = outcomes(result)
+    assert got == {"test_over": "FAILED", "test_under": "PASSED", "test_leaks": "FAILED",
+                   "test_leaks_within": "PASSED", "test_inside_jit": "FAILED", "test_temporary_jit": "FAILED",
+                   "test_unmarked": "PASSED"}, \
+        result.stdout.str()
+
+    # Over the limit: both 2 MiB arrays, by the lines that made them, the
+    # second seen only because a local held it when the test returned.
+    over = failure_text(result, "test_over")
+    assert over[0] == "device memory peak 4.00 MiB exceeds limit_device_memory 3.00 MiB:", over
+    a, b = line_of(path, "LINE-A"), line_of(path, "LINE-B")
+    assert sorted(over[1:]) == sorted([f"    2.00 MiB  test_memory.py:{a} (test_over)",
+                                       f"    2.00 MiB  test_memory.py:{b} (test_over)"]), over
+    assert len(over) <= 6
+
+    leak = failure_text(result, "test_leaks")
+    assert leak[0].startswith("device memory leak: 1.00 MiB more alive after the test than before it "
+                              "exceeds limit_device_leaks 512.00 KiB"), leak
+    assert leak[1:] == [f"    1.00 MiB  test_memory.py:{line_of(path, 'LINE-LEAK')} (test_leaks)"], leak
+
+    # The call's own peak, seen by the jit probe, by the line inside the call.
+    jit = failure_text(result, "test_inside_jit")
+    call = line_of(path, "f(x).block_until_ready()")
+    assert re.match(rf"device memory peak 8\.\d\d MiB exceeds limit_device_memory 4\.00 MiB, during a call "
+                    rf"of inner \(test_memory.py:{call} \(test_inside_jit\)\); XLA's buffers at its peak:$",
+                    jit[0]), jit
+    assert jit[1] == f"    8.00 MiB  test_memory.py:{line_of(path, 'LINE-SORT')} (inner)", jit
+    assert len(jit) <= 6
+    # A jitted function dropped at once: XLA's dump of it is not read, the
+    # line that called it is still named.
+    tmp = failure_text(result, "test_temporary_jit")
+    assert re.match(rf"device memory peak 8\.\d\d MiB exceeds limit_device_memory 4\.00 MiB, during a call "
+                    rf"of inner \(test_memory.py:{line_of(path, 'LINE-CALL')} \(test_temporary_jit\)\); held by:$",
+                    tmp[0]), tmp
+
+    # --jaxmemprof: every test's peak, largest first.
+    text = result.stdout.str()
+    summary = text[text.index("jaxmemprof: device memory peak of the top 7 of 7 tests"):].splitlines()[1:8]
+    names = [line.split("::")[-1] for line in summary]
+    assert names[0] in ("test_inside_jit", "test_temporary_jit"), summary
+    assert set(names) == {"test_over", "test_under", "test_leaks", "test_leaks_within", "test_inside_jit",
+                          "test_temporary_jit", "test_unmarked"}
+    assert any(line.split() == ["512.00", "KiB", "test_memory.py::test_unmarked"] for line in summary), summary
+
+
+def test_under_xdist(suite):
+    pytester, path = suite
+    result = pytester.runpytest_subprocess("-rA", "-p", "no:cacheprovider", "-n", "2", "--jaxmemprof")
+    got = outcomes(result)
+    assert got == {"test_over": "FAILED", "test_under": "PASSED", "test_leaks": "FAILED",
+                   "test_leaks_within": "PASSED", "test_inside_jit": "FAILED", "test_temporary_jit": "FAILED",
+                   "test_unmarked": "PASSED"}, \
+        result.stdout.str()
+    text = result.stdout.str()
+    assert "created: 2/2 workers" in text or "2 workers" in text, text
+    assert f"test_memory.py:{line_of(path, 'LINE-LEAK')} (test_leaks)" in text
+    # The workers' peaks reach the controller's summary.
+    assert "jaxmemprof: device memory peak of the top 7 of 7 tests" in text, text
+
+
+def test_bad_marker_fails_that_test_only(pytester, monkeypatch):
+    monkeypatch.setenv("JAX_PLATFORMS", "cpu")
+    pytester.makepyfile(test_bad='''
+        import pytest
+
+        @pytest.mark.limit_device_memory("lots")
+        def test_bad_size():
+            pass
+
+        def test_fine():
+            pass
+    ''')
+    result = pytester.runpytest_subprocess("-rA", "-p", "no:cacheprovider")
+    assert outcomes(result) == {"test_bad_size": "FAILED", "test_fine": "PASSED"}, result.stdout.str()
+    assert "limit_device_memory: not a size: 'lots'" in result.stdout.str()
+    assert "Traceback" not in result.stdout.str()
+
+
+def test_loading_the_plugin_imports_nothing_heavy():
+    """A suite with no marker and no flag pays for no import: the plugin
+    module alone brings in neither jax, pandas nor the capture code."""
+    code = ("import sys, jaxmemprof.pytest_plugin; "
+            "heavy = [m for m in ('jax', 'pandas', 'numpy', 'jaxmemprof.capture', 'jaxmemprof.capture.session') "
+            "if m in sys.modules]; print(heavy)")
+    out = subprocess.run([sys.executable, "-c", code], env=cpu_env(), capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
+def test_registered_by_installing(pytester):
+    """The entry point: markers are known to pytest without any conftest."""
+    result = pytester.runpytest_subprocess("--markers")
+    text = result.stdout.str()
+    assert "@pytest.mark.limit_device_memory(size)" in text
+    assert "@pytest.mark.limit_device_leaks(size)" in text
+    help_text = pytester.runpytest_subprocess("--help").stdout.str()
+    assert "--jaxmemprof" in help_text
