@@ -1,0 +1,119 @@
+"""`check`: gate a recorded run in CI (exit 0 when every limit holds, 1 when one does not)."""
+
+from __future__ import annotations
+
+import re
+
+import click
+
+from jaxmemprof.cli.base import Size, attribution_options, build_report_for, cli, open_run, stdout_stream, warn
+
+
+class Growth(click.ParamType):
+    """SIZE/step (per marker) or SIZE/s; a bare SIZE is per step."""
+
+    name = "SIZE/step"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, tuple):
+            return value
+        from jaxmemprof.units import parse_size
+
+        m = re.fullmatch(r"\s*(.*?)\s*(?:/\s*(step|s))?\s*", str(value))
+        try:
+            return parse_size(m.group(1)), m.group(2) or "step"
+        except ValueError as exc:
+            self.fail(f"{exc}; a growth is SIZE/step or SIZE/s (e.g. 1MiB/step)", param, ctx)
+
+
+class Percent(click.ParamType):
+    name = "PCT"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, float):
+            return value
+        text = str(value).strip().removesuffix("%")
+        try:
+            pct = float(text)
+        except ValueError:
+            self.fail(f"not a percentage: {value!r} (examples: 5, 12.5%)", param, ctx)
+        if not pct >= 0 or pct == float("inf"):
+            self.fail(f"not a percentage of 0 or more: {value!r}", param, ctx)
+        return pct
+
+
+def _rules(ctx, param, values):
+    from jaxmemprof.analysis.check import known_rules
+
+    rules = [r.strip() for v in values for r in v.split(",") if r.strip()]
+    known = known_rules()
+    unknown = [r for r in rules if r not in known]
+    if unknown:
+        raise click.BadParameter(f"unknown rule {unknown[0]!r}; rules: {', '.join(known)}", ctx, param)
+    return tuple(dict.fromkeys(rules))
+
+
+@cli.command()
+@click.argument("run_dir", metavar="RUN")
+@click.option("--max-peak", type=Size(), default=None, metavar="SIZE",
+              help="Fail when the peak live device memory of the snapshots exceeds SIZE.")
+@click.option("--max-true-peak", type=Size(), default=None, metavar="SIZE",
+              help="Fail when the estimated true peak (the snapshot peak plus what XLA needs inside the "
+                   "jitted calls, from the jit probe) exceeds SIZE.")
+@click.option("--max-growth", type=Growth(), default=None, metavar="SIZE/step",
+              help="Fail when the sites that keep growing (report's leaks) grow by more than this in all, "
+                   "per step (jaxmemprof.mark() once a step) or per second (SIZE/s).")
+@click.option("--fail-on", "fail_on", multiple=True, callback=_rules, metavar="RULE,...",
+              help="Fail when the report has a finding of one of these rules (leak, recompile, donate, ...; "
+                   "repeatable or comma-separated).")
+@click.option("--baseline", "baseline_dir", default=None, metavar="RUN",
+              help="A run to compare with (the last good one): with --max-increase.")
+@click.option("--max-increase", type=Percent(), default=None, metavar="PCT",
+              help="With --baseline: fail when the peak (and the estimated true peak) grew by more than PCT "
+                   "percent over the baseline's.")
+@click.option("--json", "as_json", is_flag=True, help="Write every check, its limit and its value as JSON to stdout.")
+@attribution_options
+def check(run_dir, max_peak, max_true_peak, max_growth, fail_on, baseline_dir, max_increase, as_json,
+          library, user, all_frames):
+    """Check a recorded run against limits, for CI: exit 0 when every limit
+    holds, 1 when one does not (one FAIL line per violation), 2 on bad input.
+
+    The figures are report's: its peak, estimated true peak, leaks and
+    findings (see `jaxmemprof report RUN`).
+
+    \b
+    Examples:
+      jaxmemprof check RUN --max-peak 12GiB --max-true-peak 15GiB
+      jaxmemprof check RUN --max-growth 1MiB/step --fail-on leak,recompile
+      jaxmemprof check RUN --baseline runs/main --max-increase 5
+      jaxmemprof check RUN --max-peak 12GiB --json > check.json
+    """
+    from jaxmemprof.analysis.check import Limits, check_report
+    from jaxmemprof.render.check import document, lines
+
+    if (baseline_dir is None) != (max_increase is None):
+        raise click.UsageError("--baseline RUN and --max-increase PCT go together")
+    growth, per = max_growth if max_growth is not None else (None, "step")
+    limits = Limits(max_peak=max_peak, max_true_peak=max_true_peak, max_growth=growth, growth_per=per,
+                    fail_on=fail_on, max_increase_pct=max_increase)
+    if not limits.any():
+        raise click.UsageError("nothing to check: give --max-peak, --max-true-peak, --max-growth, --fail-on "
+                               "or --baseline with --max-increase")
+    run_ = open_run(run_dir)
+    base_run = open_run(baseline_dir) if baseline_dir is not None else None
+    warn(run_)
+    if base_run is not None:
+        warn(base_run)
+    report = build_report_for(run_, 3, library, user, all_frames, 1000)
+    baseline = build_report_for(base_run, 3, library, user, all_frames, 1000) if base_run is not None else None
+    outcomes = check_report(report, limits, baseline)
+    out = stdout_stream()
+    if as_json:
+        from jaxmemprof.render.json import write_json
+
+        write_json(document(str(run_dir), baseline_dir, outcomes), out)
+    else:
+        for line in lines(outcomes):
+            out.write(line + "\n")
+    if not all(o.held for o in outcomes):
+        raise click.exceptions.Exit(1)

@@ -1,0 +1,70 @@
+"""``check``'s lines: one per check (``FAIL`` or ``ok``), and its JSON document."""
+
+from __future__ import annotations
+
+from jaxmemprof.render.escape import safe
+from jaxmemprof.units import format_bytes
+
+
+def _limit_text(o) -> str:
+    if o.check == "fail-on":
+        return f"--fail-on {','.join(o.facts.get('rules', []))}"
+    if o.check == "max-increase":
+        return f"--max-increase {o.limit:g}%"
+    if o.check == "max-growth":
+        return f"--max-growth {format_bytes(o.limit)}/{o.unit.split('/')[-1]}"
+    return f"--{o.check} {format_bytes(o.limit)}"
+
+
+def _held_by(details) -> str:
+    if not details:
+        return ""
+    site, b = details[0]
+    return f", held by {safe(site)} {format_bytes(b)}"
+
+
+def lines(outcomes) -> list[str]:
+    """Violations first, one line each (one per finding for --fail-on), then the checks that held."""
+    failed, held = [], []
+    for o in outcomes:
+        out = held if o.held else failed
+        tag = "ok  " if o.held else "FAIL"
+        limit = _limit_text(o)
+        if o.check == "max-peak":
+            out.append(f"{tag} {limit}: peak {format_bytes(o.value)}{_held_by(o.details)}")
+        elif o.check == "max-true-peak":
+            where = o.facts.get("where") or ""
+            out.append(f"{tag} {limit}: estimated true peak {format_bytes(o.value)}"
+                       f"{' (' + safe(where) + ')' if where else ''}{_held_by(o.details)}")
+        elif o.check == "max-growth":
+            per = o.unit.split("/")[-1]
+            text = f"{tag} {limit}: grows {format_bytes(o.value)}/{per}"
+            if o.details:
+                text += ", at " + ", ".join(f"{safe(s)} {format_bytes(g, signed=True)}/{per}" for s, g in o.details)
+            out.append(text)
+        elif o.check == "fail-on":
+            if o.held:
+                out.append(f"{tag} {limit}: no such finding")
+            for rule, severity, site in o.details:
+                out.append(f"{tag} {limit}: [{severity}] {rule}{' at ' + safe(site) if site else ''}")
+        elif o.check == "max-increase":
+            what = o.facts.get("what", "peak")
+            pct = "an increase" if o.value == float("inf") else f"{o.value:+.1f}%"
+            out.append(f"{tag} {limit}: {what} {format_bytes(o.facts.get('bytes', 0))} is {pct} on the "
+                       f"baseline's {format_bytes(o.facts.get('baseline_bytes', 0))}{_held_by(o.details)}")
+    return failed + held
+
+
+def document(run: str, baseline: str | None, outcomes) -> dict:
+    """The JSON document: every check, with its figures."""
+    return {
+        "command": "check",
+        "run": run,
+        "baseline": baseline,
+        "ok": all(o.held for o in outcomes),
+        "checks": [
+            {"check": o.check, "limit": o.limit, "value": o.value, "unit": o.unit, "held": o.held,
+             "site": o.site, "details": [list(d) for d in o.details], **o.facts}
+            for o in outcomes
+        ],
+    }
