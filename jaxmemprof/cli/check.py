@@ -104,6 +104,11 @@ def check(run_dir, max_peak, max_true_peak, max_growth, fail_on, baseline_dir, m
     warn(run_)
     if base_run is not None:
         warn(base_run)
+    if growth is not None and per == "step" and run_.markers.empty:
+        from jaxmemprof.errors import InputError
+
+        raise InputError(str(run_dir), "has no step markers (jaxmemprof.mark() once a step): --max-growth "
+                                       "SIZE/step cannot be checked; give SIZE/s")
     report = build_report_for(run_, 3, library, user, all_frames, 1000)
     baseline = build_report_for(base_run, 3, library, user, all_frames, 1000) if base_run is not None else None
     outcomes = check_report(report, limits, baseline)
@@ -116,4 +121,7 @@ def check(run_dir, max_peak, max_true_peak, max_growth, fail_on, baseline_dir, m
         for line in lines(outcomes):
             out.write(line + "\n")
     if not all(o.held for o in outcomes):
-        raise click.exceptions.Exit(1)
+        out.flush()
+        # Not click's Exit: the group runs without standalone mode, where an
+        # exit status would be returned, not used.
+        raise SystemExit(1)

@@ -1,0 +1,139 @@
+"""`jaxmemprof check`: exit codes and lines on runs recorded for the test, whose
+peaks, growth and lines are known."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import line_of, run_cli, write_script
+
+KiB, MiB = 1024, 1024 * 1024
+STEPS = 12
+
+SCRIPT = """
+import sys
+
+import jax
+import jax.numpy as jnp
+import jaxmemprof
+
+rows, leak = int(sys.argv[1]), sys.argv[2] == "leak"
+jax.devices()
+jaxmemprof.snapshot("start")
+params = jnp.zeros((rows, 1024), jnp.float32)  # LINE-PARAMS: rows * 4 KiB
+step = jax.jit(lambda p: p * 0.5)
+kept = []
+for i in range(STEPS):
+    params = step(params)  # LINE-STEP
+    if leak:
+        kept.append(jnp.full((16, 1024), i, jnp.float32))  # LINE-LEAK: 64 KiB a step, kept
+    jaxmemprof.mark(f"step {i}")
+    jaxmemprof.snapshot()
+""".replace("STEPS", str(STEPS))
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """good: 1 MiB of parameters, no leak; bad: 2 MiB and a leak of 64 KiB a step."""
+    d = tmp_path_factory.mktemp("check")
+    script = write_script(d, "grow.py", SCRIPT)
+    run_cli("run", "-q", "--interval", "1000", "-o", d / "good", script, "256", "none", cwd=d, check=0)
+    run_cli("run", "-q", "--interval", "1000", "-o", d / "bad", script, "512", "leak", cwd=d, check=0)
+    return d, script
+
+
+def check(d, *args, status):
+    proc = run_cli("check", *args, cwd=d, check=status)
+    return proc.stdout.splitlines()
+
+
+def test_max_peak(runs):
+    d, script = runs
+    params = f"grow.py:{line_of(script, 'LINE-STEP')} (<module>)"
+    assert check(d, "good", "--max-peak", "1MiB", status=0) == [
+        f"ok   --max-peak 1.00 MiB: peak 1.00 MiB, held by {params} 1.00 MiB"]
+    assert check(d, "good", "--max-peak", "1023KiB", status=1) == [
+        f"FAIL --max-peak 1023.00 KiB: peak 1.00 MiB, held by {params} 1.00 MiB"]
+    # The bad run: 2 MiB of parameters and 12 kept arrays of 64 KiB.
+    [line] = check(d, "bad", "--max-peak", "2MiB", status=1)
+    assert line.startswith(f"FAIL --max-peak 2.00 MiB: peak 2.75 MiB, held by {params} 2.00 MiB"), line
+
+
+def test_max_true_peak(runs):
+    d, _ = runs
+    # p * 0.5 without donation: old and new parameters (1 MiB each) during the call.
+    [line] = check(d, "good", "--max-true-peak", "1.5MiB", status=1)
+    assert line.startswith("FAIL --max-true-peak 1.50 MiB: estimated true peak 2.00 MiB (during a call of"), line
+    check(d, "good", "--max-true-peak", "2MiB", status=0)
+
+
+def test_max_growth(runs):
+    d, script = runs
+    leak = f"grow.py:{line_of(script, 'LINE-LEAK')} (<module>)"
+    assert check(d, "bad", "--max-growth", "32KiB/step", status=1) == [
+        f"FAIL --max-growth 32.00 KiB/step: grows 64.00 KiB/step, at {leak} +64.00 KiB/step"]
+    check(d, "bad", "--max-growth", "64KiB/step", status=0)
+    assert check(d, "good", "--max-growth", "1KiB", status=0) == ["ok   --max-growth 1.00 KiB/step: grows 0 B/step"]
+
+
+def test_fail_on(runs):
+    d, script = runs
+    leak = f"grow.py:{line_of(script, 'LINE-LEAK')} (<module>)"
+    lines = check(d, "bad", "--fail-on", "leak", status=1)
+    assert len(lines) == 1 and lines[0].startswith("FAIL --fail-on leak: [") and lines[0].endswith(f"] leak at {leak}")
+    assert check(d, "good", "--fail-on", "leak,recompile", status=0) == ["ok   --fail-on leak,recompile: no such finding"]
+
+
+def test_baseline(runs):
+    d, _ = runs
+    lines = check(d, "bad", "--baseline", "good", "--max-increase", "10%", status=1)
+    assert lines[0].startswith("FAIL --max-increase 10%: peak 2.75 MiB is +175.0% on the baseline's 1.00 MiB"), lines
+    check(d, "good", "--baseline", "good", "--max-increase", "0", status=0)
+
+
+def test_json_and_several_violations(runs):
+    d, _ = runs
+    proc = run_cli("check", "bad", "--max-peak", "1MiB", "--max-growth", "1KiB/step", "--fail-on", "leak",
+                   "--json", cwd=d, check=1)
+    doc = json.loads(proc.stdout)
+    assert doc["command"] == "check" and doc["ok"] is False and doc["run"] == "bad"
+    by = {c["check"]: c for c in doc["checks"]}
+    assert by["max-peak"]["value"] == 2 * MiB + STEPS * 64 * KiB and by["max-peak"]["held"] is False
+    assert by["max-growth"]["value"] == 64 * KiB and by["max-growth"]["unit"] == "bytes/step"
+    assert by["fail-on"]["value"] == 1
+    # Without --json: one FAIL line per violation.
+    lines = check(d, "bad", "--max-peak", "1MiB", "--max-growth", "1KiB/step", "--fail-on", "leak", status=1)
+    assert [line.split(":")[0] for line in lines] == ["FAIL --max-peak 1.00 MiB", "FAIL --max-growth 1.00 KiB/step",
+                                                      "FAIL --fail-on leak"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["good", "--fail-on", "leek"], "unknown rule 'leek'"),
+    (["good", "--max-peak", "lots"], "not a size: 'lots'"),
+    (["good", "--max-growth", "1MiB/min"], "a growth is SIZE/step or SIZE/s"),
+    (["missing", "--max-peak", "1MiB"], "jaxmemprof: error: missing: no such run directory"),
+    (["good", "--baseline", "good"], "--baseline RUN and --max-increase PCT go together"),
+    (["good", "--baseline", "missing", "--max-increase", "5"], "jaxmemprof: error: missing: no such run directory"),
+    (["good"], "nothing to check"),
+])
+def test_bad_input(runs, args, message):
+    d, _ = runs
+    proc = run_cli("check", *args, cwd=d, check=2)
+    assert message in proc.stderr and "Traceback" not in proc.stderr
+    assert proc.stdout == ""
+
+
+def test_growth_per_step_needs_markers(tmp_path):
+    script = write_script(tmp_path, "plain.py", """
+        import jax.numpy as jnp
+        import jaxmemprof
+        a = jnp.ones((256, 1024))
+        jaxmemprof.snapshot()
+    """)
+    run_cli("run", "-q", "--interval", "1000", "-o", tmp_path / "r", script, cwd=tmp_path, check=0)
+    proc = run_cli("check", "r", "--max-growth", "1MiB/step", cwd=tmp_path, check=2)
+    assert proc.stderr.strip() == ("jaxmemprof: error: r: has no step markers (jaxmemprof.mark() once a step): "
+                                   "--max-growth SIZE/step cannot be checked; give SIZE/s")
+    run_cli("check", "r", "--max-growth", "1MiB/s", cwd=tmp_path, check=0)
