@@ -1,0 +1,336 @@
+"""What the HTML pages draw: live bytes per stack over time, as compact cells.
+
+A *cell key* is one creation stack x one array type (``float32[32,32]``, or
+``executable`` for a profile's executables, "" when a profile says no more)
+x one device x one process. Its *changes* are the (position, bytes, buffers)
+at which its live bytes or buffer count changed, over the kept snapshot
+positions ``positions`` (indices into the run's snapshots): a key's value at
+any kept position is the last change at or before it. A timeline stacked by
+site, a flame graph of any snapshot and a differential flame graph of any two
+are all sums of cells, so the three views always agree, and a long run's data
+grows with what changed, not with snapshots x stacks.
+
+Long runs are downsampled to at most ``max_points`` positions, keeping the
+first, last, peak and final snapshots, labelled and triggered ones (oom,
+exception, signal, exit), and the highest and lowest snapshot of each time
+bucket: every peak stays visible.
+
+Stacks are interned once (``frames``: ``function, file, line, user``;
+``stacks``: frame indices innermost first), as the HTML's string tables.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from jaxmemprof.analysis.sites import NO_STACK, Attribution, frame_labels
+from jaxmemprof.analysis.timeline import _positions, _shards
+
+MAX_POINTS = 2000
+# Changes of all keys together; a run with more is downsampled further.
+MAX_CHANGES = 400_000
+ALWAYS_TRIGGERS = ("oom", "exception", "signal", "exit")
+
+
+@dataclass
+class Cells:
+    """Live bytes per cell key at the kept positions (see the module)."""
+
+    frames: list  # (function, file, line, user)
+    stacks: list  # tuples of frame indices, innermost first
+    keys: pd.DataFrame  # stack, type, device, process
+    changes: list  # per key: np.ndarray of shape (m, 3): position index, bytes, buffers
+    positions: np.ndarray  # kept positions (indices into the run's snapshots)
+
+    def values_at(self, j: int) -> pd.DataFrame:
+        """Per key alive at kept position ``j``: ``key, bytes, buffers``."""
+        rows = []
+        for k, ch in enumerate(self.changes):
+            i = np.searchsorted(ch[:, 0], j, side="right") - 1
+            if i >= 0 and (ch[i, 1] or ch[i, 2]):
+                rows.append((k, int(ch[i, 1]), int(ch[i, 2])))
+        return pd.DataFrame(rows, columns=["key", "bytes", "buffers"])
+
+
+class _Interner:
+    """Frames and stacks, each stored once."""
+
+    def __init__(self):
+        self.frames: list = []
+        self.frame_ids: dict = {}
+        self.stacks: list = []
+        self.stack_ids: dict = {}
+
+    def frame(self, function, file, line, user) -> int:
+        key = (str(function), str(file), int(line), bool(user))
+        i = self.frame_ids.get(key)
+        if i is None:
+            i = self.frame_ids[key] = len(self.frames)
+            self.frames.append(key)
+        return i
+
+    def stack(self, frame_ids) -> int:
+        key = tuple(frame_ids)
+        i = self.stack_ids.get(key)
+        if i is None:
+            i = self.stack_ids[key] = len(self.stacks)
+            self.stacks.append(key)
+        return i
+
+
+def site_of(frames: list, stack: tuple) -> str:
+    """The site text of an interned stack: its innermost user frame (its
+    innermost frame when none is the user's), as ``path:line (function)``."""
+    if not stack:
+        return NO_STACK
+    chosen = next((f for f in stack if frames[f][3]), stack[0])
+    fn, file, line, _ = frames[chosen]
+    return f"{file}:{line} ({fn})"
+
+
+# -- which snapshots are kept --------------------------------------------------------
+
+
+def keep_positions(snapshots: pd.DataFrame, max_points: int = MAX_POINTS) -> np.ndarray:
+    """Positions (0..n-1) of the snapshots to draw: all of them when there
+    are at most ``max_points``, else the ones that must stay (see the module)
+    and each time bucket's highest and lowest."""
+    n = len(snapshots)
+    if n <= max_points:
+        return np.arange(n, dtype=np.int64)
+    live = snapshots["live_bytes"].to_numpy(dtype=np.int64)
+    must = {0, n - 1, int(np.argmax(live))}
+    trig = snapshots["trigger"].astype(object).to_numpy()
+    running = np.flatnonzero(trig != "exit")
+    if len(running):
+        must.add(int(running[-1]))
+    special = np.flatnonzero(snapshots["label"].notna().to_numpy() | np.isin(trig, ALWAYS_TRIGGERS))
+    if len(special) > max_points // 4:  # many labels: an even share of them
+        special = special[np.linspace(0, len(special) - 1, max_points // 4).astype(np.int64)]
+    must.update(int(p) for p in special)
+    buckets = max(1, (max_points - len(must)) // 2)
+    edges = np.linspace(0, n, buckets + 1).astype(np.int64)
+    for lo, hi in zip(edges[:-1], edges[1:]):
+        if hi > lo:
+            seg = live[lo:hi]
+            must.add(int(lo + np.argmax(seg)))
+            must.add(int(lo + np.argmin(seg)))
+    return np.array(sorted(must), dtype=np.int64)
+
+
+# -- cells of a run with per-array records ---------------------------------------------
+
+
+def _type_text(shape, dtype) -> str:
+    dims = ",".join(str(d) for d in shape) if isinstance(shape, (tuple, list)) else ""
+    return f"{dtype or '?'}[{dims}]"
+
+
+def run_cells(run, attribution: Attribution, max_points: int = MAX_POINTS) -> Cells:
+    """Cells of a run: from its per-array records, or from its snapshots'
+    profiles for a directory of .prof files."""
+    while True:
+        positions = keep_positions(run.snapshots, max_points)
+        cells = _array_cells(run, attribution, positions) if run.has_arrays else _run_profile_cells(
+            run, attribution, positions)
+        total = sum(len(c) for c in cells.changes)
+        if total <= MAX_CHANGES or max_points <= 50:
+            return cells
+        max_points = max(50, int(max_points * MAX_CHANGES / total / 1.2))
+
+
+def _stack_table(run, attribution: Attribution, interner: _Interner) -> dict:
+    """run.stacks (stack_id -> [(file, line, function)]) as interned stacks."""
+    files = {f for frames in run.stacks.values() for f, _, _ in frames}
+    is_lib = {f: attribution.is_library(f) for f in files}
+    shown = {f: attribution.display_path(f) for f in files}
+    out = {}
+    for sid, frames in run.stacks.items():
+        ids = [interner.frame(fn, shown[f], ln, not is_lib[f]) for f, ln, fn in frames]
+        out[int(sid)] = interner.stack(ids)
+    return out
+
+
+def _array_cells(run, attribution: Attribution, positions: np.ndarray) -> Cells:
+    interner = _Interner()
+    stack_of = _stack_table(run, attribution, interner)
+    arrays = run.arrays
+    snaps = run.snapshots["snapshot"].to_numpy(dtype=np.int64)
+    keys_cols = ["stack", "type", "device", "process"]
+    if arrays.empty or not len(snaps):
+        return Cells(interner.frames, interner.stacks, pd.DataFrame(columns=keys_cols), [], positions)
+    pf, pe = _positions(snaps, arrays)
+    flat = _shards(arrays)
+    n = len(arrays)
+    sid = pd.to_numeric(arrays["stack_id"], errors="coerce").fillna(-1).to_numpy(dtype=np.int64)
+    codes = pd.Series(stack_of, dtype=np.int64).reindex(sid).to_numpy(dtype=float)
+    if np.isnan(codes).any():  # arrays without a (known) stack
+        codes[np.isnan(codes)] = interner.stack([])
+    stack_code = codes.astype(np.int64)
+    scode, sun = pd.factorize(arrays["shape"].map(lambda x: x if isinstance(x, tuple) else None))
+    dcode_, dun = pd.factorize(arrays["dtype"].astype(object))
+    pair, puniq = pd.factorize(pd.MultiIndex.from_arrays([scode, dcode_]))
+    tnames = [_type_text(sun[a] if a >= 0 else None, dun[d] if d >= 0 else None) for a, d in puniq]
+    tcode = pair
+    proc = (pd.to_numeric(arrays["process"], errors="coerce").fillna(0).to_numpy(dtype=np.int64)
+            if "process" in arrays else np.zeros(n, dtype=np.int64))
+    # One row per shard: its array's row, bytes and device (an array with no
+    # shard information: one row of its logical size, no device).
+    owner, sbytes, dcode = flat.owner, flat.shard_bytes, flat.device_codes
+    dnames = list(flat.device_names)
+    have = np.zeros(n, dtype=bool)
+    have[owner] = True
+    if (~have).any():
+        missing = np.flatnonzero(~have)
+        owner = np.concatenate([owner, missing])
+        sbytes = np.concatenate([sbytes, flat.array_bytes[missing]])
+        dnames.append("")
+        dcode = np.concatenate([dcode, np.full(len(missing), len(dnames) - 1, dtype=np.int64)])
+    key_frame = pd.DataFrame({"stack": stack_code[owner], "type": tcode[owner], "device": dcode,
+                              "process": proc[owner]})
+    kcode, kuniq = pd.factorize(pd.MultiIndex.from_frame(key_frame))
+    P = len(positions)
+    # Events: +bytes at the first position alive, -bytes at the first gone;
+    # each moved to the first kept position at or after it.
+    start = np.searchsorted(positions, pf[owner], side="left")
+    end = np.searchsorted(positions, pe[owner], side="left")
+    alive = end > start  # seen at some kept position
+    k = np.concatenate([kcode[alive], kcode[alive]])
+    j = np.concatenate([start[alive], end[alive]])
+    b = np.concatenate([sbytes[alive], -sbytes[alive]])
+    c = np.concatenate([np.ones(alive.sum(), np.int64), -np.ones(alive.sum(), np.int64)])
+    inside = j < P
+    changes = _changes(k[inside], j[inside], b[inside], c[inside], len(kuniq))
+    kf = kuniq.to_frame(index=False)
+    kf.columns = keys_cols
+    keys = pd.DataFrame({
+        "stack": kf["stack"].to_numpy(dtype=np.int64),
+        "type": np.asarray(tnames, dtype=object)[kf["type"].to_numpy(dtype=np.int64)],
+        "device": np.asarray(dnames, dtype=object)[kf["device"].to_numpy(dtype=np.int64)],
+        "process": kf["process"].to_numpy(dtype=np.int64),
+    })
+    used = [i for i, ch in enumerate(changes) if len(ch)]
+    return Cells(interner.frames, interner.stacks, keys.iloc[used].reset_index(drop=True),
+                 [changes[i] for i in used], positions)
+
+
+def _changes(k, j, b, c, nkeys) -> list:
+    """Per key, the (position, bytes, buffers) rows where its running sums
+    change, from its events (key, position, delta bytes, delta buffers)."""
+    if not len(k):
+        return [np.zeros((0, 3), dtype=np.int64) for _ in range(nkeys)]
+    ev = pd.DataFrame({"k": k, "j": j, "b": b, "c": c}).groupby(["k", "j"], sort=True).sum().reset_index()
+    kk = ev["k"].to_numpy()
+    first = np.r_[True, kk[1:] != kk[:-1]]
+    cb = np.cumsum(ev["b"].to_numpy())
+    cc = np.cumsum(ev["c"].to_numpy())
+    starts = np.flatnonzero(first)
+    idx = np.repeat(starts, np.diff(np.r_[starts, len(kk)]))
+    base_b = np.where(idx > 0, cb[np.maximum(idx - 1, 0)], 0)
+    base_c = np.where(idx > 0, cc[np.maximum(idx - 1, 0)], 0)
+    vb, vc = cb - base_b, cc - base_c
+    # Keep a row only when the value differs from the key's previous one.
+    prev_b = np.r_[0, vb[:-1]]
+    prev_c = np.r_[0, vc[:-1]]
+    prev_b[first], prev_c[first] = 0, 0
+    keep = (vb != prev_b) | (vc != prev_c)
+    rows = np.column_stack([ev["j"].to_numpy(), vb, vc]).astype(np.int64)[keep]
+    owners = kk[keep]
+    out = [np.zeros((0, 3), dtype=np.int64) for _ in range(nkeys)]
+    if len(owners):
+        cuts = np.flatnonzero(np.r_[True, owners[1:] != owners[:-1]])
+        for lo, hi in zip(cuts, np.r_[cuts[1:], len(owners)]):
+            out[int(owners[lo])] = rows[lo:hi]
+    return out
+
+
+# -- cells of profiles -----------------------------------------------------------------
+
+
+def profile_cells(profiles: list, attribution: Attribution, interner: _Interner | None = None,
+                  positions=None) -> Cells:
+    """Cells of pprof profiles, one kept position each (``show``: one,
+    ``diff``: base and new). Profiles carry no shapes: buffers get type "",
+    executables ``executable``."""
+    interner = interner or _Interner()
+    rows = []
+    for j, prof in enumerate(profiles):
+        labels = frame_labels(prof, attribution)
+        fid = [interner.frame(fn, f, ln, u) for fn, f, ln, u in
+               zip(labels["function"], labels["file"], labels["line"].tolist(), labels["user"].tolist())]
+        stack_code = np.array([interner.stack([fid[f] for f in st]) for st in prof.stacks], dtype=np.int64)
+        s = prof.samples
+        if s.empty:
+            continue
+        rows.append(pd.DataFrame({
+            "stack": stack_code[s["stack_id"].to_numpy(dtype=np.int64)],
+            "type": np.where(s["kind"].to_numpy() == "executable", "executable", ""),
+            "device": s["device"].astype(object).to_numpy(),
+            "process": 0, "j": j,
+            "bytes": s["bytes"].to_numpy(dtype=np.int64), "buffers": s["count"].to_numpy(dtype=np.int64),
+        }))
+    cols = ["stack", "type", "device", "process"]
+    pos = np.arange(len(profiles), dtype=np.int64) if positions is None else np.asarray(positions, dtype=np.int64)
+    if not rows:
+        return Cells(interner.frames, interner.stacks, pd.DataFrame(columns=cols), [], pos)
+    allrows = pd.concat(rows, ignore_index=True)
+    g = allrows.groupby(cols + ["j"], sort=True)[["bytes", "buffers"]].sum().reset_index()
+    keys = g[cols].drop_duplicates().reset_index(drop=True)
+    kcode = pd.MultiIndex.from_frame(g[cols]).map(
+        {k: i for i, k in enumerate(pd.MultiIndex.from_frame(keys))}).to_numpy(dtype=np.int64)
+    # Per key: its value at each profile, and 0 at the next position where it is absent.
+    changes = []
+    for i in range(len(keys)):
+        sel = g[kcode == i]
+        js = sel["j"].to_numpy(dtype=np.int64)
+        out, last_j = [], None
+        for jj, bb, cc in zip(js.tolist(), sel["bytes"].tolist(), sel["buffers"].tolist()):
+            if last_j is not None and jj > last_j + 1:
+                out.append((last_j + 1, 0, 0))
+            out.append((jj, bb, cc))
+            last_j = jj
+        if last_j is not None and last_j + 1 < len(profiles):
+            out.append((last_j + 1, 0, 0))
+        changes.append(np.array(out, dtype=np.int64).reshape(-1, 3))
+    return Cells(interner.frames, interner.stacks, keys.astype({"stack": np.int64, "process": np.int64}),
+                 changes, pos)
+
+
+def _run_profile_cells(run, attribution: Attribution, positions: np.ndarray) -> Cells:
+    """A directory of .prof files (no per-array records): each kept
+    snapshot's profile, read once per file."""
+    snaps = run.snapshots["snapshot"].to_numpy(dtype=np.int64)
+    cache: dict = {}
+    profs = []
+    for p in positions.tolist():
+        path = run.profile_path(int(snaps[p]))
+        if path not in cache:
+            cache[path] = run.profile(int(snaps[p]))
+        profs.append(cache[path])
+    return profile_cells(profs, attribution, positions=positions)
+
+
+# -- what grew -------------------------------------------------------------------------
+
+
+def site_values(cells: Cells, j: int) -> pd.Series:
+    """Live bytes per site at kept position ``j``."""
+    v = cells.values_at(j)
+    if v.empty:
+        return pd.Series(dtype=np.int64)
+    sites = [site_of(cells.frames, cells.stacks[s]) for s in cells.keys["stack"].to_numpy()[v["key"].to_numpy()]]
+    return v.assign(site=sites).groupby("site")["bytes"].sum()
+
+
+def site_growth(cells: Cells, base_j: int, new_j: int) -> pd.DataFrame:
+    """Per site that changed: ``site, base_bytes, new_bytes, delta_bytes``,
+    the largest growth first."""
+    a, b = site_values(cells, base_j), site_values(cells, new_j)
+    idx = a.index.union(b.index)
+    out = pd.DataFrame({"base_bytes": a.reindex(idx, fill_value=0), "new_bytes": b.reindex(idx, fill_value=0)})
+    out["delta_bytes"] = out["new_bytes"] - out["base_bytes"]
+    out = out[out["delta_bytes"] != 0].rename_axis("site").reset_index()
+    return out.sort_values(["delta_bytes", "site"], ascending=[False, True]).reset_index(drop=True)

@@ -1,0 +1,274 @@
+"""One self-contained HTML page for ``report --html``, ``show --html`` and
+``diff --html``.
+
+The page is its data (JSON in a ``<script type="application/json">``, with
+frames, stacks and texts stored once) plus the script and style sheet of
+``html_assets/``, all inline: it opens offline, from a file, in any browser.
+A Content-Security-Policy lets only that one script run and the page fetch
+nothing. Names are data: the JSON is escaped so that no text can close the
+element (``<``, ``>``, ``&`` and U+2028/9 as ``\\uXXXX``), and the script
+builds the page with ``textContent``, never ``innerHTML``.
+
+See docs/html.md for what the page shows.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import math
+from importlib import resources
+
+import numpy as np
+import pandas as pd
+
+from jaxmemprof import __version__
+from jaxmemprof.analysis.flame import Cells, profile_cells, run_cells, site_growth, site_values
+from jaxmemprof.render.json import _clean, _default
+
+FORMAT_VERSION = 1
+LIFETIME_ARRAYS = 150  # the largest arrays drawn as bars
+MAX_MARKERS = 1000  # ticks drawn (evenly chosen beyond)
+_SCRIPT_ESCAPES = {ord("<"): "\\u003c", ord(">"): "\\u003e", ord("&"): "\\u0026",
+                   0x2028: "\\u2028", 0x2029: "\\u2029"}
+
+
+class _Strings:
+    """The page's string table: each text stored once, referred to by index."""
+
+    def __init__(self):
+        self.items: list = []
+        self.ids: dict = {}
+
+    def __call__(self, text) -> int:
+        text = "" if text is None or (isinstance(text, float) and math.isnan(text)) else str(text)
+        i = self.ids.get(text)
+        if i is None:
+            i = self.ids[text] = len(self.items)
+            self.items.append(text)
+        return i
+
+
+def _asset(name: str) -> str:
+    return resources.files("jaxmemprof.render").joinpath("html_assets", name).read_text(encoding="utf-8")
+
+
+def _rows(df: pd.DataFrame | None, columns=None) -> list:
+    if df is None or df.empty:
+        return []
+    if columns is not None:
+        df = df[[c for c in columns if c in df.columns]]
+    return _clean(df.to_dict(orient="records"))
+
+
+def _num(v):
+    if v is None or v is pd.NA:
+        return None
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    if not math.isfinite(f):
+        return None
+    return int(f) if f == int(f) and abs(f) < 2**53 else f
+
+
+def _cells_data(cells: Cells, S: _Strings) -> dict:
+    return {
+        "frames": [[S(fn), S(file), int(line), 1 if user else 0] for fn, file, line, user in cells.frames],
+        "stacks": [list(s) for s in cells.stacks],
+        "keys": [[int(st), S(ty), S(dev), int(pr)] for st, ty, dev, pr in
+                 zip(cells.keys["stack"], cells.keys["type"], cells.keys["device"], cells.keys["process"])],
+        "changes": [ch.ravel().tolist() for ch in cells.changes],
+    }
+
+
+def _growth_rows(cells: Cells, base_j: int, new_j: int, n: int = 5) -> list:
+    g = site_growth(cells, base_j, new_j)
+    return _rows(g.head(n))
+
+
+def _held_rows(cells: Cells, j: int, n: int = 5) -> list:
+    v = site_values(cells, j)
+    v = v[v > 0].sort_values(ascending=False, kind="stable")
+    total = int(v.sum())
+    return [{"site": s, "bytes": int(b), "share": (b / total if total else 0.0)} for s, b in v.head(n).items()]
+
+
+# -- the three pages ------------------------------------------------------------------
+
+
+def report_page(rep, run, attribution) -> str:
+    """The page of ``report --html``: a run's timeline, flame graphs of any
+    snapshot and of the change between two, lifetimes, memory inside jit and
+    the findings."""
+    S = _Strings()
+    cells = run_cells(run, attribution)
+    tl = rep.timeline
+    pos = cells.positions
+    totals = tl.totals.iloc[pos].reset_index(drop=True) if len(tl.totals) else tl.totals
+    snaps = run.snapshots.iloc[pos].reset_index(drop=True)
+    P = len(pos)
+    j_of = {int(s): j for j, s in enumerate(snaps["snapshot"].tolist())}
+    peak_j = j_of.get(tl.peak_snapshot, 0) if tl.peak_snapshot is not None else 0
+    trig = snaps["trigger"].astype(object).tolist()
+    running = [j for j in range(P) if trig[j] != "exit"]
+    final_j = running[-1] if running else max(P - 1, 0)
+
+    def col(df, name):
+        if name not in df:
+            return None
+        vals = [_num(v) for v in df[name].tolist()]
+        return vals if any(v is not None for v in vals) else None
+
+    stats = []
+    if P:
+        stats.append({"process": 0, "device": S(""), "bytes_in_use": col(totals, "bytes_in_use"),
+                      "bytes_limit": col(totals, "bytes_limit")})
+        dev = tl.devices
+        if not dev.empty:
+            for name, g in dev.groupby("device", sort=True):
+                g = g.set_index("snapshot").reindex(snaps["snapshot"].to_numpy())
+                stats.append({"process": 0, "device": S(name), "bytes_in_use": col(g, "bytes_in_use"),
+                              "bytes_limit": col(g, "bytes_limit")})
+    markers = tl.markers
+    markers_total = len(markers)
+    if markers_total > MAX_MARKERS:
+        markers = markers.iloc[np.linspace(0, markers_total - 1, MAX_MARKERS).astype(np.int64)]
+    s = rep.summary
+    data = {
+        "page": "report",
+        "title": f"jaxmemprof report: {rep.path}",
+        "run": rep.path,
+        "command": s.get("command") or "",
+        "facts": _clean({k: s.get(k) for k in ("backend", "devices", "duration_s", "snapshots", "markers",
+                                                "exit_status", "ended_by", "finished", "per_array_data")}),
+        **_cells_data(cells, S),
+        "snapshots": {
+            "snapshot": [int(x) for x in snaps["snapshot"].tolist()],
+            "t": [round(float(x), 6) for x in snaps["t"].tolist()],
+            "label": [S(x) for x in snaps["label"].tolist()],
+            "trigger": [S(x) for x in trig],
+            "live_bytes": [int(x) for x in totals["live_bytes"].tolist()] if P else [],
+        },
+        "snapshots_total": int(len(run.snapshots)),
+        "stats": stats,
+        "markers": {"t": [round(float(x), 6) for x in markers["t"].tolist()],
+                    "label": [S(x) for x in markers["label"].tolist()]},
+        "markers_total": markers_total,
+        "top_sites": [x for x in tl.site_order if x != "other"],
+        "peak": {"snapshot": tl.peak_snapshot, "t": _num(tl.peak_t), "bytes": int(tl.peak_bytes), "j": peak_j},
+        "true_peak": {"bytes": _num(rep.true_peak_bytes), "where": rep.true_peak_where or ""},
+        "defaults": {"selected": peak_j, "base": 0, "new": final_j},
+        "headline": {
+            "peak_bytes": int(tl.peak_bytes), "peak_t": _num(tl.peak_t), "peak_snapshot": tl.peak_snapshot,
+            "held_by": (_rows(rep.peak_sites.rows.head(5), ["site", "bytes", "share"])
+                        if rep.peak_sites is not None else _held_rows(cells, peak_j)),
+            "grew": _growth_rows(cells, 0, final_j) if P else [],
+            "grew_between": [int(snaps["snapshot"].iloc[0]), int(snaps["snapshot"].iloc[final_j])] if P else [],
+        },
+        "lifetimes": _lifetimes(rep),
+        "jit": {
+            "memory": _rows(rep.jit_memory, ["function", "wrapper", "defined_at", "jitted_at", "calls", "compiles",
+                                             "argument_bytes", "output_bytes", "alias_bytes", "temp_bytes",
+                                             "generated_code_bytes", "call_peak_bytes"]),
+            "peak": _rows(rep.jit_peak, ["function", "site", "kind", "bytes", "buffers", "share_of_peak",
+                                         "program_peak_bytes"]),
+            "buffers": _rows(rep.jit_buffers, ["function", "name", "site", "kind", "shape", "bytes", "op",
+                                               "live_start", "live_end", "program_length", "at_peak"]),
+        },
+        "findings": _findings(rep.findings),
+        "warnings": [str(w) for w in rep.warnings],
+    }
+    data["strings"] = S.items
+    return page(data)
+
+
+_FINDING_FIELDS = ("rule", "severity", "site", "message", "saving_bytes", "fix", "evidence", "brief", "brief_fix")
+
+
+def _findings(found) -> list:
+    """The findings in words, ranked (a table of them, or Finding records)."""
+    if isinstance(found, pd.DataFrame):
+        return _rows(found, _FINDING_FIELDS)
+    from jaxmemprof.render.findings import records
+
+    return _clean([{k: r.get(k) for k in _FINDING_FIELDS} for r in records(found)])
+
+
+def _lifetimes(rep) -> list:
+    a = rep.arrays
+    if a is None or a.empty:
+        return []
+    a = a.sort_values(["bytes", "lifetime_s", "array_id"], ascending=[False, False, True]).head(LIFETIME_ARRAYS)
+    out = []
+    for r in a.itertuples(index=False):
+        shape = r.shape if isinstance(r.shape, tuple) else ()
+        out.append({
+            "id": int(r.array_id), "site": str(r.site), "type": f"{r.dtype}[{','.join(map(str, shape))}]",
+            "bytes": int(r.bytes), "start": _num(r.first_seen_t), "last": _num(r.last_seen_t),
+            "end": _num(r.ended_t), "how": None if r.how is None or r.how is pd.NA else str(r.how),
+            "alive_at_end": bool(r.alive_at_end),
+        })
+    return out
+
+
+def show_page(name: str, prof, attribution) -> str:
+    """The page of ``show --html``: one profile's flame graph."""
+    S = _Strings()
+    cells = profile_cells([prof], attribution)
+    data = {"page": "show", "title": f"jaxmemprof show: {name}", "names": [name], "value_type": prof.value_type,
+            **_cells_data(cells, S), "defaults": {"selected": 0},
+            "headline": {"total_bytes": prof.total_bytes, "held_by": _held_rows(cells, 0)}}
+    data["strings"] = S.items
+    return page(data)
+
+
+def diff_page(base_name: str, base, new_name: str, new, attribution) -> str:
+    """The page of ``diff --html``: the differential flame graph of two
+    profiles, and each one's own."""
+    S = _Strings()
+    cells = profile_cells([base, new], attribution)
+    data = {"page": "diff", "title": f"jaxmemprof diff: {base_name} -> {new_name}", "names": [base_name, new_name],
+            "value_type": new.value_type, **_cells_data(cells, S), "defaults": {"selected": 1, "base": 0, "new": 1},
+            "headline": {"base_bytes": base.total_bytes, "new_bytes": new.total_bytes,
+                         "grew": _growth_rows(cells, 0, 1, 8)}}
+    data["strings"] = S.items
+    return page(data)
+
+
+# -- the document ----------------------------------------------------------------------
+
+
+def embed_json(data: dict) -> str:
+    """``data`` as JSON that is safe inside a ``<script>`` element."""
+    text = json.dumps(_clean({"format": FORMAT_VERSION, "generator": f"jaxmemprof {__version__}", **data}),
+                      default=_default, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
+    return text.translate(_SCRIPT_ESCAPES)
+
+
+def _hash(code: str) -> str:
+    return "sha256-" + base64.b64encode(hashlib.sha256(code.encode("utf-8")).digest()).decode("ascii")
+
+
+def page(data: dict) -> str:
+    """The whole HTML document for ``data``."""
+    from html import escape
+
+    guard, script, style = _asset("guard.js"), _asset("report.js"), _asset("report.css")
+    csp = (f"default-src 'none'; script-src '{_hash(guard)}' '{_hash(script)}'; style-src 'unsafe-inline'; "
+           "img-src data:; base-uri 'none'; form-action 'none'")
+    return "".join([
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n",
+        f"<meta http-equiv=\"Content-Security-Policy\" content=\"{escape(csp)}\">\n",
+        "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n",
+        f"<title>{escape(str(data.get('title', 'jaxmemprof')))}</title>\n",
+        f"<style>{style}</style>\n",
+        f"<script>{guard}</script>\n",
+        "</head><body>\n<noscript>This page draws its charts with JavaScript; the data is in the "
+        "jmp-data element of its source.</noscript>\n",
+        "<pre id=\"jmp-errors\" hidden></pre>\n<main id=\"jmp\"></main>\n",
+        f"<script type=\"application/json\" id=\"jmp-data\">{embed_json(data)}</script>\n",
+        f"<script>{script}</script>\n</body></html>\n",
+    ])
