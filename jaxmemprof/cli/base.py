@@ -158,13 +158,13 @@ def attribution(library, user, all_frames, *runs):
 def load(spec, sample_index, max_decompressed, default="peak"):
     """A profile file, RUN@SEL or a bare run directory; returns (name,
     Profile, the Run or None)."""
-    from jaxmemprof.pprof.reader import load_profile
     from jaxmemprof.store.selectors import resolve
 
-    ref = resolve(spec, default)
+    ctx = click.get_current_context(silent=True)  # --process N (cli/jobs.py), on a multi-process job
+    ref = resolve(spec, default, process=None if ctx is None else ctx.meta.get("jaxmemprof.process"))
+    prof = ref.load(sample_index=sample_index, max_decompressed=max_decompressed)
     if ref.run is not None:
         warn(ref.run)
-    prof = load_profile(ref.path, name=ref.name, sample_index=sample_index, max_decompressed=max_decompressed)
     return ref.name, prof, ref.run
 
 

@@ -7,6 +7,7 @@ import os
 import click
 
 from jaxmemprof.cli.base import Size, attribution, attribution_options, cli, load, output_to, stdout_stream
+from jaxmemprof.cli.jobs import process_option
 from jaxmemprof.errors import InputError
 
 
@@ -28,8 +29,10 @@ def _profile_options(f):
                           "(/dev/stdout) is written into."),
         click.option("--json", "as_json", is_flag=True,
                      help="Write the rows and totals as JSON to stdout."),
+        click.option("--html", "html_path", metavar="FILE", default=None,
+                     help="Write a self-contained HTML page (flame graphs over your stacks; opens offline) to FILE."),
         click.option("--force", is_flag=True,
-                     help="Overwrite an existing --csv file (only a regular file, or a link to one)."),
+                     help="Overwrite an existing --csv or --html file (only a regular file, or a link to one)."),
         click.option("--sample-index", default=None, metavar="NAME|N",
                      help="Which sample value to report as bytes (default: 'space', else the "
                           "profile's default bytes type)."),
@@ -38,16 +41,33 @@ def _profile_options(f):
     ]
     for opt in reversed(options):
         f = opt(f)
-    return attribution_options(f)
+    return process_option(attribution_options(f))
 
 
-def _emit(command, inputs, result, value_type, title, csv_path, as_json, top, force):
+def _check_streams(csv_path, as_json, html_path, force):
+    """Refuse two outputs on stdout, and an --html file that would be
+    refused, before any work."""
+    if sum(x for x in (csv_path == "-", as_json, html_path == "-")) > 1:
+        raise click.UsageError("--csv -, --html - and --json all write to stdout; send all but one to files")
+    if html_path not in (None, "-"):
+        from jaxmemprof.outputs import check_output
+
+        check_output(html_path, force)
+
+
+def _write_html(html_path, force, make_page):
+    if html_path is not None:
+        with output_to(html_path, force) as out:
+            out.write(make_page())
+
+
+def _emit(command, inputs, result, value_type, title, csv_path, as_json, top, force, html_path=None):
     """Send ``result`` to the outputs asked for."""
     from jaxmemprof.analysis.groups import top as keep_top
 
     if csv_path == "-" and as_json:
         raise click.UsageError("--csv - and --json both write to stdout; send the CSV to a file")
-    machine = csv_path is not None or as_json
+    machine = csv_path is not None or as_json or html_path is not None
     result = keep_top(result, top if (top is not None or machine) else DEFAULT_TERMINAL_TOP)
     if csv_path is not None:
         from jaxmemprof.render.csv import write_csv
@@ -70,7 +90,8 @@ def _emit(command, inputs, result, value_type, title, csv_path, as_json, top, fo
 @cli.command()
 @click.argument("profile", metavar="PROFILE")
 @_profile_options
-def show(profile, by, top, csv_path, as_json, force, library, user, all_frames, sample_index, max_decompressed):
+def show(profile, by, top, csv_path, as_json, html_path, force, library, user, all_frames, sample_index,
+         max_decompressed):
     """Show where the bytes of one profile are, by your lines of code.
 
     PROFILE is a pprof file from jax.profiler.save_device_memory_profile()
@@ -86,20 +107,31 @@ def show(profile, by, top, csv_path, as_json, force, library, user, all_frames, 
       jaxmemprof show a.prof --by function --top 5
       jaxmemprof show a.prof --lib myframework/ --csv sites.csv
       jaxmemprof show a.prof --json | jq '.rows[0]'
+      jaxmemprof show RUN@peak --html peak.html   # a flame graph, one file
     """
     from jaxmemprof.analysis.groups import summarize
 
+    _check_streams(csv_path, as_json, html_path, force)
     name, prof, run_ = load(profile, sample_index, max_decompressed)
-    result = summarize(prof, by, attribution(library, user, all_frames, run_))
+    att = attribution(library, user, all_frames, run_)
+    result = summarize(prof, by, att)
     _emit("show", [name], result, prof.value_type, f"{name}: {prof.value_type} by {by}",
-          csv_path, as_json, top, force)
+          csv_path, as_json, top, force, html_path)
+
+    def page():
+        from jaxmemprof.render.html import show_page
+
+        return show_page(name, prof, att)
+
+    _write_html(html_path, force, page)
 
 
 @cli.command()
 @click.argument("base", metavar="BASE")
 @click.argument("new", metavar="[NEW]", required=False)
 @_profile_options
-def diff(base, new, by, top, csv_path, as_json, force, library, user, all_frames, sample_index, max_decompressed):
+def diff(base, new, by, top, csv_path, as_json, html_path, force, library, user, all_frames, sample_index,
+         max_decompressed):
     """Compare two profiles: which of your lines grew and which shrank.
 
     Deltas are NEW minus BASE per group, as with `go tool pprof -diff_base`;
@@ -114,9 +146,11 @@ def diff(base, new, by, top, csv_path, as_json, force, library, user, all_frames
       jaxmemprof diff RUN                   # RUN@first -> RUN@final
       jaxmemprof diff RUN@first RUN@peak
       jaxmemprof diff before.prof after.prof --by file --csv changes.csv
+      jaxmemprof diff RUN --html growth.html    # a differential flame graph, one file
     """
     from jaxmemprof.analysis.groups import diff as diff_profiles
 
+    _check_streams(csv_path, as_json, html_path, force)
     if new is None:
         from jaxmemprof.store.selectors import split_selector
 
@@ -128,6 +162,14 @@ def diff(base, new, by, top, csv_path, as_json, force, library, user, all_frames
     new_name, new_prof, new_run = load(new, sample_index, max_decompressed)
     if base_prof.value_type != new_prof.value_type:
         raise InputError(new, f"measures {new_prof.value_type}, but {base} measures {base_prof.value_type}")
-    result = diff_profiles(base_prof, new_prof, by, attribution(library, user, all_frames, base_run, new_run))
+    att = attribution(library, user, all_frames, base_run, new_run)
+    result = diff_profiles(base_prof, new_prof, by, att)
     _emit("diff", [base_name, new_name], result, new_prof.value_type,
-          f"{base_name} -> {new_name}: {new_prof.value_type} by {by}", csv_path, as_json, top, force)
+          f"{base_name} -> {new_name}: {new_prof.value_type} by {by}", csv_path, as_json, top, force, html_path)
+
+    def page():
+        from jaxmemprof.render.html import diff_page
+
+        return diff_page(base_name, base_prof, new_name, new_prof, att)
+
+    _write_html(html_path, force, page)

@@ -8,6 +8,7 @@ import click
 
 from jaxmemprof.cli.base import (Size, attribution, attribution_options, build_report_for, cli, isatty, load, open_run,
                                  say, stdout_stream, warn)
+from jaxmemprof.cli.jobs import export_job_csv, process_option, report_job, run_path, whole_job
 
 
 @cli.command()
@@ -20,6 +21,7 @@ from jaxmemprof.cli.base import (Size, attribution, attribution_options, build_r
               help="Check whether the run's estimated true peak fits a device of this size (16GiB, 80GB) "
                    "under JAX's default preallocation, and with which settings it would.")
 @click.option("--json", "as_json", is_flag=True, help="Write every section's rows as JSON to stdout.")
+@process_option
 @attribution_options
 def report(run_dir, top, steps, device_memory, as_json, library, user, all_frames):
     """Report on a run: the peak and what held it, the timeline, lifetimes,
@@ -35,7 +37,9 @@ def report(run_dir, top, steps, device_memory, as_json, library, user, all_frame
       jaxmemprof report RUN --device-memory 16GiB   # plan a GPU job from a CPU run
       jaxmemprof report RUN --json > report.json
     """
-    run_ = open_run(run_dir)
+    if whole_job(run_dir):  # a multi-process job: each process's peak, the job's, findings merged
+        return report_job(run_dir, top, steps, device_memory, as_json, library, user, all_frames)
+    run_ = open_run(run_path(run_dir))
     rep = build_report_for(run_, top, library, user, all_frames, steps, device_memory)
     if as_json:
         from jaxmemprof.render.json import write_json
@@ -64,6 +68,7 @@ def report(run_dir, top, steps, device_memory, as_json, library, user, all_frame
 @click.option("--steps", type=click.IntRange(min=1), default=1000, show_default=True, metavar="N",
               help="Project leaks this many steps ahead (findings.csv).")
 @attribution_options
+@process_option
 def export(inputs, csv_dir, fmt, output, force, top, steps, library, user, all_frames):
     """Export a run's tables as CSV, or a snapshot (or a diff) as pprof.
 
@@ -107,7 +112,9 @@ def _export_csv(spec, directory, force, top, steps, library, user, all_frames):
     from jaxmemprof.render.csv import write_csv
     from jaxmemprof.render.tables import EXPORT_FILES, export_tables
 
-    run_ = open_run(spec)
+    if whole_job(spec):
+        return export_job_csv(spec, directory, force, top, steps, library, user, all_frames)
+    run_ = open_run(run_path(spec))
     warn(run_)
     prepare_directory(directory, EXPORT_FILES, force)
     tables = export_tables(build_report_for(run_, top, library, user, all_frames, steps))
