@@ -8,6 +8,13 @@ arrays a script's ``main()`` has usually freed already), a label given to
 ``jaxmemprof.snapshot()``,
 or a trigger (``oom``, ``exit``, ``exception``, ``signal``): the first
 snapshot that has it.
+
+On a multi-process job (a directory of ``process-N`` runs, store/job.py),
+``RUN/process-3@SEL`` is one process's snapshot; ``RUN@SEL`` is the whole
+job: ``peak`` the job's peak (the snapshot in effect in each process at the
+moment the sum over processes was highest), any other SEL each process's
+own, merged into one profile whose devices are ``process-N/DEVICE``. The
+``process`` argument (``--process N``) picks one process instead.
 """
 
 from __future__ import annotations
@@ -24,8 +31,20 @@ class ProfileRef:
 
     name: str  # how to call it in output
     path: Path
-    run: object = None  # the Run, when it came from one
+    run: object = None  # the Run, when it came from one (a JobView for a whole job)
     snapshot: int | None = None
+    merged: object = None  # for a whole job: (Job, {process: snapshot})
+
+    def load(self, **kwargs):
+        """The Profile (``kwargs``: load_profile's: sample_index, max_decompressed)."""
+        if self.merged is not None:
+            from jaxmemprof.store.job import merged_profile
+
+            job, at = self.merged
+            return merged_profile(job, at, name=self.name, warnings=self.run.warnings, **kwargs)
+        from jaxmemprof.pprof.reader import load_profile
+
+        return load_profile(self.path, name=self.name, **kwargs)
 
 
 def split_selector(spec: str) -> tuple[str, str | None]:
@@ -77,15 +96,46 @@ def select(run, sel: str) -> int:
     )
 
 
-def resolve(spec: str, default: str = "peak") -> ProfileRef:
-    """A profile file, ``RUN@SEL``, or a bare run directory (``default``)."""
+def resolve(spec: str, default: str = "peak", process: int | None = None) -> ProfileRef:
+    """A profile file, ``RUN@SEL``, or a bare run directory (``default``);
+    on a job, the whole job or (``process``) one of its processes."""
+    from jaxmemprof.store import job as jobs
     from jaxmemprof.store.reader import load_run
 
     check_not_empty(spec)
     base, sel = split_selector(spec)
     path = Path(base)
     if sel is None and not path.is_dir():
+        if process is not None:
+            raise InputError(spec, "is a profile file: --process picks a process of a multi-process job")
         return ProfileRef(name=spec, path=path)
+    if jobs.is_job_directory(path):
+        if process is not None:
+            base, path = _process_of(path, process)
+        else:
+            job = jobs.load_job(path)
+            chosen = sel if sel is not None else default
+            at = jobs.snapshots_at(job, chosen)
+            view = jobs.JobView(path=path, manifest=job.processes[0].manifest, warnings=list(job.warnings), job=job)
+            return ProfileRef(name=f"{base}@{chosen}", path=path, run=view, merged=(job, at))
+    elif process is not None:
+        raise InputError(base, "is not a multi-process job (no process-N directories): "
+                               "--process picks a process of one")
     run = load_run(path)
     n = select(run, sel if sel is not None else default)
     return ProfileRef(name=f"{base}@{n}", path=run.profile_path(n), run=run, snapshot=n)
+
+
+def process_directory(path, process: int) -> Path:
+    """``path/process-N`` of a job, or a one-line error naming what it has."""
+    return _process_of(Path(path), process)[1]
+
+
+def _process_of(path: Path, process: int) -> tuple[str, Path]:
+    from jaxmemprof.store import job as jobs
+
+    have = [n for n, _ in jobs.process_directories(path)]
+    if process not in have:
+        raise InputError(str(path), f"has no process {process} (it has {jobs.process_list_text(have) or 'none'})")
+    p = path / f"{jobs.layout.PROCESS_DIR_PREFIX}{process}"
+    return str(p), p

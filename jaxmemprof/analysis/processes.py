@@ -1,0 +1,315 @@
+"""A multi-process job, analysed: each process's own report, then the job's.
+
+Built in two passes, so that a job of many processes costs what its
+processes cost, one after the other (linear), and little beyond:
+
+1. store/job.py reads each process's manifest and snapshot totals (no
+   profile): each process's peak, the job's peak (the sum over processes at
+   aligned times), which processes did not finish.
+2. Each process is then analysed as a run of its own (``build_report``:
+   what held its peak, its findings), keeping only those small results,
+   in worker processes when there are many (``workers``).
+
+Findings of the processes are merged by rule and site: one finding with
+the list of processes it applies to. An ``imbalance`` finding names the
+process that holds much more than the median process at its peak, and the
+sites that make the difference.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from jaxmemprof.analysis.findings import Finding
+from jaxmemprof.store.job import Job, JobTimeline, job_timeline
+
+SEVERITIES = ("high", "medium", "low", "info")
+# Sites kept per process at its peak (to compare processes site by site).
+PEAK_SITES_KEPT = 50
+# A process is imbalanced when its peak exceeds the median process's by this
+# fraction of the median, and by at least IMBALANCE_MIN_BYTES.
+IMBALANCE_FRACTION = 0.25
+IMBALANCE_MIN_BYTES = 1 << 20
+# Worker processes are used from this many processes of a job up.
+PARALLEL_FROM = 8
+
+
+@dataclass(frozen=True)
+class ProcessResult:
+    """What the job report keeps of one process's own report."""
+
+    process: int
+    peak_sites: pd.DataFrame  # site, bytes, count (its own peak, largest first)
+    findings: list  # its Finding records
+    summary: dict  # build_report's headline figures
+    warnings: list
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class JobReport:
+    """``processes``: one row per process: ``process, host, finished,
+    exit_status, ended_by, snapshots, peak_bytes, peak_t, peak_snapshot,
+    at_job_peak_bytes, at_job_peak_snapshot, clock_offset_s, error``.
+    ``peak_sites``: ``process, site, bytes, count`` at each process's own
+    peak. ``findings``: JobFinding records, merged over the processes, with
+    the job's own (``unfinished``, ``imbalance``). ``timeline``: ``t,
+    live_bytes``, the job's."""
+
+    path: str
+    alignment: str
+    process_count: int
+    job_peak_bytes: int
+    job_peak_t: float | None
+    processes: pd.DataFrame
+    peak_sites: pd.DataFrame
+    findings: list
+    timeline: pd.DataFrame
+    unfinished: list
+    per_process: dict = field(repr=False, default_factory=dict)  # process -> ProcessResult
+    warnings: list = field(default_factory=list)
+
+
+def as_findings(findings) -> list:
+    """A report's findings as Finding records (a DataFrame of findings from a
+    report of before they were records: its words become the facts)."""
+    if isinstance(findings, list):
+        return list(findings)
+    if findings is None or len(findings) == 0:
+        return []
+    out = []
+    for r in findings.to_dict(orient="records"):
+        saving = r.get("saving_bytes")
+        saving = None if saving is None or saving != saving or saving is pd.NA else int(saving)
+        facts = {k: r[k] for k in ("message", "fix", "evidence") if isinstance(r.get(k), str)}
+        out.append(Finding(rule=str(r.get("rule")), severity=str(r.get("severity")), site=str(r.get("site") or ""),
+                           saving_bytes=saving, facts=facts))
+    return out
+
+
+def process_result(process: int, report) -> ProcessResult:
+    """The small part of a process's Report the job report needs."""
+    rows = report.peak_sites.rows if report.peak_sites is not None else pd.DataFrame()
+    if rows.empty or "site" not in rows:
+        sites = _empty_sites()
+    else:
+        sites = rows[["site", "bytes", "count"]].reset_index(drop=True)
+    return ProcessResult(process, sites, as_findings(report.findings), dict(report.summary), list(report.warnings))
+
+
+def _empty_sites() -> pd.DataFrame:
+    return pd.DataFrame({"site": pd.Series(dtype=object), "bytes": pd.Series(dtype=np.int64),
+                         "count": pd.Series(dtype=np.int64)})
+
+
+@dataclass(frozen=True)
+class AttributionFor:
+    """What counts as user code in each process (picklable, for workers):
+    paths shown relative to the current directory or to the directory the
+    process was recorded in."""
+
+    library: tuple = ()
+    user: tuple = ()
+    all_frames: bool = False
+
+    def __call__(self, run):
+        from jaxmemprof.analysis.sites import Attribution
+
+        roots = [os.getcwd()] + ([run.manifest["cwd"]] if isinstance(run.manifest.get("cwd"), str) else [])
+        return Attribution(library=tuple(self.library), user=tuple(self.user), all_frames=self.all_frames,
+                           roots=tuple(dict.fromkeys(roots)))
+
+
+def _analyse(args) -> ProcessResult:
+    """One process, analysed as a run of its own (runs in a worker)."""
+    process, path, top, steps, device_memory, attribution = args
+    from jaxmemprof.analysis.report import build_report
+    from jaxmemprof.errors import InputError
+    from jaxmemprof.store.reader import load_run
+
+    try:
+        run = load_run(path)
+        att = attribution(run) if callable(attribution) else attribution
+        rep = build_report(run, att, top_sites=max(top, PEAK_SITES_KEPT), steps=steps, device_memory=device_memory)
+        return process_result(process, rep)
+    except InputError as exc:
+        return ProcessResult(process, _empty_sites(), [], {}, [], error=exc.problem)
+
+
+def analyse_processes(job: Job, attribution, *, top: int = 10, steps: int = 1000, device_memory=None,
+                      workers: int | None = None, progress=None) -> dict:
+    """process -> ProcessResult for every readable process of ``job``.
+    ``attribution``: an Attribution, or a picklable callable ``run ->
+    Attribution``. ``workers``: worker processes (default: the CPUs, up to 8,
+    when the job has PARALLEL_FROM processes or more; 1: in this process)."""
+    todo = [(p.process, str(p.path), top, steps, device_memory, attribution)
+            for p in job.processes if p.error is None and not p.snapshots.empty]
+    if workers is None:
+        workers = min(os.cpu_count() or 1, 8) if len(todo) >= PARALLEL_FROM else 1
+    results = {}
+    if workers > 1 and len(todo) > 1:
+        import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor
+
+        method = "fork" if "fork" in mp.get_all_start_methods() else None
+        with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context(method)) as pool:
+            for r in pool.map(_analyse, todo, chunksize=max(1, len(todo) // (workers * 4))):
+                results[r.process] = r
+                if progress is not None:
+                    progress()
+    else:
+        for args in todo:
+            r = _analyse(args)
+            results[r.process] = r
+            if progress is not None:
+                progress()
+    return results
+
+
+@dataclass(frozen=True)
+class JobFinding:
+    """A finding over the processes of a job: ``finding`` is the one of the
+    process where it is most severe and saves most (its figures are that
+    process's); ``processes`` those it applies to; ``saving_bytes_total``
+    what acting on it saves over all of them, where known."""
+
+    finding: Finding
+    processes: tuple
+    saving_bytes_total: int | None = None
+
+    @property
+    def rule(self) -> str:
+        return self.finding.rule
+
+    @property
+    def severity(self) -> str:
+        return self.finding.severity
+
+    @property
+    def site(self) -> str:
+        return self.finding.site
+
+
+def _rank(f: Finding) -> tuple:
+    order = {s: i for i, s in enumerate(SEVERITIES)}
+    return (order.get(f.severity, len(SEVERITIES)), -(f.saving_bytes if f.saving_bytes is not None else -1))
+
+
+def merge_findings(results: dict) -> list:
+    """One JobFinding per rule and site over the processes."""
+    groups: dict = {}
+    for n in sorted(results):
+        for f in results[n].findings:
+            groups.setdefault((f.rule, f.site or ""), []).append((n, f))
+    out = []
+    for members in groups.values():
+        best = min(members, key=lambda m: (_rank(m[1]), m[0]))[1]
+        savings = [f.saving_bytes for _, f in members if f.saving_bytes is not None]
+        out.append(JobFinding(best, tuple(sorted({n for n, _ in members})), sum(savings) if savings else None))
+    return ranked_job_findings(out)
+
+
+def ranked_job_findings(findings: list) -> list:
+    """Most severe first, then those of more processes, then the largest saving."""
+    return sorted(findings, key=lambda j: (_rank(j.finding)[0], -len(j.processes), _rank(j.finding)[1],
+                                           j.rule, j.site))
+
+
+def imbalance(processes: pd.DataFrame, peak_sites: pd.DataFrame) -> list:
+    """The ``imbalance`` finding, when the process with the highest peak
+    holds more than the median process by IMBALANCE_FRACTION of the median
+    (and IMBALANCE_MIN_BYTES). Facts: ``process`` (the highest),
+    ``peak_bytes``, ``median_bytes``, ``min_bytes``, ``median_process`` (the
+    process nearest the median) and its ``median_process_bytes``, ``excess_bytes``,
+    and ``sites``: the sites whose bytes at the two peaks differ most
+    (``site, bytes, median_process_bytes, delta_bytes``, largest first)."""
+    p = processes[processes["snapshots"] > 0]
+    if len(p) < 2:
+        return []
+    peaks = p["peak_bytes"].to_numpy(np.int64)
+    median = float(np.median(peaks))
+    hi = p.iloc[int(peaks.argmax())]
+    excess = int(hi["peak_bytes"]) - int(median)
+    if excess < max(IMBALANCE_FRACTION * median, IMBALANCE_MIN_BYTES):
+        return []
+    others = p[p["process"] != hi["process"]]
+    mid = others.iloc[int(np.abs(others["peak_bytes"].to_numpy(float) - median).argmin())]
+    a = peak_sites[peak_sites["process"] == hi["process"]].groupby("site")["bytes"].sum()
+    b = peak_sites[peak_sites["process"] == mid["process"]].groupby("site")["bytes"].sum()
+    d = a.sub(b, fill_value=0).sort_values(ascending=False, kind="stable")
+    d = d[d > 0].head(3)
+    sites = [{"site": str(site), "bytes": int(a.get(site, 0)), "median_process_bytes": int(b.get(site, 0)),
+              "delta_bytes": int(v)} for site, v in d.items()]
+    n_hi = int(hi["process"])
+    facts = {"process": n_hi, "peak_bytes": int(hi["peak_bytes"]), "median_bytes": int(median),
+             "min_bytes": int(peaks.min()), "median_process": int(mid["process"]),
+             "median_process_bytes": int(mid["peak_bytes"]), "excess_bytes": excess, "sites": sites}
+    severity = "high" if hi["peak_bytes"] >= 2 * median else "medium"
+    f = Finding(rule="imbalance", severity=severity, site=sites[0]["site"] if sites else "", saving_bytes=excess,
+                facts=facts)
+    return [JobFinding(f, (n_hi,), excess)]
+
+
+def unfinished(processes: pd.DataFrame) -> list:
+    """The ``unfinished`` finding: the processes that did not finish (killed,
+    or still running). Facts: ``processes``, a list of ``process,
+    snapshots, last_t`` (the last snapshot committed, on the job's clock)
+    and ``error`` (why nothing could be read, if so)."""
+    rows = processes[~processes["finished"].astype(bool)]
+    if rows.empty:
+        return []
+    facts = {"processes": [{"process": int(r.process), "snapshots": int(r.snapshots),
+                            "last_t": None if r.last_t is None or r.last_t != r.last_t else float(r.last_t),
+                            "error": r.error if isinstance(r.error, str) else None}
+                           for r in rows.itertuples()]}
+    f = Finding(rule="unfinished", severity="high", site="", saving_bytes=None, facts=facts)
+    return [JobFinding(f, tuple(int(x) for x in rows["process"]), None)]
+
+
+def build_job_report(job: Job, results: dict, timeline: JobTimeline | None = None) -> JobReport:
+    """The job's report from its processes' summaries and their own reports."""
+    tl = timeline if timeline is not None else job_timeline(job)
+    rows = []
+    for p in job.processes:
+        snap, peak = p.peak
+        s = p.snapshots
+        at = tl.at_peak.get(p.process)
+        at_bytes = int(s.loc[s["snapshot"] == at, "live_bytes"].iloc[0]) if at is not None else 0
+        peak_t = float(s.loc[s["snapshot"] == snap, "t"].iloc[0]) if snap is not None else None
+        r = results.get(p.process)
+        m = p.manifest
+        rows.append({
+            "process": p.process, "host": p.host, "finished": bool(p.finished),
+            "exit_status": m.get("exit_status"), "ended_by": m.get("ended_by"), "snapshots": int(len(s)),
+            "peak_bytes": int(peak), "peak_t": peak_t, "peak_snapshot": snap, "at_job_peak_bytes": at_bytes,
+            "at_job_peak_snapshot": at, "clock_offset_s": float(p.offset_s),
+            "last_t": float(s["t"].iloc[-1]) if len(s) else None,
+            "error": p.error or (r.error if r is not None else None),
+        })
+    procs = pd.DataFrame(rows)
+    for c in ("peak_snapshot", "at_job_peak_snapshot"):
+        procs[c] = procs[c].astype("Int64")
+    sites = [r.peak_sites.assign(process=n) for n, r in sorted(results.items()) if not r.peak_sites.empty]
+    peak_sites = (pd.concat(sites, ignore_index=True)[["process", "site", "bytes", "count"]] if sites else
+                  pd.DataFrame({"process": pd.Series(dtype=np.int64), "site": pd.Series(dtype=object),
+                                "bytes": pd.Series(dtype=np.int64), "count": pd.Series(dtype=np.int64)}))
+    merged = ranked_job_findings(unfinished(procs) + imbalance(procs, peak_sites) + merge_findings(results))
+    warnings = list(job.warnings)
+    for n, r in sorted(results.items()):
+        if r.error:
+            warnings.append(f"process {n}: {r.error}")
+        warnings += [f"process {n}: {w}" for w in r.warnings]
+    for p in job.processes:
+        if p.error:
+            warnings.append(f"process {p.process}: {p.error}")
+    return JobReport(
+        path=str(job.path), alignment=job.alignment, process_count=len(job.processes),
+        job_peak_bytes=int(tl.peak_bytes), job_peak_t=tl.peak_t, processes=procs.drop(columns=["last_t"]),
+        peak_sites=peak_sites, findings=merged, timeline=tl.totals,
+        unfinished=[int(x) for x in procs.loc[~procs["finished"], "process"]],
+        per_process=results, warnings=warnings,
+    )

@@ -1,0 +1,230 @@
+"""A multi-process job's report: terminal, JSON and CSV (analysis/processes.py
+computes it; this only formats it)."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from jaxmemprof.analysis.processes import JobReport
+from jaxmemprof.render.escape import safe
+from jaxmemprof.render.findings import Words, words
+from jaxmemprof.render.json import records
+from jaxmemprof.store.job import process_list_text
+from jaxmemprof.units import format_bytes
+
+_BLOCKS = "▁▂▃▄▅▆▇█"
+# The sites shown per process for what held its peak.
+SITES_PER_PROCESS = 3
+JOB_FILES = ("processes.csv", "job_timeline.csv", "job_peak_sites.csv", "job_findings.csv")
+
+
+def _spark(values, width: int = 64) -> str:
+    v = [float(x) for x in values]
+    if not v:
+        return ""
+    n = len(v)
+    if n > width:
+        v = [max(v[i * n // width:(i + 1) * n // width] or [0.0]) for i in range(width)]
+    hi = max(v)
+    if hi <= 0:
+        return _BLOCKS[0] * len(v)
+    return "".join(_BLOCKS[min(7, int(x / hi * 7 + 0.5))] for x in v)
+
+
+def _ended(row) -> str:
+    if not row["finished"]:
+        return "did not finish"
+    how, status = row["ended_by"], row["exit_status"]
+    return f"{how or 'exit'} {status}" if status is not None and status == status else str(how or "exit")
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 'es' if word.endswith('s') else 's'}"
+
+
+def render_job_report(rep: JobReport, con: Console, *, top: int = 10) -> None:
+    p = rep.processes
+    hosts = sorted(h for h in p["host"].unique() if h)
+    con.print(Text(f"job {safe(rep.path)}: {_plural(rep.process_count, 'process')}"
+                   + (f" on {_plural(len(hosts), 'host')}" if hosts else "")
+                   + f"; clocks aligned on {safe(rep.alignment)}"))
+    for w in rep.warnings[:10]:
+        con.print(Text(f"warning: {safe(w)}", style="yellow"))
+    if len(rep.warnings) > 10:
+        con.print(Text(f"... {len(rep.warnings) - 10} more warnings (--json has them all)", style="yellow"))
+    if rep.job_peak_t is None:
+        con.print(Text("no process took a snapshot (did the program use JAX?)"))
+    else:
+        con.print(Text(f"job peak: {format_bytes(rep.job_peak_bytes)} at {rep.job_peak_t:.2f} s "
+                       "(the sum over processes at aligned times)"))
+        con.print(Text(f"job timeline: {_spark(rep.timeline['live_bytes'])}"))
+    if rep.unfinished:
+        con.print(Text(f"did not finish: process{'es' if len(rep.unfinished) > 1 else ''} "
+                       f"{process_list_text(rep.unfinished)}", style="bold red"))
+
+    con.print()
+    con.print(Text("processes, by peak", style="bold underline"))
+    t = Table(box=None, pad_edge=False, collapse_padding=True, header_style="bold")
+    for c in ("process", "host", "peak", "at", "at job peak", "snapshots", "ended"):
+        t.add_column(c, justify="left" if c in ("host", "ended") else "right")
+    order = p.sort_values(["peak_bytes", "process"], ascending=[False, True], kind="stable")
+    shown = order.head(top)
+    for _, r in shown.iterrows():
+        t.add_row(str(int(r["process"])), safe(r["host"]), format_bytes(int(r["peak_bytes"])),
+                  "-" if r["peak_t"] is None or r["peak_t"] != r["peak_t"] else f"{r['peak_t']:.2f} s",
+                  format_bytes(int(r["at_job_peak_bytes"])), str(int(r["snapshots"])), safe(_ended(r)))
+    con.print(t)
+    if len(order) > len(shown):
+        rest = order.iloc[len(shown):]
+        con.print(Text(f"... {len(rest)} more processes (peaks {format_bytes(int(rest['peak_bytes'].min()))} to "
+                       f"{format_bytes(int(rest['peak_bytes'].max()))}; median of all "
+                       f"{format_bytes(int(p['peak_bytes'].median()))}); --top N shows more"))
+
+    ps = rep.peak_sites
+    if not ps.empty:
+        con.print()
+        con.print(Text(f"what held each process's peak (top {SITES_PER_PROCESS} sites; processes alike are one line)",
+                       style="bold underline"))
+        groups: dict = {}
+        for n, g in ps.groupby("process", sort=True):
+            g = g[g["bytes"] > 0].sort_values("bytes", ascending=False, kind="stable").head(SITES_PER_PROCESS)
+            key = tuple(zip(g["site"], g["bytes"]))
+            groups.setdefault(key, []).append(int(n))
+        ranked = sorted(groups.items(), key=lambda kv: (-sum(b for _, b in kv[0]), kv[1][0]))
+        for key, procs in ranked[:top]:
+            label = f"process{'es' if len(procs) > 1 else ''} {process_list_text(procs)}"
+            held = ", ".join(f"{format_bytes(int(b))} {site}" for site, b in key) or "nothing"
+            con.print(Text(f"  {safe(label)}: {safe(held)}"))
+        if len(ranked) > top:
+            con.print(Text(f"  ... {len(ranked) - top} more kinds of process; --top N shows more"))
+
+    f = rep.findings
+    con.print()
+    if not f:
+        con.print(Text("findings: none", style="bold underline"))
+        return
+    con.print(Text(f"findings ({len(f)}), merged over processes", style="bold underline"))
+    for j in f:
+        w = job_words(j)
+        style = {"high": "bold red", "medium": "yellow"}.get(j.severity, "")
+        line = Text(f"  [{j.severity}] ", style=style)
+        line.append(safe(f"{who(j.processes)}: {w.brief}"))
+        con.print(line)
+        if w.brief_fix:
+            con.print(Text(f"      fix: {safe(w.brief_fix)}"))
+
+
+def who(processes) -> str:
+    return f"process{'es' if len(processes) > 1 else ''} {process_list_text(processes)}"
+
+
+def _imbalance(f) -> Words:
+    x = f.facts
+    n, m = x["process"], x["median_process"]
+    sites = x.get("sites") or []
+    at = ", ".join(f"{s['site']} ({format_bytes(s['delta_bytes'], signed=True)})" for s in sites)
+    brief = (f"Process {n} holds {format_bytes(x['peak_bytes'])} at its peak, {format_bytes(x['excess_bytes'])} "
+             f"more than the median process ({format_bytes(x['median_bytes'])})"
+             + (f": the difference is at {at}" if at else "") + ".")
+    where = ", ".join(s["site"] for s in sites) or "the sites that differ"
+    brief_fix = f"Make what process {n} keeps at {where} match the other processes, or shard it across them."
+    fix = (f"Every process of an SPMD job needs the device memory of the largest one. Find why process {n} keeps "
+           f"more at {where} (an array made only on one process, e.g. for logging or evaluation, or an uneven "
+           "shard of the data) and make it match the others, or shard it across the processes.")
+    evidence = (f"peaks per process: median {format_bytes(x['median_bytes'])}, min {format_bytes(x['min_bytes'])}, "
+                f"max {format_bytes(x['peak_bytes'])} (process {n}); at the peaks of process {n} and process {m} "
+                f"({format_bytes(x['median_process_bytes'])}, the nearest the median): "
+                + ("; ".join(f"{s['site']}: {format_bytes(s['bytes'])} vs {format_bytes(s['median_process_bytes'])}"
+                             for s in sites) or "no site differs"))
+    return Words(brief, brief_fix, brief, fix, evidence)
+
+
+def _unfinished(f) -> Words:
+    ps = f.facts.get("processes") or []
+    many = len(ps) > 1
+    brief = (f"{who([p['process'] for p in ps]).capitalize()} did not finish (killed, or still running): "
+             f"{'their' if many else 'its'} data ends at the last snapshot committed; the others' are complete.")
+    brief_fix = "See why it ended: its log, the launcher's exit codes, the kernel's OOM killer."
+    evidence = "; ".join(
+        f"process {p['process']}: " + (p["error"] if p.get("error") else
+                                       f"{p['snapshots']} snapshot(s)" + (f", the last at {p['last_t']:.2f} s"
+                                                                          if p.get("last_t") is not None else ""))
+        for p in ps)
+    return Words(brief, brief_fix, brief, brief_fix, evidence)
+
+
+_JOB_RULES = {"imbalance": _imbalance, "unfinished": _unfinished}
+
+
+def job_words(j) -> Words:
+    """A job finding in words: the job's own rules here, a process's with
+    render/findings.py (the words of the process whose figures it carries)."""
+    rule = _JOB_RULES.get(j.rule)
+    if rule is not None:
+        return rule(j.finding)
+    return words(j.finding)
+
+
+def findings_table(findings: list) -> pd.DataFrame:
+    """The job's findings as rows (job_findings.csv, report --json)."""
+    rows = []
+    for j in findings:
+        w = job_words(j)
+        f = j.finding
+        rows.append({"rule": f.rule, "case": getattr(f, "case", ""), "severity": f.severity, "site": f.site,
+                     "saving_bytes": f.saving_bytes, "saving_bytes_total": j.saving_bytes_total,
+                     "processes": process_list_text(j.processes), "process_count": len(j.processes),
+                     "message": w.message, "fix": w.fix, "evidence": w.evidence, "brief": w.brief,
+                     "brief_fix": w.brief_fix, "facts": json.dumps(getattr(f, "facts", {}), sort_keys=True, default=str),
+                     "process_list": list(j.processes)})
+    cols = ["rule", "case", "severity", "site", "saving_bytes", "saving_bytes_total", "processes", "process_count",
+            "message", "fix", "evidence", "brief", "brief_fix", "facts", "process_list"]
+    df = pd.DataFrame(rows, columns=cols)
+    for c in ("saving_bytes", "saving_bytes_total"):
+        df[c] = df[c].astype("Int64")
+    return df
+
+
+def job_document(rep: JobReport) -> dict:
+    """report --json on a job: the job's figures, then every process's row,
+    what held each one's peak, the job's timeline and the merged findings."""
+    return {
+        "command": "report",
+        "inputs": [rep.path],
+        "job": {"path": rep.path, "processes": rep.process_count, "alignment": rep.alignment,
+                "peak_bytes": rep.job_peak_bytes, "peak_t": rep.job_peak_t, "unfinished": rep.unfinished},
+        "warnings": list(rep.warnings),
+        "processes": records(rep.processes),
+        "peak_sites": records(rep.peak_sites),
+        "timeline": records(rep.timeline),
+        "findings": [dict(r, facts=json.loads(r["facts"])) for r in records(findings_table(rep.findings))],
+    }
+
+
+def job_tables(rep: JobReport) -> dict[str, pd.DataFrame]:
+    """The job's own CSV files (JOB_FILES), besides the processes' tables."""
+    f = findings_table(rep.findings).drop(columns=["process_list"])
+    return {
+        "processes.csv": rep.processes,
+        "job_timeline.csv": rep.timeline,
+        "job_peak_sites.csv": rep.peak_sites,
+        "job_findings.csv": f,
+    }
+
+
+def with_process(tables: dict[str, pd.DataFrame], process: int) -> dict[str, pd.DataFrame]:
+    """Each table with a ``process`` column first (unless it has one)."""
+    out = {}
+    for name, rows in tables.items():
+        rows = rows.copy()
+        if "process" in rows.columns:
+            rows = rows.drop(columns=["process"])
+        rows.insert(0, "process", process)
+        rows["process"] = rows["process"].astype("int64")
+        out[name] = rows
+    return out
