@@ -7,3 +7,4 @@ other module registers its commands on the group when imported here.
 from jaxmemprof.cli.base import cli, main  # noqa: F401
 from jaxmemprof.cli import profiles, record, runs  # noqa: F401,E402  (registers the commands)
 from jaxmemprof.cli import check  # noqa: F401,E402  (jaxmemprof check)
+from jaxmemprof.cli import merge  # noqa: F401,E402  (jaxmemprof merge: a job's per-host copies)

@@ -118,6 +118,10 @@ def _export_csv(spec, directory, force, top, steps, library, user, all_frames):
     warn(run_)
     prepare_directory(directory, EXPORT_FILES, force)
     tables = export_tables(build_report_for(run_, top, library, user, all_frames, steps))
+    from jaxmemprof.render.processes import with_process
+
+    tables = with_process(tables, run_.manifest.get("process_index") if isinstance(
+        run_.manifest.get("process_index"), int) else 0)  # as a job's export has it
     for name, rows in tables.items():
         with open_output(os.path.join(directory, name), force, strict=True) as f:
             write_csv(rows, f)
