@@ -4,6 +4,7 @@ computes it; this only formats it)."""
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
 import pandas as pd
 from rich.console import Console
@@ -12,7 +13,6 @@ from rich.text import Text
 
 from jaxmemprof.analysis.processes import JobReport
 from jaxmemprof.render.escape import safe
-from jaxmemprof.render.findings import Words, words
 from jaxmemprof.render.json import records
 from jaxmemprof.store.job import process_list_text
 from jaxmemprof.units import format_bytes
@@ -123,7 +123,16 @@ def who(processes) -> str:
     return f"process{'es' if len(processes) > 1 else ''} {process_list_text(processes)}"
 
 
-def _imbalance(f) -> Words:
+@dataclass(frozen=True)
+class _Words:  # as render/findings.py's Words
+    brief: str
+    brief_fix: str
+    message: str
+    fix: str
+    evidence: str
+
+
+def _imbalance(f) -> _Words:
     x = f.facts
     n, m = x["process"], x["median_process"]
     sites = x.get("sites") or []
@@ -141,10 +150,10 @@ def _imbalance(f) -> Words:
                 f"({format_bytes(x['median_process_bytes'])}, the nearest the median): "
                 + ("; ".join(f"{s['site']}: {format_bytes(s['bytes'])} vs {format_bytes(s['median_process_bytes'])}"
                              for s in sites) or "no site differs"))
-    return Words(brief, brief_fix, brief, fix, evidence)
+    return _Words(brief, brief_fix, brief, fix, evidence)
 
 
-def _unfinished(f) -> Words:
+def _unfinished(f) -> _Words:
     ps = f.facts.get("processes") or []
     many = len(ps) > 1
     brief = (f"{who([p['process'] for p in ps]).capitalize()} did not finish (killed, or still running): "
@@ -155,7 +164,7 @@ def _unfinished(f) -> Words:
                                        f"{p['snapshots']} snapshot(s)" + (f", the last at {p['last_t']:.2f} s"
                                                                           if p.get("last_t") is not None else ""))
         for p in ps)
-    return Words(brief, brief_fix, brief, brief_fix, evidence)
+    return _Words(brief, brief_fix, brief, brief_fix, evidence)
 
 
 _JOB_RULES = {"imbalance": _imbalance, "unfinished": _unfinished}
@@ -167,6 +176,8 @@ def job_words(j) -> Words:
     rule = _JOB_RULES.get(j.rule)
     if rule is not None:
         return rule(j.finding)
+    from jaxmemprof.render.findings import words
+
     return words(j.finding)
 
 
