@@ -8,3 +8,4 @@ from jaxmemprof.cli.base import cli, main  # noqa: F401
 from jaxmemprof.cli import profiles, record, runs  # noqa: F401,E402  (registers the commands)
 from jaxmemprof.cli import check  # noqa: F401,E402  (jaxmemprof check)
 from jaxmemprof.cli import merge  # noqa: F401,E402  (jaxmemprof merge: a job's per-host copies)
+from jaxmemprof.cli import top  # noqa: F401,E402  (jaxmemprof top)
