@@ -221,7 +221,7 @@ def ranked_job_findings(findings: list) -> list:
 
 def imbalance(processes: pd.DataFrame, peak_sites: pd.DataFrame) -> list:
     """The ``imbalance`` finding, when the process with the highest peak
-    holds more than the median process by IMBALANCE_FRACTION of the median
+    holds more than the median process (the lower median) by IMBALANCE_FRACTION of it
     (and IMBALANCE_MIN_BYTES). Facts: ``process`` (the highest),
     ``peak_bytes``, ``median_bytes``, ``min_bytes``, ``median_process`` (the
     process nearest the median) and its ``median_process_bytes``, ``excess_bytes``,
@@ -231,7 +231,8 @@ def imbalance(processes: pd.DataFrame, peak_sites: pd.DataFrame) -> list:
     if len(p) < 2:
         return []
     peaks = p["peak_bytes"].to_numpy(np.int64)
-    median = float(np.median(peaks))
+    # The lower median: a peak some process really has (of two processes, the smaller).
+    median = float(np.sort(peaks)[(len(peaks) - 1) // 2])
     hi = p.iloc[int(peaks.argmax())]
     excess = int(hi["peak_bytes"]) - int(median)
     if excess < max(IMBALANCE_FRACTION * median, IMBALANCE_MIN_BYTES):

@@ -70,7 +70,7 @@ def render_job_report(rep: JobReport, con: Console, *, top: int = 10) -> None:
     con.print()
     con.print(Text("processes, by peak", style="bold underline"))
     t = Table(box=None, pad_edge=False, collapse_padding=True, header_style="bold")
-    for c in ("process", "host", "peak", "at", "at job peak", "snapshots", "ended"):
+    for c in ("process", "host", "peak", "peak at", "at job peak", "snapshots", "ended"):
         t.add_column(c, justify="left" if c in ("host", "ended") else "right")
     order = p.sort_values(["peak_bytes", "process"], ascending=[False, True], kind="stable")
     shown = order.head(top)
