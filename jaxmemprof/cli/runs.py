@@ -22,8 +22,12 @@ from jaxmemprof.cli.jobs import export_job_csv, process_option, report_job, run_
                    "under JAX's default preallocation, and with which settings it would.")
 @click.option("--json", "as_json", is_flag=True, help="Write every section's rows as JSON to stdout.")
 @process_option
+@click.option("--html", "html_path", metavar="FILE", default=None,
+              help="Write the report as one self-contained HTML page (timeline, flame graphs, lifetimes, "
+                   "memory inside jit, findings; opens offline) to FILE.")
+@click.option("--force", is_flag=True, help="Overwrite an existing --html file (only a regular file).")
 @attribution_options
-def report(run_dir, top, steps, device_memory, as_json, library, user, all_frames):
+def report(run_dir, top, steps, device_memory, as_json, html_path, force, library, user, all_frames):
     """Report on a run: the peak and what held it, the timeline, lifetimes,
     buffer reuse, leaks, recompiles, and findings.
 
@@ -36,11 +40,20 @@ def report(run_dir, top, steps, device_memory, as_json, library, user, all_frame
       jaxmemprof report RUN --top 20 --steps 10000
       jaxmemprof report RUN --device-memory 16GiB   # plan a GPU job from a CPU run
       jaxmemprof report RUN --json > report.json
+      jaxmemprof report RUN --html report.html      # one page: timeline, flame graphs, findings
     """
     if whole_job(run_dir):  # a multi-process job: each process's peak, the job's, findings merged
         return report_job(run_dir, top, steps, device_memory, as_json, library, user, all_frames)
     run_ = open_run(run_path(run_dir))
+    if html_path not in (None, "-"):
+        from jaxmemprof.outputs import check_output
+
+        check_output(html_path, force)  # refused before the work, not after
     rep = build_report_for(run_, top, library, user, all_frames, steps, device_memory)
+    if html_path is not None:
+        _write_html(rep, run_, html_path, force, library, user, all_frames)
+        if not as_json:
+            return
     if as_json:
         from jaxmemprof.render.json import write_json
         from jaxmemprof.render.tables import report_document
@@ -155,3 +168,12 @@ def _export_pprof(inputs, output, force, library, user, all_frames):
         return
     write_output(output, data, force)
     say(f"jaxmemprof: wrote {output} (open it with: go tool pprof -top {output})")
+
+
+def _write_html(rep, run_, path, force, library, user, all_frames):
+    from jaxmemprof.cli.base import output_to
+    from jaxmemprof.render.html import report_page
+
+    page = report_page(rep, run_, attribution(library, user, all_frames, run_))
+    with output_to(path, force) as out:
+        out.write(page)
