@@ -1,0 +1,372 @@
+"""The HTML pages (report --html, show --html, diff --html), as a user sees
+them: loaded in headless Chromium (driven over the DevTools pipe, see
+tests/_browser.py), with no console error, no exception and no request, and
+showing exactly the arrays, sizes and lines of a script recorded for real.
+
+Without chromium on PATH the browser tests are skipped (CI installs it); the
+checks on the file itself (escaping, size, downsampling) always run.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from _browser import Browser, chromium
+from conftest import line_of, run_cli, write_script
+
+from jaxmemprof.units import format_bytes
+
+needs_browser = pytest.mark.skipif(chromium() is None, reason="chromium is not installed (CI installs it: .ci/run)")
+
+KIB, MIB = 1024, 1024**2
+A_BYTES = 512 * 128 * 4  # 256 KiB
+LEAK_BYTES = 64 * 64 * 4  # 16 KiB per step, 3 steps
+BIG_BYTES = 1024 * 256 * 4  # 1 MiB
+DOUBLE_BYTES = A_BYTES  # the jitted function's output
+
+KNOWN = '''
+import jax
+import jax.numpy as jnp
+import jaxmemprof
+
+
+@jax.jit
+def double(x):
+    return x * 2.0
+
+
+def make_big():
+    return jnp.ones((1024, 256), jnp.float32)  # SITE-BIG
+
+
+def main():
+    keep = []
+    a = jnp.zeros((512, 128), jnp.float32)  # SITE-A
+    d = double(a)  # SITE-DOUBLE
+    jaxmemprof.snapshot("setup")
+    for i in range(3):
+        keep.append(jnp.full((64, 64), i, jnp.int32))  # SITE-LEAK
+        jaxmemprof.mark(f"step {i}")
+        jaxmemprof.snapshot(f"step {i}")
+    b = make_big()
+    jaxmemprof.snapshot("big")
+    del b
+    jaxmemprof.snapshot("after")
+    return a, d, keep
+
+
+main()
+'''
+
+
+def site(script: Path, marker: str, function: str) -> str:
+    return f"{script.name}:{line_of(script, marker)} ({function})"
+
+
+@pytest.fixture(scope="module")
+def known(tmp_path_factory):
+    d = tmp_path_factory.mktemp("known")
+    script = write_script(d, "known.py", KNOWN)
+    run_cli("run", "-q", "--interval", "100000", "-o", "run", script.name, cwd=d, check=0)
+    run_cli("report", "run", "--html", "report.html", cwd=d, check=0)
+    return d, script
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if chromium() is None:
+        pytest.skip("chromium is not installed (CI installs it: .ci/run)")
+    with Browser() as b:
+        yield b
+
+
+def open_page(browser, path):
+    page = browser.open(path)
+    assert page.evaluate("document.documentElement.dataset.jmpReady") == "1"
+    assert page.evaluate("document.documentElement.getAttribute('data-jmp-errors')") is None, \
+        page.evaluate("document.getElementById('jmp-errors').textContent")
+    assert page.errors == []
+    return page
+
+
+def nodes(page, svg_id: str) -> dict:
+    """Flame graph bars by frame name: their bytes (and base, delta)."""
+    return page.evaluate(f"""Array.from(document.querySelectorAll('#{svg_id} g.fnode')).map(g => [
+        g.dataset.name, Number(g.dataset.bytes), Number(g.dataset.base || 0), Number(g.dataset.delta || 0)])""")
+
+
+def by_name(rows):
+    return {r[0]: r[1:] for r in rows}
+
+
+def set_select(page, sel_id: str, value) -> None:
+    page.evaluate(f"""(() => {{ const s = document.getElementById('{sel_id}'); s.value = '{value}';
+        s.dispatchEvent(new Event('change')); }})()""")
+
+
+# -- the report page ---------------------------------------------------------------------
+
+
+@needs_browser
+def test_report_headline_says_when_it_peaked_which_lines_held_it_and_what_grew(known, browser):
+    d, script = known
+    page = open_page(browser, d / "report.html")
+    peak = A_BYTES + DOUBLE_BYTES + 3 * LEAK_BYTES + BIG_BYTES
+    text = page.evaluate("document.getElementById('jmp-peak').innerText")
+    assert format_bytes(peak) == "1.55 MiB" and "1.55 MiB" in text
+    snaps = json.loads(run_cli("report", "run", "--json", cwd=d, check=0).stdout)["timeline"]
+    peak_row = next(s for s in snaps if s["label"] == "big")
+    assert peak_row["live_bytes"] == peak
+    assert f"(snapshot {peak_row['snapshot']})" in text
+    held = page.evaluate("Array.from(document.querySelectorAll('#jmp-held li')).map(li => li.innerText)")
+    expect = [(BIG_BYTES, "1.00 MiB", site(script, "SITE-BIG", "make_big")),
+              (A_BYTES, "256.00 KiB", site(script, "SITE-A", "main")),
+              (DOUBLE_BYTES, "256.00 KiB", site(script, "SITE-DOUBLE", "main")),
+              (3 * LEAK_BYTES, "48.00 KiB", site(script, "SITE-LEAK", "main"))]
+    assert len(held) == 4
+    for (nbytes, shown, where), line in zip(expect, sorted(held, key=lambda x: -float(x.split()[0]) * (
+            MIB if "MiB" in x.split()[1] else KIB))):
+        assert shown in line and where in line and f"{nbytes / peak:.1%}" in line
+    grew = page.evaluate("document.getElementById('jmp-grew').innerText")
+    # first -> final ("after", the last before the exit snapshot): the big array was freed
+    assert "+48.00 KiB" in grew and site(script, "SITE-LEAK", "main") in grew
+    assert site(script, "SITE-BIG", "make_big") not in grew
+
+
+@needs_browser
+def test_timeline_stacks_the_sites_marks_the_peak_and_the_markers(known, browser):
+    d, script = known
+    page = open_page(browser, d / "report.html")
+    areas = page.evaluate("Array.from(document.querySelectorAll('#jmp-timeline path.area')).map(p => p.dataset.site)")
+    for marker, fn in (("SITE-BIG", "make_big"), ("SITE-A", "main"), ("SITE-DOUBLE", "main"), ("SITE-LEAK", "main")):
+        assert site(script, marker, fn) in areas
+    assert "other" not in areas
+    assert page.evaluate("document.querySelectorAll('#jmp-timeline line.marker').length") == 3
+    label = page.evaluate("document.getElementById('jmp-peak-label').textContent")
+    assert label.startswith("peak 1.55 MiB at ")
+    legend = page.evaluate("document.getElementById('jmp-legend').innerText")
+    assert "peak 1.00 MiB" in legend and "peak 48.00 KiB" in legend
+
+
+@needs_browser
+def test_flame_graph_of_the_peak_and_of_a_snapshot_picked_on_the_timeline(known, browser):
+    d, script = known
+    page = open_page(browser, d / "report.html")
+    big, leak = site(script, "SITE-BIG", "make_big"), site(script, "SITE-LEAK", "main")
+    flame = by_name(nodes(page, "jmp-flame"))
+    assert flame[big][0] == BIG_BYTES and flame[leak][0] == 3 * LEAK_BYTES
+    assert flame["all"][0] == A_BYTES + DOUBLE_BYTES + 3 * LEAK_BYTES + BIG_BYTES
+    # any snapshot, from the picker: "step 0" held a, d and one leak array
+    options = page.evaluate("Array.from(document.getElementById('jmp-selected').options).map(o => [o.value, o.text])")
+    step0 = next(v for v, t in options if "'step 0'" in t)
+    set_select(page, "jmp-selected", step0)
+    flame = by_name(nodes(page, "jmp-flame"))
+    assert flame["all"][0] == A_BYTES + DOUBLE_BYTES + LEAK_BYTES and big not in flame
+    # a click on the timeline at the peak's moment selects the peak again
+    page.evaluate("""(() => {
+        const svg = document.getElementById('jmp-timeline'), r = svg.getBoundingClientRect();
+        const c = svg.querySelector('circle.peak'), hit = svg.querySelector('rect.hit');
+        hit.dispatchEvent(new MouseEvent('click', {bubbles: true, clientX: r.left + Number(c.getAttribute('cx')),
+                                                   clientY: r.top + 100}));
+    })()""")
+    flame = by_name(nodes(page, "jmp-flame"))
+    assert flame[big][0] == BIG_BYTES
+    assert "peak" in page.evaluate("(s => s.options[s.selectedIndex].text)(document.getElementById('jmp-selected'))")
+    # hover: bytes, buffers, shapes and dtypes
+    page.evaluate(f"""(() => {{ const g = Array.from(document.querySelectorAll('#jmp-flame g.fnode'))
+        .find(g => g.dataset.name === {json.dumps(big)});
+        g.dispatchEvent(new MouseEvent('mousemove', {{bubbles: true, clientX: 50, clientY: 50}})); }})()""")
+    tip = page.evaluate("document.querySelector('.tip').innerText")
+    assert "1.00 MiB" in tip and "1 buffer" in tip and "float32[1024,256] \u00d71" in tip and "your code" in tip
+
+
+@needs_browser
+def test_flame_graph_search_and_library_frames(known, browser):
+    d, script = known
+    page = open_page(browser, d / "report.html")
+    user_only = nodes(page, "jmp-flame")
+    page.evaluate("""(() => { const i = document.getElementById('jmp-search'); i.value = 'make_big';
+        i.dispatchEvent(new Event('input')); })()""")
+    matched = page.evaluate("Array.from(document.querySelectorAll('#jmp-flame g.fnode.match')).map(g => g.dataset.name)")
+    assert matched == [site(script, "SITE-BIG", "make_big")]
+    assert "search: 1.00 MiB match" in page.evaluate("document.querySelector('#flame .flame-info').textContent")
+    page.evaluate("document.getElementById('jmp-lib').click()")
+    with_lib = nodes(page, "jmp-flame")
+    assert len(with_lib) > len(user_only)
+    assert any("jax" in name for name, *_ in with_lib)
+    assert by_name(with_lib)["all"][0] == by_name(user_only)["all"][0]
+
+
+@needs_browser
+def test_differential_flame_graph_first_to_final_and_any_two(known, browser):
+    d, script = known
+    page = open_page(browser, d / "report.html")
+    leak, big = site(script, "SITE-LEAK", "main"), site(script, "SITE-BIG", "make_big")
+    diff = by_name(nodes(page, "jmp-diff"))
+    # first ("first", before any array) -> final ("after")
+    assert diff[leak] == [3 * LEAK_BYTES, 0, 3 * LEAK_BYTES]
+    assert big not in diff
+    options = page.evaluate("Array.from(document.getElementById('jmp-new').options).map(o => [o.value, o.text])")
+    set_select(page, "jmp-base", next(v for v, t in options if "'step 0'" in t))
+    set_select(page, "jmp-new", next(v for v, t in options if "'big'" in t))
+    diff = by_name(nodes(page, "jmp-diff"))
+    assert diff[leak] == [3 * LEAK_BYTES, LEAK_BYTES, 2 * LEAK_BYTES]
+    assert diff[big] == [BIG_BYTES, 0, BIG_BYTES]
+    assert diff["all"][2] == 2 * LEAK_BYTES + BIG_BYTES
+
+
+@needs_browser
+def test_lifetimes_jit_and_findings_sections(known, browser):
+    d, script = known
+    page = open_page(browser, d / "report.html")
+    bars = page.evaluate("Array.from(document.querySelectorAll('#jmp-lifetimes rect.lt-bar')).map(r => [r.dataset.site, Number(r.dataset.bytes)])")
+    assert [site(script, "SITE-BIG", "make_big"), BIG_BYTES] in bars
+    assert sum(1 for s, b in bars if s == site(script, "SITE-LEAK", "main") and b == LEAK_BYTES) == 3
+    jit = page.evaluate("document.getElementById('jmp-jit-memory').innerText")
+    assert "double" in jit and f"known.py:{line_of(script, '@jax.jit')}" in jit and "256.00 KiB" in jit
+    by_line = page.evaluate("document.getElementById('jmp-jit-peak').innerText")
+    assert f"known.py:{line_of(script, 'return x * 2.0')} (double)" in by_line
+    assert page.evaluate("document.getElementById('jmp-findings') !== null")
+
+
+# -- names are data ----------------------------------------------------------------------
+
+HOSTILE_FILE = "<img src=x onerror=alert(1)>.py"
+HOSTILE_LABEL = "</script><script>alert(2)</script>"
+HOSTILE_SCRIPT = f'''
+import jax.numpy as jnp
+import jaxmemprof
+
+x = jnp.ones((256,), jnp.float32)  # SITE-X
+jaxmemprof.snapshot({HOSTILE_LABEL!r})
+'''
+
+
+@pytest.fixture(scope="module")
+def hostile_run(tmp_path_factory):
+    d = tmp_path_factory.mktemp("hostile_html")
+    write_script(d, HOSTILE_FILE, HOSTILE_SCRIPT)
+    run_cli("run", "-q", "--interval", "100000", "-o", "run", HOSTILE_FILE, cwd=d, check=0)
+    run_cli("report", "run", "--html", "report.html", cwd=d, check=0)
+    return d
+
+
+def test_no_name_can_close_the_data_element(hostile_run):
+    html = (hostile_run / "report.html").read_text()
+    assert html.count("<script") == 3 and html.count("</script>") == 3
+    assert "<img" not in html
+    data = re.search(r'<script type="application/json" id="jmp-data">(.*?)</script>', html, re.S).group(1)
+    doc = json.loads(data)
+    assert HOSTILE_LABEL in doc["strings"] and any(HOSTILE_FILE in s for s in doc["strings"])
+
+
+@needs_browser
+def test_hostile_names_show_as_text(hostile_run, browser):
+    page = open_page(browser, hostile_run / "report.html")
+    assert page.evaluate("document.querySelectorAll('img').length") == 0
+    assert page.evaluate("document.scripts.length") == 3
+    held = page.evaluate("document.getElementById('jmp-held').innerText")
+    assert f"{HOSTILE_FILE}:{line_of(hostile_run / HOSTILE_FILE, 'SITE-X')} (<module>)" in held
+    texts = page.evaluate("Array.from(document.getElementById('jmp-selected').options).map(o => o.text)")
+    assert any(HOSTILE_LABEL in t for t in texts)
+
+
+@pytest.fixture(scope="module")
+def hostile_profiles(tmp_path_factory):
+    from test_hostile_names import build
+
+    d = tmp_path_factory.mktemp("hostile_profiles")
+    (d / "base.prof").write_bytes(build("base"))
+    (d / "new.prof").write_bytes(build("new"))
+    run_cli("show", "new.prof", "--html", "show.html", cwd=d, check=0)
+    run_cli("diff", "base.prof", "new.prof", "--html", "diff.html", cwd=d, check=0)
+    return d
+
+
+@needs_browser
+@pytest.mark.parametrize("name,svg", [("show.html", "jmp-flame"), ("diff.html", "jmp-diff")])
+def test_show_and_diff_pages_of_hostile_profiles(hostile_profiles, browser, name, svg):
+    from test_hostile_names import HOSTILE, line_of as hline, text
+
+    page = open_page(browser, hostile_profiles / name)
+    assert page.evaluate("document.querySelectorAll('img').length") == 0
+    assert page.evaluate("document.scripts.length") == 3
+    names = {n for n, *_ in nodes(page, svg)}
+    fn, file = HOSTILE[11]  # <script>alert(1)</script> in <img src=x onerror=alert(1)>.py
+    assert f"{text(file)}:{hline(11)} ({text(fn)})" in names
+    if name == "diff.html":
+        assert page.evaluate("document.querySelectorAll('#jmp-flame g.fnode').length") > 1  # each side too
+
+
+@needs_browser
+def test_show_page_of_a_run_snapshot_matches_show(known, browser):
+    d, script = known
+    run_cli("show", "run@peak", "--html", "peak.html", cwd=d, check=0)
+    rows = json.loads(run_cli("show", "run@peak", "--json", cwd=d, check=0).stdout)["rows"]
+    page = open_page(browser, d / "peak.html")
+    flame = by_name(nodes(page, "jmp-flame"))
+    for r in rows:
+        if r["bytes"]:
+            assert flame[r["site"]][0] == r["bytes"]
+
+
+# -- outputs -----------------------------------------------------------------------------
+
+
+def test_html_output_follows_the_output_rules(known):
+    d, _ = known
+    before = (d / "report.html").read_bytes()
+    proc = run_cli("report", "run", "--html", "report.html", cwd=d, check=2)
+    assert proc.stderr.strip() == "jaxmemprof: error: report.html: already exists; pass --force to overwrite it"
+    assert (d / "report.html").read_bytes() == before
+    run_cli("report", "run", "--html", "report.html", "--force", cwd=d, check=0)
+    (d / "adir").mkdir()
+    proc = run_cli("show", "run@peak", "--html", "adir", cwd=d, check=2)
+    assert proc.stderr.count("\n") == 1 and "adir" in proc.stderr and "Traceback" not in proc.stderr
+
+
+# -- long runs ---------------------------------------------------------------------------
+
+
+def test_a_long_run_is_downsampled_keeping_its_peaks(tmp_path):
+    """3,000 snapshots (more than the page draws) with a spike at snapshot
+    1,234: the page keeps it, the first, the final and the labelled ones, and
+    its data stays small."""
+    from jaxmemprof.analysis.flame import MAX_POINTS
+    from jaxmemprof.store.writer import RunWriter, SnapshotRecord
+    from jaxmemprof.pprof.writer import write_profile
+
+    n = 3000
+    w = RunWriter(tmp_path / "run", {"jaxmemprof_version": "test", "argv": ["sim"], "start_epoch": 0.0})
+    prof = write_profile([("allocations", "count"), ("space", "bytes")],
+                         [((("f", "train.py", 10),), (1, 40), {"kind": "buffer", "device": "cpu:0"})])
+    for i in range(1, n + 1):
+        spike = i == 1234
+        arrays = [(10 * i + k, 10 * i + k, "[10]", "float32", 40, "[40]", '["cpu:0"]', "[null]",
+                   "SingleDeviceSharding", None, 1 + k % 3) for k in range(5)]
+        if spike:
+            arrays.append((10 * i + 9, 10 * i + 9, "[1000000]", "float32", 4_000_000, "[4000000]", '["cpu:0"]',
+                           "[null]", "SingleDeviceSharding", None, 4))
+        ended = [(10 * (i - 1) + k, i - 1, "freed") for k in range(5)] + ([(10 * (i - 1) + 9, i - 1, "freed")]
+                                                                          if i - 1 == 1234 else [])
+        rec = SnapshotRecord(
+            t_wall=i * 0.5, t_mono=i * 0.5, trigger="api" if i % 700 == 0 else "interval",
+            label="checkpoint" if i % 700 == 0 else None, profile=prof, live_bytes=200 + (4_000_000 if spike else 0),
+            buffers=5, arrays=5,
+            new_stacks=[(s, json.dumps([["train.py", 10 + s, "f"]])) for s in range(1, 5)] if i == 1 else [],
+            new_arrays=arrays, ended_arrays=ended if i > 1 else [])
+        w.add_snapshot(rec)
+    w.finish(end_time="x", exit_status=0, ended_by="exit", duration_s=n * 0.5)
+    run_cli("report", str(tmp_path / "run"), "--html", str(tmp_path / "long.html"), check=0)
+    html = (tmp_path / "long.html").read_text()
+    doc = json.loads(re.search(r'id="jmp-data">(.*?)</script>', html, re.S).group(1))
+    snaps = doc["snapshots"]["snapshot"]
+    assert doc["snapshots_total"] == n and len(snaps) <= MAX_POINTS
+    assert 1234 in snaps and 1 in snaps and n in snaps and all(s in snaps for s in range(700, n, 700))
+    j = snaps.index(1234)
+    assert doc["snapshots"]["live_bytes"][j] == 4_000_200 and doc["peak"]["snapshot"] == 1234
+    assert len(html) < 400_000
