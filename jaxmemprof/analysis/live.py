@@ -23,7 +23,7 @@ GROWING_FRAMES = 3
 @dataclass(frozen=True)
 class Frame:
     """One process now. ``sites``: ``site, bytes, count, delta_bytes`` (since
-    the frame before; 0 on the first), ``start_delta_bytes`` (since the run's
+    the frame before; on the first, since the snapshot before), ``start_delta_bytes`` (since the run's
     first snapshot; NA when it cannot be read), ``grew_frames`` (frames in a
     row it grew in), largest first, ``top`` of them; ``other_sites``/
     ``other_bytes``: the rest. ``devices``: ``device, bytes, delta_bytes``.
@@ -116,6 +116,15 @@ class Tracker:
                                error=f"snapshot {snapshot} unreadable: {exc}")
         sites, counts, devices = _by_site(profile, self.attribution)
         start = self._start_sites(poll)
+        if self.sites_before is None and poll.previous is not None:
+            # The first frame: growth since the snapshot before the newest.
+            try:
+                prev_sites, _, prev_devices = _by_site(load_profile(poll.previous[4]), self.attribution)
+                self.sites_before, self.live_before = prev_sites, poll.previous[2]
+                pd_ = prev_devices[prev_devices["device"].astype(str) != ""]
+                self.devices_before = pd_.set_index("device")["bytes"].astype("int64")
+            except Exception:
+                pass
         before = self.sites_before
         keys = sites.index.union(before.index) if before is not None else sites.index
         now = sites.reindex(keys, fill_value=0)

@@ -22,9 +22,10 @@ from jaxmemprof.store import layout
 
 @dataclass(frozen=True)
 class Poll:
-    """What one process's run says now. ``latest``/``previous``: (snapshot,
-    t_wall, live_bytes, trigger, profile path or None), newest first;
-    ``first``: the run's first snapshot (the same tuple); ``peak``:
+    """What one process's run says now. ``latest``: the newest snapshot whose
+    file is there, as (snapshot, t_wall, live_bytes, trigger, profile path);
+    ``first``: the run's first snapshot (the same tuple); ``previous``: the
+    newest before ``latest`` whose file is there; ``peak``:
     (snapshot, live_bytes) so far; ``events``: the newest (kind, message)."""
 
     path: Path
@@ -35,6 +36,7 @@ class Poll:
     latest: tuple | None
     peak: tuple | None
     events: tuple = ()
+    previous: tuple | None = None
     error: str | None = None
     finished: bool = False
     history: tuple = field(default=())  # (snapshot, live_bytes) of the newest snapshots, oldest first
@@ -125,11 +127,13 @@ def poll(path: Path, history: int = 30) -> Poll:
                 _profile_path(path, r[4]))
 
     # The newest snapshot whose file is there (a long run thins old files, never the newest).
-    latest = next((s for s in map(snap, rows) if s is not None and s[4] is not None), None)
+    usable = [s for s in map(snap, rows) if s is not None and s[4] is not None]
+    latest = usable[0] if usable else None
     hist = tuple((s[0], s[2]) for s in reversed([snap(r) for r in rows]) if s is not None)
     return Poll(path, manifest, int(count or 0), int(markers or 0), snap(first), latest,
                 None if peak is None or _int(peak[1]) is None else (int(peak[0]), int(peak[1])),
-                events=tuple((str(k), str(m)) for k, m in events), finished=finished, history=hist)
+                events=tuple((str(k), str(m)) for k, m in events), finished=finished, history=hist,
+                previous=usable[1] if len(usable) > 1 else None)
 
 
 def _one(con, sql):
