@@ -214,14 +214,14 @@ class Job:
 
 
 def process_list_text(indices) -> str:
-    """``0–3, 5, 7–9``: runs of consecutive indices as ranges."""
+    """``0–3, 5, 7, 8``: runs of three or more consecutive indices as ranges."""
     xs = sorted(set(int(i) for i in indices))
     parts, i = [], 0
     while i < len(xs):
         j = i
         while j + 1 < len(xs) and xs[j + 1] == xs[j] + 1:
             j += 1
-        parts.append(str(xs[i]) if i == j else f"{xs[i]}\u2013{xs[j]}")
+        parts += [f"{xs[i]}\u2013{xs[j]}"] if j - i >= 2 else [str(x) for x in xs[i:j + 1]]
         i = j + 1
     return ", ".join(parts)
 

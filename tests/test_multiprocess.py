@@ -1,0 +1,367 @@
+"""Multi-process jobs: real processes on 127.0.0.1 under jax.distributed
+(gloo CPU collectives), each recorded by `jaxmemprof run` into RUN/process-N,
+then read as one job: each process's peak, the job's, what held them, the
+merged findings, the imbalance; a process killed mid-run; per-host copies
+merged; every launcher variable that names a process."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import cpu_env, line_of, run_cli, write_script
+
+from jaxmemprof.store.job import job_timeline, load_job
+
+MiB = 1 << 20
+TIMEOUT = 90  # a process that hangs (a partner that never came) fails the test, fast
+
+JOB = """
+import sys, time
+import jax
+jax.config.update("jax_cpu_collectives_implementation", "gloo")
+pid, n, port, heavy = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+time.sleep(0.2 * pid)  # processes start apart: the initialise barrier lines them up
+jax.distributed.initialize(f"127.0.0.1:{port}", num_processes=n, process_id=pid, initialization_timeout=30)
+import jax.numpy as jnp
+from jax.experimental import multihost_utils
+
+def step(x):
+    return x * 2
+
+step = jax.jit(step)
+base = jnp.ones((256, 1024), jnp.float32)  # BASE: 1 MiB on every process
+if pid == heavy:
+    extra = jnp.ones((2048, 1024), jnp.float32)  # EXTRA: 8 MiB on one process only
+for _ in range(4):
+    base = step(base)  # STEP
+    base.block_until_ready()
+    time.sleep(0.1)
+seen = multihost_utils.process_allgather(jnp.array([pid]))  # a gloo collective
+print(pid, seen.ravel().tolist(), flush=True)
+time.sleep(0.3)
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _record(cwd, out, script, args, env):
+    return subprocess.Popen([sys.executable, "-m", "jaxmemprof", "run", "-q", "-o", str(out), "--interval", "0.05",
+                             "--max-overhead", "0", str(script), *map(str, args)],
+                            cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_all(procs, timeout=TIMEOUT):
+    deadline = time.monotonic() + timeout
+    results = []
+    try:
+        for p in procs:
+            out, err = p.communicate(timeout=max(1, deadline - time.monotonic()))
+            results.append((p.returncode, out, err))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    return results
+
+
+def launch_job(tmp_path, n, heavy, *, out="job", variables=True, outs=None):
+    """n processes of one jax.distributed job, each under `jaxmemprof run`;
+    ``variables``: JAX_PROCESS_ID/JAX_NUM_PROCESSES name each process (else
+    only jax.distributed.initialize does); ``outs``: a -o per process."""
+    script = write_script(tmp_path, "job.py", JOB)
+    port = free_port()
+    procs = []
+    for i in range(n):
+        env = cpu_env(**({"JAX_PROCESS_ID": str(i), "JAX_NUM_PROCESSES": str(n)} if variables else {}))
+        for v in ("SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "MV2_COMM_WORLD_RANK"):
+            env.pop(v, None)
+        target = outs[i] if outs else tmp_path / out
+        procs.append(_record(tmp_path, target, script, [i, n, port, heavy], env))
+    results = _wait_all(procs)
+    for i, (rc, stdout, stderr) in enumerate(results):
+        assert rc == 0, f"process {i}: exit {rc}\n{stderr}"
+        assert f"{i} {list(range(n))}\n" in stdout, stdout  # gloo prints a line of its own
+    return script
+
+
+def _report_json(path, *extra):
+    proc = run_cli("report", path, "--json", *extra, check=0)
+    return json.loads(proc.stdout)
+
+
+def _check_job(tmp_path, job_dir, script, n, heavy):
+    extra_site = f"job.py:{line_of(script, '# EXTRA')} (<module>)"
+    base_sites = [f"job.py:{line_of(script, m)} (<module>)" for m in ("# BASE", "# STEP")]
+    doc = _report_json(job_dir)
+    assert doc["job"]["processes"] == n and doc["job"]["unfinished"] == []
+    assert doc["job"]["alignment"] == "jax.distributed.initialize"
+    procs = {p["process"]: p for p in doc["processes"]}
+    assert sorted(procs) == list(range(n))
+    for i, p in procs.items():
+        assert p["finished"] and p["exit_status"] == 0
+        assert abs(p["clock_offset_s"]) < 0.5  # one machine: the barrier agrees with the wall clock
+        want = 9 * MiB if i == heavy else 1 * MiB
+        # Its base array (1 MiB; 2 MiB while a step's output and input both live), the extra 8 MiB.
+        assert want <= p["peak_bytes"] < want + 1.1 * MiB, (i, p["peak_bytes"])
+    # What held each process's peak: exactly the arrays its lines made.
+    held = {(s["process"], s["site"]): s["bytes"] for s in doc["peak_sites"]}
+    assert held[(heavy, extra_site)] == 8 * MiB
+    assert all((i, extra_site) not in held for i in procs if i != heavy)
+    # Its base array: 1 MiB, from the line that made it or the step's (2 MiB while both live).
+    assert all(sum(held.get((i, s), 0) for s in base_sites) in (MiB, 2 * MiB) for i in procs), held
+    # The job's peak: the sum over processes at one aligned moment.
+    assert doc["job"]["peak_bytes"] == sum(p["at_job_peak_bytes"] for p in procs.values())
+    assert doc["job"]["peak_bytes"] >= 9 * MiB + (n - 1) * MiB
+    assert doc["job"]["peak_bytes"] <= sum(p["peak_bytes"] for p in procs.values())
+    # The imbalance: process `heavy`, and the site that makes the difference.
+    rules = {f["rule"]: f for f in doc["findings"]}
+    imb = rules["imbalance"]
+    assert imb["processes"] == str(heavy) and imb["site"] == extra_site
+    assert imb["facts"]["process"] == heavy
+    assert imb["facts"]["sites"][0] == {"site": extra_site, "bytes": 8 * MiB, "median_process_bytes": 0,
+                                        "delta_bytes": 8 * MiB}
+    # Findings of every process, merged: one donation finding for all of them.
+    donate = [f for f in doc["findings"] if f["rule"] == "donate"]
+    assert len(donate) == 1, [f["rule"] for f in doc["findings"]]
+    assert donate[0]["process_count"] == n and donate[0]["processes"] == (f"0\u2013{n - 1}" if n > 2 else "0, 1")
+    return doc, extra_site
+
+
+def test_two_processes_one_report(tmp_path):
+    script = launch_job(tmp_path, 2, heavy=1)
+    job_dir = tmp_path / "job"
+    assert sorted(p.name for p in job_dir.iterdir()) == ["process-0", "process-1"]
+    for i in range(2):
+        m = json.loads((job_dir / f"process-{i}" / "manifest.json").read_text())
+        assert m["process_index"] == i and m["process_count"] == 2 and m["process_variable"] == "JAX_PROCESS_ID"
+        assert m["distributed"]["process_index"] == i and m["distributed"]["process_count"] == 2
+        con = sqlite3.connect(job_dir / f"process-{i}" / "journal.sqlite")
+        assert [k for (k,) in con.execute("SELECT kind FROM events WHERE kind = 'distributed-init'")] == [
+            "distributed-init"]
+        con.close()
+    doc, extra_site = _check_job(tmp_path, job_dir, script, 2, heavy=1)
+
+    # The terminal: each process's memory, the job's peak, who holds more and why.
+    text = run_cli("report", job_dir, check=0).stdout
+    assert "job peak:" in text and "2 processes" in text
+    assert "[high] process 1: Process 1 holds 9.00 MiB" in text and extra_site in text
+    assert "processes 0, 1: " in text  # the donation finding, once
+
+    # One process, two ways; each is a run of today's format.
+    one = _report_json(job_dir, "--process", "1")
+    assert one["summary"]["peak_bytes"] == doc["processes"][1]["peak_bytes"]
+    assert _report_json(job_dir / "process-1")["summary"] == one["summary"]
+
+    # show on the job: the processes' snapshots at the job's peak, merged.
+    shown = json.loads(run_cli("show", f"{job_dir}@peak", "--json", check=0).stdout)
+    assert shown["totals"]["bytes"] == doc["job"]["peak_bytes"]
+    sites = {r["site"]: r["bytes"] for r in shown["rows"]}
+    assert sites[extra_site] == 8 * MiB
+    p1 = json.loads(run_cli("show", job_dir, "--process", "1", "--json", check=0).stdout)
+    assert p1["totals"]["bytes"] == doc["processes"][1]["peak_bytes"]
+    assert run_cli("show", f"{job_dir}/process-1@peak", "--json", check=0).stdout == \
+        run_cli("show", job_dir, "--process", "1", "--json", check=0).stdout
+    bad = run_cli("show", job_dir, "--process", "7", check=2)
+    assert bad.stderr.count("\n") == 1 and "has no process 7 (it has 0, 1)" in bad.stderr
+
+    # diff on the job: first -> final of every process.
+    d = json.loads(run_cli("diff", job_dir, "--json", check=0).stdout)
+    assert {r["site"]: r["delta_bytes"] for r in d["rows"]}[extra_site] == 8 * MiB
+
+    # export: every table with a process column, and the job's own.
+    out = tmp_path / "csv"
+    run_cli("export", job_dir, "--csv", out, check=0)
+    import pandas as pd
+
+    timeline = pd.read_csv(out / "timeline.csv")
+    assert list(timeline.columns)[0] == "process" and set(timeline["process"]) == {0, 1}
+    procs = pd.read_csv(out / "processes.csv")
+    assert list(procs["process"]) == [0, 1] and procs.loc[1, "peak_bytes"] == doc["processes"][1]["peak_bytes"]
+    findings = pd.read_csv(out / "job_findings.csv")
+    assert "imbalance" in set(findings["rule"])
+    single = tmp_path / "csv1"
+    run_cli("export", job_dir / "process-0", "--csv", single, check=0)
+    assert set(pd.read_csv(single / "timeline.csv")["process"]) == {0}
+
+
+def test_four_processes(tmp_path):
+    script = launch_job(tmp_path, 4, heavy=2)
+    _check_job(tmp_path, tmp_path / "job", script, 4, heavy=2)
+    text = run_cli("report", tmp_path / "job", check=0).stdout
+    assert "processes 0\u20133: " in text  # the donation, once for the four
+
+
+KILLED = """
+import os, sys, time
+import jax.numpy as jnp
+a = jnp.ones((256, 1024), jnp.float32)  # 1 MiB
+if sys.argv[1] == "1":
+    b = jnp.ones((1024, 1024), jnp.float32)  # 4 MiB, then killed
+    open(sys.argv[2], "w").close()
+    time.sleep(60)
+time.sleep(0.4)
+"""
+
+
+def test_a_killed_process_leaves_the_others_intact(tmp_path):
+    script = write_script(tmp_path, "killed.py", KILLED)
+    flag = tmp_path / "ready"
+    procs = [_record(tmp_path, tmp_path / "job", script, [i, flag],
+                     cpu_env(SLURM_PROCID=str(i), SLURM_NTASKS="2", SLURM_JOB_ID="77")) for i in range(2)]
+    victim = procs[1]
+    try:
+        deadline = time.monotonic() + TIMEOUT
+        db = tmp_path / "job" / "process-1" / "journal.sqlite"
+        while time.monotonic() < deadline:  # until process 1's 5 MiB is committed
+            if flag.exists() and db.exists():
+                try:
+                    con = sqlite3.connect(db)
+                    got = con.execute("SELECT max(live_bytes) FROM snapshots").fetchone()[0]
+                    con.close()
+                except sqlite3.Error:
+                    got = None
+                if got is not None and got >= 5 * MiB:
+                    break
+            time.sleep(0.05)
+        else:
+            pytest.fail("process 1 never committed its snapshot")
+        victim.send_signal(signal.SIGKILL)
+        (rc0, _, err0), (rc1, _, _) = _wait_all(procs)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    assert rc0 == 0, err0
+    assert rc1 == -signal.SIGKILL
+    doc = _report_json(tmp_path / "job")
+    assert doc["job"]["unfinished"] == [1]
+    procs_ = {p["process"]: p for p in doc["processes"]}
+    assert procs_[0]["finished"] and procs_[0]["exit_status"] == 0
+    assert not procs_[1]["finished"] and procs_[1]["peak_bytes"] == 5 * MiB
+    assert doc["job"]["alignment"] == "wall clocks"
+    unfinished = [f for f in doc["findings"] if f["rule"] == "unfinished"]
+    assert len(unfinished) == 1 and unfinished[0]["processes"] == "1" and unfinished[0]["severity"] == "high"
+    text = run_cli("report", tmp_path / "job", check=0).stdout
+    assert "did not finish: process 1" in text
+    # Process 0's run is complete on its own.
+    alone = _report_json(tmp_path / "job" / "process-0")
+    assert alone["summary"]["finished"] and not any("did not finish" in w for w in alone["warnings"])
+
+
+def _tree(path: Path) -> dict:
+    return {str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
+
+
+def test_per_host_directories_merged(tmp_path):
+    """Two hosts, each its own local directory; only jax.distributed.initialize
+    says which process each is (no launcher variable): each is a single run
+    whose manifest holds its index, and merge makes them one job."""
+    hosts = [tmp_path / "host-a", tmp_path / "host-b"]
+    for h in hosts:
+        h.mkdir()
+    script = launch_job(tmp_path, 2, heavy=0, variables=False, outs=[h / "run" for h in hosts])
+    for i, h in enumerate(hosts):
+        m = json.loads((h / "run" / "manifest.json").read_text())
+        assert m["process_index"] == i and m["process_count"] == 2 and "process_variable" not in m
+    before = [_tree(h) for h in hosts]
+    merged = tmp_path / "merged"
+    proc = run_cli("merge", merged, hosts[1] / "run", hosts[0] / "run", check=0)
+    assert "merged 2 processes (0, 1)" in proc.stderr
+    assert [_tree(h) for h in hosts] == before  # the inputs: untouched
+    assert sorted(p.name for p in merged.iterdir()) == ["process-0", "process-1"]
+    assert _tree(merged / "process-1") == _tree(hosts[1] / "run")
+    doc, _ = _check_job(tmp_path, merged, script, 2, heavy=0)
+
+    # A job's copy merges with the single runs' copies too; a process given twice is refused before any copy.
+    again = tmp_path / "again"
+    clash = run_cli("merge", again, merged, hosts[0] / "run", check=2)
+    assert clash.stderr.count("\n") == 1 and "holds process 0, which" in clash.stderr
+    assert not again.exists() or not any(again.iterdir())
+    # A non-empty output is refused; a job merged from a job is the same job.
+    assert "is not empty" in run_cli("merge", merged, hosts[0] / "run", check=2).stderr
+    run_cli("merge", again, merged, check=0)
+    assert _tree(again) == _tree(merged)
+
+
+@pytest.mark.parametrize("rank,size", [("JAX_PROCESS_ID", "JAX_NUM_PROCESSES"), ("SLURM_PROCID", "SLURM_NTASKS"),
+                                       ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"), ("PMI_RANK", "PMI_SIZE"),
+                                       ("PMIX_RANK", None), ("MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_SIZE")])
+def test_launcher_variables_name_the_process(tmp_path, rank, size):
+    script = write_script(tmp_path, "plain.py", "print('ran')\n")
+    env = cpu_env(**{rank: "3"}, **({size: "8"} if size else {}))
+    proc = subprocess.run([sys.executable, "-m", "jaxmemprof", "run", "-q", "-o", "job", str(script)], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=TIMEOUT)
+    assert proc.returncode == 0 and proc.stdout == "ran\n", proc.stderr
+    m = json.loads((tmp_path / "job" / "process-3" / "manifest.json").read_text())
+    assert m["process_index"] == 3 and m["process_count"] == (8 if size else None) and m["process_variable"] == rank
+    assert sorted(os.listdir(tmp_path / "job")) == ["process-3"]
+    # A second process claiming index 3 is refused; the first one's data stays.
+    again = subprocess.run([sys.executable, "-m", "jaxmemprof", "run", "-q", "-o", "job", str(script)], cwd=tmp_path,
+                           env=env, capture_output=True, text=True, timeout=TIMEOUT)
+    assert again.returncode == 2 and "job/process-3: is not empty" in again.stderr
+    assert json.loads((tmp_path / "job" / "process-3" / "manifest.json").read_text()) == m
+
+
+def test_a_job_of_one_keeps_the_single_layout(tmp_path):
+    script = write_script(tmp_path, "plain.py", "print('ran')\n")
+    env = cpu_env(SLURM_PROCID="0", SLURM_NTASKS="1", SLURM_JOB_ID="5")
+    env.pop("JAX_PROCESS_ID", None)
+    proc = subprocess.run([sys.executable, "-m", "jaxmemprof", "run", "-q", "-o", "r", str(script)], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=TIMEOUT)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "r" / "manifest.json").is_file()
+    # A process of a bigger job refuses a directory that holds a single run.
+    env.update(SLURM_PROCID="1", SLURM_NTASKS="2")
+    proc = subprocess.run([sys.executable, "-m", "jaxmemprof", "run", "-q", "-o", "r", str(script)], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=TIMEOUT)
+    assert proc.returncode == 2 and "holds a single-process run" in proc.stderr and proc.stderr.count("\n") == 1
+    # The default name is the job's (SLURM_JOB_ID), the same in every process.
+    proc = subprocess.run([sys.executable, "-m", "jaxmemprof", "run", "-q", str(script)], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=TIMEOUT)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "jaxmemprof-runs" / "plain-job-5" / "process-1" / "manifest.json").is_file()
+
+
+def test_clock_skew_is_aligned_on_the_initialise_barrier(tmp_path):
+    """A host whose wall clock runs 1000 s ahead: its times are shifted back
+    by the difference of the moments jax.distributed.initialize returned."""
+    launch_job(tmp_path, 2, heavy=1)
+    job_dir = tmp_path / "job"
+    honest = load_job(job_dir)
+    tl = job_timeline(honest)
+    skewed = tmp_path / "skewed"
+    run_cli("merge", skewed, job_dir, check=0)
+    con = sqlite3.connect(skewed / "process-1" / "journal.sqlite")
+    con.execute("UPDATE snapshots SET t_wall = t_wall + 1000")
+    (msg,) = con.execute("SELECT message FROM events WHERE kind = 'distributed-init'").fetchone()
+    doc = json.loads(msg)
+    doc["t_wall"] += 1000
+    con.execute("UPDATE events SET message = ? WHERE kind = 'distributed-init'", (json.dumps(doc),))
+    con.commit()
+    con.close()
+    mpath = skewed / "process-1" / "manifest.json"
+    m = json.loads(mpath.read_text())
+    m["start_epoch"] += 1000
+    m["distributed"]["t_wall"] += 1000
+    mpath.write_text(json.dumps(m))
+    job = load_job(skewed)
+    assert job.alignment == "jax.distributed.initialize"
+    assert abs(job.process(1).offset_s - honest.process(1).offset_s - 1000) < 1e-6
+    shifted = job_timeline(job)
+    assert shifted.peak_bytes == tl.peak_bytes and shifted.at_peak == tl.at_peak
+    assert abs(shifted.peak_t - tl.peak_t) < 1e-6
