@@ -29,6 +29,14 @@ from jaxmemprof.analysis.advice.allocator import (
 from jaxmemprof.analysis.advice.capacity import Fit, fit_findings, will_it_fit
 from jaxmemprof.store.reader import load_run
 from jaxmemprof.units import parse_size
+from jaxmemprof.analysis.findings import Finding
+from jaxmemprof.render.findings import words
+
+
+def said(x):
+    """A finding's words; a Fit's are those of its finding."""
+    return words(x if isinstance(x, Finding) else fit_findings(x)[0])
+
 
 MiB = 1024**2
 GiB = 1024**3
@@ -138,11 +146,11 @@ def test_cpu_run_with_both_fraction_variables_is_warned(tmp_path):
     assert run.manifest["environment"][OLD_FRACTION] == ".6"
     [f] = allocator_findings(run)
     assert (f.rule, f.severity) == ("allocator-env", "high")
-    assert f.message == (
+    assert said(f).message == (
         "Both XLA_CLIENT_MEM_FRACTION=.5 and XLA_PYTHON_CLIENT_MEM_FRACTION=.6 are set: jaxlib 0.10.2 "
         "raises ValueError when both are, and JAX then starts without its CUDA backend.")
-    assert "JAX_PLATFORMS=cpu" in f.evidence
-    assert f.fix.startswith("Unset XLA_PYTHON_CLIENT_MEM_FRACTION (deprecated) and keep XLA_CLIENT_MEM_FRACTION=.5.")
+    assert "JAX_PLATFORMS=cpu" in said(f).evidence
+    assert said(f).fix.startswith("Unset XLA_PYTHON_CLIENT_MEM_FRACTION (deprecated) and keep XLA_CLIENT_MEM_FRACTION=.5.")
     # The fit of that run carries the same warning.
     assert rules(fit_findings(will_it_fit(run, 16 * GiB))) == ["allocator-env", "fit"]
 
@@ -159,20 +167,20 @@ def test_fits_by_default(cpu_run):
     assert fit.fits_by_default and fit.fits_at_all
     assert fit.fraction_needed == 0.13  # 137573172 / 1 GiB = 12.8 %, rounded up
     assert fit.settings == {}
-    assert fit.message.startswith(
+    assert said(fit).message.startswith(
         "A peak of 64.00 MiB (131.20 MiB with headroom) fits a 1.00 GiB device under default preallocation "
         "(pool 768.00 MiB = 0.75 of it).")
-    assert "library workspaces (cuDNN, cuBLAS, NCCL)" in fit.message
-    assert "allocator fragmentation" in fit.message
-    assert "XLA's temporaries" in fit.message  # the peak came from live arrays
+    assert "library workspaces (cuDNN, cuBLAS, NCCL)" in said(fit).message
+    assert "allocator fragmentation" in said(fit).message
+    assert "XLA's temporaries" in said(fit).message  # the peak came from live arrays
     [f] = fit_findings(fit)
     assert (f.rule, f.severity, f.site) == ("fit", "info", "")
-    assert "default pool 0.75 x device = 768.00 MiB (805306368 bytes)" in f.evidence
-    assert "137573172 bytes" in f.evidence
+    assert "default pool 0.75 x device = 768.00 MiB (805306368 bytes)" in said(f).evidence
+    assert "137573172 bytes" in said(f).evidence
     # 64 MiB is under a quarter of the 768 MiB pool: the fix says how to leave the rest.
-    assert f.fix.startswith("Nothing to set. To leave the rest of the GPU to other processes: "
+    assert said(f).fix.startswith("Nothing to set. To leave the rest of the GPU to other processes: "
                             "XLA_PYTHON_CLIENT_PREALLOCATE=false, or XLA_CLIENT_MEM_FRACTION=.13.")
-    assert DOCS_URL in f.fix
+    assert DOCS_URL in said(f).fix
 
 
 def test_needs_a_higher_fraction(cpu_run):
@@ -183,16 +191,16 @@ def test_needs_a_higher_fraction(cpu_run):
     assert not fit.fits_by_default and fit.fits_at_all
     assert fit.fraction_needed == 0.78
     assert fit.settings == {"XLA_CLIENT_MEM_FRACTION": ".78"}
-    assert fit.message.startswith(
+    assert said(fit).message.startswith(
         "A peak of 64.00 MiB (131.20 MiB with headroom) does not fit the default pool of a 170.00 MiB device "
         "(127.50 MiB = 0.75 of it); it fits with XLA_CLIENT_MEM_FRACTION=.78.")
     [f] = fit_findings(fit)
     assert f.severity == "medium"
-    assert f.fix.startswith("Set XLA_CLIENT_MEM_FRACTION=.78.")
+    assert said(f).fix.startswith("Set XLA_CLIENT_MEM_FRACTION=.78.")
     # The same question for a GPU machine with an older jaxlib names the old variable.
     old = will_it_fit(run, parse_size("170MiB"), jaxlib_version="0.4.31")
     assert old.settings == {"XLA_PYTHON_CLIENT_MEM_FRACTION": ".78"}
-    assert FRACTION not in old.message.replace(OLD_FRACTION, "")
+    assert FRACTION not in said(old).message.replace(OLD_FRACTION, "")
 
 
 def test_cannot_fit(cpu_run):
@@ -201,11 +209,11 @@ def test_cannot_fit(cpu_run):
     assert not fit.fits_by_default and not fit.fits_at_all
     assert fit.fraction_needed == 1.03
     assert fit.settings == {}
-    assert fit.message.startswith("A peak of 64.00 MiB (131.20 MiB with headroom) needs 103 % of a "
+    assert said(fit).message.startswith("A peak of 64.00 MiB (131.20 MiB with headroom) needs 103 % of a "
                                   "128.00 MiB device: it cannot fit")
     [f] = fit_findings(fit)
     assert f.severity == "high"
-    assert f.fix.startswith("Lower the peak")
+    assert said(f).fix.startswith("Lower the peak")
 
 
 def test_fit_with_a_true_peak_and_several_processes(cpu_run):
@@ -215,15 +223,15 @@ def test_fit_with_a_true_peak_and_several_processes(cpu_run):
     need = needed_bytes(70 * GiB)
     assert (fit.peak_bytes, fit.needed_bytes) == (70 * GiB, need)
     assert fit.fraction_needed == 0.99 and not fit.fits_at_all  # 79.1 GB of 80 GB
-    assert "XLA's temporaries" not in fit.message
+    assert "XLA's temporaries" not in said(fit).message
     # Two processes of 64 MiB on a 1 GiB GPU: 13 % each fits, default preallocation does not.
     two = will_it_fit(run, GiB, processes=2)
     assert not two.fits_by_default and two.fits_at_all
     assert two.settings == {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
-    assert "fits 2 processes on a 1.00 GiB device (0.13 of it each)" in two.message
-    assert "XLA_CLIENT_MEM_FRACTION=.13 in each process" in two.message
+    assert "fits 2 processes on a 1.00 GiB device (0.13 of it each)" in said(two).message
+    assert "XLA_CLIENT_MEM_FRACTION=.13 in each process" in said(two).message
     [f] = fit_findings(two)
-    assert f.fix.startswith("Set XLA_PYTHON_CLIENT_PREALLOCATE=false. Memory is then allocated on demand")
+    assert said(f).fix.startswith("Set XLA_PYTHON_CLIENT_PREALLOCATE=false. Memory is then allocated on demand")
     # Eight of them need 8 x 13 % > 95 %.
     assert not will_it_fit(run, GiB, processes=8).fits_at_all
 
@@ -246,30 +254,30 @@ def test_fraction_raised_named_for_the_jaxlib(cpu_run, tmp_path):
     # need = 12650020864 + 632501044 + 67108864 = 13349630772 bytes = 12.43 GiB; device = 12 GiB / 0.75 = 16 GiB;
     # 13349630772 / 17179869184 = 77.7 % -> .78
     assert f.severity == "medium"  # the peak itself was under the limit
-    assert f.message == ("The peak needs 12.43 GiB with headroom but the allocator's limit on cuda:0 is "
+    assert said(f).message == ("The peak needs 12.43 GiB with headroom but the allocator's limit on cuda:0 is "
                          "12.00 GiB: raise the memory fraction to .78.")
-    assert "13349630772 bytes" in f.evidence and "bytes_limit on cuda:0 12.00 GiB (12884901888 bytes)" in f.evidence
-    assert "0.75 (the default 0.75) x about 16.00 GiB" in f.evidence
-    assert f.fix.startswith("Set XLA_CLIENT_MEM_FRACTION=.78. Trade-off:")
-    assert OLD_FRACTION not in f.fix
-    assert DOCS_URL in f.fix
+    assert "13349630772 bytes" in said(f).evidence and "bytes_limit on cuda:0 12.00 GiB (12884901888 bytes)" in said(f).evidence
+    assert "0.75 (the default 0.75) x about 16.00 GiB" in said(f).evidence
+    assert said(f).fix.startswith("Set XLA_CLIENT_MEM_FRACTION=.78. Trade-off:")
+    assert OLD_FRACTION not in said(f).fix
+    assert DOCS_URL in said(f).fix
     info = only(found, "allocator-platform")
     assert info.severity == "info"
-    assert "XLA_PYTHON_CLIENT_ALLOCATOR=platform" in info.message
-    assert "very slow" in info.fix
+    assert "XLA_PYTHON_CLIENT_ALLOCATOR=platform" in said(info).message
+    assert "very slow" in said(info).fix
 
     # jaxlib 0.4.31 reads only the old name.
     old = only(allocator_findings(gpu_like(cpu_run, tmp_path / "old", jaxlib="0.4.31", stats=stats)),
                "allocator-fraction")
-    assert old.fix.startswith("Set XLA_PYTHON_CLIENT_MEM_FRACTION=.78. Trade-off:")
-    assert FRACTION not in old.fix.replace(OLD_FRACTION, "")
+    assert said(old).fix.startswith("Set XLA_PYTHON_CLIENT_MEM_FRACTION=.78. Trade-off:")
+    assert FRACTION not in said(old).fix.replace(OLD_FRACTION, "")
 
     # The deprecated name already set under a new jaxlib: name the new one, unset the old.
     env = {OLD_FRACTION: ".75"}
     dep = only(allocator_findings(gpu_like(cpu_run, tmp_path / "dep", env=env, stats=stats)), "allocator-fraction")
-    assert dep.fix.startswith("Set XLA_CLIENT_MEM_FRACTION=.78 and unset XLA_PYTHON_CLIENT_MEM_FRACTION "
+    assert said(dep).fix.startswith("Set XLA_CLIENT_MEM_FRACTION=.78 and unset XLA_PYTHON_CLIENT_MEM_FRACTION "
                               "(jaxlib raises ValueError when both are set).")
-    assert "0.75 (XLA_PYTHON_CLIENT_MEM_FRACTION=.75)" in dep.evidence
+    assert "0.75 (XLA_PYTHON_CLIENT_MEM_FRACTION=.75)" in said(dep).evidence
 
 
 def test_fraction_from_a_true_peak_that_cannot_fit(cpu_run, tmp_path):
@@ -278,11 +286,11 @@ def test_fraction_from_a_true_peak_that_cannot_fit(cpu_run, tmp_path):
     f = only(found, "allocator-fraction")
     # need = 20 GiB + 1 GiB + 64 MiB = 21.06 GiB = 132 % of the 16 GiB device
     assert f.severity == "high"
-    assert f.message == ("The peak needs 21.06 GiB with headroom, 132 % of the 16.00 GiB device: no memory "
+    assert said(f).message == ("The peak needs 21.06 GiB with headroom, 132 % of the 16.00 GiB device: no memory "
                          "fraction up to .95 holds it.")
-    assert "the estimated true peak (XLA temporaries included)" in f.evidence
-    assert f.fix.startswith("Lower the peak")
-    assert "the run ran out of device memory" in only(found, "allocator-platform").evidence
+    assert "the estimated true peak (XLA temporaries included)" in said(f).evidence
+    assert said(f).fix.startswith("Lower the peak")
+    assert "the run ran out of device memory" in said(only(found, "allocator-platform")).evidence
     # A true peak of 11 GiB needs 11.61 GiB: the 12 GiB limit holds it.
     assert "allocator-fraction" not in rules(allocator_findings(run, true_peak_bytes=11 * GiB))
 
@@ -294,11 +302,11 @@ def test_preallocate_when_the_peak_is_far_below_the_pool(cpu_run, tmp_path):
     need = GiB + 53687092 + 64 * MiB  # 1.11 GiB; 1195710004 / 16 GiB = 7.0 % -> .07
     assert (f.rule, f.severity) == ("allocator-preallocate", "low")
     assert f.saving_bytes == LIMIT - need
-    assert f.message == ("The peak (1.00 GiB) is 8% of the 12.00 GiB pool preallocated on cuda:0: "
+    assert said(f).message == ("The peak (1.00 GiB) is 8% of the 12.00 GiB pool preallocated on cuda:0: "
                          "10.89 GiB of it is never needed.")
-    assert "threshold: peak below 25% of the pool" in f.evidence
-    assert "XLA_PYTHON_CLIENT_PREALLOCATE=false" in f.fix and "XLA_CLIENT_MEM_FRACTION=.07" in f.fix
-    assert "more prone to fragmentation" in f.fix
+    assert "threshold: peak below 25% of the pool" in said(f).evidence
+    assert "XLA_PYTHON_CLIENT_PREALLOCATE=false" in said(f).fix and "XLA_CLIENT_MEM_FRACTION=.07" in said(f).fix
+    assert "more prone to fragmentation" in said(f).fix
     # Not when preallocation is already off, nor at half the pool.
     off = gpu_like(cpu_run, tmp_path / "off", env={"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}, stats=stats)
     assert allocator_findings(off) == []
@@ -309,15 +317,15 @@ def test_preallocate_when_processes_share_a_gpu(cpu_run, tmp_path):
     run = gpu_like(cpu_run, tmp_path / "shared", stats=COMFORTABLE)
     [f] = allocator_findings(run, processes_per_gpu=2)
     assert (f.rule, f.severity) == ("allocator-preallocate", "high")
-    assert f.message == ("2 processes share one GPU and each preallocates 75% of it: together they ask for "
+    assert said(f).message == ("2 processes share one GPU and each preallocates 75% of it: together they ask for "
                          "150% of its memory.")
     # .47 of 16 GiB = 7.52 GiB each holds the 6 GiB peak with headroom (6.36 GiB).
-    assert f.fix.startswith("Set XLA_PYTHON_CLIENT_PREALLOCATE=false in each process")
-    assert "or give each process XLA_CLIENT_MEM_FRACTION=.47 (95 % / 2), which holds this process's peak" in f.fix
+    assert said(f).fix.startswith("Set XLA_PYTHON_CLIENT_PREALLOCATE=false in each process")
+    assert "or give each process XLA_CLIENT_MEM_FRACTION=.47 (95 % / 2), which holds this process's peak" in said(f).fix
     # Three such processes cannot share 16 GiB either way: the fix says so.
     [three] = allocator_findings(run, processes_per_gpu=3)
     assert "XLA_CLIENT_MEM_FRACTION=.31 (95 % / 3). Neither is enough if every process peaks like this one: " \
-           "3 x 6.36 GiB = 19.09 GiB is more than .95 of the 16.00 GiB GPU" in three.fix
+           "3 x 6.36 GiB = 19.09 GiB is more than .95 of the 16.00 GiB GPU" in said(three).fix
     # Fractions that add up to less than the device: nothing to say.
     fitted = gpu_like(cpu_run, tmp_path / "fitted", env={FRACTION: ".45"},
                       stats=[bfc(int(0.45 * 16 * GiB), 5 * GiB, 6 * GiB)] * 2)
@@ -349,15 +357,15 @@ def test_fragmentation(cpu_run, tmp_path):
     # (12 - 6 - 3) / (12 - 6) = 0.5
     assert f.severity == "medium"
     last = last_snapshots(cpu_run, 1)[0]
-    assert f.message == (f"The allocator pool on cuda:0 was 50% fragmented at snapshot {last}: 6.00 GiB free, "
+    assert said(f).message == (f"The allocator pool on cuda:0 was 50% fragmented at snapshot {last}: 6.00 GiB free, "
                          "but the largest free block is 3.00 GiB.")
     assert f.saving_bytes == 3 * GiB
-    assert "= 0.50; threshold 0.30 on pools of 1.00 GiB or more" in f.evidence
-    assert f.fix.startswith("Set TF_GPU_ALLOCATOR=cuda_malloc_async")
-    assert "Trade-off" in f.fix and DOCS_URL in f.fix
+    assert "= 0.50; threshold 0.30 on pools of 1.00 GiB or more" in said(f).evidence
+    assert said(f).fix.startswith("Set TF_GPU_ALLOCATOR=cuda_malloc_async")
+    assert "Trade-off" in said(f).fix and DOCS_URL in said(f).fix
     # With preallocation off, the fix also says to turn it back on.
     off = gpu_like(cpu_run, tmp_path / "off", env={"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}, stats=frag)
-    off_fix = only(allocator_findings(off), "allocator-fragmentation").fix
+    off_fix = said(only(allocator_findings(off), "allocator-fragmentation")).fix
     assert "turning it back on is the first thing to try" in off_fix
     # Not below the threshold (1 GiB of 6 GiB free is split off: 0.17), not on a small pool,
     # not when the async allocator already runs.
@@ -375,22 +383,22 @@ def test_environment_named_for_the_jaxlib(cpu_run, tmp_path):
     new_run = gpu_like(cpu_run, tmp_path / "new", env=both, stats=COMFORTABLE)
     new = only(allocator_findings(new_run), "allocator-env")
     assert new.severity == "high"
-    assert new.message.startswith("Both XLA_CLIENT_MEM_FRACTION=.8 and XLA_PYTHON_CLIENT_MEM_FRACTION=.7 are set: "
+    assert said(new).message.startswith("Both XLA_CLIENT_MEM_FRACTION=.8 and XLA_PYTHON_CLIENT_MEM_FRACTION=.7 are set: "
                                   "jaxlib 0.10.2 raises ValueError")
     old_run = gpu_like(cpu_run, tmp_path / "old", jaxlib="0.4.31", env=both, stats=COMFORTABLE)
     old = only(allocator_findings(old_run), "allocator-env")
     assert old.severity == "medium"
-    assert old.message == ("Both XLA_CLIENT_MEM_FRACTION=.8 and XLA_PYTHON_CLIENT_MEM_FRACTION=.7 are set: jaxlib "
+    assert said(old).message == ("Both XLA_CLIENT_MEM_FRACTION=.8 and XLA_PYTHON_CLIENT_MEM_FRACTION=.7 are set: jaxlib "
                            "0.4.31 reads only XLA_PYTHON_CLIENT_MEM_FRACTION, and jaxlib 0.4.32 and later refuse "
                            "the two together.")
-    assert old.fix.startswith("Unset XLA_CLIENT_MEM_FRACTION and keep XLA_PYTHON_CLIENT_MEM_FRACTION=.7")
+    assert said(old).fix.startswith("Unset XLA_CLIENT_MEM_FRACTION and keep XLA_PYTHON_CLIENT_MEM_FRACTION=.7")
     ignored = only(allocator_findings(gpu_like(cpu_run, tmp_path / "ign", jaxlib="0.4.30", env={FRACTION: ".9"},
                                                stats=COMFORTABLE)), "allocator-env")
-    assert ignored.message == ("XLA_CLIENT_MEM_FRACTION=.9 is ignored: jaxlib 0.4.30 reads only "
+    assert said(ignored).message == ("XLA_CLIENT_MEM_FRACTION=.9 is ignored: jaxlib 0.4.30 reads only "
                                "XLA_PYTHON_CLIENT_MEM_FRACTION, so the pool used the default fraction 0.75.")
     no = only(allocator_findings(gpu_like(cpu_run, tmp_path / "no", env={"XLA_PYTHON_CLIENT_PREALLOCATE": "no"},
                                           stats=COMFORTABLE)), "allocator-env")
-    assert "leaves preallocation on" in no.message
+    assert "leaves preallocation on" in said(no).message
     # Nothing to say about a clean environment of either name.
     for jaxlib, name in (("0.10.2", FRACTION), ("0.4.31", OLD_FRACTION)):
         run = gpu_like(cpu_run, tmp_path / f"clean-{jaxlib}", jaxlib=jaxlib, env={name: ".75"}, stats=COMFORTABLE)
@@ -408,9 +416,9 @@ def test_as_report_rules(cpu_run, tmp_path):
         lambda r, rep: fit_findings(will_it_fit(r, 16 * GiB)),
     ])
     assert rules(report.extra_findings) == ["allocator-fragmentation", "allocator-platform", "fit"]
-    assert set(report.findings["rule"]) >= {"allocator-fragmentation", "allocator-platform", "fit"}
+    assert {f.rule for f in report.findings} >= {"allocator-fragmentation", "allocator-platform", "fit"}
     fit = only(report.extra_findings, "fit")
-    assert "from the allocator's high-water mark (peak_bytes_in_use) on cuda:0" in fit.evidence
+    assert "from the allocator's high-water mark (peak_bytes_in_use) on cuda:0" in said(fit).evidence
 
 
 def test_versions_and_names():

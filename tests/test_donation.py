@@ -18,6 +18,7 @@ from conftest import cpu_env, line_of, run_cli, write_script
 from jaxmemprof.analysis.advice.donation import donation_findings, jit_memory
 from jaxmemprof.analysis.sites import Attribution
 from jaxmemprof.store.reader import load_run
+from jaxmemprof.render.findings import words
 
 KiB = 1024
 
@@ -63,10 +64,10 @@ def test_forgotten_donation_is_recommended_with_the_right_bytes(tmp_path):
     [f] = _donations(run, att)
     assert f.site == f"nodonate.py:{line_of(script, 'LINE-JIT')}"
     assert f.saving_bytes == STATE_BYTES
-    assert "'params'" in f.message and "'opt'" in f.message and "'batch'" not in f.message
-    assert "donate_argnums=(0, 1)" in f.fix
-    assert "step = jax.jit(update, donate_argnums=(0, 1))  # LINE-JIT" in f.fix  # the edited line
-    assert "params['w'] float32[512,256] -> output[0]['w']" in f.evidence
+    assert "'params'" in words(f).message and "'opt'" in words(f).message and "'batch'" not in words(f).message
+    assert "donate_argnums=(0, 1)" in words(f).fix
+    assert "step = jax.jit(update, donate_argnums=(0, 1))  # LINE-JIT" in words(f).fix  # the edited line
+    assert "params['w'] float32[512,256] -> output[0]['w']" in words(f).evidence
 
 
 def test_applied_donation_gets_no_advice_and_lowers_the_peak_by_the_prediction(tmp_path):
@@ -90,9 +91,9 @@ def test_an_argument_used_after_the_call_is_never_recommended(tmp_path):
         "    params = new_params")
     _, run, att, _ = _record(tmp_path, "reuse.py", source)
     [f] = _donations(run, att)
-    assert "'opt'" in f.message and "'params'" not in f.message
+    assert "'opt'" in words(f).message and "'params'" not in words(f).message
     assert f.saving_bytes == STATE_BYTES // 2
-    assert "donate_argnums=(1,)" in f.fix
+    assert "donate_argnums=(1,)" in words(f).fix
 
 
 def test_keyword_state_gets_donate_argnames(tmp_path):
@@ -111,9 +112,9 @@ for i in range(5):
 """
     _, run, att, _ = _record(tmp_path, "kw.py", source)
     [f] = _donations(run, att)
-    assert 'donate_argnames=("state",)' in f.fix and "donate_argnums" not in f.fix
+    assert 'donate_argnames=("state",)' in words(f).fix and "donate_argnums" not in words(f).fix
     assert f.saving_bytes == 4096
-    assert '@functools.partial(jax.jit, donate_argnames=("state",))' in f.fix
+    assert '@functools.partial(jax.jit, donate_argnames=("state",))' in words(f).fix
 
 
 def test_sharded_state_is_matched_per_shard(tmp_path):
@@ -134,7 +135,7 @@ for i in range(5):
     [f] = _donations(run, att)
     # The sharded state: 1 MiB over 2 devices; the replicated array: 1 KiB on each of 2 devices.
     assert f.saving_bytes == 4096 * 64 * 4 + 2 * 256 * 4
-    assert "donate_argnums=(0, 1)" in f.fix
+    assert "donate_argnums=(0, 1)" in words(f).fix
 
 
 def test_unusable_donation_is_explained(tmp_path):
@@ -153,9 +154,9 @@ for i in range(3):
     warnings = run.events[run.events["kind"] == "warning"]["message"].tolist()
     assert any("Some donated buffers were not usable" in w for w in warnings)
     [f] = [f for f in donation_findings(run, att) if f.rule == "donation-unusable"]
-    assert "float32[1000]" in f.message and "int32[10]" in f.message
-    assert "JAX warned" in f.message
-    assert "float32[]" in f.evidence  # the only output
+    assert "float32[1000]" in words(f).message and "int32[10]" in words(f).message
+    assert "JAX warned" in words(f).message
+    assert "float32[]" in words(f).evidence  # the only output
 
 
 def test_using_a_donated_array_is_explained(tmp_path):
@@ -171,7 +172,7 @@ print(state + 1)  # state was donated
     _, run, att, proc = _record(tmp_path, "used.py", source, check=1)
     assert "deleted" in proc.stderr
     [f] = [f for f in donation_findings(run, att) if f.rule == "donated-then-used"]
-    assert "<lambda>" in f.evidence and f.severity == "high"
+    assert "<lambda>" in words(f).evidence and f.severity == "high"
 
 
 PROBE_SEMANTICS = """

@@ -21,6 +21,7 @@ from jaxmemprof.analysis.leaks import (
 )
 from jaxmemprof.analysis.sites import Attribution
 from jaxmemprof.store.reader import load_run
+from jaxmemprof.render.findings import words
 
 STEPS = 30
 
@@ -241,12 +242,12 @@ def test_leak_finding(leak_run):
     f = found[0]
     assert isinstance(f, Finding)
     site = f"leaky.py:{line_of(script, 'SITE-LEAK')} (main)"
-    assert f.site == site and site in f.message
-    assert "4.00 KiB per step" in f.message
+    assert f.site == site and site in words(f).message
+    assert "4.00 KiB per step" in words(f).message
     assert f.severity == "high"  # 4 MiB more after 1000 steps, ten times the run's peak
     assert f.saving_bytes == 1000 * 4096
-    assert "120.00 KiB" in f.evidence and "32 snapshots" in f.evidence
-    assert "list" in f.fix
+    assert "120.00 KiB" in words(f).evidence and "32 snapshots" in words(f).evidence
+    assert "list" in words(f).fix
 
 
 def test_steady_loop_is_not_a_leak(steady_run):
@@ -276,9 +277,9 @@ def test_function_compiled_for_several_shapes(recompile_run):
     findings = [f for f in leak_findings(leaks(run, att), rc) if f.rule == "recompile"]
     assert len(findings) == 1
     f = findings[0]
-    assert f.site == row["site"] and f.message == f"jit_f was compiled 5 times at {row['site']}."
+    assert f.site == row["site"] and words(f).message == f"jit_f was compiled 5 times at {row['site']}."
     assert f.severity == "low" and f.saving_bytes is None  # no code size on CPU
-    assert "shape" in f.fix
+    assert "shape" in words(f).fix
     assert recompiles(run, att, min_executables=6)["suspect"].sum() == 0
 
 

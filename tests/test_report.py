@@ -48,13 +48,14 @@ def leaky(tmp_path_factory):
 def test_report_sections_and_the_leak(leaky):
     d, run_dir, script = leaky
     out = run_cli("report", run_dir, cwd=d, check=0).stdout
-    for section in ("Summary", "What held the peak", "Timeline", "Lifetimes by site", "Buffer reuse",
+    for section in ("What held the peak", "Timeline", "Lifetimes by site", "Buffer reuse",
                     "Leaks and recompiles", "Findings"):
         assert section in out, section
     step_site = f"leaky.py:{line_of(script, 'LINE-STEP')} (<module>)"
     leak = re.search(r"^\s*\+4\.00 KiB\s.*" + re.escape(step_site), out, re.M)
     assert leak, out
-    assert "[medium]" in out or "[high]" in out or "[low]" in out
+    # Each finding: severity, rule, site and saving on its first line.
+    assert re.search(r"^\d\. (high|medium|low) leak  " + re.escape(step_site) + r"  saves ", out, re.M), out
     assert f"{STEPS} markers" in out
 
 
@@ -118,7 +119,11 @@ def test_export_csv_tables_parse_back(leaky, tmp_path):
     assert int(donate["saving_bytes"]) == MiB and "donate_argnums=(0,)" in donate["fix"]
     jit = pd.read_csv(out / "jit.csv")
     assert jit["alias_bytes"].tolist() == [0]
-    assert list(findings[0]) == ["rule", "severity", "site", "message", "saving_bytes", "fix", "evidence"]
+    assert list(findings[0]) == ["process", "rule", "case", "severity", "site", "saving_bytes", "message", "fix", "evidence",
+                                 "brief", "brief_fix", "facts"]
+    # The facts behind the words, as data: what to donate, by position.
+    facts = json.loads(donate["facts"])
+    assert (facts["function"], facts["argnums"], facts["option"]) == ("<lambda>", [0], "donate_argnums=(0,)")
     # Never overwrite without --force.
     proc = run_cli("export", run_dir, "--csv", out, cwd=d, check=2)
     assert "--force" in proc.stderr

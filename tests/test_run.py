@@ -475,15 +475,15 @@ def test_addresses_modes_and_the_views_they_make(tmp_path, mode, views):
     assert sharded["shard_bytes"] == (8192, 8192)
     assert sharded["addresses"] == (tuple(seen["sharded"]) if mode == "all" else (None, None))
     # The reuse analysis says how many buffers it could not match.
-    from jaxmemprof.analysis.reuse import OBSERVABILITY, reuse
+    from jaxmemprof.analysis.reuse import reuse
+    from jaxmemprof.render.notes import REUSE, unknown_addresses
 
-    note = reuse(run).note
-    if mode == "all":
-        assert note == OBSERVABILITY
-    else:  # auto: two device_put arrays and the sharded one's two shards; none: every buffer
-        unknown = 2 + 2 if mode == "auto" else 3 + 2 + 1
-        assert note.startswith(f"{unknown} of 6 buffers have no recorded address")
-        assert ("--addresses all" if mode == "auto" else "--addresses none") in note
+    r = reuse(run)
+    unknown = {"all": 0, "auto": 2 + 2, "none": 3 + 2 + 1}[mode]  # auto: two device_put arrays, the sharded one's two shards
+    assert (r.buffers, r.unknown_addresses) == (6, unknown)
+    why = unknown_addresses(run.manifest)
+    assert ("--addresses all" if mode == "auto" else "--addresses none" if mode == "none" else "later snapshot") in why
+    assert REUSE.startswith("Reuse is observed at snapshot resolution")
 
 
 def test_sampling_budget_holds_since_the_last_snapshot_and_since_the_start(tmp_path):

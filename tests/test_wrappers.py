@@ -25,6 +25,7 @@ from jaxmemprof.analysis.findings import Finding, in_proportion
 from jaxmemprof.analysis.leaks import leak_findings, leaks, recompiles, rejits
 from jaxmemprof.analysis.sites import Attribution
 from jaxmemprof.store.reader import load_run
+from jaxmemprof.render.findings import words
 
 PROGRAMS = REPO / "sample_runs" / "libraries"
 # The MLP of the programs at their default --width: Linear(256, 512) and Linear(512, 10), float32.
@@ -95,9 +96,9 @@ def test_wrapper_gets_donation_advice_in_its_own_terms(tmp_path, program):
     [f] = [f for f in donation_findings(run, att) if f.rule == "donate"]
     assert f.site == f"{program}:{jit_line}"
     assert f.saving_bytes == saving
-    assert f"of {function} (defined at {program}:" in f.message
+    assert f"of {function} (defined at {program}:" in words(f).message
     if edited is None:
-        assert f.fix == (f'filter_jit make_step with donate="all-except-first" and pass x, y as its first argument '
+        assert words(f).fix == (f'filter_jit make_step with donate="all-except-first" and pass x, y as its first argument '
                          f"(one tuple) (at {program}:{jit_line}): the program uses them after the call, and equinox "
                          f"donates every array argument but the first's")
         text = script.read_text()
@@ -106,7 +107,7 @@ def test_wrapper_gets_donation_advice_in_its_own_terms(tmp_path, program):
             text = text.replace(old, new)
     else:
         # Apply the advice as printed.
-        assert f":  {edited}" in f.fix, f.fix
+        assert f":  {edited}" in words(f).fix, words(f).fix
         lines = script.read_text().splitlines()
         lines[jit_line - 1] = edited
         text = "\n".join(lines) + "\n"
@@ -251,14 +252,14 @@ def test_recompiles_that_keep_coming_are_found_and_setup_compiles_are_not(tmp_pa
     # 8 executables at one line, one per shape, as many as the old rule (5 or more) called a recompilation.
     assert len(init) == 1 and init["max_count"].item() == 8 and not init["suspect"].item()
     assert init["new_after_setup"].item() == 0
-    [loop] = [f for f in found if "jitted 12 times" in f.message]
+    [loop] = [f for f in found if "jitted 12 times" in words(f).message]
     assert loop.site.startswith(f"recompiles.py:{line_of(script, 'SITE-LOOPJIT')}")
-    assert "outside the loop" in loop.fix
+    assert "outside the loop" in words(loop).fix
 
 
 def test_severity_in_proportion_to_the_peak():
     def f(saving, severity="medium", rule="donate"):
-        return Finding(rule=rule, severity=severity, site="a.py:1", message="", evidence="", saving_bytes=saving)
+        return Finding(rule=rule, severity=severity, site="a.py:1", saving_bytes=saving)
 
     MiB, GiB = 1024**2, 1024**3
     got = in_proportion([f(396), f(2 * MiB, "high"), f(41 * MiB, "high"), f(None), f(10, rule="recompile")], 4 * GiB)
@@ -369,8 +370,9 @@ def test_donation_is_advised_only_where_nothing_uses_the_input_again(tmp_path):
     at = {name: f"advice.py:{line_of(script, marker) - 1}" for name, marker in
           (("step", "LINE-STEP"), ("inner", "LINE-INNER"), ("first_kept", "LINE-FIRST"))}
     assert set(found) == set(at.values())  # not norm, kept, same_statement or twice
-    assert "stayed referenced" not in found[at["step"]].fix
-    assert "the first call's w stayed referenced" in found[at["first_kept"]].fix
+    assert "stayed referenced" not in words(found[at["step"]]).fix
+    assert "the first call's w stayed referenced" in words(found[at["first_kept"]]).fix
+    assert found[at["first_kept"]].fact("first_kept") == ["w"] and found[at["step"]].fact("first_kept") == []
 
 
 SCRIPT_VIEWS = """

@@ -1,28 +1,42 @@
-"""Findings: what the analyses conclude, as records a person can act on.
+"""Findings: what the analyses conclude, as data.
 
-Every rule (leaks, recompiles, and later donation and allocator advice) adds
-to one list; ``report`` ranks it, ``export`` writes it as findings.csv.
+Every rule (leaks, recompiles, donation, allocator and capacity advice,
+inside-jit hints) adds to one list of ``Finding`` records. A finding holds
+facts, never sentences: its rule, severity, the user's line it is about, what
+acting on it saves, and ``facts``, the figures and names behind it under the
+names docs/glossary.md gives them. ``render/findings.py`` turns a finding into
+words (terse in the terminal, in full with ``report --explain``, in JSON and
+CSV), so the same facts can be said in every output.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
-
-import pandas as pd
+from dataclasses import dataclass, field, replace
 
 SEVERITIES = ("high", "medium", "low", "info")
-COLUMNS = ["rule", "severity", "site", "message", "saving_bytes", "fix", "evidence"]
+# Every rule a finding can have, and the module that makes it (docs/glossary.md says each).
+RULES = {
+    "leak": "analysis/leaks.py", "recompile": "analysis/leaks.py",
+    "donate": "analysis/advice/donation.py", "donation-unusable": "analysis/advice/donation.py",
+    "donated-then-used": "analysis/advice/donation.py",
+    "allocator-fraction": "analysis/advice/allocator.py", "allocator-preallocate": "analysis/advice/allocator.py",
+    "allocator-fragmentation": "analysis/advice/allocator.py", "allocator-env": "analysis/advice/allocator.py",
+    "allocator-platform": "analysis/advice/allocator.py", "fit": "analysis/advice/capacity.py",
+    "remat": "analysis/inside_jit.py", "narrow-dtype": "analysis/inside_jit.py",
+}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Finding:
-    rule: str  # e.g. "leak", "recompile"
+    rule: str  # e.g. "leak", "donate", "allocator-fraction"
     severity: str  # high, medium, low, info
-    site: str  # path:line (function), or "" when it is about the whole run
-    message: str  # one sentence: what was found
-    evidence: str  # the figures behind it
+    site: str = ""  # path:line (function) it is about, or "" when it is about the whole run
     saving_bytes: int | None = None  # what acting on it saves, where known
-    fix: str = ""  # what to change
+    facts: dict = field(default_factory=dict)  # the figures and names behind it (JSON values only)
+    case: str = ""  # which of the rule's cases, where it has several (the words differ)
+
+    def fact(self, name, default=None):
+        return self.facts.get(name, default)
 
 
 # Rules whose saving is not what they are about (a recompilation costs time;
@@ -39,14 +53,8 @@ def in_proportion(findings: list[Finding], peak_bytes: int) -> list[Finding]:
             else f for f in findings]
 
 
-def findings_frame(findings: list[Finding]) -> pd.DataFrame:
-    """Findings ranked: severity, then bytes saved (largest first)."""
-    if not findings:
-        return pd.DataFrame({c: pd.Series(dtype=object) for c in COLUMNS})
-    df = pd.DataFrame([asdict(f) for f in findings])[COLUMNS]
-    order = df["severity"].map({s: i for i, s in enumerate(SEVERITIES)}).fillna(len(SEVERITIES))
-    saving = df["saving_bytes"].fillna(-1)
-    df = df.assign(_o=order, _s=-saving).sort_values(["_o", "_s", "rule", "site"], kind="stable")
-    df = df.drop(columns=["_o", "_s"]).reset_index(drop=True)
-    df["saving_bytes"] = df["saving_bytes"].astype("Int64")
-    return df
+def ranked(findings: list[Finding]) -> list[Finding]:
+    """Severity first, then bytes saved (largest first), then rule and site."""
+    order = {s: i for i, s in enumerate(SEVERITIES)}
+    return sorted(findings, key=lambda f: (order.get(f.severity, len(SEVERITIES)),
+                                           -(f.saving_bytes if f.saving_bytes is not None else -1), f.rule, f.site))

@@ -32,7 +32,6 @@ import pandas as pd
 
 from jaxmemprof.analysis.findings import Finding
 from jaxmemprof.analysis.sites import NO_STACK, Attribution
-from jaxmemprof.units import format_bytes
 
 PEAK_COLUMNS = ["function_id", "function", "site", "file", "line", "kind", "bytes", "buffers", "share_of_peak",
                 "program_peak_bytes"]
@@ -153,29 +152,15 @@ def inside_jit_findings(run, attribution: Attribution = Attribution()) -> list[F
         kept = temps.loc[forward.astype(bool)]
         if fid not in remat and int(kept["bytes"].sum()) >= REMAT_SHARE * peak:
             by_line = kept.groupby("site")["bytes"].sum().sort_values(ascending=False)
-            lines = ", ".join(f"{format_bytes(v)} at {s}" for s, v in by_line.head(3).items())
             saving = int(kept["bytes"].sum())
-            out.append(Finding(
-                rule="remat", severity="low", site=str(by_line.index[0]),
-                message=(f"At {name}'s peak, {format_bytes(saving)} ({saving / peak:.0%} of it) are activations "
-                         f"its forward pass keeps for the backward pass: {lines}."),
-                evidence=(f"XLA's buffers live at the program's peak ({format_bytes(peak)}): {len(kept)} made by "
-                          f"forward-pass (jvp) ops and still live there"),
-                saving_bytes=saving,
-                fix=(f"Recompute them in the backward pass instead: wrap the layer or block at {by_line.index[0]} "
-                     "in jax.checkpoint (jax.remat; nnx.remat, eqx.filter_checkpoint), trading compute for "
-                     "memory; a policy such as jax.checkpoint_policies.dots_saveable keeps the matmuls only.")))
+            out.append(Finding(rule="remat", severity="low", site=str(by_line.index[0]), saving_bytes=saving, facts={
+                "function": str(name), "program_peak_bytes": peak, "kept_bytes": saving, "buffers": int(len(kept)),
+                "by_line": [[str(s), int(v)] for s, v in by_line.head(3).items()]}))
         wide = temps.loc[temps["shape"].astype(str).str.startswith("f32[").astype(bool)]
         if int(wide["bytes"].sum()) >= NARROW_SHARE * peak:
             by_line = wide.groupby("site")["bytes"].sum().sort_values(ascending=False)
             half = int(wide["bytes"].sum()) // 2
-            out.append(Finding(
-                rule="narrow-dtype", severity="low", site=str(by_line.index[0]),
-                message=(f"At {name}'s peak, float32 temporaries hold {format_bytes(2 * half)} "
-                         f"({2 * half / peak:.0%} of it), the most at {by_line.index[0]}."),
-                evidence=f"XLA's buffers live at the program's peak ({format_bytes(peak)}), float32 temporaries",
-                saving_bytes=half,
-                fix=("Compute in bfloat16 where precision allows (the activations or the matmuls: "
-                     "x.astype(jnp.bfloat16), or a model dtype of bfloat16 with float32 parameters): "
-                     "it halves these buffers.")))
+            out.append(Finding(rule="narrow-dtype", severity="low", site=str(by_line.index[0]), saving_bytes=half,
+                               facts={"function": str(name), "program_peak_bytes": peak, "float32_bytes": 2 * half,
+                                      "by_line": [[str(s), int(v)] for s, v in by_line.head(3).items()]}))
     return out

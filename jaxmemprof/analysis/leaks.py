@@ -41,7 +41,6 @@ import pandas as pd
 from jaxmemprof.analysis.findings import Finding
 from jaxmemprof.analysis.sites import NO_STACK, Attribution
 from jaxmemprof.analysis.timeline import SiteSeries, markers_seen, site_codes
-from jaxmemprof.units import format_bytes
 
 KiB = 1024
 GiB = 1024**3
@@ -441,15 +440,16 @@ def rejits(run, attribution: Attribution = Attribution(), *, min_functions: int 
 # -- findings --------------------------------------------------------------------------
 
 
-def _rate(v: float) -> str:
-    return format_bytes(v) if v == v else "?"
+def _number(v):
+    """A JSON-able number: None for NaN."""
+    return None if v is None or v != v else v
 
 
 def leak_findings(leaks_df: pd.DataFrame, recompiles_df: pd.DataFrame,
                   rejits_df: pd.DataFrame | None = None) -> list[Finding]:
     """One finding per leak (rule ``leak``) and per recompilation suspect
-    (rule ``recompile``): executables that keep coming, or a function jitted
-    again and again.
+    (rule ``recompile``): executables that keep coming (case
+    ``executables``), or a function jitted again and again (case ``rejit``).
 
     A leak is ``high`` when its projected growth reaches half the run's peak
     or 1 GiB, ``medium`` from a tenth of the peak, else ``low``; its
@@ -462,61 +462,35 @@ def leak_findings(leaks_df: pd.DataFrame, recompiles_df: pd.DataFrame,
         share = r.projected_share_of_peak
         share = float(share) if share == share and share is not None else 0.0
         severity = "high" if share >= 0.5 or growth >= GiB else "medium" if share >= 0.1 else "low"
-        per_step = r.growth_bytes_per_step
-        if per_step == per_step:  # not NaN: the run has step markers
-            rate = f"{_rate(per_step)} per step ({_rate(r.growth_bytes_per_s)}/s)"
-            horizon = f"{int(r.projected_steps)} more steps"
-        else:
-            rate = f"{_rate(r.growth_bytes_per_s)}/s"
-            horizon = f"another {float(r.projected_seconds):.1f} s"
-        message = f"Live memory at {r.site} keeps growing: {rate}."
-        evidence = (
-            f"{format_bytes(r.live_bytes_first)} -> {format_bytes(r.live_bytes_last)} over "
-            f"{int(r.snapshots_used)} snapshots ({int(r.arrays_last)} arrays alive at the last); "
-            f"Mann-Kendall tau {r.tau:.2f}, p = {r.p_value:.2g}; projected "
-            f"{format_bytes(r.projected_bytes_after)} after {horizon} "
-            f"(+{format_bytes(growth)}"
-            + (f", {share:.0%} of the run's peak)" if share else ")")
-        )
-        fix = (
-            f"Find what keeps the arrays made at {r.site} alive: an array appended to a list or stored "
-            "in a dict each step (e.g. losses kept for logging: keep a Python float via float() or "
-            "jax.device_get, or only the last few), a cache that is never evicted, or a closure or "
-            "global holding them."
-        )
-        out.append(Finding(rule="leak", severity=severity, site=str(r.site), message=message,
-                           evidence=evidence, saving_bytes=growth, fix=fix))
+        per_step = _number(r.growth_bytes_per_step)
+        out.append(Finding(rule="leak", severity=severity, site=str(r.site), saving_bytes=growth, facts={
+            "growth_bytes_per_step": per_step,
+            "growth_bytes_per_s": _number(float(r.growth_bytes_per_s)),
+            "live_bytes_first": int(r.live_bytes_first), "live_bytes_last": int(r.live_bytes_last),
+            "snapshots_used": int(r.snapshots_used), "arrays_last": int(r.arrays_last),
+            "tau": float(r.tau), "p_value": float(r.p_value),
+            "projected_bytes_after": int(r.projected_bytes_after), "projected_growth_bytes": growth,
+            "projected_steps": int(r.projected_steps) if per_step is not None else None,
+            "projected_seconds": None if per_step is not None else _number(float(r.projected_seconds)),
+            "projected_share_of_peak": share,
+        }))
     suspects = rejits_df[rejits_df["suspect"]] if rejits_df is not None and len(rejits_df) else ()
     rejit_sites = set(suspects["site"]) if len(suspects) else set()
     for r in recompiles_df[recompiles_df["suspect"]].itertuples(index=False) if len(recompiles_df) else ():
         if r.site in rejit_sites:
             continue  # the same line jits a new function each time: said below, with its cause
-        what = r.name or "executables"
         count = int(r.max_count)
         code = int(r.last_code_bytes) or int(r.first_code_bytes)
         saving = int(code * (count - 1) / count) if code and count else None
-        message = f"{what} was compiled {count} times at {r.site}."
-        evidence = (
-            f"{count} executables loaded at most; {int(r.first_count)} when first seen (snapshot "
-            f"{int(r.first_snapshot_seen)}), {int(r.last_count)} at the last snapshot; generated code "
-            f"{format_bytes(code)}"
-        )
-        fix = (
-            "Each new input shape, dtype or static-argument value compiles the function again: pad or "
-            "bucket shapes to a few sizes, keep changing Python values out of static_argnums (equinox's "
-            "filter_jit makes every non-array argument static: pass a changing number as an array, "
-            "jnp.asarray(lr)), and create jax.jit(f) once, outside loops."
-        )
-        out.append(Finding(rule="recompile", severity="medium" if count >= 10 else "low", site=str(r.site),
-                           message=message, evidence=evidence, saving_bytes=saving, fix=fix))
+        out.append(Finding(
+            rule="recompile", case="executables", severity="medium" if count >= 10 else "low", site=str(r.site),
+            saving_bytes=saving, facts={
+                "function": r.name or "", "executables": count, "first_count": int(r.first_count),
+                "first_snapshot": int(r.first_snapshot_seen), "last_count": int(r.last_count),
+                "generated_code_bytes": code}))
     for r in suspects.itertuples(index=False) if len(suspects) else ():
         count = int(r.functions)
         out.append(Finding(
-            rule="recompile", severity="medium" if count >= 10 else "low", site=str(r.site),
-            message=f"{r.name} was jitted {count} times at {r.site}: each new jitted function is traced "
-                    f"and compiled again.",
-            evidence=f"{count} jitted functions made on that line, {int(r.after_setup)} of them after the setup",
-            saving_bytes=None,
-            fix="Create the jitted function once, outside the loop (at module level, or before the loop), "
-                "and pass what changes as arguments."))
+            rule="recompile", case="rejit", severity="medium" if count >= 10 else "low", site=str(r.site),
+            facts={"function": str(r.name), "functions": count, "after_setup": int(r.after_setup)}))
     return out

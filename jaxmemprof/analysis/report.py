@@ -13,12 +13,12 @@ import pandas as pd
 from jaxmemprof.analysis.advice.allocator import allocator_findings
 from jaxmemprof.analysis.advice.capacity import fit_findings, will_it_fit
 from jaxmemprof.analysis.advice.donation import donation_findings, estimated_true_peak, jit_memory
-from jaxmemprof.analysis.findings import Finding, findings_frame, in_proportion
+from jaxmemprof.analysis.findings import Finding, in_proportion, ranked
 from jaxmemprof.analysis.groups import Summary
 from jaxmemprof.analysis.inside_jit import inside_jit_findings, largest_buffers, peak_by_line
 from jaxmemprof.analysis.leaks import leak_findings, leaks, recompiles, rejits
 from jaxmemprof.analysis.lifetimes import array_lifetimes, estimated_site_churn, site_lifetimes
-from jaxmemprof.analysis.reuse import OBSERVABILITY, reuse
+from jaxmemprof.analysis.reuse import reuse
 from jaxmemprof.analysis.runs import sites_holding
 from jaxmemprof.analysis.sites import Attribution
 from jaxmemprof.analysis.timeline import Timeline, timeline
@@ -41,7 +41,8 @@ class Report:
     churn: pd.DataFrame  # estimated births/deaths per site (runs without array data)
     reuse_by_device: pd.DataFrame
     reuse_by_site: pd.DataFrame
-    reuse_note: str
+    reuse_buffers: int  # buffers (array shards) the reuse analysis matched by address
+    reuse_unknown_addresses: int  # of those, buffers with no recorded address (not matched)
     leaks: pd.DataFrame
     recompiles: pd.DataFrame
     jit_memory: pd.DataFrame  # per jitted function: XLA's memory analysis
@@ -50,7 +51,7 @@ class Report:
     true_peak_bytes: int | None  # the snapshot peak plus what snapshots cannot see inside calls
     true_peak_where: str
     fit: object  # capacity.Fit for --device-memory, else None
-    findings: pd.DataFrame
+    findings: list  # Finding records, ranked (render/findings.py says them)
     extra_findings: list = field(default_factory=list)
 
 
@@ -67,10 +68,11 @@ def build_report(run, attribution: Attribution, *, top_sites: int = 10, steps: i
         per_site = site_lifetimes(arrays, run)
         churn = pd.DataFrame()
         r = reuse(run, arrays)
-        reuse_by_device, reuse_by_site, reuse_note = r.by_device, r.by_site, r.note
+        reuse_by_device, reuse_by_site = r.by_device, r.by_site
+        reuse_buffers, reuse_unknown = r.buffers, r.unknown_addresses
     else:
         arrays = per_site = reuse_by_device = reuse_by_site = pd.DataFrame()
-        reuse_note = OBSERVABILITY
+        reuse_buffers = reuse_unknown = 0
         churn = estimated_site_churn(run, attribution)
 
     leak_rows = leaks(run, attribution, steps=steps)
@@ -131,14 +133,15 @@ def build_report(run, attribution: Attribution, *, top_sites: int = 10, steps: i
         path=str(run.path), manifest=m, finished=run.finished, has_arrays=run.has_arrays,
         warnings=list(run.warnings) + probe_warnings(run), summary=summary, peak_sites=peak_sites, timeline=tl,
         arrays=arrays, lifetimes=per_site, churn=churn, reuse_by_device=reuse_by_device,
-        reuse_by_site=reuse_by_site, reuse_note=reuse_note, leaks=leak_rows,
+        reuse_by_site=reuse_by_site, reuse_buffers=reuse_buffers, reuse_unknown_addresses=reuse_unknown,
+        leaks=leak_rows,
         recompiles=recompile_rows, jit_memory=memory_in_jit, jit_peak=peak_by_line(run, attribution),
         jit_buffers=largest_buffers(run, attribution), true_peak_bytes=true_peak, true_peak_where=where,
-        fit=fit, findings=findings_frame(found),
+        fit=fit, findings=ranked(found),
     )
     extra = [f for rule in extra_rules for f in rule(run, report)]
     if extra:
-        report = replace(report, findings=findings_frame(found + extra), extra_findings=extra)
+        report = replace(report, findings=ranked(found + extra), extra_findings=extra)
     return report
 
 

@@ -35,7 +35,7 @@ previous_last_snapshot, previous_end_snapshot, previous_bytes, previous_how,
 gap_snapshots`` (``first_snapshot - previous_end_snapshot``: 0 is immediate),
 ``same_size, immediately, donated_in_place, process``.
 
-What snapshots can and cannot see: :data:`OBSERVABILITY`.
+What snapshots can and cannot see of reuse: docs/reports.md (buffer reuse).
 """
 
 from __future__ import annotations
@@ -47,19 +47,6 @@ import numpy as np
 import pandas as pd
 
 from jaxmemprof.analysis.sites import NO_STACK
-
-OBSERVABILITY = (
-    "Reuse is observed at snapshot resolution. A snapshot sees only the buffers alive at that "
-    "instant: a buffer made and freed between two snapshots is never seen, so reuses of its "
-    "address, and by it, are invisible; when an address changed hands several times between two "
-    "snapshots, only its last holder is seen. A buffer counts as reusing an address when it is "
-    "first seen, on the same device, at an address whose earlier holders had all gone by then; "
-    "when, and through how many hands, it passed in between is not known. 'deleted' means donated "
-    "or .delete()d; a donated input whose last reference is dropped at once (state = step(state)) "
-    "is seen as freed, so that donation counts as an immediate same-size reuse, not as "
-    "donated_in_place. Two arrays holding one address at the same time are one buffer seen "
-    "twice (aliased), not a reuse."
-)
 
 SITE_COLUMNS = ["site", "file", "line", "function"]
 COUNT_COLUMNS = [
@@ -77,12 +64,15 @@ EVENT_COLUMNS = [
 @dataclass(frozen=True)
 class Reuse:
     """Address reuse per device, per site (of the new buffer), and per event
-    (columns: the module docstring); ``note``: what snapshots can observe."""
+    (columns: the module docstring); ``unknown_addresses``: buffers with
+    no recorded address, which are not matched (``addresses_read`` says
+    why: the run's ``--addresses`` setting)."""
 
     by_device: pd.DataFrame
     by_site: pd.DataFrame
     events: pd.DataFrame
-    note: str = OBSERVABILITY
+    buffers: int = 0
+    unknown_addresses: int = 0
 
 
 def _empty(columns: list[str]) -> pd.DataFrame:
@@ -103,20 +93,6 @@ def _addresses(values: list) -> tuple[np.ndarray, np.ndarray]:
             if isinstance(v, int) and 0 <= v < 2**64:
                 out[i], known[i] = v, True
         return out, known
-
-
-def _why_unknown(run) -> str:
-    """Why buffers of ``run`` may lack an address, from how it was recorded."""
-    settings = (getattr(run, "manifest", None) or {}).get("settings")
-    mode = settings.get("addresses") if isinstance(settings, dict) else None
-    if mode in (False, "none"):
-        return "this run read no buffer address (`jaxmemprof run --addresses none`)."
-    why = ("an array still being computed when a background snapshot saw it gets its address at a later "
-           "snapshot, if it lives that long")
-    if mode == "auto":
-        why += ("; and `--addresses auto` (the default) leaves sharded and device_put arrays unread, since "
-                "reading one makes JAX keep a per-shard view of the array (`--addresses all` reads them)")
-    return why + "."
 
 
 def shard_table(run, arrays_df: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -278,14 +254,10 @@ def reuse(run, arrays_df: pd.DataFrame | None = None) -> Reuse:
         }
     )
     events = events.sort_values(["first_snapshot", "device", "address", "array_id"], kind="stable")
-    unknown = int((~shards["known_address"].to_numpy()).sum())
-    note = OBSERVABILITY
-    if unknown:
-        note = f"{unknown} of {len(shards)} buffers have no recorded address and are not matched: " + _why_unknown(run)
-        note += " " + OBSERVABILITY
     return Reuse(
         by_device=by_device[["device"] + COUNT_COLUMNS].reset_index(drop=True),
         by_site=by_site[SITE_COLUMNS + COUNT_COLUMNS].reset_index(drop=True),
         events=events[EVENT_COLUMNS].reset_index(drop=True),
-        note=note,
+        buffers=int(len(shards)),
+        unknown_addresses=int((~shards["known_address"].to_numpy()).sum()),
     )

@@ -96,6 +96,7 @@ def _run_summary(tgt, directory):
         from jaxmemprof.analysis.report import build_report
         from jaxmemprof.analysis.runs import overview
         from jaxmemprof.render import text
+        from jaxmemprof.render.report import render_findings
         from jaxmemprof.store.reader import load_run
 
         run_ = load_run(directory)
@@ -108,7 +109,10 @@ def _run_summary(tgt, directory):
         text.render_run_summary(ov, con, target=" ".join(tgt.argv), run_dir=str(directory), warnings=problems)
         if ov.peak_snapshot is not None:
             if len(run_.arrays) <= _SUMMARY_MAX_ARRAYS:
-                text.render_findings_brief(build_report(run_, att, top_sites=5).findings, con)
+                findings = build_report(run_, att, top_sites=5).findings
+                if findings:
+                    con.print(f"findings ({len(findings)}):")
+                    render_findings(findings, con, limit=2)
             else:
                 con.print(f"jaxmemprof: {len(run_.arrays)} arrays recorded: run `jaxmemprof report` for the findings")
     except Exception as exc:  # the run itself is safe on disk

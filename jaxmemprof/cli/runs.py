@@ -13,8 +13,8 @@ from jaxmemprof.cli.jobs import export_job_csv, process_option, report_job, run_
 
 @cli.command()
 @click.argument("run_dir", metavar="RUN")
-@click.option("--top", type=click.IntRange(min=1), default=10, show_default=True, metavar="N",
-              help="Rows per section (sites, lifetimes, reuse, leaks).")
+@click.option("--top", type=click.IntRange(min=1), default=5, show_default=True, metavar="N",
+              help="Rows per section in the terminal (sites, lifetimes, reuse, leaks); JSON has every row.")
 @click.option("--steps", type=click.IntRange(min=1), default=1000, show_default=True, metavar="N",
               help="Project leaks this many steps (markers) ahead.")
 @click.option("--device-memory", type=Size(), default=None, metavar="SIZE",
@@ -22,12 +22,14 @@ from jaxmemprof.cli.jobs import export_job_csv, process_option, report_job, run_
                    "under JAX's default preallocation, and with which settings it would.")
 @click.option("--json", "as_json", is_flag=True, help="Write every section's rows as JSON to stdout.")
 @process_option
+@click.option("--explain", is_flag=True,
+              help="Say every finding in full, with its evidence and trade-offs, and how each section is measured.")
 @click.option("--html", "html_path", metavar="FILE", default=None,
               help="Write the report as one self-contained HTML page (timeline, flame graphs, lifetimes, "
                    "memory inside jit, findings; opens offline) to FILE.")
 @click.option("--force", is_flag=True, help="Overwrite an existing --html file (only a regular file).")
 @attribution_options
-def report(run_dir, top, steps, device_memory, as_json, html_path, force, library, user, all_frames):
+def report(run_dir, top, steps, device_memory, as_json, explain, html_path, force, library, user, all_frames):
     """Report on a run: the peak and what held it, the timeline, lifetimes,
     buffer reuse, leaks, recompiles, and findings.
 
@@ -37,6 +39,7 @@ def report(run_dir, top, steps, device_memory, as_json, html_path, force, librar
     \b
     Examples:
       jaxmemprof report jaxmemprof-runs/train-20260101-120000
+      jaxmemprof report RUN --explain            # every finding's evidence, every method
       jaxmemprof report RUN --top 20 --steps 10000
       jaxmemprof report RUN --device-memory 16GiB   # plan a GPU job from a CPU run
       jaxmemprof report RUN --json > report.json
@@ -63,7 +66,7 @@ def report(run_dir, top, steps, device_memory, as_json, html_path, force, librar
     from jaxmemprof.render import text
     from jaxmemprof.render.report import render_report
 
-    render_report(rep, text.console(stdout_stream()), top=top)
+    render_report(rep, text.console(stdout_stream()), top=top, explain=explain)
 
 
 @cli.command()

@@ -1,4 +1,9 @@
-"""``jaxmemprof report`` in the terminal: sections of small tables."""
+"""``jaxmemprof report`` in the terminal: sections of small tables.
+
+Quiet by default: a section with nothing to say takes one line, identical
+rows of several devices are one row, each finding takes three lines, and
+the methods behind each section (render/notes.py) and every finding's full
+words and figures (render/findings.py) come with ``--explain``."""
 
 from __future__ import annotations
 
@@ -10,6 +15,8 @@ from rich.table import Table
 from rich.text import Text
 
 from jaxmemprof.analysis.report import Report, peak_devices
+from jaxmemprof.render import findings as said
+from jaxmemprof.render import notes
 from jaxmemprof.render.text import safe
 from jaxmemprof.units import format_bytes
 
@@ -38,9 +45,9 @@ def _seconds(x) -> str:
 
 
 def _table(*columns: str) -> Table:
-    t = Table(box=None, pad_edge=False, header_style="bold")
+    t = Table(box=None, pad_edge=False, collapse_padding=True, header_style="bold")
     for c in columns:
-        t.add_column(c, justify="left" if c in ("site", "device", "name", "rule", "finding", "fix") else "right",
+        t.add_column(c, justify="left" if c in ("site", "device", "name", "function") else "right",
                      overflow="fold")
     return t
 
@@ -50,69 +57,117 @@ def _heading(con: Console, text: str) -> None:
     con.print(Text(text, style="bold underline"))
 
 
-def render_report(rep: Report, con: Console, *, top: int) -> None:
+def _quiet(con: Console, title: str, text: str) -> None:
+    """A section with nothing to say: one line."""
+    con.print()
+    line = Text(title, style="bold underline")
+    line.append(Text(f": {text}", style=""))
+    con.print(line)
+
+
+def _explained(con: Console, explain: bool, text: str) -> None:
+    if explain:
+        con.print(Text(safe(text), style="dim"))
+
+
+def device_ranges(devices) -> str:
+    """``cpu:0-7 (8 devices)`` for devices named with consecutive numbers,
+    else the names; one device is its name."""
+    names = [str(d) for d in devices]
+    if len(names) == 1:
+        return names[0]
+    parsed = []
+    for n in names:
+        stem, _, num = n.rpartition(":")
+        parsed.append((stem, int(num)) if num.isdigit() and stem else None)
+    if all(parsed) and len({s for s, _ in parsed}) == 1:
+        nums = sorted(i for _, i in parsed)
+        if nums == list(range(nums[0], nums[0] + len(nums))):
+            return f"{parsed[0][0]}:{nums[0]}-{nums[-1]} ({len(nums)} devices)"
+    return f"{', '.join(names)} ({len(names)} devices)"
+
+
+def collapse_devices(rows: pd.DataFrame, columns: list[str]) -> list[tuple[str, pd.Series]]:
+    """Rows per device, with devices whose ``columns`` are all equal as one
+    row: (devices in words, the row)."""
+    groups: dict[tuple, list] = {}
+    first: dict[tuple, pd.Series] = {}
+    for _, r in rows.iterrows():
+        key = tuple(r[c] for c in columns)
+        groups.setdefault(key, []).append(r["device"])
+        first.setdefault(key, r)
+    return [(device_ranges(devs), first[key]) for key, devs in groups.items()]
+
+
+def render_report(rep: Report, con: Console, *, top: int, explain: bool = False) -> None:
     s = rep.summary
     con.print(Text(f"jaxmemprof report: {safe(rep.path)}", style="bold"))
     for w in rep.warnings:
         con.print(Text(f"warning: {safe(w)}", style="yellow"))
-
-    _heading(con, "Summary")
-    lines = [
-        f"command: {safe(s['command']) or '-'}",
-        f"ran {_seconds(s['duration_s'])}, ended by {safe(s['ended_by'] or '?')} (exit status {s['exit_status']}); "
-        f"backend {safe(s['backend'] or '?')}, {s['devices']} device(s)",
-        f"{s['snapshots']} snapshots, {s['markers']} markers, {s['arrays_seen']} arrays seen; "
-        f"sampling took {s['sampling_cpu_s']:.2f} s of CPU",
-    ]
-    if s["peak_snapshot"] is not None:
-        lines.append(f"peak: {format_bytes(s['peak_bytes'])} live at {s['peak_t']:.2f} s (snapshot {s['peak_snapshot']})")
-        per_dev = peak_devices(rep)
-        if len(per_dev) > 1:
-            lines.append("at the peak by device: " + ", ".join(
-                f"{safe(d)} {format_bytes(b)}" for d, b in zip(per_dev["device"], per_dev["live_bytes"])))
-    if s["estimated_true_peak_bytes"] is not None:
-        lines.append(f"estimated true peak, with XLA's temporaries inside jitted calls: "
-                     f"{format_bytes(s['estimated_true_peak_bytes'])} ({s['estimated_true_peak_where']})")
-    if s["peak_unattributed_bytes"] is not None:
-        lines.append(f"unattributed at the peak (in use by the allocator, not by live arrays): "
-                     f"{format_bytes(s['peak_unattributed_bytes'])}")
-    for line in lines:
-        con.print(Text(line))
-
+    _render_summary(rep, con, explain)
     if rep.peak_sites is not None and len(rep.peak_sites.rows):
         _heading(con, f"What held the peak (snapshot {s['peak_snapshot']})")
         t = _table("bytes", "count", "%", "site")
         for _, r in rep.peak_sites.rows.iterrows():
             t.add_row(format_bytes(r["bytes"]), str(r["count"]), f"{100 * r['share']:.1f}%", Text(safe(r["site"])))
         con.print(t)
-
     _render_timeline(rep, con)
-    _render_jit(rep, con, top)
-    _render_lifetimes(rep, con, top)
-    _render_reuse(rep, con, top)
+    _render_jit(rep, con, top, explain)
+    _render_lifetimes(rep, con, top, explain)
+    _render_reuse(rep, con, top, explain)
     _render_leaks(rep, con, top)
-    _render_findings(rep, con)
+    _render_findings(rep, con, explain)
 
 
-def _render_timeline(rep: Report, con: Console) -> None:
+def _render_summary(rep: Report, con: Console, explain: bool) -> None:
+    s = rep.summary
+    ended = "" if s["ended_by"] == "exit" else f" ({safe(s['ended_by'] or '?')})"
+    lines = [
+        f"{safe(s['command']) or '-'}: {_seconds(s['duration_s'])}, exit status {s['exit_status']}{ended}; "
+        f"{safe(s['backend'] or '?')}, {s['devices']} device{'s' if s['devices'] != 1 else ''}",
+        f"{s['snapshots']} snapshots, {s['markers']} markers, {s['arrays_seen']} arrays seen; "
+        f"sampling took {s['sampling_cpu_s']:.2f} s of CPU",
+    ]
+    if s["peak_snapshot"] is not None:
+        lines.append(f"peak {format_bytes(s['peak_bytes'])} live at {s['peak_t']:.2f} s (snapshot {s['peak_snapshot']})")
+        if s["estimated_true_peak_bytes"] is not None and s["estimated_true_peak_bytes"] > s["peak_bytes"]:
+            lines.append(f"estimated true peak {format_bytes(s['estimated_true_peak_bytes'])}, "
+                         f"{safe(s['estimated_true_peak_where'])} (with XLA's temporaries)")
+        per_dev = peak_devices(rep)
+        if len(per_dev) > 1:
+            lines.append("at the peak by device: " + ", ".join(
+                f"{safe(d)} {format_bytes(r['live_bytes'])}" for d, r in collapse_devices(per_dev, ["live_bytes"])))
+    if s["peak_unattributed_bytes"]:
+        lines.append(f"unattributed at the peak (in use by the allocator, not by live arrays): "
+                     f"{format_bytes(s['peak_unattributed_bytes'])}")
+    for line in lines:
+        con.print(Text(line))
+    if explain and s["estimated_true_peak_bytes"] is not None:
+        _explained(con, explain, "estimated true peak: the snapshot peak plus, for the jitted call that adds the "
+                                 "most, what XLA's memory analysis says the call holds beyond its arguments "
+                                 "(outputs not aliased to inputs, temporaries, code): snapshots, taken between "
+                                 "calls, never see it.")
+
+
+def _render_timeline(rep: Report, con: Console, rows: int = 8) -> None:
     tl = rep.timeline
     totals = tl.totals
     if totals.empty:
         return
     _heading(con, "Timeline")
     con.print(Text(f"live bytes  {sparkline(totals['live_bytes'])}  max {format_bytes(tl.peak_bytes)}"))
+    allocator = totals["bytes_in_use"].notna().any()
     t = _table("snapshot", "t", "trigger", "live", "arrays", "markers", *(
-        ["in use", "unattributed"] if totals["bytes_in_use"].notna().any() else []))
-    picks = _sample_rows(totals, tl.peak_snapshot, 12)
+        ["in use", "unattributed"] if allocator else []))
+    picks = _sample_rows(totals, tl.peak_snapshot, rows)
     for _, r in totals.loc[picks].iterrows():
         # Text, not str: rich would read a label's [brackets] as markup (a [link=...] emits an escape).
         cells = [str(r["snapshot"]), f"{r['t']:.2f}",
                  Text(safe(r["trigger"]) + (f" ({safe(r['label'])})" if isinstance(r["label"], str) else "")),
                  format_bytes(r["live_bytes"]), str(r["arrays"]), str(r["markers_seen"])]
-        if totals["bytes_in_use"].notna().any():
+        if allocator:
             cells += [_maybe_bytes(r["bytes_in_use"]), _maybe_bytes(r["unattributed_bytes"])]
-        style = "bold" if r["snapshot"] == tl.peak_snapshot else ""
-        t.add_row(*cells, style=style)
+        t.add_row(*cells, style="bold" if r["snapshot"] == tl.peak_snapshot else "")
     con.print(t)
     if len(picks) < len(totals):
         con.print(Text(f"({len(picks)} of {len(totals)} snapshots shown; export --csv writes them all)"))
@@ -128,38 +183,40 @@ def _sample_rows(totals: pd.DataFrame, peak, n: int) -> list:
     idx = list(totals.index)
     if len(idx) <= n:
         return idx
-    chosen = {idx[round(i * (len(idx) - 1) / (n - 1))] for i in range(n)}
+    chosen = {idx[round(i * (len(idx) - 1) / (n - 2))] for i in range(n - 1)}
     if peak is not None:
         chosen |= set(totals.index[totals["snapshot"] == peak])
     return sorted(chosen)
 
 
-def _render_jit(rep: Report, con: Console, top: int) -> None:
+def _render_jit(rep: Report, con: Console, top: int, explain: bool) -> None:
     jm = rep.jit_memory
     if jm.empty:
         return
     _heading(con, "Memory inside jitted functions (XLA's memory analysis, largest signature)")
-    t = _table("calls", "compiles", "arguments", "outputs", "aliased", "temporaries", "call peak", "donated",
-               "function", "site")
+    recompiled = bool((jm["compiles"].fillna(0) > 1).any())
+    t = _table("calls", *(["compiles"] if recompiled else []), "arguments", "outputs", "aliased", "temporaries",
+               "call peak", "function")
     for _, r in jm.head(top).iterrows():
         calls = "-" if pd.isna(r["calls"]) else ("" if r["calls_complete"] else "≥") + str(r["calls"])
-        t.add_row(calls, "-" if pd.isna(r["compiles"]) else str(r["compiles"]),
+        donated = f", donates {safe(r['donated'])}" if r["donated"] else ""
+        t.add_row(calls, *([("-" if pd.isna(r["compiles"]) else str(r["compiles"]))] if recompiled else []),
                   format_bytes(r["argument_bytes"]), format_bytes(r["output_bytes"]), format_bytes(r["alias_bytes"]),
-                  format_bytes(r["temp_bytes"]), format_bytes(r["call_peak_bytes"]), Text(safe(r["donated"]) or "-"),
-                  Text(safe(r["function"])), Text(safe(r["jitted_at"])))
+                  format_bytes(r["temp_bytes"]), format_bytes(r["call_peak_bytes"]),
+                  Text(f"{safe(r['function'])} at {safe(r['jitted_at'])}{donated}"))
     con.print(t)
-    con.print(Text("call peak = arguments + outputs - aliased (donation that took effect) + temporaries + code; "
-                   "snapshots, taken between calls, never see it. ≥N calls: the probe stops counting a "
-                   "function's calls once its samples are taken, so that it costs nothing per call."))
+    if len(jm) > top:
+        con.print(Text(f"({len(jm) - top} more functions in jit.csv)"))
+    _explained(con, explain, notes.JIT)
     _render_jit_peak(rep, con, top)
 
 
-def _render_jit_peak(rep: Report, con: Console, top: int, lines: int = 4) -> None:
+def _render_jit_peak(rep: Report, con: Console, top: int, lines: int = 3) -> None:
     """Per function XLA dumped, what its buffers live at its own peak are, by line."""
     peak = rep.jit_peak
     if peak.empty:
         return
-    con.print(Text("At each function's own peak, in program order (XLA's buffer live ranges), by line:"))
+    con.print(Text("At each function's own peak (XLA's buffer live ranges), by line:"))
     functions = list(peak.groupby("function_id", sort=False))
     for fid, rows in functions[:top]:
         parts = [f"{format_bytes(r['bytes'])} {safe(r['site'])}" if r["site"].startswith("argument ")
@@ -172,17 +229,18 @@ def _render_jit_peak(rep: Report, con: Console, top: int, lines: int = 4) -> Non
         con.print(Text(f"  {len(functions) - top} more functions in jit_peak.csv"))
 
 
-def _render_lifetimes(rep: Report, con: Console, top: int) -> None:
+def _render_lifetimes(rep: Report, con: Console, top: int, explain: bool) -> None:
     if rep.has_arrays and not rep.lifetimes.empty:
-        _heading(con, "Lifetimes by site (memory x time held)")
-        t = _table("arrays", "bytes born", "at peak", "median", "p90", "max", "byte·s", "alive at end", "site")
+        _heading(con, "Lifetimes by site (memory x time held, between snapshots)")
+        t = _table("arrays", "bytes born", "at peak", "median", "byte·s", "at end", "site")
         for _, r in rep.lifetimes.head(top).iterrows():
             t.add_row(str(r["arrays_born"]), format_bytes(r["bytes_born"]), format_bytes(r["live_bytes_at_peak"]),
-                      _seconds(r["median_lifetime_s"]), _seconds(r["p90_lifetime_s"]), _seconds(r["max_lifetime_s"]),
+                      _seconds(r["median_lifetime_s"]),
                       f"{format_bytes(r['byte_seconds'])}·s", str(r["alive_at_end"]), Text(safe(r["site"])))
         con.print(t)
-        con.print(Text("Lifetimes are measured between snapshots: an array is seen from the first snapshot it is "
-                       "alive in to the first it is gone from; arrays living between two snapshots are not seen."))
+        if len(rep.lifetimes) > top:
+            con.print(Text(f"({len(rep.lifetimes) - top} more sites in lifetimes.csv)"))
+        _explained(con, explain, notes.LIFETIMES)
     elif not rep.churn.empty:
         _heading(con, "Births and deaths by site (estimated: no per-array data)")
         con.print(Text(", ".join(safe(c) for c in rep.churn.columns)))
@@ -190,28 +248,46 @@ def _render_lifetimes(rep: Report, con: Console, top: int) -> None:
             con.print(Text("  ".join(safe(v) for v in r.tolist())))
 
 
-def _render_reuse(rep: Report, con: Console, top: int) -> None:
+_REUSE_COUNTS = ["buffers_born", "reused_address", "reused_same_size", "donated_in_place"]
+
+
+def _render_reuse(rep: Report, con: Console, top: int, explain: bool) -> None:
     if not rep.has_arrays or rep.reuse_by_device.empty:
         return
-    _heading(con, "Buffer reuse")
+    by_device = rep.reuse_by_device
+    unknown = (f"; {rep.reuse_unknown_addresses} without an address" if rep.reuse_unknown_addresses else "")
+    if not (by_device["reused_address"].sum() or by_device["donated_in_place"].sum()):
+        born = int(by_device["buffers_born"].sum())
+        _quiet(con, "Buffer reuse", f"none seen ({born} buffers on {device_ranges(by_device['device'])}{unknown})")
+        _explained(con, explain, notes.reuse_note(rep))
+        return
+    _heading(con, "Buffer reuse (seen at snapshots only)")
     t = _table("device", "buffers born", "address reused", "same size", "donated in place")
-    for _, r in rep.reuse_by_device.iterrows():
-        t.add_row(Text(safe(r["device"])), str(r["buffers_born"]), str(r["reused_address"]),
-                  str(r["reused_same_size"]), str(r["donated_in_place"]))
+    for devices, r in collapse_devices(by_device, _REUSE_COUNTS):
+        t.add_row(Text(safe(devices)), *(str(r[c]) for c in _REUSE_COUNTS))
     con.print(t)
     by_site = rep.reuse_by_site
-    if not by_site.empty:
-        busy = by_site[(by_site["reused_address"] > 0) | (by_site["donated_in_place"] > 0)].head(top)
-        if not busy.empty:
-            t = _table("address reused", "same size", "donated in place", "site")
-            for _, r in busy.iterrows():
-                t.add_row(str(r["reused_address"]), str(r["reused_same_size"]), str(r["donated_in_place"]),
-                          Text(safe(r["site"])))
-            con.print(t)
-    con.print(Text(safe(rep.reuse_note)))
+    busy = by_site[(by_site["reused_address"] > 0) | (by_site["donated_in_place"] > 0)].head(top) \
+        if not by_site.empty else by_site
+    if not busy.empty:
+        t = _table("address reused", "same size", "donated in place", "site")
+        for _, r in busy.iterrows():
+            t.add_row(str(r["reused_address"]), str(r["reused_same_size"]), str(r["donated_in_place"]),
+                      Text(safe(r["site"])))
+        con.print(t)
+    if unknown and not explain:
+        con.print(Text(f"({unknown[2:]} are not matched: --explain says why)"))
+    _explained(con, explain, notes.reuse_note(rep))
 
 
 def _render_leaks(rep: Report, con: Console, top: int) -> None:
+    suspects = rep.recompiles[rep.recompiles["suspect"]] if not rep.recompiles.empty else rep.recompiles
+    others = len(rep.recompiles) - len(suspects)
+    compiled = "no function was compiled again and again" + (
+        f" ({others} compiled for a few shapes each: recompiles.csv)" if others else "")
+    if rep.leaks.empty and suspects.empty:
+        _quiet(con, "Leaks and recompiles", f"no site grows steadily; {compiled}")
+        return
     _heading(con, "Leaks and recompiles")
     if rep.leaks.empty:
         con.print("no site grows steadily across the run")
@@ -226,11 +302,8 @@ def _render_leaks(rep: Report, con: Console, top: int) -> None:
                 format_bytes(r["projected_bytes_after"]), f"{r['p_value']:.0e}", Text(safe(r["site"]), style="red"),
             )
         con.print(t)
-    suspects = rep.recompiles[rep.recompiles["suspect"]] if not rep.recompiles.empty else rep.recompiles
-    others = len(rep.recompiles) - len(suspects)
     if suspects.empty:
-        con.print("no function was compiled again and again" + (
-            f" ({others} compiled for a few shapes each: recompiles.csv lists them)" if others else ""))
+        con.print(compiled)
     else:
         t = _table("executables", "first", "last", "name", "site")
         for _, r in suspects.head(top).iterrows():
@@ -239,21 +312,36 @@ def _render_leaks(rep: Report, con: Console, top: int) -> None:
         con.print(t)
 
 
-def _render_findings(rep: Report, con: Console) -> None:
-    _heading(con, "Findings")
-    if rep.findings.empty:
-        con.print("nothing to fix found")
-        return
-    colours = {"high": "red", "medium": "yellow", "low": "cyan", "info": ""}
-    for i, r in enumerate(rep.findings.itertuples(index=False), start=1):
-        line = Text(f"{i}. [{r.severity}] ", style=colours.get(r.severity, ""))
-        line.append(safe(r.message))
-        if pd.notna(r.saving_bytes) and r.saving_bytes:
-            line.append(f" (saves {format_bytes(r.saving_bytes)})")
+_COLOURS = {"high": "red", "medium": "yellow", "low": "cyan", "info": ""}
+
+
+def render_findings(findings, con: Console, *, explain: bool = False, limit: int | None = None,
+                    indent: str = "   ") -> None:
+    """Each finding in three lines: severity, rule, site and saving; one
+    sentence; the fix. With ``explain``, its full words and figures."""
+    shown = findings if limit is None else findings[:limit]
+    for i, f in enumerate(shown, start=1):
+        w = said.words(f)
+        line = Text(f"{i}. ")
+        line.append(f"{f.severity} {f.rule}", style=_COLOURS.get(f.severity, ""))
+        if f.site:
+            line.append(f"  {safe(f.site)}")
+        if f.saving_bytes:
+            line.append(f"  saves {format_bytes(f.saving_bytes)}")
         con.print(line)
-        if r.site:
-            con.print(Text(f"   at {safe(r.site)}"))
-        if r.fix:
-            con.print(Text(f"   fix: {safe(r.fix)}"))
-        if r.evidence:
-            con.print(Text(f"   evidence: {safe(r.evidence)}"))
+        con.print(Text(indent + safe(w.message if explain else w.brief)))
+        fix = w.fix if explain else w.brief_fix
+        if fix:
+            con.print(Text(f"{indent}fix: {safe(fix)}"))
+        if explain and w.evidence:
+            con.print(Text(f"{indent}evidence: {safe(w.evidence)}"))
+    if limit is not None and len(findings) > limit:
+        con.print(Text(f"{indent}... {len(findings) - limit} more: jaxmemprof report"))
+
+
+def _render_findings(rep: Report, con: Console, explain: bool) -> None:
+    if not rep.findings:
+        _quiet(con, "Findings", "nothing to fix found")
+        return
+    _heading(con, "Findings" + ("" if explain else " (--explain: the evidence and trade-offs)"))
+    render_findings(rep.findings, con, explain=explain)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import pandas as pd
 
 from jaxmemprof.analysis.report import Report
+from jaxmemprof.render import findings as said
+from jaxmemprof.render import notes
 from jaxmemprof.render.json import records
 
 EXPORT_FILES = (
@@ -33,7 +35,7 @@ def export_tables(rep: Report) -> dict[str, pd.DataFrame]:
         "jit.csv": rep.jit_memory,
         "jit_peak.csv": rep.jit_peak,
         "jit_buffers.csv": rep.jit_buffers,
-        "findings.csv": rep.findings,
+        "findings.csv": said.table(rep.findings),
     }
     return {name: tables[name] for name in EXPORT_FILES}
 
@@ -56,12 +58,13 @@ def report_document(rep: Report) -> dict:
         "lifetimes_estimated": not rep.has_arrays,
         "arrays": records(rep.arrays),
         "reuse": {"by_device": records(rep.reuse_by_device), "by_site": records(rep.reuse_by_site),
-                  "note": rep.reuse_note},
+                  "buffers": rep.reuse_buffers, "unknown_addresses": rep.reuse_unknown_addresses,
+                  "note": notes.reuse_note(rep)},
         "leaks": records(rep.leaks),
         "recompiles": records(rep.recompiles),
         "jit_memory": records(rep.jit_memory),
         "jit_peak": records(rep.jit_peak),
         "jit_buffers": records(rep.jit_buffers),
         "fit": None if rep.fit is None else {k: v for k, v in vars(rep.fit).items()},
-        "findings": records(rep.findings),
+        "findings": said.records(rep.findings),
     }

@@ -4,6 +4,7 @@ bidirectional-override characters are shown escaped, never interpreted."""
 from __future__ import annotations
 
 import errno
+import os
 import sys
 from typing import TextIO
 
@@ -30,7 +31,8 @@ class _Console(Console):
 
 def console(out: TextIO | None = None) -> Console:
     """A console for ``out``: colours only on a terminal (and never with
-    NO_COLOR); off a terminal, lines are never wrapped or cut."""
+    NO_COLOR); off a terminal, lines are wrapped at $COLUMNS when it is set,
+    else never wrapped or cut."""
     out = out or sys.stdout
     try:
         is_tty = out.isatty()
@@ -38,7 +40,9 @@ def console(out: TextIO | None = None) -> Console:
         is_tty = False
     if is_tty:
         return _Console(file=out, highlight=False)
-    return _Console(file=out, highlight=False, width=100_000, no_color=True, color_system=None)
+    columns = os.environ.get("COLUMNS", "")
+    width = int(columns) if columns.isdigit() and int(columns) > 0 else 100_000
+    return _Console(file=out, highlight=False, width=width, no_color=True, color_system=None)
 
 
 def _key_text(row, result) -> str:
@@ -166,19 +170,6 @@ def render_run_summary(ov, con: Console, *, target: str, run_dir: str, warnings:
     con.print(Text(f"run directory: {safe(run_dir)}"))
     if ov.peak_snapshot is not None:
         con.print(Text(f"next: jaxmemprof report {safe(run_dir)}    jaxmemprof show {safe(run_dir)}@peak"))
-
-
-def render_findings_brief(findings, con: Console, *, limit: int = 5) -> None:
-    """The first findings, one line each with its fix (``run``'s summary)."""
-    if findings.empty:
-        return
-    con.print(Text(f"findings ({len(findings)}):"))
-    for r in findings.head(limit).itertuples(index=False):
-        con.print(Text(f"  [{r.severity}] {safe(r.message)}"))
-        if r.fix:
-            con.print(Text(f"      fix: {safe(r.fix)}"))
-    if len(findings) > limit:
-        con.print(Text(f"  ... {len(findings) - limit} more in the report"))
 
 
 def render_oom(summary: Summary, con: Console) -> None:

@@ -49,7 +49,6 @@ import pandas as pd
 from jaxmemprof.analysis.findings import Finding
 from jaxmemprof.analysis.timeline import timeline as build_timeline
 from jaxmemprof.store.reader import read_manifest
-from jaxmemprof.units import format_bytes
 
 DOCS_URL = "https://docs.jax.dev/en/latest/gpu_memory_allocation.html"
 
@@ -170,17 +169,13 @@ def fraction_config(env: dict, jaxlib_version: str | None) -> FractionConfig:
     return FractionConfig(value, name, both, ignored)
 
 
-def fraction_fix(env: dict, jaxlib_version: str | None, setting: str) -> str:
-    """``NAME=setting``, naming the variable that jaxlib reads, and asking to
-    unset the other one when the environment has it."""
+def fraction_fix(env: dict, jaxlib_version: str | None, setting: str) -> dict:
+    """The fraction to set, as facts: ``set`` (``NAME=setting``, naming the
+    variable that jaxlib reads) and ``unset`` (the other name, when the
+    environment has it: jaxlib refuses both together, or does not read it)."""
     name = fraction_env_name(jaxlib_version)
     other = OLD_FRACTION if name == FRACTION else FRACTION
-    text = f"{name}={setting}"
-    if env.get(other):
-        why = ("jaxlib raises ValueError when both are set" if name == FRACTION
-               else f"jaxlib {jaxlib_version} does not read it")
-        text += f" and unset {other} ({why})"
-    return text
+    return {"set": f"{name}={setting}", "unset": other if env.get(other) else "", "jaxlib_version": jaxlib_version}
 
 
 def preallocates(env: dict) -> bool:
@@ -214,11 +209,23 @@ def _float(text) -> float | None:
 # -- the peak the program needs --------------------------------------------------
 
 
+# Where a peak came from, best first (the names of the figures it is).
+PEAK_SOURCES = ("estimated_true_peak_bytes", "peak_bytes_in_use", "device_live_bytes", "live_bytes")
+
+
 @dataclass(frozen=True)
 class Peak:
     bytes: int
-    source: str  # in words, for evidence
+    source: str  # one of PEAK_SOURCES
     device: str | None  # the device it was measured on, where known
+
+    @property
+    def has_temporaries(self) -> bool:
+        """Whether it includes XLA's temporaries inside calls."""
+        return self.source in ("estimated_true_peak_bytes", "peak_bytes_in_use")
+
+    def facts(self) -> dict:
+        return {"peak_bytes": int(self.bytes), "peak_source": self.source, "peak_device": self.device}
 
 
 def estimate_peak(run, true_peak_bytes: int | None = None, devices: pd.DataFrame | None = None) -> Peak:
@@ -227,21 +234,19 @@ def estimate_peak(run, true_peak_bytes: int | None = None, devices: pd.DataFrame
     high-water mark ``peak_bytes_in_use``; the most live array bytes on one
     device in a snapshot; the most live bytes of any snapshot."""
     if true_peak_bytes is not None:
-        return Peak(int(true_peak_bytes), "the estimated true peak (XLA temporaries included)", None)
+        return Peak(int(true_peak_bytes), "estimated_true_peak_bytes", None)
     if devices is None:
         devices = build_timeline(run, top_sites=0).devices
     hwm = devices.dropna(subset=["peak_bytes_in_use"]) if "peak_bytes_in_use" in devices else devices.iloc[0:0]
     if len(hwm):
         row = hwm.loc[hwm["peak_bytes_in_use"].astype("int64").idxmax()]
-        return Peak(int(row["peak_bytes_in_use"]),
-                    f"the allocator's high-water mark (peak_bytes_in_use) on {row['device']}", str(row["device"]))
+        return Peak(int(row["peak_bytes_in_use"]), "peak_bytes_in_use", str(row["device"]))
     if len(devices) and (devices["live_bytes"] > 0).any():
         row = devices.loc[devices["live_bytes"].astype("int64").idxmax()]
-        return Peak(int(row["live_bytes"]), f"the most live array bytes on {row['device']} in a snapshot "
-                    "(XLA temporaries not included)", str(row["device"]))
+        return Peak(int(row["live_bytes"]), "device_live_bytes", str(row["device"]))
     snaps = run.snapshots
     live = int(snaps["live_bytes"].max()) if len(snaps) else 0
-    return Peak(live, "the most live bytes in a snapshot (XLA temporaries not included)", None)
+    return Peak(live, "live_bytes", None)
 
 
 # -- devices and processes -------------------------------------------------------
@@ -346,20 +351,11 @@ def allocator_findings(run, true_peak_bytes: int | None = None, *, processes_per
     fragmentation = [] if _is_rocm(m) else _fragmentation_rule(env, devices, oom)
     found += fragmentation
 
-    reasons = []
-    if oom:
-        reasons.append("the run ran out of device memory")
-    reasons += [f"{f.rule} fired" for f in capacity + fragmentation]
+    reasons = ["oom"] if oom else []
+    reasons += [f.rule for f in capacity + fragmentation]
     if reasons and (env.get(ALLOCATOR) or "").lower() != "platform":
-        found.append(Finding(
-            rule="allocator-platform", severity="info", site="",
-            message="To measure exactly how much device memory this program needs, run it once "
-                    "with XLA_PYTHON_CLIENT_ALLOCATOR=platform.",
-            evidence="why: " + "; ".join(reasons) + f"; peak used here: {format_bytes(peak.bytes)} from {peak.source}",
-            fix="XLA_PYTHON_CLIENT_ALLOCATOR=platform allocates exactly what is needed and frees it at once "
-                "(no pool, no preallocation, the only mode that returns memory to the device): very slow, "
-                f"a debugging aid for one measuring run, not a setting to keep. See {DOCS_URL}",
-        ))
+        found.append(Finding(rule="allocator-platform", severity="info",
+                             facts={"because": reasons, **peak.facts()}))
     return found
 
 
@@ -384,36 +380,16 @@ def _fraction_rule(env, jaxlib, peak: Peak, stats, frac: FractionConfig, oom: bo
         return []
     total = int(round(limit / frac.value))
     pct = percent_needed(need, total)
-    from_what = f"{frac.variable}={env.get(frac.variable)}" if frac.variable else f"the default {DEFAULT_FRACTION:.2f}"
-    evidence = (
-        f"peak {format_bytes(peak.bytes)} ({peak.bytes} bytes), from {peak.source}; with headroom "
-        f"(+5 % + 64 MiB) {format_bytes(need)} ({need} bytes); bytes_limit on {dev.device} "
-        f"{format_bytes(limit)} ({limit} bytes) = {frac.value:.2f} ({from_what}) x about "
-        f"{format_bytes(total)} of device memory; fraction needed {pct / 100:.2f}"
-    )
-    severity = "high" if (peak.bytes > limit or oom) else "medium"
+    facts = {**peak.facts(), "needed_bytes": need, "device": dev.device, "bytes_limit": limit,
+             "fraction": frac.value, "fraction_variable": frac.variable,
+             "fraction_value": env.get(frac.variable) if frac.variable else None,
+             "device_bytes": total, "fraction_needed": pct / 100}
     if pct <= MAX_FRACTION_PERCENT:
         setting = fraction_setting(pct)
-        return [Finding(
-            rule="allocator-fraction", severity=severity, site="",
-            message=f"The peak needs {format_bytes(need)} with headroom but the allocator's limit on "
-                    f"{dev.device} is {format_bytes(limit)}: raise the memory fraction to {setting}.",
-            evidence=evidence,
-            fix=f"Set {fraction_fix(env, jaxlib, setting)}. Trade-off: what the pool takes, other processes "
-                "and the libraries outside it (CUDA context, cuDNN/cuBLAS workspaces, NCCL) cannot have; "
-                f"above {fraction_setting(MAX_FRACTION_PERCENT)} they may fail to allocate. See {DOCS_URL}",
-        )]
-    return [Finding(
-        rule="allocator-fraction", severity="high", site="",
-        message=f"The peak needs {format_bytes(need)} with headroom, {pct} % of the "
-                f"{format_bytes(total)} device: no memory fraction up to "
-                f"{fraction_setting(MAX_FRACTION_PERCENT)} holds it.",
-        evidence=evidence,
-        fix="Lower the peak (donate arguments, rematerialise with jax.checkpoint, smaller batches, shard "
-            "over more devices) or use a device with more memory. TF_FORCE_UNIFIED_MEMORY=1 with "
-            f"{fraction_env_name(jaxlib)} above 1 lets the pool spill into host memory, at a large cost in "
-            f"speed. See {DOCS_URL}",
-    )]
+        return [Finding(rule="allocator-fraction", case="raise", severity="high" if (peak.bytes > limit or oom)
+                        else "medium", facts=facts | {"setting": setting, **fraction_fix(env, jaxlib, setting)})]
+    return [Finding(rule="allocator-fraction", case="cannot", severity="high",
+                    facts=facts | {"fraction_env_name": fraction_env_name(jaxlib)})]
 
 
 def _preallocate_rule(env, jaxlib, peak: Peak, stats, frac: FractionConfig, n: int) -> list[Finding]:
@@ -426,51 +402,21 @@ def _preallocate_rule(env, jaxlib, peak: Peak, stats, frac: FractionConfig, n: i
     if n > 1 and frac.value * n * 100 > MAX_FRACTION_PERCENT:
         share = MAX_FRACTION_PERCENT // n
         total = int(round(dev.bytes_limit / frac.value)) if dev is not None and dev.bytes_limit else None
-        need = needed_bytes(peak.bytes)
-        evidence = (f"{n} processes on one GPU; fraction {frac.value:.2f} ({frac.variable or 'default'}); "
-                    f"{PREALLOCATE}={env.get(PREALLOCATE) or 'unset (true)'}; this process's peak "
-                    f"{format_bytes(peak.bytes)} from {peak.source}, {format_bytes(need)} with headroom")
-        fix = (f"Set {PREALLOCATE}=false in each process (memory is allocated on demand: more prone to "
-               "fragmentation, and freed memory stays with its process), or give each process "
-               f"{fraction_fix(env, jaxlib, fraction_setting(share))} ({MAX_FRACTION_PERCENT} % / {n})")
-        if total:
-            each = total * share // 100
-            evidence += f"; device about {format_bytes(total)}, {format_bytes(each)} each at {fraction_setting(share)}"
-            if need <= each:
-                fix += f", which holds this process's peak ({format_bytes(need)} with headroom)."
-            else:
-                fix += (f". Neither is enough if every process peaks like this one: {n} x {format_bytes(need)} = "
-                        f"{format_bytes(n * need)} is more than {fraction_setting(MAX_FRACTION_PERCENT)} of the "
-                        f"{format_bytes(total)} GPU; run fewer processes per GPU or lower the peak.")
-        else:
-            fix += "."
-        return [Finding(
-            rule="allocator-preallocate", severity="high", site="",
-            message=f"{n} processes share one GPU and each preallocates {frac.value:.0%} of it: "
-                    f"together they ask for {frac.value * n:.0%} of its memory.",
-            evidence=evidence,
-            fix=fix + f" See {DOCS_URL}",
-        )]
+        return [Finding(rule="allocator-preallocate", case="shared", severity="high", facts={
+            **peak.facts(), "processes": n, "fraction": frac.value, "fraction_variable": frac.variable,
+            "preallocate": env.get(PREALLOCATE) or "", "needed_bytes": needed_bytes(peak.bytes),
+            "share": fraction_setting(share), "share_percent": share, "device_bytes": total,
+            "bytes_each": total * share // 100 if total else None,
+            **fraction_fix(env, jaxlib, fraction_setting(share))})]
     if not pool or peak.bytes <= 0 or peak.bytes >= UNDERUSED_SHARE * pool:
         return []
     need = needed_bytes(peak.bytes)
     total = int(round(dev.bytes_limit / frac.value)) if dev.bytes_limit else pool
     pct = percent_needed(need, total)
-    return [Finding(
-        rule="allocator-preallocate", severity="low", site="",
-        message=f"The peak ({format_bytes(peak.bytes)}) is {peak.bytes / pool:.0%} of the "
-                f"{format_bytes(pool)} pool preallocated on {dev.device}: "
-                f"{format_bytes(pool - need)} of it is never needed.",
-        evidence=f"peak {format_bytes(peak.bytes)} ({peak.bytes} bytes), from {peak.source}; pool "
-                 f"{format_bytes(pool)} ({pool} bytes; fraction {frac.value:.2f}); with headroom "
-                 f"(+5 % + 64 MiB) the peak needs {format_bytes(need)} = {pct / 100:.2f} of the device; "
-                 f"threshold: peak below {UNDERUSED_SHARE:.0%} of the pool",
-        saving_bytes=int(pool - need),
-        fix=f"Only worth changing if something else needs the GPU: set {PREALLOCATE}=false to allocate "
-            "on demand (more prone to fragmentation; freed memory stays with the process), or keep "
-            f"preallocation and set {fraction_fix(env, jaxlib, fraction_setting(pct))} to preallocate only "
-            f"what the peak needs. See {DOCS_URL}",
-    )]
+    return [Finding(rule="allocator-preallocate", case="underused", severity="low", saving_bytes=int(pool - need),
+                    facts={**peak.facts(), "device": dev.device, "pool_bytes": pool, "fraction": frac.value,
+                           "needed_bytes": need, "fraction_needed": pct / 100,
+                           **fraction_fix(env, jaxlib, fraction_setting(pct))})]
 
 
 def _fragmentation_rule(env, devices: pd.DataFrame, oom: bool) -> list[Finding]:
@@ -482,55 +428,32 @@ def _fragmentation_rule(env, devices: pd.DataFrame, oom: bool) -> list[Finding]:
         return []
     row = d.loc[d["fragmentation"].astype(float).idxmax()]
     pool, used, largest = int(row["pool_bytes"]), int(row["bytes_in_use"]), int(row["largest_free_block_bytes"])
-    free = pool - used
-    frag = float(row["fragmentation"])
-    fix = ("Set TF_GPU_ALLOCATOR=cuda_malloc_async: CUDA's stream-ordered allocator (cudaMallocAsync, CUDA "
-           "11.2 or later) replaces the BFC pool and its fragmentation. Trade-off: no preallocated pool "
-           "(memory is taken from the device as needed), speed may differ (measure), and the BFC "
-           "statistics (pool_bytes, largest_free_block_bytes) are no longer reported. BFC's own "
-           "out-of-memory message suggests it when fragmentation is the cause.")
-    if not preallocates(env):
-        fix += (f" Preallocation is off ({PREALLOCATE}={env.get(PREALLOCATE)}), which JAX's documentation "
-                "says is more prone to fragmentation: turning it back on is the first thing to try.")
-    return [Finding(
-        rule="allocator-fragmentation", severity="high" if oom else "medium", site="",
-        message=f"The allocator pool on {row['device']} was {frag:.0%} fragmented at snapshot "
-                f"{int(row['snapshot'])}: {format_bytes(free)} free, but the largest free block is "
-                f"{format_bytes(largest)}.",
-        evidence=f"pool_bytes {format_bytes(pool)} ({pool} bytes), bytes_in_use {format_bytes(used)} "
-                 f"({used} bytes), largest_free_block_bytes {format_bytes(largest)} ({largest} bytes); "
-                 f"fragmentation = (pool - in use - largest free block) / (pool - in use) = {frag:.2f}; "
-                 f"threshold {FRAGMENTATION_MIN:.2f} on pools of {format_bytes(FRAGMENTATION_MIN_POOL_BYTES)} "
-                 "or more",
-        saving_bytes=int(free - largest),
-        fix=fix + f" See {DOCS_URL}",
-    )]
+    return [Finding(rule="allocator-fragmentation", severity="high" if oom else "medium",
+                    saving_bytes=int(pool - used - largest), facts={
+                        "device": str(row["device"]), "snapshot": int(row["snapshot"]),
+                        "fragmentation": float(row["fragmentation"]), "pool_bytes": pool, "bytes_in_use": used,
+                        "largest_free_block_bytes": largest, "free_bytes": pool - used,
+                        "preallocate": env.get(PREALLOCATE) or "", "preallocates": preallocates(env)})]
 
 
 def both_fractions_findings(env: dict, jaxlib_version: str | None, backend: str = "gpu") -> list[Finding]:
     """Both fraction variables set under a jaxlib that refuses them together:
-    the CUDA plugin fails to initialise, whatever the backend that then ran."""
+    the CUDA plugin fails to initialise, whatever the backend that then ran
+    (``backend_seen``: ``gpu`` when a GPU backend ran nonetheless,
+    ``other-platforms`` when JAX_PLATFORMS asked for none, else ``other``)."""
     new, old = env.get(FRACTION) or "", env.get(OLD_FRACTION) or ""
     if not (new and old and reads_new_fraction_name(jaxlib_version)):
         return []
     platforms = (env.get("JAX_PLATFORMS") or "").lower()
     if backend in GPU_BACKENDS:
-        where = "yet this run reports a GPU backend: was the environment changed after JAX started?"
+        seen = "gpu"
     elif platforms and not re.search(r"\b(cuda|gpu)\b", platforms):
-        where = (f"this run asked for JAX_PLATFORMS={env.get('JAX_PLATFORMS')}; a GPU run with this "
-                 "environment would start without its CUDA backend")
+        seen = "other-platforms"
     else:
-        where = f"this run used the {backend or 'unknown'} backend, which that failure may explain"
-    version = jaxlib_version or "(unknown version)"
-    return [Finding(
-        rule="allocator-env", severity="high", site="",
-        message=f"Both {FRACTION}={new} and {OLD_FRACTION}={old} are set: jaxlib {version} raises "
-                "ValueError when both are, and JAX then starts without its CUDA backend.",
-        evidence=f"jaxlib 0.4.32 and later read {FRACTION} and refuse {OLD_FRACTION} beside it "
-                 "(jaxlib/xla_client.py, generate_pjrt_gpu_plugin_options); the CUDA plugin calls it while "
-                 "initialising and JAX only logs the error ('Jax plugin configuration error'); " + where,
-        fix=f"Unset {OLD_FRACTION} (deprecated) and keep {FRACTION}={new}. See {DOCS_URL}",
-    )]
+        seen = "other"
+    return [Finding(rule="allocator-env", case="both-refused", severity="high", facts={
+        "fraction": new, "old_fraction": old, "jaxlib_version": jaxlib_version, "backend": backend,
+        "backend_seen": seen, "jax_platforms": env.get("JAX_PLATFORMS") or ""})]
 
 
 def env_findings(env: dict, jaxlib_version: str | None, backend: str = "gpu") -> list[Finding]:
@@ -538,32 +461,13 @@ def env_findings(env: dict, jaxlib_version: str | None, backend: str = "gpu") ->
     (rule ``allocator-env``)."""
     out = both_fractions_findings(env, jaxlib_version, backend)
     new, old = env.get(FRACTION) or "", env.get(OLD_FRACTION) or ""
-    version = jaxlib_version or "(unknown version)"
+    facts = {"fraction": new, "old_fraction": old, "jaxlib_version": jaxlib_version}
     if new and old and not reads_new_fraction_name(jaxlib_version):
-        out.append(Finding(
-            rule="allocator-env", severity="medium", site="",
-            message=f"Both {FRACTION}={new} and {OLD_FRACTION}={old} are set: jaxlib {version} reads "
-                    f"only {OLD_FRACTION}, and jaxlib 0.4.32 and later refuse the two together.",
-            evidence=f"jaxlib before 0.4.32 reads only {OLD_FRACTION} (jaxlib/xla_client.py of 0.4.31); "
-                     "from 0.4.32 on, both set raise ValueError",
-            fix=f"Unset {FRACTION} and keep {OLD_FRACTION}={old} while on jaxlib {version}; after "
-                f"upgrading to 0.4.32 or later, rename it to {FRACTION}. See {DOCS_URL}",
-        ))
+        out.append(Finding(rule="allocator-env", case="both-old-jaxlib", severity="medium", facts=facts))
     elif new and not reads_new_fraction_name(jaxlib_version):
-        out.append(Finding(
-            rule="allocator-env", severity="medium", site="",
-            message=f"{FRACTION}={new} is ignored: jaxlib {version} reads only {OLD_FRACTION}, so the "
-                    f"pool used the default fraction {DEFAULT_FRACTION:.2f}.",
-            evidence=f"{FRACTION} is read from jaxlib 0.4.32 on (jaxlib/xla_client.py)",
-            fix=f"Set {OLD_FRACTION}={new} instead (and unset {FRACTION}), or upgrade jaxlib. See {DOCS_URL}",
-        ))
+        out.append(Finding(rule="allocator-env", case="new-name-ignored", severity="medium", facts=facts))
     pre = env.get(PREALLOCATE)
     if pre and pre not in PREALLOCATE_OFF and pre.lower() in ("false", "no", "off", "n", "f"):
-        out.append(Finding(
-            rule="allocator-env", severity="medium", site="",
-            message=f"{PREALLOCATE}={pre} leaves preallocation on: jaxlib turns it off only for "
-                    "false, False or 0.",
-            evidence="jaxlib/xla_client.py: preallocate = value not in ('false', 'False', '0')",
-            fix=f"Set {PREALLOCATE}=false. See {DOCS_URL}",
-        ))
+        out.append(Finding(rule="allocator-env", case="preallocate-spelling", severity="medium",
+                           facts={"preallocate": pre}))
     return out

@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 
 from jaxmemprof.analysis.advice.allocator import (
     DEFAULT_FRACTION,
-    DOCS_URL,
     MAX_FRACTION_PERCENT,
     PREALLOCATE,
     UNDERUSED_SHARE,
@@ -38,17 +37,14 @@ from jaxmemprof.analysis.advice.allocator import (
     percent_needed,
 )
 from jaxmemprof.analysis.findings import Finding
-from jaxmemprof.units import format_bytes
-
-EXCLUDES = ("library workspaces (cuDNN, cuBLAS, NCCL), the CUDA context and allocator fragmentation "
-            "are not in this estimate")
 
 
 @dataclass(frozen=True)
 class Fit:
     device_bytes: int  # the GPU's memory
     peak_bytes: int  # the peak used (per device)
-    peak_source: str  # where the peak came from, in words
+    peak_source: str  # where the peak came from (allocator.PEAK_SOURCES)
+    peak_device: str | None  # the device it was measured on, where known
     needed_bytes: int  # peak + 5 % + 64 MiB
     default_fraction: float  # XLA's default pool fraction (0.75)
     default_pool_bytes: int  # default_fraction x device_bytes
@@ -56,7 +52,7 @@ class Fit:
     fraction_needed: float  # smallest whole percent holding the needed pool (may exceed 1)
     fits_at_all: bool  # fraction_needed x processes <= 0.95
     settings: dict  # environment variable -> value to set ({} when nothing is needed)
-    message: str
+    case: str  # fits (by default), fits-with (settings), cannot; shared-fits, shared-cannot (processes > 1)
     jaxlib_version: str | None = None  # the jaxlib the settings are named for
     fraction_variable: str = "XLA_CLIENT_MEM_FRACTION"
     processes: int = 1  # processes sharing the device
@@ -85,37 +81,23 @@ def will_it_fit(run, device_bytes: int, true_peak_bytes: int | None = None,
     fits_at_all = pct * processes <= MAX_FRACTION_PERCENT
     fits_by_default = processes == 1 and need <= default_pool
 
-    head = (f"A peak of {format_bytes(peak.bytes)} ({format_bytes(need)} with headroom) per process"
-            if processes > 1 else f"A peak of {format_bytes(peak.bytes)} ({format_bytes(need)} with headroom)")
-    device = f"a {format_bytes(device_bytes)} device"
     settings: dict = {}
     if processes > 1:
+        case = "shared-fits" if fits_at_all else "shared-cannot"
         if fits_at_all:
             settings = {PREALLOCATE: "false"}
-            text = (f"{head} fits {processes} processes on {device} ({pct / 100:.2f} of it each), but not "
-                    f"under default preallocation ({DEFAULT_FRACTION:.2f} each): set {PREALLOCATE}=false, "
-                    f"or {name}={fraction_setting(pct)} in each process.")
-        else:
-            text = (f"{head} needs {pct} % of {device}: {processes} processes cannot share it (at most "
-                    f"{fraction_setting(MAX_FRACTION_PERCENT)} of a device should go to JAX's pools).")
     elif fits_by_default:
-        text = (f"{head} fits {device} under default preallocation (pool {format_bytes(default_pool)} "
-                f"= {DEFAULT_FRACTION:.2f} of it).")
+        case = "fits"
     elif fits_at_all:
+        case = "fits-with"
         settings = {name: fraction_setting(pct)}
-        text = (f"{head} does not fit the default pool of {device} ({format_bytes(default_pool)} = "
-                f"{DEFAULT_FRACTION:.2f} of it); it fits with {name}={fraction_setting(pct)}.")
     else:
-        text = (f"{head} needs {pct} % of {device}: it cannot fit (at most "
-                f"{fraction_setting(MAX_FRACTION_PERCENT)} of a device should go to JAX's pool).")
-    text += f" The estimate is a lower bound: {EXCLUDES}"
-    if "temporaries not included" in peak.source:
-        text += ", nor are XLA's temporaries inside a computation"
-    text += "."
+        case = "cannot"
     return Fit(
-        device_bytes=device_bytes, peak_bytes=peak.bytes, peak_source=peak.source, needed_bytes=need,
+        device_bytes=device_bytes, peak_bytes=peak.bytes, peak_source=peak.source, peak_device=peak.device,
+        needed_bytes=need,
         default_fraction=DEFAULT_FRACTION, default_pool_bytes=default_pool, fits_by_default=fits_by_default,
-        fraction_needed=pct / 100, fits_at_all=fits_at_all, settings=settings, message=text,
+        fraction_needed=pct / 100, fits_at_all=fits_at_all, settings=settings, case=case,
         jaxlib_version=version, fraction_variable=name, processes=processes,
         environment={str(k): str(v) for k, v in (m.get("environment") or {}).items()},
         backend=m.get("backend"),
@@ -123,43 +105,13 @@ def will_it_fit(run, device_bytes: int, true_peak_bytes: int | None = None,
 
 
 def fit_findings(fit: Fit) -> list[Finding]:
-    """The fit as a finding (rule ``fit``), and a warning when the run's own
-    environment would stop a GPU run (both fraction variables set)."""
-    pct = round(fit.fraction_needed * 100)
-    evidence = (
-        f"peak {format_bytes(fit.peak_bytes)} ({fit.peak_bytes} bytes), from {fit.peak_source}; with "
-        f"headroom (+5 % + 64 MiB) {format_bytes(fit.needed_bytes)} ({fit.needed_bytes} bytes); device "
-        f"{format_bytes(fit.device_bytes)} ({fit.device_bytes} bytes); default pool "
-        f"{fit.default_fraction:.2f} x device = {format_bytes(fit.default_pool_bytes)} "
-        f"({fit.default_pool_bytes} bytes); fraction needed {fit.fraction_needed:.2f}"
-        + (f" per process, {fit.processes} processes" if fit.processes > 1 else "")
-        + f"; jaxlib {fit.jaxlib_version or '(unknown)'} reads {fit.fraction_variable}"
-    )
-    version_note = ""
-    if "xla_gpu_memory_fraction_policy" in (fit.environment.get("XLA_FLAGS") or ""):
-        version_note = (" XLA_FLAGS sets --xla_gpu_memory_fraction_policy, which changes the default pool: "
-                        "check it against these figures.")
-    if fit.settings:
-        what = ", ".join(f"{k}={v}" for k, v in fit.settings.items())
-        if PREALLOCATE in fit.settings:
-            trade = ("Memory is then allocated on demand: more prone to fragmentation, and freed memory stays "
-                     "with its process.")
-        else:
-            trade = ("What the pool takes, other processes and the libraries outside it cannot have; above "
-                     f"{fraction_setting(MAX_FRACTION_PERCENT)} they may fail to allocate.")
-        fix = f"Set {what}. {trade}"
-        severity = "medium"
-    elif fit.fits_by_default:
-        fix = "Nothing to set."
-        if fit.peak_bytes < UNDERUSED_SHARE * fit.default_pool_bytes:
-            fix += (f" To leave the rest of the GPU to other processes: {PREALLOCATE}=false, or "
-                    f"{fit.fraction_variable}={fraction_setting(pct)}.")
-        severity = "info"
-    else:
-        fix = ("Lower the peak (donate arguments, rematerialise with jax.checkpoint, smaller batches, shard "
-               "over more devices) or use a device with more memory.")
-        severity = "high"
-    out = [Finding(rule="fit", severity=severity, site="", message=fit.message, evidence=evidence,
-                   fix=fix + version_note + f" See {DOCS_URL}")]
+    """The fit as a finding (rule ``fit``, its case the fit's), and a warning
+    when the run's own environment would stop a GPU run (both fraction
+    variables set)."""
+    severity = "medium" if fit.settings else "info" if fit.fits_by_default else "high"
+    facts = {k: v for k, v in vars(fit).items() if k not in ("environment", "case")}
+    facts["fraction_policy_set"] = "xla_gpu_memory_fraction_policy" in (fit.environment.get("XLA_FLAGS") or "")
+    facts["underused"] = fit.fits_by_default and fit.peak_bytes < UNDERUSED_SHARE * fit.default_pool_bytes
+    out = [Finding(rule="fit", case=fit.case, severity=severity, facts=facts)]
     out += both_fractions_findings(fit.environment, fit.jaxlib_version, str(fit.backend or "").lower())
     return out

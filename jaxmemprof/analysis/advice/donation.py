@@ -27,9 +27,7 @@ import pandas as pd
 
 from jaxmemprof.analysis.findings import Finding
 from jaxmemprof.analysis.sites import Attribution
-from jaxmemprof.units import format_bytes
 
-DOCS = "https://docs.jax.dev/en/latest/faq.html#buffer-donation"
 
 JIT_MEMORY_COLUMNS = [
     "function_id", "function", "wrapper", "defined_at", "jitted_at", "calls", "calls_complete", "traced", "compiles",
@@ -291,41 +289,36 @@ def _array_arguments(run, function_id) -> list[tuple]:
     return [(label, pos, size, dropped) for label, (pos, size, dropped) in out.items()]
 
 
-def _per_device(cands: list[Candidate], saving: int) -> str:
-    """`` (N on each of D devices)`` where the arguments lie on several
-    devices (XLA's figures, as in the jit table, are per device)."""
-    devices = max(c.devices for c in cands)
-    return f" ({format_bytes(saving // devices)} on each of {devices} devices)" if devices > 1 else ""
-
-
-def _fix(run, fn, cands: list[Candidate], site: str) -> str:
-    """The change to make, the way a user of the function's wrapper writes it."""
+def _change(run, fn, cands: list[Candidate]) -> dict:
+    """The change to make, the way a user of the function's wrapper writes it,
+    as facts: ``change`` (``jit``: the option to add, in ``option``;
+    ``equinox``: the donate= option; ``equinox-restructure``: pass
+    ``pass_first`` as the first argument and donate all but it;
+    ``through-wrapper``: a library's own wrapper, which may or may not pass
+    jax.jit's options on), ``edited_line`` (the line that jits the function,
+    with the option added, where it can be read), ``also_donates`` (what
+    equinox's donate="all" donates besides the candidates) and
+    ``first_kept`` (arguments whose first call's value stayed referenced)."""
     wrapper = _wrapper(fn)
     params = [str(p) for p in _json(fn["params"], [])]
     already_nums = [int(x) for x in _json(fn["donate_argnums"], []) if isinstance(x, int)]
     already_names = [str(x) for x in _json(fn["donate_argnames"], [])]
+    facts: dict = {"first_kept": [c.argument for c in cands if c.first_kept], "also_donates": []}
     if wrapper == _EQUINOX:
         # Equinox donates every array argument ("all") or all but the first
         # argument's ("all-except-first"): what else would go with the chosen?
         chosen = {c.argument for c in cands}
         others = [o for o in _array_arguments(run, fn["function_id"]) if o[0] not in chosen]
         kept = [o for o in others if not o[3]]  # still used after some call: must not be donated
-        note = ""
         if not kept:
-            extra = 'donate="all"'
-            if others:
-                note = (f" (that donates {', '.join(o[0] for o in others)} too: the program drops them "
-                        f"with each call)")
+            option = 'donate="all"'
+            facts["also_donates"] = [o[0] for o in others]
         elif all(o[1] == 0 for o in kept):
-            extra = 'donate="all-except-first"'
+            option = 'donate="all-except-first"'
         else:
-            names = ", ".join(o[0] for o in kept)
-            several = len(kept) > 1
-            return (f'filter_jit {fn["name"]} with donate="all-except-first" and pass {names} as its first '
-                    f"argument{' (one tuple)' if several else ''} (at {site}): the program uses "
-                    f"{'them' if several else 'it'} after the call, and equinox donates every array argument "
-                    f"but the first's")
-        fix = f"filter_jit {fn['name']} with {extra} (at {site})"
+            return facts | {"change": "equinox-restructure", "option": 'donate="all-except-first"',
+                            "pass_first": [o[0] for o in kept], "edited_line": ""}
+        facts |= {"change": "equinox", "option": option}
     else:
         names, positions = list(already_names), list(already_nums)
         for c in cands:
@@ -338,21 +331,11 @@ def _fix(run, fn, cands: list[Candidate], site: str) -> str:
             positions = [p for p in positions if p >= len(params)]
         names = sorted(set(names), key=lambda n: params.index(n) if n in params else len(params))
         positions = sorted(set(positions))
-        extra = ", ".join(([f"donate_argnums={_tuple(positions)}"] if positions else [])
-                          + ([f"donate_argnames={_tuple(names)}"] if names else []))
-        note = ""
-        if wrapper in _SPELLINGS:
-            verb = {"jax.pmap": "pmap", _NNX: "nnx.jit"}.get(wrapper, "jit")
-            fix = f"{verb} {fn['name']} with {extra} (at {site})"
-        else:  # a library's own wrapper: where jax.jit's options reach through it, if they do
-            fix = f"jit {fn['name']} with {extra}, through {wrapper} (at {site}) if it passes them to jax.jit"
-    edited = _suggest(fn, extra, wrapper)
-    kept_first = [c.argument for c in cands if c.first_kept]
-    if kept_first:
-        note += (f"; the first call's {', '.join(kept_first)} stayed referenced after it (a variable set before "
-                 f"the loop?): donating deletes it, so if the program uses it again, give the first call a copy "
-                 f"(jax.tree.map(jnp.copy, ...))")
-    return fix + (f":  {edited.strip()}" if edited else "") + note
+        option = ", ".join(([f"donate_argnums={_tuple(positions)}"] if positions else [])
+                           + ([f"donate_argnames={_tuple(names)}"] if names else []))
+        facts |= {"change": "jit" if wrapper in _SPELLINGS else "through-wrapper", "option": option,
+                  "argnums": positions, "argnames": names}
+    return facts | {"edited_line": _suggest(fn, facts["option"], wrapper).strip()}
 
 
 def donation_findings(run, attribution: Attribution = Attribution()) -> list[Finding]:
@@ -369,48 +352,39 @@ def donation_findings(run, attribution: Attribution = Attribution()) -> list[Fin
         fn = fn.copy()
         fn["function_id"] = fid
         saving = sum(c.saving_bytes for c in cands)
-        site = _where(fn["jit_file"], int(fn["jit_line"]), attribution)
-        defined = _where(fn["file"], int(fn["line"]), attribution)
-        what = ", ".join(f"'{c.argument}'" if c.keyword or not c.argument.isdigit() else f"argument {c.argument}"
-                         for c in cands)
-        matches = "; ".join(f"{i} -> {o}" for c in cands for i, o in c.matches[:6])
-        each = "in each after the first" if any(c.first_kept for c in cands) else "in each"
-        evidence = (f"{cands[0].calls_sampled} calls sampled (the first ones, then one in 50; calls between them "
-                    f"are not seen); {each}, the program dropped {what} during the call or right after it, "
-                    f"before running anything else, and every leaf has an output of the same shape and dtype: "
-                    f"{matches}. See {DOCS}")
+        devices = max(c.devices for c in cands)
         findings.append(Finding(
             rule="donate",
             severity="high" if saving >= 256 * 1024**2 else "medium",
-            site=site,
-            message=(f"Donate {what} of {fn['name']} (defined at {defined}): XLA can then write the outputs "
-                     f"into their {format_bytes(saving)} of buffers{_per_device(cands, saving)} instead of holding "
-                     f"old and new values at once "
-                     f"during each call (up to that much less at each call's peak; XLA's temporaries may "
-                     f"change too)."),
-            evidence=evidence,
+            site=_where(fn["jit_file"], int(fn["jit_line"]), attribution),
             saving_bytes=int(saving),
-            fix=_fix(run, fn, cands, site),
+            facts={
+                "function": str(fn["name"]), "wrapper": _wrapper(fn),
+                "defined_at": _where(fn["file"], int(fn["line"]), attribution),
+                "arguments": [c.argument for c in cands],
+                "by_position": [not c.keyword and c.argument.isdigit() for c in cands],
+                "leaves": [[c.argument, i, o] for c in cands for i, o in c.matches],
+                "calls_sampled": int(cands[0].calls_sampled),
+                "devices": int(devices), "saving_bytes_per_device": int(saving // devices),
+                **_change(run, fn, cands),
+            },
         ))
     for fn, call, lost, outputs in unusable_donations(run):
         if _wrapper(fn) == _EQUINOX and _json(fn.get("wrapper_options"), {}).get("donate") in (
                 "all", "all-except-first"):
             continue  # equinox donates every array by design, and silences JAX's warning about the unusable
-        site = _where(fn["jit_file"], int(fn["jit_line"]), attribution)
-        outs = ", ".join(sorted({_describe(o) for o in outputs})) or "none"
-        lost_text = ", ".join(f"{_arg_label(leaf)}{leaf['path']} {_describe(leaf)}" for leaf in lost)
-        warned = _warned(run, lost)
         findings.append(Finding(
             rule="donation-unusable",
             severity="low",
-            site=site,
-            message=(f"{fn['name']} donates {lost_text}, but no output has that shape and dtype, so the buffer "
-                     f"cannot be reused and stays alive" + (" (JAX warned: 'Some donated buffers were not usable')"
-                                                            if warned else "") + "."),
-            evidence=f"outputs of the sampled call {int(call['call_index'])}: {outs}. See {DOCS}",
-            saving_bytes=None,
-            fix=(f"stop donating {', '.join(sorted({_arg_label(leaf) for leaf in lost}))} of {fn['name']}, or return "
-                 f"an output of the same shape and dtype so that XLA can write into it"),
+            site=_where(fn["jit_file"], int(fn["jit_line"]), attribution),
+            facts={
+                "function": str(fn["name"]),
+                "arguments": sorted({_arg_label(leaf) for leaf in lost}),
+                "leaves": [f"{_arg_label(leaf)}{leaf['path']} {_describe(leaf)}" for leaf in lost],
+                "outputs": sorted({_describe(o) for o in outputs}),
+                "call_index": int(call["call_index"]),
+                "jax_warned": _warned(run, lost),
+            },
         ))
     findings += _used_after_donation(run, attribution)
     return findings
@@ -435,18 +409,12 @@ def _used_after_donation(run, attribution: Attribution) -> list[Finding]:
         if not functions.empty else functions
     out = []
     for msg in hits["message"].astype(str).head(1):
-        names = ", ".join(f"{f['name']} ({_where(f['jit_file'], int(f['jit_line']), attribution)})"
-                          for _, f in donating.iterrows()) or "a jitted function"
         out.append(Finding(
             rule="donated-then-used",
             severity="high",
-            site="",
-            message=f"The program used an array after donating it: {msg.splitlines()[0][:300]}",
-            evidence=f"functions that donate arguments in this run: {names}. A donated array is deleted "
-                     f"when the call starts; see {DOCS}",
-            saving_bytes=None,
-            fix="keep using the function's output instead of the donated input (state = step(state)), or "
-                "stop donating that argument, or pass a copy (jnp.copy(x)) where the original is still needed",
+            facts={"error": msg.splitlines()[0][:300],
+                   "donating": [f"{f['name']} ({_where(f['jit_file'], int(f['jit_line']), attribution)})"
+                                for _, f in donating.iterrows()]},
         ))
     return out
 
