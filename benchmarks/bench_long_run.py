@@ -76,16 +76,19 @@ def load_corpus(path: Path):
     con = sqlite3.connect(path / layout.JOURNAL)
     snaps = con.execute("SELECT snapshot, file, live_bytes, buffers, arrays FROM snapshots "
                         "WHERE trigger = 'interval' ORDER BY snapshot").fetchall()[5:]
+    # Schema 2 describes each array in array_kinds; schema 1 in its row.
+    kinds = con.execute("SELECT 1 FROM sqlite_master WHERE name = 'array_kinds'").fetchone()
+    arrays = "arrays JOIN array_kinds USING (kind_id)" if kinds else "arrays"
     out = []
-    for snapshot, file, live, buffers, arrays in snaps:
+    for snapshot, file, live, buffers, n_arrays in snaps:
         rows = con.execute("SELECT array_id, py_id, shape, dtype, nbytes, shard_bytes, devices, addresses, "
-                           "sharding, memory_kind, stack_id FROM arrays WHERE first_snapshot = ?",
+                           f"sharding, memory_kind, stack_id FROM {arrays} WHERE first_snapshot = ?",
                            (snapshot,)).fetchall()
         ends = [a for (a,) in con.execute("SELECT array_id FROM array_ends WHERE end_snapshot = ?", (snapshot,))]
         exe = con.execute("SELECT stack_id, name, count, code_bytes FROM executables WHERE snapshot = ?",
                           (snapshot,)).fetchall()
         stats = con.execute("SELECT device, key, value FROM memory_stats WHERE snapshot = ?", (snapshot,)).fetchall()
-        out.append(((path / file).read_bytes(), live, buffers, arrays, rows, ends, exe, stats))
+        out.append(((path / file).read_bytes(), live, buffers, n_arrays, rows, ends, exe, stats))
     stacks = con.execute("SELECT stack_id, frames FROM stacks").fetchall()
     markers = con.execute("SELECT count(*) FROM markers").fetchone()[0]
     con.close()

@@ -92,6 +92,7 @@ _JSON_COLUMNS = {
     "jit_buffers": ("frames",),
 }
 _MAX_JSON_DEPTH = 64
+_CHUNK_ROWS = 100_000
 # A manifest is a few KiB; one far larger is not ours.
 _MAX_MANIFEST_BYTES = 16 * 1024**2
 _JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
@@ -289,8 +290,12 @@ def _query(con, table: str, warnings: list, spec=None) -> pd.DataFrame:
 
 
 def _read(con, table: str, warnings: list) -> pd.DataFrame:
+    """One journal table as it is. Read in chunks: a day-long run's arrays
+    are millions of rows, and a row's Python objects are many times the
+    size of its columns."""
     try:
-        return pd.read_sql_query(f"SELECT * FROM {table}", con)
+        chunks = list(pd.read_sql_query(f"SELECT * FROM {table}", con, chunksize=_CHUNK_ROWS))
+        return chunks[0] if len(chunks) == 1 else pd.concat(chunks, ignore_index=True)
     except (sqlite3.Error, pd.errors.DatabaseError, UnicodeDecodeError) as exc:
         if not (table in _ADDED_TABLES and "no such table" in str(exc)):  # not in a run recorded before them
             warnings.append(f"journal table {table} unreadable ({_one_line(exc)}); left empty")
@@ -313,11 +318,10 @@ def _query_arrays(con, warnings: list) -> pd.DataFrame:
         warnings.append(f"{int((~known).sum())} array(s) name a description (kind_id) the journal's array_kinds "
                         "lacks; left out")
         arrays = arrays[known]
-    described = kinds.reindex(arrays["kind_id"].to_numpy())
+    described = kinds.reindex(arrays["kind_id"].to_numpy()).reset_index(drop=True)
     out = arrays.drop(columns="kind_id").reset_index(drop=True)
     for c in _KIND_COLUMNS:
-        out[c] = described[c].to_numpy()
-    out["stack_id"] = out["stack_id"].astype("Int64")
+        out[c] = described[c]  # the dtypes schema 1 gives: texts and lists as objects, nbytes int64
     return out
 
 
