@@ -370,3 +370,83 @@ def test_a_long_run_is_downsampled_keeping_its_peaks(tmp_path):
     j = snaps.index(1234)
     assert doc["snapshots"]["live_bytes"][j] == 4_000_200 and doc["peak"]["snapshot"] == 1234
     assert len(html) < 400_000
+
+
+# -- devices and the allocator's own figures ----------------------------------------------
+
+SHARDED = '''
+import jax
+import jax.numpy as jnp
+import jaxmemprof
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+mesh = Mesh(jax.devices(), ("x",))
+a = jax.device_put(jnp.zeros((1024, 256), jnp.float32), NamedSharding(mesh, PartitionSpec("x")))  # SITE-SHARDED
+b = jax.device_put(jnp.ones((256,), jnp.float32), jax.devices()[1])  # SITE-ONE
+jaxmemprof.snapshot("both")
+'''
+
+
+@needs_browser
+def test_device_selector_shows_each_device_s_share(tmp_path, browser):
+    from conftest import cpu_env
+
+    script = write_script(tmp_path, "sharded.py", SHARDED)
+    env = cpu_env(XLA_FLAGS="--xla_force_host_platform_device_count=2")
+    run_cli("run", "-q", "--interval", "100000", "-o", "run", script.name, cwd=tmp_path, env=env, check=0)
+    run_cli("report", "run", "--html", "page.html", cwd=tmp_path, check=0)
+    page = open_page(browser, tmp_path / "page.html")
+    options = page.evaluate("Array.from(document.getElementById('jmp-device').options).map(o => o.value)")
+    assert options == ["", "cpu:0", "cpu:1"]
+    sharded, one = site(script, "SITE-SHARDED", "<module>"), site(script, "SITE-ONE", "<module>")
+    flame = by_name(nodes(page, "jmp-flame"))
+    assert flame[sharded][0] == MIB and flame[one][0] == KIB
+    for device, expect in (("cpu:0", {sharded: MIB // 2}), ("cpu:1", {sharded: MIB // 2, one: KIB})):
+        set_select(page, "jmp-device", device)
+        flame = by_name(nodes(page, "jmp-flame"))
+        assert {k: v[0] for k, v in flame.items() if k != "all"} == expect
+        areas = page.evaluate("Array.from(document.querySelectorAll('#jmp-timeline path.area')).map(p => p.dataset.site)")
+        assert sorted(areas) == sorted(expect)
+
+
+def _simulated_gpu_run(path, n=20, limit=8 * MIB):
+    """A run as a GPU records it (allocator statistics per snapshot), made
+    through the run writer: one 1 MiB array per snapshot kept, and the
+    allocator holding 512 KiB more than the arrays."""
+    from jaxmemprof.pprof.writer import write_profile
+    from jaxmemprof.store.writer import RunWriter, SnapshotRecord
+
+    w = RunWriter(path, {"jaxmemprof_version": "test", "argv": ["sim"], "start_epoch": 0.0})
+    prof = write_profile([("allocations", "count"), ("space", "bytes")],
+                         [((("f", "train.py", 10),), (1, MIB), {"kind": "buffer", "device": "cuda:0"})])
+    for i in range(1, n + 1):
+        live = i * MIB
+        rec = SnapshotRecord(
+            t_wall=i * 1.0, t_mono=i * 1.0, trigger="interval", label=None, profile=prof, live_bytes=live,
+            buffers=i, arrays=i, new_stacks=[(1, json.dumps([["train.py", 10, "f"]]))] if i == 1 else [],
+            new_arrays=[(i, i, "[262144]", "float32", MIB, f"[{MIB}]", '["cuda:0"]', "[null]",
+                         "SingleDeviceSharding", None, 1)],
+            memory_stats=[("cuda:0", "bytes_in_use", live + 512 * KIB), ("cuda:0", "bytes_limit", limit),
+                          ("cuda:0", "peak_bytes_in_use", live + 512 * KIB)])
+        w.add_snapshot(rec)
+    w.finish(end_time="x", exit_status=0, ended_by="exit", duration_s=float(n))
+
+
+@needs_browser
+def test_allocator_lines_where_recorded(tmp_path, browser):
+    _simulated_gpu_run(tmp_path / "run", limit=24 * MIB)
+    run_cli("report", str(tmp_path / "run"), "--html", str(tmp_path / "page.html"), check=0)
+    page = open_page(browser, tmp_path / "page.html")
+    lines = page.evaluate("Array.from(document.querySelectorAll('#jmp-timeline path[data-line]')).map(p => p.dataset.line)")
+    assert lines == ["bytes_in_use", "bytes_limit"]
+    page.evaluate("""(() => { const h = document.querySelector('#jmp-timeline rect.hit'), r = h.getBoundingClientRect();
+        h.dispatchEvent(new MouseEvent('mousemove', {bubbles: true, clientX: r.right - 1, clientY: r.top + 10})); })()""")
+    tip = page.evaluate("document.querySelector('.tip').innerText")
+    assert "live 20.00 MiB" in tip and "bytes_in_use 20.50 MiB" in tip and "bytes_limit 24.00 MiB" in tip
+    # a limit far above the run is named, not drawn (it would flatten the chart)
+    _simulated_gpu_run(tmp_path / "run2", limit=80 * 1024 * MIB)
+    run_cli("report", str(tmp_path / "run2"), "--html", str(tmp_path / "page2.html"), check=0)
+    page = open_page(browser, tmp_path / "page2.html")
+    lines = page.evaluate("Array.from(document.querySelectorAll('#jmp-timeline path[data-line]')).map(p => p.dataset.line)")
+    assert lines == ["bytes_in_use"]
+    assert "bytes_limit 80.00 GiB (above the chart)" in page.evaluate("document.querySelector('#timeline').innerText")

@@ -131,7 +131,7 @@
     var lab = STR[snaps.label[j]], trig = STR[snaps.trigger[j]];
     if (lab) s += " '" + lab + "'";
     if (trig && trig !== "interval") s += " (" + trig + ")";
-    if (D.peak && j === D.peak.j) s += " peak";
+    if (D.peak && j === D.peak.j) s += " \u00b7 the peak";
     return s;
   }
 
