@@ -28,7 +28,7 @@ def _both(tmp_path, source, *args):
 def _check_parent_only(jm, run_dir, after_fork_bytes):
     """One summary; the journal holds the parent's rows only; the parent
     sampled after the fork (an interval snapshot saw what it made then)."""
-    assert jm.stderr.count("run directory:") == 1, jm.stderr
+    assert jm.stderr.count("(next: jaxmemprof report") == 1, jm.stderr
     assert "IntegrityError" not in jm.stderr and "sampling stopped" not in jm.stderr, jm.stderr
     run = load_run(run_dir)
     assert run.finished and not run.warnings, run.warnings

@@ -100,7 +100,7 @@ def test_chdir_in_the_script_loses_nothing(tmp_path):
     assert py.returncode == jm.returncode == 0, jm.stderr
     assert jm.stdout == py.stdout == "done\natexit in elsewhere\n"
     assert "could not" not in jm.stderr and "warning" not in jm.stderr, jm.stderr
-    assert "run directory: rel-run" in jm.stderr
+    assert "run: rel-run  (next: jaxmemprof report rel-run)" in jm.stderr
     run = load_run(tmp_path / "rel-run")
     assert run.finished and not run.warnings
     labels = list(run.snapshots["label"])

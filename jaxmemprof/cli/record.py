@@ -101,7 +101,7 @@ def _run_summary(tgt, directory):
 
         run_ = load_run(directory)
         att = attribution((), (), False, run_)
-        ov = overview(run_, att)
+        ov = overview(run_, att, top_sites=3)
         con = text.console(stream)
         if ov.oom_sites is not None:
             text.render_oom(ov.oom_sites, con)

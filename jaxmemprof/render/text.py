@@ -143,33 +143,32 @@ def render_diff(d: Diff, con: Console, *, title: str, value_type: str) -> None:
 def render_run_summary(ov, con: Console, *, target: str, run_dir: str, warnings: list[str]) -> None:
     """The few lines ``jaxmemprof run`` prints on stderr when the target ends."""
     took = f"{ov.duration_s:.1f} s" if ov.duration_s is not None else "?"
-    share = f" (sampling: {100 * ov.sampling_s / ov.duration_s:.1f}% CPU)" if ov.duration_s else ""
-    con.print(Text(f"jaxmemprof: {safe(target)} ran {took}, exit status {ov.exit_status}"
-                   f" ({safe(ov.ended_by)}); {ov.snapshots} snapshots{share}"))
+    share = f" ({100 * ov.sampling_s / ov.duration_s:.1f}% of it sampling)" if ov.duration_s else ""
+    ended = "" if ov.ended_by == "exit" else f" ({safe(ov.ended_by)})"
+    con.print(Text(f"jaxmemprof: {safe(target)}: {took}, exit status {ov.exit_status}{ended}; "
+                   f"{ov.snapshots} snapshots{share}"))
     if ov.stretched is not None:
         interval, gap, budget = ov.stretched
         con.print(Text(
-            f"jaxmemprof: snapshots came every {gap:.1f} s on average, not every {interval:g} s: "
-            f"--max-overhead {budget:g} keeps them to {100 * budget / 2:g}% of the run "
-            f"(describing each new array the first time costs most); a larger --max-overhead gives more"
+            f"jaxmemprof: snapshots came every {gap:.1f} s, not every {interval:g} s: --max-overhead {budget:g} "
+            f"keeps them to {100 * budget / 2:g}% of the run (a larger --max-overhead gives more)"
         ))
     for w in warnings:
         con.print(Text(f"jaxmemprof: warning: {safe(w)}"))
     if ov.peak_snapshot is None:
         con.print("jaxmemprof: no snapshot: the program never put an array on a JAX device")
     else:
-        con.print(Text(
-            f"peak live device memory: {format_bytes(ov.peak_bytes)} at {ov.peak_t:.1f} s "
-            f"(snapshot {ov.peak_snapshot}); held by:"
-        ))
+        con.print(Text(f"peak {format_bytes(ov.peak_bytes)} live at {ov.peak_t:.1f} s (snapshot {ov.peak_snapshot}), "
+                       f"held by:"))
         for _, row in ov.peak_sites.rows.iterrows():
             con.print(Text(f"  {format_bytes(row['bytes']):>10}  {safe(row['site'])}"))
         if ov.peak_sites.omitted_rows:
             con.print(Text(f"  {format_bytes(ov.peak_sites.omitted_bytes):>10}  "
                            f"{ov.peak_sites.omitted_rows} more sites"))
-    con.print(Text(f"run directory: {safe(run_dir)}"))
     if ov.peak_snapshot is not None:
-        con.print(Text(f"next: jaxmemprof report {safe(run_dir)}    jaxmemprof show {safe(run_dir)}@peak"))
+        con.print(Text(f"run: {safe(run_dir)}  (next: jaxmemprof report {safe(run_dir)})"))
+    else:
+        con.print(Text(f"run: {safe(run_dir)}"))
 
 
 def render_oom(summary: Summary, con: Console) -> None:
