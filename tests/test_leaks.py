@@ -267,7 +267,7 @@ def test_function_compiled_for_several_shapes(recompile_run):
     line = line_of(script, "SITE-CALL")
     assert (row["site"], row["line"], row["function"], row["name"]) == (f"shapes.py:{line} (main)", line,
                                                                        "main", "jit_f")
-    assert (row["first_snapshot_seen"], row["first_count"], row["last_count"], row["max_count"],
+    assert (row["first_snapshot"], row["first_count"], row["last_count"], row["max_count"],
             row["growth"]) == (3, 1, 5, 5, 4)
     assert bool(row["suspect"])
     # The same shape five times compiles nothing new: that line is no suspect.

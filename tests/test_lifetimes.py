@@ -94,7 +94,7 @@ def test_array_lifetimes_of_known_arrays(steps_run):
     assert list(after["snapshot"]) == list(range(S["start"], S["start"] + 8))
     assert last_n == S["end"] + 1
 
-    by_site = {s: g.sort_values("first_seen") for s, g in df.groupby("site")}
+    by_site = {s: g.sort_values("first_snapshot") for s, g in df.groupby("site")}
     site = lambda k: f"steps.py:{ln[k]} (<module>)"
     assert set(by_site) == {site("W"), site("TMP"), site("KEPT")}
 
@@ -102,20 +102,20 @@ def test_array_lifetimes_of_known_arrays(steps_run):
     (w,) = by_site[site("W")].itertuples(index=False)
     assert (w.file, w.line, w.function) == ("steps.py", ln["W"], "<module>")
     assert (w.shape, w.dtype, w.bytes, w.nbytes, w.shards, w.devices) == ("64x256", "float32", W_BYTES, W_BYTES, 1, "cpu:0")
-    assert (w.first_seen, w.last_seen, w.how) == (first_n, last_n, "alive")
+    assert (w.first_snapshot, w.last_snapshot, w.how) == (first_n, last_n, "alive")
     assert pd.isna(w.end_snapshot) and np.isnan(w.ended_t)
     assert w.alive_at_start and w.alive_at_end
     assert w.lifetime_snapshots == len(snaps)
     assert w.lifetime_steps == 4
     assert w.lifetime_s == pytest.approx(t[last_n] - t[first_n], abs=1e-12)
-    assert w.first_seen_t == t[first_n] and w.last_seen_t == t[last_n]
+    assert w.first_t == t[first_n] and w.last_t == t[last_n]
 
     # Per-step temporaries: seen in their step's snapshot, gone in the next one.
     tmps = by_site[site("TMP")]
     assert len(tmps) == 3
     for i, r in enumerate(tmps.itertuples(index=False)):
         n = S[f"step {i}"]
-        assert (r.first_seen, r.last_seen, r.end_snapshot, r.how) == (n, n, n + 1, "freed")
+        assert (r.first_snapshot, r.last_snapshot, r.end_snapshot, r.how) == (n, n, n + 1, "freed")
         assert (r.lifetime_snapshots, r.lifetime_steps) == (1, 1)
         assert (r.shape, r.bytes) == ("1024", TMP_BYTES)
         assert r.ended_t == t[n + 1]
@@ -125,7 +125,7 @@ def test_array_lifetimes_of_known_arrays(steps_run):
 
     # Two snapshots and one marker.
     (k,) = by_site[site("KEPT")].itertuples(index=False)
-    assert (k.first_seen, k.last_seen, k.end_snapshot, k.how) == (S["kept"], S["kept2"], S["end"], "freed")
+    assert (k.first_snapshot, k.last_snapshot, k.end_snapshot, k.how) == (S["kept"], S["kept2"], S["end"], "freed")
     assert (k.lifetime_snapshots, k.lifetime_steps) == (2, 1)
     assert k.lifetime_s == pytest.approx(t[S["end"]] - t[S["kept"]], abs=1e-12)
     assert df["array_id"].is_monotonic_increasing

@@ -55,7 +55,7 @@ LEAK_COLUMNS = [
 ]
 RECOMPILE_COLUMNS = [
     "site", "file", "line", "function", "name",
-    "first_snapshot_seen", "first_count", "last_count", "max_count", "growth",
+    "first_snapshot", "first_count", "last_count", "max_count", "growth",
     "first_code_bytes", "last_code_bytes", "new_after_setup", "suspect",
 ]
 REJIT_COLUMNS = ["site", "file", "line", "function", "name", "functions", "after_setup", "suspect"]
@@ -292,7 +292,7 @@ def recompiles(run, attribution: Attribution = Attribution(), *, min_executables
     - ``site, file, line, function``: where they were compiled (the call);
     - ``name``: the HLO module name (``jit_train_step``); "" for a directory
       of profiles, which do not name executables;
-    - ``first_snapshot_seen``; ``first_count``: executables loaded then;
+    - ``first_snapshot``; ``first_count``: executables loaded then;
       ``last_count``: at the last snapshot before ``exit`` (0 when none is
       loaded then); ``max_count``: the most at any snapshot; ``growth =
       last_count - first_count``;
@@ -305,7 +305,7 @@ def recompiles(run, attribution: Attribution = Attribution(), *, min_executables
     Suspects first, then by ``max_count``.
     """
     snaps = run.snapshots
-    dtypes = {"line": np.int64, "first_snapshot_seen": np.int64, "first_count": np.int64, "last_count": np.int64,
+    dtypes = {"line": np.int64, "first_snapshot": np.int64, "first_count": np.int64, "last_count": np.int64,
               "max_count": np.int64, "growth": np.int64, "first_code_bytes": np.int64,
               "last_code_bytes": np.int64, "new_after_setup": np.int64, "suspect": bool}
     if snaps.empty:
@@ -364,7 +364,7 @@ def recompiles(run, attribution: Attribution = Attribution(), *, min_executables
     g = rows.groupby(["site", "name"], sort=True)
     first = g.first()  # rows are sorted by snapshot within each group
     out = pd.DataFrame({
-        "first_snapshot_seen": first["snapshot"],
+        "first_snapshot": first["snapshot"],
         "first_count": first["count"],
         "max_count": g["count"].max(),
         "first_code_bytes": first["code_bytes"],
@@ -486,7 +486,7 @@ def leak_findings(leaks_df: pd.DataFrame, recompiles_df: pd.DataFrame,
             rule="recompile", case="executables", severity="medium" if count >= 10 else "low", site=str(r.site),
             saving_bytes=saving, facts={
                 "function": r.name or "", "executables": count, "first_count": int(r.first_count),
-                "first_snapshot": int(r.first_snapshot_seen), "last_count": int(r.last_count),
+                "first_snapshot": int(r.first_snapshot), "last_count": int(r.last_count),
                 "generated_code_bytes": code}))
     for r in suspects.itertuples(index=False) if len(suspects) else ():
         count = int(r.functions)

@@ -22,15 +22,15 @@ per array identity:
 - ``nbytes``: logical size of the whole array (``jax.Array.nbytes``).
 - ``shards``: addressable shards (buffers), one per device.
 - ``devices``: the shards' devices, joined by ``;``.
-- ``first_seen``, ``last_seen``: first and last snapshot it was seen alive in.
-- ``first_seen_t``, ``last_seen_t``: their times, seconds since the run began.
+- ``first_snapshot``, ``last_snapshot``: first and last snapshot it was seen alive in.
+- ``first_t``, ``last_t``: their times, seconds since the run began.
 - ``end_snapshot``: first snapshot where it was gone (NA while alive at the end).
 - ``ended_t``: that snapshot's time (NaN while alive).
 - ``lifetime_s``: ``ended_t`` (or the run's last snapshot time while alive)
-  minus ``first_seen_t``.
+  minus ``first_t``.
 - ``lifetime_snapshots``: snapshots it was seen alive in.
 - ``lifetime_steps``: markers (``jaxmemprof.mark``) placed between
-  ``first_seen`` and ``end_snapshot`` (to the end of the run while alive):
+  ``first_snapshot`` and ``end_snapshot`` (to the end of the run while alive):
   the same interval as ``lifetime_s``; NA when the run has no markers.
 - ``how``: ``freed`` (the last reference went), ``deleted`` (donated, or
   ``.delete()``), or ``alive`` (still alive at the run's last snapshot).
@@ -58,7 +58,7 @@ SITE_COLUMNS = ["site", "file", "line", "function"]
 
 ARRAY_COLUMNS = [
     "array_id", "site", "file", "line", "function", "stack_id", "shape", "dtype", "bytes", "nbytes",
-    "shards", "devices", "first_seen", "last_seen", "first_seen_t", "last_seen_t", "end_snapshot",
+    "shards", "devices", "first_snapshot", "last_snapshot", "first_t", "last_t", "end_snapshot",
     "ended_t", "lifetime_s", "lifetime_snapshots", "lifetime_steps", "how", "alive_at_start",
     "alive_at_end", "aliased", "process",
 ]
@@ -153,7 +153,7 @@ def array_lifetimes(run, attribution: Attribution = Attribution()) -> pd.DataFra
     end_filled = end.fillna(0).to_numpy(dtype=np.int64)
 
     first_t = _times(times, first)
-    last_seen_t = _times(times, last)
+    last_t = _times(times, last)
     ended_t = np.where(alive, np.nan, _times(times, end_filled))
     lifetime_s = np.where(alive, last_t, ended_t) - first_t
 
@@ -165,7 +165,7 @@ def array_lifetimes(run, attribution: Attribution = Attribution()) -> pd.DataFra
     markers: pd.DataFrame = run.markers
     if markers is not None and not markers.empty:
         after = np.sort(pd.to_numeric(markers["after_snapshot"], errors="coerce").fillna(0).to_numpy(np.int64))
-        # A marker after snapshot m lies in [first_seen, end): first <= m < end.
+        # A marker after snapshot m lies in [first_snapshot, end): first <= m < end.
         upper = np.where(alive, len(after), np.searchsorted(after, end_filled - 1, side="right"))
         steps = pd.array(upper - np.searchsorted(after, first, side="left"), dtype="Int64")
     else:
@@ -191,10 +191,10 @@ def array_lifetimes(run, attribution: Attribution = Attribution()) -> pd.DataFra
             "nbytes": pd.to_numeric(arrays["nbytes"], errors="coerce").fillna(0).to_numpy(dtype=np.int64),
             "shards": shards,
             "devices": _map_unique(arrays["devices"].to_numpy(dtype=object), lambda d: ";".join(map(str, d))),
-            "first_seen": first,
-            "last_seen": last,
-            "first_seen_t": first_t,
-            "last_seen_t": last_seen_t,
+            "first_snapshot": first,
+            "last_snapshot": last,
+            "first_t": first_t,
+            "last_t": last_t,
             "end_snapshot": end,
             "ended_t": ended_t,
             "lifetime_s": lifetime_s,
@@ -254,7 +254,7 @@ def site_lifetimes(arrays_df: pd.DataFrame, run) -> pd.DataFrame:
     b = df["bytes"].to_numpy(dtype=np.int64)
     life = df["lifetime_s"].to_numpy(dtype=np.float64)
     at_peak = (
-        (df["first_seen"].to_numpy() <= peak) & (df["last_seen"].to_numpy() >= peak)
+        (df["first_snapshot"].to_numpy() <= peak) & (df["last_snapshot"].to_numpy() >= peak)
         if peak is not None else np.zeros(len(df), bool)
     )
     end_alive = df["alive_at_end"].to_numpy(dtype=bool)

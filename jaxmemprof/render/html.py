@@ -207,7 +207,7 @@ def _lifetimes(rep) -> list:
         shape = r.shape if isinstance(r.shape, tuple) else ()
         out.append({
             "id": int(r.array_id), "site": str(r.site), "type": f"{r.dtype}[{','.join(map(str, shape))}]",
-            "bytes": int(r.bytes), "start": _num(r.first_seen_t), "last": _num(r.last_seen_t),
+            "bytes": int(r.bytes), "start": _num(r.first_t), "last": _num(r.last_t),
             "end": _num(r.ended_t), "how": None if r.how is None or r.how is pd.NA else str(r.how),
             "alive_at_end": bool(r.alive_at_end),
         })
