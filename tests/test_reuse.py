@@ -106,9 +106,9 @@ def test_reuse_and_donation_of_known_buffers(reuse_run):
     # Every array shard is a buffer born, or an alias of one (JAX 0.10.2 makes a
     # second jax.Array for a device_put array's shard when its address is read).
     shards = run.arrays.groupby(arrays.set_index("array_id").loc[run.arrays["array_id"], "site"].to_numpy()).size()
-    assert (rows["buffers_born"] + rows["aliased"]).to_dict() == shards.to_dict()
-    assert rows.loc[[site("WARM"), site("STATE"), site("DONATE"), site("REBIND")], "aliased"].sum() == 0
-    assert arrays["aliased"].sum() == rows["aliased"].sum()
+    assert (rows["buffers_born"] + rows["shared"]).to_dict() == shards.to_dict()
+    assert rows.loc[[site("WARM"), site("STATE"), site("DONATE"), site("REBIND")], "shared"].sum() == 0
+    assert arrays["shared"].sum() == rows["shared"].sum()
     # Aliases are left out of site totals, which then agree with JAX's own profile.
     peak = peak_snapshot(run)
     samples = run.profile(peak).samples
@@ -176,12 +176,12 @@ def test_matching_rules(reuse_run):
     assert dev.loc["cpu:0"].to_dict() == dict(
         buffers_born=6, bytes_born=208, reused_address=2, reused_address_bytes=100, reused_same_size=1,
         reused_same_size_bytes=50, reused_immediately=1, reused_immediately_bytes=50, donated_in_place=1,
-        donated_in_place_bytes=50, aliased=1, aliased_bytes=50,
+        donated_in_place_bytes=50, shared=1, shared_bytes=50,
     )
     assert dev.loc["cpu:1"].to_dict() == dict(
         buffers_born=4, bytes_born=130, reused_address=1, reused_address_bytes=8, reused_same_size=1,
         reused_same_size_bytes=8, reused_immediately=0, reused_immediately_bytes=0, donated_in_place=0,
-        donated_in_place_bytes=0, aliased=1, aliased_bytes=8,
+        donated_in_place_bytes=0, shared=1, shared_bytes=8,
     )
     ev = r.events
     assert list(zip(ev["array_id"], ev["previous_array_id"], ev["gap_snapshots"], ev["same_size"],

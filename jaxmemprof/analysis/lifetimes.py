@@ -37,7 +37,7 @@ per array identity:
 - ``alive_at_start``: seen in the run's first snapshot (its birth is censored:
   it may be older).
 - ``alive_at_end``: alive at the run's last snapshot (its end is censored).
-- ``aliased``: each of its buffers was held, at its first snapshot, by
+- ``shared``: each of its buffers was held, at its first snapshot, by
   another live array seen before it: a second ``jax.Array`` over the same
   device memory (JAX 0.10.2 makes one for a ``device_put`` array's shard when
   its address is read). Its bytes are counted once, under the other array;
@@ -60,7 +60,7 @@ ARRAY_COLUMNS = [
     "array_id", "site", "file", "line", "function", "stack_id", "shape", "dtype", "bytes", "nbytes",
     "shards", "devices", "first_snapshot", "last_snapshot", "first_t", "last_t", "end_snapshot",
     "ended_t", "lifetime_s", "lifetime_snapshots", "lifetime_steps", "how", "alive_at_start",
-    "alive_at_end", "aliased", "process",
+    "alive_at_end", "shared", "process",
 ]
 
 SITE_LIFETIME_COLUMNS = [
@@ -203,7 +203,7 @@ def array_lifetimes(run, attribution: Attribution = Attribution()) -> pd.DataFra
             "how": how.astype(object),
             "alive_at_start": first <= first_snap,
             "alive_at_end": alive_np,
-            "aliased": _aliased(run),
+            "shared": _shared(run),
             "process": pd.to_numeric(arrays["process"], errors="coerce").fillna(0).to_numpy(dtype=np.int64)
             if "process" in arrays else 0,
         }
@@ -211,7 +211,7 @@ def array_lifetimes(run, attribution: Attribution = Attribution()) -> pd.DataFra
     return out.sort_values("array_id", kind="stable").reset_index(drop=True)[ARRAY_COLUMNS]
 
 
-def _aliased(run) -> np.ndarray:
+def _shared(run) -> np.ndarray:
     """Per row of ``run.arrays``: is every one of its buffers an alias."""
     shards = shard_table(run)
     if shards.empty:
@@ -234,10 +234,10 @@ def site_lifetimes(arrays_df: pd.DataFrame, run) -> pd.DataFrame:
     ``byte_seconds`` first:
 
     - ``arrays_born``, ``bytes_born``: arrays created there (those alive in the
-      first snapshot included; ``aliased`` ones left out), and their device bytes.
+      first snapshot included; ``shared`` ones left out), and their device bytes.
     - ``live_bytes_at_peak``: its bytes alive at the run's peak snapshot (most
       ``live_bytes``); over all sites these add up to the peak's ``live_bytes``
-      (less any aliased arrays', which the sampler counts twice).
+      (less any shared arrays', which the sampler counts twice).
     - ``median_lifetime_s``, ``p90_lifetime_s``, ``max_lifetime_s``: over its
       arrays' ``lifetime_s`` (censored ones included, measured to the run's end).
     - ``byte_seconds``: sum of ``bytes * lifetime_s``: the memory-time the site
@@ -248,7 +248,7 @@ def site_lifetimes(arrays_df: pd.DataFrame, run) -> pd.DataFrame:
     if arrays_df is None or arrays_df.empty:
         return _empty(SITE_LIFETIME_COLUMNS)
     peak = peak_snapshot(run)
-    df = arrays_df[~arrays_df["aliased"].to_numpy(dtype=bool)] if "aliased" in arrays_df else arrays_df
+    df = arrays_df[~arrays_df["shared"].to_numpy(dtype=bool)] if "shared" in arrays_df else arrays_df
     if df.empty:
         return _empty(SITE_LIFETIME_COLUMNS)
     b = df["bytes"].to_numpy(dtype=np.int64)

@@ -14,7 +14,7 @@ file, line, function``: the site of the *new* buffer), in ``reuse.csv``:
 - ``buffers_born``, ``bytes_born``: buffers (shards) first seen in the run, and
   their bytes. A buffer seen through two ``jax.Array`` objects at once (the
   same device and address while both are alive) is counted once, as the one
-  seen first; the others are ``aliased``.
+  seen first; the others are ``shared``.
 - ``reused_address``, ``reused_address_bytes``: of those, buffers that took an
   address an earlier, ended buffer held on the same device.
 - ``reused_same_size``, ``reused_same_size_bytes``: ... with equal bytes.
@@ -25,7 +25,7 @@ file, line, function``: the site of the *new* buffer), in ``reuse.csv``:
 - ``donated_in_place``, ``donated_in_place_bytes``: immediate reuses whose
   earlier holder ended ``deleted``: an output that took a donated input's
   buffer (or a buffer made right after an explicit ``.delete()``).
-- ``aliased``, ``aliased_bytes``: array shards first seen at an address that
+- ``shared``, ``shared_bytes``: array shards first seen at an address that
   another live array held on the same device: one buffer seen through a
   second ``jax.Array`` (counted in none of the columns above).
 
@@ -52,7 +52,7 @@ SITE_COLUMNS = ["site", "file", "line", "function"]
 COUNT_COLUMNS = [
     "buffers_born", "bytes_born", "reused_address", "reused_address_bytes", "reused_same_size",
     "reused_same_size_bytes", "reused_immediately", "reused_immediately_bytes", "donated_in_place",
-    "donated_in_place_bytes", "aliased", "aliased_bytes",
+    "donated_in_place_bytes", "shared", "shared_bytes",
 ]
 EVENT_COLUMNS = [
     "device", "address", "array_id", "site", "first_snapshot", "bytes", "previous_array_id",
@@ -221,7 +221,7 @@ def reuse(run, arrays_df: pd.DataFrame | None = None) -> Reuse:
             "reused_immediately": immediately.astype(np.int64),
             "reused_immediately_bytes": np.where(immediately, b, 0),
             "donated_in_place": donated.astype(np.int64), "donated_in_place_bytes": np.where(donated, b, 0),
-            "aliased": alias.astype(np.int64), "aliased_bytes": np.where(alias, b, 0),
+            "shared": alias.astype(np.int64), "shared_bytes": np.where(alias, b, 0),
         }
     )
     order_by = ["reused_address_bytes", "bytes_born"]

@@ -14,7 +14,7 @@ REUSE = (
     "or .delete()d; a donated input whose last reference is dropped at once (state = step(state)) "
     "is seen as freed, so that donation counts as an immediate same-size reuse, not as "
     "donated_in_place. Two arrays holding one address at the same time are one buffer seen "
-    "twice (aliased), not a reuse."
+    "twice (shared), not a reuse."
 )
 
 JIT = ("call peak = arguments + outputs - aliased (donation that took effect) + temporaries + code; "
