@@ -89,7 +89,7 @@ def pytest_runtest_call(item):
         item.warn(pytest.PytestWarning("jaxmemprof: this test runs inside a jaxmemprof run already; "
                                        "its device memory is not measured"))
         return (yield)
-    recorder = _Recorder(item, dumps=limit is not None)
+    recorder = _Recorder(item, dumps=limit is not None, leaks=leak_limit is not None)
     recorder.start()
     try:
         result = yield
@@ -113,10 +113,11 @@ def pytest_runtest_call(item):
 class _Recorder:
     """One test's run: a capture session around its call, snapshots at its
     start (after garbage collection), when its function returns (its locals
-    still held) and after it (after garbage collection)."""
+    still held) and after it (after garbage collection, for a leak limit)."""
 
-    def __init__(self, item, dumps: bool):
+    def __init__(self, item, dumps: bool, leaks: bool):
         self.item = item
+        self.leaks = leaks  # collect garbage before the last snapshot (a full collection costs tens of ms)
         self.dumps = dumps  # read XLA's dump of the jitted functions (to name the lines inside a call)
         keep = item.config.getoption("jaxmemprof_runs", None)
         if keep:
@@ -179,7 +180,8 @@ class _Recorder:
             if s.probe is not None:
                 probe, s.probe = s.probe, None
                 probe.uninstall()
-            gc.collect()
+            if self.leaks:
+                gc.collect()
             s.sampler.snapshot("exception" if failed else "exit")
             s.stop(None, "exception" if failed else "exit")
             if failed:
