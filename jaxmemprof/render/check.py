@@ -35,7 +35,7 @@ def lines(outcomes) -> list[str]:
         elif o.check == "max-true-peak":
             where = o.facts.get("where") or ""
             out.append(f"{tag} {limit}: estimated true peak {format_bytes(o.value)}"
-                       f"{' (' + safe(where) + ')' if where else ''}{_held_by(o.details)}")
+                       f"{' (' + safe(where) + ')' if where else ''}")
         elif o.check == "max-growth":
             per = o.unit.split("/")[-1]
             text = f"{tag} {limit}: grows {format_bytes(o.value)}/{per}"
@@ -50,8 +50,9 @@ def lines(outcomes) -> list[str]:
         elif o.check == "max-increase":
             what = o.facts.get("what", "peak")
             pct = "an increase" if o.value == float("inf") else f"{o.value:+.1f}%"
+            held_by = _held_by(o.details) if what == "peak" else ""
             out.append(f"{tag} {limit}: {what} {format_bytes(o.facts.get('bytes', 0))} is {pct} on the "
-                       f"baseline's {format_bytes(o.facts.get('baseline_bytes', 0))}{_held_by(o.details)}")
+                       f"baseline's {format_bytes(o.facts.get('baseline_bytes', 0))}{held_by}")
     return failed + held
 
 
