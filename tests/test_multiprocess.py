@@ -162,6 +162,17 @@ def test_two_processes_one_report(tmp_path):
     assert "[high] process 1: Process 1 holds 9.00 MiB" in text and extra_site in text
     assert "processes 0, 1: " in text  # the donation finding, once
 
+    # Each process summarised itself as it ended; report reads those, and a
+    # job without them (or with damaged ones) reports exactly the same.
+    assert all((job_dir / f"process-{i}" / "summary.json").is_file() for i in range(2))
+    bare = tmp_path / "bare"
+    run_cli("merge", bare, job_dir, check=0)
+    (bare / "process-0" / "summary.json").unlink()
+    (bare / "process-1" / "summary.json").write_text('{"schema": 1, "findings": [[[[')
+    again = _report_json(bare)
+    for key in ("processes", "peak_sites", "findings", "timeline"):
+        assert again[key] == doc[key], key
+
     # One process, two ways; each is a run of today's format.
     one = _report_json(job_dir, "--process", "1")
     assert one["summary"]["peak_bytes"] == doc["processes"][1]["peak_bytes"]

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from dataclasses import fields as dataclass_fields
 
 import numpy as np
 import pandas as pd
@@ -36,6 +37,8 @@ IMBALANCE_FRACTION = 0.25
 IMBALANCE_MIN_BYTES = 1 << 20
 # Worker processes are used from this many processes of a job up.
 PARALLEL_FROM = 8
+# How many worker processes, instead of that choice.
+WORKERS_ENV = "JAXMEMPROF_WORKERS"
 
 
 @dataclass(frozen=True)
@@ -144,13 +147,28 @@ def analyse_processes(job: Job, attribution, *, top: int = 10, steps: int = 1000
                       workers: int | None = None, progress=None) -> dict:
     """process -> ProcessResult for every readable process of ``job``.
     ``attribution``: an Attribution, or a picklable callable ``run ->
-    Attribution``. ``workers``: worker processes (default: the CPUs, up to 8,
-    when the job has PARALLEL_FROM processes or more; 1: in this process)."""
-    todo = [(p.process, str(p.path), top, steps, device_memory, attribution)
-            for p in job.processes if p.error is None and not p.snapshots.empty]
-    if workers is None:
-        workers = min(os.cpu_count() or 1, 8) if len(todo) >= PARALLEL_FROM else 1
+    Attribution``. ``workers``: worker processes (default: $JAXMEMPROF_WORKERS,
+    else the CPUs, up to 8, when the job has PARALLEL_FROM processes or more;
+    1: in this process)."""
     results = {}
+    options = default_options(top, steps, device_memory, attribution)
+    todo = []
+    for p in job.processes:
+        if p.error is not None or p.snapshots.empty:
+            continue
+        r = read_summary(p.process, p.path, options) if options is not None and p.finished else None
+        if r is not None:
+            results[p.process] = r
+            if progress is not None:
+                progress()
+        else:
+            todo.append((p.process, str(p.path), top, steps, device_memory, attribution))
+    if workers is None:
+        env = os.environ.get(WORKERS_ENV, "").strip()
+        if env.isdigit() and int(env) > 0:
+            workers = int(env)
+        else:
+            workers = min(os.cpu_count() or 1, 8) if len(todo) >= PARALLEL_FROM else 1
     if workers > 1 and len(todo) > 1:
         import multiprocessing as mp
         from concurrent.futures import ProcessPoolExecutor
@@ -314,3 +332,126 @@ def build_job_report(job: Job, results: dict, timeline: JobTimeline | None = Non
         unfinished=[int(x) for x in procs.loc[~procs["finished"], "process"]],
         per_process=results, warnings=warnings,
     )
+
+
+# -- each process's summary, written where it ran ----------------------------------------
+
+# A process of a job writes SUMMARY_FILE into its directory as its run ends
+# (capture/session.py): what the job report needs of it, analysed with the
+# default options, so that a report over thousands of processes reads one
+# small file per process instead of analysing each (their hosts did it at
+# the end of their runs, side by side). Used only while the journal is the
+# one it was made from and the report's options are the defaults.
+SUMMARY_FILE = "summary.json"
+SUMMARY_SCHEMA = 1
+SUMMARY_MAX_ARRAYS = 200_000  # past this, the summary is left to report (as run's closing summary is)
+
+
+def default_options(top: int, steps: int, device_memory, attribution) -> dict | None:
+    """The options a summary is made with, when the report's are those
+    (None: they differ, each process is analysed)."""
+    lib = getattr(attribution, "library", ()) or ()
+    user = getattr(attribution, "user", ()) or ()
+    if device_memory is not None or lib or user or getattr(attribution, "all_frames", False) or steps != 1000:
+        return None
+    return {"top_sites": PEAK_SITES_KEPT, "steps": 1000} if top <= PEAK_SITES_KEPT else None
+
+
+def _journal_stamp(path) -> dict | None:
+    from jaxmemprof.store import layout
+
+    try:
+        st = os.stat(os.path.join(path, layout.JOURNAL))
+    except OSError:
+        return None
+    return {"size": int(st.st_size), "mtime_ns": int(st.st_mtime_ns)}
+
+
+def _plain(o):
+    if hasattr(o, "item") and not isinstance(o, (list, dict, tuple, str)):
+        try:
+            return o.item()
+        except (TypeError, ValueError):
+            return str(o)
+    if isinstance(o, (tuple, set, frozenset)):
+        return list(o)
+    return str(o)
+
+
+def write_summary(path) -> bool:
+    """Analyse the finished run in ``path`` and write its SUMMARY_FILE.
+    False (and nothing written) when it is too large to analyse now."""
+    import json
+    from dataclasses import asdict
+
+    from jaxmemprof import __version__
+    from jaxmemprof.analysis.report import build_report
+    from jaxmemprof.store import layout
+    from jaxmemprof.store.reader import load_run
+
+    run = load_run(path)
+    if len(run.arrays) > SUMMARY_MAX_ARRAYS:
+        return False
+    att = AttributionFor()(run)
+    rep = build_report(run, att, top_sites=PEAK_SITES_KEPT, steps=1000)
+    r = process_result(0, rep)
+    stamp = _journal_stamp(path)
+    if stamp is None:
+        return False
+    doc = {
+        "schema": SUMMARY_SCHEMA, "jaxmemprof_version": __version__, "journal": stamp,
+        "options": {"top_sites": PEAK_SITES_KEPT, "steps": 1000},
+        "peak_sites": [[str(s), int(b), int(c)] for s, b, c in zip(r.peak_sites["site"], r.peak_sites["bytes"],
+                                                                     r.peak_sites["count"])],
+        "findings": [asdict(f) for f in r.findings],
+        "summary": r.summary, "warnings": [str(w) for w in r.warnings],
+    }
+    data = json.dumps(doc, default=_plain, allow_nan=False, sort_keys=True).encode()
+    layout.write_atomic(os.path.join(path, SUMMARY_FILE) if isinstance(path, str) else path / SUMMARY_FILE, data)
+    return True
+
+
+def read_summary(process: int, path, options: dict) -> ProcessResult | None:
+    """The ProcessResult a process's SUMMARY_FILE holds, or None when it is
+    missing, damaged, of another version, made with other options, or older
+    than the journal (the file is untrusted input: every field is checked)."""
+    from pathlib import Path
+
+    from jaxmemprof import __version__
+    from jaxmemprof.store.reader import read_manifest
+
+    try:
+        doc = read_manifest(Path(path) / SUMMARY_FILE)
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+    if (doc.get("schema") != SUMMARY_SCHEMA or doc.get("jaxmemprof_version") != __version__
+            or doc.get("options") != options or doc.get("journal") != _journal_stamp(path)):
+        return None
+    try:
+        rows = doc["peak_sites"]
+        ok = isinstance(rows, list) and all(
+            isinstance(r, list) and len(r) == 3 and isinstance(r[0], str)
+            and all(isinstance(x, int) and not isinstance(x, bool) for x in r[1:]) for r in rows)
+        if not ok:
+            return None
+        sites = pd.DataFrame(rows, columns=["site", "bytes", "count"]) if rows else _empty_sites()
+        sites["bytes"] = sites["bytes"].astype(np.int64)
+        sites["count"] = sites["count"].astype(np.int64)
+        names = {f.name for f in dataclass_fields(Finding)}
+        findings = []
+        for f in doc["findings"]:
+            if not isinstance(f, dict) or set(f) - names or not isinstance(f.get("rule"), str) \
+                    or not isinstance(f.get("severity"), str) or not isinstance(f.get("site", ""), str):
+                return None
+            s = f.get("saving_bytes")
+            if s is not None and (not isinstance(s, int) or isinstance(s, bool)):
+                return None
+            if "facts" in f and not isinstance(f["facts"], dict):
+                return None
+            findings.append(Finding(**f))
+        summary, warnings = doc["summary"], doc["warnings"]
+        if not isinstance(summary, dict) or not isinstance(warnings, list):
+            return None
+    except (KeyError, TypeError, ValueError):
+        return None
+    return ProcessResult(process, sites, findings, summary, [str(w) for w in warnings])

@@ -262,6 +262,14 @@ def _forget_locks_in_child() -> None:
     _locks.clear()
 
 
+# The summary a process of a job writes as it ends (analysis/processes.py SUMMARY_FILE).
+_SUMMARY_FILE = "summary.json"
+
+
+def _is_summary_file(name: str) -> bool:
+    return name == _SUMMARY_FILE or re.fullmatch(rf"\.{re.escape(_SUMMARY_FILE)}\.tmp[0-9]+", name) is not None
+
+
 def _is_our_run(path: Path) -> bool:
     """Whether ``path`` holds a manifest that jaxmemprof wrote."""
     try:
@@ -301,7 +309,7 @@ def _clear_for_reuse(path: Path, force: bool) -> None:
                                     "--force replaces only a run; choose another --output")
     _refuse_foreign_entries(path)
     for p in others:
-        if p.is_file() and not p.is_symlink() and layout.is_run_file(p.name):
+        if p.is_file() and not p.is_symlink() and (layout.is_run_file(p.name) or _is_summary_file(p.name)):
             p.unlink(missing_ok=True)
     snaps = path / layout.SNAPSHOT_DIR
     if snaps.is_dir() and not snaps.is_symlink():
@@ -506,7 +514,26 @@ class Session:
             self._finish(exit_status, ended_by)
         except Exception as exc:  # a full disk: what was committed stays readable
             _warn(f"jaxmemprof: warning: could not finalise {self.directory}: {exc}\n")
+        else:
+            if ended_by != "SIGTERM" and self._in_job():
+                self._write_summary()
         release_directory(self.path)
+
+    def _in_job(self) -> bool:
+        count = self.writer.manifest.get("process_count")
+        return self.process is not None or (isinstance(count, int) and count > 1)
+
+    def _write_summary(self) -> None:
+        """A process of a job analyses its own run as it ends (its host does
+        that work, beside the others), so that `report` on the job reads one
+        small file per process (analysis/processes.py). A failure costs only
+        that: report then analyses the process itself."""
+        try:
+            from jaxmemprof.analysis.processes import write_summary
+
+            write_summary(self.path)
+        except Exception:
+            pass
 
     def detach_in_child(self) -> None:
         """In a forked child: stop recording at once, touching nothing the
