@@ -141,6 +141,9 @@ def _analyse(args) -> ProcessResult:
         return process_result(process, rep)
     except InputError as exc:
         return ProcessResult(process, _empty_sites(), [], {}, [], error=exc.problem)
+    except Exception as exc:  # one process's damage, or a bug: the other processes are still reported
+        return ProcessResult(process, _empty_sites(), [], {}, [],
+                             error=f"could not be analysed ({type(exc).__name__}: {' '.join(str(exc).split())[:300]})")
 
 
 def analyse_processes(job: Job, attribution, *, top: int = 10, steps: int = 1000, device_memory=None,
