@@ -90,13 +90,22 @@ def pytest_runtest_call(item):
                                        "its device memory is not measured"))
         return (yield)
     recorder = _Recorder(item, dumps=limit is not None, leaks=leak_limit is not None)
-    recorder.start()
+    try:
+        recorder.start()
+    except Exception as exc:  # an unwritable temporary directory, say: the test runs, unmeasured
+        _quietly(recorder.stop, True)
+        item.warn(pytest.PytestWarning(f"jaxmemprof: device memory not measured: {exc}"))
+        return (yield)
     try:
         result = yield
     except BaseException:
-        recorder.stop(failed=True)
+        _quietly(recorder.stop, True)
         raise
-    measured = recorder.stop(failed=False)
+    try:
+        measured = recorder.stop(failed=False)
+    except Exception as exc:
+        item.warn(pytest.PytestWarning(f"jaxmemprof: device memory not measured: {type(exc).__name__}: {exc}"))
+        return result
     if measured is None:
         return result
     item.user_properties.append((_PROPERTY, measured.peak_bytes))
@@ -108,6 +117,13 @@ def pytest_runtest_call(item):
     if problems:
         pytest.fail("\n".join(problems), pytrace=False)
     return result
+
+
+def _quietly(fn, *args):
+    try:
+        fn(*args)
+    except Exception:
+        pass
 
 
 class _Recorder:

@@ -59,6 +59,18 @@ def test_inside_jit():
     f(x).block_until_ready()
 
 
+@pytest.fixture
+def weights():
+    return jnp.zeros((1024, 1024), jnp.float32)  # 4 MiB, made by the fixture before the test
+
+
+class TestInAClass:
+    @pytest.mark.limit_device_memory("1 MiB")
+    def test_fixture_not_counted(self, weights):
+        y = weights[:128] + 1  # 512 KiB, the test's own
+        assert y.shape == (128, 1024)
+
+
 @pytest.mark.limit_device_memory("4 MiB")
 def test_temporary_jit():
     x = jnp.ones((256, 256), jnp.float32)
@@ -81,7 +93,7 @@ def outcomes(result) -> dict:
     """nodeid's test name -> PASSED/FAILED, from pytest -rA's short summary."""
     found = {}
     for line in result.outlines:
-        m = re.match(r"^(PASSED|FAILED) \S+::(\w+)", line)
+        m = re.match(r"^(PASSED|FAILED) \S+::(?:\w+::)?(\w+)", line)
         if m:
             found[m.group(2)] = m.group(1)
     return found
@@ -102,7 +114,7 @@ def test_limits_on_real_tests(suite):
     got = outcomes(result)
     assert got == {"test_over": "FAILED", "test_under": "PASSED", "test_leaks": "FAILED",
                    "test_leaks_within": "PASSED", "test_inside_jit": "FAILED", "test_temporary_jit": "FAILED",
-                   "test_unmarked": "PASSED"}, \
+                   "test_fixture_not_counted": "PASSED", "test_unmarked": "PASSED"}, \
         result.stdout.str()
 
     # Over the limit: both 2 MiB arrays, by the lines that made them, the
@@ -136,12 +148,15 @@ def test_limits_on_real_tests(suite):
 
     # --jaxmemprof: every test's peak, largest first.
     text = result.stdout.str()
-    summary = text[text.index("jaxmemprof: device memory peak of the top 7 of 7 tests"):].splitlines()[1:8]
+    summary = text[text.index("jaxmemprof: device memory peak of the top 8 of 8 tests"):].splitlines()[1:9]
     names = [line.split("::")[-1] for line in summary]
     assert names[0] in ("test_inside_jit", "test_temporary_jit"), summary
     assert set(names) == {"test_over", "test_under", "test_leaks", "test_leaks_within", "test_inside_jit",
-                          "test_temporary_jit", "test_unmarked"}
+                          "test_temporary_jit", "test_fixture_not_counted", "test_unmarked"}
     assert any(line.split() == ["512.00", "KiB", "test_memory.py::test_unmarked"] for line in summary), summary
+    # The fixture's 4 MiB were alive before the test began: only its own 512 KiB count.
+    assert any(line.split() == ["512.00", "KiB", "test_memory.py::TestInAClass::test_fixture_not_counted"]
+               for line in summary), summary
 
 
 def test_under_xdist(suite):
@@ -150,13 +165,13 @@ def test_under_xdist(suite):
     got = outcomes(result)
     assert got == {"test_over": "FAILED", "test_under": "PASSED", "test_leaks": "FAILED",
                    "test_leaks_within": "PASSED", "test_inside_jit": "FAILED", "test_temporary_jit": "FAILED",
-                   "test_unmarked": "PASSED"}, \
+                   "test_fixture_not_counted": "PASSED", "test_unmarked": "PASSED"}, \
         result.stdout.str()
     text = result.stdout.str()
     assert "created: 2/2 workers" in text or "2 workers" in text, text
     assert f"test_memory.py:{line_of(path, 'LINE-LEAK')} (test_leaks)" in text
     # The workers' peaks reach the controller's summary.
-    assert "jaxmemprof: device memory peak of the top 7 of 7 tests" in text, text
+    assert "jaxmemprof: device memory peak of the top 8 of 8 tests" in text, text
 
 
 def test_bad_marker_fails_that_test_only(pytester, monkeypatch):
