@@ -18,23 +18,34 @@
 
 Targets (issue 12): 24 hours at default settings under 200 MB and 20,000 files.
 
-Figures (2026-12-01, 2 shared cores, commit 7fef816; corpus: 2.3 KiB
-profiles, 13 new arrays and 13 executable rows per snapshot):
+Figures (2026-12-01, 2 shared cores; corpus: 2.3 KiB profiles, 13 new
+arrays and 13 executable rows per snapshot). Journal schema 2 (commit
+8107cc9: each array's description stored once, in array_kinds):
 
-    without thinning, 2 h:  14,402 files, 61.5 MB (journal 28.0 MB): 24 h would be ~172,800 files, ~740 MB
-    with thinning, 24 h:     3,342 files, 285.8 MB (journal 278.0 MB; WAL at most 2.4 MB); 113 s to simulate
-    report on that run:      exit 0, 48.6 s, peak RSS 3.1 GiB (172,800 snapshot rows, 2.25 M arrays)
-    --hours 13.9 --report:   100,080 snapshots, 3,174 files, 168.2 MB; report 16.3 s, peak RSS 1,887 MiB
-                             (idle machine, commit 07029c7)
+    without thinning, 2 h:  14,402 files, 49.1 MB (journal 15.6 MB): 24 h would be ~172,800 files, ~590 MB
+    with thinning, 24 h:     3,341 files, 135.0 MB (journal 127.3 MB: arrays 63.0 MB, array_ends 48.7 MB,
+                             snapshots 11.7 MB; WAL at most 2.2 MB); 53 s to simulate
+    report on that run:      exit 0, 29.4 s (load average 4), peak RSS 1,966 MiB
+                             (172,800 snapshot rows, 2.25 M arrays)
+    --hours 13.9 --report:   100,080 snapshots, 3,174 files, 81.0 MB; report 25.7 s (load average 4),
+                             peak RSS 1,187 MiB (before the reader read in chunks: 11.8 s at load
+                             average about 1, 1,277 MiB)
     thinning's cost:         10-25 ms a pass (every 100 snapshots, with its WAL checkpoint) at hours 1,
-                             6 and 12 alike (commit 543f1b8); a snapshot's commit 0.1 ms
+                             6 and 12 alike (commit 543f1b8); a snapshot's commit 0.1 ms; finding
+                             the descriptions of a snapshot's 13 new arrays 3 us
 
-Files are well within the target; bytes are not: the journal's arrays
-(214 MB) and array_ends (49 MB) tables, every birth and end of 2.25 M
-arrays (the step's new parameters and momentum, 13 per snapshot), are 92%
-of it. Each arrays row repeats its shape, dtype, shard sizes, devices and
-sharding as text (~95 B a row); a table of those kinds, referenced by id,
-would bring the day to about 150 MB.
+Schema 1 (commit 7fef816, each arrays row repeating its shape, dtype, shard
+sizes, devices, sharding, memory kind and site as text, ~95 B a row):
+
+    without thinning, 2 h:  14,402 files, 61.5 MB (journal 28.0 MB)
+    with thinning, 24 h:     3,341 files, 285.9 MB (journal 278.1 MB: arrays 214 MB, array_ends 49 MB)
+    report on that run:      48.6 s, peak RSS 3.1 GiB; with the schema-2 reader (which reads both):
+                             60.7 s at load average 4, 2,903 MiB
+    --hours 13.9 --report:   100,080 snapshots, 3,174 files, 168.2 MB; report 16.3 s, 1,887 MiB
+
+Now every byte target is met: the journal's arrays rows are 28 B each (id,
+Python id, first snapshot, kind, addresses) and array_ends 22 B; together
+83% of the day. The per-array rows stay: every birth and end is kept.
 """
 
 from __future__ import annotations
