@@ -229,13 +229,15 @@ def job_tables(rep: JobReport) -> dict[str, pd.DataFrame]:
 
 
 def with_process(tables: dict[str, pd.DataFrame], process: int) -> dict[str, pd.DataFrame]:
-    """Each table with a ``process`` column first (unless it has one)."""
+    """Each table with a ``process`` column: first, or where the table has
+    one already (arrays.csv), set to ``process``."""
     out = {}
     for name, rows in tables.items():
         rows = rows.copy()
         if "process" in rows.columns:
-            rows = rows.drop(columns=["process"])
-        rows.insert(0, "process", process)
+            rows["process"] = process
+        else:
+            rows.insert(0, "process", process)
         rows["process"] = rows["process"].astype("int64")
         out[name] = rows
     return out
