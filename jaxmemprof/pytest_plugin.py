@@ -128,12 +128,13 @@ def _quietly(fn, *args):
 
 class _Recorder:
     """One test's run: a capture session around its call, snapshots at its
-    start (after garbage collection), when its function returns (its locals
-    still held) and after it (after garbage collection, for a leak limit)."""
+    start (after garbage collection: a full one for a leak limit, else of
+    the young generations), when its function returns (its locals still
+    held) and after it (after a full garbage collection, for a leak limit)."""
 
     def __init__(self, item, dumps: bool, leaks: bool):
         self.item = item
-        self.leaks = leaks  # collect garbage before the last snapshot (a full collection costs tens of ms)
+        self.leaks = leaks  # a full garbage collection before the first snapshot and the last
         self.dumps = dumps  # read XLA's dump of the jitted functions (to name the lines inside a call)
         keep = item.config.getoption("jaxmemprof_runs", None)
         if keep:
@@ -151,7 +152,11 @@ class _Recorder:
 
         from jaxmemprof.capture import session as session_mod
 
-        gc.collect()
+        # The garbage of earlier tests would otherwise be in the start's bytes, and
+        # freed during the test, hide as much of it. A full collection for a leak
+        # limit; else the young generations (a full one is 50-100 ms in a
+        # process with JAX and pandas loaded, the young ones a few).
+        gc.collect() if self.leaks else gc.collect(1)
         path = session_mod.prepare_directory(Path(self.directory), force=True)
         s = session_mod.Session(path, target_argv=[], interval=_INTERVAL_S, max_overhead=_MAX_OVERHEAD,
                                 command=["pytest", self.item.nodeid])
