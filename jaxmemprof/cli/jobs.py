@@ -59,6 +59,12 @@ def _job_report(spec, top, steps, device_memory, library, user, all_frames):
     from jaxmemprof.store.job import job_timeline, load_job
 
     job = load_job(spec)
+    if all(p.error is not None for p in job.processes):
+        from jaxmemprof.errors import InputError
+
+        p = job.processes[0]
+        raise InputError(str(p.path), f"{p.error}; no process of the job {spec} is readable "
+                                      f"({len(job.processes)} process director{'ies' if len(job.processes) > 1 else 'y'})")
     tl = job_timeline(job)
     results = analyse_processes(job, AttributionFor(tuple(library), tuple(user), bool(all_frames)),
                                 top=top, steps=steps, device_memory=device_memory)
