@@ -450,3 +450,39 @@ def test_allocator_lines_where_recorded(tmp_path, browser):
     lines = page.evaluate("Array.from(document.querySelectorAll('#jmp-timeline path[data-line]')).map(p => p.dataset.line)")
     assert lines == ["bytes_in_use"]
     assert "bytes_limit 80.00 GiB (above the chart)" in page.evaluate("document.querySelector('#timeline').innerText")
+
+
+# -- a multi-process job ---------------------------------------------------------------------
+
+
+@needs_browser
+def test_job_page_shows_the_job_and_each_process(known, browser, tmp_path):
+    """A job of two processes (two recorded runs laid out as RUN/process-N):
+    the job's timeline and processes, and each process's own page."""
+    import shutil
+
+    d, script = known
+    other = write_script(tmp_path, "other.py", '''
+import jax.numpy as jnp
+import jaxmemprof
+
+x = jnp.ones((128, 128), jnp.float32)  # SITE-OTHER
+jaxmemprof.snapshot("x")
+''')
+    run_cli("run", "-q", "--interval", "100000", "-o", "other", other.name, cwd=tmp_path, check=0)
+    (tmp_path / "job").mkdir()
+    shutil.copytree(d / "run", tmp_path / "job" / "process-0")
+    shutil.copytree(tmp_path / "other", tmp_path / "job" / "process-1")
+    run_cli("report", "job", "--html", "job.html", cwd=tmp_path, check=0)
+    page = open_page(browser, tmp_path / "job.html")
+    rows = page.evaluate("Array.from(document.querySelectorAll('#jmp-processes tbody tr')).map(r => r.innerText)")
+    assert len(rows) == 2 and rows[0].startswith("0") and "1.55 MiB" in rows[0] and "64.00 KiB" in rows[1]
+    assert page.evaluate("document.querySelectorAll('#jmp-job-timeline path[data-line=job]').length") == 1
+    # the process holding the most at the job's peak is shown first
+    assert page.evaluate("document.querySelector('#jmp-process-view h1').textContent").startswith("process 0")
+    assert by_name(nodes(page, "jmp-flame"))[site(script, "SITE-BIG", "make_big")][0] == BIG_BYTES
+    set_select(page, "jmp-process", 1)
+    assert page.evaluate("document.querySelector('#jmp-process-view h1').textContent").startswith("process 1")
+    flame = by_name(nodes(page, "jmp-flame"))
+    assert flame[f"other.py:{line_of(other, 'SITE-OTHER')} (<module>)"][0] == 64 * KIB
+    assert page.errors == []

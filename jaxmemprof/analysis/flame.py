@@ -31,7 +31,7 @@ from jaxmemprof.analysis.timeline import _positions, _shards
 
 MAX_POINTS = 2000
 # Changes of all keys together; a run with more is downsampled further.
-MAX_CHANGES = 400_000
+MAX_CHANGES = 150_000
 ALWAYS_TRIGGERS = ("oom", "exception", "signal", "exit")
 
 
@@ -170,11 +170,11 @@ def _array_cells(run, attribution: Attribution, positions: np.ndarray) -> Cells:
     if np.isnan(codes).any():  # arrays without a (known) stack
         codes[np.isnan(codes)] = interner.stack([])
     stack_code = codes.astype(np.int64)
-    scode, sun = pd.factorize(arrays["shape"].map(lambda x: x if isinstance(x, tuple) else None))
-    dcode_, dun = pd.factorize(arrays["dtype"].astype(object))
-    pair, puniq = pd.factorize(pd.MultiIndex.from_arrays([scode, dcode_]))
-    tnames = [_type_text(sun[a] if a >= 0 else None, dun[d] if d >= 0 else None) for a, d in puniq]
-    tcode = pair
+    scode, sun = pd.factorize(arrays["shape"].to_numpy(dtype=object))
+    dcode_, dun = pd.factorize(arrays["dtype"].to_numpy(dtype=object))
+    pairs, tcode = np.unique((scode.astype(np.int64) + 1) * (len(dun) + 1) + (dcode_ + 1), return_inverse=True)
+    tnames = [_type_text(sun[a - 1] if a > 0 else None, dun[d - 1] if d > 0 else None)
+              for a, d in zip((pairs // (len(dun) + 1)).tolist(), (pairs % (len(dun) + 1)).tolist())]
     proc = (pd.to_numeric(arrays["process"], errors="coerce").fillna(0).to_numpy(dtype=np.int64)
             if "process" in arrays else np.zeros(n, dtype=np.int64))
     # One row per shard: its array's row, bytes and device (an array with no
@@ -189,9 +189,12 @@ def _array_cells(run, attribution: Attribution, positions: np.ndarray) -> Cells:
         sbytes = np.concatenate([sbytes, flat.array_bytes[missing]])
         dnames.append("")
         dcode = np.concatenate([dcode, np.full(len(missing), len(dnames) - 1, dtype=np.int64)])
-    key_frame = pd.DataFrame({"stack": stack_code[owner], "type": tcode[owner], "device": dcode,
-                              "process": proc[owner]})
-    kcode, kuniq = pd.factorize(pd.MultiIndex.from_frame(key_frame))
+    # One integer per (stack, type, device, process), then the distinct ones.
+    dims = np.array([max(len(interner.stacks), 1), max(len(tnames), 1), max(len(dnames), 1)], dtype=np.int64)
+    proc_codes, proc_of = np.unique(proc, return_inverse=True)
+    combined = ((stack_code[owner] * dims[1] + tcode[owner]) * dims[2] + dcode) * len(proc_codes) + proc_of[owner]
+    kvals, kcode = np.unique(combined, return_inverse=True)
+    kcode = kcode.reshape(-1)
     P = len(positions)
     # Events: +bytes at the first position alive, -bytes at the first gone;
     # each moved to the first kept position at or after it.
@@ -203,14 +206,15 @@ def _array_cells(run, attribution: Attribution, positions: np.ndarray) -> Cells:
     b = np.concatenate([sbytes[alive], -sbytes[alive]])
     c = np.concatenate([np.ones(alive.sum(), np.int64), -np.ones(alive.sum(), np.int64)])
     inside = j < P
-    changes = _changes(k[inside], j[inside], b[inside], c[inside], len(kuniq))
-    kf = kuniq.to_frame(index=False)
-    kf.columns = keys_cols
+    changes = _changes(k[inside], j[inside], b[inside], c[inside], len(kvals))
+    rest, pr = np.divmod(kvals, len(proc_codes))
+    rest, dv = np.divmod(rest, dims[2])
+    st, ty = np.divmod(rest, dims[1])
     keys = pd.DataFrame({
-        "stack": kf["stack"].to_numpy(dtype=np.int64),
-        "type": np.asarray(tnames, dtype=object)[kf["type"].to_numpy(dtype=np.int64)],
-        "device": np.asarray(dnames, dtype=object)[kf["device"].to_numpy(dtype=np.int64)],
-        "process": kf["process"].to_numpy(dtype=np.int64),
+        "stack": st.astype(np.int64),
+        "type": np.asarray(tnames, dtype=object)[ty] if len(tnames) else np.full(len(st), "", dtype=object),
+        "device": np.asarray(dnames, dtype=object)[dv],
+        "process": proc_codes[pr].astype(np.int64),
     })
     used = [i for i, ch in enumerate(changes) if len(ch)]
     return Cells(interner.frames, interner.stacks, keys.iloc[used].reset_index(drop=True),

@@ -45,13 +45,19 @@ def report(run_dir, top, steps, device_memory, as_json, explain, html_path, forc
       jaxmemprof report RUN --json > report.json
       jaxmemprof report RUN --html report.html      # one page: timeline, flame graphs, findings
     """
-    if whole_job(run_dir):  # a multi-process job: each process's peak, the job's, findings merged
-        return report_job(run_dir, top, steps, device_memory, as_json, library, user, all_frames)
-    run_ = open_run(run_path(run_dir))
+    if html_path == "-" and as_json:
+        raise click.UsageError("--html - and --json both write to stdout; send one of them to a file")
     if html_path not in (None, "-"):
         from jaxmemprof.outputs import check_output
 
         check_output(html_path, force)  # refused before the work, not after
+    if whole_job(run_dir):  # a multi-process job: each process's peak, the job's, findings merged
+        if html_path is not None:
+            _write_job_html(run_dir, html_path, force, top, steps, device_memory, library, user, all_frames)
+            if not as_json:
+                return
+        return report_job(run_dir, top, steps, device_memory, as_json, library, user, all_frames)
+    run_ = open_run(run_path(run_dir))
     rep = build_report_for(run_, top, library, user, all_frames, steps, device_memory)
     if html_path is not None:
         _write_html(rep, run_, html_path, force, library, user, all_frames)
@@ -171,6 +177,23 @@ def _export_pprof(inputs, output, force, library, user, all_frames):
         return
     write_output(output, data, force)
     say(f"jaxmemprof: wrote {output} (open it with: go tool pprof -top {output})")
+
+
+def _write_job_html(spec, path, force, top, steps, device_memory, library, user, all_frames):
+    from jaxmemprof.analysis.processes import AttributionFor
+    from jaxmemprof.cli.base import output_to
+    from jaxmemprof.cli.jobs import _job_report
+    from jaxmemprof.render.html import job_page
+    from jaxmemprof.store.job import load_job
+
+    job = load_job(spec)
+    for w in job.warnings:
+        say(f"jaxmemprof: warning: {spec}: {w}")
+    rep = _job_report(spec, top, steps, device_memory, library, user, all_frames)
+    page = job_page(job, rep, AttributionFor(tuple(library), tuple(user), bool(all_frames)), top=top, steps=steps,
+                    device_memory=device_memory)
+    with output_to(path, force) as out:
+        out.write(page)
 
 
 def _write_html(rep, run_, path, force, library, user, all_frames):

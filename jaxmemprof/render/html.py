@@ -80,7 +80,9 @@ def _cells_data(cells: Cells, S: _Strings) -> dict:
         "stacks": [list(s) for s in cells.stacks],
         "keys": [[int(st), S(ty), S(dev), int(pr)] for st, ty, dev, pr in
                  zip(cells.keys["stack"], cells.keys["type"], cells.keys["device"], cells.keys["process"])],
-        "changes": [ch.ravel().tolist() for ch in cells.changes],
+        # positions as the gap from the key's previous change (smaller numbers)
+        "changes": [np.column_stack([np.diff(ch[:, 0], prepend=0), ch[:, 1:]]).ravel().tolist()
+                    for ch in cells.changes],
     }
 
 
@@ -104,7 +106,27 @@ def report_page(rep, run, attribution) -> str:
     snapshot and of the change between two, lifetimes, memory inside jit and
     the findings."""
     S = _Strings()
+    data = _report_data(rep, run, attribution, S)
+    data["strings"] = S.items
+    return page(data)
+
+
+def _process_of(run) -> int:
+    snaps = run.snapshots
+    if "process" in snaps and len(snaps):
+        v = _num(snaps["process"].iloc[0])
+        if v is not None:
+            return int(v)
+    v = _num(run.manifest.get("process_index"))
+    return int(v) if v is not None else 0
+
+
+def _report_data(rep, run, attribution, S: _Strings, t_shift: float = 0.0) -> dict:
+    """A run's data for the page (texts go to the string table ``S``);
+    ``t_shift``: seconds added to its times (a process of a job, on the
+    job's clock)."""
     cells = run_cells(run, attribution)
+    proc = _process_of(run)
     tl = rep.timeline
     pos = cells.positions
     totals = tl.totals.iloc[pos].reset_index(drop=True) if len(tl.totals) else tl.totals
@@ -124,13 +146,13 @@ def report_page(rep, run, attribution) -> str:
 
     stats = []
     if P:
-        stats.append({"process": 0, "device": S(""), "bytes_in_use": col(totals, "bytes_in_use"),
+        stats.append({"process": proc, "device": S(""), "bytes_in_use": col(totals, "bytes_in_use"),
                       "bytes_limit": col(totals, "bytes_limit")})
         dev = tl.devices
         if not dev.empty:
             for name, g in dev.groupby("device", sort=True):
                 g = g.set_index("snapshot").reindex(snaps["snapshot"].to_numpy())
-                stats.append({"process": 0, "device": S(name), "bytes_in_use": col(g, "bytes_in_use"),
+                stats.append({"process": proc, "device": S(name), "bytes_in_use": col(g, "bytes_in_use"),
                               "bytes_limit": col(g, "bytes_limit")})
     markers = tl.markers
     markers_total = len(markers)
@@ -147,28 +169,29 @@ def report_page(rep, run, attribution) -> str:
         **_cells_data(cells, S),
         "snapshots": {
             "snapshot": [int(x) for x in snaps["snapshot"].tolist()],
-            "t": [round(float(x), 6) for x in snaps["t"].tolist()],
+            "t": [round(float(x) + t_shift, 6) for x in snaps["t"].tolist()],
             "label": [S(x) for x in snaps["label"].tolist()],
             "trigger": [S(x) for x in trig],
             "live_bytes": [int(x) for x in totals["live_bytes"].tolist()] if P else [],
         },
         "snapshots_total": int(len(run.snapshots)),
         "stats": stats,
-        "markers": {"t": [round(float(x), 6) for x in markers["t"].tolist()],
+        "markers": {"t": [round(float(x) + t_shift, 6) for x in markers["t"].tolist()],
                     "label": [S(x) for x in markers["label"].tolist()]},
         "markers_total": markers_total,
         "top_sites": [x for x in tl.site_order if x != "other"],
-        "peak": {"snapshot": tl.peak_snapshot, "t": _num(tl.peak_t), "bytes": int(tl.peak_bytes), "j": peak_j},
+        "peak": {"snapshot": tl.peak_snapshot, "t": _shifted(tl.peak_t, t_shift), "bytes": int(tl.peak_bytes),
+                 "j": peak_j},
         "true_peak": {"bytes": _num(rep.true_peak_bytes), "where": rep.true_peak_where or ""},
         "defaults": {"selected": peak_j, "base": 0, "new": final_j},
         "headline": {
-            "peak_bytes": int(tl.peak_bytes), "peak_t": _num(tl.peak_t), "peak_snapshot": tl.peak_snapshot,
+            "peak_bytes": int(tl.peak_bytes), "peak_t": _shifted(tl.peak_t, t_shift), "peak_snapshot": tl.peak_snapshot,
             "held_by": (_rows(rep.peak_sites.rows.head(5), ["site", "bytes", "share"])
                         if rep.peak_sites is not None else _held_rows(cells, peak_j)),
             "grew": _growth_rows(cells, 0, final_j) if P else [],
             "grew_between": [int(snaps["snapshot"].iloc[0]), int(snaps["snapshot"].iloc[final_j])] if P else [],
         },
-        "lifetimes": _lifetimes(rep),
+        "lifetimes": _lifetimes(rep, t_shift),
         "jit": {
             "memory": _rows(rep.jit_memory, ["function", "wrapper", "defined_at", "jitted_at", "calls", "compiles",
                                              "argument_bytes", "output_bytes", "alias_bytes", "temp_bytes",
@@ -180,9 +203,9 @@ def report_page(rep, run, attribution) -> str:
         },
         "findings": _findings(rep.findings),
         "warnings": [str(w) for w in rep.warnings],
+        "process": proc,
     }
-    data["strings"] = S.items
-    return page(data)
+    return data
 
 
 _FINDING_FIELDS = ("rule", "severity", "site", "message", "saving_bytes", "fix", "evidence", "brief", "brief_fix")
@@ -197,7 +220,12 @@ def _findings(found) -> list:
     return _clean([{k: r.get(k) for k in _FINDING_FIELDS} for r in records(found)])
 
 
-def _lifetimes(rep) -> list:
+def _shifted(t, shift: float):
+    t = _num(t)
+    return None if t is None else t + shift
+
+
+def _lifetimes(rep, t_shift: float = 0.0) -> list:
     a = rep.arrays
     if a is None or a.empty:
         return []
@@ -212,6 +240,66 @@ def _lifetimes(rep) -> list:
             "alive_at_end": bool(r.alive_at_end),
         })
     return out
+
+
+MAX_PROCESSES = 16  # processes of a job drawn in full (the largest at the job's peak, then by own peak)
+MAX_JOB_POINTS = 4000
+
+
+def job_page(job, job_report, attribution_for, *, top: int = 10, steps: int = 1000, device_memory=None) -> str:
+    """The page of ``report JOB --html`` for a multi-process job: the job's
+    memory over time (the sum over processes, on the aligned clock), every
+    process's peak, and the full report page of each of the largest
+    ``MAX_PROCESSES`` processes, one at a time behind a selector."""
+    from jaxmemprof.analysis.report import build_report
+    from jaxmemprof.store.reader import load_run
+
+    S = _Strings()
+    procs = job_report.processes
+    order = procs.assign(_a=procs["at_job_peak_bytes"].fillna(0), _p=procs["peak_bytes"].fillna(0))
+    order = order[order["error"].isna()] if "error" in order else order
+    order = order.sort_values(["_a", "_p", "process"], ascending=[False, False, True])
+    chosen = [int(x) for x in order["process"].head(MAX_PROCESSES).tolist()]
+    blocks = []
+    for n in sorted(chosen):
+        p = job.process(n)
+        run = load_run(p.path)
+        att = attribution_for(run)
+        rep = build_report(run, att, top_sites=top, steps=steps, device_memory=device_memory)
+        shift = 0.0
+        if not run.snapshots.empty and not p.snapshots.empty:
+            shift = float(p.snapshots["t"].iloc[0]) - float(run.snapshots["t"].iloc[0])
+        block = _report_data(rep, run, att, S, t_shift=shift)
+        block["process"] = n  # the job's index (the directory's), whatever the manifest says
+        block["title"] = f"process {n}" + (f" ({p.host})" if p.host else "") + f": {p.path}"
+        blocks.append(block)
+    tl = job_report.timeline
+    t = tl["t"].to_numpy(dtype=float) if len(tl) else np.zeros(0)
+    v = tl["live_bytes"].to_numpy(dtype=np.int64) if len(tl) else np.zeros(0, dtype=np.int64)
+    if len(t) > MAX_JOB_POINTS:  # each stretch's highest and lowest, and the peak
+        keep = {0, len(t) - 1, int(np.argmax(v))}
+        edges = np.linspace(0, len(t), MAX_JOB_POINTS // 2 + 1).astype(np.int64)
+        for lo, hi in zip(edges[:-1], edges[1:]):
+            if hi > lo:
+                keep.update((int(lo + np.argmax(v[lo:hi])), int(lo + np.argmin(v[lo:hi]))))
+        idx = np.array(sorted(keep))
+        t, v = t[idx], v[idx]
+    default = chosen[0] if chosen else None
+    data = {
+        "page": "job", "title": f"jaxmemprof report: {job_report.path} ({job_report.process_count} processes)",
+        "job": {
+            "alignment": job_report.alignment, "process_count": int(job_report.process_count),
+            "peak_bytes": int(job_report.job_peak_bytes), "peak_t": _num(job_report.job_peak_t),
+            "t": [round(float(x), 6) for x in t.tolist()], "live_bytes": [int(x) for x in v.tolist()],
+            "processes": _rows(procs, ["process", "host", "finished", "exit_status", "snapshots", "peak_bytes",
+                                       "peak_t", "at_job_peak_bytes", "error"]),
+            "drawn": sorted(chosen), "default": default,
+            "unfinished": [int(x) for x in job_report.unfinished],
+        },
+        "processes": blocks,
+    }
+    data["strings"] = S.items
+    return page(data)
 
 
 def show_page(name: str, prof, attribution) -> str:

@@ -5,10 +5,8 @@
 (function () {
   "use strict";
   var t0 = performance.now();
-  var D = JSON.parse(document.getElementById("jmp-data").textContent);
-  var STR = D.strings || [];
+  var ALL = JSON.parse(document.getElementById("jmp-data").textContent);
   var SVG = "http://www.w3.org/2000/svg";
-  var root = document.getElementById("jmp");
 
   // -- small helpers ---------------------------------------------------------------
 
@@ -39,14 +37,6 @@
   }
   function secs(t) { return t === null || t === undefined ? "-" : (t < 10 ? t.toFixed(2) : t.toFixed(1)) + " s"; }
   function pct(x) { return (100 * x).toFixed(1) + "%"; }
-  function section(id, title, hint) {
-    var s = el("section", "card");
-    s.id = id;
-    add(s, el("h2", null, title));
-    if (hint) add(s, el("p", "hint", hint));
-    add(root, s);
-    return s;
-  }
   function copyText(text, button) {
     function done(ok) { button.textContent = ok ? "copied" : "select and copy"; setTimeout(function () { button.textContent = "copy"; }, 1500); }
     if (navigator.clipboard && navigator.clipboard.writeText) {
@@ -79,6 +69,55 @@
   var OTHER = "#bab0ac";
   function hash(s) { var h = 2166136261; for (var i = 0; i < s.length; i++) { h ^= s.charCodeAt(i); h = Math.imul(h, 16777619); } return h >>> 0; }
 
+  function selectBox(label, options, value, onchange, id) {
+    var wrap = el("label", "ctl");
+    add(wrap, el("span", null, label + " "));
+    var s = add(wrap, el("select"));
+    if (id) s.id = id;
+    options.forEach(function (o) { var op = add(s, el("option", null, o[1])); op.value = String(o[0]); });
+    s.value = String(value);
+    s.addEventListener("change", function () { onchange(s.value); });
+    return wrap;
+  }
+  function niceTicks(max, n) {
+    if (!(max > 0)) return [0];
+    var raw = max / n, p = Math.pow(2, Math.floor(Math.log2(raw)));
+    var steps = [1, 2, 4, 5, 8], step = p;
+    for (var i = 0; i < steps.length; i++) { if (p * steps[i] >= raw) { step = p * steps[i]; break; } }
+    var out = []; for (var v = 0; v <= max * 1.0001; v += step) out.push(v);
+    return out;
+  }
+  function niceSecs(span) {
+    var steps = [0.1, 0.2, 0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 14400, 21600, 43200, 86400];
+    for (var i = 0; i < steps.length; i++) if (span / steps[i] <= 8) return steps[i];
+    return 86400 * Math.ceil(span / 86400 / 8);
+  }
+  function table(parent, columns, rows, id) {
+    var tb = add(parent, el("table", "data"));
+    if (id) tb.id = id;
+    var tr = add(add(tb, el("thead")), el("tr"));
+    columns.forEach(function (c) { add(tr, el("th", c[2] ? "num" : null, c[0])); });
+    var body = add(tb, el("tbody"));
+    rows.forEach(function (r) {
+      var row = add(body, el("tr"));
+      columns.forEach(function (c) { var v = c[1](r); var td = el("td", c[2] ? "num" : null); if (v instanceof Element) td.appendChild(v); else td.textContent = v === null || v === undefined ? "" : String(v); add(row, td); });
+    });
+    return tb;
+  }
+
+  // -- one run's page (a report, a show or a diff page; one process of a job) --------
+
+  function mount(D, root) {
+  var STR = D.strings || [];
+  function section(id, title, hint) {
+    var s = el("section", "card");
+    s.id = id;
+    add(s, el("h2", null, title));
+    if (hint) add(s, el("p", "hint", hint));
+    add(root, s);
+    return s;
+  }
+
   // -- the data: frames, stacks, cells ----------------------------------------------
 
   var frames = (D.frames || []).map(function (f) {
@@ -88,6 +127,7 @@
   var stacks = D.stacks || [];
   var keys = D.keys || [];
   var changes = D.changes || [];
+  changes.forEach(function (ch) { for (var i = 3; i < ch.length; i += 3) ch[i] += ch[i - 3]; });  // gaps -> positions
   var K = keys.length;
   var keyStack = new Int32Array(K), keyProc = new Int32Array(K), keyDev = [], keyType = [];
   for (var k = 0; k < K; k++) {
@@ -204,16 +244,6 @@
 
   var listeners = [];
   function changed() { listeners.forEach(function (f) { f(); }); }
-  function selectBox(label, options, value, onchange, id) {
-    var wrap = el("label", "ctl");
-    add(wrap, el("span", null, label + " "));
-    var s = add(wrap, el("select"));
-    if (id) s.id = id;
-    options.forEach(function (o) { var op = add(s, el("option", null, o[1])); op.value = String(o[0]); });
-    s.value = String(value);
-    s.addEventListener("change", function () { onchange(s.value); });
-    return wrap;
-  }
   function snapOptions() { var o = []; for (var j = 0; j < P; j++) o.push([j, snapName(j)]); return o; }
   function filters(parent) {
     if (processes.length > 1) add(parent, selectBox("process", [[-1, "all processes"]].concat(processes.map(function (p) { return [p, "process " + p]; })), state.proc,
@@ -251,14 +281,6 @@
   }
   var siteColor = {};
 
-  function niceTicks(max, n) {
-    if (!(max > 0)) return [0];
-    var raw = max / n, p = Math.pow(2, Math.floor(Math.log2(raw)));
-    var steps = [1, 2, 4, 5, 8], step = p;
-    for (var i = 0; i < steps.length; i++) { if (p * steps[i] >= raw) { step = p * steps[i]; break; } }
-    var out = []; for (var v = 0; v <= max * 1.0001; v += step) out.push(v);
-    return out;
-  }
 
   function timeline() {
     var s = section("timeline", "Live memory over time, by line",
@@ -289,7 +311,7 @@
     }
     function stat(name) {
       var dev = state.dev, rows = D.stats || [];
-      for (var i = 0; i < rows.length; i++) if (STR[rows[i].device] === dev && rows[i].process === (state.proc < 0 ? 0 : state.proc)) return rows[i][name];
+      for (var i = 0; i < rows.length; i++) if (STR[rows[i].device] === dev && (state.proc < 0 || rows[i].process === state.proc)) return rows[i][name];
       return null;
     }
     function draw() {
@@ -395,13 +417,8 @@
       note.textContent = notes.join(" \u00b7 ");
     }
     listeners.push(draw);
-    window.addEventListener("resize", function () { if (Math.abs((chartBox.clientWidth || 0) - W) > 20) draw(); });
+    window.addEventListener("resize", function () { if (chartBox.isConnected && Math.abs((chartBox.clientWidth || 0) - W) > 20) draw(); });
     draw();
-  }
-  function niceSecs(span) {
-    var steps = [0.1, 0.2, 0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 14400, 21600, 43200, 86400];
-    for (var i = 0; i < steps.length; i++) if (span / steps[i] <= 8) return steps[i];
-    return 86400 * Math.ceil(span / 86400 / 8);
   }
   var pickers = {};
   function pick(which, j) {
@@ -642,18 +659,6 @@
 
   // -- memory inside jit -------------------------------------------------------------
 
-  function table(parent, columns, rows, id) {
-    var tb = add(parent, el("table", "data"));
-    if (id) tb.id = id;
-    var tr = add(add(tb, el("thead")), el("tr"));
-    columns.forEach(function (c) { add(tr, el("th", c[2] ? "num" : null, c[0])); });
-    var body = add(tb, el("tbody"));
-    rows.forEach(function (r) {
-      var row = add(body, el("tr"));
-      columns.forEach(function (c) { var v = c[1](r); var td = el("td", c[2] ? "num" : null); if (v instanceof Element) td.appendChild(v); else td.textContent = v === null || v === undefined ? "" : String(v); add(row, td); });
-    });
-    return tb;
-  }
   function jit() {
     var J = D.jit || {}, mem = J.memory || [];
     var s = section("jit", "Memory inside jitted functions",
@@ -725,15 +730,93 @@
     });
   }
 
-  // -- the page ----------------------------------------------------------------------
+  header();
+  headline();
+  if (D.page === "report" && P > 0) timeline();
+  flames();
+  if (D.page === "report") { lifetimes(); jit(); findings(); }
+  }  // mount
+
+  // -- a multi-process job: the job's memory over time, each process's peak, one process's page
+
+  function job(J, main) {
+    var Q = J.job, STR = J.strings || [];
+    var h = add(main, el("header"));
+    add(h, el("h1", null, J.title));
+    add(h, el("p", "facts", Q.process_count + " processes \u00b7 clocks aligned by " + Q.alignment +
+      (Q.unfinished.length ? " \u00b7 unfinished: " + Q.unfinished.join(", ") : "")));
+    var box = add(main, el("section", "headline")); box.id = "headline";
+    var t = add(box, el("div", "tile")); t.id = "jmp-job-peak";
+    add(t, el("h3", null, "When the job's memory peaked"));
+    add(t, el("p", "big", bytes(Q.peak_bytes)));
+    add(t, el("p", null, "at " + secs(Q.peak_t) + ", the sum over processes"));
+    var w = add(box, el("div", "tile")); w.id = "jmp-job-held";
+    add(w, el("h3", null, "Which processes held it"));
+    var ul = add(w, el("ul", "sites"));
+    Q.processes.filter(function (r) { return r.at_job_peak_bytes > 0; })
+      .sort(function (a, b) { return b.at_job_peak_bytes - a.at_job_peak_bytes; }).slice(0, 6).forEach(function (r) {
+        var li = add(ul, el("li"));
+        add(li, el("span", "num", bytes(r.at_job_peak_bytes) + " " + pct(Q.peak_bytes ? r.at_job_peak_bytes / Q.peak_bytes : 0)),
+          el("span", "site", "process " + r.process + (r.host ? " (" + r.host + ")" : "")));
+      });
+    var s = add(main, el("section", "card")); s.id = "job";
+    add(s, el("h2", null, "The job's live memory over time"));
+    var chart = add(s, el("div", "chart"));
+    function draw() {
+      var W = Math.max(600, chart.clientWidth || 900), H = 200, M = { l: 72, r: 12, t: 14, b: 30 };
+      var tt = Q.t, vv = Q.live_bytes, n = tt.length;
+      if (!n) return;
+      var tMin = tt[0], tMax = tt[n - 1] > tt[0] ? tt[n - 1] : tt[0] + 1, mx = 0;
+      vv.forEach(function (v) { if (v > mx) mx = v; });
+      var yMax = mx > 0 ? mx * 1.08 : 1;
+      function X(v) { return M.l + (v - tMin) / (tMax - tMin) * (W - M.l - M.r); }
+      function Y(v) { return H - M.b - v / yMax * (H - M.t - M.b); }
+      chart.textContent = "";
+      var g = add(chart, sv("svg", { width: W, height: H, "class": "timeline" })); g.id = "jmp-job-timeline";
+      niceTicks(yMax, 4).forEach(function (v) {
+        add(g, sv("line", { x1: M.l, x2: W - M.r, y1: Y(v), y2: Y(v), "class": "grid" }));
+        add(g, sv("text", { x: M.l - 6, y: Y(v) + 4, "class": "axis", "text-anchor": "end" }, bytes(v)));
+      });
+      var pts = [];
+      for (var i = 0; i < n; i++) { pts.push(X(tt[i]).toFixed(1) + "," + Y(i ? vv[i - 1] : 0).toFixed(1)); pts.push(X(tt[i]).toFixed(1) + "," + Y(vv[i]).toFixed(1)); }
+      add(g, sv("path", { d: "M" + pts.join("L"), "class": "line-inuse", "data-line": "job" }));
+      if (Q.peak_t !== null) {
+        add(g, sv("circle", { cx: X(Q.peak_t), cy: Y(Q.peak_bytes), r: 4.5, "class": "peak" }));
+        var right = X(Q.peak_t) > W * 0.7;
+        add(g, sv("text", { x: X(Q.peak_t) + (right ? -8 : 8), y: Math.max(M.t + 10, Y(Q.peak_bytes) - 6), "class": "label",
+          "text-anchor": right ? "end" : "start" }, "peak " + bytes(Q.peak_bytes) + " at " + secs(Q.peak_t)));
+      }
+      var xt = niceSecs(tMax - tMin);
+      for (var v = Math.ceil(tMin / xt) * xt; v <= tMax + 1e-9; v += xt) add(g, sv("text", { x: X(v), y: H - M.b + 22, "class": "axis", "text-anchor": "middle" }, secs(v)));
+    }
+    draw();
+    add(s, el("h3", null, "Processes"));
+    var drawn = {}; Q.drawn.forEach(function (n) { drawn[n] = 1; });
+    table(s, [["process", function (r) { return r.process; }, 1], ["host", function (r) { return r.host; }],
+      ["peak", function (r) { return bytes(r.peak_bytes); }, 1], ["at", function (r) { return secs(r.peak_t); }, 1],
+      ["at the job's peak", function (r) { return bytes(r.at_job_peak_bytes); }, 1], ["snapshots", function (r) { return r.snapshots; }, 1],
+      ["exit status", function (r) { return r.exit_status; }, 1],
+      ["", function (r) { return r.error ? "unreadable: " + r.error : (drawn[r.process] ? "drawn below" : ""); }]], Q.processes, "jmp-processes");
+    if (Q.drawn.length < Q.process_count) add(s, el("p", "hint", "Drawn in full: the " + Q.drawn.length + " processes holding the most at the job's peak."));
+    var view = el("div"); view.id = "jmp-process-view";
+    var bar = add(main, el("div", "controls"));
+    var blocks = {}; J.processes.forEach(function (b) { blocks[b.process] = b; });
+    add(bar, selectBox("process", Q.drawn.map(function (n) { return [n, "process " + n]; }), Q.default, function (v) { show(Number(v)); }, "jmp-process"));
+    add(main, view);
+    function show(n) {
+      view.textContent = "";
+      var b = blocks[n]; if (!b) return;
+      b.strings = STR; b.generator = J.generator;
+      mount(b, view);
+    }
+    show(Q.default);
+    void STR;
+  }
 
   try {
-    header();
-    headline();
-    if (D.page === "report" && P > 0) timeline();
-    flames();
-    if (D.page === "report") { lifetimes(); jit(); findings(); }
-    add(root, el("footer", "hint", "Made by " + D.generator + ". One file, no network: the data is inside it."));
+    var main = document.getElementById("jmp");
+    if (ALL.page === "job") job(ALL, main); else mount(ALL, main);
+    add(main, el("footer", "hint", "Made by " + ALL.generator + ". One file, no network: the data is inside it."));
   } finally {
     var ms = performance.now() - t0;
     document.documentElement.setAttribute("data-jmp-render-ms", ms.toFixed(1));
