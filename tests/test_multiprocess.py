@@ -308,6 +308,15 @@ def test_per_host_directories_merged(tmp_path):
     run_cli("merge", again, merged, check=0)
     assert _tree(again) == _tree(merged)
 
+    # A damaged process is named; the other is still reported. None readable: one line, exit 2.
+    (again / "process-1" / "journal.sqlite").write_bytes(b"not a journal\x1b[31m")
+    damaged = _report_json(again)
+    assert any(w.startswith("process 1: journal unreadable") for w in damaged["warnings"])
+    assert [p["process"] for p in damaged["processes"] if p["snapshots"]] == [0]
+    (again / "process-0" / "journal.sqlite").write_bytes(b"")
+    none = run_cli("report", again, check=2)
+    assert none.stderr.count("\n") == 1 and "no process of the job" in none.stderr and "\x1b" not in none.stderr
+
 
 @pytest.mark.parametrize("rank,size", [("JAX_PROCESS_ID", "JAX_NUM_PROCESSES"), ("SLURM_PROCID", "SLURM_NTASKS"),
                                        ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"), ("PMI_RANK", "PMI_SIZE"),
