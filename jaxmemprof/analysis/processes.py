@@ -55,7 +55,8 @@ class ProcessResult:
 
 @dataclass(frozen=True)
 class JobReport:
-    """``processes``: one row per process: ``process, host, finished,
+    """``processes``: one row per process: ``process, host, devices`` (its
+    local devices, as its manifest names them), ``finished,
     exit_status, ended_by, snapshots, peak_bytes, peak_t, peak_snapshot,
     at_job_peak_bytes, at_job_peak_snapshot, clock_offset_s, error``.
     ``peak_sites``: ``process, site, bytes, count`` at each process's own
@@ -304,8 +305,10 @@ def build_job_report(job: Job, results: dict, timeline: JobTimeline | None = Non
         peak_t = float(s.loc[s["snapshot"] == snap, "t"].iloc[0]) if snap is not None else None
         r = results.get(p.process)
         m = p.manifest
+        devs = m.get("devices") if isinstance(m.get("devices"), list) else []
+        names = [str(d.get("name")) for d in devs if isinstance(d, dict) and d.get("name") is not None]
         rows.append({
-            "process": p.process, "host": p.host, "finished": bool(p.finished),
+            "process": p.process, "host": p.host, "devices": ", ".join(names), "finished": bool(p.finished),
             "exit_status": m.get("exit_status"), "ended_by": m.get("ended_by"), "snapshots": int(len(s)),
             "peak_bytes": int(peak), "peak_t": peak_t, "peak_snapshot": snap, "at_job_peak_bytes": at_bytes,
             "at_job_peak_snapshot": at, "clock_offset_s": float(p.offset_s),
