@@ -49,6 +49,37 @@ TARGET_BYTES = 5_000_000
 TARGET_OPEN_S = 2.0
 
 
+def worst_case_run(path: Path, snapshots: int = 1000, stacks: int = 1000) -> Path:
+    """A run written through the run writer (no JAX) whose every cell
+    changes at every snapshot: ``stacks`` lines, each holding one array that
+    is replaced at every snapshot by one of another size. The page cannot
+    keep every change: it draws fewer snapshots (keeping the peaks)."""
+    import json
+
+    from jaxmemprof.pprof.writer import write_profile
+    from jaxmemprof.store.writer import RunWriter, SnapshotRecord
+
+    if (path / "manifest.json").is_file():
+        return path
+    w = RunWriter(path, {"jaxmemprof_version": "bench", "argv": ["worst-case"], "start_epoch": 0.0})
+    prof = write_profile([("allocations", "count"), ("space", "bytes")],
+                         [((("f", "train.py", 10),), (1, 4), {"kind": "buffer", "device": "cpu:0"})])
+    for i in range(1, snapshots + 1):
+        new = []
+        for k in range(stacks):
+            n = 16 + (i * 7 + k * 13) % 1000
+            new.append((i * stacks + k, i * stacks + k, f"[{n}]", "float32", 4 * n, f"[{4 * n}]", '["cpu:0"]',
+                        "[null]", "SingleDeviceSharding", None, k + 1))
+        ended = [((i - 1) * stacks + k, i - 1, "freed") for k in range(stacks)] if i > 1 else []
+        w.add_snapshot(SnapshotRecord(
+            t_wall=float(i), t_mono=float(i), trigger="interval", label=None, profile=prof,
+            live_bytes=sum(a[4] for a in new), buffers=stacks, arrays=stacks,
+            new_stacks=[(k + 1, json.dumps([[f"model/layer_{k % 50}.py", 10 + k, f"f{k}"]])) for k in range(stacks)]
+            if i == 1 else [], new_arrays=new, ended_arrays=ended))
+    w.finish(end_time="x", exit_status=0, ended_by="exit", duration_s=float(snapshots))
+    return path
+
+
 def parse_sizes(text: str) -> list[tuple[int, int]]:
     return [tuple(int(x) for x in part.split("x")) for part in text.split(",") if part]
 
@@ -59,6 +90,8 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--rerecord", action="store_true")
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    ap.add_argument("--no-worst-case", action="store_true",
+                    help="leave out the run whose every cell changes at every snapshot (1,000 x 1,000)")
     args = ap.parse_args(argv)
     if chromium() is None:
         print("bench_html: chromium is not installed", file=sys.stderr)
@@ -67,10 +100,14 @@ def main(argv=None) -> int:
     res = Results()
     res.say(f"bench_html: jaxmemprof {git_state()}")
     tmp = Path(tempfile.mkdtemp(prefix="bench_html-"))
+    cases = []
     for s, n in parse_sizes(args.sizes):
         meta = ensure_run(s, n, code, args.rerecord)
-        run = run_dir(s, n) / "run"
-        case = f"{s} snapshots x {n} arrays ({meta['array_rows']:,} array records)"
+        cases.append((s, n, run_dir(s, n) / "run", f"{s} snapshots x {n} arrays ({meta['array_rows']:,} array records)"))
+    if not args.no_worst_case:
+        cases.append((0, 0, worst_case_run(HERE / "data" / "html_worst_case"),
+                      "worst case: 1000 snapshots x 1000 lines, every cell changing at every snapshot (written, no JAX)"))
+    for s, n, run, case in cases:
         page = tmp / f"s{s}_n{n}.html"
         walls = []
         for _ in range(args.repeat):

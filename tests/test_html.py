@@ -486,3 +486,39 @@ jaxmemprof.snapshot("x")
     flame = by_name(nodes(page, "jmp-flame"))
     assert flame[f"other.py:{line_of(other, 'SITE-OTHER')} (<module>)"][0] == 64 * KIB
     assert page.errors == []
+
+
+def test_a_run_whose_every_cell_changes_is_drawn_with_fewer_snapshots(tmp_path, monkeypatch):
+    """More changes than the page keeps: fewer snapshots, the peak among them,
+    and each kept snapshot's bytes exactly the timeline's."""
+    from jaxmemprof.analysis import flame
+    from jaxmemprof.analysis.sites import Attribution
+    from jaxmemprof.analysis.timeline import timeline
+    from jaxmemprof.pprof.writer import write_profile
+    from jaxmemprof.store.reader import load_run
+    from jaxmemprof.store.writer import RunWriter, SnapshotRecord
+
+    n, stacks = 300, 40
+    w = RunWriter(tmp_path / "run", {"jaxmemprof_version": "test", "argv": ["sim"], "start_epoch": 0.0})
+    prof = write_profile([("allocations", "count"), ("space", "bytes")],
+                         [((("f", "train.py", 10),), (1, 4), {"kind": "buffer", "device": "cpu:0"})])
+    for i in range(1, n + 1):
+        size = [4 * (1 + (i * 7 + k * 13) % 100) * (50 if i == 177 else 1) for k in range(stacks)]
+        w.add_snapshot(SnapshotRecord(
+            t_wall=float(i), t_mono=float(i), trigger="interval", label=None, profile=prof, live_bytes=sum(size),
+            buffers=stacks, arrays=stacks,
+            new_stacks=[(k + 1, json.dumps([["m.py", 10 + k, "f"]])) for k in range(stacks)] if i == 1 else [],
+            new_arrays=[(i * stacks + k, i * stacks + k, f"[{size[k] // 4}]", "float32", size[k], f"[{size[k]}]",
+                         '["cpu:0"]', "[null]", "SingleDeviceSharding", None, k + 1) for k in range(stacks)],
+            ended_arrays=[((i - 1) * stacks + k, i - 1, "freed") for k in range(stacks)] if i > 1 else []))
+    w.finish(end_time="x", exit_status=0, ended_by="exit", duration_s=float(n))
+    run = load_run(tmp_path / "run")
+    whole = flame.run_cells(run, Attribution())
+    assert len(whole.positions) == n and sum(map(len, whole.changes)) > 20_000
+    monkeypatch.setattr(flame, "MAX_CHANGES", 8000)
+    cells = flame.run_cells(run, Attribution())
+    assert sum(map(len, cells.changes)) <= 8000 and len(cells.positions) < n
+    snaps = run.snapshots["snapshot"].to_numpy()[cells.positions].tolist()
+    assert 177 in snaps and 1 in snaps and n in snaps
+    live = timeline(run, Attribution()).totals["live_bytes"].to_numpy()[cells.positions]
+    assert [int(cells.values_at(j)["bytes"].sum()) for j in range(len(cells.positions))] == live.tolist()
