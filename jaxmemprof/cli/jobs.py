@@ -71,7 +71,7 @@ def _job_report(spec, top, steps, device_memory, library, user, all_frames):
     return build_job_report(job, results, tl)
 
 
-def report_job(spec, top, steps, device_memory, as_json, library, user, all_frames) -> None:
+def report_job(spec, top, steps, device_memory, as_json, library, user, all_frames, explain=False) -> None:
     rep = _job_report(spec, top, steps, device_memory, library, user, all_frames)
     if as_json:
         from jaxmemprof.render.json import write_json
@@ -82,7 +82,7 @@ def report_job(spec, top, steps, device_memory, as_json, library, user, all_fram
     from jaxmemprof.render import text
     from jaxmemprof.render.processes import render_job_report
 
-    render_job_report(rep, text.console(stdout_stream()), top=top)
+    render_job_report(rep, text.console(stdout_stream()), top=top, explain=explain)
 
 
 def export_job_csv(spec, directory, force, top, steps, library, user, all_frames) -> None:

@@ -47,7 +47,9 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 'es' if word.endswith('s') else 's'}"
 
 
-def render_job_report(rep: JobReport, con: Console, *, top: int = 10) -> None:
+def render_job_report(rep: JobReport, con: Console, *, top: int = 10, explain: bool = False) -> None:
+    """The job's report; ``explain``: every finding in full (its message,
+    fix and evidence), as ``report --explain`` says a run's."""
     p = rep.processes
     hosts = sorted(h for h in p["host"].unique() if h)
     con.print(Text(f"job {safe(rep.path)}: {_plural(rep.process_count, 'process')}"
@@ -113,10 +115,15 @@ def render_job_report(rep: JobReport, con: Console, *, top: int = 10) -> None:
         w = job_words(j)
         style = {"high": "bold red", "medium": "yellow"}.get(j.severity, "")
         line = Text(f"  [{j.severity}] ", style=style)
-        line.append(safe(f"{who(j.processes)}: {w.brief}"))
+        line.append(safe(f"{who(j.processes)}: {w.message if explain else w.brief}"))
         con.print(line)
-        if w.brief_fix:
-            con.print(Text(f"      fix: {safe(w.brief_fix)}"))
+        fix = w.fix if explain else w.brief_fix
+        if fix:
+            con.print(Text(f"      fix: {safe(fix)}"))
+        if explain and w.evidence:
+            con.print(Text(f"      evidence: {safe(w.evidence)}"))
+        if explain and j.saving_bytes_total is not None and len(j.processes) > 1:
+            con.print(Text(f"      over the {len(j.processes)} processes it saves {format_bytes(j.saving_bytes_total)}"))
 
 
 def who(processes) -> str:
