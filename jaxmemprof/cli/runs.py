@@ -56,7 +56,7 @@ def report(run_dir, top, steps, device_memory, as_json, explain, html_path, forc
             _write_job_html(run_dir, html_path, force, top, steps, device_memory, library, user, all_frames)
             if not as_json:
                 return
-        return report_job(run_dir, top, steps, device_memory, as_json, library, user, all_frames)
+        return report_job(run_dir, top, steps, device_memory, as_json, library, user, all_frames, explain=explain)
     run_ = open_run(run_path(run_dir))
     rep = build_report_for(run_, top, library, user, all_frames, steps, device_memory)
     if html_path is not None:
