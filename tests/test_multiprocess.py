@@ -385,3 +385,27 @@ def test_clock_skew_is_aligned_on_the_initialise_barrier(tmp_path):
     shifted = job_timeline(job)
     assert shifted.peak_bytes == tl.peak_bytes and shifted.at_peak == tl.at_peak
     assert abs(shifted.peak_t - tl.peak_t) < 1e-6
+
+
+def test_a_job_of_one_process_under_jax_distributed(tmp_path):
+    """initialize() with one process: its moment is recorded; the launcher's
+    index stays the directory's and the manifest's (JAX's 0 of 1 is no job)."""
+    script = write_script(tmp_path, "one.py", f"""
+        import jax
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")
+        jax.distributed.initialize("127.0.0.1:{free_port()}", num_processes=1, process_id=0,
+                                   initialization_timeout=20)
+        import jax.numpy as jnp
+        a = jnp.ones((256, 1024))
+        print(jax.process_index(), jax.process_count())
+    """)
+    proc = subprocess.run([sys.executable, "-m", "jaxmemprof", "run", "-q", "-o", "job", str(script)], cwd=tmp_path,
+                          env=cpu_env(JAX_PROCESS_ID="3", JAX_NUM_PROCESSES="4"), capture_output=True, text=True,
+                          timeout=TIMEOUT)
+    assert proc.returncode == 0 and proc.stdout == "0 1\n", proc.stderr
+    m = json.loads((tmp_path / "job" / "process-3" / "manifest.json").read_text())
+    assert (m["process_index"], m["process_count"]) == (3, 4)
+    assert (m["distributed"]["process_index"], m["distributed"]["process_count"]) == (0, 1)
+    assert "launcher_process_index" not in m
+    job = load_job(tmp_path / "job")
+    assert job.alignment == "jax.distributed.initialize" and not job.warnings

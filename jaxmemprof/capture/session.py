@@ -455,7 +455,8 @@ class Session:
             count = count if isinstance(count, int) else None
             info = {"t_wall": t_wall, "t_mono": t_mono, "process_index": index, "process_count": count}
             proc = self.process
-            if proc is not None and index is not None and index != proc.index:
+            job = count is not None and count > 1  # initialize(num_processes=1) makes no job
+            if proc is not None and job and index is not None and index != proc.index:
                 info["launcher_process_index"] = proc.index
                 self.writer.add_event("warning", f"jax.distributed.initialize made this process {index}; "
                                                  f"{proc.variable} said {proc.index}, which names its directory")
@@ -465,7 +466,7 @@ class Session:
                     return
                 m = self.writer.manifest
                 m["distributed"] = info
-                if index is not None:
+                if index is not None and job:
                     m["process_index"], m["process_count"] = index, count
                 layout.write_json_atomic(self.path / layout.MANIFEST, m)
         except Exception:
