@@ -379,18 +379,18 @@ def breakdown_child(run_path: str, top: int = 10) -> None:
         del raw
 
     def shard_match():
-        from jaxmemprof.analysis.reuse import match_holders, shard_table
+        from jaxmemprof.analysis.shards import match_holders, shard_table
 
-        return match_holders(shard_table(run, arrays))
+        return match_holders(shard_table(run))
 
-    detail("shard_table_match_holders", shard_match, "array_lifetimes (_aliased) and reuse, each")
+    detail("shard_table_match_holders", shard_match, "analysis/attributed.py, once per report")
 
     def site_series():
         from jaxmemprof.analysis.timeline import SiteSeries
 
         return SiteSeries(run, att)
 
-    detail("site_series", site_series, "timeline and leaks, each")
+    detail("site_series", site_series, "analysis/attributed.py, once per report (timeline and leaks)")
 
     def arrays_csv():
         with open(os.devnull, "w", encoding="utf-8", newline="") as f:

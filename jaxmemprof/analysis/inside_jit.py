@@ -61,7 +61,7 @@ def _frames(text) -> list:
     return [f for f in _json_list(text) if isinstance(f, list) and len(f) == 3]
 
 
-def _attributed(run, attribution: Attribution) -> pd.DataFrame:
+def attributed_buffers(run, attribution: Attribution = Attribution()) -> pd.DataFrame:
     """The dumped buffers with their function's name and their site."""
     buffers = run.jit.get("buffers")
     programs = run.jit.get("programs")
@@ -107,11 +107,11 @@ def _attributed(run, attribution: Attribution) -> pd.DataFrame:
     return b
 
 
-def peak_by_line(run, attribution: Attribution = Attribution()) -> pd.DataFrame:
+def peak_by_line(run, attribution: Attribution = Attribution(), *, buffers: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per function, user line and kind: the bytes and buffers live at the
     function's own peak, and their share of it. Functions by peak, lines by
     bytes."""
-    b = _attributed(run, attribution)
+    b = buffers if buffers is not None else attributed_buffers(run, attribution)
     if b.empty:
         return pd.DataFrame({c: pd.Series(dtype=object) for c in PEAK_COLUMNS})
     b = b[b["at_peak"] == 1]
@@ -123,10 +123,10 @@ def peak_by_line(run, attribution: Attribution = Attribution()) -> pd.DataFrame:
     return out.reset_index(drop=True)[PEAK_COLUMNS]
 
 
-def largest_buffers(run, attribution: Attribution = Attribution()) -> pd.DataFrame:
+def largest_buffers(run, attribution: Attribution = Attribution(), *, buffers: pd.DataFrame | None = None) -> pd.DataFrame:
     """Each program's buffers (those live at its peak and its largest
     others), largest first, with their live ranges in program order."""
-    b = _attributed(run, attribution)
+    b = buffers if buffers is not None else attributed_buffers(run, attribution)
     if b.empty:
         return pd.DataFrame({c: pd.Series(dtype=object) for c in BUFFER_COLUMNS})
     b = b.assign(at_peak=b["at_peak"] == 1)
@@ -135,9 +135,10 @@ def largest_buffers(run, attribution: Attribution = Attribution()) -> pd.DataFra
     return b.reset_index(drop=True)[BUFFER_COLUMNS]
 
 
-def inside_jit_findings(run, attribution: Attribution = Attribution()) -> list[Finding]:
+def inside_jit_findings(run, attribution: Attribution = Attribution(), *,
+                        buffers: pd.DataFrame | None = None) -> list[Finding]:
     """Hints from what fills each function's peak."""
-    b = _attributed(run, attribution)
+    b = buffers if buffers is not None else attributed_buffers(run, attribution)
     if b.empty:
         return []
     out: list[Finding] = []

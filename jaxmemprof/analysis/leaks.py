@@ -157,9 +157,11 @@ _LEAK_DTYPES = {
 
 def leaks(run, attribution: Attribution = Attribution(), *, steps: int = 1000, min_bytes: int = 64 * KiB,
           alpha: float = 0.01, min_tau: float = 0.5, min_snapshots: int = 6, min_increases: int = 3,
-          max_points: int = 500, max_pairs: int = 20_000) -> pd.DataFrame:
+          max_points: int = 500, max_pairs: int = 20_000, series: SiteSeries | None = None) -> pd.DataFrame:
     """Sites whose live bytes grow steadily over ``run`` (see the module
-    docstring for the tests), largest projected growth first. Columns:
+    docstring for the tests), largest projected growth first (``series``:
+    the run's SiteSeries under ``attribution``, where the caller has it).
+    Columns:
 
     - ``site, file, line, function``: where the growing arrays are made;
     - ``growth_bytes_per_s``: Theil-Sen slope against time;
@@ -184,7 +186,7 @@ def leaks(run, attribution: Attribution = Attribution(), *, steps: int = 1000, m
     used = (snaps["trigger"] != "exit").to_numpy()
     if used.sum() < max(min_snapshots, 2):
         return _empty(LEAK_COLUMNS, _LEAK_DTYPES)
-    series = SiteSeries(run, attribution)
+    series = series if series is not None else SiteSeries(run, attribution)
     candidates = series.sites.index.to_numpy()[series.sites["peak_bytes"].to_numpy() >= min_bytes]
     if not len(candidates):
         return _empty(LEAK_COLUMNS, _LEAK_DTYPES)
@@ -280,7 +282,8 @@ def setup_end(run) -> float:
     return float(t.min() + SETUP_SHARE * np.ptp(t)) if len(t) else 0.0
 
 
-def recompiles(run, attribution: Attribution = Attribution(), *, min_executables: int = 5) -> pd.DataFrame:
+def recompiles(run, attribution: Attribution = Attribution(), *, min_executables: int = 5,
+               series: SiteSeries | None = None) -> pd.DataFrame:
     """Executables (per site and HLO module name) whose number or code size
     grew over the run. A site is a ``suspect`` when it compiled
     ``min_executables`` or more and new ones kept coming after the setup
@@ -331,7 +334,7 @@ def recompiles(run, attribution: Attribution = Attribution(), *, min_executables
         where = pd.concat([table, pd.DataFrame({"site": [NO_STACK], "file": [""], "line": [0], "function": [""]})])
         where = where.drop_duplicates("site").set_index("site")
     else:
-        series = SiteSeries(run, attribution)
+        series = series if series is not None else SiteSeries(run, attribution)
         prof = series.profile_executables()
         if prof is None or prof.empty:
             return _empty(RECOMPILE_COLUMNS, dtypes)

@@ -51,7 +51,8 @@ import numpy as np
 import pandas as pd
 
 from jaxmemprof.analysis.groups import keyed_samples
-from jaxmemprof.analysis.reuse import match_holders, shard_table
+from jaxmemprof.analysis.runs import run_peak
+from jaxmemprof.analysis.shards import match_holders, shard_table
 from jaxmemprof.analysis.sites import NO_STACK, Attribution, run_stack_sites
 
 SITE_COLUMNS = ["site", "file", "line", "function"]
@@ -131,9 +132,12 @@ def _times(times: pd.Series, numbers: np.ndarray) -> np.ndarray:
     return times.reindex(numbers).to_numpy(dtype=np.float64)
 
 
-def array_lifetimes(run, attribution: Attribution = Attribution()) -> pd.DataFrame:
+def array_lifetimes(run, attribution: Attribution = Attribution(), *, shard_rows: pd.DataFrame | None = None,
+                    holders: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per array of ``run`` (columns: module docstring), in
-    ``array_id`` order. Empty (with the columns) for a run without per-array data."""
+    ``array_id`` order. Empty (with the columns) for a run without per-array
+    data. ``shard_rows``, ``holders``: the run's buffers and their holders
+    (analysis/shards.py), where the caller has them."""
     arrays: pd.DataFrame = run.arrays
     if arrays.empty:
         return _empty(ARRAY_COLUMNS)
@@ -203,7 +207,7 @@ def array_lifetimes(run, attribution: Attribution = Attribution()) -> pd.DataFra
             "how": how.astype(object),
             "alive_at_start": first <= first_snap,
             "alive_at_end": alive_np,
-            "shared": _shared(run),
+            "shared": _shared(run, shard_rows, holders),
             "process": pd.to_numeric(arrays["process"], errors="coerce").fillna(0).to_numpy(dtype=np.int64)
             if "process" in arrays else 0,
         }
@@ -211,22 +215,23 @@ def array_lifetimes(run, attribution: Attribution = Attribution()) -> pd.DataFra
     return out.sort_values("array_id", kind="stable").reset_index(drop=True)[ARRAY_COLUMNS]
 
 
-def _shared(run) -> np.ndarray:
-    """Per row of ``run.arrays``: is every one of its buffers an alias."""
-    shards = shard_table(run)
+def _shared(run, shards=None, holders=None) -> np.ndarray:
+    """Per row of ``run.arrays``: is every one of its buffers held by another
+    array seen first (a second ``jax.Array`` over it)."""
+    if shards is None:
+        shards = shard_table(run)
+        holders = None
     if shards.empty:
         return np.zeros(len(run.arrays), dtype=bool)
-    alias = match_holders(shards)["is_alias"]
+    alias = (holders if holders is not None else match_holders(shards))["is_alias"]
     per_array = alias.groupby(shards["array_id"].to_numpy()).all()
     return per_array.reindex(run.arrays["array_id"].to_numpy(), fill_value=False).to_numpy(dtype=bool)
 
 
 def peak_snapshot(run) -> int | None:
-    """The run's peak: the (first) snapshot with the most live bytes."""
-    snaps = run.snapshots
-    if snaps.empty:
-        return None
-    return int(snaps.loc[snaps["live_bytes"].astype(np.int64).idxmax(), "snapshot"])
+    """The run's peak snapshot (analysis/runs.py run_peak)."""
+    peak = run_peak(run.snapshots)
+    return None if peak is None else peak.snapshot
 
 
 def site_lifetimes(arrays_df: pd.DataFrame, run) -> pd.DataFrame:

@@ -17,7 +17,8 @@ from jaxmemprof.analysis.findings import Finding, in_proportion, ranked
 from jaxmemprof.analysis.groups import Summary
 from jaxmemprof.analysis.inside_jit import inside_jit_findings, largest_buffers, peak_by_line
 from jaxmemprof.analysis.leaks import leak_findings, leaks, recompiles, rejits
-from jaxmemprof.analysis.lifetimes import array_lifetimes, estimated_site_churn, site_lifetimes
+from jaxmemprof.analysis.attributed import Attributed
+from jaxmemprof.analysis.lifetimes import estimated_site_churn, site_lifetimes
 from jaxmemprof.analysis.reuse import reuse
 from jaxmemprof.analysis.runs import sites_holding
 from jaxmemprof.analysis.sites import Attribution
@@ -60,14 +61,15 @@ def build_report(run, attribution: Attribution, *, top_sites: int = 10, steps: i
     """Analyse ``run``. ``device_memory``: bytes of a device to check the run
     against ("will it fit?"). ``extra_rules``: callables ``(run,
     report_so_far) -> list[Finding]`` added to the findings."""
-    tl = timeline(run, attribution, top_sites=top_sites)
+    ar = Attributed(run, attribution)  # each table below is computed once, and shared
+    tl = timeline(run, attribution, top_sites=top_sites, series=ar.series)
     peak_sites = None if tl.peak_snapshot is None else sites_holding(run, tl.peak_snapshot, attribution, top_sites)
 
     if run.has_arrays:
-        arrays = array_lifetimes(run, attribution)
+        arrays = ar.arrays
         per_site = site_lifetimes(arrays, run)
         churn = pd.DataFrame()
-        r = reuse(run, arrays)
+        r = reuse(run, arrays, shards=ar.shards, holders=ar.holders)
         reuse_by_device, reuse_by_site = r.by_device, r.by_site
         reuse_buffers, reuse_unknown = r.buffers, r.unknown_addresses
     else:
@@ -75,8 +77,8 @@ def build_report(run, attribution: Attribution, *, top_sites: int = 10, steps: i
         reuse_buffers = reuse_unknown = 0
         churn = estimated_site_churn(run, attribution)
 
-    leak_rows = leaks(run, attribution, steps=steps)
-    recompile_rows = recompiles(run, attribution)
+    leak_rows = leaks(run, attribution, steps=steps, series=ar.series)
+    recompile_rows = recompiles(run, attribution, series=None if run.has_arrays else ar.series)
     found: list[Finding] = leak_findings(leak_rows, recompile_rows, rejits(run, attribution))
 
     memory_in_jit = jit_memory(run, attribution)
@@ -85,7 +87,7 @@ def build_report(run, attribution: Attribution, *, top_sites: int = 10, steps: i
     if inside is None or inside <= tl.peak_bytes:
         where = "at the snapshot peak" if true_peak is not None else ""
     found += donation_findings(run, attribution)
-    found += inside_jit_findings(run, attribution)
+    found += inside_jit_findings(run, attribution, buffers=ar.jit_buffers)
     # The allocator rules and the fit work per device: the busiest device's
     # snapshot peak, plus its share of what snapshots cannot see inside calls.
     device_peak = None
@@ -135,8 +137,10 @@ def build_report(run, attribution: Attribution, *, top_sites: int = 10, steps: i
         arrays=arrays, lifetimes=per_site, churn=churn, reuse_by_device=reuse_by_device,
         reuse_by_site=reuse_by_site, reuse_buffers=reuse_buffers, reuse_unknown_addresses=reuse_unknown,
         leaks=leak_rows,
-        recompiles=recompile_rows, jit_memory=memory_in_jit, jit_peak=peak_by_line(run, attribution),
-        jit_buffers=largest_buffers(run, attribution), true_peak_bytes=true_peak, true_peak_where=where,
+        recompiles=recompile_rows, jit_memory=memory_in_jit,
+        jit_peak=peak_by_line(run, attribution, buffers=ar.jit_buffers),
+        jit_buffers=largest_buffers(run, attribution, buffers=ar.jit_buffers), true_peak_bytes=true_peak,
+        true_peak_where=where,
         fit=fit, findings=ranked(found),
     )
     extra = [f for rule in extra_rules for f in rule(run, report)]

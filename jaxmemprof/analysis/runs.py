@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+import numpy as np
 import pandas as pd
 
 from jaxmemprof.analysis.groups import Summary, summarize, top
@@ -26,6 +27,25 @@ class Overview:
     # (--interval, mean seconds between snapshots, --max-overhead) when the
     # overhead budget spaced snapshots well beyond the interval asked for
     stretched: tuple[float, float, float] | None = None
+
+
+@dataclass(frozen=True)
+class Peak:
+    """The run's peak: the first snapshot with the most live bytes."""
+
+    snapshot: int
+    t: float
+    live_bytes: int
+
+
+def run_peak(snaps: pd.DataFrame) -> Peak | None:
+    """The one definition of a run's peak (every section reads it from here):
+    the first snapshot with the most live bytes; None without snapshots."""
+    if snaps.empty:
+        return None
+    i = int(np.argmax(snaps["live_bytes"].to_numpy(dtype=np.int64)))
+    row = snaps.iloc[i]
+    return Peak(int(row["snapshot"]), float(row["t"]), int(row["live_bytes"]))
 
 
 def stretched_sampling(snaps: pd.DataFrame, settings: dict) -> tuple[float, float, float] | None:
@@ -53,10 +73,10 @@ def overview(run, attribution: Attribution = Attribution(), top_sites: int = 5) 
     def sites_at(snapshot: int) -> Summary:
         return sites_holding(run, snapshot, attribution, top_sites)
 
-    peak = sites = oom = None
-    if not snaps.empty:
-        peak = snaps.loc[snaps["live_bytes"].idxmax()]
-        sites = sites_at(int(peak["snapshot"]))
+    sites = oom = None
+    peak = run_peak(snaps)
+    if peak is not None:
+        sites = sites_at(peak.snapshot)
         ooms = snaps.loc[snaps["trigger"] == "oom", "snapshot"]
         if not ooms.empty:
             oom = sites_at(int(ooms.iloc[0]))
@@ -64,9 +84,9 @@ def overview(run, attribution: Attribution = Attribution(), top_sites: int = 5) 
         duration_s=m.get("duration_s"),
         snapshots=len(snaps),
         sampling_s=float(snaps["cost_s"].sum()) if not snaps.empty else 0.0,
-        peak_snapshot=None if peak is None else int(peak["snapshot"]),
-        peak_bytes=0 if peak is None else int(peak["live_bytes"]),
-        peak_t=None if peak is None else float(peak["t"]),
+        peak_snapshot=None if peak is None else peak.snapshot,
+        peak_bytes=0 if peak is None else peak.live_bytes,
+        peak_t=None if peak is None else peak.t,
         peak_sites=sites,
         exit_status=m.get("exit_status"),
         ended_by=m.get("ended_by"),

@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from jaxmemprof.analysis.groups import keyed_samples
+from jaxmemprof.analysis.runs import run_peak
 from jaxmemprof.analysis.sites import NO_STACK, Attribution, run_stack_sites
 
 OTHER = "other"
@@ -405,10 +406,12 @@ def _fragmentation(df: pd.DataFrame) -> pd.Series:
 # -- the timeline ------------------------------------------------------------------
 
 
-def timeline(run, attribution: Attribution = Attribution(), top_sites: int = 8) -> Timeline:
-    """The timeline of ``run`` (see :class:`Timeline`)."""
+def timeline(run, attribution: Attribution = Attribution(), top_sites: int = 8, *,
+             series: SiteSeries | None = None) -> Timeline:
+    """The timeline of ``run`` (see :class:`Timeline`); ``series``: the
+    run's SiteSeries under ``attribution``, where the caller has it."""
     snaps = run.snapshots
-    series = SiteSeries(run, attribution)
+    series = series if series is not None else SiteSeries(run, attribution)
     n = series.n
     snap_no = series.snapshots
     t = snaps["t"].to_numpy(dtype=float)
@@ -484,11 +487,8 @@ def timeline(run, attribution: Attribution = Attribution(), top_sites: int = 8) 
 
     executables = _executables_series(run, series, snap_no, t)
 
-    peak_snapshot = peak_t = None
-    peak_bytes = 0
-    if n:
-        i = int(np.argmax(totals["live_bytes"].to_numpy()))
-        peak_snapshot, peak_t, peak_bytes = int(snap_no[i]), float(t[i]), int(totals["live_bytes"].iloc[i])
+    peak = run_peak(totals)
+    peak_snapshot, peak_t, peak_bytes = (None, None, 0) if peak is None else (peak.snapshot, peak.t, peak.live_bytes)
 
     return Timeline(
         source=series.source, totals=totals, devices=devices, sites=sites, executables=executables,
