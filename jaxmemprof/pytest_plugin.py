@@ -99,7 +99,13 @@ def pytest_runtest_call(item):
     try:
         result = yield
     except BaseException:
-        _quietly(recorder.stop, True)
+        # A test that failed is measured too (for --jaxmemprof's list), never judged.
+        try:
+            measured = recorder.stop(failed=True)
+            if measured is not None:
+                item.user_properties.append((_PROPERTY, measured.peak_bytes))
+        except Exception:
+            pass
         raise
     try:
         measured = recorder.stop(failed=False)
@@ -139,6 +145,10 @@ class _Recorder:
         keep = item.config.getoption("jaxmemprof_runs", None)
         if keep:
             name = re.sub(r"[^A-Za-z0-9._-]+", "_", item.nodeid).strip("_")[:150] or "test"
+            if name != item.nodeid:  # two node ids that read alike get two directories
+                import hashlib
+
+                name += "-" + hashlib.sha1(item.nodeid.encode("utf-8", "surrogateescape")).hexdigest()[:8]
             self.directory, self.temporary = os.path.join(keep, name), False
         else:
             self.directory, self.temporary = tempfile.mkdtemp(prefix="jaxmemprof-test-"), True
@@ -183,8 +193,7 @@ class _Recorder:
         self.hooked = True
 
     def stop(self, failed: bool):
-        """End the run; the test's figures (None when the test failed or
-        nothing could be measured)."""
+        """End the run; the test's figures (``failed``: the test raised)."""
         import gc
 
         if self.hooked:
@@ -205,8 +214,6 @@ class _Recorder:
                 gc.collect()
             s.sampler.snapshot("exception" if failed else "exit")
             s.stop(None, "exception" if failed else "exit")
-            if failed:
-                return None
             from jaxmemprof.analysis.check import measure_test
             from jaxmemprof.analysis.sites import Attribution
             from jaxmemprof.store.reader import load_run

@@ -186,7 +186,7 @@ def _snapshot_of(snaps, *, trigger=None, label=None):
 
 def measure_test(run, attribution: Attribution = Attribution(), *, top: int = 5) -> TestMemory:
     """The figures of one test's run: snapshots labelled ``start`` (api) and
-    the ``exit`` one; see :class:`TestMemory`. Bytes count above the start:
+    the ``exit`` one (``exception`` when the test raised); see :class:`TestMemory`. Bytes count above the start:
     what fixtures and earlier tests left alive is not the test's."""
     from jaxmemprof.analysis.advice.donation import estimated_true_peak
     from jaxmemprof.analysis.groups import diff, summarize
@@ -195,6 +195,8 @@ def measure_test(run, attribution: Attribution = Attribution(), *, top: int = 5)
         return TestMemory(0, 0, None, None, "", (), (), "", 0, (), 0)
     start = _snapshot_of(snaps, trigger="api", label="start")
     end = _snapshot_of(snaps, trigger="exit")
+    if end is None:
+        end = _snapshot_of(snaps, trigger="exception")
     base = int(start["live_bytes"]) if start is not None else 0
     base_profile = run.profile(int(start["snapshot"])) if start is not None else None
 
