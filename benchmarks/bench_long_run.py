@@ -14,7 +14,7 @@
 3. Every simulated hour: snapshots, files in the run directory, its size,
    the journal and its WAL, snapshots thinned, wall time so far.
 4. With ``--report``: ``jaxmemprof report RUN`` on the result, as a whole
-   process (wall time and peak RSS of the child).
+   process (wall time, CPU time and peak RSS of the child).
 
 Targets (issue 12): 24 hours at default settings under 200 MB and 20,000 files.
 
@@ -25,11 +25,10 @@ arrays and 13 executable rows per snapshot). Journal schema 2 (commit
     without thinning, 2 h:  14,402 files, 49.1 MB (journal 15.6 MB): 24 h would be ~172,800 files, ~590 MB
     with thinning, 24 h:     3,341 files, 135.0 MB (journal 127.3 MB: arrays 63.0 MB, array_ends 48.7 MB,
                              snapshots 11.7 MB; WAL at most 2.2 MB); 53 s to simulate
-    report on that run:      exit 0, 29.4 s (load average 4), peak RSS 1,966 MiB
+    report on that run:      exit 0, 19.9 s CPU (46.8 s wall at load average 5), peak RSS 1,966 MiB
                              (172,800 snapshot rows, 2.25 M arrays)
-    --hours 13.9 --report:   100,080 snapshots, 3,174 files, 81.0 MB; report 25.7 s (load average 4),
-                             peak RSS 1,187 MiB (before the reader read in chunks: 11.8 s at load
-                             average about 1, 1,277 MiB)
+    --hours 13.9 --report:   100,080 snapshots, 3,174 files, 81.0 MB; report 12.1 and 11.5 s CPU
+                             (25.4 and 26.1 s wall at load average 4-5), peak RSS 1,184 MiB
     thinning's cost:         10-25 ms a pass (every 100 snapshots, with its WAL checkpoint) at hours 1,
                              6 and 12 alike (commit 543f1b8); a snapshot's commit 0.1 ms; finding
                              the descriptions of a snapshot's 13 new arrays 3 us
@@ -40,8 +39,10 @@ sizes, devices, sharding, memory kind and site as text, ~95 B a row):
     without thinning, 2 h:  14,402 files, 61.5 MB (journal 28.0 MB)
     with thinning, 24 h:     3,341 files, 285.9 MB (journal 278.1 MB: arrays 214 MB, array_ends 49 MB)
     report on that run:      48.6 s, peak RSS 3.1 GiB; with the schema-2 reader (which reads both):
-                             60.7 s at load average 4, 2,903 MiB
-    --hours 13.9 --report:   100,080 snapshots, 3,174 files, 168.2 MB; report 16.3 s, 1,887 MiB
+                             30.2 s CPU (53.6 s wall), 2,903 MiB
+    --hours 13.9 --report:   100,080 snapshots, 3,174 files, 168.2 MB; report 16.3 s (idle), 1,887 MiB;
+                             that run rewritten in schema 1, read by the schema-2 reader, alternating
+                             with the schema-2 run above: 17.6 and 16.8 s CPU, 1,724 MiB
 
 Now every byte target is met: the journal's arrays rows are 28 B each (id,
 Python id, first snapshot, kind, addresses) and array_ends 22 B; together
@@ -154,11 +155,12 @@ def time_report(run: Path) -> None:
     launcher = ("import resource, subprocess, sys, time; t = time.perf_counter(); "
                 "p = subprocess.run([sys.executable, '-m', 'jaxmemprof', 'report', sys.argv[1]], "
                 "stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True); "
-                "print(p.returncode, round(time.perf_counter() - t, 1), "
-                "resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024, repr(p.stderr[-300:]))")
+                "u = resource.getrusage(resource.RUSAGE_CHILDREN); "
+                "print(p.returncode, round(time.perf_counter() - t, 1), round(u.ru_utime + u.ru_stime, 1), "
+                "u.ru_maxrss // 1024, repr(p.stderr[-300:]))")
     proc = subprocess.run([sys.executable, "-c", launcher, str(run)], capture_output=True, text=True)
-    status, wall, rss, err = proc.stdout.split(" ", 3)
-    print(f"report: exit {status}, {wall} s, peak RSS {rss} MiB; stderr tail {err.strip()}")
+    status, wall, cpu, rss, err = proc.stdout.split(" ", 4)
+    print(f"report: exit {status}, {wall} s ({cpu} s CPU), peak RSS {rss} MiB; stderr tail {err.strip()}")
 
 
 def main() -> None:
