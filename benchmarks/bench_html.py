@@ -10,8 +10,10 @@ takes a browser to open it.
    (``benchmarks/data/report_runs/``). Default: 1,000 snapshots x 10,000
    arrays (about a million array records), the issue's target size.
 2. Times ``python -m jaxmemprof report RUN --html FILE --force`` as a whole
-   process (median of K, default 3) and reports the file's size, and how much
-   of it is data.
+   process beside ``report RUN`` to the terminal (alternating, median of K,
+   default 3), and reports the file's size, and how much of it is data.
+   Also a worst case written through the run writer (no JAX): 1,000
+   snapshots x 1,000 lines whose every cell changes at every snapshot.
 3. Opens the page K times in headless Chromium (tests/_browser.py, a fresh
    tab each time) and reports the median time from navigation to the load
    event (the page draws itself before it: its script runs at the end of the
@@ -109,18 +111,20 @@ def main(argv=None) -> int:
                       "worst case: 1000 snapshots x 1000 lines, every cell changing at every snapshot (written, no JAX)"))
     for s, n, run, case in cases:
         page = tmp / f"s{s}_n{n}.html"
-        walls = []
-        for _ in range(args.repeat):
-            t0 = time.perf_counter()
-            subprocess.run(jaxmemprof_cmd("report", str(run), "--html", str(page), "--force"), env=code.env,
-                           cwd=code.cwd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            walls.append(time.perf_counter() - t0)
+        walls, plain = [], []
+        for _ in range(args.repeat):  # alternating: report --html, then report to the terminal
+            for args_, out in ((("--html", str(page), "--force"), walls), ((), plain)):
+                t0 = time.perf_counter()
+                subprocess.run(jaxmemprof_cmd("report", str(run), *args_), env=code.env, cwd=code.cwd, check=True,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                out.append(time.perf_counter() - t0)
         size = page.stat().st_size
         html = page.read_text(encoding="utf-8")
         start = html.index('id="jmp-data">') + len('id="jmp-data">')
         data = html.index("</script>", start) - start
         target = (s, n) == (1000, 10000)
-        res.add("report --html", case, statistics.median(walls), "s")
+        res.add("report --html (reference: report to the terminal)", case, statistics.median(walls), "s",
+                reference=statistics.median(plain), ratio=statistics.median(walls) / statistics.median(plain))
         res.add("file size", case, size, "bytes", target=f"<= {TARGET_BYTES}" if target else "",
                 met=(size <= TARGET_BYTES) if target else None)
         res.add("data in the file", case, data, "bytes")
@@ -145,7 +149,8 @@ def main(argv=None) -> int:
         res.add("page drawing itself", case, statistics.median(renders) / 1000, "s")
         res.add("redraw for another snapshot (all views)", case, statistics.median(flame_ms) / 1000, "s")
         res.add("redraw for another diff base (all views)", case, statistics.median(diff_ms) / 1000, "s")
-        res.say(f"{case}: report --html {statistics.median(walls):.2f} s; file {size / 1e6:.2f} MB "
+        res.say(f"{case}: report --html {statistics.median(walls):.2f} s (report alone "
+                f"{statistics.median(plain):.2f} s); file {size / 1e6:.2f} MB "
                 f"({data / 1e6:.2f} MB data); opens in {open_s:.2f} s (drawing {statistics.median(renders):.0f} ms); "
                 f"another snapshot {statistics.median(flame_ms):.0f} ms, another diff {statistics.median(diff_ms):.0f} ms")
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -346,7 +346,7 @@ def page(data: dict) -> str:
 
     guard, script, style = _asset("guard.js"), _asset("report.js"), _asset("report.css")
     csp = (f"default-src 'none'; script-src '{_hash(guard)}' '{_hash(script)}'; style-src 'unsafe-inline'; "
-           "img-src data:; base-uri 'none'; form-action 'none'")
+           "base-uri 'none'; form-action 'none'")
     return "".join([
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n",
         f"<meta http-equiv=\"Content-Security-Policy\" content=\"{escape(csp)}\">\n",
