@@ -184,6 +184,8 @@ class Page:
                                                                     for a in p.get("args", [])))
             elif m == "Log.entryAdded" and p.get("entry", {}).get("level") == "error":
                 out.append("log: " + p["entry"].get("text", ""))
+            elif m == "Page.javascriptDialogOpening":
+                out.append(f"dialog ({p.get('type')}): {p.get('message')}")
             elif m == "Network.loadingFailed":
                 out.append("request failed: " + str(p.get("errorText")))
             elif m == "Network.requestWillBeSent" and not p.get("request", {}).get("url", "").startswith(
