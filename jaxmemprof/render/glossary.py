@@ -446,6 +446,7 @@ IN_TABLE: dict[str, dict[str, str]] = {
     },
     "processes.csv": {
         "process": "The process index (the `process-N` directory's N).",
+        "devices": "The process's local devices, as its manifest names them, joined by `, `.",
         "snapshots": "How many snapshots the process took.",
         "peak_bytes": "The process's own peak: its most live bytes in a snapshot.",
         "peak_t": "When its peak was, in seconds on the job's aligned clock.",
@@ -805,8 +806,9 @@ class Table:
 
 
 def _csv(columns) -> tuple:
-    """An exported CSV's columns: `process` first (render/processes.py with_process)."""
-    return ("process",) + tuple(c for c in columns if c != "process")
+    """An exported CSV's columns: `process` first, unless the table has its own
+    (render/processes.py with_process)."""
+    return tuple(columns) if "process" in columns else ("process",) + tuple(columns)
 
 
 def _summary_keys() -> tuple:
@@ -822,7 +824,7 @@ def _summary_keys() -> tuple:
 
 
 # The job's tables have no column constants: tests/test_columns_doc.py checks these against a real job's export.
-PROCESSES_COLUMNS = ("process", "host", "finished", "exit_status", "ended_by", "snapshots", "peak_bytes", "peak_t",
+PROCESSES_COLUMNS = ("process", "host", "devices", "finished", "exit_status", "ended_by", "snapshots", "peak_bytes", "peak_t",
                      "peak_snapshot", "at_job_peak_bytes", "at_job_peak_snapshot", "clock_offset_s", "error")
 JOB_PEAK_SITES_COLUMNS = ("process", "site", "bytes", "count")
 JOB_TIMELINE_COLUMNS = ("t", "live_bytes")
@@ -933,8 +935,8 @@ def tables() -> list[tuple[str, list[Table]]]:
               "The key columns above are replaced by one.",
               tuple(k for by, keys in KEY_COLUMNS.items() if by != "site" for k in keys)),
         Table("show and diff --json", "The document", "`show --json`, `diff --json`", "One JSON object.",
-              ("schema_version", "command", "inputs", "by", "value_type", "totals", "devices", "kinds", "omitted",
-               "unchanged_rows", "rows")),
+              ("schema_version", "command", "inputs", "by", "value_type", "totals", "unchanged_rows", "devices",
+               "kinds", "omitted", "rows")),
     ]
     check = [
         Table("check --json", "The document", "`check --json`", "One JSON object.", ("schema_version",) + CHECK_KEYS),
@@ -1011,9 +1013,9 @@ def columns_md() -> str:
         "snapshots are numbered 1, 2, ... in the order taken; shares and fractions are 0 to 1; a missing value is "
         "an empty CSV cell and `null` in JSON. CSV is UTF-8 with one header row; a text cell that begins with "
         "`=`, `+`, `-`, `@`, a tab or a carriage return gets a leading `'`. Every CSV that `export` writes for "
-        "a run begins with `process`, the process index (0 for a single process), as a job's export has it; "
-        "`report --json` carries the same rows without that leading column (arrays keep their own `process`, "
-        "last). The words are defined in [glossary.md](glossary.md).",
+        "a run has a `process` column, the process index (0 for a single process), as a job's export has it: "
+        "first, unless the table has its own (arrays.csv); `report --json` carries the same rows without the "
+        "added column. The words are defined in [glossary.md](glossary.md).",
         "",
     ]
     for heading, group in tables():

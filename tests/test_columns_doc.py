@@ -1,0 +1,413 @@
+"""Every column and key jaxmemprof writes has a meaning in render/glossary.py,
+and docs/columns.md and docs/glossary.md are exactly what its generator makes.
+
+The outputs checked are real: the committed sample run (export, report
+--json, show, diff, check), a job made of two copies of it, a plain directory
+of its .prof files, and a small run recorded here. The facts of every rule
+and case come from the rules themselves, fed the figures they read.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+from pathlib import Path
+from types import SimpleNamespace
+
+import pandas as pd
+import pytest
+
+from conftest import REPO, run_cli, write_script
+
+from jaxmemprof.render import glossary as g
+
+SAMPLE = REPO / "sample_runs" / "runs" / "mlp-leak"
+GiB = 1024**3
+MiB = 1024**2
+
+
+def documented() -> dict[str, g.Table]:
+    """Each documented table, by its IN_TABLE name (show and diff by their titles)."""
+    return {t.title if t.name in ("show", "diff") else t.name: t for _, group in g.tables() for t in group}
+
+
+def header(path: Path) -> list[str]:
+    with open(path, newline="", encoding="utf-8") as f:
+        return next(csv.reader(f))
+
+
+def check_export(directory: Path, *, estimated=False):
+    """Each exported CSV's header is its documented columns, in order."""
+    from jaxmemprof.render.tables import EXPORT_FILES
+
+    tables = documented()
+    for name in EXPORT_FILES:
+        cols = header(directory / name)
+        for c in cols:
+            g.meaning(c, name)  # KeyError names the column
+        key = "lifetimes.csv (estimated)" if estimated and name == "lifetimes.csv" else name
+        if estimated and name in ("arrays.csv", "reuse.csv", "reuse_devices.csv"):
+            continue  # no per-array data: these have no rows (and only the process column)
+        assert cols == list(tables[key].columns), (
+            f"{name}: exported {cols}, documented {list(tables[key].columns)}: update jaxmemprof/render/glossary.py "
+            f"and run {g.REGENERATE}")
+
+
+def check_rows(rows: list[dict], table: g.Table, *, lead_process=True):
+    """JSON rows carry the table's columns (without the CSV's leading process)."""
+    cols = list(table.columns)
+    if lead_process and cols[:1] == ["process"] and "process" not in cols[1:]:
+        cols = cols[1:]
+    for r in rows:
+        extra = set(r) - set(cols)
+        assert not extra, f"{table.name}: JSON keys {sorted(extra)} are not documented"
+        assert [k for k in r if k in cols] == [c for c in cols if c in r]
+        for k in r:
+            g.meaning(k, table.name)
+
+
+def check_facts(finding: dict):
+    rule, case, facts = finding["rule"], finding.get("case") or "", finding["facts"]
+    allowed = g.documented_facts(rule)
+    assert allowed, f"rule {rule!r} has no FACTS in jaxmemprof/render/glossary.py"
+    missing = set(facts) - allowed
+    assert not missing, f"facts {sorted(missing)} of rule {rule!r} are not documented in render/glossary.py FACTS"
+    for k in facts:
+        g.fact_meaning(rule, k)
+
+
+def same_facts(finding, key=None):
+    """A Finding's facts are the documented ones of its rule and case, in the documented order."""
+    key = key or ((finding.rule, finding.case) if (finding.rule, finding.case) in g.FACTS else (finding.rule, ""))
+    want = [k for k in g.FACTS[key] if k not in g.OPTIONAL_FACTS.get(key, ()) or k in finding.facts]
+    assert list(finding.facts) == want, f"{key}: facts {list(finding.facts)}, documented {want}"
+    for k in finding.facts:
+        g.fact_meaning(finding.rule, k)
+
+
+# -- the committed sample run ------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def sample_export(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("export") / "csv"
+    run_cli("export", SAMPLE, "--csv", out, check=0)
+    return out
+
+
+@pytest.fixture(scope="module")
+def sample_report() -> dict:
+    return json.loads(run_cli("report", SAMPLE, "--json", "--device-memory", "16GiB", check=0).stdout)
+
+
+def test_every_exported_column_of_the_sample_run_is_documented(sample_export):
+    check_export(sample_export)
+
+
+def test_every_key_of_the_sample_report_json_is_documented(sample_report):
+    t = documented()
+    doc = sample_report
+    assert list(doc) == list(t["report --json"].columns)
+    for k in doc:
+        g.meaning(k, "report --json")
+    assert list(doc["summary"]) == list(t["summary"].columns)
+    for name, section in (("timeline.csv", "timeline"), ("devices.csv", "devices"), ("sites.csv", "sites"),
+                          ("arrays.csv", "arrays"), ("lifetimes.csv", "lifetimes"), ("leaks.csv", "leaks"),
+                          ("recompiles.csv", "recompiles"), ("jit.csv", "jit_memory"), ("jit_peak.csv", "jit_peak"),
+                          ("jit_buffers.csv", "jit_buffers"), ("executables", "executables"),
+                          ("markers", "markers"), ("peak_sites", "peak_sites")):
+        check_rows(doc[section], t[name])
+    assert list(doc["arrays"][0]) == list(t["arrays.csv"].columns)
+    assert list(doc["reuse"]) == list(t["reuse"].columns)
+    check_rows(doc["reuse"]["by_site"], t["reuse.csv"])
+    check_rows(doc["reuse"]["by_device"], t["reuse_devices.csv"])
+    assert list(doc["fit"]) == list(t["fit"].columns)
+    for f in doc["findings"]:
+        assert list(f) == list(t["findings.csv"].columns[1:])
+        check_facts(f)
+    assert {f["rule"] for f in doc["findings"]} >= {"leak", "donate", "fit"}
+
+
+def test_show_diff_and_check_json_are_documented(tmp_path):
+    t = documented()
+    show = json.loads(run_cli("show", f"{SAMPLE}@peak", "--json", check=0).stdout)
+    assert list(show) == [c for c in t["show and diff --json"].columns if c != "unchanged_rows"]
+    check_rows(show["rows"], t["show --by site"])
+    diff = json.loads(run_cli("diff", f"{SAMPLE}@first", f"{SAMPLE}@peak", "--json", check=0).stdout)
+    assert list(diff) == ["schema_version", "command", "inputs", "by", "value_type", "totals", "unchanged_rows",
+                          "devices", "kinds", "omitted", "rows"]
+    assert set(diff) == set(t["show and diff --json"].columns)
+    check_rows(diff["rows"], t["diff --by site"])
+    for c in list(show["totals"]) + list(diff["totals"]) + list(show["omitted"]) + list(diff["omitted"]):
+        g.meaning(c, "show")
+    run_cli("show", f"{SAMPLE}@peak", "--csv", tmp_path / "show.csv", check=0)
+    assert header(tmp_path / "show.csv") == list(t["show --by site"].columns)
+    run_cli("diff", f"{SAMPLE}@first", f"{SAMPLE}@peak", "--csv", tmp_path / "diff.csv", check=0)
+    assert header(tmp_path / "diff.csv") == list(t["diff --by site"].columns)
+    for by in ("function", "file", "stack", "device", "kind"):
+        run_cli("show", f"{SAMPLE}@peak", "--by", by, "--csv", tmp_path / f"{by}.csv", check=0)
+        assert header(tmp_path / f"{by}.csv") == [by, "bytes", "count", "share"]
+        assert by in t["other --by"].columns
+
+    proc = run_cli("check", SAMPLE, "--json", "--max-peak", "1GiB", "--max-true-peak", "1GiB", "--max-growth",
+                   "1GiB/step", "--fail-on", "leak", "--baseline", SAMPLE, "--max-increase", "5")
+    doc = json.loads(proc.stdout)
+    assert list(doc) == list(t["check --json"].columns)
+    for c in doc["checks"]:
+        extra = set(c) - set(t["check"].columns)
+        assert not extra, f"check --json keys {sorted(extra)} are not documented"
+        for k in c:
+            g.meaning(k, "check")
+    assert {k for c in doc["checks"] for k in c} == set(t["check"].columns)
+
+
+# -- a job, a directory of profiles, a run recorded here ------------------------------------
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory) -> Path:
+    """Two copies of the sample run as the processes of one job."""
+    path = tmp_path_factory.mktemp("job") / "job"
+    for n in (0, 1):
+        shutil.copytree(SAMPLE, path / f"process-{n}")
+    return path
+
+
+def test_every_column_of_a_job_is_documented(job, tmp_path):
+    from jaxmemprof.render.processes import JOB_FILES
+
+    t = documented()
+    out = tmp_path / "csv"
+    run_cli("export", job, "--csv", out, check=0)
+    check_export(out)
+    for name in JOB_FILES:
+        cols = header(out / name)
+        assert cols == list(t[name].columns), f"{name}: exported {cols}, documented {list(t[name].columns)}"
+        for c in cols:
+            g.meaning(c, name)
+    doc = json.loads(run_cli("report", job, "--json", check=0).stdout)
+    assert list(doc) == list(t["job report --json"].columns)
+    assert list(doc["job"]) == list(t["job"].columns)
+    for name, section in (("processes.csv", "processes"), ("job_timeline.csv", "timeline"),
+                          ("job_peak_sites.csv", "peak_sites")):
+        check_rows(doc[section], t[name], lead_process=False)
+    for f in doc["findings"]:
+        assert list(f) == list(t["job_findings.csv"].columns) + ["process_list"]
+        check_facts(f)
+    g.meaning("process_list")
+
+
+def test_a_directory_of_profiles_exports_documented_columns(tmp_path):
+    profs = tmp_path / "profiles"
+    profs.mkdir()
+    for p in sorted((SAMPLE / "snapshots").glob("*.prof.gz"))[::20]:
+        shutil.copy(p, profs / p.name)
+    out = tmp_path / "csv"
+    run_cli("export", profs, "--csv", out, check=0)
+    check_export(out, estimated=True)
+    doc = json.loads(run_cli("report", profs, "--json", check=0).stdout)
+    assert doc["lifetimes_estimated"] is True
+    check_rows(doc["lifetimes"], documented()["lifetimes.csv (estimated)"])
+
+
+SCRIPT = """
+import functools
+import jax
+import jax.numpy as jnp
+import jaxmemprof
+
+@jax.jit
+def step(w, x):
+    return w - 0.1 * x.sum() * w, (w * x).sum()
+
+w = jnp.ones((256, 256))
+x = jnp.ones((256, 256))
+kept = []
+for i in range(8):
+    w, loss = step(w, x)
+    kept.append(loss)
+    jaxmemprof.mark(f"step {i}")
+jaxmemprof.snapshot("done")
+"""
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("rec")
+    script = write_script(d, "train.py", SCRIPT)
+    out = d / "run"
+    run_cli("run", "-q", "--interval", "0.05", "-o", out, script, cwd=d, check=0)
+    return out
+
+
+def test_a_run_recorded_now_exports_documented_columns(recorded, tmp_path):
+    out = tmp_path / "csv"
+    run_cli("export", recorded, "--csv", out, check=0)
+    check_export(out)
+    t = documented()
+    doc = json.loads(run_cli("report", recorded, "--json", check=0).stdout)
+    assert list(doc) == list(t["report --json"].columns)
+    assert list(doc["summary"]) == list(t["summary"].columns)
+    for name, section in (("timeline.csv", "timeline"), ("arrays.csv", "arrays"), ("jit.csv", "jit_memory"),
+                          ("jit_peak.csv", "jit_peak"), ("jit_buffers.csv", "jit_buffers"), ("markers", "markers")):
+        assert doc[section], f"the recorded run has no {section} rows to check"
+        check_rows(doc[section], t[name])
+    for f in doc["findings"]:
+        check_facts(f)
+
+
+# -- the facts of every rule and case, from the rules themselves ----------------------------
+
+
+def test_leak_and_recompile_facts():
+    from jaxmemprof.analysis import leaks
+
+    site = {"site": "t.py:3 (f)", "file": "t.py", "line": 3, "function": "f"}
+    lk = pd.DataFrame([{**site, "growth_bytes_per_s": 10.0, "growth_bytes_per_step": 4.0, "live_bytes_first": 0,
+                        "live_bytes_last": 400, "arrays_last": 100, "p_value": 1e-9, "tau": 0.9,
+                        "projected_bytes_after": 4400, "projected_growth_bytes": 4000, "projected_steps": 1000,
+                        "projected_seconds": float("nan"), "projected_share_of_peak": 0.4, "snapshots_used": 50}])
+    rc = pd.DataFrame([{**site, "name": "jit_f", "first_snapshot": 2, "first_count": 1, "last_count": 12,
+                        "max_count": 12, "growth": 11, "first_code_bytes": 0, "last_code_bytes": 0,
+                        "new_after_setup": 11, "suspect": True}])
+    rj = pd.DataFrame([{"site": "t.py:9 (g)", "file": "t.py", "line": 9, "function": "g", "name": "h",
+                        "functions": 20, "after_setup": 19, "suspect": True}])
+    for frame, columns in ((lk, leaks.LEAK_COLUMNS), (rc, leaks.RECOMPILE_COLUMNS), (rj, leaks.REJIT_COLUMNS)):
+        assert list(frame.columns) == list(columns)
+    found = leaks.leak_findings(lk, rc, rj)
+    assert [(f.rule, f.case) for f in found] == [("leak", ""), ("recompile", "executables"), ("recompile", "rejit")]
+    for f in found:
+        same_facts(f)
+
+
+def test_donation_facts(sample_report, monkeypatch):
+    from jaxmemprof.analysis.advice import donation
+    from jaxmemprof.analysis.findings import Finding
+
+    donate = [f for f in sample_report["findings"] if f["rule"] == "donate"][0]
+    same_facts(Finding(rule="donate", severity="medium", facts=donate["facts"]))
+
+    fn = pd.DataFrame([{"function_id": 1, "name": "step", "qualname": "step", "file": "/x/t.py", "line": 3,
+                        "jit_file": "/x/t.py", "jit_line": 5, "jit_function": "<module>", "wrapper": "jax.jit",
+                        "wrapper_options": "{}", "params": '["state"]', "donate_argnums": "[0]",
+                        "donate_argnames": "[]"}])
+    events = pd.DataFrame([{"kind": "warning", "message": "Some donated buffers were not usable: float32[4]"},
+                           {"kind": "exception", "message": "RuntimeError: Array has been deleted with shape=f32[4]"}])
+    run = SimpleNamespace(jit={"functions": fn}, events=events)
+    lost = [{"name": "state", "arg": 0, "path": "[0]", "dtype": "float32", "shape": [4], "donated": True}]
+    monkeypatch.setattr(donation, "donation_candidates", lambda run, attribution=None: [])
+    monkeypatch.setattr(donation, "unusable_donations",
+                        lambda run: [(fn.iloc[0], {"call_index": 2}, lost, [{"dtype": "int32", "shape": []}])])
+    found = donation.donation_findings(run)
+    assert [f.rule for f in found] == ["donation-unusable", "donated-then-used"]
+    for f in found:
+        same_facts(f)
+
+
+def _devices(**stats) -> pd.DataFrame:
+    row = {"snapshot": 3, "t": 1.0, "device": "cuda:0", "live_bytes": 0, "buffers": 0, "bytes_in_use": None,
+           "peak_bytes_in_use": None, "bytes_limit": None, "pool_bytes": None, "largest_free_block_bytes": None,
+           "fragmentation": None, "unattributed_bytes": None}
+    row.update(stats)
+    return pd.DataFrame([row])
+
+
+def test_allocator_facts():
+    from jaxmemprof.analysis.advice import allocator as a
+
+    run = SimpleNamespace(manifest={"backend": "gpu", "jaxlib_version": "0.10.2", "environment": {}, "devices": []},
+                          events=pd.DataFrame(), snapshots=pd.DataFrame(), path="run")
+    # The peak needs more than the pool's limit, and the pool is fragmented: raise, fragmentation, platform.
+    devices = _devices(bytes_limit=12 * GiB, pool_bytes=12 * GiB, peak_bytes_in_use=11 * GiB, bytes_in_use=1 * GiB,
+                       largest_free_block_bytes=1 * GiB, fragmentation=0.9)
+    found = a.allocator_findings(run, int(11.5 * GiB), processes_per_gpu=1, timeline=SimpleNamespace(devices=devices))
+    cases = {(f.rule, f.case) for f in found}
+    assert {("allocator-fraction", "raise"), ("allocator-fragmentation", ""), ("allocator-platform", "")} <= cases
+    found += a.allocator_findings(run, int(15.5 * GiB), processes_per_gpu=1, timeline=SimpleNamespace(devices=devices))
+    peak = a.Peak(1 * GiB, "peak_bytes_in_use", "cuda:0")
+    stats = a.device_stats(devices)
+    frac = a.fraction_config({}, "0.10.2")
+    found += a._preallocate_rule({}, "0.10.2", peak, stats, frac, 2)
+    found += a._preallocate_rule({}, "0.10.2", peak, stats, frac, 1)
+    both = {a.FRACTION: ".5", a.OLD_FRACTION: ".5"}
+    found += a.env_findings(both, "0.10.2") + a.env_findings(both, "0.4.31")
+    found += a.env_findings({a.FRACTION: ".5"}, "0.4.31") + a.env_findings({a.PREALLOCATE: "no"}, "0.10.2")
+    seen = set()
+    for f in found:
+        same_facts(f)
+        seen.add((f.rule, f.case))
+    allocator_cases = {k for k in g.FACTS if k[0].startswith("allocator-")}
+    assert seen >= allocator_cases, f"cases not exercised: {sorted(allocator_cases - seen)}"
+
+
+def test_fit_facts():
+    from jaxmemprof.analysis.advice.capacity import fit_findings, will_it_fit
+
+    run = SimpleNamespace(manifest={"backend": "cpu", "jaxlib_version": "0.10.2", "environment": {}})
+    cases = set()
+    for device, processes in ((16 * GiB, 1), (320 * MiB, 1), (100 * MiB, 1), (16 * GiB, 2), (1 * GiB, 4)):
+        fit = will_it_fit(run, device, 200 * MiB, processes=processes)
+        f = fit_findings(fit)[0]
+        assert f.rule == "fit"
+        same_facts(f, ("fit", ""))
+        cases.add(f.case)
+    assert cases == {"fits", "fits-with", "cannot", "shared-fits", "shared-cannot"}
+
+
+def test_inside_jit_facts():
+    from jaxmemprof.analysis import inside_jit
+
+    b = pd.DataFrame([{"function_id": 1, "function": "step", "site": "t.py:4 (loss)", "kind": "temporary",
+                       "op": "jit(step)/jvp(loss)/dot_general", "shape": "f32[1024]", "bytes": 800, "at_peak": 1,
+                       "program_peak_bytes": 1000, "name": "dot.1{}"}])
+    found = inside_jit.inside_jit_findings(SimpleNamespace(), buffers=b)
+    assert [f.rule for f in found] == ["remat", "narrow-dtype"]
+    for f in found:
+        same_facts(f)
+
+
+def test_job_facts():
+    from jaxmemprof.analysis.processes import imbalance, unfinished
+
+    procs = pd.DataFrame({"process": [0, 1, 2], "snapshots": [5, 5, 0], "peak_bytes": [100 * MiB, 10 * MiB, 0],
+                          "finished": [True, True, False], "last_t": [1.0, 1.0, None], "error": [None, None, "gone"]})
+    sites = pd.DataFrame({"process": [0, 1], "site": ["t.py:1 (f)", "t.py:1 (f)"], "bytes": [100 * MiB, 10 * MiB],
+                          "count": [1, 1]})
+    found = [j.finding for j in imbalance(procs, sites) + unfinished(procs)]
+    assert [f.rule for f in found] == ["imbalance", "unfinished"]
+    for f in found:
+        same_facts(f)
+    for k in found[0].facts["sites"][0]:
+        g.fact_meaning("imbalance", k)
+
+
+def test_every_rule_has_its_facts_and_words():
+    from jaxmemprof.analysis.findings import RULES
+
+    rules = {r for r, _ in g.FACTS}
+    assert set(RULES) <= rules, f"rules without FACTS in render/glossary.py: {sorted(set(RULES) - rules)}"
+    assert rules == set(g.RULE_SUMMARY)
+    for (rule, _), names in g.FACTS.items():
+        for n in names:
+            g.fact_meaning(rule, n)
+
+
+# -- the documents -----------------------------------------------------------------------------
+
+
+def test_every_meaning_is_one_sentence():
+    texts = list(g.GLOSSARY.items()) + [(k, v) for t in g.IN_TABLE.values() for k, v in t.items()] + \
+        [(k, v) for t in g.FACT_MEANINGS.values() for k, v in t.items()] + list(g.TERMS.items())
+    for name, text in texts:
+        assert text.strip() == text and text.endswith(".") and "\n" not in text, name
+        assert text[0].isupper() or text[0] in "`'", name
+    names = {t.name for _, group in g.tables() for t in group}
+    assert set(g.IN_TABLE) <= names, sorted(set(g.IN_TABLE) - names)
+
+
+def test_committed_docs_are_the_generated_ones():
+    for path, text in g.documents(REPO).items():
+        assert path.exists() and path.read_text(encoding="utf-8") == text, (
+            f"{path.relative_to(REPO)} differs from what jaxmemprof/render/glossary.py generates: run "
+            f"`{g.REGENERATE}` and commit the result")
