@@ -350,3 +350,31 @@ def test_a_long_run_killed_mid_way_is_readable(tmp_path):
     assert list(arrays["shape"]) == [(8, 8) if a % 2 else (a // 2, 1) for a in arrays.index]
     steps = arrays[arrays.index % 2 == 1]
     assert steps["end_snapshot"].iloc[:-1].tolist() == list(range(2, n + 1)) and pd.isna(steps["end_snapshot"].iloc[-1])
+
+
+def test_committed_runs_of_schema_1_read_their_descriptions():
+    """The sample runs were recorded in schema 1 (each arrays row its own
+    description): read with every column where it belongs."""
+    import math
+
+    import numpy as np
+
+    from conftest import REPO
+
+    for name in ("mlp-leak", "mlp-donated", "mlp-no-donation"):
+        d = REPO / "sample_runs" / "runs" / name
+        assert json.loads((d / layout.MANIFEST).read_text())["schema_version"] == 1
+        con = sqlite3.connect(d / layout.JOURNAL)
+        rows = con.execute("SELECT count(*) FROM arrays").fetchone()[0]
+        groups = con.execute("SELECT shape, dtype, nbytes, stack_id, count(*) FROM arrays GROUP BY 1, 2, 3, 4").fetchall()
+        con.close()
+        run = load_run(d)
+        assert run.warnings == [] and len(run.arrays) == rows > 50
+        a = run.arrays
+        assert all(n == np.dtype(t).itemsize * math.prod(s) for n, t, s in zip(a["nbytes"], a["dtype"], a["shape"]))
+        assert all(sb == (n,) for sb, n in zip(a["shard_bytes"], a["nbytes"]))
+        assert set(a["devices"]) == {("cpu:0",)} and set(a["sharding"]) == {"SingleDeviceSharding"}
+        assert a["stack_id"].isin(list(run.stacks)).all() and (a["first_snapshot"] <= a["last_snapshot"]).all()
+        # Counted by the reader as by the journal itself.
+        by_kind = {(tuple(json.loads(s)), t, n, st): c for s, t, n, st, c in groups}
+        assert a.groupby(["shape", "dtype", "nbytes", "stack_id"]).size().to_dict() == by_kind
