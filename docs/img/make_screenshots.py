@@ -41,7 +41,6 @@ def main() -> None:
         with Browser(width=1200, height=900) as b:
             page = b.open(html)
             assert not page.errors, page.errors
-            # hover a flame bar, so the picture shows what a hover says
             for name, (first, last) in SHOTS.items():
                 data = b.send("Page.captureScreenshot", {"format": "png", "clip": clip(page, first, last),
                                                          "captureBeyondViewport": True}, page.session)["data"]
