@@ -53,7 +53,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import shutil
 import sqlite3
 import subprocess

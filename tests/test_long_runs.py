@@ -366,7 +366,8 @@ def test_committed_runs_of_schema_1_read_their_descriptions():
         assert json.loads((d / layout.MANIFEST).read_text())["schema_version"] == 1
         con = sqlite3.connect(d / layout.JOURNAL)
         rows = con.execute("SELECT count(*) FROM arrays").fetchone()[0]
-        groups = con.execute("SELECT shape, dtype, nbytes, stack_id, count(*) FROM arrays GROUP BY 1, 2, 3, 4").fetchall()
+        groups = con.execute("SELECT shape, dtype, nbytes, stack_id, count(*) FROM arrays "
+                             "GROUP BY 1, 2, 3, 4").fetchall()
         con.close()
         run = load_run(d)
         assert run.warnings == [] and len(run.arrays) == rows > 50
