@@ -356,7 +356,7 @@ def breakdown_child(run_path: str, top: int = 10) -> None:
     def detail(name, fn, part_of):
         try:
             return stage(name, fn, part_of)
-        except (ImportError, AttributeError, TypeError) as exc:
+        except (ImportError, AttributeError, TypeError, KeyError) as exc:
             print(f"detail {name} skipped: {exc!r}", file=sys.stderr)
             return None
 
