@@ -125,6 +125,38 @@ def pytest_runtest_call(item):
     return result
 
 
+def on_return(code, callback):
+    """Call ``callback()`` whenever a frame of ``code`` returns, in this
+    thread; returns the function that undoes it, or None when it cannot be
+    done. Python 3.12 and later: sys.monitoring's PY_RETURN for that code
+    object alone (no cost elsewhere); before: a profile function on this
+    thread, unless a profiler has set one already."""
+    mon = getattr(sys, "monitoring", None)
+    if mon is not None:
+        tool = next((t for t in (4, 3) if mon.get_tool(t) is None), None)
+        if tool is None:
+            return None
+        mon.use_tool_id(tool, "jaxmemprof")
+        mon.register_callback(tool, mon.events.PY_RETURN, lambda code_, offset, value: callback())
+        mon.set_local_events(tool, code, mon.events.PY_RETURN)
+
+        def undo():
+            mon.set_local_events(tool, code, 0)
+            mon.register_callback(tool, mon.events.PY_RETURN, None)
+            mon.free_tool_id(tool)
+
+        return undo
+    if sys.getprofile() is not None:
+        return None
+
+    def on_event(frame, event, arg):
+        if event == "return" and frame.f_code is code:
+            callback()
+
+    sys.setprofile(on_event)
+    return lambda: sys.setprofile(None)
+
+
 def _quietly(fn, *args):
     try:
         fn(*args)
@@ -153,8 +185,7 @@ class _Recorder:
         else:
             self.directory, self.temporary = tempfile.mkdtemp(prefix="jaxmemprof-test-"), True
         self.session = None
-        self.previous_profile = None
-        self.hooked = False
+        self.unhook = None  # undoes the hook on the test function's return
 
     def start(self) -> None:
         import gc
@@ -178,26 +209,19 @@ class _Recorder:
 
     def _hook_return(self) -> None:
         """A snapshot when the test function returns, while its frame still
-        holds its locals (a profile function on this thread, only for the
-        test's own code object; not when a profiler is set already)."""
+        holds its locals."""
         code = getattr(getattr(self.item, "obj", None), "__code__", None)
-        if code is None or sys.getprofile() is not None:
-            return
-        sampler = self.session.sampler
-
-        def on_event(frame, event, arg):
-            if event == "return" and frame.f_code is code:
-                sampler.snapshot("api", "return")
-
-        sys.setprofile(on_event)
-        self.hooked = True
+        if code is not None:
+            sampler = self.session.sampler
+            self.unhook = on_return(code, lambda: sampler.snapshot("api", "return"))
 
     def stop(self, failed: bool):
         """End the run; the test's figures (``failed``: the test raised)."""
         import gc
 
-        if self.hooked:
-            sys.setprofile(None)
+        if self.unhook is not None:
+            self.unhook()
+            self.unhook = None
         s = self.session
         try:
             if s is None:
