@@ -36,7 +36,7 @@ REGENERATE = "python -m jaxmemprof.render.glossary"
 
 GLOSSARY: dict[str, str] = {
     # snapshots and time
-    "snapshot": "The snapshot's number in the run (1, 2, ... in the order taken; thinned ones leave gaps).",
+    "snapshot": "The snapshot's number in the run: 1, 2, ... in the order taken (a thinned one keeps its number).",
     "t": "Seconds since the run began (wall clock), at the snapshot or event of the row.",
     "trigger": "Why the snapshot was taken: `first`, `interval`, `exit`, `exception`, `oom`, `signal` or `api` "
                "(`jaxmemprof.snapshot()`).",
@@ -236,14 +236,13 @@ GLOSSARY: dict[str, str] = {
     "host": "The host the process ran on (its manifest's `hostname`).",
     "finished": "True when the run ended and its manifest was completed (false: killed, or still running).",
     "exit_status": "The script's exit status; empty when the run did not finish.",
-    "ended_by": "How the run ended: `exit`, `exception`, `signal` or `oom`; empty when it did not finish.",
+    "ended_by": "How the run ended: `exit`, `exception`, `oom`, `SIGINT` or `SIGTERM`; empty when it did not finish.",
     "peak_t": "`t` of the peak snapshot.",
     "peak_snapshot": "The first snapshot with the most live bytes.",
     "at_job_peak_bytes": "The process's live bytes at the job's peak (the snapshot in effect then; 0 when it was "
                          "not running).",
     "at_job_peak_snapshot": "The process's snapshot in effect at the job's peak; empty when it was not running.",
-    "clock_offset_s": "This host's clock minus the job's reference clock, in seconds (aligned on "
-                      "`jax.distributed.initialize`).",
+    "clock_offset_s": "This host's clock minus the job's reference clock, in seconds (see the job's `alignment`).",
     "error": "Why the process's data could not be read; empty when it could.",
     # show and diff
     "count": "Allocations: live array shards (one per device) and loaded executables, as the profile counts them.",
