@@ -68,7 +68,7 @@ def check_rows(rows: list[dict], table: g.Table, *, lead_process=True):
 
 
 def check_facts(finding: dict):
-    rule, case, facts = finding["rule"], finding.get("case") or "", finding["facts"]
+    rule, facts = finding["rule"], finding["facts"]
     allowed = g.documented_facts(rule)
     assert allowed, f"rule {rule!r} has no FACTS in jaxmemprof/render/glossary.py"
     missing = set(facts) - allowed

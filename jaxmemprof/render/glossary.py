@@ -823,8 +823,8 @@ def _summary_keys() -> tuple:
 
 
 # The job's tables have no column constants: tests/test_columns_doc.py checks these against a real job's export.
-PROCESSES_COLUMNS = ("process", "host", "devices", "finished", "exit_status", "ended_by", "snapshots", "peak_bytes", "peak_t",
-                     "peak_snapshot", "at_job_peak_bytes", "at_job_peak_snapshot", "clock_offset_s", "error")
+PROCESSES_COLUMNS = ("process", "host", "devices", "finished", "exit_status", "ended_by", "snapshots", "peak_bytes",
+                     "peak_t", "peak_snapshot", "at_job_peak_bytes", "at_job_peak_snapshot", "clock_offset_s", "error")
 JOB_PEAK_SITES_COLUMNS = ("process", "site", "bytes", "count")
 JOB_TIMELINE_COLUMNS = ("t", "live_bytes")
 JOB_KEYS = ("path", "processes", "alignment", "peak_bytes", "peak_t", "unfinished")
@@ -1020,14 +1020,15 @@ def columns_md() -> str:
     for heading, group in tables():
         out += [f"## {heading}", ""]
         for t in group:
-            out += [f"### {t.title}", "", f"Written by {t.where}. Rows: {t.rows[0].lower() + t.rows[1:]}", "", "| column | meaning |",
-                    "|---|---|"]
+            rows = t.rows[0].lower() + t.rows[1:]
+            out += [f"### {t.title}", "", f"Written by {t.where}. Rows: {rows}", "",
+                    "| column | meaning |", "|---|---|"]
             out += [f"| `{c}` | {_cell(meaning(c, t.name))} |" for c in t.columns]
             out.append("")
     out += ["## Facts of each finding rule", "",
             "A finding's `facts` (a JSON object: in findings.csv one JSON cell) hold the figures and names behind "
-            "it, under these names, in this order; `render/findings.py` words them. A job's findings carry the "
-            "facts of the process where the finding is most severe.", ""]
+            "it, under these names, in this order (a CSV cell sorts them by name); `render/findings.py` words them. "
+            "A job's findings carry the facts of the process where the finding is most severe.", ""]
     rules = list(dict.fromkeys(r for r, _ in FACTS))
     for rule in rules:
         cases = [c for r, c in FACTS if r == rule]
