@@ -229,7 +229,7 @@ GLOSSARY: dict[str, str] = {
     "facts": "The figures and names behind the finding, as data (a JSON object; in CSV one JSON cell); see the facts "
              "of each rule below.",
     "saving_bytes_total": "What acting on it saves over all the processes it applies to, where known.",
-    "processes": "The processes a job finding applies to, as a list (`0-3, 7`).",
+    "processes": "The processes a job finding applies to, as text: runs of three or more as ranges (`0–3, 5, 7, 8`).",
     "process_count": "How many processes it applies to.",
     "process_list": "Those processes as a JSON list of numbers.",
     # the job's processes
@@ -457,7 +457,7 @@ IN_TABLE: dict[str, dict[str, str]] = {
                       "process's first snapshot or after its last).",
     },
     "job_peak_sites.csv": {
-        "site": "A site holding bytes at the process's own peak (up to 50 per process).",
+        "site": "A site holding bytes at the process's own peak (its top 50, or `--top` if more).",
         "bytes": "Its bytes at that peak.",
         "count": "Its allocations at that peak.",
     },
