@@ -40,13 +40,14 @@ What snapshots can and cannot see of reuse: docs/reports.md (buffer reuse).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import pandas as pd
 
 from jaxmemprof.analysis.lifetimes import array_lifetimes
-from jaxmemprof.analysis.shards import SITE_COLUMNS, match_holders, shard_table, with_sites
+from jaxmemprof.analysis.shards import SITE_COLUMNS, match_holders, shard_table
+from jaxmemprof.analysis.sites import NO_STACK
 
 COUNT_COLUMNS = [
     "buffers_born", "bytes_born", "reused_address", "reused_address_bytes", "reused_same_size",
@@ -60,22 +61,58 @@ EVENT_COLUMNS = [
 ]
 
 
-@dataclass(frozen=True)
 class Reuse:
     """Address reuse per device, per site (of the new buffer), and per event
-    (columns: the module docstring); ``unknown_addresses``: buffers with
-    no recorded address, which are not matched (``addresses_read`` says
-    why: the run's ``--addresses`` setting)."""
+    (columns: the module docstring; the events are made when first read:
+    the report does not need them); ``buffers``: the buffers matched by
+    address; ``unknown_addresses``: of those, buffers with no recorded
+    address, which are not matched (the run's ``--addresses`` setting says
+    why: render/notes.py)."""
 
-    by_device: pd.DataFrame
-    by_site: pd.DataFrame
-    events: pd.DataFrame
-    buffers: int = 0
-    unknown_addresses: int = 0
+    def __init__(self, by_device: pd.DataFrame, by_site: pd.DataFrame, events, buffers: int = 0,
+                 unknown_addresses: int = 0):
+        self.by_device, self.by_site, self._events = by_device, by_site, events
+        self.buffers, self.unknown_addresses = buffers, unknown_addresses
+
+    @cached_property
+    def events(self) -> pd.DataFrame:
+        return self._events() if callable(self._events) else self._events
 
 
 def _empty(columns: list[str]) -> pd.DataFrame:
     return pd.DataFrame({c: pd.Series(dtype=object) for c in columns})
+
+
+def _site_codes(array_ids: np.ndarray, arrays_df: pd.DataFrame | None) -> tuple[np.ndarray, pd.DataFrame]:
+    """Per buffer, the code of its array's site, and the sites' rows
+    (``site, file, line, function``) by code; one placeholder site for
+    buffers whose array has none."""
+    placeholder = pd.DataFrame({"site": [NO_STACK], "file": [""], "line": [0], "function": [""]})
+    if arrays_df is None or arrays_df.empty or "site" not in arrays_df:
+        return np.zeros(len(array_ids), dtype=np.int64), placeholder
+    codes, uniques = pd.factorize(arrays_df["site"])
+    first_of = np.unique(codes, return_index=True)[1]
+    rows = arrays_df[SITE_COLUMNS].iloc[first_of].reset_index(drop=True)
+    rows["line"] = pd.to_numeric(rows["line"], errors="coerce").fillna(0).astype(np.int64)
+    ids = arrays_df["array_id"].to_numpy(dtype=np.int64)
+    order = np.argsort(ids, kind="stable")
+    at = np.searchsorted(ids[order], array_ids)
+    at = np.minimum(at, len(ids) - 1)
+    found = ids[order][at] == array_ids
+    site = np.where(found, codes[order][at], len(rows))
+    if not found.all():
+        rows = pd.concat([rows, placeholder], ignore_index=True)
+    return site.astype(np.int64), rows
+
+
+def _counts(code: np.ndarray, n: int, flags: dict, nbytes: np.ndarray) -> pd.DataFrame:
+    """Per code: each flag's buffers and bytes (COUNT_COLUMNS)."""
+    out = {}
+    for name, flag in flags.items():
+        out[name] = np.bincount(code[flag], minlength=n).astype(np.int64)
+        out["bytes_born" if name == "buffers_born" else f"{name}_bytes"] = np.bincount(
+            code[flag], weights=nbytes[flag], minlength=n).astype(np.int64)
+    return pd.DataFrame(out)[COUNT_COLUMNS]
 
 
 def reuse(run, arrays_df: pd.DataFrame | None = None, *, shards: pd.DataFrame | None = None,
@@ -90,7 +127,6 @@ def reuse(run, arrays_df: pd.DataFrame | None = None, *, shards: pd.DataFrame | 
     if shards is None:
         shards = shard_table(run)
         holders = None
-    shards = with_sites(shards, arrays_df)
     if shards.empty:
         return Reuse(_empty(["device"] + COUNT_COLUMNS), _empty(SITE_COLUMNS + COUNT_COLUMNS), _empty(EVENT_COLUMNS))
     m = holders if holders is not None else match_holders(shards)
@@ -106,52 +142,51 @@ def reuse(run, arrays_df: pd.DataFrame | None = None, *, shards: pd.DataFrame | 
     same_size = is_reuse & (b[p] == b)
     immediately = same_size & (first == p_end)
     donated = immediately & (p_how == "deleted")
+    flags = {"buffers_born": born, "reused_address": is_reuse, "reused_same_size": same_size,
+             "reused_immediately": immediately, "donated_in_place": donated, "shared": alias}
 
-    flags = pd.DataFrame(
-        {
-            "buffers_born": born.astype(np.int64), "bytes_born": np.where(born, b, 0),
-            "reused_address": is_reuse.astype(np.int64), "reused_address_bytes": np.where(is_reuse, b, 0),
-            "reused_same_size": same_size.astype(np.int64), "reused_same_size_bytes": np.where(same_size, b, 0),
-            "reused_immediately": immediately.astype(np.int64),
-            "reused_immediately_bytes": np.where(immediately, b, 0),
-            "donated_in_place": donated.astype(np.int64), "donated_in_place_bytes": np.where(donated, b, 0),
-            "shared": alias.astype(np.int64), "shared_bytes": np.where(alias, b, 0),
-        }
-    )
-    order_by = ["reused_address_bytes", "bytes_born"]
-    by_device = flags.groupby(shards["device"].rename("device"), sort=True)[COUNT_COLUMNS].sum().reset_index()
-    keyed = pd.concat([shards[SITE_COLUMNS].reset_index(drop=True), flags], axis=1)
-    by_site = keyed.groupby(SITE_COLUMNS, sort=False, dropna=False)[COUNT_COLUMNS].sum().reset_index()
-    by_site = by_site.sort_values(order_by + ["site"], ascending=[False, False, True], kind="stable")
+    # Each buffer's site, by code: the site of its array (arrays_df's rows).
+    site, site_rows = _site_codes(shards["array_id"].to_numpy(dtype=np.int64), arrays_df)
+    device, devices = pd.factorize(shards["device"], sort=True)
+    by_device = _counts(device, len(devices), flags, b)
+    by_device.insert(0, "device", np.asarray(devices, dtype=object))
+    by_site = pd.concat([site_rows.reset_index(drop=True), _counts(site, len(site_rows), flags, b)], axis=1)
+    by_site = by_site[np.bincount(site, minlength=len(site_rows)) > 0]  # the sites of some buffer
+    by_site = by_site.sort_values(["reused_address_bytes", "bytes_born", "site"], ascending=[False, False, True],
+                                  kind="stable")
 
-    r = np.flatnonzero(is_reuse)
-    pr = prev[r]
-    events = pd.DataFrame(
-        {
-            "device": shards["device"].to_numpy()[r],
-            "address": shards["address"].to_numpy()[r],
-            "array_id": shards["array_id"].to_numpy()[r],
-            "site": shards["site"].to_numpy()[r],
-            "first_snapshot": first[r],
-            "bytes": b[r],
-            "previous_array_id": shards["array_id"].to_numpy()[pr],
-            "previous_site": shards["site"].to_numpy()[pr],
-            "previous_last_snapshot": shards["last_snapshot"].to_numpy()[pr],
-            "previous_end_snapshot": p_end[r],
-            "previous_bytes": b[pr],
-            "previous_how": p_how[r],
-            "gap_snapshots": first[r] - p_end[r],
-            "same_size": same_size[r],
-            "immediately": immediately[r],
-            "donated_in_place": donated[r],
-            "process": shards["process"].to_numpy()[r],
-        }
-    )
-    events = events.sort_values(["first_snapshot", "device", "address", "array_id"], kind="stable")
+    def events() -> pd.DataFrame:
+        r = np.flatnonzero(is_reuse)
+        pr = prev[r]
+        names = site_rows["site"].to_numpy(dtype=object)
+        events = pd.DataFrame(
+            {
+                "device": shards["device"].to_numpy()[r],
+                "address": shards["address"].to_numpy()[r],
+                "array_id": shards["array_id"].to_numpy()[r],
+                "site": names[site[r]],
+                "first_snapshot": first[r],
+                "bytes": b[r],
+                "previous_array_id": shards["array_id"].to_numpy()[pr],
+                "previous_site": names[site[pr]],
+                "previous_last_snapshot": shards["last_snapshot"].to_numpy()[pr],
+                "previous_end_snapshot": p_end[r],
+                "previous_bytes": b[pr],
+                "previous_how": p_how[r],
+                "gap_snapshots": first[r] - p_end[r],
+                "same_size": same_size[r],
+                "immediately": immediately[r],
+                "donated_in_place": donated[r],
+                "process": shards["process"].to_numpy()[r],
+            }
+        )
+        events = events.sort_values(["first_snapshot", "device", "address", "array_id"], kind="stable")
+        return events[EVENT_COLUMNS].reset_index(drop=True)
+
     return Reuse(
         by_device=by_device[["device"] + COUNT_COLUMNS].reset_index(drop=True),
         by_site=by_site[SITE_COLUMNS + COUNT_COLUMNS].reset_index(drop=True),
-        events=events[EVENT_COLUMNS].reset_index(drop=True),
+        events=events,
         buffers=int(len(shards)),
         unknown_addresses=int((~shards["known_address"].to_numpy()).sum()),
     )

@@ -13,7 +13,6 @@ from itertools import chain
 import numpy as np
 import pandas as pd
 
-from jaxmemprof.analysis.sites import NO_STACK
 
 SITE_COLUMNS = ["site", "file", "line", "function"]
 SHARD_COLUMNS = ["array_id", "device", "address", "known_address", "bytes", "first_snapshot", "last_snapshot",
@@ -75,24 +74,6 @@ def shard_table(run) -> pd.DataFrame:
                         if "process" in arrays else np.zeros(len(row), np.int64)),
         }
     )
-    return out
-
-
-def with_sites(shards: pd.DataFrame, arrays_df: pd.DataFrame | None) -> pd.DataFrame:
-    """``shards`` with each buffer's site columns (``site, file, line,
-    function``), from :func:`~jaxmemprof.analysis.lifetimes.array_lifetimes`'
-    rows; the no-stack placeholder where those are missing."""
-    out = shards.copy()
-    if arrays_df is not None and not arrays_df.empty and "site" in arrays_df and not out.empty:
-        sites = arrays_df.set_index("array_id")[SITE_COLUMNS].reindex(out["array_id"].to_numpy())
-        for c in SITE_COLUMNS:
-            out[c] = sites[c].to_numpy()
-        out["site"] = out["site"].fillna(NO_STACK)
-        out["file"] = out["file"].fillna("")
-        out["line"] = out["line"].fillna(0).astype(np.int64)
-        out["function"] = out["function"].fillna("")
-    else:
-        out["site"], out["file"], out["line"], out["function"] = NO_STACK, "", 0, ""
     return out
 
 
