@@ -318,6 +318,14 @@ def test_per_host_directories_merged(tmp_path):
     run_cli("merge", again, merged, check=0)
     assert _tree(again) == _tree(merged)
 
+    # Names from the processes' manifests are data: escaped on the terminal.
+    mpath = again / "process-0" / "manifest.json"
+    m = json.loads(mpath.read_text())
+    m["hostname"] = "evil\x1b[2J\nhost"
+    mpath.write_text(json.dumps(m))
+    shown = run_cli("report", again, check=0).stdout
+    assert "\x1b" not in shown and "evil\\x1b[2J\\nhost" in shown
+
     # A damaged process is named; the other is still reported. None readable: one line, exit 2.
     (again / "process-1" / "journal.sqlite").write_bytes(b"not a journal\x1b[31m")
     damaged = _report_json(again)
