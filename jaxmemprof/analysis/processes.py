@@ -247,8 +247,10 @@ def imbalance(processes: pd.DataFrame, peak_sites: pd.DataFrame) -> list:
     (and IMBALANCE_MIN_BYTES). Facts: ``process`` (the highest),
     ``peak_bytes``, ``median_bytes``, ``min_bytes``, ``median_process`` (the
     process nearest the median) and its ``median_process_bytes``, ``excess_bytes``,
-    and ``sites``: the sites whose bytes at the two peaks differ most
-    (``site, bytes, median_process_bytes, delta_bytes``, largest first)."""
+    ``sites``: the sites whose bytes at the two peaks differ most (``site,
+    bytes, median_process_bytes, delta_bytes``, largest first, those of at
+    least 1 % of the excess), ``processes``: every process past the
+    threshold (the finding applies to them all), ``process_count``."""
     p = processes[processes["snapshots"] > 0]
     if len(p) < 2:
         return []
@@ -257,24 +259,28 @@ def imbalance(processes: pd.DataFrame, peak_sites: pd.DataFrame) -> list:
     median = float(np.sort(peaks)[(len(peaks) - 1) // 2])
     hi = p.iloc[int(peaks.argmax())]
     excess = int(hi["peak_bytes"]) - int(median)
-    if excess < max(IMBALANCE_FRACTION * median, IMBALANCE_MIN_BYTES):
+    threshold = max(IMBALANCE_FRACTION * median, IMBALANCE_MIN_BYTES)
+    if excess < threshold:
         return []
-    others = p[p["process"] != hi["process"]]
+    # Every process past the threshold; the figures are the highest one's.
+    heavy = sorted(int(x) for x in p.loc[p["peak_bytes"] - median >= threshold, "process"])
+    others = p[~p["process"].isin(heavy)]
     mid = others.iloc[int(np.abs(others["peak_bytes"].to_numpy(float) - median).argmin())]
     a = peak_sites[peak_sites["process"] == hi["process"]].groupby("site")["bytes"].sum()
     b = peak_sites[peak_sites["process"] == mid["process"]].groupby("site")["bytes"].sum()
     d = a.sub(b, fill_value=0).sort_values(ascending=False, kind="stable")
-    d = d[d > 0].head(3)
+    d = d[d >= max(1, 0.01 * excess)].head(3)  # the sites that make the difference, not every byte
     sites = [{"site": str(site), "bytes": int(a.get(site, 0)), "median_process_bytes": int(b.get(site, 0)),
               "delta_bytes": int(v)} for site, v in d.items()]
     n_hi = int(hi["process"])
     facts = {"process": n_hi, "peak_bytes": int(hi["peak_bytes"]), "median_bytes": int(median),
              "min_bytes": int(peaks.min()), "median_process": int(mid["process"]),
-             "median_process_bytes": int(mid["peak_bytes"]), "excess_bytes": excess, "sites": sites}
+             "median_process_bytes": int(mid["peak_bytes"]), "excess_bytes": excess, "sites": sites,
+             "processes": heavy, "process_count": int(len(p))}
     severity = "high" if hi["peak_bytes"] >= 2 * median else "medium"
     f = Finding(rule="imbalance", severity=severity, site=sites[0]["site"] if sites else "", saving_bytes=excess,
                 facts=facts)
-    return [JobFinding(f, (n_hi,), excess)]
+    return [JobFinding(f, tuple(heavy), excess)]
 
 
 def unfinished(processes: pd.DataFrame) -> list:

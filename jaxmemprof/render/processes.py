@@ -66,8 +66,7 @@ def render_job_report(rep: JobReport, con: Console, *, top: int = 10, explain: b
                        "(the sum over processes at aligned times)"))
         con.print(Text(f"job timeline: {_spark(rep.timeline['live_bytes'])}"))
     if rep.unfinished:
-        con.print(Text(f"did not finish: process{'es' if len(rep.unfinished) > 1 else ''} "
-                       f"{process_list_text(rep.unfinished)}", style="bold red"))
+        con.print(Text(f"did not finish: {who(rep.unfinished)}", style="bold red"))
 
     con.print()
     con.print(Text("processes, by peak", style="bold underline"))
@@ -99,7 +98,7 @@ def render_job_report(rep: JobReport, con: Console, *, top: int = 10, explain: b
             groups.setdefault(key, []).append(int(n))
         ranked = sorted(groups.items(), key=lambda kv: (-sum(b for _, b in kv[0]), kv[1][0]))
         for key, procs in ranked[:top]:
-            label = f"process{'es' if len(procs) > 1 else ''} {process_list_text(procs)}"
+            label = who(procs)
             held = ", ".join(f"{format_bytes(int(b))} {site}" for site, b in key) or "nothing"
             con.print(Text(f"  {safe(label)}: {safe(held)}"))
         if len(ranked) > top:
@@ -126,8 +125,12 @@ def render_job_report(rep: JobReport, con: Console, *, top: int = 10, explain: b
             con.print(Text(f"      over the {len(j.processes)} processes it saves {format_bytes(j.saving_bytes_total)}"))
 
 
-def who(processes) -> str:
-    return f"process{'es' if len(processes) > 1 else ''} {process_list_text(processes)}"
+def who(processes, most: int = 8) -> str:
+    """``processes 0–3, 7``; a long list is cut after ``most`` parts (the
+    terminal's; JSON and CSV have them all)."""
+    parts = process_list_text(processes).split(", ")
+    text = ", ".join(parts) if len(parts) <= most + 2 else ", ".join(parts[:most]) + f", … ({len(processes)} in all)"
+    return f"process{'es' if len(processes) > 1 else ''} {text}"
 
 
 @dataclass(frozen=True)
@@ -144,11 +147,18 @@ def _imbalance(f) -> _Words:
     n, m = x["process"], x["median_process"]
     sites = x.get("sites") or []
     at = ", ".join(f"{s['site']} ({format_bytes(s['delta_bytes'], signed=True)})" for s in sites)
-    brief = (f"Process {n} holds {format_bytes(x['peak_bytes'])} at its peak, {format_bytes(x['excess_bytes'])} "
+    heavy = x.get("processes") or [n]
+    many = (f"{len(heavy)} of {x.get('process_count')} processes hold up to " if len(heavy) > 1 else
+            f"Process {n} holds ")
+    brief = (f"{many}{format_bytes(x['peak_bytes'])} at their peak{'s' if len(heavy) > 1 else ''}, "
+             f"{format_bytes(x['excess_bytes'])} more than the median process ({format_bytes(x['median_bytes'])})"
+             + (f": the difference is at {at}" if at else "") + ".") if len(heavy) > 1 else (
+             f"Process {n} holds {format_bytes(x['peak_bytes'])} at its peak, {format_bytes(x['excess_bytes'])} "
              f"more than the median process ({format_bytes(x['median_bytes'])})"
              + (f": the difference is at {at}" if at else "") + ".")
     where = ", ".join(s["site"] for s in sites) or "the sites that differ"
-    brief_fix = f"Make what process {n} keeps at {where} match the other processes, or shard it across them."
+    brief_fix = (f"Make what {'those processes keep' if len(heavy) > 1 else f'process {n} keeps'} at {where} match "
+                 "the other processes, or shard it across them.")
     fix = (f"Every process of an SPMD job needs the device memory of the largest one. Find why process {n} keeps "
            f"more at {where} (an array made only on one process, e.g. for logging or evaluation, or an uneven "
            "shard of the data) and make it match the others, or shard it across the processes.")
