@@ -426,3 +426,51 @@ def test_a_job_of_one_process_under_jax_distributed(tmp_path):
     assert "launcher_process_index" not in m
     job = load_job(tmp_path / "job")
     assert job.alignment == "jax.distributed.initialize" and not job.warnings
+
+
+def _summary(n, times, sizes, init=None):
+    import pandas as pd
+
+    from jaxmemprof.store.job import ProcessSummary
+
+    snaps = pd.DataFrame({"snapshot": range(1, len(times) + 1), "t_wall": [float(t) for t in times],
+                          "live_bytes": sizes, "trigger": "interval", "label": None,
+                          "file": [f"snapshots/{i:06d}.prof.gz" for i in range(1, len(times) + 1)]})
+    return ProcessSummary(n, Path(f"process-{n}"), {"start_epoch": float(times[0])}, snaps, True, init)
+
+
+def test_the_job_timeline_sums_processes_at_aligned_times():
+    """Known ground truth, by hand: each process holds a snapshot's bytes
+    until its next one, nothing before its first or after its last."""
+    from jaxmemprof.store.job import Job, align
+
+    # Process 1's clock runs 100 s ahead; the barrier returned at 10 (p0) and 110 (p1).
+    procs, t0, how = align([_summary(0, [1000, 1002, 1004, 1006], [1, 5, 2, 0], init=1000.5),
+                            _summary(1, [1101.5, 1103, 1105], [10, 20, 30], init=1100.5)])
+    assert how == "jax.distributed.initialize" and t0 == 1000 and procs[1].offset_s == 100
+    job = Job(Path("job"), procs, t0, how)
+    tl = job_timeline(job)
+    # Aligned: p0 at 0, 2, 4, 6; p1 at 1.5, 3, 5 (its last at 5: nothing after).
+    assert tl.totals["t"].tolist() == [0, 1.5, 2, 3, 4, 5, 6]
+    assert tl.totals["live_bytes"].tolist() == [1, 11, 15, 25, 22, 32, 0]
+    assert (tl.peak_t, tl.peak_bytes, tl.at_peak) == (5, 32, {0: 3, 1: 3})
+
+
+def test_merge_and_variables_refuse_what_they_must(tmp_path):
+    from jaxmemprof.capture.session import launcher_process
+
+    assert launcher_process({"SLURM_PROCID": "abc", "PMI_RANK": "2", "PMI_SIZE": "4"}).variable == "PMI_RANK"
+    assert launcher_process({"JAX_PROCESS_ID": "0", "JAX_NUM_PROCESSES": "1"}) is None
+    assert launcher_process({}) is None
+    assert launcher_process({"SLURM_PROCID": "5", "SLURM_JOB_ID": "42"}).job_id == "42"
+    job = tmp_path / "job"
+    (job / "process-0" / "snapshots").mkdir(parents=True)
+    (job / "process-0" / "manifest.json").write_text('{"process_index": 0}')
+    inside = run_cli("merge", job / "process-0" / "out", job, check=2)
+    assert "is inside" in inside.stderr and not (job / "process-0" / "out").exists()
+    (tmp_path / "plain").mkdir()
+    assert "is neither a job directory" in run_cli("merge", tmp_path / "o", tmp_path / "plain", check=2).stderr
+    (tmp_path / "single").mkdir()
+    (tmp_path / "single" / "manifest.json").write_text("{}")
+    assert "names no process index" in run_cli("merge", tmp_path / "o", tmp_path / "single", check=2).stderr
+    assert not (tmp_path / "o").exists()
