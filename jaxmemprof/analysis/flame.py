@@ -132,10 +132,12 @@ def _type_text(shape, dtype) -> str:
 def run_cells(run, attribution: Attribution, max_points: int = MAX_POINTS) -> Cells:
     """Cells of a run: from its per-array records, or from its snapshots'
     profiles for a directory of .prof files."""
+    events = _array_events(run, attribution) if run.has_arrays else None
+    profiles: dict = {}  # path -> Profile, read once however often the positions change
     while True:
         positions = keep_positions(run.snapshots, max_points)
-        cells = _array_cells(run, attribution, positions) if run.has_arrays else _run_profile_cells(
-            run, attribution, positions)
+        cells = (_array_cells(events, positions) if events is not None
+                 else _run_profile_cells(run, attribution, positions, profiles))
         total = sum(len(c) for c in cells.changes)
         if total <= MAX_CHANGES or max_points <= 50:
             return cells
@@ -154,14 +156,47 @@ def _stack_table(run, attribution: Attribution, interner: _Interner) -> dict:
     return out
 
 
-def _array_cells(run, attribution: Attribution, positions: np.ndarray) -> Cells:
+@dataclass
+class _Events:
+    """A run's arrays, one row per shard, keyed once: ``kcode`` (the cell
+    key of each shard), its live range ``pf <= position < pe`` among all
+    snapshots, and its bytes."""
+
+    interner: _Interner
+    keys: pd.DataFrame
+    kcode: np.ndarray
+    pf: np.ndarray
+    pe: np.ndarray
+    sbytes: np.ndarray
+
+
+def _array_cells(ev: _Events, positions: np.ndarray) -> Cells:
+    """The cells at kept ``positions``."""
+    P = len(positions)
+    # Events: +bytes at the first position alive, -bytes at the first gone;
+    # each moved to the first kept position at or after it.
+    start = np.searchsorted(positions, ev.pf, side="left")
+    end = np.searchsorted(positions, ev.pe, side="left")
+    alive = end > start  # seen at some kept position
+    k = np.concatenate([ev.kcode[alive], ev.kcode[alive]])
+    j = np.concatenate([start[alive], end[alive]])
+    b = np.concatenate([ev.sbytes[alive], -ev.sbytes[alive]])
+    c = np.concatenate([np.ones(alive.sum(), np.int64), -np.ones(alive.sum(), np.int64)])
+    inside = j < P
+    used, changes = _changes(k[inside], j[inside], b[inside], c[inside], P + 1)
+    return Cells(ev.interner.frames, ev.interner.stacks, ev.keys.iloc[used].reset_index(drop=True), changes,
+                 positions)
+
+
+def _array_events(run, attribution: Attribution) -> _Events:
     interner = _Interner()
     stack_of = _stack_table(run, attribution, interner)
     arrays = run.arrays
     snaps = run.snapshots["snapshot"].to_numpy(dtype=np.int64)
     keys_cols = ["stack", "type", "device", "process"]
     if arrays.empty or not len(snaps):
-        return Cells(interner.frames, interner.stacks, pd.DataFrame(columns=keys_cols), [], positions)
+        none = np.zeros(0, dtype=np.int64)
+        return _Events(interner, pd.DataFrame(columns=keys_cols), none, none, none, none)
     pf, pe = _positions(snaps, arrays)
     flat = _shards(arrays)
     n = len(arrays)
@@ -195,18 +230,6 @@ def _array_cells(run, attribution: Attribution, positions: np.ndarray) -> Cells:
     combined = ((stack_code[owner] * dims[1] + tcode[owner]) * dims[2] + dcode) * len(proc_codes) + proc_of[owner]
     kvals, kcode = np.unique(combined, return_inverse=True)
     kcode = kcode.reshape(-1)
-    P = len(positions)
-    # Events: +bytes at the first position alive, -bytes at the first gone;
-    # each moved to the first kept position at or after it.
-    start = np.searchsorted(positions, pf[owner], side="left")
-    end = np.searchsorted(positions, pe[owner], side="left")
-    alive = end > start  # seen at some kept position
-    k = np.concatenate([kcode[alive], kcode[alive]])
-    j = np.concatenate([start[alive], end[alive]])
-    b = np.concatenate([sbytes[alive], -sbytes[alive]])
-    c = np.concatenate([np.ones(alive.sum(), np.int64), -np.ones(alive.sum(), np.int64)])
-    inside = j < P
-    changes = _changes(k[inside], j[inside], b[inside], c[inside], len(kvals))
     rest, pr = np.divmod(kvals, len(proc_codes))
     rest, dv = np.divmod(rest, dims[2])
     st, ty = np.divmod(rest, dims[1])
@@ -216,39 +239,37 @@ def _array_cells(run, attribution: Attribution, positions: np.ndarray) -> Cells:
         "device": np.asarray(dnames, dtype=object)[dv],
         "process": proc_codes[pr].astype(np.int64),
     })
-    used = [i for i, ch in enumerate(changes) if len(ch)]
-    return Cells(interner.frames, interner.stacks, keys.iloc[used].reset_index(drop=True),
-                 [changes[i] for i in used], positions)
+    return _Events(interner, keys, kcode, pf[owner], pe[owner], sbytes)
 
 
-def _changes(k, j, b, c, nkeys) -> list:
-    """Per key, the (position, bytes, buffers) rows where its running sums
-    change, from its events (key, position, delta bytes, delta buffers)."""
+def _changes(k, j, b, c, width: int) -> tuple[np.ndarray, list]:
+    """The keys that change, and per key the (position, bytes, buffers) rows
+    where its running sums change, from its events (key, position < width,
+    delta bytes, delta buffers)."""
     if not len(k):
-        return [np.zeros((0, 3), dtype=np.int64) for _ in range(nkeys)]
-    ev = pd.DataFrame({"k": k, "j": j, "b": b, "c": c}).groupby(["k", "j"], sort=True).sum().reset_index()
-    kk = ev["k"].to_numpy()
+        return np.zeros(0, dtype=np.int64), []
+    code = k.astype(np.int64) * width + j
+    uniq, inv = np.unique(code, return_inverse=True)
+    # Float bincount is exact below 2**53 bytes.
+    db = np.rint(np.bincount(inv.reshape(-1), weights=b)).astype(np.int64)
+    dc = np.rint(np.bincount(inv.reshape(-1), weights=c)).astype(np.int64)
+    kk, jj = np.divmod(uniq, width)
     first = np.r_[True, kk[1:] != kk[:-1]]
-    cb = np.cumsum(ev["b"].to_numpy())
-    cc = np.cumsum(ev["c"].to_numpy())
+    cb, cc = np.cumsum(db), np.cumsum(dc)
     starts = np.flatnonzero(first)
     idx = np.repeat(starts, np.diff(np.r_[starts, len(kk)]))
-    base_b = np.where(idx > 0, cb[np.maximum(idx - 1, 0)], 0)
-    base_c = np.where(idx > 0, cc[np.maximum(idx - 1, 0)], 0)
-    vb, vc = cb - base_b, cc - base_c
+    vb = cb - np.where(idx > 0, cb[np.maximum(idx - 1, 0)], 0)
+    vc = cc - np.where(idx > 0, cc[np.maximum(idx - 1, 0)], 0)
     # Keep a row only when the value differs from the key's previous one.
-    prev_b = np.r_[0, vb[:-1]]
-    prev_c = np.r_[0, vc[:-1]]
+    prev_b, prev_c = np.r_[0, vb[:-1]], np.r_[0, vc[:-1]]
     prev_b[first], prev_c[first] = 0, 0
     keep = (vb != prev_b) | (vc != prev_c)
-    rows = np.column_stack([ev["j"].to_numpy(), vb, vc]).astype(np.int64)[keep]
+    rows = np.column_stack([jj, vb, vc]).astype(np.int64)[keep]
     owners = kk[keep]
-    out = [np.zeros((0, 3), dtype=np.int64) for _ in range(nkeys)]
-    if len(owners):
-        cuts = np.flatnonzero(np.r_[True, owners[1:] != owners[:-1]])
-        for lo, hi in zip(cuts, np.r_[cuts[1:], len(owners)]):
-            out[int(owners[lo])] = rows[lo:hi]
-    return out
+    if not len(owners):
+        return np.zeros(0, dtype=np.int64), []
+    cuts = np.flatnonzero(np.r_[True, owners[1:] != owners[:-1]])
+    return owners[cuts], np.split(rows, cuts[1:])
 
 
 # -- cells of profiles -----------------------------------------------------------------
@@ -303,11 +324,10 @@ def profile_cells(profiles: list, attribution: Attribution, interner: _Interner 
                  changes, pos)
 
 
-def _run_profile_cells(run, attribution: Attribution, positions: np.ndarray) -> Cells:
+def _run_profile_cells(run, attribution: Attribution, positions: np.ndarray, cache: dict) -> Cells:
     """A directory of .prof files (no per-array records): each kept
-    snapshot's profile, read once per file."""
+    snapshot's profile, read once per file (``cache``: path -> Profile)."""
     snaps = run.snapshots["snapshot"].to_numpy(dtype=np.int64)
-    cache: dict = {}
     profs = []
     for p in positions.tolist():
         path = run.profile_path(int(snaps[p]))

@@ -74,15 +74,30 @@ def _num(v):
     return int(f) if f == int(f) and abs(f) < 2**53 else f
 
 
+def _gaps(changes: list) -> list:
+    """Each key's changes as one flat list, positions as the gap from the
+    key's previous change (smaller numbers in the file)."""
+    if not changes:
+        return []
+    lens = np.fromiter((len(ch) for ch in changes), dtype=np.int64, count=len(changes))
+    allc = np.concatenate(changes).astype(np.int64)
+    gap = np.diff(allc[:, 0], prepend=0)
+    starts = np.r_[0, np.cumsum(lens)[:-1]]
+    gap[starts] = allc[starts, 0]
+    flat = np.column_stack([gap, allc[:, 1:]]).ravel().tolist()
+    ends = np.cumsum(lens * 3).tolist()
+    return [flat[a:b] for a, b in zip([0] + ends[:-1], ends)]
+
+
 def _cells_data(cells: Cells, S: _Strings) -> dict:
+    """Frames, stacks, keys and changes: numbers and string indices only."""
     return {
         "frames": [[S(fn), S(file), int(line), 1 if user else 0] for fn, file, line, user in cells.frames],
-        "stacks": [list(s) for s in cells.stacks],
+        "stacks": [[int(f) for f in s] for s in cells.stacks],
         "keys": [[int(st), S(ty), S(dev), int(pr)] for st, ty, dev, pr in
-                 zip(cells.keys["stack"], cells.keys["type"], cells.keys["device"], cells.keys["process"])],
-        # positions as the gap from the key's previous change (smaller numbers)
-        "changes": [np.column_stack([np.diff(ch[:, 0], prepend=0), ch[:, 1:]]).ravel().tolist()
-                    for ch in cells.changes],
+                 zip(cells.keys["stack"].tolist(), cells.keys["type"], cells.keys["device"],
+                     cells.keys["process"].tolist())],
+        "changes": _gaps(cells.changes),
     }
 
 
@@ -329,9 +344,21 @@ def diff_page(base_name: str, base, new_name: str, new, attribution) -> str:
 # -- the document ----------------------------------------------------------------------
 
 
+_PLAIN = ("frames", "stacks", "keys", "changes")  # built of Python ints and str indices already
+
+
+def _cleaned(data: dict) -> dict:
+    """``data`` with NaN as null and numpy scalars as numbers, skipping the
+    cells (plain already, and the bulk of a long run)."""
+    out = {k: (v if k in _PLAIN else _clean(v)) for k, v in data.items()}
+    if isinstance(out.get("processes"), list):
+        out["processes"] = [_cleaned(b) for b in data["processes"]]
+    return out
+
+
 def embed_json(data: dict) -> str:
     """``data`` as JSON that is safe inside a ``<script>`` element."""
-    text = json.dumps(_clean({"format": FORMAT_VERSION, "generator": f"jaxmemprof {__version__}", **data}),
+    text = json.dumps(_cleaned({"format": FORMAT_VERSION, "generator": f"jaxmemprof {__version__}", **data}),
                       default=_default, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
     return text.translate(_SCRIPT_ESCAPES)
 
