@@ -110,7 +110,8 @@ def failure_text(result, name: str) -> list[str]:
 
 def test_limits_on_real_tests(suite):
     pytester, path = suite
-    result = pytester.runpytest_subprocess("-rA", "-p", "no:cacheprovider", "--jaxmemprof")
+    result = pytester.runpytest_subprocess("-rA", "-p", "no:cacheprovider", "--jaxmemprof",
+                                           "--junitxml", str(pytester.path / "junit.xml"))
     got = outcomes(result)
     assert got == {"test_over": "FAILED", "test_under": "PASSED", "test_leaks": "FAILED",
                    "test_leaks_within": "PASSED", "test_inside_jit": "FAILED", "test_temporary_jit": "FAILED",
@@ -154,6 +155,10 @@ def test_limits_on_real_tests(suite):
     assert set(names) == {"test_over", "test_under", "test_leaks", "test_leaks_within", "test_inside_jit",
                           "test_temporary_jit", "test_fixture_not_counted", "test_unmarked"}
     assert any(line.split() == ["512.00", "KiB", "test_memory.py::test_unmarked"] for line in summary), summary
+    # Each peak is a property of the test's report, which --junitxml writes.
+    junit = (pytester.path / "junit.xml").read_text()
+    assert re.search(r'<testcase [^>]*name="test_under"[^>]*>\s*<properties>\s*'
+                     rf'<property name="jaxmemprof_peak_bytes" value="{4 * MiB}" />', junit), junit
     # The fixture's 4 MiB were alive before the test began: only its own 512 KiB count.
     assert any(line.split() == ["512.00", "KiB", "test_memory.py::TestInAClass::test_fixture_not_counted"]
                for line in summary), summary
