@@ -92,17 +92,15 @@ def _shape_text(shape) -> str:
 def _map_unique(values, fn) -> np.ndarray:
     """``fn`` of each value, computed once per distinct value (shapes and
     device lists repeat across many arrays)."""
-    cache: dict = {}
-    out = np.empty(len(values), dtype=object)
-    for i, v in enumerate(values):
-        try:
-            r = cache[v]
-        except KeyError:
-            r = cache[v] = fn(v)
-        except TypeError:  # unhashable
-            r = fn(v)
-        out[i] = r
-    return out
+    try:
+        codes, uniques = pd.factorize(values)
+    except TypeError:  # an unhashable value (a damaged record): one by one
+        return np.array([fn(v) for v in values], dtype=object)
+    out = np.empty(len(uniques) + 1, dtype=object)
+    out[:-1] = [fn(u) for u in uniques]
+    if (codes < 0).any():  # factorize codes a missing value -1
+        out[-1] = fn(None)
+    return out[codes]
 
 
 def _sites_of(stack_ids: pd.Series, stacks: dict, attribution: Attribution) -> pd.DataFrame:
@@ -176,8 +174,8 @@ def array_lifetimes(run, attribution: Attribution = Attribution(), *, shard_rows
         steps = pd.array([pd.NA] * len(arrays), dtype="Int64")
 
     shard_bytes = arrays["shard_bytes"]
-    nbytes_dev = np.fromiter((sum(s) for s in shard_bytes), dtype=np.int64, count=len(arrays))
-    shards = np.fromiter((len(s) for s in shard_bytes), dtype=np.int64, count=len(arrays))
+    nbytes_dev = np.fromiter(map(sum, shard_bytes.to_numpy(dtype=object)), dtype=np.int64, count=len(arrays))
+    shards = np.fromiter(map(len, shard_bytes.to_numpy(dtype=object)), dtype=np.int64, count=len(arrays))
     alive_np = np.asarray(alive, dtype=bool)
     how = np.where(alive_np, "alive", arrays["how"].astype(object).fillna("alive").to_numpy(dtype=object))
 
@@ -212,7 +210,9 @@ def array_lifetimes(run, attribution: Attribution = Attribution(), *, shard_rows
             if "process" in arrays else 0,
         }
     )
-    return out.sort_values("array_id", kind="stable").reset_index(drop=True)[ARRAY_COLUMNS]
+    if not out["array_id"].is_monotonic_increasing:
+        out = out.sort_values("array_id", kind="stable").reset_index(drop=True)
+    return out[ARRAY_COLUMNS]
 
 
 def _shared(run, shards=None, holders=None) -> np.ndarray:

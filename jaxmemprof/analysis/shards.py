@@ -43,9 +43,10 @@ def shard_table(run) -> pd.DataFrame:
     if arrays.empty:
         return pd.DataFrame({c: pd.Series(dtype=object) for c in SHARD_COLUMNS})
     addrs, devs, sizes = arrays["addresses"], arrays["devices"], arrays["shard_bytes"]
-    la = addrs.map(len).to_numpy(dtype=np.int64)
-    ld = devs.map(len).to_numpy(dtype=np.int64)
-    lb = sizes.map(len).to_numpy(dtype=np.int64)
+    n = len(arrays)
+    la = np.fromiter(map(len, addrs.to_numpy()), dtype=np.int64, count=n)
+    ld = np.fromiter(map(len, devs.to_numpy()), dtype=np.int64, count=n)
+    lb = np.fromiter(map(len, sizes.to_numpy()), dtype=np.int64, count=n)
     ok = (la == ld) & (la == lb)
     if not ok.all():  # a damaged record: its shards cannot be paired up
         arrays, addrs, devs, sizes, la = (
@@ -54,7 +55,9 @@ def shard_table(run) -> pd.DataFrame:
     row = np.repeat(np.arange(len(arrays)), la)
     address, known = _addresses(list(chain.from_iterable(addrs)))
     nbytes = np.fromiter(chain.from_iterable(sizes), dtype=np.int64, count=len(row))
-    device = np.array(list(chain.from_iterable(devs)), dtype=object).astype(str)
+    device = np.array(list(chain.from_iterable(devs)), dtype=object)
+    if not all(type(d) is str for d in set(device.tolist())):  # the journal is untrusted
+        device = device.astype(str).astype(object)
     end = pd.to_numeric(arrays["end_snapshot"], errors="coerce").fillna(-1).to_numpy(dtype=np.int64)
     how = arrays["how"].astype(object).to_numpy()
     how = np.where(end < 0, "alive", np.where(pd.isna(how), "alive", how)).astype(object)

@@ -231,7 +231,10 @@ def _wrapper(fn) -> str:
 def _suggest(fn, extra: str, wrapper: str) -> str:
     """The line that applies the wrapper, edited to add ``extra`` (the
     donation options), when it can be read and has a known form."""
-    text = linecache.getline(str(fn["jit_file"]), int(fn["jit_line"])).rstrip("\n")
+    try:
+        text = linecache.getline(str(fn["jit_file"]), int(fn["jit_line"])).rstrip("\n")
+    except (ValueError, OSError, TypeError):  # a damaged journal: a NUL in the name, a line number out of range
+        return ""
     if not text.strip() or "donate" in text or wrapper not in _SPELLINGS:
         return ""  # unreadable, or donation already set there in a way we would have to rewrite
     spelling, callable_decorator = _SPELLINGS[wrapper]
