@@ -149,3 +149,65 @@ def test_sigterm_to_a_forked_child_ends_only_the_child(tmp_path):
     assert jm.stdout == py.stdout == "child status: -15\n"
     run = _check_parent_only(jm, run_dir, 16000)
     assert run.manifest["ended_by"] == "exit"
+
+
+# A child forked before JAX was up, that brings JAX up itself, is recorded
+# into a run of its own, RUN.fork-PID; the parent's run holds the parent's
+# arrays only.
+FORK_THEN_JAX = """
+import os, sys, time
+import multiprocessing as mp
+
+def child_work(n):
+    import jax.numpy as jnp
+    a = jnp.ones((n, 1024), jnp.float32)  # CHILD
+    time.sleep(0.4)
+    print("child", a.size, flush=True)
+
+if __name__ == "__main__":
+    if sys.argv[1] == "os.fork":
+        pid = os.fork()
+        if pid == 0:
+            child_work(1024)  # 4 MiB
+            sys.exit(5)
+        _, status = os.waitpid(pid, 0)
+        print("child status", os.waitstatus_to_exitcode(status), flush=True)
+    else:
+        p = mp.get_context("fork").Process(target=child_work, args=(512,))  # 2 MiB
+        p.start(); p.join()
+        print("exitcode", p.exitcode, flush=True)
+    import jax.numpy as jnp
+    b = jnp.ones((256, 1024), jnp.float32)  # PARENT
+    time.sleep(0.3)
+    print("parent done", flush=True)
+"""
+
+
+def _sites(run, script_name):
+    """{line: bytes} of the arrays alive at the run's peak, by their line in the script."""
+    peak = int(run.snapshots.loc[run.snapshots["live_bytes"].idxmax(), "snapshot"])
+    a = run.arrays[(run.arrays["first_snapshot"] <= peak) & (run.arrays["last_snapshot"] >= peak)]
+    out = {}
+    for sid, nbytes in zip(a["stack_id"], a["nbytes"]):
+        frames = [f for f in run.stacks.get(int(sid), []) if f[0].endswith(script_name)]
+        if frames:
+            out[frames[0][1]] = out.get(frames[0][1], 0) + int(nbytes)
+    return out
+
+
+@pytest.mark.parametrize("how,child_bytes,status", [("os.fork", 4 << 20, 5), ("multiprocessing", 2 << 20, None)])
+def test_a_child_that_brings_jax_up_records_its_own_run(tmp_path, how, child_bytes, status):
+    from conftest import line_of
+
+    py, jm, run_dir = _both(tmp_path, FORK_THEN_JAX, how)
+    assert py.returncode == jm.returncode == 0, jm.stderr
+    assert jm.stdout == py.stdout and "parent done" in jm.stdout
+    script = tmp_path / "forks.py"
+    parent = _check_parent_only(jm, run_dir, 1 << 20)
+    assert _sites(parent, "forks.py") == {line_of(script, "# PARENT"): 1 << 20}
+    [child_dir] = [p for p in tmp_path.iterdir() if p.name.startswith("run.fork-")]
+    child = load_run(child_dir)
+    assert child.finished and not child.warnings, child.warnings
+    assert child.manifest["forked_from"]["run"] == str(run_dir)
+    assert child.manifest["exit_status"] == status
+    assert _sites(child, "forks.py") == {line_of(script, "# CHILD"): child_bytes}

@@ -167,6 +167,9 @@ def run_target(target: Target, session: Session) -> tuple[int, str]:
     finally:
         term.uninstall()
     if session.forked:
+        from jaxmemprof.capture.session import finish_fork_child
+
+        finish_fork_child(status, how)  # its own run, if it recorded one
         raise SystemExit(status)
     # The rest of jaxmemprof's work (the summary) runs with its own
     # directory, sys.path and streams; the script's are put back at exit,

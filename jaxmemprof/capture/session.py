@@ -647,17 +647,122 @@ def _reason(exc: BaseException) -> str:
     return getattr(exc, "strerror", None) or str(exc)
 
 
+# -- forked children ------------------------------------------------------------------
+#
+# A forked child never writes into its parent's run: it stops recording that
+# run at once. A child forked before the program brought JAX up, that then
+# brings JAX up itself (JAX imported, or first used, after the fork: what JAX
+# supports in a forked child), is recorded into a run of its own beside the
+# parent's, RUN.fork-PID (RUN/process-N.fork-PID in a job), from the moment
+# it does. A child forked once JAX was up is not recorded: JAX's threads are
+# not copied by fork, and a profile taken there could hang.
+
+FORK_SUFFIX = ".fork-"
+_jax_up_at_fork = False
+_fork_watch: "_ForkWatch | None" = None
+
+
+def fork_directory(parent: Path, pid: int) -> Path:
+    return parent.with_name(f"{parent.name}{FORK_SUFFIX}{pid}")
+
+
+def _before_fork() -> None:
+    global _jax_up_at_fork
+    _jax_up_at_fork = _active is not None and _jax_ready() is not None
+
+
+class _ForkWatch:
+    """In a forked child: waits (in a thread of its own) until the child
+    brings JAX up, then records it into its own run directory."""
+
+    def __init__(self, parent: "Session"):
+        self.parent_path = parent.path
+        m = parent.writer.manifest
+        self.argv = list(m.get("argv") or [])
+        self.command = list(m.get("command") or [])
+        self.interval = parent.sampler.interval
+        self.max_overhead = parent.sampler.max_overhead
+        self.addresses = parent.sampler.addresses
+        self.session: Session | None = None
+        self.done = False
+
+    def start(self) -> None:
+        import threading
+
+        threading.Thread(target=self._loop, name="jaxmemprof-fork", daemon=True).start()
+
+    def _loop(self) -> None:
+        from jaxmemprof.capture.sampler import block_signals_in_this_thread
+
+        block_signals_in_this_thread()
+        while not self.done:
+            if _jax_ready() is not None:
+                self._begin()
+                return
+            time.sleep(min(self.interval, 0.2))
+
+    def _begin(self) -> None:
+        global _active
+        if _active is not None or self.done:
+            return  # the child records itself (profile()), or is ending
+        try:
+            path = fork_directory(self.parent_path, os.getpid())
+            _mkdir(path, exist_ok=False)
+            _lock(path)
+            s = Session(path, target_argv=self.argv, interval=self.interval, max_overhead=self.max_overhead,
+                        jit_probe=False, addresses=self.addresses, command=self.command)
+            with s.writer._lock:
+                s.writer.manifest["forked_from"] = {"pid": os.getppid(), "run": str(self.parent_path)}
+                layout.write_json_atomic(path / layout.MANIFEST, s.writer.manifest)
+            s.start()
+            self.session = s
+        except Exception:
+            return
+        mp_util = sys.modules.get("multiprocessing.util")
+        if mp_util is not None and hasattr(mp_util, "Finalize"):
+            # A multiprocessing child ends by os._exit, after its finalizers.
+            try:
+                mp_util.Finalize(None, finish_fork_child, args=(None, "exit"), exitpriority=100)
+            except Exception:
+                pass
+
+
+def finish_fork_child(exit_status, ended_by: str) -> None:
+    """At a forked child's end: its own run's last snapshot, then finalised."""
+    w = _fork_watch
+    if w is None:
+        return
+    w.done = True
+    s = w.session
+    if s is None or s.forked or s.writer.closed:
+        return
+    try:
+        s.sampler.stop()
+        s.sampler.snapshot("exit")
+    except Exception:
+        pass
+    s.stop(exit_status, ended_by)
+
+
 def _after_fork_in_child() -> None:
-    """Registered once: a forked child stops recording the parent's run."""
-    global _active
+    """Registered once: a forked child stops recording the parent's run (and
+    may record its own, see above)."""
+    global _active, _fork_watch
     s = _active
     _active = None
     _forget_locks_in_child()
+    _fork_watch = None
     if s is not None:
         s.detach_in_child()
+        if not _jax_up_at_fork:
+            try:
+                _fork_watch = _ForkWatch(s)
+                _fork_watch.start()
+            except Exception:
+                _fork_watch = None
 
 
-os.register_at_fork(after_in_child=_after_fork_in_child)
+os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
 
 
 def _backend_facts() -> dict:
