@@ -269,9 +269,11 @@
       for (var j = 0; j < P; j++) { run += a[j]; a[j] = run; total[j] += run; if (run > mx) mx = run; }
       peaks[n] = mx;
     });
-    var order;
-    if (state.proc < 0 && !state.dev && D.top_sites && D.top_sites.length) order = D.top_sites.filter(function (n) { return per[n]; });
-    else order = names.slice().sort(function (a, b) { return peaks[b] - peaks[a] || (a < b ? -1 : 1); }).slice(0, 10);
+    // The report's top sites first (all devices: the terminal's order), then the next by peak, ten in all.
+    var order = (state.proc < 0 && !state.dev && D.top_sites ? D.top_sites : []).filter(function (n) { return per[n]; });
+    var first = {}; order.forEach(function (n) { first[n] = 1; });
+    order = order.concat(names.filter(function (n) { return !first[n] && peaks[n] > 0; })
+      .sort(function (a, b) { return peaks[b] - peaks[a] || (a < b ? -1 : 1); })).slice(0, Math.max(10, order.length));
     var inTop = {}; order.forEach(function (n) { inTop[n] = 1; });
     var other = new Float64Array(P), hasOther = false;
     names.forEach(function (n) { if (!inTop[n] && peaks[n] > 0) { hasOther = true; for (var j = 0; j < P; j++) other[j] += per[n][j]; } });
