@@ -137,3 +137,25 @@ def test_growth_per_step_needs_markers(tmp_path):
     assert proc.stderr.strip() == ("jaxmemprof: error: r: has no step markers (jaxmemprof.mark() once a step): "
                                    "--max-growth SIZE/step cannot be checked; give SIZE/s")
     run_cli("check", "r", "--max-growth", "1MiB/s", cwd=tmp_path, check=0)
+
+
+def test_a_job_checks_every_process(runs):
+    """A multi-process job directory: each process checked, against the
+    baseline job's process of the same number; each line names it."""
+    import shutil
+
+    d, _ = runs
+    for n, name in ((0, "good"), (1, "bad")):
+        shutil.copytree(d / name, d / "job" / f"process-{n}", dirs_exist_ok=True)
+        shutil.copytree(d / "good", d / "base-job" / f"process-{n}", dirs_exist_ok=True)
+    lines = check(d, "job", "--max-peak", "2MiB", status=1)
+    assert [line.split(" MiB:")[0] for line in lines] == ["FAIL process 1: --max-peak 2.00",
+                                                          "ok   process 0: --max-peak 2.00"], lines
+    lines = check(d, "job", "--baseline", "base-job", "--max-increase", "10", status=1)
+    assert lines[0].startswith("FAIL process 1: --max-increase 10%: peak 2.75 MiB is +175.0%"), lines
+    assert any(line.startswith("ok   process 0: --max-increase 10%: peak 1.00 MiB is +0.0%") for line in lines)
+    doc = json.loads(run_cli("check", "job", "--max-peak", "2MiB", "--json", cwd=d, check=1).stdout)
+    assert [(c["process"], c["held"]) for c in doc["checks"]] == [(0, True), (1, False)]
+    # One run against a job: which process is meant is not said.
+    proc = run_cli("check", "good", "--baseline", "base-job", "--max-increase", "5", cwd=d, check=2)
+    assert "base-job: is a multi-process job and RUN is one run" in proc.stderr

@@ -79,7 +79,9 @@ def check(run_dir, max_peak, max_true_peak, max_growth, fail_on, baseline_dir, m
     holds, 1 when one does not (one FAIL line per violation), 2 on bad input.
 
     The figures are report's: its peak, estimated true peak, leaks and
-    findings (see `jaxmemprof report RUN`).
+    findings (see `jaxmemprof report RUN`). On a multi-process job
+    directory every process is checked (against the baseline job's process
+    of the same number), each line naming its process.
 
     \b
     Examples:
@@ -99,29 +101,58 @@ def check(run_dir, max_peak, max_true_peak, max_growth, fail_on, baseline_dir, m
     if not limits.any():
         raise click.UsageError("nothing to check: give --max-peak, --max-true-peak, --max-growth, --fail-on "
                                "or --baseline with --max-increase")
-    run_ = open_run(run_dir)
-    base_run = open_run(baseline_dir) if baseline_dir is not None else None
-    warn(run_)
-    if base_run is not None:
-        warn(base_run)
-    if growth is not None and per == "step" and run_.markers.empty:
-        from jaxmemprof.errors import InputError
+    pairs = _pairs(run_dir, baseline_dir)
+    results = []  # (process or None, outcomes)
+    for n, path, base_path in pairs:
+        run_ = open_run(path)
+        warn(run_)
+        base_run = open_run(base_path) if base_path is not None else None
+        if base_run is not None:
+            warn(base_run)
+        if growth is not None and per == "step" and run_.markers.empty:
+            from jaxmemprof.errors import InputError
 
-        raise InputError(str(run_dir), "has no step markers (jaxmemprof.mark() once a step): --max-growth "
-                                       "SIZE/step cannot be checked; give SIZE/s")
-    report = build_report_for(run_, 3, library, user, all_frames, 1000)
-    baseline = build_report_for(base_run, 3, library, user, all_frames, 1000) if base_run is not None else None
-    outcomes = check_report(report, limits, baseline)
+            raise InputError(str(path), "has no step markers (jaxmemprof.mark() once a step): --max-growth "
+                                        "SIZE/step cannot be checked; give SIZE/s")
+        report = build_report_for(run_, 3, library, user, all_frames, 1000)
+        baseline = build_report_for(base_run, 3, library, user, all_frames, 1000) if base_run is not None else None
+        results.append((n, check_report(report, limits, baseline)))
     out = stdout_stream()
     if as_json:
         from jaxmemprof.render.json import write_json
 
-        write_json(document(str(run_dir), baseline_dir, outcomes), out)
+        write_json(document(str(run_dir), baseline_dir, results), out)
     else:
-        for line in lines(outcomes):
+        failed = [line for n, outcomes in results for line in lines(outcomes, n) if line.startswith("FAIL")]
+        held = [line for n, outcomes in results for line in lines(outcomes, n) if not line.startswith("FAIL")]
+        for line in failed + held:
             out.write(line + "\n")
-    if not all(o.held for o in outcomes):
+    if not all(o.held for _, outcomes in results for o in outcomes):
         out.flush()
         # Not click's Exit: the group runs without standalone mode, where an
         # exit status would be returned, not used.
         raise SystemExit(1)
+
+
+def _pairs(run_dir, baseline_dir):
+    """(process or None, run, baseline) to check: the run itself, or each
+    process of a job directory, with the baseline job's process of the same
+    number (or the one baseline run, for every process)."""
+    from jaxmemprof.errors import InputError, check_not_empty
+    from jaxmemprof.store.job import is_job_directory, process_directories
+
+    check_not_empty(run_dir)
+    if not is_job_directory(run_dir):
+        if baseline_dir is not None and is_job_directory(baseline_dir):
+            raise InputError(baseline_dir, "is a multi-process job and RUN is one run: give one process of it "
+                                           "(BASELINE/process-N)")
+        return [(None, run_dir, baseline_dir)]
+    base = None
+    if baseline_dir is not None and is_job_directory(baseline_dir):
+        base = dict(process_directories(baseline_dir))
+    out = []
+    for n, path in process_directories(run_dir):
+        if base is not None and n not in base:
+            raise InputError(baseline_dir, f"has no process-{n}, which {run_dir} has")
+        out.append((n, str(path), str(base[n]) if base is not None else baseline_dir))
+    return out

@@ -23,13 +23,14 @@ def _held_by(details) -> str:
     return f", held by {safe(site)} {format_bytes(b)}"
 
 
-def lines(outcomes) -> list[str]:
-    """Violations first, one line each (one per finding for --fail-on), then the checks that held."""
+def lines(outcomes, process: int | None = None) -> list[str]:
+    """Violations first, one line each (one per finding for --fail-on), then
+    the checks that held; ``process``: of a multi-process job, named on each line."""
     failed, held = [], []
     for o in outcomes:
         out = held if o.held else failed
         tag = "ok  " if o.held else "FAIL"
-        limit = _limit_text(o)
+        limit = _limit_text(o) if process is None else f"process {process}: {_limit_text(o)}"
         if o.check == "max-peak":
             out.append(f"{tag} {limit}: peak {format_bytes(o.value)}{_held_by(o.details)}")
         elif o.check == "max-true-peak":
@@ -56,16 +57,17 @@ def lines(outcomes) -> list[str]:
     return failed + held
 
 
-def document(run: str, baseline: str | None, outcomes) -> dict:
-    """The JSON document: every check, with its figures."""
+def document(run: str, baseline: str | None, results) -> dict:
+    """The JSON document: every check, with its figures; ``results``:
+    (process or None, outcomes) pairs (``process`` is null for one run)."""
     return {
         "command": "check",
         "run": run,
         "baseline": baseline,
-        "ok": all(o.held for o in outcomes),
+        "ok": all(o.held for _, outcomes in results for o in outcomes),
         "checks": [
-            {"check": o.check, "limit": o.limit, "value": o.value, "unit": o.unit, "held": o.held,
+            {"process": n, "check": o.check, "limit": o.limit, "value": o.value, "unit": o.unit, "held": o.held,
              "site": o.site, "details": [list(d) for d in o.details], **o.facts}
-            for o in outcomes
+            for n, outcomes in results for o in outcomes
         ],
     }
