@@ -5,12 +5,14 @@ and profiles.py hand a job directory here)."""
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 
 import click
 
 from jaxmemprof.cli.base import say, stdout_stream
 
 _META = "jaxmemprof.process"
+PROGRESS_FROM = 16  # processes in a job from which report shows a progress bar (on a terminal)
 
 
 def _remember(ctx, param, value):
@@ -66,9 +68,28 @@ def _job_report(spec, top, steps, device_memory, library, user, all_frames):
         raise InputError(str(p.path), f"{p.error}; no process of the job {spec} is readable "
                                       f"({len(job.processes)} process director{'ies' if len(job.processes) > 1 else 'y'})")
     tl = job_timeline(job)
-    results = analyse_processes(job, AttributionFor(tuple(library), tuple(user), bool(all_frames)),
-                                top=top, steps=steps, device_memory=device_memory)
+    with _progress(len(job.processes)) as step:
+        results = analyse_processes(job, AttributionFor(tuple(library), tuple(user), bool(all_frames)),
+                                    top=top, steps=steps, device_memory=device_memory, progress=step)
     return build_job_report(job, results, tl)
+
+
+@contextmanager
+def _progress(total: int):
+    """A progress bar on stderr for a job of many processes (only on a
+    terminal: never in what a program reads)."""
+    from jaxmemprof.cli.base import isatty, stderr_stream
+
+    stream = stderr_stream()
+    if total < PROGRESS_FROM or stream is None or not isatty(stream):
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import Progress
+
+    with Progress(console=Console(file=stream), transient=True) as bar:
+        task = bar.add_task("analysing processes", total=total)
+        yield lambda: bar.advance(task)
 
 
 def report_job(spec, top, steps, device_memory, as_json, library, user, all_frames, explain=False) -> None:

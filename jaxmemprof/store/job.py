@@ -252,7 +252,10 @@ def align(processes: list) -> tuple[list, float, str]:
         how = "wall clocks"
     else:
         missing = [p.process for p in out if p.init_wall is None]
-        how = f"jax.distributed.initialize (processes {process_list_text(missing)} at their wall clocks)"
+        named = process_list_text(missing)
+        if named.count(",") >= 8:
+            named = f"{len(missing)} of them"
+        how = f"jax.distributed.initialize (processes {named} at their wall clocks)"
     return out, t0, how
 
 
