@@ -522,3 +522,26 @@ def test_a_run_whose_every_cell_changes_is_drawn_with_fewer_snapshots(tmp_path, 
     assert 177 in snaps and 1 in snaps and n in snaps
     live = timeline(run, Attribution()).totals["live_bytes"].to_numpy()[cells.positions]
     assert [int(cells.values_at(j)["bytes"].sum()) for j in range(len(cells.positions))] == live.tolist()
+
+
+@needs_browser
+def test_findings_of_the_bundled_run_and_a_fix_copied(tmp_path, browser):
+    """The bundled leaking run: its two findings (donation, leak) in full,
+    each fix copied to the clipboard by its button."""
+    from conftest import REPO
+
+    run_cli("report", REPO / "sample_runs" / "runs" / "mlp-leak", "--html", tmp_path / "leak.html", check=0)
+    doc = json.loads(run_cli("report", REPO / "sample_runs" / "runs" / "mlp-leak", "--json", check=0).stdout)
+    page = open_page(browser, tmp_path / "leak.html")
+    rules = page.evaluate("Array.from(document.querySelectorAll('#jmp-findings li.finding')).map(li => li.dataset.rule)")
+    assert rules == [f["rule"] for f in doc["findings"]] and sorted(rules) == ["donate", "leak"]
+    fixes = page.evaluate("Array.from(document.querySelectorAll('#jmp-findings .fix code')).map(c => c.textContent)")
+    assert fixes == [f["fix"] for f in doc["findings"]]
+    assert "donate_argnums=(0, 1)" in fixes[rules.index("donate")]
+    browser.send("Browser.grantPermissions", {"permissions": ["clipboardReadWrite", "clipboardSanitizedWrite"]})
+    page.evaluate("document.querySelectorAll('#jmp-findings .copy')[0].click()")
+    assert page.evaluate("new Promise(r => setTimeout(() => r(document.querySelector('#jmp-findings .copy').textContent), 300))") == "copied"
+    assert page.evaluate("navigator.clipboard.readText()") == fixes[0]
+    # the headline's "what to change" names the same fixes, most important first
+    change = page.evaluate("document.getElementById('jmp-change').innerText")
+    assert all(f["brief_fix"] in change for f in doc["findings"])
