@@ -88,6 +88,7 @@ def test_os_fork_child_stops_recording_and_the_parent_goes_on(tmp_path, how, whe
     run = _check_parent_only(jm, run_dir, 16000)
     assert "child" not in list(run.snapshots["label"].dropna())
     assert run.markers.empty
+    assert not list(tmp_path.glob("run.fork-*"))  # a child that never brought JAX up records nothing
 
 
 MULTIPROCESSING = """
@@ -125,6 +126,7 @@ def test_multiprocessing(tmp_path, method):
     run = _check_parent_only(jm, run_dir, 16000)
     assert run.markers.empty
     assert not run.events["message"].str.contains("from child").any()
+    assert not list(tmp_path.glob("run.fork-*"))  # JAX was up at the fork: the children record nothing
 
 
 def test_sigterm_to_a_forked_child_ends_only_the_child(tmp_path):
