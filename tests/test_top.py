@@ -162,3 +162,18 @@ def test_bad_input(tmp_path):
     (tmp_path / "empty").mkdir()
     proc = run_cli("top", "empty", "--once", cwd=tmp_path, check=2)
     assert proc.stderr.startswith("jaxmemprof: error: empty: is not a jaxmemprof run")
+
+
+def test_names_are_escaped(tmp_path):
+    """A script whose name holds a terminal escape: shown escaped by top and check."""
+    name = "evil\x1b[2Jname.py"
+    write_script(tmp_path, name, """
+        import jax.numpy as jnp
+        import jaxmemprof
+        a = jnp.ones((256, 1024))
+        jaxmemprof.snapshot("held")
+    """)
+    run_cli("run", "-q", "-o", "r", name, cwd=tmp_path, check=0)
+    for args, status in ((["top", "r", "--once"], 0), (["check", "r", "--max-peak", "1KiB"], 1)):
+        out = run_cli(*args, cwd=tmp_path, check=status).stdout
+        assert "\x1b" not in out and "evil\\x1b[2Jname.py:3 (<module>)" in out, out
