@@ -15,11 +15,14 @@ import fnmatch
 import os
 from dataclasses import dataclass
 
-import numpy as np
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from jaxmemprof.paths import installed_part, is_builtin_library
-from jaxmemprof.pprof.reader import Profile
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from jaxmemprof.pprof.reader import Profile
 
 _GLOB_CHARS = set("*?[")
 
@@ -70,9 +73,55 @@ class Attribution:
         return installed_part(path) or path
 
 
+def frame_texts(profile: Profile, attribution: Attribution) -> list[tuple[bool, str, int, str, str]]:
+    """Per frame id, in plain form: ``(user, shown file, line, function,
+    site text)``, as :func:`frame_labels` has them."""
+    keys = profile.frame_keys
+    files = dict.fromkeys(f for _, f, _ in keys)
+    is_lib = {f: attribution.is_library(f) for f in files}
+    shown = {f: attribution.display_path(f) for f in files}
+    return [(not is_lib[f], shown[f], ln, fn, f"{shown[f]}:{ln} ({fn})") for fn, f, ln in keys]
+
+
+def stack_keys(profile: Profile, attribution: Attribution, by: str) -> list[tuple]:
+    """Per stack_id, its key for grouping ``by`` ``site`` (``(site, file,
+    line, function)`` of the site frame), ``function``, ``file`` or
+    ``stack`` (the user stack as text): the values :func:`stack_sites` has
+    in those columns, without pandas."""
+    texts = frame_texts(profile, attribution)
+    placeholder = (False, "", 0, "", NO_STACK)
+    out = []
+    if by == "stack":
+        for stack in profile.stacks:
+            if not stack:
+                out.append((NO_STACK,))
+                continue
+            user = [texts[f][4] for f in stack if texts[f][0]] or [texts[stack[0]][4]]
+            out.append((STACK_SEPARATOR.join(user),))
+        return out
+    for stack in profile.stacks:
+        t = placeholder
+        for fid in stack:
+            if texts[fid][0]:
+                t = texts[fid]
+                break
+        else:
+            if stack:
+                t = texts[stack[0]]
+        if by == "site":
+            out.append((t[4], t[1], t[2], t[3]))
+        elif by == "function":
+            out.append((t[3],))
+        else:
+            out.append((t[1],))
+    return out
+
+
 def frame_labels(profile: Profile, attribution: Attribution) -> pd.DataFrame:
     """Per frame: ``user`` flag, shown ``file`` and ``site`` text
     (``path:line (function)``), with ``function`` and ``line``."""
+    import pandas as pd
+
     frames = profile.frames
     files = frames["file"].unique()
     is_lib = {f: attribution.is_library(f) for f in files}
@@ -90,6 +139,9 @@ def stack_sites(profile: Profile, attribution: Attribution, *, with_stacks: bool
     """Per stack (indexed by ``stack_id``): ``site, file, line, function`` of
     its site frame, and with ``with_stacks`` its user stack as text
     (``stack``, innermost first, joined by `` <- ``)."""
+    import numpy as np
+    import pandas as pd
+
     labels = frame_labels(profile, attribution)
     user = labels["user"].to_numpy()
     site_frame = np.empty(len(profile.stacks), dtype=np.int64)
@@ -138,6 +190,8 @@ def run_stack_sites(stacks: dict, attribution: Attribution) -> pd.DataFrame:
     frames ``[(file, line, function), ...]``, innermost first), with the same
     rules as for profiles. Indexed by ``stack_id``: ``site, file, line,
     function, stack`` (the user stack, as in ``--by stack``)."""
+    import pandas as pd
+
     files = {f for frames in stacks.values() for f, _, _ in frames}
     is_lib = {f: attribution.is_library(f) for f in files}
     shown = {f: attribution.display_path(f) for f in files}

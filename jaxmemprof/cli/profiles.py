@@ -71,10 +71,10 @@ def _emit(command, inputs, result, value_type, title, csv_path, as_json, top, fo
     result = keep_top(result, top if (top is not None or machine) else DEFAULT_TERMINAL_TOP)
     if csv_path is not None:
         from jaxmemprof.render.csv import write_csv
-        from jaxmemprof.render.results import table
+        from jaxmemprof.render.results import plain_table
 
         with output_to(csv_path, force) as out:
-            write_csv(table(result), out)
+            write_csv(plain_table(result), out)
     if as_json:
         from jaxmemprof.render.json import write_json
         from jaxmemprof.render.results import document

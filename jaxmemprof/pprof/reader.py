@@ -1,4 +1,5 @@
-"""Read pprof profiles (gzip or raw protobuf) into tidy pandas frames.
+"""Read pprof profiles (gzip or raw protobuf): plain Python data, and tidy
+pandas frames built from it on first use.
 
 The input is untrusted: decompression is bounded, every index is checked, and
 any problem becomes an :class:`~jaxmemprof.errors.InputError` naming the file.
@@ -11,16 +12,10 @@ import io
 import os
 import stat
 import zlib
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Union
 
-import numpy as np
-import pandas as pd
-from google.protobuf.message import DecodeError
-
 from jaxmemprof.errors import InputError
-from jaxmemprof.pprof import profile_pb2
 
 GZIP_MAGIC = b"\x1f\x8b"
 # Cap on the decompressed size of a profile (a gzip bomb stops here).
@@ -31,9 +26,12 @@ _IN_CHUNK = 1024**2  # compressed bytes read at a time
 Source = Union[str, os.PathLike, bytes]
 
 
-@dataclass(frozen=True)
 class Profile:
-    """One pprof profile as tidy frames.
+    """One pprof profile.
+
+    The reader keeps it in plain Python form (no pandas or numpy: ``show``
+    and ``diff`` group it without them); the tidy frames below are built on
+    first access and kept:
 
     - ``samples``: one row per sample: ``sample_id, kind, device, count, bytes,
       stack_id`` (``kind``/``device`` come from JAX's labels, "" when absent;
@@ -45,32 +43,165 @@ class Profile:
     - ``labels`` (built on demand): every label: ``sample_id, key, value, num``.
     - ``sample_types``: ``index, type, unit``; ``value_index`` and
       ``count_index`` say which were used for ``bytes`` and ``count``.
+
+    It can also be made from frames directly (a job's merged profile), with
+    the same arguments, in the same order, as before.
     """
 
-    source: str
-    samples: pd.DataFrame
-    frames: pd.DataFrame
-    stacks: tuple
-    label_sets: tuple
-    label_ids: np.ndarray
-    sample_types: pd.DataFrame
-    value_index: int
-    count_index: int | None
-    time_nanos: int = 0
-    duration_nanos: int = 0
-    comments: tuple = field(default=())
+    def __init__(self, source, samples=None, frames=None, stacks=(), label_sets=(), label_ids=None,
+                 sample_types=None, value_index=0, count_index=None, time_nanos=0, duration_nanos=0,
+                 comments=(), *, _parts=None):
+        self.source = source
+        self.stacks = tuple(stacks)
+        self.label_sets = tuple(label_sets)
+        self.value_index = value_index
+        self.count_index = count_index
+        self.time_nanos = time_nanos
+        self.duration_nanos = duration_nanos
+        self.comments = tuple(comments)
+        self._parts = _parts
+        self._cache: dict = {}
+        if _parts is None:
+            self._cache.update(samples=samples, frames=frames, sample_types=sample_types, label_ids=label_ids)
+
+    def __repr__(self) -> str:
+        return (f"Profile(source={self.source!r}, {self.sample_count} samples, {len(self.stacks)} stacks, "
+                f"value_type={self.value_type!r})")
+
+    def _cached(self, key, make):
+        v = self._cache.get(key)
+        if v is None:
+            v = self._cache[key] = make()
+        return v
+
+    # The frames, built on first access (pandas and numpy are imported then).
+
+    @property
+    def samples(self):
+        return self._cached("samples", self._make_samples)
+
+    @property
+    def frames(self):
+        return self._cached("frames", self._make_frames)
+
+    @property
+    def sample_types(self):
+        return self._cached("sample_types", self._make_sample_types)
+
+    @property
+    def label_ids(self):
+        return self._cached("label_ids", lambda: self._per_sample()[2])
+
+    def _per_sample(self):
+        """(stack ids, value ids, label ids) per sample, as int64 arrays."""
+        def make():
+            import numpy as np
+
+            parts = self._parts
+            codes = np.array(parts.codes, dtype=np.int64)
+            tails = np.array(parts.tails, dtype=np.int64).reshape(-1, 2)[codes & ((1 << parts.shift) - 1)]
+            return codes >> parts.shift, tails[:, 0], tails[:, 1]
+        return self._cached("_per_sample", make)
+
+    def _make_samples(self):
+        import numpy as np
+        import pandas as pd
+
+        parts = self._parts
+        stack_ids, value_ids, label_ids = self._per_sample()
+        n = len(stack_ids)
+        ntypes = len(parts.types)
+        values = np.array(parts.value_rows, dtype=np.int64).reshape(-1, ntypes)[value_ids]
+        kinds = np.array([k for k, _ in parts.label_kd], dtype=object)[label_ids]
+        devices = np.array([d for _, d in parts.label_kd], dtype=object)[label_ids]
+        ci = self.count_index
+        return pd.DataFrame(
+            {
+                "sample_id": np.arange(n, dtype=np.int64),
+                "kind": kinds,
+                "device": devices,
+                "count": values[:, ci] if ci is not None else np.zeros(n, np.int64),
+                "bytes": values[:, self.value_index],
+                "stack_id": stack_ids,
+            }
+        )
+
+    def _make_frames(self):
+        import numpy as np
+        import pandas as pd
+
+        keys = self._parts.frame_keys
+        frames = pd.DataFrame(
+            {
+                "function": pd.Series([k[0] for k in keys], dtype=object),
+                "file": pd.Series([k[1] for k in keys], dtype=object),
+                "line": np.fromiter((k[2] for k in keys), dtype=np.int64, count=len(keys)),
+            }
+        )
+        frames.index.name = "frame_id"
+        return frames
+
+    def _make_sample_types(self):
+        import pandas as pd
+
+        types = self._parts.types
+        return pd.DataFrame(
+            {"index": range(len(types)), "type": [t for t, _ in types], "unit": [u for _, u in types]}
+        )
+
+    # Plain views, for the code that needs no frames (show, diff).
+
+    @property
+    def types(self) -> list[tuple[str, str]]:
+        """``(type, unit)`` of each sample type."""
+        if self._parts is not None:
+            return self._parts.types
+        st = self.sample_types
+        return list(zip(st["type"].tolist(), st["unit"].tolist()))
+
+    @property
+    def frame_keys(self) -> list[tuple[str, str, int]]:
+        """``(function, file, line)`` per frame id."""
+        if self._parts is not None:
+            return self._parts.frame_keys
+        fr = self.frames
+        return list(zip(fr["function"].tolist(), fr["file"].tolist(), fr["line"].tolist()))
+
+    @property
+    def sample_count(self) -> int:
+        return len(self._parts.codes) if self._parts is not None else len(self.samples)
+
+    def stack_groups(self) -> list[tuple[str, str, int, int, int]]:
+        """The samples summed per ``(kind, device, stack_id)``: rows
+        ``(kind, device, stack_id, bytes, count)``, in no particular order."""
+        return self._cached("_stack_groups", self._make_stack_groups)
+
+    def _make_stack_groups(self):
+        parts = self._parts
+        if parts is None:
+            s = self.samples
+            if s.empty:
+                return []
+            g = s.groupby(["kind", "device", "stack_id"], sort=False, dropna=False)[["bytes", "count"]].sum()
+            return [(k, d, int(sid), int(b), int(c)) for (k, d, sid), b, c
+                    in zip(g.index, g["bytes"].tolist(), g["count"].tolist())]
+        return parts.stack_groups(self.value_index, self.count_index)
 
     @property
     def value_type(self) -> str:
-        row = self.sample_types.iloc[self.value_index]
-        return f"{row['type']}/{row['unit']}"
+        t, u = self.types[self.value_index]
+        return f"{t}/{u}"
 
     @property
     def total_bytes(self) -> int:
-        return int(self.samples["bytes"].sum())
+        if self._parts is None:
+            return int(self.samples["bytes"].sum())
+        return sum(g[3] for g in self.stack_groups())
 
     @property
-    def labels(self) -> pd.DataFrame:
+    def labels(self):
+        import pandas as pd
+
         rows = [
             (i, key, value, num)
             for i, lid in enumerate(self.label_ids.tolist())
@@ -78,9 +209,11 @@ class Profile:
         ]
         return pd.DataFrame(rows, columns=["sample_id", "key", "value", "num"])
 
-    def stack_frames(self) -> pd.DataFrame:
+    def stack_frames(self):
         """Long form of the stacks: ``stack_id, depth, function, file, line``
         (depth 0 is the innermost frame)."""
+        import numpy as np
+
         lengths = np.fromiter((len(s) for s in self.stacks), dtype=np.int64, count=len(self.stacks))
         frame_ids = np.fromiter(
             (f for s in self.stacks for f in s), dtype=np.int64, count=int(lengths.sum())
@@ -92,6 +225,63 @@ class Profile:
         out.insert(0, "depth", depth)
         out.insert(0, "stack_id", stack_id)
         return out
+
+
+class _Parts:
+    """What the reader found, in plain form. Per sample only one int:
+    ``stack_id << shift | tail`` (a tail is a distinct (values, labels)
+    pair: ``tails[tail] = (value_id, label_id)``)."""
+
+    __slots__ = ("types", "frame_keys", "value_rows", "label_kd", "tails", "codes", "shift")
+
+    def __init__(self, types, frame_keys, value_rows, label_kd, tails, codes, shift):
+        self.types = types
+        self.frame_keys = frame_keys
+        self.value_rows = value_rows
+        self.label_kd = label_kd  # (kind, device) per label set
+        self.tails = tails
+        self.codes = codes
+        self.shift = shift
+
+    def stack_groups(self, value_index, count_index):
+        from collections import Counter
+
+        shift = self.shift
+        mask = (1 << shift) - 1
+        rows, kd = self.value_rows, self.label_kd
+        # Per tail: bytes, count and label set.
+        info = [(rows[v][value_index], rows[v][count_index] if count_index is not None else 0, lab)
+                for v, lab in self.tails]
+        acc: dict = {}
+        get = acc.get
+        for code, m in Counter(self.codes).items():
+            b, c, lab = info[code & mask]
+            key = (code >> shift, lab)
+            a = get(key)
+            if a is None:
+                acc[key] = [b * m, c * m]
+            else:
+                a[0] += b * m
+                a[1] += c * m
+        out: dict = {}
+        for (sid, lab), (b, c) in acc.items():
+            k, d = kd[lab]
+            key = (k, d, sid)
+            a = out.get(key)
+            if a is None:
+                out[key] = [b, c]
+            else:
+                a[0] += b
+                a[1] += c
+        return [(k, d, sid, b, c) for (k, d, sid), (b, c) in out.items()]
+
+    def abs_total(self, col: int) -> int:
+        """The sum of ``|value[col]|`` over every sample."""
+        from collections import Counter
+
+        mask = (1 << self.shift) - 1
+        tails, rows = self.tails, self.value_rows
+        return sum(abs(rows[tails[t][0]][col]) * m for t, m in Counter(c & mask for c in self.codes).items())
 
 
 def read_profile_bytes(
@@ -260,16 +450,181 @@ def load_profile(
     """
     try:
         name, raw = read_profile_bytes(source, name=name, max_decompressed=max_decompressed)
-        try:
-            msg = profile_pb2.Profile.FromString(raw)
-        except (DecodeError, RuntimeError, ValueError) as exc:
-            raise InputError(name, f"not a pprof profile (protobuf decoding failed: {exc})") from None
-        del raw
-        return _convert(msg, name, sample_index)
+        raw = bytes(raw)
+        return _convert_raw(raw, name, sample_index)
     except MemoryError:
         raise InputError(
             name or str(source), "too large to read in the memory available (lower --max-decompressed?)"
         ) from None
+
+
+def _parse(raw: bytes, name: str):
+    from google.protobuf.message import DecodeError
+
+    from jaxmemprof.pprof import profile_pb2
+
+    try:
+        return profile_pb2.Profile.FromString(raw)
+    except (DecodeError, RuntimeError, ValueError) as exc:
+        raise InputError(name, f"not a pprof profile (protobuf decoding failed: {exc})") from None
+
+
+class _NotPlain(Exception):
+    """The samples are not laid out as the fast path expects: read them
+    through protobuf instead."""
+
+
+def _convert_raw(raw: bytes, name: str, sample_index) -> Profile:
+    """The fast path: the samples' bytes are read straight from ``raw``
+    (each distinct stack and (values, labels) part decoded once, through
+    protobuf); the rest of the message through protobuf. Anything unusual
+    (samples not in one run, fields out of the usual order, a decoding
+    error) goes through the whole-message path, which gives the same result
+    or the same error."""
+    try:
+        scan = _scan_raw(raw)
+    except (IndexError, _NotPlain):
+        scan = None
+    if scan is not None:
+        first, end, keys = scan
+        try:
+            from google.protobuf.message import DecodeError
+
+            from jaxmemprof.pprof import profile_pb2
+
+            msg = profile_pb2.Profile.FromString(raw[:first] + raw[end:])
+            if not msg.sample:
+                return _convert(msg, name, sample_index, keys)
+        except (DecodeError, RuntimeError, ValueError, _NotPlain):
+            pass
+    msg = _parse(raw, name)
+    del raw
+    return _convert(msg, name, sample_index, _scan_messages(msg))
+
+
+def _varint(b: bytes, p: int) -> tuple[int, int]:
+    """The varint at ``p``: (value, position after it)."""
+    n, shift = 0, 0
+    while True:
+        byte = b[p]
+        n |= (byte & 0x7F) << shift
+        p += 1
+        if byte < 0x80:
+            return n, p
+        shift += 7
+        if shift > 63:
+            raise _NotPlain()
+
+
+def _skip_field(raw: bytes, p: int) -> int:
+    tag, p = _varint(raw, p)
+    wt = tag & 7
+    if wt == 0:
+        return _varint(raw, p)[1]
+    if wt == 2:
+        n, p = _varint(raw, p)
+        return p + n
+    if wt == 1:
+        return p + 8
+    if wt == 5:
+        return p + 4
+    raise _NotPlain()
+
+
+class _Keys:
+    """Per sample, ``stack << shift | tail``; and, in sample order, the
+    first sample of each new stack key and each new tail key (what follows
+    its locations: values and labels)."""
+
+    __slots__ = ("codes", "shift", "events", "n_stacks", "n_tails", "canonical")
+
+    def __init__(self, codes, shift, events, n_stacks, n_tails, canonical):
+        self.codes = codes
+        self.shift = shift
+        self.events = events  # (sample index, True for a stack | False for a tail, key bytes)
+        self.n_stacks = n_stacks
+        self.n_tails = n_tails
+        self.canonical = canonical  # keys from SerializeToString: a tail never holds locations
+
+
+def _scan_raw(raw: bytes):
+    """Find the run of samples (field 2) in the serialized Profile and key
+    each one by the bytes of its location ids and of the rest; None when
+    there are no samples where expected."""
+    size = len(raw)
+    p = 0
+    while p < size and raw[p] != 0x12:
+        p = _skip_field(raw, p)
+    if p >= size:
+        return None
+    first = p
+    shift = size.bit_length()
+    stack_of: dict = {}
+    tail_of: dict = {}
+    codes: list = []
+    events: list = []
+    sget, tget, add, event = stack_of.get, tail_of.get, codes.append, events.append
+    while p < size and raw[p] == 0x12:
+        ln = raw[p + 1]
+        if ln < 0x80:
+            s = p + 2
+        else:
+            ln, s = _varint(raw, p + 1)
+        e = s + ln
+        if e > size:
+            raise _NotPlain()
+        if ln and raw[s] == 0x0A:
+            k = raw[s + 1]
+            if k < 0x80:
+                q0 = s + 2
+            else:
+                k, q0 = _varint(raw, s + 1)
+            q = q0 + k
+            if q > e:
+                raise _NotPlain()
+            lk = raw[q0:q]
+        else:
+            q = s
+            lk = b""
+        tk = raw[q:e]
+        sid = sget(lk)
+        if sid is None:
+            sid = stack_of[lk] = len(stack_of)
+            event((len(codes), True, lk))
+        tid = tget(tk)
+        if tid is None:
+            tid = tail_of[tk] = len(tail_of)
+            event((len(codes), False, tk))
+        add(sid << shift | tid)
+        p = e
+    return first, p, _Keys(codes, shift, events, len(stack_of), len(tail_of), False)
+
+
+def _scan_messages(msg) -> _Keys:
+    """The same keys from each sample's canonical serialisation (location
+    ids, then values, then labels)."""
+    stack_of: dict = {}
+    tail_of: dict = {}
+    codes: list = []
+    events: list = []
+    shift = max(len(msg.sample), 1).bit_length()
+    for b in [smp.SerializeToString() for smp in msg.sample]:
+        p = 0
+        lk = b""
+        if b and b[0] == 0x0A:
+            p, q = _length(b, 1)
+            lk = b[q:p]
+        tk = b[p:]
+        sid = stack_of.get(lk)
+        if sid is None:
+            sid = stack_of[lk] = len(stack_of)
+            events.append((len(codes), True, lk))
+        tid = tail_of.get(tk)
+        if tid is None:
+            tid = tail_of[tk] = len(tail_of)
+            events.append((len(codes), False, tk))
+        codes.append(sid << shift | tid)
+    return _Keys(codes, shift, events, len(stack_of), len(tail_of), True)
 
 
 class _Strings:
@@ -351,16 +706,6 @@ def _length(b: bytes, p: int) -> tuple[int, int]:
         shift += 7
 
 
-def _stack_frames(sample, loc_frames: dict, name: str, i: int) -> tuple[int, ...]:
-    try:
-        return tuple(f for lid in sample.location_id for f in loc_frames[lid])
-    except KeyError:
-        missing = next(lid for lid in sample.location_id if lid not in loc_frames)
-        raise InputError(
-            name, f"corrupt profile: sample {i} refers to location {missing}, which does not exist"
-        ) from None
-
-
 def _label_set(sample, strings: "_Strings", i: int) -> tuple:
     what = f"a label of sample {i}"
     return tuple(
@@ -369,10 +714,44 @@ def _label_set(sample, strings: "_Strings", i: int) -> tuple:
     )
 
 
-def _convert(msg, name: str, sample_index) -> Profile:
+def _varint_bytes(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _decode_events(keys: _Keys) -> list:
+    """Each new key's Sample message, in sample order. On the fast path all
+    are decoded before any is checked, so that bytes protobuf would refuse
+    give its error (through the whole-message path), not a later check's."""
+    from google.protobuf.message import DecodeError
+
+    from jaxmemprof.pprof.profile_pb2 import Sample
+
+    out = []
+    try:
+        for i, is_stack, key in keys.events:
+            if is_stack:
+                smp = Sample.FromString(b"\x0a" + _varint_bytes(len(key)) + key) if key else None
+            else:
+                smp = Sample.FromString(key)
+                if smp.location_id and not keys.canonical:
+                    raise _NotPlain()
+            out.append(smp)
+    except (DecodeError, RuntimeError, ValueError):
+        if keys.canonical:
+            raise
+        raise _NotPlain() from None
+    return out
+
+
+def _convert(msg, name: str, sample_index, keys: _Keys) -> Profile:
     strings = _Strings(msg.string_table, name)
     if len(strings) == 0 or msg.string_table[0] != b"":
-        if not msg.sample and not msg.sample_type and not msg.string_table:
+        if not keys.codes and not msg.sample_type and not msg.string_table:
             raise InputError(name, "not a pprof profile (no sample types, samples or strings)")
         raise InputError(name, "not a pprof profile (its string table must start with an empty string)")
     types = [
@@ -422,102 +801,82 @@ def _convert(msg, name: str, sample_index) -> Profile:
             ids.append(frame_index.setdefault(key, len(frame_index)))
         loc_frames[loc.id] = tuple(ids)
 
-    n = len(msg.sample)
     ntypes = len(types)
-    sample_msgs = msg.sample
-    # Samples repeat the same stacks, values and labels many times over. Each
-    # distinct one is decoded once, found through its bytes in the sample's
-    # canonical serialisation (location ids, then values, then labels): far
-    # cheaper than reading every field of every sample through protobuf.
-    stack_of: dict[bytes, int] = {}
+    # Samples repeat the same stacks, values and labels many times over: each
+    # distinct one was keyed by its bytes (_Keys) and is decoded once here.
+    stack_by_locs: dict[tuple, int] = {}
     stacks: list[tuple[int, ...]] = []
+    stack_remap: list[int] = []
     value_of: dict[bytes, int] = {}
     value_rows: list[tuple[int, ...]] = []
     labels_of: dict[bytes, int] = {}
     label_sets: list[tuple] = []
-    stack_ids = np.empty(n, dtype=np.int64)
-    value_ids = np.empty(n, dtype=np.int64)
-    label_ids = np.empty(n, dtype=np.int64)
-    for i, b in enumerate([smp.SerializeToString() for smp in sample_msgs]):
-        end = len(b)
-        p = 0
-        loc_key = val_key = b""
-        if end and b[0] == 0x0A:
-            p, q = _length(b, 1)
-            loc_key = b[q:p]
-        if p < end and b[p] == 0x12:
-            p, q = _length(b, p + 1)
-            val_key = b[q:p]
-        lab_key = b[p:]
-
-        sid = stack_of.get(loc_key)
-        if sid is None:
-            sid = stack_of[loc_key] = len(stacks)
-            stacks.append(_stack_frames(sample_msgs[i], loc_frames, name, i))
-        stack_ids[i] = sid
-
+    tails: list[tuple[int, int]] = []
+    for (i, is_stack, key), smp in zip(keys.events, _decode_events(keys)):
+        if is_stack:
+            locs = tuple(smp.location_id) if smp is not None else ()
+            sid = stack_by_locs.get(locs)
+            if sid is None:
+                try:
+                    frames = tuple(f for lid in locs for f in loc_frames[lid])
+                except KeyError:
+                    missing = next(lid for lid in locs if lid not in loc_frames)
+                    raise InputError(
+                        name, f"corrupt profile: sample {i} refers to location {missing}, which does not exist"
+                    ) from None
+                sid = stack_by_locs[locs] = len(stacks)
+                stacks.append(frames)
+            stack_remap.append(sid)
+            continue
+        c = key if keys.canonical else smp.SerializeToString()
+        p, end = 0, len(c)
+        val_key = b""
+        if end and c[0] == 0x12:
+            p, q = _length(c, 1)
+            val_key = c[q:p]
+        lab_key = c[p:]
         vid = value_of.get(val_key)
         if vid is None:
-            v = tuple(sample_msgs[i].value)
+            v = tuple(smp.value)
             if len(v) != ntypes:
                 raise InputError(
                     name, f"corrupt profile: sample {i} has {len(v)} values for {ntypes} sample types"
                 )
             vid = value_of[val_key] = len(value_rows)
             value_rows.append(v)
-        value_ids[i] = vid
-
         lid = labels_of.get(lab_key)
         if lid is None:
             lid = labels_of[lab_key] = len(label_sets)
-            label_sets.append(_label_set(sample_msgs[i], strings, i))
-        label_ids[i] = lid
+            label_sets.append(_label_set(smp, strings, i))
+        tails.append((vid, lid))
 
-    values = np.array(value_rows, dtype=np.int64).reshape(-1, ntypes)[value_ids]
+    codes = keys.codes
+    shift = keys.shift
+    if len(stacks) != len(stack_remap):
+        # Two encodings of the same locations (not canonical protobuf): one stack.
+        mask = (1 << shift) - 1
+        codes = [stack_remap[c >> shift] << shift | (c & mask) for c in codes]
+    parts = _Parts(types, list(frame_index), value_rows, None, tails, codes, shift)
+    n = len(codes)
     for col in (value_index, count_index):
         # Sums (and diffs) must stay exact in 64 bits.
-        if col is not None and n and np.abs(values[:, col].astype(np.float64)).sum() >= 2**62:
+        if col is None or not n:
+            continue
+        if max(abs(v[col]) for v in value_rows) * n >= 2**62 and parts.abs_total(col) >= 2**62:
             raise InputError(
                 name, f"corrupt profile: the {types[col][0]} values add up past 2**62, too large to total exactly"
             )
     # JAX's two labels become columns.
     label_dicts = [{k: t for k, t, _ in ls} for ls in label_sets]
-    kinds = np.array([d.get("kind", "") for d in label_dicts], dtype=object)[label_ids]
-    devices = np.array([d.get("device", "") for d in label_dicts], dtype=object)[label_ids]
-
-    samples = pd.DataFrame(
-        {
-            "sample_id": np.arange(n, dtype=np.int64),
-            "kind": kinds,
-            "device": devices,
-            "count": values[:, count_index] if count_index is not None else np.zeros(n, np.int64),
-            "bytes": values[:, value_index],
-            "stack_id": stack_ids,
-        }
-    )
-    keys = list(frame_index)
-    frames = pd.DataFrame(
-        {
-            "function": pd.Series([k[0] for k in keys], dtype=object),
-            "file": pd.Series([k[1] for k in keys], dtype=object),
-            "line": np.fromiter((k[2] for k in keys), dtype=np.int64, count=len(keys)),
-        }
-    )
-    frames.index.name = "frame_id"
-    sample_types = pd.DataFrame(
-        {"index": range(ntypes), "type": [t for t, _ in types], "unit": [u for _, u in types]}
-    )
+    parts.label_kd = [(d.get("kind", ""), d.get("device", "")) for d in label_dicts]
     return Profile(
         source=name,
-        samples=samples,
-        frames=frames,
         stacks=tuple(stacks),
         label_sets=tuple(label_sets),
-        label_ids=label_ids,
-        sample_types=sample_types,
         value_index=value_index,
         count_index=count_index,
         time_nanos=int(msg.time_nanos),
         duration_nanos=int(msg.duration_nanos),
         comments=tuple(strings.get(c, "a comment") for c in msg.comment),
+        _parts=parts,
     )

@@ -6,8 +6,6 @@ from __future__ import annotations
 import csv
 from typing import TextIO
 
-import pandas as pd
-
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
 
@@ -16,13 +14,20 @@ def neutralise(value: str) -> str:
     return "'" + value if value.startswith(_FORMULA_START) else value
 
 
-def write_csv(rows: pd.DataFrame, out: TextIO) -> None:
-    """Write ``rows`` (header plus one line per row); object (text) columns
-    are neutralised, numeric columns written as they are."""
+def write_csv(rows, out: TextIO) -> None:
+    """Write ``rows`` (a DataFrame, or a plain Table of show's and diff's
+    results: header plus one line per row); object (text) columns are
+    neutralised, numeric columns written as they are."""
     # CRLF, the standard CSV line end: with it the writer quotes every cell
     # holding a CR or LF, so no name can start a row of its own.
     writer = csv.writer(out, lineterminator="\r\n")
     writer.writerow(list(rows.columns))
+    if not hasattr(rows, "itertuples"):  # a plain Table: text is str, numbers int or float, nothing missing
+        for rec in rows.rows:
+            writer.writerow([neutralise(v) if isinstance(v, str) else "" if v is None else v for v in rec])
+        return
+    import pandas as pd
+
     text_cols = [i for i, c in enumerate(rows.columns) if rows[c].dtype == object or pd.api.types.is_string_dtype(rows[c])]
     if rows.isna().to_numpy().any():
         rows = rows.astype(object).where(rows.notna(), "")  # a missing value is an empty cell

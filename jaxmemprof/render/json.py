@@ -4,19 +4,22 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from typing import TextIO
-
-import pandas as pd
 
 SCHEMA_VERSION = 1
 
 
-def records(rows: pd.DataFrame) -> list[dict]:
+def records(rows) -> list[dict]:
+    """A DataFrame's rows as dicts (a plain Table's too)."""
+    if not hasattr(rows, "to_dict"):
+        return rows.records()
     return rows.to_dict(orient="records")
 
 
 def _default(o):
-    if o is pd.NA or o is pd.NaT:
+    pd = sys.modules.get("pandas")  # none of its values can be here if it was never imported
+    if pd is not None and (o is pd.NA or o is pd.NaT):
         return None
     if hasattr(o, "item"):  # numpy scalars
         return o.item()

@@ -3,18 +3,30 @@ carry: the same columns in both, as documented in the README."""
 
 from __future__ import annotations
 
-import pandas as pd
+from typing import TYPE_CHECKING
 
-from jaxmemprof.analysis.groups import Diff, Summary
-from jaxmemprof.render.json import records
+from jaxmemprof.analysis.groups import Diff, Summary, Table, table_of
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 SHOW_VALUES = ("bytes", "count", "share")
 DIFF_VALUES = ("base_bytes", "new_bytes", "delta_bytes", "base_count", "new_count", "delta_count")
 
 
-def table(result: Summary | Diff) -> pd.DataFrame:
+def _columns(result: Summary | Diff) -> list[str]:
     values = SHOW_VALUES if isinstance(result, Summary) else DIFF_VALUES
-    return result.rows[list(result.key_columns) + list(values)]
+    return list(result.key_columns) + list(values)
+
+
+def table(result: Summary | Diff) -> pd.DataFrame:
+    return result.rows[_columns(result)]
+
+
+def plain_table(result: Summary | Diff) -> Table:
+    """:func:`table` as a plain :class:`~jaxmemprof.analysis.groups.Table`
+    (no pandas), for write_csv."""
+    return table_of(result).select(_columns(result))
 
 
 def document(command: str, inputs: list[str], result: Summary | Diff, value_type: str) -> dict:
@@ -30,12 +42,12 @@ def document(command: str, inputs: list[str], result: Summary | Diff, value_type
     else:
         doc["totals"] = dict(result.totals)
         doc["unchanged_rows"] = result.unchanged_rows
-    doc["devices"] = records(result.devices)
-    doc["kinds"] = records(result.kinds)
+    doc["devices"] = table_of(result, "devices").records()
+    doc["kinds"] = table_of(result, "kinds").records()
     doc["omitted"] = {
         "rows": result.omitted_rows,
         "bytes" if show else "delta_bytes": result.omitted_bytes,
         "count" if show else "delta_count": result.omitted_count,
     }
-    doc["rows"] = records(table(result))
+    doc["rows"] = table_of(result).records(_columns(result))
     return doc

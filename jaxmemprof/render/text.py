@@ -12,7 +12,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from jaxmemprof.analysis.groups import Diff, Summary
+from jaxmemprof.analysis.groups import Diff, Summary, table_of
+from jaxmemprof.analysis.groups import Table as Rows
 from jaxmemprof.render.escape import safe
 from jaxmemprof.units import format_bytes
 
@@ -52,6 +53,13 @@ def _key_text(row, result) -> str:
     return safe(value) if value != "" else "(none)"
 
 
+def _key_texts(rows: Rows, result) -> list[str]:
+    """:func:`_key_text` of each of a Table's rows."""
+    if result.by == "site":
+        return [safe(v) for v in rows.column("site")]
+    return [safe(v) if v != "" else "(none)" for v in rows.column(result.key_columns[0])]
+
+
 def _pct(x: float) -> str:
     return f"{100 * x:.1f}%"
 
@@ -68,14 +76,10 @@ def render_summary(summary: Summary, con: Console, *, title: str, value_type: st
     table.add_column("%", justify="right", no_wrap=True)
     table.add_column("cum %", justify="right", no_wrap=True)
     table.add_column(summary.by, overflow="fold")
-    for _, row in summary.rows.iterrows():
-        table.add_row(
-            format_bytes(row["bytes"]),
-            str(row["count"]),
-            _pct(row["share"]),
-            _pct(row["cum_share"]),
-            Text(_key_text(row, summary)),
-        )
+    rows = table_of(summary)
+    cols = [rows.column(c) for c in ("bytes", "count", "share", "cum_share")]
+    for b, c, share, cum, key in zip(*cols, _key_texts(rows, summary)):
+        table.add_row(format_bytes(b), str(c), _pct(share), _pct(cum), Text(key))
     con.print(table)
     if summary.omitted_rows:
         con.print(
@@ -84,17 +88,18 @@ def render_summary(summary: Summary, con: Console, *, title: str, value_type: st
         )
     con.print(
         f"total: {format_bytes(summary.total_bytes)} in {summary.total_count} allocations "
-        f"({value_type}, {len(summary.rows) + summary.omitted_rows} {_PLURAL[summary.by]})"
+        f"({value_type}, {len(rows) + summary.omitted_rows} {_PLURAL[summary.by]})"
     )
-    _render_breakdown(con, "by device", summary.devices, "device")
-    _render_breakdown(con, "by kind", summary.kinds, "kind")
+    _render_breakdown(con, "by device", table_of(summary, "devices"), "device")
+    _render_breakdown(con, "by kind", table_of(summary, "kinds"), "kind")
 
 
-def _render_breakdown(con: Console, label: str, rows, key: str) -> None:
-    if len(rows) <= 1 and (len(rows) == 0 or rows[key].iloc[0] == ""):
+def _render_breakdown(con: Console, label: str, rows: Rows, key: str) -> None:
+    keys = rows.column(key)
+    if len(keys) <= 1 and (len(keys) == 0 or keys[0] == ""):
         return
     parts = []
-    for _, r in rows.iterrows():
+    for r in rows.records():
         name = safe(r[key]) or f"(no {key})"
         if "delta_bytes" in r:
             parts.append(
@@ -114,14 +119,16 @@ def render_diff(d: Diff, con: Console, *, title: str, value_type: str) -> None:
     table.add_column("new", justify="right", no_wrap=True)
     table.add_column("delta count", justify="right", no_wrap=True)
     table.add_column(d.by, overflow="fold")
-    for _, row in d.rows.iterrows():
-        delta = int(row["delta_bytes"])
+    rows = table_of(d)
+    cols = [rows.column(c) for c in ("delta_bytes", "base_bytes", "new_bytes", "delta_count")]
+    for delta, base, new, dcount, key in zip(*cols, _key_texts(rows, d)):
+        delta, dcount = int(delta), int(dcount)
         table.add_row(
             Text(format_bytes(delta, signed=True), style=_delta_style(delta)),
-            format_bytes(row["base_bytes"]),
-            format_bytes(row["new_bytes"]),
-            Text(f"{int(row['delta_count']):+d}", style=_delta_style(int(row["delta_count"]))),
-            Text(_key_text(row, d)),
+            format_bytes(base),
+            format_bytes(new),
+            Text(f"{dcount:+d}", style=_delta_style(dcount)),
+            Text(key),
         )
     con.print(table)
     if d.omitted_rows:
@@ -136,8 +143,8 @@ def render_diff(d: Diff, con: Console, *, title: str, value_type: str) -> None:
     total.append(format_bytes(t["delta_bytes"], signed=True), style=_delta_style(t["delta_bytes"]))
     total.append(f", {t['delta_count']:+d} allocations; {value_type})")
     con.print(total)
-    _render_breakdown(con, "by device", d.devices, "device")
-    _render_breakdown(con, "by kind", d.kinds, "kind")
+    _render_breakdown(con, "by device", table_of(d, "devices"), "device")
+    _render_breakdown(con, "by kind", table_of(d, "kinds"), "kind")
 
 
 def render_run_summary(ov, con: Console, *, target: str, run_dir: str, warnings: list[str]) -> None:

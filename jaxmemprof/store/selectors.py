@@ -99,9 +99,6 @@ def select(run, sel: str) -> int:
 def resolve(spec: str, default: str = "peak", process: int | None = None) -> ProfileRef:
     """A profile file, ``RUN@SEL``, or a bare run directory (``default``);
     on a job, the whole job or (``process``) one of its processes."""
-    from jaxmemprof.store import job as jobs
-    from jaxmemprof.store.reader import load_run
-
     check_not_empty(spec)
     base, sel = split_selector(spec)
     path = Path(base)
@@ -109,6 +106,10 @@ def resolve(spec: str, default: str = "peak", process: int | None = None) -> Pro
         if process is not None:
             raise InputError(spec, "is a profile file: --process picks a process of a multi-process job")
         return ProfileRef(name=spec, path=path)
+    # Only a run needs these (and pandas): a profile file is read without them.
+    from jaxmemprof.store import job as jobs
+    from jaxmemprof.store.reader import load_run
+
     if jobs.is_job_directory(path):
         if process is not None:
             base, path = _process_of(path, process)
