@@ -448,4 +448,4 @@ def test_report_shows_labels_and_manifest_fields_as_data(tmp_path):
     assert_terminal_safe(proc.stdout)
     out = proc.stdout.decode()
     assert "[link=http://evil.example/]click[/link][bold]\\x1b[31m" in out
-    assert "backend \\x1b]0;title\\x07cpu" in out and "ended by exit\\x1b[2J" in out
+    assert "; \\x1b]0;title\\x07cpu, 1 device" in out and "exit status 0 (exit\\x1b[2J)" in out

@@ -157,7 +157,11 @@ def _typed(df: pd.DataFrame, table: str, warnings: list, spec=None) -> pd.DataFr
         out[c] = col.where(np.isfinite(col) & (col.abs() < 2.0**53))
     for c in text:
         col = df[c] if c in df.columns else pd.Series(None, index=df.index, dtype=object)
-        out[c] = col.map(_text).astype(object)
+        if pd.api.types.infer_dtype(col, skipna=True) in ("string", "empty"):
+            col = col.astype(object)  # text already: kept, with None where missing
+            out[c] = col.where(col.notna(), None)
+        else:
+            out[c] = col.map(_text).astype(object)
     bad = out[[c for c in required if c in out.columns]].isna().any(axis=1) if required else None
     if bad is not None and bad.any():
         warnings.append(f"{int(bad.sum())} row(s) of the journal's {table} are damaged and left out")
@@ -278,9 +282,12 @@ def _connect(db_path: Path) -> sqlite3.Connection:
         # A read-only directory: read the file as it is.
         con = sqlite3.connect(f"{uri}?immutable=1", uri=True)
         con.execute("SELECT count(*) FROM sqlite_master").fetchone()
-    # Text that is not UTF-8 is shown escaped rather than failing the run.
-    con.text_factory = lambda b: b.decode("utf-8", "backslashreplace")
     return con
+
+
+def _tolerant_text(b: bytes) -> str:
+    """Text that is not UTF-8, shown escaped rather than failing the run."""
+    return b.decode("utf-8", "backslashreplace")
 
 
 def _query(con, table: str, warnings: list, spec=None) -> pd.DataFrame:
@@ -294,7 +301,16 @@ def _read(con, table: str, warnings: list) -> pd.DataFrame:
     are millions of rows, and a row's Python objects are many times the
     size of its columns."""
     try:
-        chunks = list(pd.read_sql_query(f"SELECT * FROM {table}", con, chunksize=_CHUNK_ROWS))
+        try:  # sqlite3's own decoding, in C, for the usual table of UTF-8 text
+            chunks = list(pd.read_sql_query(f"SELECT * FROM {table}", con, chunksize=_CHUNK_ROWS))
+        except (sqlite3.OperationalError, pd.errors.DatabaseError, UnicodeDecodeError) as exc:
+            if "decode" not in str(exc).lower():
+                raise
+            con.text_factory = _tolerant_text  # a damaged cell: read the table again, escaping it
+            try:
+                chunks = list(pd.read_sql_query(f"SELECT * FROM {table}", con, chunksize=_CHUNK_ROWS))
+            finally:
+                con.text_factory = str
         return chunks[0] if len(chunks) == 1 else pd.concat(chunks, ignore_index=True)
     except (sqlite3.Error, pd.errors.DatabaseError, UnicodeDecodeError) as exc:
         if not (table in _ADDED_TABLES and "no such table" in str(exc)):  # not in a run recorded before them
@@ -335,7 +351,7 @@ def _parse_lists(df: pd.DataFrame, columns) -> pd.DataFrame:
         # Many rows share a text (shapes, devices): parse each distinct one once.
         codes, uniques = pd.factorize(df[col], use_na_sentinel=False)
         parsed = np.empty(len(uniques), dtype=object)
-        parsed[:] = [_json_list(u, ok) for u in uniques]
+        parsed[:] = _parse_uniques(np.asarray(uniques, dtype=object), ok)
         df[col] = parsed[codes]
     return df
 
@@ -482,6 +498,29 @@ def _array_intervals(arrays: pd.DataFrame, ends: pd.DataFrame, snaps: pd.DataFra
     cols = ["array_id", "py_id", "first_snapshot", "last_snapshot", "end_snapshot", "how", "shape", "dtype",
             "nbytes", "shard_bytes", "devices", "addresses", "sharding", "memory_kind", "stack_id"]
     return out[cols]
+
+
+_ONE_COUNT = r"\[(?:0|[1-9]\d{0,17})\]"  # "[140312420899712]": one address or size, below 10**18 < 2**63
+
+
+def _parse_uniques(texts: np.ndarray, ok) -> list:
+    """_json_list of each text; the usual one-number list ("[4096]", an
+    address or a size of a single-device array) read without the JSON
+    parser, the rest with it."""
+    out = [()] * len(texts)
+    s = pd.Series(texts, dtype=object)
+    is_text = s.map(type).to_numpy() == str
+    one = np.zeros(len(texts), dtype=bool)
+    if ok in (_is_count, _is_address) and is_text.any():
+        digits = s[is_text].astype(str).str.fullmatch(_ONE_COUNT)
+        one[np.flatnonzero(is_text)[digits.to_numpy(dtype=bool)]] = True
+        if one.any():
+            values = s[one].astype(str).str.slice(1, -1).astype(np.int64).tolist()
+            for i, v in zip(np.flatnonzero(one).tolist(), values):
+                out[i] = (v,)
+    for i in np.flatnonzero(~one).tolist():
+        out[i] = _json_list(texts[i], ok)
+    return out
 
 
 def _json_list(text, ok) -> tuple:
