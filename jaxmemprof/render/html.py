@@ -29,6 +29,7 @@ from jaxmemprof.render.json import _clean, _default
 
 FORMAT_VERSION = 1
 LIFETIME_ARRAYS = 150  # the largest arrays drawn as bars
+LIFETIME_PER_SITE = 40  # at most this many of them made at one line
 MAX_MARKERS = 1000  # ticks drawn (evenly chosen beyond)
 _SCRIPT_ESCAPES = {ord("<"): "\\u003c", ord(">"): "\\u003e", ord("&"): "\\u0026",
                    0x2028: "\\u2028", 0x2029: "\\u2029"}
@@ -244,7 +245,9 @@ def _lifetimes(rep, t_shift: float = 0.0) -> list:
     a = rep.arrays
     if a is None or a.empty:
         return []
-    a = a.sort_values(["bytes", "lifetime_s", "array_id"], ascending=[False, False, True]).head(LIFETIME_ARRAYS)
+    # The largest, at most LIFETIME_PER_SITE of one line (so that one line's many arrays leave room for others).
+    a = a.sort_values(["bytes", "lifetime_s", "array_id"], ascending=[False, False, True])
+    a = a[a.groupby("site", sort=False).cumcount() < LIFETIME_PER_SITE].head(LIFETIME_ARRAYS)
     out = []
     for r in a.itertuples(index=False):
         shape = r.shape if isinstance(r.shape, tuple) else ()

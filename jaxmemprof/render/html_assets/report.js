@@ -362,9 +362,11 @@
       }
       line(inUse, "line-inuse", "bytes_in_use");
       if (limitShown) line(limit, "line-limit", "bytes_limit");
-      if (tp) {
+      var top = 0; for (var jt = 0; jt < P; jt++) if (cur.total[jt] > top) top = cur.total[jt];
+      if (tp > top) {  // above the snapshot peak (else it is the peak itself)
         add(g, sv("line", { x1: M.l, x2: W - M.r, y1: Y(tp), y2: Y(tp), "class": "line-truepeak" }));
-        add(g, sv("text", { x: W - M.r - 4, y: Y(tp) - 4, "class": "label", "text-anchor": "end" }, "estimated true peak " + bytes(tp)));
+        add(g, sv("text", { x: M.l + 6, y: Y(tp) - 4, "class": "label" }, "estimated true peak " + bytes(tp) +
+          (D.true_peak.where ? " (" + D.true_peak.where + ")" : "")));
       }
       // the peak
       var pj = 0; for (var j2 = 1; j2 < P; j2++) if (cur.total[j2] > cur.total[pj]) pj = j2;
@@ -617,14 +619,10 @@
   function lifetimes() {
     var L = D.lifetimes || [];
     var s = section("lifetimes", "Lifetimes of the largest arrays",
-      L.length ? "The " + L.length + " largest arrays, grouped by the line that made them: each bar runs from the first snapshot that saw the array to the last (hatched to the end of the run: still alive)." : null);
+      L.length ? "The " + L.length + " largest arrays (at most 40 from one line), grouped by the line that made them: each bar runs from the first snapshot that saw the array to its end, or to the end of the run for one still alive." : null);
     if (!L.length) { add(s, el("p", "hint", "This run has no per-array records (a directory of profiles).")); return; }
     var bySite = {}, order = [];
-    var PER_SITE = 40, hidden = {};
-    L.forEach(function (a) {
-      if (!bySite[a.site]) { bySite[a.site] = []; order.push(a.site); hidden[a.site] = 0; }
-      if (bySite[a.site].length < PER_SITE) bySite[a.site].push(a); else hidden[a.site]++;
-    });
+    L.forEach(function (a) { if (!bySite[a.site]) { bySite[a.site] = []; order.push(a.site); } bySite[a.site].push(a); });
     order.sort(function (x, y) { return bySite[y].reduce(function (v, a) { return v + a.bytes; }, 0) - bySite[x].reduce(function (v, a) { return v + a.bytes; }, 0); });
     var t = snaps.t, tMin = t[0], tMax = t[t.length - 1]; if (tMax <= tMin) tMax = tMin + 1;
     var chart = add(s, el("div", "chart"));
@@ -637,7 +635,7 @@
       function X(v) { return M.l + (v - tMin) / (tMax - tMin) * (W - M.l - M.r); }
       order.forEach(function (site) {
         var color = siteColor[site] || OTHER;
-        add(g, sv("text", { x: M.l, y: y + 12, "class": "lt-site" }, site + " \u00b7 " + (bySite[site].length + hidden[site]) + " arrays" + (hidden[site] ? " (the " + bySite[site].length + " largest drawn)" : "")));
+        add(g, sv("text", { x: M.l, y: y + 12, "class": "lt-site" }, site + " \u00b7 " + bySite[site].length + (bySite[site].length === 1 ? " array" : " arrays")));
         y += HEAD;
         bySite[site].sort(function (a, b) { return a.start - b.start; }).forEach(function (a) {
           var end = a.alive_at_end ? tMax : (a.end !== null ? a.end : a.last);
