@@ -115,11 +115,14 @@ def pytest_runtest_call(item):
     if measured is None:
         return result
     item.user_properties.append((_PROPERTY, measured.peak_bytes))
+    over = limit is not None and measured.peak_bytes > limit
+    leaked = leak_limit is not None and measured.leak_bytes > leak_limit
+    n = 2 if over and leaked else 5  # 6 lines at most in all
     problems = []
-    if limit is not None and measured.peak_bytes > limit:
-        problems.append(_peak_message(measured, limit))
-    if leak_limit is not None and measured.leak_bytes > leak_limit:
-        problems.append(_leak_message(measured, leak_limit))
+    if over:
+        problems.append(_peak_message(measured, limit, n))
+    if leaked:
+        problems.append(_leak_message(measured, leak_limit, n))
     if problems:
         pytest.fail("\n".join(problems), pytrace=False)
     return result
@@ -257,7 +260,7 @@ def _lines(pairs, n: int) -> list[str]:
     return [f"  {format_bytes(b):>10}  {safe(site)}" for site, b in pairs[:n]]
 
 
-def _peak_message(m, limit: int) -> str:
+def _peak_message(m, limit: int, n: int = 5) -> str:
     """At most 6 lines: the figures, then the lines holding the memory."""
     from jaxmemprof.render.escape import safe
     from jaxmemprof.units import format_bytes
@@ -267,17 +270,17 @@ def _peak_message(m, limit: int) -> str:
         call = f" ({safe(m.jit_call_site)})" if m.jit_call_site else ""
         head += f", {safe(m.jit_where)}{call}"
         if m.jit_lines:
-            return "\n".join([head + "; XLA's buffers at its peak:", *_lines(m.jit_lines, 5)])
+            return "\n".join([head + "; XLA's buffers at its peak:", *_lines(m.jit_lines, n)])
         head += "; held by"
-    return "\n".join([head + ":", *_lines(m.peak_sites, 5)])
+    return "\n".join([head + ":", *_lines(m.peak_sites, n)])
 
 
-def _leak_message(m, limit: int) -> str:
+def _leak_message(m, limit: int, n: int = 5) -> str:
     from jaxmemprof.units import format_bytes
 
     head = (f"device memory leak: {format_bytes(m.leak_bytes)} more alive after the test than before it "
             f"exceeds limit_device_leaks {format_bytes(limit)}; made at:")
-    return "\n".join([head, *_lines(m.leak_sites, 5)])
+    return "\n".join([head, *_lines(m.leak_sites, n)])
 
 
 class _Peaks:

@@ -59,6 +59,14 @@ def test_inside_jit():
     f(x).block_until_ready()
 
 
+@pytest.mark.limit_device_memory("1 MiB")
+@pytest.mark.limit_device_leaks("1 MiB")
+def test_over_and_leaking():
+    for i in range(4):
+        kept.append(jnp.full((256, 1024), i, jnp.float32))  # LINE-BOTH: 4 x 1 MiB kept
+    a = jnp.ones((512, 1024), jnp.float32)  # LINE-RET: 2 MiB more at the return
+
+
 @pytest.fixture
 def weights():
     return jnp.zeros((1024, 1024), jnp.float32)  # 4 MiB, made by the fixture before the test
@@ -115,7 +123,8 @@ def test_limits_on_real_tests(suite):
     got = outcomes(result)
     assert got == {"test_over": "FAILED", "test_under": "PASSED", "test_leaks": "FAILED",
                    "test_leaks_within": "PASSED", "test_inside_jit": "FAILED", "test_temporary_jit": "FAILED",
-                   "test_fixture_not_counted": "PASSED", "test_unmarked": "PASSED"}, \
+                   "test_fixture_not_counted": "PASSED", "test_over_and_leaking": "FAILED",
+                   "test_unmarked": "PASSED"}, \
         result.stdout.str()
 
     # Over the limit: both 2 MiB arrays, by the lines that made them, the
@@ -149,11 +158,22 @@ def test_limits_on_real_tests(suite):
 
     # --jaxmemprof: every test's peak, largest first.
     text = result.stdout.str()
-    summary = text[text.index("jaxmemprof: device memory peak of the top 8 of 8 tests"):].splitlines()[1:9]
+    summary = text[text.index("jaxmemprof: device memory peak of the top 9 of 9 tests"):].splitlines()[1:10]
     names = [line.split("::")[-1] for line in summary]
     assert names[0] in ("test_inside_jit", "test_temporary_jit"), summary
+
+    # Over both limits: the two messages share the 6 lines (2 sites each at most).
+    both = failure_text(result, "test_over_and_leaking")
+    kept_line, ret_line = line_of(path, "LINE-BOTH"), line_of(path, "LINE-RET")
+    assert both[:3] == ["device memory peak 6.00 MiB exceeds limit_device_memory 1.00 MiB:",
+                        f"    4.00 MiB  test_memory.py:{kept_line} (test_over_and_leaking)",
+                        f"    2.00 MiB  test_memory.py:{ret_line} (test_over_and_leaking)"], both
+    assert len(both) == 5, both
+    assert both[3].startswith("device memory leak: 4.00 MiB more alive after the test"), both
+    assert both[4] == f"    4.00 MiB  test_memory.py:{kept_line} (test_over_and_leaking)", both
     assert set(names) == {"test_over", "test_under", "test_leaks", "test_leaks_within", "test_inside_jit",
-                          "test_temporary_jit", "test_fixture_not_counted", "test_unmarked"}
+                          "test_temporary_jit", "test_fixture_not_counted", "test_over_and_leaking",
+                          "test_unmarked"}
     assert any(line.split() == ["512.00", "KiB", "test_memory.py::test_unmarked"] for line in summary), summary
     # Each peak is a property of the test's report, which --junitxml writes.
     junit = (pytester.path / "junit.xml").read_text()
@@ -170,13 +190,14 @@ def test_under_xdist(suite):
     got = outcomes(result)
     assert got == {"test_over": "FAILED", "test_under": "PASSED", "test_leaks": "FAILED",
                    "test_leaks_within": "PASSED", "test_inside_jit": "FAILED", "test_temporary_jit": "FAILED",
-                   "test_fixture_not_counted": "PASSED", "test_unmarked": "PASSED"}, \
+                   "test_fixture_not_counted": "PASSED", "test_over_and_leaking": "FAILED",
+                   "test_unmarked": "PASSED"}, \
         result.stdout.str()
     text = result.stdout.str()
     assert "created: 2/2 workers" in text or "2 workers" in text, text
     assert f"test_memory.py:{line_of(path, 'LINE-LEAK')} (test_leaks)" in text
     # The workers' peaks reach the controller's summary.
-    assert "jaxmemprof: device memory peak of the top 8 of 8 tests" in text, text
+    assert "jaxmemprof: device memory peak of the top 9 of 9 tests" in text, text
 
 
 def test_bad_marker_fails_that_test_only(pytester, monkeypatch):
