@@ -16,7 +16,7 @@ import pytest
 
 from conftest import cpu_env, line_of, run_cli, write_script
 
-STEPS = 60
+STEPS = 150  # 30 s: the test ends it sooner (killed at teardown); margin for a slow machine
 
 GROW = """
 import time
