@@ -146,7 +146,13 @@ def test_once_on_a_finished_run_and_a_job(tmp_path):
     script = write_script(tmp_path, "grow.py", GROW.replace(f"range({STEPS})", "range(4)").replace(
         "time.sleep(0.2)", "pass"))
     run_cli("run", "-q", "-o", "done", script, cwd=tmp_path, check=0)
+
+    def contents():
+        return {p.relative_to(tmp_path / "done"): p.read_bytes() for p in (tmp_path / "done").rglob("*") if p.is_file()}
+
+    before = contents()
     out = run_cli("top", "done", "--once", cwd=tmp_path, check=0).stdout
+    assert contents() == before  # read only: no byte written, no file made (no -wal, no -shm)
     assert out.startswith("done  finished (exit status 0)  ") and out.splitlines()[0].endswith("grow.py"), out
     for n in (0, 1):
         shutil.copytree(tmp_path / "done", tmp_path / "job" / f"process-{n}")
