@@ -217,6 +217,17 @@ def test_differential_flame_graph_first_to_final_and_any_two(known, browser):
     assert diff[leak] == [3 * LEAK_BYTES, LEAK_BYTES, 2 * LEAK_BYTES]
     assert diff[big] == [BIG_BYTES, 0, BIG_BYTES]
     assert diff["all"][2] == 2 * LEAK_BYTES + BIG_BYTES
+    # with "a click sets: the diff's base", a click on the timeline at the peak makes the peak the base
+    page.evaluate("document.querySelector('input[name=jmp-click][value=base]').click()")
+    page.evaluate("""(() => {
+        const svg = document.getElementById('jmp-timeline'), r = svg.getBoundingClientRect();
+        const c = svg.querySelector('circle.peak'), hit = svg.querySelector('rect.hit');
+        hit.dispatchEvent(new MouseEvent('click', {bubbles: true, clientX: r.left + Number(c.getAttribute('cx')),
+                                                   clientY: r.top + 100}));
+    })()""")
+    assert "'big'" in page.evaluate("(s => s.options[s.selectedIndex].text)(document.getElementById('jmp-base'))")
+    diff = by_name(nodes(page, "jmp-diff"))
+    assert diff["all"][2] == 0 and diff[big] == [BIG_BYTES, BIG_BYTES, 0]
 
 
 @needs_browser
