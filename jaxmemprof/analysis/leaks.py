@@ -488,7 +488,7 @@ def leak_findings(leaks_df: pd.DataFrame, recompiles_df: pd.DataFrame,
         out.append(Finding(
             rule="recompile", case="executables", severity="medium" if count >= 10 else "low", site=str(r.site),
             saving_bytes=saving, facts={
-                "function": r.name or "", "executables": count, "first_count": int(r.first_count),
+                "name": r.name or "", "executables": count, "first_count": int(r.first_count),
                 "first_snapshot": int(r.first_snapshot), "last_count": int(r.last_count),
                 "generated_code_bytes": code}))
     for r in suspects.itertuples(index=False) if len(suspects) else ():

@@ -150,7 +150,7 @@ def _leak(f: Finding, x: dict) -> Words:
 
 
 def _recompile(f: Finding, x: dict) -> Words:
-    what = x.get("function") or "executables"
+    what = x.get("name") or "executables"
     count = x["executables"]
     evidence = (f"{count} executables loaded at most; {x['first_count']} when first seen (snapshot "
                 f"{x['first_snapshot']}), {x['last_count']} at the last snapshot; generated code "
@@ -247,7 +247,7 @@ def _unusable(f: Finding, x: dict) -> Words:
         brief=f"{x['function']} donates {args}, but no output can take {'its' if len(x['arguments']) == 1 else 'their'}"
               f" buffers.",
         brief_fix=f"stop donating {args}, or return an output of the same shape and dtype",
-        message=(f"{x['function']} donates {_list(x['leaves'])}, but no output has that shape and dtype, so the "
+        message=(f"{x['function']} donates {_list(x['lost_leaves'])}, but no output has that shape and dtype, so the "
                  f"buffer cannot be reused and stays alive{warned}."),
         fix=(f"stop donating {args} of {x['function']}, or return an output of the same shape and dtype so that "
              f"XLA can write into it"),
@@ -398,9 +398,9 @@ def _env_both_refused(f: Finding, x: dict) -> Words:
     return Words(
         brief=f"Both {FRACTION} and {OLD_FRACTION} are set: JAX then starts without its CUDA backend.",
         brief_fix=f"unset {OLD_FRACTION}",
-        message=(f"Both {FRACTION}={x['fraction']} and {OLD_FRACTION}={x['old_fraction']} are set: jaxlib "
+        message=(f"Both {FRACTION}={x['fraction_value']} and {OLD_FRACTION}={x['old_fraction_value']} are set: jaxlib "
                  f"{_version(x)} raises ValueError when both are, and JAX then starts without its CUDA backend."),
-        fix=f"Unset {OLD_FRACTION} (deprecated) and keep {FRACTION}={x['fraction']}. See {DOCS_URL}",
+        fix=f"Unset {OLD_FRACTION} (deprecated) and keep {FRACTION}={x['fraction_value']}. See {DOCS_URL}",
         evidence=(f"jaxlib 0.4.32 and later read {FRACTION} and refuse {OLD_FRACTION} beside it "
                   "(jaxlib/xla_client.py, generate_pjrt_gpu_plugin_options); the CUDA plugin calls it while "
                   "initialising and JAX only logs the error ('Jax plugin configuration error'); " + where))
@@ -410,9 +410,9 @@ def _env_both_old(f: Finding, x: dict) -> Words:
     return Words(
         brief=f"Both {FRACTION} and {OLD_FRACTION} are set: jaxlib {_version(x)} reads only {OLD_FRACTION}.",
         brief_fix=f"unset {FRACTION}",
-        message=(f"Both {FRACTION}={x['fraction']} and {OLD_FRACTION}={x['old_fraction']} are set: jaxlib "
+        message=(f"Both {FRACTION}={x['fraction_value']} and {OLD_FRACTION}={x['old_fraction_value']} are set: jaxlib "
                  f"{_version(x)} reads only {OLD_FRACTION}, and jaxlib 0.4.32 and later refuse the two together."),
-        fix=(f"Unset {FRACTION} and keep {OLD_FRACTION}={x['old_fraction']} while on jaxlib {_version(x)}; after "
+        fix=(f"Unset {FRACTION} and keep {OLD_FRACTION}={x['old_fraction_value']} while on jaxlib {_version(x)}; after "
              f"upgrading to 0.4.32 or later, rename it to {FRACTION}. See {DOCS_URL}"),
         evidence=(f"jaxlib before 0.4.32 reads only {OLD_FRACTION} (jaxlib/xla_client.py of 0.4.31); "
                   "from 0.4.32 on, both set raise ValueError"))
@@ -421,10 +421,10 @@ def _env_both_old(f: Finding, x: dict) -> Words:
 def _env_ignored(f: Finding, x: dict) -> Words:
     return Words(
         brief=f"{FRACTION} is ignored: jaxlib {_version(x)} reads only {OLD_FRACTION}.",
-        brief_fix=f"{OLD_FRACTION}={x['fraction']} instead",
-        message=(f"{FRACTION}={x['fraction']} is ignored: jaxlib {_version(x)} reads only {OLD_FRACTION}, so the "
+        brief_fix=f"{OLD_FRACTION}={x['fraction_value']} instead",
+        message=(f"{FRACTION}={x['fraction_value']} is ignored: jaxlib {_version(x)} reads only {OLD_FRACTION}, so the "
                  f"pool used the default fraction {DEFAULT_FRACTION:.2f}."),
-        fix=f"Set {OLD_FRACTION}={x['fraction']} instead (and unset {FRACTION}), or upgrade jaxlib. See {DOCS_URL}",
+        fix=f"Set {OLD_FRACTION}={x['fraction_value']} instead (and unset {FRACTION}), or upgrade jaxlib. See {DOCS_URL}",
         evidence=f"{FRACTION} is read from jaxlib 0.4.32 on (jaxlib/xla_client.py)")
 
 

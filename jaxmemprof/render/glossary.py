@@ -527,13 +527,13 @@ FACTS: dict[tuple[str, str], tuple[str, ...]] = {
     ("leak", ""): ("growth_bytes_per_step", "growth_bytes_per_s", "live_bytes_first", "live_bytes_last",
                    "snapshots_used", "arrays_last", "tau", "p_value", "projected_bytes_after",
                    "projected_growth_bytes", "projected_steps", "projected_seconds", "projected_share_of_peak"),
-    ("recompile", "executables"): ("function", "executables", "first_count", "first_snapshot", "last_count",
+    ("recompile", "executables"): ("name", "executables", "first_count", "first_snapshot", "last_count",
                                    "generated_code_bytes"),
     ("recompile", "rejit"): ("function", "functions", "after_setup"),
     ("donate", ""): ("function", "wrapper", "defined_at", "arguments", "by_position", "leaves", "calls_sampled",
                      "devices", "saving_bytes_per_device", "first_kept", "also_donates", "change", "option",
                      "argnums", "argnames", "pass_first", "edited_line"),
-    ("donation-unusable", ""): ("function", "arguments", "leaves", "outputs", "call_index", "jax_warned"),
+    ("donation-unusable", ""): ("function", "arguments", "lost_leaves", "outputs", "call_index", "jax_warned"),
     ("donated-then-used", ""): ("error", "donating"),
     ("allocator-platform", ""): ("because",) + _PEAK,
     ("allocator-fraction", "raise"): _FRACTION_BASE + ("setting",) + _FRACTION_FIX,
@@ -545,10 +545,10 @@ FACTS: dict[tuple[str, str], tuple[str, ...]] = {
                                                      "fraction_needed") + _FRACTION_FIX,
     ("allocator-fragmentation", ""): ("device", "snapshot", "fragmentation", "pool_bytes", "bytes_in_use",
                                       "largest_free_block_bytes", "free_bytes", "preallocate", "preallocates"),
-    ("allocator-env", "both-refused"): ("fraction", "old_fraction", "jaxlib_version", "backend", "backend_seen",
+    ("allocator-env", "both-refused"): ("fraction_value", "old_fraction_value", "jaxlib_version", "backend", "backend_seen",
                                         "jax_platforms"),
-    ("allocator-env", "both-old-jaxlib"): ("fraction", "old_fraction", "jaxlib_version"),
-    ("allocator-env", "new-name-ignored"): ("fraction", "old_fraction", "jaxlib_version"),
+    ("allocator-env", "both-old-jaxlib"): ("fraction_value", "old_fraction_value", "jaxlib_version"),
+    ("allocator-env", "new-name-ignored"): ("fraction_value", "old_fraction_value", "jaxlib_version"),
     ("allocator-env", "preallocate-spelling"): ("preallocate",),
     ("fit", ""): ("device_bytes", "peak_bytes", "peak_source", "peak_device", "needed_bytes", "default_fraction",
                   "default_pool_bytes", "fits_by_default", "fraction_needed", "fits_at_all", "settings",
@@ -596,8 +596,9 @@ _FN = "The jitted function's name."
 FACT_MEANINGS: dict[str, dict[str, str]] = {
     "leak": {},
     "recompile": {
-        "function": "Case `executables`: the HLO module name (`jit_train_step`, empty for a directory of profiles); "
-                    "case `rejit`: the jitted functions' name.",
+        "name": "Case `executables`: the HLO module name (`jit_train_step`, empty for a directory of profiles), as "
+                "in recompiles.csv.",
+        "function": "Case `rejit`: the jitted functions' name.",
         "executables": "The most executables loaded at any snapshot (`max_count`).",
         "first_snapshot": "The first snapshot its executables were loaded in.",
         "generated_code_bytes": "Generated code bytes of its executables at the last snapshot (else the first); 0 on "
@@ -626,7 +627,7 @@ FACT_MEANINGS: dict[str, dict[str, str]] = {
     "donation-unusable": {
         "function": _FN,
         "arguments": "The donated arguments that lost a leaf.",
-        "leaves": "The donated leaves no output matches (`params[0] float32[1024]`).",
+        "lost_leaves": "The donated leaves no output matches (`params[0] float32[1024]`).",
         "outputs": "The shapes and dtypes of the call's outputs.",
         "call_index": "The sampled call that shows it (1: the first call).",
         "jax_warned": "True when JAX warned 'Some donated buffers were not usable' for those leaves.",
@@ -682,8 +683,8 @@ FACT_MEANINGS: dict[str, dict[str, str]] = {
         "preallocates": "True when the allocator preallocates its pool (BFC, preallocation not turned off).",
     },
     "allocator-env": {
-        "fraction": "`XLA_CLIENT_MEM_FRACTION` as set (a string; empty when unset).",
-        "old_fraction": "`XLA_PYTHON_CLIENT_MEM_FRACTION` as set (a string; empty when unset).",
+        "fraction_value": "`XLA_CLIENT_MEM_FRACTION` as set (a string; empty when unset).",
+        "old_fraction_value": "`XLA_PYTHON_CLIENT_MEM_FRACTION` as set (a string; empty when unset).",
         "jaxlib_version": "The jaxlib version the run recorded.",
         "backend": "The backend the run used.",
         "backend_seen": "`gpu` (a GPU backend ran nonetheless), `other-platforms` (`JAX_PLATFORMS` asked for none) "

@@ -452,7 +452,7 @@ def both_fractions_findings(env: dict, jaxlib_version: str | None, backend: str 
     else:
         seen = "other"
     return [Finding(rule="allocator-env", case="both-refused", severity="high", facts={
-        "fraction": new, "old_fraction": old, "jaxlib_version": jaxlib_version, "backend": backend,
+        "fraction_value": new, "old_fraction_value": old, "jaxlib_version": jaxlib_version, "backend": backend,
         "backend_seen": seen, "jax_platforms": env.get("JAX_PLATFORMS") or ""})]
 
 
@@ -461,7 +461,7 @@ def env_findings(env: dict, jaxlib_version: str | None, backend: str = "gpu") ->
     (rule ``allocator-env``)."""
     out = both_fractions_findings(env, jaxlib_version, backend)
     new, old = env.get(FRACTION) or "", env.get(OLD_FRACTION) or ""
-    facts = {"fraction": new, "old_fraction": old, "jaxlib_version": jaxlib_version}
+    facts = {"fraction_value": new, "old_fraction_value": old, "jaxlib_version": jaxlib_version}
     if new and old and not reads_new_fraction_name(jaxlib_version):
         out.append(Finding(rule="allocator-env", case="both-old-jaxlib", severity="medium", facts=facts))
     elif new and not reads_new_fraction_name(jaxlib_version):

@@ -383,7 +383,7 @@ def donation_findings(run, attribution: Attribution = Attribution()) -> list[Fin
             facts={
                 "function": str(fn["name"]),
                 "arguments": sorted({_arg_label(leaf) for leaf in lost}),
-                "leaves": [f"{_arg_label(leaf)}{leaf['path']} {_describe(leaf)}" for leaf in lost],
+                "lost_leaves": [f"{_arg_label(leaf)}{leaf['path']} {_describe(leaf)}" for leaf in lost],
                 "outputs": sorted({_describe(o) for o in outputs}),
                 "call_index": int(call["call_index"]),
                 "jax_warned": _warned(run, lost),
