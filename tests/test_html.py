@@ -194,6 +194,17 @@ def test_flame_graph_search_and_library_frames(known, browser):
     matched = page.evaluate("Array.from(document.querySelectorAll('#jmp-flame g.fnode.match')).map(g => g.dataset.name)")
     assert matched == [site(script, "SITE-BIG", "make_big")]
     assert "search: 1.00 MiB match" in page.evaluate("document.querySelector('#flame .flame-info').textContent")
+    # a click zooms into a bar: it spans the graph, its ancestors above it, nothing beside it
+    page.evaluate(f"""(() => {{ const g = Array.from(document.querySelectorAll('#jmp-flame g.fnode'))
+        .find(g => g.dataset.name === {json.dumps(site(script, "SITE-BIG", "make_big"))});
+        g.dispatchEvent(new MouseEvent('click', {{bubbles: true}})); }})()""")
+    zoomed = page.evaluate("""Array.from(document.querySelectorAll('#jmp-flame g.fnode')).map(g => [g.dataset.name,
+        g.classList.contains('ancestor'), Number(g.querySelector('rect').getAttribute('width'))])""")
+    width = page.evaluate("Number(document.getElementById('jmp-flame').getAttribute('width'))")
+    focus = [z for z in zoomed if z[0] == site(script, "SITE-BIG", "make_big")]
+    assert len(focus) == 1 and not focus[0][1] and focus[0][2] == pytest.approx(width - 0.5)
+    assert all(z[1] for z in zoomed if z[0] != focus[0][0])  # only its ancestors are left
+    assert "zoomed" in page.evaluate("document.querySelector('#flame .flame-info').textContent")
     page.evaluate("document.getElementById('jmp-lib').click()")
     with_lib = nodes(page, "jmp-flame")
     assert len(with_lib) > len(user_only)

@@ -494,7 +494,7 @@
       var zpath = state[opts.zoomKey] || [], focus = tree, chain = [tree];
       for (var i = 0; i < zpath.length; i++) { var c = focus.kids[zpath[i]]; if (!c) break; focus = c; chain.push(c); }
       var rows = [], maxDepth = 0, query = state.search.toLowerCase(), matched = 0;
-      chain.forEach(function (n, d) { rows.push({ n: n, d: d, x: 0, w: W, anc: true }); });
+      chain.forEach(function (n, d) { rows.push({ n: n, d: d, x: 0, w: W, anc: d < chain.length - 1 }); });
       function lay(n, d, x, w, inMatch) {
         var hitNow = query && n.frame >= 0 && n.name.toLowerCase().indexOf(query) >= 0;
         if (hitNow && !inMatch) matched += n.w;
