@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import stat
 import zlib
+from itertools import compress
 from pathlib import Path
 from typing import BinaryIO, Union
 
@@ -244,36 +246,59 @@ class _Parts:
         self.shift = shift
 
     def stack_groups(self, value_index, count_index):
-        from collections import Counter
-
         shift = self.shift
         mask = (1 << shift) - 1
-        rows, kd = self.value_rows, self.label_kd
-        # Per tail: bytes, count and label set.
-        info = [(rows[v][value_index], rows[v][count_index] if count_index is not None else 0, lab)
-                for v, lab in self.tails]
+        rows = self.value_rows
+        # Label sets with the same (kind, device) are one group.
+        group_of: dict = {}
+        kd_index = [group_of.setdefault(kd, len(group_of)) for kd in self.label_kd]
+        ngroups = max(len(group_of), 1)
+        tbytes = [rows[v][value_index] for v, _ in self.tails]
+        tcount = [rows[v][count_index] for v, _ in self.tails] if count_index is not None else None
+        tgroup = [kd_index[lab] for _, lab in self.tails]
+        nstacks = (max(self.codes) >> shift) + 1 if self.codes else 0
+        size = nstacks * ngroups
+        if size > 4 * len(self.codes) + 4096:
+            return self._stack_groups_sparse(tbytes, tcount, tgroup, ngroups)
+        nb = [0] * size
+        nc = [0] * size
+        seen = [False] * size
+        # The one loop over every sample: kept to list indexing.
+        if tcount is None:
+            for code in self.codes:
+                t = code & mask
+                g = (code >> shift) * ngroups + tgroup[t]
+                nb[g] += tbytes[t]
+                seen[g] = True
+        else:
+            for code in self.codes:
+                t = code & mask
+                g = (code >> shift) * ngroups + tgroup[t]
+                nb[g] += tbytes[t]
+                nc[g] += tcount[t]
+                seen[g] = True
+        kds = list(group_of)
+        return [(*kds[g % ngroups], g // ngroups, nb[g], nc[g]) for g in compress(range(size), seen)]
+
+    def _stack_groups_sparse(self, tbytes, tcount, tgroup, ngroups):
+        """:meth:`stack_groups` with a dict, when a list per (stack, group)
+        would be far larger than the samples (many label sets)."""
+        shift = self.shift
+        mask = (1 << shift) - 1
         acc: dict = {}
         get = acc.get
-        for code, m in Counter(self.codes).items():
-            b, c, lab = info[code & mask]
-            key = (code >> shift, lab)
-            a = get(key)
+        for code in self.codes:
+            t = code & mask
+            g = (code >> shift) * ngroups + tgroup[t]
+            a = get(g)
             if a is None:
-                acc[key] = [b * m, c * m]
+                acc[g] = [tbytes[t], tcount[t] if tcount is not None else 0]
             else:
-                a[0] += b * m
-                a[1] += c * m
-        out: dict = {}
-        for (sid, lab), (b, c) in acc.items():
-            k, d = kd[lab]
-            key = (k, d, sid)
-            a = out.get(key)
-            if a is None:
-                out[key] = [b, c]
-            else:
-                a[0] += b
-                a[1] += c
-        return [(k, d, sid, b, c) for (k, d, sid), (b, c) in out.items()]
+                a[0] += tbytes[t]
+                if tcount is not None:
+                    a[1] += tcount[t]
+        kds = list(dict.fromkeys(self.label_kd))
+        return [(*kds[g % ngroups], g // ngroups, b, c) for g, (b, c) in acc.items()]
 
     def abs_total(self, col: int) -> int:
         """The sum of ``|value[col]|`` over every sample."""
@@ -568,15 +593,19 @@ def _scan_raw(raw: bytes):
         ln = raw[p + 1]
         if ln < 0x80:
             s = p + 2
+        elif raw[p + 2] < 0x80:
+            ln = ln & 0x7F | raw[p + 2] << 7
+            s = p + 3
         else:
             ln, s = _varint(raw, p + 1)
-        e = s + ln
-        if e > size:
-            raise _NotPlain()
+        e = s + ln  # past the end only for the last one read: checked below
         if ln and raw[s] == 0x0A:
             k = raw[s + 1]
             if k < 0x80:
                 q0 = s + 2
+            elif raw[s + 2] < 0x80:
+                k = k & 0x7F | raw[s + 2] << 7
+                q0 = s + 3
             else:
                 k, q0 = _varint(raw, s + 1)
             q = q0 + k
@@ -597,6 +626,8 @@ def _scan_raw(raw: bytes):
             event((len(codes), False, tk))
         add(sid << shift | tid)
         p = e
+    if p > size:
+        raise _NotPlain()
     return first, p, _Keys(codes, shift, events, len(stack_of), len(tail_of), False)
 
 
@@ -723,23 +754,35 @@ def _varint_bytes(n: int) -> bytes:
     return bytes(out)
 
 
+# One varint's bytes; a stack key (packed location ids) is a run of them.
+_VARINT = re.compile(rb"[\x80-\xff]*[\x00-\x7f]")
+# A varint protobuf would not write (a padded one, or one of 10 bytes or more).
+_ODD_VARINT = re.compile(rb"[\x80-\xff](?:\x00|[\x80-\xff]{8})")
+
+
 def _decode_events(keys: _Keys) -> list:
-    """Each new key's Sample message, in sample order. On the fast path all
-    are decoded before any is checked, so that bytes protobuf would refuse
-    give its error (through the whole-message path), not a later check's."""
+    """Each new tail key's Sample message (None for a stack key), in sample
+    order, once each stack key is checked to be a run of varints as
+    protobuf writes them (so that the key is one list of location ids, and
+    the only encoding of it). On the fast path all are checked before any
+    is used, so that bytes protobuf would refuse give its error (through
+    the whole-message path), not a later check's."""
     from google.protobuf.message import DecodeError
 
     from jaxmemprof.pprof.profile_pb2 import Sample
 
     out = []
+    odd = _ODD_VARINT.search
     try:
         for i, is_stack, key in keys.events:
             if is_stack:
-                smp = Sample.FromString(b"\x0a" + _varint_bytes(len(key)) + key) if key else None
-            else:
-                smp = Sample.FromString(key)
-                if smp.location_id and not keys.canonical:
+                if key and (key[-1] >= 0x80 or odd(key)) and not keys.canonical:
                     raise _NotPlain()
+                out.append(None)
+                continue
+            smp = Sample.FromString(key)
+            if smp.location_id and not keys.canonical:
+                raise _NotPlain()
             out.append(smp)
     except (DecodeError, RuntimeError, ValueError):
         if keys.canonical:
@@ -804,29 +847,30 @@ def _convert(msg, name: str, sample_index, keys: _Keys) -> Profile:
     ntypes = len(types)
     # Samples repeat the same stacks, values and labels many times over: each
     # distinct one was keyed by its bytes (_Keys) and is decoded once here.
-    stack_by_locs: dict[tuple, int] = {}
     stacks: list[tuple[int, ...]] = []
-    stack_remap: list[int] = []
     value_of: dict[bytes, int] = {}
     value_rows: list[tuple[int, ...]] = []
     labels_of: dict[bytes, int] = {}
     label_sets: list[tuple] = []
     tails: list[tuple[int, int]] = []
+    # Location ids are read from a stack key's bytes: one varint each, found
+    # by its encoding (a key is canonical: _decode_events checked it).
+    by_bytes = {_varint_bytes(k): v for k, v in loc_frames.items()}
+    one_frame = {k: v[0] for k, v in by_bytes.items()} if all(len(v) == 1 for v in by_bytes.values()) else None
+    pieces = _VARINT.findall
     for (i, is_stack, key), smp in zip(keys.events, _decode_events(keys)):
         if is_stack:
-            locs = tuple(smp.location_id) if smp is not None else ()
-            sid = stack_by_locs.get(locs)
-            if sid is None:
-                try:
-                    frames = tuple(f for lid in locs for f in loc_frames[lid])
-                except KeyError:
-                    missing = next(lid for lid in locs if lid not in loc_frames)
-                    raise InputError(
-                        name, f"corrupt profile: sample {i} refers to location {missing}, which does not exist"
-                    ) from None
-                sid = stack_by_locs[locs] = len(stacks)
-                stacks.append(frames)
-            stack_remap.append(sid)
+            try:
+                if one_frame is not None:
+                    frames = tuple(map(one_frame.__getitem__, pieces(key)))
+                else:
+                    frames = tuple(f for v in pieces(key) for f in by_bytes[v])
+            except KeyError:
+                missing = next(_varint(v, 0)[0] for v in pieces(key) if v not in by_bytes)
+                raise InputError(
+                    name, f"corrupt profile: sample {i} refers to location {missing}, which does not exist"
+                ) from None
+            stacks.append(frames)
             continue
         c = key if keys.canonical else smp.SerializeToString()
         p, end = 0, len(c)
@@ -852,10 +896,6 @@ def _convert(msg, name: str, sample_index, keys: _Keys) -> Profile:
 
     codes = keys.codes
     shift = keys.shift
-    if len(stacks) != len(stack_remap):
-        # Two encodings of the same locations (not canonical protobuf): one stack.
-        mask = (1 << shift) - 1
-        codes = [stack_remap[c >> shift] << shift | (c & mask) for c in codes]
     parts = _Parts(types, list(frame_index), value_rows, None, tails, codes, shift)
     n = len(codes)
     for col in (value_index, count_index):
