@@ -129,6 +129,34 @@ def cli():
     """
 
 
+# Options that several commands take mean the same in each: one definition.
+
+def top_option(default: int | None, *, zero_is_all: bool = False, default_text: str | None = None):
+    """``--top N``: the N largest rows of each table (by bytes); the rest are
+    summed as "other" or counted in a closing line."""
+    shown = default_text or (f"default {default}" if default is not None else "")
+    return click.option("--top", type=click.IntRange(min=0 if zero_is_all else 1), default=default, metavar="N",
+                        help="Keep the N largest rows of each table, by bytes (the rest are summed as 'other' or "
+                             "counted)" + ("; 0: all" if zero_is_all else "") + (f". {shown}." if shown else "."))
+
+
+def json_option(what: str):
+    """``--json``: the same rows as the terminal, every one, as JSON on stdout."""
+    return click.option("--json", "as_json", is_flag=True, help=f"Write {what} as JSON to stdout.")
+
+
+def force_option(what: str):
+    """``--force``: replace an output that exists, only ever one jaxmemprof may replace."""
+    return click.option("--force", is_flag=True, help=f"Replace {what} if it exists (only a regular file, or a "
+                                                      "link to one; never a directory that is not one of ours).")
+
+
+def steps_option():
+    """``--steps N``: how far leaks are projected."""
+    return click.option("--steps", type=click.IntRange(min=1), default=1000, show_default=True, metavar="N",
+                        help="Project leaks this many steps (markers) ahead.")
+
+
 def attribution_options(f):
     """--lib, --user and --all-frames: what counts as the user's code (one
     definition for every command that attributes bytes to lines)."""

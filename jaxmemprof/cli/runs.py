@@ -6,28 +6,26 @@ import os
 
 import click
 
-from jaxmemprof.cli.base import (Size, attribution, attribution_options, build_report_for, cli, isatty, load, open_run,
-                                 say, stdout_stream, warn)
+from jaxmemprof.cli.base import (Size, attribution, attribution_options, build_report_for, cli, force_option, isatty,
+                                 json_option, load, open_run, say, stdout_stream, steps_option, top_option, warn)
 from jaxmemprof.cli.jobs import export_job_csv, process_option, report_job, run_path, whole_job
 
 
 @cli.command()
 @click.argument("run_dir", metavar="RUN")
-@click.option("--top", type=click.IntRange(min=1), default=5, show_default=True, metavar="N",
-              help="Rows per section in the terminal (sites, lifetimes, reuse, leaks); JSON has every row.")
-@click.option("--steps", type=click.IntRange(min=1), default=1000, show_default=True, metavar="N",
-              help="Project leaks this many steps (markers) ahead.")
+@top_option(5, default_text="Default 5 in the terminal; JSON has every row, and N sites in the timeline")
+@steps_option()
 @click.option("--device-memory", type=Size(), default=None, metavar="SIZE",
               help="Check whether the run's estimated true peak fits a device of this size (16GiB, 80GB) "
                    "under JAX's default preallocation, and with which settings it would.")
-@click.option("--json", "as_json", is_flag=True, help="Write every section's rows as JSON to stdout.")
+@json_option("every section's rows")
 @process_option
 @click.option("--explain", is_flag=True,
               help="Say every finding in full, with its evidence and trade-offs, and how each section is measured.")
 @click.option("--html", "html_path", metavar="FILE", default=None,
               help="Write the report as one self-contained HTML page (timeline, flame graphs, lifetimes, "
                    "memory inside jit, findings; opens offline) to FILE.")
-@click.option("--force", is_flag=True, help="Overwrite an existing --html file (only a regular file).")
+@force_option("the --html file")
 @attribution_options
 def report(run_dir, top, steps, device_memory, as_json, explain, html_path, force, library, user, all_frames):
     """Report on a run: the peak and what held it, the timeline, lifetimes,
@@ -84,18 +82,16 @@ def report(run_dir, top, steps, device_memory, as_json, explain, html_path, forc
                    "with your code's stacks (into -o FILE).")
 @click.option("-o", "--output", metavar="PATH", default=None,
               help="Where --format writes ('-': pprof to stdout).")
-@click.option("--force", is_flag=True, help="Overwrite existing files (only regular files).")
-@click.option("--top", type=click.IntRange(min=1), default=20, show_default=True, metavar="N",
-              help="Sites with their own series in sites.csv (the rest are 'other').")
-@click.option("--steps", type=click.IntRange(min=1), default=1000, show_default=True, metavar="N",
-              help="Project leaks this many steps ahead (findings.csv).")
+@force_option("the files written")
+@top_option(20, default_text="Default 20: the sites with their own series in sites.csv")
+@steps_option()
 @attribution_options
 @process_option
 def export(inputs, csv_dir, fmt, output, force, top, steps, library, user, all_frames):
     """Export a run's tables as CSV, or a snapshot (or a diff) as pprof.
 
     \b
-    CSV files written (columns documented in the README):
+    CSV files written (every column: docs/columns.md):
       timeline.csv   one row per snapshot     sites.csv      per snapshot x top site
       devices.csv    per snapshot x device    arrays.csv     one row per array
       lifetimes.csv  one row per site         reuse.csv      per device and per site
