@@ -287,10 +287,11 @@ def breakdown_child(run_path: str, top: int = 10) -> None:
         import jaxmemprof.store.reader  # noqa: F401
 
     stage("imports", imports)
-    from jaxmemprof.analysis.findings import findings_frame
+    from jaxmemprof.analysis.attributed import Attributed
+    from jaxmemprof.analysis.findings import ranked
     from jaxmemprof.analysis.groups import summarize, top as top_rows
     from jaxmemprof.analysis.leaks import leak_findings, leaks, recompiles
-    from jaxmemprof.analysis.lifetimes import array_lifetimes, site_lifetimes
+    from jaxmemprof.analysis.lifetimes import site_lifetimes
     from jaxmemprof.analysis.report import build_report
     from jaxmemprof.analysis.reuse import reuse
     from jaxmemprof.analysis.sites import Attribution
@@ -308,12 +309,15 @@ def breakdown_child(run_path: str, top: int = 10) -> None:
     tl = stage("timeline", lambda: timeline(run, att, top_sites=top))
     prof = stage("peak_profile_load", lambda: run.profile(tl.peak_snapshot))
     stage("peak_profile_summarize", lambda: top_rows(summarize(prof, "site", att), top))
-    arrays = stage("array_lifetimes", lambda: array_lifetimes(run, att))
+    # As build_report does it: the shared tables once (analysis/attributed.py).
+    ar = Attributed(run, att)
+    stage("shards_and_holders", lambda: (ar.shards, ar.holders))
+    arrays = stage("array_lifetimes", lambda: ar.arrays)
     stage("site_lifetimes", lambda: site_lifetimes(arrays, run))
-    stage("reuse", lambda: reuse(run, arrays))
-    leak_rows = stage("leaks", lambda: leaks(run, att, steps=1000))
+    stage("reuse", lambda: reuse(run, arrays, shards=ar.shards, holders=ar.holders))
+    leak_rows = stage("leaks", lambda: leaks(run, att, steps=1000, series=ar.series))
     rec_rows = stage("recompiles", lambda: recompiles(run, att))
-    stage("findings", lambda: findings_frame(leak_findings(leak_rows, rec_rows)))
+    stage("findings", lambda: ranked(leak_findings(leak_rows, rec_rows)))
 
     def advice():
         # The advice rules, as build_report calls them (jaxmemprof versions
