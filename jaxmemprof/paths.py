@@ -18,6 +18,8 @@ _INSTALLED = re.compile(r"[/\\](?:site|dist)-packages[/\\]")
 # .../lib/python3.13t/..., C:\Python311\Lib\...
 _STDLIB = re.compile(r"(?:^|[/\\])lib[/\\]python\d+(?:\.\d+)?t?[/\\]|(?:^|[/\\])Lib[/\\]")
 _LIBRARY_DIRS = ("jax", "jaxlib", "jax_plugins")
+# The `jaxmemprof` console script that pip writes (the outermost frame of a run started with it).
+_LAUNCHER = re.compile(r"[/\\](?:bin|Scripts)[/\\]jaxmemprof(?:\.exe|-script\.py)?$")
 _OWN_PACKAGE = str(Path(__file__).resolve().parent) + os.sep
 
 
@@ -34,8 +36,9 @@ _LOCAL_STDLIB = _local_stdlib_dirs()
 
 
 def is_builtin_library(path: str) -> bool:
-    """JAX, jaxlib, jaxmemprof itself, the standard library, installed packages."""
-    if not path or path.startswith("<frozen "):
+    """JAX, jaxlib, jaxmemprof itself (its launcher too), the standard library,
+    installed packages."""
+    if not path or path.startswith("<frozen ") or _LAUNCHER.search(path):
         return True
     if _INSTALLED.search(path) or _STDLIB.search(path):
         return True
