@@ -2,14 +2,19 @@
 
     python benchmarks/breakdown.py [--repeat K] [--cprofile]
 
-Times each stage with manual timers, in the order the CLI runs them: the
-imports (in a fresh process, so they are what a command pays), reading the
-file, gunzip, protobuf parsing, conversion to frames (``_convert``),
-grouping (``summarize`` / ``diff``, with site attribution inside),
-``top``, and rendering the terminal table and the CSV (to /dev/null). The
-"first" column is the first run in the process (what one CLI call pays); the
-"median" column is the median of the next K runs (warm caches). Uses
-benchmarks/data/ (run make_profiles.py or bench_show_diff.py first).
+Times each stage with manual timers (wall and process CPU time), in the order
+the CLI runs them: the imports (in this fresh process, so they are what a
+command pays; pandas and numpy are not among them, and the script checks that
+``show`` and ``diff`` never import them), reading and gunzipping the file,
+the scan of the samples' raw bytes, protobuf parsing of the rest,
+``_convert`` (each distinct stack and (values, labels) part decoded once),
+the per-(kind, device, stack) sums, site attribution, grouping
+(``summarize`` / ``diff``), ``top``, and rendering the terminal table and the
+CSV (to /dev/null). The "first" column is the first run in the process (what
+one CLI call pays); the "median" column is the median of the next K runs
+(warm caches; the per-profile sums are cached, so later runs redo them on a
+fresh Profile). Uses benchmarks/data/ (run make_profiles.py or
+bench_show_diff.py first).
 """
 
 from __future__ import annotations
@@ -25,91 +30,98 @@ HERE = Path(__file__).resolve().parent
 DATA = HERE / "data"
 
 _t = time.perf_counter
+_c = time.process_time
 
 
-def timed_imports() -> list[tuple[str, float]]:
+def timed_imports() -> list[tuple[str, float, float]]:
     out = []
     for label, stmt in [
         ("import jaxmemprof.cli (click)", "import jaxmemprof.cli"),
-        ("import numpy", "import numpy"),
-        ("import pandas", "import pandas"),
         ("import protobuf + profile_pb2", "import jaxmemprof.pprof.profile_pb2"),
         ("import reader, sites, groups", "import jaxmemprof.pprof.reader, jaxmemprof.analysis.groups"),
         ("import rich + render.text", "import jaxmemprof.render.text"),
         ("import render.csv, results", "import jaxmemprof.render.csv, jaxmemprof.render.results"),
     ]:
-        t0 = _t()
+        t0, c0 = _t(), _c()
         exec(stmt, {})
-        out.append((label, _t() - t0))
+        out.append((label, _t() - t0, _c() - c0))
     return out
 
 
-def show_stages(path: Path, devnull) -> list[tuple[str, float]]:
-    from jaxmemprof.analysis import groups, sites
-    from jaxmemprof.pprof import profile_pb2, reader
-    from jaxmemprof.render import text
-    from jaxmemprof.render.csv import write_csv
-    from jaxmemprof.render.results import table
+class Steps:
+    def __init__(self):
+        self.st: list[tuple[str, float, float]] = []
 
-    st = []
-
-    def step(label, fn):
-        t0 = _t()
+    def __call__(self, label, fn):
+        t0, c0 = _t(), _c()
         v = fn()
-        st.append((label, _t() - t0))
+        self.st.append((label, _t() - t0, _c() - c0))
         return v
 
-    raw = step("read file", path.read_bytes)
-    pb = step("gunzip", lambda: reader._gunzip(raw, str(path), reader.DEFAULT_MAX_DECOMPRESSED))
-    msg = step("protobuf parse", lambda: profile_pb2.Profile.FromString(pb))
-    prof = step("_convert", lambda: reader._convert(msg, str(path), None))
-    attr = sites.Attribution(cwd=os.getcwd())
-    # The parts of summarize, then summarize itself (which redoes them).
-    step("  frame_labels", lambda: sites.frame_labels(prof, attr))
-    step("  stack_sites", lambda: sites.stack_sites(prof, attr))
-    step("  keyed_samples", lambda: groups.keyed_samples(prof, "site", attr))
+
+def load_stages(step: Steps, path: Path, tag: str = ""):
+    from jaxmemprof.pprof import profile_pb2, reader
+
+    name, raw = step(f"read + gunzip{tag}", lambda: reader.read_profile_bytes(path))
+    raw = bytes(raw)
+    first, end, keys = step(f"scan samples' bytes{tag}", lambda: reader._scan_raw(raw))
+    msg = step(f"protobuf parse (the rest){tag}", lambda: profile_pb2.Profile.FromString(raw[:first] + raw[end:]))
+    prof = step(f"_convert{tag}", lambda: reader._convert(msg, name, None, keys))
+    step(f"stack_groups (per-stack sums){tag}", prof.stack_groups)
+    return prof
+
+
+def show_stages(path: Path, devnull) -> list[tuple[str, float, float]]:
+    from jaxmemprof.analysis import groups, sites
+    from jaxmemprof.render import text
+    from jaxmemprof.render.csv import write_csv
+    from jaxmemprof.render.results import plain_table
+
+    step = Steps()
+    prof = load_stages(step, path)
+    attr = sites.Attribution()
+    step("  stack_keys (attribution)", lambda: sites.stack_keys(prof, attr, "site"))
     summary = step("summarize (all of it)", lambda: groups.summarize(prof, "site", attr))
     shown = step("top 20", lambda: groups.top(summary, 20))
     step("render text (20 rows)", lambda: text.render_summary(shown, text.console(devnull), title="t",
                                                              value_type=prof.value_type))
-    step("render CSV (all rows)", lambda: write_csv(table(summary), devnull))
-    return st
+    step("render CSV (all rows)", lambda: write_csv(plain_table(summary), devnull))
+    return step.st
 
 
-def diff_stages(base: Path, new: Path, devnull) -> list[tuple[str, float]]:
+def diff_stages(base: Path, new: Path, devnull) -> list[tuple[str, float, float]]:
     from jaxmemprof.analysis import groups, sites
-    from jaxmemprof.pprof import reader
     from jaxmemprof.render import text
 
-    st = []
-
-    def step(label, fn):
-        t0 = _t()
-        v = fn()
-        st.append((label, _t() - t0))
-        return v
-
-    a = step("load_profile base", lambda: reader.load_profile(base))
-    b = step("load_profile new", lambda: reader.load_profile(new))
-    attr = sites.Attribution(cwd=os.getcwd())
+    step = Steps()
+    a = load_stages(step, base, " (base)")
+    b = load_stages(step, new, " (new)")
+    attr = sites.Attribution()
     d = step("diff", lambda: groups.diff(a, b, "site", attr))
     shown = step("top 20", lambda: groups.top(d, 20))
     step("render text (20 rows)", lambda: text.render_diff(shown, text.console(devnull), title="t",
                                                           value_type=b.value_type))
-    return st
+    return step.st
 
 
-def report(title: str, runs: list[list[tuple[str, float]]]) -> None:
+def report(title: str, runs: list[list[tuple[str, float, float]]]) -> None:
     print(f"\n{title}")
     first = runs[0]
     rest = runs[1:]
-    print(f"  {'stage':32} {'first':>9} {'median':>9}")
-    for i, (label, t) in enumerate(first):
+    print(f"  {'stage':36} {'first':>9} {'cpu':>9} {'median':>9} {'cpu':>9}")
+    for i, (label, t, c) in enumerate(first):
         med = statistics.median(r[i][1] for r in rest) if rest else float("nan")
-        print(f"  {label:32} {t * 1000:7.1f}ms {med * 1000:7.1f}ms")
-    top_level = [i for i, (label, _) in enumerate(first) if not label.startswith("  ")]
-    print(f"  {'total (top-level stages)':32} {sum(first[i][1] for i in top_level) * 1000:7.1f}ms "
-          f"{statistics.median(sum(r[i][1] for i in top_level) for r in rest) * 1000 if rest else float('nan'):7.1f}ms")
+        medc = statistics.median(r[i][2] for r in rest) if rest else float("nan")
+        print(f"  {label:36} {t * 1000:7.1f}ms {c * 1000:7.1f}ms {med * 1000:7.1f}ms {medc * 1000:7.1f}ms")
+    top_level = [i for i, (label, _, _) in enumerate(first) if not label.startswith("  ")]
+
+    def total(r, k):
+        return sum(r[i][k] for i in top_level)
+
+    med = statistics.median(total(r, 1) for r in rest) * 1000 if rest else float("nan")
+    medc = statistics.median(total(r, 2) for r in rest) * 1000 if rest else float("nan")
+    print(f"  {'total (top-level stages)':36} {total(first, 1) * 1000:7.1f}ms {total(first, 2) * 1000:7.1f}ms "
+          f"{med:7.1f}ms {medc:7.1f}ms")
 
 
 def main(argv=None) -> int:
@@ -123,19 +135,20 @@ def main(argv=None) -> int:
         sys.exit(f"{new} is missing: run python benchmarks/make_profiles.py {args.data}")
     os.chdir(args.data)
 
-    t0 = _t()
+    t0, c0 = _t(), _c()
     imports = timed_imports()
-    total_imports = _t() - t0
-    print("imports (fresh process, in this order):")
-    for label, t in imports:
-        print(f"  {label:32} {t * 1000:7.1f}ms")
-    print(f"  {'all imports':32} {total_imports * 1000:7.1f}ms")
-    print(f"  jax imported: {'jax' in sys.modules}")
+    total_t, total_c = _t() - t0, _c() - c0
+    print("imports (fresh process, in this order; wall, cpu):")
+    for label, t, c in imports:
+        print(f"  {label:36} {t * 1000:7.1f}ms {c * 1000:7.1f}ms")
+    print(f"  {'all imports':36} {total_t * 1000:7.1f}ms {total_c * 1000:7.1f}ms")
 
     with open(os.devnull, "w") as devnull:
         report(f"show {new.name} (by site)", [show_stages(new, devnull) for _ in range(1 + args.repeat)])
         report(f"diff {base.name} {new.name} (by site)",
                [diff_stages(base, new, devnull) for _ in range(1 + args.repeat)])
+        print(f"\npandas imported: {'pandas' in sys.modules}, numpy: {'numpy' in sys.modules}, "
+              f"jax: {'jax' in sys.modules}")
 
         if args.cprofile:
             import cProfile
