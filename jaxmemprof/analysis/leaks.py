@@ -422,7 +422,8 @@ def rejits(run, attribution: Attribution = Attribution(), *, min_functions: int 
     counts = run.jit.get("counts")
     compiled = np.nan
     if counts is not None and not counts.empty and "backend_compiles" in counts:
-        compiled = f["function_id"].map(counts.set_index("function_id")["backend_compiles"]).astype(float)
+        per = counts.drop_duplicates("function_id", keep="last").set_index("function_id")  # a damaged journal
+        compiled = f["function_id"].map(per["backend_compiles"]).astype(float)
     g = f.assign(late=late, compiled=compiled).groupby(["jit_file", "jit_line", "jit_function", "name"], sort=True)
     out = g.agg(functions=("function_id", "size"), after_setup=("late", "sum"),
                 compiled=("compiled", lambda c: c.sum() if c.notna().any() else np.nan)).reset_index()

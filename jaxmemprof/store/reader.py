@@ -296,19 +296,20 @@ def _query(con, table: str, warnings: list, spec=None) -> pd.DataFrame:
     return _shallow_json(_typed(_read(con, table, warnings), table, warnings, spec), table, warnings)
 
 
-def _read(con, table: str, warnings: list) -> pd.DataFrame:
-    """One journal table as it is. Read in chunks: a day-long run's arrays
-    are millions of rows, and a row's Python objects are many times the
-    size of its columns."""
+def _read(con, table: str, warnings: list, sql: str | None = None) -> pd.DataFrame:
+    """One journal table as it is (or the rows of ``sql``, which reads it).
+    Read in chunks: a day-long run's arrays are millions of rows, and a
+    row's Python objects are many times the size of its columns."""
+    sql = sql or f"SELECT * FROM {table}"
     try:
         try:  # sqlite3's own decoding, in C, for the usual table of UTF-8 text
-            chunks = list(pd.read_sql_query(f"SELECT * FROM {table}", con, chunksize=_CHUNK_ROWS))
+            chunks = list(pd.read_sql_query(sql, con, chunksize=_CHUNK_ROWS))
         except (sqlite3.OperationalError, pd.errors.DatabaseError, UnicodeDecodeError) as exc:
             if "decode" not in str(exc).lower():
                 raise
             con.text_factory = _tolerant_text  # a damaged cell: read the table again, escaping it
             try:
-                chunks = list(pd.read_sql_query(f"SELECT * FROM {table}", con, chunksize=_CHUNK_ROWS))
+                chunks = list(pd.read_sql_query(sql, con, chunksize=_CHUNK_ROWS))
             finally:
                 con.text_factory = str
         return chunks[0] if len(chunks) == 1 else pd.concat(chunks, ignore_index=True)
@@ -318,11 +319,34 @@ def _read(con, table: str, warnings: list) -> pd.DataFrame:
         return pd.DataFrame()
 
 
-def _query_arrays(con, warnings: list) -> pd.DataFrame:
-    """The arrays table with each array's description: schema 2 names it
-    in array_kinds (each parsed once, shared by its arrays); schema 1
-    repeats it in every row. JSON lists parsed (see _parse_lists)."""
-    raw = _read(con, "arrays", warnings)
+_ENDS = ("last_snapshot", "end_snapshot", "how")
+# Births and ends in one pass (schema 2): a third fewer cells to fetch than two reads.
+_JOINED = ("SELECT a.*, " + ", ".join(f"e.{c} AS end_{c}" for c in ("array_id",) + _ENDS)
+           + " FROM arrays a LEFT JOIN array_ends e ON e.array_id = a.array_id")
+
+
+def _query_arrays_and_ends(con, warnings: list) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The arrays (as _query_arrays) and the array_ends tables. A journal
+    of schema 2 whose ends each name one array is read in one join; any
+    other (schema 1, a damaged one) table by table."""
+    quiet: list = []
+    joined = _read(con, "arrays", quiet, _JOINED)
+    if (quiet or "kind_id" not in joined.columns or joined.empty
+            or joined["array_id"].duplicated().any()):
+        return _query_arrays(con, warnings), _query(con, "array_ends", warnings)
+    ended = joined["end_array_id"].notna()
+    raw_ends = joined.loc[ended, ["end_array_id", *(f"end_{c}" for c in _ENDS)]]
+    raw_ends.columns = ["array_id", *_ENDS]
+    ends = _shallow_json(_typed(raw_ends.reset_index(drop=True), "array_ends", warnings), "array_ends", warnings)
+    return _query_arrays(con, warnings, joined.drop(columns=[c for c in joined.columns if c.startswith("end_")])), ends
+
+
+def _query_arrays(con, warnings: list, raw: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The arrays table (``raw``: its rows, where already read) with each
+    array's description: schema 2 names it in array_kinds (each parsed once,
+    shared by its arrays); schema 1 repeats it in every row. JSON lists
+    parsed (see _parse_lists)."""
+    raw = raw if raw is not None else _read(con, "arrays", warnings)
     if "kind_id" not in raw.columns and len(raw.columns):
         return _parse_lists(_typed(raw, "arrays", warnings, _ARRAYS_V1), ("shape", "shard_bytes", "devices",
                                                                            "addresses"))
@@ -403,8 +427,7 @@ def _load_journal_run(path: Path) -> Run:
             snaps = _typed(snaps, "snapshots", warnings)
         except InputError as exc:
             raise InputError(str(db_path), exc.problem) from None
-        arrays = _query_arrays(con, warnings)
-        ends = _query(con, "array_ends", warnings)
+        arrays, ends = _query_arrays_and_ends(con, warnings)
         stack_rows = _query(con, "stacks", warnings)
         memory_stats = _query(con, "memory_stats", warnings)
         executables = _query(con, "executables", warnings)
