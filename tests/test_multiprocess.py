@@ -99,8 +99,8 @@ def launch_job(tmp_path, n, heavy, *, out="job", variables=True, outs=None):
     return script
 
 
-def _report_json(path, *extra):
-    proc = run_cli("report", path, "--json", *extra, check=0)
+def _report_json(path, *extra, cwd=None):
+    proc = run_cli("report", path, "--json", *extra, cwd=cwd, check=0)
     return json.loads(proc.stdout)
 
 
@@ -178,7 +178,8 @@ def test_two_processes_one_report(two_process_job, tmp_path):
     run_cli("merge", bare, job_dir, check=0)
     (bare / "process-0" / "summary.json").unlink()
     (bare / "process-1" / "summary.json").write_text('{"schema": 1, "findings": [[[[')
-    again = _report_json(bare)
+    # (from the directory above the one it was recorded in: sites are named as the processes named them)
+    again = _report_json(bare, cwd=job_root.parent)
     for key in ("processes", "peak_sites", "findings", "timeline"):
         assert again[key] == doc[key], key
 

@@ -113,8 +113,10 @@ def _empty_sites() -> pd.DataFrame:
 @dataclass(frozen=True)
 class AttributionFor:
     """What counts as user code in each process (picklable, for workers):
-    paths shown relative to the current directory or to the directory the
-    process was recorded in."""
+    paths shown relative to the directory the process was recorded in (else
+    to the current directory), so that a process analysed here names its
+    sites as the summary a process wrote of itself does (and processes
+    recorded in different directories of their hosts name one line alike)."""
 
     library: tuple = ()
     user: tuple = ()
@@ -123,7 +125,7 @@ class AttributionFor:
     def __call__(self, run):
         from jaxmemprof.analysis.sites import Attribution
 
-        roots = [os.getcwd()] + ([run.manifest["cwd"]] if isinstance(run.manifest.get("cwd"), str) else [])
+        roots = ([run.manifest["cwd"]] if isinstance(run.manifest.get("cwd"), str) else []) + [os.getcwd()]
         return Attribution(library=tuple(self.library), user=tuple(self.user), all_frames=self.all_frames,
                            roots=tuple(dict.fromkeys(roots)))
 
