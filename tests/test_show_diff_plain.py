@@ -474,3 +474,86 @@ def test_cli_subprocess_matches_in_process(tmp_path):
     finally:
         os.chdir(old)
     assert out == buf.getvalue()
+
+
+# --- the terminal table without rich, against rich
+
+
+ASCII_NAMES = ["main", "[bold]x[/bold]", ":smile:", " lead", "trail ", "a  b", "=1+2", "[link=x]y", "\\[x]", "~", "%s",
+               "x" * 300, "", "-", "[", "]", ":", "a:b:c"]
+
+
+def ascii_message(seed: int, vtype: str = "space") -> pb.Profile:
+    rng = random.Random(seed)
+    p = random_message(seed, nsamples=120)
+    for fn in p.function:
+        fn.name = len(p.string_table)
+        p.string_table.append(rng.choice(ASCII_NAMES).encode())
+        if rng.random() < 0.3:
+            fn.filename = len(p.string_table)
+            p.string_table.append(("/home/u/" + rng.choice(ASCII_NAMES) + ".py").encode())
+    p.sample_type[1].type = len(p.string_table)
+    p.string_table.append(vtype.encode())
+    return p
+
+
+def _rich(result, command, title, value_type) -> str:
+    from io import StringIO
+
+    from jaxmemprof.render import text
+
+    buf = StringIO()
+    render = text.render_summary if command == "show" else text.render_diff
+    render(result, text.console(buf), title=title, value_type=value_type)
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("vtype", ["space", "sp[ace]", "a:b:c", "x y"])
+def test_plain_tables_are_riches(seed, vtype, monkeypatch):
+    from jaxmemprof.render import plain
+
+    monkeypatch.delenv("COLUMNS", raising=False)
+    a = load_profile(ascii_message(seed, vtype).SerializeToString(), name=f"[{seed}] a.prof")
+    b = load_profile(ascii_message(seed + 10, vtype).SerializeToString(), name="b :x: .prof")
+    used = 0
+    for by in GROUPINGS:
+        for n in (None, 3):
+            s = top(summarize(a, by), n)
+            title = f"{a.source}: {a.value_type} by {by}"
+            lines = plain.summary_lines(s, title=title, value_type=a.value_type)
+            if lines is not None:
+                used += 1
+                assert "\n".join(lines) + "\n" == _rich(s, "show", title, a.value_type)
+            d = top(diff(a, b, by), n)
+            lines = plain.diff_lines(d, title=title, value_type=a.value_type)
+            assert lines is not None
+            assert "\n".join(lines) + "\n" == _rich(d, "diff", title, a.value_type)
+    assert used or any(c in vtype for c in "[]:")
+
+
+def test_plain_tables_only_off_a_terminal(monkeypatch, tmp_path):
+    from jaxmemprof.render import plain
+
+    monkeypatch.delenv("COLUMNS", raising=False)
+    with open(tmp_path / "f", "w") as f:
+        assert plain.applies(f)
+        monkeypatch.setenv("COLUMNS", "80")
+        assert not plain.applies(f)
+    prof = load_profile(random_message(1).SerializeToString())
+    s = summarize(prof)
+    assert plain.summary_lines(s, title="caf\u00e9", value_type="space/bytes") is None  # not ASCII: rich
+    lines = plain.summary_lines(s, title="t", value_type="space/bytes")
+    assert lines is None or all(line.isascii() for line in lines)
+
+
+def test_cli_text_with_columns_set_uses_rich(tmp_path):
+    a = write(tmp_path, "a.prof", ascii_message(3))
+    env = cpu_env()
+    plain_out = subprocess.run([sys.executable, "-m", "jaxmemprof", "show", a], capture_output=True, text=True,
+                               env={k: v for k, v in env.items() if k != "COLUMNS"}, cwd=tmp_path, check=True).stdout
+    rich_out = subprocess.run([sys.executable, "-m", "jaxmemprof", "show", a], capture_output=True, text=True,
+                              env=dict(env, COLUMNS="100000"), cwd=tmp_path, check=True).stdout
+    assert plain_out == rich_out
+    _, modules = run_listing(tmp_path, "show", a)
+    assert "rich" not in modules

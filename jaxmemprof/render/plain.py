@@ -1,0 +1,127 @@
+"""`show` and `diff` tables off a terminal, without rich.
+
+Off a terminal with no $COLUMNS, rich lays the tables of render/text.py out
+in a way simple enough to write directly: no colours, no wrapping, each
+column as wide as its widest cell, one space of padding between columns and
+none at the edges, the last column padded to its width. This module writes
+exactly that, and says when it cannot (a terminal, $COLUMNS, text that is
+not plain ASCII, a value type that rich would read as markup, a line near
+rich's width): render/text.py then does it with rich. Importing rich costs
+more than the rest of rendering, and these commands are often piped.
+"""
+
+from __future__ import annotations
+
+import os
+
+from jaxmemprof.analysis.groups import Diff, Summary, table_of
+from jaxmemprof.render.escape import safe
+from jaxmemprof.units import format_bytes
+
+_PLURAL = {"site": "sites", "function": "functions", "file": "files", "stack": "stacks", "device": "devices", "kind": "kinds"}
+_WIDTH = 100_000  # render.text.console's width off a terminal with no $COLUMNS
+_MARKUP = ("[", "]", ":")  # what rich could read in a line it is given as a string
+
+
+def applies(out) -> bool:
+    """Whether ``out`` gets rich's plain layout: not a terminal, no $COLUMNS."""
+    try:
+        if out.isatty():
+            return False
+    except (AttributeError, ValueError, OSError):
+        pass
+    columns = os.environ.get("COLUMNS", "")
+    return not (columns.isdigit() and int(columns) > 0)
+
+
+def _ok(lines: list[str]) -> bool:
+    return all(line.isascii() and line.isprintable() and len(line) < _WIDTH - 1 for line in lines)
+
+
+def _table(headers, right, rows) -> list[str]:
+    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
+    last = len(headers) - 1
+    out = []
+    for cells in [headers, *rows]:
+        parts = []
+        for i, c in enumerate(cells):
+            s = c.rjust(widths[i]) if right[i] else c.ljust(widths[i])
+            parts.append(("" if i == 0 else " ") + s + ("" if i == last else " "))
+        out.append("".join(parts))
+    return out
+
+
+def _key_texts(rows, result) -> list[str]:
+    if result.by == "site":
+        return [safe(v) for v in rows.column("site")]
+    return [safe(v) if v != "" else "(none)" for v in rows.column(result.key_columns[0])]
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f}%"
+
+
+def _breakdown(label: str, rows, key: str) -> list[str]:
+    keys = rows.column(key)
+    if len(keys) <= 1 and (len(keys) == 0 or keys[0] == ""):
+        return []
+    parts = []
+    for r in rows.records():
+        name = safe(r[key]) or f"(no {key})"
+        if "delta_bytes" in r:
+            parts.append(
+                f"{name} {format_bytes(r['base_bytes'])} -> {format_bytes(r['new_bytes'])} "
+                f"({format_bytes(r['delta_bytes'], signed=True)})"
+            )
+        else:
+            parts.append(f"{name} {format_bytes(r['bytes'])} ({r['count']})")
+    return [f"{label}: " + ", ".join(parts)]
+
+
+def summary_lines(summary: Summary, *, title: str, value_type: str) -> list[str] | None:
+    """render_summary's lines, or None when rich must lay them out."""
+    if any(c in value_type for c in _MARKUP):
+        return None
+    rows = table_of(summary)
+    cells = [
+        (format_bytes(b), str(c), _pct(s), _pct(cs), key)
+        for b, c, s, cs, key in zip(*(rows.column(n) for n in ("bytes", "count", "share", "cum_share")),
+                                    _key_texts(rows, summary))
+    ]
+    lines = [safe(title)] + _table(("bytes", "count", "%", "cum %", summary.by), (1, 1, 1, 1, 0), cells)
+    if summary.omitted_rows:
+        lines.append(
+            f"... {summary.omitted_rows} more {_PLURAL[summary.by]} hold "
+            f"{format_bytes(summary.omitted_bytes)} ({summary.omitted_count} allocations); --top 0 shows all"
+        )
+    lines.append(
+        f"total: {format_bytes(summary.total_bytes)} in {summary.total_count} allocations "
+        f"({value_type}, {len(rows) + summary.omitted_rows} {_PLURAL[summary.by]})"
+    )
+    lines += _breakdown("by device", table_of(summary, "devices"), "device")
+    lines += _breakdown("by kind", table_of(summary, "kinds"), "kind")
+    return lines if _ok(lines) else None
+
+
+def diff_lines(d: Diff, *, title: str, value_type: str) -> list[str] | None:
+    """render_diff's lines, or None when rich must lay them out."""
+    rows = table_of(d)
+    cells = [
+        (format_bytes(int(delta), signed=True), format_bytes(base), format_bytes(new), f"{int(dc):+d}", key)
+        for delta, base, new, dc, key in zip(*(rows.column(n) for n in ("delta_bytes", "base_bytes", "new_bytes",
+                                                                        "delta_count")), _key_texts(rows, d))
+    ]
+    lines = [safe(title)] + _table(("delta", "base", "new", "delta count", d.by), (1, 1, 1, 1, 0), cells)
+    if d.omitted_rows:
+        lines.append(
+            f"... {d.omitted_rows} more {_PLURAL[d.by]} change by "
+            f"{format_bytes(d.omitted_bytes, signed=True)}; --top 0 shows all"
+        )
+    if d.unchanged_rows:
+        lines.append(f"{d.unchanged_rows} unchanged {_PLURAL[d.by]} not shown")
+    t = d.totals
+    lines.append(f"total: {format_bytes(t['base_bytes'])} -> {format_bytes(t['new_bytes'])} "
+                 f"({format_bytes(t['delta_bytes'], signed=True)}, {t['delta_count']:+d} allocations; {value_type})")
+    lines += _breakdown("by device", table_of(d, "devices"), "device")
+    lines += _breakdown("by kind", table_of(d, "kinds"), "kind")
+    return lines if _ok(lines) else None
