@@ -556,7 +556,7 @@ FACTS: dict[tuple[str, str], tuple[str, ...]] = {
     ("remat", ""): ("function", "program_peak_bytes", "kept_bytes", "buffers", "by_line"),
     ("narrow-dtype", ""): ("function", "program_peak_bytes", "float32_bytes", "by_line"),
     ("imbalance", ""): ("process", "peak_bytes", "median_bytes", "min_bytes", "median_process",
-                        "median_process_bytes", "excess_bytes", "sites"),
+                        "median_process_bytes", "excess_bytes", "sites", "processes", "process_count"),
     ("unfinished", ""): ("processes",),
 }
 # Facts that only some findings of a rule carry (the others leave them out).
@@ -722,6 +722,8 @@ FACT_MEANINGS: dict[str, dict[str, str]] = {
         "excess_bytes": "`peak_bytes - median_bytes`.",
         "sites": "The (up to 3) sites whose bytes at the two peaks differ most: objects of `site, bytes, "
                  "median_process_bytes, delta_bytes`.",
+        "processes": "Every process whose peak exceeds the median by the threshold (the finding applies to them all).",
+        "process_count": "The processes of the job with snapshots.",
     },
     "unfinished": {
         "processes": "One object per process that did not finish: `process, snapshots, last_t` (its last snapshot, "
