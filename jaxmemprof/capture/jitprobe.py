@@ -61,6 +61,8 @@ KNOWN_WRAPPERS = {("flax", "jit"): "flax.nnx.jit", ("equinox", "filter_jit"): "e
 _FUNCTION_LOCALS = ("fun", "f", "fn", "func", "function")
 # A function whose observation fails this often is no longer observed.
 MAX_ERRORS = 3
+# Functions the program dropped whose lowering is kept for XLA's dump at the end.
+_KEEP_DROPPED = 4
 
 _library_cache: dict[str, bool] = {}
 
@@ -694,9 +696,12 @@ class JitProbe:
         observed again (the compile event listener usually said so already);
         functions the program dropped are forgotten (and the lowering kept
         for their dump, which may hold large constants, freed)."""
-        for state in self._states:
-            if state.largest is not None and state.proxy() is None:
-                state.largest = None
+        dropped = [s for s in self._states if s.largest is not None and s.proxy() is None]
+        # The lowerings of the largest few are kept for their dump at the end
+        # (a function jitted in main() is dropped when main() returns, before
+        # the end); the rest are freed: a lowering may hold large constants.
+        for state in sorted(dropped, key=lambda s: -s.largest[0])[_KEEP_DROPPED:]:
+            state.largest = None
         for state in list(self._quiet):
             proxy = state.proxy()
             if proxy is None:
