@@ -185,3 +185,34 @@ def test_xla_strings_are_read_as_xla_writes_them():
             'backend_config={}')
     assert _METADATA.search(line).group(1).endswith("stack_frame_id=3")
     assert instructions(line)["sine.1"] == ("f32[4]", "sine", 'jit(f)/we}ird"sc{ope/sin', 3)
+
+
+IN_MAIN = """
+import jax
+import jax.numpy as jnp
+
+
+def step(x, w):
+    return jnp.sort(x @ w, axis=1)  # LINE-SORT
+
+
+def main():
+    f = jax.jit(step)  # dropped when main() returns, before the run ends
+    x = jnp.ones((256, 256), jnp.float32)
+    for _ in range(3):
+        x = f(x, x)
+    print(float(x[0, 0]))
+
+
+main()
+"""
+
+
+def test_a_function_jitted_in_main_has_its_dump(tmp_path):
+    script = write_script(tmp_path, "in_main.py", IN_MAIN)
+    run_cli("run", "-q", "--max-overhead", "1", "-o", tmp_path / "run", script, cwd=tmp_path, check=0)
+    run = load_run(tmp_path / "run")
+    att = Attribution(roots=(run.manifest["cwd"],))
+    assert len(run.jit["programs"]) == 1
+    rows = peak_by_line(run, att)
+    assert f"in_main.py:{line_of(script, 'LINE-SORT')} (step)" in set(rows["site"])
