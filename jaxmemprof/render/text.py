@@ -150,7 +150,7 @@ def render_diff(d: Diff, con: Console, *, title: str, value_type: str) -> None:
 def render_run_summary(ov, con: Console, *, target: str, run_dir: str, warnings: list[str]) -> None:
     """The few lines ``jaxmemprof run`` prints on stderr when the target ends."""
     took = f"{ov.duration_s:.1f} s" if ov.duration_s is not None else "?"
-    share = f" ({100 * ov.sampling_s / ov.duration_s:.1f}% sampling)" if ov.duration_s else ""
+    share = f", {100 * ov.sampling_s / ov.duration_s:.1f}% CPU" if ov.duration_s else ""
     ended = "" if ov.ended_by == "exit" else f" ({safe(ov.ended_by)})"
     con.print(Text(f"jaxmemprof: {safe(target)}: {took}, exit {ov.exit_status}{ended}; "
                    f"{ov.snapshots} snapshots{share}"))
