@@ -654,7 +654,7 @@ class JitProbe:
             names = ", ".join(str(s.row.get("name", s.function_id)) for s in left[:5])
             self.writer.add_event("xla-dump", f"{len(left)} function(s) left out ({names}"
                                               f"{', ...' if len(left) > 5 else ''}): a compile of each would "
-                                              f"take the dumps past {budget:.1f} s, the share of the run's "
+                                              f"take the dumps past {budget:.2f} s, the share of the run's "
                                               f"time they may take (a longer run or a larger --max-overhead "
                                               f"allows more)")
         for state in left:
