@@ -599,7 +599,9 @@ def _scan_raw(raw: bytes):
         else:
             ln, s = _varint(raw, p + 1)
         e = s + ln  # past the end only for the last one read: checked below
-        if ln and raw[s] == 0x0A:
+        # A location field that overruns the sample (or one read past an
+        # empty sample) leaves an empty tail key: _decode_events refuses it.
+        if raw[s] == 0x0A:
             k = raw[s + 1]
             if k < 0x80:
                 q0 = s + 2
@@ -609,8 +611,6 @@ def _scan_raw(raw: bytes):
             else:
                 k, q0 = _varint(raw, s + 1)
             q = q0 + k
-            if q > e:
-                raise _NotPlain()
             lk = raw[q0:q]
         else:
             q = s
@@ -780,6 +780,8 @@ def _decode_events(keys: _Keys) -> list:
                     raise _NotPlain()
                 out.append(None)
                 continue
+            if not key and not keys.canonical:
+                raise _NotPlain()  # no values: an error, or a sample misread (see _scan_raw)
             smp = Sample.FromString(key)
             if smp.location_id and not keys.canonical:
                 raise _NotPlain()
