@@ -11,6 +11,7 @@ import math
 
 import pandas as pd
 from rich.console import Console
+from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
@@ -329,12 +330,14 @@ def render_findings(findings, con: Console, *, explain: bool = False, limit: int
         if f.saving_bytes:
             line.append(f"  saves {format_bytes(f.saving_bytes)}")
         con.print(line)
-        con.print(Text(indent + safe(w.message if explain else w.brief)))
+        # Indented as a block: a line the terminal wraps keeps the indent.
+        pad = (0, 0, 0, len(indent))
+        con.print(Padding(Text(safe(w.message if explain else w.brief)), pad, expand=False))
         fix = w.fix if explain else w.brief_fix
         if fix:
-            con.print(Text(f"{indent}fix: {safe(fix)}"))
+            con.print(Padding(Text(f"fix: {safe(fix)}"), pad, expand=False))
         if explain and w.evidence:
-            con.print(Text(f"{indent}evidence: {safe(w.evidence)}"))
+            con.print(Padding(Text(f"evidence: {safe(w.evidence)}"), pad, expand=False))
     if limit is not None and len(findings) > limit:
         con.print(Text(f"{indent}... {len(findings) - limit} more: jaxmemprof report"))
 
