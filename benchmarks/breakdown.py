@@ -9,8 +9,9 @@ command pays; pandas and numpy are not among them, and the script checks that
 the scan of the samples' raw bytes, protobuf parsing of the rest,
 ``_convert`` (each distinct stack and (values, labels) part decoded once),
 the per-(kind, device, stack) sums, site attribution, grouping
-(``summarize`` / ``diff``), ``top``, and rendering the terminal table and the
-CSV (to /dev/null). The "first" column is the first run in the process (what
+(``summarize`` / ``diff``), ``top``, and rendering the terminal table (as the
+command does off a terminal, without rich; and, for ``show``, with rich) and
+the CSV (to /dev/null). The "first" column is the first run in the process (what
 one CLI call pays); the "median" column is the median of the next K runs
 (warm caches; the per-profile sums are cached, so later runs redo them on a
 fresh Profile). Uses benchmarks/data/ (run make_profiles.py or
@@ -39,7 +40,8 @@ def timed_imports() -> list[tuple[str, float, float]]:
         ("import jaxmemprof.cli (click)", "import jaxmemprof.cli"),
         ("import protobuf + profile_pb2", "import jaxmemprof.pprof.profile_pb2"),
         ("import reader, sites, groups", "import jaxmemprof.pprof.reader, jaxmemprof.analysis.groups"),
-        ("import rich + render.text", "import jaxmemprof.render.text"),
+        ("import render.plain", "import jaxmemprof.render.plain"),
+        ("import rich + render.text (tty)", "import jaxmemprof.render.text"),
         ("import render.csv, results", "import jaxmemprof.render.csv, jaxmemprof.render.results"),
     ]:
         t0, c0 = _t(), _c()
@@ -73,7 +75,7 @@ def load_stages(step: Steps, path: Path, tag: str = ""):
 
 def show_stages(path: Path, devnull) -> list[tuple[str, float, float]]:
     from jaxmemprof.analysis import groups, sites
-    from jaxmemprof.render import text
+    from jaxmemprof.render import plain, text
     from jaxmemprof.render.csv import write_csv
     from jaxmemprof.render.results import plain_table
 
@@ -83,15 +85,17 @@ def show_stages(path: Path, devnull) -> list[tuple[str, float, float]]:
     step("  stack_keys (attribution)", lambda: sites.stack_keys(prof, attr, "site"))
     summary = step("summarize (all of it)", lambda: groups.summarize(prof, "site", attr))
     shown = step("top 20", lambda: groups.top(summary, 20))
-    step("render text (20 rows)", lambda: text.render_summary(shown, text.console(devnull), title="t",
-                                                             value_type=prof.value_type))
+    step("render text (20 rows, no rich)", lambda: devnull.write(
+        "\n".join(plain.summary_lines(shown, title="t", value_type=prof.value_type)) + "\n"))
+    step("  render text (20 rows, rich)", lambda: text.render_summary(shown, text.console(devnull), title="t",
+                                                                     value_type=prof.value_type))
     step("render CSV (all rows)", lambda: write_csv(plain_table(summary), devnull))
     return step.st
 
 
 def diff_stages(base: Path, new: Path, devnull) -> list[tuple[str, float, float]]:
     from jaxmemprof.analysis import groups, sites
-    from jaxmemprof.render import text
+    from jaxmemprof.render import plain
 
     step = Steps()
     a = load_stages(step, base, " (base)")
@@ -99,8 +103,8 @@ def diff_stages(base: Path, new: Path, devnull) -> list[tuple[str, float, float]
     attr = sites.Attribution()
     d = step("diff", lambda: groups.diff(a, b, "site", attr))
     shown = step("top 20", lambda: groups.top(d, 20))
-    step("render text (20 rows)", lambda: text.render_diff(shown, text.console(devnull), title="t",
-                                                          value_type=b.value_type))
+    step("render text (20 rows, no rich)", lambda: devnull.write(
+        "\n".join(plain.diff_lines(shown, title="t", value_type=b.value_type)) + "\n"))
     return step.st
 
 
