@@ -70,20 +70,24 @@ for i in range(3):
     out = r(x, w)
     h = s(x[:256, :256], w[:256, :256])
     params = g(params, batch)
+import time
+
+time.sleep(float(sys.argv[sys.argv.index("--linger") + 1]) if "--linger" in sys.argv else 0)
 """
 
 
-def _record(tmp_path, *args, name="run"):
+def _record(tmp_path, *args, name="run", options=()):
     script = write_script(tmp_path, "inside.py", PROGRAM)
-    run_cli("run", "-q", "-o", tmp_path / name, script, *args, cwd=tmp_path, check=0)
+    run_cli("run", "-q", *options, "-o", tmp_path / name, script, *args, cwd=tmp_path, check=0)
     run = load_run(tmp_path / name)
     return script, run, Attribution(roots=(run.manifest["cwd"],))
 
 
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory):
-    # A budget that affords every dump, even on a busy machine.
-    return _record(tmp_path_factory.mktemp("inside"), "--max-overhead", "1")
+    # A run long enough, and a budget large enough, that every dump is made even on a busy machine
+    # (the dumps may take half of the run's time).
+    return _record(tmp_path_factory.mktemp("inside"), "--linger", "2", options=("--max-overhead", "1"))
 
 
 def _function_id(run, name):

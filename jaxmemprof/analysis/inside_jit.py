@@ -135,6 +135,13 @@ def largest_buffers(run, attribution: Attribution = Attribution(), *, buffers: p
     return b.reset_index(drop=True)[BUFFER_COLUMNS]
 
 
+def _first_user_site(by_line: pd.Series) -> str:
+    """The line holding the most of them, among those that are the user's
+    (XLA makes some buffers with no Python stack); "" when none is."""
+    named = [s for s in by_line.index if s != NO_STACK and not str(s).startswith(("(", "argument "))]
+    return str(named[0]) if named else ""
+
+
 def inside_jit_findings(run, attribution: Attribution = Attribution(), *,
                         buffers: pd.DataFrame | None = None) -> list[Finding]:
     """Hints from what fills each function's peak."""
@@ -154,14 +161,14 @@ def inside_jit_findings(run, attribution: Attribution = Attribution(), *,
         if fid not in remat and int(kept["bytes"].sum()) >= REMAT_SHARE * peak:
             by_line = kept.groupby("site")["bytes"].sum().sort_values(ascending=False)
             saving = int(kept["bytes"].sum())
-            out.append(Finding(rule="remat", severity="low", site=str(by_line.index[0]), saving_bytes=saving, facts={
+            out.append(Finding(rule="remat", severity="low", site=_first_user_site(by_line), saving_bytes=saving, facts={
                 "function": str(name), "program_peak_bytes": peak, "kept_bytes": saving, "buffers": int(len(kept)),
                 "by_line": [[str(s), int(v)] for s, v in by_line.head(3).items()]}))
         wide = temps.loc[temps["shape"].astype(str).str.startswith("f32[").astype(bool)]
         if int(wide["bytes"].sum()) >= NARROW_SHARE * peak:
             by_line = wide.groupby("site")["bytes"].sum().sort_values(ascending=False)
             half = int(wide["bytes"].sum()) // 2
-            out.append(Finding(rule="narrow-dtype", severity="low", site=str(by_line.index[0]), saving_bytes=half,
+            out.append(Finding(rule="narrow-dtype", severity="low", site=_first_user_site(by_line), saving_bytes=half,
                                facts={"function": str(name), "program_peak_bytes": peak, "float32_bytes": 2 * half,
                                       "by_line": [[str(s), int(v)] for s, v in by_line.head(3).items()]}))
     return out

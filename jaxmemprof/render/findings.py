@@ -497,10 +497,10 @@ def _remat(f: Finding, x: dict) -> Words:
     peak, kept = x["program_peak_bytes"], x["kept_bytes"]
     return Words(
         brief=f"{_b(kept)} of {x['function']}'s peak are activations kept for the backward pass.",
-        brief_fix=f"wrap the layer or block at {f.site} in jax.checkpoint",
+        brief_fix=f"wrap the layer or block at {f.site or 'the lines above'} in jax.checkpoint",
         message=(f"At {x['function']}'s peak, {_b(kept)} ({kept / peak:.0%} of it) are activations its forward pass "
                  f"keeps for the backward pass: {_by_line(x)}."),
-        fix=(f"Recompute them in the backward pass instead: wrap the layer or block at {f.site} in jax.checkpoint "
+        fix=(f"Recompute them in the backward pass instead: wrap the layer or block at {f.site or 'those lines'} in jax.checkpoint "
              "(jax.remat; nnx.remat, eqx.filter_checkpoint), trading compute for memory; a policy such as "
              "jax.checkpoint_policies.dots_saveable keeps the matmuls only."),
         evidence=(f"XLA's buffers live at the program's peak ({_b(peak)}): {x['buffers']} made by forward-pass (jvp) "
@@ -512,8 +512,8 @@ def _narrow(f: Finding, x: dict) -> Words:
     return Words(
         brief=f"float32 temporaries hold {_b(wide)} ({wide / peak:.0%}) of {x['function']}'s peak.",
         brief_fix="compute in bfloat16 where precision allows (x.astype(jnp.bfloat16))",
-        message=(f"At {x['function']}'s peak, float32 temporaries hold {_b(wide)} ({wide / peak:.0%} of it), the "
-                 f"most at {f.site}."),
+        message=(f"At {x['function']}'s peak, float32 temporaries hold {_b(wide)} ({wide / peak:.0%} of it)"
+                 + (f", the most of your lines' at {f.site}." if f.site else ".")),
         fix=("Compute in bfloat16 where precision allows (the activations or the matmuls: x.astype(jnp.bfloat16), "
              "or a model dtype of bfloat16 with float32 parameters): it halves these buffers."),
         evidence=f"XLA's buffers live at the program's peak ({_b(peak)}), float32 temporaries")

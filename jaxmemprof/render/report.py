@@ -212,7 +212,7 @@ def _render_jit(rep: Report, con: Console, top: int, explain: bool) -> None:
     _render_jit_peak(rep, con, top)
 
 
-def _render_jit_peak(rep: Report, con: Console, top: int, lines: int = 3) -> None:
+def _render_jit_peak(rep: Report, con: Console, top: int, lines: int = 2) -> None:
     """Per function XLA dumped, what its buffers live at its own peak are, by line."""
     peak = rep.jit_peak
     if peak.empty:
