@@ -316,10 +316,14 @@ def _render_leaks(rep: Report, con: Console, top: int) -> None:
 _COLOURS = {"high": "red", "medium": "yellow", "low": "cyan", "info": ""}
 
 
+_HINTS = ("low", "info")
+
+
 def render_findings(findings, con: Console, *, explain: bool = False, limit: int | None = None,
                     indent: str = "   ") -> None:
     """Each finding in three lines: severity, rule, site and saving; one
-    sentence; the fix. With ``explain``, its full words and figures."""
+    sentence; the fix. A low or info one (a hint) in one line, with its
+    fix. With ``explain``, each in full, with its evidence."""
     shown = findings if limit is None else findings[:limit]
     for i, f in enumerate(shown, start=1):
         w = said.words(f)
@@ -329,6 +333,11 @@ def render_findings(findings, con: Console, *, explain: bool = False, limit: int
             line.append(f"  {safe(f.site)}")
         if f.saving_bytes:
             line.append(f"  saves {format_bytes(f.saving_bytes)}")
+        if not explain and f.severity in _HINTS:  # a hint: one line, with what to do
+            if w.brief_fix:
+                line.append(f": {safe(w.brief_fix)}")
+            con.print(line)
+            continue
         con.print(line)
         # Indented as a block: a line the terminal wraps keeps the indent.
         pad = (0, 0, 0, len(indent))
