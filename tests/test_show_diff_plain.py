@@ -279,7 +279,7 @@ def _error(fn) -> str:
 
 
 @pytest.mark.parametrize("damage", ["missing_location", "values", "label_string", "truncated_sample",
-                                    "bad_varint_in_stack", "missing_location_late"])
+                                    "bad_varint_in_stack", "missing_location_late", "bad_function_and_bad_sample"])
 def test_errors_as_the_whole_message_path_gives_them(damage):
     msg = random_message(9, nsamples=50)
     if damage == "missing_location":
@@ -296,7 +296,9 @@ def test_errors_as_the_whole_message_path_gives_them(damage):
         # A sample whose location ids claim more bytes than the sample has.
         samples, rest = _fields(msg)
         raw = b"".join(samples[:10]) + _field(2, b"\x0a\x05\x01") + b"".join(samples[11:]) + rest[0]
-    elif damage == "bad_varint_in_stack":
+    elif damage in ("bad_varint_in_stack", "bad_function_and_bad_sample"):
+        if damage == "bad_function_and_bad_sample":  # a check that would fail, after bytes protobuf refuses
+            msg.location[0].line[0].function_id = 999
         samples, rest = _fields(msg)
         body = _field(1, b"\x81\x82") + pb.Sample(value=list(msg.sample[12].value)).SerializeToString()
         raw = b"".join(samples[:12]) + _field(2, body) + b"".join(samples[13:]) + rest[0]

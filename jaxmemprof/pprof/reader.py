@@ -794,6 +794,8 @@ def _decode_events(keys: _Keys) -> list:
 
 
 def _convert(msg, name: str, sample_index, keys: _Keys) -> Profile:
+    # First: bytes protobuf would refuse must give its error before any check does.
+    decoded = _decode_events(keys)
     strings = _Strings(msg.string_table, name)
     if len(strings) == 0 or msg.string_table[0] != b"":
         if not keys.codes and not msg.sample_type and not msg.string_table:
@@ -860,7 +862,7 @@ def _convert(msg, name: str, sample_index, keys: _Keys) -> Profile:
     by_bytes = {_varint_bytes(k): v for k, v in loc_frames.items()}
     one_frame = {k: v[0] for k, v in by_bytes.items()} if all(len(v) == 1 for v in by_bytes.values()) else None
     pieces = _VARINT.findall
-    for (i, is_stack, key), smp in zip(keys.events, _decode_events(keys)):
+    for (i, is_stack, key), smp in zip(keys.events, decoded):
         if is_stack:
             try:
                 if one_frame is not None:
