@@ -510,6 +510,7 @@ IN_TABLE: dict[str, dict[str, str]] = {
         "run": "The run checked.",
     },
     "check": {
+        "process": "The process of a multi-process job the check is about (checked one by one); null for one run.",
         "site": "The site most to blame, where there is one.",
         "bytes": "The run's figure (`max-increase`).",
     },
@@ -944,7 +945,7 @@ def tables() -> list[tuple[str, list[Table]]]:
         Table("check --json", "The document", "`check --json`", "One JSON object.", ("schema_version",) + CHECK_KEYS),
         Table("check", "checks", "`check --json`: `checks`",
               "One per check; `where`, `rules`, `what`, `bytes`, `baseline_bytes` only where the check has them.",
-              tuple(f.name for f in fields(Outcome) if f.name != "facts") + CHECK_FACTS),
+              ("process",) + tuple(f.name for f in fields(Outcome) if f.name != "facts") + CHECK_FACTS),
     ]
     python_only = [
         Table("reuse events", "Reuse.events", "`jaxmemprof.analysis.reuse.reuse(run).events` (Python only)",
