@@ -400,7 +400,8 @@ def test_a_full_disk_stops_sampling_but_never_the_target(tmp_path):
     assert proc.stderr.count("sampling stopped") == 1, proc.stderr
     assert "Traceback" not in proc.stderr
     run = load_run(tmp_path / "run")
-    assert len(run.snapshots) >= 2
+    # How many snapshots fit before the limit depends on timing (1 at least: the first).
+    assert len(run.snapshots) >= 1
     for n in run.snapshots["snapshot"]:
         run.profile(int(n))  # every committed snapshot is whole
 
