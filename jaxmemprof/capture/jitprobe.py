@@ -49,6 +49,7 @@ import time
 import types
 import weakref
 
+from jaxmemprof.capture.hooks import AfterImport
 from jaxmemprof.capture.sampler import is_deleted as _is_deleted
 from jaxmemprof.paths import installed_part, is_builtin_library
 from jaxmemprof.xla.dump import read_dump
@@ -246,7 +247,7 @@ class JitProbe:
         if jax is not None and hasattr(jax, "jit"):
             self._patch(jax)
             return
-        self._hook = _PostImportHook("jax", self._patch)
+        self._hook = AfterImport("jax", self._patch)
         sys.meta_path.insert(0, self._hook)
 
     def uninstall(self) -> None:
@@ -1065,40 +1066,4 @@ def _int_or_none(v):
     try:
         return None if v is None else int(v)
     except (TypeError, ValueError):
-        return None
-
-
-class _PostImportHook(importlib.abc.MetaPathFinder):
-    """Calls ``callback(module)`` right after ``name`` is first imported,
-    before the importer gets it back."""
-
-    def __init__(self, name: str, callback):
-        self.name = name
-        self.callback = callback
-
-    def find_spec(self, fullname, path, target=None):
-        if fullname != self.name:
-            return None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(fullname, path, target)
-            if spec is not None and spec.loader is not None and hasattr(spec.loader, "exec_module"):
-                loader = spec.loader
-                callback = self.callback
-                hook = self
-
-                class _Loader(importlib.abc.Loader):
-                    def create_module(self, spec):
-                        return loader.create_module(spec)
-
-                    def exec_module(self, module):
-                        module.__loader__ = module.__spec__.loader = loader
-                        loader.exec_module(module)
-                        if hook in sys.meta_path:
-                            sys.meta_path.remove(hook)
-                        callback(module)
-
-                spec.loader = _Loader()
-                return spec
         return None

@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import errno
 import functools
-import importlib.abc
 import json
 import os
 import platform
@@ -21,6 +20,7 @@ from importlib import metadata
 from pathlib import Path
 
 from jaxmemprof import __version__
+from jaxmemprof.capture.hooks import AfterImport
 from jaxmemprof.capture.jitprobe import JitProbe
 from jaxmemprof.capture.sampler import Sampler, _jax_ready
 from jaxmemprof.errors import InputError
@@ -410,7 +410,7 @@ class Session:
         if jax is not None and hasattr(jax, "distributed"):
             self._patch_distributed(jax)
             return
-        self._dist_hook = _AfterImport("jax", self._patch_distributed)
+        self._dist_hook = AfterImport("jax", self._patch_distributed)
         sys.meta_path.insert(0, self._dist_hook)
 
     def _patch_distributed(self, jax) -> None:
@@ -569,51 +569,6 @@ class Session:
             thinned_snapshots=self.writer.thinned,
             **facts,
         )
-
-
-class _AfterImport(importlib.abc.MetaPathFinder):
-    """Calls ``callback(module)`` once ``name`` is first imported, before
-    the importer gets it. Other finders that wrap the same module's loader
-    (the jit probe's) are asked in turn; a search it started itself is
-    passed over, so two such finders never recurse into each other."""
-
-    def __init__(self, name: str, callback):
-        self.name, self.callback = name, callback
-        self._searching = False
-
-    def find_spec(self, fullname, path, target=None):
-        if fullname != self.name or self._searching:
-            return None
-        self._searching = True
-        try:
-            for finder in list(sys.meta_path):
-                if finder is self or not hasattr(finder, "find_spec"):
-                    continue
-                spec = finder.find_spec(fullname, path, target)
-                if spec is not None:
-                    break
-            else:
-                return None
-        finally:
-            self._searching = False
-        loader = spec.loader
-        if loader is None or not hasattr(loader, "exec_module"):
-            return spec
-        hook = self
-
-        class _Loader(importlib.abc.Loader):
-            def create_module(self, spec):
-                return loader.create_module(spec)
-
-            def exec_module(self, module):
-                module.__loader__ = module.__spec__.loader = loader
-                loader.exec_module(module)
-                if hook in sys.meta_path:
-                    sys.meta_path.remove(hook)
-                hook.callback(module)
-
-        spec.loader = _Loader()
-        return spec
 
 
 THINNING_ENV = "JAXMEMPROF_THINNING"

@@ -4,7 +4,6 @@ computes it; this only formats it)."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 
 import pandas as pd
 from rich.console import Console
@@ -13,27 +12,15 @@ from rich.text import Text
 
 from jaxmemprof.analysis.processes import JobReport
 from jaxmemprof.render.escape import safe
+from jaxmemprof.render.findings import Words, words
 from jaxmemprof.render.json import records
+from jaxmemprof.render.report import sparkline
 from jaxmemprof.store.job import process_list_text
 from jaxmemprof.units import format_bytes
 
-_BLOCKS = "▁▂▃▄▅▆▇█"
 # The sites shown per process for what held its peak.
 SITES_PER_PROCESS = 3
 JOB_FILES = ("processes.csv", "job_timeline.csv", "job_peak_sites.csv", "job_findings.csv")
-
-
-def _spark(values, width: int = 64) -> str:
-    v = [float(x) for x in values]
-    if not v:
-        return ""
-    n = len(v)
-    if n > width:
-        v = [max(v[i * n // width:(i + 1) * n // width] or [0.0]) for i in range(width)]
-    hi = max(v)
-    if hi <= 0:
-        return _BLOCKS[0] * len(v)
-    return "".join(_BLOCKS[min(7, int(x / hi * 7 + 0.5))] for x in v)
 
 
 def _ended(row) -> str:
@@ -64,7 +51,7 @@ def render_job_report(rep: JobReport, con: Console, *, top: int = 10, explain: b
     else:
         con.print(Text(f"job peak: {format_bytes(rep.job_peak_bytes)} at {rep.job_peak_t:.2f} s "
                        "(the sum over processes at aligned times)"))
-        con.print(Text(f"job timeline: {_spark(rep.timeline['live_bytes'])}"))
+        con.print(Text(f"job timeline: {sparkline(rep.timeline['live_bytes'])}"))
     if rep.unfinished:
         con.print(Text(f"did not finish: {who(rep.unfinished)}", style="bold red"))
 
@@ -133,16 +120,7 @@ def who(processes, most: int = 8) -> str:
     return f"process{'es' if len(processes) > 1 else ''} {text}"
 
 
-@dataclass(frozen=True)
-class _Words:  # as render/findings.py's Words
-    brief: str
-    brief_fix: str
-    message: str
-    fix: str
-    evidence: str
-
-
-def _imbalance(f) -> _Words:
+def _imbalance(f) -> Words:
     x = f.facts
     n, m = x["process"], x["median_process"]
     sites = x.get("sites") or []
@@ -167,10 +145,10 @@ def _imbalance(f) -> _Words:
                 f"({format_bytes(x['median_process_bytes'])}, the nearest the median): "
                 + ("; ".join(f"{s['site']}: {format_bytes(s['bytes'])} vs {format_bytes(s['median_process_bytes'])}"
                              for s in sites) or "no site differs"))
-    return _Words(brief, brief_fix, brief, fix, evidence)
+    return Words(brief, brief_fix, brief, fix, evidence)
 
 
-def _unfinished(f) -> _Words:
+def _unfinished(f) -> Words:
     ps = f.facts.get("processes") or []
     many = len(ps) > 1
     brief = (f"{who([p['process'] for p in ps]).capitalize()} did not finish (killed, or still running): "
@@ -181,7 +159,7 @@ def _unfinished(f) -> _Words:
                                        f"{p['snapshots']} snapshot(s)" + (f", the last at {p['last_t']:.2f} s"
                                                                           if p.get("last_t") is not None else ""))
         for p in ps)
-    return _Words(brief, brief_fix, brief, brief_fix, evidence)
+    return Words(brief, brief_fix, brief, brief_fix, evidence)
 
 
 _JOB_RULES = {"imbalance": _imbalance, "unfinished": _unfinished}
@@ -193,8 +171,6 @@ def job_words(j) -> Words:
     rule = _JOB_RULES.get(j.rule)
     if rule is not None:
         return rule(j.finding)
-    from jaxmemprof.render.findings import words
-
     return words(j.finding)
 
 

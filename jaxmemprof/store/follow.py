@@ -18,6 +18,7 @@ from pathlib import Path
 
 from jaxmemprof.errors import InputError, check_not_empty
 from jaxmemprof.store import layout
+from jaxmemprof.store.journal import connect_read_only
 
 
 @dataclass(frozen=True)
@@ -73,18 +74,7 @@ def _manifest(path: Path) -> dict:
 
 
 def _connect(db: Path) -> sqlite3.Connection:
-    """Read-only; a journal whose WAL index cannot be opened read-only (a
-    read-only directory, a run killed with its -shm file gone) is read as
-    it is on disk (``immutable``), as the run reader does."""
-    uri = Path(os.path.realpath(db)).as_uri()
-    try:
-        con = sqlite3.connect(f"{uri}?mode=ro", uri=True, timeout=1.0)
-        con.execute("SELECT count(*) FROM sqlite_master").fetchone()
-    except sqlite3.Error:
-        con = sqlite3.connect(f"{uri}?immutable=1", uri=True)
-        con.execute("SELECT count(*) FROM sqlite_master").fetchone()
-    con.text_factory = lambda b: b.decode("utf-8", "backslashreplace")
-    return con
+    return connect_read_only(db, tolerant=True, timeout=1.0)
 
 
 def _profile_path(path: Path, name) -> Path | None:

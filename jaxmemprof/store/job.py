@@ -37,6 +37,7 @@ import pandas as pd
 
 from jaxmemprof.errors import InputError, check_not_empty
 from jaxmemprof.store import layout
+from jaxmemprof.store.journal import connect_read_only
 
 _PROCESS = re.compile(re.escape(layout.PROCESS_DIR_PREFIX) + r"(0|[1-9][0-9]{0,8})")
 LOCK_NAME = ".jaxmemprof.lock"
@@ -112,15 +113,7 @@ _SNAPSHOT_COLUMNS = ["snapshot", "t_wall", "live_bytes", "trigger", "label", "fi
 
 
 def _connect(db: Path) -> sqlite3.Connection:
-    uri = Path(os.path.realpath(db)).as_uri()
-    try:
-        con = sqlite3.connect(f"{uri}?mode=ro", uri=True)
-        con.execute("SELECT count(*) FROM sqlite_master").fetchone()
-    except sqlite3.Error:
-        con = sqlite3.connect(f"{uri}?immutable=1", uri=True)
-        con.execute("SELECT count(*) FROM sqlite_master").fetchone()
-    con.text_factory = lambda b: b.decode("utf-8", "backslashreplace")
-    return con
+    return connect_read_only(db, tolerant=True)
 
 
 def _number(v) -> float | None:

@@ -21,6 +21,7 @@ import pandas as pd
 from jaxmemprof.errors import InputError
 from jaxmemprof.pprof.reader import Profile, load_profile
 from jaxmemprof.store import layout
+from jaxmemprof.store.journal import connect_read_only, tolerant_text
 
 PROFILE_SUFFIXES = (".prof", ".prof.gz", ".pb.gz", ".pprof")
 
@@ -273,23 +274,6 @@ def _empty(columns) -> pd.DataFrame:
     return pd.DataFrame({c: pd.Series(dtype=object) for c in columns})
 
 
-def _connect(db_path: Path) -> sqlite3.Connection:
-    uri = _real(db_path).as_uri()
-    try:
-        con = sqlite3.connect(f"{uri}?mode=ro", uri=True)
-        con.execute("SELECT count(*) FROM sqlite_master").fetchone()
-    except sqlite3.Error:
-        # A read-only directory: read the file as it is.
-        con = sqlite3.connect(f"{uri}?immutable=1", uri=True)
-        con.execute("SELECT count(*) FROM sqlite_master").fetchone()
-    return con
-
-
-def _tolerant_text(b: bytes) -> str:
-    """Text that is not UTF-8, shown escaped rather than failing the run."""
-    return b.decode("utf-8", "backslashreplace")
-
-
 def _query(con, table: str, warnings: list, spec=None) -> pd.DataFrame:
     """One journal table, typed (see _TABLES); empty, with a warning, when
     it cannot be read."""
@@ -307,7 +291,7 @@ def _read(con, table: str, warnings: list, sql: str | None = None) -> pd.DataFra
         except (sqlite3.OperationalError, pd.errors.DatabaseError, UnicodeDecodeError) as exc:
             if "decode" not in str(exc).lower():
                 raise
-            con.text_factory = _tolerant_text  # a damaged cell: read the table again, escaping it
+            con.text_factory = tolerant_text  # a damaged cell: read the table again, escaping it
             try:
                 chunks = list(pd.read_sql_query(sql, con, chunksize=_CHUNK_ROWS))
             finally:
@@ -414,7 +398,7 @@ def _load_journal_run(path: Path) -> Run:
     if not db_path.is_file():
         raise InputError(str(path), "journal.sqlite missing: no snapshot can be read")
     try:
-        con = _connect(db_path)
+        con = connect_read_only(db_path)
     except sqlite3.Error as exc:
         raise InputError(str(db_path), f"not a readable journal ({_one_line(exc)})") from None
     try:

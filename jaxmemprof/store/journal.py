@@ -1,0 +1,31 @@
+"""Opening a run's journal (SQLite) to read it, never writing to it: the
+run reader, the job reader and `top` (which reads a run while it is written)."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from pathlib import Path
+
+
+def connect_read_only(db_path: Path, *, tolerant: bool = False, timeout: float = 5.0) -> sqlite3.Connection:
+    """A journal opened without ever writing to it; one whose WAL index
+    cannot be opened read-only (a read-only directory, a run killed with its
+    -shm file gone) is read as it is on disk (``immutable``). ``tolerant``:
+    text that is not UTF-8 is shown escaped (for small reads; the run reader
+    decodes in C and escapes only a table that needs it)."""
+    uri = Path(os.path.realpath(db_path)).as_uri()
+    try:
+        con = sqlite3.connect(f"{uri}?mode=ro", uri=True, timeout=timeout)
+        con.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    except sqlite3.Error:
+        con = sqlite3.connect(f"{uri}?immutable=1", uri=True)
+        con.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    if tolerant:
+        con.text_factory = tolerant_text
+    return con
+
+
+def tolerant_text(b: bytes) -> str:
+    """Text that is not UTF-8, shown escaped rather than failing the run."""
+    return b.decode("utf-8", "backslashreplace")
