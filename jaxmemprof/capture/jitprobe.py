@@ -653,11 +653,9 @@ class JitProbe:
             state.largest = None  # the lowering is no longer needed
         if left:
             names = ", ".join(str(s.row.get("name", s.function_id)) for s in left[:5])
-            self.writer.add_event("xla-dump", f"{len(left)} function(s) left out ({names}"
-                                              f"{', ...' if len(left) > 5 else ''}): a compile of each would "
-                                              f"take the dumps past {budget:.2f} s, the share of the run's "
-                                              f"time they may take (a longer run or a larger --max-overhead "
-                                              f"allows more)")
+            self.writer.add_event("xla-dump", f"XLA's buffers by line left out for {names}"
+                                              f"{', ...' if len(left) > 5 else ''}: its dump would pass "
+                                              f"{budget:.2f} s, the run's share (--max-overhead allows more)")
         for state in left:
             state.largest = None
 

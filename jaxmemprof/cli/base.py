@@ -147,8 +147,8 @@ def json_option(what: str):
 
 def force_option(what: str):
     """``--force``: replace an output that exists, only ever one jaxmemprof may replace."""
-    return click.option("--force", is_flag=True, help=f"Replace {what} if it exists (only a regular file, or a "
-                                                      "link to one; never a directory that is not one of ours).")
+    return click.option("--force", is_flag=True, help=f"Allow replacing {what} (only a regular file, or a link "
+                                                      "to one; never a directory that is not one of ours).")
 
 
 def steps_option():

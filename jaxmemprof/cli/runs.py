@@ -25,7 +25,7 @@ from jaxmemprof.cli.jobs import export_job_csv, process_option, report_job, run_
 @click.option("--html", "html_path", metavar="FILE", default=None,
               help="Write the report as one self-contained HTML page (timeline, flame graphs, lifetimes, "
                    "memory inside jit, findings; opens offline) to FILE.")
-@force_option("the --html file")
+@force_option("an existing --html file")
 @attribution_options
 def report(run_dir, top, steps, device_memory, as_json, explain, html_path, force, library, user, all_frames):
     """Report on a run: the peak and what held it, the timeline, lifetimes,
@@ -82,7 +82,7 @@ def report(run_dir, top, steps, device_memory, as_json, explain, html_path, forc
                    "with your code's stacks (into -o FILE).")
 @click.option("-o", "--output", metavar="PATH", default=None,
               help="Where --format writes ('-': pprof to stdout).")
-@force_option("the files written")
+@force_option("files that exist")
 @top_option(20, default_text="Default 20: the sites with their own series in sites.csv")
 @steps_option()
 @attribution_options
@@ -92,11 +92,13 @@ def export(inputs, csv_dir, fmt, output, force, top, steps, library, user, all_f
 
     \b
     CSV files written (every column: docs/columns.md):
-      timeline.csv   one row per snapshot     sites.csv      per snapshot x top site
-      devices.csv    per snapshot x device    arrays.csv     one row per array
-      lifetimes.csv  one row per site         reuse.csv      per device and per site
-      leaks.csv      growing sites            recompiles.csv functions compiled again
-      jit.csv        memory inside jit        findings.csv   what to fix
+      timeline.csv   one row per snapshot     sites.csv         per snapshot x top site
+      devices.csv    per snapshot x device    arrays.csv        one row per array
+      lifetimes.csv  one row per site         reuse.csv         reuse per site
+      leaks.csv      growing sites            reuse_devices.csv reuse per device
+      recompiles.csv functions compiled again jit.csv           memory inside jit
+      jit_peak.csv   XLA's buffers by line    jit_buffers.csv   XLA's largest buffers
+      findings.csv   what to fix, as words and facts
 
     \b
     Examples:

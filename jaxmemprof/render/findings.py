@@ -46,6 +46,7 @@ class Words:
     message: str
     fix: str
     evidence: str
+    saves: str = ""  # what acting on it saves, in words, where "saves N" alone would mislead
 
 
 def words(f: Finding) -> Words:
@@ -144,7 +145,8 @@ def _leak(f: Finding, x: dict) -> Words:
            "jax.device_get, or only the last few), a cache that is never evicted, or a closure or "
            "global holding them.")
     return Words(
-        brief=f"Live memory made here grows {rate}: {_b(x['live_bytes_first'])} -> {_b(x['live_bytes_last'])}.",
+        brief=f"Live memory made here grows {rate}, steadily across the run.",
+        saves=f"saves {_b(x['projected_growth_bytes'])} over {horizon}",
         brief_fix="keep a Python float (float(x)) or the last few arrays, not every step's; evict caches",
         message=f"Live memory at {f.site} keeps growing: {rate}.", fix=fix, evidence=evidence)
 

@@ -332,10 +332,11 @@ def render_findings(findings, con: Console, *, explain: bool = False, limit: int
         if f.site:
             line.append(f"  {safe(f.site)}")
         if f.saving_bytes:
-            line.append(f"  saves {format_bytes(f.saving_bytes)}")
-        if not explain and f.severity in _HINTS:  # a hint: one line, with what to do
-            if w.brief_fix:
-                line.append(f": {safe(w.brief_fix)}")
+            line.append(f"  {w.saves or 'saves ' + format_bytes(f.saving_bytes)}")
+        if not explain and f.severity in _HINTS:  # one line: what to do (low), or what it says (info)
+            words = w.brief if f.severity == "info" else w.brief_fix
+            if words:
+                line.append(f": {safe(words)}")
             con.print(line)
             continue
         con.print(line)
