@@ -155,12 +155,13 @@ def _render_timeline(rep: Report, con: Console, rows: int = 8) -> None:
     totals = tl.totals
     if totals.empty:
         return
-    _heading(con, "Timeline")
+    picks = _sample_rows(totals, tl.peak_snapshot, rows)
+    _heading(con, "Timeline" + (f" ({len(picks)} of {len(totals)} snapshots: export --csv has them all)"
+                                if len(picks) < len(totals) else ""))
     con.print(Text(f"live bytes  {sparkline(totals['live_bytes'])}  max {format_bytes(tl.peak_bytes)}"))
     allocator = totals["bytes_in_use"].notna().any()
     t = _table("snapshot", "t", "trigger", "live", "arrays", "markers", *(
         ["in use", "unattributed"] if allocator else []))
-    picks = _sample_rows(totals, tl.peak_snapshot, rows)
     for _, r in totals.loc[picks].iterrows():
         # Text, not str: rich would read a label's [brackets] as markup (a [link=...] emits an escape).
         cells = [str(r["snapshot"]), f"{r['t']:.2f}",
@@ -170,8 +171,6 @@ def _render_timeline(rep: Report, con: Console, rows: int = 8) -> None:
             cells += [_maybe_bytes(r["bytes_in_use"]), _maybe_bytes(r["unattributed_bytes"])]
         t.add_row(*cells, style="bold" if r["snapshot"] == tl.peak_snapshot else "")
     con.print(t)
-    if len(picks) < len(totals):
-        con.print(Text(f"({len(picks)} of {len(totals)} snapshots shown; export --csv writes them all)"))
 
 
 def _maybe_bytes(v) -> str:
@@ -217,15 +216,18 @@ def _render_jit_peak(rep: Report, con: Console, top: int, lines: int = 2) -> Non
     peak = rep.jit_peak
     if peak.empty:
         return
-    con.print(Text("At each function's own peak (XLA's buffer live ranges), by line:"))
+    con.print(Text("At each function's own peak (XLA's buffer live ranges), by your lines:"))
     functions = list(peak.groupby("function_id", sort=False))
     for fid, rows in functions[:top]:
-        parts = [f"{format_bytes(r['bytes'])} {safe(r['site'])}" if r["site"].startswith("argument ")
-                 else f"{format_bytes(r['bytes'])} {r['kind']} at {safe(r['site'])}"
-                 for _, r in rows.head(lines).iterrows()]
-        more = len(rows) - lines
-        con.print(Text(f"  {safe(rows['function'].iloc[0])} {format_bytes(rows['program_peak_bytes'].iloc[0])}: "
-                       + "; ".join(parts) + (f"; {more} more in jit_peak.csv" if more > 0 else "")))
+        is_arg = rows["site"].str.startswith("argument ").to_numpy(dtype=bool)
+        mine = rows[~is_arg]
+        notes = [f"{format_bytes(rows.loc[is_arg, 'bytes'].sum())} arguments"] if is_arg.any() else []
+        if len(mine) > lines:
+            notes.append(f"{len(mine) - lines} more lines in jit_peak.csv")
+        con.print(Text(f"  {safe(rows['function'].iloc[0])} {format_bytes(rows['program_peak_bytes'].iloc[0])}"
+                       + (f" ({'; '.join(notes)})" if notes else "") + ":"))
+        for _, r in mine.head(lines).iterrows():
+            con.print(Text(f"    {format_bytes(r['bytes'])} {r['kind']} at {safe(r['site'])}"))
     if len(functions) > top:
         con.print(Text(f"  {len(functions) - top} more functions in jit_peak.csv"))
 
