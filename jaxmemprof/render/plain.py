@@ -61,7 +61,9 @@ def _pct(x: float) -> str:
     return f"{100 * x:.1f}%"
 
 
-def _breakdown(label: str, rows, key: str) -> list[str]:
+def breakdown(label: str, rows, key: str) -> list[str]:
+    """``by device: cpu:0 14.60 MiB (136), ...``: a show's or diff's totals
+    per device or kind, in one line (none for a single unnamed group)."""
     keys = rows.column(key)
     if len(keys) <= 1 and (len(keys) == 0 or keys[0] == ""):
         return []
@@ -98,8 +100,8 @@ def summary_lines(summary: Summary, *, title: str, value_type: str) -> list[str]
         f"total: {format_bytes(summary.total_bytes)} in {summary.total_count} allocations "
         f"({value_type}, {len(rows) + summary.omitted_rows} {_PLURAL[summary.by]})"
     )
-    lines += _breakdown("by device", table_of(summary, "devices"), "device")
-    lines += _breakdown("by kind", table_of(summary, "kinds"), "kind")
+    lines += breakdown("by device", table_of(summary, "devices"), "device")
+    lines += breakdown("by kind", table_of(summary, "kinds"), "kind")
     return lines if _ok(lines) else None
 
 
@@ -122,6 +124,6 @@ def diff_lines(d: Diff, *, title: str, value_type: str) -> list[str] | None:
     t = d.totals
     lines.append(f"total: {format_bytes(t['base_bytes'])} -> {format_bytes(t['new_bytes'])} "
                  f"({format_bytes(t['delta_bytes'], signed=True)}, {t['delta_count']:+d} allocations; {value_type})")
-    lines += _breakdown("by device", table_of(d, "devices"), "device")
-    lines += _breakdown("by kind", table_of(d, "kinds"), "kind")
+    lines += breakdown("by device", table_of(d, "devices"), "device")
+    lines += breakdown("by kind", table_of(d, "kinds"), "kind")
     return lines if _ok(lines) else None

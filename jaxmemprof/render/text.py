@@ -15,6 +15,7 @@ from rich.text import Text
 from jaxmemprof.analysis.groups import Diff, Summary, table_of
 from jaxmemprof.analysis.groups import Table as Rows
 from jaxmemprof.render.escape import safe
+from jaxmemprof.render.plain import breakdown
 from jaxmemprof.units import format_bytes
 
 _PLURAL = {"site": "sites", "function": "functions", "file": "files", "stack": "stacks", "device": "devices", "kind": "kinds"}
@@ -95,20 +96,8 @@ def render_summary(summary: Summary, con: Console, *, title: str, value_type: st
 
 
 def _render_breakdown(con: Console, label: str, rows: Rows, key: str) -> None:
-    keys = rows.column(key)
-    if len(keys) <= 1 and (len(keys) == 0 or keys[0] == ""):
-        return
-    parts = []
-    for r in rows.records():
-        name = safe(r[key]) or f"(no {key})"
-        if "delta_bytes" in r:
-            parts.append(
-                f"{name} {format_bytes(r['base_bytes'])} -> {format_bytes(r['new_bytes'])} "
-                f"({format_bytes(r['delta_bytes'], signed=True)})"
-            )
-        else:
-            parts.append(f"{name} {format_bytes(r['bytes'])} ({r['count']})")
-    con.print(Text(f"{label}: " + ", ".join(parts)))
+    for line in breakdown(label, rows, key):
+        con.print(Text(line))
 
 
 def render_diff(d: Diff, con: Console, *, title: str, value_type: str) -> None:
