@@ -138,6 +138,12 @@ def prepare_directory(path: Path, force: bool) -> Path:
         if path.exists() and not path.is_dir():
             raise InputError(str(path), "exists and is not a directory")
         _mkdir(path, exist_ok=True)
+    return _claim(path, force)
+
+
+def _claim(path: Path, force: bool) -> Path:
+    """Lock ``path`` for this run and clear what an earlier run of ours left
+    there (``force``); the lock is released if that fails."""
     _lock(path)
     try:
         _clear_for_reuse(path, force)
@@ -161,12 +167,7 @@ def _prepare_process_directory(job: Path, proc: LauncherProcess, force: bool) ->
                                    "of a job); choose another --output")
     path = job / process_directory_name(proc.index)
     _mkdir(path, exist_ok=True)
-    _lock(path)
-    try:
-        _clear_for_reuse(path, force)
-    except BaseException:
-        release_directory(path)
-        raise
+    _claim(path, force)
     _processes[os.path.abspath(path)] = proc
     return path
 
