@@ -143,11 +143,8 @@ def _render_summary(rep: Report, con: Console, explain: bool) -> None:
                      f"{format_bytes(s['peak_unattributed_bytes'])}")
     for line in lines:
         con.print(Text(line))
-    if explain and s["estimated_true_peak_bytes"] is not None:
-        _explained(con, explain, "estimated true peak: the snapshot peak plus, for the jitted call that adds the "
-                                 "most, what XLA's memory analysis says the call holds beyond its arguments "
-                                 "(outputs not aliased to inputs, temporaries, code): snapshots, taken between "
-                                 "calls, never see it.")
+    if s["estimated_true_peak_bytes"] is not None:
+        _explained(con, explain, notes.TRUE_PEAK)
 
 
 def _render_timeline(rep: Report, con: Console, rows: int = 8) -> None:
