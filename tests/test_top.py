@@ -183,3 +183,42 @@ def test_names_are_escaped(tmp_path):
     for args, status in ((["top", "r", "--once"], 0), (["check", "r", "--max-peak", "1KiB"], 1)):
         out = run_cli(*args, cwd=tmp_path, check=status).stdout
         assert "\x1b" not in out and "evil\\x1b[2Jname.py:3 (<module>)" in out, out
+
+
+SLOW = """
+import time
+import jax.numpy as jnp
+import jaxmemprof
+
+keep = []
+for i in range(600):
+    keep.append(jnp.ones((256, 256)) * i)
+    jaxmemprof.snapshot()
+    time.sleep(0.05)
+"""
+
+
+def test_a_killed_recording_ends_top_and_is_said(tmp_path):
+    """The recording process SIGKILLed: `top` off a terminal stops following
+    (it would otherwise wait forever for a run that never finishes) and says
+    the run stopped without finishing; `report` reads what was committed."""
+    script = write_script(tmp_path, "slow.py", SLOW)
+    rec = subprocess.Popen([sys.executable, "-m", "jaxmemprof", "run", "-q", "-o", str(tmp_path / "run"), str(script)],
+                           cwd=tmp_path, env=cpu_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline:  # until a few snapshots are committed
+            once = run_cli("top", tmp_path / "run", "--once", cwd=tmp_path)
+            seen = re.search(r"\b(\d+) snapshots", once.stdout)
+            if once.returncode == 0 and seen and int(seen.group(1)) >= 3:
+                break
+            time.sleep(0.3)
+        assert once.stdout.split("\n")[0].split()[1] == "running", once.stdout
+    finally:
+        rec.kill()
+        rec.wait(timeout=60)
+    follow = subprocess.run([sys.executable, "-m", "jaxmemprof", "top", str(tmp_path / "run")], cwd=tmp_path,
+                            env=cpu_env(), capture_output=True, text=True, timeout=60)
+    assert follow.returncode == 0, follow.stderr
+    assert "stopped without finishing" in follow.stdout, follow.stdout
+    assert "stopped without finishing" in run_cli("top", tmp_path / "run", "--once", cwd=tmp_path, check=0).stdout

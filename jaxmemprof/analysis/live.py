@@ -35,6 +35,7 @@ class Frame:
     command: str
     finished: bool
     exit_status: object
+    gone: bool  # the recording process died without finishing
     snapshots: int
     markers: int
     snapshot: int | None
@@ -101,7 +102,8 @@ class Tracker:
                                error=poll.error or "no snapshot yet")
         if self.frame is not None and latest[0] == self.snapshot:
             f = self.frame
-            return Frame(**{**f.__dict__, "finished": poll.finished, "exit_status": m.get("exit_status"),
+            return Frame(**{**f.__dict__, "finished": poll.finished, "gone": poll.gone,
+                            "exit_status": m.get("exit_status"),
                             "snapshots": poll.snapshots, "markers": poll.markers, "peak": poll.peak,
                             "events": poll.events, "history": poll.history})
         from jaxmemprof.pprof.reader import load_profile
@@ -165,7 +167,7 @@ class Tracker:
     def _frame(self, poll, command, snapshot, t, live, delta, sites, other_sites, other_bytes, devices, growing,
                error=None) -> Frame:
         return Frame(process=self.process, path=str(poll.path), command=command, finished=poll.finished,
-                     exit_status=poll.manifest.get("exit_status"), snapshots=poll.snapshots, markers=poll.markers,
+                     gone=poll.gone, exit_status=poll.manifest.get("exit_status"), snapshots=poll.snapshots, markers=poll.markers,
                      snapshot=snapshot, t=t, live_bytes=live, delta_bytes=delta, peak=poll.peak, sites=sites,
                      other_sites=other_sites, other_bytes=other_bytes, devices=devices, growing=growing,
                      events=poll.events, error=error, history=poll.history)

@@ -116,7 +116,7 @@ class _DefaultPath(type(Path())):
 
 # The lock file of each run directory this process records into: held (flock)
 # for the run's life, so that two runs never share one directory.
-LOCK_NAME = ".jaxmemprof.lock"
+LOCK_NAME = layout.LOCK
 _locks: dict[str, int] = {}
 
 

@@ -88,13 +88,13 @@ def _follow_plain(out, frames, frame_view, interval):
     seen = None
     while True:
         fs = frames()
-        key = tuple((f.snapshot, f.finished) for f in fs)
+        key = tuple((f.snapshot, f.finished, f.gone) for f in fs)
         if key != seen:
             if seen is not None:
                 console.print()
             console.print(frame_view(fs))
             out.flush()
             seen = key
-        if fs and all(f.finished for f in fs):
+        if fs and all(f.finished or f.gone for f in fs):
             return
         time.sleep(interval)

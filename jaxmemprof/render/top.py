@@ -24,6 +24,8 @@ def _delta(n, *, zero: str = "") -> Text:
 
 
 def _state(f) -> str:
+    if f.gone:
+        return "stopped without finishing (its process is gone: killed?)"
     if f.finished:
         return f"finished (exit status {f.exit_status})" if f.exit_status is not None else "finished"
     return "running"
@@ -33,7 +35,7 @@ def process_view(f) -> Group:
     """One process's part of the frame."""
     name = safe(f.path) + ("" if f.process is None else f" (process {f.process})")
     head = Text(name, style="bold")
-    head.append(f"  {_state(f)}", style="" if f.finished else "bold green")
+    head.append(f"  {_state(f)}", style="" if f.finished or f.gone else "bold green")
     if f.command:
         head.append(f"  {safe(f.command)}", style="dim")
     parts = [head]

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from jaxmemprof.errors import InputError, check_not_empty
 from jaxmemprof.store import layout
-from jaxmemprof.store.journal import connect_read_only
+from jaxmemprof.store.journal import connect_read_only, recorder_gone
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,7 @@ class Poll:
     previous: tuple | None = None
     error: str | None = None
     finished: bool = False
+    gone: bool = False  # the recording process died without finishing (killed)
     history: tuple = field(default=())  # (snapshot, live_bytes) of the newest snapshots, oldest first
 
 
@@ -99,13 +100,14 @@ def poll(path: Path, history: int = 30) -> Poll:
     path = Path(path)
     manifest = _manifest(path)
     finished = manifest.get("end_time") is not None
+    gone = not finished and recorder_gone(path)
     db = path / layout.JOURNAL
     if not db.is_file():
-        return Poll(path, manifest, 0, 0, None, None, None, error="no journal yet", finished=finished)
+        return Poll(path, manifest, 0, 0, None, None, None, error="no journal yet", finished=finished, gone=gone)
     try:
         con = _connect(db)
     except sqlite3.Error as exc:
-        return Poll(path, manifest, 0, 0, None, None, None, error=f"journal unreadable: {exc}", finished=finished)
+        return Poll(path, manifest, 0, 0, None, None, None, error=f"journal unreadable: {exc}", finished=finished, gone=gone)
     try:
         cols = "snapshot, t_wall, live_bytes, trigger, file"
         rows = con.execute(f"SELECT {cols} FROM snapshots ORDER BY snapshot DESC LIMIT ?", (max(history, 2),)).fetchall()
@@ -115,7 +117,7 @@ def poll(path: Path, history: int = 30) -> Poll:
         markers = _one(con, "SELECT count(*) FROM markers")
         events = _rows(con, "SELECT kind, message FROM events ORDER BY event DESC LIMIT 3")
     except sqlite3.Error as exc:
-        return Poll(path, manifest, 0, 0, None, None, None, error=f"journal unreadable: {exc}", finished=finished)
+        return Poll(path, manifest, 0, 0, None, None, None, error=f"journal unreadable: {exc}", finished=finished, gone=gone)
     finally:
         con.close()
 
@@ -131,7 +133,7 @@ def poll(path: Path, history: int = 30) -> Poll:
     hist = tuple((s[0], s[2]) for s in reversed([snap(r) for r in rows]) if s is not None)
     return Poll(path, manifest, int(count or 0), int(markers or 0), snap(first), latest,
                 None if peak is None or _int(peak[1]) is None else (int(peak[0]), int(peak[1])),
-                events=tuple((str(k), str(m)) for k, m in events), finished=finished, history=hist,
+                events=tuple((str(k), str(m)) for k, m in events), finished=finished, gone=gone, history=hist,
                 previous=usable[1] if len(usable) > 1 else None)
 
 

@@ -40,7 +40,7 @@ from jaxmemprof.store import layout
 from jaxmemprof.store.journal import connect_read_only
 
 _PROCESS = re.compile(re.escape(layout.PROCESS_DIR_PREFIX) + r"(0|[1-9][0-9]{0,8})")
-LOCK_NAME = ".jaxmemprof.lock"
+LOCK_NAME = layout.LOCK
 
 
 def process_index_of(name: str) -> int | None:

@@ -29,3 +29,27 @@ def connect_read_only(db_path: Path, *, tolerant: bool = False, timeout: float =
 def tolerant_text(b: bytes) -> str:
     """Text that is not UTF-8, shown escaped rather than failing the run."""
     return b.decode("utf-8", "backslashreplace")
+
+
+def recorder_gone(run_dir: Path) -> bool:
+    """Whether the process that recorded into ``run_dir`` died without
+    finishing: its lock file is still there, and nothing holds it (the
+    kernel releases a dead process's lock). False while it records, and for
+    a run that finished (its lock file is removed) or was never locked."""
+    import fcntl
+
+    from jaxmemprof.store import layout
+
+    try:
+        fd = os.open(Path(run_dir) / layout.LOCK, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:  # held: it records (or a file system without locks: cannot tell)
+        return False
+    else:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return True
+    finally:
+        os.close(fd)

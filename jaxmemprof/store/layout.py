@@ -29,6 +29,8 @@ from pathlib import Path
 SCHEMA_VERSION = 2
 MANIFEST = "manifest.json"
 JOURNAL = "journal.sqlite"
+# Held (flock) by the process recording into the run directory, removed when the run ends.
+LOCK = ".jaxmemprof.lock"
 SNAPSHOT_DIR = "snapshots"
 PROCESS_DIR_PREFIX = "process-"
 
