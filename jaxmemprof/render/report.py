@@ -122,10 +122,17 @@ def render_report(rep: Report, con: Console, *, top: int, explain: bool = False)
 
 def _render_summary(rep: Report, con: Console, explain: bool) -> None:
     s = rep.summary
-    ended = "" if s["ended_by"] == "exit" else f" ({safe(s['ended_by'] or '?')})"
+    totals = rep.timeline.totals
+    if s["exit_status"] is None:  # killed, or still running: what the snapshots saw
+        ran = f"{_seconds(totals['t'].max()) if len(totals) else '-'} to its last snapshot, no exit status"
+    else:
+        ended = "" if s["ended_by"] == "exit" else f" ({safe(s['ended_by'] or '?')})"
+        ran = f"{_seconds(s['duration_s'])}, exit status {s['exit_status']}{ended}"
+    devices = rep.timeline.devices["device"].dropna().astype(str).unique() if len(rep.timeline.devices) else []
+    backend = s["backend"] or (str(devices[0]).split(":")[0] if len(devices) else "")
     lines = [
-        f"{safe(s['command']) or '-'}: {_seconds(s['duration_s'])}, exit status {s['exit_status']}{ended}; "
-        f"{safe(s['backend'] or '?')}, {s['devices']} device{'s' if s['devices'] != 1 else ''}",
+        f"{safe(s['command']) or '-'}: {ran}"
+        + (f"; {safe(backend)}, {s['devices']} device{'s' if s['devices'] != 1 else ''}" if backend else ""),
         f"{s['snapshots']} snapshots, {s['markers']} markers, {s['arrays_seen']} arrays seen; "
         f"sampling took {s['sampling_cpu_s']:.2f} s of CPU",
     ]
@@ -138,6 +145,8 @@ def _render_summary(rep: Report, con: Console, explain: bool) -> None:
         if len(per_dev) > 1:
             lines.append("at the peak by device: " + ", ".join(
                 f"{safe(d)} {format_bytes(r['live_bytes'])}" for d, r in collapse_devices(per_dev, ["live_bytes"])))
+    if s["peak_snapshot"] is None:
+        lines.append("no snapshot: the program never put an array on a JAX device")
     if s["peak_unattributed_bytes"]:
         lines.append(f"unattributed at the peak (in use by the allocator, not by live arrays): "
                      f"{format_bytes(s['peak_unattributed_bytes'])}")
