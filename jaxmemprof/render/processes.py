@@ -4,6 +4,7 @@ computes it; this only formats it)."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pandas as pd
 from rich.console import Console
@@ -14,7 +15,7 @@ from jaxmemprof.analysis.processes import JobReport
 from jaxmemprof.render.escape import safe
 from jaxmemprof.render.findings import Words, words
 from jaxmemprof.render.json import records
-from jaxmemprof.render.report import sparkline
+from jaxmemprof.render.report import render_findings, sparkline
 from jaxmemprof.store.job import process_list_text
 from jaxmemprof.units import format_bytes
 
@@ -97,19 +98,18 @@ def render_job_report(rep: JobReport, con: Console, *, top: int = 10, explain: b
         con.print(Text("findings: none", style="bold underline"))
         return
     con.print(Text(f"findings ({len(f)}), merged over processes", style="bold underline"))
-    for j in f:
-        w = job_words(j)
-        style = {"high": "bold red", "medium": "yellow"}.get(j.severity, "")
-        line = Text(f"  [{j.severity}] ", style=style)
-        line.append(safe(f"{who(j.processes)}: {w.message if explain else w.brief}"))
-        con.print(line)
-        fix = w.fix if explain else w.brief_fix
-        if fix:
-            con.print(Text(f"      fix: {safe(fix)}"))
-        if explain and w.evidence:
-            con.print(Text(f"      evidence: {safe(w.evidence)}"))
-        if explain and j.saving_bytes_total is not None and len(j.processes) > 1:
-            con.print(Text(f"      over the {len(j.processes)} processes it saves {format_bytes(j.saving_bytes_total)}"))
+    of = {id(j.finding): j for j in f}
+    render_findings([j.finding for j in f], con, explain=explain, words_of=lambda x: _job_words(of[id(x)], explain),
+                    where_of=lambda x: who(of[id(x)].processes))
+
+
+def _job_words(j, explain: bool) -> Words:
+    """A job finding's words, with what it saves over all its processes in full."""
+    w = job_words(j)
+    if explain and j.saving_bytes_total is not None and len(j.processes) > 1:
+        return replace(w, evidence=(w.evidence + "; " if w.evidence else "")
+                       + f"over the {len(j.processes)} processes it saves {format_bytes(j.saving_bytes_total)}")
+    return w
 
 
 def who(processes, most: int = 8) -> str:

@@ -328,19 +328,21 @@ _HINTS = ("low", "info")
 
 
 def render_findings(findings, con: Console, *, explain: bool = False, limit: int | None = None,
-                    indent: str = "   ") -> None:
+                    indent: str = "   ", words_of=None, where_of=None) -> None:
     """Each finding in three lines: severity, rule, site and saving; one
     sentence; the fix. A low or info one (a hint) in one line, with its
     fix. With ``explain``, each in full, with its evidence."""
     shown = findings if limit is None else findings[:limit]
     for i, f in enumerate(shown, start=1):
-        w = said.words(f)
+        w = (words_of or said.words)(f)
         line = Text(f"{i}. ")
         line.append(f"{f.severity} {f.rule}", style=_COLOURS.get(f.severity, ""))
         if f.site:
             line.append(f"  {safe(f.site)}")
         if f.saving_bytes:
             line.append(f"  {w.saves or 'saves ' + format_bytes(f.saving_bytes)}")
+        if where_of is not None:  # a job's finding: the processes it applies to
+            line.append(f"  ({safe(where_of(f))})")
         if not explain and f.severity in _HINTS:  # one line: what to do (low), or what it says (info)
             words = w.brief if f.severity == "info" else w.brief_fix
             if words:
