@@ -61,6 +61,34 @@ def _pct(x: float) -> str:
     return f"{100 * x:.1f}%"
 
 
+def summary_footer(summary, shown: int, value_type: str) -> list[str]:
+    """What a show left out, and its total (both outputs, rich's and plain)."""
+    lines = []
+    if summary.omitted_rows:
+        lines.append(
+            f"... {summary.omitted_rows} more {_PLURAL[summary.by]} hold "
+            f"{format_bytes(summary.omitted_bytes)} ({summary.omitted_count} allocations); --top 0 shows all"
+        )
+    lines.append(
+        f"total: {format_bytes(summary.total_bytes)} in {summary.total_count} allocations "
+        f"({value_type}, {shown + summary.omitted_rows} {_PLURAL[summary.by]})"
+    )
+    return lines
+
+
+def diff_left_out(d) -> list[str]:
+    """The groups a diff did not list: those cut by --top, and those unchanged."""
+    lines = []
+    if d.omitted_rows:
+        lines.append(
+            f"... {d.omitted_rows} more {_PLURAL[d.by]} change by "
+            f"{format_bytes(d.omitted_bytes, signed=True)}; --top 0 shows all"
+        )
+    if d.unchanged_rows:
+        lines.append(f"{d.unchanged_rows} unchanged {_PLURAL[d.by]} not shown")
+    return lines
+
+
 def breakdown(label: str, rows, key: str) -> list[str]:
     """``by device: cpu:0 14.60 MiB (136), ...``: a show's or diff's totals
     per device or kind, in one line (none for a single unnamed group)."""
@@ -91,15 +119,7 @@ def summary_lines(summary: Summary, *, title: str, value_type: str) -> list[str]
                                     _key_texts(rows, summary))
     ]
     lines = [safe(title)] + _table(("bytes", "count", "%", "cum %", summary.by), (1, 1, 1, 1, 0), cells)
-    if summary.omitted_rows:
-        lines.append(
-            f"... {summary.omitted_rows} more {_PLURAL[summary.by]} hold "
-            f"{format_bytes(summary.omitted_bytes)} ({summary.omitted_count} allocations); --top 0 shows all"
-        )
-    lines.append(
-        f"total: {format_bytes(summary.total_bytes)} in {summary.total_count} allocations "
-        f"({value_type}, {len(rows) + summary.omitted_rows} {_PLURAL[summary.by]})"
-    )
+    lines += summary_footer(summary, len(rows), value_type)
     lines += breakdown("by device", table_of(summary, "devices"), "device")
     lines += breakdown("by kind", table_of(summary, "kinds"), "kind")
     return lines if _ok(lines) else None
@@ -114,13 +134,7 @@ def diff_lines(d: Diff, *, title: str, value_type: str) -> list[str] | None:
                                                                         "delta_count")), _key_texts(rows, d))
     ]
     lines = [safe(title)] + _table(("delta", "base", "new", "delta count", d.by), (1, 1, 1, 1, 0), cells)
-    if d.omitted_rows:
-        lines.append(
-            f"... {d.omitted_rows} more {_PLURAL[d.by]} change by "
-            f"{format_bytes(d.omitted_bytes, signed=True)}; --top 0 shows all"
-        )
-    if d.unchanged_rows:
-        lines.append(f"{d.unchanged_rows} unchanged {_PLURAL[d.by]} not shown")
+    lines += diff_left_out(d)
     t = d.totals
     lines.append(f"total: {format_bytes(t['base_bytes'])} -> {format_bytes(t['new_bytes'])} "
                  f"({format_bytes(t['delta_bytes'], signed=True)}, {t['delta_count']:+d} allocations; {value_type})")

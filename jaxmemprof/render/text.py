@@ -15,7 +15,7 @@ from rich.text import Text
 from jaxmemprof.analysis.groups import Diff, Summary, table_of
 from jaxmemprof.analysis.groups import Table as Rows
 from jaxmemprof.render.escape import safe
-from jaxmemprof.render.plain import breakdown
+from jaxmemprof.render.plain import breakdown, diff_left_out, summary_footer
 from jaxmemprof.units import format_bytes
 
 _PLURAL = {"site": "sites", "function": "functions", "file": "files", "stack": "stacks", "device": "devices", "kind": "kinds"}
@@ -82,15 +82,8 @@ def render_summary(summary: Summary, con: Console, *, title: str, value_type: st
     for b, c, share, cum, key in zip(*cols, _key_texts(rows, summary)):
         table.add_row(format_bytes(b), str(c), _pct(share), _pct(cum), Text(key))
     con.print(table)
-    if summary.omitted_rows:
-        con.print(
-            f"... {summary.omitted_rows} more {_PLURAL[summary.by]} hold "
-            f"{format_bytes(summary.omitted_bytes)} ({summary.omitted_count} allocations); --top 0 shows all"
-        )
-    con.print(
-        f"total: {format_bytes(summary.total_bytes)} in {summary.total_count} allocations "
-        f"({value_type}, {len(rows) + summary.omitted_rows} {_PLURAL[summary.by]})"
-    )
+    for line in summary_footer(summary, len(rows), value_type):
+        con.print(line)
     _render_breakdown(con, "by device", table_of(summary, "devices"), "device")
     _render_breakdown(con, "by kind", table_of(summary, "kinds"), "kind")
 
@@ -120,13 +113,8 @@ def render_diff(d: Diff, con: Console, *, title: str, value_type: str) -> None:
             Text(key),
         )
     con.print(table)
-    if d.omitted_rows:
-        con.print(
-            f"... {d.omitted_rows} more {_PLURAL[d.by]} change by "
-            f"{format_bytes(d.omitted_bytes, signed=True)}; --top 0 shows all"
-        )
-    if d.unchanged_rows:
-        con.print(f"{d.unchanged_rows} unchanged {_PLURAL[d.by]} not shown")
+    for line in diff_left_out(d):
+        con.print(line)
     t = d.totals
     total = Text(f"total: {format_bytes(t['base_bytes'])} -> {format_bytes(t['new_bytes'])} (")
     total.append(format_bytes(t["delta_bytes"], signed=True), style=_delta_style(t["delta_bytes"]))
