@@ -95,13 +95,16 @@ class _Dirs:
         self.counter = itertools.count()
 
     def make(self, journal: bytes | None = None, manifest: bytes | None = None) -> Path:
+        return self.make_from(self.source, journal, manifest)
+
+    def make_from(self, source: Path, journal: bytes | None = None, manifest: bytes | None = None) -> Path:
         d = self.root / f"ex{next(self.counter):05d}"
         d.mkdir()
-        (d / "snapshots").symlink_to(self.source / "snapshots", target_is_directory=True)
+        (d / "snapshots").symlink_to(source / "snapshots", target_is_directory=True)
         (d / "manifest.json").write_bytes(
-            manifest if manifest is not None else (self.source / "manifest.json").read_bytes())
+            manifest if manifest is not None else (source / "manifest.json").read_bytes())
         (d / "journal.sqlite").write_bytes(
-            journal if journal is not None else (self.source / "journal.sqlite").read_bytes())
+            journal if journal is not None else (source / "journal.sqlite").read_bytes())
         return d
 
 
@@ -223,6 +226,118 @@ def test_hand_edited_journal_cells_load_or_raise_input_error(real_run, run_dirs,
     finally:
         con.close()
     _load_and_report(d)
+
+
+# The arrays of a usual journal are read by a fast path (store/reader.py
+# _read_intervals: each column parsed in C); any journal it cannot read
+# exactly as written goes through the general path. Their results must agree.
+
+SHARDED = """
+import jax
+jax.config.update("jax_num_cpu_devices", 2)
+import jax.numpy as jnp
+import numpy as np
+import jaxmemprof
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+mesh = Mesh(np.array(jax.devices()), ("x",))
+keep = []
+for i in range(4):
+    keep.append(jax.device_put(jnp.ones((64, 8 * (i + 1)), jnp.float32), NamedSharding(mesh, P("x"))))
+    keep.append(jnp.zeros((16 * (i + 1),), jnp.float32) + i)
+    jaxmemprof.snapshot(f"s{i}")
+    if i % 2:
+        keep.pop(0)
+"""
+
+
+@pytest.fixture(scope="module")
+def sharded_run(tmp_path_factory):
+    """A real run with arrays over two devices (several addresses a row),
+    each read (``--addresses all``), some still alive at the end."""
+    d = tmp_path_factory.mktemp("sharded-run")
+    script = write_script(d, "sharded.py", SHARDED)
+    run_cli("run", "-q", "--addresses", "all", "-o", d / "run", "--interval", "5", script, cwd=d, check=0)
+    return d / "run"
+
+
+def _both_paths(d: Path):
+    """(the fast path's arrays or None, what load_run gives by the general path)."""
+    from unittest import mock
+
+    from jaxmemprof.store import journal, reader
+
+    con = journal.connect_read_only(d / "journal.sqlite")
+    try:
+        fast = reader._read_intervals(con)
+    finally:
+        con.close()
+    with mock.patch.object(reader, "_read_intervals", lambda con: None):
+        try:
+            general = load_run(d)
+        except InputError:
+            general = None
+    return fast, general
+
+
+def _agree(d: Path):
+    fast, general = _both_paths(d)
+    if fast is None:
+        return False
+    assert general is not None
+    assert not [w for w in general.warnings if "array" in w], general.warnings  # it read them as written
+    got = load_run(d)
+    pd.testing.assert_frame_equal(got.arrays, general.arrays)
+    assert got.warnings == general.warnings
+    return True
+
+
+def test_the_usual_journal_takes_the_fast_path_and_reads_as_the_general(real_run, sharded_run, run_dirs):
+    for run in (real_run, sharded_run):
+        assert _agree(run_dirs.make_from(run))
+    run = load_run(sharded_run)
+    assert (run.arrays["addresses"].map(len) == 2).sum() >= 4  # the sharded ones
+    assert run.arrays["addresses"].map(len).eq(1).any() and run.arrays["how"].isna().any()
+
+
+# Cells that look like what the writer writes, almost.
+NEAR_CELLS = st.one_of(
+    HOSTILE_CELLS,
+    st.sampled_from(["[0]", "[00]", "[0123]", "[]", "[null]", "[1,2]", "[1, 2]", "[ 5]", "[5 ]", "[+5]", "[-5]",
+                     "[1e5]", "[5.0]", "5", "[5", "5]", "[9223372036854775807]", "[9223372036854775808]",
+                     "[999999999999999999]", "[1\x1f2]", "\x1f", "[\u00e9]", "12", " 12", "1.5", "3.0", "1e3",
+                     "freed", "deleted", "gone", "0x10", "inf"]),
+    st.integers(0, 2**54),
+)
+
+
+@settings(FUZZ, max_examples=150)
+@given(data=st.data())
+def test_an_edited_arrays_table_reads_the_same_by_either_path(sharded_run, run_dirs, data):
+    d = run_dirs.make_from(sharded_run)
+    db = d / "journal.sqlite"
+    con = sqlite3.connect(db)
+    try:
+        for _ in range(data.draw(st.integers(1, 3), label="edits")):
+            table = data.draw(st.sampled_from(["arrays", "array_ends"]), label="table")
+            column = data.draw(st.sampled_from([c[1] for c in con.execute(f"PRAGMA table_info({table})")]),
+                               label="column")
+            value = data.draw(NEAR_CELLS, label="value")
+            row = data.draw(st.integers(0, 40), label="row")
+            try:
+                con.execute(f"UPDATE {table} SET {column} = ? WHERE rowid = "
+                            f"(SELECT rowid FROM {table} ORDER BY rowid LIMIT 1 OFFSET ?)", (value, row))
+            except sqlite3.Error:
+                pass  # a constraint refused it (NOT NULL, a duplicate key)
+        con.commit()
+    finally:
+        con.close()
+    fast, general = _both_paths(d)
+    if fast is not None:
+        assert general is not None
+        got = load_run(d)
+        pd.testing.assert_frame_equal(got.arrays, general.arrays)
+        assert got.warnings == general.warnings
 
 
 MANIFEST_FIELDS = ["argv", "command", "cwd", "start_epoch", "start_time", "end_time", "duration_s", "exit_status",

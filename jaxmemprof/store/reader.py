@@ -14,6 +14,7 @@ import re
 import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
+from warnings import catch_warnings, simplefilter
 
 import numpy as np
 import pandas as pd
@@ -309,10 +310,14 @@ _JOINED = ("SELECT a.*, " + ", ".join(f"e.{c} AS end_{c}" for c in ("array_id",)
            + " FROM arrays a LEFT JOIN array_ends e ON e.array_id = a.array_id")
 
 
-def _query_arrays_and_ends(con, warnings: list) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The arrays (as _query_arrays) and the array_ends tables. A journal
-    of schema 2 whose ends each name one array is read in one join; any
-    other (schema 1, a damaged one) table by table."""
+def _query_arrays_and_ends(con, warnings: list) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+    """The arrays (as _query_arrays) and the array_ends tables; or, for the
+    usual journal, the arrays already joined with their ends (and None). A
+    journal of schema 2 whose ends each name one array is read in one join;
+    any other (schema 1, a damaged one) table by table."""
+    joined = _read_intervals(con)
+    if joined is not None:
+        return joined, None
     quiet: list = []
     joined = _read(con, "arrays", quiet, _JOINED)
     if (quiet or "kind_id" not in joined.columns or joined.empty
@@ -323,6 +328,125 @@ def _query_arrays_and_ends(con, warnings: list) -> tuple[pd.DataFrame, pd.DataFr
     raw_ends.columns = ["array_id", *_ENDS]
     ends = _shallow_json(_typed(raw_ends.reset_index(drop=True), "array_ends", warnings), "array_ends", warnings)
     return _query_arrays(con, warnings, joined.drop(columns=[c for c in joined.columns if c.startswith("end_")])), ends
+
+
+_HOW = ("freed", "deleted")
+# Per span of array ids, each column as one text of numbers (an end's how
+# as 0: none, 1, 2: _HOW, 3: another) and the addresses' texts joined by a
+# byte JSON lists do not hold: parsed by numpy, with no Python object per
+# cell (a day-long run's arrays are millions of rows).
+_UNIT = "\x1f"
+_INTERVALS = (
+    "SELECT count(*), group_concat(a.array_id, ' '), group_concat(a.py_id, ' '),"
+    " group_concat(a.first_snapshot, ' '), group_concat(a.kind_id, ' '),"
+    " group_concat(ifnull(e.last_snapshot, 0), ' '), group_concat(ifnull(e.end_snapshot, 0), ' '),"
+    f" group_concat(CASE WHEN e.array_id IS NULL THEN 0 WHEN e.how = '{_HOW[0]}' THEN 1"
+    f" WHEN e.how = '{_HOW[1]}' THEN 2 ELSE 3 END, ' '), group_concat(a.addresses, char({ord(_UNIT)}))"
+    " FROM arrays a LEFT JOIN array_ends e ON e.array_id = a.array_id WHERE a.array_id BETWEEN ? AND ?")
+_INTERVAL_SPAN = 500_000
+# Columns no row may lack (NOT NULL): a missing cell would shift the others.
+_NOT_NULL = {"arrays": ("array_id", "py_id", "first_snapshot", "kind_id", "addresses"),
+             "array_ends": ("array_id", "last_snapshot", "end_snapshot", "how")}
+
+
+def _numbers(text, count: int) -> np.ndarray | None:
+    """``count`` integers in a text, separated by spaces; None unless each
+    is an integer below 2**53 (beyond, _typed reads it as damage)."""
+    if count == 0:
+        return np.zeros(0, dtype=np.int64)
+    if not isinstance(text, str):
+        return None
+    values = _parsed(text)
+    return values if values is not None and len(values) == count and (np.abs(values) < 2**53).all() else None
+
+
+def _parsed(text: str) -> np.ndarray | None:
+    """The integers of a text separated by spaces (past 2**63: 2**63 - 1);
+    None where one is not an integer ("1.5", "abc")."""
+    try:
+        with catch_warnings():  # numpy warns (or, newer, raises) where the text does not parse to its end
+            simplefilter("error")
+            return np.fromstring(text, dtype=np.int64, sep=" ")
+    except (ValueError, DeprecationWarning):
+        return None
+
+
+def _one_numbers(text, count: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """Of ``count`` texts joined by _UNIT, those that are a one-number JSON
+    list ("[140312420899712]", as _ONE_COUNT matches it) and their numbers;
+    None when the texts cannot be told apart."""
+    if not isinstance(text, str):
+        return None
+    raw = np.frombuffer(text.encode() + bytes([ord(_UNIT)]), dtype=np.uint8)  # each text ends at a cut
+    cuts = np.flatnonzero(raw == ord(_UNIT))
+    if len(cuts) != count:
+        return None
+    starts = np.concatenate([[0], cuts[:-1] + 1])
+    length = cuts - starts
+    digit = (raw >= ord("0")) & (raw <= ord("9"))
+    others = np.add.reduceat((~digit).view(np.uint8), starts, dtype=np.int64)  # its cut too
+    one = ((length >= 3) & (length <= 20) & (others == 3) & (raw[starts] == ord("["))
+           & (raw[np.maximum(cuts - 1, 0)] == ord("]")) & ((raw[np.minimum(starts + 1, len(raw) - 1)] != ord("0")) | (length == 3)))
+    keep = digit & np.repeat(one, length + 1)
+    values = _parsed(np.where(keep, raw, ord(" ")).tobytes().decode())
+    return (one, values) if values is not None and len(values) == one.sum() else None
+
+
+def _read_intervals(con) -> pd.DataFrame | None:
+    """The arrays of a schema-2 journal joined with their ends and
+    descriptions, as _query_arrays and _array_intervals' join give them
+    (``last_snapshot`` NA while alive), read without a Python object per
+    cell; None when any row is not as the writer writes it (a schema-1 or
+    damaged journal, read by the general path, which says what it left out)."""
+    try:
+        for table, columns in _NOT_NULL.items():
+            info = {row[1]: row for row in con.execute(f"PRAGMA table_info({table})")}
+            if not all(c in info and (info[c][3] or info[c][5]) for c in columns):  # notnull, or the key
+                return None
+        lo, hi = con.execute("SELECT min(array_id), max(array_id) FROM arrays").fetchone()
+        if not isinstance(lo, int) or not isinstance(hi, int):
+            return None
+        parts, texts = [], []
+        for start in range(lo, hi + 1, _INTERVAL_SPAN):
+            count, *numbers, addresses = con.execute(_INTERVALS, (start, start + _INTERVAL_SPAN - 1)).fetchone()
+            cols = [_numbers(t, count) for t in numbers]
+            ones = _one_numbers(addresses, count) if count else (np.zeros(0, bool), np.zeros(0, np.int64))
+            if any(c is None for c in cols) or ones is None or (cols[6] == 3).any():
+                return None
+            parts.append(cols + [_address_tuples(addresses, *ones)])
+        quiet: list = []
+        kinds = _parse_lists(_query(con, "array_kinds", quiet), ("shape", "shard_bytes", "devices"))
+    except (sqlite3.Error, UnicodeError, OverflowError):
+        return None
+    array_id, py_id, first, kind_id, last, end, how, addresses = (np.concatenate(c) for c in zip(*parts))
+    if quiet or (len(array_id) > 1 and not (np.diff(array_id) > 0).all()) or kinds["kind_id"].duplicated().any():
+        return None
+    kinds = kinds.set_index("kind_id")
+    if not np.isin(kind_id, kinds.index.to_numpy()).all():
+        return None
+    alive = how == 0
+    out = pd.DataFrame({
+        "array_id": array_id, "py_id": py_id, "first_snapshot": first,
+        "last_snapshot": pd.arrays.IntegerArray(last, alive), "end_snapshot": pd.arrays.IntegerArray(end, alive),
+        "how": pd.Series(np.array((None,) + _HOW, dtype=object)[how], dtype=object),
+    })
+    described = kinds.reindex(kind_id).reset_index(drop=True)
+    for c in _KIND_COLUMNS:
+        out[c] = described[c]
+    out["addresses"] = pd.Series(addresses, dtype=object)
+    return out
+
+
+def _address_tuples(text: str, one: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Each array's addresses as a tuple (as _parse_lists gives them):
+    ``values`` where ``one``, the rest of the texts parsed."""
+    out = np.empty(len(one), dtype=object)
+    out[one] = np.fromiter(((v,) for v in values.tolist()), dtype=object, count=len(values))
+    rest = np.flatnonzero(~one)
+    if len(rest):
+        texts = np.array(text.split(_UNIT), dtype=object)[rest]
+        out[rest] = _parse_lists(pd.DataFrame({"addresses": texts}), ("addresses",))["addresses"].to_numpy()
+    return out
 
 
 def _query_arrays(con, warnings: list, raw: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -489,14 +613,14 @@ def _check_snapshot_files(path: Path, snaps: pd.DataFrame, warnings: list, thinn
     return snaps.sort_values("snapshot").reset_index(drop=True)
 
 
-def _array_intervals(arrays: pd.DataFrame, ends: pd.DataFrame, snaps: pd.DataFrame) -> pd.DataFrame:
-    """Join births (described, their lists parsed) and ends: alive from
-    first_snapshot to last_snapshot."""
+def _array_intervals(arrays: pd.DataFrame, ends: pd.DataFrame | None, snaps: pd.DataFrame) -> pd.DataFrame:
+    """Join births (described, their lists parsed) and ends (None: joined
+    already): alive from first_snapshot to last_snapshot."""
     if arrays.empty:
         cols = ["array_id", "py_id", "first_snapshot", "last_snapshot", "end_snapshot", "how", "shape",
                 "dtype", "nbytes", "shard_bytes", "devices", "addresses", "sharding", "memory_kind", "stack_id"]
         return _empty(cols)
-    out = arrays.merge(ends, on="array_id", how="left")
+    out = arrays if ends is None else arrays.merge(ends, on="array_id", how="left")
     last = int(snaps["snapshot"].max()) if not snaps.empty else 0
     alive = out["last_snapshot"].isna()
     out["last_snapshot"] = out["last_snapshot"].fillna(last).astype(np.int64)
