@@ -22,9 +22,9 @@ SHARD_COLUMNS = ["array_id", "device", "address", "known_address", "bytes", "fir
 def _addresses(values: list) -> tuple[np.ndarray, np.ndarray]:
     """Addresses as uint64, and which are known."""
     try:
+        if None not in values:
+            return np.array(values, dtype=np.uint64), np.ones(len(values), dtype=bool)
         known = np.fromiter((v is not None for v in values), dtype=bool, count=len(values))
-        if known.all():
-            return np.array(values, dtype=np.uint64), known
         return np.array([v if v is not None else 0 for v in values], dtype=np.uint64), known
     except (TypeError, ValueError, OverflowError):
         out = np.zeros(len(values), dtype=np.uint64)

@@ -441,7 +441,7 @@ def _address_tuples(text: str, one: np.ndarray, values: np.ndarray) -> np.ndarra
     """Each array's addresses as a tuple (as _parse_lists gives them):
     ``values`` where ``one``, the rest of the texts parsed."""
     out = np.empty(len(one), dtype=object)
-    out[one] = np.fromiter(((v,) for v in values.tolist()), dtype=object, count=len(values))
+    out[one] = np.fromiter(zip(values.tolist()), dtype=object, count=len(values))  # 1-tuples
     rest = np.flatnonzero(~one)
     if len(rest):
         texts = np.array(text.split(_UNIT), dtype=object)[rest]
