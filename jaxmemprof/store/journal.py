@@ -16,13 +16,24 @@ def connect_read_only(db_path: Path, *, tolerant: bool = False, timeout: float =
     decodes in C and escapes only a table that needs it)."""
     uri = Path(os.path.realpath(db_path)).as_uri()
     try:
-        con = sqlite3.connect(f"{uri}?mode=ro", uri=True, timeout=timeout)
-        con.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        con = _opened(f"{uri}?mode=ro", timeout)
     except sqlite3.Error:
-        con = sqlite3.connect(f"{uri}?immutable=1", uri=True)
-        con.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        con = _opened(f"{uri}?immutable=1", timeout)
     if tolerant:
         con.text_factory = tolerant_text
+    return con
+
+
+def _opened(uri: str, timeout: float) -> sqlite3.Connection:
+    con = sqlite3.connect(uri, uri=True, timeout=timeout)
+    try:
+        con.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    except UnicodeDecodeError as exc:  # SQLite's message quotes the damaged schema, which is not UTF-8
+        con.close()
+        raise sqlite3.DatabaseError(f"malformed database schema (text that is not UTF-8: {exc.reason})") from None
+    except sqlite3.Error:
+        con.close()
+        raise
     return con
 
 

@@ -281,11 +281,11 @@ def _query(con, table: str, warnings: list, spec=None) -> pd.DataFrame:
     return _shallow_json(_typed(_read(con, table, warnings), table, warnings, spec), table, warnings)
 
 
-def _read(con, table: str, warnings: list, sql: str | None = None) -> pd.DataFrame:
-    """One journal table as it is (or the rows of ``sql``, which reads it).
-    Read in chunks: a day-long run's arrays are millions of rows, and a
-    row's Python objects are many times the size of its columns."""
-    sql = sql or f"SELECT * FROM {table}"
+def _read(con, table: str, warnings: list) -> pd.DataFrame:
+    """One journal table as it is. Read in chunks: a day-long run's arrays
+    are millions of rows, and a row's Python objects are many times the size
+    of its columns."""
+    sql = f"SELECT * FROM {table}"
     try:
         try:  # sqlite3's own decoding, in C, for the usual table of UTF-8 text
             chunks = list(pd.read_sql_query(sql, con, chunksize=_CHUNK_ROWS))
@@ -304,30 +304,14 @@ def _read(con, table: str, warnings: list, sql: str | None = None) -> pd.DataFra
         return pd.DataFrame()
 
 
-_ENDS = ("last_snapshot", "end_snapshot", "how")
-# Births and ends in one pass (schema 2): a third fewer cells to fetch than two reads.
-_JOINED = ("SELECT a.*, " + ", ".join(f"e.{c} AS end_{c}" for c in ("array_id",) + _ENDS)
-           + " FROM arrays a LEFT JOIN array_ends e ON e.array_id = a.array_id")
-
-
 def _query_arrays_and_ends(con, warnings: list) -> tuple[pd.DataFrame, pd.DataFrame | None]:
-    """The arrays (as _query_arrays) and the array_ends tables; or, for the
-    usual journal, the arrays already joined with their ends (and None). A
-    journal of schema 2 whose ends each name one array is read in one join;
-    any other (schema 1, a damaged one) table by table."""
+    """The arrays joined with their ends (and None), for the usual journal;
+    any other (schema 1, a damaged one): the arrays (as _query_arrays) and
+    the array_ends table, read table by table."""
     joined = _read_intervals(con)
     if joined is not None:
         return joined, None
-    quiet: list = []
-    joined = _read(con, "arrays", quiet, _JOINED)
-    if (quiet or "kind_id" not in joined.columns or joined.empty
-            or joined["array_id"].duplicated().any()):
-        return _query_arrays(con, warnings), _query(con, "array_ends", warnings)
-    ended = joined["end_array_id"].notna()
-    raw_ends = joined.loc[ended, ["end_array_id", *(f"end_{c}" for c in _ENDS)]]
-    raw_ends.columns = ["array_id", *_ENDS]
-    ends = _shallow_json(_typed(raw_ends.reset_index(drop=True), "array_ends", warnings), "array_ends", warnings)
-    return _query_arrays(con, warnings, joined.drop(columns=[c for c in joined.columns if c.startswith("end_")])), ends
+    return _query_arrays(con, warnings), _query(con, "array_ends", warnings)
 
 
 _HOW = ("freed", "deleted")
@@ -343,6 +327,7 @@ _INTERVALS = (
     f" group_concat(CASE WHEN e.array_id IS NULL THEN 0 WHEN e.how = '{_HOW[0]}' THEN 1"
     f" WHEN e.how = '{_HOW[1]}' THEN 2 ELSE 3 END, ' '), group_concat(a.addresses, char({ord(_UNIT)}))"
     " FROM arrays a LEFT JOIN array_ends e ON e.array_id = a.array_id WHERE a.array_id BETWEEN ? AND ?")
+_HOW_COLUMN = 6  # of the texts of numbers
 _INTERVAL_SPAN = 500_000
 # Columns no row may lack (NOT NULL): a missing cell would shift the others.
 _NOT_NULL = {"arrays": ("array_id", "py_id", "first_snapshot", "kind_id", "addresses"),
@@ -375,6 +360,8 @@ def _one_numbers(text, count: int) -> tuple[np.ndarray, np.ndarray] | None:
     """Of ``count`` texts joined by _UNIT, those that are a one-number JSON
     list ("[140312420899712]", as _ONE_COUNT matches it) and their numbers;
     None when the texts cannot be told apart."""
+    if count == 0:
+        return np.zeros(0, dtype=bool), np.zeros(0, dtype=np.int64)
     if not isinstance(text, str):
         return None
     raw = np.frombuffer(text.encode() + bytes([ord(_UNIT)]), dtype=np.uint8)  # each text ends at a cut
@@ -385,8 +372,9 @@ def _one_numbers(text, count: int) -> tuple[np.ndarray, np.ndarray] | None:
     length = cuts - starts
     digit = (raw >= ord("0")) & (raw <= ord("9"))
     others = np.add.reduceat((~digit).view(np.uint8), starts, dtype=np.int64)  # its cut too
-    one = ((length >= 3) & (length <= 20) & (others == 3) & (raw[starts] == ord("["))
-           & (raw[np.maximum(cuts - 1, 0)] == ord("]")) & ((raw[np.minimum(starts + 1, len(raw) - 1)] != ord("0")) | (length == 3)))
+    second = raw[np.minimum(starts + 1, len(raw) - 1)]
+    one = ((length >= 3) & (length <= 20) & (others == 3) & (raw[starts] == ord("[")) & (raw[cuts - 1] == ord("]"))
+           & ((second != ord("0")) | (length == 3)))  # "[0]", not "[012]"
     keep = digit & np.repeat(one, length + 1)
     values = _parsed(np.where(keep, raw, ord(" ")).tobytes().decode())
     return (one, values) if values is not None and len(values) == one.sum() else None
@@ -406,14 +394,14 @@ def _read_intervals(con) -> pd.DataFrame | None:
         lo, hi = con.execute("SELECT min(array_id), max(array_id) FROM arrays").fetchone()
         if not isinstance(lo, int) or not isinstance(hi, int):
             return None
-        parts, texts = [], []
+        parts = []
         for start in range(lo, hi + 1, _INTERVAL_SPAN):
             count, *numbers, addresses = con.execute(_INTERVALS, (start, start + _INTERVAL_SPAN - 1)).fetchone()
-            cols = [_numbers(t, count) for t in numbers]
-            ones = _one_numbers(addresses, count) if count else (np.zeros(0, bool), np.zeros(0, np.int64))
-            if any(c is None for c in cols) or ones is None or (cols[6] == 3).any():
+            columns = [_numbers(t, count) for t in numbers]
+            ones = _one_numbers(addresses, count)
+            if any(c is None for c in columns) or ones is None or (columns[_HOW_COLUMN] == 3).any():
                 return None
-            parts.append(cols + [_address_tuples(addresses, *ones)])
+            parts.append(columns + [_address_tuples(addresses, *ones)])
         quiet: list = []
         kinds = _parse_lists(_query(con, "array_kinds", quiet), ("shape", "shard_bytes", "devices"))
     except (sqlite3.Error, UnicodeError, OverflowError):
@@ -449,12 +437,11 @@ def _address_tuples(text: str, one: np.ndarray, values: np.ndarray) -> np.ndarra
     return out
 
 
-def _query_arrays(con, warnings: list, raw: pd.DataFrame | None = None) -> pd.DataFrame:
-    """The arrays table (``raw``: its rows, where already read) with each
-    array's description: schema 2 names it in array_kinds (each parsed once,
-    shared by its arrays); schema 1 repeats it in every row. JSON lists
-    parsed (see _parse_lists)."""
-    raw = raw if raw is not None else _read(con, "arrays", warnings)
+def _query_arrays(con, warnings: list) -> pd.DataFrame:
+    """The arrays table with each array's description: schema 2 names it
+    in array_kinds (each parsed once, shared by its arrays); schema 1
+    repeats it in every row. JSON lists parsed (see _parse_lists)."""
+    raw = _read(con, "arrays", warnings)
     if "kind_id" not in raw.columns and len(raw.columns):
         return _parse_lists(_typed(raw, "arrays", warnings, _ARRAYS_V1), ("shape", "shard_bytes", "devices",
                                                                            "addresses"))
