@@ -2,8 +2,9 @@
 (which must decide in the target process, without pandas) and the analyses.
 
 A file is *library* code when it belongs to JAX or jaxlib, the Python standard
-library, jaxmemprof itself, or an installed package (site-packages,
-dist-packages); everything else is the user's.
+library, jaxmemprof itself (this copy, or a file of its subpackages in
+another), or an installed package (site-packages, dist-packages); everything
+else is the user's.
 """
 
 from __future__ import annotations
@@ -21,6 +22,19 @@ _LIBRARY_DIRS = ("jax", "jaxlib", "jax_plugins")
 # The `jaxmemprof` console script that pip writes (the outermost frame of a run started with it).
 _LAUNCHER = re.compile(r"[/\\](?:bin|Scripts)[/\\]jaxmemprof(?:\.exe|-script\.py)?$")
 _OWN_PACKAGE = str(Path(__file__).resolve().parent) + os.sep
+
+
+def _own_files() -> re.Pattern:
+    """jaxmemprof's files wherever a copy of it lives (a run recorded with
+    another checkout than the one reporting it): a file in one of its
+    subpackages under a ``jaxmemprof`` directory; not any file in a folder of
+    that name (a clone's examples/ are the user's)."""
+    here = Path(__file__).resolve().parent
+    names = sorted(p.name for p in here.iterdir() if (p / "__init__.py").is_file())
+    return re.compile(r"[/\\]jaxmemprof[/\\](?:" + "|".join(map(re.escape, names)) + r")[/\\]")
+
+
+_OWN_FILES = _own_files()
 
 
 def _local_stdlib_dirs() -> tuple[str, ...]:
@@ -42,7 +56,7 @@ def is_builtin_library(path: str) -> bool:
         return True
     if _INSTALLED.search(path) or _STDLIB.search(path):
         return True
-    if path.startswith(_LOCAL_STDLIB) or path.startswith(_OWN_PACKAGE):
+    if path.startswith(_LOCAL_STDLIB) or path.startswith(_OWN_PACKAGE) or _OWN_FILES.search(path):
         return True
     parts = re.split(r"[/\\]", path)
     return any(p in _LIBRARY_DIRS for p in parts[:-1])

@@ -26,8 +26,12 @@ jaxmemprof.snapshot("held")
 def test_the_console_script_is_not_user_code(tmp_path):
     for launcher in ("/usr/local/bin/jaxmemprof", "/home/u/.venv/bin/jaxmemprof", r"C:\venv\Scripts\jaxmemprof.exe"):
         assert is_builtin_library(launcher), launcher
-    for user in ("/home/u/bin/train.py", "/home/u/jaxmemprof/train.py", "/home/u/bin/jaxmemprof_tools.py"):
+    for user in ("/home/u/bin/train.py", "/home/u/jaxmemprof/train.py", "/home/u/bin/jaxmemprof_tools.py",
+                 "/home/u/jaxmemprof/examples/train.py", "/home/u/jaxmemprof/capture.py"):
         assert not is_builtin_library(user), user
+    # jaxmemprof's own files in another copy of it (a run recorded by another checkout than the reporting one).
+    for own in ("/home/u/old/jaxmemprof/capture/jitprobe.py", r"C:\src\jaxmemprof\store\writer.py"):
+        assert is_builtin_library(own), own
     exe = shutil.which("jaxmemprof")
     if exe is None:
         pytest.skip("the jaxmemprof console script is not on PATH")

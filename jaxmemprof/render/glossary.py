@@ -741,8 +741,8 @@ TERMS: dict[str, str] = {
             "`path:line (function)`.",
     "user code": "Every file that is not library code (or that `--user PATTERN` names); `--all-frames` makes every "
                  "frame user code.",
-    "library code": "JAX, jaxlib, the Python standard library and installed packages (`site-packages`, "
-                    "`dist-packages`), and what `--lib PATTERN` adds.",
+    "library code": "JAX, jaxlib, jaxmemprof itself, the Python standard library and installed packages "
+                    "(`site-packages`, `dist-packages`), and what `--lib PATTERN` adds.",
     "user stack": "An allocation's stack with library frames removed, innermost first.",
     "snapshot": "What a run records at one instant: the device memory profile, one record per live array, the "
                 "allocator statistics, the time, trigger and label; numbered 1, 2, ... in the order taken.",
