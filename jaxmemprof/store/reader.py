@@ -315,10 +315,11 @@ def _query_arrays_and_ends(con, warnings: list) -> tuple[pd.DataFrame, pd.DataFr
 
 
 _HOW = ("freed", "deleted")
-# Per span of array ids, each column as one text of numbers (an end's how
-# as 0: none, 1, 2: _HOW, 3: another) and the addresses' texts joined by a
-# byte JSON lists do not hold: parsed by numpy, with no Python object per
-# cell (a day-long run's arrays are millions of rows).
+# The arrays of a span of ids, joined with their ends: each column as one
+# text of numbers (an end's how as 0: none, 1, 2: _HOW, 3: another) and the
+# addresses' texts joined by a byte JSON lists do not hold; parsed by numpy,
+# with no Python object per cell (a day-long run's arrays are millions of
+# rows).
 _UNIT = "\x1f"
 _INTERVALS = (
     "SELECT count(*), group_concat(a.array_id, ' '), group_concat(a.py_id, ' '),"
@@ -328,7 +329,8 @@ _INTERVALS = (
     f" WHEN e.how = '{_HOW[1]}' THEN 2 ELSE 3 END, ' '), group_concat(a.addresses, char({ord(_UNIT)}))"
     " FROM arrays a LEFT JOIN array_ends e ON e.array_id = a.array_id WHERE a.array_id BETWEEN ? AND ?")
 _HOW_COLUMN = 6  # of the texts of numbers
-_INTERVAL_SPAN = 500_000
+_SPAN_ROWS = 500_000  # arrays a span
+_NEXT_SPAN = "SELECT array_id FROM arrays WHERE array_id >= ? ORDER BY array_id LIMIT 1 OFFSET ?"
 # Columns no row may lack (NOT NULL): a missing cell would shift the others.
 _NOT_NULL = {"arrays": ("array_id", "py_id", "first_snapshot", "kind_id", "addresses"),
              "array_ends": ("array_id", "last_snapshot", "end_snapshot", "how")}
@@ -392,16 +394,24 @@ def _read_intervals(con) -> pd.DataFrame | None:
             if not all(c in info and (info[c][3] or info[c][5]) for c in columns):  # notnull, or the key
                 return None
         lo, hi = con.execute("SELECT min(array_id), max(array_id) FROM arrays").fetchone()
-        if not isinstance(lo, int) or not isinstance(hi, int):
+        if lo is None:
+            return None  # no array: the general path's empty frame
+        if not all(isinstance(v, int) and abs(v) < 2**53 for v in (lo, hi)):
             return None
-        parts = []
-        for start in range(lo, hi + 1, _INTERVAL_SPAN):
-            count, *numbers, addresses = con.execute(_INTERVALS, (start, start + _INTERVAL_SPAN - 1)).fetchone()
+        parts, start = [], lo
+        while start is not None:
+            following = con.execute(_NEXT_SPAN, (start, _SPAN_ROWS)).fetchone()
+            following = following[0] if following else None
+            if following is not None and not (isinstance(following, int) and start < following <= hi):
+                return None
+            count, *numbers, addresses = con.execute(
+                _INTERVALS, (start, hi if following is None else following - 1)).fetchone()
             columns = [_numbers(t, count) for t in numbers]
             ones = _one_numbers(addresses, count)
             if any(c is None for c in columns) or ones is None or (columns[_HOW_COLUMN] == 3).any():
                 return None
             parts.append(columns + [_address_tuples(addresses, *ones)])
+            start = following
         quiet: list = []
         kinds = _parse_lists(_query(con, "array_kinds", quiet), ("shape", "shard_bytes", "devices"))
     except (sqlite3.Error, UnicodeError, OverflowError):
