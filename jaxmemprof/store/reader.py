@@ -412,11 +412,14 @@ def _read_intervals(con) -> pd.DataFrame | None:
                 return None
             parts.append(columns + [_address_tuples(addresses, *ones)])
             start = following
+        (ends,) = con.execute("SELECT count(*) FROM array_ends").fetchone()
         quiet: list = []
         kinds = _parse_lists(_query(con, "array_kinds", quiet), ("shape", "shard_bytes", "devices"))
     except (sqlite3.Error, UnicodeError, OverflowError):
         return None
     array_id, py_id, first, kind_id, last, end, how, addresses = (np.concatenate(c) for c in zip(*parts))
+    if ends != int((how > 0).sum()):  # an end naming no array (the general path says what it drops)
+        return None
     if quiet or (len(array_id) > 1 and not (np.diff(array_id) > 0).all()) or kinds["kind_id"].duplicated().any():
         return None
     kinds = kinds.set_index("kind_id")
