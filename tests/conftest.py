@@ -17,9 +17,13 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def cpu_env(**extra) -> dict:
+    """The environment a command runs in: JAX on the CPU, and the width a
+    pipe gets (pytest-xdist exports COLUMNS=80, which the CLI honours off a
+    terminal; a test that wants a width passes it)."""
     env = dict(os.environ)
     env["JAX_PLATFORMS"] = "cpu"
-    env.pop("NO_COLOR", None)
+    for name in ("NO_COLOR", "COLUMNS", "LINES"):
+        env.pop(name, None)
     env.update(extra)
     return env
 

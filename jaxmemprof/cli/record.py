@@ -106,7 +106,8 @@ def _run_summary(tgt, directory):
         if ov.oom_sites is not None:
             text.render_oom(ov.oom_sites, con)
         problems = run_.events.loc[run_.events["kind"].isin(["sampler-error", "probe-error"]), "message"].tolist()
-        text.render_run_summary(ov, con, target=" ".join(tgt.argv), run_dir=str(directory), warnings=problems)
+        shown = [att.display_path(tgt.path) if tgt.path else tgt.module, *tgt.args]  # as sites are shown
+        text.render_run_summary(ov, con, target=" ".join(shown), run_dir=str(directory), warnings=problems)
         if ov.peak_snapshot is not None:
             if len(run_.arrays) <= _SUMMARY_MAX_ARRAYS:
                 findings = build_report(run_, att, top_sites=5).findings
