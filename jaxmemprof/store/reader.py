@@ -316,8 +316,8 @@ def _query_arrays_and_ends(con, warnings: list) -> tuple[pd.DataFrame, pd.DataFr
 
 _HOW = ("freed", "deleted")
 # The arrays of a span of ids, joined with their ends: each column as one
-# text of numbers (an end's how as 0: none, 1, 2: _HOW, 3: another) and the
-# addresses' texts joined by a byte JSON lists do not hold; parsed by numpy,
+# text of numbers (an end's how as 0: none, 1, 2: _HOW, 3: another), and the
+# addresses' texts joined by a byte that no JSON list holds; parsed by numpy,
 # with no Python object per cell (a day-long run's arrays are millions of
 # rows).
 _UNIT = "\x1f"
@@ -388,6 +388,19 @@ def _read_intervals(con) -> pd.DataFrame | None:
     (``last_snapshot`` NA while alive), read without a Python object per
     cell; None when any row is not as the writer writes it (a schema-1 or
     damaged journal, read by the general path, which says what it left out)."""
+    try:
+        con.execute("BEGIN")  # its reads see one state of a journal still being written, as one SELECT does
+    except sqlite3.Error:
+        return None
+    try:
+        return _intervals_read(con)
+    finally:
+        if con.in_transaction:
+            con.execute("ROLLBACK")
+
+
+def _intervals_read(con) -> pd.DataFrame | None:
+    """_read_intervals, inside its transaction."""
     try:
         for table, columns in _NOT_NULL.items():
             info = {row[1]: row for row in con.execute(f"PRAGMA table_info({table})")}
