@@ -28,13 +28,12 @@ def write_csv(rows, out: TextIO) -> None:
         return
     import pandas as pd
 
-    text_cols = [i for i, c in enumerate(rows.columns) if rows[c].dtype == object or pd.api.types.is_string_dtype(rows[c])]
-    if rows.isna().to_numpy().any():
-        rows = rows.astype(object).where(rows.notna(), "")  # a missing value is an empty cell
-    for rec in rows.itertuples(index=False, name=None):
-        rec = list(rec)
-        for i in text_cols:
-            v = rec[i]
-            if isinstance(v, str):
-                rec[i] = neutralise(v)
-        writer.writerow(rec)
+    # Column by column into Python values, then every row written by the csv module's C loop.
+    columns = []
+    for _, col in rows.items():
+        missing = col.isna()
+        values = (col.astype(object).where(~missing, "") if missing.any() else col).tolist()  # missing: empty
+        if col.dtype == object or pd.api.types.is_string_dtype(col):
+            values = [neutralise(v) if isinstance(v, str) else v for v in values]
+        columns.append(values)
+    writer.writerows(zip(*columns))
