@@ -7,6 +7,7 @@ import csv
 from typing import TextIO
 
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+_BLOCK_ROWS = 100_000
 
 
 def neutralise(value: str) -> str:
@@ -28,12 +29,14 @@ def write_csv(rows, out: TextIO) -> None:
         return
     import pandas as pd
 
-    # Column by column into Python values, then every row written by the csv module's C loop.
-    columns = []
-    for _, col in rows.items():
-        missing = col.isna()
-        values = (col.astype(object).where(~missing, "") if missing.any() else col).tolist()  # missing: empty
-        if col.dtype == object or pd.api.types.is_string_dtype(col):
-            values = [neutralise(v) if isinstance(v, str) else v for v in values]
-        columns.append(values)
-    writer.writerows(zip(*columns))
+    text = [rows[c].dtype == object or pd.api.types.is_string_dtype(rows[c]) for c in rows.columns]
+    # Column by column into Python values, then the rows written by the csv module's C loop; a block of
+    # rows at a time (the values of a million rows would take more memory than their frame).
+    for start in range(0, len(rows), _BLOCK_ROWS):
+        block = rows.iloc[start:start + _BLOCK_ROWS]
+        columns = []
+        for is_text, (_, col) in zip(text, block.items()):
+            missing = col.isna()
+            values = (col.astype(object).where(~missing, "") if missing.any() else col).tolist()  # missing: empty
+            columns.append([neutralise(v) if isinstance(v, str) else v for v in values] if is_text else values)
+        writer.writerows(zip(*columns))
