@@ -479,6 +479,28 @@ def test_csv_examples():
     assert rows[1][2] == "" and float(rows[2][2]) == math.inf and float(rows[3][2]) == -0.5
 
 
+def test_csv_in_blocks_of_rows_is_one_table(monkeypatch):
+    """Rows are written a block at a time: a block boundary changes no byte,
+    even where a block has a missing value and the next has none."""
+    from jaxmemprof.render import csv as csv_writer
+
+    frame = pd.DataFrame({
+        "site": [f"=s{i}" if i % 3 else f"s{i}" for i in range(25)],
+        "bytes": pd.Series([None if i == 2 else i for i in range(25)], dtype="Int64"),
+        "share": [float("nan") if i == 20 else i / 4 for i in range(25)],
+        "alive": [i % 2 == 0 for i in range(25)],
+    })
+    whole = io.StringIO(newline="")
+    write_csv(frame, whole)
+    monkeypatch.setattr(csv_writer, "_BLOCK_ROWS", 7)
+    blocks = io.StringIO(newline="")
+    write_csv(frame, blocks)
+    assert blocks.getvalue() == whole.getvalue()
+    rows = list(csv.reader(io.StringIO(blocks.getvalue(), newline="")))
+    assert len(rows) == 26 and rows[3][1] == "" and rows[8][1] == "7" and rows[21][2] == "" and rows[22][3] == "False"
+    assert rows[2][0] == "'=s1" and rows[4][0] == "s3"
+
+
 # --------------------------------------------------------------------------
 # The JSON writer
 
