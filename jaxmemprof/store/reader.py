@@ -328,7 +328,6 @@ _INTERVALS = (
     f" group_concat(CASE WHEN e.array_id IS NULL THEN 0 WHEN e.how = '{_HOW[0]}' THEN 1"
     f" WHEN e.how = '{_HOW[1]}' THEN 2 ELSE 3 END, ' '), group_concat(a.addresses, char({ord(_UNIT)}))"
     " FROM arrays a LEFT JOIN array_ends e ON e.array_id = a.array_id WHERE a.array_id BETWEEN ? AND ?")
-_HOW_COLUMN = 6  # of the texts of numbers
 _SPAN_ROWS = 500_000  # arrays a span
 _NEXT_SPAN = "SELECT array_id FROM arrays WHERE array_id >= ? ORDER BY array_id LIMIT 1 OFFSET ?"
 # Columns no row may lack (NOT NULL): a missing cell would shift the others.
@@ -421,7 +420,7 @@ def _intervals_read(con) -> pd.DataFrame | None:
                 _INTERVALS, (start, hi if following is None else following - 1)).fetchone()
             columns = [_numbers(t, count) for t in numbers]
             ones = _one_numbers(addresses, count)
-            if any(c is None for c in columns) or ones is None or (columns[_HOW_COLUMN] == 3).any():
+            if any(c is None for c in columns) or ones is None:
                 return None
             parts.append(columns + [_address_tuples(addresses, *ones)])
             start = following
@@ -431,7 +430,7 @@ def _intervals_read(con) -> pd.DataFrame | None:
     except (sqlite3.Error, UnicodeError, OverflowError):
         return None
     array_id, py_id, first, kind_id, last, end, how, addresses = (np.concatenate(c) for c in zip(*parts))
-    if ends != int((how > 0).sum()):  # an end naming no array (the general path says what it drops)
+    if (how == 3).any() or ends != int((how > 0).sum()):  # an unknown how; an end naming no array
         return None
     if quiet or (len(array_id) > 1 and not (np.diff(array_id) > 0).all()) or kinds["kind_id"].duplicated().any():
         return None
