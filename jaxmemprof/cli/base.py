@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import errno
 import io
+import math
 import os
 import sys
 from contextlib import contextmanager
@@ -19,18 +20,80 @@ from jaxmemprof.errors import InputError, check_not_empty
 from jaxmemprof.render.escape import safe
 
 
+# The largest size an option takes: 8 EiB, more than any device, and what a
+# signed 64-bit integer (sqlite, numpy, JSON readers) holds.
+MAX_SIZE = 2**63 - 1
+# The longest time an option takes (about 31 years): threading's waits refuse
+# much more (OverflowError), and a run or a refresh no longer means anything.
+MAX_SECONDS = 1e9
+
+
 class Size(click.ParamType):
+    """SIZE in bytes (4096, 512MiB, 16GiB, 80GB), an integer from ``min``
+    (0: none allowed, 1: a size that must be positive) to MAX_SIZE."""
+
     name = "SIZE"
 
-    def convert(self, value, param, ctx):
-        if isinstance(value, int):
-            return value
-        from jaxmemprof.units import parse_size
+    def __init__(self, min: int = 0):
+        self.min = min
 
-        try:
-            return parse_size(value)
-        except ValueError as exc:
-            self.fail(str(exc), param, ctx)
+    def convert(self, value, param, ctx):
+        if isinstance(value, int) and not isinstance(value, bool) and self.min <= value <= MAX_SIZE:
+            return value
+        return size_value(value, self, param, ctx, minimum=self.min)
+
+
+def size_value(value, kind: click.ParamType, param, ctx, *, minimum: int = 0) -> int:
+    """``value`` parsed as a size, or a usage error from ``kind``."""
+    from jaxmemprof.units import parse_size
+
+    try:
+        n = parse_size(value)
+    except (ValueError, OverflowError) as exc:  # OverflowError: digits past a float's range
+        message = str(exc) if isinstance(exc, ValueError) else f"not a size: {value!r} (too large)"
+        kind.fail(message, param, ctx)
+    if n > MAX_SIZE:
+        kind.fail(f"{value!r} is too large (at most 8 EiB)", param, ctx)
+    if n < minimum:
+        kind.fail(f"{value!r} is less than {minimum} B: give a size of {minimum} B or more", param, ctx)
+    return n
+
+
+class Number(click.FloatRange):
+    """A finite number in a range (click's FloatRange takes nan, which no
+    comparison refuses, and inf where there is no maximum); ``zero``: 0 is
+    taken too, below ``min``."""
+
+    def __init__(self, min=None, max=None, *, min_open=False, max_open=False, zero=False):
+        super().__init__(min=min, max=max, min_open=min_open, max_open=max_open)
+        self.zero = zero
+
+    def convert(self, value, param, ctx):
+        number = click.types.FloatParamType.convert(self, value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        if self.zero and number == 0:
+            return 0.0
+        return super().convert(number, param, ctx)
+
+    def _describe_range(self) -> str:
+        text = super()._describe_range()
+        return f"x=0 or {text}" if self.zero else text
+
+
+def seconds(min: float, *, min_open: bool = False) -> Number:
+    """SECONDS: finite, from ``min`` to MAX_SECONDS."""
+    return Number(min=min, max=MAX_SECONDS, min_open=min_open)
+
+
+# The largest count an option takes (--top, --steps): past it, "all" anyway,
+# and projections still fit a 64-bit integer.
+MAX_COUNT = 10**9
+
+
+def count(min: int) -> click.IntRange:
+    """N: an integer from ``min`` to MAX_COUNT."""
+    return click.IntRange(min=min, max=MAX_COUNT)
 
 
 class _ClosedPipe(Exception):
@@ -135,7 +198,7 @@ def top_option(default: int | None, *, zero_is_all: bool = False, default_text: 
     """``--top N``: the N largest rows of each table (by bytes); the rest are
     summed as "other" or counted in a closing line."""
     shown = default_text or (f"default {default}" if default is not None else "")
-    return click.option("--top", type=click.IntRange(min=0 if zero_is_all else 1), default=default, metavar="N",
+    return click.option("--top", type=count(0 if zero_is_all else 1), default=default, metavar="N",
                         help="Keep the N largest rows of each table, by bytes (the rest are summed as 'other' or "
                              "counted)" + ("; 0: all" if zero_is_all else "") + (f". {shown}." if shown else "."))
 
@@ -153,7 +216,7 @@ def force_option(what: str):
 
 def steps_option():
     """``--steps N``: how far leaks are projected."""
-    return click.option("--steps", type=click.IntRange(min=1), default=1000, show_default=True, metavar="N",
+    return click.option("--steps", type=count(1), default=1000, show_default=True, metavar="N",
                         help="Project leaks this many steps (markers) ahead.")
 
 

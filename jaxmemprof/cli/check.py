@@ -6,7 +6,7 @@ import re
 
 import click
 
-from jaxmemprof.cli.base import Size, attribution_options, build_report_for, cli, open_run, stdout_stream, warn
+from jaxmemprof.cli.base import Size, attribution_options, size_value, build_report_for, cli, open_run, stdout_stream, warn
 
 
 class Growth(click.ParamType):
@@ -21,9 +21,12 @@ class Growth(click.ParamType):
 
         m = re.fullmatch(r"\s*(.*?)\s*(?:/\s*(step|s))?\s*", str(value))
         try:
-            return parse_size(m.group(1)), m.group(2) or "step"
+            parse_size(m.group(1))
         except ValueError as exc:
             self.fail(f"{exc}; a growth is SIZE/step or SIZE/s (e.g. 1MiB/step)", param, ctx)
+        except OverflowError:
+            pass  # size_value says so
+        return size_value(m.group(1), self, param, ctx), m.group(2) or "step"
 
 
 class Percent(click.ParamType):

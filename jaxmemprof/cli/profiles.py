@@ -6,7 +6,7 @@ import os
 
 import click
 
-from jaxmemprof.cli.base import Size, attribution, attribution_options, cli, load, output_to, stdout_stream
+from jaxmemprof.cli.base import Size, attribution, attribution_options, cli, count, load, output_to, stdout_stream
 from jaxmemprof.cli.jobs import process_option
 from jaxmemprof.errors import InputError
 
@@ -21,7 +21,7 @@ def _profile_options(f):
         click.option("--by", type=click.Choice(GROUPINGS), default="site", show_default=True,
                      help="Group bytes by the user's line (site), its function or file, the whole "
                           "user stack, the device or the kind (buffer/executable)."),
-        click.option("--top", type=click.IntRange(min=0), default=None, metavar="N",
+        click.option("--top", type=count(0), default=None, metavar="N",
                      help=f"Show the first N groups (0: all). Default: {DEFAULT_TERMINAL_TOP} in the "
                           "terminal, all in CSV and JSON."),
         click.option("--csv", "csv_path", metavar="PATH|-", default=None,
@@ -36,7 +36,7 @@ def _profile_options(f):
         click.option("--sample-index", default=None, metavar="NAME|N",
                      help="Which sample value to report as bytes (default: 'space', else the "
                           "profile's default bytes type)."),
-        click.option("--max-decompressed", type=Size(), default="4GiB", show_default=True,
+        click.option("--max-decompressed", type=Size(min=1), default="4GiB", show_default=True,
                      help="Refuse profiles that decompress to more than this (gzip bombs)."),
     ]
     for opt in reversed(options):

@@ -7,13 +7,13 @@ import time
 
 import click
 
-from jaxmemprof.cli.base import attribution_options, cli, isatty, stdout_stream
+from jaxmemprof.cli.base import attribution_options, cli, isatty, seconds, stdout_stream
 
 
 @cli.command()
 @click.argument("run_dir", metavar="RUN")
 @click.option("--once", is_flag=True, help="Print one frame and exit.")
-@click.option("--interval", type=click.FloatRange(min=0.1), default=1.0, show_default=True, metavar="SECONDS",
+@click.option("--interval", type=seconds(0.1), default=1.0, show_default=True, metavar="SECONDS",
               help="Seconds between refreshes.")
 @click.option("--top", "top_n", type=click.IntRange(min=1), default=15, show_default=True, metavar="N",
               help="Sites shown per process.")
