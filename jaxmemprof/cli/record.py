@@ -22,6 +22,7 @@ from jaxmemprof.errors import InputError, check_not_empty
                    "the rest is for start-up, the jit probe and the end (0: never stretch --interval; else "
                    "0.0001 to 1).")
 @click.option("-m", "module", metavar="MODULE", default=None, help="Run a module, as python -m MODULE.")
+@click.option("-c", "command", metavar="CODE", default=None, help="Run CODE, as python -c CODE.")
 @click.option("--no-jit-probe", is_flag=True,
               help="Do not observe jitted functions (no donation advice, no memory inside jit).")
 @click.option("--addresses", type=click.Choice(["auto", "all", "none"]), default="auto", show_default=True,
@@ -30,11 +31,13 @@ from jaxmemprof.errors import InputError, check_not_empty
                    "its profile walks: auto reads those that make no new view.")
 @click.option("-q", "--quiet", is_flag=True, help="No summary at the end.")
 @click.argument("target", nargs=-1, type=click.UNPROCESSED, metavar="SCRIPT [ARGS]...")
-def run(output, force, interval, max_overhead, module, no_jit_probe, addresses, quiet, target):
-    """Run a Python script (or -m MODULE) unchanged and record its device memory.
+def run(output, force, interval, max_overhead, module, command, no_jit_probe, addresses, quiet, target):
+    """Run a Python script (or -m MODULE, or -c CODE) unchanged and record its device memory.
 
     The script runs in this process exactly as `python SCRIPT ARGS` runs it;
-    jaxmemprof's options come before it (or before `--`). Snapshots of JAX's
+    jaxmemprof's options come before it (or before `--`). SCRIPT is what
+    python takes: a file, a directory or zip file holding a __main__.py, or
+    `-` for a script read from stdin. Snapshots of JAX's
     device-memory profile, every live array and the allocator statistics go
     to a crash-safe run directory; the exit status is the script's.
 
@@ -43,6 +46,9 @@ def run(output, force, interval, max_overhead, module, no_jit_probe, addresses, 
       jaxmemprof run train.py --epochs 3
       jaxmemprof run -o runs/baseline --interval 0.2 train.py
       jaxmemprof run -m mypackage.train -- --lr 0.1
+      jaxmemprof run app/ --epochs 3          (app/__main__.py; a zip file too)
+      jaxmemprof run - < train.py             (the script from stdin)
+      jaxmemprof run -c "import train; train.main()"
       jaxmemprof show jaxmemprof-runs/train-20260101-120000@peak
     """
     from pathlib import Path
@@ -51,13 +57,18 @@ def run(output, force, interval, max_overhead, module, no_jit_probe, addresses, 
     from jaxmemprof.capture.session import Session, default_output, prepare_directory
 
     args = list(target)
-    if module is None:
+    if module is not None and command is not None:
+        raise click.UsageError("give one of -m MODULE and -c CODE (the script's own options go after `--`)")
+    if command is not None:
+        tgt = Target(path=None, module=None, args=tuple(args), command=command)
+    elif module is None:
         if not args:
-            raise click.UsageError("give a SCRIPT to run (or -m MODULE)")
+            raise click.UsageError("give a SCRIPT to run (or -m MODULE, or -c CODE)")
         script = args.pop(0)
-        check_not_empty(script)
-        if not os.path.isfile(script):
-            raise InputError(script, "no such script" if not os.path.exists(script) else "is not a file")
+        if script != "-":  # "-": the script on stdin, as python reads it
+            check_not_empty(script)
+            if not os.path.exists(script):  # a directory or zip with __main__.py runs too, as under python
+                raise InputError(script, "no such script")
         tgt = Target(path=script, module=None, args=tuple(args))
     else:
         tgt = Target(path=None, module=module, args=tuple(args))
@@ -107,7 +118,7 @@ def _run_summary(tgt, directory):
         if ov.oom_sites is not None:
             text.render_oom(ov.oom_sites, con)
         problems = run_.events.loc[run_.events["kind"].isin(["sampler-error", "probe-error"]), "message"].tolist()
-        shown = [att.display_path(tgt.path) if tgt.path else tgt.module, *tgt.args]  # as sites are shown
+        shown = [tgt.shown(att.display_path), *tgt.args]  # as sites are shown
         text.render_run_summary(ov, con, target=" ".join(shown), run_dir=str(directory), warnings=problems)
         if ov.peak_snapshot is not None:
             if len(run_.arrays) <= _SUMMARY_MAX_ARRAYS:
