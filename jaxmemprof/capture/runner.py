@@ -38,19 +38,41 @@ TERM_GRACE_S = 10.0
 
 @dataclass(frozen=True)
 class Target:
-    path: str | None  # a script, or
+    """What python runs: ``path`` (a script, a directory or zip file with a
+    ``__main__.py``, or ``-`` for the script on stdin), ``module`` (``-m``)
+    or ``command`` (``-c``), with its arguments."""
+
+    path: str | None  # a script, a directory or zip with __main__.py, or "-" (stdin)
     module: str | None  # a module run as -m
     args: tuple[str, ...]
+    command: str | None = None  # code run as -c
 
     @property
     def argv(self) -> list[str]:
+        if self.command is not None:
+            return ["-c", *self.args]
         return [self.path or self.module, *self.args]
 
     @property
     def stem(self) -> str:
+        if self.command is not None:
+            return "command"
+        if self.path == STDIN:
+            return "stdin"
         if self.path:
             return Path(self.path).stem or "run"
         return self.module.rsplit(".", 1)[-1]
+
+    def shown(self, display_path) -> str:
+        """The target as the summary names it (a path through ``display_path``)."""
+        if self.command is not None:
+            return "-c " + " ".join(self.command.split())[:60]
+        if self.path == STDIN:
+            return "- (stdin)"
+        return display_path(self.path) if self.path else self.module
+
+
+STDIN = "-"
 
 
 def is_out_of_memory(exc: BaseException) -> bool:
