@@ -130,7 +130,8 @@ def test_growth_per_step_needs_markers(tmp_path):
         import jax.numpy as jnp
         import jaxmemprof
         a = jnp.ones((256, 1024))
-        jaxmemprof.snapshot()
+        for _ in range(6):  # growth is measured over 6 snapshots at least
+            jaxmemprof.snapshot()
     """)
     run_cli("run", "-q", "--interval", "1000", "-o", tmp_path / "r", script, cwd=tmp_path, check=0)
     proc = run_cli("check", "r", "--max-growth", "1MiB/step", cwd=tmp_path, check=2)

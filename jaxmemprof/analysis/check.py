@@ -51,6 +51,80 @@ class Limits:
                 or bool(self.fail_on) or self.max_increase_pct is not None)
 
 
+def asked(limits: Limits, *, baseline: bool = False) -> tuple[str, ...]:
+    """The checks ``limits`` asks for, by name (``baseline``: those that
+    read the baseline run: max-increase)."""
+    if baseline:
+        return ("max-increase",) if limits.max_increase_pct is not None else ()
+    names = [("max-peak", limits.max_peak is not None), ("max-true-peak", limits.max_true_peak is not None),
+             ("max-growth", limits.max_growth is not None), ("fail-on", bool(limits.fail_on)),
+             ("max-increase", limits.max_increase_pct is not None)]
+    return tuple(name for name, wanted in names if wanted)
+
+
+# What a reader says when it left snapshots out (store/reader.py's warnings):
+# the figures of the snapshots it skipped cannot be seen, so a gate cannot
+# say that a limit held.
+_LOST = ("snapshot file(s) missing", "row(s) of the journal's snapshots are damaged")
+
+
+def lost_snapshots(warnings) -> list[str]:
+    """The reader's warnings that say snapshots were left out (of a
+    directory of profiles: ``skipped NAME: ...``)."""
+    return [str(w) for w in warnings if any(k in str(w) for k in _LOST) or str(w).startswith("skipped ")]
+
+
+def growth_snapshots() -> int:
+    """The snapshots (before the exit) the leak analysis needs to measure growth."""
+    from jaxmemprof.analysis.leaks import leaks
+
+    return max(int((leaks.__kwdefaults__ or {}).get("min_snapshots", 2)), 2)
+
+
+@dataclass(frozen=True)
+class Unchecked:
+    """Checks asked for whose figure cannot be computed from a run:
+    ``reason`` is ``no-snapshot`` (none readable), ``lost-snapshots`` (the
+    reader left some out: ``detail`` says which), ``no-jit`` (no figures
+    from inside jitted calls, for max-true-peak) or ``few-snapshots`` (fewer
+    than ``needed`` before the exit, for max-growth: ``have``)."""
+
+    checks: tuple[str, ...]
+    reason: str
+    detail: str = ""
+    have: int = 0
+    needed: int = 0
+
+
+def unchecked_run(run, limits: Limits, *, baseline: bool = False) -> Unchecked | None:
+    """Why ``run`` (the baseline, with ``baseline``) cannot give the figures
+    the checks asked for need, before any analysis: None when it can."""
+    checks = asked(limits, baseline=baseline)
+    if not checks:
+        return None
+    snaps = run.snapshots
+    readable = snaps if "thinned" not in snaps.columns else snaps[~snaps["thinned"].astype(bool)]
+    lost = lost_snapshots(run.warnings)
+    if readable.empty:
+        return Unchecked(checks, "no-snapshot", detail=lost[0] if lost else "")
+    if lost:
+        return Unchecked(checks, "lost-snapshots", detail=lost[0])
+    if not baseline and limits.max_growth is not None:
+        have = int((snaps["trigger"] != "exit").sum())
+        needed = growth_snapshots()
+        if have < needed:
+            return Unchecked(("max-growth",), "few-snapshots", have=have, needed=needed)
+    return None
+
+
+def unchecked_report(report, limits: Limits) -> Unchecked | None:
+    """Why ``report`` cannot give a figure asked for: the estimated true
+    peak needs the jit probe's figures."""
+    if limits.max_true_peak is not None and report.summary.get("estimated_true_peak_bytes") is None:
+        return Unchecked(("max-true-peak",), "no-jit")
+    return None
+
+
 @dataclass(frozen=True)
 class Outcome:
     """One check: ``check`` (max-peak, max-true-peak, max-growth, fail-on,
@@ -103,8 +177,8 @@ def check_report(report, limits: Limits, baseline=None) -> list[Outcome]:
                            site=sites[0][0] if sites else "", details=sites))
     if limits.max_true_peak is not None:
         true_peak = s.get("estimated_true_peak_bytes")
-        if true_peak is None:  # no jit probe data: the snapshot peak is all that is known
-            true_peak = int(s["peak_bytes"])
+        if true_peak is None:  # no jit probe data: unchecked_report refuses it; never a pass
+            raise ValueError("max-true-peak: the report has no estimated true peak")
         true_peak = int(true_peak)
         out.append(Outcome("max-true-peak", limits.max_true_peak, true_peak, true_peak <= limits.max_true_peak,
                            site=sites[0][0] if sites else "", details=sites,

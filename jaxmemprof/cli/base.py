@@ -77,7 +77,13 @@ class Number(click.FloatRange):
         return super().convert(number, param, ctx)
 
     def _describe_range(self) -> str:
-        text = super()._describe_range()
+        parts = []
+        if self.min is not None:
+            parts.append(f"{self.min:g}{'<' if self.min_open else '<='}")
+        parts.append("x")
+        if self.max is not None:
+            parts.append(f"{'<' if self.max_open else '<='}{self.max:g}")
+        text = "".join(parts)
         return f"x=0 or {text}" if self.zero else text
 
 

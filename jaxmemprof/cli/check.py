@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import re
+import sys
 
 import click
 
-from jaxmemprof.cli.base import Size, attribution_options, size_value, build_report_for, cli, open_run, stdout_stream, warn
+from jaxmemprof.cli.base import (Size, _is_closed_pipe, attribution_options, build_report_for, cli, open_run, say,
+                                 silence, size_value, stdout_stream, warn)
+from jaxmemprof.errors import InputError
 
 
 class Growth(click.ParamType):
@@ -93,7 +97,7 @@ def check(run_dir, max_peak, max_true_peak, max_growth, fail_on, baseline_dir, m
       jaxmemprof check RUN --baseline runs/main --max-increase 5
       jaxmemprof check RUN --max-peak 12GiB --json > check.json
     """
-    from jaxmemprof.analysis.check import Limits, check_report
+    from jaxmemprof.analysis.check import Limits, check_report, unchecked_report, unchecked_run
     from jaxmemprof.render.check import document, lines
 
     if (baseline_dir is None) != (max_increase is None):
@@ -106,6 +110,7 @@ def check(run_dir, max_peak, max_true_peak, max_growth, fail_on, baseline_dir, m
                                "or --baseline with --max-increase")
     pairs = _pairs(run_dir, baseline_dir)
     results = []  # (process or None, outcomes)
+    counts = []  # of a job: how many processes each says the job had
     for n, path, base_path in pairs:
         run_ = open_run(path)
         warn(run_)
@@ -113,27 +118,60 @@ def check(run_dir, max_peak, max_true_peak, max_growth, fail_on, baseline_dir, m
         if base_run is not None:
             warn(base_run)
         if growth is not None and per == "step" and run_.markers.empty:
-            from jaxmemprof.errors import InputError
-
             raise InputError(str(path), "has no step markers (jaxmemprof.mark() once a step): --max-growth "
                                         "SIZE/step cannot be checked; give SIZE/s")
+        # A gate that cannot look fails (exit 2), never passes: before any analysis.
+        _must_look(path, unchecked_run(run_, limits))
+        if base_run is not None:
+            _must_look(base_path, unchecked_run(base_run, limits, baseline=True))
         report = build_report_for(run_, 3, library, user, all_frames, 1000)
+        _must_look(path, unchecked_report(report, limits))
+        if n is not None:
+            counts.append(run_.manifest.get("process_count"))
         baseline = build_report_for(base_run, 3, library, user, all_frames, 1000) if base_run is not None else None
         results.append((n, check_report(report, limits, baseline)))
-    out = stdout_stream()
+    _every_process(run_dir, [n for n, _, _ in pairs], counts)
+    failed = not all(o.held for _, outcomes in results for o in outcomes)
     if as_json:
-        from jaxmemprof.render.json import write_json
+        from jaxmemprof.render.json import json_text
 
-        write_json(document(str(run_dir), baseline_dir, results), out)
+        text = json_text(document(str(run_dir), baseline_dir, results))
     else:
-        failed = [line for n, outcomes in results for line in lines(outcomes, n) if line.startswith("FAIL")]
-        held = [line for n, outcomes in results for line in lines(outcomes, n) if not line.startswith("FAIL")]
-        for line in failed + held:
-            out.write(line + "\n")
-    if not all(o.held for _, outcomes in results for o in outcomes):
+        every = [line for n, outcomes in results for line in lines(outcomes, n)]
+        text = "".join(line + "\n" for line in [*(x for x in every if x.startswith("FAIL")),
+                                                 *(x for x in every if not x.startswith("FAIL"))])
+    _write(text, failed)
+
+
+def _must_look(path, unchecked) -> None:
+    if unchecked is not None:
+        from jaxmemprof.render.check import unchecked_text
+
+        raise InputError(str(path), unchecked_text(unchecked))
+
+
+def _write(text: str, failed: bool) -> None:
+    """Write the lines (or the JSON), then exit 1 when a limit failed,
+    whatever became of stdout: closed (`>&-`), a reader that went away
+    (`| true`), a full disk. When every limit held, what happens to stdout is
+    reported as for every command (a closed pipe is no error; a closed or
+    full stdout is, exit 2)."""
+    # Not click's Exit: the group runs without standalone mode, where an
+    # exit status would be returned, not used.
+    try:
+        out = stdout_stream()
+        out.write(text)
         out.flush()
-        # Not click's Exit: the group runs without standalone mode, where an
-        # exit status would be returned, not used.
+    except (InputError, OSError, ValueError) as exc:
+        if not failed:
+            raise
+        if not (isinstance(exc, OSError) and _is_closed_pipe(exc)):
+            say(f"jaxmemprof: error: {exc}" if isinstance(exc, InputError) else
+                f"jaxmemprof: error: stdout: cannot write: {getattr(exc, 'strerror', None) or exc}")
+        if sys.stdout is not None:
+            silence(sys.stdout)  # what is still buffered, and Python's flush at exit, go nowhere
+        raise SystemExit(1) from None
+    if failed:
         raise SystemExit(1)
 
 
@@ -141,7 +179,7 @@ def _pairs(run_dir, baseline_dir):
     """(process or None, run, baseline) to check: the run itself, or each
     process of a job directory, with the baseline job's process of the same
     number (or the one baseline run, for every process)."""
-    from jaxmemprof.errors import InputError, check_not_empty
+    from jaxmemprof.errors import check_not_empty
     from jaxmemprof.store.job import is_job_directory, process_directories
 
     check_not_empty(run_dir)
@@ -153,9 +191,37 @@ def _pairs(run_dir, baseline_dir):
     base = None
     if baseline_dir is not None and is_job_directory(baseline_dir):
         base = dict(process_directories(baseline_dir))
+    _no_stray_processes(run_dir)
     out = []
     for n, path in process_directories(run_dir):
         if base is not None and n not in base:
             raise InputError(baseline_dir, f"has no process-{n}, which {run_dir} has")
         out.append((n, str(path), str(base[n]) if base is not None else baseline_dir))
     return out
+
+
+def _no_stray_processes(job) -> None:
+    """A ``process-N`` of a job that is not a directory of its own (a link,
+    a file) is never read: refused, not left out of the gate."""
+    from jaxmemprof.store.job import process_index_of
+
+    try:
+        entries = list(os.scandir(job))
+    except OSError as exc:
+        raise InputError(str(job), f"cannot be listed ({exc.strerror or exc})") from None
+    for e in sorted(entries, key=lambda e: e.name):
+        if process_index_of(e.name) is not None and not e.is_dir(follow_symlinks=False):
+            what = "a symbolic link" if e.is_symlink() else "not a directory"
+            raise InputError(os.path.join(str(job), e.name), f"is {what}, so that process cannot be checked")
+
+
+def _every_process(job, found: list, counts: list) -> None:
+    """Every process the job's processes say it had is there to check."""
+    known = [c for c in counts if isinstance(c, int) and not isinstance(c, bool) and c > 0]
+    if not known:
+        return
+    missing = sorted(set(range(max(known))) - set(found))
+    if missing:
+        shown = ", ".join(f"process-{i}" for i in missing[:5]) + (" ..." if len(missing) > 5 else "")
+        raise InputError(str(job), f"has no {shown}, and its processes say the job had {max(known)}: "
+                                   f"{'that process' if len(missing) == 1 else 'those processes'} cannot be checked")

@@ -71,3 +71,24 @@ def document(run: str, baseline: str | None, results) -> dict:
             for n, outcomes in results for o in outcomes
         ],
     }
+
+
+def unchecked_text(u) -> str:
+    """Why checks cannot be made (an analysis.check.Unchecked), as the
+    problem of a one-line error: what is missing, then which checks."""
+    checks = " and ".join(f"--{c}" for c in u.checks)
+    verb = "cannot be checked"
+    if u.reason == "no-snapshot":
+        why = "has no readable snapshot" + (f" ({safe(u.detail.split(';')[0])})" if u.detail else "")
+    elif u.reason == "lost-snapshots":
+        why = f"{safe(u.detail.split(';')[0])}, so its figures are not all there"
+    elif u.reason == "no-jit":
+        why = ("has no figures from inside jitted calls (recorded with --no-jit-probe, or no jitted function "
+               "was compiled)")
+        verb += "; give --max-peak"
+    elif u.reason == "few-snapshots":
+        why = (f"has {u.have} snapshot{'' if u.have == 1 else 's'} before its exit, and growth is measured over "
+               f"{u.needed} at least")
+    else:  # pragma: no cover - every reason is worded above
+        why = f"lacks what the checks need ({u.reason})"
+    return f"{why}: {checks} {verb}"

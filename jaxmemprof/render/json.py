@@ -50,3 +50,16 @@ def write_json(doc: dict, out: TextIO) -> None:
     # times slower on a large run); pipe through `jq .` to read it.
     json.dump(_clean(body), out, default=_default, allow_nan=False)
     out.write("\n")
+
+
+def json_text(doc: dict) -> str:
+    """The document ``write_json`` writes, as one string (for a command
+    that must know it has it all before it writes)."""
+    body = {"schema_version": SCHEMA_VERSION, **doc}
+    return json.dumps(_clean(body), default=_default, allow_nan=False) + "\n"
+
+
+def strict_dumps(obj, **kwargs) -> str:
+    """JSON text for ``obj`` with NaN and infinities as null (never the
+    ``NaN`` that Python writes and JSON does not have)."""
+    return json.dumps(_clean(obj), allow_nan=False, **kwargs)
