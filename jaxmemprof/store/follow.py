@@ -11,7 +11,6 @@ renamed into place before its row commits).
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -79,15 +78,9 @@ def _connect(db: Path) -> sqlite3.Connection:
 
 
 def _profile_path(path: Path, name) -> Path | None:
-    """The snapshot's file when it lies inside RUN/snapshots/ and is there."""
-    if not isinstance(name, str):
-        return None
-    try:
-        p = Path(os.path.realpath(path / name))
-        root = Path(os.path.realpath(path / layout.SNAPSHOT_DIR))
-        return p if p.parent == root and p.is_file() else None
-    except (OSError, ValueError):
-        return None
+    """The snapshot's file when it lies inside RUN/snapshots/ and is there
+    (a regular file, never reached through a link)."""
+    return layout.snapshot_file(path, name)
 
 
 def _int(v):

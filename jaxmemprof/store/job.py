@@ -53,18 +53,27 @@ def _is_run(path: Path) -> bool:
     return (path / layout.MANIFEST).is_file() or (path / layout.JOURNAL).is_file()
 
 
+PROCESS_LINK_REFUSAL = ("is a symlink; a job's processes are read only from its own directories, never "
+                        "through a link out of it (copy the process in: jaxmemprof merge)")
+
+
 def process_directories(path) -> list[tuple[int, Path]]:
-    """``(N, path/process-N)`` for each process directory of a job, by N
-    (symlinks are not followed: a copy of a job is its own directories)."""
+    """``(N, path/process-N)`` for each process directory of a job, by N.
+    A symlink named ``process-N`` is refused (InputError), never followed:
+    a copy of a job is its own directories."""
     path = Path(path)
     out = []
     try:
         entries = list(os.scandir(path))
     except OSError:
         return []
-    for e in entries:
+    for e in sorted(entries, key=lambda e: e.name):
         n = process_index_of(e.name)
-        if n is not None and e.is_dir(follow_symlinks=False):
+        if n is None:
+            continue
+        if e.is_symlink():
+            raise InputError(e.path, PROCESS_LINK_REFUSAL)
+        if e.is_dir(follow_symlinks=False):
             out.append((n, Path(e.path)))
     return sorted(out)
 
@@ -136,6 +145,11 @@ def read_process(n: int, path: Path) -> ProcessSummary:
     except (OSError, ValueError, UnicodeDecodeError) as exc:
         warnings.append(f"manifest.json unreadable ({' '.join(str(exc).split())})")
     finished = manifest.get("end_time") is not None
+    link = layout.linked_entry(path)
+    if link is not None:  # never followed out of the run
+        return ProcessSummary(n, path, manifest, empty, finished, None,
+                              error=f"{link.name} is a symlink; not read (a run is read only from its own files)",
+                              warnings=warnings)
     db = path / layout.JOURNAL
     if not db.is_file():
         return ProcessSummary(n, path, manifest, empty, False, None, error="no journal (it recorded nothing)",
@@ -329,7 +343,9 @@ def job_timeline(job: Job) -> JobTimeline:
 def _sources(inputs) -> list[tuple[int, Path, str]]:
     """(N, directory, the input it came from) for every process in ``inputs``:
     job directories (their process-N), process directories, and single runs
-    whose manifest names their process index."""
+    whose manifest names their process index. An input that holds a link
+    where a run's own file or directory belongs (or a symlinked process-N)
+    is refused: merge copies runs, never links out of them."""
     from jaxmemprof.store.reader import read_manifest
 
     found = []
@@ -341,8 +357,9 @@ def _sources(inputs) -> list[tuple[int, Path, str]]:
         if is_job_directory(p):
             found += [(n, d, spec) for n, d in process_directories(p)]
             continue
-        if not _is_run(p):
+        if not _is_run(p) and layout.linked_entry(p) is None:
             raise InputError(spec, "is neither a job directory (process-N/) nor a run directory")
+        _refuse_foreign(p)
         n = process_index_of(p.name)
         if n is None:
             try:
@@ -354,12 +371,24 @@ def _sources(inputs) -> list[tuple[int, Path, str]]:
                                        "rename it process-N to say which process it is")
             n = mi
         found.append((n, p, spec))
+    for _, d, _ in found:
+        _refuse_foreign(d)
     seen: dict[int, str] = {}
     for n, d, spec in found:
         if n in seen:
             raise InputError(spec, f"holds process {n}, which {seen[n]} holds too")
         seen[n] = str(d)
     return sorted(found)
+
+
+def _refuse_foreign(run: Path) -> None:
+    """A run to copy whose own names hold a link (or a FIFO, ...): refused."""
+    bad = layout.foreign_entry(run)
+    if bad is not None:
+        p, kind = bad
+        raise InputError(str(p), f"{layout.what(kind)} where a run holds its own "
+                                 f"{'directory' if p.name == layout.SNAPSHOT_DIR and p.parent == run else 'file'}; "
+                                 "merge copies only a run's own files, never links: copy the run whole first")
 
 
 def _ignore_locks(directory, names):
@@ -369,8 +398,10 @@ def _ignore_locks(directory, names):
 def merge_job(output, inputs) -> list[tuple[int, Path]]:
     """Copy every process of ``inputs`` into ``output/process-N`` (a new or
     empty directory). Inputs are only read: nothing is moved or removed.
-    Each process is copied under a temporary name and renamed, so ``output``
-    never holds half a process. Returns (N, where it came from)."""
+    Each process is copied under a temporary name of its own (created
+    exclusively: never an existing entry) and renamed onto a name that holds
+    nothing, so ``output`` never holds half a process, and nothing is
+    written through a link. Returns (N, where it came from)."""
     check_not_empty(output)
     out = Path(output)
     sources = _sources(inputs)
@@ -395,10 +426,19 @@ def merge_job(output, inputs) -> list[tuple[int, Path]]:
         final = out / f"{layout.PROCESS_DIR_PREFIX}{n}"
         tmp = out / f".{final.name}.tmp{os.getpid()}"
         try:
-            shutil.copytree(d, tmp, symlinks=True, ignore=_ignore_locks)
+            tmp.mkdir()  # exclusive: fails on anything there, a link included
+        except OSError as exc:
+            raise InputError(str(tmp), f"cannot be created: {exc.strerror or exc}") from None
+        try:
+            shutil.copytree(d, tmp, symlinks=True, ignore=_ignore_locks, dirs_exist_ok=True)
+            kind = layout.entry_kind(final)
+            if kind != "absent":
+                raise InputError(str(final), f"{layout.what(kind)}: appeared while merging; refused")
             os.rename(tmp, final)
-        except (OSError, shutil.Error) as exc:
+        except (OSError, shutil.Error, InputError) as exc:
             shutil.rmtree(tmp, ignore_errors=True)  # our own temporary copy only
+            if isinstance(exc, InputError):
+                raise
             reason = getattr(exc, "strerror", None) or " ".join(str(exc).split())[:300]
             raise InputError(str(d), f"cannot be copied into {out}: {reason}") from None
         done.append((n, d))
@@ -461,13 +501,8 @@ def merged_profile(job: Job, at: dict[int, int], *, name: str, warnings: list, *
         if snap in p.thinned:
             warnings.append(f"process {n}: snapshot {snap} was thinned as the run went; left out")
             continue
-        rel = str(row["file"].iloc[0])
-        f = p.path / rel
-        try:
-            ok = Path(os.path.realpath(f)).parent == Path(os.path.realpath(p.path / layout.SNAPSHOT_DIR))
-        except (OSError, ValueError):
-            ok = False
-        if not ok or not f.is_file():
+        f = layout.snapshot_file(p.path, str(row["file"].iloc[0]))  # never through a link
+        if f is None:
             warnings.append(f"process {n}: snapshot {snap}'s profile file is missing; left out")
             continue
         profiles.append((n, load_profile(f, name=f"{p.path}@{snap}", **load_kwargs)))

@@ -7,14 +7,24 @@ import os
 import sqlite3
 from pathlib import Path
 
+from jaxmemprof.store import layout
+
 
 def connect_read_only(db_path: Path, *, tolerant: bool = False, timeout: float = 5.0) -> sqlite3.Connection:
     """A journal opened without ever writing to it; one whose WAL index
     cannot be opened read-only (a read-only directory, a run killed with its
     -shm file gone) is read as it is on disk (``immutable``). ``tolerant``:
     text that is not UTF-8 is shown escaped (for small reads; the run reader
-    decodes in C and escapes only a table that needs it)."""
-    uri = Path(os.path.realpath(db_path)).as_uri()
+    decodes in C and escapes only a table that needs it). A journal, WAL or
+    WAL index that is a symlink is refused (sqlite3.DatabaseError): SQLite
+    would follow it, and may write the WAL index even when reading."""
+    db_path = Path(db_path)
+    for name in layout.JOURNAL_FILES:
+        f = db_path.with_name(db_path.name + name[len(layout.JOURNAL):])
+        if layout.entry_kind(f) == "link":
+            raise sqlite3.DatabaseError(f"{f.name} is a symlink; a run's journal is never read through a link")
+    # The directory's links resolved (the user's path), the file's own name kept.
+    uri = (Path(os.path.realpath(db_path.parent)) / db_path.name).as_uri()
     try:
         con = _opened(f"{uri}?mode=ro", timeout)
     except sqlite3.Error:
@@ -49,10 +59,9 @@ def recorder_gone(run_dir: Path) -> bool:
     a run that finished (its lock file is removed) or was never locked."""
     import fcntl
 
-    from jaxmemprof.store import layout
-
     try:
-        fd = os.open(Path(run_dir) / layout.LOCK, os.O_RDONLY | os.O_CLOEXEC)
+        fd = os.open(Path(run_dir) / layout.LOCK, os.O_RDONLY | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
+                     | getattr(os, "O_NONBLOCK", 0))
     except OSError:
         return False
     try:

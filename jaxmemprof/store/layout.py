@@ -18,10 +18,14 @@ so a run killed at any moment (SIGKILL included) stays readable.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
+import stat
 from pathlib import Path
+
+from jaxmemprof.errors import InputError
 
 # 2: arrays name their description in array_kinds (schema 1 repeated it in
 # every arrays row: shape, dtype, nbytes, shard_bytes, devices, sharding,
@@ -33,6 +37,10 @@ JOURNAL = "journal.sqlite"
 LOCK = ".jaxmemprof.lock"
 SNAPSHOT_DIR = "snapshots"
 PROCESS_DIR_PREFIX = "process-"
+# SQLite's files: the journal and what it keeps beside it (WAL, its index, a rollback journal).
+JOURNAL_FILES = (JOURNAL, JOURNAL + "-wal", JOURNAL + "-shm", JOURNAL + "-journal")
+# What a process of a job writes as it ends (analysis/processes.py SUMMARY_FILE).
+SUMMARY = "summary.json"
 
 # Environment variables that decide how JAX allocates device memory.
 ALLOCATOR_ENV_PREFIXES = ("XLA_PYTHON_CLIENT_",)
@@ -208,7 +216,7 @@ def _untemp(name: str) -> str:
 
 def is_run_file(name: str) -> bool:
     """Whether a top-level file of a run directory is one jaxmemprof writes."""
-    return _untemp(name) in (MANIFEST, JOURNAL, JOURNAL + "-wal", JOURNAL + "-shm", JOURNAL + "-journal")
+    return _untemp(name) in JOURNAL_FILES or _untemp(name) == MANIFEST
 
 
 def is_snapshot_file(name: str) -> bool:
@@ -216,14 +224,186 @@ def is_snapshot_file(name: str) -> bool:
     return _SNAPSHOT.fullmatch(_untemp(name)) is not None
 
 
-def write_atomic(path: Path, data: bytes) -> None:
+def is_our_name(name: str) -> bool:
+    """Whether a top-level entry of a run directory is named as one that
+    jaxmemprof writes (a file, its temporary name, the lock, snapshots/)."""
+    return name in (LOCK, SNAPSHOT_DIR) or is_run_file(name) or _untemp(name) == SUMMARY
+
+
+# -- never through a link ---------------------------------------------------------------
+#
+# Everything jaxmemprof creates, writes, renames onto or removes inside a run
+# directory is reached without following a symlink: a link (live or dangling)
+# or anything else where our own file or directory belongs is refused, never
+# written through, replaced or removed. The run directory itself is the
+# user's to name (a link to a directory is taken as that directory); the
+# names inside it are ours.
+
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
+
+_WHAT = {"link": "is a symlink", "dir": "is a directory", "file": "is a regular file",
+         "other": "is a special file (a FIFO, socket or device)"}
+
+
+def entry_kind(path, dir_fd: int | None = None) -> str:
+    """What is at ``path`` itself, its last component never followed:
+    "absent", "link", "file", "dir" or "other"."""
+    try:
+        mode = os.lstat(path, dir_fd=dir_fd).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return "absent"
+    if stat.S_ISLNK(mode):
+        return "link"
+    if stat.S_ISREG(mode):
+        return "file"
+    if stat.S_ISDIR(mode):
+        return "dir"
+    return "other"
+
+
+def what(kind: str) -> str:
+    """``entry_kind``'s answer in words: "is a symlink", ..."""
+    return _WHAT.get(kind, "is not what jaxmemprof writes")
+
+
+def refusal(kind: str, directory: bool = False) -> str:
+    """The one-line problem of a name of ours that holds something else."""
+    own = "directory" if directory else "file"
+    return (f"{what(kind)} where jaxmemprof writes its own {own}; refused (jaxmemprof never writes through a "
+            "link or replaces what it did not write): remove it or choose another --output")
+
+
+def open_directory(path, *, dir_fd: int | None = None, follow: bool = True) -> int:
+    """A descriptor of the directory ``path`` (relative to ``dir_fd``);
+    ``follow`` False: a symlink there fails (OSError) instead of being followed."""
+    return os.open(path, os.O_RDONLY | _DIRECTORY | _CLOEXEC | (0 if follow else _NOFOLLOW), dir_fd=dir_fd)
+
+
+def own_directory(path: Path, dir_fd: int) -> int:
+    """Create ``path.name`` in ``dir_fd`` if it is not there, and return a
+    descriptor of it: InputError when a link or anything but a directory
+    holds the name."""
+    name = Path(path).name
+    try:
+        os.mkdir(name, 0o777, dir_fd=dir_fd)
+    except FileExistsError:
+        pass
+    try:
+        return open_directory(name, dir_fd=dir_fd, follow=False)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR, errno.EMLINK):
+            raise InputError(str(path), refusal(entry_kind(name, dir_fd), directory=True)) from None
+        raise
+
+
+def foreign_entry(run: Path) -> tuple[Path, str] | None:
+    """The first of ``run``'s entries named as jaxmemprof's own (top level,
+    and the snapshot files in ``snapshots/``) that holds something else: a
+    symlink (live or dangling), a FIFO or a directory where a file goes, a
+    file where ``snapshots/`` goes. (its path, its entry_kind), or None."""
+    run = Path(run)
+    try:
+        names = sorted(n for n in os.listdir(run) if is_our_name(n))
+    except OSError:
+        return None
+    for name in names:
+        kind = entry_kind(run / name)
+        if kind not in ("absent", "dir" if name == SNAPSHOT_DIR else "file"):
+            return run / name, kind
+    snaps = run / SNAPSHOT_DIR
+    if SNAPSHOT_DIR in names and entry_kind(snaps) == "dir":
+        try:
+            inner = sorted(n for n in os.listdir(snaps) if is_snapshot_file(n))
+        except OSError:
+            inner = []
+        for name in inner:
+            kind = entry_kind(snaps / name)
+            if kind not in ("absent", "file"):
+                return snaps / name, kind
+    return None
+
+
+def linked_entry(run: Path, names=(MANIFEST, *JOURNAL_FILES, SNAPSHOT_DIR)) -> Path | None:
+    """The first of ``names`` in ``run`` that is a symlink (what a reader
+    refuses: it never follows a link out of a run), or None."""
+    for name in names:
+        if entry_kind(Path(run) / name) == "link":
+            return Path(run) / name
+    return None
+
+
+READ_REFUSAL = ("is a symlink; a run is read only from its own files, never through a link out of it "
+                "(copy the file into the run instead)")
+
+
+def snapshot_file(run: Path, name, *, dir_checked: bool = False) -> Path | None:
+    """``run/name`` when ``name`` (from a journal: untrusted) names a regular
+    file directly in the run's own ``snapshots/`` (not a link, not a path
+    elsewhere); None otherwise. ``dir_checked``: snapshots/ is known to be
+    a real directory."""
+    if not isinstance(name, str) or "\0" in name:
+        return None
+    parts = name.split("/")
+    if len(parts) != 2 or parts[0] != SNAPSHOT_DIR or parts[1] in ("", ".", ".."):
+        return None
+    p = Path(run) / name
+    try:
+        if not dir_checked and entry_kind(Path(run) / SNAPSHOT_DIR) != "dir":
+            return None
+        return p if entry_kind(p) == "file" else None
+    except (OSError, ValueError):
+        return None
+
+
+def _create_temp(name: str, dir_fd: int) -> tuple[str, int]:
+    """A new temporary file for ``name`` in ``dir_fd``, opened for writing:
+    ``.NAME.tmpPID``, or, when anything (a planted link, live or dangling,
+    included) holds that name, the next free one (``.NAME.tmpPID01`` ...).
+    Created exclusively (O_EXCL, O_NOFOLLOW): never an existing file."""
+    base = f".{name}.tmp{os.getpid()}"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC
+    for k in range(100):
+        tmp = base if k == 0 else f"{base}{k:02d}"
+        try:
+            return tmp, os.open(tmp, flags, 0o666, dir_fd=dir_fd)
+        except FileExistsError:
+            continue
+    raise FileExistsError(errno.EEXIST, f"no free temporary name for {name}")
+
+
+def write_atomic(path: Path, data: bytes, *, dir_fd: int | None = None) -> None:
     """Write ``data`` to ``path`` through a temporary file and a rename, so
-    that ``path`` is either absent or complete."""
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    with open(tmp, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
+    that ``path`` is either absent or complete. Nothing is written through a
+    link: the temporary file is created new (see _create_temp), and
+    ``path`` is replaced only when it is absent or a regular file (else
+    InputError, and nothing is changed). ``dir_fd``: the directory that
+    holds ``path`` (its name is used there; ``path`` names it in errors);
+    without it, ``path``'s parent is opened once for the whole write."""
+    path = Path(path)
+    name = path.name
+    fd_dir = open_directory(path.parent) if dir_fd is None else dir_fd
+    try:
+        tmp, fd = _create_temp(name, fd_dir)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            kind = entry_kind(name, fd_dir)
+            if kind not in ("absent", "file"):
+                raise InputError(str(path), refusal(kind))
+            os.replace(tmp, name, src_dir_fd=fd_dir, dst_dir_fd=fd_dir)
+            tmp = None
+        finally:
+            if tmp is not None:
+                try:
+                    os.unlink(tmp, dir_fd=fd_dir)
+                except OSError:
+                    pass
+    finally:
+        if dir_fd is None:
+            os.close(fd_dir)
 
 
-def write_json_atomic(path: Path, doc: dict) -> None:
-    write_atomic(path, (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode())
+def write_json_atomic(path: Path, doc: dict, *, dir_fd: int | None = None) -> None:
+    write_atomic(path, (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode(), dir_fd=dir_fd)

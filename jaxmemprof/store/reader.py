@@ -245,7 +245,10 @@ class Run:
             raise InputError(f"{self.path}@{snapshot}", "was thinned as the run went (a long run keeps its last "
                                                         "10 minutes whole, one older snapshot per time bucket, and "
                                                         "the peak, labelled and trigger snapshots): pick a kept one")
-        return self.path / row["file"].iloc[0]
+        p = self.path / row["file"].iloc[0]
+        if self.has_arrays and layout.entry_kind(p) == "link":  # put there since the run was read
+            raise InputError(str(p), layout.READ_REFUSAL)
+        return p
 
     def profile(self, snapshot: int, **kwargs) -> Profile:
         return load_profile(self.profile_path(snapshot), name=f"{self.path}@{snapshot}", **kwargs)
@@ -263,6 +266,9 @@ def load_run(path) -> Run:
         raise InputError(str(path), "no such run directory")
     if not path.is_dir():
         raise InputError(str(path), "is not a directory (a run is a directory; a .prof file is read by show)")
+    link = layout.linked_entry(path)
+    if link is not None:  # never followed out of the run
+        raise InputError(str(link), layout.READ_REFUSAL)
     if is_run_directory(path):
         return _load_journal_run(path)
     profiles = [p for p in path.iterdir() if p.is_file() and p.name.endswith(PROFILE_SUFFIXES)]
@@ -502,7 +508,10 @@ def _parse_lists(df: pd.DataFrame, columns) -> pd.DataFrame:
 
 def read_manifest(mpath: Path) -> dict:
     """A manifest.json, bounded: ValueError (or OSError) when it is not a
-    regular file, too large, nested too deep, or not a JSON object."""
+    regular file (a symlink included), too large, nested too deep, or not a
+    JSON object."""
+    if layout.entry_kind(mpath) == "link":
+        raise ValueError("a symlink; not read (a run is read only from its own files)")
     if not mpath.is_file():
         raise ValueError("not a regular file")
     if mpath.stat().st_size > _MAX_MANIFEST_BYTES:
@@ -586,26 +595,16 @@ def _load_journal_run(path: Path) -> Run:
     )
 
 
-def _real(path: Path) -> Path:
-    """The path with its links resolved. Not Path.resolve(): it raises
-    RuntimeError on a symlink loop (Python < 3.13), which a damaged or
-    hostile run directory may hold; a loop then simply names no file."""
-    return Path(os.path.realpath(path))
-
-
 def _check_snapshot_files(path: Path, snaps: pd.DataFrame, warnings: list, thinned=frozenset()) -> pd.DataFrame:
     """The snapshots whose profile file is there, and those thinned on
     purpose (a long run keeps their rows, not their files: ``thinned``)."""
-    snap_root = _real(path / layout.SNAPSHOT_DIR)
+    # Only regular files directly inside RUN/snapshots/ (load_run refused a
+    # symlinked snapshots/): the journal could name any path, a link, or none
+    # that the OS accepts (a NUL byte in it).
+    dir_ok = layout.entry_kind(path / layout.SNAPSHOT_DIR) == "dir"
 
     def usable(name) -> bool:
-        # Only regular files inside RUN/snapshots/: the journal could name any
-        # path, or none that the OS accepts (a NUL byte in it).
-        try:
-            p = _real(path / str(name))
-            return p.parent == snap_root and p.is_file()
-        except (ValueError, OSError):
-            return False
+        return dir_ok and layout.snapshot_file(path, name, dir_checked=True) is not None
 
     missing = [int(s) for s, f in zip(snaps["snapshot"], snaps["file"]) if int(s) not in thinned and not usable(f)]
     if missing:

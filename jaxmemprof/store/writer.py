@@ -7,12 +7,14 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import math
+import os
 import sqlite3
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from jaxmemprof.errors import InputError
 from jaxmemprof.store import layout
 
 
@@ -79,15 +81,29 @@ KINDS_REMEMBERED = 50_000
 class RunWriter:
     def __init__(self, directory: Path, manifest: dict, thinning: Thinning | None = Thinning()):
         self.directory = Path(directory)
-        (self.directory / layout.SNAPSHOT_DIR).mkdir(parents=True, exist_ok=True)
-        self.manifest = dict(manifest, schema_version=layout.SCHEMA_VERSION)
-        layout.write_json_atomic(self.directory / layout.MANIFEST, self.manifest)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        # Every file of the run is reached through these two descriptors,
+        # never by following a link (layout.py): snapshots/ must be a real
+        # directory, SQLite's files absent or regular files.
+        self._dir_fd = layout.open_directory(self.directory)
+        self._snap_fd = None
+        try:
+            self._snap_fd = layout.own_directory(self.directory / layout.SNAPSHOT_DIR, self._dir_fd)
+            self.manifest = dict(manifest, schema_version=layout.SCHEMA_VERSION)
+            layout.write_json_atomic(self.directory / layout.MANIFEST, self.manifest, dir_fd=self._dir_fd)
+            for name in layout.JOURNAL_FILES:  # SQLite opens them by name, following links: checked first
+                kind = layout.entry_kind(name, self._dir_fd)
+                if kind not in ("absent", "file"):
+                    raise InputError(str(self.directory / name), layout.refusal(kind))
+            self._db = sqlite3.connect(
+                self.directory / layout.JOURNAL, check_same_thread=False, isolation_level=None
+            )
+        except BaseException:
+            self._close_directories()
+            raise
         # Reentrant, so that a signal's last snapshot can tell whether the
         # interrupted thread holds it (RLock._is_owned).
         self._lock = threading.RLock()
-        self._db = sqlite3.connect(
-            self.directory / layout.JOURNAL, check_same_thread=False, isolation_level=None
-        )
         self._db.execute("PRAGMA journal_mode=WAL")
         # NORMAL: a committed transaction survives the process being killed
         # (not a power cut), without an fsync per snapshot.
@@ -127,7 +143,7 @@ class RunWriter:
                 name = self._last_file
             else:
                 name = layout.snapshot_name(index)
-                layout.write_atomic(self.directory / name, rec.profile)
+                layout.write_atomic(self.directory / name, rec.profile, dir_fd=self._snap_fd)
             births, new_kinds, added = self._births(rec.new_arrays, index)
             db = self._db
             db.execute("BEGIN")
@@ -247,11 +263,14 @@ class RunWriter:
                 self._file_refs[name] = left
                 continue
             del self._file_refs[name]
-            if name != self._last_file and layout.is_snapshot_file(Path(name).name):
-                try:
-                    (self.directory / name).unlink()
-                except FileNotFoundError:
-                    pass
+            base = Path(name).name
+            if name != self._last_file and layout.is_snapshot_file(base):
+                # Only our own file: a link put in its place stays as it is.
+                if layout.entry_kind(base, self._snap_fd) == "file":
+                    try:
+                        os.unlink(base, dir_fd=self._snap_fd)
+                    except FileNotFoundError:
+                        pass
 
     def _insert(self, sql: str, rows) -> None:
         if self.closed:
@@ -322,7 +341,7 @@ class RunWriter:
             if self.closed:
                 return
             self.manifest.update(fields)
-            layout.write_json_atomic(self.directory / layout.MANIFEST, self.manifest)
+            layout.write_json_atomic(self.directory / layout.MANIFEST, self.manifest, dir_fd=self._dir_fd)
             # A finished run's journal becomes one self-contained file, readable
             # from read-only places too.
             try:
@@ -331,4 +350,14 @@ class RunWriter:
                 pass
             self._db.close()
             self.closed = True
+            self._close_directories()
+
+    def _close_directories(self) -> None:
+        for fd in (self._dir_fd, self._snap_fd):
+            if fd is not None:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        self._dir_fd = self._snap_fd = None
 
