@@ -11,6 +11,7 @@ import os
 import platform
 import re
 import sqlite3
+import stat
 import sys
 import time
 import warnings
@@ -127,7 +128,11 @@ def prepare_directory(path: Path, force: bool) -> Path:
     locked for the run's life (a second run into it is refused at once).
     A non-empty directory is refused unless ``force``; even with ``force``,
     only a directory holding one of our runs (a manifest of ours) is reused,
-    and only the files jaxmemprof writes are removed from it."""
+    and only the files jaxmemprof writes are removed from it. A link (live
+    or dangling) or anything else where one of our names belongs (the lock,
+    the manifest, SQLite's files, snapshots/ and the files in it, the
+    temporary names, ``process-N``) is refused, with or without ``force``,
+    before anything is written: nothing is ever written through it."""
     proc = launcher_process()
     if proc is not None:
         return _prepare_process_directory(Path(path), proc, force)
@@ -157,7 +162,8 @@ def _prepare_process_directory(job: Path, proc: LauncherProcess, force: bool) ->
     """``job/process-N`` for process N of a job: the job directory is shared
     (every process creates it if need be; never a single run's directory),
     the process directory is claimed, locked and cleared as a run directory
-    is. Two processes that claim one index: the second is refused."""
+    is. Two processes that claim one index: the second is refused. A link
+    at ``job/process-N`` (to a directory or to nothing) is refused."""
     if job.exists() and not job.is_dir():
         raise InputError(str(job), "exists and is not a directory")
     _mkdir(job, exist_ok=True)
@@ -166,22 +172,37 @@ def _prepare_process_directory(job: Path, proc: LauncherProcess, force: bool) ->
                                    f"{proc.index} makes this process {process_directory_name(proc.index)} "
                                    "of a job); choose another --output")
     path = job / process_directory_name(proc.index)
-    _mkdir(path, exist_ok=True)
+    _mkdir(path, exist_ok=True, own=True)
     _claim(path, force)
     _processes[os.path.abspath(path)] = proc
     return path
 
 
-def _mkdir(path: Path, exist_ok: bool) -> bool:
-    """Create ``path`` (and its parents); False when it already existed."""
+def _mkdir(path: Path, exist_ok: bool, own: bool = False) -> bool:
+    """Create ``path`` (and its parents); False when it already existed.
+    ``own``: the name is ours (``process-N``), so a link there is refused
+    even when it leads to a directory; else the name is the user's, and a
+    link to a directory is that directory."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise InputError(str(path.parent), "exists and is not a directory") from None
+    except OSError as exc:
+        raise InputError(str(path), f"cannot create the run directory: {exc.strerror or exc}") from None
+    try:
         path.mkdir()
         return True
     except FileExistsError:
-        if exist_ok and path.is_dir():
+        if not exist_ok:
+            raise
+        kind = layout.entry_kind(path)
+        if kind == "dir" or (kind == "link" and not own and path.is_dir()):
             return False
-        raise
+        if own:
+            raise InputError(str(path), layout.refusal(kind, directory=True)) from None
+        if kind == "link":
+            raise InputError(str(path), "is a symlink to nothing (a dangling link); choose another --output") from None
+        raise InputError(str(path), "exists and is not a directory") from None
     except OSError as exc:
         raise InputError(str(path), f"cannot create the run directory: {exc.strerror or exc}") from None
 
@@ -199,18 +220,35 @@ def _claim_fresh_name(path: Path) -> Path:
     raise InputError(str(path), "no free run name; choose one with --output")
 
 
+_LOCK_FLAGS = (os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
+               | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
+
+
 def _lock(path: Path) -> None:
     """Hold an exclusive lock on ``path/.jaxmemprof.lock`` until the run
     ends (or the process dies: the kernel releases it). The file is removed
-    when the run ends; a lock taken on a file removed meanwhile is retried."""
+    when the run ends; a lock taken on a file removed meanwhile is retried.
+    Opened without following a link (a symlink there, live or dangling, is
+    refused before anything is written), and only a regular file of one
+    name (not a hard link to someone's file) is truncated."""
     import fcntl
 
     lock_path = path / LOCK_NAME
     for _ in range(100):
         try:
-            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            fd = os.open(lock_path, _LOCK_FLAGS, 0o644)
         except OSError as exc:
+            kind = layout.entry_kind(lock_path) if exc.errno in (errno.ELOOP, errno.EMLINK, errno.EISDIR,
+                                                                 errno.ENXIO) else None
+            if kind not in (None, "absent", "file"):
+                raise InputError(str(lock_path), layout.refusal(kind)) from None
             raise InputError(str(path), f"cannot write to the run directory: {exc.strerror or exc}") from None
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink > 1:
+            os.close(fd)
+            problem = ("has other names (a hard link): not a lock file of ours" if stat.S_ISREG(st.st_mode)
+                       else layout.refusal("dir" if stat.S_ISDIR(st.st_mode) else "other"))
+            raise InputError(str(lock_path), problem)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
@@ -223,7 +261,7 @@ def _lock(path: Path) -> None:
             # A file system without locks (some network ones): recorded
             # unlocked, as before locks existed.
         try:
-            same = os.path.samestat(os.fstat(fd), os.stat(lock_path))
+            same = os.path.samestat(st, os.lstat(lock_path))
         except OSError:
             same = False
         if same:
@@ -240,12 +278,15 @@ def _lock(path: Path) -> None:
 
 
 def release_directory(path: Path) -> None:
-    """Remove the run's lock file, then release the lock."""
+    """Remove the run's lock file (only while it is still the file locked:
+    never a name someone put in its place), then release the lock."""
     fd = _locks.pop(os.path.abspath(path), None)
     if fd is None:
         return
+    lock_path = Path(path) / LOCK_NAME
     try:
-        os.unlink(Path(path) / LOCK_NAME)
+        if os.path.samestat(os.fstat(fd), os.lstat(lock_path)):
+            os.unlink(lock_path)
     except OSError:
         pass
     os.close(fd)
@@ -264,7 +305,7 @@ def _forget_locks_in_child() -> None:
 
 
 # The summary a process of a job writes as it ends (analysis/processes.py SUMMARY_FILE).
-_SUMMARY_FILE = "summary.json"
+_SUMMARY_FILE = layout.SUMMARY
 
 
 def _is_summary_file(name: str) -> bool:
@@ -272,9 +313,17 @@ def _is_summary_file(name: str) -> bool:
 
 
 def _is_our_run(path: Path) -> bool:
-    """Whether ``path`` holds a manifest that jaxmemprof wrote."""
+    """Whether ``path`` holds a manifest that jaxmemprof wrote (read
+    without following a link)."""
     try:
-        with open(path / layout.MANIFEST, "rb") as f:
+        fd = os.open(path / layout.MANIFEST, os.O_RDONLY | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
+                     | getattr(os, "O_NONBLOCK", 0))
+    except OSError:
+        return False
+    try:
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                return False
             doc = json.loads(f.read(1 << 20))
     except (OSError, ValueError, RecursionError):
         return False
@@ -282,24 +331,25 @@ def _is_our_run(path: Path) -> bool:
 
 
 def _refuse_foreign_entries(path: Path) -> None:
-    """A name the new run writes through must be ours to replace: the
-    journal, the manifest and SQLite's files regular files, snapshots/ a
-    real directory (a symlink there would have the run write elsewhere)."""
-    names = (layout.MANIFEST, layout.JOURNAL, layout.JOURNAL + "-wal", layout.JOURNAL + "-shm",
-             layout.JOURNAL + "-journal")
-    for name in (*names, layout.SNAPSHOT_DIR):
-        p = path / name
-        if not os.path.lexists(p):
-            continue
-        ok = (p.is_dir() if name == layout.SNAPSHOT_DIR else p.is_file()) and not p.is_symlink()
-        if not ok:
-            raise InputError(str(p), "is a symlink or a special file, not one of our run's; "
-                                     "--force replaces only what jaxmemprof wrote; choose another --output")
+    """A name the new run writes through, replaces or removes must be ours:
+    the lock, the manifest, the journal and SQLite's files, the summary and
+    every temporary name regular files, snapshots/ a real directory and the
+    snapshot files in it regular files. A symlink (live or dangling), a
+    FIFO, a directory where a file goes: refused, with or without --force."""
+    found = layout.foreign_entry(path)
+    if found is not None:
+        p, kind = found
+        raise InputError(str(p), layout.refusal(kind, directory=p.name == layout.SNAPSHOT_DIR
+                                                 and p.parent == path))
 
 
 def _clear_for_reuse(path: Path, force: bool) -> None:
     """Refuse a non-empty directory unless ``force`` and it holds one of our
-    runs; then remove only the files a run writes (never anything else)."""
+    runs; then remove only the files a run writes (never anything else).
+    Whatever holds one of our names but is not ours refuses the directory
+    first (see _refuse_foreign_entries). Removal goes through descriptors of
+    the directory and of its snapshots/, so a link is never followed."""
+    _refuse_foreign_entries(path)
     others = [p for p in path.iterdir() if p.name != LOCK_NAME]
     if not others:
         return
@@ -308,19 +358,33 @@ def _clear_for_reuse(path: Path, force: bool) -> None:
     if not _is_our_run(path):
         raise InputError(str(path), "is not empty and holds no jaxmemprof run (no manifest of ours); "
                                     "--force replaces only a run; choose another --output")
-    _refuse_foreign_entries(path)
-    for p in others:
-        if p.is_file() and not p.is_symlink() and (layout.is_run_file(p.name) or _is_summary_file(p.name)):
-            p.unlink(missing_ok=True)
-    snaps = path / layout.SNAPSHOT_DIR
-    if snaps.is_dir() and not snaps.is_symlink():
-        for p in snaps.iterdir():
-            if p.is_file() and not p.is_symlink() and layout.is_snapshot_file(p.name):
-                p.unlink(missing_ok=True)
-        try:
-            snaps.rmdir()
-        except OSError:
-            pass  # it holds files of someone else's: left as they are
+    dfd = layout.open_directory(path)
+    try:
+        for p in others:
+            name = p.name
+            if (layout.is_run_file(name) or _is_summary_file(name)) and layout.entry_kind(name, dfd) == "file":
+                _unlink(name, dfd)
+        if layout.entry_kind(layout.SNAPSHOT_DIR, dfd) == "dir":
+            sfd = layout.open_directory(layout.SNAPSHOT_DIR, dir_fd=dfd, follow=False)
+            try:
+                for name in os.listdir(sfd):
+                    if layout.is_snapshot_file(name) and layout.entry_kind(name, sfd) == "file":
+                        _unlink(name, sfd)
+            finally:
+                os.close(sfd)
+            try:
+                os.rmdir(layout.SNAPSHOT_DIR, dir_fd=dfd)
+            except OSError:
+                pass  # it holds files of someone else's: left as they are
+    finally:
+        os.close(dfd)
+
+
+def _unlink(name: str, dir_fd: int) -> None:
+    try:
+        os.unlink(name, dir_fd=dir_fd)
+    except FileNotFoundError:
+        pass
 
 
 def _version(dist: str) -> str | None:
