@@ -29,7 +29,7 @@ from conftest import cpu_env, run_cli, run_script, write_script
 from jaxmemprof.analysis.groups import summarize
 from jaxmemprof.errors import InputError
 from jaxmemprof.pprof import profile_pb2 as pb
-from jaxmemprof.pprof.reader import Profile, load_profile
+from jaxmemprof.pprof.reader import DEFAULT_MAX_DECOMPRESSED, Profile, load_profile
 
 KiB, MiB, GiB = 1024, 1024**2, 1024**3
 
@@ -354,7 +354,7 @@ LINUX_ONLY = pytest.mark.skipif(sys.platform != "linux", reason="RLIMIT_AS and r
 @pytest.mark.parametrize("extra", [[], ["--max-decompressed", "64MiB"]])
 def test_small_profile_reads_with_capped_address_space(tmp_path, extra):
     """A 300-byte profile needs no more memory because the limit on
-    decompressed bytes is large (4 GiB by default): reading must not reserve
+    decompressed bytes is large (128 MiB by default): reading must not reserve
     the whole limit up front (machines with `ulimit -v` would fail)."""
     small = tmp_path / "small.prof"
     small.write_bytes(valid_message().SerializeToString())
@@ -388,7 +388,7 @@ def test_gzip_bomb_is_refused_in_bounded_memory(tmp_path):
 def test_a_device_is_refused_before_it_is_read(tmp_path, device):
     """A path that is not a regular file has no size to check up front
     (/dev/zero never ends): it is refused from stat() alone, under the
-    default 4 GiB limit, in a process that could not even hold that much."""
+    default limit, in a process that could not hold 4 GiB."""
     proc, peak = run_cli_measured("show", device, cwd=tmp_path, address_space=int(1.5 * GiB))
     assert_refused(proc, device, r"is a character device, not a regular file")
     assert peak < 1 * GiB, peak
@@ -397,12 +397,12 @@ def test_a_device_is_refused_before_it_is_read(tmp_path, device):
 @LINUX_ONLY
 def test_a_sparse_file_over_the_limit_is_refused_from_its_size(tmp_path):
     """An 8 GiB sparse file (no disk used) is refused from its size, not
-    after reading 4 GiB of it."""
+    after reading the limit's worth of it."""
     big = tmp_path / "sparse.prof"
     with open(big, "wb") as f:
         f.truncate(8 * GiB)
     proc, peak = run_cli_measured("show", big, cwd=tmp_path, address_space=int(1.5 * GiB))
-    assert_refused(proc, big, rf"is {8 * GiB} bytes, larger than the {4 * GiB}-byte limit")
+    assert_refused(proc, big, rf"is {8 * GiB} bytes, larger than the {DEFAULT_MAX_DECOMPRESSED}-byte limit")
     assert peak < 1 * GiB, peak
 
 
@@ -411,7 +411,7 @@ def test_a_large_file_of_zeros_is_refused_from_its_first_byte(tmp_path):
     protobuf field, so it is refused before the rest is read."""
     zeros = tmp_path / "zeros.prof"
     with open(zeros, "wb") as f:
-        f.truncate(3 * GiB)
+        f.truncate(DEFAULT_MAX_DECOMPRESSED)
     assert_refused(run_cli("show", zeros, cwd=tmp_path), zeros, r"not a pprof profile \(it starts with byte 0x00")
 
 

@@ -36,7 +36,7 @@ def _profile_options(f):
         click.option("--sample-index", default=None, metavar="NAME|N",
                      help="Which sample value to report as bytes (default: 'space', else the "
                           "profile's default bytes type)."),
-        click.option("--max-decompressed", type=Size(min=1), default="4GiB", show_default=True,
+        click.option("--max-decompressed", type=Size(min=1), default="128MiB", show_default=True,
                      help="Refuse profiles that decompress to more than this (gzip bombs)."),
     ]
     for opt in reversed(options):

@@ -20,10 +20,19 @@ from typing import BinaryIO, Union
 from jaxmemprof.errors import InputError
 
 GZIP_MAGIC = b"\x1f\x8b"
-# Cap on the decompressed size of a profile (a gzip bomb stops here).
-DEFAULT_MAX_DECOMPRESSED = 4 * 1024**3
-_CHUNK = 64 * 1024**2
+# Cap on the decompressed size of a profile (a gzip bomb stops here). A
+# 100,000-sample device-memory profile is 3.6 MB decompressed (36 to 70 bytes
+# a sample): the cap is some 35 times that, and inflating a bomb up to it
+# takes a few tenths of a second (docs/performance.md).
+DEFAULT_MAX_DECOMPRESSED = 128 * 1024**2
+_CHUNK = 64 * 1024**2  # raw bytes read at a time
 _IN_CHUNK = 1024**2  # compressed bytes read at a time
+_IN_PIECE = 16 * 1024  # compressed bytes given to zlib at a time: what it copies per call
+_OUT_PIECE = 1024**2  # decompressed bytes asked of zlib at a time
+# Decompressed bytes held while the total is not known yet: past this, the
+# rest is only counted, and a stream that ends under the limit is
+# decompressed again, into a buffer of its size (a bomb never fills memory).
+_HOLD = 32 * 1024**2
 
 Source = Union[str, os.PathLike, bytes]
 
@@ -413,41 +422,85 @@ def _read_into(out: bytearray, f: BinaryIO, limit: int) -> None:
 
 def _gunzip(f: BinaryIO, head: bytes, name: str, limit: int) -> bytearray:
     """Decompress the gzip members in ``f`` (``head``: its first bytes,
-    already read), reading it in chunks, and producing at most ``limit``
-    bytes. NUL padding after the last member is allowed, as gzip allows it."""
-    out = bytearray()
-    pending = head
+    already read), producing at most ``limit`` bytes, and holding at most
+    ``_HOLD`` of them while the total is not known: a larger stream is
+    counted to its end first (refused as soon as it passes the limit), then
+    decompressed again, held. NUL padding after the last member is allowed,
+    as gzip allows it."""
+    start = f.tell() - len(head)
+    total, out = _inflate(f, head, name, limit, min(limit, _HOLD))
+    if out is not None:
+        return out
+    f.seek(start)
+    _, out = _inflate(f, f.read(len(head)), name, total, total, again=True)
+    if out is None or len(out) != total:
+        raise InputError(name, "changed while it was read (decompressed to a different size)")
+    return out
+
+
+def _inflate(f: BinaryIO, head: bytes, name: str, limit: int, hold: int, again: bool = False):
+    """One pass over the gzip members in ``f``: ``(total, bytes)``, or
+    ``(total, None)`` when the total passed ``hold`` (those bytes were
+    dropped as they came: only the count is kept). Past ``limit``, an
+    InputError, before more is decompressed. ``again``: the second pass
+    over a stream whose total (``limit``) is known.
+
+    zlib is given the input ``_IN_PIECE`` bytes at a time and asked for at
+    most ``_OUT_PIECE`` bytes: what it copies on each call (the input it
+    left, the data after a member) stays small, so a file of many tiny
+    members costs time in proportion to its size, not to its square."""
+    out: bytearray | None = bytearray()
+    total = 0
+    buf = memoryview(head)  # compressed bytes read, not yet given to zlib
     at_end = False
+    pending = b""  # given to zlib and not consumed (its output was cut short)
     d = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+
+    def more() -> bool:
+        nonlocal buf, at_end
+        if not buf and not at_end:
+            buf = memoryview(f.read(_IN_CHUNK))
+            at_end = not buf
+        return bool(buf)
+
     while True:
-        if not pending and not at_end:
-            pending = f.read(_IN_CHUNK)
-            at_end = not pending
+        if not pending and more():
+            pending, buf = buf[:_IN_PIECE], buf[_IN_PIECE:]
         try:
-            chunk = d.decompress(pending, min(_CHUNK, limit - len(out) + 1))
+            chunk = d.decompress(pending, min(_OUT_PIECE, limit - total + 1))
         except zlib.error as exc:
             raise InputError(name, f"corrupt gzip data ({exc})") from None
-        out += chunk
-        if len(out) > limit:
+        n = len(chunk)
+        total += n
+        if total > limit:
+            if again:
+                raise InputError(name, "changed while it was read (it decompresses to more than before)")
             raise InputError(
                 name,
                 f"decompresses to more than {limit} bytes (a gzip bomb?); raise the limit with --max-decompressed",
             )
+        if out is not None:
+            if total > hold:
+                out = None  # more than may be held before the total is known: count the rest
+            else:
+                out += chunk
+        del chunk
         pending = d.unconsumed_tail
         if d.eof:
+            # What follows a member: another member, NUL padding, or nothing.
             rest = d.unused_data
-            while len(rest) < 2 and not at_end:
-                more = f.read(_IN_CHUNK)
-                at_end = not more
-                rest += more
+            while len(rest) < 2 and more():
+                k = 2 - len(rest)
+                rest += bytes(buf[:k])
+                buf = buf[k:]
             if not rest:
-                return out
+                return total, out
             if rest[:2] != GZIP_MAGIC:
-                _expect_padding(rest, f, name)
-                return out
+                _expect_padding(rest + bytes(buf), f, name)
+                return total, out
             d = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
             pending = rest
-        elif at_end and not chunk and not pending:
+        elif not n and not pending and not more():
             raise InputError(name, "truncated gzip data (the file ends mid-stream)")
 
 
