@@ -31,6 +31,7 @@ imports jax: the probe is installed when the program imports it.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dis
 import functools
@@ -169,7 +170,7 @@ class _Site:
 
 
 class _FunctionState:
-    __slots__ = ("function_id", "calls", "traced", "samples", "pending", "compiles", "analyse_next", "hunt",
+    __slots__ = ("function_id", "calls", "traced", "samples", "resample", "pending", "compiles", "analyse_next", "hunt",
                  "signatures", "param_names", "donate_argnums", "donate_argnames", "arguments", "by_signature",
                  "cache", "quiet", "off", "errors", "proxy", "counted_all", "largest", "user", "backend_compiles",
                  "row", "compile_s")
@@ -179,6 +180,7 @@ class _FunctionState:
         self.calls = 0  # device calls
         self.traced = 0  # calls made while a transformation traced (grad, vmap, scan, an outer jit)
         self.samples = 0
+        self.resample = False  # the last sample's fates could not be told: sample the next call
         self.pending = None  # (call_id, [weakrefs]) of the last sampled call
         self.compiles = 0
         # Without a compile cache to watch (jax.pmap), each new signature is analysed.
@@ -239,6 +241,9 @@ class JitProbe:
         self._states: list[_FunctionState] = []
         self._errors_seen: set = set()
         self._calling = threading.local()  # .state: the function whose call this thread is in
+        # The sampler, which holds the program's arrays while it takes a
+        # snapshot (Sampler.holding): set by the session.
+        self.observer = None
 
     # -- installing ----------------------------------------------------------------
 
@@ -491,7 +496,7 @@ class JitProbe:
         # The first calls (the first included: its inputs are often what the
         # program set up, and may be kept), then one in sample_every.
         sample = state.samples < self.max_samples and (
-            state.calls <= self.sample_first + 1 or state.calls % self.sample_every == 0)
+            state.resample or state.calls <= self.sample_first + 1 or state.calls % self.sample_every == 0)
         before = _cache_size(real)
         inputs = self._guard(state, self._describe_inputs, state, args, kwargs) if sample else None
         calling = self._calling
@@ -542,7 +547,7 @@ class JitProbe:
                          same_as=first.setdefault(id(leaf), len(leaves)))
                 leaves.append(d)
                 try:
-                    refs.append(weakref.ref(leaf, _on_death(len(refs), deaths)))
+                    refs.append(weakref.ref(leaf, _on_death(len(refs), deaths, self.observer)))
                 except TypeError:
                     refs.append(None)
         return leaves, refs, deaths
@@ -566,6 +571,7 @@ class JitProbe:
             json.dumps(leaves), json.dumps(outputs),
         ))
         state.samples += 1
+        state.resample = False
         state.pending = (call_id, refs, deaths, _windows(frame))
 
     def _check_liveness(self, state):
@@ -580,16 +586,28 @@ class JitProbe:
         call_id, refs, deaths, windows = state.pending
         state.pending = None
         fates = []
-        for i, r in enumerate(refs):
-            obj = r() if r is not None else None
-            if r is None:
-                fates.append("unknown")
-            elif obj is not None:
-                fates.append("deleted" if _is_deleted(obj) else "held")
-            elif i in deaths:
-                fates.append("dropped" if deaths[i] in windows else "dropped-later")
-            else:
-                fates.append("unknown")
+        # While the sampler takes a snapshot it holds every live array: an
+        # input it holds looks held. Wait for it to let go (milliseconds).
+        observer = self.observer
+        with observer.holding() if observer is not None else contextlib.nullcontext():
+            for i, r in enumerate(refs):
+                obj = r() if r is not None else None
+                if r is None:
+                    fates.append("unknown")
+                elif obj is not None:
+                    fates.append("deleted" if _is_deleted(obj) else "held")
+                    del obj
+                elif deaths.get(i) is _LET_GO:
+                    # The program dropped it while the sampler held it: where
+                    # cannot be told. This call says nothing; the next one is
+                    # sampled instead.
+                    state.samples -= 1
+                    state.resample = True
+                    return
+                elif i in deaths:
+                    fates.append("dropped" if deaths[i] in windows else "dropped-later")
+                else:
+                    fates.append("unknown")
         self.writer.set_jit_liveness(call_id, json.dumps(fates))
 
     def _memory_analysis(self, real, state, args, kwargs, after_call: bool = False) -> bool:
@@ -860,11 +878,19 @@ def _combine(dynamic_leaves, static):
     return treedef.unflatten([d if s is None else s for d, s in zip(dynamic_leaves, static_leaves)])
 
 
-def _on_death(index: int, deaths: dict):
+# An input leaf that died as the sampler let go of it (the program had dropped it meanwhile).
+_LET_GO = object()
+
+
+def _on_death(index: int, deaths: dict, observer=None):
     """A weakref callback noting where in the user's code (frame id, code,
-    offset of the instruction running) an input leaf was freed."""
+    offset of the instruction running) an input leaf was freed, or that the
+    sampler's list of live arrays was its last holder (``_LET_GO``)."""
 
     def died(_ref):
+        if observer is not None and observer.owned_by_this_thread():
+            deaths[index] = _LET_GO
+            return
         try:
             f = _user_frame(sys._getframe(1))
         except ValueError:  # freed with no Python frame running (interpreter exit)

@@ -160,10 +160,15 @@ class Sampler:
             # Many arrays made since the last snapshot (a model being built)
             # cost a description each: wait until the budget affords them,
             # so that a burst is described once, after it, not half-way.
-            affordable, live = self._affordable_at()
-            now = time.monotonic()
-            if affordable > now:
+            # The list of live arrays holds every array it lists alive: it
+            # exists only while this thread holds the lock (see holding()).
+            with self._lock:
+                affordable, live = self._affordable_at()
+                now = time.monotonic()
+                if affordable <= now:
+                    self.snapshot("interval", live=live)
                 del live
+            if affordable > now:
                 # Each check pushes the budget back by its own cost: check
                 # again when it affords the snapshot (or in a second, in case
                 # the new arrays are gone), but no sooner than ten times that
@@ -171,9 +176,6 @@ class Sampler:
                 # and cannot chase it for ever.
                 if self._stop.wait(max(min(affordable - now, 1.0), 10 * self._check_cost * self._wall_per_sampling_s)):
                     return
-                continue
-            self.snapshot("interval", live=live)
-            del live  # it holds every array it lists alive: not while waiting for the next
 
     def _affordable_at(self) -> tuple[float, list | None]:
         """When the since-start budget affords the next snapshot, counting
@@ -196,10 +198,19 @@ class Sampler:
 
     def _has_arrays(self) -> bool:
         jax = _jax_ready()
-        try:
-            return bool(jax.live_arrays())
-        except Exception:
-            return False
+        with self._lock:
+            try:
+                return bool(jax.live_arrays())
+            except Exception:
+                return False
+
+    def holding(self):
+        """The lock under which the sampler holds the program's arrays (the
+        list from ``jax.live_arrays()``): it holds none of them while another
+        thread holds it. The jit probe takes it to tell whether the program
+        still holds an array, and ``owned_by_this_thread()`` tells it that an
+        array died when the sampler let go of it, not where the program did."""
+        return self._lock
 
     # -- one snapshot ----------------------------------------------------------
 

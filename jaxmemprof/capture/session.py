@@ -456,6 +456,7 @@ class Session:
         self.probe = JitProbe(self.writer, dump_share=max_overhead / 2, exclude=launcher) if jit_probe else None
         if self.probe is not None:
             self.sampler.hooks.append(self.probe.on_snapshot)
+            self.probe.observer = self.sampler
 
     def start(self) -> "Session":
         global _active

@@ -1,0 +1,50 @@
+"""Same program, same answer: a program recorded again and again at a fast
+interval (the sampler busy around every call) gives the same findings and
+the same XLA figures every time. The sampler's list of live arrays once made
+a sampled call's inputs look held, and the donation advice vanished in about
+one run in four."""
+
+from __future__ import annotations
+
+import collections
+import subprocess
+import sys
+
+from conftest import REPO, cpu_env, line_of
+
+from jaxmemprof.analysis.advice.donation import donation_findings, jit_memory
+from jaxmemprof.analysis.sites import Attribution
+from jaxmemprof.store.reader import load_run
+
+SCRIPT = REPO / "tests" / "scripts" / "same_answer.py"
+RUNS = 5  # per program; benchmarks/bench_same_answer.py counts 20 runs of `jaxmemprof run`
+
+
+def _answer(run_dir):
+    run = load_run(run_dir)
+    att = Attribution(roots=(run.manifest["cwd"],))
+    findings = tuple(sorted((f.rule, f.site, f.saving_bytes) for f in donation_findings(run, att)))
+    jm = jit_memory(run, att)
+    figures = tuple(map(tuple, jm[sorted(c for c in jm.columns if c.endswith("_bytes"))].values.tolist()))
+    return findings, figures
+
+
+def test_repeated_recordings_at_a_fast_interval_agree(tmp_path):
+    proc = subprocess.run([sys.executable, str(SCRIPT), str(RUNS), str(tmp_path / "runs")], cwd=REPO,
+                          env=cpu_env(), capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    answers = collections.defaultdict(collections.Counter)
+    for d in sorted((tmp_path / "runs").iterdir()):
+        answers[d.name.split("-")[0]][_answer(d)] += 1
+    assert sorted(answers) == ["eqx", "jit", "nnx"]
+    lines = {"jit": line_of(SCRIPT, "JIT-STEP"), "nnx": line_of(SCRIPT, "NNX-STEP"),
+             "eqx": line_of(SCRIPT, "EQX-STEP")}
+    for name, counts in answers.items():
+        assert len(counts) == 1, f"{name}: {len(counts)} different answers over {RUNS} runs: {dict(counts)}"
+        [(findings, figures)] = counts
+        [(rule, site, saving)] = [f for f in findings if f[0] == "donate"]
+        assert site.endswith(f"same_answer.py:{lines[name]}"), site
+        assert figures and all(v is not None for v in figures[0])
+    # The plain step's state: params and opt, float32 [256,256] and [256] each.
+    [jit_findings] = [f for (f, _), in [tuple(answers["jit"])]]
+    assert [s for r, _, s in jit_findings if r == "donate"] == [2 * (256 * 256 + 256) * 4]
