@@ -10,8 +10,17 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 pytest_plugins = ["pytester"]
+
+# Property tests run the same fixed examples on every clone and every run (the
+# README's test command must pass the same way each time); the open-ended
+# random search is the "fuzz" profile, run on purpose:
+#     python -m pytest tests/test_fuzz_readers.py --hypothesis-profile=fuzz
+settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
+settings.register_profile("fuzz", derandomize=False, deadline=None)
+settings.load_profile("ci")
 
 REPO = Path(__file__).resolve().parent.parent
 
