@@ -4,11 +4,14 @@ the run's first snapshot, and the sites that keep growing.
 
 A :class:`Tracker` follows one process's run from frame to frame (it keeps the
 per-site bytes of the first snapshot and of the frame before); each frame
-reads one profile, the newest.
+reads one profile, the newest. A snapshot file the reader refused (damaged,
+or a gzip bomb) is remembered and not read again while it stays the same file.
 """
 
 from __future__ import annotations
 
+import os
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -61,11 +64,48 @@ def _by_site(profile, attribution) -> tuple[pd.Series, pd.Series, pd.DataFrame]:
             buffers)
 
 
+class Refusals:
+    """Profiles the reader refused, by the identity of their file (device,
+    inode, size, modification time): :meth:`load` gives the same error again
+    without reading such a file, until it changes. Keeps the newest
+    ``keep``."""
+
+    def __init__(self, keep: int = 1024):
+        self.keep = keep
+        self._refused: OrderedDict = OrderedDict()
+
+    @staticmethod
+    def _identity(path):
+        try:
+            st = os.stat(path)
+        except (OSError, ValueError):
+            return None  # the reader says why
+        return (os.fspath(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+    def load(self, path, name=None):
+        from jaxmemprof.errors import InputError
+        from jaxmemprof.pprof.reader import load_profile
+
+        key = self._identity(path)
+        if key is not None and key in self._refused:
+            raise self._refused[key]
+        try:
+            return load_profile(path, name=name)
+        except InputError as exc:
+            if key is not None:
+                self._refused[key] = exc
+                while len(self._refused) > self.keep:
+                    self._refused.popitem(last=False)
+            raise
+
+
 class Tracker:
     """Frames of one process's run, in turn."""
 
-    def __init__(self, process: int | None, attribution: Attribution, top: int = 15):
+    def __init__(self, process: int | None, attribution: Attribution, top: int = 15,
+                 refusals: Refusals | None = None):
         self.process = process
+        self.refusals = refusals if refusals is not None else Refusals()
         self.attribution = attribution
         self.top = top
         self.snapshot = None  # the snapshot of the frame before
@@ -82,10 +122,8 @@ class Tracker:
         if first is None or first[4] is None:
             return None
         if self.start_snapshot != first[0]:
-            from jaxmemprof.pprof.reader import load_profile
-
             try:
-                self.sites_start = _by_site(load_profile(first[4]), self.attribution)[0]
+                self.sites_start = _by_site(self.refusals.load(first[4]), self.attribution)[0]
             except Exception:
                 self.sites_start = None
             self.start_snapshot = first[0]
@@ -106,11 +144,9 @@ class Tracker:
                             "exit_status": m.get("exit_status"),
                             "snapshots": poll.snapshots, "markers": poll.markers, "peak": poll.peak,
                             "events": poll.events, "history": poll.history})
-        from jaxmemprof.pprof.reader import load_profile
-
         snapshot, t_wall, live, _, file = latest
         try:
-            profile = load_profile(file, name=f"{poll.path}@{snapshot}")
+            profile = self.refusals.load(file, name=f"{poll.path}@{snapshot}")
         except Exception as exc:  # thinned or damaged meanwhile: the frame before stays
             if self.frame is not None:
                 return self.frame
@@ -121,7 +157,7 @@ class Tracker:
         if self.sites_before is None and poll.previous is not None:
             # The first frame: growth since the snapshot before the newest.
             try:
-                prev_sites, _, prev_devices = _by_site(load_profile(poll.previous[4]), self.attribution)
+                prev_sites, _, prev_devices = _by_site(self.refusals.load(poll.previous[4]), self.attribution)
                 self.sites_before, self.live_before = prev_sites, poll.previous[2]
                 pd_ = prev_devices[prev_devices["device"].astype(str) != ""]
                 self.devices_before = pd_.set_index("device")["bytes"].astype("int64")

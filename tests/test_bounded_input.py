@@ -1,0 +1,292 @@
+"""Hostile files cost little: a gzip bomb is refused at the decompression
+bound without being held (its peak memory is measured), a profile that
+decompresses to more than the reader holds before it knows the total is
+still read exactly, and ``top`` does not read again a snapshot it refused.
+
+Python's own ``gzip`` module is the reference for what a stream holds.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import struct
+import subprocess
+import sys
+import textwrap
+import zlib
+
+import pytest
+
+from conftest import cpu_env, run_cli, run_script, write_script
+
+from jaxmemprof.analysis.live import Refusals, Tracker
+from jaxmemprof.analysis.sites import Attribution
+from jaxmemprof.errors import InputError
+from jaxmemprof.pprof import profile_pb2 as pb
+from jaxmemprof.pprof.reader import _HOLD, DEFAULT_MAX_DECOMPRESSED, read_profile_bytes
+from jaxmemprof.store.follow import Poll
+
+KiB, MiB, GiB = 1024, 1024**2, 1024**3
+M32 = 0xFFFFFFFF
+
+
+# --------------------------------------------------------------------------
+# A gzip bomb, made cheaply
+
+
+def _apply(columns, v):
+    out, i = 0, 0
+    while v:
+        if v & 1:
+            out ^= columns[i]
+        v >>= 1
+        i += 1
+    return out
+
+
+def crc32_of_repeats(unit: bytes, times: int) -> int:
+    """``zlib.crc32(unit * times)`` without making those bytes: appending
+    ``unit`` maps the CRC register ``r`` to ``A r ^ c`` (linear over GF(2));
+    A's columns and c are read off zlib, and the map is composed with
+    itself by squaring."""
+    c = ~zlib.crc32(unit, M32) & M32  # the register after unit, from 0
+    cols = [(~zlib.crc32(unit, ~(1 << i) & M32) & M32) ^ c for i in range(32)]
+    reg = M32  # the register before any byte
+    while times:
+        if times & 1:
+            reg = _apply(cols, reg) ^ c
+        # (A, c) composed with itself: A·A, A·c ^ c.
+        cols, c = [_apply(cols, x) for x in cols], _apply(cols, c) ^ c
+        times >>= 1
+    return ~reg & M32
+
+
+def gzip_bomb(size: int, unit: bytes = bytes(MiB)) -> tuple[bytes, int]:
+    """A valid gzip file of about ``size`` bytes holding ``unit`` over and
+    over (zeros: about 1,000 times its size): ``unit`` compressed once and
+    made to stand alone (a full flush forgets the history), repeated.
+    Returns the file and how many bytes it decompresses to."""
+    c = zlib.compressobj(9, zlib.DEFLATED, -15)
+    block = c.compress(unit) + c.flush(zlib.Z_FULL_FLUSH)
+    n = max(size // len(block), 1)
+    end = zlib.compressobj(9, zlib.DEFLATED, -15).flush(zlib.Z_FINISH)
+    total = n * len(unit)
+    header = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x02\xff"
+    return header + block * n + end + struct.pack("<II", crc32_of_repeats(unit, n), total & M32), total
+
+
+@pytest.mark.parametrize("unit, times", [(bytes(1000), 7), (b"\x32\x00" * 2048, 33), (bytes(MiB), 5)])
+def test_the_bomb_is_a_real_gzip_stream(unit, times):
+    assert crc32_of_repeats(unit, times) == zlib.crc32(unit * times)
+    data, total = gzip_bomb(len(zlib.compress(unit, 9)) * times, unit)
+    assert gzip.decompress(data) == unit * (total // len(unit))
+
+
+# --------------------------------------------------------------------------
+# Refused at the bound, in bounded memory
+
+
+_MEASURE = textwrap.dedent(
+    """
+    import json, resource, subprocess, sys
+    p = subprocess.run([sys.executable, "-m", "jaxmemprof", *sys.argv[1:]], capture_output=True, text=True,
+                       timeout=300)
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
+    print(json.dumps({"rc": p.returncode, "stdout": p.stdout, "stderr": p.stderr, "peak": peak}))
+    """
+)
+
+
+def run_measured(*args, cwd) -> tuple[subprocess.CompletedProcess, int]:
+    """Run the CLI from a fresh parent whose only child it is: the process
+    and its peak RSS in bytes."""
+    proc = subprocess.run([sys.executable, "-c", _MEASURE, *map(str, args)], cwd=cwd, env=cpu_env(),
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    r = json.loads(proc.stdout)
+    return subprocess.CompletedProcess(args, r["rc"], r["stdout"], r["stderr"]), r["peak"]
+
+
+def assert_refused(proc, path, problem):
+    out = f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    assert proc.returncode == 2, out
+    assert proc.stdout == "" and "Traceback" not in proc.stderr, out
+    assert proc.stderr.count("\n") == 1 and proc.stderr.endswith("\n"), out
+    assert proc.stderr.startswith(f"jaxmemprof: error: {path}: {problem}"), out
+
+
+def small_profile() -> bytes:
+    p = pb.Profile()
+    p.string_table.extend([b"", b"space", b"bytes", b"step", b"/home/u/train.py"])
+    p.sample_type.add(type=1, unit=2)
+    p.function.add(id=1, name=3, filename=4)
+    p.location.add(id=1, line=[pb.Line(function_id=1, line=7)])
+    p.sample.add(location_id=[1], value=[4096])
+    return p.SerializeToString()
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="ru_maxrss in KiB is Linux's")
+def test_a_6mb_gzip_bomb_is_refused_at_the_bound_in_bounded_memory(tmp_path):
+    """6 MB of gzip that inflates to about 6 GiB of zeros (the issue's bomb:
+    it cost 4.3 GB before): one line naming the file, exit 2, and a peak RSS
+    under 100 MiB, within the bytes held before the total is known of that of
+    reading a tiny profile (holding the 128 MiB up to the bound would not be)."""
+    data, total = gzip_bomb(6 * 1000 * 1000)
+    assert total > 5 * GiB
+    bomb = tmp_path / "bomb.prof.gz"
+    bomb.write_bytes(data)
+    small = tmp_path / "small.prof"
+    small.write_bytes(small_profile())
+    ok, baseline = run_measured("show", small, cwd=tmp_path)
+    assert ok.returncode == 0 and "train.py:7 (step)" in ok.stdout, ok.stderr
+    for args in (["show", bomb], ["diff", small, bomb]):
+        proc, peak = run_measured(*args, cwd=tmp_path)
+        assert_refused(proc, bomb, f"decompresses to more than {DEFAULT_MAX_DECOMPRESSED} bytes")
+        assert peak < 100 * MiB, f"peak RSS {peak / MiB:.0f} MiB"
+        assert peak - baseline < _HOLD + 16 * MiB, f"peak RSS {peak / MiB:.0f} MiB vs {baseline / MiB:.0f} MiB"
+
+
+def test_a_bomb_that_starts_like_a_profile_is_refused_at_the_bound(tmp_path):
+    """Empty strings of the string table (field 6), over and over: valid
+    protobuf all the way to the bound, so only the bound stops it."""
+    data, total = gzip_bomb(300 * KiB, b"\x32\x00" * (512 * KiB))
+    assert total > DEFAULT_MAX_DECOMPRESSED
+    bomb = tmp_path / "strings.prof.gz"
+    bomb.write_bytes(data)
+    assert_refused(run_cli("show", bomb, cwd=tmp_path), bomb,
+                   f"decompresses to more than {DEFAULT_MAX_DECOMPRESSED} bytes")
+
+
+# --------------------------------------------------------------------------
+# What is under the bound is read exactly
+
+
+def _members(data: bytes, sizes) -> bytes:
+    """``data`` as consecutive gzip members of the given sizes (the last one
+    takes the rest)."""
+    out, p = [], 0
+    for n in sizes:
+        out.append(gzip.compress(data[p:p + n], mtime=0))
+        p += n
+    out.append(gzip.compress(data[p:], mtime=0))
+    return b"".join(out)
+
+
+def test_streams_past_what_is_held_are_read_exactly():
+    """Past ``_HOLD`` bytes the reader counts to the end, then reads again:
+    the bytes are python's gzip.decompress's, exactly at the limit is allowed
+    and one byte less is refused; members of every size (many smaller than
+    what zlib is given at a time) and NUL padding after them read the same."""
+    unit = bytes(range(256)) * 4 + b"pprof" * 100
+    big = unit * (_HOLD // len(unit) + 1000)
+    assert len(big) > _HOLD
+    for stream in (gzip.compress(big, 1, mtime=0), _members(big, [_HOLD // 2, _HOLD // 2 + 7]) + bytes(5000)):
+        assert gzip.decompress(stream) == big
+        name, raw = read_profile_bytes(stream, name="big.prof", max_decompressed=len(big))
+        assert raw == big
+        with pytest.raises(InputError, match=f"^big.prof: decompresses to more than {len(big) - 1} bytes"):
+            read_profile_bytes(stream, name="big.prof", max_decompressed=len(big) - 1)
+    small = unit * 40
+    sizes = [0, 1, 2, 3, 5, 17, 100, 16 * KiB - 3, 16 * KiB, 16 * KiB + 1] * 2
+    for stream in (_members(small, sizes), _members(small, [1] * 3000), _members(small, sizes) + b"\0"):
+        assert gzip.decompress(stream) == small
+        assert read_profile_bytes(stream)[1] == small
+
+
+def test_a_profile_larger_than_what_is_held_is_shown(tmp_path):
+    """A real-sized case of the above through the CLI: a valid profile of
+    40 MiB (long unused strings) is shown, its totals those of its samples."""
+    p = pb.Profile.FromString(small_profile())
+    p.string_table.extend([bytes([65 + i]) * MiB for i in range(40)])
+    raw = p.SerializeToString()
+    assert len(raw) > _HOLD
+    path = tmp_path / "large.prof.gz"
+    path.write_bytes(gzip.compress(raw, 1, mtime=0))
+    doc = json.loads(run_cli("show", path, "--json", cwd=tmp_path, check=0).stdout)
+    assert doc["totals"]["bytes"] == 4096  # its one sample (no count type)
+    assert [(r["site"], r["bytes"]) for r in doc["rows"]] == [("/home/u/train.py:7 (step)", 4096)]
+
+
+# --------------------------------------------------------------------------
+# top: a refused snapshot is remembered
+
+
+@pytest.fixture(scope="module")
+def real_gzip_profile(tmp_path_factory):
+    d = tmp_path_factory.mktemp("real")
+    script = write_script(d, "record.py", """
+        import sys
+        import jax.numpy as jnp
+        import jax
+
+        x = jnp.ones((128, 256))  # LINE-X
+        with open(sys.argv[1], "wb") as f:
+            f.write(jax.profiler.device_memory_profile())
+        """)
+    run_script(script, "real.prof", cwd=d)
+    return (d / "real.prof").read_bytes()
+
+
+def _poll(run, file, snapshot=1):
+    snap = (snapshot, 0.0, 1000, "interval", file)
+    return Poll(run, {}, snapshot, 0, snap, snap, (snapshot, 1000))
+
+
+def test_top_does_not_read_a_refused_snapshot_again(tmp_path, real_gzip_profile):
+    """A snapshot file refused once (its gzip CRC is wrong) is refused again
+    from memory: when its bytes are mended in place (same inode, size and
+    modification time) the tracker still reports the refusal, though a new
+    tracker reads the same file; once the file changes (its mtime), it is
+    read again."""
+    assert real_gzip_profile[:2] == b"\x1f\x8b"
+    run = tmp_path / "run"
+    (run / "snapshots").mkdir(parents=True)
+    snap = run / "snapshots" / "000001.prof.gz"
+    bad = bytearray(real_gzip_profile)
+    bad[-8] ^= 0xFF  # the CRC-32 of the gzip trailer
+    snap.write_bytes(bad)
+    st = snap.stat()
+    att = Attribution(roots=(str(tmp_path),))
+    tracker = Tracker(None, att)
+    for _ in range(2):
+        frame = tracker.update(_poll(run, snap))
+        assert frame.snapshot is None and "corrupt gzip data" in frame.error, frame.error
+    with open(snap, "r+b") as f:  # mended in place: the same file to stat()
+        f.write(real_gzip_profile)
+    os.utime(snap, ns=(st.st_atime_ns, st.st_mtime_ns))
+    now = snap.stat()
+    assert (now.st_ino, now.st_size, now.st_mtime_ns) == (st.st_ino, st.st_size, st.st_mtime_ns)
+    frame = tracker.update(_poll(run, snap))
+    assert frame.snapshot is None and "corrupt gzip data" in frame.error  # not read: remembered
+    fresh = Tracker(None, att).update(_poll(run, snap))
+    assert fresh.error is None and fresh.snapshot == 1 and fresh.live_bytes == 1000
+    assert any("record.py" in s for s in fresh.sites["site"]), fresh.sites
+    os.utime(snap, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
+    frame = tracker.update(_poll(run, snap))
+    assert frame.error is None and frame.snapshot == 1
+    assert frame.sites["bytes"].sum() == fresh.sites["bytes"].sum() > 0
+
+
+def test_refusals_keep_the_newest(tmp_path):
+    """The memory is bounded: past ``keep`` refused files, the oldest is
+    forgotten (read again), the newer still refused from memory."""
+    refusals = Refusals(keep=2)
+    good = small_profile()
+    files = []
+    for i in range(3):
+        f = tmp_path / f"{i}.prof"
+        f.write_bytes(b"\xff" * len(good))
+        files.append(f)
+        with pytest.raises(InputError, match="it starts with byte 0xff"):
+            refusals.load(f)
+    for f in files:  # mended in place, size and mtime kept
+        st = f.stat()
+        with open(f, "r+b") as h:
+            h.write(good)
+        os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns))
+    for f in files[1:]:
+        with pytest.raises(InputError, match="it starts with byte 0xff"):
+            refusals.load(f)  # remembered: the new bytes are not read
+    assert refusals.load(files[0]).total_bytes == 4096  # forgotten: read again
