@@ -85,17 +85,21 @@ def pytest_runtest_call(item):
 
     from jaxmemprof.capture import session as session_mod
 
+    # A limit that cannot be measured fails its test (after the test has run,
+    # so that the test's own failure comes first); without a limit
+    # (--jaxmemprof alone) it is a warning.
+    limits = [m.name for m in (memory, leaks) if m is not None]
     if session_mod.active() is not None:
-        item.warn(pytest.PytestWarning("jaxmemprof: this test runs inside a jaxmemprof run already; "
-                                       "its device memory is not measured"))
-        return (yield)
-    recorder = _Recorder(item, dumps=limit is not None, leaks=leak_limit is not None)
+        return _unmeasured(item, limits, (yield), "this test runs inside a jaxmemprof run already (run pytest "
+                                                  "itself for its limits)")
+    recorder = None
     try:
+        recorder = _Recorder(item, dumps=limit is not None, leaks=leak_limit is not None)
         recorder.start()
-    except Exception as exc:  # an unwritable temporary directory, say: the test runs, unmeasured
-        _quietly(recorder.stop, True)
-        item.warn(pytest.PytestWarning(f"jaxmemprof: device memory not measured: {exc}"))
-        return (yield)
+    except Exception as exc:  # an unwritable run directory, say: the test runs, unmeasured
+        if recorder is not None:
+            _quietly(recorder.stop, True)
+        return _unmeasured(item, limits, (yield), _one_line(exc))
     try:
         result = yield
     except BaseException:
@@ -110,11 +114,12 @@ def pytest_runtest_call(item):
     try:
         measured = recorder.stop(failed=False)
     except Exception as exc:
-        item.warn(pytest.PytestWarning(f"jaxmemprof: device memory not measured: {type(exc).__name__}: {exc}"))
-        return result
+        return _unmeasured(item, limits, result, _one_line(exc))
     if measured is None:
-        return result
+        return _unmeasured(item, limits, result, "its run was not recorded")
     item.user_properties.append((_PROPERTY, measured.peak_bytes))
+    if recorder.problem:  # sampling stopped, or snapshots lost: the figures are not all there
+        return _unmeasured(item, limits, result, recorder.problem)
     over = limit is not None and measured.peak_bytes > limit
     leaked = leak_limit is not None and measured.leak_bytes > leak_limit
     n = 2 if over and leaked else 5  # 6 lines at most in all
@@ -125,6 +130,25 @@ def pytest_runtest_call(item):
         problems.append(_leak_message(measured, leak_limit, n))
     if problems:
         pytest.fail("\n".join(problems), pytrace=False)
+    return result
+
+
+def _one_line(exc: BaseException) -> str:
+    from jaxmemprof.errors import InputError
+
+    text = " ".join(str(exc).split())
+    if isinstance(exc, InputError):
+        return text  # names the file and the problem already
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _unmeasured(item, limits, result, why: str):
+    """A test whose device memory could not be measured: it fails when it
+    has a limit (the limit was not checked), else a warning says so."""
+    if limits:
+        names = " and ".join(limits)
+        pytest.fail(f"jaxmemprof: {names} not checked: device memory not measured: {why}", pytrace=False)
+    item.warn(pytest.PytestWarning(f"jaxmemprof: device memory not measured: {why}"))
     return result
 
 
@@ -189,6 +213,7 @@ class _Recorder:
             self.directory, self.temporary = tempfile.mkdtemp(prefix="jaxmemprof-test-"), True
         self.session = None
         self.unhook = None  # undoes the hook on the test function's return
+        self.problem = ""  # why the figures are not all there (set by stop)
 
     def start(self) -> None:
         import gc
@@ -246,6 +271,11 @@ class _Recorder:
             from jaxmemprof.store.reader import load_run
 
             run = load_run(s.path)
+            from jaxmemprof.analysis.check import lost_snapshots
+
+            lost = lost_snapshots(run.warnings)
+            self.problem = (f"sampling stopped: {s.sampler.failed}" if s.sampler.failed else
+                            lost[0].split(";")[0] if lost else "")
             roots = (str(self.item.config.rootpath), os.getcwd())
             return measure_test(run, Attribution(roots=roots))
         finally:

@@ -1,0 +1,284 @@
+"""A gate that could not look fails: `jaxmemprof check` exits 2 (never 0)
+when a figure it was asked for cannot be computed, and 1 when a limit failed
+whatever became of its stdout (closed, a reader that went away, a full
+disk); the pytest plugin fails a test whose limit it could not measure."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import sqlite3
+import subprocess
+import sys
+
+import pytest
+
+from conftest import cpu_env, run_cli, write_script
+
+MiB = 1024 * 1024
+
+SCRIPT = """
+import jax
+import jax.numpy as jnp
+import jaxmemprof
+
+params = jnp.zeros((256, 1024), jnp.float32)  # 1 MiB
+step = jax.jit(lambda p: p * 0.5)
+for i in range(8):
+    params = step(params)
+    jaxmemprof.mark(f"step {i}")
+    jaxmemprof.snapshot()
+"""
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """``good``: a run with jit figures and 8 step snapshots; ``nojit``: the
+    same without the jit probe; ``short``: two snapshots in all."""
+    d = tmp_path_factory.mktemp("gates")
+    script = write_script(d, "steps.py", SCRIPT)
+    run_cli("run", "-q", "--interval", "1000", "-o", d / "good", script, cwd=d, check=0)
+    run_cli("run", "-q", "--interval", "1000", "--no-jit-probe", "-o", d / "nojit", script, cwd=d, check=0)
+    short = write_script(d, "short.py", """
+        import jax.numpy as jnp
+        a = jnp.ones((256, 1024))
+    """)
+    run_cli("run", "-q", "--interval", "1000", "-o", d / "short", short, cwd=d, check=0)
+    return d
+
+
+def damaged(d, name: str, how: str) -> str:
+    """A copy of ``good`` damaged as ``how`` says; what the error says of it."""
+    target = d / name
+    if target.exists():
+        shutil.rmtree(target)
+    shutil.copytree(d / "good", target)
+    snaps = sorted((target / "snapshots").iterdir())
+    if how == "no-snapshots-dir":
+        shutil.rmtree(target / "snapshots")
+        con = sqlite3.connect(target / "journal.sqlite")
+        rows = con.execute("SELECT count(*) FROM snapshots").fetchone()[0]  # snapshots may share a file
+        con.close()
+        return f"has no readable snapshot ({rows} snapshot file(s) missing (snapshots 1, 2, 3"
+    if how == "one-file-gone":
+        gone = snaps[len(snaps) // 2]
+        gone.unlink()
+        con = sqlite3.connect(target / "journal.sqlite")
+        rows = [r for (r,) in con.execute("SELECT snapshot FROM snapshots WHERE file = ? ORDER BY snapshot",
+                                          (f"snapshots/{gone.name}",))]  # the snapshots that shared it
+        con.close()
+        return (f"{len(rows)} snapshot file(s) missing (snapshots {', '.join(map(str, rows))}), so its figures are "
+                f"not all there")
+    if how == "empty-journal":
+        # What a killed run's journal holds when its WAL is lost: the tables, no rows.
+        con = sqlite3.connect(target / "journal.sqlite")
+        con.execute("DELETE FROM snapshots")
+        con.commit()
+        con.close()
+        return "has no readable snapshot: "
+    raise AssertionError(how)
+
+
+def error_line(proc) -> str:
+    lines = [line for line in proc.stderr.splitlines() if "error:" in line]
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    return lines[0]
+
+
+def test_the_sound_run_passes_and_fails_by_its_figures(runs):
+    """The reference: the same checks on the undamaged run give 0 and 1."""
+    d = runs
+    run_cli("check", "good", "--max-peak", "1GiB", "--max-true-peak", "1GiB", "--max-growth", "1GiB/step",
+            cwd=d, check=0)
+    run_cli("check", "good", "--max-peak", "1B", cwd=d, check=1)
+
+
+@pytest.mark.parametrize("how", ["no-snapshots-dir", "empty-journal", "one-file-gone"])
+def test_a_run_whose_snapshots_are_lost_cannot_pass(runs, how):
+    d = runs
+    expected = damaged(d, how, how)
+    # Over the limit or not: the gate could not look, exit 2 either way.
+    for limit in ("1B", "1TiB"):
+        proc = run_cli("check", how, "--max-peak", limit, cwd=d, check=2)
+        line = error_line(proc)
+        assert line.startswith(f"jaxmemprof: error: {how}: {expected}"), line
+        assert line.endswith(": --max-peak cannot be checked"), line
+        assert proc.stdout == ""
+    # Every check asked for is named; --json writes nothing.
+    proc = run_cli("check", how, "--fail-on", "leak", "--max-peak", "1TiB", "--json", cwd=d, check=2)
+    assert error_line(proc).endswith(": --max-peak and --fail-on cannot be checked") and proc.stdout == ""
+    # As a baseline: its peak is unknown, so is the increase.
+    proc = run_cli("check", "good", "--baseline", how, "--max-increase", "1000", cwd=d, check=2)
+    assert error_line(proc).startswith(f"jaxmemprof: error: {how}: "), proc.stderr
+    assert error_line(proc).endswith(": --max-increase cannot be checked")
+
+
+def test_true_peak_needs_jit_figures(runs):
+    d = runs
+    proc = run_cli("check", "nojit", "--max-true-peak", "1TiB", cwd=d, check=2)
+    assert error_line(proc) == ("jaxmemprof: error: nojit: has no figures from inside jitted calls (recorded with "
+                                "--no-jit-probe, or no jitted function was compiled): --max-true-peak cannot be "
+                                "checked; give --max-peak")
+    run_cli("check", "nojit", "--max-peak", "1TiB", cwd=d, check=0)  # the snapshots' peak is there
+    run_cli("check", "good", "--max-true-peak", "1TiB", cwd=d, check=0)
+
+
+def test_growth_needs_enough_snapshots(runs):
+    d = runs
+    proc = run_cli("check", "short", "--max-growth", "1TiB/s", cwd=d, check=2)
+    line = error_line(proc)
+    assert re.fullmatch(r"jaxmemprof: error: short: has [0-5] snapshots? before its exit, and growth is measured "
+                        r"over 6 at least: --max-growth cannot be checked", line), line
+    run_cli("check", "good", "--max-growth", "1TiB/s", cwd=d, check=0)
+
+
+def test_a_job_with_a_process_it_cannot_read(runs):
+    d = runs
+    job = d / "job"
+    shutil.rmtree(job, ignore_errors=True)
+    for n in (0, 1):
+        shutil.copytree(d / "good", job / f"process-{n}")
+        manifest = job / f"process-{n}" / "manifest.json"
+        m = json.loads(manifest.read_text())
+        m.update(process_index=n, process_count=2)
+        manifest.write_text(json.dumps(m))
+    run_cli("check", "job", "--max-peak", "1TiB", cwd=d, check=0)
+    # process-1 a link to a run: never read, so never passed.
+    shutil.move(job / "process-1", d / "elsewhere")
+    os.symlink(d / "elsewhere", job / "process-1")
+    proc = run_cli("check", "job", "--max-peak", "1TiB", cwd=d, check=2)
+    assert error_line(proc).startswith("jaxmemprof: error: job/process-1: is a sym"), proc.stderr  # symlink, symbolic link
+    # Gone: process 0 says the job had two.
+    os.unlink(job / "process-1")
+    proc = run_cli("check", "job", "--max-peak", "1TiB", cwd=d, check=2)
+    assert error_line(proc) == ("jaxmemprof: error: job: has no process-1, and its processes say the job had 2: "
+                                "that process cannot be checked")
+    # A process directory that is not a run.
+    (job / "process-1").mkdir()
+    proc = run_cli("check", "job", "--max-peak", "1TiB", cwd=d, check=2)
+    assert error_line(proc).startswith("jaxmemprof: error: job/process-1: "), proc.stderr
+
+
+def check_into(d, stdout, *args):
+    """``check`` with its stdout given (a pipe's write end, a file); returns
+    (exit status, stderr)."""
+    proc = subprocess.run([sys.executable, "-m", "jaxmemprof", "check", *args], cwd=d, env=cpu_env(),
+                          stdout=stdout, stderr=subprocess.PIPE, text=True, timeout=300)
+    return proc.returncode, proc.stderr
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_exit_status_whatever_becomes_of_stdout(runs, as_json):
+    """A limit that failed is exit 1, when the reader of stdout has gone
+    (`| true`), stdout is closed (`>&-`) or the disk is full; when every
+    limit held, a reader that went away is no error (0), and a closed or
+    full stdout is (2)."""
+    d = runs
+    extra = ["--json"] if as_json else []
+    for limit, status in (("1B", 1), ("1TiB", 0)):
+        # A pipe whose reader has exited before the write.
+        read, write = os.pipe()
+        os.close(read)
+        try:
+            rc, err = check_into(d, write, "good", "--max-peak", limit, *extra)
+        finally:
+            os.close(write)
+        assert rc == status, err
+        assert "Traceback" not in err and "Exception ignored" not in err, err
+        assert "error" not in err, err  # a reader that went away is said nowhere
+    # The shell's own pipe: `check | true`.
+    proc = subprocess.run(["bash", "-c", f"{sys.executable} -m jaxmemprof check good --max-peak 1B "
+                                         f"{' '.join(extra)} | true; echo ${{PIPESTATUS[0]}}"],
+                          cwd=d, env=cpu_env(), capture_output=True, text=True, timeout=300)
+    assert proc.stdout.strip() == "1", proc.stderr
+    # stdout closed: the error said on stderr, the exit status the gate's.
+    for limit, status in (("1B", 1), ("1TiB", 2)):
+        proc = subprocess.run(["bash", "-c", f"{sys.executable} -m jaxmemprof check good --max-peak {limit} "
+                                             f"{' '.join(extra)} >&-"],
+                              cwd=d, env=cpu_env(), capture_output=True, text=True, timeout=300)
+        assert proc.returncode == status, proc.stderr
+        assert error_line(proc) == "jaxmemprof: error: stdout: cannot write: it is closed"
+    if os.path.exists("/dev/full"):
+        for limit, status in (("1B", 1), ("1TiB", 2)):
+            with open("/dev/full", "w") as full:
+                rc, err = check_into(d, full, "good", "--max-peak", limit, *extra)
+            assert rc == status, err
+            assert "No space left on device" in err and "Traceback" not in err, err
+
+
+# -- the pytest plugin ---------------------------------------------------------------
+
+PLUGIN_TESTS = '''
+import shutil
+
+import jax.numpy as jnp
+import pytest
+
+from jaxmemprof.capture import session
+
+
+@pytest.mark.limit_device_memory("64 MiB")
+def test_limited():
+    a = jnp.ones((256, 1024), jnp.float32)
+    assert a.shape == (256, 1024)
+
+
+@pytest.mark.limit_device_leaks("64 MiB")
+def test_leak_limited():
+    a = jnp.ones((256, 1024), jnp.float32)
+    del a
+
+
+@pytest.mark.limit_device_memory("64 MiB")
+def test_limited_and_failing():
+    assert 1 == 2, "the test's own failure"
+
+
+def test_unlimited():
+    a = jnp.ones((256, 1024), jnp.float32)
+    assert a.shape == (256, 1024)
+
+
+@pytest.mark.limit_device_memory("64 MiB")
+def test_loses_its_run():
+    a = jnp.ones((256, 1024), jnp.float32)
+    shutil.rmtree(session.active().path / "snapshots")  # what it recorded is gone
+    assert a.shape == (256, 1024)
+'''
+
+
+def outcomes(result) -> dict:
+    found = {}
+    for line in result.outlines:
+        m = re.match(r"^(PASSED|FAILED) \S+::(\w+)", line)
+        if m:
+            found[m.group(2)] = m.group(1)
+    return found
+
+
+def test_plugin_limits_fail_closed(pytester, monkeypatch):
+    monkeypatch.setenv("JAX_PLATFORMS", "cpu")
+    pytester.makepyfile(test_gated=PLUGIN_TESTS)
+    # Measured: the limits hold, and the test that lost its run fails, unmeasured.
+    result = pytester.runpytest_subprocess("-rA", "-p", "no:cacheprovider", "--jaxmemprof")
+    text = result.stdout.str()
+    assert outcomes(result) == {"test_limited": "PASSED", "test_leak_limited": "PASSED",
+                                "test_limited_and_failing": "FAILED", "test_unlimited": "PASSED",
+                                "test_loses_its_run": "FAILED"}, text
+    assert "jaxmemprof: limit_device_memory not checked: device memory not measured: " in text, text
+    assert "the test's own failure" in text
+
+    # The run directories cannot be made: a file is where they would go.
+    blocker = pytester.path / "runs"
+    blocker.write_text("not a directory\n")
+    result = pytester.runpytest_subprocess("-rA", "-p", "no:cacheprovider", "--jaxmemprof-runs", str(blocker),
+                                           "-k", "not loses")
+    text = result.stdout.str()
+    assert outcomes(result) == {"test_limited": "FAILED", "test_leak_limited": "FAILED",
+                                "test_limited_and_failing": "FAILED", "test_unlimited": "PASSED"}, text
+    assert text.count("jaxmemprof: limit_device_memory not checked: device memory not measured: ") == 1, text
+    assert text.count("jaxmemprof: limit_device_leaks not checked: device memory not measured: ") == 1, text
+    assert "the test's own failure" in text  # its own failure, first and alone
+    assert "INTERNALERROR" not in text and blocker.read_text() == "not a directory\n"
