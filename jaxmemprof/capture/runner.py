@@ -1,14 +1,19 @@
-"""Run a script or module exactly as ``python`` would, under the sampler.
+"""Run a program exactly as ``python`` would, under the sampler.
 
-The target sees ``sys.argv``, ``sys.path[0]`` (the script's real directory,
-symlinks resolved), ``__name__ == "__main__"``, ``__file__`` and the rest of
-``__main__``'s globals as under ``python SCRIPT ARGS`` (or ``python -m
-MODULE``). The exit status is the target's; an uncaught exception goes to
-``sys.excepthook`` (the script's, if it set one) and gives 1. Ctrl-C ends
-the process by SIGINT after the traceback and the atexit handlers, SIGTERM
-ends it at once (its default action), as under python; the run is finalised
-first, with a last snapshot. A forked child stops recording at once and
-ends as python's would, with no summary.
+Every way python runs one: a script (source or compiled), a directory or
+zip file holding a ``__main__.py``, ``-`` (the script on stdin), ``-m
+MODULE`` and ``-c CODE``. The target sees ``sys.argv``, ``sys.path[0]``,
+``__name__ == "__main__"``, ``__file__`` and the rest of ``__main__``'s
+globals as under python. It ends as python ends it: an uncaught SystemExit
+gives its status (an object that is not a number printed, as python prints
+it); another exception goes to ``sys.excepthook`` (the script's, if it set
+one; one that calls sys.exit sets the status) and gives 1; then the
+non-daemon threads are joined and the atexit handlers run, while the run
+still records, before the run is finalised. Ctrl-C ends the process by
+SIGINT after the traceback and the atexit handlers, SIGTERM ends it at once
+(its default action), as under python; the run is finalised first, with a
+last snapshot. A forked child stops recording at once and ends as python's
+would, with no summary.
 """
 
 from __future__ import annotations
@@ -75,29 +80,71 @@ class Target:
 STDIN = "-"
 
 
+# What python's own printing reads of an exception: the fields themselves,
+# never a property a subclass puts over them (its __str__ alone is called,
+# by the hook, as under python).
+_TRACEBACK = BaseException.__dict__["__traceback__"]
+_CAUSE = BaseException.__dict__["__cause__"]
+_CONTEXT = BaseException.__dict__["__context__"]
+_SUPPRESS = BaseException.__dict__["__suppress_context__"]
+_TYPE_NAME = type.__dict__["__name__"]
+_TYPE_MRO = type.__dict__["__mro__"]
+# Python's own display of an exception (PyErr_Display), as it was before the
+# script could replace sys.__excepthook__.
+_DISPLAY = sys.__excepthook__
+_MISSING = object()
+
+
+def type_name(exc: BaseException) -> str:
+    """The exception's class name, as tracebacks show it (never failing)."""
+    try:
+        return _TYPE_NAME.__get__(type(exc))
+    except Exception:
+        return "BaseException"
+
+
+def safe_str(exc: BaseException) -> str:
+    """``str(exc)``, or what python prints when that fails."""
+    try:
+        text = str(exc)
+        return text if isinstance(text, str) else "<exception str() failed>"
+    except BaseException:
+        return "<exception str() failed>"
+
+
 def is_out_of_memory(exc: BaseException) -> bool:
     """JAX's RESOURCE_EXHAUSTED error (raised as JaxRuntimeError/XlaRuntimeError)."""
-    return "RESOURCE_EXHAUSTED" in str(exc)[:200] and "RuntimeError" in "".join(
-        t.__name__ for t in type(exc).__mro__
-    )
+    try:
+        names = "".join(_TYPE_NAME.__get__(t) for t in _TYPE_MRO.__get__(type(exc)))
+    except Exception:
+        return False
+    return "RuntimeError" in names and "RESOURCE_EXHAUSTED" in safe_str(exc)[:200]
 
 
 _PROBE_FILE = os.path.join(_OWN_DIR, "capture", "jitprobe.py")
+
+
+def _ours(tb) -> bool:
+    try:
+        f = os.path.abspath(tb.tb_frame.f_code.co_filename)
+    except Exception:
+        return False
+    return f.startswith(_OWN_DIR) or f == _RUNPY
 
 
 def _user_traceback(tb):
     """A traceback as python would have it: without jaxmemprof's and runpy's
     frames above the script, nor the jit probe's between the script and a
     jitted function (which exist only under run)."""
-    while tb is not None:
-        f = os.path.abspath(tb.tb_frame.f_code.co_filename)
-        if f.startswith(_OWN_DIR) or f == _RUNPY:
-            tb = tb.tb_next
-        else:
-            break
+    while tb is not None and _ours(tb):
+        tb = tb.tb_next
     head = tb
     while tb is not None and tb.tb_next is not None:
-        if os.path.abspath(tb.tb_next.tb_frame.f_code.co_filename) == _PROBE_FILE:
+        try:
+            probe = os.path.abspath(tb.tb_next.tb_frame.f_code.co_filename) == _PROBE_FILE
+        except Exception:
+            probe = False
+        if probe:
             tb.tb_next = tb.tb_next.tb_next
         else:
             tb = tb.tb_next
@@ -110,8 +157,22 @@ def _chain(exc: BaseException):
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
         yield exc
-        exc = exc.__cause__ if exc.__cause__ is not None else (
-            None if exc.__suppress_context__ else exc.__context__)
+        try:
+            cause = _CAUSE.__get__(exc)
+            exc = cause if cause is not None else (None if _SUPPRESS.__get__(exc) else _CONTEXT.__get__(exc))
+        except Exception:
+            return
+
+
+def _trim(exc: BaseException):
+    """Each exception python prints with ``exc`` gets its user traceback;
+    returns ``exc``'s."""
+    for e in _chain(exc):
+        try:
+            _TRACEBACK.__set__(e, _user_traceback(_TRACEBACK.__get__(e)))
+        except Exception:
+            pass
+    return _TRACEBACK.__get__(exc)
 
 
 def script_file(path: str) -> str:
@@ -126,66 +187,224 @@ def script_path0(path: str) -> str:
     return os.path.dirname(os.path.realpath(path))
 
 
-def _exec_script(path: str) -> None:
+def _has_importer(path: str) -> bool:
+    """Whether python runs ``path`` as a directory or zip file holding a
+    ``__main__.py`` (an import hook takes it), not as a script; looked up
+    and cached in sys.path_importer_cache as python does."""
+    cache = sys.path_importer_cache
+    try:
+        if path in cache:
+            return cache[path] is not None
+    except TypeError:
+        return False
+    cache[path] = None
+    for hook in list(sys.path_hooks):
+        try:
+            importer = hook(path)
+        except ImportError:
+            continue
+        except Exception:
+            return False
+        cache[path] = importer
+        return True
+    return False
+
+
+# How the target runs: its kind, decided once as python decides it.
+_FILE, _MAIN_DIR, _STDIN, _COMMAND, _MODULE = "file", "main-dir", "stdin", "command", "module"
+
+
+def _kind(target: Target) -> str:
+    if target.command is not None:
+        return _COMMAND
+    if target.module is not None and not target.path:
+        return _MODULE
+    if target.path == STDIN:
+        return _STDIN
+    return _MAIN_DIR if _has_importer(script_file(target.path)) else _FILE
+
+
+def _path0(target: Target, kind: str) -> str:
+    """What python puts first in sys.path."""
+    if kind in (_COMMAND, _STDIN):
+        return ""
+    if kind == _MODULE:
+        return os.getcwd()
+    if kind == _MAIN_DIR:
+        return script_file(target.path)
+    return script_path0(target.path)
+
+
+def _replace_path0(path0: str, keep: bool) -> None:
+    """sys.path[0] as python sets it for the target, in place of
+    jaxmemprof's own, whose import cache entry goes with it, as the
+    target's does unless ``keep`` (python has none for a directory nothing
+    was imported from yet; a directory or zip run has its importer)."""
+    old = sys.path[0] if sys.path else None
+    sys.path[0:1] = [path0]
+    for entry in (old, path0 if not keep else None):  # a cache only: remade when next needed
+        if isinstance(entry, str):
+            sys.path_importer_cache.pop(entry, None)
+
+
+def _fresh_main(**names) -> types.ModuleType:
+    """A new ``__main__`` module with the globals python gives it, made
+    sys.modules' (as under python, it stays __main__, its globals alive,
+    until the process ends: the exit snapshot sees them)."""
+    from importlib.machinery import BuiltinImporter
+
+    main = types.ModuleType("__main__")
+    main.__dict__.update(__builtins__=builtins, __loader__=BuiltinImporter, __annotations__={})
+    main.__dict__.update(names)
+    sys.modules["__main__"] = main
+    return main
+
+
+def _is_pyc(path: str, head: bytes) -> bool:
+    """Python's test for a compiled file: the name, or the magic's first half."""
+    from importlib.util import MAGIC_NUMBER
+
+    return path.endswith(".pyc") or head[:2] == MAGIC_NUMBER[:2]
+
+
+def _load_pyc(data: bytes):
+    import marshal
+    from importlib.util import MAGIC_NUMBER
+
+    if data[:4] != MAGIC_NUMBER:
+        raise RuntimeError("Bad magic number in .pyc file")
+    try:
+        code = marshal.loads(data[16:])
+    except (EOFError, ValueError, TypeError):
+        code = None
+    if not isinstance(code, types.CodeType):
+        raise RuntimeError("Bad code object in .pyc file")
+    return code
+
+
+def _exec_script(path: str, main_box: list) -> None:
     """What ``python path`` does: a fresh ``__main__`` module running the
-    file, with the globals python gives it."""
-    from importlib.machinery import SourceFileLoader
+    file (source or compiled), with the globals python gives it."""
+    from importlib.machinery import SourceFileLoader, SourcelessFileLoader
 
     path = script_file(path)
-    main = types.ModuleType("__main__")
-    main.__dict__.update(__file__=path, __builtins__=builtins, __cached__=None, __spec__=None,
-                         __loader__=SourceFileLoader("__main__", path), __annotations__={})
     with open(path, "rb") as f:
         source = f.read()
-    code = compile(source, path, "exec", dont_inherit=True)
-    # As under python, the module stays __main__ (and its globals alive) until
-    # the process ends: the exit snapshot sees them.
-    sys.modules["__main__"] = main
+    pyc = _is_pyc(path, source)
+    loader = (SourcelessFileLoader if pyc else SourceFileLoader)("__main__", path)
+    main = _fresh_main(__file__=path, __cached__=None, __spec__=None, __loader__=loader)
+    main_box.append(main)
+    code = _load_pyc(source) if pyc else compile(source, path, "exec", dont_inherit=True)
     exec(code, main.__dict__)
 
 
-def _exec_module(name: str) -> None:
-    """What ``python -m name`` does: runpy's own entry for it, in a fresh
-    ``__main__`` module (so tracebacks, sys.argv[0] and ``__main__`` are
-    python's; a missing module ends with python's one-line message)."""
+def _exec_stdin(main_box: list) -> None:
+    """What ``python -`` does: the script read from stdin, as ``<stdin>``."""
+    main = _fresh_main(__file__="<stdin>", __cached__=None)
+    main_box.append(main)
+    stream = getattr(sys.stdin, "buffer", None)
+    if stream is not None:
+        source = stream.read()
+    else:
+        chunks = []
+        while chunk := os.read(0, 1 << 16):
+            chunks.append(chunk)
+        source = b"".join(chunks)
+    exec(compile(source, "<stdin>", "exec", dont_inherit=True), main.__dict__)
+
+
+def _exec_command(code: str) -> None:
+    """What ``python -c code`` does."""
+    main = _fresh_main()
+    exec(compile(code, "<string>", "exec", dont_inherit=True), main.__dict__)
+
+
+def _exec_module(name: str, alter_argv: bool = True) -> None:
+    """What ``python -m name`` does (and, with ``__main__`` and no argv
+    change, ``python DIR`` for a directory or zip): runpy's own entry for
+    it, in a fresh ``__main__`` module (so tracebacks, sys.argv[0] and
+    ``__main__`` are python's; a missing module ends with python's one-line
+    message)."""
     main = types.ModuleType("__main__")
     main.__dict__.update(__builtins__=builtins, __annotations__={})
     sys.modules["__main__"] = main
-    runpy._run_module_as_main(name, alter_argv=True)
+    runpy._run_module_as_main(name, alter_argv=alter_argv)
 
 
-def _exit_code(code) -> int:
-    if code is None:
+# -- the end of the program, as python ends it ----------------------------------------
+
+
+def _system_exit_status(exc: BaseException) -> int:
+    """What python does with an uncaught SystemExit: its ``code`` (the
+    exception itself when that cannot be read); None is 0, an int is the
+    status (as the process's is: its low 8 bits), anything else is printed
+    on stderr (str(), or nothing when that fails) and gives 1."""
+    try:
+        value = exc.code
+    except BaseException:
+        value = exc
+    if value is None:
         return 0
-    if isinstance(code, int):
-        return code
-    _write_stderr(f"{code}\n")
+    if isinstance(value, int):
+        number = int.__int__(value)
+        if not -(1 << 63) <= number < (1 << 63):  # beyond a C long: python gets -1
+            number = -1
+        return number & 0xFF
+    _print_exit_value(value)
     return 1
 
 
+def _print_exit_value(value) -> None:
+    """``value`` on sys.stderr then a newline, as python's exit prints it:
+    straight to the process's stderr when sys.stderr is None or missing."""
+    stream = vars(sys).get("stderr")
+    if stream is not None:
+        try:
+            write = stream.write
+            write(str(value))
+        except BaseException:
+            pass
+    else:
+        try:
+            os.write(2, str(value).encode("utf-8", "backslashreplace"))
+        except BaseException:
+            pass
+    _write_stderr("\n")
+
+
 def _write_stderr(text: str) -> None:
+    """What python writes on stderr itself: through sys.stderr, else
+    straight to the process's stderr."""
     try:
-        sys.stderr.write(text)
-        sys.stderr.flush()
-    except Exception:
+        stream = vars(sys).get("stderr")
+        stream.write(text)
+        return
+    except BaseException:
+        pass
+    try:
+        os.write(2, text.encode("utf-8", "backslashreplace"))
+    except OSError:
         pass
 
 
 def run_target(target: Target, session: Session) -> tuple[int, str]:
-    """Run ``target`` under ``session``; return (exit status, how it ended).
-    In a forked child the script ran in, raise SystemExit instead: the child
-    ends there, as python's would (no summary, nothing recorded)."""
+    """Run ``target`` under ``session`` until the program ends as python
+    ends it (its non-daemon threads joined, its atexit handlers run); return
+    (exit status, how it ended). In a forked child the script ran in, raise
+    SystemExit instead: the child ends there, as python's would (no summary,
+    nothing recorded)."""
     _install_exit_by_signal()
     ours = _ProcessState.capture()
+    kind = _kind(target)
     sys.argv = target.argv
-    sys.path[0:1] = [script_path0(target.path) if target.path else os.getcwd()]
+    _replace_path0(_path0(target, kind), keep=kind == _MAIN_DIR)
 
     term = _SigTerm(session)
     term.install()
     session.child_hooks.append(term.forget_in_child)
     session.start()
     try:
-        status, how = _run(target, session)
+        status, how = _run(target, kind, session)
     finally:
         term.uninstall()
     if session.forked:
@@ -195,70 +414,262 @@ def run_target(target: Target, session: Session) -> tuple[int, str]:
         raise SystemExit(status)
     # The rest of jaxmemprof's work (the summary) runs with its own
     # directory, sys.path and streams; the script's are put back at exit,
-    # before its atexit handlers run.
+    # for python's last flush.
     _ProcessState.capture().restore_at_exit()
     ours.restore()
     return status, how
 
 
-def _run(target: Target, session: Session) -> tuple[int, str]:
-    def final_snapshot(trigger: str, label: str | None = None):
-        # Stop the background thread first, so that this one is the last.
-        session.sampler.stop()
-        return session.sampler.snapshot(trigger, label)
-
+def _run(target: Target, kind: str, session: Session) -> tuple[int, str]:
+    main_box: list = []  # the __main__ module python deletes __file__ from at the end
     try:
-        if target.path:
-            _exec_script(target.path)
+        if kind == _FILE:
+            _exec_script(target.path, main_box)
+        elif kind == _STDIN:
+            _exec_stdin(main_box)
+        elif kind == _COMMAND:
+            _exec_command(target.command)
+        elif kind == _MAIN_DIR:
+            _exec_module("__main__", alter_argv=False)
         else:
             _exec_module(target.module)
-        final_snapshot("exit")
-        return 0, "exit"
-    except SystemExit as exc:
-        final_snapshot("exit")
-        return _exit_code(exc.code), "exit"
     except BaseException as exc:
         failure = exc
-        if isinstance(exc, KeyboardInterrupt):
-            final_snapshot("signal", "SIGINT")
-            status, how = 128 + signal.SIGINT, "SIGINT"
-        elif is_out_of_memory(exc):
-            # The traceback still holds the frames, and so the arrays they
-            # reference: the snapshot sees memory as it was at the failure.
-            index = final_snapshot("oom", type(exc).__name__)
-            session.writer.add_event("oom", str(exc)[:2000], index)
-            status, how = 1, "oom"
-        else:
-            index = final_snapshot("exception", type(exc).__name__)
-            session.writer.add_event("exception", f"{type(exc).__name__}: {exc}"[:2000], index)
-            status, how = 1, "exception"
+    else:
+        failure = None
     # Outside the handler, as python calls sys.excepthook (an exception in
     # the hook has no context).
-    _report_exception(failure)
-    if how == "SIGINT":
-        # Python ends by SIGINT itself after an uncaught KeyboardInterrupt,
-        # once the atexit handlers have run.
-        _exit_by_signal(signal.SIGINT)
+    sampler = session.sampler
+    exited = isinstance(failure, SystemExit)  # python's exit then skips its end of the script
+    if failure is None:
+        status, how = 0, "exit"
+    elif exited:
+        status, how = _system_exit_status(failure), "exit"
+    else:
+        # The traceback still holds the frames, and so the arrays they
+        # reference: the snapshot sees memory as it was at the failure. The
+        # sampler goes on: the program's threads may still run.
+        name = type_name(failure)
+        if type(failure) is KeyboardInterrupt:  # exactly: a subclass is an exception like any other
+            sampler.snapshot("signal", "SIGINT")
+            status, how = 128 + signal.SIGINT, "SIGINT"
+        elif is_out_of_memory(failure):
+            index = sampler.snapshot("oom", name)
+            _add_event(session, "oom", safe_str(failure)[:2000], index)
+            status, how = 1, "oom"
+        else:
+            index = sampler.snapshot("exception", name)
+            _add_event(session, "exception", f"{name}: {safe_str(failure)}"[:2000], index)
+            status, how = 1, "exception"
+        box, failure = [failure], None
+        hook_status = _report_exception(box)
+        if hook_status is not None:  # the hook called sys.exit: python exits with its status
+            status, exited = hook_status, True
+        elif how == "SIGINT":
+            # Python ends by SIGINT itself after an uncaught KeyboardInterrupt,
+            # once the atexit handlers have run.
+            _exit_by_signal(signal.SIGINT)
+    failure = None
+    if not exited and main_box:
+        # Python removes these once the script is done (not when it exits by SystemExit).
+        for name in ("__file__", "__cached__"):
+            main_box[0].__dict__.pop(name, None)
+    del main_box
+    if session.forked:
+        return status, how
+    threads = _wait_for_threads()
+    _run_atexit_handlers()
+    if getattr(threading, "_SHUTTING_DOWN", False):
+        # The program is over; jaxmemprof's own work goes on (its imports
+        # may register threading atexit calls, refused after shutdown).
+        threading._SHUTTING_DOWN = False
+    # Stop the background thread first, so that this snapshot is the last.
+    sampler.stop()
+    if how == "exit" or threads:
+        sampler.snapshot("exit")
     return status, how
 
 
-def _report_exception(exc: BaseException) -> None:
-    """What python does with an uncaught exception: ``sys.excepthook`` (the
-    script's own if it set one), and if that fails, both tracebacks."""
-    for e in _chain(exc):  # what python's hook prints is each exception's own
-        e.with_traceback(_user_traceback(e.__traceback__))
-    tb = exc.__traceback__
-    hook = getattr(sys, "excepthook", None)
+def _add_event(session: Session, kind: str, message: str, index) -> None:
     try:
-        if hook is None:
-            raise RuntimeError("lost sys.excepthook")
-        hook(type(exc), exc, tb)
+        session.writer.add_event(kind, message, index)
+    except Exception:
+        pass
+
+
+def _report_exception(box: list) -> int | None:
+    """What python does with an uncaught exception (the one ``box`` holds:
+    this function takes it, so that no frame of ours holds it while it is
+    shown): ``sys.last_*`` set, ``sys.excepthook`` called (the script's own
+    if it set one), and if that fails, both tracebacks; a hook missing is
+    said so. A hook that raises SystemExit ends the program: its exit
+    status is returned."""
+    exc = box.pop()
+    tb = _trim(exc)
+    kind = type(exc)
+    for name, value in (("last_type", kind), ("last_value", exc), ("last_traceback", tb)):
+        try:
+            setattr(sys, name, value)
+        except Exception:
+            pass
+    if sys.version_info >= (3, 12):
+        try:
+            sys.last_exc = exc
+        except Exception:
+            pass
+    hook = vars(sys).get("excepthook", _MISSING)
+    try:
+        sys.audit("sys.excepthook", None if hook is _MISSING else hook, kind, exc, tb)
+    except RuntimeError:
+        return None  # an audit hook refused it: python prints nothing
+    except BaseException:
+        pass
+    if hook is _MISSING:
+        _write_stderr("sys.excepthook is missing\n")
+        _display(exc, tb)
+        return None
+    if hook is _DISPLAY:
+        # Python's own display, which never raises: the exception is held by
+        # sys.last_value and this call alone, as under python (what python
+        # prints when showing it fails counts its references).
+        box.append(exc)
+        del exc
+        try:
+            hook(kind, box.pop(), tb)
+        except BaseException:
+            pass
+        return None
+    try:
+        hook(kind, exc, tb)
+    except SystemExit as hook_exit:
+        return _system_exit_status(hook_exit)
     except BaseException as hook_exc:
         _write_stderr("Error in sys.excepthook:\n")
-        hook_tb = _user_traceback(hook_exc.__traceback__)
-        sys.__excepthook__(type(hook_exc), hook_exc.with_traceback(hook_tb), hook_tb)
+        _display(hook_exc, _trim(hook_exc))
         _write_stderr("\nOriginal exception was:\n")
-        sys.__excepthook__(type(exc), exc, tb)
+        _display(exc, tb)
+    return None
+
+
+def _display(exc: BaseException, tb) -> None:
+    try:
+        _DISPLAY(type(exc), exc, tb)
+    except BaseException:
+        pass
+
+
+def _wait_for_threads() -> bool:
+    """What python does once the main module is done: its threading atexit
+    calls, then every non-daemon thread joined (the sampler records them
+    meanwhile). Whether any was still running. An interruption (Ctrl-C)
+    is reported as python reports it, and the end goes on."""
+    main = threading.current_thread()
+    alive = any(t is not main and not t.daemon and t.is_alive() for t in threading.enumerate())
+    shutdown = getattr(threading, "_shutdown", None)
+    if main is not threading.main_thread():
+        return alive
+    try:
+        if shutdown is not None:
+            shutdown()
+        else:
+            for t in threading.enumerate():
+                if t is not main and not t.daemon:
+                    t.join()
+    except BaseException as exc:
+        _write_unraisable(exc, threading)
+    return alive
+
+
+def _write_unraisable(exc: BaseException, obj) -> None:
+    """Python's "Exception ignored in: OBJ" report, through the script's
+    sys.unraisablehook if it set one."""
+    tb = _trim(exc)
+    hook = getattr(sys, "unraisablehook", None)
+    if hook is not None and hook is not sys.__unraisablehook__:
+        try:
+            hook(types.SimpleNamespace(exc_type=type(exc), exc_value=exc, exc_traceback=tb, err_msg=None,
+                                       object=obj))
+        except BaseException:
+            pass
+        return
+    import traceback
+
+    try:
+        lines = [f"Exception ignored in: {obj!r}\n"]
+        if tb is not None:
+            lines += ["Traceback (most recent call last):\n", *traceback.format_tb(tb)]
+        cls = type(exc)
+        qualified = cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+        lines.append(f"{qualified}: {safe_str(exc)}\n")
+        _write_stderr("".join(lines))
+    except BaseException:
+        pass
+
+
+# Functions JAX registers with atexit that tear its backends down: held
+# back while the program's handlers run, so that the run's last snapshot and
+# facts see the program's memory, and run at the process's exit as before.
+_JAX_EXIT_HANDLERS = (("jaxlib.xla_client", ("_xla", "collect_garbage")),
+                      ("jax._src.dispatch", ("wait_for_tokens",)),
+                      ("jax._src.api", ("clean_up",)))
+
+
+def _jax_exit_handlers() -> list:
+    found = []
+    for module, names in _JAX_EXIT_HANDLERS:
+        obj = sys.modules.get(module)
+        for name in names:
+            obj = getattr(obj, name, None)
+        if callable(obj):
+            found.append(obj)
+    return found
+
+
+class _TrimUnraisable:
+    """While the atexit handlers run from our frame: the report of an
+    exception in one (sys.unraisablehook, the script's or python's) gets its
+    traceback without our frames, as at exit, where C calls the handlers."""
+
+    def __init__(self):
+        self.hook = vars(sys).get("unraisablehook")
+        if self.hook is not None:
+            sys.unraisablehook = self
+
+    def __call__(self, args):
+        try:
+            tb = _trim(args.exc_value) if args.exc_value is not None else _user_traceback(args.exc_traceback)
+            args = type(args)((args.exc_type, args.exc_value, tb, args.err_msg, args.object))
+        except Exception:
+            pass
+        self.hook(args)
+
+    def remove(self) -> None:
+        if vars(sys).get("unraisablehook") is self:  # a handler's own hook stays
+            sys.unraisablehook = self.hook
+
+
+def _run_atexit_handlers() -> None:
+    """The program's atexit handlers, run now as python runs them at exit
+    (the last registered first, an exception in one reported and passed
+    over), while the run still records: their markers and memory are the
+    run's. jaxmemprof's own handler and JAX's teardown run at exit."""
+    run_all = getattr(atexit, "_run_exitfuncs", None)
+    if run_all is None:
+        return
+    held = _jax_exit_handlers()
+    for f in held:
+        atexit.unregister(f)
+    atexit.unregister(_end_by_exit_signal)
+    trim = _TrimUnraisable()
+    try:
+        run_all()
+    except BaseException:
+        pass
+    finally:
+        trim.remove()
+        atexit.register(_end_by_exit_signal)  # the last at exit
+        for f in held:
+            atexit.register(f)
 
 
 # -- the process's state: the script's, and jaxmemprof's own ---------------------
@@ -299,9 +710,9 @@ class _ProcessState:
         self._put_back(_usable(self.stdout, 1), _usable(self.stderr, 2))
 
     def restore_at_exit(self) -> None:
-        """Put this state back at exit, as it was, before the atexit
-        handlers registered earlier (the script's) run: atexit runs the last
-        registered first."""
+        """Put this state back at exit, as it was, before python's last
+        flush of stdout and stderr (and JAX's teardown): atexit runs the
+        last registered first."""
         atexit.register(lambda: self._put_back(self.stdout, self.stderr))
 
 
