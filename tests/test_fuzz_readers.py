@@ -23,6 +23,7 @@ from __future__ import annotations
 import csv
 import io
 import itertools
+import os
 import json
 import math
 import random
@@ -100,7 +101,10 @@ class _Dirs:
     def make_from(self, source: Path, journal: bytes | None = None, manifest: bytes | None = None) -> Path:
         d = self.root / f"ex{next(self.counter):05d}"
         d.mkdir()
-        (d / "snapshots").symlink_to(source / "snapshots", target_is_directory=True)
+        # Hard links share the files (a reader never follows a symlinked snapshots/).
+        (d / "snapshots").mkdir()
+        for f in (source / "snapshots").iterdir():
+            os.link(f, d / "snapshots" / f.name)
         (d / "manifest.json").write_bytes(
             manifest if manifest is not None else (source / "manifest.json").read_bytes())
         (d / "journal.sqlite").write_bytes(
