@@ -1,0 +1,214 @@
+"""What a gzip bomb costs ``jaxmemprof show``, beside ``go tool pprof -top``.
+
+    python benchmarks/bench_gzip_bomb.py [--repeat K] [--reference-repeat K] [--reference-cap SIZE]
+
+Makes the bombs first (in benchmarks/data/, git-ignored; a second each):
+
+- ``bomb_6mb.prof.gz``: the issue's bomb, 6 MB of gzip that inflates to
+  5.6 GiB of zeros;
+- ``bomb_strings_6mb.prof.gz``: 6 MB that inflates to 5.6 GiB of valid
+  protobuf (empty strings of the string table, field 6, over and over), so
+  that nothing but the decompression bound can stop it;
+- ``bomb_256k.prof.gz``: 256 KiB that inflates to 252 MiB of zeros (over
+  our 128 MiB bound, and small enough for pprof to read to its end).
+
+Each is given to ``python -m jaxmemprof show FILE`` (K times, default 5;
+exit status 2 expected) and to ``go tool pprof -top FILE`` (exit status 1:
+it refuses every one of them, after reading it all), alternating which goes
+first, from a small launcher process that reports the child's wall time, CPU
+time (user + system) and peak RSS (``wait4``). pprof holds the whole
+decompressed stream (5.6 GiB here, and more while it grows its buffer): it
+runs with its address space capped (``--reference-cap``, default 4 GiB), so
+on the 6 MB bombs its figure is the time it took to run out of memory, and
+only ``--reference-repeat`` times (default 1). ``--reference-cap 0`` lifts
+the cap (pprof then needs some 12 GiB and 100 s for one 6 MB bomb).
+
+Targets (issue 23): ``show`` on the 6 MB bomb refused in at most 1 s wall
+and 100 MiB peak RSS. Results: ``benchmarks/data/bomb_results.csv``
+(``benchmark, case, value, unit, reference, ratio, target, met``) and a
+summary on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import shutil
+import statistics
+import struct
+import subprocess
+import sys
+import zlib
+from pathlib import Path
+
+from _common import Results, git_state  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+DATA = HERE / "data"
+OUT = DATA / "bomb_results.csv"
+MiB, GiB = 1024**2, 1024**3
+M32 = 0xFFFFFFFF
+TARGET_S = 1.0
+TARGET_RSS_MIB = 100
+
+# Spawns one command (stdout and stderr to /dev/null, its address space
+# capped at argv[1] bytes unless 0) and prints its wall time, peak RSS (KiB),
+# exit status and CPU time. A launcher of its own, so that the RSS counted is
+# the child's (Linux counts the spawner's memory at exec).
+_LAUNCHER = r"""
+import os, resource, sys, time
+cap = int(sys.argv[1])
+cmd = sys.argv[2:]
+if cap:
+    resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+devnull = os.open(os.devnull, os.O_WRONLY)
+t0 = time.perf_counter()
+pid = os.posix_spawn(cmd[0], cmd, os.environ,
+                     file_actions=[(os.POSIX_SPAWN_DUP2, devnull, 1), (os.POSIX_SPAWN_DUP2, devnull, 2)])
+_, status, ru = os.wait4(pid, 0)
+print(time.perf_counter() - t0, ru.ru_maxrss, os.waitstatus_to_exitcode(status), ru.ru_utime + ru.ru_stime)
+"""
+
+
+def _apply(columns, v):
+    out, i = 0, 0
+    while v:
+        if v & 1:
+            out ^= columns[i]
+        v >>= 1
+        i += 1
+    return out
+
+
+def crc32_of_repeats(unit: bytes, times: int) -> int:
+    """``zlib.crc32(unit * times)`` without making those bytes (appending
+    ``unit`` is an affine map of the CRC register over GF(2), composed with
+    itself by squaring)."""
+    c = ~zlib.crc32(unit, M32) & M32
+    cols = [(~zlib.crc32(unit, ~(1 << i) & M32) & M32) ^ c for i in range(32)]
+    reg = M32
+    while times:
+        if times & 1:
+            reg = _apply(cols, reg) ^ c
+        cols, c = [_apply(cols, x) for x in cols], _apply(cols, c) ^ c
+        times >>= 1
+    return ~reg & M32
+
+
+def gzip_bomb(size: int, unit: bytes) -> tuple[bytes, int]:
+    """A valid gzip file of about ``size`` bytes: ``unit`` compressed once,
+    made to stand alone by a full flush, repeated; and its decompressed size."""
+    c = zlib.compressobj(9, zlib.DEFLATED, -15)
+    block = c.compress(unit) + c.flush(zlib.Z_FULL_FLUSH)
+    n = max(size // len(block), 1)
+    end = zlib.compressobj(9, zlib.DEFLATED, -15).flush(zlib.Z_FINISH)
+    total = n * len(unit)
+    header = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x02\xff"
+    return header + block * n + end + struct.pack("<II", crc32_of_repeats(unit, n), total & M32), total
+
+
+BOMBS = [
+    # (case, file, compressed size, unit repeated, pprof capped and repeated less)
+    ("bomb_6mb", "bomb_6mb.prof.gz", 6 * 1000 * 1000, bytes(MiB), True),
+    ("bomb_strings_6mb", "bomb_strings_6mb.prof.gz", 6 * 1000 * 1000, b"\x32\x00" * (MiB // 2), True),
+    ("bomb_256k", "bomb_256k.prof.gz", 256 * 1024, bytes(MiB), False),
+]
+
+
+def make_bombs(data: Path) -> dict:
+    data.mkdir(parents=True, exist_ok=True)
+    sizes = {}
+    for case, name, size, unit, _ in BOMBS:
+        blob, total = gzip_bomb(size, unit)
+        path = data / name
+        if not path.exists() or path.read_bytes() != blob:
+            path.write_bytes(blob)
+        sizes[case] = (len(blob), total)
+    return sizes
+
+
+def run_once(cmd, cwd, cap=0):
+    proc = subprocess.run([sys.executable, "-S", "-I", "-c", _LAUNCHER, str(cap), *cmd], cwd=cwd,
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"launcher failed for {' '.join(cmd)}:\n{proc.stderr[-2000:]}")
+    wall, rss, rc, cpu = proc.stdout.split()
+    return float(wall), int(rss), int(rc), float(cpu)
+
+
+def parse_size(text: str) -> int:
+    units = {"": 1, "k": 1024, "m": MiB, "g": GiB}
+    t = text.strip().lower().removesuffix("ib").removesuffix("b")
+    unit = t[-1] if t and t[-1] in units else ""
+    return int(float(t[:len(t) - len(unit)] or 0) * units[unit])
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--repeat", type=int, default=5, metavar="K", help="timed runs of ours on each bomb (default 5)")
+    ap.add_argument("--reference-repeat", type=int, default=1, metavar="K",
+                    help="runs of pprof on the 6 MB bombs (default 1: each takes 10 s or more)")
+    ap.add_argument("--reference-cap", default="4GiB", metavar="SIZE",
+                    help="pprof's address-space cap (default 4GiB; 0: none, and some 12 GiB of memory used)")
+    ap.add_argument("--out", type=Path, default=OUT)
+    args = ap.parse_args(argv)
+    cap = parse_size(args.reference_cap)
+    go = shutil.which("go")
+    sizes = make_bombs(DATA)
+    res = Results()
+    res.say(f"gzip bombs, {git_state()}, load average before {os.getloadavg()[0]:.2f}; "
+            f"reference: {'go tool pprof -top' if go else 'go not installed'}"
+            + (f" (address space capped at {cap / GiB:g} GiB)" if go and cap else ""))
+    ours_cmd = [sys.executable, "-m", "jaxmemprof", "show"]
+    for case, name, _, _, heavy in BOMBS:
+        compressed, total = sizes[case]
+        ours, ref = [], []
+        ref_runs = (args.reference_repeat if heavy else args.repeat) if go else 0
+        run_once(ours_cmd + [name], DATA)  # warm: .pyc files, the page cache
+        for r in range(max(args.repeat, ref_runs)):
+            order = ("ours", "ref") if r % 2 == 0 else ("ref", "ours")
+            for tool in order:
+                if tool == "ours" and r < args.repeat:
+                    ours.append(run_once(ours_cmd + [name], DATA))
+                elif tool == "ref" and r < ref_runs:
+                    ref.append(run_once([go, "tool", "pprof", "-top", name], DATA, cap if heavy else 0))
+        rcs = sorted({o[2] for o in ours})
+        wall = statistics.median(o[0] for o in ours)
+        cpu = statistics.median(o[3] for o in ours)
+        rss = max(o[1] for o in ours) / 1024
+        line = (f"{case}: {compressed / 1e6:.2f} MB -> {total / GiB:.2f} GiB; show: exit {rcs}, "
+                f"{wall:.3f} s wall (median of {len(ours)}), {cpu:.3f} s CPU, {rss:.0f} MiB")
+        ratio = cpu_ratio = rwall = None
+        if ref:
+            rwall = statistics.median(o[0] for o in ref)
+            rcpu = statistics.median(o[3] for o in ref)
+            rrss = max(o[1] for o in ref) / 1024
+            ratio, cpu_ratio = wall / rwall, cpu / rcpu
+            line += (f"; pprof: exit {sorted({o[2] for o in ref})}, {rwall:.2f} s wall, {rcpu:.2f} s CPU, "
+                     f"{rrss:.0f} MiB (median of {len(ref)}){' at its cap' if heavy and cap else ''}; "
+                     f"ratio {ratio:.3f} wall, {cpu_ratio:.3f} CPU")
+            res.add("gzip_bomb", f"{case} pprof wall", rwall, "s")
+            res.add("gzip_bomb", f"{case} pprof rss", rrss, "MiB")
+        res.say(line)
+        res.add("gzip_bomb", f"{case} show wall", wall, "s", reference=rwall, ratio=ratio,
+                target=f"<= {TARGET_S} s" if case.endswith("6mb") else None,
+                met=(wall <= TARGET_S) if case.endswith("6mb") else None)
+        res.add("gzip_bomb", f"{case} show cpu", cpu, "s", ratio=cpu_ratio)
+        res.add("gzip_bomb", f"{case} show rss", rss, "MiB",
+                target=f"<= {TARGET_RSS_MIB} MiB" if case.endswith("6mb") else None,
+                met=(rss <= TARGET_RSS_MIB) if case.endswith("6mb") else None)
+        res.add("gzip_bomb", f"{case} show exit", rcs[0] if len(rcs) == 1 else str(rcs), "", met=rcs == [2])
+    res.say(f"load average after {os.getloadavg()[0]:.2f}")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    with open(args.out, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(res.rows[0]), lineterminator="\n")
+        w.writeheader()
+        w.writerows(res.rows)
+    res.say(f"wrote {args.out}")
+    return 0 if all(r["met"] != "no" for r in res.rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
