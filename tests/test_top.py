@@ -222,3 +222,43 @@ def test_a_killed_recording_ends_top_and_is_said(tmp_path):
     assert follow.returncode == 0, follow.stderr
     assert "stopped without finishing" in follow.stdout, follow.stdout
     assert "stopped without finishing" in run_cli("top", tmp_path / "run", "--once", cwd=tmp_path, check=0).stdout
+
+
+def test_a_site_wider_than_the_terminal_is_cut_not_the_numbers(tmp_path, tmux):
+    """On an 80-column terminal a site of 190 characters keeps its row's
+    numbers (the same as `--once` prints, uncut, off a terminal) and is cut
+    at its start, so that its file, line and function stay on screen."""
+    deep = tmp_path / ("a_very_long_directory_name_" * 6).rstrip("_")
+    deep.mkdir()
+    script = write_script(deep, "grow.py", """
+        import jax.numpy as jnp
+        import jaxmemprof
+
+        kept = []
+        for i in range(3):
+            kept.append(jnp.ones((64, 1024), jnp.float32))  # LINE-GROW: 256 KiB a step
+            jaxmemprof.snapshot()
+    """)
+    run_cli("run", "-q", "--interval", "1000", "-o", "r", script, cwd=tmp_path, check=0)
+    end = f"grow.py:{line_of(script, 'LINE-GROW')} (<module>)"
+    site = f"{deep.name}/{end}"
+    once = run_cli("top", "r", "--once", cwd=tmp_path, check=0).stdout
+    [wide] = [line for line in once.splitlines() if site in line]
+    row = re.compile(r"^\s*([\d.]+ (?:B|KiB|MiB|GiB))\s+.*?\s(\d+)\s\s(\S.*)$")
+    held, arrays, shown = row.match(wide).groups()
+    assert (held, shown) == (f"{3 * 64 * 1024 * 4 // 1024}.00 KiB", site), wide  # three arrays of 256 KiB
+
+    command = f"cd {tmp_path} && {sys.executable} -m jaxmemprof top r --interval 0.3; sleep 60"
+    tmux("new-session", "-d", "-s", "top", "-x", "80", "-y", "30", "env", "-u", "NO_COLOR", "sh", "-c", command)
+
+    def pane():
+        return tmux("capture-pane", "-p", "-t", "top", check=False).stdout
+
+    text = wait_for(lambda: (t := pane()) and end in t and t)
+    assert text, pane()
+    [cut] = [line for line in text.splitlines() if end in line]
+    assert len(cut.rstrip()) <= 80, text
+    m = row.match(cut)
+    assert m and m.group(1) == held and m.group(2) == arrays, text  # the numbers, all there
+    assert m.group(3).startswith("…") and site.endswith(m.group(3)[1:].split("  ")[0]), text
+    assert re.search(r"^\s*bytes\s+since last\s+since start\s+arrays\s+site$", text, re.M), text

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import time
 
+from rich.cells import cell_len
 from rich.console import Group
+from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
@@ -31,6 +33,46 @@ def _state(f) -> str:
     return "running"
 
 
+class SiteCell:
+    """A site in its table cell, with its mark (growing, in red): one line
+    whatever the column's width. Narrower than the site, it is cut at its
+    start (``…``), where the directories are: the file, the line and the
+    function, at its end, stay; where even they do not fit, the mark
+    shortens to ``▲``."""
+
+    SHORT = "  ▲"
+
+    def __init__(self, site: str, mark: str = ""):
+        self.site, self.mark = site, mark
+
+    def __rich_measure__(self, console, options) -> Measurement:
+        return Measurement(1, cell_len(self.site) + cell_len(self.mark))
+
+    def __rich_console__(self, console, options):
+        width = max(options.max_width, 1)
+        mark = self.mark
+        if cell_len(self.site) + cell_len(mark) > width and mark and width - cell_len(mark) < min(
+                cell_len(self.site), 24):
+            mark = self.SHORT
+        room = width - cell_len(mark)
+        site = self.site
+        if cell_len(site) > room:
+            site = "…" + _last_cells(site, room - 1) if room >= 1 else ""
+        text = Text(site, no_wrap=True, overflow="crop", end="")
+        text.append(mark, style="red")
+        text.truncate(width)
+        yield text
+
+
+def _last_cells(text: str, cells: int) -> str:
+    """The end of ``text`` that fits in ``cells`` terminal cells."""
+    used, start = 0, len(text)
+    while start > 0 and used + cell_len(text[start - 1]) <= cells:
+        start -= 1
+        used += cell_len(text[start])
+    return text[start:]
+
+
 def process_view(f) -> Group:
     """One process's part of the frame."""
     name = safe(f.path) + ("" if f.process is None else f" (process {f.process})")
@@ -50,18 +92,22 @@ def process_view(f) -> Group:
         line.append(f"   peak {format_bytes(f.peak[1])} (snapshot {f.peak[0]})")
     parts.append(line)
 
+    # A site wider than the screen is cut, never the numbers: only the site
+    # column may shrink (the numbers' columns never wrap), and a site cut
+    # stays one line.
     table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold", expand=False)
-    table.add_column("bytes", justify="right")
-    table.add_column("since last", justify="right")
-    table.add_column("since start", justify="right")
-    table.add_column("arrays", justify="right")
-    table.add_column("site", no_wrap=True, overflow="ellipsis")
+    table.add_column("bytes", justify="right", no_wrap=True)
+    table.add_column("since last", justify="right", no_wrap=True)
+    table.add_column("since start", justify="right", no_wrap=True)
+    table.add_column("arrays", justify="right", no_wrap=True)
+    table.add_column("site")
     for r in f.sites.itertuples(index=False):
-        site = Text(safe(r.site))
         if r.grew_frames >= 3:
-            site.append(f"  growing ({r.grew_frames} in a row)", style="red")
+            site = SiteCell(safe(r.site), f"  growing ({r.grew_frames} in a row)")
         elif r.delta_bytes > 0:
-            site.append("  ▲", style="red")
+            site = SiteCell(safe(r.site), "  ▲")
+        else:
+            site = SiteCell(safe(r.site))
         table.add_row(format_bytes(r.bytes), _delta(r.delta_bytes, zero="·"), _delta(r.start_delta_bytes, zero="·"),
                       str(int(r.count)), site)
     parts.append(table)
