@@ -12,7 +12,7 @@ import pandas as pd
 
 from jaxmemprof.analysis.advice.allocator import allocator_findings
 from jaxmemprof.analysis.advice.capacity import fit_findings, will_it_fit
-from jaxmemprof.analysis.advice.donation import donation_findings, estimated_true_peak, jit_memory
+from jaxmemprof.analysis.advice.donation import donation_findings, jit_memory, true_peak
 from jaxmemprof.analysis.findings import Finding, in_proportion, ranked
 from jaxmemprof.analysis.groups import Summary
 from jaxmemprof.analysis.inside_jit import inside_jit_findings, largest_buffers, peak_by_line
@@ -82,26 +82,26 @@ def build_report(run, attribution: Attribution, *, top_sites: int = 10, steps: i
     found: list[Finding] = leak_findings(leak_rows, recompile_rows, rejits(run, attribution))
 
     memory_in_jit = jit_memory(run, attribution)
-    inside, where = estimated_true_peak(run)
-    true_peak = max(int(tl.peak_bytes), inside) if inside is not None else None
-    if inside is None or inside <= tl.peak_bytes:
-        where = "at the snapshot peak" if true_peak is not None else ""
+    # Per device, as XLA's figures are (and as a device's memory is): the
+    # busiest device's snapshot peak, or a call's own on the busiest device;
+    # and on all devices summed, beside the snapshots' total.
+    inside = true_peak(run, tl.devices)
+    per_device = tl.devices.groupby("device")["live_bytes"].max() if not tl.devices.empty else pd.Series(dtype=float)
+    busiest = int(per_device.max()) if len(per_device) else int(tl.peak_bytes)
+    device_peak = total_true_peak = None
+    where = ""
+    if inside is not None:
+        device_peak = max(busiest, inside.device_bytes)
+        total_true_peak = max(int(tl.peak_bytes), inside.bytes)
+        where = inside.where if inside.device_bytes > busiest else "at the snapshot peak"
     found += donation_findings(run, attribution)
     found += inside_jit_findings(run, attribution, buffers=ar.jit_buffers)
-    # The allocator rules and the fit work per device: the busiest device's
-    # snapshot peak, plus its share of what snapshots cannot see inside calls.
-    device_peak = None
-    if true_peak is not None:
-        per_device = tl.devices.groupby("device")["live_bytes"].max() if not tl.devices.empty else pd.Series(dtype=float)
-        n = max(len(per_device), 1)
-        busiest = int(per_device.max()) if len(per_device) else int(tl.peak_bytes)
-        device_peak = busiest + (true_peak - int(tl.peak_bytes)) // n
     found += allocator_findings(run, device_peak, timeline=tl)
     fit = None
     if device_memory is not None:
         fit = will_it_fit(run, device_memory, device_peak)
         found += fit_findings(fit)
-    found = in_proportion(found, true_peak if true_peak is not None else int(tl.peak_bytes))
+    found = in_proportion(found, total_true_peak if total_true_peak is not None else int(tl.peak_bytes))
 
     snaps = run.snapshots
     m = run.manifest
@@ -126,7 +126,8 @@ def build_report(run, attribution: Attribution, *, top_sites: int = 10, steps: i
         "peak_t": tl.peak_t,
         "peak_bytes": int(tl.peak_bytes),
         "peak_unattributed_bytes": unattributed,
-        "estimated_true_peak_bytes": true_peak,
+        "estimated_true_peak_bytes": total_true_peak,
+        "estimated_true_peak_device_bytes": device_peak,
         "estimated_true_peak_where": where,
         "arrays_seen": int(len(arrays)),
         "per_array_data": bool(run.has_arrays),
@@ -139,7 +140,7 @@ def build_report(run, attribution: Attribution, *, top_sites: int = 10, steps: i
         leaks=leak_rows,
         recompiles=recompile_rows, jit_memory=memory_in_jit,
         jit_peak=peak_by_line(run, attribution, buffers=ar.jit_buffers),
-        jit_buffers=largest_buffers(run, attribution, buffers=ar.jit_buffers), true_peak_bytes=true_peak,
+        jit_buffers=largest_buffers(run, attribution, buffers=ar.jit_buffers), true_peak_bytes=total_true_peak,
         true_peak_where=where,
         fit=fit, findings=ranked(found),
     )

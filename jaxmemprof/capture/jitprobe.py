@@ -50,6 +50,8 @@ import time
 import types
 import weakref
 
+import numpy as np
+
 from jaxmemprof.capture.hooks import AfterImport
 from jaxmemprof.capture.sampler import is_deleted as _is_deleted
 from jaxmemprof.paths import installed_part, is_builtin_library
@@ -61,6 +63,9 @@ from jaxmemprof.xla.dump import read_dump
 KNOWN_WRAPPERS = {("flax", "jit"): "flax.nnx.jit", ("equinox", "filter_jit"): "equinox.filter_jit"}
 # Names under which a wrapper's frame holds the user's function.
 _FUNCTION_LOCALS = ("fun", "f", "fn", "func", "function")
+# Snapshots taken before the first call of a signature, at most, in a run (a
+# program that compiles without end gets the sampler's own after these).
+PRE_CALL_SNAPSHOTS = 200
 # A function whose observation fails this often is no longer observed.
 MAX_ERRORS = 3
 # Functions the program dropped whose lowering is kept for XLA's dump at the end.
@@ -170,7 +175,7 @@ class _Site:
 
 
 class _FunctionState:
-    __slots__ = ("function_id", "calls", "traced", "samples", "resample", "pending", "compiles", "analyse_next", "hunt",
+    __slots__ = ("function_id", "calls", "traced", "samples", "resample", "pending", "before_known", "compiles", "analyse_next", "hunt",
                  "signatures", "param_names", "donate_argnums", "donate_argnames", "arguments", "by_signature",
                  "cache", "quiet", "off", "errors", "proxy", "counted_all", "largest", "user", "backend_compiles",
                  "row", "compile_s")
@@ -188,6 +193,7 @@ class _FunctionState:
         self.analyse_next = by_signature
         self.hunt = HUNT_CALLS if by_signature else 0  # calls left to find a signature not analysed yet
         self.signatures: set = set()  # signatures analysed
+        self.before_known: set = set()  # signatures whose first sampled call had a snapshot of its own before it
         self.param_names = param_names
         self.donate_argnums = donate_argnums
         self.donate_argnames = donate_argnames
@@ -242,8 +248,10 @@ class JitProbe:
         self._errors_seen: set = set()
         self._calling = threading.local()  # .state: the function whose call this thread is in
         # The sampler, which holds the program's arrays while it takes a
-        # snapshot (Sampler.holding): set by the session.
+        # snapshot (Sampler.holding), and takes one before the first call of
+        # each signature: set by the session.
         self.observer = None
+        self._pre_call_left = PRE_CALL_SNAPSHOTS
 
     # -- installing ----------------------------------------------------------------
 
@@ -474,6 +482,7 @@ class JitProbe:
             return real(*args, **kwargs)
         state.calls += 1
         failed = None
+        new_signature = False
         if state.pending is not None:
             self._guard(state, self._check_liveness, state)
         if self._sync_cache(state):
@@ -489,16 +498,22 @@ class JitProbe:
                 state.analyse_next = state.hunt > 0
             else:
                 state.analyse_next, state.hunt = False, 0
+                new_signature = True
                 try:
                     self._memory_analysis(real, state, args, kwargs)
                 except Exception as exc:  # the program's own error, if the call raises it too
                     failed = exc
         # The first calls (the first included: its inputs are often what the
-        # program set up, and may be kept), then one in sample_every.
-        sample = state.samples < self.max_samples and (
+        # program set up, and may be kept), then one in sample_every; and the
+        # first call of each signature analysed, so that each has the bytes
+        # live before it.
+        sample = new_signature or state.samples < self.max_samples and (
             state.resample or state.calls <= self.sample_first + 1 or state.calls % self.sample_every == 0)
         before = _cache_size(real)
         inputs = self._guard(state, self._describe_inputs, state, args, kwargs) if sample else None
+        if inputs is not None:
+            signature = self._guard(state, self._signature, args, kwargs)
+            inputs += (signature, self._before_call(state, signature))
         calling = self._calling
         outer, calling.state = getattr(calling, "state", None), state
         try:
@@ -552,8 +567,21 @@ class JitProbe:
                     refs.append(None)
         return leaves, refs, deaths
 
+    def _before_call(self, state, signature):
+        """The last snapshot before a sampled call; before the first call of
+        each signature of a user's function, a snapshot of its own (at most
+        PRE_CALL_SNAPSHOTS in a run), so that what was live before the call
+        is known exactly, whenever the sampler last looked."""
+        observer = self.observer
+        if (observer is not None and state.user and signature is not None and signature not in state.before_known
+                and self._pre_call_left > 0):
+            state.before_known.add(signature)
+            self._pre_call_left -= 1
+            observer.snapshot("jit", wait=False)
+        return self.writer.snapshots or None
+
     def _record_call(self, state, inputs, out):
-        leaves, refs, deaths = inputs
+        leaves, refs, deaths, signature, before = inputs
         tu = self._jax.tree_util
         outputs = [_leaf(leaf, tu.keystr(path)) for path, leaf in tu.tree_flatten_with_path(out)[0]
                    if self._is_array(leaf)]
@@ -568,7 +596,7 @@ class JitProbe:
             call_id, state.function_id, state.calls, time.time(), time.monotonic(),
             frame.f_code.co_filename if frame else "", frame.f_lineno if frame else 0,
             frame.f_code.co_name if frame else "",
-            json.dumps(leaves), json.dumps(outputs),
+            json.dumps(leaves), json.dumps(outputs), None if signature is None else signature[:2000], before,
         ))
         state.samples += 1
         state.resample = False
@@ -639,8 +667,18 @@ class JitProbe:
         return True
 
     def _signature(self, args, kwargs) -> str:
-        return ", ".join(f"{d['dtype']}[{','.join(map(str, d['shape']))}]"
-                         for d in (_leaf(x, "") for x in self._array_leaves((args, kwargs))))
+        """What JAX's compile cache tells calls apart by, as text: each array
+        argument's dtype and shape (numpy's too: ``np:float32[8]``), each
+        Python scalar's type (traced weakly typed, whatever its value)."""
+        parts = []
+        for x in self._jax.tree_util.tree_leaves((args, kwargs)):
+            if self._is_array(x):
+                parts.append(f"{x.dtype}[{','.join(map(str, x.shape))}]")
+            elif isinstance(x, (np.ndarray, np.generic)):
+                parts.append(f"np:{x.dtype}[{','.join(map(str, np.shape(x)))}]")
+            elif type(x) in (bool, int, float, complex):
+                parts.append(type(x).__name__)
+        return ", ".join(parts)
 
     def _array_leaves(self, tree):
         return [x for x in self._jax.tree_util.tree_leaves(tree) if self._is_array(x)]

@@ -30,7 +30,7 @@ from jaxmemprof.pprof import profile_pb2
 from jaxmemprof.store.writer import RunWriter, SnapshotRecord
 
 ADDRESS_MODES = ("auto", "all", "none")
-TRIGGERS = ("interval", "first", "exit", "exception", "oom", "signal", "api")
+TRIGGERS = ("interval", "first", "exit", "exception", "oom", "signal", "api", "jit")
 
 
 # Signals a thread raises itself by a fault: never blocked (blocked, the kernel

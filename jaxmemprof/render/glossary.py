@@ -38,8 +38,9 @@ GLOSSARY: dict[str, str] = {
     # snapshots and time
     "snapshot": "The snapshot's number in the run: 1, 2, ... in the order taken (a thinned one keeps its number).",
     "t": "Seconds since the run began (wall clock), at the snapshot or event of the row.",
-    "trigger": "Why the snapshot was taken: `first`, `interval`, `exit`, `exception`, `oom`, `signal` or `api` "
-               "(`jaxmemprof.snapshot()`).",
+    "trigger": "Why the snapshot was taken: `first`, `interval`, `exit`, `exception`, `oom`, `signal`, `api` "
+               "(`jaxmemprof.snapshot()`) or `jit` (just before the first call of a jitted function's signature, "
+               "so that what was live before it is known exactly).",
     "label": "The label given to `jaxmemprof.snapshot(label)` (or `mark(label)` for a marker); empty when none.",
     "live_bytes": "Bytes of the live arrays' addressable shards at the snapshot (a replicated array counts once per "
                   "device), over all devices.",
@@ -262,9 +263,14 @@ GLOSSARY: dict[str, str] = {
     "markers": "Markers (`jaxmemprof.mark()`) the run recorded.",
     "sampling_cpu_s": "CPU seconds the sampler spent taking the snapshots (thread time, summed).",
     "peak_unattributed_bytes": "`unattributed_bytes` at the peak snapshot; empty on CPU.",
-    "estimated_true_peak_bytes": "The estimated true peak: the most, over compiles and sampled calls, of the live "
-                                 "bytes at the snapshot before the call minus its arguments plus its call peak; at "
-                                 "least the snapshot peak; empty without jit probe data.",
+    "estimated_true_peak_bytes": "The estimated true peak on all devices summed: the most, over sampled calls (and "
+                                 "compiled signatures no sampled call ran), of the live bytes at the snapshot before "
+                                 "the call minus its arguments plus the call peak of the signature it ran, on each "
+                                 "device it ran on; at least the snapshot peak; empty without jit probe data.",
+    "estimated_true_peak_device_bytes": "The estimated true peak on the busiest device (what `fit` and `check "
+                                        "--max-true-peak` take): as `estimated_true_peak_bytes`, on one device, "
+                                        "XLA's figures being per device; at least the busiest device's snapshot "
+                                        "peak.",
     "estimated_true_peak_where": "When the estimated true peak happens (`during a call of train_step`, or `at the "
                                  "snapshot peak`).",
     "arrays_seen": "Arrays the run recorded (rows of arrays.csv).",
@@ -746,7 +752,7 @@ TERMS: dict[str, str] = {
     "user stack": "An allocation's stack with library frames removed, innermost first.",
     "snapshot": "What a run records at one instant: the device memory profile, one record per live array, the "
                 "allocator statistics, the time, trigger and label; numbered 1, 2, ... in the order taken.",
-    "trigger": "Why a snapshot was taken: `first`, `interval`, `exit`, `exception`, `oom`, `signal`, `api`.",
+    "trigger": "Why a snapshot was taken: `first`, `interval`, `exit`, `exception`, `oom`, `signal`, `api`, `jit`.",
     "thinned": "A long run keeps its last 10 minutes whole and thins older interval snapshots to one per time bucket "
                "that doubles with age; a thinned snapshot keeps its row and array records but loses its profile "
                "file.",

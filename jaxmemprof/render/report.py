@@ -139,8 +139,12 @@ def _render_summary(rep: Report, con: Console, explain: bool) -> None:
     if s["peak_snapshot"] is not None:
         lines.append(f"peak {format_bytes(s['peak_bytes'])} live at {s['peak_t']:.2f} s (snapshot {s['peak_snapshot']})")
         if s["estimated_true_peak_bytes"] is not None and s["estimated_true_peak_bytes"] > s["peak_bytes"]:
-            lines.append(f"estimated true peak {format_bytes(s['estimated_true_peak_bytes'])}, "
-                         f"{safe(s['estimated_true_peak_where'])} (with XLA's temporaries)")
+            if s["devices"] > 1 and s.get("estimated_true_peak_device_bytes") is not None:
+                size = (f"{format_bytes(s['estimated_true_peak_device_bytes'])} per device "
+                        f"({format_bytes(s['estimated_true_peak_bytes'])} on all {s['devices']})")
+            else:
+                size = format_bytes(s["estimated_true_peak_bytes"])
+            lines.append(f"estimated true peak {size}, {safe(s['estimated_true_peak_where'])} (with XLA's temporaries)")
         per_dev = peak_devices(rep)
         if len(per_dev) > 1:
             lines.append("at the peak by device: " + ", ".join(

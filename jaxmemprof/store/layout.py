@@ -51,7 +51,7 @@ CREATE TABLE IF NOT EXISTS snapshots (
     snapshot      INTEGER PRIMARY KEY,  -- 1, 2, ... in the order taken
     t_wall        REAL NOT NULL,        -- seconds since the epoch
     t_mono        REAL NOT NULL,        -- time.monotonic(), for durations
-    trigger       TEXT NOT NULL,        -- interval, first, exit, exception, oom, signal, api
+    trigger       TEXT NOT NULL,        -- interval, first, exit, exception, oom, signal, api, jit
     label         TEXT,
     file          TEXT NOT NULL,        -- snapshots/NNNNNN.prof.gz, relative to the run
     live_bytes    INTEGER NOT NULL,     -- bytes of live buffers in the profile
@@ -135,8 +135,10 @@ CREATE TABLE IF NOT EXISTS jit_calls (  -- sampled calls
     caller_function TEXT NOT NULL,
     inputs        TEXT NOT NULL,        -- JSON: array leaves of the arguments
     outputs       TEXT NOT NULL,        -- JSON: array leaves of the result
-    inputs_alive  TEXT                  -- JSON: per input leaf, its fate by the next call: held,
+    inputs_alive  TEXT,                 -- JSON: per input leaf, its fate by the next call: held,
                                         -- dropped (by the calling statement), dropped-later, deleted
+    signature     TEXT,                 -- the compiled signature it ran (jit_compiles.signature)
+    snapshot      INTEGER               -- the last snapshot taken before the call (NULL: none)
 );
 CREATE TABLE IF NOT EXISTS jit_counts (
     function_id   INTEGER PRIMARY KEY,

@@ -288,7 +288,9 @@ class RunWriter:
 
     def add_jit_call(self, row: tuple) -> None:
         self._insert("INSERT INTO jit_calls (call_id, function_id, call_index, t_wall, t_mono, caller_file, "
-                     "caller_line, caller_function, inputs, outputs) VALUES (?,?,?,?,?,?,?,?,?,?)", [row])
+                     "caller_line, caller_function, inputs, outputs, signature, snapshot) "
+                     "VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                     [row])
 
     def add_jit_program(self, program: tuple, buffers: list) -> None:
         """XLA's dump of one program: its row, and its buffers' rows."""

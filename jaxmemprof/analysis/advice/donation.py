@@ -479,37 +479,96 @@ def jit_memory(run, attribution: Attribution = Attribution()) -> pd.DataFrame:
     return out.sort_values("call_peak_bytes", ascending=False).reset_index(drop=True)
 
 
-def estimated_true_peak(run) -> tuple[int | None, str]:
-    """Snapshots never see XLA's temporaries. For each compile and sampled
-    call: live bytes at the last snapshot before it, minus the call's
-    arguments (counted by the call itself), plus the call's peak. Returns
-    (the largest, where it happened), or (None, "") without probe data."""
+@dataclass(frozen=True)
+class TruePeak:
+    """What snapshots cannot see inside a jitted call, added back: XLA's
+    figures for the signature that call ran (per device, as
+    ``memory_analysis()`` gives them) on the bytes live before it."""
+
+    device_bytes: int  # on the busiest device
+    bytes: int  # on all the devices of the call, summed
+    devices: int  # the devices the call ran on
+    where: str  # "during a call of f"
+
+
+def _call_devices(calls: pd.DataFrame) -> dict:
+    """(function_id, signature) -> the devices its sampled calls' inputs span."""
+    out: dict = {}
+    for fid, sig, inputs in zip(calls["function_id"], calls["signature"], calls["inputs"]):
+        n = max((int(leaf.get("devices") or 1) for leaf in _leaves(inputs) if isinstance(leaf, dict)), default=1)
+        key = (int(fid), sig)
+        out[key] = max(out.get(key, 1), n)
+        out[(int(fid), None)] = max(out.get((int(fid), None), 1), n)
+    return out
+
+
+def true_peak(run, devices: pd.DataFrame | None = None) -> TruePeak | None:
+    """For each sampled call (with the signature it ran) and each compiled
+    signature no sampled call ran: on the busiest device, the bytes live at
+    the last snapshot before the call (the recorder takes one of its own
+    before the first call of each signature: ``jit_calls.snapshot``; runs
+    recorded before it have the time), minus the call's arguments there
+    (XLA counts them), plus XLA's peak for that signature; on all devices,
+    the same summed over the devices the call ran on. ``devices``: the
+    timeline's live bytes per snapshot and device (else the snapshots'
+    totals, as one device). The largest, or None without the probe's figures."""
     compiles = run.jit.get("compiles")
     snaps = run.snapshots
     if compiles is None or compiles.empty or snaps.empty:
-        return None, ""
-    c = compiles.copy()
-    for col in ("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "generated_code_bytes"):
-        c[col] = pd.to_numeric(c[col], errors="coerce").fillna(0).astype(np.int64)
-    peak_of = dict(zip(
-        c["function_id"],
-        c["argument_bytes"] + c["output_bytes"] - c["alias_bytes"] + c["temp_bytes"] + c["generated_code_bytes"]))
-    args_of = dict(zip(c["function_id"], c["argument_bytes"]))
-    times = [(float(t), int(f)) for t, f in zip(c["t_wall"], c["function_id"])]
+        return None
+    c = compiles.reset_index(drop=True)
+    figures = {col: pd.to_numeric(c[col], errors="coerce").fillna(0).astype(np.int64).to_numpy()
+               for col in ("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "generated_code_bytes")}
+    peak = (figures["argument_bytes"] + figures["output_bytes"] - figures["alias_bytes"] + figures["temp_bytes"]
+            + figures["generated_code_bytes"])
+    args = figures["argument_bytes"]
+    fids = c["function_id"].astype(np.int64).to_numpy()
+    sigs = c["signature"].tolist()
+    call_index = pd.to_numeric(c["call_index"], errors="coerce").fillna(0).astype(np.int64).to_numpy()
+    by_signature = {(int(f), sg): i for i, (f, sg) in enumerate(zip(fids, sigs))}
     calls = run.jit.get("calls")
-    if calls is not None and not calls.empty:
-        times += [(float(t), int(f)) for t, f in zip(calls["t_wall"], calls["function_id"])]
-    snap_t = snaps["t_wall"].to_numpy(dtype=float)
-    live = snaps["live_bytes"].to_numpy(dtype=np.int64)
+    if calls is None:
+        calls = pd.DataFrame(columns=["function_id", "call_index", "t_wall", "signature", "inputs"])
+    for col in ("signature", "snapshot"):
+        if col not in calls.columns:
+            calls = calls.assign(**{col: None})
+    n_of = _call_devices(calls) if not calls.empty else {}
+    # (the snapshot before it, or None: by time; its time; its row of compiles) per event.
+    events, ran = [], set()
+    for fid, idx, t, sig, before in zip(calls["function_id"], calls["call_index"], calls["t_wall"],
+                                        calls["signature"], calls["snapshot"]):
+        i = by_signature.get((int(fid), sig)) if isinstance(sig, str) else None
+        if i is None:  # recorded before calls named their signature: the last compiled at or before it
+            earlier = np.flatnonzero((fids == int(fid)) & (call_index <= int(idx)))
+            if not len(earlier):
+                continue
+            i = int(earlier[-1])
+        ran.add(i)
+        events.append((None if pd.isna(before) else int(before), float(t), i))
+    events += [(None, float(t), i) for i, t in enumerate(c["t_wall"]) if i not in ran]
+    order = np.argsort(snaps["t_wall"].to_numpy(dtype=float), kind="stable")
+    snap_t = snaps["t_wall"].to_numpy(dtype=float)[order]
+    numbers = snaps["snapshot"].to_numpy(dtype=np.int64)[order]
+    position = {int(n): k for k, n in enumerate(numbers)}
+    total = snaps["live_bytes"].to_numpy(dtype=np.int64)[order]
+    busiest = total
+    if devices is not None and not devices.empty:
+        per = devices.groupby("snapshot")["live_bytes"].max()
+        busiest = per.reindex(numbers).fillna(0).astype(np.int64).to_numpy()
     functions = _functions(run)
     names = dict(zip(functions["function_id"], functions["name"])) if not functions.empty else {}
-    best, where = None, ""
-    for t, fid in times:
-        if fid not in peak_of:
-            continue
-        i = int(np.searchsorted(snap_t, t, side="right")) - 1
-        before = int(live[i]) if i >= 0 else 0
-        estimate = max(before - int(args_of[fid]), 0) + int(peak_of[fid])
-        if best is None or estimate > best:
-            best, where = estimate, f"during a call of {names.get(fid, fid)}"
-    return best, where
+    best = None
+    for before, t, i in events:
+        j = position.get(before, -1) if before is not None else int(np.searchsorted(snap_t, t, side="right")) - 1
+        n = n_of.get((int(fids[i]), sigs[i]), n_of.get((int(fids[i]), None), 1))
+        on_device = max((int(busiest[j]) if j >= 0 else 0) - int(args[i]), 0) + int(peak[i])
+        summed = max((int(total[j]) if j >= 0 else 0) - n * int(args[i]), 0) + n * int(peak[i])
+        if best is None or (on_device, summed) > (best.device_bytes, best.bytes):
+            best = TruePeak(on_device, summed, n, f"during a call of {names.get(fids[i], fids[i])}")
+    return best
+
+
+def estimated_true_peak(run, devices: pd.DataFrame | None = None) -> tuple[int | None, str]:
+    """(the true peak's bytes on all devices, where), or (None, "")."""
+    tp = true_peak(run, devices)
+    return (None, "") if tp is None else (tp.bytes, tp.where)

@@ -1,0 +1,91 @@
+"""The estimated true peak is each call's own: the signature it ran (its own
+executable's figures) on the bytes live just before it, per device as XLA
+gives them, with the sum over devices labelled as such. Each figure is held
+to XLA's memory_analysis() of the same program, printed by the program."""
+
+from __future__ import annotations
+
+import json
+
+from conftest import run_cli, write_script
+
+# The program prints XLA's own figures for each signature it runs (the oracle).
+ORACLE = """
+import json
+def figures(fn, *args):
+    ma = fn.lower(*args).compile().memory_analysis()
+    return (ma.argument_size_in_bytes + ma.output_size_in_bytes - ma.alias_size_in_bytes
+            + ma.temp_size_in_bytes + ma.generated_code_size_in_bytes)
+"""
+
+TWO_SIGNATURES = ORACLE + """
+import jax, jax.numpy as jnp
+
+@jax.jit
+def f(x):
+    return jnp.sort(x @ x.T, axis=0).sum()   # an n x n temporary
+
+big = jnp.ones((4096, 1), jnp.float32)
+f(big)
+del big
+small = jnp.ones((512, 1), jnp.float32)
+f(small)
+f(small)
+print(json.dumps({"big": figures(f, jnp.ones((4096, 1), jnp.float32)), "small": figures(f, small)}))
+"""
+
+FOUR_DEVICES = ORACLE + """
+import jax
+jax.config.update("jax_num_cpu_devices", 4)
+import jax.numpy as jnp
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+mesh = jax.make_mesh((4,), ("d",))
+x = jax.device_put(jnp.ones((4 * 1024, 512), jnp.float32), NamedSharding(mesh, P("d")))  # 2 MiB a device
+
+@jax.jit
+def g(x):
+    return jnp.sort(jnp.concatenate([x, x, x, x], axis=1) * 2.0, axis=1).sum(axis=1)  # 8 MiB a device
+
+for _ in range(3):
+    r = g(x)
+print(json.dumps({"device": figures(g, x)}))
+"""
+
+
+def _record(tmp_path, name, source):
+    script = write_script(tmp_path, name, source)
+    proc = run_cli("run", "-q", "-o", tmp_path / "run", script, cwd=tmp_path, check=0)
+    oracle = json.loads(proc.stdout.strip().splitlines()[-1])
+    return tmp_path / "run", oracle
+
+
+def test_the_true_peak_is_the_larger_signatures_call_not_the_last_analysed(tmp_path):
+    run, oracle = _record(tmp_path, "two.py", TWO_SIGNATURES)
+    assert oracle["big"] > 64 * 2**20 > 40 * 2**20 > oracle["small"]
+    summary = json.loads(run_cli("report", run, "--json", check=0).stdout)["summary"]
+    # Live before the big call: its argument alone, which XLA's figure counts.
+    assert summary["estimated_true_peak_bytes"] == oracle["big"]
+    assert summary["estimated_true_peak_device_bytes"] == oracle["big"]
+    assert summary["estimated_true_peak_where"] == "during a call of f"
+    over = run_cli("check", run, "--max-true-peak", "40MiB")
+    assert over.returncode == 1, over.stdout + over.stderr
+
+
+def test_four_devices_each_needing_a_temporary_say_it_per_device(tmp_path):
+    run, oracle = _record(tmp_path, "four.py", FOUR_DEVICES)
+    per_device = oracle["device"]
+    assert 8 * 2**20 < per_device < 11 * 2**20
+    doc = json.loads(run_cli("report", run, "--json", "--device-memory", "16MiB", check=0).stdout)
+    s = doc["summary"]
+    assert s["devices"] == 4
+    # Live before the second call on a device: its shard of x (the call's
+    # argument, which XLA counts) and of the first call's result r, float32[4096]
+    # (freed only once the second call has returned).
+    r_shard = 4096 * 4 // 4
+    assert s["estimated_true_peak_device_bytes"] == per_device + r_shard
+    assert s["estimated_true_peak_bytes"] == 4 * (per_device + r_shard)
+    assert doc["fit"]["peak_bytes"] == per_device + r_shard
+    text = run_cli("report", run, check=0).stdout
+    mib = (per_device + r_shard) / 2**20
+    assert f"estimated true peak {mib:.2f} MiB per device ({4 * mib:.2f} MiB on all 4)" in text
