@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
+import textwrap
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -386,3 +389,218 @@ raise ValueError("from the module")
                          "-m", module, "x"], cwd=tmp_path, env=cpu_env(), capture_output=True, text=True, timeout=120)
     assert py.returncode == 1
     assert_same(py, jm)
+
+
+# -- every way a program ends, and every way python runs one ----------------------
+#
+# Each case is a pair of processes (python, then `run`); the pairs run a few
+# at a time, so that the many cases cost about as much as a few.
+
+_ADDRESS = re.compile(r"0x[0-9a-f]+")
+
+
+def _pair(tmp_path, name, argv, stdin=None):
+    """(python's result, run's result, the run directory) for ``python ARGV``."""
+    out = tmp_path / f"run-{name}"
+    kw = dict(cwd=tmp_path, env=cpu_env(), capture_output=True, timeout=120, input=stdin or b"")
+    py = subprocess.run([sys.executable, *argv], **kw)
+    jm = subprocess.run([sys.executable, "-m", "jaxmemprof", "run", "-q", "-o", str(out), *argv], **kw)
+    return py, jm, out
+
+
+def _pairs(tmp_path, cases):
+    """Every case of ``cases`` (name -> (argv, stdin)), 4 pairs at a time."""
+    with ThreadPoolExecutor(4) as pool:
+        futures = {name: pool.submit(_pair, tmp_path, name, *case) for name, case in cases.items()}
+        return {name: f.result() for name, f in futures.items()}
+
+
+def _same_as_python(name, py, jm):
+    """Byte for byte, but for the addresses python prints (they differ from
+    one process to the next) and any line of jaxmemprof's own."""
+    ours = [line for line in jm.stderr.splitlines(keepends=True) if line.startswith(b"jaxmemprof: ")]
+    assert not ours, (name, ours)
+    assert b"internal error" not in jm.stderr
+    assert jm.returncode == py.returncode, (name, jm.stderr.decode())
+    assert jm.stdout == py.stdout, name
+    assert _ADDRESS.sub("0x?", jm.stderr.decode()) == _ADDRESS.sub("0x?", py.stderr.decode()), name
+
+
+def _finished_as(run_dir, status):
+    """The run is finalised as the process ended: its end fields, no lock."""
+    run = load_run(run_dir)
+    assert run.finished and run.manifest["exit_status"] == status and run.manifest["end_time"], run_dir
+    assert not (run_dir / ".jaxmemprof.lock").exists()
+    return run
+
+
+_ENDINGS_PRELUDE = """
+import atexit, sys
+class BadStr(Exception):
+    def __str__(self): raise RuntimeError("no str")
+class BadRepr(Exception):
+    def __repr__(self): raise RuntimeError("no repr")
+class BadNotes(Exception):
+    @property
+    def __notes__(self): raise RuntimeError("no notes")
+class Unprintable:
+    def __str__(self): raise RuntimeError("no str")
+class Formatted:
+    def __str__(self): return "str"
+    def __format__(self, spec): return "format"
+class OwnInt(int):
+    def __int__(self): return 99
+    def __index__(self): return 98
+class CodeFails(SystemExit):
+    @property
+    def code(self): raise RuntimeError("no code")
+class Base(BaseException): pass
+class Interrupt(KeyboardInterrupt): pass
+main = sys.modules["__main__"]
+atexit.register(lambda: print("atexit:", main.__dict__.get("__file__", "-"), repr(getattr(sys, "last_value", None))))
+"""
+
+_ENDINGS = {
+    "str-fails": "raise BadStr('x')",
+    "repr-fails": "raise BadRepr('x')",
+    "notes-fail": "raise BadNotes('x')",
+    "notes-not-a-list": "e = ValueError('x'); e.__notes__ = 'abc'; raise e",
+    "cause-str-fails": "raise ValueError('outer') from BadStr('inner')",
+    "group-str-fails": "raise ExceptionGroup('group', [BadStr('a'), ValueError('b')])",
+    "base-exception": "raise Base('b')",
+    "interrupt-subclass": "raise Interrupt('not a signal')",
+    "generator-exit": "raise GeneratorExit",
+    "exit-unprintable": "sys.exit(Unprintable())",
+    "exit-str-not-format": "sys.exit(Formatted())",
+    "exit-huge": "sys.exit(2 ** 70)",
+    "exit-negative": "sys.exit(-1)",
+    "exit-300": "sys.exit(300)",
+    "exit-int-subclass": "sys.exit(OwnInt(7))",
+    "exit-code-fails": "raise CodeFails(3)",
+    "exit-no-stderr": "sys.stderr = None; sys.exit('to the process stderr')",
+    "exit-text": "sys.exit('bye')",
+    "hook-exits": "sys.excepthook = lambda *a: sys.exit(5)\nraise ValueError('v')",
+    "hook-exits-unprintable": "sys.excepthook = lambda *a: sys.exit(Unprintable())\nraise ValueError('v')",
+    "hook-exits-on-interrupt": "sys.excepthook = lambda *a: sys.exit(4)\nraise KeyboardInterrupt",
+    "hook-none": "sys.excepthook = None\nraise ValueError('v')",
+    "hook-missing": "del sys.excepthook\nraise ValueError('v')",
+    "hook-interrupted": "def h(*a): raise KeyboardInterrupt\nsys.excepthook = h\nraise ValueError('v')",
+    "atexit-raises": "def h(): raise ValueError('in atexit')\natexit.register(h)",
+    "atexit-exits": "atexit.register(sys.exit, 7)",
+    "normal-end": "print('done')",
+}
+
+
+def test_every_way_a_program_ends_is_pythons(tmp_path):
+    cases = {}
+    for name, body in _ENDINGS.items():
+        write_script(tmp_path, f"{name}.py", _ENDINGS_PRELUDE + body + "\n")
+        cases[name] = ([f"{name}.py"], None)
+    results = _pairs(tmp_path, cases)
+    statuses = {}
+    for name, (py, jm, run_dir) in results.items():
+        _same_as_python(name, py, jm)
+        _finished_as(run_dir, py.returncode)
+        statuses[name] = py.returncode
+    # What python does, so that a case that stopped testing anything shows.
+    assert statuses["hook-exits"] == 5 and statuses["hook-exits-on-interrupt"] == 4
+    assert statuses["exit-huge"] == statuses["exit-negative"] == 255 and statuses["exit-300"] == 44
+    assert statuses["exit-int-subclass"] == 7 and statuses["atexit-exits"] == statuses["normal-end"] == 0
+    assert statuses["interrupt-subclass"] == statuses["str-fails"] == 1
+    py = results["str-fails"][0]
+    assert b"BadStr: <exception str() failed>" in py.stderr and b"atexit: -" in py.stdout
+    assert results["exit-no-stderr"][0].stderr == b"to the process stderr\n"
+    assert b"atexit: " + str(tmp_path / "exit-text.py").encode() in results["exit-text"][0].stdout
+
+
+def test_non_daemon_threads_and_atexit_are_part_of_the_run(tmp_path):
+    source = """
+        import atexit, sys, threading, time
+        import jax.numpy as jnp
+        import jaxmemprof
+        def late():
+            time.sleep(0.5)
+            global y
+            y = jnp.ones((25_000,))  # 100 kB, made once the main module is done
+            jaxmemprof.mark("thread late")
+            print("thread: main alive", threading.main_thread().is_alive(), flush=True)
+        def at_exit():
+            jaxmemprof.mark("in atexit")
+            print("atexit: y made", "y" in globals())
+        atexit.register(at_exit)
+        x = jnp.ones((1000,))
+        threading.Thread(target=late).start()
+        print("main done", flush=True)
+        if sys.argv[1] == "fail":
+            raise ValueError("main failed")
+        sys.exit(int(sys.argv[1]))
+    """
+    write_script(tmp_path, "threads.py", source)
+    results = _pairs(tmp_path, {f"t{arg}": (["threads.py", arg], None) for arg in ("3", "fail")})
+    for name, (py, jm, run_dir) in results.items():
+        assert py.stdout == b"main done\nthread: main alive False\natexit: y made True\n", py.stderr
+        _same_as_python(name, py, jm)
+        run = _finished_as(run_dir, py.returncode)
+        assert list(run.markers["label"]) == ["thread late", "in atexit"]
+        last = run.snapshots.iloc[-1]
+        assert (last["trigger"], int(last["live_bytes"])) == ("exit", 104_000)
+    assert results["t3"][0].returncode == 3 and results["tfail"][0].returncode == 1
+    assert load_run(results["tfail"][2]).manifest["ended_by"] == "exception"
+
+
+def test_every_way_python_runs_a_program(tmp_path):
+    import py_compile
+    import zipfile
+
+    main_source = textwrap.dedent("""
+        import sys
+        main = sys.modules["__main__"]
+        print(sys.argv, repr(sys.path[0]), __name__, repr(main.__dict__.get("__file__")),
+              __spec__ and __spec__.name, type(__loader__).__name__, __package__, sorted(globals()))
+        print(type(sys.path_importer_cache.get(sys.path[0])).__name__)
+        if sys.argv[-1] == "fail":
+            raise ValueError("from " + sys.argv[0])
+    """)
+    app = tmp_path / "app"
+    app.mkdir()
+    (app / "__main__.py").write_text(main_source)
+    (tmp_path / "empty").mkdir()
+    with zipfile.ZipFile(tmp_path / "app.zip", "w") as z:
+        z.writestr("__main__.py", main_source)
+    (tmp_path / "zip-named.py").write_bytes((tmp_path / "app.zip").read_bytes())
+    (tmp_path / "link").symlink_to(app)
+    (tmp_path / "compiled.py").write_text(main_source)
+    py_compile.compile(str(tmp_path / "compiled.py"), cfile=str(tmp_path / "compiled.pyc"), doraise=True)
+    (tmp_path / "compiled.py").unlink()
+    source = main_source.encode()
+    cases = {
+        "dir": (["app", "a"], None), "dir-dot-slash": (["./app/", "fail"], None), "zip": (["app.zip", "a"], None),
+        "zip-named-py": (["zip-named.py"], None), "dir-link": (["link", "x"], None),
+        "dir-without-main": (["empty"], None), "pyc": (["compiled.pyc", "fail"], None),
+        "stdin": (["-", "a"], source), "stdin-fails": (["-", "fail"], source),
+        "command": (["-c", main_source, "a"], None), "command-fails": (["-c", main_source, "fail"], None),
+    }
+    results = _pairs(tmp_path, cases)
+    for name, (py, jm, run_dir) in results.items():
+        _same_as_python(name, py, jm)
+        _finished_as(run_dir, py.returncode)
+    out = {name: r[0].stdout.decode() for name, r in results.items()}
+    assert out["dir"].startswith(f"['app', 'a'] {str(app)!r} __main__ {str(app / '__main__.py')!r}")
+    assert "zipimporter" in out["zip"] and "['-', 'a'] '' __main__ '<stdin>'" in out["stdin"]
+    assert out["command"].startswith("['-c', 'a'] '' __main__ None")
+    assert results["pyc"][0].returncode == results["stdin-fails"][0].returncode == 1
+    assert b"can't find '__main__' module" in results["dir-without-main"][0].stderr
+    assert b'File "<stdin>", line' in results["stdin-fails"][0].stderr
+
+
+def test_run_help_names_every_target_form():
+    proc = subprocess.run([sys.executable, "-m", "jaxmemprof", "run", "--help"], env=cpu_env(),
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0
+    text = " ".join(proc.stdout.split())
+    for example in ("jaxmemprof run app/", "jaxmemprof run - < train.py", 'jaxmemprof run -c "import train',
+                    "-c CODE", "__main__.py"):
+        assert example in text, example
+    both = subprocess.run([sys.executable, "-m", "jaxmemprof", "run", "-m", "x", "-c", "pass"], env=cpu_env(),
+                          capture_output=True, text=True, timeout=60)
+    assert both.returncode == 2 and "Traceback" not in both.stderr
