@@ -7,6 +7,28 @@ from contextlib import contextmanager
 from pathlib import Path
 
 
+# What a run's settings may be (``jaxmemprof run`` checks the same with click):
+# seconds between snapshots; the share of wall time jaxmemprof may take, 0
+# (never stretch the interval) or at least a ten-thousandth, below which the
+# stretched interval runs past what the clock can wait for.
+INTERVAL_RANGE = (0.001, 1e9)
+MAX_OVERHEAD_RANGE = (0.0001, 1.0)
+
+
+def check_settings(interval, max_overhead) -> None:
+    """ValueError unless ``interval`` and ``max_overhead`` are finite
+    numbers in their ranges (a NaN would be written into manifest.json)."""
+    import math
+
+    for name, value, (low, high), zero in (("interval", interval, INTERVAL_RANGE, False),
+                                          ("max_overhead", max_overhead, MAX_OVERHEAD_RANGE, True)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError(f"{name} must be a number, not {value!r}")
+        if not math.isfinite(value) or not ((zero and value == 0) or low <= value <= high):
+            allowed = f"0 or {low:g} to {high:g}" if zero else f"{low:g} to {high:g}"
+            raise ValueError(f"{name} must be {allowed}, not {value!r}")
+
+
 def mark(label: str) -> None:
     """Record a marker (say, ``"step 12"``) on the run's timeline."""
     from jaxmemprof.capture import session
@@ -50,6 +72,7 @@ def profile(output=None, *, interval: float = 0.5, max_overhead: float = 0.02, j
     from jaxmemprof.capture import session as session_mod
     from jaxmemprof.capture.runner import is_out_of_memory
 
+    check_settings(interval, max_overhead)
     outer = session_mod.active()
     if outer is not None:
         yield outer.directory

@@ -7,7 +7,8 @@ import sys
 
 import click
 
-from jaxmemprof.cli.base import Number, attribution, cli, say, seconds, stderr_stream
+from jaxmemprof.api import INTERVAL_RANGE, MAX_OVERHEAD_RANGE
+from jaxmemprof.cli.base import Number, attribution, cli, say, stderr_stream
 from jaxmemprof.errors import InputError, check_not_empty
 
 
@@ -15,9 +16,9 @@ from jaxmemprof.errors import InputError, check_not_empty
 @click.option("-o", "--output", metavar="DIR", default=None,
               help="Run directory (default: jaxmemprof-runs/<script>-<YYYYmmdd-HHMMSS>).")
 @click.option("--force", is_flag=True, help="Reuse a non-empty --output directory, replacing its run.")
-@click.option("--interval", type=seconds(0.001), default=0.5, show_default=True, metavar="SECONDS",
+@click.option("--interval", type=Number(*INTERVAL_RANGE), default=0.5, show_default=True, metavar="SECONDS",
               help="Time between snapshots, stretched so sampling stays within --max-overhead.")
-@click.option("--max-overhead", type=Number(min=0.0001, max=1.0, zero=True), default=0.02, show_default=True,
+@click.option("--max-overhead", type=Number(*MAX_OVERHEAD_RANGE, zero=True), default=0.02, show_default=True,
               metavar="FRACTION", help="Most of the wall time jaxmemprof may take: snapshots keep to half of it, "
                    "the rest is for start-up, the jit probe and the end (0: never stretch --interval; else "
                    "0.0001 to 1).")
