@@ -21,10 +21,12 @@ def _default(o):
     pd = sys.modules.get("pandas")  # none of its values can be here if it was never imported
     if pd is not None and (o is pd.NA or o is pd.NaT):
         return None
+    # What this returns is encoded as it is: cleaned here too (allow_nan=False
+    # would otherwise fail on a NaN inside it).
     if hasattr(o, "item"):  # numpy scalars
-        return o.item()
+        return _clean(o.item())
     if isinstance(o, (tuple, set, frozenset)):
-        return list(o)
+        return _clean(list(o))
     raise TypeError(f"not JSON serialisable: {type(o).__name__}")
 
 
