@@ -88,13 +88,13 @@ class RunWriter:
         self._dir_fd = layout.open_directory(self.directory)
         self._snap_fd = None
         try:
-            self._snap_fd = layout.own_directory(self.directory / layout.SNAPSHOT_DIR, self._dir_fd)
-            self.manifest = dict(manifest, schema_version=layout.SCHEMA_VERSION)
-            layout.write_json_atomic(self.directory / layout.MANIFEST, self.manifest, dir_fd=self._dir_fd)
             for name in layout.JOURNAL_FILES:  # SQLite opens them by name, following links: checked first
                 kind = layout.entry_kind(name, self._dir_fd)
                 if kind not in ("absent", "file"):
                     raise InputError(str(self.directory / name), layout.refusal(kind))
+            self._snap_fd = layout.own_directory(self.directory / layout.SNAPSHOT_DIR, self._dir_fd)
+            self.manifest = dict(manifest, schema_version=layout.SCHEMA_VERSION)
+            layout.write_json_atomic(self.directory / layout.MANIFEST, self.manifest, dir_fd=self._dir_fd)
             self._db = sqlite3.connect(
                 self.directory / layout.JOURNAL, check_same_thread=False, isolation_level=None
             )
@@ -288,7 +288,7 @@ class RunWriter:
 
     def add_jit_call(self, row: tuple) -> None:
         self._insert("INSERT INTO jit_calls (call_id, function_id, call_index, t_wall, t_mono, caller_file, "
-                     "caller_line, caller_function, inputs, outputs, signature, snapshot) "
+                     "caller_line, caller_function, inputs, outputs, signature, live_before) "
                      "VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
                      [row])
 
