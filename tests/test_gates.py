@@ -71,13 +71,25 @@ def damaged(d, name: str, how: str) -> str:
         con.close()
         return (f"{len(rows)} snapshot file(s) missing (snapshots {', '.join(map(str, rows))}), so its figures are "
                 f"not all there")
+    if how == "journal-cut":
+        # What a killed run's journal cut short (its WAL) holds: the first
+        # commits; the later snapshots' files are there, their rows are not.
+        con = sqlite3.connect(target / "journal.sqlite")
+        con.execute("DELETE FROM snapshots WHERE snapshot > 4")
+        con.commit()
+        kept = {f for (f,) in con.execute("SELECT file FROM snapshots")}
+        con.close()
+        orphans = [p for p in snaps if f"snapshots/{p.name}" not in kept]
+        assert orphans
+        return (f"{len(orphans)} snapshot file(s) without a journal entry (the run was killed while writing them?), "
+                f"so its figures are not all there")
     if how == "empty-journal":
         # What a killed run's journal holds when its WAL is lost: the tables, no rows.
         con = sqlite3.connect(target / "journal.sqlite")
         con.execute("DELETE FROM snapshots")
         con.commit()
         con.close()
-        return "has no readable snapshot: "
+        return f"has no readable snapshot ({len(snaps)} snapshot file(s) without a journal entry"
     raise AssertionError(how)
 
 
@@ -95,7 +107,7 @@ def test_the_sound_run_passes_and_fails_by_its_figures(runs):
     run_cli("check", "good", "--max-peak", "1B", cwd=d, check=1)
 
 
-@pytest.mark.parametrize("how", ["no-snapshots-dir", "empty-journal", "one-file-gone"])
+@pytest.mark.parametrize("how", ["no-snapshots-dir", "empty-journal", "one-file-gone", "journal-cut"])
 def test_a_run_whose_snapshots_are_lost_cannot_pass(runs, how):
     d = runs
     expected = damaged(d, how, how)

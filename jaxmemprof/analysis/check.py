@@ -64,8 +64,10 @@ def asked(limits: Limits, *, baseline: bool = False) -> tuple[str, ...]:
 
 # What a reader says when it left snapshots out (store/reader.py's warnings):
 # the figures of the snapshots it skipped cannot be seen, so a gate cannot
-# say that a limit held.
-_LOST = ("snapshot file(s) missing", "row(s) of the journal's snapshots are damaged")
+# say that a limit held. Snapshot files the journal does not list are such
+# snapshots too: a killed run's journal cut short (its WAL) lost their rows.
+_LOST = ("snapshot file(s) missing", "row(s) of the journal's snapshots are damaged",
+         "snapshot file(s) without a journal entry")
 
 
 def lost_snapshots(warnings) -> list[str]:

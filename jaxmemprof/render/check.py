@@ -73,15 +73,21 @@ def document(run: str, baseline: str | None, results) -> dict:
     }
 
 
+def _first_clause(detail: str) -> str:
+    """The reader's warning up to its list of names: ``3 snapshot file(s)
+    missing (snapshots 1, 2, 3)``."""
+    return detail.split(";")[0].split("):")[0] + (")" if "):" in detail.split(";")[0] else "")
+
+
 def unchecked_text(u) -> str:
     """Why checks cannot be made (an analysis.check.Unchecked), as the
     problem of a one-line error: what is missing, then which checks."""
     checks = " and ".join(f"--{c}" for c in u.checks)
     verb = "cannot be checked"
     if u.reason == "no-snapshot":
-        why = "has no readable snapshot" + (f" ({safe(u.detail.split(';')[0])})" if u.detail else "")
+        why = "has no readable snapshot" + (f" ({safe(_first_clause(u.detail))})" if u.detail else "")
     elif u.reason == "lost-snapshots":
-        why = f"{safe(u.detail.split(';')[0])}, so its figures are not all there"
+        why = f"{safe(_first_clause(u.detail))}, so its figures are not all there"
     elif u.reason == "no-jit":
         why = ("has no figures from inside jitted calls (recorded with --no-jit-probe, or no jitted function "
                "was compiled)")
