@@ -105,16 +105,16 @@ def _die(note):
 _real_write = _layout.write_atomic
 
 
-def _write_atomic(path, data):
+def _write_atomic(path, data, **kw):
     if path.parent.name != "snapshots":
-        return _real_write(path, data)
+        return _real_write(path, data, **kw)
     _state["writes"] += 1
     if _state["writes"] == _AT and _FAULT == "tmp-half-written":
         tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
         with open(tmp, "wb") as f:
             f.write(data[: len(data) // 2])
         _die(path.name)
-    _real_write(path, data)
+    _real_write(path, data, **kw)
     if _state["writes"] == _AT and _FAULT == "renamed-not-committed":
         _die(path.name)
 
