@@ -290,3 +290,37 @@ def test_refusals_keep_the_newest(tmp_path):
         with pytest.raises(InputError, match="it starts with byte 0xff"):
             refusals.load(f)  # remembered: the new bytes are not read
     assert refusals.load(files[0]).total_bytes == 4096  # forgotten: read again
+
+
+# --------------------------------------------------------------------------
+# Under the bound: what is plainly not a profile is refused before it is walked
+
+
+def test_zeros_under_the_bound_are_refused_from_their_first_byte(tmp_path):
+    """16 MiB of zeros in 16 KiB of gzip: refused as a raw file of zeros is
+    (no protobuf field starts with 0x00), not walked field by field (128 MiB
+    of them took minutes)."""
+    path = tmp_path / "zeros.prof.gz"
+    path.write_bytes(gzip.compress(bytes(16 * MiB), 9, mtime=0))
+    assert_refused(run_cli("show", path, cwd=tmp_path), path,
+                   "not a pprof profile (it starts with byte 0x00, which begins no protobuf field)")
+
+
+def test_a_profile_with_many_fields_before_its_samples_reads_the_same(tmp_path):
+    """Its string table first (5,000 strings), then the rest: more fields
+    before the samples than the fast path walks, so protobuf reads it; the
+    figures are those of the same profile in the usual order."""
+    p = pb.Profile.FromString(small_profile())
+    p.string_table.extend(b"s%d" % i for i in range(5000))
+    strings = pb.Profile(string_table=p.string_table).SerializeToString()
+    rest = pb.Profile()
+    rest.CopyFrom(p)
+    rest.ClearField("string_table")
+    odd = strings + rest.SerializeToString()  # two messages in a row are one, merged
+    assert pb.Profile.FromString(odd) == p
+    docs = []
+    for name, data in (("usual.prof", p.SerializeToString()), ("odd.prof", odd)):
+        (tmp_path / name).write_bytes(gzip.compress(data, mtime=0))
+        docs.append(json.loads(run_cli("show", tmp_path / name, "--json", cwd=tmp_path, check=0).stdout))
+    assert docs[0]["rows"] == docs[1]["rows"] and docs[0]["totals"] == docs[1]["totals"]
+    assert docs[0]["totals"]["bytes"] == 4096

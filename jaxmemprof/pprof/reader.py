@@ -391,6 +391,7 @@ def _decode(f: BinaryIO, name: str, limit: int) -> bytes:
         raw = _gunzip(f, head, name, limit)
         if not raw:
             raise InputError(name, "gzip data decompresses to nothing, not a pprof profile")
+        _check_first_tag(raw[0], name)
         return raw
     _check_first_tag(head[0], name)
     raw = bytearray(head)
@@ -625,14 +626,24 @@ class _Keys:
         self.canonical = canonical  # keys from SerializeToString: a tail never holds locations
 
 
+# Fields read one at a time before the samples (a profile has its few sample
+# types there); a stream with more is read by protobuf, not field by field
+# in Python (128 MiB of zeros would be 64 M of them).
+_FIELDS_BEFORE_SAMPLES = 4096
+
+
 def _scan_raw(raw: bytes):
     """Find the run of samples (field 2) in the serialized Profile and key
     each one by the bytes of its location ids and of the rest; None when
     there are no samples where expected."""
     size = len(raw)
     p = 0
+    skipped = 0
     while p < size and raw[p] != 0x12:
         p = _skip_field(raw, p)
+        skipped += 1
+        if skipped > _FIELDS_BEFORE_SAMPLES:
+            raise _NotPlain()  # not as a profiler writes it: protobuf reads it, in C
     if p >= size:
         return None
     first = p
