@@ -336,8 +336,10 @@ def test_a_snapshot_wakes_a_quiet_function_that_compiled_again(tmp_path):
         assert type(f) is _QuietProbed
         probe.poll()
         assert type(f) is Probed
-        b = f(b)  # observed again: analysed, then quiet again
-        assert type(f) is _QuietProbed and float(b[0]) == 4.0
+        b = f(b)  # observed again: analysed, and sampled (the first call of a signature analysed) ...
+        assert type(f) is Probed and float(b[0]) == 4.0
+        b = f(b)  # ... then quiet again, once that call's inputs' fate is known
+        assert type(f) is _QuietProbed and float(b[0]) == 8.0
     """)
     assert sorted(run.jit["compiles"]["argument_bytes"].tolist()) == [64, 128]
     counts = run.jit["counts"].iloc[0]
@@ -355,6 +357,7 @@ def test_a_signature_compiled_while_quiet_is_analysed_when_it_comes_back(tmp_pat
             for _ in range(5):
                 f(full)
             f(last)
+        f(full)  # the analysed signature's call was sampled: quiet once its inputs' fate is known
         assert type(f) is _QuietProbed
     """)
     assert sorted(run.jit["compiles"]["signature"]) == ["float32[16]", "float32[4]"]

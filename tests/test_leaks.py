@@ -162,10 +162,12 @@ def test_leak_of_a_known_size_per_step(leak_run):
                                                                         line, "main")
     assert row["growth_bytes_per_step"] == 4096.0
     assert row["growth_bytes_per_s"] > 0
-    assert (row["live_bytes_first"], row["live_bytes_last"], row["arrays_last"]) == (0, STEPS * 4096, STEPS)
-    assert row["snapshots_used"] == STEPS + 2  # the exit snapshot is left out
-    # tau-b: of the 496 pairs, 495 rise and one is tied (the two first snapshots both hold 0 B).
-    assert row["tau"] == pytest.approx(495 / np.sqrt(495 * 496))
+    # The steady phase: from the first step's snapshot (the two before it are
+    # the set-up, the exit snapshot is left out), so every one of its 435
+    # pairs rises (tau-b 1).
+    assert (row["live_bytes_first"], row["live_bytes_last"], row["arrays_last"]) == (4096, STEPS * 4096, STEPS)
+    assert row["snapshots_used"] == STEPS
+    assert row["tau"] == pytest.approx(1.0)
     assert row["p_value"] < 1e-8
     assert row["projected_steps"] == 1000
     assert np.isnan(row["projected_seconds"])
@@ -213,7 +215,62 @@ def test_growth_per_step_leaves_out_the_setup_before_the_first_step(tmp_path_fac
     row = found.iloc[0]
     assert row["line"] == line_of(script, "SITE-STEP")
     assert row["growth_bytes_per_step"] == 4096.0
-    assert (row["live_bytes_first"], row["live_bytes_last"]) == (0, 256 * 1024 + 12 * 4096)
+    assert (row["live_bytes_first"], row["live_bytes_last"]) == (256 * 1024 + 4096, 256 * 1024 + 12 * 4096)
+
+
+SETUP_THEN_FLAT = """
+import jax, jax.numpy as jnp
+import jaxmemprof
+
+
+@jax.jit
+def step(p):
+    return p * 0.5
+
+
+def main():
+    jax.devices()
+    layers = []
+    for k in range(12):  # set-up: a model built layer by layer, a snapshot each
+        layers.append(jnp.zeros((64, 1024), jnp.float32))  # SITE-SETUP: 256 KiB a layer
+        jaxmemprof.snapshot()
+    for i in range(30):  # training: the state replaced, never grown
+        layers = [step(p) for p in layers]  # SITE-STEP
+        jaxmemprof.snapshot()
+    more = []
+    for i in range(12):  # then a real leak: 64 KiB kept per step
+        layers = [step(p) for p in layers]
+        more.append(jnp.ones((16, 1024), jnp.float32))  # SITE-LATE
+        jaxmemprof.snapshot()
+
+
+main()
+"""
+
+
+def test_a_set_up_followed_by_a_flat_state_is_a_level_shift_not_a_leak(tmp_path_factory):
+    """No markers: the set-up's rise then a flat state is a shift between
+    phases (it once read as a high leak, "growing steadily"); a site that
+    grows within the later phase is a leak, its rate measured there."""
+    script, run, att = _record(tmp_path_factory, "setup_then_flat", SETUP_THEN_FLAT)
+    found = leaks(run, att)
+    assert found["line"].tolist() == [line_of(script, "SITE-LATE")]
+    row = found.iloc[0]
+    assert row["live_bytes_last"] == 12 * 64 * 1024
+    # Every site that is not growing within its steady phase: none, however small.
+    assert leaks(run, att, min_bytes=0)["line"].tolist() == [line_of(script, "SITE-LATE")]
+
+
+def test_steady_start_splits_at_the_level_shift():
+    from jaxmemprof.analysis.leaks import steady_start
+
+    rise_then_flat = np.r_[np.arange(12) * 256, np.full(30, 12 * 256)]
+    ramp = np.arange(42) * 10
+    flat = np.full(42, 7)
+    starts = steady_start(np.vstack([rise_then_flat, ramp, flat]), min_length=6)
+    assert starts.tolist() == [12, 0, 0]  # the flat phase; a steady ramp and a flat row: whole
+    assert mann_kendall(rise_then_flat[starts[0]:])["p_value"].iloc[0] == 1.0
+    assert mann_kendall(ramp[starts[1]:])["p_value"].iloc[0] < 0.01
 
 
 def test_leak_without_markers_is_measured_per_second(leak_run):
@@ -246,7 +303,7 @@ def test_leak_finding(leak_run):
     assert "4.00 KiB per step" in words(f).message
     assert f.severity == "high"  # 4 MiB more after 1000 steps, ten times the run's peak
     assert f.saving_bytes == 1000 * 4096
-    assert "120.00 KiB" in words(f).evidence and "32 snapshots" in words(f).evidence
+    assert "4.00 KiB -> 120.00 KiB over 30 snapshots" in words(f).evidence
     assert "list" in words(f).fix
 
 

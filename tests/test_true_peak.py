@@ -89,3 +89,35 @@ def test_four_devices_each_needing_a_temporary_say_it_per_device(tmp_path):
     text = run_cli("report", run, check=0).stdout
     mib = (per_device + r_shard) / 2**20
     assert f"estimated true peak {mib:.2f} MiB per device ({4 * mib:.2f} MiB on all 4)" in text
+
+
+ELSEWHERE = """
+import jax, jax.numpy as jnp
+
+@jax.jit
+def train(state, batch):   # state could be donated: 1 MiB
+    return jax.tree_util.tree_map(lambda s: s + batch.mean(), state)
+
+@jax.jit
+def evaluate(x):
+    return jnp.sort(x @ x.T, axis=0).sum()   # a 64 MiB temporary: the run's true peak
+
+state = {"w": jnp.zeros((512, 512), jnp.float32)}
+batch = jnp.ones((8,), jnp.float32)
+for i in range(6):
+    state = train(state, batch)
+print(float(evaluate(jnp.ones((4096, 1), jnp.float32))))
+"""
+
+
+def test_advice_on_a_call_that_does_not_hold_the_peak_is_info(tmp_path):
+    script = write_script(tmp_path, "elsewhere.py", ELSEWHERE)
+    run_cli("run", "-q", "-o", tmp_path / "run", script, cwd=tmp_path, check=0)
+    doc = json.loads(run_cli("report", tmp_path / "run", "--json", check=0).stdout)
+    assert doc["summary"]["estimated_true_peak_where"] == "during a call of evaluate"
+    [donate] = [f for f in doc["findings"] if f["rule"] == "donate"]
+    assert donate["facts"]["function"] == "train"
+    assert donate["saving_bytes"] == 512 * 512 * 4  # its own saving, still said
+    assert donate["severity"] == "info"
+    assert donate["facts"]["peak_elsewhere"] == "during a call of evaluate"
+    assert "does not lower the run's peak, which is during a call of evaluate" in donate["message"]

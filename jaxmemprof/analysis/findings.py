@@ -54,6 +54,23 @@ def in_proportion(findings: list[Finding], peak_bytes: int) -> list[Finding]:
             else f for f in findings]
 
 
+# Rules about one jitted function's calls: what they save lowers the run's
+# peak only when the peak is during a call of that function.
+_ABOUT_A_CALL = ("donate", "remat", "narrow-dtype")
+
+
+def by_effect(findings: list[Finding], peak_function: str | None, peak_where: str) -> list[Finding]:
+    """Advice on a function whose calls do not hold the run's (true) peak:
+    ``info``, with where the peak is (``peak_elsewhere``); its saving stays
+    its own. ``peak_function``: the function during whose call the peak is,
+    or None when the peak is not inside a call (nothing is changed)."""
+    if peak_function is None:
+        return findings
+    return [replace(f, severity="info", facts={**f.facts, "peak_elsewhere": peak_where})
+            if f.rule in _ABOUT_A_CALL and f.fact("function") not in (None, peak_function) else f
+            for f in findings]
+
+
 def ranked(findings: list[Finding]) -> list[Finding]:
     """Severity first, then bytes saved (largest first), then rule and site."""
     order = {s: i for i, s in enumerate(SEVERITIES)}

@@ -18,6 +18,14 @@ per-snapshot series is put to a trend test:
   against the number of markers seen before each snapshot, from the first
   marker on (bytes per step; before it the program sets up).
 
+The tests look at each site's *steady phase* only: from the first step when
+the script marks its steps, else from its last level shift (a split of the
+series into two constant levels that explains at least 80 % of its variance,
+found again in what follows while one does; a steady ramp never explains
+more than 75 %). A set-up that rises and then stays flat is a shift between
+phases, not growth; a leak is growth within the steady phase, and its rate,
+first bytes and snapshots are that phase's.
+
 A site is reported when p < ``alpha`` (0.01), tau-b >= ``min_tau`` (0.5), the
 growth is positive, it grew at ``min_increases`` (3) or more snapshots, and it
 is still growing at the end: the last third of its snapshots rises above the
@@ -138,6 +146,42 @@ def theil_sen(x: np.ndarray, t: np.ndarray, *, max_pairs: int = 20_000, seed: in
     return out
 
 
+def steady_start(x: np.ndarray, *, min_length: int = 6, explained: float = 0.8) -> np.ndarray:
+    """Where each row's steady phase begins. A level shift (a set-up that
+    ends in a flat state, training after it) is a split of the row into two
+    runs of constant level that explains at least ``explained`` of its
+    variance; a steady ramp never does (at best 3/4). The later run is split
+    again while that holds and it keeps ``min_length`` points; the start of
+    what is left, or 0 (the whole row)."""
+    x = np.asarray(x, dtype=float)
+    out = np.zeros(x.shape[0], dtype=np.int64)
+    for r in range(x.shape[0]):
+        start = 0
+        while x.shape[1] - start >= 2 * min_length:
+            split = _level_shift(x[r, start:], min_length, explained)
+            if split is None:
+                break
+            start += split
+        out[r] = start
+    return out
+
+
+def _level_shift(x: np.ndarray, min_length: int, explained: float):
+    """The split of ``x`` into two constant levels with the least squared
+    error, the later keeping ``min_length`` points, when it explains at
+    least ``explained`` of the variance; else None."""
+    m = len(x)
+    d = x - x.mean()  # exact sums for large byte counts
+    total = float(np.dot(d, d))
+    if total <= 0:
+        return None
+    c = np.cumsum(d)[:-1]
+    left = np.arange(1, m, dtype=float)  # points before each split
+    gain = (c ** 2 / left + c ** 2 / (m - left))[: m - min_length]  # what two levels explain
+    k = int(np.argmax(gain))
+    return k + 1 if gain[k] >= explained * total else None
+
+
 # -- leaks -------------------------------------------------------------------------
 
 
@@ -203,8 +247,6 @@ def leaks(run, attribution: Attribution = Attribution(), *, steps: int = 1000, m
     pts = np.unique(np.rint(np.linspace(0, n - 1, min(n, max_points))).astype(np.int64))
     xs = mb[:, pts]
 
-    mk = mann_kendall(xs)
-    per_s = theil_sen(xs, t[pts], max_pairs=max_pairs)
     # Per step, from the first step on: before it the program sets up (its
     # parameters appear at once), which is no step's growth.
     sx = step_no[pts]
@@ -212,12 +254,33 @@ def leaks(run, attribution: Attribution = Attribution(), *, steps: int = 1000, m
     has_steps = run.markers is not None and stepping.sum() >= 2 and np.ptp(sx[stepping]) > 0
     per_step = (theil_sen(xs[:, stepping], sx[stepping], max_pairs=max_pairs) if has_steps
                 else np.full(len(candidates), np.nan))
-
-    increases = (np.diff(mb, axis=1) > 0).sum(axis=1)
-    cut = max(1, (2 * n) // 3)
-    # Still growing at the end: the last third goes above the first two thirds
-    # (their 90th percentile, so that one transient spike does not hide a leak).
-    late_highs = mb[:, cut:].max(axis=1, initial=np.iinfo(np.int64).min) > np.percentile(mb[:, :cut], 90, axis=1)
+    # The tests look at the steady phase only: from the first step when the
+    # program marks its steps, else from each site's level shift (a set-up
+    # that ends in a flat state is a shift between phases, not growth).
+    if has_steps:
+        starts = np.full(len(candidates), int(np.argmax(stepping)), dtype=np.int64)
+    else:
+        starts = steady_start(xs, min_length=min_snapshots)
+    mk = pd.DataFrame(index=range(len(candidates)), columns=["p_value", "tau"], dtype=float)
+    per_s = np.full(len(candidates), np.nan)
+    increases = np.zeros(len(candidates), dtype=np.int64)
+    late_highs = np.zeros(len(candidates), dtype=bool)
+    first_used = np.zeros(len(candidates), dtype=np.int64)
+    for k in np.unique(starts):
+        rows = np.flatnonzero(starts == k)
+        seg, seg_t = xs[rows, k:], t[pts][k:]
+        tested = mann_kendall(seg)
+        mk.loc[rows, "p_value"] = tested["p_value"].to_numpy()
+        mk.loc[rows, "tau"] = tested["tau"].to_numpy()
+        per_s[rows] = theil_sen(seg, seg_t, max_pairs=max_pairs)
+        full = mb[rows, pts[k]:]
+        increases[rows] = (np.diff(full, axis=1) > 0).sum(axis=1)
+        cut = max(1, (2 * full.shape[1]) // 3)
+        # Still growing at the end: the last third goes above the first two thirds
+        # (their 90th percentile, so that one transient spike does not hide a leak).
+        late_highs[rows] = (full[:, cut:].max(axis=1, initial=np.iinfo(np.int64).min)
+                            > np.percentile(full[:, :cut], 90, axis=1))
+        first_used[rows] = pts[k]
     growth = np.where(np.isnan(per_step), per_s, per_step)
     keep = ((mk["p_value"].to_numpy() < alpha) & (mk["tau"].to_numpy() >= min_tau) & (growth > 0)
             & (per_s > 0) & (increases >= min_increases) & late_highs)
@@ -242,7 +305,7 @@ def leaks(run, attribution: Attribution = Attribution(), *, steps: int = 1000, m
         "function": table["function"].to_numpy(dtype=object),
         "growth_bytes_per_s": per_s,
         "growth_bytes_per_step": per_step,
-        "live_bytes_first": mb[:, 0].astype(np.int64),
+        "live_bytes_first": mb[np.arange(len(candidates)), first_used].astype(np.int64),
         "live_bytes_last": last.astype(np.int64),
         "arrays_last": ma[:, -1].astype(np.int64),
         "p_value": mk["p_value"].to_numpy(),
@@ -252,7 +315,7 @@ def leaks(run, attribution: Attribution = Attribution(), *, steps: int = 1000, m
         "projected_steps": pd.array([proj_steps] * len(candidates), dtype="Int64"),
         "projected_seconds": np.full(len(candidates), proj_seconds, dtype=float),
         "projected_share_of_peak": proj_growth / peak if peak else np.full(len(candidates), np.nan),
-        "snapshots_used": np.full(len(candidates), n, dtype=np.int64),
+        "snapshots_used": (n - first_used).astype(np.int64),
     })[keep]
     out = out.sort_values(["projected_growth_bytes", "growth_bytes_per_s", "site"],
                           ascending=[False, False, True], kind="stable")

@@ -13,7 +13,7 @@ import pandas as pd
 from jaxmemprof.analysis.advice.allocator import allocator_findings
 from jaxmemprof.analysis.advice.capacity import fit_findings, will_it_fit
 from jaxmemprof.analysis.advice.donation import donation_findings, jit_memory, true_peak
-from jaxmemprof.analysis.findings import Finding, in_proportion, ranked
+from jaxmemprof.analysis.findings import Finding, by_effect, in_proportion, ranked
 from jaxmemprof.analysis.groups import Summary
 from jaxmemprof.analysis.inside_jit import inside_jit_findings, largest_buffers, peak_by_line
 from jaxmemprof.analysis.leaks import leak_findings, leaks, recompiles, rejits
@@ -102,6 +102,8 @@ def build_report(run, attribution: Attribution, *, top_sites: int = 10, steps: i
         fit = will_it_fit(run, device_memory, device_peak)
         found += fit_findings(fit)
     found = in_proportion(found, total_true_peak if total_true_peak is not None else int(tl.peak_bytes))
+    if inside is not None and inside.device_bytes > busiest:
+        found = by_effect(found, inside.function, inside.where)
 
     snaps = run.snapshots
     m = run.manifest

@@ -63,9 +63,9 @@ from jaxmemprof.xla.dump import read_dump
 KNOWN_WRAPPERS = {("flax", "jit"): "flax.nnx.jit", ("equinox", "filter_jit"): "equinox.filter_jit"}
 # Names under which a wrapper's frame holds the user's function.
 _FUNCTION_LOCALS = ("fun", "f", "fn", "func", "function")
-# Snapshots taken before the first call of a signature, at most, in a run (a
-# program that compiles without end gets the sampler's own after these).
-PRE_CALL_SNAPSHOTS = 200
+# Sampled calls before which the live bytes are counted, at most, in a run
+# (later ones are estimated from the sampler's last snapshot before them).
+LIVE_BEFORE_CALLS = 400
 # A function whose observation fails this often is no longer observed.
 MAX_ERRORS = 3
 # Functions the program dropped whose lowering is kept for XLA's dump at the end.
@@ -175,7 +175,7 @@ class _Site:
 
 
 class _FunctionState:
-    __slots__ = ("function_id", "calls", "traced", "samples", "resample", "pending", "before_known", "compiles", "analyse_next", "hunt",
+    __slots__ = ("function_id", "calls", "traced", "samples", "resample", "pending", "compiles", "analyse_next", "hunt",
                  "signatures", "param_names", "donate_argnums", "donate_argnames", "arguments", "by_signature",
                  "cache", "quiet", "off", "errors", "proxy", "counted_all", "largest", "user", "backend_compiles",
                  "row", "compile_s")
@@ -193,7 +193,6 @@ class _FunctionState:
         self.analyse_next = by_signature
         self.hunt = HUNT_CALLS if by_signature else 0  # calls left to find a signature not analysed yet
         self.signatures: set = set()  # signatures analysed
-        self.before_known: set = set()  # signatures whose first sampled call had a snapshot of its own before it
         self.param_names = param_names
         self.donate_argnums = donate_argnums
         self.donate_argnames = donate_argnames
@@ -248,10 +247,10 @@ class JitProbe:
         self._errors_seen: set = set()
         self._calling = threading.local()  # .state: the function whose call this thread is in
         # The sampler, which holds the program's arrays while it takes a
-        # snapshot (Sampler.holding), and takes one before the first call of
-        # each signature: set by the session.
+        # snapshot (Sampler.holding), and counts what is live before a
+        # sampled call: set by the session.
         self.observer = None
-        self._pre_call_left = PRE_CALL_SNAPSHOTS
+        self._live_before_left = LIVE_BEFORE_CALLS
 
     # -- installing ----------------------------------------------------------------
 
@@ -513,7 +512,7 @@ class JitProbe:
         inputs = self._guard(state, self._describe_inputs, state, args, kwargs) if sample else None
         if inputs is not None:
             signature = self._guard(state, self._signature, args, kwargs)
-            inputs += (signature, self._before_call(state, signature))
+            inputs += (signature, self._live_before(state))
         calling = self._calling
         outer, calling.state = getattr(calling, "state", None), state
         try:
@@ -567,21 +566,19 @@ class JitProbe:
                     refs.append(None)
         return leaves, refs, deaths
 
-    def _before_call(self, state, signature):
-        """The last snapshot before a sampled call; before the first call of
-        each signature of a user's function, a snapshot of its own (at most
-        PRE_CALL_SNAPSHOTS in a run), so that what was live before the call
-        is known exactly, whenever the sampler last looked."""
+    def _live_before(self, state):
+        """The bytes live on each device just before a sampled call of a
+        user's function (JSON), so that the call's true peak does not depend
+        on when the sampler last looked; None past LIVE_BEFORE_CALLS."""
         observer = self.observer
-        if (observer is not None and state.user and signature is not None and signature not in state.before_known
-                and self._pre_call_left > 0):
-            state.before_known.add(signature)
-            self._pre_call_left -= 1
-            observer.snapshot("jit", wait=False)
-        return self.writer.snapshots or None
+        if observer is None or not state.user or self._live_before_left <= 0:
+            return None
+        self._live_before_left -= 1
+        live = observer.live_bytes_by_device()
+        return None if live is None else json.dumps(live, sort_keys=True)
 
     def _record_call(self, state, inputs, out):
-        leaves, refs, deaths, signature, before = inputs
+        leaves, refs, deaths, signature, live_before = inputs
         tu = self._jax.tree_util
         outputs = [_leaf(leaf, tu.keystr(path)) for path, leaf in tu.tree_flatten_with_path(out)[0]
                    if self._is_array(leaf)]
@@ -596,7 +593,7 @@ class JitProbe:
             call_id, state.function_id, state.calls, time.time(), time.monotonic(),
             frame.f_code.co_filename if frame else "", frame.f_lineno if frame else 0,
             frame.f_code.co_name if frame else "",
-            json.dumps(leaves), json.dumps(outputs), None if signature is None else signature[:2000], before,
+            json.dumps(leaves), json.dumps(outputs), None if signature is None else signature[:2000], live_before,
         ))
         state.samples += 1
         state.resample = False

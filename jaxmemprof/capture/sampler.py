@@ -30,7 +30,7 @@ from jaxmemprof.pprof import profile_pb2
 from jaxmemprof.store.writer import RunWriter, SnapshotRecord
 
 ADDRESS_MODES = ("auto", "all", "none")
-TRIGGERS = ("interval", "first", "exit", "exception", "oom", "signal", "api", "jit")
+TRIGGERS = ("interval", "first", "exit", "exception", "oom", "signal", "api")
 
 
 # Signals a thread raises itself by a fault: never blocked (blocked, the kernel
@@ -203,6 +203,29 @@ class Sampler:
                 return bool(jax.live_arrays())
             except Exception:
                 return False
+
+    def live_bytes_by_device(self) -> dict | None:
+        """The bytes of the live arrays on each device (``str(device)``),
+        counted now, without a snapshot (for the jit probe, before a sampled
+        call); None before JAX is up. Its cost counts in the budget."""
+        jax = _jax_ready()
+        if jax is None or self.failed:
+            return None
+        c0 = time.thread_time()
+        out: dict = {}
+        with self._lock:
+            try:
+                live = jax.live_arrays()
+                for a in live:
+                    _add_device_bytes(a, out)
+            except Exception:
+                return None
+            finally:
+                live = a = None
+        cost = time.thread_time() - c0
+        self._spent += cost
+        self._checks += cost
+        return out
 
     def holding(self):
         """The lock under which the sampler holds the program's arrays (the
@@ -618,6 +641,22 @@ class _Static:
         self.devices_json = json.dumps(list(self.devices))
         self.sharding = _sharding_text(sharding)
         self.memory_kind = getattr(sharding, "memory_kind", None)
+
+
+def _add_device_bytes(a, out: dict) -> None:
+    """Add an array's bytes on each of its devices to ``out``, from its
+    sharding (no per-shard views made): a shard's bytes on each device
+    that holds one, replicas included."""
+    sharding = a.sharding
+    try:
+        per_shard = math.prod(sharding.shard_shape(a.shape)) * a.dtype.itemsize
+        devices = sharding.addressable_devices
+    except Exception:
+        devices = getattr(sharding, "addressable_devices", None) or ()
+        per_shard = int(a.nbytes) // max(len(devices), 1)
+    for d in devices:
+        key = str(d)
+        out[key] = out.get(key, 0) + int(per_shard)
 
 
 def profile_buffers(data: bytes) -> tuple[int, int]:

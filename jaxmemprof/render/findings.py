@@ -56,7 +56,13 @@ def words(f: Finding) -> Words:
         fix = str(f.fact("fix", ""))
         return Words(str(f.fact("brief", message)), str(f.fact("brief_fix", fix)), message, fix,
                      str(f.fact("evidence", "")))
-    return template(f, f.facts)
+    w = template(f, f.facts)
+    elsewhere = f.fact("peak_elsewhere")
+    if elsewhere:  # analysis/findings.py by_effect: the run's peak is in another function's call
+        w = Words(brief=f"{w.brief} (not at the run's peak)", brief_fix=w.brief_fix,
+                  message=f"{w.message} This does not lower the run's peak, which is {elsewhere}.",
+                  fix=w.fix, evidence=w.evidence)
+    return w
 
 
 def records(findings: list[Finding]) -> list[dict]:

@@ -38,9 +38,8 @@ GLOSSARY: dict[str, str] = {
     # snapshots and time
     "snapshot": "The snapshot's number in the run: 1, 2, ... in the order taken (a thinned one keeps its number).",
     "t": "Seconds since the run began (wall clock), at the snapshot or event of the row.",
-    "trigger": "Why the snapshot was taken: `first`, `interval`, `exit`, `exception`, `oom`, `signal`, `api` "
-               "(`jaxmemprof.snapshot()`) or `jit` (just before the first call of a jitted function's signature, "
-               "so that what was live before it is known exactly).",
+    "trigger": "Why the snapshot was taken: `first`, `interval`, `exit`, `exception`, `oom`, `signal` or `api` "
+               "(`jaxmemprof.snapshot()`).",
     "label": "The label given to `jaxmemprof.snapshot(label)` (or `mark(label)` for a marker); empty when none.",
     "live_bytes": "Bytes of the live arrays' addressable shards at the snapshot (a replicated array counts once per "
                   "device), over all devices.",
@@ -267,6 +266,9 @@ GLOSSARY: dict[str, str] = {
                                  "compiled signatures no sampled call ran), of the live bytes at the snapshot before "
                                  "the call minus its arguments plus the call peak of the signature it ran, on each "
                                  "device it ran on; at least the snapshot peak; empty without jit probe data.",
+    "peak_elsewhere": "Where the run's (true) peak is when it is not during a call of the finding's function "
+                      "(`during a call of eval_step`): acting on it does not lower the peak, so its severity is "
+                      "`info`; its saving is still its own.",
     "estimated_true_peak_device_bytes": "The estimated true peak on the busiest device (what `fit` and `check "
                                         "--max-true-peak` take): as `estimated_true_peak_bytes`, on one device, "
                                         "XLA's figures being per device; at least the busiest device's snapshot "
@@ -539,7 +541,7 @@ FACTS: dict[tuple[str, str], tuple[str, ...]] = {
     ("recompile", "rejit"): ("function", "functions", "after_setup"),
     ("donate", ""): ("function", "wrapper", "defined_at", "arguments", "by_position", "leaves", "calls_sampled",
                      "devices", "saving_bytes_per_device", "first_kept", "also_donates", "change", "option",
-                     "argnums", "argnames", "pass_first", "edited_line"),
+                     "argnums", "argnames", "pass_first", "edited_line", "peak_elsewhere"),
     ("donation-unusable", ""): ("function", "arguments", "lost_leaves", "outputs", "call_index", "jax_warned"),
     ("donated-then-used", ""): ("error", "donating"),
     ("allocator-platform", ""): ("because",) + _PEAK,
@@ -560,14 +562,15 @@ FACTS: dict[tuple[str, str], tuple[str, ...]] = {
     ("fit", ""): ("device_bytes", "peak_bytes", "peak_source", "peak_device", "needed_bytes", "default_fraction",
                   "default_pool_bytes", "fits_by_default", "fraction_needed", "fits_at_all", "settings",
                   "jaxlib_version", "fraction_variable", "processes", "backend", "fraction_policy_set", "underused"),
-    ("remat", ""): ("function", "program_peak_bytes", "kept_bytes", "buffers", "by_line"),
-    ("narrow-dtype", ""): ("function", "program_peak_bytes", "float32_bytes", "by_line"),
+    ("remat", ""): ("function", "program_peak_bytes", "kept_bytes", "buffers", "by_line", "peak_elsewhere"),
+    ("narrow-dtype", ""): ("function", "program_peak_bytes", "float32_bytes", "by_line", "peak_elsewhere"),
     ("imbalance", ""): ("process", "peak_bytes", "median_bytes", "min_bytes", "median_process",
                         "median_process_bytes", "excess_bytes", "sites", "processes", "process_count"),
     ("unfinished", ""): ("processes",),
 }
 # Facts that only some findings of a rule carry (the others leave them out).
-OPTIONAL_FACTS = {("donate", ""): ("argnums", "argnames", "pass_first")}
+OPTIONAL_FACTS = {("donate", ""): ("argnums", "argnames", "pass_first", "peak_elsewhere"),
+                  ("remat", ""): ("peak_elsewhere",), ("narrow-dtype", ""): ("peak_elsewhere",)}
 
 # What each rule finds, and where (the module that makes it).
 RULE_SUMMARY: dict[str, str] = {
@@ -752,7 +755,7 @@ TERMS: dict[str, str] = {
     "user stack": "An allocation's stack with library frames removed, innermost first.",
     "snapshot": "What a run records at one instant: the device memory profile, one record per live array, the "
                 "allocator statistics, the time, trigger and label; numbered 1, 2, ... in the order taken.",
-    "trigger": "Why a snapshot was taken: `first`, `interval`, `exit`, `exception`, `oom`, `signal`, `api`, `jit`.",
+    "trigger": "Why a snapshot was taken: `first`, `interval`, `exit`, `exception`, `oom`, `signal`, `api`.",
     "thinned": "A long run keeps its last 10 minutes whole and thins older interval snapshots to one per time bucket "
                "that doubles with age; a thinned snapshot keeps its row and array records but loses its profile "
                "file.",

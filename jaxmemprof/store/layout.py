@@ -52,7 +52,7 @@ CREATE TABLE IF NOT EXISTS snapshots (
     snapshot      INTEGER PRIMARY KEY,  -- 1, 2, ... in the order taken
     t_wall        REAL NOT NULL,        -- seconds since the epoch
     t_mono        REAL NOT NULL,        -- time.monotonic(), for durations
-    trigger       TEXT NOT NULL,        -- interval, first, exit, exception, oom, signal, api, jit
+    trigger       TEXT NOT NULL,        -- interval, first, exit, exception, oom, signal, api
     label         TEXT,
     file          TEXT NOT NULL,        -- snapshots/NNNNNN.prof.gz, relative to the run
     live_bytes    INTEGER NOT NULL,     -- bytes of live buffers in the profile
@@ -139,7 +139,7 @@ CREATE TABLE IF NOT EXISTS jit_calls (  -- sampled calls
     inputs_alive  TEXT,                 -- JSON: per input leaf, its fate by the next call: held,
                                         -- dropped (by the calling statement), dropped-later, deleted
     signature     TEXT,                 -- the compiled signature it ran (jit_compiles.signature)
-    snapshot      INTEGER               -- the last snapshot taken before the call (NULL: none)
+    live_before   TEXT                  -- JSON {device: bytes}: live just before the call (NULL: not counted)
 );
 CREATE TABLE IF NOT EXISTS jit_counts (
     function_id   INTEGER PRIMARY KEY,

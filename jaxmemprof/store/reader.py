@@ -52,8 +52,8 @@ _TABLES = {
                       "temp_bytes", "generated_code_bytes", "host_argument_bytes", "host_output_bytes",
                       "host_alias_bytes", "host_temp_bytes", "host_generated_code_bytes", "peak_bytes"),
                      ("signature",), ("function_id", "t_wall")),
-    "jit_calls": (("call_id", "function_id", "call_index", "t_wall", "t_mono", "caller_line", "snapshot"),
-                  ("caller_file", "caller_function", "inputs", "outputs", "inputs_alive", "signature"),
+    "jit_calls": (("call_id", "function_id", "call_index", "t_wall", "t_mono", "caller_line"),
+                  ("caller_file", "caller_function", "inputs", "outputs", "inputs_alive", "signature", "live_before"),
                   ("call_id", "function_id", "t_wall")),
     "jit_programs": (("function_id", "length", "peak_position", "peak_bytes", "argument_bytes", "output_bytes",
                       "alias_bytes", "temp_bytes", "dump_s"), ("signature", "module"),
@@ -90,7 +90,7 @@ _MANIFEST_TYPES = {
 _JSON_COLUMNS = {
     "jit_functions": ("params", "donate_argnums", "donate_argnames", "static_argnums", "static_argnames",
                       "wrapper_options"),
-    "jit_calls": ("inputs", "outputs", "inputs_alive"),
+    "jit_calls": ("inputs", "outputs", "inputs_alive", "live_before"),
     "jit_buffers": ("frames",),
 }
 _MAX_JSON_DEPTH = 64

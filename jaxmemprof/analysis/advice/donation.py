@@ -489,6 +489,7 @@ class TruePeak:
     bytes: int  # on all the devices of the call, summed
     devices: int  # the devices the call ran on
     where: str  # "during a call of f"
+    function: str  # f
 
 
 def _call_devices(calls: pd.DataFrame) -> dict:
@@ -502,16 +503,25 @@ def _call_devices(calls: pd.DataFrame) -> dict:
     return out
 
 
+def _device_bytes(text) -> dict | None:
+    """A ``live_before`` cell: {device: bytes}, or None where it is missing or damaged."""
+    v = _json(text, {}) if isinstance(text, str) else None
+    if not v and text != "{}":
+        return None
+    ok = all(isinstance(b, int) and not isinstance(b, bool) and 0 <= b < 2**63 for b in v.values())
+    return v if ok else None
+
+
 def true_peak(run, devices: pd.DataFrame | None = None) -> TruePeak | None:
     """For each sampled call (with the signature it ran) and each compiled
-    signature no sampled call ran: on the busiest device, the bytes live at
-    the last snapshot before the call (the recorder takes one of its own
-    before the first call of each signature: ``jit_calls.snapshot``; runs
-    recorded before it have the time), minus the call's arguments there
-    (XLA counts them), plus XLA's peak for that signature; on all devices,
-    the same summed over the devices the call ran on. ``devices``: the
-    timeline's live bytes per snapshot and device (else the snapshots'
-    totals, as one device). The largest, or None without the probe's figures."""
+    signature no sampled call ran: on the busiest device, the bytes live
+    just before the call (counted by the recorder then: ``live_before``;
+    else, as in runs recorded before it, those at the last snapshot before
+    the call), minus the call's arguments there (XLA counts them), plus
+    XLA's peak for that signature; on all devices, the same summed over the
+    devices the call ran on. ``devices``: the timeline's live bytes per
+    snapshot and device (else the snapshots' totals, as one device). The
+    largest, or None without the probe's figures."""
     compiles = run.jit.get("compiles")
     snaps = run.snapshots
     if compiles is None or compiles.empty or snaps.empty:
@@ -529,14 +539,15 @@ def true_peak(run, devices: pd.DataFrame | None = None) -> TruePeak | None:
     calls = run.jit.get("calls")
     if calls is None:
         calls = pd.DataFrame(columns=["function_id", "call_index", "t_wall", "signature", "inputs"])
-    for col in ("signature", "snapshot"):
+    for col in ("signature", "live_before"):
         if col not in calls.columns:
             calls = calls.assign(**{col: None})
     n_of = _call_devices(calls) if not calls.empty else {}
-    # (the snapshot before it, or None: by time; its time; its row of compiles) per event.
+    # (live bytes before it per device, or None: the snapshot before it; its
+    # time; its row of compiles) per event.
     events, ran = [], set()
     for fid, idx, t, sig, before in zip(calls["function_id"], calls["call_index"], calls["t_wall"],
-                                        calls["signature"], calls["snapshot"]):
+                                        calls["signature"], calls["live_before"]):
         i = by_signature.get((int(fid), sig)) if isinstance(sig, str) else None
         if i is None:  # recorded before calls named their signature: the last compiled at or before it
             earlier = np.flatnonzero((fids == int(fid)) & (call_index <= int(idx)))
@@ -544,12 +555,11 @@ def true_peak(run, devices: pd.DataFrame | None = None) -> TruePeak | None:
                 continue
             i = int(earlier[-1])
         ran.add(i)
-        events.append((None if pd.isna(before) else int(before), float(t), i))
+        events.append((_device_bytes(before), float(t), i))
     events += [(None, float(t), i) for i, t in enumerate(c["t_wall"]) if i not in ran]
     order = np.argsort(snaps["t_wall"].to_numpy(dtype=float), kind="stable")
     snap_t = snaps["t_wall"].to_numpy(dtype=float)[order]
     numbers = snaps["snapshot"].to_numpy(dtype=np.int64)[order]
-    position = {int(n): k for k, n in enumerate(numbers)}
     total = snaps["live_bytes"].to_numpy(dtype=np.int64)[order]
     busiest = total
     if devices is not None and not devices.empty:
@@ -559,12 +569,17 @@ def true_peak(run, devices: pd.DataFrame | None = None) -> TruePeak | None:
     names = dict(zip(functions["function_id"], functions["name"])) if not functions.empty else {}
     best = None
     for before, t, i in events:
-        j = position.get(before, -1) if before is not None else int(np.searchsorted(snap_t, t, side="right")) - 1
+        if before is not None:
+            live_busiest, live_total = max(before.values(), default=0), sum(before.values())
+        else:
+            j = int(np.searchsorted(snap_t, t, side="right")) - 1
+            live_busiest, live_total = (int(busiest[j]), int(total[j])) if j >= 0 else (0, 0)
         n = n_of.get((int(fids[i]), sigs[i]), n_of.get((int(fids[i]), None), 1))
-        on_device = max((int(busiest[j]) if j >= 0 else 0) - int(args[i]), 0) + int(peak[i])
-        summed = max((int(total[j]) if j >= 0 else 0) - n * int(args[i]), 0) + n * int(peak[i])
+        on_device = max(live_busiest - int(args[i]), 0) + int(peak[i])
+        summed = max(live_total - n * int(args[i]), 0) + n * int(peak[i])
         if best is None or (on_device, summed) > (best.device_bytes, best.bytes):
-            best = TruePeak(on_device, summed, n, f"during a call of {names.get(fids[i], fids[i])}")
+            name = str(names.get(fids[i], fids[i]))
+            best = TruePeak(on_device, summed, n, f"during a call of {name}", name)
     return best
 
 
