@@ -349,7 +349,9 @@ def _numbers(text, count: int) -> np.ndarray | None:
     if not isinstance(text, str):
         return None
     values = _parsed(text)
-    return values if values is not None and len(values) == count and (np.abs(values) < 2**53).all() else None
+    # Not np.abs: it leaves -2**63 as it is (below 2**53), which the general path reads as damage.
+    return (values if values is not None and len(values) == count and ((values > -2**53) & (values < 2**53)).all()
+            else None)
 
 
 def _parsed(text: str) -> np.ndarray | None:
