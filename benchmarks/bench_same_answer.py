@@ -1,0 +1,88 @@
+"""Same program, same answer: how many of N recordings of one program agree.
+
+    python benchmarks/bench_same_answer.py [--runs 20] [--interval 0.01] [--max-overhead 0.2] [--out CSV]
+
+Each program of ``sample_runs/libraries/`` named below (an nnx.jit step over
+an nnx.Optimizer, an equinox.filter_jit step with optax) is recorded
+``--runs`` times with ``jaxmemprof run`` at a fast interval (the sampler busy
+around every call: where its list of live arrays once made a sampled call's
+inputs look held). For each recording: its findings (rule, site, saving),
+XLA's figures per jitted function (``jit_memory``) and the estimated true
+peak per device. Reported: the number of distinct answers (target: 1) and
+how many recordings gave the most common one (target: all).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import csv
+import sys
+import tempfile
+from pathlib import Path
+
+from _common import REPO, Results, git_state  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
+
+PROGRAMS = ("nnx_optimizer.py", "equinox_optax.py")
+
+
+def answer(run_dir: Path):
+    sys.path.insert(0, str(REPO))
+    from jaxmemprof.analysis.advice.donation import jit_memory
+    from jaxmemprof.analysis.report import build_report
+    from jaxmemprof.analysis.sites import Attribution
+    from jaxmemprof.store.reader import load_run
+
+    run = load_run(run_dir)
+    att = Attribution(roots=(run.manifest["cwd"],))
+    rep = build_report(run, att)
+    findings = tuple(sorted((f.rule, f.site, f.saving_bytes) for f in rep.findings if f.rule != "fit"))
+    jm = jit_memory(run, att)
+    figures = tuple(map(tuple, jm[sorted(c for c in jm.columns if c.endswith("_bytes"))].values.tolist()))
+    return findings, figures, rep.summary.get("estimated_true_peak_device_bytes")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=20)
+    ap.add_argument("--interval", default="0.01")
+    ap.add_argument("--max-overhead", default="0.2")
+    ap.add_argument("--out", type=Path)
+    args = ap.parse_args(argv)
+    import subprocess
+
+    res = Results()
+    res.say(f"# bench_same_answer at {git_state()}: {args.runs} runs each, --interval {args.interval} "
+            f"--max-overhead {args.max_overhead}")
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in PROGRAMS:
+            script = REPO / "sample_runs" / "libraries" / name
+            counts: collections.Counter = collections.Counter()
+            for i in range(args.runs):
+                out = Path(tmp) / f"{name}-{i}"
+                proc = subprocess.run([sys.executable, "-m", "jaxmemprof", "run", "-q", "--interval", args.interval,
+                                       "--max-overhead", args.max_overhead, "-o", str(out), str(script)],
+                                      cwd=REPO, capture_output=True, text=True, env={**__import__("os").environ,
+                                                                                     "JAX_PLATFORMS": "cpu"})
+                if proc.returncode != 0:
+                    res.say(f"{name}: run {i} failed: {proc.stderr[-500:]}")
+                    return 1
+                counts[answer(out)] += 1
+            most = counts.most_common(1)[0][1]
+            res.say(f"{name}: {len(counts)} distinct answer(s); {most} of {args.runs} agree")
+            for a, n in counts.most_common():
+                res.say(f"  {n} x findings {a[0]}, true peak per device {a[2]}")
+            res.add("same_answer", f"{name} distinct answers", len(counts), "answers", target="1",
+                    met=len(counts) == 1)
+            res.add("same_answer", f"{name} runs agreeing", most, "runs", reference=args.runs,
+                    ratio=most / args.runs, target="all", met=most == args.runs)
+    if args.out:
+        with open(args.out, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(res.rows[0]))
+            w.writeheader()
+            w.writerows(res.rows)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
