@@ -69,7 +69,10 @@ def _size(marker, item) -> int:
     try:
         return parse_size(str(value).replace(" ", ""))
     except ValueError as exc:
-        pytest.fail(f"{marker.name}: {exc}", pytrace=False)
+        problem = str(exc)
+    except OverflowError:  # digits past a float's range
+        problem = f"not a size: {value!r} (too large)"
+    pytest.fail(f"{marker.name}: {problem}", pytrace=False)  # outside the except: one line, nothing chained
 
 
 @pytest.hookimpl(wrapper=True)

@@ -177,3 +177,25 @@ def test_manifest_writer_writes_null_for_what_json_has_not(tmp_path):
 
     write_json_atomic(tmp_path / "manifest.json", {"a": math.nan, "b": [math.inf, 1.5], "c": {"d": -math.inf}})
     assert strict((tmp_path / "manifest.json").read_text()) == {"a": None, "b": [None, 1.5], "c": {"d": None}}
+
+
+def test_plugin_marker_sizes_are_checked_too(pytester, monkeypatch):
+    """A marker's size that is not one (NaN, infinity, negative, past a
+    float's range) fails its test with one line, no traceback."""
+    monkeypatch.setenv("JAX_PLATFORMS", "cpu")
+    pytester.makepyfile(test_sizes=f'''
+        import pytest
+
+        SIZES = ["nan", float("nan"), float("inf"), -1, "-1MiB", "{HUGE}"]
+
+        @pytest.mark.parametrize("n", [pytest.param(n, marks=pytest.mark.limit_device_memory(size))
+                                       for n, size in enumerate(SIZES)])
+        def test_bad(n):
+            pass
+    ''')
+    result = pytester.runpytest_subprocess("-rA", "-p", "no:cacheprovider")
+    text = result.stdout.str()
+    result.assert_outcomes(failed=6)
+    said = [line for line in result.outlines if line.startswith("limit_device_memory: not a size: ")]
+    assert len(said) == 6 and said[-1].endswith("(too large)"), text
+    assert "Traceback" not in text and "During handling" not in text and "INTERNALERROR" not in text, text
