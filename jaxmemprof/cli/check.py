@@ -83,7 +83,9 @@ def _rules(ctx, param, values):
 def check(run_dir, max_peak, max_true_peak, max_growth, fail_on, baseline_dir, max_increase, as_json,
           library, user, all_frames):
     """Check a recorded run against limits, for CI: exit 0 when every limit
-    holds, 1 when one does not (one FAIL line per violation), 2 on bad input.
+    holds, 1 when one does not (one FAIL line per violation, whatever becomes
+    of stdout), 2 on bad input, and when a figure asked for cannot be
+    computed (no readable snapshot, no jit figures, a process missing).
 
     The figures are report's: its peak, estimated true peak, leaks and
     findings (see `jaxmemprof report RUN`). On a multi-process job
