@@ -252,14 +252,14 @@ def attribution(library, user, all_frames, *runs):
                        roots=tuple(dict.fromkeys(roots)))
 
 
-def load(spec, sample_index, max_decompressed, default="peak"):
+def load(spec, sample_index, max_decompressed, default="peak", **limits):
     """A profile file, RUN@SEL or a bare run directory; returns (name,
-    Profile, the Run or None)."""
+    Profile, the Run or None). ``limits``: load_profile's others (max_ratio)."""
     from jaxmemprof.store.selectors import resolve
 
     ctx = click.get_current_context(silent=True)  # --process N (cli/jobs.py), on a multi-process job
     ref = resolve(spec, default, process=None if ctx is None else ctx.meta.get("jaxmemprof.process"))
-    prof = ref.load(sample_index=sample_index, max_decompressed=max_decompressed)
+    prof = ref.load(sample_index=sample_index, max_decompressed=max_decompressed, **limits)
     if ref.run is not None:
         warn(ref.run)
     return ref.name, prof, ref.run

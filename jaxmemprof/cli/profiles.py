@@ -38,6 +38,9 @@ def _profile_options(f):
                           "profile's default bytes type)."),
         click.option("--max-decompressed", type=Size(min=1), default="128MiB", show_default=True,
                      help="Refuse profiles that decompress to more than this (gzip bombs)."),
+        click.option("--max-ratio", type=click.IntRange(min=1), default=100, show_default=True, metavar="N",
+                     help="Refuse gzip profiles that decompress to more than N times their size, past "
+                          "their first 4 MiB (gzip bombs; real profiles: 2 to 15)."),
     ]
     for opt in reversed(options):
         f = opt(f)
@@ -100,7 +103,7 @@ def _emit(command, inputs, result, value_type, title, csv_path, as_json, top, fo
 @click.argument("profile", metavar="PROFILE")
 @_profile_options
 def show(profile, by, top, csv_path, as_json, html_path, force, library, user, all_frames, sample_index,
-         max_decompressed):
+         max_decompressed, max_ratio):
     """Show where the bytes of one profile are, by your lines of code.
 
     PROFILE is a pprof file from jax.profiler.save_device_memory_profile()
@@ -121,7 +124,7 @@ def show(profile, by, top, csv_path, as_json, html_path, force, library, user, a
     from jaxmemprof.analysis.groups import summarize
 
     _check_streams(csv_path, as_json, html_path, force)
-    name, prof, run_ = load(profile, sample_index, max_decompressed)
+    name, prof, run_ = load(profile, sample_index, max_decompressed, max_ratio=max_ratio)
     att = attribution(library, user, all_frames, run_)
     result = summarize(prof, by, att)
     _emit("show", [name], result, prof.value_type, f"{name}: {prof.value_type} by {by}",
@@ -140,7 +143,7 @@ def show(profile, by, top, csv_path, as_json, html_path, force, library, user, a
 @click.argument("new", metavar="[NEW]", required=False)
 @_profile_options
 def diff(base, new, by, top, csv_path, as_json, html_path, force, library, user, all_frames, sample_index,
-         max_decompressed):
+         max_decompressed, max_ratio):
     """Compare two profiles: which of your lines grew and which shrank.
 
     Deltas are NEW minus BASE per group, as with `go tool pprof -diff_base`;
@@ -167,8 +170,8 @@ def diff(base, new, by, top, csv_path, as_json, html_path, force, library, user,
         if sel is not None or not os.path.isdir(run_dir):
             raise click.UsageError("diff needs BASE and NEW, or a run directory alone (first -> last)")
         base, new = f"{run_dir}@first", f"{run_dir}@final"
-    base_name, base_prof, base_run = load(base, sample_index, max_decompressed)
-    new_name, new_prof, new_run = load(new, sample_index, max_decompressed)
+    base_name, base_prof, base_run = load(base, sample_index, max_decompressed, max_ratio=max_ratio)
+    new_name, new_prof, new_run = load(new, sample_index, max_decompressed, max_ratio=max_ratio)
     if base_prof.value_type != new_prof.value_type:
         raise InputError(new, f"measures {new_prof.value_type}, but {base} measures {base_prof.value_type}")
     att = attribution(library, user, all_frames, base_run, new_run)

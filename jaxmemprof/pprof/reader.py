@@ -33,6 +33,19 @@ _OUT_PIECE = 1024**2  # decompressed bytes asked of zlib at a time
 # rest is only counted, and a stream that ends under the limit is
 # decompressed again, into a buffer of its size (a bomb never fills memory).
 _HOLD = 32 * 1024**2
+# A gzip stream may decompress to at most this many times the bytes read of
+# it, past its first _RATIO_FREE bytes: real profiles compress 2 to 15 times
+# (JAX and Go aggregate their samples, so no two are alike), a bomb 1,000
+# times; one is refused once it has produced a few MiB, not at the bound.
+DEFAULT_MAX_RATIO = 100
+_RATIO_FREE = 4 * 1024**2
+# Top-level fields (samples, strings, locations, functions, ...): past the
+# first _FIELDS_FREE, at most one per _FIELD_BYTES bytes read so far. A real
+# profile has one per 19 to 35 bytes (a 100,000-sample JAX profile: 104,000
+# in 3.6 MB); 2-byte strings or 5-byte samples would cost protobuf and
+# Python far more per byte than any profile does.
+_FIELDS_FREE = 1 << 17
+_FIELD_BYTES = 8
 
 Source = Union[str, os.PathLike, bytes]
 
@@ -319,10 +332,13 @@ class _Parts:
 
 
 def read_profile_bytes(
-    source: Source, *, name: str | None = None, max_decompressed: int = DEFAULT_MAX_DECOMPRESSED
+    source: Source, *, name: str | None = None, max_decompressed: int = DEFAULT_MAX_DECOMPRESSED,
+    max_ratio: int | None = DEFAULT_MAX_RATIO,
 ) -> tuple[str, bytes]:
     """Return ``(name, serialized protobuf)`` for a path or bytes, gunzipping
-    if needed, never producing more than ``max_decompressed`` bytes.
+    if needed, never producing more than ``max_decompressed`` bytes, nor
+    (past its first ``_RATIO_FREE``) more than ``max_ratio`` times the gzip
+    bytes read (None: no such limit).
 
     A path must be a regular file no larger than the limit: that is checked
     with stat() before a byte is read, so a device (/dev/urandom), a FIFO
@@ -331,11 +347,11 @@ def read_profile_bytes(
     still be growing)."""
     if isinstance(source, (bytes, bytearray, memoryview)):
         name = name or "<bytes>"
-        return name, _decode(io.BytesIO(bytes(source)), name, max_decompressed)
+        return name, _decode(io.BytesIO(bytes(source)), name, max_decompressed, max_ratio)
     name = name or str(source)
     try:
         with _open_regular(Path(source), name, max_decompressed) as f:
-            return name, _decode(f, name, max_decompressed)
+            return name, _decode(f, name, max_decompressed, max_ratio)
     except FileNotFoundError:
         raise InputError(name, "no such file") from None
     except PermissionError:
@@ -381,14 +397,15 @@ def _open_regular(path: Path, name: str, limit: int):
         raise
 
 
-def _decode(f: BinaryIO, name: str, limit: int) -> bytes:
-    """The serialized protobuf in ``f``: gunzipped if it is gzip, at most
+def _decode(f: BinaryIO, name: str, limit: int, ratio: int | None = None) -> bytes:
+    """The serialized protobuf in ``f``: gunzipped if it is gzip (at most
+    ``ratio`` times the bytes read, past the first few MiB), at most
     ``limit`` bytes either way."""
     head = f.read(2)
     if not head:
         raise InputError(name, "empty file, not a pprof profile")
     if head == GZIP_MAGIC:
-        raw = _gunzip(f, head, name, limit)
+        raw = _gunzip(f, head, name, limit, ratio)
         if not raw:
             raise InputError(name, "gzip data decompresses to nothing, not a pprof profile")
         _check_first_tag(raw[0], name)
@@ -421,15 +438,16 @@ def _read_into(out: bytearray, f: BinaryIO, limit: int) -> None:
         out += chunk
 
 
-def _gunzip(f: BinaryIO, head: bytes, name: str, limit: int) -> bytearray:
+def _gunzip(f: BinaryIO, head: bytes, name: str, limit: int, ratio: int | None = None) -> bytearray:
     """Decompress the gzip members in ``f`` (``head``: its first bytes,
     already read), producing at most ``limit`` bytes, and holding at most
     ``_HOLD`` of them while the total is not known: a larger stream is
     counted to its end first (refused as soon as it passes the limit), then
     decompressed again, held. NUL padding after the last member is allowed,
-    as gzip allows it."""
+    as gzip allows it. ``ratio``: see :func:`_inflate` (the first pass
+    only: the second one has its total)."""
     start = f.tell() - len(head)
-    total, out = _inflate(f, head, name, limit, min(limit, _HOLD))
+    total, out = _inflate(f, head, name, limit, min(limit, _HOLD), ratio=ratio)
     if out is not None:
         return out
     f.seek(start)
@@ -439,12 +457,15 @@ def _gunzip(f: BinaryIO, head: bytes, name: str, limit: int) -> bytearray:
     return out
 
 
-def _inflate(f: BinaryIO, head: bytes, name: str, limit: int, hold: int, again: bool = False):
+def _inflate(f: BinaryIO, head: bytes, name: str, limit: int, hold: int, again: bool = False,
+             ratio: int | None = None):
     """One pass over the gzip members in ``f``: ``(total, bytes)``, or
     ``(total, None)`` when the total passed ``hold`` (those bytes were
     dropped as they came: only the count is kept). Past ``limit``, an
     InputError, before more is decompressed. ``again``: the second pass
-    over a stream whose total (``limit``) is known.
+    over a stream whose total (``limit``) is known. ``ratio``: past
+    ``_RATIO_FREE`` bytes out, an InputError as soon as they are more than
+    ``ratio`` times the bytes read from ``f`` (a bomb stops at a few MiB).
 
     zlib is given the input ``_IN_PIECE`` bytes at a time and asked for at
     most ``_OUT_PIECE`` bytes: what it copies on each call (the input it
@@ -452,16 +473,22 @@ def _inflate(f: BinaryIO, head: bytes, name: str, limit: int, hold: int, again: 
     members costs time in proportion to its size, not to its square."""
     out: bytearray | None = bytearray()
     total = 0
+    read_in = len(head)  # bytes read from f
+    # Past this many bytes out, the ratio is checked (kept up to date below).
+    check_at = max(_RATIO_FREE, ratio * read_in) if ratio else limit
     buf = memoryview(head)  # compressed bytes read, not yet given to zlib
     at_end = False
     pending = b""  # given to zlib and not consumed (its output was cut short)
     d = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
 
     def more() -> bool:
-        nonlocal buf, at_end
+        nonlocal buf, at_end, read_in, check_at
         if not buf and not at_end:
             buf = memoryview(f.read(_IN_CHUNK))
             at_end = not buf
+            read_in += len(buf)
+            if ratio:
+                check_at = max(_RATIO_FREE, ratio * read_in)
         return bool(buf)
 
     while True:
@@ -479,6 +506,12 @@ def _inflate(f: BinaryIO, head: bytes, name: str, limit: int, hold: int, again: 
             raise InputError(
                 name,
                 f"decompresses to more than {limit} bytes (a gzip bomb?); raise the limit with --max-decompressed",
+            )
+        if total > check_at:
+            raise InputError(
+                name,
+                f"decompresses to more than {ratio} times its size ({total} bytes from the first {read_in}; "
+                "a gzip bomb?); raise the limit with --max-ratio",
             )
         if out is not None:
             if total > hold:
@@ -519,16 +552,21 @@ def load_profile(
     name: str | None = None,
     sample_index: str | int | None = None,
     max_decompressed: int = DEFAULT_MAX_DECOMPRESSED,
+    max_ratio: int | None = DEFAULT_MAX_RATIO,
 ) -> Profile:
     """Read a pprof profile from a path or bytes.
 
     ``sample_index`` picks the value reported as ``bytes`` (a sample type name
     or a position); by default the type named ``space``, else the profile's
     default type when its unit is bytes, else the last type measured in bytes,
-    else the last type.
+    else the last type. ``max_decompressed`` and ``max_ratio``: see
+    :func:`read_profile_bytes`. Whatever its size, a profile with far more
+    top-level fields per byte than any profiler writes is refused before
+    they are decoded (see ``_FIELD_BYTES``).
     """
     try:
-        name, raw = read_profile_bytes(source, name=name, max_decompressed=max_decompressed)
+        name, raw = read_profile_bytes(source, name=name, max_decompressed=max_decompressed,
+                                       max_ratio=max_ratio)
         raw = bytes(raw)
         return _convert_raw(raw, name, sample_index)
     except MemoryError:
@@ -561,11 +599,14 @@ def _convert_raw(raw: bytes, name: str, sample_index) -> Profile:
     error) goes through the whole-message path, which gives the same result
     or the same error."""
     try:
-        scan = _scan_raw(raw)
+        scan = _scan_raw(raw, name)
     except (IndexError, _NotPlain):
         scan = None
+    counted = False
     if scan is not None:
         first, end, keys = scan
+        _count_fields(raw, end, keys.fields, name)  # the fields after the samples
+        counted = True
         try:
             from google.protobuf.message import DecodeError
 
@@ -576,6 +617,8 @@ def _convert_raw(raw: bytes, name: str, sample_index) -> Profile:
                 return _convert(msg, name, sample_index, keys)
         except (DecodeError, RuntimeError, ValueError, _NotPlain):
             pass
+    if not counted:
+        _count_fields(raw, 0, 0, name)
     msg = _parse(raw, name)
     del raw
     return _convert(msg, name, sample_index, _scan_messages(msg))
@@ -593,6 +636,34 @@ def _varint(b: bytes, p: int) -> tuple[int, int]:
         shift += 7
         if shift > 63:
             raise _NotPlain()
+
+
+def _too_dense(name: str, fields: int, p: int) -> InputError:
+    return InputError(
+        name,
+        f"not a pprof profile as profilers write one ({fields} fields in its first {p} bytes: more than "
+        f"one per {_FIELD_BYTES} bytes; a decompression bomb?)",
+    )
+
+
+def _count_fields(raw: bytes, p: int, fields: int, name: str) -> int:
+    """Walk the top-level fields from ``p`` (``fields`` of them before it),
+    refusing the profile (:func:`_too_dense`) once more than
+    ``_FIELDS_FREE`` have been seen at more than one per ``_FIELD_BYTES``
+    bytes: before protobuf or Python make an object of each. Bytes that are
+    not fields end the walk quietly (protobuf says what is wrong with them).
+    Returns the count."""
+    size = len(raw)
+    free = _FIELDS_FREE
+    try:
+        while p < size:
+            p = _skip_field(raw, p)
+            fields += 1
+            if fields > free and fields * _FIELD_BYTES > p:
+                raise _too_dense(name, fields, min(p, size))
+    except (IndexError, _NotPlain):
+        pass
+    return fields
 
 
 def _skip_field(raw: bytes, p: int) -> int:
@@ -615,7 +686,7 @@ class _Keys:
     first sample of each new stack key and each new tail key (what follows
     its locations: values and labels)."""
 
-    __slots__ = ("codes", "shift", "events", "n_stacks", "n_tails", "canonical")
+    __slots__ = ("codes", "shift", "events", "n_stacks", "n_tails", "canonical", "fields")
 
     def __init__(self, codes, shift, events, n_stacks, n_tails, canonical):
         self.codes = codes
@@ -624,6 +695,7 @@ class _Keys:
         self.n_stacks = n_stacks
         self.n_tails = n_tails
         self.canonical = canonical  # keys from SerializeToString: a tail never holds locations
+        self.fields = 0  # top-level fields up to the end of the samples (_scan_raw's)
 
 
 # Fields read one at a time before the samples (a profile has its few sample
@@ -632,10 +704,11 @@ class _Keys:
 _FIELDS_BEFORE_SAMPLES = 4096
 
 
-def _scan_raw(raw: bytes):
+def _scan_raw(raw: bytes, name: str = "<bytes>"):
     """Find the run of samples (field 2) in the serialized Profile and key
     each one by the bytes of its location ids and of the rest; None when
-    there are no samples where expected."""
+    there are no samples where expected. Too many samples for their bytes
+    (see :func:`_count_fields`) are refused as the run is walked."""
     size = len(raw)
     p = 0
     skipped = 0
@@ -690,9 +763,14 @@ def _scan_raw(raw: bytes):
             event((len(codes), False, tk))
         add(sid << shift | tid)
         p = e
+        if not len(codes) & 4095 and len(codes) + skipped > _FIELDS_FREE \
+                and (len(codes) + skipped) * _FIELD_BYTES > p:
+            raise _too_dense(name, len(codes) + skipped, min(p, size))
     if p > size:
         raise _NotPlain()
-    return first, p, _Keys(codes, shift, events, len(stack_of), len(tail_of), False)
+    keys = _Keys(codes, shift, events, len(stack_of), len(tail_of), False)
+    keys.fields = skipped + len(codes)
+    return first, p, keys
 
 
 def _scan_messages(msg) -> _Keys:
