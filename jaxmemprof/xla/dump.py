@@ -32,7 +32,8 @@ ARGUMENT, OUTPUT, ALIASED, TEMPORARY, CONSTANT = "argument", "output", "aliased"
 
 _TABLE_ROW = re.compile(r"^(\d+) (.*)$")
 _FIELDS = re.compile(r"(\w+)=(\d+)")
-_INSTRUCTION = re.compile(r"^\s*(?:ROOT )?%([\w.\-]+) = (\S+?)(?:\{[^}]*\})? (\w[\w\-]*)\(")
+# An instruction's shape is an array's (f32[8]{0}) or a tuple's, which holds spaces: (s32[], f32[8]{0}).
+_INSTRUCTION = re.compile(r"^\s*(?:ROOT )?%([\w.\-]+) = (\((?:[^()]|\([^()]*\))*\)|\S+?)(?:\{[^}]*\})? (\w[\w\-]*)\(")
 _METADATA = re.compile(r'metadata=\{((?:[^{}"]|"(?:[^"\\]|\\.)*")*)\}')
 _OP_NAME = re.compile(r'op_name="((?:[^"\\]|\\.)*)"')
 _FRAME_ID = re.compile(r"stack_frame_id=(\d+)")

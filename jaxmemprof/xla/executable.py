@@ -1,0 +1,512 @@
+"""XLA's own account of one compiled program's memory, read from the
+executable the program already has: no compile of our own.
+
+A compiled executable carries two serialized protos (docs/jax-facts.md,
+"XLA's figures from the executable"):
+
+- ``compiled.memory_analysis().serialized_buffer_assignment_proto``: XLA's
+  buffer assignment, whose logical buffers are the program's values (an id,
+  a size, the instruction and shape index that define it) and whose
+  allocations say which values share which slice of which block (parameter,
+  output, constant, thread-local or temporary);
+- ``compiled.runtime_executable().hlo_modules()[i]
+  .as_serialized_hlo_module_proto()``: the optimised module, with every
+  computation's instructions (ids, operands, shapes, op names, stack frame
+  ids), the schedule, the input/output aliasing, and the stack-frame tables
+  that hold the user's files and lines.
+
+From them this module works out each value's live range in the program's
+instruction order the way XLA's heap simulator does, and the peak, into the
+same ``ProgramMemory`` that ``jaxmemprof.xla.dump`` reads from a dump, so that
+every analysis reads either. Nothing here imports jax: ``read_executable``
+only calls the methods of the object it is given. The protos are parsed with
+``executable_pb2``, generated from ``executable.proto`` (the fields read here,
+with XLA's field numbers).
+"""
+
+from __future__ import annotations
+
+from jaxmemprof.xla import executable_pb2 as pb
+from jaxmemprof.xla.dump import ALIASED, ARGUMENT, CONSTANT, OUTPUT, TEMPORARY, Buffer, ProgramMemory
+
+
+class ExecutableError(ValueError):
+    """The executable does not carry what is needed (no buffer assignment, no
+    HLO module), or what it carries cannot be read."""
+
+
+# xla.PrimitiveType -> (name as XLA's text writes it, bytes per element)
+_TYPES = {
+    1: ("pred", 1), 2: ("s8", 1), 3: ("s16", 2), 4: ("s32", 4), 5: ("s64", 8), 6: ("u8", 1), 7: ("u16", 2),
+    8: ("u32", 4), 9: ("u64", 8), 10: ("f16", 2), 11: ("f32", 4), 12: ("f64", 8), 15: ("c64", 8), 16: ("bf16", 2),
+    18: ("c128", 16), 19: ("f8e5m2", 1), 20: ("f8e4m3fn", 1), 21: ("s4", 1), 22: ("u4", 1), 23: ("f8e4m3b11fnuz", 1),
+    24: ("f8e5m2fnuz", 1), 25: ("f8e4m3fnuz", 1), 26: ("s2", 1), 27: ("u2", 1), 28: ("f8e4m3", 1), 29: ("f8e3m4", 1),
+    30: ("s1", 1), 31: ("u1", 1), 32: ("f4e2m1fn", 1), 33: ("f8e8m0fnu", 1),
+}
+_TUPLE, _OPAQUE, _TOKEN = 13, 14, 17
+_POINTER = 8  # bytes of a pointer in a tuple's table, as XLA counts it for the live ranges
+
+# Instructions that define no value: theirs come from an operand, a callee or a caller.
+_FORWARDS = {"bitcast", "get-tuple-element", "tuple", "copy", "while", "call", "conditional", "domain",
+             "add-dependency", "optimization-barrier"}
+
+
+def _subshape(shape, index: tuple):
+    for i in index:
+        if i >= len(shape.tuple_shapes):
+            return None
+        shape = shape.tuple_shapes[i]
+    return shape
+
+
+def _indices(shape, prefix: tuple = ()):
+    """Every shape index of ``shape``, its own ({}) first."""
+    yield prefix
+    if shape.element_type == _TUPLE:
+        for i, s in enumerate(shape.tuple_shapes):
+            yield from _indices(s, prefix + (i,))
+
+
+def shape_bytes(shape) -> int:
+    """What XLA's ShapeUtil::ByteSizeOf(shape, 8) gives: an array's
+    elements (packed when its layout says so), a tuple's table of pointers."""
+    if shape is None:
+        return 0
+    t = shape.element_type
+    if t == _TUPLE:
+        return _POINTER * len(shape.tuple_shapes)
+    if t == _OPAQUE:
+        return _POINTER
+    if t == _TOKEN or t not in _TYPES:
+        return 0
+    n = 1
+    for d in shape.dimensions:
+        n *= int(d)
+    bits = shape.layout.element_size_in_bits if shape.HasField("layout") else 0
+    if bits:
+        return (n * bits + 7) // 8
+    return n * _TYPES[t][1]
+
+
+def shape_text(shape) -> str:
+    """A shape as XLA's text writes it, layout left out: ``f32[1024,1024]``,
+    ``(f32[8], s32[])``."""
+    if shape is None:
+        return ""
+    t = shape.element_type
+    if t == _TUPLE:
+        return "(" + ", ".join(shape_text(s) for s in shape.tuple_shapes) + ")"
+    if t == _TOKEN:
+        return "token[]"
+    if t == _OPAQUE:
+        return "opaque[]"
+    name = _TYPES.get(t, (f"type{t}", 0))[0]
+    return f"{name}[{','.join(str(int(d)) for d in shape.dimensions)}]"
+
+
+def _index_text(index: tuple) -> str:
+    return "{" + ",".join(str(i) for i in index) + "}"
+
+
+def _stack_frames(index) -> dict[int, tuple]:
+    """Per stack frame id (1-based), its frames ((file, line, function),
+    ...), innermost first."""
+    files, functions = list(index.file_names), list(index.function_names)
+    locations = []
+    for loc in index.file_locations:
+        f = files[loc.file_name_id - 1] if 0 < loc.file_name_id <= len(files) else ""
+        fn = functions[loc.function_name_id - 1] if 0 < loc.function_name_id <= len(functions) else ""
+        locations.append((f, int(loc.line), fn))
+    frames = list(index.stack_frames)
+    out: dict[int, tuple] = {}
+    for k in range(1, len(frames) + 1):
+        chain, seen, frame = [], set(), k
+        while 0 < frame <= len(frames) and frame not in seen:
+            seen.add(frame)
+            f = frames[frame - 1]
+            if 0 < f.file_location_id <= len(locations):
+                chain.append(locations[f.file_location_id - 1])
+            frame = f.parent_frame_id
+        out[k] = tuple(chain)
+    return out
+
+
+class _Module:
+    """The module's computations and instructions, indexed."""
+
+    def __init__(self, module):
+        self.proto = module
+        self.instr = {}  # id -> instruction proto
+        self.parent = {}  # instruction id -> computation id
+        self.comps = {}  # id -> computation proto
+        self.users = {}  # instruction id -> [user ids], in the computation's order
+        for c in module.computations:
+            self.comps[c.id] = c
+            for i in c.instructions:
+                self.instr[i.id] = i
+                self.parent[i.id] = c.id
+            for i in c.instructions:
+                for o in dict.fromkeys(i.operand_ids):
+                    self.users.setdefault(o, []).append(i.id)
+        self.entry = module.entry_computation_id
+        if self.entry not in self.comps:
+            raise ExecutableError("the HLO module names no entry computation")
+        self.sequences = {k: list(v.instruction_ids) for k, v in module.schedule.sequences.items()}
+        if self.entry not in self.sequences:
+            raise ExecutableError("the HLO module has no schedule for its entry computation")
+        self.params = {}  # computation id -> {parameter number: instruction id}
+        for c in module.computations:
+            self.params[c.id] = {i.parameter_number: i.id for i in c.instructions if i.opcode == "parameter"}
+
+    def root(self, instruction_id) -> bool:
+        return self.comps[self.parent[instruction_id]].root_id == instruction_id
+
+
+def _flatten(m: _Module):
+    """XLA's HloLiveRange order over the module: each computation's
+    schedule, a while's condition then body flattened just before the while
+    itself, a call's and a conditional's computations before them. ->
+    (instruction id -> time, computation id -> (start, end), callers of each
+    flattened computation: (instruction id, kind))."""
+    times: dict[int, int] = {}
+    spans: dict[int, tuple] = {}
+    callers: dict[int, list] = {}
+    order: list[int] = []
+
+    def walk(cid):
+        if cid in spans or cid not in m.sequences:
+            return
+        spans[cid] = None  # visiting
+        start = len(order)
+        for iid in m.sequences[cid]:
+            ins = m.instr.get(iid)
+            if ins is None:
+                continue
+            called = list(ins.called_computation_ids)
+            if ins.opcode in ("call", "conditional"):
+                for k, c in enumerate(called):
+                    callers.setdefault(c, []).append((iid, ins.opcode, k))
+                    walk(c)
+            elif ins.opcode == "while" and len(called) >= 2:
+                body, cond = called[0], called[1]
+                callers.setdefault(cond, []).append((iid, "while", 1))
+                callers.setdefault(body, []).append((iid, "while", 0))
+                walk(cond)
+                walk(body)
+            times[iid] = len(order)
+            order.append(iid)
+        spans[cid] = (start, len(order))
+
+    walk(m.entry)
+    return times, spans, callers, order
+
+
+def _value_sets(m: _Module, defined: dict, times: dict, callers: dict) -> dict:
+    """For every position (instruction id, shape index) of the flattened
+    computations, the ids of the values that may be there: a value is where
+    it is defined, and flows through what defines none (tuples, elements of
+    tuples, bitcasts, copies' elements, calls, whiles and their bodies'
+    parameters, conditionals) until nothing changes."""
+    sets: dict[tuple, frozenset] = {}
+    instrs = [m.instr[i] for i in times]
+    positions = {i.id: list(_indices(i.shape)) for i in instrs}
+
+    def get(iid, index):
+        return sets.get((iid, index), frozenset())
+
+    def inputs(ins, index):
+        op, ops = ins.opcode, list(ins.operand_ids)
+        if op == "parameter":
+            out = []
+            for caller, kind, k in callers.get(m.parent[ins.id], ()):
+                c = m.instr[caller]
+                if kind == "while":
+                    body = list(c.called_computation_ids)[0]
+                    out.append(get(c.operand_ids[0], index) | get(m.comps[body].root_id, index))
+                elif kind == "call" and ins.parameter_number < len(c.operand_ids):
+                    out.append(get(c.operand_ids[ins.parameter_number], index))
+                elif kind == "conditional" and ins.parameter_number == 0 and k + 1 < len(c.operand_ids):
+                    out.append(get(c.operand_ids[k + 1], index))
+            return frozenset().union(*out) if out else frozenset()
+        if op == "tuple":
+            return get(ops[index[0]], index[1:]) if index and index[0] < len(ops) else frozenset()
+        if op == "get-tuple-element":
+            return get(ops[0], (int(ins.tuple_index),) + index) if ops else frozenset()
+        if op in ("bitcast", "copy", "domain", "add-dependency", "optimization-barrier"):
+            return get(ops[0], index) if ops else frozenset()
+        if op == "while":
+            called = list(ins.called_computation_ids)
+            body_root = m.comps[called[0]].root_id if called and called[0] in m.comps else None
+            return get(ops[0], index) | (get(body_root, index) if body_root is not None else frozenset())
+        if op == "call":
+            called = list(ins.called_computation_ids)
+            return get(m.comps[called[0]].root_id, index) if called and called[0] in m.comps else frozenset()
+        if op == "conditional":
+            out = [get(m.comps[c].root_id, index) for c in ins.called_computation_ids if c in m.comps]
+            return frozenset().union(*out) if out else frozenset()
+        return frozenset()
+
+    for iid in times:
+        for index in positions[iid]:
+            if (iid, index) in defined:
+                sets[(iid, index)] = frozenset((defined[(iid, index)],))
+    changed = True
+    rounds = 0
+    while changed and rounds < 1000:
+        changed, rounds = False, rounds + 1
+        for ins in instrs:
+            for index in positions[ins.id]:
+                if (ins.id, index) in defined:
+                    continue
+                new = inputs(ins, index)
+                if new != sets.get((ins.id, index), frozenset()):
+                    sets[(ins.id, index)] = new
+                    changed = True
+    return sets
+
+
+def _may_use(index: tuple, user) -> bool:
+    """Whether ``user`` reads the value at ``index`` of its operand (XLA's
+    rule: get-tuple-element and copy read only the top level; tuple and
+    domain pass values on unread)."""
+    if user.opcode in ("get-tuple-element", "copy"):
+        return not index
+    return user.opcode not in ("tuple", "domain")
+
+
+def read_protos(hlo_module: bytes, buffer_assignment: bytes, *, module: str = "", largest: int = 20) -> ProgramMemory:
+    """The program's peak and its values, from a serialized HloModuleProto
+    and BufferAssignmentProto of one compiled program."""
+    if not hlo_module:
+        raise ExecutableError("the executable carries no HLO module")
+    if not buffer_assignment:
+        raise ExecutableError("the executable carries no buffer assignment")
+    try:
+        hm = pb.HloModule.FromString(hlo_module)
+        ba = pb.BufferAssignment.FromString(buffer_assignment)
+    except Exception as exc:  # google.protobuf.message.DecodeError, and whatever a damaged blob raises
+        raise ExecutableError(f"the executable's protos cannot be read: {exc}") from None
+    if not ba.logical_buffers or not ba.buffer_allocations:
+        raise ExecutableError("the executable's buffer assignment is empty")
+    m = _Module(hm)
+    frames = _stack_frames(hm.stack_frame_index)
+    times, spans, callers, order = _flatten(m)
+    length = len(order)
+
+    # The values: XLA's logical buffers, each defined at (instruction, shape index).
+    value_at: dict[int, tuple] = {}  # value id -> (instruction id, index)
+    defined: dict[tuple, int] = {}
+    sizes: dict[int, int] = {}
+    for lb in ba.logical_buffers:
+        where = (int(lb.defined_at.instruction_id), tuple(int(i) for i in lb.defined_at.shape_index))
+        value_at[lb.id] = where
+        sizes[lb.id] = int(lb.size)
+        defined.setdefault(where, lb.id)
+
+    # Allocations: each value's kind and slice (values in one slice that are
+    # live together are one buffer), and the totals by kind.
+    kinds: dict[int, str] = {}
+    slots: dict[int, tuple] = {}
+    slot_order: list[int] = []
+    totals = {ARGUMENT: 0, OUTPUT: 0, ALIASED: 0, TEMPORARY: 0, CONSTANT: 0}
+    for a in ba.buffer_allocations:
+        if a.is_thread_local:
+            kind = None  # a scalar of one thread: not in memory_analysis()
+        elif a.is_entry_computation_parameter:
+            kind = ALIASED if a.maybe_live_out else ARGUMENT
+        elif a.maybe_live_out:
+            kind = OUTPUT
+        elif a.is_constant:
+            kind = CONSTANT
+        else:
+            kind = TEMPORARY
+        if kind is not None:
+            totals[kind] += int(a.size)
+        for s in a.assigned:
+            if kind is not None:
+                kinds.setdefault(s.logical_buffer_id, kind)
+                if s.logical_buffer_id not in slots:
+                    slots[s.logical_buffer_id] = (int(a.index), int(s.offset), int(s.size))
+                    slot_order.append(s.logical_buffer_id)
+
+    sets = _value_sets(m, defined, times, callers)
+    positions: dict[int, list] = {}
+    for (iid, index), vs in sets.items():
+        for v in vs:
+            positions.setdefault(v, []).append((iid, index))
+
+    aliased_params = {(int(e.parameter_number), tuple(int(i) for i in e.parameter_shape_index))
+                      for e in hm.input_output_alias.entries}
+
+    # Live ranges, as XLA's HloLiveRange computes them (docs/jax-facts.md).
+    ranges: dict[int, list] = {}
+    for v, (iid, index) in value_at.items():
+        if iid not in times:
+            continue  # a value of a computation the schedule does not flatten (a fusion's, a reduction's)
+        ins = m.instr[iid]
+        comp = m.parent[iid]
+        span = spans[comp]
+        start = span[0] if ins.opcode == "parameter" else times[iid]
+        end = span[1] if m.root(iid) else times[iid]
+        for piid, pindex in positions.get(v, ()):
+            if (piid, pindex) == (iid, index):
+                continue
+            if m.root(piid):
+                s = spans.get(m.parent[piid])
+                if s is None:
+                    continue
+                end = max(end, s[1])
+            elif piid in times:
+                end = max(end, times[piid])
+        if ins.opcode == "parameter" and comp == m.entry and (int(ins.parameter_number), index) not in aliased_params:
+            end = length
+        else:
+            last = -1
+            roots = {p for p, _ in positions.get(v, ()) if m.root(p)}
+            for piid, pindex in positions.get(v, ()):
+                for uid in m.users.get(piid, ()):
+                    user = m.instr[uid]
+                    if not _may_use(pindex, user) and not (m.root(uid) and uid in roots):
+                        continue
+                    if user.opcode == "call":
+                        continue
+                    used = uid
+                    if user.opcode == "while":
+                        called = list(user.called_computation_ids)
+                        used = m.params.get(called[0], {}).get(0) if called else None
+                    if used in times:
+                        last = max(last, times[used])
+            end = max(end, last)
+        ranges[v] = [start, end]
+
+    # Values of one buffer: where their ranges overlap, each ends where the
+    # next begins (XLA's NormalizeAliasedBuffers). Values of one buffer share
+    # one slice; values of different buffers in one slice never overlap, so
+    # the slice stands for the buffer.
+    by_slot: dict[tuple, list] = {}
+    for v in ranges:
+        if v in slots:
+            by_slot.setdefault(slots[v], []).append(v)
+    for vs in by_slot.values():
+        if len(vs) < 2:
+            continue
+        vs.sort(key=lambda v: (ranges[v][0], ranges[v][1], v))
+        for a, b in zip(vs, vs[1:]):
+            ra, rb = ranges[a], ranges[b]
+            rb[1] = max(ra[1], rb[1])
+            ra[1] = min(ra[1], rb[0])
+
+    def value_shape(v):
+        iid, index = value_at[v]
+        return _subshape(m.instr[iid].shape, index)
+
+    # The peak: XLA's moment of most bytes, sweeping starts (at a value's
+    # start) before ends (the step after its end), each value counted at its
+    # defining instruction's full shape.
+    events = []
+    for v, (s, e) in ranges.items():
+        size = shape_bytes(m.instr[value_at[v][0]].shape)
+        events.append((s, 0, size))
+        events.append((e + 1, 1, size))
+    events.sort()
+    usage = peak_usage = 0
+    peak_at = None
+    for t, is_end, size in events:
+        usage += -size if is_end else size
+        if peak_usage < usage:
+            peak_usage, peak_at = usage, t
+    peak_at = peak_at or 0
+
+    def name_of(v):
+        iid, index = value_at[v]
+        return m.instr[iid].name + _index_text(index)
+
+    live = [v for v, (s, e) in ranges.items() if s <= peak_at <= e]
+    live.sort(key=lambda v: (-shape_bytes(value_shape(v)), m.instr[value_at[v][0]].name, value_at[v][1]))
+
+    def made_by(v):
+        iid, index = value_at[v]
+        ins = m.instr[iid]
+        md = ins.metadata
+        return shape_text(value_shape(v)), md.op_name, frames.get(int(md.stack_frame_id), ())
+
+    # A value with no stack of its own (a loop's carried tuple element) takes
+    # the op and stack of a value in its slot that has them.
+    slot_made: dict[tuple, tuple] = {}
+    for v in slot_order:
+        if v in value_at and value_at[v][0] in m.instr:
+            made = made_by(v)
+            if made[2] and slots[v] not in slot_made:
+                slot_made[slots[v]] = made
+
+    def buffer(v, size, at_peak):
+        shape, op, fr = made_by(v)
+        kind = kinds.get(v, TEMPORARY)
+        if not fr and kind not in (ARGUMENT, ALIASED) and slots.get(v) in slot_made:
+            _, op, fr = slot_made[slots[v]]
+        s, e = ranges.get(v, (-1, -1))
+        return Buffer(name=name_of(v), bytes=int(size), shape=shape, kind=kind, op=op, frames=fr, start=s, end=e,
+                      at_peak=at_peak)
+
+    at_peak, seen_slots = [], set()
+    for v in live:
+        slot = slots.get(v)
+        if slot is not None and slot in seen_slots:
+            continue
+        seen_slots.add(slot)
+        at_peak.append(buffer(v, shape_bytes(value_shape(v)), True))
+    seen = set(live)
+    others = sorted((v for v in sorted(ranges) if v not in seen), key=lambda v: -sizes[v])[:largest]
+    return ProgramMemory(
+        module=module or hm.name, length=length, peak_position=int(peak_at),
+        peak_bytes=sum(b.bytes for b in at_peak),
+        buffers=at_peak + [buffer(v, sizes[v], False) for v in others],
+        argument_bytes=totals[ARGUMENT] + totals[ALIASED], output_bytes=totals[OUTPUT] + totals[ALIASED],
+        alias_bytes=totals[ALIASED], temp_bytes=totals[TEMPORARY])
+
+
+def executable_protos(compiled, module: str | None = None) -> tuple[bytes, bytes, str]:
+    """(HloModuleProto, BufferAssignmentProto, module name) of a compiled
+    executable (``jax.stages.Compiled``, or the runtime's executable):
+    ExecutableError where it carries no buffer assignment (a backend that
+    does not fill it, an executable loaded from the persistent cache) or no
+    HLO module."""
+    if not hasattr(compiled, "memory_analysis") and hasattr(compiled, "compiled"):
+        compiled = compiled.compiled  # equinox's Compiled holds JAX's
+    try:
+        ma = compiled.memory_analysis()
+    except Exception as exc:
+        raise ExecutableError(f"the executable has no memory analysis: {exc}") from None
+    assignment = getattr(ma, "serialized_buffer_assignment_proto", None) if ma is not None else None
+    if not assignment:
+        raise ExecutableError("the executable carries no buffer assignment (memory_analysis()"
+                              ".serialized_buffer_assignment_proto is empty)")
+    try:
+        runtime = compiled.runtime_executable() if hasattr(compiled, "runtime_executable") else compiled
+        modules = runtime.hlo_modules()
+    except Exception as exc:
+        raise ExecutableError(f"the executable's HLO modules cannot be read: {exc}") from None
+    if not modules:
+        raise ExecutableError("the executable carries no HLO module")
+    chosen = modules[0]
+    if module is not None:
+        named = [h for h in modules if getattr(h, "name", None) == module]
+        if not named:
+            raise ExecutableError(f"the executable has no HLO module named {module!r}")
+        chosen = named[0]
+    try:
+        blob = chosen.as_serialized_hlo_module_proto()
+    except Exception as exc:
+        raise ExecutableError(f"the executable's HLO module cannot be serialized: {exc}") from None
+    return bytes(blob), bytes(assignment), str(getattr(chosen, "name", "") or "")
+
+
+def read_executable(compiled, *, module: str | None = None, largest: int = 20) -> ProgramMemory:
+    """XLA's account of a compiled program's memory (its peak, the values
+    live there with the op and user line that made each, the largest others,
+    its allocations by kind), read from what the executable carries: no
+    compile, no dump. ``module``: the HLO module's name, where the executable
+    has several (the first otherwise). Raises ExecutableError where the
+    executable lacks the protos (the caller may fall back to a dump)."""
+    hlo, assignment, name = executable_protos(compiled, module)
+    return read_protos(hlo, assignment, module=name, largest=largest)

@@ -1,0 +1,268 @@
+"""XLA's figures read from the executable the program already has
+(jaxmemprof/xla/executable.py) against XLA's own dump of the same lowering
+(jaxmemprof/xla/dump.py: a compile with ``xla_dump_to``, the oracle, used only
+here): the peak's bytes and position, the sequence's length, the allocations
+by kind, and every value listed (those live at the peak, then the largest
+others: name, bytes, kind, live range, op, user frames) agree to the byte.
+
+Real programs: a scan, jax.grad of an MLP, jax.checkpoint, a while loop, a
+fori_loop, a cond, a donating jit, an nnx.jit step, an equinox filter_jit
+step, and a program sharded over two CPU devices. The JAX work runs in one
+subprocess per group (this test process keeps its own single CPU device).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO, cpu_env, write_script
+
+from jaxmemprof.xla.executable import ExecutableError, read_protos, shape_bytes, shape_text
+from jaxmemprof.xla import executable_pb2 as pb
+
+GROUP = r'''
+import json, shutil, sys, tempfile
+from collections import Counter
+
+import jax
+
+if sys.argv[1] == "two-devices":
+    jax.config.update("jax_num_cpu_devices", 2)
+import jax.numpy as jnp
+from jax import lax
+
+from jaxmemprof.xla.dump import read_dump
+from jaxmemprof.xla.executable import executable_protos, read_executable
+
+out = {}
+
+
+def key(b):
+    return [b.name, b.bytes, b.kind, b.start, b.end, b.at_peak, b.op, [list(f) for f in b.frames]]
+
+
+def by_line(p):
+    c = Counter()
+    for b in p.buffers:
+        if b.at_peak:
+            f = b.frames[0] if b.frames else ("", 0, b.op)
+            c[f"{f[0]}:{f[1]} ({f[2]}) {b.kind}"] += b.bytes
+    return dict(c)
+
+
+def summary(p):
+    return {"peak_bytes": p.peak_bytes, "peak_position": p.peak_position, "length": p.length,
+            "totals": [p.argument_bytes, p.output_bytes, p.alias_bytes, p.temp_bytes], "by_line": by_line(p),
+            "buffers": [key(b) for b in p.buffers]}
+
+
+def check(name, lowered):
+    compiled = lowered.compile()
+    mine = read_executable(compiled)
+    ma = compiled.memory_analysis()
+    d = tempfile.mkdtemp()
+    try:
+        lowered.compile(compiler_options={"xla_dump_to": d})
+        [ref] = read_dump(d, mine.module)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+    out[name] = {"mine": summary(mine), "ref": summary(ref),
+                 "memory_analysis": [ma.argument_size_in_bytes, ma.output_size_in_bytes, ma.alias_size_in_bytes,
+                                     ma.temp_size_in_bytes]}
+
+
+x = jnp.ones((256, 256))
+w = jnp.ones((256, 256)) * 0.01
+
+if sys.argv[1] == "two-devices":
+    from jax.sharding import NamedSharding, PartitionSpec as P
+
+    mesh = jax.make_mesh((2,), ("d",))
+    xs = jax.device_put(jnp.ones((512, 256)), NamedSharding(mesh, P("d")))
+
+    def sharded(x, w):
+        h = jnp.tanh(x @ w)  # LINE-SHARDED
+        return (h @ w.T).sum(), jnp.sort(h, axis=1)
+
+    f = jax.jit(sharded)
+    f(xs, w)
+    check("sharded", f.lower(xs, w))
+    out["devices"] = len(jax.devices())
+else:
+    def scanned(h0, w):
+        def body(h, _):
+            h = jnp.tanh(h @ w)
+            return h, h
+        h, hs = lax.scan(body, h0, None, length=8)
+        return h, hs.sum(axis=0)
+
+    def loss(params, x):
+        h = x
+        for p in params:
+            h = jnp.tanh(h @ p)
+        return (h ** 2).mean()
+
+    def grad_step(params, x):
+        g = jax.grad(loss)(params, x)
+        return [p - 0.1 * gi for p, gi in zip(params, g)]
+
+    def remat_loss(params, x):
+        h = x
+        for p in params:
+            h = jax.checkpoint(lambda h, p: jnp.tanh(h @ p))(h, p)
+        return (h ** 2).mean()
+
+    def looped(x):
+        return lax.while_loop(lambda c: c[0] < 10, lambda c: (c[0] + 1, jnp.sin(c[1]) @ c[1]), (0, x))[1]
+
+    def fori(x):
+        return lax.fori_loop(0, 5, lambda i, c: jnp.cos(c) @ c, x)
+
+    def branch(p, x):
+        return lax.cond(p > 0, lambda x: jnp.sort(x @ x), lambda x: x + 1, x)
+
+    def donating(x, y):
+        return x * 2 + y, (x @ y).sum()
+
+    params = [jnp.ones((256, 256)) * 0.01 for _ in range(4)]
+    batch = jnp.ones((512, 256))
+    for name, fun, args in (
+        ("scan", jax.jit(scanned), (x, w)),
+        ("grad", jax.jit(grad_step), (params, batch)),
+        ("remat", jax.jit(lambda p, b: jax.grad(remat_loss)(p, b)), (params, batch)),
+        ("while", jax.jit(looped), (x,)),
+        ("fori", jax.jit(fori), (x,)),
+        ("cond", jax.jit(branch), (1.0, x)),
+    ):
+        fun(*args)  # the program's own compile: lower().compile() is then a cache hit
+        check(name, fun.lower(*args))
+
+    d = jax.jit(donating, donate_argnums=0)
+    check("donating", d.lower(jnp.ones((256, 256)), w))
+
+    import flax.nnx as nnx
+    import optax
+
+    class MLP(nnx.Module):
+        def __init__(self, rngs):
+            self.l1 = nnx.Linear(256, 512, rngs=rngs)
+            self.l2 = nnx.Linear(512, 10, rngs=rngs)
+
+        def __call__(self, x):
+            return self.l2(jax.nn.relu(self.l1(x)))
+
+    model = MLP(nnx.Rngs(0))
+    opt = nnx.Optimizer(model, optax.adam(1e-3), wrt=nnx.Param)
+
+    @nnx.jit
+    def train(model, opt, x, y):
+        l, g = nnx.value_and_grad(lambda m: ((m(x) - y) ** 2).mean())(model)
+        opt.update(model, g)
+        return l
+
+    xb, yb = jnp.ones((128, 256)), jnp.ones((128, 10))
+    train(model, opt, xb, yb)
+    check("nnx", train.lower(model, opt, xb, yb))
+
+    import equinox as eqx
+
+    mlp = eqx.nn.MLP(256, 10, 512, 2, key=jax.random.PRNGKey(0))
+
+    @eqx.filter_jit
+    def estep(m, x, y):
+        l, g = eqx.filter_value_and_grad(lambda m: ((jax.vmap(m)(x) - y) ** 2).mean())(m)
+        return l, eqx.apply_updates(m, jax.tree_util.tree_map(lambda g: -0.1 * g, g))
+
+    estep(mlp, xb, yb)
+    check("equinox", estep.lower(mlp, xb, yb).lowered)
+
+    # The protos themselves, for the tests that need no JAX.
+    hlo, assignment, _ = executable_protos(jax.jit(scanned).lower(x, w).compile())
+    out["protos"] = [hlo.hex(), assignment.hex()]
+print("RESULT " + json.dumps(out))
+'''
+
+PROGRAMS = ["scan", "grad", "remat", "while", "fori", "cond", "donating", "nnx", "equinox"]
+
+
+def _group(tmp_path_factory, name):
+    d = tmp_path_factory.mktemp(name)
+    script = write_script(d, "group.py", GROUP)
+    env = cpu_env(PYTHONPATH=str(REPO))
+    env.pop("XLA_FLAGS", None)
+    proc = subprocess.run([sys.executable, str(script), name], cwd=d, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    [line] = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+    return json.loads(line[len("RESULT "):])
+
+
+@pytest.fixture(scope="module")
+def one_device(tmp_path_factory):
+    return _group(tmp_path_factory, "one-device")
+
+
+@pytest.fixture(scope="module")
+def two_devices(tmp_path_factory):
+    return _group(tmp_path_factory, "two-devices")
+
+
+def _agree(result):
+    mine, ref = result["mine"], result["ref"]
+    assert mine["peak_bytes"] == ref["peak_bytes"] > 0
+    assert mine["peak_position"] == ref["peak_position"]
+    assert mine["length"] == ref["length"]
+    assert mine["by_line"] == ref["by_line"]
+    assert mine["totals"] == ref["totals"] == result["memory_analysis"]
+    # every value listed, at the peak and the largest others, the same in the same order
+    assert mine["buffers"] == ref["buffers"]
+    # what the lines hold at the peak is XLA's live-range peak
+    assert sum(mine["by_line"].values()) == mine["peak_bytes"]
+
+
+@pytest.mark.parametrize("program", PROGRAMS)
+def test_the_executable_says_what_the_dump_says(one_device, program):
+    _agree(one_device[program])
+
+
+def test_a_program_sharded_over_two_devices(two_devices):
+    assert two_devices["devices"] == 2
+    _agree(two_devices["sharded"])
+    # per device: each holds half of the 512 rows
+    by_line = two_devices["sharded"]["mine"]["by_line"]
+    assert any(k.endswith("(sharded) temporary") or k.endswith("(sharded) output") for k in by_line)
+
+
+def test_user_lines_and_loops_are_named(one_device):
+    """The values live at a loop's peak (its carried value and the body's
+    temporaries) and the scan's stacked outputs are at the user's lines, not
+    left without a stack."""
+    scan = one_device["scan"]["mine"]
+    assert any(b[5] and b[1] == 8 * 256 * 256 * 4 and b[7] for b in scan["buffers"])
+    loop = one_device["while"]["mine"]
+    carried = [b for b in loop["buffers"] if b[5] and b[1] == 256 * 256 * 4 and b[2] != "argument"]
+    assert carried and all(b[7] and b[7][0][0].endswith("group.py") for b in carried)
+
+
+def test_missing_or_damaged_protos_are_a_clear_error(one_device):
+    hlo, assignment = (bytes.fromhex(h) for h in one_device["protos"])
+    p = read_protos(hlo, assignment)
+    assert p.peak_bytes == one_device["scan"]["mine"]["peak_bytes"]
+    for args, words in (((hlo, b""), "no buffer assignment"), ((b"", assignment), "no HLO module"),
+                        ((hlo, pb.BufferAssignment().SerializeToString() + b"\x08\x01"), "empty"),
+                        ((hlo, b"\xff\xff\xff"), "cannot be read"),
+                        ((pb.HloModule(name="m").SerializeToString(), assignment), "entry computation")):
+        with pytest.raises(ExecutableError, match=words):
+            read_protos(*args)
+
+
+def test_shapes_are_sized_and_written_as_xla_does():
+    f32 = pb.Shape(element_type=11, dimensions=[1024, 3])
+    s4 = pb.Shape(element_type=21, dimensions=[3], layout=pb.Layout(element_size_in_bits=4))
+    t = pb.Shape(element_type=13, tuple_shapes=[f32, pb.Shape(element_type=4)])
+    assert (shape_bytes(f32), shape_bytes(s4), shape_bytes(t)) == (1024 * 3 * 4, 2, 16)
+    assert (shape_text(f32), shape_text(t)) == ("f32[1024,3]", "(f32[1024,3], s32[])")
