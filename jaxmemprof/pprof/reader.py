@@ -46,6 +46,7 @@ _RATIO_FREE = 4 * 1024**2
 # Python far more per byte than any profile does.
 _FIELDS_FREE = 1 << 17
 _FIELD_BYTES = 8
+_CHECK_BYTES = 64 * 1024  # samples walked between two counts (at most 32,768 of them)
 
 Source = Union[str, os.PathLike, bytes]
 
@@ -726,46 +727,53 @@ def _scan_raw(raw: bytes, name: str = "<bytes>"):
     codes: list = []
     events: list = []
     sget, tget, add, event = stack_of.get, tail_of.get, codes.append, events.append
-    while p < size and raw[p] == 0x12:
-        ln = raw[p + 1]
-        if ln < 0x80:
-            s = p + 2
-        elif raw[p + 2] < 0x80:
-            ln = ln & 0x7F | raw[p + 2] << 7
-            s = p + 3
-        else:
-            ln, s = _varint(raw, p + 1)
-        e = s + ln  # past the end only for the last one read: checked below
-        # A location field that overruns the sample (or one read past an
-        # empty sample) leaves an empty tail key: _decode_events refuses it.
-        if raw[s] == 0x0A:
-            k = raw[s + 1]
-            if k < 0x80:
-                q0 = s + 2
-            elif raw[s + 2] < 0x80:
-                k = k & 0x7F | raw[s + 2] << 7
-                q0 = s + 3
+    # The run is walked _CHECK_BYTES at a time; between two stretches, the
+    # fields so far are counted (the loop itself has no test to spare).
+    stop = min(size, p + _CHECK_BYTES)
+    while True:
+        while p < stop and raw[p] == 0x12:
+            ln = raw[p + 1]
+            if ln < 0x80:
+                s = p + 2
+            elif raw[p + 2] < 0x80:
+                ln = ln & 0x7F | raw[p + 2] << 7
+                s = p + 3
             else:
-                k, q0 = _varint(raw, s + 1)
-            q = q0 + k
-            lk = raw[q0:q]
-        else:
-            q = s
-            lk = b""
-        tk = raw[q:e]
-        sid = sget(lk)
-        if sid is None:
-            sid = stack_of[lk] = len(stack_of)
-            event((len(codes), True, lk))
-        tid = tget(tk)
-        if tid is None:
-            tid = tail_of[tk] = len(tail_of)
-            event((len(codes), False, tk))
-        add(sid << shift | tid)
-        p = e
-        if not len(codes) & 4095 and len(codes) + skipped > _FIELDS_FREE \
-                and (len(codes) + skipped) * _FIELD_BYTES > p:
-            raise _too_dense(name, len(codes) + skipped, min(p, size))
+                ln, s = _varint(raw, p + 1)
+            e = s + ln  # past the end only for the last one read: checked below
+            # A location field that overruns the sample (or one read past an
+            # empty sample) leaves an empty tail key: _decode_events refuses it.
+            if raw[s] == 0x0A:
+                k = raw[s + 1]
+                if k < 0x80:
+                    q0 = s + 2
+                elif raw[s + 2] < 0x80:
+                    k = k & 0x7F | raw[s + 2] << 7
+                    q0 = s + 3
+                else:
+                    k, q0 = _varint(raw, s + 1)
+                q = q0 + k
+                lk = raw[q0:q]
+            else:
+                q = s
+                lk = b""
+            tk = raw[q:e]
+            sid = sget(lk)
+            if sid is None:
+                sid = stack_of[lk] = len(stack_of)
+                event((len(codes), True, lk))
+            tid = tget(tk)
+            if tid is None:
+                tid = tail_of[tk] = len(tail_of)
+                event((len(codes), False, tk))
+            add(sid << shift | tid)
+            p = e
+        if p < stop or p >= size:
+            break  # past the samples, or at the end
+        fields = skipped + len(codes)
+        if fields > _FIELDS_FREE and fields * _FIELD_BYTES > p:
+            raise _too_dense(name, fields, p)
+        stop = min(size, p + _CHECK_BYTES)
     if p > size:
         raise _NotPlain()
     keys = _Keys(codes, shift, events, len(stack_of), len(tail_of), False)
