@@ -119,9 +119,10 @@ class _DefaultPath(type(Path())):
 # for the run's life, so that two runs never share one directory.
 LOCK_NAME = layout.LOCK
 _locks: dict[str, int] = {}
+_lock_times: dict[str, float] = {}  # when each lock was taken (wall clock)
 
 
-def prepare_directory(path: Path, force: bool) -> Path:
+def prepare_directory(path: Path, force: bool, by_hand: bool = False) -> Path:
     """Claim ``path`` for a new run and return it.
 
     A fresh name is made with an exclusive mkdir; any directory is then
@@ -132,7 +133,11 @@ def prepare_directory(path: Path, force: bool) -> Path:
     or dangling) or anything else where one of our names belongs (the lock,
     the manifest, SQLite's files, snapshots/ and the files in it, the
     temporary names, ``process-N``) is refused, with or without ``force``,
-    before anything is written: nothing is ever written through it."""
+    before anything is written: nothing is ever written through it.
+
+    ``by_hand`` (``jaxmemprof run -o DIR``, before the script ran): the
+    claim may wait for jax.distributed.initialize, for the processes of a
+    job that no launcher variable names (see "jobs started by hand")."""
     proc = launcher_process()
     if proc is not None:
         return _prepare_process_directory(Path(path), proc, force)
@@ -143,13 +148,15 @@ def prepare_directory(path: Path, force: bool) -> Path:
         if path.exists() and not path.is_dir():
             raise InputError(str(path), "exists and is not a directory")
         _mkdir(path, exist_ok=True)
+        if by_hand and _can_defer():
+            return _claim_by_hand(path, force)
     return _claim(path, force)
 
 
-def _claim(path: Path, force: bool) -> Path:
+def _claim(path: Path, force: bool, state: str = "recording") -> Path:
     """Lock ``path`` for this run and clear what an earlier run of ours left
     there (``force``); the lock is released if that fails."""
-    _lock(path)
+    _lock(path, state)
     try:
         _clear_for_reuse(path, force)
     except BaseException:
@@ -224,13 +231,18 @@ _LOCK_FLAGS = (os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW",
                | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
 
 
-def _lock(path: Path) -> None:
+class _Busy(InputError):
+    """The directory is locked by another jaxmemprof run."""
+
+
+def _lock(path: Path, state: str = "recording") -> None:
     """Hold an exclusive lock on ``path/.jaxmemprof.lock`` until the run
     ends (or the process dies: the kernel releases it). The file is removed
     when the run ends; a lock taken on a file removed meanwhile is retried.
     Opened without following a link (a symlink there, live or dangling, is
     refused before anything is written), and only a regular file of one
-    name (not a hard link to someone's file) is truncated."""
+    name (not a hard link to someone's file) is truncated. It holds the
+    PID and the claim's state (see _claim_text)."""
     import fcntl
 
     lock_path = path / LOCK_NAME
@@ -254,7 +266,7 @@ def _lock(path: Path) -> None:
         except OSError as exc:
             if exc.errno in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
                 os.close(fd)
-                raise InputError(str(path), "another jaxmemprof run is recording into it; choose another "
+                raise _Busy(str(path), "another jaxmemprof run is recording into it; choose another "
                                             "--output (the processes of one job: set JAX_PROCESS_ID, or let "
                                             "the launcher's rank variable say, so that each records "
                                             "RUN/process-N)") from None
@@ -265,13 +277,15 @@ def _lock(path: Path) -> None:
         except OSError:
             same = False
         if same:
+            t0 = time.time()
             try:
                 os.ftruncate(fd, 0)
-                os.write(fd, f"{os.getpid()}\n".encode())
+                os.write(fd, _claim_text(state, t0))
             except OSError as exc:
                 os.close(fd)
                 raise InputError(str(path), f"cannot write to the run directory: {exc.strerror or exc}") from None
             _locks[os.path.abspath(path)] = fd
+            _lock_times[os.path.abspath(path)] = t0
             return
         os.close(fd)  # the run that held it removed it: lock the new one
     raise InputError(str(path), "cannot lock the run directory")
@@ -281,6 +295,7 @@ def release_directory(path: Path) -> None:
     """Remove the run's lock file (only while it is still the file locked:
     never a name someone put in its place), then release the lock."""
     fd = _locks.pop(os.path.abspath(path), None)
+    _lock_times.pop(os.path.abspath(path), None)
     if fd is None:
         return
     lock_path = Path(path) / LOCK_NAME
@@ -302,6 +317,215 @@ def _forget_locks_in_child() -> None:
         except OSError:
             pass
     _locks.clear()
+    _lock_times.clear()
+    _deferred.clear()
+
+
+# -- jobs started by hand --------------------------------------------------------------
+#
+# Processes that learn their index only from their own
+# jax.distributed.initialize(coordinator, num_processes=N, process_id=i), each
+# run as `jaxmemprof run -o JOB`, cannot know at start that they are a job.
+# JAX computes nothing before initialize, so the claim waits for it:
+#
+# - The first to lock JOB (the holder) records into JOB itself, exactly as a
+#   single run does; its lock file says how far it is (_claim_text):
+#   "starting", "jax" (jax imported), "distributed" (inside initialize), or
+#   "recording" (a single run for good: its backend is up, or JAX was up
+#   before the claim, or profile()).
+# - Another run into JOB locked by a holder inside initialize (or one that
+#   reaches it within a few seconds of its start) does not give up: it
+#   records into a directory of its own, JOB/pending-PID (locked, a complete
+#   run: killed there, nothing is lost). A holder that is a single run for
+#   good refuses it at once, as before.
+# - When initialize returns a job (num_processes > 1) in the holder and
+#   pending runs are waiting in JOB, the holder moves its files into
+#   JOB/process-i and lets JOB's lock go; each pending run then claims
+#   JOB/process-j as a launcher's process does (_prepare_process_directory)
+#   and moves its files there. A holder alone in JOB (one -o per host) keeps
+#   the single layout, its manifest holding JAX's index, as before.
+# Every name is made without following a link and nothing is renamed onto an
+# existing name (RunWriter.move_to).
+
+PENDING_PREFIX = "pending-"
+BY_INITIALIZE = "process_id"  # what named the process: jax.distributed.initialize(process_id=...)
+_STATE_WIDTH = 11
+# How long a run into a locked JOB waits at its start for the holder to reach
+# jax.distributed.initialize: since the holder's claim, before it imported jax
+# and after (a job's processes start together, and import jax first).
+WAIT_FOR_JAX_S = 10.0
+WAIT_FOR_INITIALIZE_S = 30.0
+# How long a pending process waits, once initialize returned, for the holder
+# to move its run out of JOB.
+WAIT_FOR_HOLDER_S = 60.0
+
+
+@dataclass
+class _Deferred:
+    job: Path  # JOB as given (-o)
+    force: bool
+    pending: Path | None  # a pending run's own directory; None: the holder, recording into JOB itself
+    settled: bool = False  # the claim is decided (a job's process, or a single run for good)
+
+
+# Run directories whose claim waits for jax.distributed.initialize: absolute path -> _Deferred.
+_deferred: dict[str, _Deferred] = {}
+
+
+def _claim_text(state: str, t0: float) -> bytes:
+    """The lock file's text: the PID, then the claim's state and when it was
+    made; one length for one process, so that a state is rewritten in place."""
+    return f"{os.getpid()}\n{state.ljust(_STATE_WIDTH)} {t0:.3f}\n".encode()
+
+
+def _set_claim_state(path: Path, state: str) -> None:
+    key = os.path.abspath(path)
+    fd = _locks.get(key)
+    if fd is None:
+        return
+    try:
+        os.pwrite(fd, _claim_text(state, _lock_times.get(key, time.time())), 0)
+    except OSError:
+        pass
+
+
+def _read_claim(path: Path) -> tuple[str, float] | None:
+    """(state, when it was claimed) from ``path``'s lock file, read without
+    following a link; None when it is absent, not ours, or being written."""
+    try:
+        fd = os.open(Path(path) / LOCK_NAME, os.O_RDONLY | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
+                     | getattr(os, "O_NONBLOCK", 0))
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        text = os.read(fd, 256).decode("ascii", "replace")
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    lines = text.split("\n")
+    if len(lines) < 3:
+        return ("recording", 0.0) if len(lines) == 2 and lines[0].strip().isdigit() else None  # an older one's: PID only
+    parts = lines[1].split()
+    try:
+        return parts[0], float(parts[1])
+    except (IndexError, ValueError):
+        return None
+
+
+def _held(path: Path) -> bool:
+    """Whether a live process holds ``path``'s lock (False: none, or gone)."""
+    import fcntl
+
+    try:
+        fd = os.open(Path(path) / LOCK_NAME, os.O_RDONLY | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
+                     | getattr(os, "O_NONBLOCK", 0))
+    except OSError:
+        return False
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return False
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError as exc:
+        return exc.errno in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK)
+    else:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    finally:
+        os.close(fd)
+
+
+def _distributed_up() -> bool:
+    state = getattr(sys.modules.get("jax._src.distributed"), "global_state", None)
+    return getattr(state, "client", None) is not None or getattr(state, "service", None) is not None
+
+
+def _can_defer() -> bool:
+    """Whether this process may still learn from jax.distributed.initialize
+    that it is part of a job: JAX has no backend up and is not distributed."""
+    return _jax_ready() is None and not _distributed_up()
+
+
+def _claim_by_hand(path: Path, force: bool) -> Path:
+    """Claim ``path`` as a single run that may become a job's process (the
+    holder), or, when another run holds it while it waits for
+    jax.distributed.initialize, a pending directory of this run's own in it."""
+    try:
+        _claim(path, force, "jax" if "jax" in sys.modules else "starting")
+    except _Busy:
+        if not _holder_waits_for_initialize(path):
+            raise
+        return _begin_pending(path, force)
+    _deferred[os.path.abspath(path)] = _Deferred(job=path, force=force, pending=None)
+    return path
+
+
+def _holder_waits_for_initialize(path: Path) -> bool:
+    """Whether the run holding ``path`` is inside jax.distributed.initialize,
+    waited for while it is on its way there (see WAIT_FOR_*); False as soon
+    as it is a single run for good or gone."""
+    start = time.monotonic()
+    while True:
+        claim = _read_claim(path)
+        if claim is None:
+            if time.monotonic() - start > 2.0 or not _held(path):
+                return False
+        else:
+            state, t0 = claim
+            if state == "distributed":
+                return True
+            if state not in ("starting", "jax"):
+                return False
+            limit = WAIT_FOR_JAX_S if state == "starting" else WAIT_FOR_INITIALIZE_S
+            # Since the holder's claim (its clock), and at most that long here.
+            if min(time.time() - t0, time.monotonic() - start) > limit:
+                return False
+            if not _held(path):
+                return False
+        time.sleep(0.05)
+
+
+def _begin_pending(job: Path, force: bool) -> Path:
+    """JOB/pending-PID: a run directory of this run's own, made and locked
+    exclusively, where it records until initialize says which process it is."""
+    base = job / f"{PENDING_PREFIX}{os.getpid()}"
+    for n in range(1, 100):
+        path = base if n == 1 else base.with_name(f"{base.name}-{n}")
+        try:
+            _mkdir(path, exist_ok=False)
+        except FileExistsError:
+            continue
+        _claim(path, False)
+        _deferred[os.path.abspath(path)] = _Deferred(job=job, force=force, pending=Path(os.path.abspath(path)))
+        return path
+    raise InputError(str(job), "another jaxmemprof run is recording into it; choose another --output")
+
+
+def _pending_peers(job: Path) -> bool:
+    """Whether a live run waits in ``job`` (a JOB/pending-PID it holds)."""
+    try:
+        names = [e.name for e in os.scandir(job) if e.name.startswith(PENDING_PREFIX)
+                 and e.is_dir(follow_symlinks=False)]
+    except OSError:
+        return False
+    return any(_held(Path(job) / n) for n in names)
+
+
+def _wait_for_job(job: Path) -> str | None:
+    """Wait until the holder has moved its run out of ``job``; None then,
+    else why not (it stays a single run)."""
+    start = time.monotonic()
+    while True:
+        if all(layout.entry_kind(Path(job) / n) == "absent" for n in (layout.MANIFEST, layout.JOURNAL)):
+            return None
+        claim = _read_claim(job)
+        if claim is not None and claim[0] == "recording" or not _held(job):
+            return "it holds a single-process run"
+        if time.monotonic() - start > WAIT_FOR_HOLDER_S:
+            return "the run holding it did not make it a job"
+        time.sleep(0.02)
 
 
 # The summary a process of a job writes as it ends (analysis/processes.py SUMMARY_FILE).
@@ -438,6 +662,10 @@ class Session:
             manifest.update(process_index=proc.index, process_count=proc.count, process_variable=proc.variable,
                             job_id=proc.job_id)
         self.process = proc
+        # A claim that waits for jax.distributed.initialize (jobs started by hand).
+        self.deferred = _deferred.pop(str(self.path), None)
+        if self.deferred is not None and self.deferred.pending is not None:
+            manifest["pending"] = {"job": os.path.abspath(self.deferred.job)}
         self._dist_patch = None
         self._dist_hook = None
         try:
@@ -465,6 +693,8 @@ class Session:
             self.probe.install()
         self._hook_warnings()
         self._hook_distributed()
+        if self.deferred is not None:
+            self.sampler.hooks.append(self._on_snapshot_claim)
         self.sampler.start()
         return self
 
@@ -487,7 +717,16 @@ class Session:
 
         @functools.wraps(original)
         def initialize(*args, **kwargs):
-            result = original(*args, **kwargs)
+            s = _active
+            if s is not None and not s.forked:
+                s._claim_state_is("distributed")
+            try:
+                result = original(*args, **kwargs)
+            except BaseException:
+                s = _active
+                if s is not None and not s.forked:
+                    s._settle_single()
+                raise
             s = _active
             if s is not None and not s.forked:
                 s._on_distributed_init()
@@ -499,6 +738,7 @@ class Session:
         except Exception:
             return
         self._dist_patch = (dist, original, initialize)
+        self._claim_state_is("jax")
 
     def _unhook_distributed(self) -> None:
         if self._dist_hook is not None and self._dist_hook in sys.meta_path:
@@ -519,6 +759,8 @@ class Session:
             index, count = getattr(state, "process_id", None), getattr(state, "num_processes", None)
             index = index if isinstance(index, int) else None
             count = count if isinstance(count, int) else None
+            if self.deferred is not None and not self.deferred.settled:
+                self._claim_job_process(index, count)
             info = {"t_wall": t_wall, "t_mono": t_mono, "process_index": index, "process_count": count}
             proc = self.process
             job = count is not None and count > 1  # initialize(num_processes=1) makes no job
@@ -537,6 +779,98 @@ class Session:
                 layout.write_json_atomic(self.path / layout.MANIFEST, m)
         except Exception:
             pass  # never break the program's own initialize
+
+    # -- a claim that waits for jax.distributed.initialize (jobs started by hand) --
+
+    def _claim_state_is(self, state: str) -> None:
+        d = self.deferred
+        if d is not None and not d.settled and d.pending is None:
+            _set_claim_state(self.path, state)
+
+    def _settle_single(self) -> None:
+        """No job after all: the holder is a single run for good (a run
+        waiting for it is then refused); a pending run stays where it is."""
+        d = self.deferred
+        if d is None or d.settled:
+            return
+        d.settled = True
+        if d.pending is None:
+            _set_claim_state(self.path, "recording")
+        else:
+            self._pending_alone("another jaxmemprof run is recording into it")
+
+    def _on_snapshot_claim(self) -> None:
+        """The backend is up (a snapshot was taken) without initialize: a single run."""
+        if self.deferred is not None and not self.deferred.settled:
+            self._settle_single()
+
+    def _pending_alone(self, why: str) -> None:
+        _warn(f"jaxmemprof: warning: {self.deferred.job}: {why}; this process is recorded in {self.directory}\n")
+
+    def _claim_job_process(self, index: int | None, count: int | None) -> None:
+        """initialize returned: a process of a job claims JOB/process-<index>
+        and moves its run there (the holder only when pending runs wait in
+        JOB: alone, it keeps the single layout). Whatever fails leaves the
+        run where it is, complete, with a warning."""
+        d = self.deferred
+        if index is None or count is None or count <= 1:
+            self._settle_single()
+            return
+        d.settled = True
+        proc = LauncherProcess(index=index, count=count, variable=BY_INITIALIZE)
+        name = process_directory_name(index)
+        job = Path(os.path.abspath(d.job))
+        old = self.path
+        if d.pending is None:
+            if not _pending_peers(job):
+                _set_claim_state(job, "recording")
+                return
+            dst = job / name
+            try:
+                _mkdir(dst, exist_ok=True, own=True)
+                _claim(dst, d.force)
+            except InputError as exc:
+                _set_claim_state(job, "recording")
+                _warn(f"jaxmemprof: warning: {exc}; this process is recorded as a single run in {self.directory}\n")
+                return
+        else:
+            why = _wait_for_job(job)
+            if why is not None:
+                self._pending_alone(why)
+                return
+            try:
+                dst = _prepare_process_directory(job, proc, d.force)
+            except InputError as exc:
+                self._pending_alone(exc.problem if exc.source == str(job) else str(exc))
+                return
+        try:
+            self.writer.move_to(dst)
+        except (OSError, InputError, sqlite3.Error) as exc:
+            release_directory(dst)
+            _processes.pop(str(dst), None)
+            try:
+                os.rmdir(dst)
+            except OSError:
+                pass
+            if d.pending is None:
+                _set_claim_state(job, "recording")
+            _warn(f"jaxmemprof: warning: {dst}: cannot move the run there ({_reason(exc)}); this process is "
+                  f"recorded in {self.directory}\n")
+            return
+        release_directory(old)
+        if d.pending is not None:
+            try:
+                os.rmdir(old)  # empty now: only a directory of ours, never anything in it
+            except OSError:
+                pass
+        self.path = dst
+        self.directory = Path(d.job) / name
+        self.process = proc
+        _processes[str(dst)] = proc
+        with self.writer._lock:
+            m = self.writer.manifest
+            m.pop("pending", None)
+            m.update(process_index=index, process_count=count, process_variable=BY_INITIALIZE)
 
     # Warnings are heard where the warnings module shows each one
     # (_showwarnmsg, which calls showwarning), so that the script still sees
@@ -577,6 +911,10 @@ class Session:
         self._unhook_distributed()
         if _active is self:
             _active = None
+        d = self.deferred
+        if d is not None and not d.settled and d.pending is not None:
+            d.settled = True
+            self._pending_alone("another jaxmemprof run is recording into it")
         try:
             self._finish(exit_status, ended_by)
         except Exception as exc:  # a full disk: what was committed stays readable

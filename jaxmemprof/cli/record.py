@@ -73,14 +73,17 @@ def run(output, force, interval, max_overhead, module, command, no_jit_probe, ad
         tgt = Target(path=script, module=None, args=tuple(args))
     else:
         tgt = Target(path=None, module=module, args=tuple(args))
-    directory = prepare_directory(Path(output) if output else default_output(tgt.stem), force)
+    # A process of a job started by hand (-o JOB, no launcher variable) may claim
+    # JOB/process-N once jax.distributed.initialize says N: session.directory.
+    directory = prepare_directory(Path(output) if output else default_output(tgt.stem), force,
+                                  by_hand=bool(output))
     session = Session(directory, target_argv=tgt.argv, interval=interval, max_overhead=max_overhead,
                       jit_probe=not no_jit_probe, addresses=addresses)
     status, ended_by = run_target(tgt, session)
     session.stop(status, ended_by)
     if not quiet:
         _flush_script_stdout()
-        _run_summary(tgt, directory)
+        _run_summary(tgt, session.directory)
     raise SystemExit(status)
 
 

@@ -354,6 +354,66 @@ class RunWriter:
             self.closed = True
             self._close_directories()
 
+    def move_to(self, directory: Path) -> None:
+        """Move the run's files (manifest, journal, snapshots/) into
+        ``directory`` (a directory of ours on the same file system, which holds
+        none of them) and go on writing there: a process of a job started by
+        hand learns its ``process-N`` only once jax.distributed.initialize
+        returns. Files are moved by a link made without replacing anything,
+        then the old name removed; nothing is ever renamed onto an existing
+        name. A failure moves back what had moved, reopens the journal where
+        it was and raises OSError or InputError."""
+        with self._lock:
+            if self.closed:
+                raise OSError("the run is closed")
+            new_fd = layout.open_directory(directory)
+            try:
+                for name in (layout.MANIFEST, layout.SNAPSHOT_DIR, *layout.JOURNAL_FILES):
+                    kind = layout.entry_kind(name, new_fd)
+                    if kind != "absent":
+                        raise InputError(str(Path(directory) / name), layout.refusal(kind))
+            except BaseException:
+                os.close(new_fd)
+                raise
+            try:
+                self._db.execute("PRAGMA journal_mode=DELETE")  # one file to move
+            except Exception:
+                pass
+            self._db.close()
+            moved: list[str] = []
+            old_fd = self._dir_fd
+            try:
+                names = [n for n in (layout.SNAPSHOT_DIR, *layout.JOURNAL_FILES, layout.MANIFEST)
+                         if layout.entry_kind(n, old_fd) != "absent"]
+                for name in names:
+                    _move_entry(name, old_fd, new_fd)
+                    moved.append(name)
+            except BaseException:
+                for name in reversed(moved):
+                    try:
+                        _move_entry(name, new_fd, old_fd)
+                    except OSError:
+                        pass
+                os.close(new_fd)
+                self._reopen()
+                raise
+            self._close_directories()
+            self._dir_fd = new_fd
+            self.directory = Path(directory)
+            self._reopen()
+
+    def _reopen(self) -> None:
+        """The journal and snapshots/ opened again in ``self.directory``."""
+        self._snap_fd = layout.own_directory(self.directory / layout.SNAPSHOT_DIR, self._dir_fd)
+        for name in layout.JOURNAL_FILES:
+            kind = layout.entry_kind(name, self._dir_fd)
+            if kind not in ("absent", "file"):
+                raise InputError(str(self.directory / name), layout.refusal(kind))
+        self._db = sqlite3.connect(self.directory / layout.JOURNAL, check_same_thread=False, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.execute(f"PRAGMA journal_size_limit={WAL_LIMIT_BYTES}")
+
     def _close_directories(self) -> None:
         for fd in (self._dir_fd, self._snap_fd):
             if fd is not None:
@@ -363,3 +423,28 @@ class RunWriter:
                     pass
         self._dir_fd = self._snap_fd = None
 
+
+
+def _move_entry(name: str, src_fd: int, dst_fd: int) -> None:
+    """Move ``name`` from one directory to another without replacing
+    anything at the destination: a file by a hard link (which fails if the
+    name is taken) then the old name removed, snapshots/ by a rename onto
+    a name just checked absent. A link is never followed, never moved."""
+    kind = layout.entry_kind(name, src_fd)
+    if kind == "file":
+        try:
+            os.link(name, name, src_dir_fd=src_fd, dst_dir_fd=dst_fd, follow_symlinks=False)
+        except FileExistsError:
+            raise
+        except OSError:  # a file system without hard links
+            if layout.entry_kind(name, dst_fd) != "absent":
+                raise FileExistsError(name) from None
+            os.rename(name, name, src_dir_fd=src_fd, dst_dir_fd=dst_fd)
+            return
+        os.unlink(name, dir_fd=src_fd)
+    elif kind == "dir":
+        if layout.entry_kind(name, dst_fd) != "absent":
+            raise FileExistsError(name)
+        os.rename(name, name, src_dir_fd=src_fd, dst_dir_fd=dst_fd)
+    elif kind != "absent":
+        raise InputError(name, layout.refusal(kind))
