@@ -220,3 +220,47 @@ def test_a_function_jitted_in_main_has_its_dump(tmp_path):
     assert len(run.jit["programs"]) == 1
     rows = peak_by_line(run, att)
     assert f"in_main.py:{line_of(script, 'LINE-SORT')} (step)" in set(rows["site"])
+
+
+SIGNATURES = """
+import jax
+import jax.numpy as jnp
+
+
+def step(x):
+    return jnp.sort(x @ x, axis=1)  # LINE-SIG
+
+
+f = jax.jit(step)
+for n in (256, 512, 128):  # three signatures, the middle one the largest
+    x = jnp.ones((n, n), jnp.float32)
+    for _ in range(2):
+        x = f(x)
+print(float(x[0, 0]))
+"""
+
+
+def test_every_signature_is_read_from_its_executable(tmp_path):
+    """Each signature of a function gets XLA's figures when it is compiled,
+    from the executable (no dump: no "xla-dump" event, however small the
+    run's share for overhead); the buffers by line are the largest
+    signature's, and its line holds XLA's figures for it: x @ x and its
+    sorted copy, float32[512,512] each."""
+    script = write_script(tmp_path, "sigs.py", SIGNATURES)
+    run_cli("run", "-q", "--max-overhead", "0.01", "-o", tmp_path / "run", script, cwd=tmp_path, check=0)
+    run = load_run(tmp_path / "run")
+    att = Attribution(roots=(run.manifest["cwd"],))
+    events = run.events
+    assert events.empty or not events["kind"].isin(["probe-error", "xla-dump"]).any(), events
+    programs = run.jit["programs"]
+    assert sorted(programs["signature"]) == ["float32[128,128]", "float32[256,256]", "float32[512,512]"]
+    by_signature = programs.set_index("signature")
+    # each signature's peak: its argument, x @ x and its sorted copy (n*n*4 bytes each), at least
+    for n in (128, 256, 512):
+        assert by_signature.loc[f"float32[{n},{n}]", "peak_bytes"] >= 2 * n * n * 4
+    # the reading took a fraction of a second per program
+    assert (programs["dump_s"] < 1.0).all()
+    rows = peak_by_line(run, att)
+    assert set(rows["program_peak_bytes"]) == {by_signature.loc["float32[512,512]", "peak_bytes"]}
+    line = rows[rows["site"] == f"sigs.py:{line_of(script, 'LINE-SIG')} (step)"]
+    assert line["bytes"].sum() >= 512 * 512 * 4

@@ -1,9 +1,13 @@
 """What fills a jitted function's own peak, by the user's lines.
 
-Snapshots never see the buffers a jitted call makes while it runs. XLA's dump
-of the function's largest signature (``jaxmemprof.xla.dump``, taken by the jit
-probe at the end of the run) says which buffers are live at the program's
-peak, in program order, and which op and Python stack made each. Here they
+Snapshots never see the buffers a jitted call makes while it runs. XLA's own
+account of each compiled signature, read by the jit probe from the program's
+executable when it is compiled (``jaxmemprof.xla.executable``; a dump at the end
+of the run, ``jaxmemprof.xla.dump``, where the executable lacks it), says which
+buffers are live at the program's peak, in program order, and which op and
+Python stack made each. Every signature has its row in ``jit_programs``; the
+buffers recorded, and shown here, are those of each function's largest
+signature (by its peak). Here they
 are attributed as every byte is: to the innermost frame of the user's code
 (the site rule); an argument's buffer is attributed to the argument's name.
 
@@ -101,7 +105,9 @@ def attributed_buffers(run, attribution: Attribution = Attribution()) -> pd.Data
             lines.append(0)
     b["site"], b["file"], b["line"] = sites, files, lines
     b["function"] = b["function_id"].map(names).fillna("").astype(str)
-    per = programs.drop_duplicates("function_id", keep="last").set_index("function_id")
+    # each function's largest signature (by its peak): the one whose buffers were recorded
+    per = programs.sort_values(["function_id", "peak_bytes"], kind="stable").drop_duplicates(
+        "function_id", keep="last").set_index("function_id")
     b["program_peak_bytes"] = b["function_id"].map(per["peak_bytes"]).fillna(0).astype(np.int64)
     b["program_length"] = b["function_id"].map(per["length"]).fillna(0).astype(np.int64)
     return b

@@ -17,9 +17,15 @@ transformation traces is only counted. The proxy records:
   position and name, pytree path, shape, dtype, sharding, device bytes,
   donated or not) and of the outputs, and, checked at the function's next
   call, what became of each input leaf (see ``_check_liveness``);
-- at the end of the run, XLA's dump of each user function's largest signature
-  (``jaxmemprof.xla.dump``): its buffers at its own peak, by the line that
-  made them.
+- per compiled signature of a user's function, when it is compiled, XLA's
+  own account of the program read from its executable
+  (``jaxmemprof.xla.executable``: no compile of ours): its peak in program
+  order (a jit_programs row); the buffers at the largest signature's peak, by
+  the line that made them, are written at the end of the run. Where the
+  executable lacks XLA's buffer assignment (a backend that leaves it empty),
+  a dump of the largest signature at the end stands in (``jaxmemprof.xla.dump``:
+  a compile of its own, within a share of the run's time), and a run event
+  says so.
 
 Once a function's samples are taken its proxy becomes a ``_QuietProbed``,
 whose calls reach the jitted function with no Python code in between (and
@@ -56,6 +62,7 @@ from jaxmemprof.capture.hooks import AfterImport
 from jaxmemprof.capture.sampler import is_deleted as _is_deleted
 from jaxmemprof.paths import installed_part, is_builtin_library
 from jaxmemprof.xla.dump import read_dump
+from jaxmemprof.xla.executable import ExecutableError, read_executable
 
 # Library wrappers around jax.jit that the probe knows by name: (installed
 # package, the wrapper's function) of the outermost library frame between the
@@ -178,7 +185,7 @@ class _FunctionState:
     __slots__ = ("function_id", "calls", "traced", "samples", "resample", "pending", "compiles", "analyse_next", "hunt",
                  "signatures", "param_names", "donate_argnums", "donate_argnames", "arguments", "by_signature",
                  "cache", "quiet", "off", "errors", "proxy", "counted_all", "largest", "user", "backend_compiles",
-                 "row", "compile_s")
+                 "row", "compile_s", "program")
 
     def __init__(self, function_id, param_names, donate_argnums, donate_argnames, arguments, by_signature):
         self.function_id = function_id
@@ -209,6 +216,9 @@ class _FunctionState:
         self.backend_compiles = 0  # XLA compiles during its observed calls
         self.row = None  # its jit_functions row, for a copy of the function
         self.compile_s = 0.0  # XLA's compile time during its observed calls: what a dump of it costs
+        # (peak bytes, signature, ProgramMemory) of its largest signature read from its executable,
+        # until its buffers are written at the end
+        self.program = None
 
 
 class JitProbe:
@@ -251,6 +261,9 @@ class JitProbe:
         # sampled call: set by the session.
         self.observer = None
         self._live_before_left = LIVE_BEFORE_CALLS
+        self.read_s = 0.0  # time spent reading executables (XLA's figures), all functions
+        self.programs_read = 0
+        self._fallback_said = False
 
     # -- installing ----------------------------------------------------------------
 
@@ -283,7 +296,7 @@ class JitProbe:
                     unregister(self._listener)
             except Exception:
                 pass
-        for step in (self._dump_programs, self._flush):
+        for step in (self._write_buffers, self._dump_programs, self._flush):
             try:
                 step()
             except Exception as exc:
@@ -647,7 +660,8 @@ class JitProbe:
             # under python too: its calls are still observed, not its memory.
             state.signatures.add(self._signature(args, kwargs))
             return True
-        ma = lowered.compile().memory_analysis()
+        compiled = lowered.compile()
+        ma = compiled.memory_analysis()
         fields = ("argument_size_in_bytes", "output_size_in_bytes", "alias_size_in_bytes",
                   "temp_size_in_bytes", "generated_code_size_in_bytes", "host_argument_size_in_bytes",
                   "host_output_size_in_bytes", "host_alias_size_in_bytes", "host_temp_size_in_bytes",
@@ -658,10 +672,59 @@ class JitProbe:
         if state.by_signature:
             state.compiles += 1
         peak = sum(v or 0 for v in values[:2]) - (values[2] or 0) + sum(v or 0 for v in values[3:5])
-        if state.largest is None or peak > state.largest[0]:
-            state.largest = (peak, signature, lowered)
         self.writer.add_jit_compile((state.function_id, state.calls, time.time(), signature[:2000], *values))
+        if state.user and not self._read_program(state, signature, compiled):
+            # The executable lacks XLA's buffer assignment: the dump at the end, for the largest.
+            if state.largest is None or peak > state.largest[0]:
+                state.largest = (peak, signature, lowered)
         return True
+
+    def _read_program(self, state, signature: str, compiled) -> bool:
+        """XLA's figures for this signature, read from the executable the
+        program compiled (no compile of ours): its jit_programs row now; its
+        buffers kept for the end if it is the function's largest. False
+        where the executable lacks the protos (the dump is the fallback)."""
+        t0 = time.monotonic()
+        try:
+            p = read_executable(compiled)
+        except ExecutableError as exc:
+            if not self._fallback_said:
+                self._fallback_said = True
+                self.writer.add_event("xla-dump", f"XLA's buffers by line from a dump at the end of the run instead "
+                                                  f"of the executables: {exc}"[:2000])
+            return False
+        except Exception as exc:  # the reader's own failure: recorded, and the dump stands in
+            self._error(state, exc)
+            return False
+        took = time.monotonic() - t0
+        self.read_s += took
+        self.programs_read += 1
+        self.writer.add_jit_program(
+            (state.function_id, signature[:2000], p.module, p.length, p.peak_position, p.peak_bytes,
+             p.argument_bytes, p.output_bytes, p.alias_bytes, p.temp_bytes, took), [])
+        if state.program is None or p.peak_bytes > state.program[0]:
+            state.program = (p.peak_bytes, signature, p)
+        return True
+
+    def _write_buffers(self) -> None:
+        """Each user function's buffers, of its largest signature read from
+        its executables (jit_buffers has no signature column: one program's
+        buffers per function)."""
+        for state in self._states:
+            if state.program is None:
+                continue
+            _, _, p = state.program
+            state.program = None
+            if state.largest is not None and state.largest[0] > p.peak_bytes:
+                continue  # a larger signature's executable lacked the protos: its dump stands instead
+            state.largest = None
+            rows = [(state.function_id, b.name, b.bytes, b.shape, b.kind, b.op, json.dumps(b.frames), b.start, b.end,
+                     int(b.at_peak)) for b in p.buffers]
+            add = getattr(self.writer, "add_jit_buffers", None)
+            if add is not None:
+                add(rows)
+            else:  # the writer has no call for buffers alone (store/writer.py): its own insert
+                self.writer._insert("INSERT INTO jit_buffers VALUES (?,?,?,?,?,?,?,?,?,?)", rows)
 
     def _signature(self, args, kwargs) -> str:
         """What JAX's compile cache tells calls apart by, as text: each array
