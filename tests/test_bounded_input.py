@@ -2,6 +2,9 @@
 bound without being held (its peak memory is measured), a profile that
 decompresses to more than the reader holds before it knows the total is
 still read exactly, and ``top`` does not read again a snapshot it refused.
+Under the bound, valid-looking protobuf that would cost far more than its
+size (millions of empty strings or tiny samples) is refused by its
+decompression ratio or by its fields per byte, before protobuf builds them.
 
 Python's own ``gzip`` module is the reference for what a stream holds.
 """
@@ -25,7 +28,8 @@ from jaxmemprof.analysis.live import Refusals, Tracker
 from jaxmemprof.analysis.sites import Attribution
 from jaxmemprof.errors import InputError
 from jaxmemprof.pprof import profile_pb2 as pb
-from jaxmemprof.pprof.reader import _HOLD, DEFAULT_MAX_DECOMPRESSED, read_profile_bytes
+from jaxmemprof.pprof.reader import (_FIELD_BYTES, _FIELDS_FREE, _HOLD, _RATIO_FREE, DEFAULT_MAX_DECOMPRESSED,
+                                     DEFAULT_MAX_RATIO, load_profile, read_profile_bytes)
 from jaxmemprof.store.follow import Poll
 
 KiB, MiB, GiB = 1024, 1024**2, 1024**3
@@ -324,3 +328,175 @@ def test_a_profile_with_many_fields_before_its_samples_reads_the_same(tmp_path):
         docs.append(json.loads(run_cli("show", tmp_path / name, "--json", cwd=tmp_path, check=0).stdout))
     assert docs[0]["rows"] == docs[1]["rows"] and docs[0]["totals"] == docs[1]["totals"]
     assert docs[0]["totals"]["bytes"] == 4096
+
+
+# --------------------------------------------------------------------------
+# Under the bound: valid-looking protobuf that costs far more than its bytes
+
+
+STRING = b"\x32\x00"  # an empty string of the string table (field 6)
+SAMPLE = b"\x12\x03\x12\x01\x01"  # a sample (field 2) of one value, 1, and no location
+
+
+def split_profile() -> tuple[bytes, bytes]:
+    """small_profile() as (its sample types, the rest but its samples):
+    samples put between the two are the run of samples the reader walks."""
+    p = pb.Profile.FromString(small_profile())
+    head = pb.Profile(sample_type=p.sample_type).SerializeToString()
+    p.ClearField("sample_type")
+    p.ClearField("sample")
+    return head, p.SerializeToString()
+
+
+def bomb_member(unit: bytes, times: int) -> tuple[bytes, int]:
+    """A gzip member of ``unit`` repeated ``times`` times, and its size."""
+    c = zlib.compressobj(9, zlib.DEFLATED, -15)
+    block = len(c.compress(unit) + c.flush(zlib.Z_FULL_FLUSH))
+    data, total = gzip_bomb(block * times, unit)
+    assert total == len(unit) * times
+    return data, total
+
+
+def under_the_bound_bombs():
+    """The two files of the issue: about 130 KB of gzip holding 127 MiB of
+    empty strings, and 200 KB holding 127 MiB of 5-byte samples (in the run
+    of samples, between a profile's sample types and the rest), each just
+    under the 128 MiB bound: (name, file, its decompressed size)."""
+    head, rest = split_profile()
+    out = []
+    for name, unit in (("strings", STRING * (256 * KiB)), ("samples", SAMPLE * (102 * KiB))):
+        data, total = bomb_member(unit, 255)
+        pre, post = (small_profile(), b"") if name == "strings" else (head, rest)
+        blob = gzip.compress(pre, mtime=0) + data + (gzip.compress(post, mtime=0) if post else b"")
+        out.append((name, blob, len(pre) + total + len(post)))
+    return out
+
+
+def inflated_size(blob: bytes) -> int:
+    """What python's zlib makes of a multi-member gzip file, counted."""
+    n, rest = 0, blob
+    while rest:
+        d = zlib.decompressobj(wbits=31)
+        while True:
+            n += len(d.decompress(rest, MiB))
+            rest = d.unconsumed_tail
+            if d.eof:
+                rest = d.unused_data
+                break
+    return n
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="ru_maxrss in KiB is Linux's")
+def test_protobuf_bombs_under_the_bound_are_refused_in_bounded_memory(tmp_path):
+    """The issue's two files decompress (python's zlib says) to just under
+    the bound, as valid protobuf, at 700 to 1,000 times their size: refused
+    by their ratio (real profiles compress 2 to 15 times) after a few MiB,
+    in one line naming the file, exit 2, and a peak RSS under 100 MiB, above
+    a tiny profile's by no more than the bytes that ratio lets out (they
+    cost 2.2 GB and 362 MB before). The same
+    bombs of raw protobuf (no ratio to judge, 16 MiB each), empty strings
+    and samples alike, are refused by their fields per byte, in 100 MiB too.
+    A ratio of 0 is refused by click."""
+    small = tmp_path / "small.prof"
+    small.write_bytes(small_profile())
+    ok, baseline = run_measured("show", small, cwd=tmp_path)
+    assert ok.returncode == 0 and "train.py:7 (step)" in ok.stdout, ok.stderr
+    for name, blob, total in under_the_bound_bombs():
+        assert DEFAULT_MAX_DECOMPRESSED - MiB < total <= DEFAULT_MAX_DECOMPRESSED
+        assert inflated_size(blob) == total
+        assert total > 600 * len(blob), (name, len(blob))
+        path = tmp_path / f"{name}.prof.gz"
+        path.write_bytes(blob)
+        proc, peak = run_measured("show", path, cwd=tmp_path)
+        assert_refused(proc, path, f"decompresses to more than {DEFAULT_MAX_RATIO} times its size (")
+        # What it holds: at most the ratio's worth of bytes out, not the 127 MiB.
+        assert peak < 100 * MiB and peak - baseline < DEFAULT_MAX_RATIO * len(blob) + 8 * MiB, \
+            (name, peak / MiB, baseline / MiB)
+    head, rest = split_profile()
+    for name, data in (("strings.prof", small_profile() + STRING * (8 * MiB)),
+                       ("samples.prof", head + SAMPLE * (16 * MiB // 5) + rest)):
+        path = tmp_path / name
+        path.write_bytes(data)
+        proc, peak = run_measured("show", path, cwd=tmp_path)
+        assert_refused(proc, path, "not a pprof profile as profilers write one (")
+        assert "more than one per 8 bytes" in proc.stderr
+        assert peak < 100 * MiB, (name, peak / MiB)
+    proc = run_cli("show", small, "--max-ratio", "0", cwd=tmp_path)
+    assert proc.returncode == 2 and "--max-ratio" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_the_ratio_limit_is_exact_and_can_be_raised():
+    """Past _RATIO_FREE bytes out, a stream read whole (under a MiB) may
+    make ``max_ratio`` times its size: ceil(total / size) reads (the bytes
+    python's gzip makes), one less is refused; None lifts the limit. Under
+    _RATIO_FREE, any ratio is read."""
+    p = pb.Profile.FromString(small_profile())
+    p.string_table.append(b"x" * (6 * MiB))  # 6 MiB in some 6 KiB: 1,000 times
+    raw = p.SerializeToString()
+    blob = gzip.compress(raw, 9, mtime=0)
+    r = -(-len(raw) // len(blob))
+    assert len(raw) > _RATIO_FREE and r > DEFAULT_MAX_RATIO
+    for max_ratio in (r, None):
+        assert read_profile_bytes(blob, max_ratio=max_ratio)[1] == gzip.decompress(blob) == raw
+    assert load_profile(blob, max_ratio=r).total_bytes == 4096
+    for max_ratio in (r - 1, DEFAULT_MAX_RATIO):
+        with pytest.raises(InputError, match=f"^x.prof: decompresses to more than {max_ratio} times its size"):
+            read_profile_bytes(blob, name="x.prof", max_ratio=max_ratio)
+    p.string_table[-1] = b"x" * (_RATIO_FREE - len(raw) + 6 * MiB)  # just _RATIO_FREE in all
+    small = p.SerializeToString()
+    assert len(small) == _RATIO_FREE
+    assert read_profile_bytes(gzip.compress(small, 9, mtime=0), max_ratio=1)[1] == small
+
+
+def _dense(layout: str, fields: int) -> bytes:
+    """A valid profile of ``fields`` top-level fields, made dense with
+    2-byte strings or 5-byte samples: at the end (strings), in the run of
+    samples (samples), after the rest (late samples), or with 5,000 strings
+    first, more than the reader walks before protobuf reads it all (first)."""
+    head, rest = split_profile()
+    full = small_profile()
+    nfull = 1 + 1 + 1 + 1 + 5  # sample type, sample, location, function, 5 strings
+    if layout == "strings":
+        return full + STRING * (fields - nfull)
+    if layout == "samples":
+        return head + SAMPLE * (fields - nfull + 1) + rest
+    if layout == "late samples":
+        return full + SAMPLE * (fields - nfull)
+    assert layout == "first"
+    return STRING * 5000 + full + SAMPLE * (fields - nfull - 5000)
+
+
+@pytest.mark.parametrize("layout", ["strings", "samples", "late samples", "first"])
+def test_fields_past_one_per_8_bytes_are_refused_from_the_wire(layout):
+    """Up to _FIELDS_FREE top-level fields, any density is read (the counts
+    are protobuf's); one more field at more than one per _FIELD_BYTES bytes
+    is refused, whichever path the reader takes; a real profile has one per
+    19 to 35 bytes."""
+    ok = _dense(layout, _FIELDS_FREE)
+    msg = pb.Profile.FromString(ok)
+    assert len(msg.sample) + len(msg.string_table) + 3 == _FIELDS_FREE
+    prof = load_profile(ok)
+    assert prof.sample_count == len(msg.sample)
+    assert prof.total_bytes == sum(s.value[0] for s in msg.sample)
+    bad = _dense(layout, _FIELDS_FREE + 1)
+    assert len(bad) < (_FIELDS_FREE + 1) * _FIELD_BYTES
+    with pytest.raises(InputError, match=f"^dense.prof: not a pprof profile as profilers write one "
+                                         f"\\({_FIELDS_FREE + 1} fields in its first [0-9]+ bytes: more than one "
+                                         f"per {_FIELD_BYTES} bytes"):
+        load_profile(bad, name="dense.prof")
+
+
+def test_many_fields_of_a_few_more_bytes_are_read():
+    """Past _FIELDS_FREE fields, fewer than one per _FIELD_BYTES bytes is
+    read: 140,000 samples of 9 bytes each (a value of 3 bytes, an empty
+    label, no location), their total python's sum of protobuf's values,
+    through the run of samples and after the rest alike."""
+    head, rest = split_profile()
+    n = _FIELDS_FREE + 9000
+    samples = b"".join(b"\x12\x07\x12\x03" + bytes([0x80 | i % 997 & 0x7F, 0x80 | i % 997 >> 7, 1])
+                       + b"\x1a\x00" for i in range(n))  # values 16,384 + i % 997
+    assert len(samples) == 9 * n
+    for raw in (head + samples + rest, small_profile() + samples):
+        msg = pb.Profile.FromString(raw)
+        assert len(msg.sample) >= n and msg.sample[-1].value[0] == 16384 + (n - 1) % 997
+        assert load_profile(raw).total_bytes == sum(s.value[0] for s in msg.sample)

@@ -777,7 +777,9 @@ def _scan_raw(raw: bytes, name: str = "<bytes>"):
     if p > size:
         raise _NotPlain()
     keys = _Keys(codes, shift, events, len(stack_of), len(tail_of), False)
-    keys.fields = skipped + len(codes)
+    keys.fields = fields = skipped + len(codes)
+    if fields > _FIELDS_FREE and fields * _FIELD_BYTES > p:  # the last stretch
+        raise _too_dense(name, fields, p)
     return first, p, keys
 
 
