@@ -128,6 +128,21 @@ def test_a_run_whose_snapshots_are_lost_cannot_pass(runs, how):
     assert error_line(proc).endswith(": --max-increase cannot be checked")
 
 
+@pytest.mark.parametrize("how", ["one-file-gone", "journal-cut"])
+def test_a_peak_limit_already_broken_by_what_was_read_fails(runs, how):
+    """Snapshots lost can only raise a peak: a limit the rest already breaks
+    has failed (exit 1, the lost ones warned about); one they keep is not
+    known to hold (exit 2)."""
+    d = runs
+    damaged(d, how + "-1", how)
+    proc = run_cli("check", how + "-1", "--max-peak", "1B", cwd=d, check=1)
+    assert proc.stdout.startswith("FAIL --max-peak 1 B: peak "), proc.stdout
+    assert proc.stderr.startswith(f"jaxmemprof: warning: {how}-1: ") and "snapshot file(s)" in proc.stderr
+    run_cli("check", how + "-1", "--max-peak", "1TiB", cwd=d, check=2)
+    # Growth is not monotone in what was read: never failed nor passed on part of a run.
+    run_cli("check", how + "-1", "--max-peak", "1B", "--max-growth", "1TiB/step", cwd=d, check=1)
+
+
 def test_true_peak_needs_jit_figures(runs):
     d = runs
     proc = run_cli("check", "nojit", "--max-true-peak", "1TiB", cwd=d, check=2)

@@ -121,3 +121,11 @@ def test_advice_on_a_call_that_does_not_hold_the_peak_is_info(tmp_path):
     assert donate["severity"] == "info"
     assert donate["facts"]["peak_elsewhere"] == "during a call of evaluate"
     assert "does not lower the run's peak, which is during a call of evaluate" in donate["message"]
+
+
+def test_check_gates_the_true_peak_per_device(tmp_path):
+    run, oracle = _record(tmp_path, "four.py", FOUR_DEVICES)
+    per_device = oracle["device"] + 4096  # and the shard of the first call's result, as above
+    under = run_cli("check", run, "--max-true-peak", str(per_device), check=0)
+    assert f"estimated true peak {per_device / 2**20:.2f} MiB per device (during a call of g)" in under.stdout
+    run_cli("check", run, "--max-true-peak", str(per_device - 1), check=1)

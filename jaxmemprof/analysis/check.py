@@ -178,13 +178,17 @@ def check_report(report, limits: Limits, baseline=None) -> list[Outcome]:
         out.append(Outcome("max-peak", limits.max_peak, peak, peak <= limits.max_peak,
                            site=sites[0][0] if sites else "", details=sites))
     if limits.max_true_peak is not None:
-        true_peak = s.get("estimated_true_peak_bytes")
+        # Per device (what a device's memory must hold), as XLA's figures are.
+        true_peak = s.get("estimated_true_peak_device_bytes")
+        if true_peak is None:
+            true_peak = s.get("estimated_true_peak_bytes")
         if true_peak is None:  # no jit probe data: unchecked_report refuses it; never a pass
             raise ValueError("max-true-peak: the report has no estimated true peak")
         true_peak = int(true_peak)
         out.append(Outcome("max-true-peak", limits.max_true_peak, true_peak, true_peak <= limits.max_true_peak,
                            site=sites[0][0] if sites else "", details=sites,
-                           facts={"where": s.get("estimated_true_peak_where") or ""}))
+                           facts={"where": s.get("estimated_true_peak_where") or "",
+                                  "devices": int(s.get("devices") or 1)}))
     if limits.max_growth is not None:
         column = "growth_bytes_per_step" if limits.growth_per == "step" else "growth_bytes_per_s"
         growing = []

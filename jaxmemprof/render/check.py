@@ -35,7 +35,8 @@ def lines(outcomes, process: int | None = None) -> list[str]:
             out.append(f"{tag} {limit}: peak {format_bytes(o.value)}{_held_by(o.details)}")
         elif o.check == "max-true-peak":
             where = o.facts.get("where") or ""
-            out.append(f"{tag} {limit}: estimated true peak {format_bytes(o.value)}"
+            per = " per device" if (o.facts.get("devices") or 1) > 1 else ""
+            out.append(f"{tag} {limit}: estimated true peak {format_bytes(o.value)}{per}"
                        f"{' (' + safe(where) + ')' if where else ''}")
         elif o.check == "max-growth":
             per = o.unit.split("/")[-1]
