@@ -673,20 +673,20 @@ class JitProbe:
             state.compiles += 1
         peak = sum(v or 0 for v in values[:2]) - (values[2] or 0) + sum(v or 0 for v in values[3:5])
         self.writer.add_jit_compile((state.function_id, state.calls, time.time(), signature[:2000], *values))
-        if state.user and not self._read_program(state, signature, compiled):
+        if state.user and not self._read_program(state, signature, compiled, ma):
             # The executable lacks XLA's buffer assignment: the dump at the end, for the largest.
             if state.largest is None or peak > state.largest[0]:
                 state.largest = (peak, signature, lowered)
         return True
 
-    def _read_program(self, state, signature: str, compiled) -> bool:
+    def _read_program(self, state, signature: str, compiled, ma) -> bool:
         """XLA's figures for this signature, read from the executable the
         program compiled (no compile of ours): its jit_programs row now; its
         buffers kept for the end if it is the function's largest. False
         where the executable lacks the protos (the dump is the fallback)."""
         t0 = time.monotonic()
         try:
-            p = read_executable(compiled)
+            p = read_executable(compiled, memory_analysis=ma)
         except ExecutableError as exc:
             if not self._fallback_said:
                 self._fallback_said = True

@@ -26,6 +26,8 @@ with XLA's field numbers).
 
 from __future__ import annotations
 
+import gc
+
 from jaxmemprof.xla import executable_pb2 as pb
 from jaxmemprof.xla.dump import ALIASED, ARGUMENT, CONSTANT, OUTPUT, TEMPORARY, Buffer, ProgramMemory
 
@@ -131,35 +133,58 @@ def _stack_frames(index) -> dict[int, tuple]:
     return out
 
 
+class _Instr:
+    """What is read of one instruction, as plain Python values (a proto's
+    fields are slow to read again and again)."""
+
+    __slots__ = ("id", "name", "opcode", "shape", "operand_ids", "called_computation_ids", "parameter_number",
+                 "tuple_index", "metadata", "indices")
+
+    def __init__(self, i):
+        self.id = i.id
+        self.name = i.name
+        self.opcode = i.opcode
+        self.shape = i.shape
+        self.operand_ids = tuple(i.operand_ids)
+        self.called_computation_ids = tuple(i.called_computation_ids)
+        self.parameter_number = i.parameter_number
+        self.tuple_index = i.tuple_index
+        self.metadata = i.metadata
+        self.indices = None  # its shape indices, when needed
+
+
 class _Module:
-    """The module's computations and instructions, indexed."""
+    """The module's scheduled computations (not fusions' own, whose values
+    are not the program's buffers) and their instructions, indexed."""
 
     def __init__(self, module):
         self.proto = module
-        self.instr = {}  # id -> instruction proto
+        self.instr = {}  # id -> _Instr
         self.parent = {}  # instruction id -> computation id
-        self.comps = {}  # id -> computation proto
+        self.root_of = {}  # computation id -> its root's id
         self.users = {}  # instruction id -> [user ids], in the computation's order
+        self.params = {}  # computation id -> {parameter number: instruction id}
+        self.sequences = {k: list(v.instruction_ids) for k, v in module.schedule.sequences.items()}
+        self.entry = module.entry_computation_id
         for c in module.computations:
-            self.comps[c.id] = c
-            for i in c.instructions:
+            if c.id not in self.sequences:
+                continue
+            cid = c.id
+            self.root_of[cid] = c.root_id
+            params = self.params[cid] = {}
+            for proto in c.instructions:
+                i = _Instr(proto)
                 self.instr[i.id] = i
-                self.parent[i.id] = c.id
-            for i in c.instructions:
+                self.parent[i.id] = cid
+                if i.opcode == "parameter":
+                    params[i.parameter_number] = i.id
                 for o in dict.fromkeys(i.operand_ids):
                     self.users.setdefault(o, []).append(i.id)
-        self.entry = module.entry_computation_id
-        if self.entry not in self.comps:
-            raise ExecutableError("the HLO module names no entry computation")
-        self.sequences = {k: list(v.instruction_ids) for k, v in module.schedule.sequences.items()}
-        if self.entry not in self.sequences:
-            raise ExecutableError("the HLO module has no schedule for its entry computation")
-        self.params = {}  # computation id -> {parameter number: instruction id}
-        for c in module.computations:
-            self.params[c.id] = {i.parameter_number: i.id for i in c.instructions if i.opcode == "parameter"}
+        if self.entry not in self.root_of:
+            raise ExecutableError("the HLO module names no entry computation, or has no schedule for it")
 
     def root(self, instruction_id) -> bool:
-        return self.comps[self.parent[instruction_id]].root_id == instruction_id
+        return self.root_of[self.parent[instruction_id]] == instruction_id
 
 
 def _flatten(m: _Module):
@@ -222,7 +247,7 @@ def _value_sets(m: _Module, defined: dict, times: dict, callers: dict) -> dict:
                 c = m.instr[caller]
                 if kind == "while":
                     body = list(c.called_computation_ids)[0]
-                    out.append(get(c.operand_ids[0], index) | get(m.comps[body].root_id, index))
+                    out.append(get(c.operand_ids[0], index) | get(m.root_of.get(body), index))
                 elif kind == "call" and ins.parameter_number < len(c.operand_ids):
                     out.append(get(c.operand_ids[ins.parameter_number], index))
                 elif kind == "conditional" and ins.parameter_number == 0 and k + 1 < len(c.operand_ids):
@@ -236,32 +261,35 @@ def _value_sets(m: _Module, defined: dict, times: dict, callers: dict) -> dict:
             return get(ops[0], index) if ops else frozenset()
         if op == "while":
             called = list(ins.called_computation_ids)
-            body_root = m.comps[called[0]].root_id if called and called[0] in m.comps else None
+            body_root = m.root_of[called[0]] if called and called[0] in m.root_of else None
             return get(ops[0], index) | (get(body_root, index) if body_root is not None else frozenset())
         if op == "call":
             called = list(ins.called_computation_ids)
-            return get(m.comps[called[0]].root_id, index) if called and called[0] in m.comps else frozenset()
+            return get(m.root_of[called[0]], index) if called and called[0] in m.root_of else frozenset()
         if op == "conditional":
-            out = [get(m.comps[c].root_id, index) for c in ins.called_computation_ids if c in m.comps]
+            out = [get(m.root_of[c], index) for c in ins.called_computation_ids if c in m.root_of]
             return frozenset().union(*out) if out else frozenset()
         return frozenset()
 
-    for iid in times:
-        for index in positions[iid]:
-            if (iid, index) in defined:
-                sets[(iid, index)] = frozenset((defined[(iid, index)],))
+    passing = []  # (instruction, index) where no value is defined: what flows there, in program order
+    for ins in instrs:
+        for index in positions[ins.id]:
+            v = defined.get((ins.id, index))
+            if v is not None:
+                sets[(ins.id, index)] = frozenset((v,))
+            else:
+                passing.append((ins, index))
+    # In program order one pass settles all but what flows back round a loop
+    # (a body's root to its parameter): repeat until nothing changes.
     changed = True
     rounds = 0
     while changed and rounds < 1000:
         changed, rounds = False, rounds + 1
-        for ins in instrs:
-            for index in positions[ins.id]:
-                if (ins.id, index) in defined:
-                    continue
-                new = inputs(ins, index)
-                if new != sets.get((ins.id, index), frozenset()):
-                    sets[(ins.id, index)] = new
-                    changed = True
+        for ins, index in passing:
+            new = inputs(ins, index)
+            if new != sets.get((ins.id, index), frozenset()):
+                sets[(ins.id, index)] = new
+                changed = True
     return sets
 
 
@@ -277,6 +305,18 @@ def _may_use(index: tuple, user) -> bool:
 def read_protos(hlo_module: bytes, buffer_assignment: bytes, *, module: str = "", largest: int = 20) -> ProgramMemory:
     """The program's peak and its values, from a serialized HloModuleProto
     and BufferAssignmentProto of one compiled program."""
+    # Reading makes many small objects and frees none: the cyclic collector
+    # would walk them (and the program's) again and again for nothing.
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _read_protos(hlo_module, buffer_assignment, module=module, largest=largest)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _read_protos(hlo_module: bytes, buffer_assignment: bytes, *, module: str, largest: int) -> ProgramMemory:
     if not hlo_module:
         raise ExecutableError("the executable carries no HLO module")
     if not buffer_assignment:
@@ -396,16 +436,27 @@ def read_protos(hlo_module: bytes, buffer_assignment: bytes, *, module: str = ""
             rb[1] = max(ra[1], rb[1])
             ra[1] = min(ra[1], rb[0])
 
+    shapes: dict[int, object] = {}
+
     def value_shape(v):
-        iid, index = value_at[v]
-        return _subshape(m.instr[iid].shape, index)
+        shape = shapes.get(v)
+        if shape is None:
+            iid, index = value_at[v]
+            shape = shapes[v] = _subshape(m.instr[iid].shape, index)
+        return shape
+
+    own_bytes = {v: shape_bytes(value_shape(v)) for v in ranges}
 
     # The peak: XLA's moment of most bytes, sweeping starts (at a value's
     # start) before ends (the step after its end), each value counted at its
     # defining instruction's full shape.
     events = []
+    whole: dict[int, int] = {}
     for v, (s, e) in ranges.items():
-        size = shape_bytes(m.instr[value_at[v][0]].shape)
+        iid = value_at[v][0]
+        size = whole.get(iid)
+        if size is None:
+            size = whole[iid] = shape_bytes(m.instr[iid].shape)
         events.append((s, 0, size))
         events.append((e + 1, 1, size))
     events.sort()
@@ -422,7 +473,7 @@ def read_protos(hlo_module: bytes, buffer_assignment: bytes, *, module: str = ""
         return m.instr[iid].name + _index_text(index)
 
     live = [v for v, (s, e) in ranges.items() if s <= peak_at <= e]
-    live.sort(key=lambda v: (-shape_bytes(value_shape(v)), m.instr[value_at[v][0]].name, value_at[v][1]))
+    live.sort(key=lambda v: (-own_bytes[v], m.instr[value_at[v][0]].name, value_at[v][1]))
 
     def made_by(v):
         iid, index = value_at[v]
@@ -454,7 +505,7 @@ def read_protos(hlo_module: bytes, buffer_assignment: bytes, *, module: str = ""
         if slot is not None and slot in seen_slots:
             continue
         seen_slots.add(slot)
-        at_peak.append(buffer(v, shape_bytes(value_shape(v)), True))
+        at_peak.append(buffer(v, own_bytes[v], True))
     seen = set(live)
     others = sorted((v for v in sorted(ranges) if v not in seen), key=lambda v: -sizes[v])[:largest]
     return ProgramMemory(
@@ -465,7 +516,7 @@ def read_protos(hlo_module: bytes, buffer_assignment: bytes, *, module: str = ""
         alias_bytes=totals[ALIASED], temp_bytes=totals[TEMPORARY])
 
 
-def executable_protos(compiled, module: str | None = None) -> tuple[bytes, bytes, str]:
+def executable_protos(compiled, module: str | None = None, *, memory_analysis=None) -> tuple[bytes, bytes, str]:
     """(HloModuleProto, BufferAssignmentProto, module name) of a compiled
     executable (``jax.stages.Compiled``, or the runtime's executable):
     ExecutableError where it carries no buffer assignment (a backend that
@@ -473,10 +524,12 @@ def executable_protos(compiled, module: str | None = None) -> tuple[bytes, bytes
     HLO module."""
     if not hasattr(compiled, "memory_analysis") and hasattr(compiled, "compiled"):
         compiled = compiled.compiled  # equinox's Compiled holds JAX's
-    try:
-        ma = compiled.memory_analysis()
-    except Exception as exc:
-        raise ExecutableError(f"the executable has no memory analysis: {exc}") from None
+    ma = memory_analysis
+    if ma is None:
+        try:
+            ma = compiled.memory_analysis()
+        except Exception as exc:
+            raise ExecutableError(f"the executable has no memory analysis: {exc}") from None
     assignment = getattr(ma, "serialized_buffer_assignment_proto", None) if ma is not None else None
     if not assignment:
         raise ExecutableError("the executable carries no buffer assignment (memory_analysis()"
@@ -501,12 +554,15 @@ def executable_protos(compiled, module: str | None = None) -> tuple[bytes, bytes
     return bytes(blob), bytes(assignment), str(getattr(chosen, "name", "") or "")
 
 
-def read_executable(compiled, *, module: str | None = None, largest: int = 20) -> ProgramMemory:
+def read_executable(compiled, *, module: str | None = None, largest: int = 20, memory_analysis=None) -> ProgramMemory:
     """XLA's account of a compiled program's memory (its peak, the values
     live there with the op and user line that made each, the largest others,
     its allocations by kind), read from what the executable carries: no
     compile, no dump. ``module``: the HLO module's name, where the executable
-    has several (the first otherwise). Raises ExecutableError where the
-    executable lacks the protos (the caller may fall back to a dump)."""
-    hlo, assignment, name = executable_protos(compiled, module)
+    has several (the first otherwise); ``memory_analysis``: what
+    ``compiled.memory_analysis()`` gave, where the caller has it already (it
+    costs a tenth of a second on a large program). Raises ExecutableError
+    where the executable lacks the protos (the caller may fall back to a
+    dump)."""
+    hlo, assignment, name = executable_protos(compiled, module, memory_analysis=memory_analysis)
     return read_protos(hlo, assignment, module=name, largest=largest)
