@@ -843,7 +843,7 @@ JOB_TIMELINE_COLUMNS = ("t", "live_bytes")
 JOB_KEYS = ("path", "processes", "alignment", "peak_bytes", "peak_t", "unfinished")
 # check --json: the document, and the facts some checks add to an Outcome's fields.
 CHECK_KEYS = ("command", "run", "baseline", "ok", "checks")
-CHECK_FACTS = ("where", "rules", "what", "bytes", "baseline_bytes")
+CHECK_FACTS = ("where", "devices", "rules", "what", "bytes", "baseline_bytes")
 
 
 def tables() -> list[tuple[str, list[Table]]]:
