@@ -105,9 +105,14 @@ def attributed_buffers(run, attribution: Attribution = Attribution()) -> pd.Data
             lines.append(0)
     b["site"], b["file"], b["line"] = sites, files, lines
     b["function"] = b["function_id"].map(names).fillna("").astype(str)
-    # each function's largest signature (by its peak): the one whose buffers were recorded
+    # each function's largest signature (by its peak): its buffers are the
+    # ones shown (runs recorded before buffers named their signature hold
+    # only the largest's)
     per = programs.sort_values(["function_id", "peak_bytes"], kind="stable").drop_duplicates(
         "function_id", keep="last").set_index("function_id")
+    if "signature" in b.columns and b["signature"].notna().any():
+        largest = b["function_id"].map(per["signature"])
+        b = b[b["signature"].isna() | (b["signature"] == largest)].copy()
     b["program_peak_bytes"] = b["function_id"].map(per["peak_bytes"]).fillna(0).astype(np.int64)
     b["program_length"] = b["function_id"].map(per["length"]).fillna(0).astype(np.int64)
     return b

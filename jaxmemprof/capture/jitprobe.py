@@ -20,8 +20,8 @@ transformation traces is only counted. The proxy records:
 - per compiled signature of a user's function, when it is compiled, XLA's
   own account of the program read from its executable
   (``jaxmemprof.xla.executable``: no compile of ours): its peak in program
-  order (a jit_programs row); the buffers at the largest signature's peak, by
-  the line that made them, are written at the end of the run. Where the
+  order (a jit_programs row) and its buffers at that peak, by the line that
+  made them (jit_buffers, with the signature), written at once. Where the
   executable lacks XLA's buffer assignment (a backend that leaves it empty),
   a dump of the largest signature at the end stands in (``jaxmemprof.xla.dump``:
   a compile of its own, within a share of the run's time), and a run event
@@ -185,7 +185,7 @@ class _FunctionState:
     __slots__ = ("function_id", "calls", "traced", "samples", "resample", "pending", "compiles", "analyse_next", "hunt",
                  "signatures", "param_names", "donate_argnums", "donate_argnames", "arguments", "by_signature",
                  "cache", "quiet", "off", "errors", "proxy", "counted_all", "largest", "user", "backend_compiles",
-                 "row", "compile_s", "program")
+                 "row", "compile_s")
 
     def __init__(self, function_id, param_names, donate_argnums, donate_argnames, arguments, by_signature):
         self.function_id = function_id
@@ -216,9 +216,6 @@ class _FunctionState:
         self.backend_compiles = 0  # XLA compiles during its observed calls
         self.row = None  # its jit_functions row, for a copy of the function
         self.compile_s = 0.0  # XLA's compile time during its observed calls: what a dump of it costs
-        # (peak bytes, signature, ProgramMemory) of its largest signature read from its executable,
-        # until its buffers are written at the end
-        self.program = None
 
 
 class JitProbe:
@@ -296,7 +293,7 @@ class JitProbe:
                     unregister(self._listener)
             except Exception:
                 pass
-        for step in (self._write_buffers, self._dump_programs, self._flush):
+        for step in (self._dump_programs, self._flush):
             try:
                 step()
             except Exception as exc:
@@ -681,8 +678,8 @@ class JitProbe:
 
     def _read_program(self, state, signature: str, compiled, ma) -> bool:
         """XLA's figures for this signature, read from the executable the
-        program compiled (no compile of ours): its jit_programs row now; its
-        buffers kept for the end if it is the function's largest. False
+        program compiled (no compile of ours): its jit_programs row and its
+        buffers, now. False
         where the executable lacks the protos (the dump is the fallback)."""
         t0 = time.monotonic()
         try:
@@ -699,32 +696,16 @@ class JitProbe:
         took = time.monotonic() - t0
         self.read_s += took
         self.programs_read += 1
-        self.writer.add_jit_program(
-            (state.function_id, signature[:2000], p.module, p.length, p.peak_position, p.peak_bytes,
-             p.argument_bytes, p.output_bytes, p.alias_bytes, p.temp_bytes, took), [])
-        if state.program is None or p.peak_bytes > state.program[0]:
-            state.program = (p.peak_bytes, signature, p)
+        self._write_program(state, signature, p, took)
         return True
 
-    def _write_buffers(self) -> None:
-        """Each user function's buffers, of its largest signature read from
-        its executables (jit_buffers has no signature column: one program's
-        buffers per function)."""
-        for state in self._states:
-            if state.program is None:
-                continue
-            _, _, p = state.program
-            state.program = None
-            if state.largest is not None and state.largest[0] > p.peak_bytes:
-                continue  # a larger signature's executable lacked the protos: its dump stands instead
-            state.largest = None
-            rows = [(state.function_id, b.name, b.bytes, b.shape, b.kind, b.op, json.dumps(b.frames), b.start, b.end,
-                     int(b.at_peak)) for b in p.buffers]
-            add = getattr(self.writer, "add_jit_buffers", None)
-            if add is not None:
-                add(rows)
-            else:  # the writer has no call for buffers alone (store/writer.py): its own insert
-                self.writer._insert("INSERT INTO jit_buffers VALUES (?,?,?,?,?,?,?,?,?,?)", rows)
+    def _write_program(self, state, signature: str, p, seconds: float) -> None:
+        """One signature's program: its jit_programs row and its buffers."""
+        self.writer.add_jit_program(
+            (state.function_id, signature[:2000], p.module, p.length, p.peak_position, p.peak_bytes,
+             p.argument_bytes, p.output_bytes, p.alias_bytes, p.temp_bytes, seconds),
+            [(state.function_id, b.name, b.bytes, b.shape, b.kind, b.op, json.dumps(b.frames), b.start, b.end,
+              int(b.at_peak), signature[:2000]) for b in p.buffers])
 
     def _signature(self, args, kwargs) -> str:
         """What JAX's compile cache tells calls apart by, as text: each array
@@ -788,11 +769,7 @@ class JitProbe:
         if not programs:
             raise ValueError("XLA's dump held no program with buffer assignment and live ranges")
         p = max(programs, key=lambda p: p.peak_bytes)
-        self.writer.add_jit_program(
-            (state.function_id, signature[:2000], p.module, p.length, p.peak_position, p.peak_bytes,
-             p.argument_bytes, p.output_bytes, p.alias_bytes, p.temp_bytes, time.monotonic() - t0),
-            [(state.function_id, b.name, b.bytes, b.shape, b.kind, b.op, json.dumps(b.frames), b.start, b.end,
-              int(b.at_peak)) for b in p.buffers])
+        self._write_program(state, signature, p, time.monotonic() - t0)
 
     def _flush(self):
         for state in self._states:

@@ -150,7 +150,8 @@ CREATE TABLE IF NOT EXISTS jit_counts (
     traced        INTEGER,              -- calls made while a transformation traced (no device call)
     backend_compiles INTEGER            -- XLA compiles during its observed calls (JAX's compile events)
 );
-CREATE TABLE IF NOT EXISTS jit_programs (  -- XLA's dump of a function's largest signature, compiled apart
+CREATE TABLE IF NOT EXISTS jit_programs (  -- XLA's account of each compiled signature, read from its executable
+                                        -- (runs recorded before: of the largest signature, from a dump)
     function_id   INTEGER NOT NULL,
     signature     TEXT NOT NULL,
     module        TEXT NOT NULL,        -- the HLO module, e.g. jit_train_step
@@ -159,7 +160,7 @@ CREATE TABLE IF NOT EXISTS jit_programs (  -- XLA's dump of a function's largest
     peak_bytes    INTEGER NOT NULL,     -- what the buffers live there add up to (XLA's live ranges)
     argument_bytes INTEGER NOT NULL, output_bytes INTEGER NOT NULL, alias_bytes INTEGER NOT NULL,
     temp_bytes    INTEGER NOT NULL,     -- allocations by kind, as memory_analysis() adds them
-    dump_s        REAL NOT NULL         -- wall time the compile and the reading took
+    dump_s        REAL NOT NULL         -- wall time the reading took (a dump's: its compile too)
 );
 CREATE TABLE IF NOT EXISTS jit_buffers (  -- its buffers live at that peak, and its largest others
     function_id   INTEGER NOT NULL,
@@ -171,7 +172,8 @@ CREATE TABLE IF NOT EXISTS jit_buffers (  -- its buffers live at that peak, and 
     frames        TEXT NOT NULL,        -- JSON [[file, line, function], ...] of the line that made it, innermost first
     live_start    INTEGER NOT NULL,     -- its live range in the instruction sequence
     live_end      INTEGER NOT NULL,
-    at_peak       INTEGER NOT NULL      -- 1: live at the program's peak
+    at_peak       INTEGER NOT NULL,     -- 1: live at the program's peak
+    signature     TEXT                  -- the program's (jit_programs.signature); NULL in runs recorded before
 );
 CREATE TABLE IF NOT EXISTS memory_stats (
     snapshot      INTEGER NOT NULL,

@@ -59,7 +59,7 @@ _TABLES = {
                       "alias_bytes", "temp_bytes", "dump_s"), ("signature", "module"),
                      ("function_id", "peak_bytes")),
     "jit_buffers": (("function_id", "bytes", "live_start", "live_end", "at_peak"),
-                    ("name", "shape", "kind", "op", "frames"), ("function_id", "bytes")),
+                    ("name", "shape", "kind", "op", "frames", "signature"), ("function_id", "bytes")),
     "thinned": (("snapshot",), (), ("snapshot",)),
     "jit_counts": (("function_id", "calls", "compiles", "calls_complete", "traced", "backend_compiles"), (),
                    ("function_id",)),

@@ -295,7 +295,7 @@ class RunWriter:
     def add_jit_program(self, program: tuple, buffers: list) -> None:
         """XLA's dump of one program: its row, and its buffers' rows."""
         self._insert("INSERT INTO jit_programs VALUES (?,?,?,?,?,?,?,?,?,?,?)", [program])
-        self._insert("INSERT INTO jit_buffers VALUES (?,?,?,?,?,?,?,?,?,?)", buffers)
+        self._insert("INSERT INTO jit_buffers VALUES (?,?,?,?,?,?,?,?,?,?,?)", buffers)
 
     def set_jit_liveness(self, call_id: int, alive_json: str) -> None:
         self._insert("UPDATE jit_calls SET inputs_alive = ? WHERE call_id = ?", [(alive_json, call_id)])
