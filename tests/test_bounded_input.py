@@ -136,7 +136,9 @@ def test_a_6mb_gzip_bomb_is_refused_at_the_bound_in_bounded_memory(tmp_path):
     """6 MB of gzip that inflates to about 6 GiB of zeros (the issue's bomb:
     it cost 4.3 GB before): one line naming the file, exit 2, and a peak RSS
     under 100 MiB, within the bytes held before the total is known of that of
-    reading a tiny profile (holding the 128 MiB up to the bound would not be)."""
+    reading a tiny profile (holding the 128 MiB up to the bound would not be).
+    The ratio limit (on by default) refuses it sooner: it is lifted here to
+    reach the bound, and left on once."""
     data, total = gzip_bomb(6 * 1000 * 1000)
     assert total > 5 * GiB
     bomb = tmp_path / "bomb.prof.gz"
@@ -146,20 +148,24 @@ def test_a_6mb_gzip_bomb_is_refused_at_the_bound_in_bounded_memory(tmp_path):
     ok, baseline = run_measured("show", small, cwd=tmp_path)
     assert ok.returncode == 0 and "train.py:7 (step)" in ok.stdout, ok.stderr
     for args in (["show", bomb], ["diff", small, bomb]):
-        proc, peak = run_measured(*args, cwd=tmp_path)
+        proc, peak = run_measured(*args, "--max-ratio", 10**6, cwd=tmp_path)
         assert_refused(proc, bomb, f"decompresses to more than {DEFAULT_MAX_DECOMPRESSED} bytes")
         assert peak < 100 * MiB, f"peak RSS {peak / MiB:.0f} MiB"
         assert peak - baseline < _HOLD + 16 * MiB, f"peak RSS {peak / MiB:.0f} MiB vs {baseline / MiB:.0f} MiB"
+    proc, peak = run_measured("show", bomb, cwd=tmp_path)
+    assert_refused(proc, bomb, f"decompresses to more than {DEFAULT_MAX_RATIO} times its size")
+    assert peak < 100 * MiB, f"peak RSS {peak / MiB:.0f} MiB"
 
 
 def test_a_bomb_that_starts_like_a_profile_is_refused_at_the_bound(tmp_path):
     """Empty strings of the string table (field 6), over and over: valid
-    protobuf all the way to the bound, so only the bound stops it."""
+    protobuf all the way to the bound, so only the bound stops it (once the
+    ratio limit is lifted)."""
     data, total = gzip_bomb(300 * KiB, b"\x32\x00" * (512 * KiB))
     assert total > DEFAULT_MAX_DECOMPRESSED
     bomb = tmp_path / "strings.prof.gz"
     bomb.write_bytes(data)
-    assert_refused(run_cli("show", bomb, cwd=tmp_path), bomb,
+    assert_refused(run_cli("show", bomb, "--max-ratio", 10**6, cwd=tmp_path), bomb,
                    f"decompresses to more than {DEFAULT_MAX_DECOMPRESSED} bytes")
 
 
@@ -182,16 +188,17 @@ def test_streams_past_what_is_held_are_read_exactly():
     """Past ``_HOLD`` bytes the reader counts to the end, then reads again:
     the bytes are python's gzip.decompress's, exactly at the limit is allowed
     and one byte less is refused; members of every size (many smaller than
-    what zlib is given at a time) and NUL padding after them read the same."""
+    what zlib is given at a time) and NUL padding after them read the same.
+    (The stream compresses far better than a profile: no ratio limit.)"""
     unit = b"pprof" * 100 + bytes(range(256)) * 4  # "p" (0x70) can start a protobuf field
     big = unit * (_HOLD // len(unit) + 1000)
     assert len(big) > _HOLD
     for stream in (gzip.compress(big, 1, mtime=0), _members(big, [_HOLD // 2, _HOLD // 2 + 7]) + bytes(5000)):
         assert gzip.decompress(stream) == big
-        name, raw = read_profile_bytes(stream, name="big.prof", max_decompressed=len(big))
+        name, raw = read_profile_bytes(stream, name="big.prof", max_decompressed=len(big), max_ratio=None)
         assert raw == big
         with pytest.raises(InputError, match=f"^big.prof: decompresses to more than {len(big) - 1} bytes"):
-            read_profile_bytes(stream, name="big.prof", max_decompressed=len(big) - 1)
+            read_profile_bytes(stream, name="big.prof", max_decompressed=len(big) - 1, max_ratio=None)
     small = unit * 40
     sizes = [0, 1, 2, 3, 5, 17, 100, 16 * KiB - 3, 16 * KiB, 16 * KiB + 1] * 2
     for stream in (_members(small, sizes), _members(small, [1] * 3000), _members(small, sizes) + b"\0"):
@@ -201,14 +208,16 @@ def test_streams_past_what_is_held_are_read_exactly():
 
 def test_a_profile_larger_than_what_is_held_is_shown(tmp_path):
     """A real-sized case of the above through the CLI: a valid profile of
-    40 MiB (long unused strings) is shown, its totals those of its samples."""
+    40 MiB (long unused strings, of one letter each: far more compressible
+    than a profile, so the ratio limit is raised) is shown, its totals those
+    of its samples."""
     p = pb.Profile.FromString(small_profile())
     p.string_table.extend([bytes([65 + i]) * MiB for i in range(40)])
     raw = p.SerializeToString()
     assert len(raw) > _HOLD
     path = tmp_path / "large.prof.gz"
     path.write_bytes(gzip.compress(raw, 1, mtime=0))
-    doc = json.loads(run_cli("show", path, "--json", cwd=tmp_path, check=0).stdout)
+    doc = json.loads(run_cli("show", path, "--json", "--max-ratio", 10**6, cwd=tmp_path, check=0).stdout)
     assert doc["totals"]["bytes"] == 4096  # its one sample (no count type)
     assert [(r["site"], r["bytes"]) for r in doc["rows"]] == [("/home/u/train.py:7 (step)", 4096)]
 
@@ -303,10 +312,10 @@ def test_refusals_keep_the_newest(tmp_path):
 def test_zeros_under_the_bound_are_refused_from_their_first_byte(tmp_path):
     """16 MiB of zeros in 16 KiB of gzip: refused as a raw file of zeros is
     (no protobuf field starts with 0x00), not walked field by field (128 MiB
-    of them took minutes)."""
+    of them took minutes), the ratio limit lifted (it refuses them first)."""
     path = tmp_path / "zeros.prof.gz"
     path.write_bytes(gzip.compress(bytes(16 * MiB), 9, mtime=0))
-    assert_refused(run_cli("show", path, cwd=tmp_path), path,
+    assert_refused(run_cli("show", path, "--max-ratio", 10**6, cwd=tmp_path), path,
                    "not a pprof profile (it starts with byte 0x00, which begins no protobuf field)")
 
 
