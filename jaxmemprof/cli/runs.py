@@ -158,7 +158,9 @@ def _export_pprof(inputs, output, force, library, user, all_frames):
             raise click.UsageError("-o - would write binary pprof data to the terminal; redirect it or name a file")
     else:
         check_output(output, force)  # refuse before the work, not after
-    loaded = [load(spec, None, 4 * 1024**3) for spec in inputs]
+    from jaxmemprof.pprof.reader import DEFAULT_MAX_DECOMPRESSED
+
+    loaded = [load(spec, None, DEFAULT_MAX_DECOMPRESSED) for spec in inputs]
     att = attribution(library, user, all_frames, *(run_ for _, _, run_ in loaded))
     if len(loaded) == 1:
         name, prof, _ = loaded[0]
