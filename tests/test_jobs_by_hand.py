@@ -49,7 +49,9 @@ def _popen(cmd, cwd, env):
 
 
 def _record(cwd, out, script, *args, env):
-    return _popen([sys.executable, "-m", "jaxmemprof", "run", "-q", "-o", str(out), "--interval", "0.05",
+    options = [a for a in args if str(a).startswith("--")]
+    args = [a for a in args if not str(a).startswith("--")]
+    return _popen([sys.executable, "-m", "jaxmemprof", "run", "-q", "-o", str(out), "--interval", "0.05", *options,
                    str(script), *map(str, args)], cwd, env)
 
 
@@ -104,6 +106,16 @@ def test_a_job_started_by_hand_is_recorded_as_a_job(tmp_path):
         pids[i] = m["pid"]
     assert pids == {0: second.pid, 1: first.pid}
 
+    # The same job again with --force, process 0 first this time: each process
+    # replaces its own process-N (the holder records beside them until then).
+    port = free_port()
+    again = [_record(tmp_path, job, script, i, port, "--force", env=env) for i in (0, 1)]
+    for i, (rc, out, err) in enumerate(_wait_all(again, timeout=60)):
+        assert (rc, out) == expected[i][:2], f"process {i}:\n{err}"
+    assert sorted(p.name for p in job.iterdir()) == ["process-0", "process-1"]
+    for i in (0, 1):
+        assert json.loads((job / f"process-{i}" / layout.MANIFEST).read_text())["pid"] == again[i].pid
+
     doc = json.loads(run_cli("report", job, "--json", check=0).stdout)
     assert doc["job"]["processes"] == 2 and doc["job"]["unfinished"] == []
     assert doc["job"]["alignment"] == "jax.distributed.initialize"
@@ -152,12 +164,13 @@ def test_lone_runs_keep_the_single_layout_and_a_killed_pending_run_keeps_its_rec
     first = _record(tmp_path, busy, lone, release, env=env)
     try:
         assert first.stdout.readline() == "ready\n"
-        assert _claim_state(busy) == "recording"
+        assert _claim_state(busy) == "recording", (busy / layout.LOCK).read_text()
         t0 = time.monotonic()
         proc = run_cli("run", "-o", busy, lone, release, cwd=tmp_path, env=env, check=2)
-        assert time.monotonic() - t0 < 8  # not waiting for an initialize that will not come
-        assert proc.stdout == "" and proc.stderr.count("\n") == 1
-        assert "another jaxmemprof run is recording into it" in proc.stderr
+        # Not waiting for an initialize that will not come (it would wait 30 s).
+        assert time.monotonic() - t0 < 20, proc.stderr
+        assert proc.stdout == "" and proc.stderr.count("\n") == 1, proc.stderr
+        assert "another jaxmemprof run is recording into it" in proc.stderr, proc.stderr
     finally:
         release.write_text("")
         first.communicate(timeout=60)
@@ -175,9 +188,10 @@ def test_lone_runs_keep_the_single_layout_and_a_killed_pending_run_keeps_its_rec
         _wait_for(lambda: _claim_state(job) == "distributed" or holder.poll() is not None, 40,
                   "the holder never reached jax.distributed.initialize")
         peer = _record(tmp_path, job, peer_script, env=env)
-        assert peer.stdout.readline() == "pending\n"
+        line = peer.stdout.readline()
+        assert line == "pending\n", (line, peer.poll() is not None and peer.communicate())
         pending = job / f"pending-{peer.pid}"
-        assert (pending / layout.MANIFEST).is_file()
+        assert (pending / layout.MANIFEST).is_file(), sorted(p.name for p in job.iterdir())
         peer.send_signal(signal.SIGKILL)
         peer.wait(timeout=30)
     finally:

@@ -366,6 +366,7 @@ class _Deferred:
     force: bool
     pending: Path | None  # a pending run's own directory; None: the holder, recording into JOB itself
     settled: bool = False  # the claim is decided (a job's process, or a single run for good)
+    holds_job: bool = False  # JOB's own lock is this run's too (a holder recording into a pending directory)
 
 
 # Run directories whose claim waits for jax.distributed.initialize: absolute path -> _Deferred.
@@ -452,14 +453,46 @@ def _claim_by_hand(path: Path, force: bool) -> Path:
     """Claim ``path`` as a single run that may become a job's process (the
     holder), or, when another run holds it while it waits for
     jax.distributed.initialize, a pending directory of this run's own in it."""
+    state = "jax" if "jax" in sys.modules else "starting"
     try:
-        _claim(path, force, "jax" if "jax" in sys.modules else "starting")
+        if force and _holds_only_processes(path):
+            # A job recorded here before, run again with --force: each process
+            # replaces its own process-N once initialize names it; until then
+            # the holder too records beside them.
+            _lock(path, state)
+            try:
+                pending = _begin_pending(path, force)
+            except BaseException:
+                release_directory(path)
+                raise
+            _deferred[os.path.abspath(pending)].holds_job = True
+            return pending
+        _claim(path, force, state)
     except _Busy:
         if not _holder_waits_for_initialize(path):
             raise
         return _begin_pending(path, force)
     _deferred[os.path.abspath(path)] = _Deferred(job=path, force=force, pending=None)
     return path
+
+
+def _holds_only_processes(path: Path) -> bool:
+    """Whether ``path`` holds a job's processes and nothing else of ours or
+    anyone's: process-N and pending-PID directories (never links), a lock."""
+    found = False
+    try:
+        names = os.listdir(path)
+    except OSError:
+        return False
+    for name in names:
+        kind = layout.entry_kind(Path(path) / name)
+        if name == LOCK_NAME and kind == "file":
+            continue
+        if kind == "dir" and (name.startswith(PENDING_PREFIX) or re.fullmatch(r"process-(0|[1-9][0-9]*)", name)):
+            found = found or name.startswith(layout.PROCESS_DIR_PREFIX)
+            continue
+        return False
+    return found
 
 
 def _holder_waits_for_initialize(path: Path) -> bool:
@@ -784,8 +817,14 @@ class Session:
 
     def _claim_state_is(self, state: str) -> None:
         d = self.deferred
-        if d is not None and not d.settled and d.pending is None:
-            _set_claim_state(self.path, state)
+        if d is not None and not d.settled and (d.pending is None or d.holds_job):
+            _set_claim_state(d.job, state)
+
+    def _release_job_lock(self) -> None:
+        d = self.deferred
+        if d is not None and d.holds_job:
+            d.holds_job = False
+            release_directory(d.job)
 
     def _settle_single(self) -> None:
         """No job after all: the holder is a single run for good (a run
@@ -796,6 +835,9 @@ class Session:
         d.settled = True
         if d.pending is None:
             _set_claim_state(self.path, "recording")
+        elif d.holds_job:
+            _set_claim_state(d.job, "recording")
+            self._pending_alone("holds a job's processes, not a single run")
         else:
             self._pending_alone("another jaxmemprof run is recording into it")
 
@@ -858,6 +900,7 @@ class Session:
                   f"recorded in {self.directory}\n")
             return
         release_directory(old)
+        self._release_job_lock()
         if d.pending is not None:
             try:
                 os.rmdir(old)  # empty now: only a directory of ours, never anything in it
@@ -911,10 +954,8 @@ class Session:
         self._unhook_distributed()
         if _active is self:
             _active = None
-        d = self.deferred
-        if d is not None and not d.settled and d.pending is not None:
-            d.settled = True
-            self._pending_alone("another jaxmemprof run is recording into it")
+        if self.deferred is not None and not self.deferred.settled and self.deferred.pending is not None:
+            self._settle_single()
         try:
             self._finish(exit_status, ended_by)
         except Exception as exc:  # a full disk: what was committed stays readable
@@ -923,6 +964,7 @@ class Session:
             if ended_by != "SIGTERM" and self._in_job():
                 self._write_summary()
         release_directory(self.path)
+        self._release_job_lock()
 
     def _in_job(self) -> bool:
         count = self.writer.manifest.get("process_count")
