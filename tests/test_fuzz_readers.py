@@ -284,6 +284,16 @@ def _both_paths(d: Path):
     return fast, general
 
 
+def _same_by_either_path(d: Path) -> None:
+    """Where the fast path reads ``d``, it reads what the general path does."""
+    fast, general = _both_paths(d)
+    if fast is not None:
+        assert general is not None
+        got = load_run(d)
+        pd.testing.assert_frame_equal(got.arrays, general.arrays)
+        assert got.warnings == general.warnings
+
+
 def _agree(d: Path):
     fast, general = _both_paths(d)
     if fast is None:
@@ -336,12 +346,7 @@ def test_an_edited_arrays_table_reads_the_same_by_either_path(sharded_run, run_d
         con.commit()
     finally:
         con.close()
-    fast, general = _both_paths(d)
-    if fast is not None:
-        assert general is not None
-        got = load_run(d)
-        pd.testing.assert_frame_equal(got.arrays, general.arrays)
-        assert got.warnings == general.warnings
+    _same_by_either_path(d)
 
 
 MANIFEST_FIELDS = ["argv", "command", "cwd", "start_epoch", "start_time", "end_time", "duration_s", "exit_status",
@@ -594,9 +599,4 @@ def test_extreme_integers_read_the_same_by_either_path(sharded_run, run_dirs, co
         pytest.skip(f"{column} cannot hold {value}")
     finally:
         con.close()
-    fast, general = _both_paths(d)
-    if fast is not None:
-        assert general is not None
-        got = load_run(d)
-        pd.testing.assert_frame_equal(got.arrays, general.arrays)
-        assert got.warnings == general.warnings
+    _same_by_either_path(d)

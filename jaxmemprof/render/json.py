@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
-import math
 import sys
 from typing import TextIO
+
+from jaxmemprof.finite import finite
 
 SCHEMA_VERSION = 1
 
@@ -24,33 +25,17 @@ def _default(o):
     # What this returns is encoded as it is: cleaned here too (allow_nan=False
     # would otherwise fail on a NaN inside it).
     if hasattr(o, "item"):  # numpy scalars
-        return _clean(o.item())
+        return finite(o.item())
     if isinstance(o, (tuple, set, frozenset)):
-        return _clean(list(o))
+        return finite(list(o))
     raise TypeError(f"not JSON serialisable: {type(o).__name__}")
-
-
-def _clean(o):
-    """NaN and infinities are not JSON: write null."""
-    if hasattr(o, "item") and not isinstance(o, (list, dict, tuple)):
-        try:
-            o = o.item()  # numpy scalars, float32 included
-        except (TypeError, ValueError):
-            pass
-    if isinstance(o, float) and not math.isfinite(o):
-        return None
-    if isinstance(o, dict):
-        return {k: _clean(v) for k, v in o.items()}
-    if isinstance(o, (list, tuple)):
-        return [_clean(v) for v in o]
-    return o
 
 
 def write_json(doc: dict, out: TextIO) -> None:
     body = {"schema_version": SCHEMA_VERSION, **doc}
     # Compact: indenting would force Python's pure-Python encoder (several
     # times slower on a large run); pipe through `jq .` to read it.
-    json.dump(_clean(body), out, default=_default, allow_nan=False)
+    json.dump(finite(body), out, default=_default, allow_nan=False)
     out.write("\n")
 
 
@@ -58,10 +43,10 @@ def json_text(doc: dict) -> str:
     """The document ``write_json`` writes, as one string (for a command
     that must know it has it all before it writes)."""
     body = {"schema_version": SCHEMA_VERSION, **doc}
-    return json.dumps(_clean(body), default=_default, allow_nan=False) + "\n"
+    return json.dumps(finite(body), default=_default, allow_nan=False) + "\n"
 
 
 def strict_dumps(obj, **kwargs) -> str:
     """JSON text for ``obj`` with NaN and infinities as null (never the
     ``NaN`` that Python writes and JSON does not have)."""
-    return json.dumps(_clean(obj), allow_nan=False, **kwargs)
+    return json.dumps(finite(obj), allow_nan=False, **kwargs)

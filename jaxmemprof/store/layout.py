@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import errno
 import json
-import math
 import os
 import re
 import stat
 from pathlib import Path
+
+from jaxmemprof.finite import finite
 
 from jaxmemprof.errors import InputError
 
@@ -412,16 +413,5 @@ def write_atomic(path: Path, data: bytes, *, dir_fd: int | None = None) -> None:
 
 def write_json_atomic(path: Path, doc: dict, *, dir_fd: int | None = None) -> None:
     """``doc`` as JSON; NaN and infinities (which JSON has not) as null."""
-    text = json.dumps(_finite(doc), indent=1, sort_keys=True, allow_nan=False)
+    text = json.dumps(finite(doc), indent=1, sort_keys=True, allow_nan=False)
     write_atomic(path, (text + "\n").encode(), dir_fd=dir_fd)
-
-
-def _finite(o):
-    """``o`` with every float that is not finite replaced by None."""
-    if isinstance(o, float) and not math.isfinite(o):
-        return None
-    if isinstance(o, dict):
-        return {k: _finite(v) for k, v in o.items()}
-    if isinstance(o, (list, tuple)):
-        return [_finite(v) for v in o]
-    return o
