@@ -604,3 +604,14 @@ def test_run_help_names_every_target_form():
     both = subprocess.run([sys.executable, "-m", "jaxmemprof", "run", "-m", "x", "-c", "pass"], env=cpu_env(),
                           capture_output=True, text=True, timeout=60)
     assert both.returncode == 2 and "Traceback" not in both.stderr
+
+
+def test_recording_imports_nothing_that_starts_threads_before_the_program():
+    """What run imports before the program starts: no numpy (its BLAS threads,
+    started then, would take the signals the program blocks later: the
+    sigwait test above) and no jax (the program's own imports come first)."""
+    code = ("import sys; import jaxmemprof.capture.runner, jaxmemprof.capture.session; "
+            "print(sorted(m for m in ('numpy', 'jax', 'jaxlib') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], env=cpu_env(), capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"

@@ -56,8 +56,6 @@ import time
 import types
 import weakref
 
-import numpy as np
-
 from jaxmemprof.capture.hooks import AfterImport
 from jaxmemprof.capture.sampler import is_deleted as _is_deleted
 from jaxmemprof.paths import installed_part, is_builtin_library
@@ -711,6 +709,10 @@ class JitProbe:
         """What JAX's compile cache tells calls apart by, as text: each array
         argument's dtype and shape (numpy's too: ``np:float32[8]``), each
         Python scalar's type (traced weakly typed, whatever its value)."""
+        # numpy is imported here, not with this module: imported before the
+        # program runs, its BLAS threads would take signals the program blocks.
+        import numpy as np
+
         parts = []
         for x in self._jax.tree_util.tree_leaves((args, kwargs)):
             if self._is_array(x):

@@ -25,7 +25,8 @@ import pandas as pd
 
 from jaxmemprof import __version__
 from jaxmemprof.analysis.flame import Cells, profile_cells, run_cells, site_growth, site_values
-from jaxmemprof.render.json import _clean, _default
+from jaxmemprof.finite import finite
+from jaxmemprof.render.json import _default
 
 FORMAT_VERSION = 1
 LIFETIME_ARRAYS = 150  # the largest arrays drawn as bars
@@ -60,7 +61,7 @@ def _rows(df: pd.DataFrame | None, columns=None) -> list:
         return []
     if columns is not None:
         df = df[[c for c in columns if c in df.columns]]
-    return _clean(df.to_dict(orient="records"))
+    return finite(df.to_dict(orient="records"))
 
 
 def _num(v):
@@ -180,7 +181,7 @@ def _report_data(rep, run, attribution, S: _Strings, t_shift: float = 0.0) -> di
         "title": f"jaxmemprof report: {rep.path}",
         "run": rep.path,
         "command": s.get("command") or "",
-        "facts": _clean({k: s.get(k) for k in ("backend", "devices", "duration_s", "snapshots", "markers",
+        "facts": finite({k: s.get(k) for k in ("backend", "devices", "duration_s", "snapshots", "markers",
                                                 "exit_status", "ended_by", "finished", "per_array_data")}),
         **_cells_data(cells, S),
         "snapshots": {
@@ -233,7 +234,7 @@ def _findings(found) -> list:
         return _rows(found, _FINDING_FIELDS)
     from jaxmemprof.render.findings import records
 
-    return _clean([{k: r.get(k) for k in _FINDING_FIELDS} for r in records(found)])
+    return finite([{k: r.get(k) for k in _FINDING_FIELDS} for r in records(found)])
 
 
 def _shifted(t, shift: float):
@@ -353,7 +354,7 @@ _PLAIN = ("frames", "stacks", "keys", "changes")  # built of Python ints and str
 def _cleaned(data: dict) -> dict:
     """``data`` with NaN as null and numpy scalars as numbers, skipping the
     cells (plain already, and the bulk of a long run)."""
-    out = {k: (v if k in _PLAIN else _clean(v)) for k, v in data.items()}
+    out = {k: (v if k in _PLAIN else finite(v)) for k, v in data.items()}
     if isinstance(out.get("processes"), list):
         out["processes"] = [_cleaned(b) for b in data["processes"]]
     return out
