@@ -21,9 +21,11 @@ JIT = ("call peak = arguments + outputs - aliased (donation that took effect) + 
        "snapshots, taken between calls, never see it. ≥N calls: the probe stops counting a "
        "function's calls once its samples are taken, so that it costs nothing per call.")
 
-TRUE_PEAK = ("estimated true peak: the snapshot peak plus, for the jitted call that adds the most, what XLA's "
-             "memory analysis says the call holds beyond its arguments (outputs not aliased to inputs, "
-             "temporaries, code): snapshots, taken between calls, never see it.")
+TRUE_PEAK = ("estimated true peak: for the jitted call that holds the most, the bytes live just before it "
+             "(counted then, per device) plus what XLA's memory analysis of the signature it ran says the "
+             "call holds beyond its arguments (outputs not aliased to inputs, temporaries, code): snapshots, "
+             "taken between calls, never see it. Per device, as XLA's figures are; on several devices, "
+             "also summed over them.")
 
 LIFETIMES = ("Lifetimes are measured between snapshots: an array is seen from the first snapshot it is "
              "alive in to the first it is gone from; arrays living between two snapshots are not seen.")
