@@ -48,7 +48,6 @@ import gzip
 import os
 import shutil
 import statistics
-import struct
 import subprocess
 import sys
 import zlib
@@ -56,12 +55,14 @@ from pathlib import Path
 
 from _common import Results, git_state  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from gzip_bombs import gzip_bomb  # noqa: E402  (shared with the tests)
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 DATA = HERE / "data"
 OUT = DATA / "bomb_results.csv"
 MiB, GiB = 1024**2, 1024**3
-M32 = 0xFFFFFFFF
 TARGET_S = 1.0
 TARGET_RSS_MIB = 100
 
@@ -82,43 +83,6 @@ pid = os.posix_spawn(cmd[0], cmd, os.environ,
 _, status, ru = os.wait4(pid, 0)
 print(time.perf_counter() - t0, ru.ru_maxrss, os.waitstatus_to_exitcode(status), ru.ru_utime + ru.ru_stime)
 """
-
-
-def _apply(columns, v):
-    out, i = 0, 0
-    while v:
-        if v & 1:
-            out ^= columns[i]
-        v >>= 1
-        i += 1
-    return out
-
-
-def crc32_of_repeats(unit: bytes, times: int) -> int:
-    """``zlib.crc32(unit * times)`` without making those bytes (appending
-    ``unit`` is an affine map of the CRC register over GF(2), composed with
-    itself by squaring)."""
-    c = ~zlib.crc32(unit, M32) & M32
-    cols = [(~zlib.crc32(unit, ~(1 << i) & M32) & M32) ^ c for i in range(32)]
-    reg = M32
-    while times:
-        if times & 1:
-            reg = _apply(cols, reg) ^ c
-        cols, c = [_apply(cols, x) for x in cols], _apply(cols, c) ^ c
-        times >>= 1
-    return ~reg & M32
-
-
-def gzip_bomb(size: int, unit: bytes) -> tuple[bytes, int]:
-    """A valid gzip file of about ``size`` bytes: ``unit`` compressed once,
-    made to stand alone by a full flush, repeated; and its decompressed size."""
-    c = zlib.compressobj(9, zlib.DEFLATED, -15)
-    block = c.compress(unit) + c.flush(zlib.Z_FULL_FLUSH)
-    n = max(size // len(block), 1)
-    end = zlib.compressobj(9, zlib.DEFLATED, -15).flush(zlib.Z_FINISH)
-    total = n * len(unit)
-    header = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x02\xff"
-    return header + block * n + end + struct.pack("<II", crc32_of_repeats(unit, n), total & M32), total
 
 
 # A tiny profile (sample types; one sample; its location, function and
