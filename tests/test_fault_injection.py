@@ -148,11 +148,16 @@ N_KILLS = 20
 
 
 def _spawn(cwd: Path, run_dir: Path, script: Path, *args) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "jaxmemprof", "run", "-o", str(run_dir), "--interval", "0.02",
-         "--max-overhead", "0", str(script), *map(str, args)],
-        cwd=cwd, env=cpu_env(), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-    )
+    # stderr to a file beside the run, where a stalled run's threads are dumped (_wait_for).
+    stderr = open(Path(cwd) / f"{run_dir.name}.stderr", "w")
+    try:
+        return subprocess.Popen(
+            [sys.executable, "-m", "jaxmemprof", "run", "-o", str(run_dir), "--interval", "0.02",
+             "--max-overhead", "0", str(script), *map(str, args)],
+            cwd=cwd, env=cpu_env(PYTHONFAULTHANDLER="1"), stdout=subprocess.PIPE, stderr=stderr, text=True,
+        )
+    finally:
+        stderr.close()
 
 
 def _wait_for(path: Path, proc: subprocess.Popen, timeout: float = 120) -> None:
@@ -161,7 +166,13 @@ def _wait_for(path: Path, proc: subprocess.Popen, timeout: float = 120) -> None:
         if proc.poll() is not None:
             assert path.exists(), f"the run ended before {path} appeared"
             return
-        assert time.monotonic() < deadline, f"{path} never appeared"
+        if time.monotonic() >= deadline:
+            # A run that stalls: every thread's stack (faulthandler, on SIGABRT), in the message.
+            proc.send_signal(signal.SIGABRT)
+            proc.communicate(timeout=60)
+            log = path.parent.parent.with_suffix(".stderr")
+            stacks = log.read_text(errors="replace")[-6000:] if log.exists() else ""
+            raise AssertionError(f"{path} never appeared in {timeout} s; the run's threads:\n{stacks}")
         time.sleep(0.005)
 
 
