@@ -390,17 +390,30 @@ def _set_claim_state(path: Path, state: str) -> None:
         pass
 
 
-def _read_claim(path: Path) -> tuple[str, float] | None:
-    """(state, when it was claimed) from ``path``'s lock file, read without
-    following a link; None when it is absent, not ours, or being written."""
+def _open_lock_file(path: Path) -> int | None:
+    """``path``'s lock file opened to read, never through a link (nor a
+    FIFO or another special file); None when there is no such file."""
     try:
         fd = os.open(Path(path) / LOCK_NAME, os.O_RDONLY | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
                      | getattr(os, "O_NONBLOCK", 0))
     except OSError:
         return None
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            return fd
+    except OSError:
+        pass
+    os.close(fd)
+    return None
+
+
+def _read_claim(path: Path) -> tuple[str, float] | None:
+    """(state, when it was claimed) from ``path``'s lock file, read without
+    following a link; None when it is absent, not ours, or being written."""
+    fd = _open_lock_file(path)
+    if fd is None:
+        return None
+    try:
         text = os.read(fd, 256).decode("ascii", "replace")
     except OSError:
         return None
@@ -420,14 +433,10 @@ def _held(path: Path) -> bool:
     """Whether a live process holds ``path``'s lock (False: none, or gone)."""
     import fcntl
 
-    try:
-        fd = os.open(Path(path) / LOCK_NAME, os.O_RDONLY | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
-                     | getattr(os, "O_NONBLOCK", 0))
-    except OSError:
+    fd = _open_lock_file(path)
+    if fd is None:
         return False
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return False
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except OSError as exc:
         return exc.errno in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK)
