@@ -9,6 +9,8 @@ import json
 
 from conftest import run_cli, write_script
 
+from jaxmemprof.store.reader import load_run
+
 # The program prints XLA's own figures for each signature it runs (the oracle).
 ORACLE = """
 import json
@@ -129,3 +131,30 @@ def test_check_gates_the_true_peak_per_device(tmp_path):
     under = run_cli("check", run, "--max-true-peak", str(per_device), check=0)
     assert f"estimated true peak {per_device / 2**20:.2f} MiB per device (during a call of g)" in under.stdout
     run_cli("check", run, "--max-true-peak", str(per_device - 1), check=1)
+
+
+STATIC_SIZES = ORACLE + """
+import functools
+import jax, jax.numpy as jnp
+
+@functools.partial(jax.jit, static_argnums=1)
+def f(x, n):
+    return jnp.sort(jnp.tile(x, (1, n)), axis=0).sum()   # an x.size * n temporary: n decides it
+
+x = jnp.ones((4096, 1), jnp.float32)
+f(x, 4096)
+f(x, 8)
+f(x, 8)
+print(json.dumps({"big": figures(f, x, 4096), "small": figures(f, x, 8)}))
+"""
+
+
+def test_a_static_argument_is_part_of_the_signature(tmp_path):
+    # One array signature, two executables: the static value tells them apart,
+    # as it does in JAX's cache, so the true peak is the big call's own figure.
+    run, oracle = _record(tmp_path, "static.py", STATIC_SIZES)
+    assert oracle["big"] > 40 * 2**20 > oracle["small"]
+    signatures = sorted(load_run(run).jit["compiles"]["signature"])
+    assert signatures == ["float32[4096,1], static:4096", "float32[4096,1], static:8"], signatures
+    summary = json.loads(run_cli("report", run, "--json", check=0).stdout)["summary"]
+    assert summary["estimated_true_peak_bytes"] == oracle["big"]

@@ -183,7 +183,7 @@ class _FunctionState:
     __slots__ = ("function_id", "calls", "traced", "samples", "resample", "pending", "compiles", "analyse_next", "hunt",
                  "signatures", "param_names", "donate_argnums", "donate_argnames", "arguments", "by_signature",
                  "cache", "quiet", "off", "errors", "proxy", "counted_all", "largest", "user", "backend_compiles",
-                 "row", "compile_s")
+                 "row", "compile_s", "static_argnums", "static_argnames", "static_leaves", "static_seen")
 
     def __init__(self, function_id, param_names, donate_argnums, donate_argnames, arguments, by_signature):
         self.function_id = function_id
@@ -214,6 +214,10 @@ class _FunctionState:
         self.backend_compiles = 0  # XLA compiles during its observed calls
         self.row = None  # its jit_functions row, for a copy of the function
         self.compile_s = 0.0  # XLA's compile time during its observed calls: what a dump of it costs
+        self.static_argnums: list = []  # arguments JAX compiles for by value (static_argnums/argnames)
+        self.static_argnames: list = []
+        self.static_leaves = False  # every leaf not an array is static (equinox.filter_jit)
+        self.static_seen: dict = {}  # a static value with no stable text -> its number, in order of first use
 
 
 class JitProbe:
@@ -459,6 +463,9 @@ class JitProbe:
         *args, user = state_args
         state = _FunctionState(fid, *args)
         state.user, state.row = user, row
+        state.static_argnums = json.loads(row.get("static_argnums") or "[]")
+        state.static_argnames = json.loads(row.get("static_argnames") or "[]")
+        state.static_leaves = row.get("wrapper") == "equinox.filter_jit"
         if state.donate_argnums or state.donate_argnames or json.loads(row.get("wrapper_options") or "{}").get(
                 "donate", "none") != "none":
             # After its first call a donating function's arguments are deleted:
@@ -497,7 +504,7 @@ class JitProbe:
             # of the next HUNT_CALLS calls whose signature is not analysed yet.
             state.analyse_next, state.hunt = True, HUNT_CALLS
         if state.analyse_next:
-            signature = self._guard(state, self._signature, args, kwargs)
+            signature = self._guard(state, self._signature, state, args, kwargs)
             if signature is None:
                 state.analyse_next = state.hunt = 0
             elif state.hunt > 0 and signature in state.signatures:
@@ -519,7 +526,7 @@ class JitProbe:
         before = _cache_size(real)
         inputs = self._guard(state, self._describe_inputs, state, args, kwargs) if sample else None
         if inputs is not None:
-            signature = self._guard(state, self._signature, args, kwargs)
+            signature = self._guard(state, self._signature, state, args, kwargs)
             inputs += (signature, self._live_before(state))
         calling = self._calling
         outer, calling.state = getattr(calling, "state", None), state
@@ -653,7 +660,7 @@ class JitProbe:
                 raise
             # A copy (copy.deepcopy) of a jitted function cannot be lowered,
             # under python too: its calls are still observed, not its memory.
-            state.signatures.add(self._signature(args, kwargs))
+            state.signatures.add(self._signature(state, args, kwargs))
             return True
         compiled = lowered.compile()
         ma = compiled.memory_analysis()
@@ -662,7 +669,7 @@ class JitProbe:
                   "host_output_size_in_bytes", "host_alias_size_in_bytes", "host_temp_size_in_bytes",
                   "host_generated_code_size_in_bytes", "peak_memory_in_bytes")
         values = [_int_or_none(getattr(ma, f, None)) if ma is not None else None for f in fields]
-        signature = self._signature(args, kwargs)
+        signature = self._signature(state, args, kwargs)
         state.signatures.add(signature)
         if state.by_signature:
             state.compiles += 1
@@ -705,23 +712,55 @@ class JitProbe:
             [(state.function_id, b.name, b.bytes, b.shape, b.kind, b.op, json.dumps(b.frames), b.start, b.end,
               int(b.at_peak), signature[:2000]) for b in p.buffers])
 
-    def _signature(self, args, kwargs) -> str:
+    def _signature(self, state: _FunctionState, args, kwargs) -> str:
         """What JAX's compile cache tells calls apart by, as text: each array
         argument's dtype and shape (numpy's too: ``np:float32[8]``), each
-        Python scalar's type (traced weakly typed, whatever its value)."""
+        Python scalar's type (traced weakly typed, whatever its value), and
+        each static argument's value (``static:3``; with equinox.filter_jit,
+        every leaf that is not an array)."""
         # numpy is imported here, not with this module: imported before the
         # program runs, its BLAS threads would take signals the program blocks.
         import numpy as np
 
+        nums = {i % len(args) for i in state.static_argnums if isinstance(i, int) and -len(args) <= i < len(args)}
+        nums.update(i for i, name in enumerate(state.param_names[:len(args)]) if name in state.static_argnames)
         parts = []
-        for x in self._jax.tree_util.tree_leaves((args, kwargs)):
-            if self._is_array(x):
-                parts.append(f"{x.dtype}[{','.join(map(str, x.shape))}]")
-            elif isinstance(x, (np.ndarray, np.generic)):
-                parts.append(f"np:{x.dtype}[{','.join(map(str, np.shape(x)))}]")
-            elif type(x) in (bool, int, float, complex):
-                parts.append(type(x).__name__)
+        for where, value in [*enumerate(args), *sorted(kwargs.items())]:
+            if where in nums or where in state.static_argnames:
+                parts.append(f"static:{self._static_text(state, value)}")
+                continue
+            for x in self._jax.tree_util.tree_leaves(value):
+                if self._is_array(x):
+                    parts.append(f"{x.dtype}[{','.join(map(str, x.shape))}]")
+                elif isinstance(x, (np.ndarray, np.generic)):
+                    parts.append(f"np:{x.dtype}[{','.join(map(str, np.shape(x)))}]")
+                elif state.static_leaves:
+                    parts.append(f"static:{self._static_text(state, x)}")
+                elif type(x) in (bool, int, float, complex):
+                    parts.append(type(x).__name__)
         return ", ".join(parts)
+
+    @staticmethod
+    def _static_text(state: _FunctionState, value) -> str:
+        """A static value as text that is the same on every run of the
+        program: its repr for plain values, a function's name, else its type
+        and the order in which this function first saw it (a repr may carry
+        an address)."""
+        plain = (bool, int, float, complex, str, bytes, type(None))
+        if type(value) in plain or (type(value) in (tuple, frozenset) and len(value) <= 16
+                                    and all(type(v) in plain for v in value)):
+            text = repr(value)
+            return text if len(text) <= 120 else text[:117] + "..."
+        if inspect.isfunction(value) or inspect.isbuiltin(value):
+            return f"{getattr(value, '__module__', None) or ''}.{value.__qualname__}"
+        seen = state.static_seen
+        try:
+            number = seen.get(value)
+            if number is None and len(seen) < 256:  # kept alive here, as in JAX's own cache: a few
+                number = seen[value] = len(seen)
+        except TypeError:  # not hashable: JAX refuses it as a static argument too
+            number = None
+        return f"{type(value).__qualname__}#{'?' if number is None else number}"
 
     def _array_leaves(self, tree):
         return [x for x in self._jax.tree_util.tree_leaves(tree) if self._is_array(x)]
