@@ -154,7 +154,8 @@ for i in range(3):
     warnings = run.events[run.events["kind"] == "warning"]["message"].tolist()
     assert any("Some donated buffers were not usable" in w for w in warnings)
     [f] = [f for f in donation_findings(run, att) if f.rule == "donation-unusable"]
-    assert "float32[1000]" in words(f).message and "int32[10]" in words(f).message
+    # y is never read: jit prunes it, and JAX neither warns of it nor deletes it.
+    assert "float32[1000]" in words(f).message and "int32[10]" not in words(f).message
     assert "JAX warned" in words(f).message
     assert "float32[]" in words(f).evidence  # the only output
 
@@ -362,3 +363,67 @@ def test_a_signature_compiled_while_quiet_is_analysed_when_it_comes_back(tmp_pat
     """)
     assert sorted(run.jit["compiles"]["signature"]) == ["float32[16]", "float32[4]"]
     assert run.jit["counts"].iloc[0]["compiles"] == 2
+
+
+PRUNED = """
+import json
+import jax
+import jax.numpy as jnp
+
+def update(state, batch):
+    # "count" is not read, only replaced: jit prunes it from the program.
+    return {"w": state["w"] + batch.mean(), "count": jnp.zeros_like(state["count"])}
+
+step = jax.jit(update)
+state = {"w": jnp.ones((256, 256), jnp.float32), "count": jnp.zeros((64,), jnp.float32)}
+batch = jnp.ones((8,), jnp.float32)
+for i in range(6):
+    state = step(state, batch)
+fixed = jax.jit(update, donate_argnums=(0,)).lower(state, batch).compile().memory_analysis()
+print(json.dumps({"aliased": fixed.alias_size_in_bytes}))
+"""
+
+
+def test_a_leaf_jit_prunes_is_not_counted_in_the_saving(tmp_path):
+    # The oracle: XLA's aliased bytes once the fix is applied, which leave out the pruned leaf.
+    _, run, att, proc = _record(tmp_path, "pruned.py", PRUNED)
+    aliased = json.loads(proc.stdout.strip().splitlines()[-1])["aliased"]
+    assert aliased == 256 * 256 * 4
+    [f] = _donations(run, att)
+    assert f.saving_bytes == aliased
+    assert "donate_argnums=(0,)" in words(f).fix
+    assert "state['count']" not in words(f).evidence and "state['w'] float32[256,256]" in words(f).evidence
+
+
+PRUNED_EQUINOX = """
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+
+class Model(eqx.Module):
+    w: jax.Array
+    steps: jax.Array  # replaced each step, never read: jit prunes it
+
+def step(x, m):
+    g = jax.grad(lambda w: jnp.mean((x @ w) ** 2))(m.w)
+    m = eqx.tree_at(lambda m: m.w, m, m.w - 0.1 * g)
+    return eqx.tree_at(lambda m: m.steps, m, jnp.zeros_like(m.steps))
+
+train = eqx.filter_jit(step{DONATE})
+m = Model(jnp.ones((128, 128), jnp.float32), jnp.zeros((32,), jnp.float32))
+x = jnp.ones((16, 128), jnp.float32)
+for i in range(6):
+    m = train(x, m)
+"""
+
+
+def test_an_equinox_field_jit_prunes_is_not_counted_and_the_fix_aliases_the_prediction(tmp_path):
+    _, before, att_b, _ = _record(tmp_path, "eqx_before.py", PRUNED_EQUINOX.replace("{DONATE}", ""))
+    [f] = _donations(before, att_b)
+    assert f.saving_bytes == 128 * 128 * 4  # m.w; not m.steps
+    assert 'donate="all-except-first"' in words(f).fix
+    _, after, att_a, _ = _record(tmp_path, "eqx_after.py",
+                                 PRUNED_EQUINOX.replace("{DONATE}", ', donate="all-except-first"'))
+    assert _donations(after, att_a) == []
+    # XLA's own account once the fix is applied: what was predicted, to the byte.
+    assert int(jit_memory(after, att_a).iloc[0]["alias_bytes"]) == f.saving_bytes

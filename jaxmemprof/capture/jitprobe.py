@@ -183,7 +183,8 @@ class _FunctionState:
     __slots__ = ("function_id", "calls", "traced", "samples", "resample", "pending", "compiles", "analyse_next", "hunt",
                  "signatures", "param_names", "donate_argnums", "donate_argnames", "arguments", "by_signature",
                  "cache", "quiet", "off", "errors", "proxy", "counted_all", "largest", "user", "backend_compiles",
-                 "row", "compile_s", "static_argnums", "static_argnames", "static_leaves", "static_seen")
+                 "row", "compile_s", "static_argnums", "static_argnames", "static_leaves", "static_seen",
+                 "jit_static", "pruned")
 
     def __init__(self, function_id, param_names, donate_argnums, donate_argnames, arguments, by_signature):
         self.function_id = function_id
@@ -218,6 +219,8 @@ class _FunctionState:
         self.static_argnames: list = []
         self.static_leaves = False  # every leaf not an array is static (equinox.filter_jit)
         self.static_seen: dict = {}  # a static value with no stable text -> its number, in order of first use
+        self.jit_static = ((), (), ())  # jax.jit's own static_argnums, static_argnames, parameter names
+        self.pruned: dict = {}  # signature -> key paths of the arguments XLA's program does not read
 
 
 class JitProbe:
@@ -450,8 +453,11 @@ class JitProbe:
             "wrapper": site.wrapper,
             "wrapper_options": json.dumps(site.options),
         }
-        return self._add_function(row, params, donate_argnums, donate_argnames, arguments, _cache_size(real) < 0,
-                                  _is_user_function(target))
+        state = self._add_function(row, params, donate_argnums, donate_argnames, arguments, _cache_size(real) < 0,
+                                   _is_user_function(target))
+        state.jit_static = (_normalise(kwargs.get("static_argnums", kwargs.get("static_broadcasted_argnums"))),
+                            _normalise(kwargs.get("static_argnames")), jitted)
+        return state
 
     def _add_function(self, row: dict, *state_args) -> _FunctionState:
         """A new function id, its jit_functions row, and its state."""
@@ -480,9 +486,13 @@ class JitProbe:
         is, under a new function id."""
         old = proxy._state
         row = {k: v for k, v in old.row.items() if k != "function_id"}
-        return self._observed(real, old, lambda: self._add_function(
-            dict(row, t_wall=time.time()), old.param_names, old.donate_argnums, old.donate_argnames, old.arguments,
-            old.by_signature, old.user))
+        def make_state():
+            state = self._add_function(dict(row, t_wall=time.time()), old.param_names, old.donate_argnums,
+                                       old.donate_argnames, old.arguments, old.by_signature, old.user)
+            state.jit_static = old.jit_static
+            return state
+
+        return self._observed(real, old, make_state)
 
     # -- a call --------------------------------------------------------------------
 
@@ -524,10 +534,12 @@ class JitProbe:
         sample = new_signature or state.samples < self.max_samples and (
             state.resample or state.calls <= self.sample_first + 1 or state.calls % self.sample_every == 0)
         before = _cache_size(real)
-        inputs = self._guard(state, self._describe_inputs, state, args, kwargs) if sample else None
-        if inputs is not None:
+        inputs = None
+        if sample:
             signature = self._guard(state, self._signature, state, args, kwargs)
-            inputs += (signature, self._live_before(state))
+            inputs = self._guard(state, self._describe_inputs, state, args, kwargs)
+            if inputs is not None:
+                inputs += (signature, self._live_before(state))
         calling = self._calling
         outer, calling.state = getattr(calling, "state", None), state
         try:
@@ -545,6 +557,8 @@ class JitProbe:
                 if not self._guard(state, self._memory_analysis, real, state, args, kwargs, True):
                     state.analyse_next = True
         if inputs is not None:
+            # After the call: a signature compiled by it is analysed by now.
+            self._guard(state, self._mark_pruned, state, inputs, args, kwargs)
             self._guard(state, self._record_call, state, inputs, out)
         state.quiet = (state.samples >= self.max_samples and state.pending is None and not state.analyse_next) \
             or state.off
@@ -580,6 +594,41 @@ class JitProbe:
                 except TypeError:
                     refs.append(None)
         return leaves, refs, deaths
+
+    def _mark_pruned(self, state, inputs, args, kwargs) -> None:
+        """Mark the call's input leaves that its executable does not read (jit
+        prunes an argument its program never uses: donating it saves nothing),
+        by the key paths that its compiled signature gave them."""
+        leaves, refs, _, signature = inputs[:4]
+        paths = state.pruned.get(signature)
+        if not paths:
+            return
+        tu = self._jax.tree_util
+        pruned = {id(leaf) for path, leaf in tu.tree_flatten_with_path(self._dynamic(state, args, kwargs))[0]
+                  if tu.keystr(path) in paths}
+        for d, r in zip(leaves, refs):
+            if r is not None and id(r()) in pruned:
+                d["pruned"] = True
+
+    @staticmethod
+    def _dynamic(state, args, kwargs):
+        """The arguments jax.jit traces, (args, kwargs) without the static ones,
+        as its compiled function's input_shardings are laid out."""
+        nums, names, params = state.jit_static
+        static = {i % len(args) for i in nums if isinstance(i, int) and -len(args) <= i < len(args)}
+        static.update(i for i, name in enumerate(params[:len(args)]) if name in names)
+        return (tuple(a for i, a in enumerate(args) if i not in static),
+                {k: v for k, v in kwargs.items() if k not in names})
+
+    def _read_pruned(self, compiled) -> frozenset:
+        """The key paths of the arguments XLA's program does not take: None in
+        the compiled function's input_shardings."""
+        tu = self._jax.tree_util
+        try:
+            flat = tu.tree_flatten_with_path(compiled.input_shardings, is_leaf=lambda x: x is None)[0]
+        except Exception:  # no input_shardings (jax.pmap's): none known pruned
+            return frozenset()
+        return frozenset(tu.keystr(path) for path, sharding in flat if sharding is None)
 
     def _live_before(self, state):
         """The bytes live on each device just before a sampled call of a
@@ -671,6 +720,7 @@ class JitProbe:
         values = [_int_or_none(getattr(ma, f, None)) if ma is not None else None for f in fields]
         signature = self._signature(state, args, kwargs)
         state.signatures.add(signature)
+        state.pruned[signature] = self._read_pruned(compiled)
         if state.by_signature:
             state.compiles += 1
         peak = sum(v or 0 for v in values[:2]) - (values[2] or 0) + sum(v or 0 for v in values[3:5])

@@ -164,14 +164,17 @@ def donation_candidates(run, attribution: Attribution = Attribution()) -> list[C
                     per_arg_ok[a] = False
             donors = list(donated)
             for a in free_args:
-                trial = _match(inputs, outputs, donors + args[a])
-                if all(i in trial for i in args[a]):
-                    donors += args[a]
+                # The leaves jit prunes (its program never reads them) take no
+                # output and save nothing: XLA aliases the others.
+                read = [i for i in args[a] if not inputs[i].get("pruned")]
+                trial = _match(inputs, outputs, donors + read)
+                if read and all(i in trial for i in read):
+                    donors += read
                     matches = tuple((f"{a}{inputs[i]['path']} {_describe(inputs[i])}",
-                                     f"output{outputs[trial[i]]['path']}") for i in args[a])
-                    saving = sum(int(inputs[i].get("bytes") or 0) for i in args[a])
+                                     f"output{outputs[trial[i]]['path']}") for i in read)
+                    saving = sum(int(inputs[i].get("bytes") or 0) for i in read)
                     first = inputs[args[a][0]]
-                    devices = max(int(inputs[i].get("devices") or 1) for i in args[a])
+                    devices = max(int(inputs[i].get("devices") or 1) for i in read)
                     per_arg_info[a] = (first.get("arg"), bool(first.get("kw")), len(args[a]), saving, matches,
                                        devices)
                     per_arg_ok.setdefault(a, True)
@@ -197,7 +200,8 @@ def unusable_donations(run) -> list[tuple]:
         for _, call in rows.iterrows():
             inputs = _leaves(call["inputs"])
             outputs = _leaves(call["outputs"])
-            donated = [i for i, leaf in enumerate(inputs) if leaf.get("donated")]
+            # A donated leaf the program does not read is pruned by jit, not lost: JAX says nothing of it.
+            donated = [i for i, leaf in enumerate(inputs) if leaf.get("donated") and not leaf.get("pruned")]
             if not donated:
                 continue
             taken = _match(inputs, outputs, donated)
