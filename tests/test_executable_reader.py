@@ -57,7 +57,7 @@ def by_line(p):
 def summary(p):
     return {"peak_bytes": p.peak_bytes, "peak_position": p.peak_position, "length": p.length,
             "totals": [p.argument_bytes, p.output_bytes, p.alias_bytes, p.temp_bytes], "by_line": by_line(p),
-            "buffers": [key(b) for b in p.buffers]}
+            "buffers": [key(b) for b in p.buffers], "curve": json.loads(json.dumps(p.curve))}
 
 
 def check(name, lowered):
@@ -222,6 +222,14 @@ def _agree(result):
     assert mine["buffers"] == ref["buffers"]
     # what the lines hold at the peak is XLA's live-range peak
     assert sum(mine["by_line"].values()) == mine["peak_bytes"]
+    # the program-order curve: the same from both, the peak's bytes at the peak's position, and
+    # each position's bytes the sum of its stacks'
+    curve = mine["curve"]
+    assert curve == ref["curve"]
+    at = curve["positions"].index(mine["peak_position"])
+    assert curve["bytes"][at] == mine["peak_bytes"] <= max(curve["bytes"])
+    for i, total in enumerate(curve["bytes"]):
+        assert total == sum(run[i] for _, run in curve["stacks"]) + curve["other"][i]
 
 
 @pytest.mark.parametrize("program", PROGRAMS)
@@ -266,3 +274,56 @@ def test_shapes_are_sized_and_written_as_xla_does():
     t = pb.Shape(element_type=13, tuple_shapes=[f32, pb.Shape(element_type=4)])
     assert (shape_bytes(f32), shape_bytes(s4), shape_bytes(t)) == (1024 * 3 * 4, 2, 16)
     assert (shape_text(f32), shape_text(t)) == ("f32[1024,3]", "(f32[1024,3], s32[])")
+
+
+# -- the program-order curve, against counting each position by hand -------------------------
+
+from hypothesis import given, strategies as st  # noqa: E402
+
+from jaxmemprof.xla.curve import program_curve  # noqa: E402
+
+_VALUES = st.lists(st.tuples(st.integers(0, 30), st.integers(0, 12), st.integers(1, 1000),
+                             st.sampled_from([None, "a", "b", "c"]), st.sampled_from(["x", "y", "z"])),
+                   max_size=25).map(lambda vs: [(s, s + n, size, buf, key) for s, n, size, buf, key in vs])
+
+
+def _by_hand(values, length):
+    """At each position: each buffer's largest value live there (a value in no buffer on its own)."""
+    end = max([length] + [e for _, e, _, _, _ in values]) + 1
+    totals, keys = [], []
+    for t in range(end):
+        best = {}
+        for i, (s, e, size, buf, key) in enumerate(values):
+            if s <= t <= e:
+                slot = ("own", i) if buf is None else buf
+                if slot not in best or size > best[slot][0]:
+                    best[slot] = (size, key)
+        per = {}
+        for size, key in best.values():
+            per[key] = per.get(key, 0) + size
+        totals.append(sum(per.values()))
+        keys.append(per)
+    return totals, keys
+
+
+@given(_VALUES, st.integers(0, 40))
+def test_the_curve_counts_each_buffer_once_at_every_position(values, length):
+    curve = program_curve(values, length)
+    totals, keys = _by_hand(values, length)
+    assert curve["positions"] == list(range(len(totals)))
+    assert curve["bytes"] == totals
+    for i, per in enumerate(keys):
+        assert {k: run[i] for k, run in curve["stacks"] if run[i]} == per
+        assert curve["other"][i] == 0
+
+
+@given(_VALUES, st.integers(0, 40), st.integers(1, 6))
+def test_a_long_curve_keeps_each_stretchs_highest_position_and_the_peak(values, length, points):
+    curve = program_curve(values, length, points=points, stacks=1)
+    totals, _ = _by_hand(values, length)
+    kept = curve["positions"]
+    assert len(kept) <= max(points, len(totals)) and kept == sorted(set(kept))
+    assert totals.index(max(totals)) in kept  # the first position of most bytes: XLA's peak
+    assert curve["bytes"] == [totals[p] for p in kept]
+    for i in range(len(kept)):  # one stack named, the rest summed: still the position's bytes
+        assert sum(run[i] for _, run in curve["stacks"]) + curve["other"][i] == curve["bytes"][i]

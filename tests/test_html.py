@@ -567,3 +567,20 @@ def test_findings_of_the_bundled_run_and_a_fix_copied(tmp_path, browser):
     # the headline's "what to change" names the same fixes, most important first
     change = page.evaluate("document.getElementById('jmp-change').innerText")
     assert all(f["brief_fix"] in change for f in doc["findings"])
+
+
+@needs_browser
+def test_jit_program_order_curve_by_line(known, browser):
+    # double(x): its argument x and its output x * 2.0, 256 KiB each, live together at its peak.
+    d, script = known
+    doc = json.loads(run_cli("report", "run", "--json", cwd=d, check=0).stdout)
+    rows = [r for r in doc["jit_curve"] if r["function"] == "double"]
+    at_peak = {r["site"]: r["bytes"] for r in rows if r["position"] == r["program_peak_position"]}
+    output_line = f"known.py:{line_of(script, 'return x * 2.0')} (double)"
+    assert at_peak == {"argument x": A_BYTES, output_line: DOUBLE_BYTES}
+    assert {r["program_peak_bytes"] for r in rows} == {A_BYTES + DOUBLE_BYTES}
+    page = open_page(browser, d / "report.html")
+    areas = page.evaluate("Array.from(document.querySelectorAll('#jmp-jit-curve-0 path.area')).map(p => p.dataset.site)")
+    assert sorted(areas) == sorted(["argument x", output_line])
+    hint = page.evaluate("document.querySelector('#jmp-jit-curve-0 p.hint').textContent")
+    assert hint.startswith("double: XLA's peak 512.00 KiB at position ")

@@ -20,6 +20,9 @@ are attributed as every byte is: to the innermost frame of the user's code
   that.
 - ``largest_buffers``: the largest buffers of each program with their live
   ranges in program order.
+- ``program_curves``: each function's largest signature in program order:
+  the bytes live at each position of its sequence by user line (XProf's
+  memory viewer in the user's lines), each buffer once as at the peak.
 - ``inside_jit_findings``: hints where one applies: rematerialisation
   (``jax.checkpoint``) for activations the forward pass keeps for the
   backward pass (not for a program that uses it already), and a narrower
@@ -48,6 +51,10 @@ _FORWARD = re.compile(r"(?:^|/)jvp\(")
 _BACKWARD = re.compile(r"transpose\(")
 _ARG_NAME = re.compile(r"^([^\[.]+)")
 _EQUINOX_ARG = re.compile(r"^dynamic_(?:no)?donate\['(\w+)'\]")
+CURVE_COLUMNS = ["function_id", "function", "position", "site", "bytes", "position_bytes", "program_peak_position",
+                 "program_peak_bytes"]
+CURVE_LINES = 8  # lines named in a curve; the others are summed
+OTHER_LINES = "other lines"
 REMAT_SHARE = 0.25  # of the program's peak, held by kept activations
 NARROW_SHARE = 0.5  # of the program's peak, held by float32 temporaries
 
@@ -65,6 +72,34 @@ def _frames(text) -> list:
     return [f for f in _json_list(text) if isinstance(f, list) and len(f) == 3]
 
 
+def _equinox_params(functions) -> dict:
+    """function_id -> its parameter names, for each equinox.filter_jit function."""
+    out = {}
+    if functions is not None and "wrapper" in functions:
+        for fid, wrapper, params in zip(functions["function_id"], functions["wrapper"], functions["params"]):
+            if wrapper == "equinox.filter_jit":
+                out[fid] = [str(p) for p in _json_list(params)]
+    return out
+
+
+def _site(attribution: Attribution, equinox_params: list | None, kind, op, frames: list) -> tuple[str, str, int]:
+    """(site, file, line) of a buffer XLA made: the innermost frame of the
+    user's code; else an argument's name; else its op."""
+    user = [f for f in frames if isinstance(f[0], str) and not attribution.is_library(f[0])]
+    if user:
+        f, ln, fn = user[0]
+        shown = attribution.display_path(f)
+        return f"{shown}:{ln} ({fn})", shown, int(ln)
+    if kind in ("argument", "aliased") and isinstance(op, str) and op:
+        m = _EQUINOX_ARG.match(op) if equinox_params is not None else None
+        if m:  # equinox passes its own (donated, not donated) dicts: name the user's arguments
+            part = {"first": equinox_params[:1], "rest": equinox_params[1:]}.get(m.group(1))
+            return (f"argument {', '.join(part)}" if part else "argument (the function's own arrays)"), "", 0
+        m = _ARG_NAME.match(op)
+        return f"argument {m.group(1) if m else op}", "", 0
+    return (NO_STACK if not op else f"({op})"), "", 0
+
+
 def attributed_buffers(run, attribution: Attribution = Attribution()) -> pd.DataFrame:
     """The dumped buffers with their function's name and their site."""
     buffers = run.jit.get("buffers")
@@ -74,42 +109,19 @@ def attributed_buffers(run, attribution: Attribution = Attribution()) -> pd.Data
         return pd.DataFrame()
     b = buffers.copy()
     names = dict(zip(functions["function_id"], functions["name"])) if functions is not None else {}
-    equinox = {}
-    if functions is not None and "wrapper" in functions:
-        for fid, wrapper, params in zip(functions["function_id"], functions["wrapper"], functions["params"]):
-            if wrapper == "equinox.filter_jit":
-                equinox[fid] = [str(p) for p in _json_list(params)]
+    equinox = _equinox_params(functions)
     sites, files, lines = [], [], []
     for fid, kind, op, frames in zip(b["function_id"], b["kind"], b["op"], b["frames"]):
-        user = [f for f in _frames(frames) if isinstance(f[0], str) and not attribution.is_library(f[0])]
-        if user:
-            f, ln, fn = user[0]
-            shown = attribution.display_path(f)
-            sites.append(f"{shown}:{ln} ({fn})")
-            files.append(shown)
-            lines.append(int(ln))
-        elif kind in ("argument", "aliased") and isinstance(op, str) and op:
-            m = _EQUINOX_ARG.match(op) if fid in equinox else None
-            if m:  # equinox passes its own (donated, not donated) dicts: name the user's arguments
-                params = equinox[fid]
-                part = {"first": params[:1], "rest": params[1:]}.get(m.group(1))
-                sites.append(f"argument {', '.join(part)}" if part else "argument (the function's own arrays)")
-            else:
-                m = _ARG_NAME.match(op)
-                sites.append(f"argument {m.group(1) if m else op}")
-            files.append("")
-            lines.append(0)
-        else:
-            sites.append(NO_STACK if not op else f"({op})")
-            files.append("")
-            lines.append(0)
+        site, file, line = _site(attribution, equinox.get(fid), kind, op, _frames(frames))
+        sites.append(site)
+        files.append(file)
+        lines.append(line)
     b["site"], b["file"], b["line"] = sites, files, lines
     b["function"] = b["function_id"].map(names).fillna("").astype(str)
     # each function's largest signature (by its peak): its buffers are the
     # ones shown (runs recorded before buffers named their signature hold
     # only the largest's)
-    per = programs.sort_values(["function_id", "peak_bytes"], kind="stable").drop_duplicates(
-        "function_id", keep="last").set_index("function_id")
+    per = _largest_signatures(programs)
     if "signature" in b.columns and b["signature"].notna().any():
         largest = b["function_id"].map(per["signature"])
         b = b[b["signature"].isna() | (b["signature"] == largest)].copy()
@@ -144,6 +156,56 @@ def largest_buffers(run, attribution: Attribution = Attribution(), *, buffers: p
     b = b.sort_values(["program_peak_bytes", "function_id", "bytes", "live_start"],
                       ascending=[False, True, False, True], kind="stable")
     return b.reset_index(drop=True)[BUFFER_COLUMNS]
+
+
+def _largest_signatures(programs: pd.DataFrame) -> pd.DataFrame:
+    """Each function's largest program (by its peak), indexed by function_id."""
+    return programs.sort_values(["function_id", "peak_bytes"], kind="stable").drop_duplicates(
+        "function_id", keep="last").set_index("function_id")
+
+
+def program_curves(run, attribution: Attribution = Attribution(), *, lines: int = CURVE_LINES) -> pd.DataFrame:
+    """Each function's largest signature in program order: at each position
+    kept of its sequence, the bytes live by user line (the ``lines`` lines
+    holding most at any position; the rest as "other lines"), adding up to
+    the position's bytes (each buffer once, as at the peak). Positions where
+    the program holds most are kept (docs/advice.md)."""
+    curves, programs, functions = (run.jit.get(t) for t in ("curves", "programs", "functions"))
+    empty = pd.DataFrame({c: pd.Series(dtype=object) for c in CURVE_COLUMNS})
+    if curves is None or curves.empty or programs is None or programs.empty:
+        return empty
+    names = dict(zip(functions["function_id"], functions["name"])) if functions is not None else {}
+    equinox = _equinox_params(functions)
+    per = _largest_signatures(programs)
+    rows = []
+    for fid, signature, text in zip(curves["function_id"], curves["signature"], curves["curve"]):
+        if fid not in per.index or per.at[fid, "signature"] != signature:
+            continue
+        try:
+            curve = json.loads(text) if isinstance(text, str) else None
+            positions, totals = [int(p) for p in curve["positions"]], [int(b) for b in curve["bytes"]]
+            by_site: dict[str, list] = {}
+            for (kind, frames, op), run_bytes in curve["stacks"]:
+                site = _site(attribution, equinox.get(fid), kind, op, [f for f in frames if len(f) == 3])[0]
+                acc = by_site.setdefault(site, [0] * len(positions))
+                for i, v in enumerate(run_bytes[:len(positions)]):
+                    acc[i] += int(v)
+            rest = [int(v) for v in curve["other"][:len(positions)]]
+        except (TypeError, ValueError, KeyError, AttributeError):
+            continue  # a damaged cell: the program's other figures stand
+        ranked = sorted(by_site.items(), key=lambda kv: (-max(kv[1], default=0), kv[0]))
+        for _, run_bytes in ranked[lines:]:
+            rest = [a + b for a, b in zip(rest, run_bytes)]
+        kept = ranked[:lines] + ([(OTHER_LINES, rest)] if any(rest) else [])
+        peak_at, peak = int(per.at[fid, "peak_position"]), int(per.at[fid, "peak_bytes"])
+        for site, run_bytes in kept:
+            for position, total, v in zip(positions, totals, run_bytes):
+                rows.append((fid, names.get(fid, ""), position, site, v, total, peak_at, peak))
+    if not rows:
+        return empty
+    out = pd.DataFrame(rows, columns=CURVE_COLUMNS)
+    return out.sort_values(["program_peak_bytes", "function_id", "position"], ascending=[False, True, True],
+                           kind="stable").reset_index(drop=True)
 
 
 def _first_user_site(by_line: pd.Series) -> str:

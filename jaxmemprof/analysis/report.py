@@ -15,7 +15,7 @@ from jaxmemprof.analysis.advice.capacity import fit_findings, will_it_fit
 from jaxmemprof.analysis.advice.donation import donation_findings, jit_memory, true_peak
 from jaxmemprof.analysis.findings import Finding, by_effect, in_proportion, ranked
 from jaxmemprof.analysis.groups import Summary
-from jaxmemprof.analysis.inside_jit import inside_jit_findings, largest_buffers, peak_by_line
+from jaxmemprof.analysis.inside_jit import inside_jit_findings, largest_buffers, peak_by_line, program_curves
 from jaxmemprof.analysis.leaks import leak_findings, leaks, recompiles, rejits
 from jaxmemprof.analysis.attributed import Attributed
 from jaxmemprof.analysis.lifetimes import estimated_site_churn, site_lifetimes
@@ -49,6 +49,7 @@ class Report:
     jit_memory: pd.DataFrame  # per jitted function: XLA's memory analysis
     jit_peak: pd.DataFrame  # per jitted function x user line x kind: XLA's buffers at the function's own peak
     jit_buffers: pd.DataFrame  # the largest of those buffers, with their live ranges in program order
+    jit_curve: pd.DataFrame  # each function's bytes live at each position of its program, by line
     true_peak_bytes: int | None  # the snapshot peak plus what snapshots cannot see inside calls
     true_peak_where: str
     fit: object  # capacity.Fit for --device-memory, else None
@@ -142,7 +143,8 @@ def build_report(run, attribution: Attribution, *, top_sites: int = 10, steps: i
         leaks=leak_rows,
         recompiles=recompile_rows, jit_memory=memory_in_jit,
         jit_peak=peak_by_line(run, attribution, buffers=ar.jit_buffers),
-        jit_buffers=largest_buffers(run, attribution, buffers=ar.jit_buffers), true_peak_bytes=total_true_peak,
+        jit_buffers=largest_buffers(run, attribution, buffers=ar.jit_buffers),
+        jit_curve=program_curves(run, attribution), true_peak_bytes=total_true_peak,
         true_peak_where=where,
         fit=fit, findings=ranked(found),
     )

@@ -71,6 +71,8 @@ _FUNCTION_LOCALS = ("fun", "f", "fn", "func", "function")
 # Sampled calls before which the live bytes are counted, at most, in a run
 # (later ones are estimated from the sampler's last snapshot before them).
 LIVE_BEFORE_CALLS = 400
+# Program-order curves written per function, at most (its first signatures').
+CURVES = 32
 # A function whose observation fails this often is no longer observed.
 MAX_ERRORS = 3
 # Functions the program dropped whose lowering is kept for XLA's dump at the end.
@@ -184,7 +186,7 @@ class _FunctionState:
                  "signatures", "param_names", "donate_argnums", "donate_argnames", "arguments", "by_signature",
                  "cache", "quiet", "off", "errors", "proxy", "counted_all", "largest", "user", "backend_compiles",
                  "row", "compile_s", "static_argnums", "static_argnames", "static_leaves", "static_seen",
-                 "jit_static", "pruned")
+                 "jit_static", "pruned", "curves")
 
     def __init__(self, function_id, param_names, donate_argnums, donate_argnames, arguments, by_signature):
         self.function_id = function_id
@@ -221,6 +223,7 @@ class _FunctionState:
         self.static_seen: dict = {}  # a static value with no stable text -> its number, in order of first use
         self.jit_static = ((), (), ())  # jax.jit's own static_argnums, static_argnames, parameter names
         self.pruned: dict = {}  # signature -> key paths of the arguments XLA's program does not read
+        self.curves = 0  # program-order curves written
 
 
 class JitProbe:
@@ -755,12 +758,18 @@ class JitProbe:
         return True
 
     def _write_program(self, state, signature: str, p, seconds: float) -> None:
-        """One signature's program: its jit_programs row and its buffers."""
+        """One signature's program: its jit_programs row, its buffers, and its
+        curve (for a function's first CURVES signatures: one that compiles
+        anew every step would write one per step)."""
+        curve = None
+        if p.curve is not None and state.curves < CURVES:
+            state.curves += 1
+            curve = (state.function_id, signature[:2000], json.dumps(p.curve, separators=(",", ":")))
         self.writer.add_jit_program(
             (state.function_id, signature[:2000], p.module, p.length, p.peak_position, p.peak_bytes,
              p.argument_bytes, p.output_bytes, p.alias_bytes, p.temp_bytes, seconds),
             [(state.function_id, b.name, b.bytes, b.shape, b.kind, b.op, json.dumps(b.frames), b.start, b.end,
-              int(b.at_peak), signature[:2000]) for b in p.buffers])
+              int(b.at_peak), signature[:2000]) for b in p.buffers], curve)
 
     def _signature(self, state: _FunctionState, args, kwargs) -> str:
         """What JAX's compile cache tells calls apart by, as text: each array

@@ -98,6 +98,7 @@ def export(inputs, csv_dir, fmt, output, force, top, steps, library, user, all_f
       leaks.csv      growing sites            reuse_devices.csv reuse per device
       recompiles.csv functions compiled again jit.csv           memory inside jit
       jit_peak.csv   XLA's buffers by line    jit_buffers.csv   XLA's largest buffers
+      jit_curve.csv  XLA's bytes in program order, by line
       findings.csv   what to fix, as words and facts
 
     \b

@@ -216,6 +216,12 @@ GLOSSARY: dict[str, str] = {
     "live_end": "Where the buffer's live range ends in the instruction sequence.",
     "program_length": "Instructions in the program's sequence (the scale of `live_start` and `live_end`).",
     "at_peak": "True when the buffer is live at the program's own peak.",
+    "position": "A position in the program's instruction sequence (a long sequence keeps 256: the position of most "
+                "bytes in each of 256 equal stretches, so XLA's peak is always one).",
+    "position_bytes": "Bytes of the program's buffers live at that position, each buffer once (the sum of the "
+                      "position's rows).",
+    "program_peak_position": "Where XLA's live-range peak of the function's largest signature is in its sequence "
+                             "(its `position_bytes` there are `program_peak_bytes`).",
     # findings
     "rule": "The finding's rule (`leak`, `donate`, `allocator-fraction`, ...; see the facts below).",
     "case": "Which of the rule's cases (the words differ); empty when the rule has one.",
@@ -319,6 +325,7 @@ GLOSSARY: dict[str, str] = {
     "jit_memory": "The rows of jit.csv.",
     "jit_peak": "The rows of jit_peak.csv.",
     "jit_buffers": "The rows of jit_buffers.csv.",
+    "jit_curve": "The rows of jit_curve.csv.",
     "fit": "`report --device-memory SIZE`'s figures (the fit section below); null without it.",
     "findings": "The findings, ranked: the columns of findings.csv, with `facts` as an object.",
     # a job's JSON
@@ -441,6 +448,12 @@ IN_TABLE: dict[str, dict[str, str]] = {
                 "`constant`.",
         "shape": "XLA's shape, e.g. `f32[1024,1024]`.",
         "bytes": "The buffer's size in bytes.",
+    },
+    "jit_curve.csv": {
+        "function": "The jitted function's name.",
+        "site": "The user line whose buffers these are, `argument NAME` for an argument's, or `other lines` for the "
+                "lines past the 8 that hold most at any position.",
+        "bytes": "Bytes of that line's buffers live at the position.",
     },
     "findings.csv": {
         "site": "The user line the finding is about (`path:line (function)` or `path:line`); empty when it is about "
@@ -891,6 +904,10 @@ def tables() -> list[tuple[str, list[Table]]]:
         Table("jit_buffers.csv", "jit_buffers.csv", both.format(f="jit_buffers.csv", j="jit_buffers"),
               "One per buffer of a dumped program: those live at its peak and its largest others.",
               _csv(inside_jit.BUFFER_COLUMNS)),
+        Table("jit_curve.csv", "jit_curve.csv", both.format(f="jit_curve.csv", j="jit_curve"),
+              "One per jitted function x position x user line: XLA's buffers live at each position of the "
+              "function's largest signature, in program order (XProf's memory viewer, in your lines).",
+              _csv(inside_jit.CURVE_COLUMNS)),
         Table("findings.csv", "findings.csv", both.format(f="findings.csv", j="findings"),
               "One per finding, ranked by severity then saving (in JSON `facts` is an object).",
               _csv(findings.COLUMNS)),

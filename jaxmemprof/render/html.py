@@ -217,12 +217,36 @@ def _report_data(rep, run, attribution, S: _Strings, t_shift: float = 0.0) -> di
                                          "program_peak_bytes"]),
             "buffers": _rows(rep.jit_buffers, ["function", "name", "site", "kind", "shape", "bytes", "op",
                                                "live_start", "live_end", "program_length", "at_peak"]),
+            "curves": _curves(rep.jit_curve),
         },
         "findings": _findings(rep.findings),
         "warnings": [str(w) for w in rep.warnings],
         "process": proc,
     }
     return data
+
+
+def _curves(curve: pd.DataFrame, functions: int = 4) -> list:
+    """Each function's program-order curve (the ``functions`` largest), as
+    columns: positions, the bytes at each, and each line's series."""
+    out = []
+    if curve is None or curve.empty:
+        return out
+    for fid, g in curve.groupby("function_id", sort=False):
+        positions = sorted(set(int(p) for p in g["position"]))
+        at = {p: i for i, p in enumerate(positions)}
+        totals = [0] * len(positions)
+        series = {}
+        for site, position, b, total in zip(g["site"], g["position"], g["bytes"], g["position_bytes"]):
+            series.setdefault(str(site), [0] * len(positions))[at[int(position)]] = int(b)
+            totals[at[int(position)]] = int(total)
+        out.append({"function": str(g["function"].iloc[0]), "positions": positions, "bytes": totals,
+                    "peak_position": int(g["program_peak_position"].iloc[0]),
+                    "peak_bytes": int(g["program_peak_bytes"].iloc[0]),
+                    "series": [{"site": k, "values": v} for k, v in series.items()]})
+        if len(out) >= functions:
+            break
+    return out
 
 
 _FINDING_FIELDS = ("rule", "severity", "site", "message", "saving_bytes", "fix", "evidence", "brief", "brief_fix")

@@ -13,7 +13,7 @@ from jaxmemprof.render.json import records
 EXPORT_FILES = (
     "timeline.csv", "devices.csv", "sites.csv", "arrays.csv", "lifetimes.csv", "reuse.csv",
     "reuse_devices.csv", "leaks.csv", "recompiles.csv", "jit.csv", "jit_peak.csv", "jit_buffers.csv",
-    "findings.csv",
+    "jit_curve.csv", "findings.csv",
 )
 
 
@@ -35,6 +35,7 @@ def export_tables(rep: Report) -> dict[str, pd.DataFrame]:
         "jit.csv": rep.jit_memory,
         "jit_peak.csv": rep.jit_peak,
         "jit_buffers.csv": rep.jit_buffers,
+        "jit_curve.csv": rep.jit_curve,
         "findings.csv": said.table(rep.findings),
     }
     return {name: tables[name] for name in EXPORT_FILES}
@@ -65,6 +66,7 @@ def report_document(rep: Report) -> dict:
         "jit_memory": records(rep.jit_memory),
         "jit_peak": records(rep.jit_peak),
         "jit_buffers": records(rep.jit_buffers),
+        "jit_curve": records(rep.jit_curve),
         "fit": None if rep.fit is None else {k: v for k, v in vars(rep.fit).items()},
         "findings": said.records(rep.findings),
     }

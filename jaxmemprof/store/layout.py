@@ -176,6 +176,11 @@ CREATE TABLE IF NOT EXISTS jit_buffers (  -- its buffers live at that peak, and 
     at_peak       INTEGER NOT NULL,     -- 1: live at the program's peak
     signature     TEXT                  -- the program's (jit_programs.signature); NULL in runs recorded before
 );
+CREATE TABLE IF NOT EXISTS jit_curves (  -- each program's bytes live at each position of its sequence
+    function_id   INTEGER NOT NULL,
+    signature     TEXT NOT NULL,        -- the program's (jit_programs.signature)
+    curve         TEXT NOT NULL         -- JSON {positions, bytes, stacks: [[[kind, frames, op], bytes]], other}
+);
 CREATE TABLE IF NOT EXISTS memory_stats (
     snapshot      INTEGER NOT NULL,
     device        TEXT NOT NULL,

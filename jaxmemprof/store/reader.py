@@ -60,6 +60,7 @@ _TABLES = {
                      ("function_id", "peak_bytes")),
     "jit_buffers": (("function_id", "bytes", "live_start", "live_end", "at_peak"),
                     ("name", "shape", "kind", "op", "frames", "signature"), ("function_id", "bytes")),
+    "jit_curves": (("function_id",), ("signature", "curve"), ("function_id",)),
     "thinned": (("snapshot",), (), ("snapshot",)),
     "jit_counts": (("function_id", "calls", "compiles", "calls_complete", "traced", "backend_compiles"), (),
                    ("function_id",)),
@@ -74,7 +75,7 @@ _MAY_BE_MISSING = {"end_snapshot", "after_snapshot", "stack_id", "snapshot", "pe
                    "calls_complete", "traced", "backend_compiles"}
 _FLOAT_COLUMNS = {"t_wall", "t_mono", "cost_s", "wall_s", "dump_s"}
 # Tables that runs recorded by earlier versions lack.
-_ADDED_TABLES = {"jit_programs", "jit_buffers", "thinned", "array_kinds"}
+_ADDED_TABLES = {"jit_programs", "jit_buffers", "jit_curves", "thinned", "array_kinds"}
 
 # Manifest fields and the types a reader relies on.
 _MANIFEST_TYPES = {
@@ -92,6 +93,7 @@ _JSON_COLUMNS = {
                       "wrapper_options"),
     "jit_calls": ("inputs", "outputs", "inputs_alive", "live_before"),
     "jit_buffers": ("frames",),
+    "jit_curves": ("curve",),
 }
 _MAX_JSON_DEPTH = 64
 _CHUNK_ROWS = 100_000
@@ -563,7 +565,7 @@ def _load_journal_run(path: Path) -> Run:
         memory_stats = _query(con, "memory_stats", warnings)
         executables = _query(con, "executables", warnings)
         jit = {t: _query(con, f"jit_{t}", warnings)
-               for t in ("functions", "compiles", "calls", "counts", "programs", "buffers")}
+               for t in ("functions", "compiles", "calls", "counts", "programs", "buffers", "curves")}
         markers = _query(con, "markers", warnings)
         events = _query(con, "events", warnings)
         thinned = set(_query(con, "thinned", warnings)["snapshot"].dropna().astype(np.int64).tolist())

@@ -292,10 +292,13 @@ class RunWriter:
                      "VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
                      [row])
 
-    def add_jit_program(self, program: tuple, buffers: list) -> None:
-        """XLA's dump of one program: its row, and its buffers' rows."""
+    def add_jit_program(self, program: tuple, buffers: list, curve: tuple | None = None) -> None:
+        """XLA's account of one program: its row, its buffers' rows, and its
+        curve's row (function_id, signature, JSON)."""
         self._insert("INSERT INTO jit_programs VALUES (?,?,?,?,?,?,?,?,?,?,?)", [program])
         self._insert("INSERT INTO jit_buffers VALUES (?,?,?,?,?,?,?,?,?,?,?)", buffers)
+        if curve is not None:
+            self._insert("INSERT INTO jit_curves VALUES (?,?,?)", [curve])
 
     def set_jit_liveness(self, call_id: int, alive_json: str) -> None:
         self._insert("UPDATE jit_calls SET inputs_alive = ? WHERE call_id = ?", [(alive_json, call_id)])

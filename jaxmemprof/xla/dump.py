@@ -27,6 +27,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from jaxmemprof.xla.curve import curve_key, program_curve
+
 # A value's kind, from its allocation's.
 ARGUMENT, OUTPUT, ALIASED, TEMPORARY, CONSTANT = "argument", "output", "aliased", "temporary", "constant"
 
@@ -77,6 +79,9 @@ class ProgramMemory:
     output_bytes: int = 0
     alias_bytes: int = 0
     temp_bytes: int = 0
+    # bytes live at each position of the sequence, in total and by what made
+    # them (jaxmemprof.xla.curve.program_curve); None where not read
+    curve: dict | None = None
 
 
 def _table(lines: list[str], title: str) -> dict[int, str]:
@@ -289,11 +294,13 @@ def read_program(hlo_text: str, assignment_text: str, live_range_text: str, *, m
     seen = {n for n, _ in peak}
     sizes = _value_sizes(assignment_text)
     others = sorted((n for n in ranges if n not in seen and n in sizes), key=lambda n: -sizes[n])[:largest]
+    curve = program_curve(((s, e, sizes[n], slots.get(n), curve_key(buffer(n, sizes[n], False)))
+                           for n, (s, e) in sorted(ranges.items()) if n in sizes), length)
     return ProgramMemory(
         module=module, length=length, peak_position=peak_at, peak_bytes=sum(b.bytes for b in at_peak),
         buffers=at_peak + [buffer(n, sizes[n], False) for n in others],
         argument_bytes=totals[ARGUMENT] + totals[ALIASED], output_bytes=totals[OUTPUT] + totals[ALIASED],
-        alias_bytes=totals[ALIASED], temp_bytes=totals[TEMPORARY])
+        alias_bytes=totals[ALIASED], temp_bytes=totals[TEMPORARY], curve=curve)
 
 
 def _value_sizes(text: str) -> dict[str, int]:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import gc
 
 from jaxmemprof.xla import executable_pb2 as pb
+from jaxmemprof.xla.curve import curve_key, program_curve
 from jaxmemprof.xla.dump import ALIASED, ARGUMENT, CONSTANT, OUTPUT, TEMPORARY, Buffer, ProgramMemory
 
 
@@ -508,12 +509,14 @@ def _read_protos(hlo_module: bytes, buffer_assignment: bytes, *, module: str, la
         at_peak.append(buffer(v, own_bytes[v], True))
     seen = set(live)
     others = sorted((v for v in sorted(ranges) if v not in seen), key=lambda v: -sizes[v])[:largest]
+    curve = program_curve(((s, e, own_bytes[v], slots.get(v), curve_key(buffer(v, own_bytes[v], False)))
+                           for v, (s, e) in sorted(ranges.items(), key=lambda kv: name_of(kv[0]))), length)
     return ProgramMemory(
         module=module or hm.name, length=length, peak_position=int(peak_at),
         peak_bytes=sum(b.bytes for b in at_peak),
         buffers=at_peak + [buffer(v, sizes[v], False) for v in others],
         argument_bytes=totals[ARGUMENT] + totals[ALIASED], output_bytes=totals[OUTPUT] + totals[ALIASED],
-        alias_bytes=totals[ALIASED], temp_bytes=totals[TEMPORARY])
+        alias_bytes=totals[ALIASED], temp_bytes=totals[TEMPORARY], curve=curve)
 
 
 def executable_protos(compiled, module: str | None = None, *, memory_analysis=None) -> tuple[bytes, bytes, str]:

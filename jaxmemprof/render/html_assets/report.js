@@ -694,6 +694,7 @@
       ["buffers", function (r) { return r.buffers; }, 1],
       ["share of peak", function (r) { var w = el("span", "share"); var b = add(w, el("span", "share-bar")); b.style.width = (100 * (r.share_of_peak || 0)).toFixed(1) + "%"; add(w, el("span", null, pct(r.share_of_peak || 0))); return w; }]],
       pk, "jmp-jit-peak");
+    curves(s, J.curves || []);
     var bu = J.buffers || [];
     if (bu.length) {
       add(s, el("h3", null, "The largest buffers inside, with their live ranges (program order)"));
@@ -704,6 +705,55 @@
           b.style.left = (100 * (r.live_start || 0) / L).toFixed(1) + "%"; b.style.width = Math.max(1, 100 * ((r.live_end || 0) - (r.live_start || 0)) / L).toFixed(1) + "%";
           if (r.at_peak) b.className += " at-peak"; return w; }]], bu, "jmp-jit-buffers");
     }
+  }
+
+  // Each function's bytes in program order, by your line: what XLA's schedule holds at
+  // each position of the largest signature's sequence (stacked, largest line at the bottom).
+  function curves(s, C) {
+    if (!C.length) return;
+    add(s, el("h3", null, "In program order, by your line"));
+    C.forEach(function (c, k) {
+      var box = add(s, el("div", "chart jit-curve"));
+      box.id = "jmp-jit-curve-" + k;
+      add(box, el("p", "hint", c["function"] + ": XLA's peak " + bytes(c.peak_bytes) + " at position " + c.peak_position +
+        " of its sequence"));
+      var W = Math.max(600, s.clientWidth || 900), H = 200, M = { l: 72, r: 12, t: 12, b: 28 }, pos = c.positions, n = pos.length;
+      var mx = 1; c.bytes.forEach(function (v) { if (v > mx) mx = v; });
+      var yMax = mx * 1.08, xMax = Math.max(1, pos[n - 1] || 1);
+      function X(p) { return M.l + p / xMax * (W - M.l - M.r); }
+      function Y(v) { return H - M.b - v / yMax * (H - M.t - M.b); }
+      var g = add(box, sv("svg", { width: W, height: H, "class": "timeline", role: "img" }));
+      niceTicks(yMax, 3).forEach(function (v) {
+        add(g, sv("line", { x1: M.l, x2: W - M.r, y1: Y(v), y2: Y(v), "class": "grid" }));
+        add(g, sv("text", { x: M.l - 6, y: Y(v) + 4, "class": "axis", "text-anchor": "end" }, bytes(v)));
+      });
+      add(g, sv("text", { x: W - M.r, y: H - 6, "class": "axis", "text-anchor": "end" }, "position in the program (" + (xMax + 1) + ")"));
+      var series = c.series.slice().sort(function (a, b) { return Math.max.apply(null, b.values) - Math.max.apply(null, a.values); });
+      var lower = new Float64Array(n), legend = add(box, el("ul", "legend"));
+      series.forEach(function (ser, i) {
+        var up = [], down = [], color = PALETTE[i % PALETTE.length];
+        for (var j = 0; j < n; j++) {
+          var y0 = lower[j], y1 = y0 + ser.values[j];
+          up.push(X(pos[j]).toFixed(1) + "," + Y(y1).toFixed(1)); down.push(X(pos[j]).toFixed(1) + "," + Y(y0).toFixed(1));
+          lower[j] = y1;
+        }
+        var p = add(g, sv("path", { d: "M" + up.join("L") + "L" + down.reverse().join("L") + "Z", fill: color, "class": "area" }));
+        p.setAttribute("data-site", ser.site);
+        var li = add(legend, el("li")), sw = add(li, el("span", "swatch")); sw.style.background = color;
+        add(li, el("span", "site", ser.site), el("span", "num", "most " + bytes(Math.max.apply(null, ser.values))));
+      });
+      add(g, sv("line", { x1: X(c.peak_position), x2: X(c.peak_position), y1: M.t, y2: H - M.b, "class": "cursor cursor-selected" }));
+      add(g, sv("line", { x1: M.l, x2: W - M.r, y1: H - M.b, y2: H - M.b, "class": "axis-line" }));
+      var hit = add(g, sv("rect", { x: M.l, y: M.t, width: W - M.l - M.r, height: H - M.t - M.b, "class": "hit" }));
+      hit.addEventListener("mousemove", function (ev) {
+        var r = g.getBoundingClientRect(), px = ev.clientX - r.left, j = 0;
+        for (var q = 1; q < n; q++) if (Math.abs(X(pos[q]) - px) < Math.abs(X(pos[j]) - px)) j = q;
+        var lines = ["position " + pos[j], "live " + bytes(c.bytes[j])];
+        series.forEach(function (ser) { if (ser.values[j] > 0) lines.push(bytes(ser.values[j]) + "  " + ser.site); });
+        showTip(ev, lines);
+      });
+      hit.addEventListener("mouseleave", hideTip);
+    });
   }
 
   // -- findings ----------------------------------------------------------------------
