@@ -19,6 +19,7 @@ them, and so is every local top that is the highest of its bucket.
 from __future__ import annotations
 
 import bisect
+from itertools import accumulate
 from typing import Iterable
 
 POINTS = 256  # positions kept of a longer sequence
@@ -65,10 +66,7 @@ def program_curve(values: Iterable[tuple], length: int, *, points: int = POINTS,
     for s, e, size, _ in segments:
         diff[s] += size
         diff[e + 1] -= size
-    total, usage = [], 0
-    for t in range(end_of):
-        usage += diff[t]
-        total.append(usage)
+    total = list(accumulate(diff[:-1]))
     if end_of <= points:
         kept = list(range(end_of))
     else:
@@ -89,16 +87,10 @@ def program_curve(values: Iterable[tuple], length: int, *, points: int = POINTS,
                 d = per_key[key] = [0] * (len(kept) + 1)
             d[i] += size
             d[j] -= size
-    rows = []
-    for key, d in per_key.items():
-        run, acc = [], 0
-        for x in d[:-1]:
-            acc += x
-            run.append(acc)
-        rows.append((key, run))
+    rows = [(key, list(accumulate(d[:-1]))) for key, d in per_key.items()]
     rows.sort(key=lambda r: (-max(r[1]), repr(r[0])))
     other = [0] * len(kept)
-    for _, run in rows[stacks:]:
-        other = [a + b for a, b in zip(other, run)]
+    if len(rows) > stacks:
+        other = [sum(column) for column in zip(*(run for _, run in rows[stacks:]))]
     return {"positions": kept, "bytes": [total[t] for t in kept], "stacks": [list(r) for r in rows[:stacks]],
             "other": other}

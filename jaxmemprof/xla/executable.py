@@ -509,7 +509,17 @@ def _read_protos(hlo_module: bytes, buffer_assignment: bytes, *, module: str, la
         at_peak.append(buffer(v, own_bytes[v], True))
     seen = set(live)
     others = sorted((v for v in sorted(ranges) if v not in seen), key=lambda v: -sizes[v])[:largest]
-    curve = program_curve(((s, e, own_bytes[v], slots.get(v), curve_key(buffer(v, own_bytes[v], False)))
+    def key_of(v):
+        """curve_key of buffer(v), without the Buffer: its kind, and its stack or else its op."""
+        md = m.instr[value_at[v][0]].metadata
+        op, fr = md.op_name, frames.get(int(md.stack_frame_id), ())
+        kind = kinds.get(v, TEMPORARY)
+        if not fr and kind not in (ARGUMENT, ALIASED) and slots.get(v) in slot_made:
+            _, op, fr = slot_made[slots[v]]
+        return curve_key(Buffer(name="", bytes=0, shape="", kind=kind, op=op, frames=fr, start=0, end=0,
+                                at_peak=False))
+
+    curve = program_curve(((s, e, own_bytes[v], slots.get(v), key_of(v))
                            for v, (s, e) in sorted(ranges.items(), key=lambda kv: name_of(kv[0]))), length)
     return ProgramMemory(
         module=module or hm.name, length=length, peak_position=int(peak_at),
