@@ -158,3 +158,26 @@ def test_a_static_argument_is_part_of_the_signature(tmp_path):
     assert signatures == ["float32[4096,1], static:4096", "float32[4096,1], static:8"], signatures
     summary = json.loads(run_cli("report", run, "--json", check=0).stdout)["summary"]
     assert summary["estimated_true_peak_bytes"] == oracle["big"]
+
+
+LONG_SIGNATURES = """
+import jax, jax.numpy as jnp
+
+@jax.jit
+def step(params, x):
+    return [p + x.sum() for p in params]
+
+params = [jnp.ones((3, 3), jnp.float32) for _ in range(200)]  # 200 leaves before the batch
+for batch in (128, 64):
+    for _ in range(2):
+        params = step(params, jnp.ones((batch, 4), jnp.float32))
+"""
+
+
+def test_long_signatures_that_differ_at_the_end_stay_apart(tmp_path):
+    script = write_script(tmp_path, "long.py", LONG_SIGNATURES)
+    run_cli("run", "-q", "-o", tmp_path / "run", script, cwd=tmp_path, check=0)
+    programs = load_run(tmp_path / "run").jit["programs"]
+    signatures = list(programs["signature"])
+    assert len(signatures) == len(set(signatures)) == 2, signatures
+    assert all(len(s) <= 2000 and "sha256" in s for s in signatures)

@@ -41,6 +41,7 @@ import contextlib
 import copy
 import dis
 import functools
+import hashlib
 import importlib.abc
 import importlib.machinery
 import inspect
@@ -73,6 +74,8 @@ _FUNCTION_LOCALS = ("fun", "f", "fn", "func", "function")
 LIVE_BEFORE_CALLS = 400
 # Program-order curves written per function, at most (its first signatures').
 CURVES = 32
+# A signature is stored whole up to this many characters (else its start and a digest).
+SIGNATURE_CHARS = 2000
 # A function whose observation fails this often is no longer observed.
 MAX_ERRORS = 3
 # Functions the program dropped whose lowering is kept for XLA's dump at the end.
@@ -660,7 +663,7 @@ class JitProbe:
             call_id, state.function_id, state.calls, time.time(), time.monotonic(),
             frame.f_code.co_filename if frame else "", frame.f_lineno if frame else 0,
             frame.f_code.co_name if frame else "",
-            json.dumps(leaves), json.dumps(outputs), None if signature is None else signature[:2000], live_before,
+            json.dumps(leaves), json.dumps(outputs), None if signature is None else signature, live_before,
         ))
         state.samples += 1
         state.resample = False
@@ -727,7 +730,7 @@ class JitProbe:
         if state.by_signature:
             state.compiles += 1
         peak = sum(v or 0 for v in values[:2]) - (values[2] or 0) + sum(v or 0 for v in values[3:5])
-        self.writer.add_jit_compile((state.function_id, state.calls, time.time(), signature[:2000], *values))
+        self.writer.add_jit_compile((state.function_id, state.calls, time.time(), signature, *values))
         if state.user and not self._read_program(state, signature, compiled, ma):
             # The executable lacks XLA's buffer assignment: the dump at the end, for the largest.
             if state.largest is None or peak > state.largest[0]:
@@ -764,12 +767,12 @@ class JitProbe:
         curve = None
         if p.curve is not None and state.curves < CURVES:
             state.curves += 1
-            curve = (state.function_id, signature[:2000], json.dumps(p.curve, separators=(",", ":")))
+            curve = (state.function_id, signature, json.dumps(p.curve, separators=(",", ":")))
         self.writer.add_jit_program(
-            (state.function_id, signature[:2000], p.module, p.length, p.peak_position, p.peak_bytes,
+            (state.function_id, signature, p.module, p.length, p.peak_position, p.peak_bytes,
              p.argument_bytes, p.output_bytes, p.alias_bytes, p.temp_bytes, seconds),
             [(state.function_id, b.name, b.bytes, b.shape, b.kind, b.op, json.dumps(b.frames), b.start, b.end,
-              int(b.at_peak), signature[:2000]) for b in p.buffers], curve)
+              int(b.at_peak), signature) for b in p.buffers], curve)
 
     def _signature(self, state: _FunctionState, args, kwargs) -> str:
         """What JAX's compile cache tells calls apart by, as text: each array
@@ -797,7 +800,7 @@ class JitProbe:
                     parts.append(f"static:{self._static_text(state, x)}")
                 elif type(x) in (bool, int, float, complex):
                     parts.append(type(x).__name__)
-        return ", ".join(parts)
+        return _bounded(", ".join(parts))
 
     @staticmethod
     def _static_text(state: _FunctionState, value) -> str:
@@ -997,6 +1000,17 @@ def _windows(frame) -> set:
         if frame is not None and _is_library(frame.f_code.co_filename):
             break
     return out
+
+
+def _bounded(signature: str, limit: int = SIGNATURE_CHARS) -> str:
+    """A signature as stored: whole up to ``limit`` characters, else its
+    start and a digest of the whole, so two long signatures that differ
+    only at the end (a batch after 500 parameters) stay apart."""
+    if len(signature) <= limit:
+        return signature
+    digest = hashlib.sha256(signature.encode()).hexdigest()[:16]
+    tail = f" ... ({len(signature)} characters, sha256 {digest})"
+    return signature[:limit - len(tail)] + tail
 
 
 def _signature_names(fun) -> list[str]:
