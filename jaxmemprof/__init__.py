@@ -3,7 +3,7 @@
 Importing this package does not import jax; only capturing a run does.
 """
 
-__version__ = "0.1.0"
+from jaxmemprof._version import __version__
 
 __all__ = ["__version__", "profile", "mark", "snapshot", "load_profile", "load_run", "InputError"]
 

@@ -398,7 +398,7 @@ def write_summary(path) -> bool:
     import json
     from dataclasses import asdict
 
-    from jaxmemprof import __version__
+    from jaxmemprof._version import __version__
     from jaxmemprof.analysis.report import build_report
     from jaxmemprof.store import layout
     from jaxmemprof.store.reader import load_run
@@ -431,7 +431,7 @@ def read_summary(process: int, path, options: dict) -> ProcessResult | None:
     than the journal (the file is untrusted input: every field is checked)."""
     from pathlib import Path
 
-    from jaxmemprof import __version__
+    from jaxmemprof._version import __version__
     from jaxmemprof.store.reader import read_manifest
 
     try:

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 
 import click
 
-from jaxmemprof import __version__
+from jaxmemprof._version import __version__
 from jaxmemprof.errors import InputError, check_not_empty
 from jaxmemprof.render.escape import safe
 
@@ -255,7 +255,7 @@ def attribution(library, user, all_frames, *runs):
 def load(spec, sample_index, max_decompressed, default="peak", **limits):
     """A profile file, RUN@SEL or a bare run directory; returns (name,
     Profile, the Run or None). ``limits``: load_profile's others (max_ratio)."""
-    from jaxmemprof.store.selectors import resolve
+    from jaxmemprof.store.refs import resolve
 
     ctx = click.get_current_context(silent=True)  # --process N (cli/jobs.py), on a multi-process job
     ref = resolve(spec, default, process=None if ctx is None else ctx.meta.get("jaxmemprof.process"))
@@ -285,7 +285,7 @@ def output_to(path: str, force: bool):
 
 def open_run(spec):
     from jaxmemprof.store.reader import load_run
-    from jaxmemprof.store.selectors import split_selector
+    from jaxmemprof.store.refs import split_selector
 
     check_not_empty(spec)
     path, sel = split_selector(spec)

@@ -48,7 +48,7 @@ def run_path(spec: str) -> str:
         return spec
     from jaxmemprof.errors import InputError
     from jaxmemprof.store.job import is_job_directory
-    from jaxmemprof.store.selectors import process_directory, split_selector
+    from jaxmemprof.store.refs import process_directory, split_selector
 
     path, sel = split_selector(spec)
     if not is_job_directory(path):

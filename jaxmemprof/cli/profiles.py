@@ -164,7 +164,7 @@ def diff(base, new, by, top, csv_path, as_json, html_path, force, library, user,
 
     _check_streams(csv_path, as_json, html_path, force)
     if new is None:
-        from jaxmemprof.store.selectors import split_selector
+        from jaxmemprof.store.refs import split_selector
 
         run_dir, sel = split_selector(base)
         if sel is not None or not os.path.isdir(run_dir):

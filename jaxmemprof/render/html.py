@@ -23,7 +23,7 @@ from importlib import resources
 import numpy as np
 import pandas as pd
 
-from jaxmemprof import __version__
+from jaxmemprof._version import __version__
 from jaxmemprof.analysis.flame import Cells, profile_cells, run_cells, site_growth, site_values
 from jaxmemprof.finite import finite
 from jaxmemprof.render.json import _default

@@ -9,7 +9,6 @@ usable is left.
 from __future__ import annotations
 
 import json
-import os
 import re
 import sqlite3
 from dataclasses import dataclass, field
