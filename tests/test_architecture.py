@@ -1,0 +1,120 @@
+"""The shape of the code, checked: data flows one way through the layers
+(capture -> store -> pprof/xla -> analysis -> render -> cli), no import
+circle (imports inside functions included), and no module over 700 lines but
+generated ones. Read from the source with ``ast``: nothing is imported.
+
+What is not there yet is listed below by name, as a ratchet: a new breach
+fails, and so does a listed one that is gone (take it off the list).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from conftest import REPO
+
+PACKAGE = REPO / "jaxmemprof"
+LOW = ("capture", "store", "pprof", "xla")  # may not import the layers above them
+HIGH = ("analysis", "render", "cli")
+MAX_LINES = 700
+
+# Known breaches, to be removed as the redesign goes (docs/development.md).
+KNOWN_UPWARD = {
+    ("jaxmemprof.capture.session", "jaxmemprof.analysis.processes"),
+    ("jaxmemprof.capture.session", "jaxmemprof"),
+}
+KNOWN_LONG = {
+    "jaxmemprof/capture/jitprobe.py", "jaxmemprof/capture/session.py", "jaxmemprof/capture/runner.py",
+    "jaxmemprof/capture/sampler.py", "jaxmemprof/pprof/reader.py", "jaxmemprof/render/glossary.py",
+    "jaxmemprof/store/reader.py",
+}
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(REPO).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        out[name] = path
+    return out
+
+
+def _imports(name: str, path: Path, modules: dict) -> set[str]:
+    """The package's modules that ``name`` imports, anywhere in it."""
+    tree = ast.parse(path.read_text())
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[:len(base) - node.level + 1]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            targets = [f"{mod}.{a.name}" for a in node.names] + [mod]
+        else:
+            continue
+        for t in targets:
+            # the longest module name the import names (a module, or a name in one)
+            while t and t not in modules:
+                t = t.rpartition(".")[0]
+            if t and t != name and t.startswith("jaxmemprof"):
+                found.add(t)
+    return found
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = _modules()
+    return {name: _imports(name, path, modules) for name, path in modules.items()}
+
+
+def _layer(name: str) -> str:
+    parts = name.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def test_the_low_layers_import_nothing_above_them():
+    upward = set()
+    for name, deps in _graph().items():
+        if _layer(name) in LOW:
+            for d in deps:
+                if _layer(d) in HIGH or d == "jaxmemprof":
+                    upward.add((name, d))
+    assert upward - KNOWN_UPWARD == set(), "new imports that flow up"
+    assert KNOWN_UPWARD - upward == set(), "gone: take them off KNOWN_UPWARD"
+
+
+def test_no_import_circle():
+    graph = _graph()
+    # The package's __init__ re-exports the API: a module importing it is an
+    # upward import (checked above), not a circle through everything.
+    graph["jaxmemprof"] = set()
+    state: dict[str, int] = {}
+    cycles = []
+
+    def visit(n, stack):
+        state[n] = 1
+        stack.append(n)
+        for d in sorted(graph.get(n, ())):
+            if state.get(d) == 1:
+                cycles.append(stack[stack.index(d):] + [d])
+            elif d not in state:
+                visit(d, stack)
+        stack.pop()
+        state[n] = 2
+
+    for n in sorted(graph):
+        if n not in state:
+            visit(n, [])
+    assert cycles == []
+
+
+def test_no_module_is_too_long_to_read():
+    long = {str(p.relative_to(REPO)) for p in PACKAGE.rglob("*.py")
+            if not p.name.endswith("_pb2.py") and len(p.read_text().splitlines()) > MAX_LINES}
+    assert long - KNOWN_LONG == set(), f"modules over {MAX_LINES} lines"
+    assert KNOWN_LONG - long == set(), "gone: take them off KNOWN_LONG"
