@@ -49,6 +49,16 @@ from jaxmemprof.render.json import write_json
 FUZZ = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
+def reader_examples(searched: int) -> int:
+    """How many examples a run-reader property runs. Each loads and reports a
+    real run (a few tenths of a second): the README's command, whose profile
+    ("ci", tests/conftest.py) runs fixed examples, runs a fixed 25 of each,
+    beside the cases the search once found (test_what_the_search_found, and
+    the extreme integers below); a random search (--hypothesis-profile=fuzz)
+    runs ``searched``."""
+    return 25 if settings.default.derandomize else searched
+
+
 # --------------------------------------------------------------------------
 # The run-directory reader
 
@@ -206,7 +216,7 @@ def _tables_and_columns(db: Path) -> dict:
         con.close()
 
 
-@settings(FUZZ, max_examples=100)
+@settings(FUZZ, max_examples=reader_examples(100))
 @given(data=st.data())
 def test_hand_edited_journal_cells_load_or_raise_input_error(real_run, run_dirs, data):
     """Any value in any cell: a journal edited by hand (or by another tool)
@@ -265,39 +275,51 @@ def sharded_run(tmp_path_factory):
     return d / "run"
 
 
-def _both_paths(d: Path):
-    """(the fast path's arrays or None, what load_run gives by the general path)."""
-    from unittest import mock
-
+def _fast_path(d: Path):
+    """The fast path's arrays of ``d``, or None where it leaves them to the general path."""
     from jaxmemprof.store import journal, reader
 
     con = journal.connect_read_only(d / "journal.sqlite")
     try:
-        fast = reader._read_intervals(con)
+        return reader._read_intervals(con)
     finally:
         con.close()
+
+
+def _general_path(d: Path):
+    """What load_run gives by the general path (None: InputError)."""
+    from unittest import mock
+
+    from jaxmemprof.store import reader
+
     with mock.patch.object(reader, "_read_intervals", lambda con: None):
         try:
-            general = load_run(d)
+            return load_run(d)
         except InputError:
-            general = None
-    return fast, general
+            return None
 
 
 def _same_by_either_path(d: Path) -> None:
-    """Where the fast path reads ``d``, it reads what the general path does."""
-    fast, general = _both_paths(d)
-    if fast is not None:
-        assert general is not None
-        got = load_run(d)
-        pd.testing.assert_frame_equal(got.arrays, general.arrays)
-        assert got.warnings == general.warnings
+    """Where the fast path reads ``d``, it reads what the general path does;
+    where it does not, load_run takes the general path: it loads ``d`` or
+    raises InputError."""
+    if _fast_path(d) is None:
+        try:
+            load_run(d)
+        except InputError:
+            pass
+        return
+    general = _general_path(d)
+    assert general is not None
+    got = load_run(d)
+    pd.testing.assert_frame_equal(got.arrays, general.arrays)
+    assert got.warnings == general.warnings
 
 
 def _agree(d: Path):
-    fast, general = _both_paths(d)
-    if fast is None:
+    if _fast_path(d) is None:
         return False
+    general = _general_path(d)
     assert general is not None
     assert not [w for w in general.warnings if "array" in w], general.warnings  # it read them as written
     got = load_run(d)
@@ -325,7 +347,7 @@ NEAR_CELLS = st.one_of(
 )
 
 
-@settings(FUZZ, max_examples=150)
+@settings(FUZZ, max_examples=reader_examples(150))
 @given(data=st.data())
 def test_an_edited_arrays_table_reads_the_same_by_either_path(sharded_run, run_dirs, data):
     d = run_dirs.make_from(sharded_run)
@@ -360,7 +382,7 @@ JSON_VALUES = st.recursive(
 )
 
 
-@settings(FUZZ, max_examples=100)
+@settings(FUZZ, max_examples=reader_examples(100))
 @given(data=st.data())
 def test_mutated_manifest_loads_or_raises_input_error(real_run, run_dirs, data):
     """manifest.json: random byte mutations of its text, or any JSON value in
@@ -377,6 +399,52 @@ def test_mutated_manifest_loads_or_raises_input_error(real_run, run_dirs, data):
     else:
         manifest = json.dumps(data.draw(JSON_VALUES, label="document")).encode()
     _load_and_report(run_dirs.make(manifest=manifest))
+
+
+def _sql_edit(*statements):
+    def edit(d: Path):
+        con = sqlite3.connect(d / "journal.sqlite")
+        try:
+            for statement in statements:
+                con.execute(statement)
+            con.commit()
+        finally:
+            con.close()
+    return edit
+
+
+def _schema_not_utf8(d: Path):
+    # A byte of the markers table's schema text that is not UTF-8 (SQLite's
+    # error message quotes the damaged schema).
+    journal = bytearray((d / "journal.sqlite").read_bytes())
+    at = journal.index(b"CREATE TABLE markers (")
+    journal[at + len("CREATE TABLE markers ")] = 0xFF
+    (d / "journal.sqlite").write_bytes(bytes(journal))
+
+
+# What the searches found, each fixed since (with the extreme integers of
+# test_extreme_integers_read_the_same_by_either_path, and the damaged-run
+# cases of test_fault_injection.py): (run, the edit).
+FOUND = {
+    # An end naming no array (the fast path then read the arrays otherwise than the general path).
+    "end-naming-no-array": ("sharded", _sql_edit(
+        "UPDATE array_ends SET array_id = 999999 WHERE rowid = (SELECT min(rowid) FROM array_ends)")),
+    # A repeated jit_counts row (its key lost to damage: a copy of the table has none) crashed rejits.
+    "jit-counts-repeated": ("real", _sql_edit(
+        "CREATE TABLE jc AS SELECT * FROM jit_counts", "INSERT INTO jc SELECT * FROM jit_counts",
+        "DROP TABLE jit_counts", "ALTER TABLE jc RENAME TO jit_counts")),
+    # A schema that is not UTF-8 was a traceback, not a one-line error.
+    "schema-not-utf8": ("real", _schema_not_utf8),
+}
+
+
+@pytest.mark.parametrize("case", list(FOUND))
+def test_what_the_search_found(real_run, sharded_run, run_dirs, case):
+    which, edit = FOUND[case]
+    d = run_dirs.make_from(real_run if which == "real" else sharded_run)
+    edit(d)
+    if _load_and_report(d) is not None:
+        _same_by_either_path(d)
 
 
 def test_unmutated_copy_reports_like_the_original(real_run, run_dirs):
