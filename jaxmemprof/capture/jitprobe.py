@@ -16,7 +16,7 @@ transformation traces is only counted. The proxy records:
   array leaf of the arguments, mapped to the user's arguments (argument
   position and name, pytree path, shape, dtype, sharding, device bytes,
   donated or not) and of the outputs, and, checked at the function's next
-  call, what became of each input leaf (see ``_check_liveness``);
+  call, what became of each input leaf (see ``jit.liveness``);
 - per compiled signature of a user's function, when it is compiled, XLA's
   own account of the program read from its executable
   (``jaxmemprof.xla.executable``: no compile of ours): its peak in program
@@ -37,9 +37,7 @@ imports jax: the probe is installed when the program imports it.
 
 from __future__ import annotations
 
-import contextlib
 import copy
-import dis
 import functools
 import hashlib
 import importlib.abc
@@ -58,8 +56,10 @@ import types
 import weakref
 
 from jaxmemprof.capture.hooks import AfterImport
+from jaxmemprof.capture.jit.frames import _is_library, _user_frame
+from jaxmemprof.capture.jit.liveness import _fates, _on_death, _windows
 from jaxmemprof.capture.sampler import is_deleted as _is_deleted
-from jaxmemprof.paths import installed_part, is_builtin_library
+from jaxmemprof.paths import installed_part
 from jaxmemprof.xla.dump import read_dump
 from jaxmemprof.xla.executable import ExecutableError, read_executable
 
@@ -80,25 +80,6 @@ SIGNATURE_CHARS = 2000
 MAX_ERRORS = 3
 # Functions the program dropped whose lowering is kept for XLA's dump at the end.
 _KEEP_DROPPED = 4
-
-_library_cache: dict[str, bool] = {}
-
-
-def _is_library(filename: str) -> bool:
-    v = _library_cache.get(filename)
-    if v is None:
-        v = _library_cache[filename] = is_builtin_library(
-            os.path.abspath(filename) if filename and not filename.startswith("<") else filename)
-    return v
-
-
-def _user_frame(f):
-    """The innermost frame of ``f`` and its callers that is the user's code
-    (the site rule: not jaxmemprof, JAX, a library or the standard library)."""
-    while f is not None and _is_library(f.f_code.co_filename):
-        f = f.f_back
-    return f
-
 
 def _normalise(value) -> list:
     if value is None:
@@ -670,39 +651,19 @@ class JitProbe:
         state.pending = (call_id, refs, deaths, _windows(frame))
 
     def _check_liveness(self, state):
-        """What became of the last sampled call's input leaves by the time the
-        function was called again (or the run ended): ``held`` (still
-        referenced), ``dropped`` (freed during the call, as nnx.jit does when
-        it replaces a module's state, or after it before anything else ran:
-        only loads and stores, as in ``state = step(state)``, or the caller's
-        ``return step(state)``, so nothing can have used it after the call),
-        ``dropped-later`` (freed once other code had run, which may have used
-        it), ``deleted`` (donated) or ``unknown``."""
+        """Record what became of the last sampled call's input leaves by the
+        time the function was called again, or the run ended
+        (``liveness._fates``)."""
         call_id, refs, deaths, windows = state.pending
         state.pending = None
-        fates = []
-        # While the sampler takes a snapshot it holds every live array: an
-        # input it holds looks held. Wait for it to let go (milliseconds).
-        observer = self.observer
-        with observer.holding() if observer is not None else contextlib.nullcontext():
-            for i, r in enumerate(refs):
-                obj = r() if r is not None else None
-                if r is None:
-                    fates.append("unknown")
-                elif obj is not None:
-                    fates.append("deleted" if _is_deleted(obj) else "held")
-                    del obj
-                elif deaths.get(i) is _LET_GO:
-                    # The program dropped it while the sampler held it: where
-                    # cannot be told. This call says nothing; the next one is
-                    # sampled instead.
-                    state.samples -= 1
-                    state.resample = True
-                    return
-                elif i in deaths:
-                    fates.append("dropped" if deaths[i] in windows else "dropped-later")
-                else:
-                    fates.append("unknown")
+        fates = _fates(refs, deaths, windows, self.observer)
+        if fates is None:
+            # The program dropped a leaf while the sampler held it: where
+            # cannot be told. This call says nothing; the next one is
+            # sampled instead.
+            state.samples -= 1
+            state.resample = True
+            return
         self.writer.set_jit_liveness(call_id, json.dumps(fates))
 
     def _memory_analysis(self, real, state, args, kwargs, after_call: bool = False) -> bool:
@@ -952,56 +913,6 @@ class JitProbe:
 # the probe watches for the new signature (its arguments are not known).
 HUNT_CALLS = 1000
 
-# Instructions that run no code of the program's: after a call, an input that
-# dies while only these ran cannot have been used after the call.
-_MOVES = frozenset({
-    "CACHE", "NOP", "EXTENDED_ARG", "POP_TOP", "COPY", "SWAP", "DUP_TOP", "ROT_TWO", "ROT_THREE", "ROT_FOUR",
-    "UNPACK_SEQUENCE", "UNPACK_EX", "BUILD_TUPLE", "BUILD_LIST", "PUSH_NULL", "KW_NAMES",
-    "LOAD_FAST", "LOAD_CONST", "LOAD_NAME", "LOAD_GLOBAL", "LOAD_DEREF", "LOAD_CLOSURE",
-    "STORE_FAST", "STORE_NAME", "STORE_GLOBAL", "STORE_DEREF", "DELETE_FAST", "DELETE_NAME",
-})
-_RETURNS = frozenset({"RETURN_VALUE", "RETURN_CONST"})
-_window_cache: dict = {}
-
-
-def _window(code, lasti: int) -> tuple[frozenset, bool]:
-    """The offsets of ``code`` from the call at ``lasti`` on through the
-    loads and stores after it, and whether the frame then returns the
-    result (the caller's statement then goes on with it)."""
-    key = (code, lasti)
-    hit = _window_cache.get(key)
-    if hit is None:
-        offsets, returns = {lasti}, False
-        for ins in dis.get_instructions(code):
-            if ins.offset <= lasti:
-                continue
-            if ins.opname in _MOVES:
-                offsets.add(ins.offset)
-            else:
-                returns = ins.opname in _RETURNS
-                if returns:
-                    offsets.add(ins.offset)
-                break
-        hit = _window_cache[key] = (frozenset(offsets), returns)
-    return hit
-
-
-def _windows(frame) -> set:
-    """(frame id, code, offset) at which an input's death means that nothing
-    of the program's ran between the call and it: in the calling frame, and
-    in its callers while each returns the result at once."""
-    out = set()
-    while frame is not None:
-        offsets, returns = _window(frame.f_code, frame.f_lasti)
-        out.update((id(frame), frame.f_code, o) for o in offsets)
-        if not returns:
-            break
-        frame = frame.f_back
-        if frame is not None and _is_library(frame.f_code.co_filename):
-            break
-    return out
-
-
 def _bounded(signature: str, limit: int = SIGNATURE_CHARS) -> str:
     """A signature as stored: whole up to ``limit`` characters, else its
     start and a digest of the whole, so two long signatures that differ
@@ -1065,29 +976,6 @@ def _combine(dynamic_leaves, static):
     """A pytree from equinox's split of it: (array leaves, (other leaves, structure))."""
     static_leaves, treedef = static
     return treedef.unflatten([d if s is None else s for d, s in zip(dynamic_leaves, static_leaves)])
-
-
-# An input leaf that died as the sampler let go of it (the program had dropped it meanwhile).
-_LET_GO = object()
-
-
-def _on_death(index: int, deaths: dict, observer=None):
-    """A weakref callback noting where in the user's code (frame id, code,
-    offset of the instruction running) an input leaf was freed, or that the
-    sampler's list of live arrays was its last holder (``_LET_GO``)."""
-
-    def died(_ref):
-        if observer is not None and observer.owned_by_this_thread():
-            deaths[index] = _LET_GO
-            return
-        try:
-            f = _user_frame(sys._getframe(1))
-        except ValueError:  # freed with no Python frame running (interpreter exit)
-            return
-        if f is not None:
-            deaths[index] = (id(f), f.f_code, f.f_lasti)
-
-    return died
 
 
 class Probed:
