@@ -269,8 +269,9 @@ class _Recorder:
                 gc.collect()
             s.sampler.snapshot("exception" if failed else "exit")
             s.stop(None, "exception" if failed else "exit")
+            from jaxmemprof.analysis.attributed import attribute
             from jaxmemprof.analysis.check import measure_test
-            from jaxmemprof.analysis.sites import Attribution
+            from jaxmemprof.analysis.options import Options
             from jaxmemprof.store.reader import load_run
 
             run = load_run(s.path)
@@ -279,8 +280,7 @@ class _Recorder:
             lost = lost_snapshots(run.warnings)
             self.problem = (f"sampling stopped: {s.sampler.failed}" if s.sampler.failed else
                             lost[0].split(";")[0] if lost else "")
-            roots = (str(self.item.config.rootpath), os.getcwd())
-            return measure_test(run, Attribution(roots=roots))
+            return measure_test(attribute(run, Options(roots=(str(self.item.config.rootpath),))))
         finally:
             if self.temporary:
                 shutil.rmtree(self.directory, ignore_errors=True)

@@ -31,6 +31,7 @@ from jaxmemprof.store.reader import load_run
 from jaxmemprof.units import parse_size
 from jaxmemprof.analysis.findings import Finding
 from jaxmemprof.render.findings import words
+from jaxmemprof.analysis.attributed import attribute
 
 
 def said(x):
@@ -133,8 +134,8 @@ def test_cpu_run_gets_no_allocator_findings(cpu_run):
     assert run.manifest["backend"] == "cpu"
     assert run.memory_stats.empty
     assert int(run.snapshots["live_bytes"].max()) == PEAK
-    assert allocator_findings(run) == []
-    assert allocator_findings(run, true_peak_bytes=100 * GiB) == []
+    assert allocator_findings(attribute(run)) == []
+    assert allocator_findings(attribute(run), true_peak_bytes=100 * GiB) == []
 
 
 def test_cpu_run_with_both_fraction_variables_is_warned(tmp_path):
@@ -144,7 +145,7 @@ def test_cpu_run_with_both_fraction_variables_is_warned(tmp_path):
     run = load_run(out)
     assert run.manifest["environment"][FRACTION] == ".5"
     assert run.manifest["environment"][OLD_FRACTION] == ".6"
-    [f] = allocator_findings(run)
+    [f] = allocator_findings(attribute(run))
     assert (f.rule, f.severity) == ("allocator-env", "high")
     assert said(f).message == (
         "Both XLA_CLIENT_MEM_FRACTION=.5 and XLA_PYTHON_CLIENT_MEM_FRACTION=.6 are set: jaxlib 0.10.2 "
@@ -152,14 +153,14 @@ def test_cpu_run_with_both_fraction_variables_is_warned(tmp_path):
     assert "JAX_PLATFORMS=cpu" in said(f).evidence
     assert said(f).fix.startswith("Unset XLA_PYTHON_CLIENT_MEM_FRACTION (deprecated) and keep XLA_CLIENT_MEM_FRACTION=.5.")
     # The fit of that run carries the same warning.
-    assert rules(fit_findings(will_it_fit(run, 16 * GiB))) == ["allocator-env", "fit"]
+    assert rules(fit_findings(will_it_fit(attribute(run), 16 * GiB))) == ["allocator-env", "fit"]
 
 
 # -- (b) will it fit: a 64 MiB peak against devices of three sizes -------------------
 
 
 def test_fits_by_default(cpu_run):
-    fit = will_it_fit(load_run(cpu_run), parse_size("1GiB"))
+    fit = will_it_fit(attribute(load_run(cpu_run)), parse_size("1GiB"))
     assert isinstance(fit, Fit)
     assert (fit.device_bytes, fit.peak_bytes, fit.needed_bytes) == (GiB, PEAK, NEED)
     assert fit.default_fraction == 0.75
@@ -185,7 +186,7 @@ def test_fits_by_default(cpu_run):
 
 def test_needs_a_higher_fraction(cpu_run):
     run = load_run(cpu_run)
-    fit = will_it_fit(run, parse_size("170MiB"))
+    fit = will_it_fit(attribute(run), parse_size("170MiB"))
     # Default pool 0.75 x 170 MiB = 127.50 MiB < 131.20 MiB; 137573172 / 178257920 = 77.2 % -> .78
     assert fit.default_pool_bytes == 133693440
     assert not fit.fits_by_default and fit.fits_at_all
@@ -198,13 +199,13 @@ def test_needs_a_higher_fraction(cpu_run):
     assert f.severity == "medium"
     assert said(f).fix.startswith("Set XLA_CLIENT_MEM_FRACTION=.78.")
     # The same question for a GPU machine with an older jaxlib names the old variable.
-    old = will_it_fit(run, parse_size("170MiB"), jaxlib_version="0.4.31")
+    old = will_it_fit(attribute(run), parse_size("170MiB"), jaxlib_version="0.4.31")
     assert old.settings == {"XLA_PYTHON_CLIENT_MEM_FRACTION": ".78"}
     assert FRACTION not in said(old).message.replace(OLD_FRACTION, "")
 
 
 def test_cannot_fit(cpu_run):
-    fit = will_it_fit(load_run(cpu_run), parse_size("128MiB"))
+    fit = will_it_fit(attribute(load_run(cpu_run)), parse_size("128MiB"))
     # 137573172 / 134217728 = 102.5 % -> 103 %, over the .95 that may go to a pool
     assert not fit.fits_by_default and not fit.fits_at_all
     assert fit.fraction_needed == 1.03
@@ -219,13 +220,13 @@ def test_cannot_fit(cpu_run):
 def test_fit_with_a_true_peak_and_several_processes(cpu_run):
     run = load_run(cpu_run)
     # The caller's true peak (temporaries included) replaces the live bytes.
-    fit = will_it_fit(run, parse_size("80GB"), true_peak_bytes=70 * GiB)
+    fit = will_it_fit(attribute(run), parse_size("80GB"), true_peak_bytes=70 * GiB)
     need = needed_bytes(70 * GiB)
     assert (fit.peak_bytes, fit.needed_bytes) == (70 * GiB, need)
     assert fit.fraction_needed == 0.99 and not fit.fits_at_all  # 79.1 GB of 80 GB
     assert "XLA's temporaries" not in said(fit).message
     # Two processes of 64 MiB on a 1 GiB GPU: 13 % each fits, default preallocation does not.
-    two = will_it_fit(run, GiB, processes=2)
+    two = will_it_fit(attribute(run), GiB, processes=2)
     assert not two.fits_by_default and two.fits_at_all
     assert two.settings == {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
     assert "fits 2 processes on a 1.00 GiB device (0.13 of it each)" in said(two).message
@@ -233,7 +234,7 @@ def test_fit_with_a_true_peak_and_several_processes(cpu_run):
     [f] = fit_findings(two)
     assert said(f).fix.startswith("Set XLA_PYTHON_CLIENT_PREALLOCATE=false. Memory is then allocated on demand")
     # Eight of them need 8 x 13 % > 95 %.
-    assert not will_it_fit(run, GiB, processes=8).fits_at_all
+    assert not will_it_fit(attribute(run), GiB, processes=8).fits_at_all
 
 
 # -- (c) the GPU rules on GPU-like runs ---------------------------------------------
@@ -241,14 +242,14 @@ def test_fit_with_a_true_peak_and_several_processes(cpu_run):
 
 def test_no_finding_when_the_pool_fits_comfortably(cpu_run, tmp_path):
     run = gpu_like(cpu_run, tmp_path / "ok", stats=COMFORTABLE)
-    assert allocator_findings(run) == []
+    assert allocator_findings(attribute(run)) == []
 
 
 def test_fraction_raised_named_for_the_jaxlib(cpu_run, tmp_path):
     hwm = 11 * GiB + 800 * MiB  # 12650020864
     stats = [bfc(LIMIT, 11 * GiB, hwm), bfc(LIMIT, 11 * GiB, hwm)]
     run = gpu_like(cpu_run, tmp_path / "new", stats=stats)
-    found = allocator_findings(run)
+    found = allocator_findings(attribute(run))
     assert rules(found) == ["allocator-fraction", "allocator-platform"]
     f = only(found, "allocator-fraction")
     # need = 12650020864 + 632501044 + 67108864 = 13349630772 bytes = 12.43 GiB; device = 12 GiB / 0.75 = 16 GiB;
@@ -267,14 +268,14 @@ def test_fraction_raised_named_for_the_jaxlib(cpu_run, tmp_path):
     assert "very slow" in said(info).fix
 
     # jaxlib 0.4.31 reads only the old name.
-    old = only(allocator_findings(gpu_like(cpu_run, tmp_path / "old", jaxlib="0.4.31", stats=stats)),
+    old = only(allocator_findings(attribute(gpu_like(cpu_run, tmp_path / "old", jaxlib="0.4.31", stats=stats))),
                "allocator-fraction")
     assert said(old).fix.startswith("Set XLA_PYTHON_CLIENT_MEM_FRACTION=.78. Trade-off:")
     assert FRACTION not in said(old).fix.replace(OLD_FRACTION, "")
 
     # The deprecated name already set under a new jaxlib: name the new one, unset the old.
     env = {OLD_FRACTION: ".75"}
-    dep = only(allocator_findings(gpu_like(cpu_run, tmp_path / "dep", env=env, stats=stats)), "allocator-fraction")
+    dep = only(allocator_findings(attribute(gpu_like(cpu_run, tmp_path / "dep", env=env, stats=stats))), "allocator-fraction")
     assert said(dep).fix.startswith("Set XLA_CLIENT_MEM_FRACTION=.78 and unset XLA_PYTHON_CLIENT_MEM_FRACTION "
                               "(jaxlib raises ValueError when both are set).")
     assert "0.75 (XLA_PYTHON_CLIENT_MEM_FRACTION=.75)" in said(dep).evidence
@@ -282,7 +283,7 @@ def test_fraction_raised_named_for_the_jaxlib(cpu_run, tmp_path):
 
 def test_fraction_from_a_true_peak_that_cannot_fit(cpu_run, tmp_path):
     run = gpu_like(cpu_run, tmp_path / "big", stats=COMFORTABLE, events=[("oom", "RESOURCE_EXHAUSTED")])
-    found = allocator_findings(run, true_peak_bytes=20 * GiB)
+    found = allocator_findings(attribute(run), true_peak_bytes=20 * GiB)
     f = only(found, "allocator-fraction")
     # need = 20 GiB + 1 GiB + 64 MiB = 21.06 GiB = 132 % of the 16 GiB device
     assert f.severity == "high"
@@ -292,13 +293,13 @@ def test_fraction_from_a_true_peak_that_cannot_fit(cpu_run, tmp_path):
     assert said(f).fix.startswith("Lower the peak")
     assert "the run ran out of device memory" in said(only(found, "allocator-platform")).evidence
     # A true peak of 11 GiB needs 11.61 GiB: the 12 GiB limit holds it.
-    assert "allocator-fraction" not in rules(allocator_findings(run, true_peak_bytes=11 * GiB))
+    assert "allocator-fraction" not in rules(allocator_findings(attribute(run), true_peak_bytes=11 * GiB))
 
 
 def test_preallocate_when_the_peak_is_far_below_the_pool(cpu_run, tmp_path):
     stats = [bfc(LIMIT, GiB, GiB), bfc(LIMIT, GiB, GiB)]
     run = gpu_like(cpu_run, tmp_path / "small", stats=stats)
-    [f] = allocator_findings(run)
+    [f] = allocator_findings(attribute(run))
     need = GiB + 53687092 + 64 * MiB  # 1.11 GiB; 1195710004 / 16 GiB = 7.0 % -> .07
     assert (f.rule, f.severity) == ("allocator-preallocate", "low")
     assert f.saving_bytes == LIMIT - need
@@ -309,13 +310,13 @@ def test_preallocate_when_the_peak_is_far_below_the_pool(cpu_run, tmp_path):
     assert "more prone to fragmentation" in said(f).fix
     # Not when preallocation is already off, nor at half the pool.
     off = gpu_like(cpu_run, tmp_path / "off", env={"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}, stats=stats)
-    assert allocator_findings(off) == []
-    assert allocator_findings(gpu_like(cpu_run, tmp_path / "half", stats=COMFORTABLE)) == []
+    assert allocator_findings(attribute(off)) == []
+    assert allocator_findings(attribute(gpu_like(cpu_run, tmp_path / "half", stats=COMFORTABLE))) == []
 
 
 def test_preallocate_when_processes_share_a_gpu(cpu_run, tmp_path):
     run = gpu_like(cpu_run, tmp_path / "shared", stats=COMFORTABLE)
-    [f] = allocator_findings(run, processes_per_gpu=2)
+    [f] = allocator_findings(attribute(run), processes_per_gpu=2)
     assert (f.rule, f.severity) == ("allocator-preallocate", "high")
     assert said(f).message == ("2 processes share one GPU and each preallocates 75% of it: together they ask for "
                          "150% of its memory.")
@@ -323,15 +324,15 @@ def test_preallocate_when_processes_share_a_gpu(cpu_run, tmp_path):
     assert said(f).fix.startswith("Set XLA_PYTHON_CLIENT_PREALLOCATE=false in each process")
     assert "or give each process XLA_CLIENT_MEM_FRACTION=.47 (95 % / 2), which holds this process's peak" in said(f).fix
     # Three such processes cannot share 16 GiB either way: the fix says so.
-    [three] = allocator_findings(run, processes_per_gpu=3)
+    [three] = allocator_findings(attribute(run), processes_per_gpu=3)
     assert "XLA_CLIENT_MEM_FRACTION=.31 (95 % / 3). Neither is enough if every process peaks like this one: " \
            "3 x 6.36 GiB = 19.09 GiB is more than .95 of the 16.00 GiB GPU" in said(three).fix
     # Fractions that add up to less than the device: nothing to say.
     fitted = gpu_like(cpu_run, tmp_path / "fitted", env={FRACTION: ".45"},
                       stats=[bfc(int(0.45 * 16 * GiB), 5 * GiB, 6 * GiB)] * 2)
-    assert allocator_findings(fitted, processes_per_gpu=2) == []
+    assert allocator_findings(attribute(fitted), processes_per_gpu=2) == []
     off = gpu_like(cpu_run, tmp_path / "off", env={"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}, stats=COMFORTABLE)
-    assert allocator_findings(off, processes_per_gpu=2) == []
+    assert allocator_findings(attribute(off), processes_per_gpu=2) == []
 
 
 def test_processes_sharing_a_gpu_read_from_a_multi_process_run(cpu_run, tmp_path):
@@ -342,16 +343,16 @@ def test_processes_sharing_a_gpu_read_from_a_multi_process_run(cpu_run, tmp_path
 
     shared = [proc(tmp_path / "shared", i, 0) for i in (0, 1)]
     assert processes_per_device(shared[0]) == 2
-    assert rules(allocator_findings(shared[1])) == ["allocator-preallocate"]
+    assert rules(allocator_findings(attribute(shared[1]))) == ["allocator-preallocate"]
     own = [proc(tmp_path / "own", i, i) for i in (0, 1)]
     assert processes_per_device(own[0]) == 1
-    assert allocator_findings(own[0]) == []
+    assert allocator_findings(attribute(own[0])) == []
 
 
 def test_fragmentation(cpu_run, tmp_path):
     frag = [bfc(LIMIT, 5 * GiB, 6 * GiB), bfc(LIMIT, 6 * GiB, 6 * GiB, largest=3 * GiB)]
     run = gpu_like(cpu_run, tmp_path / "frag", stats=frag)
-    found = allocator_findings(run)
+    found = allocator_findings(attribute(run))
     assert rules(found) == ["allocator-fragmentation", "allocator-platform"]
     f = only(found, "allocator-fragmentation")
     # (12 - 6 - 3) / (12 - 6) = 0.5
@@ -365,55 +366,54 @@ def test_fragmentation(cpu_run, tmp_path):
     assert "Trade-off" in said(f).fix and DOCS_URL in said(f).fix
     # With preallocation off, the fix also says to turn it back on.
     off = gpu_like(cpu_run, tmp_path / "off", env={"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}, stats=frag)
-    off_fix = said(only(allocator_findings(off), "allocator-fragmentation")).fix
+    off_fix = said(only(allocator_findings(attribute(off)), "allocator-fragmentation")).fix
     assert "turning it back on is the first thing to try" in off_fix
     # Not below the threshold (1 GiB of 6 GiB free is split off: 0.17), not on a small pool,
     # not when the async allocator already runs.
     low = [bfc(LIMIT, 6 * GiB, 6 * GiB, largest=5 * GiB)]
-    assert allocator_findings(gpu_like(cpu_run, tmp_path / "low", stats=low)) == []
+    assert allocator_findings(attribute(gpu_like(cpu_run, tmp_path / "low", stats=low))) == []
     small = [bfc(512 * MiB, 200 * MiB, 200 * MiB, largest=100 * MiB)]
     small_run = gpu_like(cpu_run, tmp_path / "small", stats=small)
-    assert "allocator-fragmentation" not in rules(allocator_findings(small_run))
+    assert "allocator-fragmentation" not in rules(allocator_findings(attribute(small_run)))
     asyn = gpu_like(cpu_run, tmp_path / "async", env={"TF_GPU_ALLOCATOR": "cuda_malloc_async"}, stats=frag)
-    assert allocator_findings(asyn) == []
+    assert allocator_findings(attribute(asyn)) == []
 
 
 def test_environment_named_for_the_jaxlib(cpu_run, tmp_path):
     both = {FRACTION: ".8", OLD_FRACTION: ".7"}
     new_run = gpu_like(cpu_run, tmp_path / "new", env=both, stats=COMFORTABLE)
-    new = only(allocator_findings(new_run), "allocator-env")
+    new = only(allocator_findings(attribute(new_run)), "allocator-env")
     assert new.severity == "high"
     assert said(new).message.startswith("Both XLA_CLIENT_MEM_FRACTION=.8 and XLA_PYTHON_CLIENT_MEM_FRACTION=.7 are set: "
                                   "jaxlib 0.10.2 raises ValueError")
     old_run = gpu_like(cpu_run, tmp_path / "old", jaxlib="0.4.31", env=both, stats=COMFORTABLE)
-    old = only(allocator_findings(old_run), "allocator-env")
+    old = only(allocator_findings(attribute(old_run)), "allocator-env")
     assert old.severity == "medium"
     assert said(old).message == ("Both XLA_CLIENT_MEM_FRACTION=.8 and XLA_PYTHON_CLIENT_MEM_FRACTION=.7 are set: jaxlib "
                            "0.4.31 reads only XLA_PYTHON_CLIENT_MEM_FRACTION, and jaxlib 0.4.32 and later refuse "
                            "the two together.")
     assert said(old).fix.startswith("Unset XLA_CLIENT_MEM_FRACTION and keep XLA_PYTHON_CLIENT_MEM_FRACTION=.7")
-    ignored = only(allocator_findings(gpu_like(cpu_run, tmp_path / "ign", jaxlib="0.4.30", env={FRACTION: ".9"},
-                                               stats=COMFORTABLE)), "allocator-env")
+    ignored = only(allocator_findings(attribute(gpu_like(cpu_run, tmp_path / "ign", jaxlib="0.4.30", env={FRACTION: ".9"},
+                                               stats=COMFORTABLE))), "allocator-env")
     assert said(ignored).message == ("XLA_CLIENT_MEM_FRACTION=.9 is ignored: jaxlib 0.4.30 reads only "
                                "XLA_PYTHON_CLIENT_MEM_FRACTION, so the pool used the default fraction 0.75.")
-    no = only(allocator_findings(gpu_like(cpu_run, tmp_path / "no", env={"XLA_PYTHON_CLIENT_PREALLOCATE": "no"},
-                                          stats=COMFORTABLE)), "allocator-env")
+    no = only(allocator_findings(attribute(gpu_like(cpu_run, tmp_path / "no", env={"XLA_PYTHON_CLIENT_PREALLOCATE": "no"},
+                                          stats=COMFORTABLE))), "allocator-env")
     assert "leaves preallocation on" in said(no).message
     # Nothing to say about a clean environment of either name.
     for jaxlib, name in (("0.10.2", FRACTION), ("0.4.31", OLD_FRACTION)):
         run = gpu_like(cpu_run, tmp_path / f"clean-{jaxlib}", jaxlib=jaxlib, env={name: ".75"}, stats=COMFORTABLE)
-        assert allocator_findings(run) == []
+        assert allocator_findings(attribute(run)) == []
 
 
 def test_as_report_rules(cpu_run, tmp_path):
     """The functions plug into build_report's extra_rules as (run, report) -> findings."""
     from jaxmemprof.analysis.report import build_report
-    from jaxmemprof.analysis.sites import Attribution
 
     run = gpu_like(cpu_run, tmp_path / "frag", stats=[bfc(LIMIT, 6 * GiB, 6 * GiB, largest=3 * GiB)])
-    report = build_report(run, Attribution(), extra_rules=[
-        lambda r, rep: allocator_findings(r, timeline=rep.timeline),
-        lambda r, rep: fit_findings(will_it_fit(r, 16 * GiB)),
+    report = build_report(attribute(run), extra_rules=[
+        lambda r, rep: allocator_findings(attribute(r), timeline=rep.timeline),
+        lambda r, rep: fit_findings(will_it_fit(attribute(r), 16 * GiB)),
     ])
     assert rules(report.extra_findings) == ["allocator-fragmentation", "allocator-platform", "fit"]
     assert {f.rule for f in report.findings} >= {"allocator-fragmentation", "allocator-platform", "fit"}

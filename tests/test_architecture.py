@@ -45,7 +45,13 @@ def _imports(name: str, path: Path, modules: dict) -> set[str]:
     tree = ast.parse(path.read_text())
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found = set()
+    # Imports under `if TYPE_CHECKING:` are for the annotations only: never run.
+    typing_only = {id(n) for block in ast.walk(tree) if isinstance(block, ast.If)
+                   and getattr(block.test, "id", getattr(block.test, "attr", None)) == "TYPE_CHECKING"
+                   for stmt in block.body for n in ast.walk(stmt)}
     for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
         if isinstance(node, ast.Import):
             targets = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):

@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 
 from conftest import cpu_env, run_cli, run_script, write_script
 
+from jaxmemprof.analysis.sites import Attribution
 from jaxmemprof.analysis.groups import summarize
 from jaxmemprof.errors import InputError
 from jaxmemprof.pprof import profile_pb2 as pb
@@ -548,5 +549,5 @@ def test_reader_raises_only_input_error(real_profile, real_raw, data):
         return
     assert isinstance(prof, Profile)
     for by in ("site", "stack"):
-        summary = summarize(prof, by)
+        summary = summarize(prof, by, Attribution())
         assert summary.total_bytes == int(prof.samples["bytes"].sum())

@@ -21,6 +21,7 @@ import pytest
 from conftest import REPO, run_cli, write_script
 
 from jaxmemprof.render import glossary as g
+from jaxmemprof.analysis.attributed import attribute
 
 SAMPLE = REPO / "sample_runs" / "runs" / "mlp-leak"
 GiB = 1024**3
@@ -299,7 +300,7 @@ def test_donation_facts(sample_report, monkeypatch):
     monkeypatch.setattr(donation, "donation_candidates", lambda run, attribution=None: [])
     monkeypatch.setattr(donation, "unusable_donations",
                         lambda run: [(fn.iloc[0], {"call_index": 2}, lost, [{"dtype": "int32", "shape": []}])])
-    found = donation.donation_findings(run)
+    found = donation.donation_findings(attribute(run))
     assert [f.rule for f in found] == ["donation-unusable", "donated-then-used"]
     for f in found:
         same_facts(f)
@@ -321,10 +322,10 @@ def test_allocator_facts():
     # The peak needs more than the pool's limit, and the pool is fragmented: raise, fragmentation, platform.
     devices = _devices(bytes_limit=12 * GiB, pool_bytes=12 * GiB, peak_bytes_in_use=11 * GiB, bytes_in_use=1 * GiB,
                        largest_free_block_bytes=1 * GiB, fragmentation=0.9)
-    found = a.allocator_findings(run, int(11.5 * GiB), processes_per_gpu=1, timeline=SimpleNamespace(devices=devices))
+    found = a.allocator_findings(attribute(run), int(11.5 * GiB), processes_per_gpu=1, timeline=SimpleNamespace(devices=devices))
     cases = {(f.rule, f.case) for f in found}
     assert {("allocator-fraction", "raise"), ("allocator-fragmentation", ""), ("allocator-platform", "")} <= cases
-    found += a.allocator_findings(run, int(15.5 * GiB), processes_per_gpu=1, timeline=SimpleNamespace(devices=devices))
+    found += a.allocator_findings(attribute(run), int(15.5 * GiB), processes_per_gpu=1, timeline=SimpleNamespace(devices=devices))
     peak = a.Peak(1 * GiB, "peak_bytes_in_use", "cuda:0")
     stats = a.device_stats(devices)
     frac = a.fraction_config({}, "0.10.2")
@@ -347,7 +348,7 @@ def test_fit_facts():
     run = SimpleNamespace(manifest={"backend": "cpu", "jaxlib_version": "0.10.2", "environment": {}})
     cases = set()
     for device, processes in ((16 * GiB, 1), (320 * MiB, 1), (100 * MiB, 1), (16 * GiB, 2), (1 * GiB, 4)):
-        fit = will_it_fit(run, device, 200 * MiB, processes=processes)
+        fit = will_it_fit(attribute(run), device, 200 * MiB, processes=processes)
         f = fit_findings(fit)[0]
         assert f.rule == "fit"
         same_facts(f, ("fit", ""))
@@ -361,7 +362,7 @@ def test_inside_jit_facts():
     b = pd.DataFrame([{"function_id": 1, "function": "step", "site": "t.py:4 (loss)", "kind": "temporary",
                        "op": "jit(step)/jvp(loss)/dot_general", "shape": "f32[1024]", "bytes": 800, "at_peak": 1,
                        "program_peak_bytes": 1000, "name": "dot.1{}"}])
-    found = inside_jit.inside_jit_findings(SimpleNamespace(), buffers=b)
+    found = inside_jit.inside_jit_findings(SimpleNamespace(jit_buffers=b))
     assert [f.rule for f in found] == ["remat", "narrow-dtype"]
     for f in found:
         same_facts(f)

@@ -19,6 +19,7 @@ from jaxmemprof.analysis.advice.donation import donation_findings, jit_memory
 from jaxmemprof.analysis.sites import Attribution
 from jaxmemprof.store.reader import load_run
 from jaxmemprof.render.findings import words
+from jaxmemprof.analysis.attributed import attribute
 
 KiB = 1024
 
@@ -56,7 +57,7 @@ def _record(tmp_path, name, source, *args, check=0, extra=()):
 
 
 def _donations(run, att):
-    return [f for f in donation_findings(run, att) if f.rule == "donate"]
+    return [f for f in donation_findings(attribute(run)) if f.rule == "donate"]
 
 
 def test_forgotten_donation_is_recommended_with_the_right_bytes(tmp_path):
@@ -75,7 +76,7 @@ def test_applied_donation_gets_no_advice_and_lowers_the_peak_by_the_prediction(t
     [advice] = _donations(before, att_b)
     _, after, att_a, _ = _record(tmp_path, "after.py", TRAIN.replace("{DONATE}", ", donate_argnums=(0, 1)"))
     assert _donations(after, att_a) == []
-    mb, ma = jit_memory(before, att_b).iloc[0], jit_memory(after, att_a).iloc[0]
+    mb, ma = jit_memory(attribute(before)).iloc[0], jit_memory(attribute(after)).iloc[0]
     assert mb["alias_bytes"] == 0
     # XLA's own account of the donation that took effect, and the call's peak.
     assert abs(ma["alias_bytes"] - advice.saving_bytes) <= 0.1 * advice.saving_bytes
@@ -153,7 +154,7 @@ for i in range(3):
     assert "Some donated buffers were not usable" in proc.stderr  # JAX's warning, still shown
     warnings = run.events[run.events["kind"] == "warning"]["message"].tolist()
     assert any("Some donated buffers were not usable" in w for w in warnings)
-    [f] = [f for f in donation_findings(run, att) if f.rule == "donation-unusable"]
+    [f] = [f for f in donation_findings(attribute(run)) if f.rule == "donation-unusable"]
     # y is never read: jit prunes it, and JAX neither warns of it nor deletes it.
     assert "float32[1000]" in words(f).message and "int32[10]" not in words(f).message
     assert "JAX warned" in words(f).message
@@ -172,7 +173,7 @@ print(state + 1)  # state was donated
 """
     _, run, att, proc = _record(tmp_path, "used.py", source, check=1)
     assert "deleted" in proc.stderr
-    [f] = [f for f in donation_findings(run, att) if f.rule == "donated-then-used"]
+    [f] = [f for f in donation_findings(attribute(run)) if f.rule == "donated-then-used"]
     assert "<lambda>" in words(f).evidence and f.severity == "high"
 
 
@@ -426,4 +427,4 @@ def test_an_equinox_field_jit_prunes_is_not_counted_and_the_fix_aliases_the_pred
                                  PRUNED_EQUINOX.replace("{DONATE}", ', donate="all-except-first"'))
     assert _donations(after, att_a) == []
     # XLA's own account once the fix is applied: what was predicted, to the byte.
-    assert int(jit_memory(after, att_a).iloc[0]["alias_bytes"]) == f.saving_bytes
+    assert int(jit_memory(attribute(after)).iloc[0]["alias_bytes"]) == f.saving_bytes

@@ -4,7 +4,7 @@
   ``journal.sqlite`` bytes, on hand edits of its cells (any value in any
   column: SQLite's columns are not typed), and on random mutations of its
   ``manifest.json`` text and values: ``load_run`` either returns a Run whose
-  report ``build_report(run, Attribution())`` succeeds, or raises
+  report ``build_report(attribute(run))`` succeeds, or raises
   InputError; never another exception.
 - ``write_csv`` on random frames of text (any unicode, control characters,
   leading ``= + - @``, tab, CR), integers (negative, huge), floats (NaN, inf)
@@ -41,10 +41,10 @@ from conftest import run_cli, write_script
 
 from jaxmemprof import load_run
 from jaxmemprof.analysis.report import build_report
-from jaxmemprof.analysis.sites import Attribution
 from jaxmemprof.errors import InputError
 from jaxmemprof.render.csv import write_csv
 from jaxmemprof.render.json import write_json
+from jaxmemprof.analysis.attributed import attribute
 
 FUZZ = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
@@ -91,7 +91,7 @@ def real_run(tmp_path_factory):
     run = load_run(d / "run")
     assert run.finished and not run.warnings and len(run.snapshots) >= 6
     assert not run.arrays.empty and not run.markers.empty
-    build_report(run, Attribution())
+    build_report(attribute(run))
     assert not (d / "run" / "journal.sqlite-wal").exists()
     return d / "run"
 
@@ -135,7 +135,7 @@ def _load_and_report(d: Path):
     except InputError as exc:
         assert "\n" not in str(exc)
         return None
-    build_report(run, Attribution())
+    build_report(attribute(run))
     return run
 
 

@@ -19,6 +19,7 @@ from _browser import Browser, chromium
 from conftest import line_of, run_cli, write_script
 
 from jaxmemprof.units import format_bytes
+from jaxmemprof.analysis.attributed import attribute
 
 needs_browser = pytest.mark.skipif(chromium() is None, reason="chromium is not installed (CI installs it: .ci/run)")
 
@@ -514,7 +515,6 @@ def test_a_run_whose_every_cell_changes_is_drawn_with_fewer_snapshots(tmp_path, 
     """More changes than the page keeps: fewer snapshots, the peak among them,
     and each kept snapshot's bytes exactly the timeline's."""
     from jaxmemprof.analysis import flame
-    from jaxmemprof.analysis.sites import Attribution
     from jaxmemprof.analysis.timeline import timeline
     from jaxmemprof.pprof.writer import write_profile
     from jaxmemprof.store.reader import load_run
@@ -535,14 +535,14 @@ def test_a_run_whose_every_cell_changes_is_drawn_with_fewer_snapshots(tmp_path, 
             ended_arrays=[((i - 1) * stacks + k, i - 1, "freed") for k in range(stacks)] if i > 1 else []))
     w.finish(end_time="x", exit_status=0, ended_by="exit", duration_s=float(n))
     run = load_run(tmp_path / "run")
-    whole = flame.run_cells(run, Attribution())
+    whole = flame.run_cells(attribute(run))
     assert len(whole.positions) == n and sum(map(len, whole.changes)) > 20_000
     monkeypatch.setattr(flame, "MAX_CHANGES", 8000)
-    cells = flame.run_cells(run, Attribution())
+    cells = flame.run_cells(attribute(run))
     assert sum(map(len, cells.changes)) <= 8000 and len(cells.positions) < n
     snaps = run.snapshots["snapshot"].to_numpy()[cells.positions].tolist()
     assert 177 in snaps and 1 in snaps and n in snaps
-    live = timeline(run, Attribution()).totals["live_bytes"].to_numpy()[cells.positions]
+    live = timeline(attribute(run)).totals["live_bytes"].to_numpy()[cells.positions]
     assert [int(cells.values_at(j)["bytes"].sum()) for j in range(len(cells.positions))] == live.tolist()
 
 

@@ -17,6 +17,7 @@ from jaxmemprof.analysis.inside_jit import inside_jit_findings, largest_buffers,
 from jaxmemprof.analysis.sites import Attribution
 from jaxmemprof.store.reader import load_run
 from jaxmemprof.render.findings import words
+from jaxmemprof.analysis.attributed import attribute
 
 MiB = 1024 * 1024
 
@@ -104,7 +105,7 @@ def test_totals_are_xlas_own(recorded):
     assert run.events.empty or not (run.events["kind"] == "probe-error").any()
     programs = run.jit["programs"].set_index("function_id")
     compiles = run.jit["compiles"].drop_duplicates("function_id").set_index("function_id")
-    peaks = peak_by_line(run, att)
+    peaks = peak_by_line(attribute(run))
     assert set(programs.index) == {_function_id(run, n) for n in ("sorted_copy", "reduced", "scanned", "grad_step")}
     for fid, p in programs.iterrows():
         # The dump's allocations by kind are memory_analysis()'s figures, to the byte.
@@ -117,7 +118,7 @@ def test_totals_are_xlas_own(recorded):
 
 def test_a_matmul_and_its_sorted_copy_at_their_lines(recorded):
     script, run, att = recorded
-    rows = _rows(peak_by_line(run, att), run, "sorted_copy").set_index("site")
+    rows = _rows(peak_by_line(attribute(run)), run, "sorted_copy").set_index("site")
     a = f"inside.py:{line_of(script, 'LINE-A')} (sorted_copy)"
     b = f"inside.py:{line_of(script, 'LINE-B')} (sorted_copy)"
     assert rows.loc[a, "bytes"] == rows.loc[b, "bytes"] == MiB  # float32[512,512] each, both live at the peak
@@ -127,10 +128,10 @@ def test_a_matmul_and_its_sorted_copy_at_their_lines(recorded):
 
 def test_a_scan_carries_its_stacked_activations(recorded):
     script, run, att = recorded
-    rows = _rows(peak_by_line(run, att), run, "scanned")
+    rows = _rows(peak_by_line(attribute(run)), run, "scanned")
     stacked = rows[rows["line"] == line_of(script, "LINE-SCAN")]
     assert stacked["bytes"].sum() >= 8 * 256 * 256 * 4  # the scan's stacked outputs, made at the scan's line
-    buffers = _rows(largest_buffers(run, att), run, "scanned")
+    buffers = _rows(largest_buffers(attribute(run)), run, "scanned")
     top = buffers.iloc[0]
     assert top["bytes"] == 8 * 256 * 256 * 4 and top["shape"] == "f32[8,256,256]"
     assert top["live_start"] < top["live_end"] <= top["program_length"]
@@ -138,12 +139,12 @@ def test_a_scan_carries_its_stacked_activations(recorded):
 
 def test_activations_kept_for_the_backward_pass_get_a_remat_hint(recorded):
     script, run, att = recorded
-    rows = _rows(peak_by_line(run, att), run, "grad_step")
+    rows = _rows(peak_by_line(attribute(run)), run, "grad_step")
     act = f"inside.py:{line_of(script, 'LINE-ACT')} (loss)"
     # tanh outputs of the layers, float32[1024,512] each, kept for the backward pass (XLA reuses one
     # buffer for two of them: each buffer counts once)
     assert rows.loc[rows["site"] == act, "bytes"].sum() >= 2 * 1024 * 512 * 4
-    [remat] = [f for f in inside_jit_findings(run, att) if f.rule == "remat"]
+    [remat] = [f for f in inside_jit_findings(attribute(run)) if f.rule == "remat"]
     assert remat.site == act and "jax.checkpoint" in words(remat).fix
     assert remat.saving_bytes % (1024 * 512 * 4) == 0 and remat.saving_bytes >= 2 * 1024 * 512 * 4
 
@@ -158,8 +159,8 @@ def test_changing_one_line_changes_what_the_call_needs(recorded, tmp_path):
     temps = [r.jit["programs"].set_index("function_id").loc[_function_id(r, "reduced"), "temp_bytes"]
              for r in (before, after)]
     assert temps[0] - temps[1] == MiB
-    old = _rows(largest_buffers(before, att), before, "reduced")
-    new = _rows(largest_buffers(after, att_after), after, "reduced")
+    old = _rows(largest_buffers(attribute(before)), before, "reduced")
+    new = _rows(largest_buffers(attribute(after)), after, "reduced")
     sorted_buffer = old[(old["site"] == f"inside.py:{line} (reduced)") & (old["kind"] == "temporary")]
     assert sorted_buffer["bytes"].tolist() == [MiB] and sorted_buffer["shape"].tolist() == ["f32[512,512]"]
     assert not ((new["site"] == f"inside.py:{line} (reduced)") & (new["kind"] == "temporary")).any()
@@ -175,7 +176,7 @@ def test_at_its_peak_a_program_holds_no_more_than_its_allocations(recorded):
         allocated = p.argument_bytes + p.output_bytes - p.alias_bytes + p.temp_bytes
         assert p.peak_bytes <= allocated
     # sorted_copy on float32[512,512]: x, w, a and its sorted copy, 4 MiB, none counted twice.
-    rows = _rows(peak_by_line(run, att), run, "sorted_copy")
+    rows = _rows(peak_by_line(attribute(run)), run, "sorted_copy")
     assert rows["program_peak_bytes"].iloc[0] <= 4 * MiB + 64
 
 
@@ -216,9 +217,8 @@ def test_a_function_jitted_in_main_has_its_dump(tmp_path):
     script = write_script(tmp_path, "in_main.py", IN_MAIN)
     run_cli("run", "-q", "--max-overhead", "1", "-o", tmp_path / "run", script, cwd=tmp_path, check=0)
     run = load_run(tmp_path / "run")
-    att = Attribution(roots=(run.manifest["cwd"],))
     assert len(run.jit["programs"]) == 1
-    rows = peak_by_line(run, att)
+    rows = peak_by_line(attribute(run))
     assert f"in_main.py:{line_of(script, 'LINE-SORT')} (step)" in set(rows["site"])
 
 
@@ -249,7 +249,6 @@ def test_every_signature_is_read_from_its_executable(tmp_path):
     script = write_script(tmp_path, "sigs.py", SIGNATURES)
     run_cli("run", "-q", "--max-overhead", "0.01", "-o", tmp_path / "run", script, cwd=tmp_path, check=0)
     run = load_run(tmp_path / "run")
-    att = Attribution(roots=(run.manifest["cwd"],))
     events = run.events
     assert events.empty or not events["kind"].isin(["probe-error", "xla-dump"]).any(), events
     programs = run.jit["programs"]
@@ -260,7 +259,7 @@ def test_every_signature_is_read_from_its_executable(tmp_path):
         assert by_signature.loc[f"float32[{n},{n}]", "peak_bytes"] >= 2 * n * n * 4
     # the reading took a fraction of a second per program
     assert (programs["dump_s"] < 1.0).all()
-    rows = peak_by_line(run, att)
+    rows = peak_by_line(attribute(run))
     assert set(rows["program_peak_bytes"]) == {by_signature.loc["float32[512,512]", "peak_bytes"]}
     line = rows[rows["site"] == f"sigs.py:{line_of(script, 'LINE-SIG')} (step)"]
     assert line["bytes"].sum() >= 512 * 512 * 4

@@ -22,6 +22,8 @@ from jaxmemprof.analysis.leaks import (
 from jaxmemprof.analysis.sites import Attribution
 from jaxmemprof.store.reader import load_run
 from jaxmemprof.render.findings import words
+from jaxmemprof.analysis.attributed import attribute
+from jaxmemprof.analysis.options import Options
 
 STEPS = 30
 
@@ -153,7 +155,7 @@ def recompile_run(tmp_path_factory):
 def test_leak_of_a_known_size_per_step(leak_run):
     script, run, att = leak_run
     assert len(run.snapshots) == STEPS + 3 and run.snapshots["trigger"].iloc[-1] == "exit"
-    found = leaks(run, att)
+    found = leaks(attribute(run))
     assert list(found.columns) == LEAK_COLUMNS
     assert len(found) == 1  # not the params (constant), not the per-step update
     row = found.iloc[0]
@@ -175,7 +177,7 @@ def test_leak_of_a_known_size_per_step(leak_run):
     assert row["projected_bytes_after"] == STEPS * 4096 + 1000 * 4096
     peak = STEPS * 4096 + 64 * 1024 * 4
     assert row["projected_share_of_peak"] == pytest.approx(1000 * 4096 / peak)
-    assert leaks(run, att, steps=10).iloc[0]["projected_bytes_after"] == (STEPS + 10) * 4096
+    assert leaks(attribute(run), steps=10).iloc[0]["projected_bytes_after"] == (STEPS + 10) * 4096
 
 
 SETUP_THEN_LEAK = """
@@ -210,7 +212,7 @@ def test_growth_per_step_leaves_out_the_setup_before_the_first_step(tmp_path_fac
     step) also leaks 4 KiB per step: per step, the growth is 4 KiB, measured
     from the first step on, not the setup's jump."""
     script, run, att = _record(tmp_path_factory, "setup_then_leak", SETUP_THEN_LEAK)
-    found = leaks(run, att)
+    found = leaks(attribute(run))
     assert len(found) == 1
     row = found.iloc[0]
     assert row["line"] == line_of(script, "SITE-STEP")
@@ -253,12 +255,12 @@ def test_a_set_up_followed_by_a_flat_state_is_a_level_shift_not_a_leak(tmp_path_
     phases (it once read as a high leak, "growing steadily"); a site that
     grows within the later phase is a leak, its rate measured there."""
     script, run, att = _record(tmp_path_factory, "setup_then_flat", SETUP_THEN_FLAT)
-    found = leaks(run, att)
+    found = leaks(attribute(run))
     assert found["line"].tolist() == [line_of(script, "SITE-LATE")]
     row = found.iloc[0]
     assert row["live_bytes_last"] == 12 * 64 * 1024
     # Every site that is not growing within its steady phase: none, however small.
-    assert leaks(run, att, min_bytes=0)["line"].tolist() == [line_of(script, "SITE-LATE")]
+    assert leaks(attribute(run), min_bytes=0)["line"].tolist() == [line_of(script, "SITE-LATE")]
 
 
 def test_steady_start_splits_at_the_level_shift():
@@ -276,7 +278,7 @@ def test_steady_start_splits_at_the_level_shift():
 def test_leak_without_markers_is_measured_per_second(leak_run):
     script, run, att = leak_run
     unmarked = dataclasses.replace(run, markers=run.markers.iloc[0:0])
-    row = leaks(unmarked, att).iloc[0]
+    row = leaks(attribute(unmarked)).iloc[0]
     assert row["line"] == line_of(script, "SITE-LEAK")
     assert np.isnan(row["growth_bytes_per_step"])
     used = run.snapshots[run.snapshots["trigger"] != "exit"]
@@ -288,13 +290,13 @@ def test_leak_without_markers_is_measured_per_second(leak_run):
 
 def test_small_sites_are_left_out(leak_run):
     _, run, att = leak_run
-    assert leaks(run, att, min_bytes=STEPS * 4096 + 1).empty
-    assert len(leaks(run, att, min_bytes=STEPS * 4096)) == 1
+    assert leaks(attribute(run), min_bytes=STEPS * 4096 + 1).empty
+    assert len(leaks(attribute(run), min_bytes=STEPS * 4096)) == 1
 
 
 def test_leak_finding(leak_run):
     script, run, att = leak_run
-    found = leak_findings(leaks(run, att), recompiles(run, att))
+    found = leak_findings(leaks(attribute(run)), recompiles(attribute(run)))
     assert [f.rule for f in found] == ["leak"]
     f = found[0]
     assert isinstance(f, Finding)
@@ -311,14 +313,14 @@ def test_steady_loop_is_not_a_leak(steady_run):
     _, run, att = steady_run
     assert len(run.snapshots) == 33
     # Even sites of a few bytes: a steady loop has nothing growing.
-    assert leaks(run, att, min_bytes=0).empty
-    assert recompiles(run, att).empty
-    assert leak_findings(leaks(run, att), recompiles(run, att)) == []
+    assert leaks(attribute(run), min_bytes=0).empty
+    assert recompiles(attribute(run)).empty
+    assert leak_findings(leaks(attribute(run)), recompiles(attribute(run))) == []
 
 
 def test_function_compiled_for_several_shapes(recompile_run):
     script, run, att = recompile_run
-    rc = recompiles(run, att)
+    rc = recompiles(attribute(run))
     assert list(rc.columns) == RECOMPILE_COLUMNS
     row = rc.iloc[0]
     line = line_of(script, "SITE-CALL")
@@ -331,22 +333,21 @@ def test_function_compiled_for_several_shapes(recompile_run):
     same = line_of(script, "SITE-SAME")
     assert not (rc["line"] == same).any()
     assert len(rc[rc["name"] == "jit_f"]) == 1
-    findings = [f for f in leak_findings(leaks(run, att), rc) if f.rule == "recompile"]
+    findings = [f for f in leak_findings(leaks(attribute(run)), rc) if f.rule == "recompile"]
     assert len(findings) == 1
     f = findings[0]
     assert f.site == row["site"] and words(f).message == f"jit_f was compiled 5 times at {row['site']}."
     assert f.severity == "low" and f.saving_bytes is None  # no code size on CPU
     assert "shape" in words(f).fix
-    assert recompiles(run, att, min_executables=6)["suspect"].sum() == 0
+    assert recompiles(attribute(run), min_executables=6)["suspect"].sum() == 0
 
 
 def test_directory_of_profiles(tmp_path):
     script = write_script(tmp_path, "profiles.py", PROFILES)
     (tmp_path / "profs").mkdir()
     run_script(script, tmp_path / "profs")
-    run = load_run(tmp_path / "profs")
-    att = Attribution(roots=(str(tmp_path),))
-    found = leaks(run, att)
+    run = load_run(tmp_path / "profs")  # .prof files alone: no recorded directory
+    found = leaks(attribute(run, Options(roots=(str(tmp_path),))))
     assert len(found) == 1
     row = found.iloc[0]
     assert row["site"] == f"profiles.py:{line_of(script, 'SITE-KEEP')} (<module>)"
@@ -354,7 +355,7 @@ def test_directory_of_profiles(tmp_path):
     assert row["snapshots_used"] == 30
     assert np.isnan(row["growth_bytes_per_step"]) and row["growth_bytes_per_s"] > 0
     assert row["tau"] == 1.0
-    rc = recompiles(run, att)
+    rc = recompiles(attribute(run))
     assert (rc["name"] == "").all() and not rc["suspect"].any()
 
 
@@ -442,6 +443,6 @@ for i in range(30):
 
 def test_a_transient_spike_does_not_hide_a_leak(tmp_path_factory):
     script, run, att = _record(tmp_path_factory, "spiky", SPIKY)
-    found = leaks(run, att, min_bytes=0)
+    found = leaks(attribute(run), min_bytes=0)
     row = found.set_index("site").loc[f"spiky.py:{line_of(script, 'SITE-MAKE')} (make)"]
     assert row["growth_bytes_per_step"] == 4096

@@ -19,7 +19,8 @@ from jaxmemprof.analysis.lifetimes import (
     estimated_site_churn,
     site_lifetimes,
 )
-from jaxmemprof.analysis.sites import Attribution
+from jaxmemprof.analysis.attributed import attribute
+from jaxmemprof.analysis.options import Options
 
 # With --interval 1000 the sampler takes one snapshot of its own once JAX holds
 # arrays (today, one more right after it) and none later: settle() waits for
@@ -81,8 +82,7 @@ def _numbers(run) -> dict:
 
 def test_array_lifetimes_of_known_arrays(steps_run):
     run, ln = steps_run
-    att = Attribution(roots=(run.manifest["cwd"],))
-    df = array_lifetimes(run, att)
+    df = array_lifetimes(attribute(run))
     assert list(df.columns) == ARRAY_COLUMNS
     snaps = run.snapshots
     S = _numbers(run)
@@ -133,9 +133,8 @@ def test_array_lifetimes_of_known_arrays(steps_run):
 
 def test_site_lifetimes(steps_run):
     run, ln = steps_run
-    att = Attribution(roots=(run.manifest["cwd"],))
-    arrays = array_lifetimes(run, att)
-    sites = site_lifetimes(arrays, run)
+    ar = attribute(run)
+    arrays, sites = ar.arrays, site_lifetimes(ar)
     assert list(sites.columns) == SITE_LIFETIME_COLUMNS
     site = lambda k: f"steps.py:{ln[k]} (<module>)"
     rows = sites.set_index("site")
@@ -215,11 +214,10 @@ def test_estimated_churn_from_a_directory_of_profiles(profile_dir):
     d, script = profile_dir
     run = jaxmemprof.load_run(d / "profs")
     assert not run.has_arrays and len(run.snapshots) == 4
-    att = Attribution(roots=(str(d),))
-    assert list(array_lifetimes(run, att).columns) == ARRAY_COLUMNS
-    assert array_lifetimes(run, att).empty
+    assert list(array_lifetimes(attribute(run)).columns) == ARRAY_COLUMNS
+    assert array_lifetimes(attribute(run)).empty
 
-    churn = estimated_site_churn(run, att)
+    churn = estimated_site_churn(attribute(run, Options(roots=(str(d),))))  # .prof files: no recorded directory
     assert list(churn.columns) == CHURN_COLUMNS
     assert churn["estimated"].all()
     ln = {k: line_of(script, f"LINE-{k}") for k in ("A", "B", "C", "KEEP")}
@@ -243,4 +241,4 @@ def test_estimated_churn_from_a_directory_of_profiles(profile_dir):
 def test_empty_frames_keep_their_columns(profile_dir):
     d, _ = profile_dir
     run = jaxmemprof.load_run(d / "profs")
-    assert list(site_lifetimes(array_lifetimes(run), run).columns) == SITE_LIFETIME_COLUMNS
+    assert list(site_lifetimes(attribute(run)).columns) == SITE_LIFETIME_COLUMNS

@@ -15,7 +15,7 @@ from test_lifetimes import SETTLE
 import jaxmemprof
 from jaxmemprof.analysis.lifetimes import array_lifetimes, peak_snapshot, site_lifetimes
 from jaxmemprof.analysis.reuse import COUNT_COLUMNS, EVENT_COLUMNS, Reuse, reuse
-from jaxmemprof.analysis.sites import Attribution
+from jaxmemprof.analysis.attributed import attribute
 
 REUSE_SCRIPT = SETTLE + '''
 import json, sys
@@ -76,8 +76,9 @@ def reuse_run(tmp_path_factory):
 
 def test_reuse_and_donation_of_known_buffers(reuse_run):
     run, ln, seen = reuse_run
-    arrays = array_lifetimes(run, Attribution(roots=(run.manifest["cwd"],)))
-    r = reuse(run, arrays)
+    ar = attribute(run)
+    arrays = ar.arrays
+    r = reuse(ar)
     assert isinstance(r, Reuse) and r.unknown_addresses == 0  # every buffer's address was read
     S = {lab: int(n) for lab, n in zip(run.snapshots["label"], run.snapshots["snapshot"]) if isinstance(lab, str)}
     assert list(run.snapshots.loc[run.snapshots["snapshot"] >= S["a"], "trigger"]) == ["api"] * 5 + ["exit"]
@@ -112,7 +113,7 @@ def test_reuse_and_donation_of_known_buffers(reuse_run):
     # Aliases are left out of site totals, which then agree with JAX's own profile.
     peak = peak_snapshot(run)
     samples = run.profile(peak).samples
-    held = site_lifetimes(arrays, run)
+    held = site_lifetimes(ar)
     assert held["live_bytes_at_peak"].sum() == samples.loc[samples["kind"] == "buffer", "bytes"].sum()
     assert held.set_index("site").loc[site("B"), "arrays_born"] == 1
 
@@ -171,7 +172,7 @@ def test_matching_rules(reuse_run):
         (10, 5, 5, None, None, (8,), ("cpu:1",), (4000,)),  # reuse of 9, three snapshots later
         (11, 6, 6, None, None, (8, 8), ("cpu:0", "cpu:1"), (5000, 4000)),  # shard 2 aliases 10
     ])
-    r = reuse(run, None)
+    r = reuse(attribute(run))
     dev = r.by_device.set_index("device")
     assert dev.loc["cpu:0"].to_dict() == dict(
         buffers_born=6, bytes_born=208, reused_address=2, reused_address_bytes=100, reused_same_size=1,

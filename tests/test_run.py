@@ -16,6 +16,7 @@ from conftest import cpu_env, line_of, run_cli, run_script, write_script
 
 import jaxmemprof
 from jaxmemprof.store.reader import load_run
+from jaxmemprof.analysis.attributed import attribute
 
 MiB = 1024 * 1024
 
@@ -479,7 +480,7 @@ def test_addresses_modes_and_the_views_they_make(tmp_path, mode, views):
     from jaxmemprof.analysis.reuse import reuse
     from jaxmemprof.render.notes import REUSE, unknown_addresses
 
-    r = reuse(run)
+    r = reuse(attribute(run))
     unknown = {"all": 0, "auto": 2 + 2, "none": 3 + 2 + 1}[mode]  # auto: two device_put arrays, the sharded one's two shards
     assert (r.buffers, r.unknown_addresses) == (6, unknown)
     why = unknown_addresses(run.manifest)

@@ -13,8 +13,8 @@ import sys
 from conftest import REPO, cpu_env, line_of
 
 from jaxmemprof.analysis.advice.donation import donation_findings, jit_memory
-from jaxmemprof.analysis.sites import Attribution
 from jaxmemprof.store.reader import load_run
+from jaxmemprof.analysis.attributed import attribute
 
 SCRIPT = REPO / "tests" / "scripts" / "same_answer.py"
 RUNS = 5  # per program; benchmarks/bench_same_answer.py counts 20 runs of `jaxmemprof run`
@@ -22,9 +22,8 @@ RUNS = 5  # per program; benchmarks/bench_same_answer.py counts 20 runs of `jaxm
 
 def _answer(run_dir):
     run = load_run(run_dir)
-    att = Attribution(roots=(run.manifest["cwd"],))
-    findings = tuple(sorted((f.rule, f.site, f.saving_bytes) for f in donation_findings(run, att)))
-    jm = jit_memory(run, att)
+    findings = tuple(sorted((f.rule, f.site, f.saving_bytes) for f in donation_findings(attribute(run))))
+    jm = jit_memory(attribute(run))
     figures = tuple(map(tuple, jm[sorted(c for c in jm.columns if c.endswith("_bytes"))].values.tolist()))
     return findings, figures
 

@@ -410,7 +410,7 @@ def test_results_for_other_callers(profiles):
     """What the report, the pytest plugin and job code do with results keeps working:
     dataclasses.replace with DataFrame rows, then top; rows as DataFrames."""
     prof = profiles[0]
-    full = summarize(prof)
+    full = summarize(prof, "site", Attribution())
     held = dataclasses.replace(full, rows=full.rows[full.rows["bytes"] > 0].reset_index(drop=True))
     t = top(held, 2)
     assert isinstance(t.rows, pd.DataFrame) and len(t.rows) == 2
@@ -432,7 +432,7 @@ def test_profile_from_frames_groups_as_the_plain_one(profiles):
                          value_index=prof.value_index, count_index=prof.count_index)
         assert sorted(framed.stack_groups()) == sorted(prof.stack_groups())
         for by in GROUPINGS:
-            a, b = summarize(framed, by), summarize(prof, by)
+            a, b = summarize(framed, by, Attribution()), summarize(prof, by, Attribution())
             pd.testing.assert_frame_equal(a.rows, b.rows)
             assert table_of(a).rows == table_of(b).rows
 
@@ -452,7 +452,7 @@ def test_many_devices_use_the_sparse_sums():
     assert size > 4 * prof.sample_count + 4096 or len(prof.stacks) * len(prof.label_sets) > 4 * 300
     for by in ("site", "device"):
         rows, devices, _ = pandas_summarize(prof, by, Attribution())
-        s = summarize(prof, by)
+        s = summarize(prof, by, Attribution())
         pd.testing.assert_frame_equal(s.rows, rows)
         pd.testing.assert_frame_equal(s.devices, devices)
 
@@ -521,13 +521,13 @@ def test_plain_tables_are_riches(seed, vtype, monkeypatch):
     used = 0
     for by in GROUPINGS:
         for n in (None, 3):
-            s = top(summarize(a, by), n)
+            s = top(summarize(a, by, Attribution()), n)
             title = f"{a.source}: {a.value_type} by {by}"
             lines = plain.summary_lines(s, title=title, value_type=a.value_type)
             if lines is not None:
                 used += 1
                 assert "\n".join(lines) + "\n" == _rich(s, "show", title, a.value_type)
-            d = top(diff(a, b, by), n)
+            d = top(diff(a, b, by, Attribution()), n)
             lines = plain.diff_lines(d, title=title, value_type=a.value_type)
             assert lines is not None
             assert "\n".join(lines) + "\n" == _rich(d, "diff", title, a.value_type)
@@ -543,7 +543,7 @@ def test_plain_tables_only_off_a_terminal(monkeypatch, tmp_path):
         monkeypatch.setenv("COLUMNS", "80")
         assert not plain.applies(f)
     prof = load_profile(random_message(1).SerializeToString())
-    s = summarize(prof)
+    s = summarize(prof, "site", Attribution())
     assert plain.summary_lines(s, title="caf\u00e9", value_type="space/bytes") is None  # not ASCII: rich
     lines = plain.summary_lines(s, title="t", value_type="space/bytes")
     assert lines is None or all(line.isascii() for line in lines)

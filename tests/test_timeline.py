@@ -21,6 +21,8 @@ from jaxmemprof.analysis.timeline import (
     DEVICES_COLUMNS, EXECUTABLES_COLUMNS, MARKERS_COLUMNS, OTHER, SITES_COLUMNS, TOTALS_COLUMNS, timeline,
 )
 from jaxmemprof.store.reader import load_run
+from jaxmemprof.analysis.attributed import attribute
+from jaxmemprof.analysis.options import Options
 
 MiB = 1024 * 1024
 
@@ -84,7 +86,7 @@ def test_snapshots_are_where_the_script_put_them(known):
 
 def test_totals_and_peak(known):
     run, att, site = known
-    tl = timeline(run, att)
+    tl = timeline(attribute(run))
     assert tl.source == "arrays"
     tot = tl.totals
     assert list(tot.columns) == TOTALS_COLUMNS
@@ -105,7 +107,7 @@ def test_totals_and_peak(known):
 
 def test_site_series_match_known_sizes(known):
     run, att, site = known
-    tl = timeline(run, att)
+    tl = timeline(attribute(run))
     sites = tl.sites
     assert list(sites.columns) == SITES_COLUMNS
     # Largest peak first; equal peaks in site order.
@@ -125,17 +127,17 @@ def test_site_series_match_known_sizes(known):
 
 def test_top_sites_and_other(known):
     run, att, site = known
-    tl = timeline(run, att, top_sites=1)
+    tl = timeline(attribute(run), top_sites=1)
     assert tl.site_order == (site("SITE-A"), OTHER)
     other = tl.sites[tl.sites["site"] == OTHER]
     assert other["live_bytes"].tolist() == [0, 0, 0, 6144, 6144, 6144 + 16384, 0]
     assert other["arrays"].tolist() == [0, 0, 0, 3, 3, 5, 0]
-    assert timeline(run, att, top_sites=0).site_order == (OTHER,)
+    assert timeline(attribute(run), top_sites=0).site_order == (OTHER,)
 
 
 def test_devices_from_shards(known):
     run, att, _ = known
-    dev = timeline(run, att).devices
+    dev = timeline(attribute(run)).devices
     assert list(dev.columns) == DEVICES_COLUMNS
     wide = dev.pivot(index="snapshot", columns="device", values="live_bytes")
     assert list(wide.columns) == ["cpu:0", "cpu:1"]
@@ -148,7 +150,7 @@ def test_devices_from_shards(known):
 
 def test_markers_are_placed_after_the_right_snapshots(known):
     run, att, _ = known
-    m = timeline(run, att).markers
+    m = timeline(attribute(run)).markers
     assert list(m.columns) == MARKERS_COLUMNS
     assert m["label"].tolist() == ["step 1", "step 2", "step 3"]
     assert m["marker"].tolist() == [1, 2, 3]
@@ -160,7 +162,7 @@ def test_markers_are_placed_after_the_right_snapshots(known):
 
 def test_executables_series(known):
     run, att, _ = known
-    ex = timeline(run, att).executables
+    ex = timeline(attribute(run)).executables
     assert list(ex.columns) == EXECUTABLES_COLUMNS
     assert ex["snapshot"].tolist() == [1, 2, 3, 4, 5, 6, 7]
     per_snapshot = run.executables.groupby("snapshot")["count"].sum()
@@ -181,7 +183,7 @@ def test_allocator_statistics(known):
                            ("largest_free_block_bytes", free_block), ("num_allocs", 7)):
             rows.append((4, dev, key, value))
     stats = pd.DataFrame(rows, columns=["snapshot", "device", "key", "value"])
-    tl = timeline(dataclasses.replace(run, memory_stats=stats), att)
+    tl = timeline(attribute(dataclasses.replace(run, memory_stats=stats)))
     d = tl.devices.set_index(["snapshot", "device"])
     assert d.loc[(4, "cpu:0"), "bytes_in_use"] == 2 * MiB
     assert d.loc[(4, "cpu:0"), "unattributed_bytes"] == 2 * MiB - (MiB + 6144)
@@ -207,7 +209,7 @@ def test_missing_snapshot_file_is_skipped(known, tmp_path):
     numbers; arrays alive across it still count in the others."""
     run, att, site = known
     snaps = run.snapshots[run.snapshots["snapshot"] != 4].reset_index(drop=True)
-    tl = timeline(dataclasses.replace(run, snapshots=snaps), att)
+    tl = timeline(attribute(dataclasses.replace(run, snapshots=snaps)))
     wide = tl.sites.pivot(index="snapshot", columns="site", values="live_bytes")
     assert list(wide.index) == [1, 2, 3, 5, 6, 7]
     assert wide[site("SITE-A")].tolist() == [0, 0, MiB, 0, 0, 0]
@@ -233,7 +235,7 @@ def test_directory_of_profiles(tmp_path):
     run_script(script, tmp_path / "profs")
     run = load_run(tmp_path / "profs")
     assert not run.has_arrays
-    tl = timeline(run, Attribution(roots=(str(tmp_path),)), top_sites=2)
+    tl = timeline(attribute(run, Options(roots=(str(tmp_path),))), top_sites=2)  # .prof files: no recorded directory
     assert tl.source == "profiles"
     keep = f"profiles.py:{line_of(script, 'SITE-KEEP')} (<module>)"
     params = f"profiles.py:{line_of(script, 'SITE-PARAMS')} (<module>)"

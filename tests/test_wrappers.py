@@ -26,6 +26,7 @@ from jaxmemprof.analysis.leaks import leak_findings, leaks, recompiles, rejits
 from jaxmemprof.analysis.sites import Attribution
 from jaxmemprof.store.reader import load_run
 from jaxmemprof.render.findings import words
+from jaxmemprof.analysis.attributed import attribute
 
 PROGRAMS = REPO / "sample_runs" / "libraries"
 # The MLP of the programs at their default --width: Linear(256, 512) and Linear(512, 10), float32.
@@ -93,7 +94,7 @@ def test_wrapper_gets_donation_advice_in_its_own_terms(tmp_path, program):
     assert (row.wrapper, row.jit_file, row.jit_line) == (wrapper, str(script), jit_line)
     assert row.file == str(script)  # the user's function, not the wrapper's
 
-    [f] = [f for f in donation_findings(run, att) if f.rule == "donate"]
+    [f] = [f for f in donation_findings(attribute(run)) if f.rule == "donate"]
     assert f.site == f"{program}:{jit_line}"
     assert f.saving_bytes == saving
     assert f"of {function} (defined at {program}:" in words(f).message
@@ -115,8 +116,8 @@ def test_wrapper_gets_donation_advice_in_its_own_terms(tmp_path, program):
     fixed = write_script(tmp_path, "fixed_" + program, text)
     proc, after, att_after = _record(fixed, tmp_path, "fixed")
     assert proc.returncode == 0 and proc.stdout == plain.stdout
-    assert [f for f in donation_findings(after, att_after) if f.rule.startswith("donat")] == []
-    memory = jit_memory(after, att_after)
+    assert [f for f in donation_findings(attribute(after)) if f.rule.startswith("donat")] == []
+    memory = jit_memory(attribute(after))
     [alias] = memory.loc[memory["function"] == function, "alias_bytes"]
     assert alias * devices == saving
     assert _probe_errors(after) == []
@@ -205,7 +206,7 @@ def test_jitted_functions_inside_transformations_behave_as_under_python(tmp_path
     c = counts.set_index("function_id").loc[h]
     # grad, vmap, scan, make_jaxpr, checkpoint and jit-in-jit trace it: no device call.
     assert (c["calls"], c["traced"]) == (0, 6)
-    [f] = [f for f in donation_findings(run, att) if f.rule == "donate"]
+    [f] = [f for f in donation_findings(attribute(run)) if f.rule == "donate"]
     assert f.site == f"transforms.py:{line_of(script, 'LINE-STEP')}" and f.saving_bytes == 256 * 64 * 4
 
 
@@ -242,12 +243,11 @@ def test_recompiles_that_keep_coming_are_found_and_setup_compiles_are_not(tmp_pa
     script = write_script(tmp_path, "recompiles.py", RECOMPILES)
     run_cli("run", "-q", "--interval", "1000", "-o", tmp_path / "run", script, cwd=tmp_path, check=0)
     run = load_run(tmp_path / "run")
-    att = Attribution(roots=(run.manifest["cwd"],))
-    found = [f for f in leak_findings(leaks(run, att), recompiles(run, att), rejits(run, att))
+    found = [f for f in leak_findings(leaks(attribute(run)), recompiles(attribute(run)), rejits(attribute(run)))
              if f.rule == "recompile"]
     lines = {int(f.site.split(":")[1].split()[0]) for f in found}
     assert lines == {line_of(script, m) for m in ("SITE-SHAPE", "SITE-STATIC", "SITE-LOOPJIT")}
-    rc = recompiles(run, att)
+    rc = recompiles(attribute(run))
     init = rc[rc["line"] == line_of(script, "SITE-INIT")]
     # 8 executables at one line, one per shape, as many as the old rule (5 or more) called a recompilation.
     assert len(init) == 1 and init["max_count"].item() == 8 and not init["suspect"].item()
@@ -366,7 +366,7 @@ def test_donation_is_advised_only_where_nothing_uses_the_input_again(tmp_path):
     plain = _python(script, tmp_path)
     proc, run, att = _record(script, tmp_path, "run")
     assert proc.returncode == plain.returncode == 0 and proc.stdout == plain.stdout
-    found = {f.site: f for f in donation_findings(run, att) if f.rule == "donate"}
+    found = {f.site: f for f in donation_findings(attribute(run)) if f.rule == "donate"}
     at = {name: f"advice.py:{line_of(script, marker) - 1}" for name, marker in
           (("step", "LINE-STEP"), ("inner", "LINE-INNER"), ("first_kept", "LINE-FIRST"))}
     assert set(found) == set(at.values())  # not norm, kept, same_statement or twice
@@ -454,5 +454,5 @@ def test_a_copied_jitted_function_is_observed_too(tmp_path):
     plain = _python(script, tmp_path)
     proc, run, att = _record(script, tmp_path, "run")
     assert proc.stdout == plain.stdout and _probe_errors(run) == []
-    [f] = [f for f in donation_findings(run, att) if f.rule == "donate"]
+    [f] = [f for f in donation_findings(attribute(run)) if f.rule == "donate"]
     assert f.site == f"copied.py:{line_of(script, 'LINE-JIT')}" and f.saving_bytes == 256 * 256 * 4

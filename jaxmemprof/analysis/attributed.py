@@ -1,61 +1,116 @@
-"""A run attributed once: the tables every section of a report reads.
+"""A run attributed once: the stage every analysis of a run reads.
 
-As pprof transforms a profile once and lets every view read the result, the
-report attributes a run once: each table below is computed on first use,
-under one attribution, and then shared by every analysis that needs it —
-the per-site series (timeline and leaks), the array lifetimes (lifetimes,
-reuse, leaks), the buffers and their holders (the ``shared`` flag of
-lifetimes, and reuse), the XLA buffers by line (the inside-jit tables and
-hints) and the peak.
+As pprof transforms a profile once and lets every view read the result, a
+run is attributed once, by :func:`attribute`, under one set of
+:class:`~jaxmemprof.analysis.options.Options`: each table below is computed
+on first use and then shared by every analysis that needs it — the sites of
+the recorded stacks, the per-site series (timeline and leaks), the array
+lifetimes (lifetimes, reuse, leaks), the buffers and their holders (the
+``shared`` flag of lifetimes, and reuse), the XLA buffers by line (the
+inside-jit tables and hints), the peak and the sites holding it. Analyses
+take the :class:`Attributed` and nothing else about attribution.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import cached_property
 
+import numpy as np
 import pandas as pd
 
-from jaxmemprof.analysis.inside_jit import attributed_buffers
-from jaxmemprof.analysis.lifetimes import array_lifetimes
-from jaxmemprof.analysis.runs import Peak, run_peak
-from jaxmemprof.analysis.shards import match_holders, shard_table
-from jaxmemprof.analysis.sites import Attribution
-from jaxmemprof.analysis.timeline import SiteSeries
+from jaxmemprof.analysis.groups import Summary, summarize, top
+from jaxmemprof.analysis.options import Options
+from jaxmemprof.analysis.sites import Attribution, run_stack_sites
 
 
 class Attributed:
-    """``run`` under ``attribution``, each derived table computed once."""
+    """``run`` under ``options``, each derived table computed once."""
 
-    def __init__(self, run, attribution: Attribution = Attribution()):
+    def __init__(self, run, options: Options):
         self.run = run
-        self.attribution = attribution
+        self.options = options
 
     @cached_property
-    def peak(self) -> Peak | None:
+    def attribution(self) -> Attribution:
+        return self.options.attribution(self.run)
+
+    @cached_property
+    def stack_sites(self) -> pd.DataFrame:
+        """Per recorded stack id: ``site, file, line, function, stack``."""
+        return run_stack_sites(self.run.stacks, self.attribution)
+
+    @cached_property
+    def site_codes(self) -> tuple[pd.DataFrame, pd.Series]:
+        """(table of distinct sites, stack_id -> its row in the table)."""
+        per_stack = self.stack_sites
+        if per_stack.empty:
+            table = pd.DataFrame({"site": pd.Series(dtype=object), "file": pd.Series(dtype=object),
+                                  "line": pd.Series(dtype=np.int64), "function": pd.Series(dtype=object)})
+            return table, pd.Series(dtype=np.int64)
+        codes, _ = pd.factorize(per_stack["site"])
+        first = pd.Series(np.arange(len(codes))).groupby(codes).first().to_numpy()
+        table = per_stack.iloc[first][["site", "file", "line", "function"]].reset_index(drop=True)
+        return table, pd.Series(codes, index=per_stack.index.to_numpy(dtype=np.int64))
+
+    @cached_property
+    def peak(self):
+        from jaxmemprof.analysis.runs import run_peak
+
         return run_peak(self.run.snapshots)
 
     @cached_property
-    def series(self) -> SiteSeries:
-        """Live bytes and arrays per site per snapshot."""
-        return SiteSeries(self.run, self.attribution)
+    def series(self):
+        """Live bytes and arrays per site per snapshot (a SiteSeries)."""
+        from jaxmemprof.analysis.timeline import SiteSeries
+
+        return SiteSeries(self)
 
     @cached_property
     def shards(self) -> pd.DataFrame:
         """One row per buffer (array shard)."""
+        from jaxmemprof.analysis.shards import shard_table
+
         return shard_table(self.run)
 
     @cached_property
     def holders(self) -> pd.DataFrame:
         """Per buffer: whose address it took, and whether another array held it."""
+        from jaxmemprof.analysis.shards import match_holders
+
         return match_holders(self.shards) if not self.shards.empty else pd.DataFrame(
             {"is_reuse": pd.Series(dtype=bool), "is_alias": pd.Series(dtype=bool), "previous": pd.Series(dtype=int)})
 
     @cached_property
     def arrays(self) -> pd.DataFrame:
         """One row per array, with its site and lifetime."""
-        return array_lifetimes(self.run, self.attribution, shard_rows=self.shards, holders=self.holders)
+        from jaxmemprof.analysis.lifetimes import array_lifetimes
+
+        return array_lifetimes(self)
 
     @cached_property
     def jit_buffers(self) -> pd.DataFrame:
-        """XLA's buffers of each dumped program, with the user's line that made each."""
+        """XLA's buffers of each program read, with the user's line that made each."""
+        from jaxmemprof.analysis.inside_jit import attributed_buffers
+
         return attributed_buffers(self.run, self.attribution)
+
+    def sites_holding(self, snapshot: int, n: int | None = None) -> Summary:
+        """The ``n`` (default: ``options.top_sites``) sites holding the most
+        bytes in a snapshot (executables of 0 bytes left out); the peak's,
+        read once."""
+        if self.peak is not None and snapshot == self.peak.snapshot:
+            full = self._peak_sites
+        else:
+            full = summarize(self.run.profile(snapshot), "site", self.attribution)
+        held = replace(full, rows=full.rows[full.rows["bytes"] > 0].reset_index(drop=True))
+        return top(held, self.options.top_sites if n is None else n)
+
+    @cached_property
+    def _peak_sites(self) -> Summary:
+        return summarize(self.run.profile(self.peak.snapshot), "site", self.attribution)
+
+
+def attribute(run, options: Options = Options()) -> Attributed:
+    """``run`` attributed under ``options`` (its tables computed on first use)."""
+    return Attributed(run, options)

@@ -10,7 +10,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from typing import TYPE_CHECKING
+
 from jaxmemprof.analysis.sites import Attribution
+
+if TYPE_CHECKING:
+    from jaxmemprof.analysis.attributed import Attributed
 
 # The rules a finding can have (the ``rule`` of report's findings), for
 # ``check --fail-on``: a name not among them is a typo, refused.
@@ -264,12 +269,14 @@ def _snapshot_of(snaps, *, trigger=None, label=None):
     return None if rows.empty else rows.iloc[-1]
 
 
-def measure_test(run, attribution: Attribution = Attribution(), *, top: int = 5) -> TestMemory:
+def measure_test(ar: Attributed, *, top: int = 5) -> TestMemory:
     """The figures of one test's run: snapshots labelled ``start`` (api) and
     the ``exit`` one (``exception`` when the test raised); see :class:`TestMemory`. Bytes count above the start:
     what fixtures and earlier tests left alive is not the test's."""
     from jaxmemprof.analysis.advice.donation import estimated_true_peak
     from jaxmemprof.analysis.groups import diff, summarize
+
+    run, attribution = ar.run, ar.attribution
     snaps = run.snapshots
     if snaps.empty:
         return TestMemory(0, 0, None, None, "", (), (), "", 0, (), 0)
@@ -299,7 +306,7 @@ def measure_test(run, attribution: Attribution = Attribution(), *, top: int = 5)
         inside = max(int(inside) - base, 0)
     jit_lines, call_site = (), ""
     if inside is not None and inside > snap_peak:
-        jit_lines = _jit_lines(run, attribution, where, top)
+        jit_lines = _jit_lines(ar, where, top)
         call_site = _call_site(run, attribution, where)
     peak = max(snap_peak, inside or 0)
 
@@ -314,13 +321,13 @@ def measure_test(run, attribution: Attribution = Attribution(), *, top: int = 5)
                       snapshots=int(len(snaps)))
 
 
-def _jit_lines(run, attribution: Attribution, where: str, top: int) -> tuple:
+def _jit_lines(ar: Attributed, where: str, top: int) -> tuple:
     """XLA's buffers at the peak of the function named in ``where`` ('during
     a call of NAME'), by the user's line; () without XLA's dump of it."""
     from jaxmemprof.analysis.inside_jit import peak_by_line
 
     try:
-        rows = peak_by_line(run, attribution)
+        rows = peak_by_line(ar)
     except Exception:
         return ()
     if rows.empty:

@@ -21,6 +21,8 @@ Stacks are interned once (``frames``: ``function, file, line, user``;
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,6 +30,9 @@ import pandas as pd
 
 from jaxmemprof.analysis.sites import NO_STACK, Attribution, frame_labels
 from jaxmemprof.analysis.timeline import _positions, _shards
+
+if TYPE_CHECKING:
+    from jaxmemprof.analysis.attributed import Attributed
 
 MAX_POINTS = 2000
 # Changes of all keys together; a run with more is downsampled further.
@@ -129,9 +134,10 @@ def _type_text(shape, dtype) -> str:
     return f"{dtype or '?'}[{dims}]"
 
 
-def run_cells(run, attribution: Attribution, max_points: int = MAX_POINTS) -> Cells:
-    """Cells of a run: from its per-array records, or from its snapshots'
-    profiles for a directory of .prof files."""
+def run_cells(ar: Attributed, max_points: int = MAX_POINTS) -> Cells:
+    """Cells of the attributed run: from its per-array records, or from its
+    snapshots' profiles for a directory of .prof files."""
+    run, attribution = ar.run, ar.attribution
     events = _array_events(run, attribution) if run.has_arrays else None
     profiles: dict = {}  # path -> Profile, read once however often the positions change
     while True:

@@ -248,7 +248,7 @@ def _label_sums(profile: Profile, col: int) -> dict:
     return acc
 
 
-def summarize(profile: Profile, by: str = "site", attribution: Attribution = Attribution()) -> Summary:
+def summarize(profile: Profile, by: str, attribution: Attribution) -> Summary:
     """Group ``profile`` by ``by``; rows sorted by bytes, then count, then key."""
     keys = list(KEY_COLUMNS[by])
     sums = _sums(profile, by, attribution)
@@ -292,7 +292,7 @@ def _merged(base: dict, new: dict) -> dict:
     return out
 
 
-def diff(base: Profile, new: Profile, by: str = "site", attribution: Attribution = Attribution()) -> Diff:
+def diff(base: Profile, new: Profile, by: str, attribution: Attribution) -> Diff:
     """Compare two profiles group by group; rows sorted by |delta bytes|,
     then |delta count|, then key."""
     keys = list(KEY_COLUMNS[by])

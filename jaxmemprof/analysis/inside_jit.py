@@ -33,12 +33,16 @@ from __future__ import annotations
 
 import json
 import re
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
 from jaxmemprof.analysis.findings import Finding
 from jaxmemprof.analysis.sites import NO_STACK, Attribution
+
+if TYPE_CHECKING:
+    from jaxmemprof.analysis.attributed import Attributed
 
 PEAK_COLUMNS = ["function_id", "function", "site", "file", "line", "kind", "bytes", "buffers", "share_of_peak",
                 "program_peak_bytes"]
@@ -100,8 +104,9 @@ def _site(attribution: Attribution, equinox_params: list | None, kind, op, frame
     return (NO_STACK if not op else f"({op})"), "", 0
 
 
-def attributed_buffers(run, attribution: Attribution = Attribution()) -> pd.DataFrame:
-    """The dumped buffers with their function's name and their site."""
+def attributed_buffers(run, attribution: Attribution) -> pd.DataFrame:
+    """The buffers read with their function's name and their site (the
+    stage's own table: analyses read ``Attributed.jit_buffers``)."""
     buffers = run.jit.get("buffers")
     programs = run.jit.get("programs")
     functions = run.jit.get("functions")
@@ -130,11 +135,11 @@ def attributed_buffers(run, attribution: Attribution = Attribution()) -> pd.Data
     return b
 
 
-def peak_by_line(run, attribution: Attribution = Attribution(), *, buffers: pd.DataFrame | None = None) -> pd.DataFrame:
+def peak_by_line(ar: Attributed) -> pd.DataFrame:
     """Per function, user line and kind: the bytes and buffers live at the
     function's own peak, and their share of it. Functions by peak, lines by
     bytes."""
-    b = buffers if buffers is not None else attributed_buffers(run, attribution)
+    b = ar.jit_buffers
     if b.empty:
         return pd.DataFrame({c: pd.Series(dtype=object) for c in PEAK_COLUMNS})
     b = b[b["at_peak"] == 1]
@@ -146,10 +151,10 @@ def peak_by_line(run, attribution: Attribution = Attribution(), *, buffers: pd.D
     return out.reset_index(drop=True)[PEAK_COLUMNS]
 
 
-def largest_buffers(run, attribution: Attribution = Attribution(), *, buffers: pd.DataFrame | None = None) -> pd.DataFrame:
+def largest_buffers(ar: Attributed) -> pd.DataFrame:
     """Each program's buffers (those live at its peak and its largest
     others), largest first, with their live ranges in program order."""
-    b = buffers if buffers is not None else attributed_buffers(run, attribution)
+    b = ar.jit_buffers
     if b.empty:
         return pd.DataFrame({c: pd.Series(dtype=object) for c in BUFFER_COLUMNS})
     b = b.assign(at_peak=b["at_peak"] == 1)
@@ -164,12 +169,13 @@ def _largest_signatures(programs: pd.DataFrame) -> pd.DataFrame:
         "function_id", keep="last").set_index("function_id")
 
 
-def program_curves(run, attribution: Attribution = Attribution(), *, lines: int = CURVE_LINES) -> pd.DataFrame:
+def program_curves(ar: Attributed, *, lines: int = CURVE_LINES) -> pd.DataFrame:
     """Each function's largest signature in program order: at each position
     kept of its sequence, the bytes live by user line (the ``lines`` lines
     holding most at any position; the rest as "other lines"), adding up to
     the position's bytes (each buffer once, as at the peak). Positions where
     the program holds most are kept (docs/advice.md)."""
+    run, attribution = ar.run, ar.attribution
     curves, programs, functions = (run.jit.get(t) for t in ("curves", "programs", "functions"))
     empty = pd.DataFrame({c: pd.Series(dtype=object) for c in CURVE_COLUMNS})
     if curves is None or curves.empty or programs is None or programs.empty:
@@ -215,10 +221,9 @@ def _first_user_site(by_line: pd.Series) -> str:
     return str(named[0]) if named else ""
 
 
-def inside_jit_findings(run, attribution: Attribution = Attribution(), *,
-                        buffers: pd.DataFrame | None = None) -> list[Finding]:
+def inside_jit_findings(ar: Attributed) -> list[Finding]:
     """Hints from what fills each function's peak."""
-    b = buffers if buffers is not None else attributed_buffers(run, attribution)
+    b = ar.jit_buffers
     if b.empty:
         return []
     out: list[Finding] = []

@@ -42,13 +42,17 @@ one site: each new input shape, dtype or static argument compiles it again.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
 from jaxmemprof.analysis.findings import Finding
-from jaxmemprof.analysis.sites import NO_STACK, Attribution
-from jaxmemprof.analysis.timeline import SiteSeries, markers_seen, site_codes
+from jaxmemprof.analysis.sites import NO_STACK
+from jaxmemprof.analysis.timeline import markers_seen
+
+if TYPE_CHECKING:
+    from jaxmemprof.analysis.attributed import Attributed
 
 KiB = 1024
 GiB = 1024**3
@@ -199,13 +203,12 @@ _LEAK_DTYPES = {
 }
 
 
-def leaks(run, attribution: Attribution = Attribution(), *, steps: int = 1000, min_bytes: int = 64 * KiB,
+def leaks(ar: Attributed, *, steps: int | None = None, min_bytes: int = 64 * KiB,
           alpha: float = 0.01, min_tau: float = 0.5, min_snapshots: int = 6, min_increases: int = 3,
-          max_points: int = 500, max_pairs: int = 20_000, series: SiteSeries | None = None) -> pd.DataFrame:
-    """Sites whose live bytes grow steadily over ``run`` (see the module
-    docstring for the tests), largest projected growth first (``series``:
-    the run's SiteSeries under ``attribution``, where the caller has it).
-    Columns:
+          max_points: int = 500, max_pairs: int = 20_000) -> pd.DataFrame:
+    """Sites whose live bytes grow steadily over the attributed run (see the
+    module docstring for the tests), largest projected growth first;
+    ``steps``: how far ahead to project (default: the options'). Columns:
 
     - ``site, file, line, function``: where the growing arrays are made;
     - ``growth_bytes_per_s``: Theil-Sen slope against time;
@@ -226,11 +229,12 @@ def leaks(run, attribution: Attribution = Attribution(), *, steps: int = 1000, m
       ``max_points`` of them, evenly spaced; Theil-Sen at most ``max_pairs``
       pairs).
     """
+    run, series = ar.run, ar.series
+    steps = ar.options.steps if steps is None else steps
     snaps = run.snapshots
     used = (snaps["trigger"] != "exit").to_numpy()
     if used.sum() < max(min_snapshots, 2):
         return _empty(LEAK_COLUMNS, _LEAK_DTYPES)
-    series = series if series is not None else SiteSeries(run, attribution)
     candidates = series.sites.index.to_numpy()[series.sites["peak_bytes"].to_numpy() >= min_bytes]
     if not len(candidates):
         return _empty(LEAK_COLUMNS, _LEAK_DTYPES)
@@ -345,8 +349,7 @@ def setup_end(run) -> float:
     return float(t.min() + SETUP_SHARE * np.ptp(t)) if len(t) else 0.0
 
 
-def recompiles(run, attribution: Attribution = Attribution(), *, min_executables: int = 5,
-               series: SiteSeries | None = None) -> pd.DataFrame:
+def recompiles(ar: Attributed, *, min_executables: int = 5) -> pd.DataFrame:
     """Executables (per site and HLO module name) whose number or code size
     grew over the run. A site is a ``suspect`` when it compiled
     ``min_executables`` or more and new ones kept coming after the setup
@@ -370,6 +373,7 @@ def recompiles(run, attribution: Attribution = Attribution(), *, min_executables
 
     Suspects first, then by ``max_count``.
     """
+    run = ar.run
     snaps = run.snapshots
     dtypes = {"line": np.int64, "first_snapshot": np.int64, "first_count": np.int64, "last_count": np.int64,
               "max_count": np.int64, "growth": np.int64, "first_code_bytes": np.int64,
@@ -380,7 +384,7 @@ def recompiles(run, attribution: Attribution = Attribution(), *, min_executables
         ex = run.executables
         if ex is None or ex.empty:
             return _empty(RECOMPILE_COLUMNS, dtypes)
-        table, code = site_codes(run.stacks, attribution)
+        table, code = ar.site_codes
         sid = pd.to_numeric(ex["stack_id"], errors="coerce").fillna(-1).to_numpy(dtype=np.int64)
         c = code.reindex(sid).to_numpy(dtype=float)
         miss = np.isnan(c)
@@ -397,7 +401,7 @@ def recompiles(run, attribution: Attribution = Attribution(), *, min_executables
         where = pd.concat([table, pd.DataFrame({"site": [NO_STACK], "file": [""], "line": [0], "function": [""]})])
         where = where.drop_duplicates("site").set_index("site")
     else:
-        series = series if series is not None else SiteSeries(run, attribution)
+        series = ar.series
         prof = series.profile_executables()
         if prof is None or prof.empty:
             return _empty(RECOMPILE_COLUMNS, dtypes)
@@ -464,7 +468,7 @@ def recompiles(run, attribution: Attribution = Attribution(), *, min_executables
     return out.astype(dtypes)
 
 
-def rejits(run, attribution: Attribution = Attribution(), *, min_functions: int = 5) -> pd.DataFrame:
+def rejits(ar: Attributed, *, min_functions: int = 5) -> pd.DataFrame:
     """Lines where the program jitted the same function again and again
     (``jax.jit(f)`` inside a loop, from the jit probe): each new jitted
     function is traced and compiled anew, while its executables may be freed
@@ -474,6 +478,7 @@ def rejits(run, attribution: Attribution = Attribution(), *, min_functions: int 
     after the setup, and (where the run counted them) as many XLA compiles:
     JAX reuses the compile of the same Python function jitted again.
     Suspects first, then by ``functions``."""
+    run, attribution = ar.run, ar.attribution
     dtypes = {"line": np.int64, "functions": np.int64, "after_setup": np.int64, "suspect": bool}
     f = run.jit.get("functions")
     if f is None or f.empty:

@@ -50,10 +50,14 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from typing import TYPE_CHECKING
+
 from jaxmemprof.analysis.groups import keyed_samples
 from jaxmemprof.analysis.runs import run_peak
-from jaxmemprof.analysis.shards import match_holders, shard_table
-from jaxmemprof.analysis.sites import NO_STACK, Attribution, run_stack_sites
+from jaxmemprof.analysis.sites import NO_STACK
+
+if TYPE_CHECKING:
+    from jaxmemprof.analysis.attributed import Attributed
 
 SITE_COLUMNS = ["site", "file", "line", "function"]
 
@@ -103,9 +107,9 @@ def _map_unique(values, fn) -> np.ndarray:
     return out[codes]
 
 
-def _sites_of(stack_ids: pd.Series, stacks: dict, attribution: Attribution) -> pd.DataFrame:
+def _sites_of(stack_ids: pd.Series, stack_sites: pd.DataFrame) -> pd.DataFrame:
     """``site, file, line, function`` for each stack id (NA: no stack)."""
-    table = run_stack_sites(stacks, attribution)[SITE_COLUMNS]
+    table = stack_sites[SITE_COLUMNS]
     picked = table.reindex(stack_ids.to_numpy())
     missing = picked["site"].isna().to_numpy()
     out = pd.DataFrame(
@@ -130,12 +134,11 @@ def _times(times: pd.Series, numbers: np.ndarray) -> np.ndarray:
     return times.reindex(numbers).to_numpy(dtype=np.float64)
 
 
-def array_lifetimes(run, attribution: Attribution = Attribution(), *, shard_rows: pd.DataFrame | None = None,
-                    holders: pd.DataFrame | None = None) -> pd.DataFrame:
-    """One row per array of ``run`` (columns: module docstring), in
-    ``array_id`` order. Empty (with the columns) for a run without per-array
-    data. ``shard_rows``, ``holders``: the run's buffers and their holders
-    (analysis/shards.py), where the caller has them."""
+def array_lifetimes(ar: Attributed) -> pd.DataFrame:
+    """One row per array of the attributed run (columns: module docstring),
+    in ``array_id`` order. Empty (with the columns) for a run without
+    per-array data. (The stage's own table: analyses read ``ar.arrays``.)"""
+    run = ar.run
     arrays: pd.DataFrame = run.arrays
     if arrays.empty:
         return _empty(ARRAY_COLUMNS)
@@ -146,7 +149,7 @@ def array_lifetimes(run, attribution: Attribution = Attribution(), *, shard_rows
     last_t = float(times.iloc[-1]) if len(times) else np.nan
 
     stack_ids = pd.to_numeric(arrays["stack_id"], errors="coerce").astype("Int64")
-    sites = _sites_of(stack_ids, run.stacks, attribution)
+    sites = _sites_of(stack_ids, ar.stack_sites)
 
     first = arrays["first_snapshot"].to_numpy(dtype=np.int64)
     last = arrays["last_snapshot"].to_numpy(dtype=np.int64)
@@ -205,7 +208,7 @@ def array_lifetimes(run, attribution: Attribution = Attribution(), *, shard_rows
             "how": how.astype(object),
             "alive_at_start": first <= first_snap,
             "alive_at_end": alive_np,
-            "shared": _shared(run, shard_rows, holders),
+            "shared": _shared(run, ar.shards, ar.holders),
             "process": pd.to_numeric(arrays["process"], errors="coerce").fillna(0).to_numpy(dtype=np.int64)
             if "process" in arrays else 0,
         }
@@ -215,15 +218,12 @@ def array_lifetimes(run, attribution: Attribution = Attribution(), *, shard_rows
     return out[ARRAY_COLUMNS]
 
 
-def _shared(run, shards=None, holders=None) -> np.ndarray:
+def _shared(run, shards: pd.DataFrame, holders: pd.DataFrame) -> np.ndarray:
     """Per row of ``run.arrays``: is every one of its buffers held by another
     array seen first (a second ``jax.Array`` over it)."""
-    if shards is None:
-        shards = shard_table(run)
-        holders = None
     if shards.empty:
         return np.zeros(len(run.arrays), dtype=bool)
-    alias = (holders if holders is not None else match_holders(shards))["is_alias"]
+    alias = holders["is_alias"]
     per_array = alias.groupby(shards["array_id"].to_numpy()).all()
     return per_array.reindex(run.arrays["array_id"].to_numpy(), fill_value=False).to_numpy(dtype=bool)
 
@@ -234,7 +234,7 @@ def peak_snapshot(run) -> int | None:
     return None if peak is None else peak.snapshot
 
 
-def site_lifetimes(arrays_df: pd.DataFrame, run) -> pd.DataFrame:
+def site_lifetimes(ar: Attributed) -> pd.DataFrame:
     """One row per site of :func:`array_lifetimes`' rows, largest
     ``byte_seconds`` first:
 
@@ -250,6 +250,7 @@ def site_lifetimes(arrays_df: pd.DataFrame, run) -> pd.DataFrame:
     - ``alive_at_end``, ``alive_at_end_bytes``: its arrays (and bytes) still
       alive at the run's last snapshot.
     """
+    run, arrays_df = ar.run, ar.arrays
     if arrays_df is None or arrays_df.empty:
         return _empty(SITE_LIFETIME_COLUMNS)
     peak = peak_snapshot(run)
@@ -288,7 +289,7 @@ def site_lifetimes(arrays_df: pd.DataFrame, run) -> pd.DataFrame:
     return out.reset_index(drop=True)[SITE_LIFETIME_COLUMNS]
 
 
-def estimated_site_churn(run, attribution: Attribution = Attribution()) -> pd.DataFrame:
+def estimated_site_churn(ar: Attributed) -> pd.DataFrame:
     """Births and deaths per site estimated from consecutive snapshot profiles
     alone: for runs without per-array data (a plain directory of ``.prof``
     files), or to compare with the exact figures.
@@ -308,6 +309,7 @@ def estimated_site_churn(run, attribution: Attribution = Attribution()) -> pd.Da
     ``snapshots`` (how many held any); ``estimated`` (always True: these are
     estimates). Sorted by ``bytes_born``, then ``births``, largest first.
     """
+    run = ar.run
     snaps = run.snapshots
     if snaps.empty:
         return _empty(CHURN_COLUMNS)
@@ -318,7 +320,7 @@ def estimated_site_churn(run, attribution: Attribution = Attribution()) -> pd.Da
     for n, f in zip(numbers, files):
         s = keyed.get(f)
         if s is None:
-            s = keyed_samples(run.profile(int(n)), "site", attribution)
+            s = keyed_samples(run.profile(int(n)), "site", ar.attribution)
             s = keyed[f] = s[s["kind"] != "executable"]
         if s.empty:
             continue

@@ -19,13 +19,14 @@ sites that make the difference.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from dataclasses import fields as dataclass_fields
 
 import numpy as np
 import pandas as pd
 
 from jaxmemprof.analysis.findings import Finding
+from jaxmemprof.analysis.options import Options
 from jaxmemprof.store.job import Job, JobTimeline, job_timeline
 
 SEVERITIES = ("high", "medium", "low", "info")
@@ -110,37 +111,17 @@ def _empty_sites() -> pd.DataFrame:
                          "count": pd.Series(dtype=np.int64)})
 
 
-@dataclass(frozen=True)
-class AttributionFor:
-    """What counts as user code in each process (picklable, for workers):
-    paths shown relative to the directory the process was recorded in (else
-    to the current directory), so that a process analysed here names its
-    sites as the summary a process wrote of itself does (and processes
-    recorded in different directories of their hosts name one line alike)."""
-
-    library: tuple = ()
-    user: tuple = ()
-    all_frames: bool = False
-
-    def __call__(self, run):
-        from jaxmemprof.analysis.sites import Attribution
-
-        roots = ([run.manifest["cwd"]] if isinstance(run.manifest.get("cwd"), str) else []) + [os.getcwd()]
-        return Attribution(library=tuple(self.library), user=tuple(self.user), all_frames=self.all_frames,
-                           roots=tuple(dict.fromkeys(roots)))
-
-
 def _analyse(args) -> ProcessResult:
     """One process, analysed as a run of its own (runs in a worker)."""
-    process, path, top, steps, device_memory, attribution = args
+    process, path, options = args
+    from jaxmemprof.analysis.attributed import attribute
     from jaxmemprof.analysis.report import build_report
     from jaxmemprof.errors import InputError
     from jaxmemprof.store.reader import load_run
 
     try:
         run = load_run(path)
-        att = attribution(run) if callable(attribution) else attribution
-        rep = build_report(run, att, top_sites=max(top, PEAK_SITES_KEPT), steps=steps, device_memory=device_memory)
+        rep = build_report(attribute(run, replace(options, top_sites=max(options.top_sites, PEAK_SITES_KEPT))))
         return process_result(process, rep)
     except InputError as exc:
         return ProcessResult(process, _empty_sites(), [], {}, [], error=exc.problem)
@@ -149,26 +130,25 @@ def _analyse(args) -> ProcessResult:
                              error=f"could not be analysed ({type(exc).__name__}: {' '.join(str(exc).split())[:300]})")
 
 
-def analyse_processes(job: Job, attribution, *, top: int = 10, steps: int = 1000, device_memory=None,
-                      workers: int | None = None, progress=None) -> dict:
-    """process -> ProcessResult for every readable process of ``job``.
-    ``attribution``: an Attribution, or a picklable callable ``run ->
-    Attribution``. ``workers``: worker processes (default: $JAXMEMPROF_WORKERS,
-    else the CPUs, up to 8, when the job has PARALLEL_FROM processes or more;
-    1: in this process)."""
+def analyse_processes(job: Job, options: Options, *, workers: int | None = None, progress=None) -> dict:
+    """process -> ProcessResult for every readable process of ``job``, each
+    attributed under ``options`` as a run of its own (paths relative to the
+    directory it was recorded in: see Options). ``workers``: worker
+    processes (default: $JAXMEMPROF_WORKERS, else the CPUs, up to 8, when the
+    job has PARALLEL_FROM processes or more; 1: in this process)."""
     results = {}
-    options = default_options(top, steps, device_memory, attribution)
+    summary_options = default_options(options)
     todo = []
     for p in job.processes:
         if p.error is not None or p.snapshots.empty:
             continue
-        r = read_summary(p.process, p.path, options) if options is not None and p.finished else None
+        r = read_summary(p.process, p.path, summary_options) if summary_options is not None and p.finished else None
         if r is not None:
             results[p.process] = r
             if progress is not None:
                 progress()
         else:
-            todo.append((p.process, str(p.path), top, steps, device_memory, attribution))
+            todo.append((p.process, str(p.path), options))
     if workers is None:
         env = os.environ.get(WORKERS_ENV, "").strip()
         if env.isdigit() and int(env) > 0:
@@ -361,14 +341,15 @@ SUMMARY_SCHEMA = 1
 SUMMARY_MAX_ARRAYS = 200_000  # past this, the summary is left to report (as run's closing summary is)
 
 
-def default_options(top: int, steps: int, device_memory, attribution) -> dict | None:
+SUMMARY_OPTIONS = Options(top_sites=PEAK_SITES_KEPT)  # what a process's own summary is made with
+
+
+def default_options(options: Options) -> dict | None:
     """The options a summary is made with, when the report's are those
     (None: they differ, each process is analysed)."""
-    lib = getattr(attribution, "library", ()) or ()
-    user = getattr(attribution, "user", ()) or ()
-    if device_memory is not None or lib or user or getattr(attribution, "all_frames", False) or steps != 1000:
+    if options.top_sites > PEAK_SITES_KEPT or replace(options, top_sites=PEAK_SITES_KEPT) != SUMMARY_OPTIONS:
         return None
-    return {"top_sites": PEAK_SITES_KEPT, "steps": 1000} if top <= PEAK_SITES_KEPT else None
+    return {"top_sites": SUMMARY_OPTIONS.top_sites, "steps": SUMMARY_OPTIONS.steps}
 
 
 def _journal_stamp(path) -> dict | None:
@@ -399,6 +380,7 @@ def write_summary(path) -> bool:
     from dataclasses import asdict
 
     from jaxmemprof._version import __version__
+    from jaxmemprof.analysis.attributed import attribute
     from jaxmemprof.analysis.report import build_report
     from jaxmemprof.store import layout
     from jaxmemprof.store.reader import load_run
@@ -406,15 +388,14 @@ def write_summary(path) -> bool:
     run = load_run(path)
     if len(run.arrays) > SUMMARY_MAX_ARRAYS:
         return False
-    att = AttributionFor()(run)
-    rep = build_report(run, att, top_sites=PEAK_SITES_KEPT, steps=1000)
+    rep = build_report(attribute(run, SUMMARY_OPTIONS))
     r = process_result(0, rep)
     stamp = _journal_stamp(path)
     if stamp is None:
         return False
     doc = {
         "schema": SUMMARY_SCHEMA, "jaxmemprof_version": __version__, "journal": stamp,
-        "options": {"top_sites": PEAK_SITES_KEPT, "steps": 1000},
+        "options": {"top_sites": SUMMARY_OPTIONS.top_sites, "steps": SUMMARY_OPTIONS.steps},
         "peak_sites": [[str(s), int(b), int(c)] for s, b, c in zip(r.peak_sites["site"], r.peak_sites["bytes"],
                                                                      r.peak_sites["count"])],
         "findings": [asdict(f) for f in r.findings],

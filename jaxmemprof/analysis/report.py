@@ -20,8 +20,6 @@ from jaxmemprof.analysis.leaks import leak_findings, leaks, recompiles, rejits
 from jaxmemprof.analysis.attributed import Attributed
 from jaxmemprof.analysis.lifetimes import estimated_site_churn, site_lifetimes
 from jaxmemprof.analysis.reuse import reuse
-from jaxmemprof.analysis.runs import sites_holding
-from jaxmemprof.analysis.sites import Attribution
 from jaxmemprof.analysis.timeline import Timeline, timeline
 
 
@@ -57,32 +55,32 @@ class Report:
     extra_findings: list = field(default_factory=list)
 
 
-def build_report(run, attribution: Attribution, *, top_sites: int = 10, steps: int = 1000,
-                 device_memory: int | None = None, extra_rules=()) -> Report:
-    """Analyse ``run``. ``device_memory``: bytes of a device to check the run
-    against ("will it fit?"). ``extra_rules``: callables ``(run,
-    report_so_far) -> list[Finding]`` added to the findings."""
-    ar = Attributed(run, attribution)  # each table below is computed once, and shared
-    tl = timeline(run, attribution, top_sites=top_sites, series=ar.series)
-    peak_sites = None if tl.peak_snapshot is None else sites_holding(run, tl.peak_snapshot, attribution, top_sites)
+def build_report(ar: Attributed, *, extra_rules=()) -> Report:
+    """Analyse the attributed run under its options (``top_sites``,
+    ``steps``; ``device_memory``: bytes of a device to check the run against,
+    "will it fit?"). ``extra_rules``: callables ``(run, report_so_far) ->
+    list[Finding]`` added to the findings."""
+    run, options = ar.run, ar.options
+    tl = timeline(ar)
+    peak_sites = None if tl.peak_snapshot is None else ar.sites_holding(tl.peak_snapshot)
 
     if run.has_arrays:
         arrays = ar.arrays
-        per_site = site_lifetimes(arrays, run)
+        per_site = site_lifetimes(ar)
         churn = pd.DataFrame()
-        r = reuse(run, arrays, shards=ar.shards, holders=ar.holders)
+        r = reuse(ar)
         reuse_by_device, reuse_by_site = r.by_device, r.by_site
         reuse_buffers, reuse_unknown = r.buffers, r.unknown_addresses
     else:
         arrays = per_site = reuse_by_device = reuse_by_site = pd.DataFrame()
         reuse_buffers = reuse_unknown = 0
-        churn = estimated_site_churn(run, attribution)
+        churn = estimated_site_churn(ar)
 
-    leak_rows = leaks(run, attribution, steps=steps, series=ar.series)
-    recompile_rows = recompiles(run, attribution, series=None if run.has_arrays else ar.series)
-    found: list[Finding] = leak_findings(leak_rows, recompile_rows, rejits(run, attribution))
+    leak_rows = leaks(ar)
+    recompile_rows = recompiles(ar)
+    found: list[Finding] = leak_findings(leak_rows, recompile_rows, rejits(ar))
 
-    memory_in_jit = jit_memory(run, attribution)
+    memory_in_jit = jit_memory(ar)
     # Per device, as XLA's figures are (and as a device's memory is): the
     # busiest device's snapshot peak, or a call's own on the busiest device;
     # and on all devices summed, beside the snapshots' total.
@@ -95,12 +93,12 @@ def build_report(run, attribution: Attribution, *, top_sites: int = 10, steps: i
         device_peak = max(busiest, inside.device_bytes)
         total_true_peak = max(int(tl.peak_bytes), inside.bytes)
         where = inside.where if inside.device_bytes > busiest else "at the snapshot peak"
-    found += donation_findings(run, attribution)
-    found += inside_jit_findings(run, attribution, buffers=ar.jit_buffers)
-    found += allocator_findings(run, device_peak, timeline=tl)
+    found += donation_findings(ar)
+    found += inside_jit_findings(ar)
+    found += allocator_findings(ar, device_peak, timeline=tl)
     fit = None
-    if device_memory is not None:
-        fit = will_it_fit(run, device_memory, device_peak)
+    if options.device_memory is not None:
+        fit = will_it_fit(ar, options.device_memory, device_peak)
         found += fit_findings(fit)
     found = in_proportion(found, total_true_peak if total_true_peak is not None else int(tl.peak_bytes))
     if inside is not None and inside.device_bytes > busiest:
@@ -142,9 +140,8 @@ def build_report(run, attribution: Attribution, *, top_sites: int = 10, steps: i
         reuse_by_site=reuse_by_site, reuse_buffers=reuse_buffers, reuse_unknown_addresses=reuse_unknown,
         leaks=leak_rows,
         recompiles=recompile_rows, jit_memory=memory_in_jit,
-        jit_peak=peak_by_line(run, attribution, buffers=ar.jit_buffers),
-        jit_buffers=largest_buffers(run, attribution, buffers=ar.jit_buffers),
-        jit_curve=program_curves(run, attribution), true_peak_bytes=total_true_peak,
+        jit_peak=peak_by_line(ar), jit_buffers=largest_buffers(ar),
+        jit_curve=program_curves(ar), true_peak_bytes=total_true_peak,
         true_peak_where=where,
         fit=fit, findings=ranked(found),
     )

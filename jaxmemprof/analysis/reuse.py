@@ -45,9 +45,13 @@ from functools import cached_property
 import numpy as np
 import pandas as pd
 
-from jaxmemprof.analysis.lifetimes import array_lifetimes
-from jaxmemprof.analysis.shards import SITE_COLUMNS, match_holders, shard_table
+from typing import TYPE_CHECKING
+
+from jaxmemprof.analysis.shards import SITE_COLUMNS
 from jaxmemprof.analysis.sites import NO_STACK
+
+if TYPE_CHECKING:
+    from jaxmemprof.analysis.attributed import Attributed
 
 COUNT_COLUMNS = [
     "buffers_born", "bytes_born", "reused_address", "reused_address_bytes", "reused_same_size",
@@ -115,21 +119,14 @@ def _counts(code: np.ndarray, n: int, flags: dict, nbytes: np.ndarray) -> pd.Dat
     return pd.DataFrame(out)[COUNT_COLUMNS]
 
 
-def reuse(run, arrays_df: pd.DataFrame | None = None, *, shards: pd.DataFrame | None = None,
-          holders: pd.DataFrame | None = None) -> Reuse:
-    """Address reuse in ``run``; ``arrays_df``: :func:`array_lifetimes`' rows
-    (for sites; computed with the default attribution when None);
-    ``shards`` and ``holders``: :func:`~jaxmemprof.analysis.shards.shard_table`
-    and :func:`~jaxmemprof.analysis.shards.match_holders` of the run, where
-    the caller has them (the report computes them once)."""
-    if arrays_df is None:
-        arrays_df = array_lifetimes(run)
-    if shards is None:
-        shards = shard_table(run)
-        holders = None
+def reuse(ar: Attributed) -> Reuse:
+    """Address reuse in the attributed run: its buffers (``ar.shards``), whose
+    address each took (``ar.holders``), and the site of each buffer's array
+    (``ar.arrays``)."""
+    arrays_df, shards = ar.arrays, ar.shards
     if shards.empty:
         return Reuse(_empty(["device"] + COUNT_COLUMNS), _empty(SITE_COLUMNS + COUNT_COLUMNS), _empty(EVENT_COLUMNS))
-    m = holders if holders is not None else match_holders(shards)
+    m = ar.holders
     is_reuse = m["is_reuse"].to_numpy()
     alias = m["is_alias"].to_numpy()
     born = ~alias

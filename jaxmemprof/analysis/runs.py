@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
-from jaxmemprof.analysis.groups import Summary, summarize, top
-from jaxmemprof.analysis.sites import Attribution
+from jaxmemprof.analysis.groups import Summary
+
+if TYPE_CHECKING:
+    from jaxmemprof.analysis.attributed import Attributed
 
 
 @dataclass(frozen=True)
@@ -59,19 +62,15 @@ def stretched_sampling(snaps: pd.DataFrame, settings: dict) -> tuple[float, floa
     return (float(interval), gap, float(budget)) if gap > 2 * interval else None
 
 
-def sites_holding(run, snapshot: int, attribution: Attribution, n: int) -> Summary:
-    """The ``n`` sites holding the most bytes in a snapshot (executables of
-    0 bytes left out)."""
-    full = summarize(run.profile(snapshot), "site", attribution)
-    held = replace(full, rows=full.rows[full.rows["bytes"] > 0].reset_index(drop=True))
-    return top(held, n)
-
-
-def overview(run, attribution: Attribution = Attribution(), top_sites: int = 5) -> Overview:
+def overview(ar: Attributed, top_sites: int = 5) -> Overview:
+    """What ``run`` prints when the program ends: the peak and the sites
+    holding it (and those of an OOM snapshot)."""
+    run = ar.run
     snaps: pd.DataFrame = run.snapshots
     m = run.manifest
+
     def sites_at(snapshot: int) -> Summary:
-        return sites_holding(run, snapshot, attribution, top_sites)
+        return ar.sites_holding(snapshot, top_sites)
 
     sites = oom = None
     peak = run_peak(snaps)

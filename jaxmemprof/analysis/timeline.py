@@ -16,13 +16,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from itertools import chain
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
 from jaxmemprof.analysis.groups import keyed_samples
 from jaxmemprof.analysis.runs import run_peak
-from jaxmemprof.analysis.sites import NO_STACK, Attribution, run_stack_sites
+from jaxmemprof.analysis.sites import NO_STACK
+
+if TYPE_CHECKING:
+    from jaxmemprof.analysis.attributed import Attributed
 
 OTHER = "other"
 # Allocator statistics carried into the timeline (docs/jax-facts.md, memory_stats).
@@ -102,21 +106,22 @@ class SiteSeries:
     (len(codes), len(snapshots)).
     """
 
-    def __init__(self, run, attribution: Attribution):
+    def __init__(self, ar: Attributed):
+        run = ar.run
         self.snapshots = run.snapshots["snapshot"].to_numpy(dtype=np.int64)
         self.n = len(self.snapshots)
         self.source = "arrays" if run.has_arrays else "profiles"
         self._profiles = None
         if run.has_arrays:
-            self._from_arrays(run, attribution)
+            self._from_arrays(run, ar.site_codes)
         else:
-            self._from_profiles(run, attribution)
+            self._from_profiles(run, ar.attribution)
 
     # -- arrays (interval form)
 
-    def _from_arrays(self, run, attribution):
+    def _from_arrays(self, run, site_codes):
         arrays = run.arrays
-        table, stack_code = site_codes(run.stacks, attribution)
+        table, stack_code = site_codes
         sid = pd.to_numeric(arrays["stack_id"], errors="coerce").fillna(-1).to_numpy(dtype=np.int64)
         codes = np.array(stack_code.reindex(sid).to_numpy(dtype=float), copy=True)
         missing = np.isnan(codes)
@@ -259,19 +264,6 @@ def _profile_tables(profile, attribution):
     return by_site, by_device, execs
 
 
-def site_codes(stacks: dict, attribution: Attribution):
-    """Sites of the run's stacks: (table of distinct sites, stack_id -> site code)."""
-    per_stack = run_stack_sites(stacks, attribution)
-    if per_stack.empty:
-        table = pd.DataFrame({"site": pd.Series(dtype=object), "file": pd.Series(dtype=object),
-                              "line": pd.Series(dtype=np.int64), "function": pd.Series(dtype=object)})
-        return table, pd.Series(dtype=np.int64)
-    codes, uniques = pd.factorize(per_stack["site"])
-    first = pd.Series(np.arange(len(codes))).groupby(codes).first().to_numpy()
-    table = per_stack.iloc[first][["site", "file", "line", "function"]].reset_index(drop=True)
-    return table, pd.Series(codes, index=per_stack.index.to_numpy(dtype=np.int64))
-
-
 def _positions(snapshots: np.ndarray, arrays: pd.DataFrame):
     """Each array's live range as positions in ``snapshots``: alive at
     positions pos_first <= p < pos_end (empty when it was never seen in a
@@ -406,12 +398,13 @@ def _fragmentation(df: pd.DataFrame) -> pd.Series:
 # -- the timeline ------------------------------------------------------------------
 
 
-def timeline(run, attribution: Attribution = Attribution(), top_sites: int = 8, *,
-             series: SiteSeries | None = None) -> Timeline:
-    """The timeline of ``run`` (see :class:`Timeline`); ``series``: the
-    run's SiteSeries under ``attribution``, where the caller has it."""
+def timeline(ar: Attributed, top_sites: int | None = None) -> Timeline:
+    """The timeline of the attributed run (see :class:`Timeline`), naming
+    ``top_sites`` sites (default: the options')."""
+    run = ar.run
+    top_sites = ar.options.top_sites if top_sites is None else top_sites
     snaps = run.snapshots
-    series = series if series is not None else SiteSeries(run, attribution)
+    series = ar.series
     n = series.n
     snap_no = series.snapshots
     t = snaps["t"].to_numpy(dtype=float)

@@ -242,14 +242,20 @@ def attribution_options(f):
     return f
 
 
-def attribution(library, user, all_frames, *runs):
-    """What counts as user code; paths are shown relative to the current
-    directory, or to the directory a run was recorded in."""
-    from jaxmemprof.analysis.sites import Attribution
+def analysis_options(library=(), user=(), all_frames=False, top=10, steps=1000, device_memory=None):
+    """The one Options of a command (analysis/options.py), from its click
+    options: built here, once, and passed down whole."""
+    from jaxmemprof.analysis.options import Options
 
-    roots = [os.getcwd()] + [r.manifest["cwd"] for r in runs if r is not None and r.manifest.get("cwd")]
-    return Attribution(library=tuple(library), user=tuple(user), all_frames=all_frames,
-                       roots=tuple(dict.fromkeys(roots)))
+    return Options(library=tuple(library), user=tuple(user), all_frames=bool(all_frames), top_sites=int(top),
+                   steps=int(steps), device_memory=device_memory)
+
+
+def attribution(library, user, all_frames, *runs):
+    """What counts as user code for a command on profiles (show, diff,
+    export --format pprof): paths relative to each run's recorded directory,
+    then the current one (Options.attribution, the one place that says so)."""
+    return analysis_options(library, user, all_frames).attribution(*runs)
 
 
 def load(spec, sample_index, max_decompressed, default="peak", **limits):
@@ -294,11 +300,12 @@ def open_run(spec):
     return load_run(path)
 
 
-def build_report_for(run_, top, library, user, all_frames, steps, device_memory=None):
+def build_report_for(run_, options):
+    """The report of one run under the command's options."""
+    from jaxmemprof.analysis.attributed import attribute
     from jaxmemprof.analysis.report import build_report
 
-    return build_report(run_, attribution(library, user, all_frames, run_), top_sites=top, steps=steps,
-                        device_memory=device_memory)
+    return build_report(attribute(run_, options))
 
 
 def isatty(stream) -> bool:

@@ -8,8 +8,8 @@ import sys
 
 import click
 
-from jaxmemprof.cli.base import (Size, _is_closed_pipe, attribution_options, build_report_for, cli, open_run, say,
-                                 silence, size_value, stdout_stream, warn)
+from jaxmemprof.cli.base import (Size, _is_closed_pipe, analysis_options, attribution_options, build_report_for, cli,
+                                 open_run, say, silence, size_value, stdout_stream, warn)
 from jaxmemprof.errors import InputError
 
 
@@ -110,6 +110,7 @@ def check(run_dir, max_peak, max_true_peak, max_growth, fail_on, baseline_dir, m
     if not limits.any():
         raise click.UsageError("nothing to check: give --max-peak, --max-true-peak, --max-growth, --fail-on "
                                "or --baseline with --max-increase")
+    options = analysis_options(library, user, all_frames, top=3)
     pairs = _pairs(run_dir, baseline_dir)
     results = []  # (process or None, outcomes)
     counts = []  # of a job: how many processes each says the job had
@@ -130,11 +131,11 @@ def check(run_dir, max_peak, max_true_peak, max_growth, fail_on, baseline_dir, m
             _must_look(path, pending)
         if base_run is not None:
             _must_look(base_path, unchecked_run(base_run, limits, baseline=True))
-        report = build_report_for(run_, 3, library, user, all_frames, 1000)
+        report = build_report_for(run_, options)
         _must_look(path, unchecked_report(report, limits))
         if n is not None:
             counts.append(run_.manifest.get("process_count"))
-        baseline = build_report_for(base_run, 3, library, user, all_frames, 1000) if base_run is not None else None
+        baseline = build_report_for(base_run, options) if base_run is not None else None
         outcomes = check_report(report, limits, baseline)
         if pending is not None and all(o.held for o in outcomes if o.check in _MONOTONE):
             _must_look(path, pending)

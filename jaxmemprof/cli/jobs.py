@@ -56,8 +56,8 @@ def run_path(spec: str) -> str:
     return str(process_directory(path, n)) + ("" if sel is None else f"@{sel}")
 
 
-def _job_report(spec, top, steps, device_memory, library, user, all_frames):
-    from jaxmemprof.analysis.processes import AttributionFor, analyse_processes, build_job_report
+def _job_report(spec, options):
+    from jaxmemprof.analysis.processes import analyse_processes, build_job_report
     from jaxmemprof.store.job import job_timeline, load_job
 
     job = load_job(spec)
@@ -69,8 +69,7 @@ def _job_report(spec, top, steps, device_memory, library, user, all_frames):
                                       f"({len(job.processes)} process director{'ies' if len(job.processes) > 1 else 'y'})")
     tl = job_timeline(job)
     with _progress(len(job.processes)) as step:
-        results = analyse_processes(job, AttributionFor(tuple(library), tuple(user), bool(all_frames)),
-                                    top=top, steps=steps, device_memory=device_memory, progress=step)
+        results = analyse_processes(job, options, progress=step)
     return build_job_report(job, results, tl)
 
 
@@ -92,8 +91,8 @@ def _progress(total: int):
         yield lambda: bar.advance(task)
 
 
-def report_job(spec, top, steps, device_memory, as_json, library, user, all_frames, explain=False) -> None:
-    rep = _job_report(spec, top, steps, device_memory, library, user, all_frames)
+def report_job(spec, options, as_json, explain=False) -> None:
+    rep = _job_report(spec, options)
     if as_json:
         from jaxmemprof.render.json import write_json
         from jaxmemprof.render.processes import job_document
@@ -103,16 +102,16 @@ def report_job(spec, top, steps, device_memory, as_json, library, user, all_fram
     from jaxmemprof.render import text
     from jaxmemprof.render.processes import render_job_report
 
-    render_job_report(rep, text.console(stdout_stream()), top=top, explain=explain)
+    render_job_report(rep, text.console(stdout_stream()), top=options.top_sites, explain=explain)
 
 
-def export_job_csv(spec, directory, force, top, steps, library, user, all_frames) -> None:
+def export_job_csv(spec, directory, force, options) -> None:
     """Every process's tables, one CSV per table with a ``process`` column,
     and the job's own (processes.csv, job_timeline.csv, job_peak_sites.csv,
     job_findings.csv)."""
     import pandas as pd
 
-    from jaxmemprof.analysis.processes import AttributionFor
+    from jaxmemprof.analysis.attributed import attribute
     from jaxmemprof.analysis.report import build_report
     from jaxmemprof.outputs import open_output, prepare_directory
     from jaxmemprof.render.csv import write_csv
@@ -125,8 +124,7 @@ def export_job_csv(spec, directory, force, top, steps, library, user, all_frames
     for w in job.warnings:
         say(f"jaxmemprof: warning: {spec}: {w}")
     prepare_directory(directory, tuple(EXPORT_FILES) + JOB_FILES, force)
-    rep = _job_report(spec, top, steps, None, library, user, all_frames)
-    att = AttributionFor(tuple(library), tuple(user), bool(all_frames))
+    rep = _job_report(spec, options)
     parts: dict[str, list] = {name: [] for name in EXPORT_FILES}
     for p in job.processes:
         if p.error is not None or p.snapshots.empty:
@@ -138,7 +136,7 @@ def export_job_csv(spec, directory, force, top, steps, library, user, all_frames
         except InputError as exc:
             say(f"jaxmemprof: warning: process {p.process}: {exc}")
             continue
-        tables = with_process(export_tables(build_report(run, att(run), top_sites=top, steps=steps)), p.process)
+        tables = with_process(export_tables(build_report(attribute(run, options))), p.process)
         for name, rows in tables.items():
             parts[name].append(rows)
     tables = {name: (pd.concat([r for r in rows if not r.empty] or rows[:1], ignore_index=True) if rows

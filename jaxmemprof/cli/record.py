@@ -8,7 +8,7 @@ import sys
 import click
 
 from jaxmemprof.api import INTERVAL_RANGE, MAX_OVERHEAD_RANGE
-from jaxmemprof.cli.base import Number, attribution, cli, say, stderr_stream
+from jaxmemprof.cli.base import Number, analysis_options, cli, say, stderr_stream
 from jaxmemprof.errors import InputError, check_not_empty
 
 
@@ -109,6 +109,7 @@ def _run_summary(tgt, directory):
     if stream is None:
         return
     try:
+        from jaxmemprof.analysis.attributed import attribute
         from jaxmemprof.analysis.report import build_report
         from jaxmemprof.analysis.runs import overview
         from jaxmemprof.render import text
@@ -116,8 +117,9 @@ def _run_summary(tgt, directory):
         from jaxmemprof.store.reader import load_run
 
         run_ = load_run(directory)
-        att = attribution((), (), False, run_)
-        ov = overview(run_, att, top_sites=3)
+        ar = attribute(run_, analysis_options(top=5))
+        att = ar.attribution
+        ov = overview(ar, top_sites=3)
         con = text.console(stream)
         if ov.oom_sites is not None:
             text.render_oom(ov.oom_sites, con)
@@ -126,7 +128,7 @@ def _run_summary(tgt, directory):
         text.render_run_summary(ov, con, target=" ".join(shown), run_dir=str(directory), warnings=problems)
         if ov.peak_snapshot is not None:
             if len(run_.arrays) <= _SUMMARY_MAX_ARRAYS:
-                findings = build_report(run_, att, top_sites=5).findings
+                findings = build_report(ar).findings
                 if findings:
                     con.print(f"findings ({len(findings)}):")
                     render_findings(findings, con, limit=2)

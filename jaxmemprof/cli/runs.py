@@ -6,8 +6,9 @@ import os
 
 import click
 
-from jaxmemprof.cli.base import (Size, attribution, attribution_options, build_report_for, cli, force_option, isatty,
-                                 json_option, load, open_run, say, stdout_stream, steps_option, top_option, warn)
+from jaxmemprof.cli.base import (Size, analysis_options, attribution, attribution_options, build_report_for, cli,
+                                 force_option, isatty, json_option, load, open_run, say, stdout_stream, steps_option,
+                                 top_option, warn)
 from jaxmemprof.cli.jobs import export_job_csv, process_option, report_job, run_path, whole_job
 
 
@@ -49,16 +50,21 @@ def report(run_dir, top, steps, device_memory, as_json, explain, html_path, forc
         from jaxmemprof.outputs import check_output
 
         check_output(html_path, force)  # refused before the work, not after
+    options = analysis_options(library, user, all_frames, top, steps, device_memory)
     if whole_job(run_dir):  # a multi-process job: each process's peak, the job's, findings merged
         if html_path is not None:
-            _write_job_html(run_dir, html_path, force, top, steps, device_memory, library, user, all_frames)
+            _write_job_html(run_dir, html_path, force, options)
             if not as_json:
                 return
-        return report_job(run_dir, top, steps, device_memory, as_json, library, user, all_frames, explain=explain)
+        return report_job(run_dir, options, as_json, explain=explain)
+    from jaxmemprof.analysis.attributed import attribute
+    from jaxmemprof.analysis.report import build_report
+
     run_ = open_run(run_path(run_dir))
-    rep = build_report_for(run_, top, library, user, all_frames, steps, device_memory)
+    ar = attribute(run_, options)
+    rep = build_report(ar)
     if html_path is not None:
-        _write_html(rep, run_, html_path, force, library, user, all_frames)
+        _write_html(rep, ar, html_path, force)
         if not as_json:
             return
     if as_json:
@@ -133,12 +139,13 @@ def _export_csv(spec, directory, force, top, steps, library, user, all_frames):
     from jaxmemprof.render.csv import write_csv
     from jaxmemprof.render.tables import EXPORT_FILES, export_tables
 
+    options = analysis_options(library, user, all_frames, top, steps)
     if whole_job(spec):
-        return export_job_csv(spec, directory, force, top, steps, library, user, all_frames)
+        return export_job_csv(spec, directory, force, options)
     run_ = open_run(run_path(spec))
     warn(run_)
     prepare_directory(directory, EXPORT_FILES, force)
-    tables = export_tables(build_report_for(run_, top, library, user, all_frames, steps))
+    tables = export_tables(build_report_for(run_, options))
     from jaxmemprof.render.processes import with_process
 
     tables = with_process(tables, run_.manifest.get("process_index") if isinstance(
@@ -180,27 +187,32 @@ def _export_pprof(inputs, output, force, library, user, all_frames):
     say(f"jaxmemprof: wrote {output} (open it with: go tool pprof -top {output})")
 
 
-def _write_job_html(spec, path, force, top, steps, device_memory, library, user, all_frames):
-    from jaxmemprof.analysis.processes import AttributionFor
+def _write_job_html(spec, path, force, options):
+    from jaxmemprof.analysis.attributed import attribute
+    from jaxmemprof.analysis.report import build_report
     from jaxmemprof.cli.base import output_to
     from jaxmemprof.cli.jobs import _job_report
-    from jaxmemprof.render.html import job_page
+    from jaxmemprof.render.html import job_page, job_page_processes
+    from jaxmemprof.store.reader import load_run
     from jaxmemprof.store.job import load_job
 
     job = load_job(spec)
     for w in job.warnings:
         say(f"jaxmemprof: warning: {spec}: {w}")
-    rep = _job_report(spec, top, steps, device_memory, library, user, all_frames)
-    page = job_page(job, rep, AttributionFor(tuple(library), tuple(user), bool(all_frames)), top=top, steps=steps,
-                    device_memory=device_memory)
+    rep = _job_report(spec, options)
+    shown = []
+    for n in job_page_processes(rep):  # the largest processes, each a report of its own
+        ar = attribute(load_run(job.process(n).path), options)
+        shown.append((n, build_report(ar), ar))
+    page = job_page(job, rep, shown)
     with output_to(path, force) as out:
         out.write(page)
 
 
-def _write_html(rep, run_, path, force, library, user, all_frames):
+def _write_html(rep, ar, path, force):
     from jaxmemprof.cli.base import output_to
     from jaxmemprof.render.html import report_page
 
-    page = report_page(rep, run_, attribution(library, user, all_frames, run_))
+    page = report_page(rep, ar)
     with output_to(path, force) as out:
         out.write(page)

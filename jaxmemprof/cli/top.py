@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import os
 import time
 
 import click
 
-from jaxmemprof.cli.base import attribution_options, cli, isatty, seconds, stdout_stream
+from jaxmemprof.cli.base import analysis_options, attribution_options, cli, isatty, seconds, stdout_stream
 
 
 @cli.command()
@@ -39,10 +38,11 @@ def top(run_dir, once, interval, top_n, library, user, all_frames):
       jaxmemprof top JOB --top 5                # every process of a job
     """
     from jaxmemprof.analysis.live import Tracker
-    from jaxmemprof.analysis.sites import Attribution
     from jaxmemprof.render import text
     from jaxmemprof.render.top import frame_view
     from jaxmemprof.store.follow import poll, run_directories
+
+    options = analysis_options(library, user, all_frames)
 
     directories = run_directories(run_dir)
     trackers: dict = {}
@@ -56,10 +56,7 @@ def top(run_dir, once, interval, top_n, library, user, all_frames):
             p = poll(path)
             tracker = trackers.get(path)
             if tracker is None:
-                cwd = p.manifest.get("cwd")
-                roots = tuple(dict.fromkeys([os.getcwd()] + ([cwd] if isinstance(cwd, str) and cwd else [])))
-                att = Attribution(library=tuple(library), user=tuple(user), all_frames=all_frames, roots=roots)
-                tracker = trackers[path] = Tracker(n, att, top_n)
+                tracker = trackers[path] = Tracker(n, options.attribution(p), top_n)
             out.append(tracker.update(p))
         return out
 

@@ -974,9 +974,9 @@ def tables() -> list[tuple[str, list[Table]]]:
               ("process",) + tuple(f.name for f in fields(Outcome) if f.name != "facts") + CHECK_FACTS),
     ]
     python_only = [
-        Table("reuse events", "Reuse.events", "`jaxmemprof.analysis.reuse.reuse(run).events` (Python only)",
+        Table("reuse events", "Reuse.events", "`jaxmemprof.analysis.reuse.reuse(attribute(run)).events` (Python only)",
               "One per address reuse.", tuple(reuse.EVENT_COLUMNS)),
-        Table("rejits", "rejits", "`jaxmemprof.analysis.leaks.rejits(run)` (Python only; `recompile` findings "
+        Table("rejits", "rejits", "`jaxmemprof.analysis.leaks.rejits(attribute(run))` (Python only; `recompile` findings "
               "of case `rejit`)", "One per line x function name jitted more than once.", tuple(leaks.REJIT_COLUMNS)),
     ]
     return [("Tables of a run: `export --csv` and `report --json`", per_run),

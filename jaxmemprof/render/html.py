@@ -118,12 +118,12 @@ def _held_rows(cells: Cells, j: int, n: int = 5) -> list:
 # -- the three pages ------------------------------------------------------------------
 
 
-def report_page(rep, run, attribution) -> str:
+def report_page(rep, ar) -> str:
     """The page of ``report --html``: a run's timeline, flame graphs of any
     snapshot and of the change between two, lifetimes, memory inside jit and
-    the findings."""
+    the findings (``rep``: the report of the attributed run ``ar``)."""
     S = _Strings()
-    data = _report_data(rep, run, attribution, S)
+    data = _report_data(rep, ar, S)
     data["strings"] = S.items
     return page(data)
 
@@ -138,11 +138,12 @@ def _process_of(run) -> int:
     return int(v) if v is not None else 0
 
 
-def _report_data(rep, run, attribution, S: _Strings, t_shift: float = 0.0) -> dict:
+def _report_data(rep, ar, S: _Strings, t_shift: float = 0.0) -> dict:
     """A run's data for the page (texts go to the string table ``S``);
     ``t_shift``: seconds added to its times (a process of a job, on the
     job's clock)."""
-    cells = run_cells(run, attribution)
+    run = ar.run
+    cells = run_cells(ar)
     proc = _process_of(run)
     tl = rep.timeline
     pos = cells.positions
@@ -289,30 +290,33 @@ MAX_PROCESSES = 16  # processes of a job drawn in full (the largest at the job's
 MAX_JOB_POINTS = 4000
 
 
-def job_page(job, job_report, attribution_for, *, top: int = 10, steps: int = 1000, device_memory=None) -> str:
-    """The page of ``report JOB --html`` for a multi-process job: the job's
-    memory over time (the sum over processes, on the aligned clock), every
-    process's peak, and the full report page of each of the largest
-    ``MAX_PROCESSES`` processes, one at a time behind a selector."""
-    from jaxmemprof.analysis.report import build_report
-    from jaxmemprof.store.reader import load_run
-
-    S = _Strings()
+def job_page_processes(job_report) -> list[int]:
+    """The processes whose full report a job's page shows: the
+    ``MAX_PROCESSES`` that held most at the job's peak (then by their own
+    peak), largest first (the page opens on the first)."""
     procs = job_report.processes
     order = procs.assign(_a=procs["at_job_peak_bytes"].fillna(0), _p=procs["peak_bytes"].fillna(0))
     order = order[order["error"].isna()] if "error" in order else order
     order = order.sort_values(["_a", "_p", "process"], ascending=[False, False, True])
-    chosen = [int(x) for x in order["process"].head(MAX_PROCESSES).tolist()]
+    return [int(x) for x in order["process"].head(MAX_PROCESSES).tolist()]
+
+
+def job_page(job, job_report, shown: list) -> str:
+    """The page of ``report JOB --html`` for a multi-process job: the job's
+    memory over time (the sum over processes, on the aligned clock), every
+    process's peak, and the full report page of each process in ``shown``
+    (``[(process, its Report, its Attributed run)]``, from
+    :func:`job_page_processes`), one at a time behind a selector."""
+    S = _Strings()
+    procs = job_report.processes
+    chosen = [n for n, _, _ in shown]
     blocks = []
-    for n in sorted(chosen):
-        p = job.process(n)
-        run = load_run(p.path)
-        att = attribution_for(run)
-        rep = build_report(run, att, top_sites=top, steps=steps, device_memory=device_memory)
+    for n, rep, ar in sorted(shown, key=lambda x: x[0]):
+        p, run = job.process(n), ar.run
         shift = 0.0
         if not run.snapshots.empty and not p.snapshots.empty:
             shift = float(p.snapshots["t"].iloc[0]) - float(run.snapshots["t"].iloc[0])
-        block = _report_data(rep, run, att, S, t_shift=shift)
+        block = _report_data(rep, ar, S, t_shift=shift)
         block["process"] = n  # the job's index (the directory's), whatever the manifest says
         block["title"] = f"process {n}" + (f" ({p.host})" if p.host else "") + f": {p.path}"
         blocks.append(block)

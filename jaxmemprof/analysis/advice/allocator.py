@@ -39,6 +39,8 @@ This module never imports jax: versions are read from the manifest.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import math
 import re
 from dataclasses import dataclass
@@ -49,6 +51,9 @@ import pandas as pd
 from jaxmemprof.analysis.findings import Finding
 from jaxmemprof.analysis.timeline import timeline as build_timeline
 from jaxmemprof.store.reader import read_manifest
+
+if TYPE_CHECKING:
+    from jaxmemprof.analysis.attributed import Attributed
 
 DOCS_URL = "https://docs.jax.dev/en/latest/gpu_memory_allocation.html"
 
@@ -228,7 +233,7 @@ class Peak:
         return {"peak_bytes": int(self.bytes), "peak_source": self.source, "peak_device": self.device}
 
 
-def estimate_peak(run, true_peak_bytes: int | None = None, devices: pd.DataFrame | None = None) -> Peak:
+def estimate_peak(ar: Attributed, true_peak_bytes: int | None = None, devices: pd.DataFrame | None = None) -> Peak:
     """The peak on the busiest device, best source first: the estimated true
     peak given by the caller (XLA temporaries included); the allocator's
     high-water mark ``peak_bytes_in_use``; the most live array bytes on one
@@ -236,7 +241,7 @@ def estimate_peak(run, true_peak_bytes: int | None = None, devices: pd.DataFrame
     if true_peak_bytes is not None:
         return Peak(int(true_peak_bytes), "estimated_true_peak_bytes", None)
     if devices is None:
-        devices = build_timeline(run, top_sites=0).devices
+        devices = build_timeline(ar, top_sites=0).devices
     hwm = devices.dropna(subset=["peak_bytes_in_use"]) if "peak_bytes_in_use" in devices else devices.iloc[0:0]
     if len(hwm):
         row = hwm.loc[hwm["peak_bytes_in_use"].astype("int64").idxmax()]
@@ -244,7 +249,7 @@ def estimate_peak(run, true_peak_bytes: int | None = None, devices: pd.DataFrame
     if len(devices) and (devices["live_bytes"] > 0).any():
         row = devices.loc[devices["live_bytes"].astype("int64").idxmax()]
         return Peak(int(row["live_bytes"]), "device_live_bytes", str(row["device"]))
-    snaps = run.snapshots
+    snaps = ar.run.snapshots
     live = int(snaps["live_bytes"].max()) if len(snaps) else 0
     return Peak(live, "live_bytes", None)
 
@@ -322,7 +327,7 @@ def _is_rocm(manifest: dict) -> bool:
 # -- the rules -------------------------------------------------------------------
 
 
-def allocator_findings(run, true_peak_bytes: int | None = None, *, processes_per_gpu: int | None = None,
+def allocator_findings(ar: Attributed, true_peak_bytes: int | None = None, *, processes_per_gpu: int | None = None,
                        timeline=None) -> list[Finding]:
     """Allocator advice for a GPU run (``[]`` for other backends, but see the
     module docstring). ``true_peak_bytes``: the estimated peak on the busiest
@@ -330,6 +335,7 @@ def allocator_findings(run, true_peak_bytes: int | None = None, *, processes_per
     how many processes share one GPU, when the caller knows (otherwise read
     from the run, :func:`processes_per_device`). ``timeline``: the run's
     Timeline, if already computed."""
+    run = ar.run
     m = run.manifest or {}
     env = {str(k): str(v) for k, v in (m.get("environment") or {}).items()}
     jaxlib = m.get("jaxlib_version")
@@ -338,8 +344,8 @@ def allocator_findings(run, true_peak_bytes: int | None = None, *, processes_per
         return both_fractions_findings(env, jaxlib, backend)
     found = env_findings(env, jaxlib, backend=backend)
 
-    devices = (timeline if timeline is not None else build_timeline(run, top_sites=0)).devices
-    peak = estimate_peak(run, true_peak_bytes, devices)
+    devices = (timeline if timeline is not None else build_timeline(ar, top_sites=0)).devices
+    peak = estimate_peak(ar, true_peak_bytes, devices)
     stats = device_stats(devices)
     frac = fraction_config(env, jaxlib)
     oom = had_oom(run)

@@ -22,6 +22,8 @@ For several processes on one GPU, each needs its pool and together at most
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from dataclasses import dataclass, field
 
 from jaxmemprof.analysis.advice.allocator import (
@@ -37,6 +39,9 @@ from jaxmemprof.analysis.advice.allocator import (
     percent_needed,
 )
 from jaxmemprof.analysis.findings import Finding
+
+if TYPE_CHECKING:
+    from jaxmemprof.analysis.attributed import Attributed
 
 
 @dataclass(frozen=True)
@@ -60,7 +65,7 @@ class Fit:
     backend: str | None = None  # the backend the run was recorded on
 
 
-def will_it_fit(run, device_bytes: int, true_peak_bytes: int | None = None,
+def will_it_fit(ar: Attributed, device_bytes: int, true_peak_bytes: int | None = None,
                 jaxlib_version: str | None = None, *, processes: int = 1) -> Fit:
     """Whether ``run``'s peak fits a GPU with ``device_bytes`` of memory
     (``jaxmemprof.units.parse_size("80GB")``), and with which settings.
@@ -71,10 +76,11 @@ def will_it_fit(run, device_bytes: int, true_peak_bytes: int | None = None,
     if device_bytes <= 0:
         raise ValueError(f"device_bytes must be positive, not {device_bytes}")
     processes = max(1, int(processes))
+    run = ar.run
     m = run.manifest or {}
     version = jaxlib_version if jaxlib_version is not None else m.get("jaxlib_version")
     name = fraction_env_name(version)
-    peak = estimate_peak(run, true_peak_bytes)
+    peak = estimate_peak(ar, true_peak_bytes)
     need = needed_bytes(peak.bytes)
     default_pool = int(device_bytes * DEFAULT_FRACTION)
     pct = percent_needed(need, device_bytes)

@@ -21,12 +21,16 @@ import json
 import linecache
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
 from jaxmemprof.analysis.findings import Finding
 from jaxmemprof.analysis.sites import Attribution
+
+if TYPE_CHECKING:
+    from jaxmemprof.analysis.attributed import Attributed
 
 
 JIT_MEMORY_COLUMNS = [
@@ -117,7 +121,8 @@ def _where(file: str, line: int, attribution: Attribution) -> str:
     return f"{attribution.display_path(file)}:{line}" if file else "?"
 
 
-def donation_candidates(run, attribution: Attribution = Attribution()) -> list[Candidate]:
+def donation_candidates(ar: Attributed) -> list[Candidate]:
+    run, attribution = ar.run, ar.attribution
     functions = _functions(run)
     calls = run.jit.get("calls")
     if functions.empty or calls is None or calls.empty:
@@ -345,14 +350,15 @@ def _change(run, fn, cands: list[Candidate]) -> dict:
     return facts | {"edited_line": _suggest(fn, facts["option"], wrapper).strip()}
 
 
-def donation_findings(run, attribution: Attribution = Attribution()) -> list[Finding]:
+def donation_findings(ar: Attributed) -> list[Finding]:
+    run, attribution = ar.run, ar.attribution
     findings: list[Finding] = []
     functions = _functions(run)
     if functions.empty:
         return findings
     by_id = functions.set_index("function_id")
     grouped: dict[int, list[Candidate]] = {}
-    for c in donation_candidates(run, attribution):
+    for c in donation_candidates(ar):
         grouped.setdefault(c.function_id, []).append(c)
     for fid, cands in grouped.items():
         fn = by_id.loc[fid]
@@ -435,10 +441,11 @@ def _donated(fn) -> str:
     return ", ".join(map(str, _json(fn["donate_argnums"], []) + _json(fn["donate_argnames"], [])))
 
 
-def jit_memory(run, attribution: Attribution = Attribution()) -> pd.DataFrame:
+def jit_memory(ar: Attributed) -> pd.DataFrame:
     """Per jitted function, its largest compiled signature's memory: XLA's
     argument, output, alias (donation that took effect), temporary and code
     bytes, and the call's peak ``argument + output - alias + temp + code``."""
+    run, attribution = ar.run, ar.attribution
     functions = _functions(run)
     compiles = run.jit.get("compiles")
     counts = run.jit.get("counts")
