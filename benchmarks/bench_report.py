@@ -288,14 +288,14 @@ def breakdown_child(run_path: str, top: int = 10) -> None:
         import jaxmemprof.store.reader  # noqa: F401
 
     stage("imports", imports)
-    from jaxmemprof.analysis.attributed import Attributed
+    from jaxmemprof.analysis.attributed import attribute
     from jaxmemprof.analysis.findings import ranked
     from jaxmemprof.analysis.groups import summarize, top as top_rows
     from jaxmemprof.analysis.leaks import leak_findings, leaks, recompiles
     from jaxmemprof.analysis.lifetimes import site_lifetimes
+    from jaxmemprof.analysis.options import Options
     from jaxmemprof.analysis.report import build_report
     from jaxmemprof.analysis.reuse import reuse
-    from jaxmemprof.analysis.sites import Attribution
     from jaxmemprof.analysis.timeline import timeline
     from jaxmemprof.render import text
     from jaxmemprof.render.csv import write_csv
@@ -304,20 +304,19 @@ def breakdown_child(run_path: str, top: int = 10) -> None:
     from jaxmemprof.store.reader import load_run
 
     run = stage("load_run", lambda: load_run(run_path))
-    # As `jaxmemprof report` does it (cli._attribution, build_report).
-    roots = [os.getcwd()] + ([run.manifest["cwd"]] if run.manifest.get("cwd") else [])
-    att = Attribution(roots=tuple(dict.fromkeys(roots)))
-    tl = stage("timeline", lambda: timeline(run, att, top_sites=top))
+    # As `jaxmemprof report` does it: the run attributed once (analysis/attributed.py).
+    options = Options(top_sites=top)
+    ar = attribute(run, options)
+    att = ar.attribution
+    tl = stage("timeline", lambda: timeline(ar))
     prof = stage("peak_profile_load", lambda: run.profile(tl.peak_snapshot))
     stage("peak_profile_summarize", lambda: top_rows(summarize(prof, "site", att), top))
-    # As build_report does it: the shared tables once (analysis/attributed.py).
-    ar = Attributed(run, att)
     stage("shards_and_holders", lambda: (ar.shards, ar.holders))
-    arrays = stage("array_lifetimes", lambda: ar.arrays)
-    stage("site_lifetimes", lambda: site_lifetimes(arrays, run))
-    stage("reuse", lambda: reuse(run, arrays, shards=ar.shards, holders=ar.holders))
-    leak_rows = stage("leaks", lambda: leaks(run, att, steps=1000, series=ar.series))
-    rec_rows = stage("recompiles", lambda: recompiles(run, att))
+    stage("array_lifetimes", lambda: ar.arrays)
+    stage("site_lifetimes", lambda: site_lifetimes(ar))
+    stage("reuse", lambda: reuse(ar))
+    leak_rows = stage("leaks", lambda: leaks(ar))
+    rec_rows = stage("recompiles", lambda: recompiles(ar))
     stage("findings", lambda: ranked(leak_findings(leak_rows, rec_rows)))
 
     def advice():
@@ -328,23 +327,23 @@ def breakdown_child(run_path: str, top: int = 10) -> None:
         from jaxmemprof.analysis.advice.allocator import allocator_findings
         from jaxmemprof.analysis.advice.donation import donation_findings, estimated_true_peak, jit_memory
 
-        jit_memory(run, att)
+        jit_memory(ar)
         inside, _ = estimated_true_peak(run)
         true_peak = max(int(tl.peak_bytes), inside) if inside is not None else None
-        donation_findings(run, att)
+        donation_findings(ar)
         device_peak = None
         if true_peak is not None:
             per_device = (tl.devices.groupby("device")["live_bytes"].max() if not tl.devices.empty
                           else pd.Series(dtype=float))
             busiest = int(per_device.max()) if len(per_device) else int(tl.peak_bytes)
             device_peak = busiest + (true_peak - int(tl.peak_bytes)) // max(len(per_device), 1)
-        allocator_findings(run, device_peak, timeline=tl)
+        allocator_findings(ar, device_peak, timeline=tl)
 
     try:
         stage("advice_rules", advice)
     except (ImportError, AttributeError, TypeError) as exc:
         print(f"stage advice_rules skipped: {exc!r}", file=sys.stderr)
-    rep = stage("build_report_whole", lambda: build_report(run, att, top_sites=top, steps=1000))
+    rep = stage("build_report_whole", lambda: build_report(attribute(run, options)))
     with open(os.devnull, "w", encoding="utf-8") as devnull:
         stage("render_text", lambda: render_report(rep, text.console(devnull), top=top))
 
@@ -386,7 +385,7 @@ def breakdown_child(run_path: str, top: int = 10) -> None:
     def site_series():
         from jaxmemprof.analysis.timeline import SiteSeries
 
-        return SiteSeries(run, att)
+        return SiteSeries(attribute(run, options))
 
     detail("site_series", site_series, "analysis/attributed.py, once per report (timeline and leaks)")
 

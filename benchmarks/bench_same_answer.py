@@ -29,15 +29,14 @@ PROGRAMS = ("nnx_optimizer.py", "equinox_optax.py")
 def answer(run_dir: Path):
     sys.path.insert(0, str(REPO))
     from jaxmemprof.analysis.advice.donation import jit_memory
+    from jaxmemprof.analysis.attributed import attribute
     from jaxmemprof.analysis.report import build_report
-    from jaxmemprof.analysis.sites import Attribution
     from jaxmemprof.store.reader import load_run
 
-    run = load_run(run_dir)
-    att = Attribution(roots=(run.manifest["cwd"],))
-    rep = build_report(run, att)
+    ar = attribute(load_run(run_dir))
+    rep = build_report(ar)
     findings = tuple(sorted((f.rule, f.site, f.saving_bytes) for f in rep.findings if f.rule != "fit"))
-    jm = jit_memory(run, att)
+    jm = jit_memory(ar)
     figures = tuple(map(tuple, jm[sorted(c for c in jm.columns if c.endswith("_bytes"))].values.tolist()))
     return findings, figures, rep.summary.get("estimated_true_peak_device_bytes")
 

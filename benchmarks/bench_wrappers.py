@@ -54,7 +54,7 @@ COLUMNS = ("benchmark", "case", "value", "unit", "reference", "ratio", "target",
 
 sys.path.insert(0, str(REPO))
 from jaxmemprof.analysis.advice.donation import donation_findings, jit_memory  # noqa: E402
-from jaxmemprof.analysis.sites import Attribution  # noqa: E402
+from jaxmemprof.analysis.attributed import attribute  # noqa: E402
 from jaxmemprof.store.reader import load_run  # noqa: E402
 
 
@@ -73,8 +73,7 @@ def timed(cmd: list[str], cwd: str) -> float:
 def record(script: Path, run_dir: Path, args: list[str]):
     subprocess.run([sys.executable, "-m", "jaxmemprof", "run", "-q", "-o", str(run_dir), str(script), *args],
                    cwd=script.parent, env=env(), check=True, capture_output=True)
-    run = load_run(run_dir)
-    return run, Attribution(roots=(run.manifest["cwd"],))
+    return attribute(load_run(run_dir))
 
 
 def bench_donation(res: Results, program: str, width: int, work: Path) -> None:
@@ -82,8 +81,8 @@ def bench_donation(res: Results, program: str, width: int, work: Path) -> None:
     script = work / program
     shutil.copy(PROGRAMS / program, script)
     args = ["--width", str(width)]
-    before, att = record(script, work / "before", args)
-    found = [f for f in donation_findings(before, att) if f.rule == "donate"]
+    before = record(script, work / "before", args)
+    found = [f for f in donation_findings(before) if f.rule == "donate"]
     if len(found) != 1 or (":  " not in found[0].fix and program not in RESTRUCTURED):
         res.say(f"{case}: expected one donate finding with an edited line, got {[f.fix for f in found]}")
         res.add("donation", case, None, "", met=False)
@@ -101,9 +100,9 @@ def bench_donation(res: Results, program: str, width: int, work: Path) -> None:
         lines = script.read_text().splitlines()
         lines[line - 1] = edited
         script.write_text("\n".join(lines) + "\n")
-    after, att_after = record(script, work / "after", args)
-    left = [g.rule for g in donation_findings(after, att_after) if g.rule.startswith("donat")]
-    mb, ma = (jit_memory(r, a).iloc[0] for r, a in ((before, att), (after, att_after)))
+    after = record(script, work / "after", args)
+    left = [g.rule for g in donation_findings(after) if g.rule.startswith("donat")]
+    mb, ma = (jit_memory(r).iloc[0] for r in (before, after))
     devices = DEVICES.get(program, 1)
     alias = int(ma["alias_bytes"]) * devices
     drop = (int(mb["call_peak_bytes"]) - int(ma["call_peak_bytes"])) * devices
