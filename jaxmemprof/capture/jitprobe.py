@@ -56,19 +56,14 @@ import types
 import weakref
 
 from jaxmemprof.capture.hooks import AfterImport
-from jaxmemprof.capture.jit.frames import _is_library, _user_frame
+from jaxmemprof.capture.jit.frames import _user_frame
+from jaxmemprof.capture.jit.libraries import BY_NAME, PATCHED, plain_arguments
 from jaxmemprof.capture.jit.liveness import _fates, _on_death, _windows
+from jaxmemprof.capture.jit.site import _is_user_function, _signature_names, _Site
 from jaxmemprof.capture.sampler import is_deleted as _is_deleted
-from jaxmemprof.paths import installed_part
 from jaxmemprof.xla.dump import read_dump
 from jaxmemprof.xla.executable import ExecutableError, read_executable
 
-# Library wrappers around jax.jit that the probe knows by name: (installed
-# package, the wrapper's function) of the outermost library frame between the
-# user's line and jax.jit -> how the user spells it.
-KNOWN_WRAPPERS = {("flax", "jit"): "flax.nnx.jit", ("equinox", "filter_jit"): "equinox.filter_jit"}
-# Names under which a wrapper's frame holds the user's function.
-_FUNCTION_LOCALS = ("fun", "f", "fn", "func", "function")
 # Sampled calls before which the live bytes are counted, at most, in a run
 # (later ones are estimated from the sampler's last snapshot before them).
 LIVE_BEFORE_CALLS = 400
@@ -87,82 +82,6 @@ def _normalise(value) -> list:
     if isinstance(value, (int, str)):
         return [value]
     return list(value)
-
-
-def _unwrap(fun):
-    """The Python function behind ``fun``: through ``__wrapped__``,
-    ``functools.partial`` and bound methods."""
-    for _ in range(32):
-        if isinstance(fun, functools.partial):
-            fun = fun.func
-        elif isinstance(fun, types.MethodType):
-            fun = fun.__func__
-        elif getattr(fun, "__wrapped__", None) is not None and fun.__wrapped__ is not fun:
-            fun = fun.__wrapped__
-        else:
-            break
-    return fun
-
-
-def _is_user_function(fun) -> bool:
-    code = getattr(fun, "__code__", None)
-    return code is not None and not _is_library(code.co_filename)
-
-
-def _wrapper_of(frames) -> str | None:
-    """How the user spells the library wrapper whose frames (innermost
-    first) lie between the user's line and jax.jit: ``flax.nnx.jit``, or
-    ``package:function`` for one not known; None when the user called
-    jax.jit directly."""
-    for f in reversed(frames):
-        part = installed_part(os.path.abspath(f.f_code.co_filename))
-        if part is None:  # the standard library, or jaxmemprof itself
-            continue
-        package = part.replace("\\", "/").split("/", 1)[0]
-        if package == "jaxmemprof":
-            continue
-        if package in ("jax", "jaxlib"):
-            return None
-        return KNOWN_WRAPPERS.get((package, f.f_code.co_name), f"{package}:{f.f_code.co_name}")
-    return None
-
-
-class _Site:
-    """Where jax.jit was applied, seen from the user's code: the user's line,
-    the library wrapper in between (if any), the user's own function and the
-    wrapper's options (equinox's ``donate``)."""
-
-    __slots__ = ("frame", "wrapper", "function", "options")
-
-    def __init__(self, caller, fun, wrapper_default):
-        frames = []
-        f = caller
-        while f is not None and _is_library(f.f_code.co_filename):
-            frames.append(f)
-            f = f.f_back
-        self.frame = f
-        self.wrapper = _wrapper_of(frames) or wrapper_default
-        self.function = self._find_function(fun, frames)
-        self.options = {}
-        if self.wrapper == "equinox.filter_jit":
-            for fr in frames:
-                if fr.f_code.co_name == "filter_jit" and isinstance(fr.f_locals.get("donate"), str):
-                    self.options["donate"] = fr.f_locals["donate"]
-                    break
-
-    @staticmethod
-    def _find_function(fun, frames):
-        target = _unwrap(fun)
-        if _is_user_function(target):
-            return target
-        for fr in frames:  # a wrapper that jits a function of its own holds the user's
-            for name in _FUNCTION_LOCALS:
-                v = fr.f_locals.get(name)
-                if v is not None and callable(v):
-                    u = _unwrap(v)
-                    if _is_user_function(u):
-                        return u
-        return target
 
 
 class _FunctionState:
@@ -295,7 +214,7 @@ class JitProbe:
         if self._patched:
             return
         self._jax = jax
-        for name, wrapper in (("jit", "jax.jit"), ("pmap", "jax.pmap")):
+        for name, wrapper in PATCHED:
             original = getattr(jax, name, None)
             if original is not None:
                 ours = self._make_jit(original, wrapper)
@@ -414,13 +333,16 @@ class JitProbe:
         jitted = _signature_names(fun)
         donate_argnums = _normalise(kwargs.get("donate_argnums"))
         donate_argnames = _normalise(kwargs.get("donate_argnames"))
-        static_argnums = _normalise(kwargs.get("static_argnums", kwargs.get("static_broadcasted_argnums")))
+        jit_static_argnums = _normalise(kwargs.get(BY_NAME[wrapper].static_argnums))
+        static_argnums = jit_static_argnums
         static_argnames = _normalise(kwargs.get("static_argnames"))
-        arguments, params = _plain_arguments, jitted
-        if site.wrapper == "equinox.filter_jit" and jitted == list(_EQUINOX_PARAMS):
-            # equinox jits a function of its own, over (arrays donated,
-            # arrays not donated, the rest): donation is its "donate" option.
-            arguments, params = _equinox_arguments, _signature_names(target)
+        arguments, params = plain_arguments, jitted
+        library = BY_NAME.get(site.wrapper)
+        if library is not None and library.jits_its_own(jitted):
+            # The wrapper jits a function of its own (equinox: over arrays
+            # donated, arrays not donated, the rest; donation is its "donate"
+            # option): the user's arguments are read from that call.
+            arguments, params = library.arguments, _signature_names(target)
             donate_argnums, donate_argnames, static_argnums = [], [], []
         frame = site.frame
         row = {
@@ -442,8 +364,7 @@ class JitProbe:
         }
         state = self._add_function(row, params, donate_argnums, donate_argnames, arguments, _cache_size(real) < 0,
                                    _is_user_function(target))
-        state.jit_static = (_normalise(kwargs.get("static_argnums", kwargs.get("static_broadcasted_argnums"))),
-                            _normalise(kwargs.get("static_argnames")), jitted)
+        state.jit_static = (jit_static_argnums, _normalise(kwargs.get("static_argnames")), jitted)
         return state
 
     def _add_function(self, row: dict, *state_args) -> _FunctionState:
@@ -458,7 +379,8 @@ class JitProbe:
         state.user, state.row = user, row
         state.static_argnums = json.loads(row.get("static_argnums") or "[]")
         state.static_argnames = json.loads(row.get("static_argnames") or "[]")
-        state.static_leaves = row.get("wrapper") == "equinox.filter_jit"
+        library = BY_NAME.get(row.get("wrapper"))
+        state.static_leaves = library is not None and library.static_leaves
         if state.donate_argnums or state.donate_argnames or json.loads(row.get("wrapper_options") or "{}").get(
                 "donate", "none") != "none":
             # After its first call a donating function's arguments are deleted:
@@ -922,60 +844,6 @@ def _bounded(signature: str, limit: int = SIGNATURE_CHARS) -> str:
     digest = hashlib.sha256(signature.encode()).hexdigest()[:16]
     tail = f" ... ({len(signature)} characters, sha256 {digest})"
     return signature[:limit - len(tail)] + tail
-
-
-def _signature_names(fun) -> list[str]:
-    try:
-        return list(inspect.signature(fun).parameters)
-    except (TypeError, ValueError):
-        return []
-
-
-def _plain_arguments(state, args, kwargs):
-    """The arguments of a jax.jit call (flax.nnx.jit passes the user's
-    arguments, as pytrees of their state, in the same places): (position or
-    None, name, passed by keyword, donated, value)."""
-    names = state.param_names
-    for i, value in enumerate(args):
-        name = names[i] if i < len(names) else ""
-        yield i, name, False, i in state.donate_argnums or name in state.donate_argnames, value
-    for name, value in kwargs.items():
-        donated = name in state.donate_argnames or (
-            name in names and names.index(name) in state.donate_argnums)
-        yield (names.index(name) if name in names else None), name, True, donated, value
-
-
-_EQUINOX_PARAMS = ("dynamic_donate", "dynamic_nodonate", "static")
-
-
-def _equinox_arguments(state, args, kwargs):
-    """The user's arguments inside equinox.filter_jit's call of its own jitted
-    function, ``(donated, not donated, static)``: the first two are dicts of
-    the array leaves of ``first`` (the first argument), ``rest`` ((the other
-    arguments, the keyword arguments)) and ``fun`` (the function's own
-    arrays), the third their static leaves and tree structures."""
-    donated_part, kept_part, (static_fun, static_first, static_rest) = args
-    names = state.param_names
-
-    def part(key, static):
-        donated = key in donated_part
-        return donated, _combine((donated_part if donated else kept_part)[key], static)
-
-    donated, first = part("first", static_first)
-    yield 0, names[0] if names else "", False, donated, first
-    donated, (rest, keywords) = part("rest", static_rest)
-    for i, value in enumerate(rest):
-        yield i + 1, names[i + 1] if i + 1 < len(names) else "", False, donated, value
-    for name, value in keywords.items():
-        yield (names.index(name) if name in names else None), name, True, donated, value
-    donated, fun = part("fun", static_fun)
-    yield None, "(function)", False, donated, fun  # a module's own arrays, for a method
-
-
-def _combine(dynamic_leaves, static):
-    """A pytree from equinox's split of it: (array leaves, (other leaves, structure))."""
-    static_leaves, treedef = static
-    return treedef.unflatten([d if s is None else s for d, s in zip(dynamic_leaves, static_leaves)])
 
 
 class Probed:
