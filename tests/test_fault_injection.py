@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import select
 import shutil
 import signal
 import sqlite3
@@ -144,7 +145,7 @@ if _FAULT == "in-transaction":
 """
 
 SEED = 20260601
-N_KILLS = 20
+N_KILLS = 14
 
 
 def _spawn(cwd: Path, run_dir: Path, script: Path, *args) -> subprocess.Popen:
@@ -160,20 +161,43 @@ def _spawn(cwd: Path, run_dir: Path, script: Path, *args) -> subprocess.Popen:
         stderr.close()
 
 
-def _wait_for(path: Path, proc: subprocess.Popen, timeout: float = 120) -> None:
+def _wait_for(run_dir: Path, proc: subprocess.Popen, *, files: int = 0, path: str | None = None,
+              timeout: float = 120) -> None:
+    """Until ``path`` (relative to the run) exists, or ``files`` snapshot
+    files do. (A snapshot whose profile is the one before's shares that
+    file: snapshot N need not have a file N, only N snapshots N files.)"""
+    snapshots = run_dir / "snapshots"
+
+    def ready():
+        if path is not None:
+            return (run_dir / path).exists()
+        return snapshots.is_dir() and sum(n.endswith(".prof.gz") for n in os.listdir(snapshots)) >= files
+
+    what = f"{run_dir / path}" if path is not None else f"{files} snapshot files in {snapshots}"
     deadline = time.monotonic() + timeout
-    while not path.exists():
+    while not ready():
         if proc.poll() is not None:
-            assert path.exists(), f"the run ended before {path} appeared"
+            assert ready(), f"the run ended before {what}"
             return
         if time.monotonic() >= deadline:
-            # A run that stalls: every thread's stack (faulthandler, on SIGABRT), in the message.
-            proc.send_signal(signal.SIGABRT)
-            proc.communicate(timeout=60)
-            log = path.parent.parent.with_suffix(".stderr")
-            stacks = log.read_text(errors="replace")[-6000:] if log.exists() else ""
-            raise AssertionError(f"{path} never appeared in {timeout} s; the run's threads:\n{stacks}")
+            _stalled(run_dir, proc, f"no {what} in {timeout} s")
         time.sleep(0.005)
+
+
+def _wait_for_done(run_dir: Path, proc: subprocess.Popen, timeout: float = 120) -> str:
+    """Until the script prints its last line (CHURN's "done"); returns what it printed."""
+    if not select.select([proc.stdout], [], [], timeout)[0]:
+        _stalled(run_dir, proc, f"{run_dir}: the script printed nothing in {timeout} s")
+    return proc.stdout.readline()
+
+
+def _stalled(run_dir: Path, proc: subprocess.Popen, what: str):
+    # A run that stalls: every thread's stack (faulthandler, on SIGABRT), in the message.
+    proc.send_signal(signal.SIGABRT)
+    proc.communicate(timeout=60)
+    log = run_dir.with_suffix(".stderr")
+    stacks = log.read_text(errors="replace")[-6000:] if log.exists() else ""
+    raise AssertionError(f"{what}; the run's threads:\n{stacks}")
 
 
 def _committed(run_dir: Path):
@@ -358,41 +382,66 @@ def run_checks(checks: list, cwd: Path) -> None:
 
 
 def _kill_plan(rng: random.Random) -> list[tuple[str, int, float]]:
-    """(when, steps, delay): 'spawn' delays count from the start of the
-    process (before the run directory, before JAX is imported); 'snapshot'
-    delays from the first snapshot file (snapshots being written back to
-    back); 'ending' runs stop on their own after a few steps, so the kill
-    may land in the exit snapshot or while the run is finalised."""
-    plan = [("spawn", 0, rng.uniform(0.0, 0.05))]
-    plan += [("spawn", 0, rng.uniform(0.05, 1.2)) for _ in range(4)]
-    plan += [("snapshot", 0, rng.uniform(0.0, 1.2)) for _ in range(11)]
-    plan += [("ending", 60, rng.uniform(0.2, 1.2)) for _ in range(4)]
+    """(when, steps, delay), each delay drawn in a part of its phase of its
+    own, so that a few kills still spread over every phase: 'spawn' delays
+    count from the start of the process (the first before the run directory
+    exists, the others while the CLI starts); 'journal' delays from the
+    journal's file (the journal being set up, JAX being imported: before the
+    first snapshot); 'snapshot' delays from the first snapshot file
+    (snapshots being written back to back); 'ending' runs stop on their own
+    after a few steps, their delays from the script's last line: the kill
+    lands in the exit snapshot, while the run is finalised (a few
+    milliseconds), or while its summary is printed."""
+    def spread(when, steps, lo, hi, n):
+        width = (hi - lo) / n
+        return [(when, steps, rng.uniform(lo + k * width, lo + (k + 1) * width)) for k in range(n)]
+
+    plan = spread("spawn", 0, 0.0, 0.05, 1) + spread("spawn", 0, 0.05, 1.2, 2)
+    plan += spread("journal", 0, 0.0, 0.5, 2)
+    plan += spread("snapshot", 0, 0.0, 1.2, 6)
+    plan += spread("ending", 60, 0.0, 0.01, 2) + spread("ending", 60, 0.01, 1.0, 1)
     assert len(plan) == N_KILLS
     return plan
 
 
+def _kill_at(run_dir: Path, script: Path, when: str, steps: int, delay: float, seed: int) -> tuple[bool, int]:
+    """One run of the plan, SIGKILLed at its moment: (the script finished first, the exit status)."""
+    proc = _spawn(run_dir.parent, run_dir, script, seed, steps)
+    printed = ""
+    try:
+        if when == "journal":
+            _wait_for(run_dir, proc, path="journal.sqlite")
+        elif when == "snapshot":
+            _wait_for(run_dir, proc, path="snapshots/000001.prof.gz")
+        elif when == "ending":
+            printed = _wait_for_done(run_dir, proc)
+        time.sleep(delay)
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        out, _ = proc.communicate(timeout=60)
+    done = "done" in printed + out
+    if not done:
+        assert proc.returncode == -signal.SIGKILL
+    return done, proc.returncode
+
+
 def test_sigkill_at_random_moments(tmp_path):
-    """20 runs, each SIGKILLed at a seeded random moment: before the run
-    directory exists, while JAX is imported, while snapshots are written
-    back to back (--interval 0.02 --max-overhead 0), and around the end."""
+    """14 runs, each SIGKILLed at a seeded random moment: before the run
+    directory exists, while the CLI starts, while the journal is set up and
+    JAX imported, while snapshots are written back to back (--interval 0.02
+    --max-overhead 0), and around the end. Two runs at a time (each waits
+    on its own process most of its time)."""
     rng = random.Random(SEED)
+    plan = _kill_plan(rng)
+    seeds = [rng.randrange(1 << 30) for _ in plan]
     script = write_script(tmp_path, "churn.py", CHURN)
+    dirs = [tmp_path / f"run{i:02d}" for i in range(len(plan))]
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        ends = list(pool.map(lambda i: _kill_at(dirs[i], script, *plan[i], seeds[i]), range(len(plan))))
     results, checks = [], []
-    for i, (when, steps, delay) in enumerate(_kill_plan(rng)):
-        run_dir = tmp_path / f"run{i:02d}"
-        proc = _spawn(tmp_path, run_dir, script, rng.randrange(1 << 30), steps)
-        try:
-            if when != "spawn":
-                _wait_for(run_dir / "snapshots" / "000001.prof.gz", proc)
-            time.sleep(delay)
-            proc.send_signal(signal.SIGKILL)
-        finally:
-            out, _ = proc.communicate(timeout=60)
-        done = "done" in out
-        if not done:
-            assert proc.returncode == -signal.SIGKILL
+    for run_dir, (when, _, delay), (done, returncode) in zip(dirs, plan, ends):
         facts, cli = check_killed_run(run_dir, done)
-        facts.update(when=when, delay=round(delay, 3), returncode=proc.returncode)
+        facts.update(when=when, delay=round(delay, 3), returncode=returncode)
         results.append(facts)
         checks += cli
     run_checks(checks, tmp_path)
@@ -400,8 +449,10 @@ def test_sigkill_at_random_moments(tmp_path):
         print(facts)
     states = [f["state"] for f in results]
     # The plan reaches the moments it is meant to: before any run directory,
-    # and well into the snapshots.
+    # after the journal's file but before any snapshot, and well into the
+    # snapshots.
     assert "no run yet" in states
+    assert any(f.get("snapshots", 0) == 0 for f in results if f["when"] == "journal"), results
     assert max(f.get("snapshots", 0) for f in results) >= 5
     _assert_no_mismatch(results)
 
@@ -509,7 +560,7 @@ def killed_run(tmp_path_factory):
     run_dir = d / "run"
     proc = _spawn(d, run_dir, script, 3, 0)
     try:
-        _wait_for(run_dir / "snapshots" / "000008.prof.gz", proc)
+        _wait_for(run_dir, proc, files=8)
         time.sleep(0.2)
     finally:
         proc.kill()
@@ -714,13 +765,13 @@ def test_deleted_snapshot_file_is_named_and_skipped(tmp_path, finished_run):
     run = load_run(d)
     assert n not in set(run.snapshots["snapshot"])
     assert any("missing" in w and f"snapshots {n}" in w for w in run.warnings), run.warnings
-    report, show, diff, export = [run_cli(*argv, cwd=tmp_path) for argv in _four_commands(d, tmp_path / "csv")]
-    for proc in (report, show, diff, export):
-        assert proc.returncode == 0, f"{proc.args}: {proc.stderr}"
+    report, show, diff, export, proc = cli_batch(_four_commands(d, tmp_path / "csv") + [["show", f"{d}@{n}"]],
+                                                 tmp_path)
+    for done in (report, show, diff, export):
+        assert done.returncode == 0, f"{done.args}: {done.stderr}"
     assert f"snapshots {n})" in report.stdout
     assert f"snapshots {n})" in show.stderr
     # The snapshot itself is refused in one clean line that names it.
-    proc = run_cli("show", f"{d}@{n}", cwd=tmp_path)
     _assert_clean_exit(proc, f"show @{n}", allowed=(2,))
     assert f"snapshot {n}" in proc.stderr
 
