@@ -26,7 +26,7 @@ KNOWN_UPWARD = {
 }
 KNOWN_LONG = {
     "jaxmemprof/capture/jitprobe.py", "jaxmemprof/capture/session.py", "jaxmemprof/capture/runner.py",
-    "jaxmemprof/capture/sampler.py", "jaxmemprof/pprof/reader.py", "jaxmemprof/render/glossary.py",
+    "jaxmemprof/capture/sampler.py", "jaxmemprof/render/glossary.py",
     "jaxmemprof/store/reader.py",
 }
 

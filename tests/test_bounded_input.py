@@ -27,8 +27,8 @@ from jaxmemprof.analysis.live import Refusals, Tracker
 from jaxmemprof.analysis.sites import Attribution
 from jaxmemprof.errors import InputError
 from jaxmemprof.pprof import profile_pb2 as pb
-from jaxmemprof.pprof.reader import (_FIELD_BYTES, _FIELDS_FREE, _HOLD, _RATIO_FREE, DEFAULT_MAX_DECOMPRESSED,
-                                     DEFAULT_MAX_RATIO, load_profile, read_profile_bytes)
+from jaxmemprof.pprof.decompress import _HOLD, _RATIO_FREE, DEFAULT_MAX_DECOMPRESSED, DEFAULT_MAX_RATIO, read_profile_bytes
+from jaxmemprof.pprof.reader import _FIELD_BYTES, _FIELDS_FREE, load_profile
 from jaxmemprof.store.follow import Poll
 
 from gzip_bombs import crc32_of_repeats, gzip_bomb

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from jaxmemprof.errors import InputError
-from jaxmemprof.pprof.reader import Profile
+from jaxmemprof.pprof.model import Profile
 
 
 def concat_profiles(profiles: list[tuple[str, Profile]], *, name: str) -> Profile:
