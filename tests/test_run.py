@@ -13,6 +13,7 @@ import time
 import pytest
 
 from conftest import cpu_env, line_of, run_cli, run_script, write_script
+from test_fault_injection import cli_batch
 
 import jaxmemprof
 from jaxmemprof.store.reader import load_run
@@ -275,21 +276,32 @@ def test_selectors_and_diff_of_a_run(tmp_path):
     run = load_run(run_dir)
     numbers = run.snapshots["snapshot"].tolist()
     by_label = dict(zip(run.snapshots["label"], numbers))
+    # The commands, run through the CLI's entry point in one batch (tests/test_fault_injection.py cli_batch).
+    commands = {f"show {sel}": ["show", f"{run_dir}{sel}", "--json"]
+                for sel in ("@peak", "@big", "@-1", "@first", "", "@final")}
+    commands.update({"diff": ["diff", run_dir, "--json"],
+                     "diff first final": ["diff", f"{run_dir}@first", f"{run_dir}@final", "--json"],
+                     "diff small big": ["diff", f"{run_dir}@small", f"{run_dir}@big", "--json"]})
+    bad = ("@nope", "@0", "@99")
+    commands.update({f"show {sel}": ["show", f"{run_dir}{sel}"] for sel in bad})
+    done = dict(zip(commands, cli_batch(list(commands.values()), tmp_path)))
+    for name, proc in done.items():
+        assert proc.returncode == (2 if name.split()[-1] in bad else 0), (name, proc.stderr)
+    out = {name: json.loads(proc.stdout) for name, proc in done.items() if "--json" in commands[name]}
 
-    def shown(spec):
-        return json.loads(run_cli("show", spec, "--json", cwd=tmp_path, check=0).stdout)
+    def shown(sel):
+        return out[f"show {sel}"]
 
-    assert shown(f"{run_dir}@peak")["inputs"] == [f"{run_dir}@{by_label['big']}"]
-    assert shown(f"{run_dir}@big")["totals"]["bytes"] == 4096 + 16384
-    assert shown(f"{run_dir}@-1")["inputs"] == [f"{run_dir}@{numbers[-1]}"]
-    assert shown(f"{run_dir}@first")["inputs"] == [f"{run_dir}@{numbers[0]}"]
-    assert shown(str(run_dir))["inputs"] == shown(f"{run_dir}@peak")["inputs"]
-    whole = json.loads(run_cli("diff", run_dir, "--json", cwd=tmp_path, check=0).stdout)
-    explicit = json.loads(run_cli("diff", f"{run_dir}@first", f"{run_dir}@final", "--json", cwd=tmp_path, check=0).stdout)
+    assert shown("@peak")["inputs"] == [f"{run_dir}@{by_label['big']}"]
+    assert shown("@big")["totals"]["bytes"] == 4096 + 16384
+    assert shown("@-1")["inputs"] == [f"{run_dir}@{numbers[-1]}"]
+    assert shown("@first")["inputs"] == [f"{run_dir}@{numbers[0]}"]
+    assert shown("")["inputs"] == shown("@peak")["inputs"]
+    whole, explicit = out["diff"], out["diff first final"]
     assert run.snapshots["trigger"].iloc[-1] == "exit"
-    assert shown(f"{run_dir}@final")["inputs"] == [f"{run_dir}@{numbers[-2]}"]
+    assert shown("@final")["inputs"] == [f"{run_dir}@{numbers[-2]}"]
     assert whole["rows"] == explicit["rows"] and whole["totals"] == explicit["totals"]
-    grew = json.loads(run_cli("diff", f"{run_dir}@small", f"{run_dir}@big", "--json", cwd=tmp_path, check=0).stdout)
+    grew = out["diff small big"]
     assert grew["rows"][0]["site"] == f"sel.py:{line_of(script, 'LINE-BIG')} (<module>)"
     assert grew["totals"]["delta_bytes"] == 16384
     # Read from another directory, paths stay relative to where the run was recorded.
@@ -297,8 +309,8 @@ def test_selectors_and_diff_of_a_run(tmp_path):
     elsewhere.mkdir()
     doc = json.loads(run_cli("show", f"{run_dir}@big", "--json", cwd=elsewhere, check=0).stdout)
     assert doc["rows"][0]["site"] == f"sel.py:{line_of(script, 'LINE-BIG')} (<module>)"
-    for bad in ("@nope", "@0", "@99"):
-        proc = run_cli("show", f"{run_dir}{bad}", cwd=tmp_path, check=2)
+    for sel in bad:
+        proc = done[f"show {sel}"]
         assert proc.stderr.startswith("jaxmemprof: error: ") and str(run_dir) in proc.stderr
 
 
