@@ -7,6 +7,7 @@ from __future__ import annotations
 import sqlite3
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -16,12 +17,14 @@ from jaxmemprof.store.reader import load_run
 
 
 def _both(tmp_path, source, *args):
+    """(python's result, run's result, the run directory): the two at the same time."""
     script = write_script(tmp_path, "forks.py", source)
-    py = subprocess.run([sys.executable, str(script), *args], cwd=tmp_path, env=cpu_env(),
-                        capture_output=True, text=True, timeout=120)
-    jm = subprocess.run([sys.executable, "-m", "jaxmemprof", "run", "-o", str(tmp_path / "run"),
-                         "--interval", "0.05", "--max-overhead", "0", str(script), *args],
-                        cwd=tmp_path, env=cpu_env(), capture_output=True, text=True, timeout=120)
+    commands = ([sys.executable, str(script), *args],
+                [sys.executable, "-m", "jaxmemprof", "run", "-o", str(tmp_path / "run"),
+                 "--interval", "0.05", "--max-overhead", "0", str(script), *args])
+    with ThreadPoolExecutor(2) as pool:
+        py, jm = pool.map(lambda cmd: subprocess.run(cmd, cwd=tmp_path, env=cpu_env(), capture_output=True,
+                                                     text=True, timeout=120), commands)
     return py, jm, tmp_path / "run"
 
 
