@@ -263,18 +263,21 @@ json.dump(results, sys.stdout)
 """
 
 
-def cli_batch(jobs: list[list], cwd: Path) -> list[subprocess.CompletedProcess]:
-    """Run ``jaxmemprof ARGV`` for each ARGV in ``jobs``, in two worker processes."""
+def cli_batch(jobs: list[list], cwd: Path | None, *, workers: int = 2, env: dict | None = None
+              ) -> list[subprocess.CompletedProcess]:
+    """Run ``jaxmemprof ARGV`` for each ARGV in ``jobs``, in two worker
+    processes (``workers=1``: one, the jobs one after the other, in order)."""
     if not jobs:
         return []
-    halves = [jobs[: (len(jobs) + 1) // 2], jobs[(len(jobs) + 1) // 2:]]
+    cut = (len(jobs) + 1) // 2 if workers == 2 else len(jobs)
+    halves = [jobs[:cut], jobs[cut:]]
 
     def work(part):
         if not part:
             return []
         proc = subprocess.run(
             [sys.executable, "-c", _BATCH], input=json.dumps([[str(a) for a in argv] for argv in part]),
-            cwd=cwd, env=cpu_env(), capture_output=True, text=True, timeout=600,
+            cwd=cwd, env=env or cpu_env(), capture_output=True, text=True, timeout=600,
         )
         assert proc.returncode == 0, f"the batch process failed:\n{proc.stderr[-5000:]}"
         return json.loads(proc.stdout)

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from conftest import cpu_env, line_of, run_cli, write_script
+from test_fault_injection import cli_batch
 
 from jaxmemprof.store.job import job_timeline, load_job
 
@@ -105,10 +106,10 @@ def _report_json(path, *extra, cwd=None):
     return json.loads(proc.stdout)
 
 
-def _check_job(tmp_path, job_dir, script, n, heavy):
+def _check_job(doc, script, n, heavy):
+    """What ``report JOB --json`` (``doc``) says of a job of ``n`` processes launched by launch_job."""
     extra_site = f"job.py:{line_of(script, '# EXTRA')} (<module>)"
     base_sites = [f"job.py:{line_of(script, m)} (<module>)" for m in ("# BASE", "# STEP")]
-    doc = _report_json(job_dir)
     assert doc["job"]["processes"] == n and doc["job"]["unfinished"] == []
     assert doc["job"]["alignment"] == "jax.distributed.initialize"
     procs = {p["process"]: p for p in doc["processes"]}
@@ -140,7 +141,7 @@ def _check_job(tmp_path, job_dir, script, n, heavy):
     donate = [f for f in doc["findings"] if f["rule"] == "donate"]
     assert len(donate) == 1, [f["rule"] for f in doc["findings"]]
     assert donate[0]["process_count"] == n and donate[0]["processes"] == (f"0\u2013{n - 1}" if n > 2 else "0, 1")
-    return doc, extra_site
+    return extra_site
 
 
 @pytest.fixture(scope="module")
@@ -164,10 +165,31 @@ def test_two_processes_one_report(two_process_job, tmp_path):
         assert [k for (k,) in con.execute("SELECT kind FROM events WHERE kind = 'distributed-init'")] == [
             "distributed-init"]
         con.close()
-    doc, extra_site = _check_job(tmp_path, job_dir, script, 2, heavy=1)
+    # The commands that read the job, in one batch through the CLI's entry point (the import paid twice, not
+    # a dozen times): report, show, diff and export of the job, of one of its processes, and a merge.
+    out, single, bare = tmp_path / "csv", tmp_path / "csv1", tmp_path / "bare"
+    commands = {
+        "report --json": ["report", job_dir, "--json"],
+        "report": ["report", job_dir],
+        "report --process 1": ["report", job_dir, "--json", "--process", "1"],
+        "report process-1": ["report", job_dir / "process-1", "--json"],
+        "show @peak": ["show", f"{job_dir}@peak", "--json"],
+        "show --process 1": ["show", job_dir, "--process", "1", "--json"],
+        "show process-1@peak": ["show", f"{job_dir}/process-1@peak", "--json"],
+        "show --process 7": ["show", job_dir, "--process", "7"],
+        "diff": ["diff", job_dir, "--json"],
+        "export": ["export", job_dir, "--csv", out],
+        "export process-0": ["export", job_dir / "process-0", "--csv", single],
+        "merge": ["merge", bare, job_dir],
+    }
+    done = dict(zip(commands, cli_batch(list(commands.values()), None)))
+    for name, proc in done.items():
+        assert proc.returncode == (2 if name == "show --process 7" else 0), (name, proc.stderr)
+    doc = json.loads(done["report --json"].stdout)
+    extra_site = _check_job(doc, script, 2, heavy=1)
 
     # The terminal: each process's memory, the job's peak, who holds more and why.
-    text = run_cli("report", job_dir, check=0).stdout
+    text = done["report"].stdout
     assert "job peak:" in text and "2 processes" in text
     assert re.search(r"^\d\. high imbalance .*\(process 1\)$", text, re.M), text
     # 8 MiB more at EXTRA; a snapshot taken during a step may also see BASE's old and new values.
@@ -177,8 +199,6 @@ def test_two_processes_one_report(two_process_job, tmp_path):
     # Each process summarised itself as it ended; report reads those, and a
     # job without them (or with damaged ones) reports exactly the same.
     assert all((job_dir / f"process-{i}" / "summary.json").is_file() for i in range(2))
-    bare = tmp_path / "bare"
-    run_cli("merge", bare, job_dir, check=0)
     (bare / "process-0" / "summary.json").unlink()
     (bare / "process-1" / "summary.json").write_text('{"schema": 1, "findings": [[[[')
     # (from the directory above the one it was recorded in: sites are named as the processes named them)
@@ -187,30 +207,27 @@ def test_two_processes_one_report(two_process_job, tmp_path):
         assert again[key] == doc[key], key
 
     # One process, two ways; each is a run of today's format.
-    one = _report_json(job_dir, "--process", "1")
+    one = json.loads(done["report --process 1"].stdout)
     assert one["summary"]["peak_bytes"] == doc["processes"][1]["peak_bytes"]
-    assert _report_json(job_dir / "process-1")["summary"] == one["summary"]
+    assert json.loads(done["report process-1"].stdout)["summary"] == one["summary"]
 
     # show on the job: the processes' snapshots at the job's peak, merged.
-    shown = json.loads(run_cli("show", f"{job_dir}@peak", "--json", check=0).stdout)
+    shown = json.loads(done["show @peak"].stdout)
     assert shown["totals"]["bytes"] == doc["job"]["peak_bytes"]
     sites = {r["site"]: r["bytes"] for r in shown["rows"]}
     assert sites[extra_site] == 8 * MiB
-    p1 = json.loads(run_cli("show", job_dir, "--process", "1", "--json", check=0).stdout)
+    p1 = json.loads(done["show --process 1"].stdout)
     assert p1["totals"]["bytes"] == doc["processes"][1]["peak_bytes"]
-    assert run_cli("show", f"{job_dir}/process-1@peak", "--json", check=0).stdout == \
-        run_cli("show", job_dir, "--process", "1", "--json", check=0).stdout
-    bad = run_cli("show", job_dir, "--process", "7", check=2)
+    assert done["show process-1@peak"].stdout == done["show --process 1"].stdout
+    bad = done["show --process 7"]
     assert bad.stderr.count("\n") == 1 and "has no process 7 (it has 0, 1)" in bad.stderr
 
     # diff on the job: first -> final of every process.
-    d = json.loads(run_cli("diff", job_dir, "--json", check=0).stdout)
+    d = json.loads(done["diff"].stdout)
     # (the first snapshot may catch the scalar jnp.ones broadcasts, a few bytes on that line)
     assert 8 * MiB - 64 <= {r["site"]: r["delta_bytes"] for r in d["rows"]}[extra_site] <= 8 * MiB
 
     # export: every table with a process column, and the job's own.
-    out = tmp_path / "csv"
-    run_cli("export", job_dir, "--csv", out, check=0)
     import pandas as pd
 
     timeline = pd.read_csv(out / "timeline.csv")
@@ -219,15 +236,16 @@ def test_two_processes_one_report(two_process_job, tmp_path):
     assert list(procs["process"]) == [0, 1] and procs.loc[1, "peak_bytes"] == doc["processes"][1]["peak_bytes"]
     findings = pd.read_csv(out / "job_findings.csv")
     assert "imbalance" in set(findings["rule"])
-    single = tmp_path / "csv1"
-    run_cli("export", job_dir / "process-0", "--csv", single, check=0)
     assert set(pd.read_csv(single / "timeline.csv")["process"]) == {0}
 
 
 def test_four_processes(tmp_path):
     script = launch_job(tmp_path, 4, heavy=2)
-    _check_job(tmp_path, tmp_path / "job", script, 4, heavy=2)
-    text = run_cli("report", tmp_path / "job", check=0).stdout
+    as_json, as_text = cli_batch([["report", tmp_path / "job", "--json"], ["report", tmp_path / "job"]], None,
+                                 workers=1)
+    assert as_json.returncode == as_text.returncode == 0, as_json.stderr + as_text.stderr
+    _check_job(json.loads(as_json.stdout), script, 4, heavy=2)
+    text = as_text.stdout
     assert re.search(r"^\d\. medium donate .*\(processes 0\u20133\)$", text, re.M), text  # the donation, once for the four
 
 
@@ -273,7 +291,10 @@ def test_a_killed_process_leaves_the_others_intact(tmp_path):
                 p.kill()
     assert rc0 == 0, err0
     assert rc1 == -signal.SIGKILL
-    doc = _report_json(tmp_path / "job")
+    as_json, as_text, alone = cli_batch([["report", tmp_path / "job", "--json"], ["report", tmp_path / "job"],
+                                         ["report", tmp_path / "job" / "process-0", "--json"]], None, workers=1)
+    assert as_json.returncode == as_text.returncode == alone.returncode == 0, as_json.stderr + as_text.stderr
+    doc = json.loads(as_json.stdout)
     assert doc["job"]["unfinished"] == [1]
     procs_ = {p["process"]: p for p in doc["processes"]}
     assert procs_[0]["finished"] and procs_[0]["exit_status"] == 0
@@ -281,10 +302,9 @@ def test_a_killed_process_leaves_the_others_intact(tmp_path):
     assert doc["job"]["alignment"] == "wall clocks"
     unfinished = [f for f in doc["findings"] if f["rule"] == "unfinished"]
     assert len(unfinished) == 1 and unfinished[0]["processes"] == "1" and unfinished[0]["severity"] == "high"
-    text = run_cli("report", tmp_path / "job", check=0).stdout
-    assert "did not finish: process 1" in text
+    assert "did not finish: process 1" in as_text.stdout
     # Process 0's run is complete on its own.
-    alone = _report_json(tmp_path / "job" / "process-0")
+    alone = json.loads(alone.stdout)
     assert alone["summary"]["finished"] and not any("did not finish" in w for w in alone["warnings"])
 
 
@@ -304,21 +324,24 @@ def test_per_host_directories_merged(tmp_path):
         m = json.loads((h / "run" / "manifest.json").read_text())
         assert m["process_index"] == i and m["process_count"] == 2 and "process_variable" not in m
     before = [_tree(h) for h in hosts]
-    merged = tmp_path / "merged"
-    proc = run_cli("merge", merged, hosts[1] / "run", hosts[0] / "run", check=0)
+    merged, again = tmp_path / "merged", tmp_path / "again"
+    # One after the other, in one process (through the CLI's entry point): the merge, the report of what it
+    # made; a job's copy merges with the single runs' copies too, but a process given twice is refused before
+    # any copy; a non-empty output is refused.
+    proc, report, clash, not_empty = cli_batch(
+        [["merge", merged, hosts[1] / "run", hosts[0] / "run"], ["report", merged, "--json"],
+         ["merge", again, merged, hosts[0] / "run"], ["merge", merged, hosts[0] / "run"]], None, workers=1)
+    assert (proc.returncode, report.returncode, clash.returncode, not_empty.returncode) == (0, 0, 2, 2), (
+        proc.stderr + report.stderr + clash.stderr + not_empty.stderr)
     assert "merged 2 processes (0, 1)" in proc.stderr
     assert [_tree(h) for h in hosts] == before  # the inputs: untouched
     assert sorted(p.name for p in merged.iterdir()) == ["process-0", "process-1"]
     assert _tree(merged / "process-1") == _tree(hosts[1] / "run")
-    doc, _ = _check_job(tmp_path, merged, script, 2, heavy=0)
-
-    # A job's copy merges with the single runs' copies too; a process given twice is refused before any copy.
-    again = tmp_path / "again"
-    clash = run_cli("merge", again, merged, hosts[0] / "run", check=2)
+    _check_job(json.loads(report.stdout), script, 2, heavy=0)
     assert clash.stderr.count("\n") == 1 and "holds process 0, which" in clash.stderr
     assert not again.exists() or not any(again.iterdir())
-    # A non-empty output is refused; a job merged from a job is the same job.
-    assert "is not empty" in run_cli("merge", merged, hosts[0] / "run", check=2).stderr
+    assert "is not empty" in not_empty.stderr
+    # A job merged from a job is the same job.
     run_cli("merge", again, merged, check=0)
     assert _tree(again) == _tree(merged)
 
@@ -470,11 +493,15 @@ def test_merge_and_variables_refuse_what_they_must(tmp_path):
     job = tmp_path / "job"
     (job / "process-0" / "snapshots").mkdir(parents=True)
     (job / "process-0" / "manifest.json").write_text('{"process_index": 0}')
-    inside = run_cli("merge", job / "process-0" / "out", job, check=2)
-    assert "is inside" in inside.stderr and not (job / "process-0" / "out").exists()
     (tmp_path / "plain").mkdir()
-    assert "is neither a job directory" in run_cli("merge", tmp_path / "o", tmp_path / "plain", check=2).stderr
     (tmp_path / "single").mkdir()
     (tmp_path / "single" / "manifest.json").write_text("{}")
-    assert "names no process index" in run_cli("merge", tmp_path / "o", tmp_path / "single", check=2).stderr
+    inside, plain, single = cli_batch([["merge", job / "process-0" / "out", job],
+                                       ["merge", tmp_path / "o", tmp_path / "plain"],
+                                       ["merge", tmp_path / "o", tmp_path / "single"]], tmp_path, workers=1)
+    assert (inside.returncode, plain.returncode, single.returncode) == (2, 2, 2), (
+        inside.stderr + plain.stderr + single.stderr)
+    assert "is inside" in inside.stderr and not (job / "process-0" / "out").exists()
+    assert "is neither a job directory" in plain.stderr
+    assert "names no process index" in single.stderr
     assert not (tmp_path / "o").exists()
