@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from conftest import cpu_env, run_cli, write_script
+from test_fault_injection import cli_batch
 from test_multiprocess import _wait_all, free_port
 
 from jaxmemprof.store import layout
@@ -116,7 +117,13 @@ def test_a_job_started_by_hand_is_recorded_as_a_job(tmp_path):
     for i in (0, 1):
         assert json.loads((job / f"process-{i}" / layout.MANIFEST).read_text())["pid"] == again[i].pid
 
-    doc = json.loads(run_cli("report", job, "--json", check=0).stdout)
+    # report, check and export read it as a job (one batch through the CLI's entry point).
+    out = tmp_path / "csv"
+    report, check, export = cli_batch([["report", job, "--json"], ["check", job, "--max-peak", "1.5MiB"],
+                                       ["export", job, "--csv", out]], tmp_path, workers=1)
+    assert (report.returncode, check.returncode, export.returncode) == (0, 1, 0), (
+        report.stderr + check.stderr + export.stderr)
+    doc = json.loads(report.stdout)
     assert doc["job"]["processes"] == 2 and doc["job"]["unfinished"] == []
     assert doc["job"]["alignment"] == "jax.distributed.initialize"
     procs = {p["process"]: p for p in doc["processes"]}
@@ -126,10 +133,8 @@ def test_a_job_started_by_hand_is_recorded_as_a_job(tmp_path):
         # Each process's own recording in its own directory: 1 MiB in 0, 2 MiB in 1.
         assert (i + 1) * MiB <= p["peak_bytes"] < (i + 1) * MiB + 64 * 1024, (i, p["peak_bytes"])
     # check and export read it as a job too.
-    shown = run_cli("check", job, "--max-peak", "1.5MiB", check=1).stdout
+    shown = check.stdout
     assert "ok   process 0:" in shown and "FAIL process 1:" in shown, shown
-    out = tmp_path / "csv"
-    run_cli("export", job, "--csv", out, check=0)
     assert len((out / "processes.csv").read_text().splitlines()) == 3
 
 
