@@ -11,6 +11,7 @@ import os
 import sqlite3
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 from conftest import cpu_env, write_script
 
@@ -143,12 +144,11 @@ def test_a_run_is_thinned_as_it_goes(tmp_path):
     run = load_run(run_dir)
     assert not any("missing" in w for w in run.warnings), run.warnings
     assert len(run.snapshots) == total and set(run.snapshots.loc[run.snapshots["thinned"], "snapshot"]) == thinned
-    report = subprocess.run([sys.executable, "-m", "jaxmemprof", "report", str(run_dir)], cwd=tmp_path, env=env,
-                            capture_output=True, text=True, timeout=120)
-    assert report.returncode == 0 and "missing" not in report.stdout + report.stderr
+    from test_fault_injection import cli_batch
+
     some = min(thinned)
-    show = subprocess.run([sys.executable, "-m", "jaxmemprof", "show", f"{run_dir}@{some}"], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=120)
+    report, show = cli_batch([["report", run_dir], ["show", f"{run_dir}@{some}"]], tmp_path, workers=1, env=env)
+    assert report.returncode == 0 and "missing" not in report.stdout + report.stderr
     assert show.returncode == 2 and show.stderr.count("\n") == 1 and "was thinned" in show.stderr
 
 
@@ -297,9 +297,15 @@ def test_a_run_in_the_previous_format_reads_and_reports_the_same(tmp_path):
     assert int(first["last_snapshot"].iloc[0]) == by_label["layers"]
     assert any(ln == line_of(script, "# LAYERS") for _, ln, _ in b.stacks[int(layers["stack_id"].iloc[0])])
     assert any(ln == line_of(script, "# FIRST") for _, ln, _ in b.stacks[int(first["stack_id"].iloc[0])])
-    for argv in (["report", "run"], ["export", "run", "--csv", "csv"]):
-        outs = [run_cli(*argv, cwd=d, check=0) for d in (new, old)]
-        assert outs[0].stdout == outs[1].stdout and outs[0].stderr == outs[1].stderr
+    from test_fault_injection import cli_batch
+
+    # Each run's report and export in one process (through the CLI's entry point), the two at the same time.
+    with ThreadPoolExecutor(2) as pool:
+        outs = list(pool.map(lambda d: cli_batch([["report", "run"], ["export", "run", "--csv", "csv"]], d,
+                                                 workers=1), (new, old)))
+    for ours, theirs in zip(*outs):
+        assert ours.returncode == theirs.returncode == 0, ours.stderr + theirs.stderr
+        assert ours.stdout == theirs.stdout and ours.stderr == theirs.stderr
     for name in sorted(os.listdir(new / "csv")):
         assert (new / "csv" / name).read_bytes() == (old / "csv" / name).read_bytes(), name
 
