@@ -261,7 +261,7 @@ def micro_child(cfg: dict) -> dict:
     """Runs in a fresh process: the probe's cost per call."""
     import gc
 
-    from jaxmemprof.capture.jitprobe import JitProbe, Probed
+    from jaxmemprof.capture.jit import JitProbe, Probed
     from jaxmemprof.store.writer import RunWriter
 
     tmp = tempfile.mkdtemp(prefix="jaxmemprof-bench-")

@@ -306,7 +306,7 @@ def _probe_script(tmp_path, name: str, body: str):
     out of the test process."""
     source = (
         "import jax, jax.numpy as jnp\n"
-        "from jaxmemprof.capture.jitprobe import JitProbe, Probed, _QuietProbed\n"
+        "from jaxmemprof.capture.jit import JitProbe, Probed, _QuietProbed\n"
         "from jaxmemprof.store.writer import RunWriter\n"
         f"writer = RunWriter(__import__('pathlib').Path({str(tmp_path / 'run')!r}), {{'argv': []}})\n"
         "probe = JitProbe(writer, sample_first=1, sample_every=1, max_samples=2)\n"

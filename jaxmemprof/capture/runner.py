@@ -121,7 +121,7 @@ def is_out_of_memory(exc: BaseException) -> bool:
     return "RuntimeError" in names and "RESOURCE_EXHAUSTED" in safe_str(exc)[:200]
 
 
-_PROBE_FILE = os.path.join(_OWN_DIR, "capture", "jitprobe.py")
+_PROBE_DIR = os.path.join(_OWN_DIR, "capture", "jit", "")  # the jit probe's files
 
 
 def _ours(tb) -> bool:
@@ -141,7 +141,7 @@ def _user_traceback(tb):
     head = tb
     while tb is not None and tb.tb_next is not None:
         try:
-            probe = os.path.abspath(tb.tb_next.tb_frame.f_code.co_filename) == _PROBE_FILE
+            probe = os.path.abspath(tb.tb_next.tb_frame.f_code.co_filename).startswith(_PROBE_DIR)
         except Exception:
             probe = False
         if probe:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from jaxmemprof import __version__
 from jaxmemprof.capture.hooks import AfterImport
-from jaxmemprof.capture.jitprobe import JitProbe
+from jaxmemprof.capture.jit import JitProbe
 from jaxmemprof.capture.sampler import Sampler, _jax_ready
 from jaxmemprof.errors import InputError
 from jaxmemprof.store import layout

@@ -1,80 +1,54 @@
-"""Observe the program's jitted functions without changing what they compute.
-
-``jax.jit`` and ``jax.pmap`` are replaced, in the ``jax`` module only (JAX's
-own internals keep the originals), by functions returning a thin proxy around
-the real jitted function; library wrappers that call ``jax.jit`` (flax.nnx.jit,
-equinox.filter_jit) are seen through, and named. To the program the proxy is
-the jitted function (docs/advice.md lists how); a call made while another
-transformation traces is only counted. The proxy records:
+"""The probe: ``jax.jit`` and ``jax.pmap`` replaced, in the ``jax`` module
+only (JAX's own internals keep the originals), by functions returning a
+proxy (``proxy.Probed``) around the real jitted function; library wrappers
+that call ``jax.jit`` are seen through, and named (``libraries``). A call
+made while another transformation traces is only counted. The probe records:
 
 - per function: the user's function and where it is defined, the user's line
   that jitted it and the wrapper used, its donation and static arguments;
-- per compiled signature: XLA's ``memory_analysis()`` (arguments, outputs,
-  alias, temporaries, generated code), read through the AOT path with the
-  same arguments, which hits the compile cache;
+- per compiled signature: XLA's figures (``programs``);
 - for a sample of calls (the first ones, then one in ``sample_every``): every
   array leaf of the arguments, mapped to the user's arguments (argument
   position and name, pytree path, shape, dtype, sharding, device bytes,
   donated or not) and of the outputs, and, checked at the function's next
-  call, what became of each input leaf (see ``jit.liveness``);
-- per compiled signature of a user's function, when it is compiled, XLA's
-  own account of the program read from its executable
-  (``jaxmemprof.xla.executable``: no compile of ours): its peak in program
-  order (a jit_programs row) and its buffers at that peak, by the line that
-  made them (jit_buffers, with the signature), written at once. Where the
-  executable lacks XLA's buffer assignment (a backend that leaves it empty),
-  a dump of the largest signature at the end stands in (``jaxmemprof.xla.dump``:
-  a compile of its own, within a share of the run's time), and a run event
-  says so.
+  call, what became of each input leaf (``liveness``).
 
-Once a function's samples are taken its proxy becomes a ``_QuietProbed``,
-whose calls reach the jitted function with no Python code in between (and
-are no longer counted); a JAX compile event, or a snapshot that finds the
+Once a function's samples are taken its proxy becomes a ``_QuietProbed``
+(no longer counted); a JAX compile event, or a snapshot that finds the
 function's compile cache grown, turns it back, and the first of the next
-1,000 calls with a signature not analysed yet is analysed. Nothing here
-imports jax: the probe is installed when the program imports it.
+1,000 calls with a signature not analysed yet is analysed.
 """
 
 from __future__ import annotations
 
-import copy
 import functools
-import hashlib
-import importlib.abc
-import importlib.machinery
-import inspect
+import importlib
 import json
 import math
-import operator
 import os
-import shutil
 import sys
-import tempfile
 import threading
 import time
-import types
 import weakref
 
 from jaxmemprof.capture.hooks import AfterImport
-from jaxmemprof.capture.jit.frames import _user_frame
+from jaxmemprof.capture.jit.frames import _drop_own_frames, _user_frame
 from jaxmemprof.capture.jit.libraries import BY_NAME, PATCHED, plain_arguments
 from jaxmemprof.capture.jit.liveness import _fates, _on_death, _windows
+from jaxmemprof.capture.jit.programs import Programs
+from jaxmemprof.capture.jit.proxy import Probed, _QuietProbed
 from jaxmemprof.capture.jit.site import _is_user_function, _signature_names, _Site
+from jaxmemprof.capture.jit.state import HUNT_CALLS, _FunctionState
 from jaxmemprof.capture.sampler import is_deleted as _is_deleted
-from jaxmemprof.xla.dump import read_dump
-from jaxmemprof.xla.executable import ExecutableError, read_executable
 
 # Sampled calls before which the live bytes are counted, at most, in a run
 # (later ones are estimated from the sampler's last snapshot before them).
 LIVE_BEFORE_CALLS = 400
-# Program-order curves written per function, at most (its first signatures').
-CURVES = 32
-# A signature is stored whole up to this many characters (else its start and a digest).
-SIGNATURE_CHARS = 2000
 # A function whose observation fails this often is no longer observed.
 MAX_ERRORS = 3
 # Functions the program dropped whose lowering is kept for XLA's dump at the end.
 _KEEP_DROPPED = 4
+
 
 def _normalise(value) -> list:
     if value is None:
@@ -84,52 +58,7 @@ def _normalise(value) -> list:
     return list(value)
 
 
-class _FunctionState:
-    __slots__ = ("function_id", "calls", "traced", "samples", "resample", "pending", "compiles", "analyse_next", "hunt",
-                 "signatures", "param_names", "donate_argnums", "donate_argnames", "arguments", "by_signature",
-                 "cache", "quiet", "off", "errors", "proxy", "counted_all", "largest", "user", "backend_compiles",
-                 "row", "compile_s", "static_argnums", "static_argnames", "static_leaves", "static_seen",
-                 "jit_static", "pruned", "curves")
-
-    def __init__(self, function_id, param_names, donate_argnums, donate_argnames, arguments, by_signature):
-        self.function_id = function_id
-        self.calls = 0  # device calls
-        self.traced = 0  # calls made while a transformation traced (grad, vmap, scan, an outer jit)
-        self.samples = 0
-        self.resample = False  # the last sample's fates could not be told: sample the next call
-        self.pending = None  # (call_id, [weakrefs]) of the last sampled call
-        self.compiles = 0
-        # Without a compile cache to watch (jax.pmap), each new signature is analysed.
-        self.by_signature = by_signature
-        self.analyse_next = by_signature
-        self.hunt = HUNT_CALLS if by_signature else 0  # calls left to find a signature not analysed yet
-        self.signatures: set = set()  # signatures analysed
-        self.param_names = param_names
-        self.donate_argnums = donate_argnums
-        self.donate_argnames = donate_argnames
-        self.arguments = arguments  # (state, args, kwargs) -> the call's arguments as the user wrote them
-        self.cache = 0  # the jitted function's compile-cache size after the last call
-        self.quiet = False  # all samples taken: calls go straight to the jitted function
-        self.off = False  # observing it failed MAX_ERRORS times: no longer observed
-        self.errors = 0
-        self.proxy = None  # weak reference to its Probed (never to the jitted function itself,
-        # which the program may drop, with everything its closure holds)
-        self.counted_all = True  # every call counted (False once it went quiet)
-        self.largest = None  # (call peak, signature, its lowering) of the largest signature, until dumped
-        self.user = True  # the function is the user's (not a library's own jitted helper)
-        self.backend_compiles = 0  # XLA compiles during its observed calls
-        self.row = None  # its jit_functions row, for a copy of the function
-        self.compile_s = 0.0  # XLA's compile time during its observed calls: what a dump of it costs
-        self.static_argnums: list = []  # arguments JAX compiles for by value (static_argnums/argnames)
-        self.static_argnames: list = []
-        self.static_leaves = False  # every leaf not an array is static (equinox.filter_jit)
-        self.static_seen: dict = {}  # a static value with no stable text -> its number, in order of first use
-        self.jit_static = ((), (), ())  # jax.jit's own static_argnums, static_argnames, parameter names
-        self.pruned: dict = {}  # signature -> key paths of the arguments XLA's program does not read
-        self.curves = 0  # program-order curves written
-
-
-class JitProbe:
+class JitProbe(Programs):
     """Install with :meth:`install`; every function jitted afterwards through
     ``jax.jit`` or ``jax.pmap`` (directly, or through a library wrapper such
     as ``flax.nnx.jit`` or ``equinox.filter_jit``) is observed.
@@ -235,7 +164,7 @@ class JitProbe:
         if ctx is not None and evaluating is not None and hasattr(ctx, "trace"):
             self._tracing = lambda: not isinstance(ctx.trace, evaluating)
         self._tracer_type = getattr(getattr(jax, "core", None), "Tracer", ())
-        own = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+        own = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep  # jaxmemprof/
         for module in ("jax._src.traceback_util", "jax._src.source_info_util"):
             # JAX leaves its own frames out of the tracebacks of errors raised
             # through it, and out of the source lines it gives ops (jaxprs,
@@ -504,41 +433,6 @@ class JitProbe:
                     refs.append(None)
         return leaves, refs, deaths
 
-    def _mark_pruned(self, state, inputs, args, kwargs) -> None:
-        """Mark the call's input leaves that its executable does not read (jit
-        prunes an argument its program never uses: donating it saves nothing),
-        by the key paths that its compiled signature gave them."""
-        leaves, refs, _, signature = inputs[:4]
-        paths = state.pruned.get(signature)
-        if not paths:
-            return
-        tu = self._jax.tree_util
-        pruned = {id(leaf) for path, leaf in tu.tree_flatten_with_path(self._dynamic(state, args, kwargs))[0]
-                  if tu.keystr(path) in paths}
-        for d, r in zip(leaves, refs):
-            if r is not None and id(r()) in pruned:
-                d["pruned"] = True
-
-    @staticmethod
-    def _dynamic(state, args, kwargs):
-        """The arguments jax.jit traces, (args, kwargs) without the static ones,
-        as its compiled function's input_shardings are laid out."""
-        nums, names, params = state.jit_static
-        static = {i % len(args) for i in nums if isinstance(i, int) and -len(args) <= i < len(args)}
-        static.update(i for i, name in enumerate(params[:len(args)]) if name in names)
-        return (tuple(a for i, a in enumerate(args) if i not in static),
-                {k: v for k, v in kwargs.items() if k not in names})
-
-    def _read_pruned(self, compiled) -> frozenset:
-        """The key paths of the arguments XLA's program does not take: None in
-        the compiled function's input_shardings."""
-        tu = self._jax.tree_util
-        try:
-            flat = tu.tree_flatten_with_path(compiled.input_shardings, is_leaf=lambda x: x is None)[0]
-        except Exception:  # no input_shardings (jax.pmap's): none known pruned
-            return frozenset()
-        return frozenset(tu.keystr(path) for path, sharding in flat if sharding is None)
-
     def _live_before(self, state):
         """The bytes live on each device just before a sampled call of a
         user's function (JSON), so that the call's true peak does not depend
@@ -587,175 +481,6 @@ class JitProbe:
             state.resample = True
             return
         self.writer.set_jit_liveness(call_id, json.dumps(fates))
-
-    def _memory_analysis(self, real, state, args, kwargs, after_call: bool = False) -> bool:
-        if after_call and any(_is_deleted(leaf) for leaf in self._array_leaves((args, kwargs))):
-            return False
-        try:
-            lowered = real.lower(*args, **kwargs)
-        except AttributeError as exc:
-            if "'_fun'" not in str(exc):
-                raise
-            # A copy (copy.deepcopy) of a jitted function cannot be lowered,
-            # under python too: its calls are still observed, not its memory.
-            state.signatures.add(self._signature(state, args, kwargs))
-            return True
-        compiled = lowered.compile()
-        ma = compiled.memory_analysis()
-        fields = ("argument_size_in_bytes", "output_size_in_bytes", "alias_size_in_bytes",
-                  "temp_size_in_bytes", "generated_code_size_in_bytes", "host_argument_size_in_bytes",
-                  "host_output_size_in_bytes", "host_alias_size_in_bytes", "host_temp_size_in_bytes",
-                  "host_generated_code_size_in_bytes", "peak_memory_in_bytes")
-        values = [_int_or_none(getattr(ma, f, None)) if ma is not None else None for f in fields]
-        signature = self._signature(state, args, kwargs)
-        state.signatures.add(signature)
-        state.pruned[signature] = self._read_pruned(compiled)
-        if state.by_signature:
-            state.compiles += 1
-        peak = sum(v or 0 for v in values[:2]) - (values[2] or 0) + sum(v or 0 for v in values[3:5])
-        self.writer.add_jit_compile((state.function_id, state.calls, time.time(), signature, *values))
-        if state.user and not self._read_program(state, signature, compiled, ma):
-            # The executable lacks XLA's buffer assignment: the dump at the end, for the largest.
-            if state.largest is None or peak > state.largest[0]:
-                state.largest = (peak, signature, lowered)
-        return True
-
-    def _read_program(self, state, signature: str, compiled, ma) -> bool:
-        """XLA's figures for this signature, read from the executable the
-        program compiled (no compile of ours): its jit_programs row and its
-        buffers, now. False
-        where the executable lacks the protos (the dump is the fallback)."""
-        t0 = time.monotonic()
-        try:
-            p = read_executable(compiled, memory_analysis=ma)
-        except ExecutableError as exc:
-            if not self._fallback_said:
-                self._fallback_said = True
-                self.writer.add_event("xla-dump", f"XLA's buffers by line from a dump at the end of the run instead "
-                                                  f"of the executables: {exc}"[:2000])
-            return False
-        except Exception as exc:  # the reader's own failure: recorded, and the dump stands in
-            self._error(state, exc)
-            return False
-        took = time.monotonic() - t0
-        self.read_s += took
-        self.programs_read += 1
-        self._write_program(state, signature, p, took)
-        return True
-
-    def _write_program(self, state, signature: str, p, seconds: float) -> None:
-        """One signature's program: its jit_programs row, its buffers, and its
-        curve (for a function's first CURVES signatures: one that compiles
-        anew every step would write one per step)."""
-        curve = None
-        if p.curve is not None and state.curves < CURVES:
-            state.curves += 1
-            curve = (state.function_id, signature, json.dumps(p.curve, separators=(",", ":")))
-        self.writer.add_jit_program(
-            (state.function_id, signature, p.module, p.length, p.peak_position, p.peak_bytes,
-             p.argument_bytes, p.output_bytes, p.alias_bytes, p.temp_bytes, seconds),
-            [(state.function_id, b.name, b.bytes, b.shape, b.kind, b.op, json.dumps(b.frames), b.start, b.end,
-              int(b.at_peak), signature) for b in p.buffers], curve)
-
-    def _signature(self, state: _FunctionState, args, kwargs) -> str:
-        """What JAX's compile cache tells calls apart by, as text: each array
-        argument's dtype and shape (numpy's too: ``np:float32[8]``), each
-        Python scalar's type (traced weakly typed, whatever its value), and
-        each static argument's value (``static:3``; with equinox.filter_jit,
-        every leaf that is not an array)."""
-        # numpy is imported here, not with this module: imported before the
-        # program runs, its BLAS threads would take signals the program blocks.
-        import numpy as np
-
-        nums = {i % len(args) for i in state.static_argnums if isinstance(i, int) and -len(args) <= i < len(args)}
-        nums.update(i for i, name in enumerate(state.param_names[:len(args)]) if name in state.static_argnames)
-        parts = []
-        for where, value in [*enumerate(args), *sorted(kwargs.items())]:
-            if where in nums or where in state.static_argnames:
-                parts.append(f"static:{self._static_text(state, value)}")
-                continue
-            for x in self._jax.tree_util.tree_leaves(value):
-                if self._is_array(x):
-                    parts.append(f"{x.dtype}[{','.join(map(str, x.shape))}]")
-                elif isinstance(x, (np.ndarray, np.generic)):
-                    parts.append(f"np:{x.dtype}[{','.join(map(str, np.shape(x)))}]")
-                elif state.static_leaves:
-                    parts.append(f"static:{self._static_text(state, x)}")
-                elif type(x) in (bool, int, float, complex):
-                    parts.append(type(x).__name__)
-        return _bounded(", ".join(parts))
-
-    @staticmethod
-    def _static_text(state: _FunctionState, value) -> str:
-        """A static value as text that is the same on every run of the
-        program: its repr for plain values, a function's name, else its type
-        and the order in which this function first saw it (a repr may carry
-        an address)."""
-        plain = (bool, int, float, complex, str, bytes, type(None))
-        if type(value) in plain or (type(value) in (tuple, frozenset) and len(value) <= 16
-                                    and all(type(v) in plain for v in value)):
-            text = repr(value)
-            return text if len(text) <= 120 else text[:117] + "..."
-        if inspect.isfunction(value) or inspect.isbuiltin(value):
-            return f"{getattr(value, '__module__', None) or ''}.{value.__qualname__}"
-        seen = state.static_seen
-        try:
-            number = seen.get(value)
-            if number is None and len(seen) < 256:  # kept alive here, as in JAX's own cache: a few
-                number = seen[value] = len(seen)
-        except TypeError:  # not hashable: JAX refuses it as a static argument too
-            number = None
-        return f"{type(value).__qualname__}#{'?' if number is None else number}"
-
-    def _array_leaves(self, tree):
-        return [x for x in self._jax.tree_util.tree_leaves(tree) if self._is_array(x)]
-
-    def _dump_programs(self) -> None:
-        """XLA's own account of each function's largest signature: compile
-        its lowering once more with a dump directory (a compile of its own,
-        never the program's: the options differ), read the dump, remove it.
-        Largest first, each while the budget affords what its compile took
-        in the program (the first, whatever the dumps took so far)."""
-        jobs = sorted((s for s in self._states if s.largest is not None and s.user), key=lambda s: -s.largest[0])
-        if jobs and _dumps_of_its_own(self._jax):
-            # The program dumps XLA's or JAX's output itself: a compile of ours
-            # would add to its dump directory.
-            self.writer.add_event("xla-dump", "left out: the program dumps XLA's or JAX's output itself "
-                                              "(XLA_FLAGS --xla_dump_*, jax_dump_ir_to)")
-            jobs = []
-        budget = max(self.dump_min_s, self.dump_share * (time.monotonic() - self._t_install))
-        spent = 0.0
-        left = []
-        for state in jobs:
-            if spent + state.compile_s > budget:
-                left.append(state)
-                continue
-            t0 = time.monotonic()
-            self._guard(state, self._dump_one, state)
-            spent += time.monotonic() - t0
-            state.largest = None  # the lowering is no longer needed
-        if left:
-            names = ", ".join(str(s.row.get("name", s.function_id)) for s in left[:5])
-            self.writer.add_event("xla-dump", f"XLA's buffers by line left out for {names}"
-                                              f"{', ...' if len(left) > 5 else ''}: its dump would pass "
-                                              f"{budget:.2f} s, the run's share (--max-overhead allows more)")
-        for state in left:
-            state.largest = None
-
-    def _dump_one(self, state) -> None:
-        _, signature, lowered = state.largest
-        t0 = time.monotonic()
-        directory = tempfile.mkdtemp(prefix="jaxmemprof-xla-")
-        try:
-            with _unseen_compile(self._jax):
-                lowered.compile(compiler_options={"xla_dump_to": directory})
-            programs = read_dump(directory)
-        finally:
-            shutil.rmtree(directory, ignore_errors=True)
-        if not programs:
-            raise ValueError("XLA's dump held no program with buffer assignment and live ranges")
-        p = max(programs, key=lambda p: p.peak_bytes)
-        self._write_program(state, signature, p, time.monotonic() - t0)
 
     def _flush(self):
         for state in self._states:
@@ -831,157 +556,6 @@ class JitProbe:
         return True
 
 
-# After a compilation that happened while a function was quiet, how many calls
-# the probe watches for the new signature (its arguments are not known).
-HUNT_CALLS = 1000
-
-def _bounded(signature: str, limit: int = SIGNATURE_CHARS) -> str:
-    """A signature as stored: whole up to ``limit`` characters, else its
-    start and a digest of the whole, so two long signatures that differ
-    only at the end (a batch after 500 parameters) stay apart."""
-    if len(signature) <= limit:
-        return signature
-    digest = hashlib.sha256(signature.encode()).hexdigest()[:16]
-    tail = f" ... ({len(signature)} characters, sha256 {digest})"
-    return signature[:limit - len(tail)] + tail
-
-
-class Probed:
-    """Stands for a jitted function: calls go through the probe; everything
-    else (``.lower``, ``.trace``, ``.eval_shape``, attributes, pickling and
-    copies) goes to it."""
-
-    __slots__ = ("_real", "_probe", "_state", "__weakref__", "__dict__")
-
-    def __init__(self, real, probe, state):
-        self._real = real
-        self._probe = probe
-        self._state = state
-        try:
-            functools.update_wrapper(self, real)
-        except (AttributeError, TypeError):
-            pass
-        if "__wrapped__" in getattr(real, "__dict__", {}):
-            self.__wrapped__ = real.__wrapped__  # the user's function, as for the jitted one
-
-    def __call__(self, *args, **kwargs):
-        state = self._state
-        try:
-            out = self._probe.call(self._real, state, args, kwargs)
-        except BaseException as exc:
-            _drop_own_frames(exc)
-            raise
-        if state.quiet and self._probe.active:
-            # Sampling done: from now on calls go straight to the jitted
-            # function, at no cost; JitProbe.poll watches for new compilations.
-            state.counted_all = False
-            self.__class__ = _QuietProbed  # first: a wake-up in between then still turns it back
-            if not state.off:
-                self._probe._quiet.add(state)
-        return out
-
-    def __get__(self, instance, owner=None):
-        if instance is None:
-            return self
-        return types.MethodType(self, instance)
-
-    def __getattr__(self, name):
-        return getattr(self._real, name)
-
-    def __reduce_ex__(self, protocol):
-        # pickle sees the jitted function itself, as under python
-        # (itemgetter(0)((real,)) is real: nothing of jaxmemprof in the pickle)
-        return operator.itemgetter(0), ((self._real,),)
-
-    def __copy__(self):
-        return self._probe.copy_of(self, copy.copy(self._real))
-
-    def __deepcopy__(self, memo):
-        return self._probe.copy_of(self, copy.deepcopy(self._real, memo))
-
-    def __dir__(self):
-        return dir(self._real)
-
-    def __repr__(self):
-        return repr(self._real)
-
-    def __hash__(self):
-        return hash(self._real)
-
-    def __eq__(self, other):
-        return self._real == (other._real if isinstance(other, Probed) else other)
-
-
-class _unseen_compile:
-    """Around the compile of a dump: not the program's, so nothing of it is
-    shown to the program. No persistent compilation cache (a hit would
-    compile nothing, and dump no buffer assignment), no jax_log_compiles
-    line, no event for the program's jax.monitoring listeners. JAX's own
-    internals (private, looked up defensively): anything missing is left
-    as it is."""
-
-    def __init__(self, jax):
-        self.jax = jax
-        self.undo = []
-
-    def __enter__(self):
-        cache = sys.modules.get("jax._src.compilation_cache")
-        if cache is not None and hasattr(cache, "is_cache_used"):
-            original = cache.is_cache_used
-            cache.is_cache_used = lambda backend: False
-            self.undo.append(lambda: setattr(cache, "is_cache_used", original))
-        try:
-            if self.jax.config.jax_log_compiles:
-                self.jax.config.update("jax_log_compiles", False)
-                self.undo.append(lambda: self.jax.config.update("jax_log_compiles", True))
-        except Exception:
-            pass
-        monitoring = sys.modules.get("jax._src.monitoring")
-        for name in ("_event_listeners", "_event_duration_secs_listeners", "_event_time_span_listeners"):
-            listeners = getattr(monitoring, name, None)
-            if isinstance(listeners, list) and listeners:
-                saved = list(listeners)
-                listeners.clear()
-                self.undo.append(lambda listeners=listeners, saved=saved: listeners.extend(saved))
-        return self
-
-    def __exit__(self, *exc):
-        for undo in reversed(self.undo):
-            try:
-                undo()
-            except Exception:
-                pass
-        return False
-
-
-def _dumps_of_its_own(jax) -> bool:
-    """Whether the program has XLA or JAX dump their output somewhere."""
-    if "--xla_dump" in os.environ.get("XLA_FLAGS", ""):
-        return True
-    try:
-        return bool(jax.config.jax_dump_ir_to)
-    except Exception:
-        return False
-
-
-_THIS_FILE = os.path.abspath(__file__)
-
-
-def _drop_own_frames(exc: BaseException) -> None:
-    """Leave the probe's frames out of an error the program's call raised:
-    its traceback reads as under python (the error goes on from there)."""
-    tb = exc.__traceback__
-    while tb is not None and tb.tb_frame.f_code.co_filename == _THIS_FILE:
-        tb = tb.tb_next
-    head = tb
-    while tb is not None and tb.tb_next is not None:
-        if tb.tb_next.tb_frame.f_code.co_filename == _THIS_FILE:
-            tb.tb_next = tb.tb_next.tb_next
-        else:
-            tb = tb.tb_next
-    exc.__traceback__ = head
-
-
 def _compile_listener(probe_ref):
     """A jax.monitoring listener that wakes the probe's quiet functions on
     JAX's compile events, holding the probe weakly."""
@@ -992,15 +566,6 @@ def _compile_listener(probe_ref):
             probe.on_compile(event, args[0] if args else 0.0)
 
     return listener
-
-
-class _QuietProbed(Probed):
-    """A Probed whose sampling is done: calling it calls the jitted function
-    with no Python code in between (``__call__`` is looked up on the type
-    and resolves, through a C-level getter, to the jitted function)."""
-
-    __slots__ = ()
-    __call__ = property(operator.attrgetter("_real"))
 
 
 def _leaf(a, path: str) -> dict:
@@ -1029,10 +594,3 @@ def _cache_size(real) -> int:
         return int(real._cache_size())
     except Exception:
         return -1
-
-
-def _int_or_none(v):
-    try:
-        return None if v is None else int(v)
-    except (TypeError, ValueError):
-        return None

@@ -1,0 +1,89 @@
+"""The proxy that stands for a jitted function, in two states: ``Probed``,
+whose calls go through the probe, and ``_QuietProbed``, once the function's
+samples are taken, whose calls reach the jitted function with no Python code
+in between (and are no longer counted). The probe turns a quiet proxy back
+(``JitProbe._wake``) when the function may have compiled anew."""
+
+from __future__ import annotations
+
+import copy
+import functools
+import operator
+import types
+
+from jaxmemprof.capture.jit.frames import _drop_own_frames
+
+
+class Probed:
+    """Stands for a jitted function: calls go through the probe; everything
+    else (``.lower``, ``.trace``, ``.eval_shape``, attributes, pickling and
+    copies) goes to it."""
+
+    __slots__ = ("_real", "_probe", "_state", "__weakref__", "__dict__")
+
+    def __init__(self, real, probe, state):
+        self._real = real
+        self._probe = probe
+        self._state = state
+        try:
+            functools.update_wrapper(self, real)
+        except (AttributeError, TypeError):
+            pass
+        if "__wrapped__" in getattr(real, "__dict__", {}):
+            self.__wrapped__ = real.__wrapped__  # the user's function, as for the jitted one
+
+    def __call__(self, *args, **kwargs):
+        state = self._state
+        try:
+            out = self._probe.call(self._real, state, args, kwargs)
+        except BaseException as exc:
+            _drop_own_frames(exc)
+            raise
+        if state.quiet and self._probe.active:
+            # Sampling done: from now on calls go straight to the jitted
+            # function, at no cost; JitProbe.poll watches for new compilations.
+            state.counted_all = False
+            self.__class__ = _QuietProbed  # first: a wake-up in between then still turns it back
+            if not state.off:
+                self._probe._quiet.add(state)
+        return out
+
+    def __get__(self, instance, owner=None):
+        if instance is None:
+            return self
+        return types.MethodType(self, instance)
+
+    def __getattr__(self, name):
+        return getattr(self._real, name)
+
+    def __reduce_ex__(self, protocol):
+        # pickle sees the jitted function itself, as under python
+        # (itemgetter(0)((real,)) is real: nothing of jaxmemprof in the pickle)
+        return operator.itemgetter(0), ((self._real,),)
+
+    def __copy__(self):
+        return self._probe.copy_of(self, copy.copy(self._real))
+
+    def __deepcopy__(self, memo):
+        return self._probe.copy_of(self, copy.deepcopy(self._real, memo))
+
+    def __dir__(self):
+        return dir(self._real)
+
+    def __repr__(self):
+        return repr(self._real)
+
+    def __hash__(self):
+        return hash(self._real)
+
+    def __eq__(self, other):
+        return self._real == (other._real if isinstance(other, Probed) else other)
+
+
+class _QuietProbed(Probed):
+    """A Probed whose sampling is done: calling it calls the jitted function
+    with no Python code in between (``__call__`` is looked up on the type
+    and resolves, through a C-level getter, to the jitted function)."""
+
+    __slots__ = ()
+    __call__ = property(operator.attrgetter("_real"))

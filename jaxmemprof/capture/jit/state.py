@@ -1,0 +1,53 @@
+"""What the probe holds for each jitted function: its counts, its samples,
+the signatures analysed, and whether its calls are still observed."""
+
+from __future__ import annotations
+
+# After a compilation that happened while a function was quiet, how many calls
+# the probe watches for the new signature (its arguments are not known).
+HUNT_CALLS = 1000
+
+
+class _FunctionState:
+    __slots__ = ("function_id", "calls", "traced", "samples", "resample", "pending", "compiles", "analyse_next", "hunt",
+                 "signatures", "param_names", "donate_argnums", "donate_argnames", "arguments", "by_signature",
+                 "cache", "quiet", "off", "errors", "proxy", "counted_all", "largest", "user", "backend_compiles",
+                 "row", "compile_s", "static_argnums", "static_argnames", "static_leaves", "static_seen",
+                 "jit_static", "pruned", "curves")
+
+    def __init__(self, function_id, param_names, donate_argnums, donate_argnames, arguments, by_signature):
+        self.function_id = function_id
+        self.calls = 0  # device calls
+        self.traced = 0  # calls made while a transformation traced (grad, vmap, scan, an outer jit)
+        self.samples = 0
+        self.resample = False  # the last sample's fates could not be told: sample the next call
+        self.pending = None  # (call_id, [weakrefs]) of the last sampled call
+        self.compiles = 0
+        # Without a compile cache to watch (jax.pmap), each new signature is analysed.
+        self.by_signature = by_signature
+        self.analyse_next = by_signature
+        self.hunt = HUNT_CALLS if by_signature else 0  # calls left to find a signature not analysed yet
+        self.signatures: set = set()  # signatures analysed
+        self.param_names = param_names
+        self.donate_argnums = donate_argnums
+        self.donate_argnames = donate_argnames
+        self.arguments = arguments  # (state, args, kwargs) -> the call's arguments as the user wrote them
+        self.cache = 0  # the jitted function's compile-cache size after the last call
+        self.quiet = False  # all samples taken: calls go straight to the jitted function
+        self.off = False  # observing it failed MAX_ERRORS times: no longer observed
+        self.errors = 0
+        self.proxy = None  # weak reference to its Probed (never to the jitted function itself,
+        # which the program may drop, with everything its closure holds)
+        self.counted_all = True  # every call counted (False once it went quiet)
+        self.largest = None  # (call peak, signature, its lowering) of the largest signature, until dumped
+        self.user = True  # the function is the user's (not a library's own jitted helper)
+        self.backend_compiles = 0  # XLA compiles during its observed calls
+        self.row = None  # its jit_functions row, for a copy of the function
+        self.compile_s = 0.0  # XLA's compile time during its observed calls: what a dump of it costs
+        self.static_argnums: list = []  # arguments JAX compiles for by value (static_argnums/argnames)
+        self.static_argnames: list = []
+        self.static_leaves = False  # every leaf not an array is static (equinox.filter_jit)
+        self.static_seen: dict = {}  # a static value with no stable text -> its number, in order of first use
+        self.jit_static = ((), (), ())  # jax.jit's own static_argnums, static_argnames, parameter names
+        self.pruned: dict = {}  # signature -> key paths of the arguments XLA's program does not read
+        self.curves = 0  # program-order curves written
