@@ -32,13 +32,20 @@ def _jaxmemprof(script, *args, cwd, out, extra=()):
                           text=True, timeout=120)
 
 
-def both(tmp_path, source, *args, name="s.py", script=None, cwd=None, extra=(), out="run"):
-    """(python's result, run's result, the run directory) for one script."""
+def both(tmp_path, source, *args, name="s.py", script=None, cwd=None, extra=(), out="run", at_once=True):
+    """(python's result, run's result, the run directory) for one script;
+    the two processes at the same time (``at_once``: a script that writes
+    beside itself runs under one, then the other)."""
     if script is None:
         script = write_script(tmp_path, name, source)
     cwd = cwd or tmp_path
     out = tmp_path / out
-    return _python(script, *args, cwd=cwd), _jaxmemprof(script, *args, cwd=cwd, out=out, extra=extra), out
+    if not at_once:
+        return _python(script, *args, cwd=cwd), _jaxmemprof(script, *args, cwd=cwd, out=out, extra=extra), out
+    with ThreadPoolExecutor(2) as pool:
+        py = pool.submit(_python, script, *args, cwd=cwd)
+        jm = pool.submit(_jaxmemprof, script, *args, cwd=cwd, out=out, extra=extra)
+        return py.result(), jm.result(), out
 
 
 def assert_same(py, jm, stderr=True):
@@ -178,7 +185,7 @@ def test_uncaught_exception_with_stderr_removed(tmp_path):
 
 
 def test_profile_inside_run_defers_to_the_outer_run(tmp_path):
-    py, jm, run_dir = both(tmp_path, """
+    py, jm, run_dir = both(tmp_path, at_once=False, source="""
         import jax.numpy as jnp
         import jaxmemprof
         with jaxmemprof.profile("inner-run") as where:
@@ -215,12 +222,17 @@ def _signalled(cmd, cwd, sig, wait_for="ready"):
     return proc, out, err, time.monotonic() - t0
 
 
-def _both_signalled(tmp_path, source, sig):
+def _both_signalled(tmp_path, source, sig, at_once=True):
+    """_signalled under python and under run: the two at the same time
+    (``at_once``: where the time a signal takes to end it is measured, one
+    after the other)."""
     script = write_script(tmp_path, "sig.py", source)
-    py = _signalled([sys.executable, str(script)], tmp_path, sig)
-    jm = _signalled([sys.executable, "-m", "jaxmemprof", "run", "-q", "-o", str(tmp_path / "run"), str(script)],
-                    tmp_path, sig)
-    return py, jm
+    commands = ([sys.executable, str(script)],
+                [sys.executable, "-m", "jaxmemprof", "run", "-q", "-o", str(tmp_path / "run"), str(script)])
+    if not at_once:
+        return tuple(_signalled(cmd, tmp_path, sig) for cmd in commands)
+    with ThreadPoolExecutor(2) as pool:
+        return tuple(pool.map(lambda cmd: _signalled(cmd, tmp_path, sig), commands))
 
 
 def test_sigterm_is_not_swallowed_by_a_retry_loop(tmp_path):
@@ -257,7 +269,7 @@ def test_sigterm_during_a_long_xla_call_ends_at_once(tmp_path):
         slow(m, v).block_until_ready()
         print("call took", time.time() - t0, flush=True)
     """
-    (py, _, _, py_s), (jm, jm_out, jm_err, jm_s) = _both_signalled(tmp_path, source, signal.SIGTERM)
+    (py, _, _, py_s), (jm, jm_out, jm_err, jm_s) = _both_signalled(tmp_path, source, signal.SIGTERM, at_once=False)
     assert py.returncode == jm.returncode == -signal.SIGTERM, jm_err
     assert jm_out == ""  # the call never returned
     assert py_s < 2.0 and jm_s < 3.0, (py_s, jm_s)
