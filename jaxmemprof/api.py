@@ -15,6 +15,16 @@ INTERVAL_RANGE = (0.001, 1e9)
 MAX_OVERHEAD_RANGE = (0.0001, 1.0)
 
 
+def write_process_summary(path) -> bool:
+    """What a process of a job does with its run as it ends: analyses it and
+    writes its summary (analysis/processes.py), so that `report` on the job
+    reads one small file per process. Imported here when called: the
+    analysis (and pandas) never load before the program runs."""
+    from jaxmemprof.analysis.processes import write_summary
+
+    return write_summary(path)
+
+
 def check_settings(interval, max_overhead) -> None:
     """ValueError unless ``interval`` and ``max_overhead`` are finite
     numbers in their ranges (a NaN would be written into manifest.json)."""
@@ -81,7 +91,7 @@ def profile(output=None, *, interval: float = 0.5, max_overhead: float = 0.02, j
         Path(output) if output is not None else session_mod.default_output("profile"), force
     )
     s = session_mod.Session(directory, target_argv=[], interval=interval, max_overhead=max_overhead,
-                            jit_probe=jit_probe, addresses=addresses)
+                            jit_probe=jit_probe, addresses=addresses, on_finish=write_process_summary)
     s.start()
     s.sampler.snapshot("api", "start")
     try:

@@ -20,7 +20,7 @@ from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
 
-from jaxmemprof import __version__
+from jaxmemprof._version import __version__
 from jaxmemprof.capture.hooks import AfterImport
 from jaxmemprof.capture.jit import JitProbe
 from jaxmemprof.capture.sampler import Sampler, _jax_ready
@@ -670,7 +670,10 @@ def allocator_environment() -> dict:
 class Session:
     def __init__(self, directory: Path, *, target_argv: list[str], interval: float,
                  max_overhead: float, jit_probe: bool = True, addresses: str = "auto",
-                 command: list[str] | None = None):
+                 command: list[str] | None = None, on_finish=None):
+        # on_finish(path): what a process of a job does with its run as it
+        # ends (the CLI and the API ask for its summary); capture analyses nothing.
+        self.on_finish = on_finish
         self.directory = directory
         self.t_start = time.monotonic()
         # Absolute: the script may chdir, the run directory stays put.
@@ -982,12 +985,13 @@ class Session:
     def _write_summary(self) -> None:
         """A process of a job analyses its own run as it ends (its host does
         that work, beside the others), so that `report` on the job reads one
-        small file per process (analysis/processes.py). A failure costs only
-        that: report then analyses the process itself."""
+        small file per process: ``on_finish``, given by whoever started the
+        session. A failure costs only that: report then analyses the process
+        itself."""
+        if self.on_finish is None:
+            return
         try:
-            from jaxmemprof.analysis.processes import write_summary
-
-            write_summary(self.path)
+            self.on_finish(self.path)
         except Exception:
             pass
 
@@ -1093,6 +1097,7 @@ class _ForkWatch:
         self.interval = parent.sampler.interval
         self.max_overhead = parent.sampler.max_overhead
         self.addresses = parent.sampler.addresses
+        self.on_finish = parent.on_finish
         self.session: Session | None = None
         self.done = False
 
@@ -1120,7 +1125,7 @@ class _ForkWatch:
             _mkdir(path, exist_ok=False)
             _lock(path)
             s = Session(path, target_argv=self.argv, interval=self.interval, max_overhead=self.max_overhead,
-                        jit_probe=False, addresses=self.addresses, command=self.command)
+                        jit_probe=False, addresses=self.addresses, command=self.command, on_finish=self.on_finish)
             with s.writer._lock:
                 s.writer.manifest["forked_from"] = {"pid": os.getppid(), "run": str(self.parent_path)}
                 layout.write_json_atomic(path / layout.MANIFEST, s.writer.manifest)

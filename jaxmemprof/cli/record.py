@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from jaxmemprof.api import INTERVAL_RANGE, MAX_OVERHEAD_RANGE
+from jaxmemprof.api import INTERVAL_RANGE, MAX_OVERHEAD_RANGE, write_process_summary
 from jaxmemprof.cli.base import Number, analysis_options, cli, say, stderr_stream
 from jaxmemprof.errors import InputError, check_not_empty
 
@@ -78,7 +78,7 @@ def run(output, force, interval, max_overhead, module, command, no_jit_probe, ad
     directory = prepare_directory(Path(output) if output else default_output(tgt.stem), force,
                                   by_hand=bool(output))
     session = Session(directory, target_argv=tgt.argv, interval=interval, max_overhead=max_overhead,
-                      jit_probe=not no_jit_probe, addresses=addresses)
+                      jit_probe=not no_jit_probe, addresses=addresses, on_finish=write_process_summary)
     status, ended_by = run_target(tgt, session)
     session.stop(status, ended_by)
     if not quiet:
