@@ -17,10 +17,10 @@ MAX_OVERHEAD_RANGE = (0.0001, 1.0)
 
 def write_process_summary(path) -> bool:
     """What a process of a job does with its run as it ends: analyses it and
-    writes its summary (analysis/processes.py), so that `report` on the job
+    writes its summary (analysis/job.py), so that `report` on the job
     reads one small file per process. Imported here when called: the
     analysis (and pandas) never load before the program runs."""
-    from jaxmemprof.analysis.processes import write_summary
+    from jaxmemprof.analysis.job import write_summary
 
     return write_summary(path)
 

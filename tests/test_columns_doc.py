@@ -176,7 +176,7 @@ def job(tmp_path_factory) -> Path:
 
 
 def test_every_column_of_a_job_is_documented(job, tmp_path):
-    from jaxmemprof.render.processes import JOB_FILES
+    from jaxmemprof.render.job import JOB_FILES
 
     t = documented()
     out = tmp_path / "csv"
@@ -369,7 +369,7 @@ def test_inside_jit_facts():
 
 
 def test_job_facts():
-    from jaxmemprof.analysis.processes import imbalance, unfinished
+    from jaxmemprof.analysis.job import imbalance, unfinished
 
     procs = pd.DataFrame({"process": [0, 1, 2], "snapshots": [5, 5, 0], "peak_bytes": [100 * MiB, 10 * MiB, 0],
                           "finished": [True, True, False], "last_t": [1.0, 1.0, None], "error": [None, None, "gone"]})

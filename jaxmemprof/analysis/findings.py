@@ -23,7 +23,7 @@ RULES = {
     "allocator-fragmentation": "analysis/advice/allocator.py", "allocator-env": "analysis/advice/allocator.py",
     "allocator-platform": "analysis/advice/allocator.py", "fit": "analysis/advice/capacity.py",
     "remat": "analysis/inside_jit.py", "narrow-dtype": "analysis/inside_jit.py",
-    "imbalance": "analysis/processes.py", "unfinished": "analysis/processes.py",
+    "imbalance": "analysis/job.py", "unfinished": "analysis/job.py",
 }
 
 

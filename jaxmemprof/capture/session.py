@@ -570,7 +570,7 @@ def _wait_for_job(job: Path) -> str | None:
         time.sleep(0.02)
 
 
-# The summary a process of a job writes as it ends (analysis/processes.py SUMMARY_FILE).
+# The summary a process of a job writes as it ends (analysis/job.py SUMMARY_FILE).
 _SUMMARY_FILE = layout.SUMMARY
 
 

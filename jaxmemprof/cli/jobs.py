@@ -57,7 +57,7 @@ def run_path(spec: str) -> str:
 
 
 def _job_report(spec, options):
-    from jaxmemprof.analysis.processes import analyse_processes, build_job_report
+    from jaxmemprof.analysis.job import analyse_processes, build_job_report
     from jaxmemprof.store.job import job_timeline, load_job
 
     job = load_job(spec)
@@ -95,12 +95,12 @@ def report_job(spec, options, as_json, explain=False) -> None:
     rep = _job_report(spec, options)
     if as_json:
         from jaxmemprof.render.json import write_json
-        from jaxmemprof.render.processes import job_document
+        from jaxmemprof.render.job import job_document
 
         write_json(job_document(rep), stdout_stream())
         return
     from jaxmemprof.render import text
-    from jaxmemprof.render.processes import render_job_report
+    from jaxmemprof.render.job import render_job_report
 
     render_job_report(rep, text.console(stdout_stream()), top=options.top_sites, explain=explain)
 
@@ -115,7 +115,7 @@ def export_job_csv(spec, directory, force, options) -> None:
     from jaxmemprof.analysis.report import build_report
     from jaxmemprof.outputs import open_output, prepare_directory
     from jaxmemprof.render.csv import write_csv
-    from jaxmemprof.render.processes import JOB_FILES, job_tables, with_process
+    from jaxmemprof.render.job import JOB_FILES, job_tables, with_process
     from jaxmemprof.render.tables import EXPORT_FILES, export_tables
     from jaxmemprof.store.job import load_job
     from jaxmemprof.store.reader import load_run

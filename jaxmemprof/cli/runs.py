@@ -146,7 +146,7 @@ def _export_csv(spec, directory, force, top, steps, library, user, all_frames):
     warn(run_)
     prepare_directory(directory, EXPORT_FILES, force)
     tables = export_tables(build_report_for(run_, options))
-    from jaxmemprof.render.processes import with_process
+    from jaxmemprof.render.job import with_process
 
     tables = with_process(tables, run_.manifest.get("process_index") if isinstance(
         run_.manifest.get("process_index"), int) else 0)  # as a job's export has it

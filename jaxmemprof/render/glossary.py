@@ -610,8 +610,8 @@ RULE_SUMMARY: dict[str, str] = {
              "(analysis/inside_jit.py).",
     "narrow-dtype": "float32 temporaries hold half or more of a function's own peak (analysis/inside_jit.py).",
     "imbalance": "A job's process holds much more than the median process at its peak (job only; "
-                 "analysis/processes.py).",
-    "unfinished": "Processes of a job that did not finish (job only; analysis/processes.py).",
+                 "analysis/job.py).",
+    "unfinished": "Processes of a job that did not finish (job only; analysis/job.py).",
 }
 
 # What a fact means where GLOSSARY does not say it (or says another table's meaning).
@@ -832,7 +832,7 @@ class Table:
 
 def _csv(columns) -> tuple:
     """An exported CSV's columns: `process` first, unless the table has its own
-    (render/processes.py with_process)."""
+    (render/job.py with_process)."""
     return tuple(columns) if "process" in columns else ("process",) + tuple(columns)
 
 
@@ -867,7 +867,7 @@ def tables() -> list[tuple[str, list[Table]]]:
     from jaxmemprof.analysis.check import Outcome
     from jaxmemprof.analysis.groups import KEY_COLUMNS
     from jaxmemprof.render import findings, tables as export
-    from jaxmemprof.render.processes import JOB_FILES, findings_table
+    from jaxmemprof.render.job import JOB_FILES, findings_table
     from jaxmemprof.render.results import DIFF_VALUES, SHOW_VALUES
 
     both = "`export --csv DIR`: {f}; `report --json`: `{j}`"
@@ -938,7 +938,7 @@ def tables() -> list[tuple[str, list[Table]]]:
     job_cols = {"processes.csv": PROCESSES_COLUMNS, "job_timeline.csv": JOB_TIMELINE_COLUMNS,
                 "job_peak_sites.csv": JOB_PEAK_SITES_COLUMNS, "job_findings.csv": job_findings}
     if set(job_cols) != set(JOB_FILES):
-        raise RuntimeError(f"render/processes.py writes {JOB_FILES}; render/glossary.py describes {tuple(job_cols)}")
+        raise RuntimeError(f"render/job.py writes {JOB_FILES}; render/glossary.py describes {tuple(job_cols)}")
     job_json = "`export --csv DIR` of a job: {f}; `report --json`: `{j}`"
     job = [
         Table("processes.csv", "processes.csv", job_json.format(f="processes.csv", j="processes"),

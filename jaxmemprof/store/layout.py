@@ -41,7 +41,7 @@ SNAPSHOT_DIR = "snapshots"
 PROCESS_DIR_PREFIX = "process-"
 # SQLite's files: the journal and what it keeps beside it (WAL, its index, a rollback journal).
 JOURNAL_FILES = (JOURNAL, JOURNAL + "-wal", JOURNAL + "-shm", JOURNAL + "-journal")
-# What a process of a job writes as it ends (analysis/processes.py SUMMARY_FILE).
+# What a process of a job writes as it ends (analysis/job.py SUMMARY_FILE).
 SUMMARY = "summary.json"
 
 # Environment variables that decide how JAX allocates device memory.

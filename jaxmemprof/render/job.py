@@ -1,4 +1,4 @@
-"""A multi-process job's report: terminal, JSON and CSV (analysis/processes.py
+"""A multi-process job's report: terminal, JSON and CSV (analysis/job.py
 computes it; this only formats it)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from jaxmemprof.analysis.processes import JobReport
+from jaxmemprof.analysis.job import JobReport
 from jaxmemprof.render.escape import safe
 from jaxmemprof.render.findings import Words, words
 from jaxmemprof.render.json import records
