@@ -100,3 +100,15 @@ def pprof_cmd():
             pytest.fail("go tool pprof is missing: .ci/run must install golang-go")
         pytest.skip("go tool pprof not installed (apt-get install golang-go)")
     return cmd
+
+
+def pytest_addoption(parser):
+    parser.addoption("--update-golden", action="store_true", default=False,
+                     help="tests/test_golden.py: rewrite tests/golden/ and the README's and docs' example "
+                          "blocks from the real output (as pprof's -update)")
+
+
+@pytest.fixture
+def update_golden(request) -> bool:
+    """Whether --update-golden was given: rewrite the golden files instead of comparing."""
+    return request.config.getoption("--update-golden")
