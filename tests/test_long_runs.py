@@ -359,16 +359,17 @@ def test_a_long_run_killed_mid_way_is_readable(tmp_path):
 
 
 def test_committed_runs_of_schema_1_read_their_descriptions():
-    """The sample runs were recorded in schema 1 (each arrays row its own
-    description): read with every column where it belongs."""
+    """A run recorded in schema 1 (each arrays row its own description; the
+    bundled run kept as it was, sample_runs/schema-1/): read with every
+    column where it belongs."""
     import math
 
     import numpy as np
 
     from conftest import REPO
 
-    for name in ("mlp-leak", "mlp-donated", "mlp-no-donation"):
-        d = REPO / "sample_runs" / "runs" / name
+    for name in ("mlp-leak",):
+        d = REPO / "sample_runs" / "schema-1" / name
         assert json.loads((d / layout.MANIFEST).read_text())["schema_version"] == 1
         con = sqlite3.connect(d / layout.JOURNAL)
         rows = con.execute("SELECT count(*) FROM arrays").fetchone()[0]

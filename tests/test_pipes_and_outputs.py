@@ -30,7 +30,7 @@ import pytest
 from conftest import REPO, cpu_env, run_cli, write_script
 from test_fault_injection import cli_batch
 
-RUN = REPO / "sample_runs" / "runs" / "mlp-leak"
+RUN = REPO / "sample_runs" / "schema-1" / "mlp-leak"  # a run of known figures (its peak: snapshot 67)
 LINUX_ONLY = pytest.mark.skipif(sys.platform != "linux", reason="needs Linux's /dev/full and /sys")
 
 
