@@ -33,6 +33,21 @@ import tempfile
 import time
 from pathlib import Path
 
+# The step both parts run: an N-layer tanh MLP under jax.grad and optax adam.
+STEP = """
+def loss(ps, x):
+    h = x
+    for p in ps:
+        h = jnp.tanh(h @ p)
+    return (h ** 2).mean()
+
+@jax.jit
+def step(ps, s, x):
+    g = jax.grad(loss)(ps, x)
+    u, s = opt.update(g, s, ps)
+    return optax.apply_updates(ps, u), s
+"""
+
 CHILD = r"""
 import json, sys, time
 import jax, jax.numpy as jnp, optax
@@ -44,17 +59,8 @@ opt = optax.adam(1e-3)
 state = opt.init(params)
 x = jnp.ones((128, 256))
 
-def loss(ps, x):
-    h = x
-    for p in ps:
-        h = jnp.tanh(h @ p)
-    return (h ** 2).mean()
-
-@jax.jit
-def f(ps, s, x):
-    g = jax.grad(loss)(ps, x)
-    u, s = opt.update(g, s, ps)
-    return optax.apply_updates(ps, u), s
+{STEP}
+f = step
 
 t0 = time.perf_counter()
 jax.block_until_ready(f(params, state, x))
@@ -70,7 +76,7 @@ for _ in range(repeat):
     reading.append(time.perf_counter() - t0)
 print(json.dumps({"first": first, "again": again, "reading": reading, "length": p.length,
                   "curve_points": len(p.curve["positions"])}))
-"""
+""".replace("{STEP}", STEP)
 
 
 SCRIPT = r"""
@@ -80,24 +86,13 @@ params = [jnp.ones((256, 256)) * 0.01 for _ in range(160)]
 opt = optax.adam(1e-3)
 state = opt.init(params)
 
-def loss(ps, x):
-    h = x
-    for p in ps:
-        h = jnp.tanh(h @ p)
-    return (h ** 2).mean()
-
-@jax.jit
-def step(ps, s, x):
-    g = jax.grad(loss)(ps, x)
-    u, s = opt.update(g, s, ps)
-    return optax.apply_updates(ps, u), s
-
+{STEP}
 for batch in (128, 64):
     x = jnp.ones((batch, 256))
     for _ in range(3):
         params, state = step(params, state, x)
 jax.block_until_ready(params)
-"""
+""".replace("{STEP}", STEP)
 
 
 def _timed(cmd, env) -> tuple[float, float]:
