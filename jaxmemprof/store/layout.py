@@ -206,6 +206,18 @@ CREATE TABLE IF NOT EXISTS events (
     message       TEXT NOT NULL,
     snapshot      INTEGER
 );
+CREATE TABLE IF NOT EXISTS source_names (  -- code whose file name is no file to show: a notebook's cells
+    file          TEXT PRIMARY KEY,     -- the name Python compiled it under (ipykernel's temporary file)
+    label         TEXT NOT NULL         -- how sites there are named instead: In [7] (site In [7]:3 (<module>))
+);
+CREATE TABLE IF NOT EXISTS held_by (  -- what holds live arrays, where the program's environment names it
+    snapshot      INTEGER NOT NULL,     -- the snapshot it was seen at
+    py_id         INTEGER NOT NULL,     -- the array's id() (arrays.py_id, alive at that snapshot)
+    kind          TEXT NOT NULL,        -- output-history: IPython's Out, _, __, ___, _N
+    holder        TEXT NOT NULL,        -- Out[12]
+    names         TEXT NOT NULL,        -- JSON: every name holding it there (["Out[12]", "_12", "_"])
+    only          INTEGER NOT NULL      -- 1: nothing else referred to it (freed when the holder lets go)
+);
 """
 
 

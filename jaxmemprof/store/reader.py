@@ -63,6 +63,8 @@ _TABLES = {
     "thinned": (("snapshot",), (), ("snapshot",)),
     "jit_counts": (("function_id", "calls", "compiles", "calls_complete", "traced", "backend_compiles"), (),
                    ("function_id",)),
+    "source_names": ((), ("file", "label"), ("file", "label")),
+    "held_by": (("snapshot", "py_id", "only"), ("kind", "holder", "names"), ("snapshot", "py_id", "holder")),
 }
 # Schema 1's arrays table (each row its own description), read as it is.
 _ARRAYS_V1 = (("array_id", "py_id", "first_snapshot", "nbytes", "stack_id"),
@@ -74,7 +76,9 @@ _MAY_BE_MISSING = {"end_snapshot", "after_snapshot", "stack_id", "snapshot", "pe
                    "calls_complete", "traced", "backend_compiles"}
 _FLOAT_COLUMNS = {"t_wall", "t_mono", "cost_s", "wall_s", "dump_s"}
 # Tables that runs recorded by earlier versions lack.
-_ADDED_TABLES = {"jit_programs", "jit_buffers", "jit_curves", "thinned", "array_kinds"}
+_ADDED_TABLES = {"jit_programs", "jit_buffers", "jit_curves", "thinned", "array_kinds", "source_names", "held_by"}
+
+_HELD_BY_COLUMNS = ("snapshot", "py_id", "kind", "holder", "names", "only")
 
 # Manifest fields and the types a reader relies on.
 _MANIFEST_TYPES = {
@@ -93,6 +97,7 @@ _JSON_COLUMNS = {
     "jit_calls": ("inputs", "outputs", "inputs_alive", "live_before"),
     "jit_buffers": ("frames",),
     "jit_curves": ("curve",),
+    "held_by": ("names",),
 }
 _MAX_JSON_DEPTH = 64
 _CHUNK_ROWS = 100_000
@@ -221,6 +226,11 @@ class Run:
       store/layout.py for the columns.
     - ``memory_stats`` (``snapshot, device, key, value``), ``markers``,
       ``events``, and the ``manifest``.
+    - ``source_names``: file -> label, for code whose file name is no file
+      to show (a notebook's cells: ``In [7]``); empty in runs recorded before.
+    - ``held_by``: what held live arrays at a snapshot, where the program's
+      environment names it (IPython's output history): ``snapshot, py_id,
+      kind, holder, names, only``; empty in runs recorded before.
     - ``has_arrays``: False for a plain directory of .prof files.
     """
 
@@ -237,6 +247,8 @@ class Run:
     has_arrays: bool = True
     finished: bool = True
     warnings: list = field(default_factory=list)
+    source_names: dict = field(default_factory=dict)
+    held_by: pd.DataFrame = field(default_factory=lambda: _empty(_HELD_BY_COLUMNS))
 
     def profile_path(self, snapshot: int) -> Path:
         row = self.snapshots.loc[self.snapshots["snapshot"] == snapshot]
@@ -568,6 +580,8 @@ def _load_journal_run(path: Path) -> Run:
         markers = _query(con, "markers", warnings)
         events = _query(con, "events", warnings)
         thinned = set(_query(con, "thinned", warnings)["snapshot"].dropna().astype(np.int64).tolist())
+        names = _query(con, "source_names", warnings)
+        held_by = _query(con, "held_by", warnings)
     finally:
         con.close()
 
@@ -595,6 +609,7 @@ def _load_journal_run(path: Path) -> Run:
         path=path, manifest=manifest, snapshots=snaps.reset_index(drop=True), arrays=arrays,
         stacks=stacks, memory_stats=memory_stats, executables=executables, jit=jit, markers=markers, events=events,
         has_arrays=True, finished=finished, warnings=warnings,
+        source_names=dict(zip(names["file"], names["label"])), held_by=held_by[list(_HELD_BY_COLUMNS)],
     )
 
 

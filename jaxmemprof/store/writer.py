@@ -306,6 +306,16 @@ class RunWriter:
     def set_jit_counts(self, rows: list) -> None:
         self._insert("INSERT OR REPLACE INTO jit_counts VALUES (?,?,?,?,?,?)", rows)
 
+    def add_source_names(self, rows: list) -> None:
+        """(file, label) rows: how sites in code with no file of its own
+        are named (a notebook's cells); a file named again takes the new label."""
+        self._insert("INSERT OR REPLACE INTO source_names VALUES (?,?)", rows)
+
+    def add_held_by(self, rows: list) -> None:
+        """(snapshot, py_id, kind, holder, names JSON, only) rows: what held
+        live arrays at a snapshot (IPython's output history)."""
+        self._insert("INSERT INTO held_by VALUES (?,?,?,?,?,?)", rows)
+
     def add_marker(self, label: str) -> None:
         if self.closed:
             return
