@@ -34,8 +34,12 @@ class Options:
 
     def attribution(self, *runs) -> Attribution:
         """The attribution for these runs (none: a profile file): paths
-        relative to each run's recorded directory, then the current one."""
+        relative to each run's recorded directory, then the current one;
+        a notebook cell's file named by its label, as each run recorded it."""
         roots = [r.manifest["cwd"] for r in runs
                  if r is not None and isinstance(getattr(r, "manifest", {}).get("cwd"), str) and r.manifest["cwd"]]
+        names = {f: label for r in runs if r is not None
+                 for f, label in (getattr(r, "source_names", None) or {}).items()}
         return Attribution(library=tuple(self.library), user=tuple(self.user), all_frames=self.all_frames,
-                           roots=tuple(dict.fromkeys([*self.roots, *roots, os.getcwd()])))
+                           roots=tuple(dict.fromkeys([*self.roots, *roots, os.getcwd()])),
+                           names=tuple(sorted(names.items())))

@@ -14,6 +14,7 @@ from __future__ import annotations
 import fnmatch
 import os
 from dataclasses import dataclass
+from functools import cached_property
 
 from typing import TYPE_CHECKING
 
@@ -48,13 +49,21 @@ class Attribution:
     every frame as user code (the site is then the innermost frame, as in
     ``go tool pprof``). ``roots``: a path inside one of these directories
     (the first that holds it) is shown relative to it; default: the current
-    directory. A run adds the directory it was recorded in.
+    directory. A run adds the directory it was recorded in. ``names``:
+    ``(file, label)`` pairs for code whose file is no file to show (a
+    notebook cell's temporary file is shown as its label, ``In [7]``, so its
+    sites read ``In [7]:3 (<module>)``); a run adds its own.
     """
 
     library: tuple[str, ...] = ()
     user: tuple[str, ...] = ()
     all_frames: bool = False
     roots: tuple[str, ...] = ()
+    names: tuple[tuple[str, str], ...] = ()
+
+    @cached_property
+    def _labels(self) -> dict:
+        return dict(self.names)
 
     def is_library(self, path: str) -> bool:
         if self.all_frames:
@@ -66,6 +75,12 @@ class Attribution:
         return is_builtin_library(path)
 
     def display_path(self, path: str) -> str:
+        """How a file is shown in every site: its label (a notebook's cell),
+        else relative to the first root that holds it, else from its
+        installed package down, else as it is."""
+        label = self._labels.get(path) if self.names else None
+        if label is not None:
+            return label
         for root in self.roots or (os.getcwd(),):
             prefix = root.rstrip("/\\") + os.sep
             if path.startswith(prefix):
