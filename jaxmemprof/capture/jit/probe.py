@@ -35,6 +35,7 @@ from jaxmemprof.capture.hooks import AfterImport
 from jaxmemprof.capture.jit.frames import _drop_own_frames, _user_frame
 from jaxmemprof.capture.jit.libraries import BY_NAME, PATCHED, plain_arguments
 from jaxmemprof.capture.jit.liveness import _fates, _on_death, _windows
+from jaxmemprof.capture.jit.owners import Previous, mesh_facts, nnx_owners, optax_tags
 from jaxmemprof.capture.jit.programs import Programs
 from jaxmemprof.capture.jit.proxy import Probed, _QuietProbed
 from jaxmemprof.capture.jit.site import _is_user_function, _signature_names, _Site
@@ -419,13 +420,25 @@ class JitProbe(Programs):
         leaves, refs = [], []
         deaths: dict[int, tuple] = {}
         first: dict[int, int] = {}  # id of an array -> its first leaf: one array passed twice cannot be donated twice
+        # Where each leaf came from, when the previous call was sampled too;
+        # its owner and tag as the program's libraries name them (owners.py).
+        previous = state.previous if state.previous is not None and state.previous.call == state.calls - 1 else None
+        library = nnx_owners(sys._getframe(2)) if state.row.get("wrapper") == "flax.nnx.jit" else {}
         for position, name, keyword, donated, value in state.arguments(state, args, kwargs):
+            tags = optax_tags(tu, value)
             for path, leaf in tu.tree_flatten_with_path(value)[0]:
                 if not self._is_array(leaf):
                     continue
-                d = _leaf(leaf, tu.keystr(path))
+                key = tu.keystr(path)
+                d = _leaf(leaf, key)
                 d.update(arg=position, name=name, kw=keyword, donated=bool(donated),
                          same_as=first.setdefault(id(leaf), len(leaves)))
+                owner, tag = library.get(id(leaf), (f"{name}{key}", tags.get(id(leaf))))
+                d["owner"] = owner
+                if tag is not None:
+                    d["tag"] = tag
+                if previous is not None:
+                    d["from"] = previous.origin(leaf)
                 leaves.append(d)
                 try:
                     refs.append(weakref.ref(leaf, _on_death(len(refs), deaths, self.observer)))
@@ -447,8 +460,9 @@ class JitProbe(Programs):
     def _record_call(self, state, inputs, out):
         leaves, refs, deaths, signature, live_before = inputs
         tu = self._jax.tree_util
-        outputs = [_leaf(leaf, tu.keystr(path)) for path, leaf in tu.tree_flatten_with_path(out)[0]
-                   if self._is_array(leaf)]
+        flat = [(path, leaf) for path, leaf in tu.tree_flatten_with_path(out)[0] if self._is_array(leaf)]
+        outputs = [_leaf(leaf, tu.keystr(path)) for path, leaf in flat]
+        state.previous = Previous(state.calls, refs, [leaf for _, leaf in flat])
         for d, r in zip(leaves, refs):
             obj = r() if r is not None else None
             d["deleted_after"] = bool(obj is not None and _is_deleted(obj))
@@ -584,6 +598,7 @@ def _leaf(a, path: str) -> dict:
         "memory_kind": getattr(sharding, "memory_kind", None),
         "devices": len(getattr(sharding, "addressable_devices", ()) or ()) or 1,
         "bytes": int(device_bytes),
+        **mesh_facts(a),
     }
 
 
