@@ -1,0 +1,49 @@
+"""How each argument of a jitted function flows from call to call, from the
+facts the jit probe records on sampled calls' input leaves (``from``: the
+previous call's output leaf, the same array as its input, or new; only
+where the previous call was sampled too). One rule, for the recorder (a
+plan of the step at other batch sizes, at the end of a run) and for the
+analyses (the roles of the bytes); plain Python, no jax, no pandas.
+
+- ``carried``: some call got it from the previous call's outputs (state the
+  step replaces: parameters, optimizer state, batch statistics, RNG keys);
+- ``held``: the same array at every call seen (an input the step reads and
+  keeps: frozen weights, a dataset on device);
+- ``per-step``: a new array at every call, not an output (the batch);
+- ``unknown``: no two consecutive calls were sampled.
+"""
+
+from __future__ import annotations
+
+CARRIED, HELD, PER_STEP, UNKNOWN = "carried", "held", "per-step", "unknown"
+
+
+def leaf_key(leaf: dict) -> tuple:
+    """What identifies an input leaf from call to call: its argument (position
+    or name) and its path there."""
+    return (leaf.get("arg"), leaf.get("name"), leaf.get("path"))
+
+
+def flows(calls) -> dict:
+    """``leaf_key`` -> how it flows, over the sampled calls of one function
+    (each a list of input leaf dicts, in call order)."""
+    seen: dict = {}
+    for leaves in calls:
+        for leaf in leaves:
+            if not isinstance(leaf, dict):
+                continue
+            origin = leaf.get("from")
+            kinds = seen.setdefault(leaf_key(leaf), set())
+            if isinstance(origin, list) and origin:
+                kinds.add(origin[0])
+    out = {}
+    for key, kinds in seen.items():
+        if "out" in kinds:
+            out[key] = CARRIED
+        elif kinds == {"in"}:
+            out[key] = HELD
+        elif "new" in kinds:
+            out[key] = PER_STEP
+        else:
+            out[key] = UNKNOWN
+    return out
