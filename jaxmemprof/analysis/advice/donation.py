@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import linecache
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -501,6 +501,11 @@ class TruePeak:
     devices: int  # the devices the call ran on
     where: str  # "during a call of f"
     function: str  # f
+    function_id: int = 0
+    signature: str | None = None
+    call_index: int | None = None  # the sampled call (None: a compile no sampled call ran)
+    live_before: dict | None = None  # {device: bytes} just before it, where counted
+    figures: dict = field(default_factory=dict)  # XLA's argument, output, alias, temp, code bytes (per device)
 
 
 def _call_devices(calls: pd.DataFrame) -> dict:
@@ -523,7 +528,10 @@ def _device_bytes(text) -> dict | None:
     return v if ok else None
 
 
-def true_peak(run, devices: pd.DataFrame | None = None) -> TruePeak | None:
+_FIGURES = ("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "generated_code_bytes")
+
+
+def call_peaks(run, devices: pd.DataFrame | None = None) -> list[TruePeak]:
     """For each sampled call (with the signature it ran) and each compiled
     signature no sampled call ran: on the busiest device, the bytes live
     just before the call (counted by the recorder then: ``live_before``;
@@ -531,15 +539,14 @@ def true_peak(run, devices: pd.DataFrame | None = None) -> TruePeak | None:
     the call), minus the call's arguments there (XLA counts them), plus
     XLA's peak for that signature; on all devices, the same summed over the
     devices the call ran on. ``devices``: the timeline's live bytes per
-    snapshot and device (else the snapshots' totals, as one device). The
-    largest, or None without the probe's figures."""
+    snapshot and device (else the snapshots' totals, as one device)."""
     compiles = run.jit.get("compiles")
     snaps = run.snapshots
     if compiles is None or compiles.empty or snaps.empty:
-        return None
+        return []
     c = compiles.reset_index(drop=True)
     figures = {col: pd.to_numeric(c[col], errors="coerce").fillna(0).astype(np.int64).to_numpy()
-               for col in ("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "generated_code_bytes")}
+               for col in _FIGURES}
     peak = (figures["argument_bytes"] + figures["output_bytes"] - figures["alias_bytes"] + figures["temp_bytes"]
             + figures["generated_code_bytes"])
     args = figures["argument_bytes"]
@@ -555,7 +562,7 @@ def true_peak(run, devices: pd.DataFrame | None = None) -> TruePeak | None:
             calls = calls.assign(**{col: None})
     n_of = _call_devices(calls) if not calls.empty else {}
     # (live bytes before it per device, or None: the snapshot before it; its
-    # time; its row of compiles) per event.
+    # time; its row of compiles; the sampled call's index or None) per event.
     events, ran = [], set()
     for fid, idx, t, sig, before in zip(calls["function_id"], calls["call_index"], calls["t_wall"],
                                         calls["signature"], calls["live_before"]):
@@ -566,8 +573,8 @@ def true_peak(run, devices: pd.DataFrame | None = None) -> TruePeak | None:
                 continue
             i = int(earlier[-1])
         ran.add(i)
-        events.append((_device_bytes(before), float(t), i))
-    events += [(None, float(t), i) for i, t in enumerate(c["t_wall"]) if i not in ran]
+        events.append((_device_bytes(before), float(t), i, int(idx)))
+    events += [(None, float(t), i, None) for i, t in enumerate(c["t_wall"]) if i not in ran]
     order = np.argsort(snaps["t_wall"].to_numpy(dtype=float), kind="stable")
     snap_t = snaps["t_wall"].to_numpy(dtype=float)[order]
     numbers = snaps["snapshot"].to_numpy(dtype=np.int64)[order]
@@ -578,8 +585,8 @@ def true_peak(run, devices: pd.DataFrame | None = None) -> TruePeak | None:
         busiest = per.reindex(numbers).fillna(0).astype(np.int64).to_numpy()
     functions = _functions(run)
     names = dict(zip(functions["function_id"], functions["name"])) if not functions.empty else {}
-    best = None
-    for before, t, i in events:
+    out = []
+    for before, t, i, idx in events:
         if before is not None:
             live_busiest, live_total = max(before.values(), default=0), sum(before.values())
         else:
@@ -588,10 +595,29 @@ def true_peak(run, devices: pd.DataFrame | None = None) -> TruePeak | None:
         n = n_of.get((int(fids[i]), sigs[i]), n_of.get((int(fids[i]), None), 1))
         on_device = max(live_busiest - int(args[i]), 0) + int(peak[i])
         summed = max(live_total - n * int(args[i]), 0) + n * int(peak[i])
-        if best is None or (on_device, summed) > (best.device_bytes, best.bytes):
-            name = str(names.get(fids[i], fids[i]))
-            best = TruePeak(on_device, summed, n, f"during a call of {name}", name)
+        name = str(names.get(fids[i], fids[i]))
+        out.append(TruePeak(on_device, summed, n, f"during a call of {name}", name, int(fids[i]), sigs[i], idx,
+                            before, {col: int(figures[col][i]) for col in _FIGURES}))
+    return out
+
+
+def _largest(peaks: list[TruePeak]) -> TruePeak | None:
+    best = None
+    for p in peaks:
+        if best is None or (p.device_bytes, p.bytes) > (best.device_bytes, best.bytes):
+            best = p
     return best
+
+
+def true_peak(run, devices: pd.DataFrame | None = None) -> TruePeak | None:
+    """The largest of ``call_peaks``, or None without the probe's figures."""
+    return _largest(call_peaks(run, devices))
+
+
+def largest_sampled_call(run, devices: pd.DataFrame | None = None) -> TruePeak | None:
+    """The largest of ``call_peaks`` that a sampled call ran (its inputs
+    known), or None."""
+    return _largest([p for p in call_peaks(run, devices) if p.call_index is not None])
 
 
 def estimated_true_peak(run, devices: pd.DataFrame | None = None) -> tuple[int | None, str]:

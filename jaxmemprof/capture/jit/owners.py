@@ -13,8 +13,9 @@ recorded beside the leaf (the roles are decided later, in
   from call to call), ``["in", i]`` (the same array as that call's input
   leaf i: an input held across calls), ``["new"]`` (neither: a per-step
   input such as the batch);
-- ``mesh``: the axis sizes of the mesh of a NamedSharding, and
-  ``replicated``: each of its devices holds the whole array.
+- ``on``: the devices it has a shard on; ``mesh``: the axis sizes of the
+  mesh of a NamedSharding; ``replicated``: each of its devices holds the
+  whole array.
 
 Nothing here fails a call: a fact that cannot be read is left out."""
 
@@ -73,10 +74,14 @@ def nnx_owners(frame) -> dict:
 
 
 def mesh_facts(a) -> dict:
-    """``mesh`` ({axis: size}) of a NamedSharding, and ``replicated``: the
-    array is held whole on more than one device."""
+    """``on`` (its devices), ``mesh`` ({axis: size}) of a NamedSharding, and
+    ``replicated``: the array is held whole on more than one device."""
     out: dict = {}
     sharding = a.sharding
+    try:
+        out["on"] = sorted(str(d) for d in sharding.addressable_devices)
+    except Exception:
+        pass
     mesh = getattr(sharding, "mesh", None)
     shape = getattr(mesh, "shape", None)
     if shape:
