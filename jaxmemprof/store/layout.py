@@ -213,6 +213,10 @@ CREATE TABLE IF NOT EXISTS source_names (  -- code whose file name is no file to
 CREATE TABLE IF NOT EXISTS held_by (  -- what holds live arrays, where the program's environment names it
     snapshot      INTEGER NOT NULL,     -- the snapshot it was seen at
     py_id         INTEGER NOT NULL,     -- the array's id() (arrays.py_id, alive at that snapshot)
+    frames        TEXT NOT NULL,        -- JSON [[file, line, function], ...]: its traceback, as in stacks
+    shape         TEXT NOT NULL,        -- JSON list
+    dtype         TEXT NOT NULL,        -- the three find its row where the id is a view's (a second
+                                        -- jax.Array JAX made over its buffer: one row holds both)
     kind          TEXT NOT NULL,        -- output-history: IPython's Out, _, __, ___, _N
     holder        TEXT NOT NULL,        -- Out[12]
     names         TEXT NOT NULL,        -- JSON: every name holding it there (["Out[12]", "_12", "_"])

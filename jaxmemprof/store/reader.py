@@ -64,7 +64,8 @@ _TABLES = {
     "jit_counts": (("function_id", "calls", "compiles", "calls_complete", "traced", "backend_compiles"), (),
                    ("function_id",)),
     "source_names": ((), ("file", "label"), ("file", "label")),
-    "held_by": (("snapshot", "py_id", "only"), ("kind", "holder", "names"), ("snapshot", "py_id", "holder")),
+    "held_by": (("snapshot", "py_id", "only"), ("frames", "shape", "dtype", "kind", "holder", "names"),
+                ("snapshot", "py_id", "holder")),
 }
 # Schema 1's arrays table (each row its own description), read as it is.
 _ARRAYS_V1 = (("array_id", "py_id", "first_snapshot", "nbytes", "stack_id"),
@@ -78,7 +79,7 @@ _FLOAT_COLUMNS = {"t_wall", "t_mono", "cost_s", "wall_s", "dump_s"}
 # Tables that runs recorded by earlier versions lack.
 _ADDED_TABLES = {"jit_programs", "jit_buffers", "jit_curves", "thinned", "array_kinds", "source_names", "held_by"}
 
-_HELD_BY_COLUMNS = ("snapshot", "py_id", "kind", "holder", "names", "only")
+_HELD_BY_COLUMNS = ("snapshot", "py_id", "frames", "shape", "dtype", "kind", "holder", "names", "only")
 
 # Manifest fields and the types a reader relies on.
 _MANIFEST_TYPES = {
@@ -97,7 +98,7 @@ _JSON_COLUMNS = {
     "jit_calls": ("inputs", "outputs", "inputs_alive", "live_before"),
     "jit_buffers": ("frames",),
     "jit_curves": ("curve",),
-    "held_by": ("names",),
+    "held_by": ("frames", "shape", "names"),
 }
 _MAX_JSON_DEPTH = 64
 _CHUNK_ROWS = 100_000
@@ -230,7 +231,8 @@ class Run:
       to show (a notebook's cells: ``In [7]``); empty in runs recorded before.
     - ``held_by``: what held live arrays at a snapshot, where the program's
       environment names it (IPython's output history): ``snapshot, py_id,
-      kind, holder, names, only``; empty in runs recorded before.
+      frames, shape, dtype, kind, holder, names, only``; empty in runs
+      recorded before.
     - ``has_arrays``: False for a plain directory of .prof files.
     """
 

@@ -312,9 +312,10 @@ class RunWriter:
         self._insert("INSERT OR REPLACE INTO source_names VALUES (?,?)", rows)
 
     def add_held_by(self, rows: list) -> None:
-        """(snapshot, py_id, kind, holder, names JSON, only) rows: what held
-        live arrays at a snapshot (IPython's output history)."""
-        self._insert("INSERT INTO held_by VALUES (?,?,?,?,?,?)", rows)
+        """(snapshot, py_id, frames JSON, shape JSON, dtype, kind, holder,
+        names JSON, only) rows: what held live arrays at a snapshot
+        (IPython's output history)."""
+        self._insert("INSERT INTO held_by VALUES (?,?,?,?,?,?,?,?,?)", rows)
 
     def add_marker(self, label: str) -> None:
         if self.closed:
