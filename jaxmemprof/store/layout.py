@@ -181,6 +181,23 @@ CREATE TABLE IF NOT EXISTS jit_curves (  -- each program's bytes live at each po
     signature     TEXT NOT NULL,        -- the program's (jit_programs.signature)
     curve         TEXT NOT NULL         -- JSON {positions, bytes, stacks: [[[kind, frames, op], bytes]], other}
 );
+CREATE TABLE IF NOT EXISTS jit_plans (  -- run --plan: a step compiled at other batch sizes, from its
+                                        -- arguments' shapes (no array allocated); none without --plan
+    function_id   INTEGER NOT NULL,
+    signature     TEXT NOT NULL,        -- the recorded signature it was planned from (jit_compiles.signature)
+    variant       TEXT NOT NULL,        -- recorded (as the run jitted it), donated, bfloat16
+    batch         INTEGER NOT NULL,     -- the batch it was compiled for
+    recorded_batch INTEGER NOT NULL,    -- the batch the run used
+    axis          INTEGER NOT NULL,     -- the batch's dimension in the inputs scaled
+    argument_bytes INTEGER, output_bytes INTEGER, alias_bytes INTEGER, temp_bytes INTEGER,
+    generated_code_bytes INTEGER,       -- XLA's memory_analysis(), per device (NULL where it failed)
+    devices       TEXT NOT NULL,        -- JSON: the devices the call runs on
+    live_outside  TEXT,                 -- JSON {device: bytes}: live before the recorded call, less its arguments
+    compile_s     REAL NOT NULL,        -- the lower and compile's wall time (0: the run's own figures)
+    backend       TEXT NOT NULL,        -- the platform that compiled it: cpu, gpu, tpu
+    detail        TEXT,                 -- JSON: the inputs scaled, what the variant changed, why it was planned
+    error         TEXT                  -- why it could not be compiled (NULL: compiled)
+);
 CREATE TABLE IF NOT EXISTS memory_stats (
     snapshot      INTEGER NOT NULL,
     device        TEXT NOT NULL,

@@ -66,6 +66,10 @@ _TABLES = {
     "source_names": ((), ("file", "label"), ("file", "label")),
     "held_by": (("snapshot", "py_id", "only"), ("frames", "shape", "dtype", "kind", "holder", "names"),
                 ("snapshot", "py_id", "holder")),
+    "jit_plans": (("function_id", "batch", "recorded_batch", "axis", "argument_bytes", "output_bytes", "alias_bytes",
+                   "temp_bytes", "generated_code_bytes", "compile_s"),
+                  ("signature", "variant", "devices", "live_outside", "backend", "detail", "error"),
+                  ("function_id", "variant", "batch")),
 }
 # Schema 1's arrays table (each row its own description), read as it is.
 _ARRAYS_V1 = (("array_id", "py_id", "first_snapshot", "nbytes", "stack_id"),
@@ -75,9 +79,10 @@ _KIND_COLUMNS = ("shape", "dtype", "nbytes", "shard_bytes", "devices", "sharding
 # Columns whose absence means "not known" rather than 0, and the columns of seconds.
 _MAY_BE_MISSING = {"end_snapshot", "after_snapshot", "stack_id", "snapshot", "peak_bytes", "call_index",
                    "calls_complete", "traced", "backend_compiles"}
-_FLOAT_COLUMNS = {"t_wall", "t_mono", "cost_s", "wall_s", "dump_s"}
+_FLOAT_COLUMNS = {"t_wall", "t_mono", "cost_s", "wall_s", "dump_s", "compile_s"}
 # Tables that runs recorded by earlier versions lack.
-_ADDED_TABLES = {"jit_programs", "jit_buffers", "jit_curves", "thinned", "array_kinds", "source_names", "held_by"}
+_ADDED_TABLES = {"jit_programs", "jit_buffers", "jit_curves", "thinned", "array_kinds", "source_names", "held_by",
+                 "jit_plans"}
 
 _HELD_BY_COLUMNS = ("snapshot", "py_id", "frames", "shape", "dtype", "kind", "holder", "names", "only")
 
@@ -99,6 +104,7 @@ _JSON_COLUMNS = {
     "jit_buffers": ("frames",),
     "jit_curves": ("curve",),
     "held_by": ("frames", "shape", "names"),
+    "jit_plans": ("devices", "live_outside", "detail"),
 }
 _MAX_JSON_DEPTH = 64
 _CHUNK_ROWS = 100_000
@@ -223,7 +229,8 @@ class Run:
     - ``jit``: what the jit probe saw: ``functions``, ``compiles`` (memory
       analysis per compiled signature), ``calls`` (sampled calls: input and
       output leaves as JSON, and whether each input was still held at the
-      next call), ``counts`` (calls and compiles per function); see
+      next call), ``counts`` (calls and compiles per function), ``plans``
+      (run --plan: the step compiled at other batch sizes; empty without it); see
       store/layout.py for the columns.
     - ``memory_stats`` (``snapshot, device, key, value``), ``markers``,
       ``events``, and the ``manifest``.
@@ -578,7 +585,7 @@ def _load_journal_run(path: Path) -> Run:
         memory_stats = _query(con, "memory_stats", warnings)
         executables = _query(con, "executables", warnings)
         jit = {t: _query(con, f"jit_{t}", warnings)
-               for t in ("functions", "compiles", "calls", "counts", "programs", "buffers", "curves")}
+               for t in ("functions", "compiles", "calls", "counts", "programs", "buffers", "curves", "plans")}
         markers = _query(con, "markers", warnings)
         events = _query(con, "events", warnings)
         thinned = set(_query(con, "thinned", warnings)["snapshot"].dropna().astype(np.int64).tolist())

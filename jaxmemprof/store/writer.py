@@ -306,6 +306,31 @@ class RunWriter:
     def set_jit_counts(self, rows: list) -> None:
         self._insert("INSERT OR REPLACE INTO jit_counts VALUES (?,?,?,?,?,?)", rows)
 
+    def add_jit_plans(self, rows: list) -> None:
+        """jit_plans rows (run --plan): the step compiled at other batch sizes."""
+        self._insert("INSERT INTO jit_plans VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", rows)
+
+    def _select(self, sql: str, params: tuple) -> list:
+        if self.closed:
+            return []
+        with self._lock:
+            return [] if self.closed else self._db.execute(sql, params).fetchall()
+
+    def jit_compile_figures(self, function_id: int, signature: str) -> tuple | None:
+        """XLA's argument, output, alias, temp and code bytes recorded for
+        one compiled signature (jit_compiles), or None: what run --plan
+        reads back at the end of the run."""
+        rows = self._select("SELECT argument_bytes, output_bytes, alias_bytes, temp_bytes, generated_code_bytes "
+                            "FROM jit_compiles WHERE function_id = ? AND signature = ? LIMIT 1",
+                            (function_id, signature))
+        return tuple(rows[0]) if rows else None
+
+    def jit_sampled_calls(self, function_id: int) -> list:
+        """(call_index, inputs JSON, signature, live_before JSON) of the
+        function's sampled calls recorded so far, in call order."""
+        return self._select("SELECT call_index, inputs, signature, live_before FROM jit_calls "
+                            "WHERE function_id = ? ORDER BY call_index", (function_id,))
+
     def add_source_names(self, rows: list) -> None:
         """(file, label) rows: how sites in code with no file of its own
         are named (a notebook's cells); a file named again takes the new label."""

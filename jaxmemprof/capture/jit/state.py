@@ -13,7 +13,7 @@ class _FunctionState:
                  "signatures", "param_names", "donate_argnums", "donate_argnames", "arguments", "by_signature",
                  "cache", "quiet", "off", "errors", "proxy", "counted_all", "largest", "user", "backend_compiles",
                  "row", "compile_s", "static_argnums", "static_argnames", "static_leaves", "static_seen",
-                 "jit_static", "pruned", "curves", "previous")
+                 "jit_static", "pruned", "curves", "previous", "plan")
 
     def __init__(self, function_id, param_names, donate_argnums, donate_argnames, arguments, by_signature):
         self.function_id = function_id
@@ -52,3 +52,4 @@ class _FunctionState:
         self.pruned: dict = {}  # signature -> key paths of the arguments XLA's program does not read
         self.curves = 0  # program-order curves written
         self.previous = None  # owners.Previous: the last sampled call's leaves, held weakly
+        self.plan = None  # with run --plan, a user's function: plan.Slot (its abstract arguments; None otherwise)
