@@ -11,6 +11,10 @@ analyses (the roles of the bytes); plain Python, no jax, no pandas.
   keeps: frozen weights, a dataset on device);
 - ``per-step``: a new array at every call, not an output (the batch);
 - ``unknown``: no two consecutive calls were sampled.
+
+``batch_keys`` says which inputs hold the batch: the per-step ones, else
+(a step fed the same batch at every call: a benchmark, the bundled MLP)
+the held ones.
 """
 
 from __future__ import annotations
@@ -47,3 +51,15 @@ def flows(calls) -> dict:
         else:
             out[key] = UNKNOWN
     return out
+
+
+def batch_keys(flow: dict, usable=None) -> tuple[set, str | None]:
+    """The input leaf keys that hold the batch, and how they flow: the
+    per-step ones; where there are none (or none that ``usable(key)``
+    accepts: none with a batch dimension), the held ones (the same batch
+    passed at every call); (empty, None) where neither is known."""
+    for kind in (PER_STEP, HELD):
+        keys = {k for k, v in flow.items() if v == kind and (usable is None or usable(k))}
+        if keys:
+            return keys, kind
+    return set(), None
