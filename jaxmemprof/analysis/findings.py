@@ -24,6 +24,7 @@ RULES = {
     "allocator-platform": "analysis/advice/allocator.py", "fit": "analysis/advice/capacity.py",
     "remat": "analysis/inside_jit.py", "narrow-dtype": "analysis/inside_jit.py",
     "imbalance": "analysis/job.py", "unfinished": "analysis/job.py",
+    "output-history": "analysis/history.py",
 }
 
 

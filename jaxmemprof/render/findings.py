@@ -527,6 +527,52 @@ def _narrow(f: Finding, x: dict) -> Words:
         evidence=f"XLA's buffers live at the program's peak ({_b(peak)}), float32 temporaries")
 
 
+# -- a notebook's output history ---------------------------------------------------------
+
+
+def _entry(e: dict) -> str:
+    arrays = "1 array" if e["freed_arrays"] == 1 else f"{e['freed_arrays']} arrays"
+    made = f", made at {e['made_at']}" if e.get("made_at") else ""
+    return f"{e['holder']} {_b(e['freed_bytes'])} ({arrays}{made})"
+
+
+def _xdel(entries) -> str:
+    """``%xdel _4; %xdel _7``: each entry's value dropped from everywhere
+    IPython keeps it (Out, _N, _, __, ___, the hidden copy of _N)."""
+    return "; ".join(f"%xdel _{e['holder'][4:-1]}" for e in entries)
+
+
+def _output_history(f: Finding, x: dict) -> Words:
+    freeing = [e for e in x["entries"] if e["freed_bytes"]]
+    shown = freeing[:3]
+    more = len(freeing) - len(shown) + max(0, x["entries_holding"] - len(x["entries"]))
+    names = _list(e["holder"] for e in shown) + (f" and {more} more" if more > 0 else "")
+    reset = x.get("reset_frees")
+    version = x.get("ipython_version") or "this IPython"
+    if reset:
+        brief_fix = f"{_xdel(shown)} (or %reset -f out: the whole history); end a cell with ; to keep its value out"
+        reset_words = "%reset -f out drops the whole history."
+    else:
+        brief_fix = (f"{_xdel(shown)} (%reset -f out keeps the hidden _N in IPython {version})"
+                     if reset is False else f"{_xdel(shown)}") + "; end a cell with ; to keep its value out"
+        reset_words = ("%reset -f out drops the whole history only from IPython 8.15 on: before, it keeps the "
+                       "hidden copy of each _N" + (f" (this run's IPython is {version})." if reset is False else "."))
+    return Words(
+        brief=f"IPython's output history keeps {_b(x['freed_bytes'])} alive that nothing else holds: {names}.",
+        brief_fix=brief_fix,
+        message=(f"IPython's output history holds {_b(x['held_bytes'])} of live arrays, {_b(x['freed_bytes'])} of "
+                 f"them held by nothing else: {_list(_entry(e) for e in freeing)}. A cell's value (its last "
+                 "expression) stays in Out[N] and under _N, _, __ and ___ (and a hidden copy of _N), so neither "
+                 "del of a variable nor del Out[N] frees it."),
+        fix=(f"{_xdel(freeing)} drops every reference IPython keeps to each value (Out, _N, _, the hidden copy, the "
+             f"displayhook's). {reset_words} Ending a cell with ; keeps its value out of the history; "
+             "c.InteractiveShell.cache_size = 0 keeps no output history at all."),
+        evidence=(f"At snapshot {x['snapshot']}, {x['entries_holding']} entries of Out held {x['arrays']} live "
+                  f"arrays ({_b(x['held_bytes'])}); every reference to those of {_b(x['freed_bytes'])}, and to the "
+                  "containers on the way to them, was one of IPython's history or of such a container (each "
+                  "object's references counted against sys.getrefcount)."))
+
+
 _TEMPLATES = {
     ("leak", ""): _leak,
     ("recompile", "executables"): _recompile,
@@ -551,4 +597,5 @@ _TEMPLATES = {
     ("fit", "shared-cannot"): _fit,
     ("remat", ""): _remat,
     ("narrow-dtype", ""): _narrow,
+    ("output-history", ""): _output_history,
 }

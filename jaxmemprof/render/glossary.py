@@ -580,6 +580,8 @@ FACTS: dict[tuple[str, str], tuple[str, ...]] = {
     ("imbalance", ""): ("process", "peak_bytes", "median_bytes", "min_bytes", "median_process",
                         "median_process_bytes", "excess_bytes", "sites", "processes", "process_count"),
     ("unfinished", ""): ("processes",),
+    ("output-history", ""): ("snapshot", "entries", "entries_holding", "held_bytes", "freed_bytes", "arrays",
+                             "ipython_version", "reset_frees"),
 }
 # Facts that only some findings of a rule carry (the others leave them out).
 OPTIONAL_FACTS = {("donate", ""): ("argnums", "argnames", "pass_first", "peak_elsewhere"),
@@ -612,6 +614,8 @@ RULE_SUMMARY: dict[str, str] = {
     "imbalance": "A job's process holds much more than the median process at its peak (job only; "
                  "analysis/job.py).",
     "unfinished": "Processes of a job that did not finish (job only; analysis/job.py).",
+    "output-history": "Live arrays that only IPython's output history (`Out[N]`, `_N`, `_`) keeps, at a notebook "
+                      "run's end (analysis/history.py; docs/notebooks.md).",
 }
 
 # What a fact means where GLOSSARY does not say it (or says another table's meaning).
@@ -751,6 +755,21 @@ FACT_MEANINGS: dict[str, dict[str, str]] = {
     "unfinished": {
         "processes": "One object per process that did not finish: `process, snapshots, last_t` (its last snapshot, "
                      "on the job's clock) and `error` (why nothing could be read, if so).",
+    },
+    "output-history": {
+        "snapshot": "The snapshot at which the history was looked at (the run's last).",
+        "entries": "The (up to 5) entries holding live arrays, those that free most first: objects of `holder` "
+                   "(`Out[12]`), `names` (every name IPython binds to its value: `Out[12]`, `_12`, `_`), `arrays`, "
+                   "`bytes`, `freed_bytes` and `freed_arrays` (what letting it go frees) and `made_at` (the site "
+                   "that made most of its bytes).",
+        "entries_holding": "The entries of `Out` that hold live arrays.",
+        "held_bytes": "Bytes of the live arrays the entries hold.",
+        "freed_bytes": "Bytes of those that nothing else refers to: what letting the entries go frees (the "
+                       "finding's saving).",
+        "arrays": "Live arrays the entries hold.",
+        "ipython_version": "The IPython that ran (empty where the run does not say).",
+        "reset_frees": "True when that IPython's `%reset -f out` frees them (8.15 and later; before, it keeps the "
+                       "hidden copy of `_N`); null when not known.",
     },
 }
 
