@@ -27,6 +27,7 @@ from jaxmemprof.analysis.sites import Attribution
 from jaxmemprof.store.reader import load_run
 from jaxmemprof.render.findings import words
 from jaxmemprof.analysis.attributed import attribute
+from jaxmemprof.analysis.roles import roles
 
 PROGRAMS = REPO / "sample_runs" / "libraries"
 # The MLP of the programs at their default --width: Linear(256, 512) and Linear(512, 10), float32.
@@ -46,6 +47,18 @@ CASES = {
                       "pstep = jax.pmap(step, donate_argnums=(0,))", 2),
 }
 
+OWNERS = {
+    "nnx_optimizer.py": {"model.l1.kernel", "model.l2.bias", "optimizer.opt_state[0].mu.l1.kernel",
+                         "optimizer.opt_state[0].nu.l2.bias", "optimizer.step"},
+    "equinox_optax.py": {"model.layers[0].weight", "model.layers[1].bias", "opt_state[0].mu.layers[0].weight",
+                         "opt_state[0].nu.layers[1].bias"},
+    "linen_trainstate.py": {"state.params['Dense_0']['kernel']", "state.opt_state[0].mu['Dense_0']['kernel']",
+                            "state.opt_state[0].nu['Dense_1']['bias']"},
+    "pmap_state.py": {"state['w']", "state['b']"},
+}
+# (parameters, optimizer state) at the call: nnx.Optimizer's step is optimizer state (nnx.OptState).
+ROLE_BYTES = {"nnx_optimizer.py": (PARAMS, ADAM + 4), "equinox_optax.py": (PARAMS, ADAM),
+              "linen_trainstate.py": (PARAMS, ADAM)}
 
 EQUINOX_FIX = [
     ("@eqx.filter_jit\n", '@eqx.filter_jit(donate="all-except-first")\n'),
@@ -87,6 +100,17 @@ def test_wrapper_gets_donation_advice_in_its_own_terms(tmp_path, program):
     proc, run, att = _record(script, tmp_path, "run")
     assert (proc.returncode, proc.stdout) == (plain.returncode, plain.stdout) == (0, plain.stdout)
     assert "jaxmemprof" not in proc.stderr and _probe_errors(run) == []
+
+    # What the memory is: the parameters and Adam's moments at the step's call, to the byte, each array
+    # named by its path in the library's own terms.
+    what = roles(attribute(run))
+    owners = set(what.owners["owner"])
+    assert OWNERS[program] <= owners, sorted(owners)
+    by_role = what.by_role.groupby("role")["bytes"].sum()
+    if program != "pmap_state.py":
+        assert (by_role["parameters"], by_role["optimizer state"]) == ROLE_BYTES[program]
+    else:  # a dict of state pmap carries (no library says what it is), at its first call: still whole on cpu:0
+        assert by_role["other state"] == 2 * (256 * 512 + 512) * 4 and set(what.by_role["device"]) == {"cpu:0"}
 
     fns = run.jit["functions"]
     [row] = fns[fns["name"] == function].itertuples()

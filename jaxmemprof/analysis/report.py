@@ -20,6 +20,7 @@ from jaxmemprof.analysis.leaks import leak_findings, leaks, recompiles, rejits
 from jaxmemprof.analysis.attributed import Attributed
 from jaxmemprof.analysis.lifetimes import estimated_site_churn, site_lifetimes
 from jaxmemprof.analysis.reuse import reuse
+from jaxmemprof.analysis.roles import Roles, roles
 from jaxmemprof.analysis.timeline import Timeline, timeline
 
 
@@ -53,6 +54,7 @@ class Report:
     fit: object  # capacity.Fit for --device-memory, else None
     findings: list  # Finding records, ranked (render/findings.py says them)
     extra_findings: list = field(default_factory=list)
+    roles: Roles | None = None  # what the memory is at the largest sampled jitted call (analysis/roles.py)
 
 
 def build_report(ar: Attributed, *, extra_rules=()) -> Report:
@@ -93,6 +95,7 @@ def build_report(ar: Attributed, *, extra_rules=()) -> Report:
         device_peak = max(busiest, inside.device_bytes)
         total_true_peak = max(int(tl.peak_bytes), inside.bytes)
         where = inside.where if inside.device_bytes > busiest else "at the snapshot peak"
+    what = roles(ar, tl.devices)
     found += donation_findings(ar)
     found += inside_jit_findings(ar)
     found += allocator_findings(ar, device_peak, timeline=tl)
@@ -143,7 +146,7 @@ def build_report(ar: Attributed, *, extra_rules=()) -> Report:
         jit_peak=peak_by_line(ar), jit_buffers=largest_buffers(ar),
         jit_curve=program_curves(ar), true_peak_bytes=total_true_peak,
         true_peak_where=where,
-        fit=fit, findings=ranked(found),
+        fit=fit, findings=ranked(found), roles=what,
     )
     extra = [f for rule in extra_rules for f in rule(run, report)]
     if extra:

@@ -58,7 +58,7 @@ def role_of(leaf: dict, flow: str | None) -> str:
     if tag.startswith("nnx."):
         return STATE
     words = f"{leaf.get('name') or ''}{leaf.get('owner') or leaf.get('path') or ''}".lower()
-    if "opt_state" in words or "optimizer" in words or words.startswith("opt"):
+    if any(w in words for w in ("opt_state", "optimizer", "momentum")) or words.startswith("opt"):
         return OPTIMIZER
     if any(w in words for w in ("param", "weight", "model", "kernel")):
         return PARAMETERS if flow in (CARRIED, HELD, None) else INPUTS
@@ -80,7 +80,7 @@ class Roles:
         self.peak_bytes = peak_bytes
 
 
-def _empty() -> Roles:
+def empty_roles() -> Roles:
     return Roles(pd.DataFrame({c: pd.Series(dtype=object) for c in ROLE_COLUMNS}),
                  pd.DataFrame({c: pd.Series(dtype=object) for c in OWNER_COLUMNS}), "", "", None)
 
@@ -91,12 +91,12 @@ def roles(ar: Attributed, devices: pd.DataFrame | None = None) -> Roles:
     call = largest_sampled_call(run, devices)
     calls = run.jit.get("calls")
     if call is None or calls is None or calls.empty:
-        return _empty()
+        return empty_roles()
     mine = calls[calls["function_id"] == call.function_id].sort_values("call_index")
     flow = flows(_leaves(text) for text in mine["inputs"])
     row = mine[mine["call_index"] == call.call_index]
     if row.empty:
-        return _empty()
+        return empty_roles()
     inputs = _leaves(row["inputs"].iloc[0])
     outputs = _leaves(row["outputs"].iloc[0])
     fed = _fed_back(mine, call.call_index)
@@ -164,7 +164,9 @@ def _owner(device: str, role: str, leaf: dict, function: str) -> dict:
     devices = max(1, int(leaf.get("devices") or 1))
     per_device = int(leaf.get("bytes") or 0) // devices
     shape = leaf.get("shape") or []
-    return {"device": device, "role": role, "owner": str(leaf.get("owner") or leaf.get("path") or ""),
+    # runs recorded before leaves named their owner: the argument's name and the path in it
+    owner = leaf.get("owner") or f"{leaf.get('name') or ''}{leaf.get('path') or ''}"
+    return {"device": device, "role": role, "owner": str(owner),
             "bytes": per_device, "shape": "[" + ",".join(str(x) for x in shape) + "]",
             "dtype": str(leaf.get("dtype") or ""), "function": function, "sharding": str(leaf.get("sharding") or "")}
 
@@ -180,7 +182,7 @@ def _fed_back(calls: pd.DataFrame, index: int) -> dict:
         for leaf in _leaves(text):
             origin = leaf.get("from")
             if isinstance(origin, list) and len(origin) == 2 and origin[0] == "out" and isinstance(origin[1], int):
-                out.setdefault(origin[1], str(leaf.get("owner") or leaf.get("path") or ""))
+                out.setdefault(origin[1], str(leaf.get("owner") or ""))
     return out
 
 

@@ -326,6 +326,10 @@ GLOSSARY: dict[str, str] = {
     "jit_peak": "The rows of jit_peak.csv.",
     "jit_buffers": "The rows of jit_buffers.csv.",
     "jit_curve": "The rows of jit_curve.csv.",
+    "roles": "What the memory is: `where` (the call), `function`, `peak_bytes` (its peak on the busiest device), "
+             "`by_role` (roles.csv's rows), `owners` (owners.csv's rows).",
+    "by_role": "The rows of roles.csv.",
+    "owners": "The rows of owners.csv.",
     "fit": "`report --device-memory SIZE`'s figures (the fit section below); null without it.",
     "findings": "The findings, ranked: the columns of findings.csv, with `facts` as an object.",
     # a job's JSON
@@ -454,6 +458,30 @@ IN_TABLE: dict[str, dict[str, str]] = {
         "site": "The user line whose buffers these are, `argument NAME` for an argument's, or `other lines` for the "
                 "lines past the 8 that hold most at any position.",
         "bytes": "Bytes of that line's buffers live at the position.",
+    },
+    "roles.csv": {
+        "device": "The device (`all`: a run recorded before calls counted the bytes live before them per device).",
+        "role": "What the bytes are: `parameters`, `optimizer state`, `other state` (inputs carried from the "
+                "previous call's outputs), `batch` (new at every call), `held inputs` (the same array every call), "
+                "`other inputs`, `new state` (outputs the next call takes), `results` (the other outputs), "
+                "`inside the call` (XLA's temporaries), `executable code`, `other arrays` (live before the call, "
+                "not its inputs). See docs/roles.md.",
+        "bytes": "The role's bytes on the device during the call; a device's roles add up to the call's peak there.",
+        "share": "`bytes` over the call's peak on the device, 0 to 1.",
+        "arrays": "Arrays of that role (for `inside the call`: the user lines of XLA's temporaries at its peak).",
+        "largest_owner": "The largest of them: its path in your tree (`opt_state[0].mu['w1']`), or a user line.",
+        "largest_owner_bytes": "Its bytes on the device.",
+    },
+    "owners.csv": {
+        "device": "The device (`all`: a run recorded before calls counted the bytes live before them per device).",
+        "role": "The array's role (roles.csv).",
+        "owner": "Its path in your own tree, in your library's terms (`params['w1']`, `model.l1.kernel`, "
+                 "`opt_state[0].mu['w1']`); an output that the next call takes is named by the input it becomes; "
+                 "another output by `out` and its path; XLA's temporaries by the user line that made them.",
+        "bytes": "Its bytes on the device.",
+        "shape": "Its shape, `[256,512]` (XLA's, `f32[256,512]`, for a temporary).",
+        "function": "The jitted function whose call it is.",
+        "sharding": "Its sharding, as JAX names it (`NamedSharding(PartitionSpec('data',))`).",
     },
     "findings.csv": {
         "site": "The user line the finding is about (`path:line (function)` or `path:line`); empty when it is about "
@@ -880,7 +908,7 @@ CHECK_FACTS = ("where", "devices", "rules", "what", "bytes", "baseline_bytes")
 
 def tables() -> list[tuple[str, list[Table]]]:
     """Every output, in sections: (heading, tables)."""
-    from jaxmemprof.analysis import inside_jit, leaks, lifetimes, reuse, timeline
+    from jaxmemprof.analysis import inside_jit, leaks, lifetimes, reuse, roles, timeline
     from jaxmemprof.analysis.advice.capacity import Fit
     from jaxmemprof.analysis.advice.donation import JIT_MEMORY_COLUMNS
     from jaxmemprof.analysis.check import Outcome
@@ -927,6 +955,12 @@ def tables() -> list[tuple[str, list[Table]]]:
               "One per jitted function x position x user line: XLA's buffers live at each position of the "
               "function's largest signature, in program order (XProf's memory viewer, in your lines).",
               _csv(inside_jit.CURVE_COLUMNS)),
+        Table("roles.csv", "roles.csv", both.format(f="roles.csv", j="roles.by_role"),
+              "One per device x role at the sampled jitted call that holds the most: what the memory is "
+              "(docs/roles.md).", _csv(roles.ROLE_COLUMNS)),
+        Table("owners.csv", "owners.csv", both.format(f="owners.csv", j="roles.owners"),
+              "One per device x array of that call, largest first: its role and its path in your tree.",
+              _csv(roles.OWNER_COLUMNS)),
         Table("findings.csv", "findings.csv", both.format(f="findings.csv", j="findings"),
               "One per finding, ranked by severity then saving (in JSON `facts` is an object).",
               _csv(findings.COLUMNS)),

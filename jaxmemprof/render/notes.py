@@ -27,6 +27,14 @@ TRUE_PEAK = ("estimated true peak: for the jitted call that holds the most, the 
              "taken between calls, never see it. Per device, as XLA's figures are; on several devices, "
              "also summed over them.")
 
+ROLES = ("What the memory is: at the sampled jitted call that holds the most on a device, its inputs "
+         "leaf by leaf, by how each flows from call to call (carried from the previous call's outputs: "
+         "parameters, optimizer state or other state, as the library's types or the argument's name say; "
+         "new at every call: the batch; the same array every call: held), then XLA's figures for the "
+         "outputs it writes (new state: those the next call takes; results: the rest), its temporaries and "
+         "code, and the arrays live before it that are not its inputs (other arrays); they add up to the "
+         "call's peak. Owners are the arrays' paths in your own trees (docs/roles.md).")
+
 LIFETIMES = ("Lifetimes are measured between snapshots: an array is seen from the first snapshot it is "
              "alive in to the first it is gone from; arrays living between two snapshots are not seen.")
 

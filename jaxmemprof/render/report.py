@@ -48,7 +48,7 @@ def _seconds(x) -> str:
 def _table(*columns: str) -> Table:
     t = Table(box=None, pad_edge=False, collapse_padding=True, header_style="bold")
     for c in columns:
-        t.add_column(c, justify="left" if c in ("site", "device", "name", "function") else "right",
+        t.add_column(c, justify="left" if c in ("site", "device", "name", "function", "role", "largest") else "right",
                      overflow="fold")
     return t
 
@@ -112,12 +112,38 @@ def render_report(rep: Report, con: Console, *, top: int, explain: bool = False)
         for _, r in rep.peak_sites.rows.iterrows():
             t.add_row(format_bytes(r["bytes"]), str(r["count"]), f"{100 * r['share']:.1f}%", Text(safe(r["site"])))
         con.print(t)
+    _render_roles(rep, con, explain)
     _render_timeline(rep, con)
     _render_jit(rep, con, top, explain)
     _render_lifetimes(rep, con, top, explain)
     _render_reuse(rep, con, top, explain)
     _render_leaks(rep, con, top)
     _render_findings(rep, con, explain)
+
+
+def _render_roles(rep: Report, con: Console, explain: bool) -> None:
+    """What the memory is at the largest sampled jitted call: one table per
+    group of devices whose roles are the same."""
+    what = rep.roles
+    if what is None or what.by_role.empty:
+        return
+    by_device: dict[tuple, list] = {}
+    for device, rows in what.by_role.groupby("device", sort=False):
+        key = tuple(zip(rows["role"], rows["bytes"], rows["largest_owner"]))
+        by_device.setdefault(key, []).append((device, rows))
+    for groups in by_device.values():
+        devices = [d for d, _ in groups]
+        rows = groups[0][1]
+        on = "" if devices == ["all"] else f" on {device_ranges(devices)}" + (" each" if len(devices) > 1 else "")
+        _heading(con, f"What the memory is ({safe(what.where)}{on}: {format_bytes(rows['bytes'].sum())})")
+        t = _table("bytes", "%", "role", "largest")
+        for _, r in rows.iterrows():
+            more = f" (+{r['arrays'] - 1} more)" if r["arrays"] > 1 else ""
+            largest = f"{safe(r['largest_owner'])} {format_bytes(r['largest_owner_bytes'])}{more}" \
+                if r["largest_owner"] else ""
+            t.add_row(format_bytes(r["bytes"]), f"{100 * r['share']:.1f}%", r["role"], Text(largest))
+        con.print(t)
+    _explained(con, explain, notes.ROLES)
 
 
 def _render_summary(rep: Report, con: Console, explain: bool) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pandas as pd
 
 from jaxmemprof.analysis.report import Report
+from jaxmemprof.analysis.roles import Roles, empty_roles
 from jaxmemprof.render import findings as said
 from jaxmemprof.render import notes
 from jaxmemprof.render.json import records
@@ -13,8 +14,12 @@ from jaxmemprof.render.json import records
 EXPORT_FILES = (
     "timeline.csv", "devices.csv", "sites.csv", "arrays.csv", "lifetimes.csv", "reuse.csv",
     "reuse_devices.csv", "leaks.csv", "recompiles.csv", "jit.csv", "jit_peak.csv", "jit_buffers.csv",
-    "jit_curve.csv", "findings.csv",
+    "jit_curve.csv", "roles.csv", "owners.csv", "findings.csv",
 )
+
+
+def _roles(rep: Report) -> Roles:
+    return rep.roles if rep.roles is not None else empty_roles()
 
 
 def export_tables(rep: Report) -> dict[str, pd.DataFrame]:
@@ -36,6 +41,8 @@ def export_tables(rep: Report) -> dict[str, pd.DataFrame]:
         "jit_peak.csv": rep.jit_peak,
         "jit_buffers.csv": rep.jit_buffers,
         "jit_curve.csv": rep.jit_curve,
+        "roles.csv": _roles(rep).by_role,
+        "owners.csv": _roles(rep).owners,
         "findings.csv": said.table(rep.findings),
     }
     return {name: tables[name] for name in EXPORT_FILES}
@@ -67,6 +74,8 @@ def report_document(rep: Report) -> dict:
         "jit_peak": records(rep.jit_peak),
         "jit_buffers": records(rep.jit_buffers),
         "jit_curve": records(rep.jit_curve),
+        "roles": {"where": _roles(rep).where, "function": _roles(rep).function, "peak_bytes": _roles(rep).peak_bytes,
+                  "by_role": records(_roles(rep).by_role), "owners": records(_roles(rep).owners)},
         "fit": None if rep.fit is None else {k: v for k, v in vars(rep.fit).items()},
         "findings": said.records(rep.findings),
     }
