@@ -5,9 +5,9 @@ Importing this package does not import jax; only capturing a run does.
 
 from jaxmemprof._version import __version__
 
-__all__ = ["__version__", "profile", "mark", "snapshot", "load_profile", "load_run", "InputError"]
+__all__ = ["__version__", "profile", "ProfiledRun", "mark", "snapshot", "load_profile", "load_run", "InputError"]
 
-from jaxmemprof.api import mark, profile, snapshot
+from jaxmemprof.api import ProfiledRun, mark, profile, snapshot
 from jaxmemprof.errors import InputError
 
 
@@ -29,3 +29,18 @@ def load_run(path):
     from jaxmemprof.store.reader import load_run as _load
 
     return _load(path)
+
+
+def load_ipython_extension(ipython):
+    """``%load_ext jaxmemprof``: the notebook's magics, and every function
+    jitted in the kernel from now on observed by each run
+    (jaxmemprof/notebook/, docs/notebooks.md)."""
+    from jaxmemprof.notebook import load_ipython_extension as _load
+
+    _load(ipython)
+
+
+def unload_ipython_extension(ipython):
+    from jaxmemprof.notebook import unload_ipython_extension as _unload
+
+    _unload(ipython)

@@ -1,0 +1,228 @@
+"""The notebook extension in a real kernel: docs/notebooks.ipynb executed cell
+by cell (nbclient, ipykernel), then a few cells of checks in the same kernel,
+and what each cell showed asserted on.
+
+The kernel is started from a kernel spec made here, pointing at this
+interpreter (sys.executable): pip's ipykernel installs a "python3" spec that
+jupyter_client runs with the current interpreter, but a "python3" spec in the
+user's own Jupyter directory (another Python's) would be found first.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+import sys
+
+import nbformat
+import pytest
+from jupyter_client import KernelManager
+from jupyter_client.kernelspec import KernelSpecManager
+from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError
+
+from conftest import REPO
+
+NOTEBOOK = REPO / "docs" / "notebooks.ipynb"
+
+# Checks run in the kernel after the notebook, each a cell (its output: one JSON line).
+LIVE_BYTES = """\
+import gc, json
+from jaxmemprof.pprof.reader import load_profile
+gc.collect()
+_s = load_profile(jax.profiler.device_memory_profile()).samples
+print(json.dumps(int(_s.loc[_s["kind"] != "executable", "bytes"].sum())))"""
+HOLDERS = """\
+import json
+from jaxmemprof.notebook.history import holders
+print(json.dumps([[h, json.loads(shape), only] for _, _, shape, _, _, h, _, only in holders(get_ipython(), jax)]))"""
+ALIVE = """\
+import json
+print(json.dumps([r() is not None for r in _refs]))"""
+
+
+class Kernel:
+    """The notebook executed in one kernel, which stays up for more cells."""
+
+    def __init__(self, tmp):
+        spec = tmp / "kernels" / "jaxmemprof-test"
+        spec.mkdir(parents=True)
+        (spec / "kernel.json").write_text(json.dumps({
+            "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+            "display_name": "jaxmemprof test", "language": "python",
+            "env": {"JAX_PLATFORMS": "cpu", "COLUMNS": "", "NO_COLOR": ""},
+        }))
+        km = KernelManager(kernel_name="jaxmemprof-test",
+                           kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(tmp / "kernels")]))
+        self.work = tmp / "work"
+        self.work.mkdir()
+        self.nb = nbformat.read(NOTEBOOK, as_version=4)
+        self.client = NotebookClient(self.nb, km=km, timeout=180, resources={"metadata": {"path": str(self.work)}})
+
+    def run(self, source: str, *, allow_errors: bool = False):
+        cell = nbformat.v4.new_code_cell(source)
+        self.nb.cells.append(cell)
+        try:
+            self.client.execute_cell(cell, len(self.nb.cells) - 1)
+        except CellExecutionError:
+            if not allow_errors:
+                raise
+        return cell
+
+    def value(self, source: str):
+        """The JSON a check cell prints."""
+        return json.loads(stream(self.run(source)).strip().splitlines()[-1])
+
+
+def stream(cell) -> str:
+    return "".join(o.get("text", "") for o in cell.outputs if o.output_type == "stream")
+
+
+def shown(cell, mime: str = "text/plain") -> str:
+    return "\n".join(o["data"][mime] for o in cell.outputs
+                     if o.output_type in ("display_data", "execute_result") and mime in o.get("data", {}))
+
+
+@pytest.fixture(scope="module")
+def kernel(tmp_path_factory):
+    k = Kernel(tmp_path_factory.mktemp("notebook"))
+    with k.client.setup_kernel():
+        cells = [c for c in k.nb.cells if c.cell_type == "code"]
+        for i, cell in enumerate(list(k.nb.cells)):
+            if cell.cell_type != "code":
+                continue
+            if cell.source.startswith("%xdel _4"):
+                # What IPython's history held, measured on both sides of the fix.
+                k.live_before_fix = k.value(LIVE_BYTES)
+                k.client.execute_cell(cell, i)
+                k.live_after_fix = k.value(LIVE_BYTES)
+            else:
+                k.client.execute_cell(cell, i)
+        k.cells = {c.source.splitlines()[0]: c for c in cells}
+        k.checks = checks(k)
+    return k
+
+
+def checks(k: Kernel) -> dict:
+    """More cells in the same kernel: what the output history's holders
+    say of values held elsewhere too, against what Python then frees."""
+    out = {}
+    k.run("kept = jnp.full((300,), 1.0)\nkept")
+    k.run("(jnp.full((400,), 2.0), kept)")
+    k.run('{"w": jnp.full((500,), 3.0), "b": [jnp.full((600,), 4.0), None]}')
+    first = k.nb.cells[-3].execution_count
+    out["first"] = first
+    out["holders"] = k.value(HOLDERS)
+    k.run("import weakref\n"
+          f"_refs = [weakref.ref(kept), weakref.ref(Out[{first + 1}][0]), weakref.ref(Out[{first + 2}]['w']), "
+          f"weakref.ref(Out[{first + 2}]['b'][0])]")
+    # (%xdel of Out[first] would delete `kept` too: it drops every name of the object.)
+    k.run(f"%xdel _{first + 1}\n%xdel _{first + 2}")
+    out["alive"] = k.value(ALIVE)
+    failed = k.run("%%jaxmemprof -o runs/fails --force\nx.sum()\n1 / 0", allow_errors=True)
+    out["failed"] = failed
+    return out
+
+
+def test_a_train_step_jitted_in_another_cell_gets_its_donation_finding_with_the_cells_line(kernel):
+    define = next(c for c in kernel.cells.values() if "train_step = jax.jit(step)" in c.source)
+    line = define.source.splitlines().index("train_step = jax.jit(step)") + 1
+    train = kernel.cells["%%jaxmemprof -o runs/train --force"]
+    text = shown(train)
+    assert f"medium donate  In [{define.execution_count}]:{line}  saves 1.00 MiB" in text, text
+    assert "Donate 'params' of step" in text
+    assert "fix: train_step = jax.jit(step, donate_argnums=(0,))" in text  # the cell's own line, edited
+    assert "loss " in stream(train)  # the cell itself ran
+    # Applied, the fix removes the finding (the step jitted again in a cell, run over cells).
+    stopped = shown(kernel.cells["%jaxmemprof stop --no-page"])
+    assert stopped.startswith("jaxmemprof: In [") and " to In [" in stopped
+    assert not re.search(r"^\d+\. \w+ donate ", stopped, re.M), stopped
+
+
+def test_sites_are_named_by_cell_not_by_ipykernels_temporary_file(kernel):
+    texts = [shown(c) + stream(c) for c in kernel.nb.cells if c.cell_type == "code"]
+    assert not any("ipykernel_" in t for t in texts)
+    data = kernel.cells['params = init(jax.random.key(0))'].execution_count
+    train = shown(kernel.cells["%%jaxmemprof -o runs/train --force"])
+    assert f"512.00 KiB  In [{data}]:2 (<module>)" in train  # x = jax.random.normal(...), line 2
+    from jaxmemprof import load_run
+
+    run = load_run(kernel.work / "runs" / "train")
+    labels = set(run.source_names.values())
+    assert {f"In [{n}]" for n in range(1, data + 1)} <= labels
+    fn = run.jit["functions"]
+    step = fn[fn["name"] == "step"].iloc[0]
+    assert run.source_names[step["jit_file"]] == "In [2]"  # jitted in In [2], before the run
+
+
+def test_the_output_history_holder_is_named_with_its_fix_and_the_saving_is_what_the_fix_frees(kernel):
+    from jaxmemprof import load_run
+    from jaxmemprof.analysis.attributed import attribute
+    from jaxmemprof.analysis.history import history_findings
+    from jaxmemprof.render.glossary import documented_facts, fact_meaning
+
+    look = kernel.cells['jnp.tanh(x @ params["w1"])  # a look at the activations: IPython keeps the value in Out']
+    n = look.execution_count
+    text = shown(kernel.cells["%%jaxmemprof -o runs/train --force"])
+    assert f"medium output-history  In [{n}]:1 (<module>)  saves 512.00 KiB" in text, text
+    assert f"IPython's output history keeps 512.00 KiB alive that nothing else holds: Out[{n}]." in text
+    assert f"fix: %xdel _{n}" in text
+    (f,) = history_findings(attribute(load_run(kernel.work / "runs" / "train")))
+    assert f.saving_bytes == 256 * 512 * 4  # jnp.tanh of a float32 [256, 512]
+    # %xdel _4 freed exactly that: the device's live buffers, before and after.
+    assert kernel.live_before_fix - kernel.live_after_fix == f.saving_bytes
+    (entry,) = f.fact("entries")
+    assert entry["holder"] == f"Out[{n}]" and f"_{n}" in entry["names"] and entry["freed_arrays"] == 1
+    assert set(f.facts) <= documented_facts("output-history")
+    for k in f.facts:
+        fact_meaning("output-history", k)
+
+
+def test_only_what_nothing_else_holds_is_counted_as_freed(kernel):
+    first = kernel.checks["first"]
+    held = {(h, tuple(shape)): only for h, shape, only in kernel.checks["holders"]}
+    assert held[(f"Out[{first}]", (300,))] == 0  # `kept` holds it too
+    assert held[(f"Out[{first + 1}]", (400,))] == 1
+    assert held[(f"Out[{first + 1}]", (300,))] == 0
+    assert held[(f"Out[{first + 2}]", (500,))] == 1  # in a dict
+    assert held[(f"Out[{first + 2}]", (600,))] == 1  # in a list in the dict
+    # Python's own answer: after %xdel of the last two entries, what was
+    # only the history's is gone, and `kept` is not.
+    assert kernel.checks["alive"] == [True, False, False, False]
+
+
+def test_the_inline_report_is_there_and_self_contained(kernel):
+    page_html = shown(kernel.cells["%%jaxmemprof -o runs/train --force"], "text/html")
+    m = re.search(r'<iframe [^>]*sandbox="allow-scripts"[^>]*srcdoc="([^"]*)"', page_html)
+    assert m, page_html[:500]
+    page = html.unescape(m.group(1))
+    assert page.startswith("<!DOCTYPE html>") and 'id="jmp-data"' in page
+    assert "default-src 'none'" in html.unescape(page)  # its Content-Security-Policy: nothing fetched
+    for text in (page_html, page):
+        assert not re.search(r"""\b(?:src|href)\s*=\s*["']?\s*(?:https?:)?//""", text, re.I)
+        assert not re.search(r"<(?:link|img|script)\b[^>]*\bsrc\s*=", text, re.I)
+    # The summary's HTML says what its text says.
+    assert "medium donate" in page_html and "<code>In [" in page_html
+    assert "In [2]" in page  # the page names sites by cell too
+
+
+def test_report_and_profile_show_in_the_notebook(kernel):
+    report = shown(kernel.cells["%jaxmemprof report --top 3"])
+    assert report.startswith("jaxmemprof report: runs/donated") and "What held the peak" in report
+    profiled = kernel.cells["import jaxmemprof"]
+    text, page = shown(profiled), shown(profiled, "text/html")
+    assert text.startswith("jaxmemprof: profile(): ") and "run runs/evaluate" in text
+    assert "findings: nothing to fix found" in text and "findings: nothing to fix found" in page
+
+
+def test_a_cell_that_raises_fails_after_its_summary(kernel):
+    cell = kernel.checks["failed"]
+    errors = [o for o in cell.outputs if o.output_type == "error"]
+    assert errors and errors[-1]["ename"] == "_CellFailed"
+    assert "ZeroDivisionError" in "".join(errors[-1]["traceback"])
+    assert "ended by an exception (ZeroDivisionError)" in shown(cell)
+    from jaxmemprof import load_run
+
+    run = load_run(kernel.work / "runs" / "fails")
+    assert run.manifest["ended_by"] == "exception" and run.finished
