@@ -13,6 +13,7 @@ import re
 import sqlite3
 import stat
 import sys
+import threading
 import time
 import warnings
 from dataclasses import dataclass
@@ -23,10 +24,10 @@ from pathlib import Path
 from jaxmemprof._version import __version__
 from jaxmemprof.capture.hooks import AfterImport
 from jaxmemprof.capture.jit import JitProbe
-from jaxmemprof.capture.sampler import Sampler, _jax_ready
+from jaxmemprof.capture.sampler import Sampler, _jax_ready, profile_buffers
 from jaxmemprof.errors import InputError
 from jaxmemprof.store import layout
-from jaxmemprof.store.writer import RunWriter, Thinning
+from jaxmemprof.store.writer import RunWriter, SnapshotRecord, Thinning
 
 DEFAULT_ROOT = "jaxmemprof-runs"
 
@@ -670,7 +671,7 @@ def allocator_environment() -> dict:
 class Session:
     def __init__(self, directory: Path, *, target_argv: list[str], interval: float,
                  max_overhead: float, jit_probe: bool = True, addresses: str = "auto",
-                 command: list[str] | None = None, on_finish=None):
+                 command: list[str] | None = None, on_finish=None, plan=None):
         # on_finish(path): what a process of a job does with its run as it
         # ends (the CLI and the API ask for its summary); capture analyses nothing.
         self.on_finish = on_finish
@@ -700,7 +701,9 @@ class Session:
             "end_time": None,
             "exit_status": None,
             "settings": {"interval": interval, "max_overhead": max_overhead, "jit_probe": jit_probe,
-                         "addresses": addresses, "thinning": dataclasses.asdict(thinning)},
+                         "addresses": addresses, "thinning": dataclasses.asdict(thinning),
+                         # run --plan (capture/jit/plan.py PlanOptions); null without it
+                         "plan": plan.settings() if plan is not None and jit_probe else None},
         }
         proc = _processes.get(str(self.path))
         if proc is not None:  # as the launcher says; JAX's own index replaces it once known
@@ -726,7 +729,8 @@ class Session:
         # dumps at the end take their share of the half of --max-overhead the
         # sampler leaves.
         launcher = (os.path.abspath(sys.argv[0]),) if target_argv and sys.argv and os.path.isfile(sys.argv[0]) else ()
-        self.probe = JitProbe(self.writer, dump_share=max_overhead / 2, exclude=launcher) if jit_probe else None
+        self.probe = JitProbe(self.writer, dump_share=max_overhead / 2, exclude=launcher,
+                              plan=plan) if jit_probe else None
         if self.probe is not None:
             self.sampler.hooks.append(self.probe.on_snapshot)
             self.probe.observer = self.sampler
@@ -1199,3 +1203,118 @@ def _backend_facts() -> dict:
         }
     except Exception as exc:
         return {"backend": None, "devices": [], "backend_error": str(exc)}
+
+
+# -- one test's totals, kept in memory (the pytest plugin's --jaxmemprof) -------------
+
+
+class _TotalsWriter:
+    """Where a TotalsSession's sampler and jit probe write: what one test's
+    peak needs, in memory (no run directory, no journal): each snapshot's
+    number, time, trigger, label and live bytes; each compiled signature's
+    memory_analysis() figures; each sampled call's signature, input leaves
+    and live bytes before it."""
+
+    thinned = 0
+
+    def __init__(self):
+        self._lock = threading.RLock()
+        self.closed = False
+        self.manifest: dict = {}
+        self.rows: list[dict] = []  # the snapshots
+        self.functions: dict = {}  # function_id -> name
+        self.compiles: list[dict] = []
+        self.calls: list[dict] = []
+        self.events: list = []
+
+    @property
+    def snapshots(self) -> int:
+        return len(self.rows)
+
+    def add_snapshot(self, rec) -> int:
+        with self._lock:
+            self.rows.append({"snapshot": len(self.rows) + 1, "t_wall": rec.t_wall, "trigger": rec.trigger,
+                              "label": rec.label, "live_bytes": rec.live_bytes})
+            return len(self.rows)
+
+    # The jit probe's rows, in the order of store/layout.py's jit tables.
+    def add_jit_function(self, row: dict) -> None:
+        self.functions[row["function_id"]] = row.get("name")
+
+    def add_jit_compile(self, row: tuple) -> None:
+        fid, _, t_wall, signature, argument, output, alias, temp, code = row[:9]
+        self.compiles.append({"function_id": fid, "t_wall": t_wall, "signature": signature,
+                              "argument_bytes": argument, "output_bytes": output, "alias_bytes": alias,
+                              "temp_bytes": temp, "generated_code_bytes": code})
+
+    def add_jit_call(self, row: tuple) -> None:
+        self.calls.append({"function_id": row[1], "call_index": row[2], "t_wall": row[3], "inputs": row[8],
+                           "signature": row[10], "live_before": row[11]})
+
+    def add_event(self, kind: str, message: str, snapshot=None) -> None:
+        self.events.append((kind, message))
+
+    def add_jit_program(self, *args, **kwargs) -> None:
+        pass  # XLA's buffers by line: not kept (the totals need memory_analysis() alone)
+
+    def set_jit_liveness(self, *args) -> None:
+        pass
+
+    def set_jit_counts(self, rows) -> None:
+        pass
+
+    def owned_by_this_thread(self) -> bool:
+        return self._lock._is_owned()
+
+    def detach(self) -> None:
+        self.closed = True
+
+    def finish(self, **fields) -> None:
+        self.closed = True
+
+
+class _TotalsSampler(Sampler):
+    """Snapshots of the totals only: JAX's profile, and the bytes of the
+    buffers in it (as a run's snapshots count them); no array described."""
+
+    def _collect(self, jax, trigger, label, t_wall, t_mono, live, wait: bool) -> SnapshotRecord:
+        profile = jax.profiler.device_memory_profile()
+        live_bytes, buffers = profile_buffers(profile)
+        return SnapshotRecord(t_wall=t_wall, t_mono=t_mono, trigger=trigger, label=label, profile=b"",
+                              live_bytes=live_bytes, buffers=buffers, arrays=0)
+
+    def _affordable_at(self):
+        # No array is described: the next snapshot costs what the last one did.
+        return self._t0 + (self._spent + self._cost) * self._wall_per_sampling_s, None
+
+
+class _TotalsProbe(JitProbe):
+    def _read_program(self, state, signature, compiled, ma) -> bool:
+        return True  # memory_analysis() is all the totals need: the executable's program is not read
+
+
+class TotalsSession:
+    """One test's device memory, in memory, for a figure without its lines
+    (``pytest --jaxmemprof`` on a test without a limit): snapshots of the
+    totals (the caller's, and one every ``interval`` seconds within
+    ``max_overhead``) and the jit probe's memory_analysis() of what the test
+    compiles, in ``writer``. No run directory; not the active session."""
+
+    def __init__(self, *, interval: float, max_overhead: float):
+        self.writer = _TotalsWriter()
+        self.sampler = _TotalsSampler(self.writer, interval=interval, max_overhead=max_overhead)
+        self.probe = _TotalsProbe(self.writer, dump_share=0.0, dump_min_s=0.0)
+        self.sampler.hooks.append(self.probe.on_snapshot)
+        self.probe.observer = self.sampler
+
+    def start(self) -> "TotalsSession":
+        self.probe.install()
+        self.sampler.start()
+        return self
+
+    def stop_sampling(self) -> None:
+        """The sampler's thread and the probe stop (snapshots on demand go on)."""
+        self.sampler.stop()
+        if self.probe is not None:
+            probe, self.probe = self.probe, None
+            probe.uninstall()

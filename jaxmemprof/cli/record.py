@@ -12,6 +12,26 @@ from jaxmemprof.cli.base import Number, analysis_options, cli, say, stderr_strea
 from jaxmemprof.errors import InputError, check_not_empty
 
 
+class _Scales(click.ParamType):
+    """A comma-separated list of positive numbers: 0.5,2,4,8."""
+
+    name = "LIST"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, tuple):
+            return value
+        out = []
+        for part in str(value).split(","):
+            try:
+                x = float(part)
+            except ValueError:
+                self.fail(f"{part.strip()!r} is not a number (give scales as 0.5,2,4,8)", param, ctx)
+            if not (0 < x <= 1e6):
+                self.fail(f"{part.strip()!r}: a scale is a number above 0 and at most 1e6", param, ctx)
+            out.append(x)
+        return tuple(out)
+
+
 @cli.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option("-o", "--output", metavar="DIR", default=None,
               help="Run directory (default: jaxmemprof-runs/<script>-<YYYYmmdd-HHMMSS>).")
@@ -26,13 +46,23 @@ from jaxmemprof.errors import InputError, check_not_empty
 @click.option("-c", "command", metavar="CODE", default=None, help="Run CODE, as python -c CODE.")
 @click.option("--no-jit-probe", is_flag=True,
               help="Do not observe jitted functions (no donation advice, no memory inside jit).")
+@click.option("--plan", is_flag=True,
+              help="At the end, compile the jitted step that holds the run's largest XLA call peak for other "
+                   "batch sizes (from its arguments' shapes: no array allocated), donated and in bfloat16 too, "
+                   "for `report --device-memory SIZE`'s largest batch that fits; the compiles' time is said.")
+@click.option("--plan-scales", type=_Scales(), default=None, metavar="LIST",
+              help="The recorded batch times these, for --plan (default 0.5,2,4,8; implies --plan).")
+@click.option("--plan-axis", type=click.IntRange(0, 64), default=None, metavar="N",
+              help="The batch's dimension in the step's per-step inputs, for --plan (default 0, 1 under "
+                   "jax.pmap; implies --plan).")
 @click.option("--addresses", type=click.Choice(["auto", "all", "none"]), default="auto", show_default=True,
               help="Which buffer addresses to read (for the reuse analysis). Reading one makes JAX keep a "
                    "per-shard view of device_put and sharded arrays, which jax.live_arrays() lists and "
                    "its profile walks: auto reads those that make no new view.")
 @click.option("-q", "--quiet", is_flag=True, help="No summary at the end.")
 @click.argument("target", nargs=-1, type=click.UNPROCESSED, metavar="SCRIPT [ARGS]...")
-def run(output, force, interval, max_overhead, module, command, no_jit_probe, addresses, quiet, target):
+def run(output, force, interval, max_overhead, module, command, no_jit_probe, plan, plan_scales, plan_axis,
+        addresses, quiet, target):
     """Run a Python script (or -m MODULE, or -c CODE) unchanged and record its device memory.
 
     The script runs in this process exactly as `python SCRIPT ARGS` runs it;
@@ -49,6 +79,7 @@ def run(output, force, interval, max_overhead, module, command, no_jit_probe, ad
       jaxmemprof run -m mypackage.train -- --lr 0.1
       jaxmemprof run app/ --epochs 3          (app/__main__.py; a zip file too)
       jaxmemprof run - < train.py             (the script from stdin)
+      jaxmemprof run --plan train.py --batch 32   (then: report RUN --device-memory 80GB)
       jaxmemprof run -c "import train; train.main()"
       jaxmemprof show jaxmemprof-runs/train-20260101-120000@peak
     """
@@ -58,6 +89,13 @@ def run(output, force, interval, max_overhead, module, command, no_jit_probe, ad
     from jaxmemprof.capture.session import Session, default_output, prepare_directory
 
     args = list(target)
+    planned = None
+    if plan or plan_scales is not None or plan_axis is not None:
+        if no_jit_probe:
+            raise click.UsageError("--plan compiles the jitted functions the jit probe observes: drop --no-jit-probe")
+        from jaxmemprof.capture.jit.plan import DEFAULT_SCALES, PlanOptions
+
+        planned = PlanOptions(scales=plan_scales or DEFAULT_SCALES, axis=plan_axis)
     if module is not None and command is not None:
         raise click.UsageError("give one of -m MODULE and -c CODE (the script's own options go after `--`)")
     if command is not None:
@@ -78,7 +116,8 @@ def run(output, force, interval, max_overhead, module, command, no_jit_probe, ad
     directory = prepare_directory(Path(output) if output else default_output(tgt.stem), force,
                                   by_hand=bool(output))
     session = Session(directory, target_argv=tgt.argv, interval=interval, max_overhead=max_overhead,
-                      jit_probe=not no_jit_probe, addresses=addresses, on_finish=write_process_summary)
+                      jit_probe=not no_jit_probe, addresses=addresses, on_finish=write_process_summary,
+                      plan=planned)
     status, ended_by = run_target(tgt, session)
     session.stop(status, ended_by)
     if not quiet:

@@ -36,6 +36,7 @@ from jaxmemprof.capture.jit.frames import _drop_own_frames, _user_frame
 from jaxmemprof.capture.jit.libraries import BY_NAME, PATCHED, plain_arguments
 from jaxmemprof.capture.jit.liveness import _fates, _on_death, _windows
 from jaxmemprof.capture.jit.owners import Previous, mesh_facts, nnx_owners, optax_tags
+from jaxmemprof.capture.jit.plan import Planner
 from jaxmemprof.capture.jit.programs import Programs
 from jaxmemprof.capture.jit.proxy import Probed, _QuietProbed
 from jaxmemprof.capture.jit.site import _is_user_function, _signature_names, _Site
@@ -67,8 +68,10 @@ class JitProbe(Programs):
     ``sample_every``; at most ``max_samples`` per function."""
 
     def __init__(self, writer, *, sample_first: int = 3, sample_every: int = 50, max_samples: int = 20,
-                 dump_share: float = 0.01, dump_min_s: float = 0.25, exclude: tuple = ()):
+                 dump_share: float = 0.01, dump_min_s: float = 0.25, exclude: tuple = (), plan=None):
         self.writer = writer
+        # run --plan (plan.PlanOptions): the steps compiled at other batch sizes at the end; None: nothing kept for it
+        self.planner = Planner(self, plan) if plan is not None else None
         self.exclude = tuple(exclude)  # more files JAX should not take for the program's (the launcher)
         # XLA's dumps at the end of the run may take this share of the run's
         # wall time (at least dump_min_s), each dump costing about what the
@@ -134,7 +137,7 @@ class JitProbe(Programs):
                     unregister(self._listener)
             except Exception:
                 pass
-        for step in (self._dump_programs, self._flush):
+        for step in (self._dump_programs, self._flush, *((self.planner.run,) if self.planner is not None else ())):
             try:
                 step()
             except Exception as exc:
@@ -295,6 +298,8 @@ class JitProbe(Programs):
         state = self._add_function(row, params, donate_argnums, donate_argnames, arguments, _cache_size(real) < 0,
                                    _is_user_function(target))
         state.jit_static = (jit_static_argnums, _normalise(kwargs.get("static_argnames")), jitted)
+        if self.planner is not None and state.user:
+            state.plan = self.planner.slot(BY_NAME[wrapper].patches, kwargs)
         return state
 
     def _add_function(self, row: dict, *state_args) -> _FunctionState:
@@ -329,6 +334,8 @@ class JitProbe(Programs):
             state = self._add_function(dict(row, t_wall=time.time()), old.param_names, old.donate_argnums,
                                        old.donate_argnames, old.arguments, old.by_signature, old.user)
             state.jit_static = old.jit_static
+            if old.plan is not None:
+                state.plan = self.planner.slot(old.plan.jit, old.plan.options)
             return state
 
         return self._observed(real, old, make_state)
@@ -373,12 +380,14 @@ class JitProbe(Programs):
         sample = new_signature or state.samples < self.max_samples and (
             state.resample or state.calls <= self.sample_first + 1 or state.calls % self.sample_every == 0)
         before = _cache_size(real)
-        inputs = None
+        inputs = abstract = None
         if sample:
             signature = self._guard(state, self._signature, state, args, kwargs)
             inputs = self._guard(state, self._describe_inputs, state, args, kwargs)
             if inputs is not None:
                 inputs += (signature, self._live_before(state))
+                if state.plan is not None:  # run --plan: its arguments' shapes, before a donating call deletes them
+                    abstract = self._guard(state, self.planner.abstract, state, args, kwargs, inputs)
         calling = self._calling
         outer, calling.state = getattr(calling, "state", None), state
         try:
@@ -399,6 +408,8 @@ class JitProbe(Programs):
             # After the call: a signature compiled by it is analysed by now.
             self._guard(state, self._mark_pruned, state, inputs, args, kwargs)
             self._guard(state, self._record_call, state, inputs, out)
+            if abstract is not None:
+                self._guard(state, self.planner.keep, state, abstract, real)
         state.quiet = (state.samples >= self.max_samples and state.pending is None and not state.analyse_next) \
             or state.off
         return out

@@ -1,0 +1,399 @@
+"""``run --plan``: the user's step compiled at other batch sizes at the end
+of the run, from its arguments' shapes, dtypes and shardings
+(``jax.ShapeDtypeStruct``: no array is allocated), and XLA's figures for
+each written to ``jit_plans``. Nothing here runs without ``--plan``.
+
+- At a sampled call of a user's function (``Planner.abstract``, before the
+  call): the call's arguments as ``lower()`` takes them, every array as a
+  ShapeDtypeStruct (shape, dtype, sharding, weak type), static arguments
+  and Python scalars as they are, each array named by its input leaf's key
+  (``flow.leaf_key``). After the call (``Planner.keep``): kept per
+  signature (the function's largest few), and the jitted function itself
+  held for the ``PLAN_FUNCTIONS`` functions with the largest XLA call
+  peaks so far (a step jitted in ``main()`` is dropped before the end).
+- At the end (``Planner.run``, the last of JitProbe.uninstall's steps): the
+  function with the run's largest XLA call peak (and the next, if its peak
+  is at least ``PLAN_SHARE`` of it) is planned from its largest signature:
+  the batch is the inputs ``flow.batch_keys`` names, its size the one they
+  share at ``axis`` (by bytes); the step is compiled for the recorded batch
+  times each scale (``variant`` recorded), and, at the recorded batch and
+  the largest scale, with the carried state donated (``donated``: jax.jit,
+  flax.nnx.jit and jax.pmap, jitted anew with donate_argnums) and every
+  float32 argument as bfloat16 (``bfloat16``). Each row has XLA's figures
+  per device, the live bytes outside the call (live before the recorded
+  call, less its arguments), what the compile took, and the backend.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+import time
+import warnings
+from dataclasses import dataclass
+
+from jaxmemprof.capture.jit.programs import _unseen_compile
+from jaxmemprof.flow import CARRIED, batch_keys, flows, leaf_key
+
+# Functions planned at most, and the share of the largest call peak a second one needs.
+PLAN_FUNCTIONS = 2
+PLAN_SHARE = 0.5
+DEFAULT_SCALES = (0.5, 2.0, 4.0, 8.0)
+# Signatures whose abstract arguments are kept per function (the largest by XLA's call peak).
+MAX_SIGNATURES = 4
+# The wrappers whose donation the plan can compile from outside (by jitting the same function anew).
+_DONATES = {"jax.jit": "jit", "flax.nnx.jit": "jit", "jax.pmap": "pmap"}
+RECORDED, DONATED, NARROW = "recorded", "donated", "bfloat16"
+
+
+@dataclass(frozen=True)
+class PlanOptions:
+    """What ``run --plan`` was asked: the scales of the recorded batch to
+    compile for, and the batch's dimension (None: 0, or 1 under jax.pmap,
+    whose dimension 0 is the devices)."""
+
+    scales: tuple = DEFAULT_SCALES
+    axis: int | None = None
+
+    def settings(self) -> dict:
+        return {"scales": list(self.scales), "axis": self.axis}
+
+
+class Slot:
+    """What the plan keeps for one function: how it was jitted (the jax
+    function, its options), its abstract arguments per signature, XLA's
+    call peak per signature, and the jitted function while it is among the
+    largest."""
+
+    __slots__ = ("jit", "options", "abstract", "peaks", "real", "best")
+
+    def __init__(self, jit: str, options: dict):
+        self.jit = jit  # "jit" or "pmap": the jax function that made it
+        self.options = options  # what it was given (donate_argnums, static_argnums, shardings, ...)
+        self.abstract: dict = {}  # signature -> Abstract
+        self.peaks: dict = {}  # signature -> XLA's call peak (None: not analysed)
+        self.real = None  # the jitted function, held while among the PLAN_FUNCTIONS largest
+        self.best = None  # its largest call peak so far
+
+
+class Abstract:
+    """One call's arguments as ``lower()`` takes them: the dynamic ones
+    flattened (arrays as ShapeDtypeStructs), the static ones as they are."""
+
+    __slots__ = ("treedef", "flat", "keys", "static", "static_kw", "devices", "platform", "signature")
+
+    def __init__(self, treedef, flat, keys, static, static_kw, devices, platform, signature):
+        self.treedef, self.flat, self.keys = treedef, flat, keys
+        self.static, self.static_kw = static, static_kw
+        self.devices, self.platform, self.signature = devices, platform, signature
+
+
+def _peak(figures) -> int | None:
+    if figures is None:
+        return None
+    arg, out, alias, temp, code = (int(v or 0) for v in figures)
+    return arg + out - alias + temp + code
+
+
+class Planner:
+    """The plan's part of a JitProbe (``probe.planner``)."""
+
+    def __init__(self, probe, options: PlanOptions):
+        self.probe = probe
+        self.options = options
+
+    # -- during the run ----------------------------------------------------------------
+
+    def slot(self, jit: str, options: dict) -> Slot:
+        return Slot(jit, dict(options))
+
+    def abstract(self, state, args, kwargs, inputs) -> Abstract | None:
+        """The call's arguments as ShapeDtypeStructs, before the call (a
+        donated array is deleted by it)."""
+        import numpy as np
+
+        probe = self.probe
+        jax = probe._jax
+        leaves, refs, signature = inputs[0], inputs[1], inputs[3]
+        if signature is None:
+            return None
+        key_of = {}
+        for d, r in zip(leaves, refs):
+            obj = r() if r is not None else None
+            if obj is not None:
+                key_of.setdefault(id(obj), leaf_key(d))
+        nums, names, params = state.jit_static
+        static = {i % len(args) for i in nums if isinstance(i, int) and -len(args) <= i < len(args)}
+        static.update(i for i, name in enumerate(params[:len(args)]) if name in names)
+        dynamic = probe._dynamic(state, args, kwargs)
+        flat, treedef = jax.tree_util.tree_flatten(dynamic)
+        out, keys, devices, platform = [], [], set(), None
+        for x in flat:
+            if probe._is_array(x):
+                sharding = x.sharding
+                out.append(jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding,
+                                                weak_type=bool(getattr(x, "weak_type", False))))
+                keys.append(key_of.get(id(x)))
+                for d in sharding.device_set:
+                    devices.add(str(d))
+                    platform = platform or d.platform
+            elif isinstance(x, (np.ndarray, np.generic)):
+                out.append(jax.ShapeDtypeStruct(np.shape(x), x.dtype))
+                keys.append(None)
+            else:
+                out.append(x)  # a Python scalar, traced weakly typed as the call traced it
+                keys.append(None)
+        return Abstract(treedef, out, keys, {i: args[i] for i in sorted(static)},
+                        {k: v for k, v in kwargs.items() if k in names}, sorted(devices), platform, signature)
+
+    def keep(self, state, abstract: Abstract, real) -> None:
+        """After the call (its signature analysed by now): keep its abstract
+        arguments among the function's largest signatures, and hold the
+        jitted function while it is among the largest functions."""
+        slot = state.plan
+        sig = abstract.signature
+        if sig not in slot.peaks:
+            slot.peaks[sig] = _peak(self.probe.writer.jit_compile_figures(state.function_id, sig))
+        if sig not in slot.abstract:
+            slot.abstract[sig] = abstract
+            if len(slot.abstract) > MAX_SIGNATURES:
+                smallest = min(slot.abstract, key=lambda s: slot.peaks.get(s) or -1)
+                del slot.abstract[smallest]
+        known = [p for p in slot.peaks.values() if p is not None]
+        slot.best = max(known) if known else None
+        ranked = sorted((s for s in self.probe._states if s.plan is not None and s.plan.best is not None),
+                        key=lambda s: -s.plan.best)[:PLAN_FUNCTIONS]
+        for s in self.probe._states:
+            if s.plan is None:
+                continue
+            if s is state and s in ranked:
+                s.plan.real = real
+            elif s not in ranked:
+                s.plan.real = None
+
+    # -- at the end ------------------------------------------------------------------------
+
+    def run(self) -> None:
+        """Plan the functions that hold the run's largest XLA call peaks."""
+        probe = self.probe
+        ready = []
+        for s in probe._states:
+            slot = s.plan
+            if slot is None or not slot.abstract or slot.best is None:
+                continue
+            proxy = s.proxy() if s.proxy is not None else None
+            real = slot.real if slot.real is not None else (proxy._real if proxy is not None else None)
+            ready.append((slot.best, s, real))
+        if not ready:
+            probe.writer.add_event("plan", "nothing planned: no jitted function of the program's was sampled "
+                                           "with XLA's figures")
+            return
+        ready.sort(key=lambda x: -x[0])
+        largest = ready[0][0]
+        chosen = [x for x in ready[:PLAN_FUNCTIONS] if x[0] >= PLAN_SHARE * largest]
+        for rank, (peak, state, real) in enumerate(chosen, start=1):
+            name = state.row.get("name", state.function_id)
+            if real is None:
+                probe.writer.add_event("plan", f"{name}: not planned: the program dropped the jitted function "
+                                               f"before the end of the run")
+                continue
+            why = {"rank": rank, "call_peak_bytes": int(peak), "largest_call_peak_bytes": int(largest),
+                   "not_planned": [[str(s.row.get("name", s.function_id)), int(p)] for p, s, _ in ready
+                                   if all(s is not c[1] for c in chosen)][:5]}
+            try:
+                self._plan_one(state, real, why)
+            except Exception as exc:  # a plan that fails says why; the run is recorded
+                probe.writer.add_event("plan", f"{name}: not planned: {type(exc).__name__}: {exc}"[:2000])
+        for s in probe._states:
+            if s.plan is not None:
+                s.plan.real = None
+                s.plan.abstract.clear()
+
+    def _plan_one(self, state, real, why: dict) -> None:
+        probe, writer, slot = self.probe, self.probe.writer, state.plan
+        name = state.row.get("name", state.function_id)
+        sig = max(slot.abstract, key=lambda s: slot.peaks.get(s) or -1)
+        ab = slot.abstract[sig]
+        figures = writer.jit_compile_figures(state.function_id, sig)
+        calls = writer.jit_sampled_calls(state.function_id)
+        parsed = [(_loads(inputs, []), signature, _loads(live, None)) for _, inputs, signature, live in calls]
+        flow = flows(leaves for leaves, _, _ in parsed)
+        wrapper = state.row.get("wrapper") or "jax.jit"
+        axis = self.options.axis if self.options.axis is not None else (1 if wrapper == "jax.pmap" else 0)
+        shapes = {}
+        for key, x in zip(ab.keys, ab.flat):
+            if key is not None and hasattr(x, "shape"):
+                shapes.setdefault(key, (tuple(x.shape), x))
+        keys, how = batch_keys(flow, usable=lambda k: k in shapes and len(shapes[k][0]) > axis)
+        if not keys:
+            writer.add_event("plan", f"{name}: not planned: no input with a dimension {axis} that is new at "
+                                     f"every call or the same at every call (--plan-axis names another)")
+            return
+        by_size: dict = {}
+        for k in keys:
+            shape, x = shapes[k]
+            by_size[shape[axis]] = by_size.get(shape[axis], 0) + _nbytes(shape, x.dtype)
+        batch = max(by_size, key=lambda b: (by_size[b], b))
+        scaled = [j for j, (key, x) in enumerate(zip(ab.keys, ab.flat))
+                  if key in keys and len(getattr(x, "shape", ())) > axis and x.shape[axis] == batch]
+        # The live bytes outside the call: before the sampled call of this
+        # signature that found the most live, less its arguments there.
+        before = [live for _, signature, live in parsed if signature == sig and isinstance(live, dict)]
+        live = max(before, key=lambda d: max(d.values(), default=0)) if before else None
+        args_bytes = int((figures or (0,))[0] or 0)
+        outside = None if live is None else {
+            d: max(int(v) - (args_bytes if d in ab.devices else 0), 0) for d, v in sorted(live.items())}
+        leaf_of = {leaf_key(d): d for leaves, signature, _ in parsed if signature == sig for d in leaves}
+        owners = sorted({str(leaf_of.get(ab.keys[j], {}).get("owner") or ab.keys[j][1]) for j in scaled})
+        base = {"planned": why, "batch_inputs": owners, "batch_flow": how, "signature_call_peak_bytes":
+                _peak(figures)}
+        rows = []
+
+        def row(variant, b, fig, seconds, detail, error=None):
+            rows.append((state.function_id, sig, variant, int(b), int(batch), int(axis),
+                         *(None if fig is None else int(v or 0) for v in (fig or (None,) * 5)),
+                         json.dumps(ab.devices), None if outside is None else json.dumps(outside),
+                         float(seconds), str(ab.platform or ""), json.dumps({**base, **detail}),
+                         None if error is None else str(error)[:2000]))
+
+        if figures is not None:
+            row(RECORDED, batch, figures, 0.0, {"scale": 1.0, "source": "run"})
+        sizes = _sizes(batch, self.options.scales)
+        for scale, b in sizes:
+            fig, seconds, error, said = self._compile(real, ab, scaled, axis, b, narrow=False, wrapper=wrapper)
+            row(RECORDED, b, fig, seconds, {"scale": scale, "source": "compiled", "warnings": said}, error)
+        ends = [(1.0, batch)] + ([sizes[-1]] if sizes else [])
+        donated = self._donated(state, ab, flow, leaf_of, wrapper)
+        if isinstance(donated, str):
+            writer.add_event("plan", f"{name}: donation not compiled: {donated}")
+        else:
+            fn, what = donated
+            for scale, b in ends:
+                fig, seconds, error, said = self._compile(fn, ab, scaled, axis, b, narrow=False, wrapper=wrapper)
+                row(DONATED, b, fig, seconds, {"scale": scale, "source": "compiled", "donated": what,
+                                               "warnings": said}, error)
+        wide = [j for j, x in enumerate(ab.flat) if hasattr(x, "shape") and str(x.dtype) == "float32"]
+        if wide:
+            for scale, b in ends:
+                fig, seconds, error, said = self._compile(real, ab, scaled, axis, b, narrow=True, wrapper=wrapper)
+                row(NARROW, b, fig, seconds, {"scale": scale, "source": "compiled", "narrowed": len(wide),
+                                              "warnings": said}, error)
+        writer.add_jit_plans(rows)
+
+    def _donated(self, state, ab: Abstract, flow: dict, leaf_of: dict, wrapper: str):
+        """The function jitted anew with its carried state donated, and what
+        that donates; or why it cannot be compiled from outside (a string)."""
+        jit = _DONATES.get(wrapper)
+        if jit is None:
+            return f"{wrapper} decides donation inside its own call (its donate option); not compiled from outside"
+        original = next((o for name, o, _ in self.probe._patched if name == state.plan.jit), None)
+        real_fun = None
+        for s in (state.plan.real, getattr(state.proxy(), "_real", None) if state.proxy is not None else None):
+            real_fun = getattr(s, "__wrapped__", None)
+            if real_fun is not None:
+                break
+        if original is None or real_fun is None:
+            return "the jitted function's own function is not reachable"
+        nums, names = set(), set()
+        options = dict(state.plan.options)
+        for key in {k for k in ab.keys if k is not None and flow.get(k) == CARRIED}:
+            leaf = leaf_of.get(key, {})
+            if leaf.get("donated"):
+                continue
+            if leaf.get("kw"):
+                names.add(str(leaf.get("name")))
+            elif isinstance(leaf.get("arg"), int):
+                nums.add(int(leaf["arg"]))
+        if not nums and not names:
+            return "no carried argument left to donate"
+        given_nums = options.get("donate_argnums")
+        given_nums = [] if given_nums is None else [given_nums] if isinstance(given_nums, int) else list(given_nums)
+        given_names = options.get("donate_argnames")
+        given_names = [] if given_names is None else [given_names] if isinstance(given_names, str) else list(
+            given_names)
+        options["donate_argnums"] = tuple(sorted(set(given_nums) | nums))
+        if names or given_names:
+            options["donate_argnames"] = tuple(sorted(set(given_names) | names))
+        fn = original(real_fun, **options)
+        return fn, {"argnums": sorted(nums), "argnames": sorted(names)}
+
+    def _compile(self, fn, ab: Abstract, scaled, axis, batch, narrow: bool, wrapper: str = "jax.jit"):
+        """XLA's figures for ``fn`` at ``batch`` (the scaled inputs'
+        dimension ``axis``), every float32 argument as bfloat16 if
+        ``narrow``: (figures or None, seconds, error or None, warnings)."""
+        jax = self.probe._jax
+        flat = list(ab.flat)
+        for j in scaled:
+            x = flat[j]
+            shape = list(x.shape)
+            shape[axis] = batch
+            flat[j] = jax.ShapeDtypeStruct(tuple(shape), x.dtype, sharding=x.sharding, weak_type=x.weak_type)
+        if narrow:
+            for j, x in enumerate(flat):
+                if hasattr(x, "shape") and str(x.dtype) == "float32":
+                    flat[j] = jax.ShapeDtypeStruct(x.shape, jax.numpy.bfloat16, sharding=x.sharding,
+                                                   weak_type=x.weak_type)
+        args, kwargs = jax.tree_util.tree_unflatten(ab.treedef, flat)
+        args = list(args)
+        for i, v in ab.static.items():
+            args.insert(i, v)
+        kwargs = {**kwargs, **ab.static_kw}
+        t0 = time.monotonic()
+        said = []
+        try:
+            with warnings.catch_warnings(record=True) as caught, _unseen_compile(jax), _lowering(fn, wrapper):
+                warnings.simplefilter("always")
+                compiled = fn.lower(*args, **kwargs).compile()
+                ma = compiled.memory_analysis()
+            said = [f"{w.category.__name__}: {w.message}"[:300] for w in caught][:3]
+            if ma is None:
+                return None, time.monotonic() - t0, "XLA gave no memory analysis", said
+            fig = tuple(int(getattr(ma, f, 0) or 0) for f in (
+                "argument_size_in_bytes", "output_size_in_bytes", "alias_size_in_bytes", "temp_size_in_bytes",
+                "generated_code_size_in_bytes"))
+            return fig, time.monotonic() - t0, None, said
+        except Exception as exc:
+            return None, time.monotonic() - t0, f"{type(exc).__name__}: {exc}".splitlines()[0][:500], said
+
+
+def _lowering(fn, wrapper: str):
+    """What tracing the function jax.jit got needs around it, outside its
+    wrapper's own call: flax.nnx.jit's function merges the module's graph
+    in an update context named by the nnx.jit object (its ``ctxtag``),
+    which nnx.jit's call enters. (Nothing for the others.)"""
+    if wrapper == "flax.nnx.jit":
+        graph = sys.modules.get("flax.nnx.graphlib") or sys.modules.get("flax.nnx.graph")
+        tag = getattr(getattr(fn, "__wrapped__", None), "ctxtag", None)
+        if graph is not None and tag is not None and hasattr(graph, "update_context"):
+            return graph.update_context(tag)
+    return contextlib.nullcontext()
+
+
+def _sizes(batch: int, scales) -> list:
+    """(scale, batch) for each scale of the recorded batch: whole, at least
+    1, each once, the recorded one left out, in increasing order."""
+    out = {}
+    for s in scales:
+        b = max(1, int(round(batch * float(s))))
+        if b != batch:
+            out.setdefault(b, float(s))
+    return [(out[b], b) for b in sorted(out)]
+
+
+def _nbytes(shape, dtype) -> int:
+    n = 1
+    for d in shape:
+        n *= int(d)
+    try:
+        return n * int(dtype.itemsize)
+    except Exception:
+        return n
+
+
+def _loads(text, default):
+    try:
+        v = json.loads(text) if isinstance(text, str) else default
+    except ValueError:
+        return default
+    return v if isinstance(v, type(default)) or default is None else default
