@@ -13,6 +13,7 @@ import pandas as pd
 from jaxmemprof.analysis.advice.allocator import allocator_findings
 from jaxmemprof.analysis.advice.capacity import fit_findings, will_it_fit
 from jaxmemprof.analysis.advice.donation import donation_findings, jit_memory, true_peak
+from jaxmemprof.analysis.advice.plan import build_plan
 from jaxmemprof.analysis.findings import Finding, by_effect, in_proportion, ranked
 from jaxmemprof.analysis.groups import Summary
 from jaxmemprof.analysis.inside_jit import inside_jit_findings, largest_buffers, peak_by_line, program_curves
@@ -54,6 +55,7 @@ class Report:
     fit: object  # capacity.Fit for --device-memory, else None
     findings: list  # Finding records, ranked (render/findings.py says them)
     extra_findings: list = field(default_factory=list)
+    plan: object = None  # advice/plan.Plan of a run recorded with run --plan (None without)
     roles: Roles | None = None  # what the memory is at the largest sampled jitted call (analysis/roles.py)
 
 
@@ -106,6 +108,7 @@ def build_report(ar: Attributed, *, extra_rules=()) -> Report:
     found = in_proportion(found, total_true_peak if total_true_peak is not None else int(tl.peak_bytes))
     if inside is not None and inside.device_bytes > busiest:
         found = by_effect(found, inside.function, inside.where)
+    plan = build_plan(ar, found, options.device_memory)  # None unless recorded with run --plan
 
     snaps = run.snapshots
     m = run.manifest
@@ -146,7 +149,7 @@ def build_report(ar: Attributed, *, extra_rules=()) -> Report:
         jit_peak=peak_by_line(ar), jit_buffers=largest_buffers(ar),
         jit_curve=program_curves(ar), true_peak_bytes=total_true_peak,
         true_peak_where=where,
-        fit=fit, findings=ranked(found), roles=what,
+        fit=fit, findings=ranked(found), plan=plan, roles=what,
     )
     extra = [f for rule in extra_rules for f in rule(run, report)]
     if extra:

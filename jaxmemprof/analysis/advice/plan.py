@@ -1,0 +1,371 @@
+"""The plan of a run recorded with ``run --plan``: the per-device peak of the
+planned steps against the batch, measured by XLA's compiles of the step at
+other batch sizes (``jit_plans``, capture/jit/plan.py), a model of it, and,
+for a device of a given size, the largest batch that fits and what each fix
+buys there.
+
+- ``points`` (plan.csv): per function, variant, batch and device of the
+  call, XLA's figures for that compile and the per-device peak: the live
+  bytes outside the call (live before the recorded call, less its
+  arguments) plus XLA's call peak (argument + output - alias + temp + code).
+- ``models`` (plan_models.csv): per function, variant and device, the
+  least-squares line through its points (``intercept_bytes``,
+  ``bytes_per_example``) and whether every point lies within
+  ``AFFINE_TOLERANCE`` of it (``affine``). The peak at a batch is read off
+  the points (straight between two compiled batches; beyond them along the
+  line from the nearest one); where the points do not fit a line only the
+  compiled batches are trusted. With a device size: the largest batch whose
+  peak fits, by the fit rule of :mod:`jaxmemprof.analysis.advice.capacity`
+  (the peak plus 5 % and 64 MiB within XLA's default pool, 0.75 of the
+  device; ``largest_batch_with_settings``: within 0.95, with the fraction
+  set), ``extrapolated`` where that batch lies outside the compiled ones,
+  and for each fix (a variant other than ``recorded``) its peak and what it
+  saves at the recorded variant's largest batch. With several devices, the
+  ``job`` rows: the largest batch that fits every device of the call.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from jaxmemprof.analysis.advice.allocator import (DEFAULT_FRACTION, MAX_FRACTION_PERCENT, fraction_env_name,
+                                                  fraction_setting, needed_bytes, percent_needed)
+
+PLAN_COLUMNS = ["function_id", "function", "variant", "batch", "scale", "device", "peak_bytes", "call_peak_bytes",
+                "live_outside_bytes", "argument_bytes", "output_bytes", "alias_bytes", "temp_bytes",
+                "generated_code_bytes", "source", "compile_s", "backend", "fits", "error"]
+MODEL_COLUMNS = ["function_id", "function", "variant", "device", "points", "batch_min", "batch_max",
+                 "intercept_bytes", "bytes_per_example", "affine", "max_residual_bytes", "largest_batch",
+                 "largest_batch_with_settings", "extrapolated", "at_batch", "peak_at_batch_bytes",
+                 "saving_at_batch_bytes"]
+RECORDED = "recorded"
+# A line fits the points when each lies within this share of its own peak from it.
+AFFINE_TOLERANCE = 0.01
+JOB = "job"  # the device of the models' rows for all devices of the call together
+_BIG = 1 << 40  # no batch is searched past this
+
+
+@dataclass(frozen=True)
+class Planned:
+    """One planned function: how its batch was found and what planning it cost."""
+
+    function_id: int
+    function: str
+    signature: str
+    recorded_batch: int
+    axis: int
+    batch_inputs: list  # the inputs scaled, by owner (x, y; batch['image'])
+    batch_flow: str  # per-step (new at every call) or held (the same array at every call)
+    backend: str  # the platform that compiled the plan (cpu, gpu, tpu)
+    compiles: int
+    compile_s: float
+    failed: int  # compiles that failed (their rows say why)
+    call_peak_bytes: int | None  # the largest XLA call peak of the run that chose it
+    rank: int
+    not_planned: list  # [function, its call peak] of the others the run compiled
+    donated: list  # the arguments the donated variant donated (names, else positions)
+    advised: list | None  # what the report's donation finding donates (None: no finding)
+    notes: list = field(default_factory=list)  # fixes not compiled from outside, and why
+
+
+@dataclass(frozen=True)
+class Plan:
+    points: pd.DataFrame
+    models: pd.DataFrame
+    functions: list  # Planned
+    device_bytes: int | None
+    events: list  # what the recorder said it could not plan
+    fraction_variable: str
+
+    @property
+    def compile_s(self) -> float:
+        return float(sum(f.compile_s for f in self.functions))
+
+    @property
+    def compiles(self) -> int:
+        return int(sum(f.compiles for f in self.functions))
+
+    @property
+    def backends(self) -> list:
+        return sorted({f.backend for f in self.functions if f.backend})
+
+
+def _json(text, default):
+    if not isinstance(text, str):
+        return default
+    try:
+        v = json.loads(text)
+    except ValueError:
+        return default
+    return v if isinstance(v, type(default)) else default
+
+
+def _int(v) -> int | None:
+    try:
+        return None if v is None or pd.isna(v) else int(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def fits_by_default(peak: int, device_bytes: int) -> bool:
+    """The fit rule (capacity.will_it_fit): the pool the peak needs within XLA's default pool."""
+    return needed_bytes(peak) <= int(device_bytes * DEFAULT_FRACTION)
+
+
+def fits_at_all(peak: int, device_bytes: int) -> bool:
+    """Within the largest pool the rule advises (0.95 of the device, the fraction set)."""
+    return percent_needed(needed_bytes(peak), device_bytes) <= MAX_FRACTION_PERCENT
+
+
+class Curve:
+    """A variant's per-device peak against the batch: its compiled points,
+    the line through them, and the peak read off them at any batch."""
+
+    def __init__(self, batches, peaks):
+        order = np.argsort(np.asarray(batches, dtype=np.int64), kind="stable")
+        self.b = np.asarray(batches, dtype=np.float64)[order]
+        self.p = np.asarray(peaks, dtype=np.float64)[order]
+        if len(self.b) >= 2 and np.ptp(self.b) > 0:
+            slope, intercept = np.polyfit(self.b, self.p, 1)
+        else:
+            slope, intercept = 0.0, float(self.p[0]) if len(self.p) else 0.0
+        self.slope, self.intercept = float(slope), float(intercept)
+        resid = np.abs(self.p - (self.intercept + self.slope * self.b)) if len(self.b) else np.zeros(0)
+        self.max_residual = float(resid.max()) if len(resid) else 0.0
+        self.affine = bool(len(self.b) >= 2 and np.all(resid <= AFFINE_TOLERANCE * np.maximum(self.p, 1.0)))
+
+    def peak(self, batch: int) -> float:
+        """Straight between compiled batches; beyond them along the line's
+        slope from the nearest one (exact at every compiled batch)."""
+        b, p = self.b, self.p
+        if not len(b):
+            return float("nan")
+        if batch <= b[0]:
+            return float(p[0] + self.slope * (batch - b[0]))
+        if batch >= b[-1]:
+            return float(p[-1] + self.slope * (batch - b[-1]))
+        return float(np.interp(batch, b, p))
+
+    def largest(self, fits) -> int | None:
+        """The largest batch whose peak ``fits``; 0 where none does; None
+        where the peak does not grow with the batch and the smallest fits.
+        Where the points do not fit a line, the largest compiled batch that fits."""
+        if not len(self.b):
+            return 0
+        if not self.affine:
+            ok = [int(x) for x, y in zip(self.b, self.p) if fits(int(y))]
+            return max(ok) if ok else 0
+        if self.slope <= 0:
+            return None if fits(int(round(self.peak(1)))) else 0
+        if not fits(int(round(self.peak(1)))):
+            return 0
+        lo, hi = 1, 2
+        while hi < _BIG and fits(int(round(self.peak(hi)))):
+            lo, hi = hi, hi * 2
+        if hi >= _BIG:
+            return None
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if fits(int(round(self.peak(mid)))):
+                lo = mid
+            else:
+                hi = mid
+        return lo
+
+
+def _points(run, names: dict) -> pd.DataFrame:
+    plans = run.jit.get("plans")
+    rows = []
+    for r in plans.itertuples(index=False):
+        devices = [str(d) for d in _json(r.devices, [])] or ["?"]
+        outside = _json(r.live_outside, {}) if isinstance(r.live_outside, str) else None
+        detail = _json(r.detail, {})
+        error = r.error if isinstance(r.error, str) and r.error else None
+        figures = [_int(getattr(r, c)) for c in ("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes",
+                                                 "generated_code_bytes")]
+        call = None if error is not None else (figures[0] or 0) + (figures[1] or 0) - (figures[2] or 0) + (
+            figures[3] or 0) + (figures[4] or 0)
+        for d in devices:
+            live = _int(outside.get(d)) if isinstance(outside, dict) else None
+            rows.append({
+                "function_id": int(r.function_id), "function": names.get(int(r.function_id), str(r.function_id)),
+                "variant": str(r.variant), "batch": int(r.batch), "scale": _num(detail.get("scale")),
+                "device": d, "peak_bytes": None if call is None else call + (live or 0),
+                "call_peak_bytes": call, "live_outside_bytes": live,
+                **dict(zip(("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "generated_code_bytes"),
+                           [None if error is not None else f for f in figures])),
+                "source": str(detail.get("source") or ""), "compile_s": float(r.compile_s),
+                "backend": str(r.backend or ""), "fits": None, "error": error,
+            })
+    out = pd.DataFrame(rows, columns=PLAN_COLUMNS)
+    for c in ("peak_bytes", "call_peak_bytes", "live_outside_bytes", "argument_bytes", "output_bytes", "alias_bytes",
+              "temp_bytes", "generated_code_bytes"):
+        out[c] = out[c].astype("Int64")
+    out["fits"] = out["fits"].astype("boolean")
+    out["_first"] = (out["variant"] != RECORDED).astype(int)  # the recorded variant first, then the fixes
+    out = out.sort_values(["function_id", "_first", "variant", "batch", "device"], kind="stable")
+    return out.drop(columns="_first").reset_index(drop=True)
+
+
+def _num(v):
+    try:
+        return None if v is None else float(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def curves(points: pd.DataFrame) -> dict:
+    """(function_id, variant, device) -> its Curve (compiled points only)."""
+    out = {}
+    ok = points[points["peak_bytes"].notna()]
+    for key, g in ok.groupby(["function_id", "variant", "device"], sort=False):
+        out[key] = Curve(g["batch"].astype(np.int64).to_numpy(), g["peak_bytes"].astype(np.int64).to_numpy())
+    return out
+
+
+def _models(points: pd.DataFrame, device_bytes: int | None) -> pd.DataFrame:
+    rows = []
+    by_key = curves(points)
+    names = dict(zip(points["function_id"], points["function"]))
+    functions = list(dict.fromkeys(points["function_id"]))
+    for fid in functions:
+        keys = [k for k in by_key if k[0] == fid]
+        devices = list(dict.fromkeys(k[2] for k in keys))
+        variants = list(dict.fromkeys(k[1] for k in sorted(keys, key=lambda k: (k[1] != RECORDED, k[1]))))
+        target: dict = {}  # device -> the recorded variant's largest batch there
+        for variant in variants:
+            for device in devices + ([JOB] if len(devices) > 1 else []):
+                if device == JOB:
+                    parts = [by_key[(fid, variant, d)] for d in devices if (fid, variant, d) in by_key]
+                    row = _job_row(parts, device_bytes)
+                else:
+                    c = by_key.get((fid, variant, device))
+                    if c is None:
+                        continue
+                    row = _curve_row(c, device_bytes)
+                at = None
+                if device_bytes is not None:
+                    at = target.setdefault(device, row["largest_batch"]) if variant == RECORDED else target.get(device)
+                peak_at = saving = None
+                if at:  # what the variant holds at the recorded variant's largest batch, and what it saves there
+                    mine = _peak_at(by_key, fid, variant, device, devices, at)
+                    base = _peak_at(by_key, fid, RECORDED, device, devices, at)
+                    peak_at = mine
+                    saving = None if mine is None or base is None or variant == RECORDED else base - mine
+                rows.append({"function_id": fid, "function": names.get(fid, str(fid)), "variant": variant,
+                             "device": device, **row, "at_batch": at, "peak_at_batch_bytes": peak_at,
+                             "saving_at_batch_bytes": saving})
+    out = pd.DataFrame(rows, columns=MODEL_COLUMNS)
+    for c in ("largest_batch", "largest_batch_with_settings", "at_batch", "peak_at_batch_bytes",
+              "saving_at_batch_bytes", "intercept_bytes", "max_residual_bytes", "batch_min", "batch_max", "points"):
+        out[c] = out[c].astype("Int64")
+    for c in ("affine", "extrapolated"):
+        out[c] = out[c].astype("boolean")
+    return out
+
+
+def _peak_at(by_key, fid, variant, device, devices, batch) -> int | None:
+    if device == JOB:
+        vals = [by_key[(fid, variant, d)].peak(batch) for d in devices if (fid, variant, d) in by_key]
+        return int(round(max(vals))) if vals else None
+    c = by_key.get((fid, variant, device))
+    return None if c is None else int(round(c.peak(batch)))
+
+
+def _curve_row(c: Curve, device_bytes: int | None) -> dict:
+    row = {"points": len(c.b), "batch_min": int(c.b[0]), "batch_max": int(c.b[-1]),
+           "intercept_bytes": int(round(c.intercept)), "bytes_per_example": round(c.slope, 3),
+           "affine": c.affine, "max_residual_bytes": int(round(c.max_residual)), "largest_batch": None,
+           "largest_batch_with_settings": None, "extrapolated": None}
+    if device_bytes is not None:
+        row["largest_batch"] = c.largest(lambda p: fits_by_default(p, device_bytes))
+        row["largest_batch_with_settings"] = c.largest(lambda p: fits_at_all(p, device_bytes))
+        row["extrapolated"] = bool(c.affine and any(
+            b is None or (b > c.b[-1] or 0 < b < c.b[0]) for b in (row["largest_batch"],
+                                                                   row["largest_batch_with_settings"])))
+    return row
+
+
+def _job_row(parts: list, device_bytes: int | None) -> dict:
+    """All devices of the call together: each device's own answer, the smallest."""
+    rows = [_curve_row(c, device_bytes) for c in parts]
+    out = {"points": min(r["points"] for r in rows), "batch_min": max(r["batch_min"] for r in rows),
+           "batch_max": min(r["batch_max"] for r in rows), "intercept_bytes": None, "bytes_per_example": None,
+           "affine": all(r["affine"] for r in rows), "max_residual_bytes": None, "largest_batch": None,
+           "largest_batch_with_settings": None, "extrapolated": None}
+    if device_bytes is not None:
+        for k in ("largest_batch", "largest_batch_with_settings"):
+            known = [r[k] for r in rows if r[k] is not None]
+            out[k] = min(known) if known else None
+        out["extrapolated"] = any(bool(r["extrapolated"]) for r in rows)
+    return out
+
+
+def _planned(run, points: pd.DataFrame, names: dict, params: dict, findings) -> list:
+    plans = run.jit.get("plans")
+    out = []
+    for fid, g in plans.groupby("function_id", sort=False):
+        fid = int(fid)
+        first = _json(g["detail"].iloc[0], {})
+        why = first.get("planned") if isinstance(first.get("planned"), dict) else {}
+        donated_detail = next((d.get("donated") for d in (_json(x, {}) for x in g["detail"])
+                               if isinstance(d.get("donated"), dict)), None)
+        donated = []
+        if donated_detail:
+            p = params.get(fid, [])
+            donated = [p[i] if isinstance(i, int) and i < len(p) else str(i) for i in donated_detail.get("argnums", [])]
+            donated += [str(n) for n in donated_detail.get("argnames", [])]
+        name = names.get(fid, str(fid))
+        advice = next((f for f in findings if f.rule == "donate" and f.fact("function") == name), None)
+        notes = []
+        if any(f.rule == "remat" and f.fact("function") == name for f in findings):
+            notes.append("remat (jax.checkpoint of the forward pass, which the report hints): not compiled; it "
+                         "changes the step's own code, which the plan cannot do from outside")
+        compiled = g[g["compile_s"] > 0]
+        out.append(Planned(
+            function_id=fid, function=name, signature=str(g["signature"].iloc[0]),
+            recorded_batch=int(g["recorded_batch"].iloc[0]), axis=int(g["axis"].iloc[0]),
+            batch_inputs=[str(x) for x in first.get("batch_inputs") or []],
+            batch_flow=str(first.get("batch_flow") or ""), backend=str(g["backend"].iloc[0] or ""),
+            compiles=int(len(compiled)), compile_s=float(compiled["compile_s"].sum()),
+            failed=int(g["error"].map(lambda e: isinstance(e, str) and bool(e)).sum()),
+            call_peak_bytes=_int(why.get("call_peak_bytes")), rank=_int(why.get("rank")) or 1,
+            not_planned=[x for x in why.get("not_planned") or [] if isinstance(x, list)],
+            donated=donated, advised=None if advice is None else [str(a) for a in advice.fact("arguments", [])],
+            notes=notes))
+    return out
+
+
+def build_plan(ar, findings=(), device_bytes: int | None = None) -> Plan | None:
+    """The run's plan (None: recorded without --plan). ``findings``: the
+    report's, to say whether the donated variant is what it advises and
+    which hinted fixes cannot be compiled; ``device_bytes``: the device
+    to find the largest batch for."""
+    run = ar.run
+    plans = run.jit.get("plans")
+    if plans is None or plans.empty:
+        return None
+    functions = run.jit.get("functions")
+    names, params = {}, {}
+    if functions is not None and not functions.empty:
+        names = {int(f): str(n) for f, n in zip(functions["function_id"], functions["name"])}
+        params = {int(f): [str(x) for x in _json(p, [])] for f, p in zip(functions["function_id"], functions["params"])}
+    points = _points(run, names)
+    if device_bytes is not None:
+        ok = points["peak_bytes"].notna()
+        points.loc[ok, "fits"] = [fits_by_default(int(p), device_bytes) for p in points.loc[ok, "peak_bytes"]]
+    ev = run.events
+    said = [] if ev is None or ev.empty else [str(m) for m in ev.loc[ev["kind"] == "plan", "message"]]
+    m = run.manifest or {}
+    return Plan(points=points, models=_models(points, device_bytes), functions=_planned(run, points, names, params,
+                                                                                          list(findings)),
+                device_bytes=device_bytes, events=said, fraction_variable=fraction_env_name(m.get("jaxlib_version")))
+
+
+def fraction_for(peak: int, device_bytes: int) -> str:
+    """The fraction setting a peak needs on that device (``.82``)."""
+    return fraction_setting(percent_needed(needed_bytes(peak), device_bytes))
