@@ -25,6 +25,7 @@ RULES = {
     "remat": "analysis/inside_jit.py", "narrow-dtype": "analysis/inside_jit.py",
     "imbalance": "analysis/job.py", "unfinished": "analysis/job.py",
     "output-history": "analysis/history.py",
+    "replicated": "analysis/advice/sharding.py",
 }
 
 

@@ -126,6 +126,9 @@ def roles(ar: Attributed, devices: pd.DataFrame | None = None) -> Roles:
         written = max(f.get("output_bytes", 0) - f.get("alias_bytes", 0), 0)
         fed_bytes = int(od.loc[od["role"] == NEW_STATE, "bytes"].sum())
         new_state = min(max(fed_bytes - f.get("alias_bytes", 0), 0), written)
+        if fed_bytes and not new_state:  # all written into the donated buffers: no bytes of their own
+            o = o[~((o["device"] == d) & (o["role"] == NEW_STATE))]
+            od = o[o["device"] == d]
         extra = {NEW_STATE: new_state, RESULTS: written - new_state, INSIDE: f.get("temp_bytes", 0),
                  CODE: f.get("generated_code_bytes", 0),
                  OTHER: max(int(live.get(d, 0)) - inputs_bytes, 0) if live else 0}

@@ -573,7 +573,42 @@ def _output_history(f: Finding, x: dict) -> Words:
                   "object's references counted against sys.getrefcount)."))
 
 
+# -- arrays a mesh could shard -----------------------------------------------------------
+
+
+def _put(a: dict) -> str:
+    return f"jax.device_put({a['owner']}, NamedSharding(mesh, {a['spec']}))"
+
+
+def _replicated(f: Finding, x: dict) -> Words:
+    arrays = x["arrays"]
+    first = arrays[0]
+    more = x["array_count"] - len(arrays)
+
+    def one(a):
+        shape = ",".join(str(n) for n in a["shape"])
+        return (f"{a['owner']} ({a['dtype']}[{shape}], {_b(a['bytes'])}) whole on each of {a['devices']} devices: "
+                f"over mesh axis {a['axis']!r} ({a['axis_size']}) it would take {_b(a['bytes'] - a['saving_bytes'])} "
+                f"each")
+    return Words(
+        brief=(f"{first['owner']} ({_b(first['bytes'])}) is whole on each of {first['devices']} devices"
+               + (f", and {x['array_count'] - 1} more arrays of {x['function']}'s" if x["array_count"] > 1 else "")
+               + f"; a mesh axis could shard {'it' if x['array_count'] == 1 else 'them'}."),
+        brief_fix=_put(first),
+        message=(f"Inputs of {x['function']} are replicated where the program's mesh could shard them: "
+                 + "; ".join(one(a) for a in arrays) + (f"; and {more} more" if more > 0 else "") + "."),
+        fix=("Shard each over the mesh axis: " + "; ".join(_put(a) for a in arrays)
+             + " (or name the sharding in the jit's in_shardings and out_shardings; with flax.nnx, "
+               "nnx.with_partitioning on the parameter's initializer). Trade-off: XLA gathers an array whole "
+               "where a computation needs it whole (an all-gather, and a temporary of its full size inside that "
+               "call); elementwise updates and matmuls over the sharded dimension stay sharded."),
+        evidence=(f"The latest sampled call of {x['function']}: {_b(x['replicated_bytes'])} per device in "
+                  f"{x['array_count']} replicated arrays of 1 MiB or more; saving bytes × (1 − 1/axis size) per "
+                  f"device; meshes seen: " + ", ".join(str(m) for m in x["meshes"])))
+
+
 _TEMPLATES = {
+    ("replicated", ""): _replicated,
     ("leak", ""): _leak,
     ("recompile", "executables"): _recompile,
     ("recompile", "rejit"): _rejit,

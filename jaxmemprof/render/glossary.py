@@ -331,6 +331,51 @@ GLOSSARY: dict[str, str] = {
     "by_role": "The rows of roles.csv.",
     "owners": "The rows of owners.csv.",
     "fit": "`report --device-memory SIZE`'s figures (the fit section below); null without it.",
+    # run --plan (docs/plan.md)
+    "plan": "A run recorded with `run --plan`: the planned steps' peak against the batch (the plan section below); "
+            "null for a run recorded without it.",
+    "variant": "What was compiled: `recorded` (the step as the run jitted it), `donated` (its carried state "
+               "donated), `bfloat16` (every float32 argument as bfloat16).",
+    "batch": "The batch the step was compiled for: the size of the batch inputs' dimension `--plan-axis`.",
+    "scale": "`batch` over the recorded batch.",
+    "live_outside_bytes": "Bytes live on the device outside the call: live just before the recorded call, less "
+                          "its arguments there (empty where they were not counted).",
+    "source": "`run` (the run's own compile of the recorded batch) or `compiled` (compiled by the plan at the end "
+              "of the run, from the arguments' shapes).",
+    "compile_s": "Seconds the plan's lower and compile took (0 for the run's own figures).",
+    "fits": "With `--device-memory`: whether the peak fits XLA's default pool by the fit rule (the peak plus 5 % and "
+            "64 MiB within 0.75 of the device).",
+    "points": "Compiled batches the line is fitted through.",
+    "batch_min": "The smallest compiled batch.",
+    "batch_max": "The largest compiled batch.",
+    "intercept_bytes": "The line's peak at batch 0: `peak = intercept_bytes + bytes_per_example x batch` "
+                       "(least squares through the points).",
+    "bytes_per_example": "The line's slope: bytes more per example of the batch.",
+    "affine": "Whether every point lies within 1 % of its own peak from the line (with 2 points, always).",
+    "max_residual_bytes": "The largest distance of a point from the line, in bytes.",
+    "largest_batch": "With `--device-memory`: the largest batch whose peak fits XLA's default pool by the fit "
+                     "rule; 0 when none does; empty when the peak does not grow with the batch. Where the points do "
+                     "not fit a line, the largest compiled batch that fits.",
+    "largest_batch_with_settings": "The same within 0.95 of the device (the fraction variable set to .95).",
+    "extrapolated": "Whether `largest_batch` lies beyond the compiled batches (read off the line, not compiled).",
+    "at_batch": "The recorded variant's `largest_batch` on the same device: where each fix is compared.",
+    "peak_at_batch_bytes": "The variant's peak at `at_batch`.",
+    "saving_at_batch_bytes": "The recorded variant's peak at `at_batch` less this variant's: what the fix saves "
+                             "there (negative: it needs more).",
+    "backends": "The platforms whose XLA compiled the plan (`cpu`, `gpu`, `tpu`).",
+    "events": "What the recorder could not plan, one sentence each.",
+    "models": "The rows of plan_models.csv.",
+    "signature": "The recorded signature the plan was made from (jit_compiles' signature).",
+    "recorded_batch": "The batch the run used.",
+    "axis": "The batch's dimension in the inputs scaled (`--plan-axis`).",
+    "batch_inputs": "The inputs scaled, by their path in your tree (`x`, `batch['image']`).",
+    "batch_flow": "How those inputs flow from call to call: `per-step` (new at every call) or `held` (the same "
+                  "arrays at every call).",
+    "failed": "Compiles that failed (plan.csv's `error` says why).",
+    "rank": "1 for the function with the run's largest XLA call peak, 2 for the next.",
+    "not_planned": "The run's other jitted functions with XLA's figures, not planned: `[function, call peak]`.",
+    "advised": "The arguments the report's donation finding donates (null: no such finding).",
+    "notes": "Fixes the report hints that the plan cannot compile from outside the step, and why.",
     "findings": "The findings, ranked: the columns of findings.csv, with `facts` as an object.",
     # a job's JSON
     "job": "The job's own figures: `path, processes, alignment, peak_bytes, peak_t, unfinished`.",
@@ -458,6 +503,34 @@ IN_TABLE: dict[str, dict[str, str]] = {
         "site": "The user line whose buffers these are, `argument NAME` for an argument's, or `other lines` for the "
                 "lines past the 8 that hold most at any position.",
         "bytes": "Bytes of that line's buffers live at the position.",
+    },
+    "plan.csv": {
+        "function": "The planned jitted function's name.",
+        "device": "A device the call runs on.",
+        "peak_bytes": "The device's peak during a call at this batch: `live_outside_bytes + call_peak_bytes`.",
+        "call_peak_bytes": "XLA's call peak for this compile: `argument_bytes + output_bytes - alias_bytes + "
+                           "temp_bytes + generated_code_bytes` (per device).",
+        "argument_bytes": "XLA's `memory_analysis()` of this compile: bytes of the arguments (per device).",
+        "backend": "The platform whose XLA compiled it (`cpu`, `gpu`, `tpu`).",
+        "error": "Why it could not be compiled; empty when it was.",
+    },
+    "plan_models.csv": {
+        "function": "The planned jitted function's name.",
+        "device": "A device of the call, or `job`: every device of the call together (the smallest answer).",
+    },
+    "plan": {
+        "device_bytes": "The device's memory, in bytes (`report --device-memory`); null without it.",
+        "compiles": "The plan's compiles, over the functions planned.",
+        "functions": "One object per planned function (the plan's functions below).",
+        "points": "The rows of plan.csv.",
+    },
+    "plan functions": {
+        "function": "The planned jitted function's name.",
+        "compiles": "The plan's compiles of it.",
+        "compile_s": "Seconds they took.",
+        "call_peak_bytes": "Its largest XLA call peak in the run, which chose it.",
+        "donated": "The arguments the `donated` variant donated (names, else positions).",
+        "backend": "The platform whose XLA compiled the plan.",
     },
     "roles.csv": {
         "device": "The device (`all`: a run recorded before calls counted the bytes live before them per device).",
@@ -608,6 +681,7 @@ FACTS: dict[tuple[str, str], tuple[str, ...]] = {
     ("imbalance", ""): ("process", "peak_bytes", "median_bytes", "min_bytes", "median_process",
                         "median_process_bytes", "excess_bytes", "sites", "processes", "process_count"),
     ("unfinished", ""): ("processes",),
+    ("replicated", ""): ("function", "arrays", "array_count", "replicated_bytes", "meshes"),
     ("output-history", ""): ("snapshot", "entries", "entries_holding", "held_bytes", "freed_bytes", "arrays",
                              "ipython_version", "reset_frees"),
 }
@@ -642,6 +716,8 @@ RULE_SUMMARY: dict[str, str] = {
     "imbalance": "A job's process holds much more than the median process at its peak (job only; "
                  "analysis/job.py).",
     "unfinished": "Processes of a job that did not finish (job only; analysis/job.py).",
+    "replicated": "Inputs of a jitted function, 1 MiB or more a device, held whole on each of several devices "
+                  "while a mesh axis of the program's divides one of their dimensions (analysis/advice/sharding.py).",
     "output-history": "Live arrays that only IPython's output history (`Out[N]`, `_N`, `_`) keeps, at a notebook "
                       "run's end (analysis/history.py; docs/notebooks.md).",
 }
@@ -784,6 +860,16 @@ FACT_MEANINGS: dict[str, dict[str, str]] = {
         "processes": "One object per process that did not finish: `process, snapshots, last_t` (its last snapshot, "
                      "on the job's clock) and `error` (why nothing could be read, if so).",
     },
+    "replicated": {
+        "function": _FN,
+        "arrays": "The (up to 3) arrays that save most: objects of `owner` (its path in your tree), `shape`, "
+                  "`dtype`, `bytes` (on each device), `devices`, `axis` and `axis_size` (the mesh axis to shard "
+                  "over), `dim` (the dimension it divides), `spec` (the PartitionSpec to use) and `saving_bytes` "
+                  "(per device).",
+        "array_count": "How many such arrays the call had.",
+        "replicated_bytes": "Their bytes on each device.",
+        "meshes": "The meshes the program's arrays were sharded on: `{axis: size}` each.",
+    },
     "output-history": {
         "snapshot": "The snapshot at which the history was looked at (the run's last).",
         "entries": "The (up to 5) entries holding live arrays, those that free most first: objects of `holder` "
@@ -909,6 +995,7 @@ CHECK_FACTS = ("where", "devices", "rules", "what", "bytes", "baseline_bytes")
 def tables() -> list[tuple[str, list[Table]]]:
     """Every output, in sections: (heading, tables)."""
     from jaxmemprof.analysis import inside_jit, leaks, lifetimes, reuse, roles, timeline
+    from jaxmemprof.analysis.advice import plan
     from jaxmemprof.analysis.advice.capacity import Fit
     from jaxmemprof.analysis.advice.donation import JIT_MEMORY_COLUMNS
     from jaxmemprof.analysis.check import Outcome
@@ -961,6 +1048,14 @@ def tables() -> list[tuple[str, list[Table]]]:
         Table("owners.csv", "owners.csv", both.format(f="owners.csv", j="roles.owners"),
               "One per device x array of that call, largest first: its role and its path in your tree.",
               _csv(roles.OWNER_COLUMNS)),
+        Table("plan.csv", "plan.csv", both.format(f="plan.csv", j="plan.points"),
+              "One per planned function x variant x batch x device of the call (`run --plan`; no rows without it): "
+              "XLA's figures for the step compiled at that batch, and the device's peak (docs/plan.md).",
+              _csv(plan.PLAN_COLUMNS)),
+        Table("plan_models.csv", "plan_models.csv", both.format(f="plan_models.csv", j="plan.models"),
+              "One per planned function x variant x device (and `job`): the line through its points and, with "
+              "`--device-memory`, the largest batch that fits and what each fix saves there.",
+              _csv(plan.MODEL_COLUMNS)),
         Table("findings.csv", "findings.csv", both.format(f="findings.csv", j="findings"),
               "One per finding, ranked by severity then saving (in JSON `facts` is an object).",
               _csv(findings.COLUMNS)),
@@ -984,6 +1079,11 @@ def tables() -> list[tuple[str, list[Table]]]:
               tuple(timeline.MARKERS_COLUMNS)),
         Table("reuse", "reuse", "`report --json`: `reuse`", "One object.",
               ("by_device", "by_site", "buffers", "unknown_addresses", "note")),
+        Table("plan", "plan", "`report --json`: `plan`", "One object (null for a run recorded without "
+              "`--plan`).", ("device_bytes", "backends", "compiles", "compile_s", "fraction_variable", "events",
+                            "functions", "points", "models")),
+        Table("plan functions", "plan.functions", "`report --json`: `plan.functions`", "One per planned function.",
+              tuple(f.name for f in fields(plan.Planned))),
         Table("fit", "fit", "`report --json --device-memory SIZE`: `fit`", "One object (null without "
               "`--device-memory`).", tuple(f.name for f in fields(Fit))),
     ]

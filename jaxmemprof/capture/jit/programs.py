@@ -50,6 +50,10 @@ class Programs:
     budget (``dump_share``, ``dump_min_s``, ``_t_install``)."""
 
     def _memory_analysis(self, real, state, args, kwargs, after_call: bool = False) -> bool:
+        if after_call and self._signature(state, args, kwargs) in state.signatures:
+            # Analysed before the call ran it (a donating function's first
+            # call): its compile is that signature's, already recorded.
+            return True
         if after_call and any(_is_deleted(leaf) for leaf in self._array_leaves((args, kwargs))):
             return False
         try:

@@ -1,0 +1,145 @@
+"""What the memory is: roles and owners at the largest sampled jitted call,
+and the finding for arrays a mesh could shard.
+
+The programs' sizes are known: the roles must be those bytes, their sum the
+call's peak as XLA's own memory_analysis() of the step gives it (under plain
+python), and the sharding fix, applied as printed, must lower the per-device
+peak by the bytes predicted."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import cpu_env, run_cli, write_script
+
+from jaxmemprof.analysis.attributed import attribute
+from jaxmemprof.analysis.advice.sharding import replication_findings
+from jaxmemprof.analysis.report import build_report
+from jaxmemprof.analysis.roles import roles
+from jaxmemprof.render.findings import words
+from jaxmemprof.store.reader import load_run
+
+OPTAX_STEP = """
+import sys
+import jax, jax.numpy as jnp, optax
+params = {"w1": jnp.zeros((256, 512)), "b1": jnp.zeros((512,)), "w2": jnp.zeros((512, 10))}
+opt = optax.adam(1e-3)
+opt_state = opt.init(params)
+
+def loss_fn(params, x, y):
+    h = jax.nn.relu(x @ params["w1"] + params["b1"])
+    return optax.softmax_cross_entropy_with_integer_labels(h @ params["w2"], y).mean()
+
+def step(params, opt_state, x, y):
+    loss, grads = jax.value_and_grad(loss_fn)(params, x, y)
+    updates, opt_state = opt.update(grads, opt_state, params)
+    return optax.apply_updates(params, updates), opt_state, loss
+
+step = jax.jit(step, donate_argnums=(0, 1) if "--donate" in sys.argv else ())
+x, y = jnp.ones((64, 256)), jnp.zeros((64,), jnp.int32)
+if "--analyse" in sys.argv:  # XLA's own figures for the step, under plain python
+    ma = step.lower(params, opt_state, x, y).compile().memory_analysis()
+    print(ma.argument_size_in_bytes, ma.output_size_in_bytes, ma.alias_size_in_bytes, ma.temp_size_in_bytes)
+    raise SystemExit
+for i in range(6):
+    x = jnp.ones((64, 256)) * i  # a new batch every step
+    params, opt_state, loss = step(params, opt_state, x, y)
+print(float(loss))
+"""
+P = (256 * 512 + 512 + 512 * 10) * 4  # the parameters
+ADAM = 2 * P + 4  # mu, nu and the step count
+X = 64 * 256 * 4  # the per-step batch
+
+
+@pytest.mark.parametrize("donate", [False, True], ids=["plain", "donated"])
+def test_roles_of_an_optax_step_are_its_known_bytes(tmp_path, donate):
+    script = write_script(tmp_path, "train.py", OPTAX_STEP)
+    flags = ["--donate"] if donate else []
+    xla = subprocess.run([sys.executable, str(script), "--analyse", *flags], cwd=tmp_path, env=cpu_env(),
+                         capture_output=True, text=True, timeout=300)
+    args, out, alias, temp = map(int, xla.stdout.split())
+    proc = run_cli("run", "-q", "-o", tmp_path / "run", script, *flags, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    what = roles(attribute(load_run(tmp_path / "run")))
+    by_role = dict(zip(what.by_role["role"], what.by_role["bytes"]))
+    assert what.where == "during a call of step"
+    # The state carried from step to step, split by optax's own types; y is the same array every call.
+    assert by_role["parameters"] == P
+    assert by_role["optimizer state"] == ADAM
+    assert by_role["batch"] == X
+    assert by_role["held inputs"] == 64 * 4
+    assert by_role["parameters"] + by_role["optimizer state"] + by_role["batch"] + by_role["held inputs"] == args
+    # XLA writes the new state into fresh buffers unless the step donates (then into the old ones); the
+    # rest of its outputs are the loss and the output tuple's table of pointers.
+    assert by_role.get("new state", 0) == (0 if donate else P + ADAM)
+    assert alias == (P + ADAM if donate else 0)
+    assert by_role["results"] == out - alias - by_role.get("new state", 0) >= 4
+    assert by_role.get("inside the call", 0) == temp
+    # Everything live before the call that is not its input (the script holds nothing else on device
+    # but the first batch's zeros and y's own constant): the roles add up to the call's peak.
+    assert sum(by_role.values()) == what.peak_bytes
+    owners = set(zip(what.owners["owner"], what.owners["role"]))
+    for key in ("w1", "b1", "w2"):
+        assert (f"params['{key}']", "parameters") in owners
+        assert {(f"opt_state[0].{m}['{key}']", "optimizer state") for m in ("mu", "nu")} <= owners
+        # its output, the new state, is named by the input it becomes (when XLA writes it anew)
+        assert ((f"params['{key}']", "new state") in owners) == (not donate)
+    assert ("x", "batch") in owners
+
+
+MESH = """
+import jax
+jax.config.update("jax_num_cpu_devices", 4)
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+# put from the host: no whole copy on one device on the way
+mesh = Mesh(jax.devices(), ("data",))
+params = {"w": jax.device_put(np.ones((1024, 2048), np.float32), NamedSharding(mesh, P()))}  # 8 MiB, on each device
+x = jax.device_put(np.ones((64, 2048), np.float32), NamedSharding(mesh, P("data")))
+
+def step(params, x):
+    return {"w": params["w"] * 0.99 + x.mean()}
+
+step = jax.jit(step, donate_argnums=(0,))
+for i in range(4):
+    params = step(params, x)
+print(float(params["w"][0, 0]))
+"""
+
+
+def _device_peak(run_dir) -> int:
+    rep = build_report(attribute(load_run(run_dir)))
+    return int(rep.summary["estimated_true_peak_device_bytes"])
+
+
+def test_an_array_replicated_under_a_mesh_gets_the_finding_and_its_fix_saves_what_it_says(tmp_path):
+    script = write_script(tmp_path, "mesh.py", MESH)
+    assert run_cli("run", "-q", "-o", tmp_path / "before", script, cwd=tmp_path).returncode == 0
+    run = load_run(tmp_path / "before")
+    [f] = replication_findings(attribute(run))
+    assert f.saving_bytes == 8 * 2**20 * 3 // 4  # 6 MiB per device
+    [a] = f.fact("arrays")
+    assert (a["owner"], a["devices"], a["axis"], a["axis_size"]) == ("params['w']", 4, "data", 4)
+    fix = words(f).brief_fix
+    assert fix.startswith("jax.device_put(params['w'], NamedSharding(mesh, P(")
+    # Apply the fix as printed: the array is put with the spec it names.
+    spec = fix[len("jax.device_put(params['w'], NamedSharding(mesh, "):-2]
+    fixed = write_script(tmp_path, "fixed.py", MESH.replace("NamedSharding(mesh, P()))}", f"NamedSharding(mesh, {spec}))}}"))
+    assert run_cli("run", "-q", "-o", tmp_path / "after", fixed, cwd=tmp_path).returncode == 0
+    after = load_run(tmp_path / "after")
+    assert replication_findings(attribute(after)) == []
+    drop = _device_peak(tmp_path / "before") - _device_peak(tmp_path / "after")
+    assert abs(drop - f.saving_bytes) <= 0.01 * f.saving_bytes, (drop, f.saving_bytes)
+    # the JSON and the CSV carry the owners with the columns the docs name
+    proc = run_cli("export", tmp_path / "after", "--csv", tmp_path / "csv", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    header = (tmp_path / "csv" / "owners.csv").read_text().splitlines()[0].split(",")
+    assert {"role", "owner", "bytes", "device"} <= set(header)
+    doc = json.loads(run_cli("report", tmp_path / "after", "--json", cwd=tmp_path).stdout)
+    assert {r["device"] for r in doc["roles"]["by_role"]} == {f"cpu:{i}" for i in range(4)}
+    assert {r["owner"] for r in doc["roles"]["owners"]} >= {"params['w']", "x"}
