@@ -105,6 +105,7 @@ class ProfiledRun:
         self.ended_by: str | None = None
         self.error: BaseException | None = None  # what the recorded code raised, if it did
         self._shown = None  # the display's analysis, once made
+        self.by_magic = False  # recorded by the notebook's magics (the summary points at %jaxmemprof report)
 
     # -- recording -------------------------------------------------------------------
 

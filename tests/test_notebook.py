@@ -120,8 +120,11 @@ def checks(k: Kernel) -> dict:
     # (%xdel of Out[first] would delete `kept` too: it drops every name of the object.)
     k.run(f"%xdel _{first + 1}\n%xdel _{first + 2}")
     out["alive"] = k.value(ALIVE)
-    failed = k.run("%%jaxmemprof -o runs/fails --force\nx.sum()\n1 / 0", allow_errors=True)
-    out["failed"] = failed
+    out["failed"] = k.run("%%jaxmemprof -o runs/fails --force\nx.sum()\n1 / 0", allow_errors=True)
+    out["quiet"] = k.run("%%jaxmemprof -o runs/quiet --force --no-page\nq = jnp.full((700,), 5.0)\nq.sum();")
+    out["quiet_in_out"] = k.value(f"import json\nprint(json.dumps({out['quiet'].execution_count} in Out))")
+    k.run("import asyncio")
+    out["awaits"] = k.run("%%jaxmemprof --no-page\nawait asyncio.sleep(0)", allow_errors=True)
     return out
 
 
@@ -216,6 +219,19 @@ def test_report_and_profile_show_in_the_notebook(kernel):
     assert "findings: nothing to fix found" in text and "findings: nothing to fix found" in page
 
 
+def test_a_cell_ending_with_a_semicolon_keeps_its_value_out_of_the_history(kernel):
+    cell = kernel.checks["quiet"]
+    assert not [o for o in cell.outputs if o.output_type == "execute_result"]
+    assert shown(cell).startswith("jaxmemprof: In [")
+    assert kernel.checks["quiet_in_out"] is False
+
+
+def test_a_cell_that_awaits_is_refused_before_anything_is_recorded(kernel):
+    said = stream(kernel.checks["awaits"])  # IPython shows a magic's UsageError on stderr
+    assert said.startswith("UsageError: a %%jaxmemprof cell cannot await") and "%jaxmemprof start" in said
+    assert not (kernel.work / "jaxmemprof-runs").exists()
+
+
 def test_a_cell_that_raises_fails_after_its_summary(kernel):
     cell = kernel.checks["failed"]
     errors = [o for o in cell.outputs if o.output_type == "error"]
@@ -226,3 +242,34 @@ def test_a_cell_that_raises_fails_after_its_summary(kernel):
 
     run = load_run(kernel.work / "runs" / "fails")
     assert run.manifest["ended_by"] == "exception" and run.finished
+
+
+def test_the_inline_report_draws_in_a_browser_offline(kernel, tmp_path):
+    import time
+
+    from _browser import Browser, chromium
+
+    if chromium() is None:
+        pytest.skip("no chromium on PATH (CI installs Debian's chromium)")
+    out = tmp_path / "cell.html"
+    out.write_text("<!DOCTYPE html><html><body>" + shown(kernel.cells["%%jaxmemprof -o runs/train --force"],
+                                                          "text/html") + "</body></html>", encoding="utf-8")
+    with Browser(width=1100, height=900) as b:
+        page = b.open(out)
+        with b._lock:
+            since = len(b._events)
+        # The sandboxed iframe is a target of its own: attached to, its page asked whether it drew.
+        b.send("Target.setAutoAttach", {"autoAttach": True, "waitForDebuggerOnStart": False, "flatten": True},
+               page.session)
+        frame = b.wait_event("Target.attachedToTarget", page.session, since)["params"]
+        assert frame["targetInfo"]["type"] == "iframe" and frame["targetInfo"]["url"] == "about:srcdoc"
+        ask = {"expression": "[document.documentElement.getAttribute('data-jmp-ready'), "
+                             "document.querySelectorAll('#jmp svg').length, document.getElementById('jmp-errors').hidden]",
+               "returnByValue": True}
+        for _ in range(100):  # its script draws once it has loaded
+            ready, charts, no_errors = b.send("Runtime.evaluate", ask, frame["sessionId"])["result"]["value"]
+            if ready:
+                break
+            time.sleep(0.05)
+        assert ready == "1" and charts > 0 and no_errors
+        assert page.errors == []  # no console error, no request beyond the file itself

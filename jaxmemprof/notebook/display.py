@@ -114,7 +114,12 @@ def _peak_line(ov) -> str:
             "held by:")
 
 
-NEXT = "%jaxmemprof report: the whole report; jaxmemprof.load_run(run): the tables"
+def _next(run) -> str:
+    """What else there is to see of the run, and how."""
+    tables = f"jaxmemprof.load_run({str(run.path)!r}): its tables"
+    if getattr(run, "by_magic", False):
+        return f"next: %jaxmemprof report: the whole report; {tables}"
+    return f"next: .report(): the whole report; .html(): its page; {tables}"
 
 
 def _summary_text(run, run_, ov, rep) -> str:
@@ -148,7 +153,7 @@ def _summary_text(run, run_, ov, rep) -> str:
         render_findings(rep.findings, con)
     else:
         con.print("findings: nothing to fix found")
-    con.print(NEXT)
+    con.print(RichText(_next(run)))
     return buf.getvalue().rstrip("\n")
 
 
@@ -190,7 +195,7 @@ def _summary_html(run, run_, ov, rep) -> str:
         out.append("</ol>")
     else:
         out.append("<div>findings: nothing to fix found</div>")
-    out.append(f"<div style=\"color:#616161\">{_e(NEXT)}</div></div>")
+    out.append(f"<div style=\"color:#616161\">{_e(_next(run))}</div></div>")
     return "".join(out)
 
 

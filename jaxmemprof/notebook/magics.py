@@ -92,11 +92,13 @@ class JaxmemprofMagics(Magics):
             raise UsageError(f"already recording into {self.recording.path} (since %jaxmemprof start): "
                              "%jaxmemprof stop first")
         try:
-            return ProfiledRun(args.output, interval=args.interval, max_overhead=args.max_overhead,
-                               jit_probe=not args.no_jit_probe, addresses=args.addresses, force=args.force,
-                               name=name, target=target)
+            run = ProfiledRun(args.output, interval=args.interval, max_overhead=args.max_overhead,
+                              jit_probe=not args.no_jit_probe, addresses=args.addresses, force=args.force,
+                              name=name, target=target)
         except ValueError as exc:
             raise UsageError(str(exc)) from None
+        run.by_magic = True  # the summary points at %jaxmemprof report
+        return run
 
     def _begin(self, run: ProfiledRun) -> None:
         try:
@@ -108,14 +110,22 @@ class JaxmemprofMagics(Magics):
 
     def _cell(self, line: str, cell: str):
         args = _recording_parser("%%jaxmemprof").parse_args(shlex.split(line))
+        # The cell's own lines: the magic's line stays, as a comment, so that
+        # line numbers (in sites and tracebacks) are the cell's.
+        body = f"# %%jaxmemprof {line}\n{cell}"
+        if self._awaits(body):
+            raise UsageError("a %%jaxmemprof cell cannot await at its top level (IPython runs a cell magic "
+                             "synchronously): put %jaxmemprof start in the cell before it and %jaxmemprof stop "
+                             "in the cell after")
         run = self._new_run(args, "cell", self._label())
         self._begin(run)
         self.last = run
-        # The cell's own lines: the magic's line stays, as a comment, so that
-        # line numbers (in sites and tracebacks) are the cell's.
         result = None
         try:
-            result = self.shell.run_cell(f"# %%jaxmemprof {line}\n{cell}", store_history=False)
+            # A cell ending with ; shows no value (and keeps none in Out): IPython
+            # tells it from the history's last input, which a cell run inside
+            # this one does not enter.
+            result = self.shell.run_cell(body, store_history=False, silent=_ends_with_semicolon(cell))
         finally:
             error = None if result is None else (result.error_before_exec or result.error_in_exec)
             run.stop(error)
@@ -171,6 +181,21 @@ class JaxmemprofMagics(Magics):
 
     def _label(self) -> str:
         return f"In [{self.shell.execution_count}]"
+
+    def _awaits(self, body: str) -> bool:
+        try:
+            return bool(self.shell.should_run_async(body, transformed_cell=self.shell.transform_cell(body)))
+        except Exception:  # what the cell's own run will report (a syntax error)
+            return False
+
+
+def _ends_with_semicolon(cell: str) -> bool:
+    from IPython.core.displayhook import DisplayHook
+
+    try:
+        return bool(DisplayHook.semicolon_at_end_of_expression(cell))
+    except Exception:
+        return False
 
 
 def _existing(path: str):
