@@ -372,7 +372,7 @@ GLOSSARY: dict[str, str] = {
     "batch_flow": "How those inputs flow from call to call: `per-step` (new at every call) or `held` (the same "
                   "arrays at every call).",
     "failed": "Compiles that failed (plan.csv's `error` says why).",
-    "rank": "1 for the function with the run's largest XLA call peak, 2 for the next.",
+    "rank": "Its place among the run's jitted functions by XLA's call peak: 1 for the largest.",
     "not_planned": "The run's other jitted functions with XLA's figures, not planned: `[function, call peak]`.",
     "advised": "The arguments the report's donation finding donates (null: no such finding).",
     "notes": "Fixes the report hints that the plan cannot compile from outside the step, and why.",

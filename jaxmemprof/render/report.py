@@ -115,6 +115,7 @@ def render_report(rep: Report, con: Console, *, top: int, explain: bool = False)
     _render_roles(rep, con, explain)
     _render_timeline(rep, con)
     _render_jit(rep, con, top, explain)
+    _render_plan(rep, con, explain)
     _render_lifetimes(rep, con, top, explain)
     _render_reuse(rep, con, top, explain)
     _render_leaks(rep, con, top)
@@ -266,6 +267,101 @@ def _render_jit_peak(rep: Report, con: Console, top: int, lines: int = 2) -> Non
             con.print(Text(f"    {format_bytes(r['bytes'])} {r['kind']} at {safe(r['site'])}"))
     if len(functions) > top:
         con.print(Text(f"  {len(functions) - top} more functions in jit_peak.csv"))
+
+
+_PLAN_NOTE = (
+    "Plan: at the end of a run --plan, the step with the run's largest XLA call peak is compiled again from its "
+    "arguments' shapes (no array allocated) with the batch inputs' dimension scaled; each peak is the live bytes "
+    "outside the call (before the recorded call, less its arguments) plus XLA's call peak (arguments + outputs - "
+    "aliased + temporaries + code), per device. Between compiled batches the peak is read straight between them, "
+    "beyond them along the line through them; a batch past the compiled ones is extrapolated (XLA may choose other "
+    "algorithms there: docs/plan.md). A GPU's or TPU's compiles differ from the CPU's.")
+
+
+def _render_plan(rep: Report, con: Console, explain: bool) -> None:
+    """run --plan: the planned steps' peak against the batch, and with --device-memory the largest batch."""
+    plan = rep.plan
+    if plan is None:
+        return
+    for line in plan.events:
+        con.print(Text(f"plan: {safe(line)}", style="yellow"))
+    points = plan.points
+    for f in plan.functions:
+        mine = points[(points["function_id"] == f.function_id) & points["peak_bytes"].notna()]
+        _heading(con, f"Plan by batch (run --plan: {safe(f.function)} compiled by XLA on {safe(f.backend or '?')}, "
+                      f"{f.compiles} compiles in {f.compile_s:.2f} s)")
+        flow = {"per-step": "new at every call", "held": "the same arrays at every call"}.get(f.batch_flow, "")
+        devices = sorted(set(mine["device"]))
+        con.print(Text(f"the batch: {safe(', '.join(f.batch_inputs))}" + (f" ({flow})" if flow else "")
+                       + f", dimension {f.axis}, recorded at {f.recorded_batch}; the peak per device"
+                       + (f" (the busiest of {device_ranges(devices)})" if len(devices) > 1 else
+                          f" on {safe(devices[0])}" if devices else "")))
+        busiest = mine.groupby(["variant", "batch"], sort=False)["peak_bytes"].max()
+        variants = list(dict.fromkeys(mine["variant"]))
+        t = _table("batch", *variants)
+        for b in sorted(set(mine["batch"])):
+            t.add_row(f"{b:,}", *(format_bytes(busiest[(v, b)]) if (v, b) in busiest.index else "" for v in variants))
+        con.print(t)
+        if f.failed:
+            con.print(Text(f"({f.failed} compiles failed: plan.csv's error column says why)"))
+        models = plan.models[plan.models["function_id"] == f.function_id]
+        rec = models[(models["variant"] == "recorded") & (models["device"] != "job")]
+        for _, m in rec.head(1).iterrows():
+            if m["affine"]:
+                con.print(Text(f"recorded: {format_bytes(m['intercept_bytes'])} + "
+                               f"{format_bytes(m['bytes_per_example'])} per example "
+                               f"(its {m['points']} points lie on that line, within 1 %)"))
+            else:
+                con.print(Text(f"recorded: the {m['points']} points do not lie on one line (within 1 %): only the "
+                               f"compiled batches are trusted"))
+        if plan.device_bytes is None:
+            con.print(Text("report --device-memory SIZE: the largest batch that fits a device of that size"))
+        else:
+            _render_plan_fit(plan, f, models, con)
+        for note in f.notes:
+            con.print(Text(f"not compiled: {safe(note)}"))
+    if plan.functions:
+        _explained(con, explain, _PLAN_NOTE)
+
+
+def _batch_text(b, m) -> str:
+    if b is None or b is pd.NA:
+        return "any batch (the peak does not grow with it)"
+    if b == 0:
+        return "none (not even batch 1)"
+    outside = m["affine"] and (b > m["batch_max"] or b < m["batch_min"])
+    return f"{b:,}" + (f" (extrapolated past {m['batch_max']:,}, the largest compiled)" if outside and b > m["batch_max"]
+                      else " (extrapolated)" if outside else "")
+
+
+def _render_plan_fit(plan, f, models, con: Console) -> None:
+    rec = models[models["variant"] == "recorded"]
+    per_device = rec[rec["device"] != "job"]
+    job = rec[rec["device"] == "job"]
+    size = format_bytes(plan.device_bytes)
+    for _, m in (job if len(job) else per_device).iterrows():
+        on = "every device of the call" if m["device"] == "job" else safe(m["device"])
+        con.print(Text(f"for a {size} device ({on}): largest batch {_batch_text(m['largest_batch'], m)} in XLA's "
+                       f"default pool, less the fit rule's 5 % and 64 MiB; "
+                       f"{_batch_text(m['largest_batch_with_settings'], m)} with {plan.fraction_variable}=.95"))
+    if len(job):
+        con.print(Text("  by device: " + ", ".join(f"{safe(m['device'])} {_batch_text(m['largest_batch'], m)}"
+                                                    for _, m in per_device.iterrows())))
+    fixes = models[(models["variant"] != "recorded") & (models["device"] == (job["device"].iloc[0] if len(job) else
+                                                                             models["device"].iloc[0]))]
+    for _, m in fixes.iterrows():
+        if m["at_batch"] is pd.NA or not m["at_batch"]:
+            continue
+        what = {"donated": "donated " + (", ".join(f.donated) or "state"), "bfloat16": "bfloat16 (every float32 "
+                "argument)"}.get(m["variant"], m["variant"])
+        if m["variant"] == "donated":
+            what += (" (as the report advises)" if f.advised is not None and sorted(f.advised) == sorted(f.donated)
+                     else f" (the report advises {', '.join(f.advised)})" if f.advised else "")
+        saving = m["saving_at_batch_bytes"]
+        said = (f"saves {format_bytes(saving)}" if saving is not pd.NA and saving >= 0 else
+                f"needs {format_bytes(-saving)} more" if saving is not pd.NA else "")
+        con.print(Text(f"at batch {m['at_batch']:,}: {safe(what)} holds {format_bytes(m['peak_at_batch_bytes'])}, "
+                       f"{said}; its own largest batch {_batch_text(m['largest_batch'], m)}"))
 
 
 def _render_lifetimes(rep: Report, con: Console, top: int, explain: bool) -> None:

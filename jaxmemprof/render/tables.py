@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from jaxmemprof.analysis.advice.plan import MODEL_COLUMNS, PLAN_COLUMNS
 from jaxmemprof.analysis.report import Report
 from jaxmemprof.analysis.roles import Roles, empty_roles
 from jaxmemprof.render import findings as said
@@ -14,7 +15,7 @@ from jaxmemprof.render.json import records
 EXPORT_FILES = (
     "timeline.csv", "devices.csv", "sites.csv", "arrays.csv", "lifetimes.csv", "reuse.csv",
     "reuse_devices.csv", "leaks.csv", "recompiles.csv", "jit.csv", "jit_peak.csv", "jit_buffers.csv",
-    "jit_curve.csv", "roles.csv", "owners.csv", "findings.csv",
+    "jit_curve.csv", "roles.csv", "owners.csv", "plan.csv", "plan_models.csv", "findings.csv",
 )
 
 
@@ -43,6 +44,8 @@ def export_tables(rep: Report) -> dict[str, pd.DataFrame]:
         "jit_curve.csv": rep.jit_curve,
         "roles.csv": _roles(rep).by_role,
         "owners.csv": _roles(rep).owners,
+        "plan.csv": rep.plan.points if rep.plan is not None else _empty(PLAN_COLUMNS),
+        "plan_models.csv": rep.plan.models if rep.plan is not None else _empty(MODEL_COLUMNS),
         "findings.csv": said.table(rep.findings),
     }
     return {name: tables[name] for name in EXPORT_FILES}
@@ -77,5 +80,24 @@ def report_document(rep: Report) -> dict:
         "roles": {"where": _roles(rep).where, "function": _roles(rep).function, "peak_bytes": _roles(rep).peak_bytes,
                   "by_role": records(_roles(rep).by_role), "owners": records(_roles(rep).owners)},
         "fit": None if rep.fit is None else {k: v for k, v in vars(rep.fit).items()},
+        "plan": plan_document(rep.plan),
         "findings": said.records(rep.findings),
+    }
+
+
+def _empty(columns) -> pd.DataFrame:
+    return pd.DataFrame({c: pd.Series(dtype=object) for c in columns})
+
+
+def plan_document(plan) -> dict | None:
+    """run --plan's plan in JSON: its points (plan.csv), models
+    (plan_models.csv), each planned function and what it cost; null
+    for a run recorded without --plan."""
+    if plan is None:
+        return None
+    return {
+        "device_bytes": plan.device_bytes, "backends": plan.backends, "compiles": plan.compiles,
+        "compile_s": plan.compile_s, "fraction_variable": plan.fraction_variable, "events": list(plan.events),
+        "functions": [vars(f) for f in plan.functions],
+        "points": records(plan.points), "models": records(plan.models),
     }

@@ -43,6 +43,7 @@ MODEL_COLUMNS = ["function_id", "function", "variant", "device", "points", "batc
                  "largest_batch_with_settings", "extrapolated", "at_batch", "peak_at_batch_bytes",
                  "saving_at_batch_bytes"]
 RECORDED = "recorded"
+VARIANTS = (RECORDED, "donated", "bfloat16")  # the order they are shown in
 # A line fits the points when each lies within this share of its own peak from it.
 AFFINE_TOLERANCE = 0.01
 JOB = "job"  # the device of the models' rows for all devices of the call together
@@ -206,9 +207,9 @@ def _points(run, names: dict) -> pd.DataFrame:
               "temp_bytes", "generated_code_bytes"):
         out[c] = out[c].astype("Int64")
     out["fits"] = out["fits"].astype("boolean")
-    out["_first"] = (out["variant"] != RECORDED).astype(int)  # the recorded variant first, then the fixes
-    out = out.sort_values(["function_id", "_first", "variant", "batch", "device"], kind="stable")
-    return out.drop(columns="_first").reset_index(drop=True)
+    out["_order"] = out["variant"].map(lambda v: VARIANTS.index(v) if v in VARIANTS else len(VARIANTS))
+    out = out.sort_values(["function_id", "_order", "variant", "batch", "device"], kind="stable")
+    return out.drop(columns="_order").reset_index(drop=True)
 
 
 def _num(v):
@@ -235,7 +236,7 @@ def _models(points: pd.DataFrame, device_bytes: int | None) -> pd.DataFrame:
     for fid in functions:
         keys = [k for k in by_key if k[0] == fid]
         devices = list(dict.fromkeys(k[2] for k in keys))
-        variants = list(dict.fromkeys(k[1] for k in sorted(keys, key=lambda k: (k[1] != RECORDED, k[1]))))
+        variants = list(dict.fromkeys(k[1] for k in keys))  # in the points' order: recorded first
         target: dict = {}  # device -> the recorded variant's largest batch there
         for variant in variants:
             for device in devices + ([JOB] if len(devices) > 1 else []):
@@ -284,9 +285,8 @@ def _curve_row(c: Curve, device_bytes: int | None) -> dict:
     if device_bytes is not None:
         row["largest_batch"] = c.largest(lambda p: fits_by_default(p, device_bytes))
         row["largest_batch_with_settings"] = c.largest(lambda p: fits_at_all(p, device_bytes))
-        row["extrapolated"] = bool(c.affine and any(
-            b is None or (b > c.b[-1] or 0 < b < c.b[0]) for b in (row["largest_batch"],
-                                                                   row["largest_batch_with_settings"])))
+        b = row["largest_batch"]
+        row["extrapolated"] = bool(c.affine and (b is None or b > c.b[-1] or 0 < b < c.b[0]))
     return row
 
 
