@@ -173,6 +173,12 @@ def _run_summary(tgt, directory):
                     render_findings(findings, con, limit=2)
             else:
                 con.print(f"jaxmemprof: {len(run_.arrays)} arrays recorded: run `jaxmemprof report` for the findings")
+        plans = run_.jit.get("plans")
+        if plans is not None and not plans.empty or (run_.manifest.get("settings") or {}).get("plan"):
+            from jaxmemprof.analysis.advice.plan import build_plan
+            from jaxmemprof.render.report import render_plan_summary
+
+            render_plan_summary(build_plan(ar), run_.events, con, str(directory))
     except Exception as exc:  # the run itself is safe on disk
         # A stderr that cannot be written fails here again, and is silenced.
         say(f"jaxmemprof: warning: could not summarise the run: {exc}")

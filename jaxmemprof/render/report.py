@@ -494,3 +494,21 @@ def _render_findings(rep: Report, con: Console, explain: bool) -> None:
         return
     _heading(con, "Findings" + ("" if explain else " (--explain: the evidence and trade-offs)"))
     render_findings(rep.findings, con, explain=explain)
+
+
+def render_plan_summary(plan, events, con: Console, run_dir: str) -> None:
+    """run's summary of its --plan: what was compiled, what it cost, and what to ask next (``plan``: None
+    when nothing was planned; ``events``: the run's, for why)."""
+    said = [] if events is None or events.empty else [str(m) for m in events.loc[events["kind"] == "plan", "message"]]
+    for line in said:
+        con.print(Text(f"plan: {safe(line)}"))
+    if plan is None:
+        return
+    for f in plan.functions:
+        batches = sorted(set(plan.points.loc[plan.points["function_id"] == f.function_id, "batch"]))
+        span = f"{batches[0]:,}-{batches[-1]:,}" if len(batches) > 1 else f"{batches[0]:,}" if batches else "-"
+        con.print(Text(f"plan: {safe(f.function)} compiled for batches {span} ({f.compiles} compiles, "
+                       f"{f.compile_s:.2f} s, by XLA on {safe(f.backend or '?')}"
+                       + (f"; {f.failed} failed" if f.failed else "") + ")"))
+    if plan.functions:
+        con.print(Text(f"next: jaxmemprof report {safe(run_dir)} --device-memory SIZE (the largest batch that fits)"))
