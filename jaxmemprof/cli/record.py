@@ -8,7 +8,7 @@ import sys
 import click
 
 from jaxmemprof.api import INTERVAL_RANGE, MAX_OVERHEAD_RANGE, write_process_summary
-from jaxmemprof.cli.base import Number, analysis_options, cli, say, stderr_stream
+from jaxmemprof.cli.base import Number, Size, analysis_options, cli, say, stderr_stream
 from jaxmemprof.errors import InputError, check_not_empty
 
 
@@ -52,6 +52,9 @@ class _Scales(click.ParamType):
                    "for `report --device-memory SIZE`'s largest batch that fits; the compiles' time is said.")
 @click.option("--plan-scales", type=_Scales(), default=None, metavar="LIST",
               help="The recorded batch times these, for --plan (default 0.5,2,4,8; implies --plan).")
+@click.option("--plan-device-memory", type=Size(min=1), default=None, metavar="SIZE",
+              help="For --plan: find by compiles the largest batch that fits a device of SIZE (80GB; the fit "
+                   "rule of report --device-memory), and compile each fix at that batch (implies --plan).")
 @click.option("--plan-axis", type=click.IntRange(0, 64), default=None, metavar="N",
               help="The batch's dimension in the step's per-step inputs, for --plan (default 0, 1 under "
                    "jax.pmap; implies --plan).")
@@ -61,8 +64,8 @@ class _Scales(click.ParamType):
                    "its profile walks: auto reads those that make no new view.")
 @click.option("-q", "--quiet", is_flag=True, help="No summary at the end.")
 @click.argument("target", nargs=-1, type=click.UNPROCESSED, metavar="SCRIPT [ARGS]...")
-def run(output, force, interval, max_overhead, module, command, no_jit_probe, plan, plan_scales, plan_axis,
-        addresses, quiet, target):
+def run(output, force, interval, max_overhead, module, command, no_jit_probe, plan, plan_scales,
+        plan_device_memory, plan_axis, addresses, quiet, target):
     """Run a Python script (or -m MODULE, or -c CODE) unchanged and record its device memory.
 
     The script runs in this process exactly as `python SCRIPT ARGS` runs it;
@@ -90,12 +93,18 @@ def run(output, force, interval, max_overhead, module, command, no_jit_probe, pl
 
     args = list(target)
     planned = None
-    if plan or plan_scales is not None or plan_axis is not None:
+    if plan or plan_scales is not None or plan_axis is not None or plan_device_memory is not None:
         if no_jit_probe:
             raise click.UsageError("--plan compiles the jitted functions the jit probe observes: drop --no-jit-probe")
         from jaxmemprof.capture.jit.plan import DEFAULT_SCALES, PlanOptions
 
-        planned = PlanOptions(scales=plan_scales or DEFAULT_SCALES, axis=plan_axis)
+        fit_peak = None
+        if plan_device_memory is not None:
+            from jaxmemprof.analysis.advice.plan import largest_fitting_peak
+
+            fit_peak = largest_fitting_peak(plan_device_memory)
+        planned = PlanOptions(scales=plan_scales or DEFAULT_SCALES, axis=plan_axis, device_bytes=plan_device_memory,
+                              fit_peak_bytes=fit_peak)
     if module is not None and command is not None:
         raise click.UsageError("give one of -m MODULE and -c CODE (the script's own options go after `--`)")
     if command is not None:

@@ -340,8 +340,9 @@ GLOSSARY: dict[str, str] = {
     "scale": "`batch` over the recorded batch.",
     "live_outside_bytes": "Bytes live on the device outside the call: live just before the recorded call, less "
                           "its arguments there (empty where they were not counted).",
-    "source": "`run` (the run's own compile of the recorded batch) or `compiled` (compiled by the plan at the end "
-              "of the run, from the arguments' shapes).",
+    "source": "`run` (the run's own compile of the recorded batch), `compiled` (compiled by the plan at the end "
+              "of the run, from the arguments' shapes) or `search` (compiled in the search for the largest batch "
+              "that fits, `--plan-device-memory`).",
     "compile_s": "Seconds the plan's lower and compile took (0 for the run's own figures).",
     "fits": "With `--device-memory`: whether the peak fits XLA's default pool by the fit rule (the peak plus 5 % and "
             "64 MiB within 0.75 of the device).",
@@ -363,6 +364,8 @@ GLOSSARY: dict[str, str] = {
     "saving_at_batch_bytes": "The recorded variant's peak at `at_batch` less this variant's: what the fix saves "
                              "there (negative: it needs more).",
     "backends": "The platforms whose XLA compiled the plan (`cpu`, `gpu`, `tpu`).",
+    "searched_bytes": "The device `run --plan-device-memory` searched the largest batch for by compiles (null: "
+                      "none); the plan's `device_bytes` unless `report --device-memory` asks for another.",
     "events": "What the recorder could not plan, one sentence each.",
     "models": "The rows of plan_models.csv.",
     "signature": "The recorded signature the plan was made from (jit_compiles' signature).",
@@ -519,7 +522,8 @@ IN_TABLE: dict[str, dict[str, str]] = {
         "device": "A device of the call, or `job`: every device of the call together (the smallest answer).",
     },
     "plan": {
-        "device_bytes": "The device's memory, in bytes (`report --device-memory`); null without it.",
+        "device_bytes": "The device's memory, in bytes (`report --device-memory`, else `run "
+                        "--plan-device-memory`); null without either.",
         "compiles": "The plan's compiles, over the functions planned.",
         "functions": "One object per planned function (the plan's functions below).",
         "points": "The rows of plan.csv.",
@@ -1080,8 +1084,8 @@ def tables() -> list[tuple[str, list[Table]]]:
         Table("reuse", "reuse", "`report --json`: `reuse`", "One object.",
               ("by_device", "by_site", "buffers", "unknown_addresses", "note")),
         Table("plan", "plan", "`report --json`: `plan`", "One object (null for a run recorded without "
-              "`--plan`).", ("device_bytes", "backends", "compiles", "compile_s", "fraction_variable", "events",
-                            "functions", "points", "models")),
+              "`--plan`).", ("device_bytes", "backends", "compiles", "compile_s", "fraction_variable",
+                            "searched_bytes", "events", "functions", "points", "models")),
         Table("plan functions", "plan.functions", "`report --json`: `plan.functions`", "One per planned function.",
               tuple(f.name for f in fields(plan.Planned))),
         Table("fit", "fit", "`report --json --device-memory SIZE`: `fit`", "One object (null without "

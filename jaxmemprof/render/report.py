@@ -329,6 +329,8 @@ def _batch_text(b, m) -> str:
         return "any batch (the peak does not grow with it)"
     if b == 0:
         return "none (not even batch 1)"
+    if not m["affine"] and b == m["batch_max"]:
+        return f"at least {b:,} (the largest compiled)"
     outside = m["affine"] and (b > m["batch_max"] or b < m["batch_min"])
     return f"{b:,}" + (f" (extrapolated past {m['batch_max']:,}, the largest compiled)" if outside and b > m["batch_max"]
                       else " (extrapolated)" if outside else "")
@@ -339,6 +341,10 @@ def _render_plan_fit(plan, f, models, con: Console) -> None:
     per_device = rec[rec["device"] != "job"]
     job = rec[rec["device"] == "job"]
     size = format_bytes(plan.device_bytes)
+    points = plan.points[(plan.points["function_id"] == f.function_id) & (plan.points["source"] == "search")]
+    if plan.searched_bytes == plan.device_bytes and len(points):
+        con.print(Text(f"searched at the end of the run for a {size} device: {points['batch'].nunique()} more "
+                       f"compiles at batches {', '.join(f'{b:,}' for b in points['batch'].drop_duplicates())}"))
     for _, m in (job if len(job) else per_device).iterrows():
         on = "every device of the call" if m["device"] == "job" else safe(m["device"])
         con.print(Text(f"for a {size} device ({on}): largest batch {_batch_text(m['largest_batch'], m)} in XLA's "

@@ -97,7 +97,8 @@ def plan_document(plan) -> dict | None:
         return None
     return {
         "device_bytes": plan.device_bytes, "backends": plan.backends, "compiles": plan.compiles,
-        "compile_s": plan.compile_s, "fraction_variable": plan.fraction_variable, "events": list(plan.events),
+        "compile_s": plan.compile_s, "fraction_variable": plan.fraction_variable,
+        "searched_bytes": plan.searched_bytes, "events": list(plan.events),
         "functions": [vars(f) for f in plan.functions],
         "points": records(plan.points), "models": records(plan.models),
     }

@@ -81,6 +81,7 @@ class Plan:
     device_bytes: int | None
     events: list  # what the recorder said it could not plan
     fraction_variable: str
+    searched_bytes: int | None = None  # the device run --plan-device-memory searched the largest batch for
 
     @property
     def compile_s(self) -> float:
@@ -115,6 +116,21 @@ def _int(v) -> int | None:
 def fits_by_default(peak: int, device_bytes: int) -> bool:
     """The fit rule (capacity.will_it_fit): the pool the peak needs within XLA's default pool."""
     return needed_bytes(peak) <= int(device_bytes * DEFAULT_FRACTION)
+
+
+def largest_fitting_peak(device_bytes: int) -> int:
+    """The largest per-device peak that fits a device by the fit rule
+    (``fits_by_default``): what ``run --plan-device-memory`` searches for."""
+    lo, hi = 0, int(device_bytes)
+    if not fits_by_default(0, device_bytes):
+        return 0
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if fits_by_default(mid, device_bytes):
+            lo = mid
+        else:
+            hi = mid
+    return lo
 
 
 def fits_at_all(peak: int, device_bytes: int) -> bool:
@@ -355,6 +371,10 @@ def build_plan(ar, findings=(), device_bytes: int | None = None) -> Plan | None:
         names = {int(f): str(n) for f, n in zip(functions["function_id"], functions["name"])}
         params = {int(f): [str(x) for x in _json(p, [])] for f, p in zip(functions["function_id"], functions["params"])}
     points = _points(run, names)
+    planned_for = ((run.manifest or {}).get("settings") or {}).get("plan") or {}
+    searched = _int(planned_for.get("device_bytes")) if isinstance(planned_for, dict) else None
+    if device_bytes is None:  # the device the run searched for, unless another is asked
+        device_bytes = searched
     if device_bytes is not None:
         ok = points["peak_bytes"].notna()
         points.loc[ok, "fits"] = [fits_by_default(int(p), device_bytes) for p in points.loc[ok, "peak_bytes"]]
@@ -363,7 +383,8 @@ def build_plan(ar, findings=(), device_bytes: int | None = None) -> Plan | None:
     m = run.manifest or {}
     return Plan(points=points, models=_models(points, device_bytes), functions=_planned(run, points, names, params,
                                                                                           list(findings)),
-                device_bytes=device_bytes, events=said, fraction_variable=fraction_env_name(m.get("jaxlib_version")))
+                device_bytes=device_bytes, events=said, fraction_variable=fraction_env_name(m.get("jaxlib_version")),
+                searched_bytes=searched)
 
 
 def fraction_for(peak: int, device_bytes: int) -> str:

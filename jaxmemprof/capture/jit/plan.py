@@ -40,6 +40,7 @@ from jaxmemprof.flow import CARRIED, batch_keys, flows, leaf_key
 PLAN_FUNCTIONS = 2
 PLAN_SHARE = 0.5
 DEFAULT_SCALES = (0.5, 2.0, 4.0, 8.0)
+SEARCH_COMPILES = 8  # compiles at most in the search for the largest batch that fits (--plan-device-memory)
 # Signatures whose abstract arguments are kept per function (the largest by XLA's call peak).
 MAX_SIGNATURES = 4
 # The wrappers whose donation the plan can compile from outside (by jitting the same function anew).
@@ -55,9 +56,14 @@ class PlanOptions:
 
     scales: tuple = DEFAULT_SCALES
     axis: int | None = None
+    # --plan-device-memory: the device's bytes, and the largest per-device
+    # peak that fits it by the report's fit rule (the CLI reckons it)
+    device_bytes: int | None = None
+    fit_peak_bytes: int | None = None
 
     def settings(self) -> dict:
-        return {"scales": list(self.scales), "axis": self.axis}
+        return {"scales": list(self.scales), "axis": self.axis, "device_bytes": self.device_bytes,
+                "fit_peak_bytes": self.fit_peak_bytes}
 
 
 class Slot:
@@ -260,10 +266,26 @@ class Planner:
         if figures is not None:
             row(RECORDED, batch, figures, 0.0, {"scale": 1.0, "source": "run"})
         sizes = _sizes(batch, self.options.scales)
+        busiest = max((v for d, v in (outside or {}).items() if d in ab.devices), default=0)
+        known = {}  # batch -> the busiest device's peak there
+        if figures is not None:
+            known[batch] = busiest + _peak(figures)
         for scale, b in sizes:
             fig, seconds, error, said = self._compile(real, ab, scaled, axis, b, narrow=False, wrapper=wrapper)
             row(RECORDED, b, fig, seconds, {"scale": scale, "source": "compiled", "warnings": said}, error)
+            if fig is not None:
+                known[b] = busiest + _peak(fig)
         ends = [(1.0, batch)] + ([sizes[-1]] if sizes else [])
+        if self.options.fit_peak_bytes is not None and known:
+            # --plan-device-memory: the largest batch that fits, found by compiles; each fix compiled there too.
+            def compile_at(b):
+                fig, seconds, error, said = self._compile(real, ab, scaled, axis, b, narrow=False, wrapper=wrapper)
+                row(RECORDED, b, fig, seconds, {"scale": b / batch, "source": "search", "warnings": said}, error)
+                return None if fig is None else busiest + _peak(fig)
+
+            found = search(known, self.options.fit_peak_bytes, compile_at)
+            if found and found not in (b for _, b in ends):
+                ends.append((found / batch, found))
         donated = self._donated(state, ab, flow, leaf_of, wrapper)
         if isinstance(donated, str):
             writer.add_event("plan", f"{name}: donation not compiled: {donated}")
@@ -368,6 +390,46 @@ def _lowering(fn, wrapper: str):
         if graph is not None and tag is not None and hasattr(graph, "update_context"):
             return graph.update_context(tag)
     return contextlib.nullcontext()
+
+
+def search(known: dict, target: int, compile_at, most: int = SEARCH_COMPILES) -> int:
+    """The largest batch whose peak is at most ``target``, by at most
+    ``most`` compiles (``compile_at(batch)`` -> its peak, None where it
+    fails): past the batches known to fit, along the line through the two
+    largest; between the largest known to fit and the smallest known not
+    to, where the line between them crosses ``target``, kept within the
+    middle half of that bracket (so that a jump in XLA's figures still
+    narrows it). Done when the two are within 1 % of each other. ``known``:
+    batch -> peak, compiled already (grown here). 0: not even batch 1 fits."""
+    for i in range(most + 1):
+        fit = [b for b, p in known.items() if p <= target]
+        lo = max(fit) if fit else 0
+        hi = min((b for b, p in known.items() if p > target and b > lo), default=None)
+        step = max(1, lo // 100)
+        if (hi is not None and hi - lo <= step) or i == most:
+            return lo
+        if hi is None:
+            (b0, p0), (b1, p1) = sorted(known.items())[-2:] if len(known) >= 2 else ((0, 0), max(known.items()))
+            slope = (p1 - p0) / (b1 - b0) if b1 > b0 else 0.0
+            guess = b1 + (target - p1) / slope if slope > 0 else 2 * b1
+            guess = min(max(guess, lo + step), 1024 * max(known))
+        else:
+            if lo == 0:
+                guess = hi / 2
+            else:
+                guess = lo + (target - known[lo]) * (hi - lo) / max(known[hi] - known[lo], 1)
+                quarter = (hi - lo) / 4
+                guess = min(max(guess, lo + quarter), hi - quarter)
+        guess = int(round(guess))
+        if hi is not None:
+            guess = min(max(guess, lo + 1), hi - 1)
+        if guess in known or guess <= 0:
+            return lo
+        peak = compile_at(guess)
+        if peak is None:
+            return lo
+        known[guess] = peak
+    return max((b for b, p in known.items() if p <= target), default=0)
 
 
 def _sizes(batch: int, scales) -> list:
