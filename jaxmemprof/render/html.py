@@ -224,7 +224,36 @@ def _report_data(rep, ar, S: _Strings, t_shift: float = 0.0) -> dict:
         "warnings": [str(w) for w in rep.warnings],
         "process": proc,
     }
+    if getattr(rep, "plan", None) is not None:
+        data["plan"] = _plan(rep.plan)
     return data
+
+
+def _plan(plan) -> dict:
+    """run --plan's points for the page's chart: per planned function and
+    variant, the busiest device's peak at each compiled batch; the most a
+    device of ``device_bytes`` holds by the fit rule; the largest batch."""
+    from jaxmemprof.analysis.advice.plan import largest_fitting_peak
+
+    dev = plan.device_bytes
+    out = {"device_bytes": dev, "fit_peak_bytes": largest_fitting_peak(dev) if dev else None, "functions": []}
+    pts = plan.points[plan.points["peak_bytes"].notna()]
+    for f in plan.functions:
+        mine = pts[pts["function_id"] == f.function_id]
+        busiest = mine.groupby(["variant", "batch"], sort=False)["peak_bytes"].max()
+        variants = []
+        for v in dict.fromkeys(mine["variant"]):
+            variants.append({"variant": str(v), "points": [[int(b), int(p)] for (vv, b), p in sorted(busiest.items(),
+                                                                                                   key=lambda x: x[0][1])
+                                                            if vv == v]})
+        models = plan.models[(plan.models["function_id"] == f.function_id) & (plan.models["variant"] == "recorded")]
+        job = models[models["device"] == "job"]
+        row = (job if len(job) else models).head(1)
+        largest = _num(row["largest_batch"].iloc[0]) if len(row) else None
+        out["functions"].append({"function": f.function, "backend": f.backend, "compiles": f.compiles,
+                                 "compile_s": round(f.compile_s, 3), "recorded_batch": f.recorded_batch,
+                                 "variants": variants, "largest_batch": largest})
+    return out
 
 
 def _curves(curve: pd.DataFrame, functions: int = 4) -> list:

@@ -756,6 +756,63 @@
     });
   }
 
+  // -- run --plan: the step's peak against the batch, and the device's line --------------
+
+  function plan() {
+    var L = D.plan;
+    if (!L || !(L.functions || []).length) return;
+    var s = section("plan", "Plan: the peak against the batch",
+      "XLA's compiles of the step at other batch sizes (run --plan), the busiest device's peak (live outside the call plus XLA's call peak); each dot a compile. " +
+      (L.fit_peak_bytes ? "Dashed: the most a " + bytes(L.device_bytes) + " device holds by the fit rule (XLA's default pool, less 5 % and 64 MiB)." :
+        "report --device-memory SIZE draws the device's line."));
+    L.functions.forEach(function (f, k) {
+      var box = add(s, el("div", "chart plan-chart"));
+      box.id = "jmp-plan-" + k;
+      add(box, el("p", "hint", f["function"] + ": recorded at batch " + f.recorded_batch + "; " + f.compiles + " compiles in " +
+        secs(f.compile_s) + " by XLA on " + f.backend + (f.largest_batch !== null && f.largest_batch !== undefined ? "; largest batch that fits: " + f.largest_batch : "")));
+      var W = Math.max(600, (s.clientWidth || 900) - 40), H = 240, M = { l: 72, r: 24, t: 12, b: 30 };
+      var bMin = Infinity, bMax = 1, mx = 1;
+      f.variants.forEach(function (v) { v.points.forEach(function (p) { bMin = Math.min(bMin, p[0]); bMax = Math.max(bMax, p[0]); mx = Math.max(mx, p[1]); }); });
+      if (L.fit_peak_bytes && L.fit_peak_bytes <= 4 * mx) mx = Math.max(mx, L.fit_peak_bytes);
+      var lo = Math.log2(Math.max(1, bMin)), hi = Math.max(lo + 1, Math.log2(bMax)), yMax = mx * 1.08;
+      function X(b) { return M.l + (Math.log2(Math.max(1, b)) - lo) / (hi - lo) * (W - M.l - M.r); }
+      function Y(v) { return H - M.b - v / yMax * (H - M.t - M.b); }
+      var g = add(box, sv("svg", { width: W, height: H, "class": "timeline", role: "img" }));
+      niceTicks(yMax, 4).forEach(function (v) {
+        add(g, sv("line", { x1: M.l, x2: W - M.r, y1: Y(v), y2: Y(v), "class": "grid" }));
+        add(g, sv("text", { x: M.l - 6, y: Y(v) + 4, "class": "axis", "text-anchor": "end" }, bytes(v)));
+      });
+      var every = Math.max(1, Math.ceil((Math.ceil(hi) - Math.floor(lo)) / 8));  // powers of 2, at most about 8 ticks
+      for (var e = Math.ceil(lo); e <= Math.floor(hi); e += every) {
+        var b = Math.pow(2, e), label = b >= 1048576 ? (b / 1048576) + "Mi" : b >= 1024 ? (b / 1024) + "Ki" : String(b);
+        add(g, sv("line", { x1: X(b), x2: X(b), y1: H - M.b, y2: H - M.b + 4, "class": "axis-line" }));
+        add(g, sv("text", { x: X(b), y: H - M.b + 16, "class": "axis", "text-anchor": "middle" }, label));
+      }
+      add(g, sv("text", { x: M.l + 4, y: M.t + 10, "class": "axis" }, "peak per device; batch on a log scale"));
+      if (L.fit_peak_bytes && L.fit_peak_bytes <= yMax) {
+        add(g, sv("line", { x1: M.l, x2: W - M.r, y1: Y(L.fit_peak_bytes), y2: Y(L.fit_peak_bytes), "class": "line-limit" }));
+      }
+      if (f.largest_batch && f.largest_batch >= bMin && f.largest_batch <= bMax) {
+        add(g, sv("line", { x1: X(f.largest_batch), x2: X(f.largest_batch), y1: M.t, y2: H - M.b, "class": "cursor cursor-selected" }));
+      }
+      var legend = add(box, el("ul", "legend"));
+      f.variants.forEach(function (v, i) {
+        var color = PALETTE[i % PALETTE.length];
+        var pl = add(g, sv("polyline", { points: v.points.map(function (p) { return X(p[0]).toFixed(1) + "," + Y(p[1]).toFixed(1); }).join(" "),
+          fill: "none", stroke: color, "stroke-width": 1.5 }));
+        pl.setAttribute("data-variant", v.variant);
+        v.points.forEach(function (p) {
+          var c = add(g, sv("circle", { cx: X(p[0]), cy: Y(p[1]), r: 3.5, fill: color }));
+          c.addEventListener("mousemove", function (ev) { showTip(ev, [v.variant + " at batch " + p[0], bytes(p[1])]); });
+          c.addEventListener("mouseleave", hideTip);
+        });
+        var li = add(legend, el("li")), sw = add(li, el("span", "swatch")); sw.style.background = color;
+        add(li, el("span", "site", v.variant));
+      });
+      add(g, sv("line", { x1: M.l, x2: W - M.r, y1: H - M.b, y2: H - M.b, "class": "axis-line" }));
+    });
+  }
+
   // -- findings ----------------------------------------------------------------------
 
   function findings() {
@@ -784,7 +841,7 @@
   headline();
   if (D.page === "report" && P > 0) timeline();
   flames();
-  if (D.page === "report") { lifetimes(); jit(); findings(); }
+  if (D.page === "report") { lifetimes(); jit(); plan(); findings(); }
   }  // mount
 
   // -- a multi-process job: the job's memory over time, each process's peak, one process's page
