@@ -123,6 +123,9 @@ def checks(k: Kernel) -> dict:
     out["failed"] = k.run("%%jaxmemprof -o runs/fails --force\nx.sum()\n1 / 0", allow_errors=True)
     out["quiet"] = k.run("%%jaxmemprof -o runs/quiet --force --no-page\nq = jnp.full((700,), 5.0)\nq.sum();")
     out["quiet_in_out"] = k.value(f"import json\nprint(json.dumps({out['quiet'].execution_count} in Out))")
+    # A function jitted during one run is observed in the next.
+    k.run("%%jaxmemprof -o runs/jits --force --no-page\ntwice = jax.jit(lambda a: a * 2)\ntwice(x);")
+    k.run("%%jaxmemprof -o runs/jitted --force --no-page\ntwice(x);")
     k.run("import asyncio")
     out["awaits"] = k.run("%%jaxmemprof --no-page\nawait asyncio.sleep(0)", allow_errors=True)
     return out
@@ -141,6 +144,18 @@ def test_a_train_step_jitted_in_another_cell_gets_its_donation_finding_with_the_
     stopped = shown(kernel.cells["%jaxmemprof stop --no-page"])
     assert stopped.startswith("jaxmemprof: In [") and " to In [" in stopped
     assert not re.search(r"^\d+\. \w+ donate ", stopped, re.M), stopped
+
+
+def test_a_function_jitted_in_a_run_is_observed_in_the_next(kernel):
+    from jaxmemprof import load_run
+
+    jits, jitted = (load_run(kernel.work / "runs" / name).jit for name in ("jits", "jitted"))
+    for jit, compiles in ((jits, 1), (jitted, 0)):  # compiled in the first run only
+        fn = jit["functions"]
+        (fid,) = fn.loc[fn["name"] == "<lambda>", "function_id"]
+        counts = jit["counts"].set_index("function_id").loc[fid]
+        assert (counts["calls"], counts["compiles"]) == (1, compiles)
+        assert len(jit["compiles"][jit["compiles"]["function_id"] == fid]) == 1  # XLA's figures read in each
 
 
 def test_sites_are_named_by_cell_not_by_ipykernels_temporary_file(kernel):

@@ -160,6 +160,8 @@ class KernelJit:
             if isinstance(proxy, Probed) and proxy._probe is run_probe:
                 self._know(proxy)
                 proxy.__class__ = _QuietProbed
+                # The kernel's again (so that the run's probe, and its sampler, can go).
+                proxy._probe = self.probe
         self.probe.active = True
 
 
