@@ -250,7 +250,7 @@ def test_a_cell_that_awaits_is_refused_before_anything_is_recorded(kernel):
 def test_a_cell_that_raises_fails_after_its_summary(kernel):
     cell = kernel.checks["failed"]
     errors = [o for o in cell.outputs if o.output_type == "error"]
-    assert errors and errors[-1]["ename"] == "_CellFailed"
+    assert errors and errors[-1]["ename"] == "CellFailed"
     assert "ZeroDivisionError" in "".join(errors[-1]["traceback"])
     assert "ended by an exception (ZeroDivisionError)" in shown(cell)
     from jaxmemprof import load_run

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import shlex
+import sys
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class
@@ -47,7 +48,7 @@ def _recording_parser(prog: str, page: bool = True) -> _Parser:
     return p
 
 
-class _CellFailed(Exception):
+class CellFailed(Exception):
     """The recorded cell raised (IPython has shown its traceback): the cell
     fails, in one line, after the run's summary."""
 
@@ -131,7 +132,7 @@ class JaxmemprofMagics(Magics):
             run.stop(error)
         self._show(run, page=not args.no_page)
         if error is not None:
-            raise _CellFailed(error, run)
+            raise CellFailed(error, run)
 
     def _start(self, words):
         args = _recording_parser("%jaxmemprof start", page=False).parse_args(words)
@@ -153,8 +154,14 @@ class JaxmemprofMagics(Magics):
         self._show(run, page=not args.no_page)
 
     def _show(self, run: ProfiledRun, page: bool) -> None:
-        summary = run.summary()
-        display(Shows(summary, run.html()) if page else summary)
+        try:
+            summary = run.summary()
+            shown = Shows(summary, run.html()) if page else summary
+        except Exception as exc:  # the run itself is safe on disk
+            print(f"jaxmemprof: warning: could not summarise {run.path}: {type(exc).__name__}: {exc}",
+                  file=sys.stderr)
+            return
+        display(shown)
 
     # -- reading -------------------------------------------------------------------------
 
