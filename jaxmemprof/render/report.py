@@ -324,13 +324,16 @@ def _render_plan(rep: Report, con: Console, explain: bool) -> None:
         _explained(con, explain, _PLAN_NOTE)
 
 
-def _batch_text(b, m) -> str:
+def _batch_text(b, m, searched: bool = False) -> str:
     if b is None or b is pd.NA:
         return "any batch (the peak does not grow with it)"
     if b == 0:
         return "none (not even batch 1)"
-    if not m["affine"] and b == m["batch_max"]:
-        return f"at least {b:,} (the largest compiled)"
+    if not m["affine"]:  # only compiled batches are trusted: the answer is a compiled one
+        if searched:
+            return f"{b:,} (found by compiles, to within 1 %)"
+        return f"at least {b:,} (the largest compiled batch that fits" + (
+            ")" if b == m["batch_max"] else "; the next compiled one does not)")
     outside = m["affine"] and (b > m["batch_max"] or b < m["batch_min"])
     return f"{b:,}" + (f" (extrapolated past {m['batch_max']:,}, the largest compiled)" if outside and b > m["batch_max"]
                       else " (extrapolated)" if outside else "")
@@ -345,9 +348,11 @@ def _render_plan_fit(plan, f, models, con: Console) -> None:
     if plan.searched_bytes == plan.device_bytes and len(points):
         con.print(Text(f"searched at the end of the run for a {size} device: {points['batch'].nunique()} more "
                        f"compiles at batches {', '.join(f'{b:,}' for b in points['batch'].drop_duplicates())}"))
+    searched = plan.searched_bytes == plan.device_bytes and len(points) > 0
     for _, m in (job if len(job) else per_device).iterrows():
         on = "every device of the call" if m["device"] == "job" else safe(m["device"])
-        con.print(Text(f"for a {size} device ({on}): largest batch {_batch_text(m['largest_batch'], m)} in XLA's "
+        con.print(Text(f"for a {size} device ({on}): largest batch {_batch_text(m['largest_batch'], m, searched)} "
+                       f"in XLA's "
                        f"default pool, less the fit rule's 5 % and 64 MiB; "
                        f"{_batch_text(m['largest_batch_with_settings'], m)} with {plan.fraction_variable}=.95"))
     if len(job):
@@ -366,7 +371,8 @@ def _render_plan_fit(plan, f, models, con: Console) -> None:
         saving = m["saving_at_batch_bytes"]
         said = (f"saves {format_bytes(saving)}" if saving is not pd.NA and saving >= 0 else
                 f"needs {format_bytes(-saving)} more" if saving is not pd.NA else "")
-        con.print(Text(f"at batch {m['at_batch']:,}: {safe(what)} holds {format_bytes(m['peak_at_batch_bytes'])}, "
+        past = f" (extrapolated past {m['batch_max']:,})" if m["at_batch"] > m["batch_max"] else ""
+        con.print(Text(f"at batch {m['at_batch']:,}: {safe(what)} holds {format_bytes(m['peak_at_batch_bytes'])}{past}, "
                        f"{said}; its own largest batch {_batch_text(m['largest_batch'], m)}"))
 
 
