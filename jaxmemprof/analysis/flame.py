@@ -364,3 +364,132 @@ def site_growth(cells: Cells, base_j: int, new_j: int) -> pd.DataFrame:
     out["delta_bytes"] = out["new_bytes"] - out["base_bytes"]
     out = out[out["delta_bytes"] != 0].rename_axis("site").reset_index()
     return out.sort_values(["delta_bytes", "site"], ascending=[False, True]).reset_index(drop=True)
+
+
+# -- what the memory is: role -> owner path --------------------------------------------
+
+
+@dataclass
+class RoleCells:
+    """The cells of "what the memory is" at the largest sampled jitted call
+    (``analysis/roles.py``): one position (0), a stack per owner, outermost
+    first its role, then the parts of its path (``opt_state``, ``[0]``,
+    ``.mu``, ``['w1']``); "inside the call"'s owners are lines, one part
+    each. A frame is ``(label, path, 0, True)``: the part as shown
+    (``mu``, ``'w1'``, ``[0]``) and the owner's path up to it; a role's
+    frame is ``(role, "", 0, True)``. A role's bytes that no owner row accounts for (the
+    output tuple's table, other arrays) sit on the role's own stack, so a
+    role's cell is exactly its bytes. ``groups``: per group of devices whose
+    cells are the same (as the terminal report groups its tables), its
+    devices and their bytes each; ``cells``' keys name each group's first
+    device."""
+
+    cells: Cells
+    groups: list  # (devices, bytes on each)
+
+
+def owner_parts(owner: str) -> list[str]:
+    """An owner path cut at ``.name`` and ``[...]``, each part as written:
+    ``opt_state[0].mu['w1']`` -> ``opt_state``, ``[0]``, ``.mu``, ``['w1']``.
+    A bracket's quoted key stays whole whatever it holds (``['a.b]']``); an
+    unbalanced bracket makes the rest one part. The parts joined are the path."""
+    parts, i, n = [], 0, len(owner)
+    while i < n:
+        if owner[i] == "[":
+            j = _bracket_end(owner, i)
+            if j < 0:
+                parts.append(owner[i:])
+                break
+        else:
+            j = i + 1
+            while j < n and owner[j] not in ".[":
+                j += 1
+        parts.append(owner[i:j])
+        i = j
+    return parts
+
+
+def _bracket_end(s: str, i: int) -> int:
+    """The index after the ``]`` that closes the ``[`` at ``i`` (quoted
+    strings and nested brackets skipped), or -1."""
+    depth, k, n = 0, i, len(s)
+    while k < n:
+        c = s[k]
+        if c in "'\"":
+            k += 1
+            while k < n and s[k] != c:
+                k += 2 if s[k] == "\\" else 1
+            if k >= n:
+                return -1
+        elif c == "[":
+            depth += 1
+        elif c == "]":
+            depth -= 1
+            if depth == 0:
+                return k + 1
+        k += 1
+    return -1
+
+
+def part_label(part: str) -> str:
+    """A path part as the icicle shows it: ``.mu`` -> ``mu``, ``['w1']`` ->
+    ``'w1'``, ``[0]`` stays ``[0]``."""
+    if part.startswith(".") and len(part) > 1:
+        return part[1:]
+    inner = part[1:-1]
+    if part.startswith("[") and part.endswith("]") and len(inner) >= 2 and inner[0] in "'\"" and inner[-1] == inner[0]:
+        return inner
+    return part
+
+
+def role_cells(what) -> RoleCells:
+    """The role -> owner path cells of ``what`` (a ``Roles``) per device,
+    devices with the same cells grouped. A role's owners are drawn under it
+    when their bytes add up to at most the role's (a new state XLA wrote
+    partly into donated buffers holds less than its arrays: one cell)."""
+    from jaxmemprof.analysis.roles import INSIDE
+
+    interner = _Interner()
+    by_role, owners = what.by_role, what.owners
+    per_device: dict = {}
+    for device, rows in by_role.groupby("device", sort=False):
+        mine = owners[owners["device"] == device] if len(owners) else owners
+        found: dict = {}  # (stack, type) -> [bytes, arrays]
+
+        def put(stack, ty, b, count):
+            v = found.setdefault((stack, ty), [0, 0])
+            v[0] += b
+            v[1] += count
+
+        for role, total in zip(rows["role"].tolist(), rows["bytes"].tolist()):
+            total = int(total)
+            if total <= 0:
+                continue
+            top = interner.frame(role, "", 0, True)
+            o = mine[mine["role"] == role] if len(mine) else mine
+            drawn = int(o["bytes"].sum()) if len(o) else 0
+            if not len(o) or drawn > total:
+                put(interner.stack([top]), "", total, 0)
+                continue
+            for owner, b, shape, dtype in zip(o["owner"].astype(str), o["bytes"].tolist(), o["shape"], o["dtype"]):
+                ids, path = [top], ""
+                for part in ([owner] if role == INSIDE else owner_parts(owner)):
+                    path += part
+                    ids.append(interner.frame(part if role == INSIDE else part_label(part), path, 0, True))
+                inside = role == INSIDE  # a line's temporaries: their count and types are not known
+                put(interner.stack(ids[::-1]), "" if inside else f"{dtype or '?'}{shape or '[]'}", int(b),
+                    0 if inside else 1)
+            if total > drawn:
+                put(interner.stack([top]), "", total - drawn, 0)
+        per_device[str(device)] = sorted((s, t, v[0], v[1]) for (s, t), v in found.items())
+    groups: dict = {}
+    for device, cells in per_device.items():
+        groups.setdefault(tuple(cells), []).append(device)
+    keys, changes, out = [], [], []
+    for cells, devices in groups.items():
+        out.append((devices, sum(c[2] for c in cells)))
+        for s, t, b, count in cells:
+            keys.append((s, t, devices[0], 0))
+            changes.append(np.array([[0, b, count]], dtype=np.int64))
+    kf = pd.DataFrame(keys, columns=["stack", "type", "device", "process"]).astype({"stack": np.int64, "process": np.int64})
+    return RoleCells(Cells(interner.frames, interner.stacks, kf, changes, np.zeros(1, dtype=np.int64)), out)

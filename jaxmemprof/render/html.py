@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from jaxmemprof._version import __version__
-from jaxmemprof.analysis.flame import Cells, profile_cells, run_cells, site_growth, site_values
+from jaxmemprof.analysis.flame import Cells, profile_cells, role_cells, run_cells, site_growth, site_values
 from jaxmemprof.finite import finite
 from jaxmemprof.render.json import _default
 
@@ -226,7 +226,23 @@ def _report_data(rep, ar, S: _Strings, t_shift: float = 0.0) -> dict:
     }
     if getattr(rep, "plan", None) is not None:
         data["plan"] = _plan(rep.plan)
+    what = getattr(rep, "roles", None)
+    if what is not None and not what.by_role.empty:
+        data["roles"] = _roles(what, S)
     return data
+
+
+def _roles(what, S: _Strings) -> dict:
+    """What the memory is, for the page's icicle: role -> owner path cells
+    (analysis/flame.py ``role_cells``), one group per set of devices whose
+    cells are the same."""
+    from jaxmemprof.analysis.roles import ROLES
+    from jaxmemprof.render.report import device_ranges
+
+    rc = role_cells(what)
+    return {"where": what.where, "order": list(ROLES), **_cells_data(rc.cells, S),
+            "groups": [{"device": devices[0], "devices": len(devices), "bytes": int(total),
+                        "label": "" if devices == ["all"] else device_ranges(devices)} for devices, total in rc.groups]}
 
 
 def _plan(plan) -> dict:
