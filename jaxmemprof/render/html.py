@@ -241,7 +241,7 @@ def _roles(what, S: _Strings) -> dict:
 
     rc = role_cells(what)
     return {"where": what.where, "order": list(ROLES), **_cells_data(rc.cells, S),
-            "groups": [{"device": devices[0], "devices": len(devices), "bytes": int(total),
+            "groups": [{"device": devices[0], "devices": devices, "bytes": int(total),
                         "label": "" if devices == ["all"] else device_ranges(devices)} for devices, total in rc.groups]}
 
 

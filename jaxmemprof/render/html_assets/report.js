@@ -482,18 +482,19 @@
   }
 
   function flameView(parent, opts) {
-    // opts: {diff: bool, id, get: () => [ja, jb], zoomKey}
+    // opts: {diff: bool, id, get: () => [ja, jb], zoomKey}; another tree: tree: () => its top FNode,
+    // with color(node, depth), tip(node, top) -> lines, info(top) -> text, noSearch (what the memory is)
     var box = add(parent, el("div", "flame-wrap"));
     var info = add(box, el("p", "flame-info"));
     var chart = add(box, el("div", "chart"));
     var ROW = 18;
     function draw() {
-      var js = opts.get(), tree = opts.diff ? buildTree(js[0], js[1]) : buildTree(js[0]);
+      var js = opts.get(), tree = opts.tree ? opts.tree() : opts.diff ? buildTree(js[0], js[1]) : buildTree(js[0]);
       var W = Math.max(600, chart.clientWidth || 900);
       // the zoomed node, found again by its path of frames
       var zpath = state[opts.zoomKey] || [], focus = tree, chain = [tree];
       for (var i = 0; i < zpath.length; i++) { var c = focus.kids[zpath[i]]; if (!c) break; focus = c; chain.push(c); }
-      var rows = [], maxDepth = 0, query = state.search.toLowerCase(), matched = 0;
+      var rows = [], maxDepth = 0, query = opts.noSearch ? "" : state.search.toLowerCase(), matched = 0;
       chain.forEach(function (n, d) { rows.push({ n: n, d: d, x: 0, w: W, anc: d < chain.length - 1 }); });
       function lay(n, d, x, w, inMatch) {
         var hitNow = query && n.frame >= 0 && n.name.toLowerCase().indexOf(query) >= 0;
@@ -519,14 +520,16 @@
         var grp = add(g, sv("g", { "class": "fnode" + (r.m ? " match" : "") + (r.anc ? " ancestor" : "") }));
         grp.setAttribute("data-name", n.name);
         grp.setAttribute("data-bytes", String(opts.diff ? n.b : n.w));
+        if (n.path) grp.setAttribute("data-path", n.path);
         if (opts.diff) { grp.setAttribute("data-base", String(n.a)); grp.setAttribute("data-delta", String(n.b - n.a)); }
-        add(grp, sv("rect", { x: r.x.toFixed(2), y: y, width: Math.max(0.5, r.w - 0.5).toFixed(2), height: ROW - 1, fill: flameColor(n, opts.diff) }));
+        add(grp, sv("rect", { x: r.x.toFixed(2), y: y, width: Math.max(0.5, r.w - 0.5).toFixed(2), height: ROW - 1, fill: opts.color ? opts.color(n, r.d) : flameColor(n, opts.diff) }));
         if (r.w > 36) {
           var chars = Math.floor((r.w - 6) / 6.6), label = n.frame < 0 ? (opts.diff ? "all: " + bytes(n.b - n.a, true) : "all: " + bytes(n.w)) : n.name;
           if (label.length > chars) label = label.slice(0, Math.max(0, chars - 1)) + "\u2026";
           add(grp, sv("text", { x: (r.x + 3).toFixed(2), y: y + ROW - 5, "class": "flabel" }, label));
         }
         grp.addEventListener("mousemove", function (ev) {
+          if (opts.tip) { showTip(ev, opts.tip(n, tree)); return; }
           var lines = [n.frame < 0 ? "all" : n.name];
           if (opts.diff) {
             lines.push(bytes(n.a) + " \u2192 " + bytes(n.b) + " (" + bytes(n.b - n.a, true) + ")");
@@ -554,7 +557,8 @@
         });
       });
       var bits = [];
-      if (opts.diff) bits.push(opts.label() + ": " + bytes(tree.a) + " \u2192 " + bytes(tree.b) + " (" + bytes(tree.b - tree.a, true) + ")");
+      if (opts.info) bits.push(opts.info(tree));
+      else if (opts.diff) bits.push(opts.label() + ": " + bytes(tree.a) + " \u2192 " + bytes(tree.b) + " (" + bytes(tree.b - tree.a, true) + ")");
       else bits.push(opts.label() + ": " + bytes(tree.w) + " in " + tree.n + " buffers");
       if (zpath.length) bits.push("zoomed: click the top bar to zoom out");
       if (query) bits.push("search: " + bytes(matched) + " match (" + (tree.w ? pct(matched / tree.w) : "0%") + ")");
@@ -612,6 +616,70 @@
     add(db, a, b);
     flameView(d, { diff: true, id: "jmp-diff", zoomKey: "dzoom", get: function () { return [state.base, state["new"]]; },
       label: function () { return "snapshot " + snaps.snapshot[state.base] + " \u2192 " + snaps.snapshot[state["new"]]; } });
+  }
+
+  // -- what the memory is: role -> owner path, per group of devices -------------------
+  // The cells are analysis/flame.py's role_cells: one position; a stack per owner, its role
+  // outermost, then its path's parts; a frame is [label, path, 0, 1] (a role's path is "").
+
+  var ROLE_HUES = [212, 28, 280, 130, 170, 95, 4, 330, 48, 250, 30];
+  function roles() {
+    var R = D.roles;
+    if (!R || !(R.groups || []).length) return;
+    var s = section("roles", "What the memory is: by role and by owner",
+      "At the largest sampled jitted call: each role's bytes (they add up to the call's peak on the device), and under it " +
+      "its arrays by their path in your own trees; XLA's temporaries by your line. Width is bytes. Hover for bytes and share; click to zoom.");
+    var rf = R.frames.map(function (f) { return { label: STR[f[0]], path: STR[f[1]] }; });
+    function tree(device) {
+      var top = new FNode("all", -1);
+      R.keys.forEach(function (key, k) {
+        if (STR[key[2]] !== device) return;
+        var st = R.stacks[key[0]], ch = R.changes[k], b = ch[1], n = ch[2], ty = STR[key[1]], node = top;
+        var role = rf[st[st.length - 1]].label;
+        accumulate(node, b, b, b, n, ty);
+        for (var i = st.length - 1; i >= 0; i--) {
+          var f = st[i], c = node.kids[f];
+          if (!c) { c = node.kids[f] = new FNode(rf[f].label, f); c.path = rf[f].path; c.role = role; }
+          accumulate(c, b, b, b, n, ty);
+          node = c;
+        }
+      });
+      return top;
+    }
+    function color(n, d) {
+      if (n.frame < 0) return "#c9c9c9";
+      var i = (R.order || []).indexOf(n.role), h = ROLE_HUES[(i < 0 ? ROLE_HUES.length - 1 : i) % ROLE_HUES.length];
+      return "hsl(" + h + "," + (i < 0 || i >= 9 ? 10 : 62) + "%," + Math.min(90, 56 + 8 * (d - 1)) + "%)";
+    }
+    var boxes = [];
+    R.groups.forEach(function (g, i) {
+      var box = add(s, el("div", "roles-group"));
+      box.id = "jmp-roles-group-" + i;
+      box.setAttribute("data-device", g.device);
+      var on = g.label ? " on " + g.label + (g.devices.length > 1 ? " each" : "") : "";
+      if (R.groups.length > 1) add(box, el("h3", null, (R.where || "at the call") + on + ": " + bytes(g.bytes)));
+      boxes.push([box, g]);
+      flameView(box, { id: "jmp-roles-" + i, zoomKey: "rzoom" + i, noSearch: true, get: function () { return [0]; },
+        tree: function () { return tree(g.device); }, color: color,
+        label: function () { return (R.where || "at the call") + on; },
+        info: function (top) { return (R.where || "at the call") + on + ": " + bytes(top.w) + ", " + top.n + " named array" + (top.n === 1 ? "" : "s"); },
+        tip: function (n, top) {
+          var lines = [n.frame < 0 ? "all" : (n.path || n.name), bytes(n.w) + " (" + (top.w ? pct(n.w / top.w) : "0%") + " of " + bytes(top.w) + ")"];
+          if (n.n) lines.push(n.n + " array" + (n.n === 1 ? "" : "s"));
+          var tt = typesText(n); if (tt) lines.push(tt);
+          if (n.path) lines.push("role: " + n.role);
+          return lines;
+        } });
+    });
+    // With a device chosen above, the group holding it alone.
+    function pickGroup() {
+      boxes.forEach(function (bg) {
+        var g = bg[1], mine = !state.dev || g.devices.indexOf(state.dev) >= 0;
+        bg[0].hidden = !mine;
+      });
+    }
+    listeners.push(pickGroup);
+    pickGroup();
   }
 
   // -- lifetimes ---------------------------------------------------------------------
@@ -841,7 +909,7 @@
   headline();
   if (D.page === "report" && P > 0) timeline();
   flames();
-  if (D.page === "report") { lifetimes(); jit(); plan(); findings(); }
+  if (D.page === "report") { roles(); lifetimes(); jit(); plan(); findings(); }
   }  // mount
 
   // -- a multi-process job: the job's memory over time, each process's peak, one process's page
