@@ -89,6 +89,16 @@ def test_roles_of_an_optax_step_are_its_known_bytes(tmp_path, donate):
         # its output, the new state, is named by the input it becomes (when XLA writes it anew)
         assert ((f"params['{key}']", "new state") in owners) == (not donate)
     assert ("x", "batch") in owners
+    # Between calls (the run's last snapshot), show --by owner names the same arrays: the parameters the
+    # step returned are the parameters; the totals are the profile's, as by line.
+    doc = json.loads(run_cli("show", f"{tmp_path / 'run'}@last", "--by", "owner", "--json", cwd=tmp_path).stdout)
+    by_site = json.loads(run_cli("show", f"{tmp_path / 'run'}@last", "--json", cwd=tmp_path).stdout)
+    assert doc["totals"] == by_site["totals"]
+    rows = {(r["owner"], r["role"]): r["bytes"] for r in doc["rows"]}
+    assert rows[("params['w1']", "parameters")] == 256 * 512 * 4
+    assert rows[("opt_state[0].mu['w1']", "optimizer state")] == rows[("opt_state[0].nu['w1']", "optimizer state")] \
+        == 256 * 512 * 4
+    assert sum(b for (o, r), b in rows.items() if r in ("parameters", "optimizer state")) == P + ADAM
 
 
 MESH = """
@@ -143,3 +153,7 @@ def test_an_array_replicated_under_a_mesh_gets_the_finding_and_its_fix_saves_wha
     doc = json.loads(run_cli("report", tmp_path / "after", "--json", cwd=tmp_path).stdout)
     assert {r["device"] for r in doc["roles"]["by_role"]} == {f"cpu:{i}" for i in range(4)}
     assert {r["owner"] for r in doc["roles"]["owners"]} >= {"params['w']", "x"}
+    # --by owner names a run's arrays: a profile file has none (one line, exit 2)
+    prof = next((tmp_path / "after" / "snapshots").iterdir())
+    bad = run_cli("show", prof, "--by", "owner", cwd=tmp_path)
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and str(prof) in bad.stderr

@@ -36,7 +36,7 @@ GROUPINGS = tuple(KEY_COLUMNS)
 
 _SUMMARY_VALUES = ("bytes", "count", "share", "cum_share")
 _DIFF_VALUES = ("base_bytes", "new_bytes", "delta_bytes", "base_count", "new_count", "delta_count")
-_TEXT_COLUMNS = frozenset(("site", "file", "function", "stack", "device", "kind"))
+_TEXT_COLUMNS = frozenset(("site", "file", "function", "stack", "device", "kind", "owner", "role"))
 _FLOAT_COLUMNS = frozenset(("share", "cum_share"))
 
 

@@ -111,7 +111,8 @@ def roles(ar: Attributed, devices: pd.DataFrame | None = None) -> Roles:
         for j, leaf in enumerate(outputs):
             if _on(leaf, d, live):
                 # a new state's output is named by the input it replaces
-                named = dict(leaf, owner=fed[j]) if j in fed else dict(leaf, owner=f"out{leaf.get('path') or ''}")
+                named = dict(leaf, owner=_owner_name(fed[j])) if j in fed else dict(
+                    leaf, owner=f"out{leaf.get('path') or ''}")
                 owners.append(_owner(d, NEW_STATE if j in fed else RESULTS, named, call.function))
     o = pd.DataFrame(owners, columns=OWNER_COLUMNS)
     f = call.figures
@@ -177,7 +178,7 @@ def _owner(device: str, role: str, leaf: dict, function: str) -> dict:
 def _fed_back(calls: pd.DataFrame, index: int) -> dict:
     """The output leaves of call ``index`` that the next call took as inputs
     (that call sampled; else those any sampled call took from the one before
-    it), each -> the owner of the input it became."""
+    it), each -> the input leaf it became."""
     nxt = calls[calls["call_index"] == index + 1]
     texts = nxt["inputs"] if not nxt.empty else calls["inputs"]
     out: dict = {}
@@ -185,7 +186,7 @@ def _fed_back(calls: pd.DataFrame, index: int) -> dict:
         for leaf in _leaves(text):
             origin = leaf.get("from")
             if isinstance(origin, list) and len(origin) == 2 and origin[0] == "out" and isinstance(origin[1], int):
-                out.setdefault(origin[1], str(leaf.get("owner") or ""))
+                out.setdefault(origin[1], leaf)
     return out
 
 
@@ -204,3 +205,138 @@ def _temporaries(ar: Attributed, call) -> pd.DataFrame:
     g = g.sort_values("bytes", ascending=False, kind="stable")
     return pd.DataFrame({"role": INSIDE, "owner": g["site"], "bytes": g["bytes"].astype(int), "shape": g["shape"],
                          "dtype": "", "function": call.function, "sharding": ""})
+
+
+# -- owners at any snapshot: show RUN@SEL --by owner ----------------------------------
+
+
+OWNER_KEYS = ("owner", "role")
+
+
+def _named_leaves(calls: pd.DataFrame, until: float) -> dict:
+    """(id, shape, dtype) -> [(t, owner, role)] of the sampled calls' input
+    and output leaves up to time ``until``, latest last; an output the next
+    call took is named by the input it became."""
+    out: dict = {}
+    for fid, mine in calls[calls["t_wall"] <= until].groupby("function_id", sort=False):
+        mine = mine.sort_values("call_index")
+        flow = flows(_leaves(text) for text in mine["inputs"])
+        for t, index, ins, outs in zip(mine["t_wall"], mine["call_index"], mine["inputs"], mine["outputs"]):
+            fed = _fed_back(calls[calls["function_id"] == fid], int(index))
+            for leaf in _leaves(ins):
+                _note(out, leaf, float(t), _owner_name(leaf), role_of(leaf, flow.get(leaf_key(leaf))))
+            for j, leaf in enumerate(_leaves(outs)):
+                _note(out, leaf, float(t), *_as_input(fed.get(j), leaf, flow))
+    return out
+
+
+def _owner_name(leaf: dict) -> str:
+    return str(leaf.get("owner") or f"{leaf.get('name') or ''}{leaf.get('path') or ''}")
+
+
+def _note(out: dict, leaf: dict, t: float, owner: str, role: str) -> None:
+    if not isinstance(leaf.get("id"), int):
+        return  # recorded before leaves kept their id
+    key = (leaf["id"], tuple(int(n) for n in leaf.get("shape") or ()), str(leaf.get("dtype") or ""))
+    out.setdefault(key, []).append((t, owner, role))
+
+
+def _latest_outputs(calls: pd.DataFrame, until: float, attribution) -> dict:
+    """(caller's file as shown, line, shape, dtype) -> [(owner, role)]: the
+    output leaves of each function's latest sampled call up to ``until``, by
+    the user's line that called it (where the arrays it returns are made)."""
+    out: dict = {}
+    for fid, mine in calls[calls["t_wall"] <= until].groupby("function_id", sort=False):
+        last = mine.sort_values("call_index").iloc[-1]
+        fed = _fed_back(calls[calls["function_id"] == fid], int(last["call_index"]))
+        where = (attribution.display_path(str(last["caller_file"])), int(last["caller_line"]))
+        flow = flows(_leaves(text) for text in mine["inputs"])
+        for j, leaf in enumerate(_leaves(last["outputs"])):
+            key = (*where, tuple(int(n) for n in leaf.get("shape") or ()), str(leaf.get("dtype") or ""))
+            out.setdefault(key, []).append(_as_input(fed.get(j), leaf, flow))
+    return out
+
+
+def _as_input(becomes: dict | None, leaf: dict, flow: dict) -> tuple[str, str]:
+    """(owner, role) of an output leaf between calls: those of the input it
+    becomes at the next call (the parameters the step returns are the
+    parameters), else a result."""
+    if becomes is None:
+        return f"out{leaf.get('path') or ''}", RESULTS
+    return _owner_name(becomes), role_of(becomes, flow.get(leaf_key(becomes)))
+
+
+def owners_at(ar: Attributed, snapshot: int, profile=None):
+    """The snapshot's bytes by owner (``show RUN@SEL --by owner``). A live
+    array that was an input or output of a sampled jitted call it was alive
+    for (the same object: id, shape and dtype) is named as that call's leaf;
+    else, one made at the line that calls a jitted function, with the shape
+    and dtype of an output of its latest sampled call, is named as that
+    output (each output once: arrays of one shape and dtype have the same
+    bytes, so which is which does not change the figures; more such arrays
+    than outputs, as a leak keeps them, stay with the line). What nothing
+    names stays with its line (role ``by line``). The totals are the
+    profile's (``profile``: the snapshot's, if already read)."""
+    from jaxmemprof.analysis.groups import Summary, Table, summarize, table_of
+
+    run = ar.run
+    by_site = summarize(profile if profile is not None else run.profile(snapshot), "site", ar.attribution)
+    site_rows = table_of(by_site)
+    sites = {r[0]: [r[-4], r[-3]] for r in site_rows.rows}  # site -> [bytes, count] not yet named
+    snaps = run.snapshots.sort_values("snapshot")
+    times = dict(zip(snaps["snapshot"], snaps["t_wall"]))
+    calls = run.jit.get("calls")
+    named: dict = {}
+
+    def name(site, key, shards):
+        b, c = int(sum(shards)), len(shards)
+        acc = named.setdefault(key, [0, 0])
+        acc[0] += b
+        acc[1] += c
+        sites[site][0] -= b
+        sites[site][1] -= c
+
+    if calls is not None and not calls.empty and snapshot in times and run.has_arrays:
+        until = float(times[snapshot])
+        leaves = _named_leaves(calls, until)
+        arrays = run.arrays
+        ended = arrays["end_snapshot"]
+        live = arrays[(arrays["first_snapshot"] <= snapshot) & (ended.isna() | (ended > snapshot))]
+        lines = ar.arrays.set_index("array_id")[["site", "file", "line"]]
+        before = {n: times.get(n - 1, float("-inf")) for n in set(live["first_snapshot"])}
+        unnamed: dict = {}
+        for aid, pid, shape, dtype, shards, first in zip(live["array_id"], live["py_id"], live["shape"],
+                                                        live["dtype"], live["shard_bytes"], live["first_snapshot"]):
+            if aid not in lines.index or lines.at[aid, "site"] not in sites:
+                continue
+            site = lines.at[aid, "site"]
+            shape = tuple(int(n) for n in shape)
+            hits = leaves.get((int(pid), shape, str(dtype)))
+            # the latest call the array was alive for (it may have been born after the snapshot before it)
+            hit = next((h for h in reversed(hits or ()) if h[0] >= before[first]), None)
+            if hit is not None:
+                name(site, hit[1:], shards)
+            else:
+                key = (str(lines.at[aid, "file"]), int(lines.at[aid, "line"]), shape, str(dtype))
+                unnamed.setdefault(key, []).append((site, shards))
+        for key, cands in _latest_outputs(calls, until, ar.attribution).items():
+            cands = [c for c in cands if c not in named]  # each owner once
+            for (site, shards), owner in zip(unnamed.get(key, ()), cands):
+                name(site, owner, shards)
+    sums = dict(named)
+    for site, (b, c) in sites.items():
+        if b or c:
+            acc = sums.setdefault((site, "by line"), [0, 0])
+            acc[0] += b
+            acc[1] += c
+    items = sorted(sums.items(), key=lambda kv: (-kv[1][0], -kv[1][1], *kv[0]))
+    total = sum(b for b, _ in sums.values())
+    rows, cum = [], 0.0
+    for key, (b, c) in items:
+        share = float(b) / float(total) if total else 0.0
+        cum += share
+        rows.append((*key, b, c, share, cum))
+    return Summary(by="owner", key_columns=OWNER_KEYS,
+                   rows=Table(list(OWNER_KEYS) + ["bytes", "count", "share", "cum_share"], rows, bool(sums)),
+                   total_bytes=by_site.total_bytes, total_count=by_site.total_count,
+                   devices=table_of(by_site, "devices"), kinds=table_of(by_site, "kinds"))

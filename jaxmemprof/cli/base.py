@@ -261,6 +261,12 @@ def attribution(library, user, all_frames, *runs):
 def load(spec, sample_index, max_decompressed, default="peak", **limits):
     """A profile file, RUN@SEL or a bare run directory; returns (name,
     Profile, the Run or None). ``limits``: load_profile's others (max_ratio)."""
+    ref, prof = load_ref(spec, sample_index, max_decompressed, default, **limits)
+    return ref.name, prof, ref.run
+
+
+def load_ref(spec, sample_index, max_decompressed, default="peak", **limits):
+    """(the ProfileRef, its Profile): ``load``, with the snapshot it is of."""
     from jaxmemprof.store.refs import resolve
 
     ctx = click.get_current_context(silent=True)  # --process N (cli/jobs.py), on a multi-process job
@@ -268,7 +274,7 @@ def load(spec, sample_index, max_decompressed, default="peak", **limits):
     prof = ref.load(sample_index=sample_index, max_decompressed=max_decompressed, **limits)
     if ref.run is not None:
         warn(ref.run)
-    return ref.name, prof, ref.run
+    return ref, prof
 
 
 def warn(run_) -> None:

@@ -6,12 +6,13 @@ import os
 
 import click
 
-from jaxmemprof.cli.base import Size, attribution, attribution_options, cli, count, load, output_to, stdout_stream
+from jaxmemprof.cli.base import (Size, analysis_options, attribution, attribution_options, cli, count, load, load_ref,
+                                 output_to, stdout_stream)
 from jaxmemprof.cli.jobs import process_option
 from jaxmemprof.errors import InputError
 
 
-GROUPINGS = ("site", "function", "file", "stack", "device", "kind")
+GROUPINGS = ("site", "function", "file", "stack", "device", "kind", "owner")
 DEFAULT_TERMINAL_TOP = 20
 
 
@@ -20,7 +21,8 @@ def _profile_options(f):
     options = [
         click.option("--by", type=click.Choice(GROUPINGS), default="site", show_default=True,
                      help="Group bytes by the user's line (site), its function or file, the whole "
-                          "user stack, the device or the kind (buffer/executable)."),
+                          "user stack, the device or the kind (buffer/executable); show RUN@SEL also "
+                          "by owner: each array's path in your tree and its role (docs/roles.md)."),
         click.option("--top", type=count(0), default=None, metavar="N",
                      help=f"Show the first N groups (0: all). Default: {DEFAULT_TERMINAL_TOP} in the "
                           "terminal, all in CSV and JSON."),
@@ -120,13 +122,24 @@ def show(profile, by, top, csv_path, as_json, html_path, force, library, user, a
       jaxmemprof show a.prof --lib myframework/ --csv sites.csv
       jaxmemprof show a.prof --json | jq '.rows[0]'
       jaxmemprof show RUN@peak --html peak.html   # a flame graph, one file
+      jaxmemprof show RUN@peak --by owner          # params['w1'], opt_state[0].mu['w1'], ...
     """
     from jaxmemprof.analysis.groups import summarize
 
     _check_streams(csv_path, as_json, html_path, force)
-    name, prof, run_ = load(profile, sample_index, max_decompressed, max_ratio=max_ratio)
+    ref, prof = load_ref(profile, sample_index, max_decompressed, max_ratio=max_ratio)
+    name, run_ = ref.name, ref.run
     att = attribution(library, user, all_frames, run_)
-    result = summarize(prof, by, att)
+    if by == "owner":
+        if ref.snapshot is None:
+            raise InputError(profile, "--by owner names the arrays of a run's snapshot (RUN@SEL, one process's "
+                                      "of a job); a profile file has no arrays to name")
+        from jaxmemprof.analysis.attributed import attribute
+        from jaxmemprof.analysis.roles import owners_at
+
+        result = owners_at(attribute(run_, analysis_options(library, user, all_frames)), ref.snapshot, prof)
+    else:
+        result = summarize(prof, by, att)
     _emit("show", [name], result, prof.value_type, f"{name}: {prof.value_type} by {by}",
           csv_path, as_json, top, force, html_path)
 
@@ -163,6 +176,9 @@ def diff(base, new, by, top, csv_path, as_json, html_path, force, library, user,
     from jaxmemprof.analysis.groups import diff as diff_profiles
 
     _check_streams(csv_path, as_json, html_path, force)
+    if by == "owner":
+        raise click.UsageError("--by owner is show's (jaxmemprof show RUN@SEL --by owner); diff groups by line, "
+                               "function, file, stack, device or kind")
     if new is None:
         from jaxmemprof.store.refs import split_selector
 

@@ -419,6 +419,10 @@ _SHOW = {
     "file": "The file (of the site, or the group with `--by file`).",
     "device": "The device of the allocation (empty for executables).",
     "kind": "`buffer` (a live array's shard) or `executable` (a loaded program).",
+    "owner": "With `--by owner` (show RUN@SEL): the array's path in your tree (`params['w1']`) as a sampled jitted "
+             "call named it, or the line that made the bytes no call names.",
+    "role": "With `--by owner`: the owner's role (`parameters`, `optimizer state`, `batch`, ...: docs/roles.md), "
+            "or `by line`.",
     "bytes": "The sum of the sample's bytes value over the group.",
 }
 IN_TABLE: dict[str, dict[str, str]] = {

@@ -18,7 +18,8 @@ from jaxmemprof.analysis.groups import Diff, Summary, table_of
 from jaxmemprof.render.escape import safe
 from jaxmemprof.units import format_bytes
 
-_PLURAL = {"site": "sites", "function": "functions", "file": "files", "stack": "stacks", "device": "devices", "kind": "kinds"}
+_PLURAL = {"site": "sites", "function": "functions", "file": "files", "stack": "stacks", "device": "devices", "kind": "kinds",
+           "owner": "owners"}
 _WIDTH = 100_000  # render.text.console's width off a terminal with no $COLUMNS
 _MARKUP = ("[", "]", ":")  # what rich could read in a line it is given as a string
 
@@ -51,9 +52,16 @@ def _table(headers, right, rows) -> list[str]:
     return out
 
 
+def owner_label(owner: str, role: str) -> str:
+    """``show --by owner``'s key: the owner and its role (a line alone when no call names its arrays)."""
+    return safe(owner) if role == "by line" else f"{safe(owner)} ({role})"
+
+
 def _key_texts(rows, result) -> list[str]:
     if result.by == "site":
         return [safe(v) for v in rows.column("site")]
+    if result.by == "owner":
+        return [owner_label(o, r) for o, r in zip(rows.column("owner"), rows.column("role"))]
     return [safe(v) if v != "" else "(none)" for v in rows.column(result.key_columns[0])]
 
 

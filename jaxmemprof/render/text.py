@@ -15,10 +15,9 @@ from rich.text import Text
 from jaxmemprof.analysis.groups import Diff, Summary, table_of
 from jaxmemprof.analysis.groups import Table as Rows
 from jaxmemprof.render.escape import safe
-from jaxmemprof.render.plain import breakdown, diff_left_out, summary_footer
+from jaxmemprof.render.plain import breakdown, diff_left_out, owner_label, summary_footer
 from jaxmemprof.units import format_bytes
 
-_PLURAL = {"site": "sites", "function": "functions", "file": "files", "stack": "stacks", "device": "devices", "kind": "kinds"}
 
 
 class _Console(Console):
@@ -50,6 +49,8 @@ def console(out: TextIO | None = None) -> Console:
 def _key_text(row, result) -> str:
     if result.by == "site":
         return safe(row["site"])
+    if result.by == "owner":
+        return owner_label(row["owner"], row["role"])
     value = row[result.key_columns[0]]
     return safe(value) if value != "" else "(none)"
 
@@ -58,6 +59,8 @@ def _key_texts(rows: Rows, result) -> list[str]:
     """:func:`_key_text` of each of a Table's rows."""
     if result.by == "site":
         return [safe(v) for v in rows.column("site")]
+    if result.by == "owner":
+        return [owner_label(o, r) for o, r in zip(rows.column("owner"), rows.column("role"))]
     return [safe(v) if v != "" else "(none)" for v in rows.column(result.key_columns[0])]
 
 

@@ -609,6 +609,7 @@ def _leaf(a, path: str) -> dict:
         "memory_kind": getattr(sharding, "memory_kind", None),
         "devices": len(getattr(sharding, "addressable_devices", ()) or ()) or 1,
         "bytes": int(device_bytes),
+        "id": id(a),  # the sampler's py_id of the same array, while it lives
         **mesh_facts(a),
     }
 
