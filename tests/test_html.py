@@ -256,6 +256,154 @@ def test_lifetimes_jit_and_findings_sections(known, browser):
     assert page.evaluate("document.getElementById('jmp-findings') !== null")
 
 
+# -- what the memory is: role -> owner path ---------------------------------------------
+
+# tests/test_roles.py's optax step (sizes known), with one more parameter whose dict key is hostile:
+# it holds '.', '[', ']' and quotes (one path part all the same) and markup.
+ROLE_KEY = "a.b['c'] </script><img src=x onerror=alert(3)> &amp;"
+ROLES_STEP = f"""
+import jax, jax.numpy as jnp, optax
+params = {{"w1": jnp.zeros((256, 512)), "b1": jnp.zeros((512,)), "w2": jnp.zeros((512, 10)),
+          {ROLE_KEY!r}: jnp.zeros((32, 32))}}
+opt = optax.adam(1e-3)
+opt_state = opt.init(params)
+
+def loss_fn(params, x, y):
+    h = jax.nn.relu(x @ params["w1"] + params["b1"])
+    return optax.softmax_cross_entropy_with_integer_labels(h @ params["w2"], y).mean() + params[{ROLE_KEY!r}].sum()
+
+@jax.jit
+def step(params, opt_state, x, y):
+    loss, grads = jax.value_and_grad(loss_fn)(params, x, y)
+    updates, opt_state = opt.update(grads, opt_state, params)
+    return optax.apply_updates(params, updates), opt_state, loss
+
+y = jnp.zeros((64,), jnp.int32)
+for i in range(4):
+    x = jnp.ones((64, 256)) * i  # a new batch every step
+    params, opt_state, loss = step(params, opt_state, x, y)
+print(float(loss))
+"""
+ROLE_P = (256 * 512 + 512 + 512 * 10 + 32 * 32) * 4  # the parameters
+ROLE_ADAM = 2 * ROLE_P + 4  # mu, nu and the step count
+ROLE_X = 64 * 256 * 4  # the batch
+
+
+@pytest.fixture(scope="module")
+def optax_run(tmp_path_factory):
+    d = tmp_path_factory.mktemp("roles_html")
+    write_script(d, "train.py", ROLES_STEP)
+    run_cli("run", "-q", "-o", "run", "train.py", cwd=d, check=0)
+    run_cli("report", "run", "--html", "report.html", cwd=d, check=0)
+    from jaxmemprof.analysis.roles import roles
+    from jaxmemprof.store.reader import load_run
+
+    return d, roles(attribute(load_run(d / "run")))
+
+
+def role_cells_drawn(page) -> list:
+    """The icicle's cells: name, path, bytes, and the rendered box (x, y, width)."""
+    return page.evaluate("""Array.from(document.querySelectorAll('#jmp-roles-0 g.fnode')).map(g => {
+        const r = g.querySelector('rect').getBoundingClientRect();
+        return {name: g.dataset.name, path: g.dataset.path || '', bytes: Number(g.dataset.bytes),
+                x: r.left, y: r.top, w: r.width}; })""")
+
+
+@needs_browser
+def test_what_the_memory_is_icicle_widths_are_the_roles_bytes(optax_run, browser):
+    d, what = optax_run
+    by_role = dict(zip(what.by_role["role"], what.by_role["bytes"].astype(int)))
+    # the report's roles are the program's known sizes, and add up to the call's peak
+    assert (by_role["parameters"], by_role["optimizer state"], by_role["batch"]) == (ROLE_P, ROLE_ADAM, ROLE_X)
+    total = sum(by_role.values())
+    assert total == what.peak_bytes
+    page = open_page(browser, d / "report.html")
+    assert page.evaluate("document.querySelectorAll('#roles svg.flame').length") == 1
+    cells = role_cells_drawn(page)
+    root = cells[0]
+    assert root["name"] == "all" and root["bytes"] == total
+    roles = {c["name"]: c for c in cells if c["y"] == root["y"] + 18}  # the row under the top one
+    drawn = {r: b for r, b in by_role.items() if b / total * root["w"] >= 1}
+    assert {"parameters", "optimizer state", "batch", "new state"} <= set(drawn) == set(roles)
+    for role, b in drawn.items():
+        assert roles[role]["bytes"] == b
+        # a cell is drawn 0.5 px narrower than its share, leaving a gap between neighbours
+        assert roles[role]["w"] + 0.5 == pytest.approx((root["w"] + 0.5) * b / total, abs=0.02)
+    info = page.evaluate("document.querySelector('#roles .flame-info').textContent")
+    assert info.startswith(f"{what.where} on cpu:0: {format_bytes(total)}, ")
+
+
+@needs_browser
+def test_what_the_memory_is_nests_owner_paths_and_shows_a_hostile_key_as_text(optax_run, browser):
+    d, _ = optax_run
+    page = open_page(browser, d / "report.html")
+    cells = role_cells_drawn(page)
+    opt = next(c for c in cells if c["name"] == "optimizer state")
+
+    def under(parent, name, path):  # the one cell of that name and path in the row below, inside ``parent``
+        found = [c for c in cells if c["name"] == name and c["path"] == path and c["y"] == parent["y"] + 18
+                 and parent["x"] - 0.01 <= c["x"] and c["x"] + c["w"] <= parent["x"] + parent["w"] + 0.01]
+        assert len(found) == 1, (name, path, found)
+        return found[0]
+
+    node = opt
+    for name, path in [("opt_state", "opt_state"), ("[0]", "opt_state[0]"), ("mu", "opt_state[0].mu"),
+                       ("'w1'", "opt_state[0].mu['w1']")]:
+        node = under(node, name, path)
+    assert node["bytes"] == 256 * 512 * 4
+    # the hostile key: one part, under params, shown as the text it is
+    params = under(next(c for c in cells if c["name"] == "parameters"), "params", "params")
+    hostile = under(params, repr(ROLE_KEY), f"params[{ROLE_KEY!r}]")
+    assert hostile["bytes"] == 32 * 32 * 4
+    assert page.evaluate("document.querySelectorAll('img').length") == 0
+    assert page.evaluate("document.scripts.length") == 3
+    page.evaluate(f"""(() => {{ const g = Array.from(document.querySelectorAll('#jmp-roles-0 g.fnode'))
+        .find(g => g.dataset.path === {json.dumps(f"params[{ROLE_KEY!r}]")} &&
+                   Math.abs(g.querySelector('rect').getBoundingClientRect().left - {hostile["x"]}) < 0.01);
+        g.dispatchEvent(new MouseEvent('mousemove', {{bubbles: true, clientX: 50, clientY: 50}})); }})()""")
+    tip = page.evaluate("document.querySelector('.tip').innerText").split("\n")
+    assert tip[0] == f"params[{ROLE_KEY!r}]" and tip[1].startswith("4.00 KiB (")
+    assert "float32[32,32] \u00d71" in tip[3] and tip[-1] == "role: parameters"
+
+
+def test_owner_paths_split_at_their_parts_as_jax_writes_them():
+    """Owner paths are jax.tree_util.keystr's (a dict key's repr in brackets,
+    an index, an attribute): every part comes back whole, whatever a key
+    holds, and the parts joined are the path."""
+    from hypothesis import given, strategies as st
+    from jax.tree_util import DictKey, GetAttrKey, SequenceKey, keystr
+
+    from jaxmemprof.analysis.flame import owner_parts, part_label
+
+    assert owner_parts("opt_state[0].mu['w1']") == ["opt_state", "[0]", ".mu", "['w1']"]
+    assert [part_label(p) for p in owner_parts("model.layers[0].weight")] == ["model", "layers", "[0]", "weight"]
+
+    @given(st.lists(st.one_of(st.text().map(DictKey), st.integers(0, 99).map(SequenceKey),
+                              st.from_regex(r"[A-Za-z_]\w{0,8}", fullmatch=True).map(GetAttrKey)), max_size=5))
+    def whole(path):
+        assert owner_parts("arg" + keystr(tuple(path))) == ["arg"] + [keystr((k,)) for k in path]
+
+    @given(st.text())
+    def joined(text):
+        assert "".join(owner_parts(text)) == text
+
+    whole()
+    joined()
+
+
+def test_a_run_without_roles_has_no_roles_data(hostile_run):
+    html = (hostile_run / "report.html").read_text()
+    doc = json.loads(re.search(r'<script type="application/json" id="jmp-data">(.*?)</script>', html, re.S).group(1))
+    assert "roles" not in doc and "jit" in doc
+
+
+@needs_browser
+def test_a_run_without_roles_has_no_roles_section(hostile_run, browser):
+    page = open_page(browser, hostile_run / "report.html")
+    assert page.evaluate("[document.getElementById('flame') !== null, document.getElementById('roles') === null]") \
+        == [True, True]
+
+
 # -- names are data ----------------------------------------------------------------------
 
 HOSTILE_FILE = "<img src=x onerror=alert(1)>.py"
