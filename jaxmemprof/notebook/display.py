@@ -267,10 +267,13 @@ class Page:
         return Path(path)
 
     def _repr_mimebundle_(self, include=None, exclude=None):
-        return {"text/plain": f"(the HTML report of {self.run}: .save(path) writes it)", "text/html": self.iframe()}
+        return {"text/plain": self._plain(), "text/html": self.iframe()}
 
     def _repr_pretty_(self, p, cycle):
-        p.text(f"(the HTML report of {self.run}: .save(path) writes it)")
+        p.text(self._plain())
+
+    def _plain(self) -> str:
+        return f"(the report's page, in the notebook's HTML; jaxmemprof report {self.run} --html FILE writes it)"
 
 
 class Shows:
