@@ -195,6 +195,12 @@ def test_two_processes_one_report(two_process_job, tmp_path):
     # 8 MiB more at EXTRA; a snapshot taken during a step may also see BASE's old and new values.
     assert re.search(r"Process 1 holds (9|10)\.00 MiB", text) and f"{extra_site} (+8.00 MiB)" in text, text
     assert re.search(r"^\d\. medium donate .*\(processes 0, 1\)$", text, re.M), text  # the donation finding, once
+    # What the memory is, per process: BASE, carried from step to step (its name says nothing more), 1 MiB each.
+    roles = {(r["process"], r["role"]): r["bytes"] for r in doc["roles"]}
+    assert roles[(0, "other state")] == roles[(1, "other state")] == MiB
+    # and in the terminal, the heavy one's EXTRA beside it, as other arrays live outside the call
+    assert re.search(r"^  process 1: 8\.00 MiB other arrays, 1\.00 MiB other state", text, re.M), text
+    assert re.search(r"^  process 0: 1\.00 MiB other state", text, re.M), text
 
     # Each process summarised itself as it ended; report reads those, and a
     # job without them (or with damaged ones) reports exactly the same.

@@ -52,6 +52,8 @@ class ProcessResult:
     summary: dict  # build_report's headline figures
     warnings: list
     error: str | None = None
+    # what the memory is at its largest sampled jitted call: [device, role, bytes, largest owner] rows
+    roles: list = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -103,7 +105,11 @@ def process_result(process: int, report) -> ProcessResult:
         sites = _empty_sites()
     else:
         sites = rows[["site", "bytes", "count"]].reset_index(drop=True)
-    return ProcessResult(process, sites, as_findings(report.findings), dict(report.summary), list(report.warnings))
+    what = report.roles.by_role if report.roles is not None else pd.DataFrame()
+    roles = [[str(d), str(r), int(b), str(o)] for d, r, b, o in
+             zip(what.get("device", ()), what.get("role", ()), what.get("bytes", ()), what.get("largest_owner", ()))]
+    return ProcessResult(process, sites, as_findings(report.findings), dict(report.summary), list(report.warnings),
+                         roles=roles)
 
 
 def _empty_sites() -> pd.DataFrame:
@@ -337,7 +343,7 @@ def build_job_report(job: Job, results: dict, timeline: JobTimeline | None = Non
 # the end of their runs, side by side). Used only while the journal is the
 # one it was made from and the report's options are the defaults.
 SUMMARY_FILE = "summary.json"
-SUMMARY_SCHEMA = 1
+SUMMARY_SCHEMA = 2  # 2: with each process's roles
 SUMMARY_MAX_ARRAYS = 200_000  # past this, the summary is left to report (as run's closing summary is)
 
 
@@ -399,7 +405,7 @@ def write_summary(path) -> bool:
         "peak_sites": [[str(s), int(b), int(c)] for s, b, c in zip(r.peak_sites["site"], r.peak_sites["bytes"],
                                                                      r.peak_sites["count"])],
         "findings": [asdict(f) for f in r.findings],
-        "summary": r.summary, "warnings": [str(w) for w in r.warnings],
+        "summary": r.summary, "warnings": [str(w) for w in r.warnings], "roles": r.roles,
     }
     data = json.dumps(doc, default=_plain, allow_nan=False, sort_keys=True).encode()
     layout.write_atomic(os.path.join(path, SUMMARY_FILE) if isinstance(path, str) else path / SUMMARY_FILE, data)
@@ -444,9 +450,13 @@ def read_summary(process: int, path, options: dict) -> ProcessResult | None:
             if "facts" in f and not isinstance(f["facts"], dict):
                 return None
             findings.append(Finding(**f))
-        summary, warnings = doc["summary"], doc["warnings"]
+        summary, warnings, roles = doc["summary"], doc["warnings"], doc["roles"]
         if not isinstance(summary, dict) or not isinstance(warnings, list):
+            return None
+        if not isinstance(roles, list) or not all(
+                isinstance(r, list) and len(r) == 4 and isinstance(r[0], str) and isinstance(r[1], str)
+                and isinstance(r[2], int) and not isinstance(r[2], bool) and isinstance(r[3], str) for r in roles):
             return None
     except (KeyError, TypeError, ValueError):
         return None
-    return ProcessResult(process, sites, findings, summary, [str(w) for w in warnings])
+    return ProcessResult(process, sites, findings, summary, [str(w) for w in warnings], roles=roles)

@@ -102,6 +102,9 @@ def roles(ar: Attributed, devices: pd.DataFrame | None = None) -> Roles:
     fed = _fed_back(mine, call.call_index)
     live = call.live_before or {}
     device_names = sorted(live) or ["all"]
+    # the devices the call runs on: its inputs' (XLA's figures are theirs; another device
+    # holds only what lives there)
+    ran_on = {d for leaf in inputs if isinstance(leaf.get("on"), list) for d in leaf["on"]} or set(device_names)
     owners = []
     for d in device_names:
         for i, leaf in enumerate(inputs):
@@ -131,8 +134,8 @@ def roles(ar: Attributed, devices: pd.DataFrame | None = None) -> Roles:
             o = o[~((o["device"] == d) & (o["role"] == NEW_STATE))]
             od = o[o["device"] == d]
         extra = {NEW_STATE: new_state, RESULTS: written - new_state, INSIDE: f.get("temp_bytes", 0),
-                 CODE: f.get("generated_code_bytes", 0),
-                 OTHER: max(int(live.get(d, 0)) - inputs_bytes, 0) if live else 0}
+                 CODE: f.get("generated_code_bytes", 0)} if d in ran_on else {}
+        extra[OTHER] = max(int(live.get(d, 0)) - inputs_bytes, 0) if live else 0
         total = inputs_bytes + sum(extra.values())
         for role in ROLES:
             part = ins[ins["role"] == role] if role not in extra else od[od["role"] == role]

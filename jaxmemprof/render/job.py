@@ -92,6 +92,19 @@ def render_job_report(rep: JobReport, con: Console, *, top: int = 10, explain: b
         if len(ranked) > top:
             con.print(Text(f"  ... {len(ranked) - top} more kinds of process; --top N shows more"))
 
+    roles = job_roles(rep)
+    if not roles.empty:
+        con.print()
+        con.print(Text("what the memory is in each process (its largest jitted call, busiest device; processes "
+                       "alike are one line)", style="bold underline"))
+        kinds: dict = {}
+        for n, g in roles.groupby("process", sort=True):
+            busiest = g.groupby("device", sort=False)["bytes"].sum().idxmax()
+            g = g[g["device"] == busiest].sort_values("bytes", ascending=False, kind="stable").head(4)
+            kinds.setdefault(tuple(zip(g["role"], g["bytes"])), []).append(int(n))
+        for key, procs in sorted(kinds.items(), key=lambda kv: (-sum(b for _, b in kv[0]), kv[1][0]))[:top]:
+            con.print(Text(f"  {safe(who(procs))}: " + ", ".join(f"{format_bytes(int(b))} {r}" for r, b in key)))
+
     f = rep.findings
     con.print()
     if not f:
@@ -206,8 +219,16 @@ def job_document(rep: JobReport) -> dict:
         "processes": records(rep.processes),
         "peak_sites": records(rep.peak_sites),
         "timeline": records(rep.timeline),
+        "roles": records(job_roles(rep)),
         "findings": [dict(r, facts=json.loads(r["facts"])) for r in records(findings_table(rep.findings))],
     }
+
+
+def job_roles(rep: JobReport) -> pd.DataFrame:
+    """``process, device, role, bytes, largest_owner``: each process's roles
+    at its largest sampled jitted call (analysis/roles.py)."""
+    rows = [(n, *r) for n, result in sorted(rep.per_process.items()) for r in result.roles]
+    return pd.DataFrame(rows, columns=["process", "device", "role", "bytes", "largest_owner"])
 
 
 def job_tables(rep: JobReport) -> dict[str, pd.DataFrame]:
