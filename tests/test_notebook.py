@@ -120,7 +120,7 @@ def checks(k: Kernel) -> dict:
     # (%xdel of Out[first] would delete `kept` too: it drops every name of the object.)
     k.run(f"%xdel _{first + 1}\n%xdel _{first + 2}")
     out["alive"] = k.value(ALIVE)
-    out["failed"] = k.run("%%jaxmemprof -o runs/fails --force\nx.sum()\n1 / 0", allow_errors=True)
+    out["failed"] = k.run("%%jaxmemprof -o runs/fails --force --no-page\nx.sum()\n1 / 0", allow_errors=True)
     out["quiet"] = k.run("%%jaxmemprof -o runs/quiet --force --no-page\nq = jnp.full((700,), 5.0)\nq.sum();")
     out["quiet_in_out"] = k.value(f"import json\nprint(json.dumps({out['quiet'].execution_count} in Out))")
     # A function jitted during one run is observed in the next.
