@@ -387,7 +387,8 @@ GLOSSARY: dict[str, str] = {
                  "...`.",
     "unfinished": "The processes that did not finish.",
     # show and diff JSON
-    "by": "What the rows are grouped by: `site`, `function`, `file`, `stack`, `device` or `kind`.",
+    "by": "What the rows are grouped by: `site`, `function`, `file`, `stack`, `device`, `kind` or (show "
+          "RUN@SEL) `owner`.",
     "value_type": "The profile's sample value reported, `type/unit` (`space/bytes`).",
     "totals": "Totals over every group (not only the rows shown): `bytes, count`; for diff the six diff columns.",
     "kinds": "Per kind (`buffer`, `executable`): bytes and count (for diff: the diff columns).",
@@ -609,6 +610,8 @@ IN_TABLE: dict[str, dict[str, str]] = {
         "processes": "The rows of processes.csv.",
         "peak_sites": "The rows of job_peak_sites.csv.",
         "timeline": "The rows of job_timeline.csv.",
+        "roles": "Each process's roles at its largest sampled jitted call: objects of `process, device, role, "
+                 "bytes, largest_owner` (roles.csv's columns; docs/roles.md).",
         "findings": "The merged findings: the columns of job_findings.csv and `process_list`, `facts` as an object.",
     },
     "reuse": {
@@ -1113,7 +1116,7 @@ def tables() -> list[tuple[str, list[Table]]]:
               "`process_list`, and `facts` as an object.", job_findings),
         Table("job report --json", "The job's document", "`report --json` on a job", "One JSON object.",
               ("schema_version", "command", "inputs", "job", "warnings", "processes", "peak_sites", "timeline",
-               "findings")),
+               "roles", "findings")),
         Table("job", "job", "`report --json` on a job: `job`", "One object.", JOB_KEYS),
     ]
     show = [
