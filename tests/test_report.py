@@ -88,7 +88,8 @@ def test_export_csv_tables_parse_back(leaky, tmp_path):
     names = sorted(p.name for p in out.iterdir())
     assert names == sorted(["timeline.csv", "devices.csv", "sites.csv", "arrays.csv", "lifetimes.csv",
                             "reuse.csv", "reuse_devices.csv", "leaks.csv", "recompiles.csv", "jit.csv",
-                            "jit_peak.csv", "jit_buffers.csv", "jit_curve.csv", "findings.csv"])
+                            "jit_peak.csv", "jit_buffers.csv", "jit_curve.csv", "roles.csv", "owners.csv", "plan.csv",
+                            "plan_models.csv", "findings.csv"])
     timeline = pd.read_csv(out / "timeline.csv")
     assert len(timeline) == STEPS + 2
     assert timeline["live_bytes"].iloc[-2] == PEAK

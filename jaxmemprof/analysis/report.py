@@ -15,6 +15,7 @@ from jaxmemprof.analysis.advice.capacity import fit_findings, will_it_fit
 from jaxmemprof.analysis.advice.donation import donation_findings, jit_memory, true_peak
 from jaxmemprof.analysis.advice.plan import build_plan
 from jaxmemprof.analysis.advice.sharding import replication_findings
+from jaxmemprof.analysis.history import history_findings
 from jaxmemprof.analysis.findings import Finding, by_effect, in_proportion, ranked
 from jaxmemprof.analysis.groups import Summary
 from jaxmemprof.analysis.inside_jit import inside_jit_findings, largest_buffers, peak_by_line, program_curves
@@ -101,6 +102,7 @@ def build_report(ar: Attributed, *, extra_rules=()) -> Report:
     what = roles(ar, tl.devices)
     found += donation_findings(ar)
     found += replication_findings(ar)
+    found += history_findings(ar)
     found += inside_jit_findings(ar)
     found += allocator_findings(ar, device_peak, timeline=tl)
     fit = None

@@ -40,7 +40,6 @@ class Shown:
     def _analysis(self):
         if self._made is None:
             from jaxmemprof.analysis.attributed import attribute
-            from jaxmemprof.analysis.history import history_findings
             from jaxmemprof.analysis.options import Options
             from jaxmemprof.analysis.report import build_report
             from jaxmemprof.analysis.runs import overview
@@ -48,7 +47,7 @@ class Shown:
 
             run_ = load_run(self.run._where())
             ar = attribute(run_, Options(top_sites=self.top))
-            rep = build_report(ar, extra_rules=[lambda _run, _rep: history_findings(ar)])
+            rep = build_report(ar)
             self._made = (run_, ar, rep, overview(ar, top_sites=SUMMARY_SITES))
         return self._made
 
