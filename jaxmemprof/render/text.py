@@ -132,7 +132,8 @@ def render_run_summary(ov, con: Console, *, target: str, run_dir: str, warnings:
     took = f"{ov.duration_s:.1f} s" if ov.duration_s is not None else "?"
     share = f", {100 * ov.sampling_s / ov.duration_s:.1f}% CPU" if ov.duration_s else ""
     ended = "" if ov.ended_by == "exit" else f" ({safe(ov.ended_by)})"
-    con.print(Text(f"jaxmemprof: {safe(target)}: {took}, exit {ov.exit_status}{ended}; "
+    exited = "" if ov.exit_status is None and ov.ended_by == "exit" else f", exit {ov.exit_status}"  # profile()
+    con.print(Text(f"jaxmemprof: {safe(target)}: {took}{exited}{ended}; "
                    f"{ov.snapshots} snapshots{share}"))
     if ov.stretched is not None:
         interval, gap, budget = ov.stretched
