@@ -10,7 +10,7 @@ installed (``KernelJit``): a function jitted outside any run gets its proxy
 at once, knowing the user's line that jitted it, and quiet (its calls go
 straight to the jitted function, at no cost). When a run starts, each
 function the kernel knows is handed to that run's probe as a function of its
-own (``JitProbe.copy_of``'s state: a new function id, its own samples and
+own (``JitProbe.adopt``: a new function id, its own samples and
 XLA's figures of the first signature it runs); when the run ends, it is
 given back, quiet. Functions the run's probe jitted itself are kept for the
 runs after it.
@@ -43,13 +43,6 @@ class _Discard:
 
 def _nothing(*args, **kwargs):
     return None
-
-
-def _cache_size(real) -> int:
-    try:
-        return int(real._cache_size())
-    except Exception:
-        return -1
 
 
 class KernelJit:
@@ -132,36 +125,18 @@ class KernelJit:
         its own (the kernel's probe passes them through)."""
         self.probe.active = False
         self._run = run_probe
-        # The kernel probe's states of functions dropped since: forgotten.
-        self.probe._states[:] = [s for s in self.probe._states if s.proxy is not None and s.proxy() is not None]
+        self.probe.forget_dropped()
         for proxy in self.known():
-            self._hand(proxy, run_probe)
-
-    def _hand(self, proxy, run_probe) -> None:
-        copy = run_probe.copy_of(proxy, proxy._real)
-        if not isinstance(copy, Probed):  # the run's probe is off, or reading the function failed
-            return
-        state = copy._state
-        state.proxy = weakref.ref(proxy)
-        # Compiled before the run: not the run's compiles; XLA's figures of
-        # the first signature it runs are read at its first call.
-        state.cache = _cache_size(proxy._real)
-        state.analyse_next = True
-        proxy._probe, proxy._state = run_probe, state
-        proxy.__class__ = Probed
+            run_probe.adopt(proxy)
 
     def end(self, run_probe) -> None:
         """The run ended (its probe uninstalled): its functions, the kernel's
         and those it jitted, are the kernel's again, quiet."""
         if self._run is run_probe:
             self._run = None
-        for state in list(getattr(run_probe, "_states", ())):
-            proxy = state.proxy() if state.proxy is not None else None
-            if isinstance(proxy, Probed) and proxy._probe is run_probe:
-                self._know(proxy)
-                proxy.__class__ = _QuietProbed
-                # The kernel's again (so that the run's probe, and its sampler, can go).
-                proxy._probe = self.probe
+        # The kernel's again (so that the run's probe, and its sampler, can go).
+        for proxy in run_probe.hand_back(self.probe):
+            self._know(proxy)
         self.probe.active = True
 
 

@@ -340,6 +340,39 @@ class JitProbe(Programs):
 
         return self._observed(real, old, make_state)
 
+    def adopt(self, proxy: "Probed") -> bool:
+        """Observe ``proxy``, a function another probe made (a notebook's
+        kernel-wide probe, notebook/kernel.py), as one of this probe's own from
+        its next call: a new function id, its own samples. Its compiles so far
+        are not this probe's: XLA's figures of the first signature it runs are
+        read at that call. False where it cannot be observed."""
+        copy = self.copy_of(proxy, proxy._real)
+        if not isinstance(copy, Probed):  # the probe is off, or reading the function failed
+            return False
+        state = copy._state
+        state.proxy = weakref.ref(proxy)
+        state.cache = _cache_size(proxy._real)
+        state.analyse_next = True
+        proxy._probe, proxy._state = self, state
+        proxy.__class__ = Probed
+        return True
+
+    def hand_back(self, owner) -> list:
+        """After :meth:`uninstall`: every live proxy this probe observes goes,
+        quiet, to ``owner`` (the probe that made it); returns them."""
+        out = []
+        for state in list(self._states):
+            proxy = state.proxy() if state.proxy is not None else None
+            if isinstance(proxy, Probed) and proxy._probe is self:
+                proxy.__class__ = _QuietProbed
+                proxy._probe = owner
+                out.append(proxy)
+        return out
+
+    def forget_dropped(self) -> None:
+        """Forget the functions the program dropped (their states)."""
+        self._states[:] = [s for s in self._states if s.proxy is not None and s.proxy() is not None]
+
     # -- a call --------------------------------------------------------------------
 
     def call(self, real, state: _FunctionState, args, kwargs):
