@@ -150,7 +150,9 @@ def _render_roles(rep: Report, con: Console, explain: bool) -> None:
 def _render_summary(rep: Report, con: Console, explain: bool) -> None:
     s = rep.summary
     totals = rep.timeline.totals
-    if s["exit_status"] is None:  # killed, or still running: what the snapshots saw
+    if s["exit_status"] is None and s["ended_by"] == "exit" and s["duration_s"] is not None:
+        ran = f"{_seconds(s['duration_s'])}, recorded by jaxmemprof.profile()"  # a block of a program: no exit
+    elif s["exit_status"] is None:  # killed, or still running: what the snapshots saw
         ran = f"{_seconds(totals['t'].max()) if len(totals) else '-'} to its last snapshot, no exit status"
     else:
         ended = "" if s["ended_by"] == "exit" else f" ({safe(s['ended_by'] or '?')})"
@@ -158,7 +160,7 @@ def _render_summary(rep: Report, con: Console, explain: bool) -> None:
     devices = rep.timeline.devices["device"].dropna().astype(str).unique() if len(rep.timeline.devices) else []
     backend = s["backend"] or (str(devices[0]).split(":")[0] if len(devices) else "")
     lines = [
-        f"{safe(s['command']) or '-'}: {ran}"
+        f"{safe(s['command']) or 'profile()'}: {ran}"
         + (f"; {safe(backend)}, {s['devices']} device{'s' if s['devices'] != 1 else ''}" if backend else ""),
         f"{s['snapshots']} snapshots, {s['markers']} markers, {s['arrays_seen']} arrays seen; "
         f"sampling took {s['sampling_cpu_s']:.2f} s of CPU",
@@ -324,16 +326,18 @@ def _render_plan(rep: Report, con: Console, explain: bool) -> None:
         _explained(con, explain, _PLAN_NOTE)
 
 
-def _batch_text(b, m, searched: bool = False) -> str:
+def _batch_text(b, m, batches=(), searched: bool = False) -> str:
+    """A largest batch in words; ``batches``: those compiled for its variant."""
     if b is None or b is pd.NA:
         return "any batch (the peak does not grow with it)"
     if b == 0:
         return "none (not even batch 1)"
     if not m["affine"]:  # only compiled batches are trusted: the answer is a compiled one
-        if searched:
-            return f"{b:,} (found by compiles, to within 1 %)"
-        return f"at least {b:,} (the largest compiled batch that fits" + (
-            ")" if b == m["batch_max"] else "; the next compiled one does not)")
+        above = min((x for x in batches if x > b), default=None)
+        if above is None:
+            return f"at least {b:,} (the largest compiled batch, which fits)"
+        return (f"{b:,} (compiled, and fits; {above:,}, the next compiled, does not"
+                + ("; found by compiles for this device)" if searched else ")"))
     outside = m["affine"] and (b > m["batch_max"] or b < m["batch_min"])
     return f"{b:,}" + (f" (extrapolated past {m['batch_max']:,}, the largest compiled)" if outside and b > m["batch_max"]
                       else " (extrapolated)" if outside else "")
@@ -349,15 +353,22 @@ def _render_plan_fit(plan, f, models, con: Console) -> None:
         con.print(Text(f"searched at the end of the run for a {size} device: {points['batch'].nunique()} more "
                        f"compiles at batches {', '.join(f'{b:,}' for b in points['batch'].drop_duplicates())}"))
     searched = plan.searched_bytes == plan.device_bytes and len(points) > 0
+    mine = plan.points[(plan.points["function_id"] == f.function_id) & plan.points["peak_bytes"].notna()]
+
+    def compiled(variant):
+        return sorted(set(mine.loc[mine["variant"] == variant, "batch"]))
+
     for _, m in (job if len(job) else per_device).iterrows():
         on = "every device of the call" if m["device"] == "job" else safe(m["device"])
-        con.print(Text(f"for a {size} device ({on}): largest batch {_batch_text(m['largest_batch'], m, searched)} "
-                       f"in XLA's "
-                       f"default pool, less the fit rule's 5 % and 64 MiB; "
-                       f"{_batch_text(m['largest_batch_with_settings'], m)} with {plan.fraction_variable}=.95"))
+        batches = compiled("recorded")
+        con.print(Text(f"for a {size} device ({on}): largest batch "
+                       f"{_batch_text(m['largest_batch'], m, batches, searched)} in XLA's default pool, less the fit "
+                       f"rule's 5 % and 64 MiB; {_batch_text(m['largest_batch_with_settings'], m, batches)} with "
+                       f"{plan.fraction_variable}=.95"))
     if len(job):
-        con.print(Text("  by device: " + ", ".join(f"{safe(m['device'])} {_batch_text(m['largest_batch'], m)}"
-                                                    for _, m in per_device.iterrows())))
+        con.print(Text("  by device: " + ", ".join(
+            f"{safe(m['device'])} {_batch_text(m['largest_batch'], m, compiled('recorded'))}"
+            for _, m in per_device.iterrows())))
     fixes = models[(models["variant"] != "recorded") & (models["device"] == (job["device"].iloc[0] if len(job) else
                                                                              models["device"].iloc[0]))]
     for _, m in fixes.iterrows():
@@ -373,7 +384,7 @@ def _render_plan_fit(plan, f, models, con: Console) -> None:
                 f"needs {format_bytes(-saving)} more" if saving is not pd.NA else "")
         past = f" (extrapolated past {m['batch_max']:,})" if m["at_batch"] > m["batch_max"] else ""
         con.print(Text(f"at batch {m['at_batch']:,}: {safe(what)} holds {format_bytes(m['peak_at_batch_bytes'])}{past}, "
-                       f"{said}; its own largest batch {_batch_text(m['largest_batch'], m)}"))
+                       f"{said}; its own largest batch {_batch_text(m['largest_batch'], m, compiled(m['variant']))}"))
 
 
 def _render_lifetimes(rep: Report, con: Console, top: int, explain: bool) -> None:

@@ -395,12 +395,15 @@ def _lowering(fn, wrapper: str):
 def search(known: dict, target: int, compile_at, most: int = SEARCH_COMPILES) -> int:
     """The largest batch whose peak is at most ``target``, by at most
     ``most`` compiles (``compile_at(batch)`` -> its peak, None where it
-    fails): past the batches known to fit, along the line through the two
-    largest; between the largest known to fit and the smallest known not
-    to, where the line between them crosses ``target``, kept within the
-    middle half of that bracket (so that a jump in XLA's figures still
-    narrows it). Done when the two are within 1 % of each other. ``known``:
-    batch -> peak, compiled already (grown here). 0: not even batch 1 fits."""
+    fails). Past the batches known to fit: along the line through the two
+    largest, at most 16 times the largest. Between the largest known to fit
+    and the smallest known not to, in turn: where the line between them
+    crosses ``target`` (within the middle half of the bracket), then half
+    way (so that a jump in XLA's figures still narrows it fast); after a
+    line's guess that fits, 1 % past it first (on a line, that settles it).
+    Done when the two are within 1 % of each other. ``known``: batch ->
+    peak, compiled already (grown here). 0: not even batch 1 fits."""
+    last = None
     for i in range(most + 1):
         fit = [b for b, p in known.items() if p <= target]
         lo = max(fit) if fit else 0
@@ -408,18 +411,23 @@ def search(known: dict, target: int, compile_at, most: int = SEARCH_COMPILES) ->
         step = max(1, lo // 100)
         if (hi is not None and hi - lo <= step) or i == most:
             return lo
+        exact = False
         if hi is None:
             (b0, p0), (b1, p1) = sorted(known.items())[-2:] if len(known) >= 2 else ((0, 0), max(known.items()))
             slope = (p1 - p0) / (b1 - b0) if b1 > b0 else 0.0
             guess = b1 + (target - p1) / slope if slope > 0 else 2 * b1
-            guess = min(max(guess, lo + step), 1024 * max(known))
+            guess, kind = min(max(guess, lo + step), 16 * max(known)), "past"
+        elif lo == 0:
+            guess, kind = hi / 2, "halve"
+        elif last == "line-fit":
+            guess, kind = lo + step, "confirm"
+        elif last in ("line", "confirm"):
+            guess, kind = (lo + hi) / 2, "halve"
         else:
-            if lo == 0:
-                guess = hi / 2
-            else:
-                guess = lo + (target - known[lo]) * (hi - lo) / max(known[hi] - known[lo], 1)
-                quarter = (hi - lo) / 4
-                guess = min(max(guess, lo + quarter), hi - quarter)
+            line = lo + (target - known[lo]) * (hi - lo) / max(known[hi] - known[lo], 1)
+            quarter = (hi - lo) / 4
+            guess, kind = min(max(line, lo + quarter), hi - quarter), "line"
+            exact = guess == line
         guess = int(round(guess))
         if hi is not None:
             guess = min(max(guess, lo + 1), hi - 1)
@@ -429,6 +437,7 @@ def search(known: dict, target: int, compile_at, most: int = SEARCH_COMPILES) ->
         if peak is None:
             return lo
         known[guess] = peak
+        last = "line-fit" if kind == "line" and exact and peak <= target else kind
     return max((b for b, p in known.items() if p <= target), default=0)
 
 
