@@ -365,6 +365,11 @@ def _render_plan_fit(plan, f, models, con: Console) -> None:
                        f"{_batch_text(m['largest_batch'], m, batches, searched)} in XLA's default pool, less the fit "
                        f"rule's 5 % and 64 MiB; {_batch_text(m['largest_batch_with_settings'], m, batches)} with "
                        f"{plan.fraction_variable}=.95"))
+    lower = [m for _, m in rec.iterrows() if not m["affine"] and m["largest_batch"] is not pd.NA
+             and m["largest_batch"] == m["batch_max"]]
+    if lower and not searched:
+        con.print(Text(f"(a bound, not the answer: run the script with --plan-device-memory {size.replace(' ', '')} to "
+                       f"find the largest batch by compiles)"))
     if len(job):
         con.print(Text("  by device: " + ", ".join(
             f"{safe(m['device'])} {_batch_text(m['largest_batch'], m, compiled('recorded'))}"
