@@ -296,6 +296,9 @@ def test_the_nnx_plan_lowers_inside_nnx_and_donates_its_state(planned):
 @pytest.mark.parametrize("argv, says", [
     (["--plan-scales", "2,x"], "'x' is not a number"),
     (["--plan-scales", "0"], "a scale is a number above 0"),
+    (["--plan-scales", "nan"], "a scale is a number above 0"),
+    (["--plan-scales", "1,inf"], "a scale is a number above 0"),
+    (["--plan-axis", "-1"], "--plan-axis"),
     (["--plan", "--no-jit-probe"], "drop --no-jit-probe"),
     (["--plan-device-memory", "lots"], "--plan-device-memory"),
 ])
@@ -340,3 +343,46 @@ def test_the_search_finds_the_largest_batch_to_within_one_percent(name, peak, ta
     found = search(known, target, at)
     assert peak(found) <= target if found else truth == 0
     assert truth - max(1, truth // 100) <= found <= truth and len(compiled) <= 8, (found, compiled)
+
+
+# -- a batch sharded over two devices ----------------------------------------------------------------
+
+SHARDED = """
+import jax, jax.numpy as jnp
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+mesh = Mesh(jax.devices()[:2], ("data",))
+w = jax.device_put(jnp.ones((256, 512)), NamedSharding(mesh, P()))
+
+@jax.jit
+def step(w, x):
+    g = jax.grad(lambda w: jnp.mean(jnp.tanh(x @ w) ** 2))(w)
+    return w - 0.1 * g
+
+for i in range(3):
+    x = jax.device_put(jnp.ones((60, 256)) * i, NamedSharding(mesh, P("data")))
+    w = step(w, x)
+print(float(w.sum()))
+"""
+
+
+def test_a_sharded_batch_is_planned_per_device_at_multiples_of_its_shards(tmp_path):
+    from conftest import write_script
+
+    script = write_script(tmp_path, "sharded.py", SHARDED)
+    env = cpu_env(XLA_FLAGS="--xla_force_host_platform_device_count=2")
+    proc = subprocess.run([sys.executable, "-m", "jaxmemprof", "run", "-q", "--plan-scales", "0.55,2", "-o",
+                           tmp_path / "r", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    plan = build_plan(attribute(load_run(tmp_path / "r"), Options()), device_bytes=parse_size("1GiB"))
+    (f,) = plan.functions
+    assert (f.function, f.batch_inputs, f.batch_flow, f.recorded_batch) == ("step", ["x"], "per-step", 60)
+    points = plan.points
+    assert points["error"].isna().all(), points["error"].tolist()
+    assert sorted(set(points["batch"])) == [32, 60, 120]  # 0.55 x 60 = 33, to a multiple of the 2 shards
+    assert set(points["device"]) == {"cpu:0", "cpu:1"} and len(points) == 2 * len(points.drop_duplicates(
+        ["variant", "batch"]))
+    # XLA's figures are per device: the sharded batch's argument bytes are half of it on each.
+    rec = points[(points["variant"] == "recorded") & (points["device"] == "cpu:0")].set_index("batch")
+    assert int(rec.loc[120, "argument_bytes"]) - int(rec.loc[60, "argument_bytes"]) == 60 * 256 * 4 // 2
+    job = plan.models[plan.models["device"] == "job"]
+    assert set(job["variant"]) == {"recorded", "donated", "bfloat16"}

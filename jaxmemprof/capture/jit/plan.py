@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import sys
 import time
 import warnings
@@ -41,8 +42,10 @@ PLAN_FUNCTIONS = 2
 PLAN_SHARE = 0.5
 DEFAULT_SCALES = (0.5, 2.0, 4.0, 8.0)
 SEARCH_COMPILES = 8  # compiles at most in the search for the largest batch that fits (--plan-device-memory)
-# Signatures whose abstract arguments are kept per function (the largest by XLA's call peak).
+# Signatures whose abstract arguments are kept per function (the largest by XLA's call peak), and
+# functions they are kept for (the largest by their largest call peak).
 MAX_SIGNATURES = 4
+KEEP_FUNCTIONS = 8
 # The wrappers whose donation the plan can compile from outside (by jitting the same function anew).
 _DONATES = {"jax.jit": "jit", "flax.nnx.jit": "jit", "jax.pmap": "pmap"}
 RECORDED, DONATED, NARROW = "recorded", "donated", "bfloat16"
@@ -108,6 +111,7 @@ class Planner:
     def __init__(self, probe, options: PlanOptions):
         self.probe = probe
         self.options = options
+        self.top: list = []  # the states with the largest call peaks so far, largest first (KEEP_FUNCTIONS)
 
     # -- during the run ----------------------------------------------------------------
 
@@ -155,11 +159,13 @@ class Planner:
 
     def keep(self, state, abstract: Abstract, real) -> None:
         """After the call (its signature analysed by now): keep its abstract
-        arguments among the function's largest signatures, and hold the
-        jitted function while it is among the largest functions."""
+        arguments among the function's largest signatures, while the function
+        is among the KEEP_FUNCTIONS largest, and hold the jitted function
+        while it is among the PLAN_FUNCTIONS largest (a program that jits a
+        new function at every step keeps a few, not one per step)."""
         slot = state.plan
         sig = abstract.signature
-        if sig not in slot.peaks:
+        if slot.peaks.get(sig) is None:
             slot.peaks[sig] = _peak(self.probe.writer.jit_compile_figures(state.function_id, sig))
         if sig not in slot.abstract:
             slot.abstract[sig] = abstract
@@ -168,15 +174,21 @@ class Planner:
                 del slot.abstract[smallest]
         known = [p for p in slot.peaks.values() if p is not None]
         slot.best = max(known) if known else None
-        ranked = sorted((s for s in self.probe._states if s.plan is not None and s.plan.best is not None),
-                        key=lambda s: -s.plan.best)[:PLAN_FUNCTIONS]
-        for s in self.probe._states:
-            if s.plan is None:
-                continue
-            if s is state and s in ranked:
-                s.plan.real = real
-            elif s not in ranked:
+        top = [s for s in self.top if s is not state]
+        if slot.best is not None:
+            top.append(state)
+        top.sort(key=lambda s: -s.plan.best)
+        for s in top[KEEP_FUNCTIONS:]:  # no longer among the largest: nothing of it kept
+            s.plan.abstract.clear()
+            s.plan.real = None
+        if state not in top[:KEEP_FUNCTIONS]:
+            slot.abstract.clear()
+        self.top = top[:KEEP_FUNCTIONS]
+        for i, s in enumerate(self.top):
+            if i >= PLAN_FUNCTIONS:
                 s.plan.real = None
+            elif s is state:
+                s.plan.real = real
 
     # -- at the end ------------------------------------------------------------------------
 
@@ -265,7 +277,14 @@ class Planner:
 
         if figures is not None:
             row(RECORDED, batch, figures, 0.0, {"scale": 1.0, "source": "run"})
-        sizes = _sizes(batch, self.options.scales)
+        multiple = 1  # a batch sharded over n devices is compiled at multiples of n
+        for j in scaled:
+            x = ab.flat[j]
+            try:
+                multiple = math.lcm(multiple, x.shape[axis] // x.sharding.shard_shape(tuple(x.shape))[axis])
+            except Exception:
+                pass
+        sizes = _sizes(batch, self.options.scales, multiple)
         busiest = max((v for d, v in (outside or {}).items() if d in ab.devices), default=0)
         known = {}  # batch -> the busiest device's peak there
         if figures is not None:
@@ -283,7 +302,7 @@ class Planner:
                 row(RECORDED, b, fig, seconds, {"scale": b / batch, "source": "search", "warnings": said}, error)
                 return None if fig is None else busiest + _peak(fig)
 
-            found = search(known, self.options.fit_peak_bytes, compile_at)
+            found = search(known, self.options.fit_peak_bytes, compile_at, multiple=multiple)
             if found and found not in (b for _, b in ends):
                 ends.append((found / batch, found))
         donated = self._donated(state, ab, flow, leaf_of, wrapper)
@@ -392,7 +411,7 @@ def _lowering(fn, wrapper: str):
     return contextlib.nullcontext()
 
 
-def search(known: dict, target: int, compile_at, most: int = SEARCH_COMPILES) -> int:
+def search(known: dict, target: int, compile_at, most: int = SEARCH_COMPILES, multiple: int = 1) -> int:
     """The largest batch whose peak is at most ``target``, by at most
     ``most`` compiles (``compile_at(batch)`` -> its peak, None where it
     fails). Past the batches known to fit: along the line through the two
@@ -402,13 +421,15 @@ def search(known: dict, target: int, compile_at, most: int = SEARCH_COMPILES) ->
     way (so that a jump in XLA's figures still narrows it fast); after a
     line's guess that fits, 1 % past it first (on a line, that settles it).
     Done when the two are within 1 % of each other. ``known``: batch ->
-    peak, compiled already (grown here). 0: not even batch 1 fits."""
+    peak, compiled already (grown here); ``multiple``: every batch tried is
+    one of its multiples (a batch sharded over that many devices). 0: not
+    even the smallest fits."""
     last = None
     for i in range(most + 1):
         fit = [b for b, p in known.items() if p <= target]
         lo = max(fit) if fit else 0
         hi = min((b for b, p in known.items() if p > target and b > lo), default=None)
-        step = max(1, lo // 100)
+        step = max(multiple, lo // 100)
         if (hi is not None and hi - lo <= step) or i == most:
             return lo
         exact = False
@@ -418,6 +439,9 @@ def search(known: dict, target: int, compile_at, most: int = SEARCH_COMPILES) ->
             guess = b1 + (target - p1) / slope if slope > 0 else 2 * b1
             guess, kind = min(max(guess, lo + step), 16 * max(known)), "past"
         elif lo == 0:
+            (b0, p0), (b1, p1) = sorted(known.items())[:2] if len(known) >= 2 else ((0, 0), min(known.items()))
+            if p0 - (p1 - p0) / max(b1 - b0, 1) * (b0 - multiple) > target:
+                return 0  # the line through the two smallest says not even the smallest batch fits
             guess, kind = hi / 2, "halve"
         elif last == "line-fit":
             guess, kind = lo + step, "confirm"
@@ -431,7 +455,8 @@ def search(known: dict, target: int, compile_at, most: int = SEARCH_COMPILES) ->
         guess = int(round(guess))
         if hi is not None:
             guess = min(max(guess, lo + 1), hi - 1)
-        if guess in known or guess <= 0:
+        guess = guess // multiple * multiple
+        if guess in known or guess <= 0 or (hi is not None and not lo < guess < hi):
             return lo
         peak = compile_at(guess)
         if peak is None:
@@ -441,12 +466,13 @@ def search(known: dict, target: int, compile_at, most: int = SEARCH_COMPILES) ->
     return max((b for b, p in known.items() if p <= target), default=0)
 
 
-def _sizes(batch: int, scales) -> list:
-    """(scale, batch) for each scale of the recorded batch: whole, at least
-    1, each once, the recorded one left out, in increasing order."""
+def _sizes(batch: int, scales, multiple: int = 1) -> list:
+    """(scale, batch) for each scale of the recorded batch: whole (a
+    multiple of ``multiple``), at least that, each once, the recorded one
+    left out, in increasing order."""
     out = {}
     for s in scales:
-        b = max(1, int(round(batch * float(s))))
+        b = max(multiple, int(round(batch * float(s) / multiple)) * multiple)
         if b != batch:
             out.setdefault(b, float(s))
     return [(out[b], b) for b in sorted(out)]
