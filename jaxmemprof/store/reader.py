@@ -159,37 +159,67 @@ def _shallow_json(df: pd.DataFrame, table: str, warnings: list) -> pd.DataFrame:
 def _typed(df: pd.DataFrame, table: str, warnings: list, spec=None) -> pd.DataFrame:
     """``df`` with the columns of ``table``'s schema (or ``spec``), numbers
     as numbers, texts as text, and the rows that lack a required value
-    dropped."""
+    dropped. Column by column on numpy arrays, the frame built once at the
+    end (a run's twenty tables are read on every load: pandas' per-call
+    cost, not the rows, was most of it)."""
     numeric, text, required = spec or _TABLES[table]
     missing = [c for c in required if c not in df.columns]
     if missing and table == "snapshots":
         raise InputError(table, f"the journal's snapshots lack {', '.join(missing)}")
-    out = pd.DataFrame(index=df.index)
+    n = len(df.index)
+    columns: dict = {}
     for c in numeric:
-        col = pd.to_numeric(df[c], errors="coerce") if c in df.columns else pd.Series(np.nan, index=df.index)
-        col = col.astype("float64")
+        if c not in df.columns:
+            columns[c] = np.full(n, np.nan)
+            continue
+        col = df[c]
+        if n == 0 or col.dtype.kind in "iuf":  # numbers already (or none): pd.to_numeric's identity
+            values = col.to_numpy(dtype=np.float64)
+        else:
+            values = pd.to_numeric(col, errors="coerce").astype("float64").to_numpy()
         # Infinities and numbers past 2**53 (not exact as floats) are damage too.
-        out[c] = col.where(np.isfinite(col) & (col.abs() < 2.0**53))
+        with np.errstate(invalid="ignore"):
+            ok = np.isfinite(values) & (np.abs(values) < 2.0**53)
+        columns[c] = values if ok.all() else np.where(ok, values, np.nan)
     for c in text:
-        col = df[c] if c in df.columns else pd.Series(None, index=df.index, dtype=object)
-        if pd.api.types.infer_dtype(col, skipna=True) in ("string", "empty"):
-            col = col.astype(object)  # text already: kept, with None where missing
-            out[c] = col.where(col.notna(), None)
+        if c not in df.columns:
+            columns[c] = np.full(n, None, dtype=object)
+            continue
+        values = df[c].to_numpy()
+        if pd.api.types.infer_dtype(values, skipna=True) in ("string", "empty"):
+            values = values.astype(object)  # text already: kept, with None where missing (a copy)
+            values[pd.isna(values)] = None
         else:
-            out[c] = col.map(_text).astype(object)
-    bad = out[[c for c in required if c in out.columns]].isna().any(axis=1) if required else None
-    if bad is not None and bad.any():
-        warnings.append(f"{int(bad.sum())} row(s) of the journal's {table} are damaged and left out")
-        out = out[~bad]
+            texts = [_text(v) for v in values.astype(object)]
+            values = np.empty(n, dtype=object)
+            values[:] = texts
+            # As Series.map(_text) gives them: once one is text, pandas' str dtype, missing as NaN.
+            if any(t is not None for t in texts):
+                values[pd.isna(values)] = np.nan
+        columns[c] = values
+    keep = None
+    if required:
+        bad = np.zeros(n, dtype=bool)
+        for c in required:
+            if c in columns:
+                bad |= pd.isna(columns[c])
+        if bad.any():
+            warnings.append(f"{int(bad.sum())} row(s) of the journal's {table} are damaged and left out")
+            keep = ~bad
+    out = {}
     for c in numeric:
-        col = out[c]
+        values = columns[c] if keep is None else columns[c][keep]
         if c in _FLOAT_COLUMNS:
-            out[c] = col.fillna(0.0)
+            out[c] = np.where(np.isnan(values), 0.0, values)
         elif c in _MAY_BE_MISSING:
-            out[c] = col.round().astype("Int64")
+            absent = np.isnan(values)
+            out[c] = pd.arrays.IntegerArray(np.round(np.where(absent, 0.0, values)).astype(np.int64), absent)
         else:
-            out[c] = col.fillna(0).round().astype(np.int64)
-    return out.reset_index(drop=True)
+            out[c] = np.round(np.where(np.isnan(values), 0.0, values)).astype(np.int64)
+    index = pd.RangeIndex(n if keep is None else int(keep.sum()))
+    for c in text:  # objects: str and None (a frame built from them would infer pandas' str dtype)
+        out[c] = pd.Series(columns[c] if keep is None else columns[c][keep], index=index, dtype=object)
+    return pd.DataFrame(out, index=index)
 
 
 def _text(v):
