@@ -35,13 +35,17 @@ probe
     ``nnx`` (a flax.nnx model of 50 Linear layers and its nnx.Optimizer with
     adam, through ``nnx.jit``). Per sampled call: the time inside the owners'
     functions (capture/jit/owners.py: ``optax_tags``, ``mesh_facts``, the
-    ``Previous`` of the call and its ``origin`` per leaf, ``nnx_owners``),
-    timed by wrappers put in place of them in capture/jit/probe.py's
-    namespace (the wrappers' own cost, measured on a no-op, subtracted);
-    ``_describe_inputs`` and ``_record_call`` whole; the whole sampled call;
-    and the same sampled call with the owners' functions replaced by stubs
-    that return nothing (blocks of calls alternating with the real ones: the
-    difference also counts the JSON the owners' facts add). Times the most
+    ``Previous`` of the call and its ``origin`` per leaf, ``nnx_owners``):
+    recorders put in place of them in capture/jit/probe.py's namespace keep
+    the arguments of each of their calls during one sampled call, and those
+    calls are then made again, 20 times in a loop, timed as a whole (a clock
+    read per call would cost more than ``mesh_facts`` itself), and checked to
+    give the same results; median of 5 sampled calls. Then, in alternating
+    blocks: the whole sampled call (and ``_describe_inputs`` and
+    ``_record_call`` in it), the same with the owners' functions replaced by
+    stubs that return nothing (the difference also counts the JSON the
+    owners' facts add), and an unsampled call (the probe quiet, as it is
+    once a function's samples are taken) for comparison. Times the most
     sampled calls a function gets in a run (the probe's ``max_samples``, plus
     one per further signature): the owners' cost per jitted function per run.
 
@@ -55,9 +59,14 @@ run
     run (probe's figure x those samples) is set beside the difference and the
     spread of the plain runs: below the spread, it cannot be seen.
 
+    The run directory of that untimed pair is also timed as the report part
+    is (build_report against the roles' part): a run whose 20 sampled calls
+    carry 605 leaves each, where the roles cost most in proportion.
+
 Results: ``benchmarks/data/roles_results.csv`` (columns ``benchmark, case,
 value, unit, reference, ratio, target, met``) and a summary on stdout. About
-5 minutes on 2 busy cores with the run cached (recording it takes 2-4 more).
+6 minutes on 2 busy cores with the run cached; recording it took 16 more
+there (bench_report.py: about 4 on idle cores). Figures: docs/performance.md.
 """
 
 from __future__ import annotations
