@@ -305,14 +305,17 @@ def owners_at(ar: Attributed, snapshot: int, profile=None):
         arrays = run.arrays
         ended = arrays["end_snapshot"]
         live = arrays[(arrays["first_snapshot"] <= snapshot) & (ended.isna() | (ended > snapshot))]
-        lines = ar.arrays.set_index("array_id")[["site", "file", "line"]]
+        # each array's line, from its creation stack (the live arrays only: no lifetimes table)
+        per_stack = ar.stack_sites
+        lines = dict(zip(per_stack.index, zip(per_stack["site"], per_stack["file"], per_stack["line"])))
         before = {n: times.get(n - 1, float("-inf")) for n in set(live["first_snapshot"])}
         unnamed: dict = {}
-        for aid, pid, shape, dtype, shards, first in zip(live["array_id"], live["py_id"], live["shape"],
-                                                        live["dtype"], live["shard_bytes"], live["first_snapshot"]):
-            if aid not in lines.index or lines.at[aid, "site"] not in sites:
+        for stack, pid, shape, dtype, shards, first in zip(live["stack_id"], live["py_id"], live["shape"],
+                                                          live["dtype"], live["shard_bytes"], live["first_snapshot"]):
+            where = lines.get(stack)
+            if where is None or where[0] not in sites:
                 continue
-            site = lines.at[aid, "site"]
+            site = where[0]
             shape = tuple(int(n) for n in shape)
             hits = leaves.get((int(pid), shape, str(dtype)))
             # the latest call the array was alive for (it may have been born after the snapshot before it)
@@ -320,7 +323,7 @@ def owners_at(ar: Attributed, snapshot: int, profile=None):
             if hit is not None:
                 name(site, hit[1:], shards)
             else:
-                key = (str(lines.at[aid, "file"]), int(lines.at[aid, "line"]), shape, str(dtype))
+                key = (str(where[1]), int(where[2]), shape, str(dtype))
                 unnamed.setdefault(key, []).append((site, shards))
         for key, cands in _latest_outputs(calls, until, ar.attribution).items():
             cands = [c for c in cands if c not in named]  # each owner once
