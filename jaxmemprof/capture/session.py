@@ -1318,3 +1318,7 @@ class TotalsSession:
         if self.probe is not None:
             probe, self.probe = self.probe, None
             probe.uninstall()
+            # No cycle left between them: freed with the session, not by a
+            # garbage collection of the old generation later.
+            self.sampler.hooks.clear()
+            probe.observer = None
