@@ -233,17 +233,21 @@ def check_report(report, limits: Limits, baseline=None) -> list[Outcome]:
 class TestMemory:
     """Device memory of one test, from the run recorded around it.
 
-    Every figure counts the bytes above those alive at the test's start.
-    ``peak_bytes``: the largest of the snapshots' live bytes (taken at the
-    test's start, while it ran, when its function returned and after it)
-    and the probe's estimate inside its jitted calls (``jit_peak_bytes``,
-    ``jit_where``: the live bytes before a call, less its arguments, plus
-    XLA's peak for it). ``peak_sites``: (site, bytes) grown since the start
-    at the peak snapshot;
-    ``jit_lines``: (site, bytes) of XLA's buffers at the call's own peak, by
-    the user's line, when a call held the peak and XLA's dump was read.
+    Every figure counts the bytes above those alive at the test's start: the
+    snapshot labelled ``start``, taken when the test function itself begins
+    (after fixtures, ``setUp`` and ``setUpClass``), else the one labelled
+    ``call`` (when pytest's call of the test began); snapshots and jitted
+    calls before it are not the test's. ``peak_bytes``: the largest of the
+    snapshots' live bytes (taken at the test's start, while it ran, when its
+    function returned and after it) and the probe's estimate inside its
+    jitted calls (``jit_peak_bytes``, ``jit_where``: the live bytes before a
+    call, less its arguments, plus XLA's peak for it). ``peak_sites``:
+    (site, bytes) grown since the start at the peak snapshot; ``jit_lines``:
+    (site, bytes) of XLA's buffers at the call's own peak, by the user's
+    line, when a call held the peak and XLA's dump was read.
     ``leak_bytes``: live bytes after the test (after garbage collection)
-    less before it; ``leak_sites``: (site, bytes) that grew."""
+    less at its start; None when no snapshot was taken after it (the leak
+    is then not measured); ``leak_sites``: (site, bytes) that grew."""
 
     __test__ = False  # not a test class, whatever pytest collects
 
@@ -255,9 +259,12 @@ class TestMemory:
     peak_sites: tuple
     jit_lines: tuple
     jit_call_site: str  # where the test called the function whose call held the peak
-    leak_bytes: int
+    leak_bytes: int | None
     leak_sites: tuple
     snapshots: int
+
+
+_NOTHING = TestMemory(0, 0, None, None, "", (), (), "", 0, (), 0)  # no snapshot: JAX never came up
 
 
 def _snapshot_of(snaps, *, trigger=None, label=None):
@@ -270,17 +277,22 @@ def _snapshot_of(snaps, *, trigger=None, label=None):
 
 
 def measure_test(ar: Attributed, *, top: int = 5) -> TestMemory:
-    """The figures of one test's run: snapshots labelled ``start`` (api) and
-    the ``exit`` one (``exception`` when the test raised); see :class:`TestMemory`. Bytes count above the start:
-    what fixtures and earlier tests left alive is not the test's."""
-    from jaxmemprof.analysis.advice.donation import estimated_true_peak
+    """The figures of one test's run: the snapshot labelled ``start`` (api;
+    else ``call``) and the ``exit`` one (``exception`` when the test
+    raised); see :class:`TestMemory`. Bytes count above the start: what
+    fixtures, set-up and earlier tests left alive is not the test's."""
     from jaxmemprof.analysis.groups import diff, summarize
 
     run, attribution = ar.run, ar.attribution
     snaps = run.snapshots
     if snaps.empty:
-        return TestMemory(0, 0, None, None, "", (), (), "", 0, (), 0)
+        return _NOTHING
     start = _snapshot_of(snaps, trigger="api", label="start")
+    if start is None:
+        start = _snapshot_of(snaps, trigger="api", label="call")
+    t0 = float(start["t_wall"]) if start is not None else -math.inf
+    if start is not None:
+        snaps = snaps[snaps["snapshot"] >= int(start["snapshot"])]
     end = _snapshot_of(snaps, trigger="exit")
     if end is None:
         end = _snapshot_of(snaps, trigger="exception")
@@ -301,24 +313,160 @@ def measure_test(ar: Attributed, *, top: int = 5) -> TestMemory:
     peak_row = snaps.loc[snaps["live_bytes"].idxmax()]
     snap_peak, peak_snapshot = int(peak_row["live_bytes"]) - base, int(peak_row["snapshot"])
     peak_sites = grown(peak_snapshot) if snap_peak > 0 else ()
-    inside, where = estimated_true_peak(run)
+    inside, where = _true_peak_since(run, t0)
     if inside is not None:
         inside = max(int(inside) - base, 0)
     jit_lines, call_site = (), ""
     if inside is not None and inside > snap_peak:
         jit_lines = _jit_lines(ar, where, top)
-        call_site = _call_site(run, attribution, where)
+        call_site = _call_site(run, attribution, where, t0)
     peak = max(snap_peak, inside or 0)
 
-    leak, leak_sites = 0, ()
+    leak, leak_sites = None, ()
     if end is not None:
         leak = int(end["live_bytes"]) - base
         if leak > 0:
             leak_sites = grown(int(end["snapshot"]))
     return TestMemory(peak_bytes=int(peak), snapshot_peak_bytes=snap_peak, peak_snapshot=peak_snapshot,
                       jit_peak_bytes=None if inside is None else int(inside), jit_where=where,
-                      peak_sites=peak_sites, jit_lines=jit_lines, jit_call_site=call_site, leak_bytes=leak, leak_sites=leak_sites,
-                      snapshots=int(len(snaps)))
+                      peak_sites=peak_sites, jit_lines=jit_lines, jit_call_site=call_site, leak_bytes=leak,
+                      leak_sites=leak_sites, snapshots=int(len(snaps)))
+
+
+def _true_peak_since(run, t0: float) -> tuple[int | None, str]:
+    """``report``'s estimated true peak (advice/donation.py's call_peaks),
+    of the sampled calls made and the signatures compiled at ``t0`` or
+    later: (bytes on all the call's devices, where), or (None, "")."""
+    from jaxmemprof.analysis.advice.donation import call_peaks
+
+    early_calls, early_compiles = set(), set()
+    calls, compiles = run.jit.get("calls"), run.jit.get("compiles")
+    if t0 > -math.inf:
+        if calls is not None and not calls.empty:
+            before = calls[calls["t_wall"] < t0]
+            early_calls = {(int(f), int(i)) for f, i in zip(before["function_id"], before["call_index"])}
+        if compiles is not None and not compiles.empty:
+            before = compiles[compiles["t_wall"] < t0]
+            early_compiles = {(int(f), s) for f, s in zip(before["function_id"], before["signature"])}
+    best = None
+    for p in call_peaks(run):
+        early = ((p.function_id, p.call_index) in early_calls if p.call_index is not None
+                 else (p.function_id, p.signature) in early_compiles)
+        if early:
+            continue
+        if best is None or (p.device_bytes, p.bytes) > (best.device_bytes, best.bytes):
+            best = p
+    return (None, "") if best is None else (best.bytes, best.where)
+
+
+_XLA_FIGURES = ("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "generated_code_bytes")
+
+
+def measure_totals(snapshots: list[dict], compiles: list[dict] = (), calls: list[dict] = (),
+                   functions: dict | None = None) -> TestMemory:
+    """The figures of :func:`measure_test` without their lines, for a test
+    recorded in memory (``capture.session.TotalsSession``, for the tests
+    ``--jaxmemprof`` lists without a limit): ``snapshots`` (``snapshot,
+    t_wall, trigger, label, live_bytes``), the probe's ``compiles``
+    (``function_id, call_index, t_wall, signature`` and XLA's five figures)
+    and sampled ``calls`` (``function_id, call_index, t_wall, signature,
+    inputs, live_before``), ``functions`` (function_id -> name). The jit
+    estimate is advice/donation.py's call_peaks on these rows, computed
+    here without pandas (tests/test_pytest_plugin.py holds the two equal)."""
+    if not snapshots:
+        return _NOTHING
+    snaps = sorted(snapshots, key=lambda r: r["snapshot"])
+
+    def last(trigger, label=None):
+        rows = [r for r in snaps if r["trigger"] == trigger and (label is None or r["label"] == label)]
+        return rows[-1] if rows else None
+
+    start = last("api", "start") or last("api", "call")
+    base = int(start["live_bytes"]) if start is not None else 0
+    t0 = float(start["t_wall"]) if start is not None else -math.inf
+    mine = [r for r in snaps if start is None or r["snapshot"] >= start["snapshot"]]
+    peak_row = max(mine, key=lambda r: r["live_bytes"])  # the first of equal ones, as idxmax
+    snap_peak = int(peak_row["live_bytes"]) - base
+    inside, where = _totals_true_peak(snaps, list(compiles), list(calls), functions or {}, t0)
+    if inside is not None:
+        inside = max(int(inside) - base, 0)
+    end = next((r for r in reversed(mine) if r["trigger"] == "exit"), None) or \
+        next((r for r in reversed(mine) if r["trigger"] == "exception"), None)
+    return TestMemory(peak_bytes=max(snap_peak, inside or 0), snapshot_peak_bytes=snap_peak,
+                      peak_snapshot=int(peak_row["snapshot"]), jit_peak_bytes=inside, jit_where=where,
+                      peak_sites=(), jit_lines=(), jit_call_site="",
+                      leak_bytes=None if end is None else int(end["live_bytes"]) - base, leak_sites=(),
+                      snapshots=len(mine))
+
+
+def _device_bytes(text) -> dict | None:
+    import json
+
+    try:
+        v = json.loads(text) if isinstance(text, str) else None
+    except ValueError:
+        return None
+    if not isinstance(v, dict) or not all(isinstance(b, int) and not isinstance(b, bool) and b >= 0
+                                          for b in v.values()):
+        return None
+    return v
+
+
+def _totals_true_peak(snaps, compiles, calls, functions, t0) -> tuple[int | None, str]:
+    """call_peaks (advice/donation.py) on plain rows, the events from ``t0``
+    on: for each sampled call (with the signature it ran) and each compiled
+    signature no sampled call ran, the bytes live before it (counted then,
+    else at the last snapshot before it) less its arguments, plus XLA's peak
+    for it, on the busiest device and summed over the call's devices."""
+    import json
+
+    if not compiles:
+        return None, ""
+    figures = [[int(c.get(k) or 0) for k in _XLA_FIGURES] for c in compiles]
+    peak = [a + o - al + t + g for a, o, al, t, g in figures]
+    by_signature = {(c["function_id"], c["signature"]): i for i, c in enumerate(compiles)}
+    devices: dict = {}
+    for call in calls:
+        try:
+            leaves = json.loads(call["inputs"]) if isinstance(call["inputs"], str) else []
+        except ValueError:
+            leaves = []
+        n = max((int(leaf.get("devices") or 1) for leaf in leaves if isinstance(leaf, dict)), default=1) \
+            if isinstance(leaves, list) else 1
+        for key in ((call["function_id"], call["signature"]), (call["function_id"], None)):
+            devices[key] = max(devices.get(key, 1), n)
+    events, ran = [], set()
+    for call in calls:
+        sig = call["signature"]
+        i = by_signature.get((call["function_id"], sig)) if isinstance(sig, str) else None
+        if i is None:
+            earlier = [j for j, c in enumerate(compiles)
+                       if c["function_id"] == call["function_id"] and c["call_index"] <= call["call_index"]]
+            if not earlier:
+                continue
+            i = earlier[-1]
+        ran.add(i)
+        if call["t_wall"] >= t0:
+            events.append((_device_bytes(call["live_before"]), call["t_wall"], i))
+    events += [(None, c["t_wall"], i) for i, c in enumerate(compiles) if i not in ran and c["t_wall"] >= t0]
+    by_time = sorted(snaps, key=lambda r: r["t_wall"])
+    best = None
+    for before, t, i in events:
+        if before is not None:
+            busiest, total = max(before.values(), default=0), sum(before.values())
+        else:
+            prior = [r for r in by_time if r["t_wall"] <= t]
+            busiest = total = int(prior[-1]["live_bytes"]) if prior else 0
+        fid, sig = compiles[i]["function_id"], compiles[i]["signature"]
+        n = devices.get((fid, sig), devices.get((fid, None), 1))
+        args = figures[i][0]
+        on_device = max(busiest - args, 0) + peak[i]
+        summed = max(total - n * args, 0) + n * peak[i]
+        if best is None or (on_device, summed) > best[:2]:
+            best = (on_device, summed, fid)
+    if best is None:
+        return None, ""
+    return best[1], f"during a call of {functions.get(best[2], best[2])}"
 
 
 def _jit_lines(ar: Attributed, where: str, top: int) -> tuple:
@@ -340,14 +488,15 @@ def _jit_lines(ar: Attributed, where: str, top: int) -> tuple:
     return tuple((str(s), int(b)) for s, b in g.items())
 
 
-def _call_site(run, attribution: Attribution, where: str) -> str:
-    """The user's line that first called the function named in ``where``."""
+def _call_site(run, attribution: Attribution, where: str, t0: float = -math.inf) -> str:
+    """The user's line that first called the function named in ``where``
+    (at ``t0`` or later)."""
     functions, calls = run.jit.get("functions"), run.jit.get("calls")
     if functions is None or calls is None or functions.empty or calls.empty:
         return ""
     name = where.rsplit(" ", 1)[-1]
     ids = set(functions.loc[functions["name"].astype(str) == name, "function_id"])
-    mine = calls[calls["function_id"].isin(ids)].sort_values("call_index")
+    mine = calls[calls["function_id"].isin(ids) & (calls["t_wall"] >= t0)].sort_values("call_index")
     if mine.empty:
         return ""
     r = mine.iloc[0]
