@@ -4,9 +4,11 @@ a jitted call, under pytest-xdist, and --jaxmemprof's list of peaks."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -55,6 +57,12 @@ def inner(x):
 @pytest.mark.limit_device_memory("4 MiB")
 def test_inside_jit():
     x = jnp.ones((256, 256), jnp.float32)  # 256 KiB
+    f = jax.jit(inner)
+    f(x).block_until_ready()
+
+
+def test_inside_jit_unmarked():  # the same, measured in memory by --jaxmemprof alone
+    x = jnp.ones((256, 256), jnp.float32)
     f = jax.jit(inner)
     f(x).block_until_ready()
 
@@ -124,7 +132,7 @@ def test_limits_on_real_tests(suite):
     assert got == {"test_over": "FAILED", "test_under": "PASSED", "test_leaks": "FAILED",
                    "test_leaks_within": "PASSED", "test_inside_jit": "FAILED", "test_temporary_jit": "FAILED",
                    "test_fixture_not_counted": "PASSED", "test_over_and_leaking": "FAILED",
-                   "test_unmarked": "PASSED"}, \
+                   "test_unmarked": "PASSED", "test_inside_jit_unmarked": "PASSED"}, \
         result.stdout.str()
 
     # Over the limit: both 2 MiB arrays, by the lines that made them, the
@@ -161,9 +169,9 @@ def test_limits_on_real_tests(suite):
 
     # --jaxmemprof: every test's peak, largest first.
     text = result.stdout.str()
-    summary = text[text.index("jaxmemprof: device memory peak of the top 9 of 9 tests"):].splitlines()[1:10]
+    summary = text[text.index("jaxmemprof: device memory peak of the top 10 of 10 tests"):].splitlines()[1:11]
     names = [line.split("::")[-1] for line in summary]
-    assert names[0] in ("test_inside_jit", "test_temporary_jit"), summary
+    assert names[0] in ("test_inside_jit", "test_temporary_jit", "test_inside_jit_unmarked"), summary
 
     # Over both limits: the two messages share the 6 lines (2 sites each at most).
     both = failure_text(result, "test_over_and_leaking")
@@ -176,7 +184,7 @@ def test_limits_on_real_tests(suite):
     assert both[4] == f"    4.00 MiB  test_memory.py:{kept_line} (test_over_and_leaking)", both
     assert set(names) == {"test_over", "test_under", "test_leaks", "test_leaks_within", "test_inside_jit",
                           "test_temporary_jit", "test_fixture_not_counted", "test_over_and_leaking",
-                          "test_unmarked"}
+                          "test_unmarked", "test_inside_jit_unmarked"}
     assert any(line.split() == ["512.00", "KiB", "test_memory.py::test_unmarked"] for line in summary), summary
     # Each peak is a property of the test's report, which --junitxml writes.
     junit = (pytester.path / "junit.xml").read_text()
@@ -185,6 +193,12 @@ def test_limits_on_real_tests(suite):
     # The fixture's 4 MiB were alive before the test began: only its own 512 KiB count.
     assert any(line.split() == ["512.00", "KiB", "test_memory.py::TestInAClass::test_fixture_not_counted"]
                for line in summary), summary
+    # The unmarked test's peak, kept in memory (no run directory, no pandas), is the recorded
+    # one's: XLA's peak inside the call on the bytes live before it.
+    peaks = dict(re.findall(r'<testcase [^>]*name="(\w+)"[^>]*>\s*<properties>\s*'
+                            r'<property name="jaxmemprof_peak_bytes" value="(\d+)" />', junit))
+    assert int(peaks["test_inside_jit"]) > 8 * MiB, peaks
+    assert peaks["test_inside_jit_unmarked"] == peaks["test_inside_jit"], peaks
 
 
 def test_under_xdist(suite):
@@ -194,31 +208,132 @@ def test_under_xdist(suite):
     assert got == {"test_over": "FAILED", "test_under": "PASSED", "test_leaks": "FAILED",
                    "test_leaks_within": "PASSED", "test_inside_jit": "FAILED", "test_temporary_jit": "FAILED",
                    "test_fixture_not_counted": "PASSED", "test_over_and_leaking": "FAILED",
-                   "test_unmarked": "PASSED"}, \
+                   "test_unmarked": "PASSED", "test_inside_jit_unmarked": "PASSED"}, \
         result.stdout.str()
     text = result.stdout.str()
     assert "created: 2/2 workers" in text or "2 workers" in text, text
     assert f"test_memory.py:{line_of(path, 'LINE-LEAK')} (test_leaks)" in text
     # The workers' peaks reach the controller's summary.
-    assert "jaxmemprof: device memory peak of the top 9 of 9 tests" in text, text
+    assert "jaxmemprof: device memory peak of the top 10 of 10 tests" in text, text
+
+
+BAD_MARKERS = {
+    "test_bad_size": ('limit_device_memory("lots")',
+                      "limit_device_memory: not a size: 'lots' (examples: 4096, 512MiB, 16GiB, 80GB)"),
+    "test_bad_warmups": ('limit_device_leaks("1 MiB", warmups="once")',
+                         "limit_device_leaks: warmups is a number of runs, 0 or more, not 'once'"),
+    "test_negative_warmups": ('limit_device_leaks("1 MiB", warmups=-1)',
+                              "limit_device_leaks: warmups is a number of runs, 0 or more, not -1"),
+    "test_true_warmups": ('limit_device_leaks("1 MiB", warmups=True)',
+                          "limit_device_leaks: warmups is a number of runs, 0 or more, not True"),
+    "test_warmups_positional": ('limit_device_leaks("1 MiB", 1)',
+                                "limit_device_leaks takes one size and warmups=N, e.g. "
+                                "@pytest.mark.limit_device_leaks('1 MiB', warmups=1)"),
+    "test_misspelt_warmups": ('limit_device_leaks("1 MiB", warmup=1)',
+                              "limit_device_leaks takes one size and warmups=N, e.g. "
+                              "@pytest.mark.limit_device_leaks('1 MiB', warmups=1)"),
+    "test_warmups_on_memory": ('limit_device_memory("1 MiB", warmups=1)',
+                               "limit_device_memory takes one size, e.g. @pytest.mark.limit_device_memory('64 MiB')"),
+    "test_two_sizes": ('limit_device_memory("1 MiB", size="2 MiB")',
+                       "limit_device_memory takes one size, e.g. @pytest.mark.limit_device_memory('64 MiB')"),
+}
 
 
 def test_bad_marker_fails_that_test_only(pytester, monkeypatch):
     monkeypatch.setenv("JAX_PLATFORMS", "cpu")
-    pytester.makepyfile(test_bad='''
-        import pytest
-
-        @pytest.mark.limit_device_memory("lots")
-        def test_bad_size():
-            pass
-
-        def test_fine():
-            pass
-    ''')
+    tests = "".join(f"@pytest.mark.{marker}\ndef {name}():\n    ran.append({name!r})\n\n\n"
+                    for name, (marker, _) in BAD_MARKERS.items())
+    pytester.makepyfile(test_bad="import pytest\n\nran = []\n\n\n" + tests +
+                        "def test_fine():\n    assert ran == []  # no test with a bad marker ran\n")
     result = pytester.runpytest_subprocess("-rA", "-p", "no:cacheprovider")
-    assert outcomes(result) == {"test_bad_size": "FAILED", "test_fine": "PASSED"}, result.stdout.str()
-    assert "limit_device_memory: not a size: 'lots'" in result.stdout.str()
+    assert outcomes(result) == {**{name: "FAILED" for name in BAD_MARKERS}, "test_fine": "PASSED"}, \
+        result.stdout.str()
+    for name, (_, message) in BAD_MARKERS.items():
+        section = failure_text(result, name)
+        assert section == [message], (name, section)
     assert "Traceback" not in result.stdout.str()
+
+
+UNMEASURABLE = '''
+import jax.numpy as jnp
+import pytest
+
+from jaxmemprof.capture import session
+
+
+@pytest.mark.limit_device_memory("64 MiB")
+def test_limited():
+    a = jnp.ones((256, 1024), jnp.float32)
+    assert a.shape == (256, 1024)
+
+
+@pytest.mark.limit_device_leaks("64 MiB", warmups=1)
+def test_leak_limited():
+    a = jnp.ones((256, 1024), jnp.float32)
+    del a
+
+
+def test_unlimited():
+    a = jnp.ones((256, 1024), jnp.float32)
+    assert a.shape == (256, 1024)
+'''
+
+ENDS_ITS_RUN = '''
+import jax.numpy as jnp
+import pytest
+
+from jaxmemprof.capture import session
+
+
+@pytest.mark.limit_device_leaks("64 MiB")
+def test_ends_its_run():
+    a = jnp.ones((256, 1024), jnp.float32)
+    session.active().writer.finish(end_time=None)  # no snapshot can be taken after it
+    assert a.shape == (256, 1024)
+'''
+
+
+def read_only_dir(tmp_path: Path) -> Path:
+    """A directory no directory can be made in: a chmod'ed one, or /sys for
+    root (whom permission bits do not stop)."""
+    if os.geteuid() != 0:
+        d = tmp_path / "ro"
+        d.mkdir()
+        d.chmod(0o555)
+        return d
+    try:
+        (Path("/sys") / "jaxmemprof-runs").mkdir()
+    except OSError:
+        return Path("/sys")
+    pytest.skip("no read-only place to make a directory in")
+
+
+def test_a_limit_it_cannot_measure_fails(pytester, monkeypatch, tmp_path):
+    """The run directories cannot be made in a read-only place (a file in the
+    way: tests/test_gates.py): each limit fails, saying why; the unmarked
+    test passes with a warning. A leak limit without a snapshot after the
+    test fails too."""
+    monkeypatch.setenv("JAX_PLATFORMS", "cpu")
+    pytester.makepyfile(test_unmeasurable=UNMEASURABLE, test_ends=ENDS_ITS_RUN)
+    ro = read_only_dir(tmp_path)
+    result = pytester.runpytest_subprocess("-rA", "-p", "no:cacheprovider", "--jaxmemprof",
+                                           "--jaxmemprof-runs", str(ro / "runs"), "test_unmeasurable.py")
+    text = result.stdout.str()
+    assert outcomes(result) == {"test_limited": "FAILED", "test_leak_limited": "FAILED",
+                                "test_unlimited": "PASSED"}, text
+    for name, limit in (("test_limited", "limit_device_memory"), ("test_leak_limited", "limit_device_leaks")):
+        section = failure_text(result, name)
+        assert len(section) == 1 and section[0].startswith(
+            f"jaxmemprof: {limit} not checked: device memory not measured: {ro / 'runs'}"), section
+        assert re.search(r"(Permission denied|Operation not permitted|Read-only file system)", section[0]), section
+    assert "jaxmemprof: device memory not measured: " in text  # the unmarked test's warning
+    assert not (ro / "runs").exists() and "INTERNALERROR" not in text
+
+    result = pytester.runpytest_subprocess("-rA", "-p", "no:cacheprovider", "test_ends.py")
+    assert outcomes(result) == {"test_ends_its_run": "FAILED"}, result.stdout.str()
+    assert failure_text(result, "test_ends_its_run") == [
+        "jaxmemprof: limit_device_leaks not checked: device memory not measured: no snapshot was taken after it"], \
+        result.stdout.str()
 
 
 def test_loading_the_plugin_imports_nothing_heavy():
@@ -237,6 +352,6 @@ def test_registered_by_installing(pytester):
     result = pytester.runpytest_subprocess("--markers")
     text = result.stdout.str()
     assert "@pytest.mark.limit_device_memory(size)" in text
-    assert "@pytest.mark.limit_device_leaks(size)" in text
+    assert "@pytest.mark.limit_device_leaks(size, warmups=0)" in text
     help_text = pytester.runpytest_subprocess("--help").stdout.str()
     assert "--jaxmemprof" in help_text
