@@ -217,31 +217,58 @@ OWNER_KEYS = ("owner", "role")
 
 
 def _named_leaves(calls: pd.DataFrame, until: float) -> dict:
-    """(id, shape, dtype) -> [(t, owner, role)] of the sampled calls' input
-    and output leaves up to time ``until``, latest last; an output the next
-    call took is named by the input it became."""
+    """(id, shape, dtype) -> [(t, owner, role, function)] of the sampled
+    calls' input and output leaves up to time ``until`` that can still be
+    alive then, latest last; an output the next call took is named by the
+    input it became. An input the program dropped, or donated, at its call is
+    gone after it; one it dropped later is gone by the next call; an output
+    is gone when the input it became is (the liveness the probe recorded)."""
     out: dict = {}
     for fid, mine in calls[calls["t_wall"] <= until].groupby("function_id", sort=False):
         mine = mine.sort_values("call_index")
         flow = flows(_leaves(text) for text in mine["inputs"])
-        for t, index, ins, outs in zip(mine["t_wall"], mine["call_index"], mine["inputs"], mine["outputs"]):
+        rows = list(zip(mine["t_wall"], mine["call_index"], mine["inputs"], mine["outputs"], mine["inputs_alive"]))
+        by_index = {int(r[1]): r for r in rows}
+        for t, index, ins, outs, alive in rows:
+            fates = _fates(alive)
+            later = int(index) != int(rows[-1][1])  # a later sampled call ran by then
+            for i, leaf in enumerate(_leaves(ins)):
+                fate = fates[i] if i < len(fates) else None
+                if fate in ("dropped", "deleted") or (fate == "dropped-later" and later):
+                    continue
+                _note(out, leaf, float(t), _owner_name(leaf), role_of(leaf, flow.get(leaf_key(leaf))), fid)
+            nxt = by_index.get(int(index) + 1)
+            next_fates = _fates(nxt[4]) if nxt is not None else []
+            taken = {}  # output j -> the fate of the next call's input it became
+            for i, leaf in enumerate(_leaves(nxt[2]) if nxt is not None else ()):
+                origin = leaf.get("from")
+                if isinstance(origin, list) and len(origin) == 2 and origin[0] == "out":
+                    taken[origin[1]] = next_fates[i] if i < len(next_fates) else None
             fed = _fed_back(calls[calls["function_id"] == fid], int(index))
-            for leaf in _leaves(ins):
-                _note(out, leaf, float(t), _owner_name(leaf), role_of(leaf, flow.get(leaf_key(leaf))))
             for j, leaf in enumerate(_leaves(outs)):
-                _note(out, leaf, float(t), *_as_input(fed.get(j), leaf, flow))
+                if taken.get(j) in ("dropped", "deleted", "dropped-later"):
+                    continue  # it became the next call's input, and went with it
+                _note(out, leaf, float(t), *_as_input(fed.get(j), leaf, flow), fid)
     return out
+
+
+def _fates(text) -> list:
+    try:
+        v = json.loads(text) if isinstance(text, str) else []
+    except ValueError:
+        return []
+    return v if isinstance(v, list) else []
 
 
 def _owner_name(leaf: dict) -> str:
     return str(leaf.get("owner") or f"{leaf.get('name') or ''}{leaf.get('path') or ''}")
 
 
-def _note(out: dict, leaf: dict, t: float, owner: str, role: str) -> None:
+def _note(out: dict, leaf: dict, t: float, owner: str, role: str, function) -> None:
     if not isinstance(leaf.get("id"), int):
         return  # recorded before leaves kept their id
     key = (leaf["id"], tuple(int(n) for n in leaf.get("shape") or ()), str(leaf.get("dtype") or ""))
-    out.setdefault(key, []).append((t, owner, role))
+    out.setdefault(key, []).append((t, owner, role, function))
 
 
 def _latest_outputs(calls: pd.DataFrame, until: float, attribution) -> dict:
@@ -310,6 +337,7 @@ def owners_at(ar: Attributed, snapshot: int, profile=None):
         lines = dict(zip(per_stack.index, zip(per_stack["site"], per_stack["file"], per_stack["line"])))
         before = {n: times.get(n - 1, float("-inf")) for n in set(live["first_snapshot"])}
         unnamed: dict = {}
+        used: set = set()
         for stack, pid, shape, dtype, shards, first in zip(live["stack_id"], live["py_id"], live["shape"],
                                                           live["dtype"], live["shard_bytes"], live["first_snapshot"]):
             where = lines.get(stack)
@@ -318,10 +346,13 @@ def owners_at(ar: Attributed, snapshot: int, profile=None):
             site = where[0]
             shape = tuple(int(n) for n in shape)
             hits = leaves.get((int(pid), shape, str(dtype)))
-            # the latest call the array was alive for (it may have been born after the snapshot before it)
-            hit = next((h for h in reversed(hits or ()) if h[0] >= before[first]), None)
+            # the latest call the array was alive for (it may have been born after the snapshot before it),
+            # each function's owner naming one array
+            hit = next((h for h in reversed(hits or ()) if h[0] >= before[first] and (h[3], h[1]) not in used),
+                       None)
             if hit is not None:
-                name(site, hit[1:], shards)
+                used.add((hit[3], hit[1]))
+                name(site, hit[1:3], shards)
             else:
                 key = (str(where[1]), int(where[2]), shape, str(dtype))
                 unnamed.setdefault(key, []).append((site, shards))
