@@ -298,6 +298,10 @@ def _render_plan(rep: Report, con: Console, explain: bool) -> None:
                        + f", dimension {f.axis}, recorded at {f.recorded_batch}; the peak per device"
                        + (f" (the busiest of {device_ranges(devices)})" if len(devices) > 1 else
                           f" on {safe(devices[0])}" if devices else "")))
+        if f.call_peak_bytes is not None:
+            others = ", ".join(f"{safe(n)} {format_bytes(b)}" for n, b in f.not_planned[:3])
+            con.print(Text(f"planned: the run's {'largest' if f.rank == 1 else 'second largest'} XLA call peak "
+                           f"({format_bytes(f.call_peak_bytes)})" + (f"; not planned: {others}" if others else "")))
         busiest = mine.groupby(["variant", "batch"], sort=False)["peak_bytes"].max()
         variants = list(dict.fromkeys(mine["variant"]))
         t = _table("batch", *variants)
