@@ -11,7 +11,7 @@ import shutil
 
 import pytest
 
-from conftest import run_cli, write_script
+from conftest import cli_batch, run_cli, write_script
 
 from jaxmemprof.cli import main
 
@@ -161,8 +161,7 @@ def test_every_json_written_is_strict(tmp_path):
         "check": ["check", "r", "--json", "--max-peak", "1B", "--max-true-peak", "1GiB", "--max-growth", "1B/s",
                   "--fail-on", "leak", "--baseline", "r", "--max-increase", "0"],
     }
-    for name, args in docs.items():
-        proc = run_cli(*args, cwd=tmp_path)
+    for name, proc in zip(docs, cli_batch(list(docs.values()), tmp_path)):
         assert proc.returncode in (0, 1), (name, proc.stderr)
         doc = strict(proc.stdout)
         assert doc["schema_version"] == 1, name
