@@ -421,17 +421,38 @@ DAMAGE = {
 }
 
 
+def _nested_commands(run: Path, out: Path) -> list[list]:
+    return [["report", run], ["show", run], ["diff", run], ["export", run, "--csv", out / "t"],
+            ["report", run, "--json"]]
+
+
+@pytest.fixture(scope="module")
+def nested_results(tmp_path_factory):
+    """Each DAMAGE case made in a directory of its own, and its five
+    commands run, every case's in one batch: {case: [(args, process)]}."""
+    root = tmp_path_factory.mktemp("nested")
+    jobs, owners = [], []
+    for damage, edits in DAMAGE.items():
+        d = root / damage
+        d.mkdir()
+        for argv in _nested_commands(damaged_copy(d, **edits), d):
+            jobs.append(argv)
+            owners.append(damage)
+    results: dict = {}
+    # Through the CLI's entry point, two processes for them all (an exception main() let through is a
+    # traceback on the command's stderr there, as it would be in a process of its own).
+    for damage, args, proc in zip(owners, jobs, cli_batch(jobs, root)):
+        results.setdefault(damage, []).append((args, proc))
+    return results
+
+
 @pytest.mark.parametrize("damage", list(DAMAGE))
-def test_json_nested_100000_deep_is_damage_not_a_crash(tmp_path, damage):
+def test_json_nested_100000_deep_is_damage_not_a_crash(nested_results, damage):
     """A manifest or journal cell of 100,000 '[' (Python's parser would
     raise RecursionError) is read as damaged, with a warning, like any
     other damaged record: report, show, diff and export still work."""
-    run = damaged_copy(tmp_path, **DAMAGE[damage])
-    commands = [["report", run], ["show", run], ["diff", run], ["export", run, "--csv", tmp_path / "t"],
-                ["report", run, "--json"]]
-    # Through the CLI's entry point, two processes for the five (an exception main() let through is a
-    # traceback on the command's stderr there, as it would be in a process of its own).
-    for args, proc in zip(commands, cli_batch(commands, tmp_path)):
+    assert len(nested_results[damage]) == 5
+    for args, proc in nested_results[damage]:
         assert proc.returncode == 0, (args, proc.stderr[-2000:])
         assert "Traceback" not in proc.stderr and "RecursionError" not in proc.stderr
         assert "nested" in proc.stdout + proc.stderr, (args, proc.stderr)
