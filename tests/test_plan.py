@@ -21,7 +21,7 @@ import textwrap
 import pandas as pd
 import pytest
 
-from conftest import REPO, cpu_env, run_cli
+from conftest import REPO, cli_batch, cpu_env, run_cli
 
 from jaxmemprof.analysis.advice.donation import donation_findings, jit_memory
 from jaxmemprof.analysis.advice.plan import (Curve, build_plan, fits_at_all, fits_by_default,
@@ -193,8 +193,6 @@ def test_the_search_names_the_largest_batch_and_the_program_there_fits(planned, 
 def outputs(planned):
     """report (text, at 1 GiB, and as the run searched), report --json,
     export --csv and report --html of the MLP's plan, through one process."""
-    from test_fault_injection import cli_batch
-
     d, _, _ = planned
     jobs = [["report", d / "mlp", "--device-memory", "1GiB"], ["report", d / "mlp"],
             ["report", d / "mlp", "--json", "--device-memory", "1GiB"], ["export", d / "mlp", "--csv", d / "csv"],
