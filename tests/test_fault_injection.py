@@ -41,7 +41,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import cpu_env, run_cli, write_script
+from conftest import cli_batch, cpu_env, run_cli, write_script  # noqa: F401 (cli_batch: other files import it from here)
 
 from jaxmemprof import load_run
 from jaxmemprof.errors import InputError
@@ -235,56 +235,6 @@ def _assert_clean_exit(proc: subprocess.CompletedProcess, what: str, allowed=(0,
         others = [ln for ln in lines if not ln.startswith(("jaxmemprof: error: ", "jaxmemprof: warning: "))]
         assert not others, f"{what}: stray stderr lines {others}\n{proc.stderr}"
         assert not proc.stdout.strip(), f"{what}: output before the error\n{proc.stdout}"
-
-
-# Runs many CLI commands in one Python process, each through the same entry
-# point as ``python -m jaxmemprof`` (jaxmemprof.cli.main, which turns every
-# exception into an exit status), with its own stdout and stderr: the import
-# cost is paid once instead of once per command.
-_BATCH = r"""
-import contextlib, io, json, sys
-from jaxmemprof.cli import main
-
-results = []
-for argv in json.load(sys.stdin):
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            main([str(a) for a in argv])
-            code = 0
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 1
-        except BaseException as exc:  # main() let something through
-            import traceback
-            traceback.print_exc()
-            code = "escaped " + type(exc).__name__
-    results.append({"argv": argv, "returncode": code, "stdout": out.getvalue(), "stderr": err.getvalue()})
-json.dump(results, sys.stdout)
-"""
-
-
-def cli_batch(jobs: list[list], cwd: Path | None, *, workers: int = 2, env: dict | None = None
-              ) -> list[subprocess.CompletedProcess]:
-    """Run ``jaxmemprof ARGV`` for each ARGV in ``jobs``, in two worker
-    processes (``workers=1``: one, the jobs one after the other, in order)."""
-    if not jobs:
-        return []
-    cut = (len(jobs) + 1) // 2 if workers == 2 else len(jobs)
-    halves = [jobs[:cut], jobs[cut:]]
-
-    def work(part):
-        if not part:
-            return []
-        proc = subprocess.run(
-            [sys.executable, "-c", _BATCH], input=json.dumps([[str(a) for a in argv] for argv in part]),
-            cwd=cwd, env=env or cpu_env(), capture_output=True, text=True, timeout=600,
-        )
-        assert proc.returncode == 0, f"the batch process failed:\n{proc.stderr[-5000:]}"
-        return json.loads(proc.stdout)
-
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        done = [r for part in pool.map(work, halves) for r in part]
-    return [subprocess.CompletedProcess(r["argv"], r["returncode"], r["stdout"], r["stderr"]) for r in done]
 
 
 def _live_bytes_mismatches(run) -> list[tuple[int, int, int]]:
