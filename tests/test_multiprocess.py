@@ -60,9 +60,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _record(cwd, out, script, args, env):
+def _record(cwd, out, script, args, env, options=()):
     return subprocess.Popen([sys.executable, "-m", "jaxmemprof", "run", "-q", "-o", str(out), "--interval", "0.05",
-                             "--max-overhead", "0", str(script), *map(str, args)],
+                             "--max-overhead", "0", *options, str(script), *map(str, args)],
                             cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -511,3 +511,48 @@ def test_merge_and_variables_refuse_what_they_must(tmp_path):
     assert "is neither a job directory" in plain.stderr
     assert "names no process index" in single.stderr
     assert not (tmp_path / "o").exists()
+
+
+PLAN_JOB = """
+import sys
+import jax
+jax.config.update("jax_cpu_collectives_implementation", "gloo")
+pid, n, port = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+jax.distributed.initialize(f"127.0.0.1:{port}", num_processes=n, process_id=pid, initialization_timeout=30)
+import jax.numpy as jnp
+
+def step(w, x):
+    return w - 0.01 * (x.T @ (x @ w)) / x.shape[0]
+
+step = jax.jit(step)
+w = jnp.zeros((512, 512))
+if pid == 1:
+    extra = jnp.ones((4096, 1024))  # 16 MiB more on process 1: less room for the batch there
+for i in range(5):
+    x = jnp.ones((64, 512)) * i  # the batch, new at every step
+    w = step(w, x)
+print(pid, float(w[0, 0]), flush=True)
+"""
+
+
+def test_a_job_planned_with_run_plan_names_the_batch_that_fits_every_process(tmp_path):
+    script = write_script(tmp_path, "plan_job.py", PLAN_JOB)
+    port = free_port()
+    procs = [_record(tmp_path, tmp_path / "job", script, [i, 2, port],
+                     cpu_env(JAX_PROCESS_ID=str(i), JAX_NUM_PROCESSES="2"), options=("--plan",)) for i in range(2)]
+    for i, (rc, _, err) in enumerate(_wait_all(procs)):
+        assert rc == 0, f"process {i}: exit {rc}\n{err}"
+    job = tmp_path / "job"
+    size = "128MiB"
+    doc = _report_json(job, "--device-memory", size, cwd=tmp_path)
+    own = {}
+    for i in range(2):
+        mine = _report_json(job / f"process-{i}", "--device-memory", size, cwd=tmp_path)
+        models = [m for m in mine["plan"]["models"] if m["function"] == "step" and m["variant"] == "recorded"]
+        own[i] = min(m["largest_batch"] for m in models)
+    # The job's answer is the smaller process's own: process 1, whose 16 MiB more leaves less room.
+    assert own[1] < own[0]
+    [row] = [r for r in doc["plan"] if r["function"] == "step" and r["variant"] == "recorded"]
+    assert (row["largest_batch"], row["process"]) == (own[1], 1)
+    text = run_cli("report", job, "--device-memory", size, cwd=tmp_path).stdout
+    assert f"step recorded: {own[1]:,} (process 1 limits it)" in text, text

@@ -54,6 +54,8 @@ class ProcessResult:
     error: str | None = None
     # what the memory is at its largest sampled jitted call: [device, role, bytes, largest owner] rows
     roles: list = field(default_factory=list)
+    # run --plan with --device-memory: [function, variant, largest batch, with the settings] on all its devices
+    plan: list = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -109,7 +111,43 @@ def process_result(process: int, report) -> ProcessResult:
     roles = [[str(d), str(r), int(b), str(o)] for d, r, b, o in
              zip(what.get("device", ()), what.get("role", ()), what.get("bytes", ()), what.get("largest_owner", ()))]
     return ProcessResult(process, sites, as_findings(report.findings), dict(report.summary), list(report.warnings),
-                         roles=roles)
+                         roles=roles, plan=_plan_rows(report.plan))
+
+
+def _plan_rows(plan) -> list:
+    """Each planned function and variant's largest batch on all the process's
+    devices (the smallest of its devices' answers), where --device-memory asked."""
+    if plan is None or plan.device_bytes is None or plan.models.empty:
+        return []
+    from jaxmemprof.analysis.advice.plan import JOB
+
+    m = plan.models
+    rows = []
+    for (fn, variant), g in m.groupby(["function", "variant"], sort=False):
+        row = g[g["device"] == JOB] if (g["device"] == JOB).any() else g
+        largest = [int(v) for v in row["largest_batch"] if pd.notna(v)]
+        settings = [int(v) for v in row["largest_batch_with_settings"] if pd.notna(v)]
+        rows.append([str(fn), str(variant), min(largest) if largest else None, min(settings) if settings else None])
+    return rows
+
+
+def job_plan(results: dict) -> pd.DataFrame:
+    """``function, variant, largest_batch, largest_batch_with_settings,
+    process``: for each planned function and variant, the largest batch
+    that fits every process's devices (the smallest process's answer; none
+    where one process fits none) and the process that limits it; from run
+    --plan runs and report --device-memory."""
+    by_key: dict = {}
+    for n, r in sorted(results.items()):
+        for fn, variant, largest, settings in r.plan:
+            by_key.setdefault((fn, variant), []).append((largest, settings, n))
+    rows = []
+    for (fn, variant), vals in by_key.items():
+        largest, _, limits = min(vals, key=lambda x: (-1 if x[0] is None else x[0], x[2]))
+        settings = [s for _, s, _ in vals]
+        rows.append((fn, variant, largest, None if None in settings else min(settings), limits))
+    return pd.DataFrame(rows, columns=["function", "variant", "largest_batch", "largest_batch_with_settings",
+                                       "process"])
 
 
 def _empty_sites() -> pd.DataFrame:

@@ -612,6 +612,9 @@ IN_TABLE: dict[str, dict[str, str]] = {
         "timeline": "The rows of job_timeline.csv.",
         "roles": "Each process's roles at its largest sampled jitted call: objects of `process, device, role, "
                  "bytes, largest_owner` (roles.csv's columns; docs/roles.md).",
+        "plan": "With run --plan and --device-memory: for each planned function and variant, the largest batch "
+                "that fits every process (`largest_batch`, `largest_batch_with_settings`: the smallest process's "
+                "answer) and the `process` that limits it (docs/plan.md).",
         "findings": "The merged findings: the columns of job_findings.csv and `process_list`, `facts` as an object.",
     },
     "reuse": {
@@ -1116,7 +1119,7 @@ def tables() -> list[tuple[str, list[Table]]]:
               "`process_list`, and `facts` as an object.", job_findings),
         Table("job report --json", "The job's document", "`report --json` on a job", "One JSON object.",
               ("schema_version", "command", "inputs", "job", "warnings", "processes", "peak_sites", "timeline",
-               "roles", "findings")),
+               "roles", "plan", "findings")),
         Table("job", "job", "`report --json` on a job: `job`", "One object.", JOB_KEYS),
     ]
     show = [

@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from jaxmemprof.analysis.job import JobReport
+from jaxmemprof.analysis.job import JobReport, job_plan
 from jaxmemprof.render.escape import safe
 from jaxmemprof.render.findings import Words, words
 from jaxmemprof.render.json import records
@@ -104,6 +104,16 @@ def render_job_report(rep: JobReport, con: Console, *, top: int = 10, explain: b
             kinds.setdefault(tuple(zip(g["role"], g["bytes"])), []).append(int(n))
         for key, procs in sorted(kinds.items(), key=lambda kv: (-sum(b for _, b in kv[0]), kv[1][0]))[:top]:
             con.print(Text(f"  {safe(who(procs))}: " + ", ".join(f"{format_bytes(int(b))} {r}" for r, b in key)))
+
+    plan = job_plan(rep.per_process)
+    if not plan.empty:
+        con.print()
+        con.print(Text("plan (run --plan): the largest batch that fits every process", style="bold underline"))
+        for r in plan.itertuples():
+            largest = "none fits" if pd.isna(r.largest_batch) else f"{int(r.largest_batch):,}"
+            con.print(Text(f"  {safe(r.function)} {safe(r.variant)}: {largest} (process {r.process} limits it)"
+                           + ("" if pd.isna(r.largest_batch_with_settings) else
+                              f"; {int(r.largest_batch_with_settings):,} with the fraction set")))
 
     f = rep.findings
     con.print()
@@ -220,6 +230,7 @@ def job_document(rep: JobReport) -> dict:
         "peak_sites": records(rep.peak_sites),
         "timeline": records(rep.timeline),
         "roles": records(job_roles(rep)),
+        "plan": records(job_plan(rep.per_process)),
         "findings": [dict(r, facts=json.loads(r["facts"])) for r in records(findings_table(rep.findings))],
     }
 

@@ -573,7 +573,8 @@ def call_peaks(run, devices: pd.DataFrame | None = None) -> list[TruePeak]:
                 continue
             i = int(earlier[-1])
         ran.add(i)
-        events.append((_device_bytes(before), float(t), i, int(idx)))
+        # the sampled call's index, where the journal's cell is one (roles read its inputs)
+        events.append((_device_bytes(before), float(t), i, int(idx) if pd.notna(idx) else None))
     events += [(None, float(t), i, None) for i, t in enumerate(c["t_wall"]) if i not in ran]
     order = np.argsort(snaps["t_wall"].to_numpy(dtype=float), kind="stable")
     snap_t = snaps["t_wall"].to_numpy(dtype=float)[order]
