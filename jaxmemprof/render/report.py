@@ -123,8 +123,10 @@ def render_report(rep: Report, con: Console, *, top: int, explain: bool = False)
 
 
 def _render_roles(rep: Report, con: Console, explain: bool) -> None:
-    """What the memory is at the largest sampled jitted call: one table per
-    group of devices whose roles are the same."""
+    """What the memory is at the largest sampled jitted call, per group of
+    devices whose roles are the same: in a few lines, the roles of 1 % of the
+    call's peak or more with their largest owners (the rest summed); with
+    ``explain``, every role in a table."""
     what = rep.roles
     if what is None or what.by_role.empty:
         return
@@ -137,14 +139,28 @@ def _render_roles(rep: Report, con: Console, explain: bool) -> None:
         rows = groups[0][1]
         on = "" if devices == ["all"] else f" on {device_ranges(devices)}" + (" each" if len(devices) > 1 else "")
         _heading(con, f"What the memory is ({safe(what.where)}{on}: {format_bytes(rows['bytes'].sum())})")
-        t = _table("bytes", "%", "role", "largest")
-        for _, r in rows.iterrows():
-            more = f" (+{r['arrays'] - 1} more)" if r["arrays"] > 1 else ""
-            largest = f"{safe(r['largest_owner'])} {format_bytes(r['largest_owner_bytes'])}{more}" \
-                if r["largest_owner"] else ""
-            t.add_row(format_bytes(r["bytes"]), f"{100 * r['share']:.1f}%", r["role"], Text(largest))
-        con.print(t)
+        if explain:
+            t = _table("bytes", "%", "role", "largest")
+            for _, r in rows.iterrows():
+                t.add_row(format_bytes(r["bytes"]), f"{100 * r['share']:.1f}%", r["role"], Text(_largest(r)))
+            con.print(t)
+            continue
+        rows = rows.sort_values("bytes", ascending=False, kind="stable")
+        big, small = rows[rows["share"] >= 0.01], rows[rows["share"] < 0.01]
+        parts = [f"{format_bytes(r['bytes'])} {r['role']} ({100 * r['share']:.0f}%"
+                 + (f": {_largest(r)})" if r["largest_owner"] else ")") for _, r in big.iterrows()]
+        if len(small):
+            parts.append(f"{format_bytes(small['bytes'].sum())} in {len(small)} more")
+        con.print(Text("; ".join(parts) + " (roles.csv, owners.csv)"))
     _explained(con, explain, notes.ROLES)
+
+
+def _largest(r) -> str:
+    """A role's largest owner in words: ``params['w1'] 512.00 KiB, +2 more``."""
+    if not r["largest_owner"]:
+        return ""
+    more = f", +{r['arrays'] - 1} more" if r["arrays"] > 1 else ""
+    return f"{safe(r['largest_owner'])} {format_bytes(r['largest_owner_bytes'])}{more}"
 
 
 def _render_summary(rep: Report, con: Console, explain: bool) -> None:
@@ -189,7 +205,7 @@ def _render_summary(rep: Report, con: Console, explain: bool) -> None:
         _explained(con, explain, notes.TRUE_PEAK)
 
 
-def _render_timeline(rep: Report, con: Console, rows: int = 8) -> None:
+def _render_timeline(rep: Report, con: Console, rows: int = 6) -> None:
     tl = rep.timeline
     totals = tl.totals
     if totals.empty:
@@ -247,7 +263,8 @@ def _render_jit(rep: Report, con: Console, top: int, explain: bool) -> None:
     if len(jm) > top:
         con.print(Text(f"({len(jm) - top} more functions in jit.csv)"))
     _explained(con, explain, notes.JIT)
-    _render_jit_peak(rep, con, top)
+    if explain:  # by default, "What the memory is" names the lines inside the call that hold most
+        _render_jit_peak(rep, con, top)
 
 
 def _render_jit_peak(rep: Report, con: Console, top: int, lines: int = 2) -> None:
