@@ -23,7 +23,7 @@ import pandas as pd
 
 from jaxmemprof.analysis.advice.donation import largest_sampled_call
 from jaxmemprof.analysis.attributed import Attributed
-from jaxmemprof.flow import CARRIED, HELD, PER_STEP, flows, leaf_key
+from jaxmemprof.flow import CARRIED, HELD, PER_STEP, UNKNOWN, flows, leaf_key
 
 PARAMETERS, OPTIMIZER, STATE, BATCH, HELD_INPUTS, INPUTS = (
     "parameters", "optimizer state", "other state", "batch", "held inputs", "other inputs")
@@ -61,7 +61,7 @@ def role_of(leaf: dict, flow: str | None) -> str:
     if any(w in words for w in ("opt_state", "optimizer", "momentum")) or words.startswith("opt"):
         return OPTIMIZER
     if any(w in words for w in ("param", "weight", "model", "kernel")):
-        return PARAMETERS if flow in (CARRIED, HELD, None) else INPUTS
+        return PARAMETERS if flow in (CARRIED, HELD, UNKNOWN, None) else INPUTS
     if flow == CARRIED:
         return STATE
     if flow == HELD:
@@ -220,9 +220,9 @@ def _named_leaves(calls: pd.DataFrame, until: float) -> dict:
     """(id, shape, dtype) -> [(t, owner, role, function)] of the sampled
     calls' input and output leaves up to time ``until`` that can still be
     alive then, latest last; an output the next call took is named by the
-    input it became. An input the program dropped, or donated, at its call is
-    gone after it; one it dropped later is gone by the next call; an output
-    is gone when the input it became is (the liveness the probe recorded)."""
+    input it became. An input the program dropped or donated (the liveness
+    the probe recorded) is gone by the function's next call, once a later
+    sampled call ran; an output, once the input it became is."""
     out: dict = {}
     for fid, mine in calls[calls["t_wall"] <= until].groupby("function_id", sort=False):
         mine = mine.sort_values("call_index")
@@ -234,9 +234,9 @@ def _named_leaves(calls: pd.DataFrame, until: float) -> dict:
             later = int(index) != int(rows[-1][1])  # a later sampled call ran by then
             for i, leaf in enumerate(_leaves(ins)):
                 fate = fates[i] if i < len(fates) else None
-                if fate in ("dropped", "deleted") or (fate == "dropped-later" and later):
+                if fate in _GONE and later:
                     continue
-                _note(out, leaf, float(t), _owner_name(leaf), role_of(leaf, flow.get(leaf_key(leaf))), fid)
+                _note(out, leaf, float(t), _owner_name(leaf), role_of(leaf, flow.get(leaf_key(leaf))), (fid, "in"))
             nxt = by_index.get(int(index) + 1)
             next_fates = _fates(nxt[4]) if nxt is not None else []
             taken = {}  # output j -> the fate of the next call's input it became
@@ -245,11 +245,15 @@ def _named_leaves(calls: pd.DataFrame, until: float) -> dict:
                 if isinstance(origin, list) and len(origin) == 2 and origin[0] == "out":
                     taken[origin[1]] = next_fates[i] if i < len(next_fates) else None
             fed = _fed_back(calls[calls["function_id"] == fid], int(index))
+            after_next = nxt is not None and int(index) + 1 != int(rows[-1][1])
             for j, leaf in enumerate(_leaves(outs)):
-                if taken.get(j) in ("dropped", "deleted", "dropped-later"):
+                if taken.get(j) in _GONE and after_next:
                     continue  # it became the next call's input, and went with it
-                _note(out, leaf, float(t), *_as_input(fed.get(j), leaf, flow), fid)
+                _note(out, leaf, float(t), *_as_input(fed.get(j), leaf, flow), (fid, "out"))
     return out
+
+
+_GONE = ("dropped", "dropped-later", "deleted")
 
 
 def _fates(text) -> list:
@@ -347,7 +351,8 @@ def owners_at(ar: Attributed, snapshot: int, profile=None):
             shape = tuple(int(n) for n in shape)
             hits = leaves.get((int(pid), shape, str(dtype)))
             # the latest call the array was alive for (it may have been born after the snapshot before it),
-            # each function's owner naming one array
+            # each function's owner naming one array as an input and one as an output (old and new state
+            # both live between a call's return and the program's letting go of the old)
             hit = next((h for h in reversed(hits or ()) if h[0] >= before[first] and (h[3], h[1]) not in used),
                        None)
             if hit is not None:
