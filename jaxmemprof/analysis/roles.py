@@ -17,12 +17,12 @@ and temporaries, and the bytes live before it that are not its inputs are
 
 from __future__ import annotations
 
-import json
 
 import pandas as pd
 
 from jaxmemprof.analysis.advice.donation import largest_sampled_call
 from jaxmemprof.analysis.attributed import Attributed
+from jaxmemprof.analysis.cells import json_cell, leaves as _leaves
 from jaxmemprof.flow import CARRIED, HELD, PER_STEP, UNKNOWN, flows, leaf_key
 
 PARAMETERS, OPTIMIZER, STATE, BATCH, HELD_INPUTS, INPUTS = (
@@ -36,14 +36,6 @@ ROLE_COLUMNS = ["device", "role", "bytes", "share", "arrays", "largest_owner", "
 OWNER_COLUMNS = ["device", "role", "owner", "bytes", "shape", "dtype", "function", "sharding"]
 
 _OPTIMIZER_TAGS = ("nnx.OptState", "nnx.OptArray", "nnx.OptVariable")
-
-
-def _leaves(text) -> list:
-    try:
-        v = json.loads(text) if isinstance(text, str) else []
-    except ValueError:
-        return []
-    return [x for x in v if isinstance(x, dict)] if isinstance(v, list) else []
 
 
 def role_of(leaf: dict, flow: str | None) -> str:
@@ -257,11 +249,7 @@ _GONE = ("dropped", "dropped-later", "deleted")
 
 
 def _fates(text) -> list:
-    try:
-        v = json.loads(text) if isinstance(text, str) else []
-    except ValueError:
-        return []
-    return v if isinstance(v, list) else []
+    return json_cell(text, [])
 
 
 def _owner_name(leaf: dict) -> str:

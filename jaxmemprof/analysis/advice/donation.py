@@ -26,6 +26,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from jaxmemprof.analysis.cells import json_cell as _json
+from jaxmemprof.analysis.cells import leaves as _leaves
 from jaxmemprof.analysis.findings import Finding
 from jaxmemprof.analysis.sites import Attribution
 
@@ -57,28 +59,10 @@ class Candidate:
     devices: int = 1  # devices its leaves lie on (XLA's figures are per device)
 
 
-def _json(text, default):
-    """Parsed JSON of the type of ``default`` (a list of dicts for leaf lists),
-    else ``default``: the journal is untrusted."""
-    if not isinstance(text, str):
-        return default
-    try:
-        v = json.loads(text)
-    except ValueError:
-        return default
-    if not isinstance(v, type(default)):
-        return default
-    return v
-
-
 def _is_first(call) -> bool:
     """A sampled call is the function's first (its index may be missing in a damaged journal)."""
     v = call["call_index"]
     return not pd.isna(v) and int(v) == 1
-
-
-def _leaves(text) -> list[dict]:
-    return [d for d in _json(text, []) if isinstance(d, dict)]
 
 
 def _key(leaf: dict) -> tuple:

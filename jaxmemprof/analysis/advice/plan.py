@@ -26,12 +26,12 @@ buys there.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
+from jaxmemprof.analysis.cells import json_cell as _json
 from jaxmemprof.analysis.advice.allocator import (DEFAULT_FRACTION, MAX_FRACTION_PERCENT, fraction_env_name,
                                                   fraction_setting, needed_bytes, percent_needed)
 
@@ -94,16 +94,6 @@ class Plan:
     @property
     def backends(self) -> list:
         return sorted({f.backend for f in self.functions if f.backend})
-
-
-def _json(text, default):
-    if not isinstance(text, str):
-        return default
-    try:
-        v = json.loads(text)
-    except ValueError:
-        return default
-    return v if isinstance(v, type(default)) else default
 
 
 def _int(v) -> int | None:

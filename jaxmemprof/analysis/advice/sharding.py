@@ -12,21 +12,13 @@ inside that call)."""
 
 from __future__ import annotations
 
-import json
 
 from jaxmemprof.analysis.attributed import Attributed
+from jaxmemprof.analysis.cells import leaves as _leaves
 from jaxmemprof.analysis.findings import Finding
 
 MIN_BYTES = 1 << 20
 _SHOWN = 3  # arrays named in one finding
-
-
-def _leaves(text) -> list:
-    try:
-        v = json.loads(text) if isinstance(text, str) else []
-    except ValueError:
-        return []
-    return [x for x in v if isinstance(x, dict)] if isinstance(v, list) else []
 
 
 def _meshes(calls) -> list[dict]:
