@@ -40,7 +40,7 @@ _MARKERS = {
 _PROPERTY = "jaxmemprof_peak_bytes"
 _INTERVAL_S = 0.05  # between the snapshots taken while a test runs (the budget may stretch it)
 _MAX_OVERHEAD = 0.05  # a recorded test's sampling keeps to half of it: 2.5 % of its time
-_TOTALS_OVERHEAD = 0.02  # --jaxmemprof alone: 1 %
+_TOTALS_OVERHEAD = 0.01  # --jaxmemprof alone: 0.5 %
 # Calls made between the wrapper and the test function's own code (a decorator's, a parameterized
 # test's) that are looked through for its frame, at most.
 _FRAME_SEARCH_CALLS = 20_000

@@ -1322,3 +1322,4 @@ class TotalsSession:
             # garbage collection of the old generation later.
             self.sampler.hooks.clear()
             probe.observer = None
+        self.sampler._thread = None  # joined: the thread and the sampler no longer hold each other
