@@ -288,7 +288,9 @@ from jaxmemprof.capture import session
 @pytest.mark.limit_device_leaks("64 MiB")
 def test_ends_its_run():
     a = jnp.ones((256, 1024), jnp.float32)
-    session.active().writer.finish(end_time=None)  # no snapshot can be taken after it
+    run = session.active()
+    run.sampler.stop()  # its interval snapshots first (one racing the closed journal would fail sampling instead)
+    run.writer.finish(end_time=None)  # no snapshot can be taken after it
     assert a.shape == (256, 1024)
 '''
 
