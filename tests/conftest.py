@@ -165,3 +165,22 @@ def pytest_addoption(parser):
 def update_golden(request) -> bool:
     """Whether --update-golden was given: rewrite the golden files instead of comparing."""
     return request.config.getoption("--update-golden")
+
+
+def read_only_dir(tmp_path: Path) -> Path:
+    """A directory in which this process can make neither a file nor a
+    directory: a chmod'ed one, or /sys for root (whom permission bits do not
+    stop)."""
+    if os.geteuid() != 0:
+        d = tmp_path / "ro"
+        d.mkdir()
+        d.chmod(0o555)
+        return d
+    probe = Path("/sys") / "jaxmemprof-probe"
+    for make in (lambda: probe.write_bytes(b""), probe.mkdir):
+        try:
+            make()
+        except OSError:
+            continue
+        pytest.skip("no read-only place to write into")
+    return Path("/sys")

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, cpu_env, run_cli, write_script
+from conftest import REPO, cpu_env, read_only_dir, run_cli, write_script
 from test_fault_injection import cli_batch
 
 RUN = REPO / "sample_runs" / "schema-1" / "mlp-leak"  # a run of known figures (its peak: snapshot 67)
@@ -251,21 +251,6 @@ def test_a_missing_directory_is_a_one_line_error(tmp_path, peak_profile, command
     out = tmp_path / "no" / "such" / "dir" / "out"
     assert_one_line_error(run_cli(*output_args(command, out, peak_profile), cwd=tmp_path), out,
                           "cannot write: No such file or directory")
-
-
-def read_only_dir(tmp_path) -> Path:
-    """A directory this process cannot create files in: a chmod'ed one, or
-    /sys for root (whom permission bits do not stop)."""
-    if os.geteuid() != 0:
-        d = tmp_path / "ro"
-        d.mkdir()
-        d.chmod(0o555)
-        return d
-    try:
-        (Path("/sys") / "jaxmemprof-probe").write_bytes(b"")
-    except OSError:
-        return Path("/sys")
-    pytest.skip("no read-only place to write into")
 
 
 @LINUX_ONLY

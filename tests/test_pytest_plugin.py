@@ -4,15 +4,13 @@ a jitted call, under pytest-xdist, and --jaxmemprof's list of peaks."""
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-from conftest import cpu_env, line_of
+from conftest import cpu_env, line_of, read_only_dir
 
 KiB, MiB = 1024, 1024 * 1024
 
@@ -293,21 +291,6 @@ def test_ends_its_run():
     run.writer.finish(end_time=None)  # no snapshot can be taken after it
     assert a.shape == (256, 1024)
 '''
-
-
-def read_only_dir(tmp_path: Path) -> Path:
-    """A directory no directory can be made in: a chmod'ed one, or /sys for
-    root (whom permission bits do not stop)."""
-    if os.geteuid() != 0:
-        d = tmp_path / "ro"
-        d.mkdir()
-        d.chmod(0o555)
-        return d
-    try:
-        (Path("/sys") / "jaxmemprof-runs").mkdir()
-    except OSError:
-        return Path("/sys")
-    pytest.skip("no read-only place to make a directory in")
 
 
 def test_a_limit_it_cannot_measure_fails(pytester, monkeypatch, tmp_path):
