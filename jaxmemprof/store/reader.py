@@ -8,12 +8,9 @@ usable is left.
 
 from __future__ import annotations
 
-import json
-import re
 import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
-from warnings import catch_warnings, simplefilter
 
 import numpy as np
 import pandas as pd
@@ -21,68 +18,15 @@ import pandas as pd
 from jaxmemprof.errors import InputError
 from jaxmemprof.pprof.reader import Profile, load_profile
 from jaxmemprof.store import layout
+from jaxmemprof.store.decode import (_ADDED_TABLES, _ARRAYS_V1, _UNIT, _address_tuples, _loads, _numbers,
+                                     _one_numbers, _parse_lists, _shallow_json, _typed)
 from jaxmemprof.store.journal import connect_read_only, tolerant_text
 
 PROFILE_SUFFIXES = (".prof", ".prof.gz", ".pb.gz", ".pprof")
 
-# The journal is untrusted (SQLite columns are not typed): every table is read
-# against these. table -> (numeric columns, text columns, columns a row cannot
-# do without). A row missing a required value is dropped, with a warning; a
-# missing optional number becomes 0 (NA for the few that may be absent).
-_TABLES = {
-    "snapshots": (("snapshot", "t_wall", "t_mono", "live_bytes", "buffers", "arrays", "cost_s", "wall_s"),
-                  ("trigger", "label", "file"), ("snapshot", "t_wall", "live_bytes", "file")),
-    "arrays": (("array_id", "py_id", "first_snapshot", "kind_id"), ("addresses",),
-               ("array_id", "first_snapshot", "kind_id")),
-    "array_kinds": (("kind_id", "nbytes", "stack_id"),
-                    ("shape", "dtype", "shard_bytes", "devices", "sharding", "memory_kind"), ("kind_id",)),
-    "array_ends": (("array_id", "last_snapshot", "end_snapshot"), ("how",),
-                   ("array_id", "last_snapshot", "end_snapshot")),
-    "stacks": (("stack_id",), ("frames",), ("stack_id",)),
-    "executables": (("snapshot", "stack_id", "count", "code_bytes"), ("name",), ("snapshot",)),
-    "memory_stats": (("snapshot", "value"), ("device", "key"), ("snapshot", "value")),
-    "markers": (("marker", "t_wall", "t_mono", "after_snapshot"), ("label",), ("t_wall",)),
-    "events": (("event", "t_wall", "snapshot"), ("kind", "message"), ()),
-    "jit_functions": (("function_id", "line", "jit_line", "t_wall"),
-                      ("name", "qualname", "file", "jit_file", "jit_function", "params", "donate_argnums",
-                       "donate_argnames", "static_argnums", "static_argnames", "wrapper", "wrapper_options"),
-                      ("function_id",)),
-    "jit_compiles": (("function_id", "call_index", "t_wall", "argument_bytes", "output_bytes", "alias_bytes",
-                      "temp_bytes", "generated_code_bytes", "host_argument_bytes", "host_output_bytes",
-                      "host_alias_bytes", "host_temp_bytes", "host_generated_code_bytes", "peak_bytes"),
-                     ("signature",), ("function_id", "t_wall")),
-    "jit_calls": (("call_id", "function_id", "call_index", "t_wall", "t_mono", "caller_line"),
-                  ("caller_file", "caller_function", "inputs", "outputs", "inputs_alive", "signature", "live_before"),
-                  ("call_id", "function_id", "t_wall")),
-    "jit_programs": (("function_id", "length", "peak_position", "peak_bytes", "argument_bytes", "output_bytes",
-                      "alias_bytes", "temp_bytes", "dump_s"), ("signature", "module"),
-                     ("function_id", "peak_bytes")),
-    "jit_buffers": (("function_id", "bytes", "live_start", "live_end", "at_peak"),
-                    ("name", "shape", "kind", "op", "frames", "signature"), ("function_id", "bytes")),
-    "jit_curves": (("function_id",), ("signature", "curve"), ("function_id",)),
-    "thinned": (("snapshot",), (), ("snapshot",)),
-    "jit_counts": (("function_id", "calls", "compiles", "calls_complete", "traced", "backend_compiles"), (),
-                   ("function_id",)),
-    "source_names": ((), ("file", "label"), ("file", "label")),
-    "held_by": (("snapshot", "py_id", "only"), ("frames", "shape", "dtype", "kind", "holder", "names"),
-                ("snapshot", "py_id", "holder")),
-    "jit_plans": (("function_id", "batch", "recorded_batch", "axis", "argument_bytes", "output_bytes", "alias_bytes",
-                   "temp_bytes", "generated_code_bytes", "compile_s"),
-                  ("signature", "variant", "devices", "live_outside", "backend", "detail", "error"),
-                  ("function_id", "variant", "batch")),
-}
-# Schema 1's arrays table (each row its own description), read as it is.
-_ARRAYS_V1 = (("array_id", "py_id", "first_snapshot", "nbytes", "stack_id"),
-              ("shape", "dtype", "shard_bytes", "devices", "addresses", "sharding", "memory_kind"),
-              ("array_id", "first_snapshot"))
+# The journal's tables are read against store/decode.py's _TABLES (each
+# column's type); the description an array names in array_kinds:
 _KIND_COLUMNS = ("shape", "dtype", "nbytes", "shard_bytes", "devices", "sharding", "memory_kind", "stack_id")
-# Columns whose absence means "not known" rather than 0, and the columns of seconds.
-_MAY_BE_MISSING = {"end_snapshot", "after_snapshot", "stack_id", "snapshot", "peak_bytes", "call_index",
-                   "calls_complete", "traced", "backend_compiles"}
-_FLOAT_COLUMNS = {"t_wall", "t_mono", "cost_s", "wall_s", "dump_s", "compile_s"}
-# Tables that runs recorded by earlier versions lack.
-_ADDED_TABLES = {"jit_programs", "jit_buffers", "jit_curves", "thinned", "array_kinds", "source_names", "held_by",
-                 "jit_plans"}
 
 _HELD_BY_COLUMNS = ("snapshot", "py_id", "frames", "shape", "dtype", "kind", "holder", "names", "only")
 
@@ -94,138 +38,13 @@ _MANIFEST_TYPES = {
     "jaxlib_version": str, "platform": str, "settings": dict,
 }
 
-
-# Journal cells that hold JSON, which the analyses parse (the jit probe's).
-# A cell nested deeper than _MAX_JSON_DEPTH is damage: read as missing.
-_JSON_COLUMNS = {
-    "jit_functions": ("params", "donate_argnums", "donate_argnames", "static_argnums", "static_argnames",
-                      "wrapper_options"),
-    "jit_calls": ("inputs", "outputs", "inputs_alive", "live_before"),
-    "jit_buffers": ("frames",),
-    "jit_curves": ("curve",),
-    "held_by": ("frames", "shape", "names"),
-    "jit_plans": ("devices", "live_outside", "detail"),
-}
-_MAX_JSON_DEPTH = 64
 _CHUNK_ROWS = 100_000
 # A manifest is a few KiB; one far larger is not ours.
 _MAX_MANIFEST_BYTES = 16 * 1024**2
-_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
-_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
 
 
 def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split())
-
-
-def _too_deep(text) -> bool:
-    """Whether JSON ``text`` nests lists and objects more than
-    _MAX_JSON_DEPTH deep (Python's parser recurses once per level: 100,000
-    would raise RecursionError). Cheap for the usual shallow cell."""
-    if not isinstance(text, str) or text.count("[") + text.count("{") <= _MAX_JSON_DEPTH:
-        return False
-    depth = deepest = 0
-    for c in _NOT_BRACKET.sub("", _JSON_STRING.sub("", text)):
-        depth += 1 if c in "[{" else -1
-        deepest = max(deepest, depth)
-    return deepest > _MAX_JSON_DEPTH
-
-
-def _loads(text):
-    """json.loads for untrusted text: nesting too deep is a ValueError too."""
-    if _too_deep(text):
-        raise ValueError(f"JSON nested more than {_MAX_JSON_DEPTH} levels deep")
-    try:
-        return json.loads(text)
-    except RecursionError:
-        raise ValueError("JSON nested too deeply") from None
-
-
-def _shallow_json(df: pd.DataFrame, table: str, warnings: list) -> pd.DataFrame:
-    """Cells of ``table``'s JSON columns nested too deep to parse are
-    damaged: read as missing, with a warning."""
-    damaged = 0
-    for c in _JSON_COLUMNS.get(table, ()):
-        if c in df.columns:
-            deep = df[c].map(_too_deep).astype(bool)
-            if deep.any():
-                damaged += int(deep.sum())
-                df[c] = df[c].where(~deep, None)
-    if damaged:
-        warnings.append(f"{damaged} cell(s) of the journal's {table} hold JSON nested too deeply; read as damaged")
-    return df
-
-
-def _typed(df: pd.DataFrame, table: str, warnings: list, spec=None) -> pd.DataFrame:
-    """``df`` with the columns of ``table``'s schema (or ``spec``), numbers
-    as numbers, texts as text, and the rows that lack a required value
-    dropped. Column by column on numpy arrays, the frame built once at the
-    end (a run's twenty tables are read on every load: pandas' per-call
-    cost, not the rows, was most of it)."""
-    numeric, text, required = spec or _TABLES[table]
-    missing = [c for c in required if c not in df.columns]
-    if missing and table == "snapshots":
-        raise InputError(table, f"the journal's snapshots lack {', '.join(missing)}")
-    n = len(df.index)
-    columns: dict = {}
-    for c in numeric:
-        if c not in df.columns:
-            columns[c] = np.full(n, np.nan)
-            continue
-        col = df[c]
-        if n == 0 or col.dtype.kind in "iuf":  # numbers already (or none): pd.to_numeric's identity
-            values = col.to_numpy(dtype=np.float64)
-        else:
-            values = pd.to_numeric(col, errors="coerce").astype("float64").to_numpy()
-        # Infinities and numbers past 2**53 (not exact as floats) are damage too.
-        with np.errstate(invalid="ignore"):
-            ok = np.isfinite(values) & (np.abs(values) < 2.0**53)
-        columns[c] = values if ok.all() else np.where(ok, values, np.nan)
-    for c in text:
-        if c not in df.columns:
-            columns[c] = np.full(n, None, dtype=object)
-            continue
-        values = df[c].to_numpy()
-        if pd.api.types.infer_dtype(values, skipna=True) in ("string", "empty"):
-            values = values.astype(object)  # text already: kept, with None where missing (a copy)
-            values[pd.isna(values)] = None
-        else:
-            texts = [_text(v) for v in values.astype(object)]
-            values = np.empty(n, dtype=object)
-            values[:] = texts
-            # As Series.map(_text) gives them: once one is text, pandas' str dtype, missing as NaN.
-            if any(t is not None for t in texts):
-                values[pd.isna(values)] = np.nan
-        columns[c] = values
-    keep = None
-    if required:
-        bad = np.zeros(n, dtype=bool)
-        for c in required:
-            if c in columns:
-                bad |= pd.isna(columns[c])
-        if bad.any():
-            warnings.append(f"{int(bad.sum())} row(s) of the journal's {table} are damaged and left out")
-            keep = ~bad
-    out = {}
-    for c in numeric:
-        values = columns[c] if keep is None else columns[c][keep]
-        if c in _FLOAT_COLUMNS:
-            out[c] = np.where(np.isnan(values), 0.0, values)
-        elif c in _MAY_BE_MISSING:
-            absent = np.isnan(values)
-            out[c] = pd.arrays.IntegerArray(np.round(np.where(absent, 0.0, values)).astype(np.int64), absent)
-        else:
-            out[c] = np.round(np.where(np.isnan(values), 0.0, values)).astype(np.int64)
-    index = pd.RangeIndex(n if keep is None else int(keep.sum()))
-    for c in text:  # objects: str and None (a frame built from them would infer pandas' str dtype)
-        out[c] = pd.Series(columns[c] if keep is None else columns[c][keep], index=index, dtype=object)
-    return pd.DataFrame(out, index=index)
-
-
-def _text(v):
-    if v is None or (isinstance(v, float) and v != v):
-        return None
-    return v if isinstance(v, str) else str(v)
 
 
 def _check_manifest(manifest: dict, warnings: list) -> dict:
@@ -375,10 +194,9 @@ def _query_arrays_and_ends(con, warnings: list) -> tuple[pd.DataFrame, pd.DataFr
 _HOW = ("freed", "deleted")
 # The arrays of a span of ids, joined with their ends: each column as one
 # text of numbers (an end's how as 0: none, 1, 2: _HOW, 3: another), and the
-# addresses' texts joined by a byte that no JSON list holds; parsed by numpy,
-# with no Python object per cell (a day-long run's arrays are millions of
-# rows).
-_UNIT = "\x1f"
+# addresses' texts joined by a byte that no JSON list holds (_UNIT); parsed by
+# numpy (store/decode.py), with no Python object per cell (a day-long run's
+# arrays are millions of rows).
 _INTERVALS = (
     "SELECT count(*), group_concat(a.array_id, ' '), group_concat(a.py_id, ' '),"
     " group_concat(a.first_snapshot, ' '), group_concat(a.kind_id, ' '),"
@@ -391,54 +209,6 @@ _NEXT_SPAN = "SELECT array_id FROM arrays WHERE array_id >= ? ORDER BY array_id 
 # Columns no row may lack (NOT NULL): a missing cell would shift the others.
 _NOT_NULL = {"arrays": ("array_id", "py_id", "first_snapshot", "kind_id", "addresses"),
              "array_ends": ("array_id", "last_snapshot", "end_snapshot", "how")}
-
-
-def _numbers(text, count: int) -> np.ndarray | None:
-    """``count`` integers in a text, separated by spaces; None unless each
-    is an integer below 2**53 (beyond, _typed reads it as damage)."""
-    if count == 0:
-        return np.zeros(0, dtype=np.int64)
-    if not isinstance(text, str):
-        return None
-    values = _parsed(text)
-    # Not np.abs: it leaves -2**63 as it is (below 2**53), which the general path reads as damage.
-    return (values if values is not None and len(values) == count and ((values > -2**53) & (values < 2**53)).all()
-            else None)
-
-
-def _parsed(text: str) -> np.ndarray | None:
-    """The integers of a text separated by spaces (past 2**63: 2**63 - 1);
-    None where one is not an integer ("1.5", "abc")."""
-    try:
-        with catch_warnings():  # numpy warns (or, newer, raises) where the text does not parse to its end
-            simplefilter("error")
-            return np.fromstring(text, dtype=np.int64, sep=" ")
-    except (ValueError, DeprecationWarning):
-        return None
-
-
-def _one_numbers(text, count: int) -> tuple[np.ndarray, np.ndarray] | None:
-    """Of ``count`` texts joined by _UNIT, those that are a one-number JSON
-    list ("[140312420899712]", as _ONE_COUNT matches it) and their numbers;
-    None when the texts cannot be told apart."""
-    if count == 0:
-        return np.zeros(0, dtype=bool), np.zeros(0, dtype=np.int64)
-    if not isinstance(text, str):
-        return None
-    raw = np.frombuffer(text.encode() + bytes([ord(_UNIT)]), dtype=np.uint8)  # each text ends at a cut
-    cuts = np.flatnonzero(raw == ord(_UNIT))
-    if len(cuts) != count:
-        return None
-    starts = np.concatenate([[0], cuts[:-1] + 1])
-    length = cuts - starts
-    digit = (raw >= ord("0")) & (raw <= ord("9"))
-    others = np.add.reduceat((~digit).view(np.uint8), starts, dtype=np.int64)  # its cut too
-    second = raw[np.minimum(starts + 1, len(raw) - 1)]
-    one = ((length >= 3) & (length <= 20) & (others == 3) & (raw[starts] == ord("[")) & (raw[cuts - 1] == ord("]"))
-           & ((second != ord("0")) | (length == 3)))  # "[0]", not "[012]"
-    keep = digit & np.repeat(one, length + 1)
-    values = _parsed(np.where(keep, raw, ord(" ")).tobytes().decode())
-    return (one, values) if values is not None and len(values) == one.sum() else None
 
 
 def _read_intervals(con) -> pd.DataFrame | None:
@@ -510,18 +280,6 @@ def _intervals_read(con) -> pd.DataFrame | None:
     return out
 
 
-def _address_tuples(text: str, one: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """Each array's addresses as a tuple (as _parse_lists gives them):
-    ``values`` where ``one``, the rest of the texts parsed."""
-    out = np.empty(len(one), dtype=object)
-    out[one] = np.fromiter(zip(values.tolist()), dtype=object, count=len(values))  # 1-tuples
-    rest = np.flatnonzero(~one)
-    if len(rest):
-        texts = np.array(text.split(_UNIT), dtype=object)[rest]
-        out[rest] = _parse_lists(pd.DataFrame({"addresses": texts}), ("addresses",))["addresses"].to_numpy()
-    return out
-
-
 def _query_arrays(con, warnings: list) -> pd.DataFrame:
     """The arrays table with each array's description: schema 2 names it
     in array_kinds (each parsed once, shared by its arrays); schema 1
@@ -543,21 +301,6 @@ def _query_arrays(con, warnings: list) -> pd.DataFrame:
     for c in _KIND_COLUMNS:
         out[c] = described[c]  # the dtypes schema 1 gives: texts and lists as objects, nbytes int64
     return out
-
-
-def _parse_lists(df: pd.DataFrame, columns) -> pd.DataFrame:
-    """The JSON lists of ``columns`` as tuples (() where damaged: the
-    analyses then leave the record out)."""
-    for col in columns:
-        if col not in df.columns or df.empty:
-            continue
-        ok = _LIST_CHECKS[col]
-        # Many rows share a text (shapes, devices): parse each distinct one once.
-        codes, uniques = pd.factorize(df[col], use_na_sentinel=False)
-        parsed = np.empty(len(uniques), dtype=object)
-        parsed[:] = _parse_uniques(np.asarray(uniques, dtype=object), ok)
-        df[col] = parsed[codes]
-    return df
 
 
 def read_manifest(mpath: Path) -> dict:
@@ -697,54 +440,6 @@ def _array_intervals(arrays: pd.DataFrame, ends: pd.DataFrame | None, snaps: pd.
     cols = ["array_id", "py_id", "first_snapshot", "last_snapshot", "end_snapshot", "how", "shape", "dtype",
             "nbytes", "shard_bytes", "devices", "addresses", "sharding", "memory_kind", "stack_id"]
     return out[cols]
-
-
-_ONE_COUNT = r"\[(?:0|[1-9]\d{0,17})\]"  # "[140312420899712]": one address or size, below 10**18 < 2**63
-
-
-def _parse_uniques(texts: np.ndarray, ok) -> list:
-    """_json_list of each text; the usual one-number list ("[4096]", an
-    address or a size of a single-device array) read without the JSON
-    parser, the rest with it."""
-    out = [()] * len(texts)
-    s = pd.Series(texts, dtype=object)
-    is_text = s.map(type).to_numpy() == str
-    one = np.zeros(len(texts), dtype=bool)
-    if ok in (_is_count, _is_address) and is_text.any():
-        digits = s[is_text].astype(str).str.fullmatch(_ONE_COUNT)
-        one[np.flatnonzero(is_text)[digits.to_numpy(dtype=bool)]] = True
-        if one.any():
-            values = s[one].astype(str).str.slice(1, -1).astype(np.int64).tolist()
-            for i, v in zip(np.flatnonzero(one).tolist(), values):
-                out[i] = (v,)
-    for i in np.flatnonzero(~one).tolist():
-        out[i] = _json_list(texts[i], ok)
-    return out
-
-
-def _json_list(text, ok) -> tuple:
-    """A JSON list whose every element passes ``ok``; () for anything else
-    (a damaged record, which the analyses then leave out)."""
-    try:
-        v = _loads(text)
-    except (TypeError, ValueError):
-        return ()
-    return tuple(v) if isinstance(v, list) and all(ok(x) for x in v) else ()
-
-
-def _is_count(x) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool) and 0 <= x < 2**63
-
-
-def _is_text(x) -> bool:
-    return isinstance(x, str)
-
-
-def _is_address(x) -> bool:
-    return x is None or _is_count(x)
-
-
-_LIST_CHECKS = {"shape": _is_count, "shard_bytes": _is_count, "devices": _is_text, "addresses": _is_address}
 
 
 def _load_profile_directory(path: Path, profiles: list[Path]) -> Run:
