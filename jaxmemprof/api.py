@@ -132,7 +132,7 @@ class ProfiledRun:
         """Stop recording: the last snapshot (``exit``, or ``exception`` /
         ``oom`` for the ``error`` the recorded code raised), then the run is
         finished. Nothing for a run deferred to an outer one, or stopped."""
-        from jaxmemprof.capture.runner import is_out_of_memory
+        from jaxmemprof.capture.tracebacks import is_out_of_memory
 
         s = self.session
         if s is None or self.ended_by is not None:

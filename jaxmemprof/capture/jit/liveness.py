@@ -13,8 +13,8 @@ import contextlib
 import dis
 import sys
 
+from jaxmemprof.capture.arrays import is_deleted as _is_deleted
 from jaxmemprof.capture.jit.frames import _is_library, _user_frame
-from jaxmemprof.capture.sampler import is_deleted as _is_deleted
 
 # Instructions that run no code of the program's: after a call, an input that
 # dies while only these ran cannot have been used after the call.

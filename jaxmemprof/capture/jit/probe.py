@@ -31,6 +31,7 @@ import threading
 import time
 import weakref
 
+from jaxmemprof.capture.arrays import is_deleted as _is_deleted
 from jaxmemprof.capture.hooks import AfterImport
 from jaxmemprof.capture.jit.frames import _drop_own_frames, _user_frame
 from jaxmemprof.capture.jit.libraries import BY_NAME, PATCHED, plain_arguments
@@ -41,7 +42,6 @@ from jaxmemprof.capture.jit.programs import Programs
 from jaxmemprof.capture.jit.proxy import Probed, _QuietProbed
 from jaxmemprof.capture.jit.site import _is_user_function, _signature_names, _Site
 from jaxmemprof.capture.jit.state import HUNT_CALLS, _FunctionState
-from jaxmemprof.capture.sampler import is_deleted as _is_deleted
 
 # Sampled calls before which the live bytes are counted, at most, in a run
 # (later ones are estimated from the sampler's last snapshot before them).

@@ -30,7 +30,7 @@ import tempfile
 import time
 from typing import TYPE_CHECKING
 
-from jaxmemprof.capture.sampler import is_deleted as _is_deleted
+from jaxmemprof.capture.arrays import is_deleted as _is_deleted
 from jaxmemprof.xla.dump import read_dump
 from jaxmemprof.xla.executable import ExecutableError, read_executable
 

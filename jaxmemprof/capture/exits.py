@@ -1,0 +1,311 @@
+"""The end of the program, as python ends it: an uncaught SystemExit gives
+its status (an object that is not a number printed, as python prints it);
+another exception goes to ``sys.excepthook`` (the script's, if it set one;
+one that calls sys.exit sets the status); then the non-daemon threads are
+joined and the atexit handlers run, while the run still records (JAX's
+teardown held back until the process exits; an exception in one goes to
+``sys.unraisablehook``). And the process's state: what the script may change
+that jaxmemprof's own work after it needs, put back for that work, and the
+script's put back at exit.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import sys
+import threading
+import types
+from dataclasses import dataclass
+
+from jaxmemprof.capture.signals import _end_by_exit_signal
+from jaxmemprof.capture.tracebacks import _trim, _user_traceback, safe_str
+
+# Python's own display of an exception (PyErr_Display), as it was before the
+# script could replace sys.__excepthook__.
+_DISPLAY = sys.__excepthook__
+_MISSING = object()
+
+
+def _system_exit_status(exc: BaseException) -> int:
+    """What python does with an uncaught SystemExit: its ``code`` (the
+    exception itself when that cannot be read); None is 0, an int is the
+    status (as the process's is: its low 8 bits), anything else is printed
+    on stderr (str(), or nothing when that fails) and gives 1."""
+    try:
+        value = exc.code
+    except BaseException:
+        value = exc
+    if value is None:
+        return 0
+    if isinstance(value, int):
+        number = int.__int__(value)
+        if not -(1 << 63) <= number < (1 << 63):  # beyond a C long: python gets -1
+            number = -1
+        return number & 0xFF
+    _print_exit_value(value)
+    return 1
+
+
+def _print_exit_value(value) -> None:
+    """``value`` on sys.stderr then a newline, as python's exit prints it:
+    straight to the process's stderr when sys.stderr is None or missing."""
+    stream = vars(sys).get("stderr")
+    if stream is not None:
+        try:
+            write = stream.write
+            write(str(value))
+        except BaseException:
+            pass
+    else:
+        try:
+            os.write(2, str(value).encode("utf-8", "backslashreplace"))
+        except BaseException:
+            pass
+    _write_stderr("\n")
+
+
+def _write_stderr(text: str) -> None:
+    """What python writes on stderr itself: through sys.stderr, else
+    straight to the process's stderr."""
+    try:
+        stream = vars(sys).get("stderr")
+        stream.write(text)
+        return
+    except BaseException:
+        pass
+    try:
+        os.write(2, text.encode("utf-8", "backslashreplace"))
+    except OSError:
+        pass
+
+
+def _report_exception(box: list) -> int | None:
+    """What python does with an uncaught exception (the one ``box`` holds:
+    this function takes it, so that no frame of ours holds it while it is
+    shown): ``sys.last_*`` set, ``sys.excepthook`` called (the script's own
+    if it set one), and if that fails, both tracebacks; a hook missing is
+    said so. A hook that raises SystemExit ends the program: its exit
+    status is returned."""
+    exc = box.pop()
+    tb = _trim(exc)
+    kind = type(exc)
+    for name, value in (("last_type", kind), ("last_value", exc), ("last_traceback", tb)):
+        try:
+            setattr(sys, name, value)
+        except Exception:
+            pass
+    if sys.version_info >= (3, 12):
+        try:
+            sys.last_exc = exc
+        except Exception:
+            pass
+    hook = vars(sys).get("excepthook", _MISSING)
+    try:
+        sys.audit("sys.excepthook", None if hook is _MISSING else hook, kind, exc, tb)
+    except RuntimeError:
+        return None  # an audit hook refused it: python prints nothing
+    except BaseException:
+        pass
+    if hook is _MISSING:
+        _write_stderr("sys.excepthook is missing\n")
+        _display(exc, tb)
+        return None
+    if hook is _DISPLAY:
+        # Python's own display, which never raises: the exception is held by
+        # sys.last_value and this call alone, as under python (what python
+        # prints when showing it fails counts its references).
+        box.append(exc)
+        del exc
+        try:
+            hook(kind, box.pop(), tb)
+        except BaseException:
+            pass
+        return None
+    try:
+        hook(kind, exc, tb)
+    except SystemExit as hook_exit:
+        return _system_exit_status(hook_exit)
+    except BaseException as hook_exc:
+        _write_stderr("Error in sys.excepthook:\n")
+        _display(hook_exc, _trim(hook_exc))
+        _write_stderr("\nOriginal exception was:\n")
+        _display(exc, tb)
+    return None
+
+
+def _display(exc: BaseException, tb) -> None:
+    try:
+        _DISPLAY(type(exc), exc, tb)
+    except BaseException:
+        pass
+
+
+def _wait_for_threads() -> bool:
+    """What python does once the main module is done: its threading atexit
+    calls, then every non-daemon thread joined (the sampler records them
+    meanwhile). Whether any was still running. An interruption (Ctrl-C)
+    is reported as python reports it, and the end goes on."""
+    main = threading.current_thread()
+    alive = any(t is not main and not t.daemon and t.is_alive() for t in threading.enumerate())
+    shutdown = getattr(threading, "_shutdown", None)
+    if main is not threading.main_thread():
+        return alive
+    try:
+        if shutdown is not None:
+            shutdown()
+        else:
+            for t in threading.enumerate():
+                if t is not main and not t.daemon:
+                    t.join()
+    except BaseException as exc:
+        _write_unraisable(exc, threading)
+    return alive
+
+
+def _write_unraisable(exc: BaseException, obj) -> None:
+    """Python's "Exception ignored in: OBJ" report, through the script's
+    sys.unraisablehook if it set one."""
+    tb = _trim(exc)
+    hook = getattr(sys, "unraisablehook", None)
+    if hook is not None and hook is not sys.__unraisablehook__:
+        try:
+            hook(types.SimpleNamespace(exc_type=type(exc), exc_value=exc, exc_traceback=tb, err_msg=None,
+                                       object=obj))
+        except BaseException:
+            pass
+        return
+    import traceback
+
+    try:
+        lines = [f"Exception ignored in: {obj!r}\n"]
+        if tb is not None:
+            lines += ["Traceback (most recent call last):\n", *traceback.format_tb(tb)]
+        cls = type(exc)
+        qualified = cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+        lines.append(f"{qualified}: {safe_str(exc)}\n")
+        _write_stderr("".join(lines))
+    except BaseException:
+        pass
+
+
+# Functions JAX registers with atexit that tear its backends down: held
+# back while the program's handlers run, so that the run's last snapshot and
+# facts see the program's memory, and run at the process's exit as before.
+_JAX_EXIT_HANDLERS = (("jaxlib.xla_client", ("_xla", "collect_garbage")),
+                      ("jax._src.dispatch", ("wait_for_tokens",)),
+                      ("jax._src.api", ("clean_up",)))
+
+
+def _jax_exit_handlers() -> list:
+    found = []
+    for module, names in _JAX_EXIT_HANDLERS:
+        obj = sys.modules.get(module)
+        for name in names:
+            obj = getattr(obj, name, None)
+        if callable(obj):
+            found.append(obj)
+    return found
+
+
+class _TrimUnraisable:
+    """While the atexit handlers run from our frame: the report of an
+    exception in one (sys.unraisablehook, the script's or python's) gets its
+    traceback without our frames, as at exit, where C calls the handlers."""
+
+    def __init__(self):
+        self.hook = vars(sys).get("unraisablehook")
+        if self.hook is not None:
+            sys.unraisablehook = self
+
+    def __call__(self, args):
+        try:
+            tb = _trim(args.exc_value) if args.exc_value is not None else _user_traceback(args.exc_traceback)
+            args = type(args)((args.exc_type, args.exc_value, tb, args.err_msg, args.object))
+        except Exception:
+            pass
+        self.hook(args)
+
+    def remove(self) -> None:
+        if vars(sys).get("unraisablehook") is self:  # a handler's own hook stays
+            sys.unraisablehook = self.hook
+
+
+def _run_atexit_handlers() -> None:
+    """The program's atexit handlers, run now as python runs them at exit
+    (the last registered first, an exception in one reported and passed
+    over), while the run still records: their markers and memory are the
+    run's. jaxmemprof's own handler and JAX's teardown run at exit."""
+    run_all = getattr(atexit, "_run_exitfuncs", None)
+    if run_all is None:
+        return
+    held = _jax_exit_handlers()
+    for f in held:
+        atexit.unregister(f)
+    atexit.unregister(_end_by_exit_signal)
+    trim = _TrimUnraisable()
+    try:
+        run_all()
+    except BaseException:
+        pass
+    finally:
+        trim.remove()
+        atexit.register(_end_by_exit_signal)  # the last at exit
+        for f in held:
+            atexit.register(f)
+
+
+# -- the process's state: the script's, and jaxmemprof's own ---------------------
+
+
+@dataclass
+class _ProcessState:
+    """What a script may change that jaxmemprof's own work after it needs:
+    the current directory, sys.argv, sys.path, sys.stdout and sys.stderr."""
+
+    cwd: str | None
+    argv: list
+    path: list
+    stdout: object
+    stderr: object
+
+    @classmethod
+    def capture(cls) -> "_ProcessState":
+        try:
+            cwd = os.getcwd()
+        except OSError:  # the script removed its directory
+            cwd = None
+        return cls(cwd, sys.argv, list(sys.path), sys.stdout, sys.stderr)
+
+    def _put_back(self, stdout, stderr) -> None:
+        if self.cwd is not None:
+            try:
+                os.chdir(self.cwd)
+            except OSError:
+                pass
+        sys.argv = self.argv
+        sys.path[:] = self.path
+        sys.stdout, sys.stderr = stdout, stderr
+
+    def restore(self) -> None:
+        """Put back this state; a stream the script closed or removed is
+        replaced by a new one on the same descriptor."""
+        self._put_back(_usable(self.stdout, 1), _usable(self.stderr, 2))
+
+    def restore_at_exit(self) -> None:
+        """Put this state back at exit, as it was, before python's last
+        flush of stdout and stderr (and JAX's teardown): atexit runs the
+        last registered first."""
+        atexit.register(lambda: self._put_back(self.stdout, self.stderr))
+
+
+def _usable(stream, fd: int):
+    """``stream`` if it can still be written, else a new text stream on
+    ``fd`` (or on os.devnull if ``fd`` is closed too)."""
+    if stream is not None and not getattr(stream, "closed", False):
+        return stream
+    try:
+        os.fstat(fd)
+        return open(fd, "w", closefd=False, errors="backslashreplace")
+    except OSError:
+        return open(os.devnull, "w")
