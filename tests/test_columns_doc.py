@@ -1,5 +1,6 @@
-"""Every column and key jaxmemprof writes has a meaning in render/glossary.py,
-and docs/columns.md and docs/glossary.md are exactly what its generator makes.
+"""Every column and key jaxmemprof writes has a meaning in jaxmemprof/glossary/,
+every finding's facts are those its rule declares (jaxmemprof/rules/), and
+docs/columns.md and docs/glossary.md are exactly what the generator makes.
 
 The outputs checked are real: the committed sample run (export, report
 --json, show, diff, check), a job made of two copies of it, a plain directory
@@ -20,7 +21,11 @@ import pytest
 
 from conftest import REPO, run_cli, write_script
 
-from jaxmemprof.render import glossary as g
+from jaxmemprof import glossary as g
+from jaxmemprof.glossary.docs import documents
+from jaxmemprof.glossary.tables import Table, tables
+from jaxmemprof.glossary.terms import TERMS
+from jaxmemprof.rules import RULES
 from jaxmemprof.analysis.attributed import attribute
 
 SAMPLE = REPO / "sample_runs" / "runs" / "mlp-leak"
@@ -28,9 +33,9 @@ GiB = 1024**3
 MiB = 1024**2
 
 
-def documented() -> dict[str, g.Table]:
+def documented() -> dict[str, Table]:
     """Each documented table, by its IN_TABLE name (show and diff by their titles)."""
-    return {t.title if t.name in ("show", "diff") else t.name: t for _, group in g.tables() for t in group}
+    return {t.title if t.name in ("show", "diff") else t.name: t for _, group in tables() for t in group}
 
 
 def header(path: Path) -> list[str]:
@@ -51,11 +56,11 @@ def check_export(directory: Path, *, estimated=False):
         if estimated and name in ("arrays.csv", "reuse.csv", "reuse_devices.csv"):
             continue  # no per-array data: these have no rows (and only the process column)
         assert cols == list(tables[key].columns), (
-            f"{name}: exported {cols}, documented {list(tables[key].columns)}: update jaxmemprof/render/glossary.py "
+            f"{name}: exported {cols}, documented {list(tables[key].columns)}: update jaxmemprof/glossary/tables.py "
             f"and run {g.REGENERATE}")
 
 
-def check_rows(rows: list[dict], table: g.Table, *, lead_process=True):
+def check_rows(rows: list[dict], table: Table, *, lead_process=True):
     """JSON rows carry the table's columns (without the CSV's leading process)."""
     cols = list(table.columns)
     if lead_process and cols[:1] == ["process"] and "process" not in cols[1:]:
@@ -71,17 +76,18 @@ def check_rows(rows: list[dict], table: g.Table, *, lead_process=True):
 def check_facts(finding: dict):
     rule, facts = finding["rule"], finding["facts"]
     allowed = g.documented_facts(rule)
-    assert allowed, f"rule {rule!r} has no FACTS in jaxmemprof/render/glossary.py"
+    assert allowed, f"rule {rule!r} is not declared in jaxmemprof/rules/"
     missing = set(facts) - allowed
-    assert not missing, f"facts {sorted(missing)} of rule {rule!r} are not documented in render/glossary.py FACTS"
+    assert not missing, f"facts {sorted(missing)} of rule {rule!r} are not among its Rule's facts (jaxmemprof/rules/)"
     for k in facts:
         g.fact_meaning(rule, k)
 
 
 def same_facts(finding, key=None):
     """A Finding's facts are the documented ones of its rule and case, in the documented order."""
-    key = key or ((finding.rule, finding.case) if (finding.rule, finding.case) in g.FACTS else (finding.rule, ""))
-    want = [k for k in g.FACTS[key] if k not in g.OPTIONAL_FACTS.get(key, ()) or k in finding.facts]
+    rule = RULES[finding.rule]
+    key = key or ((finding.rule, finding.case) if finding.case in rule.facts else (finding.rule, ""))
+    want = [k for k in rule.facts[key[1]] if k not in rule.optional or k in finding.facts]
     assert list(finding.facts) == want, f"{key}: facts {list(finding.facts)}, documented {want}"
     for k in finding.facts:
         g.fact_meaning(finding.rule, k)
@@ -338,7 +344,7 @@ def test_allocator_facts():
     for f in found:
         same_facts(f)
         seen.add((f.rule, f.case))
-    allocator_cases = {k for k in g.FACTS if k[0].startswith("allocator-")}
+    allocator_cases = {(name, c) for name, r in RULES.items() if name.startswith("allocator-") for c in r.facts}
     assert seen >= allocator_cases, f"cases not exercised: {sorted(allocator_cases - seen)}"
 
 
@@ -384,14 +390,21 @@ def test_job_facts():
 
 
 def test_every_rule_has_its_facts_and_words():
-    from jaxmemprof.analysis.findings import RULES
-
-    rules = {r for r, _ in g.FACTS}
-    assert set(RULES) <= rules, f"rules without FACTS in render/glossary.py: {sorted(set(RULES) - rules)}"
-    assert rules == set(g.RULE_SUMMARY)
-    for (rule, _), names in g.FACTS.items():
-        for n in names:
-            g.fact_meaning(rule, n)
+    """A rule is one declaration: every case it writes facts for has words
+    (and every case with words has facts), each fact has a meaning, and the
+    module it names as its maker makes findings of that rule."""
+    for name, rule in RULES.items():
+        assert rule.name == name and rule.summary and rule.facts, name
+        for case in rule.facts:
+            cases = [case] if case else list(rule.words)
+            assert all(rule.words_for(c) for c in cases), f"{name}: case {case!r} has facts but no words"
+        for case in rule.words:
+            assert case in rule.facts or "" in rule.facts, f"{name}: case {case!r} has words but no facts"
+        assert set(rule.optional) <= set(rule.fact_names()), name
+        for n in rule.fact_names():
+            g.fact_meaning(name, n)
+        maker = (REPO / "jaxmemprof" / rule.made_by).read_text()
+        assert f'"{name}"' in maker, f"{rule.made_by} makes no finding of rule {name!r}"
 
 
 # -- the documents -----------------------------------------------------------------------------
@@ -399,16 +412,16 @@ def test_every_rule_has_its_facts_and_words():
 
 def test_every_meaning_is_one_sentence():
     texts = list(g.GLOSSARY.items()) + [(k, v) for t in g.IN_TABLE.values() for k, v in t.items()] + \
-        [(k, v) for t in g.FACT_MEANINGS.values() for k, v in t.items()] + list(g.TERMS.items())
+        [(k, v) for r in RULES.values() for k, v in r.meanings.items()] + list(TERMS.items())
     for name, text in texts:
         assert text.strip() == text and text.endswith(".") and "\n" not in text, name
         assert text[0].isupper() or text[0] in "`'", name
-    names = {t.name for _, group in g.tables() for t in group}
+    names = {t.name for _, group in tables() for t in group}
     assert set(g.IN_TABLE) <= names, sorted(set(g.IN_TABLE) - names)
 
 
 def test_committed_docs_are_the_generated_ones():
-    for path, text in g.documents(REPO).items():
+    for path, text in documents(REPO).items():
         assert path.exists() and path.read_text(encoding="utf-8") == text, (
-            f"{path.relative_to(REPO)} differs from what jaxmemprof/render/glossary.py generates: run "
+            f"{path.relative_to(REPO)} differs from what jaxmemprof/glossary/ generates: run "
             f"`{g.REGENERATE}` and commit the result")

@@ -178,7 +178,7 @@ def test_the_output_history_holder_is_named_with_its_fix_and_the_saving_is_what_
     from jaxmemprof import load_run
     from jaxmemprof.analysis.attributed import attribute
     from jaxmemprof.analysis.history import history_findings
-    from jaxmemprof.render.glossary import documented_facts, fact_meaning
+    from jaxmemprof.glossary import documented_facts, fact_meaning
 
     look = kernel.cells['jnp.tanh(x @ params["w1"])  # a look at the activations: IPython keeps the value in Out']
     n = look.execution_count

@@ -17,27 +17,6 @@ from jaxmemprof.analysis.sites import Attribution
 if TYPE_CHECKING:
     from jaxmemprof.analysis.attributed import Attributed
 
-# The rules a finding can have (the ``rule`` of report's findings), for
-# ``check --fail-on``: a name not among them is a typo, refused.
-RULES = (
-    "leak", "recompile", "donate", "donation-unusable", "donated-then-used", "remat", "narrow-dtype",
-    "allocator-platform", "allocator-fraction", "allocator-preallocate", "allocator-fragmentation",
-    "allocator-env", "fit",
-)
-
-
-def known_rules() -> tuple[str, ...]:
-    """The rule names: findings.RULES where the findings module lists them, else ours."""
-    try:
-        from jaxmemprof.analysis import findings
-
-        listed = getattr(findings, "RULES", None)
-    except Exception:  # pragma: no cover - the findings module is always there
-        listed = None
-    if listed:
-        return tuple(dict.fromkeys([*listed, *RULES]))
-    return RULES
-
 
 @dataclass(frozen=True)
 class Limits:

@@ -4,9 +4,11 @@ Every rule (leaks, recompiles, donation, allocator and capacity advice,
 inside-jit hints) adds to one list of ``Finding`` records. A finding holds
 facts, never sentences: its rule, severity, the user's line it is about, what
 acting on it saves, and ``facts``, the figures and names behind it under the
-names docs/glossary.md gives them. ``render/findings.py`` turns a finding into
-words (terse in the terminal, in full with ``report --explain``, in JSON and
-CSV), so the same facts can be said in every output.
+names docs/columns.md gives them. Each rule is declared once, in
+jaxmemprof/rules/ (its facts, their meanings, its words); ``render/findings.py``
+turns a finding into those words (terse in the terminal, in full with
+``report --explain``, in JSON and CSV), so the same facts can be said in every
+output.
 """
 
 from __future__ import annotations
@@ -14,19 +16,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 SEVERITIES = ("high", "medium", "low", "info")
-# Every rule a finding can have, and the module that makes it (docs/glossary.md says each).
-RULES = {
-    "leak": "analysis/leaks.py", "recompile": "analysis/leaks.py",
-    "donate": "analysis/advice/donation.py", "donation-unusable": "analysis/advice/donation.py",
-    "donated-then-used": "analysis/advice/donation.py",
-    "allocator-fraction": "analysis/advice/allocator.py", "allocator-preallocate": "analysis/advice/allocator.py",
-    "allocator-fragmentation": "analysis/advice/allocator.py", "allocator-env": "analysis/advice/allocator.py",
-    "allocator-platform": "analysis/advice/allocator.py", "fit": "analysis/advice/capacity.py",
-    "remat": "analysis/inside_jit.py", "narrow-dtype": "analysis/inside_jit.py",
-    "imbalance": "analysis/job.py", "unfinished": "analysis/job.py",
-    "output-history": "analysis/history.py",
-    "replicated": "analysis/advice/sharding.py",
-}
 
 
 @dataclass(frozen=True, eq=False)

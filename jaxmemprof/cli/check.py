@@ -50,10 +50,10 @@ class Percent(click.ParamType):
 
 
 def _rules(ctx, param, values):
-    from jaxmemprof.analysis.check import known_rules
+    from jaxmemprof.rules import RULES
 
     rules = [r.strip() for v in values for r in v.split(",") if r.strip()]
-    known = known_rules()
+    known = tuple(RULES)
     unknown = [r for r in rules if r not in known]
     if unknown:
         raise click.BadParameter(f"unknown rule {unknown[0]!r}; rules: {', '.join(known)}", ctx, param)

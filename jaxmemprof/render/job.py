@@ -13,9 +13,11 @@ from rich.text import Text
 
 from jaxmemprof.analysis.job import JobReport, job_plan
 from jaxmemprof.render.escape import safe
-from jaxmemprof.render.findings import Words, words
+from jaxmemprof.render.findings import words
 from jaxmemprof.render.json import records
 from jaxmemprof.render.report import render_findings, sparkline
+from jaxmemprof.rules import Words
+from jaxmemprof.rules.job import who
 from jaxmemprof.store.job import process_list_text
 from jaxmemprof.units import format_bytes
 
@@ -128,80 +130,18 @@ def render_job_report(rep: JobReport, con: Console, *, top: int = 10, explain: b
 
 def _job_words(j, explain: bool) -> Words:
     """A job finding's words, with what it saves over all its processes in full."""
-    w = job_words(j)
+    w = words(j.finding)
     if explain and j.saving_bytes_total is not None and len(j.processes) > 1:
         return replace(w, evidence=(w.evidence + "; " if w.evidence else "")
                        + f"over the {len(j.processes)} processes it saves {format_bytes(j.saving_bytes_total)}")
     return w
 
 
-def who(processes, most: int = 8) -> str:
-    """``processes 0–3, 7``; a long list is cut after ``most`` parts (the
-    terminal's; JSON and CSV have them all)."""
-    parts = process_list_text(processes).split(", ")
-    text = ", ".join(parts) if len(parts) <= most + 2 else ", ".join(parts[:most]) + f", … ({len(processes)} in all)"
-    return f"process{'es' if len(processes) > 1 else ''} {text}"
-
-
-def _imbalance(f) -> Words:
-    x = f.facts
-    n, m = x["process"], x["median_process"]
-    sites = x.get("sites") or []
-    at = ", ".join(f"{s['site']} ({format_bytes(s['delta_bytes'], signed=True)})" for s in sites)
-    heavy = x.get("processes") or [n]
-    many = (f"{len(heavy)} of {x.get('process_count')} processes hold up to " if len(heavy) > 1 else
-            f"Process {n} holds ")
-    brief = (f"{many}{format_bytes(x['peak_bytes'])} at their peak{'s' if len(heavy) > 1 else ''}, "
-             f"{format_bytes(x['excess_bytes'])} more than the median process ({format_bytes(x['median_bytes'])})"
-             + (f": the difference is at {at}" if at else "") + ".") if len(heavy) > 1 else (
-             f"Process {n} holds {format_bytes(x['peak_bytes'])} at its peak, {format_bytes(x['excess_bytes'])} "
-             f"more than the median process ({format_bytes(x['median_bytes'])})"
-             + (f": the difference is at {at}" if at else "") + ".")
-    where = ", ".join(s["site"] for s in sites) or "the sites that differ"
-    brief_fix = (f"Make what {'those processes keep' if len(heavy) > 1 else f'process {n} keeps'} at {where} match "
-                 "the other processes, or shard it across them.")
-    fix = (f"Every process of an SPMD job needs the device memory of the largest one. Find why process {n} keeps "
-           f"more at {where} (an array made only on one process, e.g. for logging or evaluation, or an uneven "
-           "shard of the data) and make it match the others, or shard it across the processes.")
-    evidence = (f"peaks per process: median {format_bytes(x['median_bytes'])}, min {format_bytes(x['min_bytes'])}, "
-                f"max {format_bytes(x['peak_bytes'])} (process {n}); at the peaks of process {n} and process {m} "
-                f"({format_bytes(x['median_process_bytes'])}, the nearest the median): "
-                + ("; ".join(f"{s['site']}: {format_bytes(s['bytes'])} vs {format_bytes(s['median_process_bytes'])}"
-                             for s in sites) or "no site differs"))
-    return Words(brief, brief_fix, brief, fix, evidence)
-
-
-def _unfinished(f) -> Words:
-    ps = f.facts.get("processes") or []
-    many = len(ps) > 1
-    brief = (f"{who([p['process'] for p in ps]).capitalize()} did not finish (killed, or still running): "
-             f"{'their' if many else 'its'} data ends at the last snapshot committed; the others' are complete.")
-    brief_fix = "See why it ended: its log, the launcher's exit codes, the kernel's OOM killer."
-    evidence = "; ".join(
-        f"process {p['process']}: " + (p["error"] if p.get("error") else
-                                       f"{p['snapshots']} snapshot(s)" + (f", the last at {p['last_t']:.2f} s"
-                                                                          if p.get("last_t") is not None else ""))
-        for p in ps)
-    return Words(brief, brief_fix, brief, brief_fix, evidence)
-
-
-_JOB_RULES = {"imbalance": _imbalance, "unfinished": _unfinished}
-
-
-def job_words(j) -> Words:
-    """A job finding in words: the job's own rules here, a process's with
-    render/findings.py (the words of the process whose figures it carries)."""
-    rule = _JOB_RULES.get(j.rule)
-    if rule is not None:
-        return rule(j.finding)
-    return words(j.finding)
-
-
 def findings_table(findings: list) -> pd.DataFrame:
     """The job's findings as rows (job_findings.csv, report --json)."""
     rows = []
     for j in findings:
-        w = job_words(j)
+        w = words(j.finding)
         f = j.finding
         rows.append({"rule": f.rule, "case": getattr(f, "case", ""), "severity": f.severity, "site": f.site,
                      "saving_bytes": f.saving_bytes, "saving_bytes_total": j.saving_bytes_total,

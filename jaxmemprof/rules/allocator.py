@@ -1,0 +1,300 @@
+"""The allocator's settings: ``allocator-platform``, ``-fraction``, ``-preallocate``,
+``-fragmentation`` and ``-env`` (made by analysis/advice/allocator.py)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from jaxmemprof.analysis.advice.allocator import (
+    DEFAULT_FRACTION,
+    DOCS_URL,
+    FRACTION,
+    FRAGMENTATION_MIN,
+    FRAGMENTATION_MIN_POOL_BYTES,
+    MAX_FRACTION_PERCENT,
+    OLD_FRACTION,
+    PREALLOCATE,
+    UNDERUSED_SHARE,
+    fraction_setting,
+)
+from jaxmemprof.rules.base import LOWER_THE_PEAK, POOL_TRADE_OFF, Rule, Words, exact, fmt, peak_source, set_fraction
+from jaxmemprof.units import format_bytes
+
+if TYPE_CHECKING:
+    from jaxmemprof.analysis.findings import Finding
+
+
+def _platform(f: Finding, x: dict) -> Words:
+    reasons = ["the run ran out of device memory" if r == "oom" else f"{r} fired" for r in x["because"]]
+    return Words(
+        brief="Measure what the program needs exactly, once, with XLA_PYTHON_CLIENT_ALLOCATOR=platform.",
+        brief_fix="XLA_PYTHON_CLIENT_ALLOCATOR=platform for one (slow) measuring run",
+        message=("To measure exactly how much device memory this program needs, run it once "
+                 "with XLA_PYTHON_CLIENT_ALLOCATOR=platform."),
+        fix=("XLA_PYTHON_CLIENT_ALLOCATOR=platform allocates exactly what is needed and frees it at once "
+             "(no pool, no preallocation, the only mode that returns memory to the device): very slow, "
+             f"a debugging aid for one measuring run, not a setting to keep. See {DOCS_URL}"),
+        evidence="why: " + "; ".join(reasons) + f"; peak used here: {fmt(x['peak_bytes'])} from {peak_source(x)}")
+
+
+def _fraction_evidence(x: dict) -> str:
+    variable = x.get("fraction_variable")
+    from_what = f"{variable}={x.get('fraction_value')}" if variable else f"the default {DEFAULT_FRACTION:.2f}"
+    return (f"peak {exact(x['peak_bytes'])}, from {peak_source(x)}; with headroom (+5 % + 64 MiB) "
+            f"{exact(x['needed_bytes'])}; bytes_limit on {x['device']} {exact(x['bytes_limit'])} = "
+            f"{x['fraction']:.2f} ({from_what}) x about {fmt(x['device_bytes'])} of device memory; fraction needed "
+            f"{x['fraction_needed']:.2f}")
+
+
+def _fraction_raise(f: Finding, x: dict) -> Words:
+    return Words(
+        brief=f"The peak needs {fmt(x['needed_bytes'])} but the pool's limit on {x['device']} is "
+              f"{fmt(x['bytes_limit'])}.",
+        brief_fix=set_fraction(x),
+        message=(f"The peak needs {fmt(x['needed_bytes'])} with headroom but the allocator's limit on "
+                 f"{x['device']} is {fmt(x['bytes_limit'])}: raise the memory fraction to {x['setting']}."),
+        fix=(f"Set {set_fraction(x)}. Trade-off: {POOL_TRADE_OFF}; above "
+             f"{fraction_setting(MAX_FRACTION_PERCENT)} they may fail to allocate. See {DOCS_URL}"),
+        evidence=_fraction_evidence(x))
+
+
+def _fraction_cannot(f: Finding, x: dict) -> Words:
+    pct = round(x["fraction_needed"] * 100)
+    most = fraction_setting(MAX_FRACTION_PERCENT)
+    return Words(
+        brief=f"The peak needs {fmt(x['needed_bytes'])}, {pct} % of the {fmt(x['device_bytes'])} device: "
+              f"no memory fraction holds it.",
+        brief_fix="lower the peak (donation, jax.checkpoint, smaller batches, sharding) or use a larger device",
+        message=(f"The peak needs {fmt(x['needed_bytes'])} with headroom, {pct} % of the {fmt(x['device_bytes'])} "
+                 f"device: no memory fraction up to {most} holds it."),
+        fix=(f"{LOWER_THE_PEAK} TF_FORCE_UNIFIED_MEMORY=1 with {x['fraction_env_name']} above 1 lets the pool "
+             f"spill into host memory, at a large cost in speed. See {DOCS_URL}"),
+        evidence=_fraction_evidence(x))
+
+
+def _preallocate_shared(f: Finding, x: dict) -> Words:
+    n, frac, need = x["processes"], x["fraction"], x["needed_bytes"]
+    evidence = (f"{n} processes on one GPU; fraction {frac:.2f} ({x.get('fraction_variable') or 'default'}); "
+                f"{PREALLOCATE}={x.get('preallocate') or 'unset (true)'}; this process's peak "
+                f"{fmt(x['peak_bytes'])} from {peak_source(x)}, {fmt(need)} with headroom")
+    fix = (f"Set {PREALLOCATE}=false in each process (memory is allocated on demand: more prone to "
+           "fragmentation, and freed memory stays with its process), or give each process "
+           f"{set_fraction(x)} ({MAX_FRACTION_PERCENT} % / {n})")
+    total, each = x.get("device_bytes"), x.get("bytes_each")
+    if total:
+        evidence += f"; device about {fmt(total)}, {fmt(each)} each at {x['share']}"
+        if need <= each:
+            fix += f", which holds this process's peak ({fmt(need)} with headroom)."
+        else:
+            fix += (f". Neither is enough if every process peaks like this one: {n} x {fmt(need)} = "
+                    f"{fmt(n * need)} is more than {fraction_setting(MAX_FRACTION_PERCENT)} of the "
+                    f"{fmt(total)} GPU; run fewer processes per GPU or lower the peak.")
+    else:
+        fix += "."
+    return Words(
+        brief=f"{n} processes share one GPU and each preallocates {frac:.0%} of it.",
+        brief_fix=f"{PREALLOCATE}=false in each process, or {x['set']} each",
+        message=(f"{n} processes share one GPU and each preallocates {frac:.0%} of it: "
+                 f"together they ask for {frac * n:.0%} of its memory."),
+        fix=fix + f" See {DOCS_URL}", evidence=evidence)
+
+
+def _preallocate_underused(f: Finding, x: dict) -> Words:
+    pool, need, peak = x["pool_bytes"], x["needed_bytes"], x["peak_bytes"]
+    return Words(
+        brief=f"The peak is {peak / pool:.0%} of the {fmt(pool)} pool preallocated on {x['device']}.",
+        brief_fix=f"only if something else needs the GPU: {PREALLOCATE}=false, or {x['set']}",
+        message=(f"The peak ({fmt(peak)}) is {peak / pool:.0%} of the {fmt(pool)} pool preallocated on "
+                 f"{x['device']}: {fmt(pool - need)} of it is never needed."),
+        fix=("Only worth changing if something else needs the GPU: set "
+             f"{PREALLOCATE}=false to allocate on demand (more prone to fragmentation; freed memory stays with "
+             f"the process), or keep preallocation and set {set_fraction(x)} to preallocate only what the peak "
+             f"needs. See {DOCS_URL}"),
+        evidence=(f"peak {exact(peak)}, from {peak_source(x)}; pool {fmt(pool)} ({pool} bytes; fraction "
+                  f"{x['fraction']:.2f}); with headroom (+5 % + 64 MiB) the peak needs {fmt(need)} = "
+                  f"{x['fraction_needed']:.2f} of the device; threshold: peak below {UNDERUSED_SHARE:.0%} of the pool"))
+
+
+def _fragmentation(f: Finding, x: dict) -> Words:
+    fix = ("Set TF_GPU_ALLOCATOR=cuda_malloc_async: CUDA's stream-ordered allocator (cudaMallocAsync, CUDA "
+           "11.2 or later) replaces the BFC pool and its fragmentation. Trade-off: no preallocated pool "
+           "(memory is taken from the device as needed), speed may differ (measure), and the BFC "
+           "statistics (pool_bytes, largest_free_block_bytes) are no longer reported. BFC's own "
+           "out-of-memory message suggests it when fragmentation is the cause.")
+    if not x.get("preallocates"):
+        fix += (f" Preallocation is off ({PREALLOCATE}={x.get('preallocate')}), which JAX's documentation "
+                "says is more prone to fragmentation: turning it back on is the first thing to try.")
+    return Words(
+        brief=f"The pool on {x['device']} was {x['fragmentation']:.0%} fragmented: {fmt(x['free_bytes'])} free, "
+              f"largest block {fmt(x['largest_free_block_bytes'])}.",
+        brief_fix="TF_GPU_ALLOCATOR=cuda_malloc_async" if x.get("preallocates")
+        else f"turn preallocation back on ({PREALLOCATE} unset), or TF_GPU_ALLOCATOR=cuda_malloc_async",
+        message=(f"The allocator pool on {x['device']} was {x['fragmentation']:.0%} fragmented at snapshot "
+                 f"{x['snapshot']}: {fmt(x['free_bytes'])} free, but the largest free block is "
+                 f"{fmt(x['largest_free_block_bytes'])}."),
+        fix=fix + f" See {DOCS_URL}",
+        evidence=(f"pool_bytes {exact(x['pool_bytes'])}, bytes_in_use {exact(x['bytes_in_use'])}, "
+                  f"largest_free_block_bytes {exact(x['largest_free_block_bytes'])}; fragmentation = (pool - in use "
+                  f"- largest free block) / (pool - in use) = {x['fragmentation']:.2f}; threshold "
+                  f"{FRAGMENTATION_MIN:.2f} on pools of {format_bytes(FRAGMENTATION_MIN_POOL_BYTES)} or more"))
+
+
+def _version(x: dict) -> str:
+    return x.get("jaxlib_version") or "(unknown version)"
+
+
+def _env_both_refused(f: Finding, x: dict) -> Words:
+    where = {
+        "gpu": "yet this run reports a GPU backend: was the environment changed after JAX started?",
+        "other-platforms": (f"this run asked for JAX_PLATFORMS={x.get('jax_platforms')}; a GPU run with this "
+                            "environment would start without its CUDA backend"),
+    }.get(x.get("backend_seen"), f"this run used the {x.get('backend') or 'unknown'} backend, which that failure "
+                                 f"may explain")
+    return Words(
+        brief=f"Both {FRACTION} and {OLD_FRACTION} are set: JAX then starts without its CUDA backend.",
+        brief_fix=f"unset {OLD_FRACTION}",
+        message=(f"Both {FRACTION}={x['fraction_value']} and {OLD_FRACTION}={x['old_fraction_value']} are set: jaxlib "
+                 f"{_version(x)} raises ValueError when both are, and JAX then starts without its CUDA backend."),
+        fix=f"Unset {OLD_FRACTION} (deprecated) and keep {FRACTION}={x['fraction_value']}. See {DOCS_URL}",
+        evidence=(f"jaxlib 0.4.32 and later read {FRACTION} and refuse {OLD_FRACTION} beside it "
+                  "(jaxlib/xla_client.py, generate_pjrt_gpu_plugin_options); the CUDA plugin calls it while "
+                  "initialising and JAX only logs the error ('Jax plugin configuration error'); " + where))
+
+
+def _env_both_old(f: Finding, x: dict) -> Words:
+    return Words(
+        brief=f"Both {FRACTION} and {OLD_FRACTION} are set: jaxlib {_version(x)} reads only {OLD_FRACTION}.",
+        brief_fix=f"unset {FRACTION}",
+        message=(f"Both {FRACTION}={x['fraction_value']} and {OLD_FRACTION}={x['old_fraction_value']} are set: jaxlib "
+                 f"{_version(x)} reads only {OLD_FRACTION}, and jaxlib 0.4.32 and later refuse the two together."),
+        fix=(f"Unset {FRACTION} and keep {OLD_FRACTION}={x['old_fraction_value']} while on jaxlib {_version(x)}; after "
+             f"upgrading to 0.4.32 or later, rename it to {FRACTION}. See {DOCS_URL}"),
+        evidence=(f"jaxlib before 0.4.32 reads only {OLD_FRACTION} (jaxlib/xla_client.py of 0.4.31); "
+                  "from 0.4.32 on, both set raise ValueError"))
+
+
+def _env_ignored(f: Finding, x: dict) -> Words:
+    return Words(
+        brief=f"{FRACTION} is ignored: jaxlib {_version(x)} reads only {OLD_FRACTION}.",
+        brief_fix=f"{OLD_FRACTION}={x['fraction_value']} instead",
+        message=(f"{FRACTION}={x['fraction_value']} is ignored: jaxlib {_version(x)} reads only {OLD_FRACTION}, so the "
+                 f"pool used the default fraction {DEFAULT_FRACTION:.2f}."),
+        fix=f"Set {OLD_FRACTION}={x['fraction_value']} instead (and unset {FRACTION}), or upgrade jaxlib. See {DOCS_URL}",
+        evidence=f"{FRACTION} is read from jaxlib 0.4.32 on (jaxlib/xla_client.py)")
+
+
+def _env_spelling(f: Finding, x: dict) -> Words:
+    return Words(
+        brief=f"{PREALLOCATE}={x['preallocate']} leaves preallocation on.",
+        brief_fix=f"{PREALLOCATE}=false",
+        message=(f"{PREALLOCATE}={x['preallocate']} leaves preallocation on: jaxlib turns it off only for "
+                 "false, False or 0."),
+        fix=f"Set {PREALLOCATE}=false. See {DOCS_URL}",
+        evidence="jaxlib/xla_client.py: preallocate = value not in ('false', 'False', '0')")
+
+
+
+ALLOCATOR_PLATFORM = Rule(
+    "allocator-platform", made_by="analysis/advice/allocator.py",
+    summary=("Measure exact use once with `XLA_PYTHON_CLIENT_ALLOCATOR=platform`, after another allocator finding "
+             "or an OOM (analysis/advice/allocator.py)."),
+    facts={"": ("because", "peak_bytes", "peak_source", "peak_device")},
+    meanings={"peak_bytes": "The peak used: the best of `peak_source`, on the busiest device.",
+              "because": ("Why: `oom` (the run ran out of memory) and the rules that fired (`allocator-fraction`, "
+                          "`allocator-fragmentation`).")},
+    words={"": _platform},
+)
+
+
+ALLOCATOR_FRACTION = Rule(
+    "allocator-fraction", made_by="analysis/advice/allocator.py",
+    summary=("The peak needs more than the allocator's limit: raise the fraction (case `raise`), or no fraction "
+             "holds it (case `cannot`) (analysis/advice/allocator.py)."),
+    facts={"raise": ("peak_bytes", "peak_source", "peak_device", "needed_bytes", "device", "bytes_limit", "fraction",
+                     "fraction_variable", "fraction_value", "device_bytes", "fraction_needed", "setting", "set",
+                     "unset", "jaxlib_version"),
+           "cannot": ("peak_bytes", "peak_source", "peak_device", "needed_bytes", "device", "bytes_limit", "fraction",
+                      "fraction_variable", "fraction_value", "device_bytes", "fraction_needed", "fraction_env_name")},
+    meanings={"peak_bytes": "The peak used: the best of `peak_source`, on the busiest device.",
+              "device": "The device whose limit is checked.",
+              "bytes_limit": "That device's allocator limit (the last recorded).",
+              "fraction": "The pool fraction in effect (0.75 when no variable sets it).",
+              "fraction_variable": "The variable the fraction came from; null for XLA's default.",
+              "fraction_value": "That variable's value as set; null when none is.",
+              "device_bytes": "The device's memory, estimated as `bytes_limit / fraction`.",
+              "setting": "The fraction to set (`.82`).",
+              "set": "The assignment to make, naming the variable that jaxlib reads (`XLA_CLIENT_MEM_FRACTION=.82`).",
+              "unset": "The other fraction variable, to unset, when the environment has it; else empty.",
+              "jaxlib_version": "The jaxlib version the run recorded.",
+              "fraction_env_name": "The fraction variable that jaxlib reads."},
+    words={"raise": _fraction_raise, "cannot": _fraction_cannot},
+)
+
+
+ALLOCATOR_PREALLOCATE = Rule(
+    "allocator-preallocate", made_by="analysis/advice/allocator.py",
+    summary=("Preallocate less: processes sharing a GPU (case `shared`), or a peak far below the pool (case "
+             "`underused`) (analysis/advice/allocator.py)."),
+    facts={"shared": ("peak_bytes", "peak_source", "peak_device", "processes", "fraction", "fraction_variable",
+                      "preallocate", "needed_bytes", "share", "share_percent", "device_bytes", "bytes_each", "set",
+                      "unset", "jaxlib_version"),
+           "underused": ("peak_bytes", "peak_source", "peak_device", "device", "pool_bytes", "fraction",
+                         "needed_bytes", "fraction_needed", "set", "unset", "jaxlib_version")},
+    meanings={"peak_bytes": "The peak used: the best of `peak_source`, on the busiest device.",
+              "processes": "Processes that share one GPU.",
+              "fraction": "The pool fraction in effect (0.75 when no variable sets it).",
+              "fraction_variable": "The variable the fraction came from; null for XLA's default.",
+              "preallocate": "`XLA_PYTHON_CLIENT_PREALLOCATE` as set (empty: unset, which preallocates).",
+              "share": "The fraction to give each process, as set (`.47`: 95 % over the processes).",
+              "share_percent": "That share in percent.",
+              "device_bytes": "The device's memory, estimated as `bytes_limit / fraction`; null when unknown.",
+              "bytes_each": "Bytes of the device each process gets at `share`; null when unknown.",
+              "device": "The device whose pool is checked.",
+              "pool_bytes": "Its pool (or its limit, without pool statistics).",
+              "set": "The fraction assignment to make, naming the variable that jaxlib reads.",
+              "unset": "The other fraction variable, to unset, when the environment has it; else empty.",
+              "jaxlib_version": "The jaxlib version the run recorded."},
+    words={"shared": _preallocate_shared, "underused": _preallocate_underused},
+)
+
+
+ALLOCATOR_FRAGMENTATION = Rule(
+    "allocator-fragmentation", made_by="analysis/advice/allocator.py",
+    summary="A pool of 1 GiB or more at least 30 % fragmented (analysis/advice/allocator.py).",
+    facts={"": ("device", "snapshot", "fragmentation", "pool_bytes", "bytes_in_use", "largest_free_block_bytes",
+                "free_bytes", "preallocate", "preallocates")},
+    meanings={"device": "The device at its worst fragmentation.",
+              "snapshot": "The snapshot of that worst fragmentation.",
+              "fragmentation": "Its `fragmentation` then, 0 to 1 (reported from 0.30).",
+              "pool_bytes": "Its `pool_bytes` then.",
+              "bytes_in_use": "Its `bytes_in_use` then.",
+              "largest_free_block_bytes": "Its `largest_free_block_bytes` then.",
+              "free_bytes": "`pool_bytes - bytes_in_use`.",
+              "preallocate": "`XLA_PYTHON_CLIENT_PREALLOCATE` as set (empty: unset).",
+              "preallocates": "True when the allocator preallocates its pool (BFC, preallocation not turned off)."},
+    words={"": _fragmentation},
+)
+
+
+ALLOCATOR_ENV = Rule(
+    "allocator-env", made_by="analysis/advice/allocator.py",
+    summary=("The allocation environment is wrong for the jaxlib that ran (cases `both-refused`, "
+             "`both-old-jaxlib`, `new-name-ignored`, `preallocate-spelling`) (analysis/advice/allocator.py)."),
+    facts={"both-refused": ("fraction_value", "old_fraction_value", "jaxlib_version", "backend", "backend_seen",
+                            "jax_platforms"),
+           "both-old-jaxlib": ("fraction_value", "old_fraction_value", "jaxlib_version"),
+           "new-name-ignored": ("fraction_value", "old_fraction_value", "jaxlib_version"),
+           "preallocate-spelling": ("preallocate",)},
+    meanings={"fraction_value": "`XLA_CLIENT_MEM_FRACTION` as set (a string; empty when unset).",
+              "old_fraction_value": "`XLA_PYTHON_CLIENT_MEM_FRACTION` as set (a string; empty when unset).",
+              "jaxlib_version": "The jaxlib version the run recorded.",
+              "backend": "The backend the run used.",
+              "backend_seen": ("`gpu` (a GPU backend ran nonetheless), `other-platforms` (`JAX_PLATFORMS` asked "
+                               "for none) or `other`."),
+              "jax_platforms": "`JAX_PLATFORMS` as set (empty when unset).",
+              "preallocate": ("`XLA_PYTHON_CLIENT_PREALLOCATE` as set: a value jaxlib reads as true (`no`, `off`, "
+                              "...).")},
+    words={"both-refused": _env_both_refused, "both-old-jaxlib": _env_both_old, "new-name-ignored": _env_ignored, "preallocate-spelling": _env_spelling},
+)
+
+RULES = (ALLOCATOR_PLATFORM, ALLOCATOR_FRACTION, ALLOCATOR_PREALLOCATE, ALLOCATOR_FRAGMENTATION, ALLOCATOR_ENV,)

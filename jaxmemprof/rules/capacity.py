@@ -1,0 +1,88 @@
+"""Whether the run fits a device: ``fit`` (made by analysis/advice/capacity.py)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from jaxmemprof.analysis.advice.allocator import (
+    DEFAULT_FRACTION,
+    DOCS_URL,
+    MAX_FRACTION_PERCENT,
+    PREALLOCATE,
+    fraction_setting,
+)
+from jaxmemprof.rules.base import LOWER_THE_PEAK, Rule, Words, exact, fmt, peak_source
+
+if TYPE_CHECKING:
+    from jaxmemprof.analysis.findings import Finding
+
+CAPACITY_EXCLUDES = ("library workspaces (cuDNN, cuBLAS, NCCL), the CUDA context and allocator fragmentation "
+                     "are not in this estimate")
+
+
+def _fit(f: Finding, x: dict) -> Words:
+    pct = round(x["fraction_needed"] * 100)
+    n = x.get("processes") or 1
+    peak, need, device_bytes = x["peak_bytes"], x["needed_bytes"], x["device_bytes"]
+    head = f"A peak of {fmt(peak)} ({fmt(need)} with headroom)" + (" per process" if n > 1 else "")
+    device = f"a {fmt(device_bytes)} device"
+    name, pool, most = x["fraction_variable"], x["default_pool_bytes"], fraction_setting(MAX_FRACTION_PERCENT)
+    says = {
+        "shared-fits": (f"{head} fits {n} processes on {device} ({pct / 100:.2f} of it each), but not under "
+                        f"default preallocation ({DEFAULT_FRACTION:.2f} each): set {PREALLOCATE}=false, or "
+                        f"{name}={fraction_setting(pct)} in each process."),
+        "shared-cannot": (f"{head} needs {pct} % of {device}: {n} processes cannot share it (at most {most} of a "
+                          "device should go to JAX's pools)."),
+        "fits": f"{head} fits {device} under default preallocation (pool {fmt(pool)} = {DEFAULT_FRACTION:.2f} of it).",
+        "fits-with": (f"{head} does not fit the default pool of {device} ({fmt(pool)} = {DEFAULT_FRACTION:.2f} of "
+                      f"it); it fits with {name}={fraction_setting(pct)}."),
+        "cannot": (f"{head} needs {pct} % of {device}: it cannot fit (at most {most} of a device should go to "
+                   "JAX's pool)."),
+    }[f.case]
+    bound = f" The estimate is a lower bound: {CAPACITY_EXCLUDES}"
+    if x.get("peak_source") in ("device_live_bytes", "live_bytes"):
+        bound += ", nor are XLA's temporaries inside a computation"
+    settings = x.get("settings") or {}
+    if settings:
+        what = ", ".join(f"{k}={v}" for k, v in settings.items())
+        trade = ("Memory is then allocated on demand: more prone to fragmentation, and freed memory stays with its "
+                 "process." if PREALLOCATE in settings else
+                 f"What the pool takes, other processes and the libraries outside it cannot have; above {most} they "
+                 "may fail to allocate.")
+        fix, brief_fix = f"Set {what}. {trade}", what
+    elif x.get("fits_by_default"):
+        fix = brief_fix = "Nothing to set."
+        if x.get("underused"):
+            fix += (f" To leave the rest of the GPU to other processes: {PREALLOCATE}=false, or "
+                    f"{name}={fraction_setting(pct)}.")
+    else:
+        fix, brief_fix = LOWER_THE_PEAK, "lower the peak, or use a larger device"
+    if x.get("fraction_policy_set"):
+        fix += (" XLA_FLAGS sets --xla_gpu_memory_fraction_policy, which changes the default pool: check it against "
+                "these figures.")
+    evidence = (f"peak {exact(peak)}, from {peak_source(x)}; with headroom (+5 % + 64 MiB) {exact(need)}; "
+                f"device {exact(device_bytes)}; default pool {x['default_fraction']:.2f} x device = {exact(pool)}; "
+                f"fraction needed {x['fraction_needed']:.2f}" + (f" per process, {n} processes" if n > 1 else "")
+                + f"; jaxlib {x.get('jaxlib_version') or '(unknown)'} reads {name}")
+    return Words(brief=says.split(": set ")[0].rstrip(".") + ".", brief_fix=brief_fix, message=says + bound + ".",
+                 fix=fix + f" See {DOCS_URL}", evidence=evidence)
+
+
+
+FIT = Rule(
+    "fit", made_by="analysis/advice/capacity.py",
+    summary=("Whether the run fits a device of `--device-memory SIZE`; its case is the fit's "
+             "(analysis/advice/capacity.py)."),
+    facts={"": ("device_bytes", "peak_bytes", "peak_source", "peak_device", "needed_bytes", "default_fraction",
+                "default_pool_bytes", "fits_by_default", "fraction_needed", "fits_at_all", "settings",
+                "jaxlib_version", "fraction_variable", "processes", "backend", "fraction_policy_set", "underused")},
+    meanings={"peak_bytes": "The peak checked, per device: the best of `peak_source`.",
+              "processes": "Processes that will share the device.",
+              "backend": "The backend the run was recorded on.",
+              "fraction_policy_set": ("True when `XLA_FLAGS` sets `--xla_gpu_memory_fraction_policy` (which "
+                                      "changes the default pool)."),
+              "underused": "True when it fits by default with the peak under 25 % of the default pool."},
+    words={"fits": _fit, "fits-with": _fit, "cannot": _fit, "shared-fits": _fit, "shared-cannot": _fit},
+)
+
+RULES = (FIT,)

@@ -1,0 +1,160 @@
+"""Donation: ``donate``, ``donation-unusable`` and ``donated-then-used`` (made by
+analysis/advice/donation.py)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from jaxmemprof.rules.base import Rule, Words, fmt, listed
+
+if TYPE_CHECKING:
+    from jaxmemprof.analysis.findings import Finding
+
+DONATION_DOCS = "https://docs.jax.dev/en/latest/faq.html#buffer-donation"
+
+
+def _arguments(x: dict) -> str:
+    return ", ".join(f"argument {a}" if positional else f"'{a}'"
+                     for a, positional in zip(x["arguments"], x.get("by_position") or [False] * len(x["arguments"])))
+
+
+_VERBS = {"jax.pmap": "pmap", "flax.nnx.jit": "nnx.jit", "equinox.filter_jit": "filter_jit"}
+
+
+def _donate_fix(f: Finding, x: dict) -> tuple[str, str]:
+    """(the full fix, the short one)."""
+    name, change, option = x["function"], x.get("change"), x.get("option", "")
+    if change == "equinox-restructure":
+        kept = x["pass_first"]
+        several = len(kept) > 1
+        full = (f'filter_jit {name} with donate="all-except-first" and pass {listed(kept)} as its first '
+                f"argument{' (one tuple)' if several else ''} (at {f.site}): the program uses "
+                f"{'them' if several else 'it'} after the call, and equinox donates every array argument "
+                f"but the first's")
+        return full, f'pass {listed(kept)} first and filter_jit {name} with donate="all-except-first"'
+    verb = _VERBS.get(x.get("wrapper"), "jit")
+    if change == "through-wrapper":
+        full = f"jit {name} with {option}, through {x.get('wrapper')} (at {f.site}) if it passes them to jax.jit"
+    else:
+        full = f"{verb} {name} with {option} (at {f.site})"
+    edited = x.get("edited_line") or ""
+    short = edited or f"{verb} {name} with {option}"
+    if edited:
+        full += f":  {edited}"
+    if x.get("also_donates"):
+        full += f" (that donates {listed(x['also_donates'])} too: the program drops them with each call)"
+    if x.get("first_kept"):
+        full += (f"; the first call's {listed(x['first_kept'])} stayed referenced after it (a variable set before "
+                 f"the loop?): donating deletes it, so if the program uses it again, give the first call a copy "
+                 f"(jax.tree.map(jnp.copy, ...))")
+    return full, short
+
+
+def _donate(f: Finding, x: dict) -> Words:
+    what = _arguments(x)
+    devices = x.get("devices") or 1
+    per_device = (f" ({fmt(x['saving_bytes_per_device'])} on each of {devices} devices)" if devices > 1 else "")
+    shown: dict = {}
+    for argument, i, o in x.get("leaves") or []:
+        shown.setdefault(argument, []).append(f"{i} -> {o}")
+    matches = "; ".join(m for ms in shown.values() for m in ms[:6])
+    each = "in each after the first" if x.get("first_kept") else "in each"
+    evidence = (f"{x['calls_sampled']} calls sampled (the first ones, then one in 50; calls between them "
+                f"are not seen); {each}, the program dropped {what} during the call or right after it, "
+                f"before running anything else, and every leaf has an output of the same shape and dtype: "
+                f"{matches}. See {DONATION_DOCS}")
+    full, short = _donate_fix(f, x)
+    return Words(
+        brief=f"Donate {what} of {x['function']}: XLA can write the outputs into their buffers{per_device}.",
+        brief_fix=short,
+        message=(f"Donate {what} of {x['function']} (defined at {x['defined_at']}): XLA can then write the outputs "
+                 f"into their {fmt(f.saving_bytes)} of buffers{per_device} instead of holding old and new values "
+                 f"at once during each call (up to that much less at each call's peak; XLA's temporaries may "
+                 f"change too)."),
+        fix=full, evidence=evidence)
+
+
+def _unusable(f: Finding, x: dict) -> Words:
+    args = listed(x["arguments"])
+    warned = " (JAX warned: 'Some donated buffers were not usable')" if x.get("jax_warned") else ""
+    return Words(
+        brief=f"{x['function']} donates {args}, but no output can take {'its' if len(x['arguments']) == 1 else 'their'}"
+              f" buffers.",
+        brief_fix=f"stop donating {args}, or return an output of the same shape and dtype",
+        message=(f"{x['function']} donates {listed(x['lost_leaves'])}, but no output has that shape and dtype, so the "
+                 f"buffer cannot be reused and stays alive{warned}."),
+        fix=(f"stop donating {args} of {x['function']}, or return an output of the same shape and dtype so that "
+             f"XLA can write into it"),
+        evidence=f"outputs of the sampled call {x['call_index']}: {listed(x['outputs']) or 'none'}. See {DONATION_DOCS}")
+
+
+def _donated_then_used(f: Finding, x: dict) -> Words:
+    names = listed(x.get("donating") or []) or "a jitted function"
+    return Words(
+        brief=f"An array was used after it was donated: {x['error'][:120]}",
+        brief_fix="use the output instead of the donated input (state = step(state)), or pass jnp.copy(x)",
+        message=f"The program used an array after donating it: {x['error']}",
+        fix=("keep using the function's output instead of the donated input (state = step(state)), or "
+             "stop donating that argument, or pass a copy (jnp.copy(x)) where the original is still needed"),
+        evidence=(f"functions that donate arguments in this run: {names}. A donated array is deleted "
+                  f"when the call starts; see {DONATION_DOCS}"))
+
+
+
+DONATE = Rule(
+    "donate", made_by="analysis/advice/donation.py",
+    summary=("Arguments of a jitted function to donate: every sampled call dropped them and each leaf has an "
+             "output to take its buffer (analysis/advice/donation.py)."),
+    facts={"": ("function", "wrapper", "defined_at", "arguments", "by_position", "leaves", "calls_sampled", "devices",
+                "saving_bytes_per_device", "first_kept", "also_donates", "change", "option", "argnums", "argnames",
+                "pass_first", "edited_line", "peak_elsewhere")},
+    optional=("argnums", "argnames", "pass_first", "peak_elsewhere"),
+    meanings={"function": "The jitted function's name.",
+              "arguments": "The arguments to donate: parameter names, or positions as strings (`'0'`).",
+              "by_position": "Per argument, true when it is known only by its position.",
+              "leaves": ("`[argument, input leaf, output leaf]` per leaf matched (`params[0][0] float32[512,1024]` "
+                         "-> `output[0][0][0]`)."),
+              "calls_sampled": "Calls the jit probe sampled (the first ones, then one in 50).",
+              "devices": "Devices the arguments' leaves lie on (XLA's figures are per device).",
+              "saving_bytes_per_device": "`saving_bytes / devices`.",
+              "first_kept": "Arguments whose first call's value stayed referenced after it (donating deletes it).",
+              "also_donates": ("What equinox's `donate=\"all\"` donates besides the arguments (dropped with each "
+                               "call too)."),
+              "change": ("The kind of change: `jit` (add `option` to the wrapper), `equinox`, "
+                         "`equinox-restructure` (pass `pass_first` first and donate all but it) or "
+                         "`through-wrapper` (a library's own wrapper)."),
+              "option": 'The option to add, as the wrapper takes it (`donate_argnums=(0, 1)`, `donate="all"`).',
+              "argnums": "The positions to donate, with those already donated (`jit` and `through-wrapper` changes).",
+              "argnames": "The names to donate, with those already donated (`jit` and `through-wrapper` changes).",
+              "pass_first": ("Arguments to pass first, as one tuple, for equinox's `donate=\"all-except-first\"` "
+                             "(`equinox-restructure` only)."),
+              "edited_line": ("The line that applies the wrapper, with the option added, where it can be read; "
+                              "else empty.")},
+    words={"": _donate},
+)
+
+
+DONATION_UNUSABLE = Rule(
+    "donation-unusable", made_by="analysis/advice/donation.py",
+    summary="A donated argument no output can take: its buffer stays alive (analysis/advice/donation.py).",
+    facts={"": ("function", "arguments", "lost_leaves", "outputs", "call_index", "jax_warned")},
+    meanings={"function": "The jitted function's name.",
+              "arguments": "The donated arguments that lost a leaf.",
+              "lost_leaves": "The donated leaves no output matches (`params[0] float32[1024]`).",
+              "outputs": "The shapes and dtypes of the call's outputs.",
+              "call_index": "The sampled call that shows it (1: the first call).",
+              "jax_warned": "True when JAX warned 'Some donated buffers were not usable' for those leaves."},
+    words={"": _unusable},
+)
+
+
+DONATED_THEN_USED = Rule(
+    "donated-then-used", made_by="analysis/advice/donation.py",
+    summary="The program used an array after donating it (analysis/advice/donation.py).",
+    facts={"": ("error", "donating")},
+    meanings={"error": "The first line of the exception (up to 300 characters).",
+              "donating": "The functions that donate arguments in the run, `name (path:line)`."},
+    words={"": _donated_then_used},
+)
+
+RULES = (DONATE, DONATION_UNUSABLE, DONATED_THEN_USED,)
