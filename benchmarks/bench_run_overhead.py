@@ -418,7 +418,7 @@ def cprofile_snapshots(make_sampler, steady_sampler, repeat: int) -> dict:
         lines = [f"{label}: {total / runs * 1e3:.1f} ms per snapshot under cProfile ({runs} snapshot(s))",
                  f"  {'own ms':>8} {'cum ms':>8} {'calls':>9}  function (per snapshot)"]
         lines += [f"  {tt / runs * 1e3:8.2f} {ct / runs * 1e3:8.2f} {nc / runs:9.0f}  {name}" for tt, ct, nc, name in by_tt]
-        keys = ("sampler.py", "writer.py", "profiler.py", "api.py:", "array.py", "json")
+        keys = ("sampler.py", "arrays.py", "writer.py", "profiler.py", "api.py:", "array.py", "json")
         cum = [r for r in by_ct if any(k in r[3] for k in keys)][:12]
         lines.append("  cumulative, selected:")
         lines += [f"  {'':8} {ct / runs * 1e3:8.2f} {nc / runs:9.0f}  {name}" for tt, ct, nc, name in cum]

@@ -193,7 +193,6 @@ def _env_spelling(f: Finding, x: dict) -> Words:
         evidence="jaxlib/xla_client.py: preallocate = value not in ('false', 'False', '0')")
 
 
-
 ALLOCATOR_PLATFORM = Rule(
     "allocator-platform", made_by="analysis/advice/allocator.py",
     summary=("Measure exact use once with `XLA_PYTHON_CLIENT_ALLOCATOR=platform`, after another allocator finding "

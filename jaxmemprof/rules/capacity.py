@@ -68,7 +68,6 @@ def _fit(f: Finding, x: dict) -> Words:
                  fix=fix + f" See {DOCS_URL}", evidence=evidence)
 
 
-
 FIT = Rule(
     "fit", made_by="analysis/advice/capacity.py",
     summary=("Whether the run fits a device of `--device-memory SIZE`; its case is the fit's "

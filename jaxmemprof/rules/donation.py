@@ -100,7 +100,6 @@ def _donated_then_used(f: Finding, x: dict) -> Words:
                   f"when the call starts; see {DONATION_DOCS}"))
 
 
-
 DONATE = Rule(
     "donate", made_by="analysis/advice/donation.py",
     summary=("Arguments of a jitted function to donate: every sampled call dropped them and each leaf has an "

@@ -53,7 +53,6 @@ def _output_history(f: Finding, x: dict) -> Words:
                   "object's references counted against sys.getrefcount)."))
 
 
-
 OUTPUT_HISTORY = Rule(
     "output-history", made_by="analysis/history.py",
     summary=("Live arrays that only IPython's output history (`Out[N]`, `_N`, `_`) keeps, at a notebook run's end "

@@ -41,7 +41,6 @@ def _narrow(f: Finding, x: dict) -> Words:
         evidence=f"XLA's buffers live at the program's peak ({fmt(peak)}), float32 temporaries")
 
 
-
 REMAT = Rule(
     "remat", made_by="analysis/inside_jit.py",
     summary=("Activations kept for the backward pass hold a quarter or more of a function's own peak "

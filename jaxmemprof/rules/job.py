@@ -62,7 +62,6 @@ def _unfinished(f: Finding, x: dict) -> Words:
     return Words(brief, brief_fix, brief, brief_fix, evidence)
 
 
-
 IMBALANCE = Rule(
     "imbalance", made_by="analysis/job.py",
     summary="A job's process holds much more than the median process at its peak (job only; analysis/job.py).",

@@ -62,7 +62,6 @@ def _rejit(f: Finding, x: dict) -> Words:
                  evidence=f"{count} jitted functions made on that line, {x['after_setup']} of them after the setup")
 
 
-
 LEAK = Rule(
     "leak", made_by="analysis/leaks.py",
     summary="A site whose live bytes grow steadily over the run (Mann-Kendall, Theil-Sen; analysis/leaks.py).",

@@ -41,7 +41,6 @@ def _replicated(f: Finding, x: dict) -> Words:
                   f"device; meshes seen: " + ", ".join(str(m) for m in x["meshes"])))
 
 
-
 REPLICATED = Rule(
     "replicated", made_by="analysis/advice/sharding.py",
     summary=("Inputs of a jitted function, 1 MiB or more a device, held whole on each of several devices while a "
