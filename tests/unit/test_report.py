@@ -1,0 +1,37 @@
+"""analysis/report.py: the report's headline figures, held to what the
+program counted (jax.live_arrays() at its snapshots and before each call of
+its step, XLA's memory_analysis() of the step)."""
+
+from __future__ import annotations
+
+from jaxmemprof.analysis.report import peak_devices, probe_warnings
+
+from .programs import STEPS, call_peak, peak_label, total
+
+
+def test_the_summary_is_the_programs_own_figures(tiny, tiny_report, oracle, labelled):
+    s = tiny_report.summary
+    label = peak_label(oracle)
+    assert s["peak_bytes"] == total(oracle["live"][label]) and s["peak_snapshot"] == labelled[label]
+    assert (s["devices"], s["markers"], s["snapshots"]) == (2, STEPS, len(tiny.snapshots))
+    assert s["finished"] and s["exit_status"] == 0 and s["per_array_data"]
+    # The true peak: the busiest device's bytes before the step's largest call, less its arguments,
+    # plus XLA's peak for it; and summed over the devices.
+    ma = oracle["memory_analysis"]
+    before = max(oracle["before_call"], key=lambda b: b["cpu:0"])
+    assert s["estimated_true_peak_device_bytes"] == before["cpu:0"] - ma["argument"] + call_peak(ma)
+    assert s["estimated_true_peak_bytes"] == max(s["peak_bytes"], total(before) - ma["argument"] + call_peak(ma))
+    assert s["estimated_true_peak_where"] == "during a call of step"
+
+
+def test_the_peak_by_device_is_what_each_device_held(tiny_report, oracle):
+    d = peak_devices(tiny_report)
+    assert dict(zip(d["device"], d["live_bytes"])) == oracle["live"][peak_label(oracle)]
+
+
+def test_the_sections_are_all_there(tiny_report, tiny):
+    assert len(tiny_report.timeline.totals) == len(tiny.snapshots)
+    assert len(tiny_report.arrays) == len(tiny.arrays)
+    assert set(tiny_report.jit_memory["function"]) == {"step", "column_sums"}
+    assert tiny_report.plan is not None and tiny_report.roles.where == "during a call of step"
+    assert probe_warnings(tiny) == [] and tiny_report.warnings == []
