@@ -1,0 +1,46 @@
+"""analysis/findings.py: findings in proportion to the run and ranked, on
+the tiny run's own findings (its step is jitted without donation: what
+donating saves is its parameters' bytes)."""
+
+from __future__ import annotations
+
+from jaxmemprof.analysis.findings import SEVERITIES, Finding, by_effect, in_proportion, ranked
+
+from .programs import PARAMS_BYTES
+
+
+def _donate(report) -> Finding:
+    (f,) = [f for f in report.findings if f.rule == "donate"]
+    return f
+
+
+def test_the_donation_finding_saves_the_parameters(tiny_report):
+    f = _donate(tiny_report)
+    assert f.saving_bytes == PARAMS_BYTES and f.fact("function") == "step"
+
+
+def test_a_saving_under_one_percent_of_the_peak_is_info(tiny_report):
+    f = _donate(tiny_report)
+    assert f.severity == "medium"
+    (small,) = in_proportion([f], 200 * PARAMS_BYTES)  # 0.5 % of that peak
+    (large,) = in_proportion([f], 50 * PARAMS_BYTES)  # 2 %
+    assert small.severity == "info" and large.severity == "medium"
+    assert small.saving_bytes == f.saving_bytes and small.facts == f.facts
+
+
+def test_advice_on_a_function_whose_calls_do_not_hold_the_peak_is_info(tiny_report):
+    f = _donate(tiny_report)
+    (same,) = by_effect([f], "step", "during a call of step")
+    (other,) = by_effect([f], "column_sums", "during a call of column_sums")
+    assert same is f
+    assert other.severity == "info" and other.fact("peak_elsewhere") == "during a call of column_sums"
+    assert by_effect([f], None, "") == [f]
+
+
+def test_ranked_by_severity_then_saving(tiny_report):
+    found = ranked(tiny_report.findings + [Finding("x", "high", saving_bytes=1), Finding("y", "info", saving_bytes=9),
+                                           Finding("z", "info", saving_bytes=None)])
+    order = [SEVERITIES.index(f.severity) for f in found]
+    assert order == sorted(order)
+    assert found[0].rule == "x" and [f.rule for f in found if f.severity == "info"][-1] == "z"
+    assert ranked(found) == found
