@@ -29,11 +29,11 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import sys
 import time
 import warnings
 from dataclasses import dataclass
 
+from jaxmemprof.capture.jit.libraries import BY_NAME
 from jaxmemprof.capture.jit.programs import _unseen_compile
 from jaxmemprof.flow import CARRIED, batch_keys, flows, leaf_key
 
@@ -46,8 +46,6 @@ SEARCH_COMPILES = 8  # compiles at most in the search for the largest batch that
 # functions they are kept for (the largest by their largest call peak).
 MAX_SIGNATURES = 4
 KEEP_FUNCTIONS = 8
-# The wrappers whose donation the plan can compile from outside (by jitting the same function anew).
-_DONATES = {"jax.jit": "jit", "flax.nnx.jit": "jit", "jax.pmap": "pmap"}
 RECORDED, DONATED, NARROW = "recorded", "donated", "bfloat16"
 
 
@@ -229,7 +227,7 @@ class Planner:
                 s.plan.abstract.clear()
 
     def _plan_one(self, state, real, why: dict) -> None:
-        probe, writer, slot = self.probe, self.probe.writer, state.plan
+        writer, slot = self.probe.writer, state.plan
         name = state.row.get("name", state.function_id)
         sig = max(slot.abstract, key=lambda s: slot.peaks.get(s) or -1)
         ab = slot.abstract[sig]
@@ -325,7 +323,7 @@ class Planner:
     def _donated(self, state, ab: Abstract, flow: dict, leaf_of: dict, wrapper: str):
         """The function jitted anew with its carried state donated, and what
         that donates; or why it cannot be compiled from outside (a string)."""
-        jit = _DONATES.get(wrapper)
+        jit = BY_NAME[wrapper].rejit if wrapper in BY_NAME else None
         if jit is None:
             return f"{wrapper} decides donation inside its own call (its donate option); not compiled from outside"
         original = next((o for name, o, _ in self.probe._patched if name == state.plan.jit), None)
@@ -399,16 +397,8 @@ class Planner:
 
 
 def _lowering(fn, wrapper: str):
-    """What tracing the function jax.jit got needs around it, outside its
-    wrapper's own call: flax.nnx.jit's function merges the module's graph
-    in an update context named by the nnx.jit object (its ``ctxtag``),
-    which nnx.jit's call enters. (Nothing for the others.)"""
-    if wrapper == "flax.nnx.jit":
-        graph = sys.modules.get("flax.nnx.graphlib") or sys.modules.get("flax.nnx.graph")
-        tag = getattr(getattr(fn, "__wrapped__", None), "ctxtag", None)
-        if graph is not None and tag is not None and hasattr(graph, "update_context"):
-            return graph.update_context(tag)
-    return contextlib.nullcontext()
+    lib = BY_NAME.get(wrapper)
+    return lib.lowering(fn) if lib is not None else contextlib.nullcontext()
 
 
 def search(known: dict, target: int, compile_at, most: int = SEARCH_COMPILES, multiple: int = 1) -> int:

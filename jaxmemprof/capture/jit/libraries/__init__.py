@@ -15,12 +15,19 @@ arguments jax.jit gets map to the user's:
   user's arguments, by its parameter names), and then the user's
   arguments in that call; if not given, the wrapper passes the user's
   arguments in jax.jit's places (``jax.arguments``);
-- ``STATIC_LEAVES``: every leaf that is not an array is static.
+- ``STATIC_LEAVES``: every leaf that is not an array is static;
+- ``REJIT``: the function of the ``jax`` module that jits the wrapper's
+  function anew with other ``donate_argnums`` (``run --plan``'s donated
+  variant); None (the default) where the wrapper decides donation inside its
+  own call;
+- ``lowering(fun)``: what tracing ``fun`` (the function jax.jit got) needs
+  around it outside the wrapper's own call; if not given, nothing.
 
 Nothing here imports the library (or jax)."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 
@@ -35,11 +42,15 @@ def _not_its_own(params) -> bool:
     return False
 
 
+def _no_context(fun):
+    return contextlib.nullcontext()
+
+
 class Library:
     """One module of this package, with what it leaves out filled in."""
 
     __slots__ = ("name", "patches", "static_argnums", "frame", "options", "jits_its_own", "arguments",
-                 "static_leaves")
+                 "static_leaves", "rejit", "lowering")
 
     def __init__(self, module):
         self.name: str = module.NAME
@@ -50,6 +61,8 @@ class Library:
         self.jits_its_own = getattr(module, "jits_its_own", _not_its_own)
         self.arguments = getattr(module, "arguments", _jax.arguments)
         self.static_leaves: bool = getattr(module, "STATIC_LEAVES", False)
+        self.rejit: str | None = getattr(module, "REJIT", None)
+        self.lowering = getattr(module, "lowering", _no_context)
 
 
 def _modules() -> list[str]:

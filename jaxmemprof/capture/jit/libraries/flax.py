@@ -4,5 +4,20 @@ state it replaces is freed during the call (``dropped``)."""
 
 from __future__ import annotations
 
+import contextlib
+import sys
+
 NAME = "flax.nnx.jit"
 FRAME = ("flax", "jit")
+REJIT = "jit"
+
+
+def lowering(fun):
+    """nnx.jit's function merges the module's graph in an update context
+    named by the nnx.jit object (its ``ctxtag``), which nnx.jit's call
+    enters: tracing it from outside that call enters it too."""
+    graph = sys.modules.get("flax.nnx.graphlib") or sys.modules.get("flax.nnx.graph")
+    tag = getattr(getattr(fun, "__wrapped__", None), "ctxtag", None)
+    if graph is not None and tag is not None and hasattr(graph, "update_context"):
+        return graph.update_context(tag)
+    return contextlib.nullcontext()

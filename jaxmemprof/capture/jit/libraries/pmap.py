@@ -8,3 +8,4 @@ from __future__ import annotations
 NAME = "jax.pmap"
 PATCHES = "pmap"
 STATIC_ARGNUMS = "static_broadcasted_argnums"
+REJIT = "pmap"
