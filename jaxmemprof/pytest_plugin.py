@@ -13,7 +13,7 @@ begins, when the test function itself begins (after fixtures and setUp:
 the start every figure counts from), while it runs, when it returns, and
 after it; the jit probe on the functions it jits), then measured by
 ``analysis.check.measure_test``. ``--jaxmemprof`` alone keeps an unmarked
-test's totals in memory (``capture.session.TotalsSession``), measured by
+test's totals in memory (``capture.totals.TotalsSession``), measured by
 ``analysis.check.measure_totals``. Loading this module imports neither jax,
 pandas nor the capture code: a test suite that uses neither marker nor flag
 pays two marker look-ups per test.
@@ -433,12 +433,12 @@ class _Recorder(_Measure):
 
 class _Totals(_Measure):
     """--jaxmemprof alone, on a test without a limit: its peak, recorded in
-    memory (``capture.session.TotalsSession``: snapshots of the totals and
+    memory (``capture.totals.TotalsSession``: snapshots of the totals and
     the jit probe's memory_analysis() figures; no run directory, no array
     described, no line named), measured by ``analysis.check.measure_totals``."""
 
     def start(self) -> None:
-        from jaxmemprof.capture.session import TotalsSession
+        from jaxmemprof.capture.totals import TotalsSession
 
         self.session = TotalsSession(interval=_INTERVAL_S, max_overhead=_TOTALS_OVERHEAD).start()
         self.sampler = self.session.sampler

@@ -490,7 +490,7 @@ def test_the_job_timeline_sums_processes_at_aligned_times():
 
 
 def test_merge_and_variables_refuse_what_they_must(tmp_path):
-    from jaxmemprof.capture.session import launcher_process
+    from jaxmemprof.capture.rundir import launcher_process
 
     assert launcher_process({"SLURM_PROCID": "abc", "PMI_RANK": "2", "PMI_SIZE": "4"}).variable == "PMI_RANK"
     assert launcher_process({"JAX_PROCESS_ID": "0", "JAX_NUM_PROCESSES": "1"}) is None

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from jaxmemprof.capture import session as session_mod
+from jaxmemprof.capture import rundir as session_mod
 from jaxmemprof.errors import InputError
 from jaxmemprof.store import layout
 from jaxmemprof.store.job import load_job, merge_job, read_process

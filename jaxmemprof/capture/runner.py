@@ -58,7 +58,7 @@ def run_target(target: Target, session: Session) -> tuple[int, str]:
     finally:
         term.uninstall()
     if session.forked:
-        from jaxmemprof.capture.session import finish_fork_child
+        from jaxmemprof.capture.forks import finish_fork_child
 
         finish_fork_child(status, how)  # its own run, if it recorded one
         raise SystemExit(status)
