@@ -11,9 +11,10 @@ write, per HLO module (``module_NNNN.<name>.<backend>_after_optimizations*``):
 - the buffer assignment (``…-buffer-assignment.txt``): each allocation's size
   and kind (``parameter N``, ``output``, ``maybe-live-out``, ``constant``,
   ``thread-local``, ``preallocated-temp``) and the HLO values it holds;
-- the live ranges (``…-live-range.txt``): the instruction sequence, each
-  value's range in it, the position of the program's peak and the values live
-  there with their bytes.
+- the live ranges (``…-live-range.txt``): the instruction sequence and each
+  value's range in it (and a "peak" of XLA's HloLiveRange, not read: it counts
+  two values of one buffer where one is written over the other; the peak is
+  the sweep's, ``jaxmemprof.xla.curve``).
 
 The text formats are XLA's, the same on every backend (CPU, GPU, TPU); only
 the file names' backend part differs. This module parses them, with no JAX
@@ -27,7 +28,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from jaxmemprof.xla.curve import curve_key, program_curve
+from jaxmemprof.xla.curve import curve, curve_key, sweep
 
 # A value's kind, from its allocation's.
 ARGUMENT, OUTPUT, ALIASED, TEMPORARY, CONSTANT = "argument", "output", "aliased", "temporary", "constant"
@@ -73,7 +74,7 @@ class ProgramMemory:
     module: str
     length: int  # instructions in the sequence
     peak_position: int
-    peak_bytes: int  # what the buffers live at the peak add up to (XLA's live-range peak, each buffer once)
+    peak_bytes: int  # the most bytes at any position (each buffer once): what the buffers at the peak add up to
     buffers: list = field(default_factory=list)  # at the peak, then the largest others
     argument_bytes: int = 0  # allocation sizes by kind, as memory_analysis() adds them
     output_bytes: int = 0
@@ -257,7 +258,7 @@ def read_program(hlo_text: str, assignment_text: str, live_range_text: str, *, m
     frames = stack_frames(hlo_text)
     instrs = instructions(hlo_text)
     kinds, totals, slots = allocations(assignment_text)
-    length, ranges, peak_at, peak = live_ranges(live_range_text)
+    length, ranges, _, _ = live_ranges(live_range_text)
 
     def made_by(name: str) -> tuple:
         """(shape, op, frames) of the instruction that defines a value."""
@@ -282,25 +283,30 @@ def read_program(hlo_text: str, assignment_text: str, live_range_text: str, *, m
         return Buffer(name=name, bytes=size, shape=shape, kind=kind, op=op, frames=fr, start=start, end=end,
                       at_peak=at_peak)
 
-    # Values in one slot are one buffer: the live ranges may list several of
-    # them at the peak (an op's output and the value it is passed on as).
-    at_peak, slots_seen = [], set()
-    for n, b in peak:
-        slot = slots.get(n)
-        if slot is not None and slot in slots_seen:
-            continue
-        slots_seen.add(slot)
-        at_peak.append(buffer(n, b, True))
-    seen = {n for n, _ in peak}
+    # The bytes at each position and the peak, each buffer once where its
+    # values meet (jaxmemprof.xla.curve.sweep). The live ranges' own "peak"
+    # is not read: it counts an op's output and the operand it was written
+    # over as two buffers (docs/jax-facts.md, "The peak").
     sizes = _value_sizes(assignment_text)
+    named = sorted(n for n in ranges if n in sizes)
+    swept = sweep([(ranges[n][0], ranges[n][1], sizes[n], slots.get(n)) for n in named], length)
+    peak_at = swept.peak_position
+    counted = sorted((named[i] for i in swept.at_peak), key=lambda n: (-sizes[n], *_name_and_index(n)))
+    at_peak = [buffer(n, sizes[n], True) for n in counted]
+    seen = {n for n in named if ranges[n][0] <= peak_at <= ranges[n][1]}
     others = sorted((n for n in ranges if n not in seen and n in sizes), key=lambda n: -sizes[n])[:largest]
-    curve = program_curve(((s, e, sizes[n], slots.get(n), curve_key(buffer(n, sizes[n], False)))
-                           for n, (s, e) in sorted(ranges.items()) if n in sizes), length)
+    keys = [curve_key(buffer(n, sizes[n], False)) for n in named]
     return ProgramMemory(
-        module=module, length=length, peak_position=peak_at, peak_bytes=sum(b.bytes for b in at_peak),
+        module=module, length=length, peak_position=peak_at, peak_bytes=swept.peak_bytes,
         buffers=at_peak + [buffer(n, sizes[n], False) for n in others],
         argument_bytes=totals[ARGUMENT] + totals[ALIASED], output_bytes=totals[OUTPUT] + totals[ALIASED],
-        alias_bytes=totals[ALIASED], temp_bytes=totals[TEMPORARY], curve=curve)
+        alias_bytes=totals[ALIASED], temp_bytes=totals[TEMPORARY], curve=curve(swept, keys))
+
+
+def _name_and_index(name: str) -> tuple:
+    """``fusion.2{1,0}`` -> ("fusion.2", (1, 0)): a value's order as the executable's reader sorts it."""
+    base, _, index = name.partition("{")
+    return base, tuple(int(i) for i in index.rstrip("}").split(",") if i.strip())
 
 
 def _value_sizes(text: str) -> dict[str, int]:

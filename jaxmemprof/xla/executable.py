@@ -16,9 +16,11 @@ A compiled executable carries two serialized protos (docs/jax-facts.md,
   that hold the user's files and lines.
 
 From them this module works out each value's live range in the program's
-instruction order the way XLA's heap simulator does, and the peak, into the
-same ``ProgramMemory`` that ``jaxmemprof.xla.dump`` reads from a dump, so that
-every analysis reads either. Nothing here imports jax: ``read_executable``
+instruction order the way XLA's HloLiveRange does, and the bytes at each
+position and the peak as the buffer assignment holds them (each buffer once:
+``jaxmemprof.xla.curve.sweep``), into the same ``ProgramMemory`` that
+``jaxmemprof.xla.dump`` reads from a dump, so that every analysis reads
+either. Nothing here imports jax: ``read_executable``
 only calls the methods of the object it is given. The protos are parsed with
 ``executable_pb2``, generated from ``executable.proto`` (the fields read here,
 with XLA's field numbers).
@@ -29,7 +31,7 @@ from __future__ import annotations
 import gc
 
 from jaxmemprof.xla import executable_pb2 as pb
-from jaxmemprof.xla.curve import curve_key, program_curve
+from jaxmemprof.xla.curve import curve, curve_key, sweep
 from jaxmemprof.xla.dump import ALIASED, ARGUMENT, CONSTANT, OUTPUT, TEMPORARY, Buffer, ProgramMemory
 
 
@@ -448,33 +450,19 @@ def _read_protos(hlo_module: bytes, buffer_assignment: bytes, *, module: str, la
 
     own_bytes = {v: shape_bytes(value_shape(v)) for v in ranges}
 
-    # The peak: XLA's moment of most bytes, sweeping starts (at a value's
-    # start) before ends (the step after its end), each value counted at its
-    # defining instruction's full shape.
-    events = []
-    whole: dict[int, int] = {}
-    for v, (s, e) in ranges.items():
-        iid = value_at[v][0]
-        size = whole.get(iid)
-        if size is None:
-            size = whole[iid] = shape_bytes(m.instr[iid].shape)
-        events.append((s, 0, size))
-        events.append((e + 1, 1, size))
-    events.sort()
-    usage = peak_usage = 0
-    peak_at = None
-    for t, is_end, size in events:
-        usage += -size if is_end else size
-        if peak_usage < usage:
-            peak_usage, peak_at = usage, t
-    peak_at = peak_at or 0
-
     def name_of(v):
         iid, index = value_at[v]
         return m.instr[iid].name + _index_text(index)
 
+    # The bytes at each position and the peak, each buffer once where its
+    # values meet (jaxmemprof.xla.curve.sweep): values in name order, each at
+    # its own bytes in its slice.
+    named = sorted(ranges, key=name_of)
+    swept = sweep([(ranges[v][0], ranges[v][1], own_bytes[v], slots.get(v)) for v in named], length)
+    peak_at = swept.peak_position
     live = [v for v, (s, e) in ranges.items() if s <= peak_at <= e]
-    live.sort(key=lambda v: (-own_bytes[v], m.instr[value_at[v][0]].name, value_at[v][1]))
+    counted = [named[i] for i in swept.at_peak]  # each buffer's value counted at the peak
+    counted.sort(key=lambda v: (-own_bytes[v], m.instr[value_at[v][0]].name, value_at[v][1]))
 
     def made_by(v):
         iid, index = value_at[v]
@@ -500,15 +488,10 @@ def _read_protos(hlo_module: bytes, buffer_assignment: bytes, *, module: str, la
         return Buffer(name=name_of(v), bytes=int(size), shape=shape, kind=kind, op=op, frames=fr, start=s, end=e,
                       at_peak=at_peak)
 
-    at_peak, seen_slots = [], set()
-    for v in live:
-        slot = slots.get(v)
-        if slot is not None and slot in seen_slots:
-            continue
-        seen_slots.add(slot)
-        at_peak.append(buffer(v, own_bytes[v], True))
-    seen = set(live)
+    at_peak = [buffer(v, own_bytes[v], True) for v in counted]
+    seen = set(live)  # a value live at the peak whose buffer counted another is not among the others
     others = sorted((v for v in sorted(ranges) if v not in seen), key=lambda v: -sizes[v])[:largest]
+
     def key_of(v):
         """curve_key of buffer(v), without the Buffer: its kind, and its stack or else its op."""
         md = m.instr[value_at[v][0]].metadata
@@ -519,14 +502,11 @@ def _read_protos(hlo_module: bytes, buffer_assignment: bytes, *, module: str, la
         return curve_key(Buffer(name="", bytes=0, shape="", kind=kind, op=op, frames=fr, start=0, end=0,
                                 at_peak=False))
 
-    curve = program_curve(((s, e, own_bytes[v], slots.get(v), key_of(v))
-                           for v, (s, e) in sorted(ranges.items(), key=lambda kv: name_of(kv[0]))), length)
     return ProgramMemory(
-        module=module or hm.name, length=length, peak_position=int(peak_at),
-        peak_bytes=sum(b.bytes for b in at_peak),
+        module=module or hm.name, length=length, peak_position=int(peak_at), peak_bytes=int(swept.peak_bytes),
         buffers=at_peak + [buffer(v, sizes[v], False) for v in others],
         argument_bytes=totals[ARGUMENT] + totals[ALIASED], output_bytes=totals[OUTPUT] + totals[ALIASED],
-        alias_bytes=totals[ALIASED], temp_bytes=totals[TEMPORARY], curve=curve)
+        alias_bytes=totals[ALIASED], temp_bytes=totals[TEMPORARY], curve=curve(swept, [key_of(v) for v in named]))
 
 
 def executable_protos(compiled, module: str | None = None, *, memory_analysis=None) -> tuple[bytes, bytes, str]:
