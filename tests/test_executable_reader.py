@@ -5,27 +5,33 @@ here): the peak's bytes and position, the sequence's length, the allocations
 by kind, and every value listed (those live at the peak, then the largest
 others: name, bytes, kind, live range, op, user frames) agree to the byte.
 
+Both are held to XLA's own texts, counted here by hand: at every position,
+the bytes of each allocation that hold a live value (XLA's live ranges and
+its placement of each value), which is what the peak and the curve must be.
+
 Real programs: a scan, jax.grad of an MLP, jax.checkpoint, a while loop, a
-fori_loop, a cond, a donating jit, an nnx.jit step, an equinox filter_jit
-step, and a program sharded over two CPU devices. The JAX work runs in one
+fori_loop, a cond, an update written over its operand in place, a donating
+jit, an nnx.jit step, an equinox filter_jit step, and a program sharded over
+two CPU devices. The JAX work runs in one
 subprocess per group (this test process keeps its own single CPU device).
 """
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
 import pytest
 
-from conftest import REPO, cpu_env, write_script
+from conftest import REPO, cpu_env, line_of, write_script
 
 from jaxmemprof.xla.executable import ExecutableError, read_protos, shape_bytes, shape_text
 from jaxmemprof.xla import executable_pb2 as pb
 
 GROUP = r'''
-import json, shutil, sys, tempfile
+import json, pathlib, shutil, sys, tempfile
 from collections import Counter
 
 import jax
@@ -68,9 +74,14 @@ def check(name, lowered):
     try:
         lowered.compile(compiler_options={"xla_dump_to": d})
         [ref] = read_dump(d, mine.module)
+        # XLA's own texts of the program, for the tests that count its memory by hand
+        xla = {}
+        for part in ("buffer-assignment", "live-range"):
+            [f] = pathlib.Path(d).glob(f"module_*.{mine.module}.*_after_optimizations-{part}.txt")
+            xla[part] = f.read_text()
     finally:
         shutil.rmtree(d, ignore_errors=True)
-    out[name] = {"mine": summary(mine), "ref": summary(ref),
+    out[name] = {"mine": summary(mine), "ref": summary(ref), "xla": xla,
                  "memory_analysis": [ma.argument_size_in_bytes, ma.output_size_in_bytes, ma.alias_size_in_bytes,
                                      ma.temp_size_in_bytes]}
 
@@ -128,6 +139,11 @@ else:
     def donating(x, y):
         return x * 2 + y, (x @ y).sum()
 
+    def update(w, x):
+        g = x.T @ jnp.tanh(x @ w)  # LINE-PRODUCT: the program's peak
+        return w - g  # written over g in place, as g dies
+
+
     params = [jnp.ones((256, 256)) * 0.01 for _ in range(4)]
     batch = jnp.ones((512, 256))
     for name, fun, args in (
@@ -137,6 +153,7 @@ else:
         ("while", jax.jit(looped), (x,)),
         ("fori", jax.jit(fori), (x,)),
         ("cond", jax.jit(branch), (1.0, x)),
+        ("in-place", jax.jit(update), (jnp.ones((512, 256)), jnp.ones((64, 512)))),
     ):
         fun(*args)  # the program's own compile: lower().compile() is then a cache hit
         check(name, fun.lower(*args))
@@ -186,7 +203,7 @@ else:
 print("RESULT " + json.dumps(out))
 '''
 
-PROGRAMS = ["scan", "grad", "remat", "while", "fori", "cond", "donating", "nnx", "equinox"]
+PROGRAMS = ["scan", "grad", "remat", "while", "fori", "cond", "in-place", "donating", "nnx", "equinox"]
 
 
 def _group(tmp_path_factory, name):
@@ -198,7 +215,7 @@ def _group(tmp_path_factory, name):
                           timeout=300)
     assert proc.returncode == 0, proc.stderr[-4000:]
     [line] = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
-    return json.loads(line[len("RESULT "):])
+    return {**json.loads(line[len("RESULT "):]), "script": script}
 
 
 @pytest.fixture(scope="module")
@@ -220,21 +237,122 @@ def _agree(result):
     assert mine["totals"] == ref["totals"] == result["memory_analysis"]
     # every value listed, at the peak and the largest others, the same in the same order
     assert mine["buffers"] == ref["buffers"]
-    # what the lines hold at the peak is XLA's live-range peak
+    # what the lines hold at the peak is the peak
     assert sum(mine["by_line"].values()) == mine["peak_bytes"]
-    # the program-order curve: the same from both, the peak's bytes at the peak's position, and
+    # the program-order curve: the same from both, its top the peak at the peak's position, and
     # each position's bytes the sum of its stacks'
     curve = mine["curve"]
     assert curve == ref["curve"]
     at = curve["positions"].index(mine["peak_position"])
-    assert curve["bytes"][at] == mine["peak_bytes"] <= max(curve["bytes"])
+    assert curve["bytes"][at] == mine["peak_bytes"] == max(curve["bytes"])
     for i, total in enumerate(curve["bytes"]):
         assert total == sum(run[i] for _, run in curve["stacks"]) + curve["other"][i]
+    _held_to_xlas_count(result)
+
+
+# -- the peak against XLA's own texts, counted by hand ------------------------------------------
+
+_ALLOCATION = re.compile(r"^allocation (\d+): size (\d+)(.*):$")
+_PLACED = re.compile(r"^ value: <\d+ (\S+)(?: \(\w+\))? @\d+> \(size=(\d+),offset=(\d+)\)")
+_LIVE = re.compile(r"^    (\S+\{[\d,]*\}):(\d+)-(\d+)$")
+_SEQUENCE = re.compile(r"^HloLiveRange \(max (\d+)\):")
+_XLA_PEAK = re.compile(r"^  Live ranges at (\d+) \(peak\):$")
+
+
+def _xla(texts) -> dict:
+    """What XLA's buffer assignment and live ranges say, read here on their own:
+    each value's place (allocation, offset, size) and range, the sequence's
+    length, each allocation's size and kind words, and the live ranges' "peak"."""
+    places, allocs, allocation = {}, {}, None
+    for line in texts["buffer-assignment"].splitlines():
+        if m := _ALLOCATION.match(line):
+            allocation = int(m.group(1))
+            allocs[allocation] = (int(m.group(2)), m.group(3))
+        elif (m := _PLACED.match(line)) and allocation is not None:
+            name = m.group(1) if m.group(1).endswith("}") else m.group(1) + "{}"
+            places[name] = (allocation, int(m.group(3)), int(m.group(2)))
+    ranges, length, peak = {}, None, None
+    for line in texts["live-range"].splitlines():
+        if m := _SEQUENCE.match(line):
+            length = int(m.group(1))
+        elif m := _LIVE.match(line):
+            ranges[m.group(1)] = (int(m.group(2)), int(m.group(3)))
+        elif m := _XLA_PEAK.match(line):
+            peak = int(m.group(1))
+    return {"places": places, "allocations": allocs, "ranges": ranges, "length": length, "live_range_peak": peak}
+
+
+def _in_use(xla) -> list:
+    """At each position of the sequence, the bytes XLA has placed live values
+    in: per allocation, the bytes [offset, offset + size) of every value whose
+    live range holds the position, bytes that two values share (one written
+    over the other in place, a loop's carried value) once. A thread's own
+    scalars (thread-local) are not the call's memory."""
+    local = {a for a, (_, words) in xla["allocations"].items() if "thread-local" in words}
+    end = max([xla["length"], *(e for _, e in xla["ranges"].values())]) + 1
+    placed = [(place, xla["ranges"][v]) for v, place in xla["places"].items()
+              if place[0] not in local and v in xla["ranges"]]
+    out = []
+    for t in range(end):
+        spans = sorted(place for place, (start, stop) in placed if start <= t <= stop)
+        used, allocation, reach = 0, None, 0
+        for a, offset, size in spans:
+            if a != allocation:
+                allocation, reach = a, 0
+            used += max(0, offset + size - max(offset, reach))
+            reach = max(reach, offset + size)
+        out.append(used)
+    return out
+
+
+def _held_to_xlas_count(result):
+    """The peak, its position and the curve are XLA's own bytes in use, and
+    never more than memory_analysis()'s allocations (and the constants)."""
+    mine, xla = result["mine"], _xla(result["xla"])
+    used = _in_use(xla)
+    assert (mine["peak_bytes"], mine["peak_position"]) == (max(used), used.index(max(used)))
+    assert mine["curve"]["bytes"] == [used[p] for p in mine["curve"]["positions"]]
+    arguments, outputs, aliased, temporaries = result["memory_analysis"]
+    constants = sum(size for size, words in xla["allocations"].values() if "constant" in words)
+    assert max(used) <= arguments + outputs - aliased + temporaries + constants
 
 
 @pytest.mark.parametrize("program", PROGRAMS)
 def test_the_executable_says_what_the_dump_says(one_device, program):
     _agree(one_device[program])
+
+
+def test_an_op_written_over_its_operand_counts_once(one_device):
+    """``w - g``: XLA writes it over ``g``'s buffer as ``g`` dies (the two
+    values share one slice of the output's allocation, their ranges meeting at
+    the subtraction). XLA's HloLiveRange counts both there and puts its "peak"
+    at the subtraction, and so did jaxmemprof (1,179,648 B there, below the
+    call's own allocations). The most is one step before, where ``g`` is made
+    while the activation it reads is still live: then every allocation XLA
+    made for the call is full, so the peak is memory_analysis()'s arguments +
+    outputs - aliased + temporaries."""
+    result = one_device["in-place"]
+    mine, xla = result["mine"], _xla(result["xla"])
+    arguments, outputs, aliased, temporaries = result["memory_analysis"]
+    f32 = 4
+    assert mine["peak_bytes"] == arguments + outputs - aliased + temporaries == f32 * (
+        512 * 256 + 64 * 512 + 512 * 256 + 64 * 256)  # w, x, g (then w - g), tanh(x @ w)
+    # XLA's texts: g and w - g in one slice, g ending where w - g starts, at XLA's live-range "peak"
+    by_place = {}
+    for v, place in xla["places"].items():
+        by_place.setdefault(place, []).append(xla["ranges"][v] + (v,))
+    [(g, update)] = [(a[2], b[2]) for a, b in (sorted(vs) for vs in by_place.values() if len(vs) == 2) if a[1] == b[0]]
+    written = xla["ranges"][update][0]
+    assert xla["ranges"][g][1] == written == xla["live_range_peak"]
+    assert mine["peak_position"] == xla["ranges"][g][0] == written - 1
+    used = _in_use(xla)
+    assert used[written] == mine["peak_bytes"] - 64 * 256 * f32  # the activation is gone; w - g adds nothing
+    # at the peak: the arguments, and g and the activation at the line that makes them
+    script = one_device["script"]
+    line = line_of(script, "LINE-PRODUCT")
+    assert mine["by_line"] == {":0 (w) argument": 512 * 256 * f32, ":0 (x) argument": 64 * 512 * f32,
+                               f"{script}:{line} (update) output": 512 * 256 * f32,
+                               f"{script}:{line} (update) temporary": 64 * 256 * f32}
 
 
 def test_a_program_sharded_over_two_devices(two_devices):
@@ -280,7 +398,7 @@ def test_shapes_are_sized_and_written_as_xla_does():
 
 from hypothesis import given, strategies as st  # noqa: E402
 
-from jaxmemprof.xla.curve import program_curve  # noqa: E402
+from jaxmemprof.xla.curve import program_curve, sweep  # noqa: E402
 
 _VALUES = st.lists(st.tuples(st.integers(0, 30), st.integers(0, 12), st.integers(1, 1000),
                              st.sampled_from([None, "a", "b", "c"]), st.sampled_from(["x", "y", "z"])),
@@ -327,3 +445,15 @@ def test_a_long_curve_keeps_each_stretchs_highest_position_and_the_peak(values, 
     assert curve["bytes"] == [totals[p] for p in kept]
     for i in range(len(kept)):  # one stack named, the rest summed: still the position's bytes
         assert sum(run[i] for _, run in curve["stacks"]) + curve["other"][i] == curve["bytes"][i]
+
+
+@given(_VALUES, st.integers(0, 40))
+def test_the_peak_is_the_first_position_of_most_bytes_and_its_values_fill_it(values, length):
+    swept = sweep([v[:4] for v in values], length)
+    totals, _ = _by_hand(values, length)
+    assert (swept.peak_bytes, swept.peak_position) == (max(totals), totals.index(max(totals)))
+    at = [values[i] for i in swept.at_peak]
+    assert all(s <= swept.peak_position <= e for s, e, _, _, _ in at)
+    buffers = [buf for _, _, _, buf, _ in at if buf is not None]
+    assert len(buffers) == len(set(buffers))  # each buffer once
+    assert sum(size for _, _, size, _, _ in at) == swept.peak_bytes
