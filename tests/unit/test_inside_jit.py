@@ -4,8 +4,6 @@ program's own compile of it, at the recorded shapes)."""
 
 from __future__ import annotations
 
-import pytest
-
 from jaxmemprof.analysis.inside_jit import largest_buffers, peak_by_line, program_curves
 
 from .programs import BATCH, OUT, PARAMS_BYTES, X_BYTES, call_peak
@@ -38,9 +36,6 @@ def test_the_curve_adds_up_at_each_position_and_stays_within_xlas_allocations(ti
     assert int(c["position_bytes"].max()) <= call_peak(oracle["memory_analysis"])
 
 
-@pytest.mark.xfail(strict=True, reason="the peak sweep of xla/executable.py (and xla/dump.py: the same peak) "
-                   "counts two values of one buffer at the position where one replaces the other in place (the "
-                   "step's new w written over its gradient), so the peak lands there, below the curve's own top")
 def test_the_programs_peak_is_the_top_of_its_curve(tiny_ar):
     c = _step(program_curves(tiny_ar))
     assert int(c["program_peak_bytes"].iloc[0]) == int(c["position_bytes"].max())
