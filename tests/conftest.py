@@ -109,6 +109,17 @@ def cli_batch(jobs: list[list], cwd: Path | None, *, workers: int = 2, env: dict
     return [subprocess.CompletedProcess(r["argv"], r["returncode"], r["stdout"], r["stderr"]) for r in done]
 
 
+def in_parallel(*calls, workers: int = 2) -> list:
+    """Call each of ``calls`` (callables without arguments), ``workers`` at a
+    time, and return their results in their order; the first exception is
+    raised. For the independent subprocesses of a test or a fixture (the
+    reference under plain python and the recordings of several programs),
+    which would otherwise each wait for the one before on a machine with a
+    second core idle."""
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(lambda call: call(), calls))
+
+
 def run_script(path: Path, *args, cwd=None) -> subprocess.CompletedProcess:
     """Run a Python script with real JAX on the CPU backend."""
     proc = subprocess.run(
