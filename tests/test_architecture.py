@@ -1,12 +1,8 @@
 """The shape of the code, checked: data flows one way through the layers
 (capture -> store -> pprof/xla -> analysis -> rules -> render -> cli, and the
-glossary, a docs tool, above them), no import
-circle (imports inside functions included), and no module over 700 lines but
-generated ones. Read from the source with ``ast``: nothing is imported.
-
-What is not there yet is listed below by name, as a ratchet: a new breach
-fails, and so does a listed one that is gone (take it off the list).
-"""
+glossary, a docs tool, above them), no import circle (imports inside
+functions included), and no module over 700 lines but generated ones. Read
+from the source with ``ast``: nothing is imported."""
 
 from __future__ import annotations
 
@@ -17,16 +13,9 @@ from conftest import REPO
 
 PACKAGE = REPO / "jaxmemprof"
 LOW = ("capture", "store", "pprof", "xla")  # may not import the layers above them
-HIGH = ("analysis", "render", "cli")
+HIGH = ("analysis", "rules", "render", "cli", "glossary")
 MAX_LINES = 700
 
-# Known breaches, to be removed as the redesign goes (docs/development.md).
-KNOWN_UPWARD: set = set()
-KNOWN_LONG = {
-    "jaxmemprof/capture/session.py", "jaxmemprof/capture/runner.py",
-    "jaxmemprof/capture/sampler.py",
-    "jaxmemprof/store/reader.py",
-}
 
 
 def _modules() -> dict[str, Path]:
@@ -88,8 +77,7 @@ def test_the_low_layers_import_nothing_above_them():
             for d in deps:
                 if _layer(d) in HIGH or d == "jaxmemprof":
                     upward.add((name, d))
-    assert upward - KNOWN_UPWARD == set(), "new imports that flow up"
-    assert KNOWN_UPWARD - upward == set(), "gone: take them off KNOWN_UPWARD"
+    assert upward == set(), "imports that flow up"
 
 
 # Above the low layers, each layer imports only those before it: the findings'
@@ -134,5 +122,4 @@ def test_no_import_circle():
 def test_no_module_is_too_long_to_read():
     long = {str(p.relative_to(REPO)) for p in PACKAGE.rglob("*.py")
             if not p.name.endswith("_pb2.py") and len(p.read_text().splitlines()) > MAX_LINES}
-    assert long - KNOWN_LONG == set(), f"modules over {MAX_LINES} lines"
-    assert KNOWN_LONG - long == set(), "gone: take them off KNOWN_LONG"
+    assert long == set(), f"modules over {MAX_LINES} lines"

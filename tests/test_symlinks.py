@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from jaxmemprof.capture import rundir as session_mod
+from jaxmemprof.capture import rundir
 from jaxmemprof.errors import InputError
 from jaxmemprof.store import layout
 from jaxmemprof.store.job import load_job, merge_job, read_process
@@ -228,7 +228,7 @@ def _base_run(real_runs, dest: Path) -> Path:
             p.unlink()
     (dest / (layout.JOURNAL + "-wal")).write_bytes(b"")  # a killed run's SQLite files, ours too
     (dest / (layout.JOURNAL + "-shm")).write_bytes(b"")
-    assert session_mod._is_our_run(dest)  # a run --force may reuse
+    assert rundir._is_our_run(dest)  # a run --force may reuse
     return dest
 
 
@@ -246,11 +246,11 @@ def test_a_claim_refuses_a_link_at_each_name(tmp_path, victims, real_runs, name,
     link = victims.plant(d / name, how, directory=name == layout.SNAPSHOT_DIR and how == "live")
     before = sorted((str(p.relative_to(d)), p.is_symlink()) for p in d.rglob("*"))
     with pytest.raises(InputError) as exc:
-        session_mod.prepare_directory(d, force=force)
+        rundir.prepare_directory(d, force=force)
     _assert_refused(exc.value, link)
     assert sorted((str(p.relative_to(d)), p.is_symlink()) for p in d.rglob("*")) == before
     assert link.is_symlink()
-    assert session_mod._locks == {}
+    assert rundir._locks == {}
 
 
 def test_a_lock_with_another_name_is_refused(tmp_path, victims):
@@ -259,7 +259,7 @@ def test_a_lock_with_another_name_is_refused(tmp_path, victims):
     d.mkdir()
     os.link(victims.file, d / layout.LOCK)
     with pytest.raises(InputError) as exc:
-        session_mod.prepare_directory(d, force=True)
+        rundir.prepare_directory(d, force=True)
     _assert_refused(exc.value, d / layout.LOCK)
 
 
@@ -270,11 +270,11 @@ def test_a_dangling_or_live_link_as_the_run_directory_itself(tmp_path, victims, 
     link = victims.plant(tmp_path / "out", how, directory=True)
     if how == "dangling":
         with pytest.raises(InputError) as exc:
-            session_mod.prepare_directory(link, force=False)
+            rundir.prepare_directory(link, force=False)
         _assert_refused(exc.value, link)
         return
     with pytest.raises(InputError) as exc:  # the victim directory is not empty, and not a run of ours
-        session_mod.prepare_directory(link, force=True)
+        rundir.prepare_directory(link, force=True)
     _one_line(str(exc.value), "holds no jaxmemprof run")
 
 
@@ -321,7 +321,7 @@ def test_a_symlinked_process_directory_is_refused(tmp_path, victims, real_runs, 
     else:
         victims.plant(link, "dangling")
     with pytest.raises(InputError) as exc:
-        session_mod.prepare_directory(job, force=force)
+        rundir.prepare_directory(job, force=force)
     _assert_refused(exc.value, link)
     assert {str(p): p.read_bytes() if p.is_file() else None for p in target.rglob("*")} == before
     shutil.rmtree(target)
@@ -335,7 +335,7 @@ def test_a_job_process_refuses_links_inside_its_directory(tmp_path, victims, rea
     _base_run(real_runs, job / "process-0")
     link = victims.plant(job / "process-0" / name, "live")
     with pytest.raises(InputError) as exc:
-        session_mod.prepare_directory(job, force=True)
+        rundir.prepare_directory(job, force=True)
     _assert_refused(exc.value, link)
 
 

@@ -344,7 +344,7 @@ _XLA_FIGURES = ("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "
 def measure_totals(snapshots: list[dict], compiles: list[dict] = (), calls: list[dict] = (),
                    functions: dict | None = None) -> TestMemory:
     """The figures of :func:`measure_test` without their lines, for a test
-    recorded in memory (``capture.session.TotalsSession``, for the tests
+    recorded in memory (``capture.totals.TotalsSession``, for the tests
     ``--jaxmemprof`` lists without a limit): ``snapshots`` (``snapshot,
     t_wall, trigger, label, live_bytes``), the probe's ``compiles``
     (``function_id, call_index, t_wall, signature`` and XLA's five figures)

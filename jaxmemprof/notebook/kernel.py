@@ -28,7 +28,7 @@ import sys
 import weakref
 
 from jaxmemprof.capture.jit import JitProbe, Probed, _QuietProbed
-from jaxmemprof.capture.jit.libraries import PATCHED
+from jaxmemprof.libraries import PATCHED
 
 
 class _Discard:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from jaxmemprof.libraries import BY_NAME
 from jaxmemprof.rules.base import Rule, Words, fmt, listed
 
 if TYPE_CHECKING:
@@ -18,9 +19,6 @@ def _arguments(x: dict) -> str:
                      for a, positional in zip(x["arguments"], x.get("by_position") or [False] * len(x["arguments"])))
 
 
-_VERBS = {"jax.pmap": "pmap", "flax.nnx.jit": "nnx.jit", "equinox.filter_jit": "filter_jit"}
-
-
 def _donate_fix(f: Finding, x: dict) -> tuple[str, str]:
     """(the full fix, the short one)."""
     name, change, option = x["function"], x.get("change"), x.get("option", "")
@@ -32,7 +30,8 @@ def _donate_fix(f: Finding, x: dict) -> tuple[str, str]:
                 f"{'them' if several else 'it'} after the call, and equinox donates every array argument "
                 f"but the first's")
         return full, f'pass {listed(kept)} first and filter_jit {name} with donate="all-except-first"'
-    verb = _VERBS.get(x.get("wrapper"), "jit")
+    lib = BY_NAME.get(x.get("wrapper"))
+    verb = lib.verb if lib is not None else "jit"
     if change == "through-wrapper":
         full = f"jit {name} with {option}, through {x.get('wrapper')} (at {f.site}) if it passes them to jax.jit"
     else:

@@ -30,6 +30,7 @@ from jaxmemprof.analysis.cells import json_cell as _json
 from jaxmemprof.analysis.cells import leaves as _leaves
 from jaxmemprof.analysis.findings import Finding
 from jaxmemprof.analysis.sites import Attribution
+from jaxmemprof.libraries import BY_NAME
 
 if TYPE_CHECKING:
     from jaxmemprof.analysis.attributed import Attributed
@@ -201,24 +202,18 @@ def unusable_donations(run) -> list[tuple]:
     return found
 
 
-# How each wrapper is spelled on the line that applies it, and whether a bare
-# decorator of it takes options when called (@nnx.jit(...)) or needs
-# functools.partial (@functools.partial(jax.jit, ...)).
-_SPELLINGS = {
-    "jax.jit": (r"(?:jax\.)?jit", False),
-    "jax.pmap": (r"(?:jax\.)?pmap", False),
-    "flax.nnx.jit": (r"(?:(?:flax\.)?nnx\.)?jit", True),
-    "equinox.filter_jit": (r"(?:(?:eqx|equinox)\.)?filter_jit", True),
-}
-_EQUINOX = "equinox.filter_jit"
-_NNX = "flax.nnx.jit"
-
-
 def _wrapper(fn) -> str:
     """How the function was jitted; runs recorded before the probe knew
     wrappers jitted through jax.jit."""
     w = fn.get("wrapper") if hasattr(fn, "get") else None
     return w if isinstance(w, str) and w else "jax.jit"
+
+
+def _donate_option(fn) -> str | None:
+    """The wrapper's own donation option (equinox's ``donate``), where it has
+    one instead of donate_argnums."""
+    lib = BY_NAME.get(_wrapper(fn))
+    return lib.donate_option if lib is not None else None
 
 
 def _suggest(fn, extra: str, wrapper: str) -> str:
@@ -228,9 +223,10 @@ def _suggest(fn, extra: str, wrapper: str) -> str:
         text = linecache.getline(str(fn["jit_file"]), int(fn["jit_line"])).rstrip("\n")
     except (ValueError, OSError, TypeError):  # a damaged journal: a NUL in the name, a line number out of range
         return ""
-    if not text.strip() or "donate" in text or wrapper not in _SPELLINGS:
+    lib = BY_NAME.get(wrapper)
+    if not text.strip() or "donate" in text or lib is None:
         return ""  # unreadable, or donation already set there in a way we would have to rewrite
-    spelling, callable_decorator = _SPELLINGS[wrapper]
+    spelling, callable_decorator = lib.spelling, lib.decorator_takes_options
     indent = text[: len(text) - len(text.lstrip())]
     m = re.fullmatch(rf"@({spelling})(\s*#.*)?", text.strip())
     if m:
@@ -296,11 +292,12 @@ def _change(run, fn, cands: list[Candidate]) -> dict:
     equinox's donate="all" donates besides the candidates) and
     ``first_kept`` (arguments whose first call's value stayed referenced)."""
     wrapper = _wrapper(fn)
+    lib = BY_NAME.get(wrapper)
     params = [str(p) for p in _json(fn["params"], [])]
     already_nums = [int(x) for x in _json(fn["donate_argnums"], []) if isinstance(x, int)]
     already_names = [str(x) for x in _json(fn["donate_argnames"], [])]
     facts: dict = {"first_kept": [c.argument for c in cands if c.first_kept], "also_donates": []}
-    if wrapper == _EQUINOX:
+    if lib is not None and lib.donate_option is not None:
         # Equinox donates every array argument ("all") or all but the first
         # argument's ("all-except-first"): what else would go with the chosen?
         chosen = {c.argument for c in cands}
@@ -318,18 +315,19 @@ def _change(run, fn, cands: list[Candidate]) -> dict:
     else:
         names, positions = list(already_names), list(already_nums)
         for c in cands:
-            if c.keyword or (wrapper == _NNX and c.position is not None and c.position < len(params)):
+            by_name = lib is not None and lib.donate_by_name
+            if c.keyword or (by_name and c.position is not None and c.position < len(params)):
                 names.append(c.argument if c.keyword else params[c.position])
             elif c.position is not None:
                 positions.append(c.position)
-        if wrapper == _NNX:  # as flax's docs write it: by name
+        if lib is not None and lib.donate_by_name:
             names += [params[p] for p in already_nums if p < len(params)]
             positions = [p for p in positions if p >= len(params)]
         names = sorted(set(names), key=lambda n: params.index(n) if n in params else len(params))
         positions = sorted(set(positions))
         option = ", ".join(([f"donate_argnums={_tuple(positions)}"] if positions else [])
                            + ([f"donate_argnames={_tuple(names)}"] if names else []))
-        facts |= {"change": "jit" if wrapper in _SPELLINGS else "through-wrapper", "option": option,
+        facts |= {"change": "jit" if lib is not None else "through-wrapper", "option": option,
                   "argnums": positions, "argnames": names}
     return facts | {"edited_line": _suggest(fn, facts["option"], wrapper).strip()}
 
@@ -367,8 +365,8 @@ def donation_findings(ar: Attributed) -> list[Finding]:
             },
         ))
     for fn, call, lost, outputs in unusable_donations(run):
-        if _wrapper(fn) == _EQUINOX and _json(fn.get("wrapper_options"), {}).get("donate") in (
-                "all", "all-except-first"):
+        option = _donate_option(fn)
+        if option is not None and _json(fn.get("wrapper_options"), {}).get(option) in ("all", "all-except-first"):
             continue  # equinox donates every array by design, and silences JAX's warning about the unusable
         findings.append(Finding(
             rule="donation-unusable",
@@ -419,9 +417,10 @@ def _used_after_donation(run, attribution: Attribution) -> list[Finding]:
 def _donated(fn) -> str:
     """What the function donates, as its wrapper takes it: argument numbers
     and names, or equinox's donate option."""
-    if _wrapper(fn) == _EQUINOX:
-        option = _json(fn.get("wrapper_options"), {}).get("donate")
-        return f"donate={option}" if option and option != "none" else ""
+    name = _donate_option(fn)
+    if name is not None:
+        option = _json(fn.get("wrapper_options"), {}).get(name)
+        return f"{name}={option}" if option and option != "none" else ""
     return ", ".join(map(str, _json(fn["donate_argnums"], []) + _json(fn["donate_argnames"], [])))
 
 

@@ -33,7 +33,7 @@ import time
 import warnings
 from dataclasses import dataclass
 
-from jaxmemprof.capture.jit.libraries import BY_NAME
+from jaxmemprof.libraries import BY_NAME
 from jaxmemprof.capture.jit.programs import _unseen_compile
 from jaxmemprof.flow import CARRIED, batch_keys, flows, leaf_key
 

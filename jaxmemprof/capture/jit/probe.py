@@ -34,7 +34,7 @@ import weakref
 from jaxmemprof.capture.arrays import is_deleted as _is_deleted
 from jaxmemprof.capture.hooks import AfterImport
 from jaxmemprof.capture.jit.frames import _drop_own_frames, _user_frame
-from jaxmemprof.capture.jit.libraries import BY_NAME, PATCHED, plain_arguments
+from jaxmemprof.libraries import BY_NAME, PATCHED, plain_arguments
 from jaxmemprof.capture.jit.liveness import _fates, _on_death, _windows
 from jaxmemprof.capture.jit.owners import Previous, mesh_facts, nnx_owners, optax_tags
 from jaxmemprof.capture.jit.plan import Planner

@@ -10,7 +10,7 @@ import os
 import types
 
 from jaxmemprof.capture.jit.frames import _is_library
-from jaxmemprof.capture.jit.libraries import BY_NAME, KNOWN_WRAPPERS
+from jaxmemprof.libraries import BY_NAME, KNOWN_WRAPPERS
 from jaxmemprof.paths import installed_part
 
 # Names under which a wrapper's frame holds the user's function.

@@ -8,4 +8,6 @@ from __future__ import annotations
 NAME = "jax.pmap"
 PATCHES = "pmap"
 STATIC_ARGNUMS = "static_broadcasted_argnums"
+SPELLING = r"(?:jax\.)?pmap"
+VERB = "pmap"
 REJIT = "pmap"

@@ -6,6 +6,7 @@ from __future__ import annotations
 NAME = "jax.jit"
 PATCHES = "jit"
 STATIC_ARGNUMS = "static_argnums"
+SPELLING = r"(?:jax\.)?jit"
 REJIT = "jit"
 
 

@@ -1,6 +1,7 @@
-"""The library wrappers the probe knows, one module each: a new library is
-one new file here. A module says how its wrapper is recognised and how the
-arguments jax.jit gets map to the user's:
+r"""The jit wrappers jaxmemprof knows, one module each: a new library is one
+new file here. A module says how its wrapper is recognised and how the
+arguments jax.jit gets map to the user's (for the jit probe, capture/jit/),
+and how a fix is written for it (for the donation advice and its words):
 
 - ``NAME``: how the user spells the wrapper (``flax.nnx.jit``);
 - ``PATCHES``: for JAX's own (jax.jit, jax.pmap), the function of the ``jax``
@@ -21,7 +22,17 @@ arguments jax.jit gets map to the user's:
   variant); None (the default) where the wrapper decides donation inside its
   own call;
 - ``lowering(fun)``: what tracing ``fun`` (the function jax.jit got) needs
-  around it outside the wrapper's own call; if not given, nothing.
+  around it outside the wrapper's own call; if not given, nothing;
+- ``SPELLING``: a regular expression for the wrapper as the line that
+  applies it spells it (``(?:jax\.)?jit``), and ``DECORATOR_TAKES_OPTIONS``:
+  whether a bare decorator of it takes options when called (``@nnx.jit(...)``)
+  or needs ``functools.partial`` (``@functools.partial(jax.jit, ...)``);
+- ``VERB``: how a fix says "jit it" (``nnx.jit``; ``jit`` if not given);
+- ``DONATE_BY_NAME``: a fix names the arguments to donate
+  (``donate_argnames``), as the library's docs do;
+- ``DONATE_OPTION``: the wrapper's own option that donates (equinox's
+  ``donate``, which takes ``"all"`` or ``"all-except-first"``), where it has
+  no ``donate_argnums``.
 
 Nothing here imports the library (or jax)."""
 
@@ -31,7 +42,7 @@ import contextlib
 import importlib
 import os
 
-from jaxmemprof.capture.jit.libraries import jax as _jax
+from jaxmemprof.libraries import jax as _jax
 
 
 def _no_options(frames) -> dict:
@@ -50,7 +61,8 @@ class Library:
     """One module of this package, with what it leaves out filled in."""
 
     __slots__ = ("name", "patches", "static_argnums", "frame", "options", "jits_its_own", "arguments",
-                 "static_leaves", "rejit", "lowering")
+                 "static_leaves", "rejit", "lowering", "spelling", "decorator_takes_options", "verb",
+                 "donate_by_name", "donate_option")
 
     def __init__(self, module):
         self.name: str = module.NAME
@@ -63,6 +75,11 @@ class Library:
         self.static_leaves: bool = getattr(module, "STATIC_LEAVES", False)
         self.rejit: str | None = getattr(module, "REJIT", None)
         self.lowering = getattr(module, "lowering", _no_context)
+        self.spelling: str = module.SPELLING
+        self.decorator_takes_options: bool = getattr(module, "DECORATOR_TAKES_OPTIONS", False)
+        self.verb: str = getattr(module, "VERB", "jit")
+        self.donate_by_name: bool = getattr(module, "DONATE_BY_NAME", False)
+        self.donate_option: str | None = getattr(module, "DONATE_OPTION", None)
 
 
 def _modules() -> list[str]:

@@ -10,6 +10,10 @@ import sys
 NAME = "flax.nnx.jit"
 FRAME = ("flax", "jit")
 REJIT = "jit"
+SPELLING = r"(?:(?:flax\.)?nnx\.)?jit"
+DECORATOR_TAKES_OPTIONS = True
+VERB = "nnx.jit"
+DONATE_BY_NAME = True  # as flax's docs write it
 
 
 def lowering(fun):

@@ -7,6 +7,10 @@ from __future__ import annotations
 NAME = "equinox.filter_jit"
 FRAME = ("equinox", "filter_jit")
 STATIC_LEAVES = True
+SPELLING = r"(?:(?:eqx|equinox)\.)?filter_jit"
+DECORATOR_TAKES_OPTIONS = True
+VERB = "filter_jit"
+DONATE_OPTION = "donate"
 
 _EQUINOX_PARAMS = ("dynamic_donate", "dynamic_nodonate", "static")
 
