@@ -12,8 +12,9 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
 
-from conftest import cpu_env, line_of, run_cli, write_script
+from conftest import cli_batch, cpu_env, in_parallel, line_of, run_cli, write_script
 
 from jaxmemprof.analysis.advice.donation import donation_findings, jit_memory
 from jaxmemprof.analysis.sites import Attribution
@@ -49,19 +50,48 @@ print(float(loss))
 STATE_BYTES = 2 * (512 * 256 * 4 + 256 * 4)  # params and opt
 
 
-def _record(tmp_path, name, source, *args, check=0, extra=()):
-    script = write_script(tmp_path, name, source)
-    proc = run_cli("run", "-q", "-o", tmp_path / (name + ".run"), *extra, script, *args, cwd=tmp_path, check=check)
-    run = load_run(tmp_path / (name + ".run"))
-    return script, run, Attribution(roots=(run.manifest["cwd"],)), proc
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    """Every program of this module recorded once under `jaxmemprof run`,
+    two at a time (each recording waits on its own process), and the probe's
+    semantics program under plain python and without the probe beside them:
+    name -> the completed process. Each test checks its own exit status."""
+    d = tmp_path_factory.mktemp("donation")
+    for name, source in PROGRAMS.items():
+        write_script(d, name, source)
+
+    def record(name, *extra, out=None):
+        return lambda: run_cli("run", "-q", "-o", d / (out or name + ".run"), *extra, d / name, cwd=d)
+
+    calls = {name: record(name) for name in PROGRAMS}
+    calls["forms.py plain"] = lambda: subprocess.run([sys.executable, str(d / "forms.py")], cwd=d, env=cpu_env(),
+                                                     capture_output=True, text=True, timeout=300)
+    calls["forms.py off"] = record("forms.py", "--no-jit-probe", out="off.run")
+    for name, body in PROBE_SCRIPTS.items():
+        (d / name).mkdir()
+        script = write_script(d / name, name + ".py", _probe_script(d / name, body))
+        calls[name] = lambda script=script: subprocess.run([sys.executable, str(script)], capture_output=True,
+                                                           text=True, env=cpu_env(), timeout=300)
+    return d, dict(zip(calls, in_parallel(*calls.values())))
+
+
+def _record(recorded, name, check=0):
+    """(the script, its run, the attribution, the completed process) of a
+    program the module fixture recorded; its exit status must be ``check``."""
+    d, procs = recorded
+    proc = procs[name]
+    assert proc.returncode == check, (
+        f"exit {proc.returncode}, expected {check}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")
+    run = load_run(d / (name + ".run"))
+    return d / name, run, Attribution(roots=(run.manifest["cwd"],)), proc
 
 
 def _donations(run, att):
     return [f for f in donation_findings(attribute(run)) if f.rule == "donate"]
 
 
-def test_forgotten_donation_is_recommended_with_the_right_bytes(tmp_path):
-    script, run, att, _ = _record(tmp_path, "nodonate.py", TRAIN.replace("{DONATE}", ""))
+def test_forgotten_donation_is_recommended_with_the_right_bytes(recorded):
+    script, run, att, _ = _record(recorded, "nodonate.py")
     [f] = _donations(run, att)
     assert f.site == f"nodonate.py:{line_of(script, 'LINE-JIT')}"
     assert f.saving_bytes == STATE_BYTES
@@ -71,10 +101,10 @@ def test_forgotten_donation_is_recommended_with_the_right_bytes(tmp_path):
     assert "params['w'] float32[512,256] -> output[0]['w']" in words(f).evidence
 
 
-def test_applied_donation_gets_no_advice_and_lowers_the_peak_by_the_prediction(tmp_path):
-    _, before, att_b, _ = _record(tmp_path, "before.py", TRAIN.replace("{DONATE}", ""))
+def test_applied_donation_gets_no_advice_and_lowers_the_peak_by_the_prediction(recorded):
+    _, before, att_b, _ = _record(recorded, "nodonate.py")
     [advice] = _donations(before, att_b)
-    _, after, att_a, _ = _record(tmp_path, "after.py", TRAIN.replace("{DONATE}", ", donate_argnums=(0, 1)"))
+    _, after, att_a, _ = _record(recorded, "donated.py")
     assert _donations(after, att_a) == []
     mb, ma = jit_memory(attribute(before)).iloc[0], jit_memory(attribute(after)).iloc[0]
     assert mb["alias_bytes"] == 0
@@ -84,21 +114,22 @@ def test_applied_donation_gets_no_advice_and_lowers_the_peak_by_the_prediction(t
     assert abs(drop - advice.saving_bytes) <= 0.1 * advice.saving_bytes
 
 
-def test_an_argument_used_after_the_call_is_never_recommended(tmp_path):
-    source = TRAIN.replace("{DONATE}", "").replace(
-        "    params, opt, loss = step(params, opt, batch)  # LINE-CALL",
-        "    new_params, opt, loss = step(params, opt, batch)  # LINE-CALL\n"
-        "    drift = jax.tree_util.tree_map(lambda a, b: a - b, new_params, params)  # uses the old params\n"
-        "    params = new_params")
-    _, run, att, _ = _record(tmp_path, "reuse.py", source)
+REUSE = TRAIN.replace("{DONATE}", "").replace(
+    "    params, opt, loss = step(params, opt, batch)  # LINE-CALL",
+    "    new_params, opt, loss = step(params, opt, batch)  # LINE-CALL\n"
+    "    drift = jax.tree_util.tree_map(lambda a, b: a - b, new_params, params)  # uses the old params\n"
+    "    params = new_params")
+
+
+def test_an_argument_used_after_the_call_is_never_recommended(recorded):
+    _, run, att, _ = _record(recorded, "reuse.py")
     [f] = _donations(run, att)
     assert "'opt'" in words(f).message and "'params'" not in words(f).message
     assert f.saving_bytes == STATE_BYTES // 2
     assert "donate_argnums=(1,)" in words(f).fix
 
 
-def test_keyword_state_gets_donate_argnames(tmp_path):
-    source = """
+KEYWORD = """
 import jax
 import jax.numpy as jnp
 
@@ -111,15 +142,17 @@ batch = jnp.ones((8,), jnp.float32)
 for i in range(5):
     state = step(batch, state=state)
 """
-    _, run, att, _ = _record(tmp_path, "kw.py", source)
+
+
+def test_keyword_state_gets_donate_argnames(recorded):
+    _, run, att, _ = _record(recorded, "kw.py")
     [f] = _donations(run, att)
     assert 'donate_argnames=("state",)' in words(f).fix and "donate_argnums" not in words(f).fix
     assert f.saving_bytes == 4096
     assert '@functools.partial(jax.jit, donate_argnames=("state",))' in words(f).fix
 
 
-def test_sharded_state_is_matched_per_shard(tmp_path):
-    source = """
+SHARDED = """
 import jax
 jax.config.update("jax_num_cpu_devices", 2)
 import jax.numpy as jnp
@@ -132,15 +165,17 @@ step = jax.jit(lambda s, r: (s + 1.0, r * 2.0))
 for i in range(5):
     state, replicated = step(state, replicated)
 """
-    _, run, att, _ = _record(tmp_path, "sharded.py", source)
+
+
+def test_sharded_state_is_matched_per_shard(recorded):
+    _, run, att, _ = _record(recorded, "sharded.py")
     [f] = _donations(run, att)
     # The sharded state: 1 MiB over 2 devices; the replicated array: 1 KiB on each of 2 devices.
     assert f.saving_bytes == 4096 * 64 * 4 + 2 * 256 * 4
     assert "donate_argnums=(0, 1)" in words(f).fix
 
 
-def test_unusable_donation_is_explained(tmp_path):
-    source = """
+UNUSABLE = """
 import jax
 import jax.numpy as jnp
 
@@ -150,7 +185,10 @@ for i in range(3):
     y = jnp.ones((10,), jnp.int32)
     out = step(x, y)
 """
-    _, run, att, proc = _record(tmp_path, "unusable.py", source)
+
+
+def test_unusable_donation_is_explained(recorded):
+    _, run, att, proc = _record(recorded, "unusable.py")
     assert "Some donated buffers were not usable" in proc.stderr  # JAX's warning, still shown
     warnings = run.events[run.events["kind"] == "warning"]["message"].tolist()
     assert any("Some donated buffers were not usable" in w for w in warnings)
@@ -161,8 +199,7 @@ for i in range(3):
     assert "float32[]" in words(f).evidence  # the only output
 
 
-def test_using_a_donated_array_is_explained(tmp_path):
-    source = """
+USED = """
 import jax
 import jax.numpy as jnp
 
@@ -171,7 +208,10 @@ state = jnp.zeros((100,), jnp.float32)
 new = step(state)
 print(state + 1)  # state was donated
 """
-    _, run, att, proc = _record(tmp_path, "used.py", source, check=1)
+
+
+def test_using_a_donated_array_is_explained(recorded):
+    _, run, att, proc = _record(recorded, "used.py", check=1)
     assert "deleted" in proc.stderr
     [f] = [f for f in donation_findings(attribute(run)) if f.rule == "donated-then-used"]
     assert "<lambda>" in words(f).evidence and f.severity == "high"
@@ -238,13 +278,12 @@ print(json.dumps(results, sort_keys=True))
 """
 
 
-def test_probe_keeps_every_jit_form_working_with_identical_results(tmp_path):
-    script = write_script(tmp_path, "forms.py", PROBE_SEMANTICS)
-    plain = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=cpu_env(), capture_output=True,
-                           text=True, check=True).stdout
-    probed = run_cli("run", "-q", "-o", tmp_path / "forms.run", script, cwd=tmp_path, check=0).stdout
-    assert json.loads(probed) == json.loads(plain)
-    run = load_run(tmp_path / "forms.run")
+def test_probe_keeps_every_jit_form_working_with_identical_results(recorded):
+    d, procs = recorded
+    plain = procs["forms.py plain"]
+    assert plain.returncode == 0, plain.stderr
+    _, run, _, probed = _record(recorded, "forms.py")
+    assert json.loads(probed.stdout) == json.loads(plain.stdout)
     names = set(run.jit["functions"]["name"])
     assert {"plain", "factory", "static", "named", "apply", "tree"} <= names
     counts = run.jit["counts"].merge(run.jit["functions"], on="function_id").set_index("name")
@@ -253,25 +292,28 @@ def test_probe_keeps_every_jit_form_working_with_identical_results(tmp_path):
     factory = run.jit["functions"].set_index("name").loc["factory"]
     assert json.loads(factory["donate_argnums"]) == [0]
     # Without the probe, nothing is recorded about jitted functions.
-    run_cli("run", "-q", "--no-jit-probe", "-o", tmp_path / "off.run", script, cwd=tmp_path, check=0)
-    assert load_run(tmp_path / "off.run").jit["functions"].empty
+    off = procs["forms.py off"]
+    assert off.returncode == 0, off.stderr
+    assert load_run(d / "off.run").jit["functions"].empty
 
 
-def test_report_shows_the_donation_and_memory_inside_jit(tmp_path):
-    script, run, att, _ = _record(tmp_path, "rep.py", TRAIN.replace("{DONATE}", ""))
-    out = run_cli("report", tmp_path / "rep.py.run", cwd=tmp_path, check=0).stdout
+def test_report_shows_the_donation_and_memory_inside_jit(recorded):
+    d = _record(recorded, "nodonate.py")[0].parent
+    text, json_ = cli_batch([["report", d / "nodonate.py.run"], ["report", d / "nodonate.py.run", "--json"]], d,
+                            workers=1)
+    assert (text.returncode, json_.returncode) == (0, 0), text.stderr + json_.stderr
+    out = text.stdout
     assert "Memory inside jitted functions" in out
     assert "Donate 'params', 'opt' of update" in out
     assert "estimated true peak" in out
-    doc = json.loads(run_cli("report", tmp_path / "rep.py.run", "--json", cwd=tmp_path, check=0).stdout)
+    doc = json.loads(json_.stdout)
     [jm] = [r for r in doc["jit_memory"] if r["function"] == "update"]
     assert jm["alias_bytes"] == 0 and jm["call_peak_bytes"] >= 2 * STATE_BYTES
     [d] = [f for f in doc["findings"] if f["rule"] == "donate"]
     assert d["saving_bytes"] == STATE_BYTES
 
 
-def test_calls_after_sampling_cost_nothing_and_new_compilations_are_analysed(tmp_path):
-    source = """
+MANY = """
 import jax
 import jax.numpy as jnp
 
@@ -282,7 +324,10 @@ for i in range(1200):  # well past the last sampled call
 for i in range(3):
     b = f(b)  # a new signature, compiled after sampling ended
 """
-    _, run, att, _ = _record(tmp_path, "many.py", source)
+
+
+def test_calls_after_sampling_cost_nothing_and_new_compilations_are_analysed(recorded):
+    script, run, att, _ = _record(recorded, "many.py")
     counts = run.jit["counts"].iloc[0]
     # Once its samples are taken, calls go straight to the jitted function
     # (uncounted); the compilation of the new signature wakes the probe,
@@ -296,19 +341,19 @@ for i in range(3):
     calls = run.jit["calls"]
     assert len(calls) == 21
     assert calls["signature"].tolist() == ["float32[16]"] * 20 + ["float32[32]"]
-    out = run_cli("report", tmp_path / "many.py.run", cwd=tmp_path, check=0).stdout
+    out = run_cli("report", script.parent / "many.py.run", cwd=script.parent, check=0).stdout
     assert f"≥{counts['calls']}" in out
 
 
-def _probe_script(tmp_path, name: str, body: str):
-    """Run ``body`` (which asserts) in a fresh process with a JitProbe
-    installed on a RunWriter at tmp_path/run, then load that run: JAX stays
-    out of the test process."""
+def _probe_script(directory, body: str):
+    """A script that runs ``body`` (which asserts) in a fresh process with a
+    JitProbe installed on a RunWriter at directory/run: JAX stays out of the
+    test process."""
     source = (
         "import jax, jax.numpy as jnp\n"
         "from jaxmemprof.capture.jit import JitProbe, Probed, _QuietProbed\n"
         "from jaxmemprof.store.writer import RunWriter\n"
-        f"writer = RunWriter(__import__('pathlib').Path({str(tmp_path / 'run')!r}), {{'argv': []}})\n"
+        f"writer = RunWriter(__import__('pathlib').Path({str(directory / 'run')!r}), {{'argv': []}})\n"
         "probe = JitProbe(writer, sample_first=1, sample_every=1, max_samples=2)\n"
         "probe.install()\n"
         "try:\n"
@@ -316,17 +361,18 @@ def _probe_script(tmp_path, name: str, body: str):
         + "finally:\n    probe.uninstall()\n    writer.finish()\n"
         "assert not isinstance(jax.jit(lambda x: x), Probed)  # uninstalled\n"
     )
-    script = write_script(tmp_path, name, source)
-    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=cpu_env())
+    return source
+
+
+def _probed(recorded, name):
+    """The run of a probe script the module fixture ran (it must have exited 0)."""
+    d, procs = recorded
+    proc = procs[name]
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return load_run(tmp_path / "run")
+    return load_run(d / name / "run")
 
 
-def test_a_snapshot_wakes_a_quiet_function_that_compiled_again(tmp_path):
-    """Without JAX's compile events (older JAX), the snapshot's poll finds the
-    grown compile cache of a quiet function and the next call is analysed;
-    while quiet, calls reach the jitted function itself."""
-    run = _probe_script(tmp_path, "poll.py", """
+POLL = """
         if probe._monitoring is not None:
             probe._monitoring.unregister_event_duration_listener(probe._listener)
         f = jax.jit(lambda x: x * 2.0)
@@ -342,17 +388,20 @@ def test_a_snapshot_wakes_a_quiet_function_that_compiled_again(tmp_path):
         assert type(f) is Probed and float(b[0]) == 4.0
         b = f(b)  # ... then quiet again, once that call's inputs' fate is known
         assert type(f) is _QuietProbed and float(b[0]) == 8.0
-    """)
+"""
+
+
+def test_a_snapshot_wakes_a_quiet_function_that_compiled_again(recorded):
+    """Without JAX's compile events (older JAX), the snapshot's poll finds the
+    grown compile cache of a quiet function and the next call is analysed;
+    while quiet, calls reach the jitted function itself."""
+    run = _probed(recorded, "poll")
     assert sorted(run.jit["compiles"]["argument_bytes"].tolist()) == [64, 128]
     counts = run.jit["counts"].iloc[0]
     assert counts["compiles"] == 2 and counts["calls_complete"] == 0
 
 
-def test_a_signature_compiled_while_quiet_is_analysed_when_it_comes_back(tmp_path):
-    """A smaller last batch each epoch: compiled while the function was quiet
-    (its arguments unseen), analysed at the next call that has it; the
-    signature seen in between is not analysed twice."""
-    run = _probe_script(tmp_path, "epochs.py", """
+EPOCHS = """
         f = jax.jit(lambda x: x + 1.0)
         full, last = jnp.zeros((16,), jnp.float32), jnp.zeros((4,), jnp.float32)
         for epoch in range(2):
@@ -361,7 +410,14 @@ def test_a_signature_compiled_while_quiet_is_analysed_when_it_comes_back(tmp_pat
             f(last)
         f(full)  # the analysed signature's call was sampled: quiet once its inputs' fate is known
         assert type(f) is _QuietProbed
-    """)
+"""
+
+
+def test_a_signature_compiled_while_quiet_is_analysed_when_it_comes_back(recorded):
+    """A smaller last batch each epoch: compiled while the function was quiet
+    (its arguments unseen), analysed at the next call that has it; the
+    signature seen in between is not analysed twice."""
+    run = _probed(recorded, "epochs")
     assert sorted(run.jit["compiles"]["signature"]) == ["float32[16]", "float32[4]"]
     assert run.jit["counts"].iloc[0]["compiles"] == 2
 
@@ -385,9 +441,9 @@ print(json.dumps({"aliased": fixed.alias_size_in_bytes}))
 """
 
 
-def test_a_leaf_jit_prunes_is_not_counted_in_the_saving(tmp_path):
+def test_a_leaf_jit_prunes_is_not_counted_in_the_saving(recorded):
     # The oracle: XLA's aliased bytes once the fix is applied, which leave out the pruned leaf.
-    _, run, att, proc = _record(tmp_path, "pruned.py", PRUNED)
+    _, run, att, proc = _record(recorded, "pruned.py")
     aliased = json.loads(proc.stdout.strip().splitlines()[-1])["aliased"]
     assert aliased == 256 * 256 * 4
     [f] = _donations(run, att)
@@ -418,13 +474,31 @@ for i in range(6):
 """
 
 
-def test_an_equinox_field_jit_prunes_is_not_counted_and_the_fix_aliases_the_prediction(tmp_path):
-    _, before, att_b, _ = _record(tmp_path, "eqx_before.py", PRUNED_EQUINOX.replace("{DONATE}", ""))
+def test_an_equinox_field_jit_prunes_is_not_counted_and_the_fix_aliases_the_prediction(recorded):
+    _, before, att_b, _ = _record(recorded, "eqx_before.py")
     [f] = _donations(before, att_b)
     assert f.saving_bytes == 128 * 128 * 4  # m.w; not m.steps
     assert 'donate="all-except-first"' in words(f).fix
-    _, after, att_a, _ = _record(tmp_path, "eqx_after.py",
-                                 PRUNED_EQUINOX.replace("{DONATE}", ', donate="all-except-first"'))
+    _, after, att_a, _ = _record(recorded, "eqx_after.py")
     assert _donations(after, att_a) == []
     # XLA's own account once the fix is applied: what was predicted, to the byte.
     assert int(jit_memory(attribute(after)).iloc[0]["alias_bytes"]) == f.saving_bytes
+
+
+# The programs the module fixture records (file name -> source), each once.
+PROGRAMS = {
+    "nodonate.py": TRAIN.replace("{DONATE}", ""),
+    "donated.py": TRAIN.replace("{DONATE}", ", donate_argnums=(0, 1)"),
+    "reuse.py": REUSE,
+    "kw.py": KEYWORD,
+    "sharded.py": SHARDED,
+    "unusable.py": UNUSABLE,
+    "used.py": USED,
+    "forms.py": PROBE_SEMANTICS,
+    "many.py": MANY,
+    "pruned.py": PRUNED,
+    "eqx_before.py": PRUNED_EQUINOX.replace("{DONATE}", ""),
+    "eqx_after.py": PRUNED_EQUINOX.replace("{DONATE}", ', donate="all-except-first"'),
+}
+# Scripts run under plain python with a JitProbe installed by hand (_probe_script).
+PROBE_SCRIPTS = {"poll": POLL, "epochs": EPOCHS}
