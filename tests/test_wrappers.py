@@ -18,7 +18,7 @@ import sys
 
 import pytest
 
-from conftest import REPO, cpu_env, line_of, run_cli, write_script
+from conftest import REPO, cpu_env, in_parallel, line_of, run_cli, write_script
 
 from jaxmemprof.analysis.advice.donation import donation_findings, jit_memory
 from jaxmemprof.analysis.findings import Finding, in_proportion
@@ -78,6 +78,12 @@ def _record(script, cwd, name):
     return proc, run, Attribution(roots=(run.manifest["cwd"],))
 
 
+def _python_and_record(script, cwd, name):
+    """(python's result, then _record's), the two processes at the same time."""
+    plain, recorded = in_parallel(lambda: _python(script, cwd), lambda: _record(script, cwd, name))
+    return (plain, *recorded)
+
+
 def _unstamped(text: str) -> str:
     """stderr without the time and process id of XLA's log lines, and
     without its warnings and notes (a busy machine adds "slow operation"
@@ -96,8 +102,7 @@ def test_wrapper_gets_donation_advice_in_its_own_terms(tmp_path, program):
     wrapper, jit_text, function, saving, edited, devices = CASES[program]
     script = tmp_path / program
     shutil.copy(PROGRAMS / program, script)
-    plain = _python(script, tmp_path)
-    proc, run, att = _record(script, tmp_path, "run")
+    plain, proc, run, att = _python_and_record(script, tmp_path, "run")
     assert (proc.returncode, proc.stdout) == (plain.returncode, plain.stdout) == (0, plain.stdout)
     assert "jaxmemprof" not in proc.stderr and _probe_errors(run) == []
 
@@ -217,9 +222,8 @@ print("done", float(state["w"][0, 0]))
 
 def test_jitted_functions_inside_transformations_behave_as_under_python(tmp_path):
     script = write_script(tmp_path, "transforms.py", TRANSFORMS)
-    plain = _python(script, tmp_path)
+    plain, proc, run, att = _python_and_record(script, tmp_path, "run")
     assert plain.returncode == 0, plain.stderr
-    proc, run, att = _record(script, tmp_path, "run")
     assert proc.returncode == 0
     assert proc.stdout == plain.stdout
     # JAX's own messages (XLA logs the deleted array), and nothing of ours.
@@ -309,8 +313,8 @@ def test_an_error_inside_a_jitted_function_reads_as_under_python(tmp_path):
     only under run: the traceback, and the one it was raised from, leave
     them out, as python would print them."""
     script = write_script(tmp_path, "errors.py", ERRORS)
-    plain = _python(script, tmp_path)
-    proc = run_cli("run", "-q", "-o", tmp_path / "run", script, cwd=tmp_path)
+    plain, proc = in_parallel(lambda: _python(script, tmp_path),
+                              lambda: run_cli("run", "-q", "-o", tmp_path / "run", script, cwd=tmp_path))
     assert plain.returncode == proc.returncode == 1
     assert "The above exception was the direct cause" in plain.stderr
     assert _unstamped(proc.stderr) == _unstamped(plain.stderr)
@@ -387,8 +391,7 @@ def test_donation_is_advised_only_where_nothing_uses_the_input_again(tmp_path):
     dropped, none where the program uses it again, and a caveat where only
     the first call's value stays named."""
     script = write_script(tmp_path, "advice.py", ADVICE_CASES)
-    plain = _python(script, tmp_path)
-    proc, run, att = _record(script, tmp_path, "run")
+    plain, proc, run, att = _python_and_record(script, tmp_path, "run")
     assert proc.returncode == plain.returncode == 0 and proc.stdout == plain.stdout
     found = {f.site: f for f in donation_findings(attribute(run)) if f.rule == "donate"}
     at = {name: f"advice.py:{line_of(script, marker) - 1}" for name, marker in
@@ -439,8 +442,7 @@ def test_what_the_script_sees_of_its_jitted_functions_is_as_under_python(tmp_pat
     """Source lines in jaxprs, tracebacks the script prints itself, and the
     program's own errors in a pmap'd function (no probe error for them)."""
     script = write_script(tmp_path, "views.py", SCRIPT_VIEWS)
-    plain = _python(script, tmp_path)
-    proc, run, _ = _record(script, tmp_path, "run")
+    plain, proc, run, _ = _python_and_record(script, tmp_path, "run")
     assert "views.py" in plain.stdout and "jaxmemprof" not in proc.stdout + proc.stderr
     assert proc.stdout == plain.stdout
     assert re.sub(r"0x[0-9a-f]+", "0x", _unstamped(proc.stderr)) == re.sub(r"0x[0-9a-f]+", "0x",
@@ -475,8 +477,7 @@ def test_a_copied_jitted_function_is_observed_too(tmp_path):
     """copy.deepcopy of a jitted function makes a jitted function of its own
     (JAX cannot lower it: no memory analysis), whose calls are observed."""
     script = write_script(tmp_path, "copied.py", COPIED)
-    plain = _python(script, tmp_path)
-    proc, run, att = _record(script, tmp_path, "run")
+    plain, proc, run, att = _python_and_record(script, tmp_path, "run")
     assert proc.stdout == plain.stdout and _probe_errors(run) == []
     [f] = [f for f in donation_findings(attribute(run)) if f.rule == "donate"]
     assert f.site == f"copied.py:{line_of(script, 'LINE-JIT')}" and f.saving_bytes == 256 * 256 * 4
