@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from conftest import cpu_env, run_cli, write_script
+from conftest import cli_batch, cpu_env, in_parallel, run_cli, write_script
 
 MiB = 1024 * 1024
 
@@ -39,14 +39,27 @@ def runs(tmp_path_factory):
     same without the jit probe; ``short``: two snapshots in all."""
     d = tmp_path_factory.mktemp("gates")
     script = write_script(d, "steps.py", SCRIPT)
-    run_cli("run", "-q", "--interval", "1000", "-o", d / "good", script, cwd=d, check=0)
-    run_cli("run", "-q", "--interval", "1000", "--no-jit-probe", "-o", d / "nojit", script, cwd=d, check=0)
     short = write_script(d, "short.py", """
         import jax.numpy as jnp
         a = jnp.ones((256, 1024))
     """)
-    run_cli("run", "-q", "--interval", "1000", "-o", d / "short", short, cwd=d, check=0)
+    in_parallel(  # each recording waits on its own process: two at a time
+        lambda: run_cli("run", "-q", "--interval", "1000", "-o", d / "good", script, cwd=d, check=0),
+        lambda: run_cli("run", "-q", "--interval", "1000", "--no-jit-probe", "-o", d / "nojit", script, cwd=d,
+                        check=0),
+        lambda: run_cli("run", "-q", "--interval", "1000", "-o", d / "short", short, cwd=d, check=0))
     return d
+
+
+def checks(d, *commands):
+    """Each ``(exit status expected, argv of check)`` of ``commands`` run in
+    turn in one process (through the CLI's entry point, tests/conftest.py
+    cli_batch); their completed processes."""
+    procs = cli_batch([["check", *argv] for _, argv in commands], d, workers=1)
+    for (status, argv), proc in zip(commands, procs):
+        assert proc.returncode == status, (
+            f"check {argv}: exit {proc.returncode}, expected {status}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")
+    return procs
 
 
 def damaged(d, name: str, how: str) -> str:
@@ -102,9 +115,8 @@ def error_line(proc) -> str:
 def test_the_sound_run_passes_and_fails_by_its_figures(runs):
     """The reference: the same checks on the undamaged run give 0 and 1."""
     d = runs
-    run_cli("check", "good", "--max-peak", "1GiB", "--max-true-peak", "1GiB", "--max-growth", "1GiB/step",
-            cwd=d, check=0)
-    run_cli("check", "good", "--max-peak", "1B", cwd=d, check=1)
+    checks(d, (0, ["good", "--max-peak", "1GiB", "--max-true-peak", "1GiB", "--max-growth", "1GiB/step"]),
+           (1, ["good", "--max-peak", "1B"]))
 
 
 @pytest.mark.parametrize("how", ["no-snapshots-dir", "empty-journal", "one-file-gone", "journal-cut"])
@@ -112,7 +124,10 @@ def test_a_run_whose_snapshots_are_lost_cannot_pass(runs, how):
     d = runs
     expected = damaged(d, how, how)
     # Under the limit (the sound run's figures) or not: the gate could not look, exit 2.
-    proc = run_cli("check", how, "--max-peak", "1TiB", cwd=d, check=2)
+    more = [] if how != "no-snapshots-dir" else [
+        (2, [how, "--fail-on", "leak", "--max-peak", "1B", "--json"]),
+        (2, ["good", "--baseline", how, "--max-increase", "1000"])]
+    proc, *others = checks(d, (2, [how, "--max-peak", "1TiB"]), *more)
     line = error_line(proc)
     assert line.startswith(f"jaxmemprof: error: {how}: {expected}"), line
     assert line.endswith(": --max-peak cannot be checked"), line
@@ -120,10 +135,10 @@ def test_a_run_whose_snapshots_are_lost_cannot_pass(runs, how):
     if how != "no-snapshots-dir":
         return
     # Every check asked for is named; --json writes nothing.
-    proc = run_cli("check", how, "--fail-on", "leak", "--max-peak", "1B", "--json", cwd=d, check=2)
+    proc, baseline = others
     assert error_line(proc).endswith(": --max-peak and --fail-on cannot be checked") and proc.stdout == ""
     # As a baseline: its peak is unknown, so is the increase.
-    proc = run_cli("check", "good", "--baseline", how, "--max-increase", "1000", cwd=d, check=2)
+    proc = baseline
     assert error_line(proc).startswith(f"jaxmemprof: error: {how}: "), proc.stderr
     assert error_line(proc).endswith(": --max-increase cannot be checked")
 
@@ -135,31 +150,29 @@ def test_a_peak_limit_already_broken_by_what_was_read_fails(runs, how):
     known to hold (exit 2)."""
     d = runs
     damaged(d, how + "-1", how)
-    proc = run_cli("check", how + "-1", "--max-peak", "1B", cwd=d, check=1)
+    # (the last: growth is not monotone in what was read: never failed nor passed on part of a run)
+    proc, _, _ = checks(d, (1, [how + "-1", "--max-peak", "1B"]), (2, [how + "-1", "--max-peak", "1TiB"]),
+                        (1, [how + "-1", "--max-peak", "1B", "--max-growth", "1TiB/step"]))
     assert proc.stdout.startswith("FAIL --max-peak 1 B: peak "), proc.stdout
     assert proc.stderr.startswith(f"jaxmemprof: warning: {how}-1: ") and "snapshot file(s)" in proc.stderr
-    run_cli("check", how + "-1", "--max-peak", "1TiB", cwd=d, check=2)
-    # Growth is not monotone in what was read: never failed nor passed on part of a run.
-    run_cli("check", how + "-1", "--max-peak", "1B", "--max-growth", "1TiB/step", cwd=d, check=1)
 
 
 def test_true_peak_needs_jit_figures(runs):
     d = runs
-    proc = run_cli("check", "nojit", "--max-true-peak", "1TiB", cwd=d, check=2)
+    proc, _, _ = checks(d, (2, ["nojit", "--max-true-peak", "1TiB"]),
+                        (0, ["nojit", "--max-peak", "1TiB"]),  # the snapshots' peak is there
+                        (0, ["good", "--max-true-peak", "1TiB"]))
     assert error_line(proc) == ("jaxmemprof: error: nojit: has no figures from inside jitted calls (recorded with "
                                 "--no-jit-probe, or no jitted function was compiled): --max-true-peak cannot be "
                                 "checked; give --max-peak")
-    run_cli("check", "nojit", "--max-peak", "1TiB", cwd=d, check=0)  # the snapshots' peak is there
-    run_cli("check", "good", "--max-true-peak", "1TiB", cwd=d, check=0)
 
 
 def test_growth_needs_enough_snapshots(runs):
     d = runs
-    proc = run_cli("check", "short", "--max-growth", "1TiB/s", cwd=d, check=2)
+    proc, _ = checks(d, (2, ["short", "--max-growth", "1TiB/s"]), (0, ["good", "--max-growth", "1TiB/s"]))
     line = error_line(proc)
     assert re.fullmatch(r"jaxmemprof: error: short: has [0-5] snapshots? before its exit, and growth is measured "
                         r"over 6 at least: --max-growth cannot be checked", line), line
-    run_cli("check", "good", "--max-growth", "1TiB/s", cwd=d, check=0)
 
 
 def test_a_job_with_a_process_it_cannot_read(runs):
@@ -203,34 +216,49 @@ def test_exit_status_whatever_becomes_of_stdout(runs):
     limit held, a reader that went away is no error (0), and a closed or
     full stdout is (2)."""
     d = runs
-    for limit, status, extra in (("1B", 1, []), ("1B", 1, ["--json"]), ("1TiB", 0, [])):
+
+    def into_closed_pipe(limit, extra):
         # A pipe whose reader has exited before the write.
         read, write = os.pipe()
         os.close(read)
         try:
-            rc, err = check_into(d, write, "good", "--max-peak", limit, *extra)
+            return check_into(d, write, "good", "--max-peak", limit, *extra)
         finally:
             os.close(write)
+
+    def shell(command):
+        return subprocess.run(["bash", "-c", command], cwd=d, env=cpu_env(), capture_output=True, text=True,
+                              timeout=300)
+
+    def into_full_disk(limit, extra):
+        with open("/dev/full", "w") as full:
+            return check_into(d, full, "good", "--max-peak", limit, *extra)
+
+    # Every case its own process; two at a time.
+    piped = [("1B", 1, []), ("1B", 1, ["--json"]), ("1TiB", 0, [])]
+    closed = [("1B", 1), ("1TiB", 2)]
+    full = [("1B", 1, ["--json"]), ("1TiB", 2, [])] if os.path.exists("/dev/full") else []
+    calls = [lambda limit=limit, extra=extra: into_closed_pipe(limit, extra) for limit, _, extra in piped]
+    # The shell's own pipe: `check | true`.
+    calls.append(lambda: shell(f"{sys.executable} -m jaxmemprof check good --max-peak 1B | true; "
+                               "echo ${PIPESTATUS[0]}"))
+    # stdout closed: the error said on stderr, the exit status the gate's.
+    calls += [lambda limit=limit: shell(f"{sys.executable} -m jaxmemprof check good --max-peak {limit} >&-")
+              for limit, _ in closed]
+    calls += [lambda limit=limit, extra=extra: into_full_disk(limit, extra) for limit, _, extra in full]
+    done = in_parallel(*calls)
+    for (limit, status, extra), (rc, err) in zip(piped, done):
         assert rc == status, err
         assert "Traceback" not in err and "Exception ignored" not in err, err
         assert "error" not in err, err  # a reader that went away is said nowhere
-    # The shell's own pipe: `check | true`.
-    proc = subprocess.run(["bash", "-c", f"{sys.executable} -m jaxmemprof check good --max-peak 1B | true; "
-                                         "echo ${PIPESTATUS[0]}"],
-                          cwd=d, env=cpu_env(), capture_output=True, text=True, timeout=300)
+    proc = done[len(piped)]
     assert proc.stdout.strip() == "1", proc.stderr
-    # stdout closed: the error said on stderr, the exit status the gate's.
-    for limit, status in (("1B", 1), ("1TiB", 2)):
-        proc = subprocess.run(["bash", "-c", f"{sys.executable} -m jaxmemprof check good --max-peak {limit} >&-"],
-                              cwd=d, env=cpu_env(), capture_output=True, text=True, timeout=300)
+    for (limit, status), proc in zip(closed, done[len(piped) + 1:]):
         assert proc.returncode == status, proc.stderr
         assert error_line(proc) == "jaxmemprof: error: stdout: cannot write: it is closed"
-    if os.path.exists("/dev/full"):
-        for limit, status, extra in (("1B", 1, ["--json"]), ("1TiB", 2, [])):
-            with open("/dev/full", "w") as full:
-                rc, err = check_into(d, full, "good", "--max-peak", limit, *extra)
-            assert rc == status, err
-            assert "No space left on device" in err and "Traceback" not in err, err
+    for (limit, status, extra), (rc, err) in zip(full, done[len(piped) + 1 + len(closed):]):
+        assert rc == status, err
+        assert "No space left on device" in err and "Traceback" not in err, err
 
 
 # -- the pytest plugin ---------------------------------------------------------------
