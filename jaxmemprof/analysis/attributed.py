@@ -24,6 +24,28 @@ from jaxmemprof.analysis.options import Options
 from jaxmemprof.analysis.sites import Attribution, run_stack_sites
 
 
+class Files:
+    """Each source file under the run's attribution once: whether it is
+    library code, and how it is shown (the two rules of
+    :class:`~jaxmemprof.analysis.sites.Attribution` that analyses apply to a
+    file the run names outside its stacks: a jitted function's, a caller's)."""
+
+    def __init__(self, attribution: Attribution):
+        self._attribution = attribution
+        self._library: dict = {}
+        self._shown: dict = {}
+
+    def is_library(self, file: str) -> bool:
+        if file not in self._library:
+            self._library[file] = self._attribution.is_library(file)
+        return self._library[file]
+
+    def display_path(self, file: str) -> str:
+        if file not in self._shown:
+            self._shown[file] = self._attribution.display_path(file)
+        return self._shown[file]
+
+
 class Attributed:
     """``run`` under ``options``, each derived table computed once."""
 
@@ -34,6 +56,31 @@ class Attributed:
     @cached_property
     def attribution(self) -> Attribution:
         return self.options.attribution(self.run)
+
+    @cached_property
+    def files(self) -> Files:
+        return Files(self.attribution)
+
+    def prepare(self) -> "Attributed":
+        """Attribute at once everything a report reads, in the stage's order:
+        the stacks' sites, the per-site series, the peak's sites, XLA's
+        buffers and curves by line, and the files the jit tables name; the
+        analyses after it read tables already attributed."""
+        self.site_codes  # noqa: B018 (the stack sites with them)
+        self.series  # noqa: B018
+        if self.peak is not None:
+            self._peak_sites  # noqa: B018
+        self.jit_buffers  # noqa: B018
+        self.jit_curves  # noqa: B018
+        for table, columns in (("functions", ("file", "jit_file")), ("calls", ("caller_file",))):
+            rows = self.run.jit.get(table) if isinstance(getattr(self.run, "jit", None), dict) else None
+            for c in columns if rows is not None else ():
+                if c in rows:
+                    for file in rows[c].dropna().unique():
+                        if isinstance(file, str):
+                            self.files.is_library(file)
+                            self.files.display_path(file)
+        return self
 
     @cached_property
     def stack_sites(self) -> pd.DataFrame:
@@ -94,6 +141,14 @@ class Attributed:
         from jaxmemprof.analysis.inside_jit import attributed_buffers
 
         return attributed_buffers(self.run, self.attribution)
+
+    @cached_property
+    def jit_curves(self) -> pd.DataFrame:
+        """Each function's largest signature in program order: the bytes live
+        at each position by the user's line."""
+        from jaxmemprof.analysis.inside_jit import attributed_curves
+
+        return attributed_curves(self.run, self.attribution)
 
     def sites_holding(self, snapshot: int, n: int | None = None) -> Summary:
         """The ``n`` (default: ``options.top_sites``) sites holding the most

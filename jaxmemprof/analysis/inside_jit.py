@@ -13,11 +13,12 @@ are attributed as every byte is: to the innermost frame of the user's code
 
 - ``peak_by_line``: per function, user line and kind (argument, output,
   aliased, temporary, constant), the bytes live at the function's peak; they
-  add up to XLA's own peak for that program (its live ranges' peak, each
-  buffer once). What a call holds on the device is XLA's allocations, which
-  ``memory_analysis()`` adds up: its temporaries are one block for the whole
-  call, as large as their packing needs, so the live-range peak is at most
-  that.
+  add up to the program's peak (the top of its curve: at each position
+  each slice of XLA's allocations once, as XLA's heap simulator places the
+  values; xla/curve.py). What a call holds on the device is XLA's
+  allocations, which ``memory_analysis()`` adds up: its temporaries are one
+  block for the whole call, as large as their packing needs, so the
+  program's peak is at most that.
 - ``largest_buffers``: the largest buffers of each program with their live
   ranges in program order.
 - ``program_curves``: each function's largest signature in program order:
@@ -169,13 +170,18 @@ def _largest_signatures(programs: pd.DataFrame) -> pd.DataFrame:
         "function_id", keep="last").set_index("function_id")
 
 
-def program_curves(ar: Attributed, *, lines: int = CURVE_LINES) -> pd.DataFrame:
+def program_curves(ar: Attributed) -> pd.DataFrame:
     """Each function's largest signature in program order: at each position
-    kept of its sequence, the bytes live by user line (the ``lines`` lines
+    kept of its sequence, the bytes live by user line (the CURVE_LINES lines
     holding most at any position; the rest as "other lines"), adding up to
     the position's bytes (each buffer once, as at the peak). Positions where
     the program holds most are kept (docs/advice.md)."""
-    run, attribution = ar.run, ar.attribution
+    return ar.jit_curves
+
+
+def attributed_curves(run, attribution: Attribution, lines: int = CURVE_LINES) -> pd.DataFrame:
+    """program_curves' table (the stage's own: analyses read
+    ``Attributed.jit_curves``)."""
     curves, programs, functions = (run.jit.get(t) for t in ("curves", "programs", "functions"))
     empty = pd.DataFrame({c: pd.Series(dtype=object) for c in CURVE_COLUMNS})
     if curves is None or curves.empty or programs is None or programs.empty:

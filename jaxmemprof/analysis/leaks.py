@@ -478,12 +478,12 @@ def rejits(ar: Attributed, *, min_functions: int = 5) -> pd.DataFrame:
     after the setup, and (where the run counted them) as many XLA compiles:
     JAX reuses the compile of the same Python function jitted again.
     Suspects first, then by ``functions``."""
-    run, attribution = ar.run, ar.attribution
+    run, files = ar.run, ar.files
     dtypes = {"line": np.int64, "functions": np.int64, "after_setup": np.int64, "suspect": bool}
     f = run.jit.get("functions")
     if f is None or f.empty:
         return _empty(REJIT_COLUMNS, dtypes)
-    f = f[f["jit_file"].map(lambda x: isinstance(x, str) and bool(x) and not attribution.is_library(x))]
+    f = f[f["jit_file"].map(lambda x: isinstance(x, str) and bool(x) and not files.is_library(x))]
     if f.empty:
         return _empty(REJIT_COLUMNS, dtypes)
     late = f["t_wall"].to_numpy(dtype=float) > setup_end(run)
@@ -501,7 +501,7 @@ def rejits(ar: Attributed, *, min_functions: int = 5) -> pd.DataFrame:
     # has them) make it a suspect.
     really = out["compiled"].isna() | (out["compiled"] >= min_functions)
     out["suspect"] = (out["functions"] >= min_functions) & (out["after_setup"] >= 2) & really
-    out["file"] = out["jit_file"].map(attribution.display_path)
+    out["file"] = out["jit_file"].map(files.display_path)
     out["site"] = out["file"] + ":" + out["jit_line"].astype(str) + " (" + out["jit_function"].astype(str) + ")"
     out = out.rename(columns={"jit_line": "line", "jit_function": "function"})
     out["name"] = out["name"].astype(str)

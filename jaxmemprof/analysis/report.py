@@ -67,6 +67,7 @@ def build_report(ar: Attributed, *, extra_rules=()) -> Report:
     "will it fit?"). ``extra_rules``: callables ``(run, report_so_far) ->
     list[Finding]`` added to the findings."""
     run, options = ar.run, ar.options
+    ar.prepare()
     tl = timeline(ar)
     peak_sites = None if tl.peak_snapshot is None else ar.sites_holding(tl.peak_snapshot)
 

@@ -263,7 +263,7 @@ def _note(out: dict, leaf: dict, t: float, owner: str, role: str, function) -> N
     out.setdefault(key, []).append((t, owner, role, function))
 
 
-def _latest_outputs(calls: pd.DataFrame, until: float, attribution) -> dict:
+def _latest_outputs(calls: pd.DataFrame, until: float, files) -> dict:
     """(caller's file as shown, line, shape, dtype) -> [(owner, role)]: the
     output leaves of each function's latest sampled call up to ``until``, by
     the user's line that called it (where the arrays it returns are made)."""
@@ -271,7 +271,7 @@ def _latest_outputs(calls: pd.DataFrame, until: float, attribution) -> dict:
     for fid, mine in calls[calls["t_wall"] <= until].groupby("function_id", sort=False):
         last = mine.sort_values("call_index").iloc[-1]
         fed = _fed_back(calls[calls["function_id"] == fid], int(last["call_index"]))
-        where = (attribution.display_path(str(last["caller_file"])), int(last["caller_line"]))
+        where = (files.display_path(str(last["caller_file"])), int(last["caller_line"]))
         flow = flows(_leaves(text) for text in mine["inputs"])
         for j, leaf in enumerate(_leaves(last["outputs"])):
             key = (*where, tuple(int(n) for n in leaf.get("shape") or ()), str(leaf.get("dtype") or ""))
@@ -349,7 +349,7 @@ def owners_at(ar: Attributed, snapshot: int, profile=None):
             else:
                 key = (str(where[1]), int(where[2]), shape, str(dtype))
                 unnamed.setdefault(key, []).append((site, shards))
-        for key, cands in _latest_outputs(calls, until, ar.attribution).items():
+        for key, cands in _latest_outputs(calls, until, ar.files).items():
             cands = [c for c in cands if c not in named]  # each owner once
             for (site, shards), owner in zip(unnamed.get(key, ()), cands):
                 name(site, owner, shards)

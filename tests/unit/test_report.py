@@ -35,3 +35,52 @@ def test_the_sections_are_all_there(tiny_report, tiny):
     assert set(tiny_report.jit_memory["function"]) == {"step", "column_sums"}
     assert tiny_report.plan is not None and tiny_report.roles.where == "during a call of step"
     assert probe_warnings(tiny) == [] and tiny_report.warnings == []
+
+
+def _paths_into_the_rules(ar) -> set[tuple[str, ...]]:
+    """Every path of files by which build_report reaches the attribution
+    rules (analysis/sites.py), consecutive frames of one file as one stop."""
+    import os
+    import sys
+
+    import jaxmemprof.analysis.report as report
+
+    package = os.path.dirname(os.path.dirname(report.__file__))
+    paths = set()
+
+    def watch(frame, event, arg):
+        if event != "call" or not frame.f_code.co_filename.endswith(os.path.join("analysis", "sites.py")):
+            return
+        files, f = [], frame
+        while f is not None and not (f.f_code.co_name == "build_report" and f.f_code.co_filename == report.__file__):
+            if f.f_code.co_filename.startswith(package):
+                files.append(os.path.relpath(f.f_code.co_filename, package))
+            f = f.f_back
+        if f is None:
+            return
+        path = ["analysis/report.py"]
+        for name in reversed(files):
+            if path[-1] != name:
+                path.append(name)
+        paths.add(tuple(path))
+
+    sys.setprofile(watch)
+    try:
+        report.build_report(ar)
+    finally:
+        sys.setprofile(None)
+    return paths
+
+
+def test_the_reports_attribution_is_one_stage(tiny, mlp_leak):
+    """Followed from build_report, the attribution rules are reached through
+    the stage alone: no path goes back into a file it left, and the files on
+    all paths together are few (every analysis reads tables attributed once)."""
+    from jaxmemprof.analysis.attributed import attribute
+
+    for run in (tiny, mlp_leak):
+        paths = _paths_into_the_rules(attribute(run))  # a fresh stage: nothing attributed before the report
+        assert paths, "the trace saw no attribution"
+        assert all(len(set(p)) == len(p) for p in paths), paths
+        assert all(p[1] == "analysis/attributed.py" for p in paths), paths
+        assert len({f for p in paths for f in p}) <= 8, paths

@@ -29,11 +29,10 @@ import pandas as pd
 from jaxmemprof.analysis.cells import json_cell as _json
 from jaxmemprof.analysis.cells import leaves as _leaves
 from jaxmemprof.analysis.findings import Finding
-from jaxmemprof.analysis.sites import Attribution
 from jaxmemprof.libraries import BY_NAME
 
 if TYPE_CHECKING:
-    from jaxmemprof.analysis.attributed import Attributed
+    from jaxmemprof.analysis.attributed import Attributed, Files
 
 
 JIT_MEMORY_COLUMNS = [
@@ -97,24 +96,24 @@ def _functions(run) -> pd.DataFrame:
     return f if f is not None else pd.DataFrame()
 
 
-def _user_function(row, attribution: Attribution) -> bool:
+def _user_function(row, files: Files) -> bool:
     file = row["file"]  # None, or NaN once pandas has merged it, for a damaged row
-    return isinstance(file, str) and bool(file) and not attribution.is_library(file)
+    return isinstance(file, str) and bool(file) and not files.is_library(file)
 
 
-def _where(file: str, line: int, attribution: Attribution) -> str:
-    return f"{attribution.display_path(file)}:{line}" if file else "?"
+def _where(file: str, line: int, files: Files) -> str:
+    return f"{files.display_path(file)}:{line}" if file else "?"
 
 
 def donation_candidates(ar: Attributed) -> list[Candidate]:
-    run, attribution = ar.run, ar.attribution
+    run, files = ar.run, ar.files
     functions = _functions(run)
     calls = run.jit.get("calls")
     if functions.empty or calls is None or calls.empty:
         return []
     out: list[Candidate] = []
     for _, fn in functions.iterrows():
-        if not _user_function(fn, attribution):
+        if not _user_function(fn, files):
             continue
         rows = calls[(calls["function_id"] == fn["function_id"]) & calls["inputs_alive"].notna()]
         if rows.empty:
@@ -333,7 +332,7 @@ def _change(run, fn, cands: list[Candidate]) -> dict:
 
 
 def donation_findings(ar: Attributed) -> list[Finding]:
-    run, attribution = ar.run, ar.attribution
+    run, files = ar.run, ar.files
     findings: list[Finding] = []
     functions = _functions(run)
     if functions.empty:
@@ -351,11 +350,11 @@ def donation_findings(ar: Attributed) -> list[Finding]:
         findings.append(Finding(
             rule="donate",
             severity="high" if saving >= 256 * 1024**2 else "medium",
-            site=_where(fn["jit_file"], int(fn["jit_line"]), attribution),
+            site=_where(fn["jit_file"], int(fn["jit_line"]), files),
             saving_bytes=int(saving),
             facts={
                 "function": str(fn["name"]), "wrapper": _wrapper(fn),
-                "defined_at": _where(fn["file"], int(fn["line"]), attribution),
+                "defined_at": _where(fn["file"], int(fn["line"]), files),
                 "arguments": [c.argument for c in cands],
                 "by_position": [not c.keyword and c.argument.isdigit() for c in cands],
                 "leaves": [[c.argument, i, o] for c in cands for i, o in c.matches],
@@ -371,7 +370,7 @@ def donation_findings(ar: Attributed) -> list[Finding]:
         findings.append(Finding(
             rule="donation-unusable",
             severity="low",
-            site=_where(fn["jit_file"], int(fn["jit_line"]), attribution),
+            site=_where(fn["jit_file"], int(fn["jit_line"]), files),
             facts={
                 "function": str(fn["name"]),
                 "arguments": sorted({_arg_label(leaf) for leaf in lost}),
@@ -381,7 +380,7 @@ def donation_findings(ar: Attributed) -> list[Finding]:
                 "jax_warned": _warned(run, lost),
             },
         ))
-    findings += _used_after_donation(run, attribution)
+    findings += _used_after_donation(run, files)
     return findings
 
 
@@ -393,7 +392,7 @@ def _warned(run, lost: list[dict]) -> bool:
     return any("donated buffers were not usable" in m and any(_describe(leaf) in m for leaf in lost) for m in msgs)
 
 
-def _used_after_donation(run, attribution: Attribution) -> list[Finding]:
+def _used_after_donation(run, files: Files) -> list[Finding]:
     ev = run.events
     if ev is None or ev.empty:
         return []
@@ -408,7 +407,7 @@ def _used_after_donation(run, attribution: Attribution) -> list[Finding]:
             rule="donated-then-used",
             severity="high",
             facts={"error": msg.splitlines()[0][:300],
-                   "donating": [f"{f['name']} ({_where(f['jit_file'], int(f['jit_line']), attribution)})"
+                   "donating": [f"{f['name']} ({_where(f['jit_file'], int(f['jit_line']), files)})"
                                 for _, f in donating.iterrows()]},
         ))
     return out
@@ -428,7 +427,7 @@ def jit_memory(ar: Attributed) -> pd.DataFrame:
     """Per jitted function, its largest compiled signature's memory: XLA's
     argument, output, alias (donation that took effect), temporary and code
     bytes, and the call's peak ``argument + output - alias + temp + code``."""
-    run, attribution = ar.run, ar.attribution
+    run, files = ar.run, ar.files
     functions = _functions(run)
     compiles = run.jit.get("compiles")
     counts = run.jit.get("counts")
@@ -452,8 +451,8 @@ def jit_memory(ar: Attributed) -> pd.DataFrame:
         "function_id": merged["function_id"].astype(np.int64),
         "function": merged["name"],
         "wrapper": [_wrapper(r) for _, r in merged.iterrows()],
-        "defined_at": [_where(f, int(ln), attribution) for f, ln in zip(merged["file"], merged["line"])],
-        "jitted_at": [_where(f, int(ln), attribution) for f, ln in zip(merged["jit_file"], merged["jit_line"])],
+        "defined_at": [_where(f, int(ln), files) for f, ln in zip(merged["file"], merged["line"])],
+        "jitted_at": [_where(f, int(ln), files) for f, ln in zip(merged["jit_file"], merged["jit_line"])],
         "calls": pd.to_numeric(merged["calls"], errors="coerce").astype("Int64"),
         # Runs recorded before the probe stopped counting counted every call.
         "calls_complete": (pd.to_numeric(merged["calls_complete"], errors="coerce").fillna(1) != 0

@@ -59,10 +59,10 @@ def replication_findings(ar: Attributed) -> list[Finding]:
     meshes = _meshes(calls)
     if not meshes:
         return []
-    attribution = ar.attribution
+    files = ar.files
     found = []
     for fn in functions.itertuples():
-        if attribution.is_library(str(fn.file)):
+        if files.is_library(str(fn.file)):
             continue
         mine = calls[calls["function_id"] == fn.function_id]
         if mine.empty:
@@ -92,7 +92,7 @@ def replication_findings(ar: Attributed) -> list[Finding]:
         saving = sum(a["saving_bytes"] for a in arrays)
         found.append(Finding(
             rule="replicated", severity="medium",
-            site=f"{attribution.display_path(str(fn.jit_file))}:{int(fn.jit_line)}" if fn.jit_file else "",
+            site=f"{files.display_path(str(fn.jit_file))}:{int(fn.jit_line)}" if fn.jit_file else "",
             saving_bytes=saving,
             facts={"function": str(fn.name), "arrays": arrays[:_SHOWN], "array_count": len(arrays),
                    "replicated_bytes": sum(a["bytes"] for a in arrays), "meshes": meshes}))
