@@ -180,19 +180,19 @@ GLOSSARY: dict[str, str] = {
     "call_peak_bytes": "`argument_bytes + output_bytes - alias_bytes + temp_bytes + generated_code_bytes`: what one "
                        "call holds at its peak (per device).",
     "share_of_peak": "`bytes / program_peak_bytes`: the row's share of the function's own peak.",
-    "program_peak_bytes": "XLA's live-range peak of the function's largest signature: the bytes of its buffers live "
-                          "at that point (each once).",
+    "program_peak_bytes": "The most bytes the function's largest signature holds at any position of its sequence, "
+                          "each slice of XLA's allocations once (the top of its curve).",
     "op": "The HLO op that made the buffer, e.g. `jit(step)/dot_general`.",
     "live_start": "Where the buffer's live range starts in the program's instruction sequence.",
     "live_end": "Where the buffer's live range ends in the instruction sequence.",
     "program_length": "Instructions in the program's sequence (the scale of `live_start` and `live_end`).",
     "at_peak": "True when the buffer is live at the program's own peak.",
     "position": "A position in the program's instruction sequence (a long sequence keeps 256: the position of most "
-                "bytes in each of 256 equal stretches, so XLA's peak is always one).",
+                "bytes in each of 256 equal stretches, so the program's peak is always one).",
     "position_bytes": "Bytes of the program's buffers live at that position, each buffer once (the sum of the "
                       "position's rows).",
-    "program_peak_position": "Where XLA's live-range peak of the function's largest signature is in its sequence "
-                             "(its `position_bytes` there are `program_peak_bytes`).",
+    "program_peak_position": "The first position of the function's largest signature where it holds "
+                             "`program_peak_bytes` (its `position_bytes` there).",
     # findings
     "rule": "The finding's rule (`leak`, `donate`, `allocator-fraction`, ...; see the facts below).",
     "case": "Which of the rule's cases (the words differ); empty when the rule has one.",

@@ -44,12 +44,7 @@ _ALLOCATION = re.compile(r"^allocation (\d+): size (\d+)(.*):$")
 _VALUE = re.compile(r"^ value: <\d+ (\S+)(?: \(\w+\))? @\d+> \(size=(\d+),offset=(\d+)\): (.*)$")
 _RANGE = re.compile(r"^\s+([^\s:][^:]*\{[^}]*\}):(\d+)-(\d+)$")
 _PEAK_AT = re.compile(r"^\s+Live ranges at (\d+) \(peak\):$")
-_PEAK_VALUE = re.compile(r"^\s+([^:]+\{[^}]*\}): (\d+) bytes")
 _SEQUENCE_MAX = re.compile(r"^HloLiveRange \(max (\d+)\):")
-
-
-class DumpError(ValueError):
-    """The dump lacks a file, or a file is not in the format expected."""
 
 
 @dataclass(frozen=True)
@@ -211,10 +206,10 @@ def allocations(text: str) -> tuple[dict[str, str], dict[str, int], dict[str, tu
     return kinds, totals, slots
 
 
-def live_ranges(text: str) -> tuple[int, dict[str, tuple], int, list[tuple]]:
-    """(sequence length, value -> (start, end), peak position, [(value,
-    bytes)] live at the peak) from a live-range file."""
-    length, ranges, peak_at, peak = 0, {}, -1, []
+def live_ranges(text: str) -> tuple[int, dict[str, tuple]]:
+    """(sequence length, value -> (start, end)) from a live-range file (its
+    "peak" section is not read: module docstring)."""
+    length, ranges = 0, {}
     section = ""
     for line in text.splitlines():
         m = _SEQUENCE_MAX.match(line)
@@ -225,24 +220,14 @@ def live_ranges(text: str) -> tuple[int, dict[str, tuple], int, list[tuple]]:
         if stripped in ("InstructionSequence:", "BufferLiveRange:"):
             section = stripped
             continue
-        m = _PEAK_AT.match(line)
-        if m:
-            peak_at, section = int(m.group(1)), "peak"
-            continue
-        if stripped.startswith("Stack trace breakdown"):
+        if _PEAK_AT.match(line) or stripped.startswith("Stack trace breakdown"):
             section = ""
             continue
         if section == "BufferLiveRange:":
             r = _RANGE.match(line)
             if r:
                 ranges[r.group(1).strip()] = (int(r.group(2)), int(r.group(3)))
-        elif section == "peak":
-            p = _PEAK_VALUE.match(line)
-            if p:
-                peak.append((p.group(1).strip(), int(p.group(2))))
-    if peak_at < 0:
-        raise DumpError("the live ranges name no peak")
-    return length, ranges, peak_at, peak
+    return length, ranges
 
 
 def _dtype_shape(shape: str) -> str:
@@ -258,7 +243,7 @@ def read_program(hlo_text: str, assignment_text: str, live_range_text: str, *, m
     frames = stack_frames(hlo_text)
     instrs = instructions(hlo_text)
     kinds, totals, slots = allocations(assignment_text)
-    length, ranges, _, _ = live_ranges(live_range_text)
+    length, ranges = live_ranges(live_range_text)
 
     def made_by(name: str) -> tuple:
         """(shape, op, frames) of the instruction that defines a value."""

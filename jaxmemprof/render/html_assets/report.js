@@ -783,7 +783,7 @@
     C.forEach(function (c, k) {
       var box = add(s, el("div", "chart jit-curve"));
       box.id = "jmp-jit-curve-" + k;
-      add(box, el("p", "hint", c["function"] + ": XLA's peak " + bytes(c.peak_bytes) + " at position " + c.peak_position +
+      add(box, el("p", "hint", c["function"] + ": its peak " + bytes(c.peak_bytes) + " at position " + c.peak_position +
         " of its sequence"));
       var W = Math.max(600, s.clientWidth || 900), H = 200, M = { l: 72, r: 12, t: 12, b: 28 }, pos = c.positions, n = pos.length;
       var mx = 1; c.bytes.forEach(function (v) { if (v > mx) mx = v; });
