@@ -534,10 +534,15 @@ def test_sampling_budget_holds_since_the_last_snapshot_and_since_the_start(tmp_p
 def test_a_burst_of_new_arrays_is_described_once_after_it(tmp_path):
     """An interval snapshot waits until the since-start budget affords
     describing every array made since the last one: the arrays of a burst
-    (a model being built, here 10,000 arrays over about 2 s) are described by
-    one snapshot after the burst, not a part by each snapshot that the
+    (a model being built, here 10,000 arrays) are described by a few
+    snapshots, each within the budget, not a part by each snapshot that the
     interval and the cost of the last snapshot alone would let fall within
-    it. (The budget saved before the burst may afford a first few hundred.)"""
+    it. The budget is a share of the wall time and a description costs CPU
+    time: on an idle machine the burst makes arrays faster than the budget
+    affords describing them and one snapshot after it describes most; on a
+    loaded one the burst's wall time stretches, the budget with it, and it
+    is rightly described in a few larger parts (seen: 13 snapshots, the
+    largest 3,265 arrays). What holds on both is asserted."""
     n = 10_000
     script, proc, run_dir = _run(tmp_path, "burst.py", f"""
         import sqlite3, sys, time
@@ -548,8 +553,6 @@ def test_a_burst_of_new_arrays_is_described_once_after_it(tmp_path):
         burst = []
         for i in range({n}):
             burst.append(jnp.full((3,), i, jnp.float32))  # LINE-BURST
-            if i % 100 == 99:
-                time.sleep(0.01)
         jaxmemprof.mark("burst made")
         # The budget affords describing them about 5 s after the start (more
         # on a busy machine): wait for that snapshot in the journal, 90 s at most.
@@ -564,16 +567,25 @@ def test_a_burst_of_new_arrays_is_described_once_after_it(tmp_path):
                 break
     """, tmp_path / "run" / "journal.sqlite", check=0, extra=("--interval", "0.05", "--max-overhead", "0.05"))
     run = load_run(run_dir)
-    triggers = run.snapshots.set_index("snapshot")["trigger"]
+    snaps = run.snapshots.set_index("snapshot")
     burst = run.arrays[run.arrays["nbytes"] == 12]
     assert len(burst) == n
     by_snapshot = burst.groupby("first_snapshot").size()
     # All described while the script slept, none left to its last snapshot
     # (checking the budget costs too, and must not put the snapshot off for ever) ...
-    assert set(triggers[by_snapshot.index]) == {"interval"}, by_snapshot.to_dict()
-    # ... most by one snapshot after the burst.
-    described_by = int(by_snapshot.idxmax())
-    assert by_snapshot.max() >= n / 2 and described_by > int(run.markers["after_snapshot"].iloc[0])
+    assert set(snaps["trigger"][by_snapshot.index]) == {"interval"}, by_snapshot.to_dict()
+    # ... by a few snapshots: far fewer than the interval alone would take in
+    # the time they span (it would describe a part every 0.05 s) ...
+    first, last = int(by_snapshot.index.min()), int(by_snapshot.index.max())
+    span = float(snaps.at[last, "t_mono"] - snaps.at[first, "t_mono"])
+    assert len(by_snapshot) <= max(3, span / 0.05 / 4), (span, by_snapshot.to_dict())
+    # ... each within the budget: sampling's CPU up to each of them is at most
+    # half of --max-overhead of the run's time so far (with a snapshot's worth
+    # of slack: the budget counts the next snapshot by estimate).
+    spent = snaps["cost_s"].cumsum()
+    slack = float(snaps["cost_s"].max())
+    for s in by_snapshot.index:
+        assert spent[s] <= 0.025 * float(snaps.at[s, "t"]) + slack, (s, spent[s], snaps.at[s, "t"])
     frames = run.stacks[int(burst["stack_id"].iloc[0])]
     assert (str(script), line_of(script, "LINE-BURST")) in [(f, ln) for f, ln, _ in frames]
 
