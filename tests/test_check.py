@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from conftest import line_of, run_cli, write_script
+from conftest import cli_batch, in_parallel, line_of, run_cli, write_script
 
 KiB, MiB = 1024, 1024 * 1024
 STEPS = 12
@@ -39,77 +39,83 @@ def runs(tmp_path_factory):
     """good: 1 MiB of parameters, no leak; bad: 2 MiB and a leak of 64 KiB a step."""
     d = tmp_path_factory.mktemp("check")
     script = write_script(d, "grow.py", SCRIPT)
-    run_cli("run", "-q", "--interval", "1000", "-o", d / "good", script, "256", "none", cwd=d, check=0)
-    run_cli("run", "-q", "--interval", "1000", "-o", d / "bad", script, "512", "leak", cwd=d, check=0)
+    in_parallel(  # each waits on its own process: both at once
+        lambda: run_cli("run", "-q", "--interval", "1000", "-o", d / "good", script, "256", "none", cwd=d, check=0),
+        lambda: run_cli("run", "-q", "--interval", "1000", "-o", d / "bad", script, "512", "leak", cwd=d, check=0))
     return d, script
 
 
-def check(d, *args, status):
-    proc = run_cli("check", *args, cwd=d, check=status)
-    return proc.stdout.splitlines()
+def checks(d, *commands):
+    """Each ``(args of check, exit status expected)`` of ``commands`` run in
+    turn in one process (the CLI's entry point, tests/conftest.py cli_batch):
+    the stdout lines of each (a JSON document whole, as its one line)."""
+    procs = cli_batch([["check", *args] for args, _ in commands], d, workers=1)
+    for (args, status), proc in zip(commands, procs):
+        assert proc.returncode == status, (
+            f"check {args}: exit {proc.returncode}, expected {status}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")
+    return [[proc.stdout] if "--json" in args else proc.stdout.splitlines() for (args, _), proc in zip(commands, procs)]
 
 
 def test_max_peak(runs):
     d, script = runs
     params = f"grow.py:{line_of(script, 'LINE-STEP')} (<module>)"
-    assert check(d, "good", "--max-peak", "1MiB", status=0) == [
-        f"ok   --max-peak 1.00 MiB: peak 1.00 MiB, held by {params} 1.00 MiB"]
-    assert check(d, "good", "--max-peak", "1023KiB", status=1) == [
-        f"FAIL --max-peak 1023.00 KiB: peak 1.00 MiB, held by {params} 1.00 MiB"]
+    ok, fail, bad = checks(d, (["good", "--max-peak", "1MiB"], 0), (["good", "--max-peak", "1023KiB"], 1),
+                           (["bad", "--max-peak", "2MiB"], 1))
+    assert ok == [f"ok   --max-peak 1.00 MiB: peak 1.00 MiB, held by {params} 1.00 MiB"]
+    assert fail == [f"FAIL --max-peak 1023.00 KiB: peak 1.00 MiB, held by {params} 1.00 MiB"]
     # The bad run: 2 MiB of parameters and 12 kept arrays of 64 KiB.
-    [line] = check(d, "bad", "--max-peak", "2MiB", status=1)
+    [line] = bad
     assert line.startswith(f"FAIL --max-peak 2.00 MiB: peak 2.75 MiB, held by {params} 2.00 MiB"), line
 
 
 def test_max_true_peak(runs):
     d, _ = runs
     # p * 0.5 without donation: old and new parameters (1 MiB each) during the call.
-    [line] = check(d, "good", "--max-true-peak", "1.5MiB", status=1)
+    [line], _ = checks(d, (["good", "--max-true-peak", "1.5MiB"], 1), (["good", "--max-true-peak", "2MiB"], 0))
     assert line.startswith("FAIL --max-true-peak 1.50 MiB: estimated true peak 2.00 MiB (during a call of"), line
-    check(d, "good", "--max-true-peak", "2MiB", status=0)
 
 
 def test_max_growth(runs):
     d, script = runs
     leak = f"grow.py:{line_of(script, 'LINE-LEAK')} (<module>)"
-    assert check(d, "bad", "--max-growth", "32KiB/step", status=1) == [
-        f"FAIL --max-growth 32.00 KiB/step: grows 64.00 KiB/step, at {leak} +64.00 KiB/step"]
-    check(d, "bad", "--max-growth", "64KiB/step", status=0)
-    assert check(d, "good", "--max-growth", "1KiB", status=0) == ["ok   --max-growth 1.00 KiB/step: grows 0 B/step"]
+    fail, _, ok = checks(d, (["bad", "--max-growth", "32KiB/step"], 1), (["bad", "--max-growth", "64KiB/step"], 0),
+                         (["good", "--max-growth", "1KiB"], 0))
+    assert fail == [f"FAIL --max-growth 32.00 KiB/step: grows 64.00 KiB/step, at {leak} +64.00 KiB/step"]
+    assert ok == ["ok   --max-growth 1.00 KiB/step: grows 0 B/step"]
 
 
 def test_fail_on(runs):
     d, script = runs
     leak = f"grow.py:{line_of(script, 'LINE-LEAK')} (<module>)"
-    lines = check(d, "bad", "--fail-on", "leak", status=1)
+    lines, ok = checks(d, (["bad", "--fail-on", "leak"], 1), (["good", "--fail-on", "leak,recompile"], 0))
     assert len(lines) == 1 and lines[0].startswith("FAIL --fail-on leak: [") and lines[0].endswith(f"] leak at {leak}")
-    assert check(d, "good", "--fail-on", "leak,recompile", status=0) == ["ok   --fail-on leak,recompile: no such finding"]
+    assert ok == ["ok   --fail-on leak,recompile: no such finding"]
 
 
 def test_baseline(runs):
     d, _ = runs
-    lines = check(d, "bad", "--baseline", "good", "--max-increase", "10%", status=1)
+    lines, _ = checks(d, (["bad", "--baseline", "good", "--max-increase", "10%"], 1),
+                      (["good", "--baseline", "good", "--max-increase", "0"], 0))
     assert lines[0].startswith("FAIL --max-increase 10%: peak 2.75 MiB is +175.0% on the baseline's 1.00 MiB"), lines
-    check(d, "good", "--baseline", "good", "--max-increase", "0", status=0)
 
 
 def test_json_and_several_violations(runs):
     d, _ = runs
-    proc = run_cli("check", "bad", "--max-peak", "1MiB", "--max-growth", "1KiB/step", "--fail-on", "leak",
-                   "--json", cwd=d, check=1)
-    doc = json.loads(proc.stdout)
+    args = ["bad", "--max-peak", "1MiB", "--max-growth", "1KiB/step", "--fail-on", "leak"]
+    json_lines, lines = checks(d, (args + ["--json"], 1), (args, 1))
+    [text] = json_lines
+    doc = json.loads(text)
     assert doc["command"] == "check" and doc["ok"] is False and doc["run"] == "bad"
     by = {c["check"]: c for c in doc["checks"]}
     assert by["max-peak"]["value"] == 2 * MiB + STEPS * 64 * KiB and by["max-peak"]["held"] is False
     assert by["max-growth"]["value"] == 64 * KiB and by["max-growth"]["unit"] == "bytes/step"
     assert by["fail-on"]["value"] == 1
     # Without --json: one FAIL line per violation.
-    lines = check(d, "bad", "--max-peak", "1MiB", "--max-growth", "1KiB/step", "--fail-on", "leak", status=1)
     assert [line.split(":")[0] for line in lines] == ["FAIL --max-peak 1.00 MiB", "FAIL --max-growth 1.00 KiB/step",
                                                       "FAIL --fail-on leak"]
 
 
-@pytest.mark.parametrize("args, message", [
+BAD_INPUT = [
     (["good", "--fail-on", "leek"], "unknown rule 'leek'"),
     (["good", "--max-peak", "lots"], "not a size: 'lots'"),
     (["good", "--max-growth", "1MiB/min"], "a growth is SIZE/step or SIZE/s"),
@@ -117,10 +123,21 @@ def test_json_and_several_violations(runs):
     (["good", "--baseline", "good"], "--baseline RUN and --max-increase PCT go together"),
     (["good", "--baseline", "missing", "--max-increase", "5"], "jaxmemprof: error: missing: no such run directory"),
     (["good"], "nothing to check"),
-])
-def test_bad_input(runs, args, message):
+]
+
+
+@pytest.fixture(scope="module")
+def bad_input(runs):
+    """Every BAD_INPUT case's check, in one process (the CLI's entry point, in turn)."""
     d, _ = runs
-    proc = run_cli("check", *args, cwd=d, check=2)
+    procs = cli_batch([["check", *args] for args, _ in BAD_INPUT], d, workers=1)
+    return {tuple(args): proc for (args, _), proc in zip(BAD_INPUT, procs)}
+
+
+@pytest.mark.parametrize("args, message", BAD_INPUT)
+def test_bad_input(bad_input, args, message):
+    proc = bad_input[tuple(args)]
+    assert proc.returncode == 2, (proc.returncode, proc.stderr)
     assert message in proc.stderr and "Traceback" not in proc.stderr
     assert proc.stdout == ""
 
@@ -134,10 +151,11 @@ def test_growth_per_step_needs_markers(tmp_path):
             jaxmemprof.snapshot()
     """)
     run_cli("run", "-q", "--interval", "1000", "-o", tmp_path / "r", script, cwd=tmp_path, check=0)
-    proc = run_cli("check", "r", "--max-growth", "1MiB/step", cwd=tmp_path, check=2)
+    proc, ok = cli_batch([["check", "r", "--max-growth", "1MiB/step"], ["check", "r", "--max-growth", "1MiB/s"]],
+                         tmp_path, workers=1)
+    assert (proc.returncode, ok.returncode) == (2, 0), proc.stderr + ok.stderr
     assert proc.stderr.strip() == ("jaxmemprof: error: r: has no step markers (jaxmemprof.mark() once a step): "
                                    "--max-growth SIZE/step cannot be checked; give SIZE/s")
-    run_cli("check", "r", "--max-growth", "1MiB/s", cwd=tmp_path, check=0)
 
 
 def test_a_job_checks_every_process(runs):
@@ -149,13 +167,16 @@ def test_a_job_checks_every_process(runs):
     for n, name in ((0, "good"), (1, "bad")):
         shutil.copytree(d / name, d / "job" / f"process-{n}", dirs_exist_ok=True)
         shutil.copytree(d / "good", d / "base-job" / f"process-{n}", dirs_exist_ok=True)
-    lines = check(d, "job", "--max-peak", "2MiB", status=1)
-    assert [line.split(" MiB:")[0] for line in lines] == ["FAIL process 1: --max-peak 2.00",
-                                                          "ok   process 0: --max-peak 2.00"], lines
-    lines = check(d, "job", "--baseline", "base-job", "--max-increase", "10", status=1)
+    peak, increase, json_lines = checks(d, (["job", "--max-peak", "2MiB"], 1),
+                                        (["job", "--baseline", "base-job", "--max-increase", "10"], 1),
+                                        (["job", "--max-peak", "2MiB", "--json"], 1))
+    assert [line.split(" MiB:")[0] for line in peak] == ["FAIL process 1: --max-peak 2.00",
+                                                         "ok   process 0: --max-peak 2.00"], peak
+    lines = increase
     assert lines[0].startswith("FAIL process 1: --max-increase 10%: peak 2.75 MiB is +175.0%"), lines
     assert any(line.startswith("ok   process 0: --max-increase 10%: peak 1.00 MiB is +0.0%") for line in lines)
-    doc = json.loads(run_cli("check", "job", "--max-peak", "2MiB", "--json", cwd=d, check=1).stdout)
+    [text] = json_lines
+    doc = json.loads(text)
     assert [(c["process"], c["held"]) for c in doc["checks"]] == [(0, True), (1, False)]
     # One run against a job: which process is meant is not said.
     proc = run_cli("check", "good", "--baseline", "base-job", "--max-increase", "5", cwd=d, check=2)
