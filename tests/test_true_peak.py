@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import json
 
-from conftest import run_cli, write_script
+import pytest
+
+from conftest import cli_batch, run_cli, write_script
 
 from jaxmemprof.store.reader import load_run
 
@@ -62,23 +64,38 @@ def _record(tmp_path, name, source):
     return tmp_path / "run", oracle
 
 
+def _commands(cwd, *argvs):
+    """``jaxmemprof ARGV`` for each of ``argvs``, in turn in one process
+    (the CLI's entry point, tests/conftest.py cli_batch)."""
+    return cli_batch(list(argvs), cwd, workers=1)
+
+
 def test_the_true_peak_is_the_larger_signatures_call_not_the_last_analysed(tmp_path):
     run, oracle = _record(tmp_path, "two.py", TWO_SIGNATURES)
     assert oracle["big"] > 64 * 2**20 > 40 * 2**20 > oracle["small"]
-    summary = json.loads(run_cli("report", run, "--json", check=0).stdout)["summary"]
+    report, over = _commands(tmp_path, ["report", run, "--json"], ["check", run, "--max-true-peak", "40MiB"])
+    assert report.returncode == 0, report.stderr
+    summary = json.loads(report.stdout)["summary"]
     # Live before the big call: its argument alone, which XLA's figure counts.
     assert summary["estimated_true_peak_bytes"] == oracle["big"]
     assert summary["estimated_true_peak_device_bytes"] == oracle["big"]
     assert summary["estimated_true_peak_where"] == "during a call of f"
-    over = run_cli("check", run, "--max-true-peak", "40MiB")
     assert over.returncode == 1, over.stdout + over.stderr
 
 
-def test_four_devices_each_needing_a_temporary_say_it_per_device(tmp_path):
-    run, oracle = _record(tmp_path, "four.py", FOUR_DEVICES)
+@pytest.fixture(scope="module")
+def four_devices(tmp_path_factory):
+    """FOUR_DEVICES recorded once: (the run, its oracle)."""
+    return _record(tmp_path_factory.mktemp("four"), "four.py", FOUR_DEVICES)
+
+
+def test_four_devices_each_needing_a_temporary_say_it_per_device(four_devices):
+    run, oracle = four_devices
     per_device = oracle["device"]
     assert 8 * 2**20 < per_device < 11 * 2**20
-    doc = json.loads(run_cli("report", run, "--json", "--device-memory", "16MiB", check=0).stdout)
+    report, text = _commands(run.parent, ["report", run, "--json", "--device-memory", "16MiB"], ["report", run])
+    assert (report.returncode, text.returncode) == (0, 0), report.stderr + text.stderr
+    doc = json.loads(report.stdout)
     s = doc["summary"]
     assert s["devices"] == 4
     # Live before the second call on a device: its shard of x (the call's
@@ -88,7 +105,7 @@ def test_four_devices_each_needing_a_temporary_say_it_per_device(tmp_path):
     assert s["estimated_true_peak_device_bytes"] == per_device + r_shard
     assert s["estimated_true_peak_bytes"] == 4 * (per_device + r_shard)
     assert doc["fit"]["peak_bytes"] == per_device + r_shard
-    text = run_cli("report", run, check=0).stdout
+    text = text.stdout
     mib = (per_device + r_shard) / 2**20
     assert f"estimated true peak {mib:.2f} MiB per device ({4 * mib:.2f} MiB on all 4)" in text
 
@@ -125,12 +142,13 @@ def test_advice_on_a_call_that_does_not_hold_the_peak_is_info(tmp_path):
     assert "does not lower the run's peak, which is during a call of evaluate" in donate["message"]
 
 
-def test_check_gates_the_true_peak_per_device(tmp_path):
-    run, oracle = _record(tmp_path, "four.py", FOUR_DEVICES)
+def test_check_gates_the_true_peak_per_device(four_devices):
+    run, oracle = four_devices
     per_device = oracle["device"] + 4096  # and the shard of the first call's result, as above
-    under = run_cli("check", run, "--max-true-peak", str(per_device), check=0)
+    under, over = _commands(run.parent, ["check", run, "--max-true-peak", str(per_device)],
+                            ["check", run, "--max-true-peak", str(per_device - 1)])
+    assert (under.returncode, over.returncode) == (0, 1), under.stdout + under.stderr + over.stdout + over.stderr
     assert f"estimated true peak {per_device / 2**20:.2f} MiB per device (during a call of g)" in under.stdout
-    run_cli("check", run, "--max-true-peak", str(per_device - 1), check=1)
 
 
 STATIC_SIZES = ORACLE + """
