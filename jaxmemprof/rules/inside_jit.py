@@ -19,7 +19,8 @@ def _remat(f: Finding, x: dict) -> Words:
     peak, kept = x["program_peak_bytes"], x["kept_bytes"]
     return Words(
         brief=f"{fmt(kept)} of {x['function']}'s peak are activations kept for the backward pass.",
-        brief_fix=f"wrap the layer or block at {f.site or 'the lines above'} in jax.checkpoint",
+        brief_fix="wrap the layer or block there in jax.checkpoint" if f.site else
+                  "wrap the layer or block of those lines in jax.checkpoint",
         message=(f"At {x['function']}'s peak, {fmt(kept)} ({kept / peak:.0%} of it) are activations its forward pass "
                  f"keeps for the backward pass: {_by_line(x)}."),
         fix=(f"Recompute them in the backward pass instead: wrap the layer or block at {f.site or 'those lines'} in jax.checkpoint "
@@ -33,7 +34,7 @@ def _narrow(f: Finding, x: dict) -> Words:
     peak, wide = x["program_peak_bytes"], x["float32_bytes"]
     return Words(
         brief=f"float32 temporaries hold {fmt(wide)} ({wide / peak:.0%}) of {x['function']}'s peak.",
-        brief_fix="compute in bfloat16 where precision allows (x.astype(jnp.bfloat16))",
+        brief_fix="use bfloat16 where precision allows",
         message=(f"At {x['function']}'s peak, float32 temporaries hold {fmt(wide)} ({wide / peak:.0%} of it)"
                  + (f", the most of your lines' at {f.site}." if f.site else ".")),
         fix=("Compute in bfloat16 where precision allows (the activations or the matmuls: x.astype(jnp.bfloat16), "
