@@ -86,17 +86,15 @@ def test_a_job_started_by_hand_is_recorded_as_a_job(tmp_path):
     first = _record(tmp_path, job, script, 1, port, env=env)
     _wait_for(lambda: _claim_state(job) is not None or first.poll() is not None, 30, "process 1 never locked JOB")
     second = _record(tmp_path, job, script, 0, port, env=env)
-    t0 = time.monotonic()
     recorded = _wait_all([second, first], timeout=60)
-    wall = time.monotonic() - t0
     expected = _wait_all(plain, timeout=60)
     for i, ((rc, out, err), (rc_py, out_py, _)) in enumerate(zip(recorded, expected)):
         assert rc_py == 0 and out_py == f"process {i} of 2 index {i} {float((i + 1) * 256 * 1024)}\n"
         assert (rc, out) == (rc_py, out_py), f"process {i}:\n{err}"
         assert "warning" not in err, err
-    assert wall < 40, wall
 
-    # JOB holds exactly the two processes, as a launcher-started job does.
+    # JOB holds exactly the two processes, as a launcher-started job does
+    # (a claim that had given up waiting for its peer would leave a single run).
     assert sorted(p.name for p in job.iterdir()) == ["process-0", "process-1"]
     pids = {}
     for i in (0, 1):
