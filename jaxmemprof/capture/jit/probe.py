@@ -565,10 +565,11 @@ class JitProbe(Programs):
             state.largest = None
         for state in list(self._quiet):
             proxy = state.proxy()
+            seen = state.cache
             if proxy is None:
                 self._quiet.discard(state)
-            elif _cache_size(proxy._real) != state.cache:
-                self._wake(state)
+            elif _cache_size(proxy._real) != seen:
+                self._wake(state, unless_synced_from=seen)
 
     def on_compile(self, event: str = "", seconds: float = 0.0) -> None:
         """A JAX compile event: an XLA compile is counted for the function
@@ -588,8 +589,15 @@ class JitProbe(Programs):
             if state.by_signature and not state.off:
                 state.analyse_next, state.hunt = True, HUNT_CALLS
 
-    def _wake(self, state: "_FunctionState") -> None:
-        """Observe a quiet function again, from its next call."""
+    def _wake(self, state: "_FunctionState", unless_synced_from: int | None = None) -> None:
+        """Observe a quiet function again, from its next call. From a
+        snapshot's poll (another thread), ``unless_synced_from``: the cache
+        size the poll saw as the function's; if a call has counted the new
+        compilation since (and gone quiet again), the wake-up is stale and
+        is not made: it would sample one call more, as a loaded machine's
+        timing has it (seen: 22 sampled calls of a program that gets 21)."""
+        if unless_synced_from is not None and state.cache != unless_synced_from:
+            return
         self._quiet.discard(state)
         state.quiet = False
         proxy = state.proxy()
