@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
@@ -37,6 +38,14 @@ def cpu_env(**extra) -> dict:
         env.pop(name, None)
     env.update(extra)
     return env
+
+
+def sigint_at(handler=signal.SIG_DFL):
+    """A ``preexec_fn`` that starts the child with SIGINT at ``handler``:
+    by default as from a terminal, whatever this process inherited (a job
+    started with ``&`` from a script starts with SIGINT ignored, and so does
+    every program it runs, python's and jaxmemprof's alike)."""
+    return lambda: signal.signal(signal.SIGINT, handler)
 
 
 def run_cli(*args, cwd=None, env=None, check=None, input=None) -> subprocess.CompletedProcess:

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import cpu_env, line_of, run_cli, run_script, write_script
+from conftest import cpu_env, line_of, run_cli, run_script, sigint_at, write_script
 from test_fault_injection import cli_batch
 
 import jaxmemprof
@@ -182,6 +182,7 @@ def test_signals_end_the_target_and_finalise_the_run(tmp_path, sig, status, labe
     proc = subprocess.Popen(
         [sys.executable, "-m", "jaxmemprof", "run", "-o", str(tmp_path / "run"), str(script)],
         cwd=tmp_path, env=cpu_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=sigint_at(),
     )
     assert proc.stdout.readline().strip() == "ready"
     proc.send_signal(sig)

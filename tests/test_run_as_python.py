@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from conftest import cpu_env, write_script
+from conftest import cpu_env, sigint_at, write_script
 
 from jaxmemprof.store.reader import load_run
 
@@ -206,14 +206,16 @@ def test_profile_inside_run_defers_to_the_outer_run(tmp_path):
 # -- signals ------------------------------------------------------------------------
 
 
-def _start(cmd, cwd):
-    return subprocess.Popen(cmd, cwd=cwd, env=cpu_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+def _start(cmd, cwd, sigint=signal.SIG_DFL):
+    return subprocess.Popen(cmd, cwd=cwd, env=cpu_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=sigint_at(sigint))
 
 
-def _signalled(cmd, cwd, sig, wait_for="ready"):
-    """Start ``cmd``, send ``sig`` once it printed ``wait_for``; (process,
-    stdout, stderr, seconds from the signal to its end)."""
-    proc = _start(cmd, cwd)
+def _signalled(cmd, cwd, sig, wait_for="ready", sigint=signal.SIG_DFL):
+    """Start ``cmd`` (SIGINT at ``sigint``), send ``sig`` once it printed
+    ``wait_for``; (process, stdout, stderr, seconds from the signal to its
+    end)."""
+    proc = _start(cmd, cwd, sigint)
     assert proc.stdout.readline().strip() == wait_for
     time.sleep(0.2)
     t0 = time.monotonic()
@@ -222,7 +224,7 @@ def _signalled(cmd, cwd, sig, wait_for="ready"):
     return proc, out, err, time.monotonic() - t0
 
 
-def _both_signalled(tmp_path, source, sig, at_once=True):
+def _both_signalled(tmp_path, source, sig, at_once=True, sigint=signal.SIG_DFL):
     """_signalled under python and under run: the two at the same time
     (``at_once``: where the time a signal takes to end it is measured, one
     after the other)."""
@@ -230,9 +232,9 @@ def _both_signalled(tmp_path, source, sig, at_once=True):
     commands = ([sys.executable, str(script)],
                 [sys.executable, "-m", "jaxmemprof", "run", "-q", "-o", str(tmp_path / "run"), str(script)])
     if not at_once:
-        return tuple(_signalled(cmd, tmp_path, sig) for cmd in commands)
+        return tuple(_signalled(cmd, tmp_path, sig, sigint=sigint) for cmd in commands)
     with ThreadPoolExecutor(2) as pool:
-        return tuple(pool.map(lambda cmd: _signalled(cmd, tmp_path, sig), commands))
+        return tuple(pool.map(lambda cmd: _signalled(cmd, tmp_path, sig, sigint=sigint), commands))
 
 
 def test_sigterm_is_not_swallowed_by_a_retry_loop(tmp_path):
@@ -308,6 +310,23 @@ def test_ctrl_c_ends_as_under_python(tmp_path):
     assert py_out == jm_out == "atexit ran\n"
     assert py_err == jm_err and py_err.endswith("KeyboardInterrupt\n")
     assert load_run(tmp_path / "run").manifest["ended_by"] == "SIGINT"
+
+
+def test_ctrl_c_started_ignored_is_ignored_as_under_python(tmp_path):
+    # A program started with SIGINT ignored (`nohup cmd &` from a script) keeps
+    # it ignored under python; under run too, and the run ends as the script.
+    (py, py_out, py_err, _), (jm, jm_out, jm_err, _) = _both_signalled(tmp_path, """
+        import signal, time
+        import jax.numpy as jnp
+        x = jnp.ones((10,))
+        print("ready", flush=True)
+        time.sleep(2)
+        print("ended by itself", signal.getsignal(signal.SIGINT) is signal.SIG_IGN)
+    """, signal.SIGINT, sigint=signal.SIG_IGN)
+    assert py.returncode == jm.returncode == 0, jm_err
+    assert py_out == jm_out == "ended by itself True\n" and py_err == jm_err == ""
+    run = load_run(tmp_path / "run")
+    assert run.finished and run.manifest["ended_by"] == "exit"
 
 
 def test_warnings_are_recorded_without_the_script_seeing_a_hook(tmp_path):
