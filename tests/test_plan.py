@@ -190,9 +190,10 @@ def test_the_search_names_the_largest_batch_and_the_program_there_fits(planned, 
 
 
 @pytest.fixture(scope="module")
-def outputs(planned):
+def outputs(planned, actual):
     """report (text, at 1 GiB, and as the run searched), report --json,
-    export --csv and report --html of the MLP's plan, through one process."""
+    export --csv and report --html of the MLP's plan, and report --json and
+    export --csv of the run without --plan (``actual``), through one process."""
     d, _, _ = planned
     jobs = [["report", d / "mlp", "--device-memory", "1GiB"], ["report", d / "mlp"],
             ["report", d / "mlp", "--json", "--device-memory", "1GiB"], ["export", d / "mlp", "--csv", d / "csv"],
