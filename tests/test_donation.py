@@ -101,6 +101,19 @@ def test_forgotten_donation_is_recommended_with_the_right_bytes(recorded):
     assert "params['w'] float32[512,256] -> output[0]['w']" in words(f).evidence
 
 
+def test_the_fix_is_written_on_the_line_as_it_was_recorded(tmp_path):
+    # The script edited after its run (two lines added above the jit): the
+    # fix still says what the run ran, where it was, not the line now there.
+    script = write_script(tmp_path, "train.py", TRAIN.replace("{DONATE}", ""))
+    jit_line = line_of(script, "LINE-JIT")
+    run_cli("run", "-q", "-o", tmp_path / "run", script, cwd=tmp_path, check=0)
+    script.write_text("# edited\nimport os\n" + script.read_text())
+    assert "LINE-JIT" not in script.read_text().splitlines()[jit_line - 1]
+    report = run_cli("report", tmp_path / "run", cwd=tmp_path, check=0).stdout
+    assert f"train.py:{jit_line}" in report, report
+    assert "fix: step = jax.jit(update, donate_argnums=(0, 1))  # LINE-JIT" in report, report
+
+
 def test_applied_donation_gets_no_advice_and_lowers_the_peak_by_the_prediction(recorded):
     _, before, att_b, _ = _record(recorded, "nodonate.py")
     [advice] = _donations(before, att_b)

@@ -22,7 +22,7 @@ from jupyter_client.kernelspec import KernelSpecManager
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
-from conftest import REPO
+from conftest import REPO, run_cli
 
 NOTEBOOK = REPO / "docs" / "notebooks.ipynb"
 
@@ -140,6 +140,11 @@ def test_a_train_step_jitted_in_another_cell_gets_its_donation_finding_with_the_
     assert "Donate 'params' of step" in text
     assert "fix: train_step = jax.jit(step, donate_argnums=(0,))" in text  # the cell's own line, edited
     assert "loss " in stream(train)  # the cell itself ran
+    # In another process (a terminal, the kernel gone) the cell's text is
+    # nowhere but in the run: the same fix, from the line as it was recorded.
+    later = run_cli("report", kernel.work / "runs" / "train", cwd=kernel.work)
+    assert f"medium donate  In [{define.execution_count}]:{line}" in later.stdout, later.stdout
+    assert "fix: train_step = jax.jit(step, donate_argnums=(0,))" in later.stdout, later.stdout
     # Applied, the fix removes the finding (the step jitted again in a cell, run over cells).
     stopped = shown(kernel.cells["%jaxmemprof stop --no-page"])
     assert stopped.startswith("jaxmemprof: In [") and " to In [" in stopped

@@ -41,7 +41,7 @@ _TABLES = {
     "markers": (("marker", "t_wall", "t_mono", "after_snapshot"), ("label",), ("t_wall",)),
     "events": (("event", "t_wall", "snapshot"), ("kind", "message"), ()),
     "jit_functions": (("function_id", "line", "jit_line", "t_wall"),
-                      ("name", "qualname", "file", "jit_file", "jit_function", "params", "donate_argnums",
+                      ("name", "qualname", "file", "jit_file", "jit_function", "jit_source", "params", "donate_argnums",
                        "donate_argnames", "static_argnums", "static_argnames", "wrapper", "wrapper_options"),
                       ("function_id",)),
     "jit_compiles": (("function_id", "call_index", "t_wall", "argument_bytes", "output_bytes", "alias_bytes",

@@ -217,11 +217,15 @@ def _donate_option(fn) -> str | None:
 
 def _suggest(fn, extra: str, wrapper: str) -> str:
     """The line that applies the wrapper, edited to add ``extra`` (the
-    donation options), when it can be read and has a known form."""
-    try:
-        text = linecache.getline(str(fn["jit_file"]), int(fn["jit_line"])).rstrip("\n")
-    except (ValueError, OSError, TypeError):  # a damaged journal: a NUL in the name, a line number out of range
-        return ""
+    donation options), when it can be read and has a known form: as the
+    program had it (recorded), else, for a run recorded before that, as the
+    file has it now."""
+    text = fn.get("jit_source")
+    if not isinstance(text, str):  # not kept: a run recorded before the probe kept it
+        try:
+            text = linecache.getline(str(fn["jit_file"]), int(fn["jit_line"])).rstrip("\n")
+        except (ValueError, OSError, TypeError):  # a damaged journal: a NUL in the name, a line number out of range
+            return ""
     lib = BY_NAME.get(wrapper)
     if not text.strip() or "donate" in text or lib is None:
         return ""  # unreadable, or donation already set there in a way we would have to rewrite

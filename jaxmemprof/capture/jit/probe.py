@@ -24,6 +24,7 @@ from __future__ import annotations
 import functools
 import importlib
 import json
+import linecache
 import math
 import os
 import sys
@@ -59,6 +60,24 @@ def _normalise(value) -> list:
         return [value]
     return list(value)
 
+
+
+# A longer line is not one a fix could be written on (minified, generated).
+_MAX_SOURCE_LINE = 1000
+
+
+def _source_line(frame) -> str:
+    """The text of ``frame``'s current line as the program has it now: a
+    notebook cell's (IPython keeps cells in linecache), or a file's before
+    anyone edits it. The donation fix is written on it at report time."""
+    if frame is None:
+        return ""
+    try:
+        text = linecache.getline(frame.f_code.co_filename, frame.f_lineno, frame.f_globals)
+    except Exception:  # a loader of the program's that fails: no text, as for a file gone
+        return ""
+    text = text.rstrip("\n")
+    return text if len(text) <= _MAX_SOURCE_LINE else ""
 
 class JitProbe(Programs):
     """Install with :meth:`install`; every function jitted afterwards through
@@ -286,6 +305,7 @@ class JitProbe(Programs):
             "jit_file": frame.f_code.co_filename if frame else "",
             "jit_line": frame.f_lineno if frame else 0,
             "jit_function": frame.f_code.co_name if frame else "",
+            "jit_source": _source_line(frame),
             "params": json.dumps(params),
             "donate_argnums": json.dumps(donate_argnums),
             "donate_argnames": json.dumps(donate_argnames),
