@@ -347,8 +347,12 @@ def test_a_long_run_killed_mid_way_is_readable(tmp_path):
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=60)
     run = load_run(tmp_path / "run")
-    assert run.warnings == ["the run did not finish (still running, or killed): reading what was committed"]
     n = int(run.snapshots["snapshot"].max())
+    # The kill may land after the next snapshot's file is written and before its journal entry:
+    # that file, and only it, is named.
+    unfinished = "the run did not finish (still running, or killed): reading what was committed"
+    orphan = f"1 snapshot file(s) without a journal entry (the run was killed while writing them?): {n + 1:06d}.prof.gz"
+    assert run.warnings in ([unfinished], [unfinished, orphan]), run.warnings
     assert n >= committed and run.snapshots["thinned"].sum() > n / 3
     arrays = run.arrays.set_index("array_id")
     assert list(arrays.index) == list(range(1, 2 * n + 1))

@@ -51,7 +51,8 @@ class Kernel:
         (spec / "kernel.json").write_text(json.dumps({
             "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
             "display_name": "jaxmemprof test", "language": "python",
-            "env": {"JAX_PLATFORMS": "cpu", "COLUMNS": "", "NO_COLOR": ""},
+            # IPython's own directory (its history database, the user's config): the test's own.
+            "env": {"JAX_PLATFORMS": "cpu", "COLUMNS": "", "NO_COLOR": "", "IPYTHONDIR": str(tmp / "ipython")},
         }))
         km = KernelManager(kernel_name="jaxmemprof-test",
                            kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(tmp / "kernels")]))

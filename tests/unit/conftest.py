@@ -49,8 +49,10 @@ class Recorded:
 
 
 def _record(argv, cwd) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, *map(str, argv)], cwd=cwd, env=cpu_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    # IPython's own directory (its history database, the user's config) is this fixture's, not shared
+    # with another worker or another clone's suite.
+    return subprocess.Popen([sys.executable, *map(str, argv)], cwd=cwd, env=cpu_env(IPYTHONDIR=str(cwd / "ipython")),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def _wait(proc: subprocess.Popen) -> None:
