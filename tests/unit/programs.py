@@ -71,7 +71,8 @@ def figures(fn, *args):
 
 
 def held(name, made, array):
-    return [name, made, array.unsafe_buffer_pointer()]
+    """[name, made, address, bytes] of a one-device array's buffer."""
+    return [name, made, array.unsafe_buffer_pointer(), array.nbytes]
 
 
 def main(oracle, profiles):
@@ -94,8 +95,12 @@ def main(oracle, profiles):
         jaxmemprof.mark(label)
         jaxmemprof.snapshot(label)
         oracle["live"][label] = live()
+        # Every one-device array a snapshot sees, so each reuse's previous holder is known (the run reads
+        # no address of an array on two devices, the table and total, nor does the program: reading one
+        # makes JAX keep a view of each shard).
         oracle["held"][label] = [held("w", label, params["w"]), held("b", label, params["b"]),
-                                 held("x", label, x)] + [held("kept", f"step {j}", k) for j, k in enumerate(kept)]
+                                 held("x", label, x), held("value", label, value)
+                                 ] + [held("kept", f"step {j}", k) for j, k in enumerate(kept)]
         jax.profiler.save_device_memory_profile(f"{profiles}/{i}.prof")
     del x, total
     oracle["memory_analysis"] = figures(train_step, params, jnp.ones((BATCH, IN), jnp.float32))
@@ -166,17 +171,20 @@ def call_peak(figures: dict) -> int:
     return figures["argument"] + figures["output"] - figures["alias"] + figures["temp"] + figures["code"]
 
 
-def reused_addresses(oracle, labelled) -> set:
-    """(address, snapshot) of each array the program held (``oracle["held"]``)
-    first seen at an address that another of its arrays held before and had
-    let go of by then: a reuse of that address, as the program saw it."""
+def reused_addresses(oracle, labelled) -> dict:
+    """(address, snapshot) -> (bytes, the previous holder's bytes) of each
+    array the program held (``oracle["held"]``) first seen at an address that
+    another of its arrays held before and had let go of by then: a reuse of
+    that address, as the program saw it; the previous holder is the last of
+    them to let it go."""
     labels = list(oracle["held"])
-    holders: dict = {}  # (name, made) -> [address, first label index, last label index]
+    holders: dict = {}  # (name, made) -> [address, bytes, first label index, last label index]
     for k, label in enumerate(labels):
-        for name, made, address in oracle["held"][label]:
-            holders.setdefault((name, made), [address, k, k])[2] = k
-    out = set()
-    for key, (address, first, _) in holders.items():
-        if any(other != key and a == address and last < first for other, (a, _, last) in holders.items()):
-            out.add((address, labelled[labels[first]]))
+        for name, made, address, nbytes in oracle["held"][label]:
+            holders.setdefault((name, made), [address, nbytes, k, k])[3] = k
+    out = {}
+    for key, (address, nbytes, first, _) in holders.items():
+        before = [(last, b) for other, (a, b, _, last) in holders.items() if other != key and a == address and last < first]
+        if before:
+            out[(address, labelled[labels[first]])] = (nbytes, max(before)[1])
     return out

@@ -14,9 +14,10 @@ def test_every_reuse_the_program_saw_is_found(tiny_ar, oracle, labelled):
     r = reuse(tiny_ar)
     ev = r.events
     found = {(int(a), int(f)): row for a, f, row in zip(ev["address"], ev["first_snapshot"], ev.to_dict("records"))}
-    assert expected <= set(found), (expected, sorted(found))
-    for key in expected:  # the program's arrays of one name have one size
-        assert found[key]["same_size"] and found[key]["previous_end_snapshot"] <= key[1]
+    assert set(expected) <= set(found), (expected, sorted(found))
+    for key, (nbytes, previous_bytes) in expected.items():  # the holder before, as the program saw it
+        assert found[key]["previous_bytes"] == previous_bytes, (key, found[key])
+        assert found[key]["same_size"] == (nbytes == previous_bytes) and found[key]["previous_end_snapshot"] <= key[1]
     # nothing was donated or deleted: every earlier holder was freed
     assert set(ev["previous_how"]) <= {"freed"} and not ev["donated_in_place"].any()
 
