@@ -375,7 +375,7 @@ def test_committed_runs_of_schema_1_read_their_descriptions():
     for name in ("mlp-leak",):
         d = REPO / "sample_runs" / "schema-1" / name
         assert json.loads((d / layout.MANIFEST).read_text())["schema_version"] == 1
-        con = sqlite3.connect(d / layout.JOURNAL)
+        con = sqlite3.connect(f"file:{d / layout.JOURNAL}?mode=ro", uri=True)  # a bundled run: read, never written
         rows = con.execute("SELECT count(*) FROM arrays").fetchone()[0]
         groups = con.execute("SELECT shape, dtype, nbytes, stack_id, count(*) FROM arrays "
                              "GROUP BY 1, 2, 3, 4").fetchall()

@@ -61,7 +61,6 @@ def _normalise(value) -> list:
     return list(value)
 
 
-
 # A longer line is not one a fix could be written on (minified, generated).
 _MAX_SOURCE_LINE = 1000
 
@@ -78,6 +77,7 @@ def _source_line(frame) -> str:
         return ""
     text = text.rstrip("\n")
     return text if len(text) <= _MAX_SOURCE_LINE else ""
+
 
 class JitProbe(Programs):
     """Install with :meth:`install`; every function jitted afterwards through
