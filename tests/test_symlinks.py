@@ -151,6 +151,8 @@ pid = os.getpid()  # the recording process: `run` runs the script in it
 for name in (f".manifest.json.tmp{pid}", f".summary.json.tmp{pid}", f"snapshots/.000002.prof.gz.tmp{pid}"):
     (proc / name).symlink_to(victim)
 x = jnp.ones((4096,))
+import jaxmemprof
+jaxmemprof.snapshot("after")  # so a snapshot is written past its planted name before the exit's, at any load
 print("done", pid)
 '''
 
