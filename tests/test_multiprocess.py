@@ -54,10 +54,22 @@ time.sleep(0.3)
 """
 
 
+# Sockets that hold the ports free_port gave out, for as long as this process lives.
+_HELD_PORTS: list[socket.socket] = []
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port on 127.0.0.1 that no other process can take: a socket of this
+    one stays bound to it with SO_REUSEPORT, which the coordinator's gRPC
+    server sets too, so the job's coordinator can still listen there (a
+    bound socket that does not listen takes no connection). A port bound and
+    let go again could be taken by anything else on the machine before the
+    coordinator binds it, such as the job of another test beside this one."""
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    s.bind(("127.0.0.1", 0))
+    _HELD_PORTS.append(s)
+    return s.getsockname()[1]
 
 
 def _record(cwd, out, script, args, env, options=()):
