@@ -498,6 +498,64 @@ def test_an_equinox_field_jit_prunes_is_not_counted_and_the_fix_aliases_the_pred
     assert int(jit_memory(attribute(after)).iloc[0]["alias_bytes"]) == f.saving_bytes
 
 
+MULTILINE = """
+import functools, json
+import jax
+import jax.numpy as jnp
+
+def update(params, x, scale):
+    return jax.tree.map(lambda p: p - scale * x.mean() * p, params)
+
+step = jax.jit(  # LINE-JIT-A
+    update,
+    static_argnums=(2,),
+)
+
+@functools.partial(jax.jit,  # LINE-JIT-B
+                   static_argnames=("scale",))
+def step2(params, x, scale):
+    return jax.tree.map(lambda p: p + scale * x.mean() * p, params)
+
+params = {"w": jnp.ones((256, 256), jnp.float32), "b": jnp.ones((256,), jnp.float32)}
+x = jnp.ones((64, 256), jnp.float32)
+aliased = {"update": step.lower(params, x, 0.1).compile().memory_analysis().alias_size_in_bytes,
+           "step2": step2.lower(params, x, scale=0.1).compile().memory_analysis().alias_size_in_bytes}
+for i in range(6):
+    params = step(params, x, 0.1)
+    params = step2(params, x, scale=0.1)
+print(json.dumps(aliased))
+"""
+
+
+def test_a_wrapper_called_over_several_lines_gets_the_whole_statement_edited(recorded, tmp_path):
+    script, run, att, proc = _record(recorded, "multiline.py")
+    assert json.loads(proc.stdout.splitlines()[-1]) == {"update": 0, "step2": 0}
+    found = {f.facts["function"]: f for f in _donations(run, att)}
+    fns = run.jit["functions"].set_index("name")
+    report = run_cli("report", "--explain", script.parent / "multiline.py.run", cwd=script.parent, check=0).stdout
+    text = script.read_text()
+    for function, marker, lines in (("update", "LINE-JIT-A", 4), ("step2", "LINE-JIT-B", 2)):
+        f = found[function]
+        assert f.saving_bytes == 256 * 256 * 4 + 256 * 4
+        # What the probe kept is the statement as the file has it, from the line that jits to its last bracket.
+        statement = fns.loc[function, "jit_source"]
+        assert statement.split("\n")[0].endswith(f"# {marker}") and statement.count("\n") == lines - 1
+        assert statement + "\n" in text
+        edited = f.facts["edited_line"]
+        assert words(f).fix.endswith(":\n" + edited) and "donate_argnums=(0,)" in edited
+        # The terminal shows it as a block under the sentence, a line at a time.
+        first, *rest = edited.split("\n")
+        assert "\n".join([f"at multiline.py:{line_of(script, marker)}):", "        " + first]
+                         + ["        " + r for r in rest]) in report, report
+        text = text.replace(statement, edited)
+    # Applied as printed: XLA aliases what was predicted, in each function.
+    fixed = write_script(tmp_path, "fixed.py", text)
+    out = subprocess.run([sys.executable, str(fixed)], cwd=tmp_path, env=cpu_env(), capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout.splitlines()[-1]) == {fn: f.saving_bytes for fn, f in found.items()}
+
+
 # The programs the module fixture records (file name -> source), each once.
 PROGRAMS = {
     "nodonate.py": TRAIN.replace("{DONATE}", ""),
@@ -512,6 +570,7 @@ PROGRAMS = {
     "pruned.py": PRUNED,
     "eqx_before.py": PRUNED_EQUINOX.replace("{DONATE}", ""),
     "eqx_after.py": PRUNED_EQUINOX.replace("{DONATE}", ', donate="all-except-first"'),
+    "multiline.py": MULTILINE,
 }
 # Scripts run under plain python with a JitProbe installed by hand (_probe_script).
 PROBE_SCRIPTS = {"poll": POLL, "epochs": EPOCHS}

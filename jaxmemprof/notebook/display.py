@@ -189,7 +189,7 @@ def _summary_html(run, run_, ov, rep) -> str:
                 head += f" {_e(w.saves or 'saves ' + format_bytes(f.saving_bytes))}"
             item = [head, f"<div>{_e(w.brief)}</div>"]
             if w.brief_fix:
-                item.append(f"<div>fix: <code>{_e(w.brief_fix)}</code></div>")
+                item.append(f"<div>fix: <code style=\"white-space:pre-wrap\">{_e(w.brief_fix)}</code></div>")
             out.append("<li style=\"margin-bottom:4px\">" + "".join(item) + "</li>")
         out.append("</ol>")
     else:

@@ -502,6 +502,15 @@ _COLOURS = {"high": "red", "medium": "yellow", "low": "cyan", "info": ""}
 _HINTS = ("low", "info")
 
 
+def _print_hanging(con: Console, head: Text, rest: list[str], hang: int) -> None:
+    """``head``, then each line of ``rest`` (a fix's statement of several
+    lines) escaped and indented by ``hang``, a line at a time (no padding
+    after a short line: what is copied from the terminal is the code)."""
+    con.print(head)
+    for more in rest:
+        con.print(Padding(Text(safe(more)), (0, 0, 0, hang), expand=False))
+
+
 def render_findings(findings, con: Console, *, explain: bool = False, limit: int | None = None,
                     indent: str = "   ", words_of=None, where_of=None) -> None:
     """Each finding in three lines: severity, rule, site and saving; one
@@ -520,9 +529,10 @@ def render_findings(findings, con: Console, *, explain: bool = False, limit: int
             line.append(f"  ({safe(where_of(f))})")
         if not explain and f.severity in _HINTS:  # one line: what to do (low), or what it says (info)
             words = w.brief if f.severity == "info" else w.brief_fix
+            first, *rest = str(words).split("\n") if words else [""]
             if words:
-                line.append(f": {safe(words)}")
-            con.print(line)
+                line.append(f": {safe(first)}")
+            _print_hanging(con, line, rest, len(indent) + 5)
             continue
         con.print(line)
         # Indented as a block: a line the terminal wraps keeps the indent.
@@ -530,7 +540,8 @@ def render_findings(findings, con: Console, *, explain: bool = False, limit: int
         con.print(Padding(Text(safe(w.message if explain else w.brief)), pad, expand=False))
         fix = w.fix if explain else w.brief_fix
         if fix:
-            con.print(Padding(Text(f"fix: {safe(fix)}"), pad, expand=False))
+            first, *rest = str(fix).split("\n")
+            _print_hanging(con, Padding(Text(f"fix: {safe(first)}"), pad, expand=False), rest, len(indent) + 5)
         if explain and w.evidence:
             con.print(Padding(Text(f"evidence: {safe(w.evidence)}"), pad, expand=False))
     if limit is not None and len(findings) > limit:

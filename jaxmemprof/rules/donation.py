@@ -38,8 +38,8 @@ def _donate_fix(f: Finding, x: dict) -> tuple[str, str]:
         full = f"{verb} {name} with {option} (at {f.site})"
     edited = x.get("edited_line") or ""
     short = edited or f"{verb} {name} with {option}"
-    if edited:
-        full += f":  {edited}"
+    if edited:  # a statement of several lines goes under the sentence, as it is in the file
+        full += f":\n{edited}" if "\n" in edited else f":  {edited}"
     if x.get("also_donates"):
         full += f" (that donates {listed(x['also_donates'])} too: the program drops them with each call)"
     if x.get("first_kept"):
@@ -127,7 +127,7 @@ DONATE = Rule(
               "pass_first": ("Arguments to pass first, as one tuple, for equinox's `donate=\"all-except-first\"` "
                              "(`equinox-restructure` only)."),
               "edited_line": ("The line that applies the wrapper, with the option added, where it can be read; "
-                              "else empty.")},
+                              "the lines, newline-separated, when the wrapper's call spans several; else empty.")},
     words={"": _donate},
 )
 

@@ -106,8 +106,9 @@ CREATE TABLE IF NOT EXISTS jit_functions (  -- functions jitted through jax.jit 
     jit_file      TEXT NOT NULL,        -- where jax.jit was applied
     jit_line      INTEGER NOT NULL,
     jit_function  TEXT NOT NULL,
-    jit_source    TEXT,                 -- the text of that line as the program had it (a notebook
-                                        -- cell's, a file edited since); '' when unreadable or over
+    jit_source    TEXT,                 -- the statement at that line as the program had it (a
+                                        -- notebook cell's, a file edited since), through the line
+                                        -- its brackets close on; '' when unreadable or over
                                         -- 1,000 characters
     params        TEXT NOT NULL,        -- JSON: parameter names, in order
     donate_argnums TEXT NOT NULL,       -- JSON lists, as given to jax.jit

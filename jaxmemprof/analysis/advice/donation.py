@@ -18,7 +18,6 @@ leaves (on every device that holds a shard).
 from __future__ import annotations
 
 import json
-import linecache
 import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -30,6 +29,7 @@ from jaxmemprof.analysis.cells import json_cell as _json
 from jaxmemprof.analysis.cells import leaves as _leaves
 from jaxmemprof.analysis.findings import Finding
 from jaxmemprof.libraries import BY_NAME
+from jaxmemprof.source import closing_bracket, statement_at
 
 if TYPE_CHECKING:
     from jaxmemprof.analysis.attributed import Attributed, Files
@@ -216,15 +216,16 @@ def _donate_option(fn) -> str | None:
 
 
 def _suggest(fn, extra: str, wrapper: str) -> str:
-    """The line that applies the wrapper, edited to add ``extra`` (the
-    donation options), when it can be read and has a known form: as the
-    program had it (recorded), else, for a run recorded before that, as the
-    file has it now."""
+    """The statement that applies the wrapper (a line, or the lines its
+    brackets span), edited to add ``extra`` (the donation options), when it
+    can be read and has a known form: as the program had it (recorded), else,
+    for a run recorded before that, as the file has it now. Its lines are
+    indented as in the file, less the first line's indent."""
     text = fn.get("jit_source")
     if not isinstance(text, str):  # not kept: a run recorded before the probe kept it
         try:
-            text = linecache.getline(str(fn["jit_file"]), int(fn["jit_line"])).rstrip("\n")
-        except (ValueError, OSError, TypeError):  # a damaged journal: a NUL in the name, a line number out of range
+            text = statement_at(str(fn["jit_file"]), int(fn["jit_line"]))
+        except (ValueError, TypeError):  # a damaged journal: a line number that is not one
             return ""
     lib = BY_NAME.get(wrapper)
     if not text.strip() or "donate" in text or lib is None:
@@ -235,23 +236,40 @@ def _suggest(fn, extra: str, wrapper: str) -> str:
     if m:
         comment = m.group(2) or ""
         if callable_decorator:
-            return f"{indent}@{m.group(1)}({extra}){comment}"
-        return f"{indent}@functools.partial({m.group(1)}, {extra}){comment}"
-    # wrapper(f ...), @wrapper(...) or partial(wrapper ...): add the options before the call's closing parenthesis.
-    m = re.search(rf"(?<![\w.])(?:{spelling})\(|partial\((?:{spelling})\b", text)
+            return f"@{m.group(1)}({extra}){comment}"
+        return f"@functools.partial({m.group(1)}, {extra}){comment}"
+    # wrapper(f ...), @wrapper(...) or partial(wrapper ...): add the options as the call's last argument.
+    m = re.search(rf"(?<![\w.])(?:{spelling})\(|partial\(\s*(?:{spelling})\b", text)
     if not m:
         return ""
     start = text.index("(", m.start())
-    depth = 0
-    for i in range(start, len(text)):
-        if text[i] == "(":
-            depth += 1
-        elif text[i] == ")":
-            depth -= 1
-            if depth == 0:
-                inside = text[start + 1:i].strip()
-                return text[:i] + (", " if inside else "") + extra + text[i:]
-    return ""
+    close = closing_bracket(text, start)
+    edited = _last_argument(text, start, close, extra) if close is not None else ""
+    return "\n".join(line[len(indent):] if line.startswith(indent) else line for line in edited.split("\n"))
+
+
+def _last_argument(text: str, start: int, close: int, extra: str) -> str:
+    """``text`` with ``extra`` added as the last argument of the call whose
+    brackets are at ``start`` and ``close``: after the others on the line
+    they end on, or, when the closing bracket has a line of its own, on a
+    line of its own indented as the argument before it (with the trailing
+    comma the others have). '' when a comment stands where the comma goes."""
+    line_start = text.rfind("\n", 0, close) + 1
+    if line_start <= start or text[line_start:close].strip():  # ")" closes the line of an argument
+        head = text[:close].rstrip()
+        sep = "" if head.endswith("(") else " " if head.endswith(",") else ", "
+        return head + sep + extra + text[close:]
+    head = text[:line_start].rstrip()
+    last = head[head.rfind("\n") + 1:]  # the line of the last argument
+    if "#" in last:
+        return ""
+    if head.rfind("\n") + 1 <= start:  # the arguments all on the opening line: after them there
+        sep = "" if head.endswith("(") else " " if head.endswith(",") else ", "
+        return head + sep + extra + "\n" + text[line_start:]
+    arg_indent = last[: len(last) - len(last.lstrip())]
+    if head.endswith(","):
+        return f"{head}\n{arg_indent}{extra},\n{text[line_start:]}"
+    return f"{head},\n{arg_indent}{extra}\n{text[line_start:]}"
 
 
 def _tuple(values) -> str:

@@ -24,7 +24,6 @@ from __future__ import annotations
 import functools
 import importlib
 import json
-import linecache
 import math
 import os
 import sys
@@ -36,6 +35,7 @@ from jaxmemprof.capture.arrays import is_deleted as _is_deleted
 from jaxmemprof.capture.hooks import AfterImport
 from jaxmemprof.capture.jit.frames import _drop_own_frames, _user_frame
 from jaxmemprof.libraries import BY_NAME, PATCHED, plain_arguments
+from jaxmemprof.source import statement_at
 from jaxmemprof.capture.jit.liveness import _fates, _on_death, _windows
 from jaxmemprof.capture.jit.owners import Previous, mesh_facts, nnx_owners, optax_tags
 from jaxmemprof.capture.jit.plan import Planner
@@ -61,22 +61,14 @@ def _normalise(value) -> list:
     return list(value)
 
 
-# A longer line is not one a fix could be written on (minified, generated).
-_MAX_SOURCE_LINE = 1000
-
-
 def _source_line(frame) -> str:
-    """The text of ``frame``'s current line as the program has it now: a
-    notebook cell's (IPython keeps cells in linecache), or a file's before
-    anyone edits it. The donation fix is written on it at report time."""
+    """The text of the statement at ``frame``'s current line as the program
+    has it now (``source.statement_at``): a notebook cell's (IPython keeps
+    cells in linecache), or a file's before anyone edits it. The donation fix
+    is written on it at report time."""
     if frame is None:
         return ""
-    try:
-        text = linecache.getline(frame.f_code.co_filename, frame.f_lineno, frame.f_globals)
-    except Exception:  # a loader of the program's that fails: no text, as for a file gone
-        return ""
-    text = text.rstrip("\n")
-    return text if len(text) <= _MAX_SOURCE_LINE else ""
+    return statement_at(frame.f_code.co_filename, frame.f_lineno, frame.f_globals)
 
 
 class JitProbe(Programs):
