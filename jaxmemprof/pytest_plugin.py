@@ -161,6 +161,11 @@ def pytest_runtest_call(item):
         return _unmeasured(item, limits, result, recorder.problem or "its run was not recorded")
     if recorder.problem:  # sampling stopped, or snapshots lost: the figures are not all there
         return _unmeasured(item, limits, result, recorder.problem)
+    if measured.snapshots == 0 and _jax_up():
+        # No snapshot reads as "JAX never came up" (nothing on a device): true
+        # only while no backend is up. One that came up during the test and
+        # was never seen (its run ended before a snapshot) is not measured.
+        return _unmeasured(item, limits, result, "no snapshot was taken while JAX was up")
     over = limit is not None and measured.peak_bytes > limit
     unended = leak_limit is not None and measured.leak_bytes is None
     leaked = leak_limit is not None and not unended and measured.leak_bytes > leak_limit
@@ -198,6 +203,12 @@ def _warm_up(item, n: int) -> None:
             pytest.fail(f"jaxmemprof: warm-up run {k} of {n} failed:\n{problems[0][1].rstrip()}", pytrace=False)
         if result.skipped:
             pytest.skip(str(result.skipped[0][1]))
+
+
+def _jax_up() -> bool:
+    from jaxmemprof.capture.sampler import jax_ready
+
+    return jax_ready() is not None
 
 
 def _one_line(exc: BaseException) -> str:

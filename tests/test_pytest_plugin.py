@@ -288,7 +288,27 @@ def test_ends_its_run():
     a = jnp.ones((256, 1024), jnp.float32)
     run = session.active()
     run.sampler.stop()  # its interval snapshots first (one racing the closed journal would fail sampling instead)
+    run.sampler.snapshot("api", "seen")  # the array seen, whatever the interval snapshots did
     run.writer.finish(end_time=None)  # no snapshot can be taken after it
+    assert a.shape == (256, 1024)
+'''
+
+# JAX comes up during the test (its own pytest process), and the run ends
+# before any snapshot: no snapshot is not "nothing on the device".
+ENDS_UNSEEN = '''
+import jax.numpy as jnp
+import pytest
+
+from jaxmemprof.capture import session
+
+
+@pytest.mark.limit_device_memory("64 MiB")
+@pytest.mark.limit_device_leaks("64 MiB")
+def test_ends_its_run_unseen():
+    run = session.active()
+    run.sampler.stop()
+    a = jnp.ones((256, 1024), jnp.float32)
+    run.writer.finish(end_time=None)
     assert a.shape == (256, 1024)
 '''
 
@@ -297,9 +317,11 @@ def test_a_limit_it_cannot_measure_fails(pytester, monkeypatch, tmp_path):
     """The run directories cannot be made in a read-only place (a file in the
     way: tests/test_gates.py): each limit fails, saying why; the unmarked
     test passes with a warning. A leak limit without a snapshot after the
-    test fails too."""
+    test fails too, and so does every limit of a test whose JAX came up
+    during it but whose run ended before any snapshot (the CI run that read
+    that as no device memory at all, and passed)."""
     monkeypatch.setenv("JAX_PLATFORMS", "cpu")
-    pytester.makepyfile(test_unmeasurable=UNMEASURABLE, test_ends=ENDS_ITS_RUN)
+    pytester.makepyfile(test_unmeasurable=UNMEASURABLE, test_ends=ENDS_ITS_RUN, test_ends_unseen=ENDS_UNSEEN)
     ro = read_only_dir(tmp_path)
     result = pytester.runpytest_subprocess("-rA", "-p", "no:cacheprovider", "--jaxmemprof",
                                            "--jaxmemprof-runs", str(ro / "runs"), "test_unmeasurable.py")
@@ -319,6 +341,12 @@ def test_a_limit_it_cannot_measure_fails(pytester, monkeypatch, tmp_path):
     assert failure_text(result, "test_ends_its_run") == [
         "jaxmemprof: limit_device_leaks not checked: device memory not measured: no snapshot was taken after it"], \
         result.stdout.str()
+
+    result = pytester.runpytest_subprocess("-rA", "-p", "no:cacheprovider", "test_ends_unseen.py")
+    assert outcomes(result) == {"test_ends_its_run_unseen": "FAILED"}, result.stdout.str()
+    assert failure_text(result, "test_ends_its_run_unseen") == [
+        "jaxmemprof: limit_device_memory and limit_device_leaks not checked: device memory not measured: "
+        "no snapshot was taken while JAX was up"], result.stdout.str()
 
 
 def test_loading_the_plugin_imports_nothing_heavy():

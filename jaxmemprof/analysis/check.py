@@ -243,7 +243,7 @@ class TestMemory:
     snapshots: int
 
 
-_NOTHING = TestMemory(0, 0, None, None, "", (), (), "", 0, (), 0)  # no snapshot: JAX never came up
+_NOTHING = TestMemory(0, 0, None, None, "", (), (), "", 0, (), 0)  # no snapshot: JAX never came up (the caller knows whether it did: pytest_plugin)
 
 
 def _snapshot_of(snaps, *, trigger=None, label=None):

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from jaxmemprof.capture.rundir import _forget_locks_in_child, _lock, _mkdir
-from jaxmemprof.capture.sampler import _jax_ready
+from jaxmemprof.capture.sampler import jax_ready
 from jaxmemprof.store import layout
 
 if TYPE_CHECKING:
@@ -37,7 +37,7 @@ def fork_directory(parent: Path, pid: int) -> Path:
 def before_fork(active: "Session | None") -> None:
     """Before a fork: whether JAX is up under the active session."""
     global _jax_up_at_fork
-    _jax_up_at_fork = active is not None and _jax_ready() is not None
+    _jax_up_at_fork = active is not None and jax_ready() is not None
 
 
 class _ForkWatch:
@@ -71,7 +71,7 @@ class _ForkWatch:
 
         block_signals_in_this_thread()
         while not self.done:
-            if _jax_ready() is not None:
+            if jax_ready() is not None:
                 self._begin()
                 return
             time.sleep(min(self.interval, 0.2))

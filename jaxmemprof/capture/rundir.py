@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from jaxmemprof.capture.sampler import _jax_ready
+from jaxmemprof.capture.sampler import jax_ready
 from jaxmemprof.errors import InputError
 from jaxmemprof.store import layout
 
@@ -444,7 +444,7 @@ def _distributed_up() -> bool:
 def _can_defer() -> bool:
     """Whether this process may still learn from jax.distributed.initialize
     that it is part of a job: JAX has no backend up and is not distributed."""
-    return _jax_ready() is None and not _distributed_up()
+    return jax_ready() is None and not _distributed_up()
 
 
 def _claim_by_hand(path: Path, force: bool) -> Path:

@@ -51,7 +51,7 @@ def block_signals_in_this_thread() -> None:
         pass
 
 
-def _jax_ready():
+def jax_ready():
     """The jax module once the target imported it and a backend is up, else None."""
     jax = sys.modules.get("jax")
     if jax is None or getattr(getattr(jax, "__spec__", None), "_initializing", False):
@@ -151,7 +151,7 @@ class Sampler:
                 # Until the backend has arrays, poll cheaply and often.
                 if self._stop.wait(poll):
                     return
-                if not self.first_taken and _jax_ready() is not None and self._has_arrays():
+                if not self.first_taken and jax_ready() is not None and self._has_arrays():
                     self.snapshot("first")
                 continue
             # Counted from the last snapshot, whoever took it.
@@ -188,7 +188,7 @@ class Sampler:
             return 0.0, None
         c0 = time.thread_time()
         try:
-            live = _jax_ready().live_arrays()
+            live = jax_ready().live_arrays()
         except Exception:
             return 0.0, None
         unseen = len(live) - len(self._tracked) - len(self._aliases)
@@ -199,7 +199,7 @@ class Sampler:
         return self._t0 + (self._spent + estimate) * self._wall_per_sampling_s, live
 
     def _has_arrays(self) -> bool:
-        jax = _jax_ready()
+        jax = jax_ready()
         with self._lock:
             try:
                 return bool(jax.live_arrays())
@@ -210,7 +210,7 @@ class Sampler:
         """The bytes of the live arrays on each device (``str(device)``),
         counted now, without a snapshot (for the jit probe, before a sampled
         call); None before JAX is up. Its cost counts in the budget."""
-        jax = _jax_ready()
+        jax = jax_ready()
         if jax is None or self.failed:
             return None
         c0 = time.thread_time()
@@ -250,7 +250,7 @@ class Sampler:
         moment ago. ``wait``: whether to wait for computations in flight to
         read their arrays' addresses (default: not for background snapshots;
         never for SIGTERM's, which must not outlast the process)."""
-        jax = _jax_ready()
+        jax = jax_ready()
         if jax is None or self.failed or self.writer.closed:
             return None
         with self._lock:

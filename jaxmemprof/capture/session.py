@@ -28,7 +28,7 @@ from jaxmemprof.capture.rundir import (BY_INITIALIZE, LauncherProcess, _claim, _
                                        _pending_peers, _prepare_process_directory, _processes,
                                        _set_claim_state, _wait_for_job, default_output, prepare_directory,
                                        process_directory_name, release_directory)
-from jaxmemprof.capture.sampler import Sampler, _jax_ready
+from jaxmemprof.capture.sampler import Sampler, jax_ready
 from jaxmemprof.errors import InputError
 from jaxmemprof.store import layout
 from jaxmemprof.store.writer import RunWriter, Thinning
@@ -473,7 +473,7 @@ os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
 
 def _backend_facts() -> dict:
     """Devices and processes, read only if the target brought JAX up."""
-    jax = _jax_ready()
+    jax = jax_ready()
     if jax is None:
         return {"backend": None, "devices": [], "process_index": 0, "process_count": 1}
     try:
