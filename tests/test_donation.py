@@ -351,9 +351,16 @@ def test_calls_after_sampling_cost_nothing_and_new_compilations_are_analysed(rec
     assert sorted(compiles["argument_bytes"].tolist()) == [64, 128]
     # The sample is capped, but for the first call of each signature analysed
     # after it: each compiled signature has a call that names it.
+    # A sample whose inputs the program dropped while a snapshot held them
+    # tells no fate (inputs_alive empty) and is not counted: the next call is
+    # sampled instead (probe._check_liveness), as a loaded machine's timing has it.
     calls = run.jit["calls"]
-    assert len(calls) == 21
-    assert calls["signature"].tolist() == ["float32[16]"] * 20 + ["float32[32]"]
+    told = calls[calls["inputs_alive"].notna()]
+    assert told["signature"].tolist() == ["float32[16]"] * 20 + ["float32[32]"]
+    sampled = set(calls["call_index"].tolist())
+    untold = calls[calls["inputs_alive"].isna()]
+    assert all(int(i) + 1 in sampled for i in untold["call_index"]), calls[["call_index", "inputs_alive"]]
+    assert len(untold) < len(told), calls[["call_index", "inputs_alive"]]  # a race, not the rule
     out = run_cli("report", script.parent / "many.py.run", cwd=script.parent, check=0).stdout
     assert f"≥{counts['calls']}" in out
 
