@@ -243,7 +243,8 @@ class TestMemory:
     snapshots: int
 
 
-_NOTHING = TestMemory(0, 0, None, None, "", (), (), "", 0, (), 0)  # no snapshot: JAX never came up (the caller knows whether it did: pytest_plugin)
+# No snapshot: JAX never came up (whether it did is the caller's to know: pytest_plugin checks).
+_NOTHING = TestMemory(0, 0, None, None, "", (), (), "", 0, (), 0)
 
 
 def _snapshot_of(snaps, *, trigger=None, label=None):
