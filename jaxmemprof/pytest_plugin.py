@@ -70,7 +70,7 @@ def _size(marker, value) -> int:
     from jaxmemprof.units import parse_size
 
     try:
-        return parse_size(str(value).replace(" ", ""))
+        return parse_size(str(value).replace(" ", ""), memory=True)
     except ValueError as exc:
         problem = str(exc)
     except OverflowError:  # digits past a float's range
@@ -433,7 +433,7 @@ class _Recorder(_Measure):
             from jaxmemprof.store.reader import load_run
 
             run = load_run(s.path)
-            lost = lost_snapshots(run.warnings)
+            lost = lost_snapshots(run.warnings) or list(run.damaged.values())  # partial figures: not judged
             self.problem = (f"sampling stopped: {s.sampler.failed}" if s.sampler.failed else
                             lost[0].split(";")[0] if lost else "")
             return measure_test(attribute(run, Options(roots=(str(self.item.config.rootpath),))))

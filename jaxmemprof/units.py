@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from decimal import ROUND_FLOOR, Decimal
 
 _UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
 _FACTORS = {
@@ -11,7 +12,12 @@ _FACTORS = {
     "t": 1000**4, "tb": 1000**4,
     "kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4,
 }
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-zA-Z]*)\s*$")
+# ASCII digits only (Python's \d and float() also take '١٢'), a decimal point
+# at most: the number read exactly (Decimal), never through a float.
+_SIZE = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([a-zA-Z]*)\s*", re.ASCII)
+# A bare number below this on a device-memory size is a unit forgotten (16 for 16 GiB), not bytes.
+BARE_MINIMUM = 1024**2
+_MAX_DIGITS = 64  # more is no size (a float would be inf): OverflowError
 
 
 def format_bytes(n: int | float, *, signed: bool = False) -> str:
@@ -30,11 +36,26 @@ def format_bytes(n: int | float, *, signed: bool = False) -> str:
     return sign + text
 
 
-def parse_size(text: str) -> int:
-    """``16GiB`` -> 17179869184, ``80GB`` -> 80000000000, ``4096`` -> 4096.
+def parse_size(text: str, *, memory: bool = False) -> int:
+    """``16GiB`` -> 17179869184, ``80GB`` -> 80000000000, ``1.5MiB`` ->
+    1572864, ``4096`` -> 4096: exact, a fraction of a byte of a larger unit
+    rounded down. ``memory``: a size of device memory, where a bare number
+    below 1 MiB (``16``) is refused as a unit forgotten (``16B`` is bytes).
 
-    Raises ValueError on anything else."""
-    m = _SIZE.match(str(text))
+    Raises ValueError on anything else (a fraction of a byte included),
+    OverflowError past 64 digits."""
+    m = _SIZE.fullmatch(str(text))
     if not m or m.group(2).lower() not in _FACTORS:
         raise ValueError(f"not a size: {text!r} (examples: 4096, 512MiB, 16GiB, 80GB)")
-    return int(float(m.group(1)) * _FACTORS[m.group(2).lower()])
+    number, unit = m.group(1), m.group(2)
+    if len(number) > _MAX_DIGITS:
+        raise OverflowError(f"not a size: {text!r} (too large)")
+    factor = _FACTORS[unit.lower()]
+    exact = Decimal(number) * factor
+    if factor == 1 and exact != exact.to_integral_value():
+        raise ValueError(f"not a size: {text!r} is a fraction of a byte (give whole bytes, or a unit: 1.5MiB)")
+    n = int(exact.to_integral_value(rounding=ROUND_FLOOR))
+    if memory and not unit and n < BARE_MINIMUM:
+        raise ValueError(f"{text.strip()!r} has no unit, so it would be {n} byte{'' if n == 1 else 's'}: write "
+                         f"{number}B for bytes, or give its unit ({number}GiB, {number}MiB)")
+    return n

@@ -350,7 +350,7 @@ def test_a_long_run_killed_mid_way_is_readable(tmp_path):
     n = int(run.snapshots["snapshot"].max())
     # The kill may land after the next snapshot's file is written and before its journal entry:
     # that file, and only it, is named.
-    unfinished = "the run did not finish (still running, or killed): reading what was committed"
+    unfinished = "the run did not finish (killed): reading what was committed"
     orphan = f"1 snapshot file(s) without a journal entry (the run was killed while writing them?): {n + 1:06d}.prof.gz"
     assert run.warnings in ([unfinished], [unfinished, orphan]), run.warnings
     assert n >= committed and run.snapshots["thinned"].sum() > n / 3

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+from fractions import Fraction
 import shutil
 
 import pytest
@@ -67,7 +68,18 @@ BAD = [
     (["diff", "P", "Q", "--max-decompressed", HUGE], "--max-decompressed", "(too large)"),
     (["show", "P", "--top", "-1"], "--top", "0<=x<=1000000000"),
     (["show", "P", "--top", "1" + "0" * 30], "--top", "0<=x<=1000000000"),
-    (["report", "RUN", "--device-memory", "0"], "--device-memory", "is less than 1 B"),
+    (["report", "RUN", "--device-memory", "0B"], "--device-memory", "is less than 1 B"),
+    # A size is read exactly, in ASCII digits; a bare number below 1 MiB of device memory is a unit forgotten.
+    (["report", "RUN", "--device-memory", "16"], "--device-memory", "'16' has no unit, so it would be 16 bytes"),
+    (["check", "RUN", "--max-peak", "1.5"], "--max-peak", "is a fraction of a byte"),
+    (["check", "RUN", "--max-peak", "0.5"], "--max-peak", "is a fraction of a byte"),
+    (["check", "RUN", "--max-peak", "1.5B"], "--max-peak", "is a fraction of a byte"),
+    (["check", "RUN", "--max-peak", "\u0661\u0662"], "--max-peak", "not a size"),
+    (["check", "RUN", "--max-peak", "\uff11\uff12MiB"], "--max-peak", "not a size"),
+    (["check", "RUN", "--max-peak", "10"], "--max-peak", "write 10B for bytes"),
+    (["check", "RUN", "--max-true-peak", "0"], "--max-true-peak", "write 0B for bytes"),
+    (["check", "RUN", "--max-growth", "4/step"], "--max-growth", "write 4B for bytes"),
+    (["run", "--plan-device-memory", "16", "x.py"], "--plan-device-memory", "write 16B for bytes"),
     (["report", "RUN", "--device-memory", "inf"], "--device-memory", "not a size: 'inf'"),
     (["report", "RUN", "--steps", "0"], "--steps", "1<=x<=1000000000"),
     (["report", "RUN", "--steps", "1" + "0" * 30], "--steps", "1<=x<=1000000000"),
@@ -198,3 +210,20 @@ def test_plugin_marker_sizes_are_checked_too(pytester, monkeypatch):
     said = [line for line in result.outlines if line.startswith("limit_device_memory: not a size: ")]
     assert len(said) == 6 and said[-1].endswith("(too large)"), text
     assert "Traceback" not in text and "During handling" not in text and "INTERNALERROR" not in text, text
+
+
+@pytest.mark.parametrize("text, exact", [
+    ("1.5MiB", Fraction(3, 2) * 1024**2), ("1.1GiB", Fraction(11, 10) * 1024**3), ("0.3KiB", Fraction(3, 10) * 1024),
+    ("12.5GB", Fraction(25, 2) * 1000**3), ("4096B", 4096), ("0B", 0), (" 2 MiB ", 2 * 1024**2),
+    ("2000000", 2000000), ("9007199254740993", 2**53 + 1),  # past a float's exact integers
+])
+def test_a_size_is_read_exactly(text, exact):
+    """A decimal size is its exact value in bytes (a fraction of a byte of a
+    larger unit rounded down), never a float's; a bare number of 1 MiB or
+    more is bytes even of device memory."""
+    from fractions import Fraction as F
+
+    from jaxmemprof.units import parse_size
+
+    assert parse_size(text) == parse_size(text, memory=True) == math.floor(F(exact))
+    assert parse_size("4096") == 4096  # bytes, where a size is not of device memory (--max-decompressed)

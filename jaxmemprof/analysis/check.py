@@ -67,11 +67,43 @@ def growth_snapshots() -> int:
     return max(int((leaks.__kwdefaults__ or {}).get("min_snapshots", 2)), 2)
 
 
+# The journal tables each check's figure is computed from: one that is not
+# whole (rows or cells left out, or unreadable: Run.damaged) leaves that
+# figure partial, and the check is not made. A finding can come of any table.
+_PEAK_TABLES = ("snapshots",)
+_JIT_TABLES = ("jit_functions", "jit_compiles", "jit_calls", "jit_counts", "jit_programs", "jit_buffers",
+               "executables")
+_ARRAY_TABLES = ("arrays", "array_kinds", "array_ends", "stacks")
+NEEDS = {
+    "max-peak": _PEAK_TABLES,
+    "max-true-peak": _PEAK_TABLES + _ARRAY_TABLES + _JIT_TABLES,
+    "max-growth": _PEAK_TABLES + _ARRAY_TABLES + ("markers",),
+    "fail-on": None,  # every table
+    "max-increase": _PEAK_TABLES + _ARRAY_TABLES + _JIT_TABLES,
+}
+
+
+def damaged_for(run, checks) -> tuple[tuple[str, ...], str]:
+    """Of ``checks``, those whose tables ``run`` does not hold whole, and
+    the first reason (the reader's warning)."""
+    damaged = getattr(run, "damaged", {}) or {}
+    hit, why = [], ""
+    for check in checks:
+        needs = NEEDS.get(check)
+        tables = [t for t in damaged if needs is None or t in needs]
+        if tables:
+            hit.append(check)
+            why = why or damaged[tables[0]]
+    return tuple(hit), why
+
+
 @dataclass(frozen=True)
 class Unchecked:
     """Checks asked for whose figure cannot be computed from a run:
     ``reason`` is ``no-snapshot`` (none readable), ``lost-snapshots`` (the
-    reader left some out: ``detail`` says which), ``no-jit`` (no figures
+    reader left some out: ``detail`` says which), ``damaged`` (a table a
+    figure comes from is not whole: ``detail``), ``running`` or ``killed``
+    (the run did not finish: its figures are partial), ``no-jit`` (no figures
     from inside jitted calls, for max-true-peak) or ``few-snapshots`` (fewer
     than ``needed`` before the exit, for max-growth: ``have``)."""
 
@@ -82,9 +114,11 @@ class Unchecked:
     needed: int = 0
 
 
-def unchecked_run(run, limits: Limits, *, baseline: bool = False) -> Unchecked | None:
+def unchecked_run(run, limits: Limits, *, baseline: bool = False,
+                  allow_unfinished: bool = False) -> Unchecked | None:
     """Why ``run`` (the baseline, with ``baseline``) cannot give the figures
-    the checks asked for need, before any analysis: None when it can."""
+    the checks asked for need, before any analysis: None when it can. A run
+    that did not finish is checked only with ``allow_unfinished``."""
     checks = asked(limits, baseline=baseline)
     if not checks:
         return None
@@ -93,6 +127,12 @@ def unchecked_run(run, limits: Limits, *, baseline: bool = False) -> Unchecked |
     lost = lost_snapshots(run.warnings)
     if readable.empty:
         return Unchecked(checks, "no-snapshot", detail=lost[0] if lost else "")
+    torn, why = damaged_for(run, checks)
+    if torn:
+        return Unchecked(torn, "damaged", detail=why)
+    if not allow_unfinished and not getattr(run, "finished", True):
+        t = float(readable["t"].max()) if "t" in readable.columns else 0.0
+        return Unchecked(checks, "running" if getattr(run, "running", False) else "killed", detail=f"{t:.2f}")
     if lost:
         return Unchecked(checks, "lost-snapshots", detail=lost[0])
     if not baseline and limits.max_growth is not None:

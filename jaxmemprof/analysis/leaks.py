@@ -203,8 +203,49 @@ _LEAK_DTYPES = {
 }
 
 
-def leaks(ar: Attributed, *, steps: int | None = None, min_bytes: int = 64 * KiB,
+def floor_of(x: np.ndarray, width: int = 3) -> np.ndarray:
+    """The series' floor: each point the least of it and the ``width`` - 1
+    after it. A transient spike (a snapshot taken while a call holds old and
+    new state) is not in it; a fall that lasts (a reset) is."""
+    x = np.asarray(x, dtype=float)
+    out = x.copy()
+    for k in range(1, width):
+        out[:-k] = np.minimum(out[:-k], x[k:])
+    return out
+
+
+def continues(x: np.ndarray, axis: np.ndarray, *, parts: int = 8, min_share: float = 0.75,
+              max_give_back: float = 0.5) -> bool:
+    """Whether the growth of series ``x`` continues across its steady phase
+    (``axis``: the step number, or the position, of each point): its floor
+    (``floor_of``) rises over at least ``min_share`` of ``parts`` equal
+    spans of the axis (fewer where there are fewer points: one span between
+    each two), and never falls back by more than ``max_give_back`` of its
+    rise before it rises again. One, two or three level shifts, a slow start that then stays flat,
+    and a sawtooth reset every epoch all fail it; a steady leak passes."""
+    x, axis = np.asarray(x, dtype=float), np.asarray(axis, dtype=float)
+    floor = floor_of(x)
+    # A fall at the end that nothing follows (the program letting go as it
+    # ends) is no reset: the series up to its highest floor.
+    end = len(floor) - int(np.argmax(floor[::-1])) if len(floor) else 0
+    floor, axis = floor[:end], axis[:end]
+    if len(floor) < 2:
+        return False
+    n = min(parts, len(floor) - 1)
+    edges = np.linspace(axis[0], axis[-1], n + 1)
+    # The floor at each edge: at the last point at or before it.
+    at = floor[np.clip(np.searchsorted(axis, edges, side="right") - 1, 0, len(floor) - 1)]
+    rising = int((np.diff(at) > 0).sum())
+    if rising < math.ceil(min_share * n - 1e-9):
+        return False
+    rise = float(floor.max() - floor.min())
+    give_back = float((np.maximum.accumulate(floor) - floor).max())
+    return rise > 0 and give_back <= max_give_back * rise
+
+
+def leaks(ar: Attributed, *, steps: int | None = None, min_bytes: int = KiB,
           alpha: float = 0.01, min_tau: float = 0.5, min_snapshots: int = 6, min_increases: int = 3,
+          parts: int = 8, min_share: float = 0.75, max_give_back: float = 0.5,
           max_points: int = 500, max_pairs: int = 20_000) -> pd.DataFrame:
     """Sites whose live bytes grow steadily over the attributed run (see the
     module docstring for the tests), largest projected growth first;
@@ -286,8 +327,11 @@ def leaks(ar: Attributed, *, steps: int | None = None, min_bytes: int = 64 * KiB
                             > np.percentile(full[:, :cut], 90, axis=1))
         first_used[rows] = pts[k]
     growth = np.where(np.isnan(per_step), per_s, per_step)
+    axis = sx if has_steps else np.arange(len(pts))  # steps, else snapshots (periodic: time, bunched: not)
+    persists = np.array([continues(xs[r, starts[r]:], axis[starts[r]:], parts=parts, min_share=min_share,
+                                   max_give_back=max_give_back) for r in range(len(candidates))], dtype=bool)
     keep = ((mk["p_value"].to_numpy() < alpha) & (mk["tau"].to_numpy() >= min_tau) & (growth > 0)
-            & (per_s > 0) & (increases >= min_increases) & late_highs)
+            & (per_s > 0) & (increases >= min_increases) & late_highs & persists)
     if not keep.any():
         return _empty(LEAK_COLUMNS, _LEAK_DTYPES)
 

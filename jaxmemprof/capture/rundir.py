@@ -420,20 +420,9 @@ def _read_claim(path: Path) -> tuple[str, float] | None:
 
 def _held(path: Path) -> bool:
     """Whether a live process holds ``path``'s lock (False: none, or gone)."""
-    import fcntl
+    from jaxmemprof.store.journal import recorder_running
 
-    fd = _open_lock_file(path)
-    if fd is None:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except OSError as exc:
-        return exc.errno in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK)
-    else:
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        return False
-    finally:
-        os.close(fd)
+    return recorder_running(path)
 
 
 def _distributed_up() -> bool:

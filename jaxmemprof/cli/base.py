@@ -30,25 +30,28 @@ MAX_SECONDS = 1e9
 
 class Size(click.ParamType):
     """SIZE in bytes (4096, 512MiB, 16GiB, 80GB), an integer from ``min``
-    (0: none allowed, 1: a size that must be positive) to MAX_SIZE."""
+    (0: none allowed, 1: a size that must be positive) to MAX_SIZE;
+    ``memory``: a size of device memory (a bare number below 1 MiB is
+    refused as a unit forgotten)."""
 
     name = "SIZE"
 
-    def __init__(self, min: int = 0):
-        self.min = min
+    def __init__(self, min: int = 0, memory: bool = False):
+        self.min, self.memory = min, memory
 
     def convert(self, value, param, ctx):
         if isinstance(value, int) and not isinstance(value, bool) and self.min <= value <= MAX_SIZE:
             return value
-        return size_value(value, self, param, ctx, minimum=self.min)
+        return size_value(value, self, param, ctx, minimum=self.min, memory=self.memory)
 
 
-def size_value(value, kind: click.ParamType, param, ctx, *, minimum: int = 0) -> int:
-    """``value`` parsed as a size, or a usage error from ``kind``."""
+def size_value(value, kind: click.ParamType, param, ctx, *, minimum: int = 0, memory: bool = False) -> int:
+    """``value`` parsed as a size (``memory``: of device memory, see
+    units.parse_size), or a usage error from ``kind``."""
     from jaxmemprof.units import parse_size
 
     try:
-        n = parse_size(value)
+        n = parse_size(value, memory=memory)
     except (ValueError, OverflowError) as exc:  # OverflowError: digits past a float's range
         message = str(exc) if isinstance(exc, ValueError) else f"not a size: {value!r} (too large)"
         kind.fail(message, param, ctx)

@@ -25,12 +25,12 @@ class Growth(click.ParamType):
 
         m = re.fullmatch(r"\s*(.*?)\s*(?:/\s*(step|s))?\s*", str(value))
         try:
-            parse_size(m.group(1))
+            parse_size(m.group(1), memory=True)
         except ValueError as exc:
             self.fail(f"{exc}; a growth is SIZE/step or SIZE/s (e.g. 1MiB/step)", param, ctx)
         except OverflowError:
             pass  # size_value says so
-        return size_value(m.group(1), self, param, ctx), m.group(2) or "step"
+        return size_value(m.group(1), self, param, ctx, memory=True), m.group(2) or "step"
 
 
 class Percent(click.ParamType):
@@ -62,9 +62,9 @@ def _rules(ctx, param, values):
 
 @cli.command()
 @click.argument("run_dir", metavar="RUN")
-@click.option("--max-peak", type=Size(), default=None, metavar="SIZE",
+@click.option("--max-peak", type=Size(memory=True), default=None, metavar="SIZE",
               help="Fail when the peak live device memory of the snapshots exceeds SIZE.")
-@click.option("--max-true-peak", type=Size(), default=None, metavar="SIZE",
+@click.option("--max-true-peak", type=Size(memory=True), default=None, metavar="SIZE",
               help="Fail when the estimated true peak (the snapshot peak plus what XLA needs inside the "
                    "jitted calls, from the jit probe) exceeds SIZE.")
 @click.option("--max-growth", type=Growth(), default=None, metavar="SIZE/step",
@@ -78,14 +78,19 @@ def _rules(ctx, param, values):
 @click.option("--max-increase", type=Percent(), default=None, metavar="PCT",
               help="With --baseline: fail when the peak (and the estimated true peak) grew by more than PCT "
                    "percent over the baseline's.")
+@click.option("--allow-unfinished", is_flag=True,
+              help="Check a run that did not finish (still running, or killed) on what it recorded so far; "
+                   "without it such a run cannot be checked (exit 2).")
 @click.option("--json", "as_json", is_flag=True, help="Write every check, its limit and its value as JSON to stdout.")
 @attribution_options
-def check(run_dir, max_peak, max_true_peak, max_growth, fail_on, baseline_dir, max_increase, as_json,
-          library, user, all_frames):
+def check(run_dir, max_peak, max_true_peak, max_growth, fail_on, baseline_dir, max_increase, allow_unfinished,
+          as_json, library, user, all_frames):
     """Check a recorded run against limits, for CI: exit 0 when every limit
     holds, 1 when one does not (one FAIL line per violation, whatever becomes
     of stdout), 2 on bad input, and when a figure asked for cannot be
-    computed (no readable snapshot, no jit figures, a process missing).
+    computed (no readable snapshot, a journal table that a figure comes
+    from damaged, no jit figures, a process missing, a run that did not
+    finish unless --allow-unfinished).
 
     The figures are report's: its peak, estimated true peak, leaks and
     findings (see `jaxmemprof report RUN`). On a multi-process job
@@ -126,11 +131,11 @@ def check(run_dir, max_peak, max_true_peak, max_growth, fail_on, baseline_dir, m
         # A gate that cannot look fails (exit 2), never passes: before any analysis.
         # With some snapshots lost, a peak limit the rest already breaks has
         # failed (what was lost can only raise a peak): that is said (exit 1).
-        pending = unchecked_run(run_, limits)
+        pending = unchecked_run(run_, limits, allow_unfinished=allow_unfinished)
         if pending is None or pending.reason != "lost-snapshots":
             _must_look(path, pending)
         if base_run is not None:
-            _must_look(base_path, unchecked_run(base_run, limits, baseline=True))
+            _must_look(base_path, unchecked_run(base_run, limits, baseline=True, allow_unfinished=allow_unfinished))
         report = build_report_for(run_, options)
         _must_look(path, unchecked_report(report, limits))
         if n is not None:

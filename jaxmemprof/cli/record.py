@@ -52,7 +52,7 @@ class _Scales(click.ParamType):
                    "for `report --device-memory SIZE`'s largest batch that fits; the compiles' time is said.")
 @click.option("--plan-scales", type=_Scales(), default=None, metavar="LIST",
               help="The recorded batch times these, for --plan (default 0.5,2,4,8; implies --plan).")
-@click.option("--plan-device-memory", type=Size(min=1), default=None, metavar="SIZE",
+@click.option("--plan-device-memory", type=Size(min=1, memory=True), default=None, metavar="SIZE",
               help="For --plan: find by compiles the largest batch that fits a device of SIZE (80GB; the fit "
                    "rule of report --device-memory), and compile each fix at that batch (implies --plan).")
 @click.option("--plan-axis", type=click.IntRange(0, 64), default=None, metavar="N",

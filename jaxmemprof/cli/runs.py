@@ -16,7 +16,7 @@ from jaxmemprof.cli.jobs import export_job_csv, process_option, report_job, run_
 @click.argument("run_dir", metavar="RUN")
 @top_option(5, default_text="Default 5 in the terminal; JSON has every row, and N sites in the timeline")
 @steps_option()
-@click.option("--device-memory", type=Size(min=1), default=None, metavar="SIZE",
+@click.option("--device-memory", type=Size(min=1, memory=True), default=None, metavar="SIZE",
               help="Check whether the run's estimated true peak fits a device of this size (16GiB, 80GB) "
                    "under JAX's default preallocation, and with which settings it would.")
 @json_option("every section's rows")

@@ -89,6 +89,14 @@ def unchecked_text(u) -> str:
         why = "has no readable snapshot" + (f" ({safe(_first_clause(u.detail))})" if u.detail else "")
     elif u.reason == "lost-snapshots":
         why = f"{safe(_first_clause(u.detail))}, so its figures are not all there"
+    elif u.reason == "damaged":
+        why = f"is damaged ({safe(_first_clause(u.detail))}), so its figures are not all there"
+    elif u.reason == "running":
+        why = (f"is still running (its last snapshot at {u.detail} s): its figures are not final; give "
+               "--allow-unfinished to check what it has so far")
+    elif u.reason == "killed":
+        why = (f"did not finish (killed after its last snapshot at {u.detail} s): its figures stop there; give "
+               "--allow-unfinished to check them")
     elif u.reason == "no-jit":
         why = ("has no figures from inside jitted calls (recorded with --no-jit-probe, or no jitted function "
                "was compiled)")

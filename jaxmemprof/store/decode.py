@@ -91,6 +91,26 @@ _JSON_COLUMNS = {
     "held_by": ("frames", "shape", "names"),
     "jit_plans": ("devices", "live_outside", "detail"),
 }
+class Warnings(list):
+    """A reader's warnings, and which journal tables lost rows or cells to
+    damage (``damaged``: table -> its first such warning). A gate reads
+    ``damaged``: a figure computed from a table that is not whole is not
+    checked (analysis/check.py)."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.damaged: dict[str, str] = {}
+
+
+def note_damage(warnings: list, table: str, text: str) -> None:
+    """Say ``text`` in ``warnings``, and that ``table`` is not whole (when
+    ``warnings`` keeps such a record: a plain list only says it)."""
+    warnings.append(text)
+    damaged = getattr(warnings, "damaged", None)
+    if damaged is not None and table:
+        damaged.setdefault(table, text)
+
+
 _MAX_JSON_DEPTH = 64
 _JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
 _NOT_BRACKET = re.compile(r"[^\[\]{}]+")
@@ -130,7 +150,8 @@ def _shallow_json(df: pd.DataFrame, table: str, warnings: list) -> pd.DataFrame:
                 damaged += int(deep.sum())
                 df[c] = df[c].where(~deep, None)
     if damaged:
-        warnings.append(f"{damaged} cell(s) of the journal's {table} hold JSON nested too deeply; read as damaged")
+        note_damage(warnings, table, f"{damaged} cell(s) of the journal's {table} hold JSON nested too deeply; "
+                                     "read as damaged")
     return df
 
 
@@ -182,7 +203,7 @@ def _typed(df: pd.DataFrame, table: str, warnings: list, spec=None) -> pd.DataFr
             if c in columns:
                 bad |= pd.isna(columns[c])
         if bad.any():
-            warnings.append(f"{int(bad.sum())} row(s) of the journal's {table} are damaged and left out")
+            note_damage(warnings, table, f"{int(bad.sum())} row(s) of the journal's {table} are damaged and left out")
             keep = ~bad
     out = {}
     for c in numeric:
@@ -207,9 +228,11 @@ def _text(v):
 
 
 # The arrays' JSON lists, the general path: each distinct text parsed once.
-def _parse_lists(df: pd.DataFrame, columns) -> pd.DataFrame:
+def _parse_lists(df: pd.DataFrame, columns, warnings: list | None = None, table: str = "") -> pd.DataFrame:
     """The JSON lists of ``columns`` as tuples (() where damaged: the
-    analyses then leave the record out)."""
+    analyses then leave the record out, and ``table``'s damage is noted in
+    ``warnings``)."""
+    damaged = 0
     for col in columns:
         if col not in df.columns or df.empty:
             continue
@@ -218,7 +241,15 @@ def _parse_lists(df: pd.DataFrame, columns) -> pd.DataFrame:
         codes, uniques = pd.factorize(df[col], use_na_sentinel=False)
         parsed = np.empty(len(uniques), dtype=object)
         parsed[:] = _parse_uniques(np.asarray(uniques, dtype=object), ok)
+        bad = np.array([v is None for v in parsed], dtype=bool)
+        if bad.any():
+            damaged += int(bad[codes].sum())
+            for i in np.flatnonzero(bad).tolist():
+                parsed[i] = ()
         df[col] = parsed[codes]
+    if damaged and warnings is not None:
+        note_damage(warnings, table, f"{damaged} list cell(s) of the journal's {table} are damaged; "
+                                     "their records are left out")
     return df
 
 
@@ -242,17 +273,18 @@ def _parse_uniques(texts: np.ndarray, ok) -> list:
                 out[i] = (v,)
     for i in np.flatnonzero(~one).tolist():
         out[i] = _json_list(texts[i], ok)
-    return out
+    return out  # None where damaged
 
 
-def _json_list(text, ok) -> tuple:
-    """A JSON list whose every element passes ``ok``; () for anything else
-    (a damaged record, which the analyses then leave out)."""
+def _json_list(text, ok) -> tuple | None:
+    """A JSON list whose every element passes ``ok``; None for anything else
+    (a damaged record: read as (), which the analyses leave out, and
+    counted as damage of its table by _parse_lists)."""
     try:
         v = _loads(text)
     except (TypeError, ValueError):
-        return ()
-    return tuple(v) if isinstance(v, list) and all(ok(x) for x in v) else ()
+        return None
+    return tuple(v) if isinstance(v, list) and all(ok(x) for x in v) else None
 
 
 def _is_count(x) -> bool:
@@ -323,14 +355,18 @@ def _one_numbers(text, count: int) -> tuple[np.ndarray, np.ndarray] | None:
     return (one, values) if values is not None and len(values) == one.sum() else None
 
 
-def _address_tuples(text: str, one: np.ndarray, values: np.ndarray) -> np.ndarray:
+def _address_tuples(text: str, one: np.ndarray, values: np.ndarray) -> np.ndarray | None:
     """Each array's addresses as a tuple (as _parse_lists gives them):
-    ``values`` where ``one``, the rest of the texts parsed."""
+    ``values`` where ``one``, the rest of the texts parsed; None when one
+    is damaged (the general path then says so)."""
     out = np.empty(len(one), dtype=object)
     out[one] = np.fromiter(zip(values.tolist()), dtype=object, count=len(values))  # 1-tuples
     rest = np.flatnonzero(~one)
     if len(rest):
         texts = np.array(text.split(_UNIT), dtype=object)[rest]
-        out[rest] = _parse_lists(pd.DataFrame({"addresses": texts}), ("addresses",))["addresses"].to_numpy()
+        quiet: list = []
+        out[rest] = _parse_lists(pd.DataFrame({"addresses": texts}), ("addresses",), quiet)["addresses"].to_numpy()
+        if quiet:
+            return None
     return out
 

@@ -3,7 +3,9 @@ run reader, the job reader and `top` (which reads a run while it is written)."""
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 import sqlite3
 from pathlib import Path
 
@@ -50,6 +52,29 @@ def _opened(uri: str, timeout: float) -> sqlite3.Connection:
 def tolerant_text(b: bytes) -> str:
     """Text that is not UTF-8, shown escaped rather than failing the run."""
     return b.decode("utf-8", "backslashreplace")
+
+
+def recorder_running(run_dir: Path) -> bool:
+    """Whether a live process holds ``run_dir``'s lock: it is still being
+    recorded (False: finished, killed, or never locked)."""
+    import fcntl
+
+    try:
+        fd = os.open(Path(run_dir) / layout.LOCK, os.O_RDONLY | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
+                     | getattr(os, "O_NONBLOCK", 0))
+    except OSError:
+        return False
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO or device put there: no lock of ours
+            return False
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError as exc:
+        return exc.errno in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK)
+    else:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    finally:
+        os.close(fd)
 
 
 def recorder_gone(run_dir: Path) -> bool:

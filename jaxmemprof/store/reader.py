@@ -18,9 +18,9 @@ import pandas as pd
 from jaxmemprof.errors import InputError
 from jaxmemprof.pprof.reader import Profile, load_profile
 from jaxmemprof.store import layout
-from jaxmemprof.store.decode import (_ADDED_TABLES, _ARRAYS_V1, _UNIT, _address_tuples, _loads, _numbers,
-                                     _one_numbers, _parse_lists, _shallow_json, _typed)
-from jaxmemprof.store.journal import connect_read_only, tolerant_text
+from jaxmemprof.store.decode import (_ADDED_TABLES, _ARRAYS_V1, _UNIT, Warnings, _address_tuples, _loads, _numbers,
+                                     _one_numbers, _parse_lists, _shallow_json, _typed, note_damage)
+from jaxmemprof.store.journal import connect_read_only, recorder_running, tolerant_text
 
 PROFILE_SUFFIXES = (".prof", ".prof.gz", ".pb.gz", ".pprof")
 
@@ -104,9 +104,16 @@ class Run:
     events: pd.DataFrame
     has_arrays: bool = True
     finished: bool = True
+    running: bool = False  # not finished, and its recording process still holds the run
     warnings: list = field(default_factory=list)
     source_names: dict = field(default_factory=dict)
     held_by: pd.DataFrame = field(default_factory=lambda: _empty(_HELD_BY_COLUMNS))
+
+    @property
+    def damaged(self) -> dict:
+        """Journal table -> why it is not whole (rows or cells left out, or
+        unreadable): the figures computed from it are partial."""
+        return dict(getattr(self.warnings, "damaged", {}))
 
     def profile_path(self, snapshot: int) -> Path:
         row = self.snapshots.loc[self.snapshots["snapshot"] == snapshot]
@@ -177,7 +184,7 @@ def _read(con, table: str, warnings: list) -> pd.DataFrame:
         return chunks[0] if len(chunks) == 1 else pd.concat(chunks, ignore_index=True)
     except (sqlite3.Error, pd.errors.DatabaseError, UnicodeDecodeError) as exc:
         if not (table in _ADDED_TABLES and "no such table" in str(exc)):  # not in a run recorded before them
-            warnings.append(f"journal table {table} unreadable ({_one_line(exc)}); left empty")
+            note_damage(warnings, table, f"journal table {table} unreadable ({_one_line(exc)}); left empty")
         return pd.DataFrame()
 
 
@@ -252,11 +259,14 @@ def _intervals_read(con) -> pd.DataFrame | None:
             ones = _one_numbers(addresses, count)
             if any(c is None for c in columns) or ones is None:
                 return None
-            parts.append(columns + [_address_tuples(addresses, *ones)])
+            tuples = _address_tuples(addresses, *ones)
+            if tuples is None:
+                return None
+            parts.append(columns + [tuples])
             start = following
         (ends,) = con.execute("SELECT count(*) FROM array_ends").fetchone()
         quiet: list = []
-        kinds = _parse_lists(_query(con, "array_kinds", quiet), ("shape", "shard_bytes", "devices"))
+        kinds = _parse_lists(_query(con, "array_kinds", quiet), ("shape", "shard_bytes", "devices"), quiet)
     except (sqlite3.Error, UnicodeError, OverflowError):
         return None
     array_id, py_id, first, kind_id, last, end, how, addresses = (np.concatenate(c) for c in zip(*parts))
@@ -287,14 +297,15 @@ def _query_arrays(con, warnings: list) -> pd.DataFrame:
     raw = _read(con, "arrays", warnings)
     if "kind_id" not in raw.columns and len(raw.columns):
         return _parse_lists(_typed(raw, "arrays", warnings, _ARRAYS_V1), ("shape", "shard_bytes", "devices",
-                                                                           "addresses"))
-    arrays = _parse_lists(_typed(raw, "arrays", warnings), ("addresses",))
-    kinds = _parse_lists(_query(con, "array_kinds", warnings), ("shape", "shard_bytes", "devices"))
+                                                                           "addresses"), warnings, "arrays")
+    arrays = _parse_lists(_typed(raw, "arrays", warnings), ("addresses",), warnings, "arrays")
+    kinds = _parse_lists(_query(con, "array_kinds", warnings), ("shape", "shard_bytes", "devices"), warnings,
+                         "array_kinds")
     kinds = kinds.drop_duplicates("kind_id").set_index("kind_id")
     known = arrays["kind_id"].isin(kinds.index)
     if not known.all():
-        warnings.append(f"{int((~known).sum())} array(s) name a description (kind_id) the journal's array_kinds "
-                        "lacks; left out")
+        note_damage(warnings, "array_kinds", f"{int((~known).sum())} array(s) name a description (kind_id) the "
+                                             "journal's array_kinds lacks; left out")
         arrays = arrays[known]
     described = kinds.reindex(arrays["kind_id"].to_numpy()).reset_index(drop=True)
     out = arrays.drop(columns="kind_id").reset_index(drop=True)
@@ -320,7 +331,7 @@ def read_manifest(mpath: Path) -> dict:
 
 
 def _load_journal_run(path: Path) -> Run:
-    warnings: list[str] = []
+    warnings = Warnings()
     manifest: dict = {}
     mpath = path / layout.MANIFEST
     if mpath.is_file():
@@ -333,8 +344,10 @@ def _load_journal_run(path: Path) -> Run:
     else:
         warnings.append("manifest.json missing")
     finished = manifest.get("end_time") is not None
+    running = not finished and recorder_running(path)
     if manifest and not finished:
-        warnings.append("the run did not finish (still running, or killed): reading what was committed")
+        warnings.append("the run is still running: reading what it has committed so far" if running else
+                        "the run did not finish (killed): reading what was committed")
 
     db_path = path / layout.JOURNAL
     if not db_path.is_file():
@@ -353,6 +366,7 @@ def _load_journal_run(path: Path) -> Run:
             snaps = _typed(snaps, "snapshots", warnings)
         except InputError as exc:
             raise InputError(str(db_path), exc.problem) from None
+        snaps = _one_row_each(snaps, warnings)
         arrays, ends = _query_arrays_and_ends(con, warnings)
         stack_rows = _query(con, "stacks", warnings)
         memory_stats = _query(con, "memory_stats", warnings)
@@ -378,21 +392,45 @@ def _load_journal_run(path: Path) -> Run:
     if not markers.empty:
         markers["t"] = markers["t_wall"] - (start or 0.0)
 
-    stacks = {}
+    stacks, torn = {}, []
     for sid, frames in zip(stack_rows.get("stack_id", []), stack_rows.get("frames", [])):
         try:
             stacks[int(sid)] = [(str(f), int(ln), str(fn)) for f, ln, fn in _loads(frames)]
         except (ValueError, TypeError):
-            warnings.append(f"stack {sid} unreadable; its arrays have no site")
+            torn.append(str(sid))
+    if torn:
+        shown = ", ".join(torn[:10]) + (" ..." if len(torn) > 10 else "")
+        note_damage(warnings, "stacks", f"{len(torn)} stack(s) of the journal unreadable (stacks {shown}); "
+                                        "their arrays have no site")
 
     arrays = _array_intervals(arrays, ends, snaps)
     arrays["process"] = process
     return Run(
         path=path, manifest=manifest, snapshots=snaps.reset_index(drop=True), arrays=arrays,
         stacks=stacks, memory_stats=memory_stats, executables=executables, jit=jit, markers=markers, events=events,
-        has_arrays=True, finished=finished, warnings=warnings,
+        has_arrays=True, finished=finished, running=running, warnings=warnings,
         source_names=dict(zip(names["file"], names["label"])), held_by=held_by[list(_HELD_BY_COLUMNS)],
     )
+
+
+def _one_row_each(snaps: pd.DataFrame, warnings: list) -> pd.DataFrame:
+    """One row per snapshot: a row repeated whole is read once (said);
+    rows of one snapshot that disagree leave it out (its figures cannot be
+    told), as damage of the snapshots table."""
+    if not snaps["snapshot"].duplicated().any():
+        return snaps
+    whole = snaps.drop_duplicates()
+    if len(whole) < len(snaps):
+        warnings.append(f"{len(snaps) - len(whole)} row(s) of the journal's snapshots repeat another whole; "
+                        "read once")
+    torn = whole["snapshot"].duplicated(keep=False)
+    if torn.any():
+        ids = sorted(set(whole.loc[torn, "snapshot"].astype(np.int64).tolist()))
+        shown = ", ".join(map(str, ids[:10])) + (" ..." if len(ids) > 10 else "")
+        note_damage(warnings, "snapshots", f"{int(torn.sum())} row(s) of the journal's snapshots are damaged and "
+                                           f"left out (snapshots {shown} have rows that disagree)")
+        whole = whole[~torn]
+    return whole.reset_index(drop=True)
 
 
 def _check_snapshot_files(path: Path, snaps: pd.DataFrame, warnings: list, thinned=frozenset()) -> pd.DataFrame:

@@ -1,0 +1,142 @@
+"""A gate never passes on a table it could not read whole: `check` exits 2
+(never 0) when a journal table that a figure it was asked for comes from
+lost rows or cells, and checks a run that did not finish only when asked
+(--allow-unfinished). The leaking run is the bundled sample run mlp-leak
+(its leak: 4.00 KiB a step at train_mlp.py:82), damaged as a disk, a crash
+or a hand would damage it."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import sqlite3
+
+import pytest
+
+from conftest import REPO, cli_batch
+
+LEAK = REPO / "sample_runs" / "runs" / "mlp-leak"
+GROWTH = ["--max-growth", "1B/step", "--fail-on", "leak"]  # the sound run fails both (exit 1)
+
+
+def _sql(*statements):
+    def damage(run):
+        con = sqlite3.connect(run / "journal.sqlite")
+        for s in statements:
+            con.execute(s)
+        con.commit()
+        con.close()
+    return damage
+
+
+def _duplicate_snapshot_rows(run):
+    _sql("CREATE TABLE s2 AS SELECT * FROM snapshots", "INSERT INTO s2 SELECT * FROM snapshots",
+         "DROP TABLE snapshots", "ALTER TABLE s2 RENAME TO snapshots")(run)
+
+
+# (name, damage, what the error names, whether the snapshot peak is still whole)
+DAMAGES = [
+    ("arrays-dropped", _sql("DROP TABLE arrays"), "journal table arrays unreadable", True),
+    ("array-kinds-dropped", _sql("DROP TABLE array_kinds"), "the journal's array_kinds lacks", True),
+    ("half-the-kinds", _sql("UPDATE arrays SET kind_id = 'x' WHERE array_id % 2 = 0"),
+     "row(s) of the journal's arrays are damaged", True),
+    ("addresses-torn", _sql("UPDATE arrays SET addresses = '[1, 2' WHERE array_id % 3 = 0"),
+     "list cell(s) of the journal's arrays are damaged", True),
+    ("shapes-torn", _sql("UPDATE array_kinds SET shape = '{' WHERE kind_id % 2 = 0"),
+     "list cell(s) of the journal's array_kinds are damaged", True),
+    ("ends-dropped", _sql("DROP TABLE array_ends"), "journal table array_ends unreadable", True),
+    ("stacks-torn", _sql("UPDATE stacks SET frames = 'x'"), "stack(s) of the journal unreadable (stacks 1, 2", True),
+    ("markers-torn", _sql("UPDATE markers SET t_wall = 'x' WHERE marker % 2 = 0"),
+     "row(s) of the journal's markers are damaged", True),
+]
+
+
+@pytest.fixture(scope="module")
+def damaged_runs(tmp_path_factory):
+    d = tmp_path_factory.mktemp("damaged")
+    for name, damage, _, _ in DAMAGES:
+        shutil.copytree(LEAK, d / name)
+        damage(d / name)
+    shutil.copytree(LEAK, d / "repeated")
+    _duplicate_snapshot_rows(d / "repeated")
+    return d
+
+
+def test_a_damaged_table_fails_closed(damaged_runs):
+    """Each damage of a table the growth or the findings come from: exit 2
+    naming the damage (the sound run reads 4 KiB/step and exits 1); the
+    peak, from the snapshots alone, is still checked (exit 0)."""
+    d = damaged_runs
+    jobs, expect = [["check", LEAK, *GROWTH]], [(1, None)]
+    for name, _, problem, peak_whole in DAMAGES:
+        jobs += [["check", name, *GROWTH], ["check", name, "--max-peak", "1TiB"]]
+        expect += [(2, problem), (0 if peak_whole else 2, None)]
+    for argv, (status, problem), proc in zip(jobs, expect, cli_batch(jobs, d)):
+        assert proc.returncode == status, (argv, proc.stdout, proc.stderr)
+        assert "Traceback" not in proc.stderr, proc.stderr
+        if problem is not None:
+            errors = [line for line in proc.stderr.splitlines() if "error:" in line]
+            assert len(errors) == 1 and problem in errors[0], proc.stderr
+            assert errors[0].endswith("--max-growth and --fail-on cannot be checked"), errors[0]
+            assert errors[0].startswith(f"jaxmemprof: error: {argv[1]}: is damaged ("), errors[0]
+            assert proc.stdout == ""
+
+
+def test_snapshot_rows_repeated_are_read_once(damaged_runs):
+    """A journal whose snapshot rows appear twice reads as the sound one
+    (was: 'internal error' and a pandas traceback, exit 1); rows of one
+    snapshot that disagree leave it out, and a peak gate cannot pass then."""
+    d = damaged_runs
+    jobs = [["check", LEAK, "--max-peak", "1TiB", "--json"], ["check", "repeated", "--max-peak", "1TiB", "--json"],
+            ["report", "repeated"], ["export", "repeated", "--csv", "csv"]]
+    sound, repeated, report, export = cli_batch(jobs, d)
+    assert repeated.returncode == 0 and report.returncode == 0 and export.returncode == 0, (repeated.stderr,
+                                                                                             report.stderr)
+    assert json.loads(repeated.stdout)["checks"][0]["value"] == json.loads(sound.stdout)["checks"][0]["value"]
+    assert "117 row(s) of the journal's snapshots repeat another whole; read once" in repeated.stderr
+    # Rows that disagree: each snapshot so torn is left out, said; a peak cannot be checked.
+    shutil.copytree(LEAK, d / "torn")
+    _sql("CREATE TABLE s2 AS SELECT * FROM snapshots",
+         "INSERT INTO s2 SELECT snapshot, t_wall, t_mono, trigger, label, file, live_bytes + 1, buffers, arrays, "
+         "cost_s, wall_s FROM snapshots WHERE snapshot = 36",
+         "DROP TABLE snapshots", "ALTER TABLE s2 RENAME TO snapshots")(d / "torn")
+    (proc,) = cli_batch([["check", "torn", "--max-peak", "1TiB"]], d)
+    assert proc.returncode == 2, proc.stderr
+    assert "snapshots 36 have rows that disagree" in proc.stderr, proc.stderr
+
+
+def _unfinish(run):
+    manifest = run / "manifest.json"
+    m = json.loads(manifest.read_text())
+    for key in ("end_time", "exit_status", "ended_by", "duration_s"):
+        m.pop(key, None)
+    manifest.write_text(json.dumps(m))
+
+
+def test_a_run_that_did_not_finish_is_checked_only_when_asked(tmp_path):
+    """Killed (no process holds its lock) or still running (one does):
+    exit 2 saying which; --allow-unfinished checks what it has."""
+    killed, running = tmp_path / "killed", tmp_path / "running"
+    for run in (killed, running):
+        shutil.copytree(LEAK, run)
+        _unfinish(run)
+    (killed / ".jaxmemprof.lock").write_text("")  # left by a process the kernel took the lock from
+    fd = os.open(running / ".jaxmemprof.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # as a recording process holds it
+    try:
+        jobs = [["check", "killed", "--max-peak", "1TiB"], ["check", "running", "--max-peak", "1TiB"],
+                ["check", "killed", "--max-peak", "1TiB", "--allow-unfinished"],
+                ["check", "killed", "--max-peak", "1MiB", "--allow-unfinished"],
+                ["check", "running", "--baseline", "killed", "--max-increase", "5", "--allow-unfinished"]]
+        k, r, k_ok, k_fail, both = cli_batch(jobs, tmp_path)
+    finally:
+        os.close(fd)
+    assert k.returncode == 2 and "killed: did not finish (killed after its last snapshot at 30.10 s)" in k.stderr, \
+        k.stderr
+    assert "--allow-unfinished" in k.stderr and k.stdout == ""
+    assert r.returncode == 2 and "running: is still running (its last snapshot at 30.10 s)" in r.stderr, r.stderr
+    assert k_ok.returncode == 0 and k_ok.stdout.startswith("ok   --max-peak"), k_ok.stderr
+    assert k_fail.returncode == 1 and k_fail.stdout.startswith("FAIL --max-peak"), k_fail.stderr
+    assert both.returncode == 0, both.stderr
