@@ -75,6 +75,8 @@ REJIT_COLUMNS = ["site", "file", "line", "function", "name", "functions", "after
 SETUP_SHARE = 0.1
 # A recompilation suspect's new executables come over at least this share of the time after the setup.
 SPREAD_SHARE = 0.25
+# ... and new ones still come after this share of the program's progress (steps, else snapshots) since.
+STILL_COMING = 0.5
 
 
 # -- statistics --------------------------------------------------------------------
@@ -398,7 +400,10 @@ def recompiles(ar: Attributed, *, min_executables: int = 5) -> pd.DataFrame:
     grew over the run. A site is a ``suspect`` when it compiled
     ``min_executables`` or more and new ones kept coming after the setup
     (``setup_end``): in two snapshots or more, spread over a quarter of the
-    time after the setup at least (not one burst). One executable per shape
+    time after the setup at least (not one burst), and still in the later
+    half of the program's progress since (its steps when it marks them, else
+    its snapshots: not a set of shapes met once, in a first epoch). One
+    executable per shape
     compiled once each while the program sets up (an optimizer's init, eager
     calls on each parameter) is not a recompilation problem. Columns:
 
@@ -471,8 +476,15 @@ def recompiles(ar: Attributed, *, min_executables: int = 5) -> pd.DataFrame:
     began = pd.Series(ordered["t_wall"].shift(1).fillna(-np.inf).to_numpy(), index=ordered["snapshot"])
     late = rows["snapshot"].map(began).to_numpy(dtype=float) >= setup
     t_rows = rows["snapshot"].map(snaps.set_index("snapshot")["t_wall"]).to_numpy(dtype=float)
+    # The program's progress at each snapshot: its steps (markers) when it
+    # marks them, else the snapshot's position (a first epoch that compiles
+    # is slower than the next: time would give it more than its share).
+    seen = markers_seen(run)
+    progress = pd.Series(seen if seen.any() else np.arange(len(snaps)), index=snaps["snapshot"].to_numpy())
+    p_rows = rows["snapshot"].map(progress).to_numpy(dtype=float)
     rows = rows.assign(new=np.where(late, rise, 0), late_rise=late & (rise > 0),
-                       late_t=np.where(late & (rise > 0), t_rows, np.nan))
+                       late_t=np.where(late & (rise > 0), t_rows, np.nan),
+                       late_p=np.where(late & (rise > 0), p_rows, np.nan))
     not_exit = snaps.loc[snaps["trigger"] != "exit", "snapshot"]
     last_snap = int(not_exit.max()) if len(not_exit) else int(snaps["snapshot"].max())
     g = rows.groupby(["site", "name"], sort=True)
@@ -486,6 +498,7 @@ def recompiles(ar: Attributed, *, min_executables: int = 5) -> pd.DataFrame:
         "new_after_setup": g["new"].sum(),
         "late_rises": g["late_rise"].sum(),
         "late_span": g["late_t"].max() - g["late_t"].min(),
+        "late_last": g["late_p"].max(),
     })
     at_last = rows[rows["snapshot"] == last_snap].set_index(["site", "name"])
     out["last_count"] = at_last["count"].reindex(out.index).fillna(0).astype(np.int64)
@@ -498,7 +511,15 @@ def recompiles(ar: Attributed, *, min_executables: int = 5) -> pd.DataFrame:
     # least, not in one burst (an evaluation or a summary once, at the end).
     after = max(float(snaps["t_wall"].max()) - setup, 1e-9)
     spread = out["late_span"].fillna(0).to_numpy(dtype=float) >= SPREAD_SHARE * after
-    out["suspect"] = (out["max_count"] >= min_executables) & (named | grew) & (out["late_rises"] >= 2) & spread
+    # And they keep coming: new ones still in the later half of the progress
+    # after the setup (a set of shapes met once, in a first epoch, is not a
+    # recompilation problem).
+    started = progress[ordered.loc[ordered["t_wall"] >= setup, "snapshot"]].min() if (
+        ordered["t_wall"] >= setup).any() else progress.max()
+    half = started + STILL_COMING * (progress.max() - started)
+    coming = out["late_last"].fillna(-np.inf).to_numpy(dtype=float) >= half
+    out["suspect"] = ((out["max_count"] >= min_executables) & (named | grew) & (out["late_rises"] >= 2) & spread
+                      & coming)
     keep = out["suspect"] | grew | (out["last_count"] > out["first_count"]) | (
         out["max_code_bytes"] > out["first_code_bytes"])
     out = out[keep]
