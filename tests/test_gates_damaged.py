@@ -140,3 +140,26 @@ def test_a_run_that_did_not_finish_is_checked_only_when_asked(tmp_path):
     assert k_ok.returncode == 0 and k_ok.stdout.startswith("ok   --max-peak"), k_ok.stderr
     assert k_fail.returncode == 1 and k_fail.stdout.startswith("FAIL --max-peak"), k_fail.stderr
     assert both.returncode == 0, both.stderr
+
+
+def test_a_damaged_peak_snapshot_is_left_out_and_named(tmp_path):
+    """The snapshot file at the peak damaged: report, show and export read
+    the rest, the peak being the highest whole snapshot, and say which was
+    left out (was: all exit 2, 'not a pprof profile'); check cannot pass a
+    peak limit on it (exit 2), and fails one the rest already break (exit 1)."""
+    run = tmp_path / "torn"
+    shutil.copytree(LEAK, run)
+    con = sqlite3.connect(run / "journal.sqlite")
+    rows = con.execute("SELECT snapshot, file, live_bytes FROM snapshots ORDER BY live_bytes DESC, snapshot").fetchall()
+    con.close()
+    (peak, file, _), (second, _, second_bytes) = rows[0], rows[1]
+    (run / file).write_bytes(b"not a profile")
+    jobs = [["report", "torn"], ["show", "torn@peak"], ["export", "torn", "--csv", "csv"],
+            ["check", "torn", "--max-peak", "1TiB"], ["check", "torn", "--max-peak", "1MiB", "--json"]]
+    report, show, export, passing, failing = cli_batch(jobs, tmp_path)
+    said = f"1 damaged snapshot file(s) left out (snapshot {peak}: not a pprof profile"
+    for proc in (report, show, export):
+        assert proc.returncode == 0 and said in proc.stderr + proc.stdout, (proc.args, proc.stderr)
+    assert f"(snapshot {second})" in report.stdout and f"torn@{second}" in show.stdout, (report.stdout, show.stdout)
+    assert passing.returncode == 2 and said in passing.stderr and passing.stdout == "", passing.stderr
+    assert failing.returncode == 1 and json.loads(failing.stdout)["checks"][0]["value"] == second_bytes

@@ -50,7 +50,7 @@ def asked(limits: Limits, *, baseline: bool = False) -> tuple[str, ...]:
 # the figures of the snapshots it skipped cannot be seen, so a gate cannot
 # say that a limit held. Snapshot files the journal does not list are such
 # snapshots too: a killed run's journal cut short (its WAL) lost their rows.
-_LOST = ("snapshot file(s) missing", "row(s) of the journal's snapshots are damaged",
+_LOST = ("snapshot file(s) missing", "row(s) of the journal's snapshots are damaged", "damaged snapshot file(s)",
          "snapshot file(s) without a journal entry")
 
 

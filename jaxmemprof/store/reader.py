@@ -382,6 +382,7 @@ def _load_journal_run(path: Path) -> Run:
         con.close()
 
     snaps = _check_snapshot_files(path, snaps, warnings, thinned)
+    snaps = _whole_peak(path, snaps, warnings)
     start = manifest.get("start_epoch")
     if start is None and not snaps.empty:
         start = float(snaps["t_wall"].min())
@@ -460,6 +461,32 @@ def _check_snapshot_files(path: Path, snaps: pd.DataFrame, warnings: list, thinn
             )
     snaps = snaps.assign(thinned=snaps["snapshot"].isin(thinned))
     return snaps.sort_values("snapshot").reset_index(drop=True)
+
+
+def _whole_peak(path: Path, snaps: pd.DataFrame, warnings: list, tries: int = 100) -> pd.DataFrame:
+    """The snapshots, less those at the top whose profile is damaged: the
+    peak (the first snapshot with the most live bytes, analysis/runs.py) is
+    then the highest whole one, and what was left out is said. Only the top
+    is read (one profile, for a sound run); a damaged file elsewhere is
+    named by what reads it."""
+    order = np.argsort(-snaps["live_bytes"].to_numpy(dtype=np.int64), kind="stable")
+    bad = []
+    for i in order[:tries].tolist():
+        row = snaps.iloc[i]
+        if "thinned" in snaps.columns and bool(row["thinned"]):
+            continue
+        try:
+            load_profile(path / row["file"], name=f"{path}@{int(row['snapshot'])}")
+        except InputError as exc:
+            bad.append((int(row["snapshot"]), exc.problem))
+            continue
+        break
+    if not bad:
+        return snaps
+    shown = ", ".join(str(n) for n, _ in bad[:10]) + (" ..." if len(bad) > 10 else "")
+    warnings.append(f"{len(bad)} damaged snapshot file(s) left out (snapshot{'' if len(bad) == 1 else 's'} {shown}: "
+                    f"{bad[0][1]}); the peak is the highest whole snapshot")
+    return snaps[~snaps["snapshot"].isin([n for n, _ in bad])].reset_index(drop=True)
 
 
 def _array_intervals(arrays: pd.DataFrame, ends: pd.DataFrame | None, snaps: pd.DataFrame) -> pd.DataFrame:
