@@ -68,25 +68,45 @@ class LauncherProcess:
     job_id: str | None = None
 
 
+class BadProcessIndex(InputError):
+    """A launcher variable that names a process index no launcher writes
+    (``+1``, ``01``, `` 1``, ``10**20``, one past the job's size)."""
+
+
+# A process index as launchers write it (and as process-N names it); a number
+# written otherwise is refused, not read as another process.
+_INDEX = re.compile(r"0|[1-9][0-9]{0,8}")
+_NUMBER_LIKE = re.compile(r"\s*[+-]?\s*[0-9]+\s*")
+
+
 def launcher_process(environ=None) -> "LauncherProcess | None":
     """This process's rank from the first launcher variable set to a
     process index, when it is part of a job: the variable's size partner
     is more than 1, or is not set. None for a lone process (no variable, or
     a job of one), which keeps the single-run layout. A variable that does
-    not hold a number is passed over (it is the launcher's, not ours)."""
+    not hold a number is passed over (it is the launcher's, not ours); one
+    that holds a number no launcher writes as an index (a sign, a leading
+    zero or space, more than 9 digits, not below the job's size) raises
+    BadProcessIndex."""
     env = os.environ if environ is None else environ
     for rank_var, size_var in RANK_VARIABLES:
-        text = env.get(rank_var, "").strip()
-        if not text:
+        text = env.get(rank_var, "")
+        if not text.strip():
             continue
-        if not text.isdigit():
+        if not _INDEX.fullmatch(text):
+            if _NUMBER_LIKE.fullmatch(text):
+                raise BadProcessIndex(f"{rank_var}={text!r}", "is not a process index (a launcher writes 0, 1, 2, "
+                                                             "...): set it to this process's index, or unset it")
             continue
         count = None
         size = env.get(size_var, "").strip() if size_var else ""
-        if size.isdigit():
+        if _INDEX.fullmatch(size):
             count = int(size)
         if count is not None and count <= 1:
             return None
+        if count is not None and int(text) >= count:
+            raise BadProcessIndex(f"{rank_var}={text!r}", f"is not a process index of a job of {count} "
+                                                         f"({size_var}={size!r}): its indices are 0 to {count - 1}")
         job_id = next((env[v].strip() for v in JOB_ID_VARIABLES if env.get(v, "").strip()), None)
         return LauncherProcess(index=int(text), count=count, variable=rank_var, job_id=job_id)
     return None

@@ -120,6 +120,7 @@ def run(output, force, interval, max_overhead, module, command, no_jit_probe, pl
         tgt = Target(path=script, module=None, args=tuple(args))
     else:
         tgt = Target(path=None, module=module, args=tuple(args))
+    _index_or_python(tgt)
     # A process of a job started by hand (-o JOB, no launcher variable) may claim
     # JOB/process-N once jax.distributed.initialize says N: session.directory.
     directory = prepare_directory(Path(output) if output else default_output(tgt.stem), force,
@@ -133,6 +134,26 @@ def run(output, force, interval, max_overhead, module, command, no_jit_probe, pl
         _flush_script_stdout()
         _run_summary(tgt, session.directory)
     raise SystemExit(status)
+
+
+def _index_or_python(tgt) -> None:
+    """A launcher variable that names no process index: nothing can be
+    recorded where the job's other processes would look for it, so the
+    script runs as python would (python itself, in this process), after one
+    line saying why."""
+    from jaxmemprof.capture.rundir import BadProcessIndex, launcher_process
+
+    try:
+        launcher_process()
+    except BadProcessIndex as exc:
+        say(f"jaxmemprof: error: {exc}; running the script unrecorded, as python would")
+        flags = ["-c", tgt.command] if tgt.command is not None else ["-m", tgt.module] if tgt.module else [tgt.path]
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:
+                pass
+        os.execv(sys.executable, [sys.executable, *flags, *tgt.args])
 
 
 def _flush_script_stdout() -> None:

@@ -49,6 +49,18 @@ def process_index_of(name: str) -> int | None:
     return int(m[1]) if m else None
 
 
+# A name that means a process index but is not written as one (process-00,
+# process-+1, "process- 1", process-1e3): refused, never read as another
+# process nor left out of the job unsaid.
+_PROCESS_LIKE = re.compile(re.escape(layout.PROCESS_DIR_PREFIX) + r"[\s+\-]*[0-9][0-9\s+\-_.eE]*")
+
+
+def odd_process_name(name: str) -> bool:
+    """Whether ``name`` looks like a process directory's but is not
+    ``process-N`` (N without a sign or leading zeros)."""
+    return process_index_of(name) is None and _PROCESS_LIKE.fullmatch(name) is not None
+
+
 def _is_run(path: Path) -> bool:
     return (path / layout.MANIFEST).is_file() or (path / layout.JOURNAL).is_file()
 
@@ -70,6 +82,9 @@ def process_directories(path) -> list[tuple[int, Path]]:
     for e in sorted(entries, key=lambda e: e.name):
         n = process_index_of(e.name)
         if n is None:
+            if odd_process_name(e.name) and (e.is_dir(follow_symlinks=False) or e.is_symlink()):
+                raise InputError(e.path, "is not a process directory's name: a process's is process-N (process-0, "
+                                         "process-1, ...): rename it, or move it out of the job")
             continue
         if e.is_symlink():
             raise InputError(e.path, PROCESS_LINK_REFUSAL)
