@@ -163,3 +163,33 @@ def test_a_damaged_peak_snapshot_is_left_out_and_named(tmp_path):
     assert f"(snapshot {second})" in report.stdout and f"torn@{second}" in show.stdout, (report.stdout, show.stdout)
     assert passing.returncode == 2 and said in passing.stderr and passing.stdout == "", passing.stderr
     assert failing.returncode == 1 and json.loads(failing.stdout)["checks"][0]["value"] == second_bytes
+
+
+def test_a_run_without_snapshot_says_whether_it_runs_or_was_killed(tmp_path):
+    """A script that never brings JAX up: while it runs, report says 'still
+    running' (not 'did not finish'); killed, 'killed before its first'
+    snapshot, never 'the program never put an array on a JAX device'."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from conftest import cpu_env, write_script
+
+    script = write_script(tmp_path, "sleeps.py", "import time\nprint('up', flush=True)\ntime.sleep(120)\n")
+    proc = subprocess.Popen([sys.executable, "-m", "jaxmemprof", "run", "-q", "-o", "r", str(script)], cwd=tmp_path,
+                            env=cpu_env(), stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline() == "up\n"
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "r" / "manifest.json").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        (running,) = cli_batch([["report", "r"]], tmp_path)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=60)
+    (killed,) = cli_batch([["report", "r"]], tmp_path)
+    assert running.returncode == 0 and "no snapshot yet: the run is still running" in running.stdout, running.stdout
+    assert "the run is still running" in running.stdout + running.stderr and "killed" not in running.stdout
+    assert killed.returncode == 0 and "no snapshot: the run was killed before its first" in killed.stdout, killed.stdout
+    assert "never put an array" not in running.stdout + killed.stdout

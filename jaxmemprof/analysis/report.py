@@ -126,6 +126,7 @@ def build_report(ar: Attributed, *, extra_rules=()) -> Report:
         "run": str(run.path),
         "command": " ".join(m.get("argv") or []),
         "finished": run.finished,
+        "running": bool(getattr(run, "running", False)),
         "exit_status": m.get("exit_status"),
         "ended_by": m.get("ended_by"),
         "duration_s": m.get("duration_s"),

@@ -212,6 +212,8 @@ GLOSSARY: dict[str, str] = {
     # the job's processes
     "host": "The host the process ran on (its manifest's `hostname`).",
     "finished": "True when the run ended and its manifest was completed (false: killed, or still running).",
+    "running": "True while the run is still being recorded (its process holds the run's lock); false when it "
+               "finished or was killed.",
     "exit_status": "The script's exit status; empty when the run did not finish.",
     "ended_by": "How the run ended: `exit`, `exception`, `oom`, `SIGINT` or `SIGTERM`; empty when it did not finish.",
     "peak_t": "`t` of the peak snapshot.",

@@ -163,13 +163,24 @@ def _largest(r) -> str:
     return f"{safe(r['largest_owner'])} {format_bytes(r['largest_owner_bytes'])}{more}"
 
 
+def no_snapshot_text(s: dict) -> str:
+    """Why a run has no snapshot, from its summary (running, killed, or an
+    end with no array ever on a device)."""
+    if s.get("running"):
+        return "no snapshot yet: the run is still running"
+    if not s.get("finished", True):
+        return "no snapshot: the run was killed before its first"
+    return "no snapshot: the program never put an array on a JAX device"
+
+
 def _render_summary(rep: Report, con: Console, explain: bool) -> None:
     s = rep.summary
     totals = rep.timeline.totals
     if s["exit_status"] is None and s["ended_by"] == "exit" and s["duration_s"] is not None:
         ran = f"{_seconds(s['duration_s'])}, recorded by jaxmemprof.profile()"  # a block of a program: no exit
     elif s["exit_status"] is None:  # killed, or still running: what the snapshots saw
-        ran = f"{_seconds(totals['t'].max()) if len(totals) else '-'} to its last snapshot, no exit status"
+        state = "still running" if s.get("running") else "killed" if not s.get("finished", True) else "no exit status"
+        ran = f"{_seconds(totals['t'].max())} to its last snapshot, {state}" if len(totals) else state
     else:
         ended = "" if s["ended_by"] == "exit" else f" ({safe(s['ended_by'] or '?')})"
         ran = f"{_seconds(s['duration_s'])}, exit status {s['exit_status']}{ended}"
@@ -195,7 +206,7 @@ def _render_summary(rep: Report, con: Console, explain: bool) -> None:
             lines.append("at the peak by device: " + ", ".join(
                 f"{safe(d)} {format_bytes(r['live_bytes'])}" for d, r in collapse_devices(per_dev, ["live_bytes"])))
     if s["peak_snapshot"] is None:
-        lines.append("no snapshot: the program never put an array on a JAX device")
+        lines.append(no_snapshot_text(s))
     if s["peak_unattributed_bytes"]:
         lines.append(f"unattributed at the peak (in use by the allocator, not by live arrays): "
                      f"{format_bytes(s['peak_unattributed_bytes'])}")

@@ -381,7 +381,7 @@ def _load_journal_run(path: Path) -> Run:
     finally:
         con.close()
 
-    snaps = _check_snapshot_files(path, snaps, warnings, thinned)
+    snaps = _check_snapshot_files(path, snaps, warnings, thinned, running)
     snaps = _whole_peak(path, snaps, warnings)
     start = manifest.get("start_epoch")
     if start is None and not snaps.empty:
@@ -434,9 +434,12 @@ def _one_row_each(snaps: pd.DataFrame, warnings: list) -> pd.DataFrame:
     return whole.reset_index(drop=True)
 
 
-def _check_snapshot_files(path: Path, snaps: pd.DataFrame, warnings: list, thinned=frozenset()) -> pd.DataFrame:
+def _check_snapshot_files(path: Path, snaps: pd.DataFrame, warnings: list, thinned=frozenset(),
+                          running: bool = False) -> pd.DataFrame:
     """The snapshots whose profile file is there, and those thinned on
-    purpose (a long run keeps their rows, not their files: ``thinned``)."""
+    purpose (a long run keeps their rows, not their files: ``thinned``).
+    A file without a journal entry is said, but not of a ``running`` run:
+    its row is being committed."""
     # Only regular files directly inside RUN/snapshots/ (load_run refused a
     # symlinked snapshots/): the journal could name any path, a link, or none
     # that the OS accepts (a NUL byte in it).
@@ -454,7 +457,7 @@ def _check_snapshot_files(path: Path, snaps: pd.DataFrame, warnings: list, thinn
     snap_dir = path / layout.SNAPSHOT_DIR
     if snap_dir.is_dir():
         orphans = [p.name for p in snap_dir.glob("*.prof.gz") if f"{layout.SNAPSHOT_DIR}/{p.name}" not in known]
-        if orphans:
+        if orphans and not running:
             warnings.append(
                 f"{len(orphans)} snapshot file(s) without a journal entry (the run was killed while "
                 f"writing them?): {', '.join(sorted(orphans)[:5])}"
