@@ -313,7 +313,8 @@ def check_killed_run(run_dir: Path, script_done: bool) -> tuple[dict, list]:
         assert "snapshots," in proc.stdout and "Findings" in proc.stdout  # the summary and the last section
         if not run.finished:
             assert "did not finish" in proc.stdout
-            [summary] = [line for line in proc.stdout.split("\n") if "no exit status" in line]
+            # the summary line says the run was killed (it holds no lock: nothing records it)
+            [summary] = [line for line in proc.stdout.split("\n") if line.endswith("killed") or ", killed;" in line]
             assert "None" not in summary and "?" not in summary, summary
 
     def show_last(proc):
