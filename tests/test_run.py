@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -411,13 +412,35 @@ def test_a_full_disk_stops_sampling_but_never_the_target(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("done ")
-    assert proc.stderr.count("sampling stopped") == 1, proc.stderr
-    assert "Traceback" not in proc.stderr
+    assert proc.stderr.count("sampling stopped: cannot write the run") == 1, proc.stderr
+    assert "Traceback" not in proc.stderr and "cannot rollback" not in proc.stderr, proc.stderr
+    # How the script ended is what run saw, whatever the journal could keep.
+    assert re.search(r"^jaxmemprof: busy\.py: [\d.]+ s, exit 0;", proc.stderr, re.M), proc.stderr
     run = load_run(tmp_path / "run")
     # How many snapshots fit before the limit depends on timing (1 at least: the first).
     assert len(run.snapshots) >= 1
     for n in run.snapshots["snapshot"]:
         run.profile(int(n))  # every committed snapshot is whole
+
+
+def test_a_run_that_cannot_start_writing_leaves_no_run(tmp_path):
+    """No room for even the manifest: one line naming the run, exit 2, and
+    no half-made run behind (no journal, no manifest, no snapshots/, no lock)."""
+    import resource
+    import signal
+
+    script = write_script(tmp_path, "one.py", "print('ran')\n")
+
+    def tiny_files():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG, as a full disk's ENOSPC
+        resource.setrlimit(resource.RLIMIT_FSIZE, (64, 64))
+
+    proc = subprocess.run([sys.executable, "-m", "jaxmemprof", "run", "-o", str(tmp_path / "run"), str(script)],
+                          cwd=tmp_path, env=cpu_env(), capture_output=True, text=True, preexec_fn=tiny_files,
+                          timeout=120)
+    assert proc.returncode == 2 and proc.stdout == "", (proc.returncode, proc.stdout, proc.stderr)
+    assert proc.stderr == f"jaxmemprof: error: {tmp_path / 'run'}: cannot write the run: File too large\n"
+    assert list((tmp_path / "run").iterdir()) == []
 
 
 def test_shard_views_are_not_counted_twice(tmp_path):

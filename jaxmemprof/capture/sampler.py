@@ -292,7 +292,9 @@ class Sampler:
         target runs on."""
         if self.failed:
             return
-        self.failed = f"{type(exc).__name__}: {exc}"
+        from jaxmemprof.store.writer import write_failure
+
+        self.failed = write_failure(exc)
         sys.stderr.write(f"jaxmemprof: warning: sampling stopped: {self.failed}\n")
         try:
             self.writer.add_event("sampler-error", self.failed)

@@ -361,7 +361,10 @@ class Session:
         try:
             self._finish(exit_status, ended_by)
         except Exception as exc:  # a full disk: what was committed stays readable
-            _warn(f"jaxmemprof: warning: could not finalise {self.directory}: {exc}\n")
+            from jaxmemprof.store.writer import write_failure
+
+            _warn(f"jaxmemprof: warning: {self.directory}: its end was not recorded: {write_failure(exc)}; what "
+                  "was saved before reads back as a run that was killed\n")
         else:
             if ended_by != "SIGTERM" and self._in_job():
                 self._write_summary()

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
+import time
 
 import click
 
@@ -132,7 +134,7 @@ def run(output, force, interval, max_overhead, module, command, no_jit_probe, pl
     session.stop(status, ended_by)
     if not quiet:
         _flush_script_stdout()
-        _run_summary(tgt, session.directory)
+        _run_summary(tgt, session.directory, status, ended_by, time.monotonic() - session.t_start)
     raise SystemExit(status)
 
 
@@ -171,9 +173,11 @@ def _flush_script_stdout() -> None:
 _SUMMARY_MAX_ARRAYS = 200_000
 
 
-def _run_summary(tgt, directory):
+def _run_summary(tgt, directory, status, ended_by, duration_s):
     """Print the run's summary and findings on stderr; a failure here,
-    writing to stderr included, never changes the target's exit status."""
+    writing to stderr included, never changes the target's exit status.
+    How the script ended is what this process saw (a full disk may have
+    kept the manifest from saying it)."""
     stream = stderr_stream()
     if stream is None:
         return
@@ -189,6 +193,8 @@ def _run_summary(tgt, directory):
         ar = attribute(run_, analysis_options(top=5))
         att = ar.attribution
         ov = overview(ar, top_sites=3)
+        if ov.exit_status is None:
+            ov = dataclasses.replace(ov, exit_status=status, ended_by=ended_by, duration_s=duration_s)
         con = text.console(stream)
         if ov.oom_sites is not None:
             text.render_oom(ov.oom_sites, con)

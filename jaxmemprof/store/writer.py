@@ -98,20 +98,20 @@ class RunWriter:
             self._db = sqlite3.connect(
                 self.directory / layout.JOURNAL, check_same_thread=False, isolation_level=None
             )
+            self._db.execute("PRAGMA journal_mode=WAL")
+            # NORMAL: a committed transaction survives the process being killed
+            # (not a power cut), without an fsync per snapshot.
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.execute(f"PRAGMA journal_size_limit={WAL_LIMIT_BYTES}")
+            # The schema in one transaction: each page goes to the WAL once (a
+            # transaction per table wrote 64 frames, 258 KiB, before any snapshot).
+            self._db.executescript(f"BEGIN;\n{layout.SCHEMA}COMMIT;\n")
         except BaseException:
-            self._close_directories()
+            self._undo_start()
             raise
         # Reentrant, so that a signal's last snapshot can tell whether the
         # interrupted thread holds it (RLock._is_owned).
         self._lock = threading.RLock()
-        self._db.execute("PRAGMA journal_mode=WAL")
-        # NORMAL: a committed transaction survives the process being killed
-        # (not a power cut), without an fsync per snapshot.
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.execute(f"PRAGMA journal_size_limit={WAL_LIMIT_BYTES}")
-        # The schema in one transaction: each page goes to the WAL once (a
-        # transaction per table wrote 64 frames, 258 KiB, before any snapshot).
-        self._db.executescript(f"BEGIN;\n{layout.SCHEMA}COMMIT;\n")
         self.thinning = thinning
         self._since_upkeep = 0
         self._peak: tuple[int, int] | None = None  # (live_bytes, snapshot)
@@ -170,7 +170,7 @@ class RunWriter:
                         db.executemany(sql, rows)
                 db.execute("COMMIT")
             except BaseException:
-                db.execute("ROLLBACK")
+                _rollback(db)
                 raise
             self._count = index
             if added:
@@ -255,7 +255,7 @@ class RunWriter:
             db.execute("DELETE FROM memory_stats WHERE snapshot IN (SELECT snapshot FROM temp.thinning)")
             db.execute("COMMIT")
         except BaseException:
-            db.execute("ROLLBACK")
+            _rollback(db)
             raise
         self._candidates = keep
         self.thinned += len(thin)
@@ -455,6 +455,29 @@ class RunWriter:
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.execute(f"PRAGMA journal_size_limit={WAL_LIMIT_BYTES}")
 
+    def _undo_start(self) -> None:
+        """A start that failed (a full disk, say) leaves no run behind: no
+        manifest, no journal half made, no empty snapshots/ (the files are
+        ours: the directory was claimed and cleared for this run)."""
+        db = getattr(self, "_db", None)
+        if db is not None:
+            try:
+                db.close()
+            except sqlite3.Error:
+                pass
+        for name in (layout.MANIFEST, *layout.JOURNAL_FILES):
+            try:
+                if layout.entry_kind(name, self._dir_fd) == "file":
+                    os.unlink(name, dir_fd=self._dir_fd)
+            except (OSError, TypeError):
+                pass
+        if self._snap_fd is not None:
+            try:
+                os.rmdir(layout.SNAPSHOT_DIR, dir_fd=self._dir_fd)  # empty only; never through a link
+            except OSError:
+                pass
+        self._close_directories()
+
     def _close_directories(self) -> None:
         for fd in (self._dir_fd, self._snap_fd):
             if fd is not None:
@@ -464,6 +487,31 @@ class RunWriter:
                     pass
         self._dir_fd = self._snap_fd = None
 
+
+
+def _rollback(db) -> None:
+    """Undo the transaction that failed, if SQLite has not already (a full
+    disk ends it): the failure that ended it is the one to tell, never
+    'cannot rollback - no transaction is active'."""
+    if db.in_transaction:
+        try:
+            db.execute("ROLLBACK")
+        except sqlite3.Error:
+            pass
+
+
+def write_failure(exc: BaseException) -> str:
+    """What a failed write of the run says, in a user's words: the disk
+    full, a file too large, a journal SQLite could not write."""
+    if isinstance(exc, OSError):
+        where = f"{os.path.basename(exc.filename)}: " if getattr(exc, "filename", None) else ""
+        return f"cannot write the run ({where}{exc.strerror or exc})"
+    if isinstance(exc, sqlite3.Error):
+        text = str(exc)
+        if "full" in text:
+            return "cannot write the run (the disk is full: journal.sqlite)"
+        return f"cannot write the run's journal ({text})"
+    return f"{type(exc).__name__}: {exc}"
 
 
 def _move_entry(name: str, src_fd: int, dst_fd: int) -> None:
