@@ -378,7 +378,7 @@ def test_job_facts():
     from jaxmemprof.analysis.job import imbalance, unfinished
 
     procs = pd.DataFrame({"process": [0, 1, 2], "snapshots": [5, 5, 0], "peak_bytes": [100 * MiB, 10 * MiB, 0],
-                          "finished": [True, True, False], "last_t": [1.0, 1.0, None], "error": [None, None, "gone"]})
+                          "finished": [True, True, False], "running": [False, False, False], "last_t": [1.0, 1.0, None], "error": [None, None, "gone"]})
     sites = pd.DataFrame({"process": [0, 1], "site": ["t.py:1 (f)", "t.py:1 (f)"], "bytes": [100 * MiB, 10 * MiB],
                           "count": [1, 1]})
     found = [j.finding for j in imbalance(procs, sites) + unfinished(procs)]

@@ -193,3 +193,27 @@ def test_a_run_without_snapshot_says_whether_it_runs_or_was_killed(tmp_path):
     assert "the run is still running" in running.stdout + running.stderr and "killed" not in running.stdout
     assert killed.returncode == 0 and "no snapshot: the run was killed before its first" in killed.stdout, killed.stdout
     assert "never put an array" not in running.stdout + killed.stdout
+
+
+def test_a_job_says_which_process_is_still_running_and_which_was_killed(tmp_path):
+    """A job's report names each unfinished process's state as `report` of
+    the run does: still running (its lock held), or killed."""
+    job = tmp_path / "job"
+    for n in range(3):
+        shutil.copytree(LEAK, job / f"process-{n}")
+    for n in (1, 2):
+        _unfinish(job / f"process-{n}")
+    fd = os.open(job / "process-1" / ".jaxmemprof.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # as its recording process holds it
+    try:
+        text, as_json = cli_batch([["report", "job"], ["report", "job", "--json"]], tmp_path)
+    finally:
+        os.close(fd)
+    assert text.returncode == as_json.returncode == 0, text.stderr + as_json.stderr
+    procs = {p["process"]: p for p in json.loads(as_json.stdout)["processes"]}
+    assert [(procs[n]["finished"], procs[n]["running"]) for n in range(3)] == [(True, False), (False, True),
+                                                                               (False, False)]
+    assert "Processes 1, 2 did not finish (killed, or still running)" in text.stdout, text.stdout
+    ended = {line.split()[0]: line for line in text.stdout.splitlines() if line.strip()[:1].isdigit()}
+    assert ended["0"].rstrip().endswith("exit 0"), text.stdout  # its status as the script gave it (was 0.0)
+    assert ended["1"].rstrip().endswith("still running") and ended["2"].rstrip().endswith("killed"), text.stdout

@@ -316,11 +316,11 @@ def test_a_killed_process_leaves_the_others_intact(tmp_path):
     assert doc["job"]["unfinished"] == [1]
     procs_ = {p["process"]: p for p in doc["processes"]}
     assert procs_[0]["finished"] and procs_[0]["exit_status"] == 0
-    assert not procs_[1]["finished"] and procs_[1]["peak_bytes"] == 5 * MiB
+    assert not procs_[1]["finished"] and not procs_[1]["running"] and procs_[1]["peak_bytes"] == 5 * MiB
     assert doc["job"]["alignment"] == "wall clocks"
     unfinished = [f for f in doc["findings"] if f["rule"] == "unfinished"]
     assert len(unfinished) == 1 and unfinished[0]["processes"] == "1" and unfinished[0]["severity"] == "high"
-    assert "did not finish: process 1" in as_text.stdout
+    assert "did not finish: process 1" in as_text.stdout and "Process 1 did not finish (killed)" in as_text.stdout
     # Process 0's run is complete on its own.
     alone = json.loads(alone.stdout)
     assert alone["summary"]["finished"] and not any("did not finish" in w for w in alone["warnings"])

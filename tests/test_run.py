@@ -692,3 +692,25 @@ def test_summary_says_when_the_budget_spaced_the_snapshots(tmp_path, budget, str
     else:  # 0: never stretched
         assert len(snaps) >= 10
         assert "--max-overhead" not in proc.stderr
+
+
+def test_own_options_after_the_script_go_to_it_with_a_warning(tmp_path):
+    """`run tiny.py -o tiny-run --interval 0.1`: the options are the script's
+    (python passes them so); run says so once, and how to give them to
+    jaxmemprof. After `--` they are meant for the script: no warning; a script
+    option that is not run's: none either."""
+    script = write_script(tmp_path, "tiny.py", "import sys\nprint(sys.argv[1:])\n")
+    cases = [(["-o", "tiny-run", "--interval", "0.1"], "-o tiny-run"), (["--interval=0.1"], "--interval=0.1"),
+             (["--quiet", "x"], "--quiet"), (["--", "-o", "x"], None), (["--epochs", "2"], None)]
+    for args, given in cases:
+        plain = run_script(script, *args, cwd=tmp_path)
+        proc = run_cli("run", "-o", tmp_path / f"run{len(args)}{given}".replace("/", ""), "--force", script, *args,
+                       cwd=tmp_path, check=0)
+        assert proc.stdout == plain.stdout, args
+        warned = [line for line in proc.stderr.splitlines() if "goes to" in line]
+        if given is None:
+            assert warned == [], proc.stderr
+        else:
+            assert warned == [f"jaxmemprof: warning: {given} goes to {script}, as python passes it; jaxmemprof's "
+                              f"own options go before the script: jaxmemprof run {given} {script} ..."], proc.stderr
+    assert not (tmp_path / "tiny-run").exists()

@@ -311,13 +311,13 @@ def imbalance(processes: pd.DataFrame, peak_sites: pd.DataFrame) -> list:
 
 def unfinished(processes: pd.DataFrame) -> list:
     """The ``unfinished`` finding: the processes that did not finish (killed,
-    or still running). Facts: ``processes``, a list of ``process,
+    or still running). Facts: ``processes``, a list of ``process, running,
     snapshots, last_t`` (the last snapshot committed, on the job's clock)
     and ``error`` (why nothing could be read, if so)."""
     rows = processes[~processes["finished"].astype(bool)]
     if rows.empty:
         return []
-    facts = {"processes": [{"process": int(r.process), "snapshots": int(r.snapshots),
+    facts = {"processes": [{"process": int(r.process), "running": bool(r.running), "snapshots": int(r.snapshots),
                             "last_t": None if r.last_t is None or r.last_t != r.last_t else float(r.last_t),
                             "error": r.error if isinstance(r.error, str) else None}
                            for r in rows.itertuples()]}
@@ -341,6 +341,7 @@ def build_job_report(job: Job, results: dict, timeline: JobTimeline | None = Non
         names = [str(d.get("name")) for d in devs if isinstance(d, dict) and d.get("name") is not None]
         rows.append({
             "process": p.process, "host": p.host, "devices": ", ".join(names), "finished": bool(p.finished),
+            "running": bool(p.running),
             "exit_status": m.get("exit_status"), "ended_by": m.get("ended_by"), "snapshots": int(len(s)),
             "peak_bytes": int(peak), "peak_t": peak_t, "peak_snapshot": snap, "at_job_peak_bytes": at_bytes,
             "at_job_peak_snapshot": at, "clock_offset_s": float(p.offset_s),

@@ -123,6 +123,7 @@ def run(output, force, interval, max_overhead, module, command, no_jit_probe, pl
     else:
         tgt = Target(path=None, module=module, args=tuple(args))
     _index_or_python(tgt)
+    _warn_own_options_after(tgt)
     # A process of a job started by hand (-o JOB, no launcher variable) may claim
     # JOB/process-N once jax.distributed.initialize says N: session.directory.
     directory = prepare_directory(Path(output) if output else default_output(tgt.stem), force,
@@ -171,6 +172,27 @@ def _flush_script_stdout() -> None:
 # Past this many array records, analysing the whole run at exit takes seconds:
 # `run` then leaves the findings to `report`.
 _SUMMARY_MAX_ARRAYS = 200_000
+
+
+def _warn_own_options_after(tgt) -> None:
+    """The script's arguments are its own, as python passes them: when the
+    first is one of run's options (`run tiny.py -o out`) and no `--` set
+    them apart, say so, and how to give it to jaxmemprof instead."""
+    if not tgt.args or "--" in sys.argv[1:len(sys.argv) - len(tgt.args)]:  # `--`: the user said they are the script's
+        return
+    first = tgt.args[0]
+    name = first.split("=", 1)[0] if first.startswith("--") else first
+    ours = {opt for p in click.get_current_context().command.params for opt in p.opts if opt.startswith("-")}
+    if name not in ours:
+        return
+    given = " ".join(tgt.args[:1 if "=" in first or _is_flag(name) else 2])
+    where = tgt.path or (f"-m {tgt.module}" if tgt.module else "-c CODE")
+    say(f"jaxmemprof: warning: {given} goes to {where}, as python passes it; jaxmemprof's own options go before "
+        f"the script: jaxmemprof run {given} {where} ...")
+
+
+def _is_flag(name: str) -> bool:
+    return any(name in p.opts and getattr(p, "is_flag", False) for p in click.get_current_context().command.params)
 
 
 def _run_summary(tgt, directory, status, ended_by, duration_s):

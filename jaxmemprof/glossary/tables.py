@@ -36,7 +36,7 @@ def _summary_keys() -> tuple:
 
 
 # The job's tables have no column constants: tests/test_columns_doc.py checks these against a real job's export.
-PROCESSES_COLUMNS = ("process", "host", "devices", "finished", "exit_status", "ended_by", "snapshots", "peak_bytes",
+PROCESSES_COLUMNS = ("process", "host", "devices", "finished", "running", "exit_status", "ended_by", "snapshots", "peak_bytes",
                      "peak_t", "peak_snapshot", "at_job_peak_bytes", "at_job_peak_snapshot", "clock_offset_s", "error")
 JOB_PEAK_SITES_COLUMNS = ("process", "site", "bytes", "count")
 JOB_TIMELINE_COLUMNS = ("t", "live_bytes")

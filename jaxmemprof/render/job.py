@@ -28,9 +28,10 @@ JOB_FILES = ("processes.csv", "job_timeline.csv", "job_peak_sites.csv", "job_fin
 
 def _ended(row) -> str:
     if not row["finished"]:
-        return "did not finish"
+        return "still running" if row.get("running") else "killed"
     how, status = row["ended_by"], row["exit_status"]
-    return f"{how or 'exit'} {status}" if status is not None and status == status else str(how or "exit")
+    known = status is not None and status == status  # a column with a missing status holds floats
+    return f"{how or 'exit'} {int(status)}" if known else str(how or "exit")
 
 
 def _plural(n: int, word: str) -> str:

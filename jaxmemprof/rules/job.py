@@ -51,11 +51,13 @@ def _imbalance(f: Finding, x: dict) -> Words:
 def _unfinished(f: Finding, x: dict) -> Words:
     ps = x.get("processes") or []
     many = len(ps) > 1
-    brief = (f"{who([p['process'] for p in ps]).capitalize()} did not finish (killed, or still running): "
+    live = {bool(p.get("running")) for p in ps}
+    state = "still running" if live == {True} else "killed" if live == {False} else "killed, or still running"
+    brief = (f"{who([p['process'] for p in ps]).capitalize()} did not finish ({state}): "
              f"{'their' if many else 'its'} data ends at the last snapshot committed; the others' are complete.")
     brief_fix = "See why it ended: its log, the launcher's exit codes, the kernel's OOM killer."
     evidence = "; ".join(
-        f"process {p['process']}: " + (p["error"] if p.get("error") else
+        f"process {p['process']}{' (still running)' if p.get('running') else ''}: " + (p["error"] if p.get("error") else
                                        f"{p['snapshots']} snapshot(s)" + (f", the last at {p['last_t']:.2f} s"
                                                                           if p.get("last_t") is not None else ""))
         for p in ps)
@@ -87,8 +89,8 @@ UNFINISHED = Rule(
     "unfinished", made_by="analysis/job.py",
     summary="Processes of a job that did not finish (job only; analysis/job.py).",
     facts={"": ("processes",)},
-    meanings={"processes": ("One object per process that did not finish: `process, snapshots, last_t` (its last "
-                            "snapshot, on the job's clock) and `error` (why nothing could be read, if so).")},
+    meanings={"processes": ("One object per process that did not finish: `process, running` (its recording "
+                            "process still holds it), `snapshots, last_t` (its last snapshot, on the job's clock) and `error` (why nothing could be read, if so).")},
     words={"": _unfinished},
 )
 

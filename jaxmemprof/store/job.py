@@ -24,6 +24,7 @@ at their own wall clocks (hosts synchronised by NTP differ by milliseconds).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -37,7 +38,7 @@ import pandas as pd
 
 from jaxmemprof.errors import InputError, check_not_empty
 from jaxmemprof.store import layout
-from jaxmemprof.store.journal import connect_read_only
+from jaxmemprof.store.journal import connect_read_only, recorder_running
 
 _PROCESS = re.compile(re.escape(layout.PROCESS_DIR_PREFIX) + r"(0|[1-9][0-9]{0,8})")
 LOCK_NAME = layout.LOCK
@@ -122,6 +123,11 @@ class ProcessSummary:
     @property
     def host(self) -> str:
         return str(self.manifest.get("hostname") or "")
+
+    @functools.cached_property
+    def running(self) -> bool:
+        """Not finished, and its recording process still holds it (False: killed)."""
+        return not self.finished and recorder_running(self.path)
 
     @property
     def peak(self) -> tuple[int | None, int]:
