@@ -1,4 +1,4 @@
-"""Byte sizes: binary units for people, raw integers for programs."""
+"""Byte sizes (binary units for people, raw integers for programs) and counts in words."""
 
 from __future__ import annotations
 
@@ -18,6 +18,13 @@ _SIZE = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([a-zA-Z]*)\s*", re.ASC
 # A bare number below this on a device-memory size is a unit forgotten (16 for 16 GiB), not bytes.
 BARE_MINIMUM = 1024**2
 _MAX_DIGITS = 64  # more is no size (a float would be inf): OverflowError
+
+
+def counted(n: int, word: str, plural: str | None = None) -> str:
+    """``1 site``, ``2 sites``, ``0 processes``: a count and its noun, agreeing."""
+    if n == 1:
+        return f"{n} {word}"
+    return f"{n} {plural or (word + 'es' if word.endswith(('s', 'x', 'ch', 'sh')) else word + 's')}"
 
 
 def format_bytes(n: int | float, *, signed: bool = False) -> str:

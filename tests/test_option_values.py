@@ -227,3 +227,12 @@ def test_a_size_is_read_exactly(text, exact):
 
     assert parse_size(text) == parse_size(text, memory=True) == math.floor(F(exact))
     assert parse_size("4096") == 4096  # bytes, where a size is not of device memory (--max-decompressed)
+
+
+def test_counts_agree_with_their_nouns():
+    from jaxmemprof.units import counted
+
+    assert [counted(n, "site") for n in (0, 1, 2)] == ["0 sites", "1 site", "2 sites"]
+    assert [counted(n, "more process") for n in (1, 3)] == ["1 more process", "3 more processes"]
+    assert counted(1, "call") == "1 call" and counted(50, "call") == "50 calls"
+    assert counted(2, "kind", "kinds of process") == "2 kinds of process"

@@ -385,3 +385,47 @@ def test_a_sharded_batch_is_planned_per_device_at_multiples_of_its_shards(tmp_pa
     assert int(rec.loc[120, "argument_bytes"]) - int(rec.loc[60, "argument_bytes"]) == 60 * 256 * 4 // 2
     job = plan.models[plan.models["device"] == "job"]
     assert set(job["variant"]) == {"recorded", "donated", "bfloat16"}
+
+
+ONLY_32 = """
+import jax, jax.numpy as jnp
+import numpy as np
+
+@jax.jit
+def step(w, x):
+    assert x.shape[0] == 32, "this step takes batch 32 only"  # traced: other batches fail to compile
+    return w - 1e-3 * (x.T @ (x @ w))
+
+w = jnp.ones((64, 64))
+for i in range(3):
+    w = step(w, jnp.asarray(np.full((32, 64), i, np.float32)))
+print(float(w.sum()))
+"""
+
+
+def test_a_step_of_one_batch_and_a_step_called_once_are_said_plainly(tmp_path):
+    """A step that compiles at batch 32 only: 'compiled for batch 32 only',
+    the failures counted as such (was: 'batches 16-256 (...; 6 failed)'),
+    no line through one point (was: 'the 1 points do not lie on one line');
+    a step called once is not planned for that reason (was: 'no input with a
+    dimension 0 that is new at every call')."""
+    from conftest import write_script
+
+    script = write_script(tmp_path, "only32.py", ONLY_32)
+    proc = run_cli("run", "--plan", "-o", tmp_path / "r", script, cwd=tmp_path, check=0)
+    text = run_cli("report", tmp_path / "r", "--device-memory", "1GiB", cwd=tmp_path, check=0).stdout
+    plan = build_plan(attribute(load_run(tmp_path / "r"), Options()))
+    (f,) = [f for f in plan.functions if f.function == "step"]
+    compiled = plan.points[(plan.points["function_id"] == f.function_id) & plan.points["peak_bytes"].notna()]
+    assert set(compiled["batch"]) == {32} and f.failed >= 4, (f, plan.points)
+    said = f"plan: step compiled for batch 32 only ({f.compiles} compiles, "
+    assert said in proc.stderr and f"; {f.failed} at other batches failed: plan.csv's error column says why)" \
+        in proc.stderr, proc.stderr
+    assert "recorded: one batch compiled (32): no line through one point" in text, text
+    assert "1 points" not in text + proc.stderr
+    once = write_script(tmp_path, "once.py", "import jax, jax.numpy as jnp\n"
+                                             "w = jax.jit(lambda w, x: (x @ w).sum() * w)(jnp.ones((64, 64)), "
+                                             "jnp.ones((32, 64)))\n")
+    proc = run_cli("run", "--plan", "-o", tmp_path / "once", once, cwd=tmp_path, check=0)
+    assert "plan: <lambda>: not planned: called once (or no two calls in a row were sampled)" in proc.stderr, \
+        proc.stderr

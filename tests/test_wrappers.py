@@ -129,8 +129,9 @@ def test_wrapper_gets_donation_advice_in_its_own_terms(tmp_path, program):
     assert f"of {function} (defined at {program}:" in words(f).message
     if edited is None:
         assert words(f).fix == (f'filter_jit make_step with donate="all-except-first" and pass x, y as its first argument '
-                         f"(one tuple) (at {program}:{jit_line}): the program uses them after the call, and equinox "
-                         f"donates every array argument but the first's")
+                         f"(one tuple) (at {program}:{jit_line}): the program still holds them after the call (so "
+                         f"donating them could break a later use), and equinox donates every array argument but the "
+                         f"first's")
         text = script.read_text()
         for old, new in EQUINOX_FIX:
             assert old in text

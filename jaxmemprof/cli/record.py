@@ -195,7 +195,7 @@ def _is_flag(name: str) -> bool:
     return any(name in p.opts and getattr(p, "is_flag", False) for p in click.get_current_context().command.params)
 
 
-def _run_summary(tgt, directory, status, ended_by, duration_s):
+def _run_summary(tgt, directory, status=None, ended_by=None, duration_s=None):
     """Print the run's summary and findings on stderr; a failure here,
     writing to stderr included, never changes the target's exit status.
     How the script ended is what this process saw (a full disk may have
@@ -215,7 +215,7 @@ def _run_summary(tgt, directory, status, ended_by, duration_s):
         ar = attribute(run_, analysis_options(top=5))
         att = ar.attribution
         ov = overview(ar, top_sites=3)
-        if ov.exit_status is None:
+        if ov.exit_status is None and status is not None:
             ov = dataclasses.replace(ov, exit_status=status, ended_by=ended_by, duration_s=duration_s)
         con = text.console(stream)
         if ov.oom_sites is not None:

@@ -19,7 +19,7 @@ from jaxmemprof.render.report import render_findings, sparkline
 from jaxmemprof.rules import Words
 from jaxmemprof.rules.job import who
 from jaxmemprof.store.job import process_list_text
-from jaxmemprof.units import format_bytes
+from jaxmemprof.units import counted, format_bytes
 
 # The sites shown per process for what held its peak.
 SITES_PER_PROCESS = 3
@@ -34,22 +34,18 @@ def _ended(row) -> str:
     return f"{how or 'exit'} {int(status)}" if known else str(how or "exit")
 
 
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}{'' if n == 1 else 'es' if word.endswith('s') else 's'}"
-
-
 def render_job_report(rep: JobReport, con: Console, *, top: int = 10, explain: bool = False) -> None:
     """The job's report; ``explain``: every finding in full (its message,
     fix and evidence), as ``report --explain`` says a run's."""
     p = rep.processes
     hosts = sorted(h for h in p["host"].unique() if h)
-    con.print(Text(f"job {safe(rep.path)}: {_plural(rep.process_count, 'process')}"
-                   + (f" on {_plural(len(hosts), 'host')}" if hosts else "")
+    con.print(Text(f"job {safe(rep.path)}: {counted(rep.process_count, 'process')}"
+                   + (f" on {counted(len(hosts), 'host')}" if hosts else "")
                    + f"; clocks aligned on {safe(rep.alignment)}"))
     for w in rep.warnings[:10]:
         con.print(Text(f"warning: {safe(w)}", style="yellow"))
     if len(rep.warnings) > 10:
-        con.print(Text(f"... {len(rep.warnings) - 10} more warnings (--json has them all)", style="yellow"))
+        con.print(Text(f"... {counted(len(rep.warnings) - 10, 'more warning')} (--json has them all)", style="yellow"))
     if rep.job_peak_t is None:
         con.print(Text("no process took a snapshot (did the program use JAX?)"))
     else:
@@ -73,7 +69,7 @@ def render_job_report(rep: JobReport, con: Console, *, top: int = 10, explain: b
     con.print(t)
     if len(order) > len(shown):
         rest = order.iloc[len(shown):]
-        con.print(Text(f"... {len(rest)} more processes (peaks {format_bytes(int(rest['peak_bytes'].min()))} to "
+        con.print(Text(f"... {counted(len(rest), 'more process')} (peaks {format_bytes(int(rest['peak_bytes'].min()))} to "
                        f"{format_bytes(int(rest['peak_bytes'].max()))}; median of all "
                        f"{format_bytes(int(p['peak_bytes'].median()))}); --top N shows more"))
 
@@ -93,7 +89,7 @@ def render_job_report(rep: JobReport, con: Console, *, top: int = 10, explain: b
             held = ", ".join(f"{format_bytes(int(b))} {site}" for site, b in key) or "nothing"
             con.print(Text(f"  {safe(label)}: {safe(held)}"))
         if len(ranked) > top:
-            con.print(Text(f"  ... {len(ranked) - top} more kinds of process; --top N shows more"))
+            con.print(Text(f"  ... {counted(len(ranked) - top, 'more kind')} of process; --top N shows more"))
 
     roles = job_roles(rep)
     if not roles.empty:

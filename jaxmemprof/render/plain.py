@@ -16,7 +16,7 @@ import os
 
 from jaxmemprof.analysis.groups import Diff, Summary, table_of
 from jaxmemprof.render.escape import safe
-from jaxmemprof.units import format_bytes
+from jaxmemprof.units import counted, format_bytes
 
 _PLURAL = {"site": "sites", "function": "functions", "file": "files", "stack": "stacks", "device": "devices", "kind": "kinds",
            "owner": "owners"}
@@ -74,12 +74,12 @@ def summary_footer(summary, shown: int, value_type: str) -> list[str]:
     lines = []
     if summary.omitted_rows:
         lines.append(
-            f"... {summary.omitted_rows} more {_PLURAL[summary.by]} hold "
+            f"... {counted(summary.omitted_rows, 'more ' + summary.by, 'more ' + _PLURAL[summary.by])} hold "
             f"{format_bytes(summary.omitted_bytes)} ({summary.omitted_count} allocations); --top 0 shows all"
         )
     lines.append(
         f"total: {format_bytes(summary.total_bytes)} in {summary.total_count} allocations "
-        f"({value_type}, {shown + summary.omitted_rows} {_PLURAL[summary.by]})"
+        f"({value_type}, {counted(shown + summary.omitted_rows, summary.by, _PLURAL[summary.by])})"
     )
     return lines
 
@@ -89,7 +89,7 @@ def diff_left_out(d) -> list[str]:
     lines = []
     if d.omitted_rows:
         lines.append(
-            f"... {d.omitted_rows} more {_PLURAL[d.by]} change by "
+            f"... {counted(d.omitted_rows, 'more ' + d.by, 'more ' + _PLURAL[d.by])} change by "
             f"{format_bytes(d.omitted_bytes, signed=True)}; --top 0 shows all"
         )
     if d.unchanged_rows:

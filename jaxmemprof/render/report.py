@@ -19,7 +19,7 @@ from jaxmemprof.analysis.report import Report, peak_devices
 from jaxmemprof.render import findings as said
 from jaxmemprof.render import notes
 from jaxmemprof.render.text import safe
-from jaxmemprof.units import format_bytes
+from jaxmemprof.units import counted, format_bytes
 
 _BLOCKS = "▁▂▃▄▅▆▇█"
 
@@ -188,8 +188,8 @@ def _render_summary(rep: Report, con: Console, explain: bool) -> None:
     backend = s["backend"] or (str(devices[0]).split(":")[0] if len(devices) else "")
     lines = [
         f"{safe(s['command']) or 'profile()'}: {ran}"
-        + (f"; {safe(backend)}, {s['devices']} device{'s' if s['devices'] != 1 else ''}" if backend else ""),
-        f"{s['snapshots']} snapshots, {s['markers']} markers, {s['arrays_seen']} arrays seen; "
+        + (f"; {safe(backend)}, {counted(s['devices'], 'device')}" if backend else ""),
+        f"{counted(s['snapshots'], 'snapshot')}, {counted(s['markers'], 'marker')}, {counted(s['arrays_seen'], 'array')} seen; "
         f"sampling took {s['sampling_cpu_s']:.2f} s of CPU",
     ]
     if s["peak_snapshot"] is not None:
@@ -272,7 +272,7 @@ def _render_jit(rep: Report, con: Console, top: int, explain: bool) -> None:
                   Text(f"{safe(r['function'])} at {safe(r['jitted_at'])}{donated}"))
     con.print(t)
     if len(jm) > top:
-        con.print(Text(f"({len(jm) - top} more functions in jit.csv)"))
+        con.print(Text(f"({counted(len(jm) - top, 'more function')} in jit.csv)"))
     _explained(con, explain, notes.JIT)
     if explain:  # by default, "What the memory is" names the lines inside the call that hold most
         _render_jit_peak(rep, con, top)
@@ -290,13 +290,13 @@ def _render_jit_peak(rep: Report, con: Console, top: int, lines: int = 2) -> Non
         mine = rows[~is_arg]
         notes = [f"{format_bytes(rows.loc[is_arg, 'bytes'].sum())} arguments"] if is_arg.any() else []
         if len(mine) > lines:
-            notes.append(f"{len(mine) - lines} more lines in jit_peak.csv")
+            notes.append(f"{counted(len(mine) - lines, 'more line')} in jit_peak.csv")
         con.print(Text(f"  {safe(rows['function'].iloc[0])} {format_bytes(rows['program_peak_bytes'].iloc[0])}"
                        + (f" ({'; '.join(notes)})" if notes else "") + ":"))
         for _, r in mine.head(lines).iterrows():
             con.print(Text(f"    {format_bytes(r['bytes'])} {r['kind']} at {safe(r['site'])}"))
     if len(functions) > top:
-        con.print(Text(f"  {len(functions) - top} more functions in jit_peak.csv"))
+        con.print(Text(f"  {counted(len(functions) - top, 'more function')} in jit_peak.csv"))
 
 
 _PLAN_NOTE = (
@@ -319,7 +319,7 @@ def _render_plan(rep: Report, con: Console, explain: bool) -> None:
     for f in plan.functions:
         mine = points[(points["function_id"] == f.function_id) & points["peak_bytes"].notna()]
         _heading(con, f"Plan by batch (run --plan: {safe(f.function)} compiled by XLA on {safe(f.backend or '?')}, "
-                      f"{f.compiles} compiles in {f.compile_s:.2f} s)")
+                      f"{counted(f.compiles, 'compile')} in {f.compile_s:.2f} s)")
         flow = {"per-step": "new at every call", "held": "the same arrays at every call"}.get(f.batch_flow, "")
         devices = sorted(set(mine["device"]))
         con.print(Text(f"the batch: {safe(', '.join(f.batch_inputs))}" + (f" ({flow})" if flow else "")
@@ -337,11 +337,13 @@ def _render_plan(rep: Report, con: Console, explain: bool) -> None:
             t.add_row(f"{b:,}", *(format_bytes(busiest[(v, b)]) if (v, b) in busiest.index else "" for v in variants))
         con.print(t)
         if f.failed:
-            con.print(Text(f"({f.failed} compiles failed: plan.csv's error column says why)"))
+            con.print(Text(f"({counted(f.failed, 'compile')} failed: plan.csv's error column says why)"))
         models = plan.models[plan.models["function_id"] == f.function_id]
         rec = models[(models["variant"] == "recorded") & (models["device"] != "job")]
         for _, m in rec.head(1).iterrows():
-            if m["affine"]:
+            if m["points"] < 2:
+                con.print(Text(f"recorded: one batch compiled ({m['batch_min']:,}): no line through one point"))
+            elif m["affine"]:
                 con.print(Text(f"recorded: {format_bytes(m['intercept_bytes'])} + "
                                f"{format_bytes(m['bytes_per_example'])} per example "
                                f"(its {m['points']} points lie on that line, within 1 %)"))
@@ -382,8 +384,8 @@ def _render_plan_fit(plan, f, models, con: Console) -> None:
     size = format_bytes(plan.device_bytes)
     points = plan.points[(plan.points["function_id"] == f.function_id) & (plan.points["source"] == "search")]
     if plan.searched_bytes == plan.device_bytes and len(points):
-        con.print(Text(f"searched at the end of the run for a {size} device: {points['batch'].nunique()} more "
-                       f"compiles at batches {', '.join(f'{b:,}' for b in points['batch'].drop_duplicates())}"))
+        con.print(Text(f"searched at the end of the run for a {size} device: {counted(points['batch'].nunique(), 'more compile')} "
+                       f"at batches {', '.join(f'{b:,}' for b in points['batch'].drop_duplicates())}"))
     searched = plan.searched_bytes == plan.device_bytes and len(points) > 0
     mine = plan.points[(plan.points["function_id"] == f.function_id) & plan.points["peak_bytes"].notna()]
 
@@ -434,7 +436,7 @@ def _render_lifetimes(rep: Report, con: Console, top: int, explain: bool) -> Non
                       f"{format_bytes(r['byte_seconds'])}·s", str(r["alive_at_end"]), Text(safe(r["site"])))
         con.print(t)
         if len(rep.lifetimes) > top:
-            con.print(Text(f"({len(rep.lifetimes) - top} more sites in lifetimes.csv)"))
+            con.print(Text(f"({counted(len(rep.lifetimes) - top, 'more site')} in lifetimes.csv)"))
         _explained(con, explain, notes.LIFETIMES)
     elif not rep.churn.empty:
         _heading(con, "Births and deaths by site (estimated: no per-array data)")
@@ -576,10 +578,13 @@ def render_plan_summary(plan, events, con: Console, run_dir: str) -> None:
     if plan is None:
         return
     for f in plan.functions:
-        batches = sorted(set(plan.points.loc[plan.points["function_id"] == f.function_id, "batch"]))
-        span = f"{batches[0]:,}-{batches[-1]:,}" if len(batches) > 1 else f"{batches[0]:,}" if batches else "-"
-        con.print(Text(f"plan: {safe(f.function)} compiled for batches {span} ({f.compiles} compiles, "
+        mine = plan.points[(plan.points["function_id"] == f.function_id) & plan.points["peak_bytes"].notna()]
+        batches = sorted(set(mine["batch"]))  # those that compiled
+        span = (f"batches {batches[0]:,}-{batches[-1]:,}" if len(batches) > 1 else
+                f"batch {batches[0]:,} only" if batches else "no batch")
+        con.print(Text(f"plan: {safe(f.function)} compiled for {span} ({counted(f.compiles, 'compile')}, "
                        f"{f.compile_s:.2f} s, by XLA on {safe(f.backend or '?')}"
-                       + (f"; {f.failed} failed" if f.failed else "") + ")"))
+                       + (f"; {f.failed} at other batches failed: plan.csv's error column says why" if f.failed
+                          else "") + ")"))
     if plan.functions:
         con.print(Text(f"next: jaxmemprof report {safe(run_dir)} --device-memory SIZE (the largest batch that fits)"))

@@ -16,7 +16,7 @@ from jaxmemprof.analysis.groups import Diff, Summary, table_of
 from jaxmemprof.analysis.groups import Table as Rows
 from jaxmemprof.render.escape import safe
 from jaxmemprof.render.plain import breakdown, diff_left_out, owner_label, summary_footer
-from jaxmemprof.units import format_bytes
+from jaxmemprof.units import counted, format_bytes
 
 
 
@@ -134,7 +134,7 @@ def render_run_summary(ov, con: Console, *, target: str, run_dir: str, warnings:
     ended = "" if ov.ended_by == "exit" else f" ({safe(ov.ended_by)})"
     exited = "" if ov.exit_status is None and ov.ended_by == "exit" else f", exit {ov.exit_status}"  # profile()
     con.print(Text(f"jaxmemprof: {safe(target)}: {took}{exited}{ended}; "
-                   f"{ov.snapshots} snapshots{share}"))
+                   f"{counted(ov.snapshots, 'snapshot')}{share}"))
     if ov.stretched is not None:
         interval, gap, budget = ov.stretched
         con.print(Text(
@@ -152,7 +152,7 @@ def render_run_summary(ov, con: Console, *, target: str, run_dir: str, warnings:
             con.print(Text(f"  {format_bytes(row['bytes']):>10}  {safe(row['site'])}"))
         if ov.peak_sites.omitted_rows:
             con.print(Text(f"  {format_bytes(ov.peak_sites.omitted_bytes):>10}  "
-                           f"{ov.peak_sites.omitted_rows} more sites"))
+                           f"{counted(ov.peak_sites.omitted_rows, 'more site')}"))
     if ov.peak_snapshot is not None:
         con.print(Text(f"run: {safe(run_dir)}  (next: jaxmemprof report {safe(run_dir)})"))
     else:

@@ -13,7 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from jaxmemprof.render.escape import safe
-from jaxmemprof.units import format_bytes
+from jaxmemprof.units import counted, format_bytes
 
 
 def _delta(n, *, zero: str = "") -> Text:
@@ -87,7 +87,7 @@ def process_view(f) -> Group:
     line = Text(f"live {format_bytes(f.live_bytes)} ")
     line.append_text(_delta(f.delta_bytes))
     when = f" at {f.t:.1f} s" if f.t is not None else ""
-    line.append(f"   snapshot {f.snapshot}{when}, {f.snapshots} snapshots, {f.markers} markers")
+    line.append(f"   snapshot {f.snapshot}{when}, {counted(f.snapshots, 'snapshot')}, {counted(f.markers, 'marker')}")
     if f.peak is not None:
         line.append(f"   peak {format_bytes(f.peak[1])} (snapshot {f.peak[0]})")
     parts.append(line)
@@ -112,7 +112,7 @@ def process_view(f) -> Group:
                       str(int(r.count)), site)
     parts.append(table)
     if f.other_sites:
-        parts.append(Text(f"... {f.other_sites} more sites hold {format_bytes(f.other_bytes)}", style="dim"))
+        parts.append(Text(f"... {counted(f.other_sites, 'more site')} hold {format_bytes(f.other_bytes)}", style="dim"))
     if not f.devices.empty:
         dev = Text("devices:")
         for r in f.devices.itertuples(index=False):
@@ -127,7 +127,7 @@ def process_view(f) -> Group:
         parts.append(dev)
     for site, grown, n in f.growing[:3]:
         g = Text("growing: ", style="bold red")
-        g.append(f"{safe(site)} {format_bytes(grown, signed=True)} over the last {n} snapshots seen")
+        g.append(f"{safe(site)} {format_bytes(grown, signed=True)} over the last {counted(n, 'snapshot')} seen")
         parts.append(g)
     for kind, message in f.events[:3]:
         parts.append(Text(f"event: {safe(kind)}: {safe(message)[:300]}", style="yellow"))

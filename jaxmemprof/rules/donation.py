@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from jaxmemprof.libraries import BY_NAME
 from jaxmemprof.rules.base import Rule, Words, fmt, listed
+from jaxmemprof.units import counted
 
 if TYPE_CHECKING:
     from jaxmemprof.analysis.findings import Finding
@@ -26,9 +27,9 @@ def _donate_fix(f: Finding, x: dict) -> tuple[str, str]:
         kept = x["pass_first"]
         several = len(kept) > 1
         full = (f'filter_jit {name} with donate="all-except-first" and pass {listed(kept)} as its first '
-                f"argument{' (one tuple)' if several else ''} (at {f.site}): the program uses "
-                f"{'them' if several else 'it'} after the call, and equinox donates every array argument "
-                f"but the first's")
+                f"argument{' (one tuple)' if several else ''} (at {f.site}): the program still holds "
+                f"{'them' if several else 'it'} after the call (so donating {'them' if several else 'it'} could "
+                f"break a later use), and equinox donates every array argument but the first's")
         return full, f'pass {listed(kept)} first and filter_jit {name} with donate="all-except-first"'
     lib = BY_NAME.get(x.get("wrapper"))
     verb = lib.verb if lib is not None else "jit"
@@ -58,7 +59,7 @@ def _donate(f: Finding, x: dict) -> Words:
         shown.setdefault(argument, []).append(f"{i} -> {o}")
     matches = "; ".join(m for ms in shown.values() for m in ms[:6])
     each = "in each after the first" if x.get("first_kept") else "in each"
-    evidence = (f"{x['calls_sampled']} calls sampled (the first ones, then one in 50; calls between them "
+    evidence = (f"{counted(x['calls_sampled'], 'call')} sampled (the first ones, then one in 50; calls between them "
                 f"are not seen); {each}, the program dropped {what} during the call or right after it, "
                 f"before running anything else, and every leaf has an output of the same shape and dtype: "
                 f"{matches}. See {DONATION_DOCS}")

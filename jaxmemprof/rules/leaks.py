@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from jaxmemprof.rules.base import Rule, Words, fmt
-from jaxmemprof.units import format_bytes
+from jaxmemprof.units import counted, format_bytes
 
 if TYPE_CHECKING:
     from jaxmemprof.analysis.findings import Finding
@@ -15,7 +15,7 @@ def _leak(f: Finding, x: dict) -> Words:
     per_s = fmt(x["growth_bytes_per_s"]) if x.get("growth_bytes_per_s") is not None else "?"
     if x.get("growth_bytes_per_step") is not None:
         rate = f"{format_bytes(x['growth_bytes_per_step'])} per step ({per_s}/s)"
-        horizon = f"{x['projected_steps']} more steps"
+        horizon = f"{counted(x['projected_steps'], 'more step')}"
     else:
         rate = f"{per_s}/s"
         horizon = f"another {float(x.get('projected_seconds') or 0):.1f} s"
@@ -38,7 +38,7 @@ def _leak(f: Finding, x: dict) -> Words:
 def _recompile(f: Finding, x: dict) -> Words:
     what = x.get("name") or "executables"
     count = x["executables"]
-    evidence = (f"{count} executables loaded at most; {x['first_count']} when first seen (snapshot "
+    evidence = (f"{counted(count, 'executable')} loaded at most; {x['first_count']} when first seen (snapshot "
                 f"{x['first_snapshot']}), {x['last_count']} at the last snapshot; generated code "
                 f"{fmt(x['generated_code_bytes'])}")
     fix = ("Each new input shape, dtype or static-argument value compiles the function again: pad or "

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from jaxmemprof.rules.base import Rule, Words, fmt
+from jaxmemprof.units import counted
 
 if TYPE_CHECKING:
     from jaxmemprof.analysis.findings import Finding
@@ -26,7 +27,7 @@ def _replicated(f: Finding, x: dict) -> Words:
                 f"each")
     return Words(
         brief=(f"{first['owner']} ({fmt(first['bytes'])}) is whole on each of {first['devices']} devices"
-               + (f", and {x['array_count'] - 1} more arrays of {x['function']}'s" if x["array_count"] > 1 else "")
+               + (f", and {counted(x['array_count'] - 1, 'more array')} of {x['function']}'s" if x["array_count"] > 1 else "")
                + f"; a mesh axis could shard {'it' if x['array_count'] == 1 else 'them'}."),
         brief_fix=_put(first),
         message=(f"Inputs of {x['function']} are replicated where the program's mesh could shard them: "

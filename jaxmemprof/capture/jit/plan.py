@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 from jaxmemprof.libraries import BY_NAME
 from jaxmemprof.capture.jit.programs import _unseen_compile
-from jaxmemprof.flow import CARRIED, batch_keys, flows, leaf_key
+from jaxmemprof.flow import CARRIED, UNKNOWN, batch_keys, flows, leaf_key
 
 # Functions planned at most, and the share of the largest call peak a second one needs.
 PLAN_FUNCTIONS = 2
@@ -242,6 +242,11 @@ class Planner:
             if key is not None and hasattr(x, "shape"):
                 shapes.setdefault(key, (tuple(x.shape), x))
         keys, how = batch_keys(flow, usable=lambda k: k in shapes and len(shapes[k][0]) > axis)
+        if not keys and all(v == UNKNOWN for v in flow.values()):
+            writer.add_event("plan", f"{name}: not planned: called once (or no two calls in a row were sampled), "
+                                     f"so no input could be seen to be new at every call or the same at every call "
+                                     f"(the batch is told from call to call: run two steps at least)")
+            return
         if not keys:
             writer.add_event("plan", f"{name}: not planned: no input with a dimension {axis} that is new at "
                                      f"every call or the same at every call (--plan-axis names another)")
