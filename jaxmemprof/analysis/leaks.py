@@ -30,10 +30,16 @@ A site is reported when p < ``alpha`` (0.01), tau-b >= ``min_tau`` (0.5), the
 growth is positive, it grew at ``min_increases`` (3) or more snapshots, and it
 is still growing at the end: the last third of its snapshots rises above the
 first two thirds (their 90th percentile: a transient spike, such as a snapshot
-taken while a call holds old and new state, does not hide a leak). A single jump, however significant, is not a
-leak, nor is a cache that filled up early and then stayed flat. The ``exit``
-snapshot is left out (a script's main() has returned by then), and so are
-sites whose live bytes never reach ``min_bytes``.
+taken while a call holds old and new state, does not hide a leak), and the
+growth *continues* (``continues``): the series' floor (each point the least of
+it and the next two) rises over at least 6 of 8 equal spans of the steady
+phase's steps (else its snapshots' positions), and never gives back more
+than half of its rise before rising again. A single jump, however
+significant, is not a leak, nor are two or three level shifts (a model built
+per section), a cache that filled up early and then stayed flat, or a
+sawtooth that resets every epoch. The ``exit`` snapshot is left out (a
+script's main() has returned by then), and so are sites whose live bytes
+never reach ``min_bytes`` (1 KiB).
 
 A *recompilation suspect* is a function compiled into several executables at
 one site: each new input shape, dtype or static argument compiles it again.
