@@ -12,7 +12,7 @@ import pandas as pd
 
 from jaxmemprof.analysis.advice.allocator import allocator_findings
 from jaxmemprof.analysis.advice.capacity import fit_findings, will_it_fit
-from jaxmemprof.analysis.advice.donation import donation_findings, jit_memory, true_peak
+from jaxmemprof.analysis.advice.donation import busiest_snapshot, donation_findings, jit_memory, true_peaks
 from jaxmemprof.analysis.advice.plan import build_plan
 from jaxmemprof.analysis.advice.sharding import replication_findings
 from jaxmemprof.analysis.history import history_findings
@@ -91,17 +91,11 @@ def build_report(ar: Attributed, *, extra_rules=()) -> Report:
     # Per device, as XLA's figures are (and as a device's memory is): the
     # busiest device's snapshot peak, or a call's own on the busiest device;
     # and on all devices summed, beside the snapshots' total.
-    inside = true_peak(run, tl.devices)
-    per_device = tl.devices.groupby("device")["live_bytes"].max() if not tl.devices.empty else pd.Series(dtype=float)
-    busiest = int(per_device.max()) if len(per_device) else int(tl.peak_bytes)
-    device_peak = total_true_peak = None
-    where = ""
-    if inside is not None:
-        device_peak = max(busiest, inside.device_bytes)
-        total_true_peak = max(int(tl.peak_bytes), inside.bytes)
-        where = inside.where if inside.device_bytes > busiest else "at the snapshot peak"
+    device_peak, total_true_peak, inside = true_peaks(run, tl)
+    busiest = busiest_snapshot(tl)
+    where = "" if inside is None else inside.where if inside.device_bytes > busiest else "at the snapshot peak"
     what = roles(ar, tl.devices)
-    found += donation_findings(ar)
+    found += donation_findings(ar, tl)
     found += replication_findings(ar)
     found += history_findings(ar)
     found += inside_jit_findings(ar)

@@ -57,7 +57,7 @@ def allocator_environment() -> dict:
 class Session:
     def __init__(self, directory: Path, *, target_argv: list[str], interval: float,
                  max_overhead: float, jit_probe: bool = True, addresses: str = "auto",
-                 command: list[str] | None = None, on_finish=None, plan=None):
+                 command: list[str] | None = None, on_finish=None, plan=None, verify_s: float | None = None):
         # on_finish(path): what a process of a job does with its run as it
         # ends (the CLI and the API ask for its summary); capture analyses nothing.
         self.on_finish = on_finish
@@ -89,7 +89,9 @@ class Session:
             "settings": {"interval": interval, "max_overhead": max_overhead, "jit_probe": jit_probe,
                          "addresses": addresses, "thinning": dataclasses.asdict(thinning),
                          # run --plan (capture/jit/plan.py PlanOptions); null without it
-                         "plan": plan.settings() if plan is not None and jit_probe else None},
+                         "plan": plan.settings() if plan is not None and jit_probe else None,
+                         # run --verify-seconds: the verifying compiles' budget (null: a share of the run)
+                         "verify_s": verify_s},
         }
         proc = _processes.get(str(self.path))
         if proc is not None:  # as the launcher says; JAX's own index replaces it once known
@@ -116,7 +118,7 @@ class Session:
         # sampler leaves.
         launcher = (os.path.abspath(sys.argv[0]),) if target_argv and sys.argv and os.path.isfile(sys.argv[0]) else ()
         self.probe = JitProbe(self.writer, dump_share=max_overhead / 2, exclude=launcher,
-                              plan=plan) if jit_probe else None
+                              plan=plan, verify_s=verify_s) if jit_probe else None
         if self.probe is not None:
             self.sampler.hooks.append(self.probe.on_snapshot)
             self.probe.observer = self.sampler

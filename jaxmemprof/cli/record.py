@@ -60,6 +60,10 @@ class _Scales(click.ParamType):
 @click.option("--plan-axis", type=click.IntRange(0, 64), default=None, metavar="N",
               help="The batch's dimension in the step's per-step inputs, for --plan (default 0, 1 under "
                    "jax.pmap; implies --plan).")
+@click.option("--verify-seconds", type=Number(0, 86400), default=None, metavar="SECONDS",
+              help="At the end, compile each jitted function the donation advice names with its arguments "
+                   "donated, for at most SECONDS (default: a tenth of the run's time, at least 10; 0: none), "
+                   "so that what a donation saves is XLA's own figure; past it the advice says 'not verified'.")
 @click.option("--addresses", type=click.Choice(["auto", "all", "none"]), default="auto", show_default=True,
               help="Which buffer addresses to read (for the reuse analysis). Reading one makes JAX keep a "
                    "per-shard view of device_put and sharded arrays, which jax.live_arrays() lists and "
@@ -67,7 +71,7 @@ class _Scales(click.ParamType):
 @click.option("-q", "--quiet", is_flag=True, help="No summary at the end.")
 @click.argument("target", nargs=-1, type=click.UNPROCESSED, metavar="SCRIPT [ARGS]...")
 def run(output, force, interval, max_overhead, module, command, no_jit_probe, plan, plan_scales,
-        plan_device_memory, plan_axis, addresses, quiet, target):
+        plan_device_memory, plan_axis, verify_seconds, addresses, quiet, target):
     """Run a Python script (or -m MODULE, or -c CODE) unchanged and record its device memory.
 
     The script runs in this process exactly as `python SCRIPT ARGS` runs it;
@@ -130,7 +134,7 @@ def run(output, force, interval, max_overhead, module, command, no_jit_probe, pl
                                   by_hand=bool(output))
     session = Session(directory, target_argv=tgt.argv, interval=interval, max_overhead=max_overhead,
                       jit_probe=not no_jit_probe, addresses=addresses, on_finish=write_process_summary,
-                      plan=planned)
+                      plan=planned, verify_s=verify_seconds)
     status, ended_by = run_target(tgt, session)
     session.stop(status, ended_by)
     if not quiet:

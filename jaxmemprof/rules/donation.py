@@ -50,10 +50,34 @@ def _donate_fix(f: Finding, x: dict) -> tuple[str, str]:
     return full, short
 
 
+def _temporaries(x: dict) -> str:
+    """What the donated compile did to XLA's temporaries (the largest signature's)."""
+    before, after = x["temp_before_bytes"], x["temp_after_bytes"]
+    if before == after:
+        return f"XLA's temporaries stay {fmt(before)}"
+    return f"XLA's temporaries {'rise' if after > before else 'fall'} {fmt(before)} -> {fmt(after)}"
+
+
+def _measured(x: dict) -> tuple[str, str]:
+    """(what the compile with the arguments donated showed, the terminal's
+    'saves' words) for a verified finding."""
+    devices = x.get("devices") or 1
+    on = " on the busiest device" if devices > 1 else ""
+    fall = x["saving_bytes_per_device"]
+    peak = f"{fmt(x['true_peak_before_bytes'])} -> {fmt(x['true_peak_after_bytes'])}{on}"
+    sigs = ("" if x["signatures_verified"] >= x["signatures"] else
+            f"; {x['signatures_verified']} of its {x['signatures']} signatures compiled (the others over the budget)")
+    what = (f"XLA's compile of {x['function']} with them donated aliases {fmt(x['aliased_bytes'])} and "
+            f"{_temporaries(x)}, so the run's true peak goes {peak}{sigs}")
+    if fall > 0:
+        return what, f"saves {fmt(fall)}{' per device' if devices > 1 else ''} (compiled)"
+    where = "rises" if fall < 0 else "does not fall"
+    return what + f": it {where}", ""
+
+
 def _donate(f: Finding, x: dict) -> Words:
     what = _arguments(x)
     devices = x.get("devices") or 1
-    per_device = (f" ({fmt(x['saving_bytes_per_device'])} on each of {devices} devices)" if devices > 1 else "")
     shown: dict = {}
     for argument, i, o in x.get("leaves") or []:
         shown.setdefault(argument, []).append(f"{i} -> {o}")
@@ -64,14 +88,28 @@ def _donate(f: Finding, x: dict) -> Words:
                 f"before running anything else, and every leaf has an output of the same shape and dtype: "
                 f"{matches}. See {DONATION_DOCS}")
     full, short = _donate_fix(f, x)
+    donated = x.get("donated_bytes", f.saving_bytes)
+    per_device = f" ({fmt(donated // devices)} on each of {devices} devices)" if devices > 1 else ""
+    if x.get("verified"):
+        measured, saves = _measured(x)
+        if x["saving_bytes_per_device"] > 0:
+            brief = (f"Donate {what} of {x['function']}: the run's true peak falls {fmt(x['true_peak_before_bytes'])} "
+                     f"-> {fmt(x['true_peak_after_bytes'])} (compiled).")
+        else:
+            brief = (f"Donating {what} of {x['function']} would not lower the run's true peak "
+                     f"({fmt(x['true_peak_before_bytes'])} -> {fmt(x['true_peak_after_bytes'])}, compiled).")
+        message = (f"Donate {what} of {x['function']} (defined at {x['defined_at']}): XLA can then write the outputs "
+                   f"into their {fmt(donated)} of buffers{per_device} instead of holding old and new values at once "
+                   f"during each call. Measured: {measured}.")
+        return Words(brief=brief, brief_fix=short, message=message, fix=full, evidence=evidence, saves=saves)
     return Words(
         brief=f"Donate {what} of {x['function']}: XLA can write the outputs into their buffers{per_device}.",
         brief_fix=short,
         message=(f"Donate {what} of {x['function']} (defined at {x['defined_at']}): XLA can then write the outputs "
-                 f"into their {fmt(f.saving_bytes)} of buffers{per_device} instead of holding old and new values "
-                 f"at once during each call (up to that much less at each call's peak; XLA's temporaries may "
-                 f"change too)."),
-        fix=full, evidence=evidence)
+                 f"into their {fmt(donated)} of buffers{per_device} instead of holding old and new values "
+                 f"at once during each call: up to that much less at each call's peak ({x['not_verified']}; "
+                 f"XLA's temporaries may change too)."),
+        fix=full, evidence=evidence, saves=f"saves up to {fmt(f.saving_bytes)} (not verified)")
 
 
 def _unusable(f: Finding, x: dict) -> Words:
@@ -103,11 +141,16 @@ def _donated_then_used(f: Finding, x: dict) -> Words:
 DONATE = Rule(
     "donate", made_by="analysis/advice/donation.py",
     summary=("Arguments of a jitted function to donate: every sampled call dropped them and each leaf has an "
-             "output to take its buffer (analysis/advice/donation.py)."),
+             "output to take its buffer; what it saves is the fall of the run's true peak with the function "
+             "compiled donated at the end of the run (analysis/advice/donation.py)."),
     facts={"": ("function", "wrapper", "defined_at", "arguments", "by_position", "leaves", "calls_sampled", "devices",
-                "saving_bytes_per_device", "first_kept", "also_donates", "change", "option", "argnums", "argnames",
-                "pass_first", "edited_line", "peak_elsewhere")},
-    optional=("argnums", "argnames", "pass_first", "peak_elsewhere"),
+                "donated_bytes", "verified", "not_verified", "signatures_verified", "signatures",
+                "true_peak_before_bytes", "true_peak_after_bytes", "saving_bytes_per_device", "aliased_bytes",
+                "temp_before_bytes", "temp_after_bytes", "first_kept", "also_donates", "change", "option", "argnums",
+                "argnames", "pass_first", "edited_line", "peak_elsewhere")},
+    optional=("not_verified", "signatures_verified", "signatures", "true_peak_before_bytes", "true_peak_after_bytes",
+              "aliased_bytes", "temp_before_bytes", "temp_after_bytes", "argnums", "argnames", "pass_first",
+              "peak_elsewhere"),
     meanings={"function": "The jitted function's name.",
               "arguments": "The arguments to donate: parameter names, or positions as strings (`'0'`).",
               "by_position": "Per argument, true when it is known only by its position.",
@@ -115,7 +158,21 @@ DONATE = Rule(
                          "-> `output[0][0][0]`)."),
               "calls_sampled": "Calls the jit probe sampled (the first ones, then one in 50).",
               "devices": "Devices the arguments' leaves lie on (XLA's figures are per device).",
-              "saving_bytes_per_device": "`saving_bytes / devices`.",
+              "donated_bytes": "The bytes of the leaves to donate, per call, on all their devices.",
+              "verified": ("True when the function was compiled at the end of the run with the arguments donated "
+                           "(jit_whatif): the saving is then the fall of the run's true peak with XLA's figures "
+                           "of that compile; false: the saving is `donated_bytes`, an upper bound."),
+              "not_verified": "Why the donated compile is missing (over the compile budget, a wrapper that "
+                              "donates inside its own call, ...).",
+              "signatures_verified": "The function's signatures compiled donated.",
+              "signatures": "The function's signatures compiled in the run.",
+              "true_peak_before_bytes": "The run's true peak on the busiest device, as recorded.",
+              "true_peak_after_bytes": "The run's true peak on the busiest device with the donated compiles' figures.",
+              "saving_bytes_per_device": ("The fall of the true peak on the busiest device (verified), else "
+                                          "`donated_bytes / devices`."),
+              "aliased_bytes": "What XLA's donated compile aliases beyond the recorded one (largest signature).",
+              "temp_before_bytes": "XLA's temporaries of the largest signature as recorded.",
+              "temp_after_bytes": "XLA's temporaries of the largest signature compiled donated.",
               "first_kept": "Arguments whose first call's value stayed referenced after it (donating deletes it).",
               "also_donates": ("What equinox's `donate=\"all\"` donates besides the arguments (dropped with each "
                                "call too)."),

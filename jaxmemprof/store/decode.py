@@ -67,6 +67,9 @@ _TABLES = {
                    "temp_bytes", "generated_code_bytes", "compile_s"),
                   ("signature", "variant", "devices", "live_outside", "backend", "detail", "error"),
                   ("function_id", "variant", "batch")),
+    "jit_whatif": (("function_id", "argument_bytes", "output_bytes", "alias_bytes", "temp_bytes",
+                    "generated_code_bytes", "compile_s"), ("signature", "change", "backend", "error"),
+                   ("function_id", "signature")),
 }
 # Schema 1's arrays table (each row its own description), read as it is.
 _ARRAYS_V1 = (("array_id", "py_id", "first_snapshot", "nbytes", "stack_id"),
@@ -78,7 +81,7 @@ _MAY_BE_MISSING = {"end_snapshot", "after_snapshot", "stack_id", "snapshot", "pe
 _FLOAT_COLUMNS = {"t_wall", "t_mono", "cost_s", "wall_s", "dump_s", "compile_s"}
 # Tables that runs recorded by earlier versions lack.
 _ADDED_TABLES = {"jit_programs", "jit_buffers", "jit_curves", "thinned", "array_kinds", "source_names", "held_by",
-                 "jit_plans"}
+                 "jit_plans", "jit_whatif"}
 
 # Journal cells that hold JSON, which the analyses parse (the jit probe's).
 # A cell nested deeper than _MAX_JSON_DEPTH is damage: read as missing.
@@ -90,6 +93,7 @@ _JSON_COLUMNS = {
     "jit_curves": ("curve",),
     "held_by": ("frames", "shape", "names"),
     "jit_plans": ("devices", "live_outside", "detail"),
+    "jit_whatif": ("change",),
 }
 class Warnings(list):
     """A reader's warnings, and which journal tables lost rows or cells to

@@ -202,6 +202,18 @@ CREATE TABLE IF NOT EXISTS jit_plans (  -- run --plan: a step compiled at other 
     detail        TEXT,                 -- JSON: the inputs scaled, what the variant changed, why it was planned
     error         TEXT                  -- why it could not be compiled (NULL: compiled)
 );
+CREATE TABLE IF NOT EXISTS jit_whatif (  -- a recorded signature compiled with a change made (the arguments the
+                                        -- donation advice names donated), at the end of the run, from its
+                                        -- arguments' shapes (no array allocated): what the change does, measured
+    function_id   INTEGER NOT NULL,
+    signature     TEXT NOT NULL,        -- the recorded signature (jit_compiles.signature)
+    change        TEXT NOT NULL,        -- JSON: {"donate": [argument labels], "argnums": [...], "argnames": [...]}
+    argument_bytes INTEGER, output_bytes INTEGER, alias_bytes INTEGER, temp_bytes INTEGER,
+    generated_code_bytes INTEGER,       -- XLA's memory_analysis() of the changed compile, per device (NULL: failed)
+    compile_s     REAL NOT NULL,        -- the lower and compile's wall time
+    backend       TEXT NOT NULL,        -- the platform that compiled it: cpu, gpu, tpu
+    error         TEXT                  -- why it was not compiled ("not verified: over the compile budget", ...)
+);
 CREATE TABLE IF NOT EXISTS memory_stats (
     snapshot      INTEGER NOT NULL,
     device        TEXT NOT NULL,

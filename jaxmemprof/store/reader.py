@@ -79,8 +79,9 @@ class Run:
       analysis per compiled signature), ``calls`` (sampled calls: input and
       output leaves as JSON, and whether each input was still held at the
       next call), ``counts`` (calls and compiles per function), ``plans``
-      (run --plan: the step compiled at other batch sizes; empty without it); see
-      store/layout.py for the columns.
+      (run --plan: the step compiled at other batch sizes; empty without it),
+      ``whatif`` (recorded signatures compiled with the advised donation made);
+      see store/layout.py for the columns.
     - ``memory_stats`` (``snapshot, device, key, value``), ``markers``,
       ``events``, and the ``manifest``.
     - ``source_names``: file -> label, for code whose file name is no file
@@ -372,7 +373,7 @@ def _load_journal_run(path: Path) -> Run:
         memory_stats = _query(con, "memory_stats", warnings)
         executables = _query(con, "executables", warnings)
         jit = {t: _query(con, f"jit_{t}", warnings)
-               for t in ("functions", "compiles", "calls", "counts", "programs", "buffers", "curves", "plans")}
+               for t in ("functions", "compiles", "calls", "counts", "programs", "buffers", "curves", "plans", "whatif")}
         markers = _query(con, "markers", warnings)
         events = _query(con, "events", warnings)
         thinned = set(_query(con, "thinned", warnings)["snapshot"].dropna().astype(np.int64).tolist())

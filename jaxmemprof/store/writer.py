@@ -312,6 +312,10 @@ class RunWriter:
         """jit_plans rows (run --plan): the step compiled at other batch sizes."""
         self._insert("INSERT INTO jit_plans VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", rows)
 
+    def add_jit_whatif(self, rows: list) -> None:
+        """jit_whatif rows: recorded signatures compiled with a change made."""
+        self._insert("INSERT INTO jit_whatif VALUES (?,?,?,?,?,?,?,?,?,?,?)", rows)
+
     def _select(self, sql: str, params: tuple) -> list:
         if self.closed:
             return []
@@ -332,6 +336,13 @@ class RunWriter:
         function's sampled calls recorded so far, in call order."""
         return self._select("SELECT call_index, inputs, signature, live_before FROM jit_calls "
                             "WHERE function_id = ? ORDER BY call_index", (function_id,))
+
+    def jit_call_leaves(self, function_id: int) -> list:
+        """(call_index, inputs JSON, outputs JSON, inputs_alive JSON) of the
+        function's sampled calls whose fates are known, in call order: what
+        the donation rule (donors.py) reads at the end of the run."""
+        return self._select("SELECT call_index, inputs, outputs, inputs_alive FROM jit_calls "
+                            "WHERE function_id = ? AND inputs_alive IS NOT NULL ORDER BY call_index", (function_id,))
 
     def add_source_names(self, rows: list) -> None:
         """(file, label) rows: how sites in code with no file of its own

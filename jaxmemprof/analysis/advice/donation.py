@@ -28,11 +28,14 @@ import pandas as pd
 from jaxmemprof.analysis.cells import json_cell as _json
 from jaxmemprof.analysis.cells import leaves as _leaves
 from jaxmemprof.analysis.findings import Finding
+from jaxmemprof.analysis.timeline import timeline
+from jaxmemprof.donors import Call, Donor, describe, donors, label, match
 from jaxmemprof.libraries import BY_NAME
 from jaxmemprof.source import closing_bracket, statement_at
 
 if TYPE_CHECKING:
     from jaxmemprof.analysis.attributed import Attributed, Files
+    from jaxmemprof.analysis.timeline import Timeline
 
 
 JIT_MEMORY_COLUMNS = [
@@ -44,19 +47,21 @@ JIT_MEMORY_COLUMNS = [
 
 @dataclass(frozen=True)
 class Candidate:
-    """One argument worth donating, with what backs it."""
+    """A function with arguments worth donating (donors.Donor, in its
+    calls' order), and the calls sampled that back them."""
 
     function_id: int
     function: str
-    argument: str  # "params" or "0"
-    position: int | None  # for donate_argnums
-    keyword: bool  # passed by keyword: donate_argnames
-    leaves: int
-    saving_bytes: int
+    donors: tuple
     calls_sampled: int
-    matches: tuple  # (input leaf, output leaf) descriptions
-    first_kept: bool = False  # the first call's value was still referenced after it (set up before a loop?)
-    devices: int = 1  # devices its leaves lie on (XLA's figures are per device)
+
+    @property
+    def donated_bytes(self) -> int:
+        return sum(d.donated_bytes for d in self.donors)
+
+    @property
+    def devices(self) -> int:
+        return max(d.devices for d in self.donors)
 
 
 def _is_first(call) -> bool:
@@ -65,30 +70,14 @@ def _is_first(call) -> bool:
     return not pd.isna(v) and int(v) == 1
 
 
-def _key(leaf: dict) -> tuple:
-    return (tuple(leaf.get("shape") or ()), leaf.get("dtype"), leaf.get("memory_kind"))
-
-
-def _describe(leaf: dict) -> str:
-    return f"{leaf.get('dtype')}[{','.join(map(str, leaf.get('shape') or []))}]"
-
-
-def _arg_label(leaf: dict) -> str:
-    return leaf.get("name") or str(leaf.get("arg"))
-
-
-def _match(inputs: list[dict], outputs: list[dict], donors: list[int]) -> dict[int, int]:
-    """JAX's matching: each output takes the first unused donor (input leaf
-    index, in ``donors`` order) of equal key. Returns donor -> output."""
-    free: dict[tuple, list[int]] = {}
-    for i in donors:
-        free.setdefault(_key(inputs[i]), []).append(i)
-    taken: dict[int, int] = {}
-    for o, out in enumerate(outputs):
-        queue = free.get(_key(out))
-        if queue:
-            taken[queue.pop(0)] = o
-    return taken
+def sampled_calls(rows: pd.DataFrame) -> list[Call]:
+    """A function's sampled calls (jit_calls rows) as the donation rule reads them."""
+    out = []
+    for _, call in rows.iterrows():
+        fates = call["inputs_alive"]
+        out.append(Call(_leaves(call["inputs"]), _leaves(call["outputs"]),
+                        _json(fates, []) if isinstance(fates, str) else None, _is_first(call)))
+    return out
 
 
 def _functions(run) -> pd.DataFrame:
@@ -118,62 +107,9 @@ def donation_candidates(ar: Attributed) -> list[Candidate]:
         rows = calls[(calls["function_id"] == fn["function_id"]) & calls["inputs_alive"].notna()]
         if rows.empty:
             continue
-        per_arg_ok: dict[str, bool] = {}
-        per_arg_info: dict[str, tuple] = {}
-        first_kept: set[str] = set()
-        for _, call in rows.iterrows():
-            inputs = _leaves(call["inputs"])
-            outputs = _leaves(call["outputs"])
-            fates = _json(call["inputs_alive"], [])
-            if len(fates) != len(inputs):
-                continue
-            args: dict[str, list[int]] = {}
-            for i, leaf in enumerate(inputs):
-                args.setdefault(_arg_label(leaf), []).append(i)
-            donated = [i for i, leaf in enumerate(inputs) if leaf.get("donated")]
-            # An array passed in two places (ema = params; step(params, ema))
-            # cannot be donated twice, nor donated in one and kept in another.
-            shared = {i for i, leaf in enumerate(inputs) if leaf.get("same_as") not in (None, i)}
-            shared |= {inputs[i].get("same_as") for i in shared}
-            # Arguments whose every leaf the caller dropped with nothing run
-            # after the call (state = step(state)): nothing used them after.
-            free_args = [a for a, idx in args.items()
-                         if not any(inputs[i].get("donated") for i in idx)
-                         and all(fates[i] == "dropped" and i not in shared for i in idx)]
-            if _is_first(call) and len(rows) > 1:
-                # The first call's inputs are often what the program set up
-                # before its loop, and still named there: not a reason to
-                # keep state that every later call replaces, but worth saying.
-                kept = [a for a, idx in args.items() if a not in free_args
-                        and not any(inputs[i].get("donated") or i in shared for i in idx)]
-                first_kept.update(kept)
-                free_args += kept
-            for a, idx in args.items():
-                if a not in free_args:
-                    per_arg_ok[a] = False
-            donors = list(donated)
-            for a in free_args:
-                # The leaves jit prunes (its program never reads them) take no
-                # output and save nothing: XLA aliases the others.
-                read = [i for i in args[a] if not inputs[i].get("pruned")]
-                trial = _match(inputs, outputs, donors + read)
-                if read and all(i in trial for i in read):
-                    donors += read
-                    matches = tuple((f"{a}{inputs[i]['path']} {_describe(inputs[i])}",
-                                     f"output{outputs[trial[i]]['path']}") for i in read)
-                    saving = sum(int(inputs[i].get("bytes") or 0) for i in read)
-                    first = inputs[args[a][0]]
-                    devices = max(int(inputs[i].get("devices") or 1) for i in read)
-                    per_arg_info[a] = (first.get("arg"), bool(first.get("kw")), len(args[a]), saving, matches,
-                                       devices)
-                    per_arg_ok.setdefault(a, True)
-                else:
-                    per_arg_ok[a] = False
-        for a, ok in per_arg_ok.items():
-            if ok and a in per_arg_info:
-                pos, kw, n, saving, matches, devices = per_arg_info[a]
-                out.append(Candidate(int(fn["function_id"]), str(fn["name"]), a, pos, kw, n, saving,
-                                     len(rows), matches, a in first_kept, devices))
+        found = donors(sampled_calls(rows))
+        if found:
+            out.append(Candidate(int(fn["function_id"]), str(fn["name"]), tuple(found), len(rows)))
     return out
 
 
@@ -193,7 +129,7 @@ def unusable_donations(run) -> list[tuple]:
             donated = [i for i, leaf in enumerate(inputs) if leaf.get("donated") and not leaf.get("pruned")]
             if not donated:
                 continue
-            taken = _match(inputs, outputs, donated)
+            taken = match(inputs, outputs, donated)
             lost = [inputs[i] for i in donated if i not in taken]
             if lost:
                 found.append((fn, call, lost, outputs))
@@ -292,7 +228,7 @@ def _array_arguments(run, function_id) -> list[tuple]:
         known = len(fates) == len(inputs) and not (_is_first(call) and len(rows) > 1)
         sizes: dict[str, int] = {}
         for i, leaf in enumerate(inputs):
-            label = _arg_label(leaf)
+            label = label(leaf)
             entry = out.setdefault(label, [leaf.get("arg"), 0, True])
             sizes[label] = sizes.get(label, 0) + int(leaf.get("bytes") or 0)
             if known and fates[i] != "dropped":
@@ -302,7 +238,7 @@ def _array_arguments(run, function_id) -> list[tuple]:
     return [(label, pos, size, dropped) for label, (pos, size, dropped) in out.items()]
 
 
-def _change(run, fn, cands: list[Candidate]) -> dict:
+def _change(run, fn, cands: tuple[Donor, ...]) -> dict:
     """The change to make, the way a user of the function's wrapper writes it,
     as facts: ``change`` (``jit``: the option to add, in ``option``;
     ``equinox``: the donate= option; ``equinox-restructure``: pass
@@ -353,35 +289,94 @@ def _change(run, fn, cands: list[Candidate]) -> dict:
     return facts | {"edited_line": _suggest(fn, facts["option"], wrapper).strip()}
 
 
-def donation_findings(ar: Attributed) -> list[Finding]:
+NOT_COMPILED = ("not compiled at the end of the run (recorded with --verify-seconds 0, or by a jaxmemprof "
+                "that did not verify)")
+
+
+def verified_change(run, tl: Timeline, function_id: int, arguments) -> dict:
+    """What donating ``arguments`` of the function does to the run's true
+    peak, from XLA's compiles of its recorded signatures with them donated
+    (jit_whatif, made at the end of the run): the true peak with those
+    figures in place of the recorded ones (``true_peaks``), before and
+    after, on the busiest device and on all devices summed. Facts: where it
+    could not be compiled, ``verified`` false and ``not_verified`` (why)."""
+    w = run.jit.get("whatif")
+    rows = w[w["function_id"] == function_id] if w is not None and not w.empty else None
+    if rows is not None:
+        rows = rows[[sorted(map(str, _json(c, {}).get("donate") or [])) == sorted(map(str, arguments))
+                     for c in rows["change"]]]
+    if rows is None or rows.empty:
+        return {"verified": False, "not_verified": NOT_COMPILED}
+    ok = rows[rows["error"].isna() & rows["argument_bytes"].notna()]
+    if ok.empty:
+        return {"verified": False, "not_verified": str(rows["error"].dropna().iloc[0]) if rows["error"].notna().any()
+                else "XLA gave no figures"}
+    changed = {(int(function_id), sig): {col: int(r[col]) for col in _FIGURES} for sig, r in
+               zip(ok["signature"], ok.to_dict("records"))}
+    compiles = run.jit.get("compiles")
+    recorded = compiles[compiles["function_id"] == function_id].drop_duplicates("signature")
+    by_sig = {sig: {col: _int(r[col]) for col in _FIGURES}
+              for sig, r in zip(recorded["signature"], recorded.to_dict("records"))}
+    before_device, before_total, _ = true_peaks(run, tl)
+    after_device, after_total, _ = true_peaks(run, tl, changed)
+    # The largest signature verified: its temporaries before and after, and what XLA aliases.
+    sig = max(changed, key=lambda k: _call_peak(by_sig.get(k[1], changed[k])))[1]
+    old, new = by_sig.get(sig, {}), changed[(int(function_id), sig)]
+    return {"verified": True, "signatures_verified": len(changed), "signatures": max(len(by_sig), len(changed)),
+            "true_peak_before_bytes": before_device, "true_peak_after_bytes": after_device,
+            "saving_bytes_per_device": before_device - after_device, "saving_bytes": before_total - after_total,
+            "aliased_bytes": new["alias_bytes"] - int(old.get("alias_bytes", 0)),
+            "temp_before_bytes": int(old.get("temp_bytes", 0)), "temp_after_bytes": new["temp_bytes"]}
+
+
+def _int(v) -> int:
+    v = pd.to_numeric(v, errors="coerce")
+    return 0 if pd.isna(v) else int(v)
+
+
+def _call_peak(fig: dict) -> int:
+    return (fig["argument_bytes"] + fig["output_bytes"] - fig["alias_bytes"] + fig["temp_bytes"]
+            + fig["generated_code_bytes"])
+
+
+def donation_findings(ar: Attributed, tl: Timeline | None = None) -> list[Finding]:
+    """The donation advice. A ``donate`` finding's saving is what XLA's
+    compile of the function with the arguments donated does to the run's
+    true peak (``verified_change``); where that compile is missing, the
+    donated bytes, said as an upper bound that was not verified."""
     run, files = ar.run, ar.files
     findings: list[Finding] = []
     functions = _functions(run)
     if functions.empty:
         return findings
+    tl = tl if tl is not None else timeline(ar)
     by_id = functions.set_index("function_id")
-    grouped: dict[int, list[Candidate]] = {}
     for c in donation_candidates(ar):
-        grouped.setdefault(c.function_id, []).append(c)
-    for fid, cands in grouped.items():
-        fn = by_id.loc[fid]
-        fn = fn.copy()
+        fid = c.function_id
+        fn = by_id.loc[fid].copy()
         fn["function_id"] = fid
-        saving = sum(c.saving_bytes for c in cands)
-        devices = max(c.devices for c in cands)
+        cands = c.donors
+        donated, devices = c.donated_bytes, c.devices
+        measured = verified_change(run, tl, fid, [d.argument for d in cands])
+        if measured["verified"]:
+            saving, per_device = measured["saving_bytes"], measured["saving_bytes_per_device"]
+        else:
+            saving, per_device = donated, donated // devices
+        severity = "high" if per_device >= 256 * 1024**2 else "medium" if per_device > 0 else "low"
         findings.append(Finding(
             rule="donate",
-            severity="high" if saving >= 256 * 1024**2 else "medium",
+            severity=severity,
             site=_where(fn["jit_file"], int(fn["jit_line"]), files),
-            saving_bytes=int(saving),
+            saving_bytes=int(max(saving, 0)),
             facts={
                 "function": str(fn["name"]), "wrapper": _wrapper(fn),
                 "defined_at": _where(fn["file"], int(fn["line"]), files),
-                "arguments": [c.argument for c in cands],
-                "by_position": [not c.keyword and c.argument.isdigit() for c in cands],
-                "leaves": [[c.argument, i, o] for c in cands for i, o in c.matches],
-                "calls_sampled": int(cands[0].calls_sampled),
-                "devices": int(devices), "saving_bytes_per_device": int(saving // devices),
+                "arguments": [d.argument for d in cands],
+                "by_position": [not d.keyword and d.argument.isdigit() for d in cands],
+                "leaves": [[d.argument, i, o] for d in cands for i, o in d.matches],
+                "calls_sampled": int(c.calls_sampled),
+                "devices": int(devices), "donated_bytes": int(donated),
+                **measured, "saving_bytes_per_device": int(per_device),
                 **_change(run, fn, cands),
             },
         ))
@@ -395,9 +390,9 @@ def donation_findings(ar: Attributed) -> list[Finding]:
             site=_where(fn["jit_file"], int(fn["jit_line"]), files),
             facts={
                 "function": str(fn["name"]),
-                "arguments": sorted({_arg_label(leaf) for leaf in lost}),
-                "lost_leaves": [f"{_arg_label(leaf)}{leaf['path']} {_describe(leaf)}" for leaf in lost],
-                "outputs": sorted({_describe(o) for o in outputs}),
+                "arguments": sorted({label(leaf) for leaf in lost}),
+                "lost_leaves": [f"{label(leaf)}{leaf['path']} {describe(leaf)}" for leaf in lost],
+                "outputs": sorted({describe(o) for o in outputs}),
                 "call_index": int(call["call_index"]),
                 "jax_warned": _warned(run, lost),
             },
@@ -411,7 +406,7 @@ def _warned(run, lost: list[dict]) -> bool:
     if ev is None or ev.empty:
         return False
     msgs = ev.loc[ev["kind"] == "warning", "message"].astype(str)
-    return any("donated buffers were not usable" in m and any(_describe(leaf) in m for leaf in lost) for m in msgs)
+    return any("donated buffers were not usable" in m and any(describe(leaf) in m for leaf in lost) for m in msgs)
 
 
 def _used_after_donation(run, files: Files) -> list[Finding]:
@@ -535,7 +530,7 @@ def _device_bytes(text) -> dict | None:
 _FIGURES = ("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "generated_code_bytes")
 
 
-def call_peaks(run, devices: pd.DataFrame | None = None) -> list[TruePeak]:
+def call_peaks(run, devices: pd.DataFrame | None = None, replace: dict | None = None) -> list[TruePeak]:
     """For each sampled call (with the signature it ran) and each compiled
     signature no sampled call ran: on the busiest device, the bytes live
     just before the call (counted by the recorder then: ``live_before``;
@@ -543,14 +538,21 @@ def call_peaks(run, devices: pd.DataFrame | None = None) -> list[TruePeak]:
     the call), minus the call's arguments there (XLA counts them), plus
     XLA's peak for that signature; on all devices, the same summed over the
     devices the call ran on. ``devices``: the timeline's live bytes per
-    snapshot and device (else the snapshots' totals, as one device)."""
+    snapshot and device (else the snapshots' totals, as one device).
+    ``replace``: (function_id, signature) -> XLA's figures (``_FIGURES``) of
+    that signature compiled with a change made (a "what if", jit_whatif),
+    used in place of the recorded ones."""
     compiles = run.jit.get("compiles")
     snaps = run.snapshots
     if compiles is None or compiles.empty or snaps.empty:
         return []
     c = compiles.reset_index(drop=True)
-    figures = {col: pd.to_numeric(c[col], errors="coerce").fillna(0).astype(np.int64).to_numpy()
+    figures = {col: pd.to_numeric(c[col], errors="coerce").fillna(0).astype(np.int64).to_numpy(copy=True)
                for col in _FIGURES}
+    for (fid, sig), changed in (replace or {}).items():
+        for i in np.flatnonzero((c["function_id"].astype(np.int64).to_numpy() == fid) & (c["signature"] == sig)):
+            for col in _FIGURES:
+                figures[col][i] = int(changed[col])
     peak = (figures["argument_bytes"] + figures["output_bytes"] - figures["alias_bytes"] + figures["temp_bytes"]
             + figures["generated_code_bytes"])
     args = figures["argument_bytes"]
@@ -612,6 +614,25 @@ def _largest(peaks: list[TruePeak]) -> TruePeak | None:
         if best is None or (p.device_bytes, p.bytes) > (best.device_bytes, best.bytes):
             best = p
     return best
+
+
+def true_peaks(run, tl: Timeline, replace: dict | None = None) -> tuple[int | None, int | None, TruePeak | None]:
+    """The run's true peak: (on the busiest device, on all devices summed,
+    the call that holds it), each the larger of the snapshots' peak and the
+    largest call's (``call_peaks``, with ``replace``'s figures in place of
+    the recorded ones: what the run's peak becomes with a change made).
+    (None, None, None) without the probe's figures."""
+    inside = _largest(call_peaks(run, tl.devices, replace))
+    if inside is None:
+        return None, None, None
+    return max(busiest_snapshot(tl), inside.device_bytes), max(int(tl.peak_bytes), inside.bytes), inside
+
+
+def busiest_snapshot(tl: Timeline) -> int:
+    """The snapshots' peak on the busiest device (the total, on one device)."""
+    if tl.devices.empty:
+        return int(tl.peak_bytes)
+    return int(tl.devices.groupby("device")["live_bytes"].max().max())
 
 
 def true_peak(run, devices: pd.DataFrame | None = None) -> TruePeak | None:

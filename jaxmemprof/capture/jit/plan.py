@@ -1,7 +1,10 @@
 """``run --plan``: the user's step compiled at other batch sizes at the end
 of the run, from its arguments' shapes, dtypes and shardings
 (``jax.ShapeDtypeStruct``: no array is allocated), and XLA's figures for
-each written to ``jit_plans``. Nothing here runs without ``--plan``.
+each written to ``jit_plans``. Without ``--plan``, what is kept here (the
+sampled calls' abstract arguments, the largest functions held) serves the
+donation advice's verifying compiles at the end (whatif.py), and nothing is
+planned.
 
 - At a sampled call of a user's function (``Planner.abstract``, before the
   call): the call's arguments as ``lower()`` takes them, every array as a
@@ -26,15 +29,12 @@ each written to ``jit_plans``. Nothing here runs without ``--plan``.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import time
-import warnings
 from dataclasses import dataclass
 
-from jaxmemprof.libraries import BY_NAME
-from jaxmemprof.capture.jit.programs import _unseen_compile
+from jaxmemprof.capture.jit.whatif import VERIFY_MIN_S, VERIFY_SHARE, compile_figures, rejit, verify_donations
 from jaxmemprof.flow import CARRIED, UNKNOWN, batch_keys, flows, leaf_key
 
 # Functions planned at most, and the share of the largest call peak a second one needs.
@@ -106,9 +106,10 @@ def _peak(figures) -> int | None:
 class Planner:
     """The plan's part of a JitProbe (``probe.planner``)."""
 
-    def __init__(self, probe, options: PlanOptions):
+    def __init__(self, probe, options: PlanOptions | None = None, verify_s: float | None = None):
         self.probe = probe
-        self.options = options
+        self.options = options  # run --plan's; None: the advice's changes verified, nothing planned
+        self.verify_s = verify_s  # run --verify-seconds: the verifying compiles' budget (None: a share of the run)
         self.top: list = []  # the states with the largest call peaks so far, largest first (KEEP_FUNCTIONS)
 
     # -- during the run ----------------------------------------------------------------
@@ -190,7 +191,35 @@ class Planner:
 
     # -- at the end ------------------------------------------------------------------------
 
+    def real_of(self, state):
+        """The jitted function: held by the plan, or still the program's; None once dropped."""
+        if state.plan.real is not None:
+            return state.plan.real
+        proxy = state.proxy() if state.proxy is not None else None
+        return proxy._real if proxy is not None else None
+
     def run(self) -> None:
+        """At the end of the run: the advice's donations compiled
+        (whatif.verify_donations), then, under run --plan, the functions
+        that hold the run's largest XLA call peaks planned; then nothing of
+        the program's is held any more."""
+        try:
+            budget = self.verify_s if self.verify_s is not None else max(
+                VERIFY_MIN_S, VERIFY_SHARE * (time.monotonic() - self.probe._t_install))
+            if budget > 0:
+                try:
+                    verify_donations(self, budget)
+                except Exception as exc:  # the advice then says its figure is not verified; the run is recorded
+                    self.probe.writer.add_event("whatif", f"not verified: {type(exc).__name__}: {exc}"[:2000])
+            if self.options is not None:
+                self._plan()
+        finally:
+            for s in self.probe._states:
+                if s.plan is not None:
+                    s.plan.real = None
+                    s.plan.abstract.clear()
+
+    def _plan(self) -> None:
         """Plan the functions that hold the run's largest XLA call peaks."""
         probe = self.probe
         ready = []
@@ -198,9 +227,7 @@ class Planner:
             slot = s.plan
             if slot is None or not slot.abstract or slot.best is None:
                 continue
-            proxy = s.proxy() if s.proxy is not None else None
-            real = slot.real if slot.real is not None else (proxy._real if proxy is not None else None)
-            ready.append((slot.best, s, real))
+            ready.append((slot.best, s, self.real_of(s)))
         if not ready:
             probe.writer.add_event("plan", "nothing planned: no jitted function of the program's was sampled "
                                            "with XLA's figures")
@@ -221,10 +248,6 @@ class Planner:
                 self._plan_one(state, real, why)
             except Exception as exc:  # a plan that fails says why; the run is recorded
                 probe.writer.add_event("plan", f"{name}: not planned: {type(exc).__name__}: {exc}"[:2000])
-        for s in probe._states:
-            if s.plan is not None:
-                s.plan.real = None
-                s.plan.abstract.clear()
 
     def _plan_one(self, state, real, why: dict) -> None:
         writer, slot = self.probe.writer, state.plan
@@ -308,7 +331,7 @@ class Planner:
             found = search(known, self.options.fit_peak_bytes, compile_at, multiple=multiple)
             if found and found not in (b for _, b in ends):
                 ends.append((found / batch, found))
-        donated = self._donated(state, ab, flow, leaf_of, wrapper)
+        donated = self._donated(state, real, ab, flow, leaf_of)
         if isinstance(donated, str):
             writer.add_event("plan", f"{name}: donation not compiled: {donated}")
         else:
@@ -325,22 +348,10 @@ class Planner:
                                               "warnings": said}, error)
         writer.add_jit_plans(rows)
 
-    def _donated(self, state, ab: Abstract, flow: dict, leaf_of: dict, wrapper: str):
+    def _donated(self, state, real, ab: Abstract, flow: dict, leaf_of: dict):
         """The function jitted anew with its carried state donated, and what
         that donates; or why it cannot be compiled from outside (a string)."""
-        jit = BY_NAME[wrapper].rejit if wrapper in BY_NAME else None
-        if jit is None:
-            return f"{wrapper} decides donation inside its own call (its donate option); not compiled from outside"
-        original = next((o for name, o, _ in self.probe._patched if name == state.plan.jit), None)
-        real_fun = None
-        for s in (state.plan.real, getattr(state.proxy(), "_real", None) if state.proxy is not None else None):
-            real_fun = getattr(s, "__wrapped__", None)
-            if real_fun is not None:
-                break
-        if original is None or real_fun is None:
-            return "the jitted function's own function is not reachable"
         nums, names = set(), set()
-        options = dict(state.plan.options)
         for key in {k for k in ab.keys if k is not None and flow.get(k) == CARRIED}:
             leaf = leaf_of.get(key, {})
             if leaf.get("donated"):
@@ -351,59 +362,11 @@ class Planner:
                 nums.add(int(leaf["arg"]))
         if not nums and not names:
             return "no carried argument left to donate"
-        given_nums = options.get("donate_argnums")
-        given_nums = [] if given_nums is None else [given_nums] if isinstance(given_nums, int) else list(given_nums)
-        given_names = options.get("donate_argnames")
-        given_names = [] if given_names is None else [given_names] if isinstance(given_names, str) else list(
-            given_names)
-        options["donate_argnums"] = tuple(sorted(set(given_nums) | nums))
-        if names or given_names:
-            options["donate_argnames"] = tuple(sorted(set(given_names) | names))
-        fn = original(real_fun, **options)
-        return fn, {"argnums": sorted(nums), "argnames": sorted(names)}
+        fn = rejit(self.probe, state, real, nums, names)
+        return fn if isinstance(fn, str) else (fn, {"argnums": sorted(nums), "argnames": sorted(names)})
 
     def _compile(self, fn, ab: Abstract, scaled, axis, batch, narrow: bool, wrapper: str = "jax.jit"):
-        """XLA's figures for ``fn`` at ``batch`` (the scaled inputs'
-        dimension ``axis``), every float32 argument as bfloat16 if
-        ``narrow``: (figures or None, seconds, error or None, warnings)."""
-        jax = self.probe._jax
-        flat = list(ab.flat)
-        for j in scaled:
-            x = flat[j]
-            shape = list(x.shape)
-            shape[axis] = batch
-            flat[j] = jax.ShapeDtypeStruct(tuple(shape), x.dtype, sharding=x.sharding, weak_type=x.weak_type)
-        if narrow:
-            for j, x in enumerate(flat):
-                if hasattr(x, "shape") and str(x.dtype) == "float32":
-                    flat[j] = jax.ShapeDtypeStruct(x.shape, jax.numpy.bfloat16, sharding=x.sharding,
-                                                   weak_type=x.weak_type)
-        args, kwargs = jax.tree_util.tree_unflatten(ab.treedef, flat)
-        args = list(args)
-        for i, v in ab.static.items():
-            args.insert(i, v)
-        kwargs = {**kwargs, **ab.static_kw}
-        t0 = time.monotonic()
-        said = []
-        try:
-            with warnings.catch_warnings(record=True) as caught, _unseen_compile(jax), _lowering(fn, wrapper):
-                warnings.simplefilter("always")
-                compiled = fn.lower(*args, **kwargs).compile()
-                ma = compiled.memory_analysis()
-            said = [f"{w.category.__name__}: {w.message}"[:300] for w in caught][:3]
-            if ma is None:
-                return None, time.monotonic() - t0, "XLA gave no memory analysis", said
-            fig = tuple(int(getattr(ma, f, 0) or 0) for f in (
-                "argument_size_in_bytes", "output_size_in_bytes", "alias_size_in_bytes", "temp_size_in_bytes",
-                "generated_code_size_in_bytes"))
-            return fig, time.monotonic() - t0, None, said
-        except Exception as exc:
-            return None, time.monotonic() - t0, f"{type(exc).__name__}: {exc}".splitlines()[0][:500], said
-
-
-def _lowering(fn, wrapper: str):
-    lib = BY_NAME.get(wrapper)
-    return lib.lowering(fn) if lib is not None else contextlib.nullcontext()
+        return compile_figures(self.probe._jax, fn, ab, scaled, axis, batch, narrow, wrapper)
 
 
 def search(known: dict, target: int, compile_at, most: int = SEARCH_COMPILES, multiple: int = 1) -> int:

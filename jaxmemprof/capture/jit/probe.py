@@ -79,10 +79,13 @@ class JitProbe(Programs):
     ``sample_every``; at most ``max_samples`` per function."""
 
     def __init__(self, writer, *, sample_first: int = 3, sample_every: int = 50, max_samples: int = 20,
-                 dump_share: float = 0.01, dump_min_s: float = 0.25, exclude: tuple = (), plan=None):
+                 dump_share: float = 0.01, dump_min_s: float = 0.25, exclude: tuple = (), plan=None,
+                 verify_s: float | None = None):
         self.writer = writer
-        # run --plan (plan.PlanOptions): the steps compiled at other batch sizes at the end; None: nothing kept for it
-        self.planner = Planner(self, plan) if plan is not None else None
+        # The user's steps compiled anew at the end: the donation advice's arguments donated (within
+        # verify_s seconds, None: a share of the run), and under run --plan (plan.PlanOptions; None
+        # without) other batch sizes.
+        self.planner = Planner(self, plan, verify_s)
         self.exclude = tuple(exclude)  # more files JAX should not take for the program's (the launcher)
         # XLA's dumps at the end of the run may take this share of the run's
         # wall time (at least dump_min_s), each dump costing about what the
@@ -148,7 +151,7 @@ class JitProbe(Programs):
                     unregister(self._listener)
             except Exception:
                 pass
-        for step in (self._dump_programs, self._flush, *((self.planner.run,) if self.planner is not None else ())):
+        for step in (self._dump_programs, self._flush, self.planner.run):
             try:
                 step()
             except Exception as exc:
@@ -310,7 +313,7 @@ class JitProbe(Programs):
         state = self._add_function(row, params, donate_argnums, donate_argnames, arguments, _cache_size(real) < 0,
                                    _is_user_function(target))
         state.jit_static = (jit_static_argnums, _normalise(kwargs.get("static_argnames")), jitted)
-        if self.planner is not None and state.user:
+        if state.user:
             state.plan = self.planner.slot(BY_NAME[wrapper].patches, kwargs)
         return state
 
@@ -431,7 +434,7 @@ class JitProbe(Programs):
             inputs = self._guard(state, self._describe_inputs, state, args, kwargs)
             if inputs is not None:
                 inputs += (signature, self._live_before(state))
-                if state.plan is not None:  # run --plan: its arguments' shapes, before a donating call deletes them
+                if state.plan is not None:  # its arguments' shapes (plan, whatif), before a donating call deletes them
                     abstract = self._guard(state, self.planner.abstract, state, args, kwargs, inputs)
         calling = self._calling
         outer, calling.state = getattr(calling, "state", None), state
