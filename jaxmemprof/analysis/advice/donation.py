@@ -349,17 +349,17 @@ def donation_findings(ar: Attributed, tl: Timeline | None = None) -> list[Findin
     functions = _functions(run)
     if functions.empty:
         return findings
-    tl = tl if tl is not None else timeline(ar)
     by_id = functions.set_index("function_id")
     for c in donation_candidates(ar):
+        tl = tl if tl is not None else timeline(ar)
         fid = c.function_id
         fn = by_id.loc[fid].copy()
         fn["function_id"] = fid
         cands = c.donors
         donated, devices = c.donated_bytes, c.devices
         measured = verified_change(run, tl, fid, [d.argument for d in cands])
-        if measured["verified"]:
-            saving, per_device = measured["saving_bytes"], measured["saving_bytes_per_device"]
+        if measured["verified"]:  # the fall on all devices summed is the finding's saving; on the busiest, a fact
+            saving, per_device = measured.pop("saving_bytes"), measured["saving_bytes_per_device"]
         else:
             saving, per_device = donated, donated // devices
         severity = "high" if per_device >= 256 * 1024**2 else "medium" if per_device > 0 else "low"
