@@ -97,13 +97,15 @@ def _console(buf):
 
 
 def _head(run, ov) -> str:
+    from jaxmemprof.units import counted
+
     took = f"{ov.duration_s:.1f} s" if ov.duration_s is not None else "?"
     ended = ""
     if ov.ended_by not in (None, "exit"):
         error = f" ({type(run.error).__name__})" if run.error is not None else ""
         ended = f", ended by {'running out of device memory' if ov.ended_by == 'oom' else 'an exception'}{error}"
     share = f" ({100 * ov.sampling_s / ov.duration_s:.1f}% CPU)" if ov.duration_s else ""
-    return f"jaxmemprof: {run.target}: {took}{ended}; {ov.snapshots} snapshots{share}; run {run.path}"
+    return f"jaxmemprof: {run.target}: {took}{ended}; {counted(ov.snapshots, 'snapshot')}{share}; run {run.path}"
 
 
 def _peak_line(ov) -> str:
@@ -129,7 +131,7 @@ def _summary_text(run, run_, ov, rep) -> str:
     from jaxmemprof.render.escape import safe
     from jaxmemprof.render.report import render_findings
     from jaxmemprof.render.text import render_oom
-    from jaxmemprof.units import format_bytes
+    from jaxmemprof.units import counted, format_bytes
 
     buf = io.StringIO()
     con = _console(buf)
@@ -146,7 +148,7 @@ def _summary_text(run, run_, ov, rep) -> str:
             con.print(RichText(f"  {format_bytes(row['bytes']):>10}  {safe(row['site'])}"))
         if ov.peak_sites.omitted_rows:
             con.print(RichText(f"  {format_bytes(ov.peak_sites.omitted_bytes):>10}  "
-                                f"{ov.peak_sites.omitted_rows} more sites"))
+                                f"{counted(ov.peak_sites.omitted_rows, 'more site', 'more sites')}"))
     if rep.findings:
         con.print(f"findings ({len(rep.findings)}):")
         render_findings(rep.findings, con)
@@ -161,7 +163,7 @@ def _summary_html(run, run_, ov, rep) -> str:
     holding it, then each finding (its severity, rule, site and saving; its
     sentence; its fix)."""
     from jaxmemprof.render.findings import words
-    from jaxmemprof.units import format_bytes
+    from jaxmemprof.units import counted, format_bytes
 
     out = [f"<div class=\"jaxmemprof-summary\" style=\"{_STYLE}\">", f"<div>{_e(_head(run, ov))}</div>"]
     for w in _problems(run_):
@@ -173,7 +175,8 @@ def _summary_html(run, run_, ov, rep) -> str:
         out.append("<table style=\"border-collapse:collapse;margin:2px 0 6px 1em\">")
         rows = [(format_bytes(r["bytes"]), f"<code>{_e(r['site'])}</code>") for _, r in ov.peak_sites.rows.iterrows()]
         if ov.peak_sites.omitted_rows:
-            rows.append((format_bytes(ov.peak_sites.omitted_bytes), f"{ov.peak_sites.omitted_rows} more sites"))
+            rows.append((format_bytes(ov.peak_sites.omitted_bytes),
+                         counted(ov.peak_sites.omitted_rows, "more site", "more sites")))
         for b, site in rows:
             out.append(f"<tr><td style=\"text-align:right;padding:0 1em 0 0\">{b}</td><td>{site}</td></tr>")
         out.append("</table>")
