@@ -80,6 +80,11 @@ def stream(cell) -> str:
     return "".join(o.get("text", "") for o in cell.outputs if o.output_type == "stream")
 
 
+def displayed(cell) -> str:
+    """What the magic displayed (not the cell's own value, in Out)."""
+    return "\n".join(o["data"]["text/plain"] for o in cell.outputs if o.output_type == "display_data")
+
+
 def shown(cell, mime: str = "text/plain") -> str:
     return "\n".join(o["data"][mime] for o in cell.outputs
                      if o.output_type in ("display_data", "execute_result") and mime in o.get("data", {}))
@@ -129,7 +134,40 @@ def checks(k: Kernel) -> dict:
     k.run("%%jaxmemprof -o runs/jitted --force --no-page\ntwice(x);")
     k.run("import asyncio")
     out["awaits"] = k.run("%%jaxmemprof --no-page\nawait asyncio.sleep(0)", allow_errors=True)
+    out["ipython"] = k.value("import IPython, json\nprint(json.dumps(IPython.__version__))")
+    # Numbering: a recorded cell's value, the plain cell after it, a recorded cell that raises.
+    out["kept"] = k.run("%%jaxmemprof -o runs/kept --force --no-page\nsquare = None\njnp.full((512, 512), 7.0)")
+    n = out["kept"].execution_count
+    out["next_plain"] = k.run("raise ValueError('the plain cell after')", allow_errors=True)
+    out["raises"] = k.run("%%jaxmemprof -o runs/raises --force --no-page\nx.sum()\nraise ValueError('bad value')",
+                          allow_errors=True)
+    out["raised_report"] = k.run("%jaxmemprof report")
+    out["kept_in_out"] = k.value(f"import json\nprint(json.dumps([{n} in Out, list(Out[{n}].shape), "
+                                 f"_{n} is Out[{n}]]))")
+    # %unload_ext: a run %jaxmemprof start began is stopped, the magics are gone, jax.jit is JAX's own again.
+    out["unload_start"] = k.run("%jaxmemprof start -o runs/unloaded --force")
+    out["runs_before_unload"] = sorted(p.name for p in (k.work / "runs").iterdir())
+    out["unload"] = k.run("%unload_ext jaxmemprof")
+    out["after_unload"] = k.run("%%jaxmemprof -o runs/after-unload --force --no-page\nafter = x.sum()",
+                                allow_errors=True)
+    out["line_after_unload"] = k.run("%jaxmemprof report", allow_errors=True)
+    out["runs_after_unload"] = sorted(p.name for p in (k.work / "runs").iterdir())
+    out["unloaded_state"] = k.value(
+        "import json, jaxmemprof.api, jaxmemprof.notebook\n"
+        "from jaxmemprof.capture.jit import Probed\n"
+        "print(json.dumps([len(jaxmemprof.api.observers), len(jaxmemprof.notebook._loaded), "
+        "isinstance(jax.jit(lambda a: a), Probed), 'after' in globals()]))")
+    # Loaded again, it records again, under the right label.
+    k.run("%load_ext jaxmemprof")
+    out["reloaded"] = k.run("%%jaxmemprof -o runs/reloaded --force --no-page\nagain = x + 1")
     return out
+
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def traceback_text(cell) -> str:
+    return "\n".join(ANSI.sub("", "\n".join(o["traceback"])) for o in cell.outputs if o.output_type == "error")
 
 
 def test_a_train_step_jitted_in_another_cell_gets_its_donation_finding_with_the_cells_line(kernel):
@@ -147,8 +185,9 @@ def test_a_train_step_jitted_in_another_cell_gets_its_donation_finding_with_the_
     assert f"medium donate  In [{define.execution_count}]:{line}" in later.stdout, later.stdout
     assert "fix: train_step = jax.jit(step, donate_argnums=(0,))" in later.stdout, later.stdout
     # Applied, the fix removes the finding (the step jitted again in a cell, run over cells).
-    stopped = shown(kernel.cells["%jaxmemprof stop --no-page"])
-    assert stopped.startswith("jaxmemprof: In [") and " to In [" in stopped
+    start, stop = kernel.cells["%jaxmemprof start -o runs/donated --force"], kernel.cells["%jaxmemprof stop --no-page"]
+    stopped = shown(stop)
+    assert stopped.startswith(f"jaxmemprof: In [{start.execution_count}] to In [{stop.execution_count}]: "), stopped
     assert not re.search(r"^\d+\. \w+ donate ", stopped, re.M), stopped
 
 
@@ -294,3 +333,94 @@ def test_the_inline_report_draws_in_a_browser_offline(kernel, tmp_path):
             time.sleep(0.05)
         assert ready == "1" and charts > 0 and no_errors
         assert page.errors == []  # no console error, no request beyond the file itself
+
+
+# -- what IPython numbers, and what the extension says of it (IPython 8 counts a
+# cell once it has run, IPython 9 as it starts; both must read the same)
+
+
+def test_the_kernel_runs_the_ipython_this_interpreter_has(kernel):
+    import IPython
+
+    assert kernel.checks["ipython"] == IPython.__version__
+
+
+def test_a_recorded_cell_is_named_by_the_number_the_notebook_shows(kernel):
+    from jaxmemprof import load_run
+
+    cell = kernel.checks["kept"]
+    n = cell.execution_count
+    text = displayed(cell)
+    assert text.startswith(f"jaxmemprof: In [{n}]: "), text
+    assert f"1.00 MiB  In [{n}]:3 (<module>)" in text, text  # jnp.full(...), line 3 (the magic's line is 1)
+    run = load_run(kernel.work / "runs" / "kept")
+    assert run.manifest["argv"] == [f"In [{n}]"] and run.manifest["notebook"]["cells"] == f"In [{n}]"
+    assert f"In [{n + 1}]" not in set(run.source_names.values())  # no cell was filed under the next number
+    # The value went where the notebook shows it, Out[n] (the magic does not move the count).
+    assert [o["execution_count"] for o in cell.outputs if o.output_type == "execute_result"] == [n]
+    assert kernel.checks["kept_in_out"] == [True, [512, 512], True]
+
+
+def test_the_output_history_advice_names_the_cell_and_the_entry_that_hold_the_array(kernel):
+    from jaxmemprof import load_run
+    from jaxmemprof.analysis.attributed import attribute
+    from jaxmemprof.analysis.history import history_findings
+
+    n = kernel.checks["kept"].execution_count
+    text = shown(kernel.checks["kept"])
+    assert f"medium output-history  In [{n}]:3 (<module>)  saves 1.00 MiB" in text, text
+    assert f"alive that nothing else holds: Out[{n}]." in text and f"fix: %xdel _{n} " in text, text
+    (f,) = history_findings(attribute(load_run(kernel.work / "runs" / "kept")))
+    (entry,) = [e for e in f.fact("entries") if e["holder"] == f"Out[{n}]"]
+    assert f"_{n}" in entry["names"] and entry["freed_arrays"] == 1
+    assert f.site == f"In [{n}]:3 (<module>)"
+
+
+def test_the_cells_after_a_recorded_cell_keep_their_numbers(kernel):
+    kept, plain, raises = (kernel.checks[k] for k in ("kept", "next_plain", "raises"))
+    assert plain.execution_count == kept.execution_count + 1 and raises.execution_count == plain.execution_count + 1
+    assert f"Cell In[{plain.execution_count}], line 1" in traceback_text(plain), traceback_text(plain)
+    # A recorded cell's traceback reads its own number and line (the magic's line is line 1).
+    assert f"Cell In[{raises.execution_count}], line 3" in traceback_text(raises), traceback_text(raises)
+
+
+def test_a_recorded_cell_that_raised_is_reported_as_that_cell_with_its_exception(kernel):
+    from jaxmemprof import load_run
+
+    n = kernel.checks["raises"].execution_count
+    assert shown(kernel.checks["raises"]).startswith(f"jaxmemprof: In [{n}]: ")
+    assert "ended by an exception (ValueError)" in shown(kernel.checks["raises"])
+    report = shown(kernel.checks["raised_report"])
+    line = report.splitlines()[1]
+    assert line.startswith(f"In [{n}] raised ValueError: bad value after "), report
+    assert "profile()" not in report and "no exit status" not in report
+    run = load_run(kernel.work / "runs" / "raises")
+    assert run.manifest["ended_by"] == "exception" and run.finished
+    assert run.manifest["notebook"]["raised"] == "ValueError: bad value"
+    # From a terminal too: the run names the cell and what it raised, not profile().
+    later = run_cli("report", kernel.work / "runs" / "raises", cwd=kernel.work).stdout
+    assert f"In [{n}] raised ValueError: bad value" in later and "profile()" not in later, later
+
+
+def test_after_unload_ext_the_magic_is_not_found_and_records_nothing(kernel):
+    from jaxmemprof import load_run
+
+    checks = kernel.checks
+    # The run %jaxmemprof start began was stopped by the unload, and kept.
+    stopped = load_run(kernel.work / "runs" / "unloaded")
+    assert stopped.finished and stopped.manifest["ended_by"] == "exit"
+    started, unloaded = checks["unload_start"].execution_count, checks["unload"].execution_count
+    assert stopped.manifest["argv"] == [f"In [{started}] to In [{unloaded}]"]
+    assert stream(checks["unload"]).startswith(f"jaxmemprof: stopped recording into runs/unloaded (In [{started}] to "
+                                               f"In [{unloaded}])"), stream(checks["unload"])
+    said = stream(checks["after_unload"])
+    assert said.startswith("UsageError: Cell magic `%%jaxmemprof` not found"), said
+    assert stream(checks["line_after_unload"]).startswith("UsageError: Line magic function `%jaxmemprof` not found")
+    assert checks["runs_after_unload"] == checks["runs_before_unload"]  # no run directory written
+    assert not (kernel.work / "jaxmemprof-runs").exists()
+    # No observer, no magics, jax.jit JAX's own (no probe's proxy); the cell's body never ran.
+    assert checks["unloaded_state"] == [0, 0, False, False]
+    # %load_ext again: it records again, under the cell's number.
+    n = checks["reloaded"].execution_count
+    assert shown(checks["reloaded"]).startswith(f"jaxmemprof: In [{n}]: ")
+    assert load_run(kernel.work / "runs" / "reloaded").finished

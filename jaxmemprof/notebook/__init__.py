@@ -38,14 +38,38 @@ def load_ipython_extension(shell) -> None:
 
 
 def unload_ipython_extension(shell) -> None:
+    """``%unload_ext jaxmemprof``: a run ``%jaxmemprof start`` began is
+    stopped (and kept), the magics are IPython's no longer (``%%jaxmemprof``
+    is then "not found"), and ``jax.jit`` is JAX's own again; runs no longer
+    name cells or look at the output history."""
     from jaxmemprof import api
 
     kernel, magics = _loaded.pop(id(shell), (None, None))
     if kernel is None:
         return
-    if magics.recording is not None:
-        magics.recording.stop()
-        magics.recording = None
-    if kernel in api.observers:
-        api.observers.remove(kernel)
-    kernel.uninstall()
+    try:
+        run = magics.end_recording()
+        if run is not None:
+            print(f"jaxmemprof: stopped recording into {run.path} ({run.target}); its report: "
+                  f"jaxmemprof.load_run({str(run.path)!r}), or jaxmemprof report {run.path} in a terminal")
+    finally:
+        _unregister(shell, magics)
+        if kernel in api.observers:
+            api.observers.remove(kernel)
+        kernel.uninstall()
+
+
+def _unregister(shell, magics) -> None:
+    """Take the magics out of IPython's tables (it has no call for that):
+    each line and cell magic bound to them, and their class's entry."""
+    manager = getattr(shell, "magics_manager", None)
+    if manager is None:
+        return
+    for table in getattr(manager, "magics", {}).values():
+        for name, fn in list(table.items()):
+            if getattr(fn, "__self__", None) is magics:
+                del table[name]
+    registry = getattr(manager, "registry", {})
+    for name, registered in list(registry.items()):
+        if registered is magics:
+            del registry[name]

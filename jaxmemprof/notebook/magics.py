@@ -5,6 +5,8 @@ last run's (or a named run's) whole report. docs/notebooks.md shows them."""
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import shlex
 import sys
 
@@ -118,18 +120,24 @@ class JaxmemprofMagics(Magics):
             raise UsageError("a %%jaxmemprof cell cannot await at its top level (IPython runs a cell magic "
                              "synchronously): put %jaxmemprof start in the cell before it and %jaxmemprof stop "
                              "in the cell after")
-        run = self._new_run(args, "cell", self._label())
+        number = cell_number(self.shell)
+        run = self._new_run(args, "cell", f"In [{number}]")
         self._begin(run)
         self.last = run
-        result = None
         try:
             # A cell ending with ; shows no value (and keeps none in Out): IPython
             # tells it from the history's last input, which a cell run inside
-            # this one does not enter.
-            result = self.shell.run_cell(body, store_history=False, silent=_ends_with_semicolon(cell))
-        finally:
-            error = None if result is None else (result.error_before_exec or result.error_in_exec)
-            run.stop(error)
+            # this one does not enter. Its code is compiled under this cell's
+            # number (its sites and its traceback read In [number]).
+            with compiled_as(self.shell, number):
+                result = self.shell.run_cell(body, store_history=False, silent=_ends_with_semicolon(cell))
+        except BaseException as exc:  # run_cell itself failed (interrupted)
+            _record_cells(run, run.target, exc)
+            run.stop(exc)
+            raise
+        error = result.error_before_exec or result.error_in_exec
+        _record_cells(run, run.target, error)
+        run.stop(error)
         self._show(run, page=not args.no_page)
         if error is not None:
             raise CellFailed(error, run)
@@ -138,6 +146,7 @@ class JaxmemprofMagics(Magics):
         args = _recording_parser("%jaxmemprof start", page=False).parse_args(words)
         run = self._new_run(args, "cells", f"{self._label()} on")
         self._begin(run)
+        _record_cells(run, run.target.removesuffix(" on"))
         self.recording = self.last = run
         print(f"jaxmemprof: recording into {run.path} (%jaxmemprof stop to end)")
 
@@ -148,10 +157,18 @@ class JaxmemprofMagics(Magics):
         run = self.recording
         if run is None:
             raise UsageError("not recording: %jaxmemprof start first (or %%jaxmemprof a cell)")
-        self.recording = None
-        run.target = f"{run.target.removesuffix(' on')} to {self._label()}"
-        run.stop()
+        self.end_recording()
         self._show(run, page=not args.no_page)
+
+    def end_recording(self) -> ProfiledRun | None:
+        """Stop the run ``%jaxmemprof start`` began, at this cell (``%jaxmemprof
+        stop``, or ``%unload_ext``): the cells it recorded, ``In [7] to In [9]``."""
+        run, self.recording = self.recording, None
+        if run is not None:
+            run.target = f"{run.target.removesuffix(' on')} to {self._label()}"
+            _record_cells(run, run.target)
+            run.stop()
+        return run
 
     def _show(self, run: ProfiledRun, page: bool) -> None:
         try:
@@ -187,13 +204,94 @@ class JaxmemprofMagics(Magics):
             raise UsageError(str(exc)) from None
 
     def _label(self) -> str:
-        return f"In [{self.shell.execution_count}]"
+        return f"In [{cell_number(self.shell)}]"
 
     def _awaits(self, body: str) -> bool:
         try:
             return bool(self.shell.should_run_async(body, transformed_cell=self.shell.transform_cell(body)))
         except Exception:  # what the cell's own run will report (a syntax error)
             return False
+
+
+def cell_number(shell) -> int:
+    """The number of the cell running now, as the notebook shows it (``In
+    [N]``, ``Out[N]``). Not ``shell.execution_count`` itself: IPython 8
+    counts a cell once it has run (the count is the running cell's number),
+    IPython 9 as it starts (the count is the next cell's). The running cell's
+    ExecutionResult has its number in both, and the display hook (which
+    files values under ``Out[N]``) knows it too."""
+    hook = getattr(shell, "displayhook", None)
+    running = getattr(hook, "exec_result", None)
+    n = getattr(running, "execution_count", None)
+    if isinstance(n, int) and not isinstance(n, bool):
+        return n
+    try:
+        n = hook.prompt_count
+    except Exception:
+        n = None
+    return n if isinstance(n, int) and not isinstance(n, bool) else shell.execution_count
+
+
+@contextlib.contextmanager
+def compiled_as(shell, number: int):
+    """Within: the next cell IPython compiles is filed under ``number`` (its
+    file name's label, ``In [number]``, in IPython's map that tracebacks and
+    the runs' sites read). A cell run inside another (store_history=False)
+    is compiled under ``shell.execution_count``, which in IPython 9 is already
+    the next cell's number."""
+    compiler = getattr(shell, "compile", None)
+    cache = getattr(compiler, "cache", None)
+    if cache is None:
+        yield
+        return
+    own = "cache" in vars(compiler)  # patched by someone else: put theirs back after
+    used = []
+
+    @functools.wraps(cache)
+    def cache_as(transformed_code, *args, **kwargs):
+        if not used:  # this cell only (not what its code runs in turn)
+            used.append(True)
+            if args:
+                args = (number, *args[1:])
+            else:
+                kwargs["number"] = number
+        return cache(transformed_code, *args, **kwargs)
+
+    compiler.cache = cache_as
+    try:
+        yield
+    finally:
+        if own:
+            compiler.cache = cache
+        elif vars(compiler).get("cache") is cache_as:
+            del compiler.cache
+
+
+def _record_cells(run: ProfiledRun, cells: str, error: BaseException | None = None) -> None:
+    """What the run recorded, in its manifest: the cells (``In [5]``, ``In
+    [7] to In [9]``) as its command, and the exception the cell raised,
+    so that every reader of the run (``%jaxmemprof report``, ``jaxmemprof
+    report`` in a terminal, the page) names them, not ``profile()``."""
+    writer = getattr(run.session, "writer", None)
+    if writer is None:  # deferred to a run already recording
+        return
+    raised = None
+    if error is not None:
+        try:
+            message = _one_line(str(error))
+        except Exception:  # an exception whose str() fails: its type says enough
+            message = ""
+        raised = f"{type(error).__name__}: {message}" if message else type(error).__name__
+    with writer._lock:
+        writer.manifest["argv"] = [cells] + (["raised", raised] if raised else [])
+        nb = writer.manifest.setdefault("notebook", {})
+        nb["cells"] = cells
+        nb["raised"] = raised
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def _ends_with_semicolon(cell: str) -> bool:
