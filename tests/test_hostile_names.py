@@ -3,8 +3,11 @@
 The profiles are built with ``profile_pb2`` (valid indices) so that exactly
 these names reach the output: spreadsheet formulas, terminal escapes,
 newlines, HTML, bidi overrides and bytes that are not UTF-8. CSV must parse
-and keep formulas inert, the terminal must receive no control characters, and
-JSON must carry the names unchanged.
+and keep formulas inert, the terminal must receive no control characters,
+CSV, the terminal and the HTML page must show a name escaped the same way
+(``escaped``), whichever name it is (a function, a dict key, a flax.nnx
+module's attribute: a program recorded for real, at the end), and JSON must
+carry the names unchanged.
 
 stdout is read as bytes here: ``run_cli``'s text mode turns a carriage return
 into a newline, which would hide exactly what these tests look for.
@@ -72,6 +75,18 @@ GROUPINGS = list(KEYS)
 def text(b: bytes) -> str:
     """How a name is expected to read: invalid UTF-8 as backslash escapes."""
     return b.decode("utf-8", errors="backslashreplace")
+
+
+BIDI = {"\u061c", "\u200e", "\u200f", *map(chr, range(0x202A, 0x202F)), *map(chr, range(0x2066, 0x206A))}
+# What is shown escaped: C0 (newline, ESC), DEL, C1, the line and paragraph separators and the bidi controls.
+UNSAFE = {*map(chr, range(0x20)), *map(chr, range(0x7F, 0xA0)), "\u2028", "\u2029", *BIDI}
+
+
+def escaped(name: str) -> str:
+    """How a name is shown, in CSV, on the terminal and on the HTML page
+    alike: each unsafe character as Python's repr writes it (``\\x1b``,
+    ``\\n``, ``\\u202e``), as a dict key in an owner path has it."""
+    return "".join(repr(c)[1:-1] if c in UNSAFE else c for c in name)
 
 
 def line_of(i: int) -> int:
@@ -233,7 +248,7 @@ def test_csv_parses_and_keeps_formulas_inert(hostile, command, by):
 
     want = {}
     for key, vals in expected.items():
-        shown = tuple(str(v) if k == "line" else neutralised(v) for k, v in zip(KEYS[by], key))
+        shown = tuple(str(v) if k == "line" else neutralised(escaped(v)) for k, v in zip(KEYS[by], key))
         want[shown] = vals
     if command == "diff":
         # Unchanged groups may be left out of the rows; every changed one is there.
@@ -257,8 +272,9 @@ def test_csv_parses_and_keeps_formulas_inert(hostile, command, by):
 
 def test_csv_carriage_return_cannot_smuggle_a_formula_row(tmp_path):
     """A name with a CR in the middle (not at the start, so not neutralised)
-    must be quoted: a bare CR ends the record for the csv module and for
-    spreadsheets, and the rest of the name would start a row with a formula."""
+    is escaped (``\\r``), as the terminal shows it: a bare CR would end the
+    record for spreadsheets, and the rest of the name would start a row with
+    a formula."""
     p = pb.Profile()
     p.string_table.extend([b"", b"space", b"bytes", b"x\r=cmd|' /C calc'!A0", b"a.py"])
     p.sample_type.add(type=1, unit=2)
@@ -268,8 +284,9 @@ def test_csv_carriage_return_cannot_smuggle_a_formula_row(tmp_path):
     (tmp_path / "cr.prof").write_bytes(p.SerializeToString())
     proc = run_cli_bytes("show", "cr.prof", "--csv", "-", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr.decode(errors="replace")
+    assert b"\r=" not in proc.stdout
     records = list(csv.reader(io.StringIO(proc.stdout.decode("utf-8"), newline="")))
-    name = "x\r=cmd|' /C calc'!A0"
+    name = "x\\r=cmd|' /C calc'!A0"
     assert records == [
         ["site", "file", "line", "function", "bytes", "count", "share"],
         [f"a.py:1 ({name})", "a.py", "1", name, "4096", "0", "1.0"],
@@ -289,12 +306,9 @@ def test_csv_file_matches_csv_stdout(hostile):
 # --------------------------------------------------------------------------
 # Terminal
 
-BIDI = {"\u200e", "\u200f", *map(chr, range(0x202A, 0x202F)), *map(chr, range(0x2066, 0x206A))}
-
-
 def assert_terminal_safe(raw: bytes):
     out = raw.decode("utf-8")  # strict: the terminal gets valid UTF-8
-    bad = sorted({c for c in out if (ord(c) < 0x20 and c != "\n") or 0x7F <= ord(c) <= 0x9F or c in BIDI})
+    bad = sorted({c for c in out if c in UNSAFE and c != "\n"})
     assert not bad, f"control characters reach the terminal: {bad!r}"
 
 
@@ -449,3 +463,151 @@ def test_report_shows_labels_and_manifest_fields_as_data(tmp_path):
     out = proc.stdout.decode()
     assert "[link=http://evil.example/]click[/link][bold]\\x1b[31m" in out
     assert "; \\x1b]0;title\\x07cpu, 1 device" in out and "exit status 0 (exit\\x1b[2J)" in out
+
+
+# --------------------------------------------------------------------------
+# A program's own names, recorded for real: a flax.nnx module's attribute, a
+# dict key and a function name, each the same hostile text, shown the same
+# way in CSV, on the terminal and on the HTML page.
+
+EVIL = "w\x1b[31m\u202e\u2066\u061c\u200f\x9b\x7f\nx"
+EVIL_SHOWN = "w\\x1b[31m\\u202e\\u2066\\u061c\\u200f\\x9b\\x7f\\nx"
+NNX_PROGRAM = f'''
+import jax.numpy as jnp
+from flax import nnx
+import jaxmemprof
+
+EVIL = {EVIL!r}
+
+
+class Model(nnx.Module):
+    def __init__(self):
+        setattr(self, EVIL, nnx.Param(jnp.ones((128, 128))))  # the largest parameter
+        self.b = nnx.Param(jnp.zeros((128,)))
+
+    def __call__(self, x):
+        return x @ getattr(self, EVIL)[...] + self.b[...]
+
+
+def step(model, x, extra):
+    w = getattr(model, EVIL)
+    w[...] = w[...] - 0.01 * (x.T @ model(x)) + extra[EVIL]
+    return model(x).sum()
+
+
+step.__code__ = step.__code__.replace(co_name=EVIL, co_qualname=EVIL)
+step.__name__ = step.__qualname__ = EVIL
+step = nnx.jit(step, donate_argnames=("model",))
+
+model = Model()
+extra = {{EVIL: jnp.zeros((128, 128))}}  # a dict key: jax's path writes it with its escapes
+for i in range(4):
+    x = jnp.ones((32, 128)) * i
+    loss = step(model, x, extra)
+jaxmemprof.snapshot(EVIL)
+print(float(loss))
+'''
+
+
+@pytest.fixture(scope="module")
+def nnx_run(tmp_path_factory):
+    """The program recorded, exported as CSV, reported on the terminal and as HTML."""
+    d = tmp_path_factory.mktemp("hostile-nnx")
+    (d / "prog.py").write_text(NNX_PROGRAM)
+    for args in (["run", "-q", "-o", "run", "prog.py"], ["export", "run", "--csv", "csv"],
+                 ["report", "run", "--html", "report.html"]):
+        proc = run_cli_bytes(*args, cwd=d)
+        assert proc.returncode == 0, proc.stderr.decode(errors="replace")
+    return d
+
+
+def read_csv(path: Path) -> list[dict]:
+    raw = path.read_text(encoding="utf-8")
+    assert not {c for c in raw if c in UNSAFE and c not in "\r\n"}, path.name
+    return list(csv.DictReader(io.StringIO(raw, newline="")))
+
+
+def test_the_program_names_its_own_hostile_names(nnx_run):
+    """The control: the run keeps the names as the program has them (JSON
+    carries them unchanged; the dict key as jax's path writes it)."""
+    proc = run_cli_bytes("report", "run", "--json", cwd=nnx_run)
+    assert proc.returncode == 0, proc.stderr.decode(errors="replace")
+    doc = json.loads(proc.stdout)
+    owners = {o["owner"] for o in doc["roles"]["owners"]}
+    assert f"model.{EVIL}" in owners and f"extra[{EVIL!r}]" in owners
+    assert [r["function"] for r in doc["jit_memory"]] == [EVIL]
+    assert escaped(EVIL) == EVIL_SHOWN and repr(EVIL)[1:-1] == EVIL_SHOWN  # a dict key's escapes are the same
+
+
+def test_csv_shows_attribute_dict_key_and_function_escaped_alike(nnx_run):
+    out = nnx_run / "csv"
+    for f in sorted(out.iterdir()):
+        read_csv(f)  # no file carries a raw control or bidi character
+    owners = read_csv(out / "owners.csv")
+    by_owner = {r["owner"]: r for r in owners}
+    assert by_owner[f"model.{EVIL_SHOWN}"]["role"] == "parameters"
+    assert by_owner[f"extra['{EVIL_SHOWN}']"]["role"] == "held inputs"
+    assert {r["function"] for r in owners} == {EVIL_SHOWN}
+    # XLA's temporaries, by the user's line: the function's own name in the site
+    assert any(r["owner"].endswith(f" ({EVIL_SHOWN})") for r in owners if r["role"] == "inside the call")
+    roles = {r["role"]: r for r in read_csv(out / "roles.csv")}
+    assert roles["parameters"]["largest_owner"] == f"model.{EVIL_SHOWN}"
+    [jit] = read_csv(out / "jit.csv")
+    assert jit["function"] == EVIL_SHOWN and jit["donated"] == "model"
+    assert EVIL_SHOWN in {r["label"] for r in read_csv(out / "timeline.csv")}
+
+
+def test_terminal_shows_attribute_dict_key_and_function_escaped_alike(nnx_run):
+    proc = run_cli_bytes("report", "run", cwd=nnx_run)
+    assert proc.returncode == 0, proc.stderr.decode(errors="replace")
+    assert_terminal_safe(proc.stdout)
+    out = proc.stdout.decode()
+    assert f"model.{EVIL_SHOWN} " in out and f"extra['{EVIL_SHOWN}'] " in out
+    assert f"during a call of {EVIL_SHOWN} " in out and f"{EVIL_SHOWN} at prog.py:" in out
+    assert f"api ({EVIL_SHOWN})" in out  # the snapshot's label
+    proc = run_cli_bytes("show", "run@peak", "--by", "owner", cwd=nnx_run)
+    assert proc.returncode == 0, proc.stderr.decode(errors="replace")
+    assert_terminal_safe(proc.stdout)
+    out = proc.stdout.decode()
+    assert f"model.{EVIL_SHOWN} (parameters)" in out and f"extra['{EVIL_SHOWN}'] (held inputs)" in out
+    # show's CSV has them as its terminal table does
+    proc = run_cli_bytes("show", "run@peak", "--by", "owner", "--csv", "-", cwd=nnx_run)
+    rows = list(csv.DictReader(io.StringIO(proc.stdout.decode(), newline="")))
+    assert {f"model.{EVIL_SHOWN}", f"extra['{EVIL_SHOWN}']"} <= {r["owner"] for r in rows}
+
+
+def page_data(html: str) -> dict:
+    import re
+
+    return json.loads(re.search(r'<script type="application/json" id="jmp-data">(.*?)</script>', html, re.S).group(1))
+
+
+def test_html_file_shows_attribute_dict_key_and_function_escaped_alike(nnx_run):
+    html = (nnx_run / "report.html").read_text(encoding="utf-8")
+    assert not {c for c in html if c in UNSAFE and c != "\n"}
+    doc = page_data(html)
+    texts = set(doc["strings"])
+    assert not {c for t in texts for c in t if c in UNSAFE}  # nor their JSON escapes (\u001b)
+    assert f"model.{EVIL_SHOWN}" in texts and f"extra['{EVIL_SHOWN}']" in texts and EVIL_SHOWN in texts
+    assert [r["function"] for r in doc["jit"]["memory"]] == [EVIL_SHOWN]
+    assert doc["true_peak"]["where"] == f"during a call of {EVIL_SHOWN}"
+    assert EVIL not in html and "\\u001b" not in html
+
+
+def test_html_page_text_has_no_control_or_bidi_character(nnx_run):
+    """The page as a browser shows it: its text, and the names its cells
+    carry, escaped as CSV and the terminal have them."""
+    from _browser import Browser, chromium
+
+    if chromium() is None:
+        pytest.skip("chromium is not installed (CI installs it: .ci/run)")
+    with Browser() as b:
+        page = b.open(nnx_run / "report.html")
+        assert page.evaluate("document.documentElement.dataset.jmpReady") == "1"
+        assert page.errors == []
+        shown = page.evaluate("document.body.innerText + document.title")
+        paths = page.evaluate("Array.from(document.querySelectorAll('#roles g.fnode')).map(g => g.dataset.path)")
+        jit = page.evaluate("document.getElementById('jmp-jit-memory').innerText")
+    assert not {c for c in shown if c in UNSAFE and c not in "\n\t"}, sorted({c for c in shown if c in UNSAFE})
+    assert f"model.{EVIL_SHOWN}" in paths and f"extra['{EVIL_SHOWN}']" in paths
+    assert EVIL_SHOWN in jit

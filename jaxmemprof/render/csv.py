@@ -1,10 +1,14 @@
-"""CSV output: UTF-8, one header row, raw numbers, text cells that a
+"""CSV output: UTF-8, one header row, raw numbers, text cells escaped as
+the terminal and the HTML page show them (render/escape.py: control and
+bidirectional characters as ``\\x1b``, ``\\n``, ``\\u202e``), and those a
 spreadsheet would run as formulas neutralised with a leading quote."""
 
 from __future__ import annotations
 
 import csv
 from typing import TextIO
+
+from jaxmemprof.render.escape import safe_column
 
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 _BLOCK_ROWS = 100_000
@@ -18,13 +22,15 @@ def neutralise(value: str) -> str:
 def write_csv(rows, out: TextIO) -> None:
     """Write ``rows`` (a DataFrame, or a plain Table of show's and diff's
     results: header plus one line per row); object (text) columns are
-    neutralised, numeric columns written as they are."""
+    escaped and neutralised, numeric columns written as they are."""
     # CRLF, the standard CSV line end: with it the writer quotes every cell
     # holding a CR or LF, so no name can start a row of its own.
     writer = csv.writer(out, lineterminator="\r\n")
-    writer.writerow(list(rows.columns))
+    names = [str(c) for c in rows.columns]
+    writer.writerow(names)
     if not hasattr(rows, "itertuples"):  # a plain Table: text is str, numbers int or float, nothing missing
-        for rec in rows.rows:
+        columns = [safe_column(name, list(col)) for name, col in zip(names, zip(*rows.rows))]
+        for rec in zip(*columns):
             writer.writerow([neutralise(v) if isinstance(v, str) else "" if v is None else v for v in rec])
         return
     import pandas as pd
@@ -35,8 +41,10 @@ def write_csv(rows, out: TextIO) -> None:
     for start in range(0, len(rows), _BLOCK_ROWS):
         block = rows.iloc[start:start + _BLOCK_ROWS]
         columns = []
-        for is_text, (_, col) in zip(text, block.items()):
+        for name, is_text, (_, col) in zip(names, text, block.items()):
             missing = col.isna()
             values = (col.astype(object).where(~missing, "") if missing.any() else col).tolist()  # missing: empty
-            columns.append([neutralise(v) if isinstance(v, str) else v for v in values] if is_text else values)
+            if is_text:
+                values = [neutralise(v) if isinstance(v, str) else v for v in safe_column(name, values)]
+            columns.append(values)
         writer.writerows(zip(*columns))

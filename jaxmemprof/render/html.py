@@ -5,9 +5,11 @@ The page is its data (JSON in a ``<script type="application/json">``, with
 frames, stacks and texts stored once) plus the script and style sheet of
 ``html_assets/``, all inline: it opens offline, from a file, in any browser.
 A Content-Security-Policy lets only that one script run and the page fetch
-nothing. Names are data: the JSON is escaped so that no text can close the
-element (``<``, ``>``, ``&`` and U+2028/9 as ``\\uXXXX``), and the script
-builds the page with ``textContent``, never ``innerHTML``.
+nothing. Names are data: every text of the data is escaped as the terminal
+and CSV show it (render/escape.py: control and bidirectional characters as
+``\\x1b``, ``\\n``, ``\\u202e``), the JSON is escaped so that no text can
+close the element (``<``, ``>``, ``&`` and U+2028/9 as ``\\uXXXX``), and the
+script builds the page with ``textContent``, never ``innerHTML``.
 
 See docs/html.md for what the page shows.
 """
@@ -26,6 +28,7 @@ import pandas as pd
 from jaxmemprof._version import __version__
 from jaxmemprof.analysis.flame import Cells, profile_cells, role_cells, run_cells, site_growth, site_values
 from jaxmemprof.finite import finite
+from jaxmemprof.render.escape import safe, safe_column, safe_field
 from jaxmemprof.render.json import _default
 
 FORMAT_VERSION = 1
@@ -425,12 +428,33 @@ _PLAIN = ("frames", "stacks", "keys", "changes")  # built of Python ints and str
 
 
 def _cleaned(data: dict) -> dict:
-    """``data`` with NaN as null and numpy scalars as numbers, skipping the
-    cells (plain already, and the bulk of a long run)."""
-    out = {k: (v if k in _PLAIN else finite(v)) for k, v in data.items()}
-    if isinstance(out.get("processes"), list):
-        out["processes"] = [_cleaned(b) for b in data["processes"]]
+    """``data`` with NaN as null, numpy scalars as numbers and every text
+    escaped (``_escaped``), skipping the cells (numbers only, and the bulk of
+    a long run); a job's processes each as a page of its own."""
+    blocks = data.get("processes")
+    blocks = blocks if isinstance(blocks, list) else None
+    out = {k: (v if k in _PLAIN or (k == "processes" and blocks is not None) else _escaped(finite(v), k))
+           for k, v in data.items()}
+    if blocks is not None:
+        out["processes"] = [_cleaned(b) for b in blocks]
     return out
+
+
+def _escaped(value, name: str = ""):
+    """``value`` with each string escaped as the terminal and CSV show it
+    (``safe``; a fix line by line, as ``safe_field``), dict keys too: the
+    page shows names as the other outputs do, never a control or
+    bidirectional character of the program's."""
+    if isinstance(value, str):
+        return safe_field(name, value)
+    if isinstance(value, dict):
+        return {safe(k) if isinstance(k, str) else k: _escaped(v, k if isinstance(k, str) else name)
+                for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        if value and all(isinstance(v, str) for v in value):  # a column of texts (the string table): one search
+            return safe_column(name, list(value))
+        return [_escaped(v, name) for v in value]
+    return value
 
 
 def embed_json(data: dict) -> str:
@@ -455,7 +479,7 @@ def page(data: dict) -> str:
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n",
         f"<meta http-equiv=\"Content-Security-Policy\" content=\"{escape(csp)}\">\n",
         "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n",
-        f"<title>{escape(str(data.get('title', 'jaxmemprof')))}</title>\n",
+        f"<title>{escape(safe(data.get('title', 'jaxmemprof')))}</title>\n",
         f"<style>{style}</style>\n",
         f"<script>{guard}</script>\n",
         "</head><body>\n<noscript>This page draws its charts with JavaScript; the data is in the "
