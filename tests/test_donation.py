@@ -21,6 +21,8 @@ from jaxmemprof.analysis.sites import Attribution
 from jaxmemprof.store.reader import load_run
 from jaxmemprof.render.findings import words
 from jaxmemprof.analysis.attributed import attribute
+from jaxmemprof.analysis.report import build_report
+from jaxmemprof.units import format_bytes
 
 KiB = 1024
 
@@ -94,7 +96,7 @@ def test_forgotten_donation_is_recommended_with_the_right_bytes(recorded):
     script, run, att, _ = _record(recorded, "nodonate.py")
     [f] = _donations(run, att)
     assert f.site == f"nodonate.py:{line_of(script, 'LINE-JIT')}"
-    assert f.saving_bytes == STATE_BYTES
+    assert f.fact("donated_bytes") == STATE_BYTES
     assert "'params'" in words(f).message and "'opt'" in words(f).message and "'batch'" not in words(f).message
     assert "donate_argnums=(0, 1)" in words(f).fix
     assert "step = jax.jit(update, donate_argnums=(0, 1))  # LINE-JIT" in words(f).fix  # the edited line
@@ -121,10 +123,15 @@ def test_applied_donation_gets_no_advice_and_lowers_the_peak_by_the_prediction(r
     assert _donations(after, att_a) == []
     mb, ma = jit_memory(attribute(before)).iloc[0], jit_memory(attribute(after)).iloc[0]
     assert mb["alias_bytes"] == 0
-    # XLA's own account of the donation that took effect, and the call's peak.
-    assert abs(ma["alias_bytes"] - advice.saving_bytes) <= 0.1 * advice.saving_bytes
-    drop = mb["call_peak_bytes"] - ma["call_peak_bytes"]
-    assert abs(drop - advice.saving_bytes) <= 0.1 * advice.saving_bytes
+    # XLA's own account of the donation that took effect: what the compile at the end of the run said.
+    assert ma["alias_bytes"] == advice.fact("aliased_bytes") and ma["temp_bytes"] == advice.fact("temp_after_bytes")
+    # What it saves is the fall of the true peak that running the fixed program shows (within 1 %).
+    peak_before, peak_after = (build_report(attribute(r)).summary["estimated_true_peak_device_bytes"]
+                               for r in (before, after))
+    assert advice.fact("verified") and advice.fact("true_peak_before_bytes") == peak_before
+    assert abs(advice.fact("true_peak_after_bytes") - peak_after) <= 0.01 * peak_after
+    assert abs(advice.saving_bytes - (peak_before - peak_after)) <= 0.01 * (peak_before - peak_after)
+    assert words(advice).saves == f"saves {format_bytes(advice.saving_bytes)} (compiled)"
 
 
 REUSE = TRAIN.replace("{DONATE}", "").replace(
@@ -138,7 +145,7 @@ def test_an_argument_used_after_the_call_is_never_recommended(recorded):
     _, run, att, _ = _record(recorded, "reuse.py")
     [f] = _donations(run, att)
     assert "'opt'" in words(f).message and "'params'" not in words(f).message
-    assert f.saving_bytes == STATE_BYTES // 2
+    assert f.fact("donated_bytes") == STATE_BYTES // 2
     assert "donate_argnums=(1,)" in words(f).fix
 
 
@@ -161,7 +168,7 @@ def test_keyword_state_gets_donate_argnames(recorded):
     _, run, att, _ = _record(recorded, "kw.py")
     [f] = _donations(run, att)
     assert 'donate_argnames=("state",)' in words(f).fix and "donate_argnums" not in words(f).fix
-    assert f.saving_bytes == 4096
+    assert f.fact("donated_bytes") == 4096
     assert '@functools.partial(jax.jit, donate_argnames=("state",))' in words(f).fix
 
 
@@ -184,7 +191,7 @@ def test_sharded_state_is_matched_per_shard(recorded):
     _, run, att, _ = _record(recorded, "sharded.py")
     [f] = _donations(run, att)
     # The sharded state: 1 MiB over 2 devices; the replicated array: 1 KiB on each of 2 devices.
-    assert f.saving_bytes == 4096 * 64 * 4 + 2 * 256 * 4
+    assert f.fact("donated_bytes") == 4096 * 64 * 4 + 2 * 256 * 4
     assert "donate_argnums=(0, 1)" in words(f).fix
 
 
@@ -323,7 +330,8 @@ def test_report_shows_the_donation_and_memory_inside_jit(recorded):
     [jm] = [r for r in doc["jit_memory"] if r["function"] == "update"]
     assert jm["alias_bytes"] == 0 and jm["call_peak_bytes"] >= 2 * STATE_BYTES
     [d] = [f for f in doc["findings"] if f["rule"] == "donate"]
-    assert d["saving_bytes"] == STATE_BYTES
+    assert d["facts"]["donated_bytes"] == STATE_BYTES and d["facts"]["verified"]
+    assert d["saving_bytes"] == d["facts"]["true_peak_before_bytes"] - d["facts"]["true_peak_after_bytes"]
 
 
 MANY = """
@@ -467,7 +475,7 @@ def test_a_leaf_jit_prunes_is_not_counted_in_the_saving(recorded):
     aliased = json.loads(proc.stdout.strip().splitlines()[-1])["aliased"]
     assert aliased == 256 * 256 * 4
     [f] = _donations(run, att)
-    assert f.saving_bytes == aliased
+    assert f.fact("donated_bytes") == f.fact("aliased_bytes") == aliased  # the compile at the run's end: the fix's
     assert "donate_argnums=(0,)" in words(f).fix
     assert "state['count']" not in words(f).evidence and "state['w'] float32[256,256]" in words(f).evidence
 
@@ -497,12 +505,12 @@ for i in range(6):
 def test_an_equinox_field_jit_prunes_is_not_counted_and_the_fix_aliases_the_prediction(recorded):
     _, before, att_b, _ = _record(recorded, "eqx_before.py")
     [f] = _donations(before, att_b)
-    assert f.saving_bytes == 128 * 128 * 4  # m.w; not m.steps
+    assert f.fact("donated_bytes") == 128 * 128 * 4  # m.w; not m.steps
     assert 'donate="all-except-first"' in words(f).fix
     _, after, att_a, _ = _record(recorded, "eqx_after.py")
     assert _donations(after, att_a) == []
     # XLA's own account once the fix is applied: what was predicted, to the byte.
-    assert int(jit_memory(attribute(after)).iloc[0]["alias_bytes"]) == f.saving_bytes
+    assert int(jit_memory(attribute(after)).iloc[0]["alias_bytes"]) == f.fact("donated_bytes")
 
 
 MULTILINE = """
@@ -543,7 +551,7 @@ def test_a_wrapper_called_over_several_lines_gets_the_whole_statement_edited(rec
     text = script.read_text()
     for function, marker, lines in (("update", "LINE-JIT-A", 4), ("step2", "LINE-JIT-B", 2)):
         f = found[function]
-        assert f.saving_bytes == 256 * 256 * 4 + 256 * 4
+        assert f.fact("donated_bytes") == 256 * 256 * 4 + 256 * 4
         # What the probe kept is the statement as the file has it, from the line that jits to its last bracket.
         statement = fns.loc[function, "jit_source"]
         assert statement.split("\n")[0].endswith(f"# {marker}") and statement.count("\n") == lines - 1
@@ -560,7 +568,7 @@ def test_a_wrapper_called_over_several_lines_gets_the_whole_statement_edited(rec
     out = subprocess.run([sys.executable, str(fixed)], cwd=tmp_path, env=cpu_env(), capture_output=True, text=True,
                          timeout=300)
     assert out.returncode == 0, out.stderr
-    assert json.loads(out.stdout.splitlines()[-1]) == {fn: f.saving_bytes for fn, f in found.items()}
+    assert json.loads(out.stdout.splitlines()[-1]) == {fn: f.fact("donated_bytes") for fn, f in found.items()}
 
 
 # The programs the module fixture records (file name -> source), each once.

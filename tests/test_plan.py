@@ -145,7 +145,7 @@ def test_the_donated_plan_needs_less_by_what_xla_aliases(planned, actual):
     at32 = points[points["batch"] == 32].set_index("variant")
     advice = [f for f in donation_findings(ar) if f.rule == "donate"]
     assert len(advice) == 1 and advice[0].fact("arguments") == ["params", "momentum"]
-    donated_bytes = advice[0].saving_bytes
+    donated_bytes = advice[0].fact("donated_bytes")
     inputs = json.loads(run.jit["calls"]["inputs"].iloc[-1])
     assert donated_bytes == sum(leaf["bytes"] for leaf in inputs if leaf["name"] in ("params", "momentum"))
     assert int(at32.loc["donated", "alias_bytes"]) == donated_bytes
@@ -261,14 +261,23 @@ def test_a_run_without_plan_writes_no_plan(outputs, actual):
     assert bundled.jit["plans"].empty and not any("jit_plans" in w for w in bundled.warnings)
 
 
-def test_the_probe_keeps_nothing_for_a_plan_without_plan():
+def test_without_plan_the_probe_plans_nothing_and_keeps_nothing_after_the_run():
+    """Without --plan the planner keeps the sampled calls' shapes for the
+    donation advice's compiles only; at the end it plans nothing and lets
+    go of what it kept."""
     from jaxmemprof.capture.jit import JitProbe
-    from jaxmemprof.capture.jit.plan import PlanOptions
+    from jaxmemprof.capture.jit.plan import PlanOptions, Slot
     from jaxmemprof.capture.jit.state import _FunctionState
 
-    assert JitProbe(writer=None).planner is None
-    assert JitProbe(writer=None, plan=PlanOptions()).planner is not None
-    assert _FunctionState(1, [], [], [], None, False).plan is None
+    probe = JitProbe(writer=None, verify_s=0.0)
+    assert probe.planner.options is None and JitProbe(writer=None, plan=PlanOptions()).planner.options is not None
+    assert _FunctionState(1, [], [], [], None, False).plan is None  # a library's function: nothing kept
+    state = _FunctionState(1, [], [], [], None, False)
+    state.plan = Slot("jit", {})
+    state.plan.abstract["sig"], state.plan.real = object(), object()
+    probe._states.append(state)
+    probe.planner.run()  # verify_s 0: no compile; no options: no plan
+    assert state.plan.abstract == {} and state.plan.real is None
 
 
 # -- the nnx program ----------------------------------------------------------------------------------
@@ -284,7 +293,9 @@ def test_the_nnx_plan_lowers_inside_nnx_and_donates_its_state(planned):
     (advice,) = [x for x in donation_findings(ar) if x.rule == "donate"]
     assert f.donated == advice.fact("arguments") == ["model", "optimizer"]
     at32 = plan.points[plan.points["batch"] == 32].set_index("variant")
-    assert int(at32.loc["donated", "alias_bytes"]) == advice.saving_bytes  # XLA aliases what the advice saves
+    # XLA aliases what the advice donates, and the plan's donated compile is the advice's own
+    assert int(at32.loc["donated", "alias_bytes"]) == advice.fact("donated_bytes") == advice.fact("aliased_bytes")
+    assert int(at32.loc["donated", "temp_bytes"]) == advice.fact("temp_after_bytes")
     assert int(at32.loc["donated", "peak_bytes"]) < int(at32.loc["recorded", "peak_bytes"])
     assert "plan: train_step compiled for batches 16-128" in nnx_err
 

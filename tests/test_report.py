@@ -117,7 +117,7 @@ def test_export_csv_tables_parse_back(leaky, tmp_path):
     # The leak, and params, replaced by each step without being donated.
     assert sorted(f["rule"] for f in findings) == ["donate", "leak"]
     [donate] = [f for f in findings if f["rule"] == "donate"]
-    assert int(donate["saving_bytes"]) == MiB and "donate_argnums=(0,)" in donate["fix"]
+    assert json.loads(donate["facts"])["donated_bytes"] == MiB and "donate_argnums=(0,)" in donate["fix"]
     jit = pd.read_csv(out / "jit.csv")
     assert jit["alias_bytes"].tolist() == [0]
     assert list(findings[0]) == ["process", "rule", "case", "severity", "site", "saving_bytes", "message", "fix", "evidence",

@@ -125,7 +125,7 @@ def test_wrapper_gets_donation_advice_in_its_own_terms(tmp_path, program):
 
     [f] = [f for f in donation_findings(attribute(run)) if f.rule == "donate"]
     assert f.site == f"{program}:{jit_line}"
-    assert f.saving_bytes == saving
+    assert f.fact("donated_bytes") == saving
     assert f"of {function} (defined at {program}:" in words(f).message
     if edited is None:
         assert words(f).fix == (f'filter_jit make_step with donate="all-except-first" and pass x, y as its first argument '
@@ -236,7 +236,7 @@ def test_jitted_functions_inside_transformations_behave_as_under_python(tmp_path
     # grad, vmap, scan, make_jaxpr, checkpoint and jit-in-jit trace it: no device call.
     assert (c["calls"], c["traced"]) == (0, 6)
     [f] = [f for f in donation_findings(attribute(run)) if f.rule == "donate"]
-    assert f.site == f"transforms.py:{line_of(script, 'LINE-STEP')}" and f.saving_bytes == 256 * 64 * 4
+    assert f.site == f"transforms.py:{line_of(script, 'LINE-STEP')}" and f.fact("donated_bytes") == 256 * 64 * 4
 
 
 RECOMPILES = """
@@ -481,4 +481,4 @@ def test_a_copied_jitted_function_is_observed_too(tmp_path):
     plain, proc, run, att = _python_and_record(script, tmp_path, "run")
     assert proc.stdout == plain.stdout and _probe_errors(run) == []
     [f] = [f for f in donation_findings(attribute(run)) if f.rule == "donate"]
-    assert f.site == f"copied.py:{line_of(script, 'LINE-JIT')}" and f.saving_bytes == 256 * 256 * 4
+    assert f.site == f"copied.py:{line_of(script, 'LINE-JIT')}" and f.fact("donated_bytes") == 256 * 256 * 4

@@ -228,14 +228,14 @@ def _array_arguments(run, function_id) -> list[tuple]:
         known = len(fates) == len(inputs) and not (_is_first(call) and len(rows) > 1)
         sizes: dict[str, int] = {}
         for i, leaf in enumerate(inputs):
-            label = label(leaf)
-            entry = out.setdefault(label, [leaf.get("arg"), 0, True])
-            sizes[label] = sizes.get(label, 0) + int(leaf.get("bytes") or 0)
+            name = label(leaf)
+            entry = out.setdefault(name, [leaf.get("arg"), 0, True])
+            sizes[name] = sizes.get(name, 0) + int(leaf.get("bytes") or 0)
             if known and fates[i] != "dropped":
                 entry[2] = False
-        for label, size in sizes.items():
-            out[label][1] = size
-    return [(label, pos, size, dropped) for label, (pos, size, dropped) in out.items()]
+        for name, size in sizes.items():
+            out[name][1] = size
+    return [(name, pos, size, dropped) for name, (pos, size, dropped) in out.items()]
 
 
 def _change(run, fn, cands: tuple[Donor, ...]) -> dict:
@@ -293,13 +293,16 @@ NOT_COMPILED = ("not compiled at the end of the run (recorded with --verify-seco
                 "that did not verify)")
 
 
-def verified_change(run, tl: Timeline, function_id: int, arguments) -> dict:
+def verified_change(ar: Attributed, tl: Timeline, function_id: int, arguments) -> dict:
     """What donating ``arguments`` of the function does to the run's true
     peak, from XLA's compiles of its recorded signatures with them donated
     (jit_whatif, made at the end of the run): the true peak with those
     figures in place of the recorded ones (``true_peaks``), before and
     after, on the busiest device and on all devices summed. Facts: where it
-    could not be compiled, ``verified`` false and ``not_verified`` (why)."""
+    could not be compiled, ``verified`` false and ``not_verified`` (why).
+    With the change made, a snapshot that saw two generations of the
+    donated arrays holds one (``_seen_twice``)."""
+    run = ar.run
     w = run.jit.get("whatif")
     rows = w[w["function_id"] == function_id] if w is not None and not w.empty else None
     if rows is not None:
@@ -318,7 +321,7 @@ def verified_change(run, tl: Timeline, function_id: int, arguments) -> dict:
     by_sig = {sig: {col: _int(r[col]) for col in _FIGURES}
               for sig, r in zip(recorded["signature"], recorded.to_dict("records"))}
     before_device, before_total, _ = true_peaks(run, tl)
-    after_device, after_total, _ = true_peaks(run, tl, changed)
+    after_device, after_total, _ = true_peaks(run, tl, changed, _seen_twice(ar, function_id, arguments))
     # The largest signature verified: its temporaries before and after, and what XLA aliases.
     sig = max(changed, key=lambda k: _call_peak(by_sig.get(k[1], changed[k])))[1]
     old, new = by_sig.get(sig, {}), changed[(int(function_id), sig)]
@@ -327,6 +330,69 @@ def verified_change(run, tl: Timeline, function_id: int, arguments) -> dict:
             "saving_bytes_per_device": before_device - after_device, "saving_bytes": before_total - after_total,
             "aliased_bytes": new["alias_bytes"] - int(old.get("alias_bytes", 0)),
             "temp_before_bytes": int(old.get("temp_bytes", 0)), "temp_after_bytes": new["temp_bytes"]}
+
+
+def _seen_twice(ar: Attributed, function_id: int, arguments) -> dict:
+    """{snapshot: {device: bytes}} that a snapshot holds only because the
+    function does not donate ``arguments``: where it saw two generations of
+    their arrays at once (a call's new outputs, and its inputs, which the
+    program drops right after the call: a snapshot taken while a call is in
+    flight or before its statement ends), the older one, which the call
+    would have deleted had it donated them. A generation: the arrays of a
+    donated leaf's shape and dtype made by the statements that call the
+    function, or passed as those arguments to a sampled call (the first
+    call's are made before the loop). At most one generation is taken off,
+    and none where a snapshot holds no more of them than one call returns."""
+    run = ar.run
+    calls = run.jit["calls"]
+    rows = calls[calls["function_id"] == function_id]
+    if rows.empty or not getattr(run, "has_arrays", False) or run.arrays.empty:
+        return {}
+    wanted = set(map(str, arguments))
+    donated: dict = {}  # key -> donated leaves of it per call
+    returned: dict = {}  # key -> outputs of it per call
+    ids, lines = set(), set()
+    for inputs, outputs, file, line in zip(rows["inputs"], rows["outputs"], rows["caller_file"], rows["caller_line"]):
+        per: dict = {}
+        for leaf in _leaves(inputs):
+            if label(leaf) in wanted and not leaf.get("pruned"):
+                k = (tuple(leaf.get("shape") or ()), str(leaf.get("dtype")))
+                per[k] = per.get(k, 0) + 1
+                if isinstance(leaf.get("id"), int):
+                    ids.add(leaf["id"])
+        for k, n in per.items():
+            donated[k] = max(donated.get(k, 0), n)
+        per = {}
+        for leaf in _leaves(outputs):
+            k = (tuple(leaf.get("shape") or ()), str(leaf.get("dtype")))
+            per[k] = per.get(k, 0) + 1
+        for k, n in per.items():
+            returned[k] = max(returned.get(k, 0), n)
+        lines.add((str(file), int(line)) if pd.notna(line) else None)
+    a = run.arrays
+    sites = ar.arrays.set_index("array_id")[["file", "line"]]
+    out: dict = {}
+    for row in a.itertuples(index=False):
+        k = (tuple(int(x) for x in row.shape), str(row.dtype)) if isinstance(row.shape, tuple) else None
+        if k not in donated:
+            continue
+        file, line = sites.loc[row.array_id] if row.array_id in sites.index else (None, None)
+        if row.py_id not in ids and (str(file), int(line) if pd.notna(line) else -1) not in lines:
+            continue
+        first, last = int(row.first_snapshot), int(row.last_snapshot)
+        for snap in range(first, last + 1):
+            out.setdefault(snap, {}).setdefault(k, []).append(row)
+    less: dict = {}
+    for snap, by_key in out.items():
+        for k, arrays in by_key.items():
+            extra = min(len(arrays) - returned.get(k, 0), donated[k])
+            if extra <= 0:
+                continue
+            for row in sorted(arrays, key=lambda r: int(r.first_snapshot))[:extra]:  # the older generation
+                for device, b in zip(row.devices, row.shard_bytes):
+                    d = less.setdefault(snap, {})
+                    d[device] = d.get(device, 0) + int(b)
+    return less
 
 
 def _int(v) -> int:
@@ -357,7 +423,7 @@ def donation_findings(ar: Attributed, tl: Timeline | None = None) -> list[Findin
         fn["function_id"] = fid
         cands = c.donors
         donated, devices = c.donated_bytes, c.devices
-        measured = verified_change(run, tl, fid, [d.argument for d in cands])
+        measured = verified_change(ar, tl, fid, [d.argument for d in cands])
         if measured["verified"]:  # the fall on all devices summed is the finding's saving; on the busiest, a fact
             saving, per_device = measured.pop("saving_bytes"), measured["saving_bytes_per_device"]
         else:
@@ -616,23 +682,37 @@ def _largest(peaks: list[TruePeak]) -> TruePeak | None:
     return best
 
 
-def true_peaks(run, tl: Timeline, replace: dict | None = None) -> tuple[int | None, int | None, TruePeak | None]:
+def true_peaks(run, tl: Timeline, replace: dict | None = None,
+               less: dict | None = None) -> tuple[int | None, int | None, TruePeak | None]:
     """The run's true peak: (on the busiest device, on all devices summed,
     the call that holds it), each the larger of the snapshots' peak and the
-    largest call's (``call_peaks``, with ``replace``'s figures in place of
-    the recorded ones: what the run's peak becomes with a change made).
-    (None, None, None) without the probe's figures."""
+    largest call's (``call_peaks``). What the run's peak becomes with a
+    change made: ``replace``'s figures in place of the recorded ones, and
+    ``less`` ({snapshot: {device: bytes}}) off the snapshots that held
+    them. (None, None, None) without the probe's figures."""
     inside = _largest(call_peaks(run, tl.devices, replace))
     if inside is None:
         return None, None, None
-    return max(busiest_snapshot(tl), inside.device_bytes), max(int(tl.peak_bytes), inside.bytes), inside
+    busiest, total = busiest_snapshot(tl, less), int(tl.peak_bytes)
+    if less:
+        d = tl.devices
+        taken = [less.get(int(s), {}).get(str(dev), 0) for s, dev in zip(d["snapshot"], d["device"])]
+        total = int((d["live_bytes"] - pd.Series(taken, index=d.index)).groupby(d["snapshot"]).sum().max()) \
+            if not d.empty else total
+    return max(busiest, inside.device_bytes), max(total, inside.bytes), inside
 
 
-def busiest_snapshot(tl: Timeline) -> int:
-    """The snapshots' peak on the busiest device (the total, on one device)."""
-    if tl.devices.empty:
+def busiest_snapshot(tl: Timeline, less: dict | None = None) -> int:
+    """The snapshots' peak on the busiest device (the total, on one device),
+    with ``less`` ({snapshot: {device: bytes}}) taken off."""
+    d = tl.devices
+    if d.empty:
         return int(tl.peak_bytes)
-    return int(tl.devices.groupby("device")["live_bytes"].max().max())
+    live = d["live_bytes"]
+    if less:
+        live = live - pd.Series([less.get(int(s), {}).get(str(dev), 0) for s, dev in zip(d["snapshot"], d["device"])],
+                                index=d.index)
+    return int(live.groupby(d["device"]).max().max())
 
 
 def true_peak(run, devices: pd.DataFrame | None = None) -> TruePeak | None:
