@@ -9,7 +9,9 @@
 - ``write_csv`` on random frames of text (any unicode, control characters,
   leading ``= + - @``, tab, CR), integers (negative, huge), floats (NaN, inf)
   and missing values: the output parses back to the same rows and columns,
-  text that a spreadsheet would run starts with ``'``, numbers stay numbers.
+  text escaped as everywhere names are shown (``render/escape.safe``: control
+  and bidi characters as Python writes them), text that a spreadsheet would
+  run starts with ``'``, numbers stay numbers.
 - ``write_json`` on random nested dicts and lists of those values (also
   tuples and numpy scalars, as DataFrame rows hold them): valid JSON, NaN and
   infinities as null, everything else as it was.
@@ -46,6 +48,7 @@ from jaxmemprof import load_run
 from jaxmemprof.analysis.report import build_report
 from jaxmemprof.errors import InputError
 from jaxmemprof.render.csv import write_csv
+from jaxmemprof.render.escape import safe
 from jaxmemprof.render.json import write_json
 from jaxmemprof.analysis.attributed import attribute
 
@@ -531,6 +534,7 @@ def _expected_cell(v) -> str | None:
     if _is_missing(v):
         return ""
     if isinstance(v, str):
+        v = safe(v)
         return "'" + v if v.startswith(FORMULA_START) else v
     return None
 
@@ -574,7 +578,7 @@ def test_csv_examples():
     out = io.StringIO(newline="")
     write_csv(frame, out)
     rows = list(csv.reader(io.StringIO(out.getvalue(), newline="")))
-    assert [r[0] for r in rows[1:]] == ["'=cmd|' /C calc'!A0", "'+1", "'-2", "'@SUM(A1)", "'\tx", "'\rx", "plain", ""]
+    assert [r[0] for r in rows[1:]] == ["'=cmd|' /C calc'!A0", "'+1", "'-2", "'@SUM(A1)", "\\tx", "\\rx", "plain", ""]
     assert [r[1] for r in rows[1:]] == ["-5", "0", str(2**62), "1", "2", "3", "4", ""]
     assert rows[1][2] == "" and float(rows[2][2]) == math.inf and float(rows[3][2]) == -0.5
 
