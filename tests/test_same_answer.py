@@ -22,7 +22,8 @@ RUNS = 5  # per program; benchmarks/bench_same_answer.py counts 20 runs of `jaxm
 
 def _answer(run_dir):
     run = load_run(run_dir)
-    findings = tuple(sorted((f.rule, f.site, f.saving_bytes) for f in donation_findings(attribute(run))))
+    findings = tuple(sorted((f.rule, f.site, f.saving_bytes, f.fact("donated_bytes"))
+                            for f in donation_findings(attribute(run))))
     jm = jit_memory(attribute(run))
     figures = tuple(map(tuple, jm[sorted(c for c in jm.columns if c.endswith("_bytes"))].values.tolist()))
     return findings, figures
@@ -41,9 +42,9 @@ def test_repeated_recordings_at_a_fast_interval_agree(tmp_path):
     for name, counts in answers.items():
         assert len(counts) == 1, f"{name}: {len(counts)} different answers over {RUNS} runs: {dict(counts)}"
         [(findings, figures)] = counts
-        [(rule, site, saving)] = [f for f in findings if f[0] == "donate"]
+        [(rule, site, saving, donated)] = [f for f in findings if f[0] == "donate"]
         assert site.endswith(f"same_answer.py:{lines[name]}"), site
         assert figures and all(v is not None for v in figures[0])
     # The plain step's state: params and opt, float32 [256,256] and [256] each.
     [jit_findings] = [f for (f, _), in [tuple(answers["jit"])]]
-    assert [s for r, _, s in jit_findings if r == "donate"] == [2 * (256 * 256 + 256) * 4]
+    assert [d for r, _, _, d in jit_findings if r == "donate"] == [2 * (256 * 256 + 256) * 4]

@@ -92,12 +92,13 @@ def _donate(f: Finding, x: dict) -> Words:
     per_device = f" ({fmt(donated // devices)} on each of {devices} devices)" if devices > 1 else ""
     if x.get("verified"):
         measured, saves = _measured(x)
+        temps = "" if x["temp_before_bytes"] == x["temp_after_bytes"] else f"; {_temporaries(x)}"
         if x["saving_bytes_per_device"] > 0:
             brief = (f"Donate {what} of {x['function']}: the run's true peak falls {fmt(x['true_peak_before_bytes'])} "
-                     f"-> {fmt(x['true_peak_after_bytes'])} (compiled).")
+                     f"-> {fmt(x['true_peak_after_bytes'])}{temps}.")
         else:
             brief = (f"Donating {what} of {x['function']} would not lower the run's true peak "
-                     f"({fmt(x['true_peak_before_bytes'])} -> {fmt(x['true_peak_after_bytes'])}, compiled).")
+                     f"({fmt(x['true_peak_before_bytes'])} -> {fmt(x['true_peak_after_bytes'])}{temps}).")
         message = (f"Donate {what} of {x['function']} (defined at {x['defined_at']}): XLA can then write the outputs "
                    f"into their {fmt(donated)} of buffers{per_device} instead of holding old and new values at once "
                    f"during each call. Measured: {measured}.")
