@@ -99,9 +99,11 @@ def _donate(f: Finding, x: dict) -> Words:
         else:
             brief = (f"Donating {what} of {x['function']} would not lower the run's true peak "
                      f"({fmt(x['true_peak_before_bytes'])} -> {fmt(x['true_peak_after_bytes'])}{temps}).")
-        message = (f"Donate {what} of {x['function']} (defined at {x['defined_at']}): XLA can then write the outputs "
-                   f"into their {fmt(donated)} of buffers{per_device} instead of holding old and new values at once "
-                   f"during each call. Measured: {measured}.")
+        head = (f"Donate {what} of {x['function']} (defined at {x['defined_at']}): XLA can then write"
+                if x["saving_bytes_per_device"] > 0 else
+                f"Donating {what} of {x['function']} (defined at {x['defined_at']}) would let XLA write")
+        message = (f"{head} the outputs into their {fmt(donated)} of buffers{per_device} instead of holding old and "
+                   f"new values at once during each call. Measured: {measured}.")
         return Words(brief=brief, brief_fix=short, message=message, fix=full, evidence=evidence, saves=saves)
     return Words(
         brief=f"Donate {what} of {x['function']}: XLA can write the outputs into their buffers{per_device}.",
