@@ -357,7 +357,7 @@ def _true_peak_since(run, t0: float) -> tuple[int | None, str]:
     """``report``'s estimated true peak (advice/donation.py's call_peaks),
     of the sampled calls made and the signatures compiled at ``t0`` or
     later: (bytes on all the call's devices, where), or (None, "")."""
-    from jaxmemprof.analysis.advice.donation import call_peaks
+    from jaxmemprof.analysis.peaks import call_peaks
 
     early_calls, early_compiles = set(), set()
     calls, compiles = run.jit.get("calls"), run.jit.get("compiles")

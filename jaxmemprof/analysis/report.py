@@ -12,7 +12,8 @@ import pandas as pd
 
 from jaxmemprof.analysis.advice.allocator import allocator_findings
 from jaxmemprof.analysis.advice.capacity import fit_findings, will_it_fit
-from jaxmemprof.analysis.advice.donation import busiest_snapshot, donation_findings, jit_memory, true_peaks
+from jaxmemprof.analysis.advice.donation import donation_findings, jit_memory
+from jaxmemprof.analysis.peaks import busiest_snapshot, true_peaks
 from jaxmemprof.analysis.advice.plan import build_plan
 from jaxmemprof.analysis.advice.sharding import replication_findings
 from jaxmemprof.analysis.history import history_findings

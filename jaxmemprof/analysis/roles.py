@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from jaxmemprof.analysis.advice.donation import largest_sampled_call
+from jaxmemprof.analysis.peaks import largest_sampled_call
 from jaxmemprof.analysis.attributed import Attributed
 from jaxmemprof.analysis.cells import json_cell, leaves as _leaves
 from jaxmemprof.flow import CARRIED, HELD, PER_STEP, UNKNOWN, flows, leaf_key
