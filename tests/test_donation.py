@@ -12,6 +12,7 @@ import subprocess
 import sys
 import textwrap
 
+import pandas as pd
 import pytest
 
 from conftest import cli_batch, cpu_env, in_parallel, line_of, run_cli, write_script
@@ -103,6 +104,19 @@ def test_forgotten_donation_is_recommended_with_the_right_bytes(recorded):
     assert "params['w'] float32[512,256] -> output[0]['w']" in words(f).evidence
 
 
+def test_without_its_compile_a_donation_saves_up_to_its_bytes_said_as_not_verified(tmp_path):
+    script = write_script(tmp_path, "train.py", TRAIN.replace("{DONATE}", ""))
+    proc = run_cli("run", "--verify-seconds", "0", "-o", tmp_path / "run", script, cwd=tmp_path, check=0)
+    assert "verified by compiling" not in proc.stderr, proc.stderr
+    run = load_run(tmp_path / "run")
+    assert run.jit["whatif"].empty  # nothing compiled at the end
+    [f] = _donations(run, None)
+    assert not f.fact("verified") and f.saving_bytes == f.fact("donated_bytes") == STATE_BYTES
+    assert "--verify-seconds 0" in f.fact("not_verified")
+    assert words(f).saves == f"saves up to {format_bytes(STATE_BYTES)} (not verified)"
+    assert f"saves up to {format_bytes(STATE_BYTES)} (not verified)" in proc.stderr, proc.stderr
+
+
 def test_the_fix_is_written_on_the_line_as_it_was_recorded(tmp_path):
     # The script edited after its run (two lines added above the jit): the
     # fix still says what the run ran, where it was, not the line now there.
@@ -132,6 +146,10 @@ def test_applied_donation_gets_no_advice_and_lowers_the_peak_by_the_prediction(r
     assert abs(advice.fact("true_peak_after_bytes") - peak_after) <= 0.01 * peak_after
     assert abs(advice.saving_bytes - (peak_before - peak_after)) <= 0.01 * (peak_before - peak_after)
     assert words(advice).saves == f"saves {format_bytes(advice.saving_bytes)} (compiled)"
+    # The compile that measured it, and what it cost, are in the run.
+    (row,) = before.jit["whatif"].itertuples()
+    assert json.loads(row.change)["donate"] == ["params", "opt"] and pd.isna(row.error) and row.compile_s > 0
+    assert row.alias_bytes == ma["alias_bytes"]
 
 
 REUSE = TRAIN.replace("{DONATE}", "").replace(

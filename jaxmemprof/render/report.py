@@ -569,6 +569,20 @@ def _render_findings(rep: Report, con: Console, explain: bool) -> None:
     render_findings(rep.findings, con, explain=explain)
 
 
+def render_whatif_summary(whatif, con: Console) -> None:
+    """run's summary: what the compiles that verified the advice cost
+    (jit_whatif: one row per signature compiled with the change made)."""
+    if whatif is None or whatif.empty:
+        return
+    done = whatif[whatif["error"].isna()]
+    seconds = float(pd.to_numeric(done["compile_s"], errors="coerce").fillna(0).sum())
+    line = f"verified by compiling: {counted(len(done), 'signature')} with the advised donation, {seconds:.2f} s"
+    left = whatif[whatif["error"].notna()]
+    if not left.empty:
+        line += f"; {counted(len(left), 'signature')} not: {safe(str(left['error'].iloc[0]))}"
+    con.print(line, markup=False, highlight=False)
+
+
 def render_plan_summary(plan, events, con: Console, run_dir: str) -> None:
     """run's summary of its --plan: what was compiled, what it cost, and what to ask next (``plan``: None
     when nothing was planned; ``events``: the run's, for why)."""
