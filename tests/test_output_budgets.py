@@ -117,7 +117,8 @@ def test_json_carries_facts_beside_words(training):
     assert facts["function"] == "train_step" and facts["arguments"] == ["params", "momentum"]
     assert facts["argnums"] == [0, 1] and facts["option"] == "donate_argnums=(0, 1)"
     # params and momentum of a 512-1024-10 network, float32
-    assert donate["saving_bytes"] == 2 * 4 * (512 * 1024 + 1024 + 1024 * 10 + 10)
+    assert facts["donated_bytes"] == 2 * 4 * (512 * 1024 + 1024 + 1024 * 10 + 10)
+    assert donate["saving_bytes"] == facts["true_peak_before_bytes"] - facts["true_peak_after_bytes"] > 0
     # The words are there too, brief and in full.
     assert donate["brief"].startswith("Donate 'params', 'momentum' of train_step")
     assert donate["message"].startswith("Donate 'params', 'momentum' of train_step (defined at ")

@@ -219,7 +219,9 @@ def test_report_names_the_largest_batch_and_the_backend(outputs):
     assert re.search(r"largest batch [\d,]+ \(compiled, and fits; [\d,]+, the next compiled, does not; found by "
                      r"compiles for this device\)", text_searched), text_searched
     assert "donated params, momentum (as the report advises)" in text_searched
-    assert "largest batch none (not even batch 1)" in nnx_text  # 64 MiB: less than the fit rule's headroom
+    # 64 MiB: less than the fit rule's headroom, at the smallest batch compiled
+    assert re.search(r"largest batch none \(\d+, the smallest compiled, does not fit\)", nnx_text), nnx_text
+    assert "extrapolated" not in text_1g + text_searched + nnx_text
 
 
 def test_plan_csv_and_json_carry_the_same_rows(outputs):
@@ -324,12 +326,16 @@ def test_bad_plan_options_are_usage_errors(tmp_path, argv, says):
 def test_the_line_and_the_fit_rule():
     line = Curve([16, 32, 64, 256], [1000 + 10 * b for b in (16, 32, 64, 256)])
     assert line.affine and line.slope == pytest.approx(10) and line.intercept == pytest.approx(1000)
-    assert line.peak(128) == pytest.approx(2280) and line.peak(1000) == pytest.approx(11000)
-    assert line.largest(lambda p: p <= 5000) == 400 and line.largest(lambda p: p <= 500) == 0
+    # An answer is a compiled batch, never one read off the line (which says 400 fits 5000).
+    assert line.largest(lambda p: p <= 5000) == 256 and line.above(256, lambda p: p <= 5000) is None
+    assert line.largest(lambda p: p <= 2000) == 64 and line.above(64, lambda p: p <= 2000) == 256
+    assert line.largest(lambda p: p <= 500) == 0 and line.above(0, lambda p: p <= 500) == 16
+    assert line.at(64) == 1640 and line.at(100) is None
     bent = Curve([16, 32, 64, 256], [1000, 1100, 1300, 9000])
-    assert not bent.affine and bent.largest(lambda p: p <= 5000) == 64  # a compiled batch only
-    flat = Curve([16, 32], [700, 700])
-    assert flat.largest(lambda p: p <= 5000) is None  # the peak does not grow with the batch
+    assert not bent.affine and bent.largest(lambda p: p <= 5000) == 64
+    # A compiled batch past one that does not fit is not an answer (the bracket is the first failure).
+    dip = Curve([16, 32, 64], [1000, 6000, 1000])
+    assert dip.largest(lambda p: p <= 5000) == 16 and dip.above(16, lambda p: p <= 5000) == 32
     device = parse_size("16GiB")
     top = largest_fitting_peak(device)
     assert fits_by_default(top, device) and not fits_by_default(top + 1, device)

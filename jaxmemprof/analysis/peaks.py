@@ -67,7 +67,8 @@ def _device_bytes(text) -> dict | None:
 FIGURES = ("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "generated_code_bytes")
 
 
-def call_peaks(run, devices: pd.DataFrame | None = None, replace: dict | None = None) -> list[TruePeak]:
+def call_peaks(run, devices: pd.DataFrame | None = None, replace: dict | None = None,
+               gone: list | None = None) -> list[TruePeak]:
     """For each sampled call (with the signature it ran) and each compiled
     signature no sampled call ran: on the busiest device, the bytes live
     just before the call (counted by the recorder then: ``live_before``;
@@ -78,7 +79,9 @@ def call_peaks(run, devices: pd.DataFrame | None = None, replace: dict | None = 
     snapshot and device (else the snapshots' totals, as one device).
     ``replace``: (function_id, signature) -> XLA's figures (``FIGURES``) of
     that signature compiled with a change made (a "what if", jit_whatif),
-    used in place of the recorded ones."""
+    used in place of the recorded ones; ``gone``: (from, until, {device:
+    bytes}) of arrays a change deletes, taken off ``live_before`` of the
+    calls between those times (epoch seconds)."""
     compiles = run.jit.get("compiles")
     snaps = run.snapshots
     if compiles is None or compiles.empty or snaps.empty:
@@ -132,6 +135,9 @@ def call_peaks(run, devices: pd.DataFrame | None = None, replace: dict | None = 
     out = []
     for before, t, i, idx in events:
         if before is not None:
+            for t_from, t_to, off in gone or ():
+                if t_from < t < t_to:
+                    before = {d: max(b - off.get(d, 0), 0) for d, b in before.items()}
             live_busiest, live_total = max(before.values(), default=0), sum(before.values())
         else:
             j = int(np.searchsorted(snap_t, t, side="right")) - 1
@@ -153,15 +159,16 @@ def _largest(peaks: list[TruePeak]) -> TruePeak | None:
     return best
 
 
-def true_peaks(run, tl: Timeline, replace: dict | None = None,
-               less: dict | None = None) -> tuple[int | None, int | None, TruePeak | None]:
+def true_peaks(run, tl: Timeline, replace: dict | None = None, less: dict | None = None,
+               gone: list | None = None) -> tuple[int | None, int | None, TruePeak | None]:
     """The run's true peak: (on the busiest device, on all devices summed,
     the call that holds it), each the larger of the snapshots' peak and the
     largest call's (``call_peaks``). What the run's peak becomes with a
     change made: ``replace``'s figures in place of the recorded ones, and
     ``less`` ({snapshot: {device: bytes}}) off the snapshots that held
-    them. (None, None, None) without the probe's figures."""
-    inside = _largest(call_peaks(run, tl.devices, replace))
+    them, ``gone`` off the calls' (``call_peaks``). (None, None, None)
+    without the probe's figures."""
+    inside = _largest(call_peaks(run, tl.devices, replace, gone))
     if inside is None:
         return None, None, None
     busiest, total = busiest_snapshot(tl, less), int(tl.peak_bytes)

@@ -212,7 +212,7 @@ def _run_summary(tgt, directory, status=None, ended_by=None, duration_s=None):
         from jaxmemprof.analysis.report import build_report
         from jaxmemprof.analysis.runs import overview
         from jaxmemprof.render import text
-        from jaxmemprof.render.report import render_findings, render_whatif_summary
+        from jaxmemprof.render.report import render_findings, whatif_note
         from jaxmemprof.store.reader import load_run
 
         run_ = load_run(directory)
@@ -231,11 +231,11 @@ def _run_summary(tgt, directory, status=None, ended_by=None, duration_s=None):
             if len(run_.arrays) <= _SUMMARY_MAX_ARRAYS:
                 findings = build_report(ar).findings
                 if findings:
-                    con.print(f"findings ({len(findings)}):")
+                    con.print(f"findings ({len(findings)}{whatif_note(run_.jit.get('whatif'))}):", markup=False,
+                              highlight=False)
                     render_findings(findings, con, limit=2)
             else:
                 con.print(f"jaxmemprof: {len(run_.arrays)} arrays recorded: run `jaxmemprof report` for the findings")
-        render_whatif_summary(run_.jit.get("whatif"), con)
         plans = run_.jit.get("plans")
         if plans is not None and not plans.empty or (run_.manifest.get("settings") or {}).get("plan"):
             from jaxmemprof.analysis.advice.plan import build_plan

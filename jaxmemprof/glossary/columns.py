@@ -327,13 +327,13 @@ GLOSSARY: dict[str, str] = {
     "bytes_per_example": "The line's slope: bytes more per example of the batch.",
     "affine": "Whether every point lies within 1 % of its own peak from the line (with 2 points, always).",
     "max_residual_bytes": "The largest distance of a point from the line, in bytes.",
-    "largest_batch": "With `--device-memory`: the largest batch whose peak fits XLA's default pool by the fit "
-                     "rule; 0 when none does; empty when the peak does not grow with the batch. Where the points do "
-                     "not fit a line, the largest compiled batch that fits.",
+    "largest_batch": "With `--device-memory`: the largest compiled batch whose peak fits XLA's default pool by "
+                     "the fit rule, below the smallest compiled one that does not; 0 when even the smallest does "
+                     "not fit.",
     "largest_batch_with_settings": "The same within 0.95 of the device (the fraction variable set to .95).",
-    "extrapolated": "Whether `largest_batch` lies beyond the compiled batches (read off the line, not compiled).",
+    "next_batch": "The smallest compiled batch above `largest_batch`, which does not fit (empty: every compiled batch fits).",
     "at_batch": "The recorded variant's `largest_batch` on the same device: where each fix is compared.",
-    "peak_at_batch_bytes": "The variant's peak at `at_batch`.",
+    "peak_at_batch_bytes": "The variant's peak compiled at `at_batch` (empty: not compiled there).",
     "saving_at_batch_bytes": "The recorded variant's peak at `at_batch` less this variant's: what the fix saves "
                              "there (negative: it needs more).",
     "backends": "The platforms whose XLA compiled the plan (`cpu`, `gpu`, `tpu`).",

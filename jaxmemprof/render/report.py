@@ -303,9 +303,10 @@ _PLAN_NOTE = (
     "Plan: at the end of a run --plan, the step with the run's largest XLA call peak is compiled again from its "
     "arguments' shapes (no array allocated) with the batch inputs' dimension scaled; each peak is the live bytes "
     "outside the call (before the recorded call, less its arguments) plus XLA's call peak (arguments + outputs - "
-    "aliased + temporaries + code), per device. Between compiled batches the peak is read straight between them, "
-    "beyond them along the line through them; a batch past the compiled ones is extrapolated (XLA may choose other "
-    "algorithms there: docs/plan.md). A GPU's or TPU's compiles differ from the CPU's.")
+    "aliased + temporaries + code), per device. The largest batch is one XLA compiled and that fits, next to the "
+    "next compiled one, which does not: never a batch read off a line (XLA may choose other algorithms at another "
+    "batch: docs/plan.md); run --plan-device-memory SIZE compiles between them. A GPU's or TPU's compiles differ "
+    "from the CPU's.")
 
 
 def _render_plan(rep: Report, con: Console, explain: bool) -> None:
@@ -360,21 +361,19 @@ def _render_plan(rep: Report, con: Console, explain: bool) -> None:
         _explained(con, explain, _PLAN_NOTE)
 
 
-def _batch_text(b, m, batches=(), searched: bool = False) -> str:
-    """A largest batch in words; ``batches``: those compiled for its variant."""
+def _batch_text(b, batches=(), searched: bool = False) -> str:
+    """A largest batch in words: a compiled batch that fits, and the next
+    compiled one, which does not (``batches``: those compiled for its
+    variant); never a batch read off a line."""
     if b is None or b is pd.NA:
-        return "any batch (the peak does not grow with it)"
+        return "not known (no batch compiled)"
+    above = min((x for x in batches if x > b), default=None)
     if b == 0:
-        return "none (not even batch 1)"
-    if not m["affine"]:  # only compiled batches are trusted: the answer is a compiled one
-        above = min((x for x in batches if x > b), default=None)
-        if above is None:
-            return f"at least {b:,} (the largest compiled batch, which fits)"
-        return (f"{b:,} (compiled, and fits; {above:,}, the next compiled, does not"
-                + ("; found by compiles for this device)" if searched else ")"))
-    outside = m["affine"] and (b > m["batch_max"] or b < m["batch_min"])
-    return f"{b:,}" + (f" (extrapolated past {m['batch_max']:,}, the largest compiled)" if outside and b > m["batch_max"]
-                      else " (extrapolated)" if outside else "")
+        return f"none ({above:,}, the smallest compiled, does not fit)" if above is not None else "none"
+    if above is None:
+        return f"at least {b:,} (the largest compiled batch, which fits)"
+    return (f"{b:,} (compiled, and fits; {above:,}, the next compiled, does not"
+            + ("; found by compiles for this device)" if searched else ")"))
 
 
 def _render_plan_fit(plan, f, models, con: Console) -> None:
@@ -396,17 +395,16 @@ def _render_plan_fit(plan, f, models, con: Console) -> None:
         on = "every device of the call" if m["device"] == "job" else safe(m["device"])
         batches = compiled("recorded")
         con.print(Text(f"for a {size} device ({on}): largest batch "
-                       f"{_batch_text(m['largest_batch'], m, batches, searched)} in XLA's default pool, less the fit "
-                       f"rule's 5 % and 64 MiB; {_batch_text(m['largest_batch_with_settings'], m, batches)} with "
+                       f"{_batch_text(m['largest_batch'], batches, searched)} in XLA's default pool, less the fit "
+                       f"rule's 5 % and 64 MiB; {_batch_text(m['largest_batch_with_settings'], batches)} with "
                        f"{plan.fraction_variable}=.95"))
-    lower = [m for _, m in rec.iterrows() if not m["affine"] and m["largest_batch"] is not pd.NA
-             and m["largest_batch"] == m["batch_max"]]
+    lower = [m for _, m in rec.iterrows() if m["largest_batch"] is not pd.NA and m["largest_batch"] == m["batch_max"]]
     if lower and not searched:
         con.print(Text(f"(a bound, not the answer: run the script with --plan-device-memory {size.replace(' ', '')} to "
                        f"find the largest batch by compiles)"))
     if len(job):
         con.print(Text("  by device: " + ", ".join(
-            f"{safe(m['device'])} {_batch_text(m['largest_batch'], m, compiled('recorded'))}"
+            f"{safe(m['device'])} {_batch_text(m['largest_batch'], compiled('recorded'))}"
             for _, m in per_device.iterrows())))
     fixes = models[(models["variant"] != "recorded") & (models["device"] == (job["device"].iloc[0] if len(job) else
                                                                              models["device"].iloc[0]))]
@@ -418,12 +416,17 @@ def _render_plan_fit(plan, f, models, con: Console) -> None:
         if m["variant"] == "donated":
             what += (" (as the report advises)" if f.advised is not None and sorted(f.advised) == sorted(f.donated)
                      else f" (the report advises {', '.join(f.advised)})" if f.advised else "")
+        own = f"its own largest batch {_batch_text(m['largest_batch'], compiled(m['variant']))}"
+        if m["peak_at_batch_bytes"] is pd.NA:
+            con.print(Text(f"at batch {m['at_batch']:,}: {safe(what)} was not compiled there (run --plan-device-memory "
+                           f"{size.replace(' ', '')} compiles each fix at the answer); {own}"))
+            continue
         saving = m["saving_at_batch_bytes"]
-        said = (f"saves {format_bytes(saving)}" if saving is not pd.NA and saving >= 0 else
-                f"needs {format_bytes(-saving)} more" if saving is not pd.NA else "")
-        past = f" (extrapolated past {m['batch_max']:,})" if m["at_batch"] > m["batch_max"] else ""
-        con.print(Text(f"at batch {m['at_batch']:,}: {safe(what)} holds {format_bytes(m['peak_at_batch_bytes'])}{past}, "
-                       f"{said}; its own largest batch {_batch_text(m['largest_batch'], m, compiled(m['variant']))}"))
+        base = m["peak_at_batch_bytes"] + saving
+        said = (f"saves {format_bytes(saving)}" if saving >= 0 else f"needs {format_bytes(-saving)} more, by XLA's "
+                f"compile")
+        con.print(Text(f"at batch {m['at_batch']:,}: {safe(what)} holds {format_bytes(m['peak_at_batch_bytes'])} "
+                       f"(recorded: {format_bytes(base)}), {said}; {own}"))
 
 
 def _render_lifetimes(rep: Report, con: Console, top: int, explain: bool) -> None:
@@ -569,18 +572,17 @@ def _render_findings(rep: Report, con: Console, explain: bool) -> None:
     render_findings(rep.findings, con, explain=explain)
 
 
-def render_whatif_summary(whatif, con: Console) -> None:
+def whatif_note(whatif) -> str:
     """run's summary: what the compiles that verified the advice cost
-    (jit_whatif: one row per signature compiled with the change made)."""
+    (jit_whatif: a row per signature compiled with the change made), for
+    the findings' heading; '' where none were made."""
     if whatif is None or whatif.empty:
-        return
+        return ""
     done = whatif[whatif["error"].isna()]
     seconds = float(pd.to_numeric(done["compile_s"], errors="coerce").fillna(0).sum())
-    line = f"verified by compiling: {counted(len(done), 'signature')} with the advised donation, {seconds:.2f} s"
-    left = whatif[whatif["error"].notna()]
-    if not left.empty:
-        line += f"; {counted(len(left), 'signature')} not: {safe(str(left['error'].iloc[0]))}"
-    con.print(line, markup=False, highlight=False)
+    note = f"; verified by compiling {counted(len(done), 'signature')}, {seconds:.2f} s"
+    left = len(whatif) - len(done)
+    return note + (f" ({left} not: jit_whatif says why)" if left else "")
 
 
 def render_plan_summary(plan, events, con: Console, run_dir: str) -> None:

@@ -58,6 +58,13 @@ def _temporaries(x: dict) -> str:
     return f"XLA's temporaries {'rise' if after > before else 'fall'} {fmt(before)} -> {fmt(after)}"
 
 
+def _pair(a: int, b: int) -> str:
+    """``38.62 -> 34.60 MiB`` (the unit once where both have it), else ``1.00 GiB -> 900.00 MiB``."""
+    left, right = fmt(a), fmt(b)
+    unit = left.rpartition(" ")[2]
+    return f"{left.rpartition(' ')[0]} -> {right}" if right.endswith(" " + unit) else f"{left} -> {right}"
+
+
 def _measured(x: dict) -> tuple[str, str]:
     """(what the compile with the arguments donated showed, the terminal's
     'saves' words) for a verified finding."""
@@ -92,13 +99,13 @@ def _donate(f: Finding, x: dict) -> Words:
     per_device = f" ({fmt(donated // devices)} on each of {devices} devices)" if devices > 1 else ""
     if x.get("verified"):
         measured, saves = _measured(x)
-        temps = "" if x["temp_before_bytes"] == x["temp_after_bytes"] else f"; {_temporaries(x)}"
+        rise = x["temp_after_bytes"] - x["temp_before_bytes"]
+        temps = "" if not rise else f", temporaries {'+' if rise > 0 else '-'}{fmt(abs(rise))}"
+        peak = f"{_pair(x['true_peak_before_bytes'], x['true_peak_after_bytes'])}{temps}"
         if x["saving_bytes_per_device"] > 0:
-            brief = (f"Donate {what} of {x['function']}: the run's true peak falls {fmt(x['true_peak_before_bytes'])} "
-                     f"-> {fmt(x['true_peak_after_bytes'])}{temps}.")
+            brief = f"Donate {what} of {x['function']}: true peak {peak}."
         else:
-            brief = (f"Donating {what} of {x['function']} would not lower the run's true peak "
-                     f"({fmt(x['true_peak_before_bytes'])} -> {fmt(x['true_peak_after_bytes'])}{temps}).")
+            brief = f"Donating {what} of {x['function']} would not lower the run's true peak ({peak})."
         head = (f"Donate {what} of {x['function']} (defined at {x['defined_at']}): XLA can then write"
                 if x["saving_bytes_per_device"] > 0 else
                 f"Donating {what} of {x['function']} (defined at {x['defined_at']}) would let XLA write")

@@ -322,7 +322,10 @@ def verified_change(ar: Attributed, tl: Timeline, function_id: int, arguments) -
     by_sig = {sig: {col: _int(r[col]) for col in FIGURES}
               for sig, r in zip(recorded["signature"], recorded.to_dict("records"))}
     before_device, before_total, _ = true_peaks(run, tl)
-    after_device, after_total, _ = true_peaks(run, tl, changed, _seen_twice(ar, function_id, arguments))
+    if before_device is None:  # no snapshot to read (a damaged run): nothing to measure against
+        return {"verified": False, "not_verified": "the run's true peak cannot be read (no snapshot)"}
+    after_device, after_total, _ = true_peaks(run, tl, changed, _seen_twice(ar, function_id, arguments),
+                                              _first_kept(ar, function_id, arguments))
     # The largest signature verified: its temporaries before and after, and what XLA aliases.
     sig = max(changed, key=lambda k: _call_peak(by_sig.get(k[1], changed[k])))[1]
     old, new = by_sig.get(sig, {}), changed[(int(function_id), sig)]
@@ -394,6 +397,43 @@ def _seen_twice(ar: Attributed, function_id: int, arguments) -> dict:
                     d = less.setdefault(snap, {})
                     d[device] = d.get(device, 0) + int(b)
     return less
+
+
+def _first_kept(ar: Attributed, function_id: int, arguments) -> list:
+    """(from, until, {device: bytes}) of the donated arguments' arrays that
+    the program still held after the function's first call (set up before
+    its loop and still named there: ``params`` of ``state =
+    TrainState.create(params=params)``). Donated, the first call deletes
+    them: from then until the program would have dropped them (its last
+    snapshot of them; the end of the run if none is seen), every later call
+    has that much less live before it (``call_peaks``'s ``gone``)."""
+    run = ar.run
+    calls = run.jit["calls"]
+    first = calls[(calls["function_id"] == function_id) & (pd.to_numeric(calls["call_index"], errors="coerce") == 1)]
+    if first.empty:
+        return []
+    row = first.iloc[0]
+    fates = _json(row["inputs_alive"], [])
+    inputs = _leaves(row["inputs"])
+    if len(fates) != len(inputs):
+        return []
+    wanted = set(map(str, arguments))
+    kept = [leaf for leaf, fate in zip(inputs, fates)
+            if label(leaf) in wanted and fate != "dropped" and not leaf.get("donated")]
+    if not kept:
+        return []
+    ends: dict = {}
+    arrays = run.arrays if getattr(run, "has_arrays", False) else pd.DataFrame()
+    if not arrays.empty:
+        t_of = dict(zip(run.snapshots["snapshot"], run.snapshots["t_wall"]))
+        for py_id, end in zip(arrays["py_id"], arrays["end_snapshot"]):
+            ends[py_id] = t_of.get(int(end), float("inf")) if pd.notna(end) else float("inf")
+    out = []
+    for leaf in kept:
+        on = [str(d) for d in leaf.get("on") or []] or ["?"]
+        share = int(leaf.get("bytes") or 0) // len(on)
+        out.append((float(row["t_wall"]), ends.get(leaf.get("id"), float("inf")), {d: share for d in on}))
+    return out
 
 
 def _int(v) -> int:

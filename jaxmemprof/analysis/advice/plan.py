@@ -11,16 +11,16 @@ buys there.
 - ``models`` (plan_models.csv): per function, variant and device, the
   least-squares line through its points (``intercept_bytes``,
   ``bytes_per_example``) and whether every point lies within
-  ``AFFINE_TOLERANCE`` of it (``affine``). The peak at a batch is read off
-  the points (straight between two compiled batches; beyond them along the
-  line from the nearest one); where the points do not fit a line only the
-  compiled batches are trusted. With a device size: the largest batch whose
-  peak fits, by the fit rule of :mod:`jaxmemprof.analysis.advice.capacity`
-  (the peak plus 5 % and 64 MiB within XLA's default pool, 0.75 of the
-  device; ``largest_batch_with_settings``: within 0.95, with the fraction
-  set), ``extrapolated`` where that batch lies outside the compiled ones,
-  and for each fix (a variant other than ``recorded``) its peak and what it
-  saves at the recorded variant's largest batch. With several devices, the
+  ``AFFINE_TOLERANCE`` of it (``affine``): a description, never an answer.
+  With a device size: the largest *compiled* batch whose peak fits, by the
+  fit rule of :mod:`jaxmemprof.analysis.advice.capacity` (the peak plus 5 %
+  and 64 MiB within XLA's default pool, 0.75 of the device;
+  ``largest_batch_with_settings``: within 0.95, with the fraction set), and
+  ``next_batch``, the next compiled batch, which does not fit (none: every
+  compiled batch fits, and ``run --plan-device-memory`` searches further by
+  compiling); for each fix (a variant other than ``recorded``) its peak
+  and what it saves at the recorded variant's largest batch, where that
+  variant was compiled there. With several devices, the
   ``job`` rows: the largest batch that fits every device of the call.
 """
 
@@ -40,14 +40,13 @@ PLAN_COLUMNS = ["function_id", "function", "variant", "batch", "scale", "device"
                 "generated_code_bytes", "source", "compile_s", "backend", "fits", "error"]
 MODEL_COLUMNS = ["function_id", "function", "variant", "device", "points", "batch_min", "batch_max",
                  "intercept_bytes", "bytes_per_example", "affine", "max_residual_bytes", "largest_batch",
-                 "largest_batch_with_settings", "extrapolated", "at_batch", "peak_at_batch_bytes",
+                 "largest_batch_with_settings", "next_batch", "at_batch", "peak_at_batch_bytes",
                  "saving_at_batch_bytes"]
 RECORDED = "recorded"
 VARIANTS = (RECORDED, "donated", "bfloat16")  # the order they are shown in
 # A line fits the points when each lies within this share of its own peak from it.
 AFFINE_TOLERANCE = 0.01
 JOB = "job"  # the device of the models' rows for all devices of the call together
-_BIG = 1 << 40  # no batch is searched past this
 
 
 @dataclass(frozen=True)
@@ -145,43 +144,26 @@ class Curve:
         self.max_residual = float(resid.max()) if len(resid) else 0.0
         self.affine = bool(len(self.b) >= 2 and np.all(resid <= AFFINE_TOLERANCE * np.maximum(self.p, 1.0)))
 
-    def peak(self, batch: int) -> float:
-        """Straight between compiled batches; beyond them along the line's
-        slope from the nearest one (exact at every compiled batch)."""
-        b, p = self.b, self.p
-        if not len(b):
-            return float("nan")
-        if batch <= b[0]:
-            return float(p[0] + self.slope * (batch - b[0]))
-        if batch >= b[-1]:
-            return float(p[-1] + self.slope * (batch - b[-1]))
-        return float(np.interp(batch, b, p))
+    def at(self, batch: int) -> int | None:
+        """The peak compiled at ``batch``; None where it was not compiled."""
+        hit = np.flatnonzero(self.b == batch)
+        return int(self.p[hit[0]]) if len(hit) else None
 
-    def largest(self, fits) -> int | None:
-        """The largest batch whose peak ``fits``; 0 where none does; None
-        where the peak does not grow with the batch and the smallest fits.
-        Where the points do not fit a line, the largest compiled batch that fits."""
-        if not len(self.b):
-            return 0
-        if not self.affine:
-            ok = [int(x) for x, y in zip(self.b, self.p) if fits(int(y))]
-            return max(ok) if ok else 0
-        if self.slope <= 0:
-            return None if fits(int(round(self.peak(1)))) else 0
-        if not fits(int(round(self.peak(1)))):
-            return 0
-        lo, hi = 1, 2
-        while hi < _BIG and fits(int(round(self.peak(hi)))):
-            lo, hi = hi, hi * 2
-        if hi >= _BIG:
-            return None
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if fits(int(round(self.peak(mid)))):
-                lo = mid
-            else:
-                hi = mid
-        return lo
+    def largest(self, fits) -> int:
+        """The largest compiled batch whose peak ``fits`` below the smallest
+        compiled one that does not (0 where even the smallest does not): an
+        answer is always a batch XLA compiled, never one read off a line."""
+        best = 0
+        for x, y in zip(self.b, self.p):
+            if not fits(int(y)):
+                break
+            best = int(x)
+        return best
+
+    def above(self, batch: int, fits) -> int | None:
+        """The smallest compiled batch above ``batch`` whose peak does not
+        ``fits``: the other end of the answer's bracket (None: none compiled)."""
+        return next((int(x) for x, y in zip(self.b, self.p) if x > batch and not fits(int(y))), None)
 
 
 def _points(run, names: dict) -> pd.DataFrame:
@@ -267,32 +249,32 @@ def _models(points: pd.DataFrame, device_bytes: int | None) -> pd.DataFrame:
                              "device": device, **row, "at_batch": at, "peak_at_batch_bytes": peak_at,
                              "saving_at_batch_bytes": saving})
     out = pd.DataFrame(rows, columns=MODEL_COLUMNS)
-    for c in ("largest_batch", "largest_batch_with_settings", "at_batch", "peak_at_batch_bytes",
+    for c in ("largest_batch", "largest_batch_with_settings", "next_batch", "at_batch", "peak_at_batch_bytes",
               "saving_at_batch_bytes", "intercept_bytes", "max_residual_bytes", "batch_min", "batch_max", "points"):
         out[c] = out[c].astype("Int64")
-    for c in ("affine", "extrapolated"):
-        out[c] = out[c].astype("boolean")
+    out["affine"] = out["affine"].astype("boolean")
     return out
 
 
 def _peak_at(by_key, fid, variant, device, devices, batch) -> int | None:
+    """The variant's peak compiled at ``batch`` (the busiest device, for the
+    job); None where it was not compiled there."""
     if device == JOB:
-        vals = [by_key[(fid, variant, d)].peak(batch) for d in devices if (fid, variant, d) in by_key]
-        return int(round(max(vals))) if vals else None
+        vals = [by_key[(fid, variant, d)].at(batch) for d in devices if (fid, variant, d) in by_key]
+        return None if not vals or None in vals else max(vals)
     c = by_key.get((fid, variant, device))
-    return None if c is None else int(round(c.peak(batch)))
+    return None if c is None else c.at(batch)
 
 
 def _curve_row(c: Curve, device_bytes: int | None) -> dict:
     row = {"points": len(c.b), "batch_min": int(c.b[0]), "batch_max": int(c.b[-1]),
            "intercept_bytes": int(round(c.intercept)), "bytes_per_example": round(c.slope, 3),
            "affine": c.affine, "max_residual_bytes": int(round(c.max_residual)), "largest_batch": None,
-           "largest_batch_with_settings": None, "extrapolated": None}
+           "largest_batch_with_settings": None, "next_batch": None}
     if device_bytes is not None:
         row["largest_batch"] = c.largest(lambda p: fits_by_default(p, device_bytes))
         row["largest_batch_with_settings"] = c.largest(lambda p: fits_at_all(p, device_bytes))
-        b = row["largest_batch"]
-        row["extrapolated"] = bool(c.affine and (b is None or b > c.b[-1] or 0 < b < c.b[0]))
+        row["next_batch"] = c.above(row["largest_batch"], lambda p: fits_by_default(p, device_bytes))
     return row
 
 
@@ -302,12 +284,13 @@ def _job_row(parts: list, device_bytes: int | None) -> dict:
     out = {"points": min(r["points"] for r in rows), "batch_min": max(r["batch_min"] for r in rows),
            "batch_max": min(r["batch_max"] for r in rows), "intercept_bytes": None, "bytes_per_example": None,
            "affine": all(r["affine"] for r in rows), "max_residual_bytes": None, "largest_batch": None,
-           "largest_batch_with_settings": None, "extrapolated": None}
+           "largest_batch_with_settings": None, "next_batch": None}
     if device_bytes is not None:
         for k in ("largest_batch", "largest_batch_with_settings"):
             known = [r[k] for r in rows if r[k] is not None]
             out[k] = min(known) if known else None
-        out["extrapolated"] = any(bool(r["extrapolated"]) for r in rows)
+        nexts = [r["next_batch"] for r in rows if r["next_batch"] is not None and r["next_batch"] > out["largest_batch"]]
+        out["next_batch"] = min(nexts) if nexts else None
     return out
 
 

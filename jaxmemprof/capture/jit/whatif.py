@@ -41,6 +41,9 @@ def compile_figures(jax, fn, ab, scaled=(), axis: int = 0, batch: int | None = N
     ``batch``, every float32 argument as bfloat16 if ``narrow``:
     (figures or None, seconds, error or None, warnings)."""
     flat = list(ab.flat)
+    if wrapper == "jax.pmap":  # pmap places its inputs itself: the arrays' own (pmap) shardings are refused
+        flat = [jax.ShapeDtypeStruct(x.shape, x.dtype, weak_type=x.weak_type)
+                if isinstance(x, jax.ShapeDtypeStruct) else x for x in flat]
     for j in scaled:
         x = flat[j]
         shape = list(x.shape)
