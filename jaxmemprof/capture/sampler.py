@@ -110,6 +110,9 @@ class Sampler:
         self.failed: str | None = None
         self.first_taken = False
         self.hooks: list = []  # called after each snapshot, in the sampling thread, holding its lock
+        # () -> function ids whose call is in progress, asked as a snapshot starts (the jit probe's
+        # calls_in_flight); kept with the snapshot (snapshot_calls)
+        self.in_flight = None
 
     # -- the background thread -------------------------------------------------
 
@@ -261,6 +264,7 @@ class Sampler:
             # for the GIL while the target runs Python, which cost the target nothing.
             c0, w0 = time.thread_time(), time.perf_counter()
             t_wall, t_mono = time.time(), time.monotonic()
+            calls = self.in_flight() if self.in_flight is not None else []
             try:
                 # Background snapshots never wait for a computation to finish;
                 # one the program asked for (or its last) reads every address.
@@ -271,6 +275,8 @@ class Sampler:
                 self._checks = 0.0
                 rec.wall_s = time.perf_counter() - w0
                 index = self.writer.add_snapshot(rec)
+                if calls:
+                    self.writer.add_snapshot_calls(index, calls)
             except Exception as exc:  # a full disk, a closed journal, a JAX error
                 self.fail(exc)
                 return None

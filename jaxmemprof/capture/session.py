@@ -121,6 +121,7 @@ class Session:
                               plan=plan, verify_s=verify_s) if jit_probe else None
         if self.probe is not None:
             self.sampler.hooks.append(self.probe.on_snapshot)
+            self.sampler.in_flight = self.probe.calls_in_flight
             self.probe.observer = self.sampler
 
     def start(self) -> "Session":

@@ -67,6 +67,7 @@ _TABLES = {
                    "temp_bytes", "generated_code_bytes", "compile_s"),
                   ("signature", "variant", "devices", "live_outside", "backend", "detail", "error"),
                   ("function_id", "variant", "batch")),
+    "snapshot_calls": (("snapshot", "function_id"), (), ("snapshot", "function_id")),
     "jit_whatif": (("function_id", "argument_bytes", "output_bytes", "alias_bytes", "temp_bytes",
                     "generated_code_bytes", "compile_s"), ("signature", "change", "backend", "error"),
                    ("function_id", "signature")),
@@ -81,7 +82,7 @@ _MAY_BE_MISSING = {"end_snapshot", "after_snapshot", "stack_id", "snapshot", "pe
 _FLOAT_COLUMNS = {"t_wall", "t_mono", "cost_s", "wall_s", "dump_s", "compile_s"}
 # Tables that runs recorded by earlier versions lack.
 _ADDED_TABLES = {"jit_programs", "jit_buffers", "jit_curves", "thinned", "array_kinds", "source_names", "held_by",
-                 "jit_plans", "jit_whatif"}
+                 "jit_plans", "jit_whatif", "snapshot_calls"}
 
 # Journal cells that hold JSON, which the analyses parse (the jit probe's).
 # A cell nested deeper than _MAX_JSON_DEPTH is damage: read as missing.

@@ -202,6 +202,11 @@ CREATE TABLE IF NOT EXISTS jit_plans (  -- run --plan: a step compiled at other 
     detail        TEXT,                 -- JSON: the inputs scaled, what the variant changed, why it was planned
     error         TEXT                  -- why it could not be compiled (NULL: compiled)
 );
+CREATE TABLE IF NOT EXISTS snapshot_calls (  -- a call in progress as a snapshot started (the jit probe's
+                                        -- watched calls only): the snapshot saw a moment of that call
+    snapshot      INTEGER NOT NULL,
+    function_id   INTEGER NOT NULL
+);
 CREATE TABLE IF NOT EXISTS jit_whatif (  -- a recorded signature compiled with a change made (the arguments the
                                         -- donation advice names donated), at the end of the run, from its
                                         -- arguments' shapes (no array allocated): what the change does, measured

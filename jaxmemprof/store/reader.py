@@ -80,7 +80,8 @@ class Run:
       output leaves as JSON, and whether each input was still held at the
       next call), ``counts`` (calls and compiles per function), ``plans``
       (run --plan: the step compiled at other batch sizes; empty without it),
-      ``whatif`` (recorded signatures compiled with the advised donation made);
+      ``whatif`` (recorded signatures compiled with the advised donation made),
+      ``snapshot_calls`` (the calls in progress as each snapshot started);
       see store/layout.py for the columns.
     - ``memory_stats`` (``snapshot, device, key, value``), ``markers``,
       ``events``, and the ``manifest``.
@@ -374,6 +375,7 @@ def _load_journal_run(path: Path) -> Run:
         executables = _query(con, "executables", warnings)
         jit = {t: _query(con, f"jit_{t}", warnings)
                for t in ("functions", "compiles", "calls", "counts", "programs", "buffers", "curves", "plans", "whatif")}
+        jit["snapshot_calls"] = _query(con, "snapshot_calls", warnings)
         markers = _query(con, "markers", warnings)
         events = _query(con, "events", warnings)
         thinned = set(_query(con, "thinned", warnings)["snapshot"].dropna().astype(np.int64).tolist())

@@ -312,6 +312,10 @@ class RunWriter:
         """jit_plans rows (run --plan): the step compiled at other batch sizes."""
         self._insert("INSERT INTO jit_plans VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", rows)
 
+    def add_snapshot_calls(self, snapshot: int, function_ids: list) -> None:
+        """snapshot_calls rows: the jitted functions a call of which was in progress as the snapshot started."""
+        self._insert("INSERT INTO snapshot_calls VALUES (?,?)", [(snapshot, int(f)) for f in function_ids])
+
     def add_jit_whatif(self, rows: list) -> None:
         """jit_whatif rows: recorded signatures compiled with a change made."""
         self._insert("INSERT INTO jit_whatif VALUES (?,?,?,?,?,?,?,?,?,?,?)", rows)

@@ -324,7 +324,7 @@ def verified_change(ar: Attributed, tl: Timeline, function_id: int, arguments) -
     before_device, before_total, _ = true_peaks(run, tl)
     if before_device is None:  # no snapshot to read (a damaged run): nothing to measure against
         return {"verified": False, "not_verified": "the run's true peak cannot be read (no snapshot)"}
-    after_device, after_total, _ = true_peaks(run, tl, changed, _seen_twice(ar, function_id, arguments),
+    after_device, after_total, _ = true_peaks(run, tl, changed, _less(ar, tl, function_id, arguments),
                                               _first_kept(ar, function_id, arguments))
     # The largest signature verified: its temporaries before and after, and what XLA aliases.
     sig = max(changed, key=lambda k: _call_peak(by_sig.get(k[1], changed[k])))[1]
@@ -396,6 +396,24 @@ def _seen_twice(ar: Attributed, function_id: int, arguments) -> dict:
                 for device, b in zip(row.devices, row.shard_bytes):
                     d = less.setdefault(snap, {})
                     d[device] = d.get(device, 0) + int(b)
+    return less
+
+
+def _less(ar: Attributed, tl: Timeline, function_id: int, arguments) -> dict:
+    """{snapshot: {device: bytes}} the change takes off the snapshots: a
+    snapshot taken while a call of the function was in progress is a moment
+    of that call, which the call's own peak, compiled with the change,
+    stands for (all of it off: its inputs resharded for the call, or its
+    outputs beside them, are what the compile counts); elsewhere, the older
+    generation of the donated arrays (``_seen_twice``)."""
+    less = _seen_twice(ar, function_id, arguments)
+    during = ar.run.jit.get("snapshot_calls")
+    if during is not None and not during.empty and not tl.devices.empty:
+        snaps = set(pd.to_numeric(during.loc[during["function_id"] == function_id, "snapshot"],
+                                  errors="coerce").dropna().astype(int))
+        d = tl.devices[tl.devices["snapshot"].isin(snaps)]
+        for snap, device, live in zip(d["snapshot"], d["device"], d["live_bytes"]):
+            less.setdefault(int(snap), {})[str(device)] = int(live)
     return less
 
 

@@ -115,6 +115,9 @@ class JitProbe(Programs):
         # snapshot (Sampler.holding), and counts what is live before a
         # sampled call: set by the session.
         self.observer = None
+        # function_id -> threads inside a call of it now (calls the probe still watches: a quiet
+        # function's go straight to XLA): what a snapshot taken meanwhile was in (calls_in_flight).
+        self.in_call: dict = {}
         self._live_before_left = LIVE_BEFORE_CALLS
         self.read_s = 0.0  # time spent reading executables (XLA's figures), all functions
         self.programs_read = 0
@@ -438,10 +441,13 @@ class JitProbe(Programs):
                     abstract = self._guard(state, self.planner.abstract, state, args, kwargs, inputs)
         calling = self._calling
         outer, calling.state = getattr(calling, "state", None), state
+        in_call = self.in_call
+        in_call[state.function_id] = in_call.get(state.function_id, 0) + 1
         try:
             out = real(*args, **kwargs)
         finally:
             calling.state = outer
+            in_call[state.function_id] -= 1
         if failed is not None:  # the call went well: reading it failed on its own
             self._error(state, failed)
         if not state.by_signature:
@@ -562,6 +568,12 @@ class JitProbe(Programs):
                 self._check_liveness(state)
         self.writer.set_jit_counts([(s.function_id, s.calls, s.compiles, int(s.counted_all), s.traced,
                                      s.backend_compiles) for s in self._states])
+
+    def calls_in_flight(self) -> list:
+        """The functions a call of which is in progress (in the sampling
+        thread, as a snapshot starts): a snapshot then sees a moment of that
+        call, its inputs resharded or its outputs made."""
+        return [fid for fid, n in list(self.in_call.items()) if n > 0]
 
     def on_snapshot(self) -> None:
         if self.active:
