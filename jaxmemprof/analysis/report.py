@@ -62,6 +62,10 @@ class Report:
     roles: Roles | None = None  # what the memory is at the largest sampled jitted call (analysis/roles.py)
 
 
+def _text(v) -> str | None:
+    return v if isinstance(v, str) and v else None
+
+
 def build_report(ar: Attributed, *, extra_rules=()) -> Report:
     """Analyse the attributed run under its options (``top_sites``,
     ``steps``; ``device_memory``: bytes of a device to check the run against,
@@ -124,6 +128,9 @@ def build_report(ar: Attributed, *, extra_rules=()) -> Report:
         "running": bool(getattr(run, "running", False)),
         "exit_status": m.get("exit_status"),
         "ended_by": m.get("ended_by"),
+        # cells a notebook's magic recorded (In [5], In [7] to In [9]) and what one raised (notebook/magics.py)
+        "cells": _text((m.get("notebook") or {}).get("cells") if isinstance(m.get("notebook"), dict) else None),
+        "raised": _text((m.get("notebook") or {}).get("raised") if isinstance(m.get("notebook"), dict) else None),
         "duration_s": m.get("duration_s"),
         "backend": m.get("backend"),
         "devices": int(tl.devices["device"].nunique()) if not tl.devices.empty else len(m.get("devices") or []),

@@ -68,7 +68,7 @@ class Shown:
         run_, _, rep, _ = self._analysis()
         buf = io.StringIO()
         render_report(rep, _console(buf), top=self.top, explain=explain)
-        return Text(_cells_ran(buf.getvalue(), run_.manifest))
+        return Text(buf.getvalue())
 
     def page(self) -> "Page":
         from jaxmemprof.render.html import report_page
@@ -94,34 +94,6 @@ def _console(buf):
 
     return Console(file=buf, force_jupyter=False, force_terminal=False, highlight=False, width=100_000,
                    no_color=True, color_system=None)
-
-
-def _cells_ran(text: str, manifest: dict) -> str:
-    """The report of cells a magic recorded (the manifest's ``notebook``
-    says which, and what they raised): its line of what ran names them and
-    how they ended, ``In [5]: 1.20 s`` or ``In [5] raised ValueError: bad
-    after 0.12 s`` (the report's own words are a program's: a block of it
-    ``recorded by jaxmemprof.profile()``, an exception ``no exit status``).
-    A run that did not finish is left as the report says it."""
-    from jaxmemprof.render.escape import safe
-
-    nb = manifest.get("notebook")
-    cells = nb.get("cells") if isinstance(nb, dict) else None
-    took = manifest.get("duration_s")
-    if not isinstance(cells, str) or not cells or not isinstance(took, (int, float)) or isinstance(took, bool) \
-            or manifest.get("ended_by") not in ("exit", "exception", "oom"):
-        return text
-    command = safe(" ".join(str(a) for a in manifest.get("argv") or []))
-    raised = nb.get("raised")
-    ran = f"{safe(cells)} raised {safe(raised)} after {took:.2f} s" if raised else f"{safe(cells)}: {took:.2f} s"
-    lines = text.split("\n")
-    for i, line in enumerate(lines[1:], 1):
-        if command and line.startswith(f"{command}: "):
-            rest = line[len(command) + 2:]
-            _, sep, tail = rest.partition("; ")
-            lines[i] = ran + sep + tail
-            break
-    return "\n".join(lines)
 
 
 def _head(run, ov) -> str:

@@ -176,7 +176,11 @@ def no_snapshot_text(s: dict) -> str:
 def _render_summary(rep: Report, con: Console, explain: bool) -> None:
     s = rep.summary
     totals = rep.timeline.totals
-    if s["exit_status"] is None and s["ended_by"] == "exit" and s["duration_s"] is not None:
+    cells = s.get("cells") if s["ended_by"] in ("exit", "exception", "oom") and s["duration_s"] is not None else None
+    if cells:  # a notebook's cells, recorded by its magic: they have no exit status, and one may have raised
+        raised = s.get("raised")
+        ran = f"raised {safe(raised)} after {_seconds(s['duration_s'])}" if raised else _seconds(s["duration_s"])
+    elif s["exit_status"] is None and s["ended_by"] == "exit" and s["duration_s"] is not None:
         ran = f"{_seconds(s['duration_s'])}, recorded by jaxmemprof.profile()"  # a block of a program: no exit
     elif s["exit_status"] is None:  # killed, or still running: what the snapshots saw
         state = "still running" if s.get("running") else "killed" if not s.get("finished", True) else "no exit status"
@@ -187,7 +191,7 @@ def _render_summary(rep: Report, con: Console, explain: bool) -> None:
     devices = rep.timeline.devices["device"].dropna().astype(str).unique() if len(rep.timeline.devices) else []
     backend = s["backend"] or (str(devices[0]).split(":")[0] if len(devices) else "")
     lines = [
-        f"{safe(s['command']) or 'profile()'}: {ran}"
+        (f"{safe(cells)}{' ' if s.get('raised') else ': '}{ran}" if cells else f"{safe(s['command']) or 'profile()'}: {ran}")
         + (f"; {safe(backend)}, {counted(s['devices'], 'device')}" if backend else ""),
         f"{counted(s['snapshots'], 'snapshot')}, {counted(s['markers'], 'marker')}, {counted(s['arrays_seen'], 'array')} seen; "
         f"sampling took {s['sampling_cpu_s']:.2f} s of CPU",
