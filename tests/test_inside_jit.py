@@ -9,6 +9,9 @@ equal memory_analysis() of the same signature.
 
 from __future__ import annotations
 
+import sqlite3
+
+import pandas as pd
 import pytest
 
 from conftest import line_of, run_cli, write_script
@@ -260,6 +263,23 @@ def test_every_signature_is_read_from_its_executable(tmp_path):
     # the reading took a fraction of a second per program
     assert (programs["dump_s"] < 1.0).all()
     rows = peak_by_line(attribute(run))
-    assert set(rows["program_peak_bytes"]) == {by_signature.loc["float32[512,512]", "peak_bytes"]}
-    line = rows[rows["site"] == f"sigs.py:{line_of(script, 'LINE-SIG')} (step)"]
-    assert line["bytes"].sum() >= 512 * 512 * 4
+    # Every signature's buffers, each at its own program's peak, the largest first and marked.
+    assert {s: set(g["program_peak_bytes"]) for s, g in rows.groupby("signature")} == {
+        s: {int(by_signature.loc[s, "peak_bytes"])} for s in by_signature.index}
+    assert list(dict.fromkeys(rows["signature"]))[0] == "float32[512,512]"
+    assert set(rows.loc[rows["largest_signature"], "signature"]) == {"float32[512,512]"}
+    for n in (128, 256, 512):
+        mine = rows[rows["signature"] == f"float32[{n},{n}]"]
+        line = mine[mine["site"] == f"sigs.py:{line_of(script, 'LINE-SIG')} (step)"]
+        assert line["bytes"].sum() >= n * n * 4
+        assert mine["bytes"].sum() <= by_signature.loc[f"float32[{n},{n}]", "peak_bytes"]
+    # The exports carry every signature's rows, each signature once, though the journal held one twice.
+    con = sqlite3.connect(tmp_path / "run" / "journal.sqlite")
+    with con:
+        con.execute("INSERT INTO jit_buffers SELECT * FROM jit_buffers WHERE signature = 'float32[256,256]'")
+    con.close()
+    run_cli("export", tmp_path / "run", "--csv", tmp_path / "csv", cwd=tmp_path, check=0)
+    buffers, curve = (pd.read_csv(tmp_path / "csv" / name) for name in ("jit_buffers.csv", "jit_curve.csv"))
+    assert set(buffers["signature"]) == set(curve["signature"]) == set(by_signature.index)
+    once = largest_buffers(attribute(load_run(tmp_path / "run")))
+    assert len(buffers) == len(once) and not buffers.duplicated(["signature", "name"]).any()

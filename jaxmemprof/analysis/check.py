@@ -500,6 +500,7 @@ def _jit_lines(ar: Attributed, where: str, top: int) -> tuple:
         return ()
     if rows.empty:
         return ()
+    rows = rows[rows["largest_signature"].astype(bool)]
     name = where.rsplit(" ", 1)[-1]
     mine = rows[rows["function"].astype(str) == name] if "function" in rows.columns else rows.iloc[0:0]
     if mine.empty:

@@ -5,9 +5,11 @@ account of each compiled signature, read by the jit probe from the program's
 executable when it is compiled (``jaxmemprof.xla.executable``; a dump at the end
 of the run, ``jaxmemprof.xla.dump``, where the executable lacks it), says which
 buffers are live at the program's peak, in program order, and which op and
-Python stack made each. Every signature has its row in ``jit_programs``; the
-buffers recorded, and shown here, are those of each function's largest
-signature (by its peak). Here they
+Python stack made each. Every signature has its row in ``jit_programs`` and
+its buffers (each signature once, though the journal may hold one twice);
+the tables here hold every signature's, with ``signature`` and
+``largest_signature`` (each function's largest by its peak, the one the
+report and the page show). Here they
 are attributed as every byte is: to the innermost frame of the user's code
 (the site rule); an argument's buffer is attributed to the argument's name.
 
@@ -21,7 +23,8 @@ are attributed as every byte is: to the innermost frame of the user's code
   program's peak is at most that.
 - ``largest_buffers``: the largest buffers of each program with their live
   ranges in program order.
-- ``program_curves``: each function's largest signature in program order:
+- ``program_curves``: each signature in program order (a function's first
+  few):
   the bytes live at each position of its sequence by user line (XProf's
   memory viewer in the user's lines), each buffer once as at the peak.
 - ``inside_jit_findings``: hints where one applies: rematerialisation
@@ -45,9 +48,9 @@ from jaxmemprof.analysis.sites import NO_STACK, Attribution
 if TYPE_CHECKING:
     from jaxmemprof.analysis.attributed import Attributed
 
-PEAK_COLUMNS = ["function_id", "function", "site", "file", "line", "kind", "bytes", "buffers", "share_of_peak",
+PEAK_COLUMNS = ["function_id", "function", "signature", "largest_signature", "site", "file", "line", "kind", "bytes", "buffers", "share_of_peak",
                 "program_peak_bytes"]
-BUFFER_COLUMNS = ["function_id", "function", "name", "site", "kind", "shape", "bytes", "op", "live_start",
+BUFFER_COLUMNS = ["function_id", "function", "signature", "largest_signature", "name", "site", "kind", "shape", "bytes", "op", "live_start",
                   "live_end", "program_length", "at_peak"]
 # Forward-pass ops of a gradient (JAX names them jvp(...), and their backward
 # pass transpose(jvp(...))): their results live at the peak are the
@@ -56,7 +59,7 @@ _FORWARD = re.compile(r"(?:^|/)jvp\(")
 _BACKWARD = re.compile(r"transpose\(")
 _ARG_NAME = re.compile(r"^([^\[.]+)")
 _EQUINOX_ARG = re.compile(r"^dynamic_(?:no)?donate\['(\w+)'\]")
-CURVE_COLUMNS = ["function_id", "function", "position", "site", "bytes", "position_bytes", "program_peak_position",
+CURVE_COLUMNS = ["function_id", "function", "signature", "largest_signature", "position", "site", "bytes", "position_bytes", "program_peak_position",
                  "program_peak_bytes"]
 CURVE_LINES = 8  # lines named in a curve; the others are summed
 OTHER_LINES = "other lines"
@@ -124,16 +127,21 @@ def attributed_buffers(run, attribution: Attribution) -> pd.DataFrame:
         lines.append(line)
     b["site"], b["file"], b["line"] = sites, files, lines
     b["function"] = b["function_id"].map(names).fillna("").astype(str)
-    # each function's largest signature (by its peak): its buffers are the
-    # ones shown (runs recorded before buffers named their signature hold
-    # only the largest's)
+    # Every signature's buffers, each signature once (one analysed twice was written twice), marked
+    # with the function's largest (by its peak); runs recorded before buffers named their signature
+    # hold only the largest's.
     per = _largest_signatures(programs)
-    if "signature" in b.columns and b["signature"].notna().any():
-        largest = b["function_id"].map(per["signature"])
-        b = b[b["signature"].isna() | (b["signature"] == largest)].copy()
-    b["program_peak_bytes"] = b["function_id"].map(per["peak_bytes"]).fillna(0).astype(np.int64)
-    b["program_length"] = b["function_id"].map(per["length"]).fillna(0).astype(np.int64)
-    return b
+    largest = b["function_id"].map(per["signature"])
+    if "signature" not in b.columns:
+        b["signature"] = largest
+    b["signature"] = b["signature"].where(b["signature"].notna(), largest)
+    b = b.drop_duplicates(["function_id", "signature", "name", "bytes", "kind", "op", "live_start", "live_end"])
+    b["largest_signature"] = (b["signature"] == largest.loc[b.index]).to_numpy()
+    each = programs.drop_duplicates(["function_id", "signature"], keep="last").set_index(["function_id", "signature"])
+    keys = pd.MultiIndex.from_arrays([b["function_id"], b["signature"]])
+    for column, source in (("program_peak_bytes", "peak_bytes"), ("program_length", "length")):
+        b[column] = each[source].reindex(keys).fillna(0).astype(np.int64).to_numpy()
+    return b.copy()
 
 
 def peak_by_line(ar: Attributed) -> pd.DataFrame:
@@ -144,11 +152,11 @@ def peak_by_line(ar: Attributed) -> pd.DataFrame:
     if b.empty:
         return pd.DataFrame({c: pd.Series(dtype=object) for c in PEAK_COLUMNS})
     b = b[b["at_peak"] == 1]
-    g = b.groupby(["function_id", "function", "site", "file", "line", "kind", "program_peak_bytes"], sort=False)
+    g = b.groupby(["function_id", "function", "signature", "largest_signature", "site", "file", "line", "kind",
+                   "program_peak_bytes"], sort=False)
     out = g.agg(bytes=("bytes", "sum"), buffers=("name", "size")).reset_index()
     out["share_of_peak"] = out["bytes"] / out["program_peak_bytes"].where(out["program_peak_bytes"] > 0)
-    out = out.sort_values(["program_peak_bytes", "function_id", "bytes", "site"],
-                          ascending=[False, True, False, True], kind="stable")
+    out = _largest_first(out, ["bytes", "site"], [False, True])
     return out.reset_index(drop=True)[PEAK_COLUMNS]
 
 
@@ -158,10 +166,23 @@ def largest_buffers(ar: Attributed) -> pd.DataFrame:
     b = ar.jit_buffers
     if b.empty:
         return pd.DataFrame({c: pd.Series(dtype=object) for c in BUFFER_COLUMNS})
-    b = b.assign(at_peak=b["at_peak"] == 1)
-    b = b.sort_values(["program_peak_bytes", "function_id", "bytes", "live_start"],
-                      ascending=[False, True, False, True], kind="stable")
+    b = _largest_first(b.assign(at_peak=b["at_peak"] == 1), ["bytes", "live_start"], [False, True])
     return b.reset_index(drop=True)[BUFFER_COLUMNS]
+
+
+def _largest_first(t: pd.DataFrame, then: list, ascending: list) -> pd.DataFrame:
+    """Functions by their largest signature's peak; within one, its largest
+    signature first, the others by their peak; then ``then``."""
+    top = t[t["largest_signature"]].groupby("function_id")["program_peak_bytes"].max()
+    t = t.assign(_top=t["function_id"].map(top).fillna(0), _not_largest=~t["largest_signature"].astype(bool))
+    t = t.sort_values(["_top", "function_id", "_not_largest", "program_peak_bytes", "signature", *then],
+                      ascending=[False, True, True, False, True, *ascending], kind="stable")
+    return t.drop(columns=["_top", "_not_largest"])
+
+
+def largest_signature_only(t: pd.DataFrame) -> pd.DataFrame:
+    """The rows of each function's largest signature: what the report and the page show."""
+    return t[t["largest_signature"].astype(bool)] if "largest_signature" in t.columns and len(t) else t
 
 
 def _largest_signatures(programs: pd.DataFrame) -> pd.DataFrame:
@@ -189,10 +210,13 @@ def attributed_curves(run, attribution: Attribution, lines: int = CURVE_LINES) -
     names = dict(zip(functions["function_id"], functions["name"])) if functions is not None else {}
     equinox = _equinox_params(functions)
     per = _largest_signatures(programs)
+    each = programs.drop_duplicates(["function_id", "signature"], keep="last").set_index(["function_id", "signature"])
     rows = []
+    seen = set()
     for fid, signature, text in zip(curves["function_id"], curves["signature"], curves["curve"]):
-        if fid not in per.index or per.at[fid, "signature"] != signature:
+        if (fid, signature) not in each.index or (fid, signature) in seen:
             continue
+        seen.add((fid, signature))
         try:
             curve = json.loads(text) if isinstance(text, str) else None
             positions, totals = [int(p) for p in curve["positions"]], [int(b) for b in curve["bytes"]]
@@ -209,15 +233,15 @@ def attributed_curves(run, attribution: Attribution, lines: int = CURVE_LINES) -
         for _, run_bytes in ranked[lines:]:
             rest = [a + b for a, b in zip(rest, run_bytes)]
         kept = ranked[:lines] + ([(OTHER_LINES, rest)] if any(rest) else [])
-        peak_at, peak = int(per.at[fid, "peak_position"]), int(per.at[fid, "peak_bytes"])
+        largest = bool(fid in per.index and per.at[fid, "signature"] == signature)
+        peak_at, peak = int(each.at[(fid, signature), "peak_position"]), int(each.at[(fid, signature), "peak_bytes"])
         for site, run_bytes in kept:
             for position, total, v in zip(positions, totals, run_bytes):
-                rows.append((fid, names.get(fid, ""), position, site, v, total, peak_at, peak))
+                rows.append((fid, names.get(fid, ""), signature, largest, position, site, v, total, peak_at, peak))
     if not rows:
         return empty
     out = pd.DataFrame(rows, columns=CURVE_COLUMNS)
-    return out.sort_values(["program_peak_bytes", "function_id", "position"], ascending=[False, True, True],
-                           kind="stable").reset_index(drop=True)
+    return _largest_first(out, ["position"], [True]).reset_index(drop=True)
 
 
 def _first_user_site(by_line: pd.Series) -> str:
@@ -229,7 +253,7 @@ def _first_user_site(by_line: pd.Series) -> str:
 
 def inside_jit_findings(ar: Attributed) -> list[Finding]:
     """Hints from what fills each function's peak."""
-    b = ar.jit_buffers
+    b = largest_signature_only(ar.jit_buffers)
     if b.empty:
         return []
     out: list[Finding] = []

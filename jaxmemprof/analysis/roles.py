@@ -192,8 +192,10 @@ def _temporaries(ar: Attributed, call) -> pd.DataFrame:
     if b.empty:
         return pd.DataFrame()
     b = b[(b["function_id"] == call.function_id) & (b["at_peak"] == 1) & (b["kind"] == "temporary")]
-    if "signature" in b.columns and call.signature is not None and (b["signature"] == call.signature).any():
+    if call.signature is not None and (b["signature"] == call.signature).any():
         b = b[b["signature"] == call.signature]
+    else:  # the call's own signature not analysed: its function's largest stands for it
+        b = b[b["largest_signature"].astype(bool)]
     if b.empty:
         return pd.DataFrame()
     g = b.groupby("site", sort=False).agg(bytes=("bytes", "sum"), shape=("shape", "first")).reset_index()

@@ -342,6 +342,10 @@ GLOSSARY: dict[str, str] = {
     "events": "What the recorder could not plan, one sentence each.",
     "models": "The rows of plan_models.csv.",
     "signature": "The recorded signature the plan was made from (jit_compiles' signature).",
+    "cells": "The notebook cells a `%%jaxmemprof` magic recorded (`In [5]`, `In [7] to In [9]`); null for a script.",
+    "raised": "What the recorded notebook cell raised (`ValueError: bad value`); null when nothing did.",
+    "largest_signature": "Whether the signature is its function's largest (by its program's peak): the one the "
+                         "report and the page show.",
     "recorded_batch": "The batch the run used.",
     "axis": "The batch's dimension in the inputs scaled (`--plan-axis`).",
     "batch_inputs": "The inputs scaled, by their path in your tree (`x`, `batch['image']`).",
@@ -461,6 +465,8 @@ IN_TABLE: dict[str, dict[str, str]] = {
     },
     "jit_peak.csv": {
         "function": "The jitted function's name.",
+        "signature": "The compiled signature these buffers are of (every signature the run analysed is here, "
+                     "each once).",
         "site": "The user line that made the buffers (`path:line (function)`), or `argument NAME` for an argument's "
                 "buffer.",
         "file": "The site's path (empty for an argument).",
@@ -472,6 +478,8 @@ IN_TABLE: dict[str, dict[str, str]] = {
     },
     "jit_buffers.csv": {
         "function": "The jitted function's name.",
+        "signature": "The compiled signature these buffers are of (every signature the run analysed is here, "
+                     "each once).",
         "name": "The HLO value, as XLA's live ranges name it (`sort.0{}`).",
         "site": "The user line that made it, or `argument NAME` for an argument's buffer.",
         "kind": "`argument`, `output`, `aliased` (an argument XLA writes an output into: donation), `temporary` or "
@@ -481,6 +489,8 @@ IN_TABLE: dict[str, dict[str, str]] = {
     },
     "jit_curve.csv": {
         "function": "The jitted function's name.",
+        "signature": "The compiled signature these buffers are of (every signature the run analysed is here, "
+                     "each once).",
         "site": "The user line whose buffers these are, `argument NAME` for an argument's, or `other lines` for the "
                 "lines past the 8 that hold most at any position.",
         "bytes": "Bytes of that line's buffers live at the position.",

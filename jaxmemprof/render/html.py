@@ -217,11 +217,13 @@ def _report_data(rep, ar, S: _Strings, t_shift: float = 0.0) -> dict:
             "memory": _rows(rep.jit_memory, ["function", "wrapper", "defined_at", "jitted_at", "calls", "compiles",
                                              "argument_bytes", "output_bytes", "alias_bytes", "temp_bytes",
                                              "generated_code_bytes", "call_peak_bytes"]),
-            "peak": _rows(rep.jit_peak, ["function", "site", "kind", "bytes", "buffers", "share_of_peak",
-                                         "program_peak_bytes"]),
-            "buffers": _rows(rep.jit_buffers, ["function", "name", "site", "kind", "shape", "bytes", "op",
-                                               "live_start", "live_end", "program_length", "at_peak"]),
-            "curves": _curves(rep.jit_curve),
+            # each function's largest signature, as the report shows (the exports hold every one's)
+            "peak": _rows(_largest_signature(rep.jit_peak), ["function", "site", "kind", "bytes", "buffers",
+                                                             "share_of_peak", "program_peak_bytes"]),
+            "buffers": _rows(_largest_signature(rep.jit_buffers), ["function", "name", "site", "kind", "shape",
+                                                                   "bytes", "op", "live_start", "live_end",
+                                                                   "program_length", "at_peak"]),
+            "curves": _curves(_largest_signature(rep.jit_curve)),
         },
         "findings": _findings(rep.findings),
         "warnings": [str(w) for w in rep.warnings],
@@ -273,6 +275,10 @@ def _plan(plan) -> dict:
                                  "compile_s": round(f.compile_s, 3), "recorded_batch": f.recorded_batch,
                                  "variants": variants, "largest_batch": largest})
     return out
+
+
+def _largest_signature(t: pd.DataFrame) -> pd.DataFrame:
+    return t[t["largest_signature"].astype(bool)] if "largest_signature" in t.columns and len(t) else t
 
 
 def _curves(curve: pd.DataFrame, functions: int = 4) -> list:

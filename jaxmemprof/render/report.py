@@ -282,9 +282,14 @@ def _render_jit(rep: Report, con: Console, top: int, explain: bool) -> None:
         _render_jit_peak(rep, con, top)
 
 
+def _largest_signature(t: pd.DataFrame) -> pd.DataFrame:
+    """The rows of each function's largest signature (the exports hold every signature's)."""
+    return t[t["largest_signature"].astype(bool)] if "largest_signature" in t.columns and len(t) else t
+
+
 def _render_jit_peak(rep: Report, con: Console, top: int, lines: int = 2) -> None:
     """Per function XLA dumped, what its buffers live at its own peak are, by line."""
-    peak = rep.jit_peak
+    peak = _largest_signature(rep.jit_peak)
     if peak.empty:
         return
     con.print(Text("At each function's own peak (XLA's buffer live ranges), by your lines:"))
