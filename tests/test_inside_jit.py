@@ -243,6 +243,62 @@ print(float(x[0, 0]))
 """
 
 
+SHARDINGS = """
+import jax
+jax.config.update("jax_num_cpu_devices", 4)
+import jax.numpy as jnp
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+mesh = jax.make_mesh((4,), ("d",))
+f = jax.jit(lambda x: jnp.sin(x) * 2 + x.sum())
+rows = jax.device_put(jnp.ones((64, 64)), NamedSharding(mesh, P("d", None)))
+whole = jax.device_put(jnp.ones((64, 64)), NamedSharding(mesh, P()))
+for i in range(3):  # calls alternating between two shardings of the same shape: two executables
+    f(rows).block_until_ready()
+    f(whole).block_until_ready()
+"""
+
+
+def test_calls_alternating_between_shardings_analyse_each_executable_once(tmp_path):
+    script = write_script(tmp_path, "shardings.py", SHARDINGS)
+    run_cli("run", "-q", "-o", tmp_path / "run", script, cwd=tmp_path, check=0)
+    run = load_run(tmp_path / "run")
+    compiles = run.jit["compiles"]
+    assert sorted(compiles["signature"]) == ["float32[64,64]@[16,64]x4", "float32[64,64]@[64,64]x4"]
+    programs = run.jit["programs"]
+    assert sorted(programs["signature"]) == sorted(compiles["signature"])  # each read once
+    assert int(run.jit["counts"]["compiles"].iloc[0]) == 2
+
+
+LEFTOVER = """
+import functools
+import jax
+import jax.numpy as jnp
+
+@functools.partial(jax.jit, donate_argnums=(0,))
+def step(w, x):
+    return w - 0.1 * jnp.mean(x @ w) * w
+
+w = jnp.ones((256, 256))
+data = jnp.ones((104, 256))
+for i in range(0, 104, 32):  # three batches of 32, then the leftover 8: its own executable
+    w = step(w, data[i:i + 32])
+print(float(w[0, 0]))
+"""
+
+
+def test_a_donated_steps_leftover_last_batch_is_analysed_too(tmp_path):
+    """The last call compiles anew (a smaller batch) and deletes its donated
+    argument: its executable is still analysed, from the arguments' shapes."""
+    script = write_script(tmp_path, "leftover.py", LEFTOVER)
+    run_cli("run", "-q", "-o", tmp_path / "run", script, cwd=tmp_path, check=0)
+    run = load_run(tmp_path / "run")
+    compiles = run.jit["compiles"].set_index("signature")
+    assert sorted(compiles.index) == ["float32[256,256], float32[32,256]", "float32[256,256], float32[8,256]"]
+    assert (compiles["alias_bytes"] == 256 * 256 * 4).all()  # each donates w
+    assert sorted(run.jit["programs"]["signature"]) == sorted(compiles.index)
+
+
 def test_every_signature_is_read_from_its_executable(tmp_path):
     """Each signature of a function gets XLA's figures when it is compiled,
     from the executable (no dump: no "xla-dump" event, however small the

@@ -50,12 +50,15 @@ class Programs:
     budget (``dump_share``, ``dump_min_s``, ``_t_install``)."""
 
     def _memory_analysis(self, real, state, args, kwargs, after_call: bool = False) -> bool:
-        if after_call and self._signature(state, args, kwargs) in state.signatures:
+        signature = self._signature(state, args, kwargs)  # of the arrays themselves, deleted or not
+        if after_call and signature in state.signatures:
             # Analysed before the call ran it (a donating function's first
             # call): its compile is that signature's, already recorded.
             return True
         if after_call and any(_is_deleted(leaf) for leaf in self._array_leaves((args, kwargs))):
-            return False
+            # Donated, the call deleted them; their shapes, dtypes and shardings are still known,
+            # and lower() takes those (the leftover last batch of a donated step is analysed so).
+            args, kwargs = self._jax.tree_util.tree_map(self._abstract_if_deleted, (args, kwargs))
         try:
             lowered = real.lower(*args, **kwargs)
         except AttributeError as exc:
@@ -63,7 +66,7 @@ class Programs:
                 raise
             # A copy (copy.deepcopy) of a jitted function cannot be lowered,
             # under python too: its calls are still observed, not its memory.
-            state.signatures.add(self._signature(state, args, kwargs))
+            state.signatures.add(signature)
             return True
         compiled = lowered.compile()
         ma = compiled.memory_analysis()
@@ -72,7 +75,6 @@ class Programs:
                   "host_output_size_in_bytes", "host_alias_size_in_bytes", "host_temp_size_in_bytes",
                   "host_generated_code_size_in_bytes", "peak_memory_in_bytes")
         values = [_int_or_none(getattr(ma, f, None)) if ma is not None else None for f in fields]
-        signature = self._signature(state, args, kwargs)
         state.signatures.add(signature)
         state.pruned[signature] = self._read_pruned(compiled)
         if state.by_signature:
@@ -84,6 +86,12 @@ class Programs:
             if state.largest is None or peak > state.largest[0]:
                 state.largest = (peak, signature, lowered)
         return True
+
+    def _abstract_if_deleted(self, x):
+        if self._is_array(x) and _is_deleted(x):
+            return self._jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding,
+                                              weak_type=bool(getattr(x, "weak_type", False)))
+        return x
 
     def _read_program(self, state, signature: str, compiled, ma) -> bool:
         """XLA's figures for this signature, read from the executable the
@@ -124,7 +132,9 @@ class Programs:
 
     def _signature(self, state: _FunctionState, args, kwargs) -> str:
         """What JAX's compile cache tells calls apart by, as text: each array
-        argument's dtype and shape (numpy's too: ``np:float32[8]``), each
+        argument's dtype and shape (numpy's too: ``np:float32[8]``), and on
+        several devices its shard's shape and their number
+        (``float32[8,4]@[2,4]x4``: one executable per sharding), each
         Python scalar's type (traced weakly typed, whatever its value), and
         each static argument's value (``static:3``; with equinox.filter_jit,
         every leaf that is not an array)."""
@@ -141,7 +151,7 @@ class Programs:
                 continue
             for x in self._jax.tree_util.tree_leaves(value):
                 if self._is_array(x):
-                    parts.append(f"{x.dtype}[{','.join(map(str, x.shape))}]")
+                    parts.append(f"{x.dtype}[{','.join(map(str, x.shape))}]{_layout(x)}")
                 elif isinstance(x, (np.ndarray, np.generic)):
                     parts.append(f"np:{x.dtype}[{','.join(map(str, np.shape(x)))}]")
                 elif state.static_leaves:
@@ -326,3 +336,14 @@ def _int_or_none(v):
         return None if v is None else int(v)
     except (TypeError, ValueError):
         return None
+
+
+def _layout(x) -> str:
+    """An array on several devices: ``@[shard shape]xN`` (calls alternating
+    between shardings of the same shapes run two executables); '' on one."""
+    try:
+        sharding = x.sharding
+        n = len(sharding.device_set)
+        return f"@[{','.join(map(str, sharding.shard_shape(tuple(x.shape))))}]x{n}" if n > 1 else ""
+    except Exception:
+        return ""
