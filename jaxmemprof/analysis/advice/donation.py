@@ -372,7 +372,8 @@ def _seen_twice(ar: Attributed, function_id: int, arguments) -> dict:
             per[k] = per.get(k, 0) + 1
         for k, n in per.items():
             returned[k] = max(returned.get(k, 0), n)
-        lines.add((str(file), int(line)) if pd.notna(line) else None)
+        if isinstance(file, str) and pd.notna(line):  # as the arrays' sites name it
+            lines.add((ar.files.display_path(file), int(line)))
     a = run.arrays
     sites = ar.arrays.set_index("array_id")[["file", "line"]]
     out: dict = {}
