@@ -367,8 +367,10 @@ def test_inside_jit_facts():
 
     b = pd.DataFrame([{"function_id": 1, "function": "step", "site": "t.py:4 (loss)", "kind": "temporary",
                        "op": "jit(step)/jvp(loss)/dot_general", "shape": "f32[1024]", "bytes": 800, "at_peak": 1,
-                       "program_peak_bytes": 1000, "name": "dot.1{}"}])
-    found = inside_jit.inside_jit_findings(SimpleNamespace(jit_buffers=b))
+                       "program_peak_bytes": 1000, "name": "dot.1{}", "signature": "float32[8]",
+                       "largest_signature": True}])
+    run = SimpleNamespace(jit={"functions": pd.DataFrame([{"function_id": 1, "wrapper": "flax.nnx.jit"}])})
+    found = inside_jit.inside_jit_findings(SimpleNamespace(jit_buffers=b, run=run))
     assert [f.rule for f in found] == ["remat", "narrow-dtype"]
     for f in found:
         same_facts(f)

@@ -20,6 +20,7 @@ from jaxmemprof.analysis.inside_jit import inside_jit_findings, largest_buffers,
 from jaxmemprof.analysis.sites import Attribution
 from jaxmemprof.store.reader import load_run
 from jaxmemprof.render.findings import words
+from jaxmemprof.units import format_bytes
 from jaxmemprof.analysis.attributed import attribute
 
 MiB = 1024 * 1024
@@ -148,8 +149,12 @@ def test_activations_kept_for_the_backward_pass_get_a_remat_hint(recorded):
     # buffer for two of them: each buffer counts once)
     assert rows.loc[rows["site"] == act, "bytes"].sum() >= 2 * 1024 * 512 * 4
     [remat] = [f for f in inside_jit_findings(attribute(run)) if f.rule == "remat"]
-    assert remat.site == act and "jax.checkpoint" in words(remat).fix
+    assert remat.site == act and "jax.checkpoint" in words(remat).fix and remat.fact("wrapper") == "jax.jit"
+    assert "nnx.remat" in words(remat).fix and "eqx.filter_checkpoint" in words(remat).fix  # each library's
     assert remat.saving_bytes % (1024 * 512 * 4) == 0 and remat.saving_bytes >= 2 * 1024 * 512 * 4
+    # Not compiled (it changes the user's code): said as an upper bound, and why.
+    assert words(remat).saves == f"saves up to {format_bytes(remat.saving_bytes)} (not compiled)"
+    assert "not compiled: it changes your code" in words(remat).message
 
 
 def test_changing_one_line_changes_what_the_call_needs(recorded, tmp_path):

@@ -257,6 +257,9 @@ def inside_jit_findings(ar: Attributed) -> list[Finding]:
     if b.empty:
         return []
     out: list[Finding] = []
+    functions = ar.run.jit.get("functions")
+    wrappers = {} if functions is None or functions.empty or "wrapper" not in functions.columns else {
+        fid: w for fid, w in zip(functions["function_id"], functions["wrapper"]) if isinstance(w, str) and w}
     # A program that rematerialises already (jax.checkpoint names its ops).
     remat = set(b.loc[b["op"].astype(str).str.contains(r"checkpoint|remat", regex=True), "function_id"])
     for (fid, name), g in b[b["at_peak"] == 1].groupby(["function_id", "function"], sort=False):
@@ -270,7 +273,8 @@ def inside_jit_findings(ar: Attributed) -> list[Finding]:
             by_line = kept.groupby("site")["bytes"].sum().sort_values(ascending=False)
             saving = int(kept["bytes"].sum())
             out.append(Finding(rule="remat", severity="low", site=_first_user_site(by_line), saving_bytes=saving, facts={
-                "function": str(name), "program_peak_bytes": peak, "kept_bytes": saving, "buffers": int(len(kept)),
+                "function": str(name), "wrapper": wrappers.get(fid, "jax.jit"), "program_peak_bytes": peak,
+                "kept_bytes": saving, "buffers": int(len(kept)),
                 "by_line": [[str(s), int(v)] for s, v in by_line.head(3).items()]}))
         wide = temps.loc[temps["shape"].astype(str).str.startswith("f32[").astype(bool)]
         if int(wide["bytes"].sum()) >= NARROW_SHARE * peak:
