@@ -14,6 +14,8 @@ import pytest
 
 from conftest import line_of, run_cli, write_script
 
+from jaxmemprof.units import format_bytes
+
 KiB, MiB = 1024, 1024 * 1024
 STEPS = 20
 PEAK = MiB + STEPS * 4 * KiB + 64 * 64 * 4  # params, kept losses, one temporary
@@ -120,8 +122,10 @@ def test_export_csv_tables_parse_back(leaky, tmp_path):
     assert json.loads(donate["facts"])["donated_bytes"] == MiB and "donate_argnums=(0,)" in donate["fix"]
     jit = pd.read_csv(out / "jit.csv")
     assert jit["alias_bytes"].tolist() == [0]
-    assert list(findings[0]) == ["process", "rule", "case", "severity", "site", "saving_bytes", "message", "fix", "evidence",
-                                 "brief", "brief_fix", "facts"]
+    assert list(findings[0]) == ["process", "rule", "case", "severity", "site", "saving_bytes", "saves", "message",
+                                 "fix", "evidence", "brief", "brief_fix", "facts"]
+    saving = int(donate["saving_bytes"])  # the words say the figure, and whether XLA compiled it
+    assert donate["saves"] in (f"saves {format_bytes(saving)} (compiled)", f"saves up to {format_bytes(saving)} (not verified)")
     # The facts behind the words, as data: what to donate, by position.
     facts = json.loads(donate["facts"])
     assert (facts["function"], facts["argnums"], facts["option"]) == ("<lambda>", [0], "donate_argnums=(0,)")

@@ -203,6 +203,8 @@ GLOSSARY: dict[str, str] = {
     "evidence": "Every figure behind the finding, in words.",
     "brief": "One short sentence for the terminal (`report`, `run`'s summary).",
     "brief_fix": "The change to make, short, for the terminal.",
+    "saves": ("What acting on it saves, in words: `saves 4.02 MiB (compiled)` (XLA's compile of the fix), "
+              "`saves up to 12.09 MiB (not verified)` (an upper bound), else the bytes; empty when nothing is."),
     "facts": "The figures and names behind the finding, as data (a JSON object; in CSV one JSON cell); see the facts "
              "of each rule below.",
     "saving_bytes_total": "What acting on it saves over all the processes it applies to, where known.",

@@ -162,7 +162,7 @@ def _summary_html(run, run_, ov, rep) -> str:
     """The summary's text, laid out: the run, the peak and the sites
     holding it, then each finding (its severity, rule, site and saving; its
     sentence; its fix)."""
-    from jaxmemprof.render.findings import words
+    from jaxmemprof.render.findings import saves, words
     from jaxmemprof.units import counted, format_bytes
 
     out = [f"<div class=\"jaxmemprof-summary\" style=\"{_STYLE}\">", f"<div>{_e(_head(run, ov))}</div>"]
@@ -189,7 +189,7 @@ def _summary_html(run, run_, ov, rep) -> str:
             if f.site:
                 head += f" <code>{_e(f.site)}</code>"
             if f.saving_bytes:
-                head += f" {_e(w.saves or 'saves ' + format_bytes(f.saving_bytes))}"
+                head += f" {_e(saves(f, w))}"
             item = [head, f"<div>{_e(w.brief)}</div>"]
             if w.brief_fix:
                 item.append(f"<div>fix: <code style=\"white-space:pre-wrap\">{_e(w.brief_fix)}</code></div>")

@@ -16,13 +16,15 @@ A rule that jaxmemprof/rules/ does not declare (one added by a caller's
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 from jaxmemprof.analysis.findings import Finding, ranked
 from jaxmemprof.rules import RULES, Words
+from jaxmemprof.units import format_bytes
 
-COLUMNS = ["rule", "case", "severity", "site", "saving_bytes", "message", "fix", "evidence", "brief", "brief_fix",
-           "facts"]
+COLUMNS = ["rule", "case", "severity", "site", "saving_bytes", "saves", "message", "fix", "evidence", "brief",
+           "brief_fix", "facts"]
 
 
 def words(f: Finding) -> Words:
@@ -36,10 +38,17 @@ def words(f: Finding) -> Words:
     w = template(f, f.facts)
     elsewhere = f.fact("peak_elsewhere")
     if elsewhere:  # analysis/findings.py by_effect: the run's peak is in another function's call
-        w = Words(brief=f"{w.brief} (not at the run's peak)", brief_fix=w.brief_fix,
-                  message=f"{w.message} This does not lower the run's peak, which is {elsewhere}.",
-                  fix=w.fix, evidence=w.evidence)
+        w = dataclasses.replace(w, brief=f"{w.brief} (not at the run's peak)",
+                                message=f"{w.message} This does not lower the run's peak, which is {elsewhere}.")
     return w
+
+
+def saves(f: Finding, w: Words) -> str:
+    """What acting on it saves, in words: the rule's own ('saves 4.02 MiB (compiled)', 'saves up to 12.09 MiB
+    (not verified)'), else the bytes; '' where nothing is saved."""
+    if w.saves:
+        return w.saves
+    return f"saves {format_bytes(f.saving_bytes)}" if f.saving_bytes else ""
 
 
 def records(findings: list[Finding]) -> list[dict]:
@@ -48,7 +57,7 @@ def records(findings: list[Finding]) -> list[dict]:
     for f in ranked(findings):
         w = words(f)
         out.append({"rule": f.rule, "case": f.case, "severity": f.severity, "site": f.site,
-                    "saving_bytes": f.saving_bytes, "message": w.message, "fix": w.fix, "evidence": w.evidence,
+                    "saving_bytes": f.saving_bytes, "saves": saves(f, w), "message": w.message, "fix": w.fix, "evidence": w.evidence,
                     "brief": w.brief, "brief_fix": w.brief_fix, "facts": dict(f.facts)})
     return out
 

@@ -304,7 +304,7 @@ def _curves(curve: pd.DataFrame, functions: int = 4) -> list:
     return out
 
 
-_FINDING_FIELDS = ("rule", "severity", "site", "message", "saving_bytes", "fix", "evidence", "brief", "brief_fix")
+_FINDING_FIELDS = ("rule", "severity", "site", "message", "saving_bytes", "saves", "fix", "evidence", "brief", "brief_fix")
 
 
 def _findings(found) -> list:

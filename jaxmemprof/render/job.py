@@ -13,7 +13,7 @@ from rich.text import Text
 
 from jaxmemprof.analysis.job import JobReport, job_plan
 from jaxmemprof.render.escape import safe
-from jaxmemprof.render.findings import words
+from jaxmemprof.render.findings import saves, words
 from jaxmemprof.render.json import records
 from jaxmemprof.render.report import render_findings, sparkline
 from jaxmemprof.rules import Words
@@ -141,12 +141,13 @@ def findings_table(findings: list) -> pd.DataFrame:
         w = words(j.finding)
         f = j.finding
         rows.append({"rule": f.rule, "case": getattr(f, "case", ""), "severity": f.severity, "site": f.site,
-                     "saving_bytes": f.saving_bytes, "saving_bytes_total": j.saving_bytes_total,
+                     "saving_bytes": f.saving_bytes, "saves": saves(f, w), "saving_bytes_total": j.saving_bytes_total,
                      "processes": process_list_text(j.processes), "process_count": len(j.processes),
                      "message": w.message, "fix": w.fix, "evidence": w.evidence, "brief": w.brief,
                      "brief_fix": w.brief_fix, "facts": json.dumps(getattr(f, "facts", {}), sort_keys=True, default=str),
                      "process_list": list(j.processes)})
-    cols = ["rule", "case", "severity", "site", "saving_bytes", "saving_bytes_total", "processes", "process_count",
+    cols = ["rule", "case", "severity", "site", "saving_bytes", "saves", "saving_bytes_total", "processes",
+            "process_count",
             "message", "fix", "evidence", "brief", "brief_fix", "facts", "process_list"]
     df = pd.DataFrame(rows, columns=cols)
     for c in ("saving_bytes", "saving_bytes_total"):

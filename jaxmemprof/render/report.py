@@ -549,7 +549,7 @@ def render_findings(findings, con: Console, *, explain: bool = False, limit: int
         if f.site:
             line.append(f"  {safe(f.site)}")
         if f.saving_bytes:
-            line.append(f"  {w.saves or 'saves ' + format_bytes(f.saving_bytes)}")
+            line.append(f"  {said.saves(f, w)}")
         if where_of is not None:  # a job's finding: the processes it applies to
             line.append(f"  ({safe(where_of(f))})")
         if not explain and f.severity in _HINTS:  # one line: what to do (low), or what it says (info)

@@ -25,7 +25,7 @@ def _remat(f: Finding, x: dict) -> Words:
     spelling = _REMAT.get(x.get("wrapper"), "jax.checkpoint")
     return Words(
         brief=f"{fmt(kept)} of {x['function']}'s peak are activations kept for the backward pass.",
-        brief_fix=f"wrap the layer or block there in {spelling}" if f.site else
+        brief_fix=f"wrap that block in {spelling}" if f.site else
                   f"wrap the layer or block of those lines in {spelling}",
         message=(f"At {x['function']}'s peak, {fmt(kept)} ({kept / peak:.0%} of it) are activations its forward pass "
                  f"keeps for the backward pass: {_by_line(x)}. Recomputing them saves up to that much at this "
@@ -37,14 +37,14 @@ def _remat(f: Finding, x: dict) -> Words:
              "values only."),
         evidence=(f"XLA's buffers live at the program's peak ({fmt(peak)}): {x['buffers']} made by forward-pass (jvp) "
                   f"ops and still live there"),
-        saves=f"saves up to {fmt(f.saving_bytes)} (not compiled)")
+        saves=f"saves up to {fmt(f.saving_bytes)}")
 
 
 def _narrow(f: Finding, x: dict) -> Words:
     peak, wide = x["program_peak_bytes"], x["float32_bytes"]
     return Words(
         brief=f"float32 temporaries hold {fmt(wide)} ({wide / peak:.0%}) of {x['function']}'s peak.",
-        brief_fix="use bfloat16 where precision allows",
+        brief_fix="use bfloat16 if precision allows",
         message=(f"At {x['function']}'s peak, float32 temporaries hold {fmt(wide)} ({wide / peak:.0%} of it)"
                  + (f", the most of your lines' at {f.site}." if f.site else ".")),
         fix=("Compute in bfloat16 where precision allows (the activations or the matmuls: x.astype(jnp.bfloat16), "
@@ -52,7 +52,7 @@ def _narrow(f: Finding, x: dict) -> Words:
              f"{fmt(f.saving_bytes)} at this peak ({_NOT_COMPILED}; run --plan compiles the step with its float32 "
              "arguments as bfloat16)."),
         evidence=f"XLA's buffers live at the program's peak ({fmt(peak)}), float32 temporaries",
-        saves=f"saves up to {fmt(f.saving_bytes)} (not compiled)")
+        saves=f"saves up to {fmt(f.saving_bytes)}")
 
 
 REMAT = Rule(

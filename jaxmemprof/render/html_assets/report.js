@@ -893,7 +893,7 @@
       li.setAttribute("data-rule", f.rule);
       var head = add(li, el("p"));
       add(head, el("span", "sev sev-" + f.severity, f.severity), el("span", "rule", " " + f.rule + " "), el("span", null, f.message));
-      if (f.saving_bytes) add(li, el("p", "hint", "saves up to " + bytes(f.saving_bytes)));
+      if (f.saves) add(li, el("p", "hint", f.saves));
       if (f.fix) {
         var fx = add(li, el("div", "fix"));
         var code = add(fx, el("code", null, f.fix));
