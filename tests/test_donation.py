@@ -117,6 +117,24 @@ def test_without_its_compile_a_donation_saves_up_to_its_bytes_said_as_not_verifi
     assert f"saves up to {format_bytes(STATE_BYTES)} (not verified)" in proc.stderr, proc.stderr
 
 
+MANY_STEPS = "\n".join(
+    ["import jax, jax.numpy as jnp"]
+    + [f"step{k} = jax.jit(lambda s: s * 1.0001 + {k})\ns{k} = jnp.ones(({64 * (k + 1)}, 64))" for k in range(10)]
+    + ["for _ in range(4):"] + [f"    s{k} = step{k}(s{k})" for k in range(10)] + ["print(float(s0[0, 0]))", ""])
+
+
+def test_a_donation_whose_shapes_were_not_kept_says_why_it_is_not_verified(tmp_path):
+    """The probe keeps the arguments' shapes of the 8 functions with the
+    largest call peaks: the 2 smallest of 10 get no compile, and say so."""
+    script = write_script(tmp_path, "many.py", MANY_STEPS)
+    run_cli("run", "-q", "-o", tmp_path / "run", script, cwd=tmp_path, check=0)
+    found = sorted(_donations(load_run(tmp_path / "run"), None), key=lambda f: f.fact("donated_bytes"))
+    assert [f.fact("donated_bytes") for f in found] == [64 * 64 * 4 * (k + 1) for k in range(10)]
+    assert [f.fact("verified") for f in found] == [False] * 2 + [True] * 8
+    for f in found[:2]:
+        assert "shapes were not kept" in f.fact("not_verified") and f.saving_bytes == f.fact("donated_bytes")
+
+
 def test_the_fix_is_written_on_the_line_as_it_was_recorded(tmp_path):
     # The script edited after its run (two lines added above the jit): the
     # fix still says what the run ran, where it was, not the line now there.
