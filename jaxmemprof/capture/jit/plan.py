@@ -34,7 +34,8 @@ import math
 import time
 from dataclasses import dataclass
 
-from jaxmemprof.capture.jit.whatif import VERIFY_MIN_S, VERIFY_SHARE, compile_figures, rejit, verify_donations
+from jaxmemprof.capture.jit.whatif import (VERIFY_MIN_S, VERIFY_SHARE, compile_figures, donated_arguments,
+                                           function_donors, rejit, verify_donations)
 from jaxmemprof.flow import CARRIED, UNKNOWN, batch_keys, flows, leaf_key
 
 # Functions planned at most, and the share of the largest call peak a second one needs.
@@ -349,10 +350,12 @@ class Planner:
         writer.add_jit_plans(rows)
 
     def _donated(self, state, real, ab: Abstract, flow: dict, leaf_of: dict):
-        """The function jitted anew with its carried state donated, and what
-        that donates; or why it cannot be compiled from outside (a string)."""
-        nums, names = set(), set()
-        for key in {k for k in ab.keys if k is not None and flow.get(k) == CARRIED}:
+        """The function jitted anew with what the donation advice donates
+        (donors.py, as the report's finding), else its carried state, and
+        what that donates; or why it cannot be compiled from outside (a string)."""
+        nums, names = donated_arguments(function_donors(self.probe.writer, state.function_id))
+        carried = {k for k in ab.keys if k is not None and flow.get(k) == CARRIED}
+        for key in carried if not nums and not names else ():  # no advice: what each call gets from the last
             leaf = leaf_of.get(key, {})
             if leaf.get("donated"):
                 continue

@@ -113,6 +113,12 @@ def function_donors(writer, function_id: int) -> list:
     return donors(calls)
 
 
+def donated_arguments(found) -> tuple[set, set]:
+    """(positions, names) to add to the wrapper's donation for the donors ``found``."""
+    return ({d.position for d in found if not d.keyword and isinstance(d.position, int)},
+            {d.argument for d in found if d.keyword})
+
+
 def verify_donations(planner, budget_s: float) -> None:
     """For each of the program's functions the donation rule names
     arguments of, while its abstract arguments are kept: each kept
@@ -127,8 +133,7 @@ def verify_donations(planner, budget_s: float) -> None:
         found = function_donors(writer, state.function_id)
         if not found:
             continue
-        nums = {d.position for d in found if not d.keyword and isinstance(d.position, int)}
-        names = {d.argument for d in found if d.keyword}
+        nums, names = donated_arguments(found)
         change = json.dumps({"donate": [d.argument for d in found], "argnums": sorted(nums),
                              "argnames": sorted(names)})
         slot = state.plan
