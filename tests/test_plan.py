@@ -21,7 +21,7 @@ import textwrap
 import pandas as pd
 import pytest
 
-from conftest import REPO, cli_batch, cpu_env, run_cli
+from conftest import REPO, cli_batch, cpu_env, run_cli, write_script
 
 from jaxmemprof.analysis.advice.donation import donation_findings, jit_memory
 from jaxmemprof.analysis.advice.plan import (Curve, build_plan, fits_at_all, fits_by_default,
@@ -261,6 +261,51 @@ def test_a_run_without_plan_writes_no_plan(outputs, actual):
     assert pd.read_csv(d / "csv-actual" / "plan.csv").empty
     bundled = load_run(REPO / "sample_runs" / "schema-1" / "mlp-leak")  # recorded before the table existed
     assert bundled.jit["plans"].empty and not any("jit_plans" in w for w in bundled.warnings)
+
+
+NUMPY_FED = """
+import sys
+import numpy as np
+import jax
+import jax.numpy as jnp
+
+batch = int(sys.argv[1])
+
+
+def loss(w, x, y):
+    return jnp.mean((jnp.tanh(x @ w) - y) ** 2)
+
+
+@jax.jit
+def step(w, x, y):
+    return w - 0.1 * jax.grad(loss)(w, x, y)
+
+
+w = jnp.ones((256, 128)) * 0.01
+rng = np.random.default_rng(0)
+for i in range(6):  # a numpy loader: new host arrays at every step
+    x = rng.standard_normal((batch, 256), dtype=np.float32)
+    y = rng.standard_normal((batch, 128), dtype=np.float32)
+    w = step(w, x, y)
+print(float(w[0, 0]))
+"""
+
+
+def test_a_numpy_fed_step_is_planned_by_its_host_arrays(tmp_path):
+    """The batch of a step fed numpy arrays (most input pipelines) is its
+    host arrays; compiled at twice the batch, XLA's call peak is the one a
+    run at that batch compiles."""
+    script = write_script(tmp_path, "numpy_fed.py", NUMPY_FED)
+    planned, at64 = cli_batch([["run", "-q", "--plan-scales", "2", "-o", tmp_path / "plan", script, "32"],
+                               ["run", "-q", "-o", tmp_path / "at64", script, "64"]], tmp_path)
+    assert planned.returncode == at64.returncode == 0, planned.stderr + at64.stderr
+    plan = build_plan(attribute(load_run(tmp_path / "plan"), Options()))
+    (f,) = plan.functions
+    assert (f.function, f.batch_inputs, f.batch_flow, f.recorded_batch) == ("step", ["x", "y"], "host", 32)
+    points = plan.points[plan.points["variant"] == "recorded"].set_index("batch")
+    assert points["error"].isna().all(), points["error"].tolist()
+    real = jit_memory(attribute(load_run(tmp_path / "at64"))).set_index("function").loc["step"]
+    assert int(points.loc[64, "call_peak_bytes"]) == int(real["call_peak_bytes"])
 
 
 def test_without_plan_the_probe_plans_nothing_and_keeps_nothing_after_the_run():

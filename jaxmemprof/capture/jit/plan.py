@@ -48,6 +48,7 @@ SEARCH_COMPILES = 8  # compiles at most in the search for the largest batch that
 MAX_SIGNATURES = 4
 KEEP_FUNCTIONS = 8
 RECORDED, DONATED, NARROW = "recorded", "donated", "bfloat16"
+HOST = "host"  # how a numpy-fed step's batch flows: numpy arrays passed from the host
 
 
 @dataclass(frozen=True)
@@ -89,10 +90,11 @@ class Abstract:
     """One call's arguments as ``lower()`` takes them: the dynamic ones
     flattened (arrays as ShapeDtypeStructs), the static ones as they are."""
 
-    __slots__ = ("treedef", "flat", "keys", "static", "static_kw", "devices", "platform", "signature")
+    __slots__ = ("treedef", "flat", "keys", "static", "static_kw", "devices", "platform", "signature", "host")
 
-    def __init__(self, treedef, flat, keys, static, static_kw, devices, platform, signature):
+    def __init__(self, treedef, flat, keys, static, static_kw, devices, platform, signature, host=frozenset()):
         self.treedef, self.flat, self.keys = treedef, flat, keys
+        self.host = host  # the positions in ``flat`` of numpy (host) arrays: a numpy-fed step's batch
         self.static, self.static_kw = static, static_kw
         self.devices, self.platform, self.signature = devices, platform, signature
 
@@ -133,12 +135,18 @@ class Planner:
             obj = r() if r is not None else None
             if obj is not None:
                 key_of.setdefault(id(obj), leaf_key(d))
+        # numpy arrays are not among the call's (device) leaves: keyed as leaf_key keys one, by argument and path
+        tu = jax.tree_util
+        for position, name, _, _, value in state.arguments(state, args, kwargs):
+            for path, leaf in tu.tree_flatten_with_path(value)[0]:
+                if isinstance(leaf, np.ndarray):
+                    key_of.setdefault(id(leaf), (position, name, tu.keystr(path)))
         nums, names, params = state.jit_static
         static = {i % len(args) for i in nums if isinstance(i, int) and -len(args) <= i < len(args)}
         static.update(i for i, name in enumerate(params[:len(args)]) if name in names)
         dynamic = probe._dynamic(state, args, kwargs)
         flat, treedef = jax.tree_util.tree_flatten(dynamic)
-        out, keys, devices, platform = [], [], set(), None
+        out, keys, devices, platform, host = [], [], set(), None, set()
         for x in flat:
             if probe._is_array(x):
                 sharding = x.sharding
@@ -150,12 +158,14 @@ class Planner:
                     platform = platform or d.platform
             elif isinstance(x, (np.ndarray, np.generic)):
                 out.append(jax.ShapeDtypeStruct(np.shape(x), x.dtype))
-                keys.append(None)
+                keys.append(key_of.get(id(x)))
+                host.add(len(out) - 1)
             else:
                 out.append(x)  # a Python scalar, traced weakly typed as the call traced it
                 keys.append(None)
         return Abstract(treedef, out, keys, {i: args[i] for i in sorted(static)},
-                        {k: v for k, v in kwargs.items() if k in names}, sorted(devices), platform, signature)
+                        {k: v for k, v in kwargs.items() if k in names}, sorted(devices), platform, signature,
+                        frozenset(host))
 
     def keep(self, state, abstract: Abstract, real) -> None:
         """After the call (its signature analysed by now): keep its abstract
@@ -266,6 +276,9 @@ class Planner:
             if key is not None and hasattr(x, "shape"):
                 shapes.setdefault(key, (tuple(x.shape), x))
         keys, how = batch_keys(flow, usable=lambda k: k in shapes and len(shapes[k][0]) > axis)
+        if not keys:  # a numpy-fed step: its host arrays are the batch (a new one at every call, as loaders make)
+            keys = {ab.keys[j] for j in ab.host if ab.keys[j] is not None and len(ab.flat[j].shape) > axis}
+            how = HOST if keys else how
         if not keys and all(v == UNKNOWN for v in flow.values()):
             writer.add_event("plan", f"{name}: not planned: called once (or no two calls in a row were sampled), "
                                      f"so no input could be seen to be new at every call or the same at every call "
@@ -290,7 +303,8 @@ class Planner:
         outside = None if live is None else {
             d: max(int(v) - (args_bytes if d in ab.devices else 0), 0) for d, v in sorted(live.items())}
         leaf_of = {leaf_key(d): d for leaves, signature, _ in parsed if signature == sig for d in leaves}
-        owners = sorted({str(leaf_of.get(ab.keys[j], {}).get("owner") or ab.keys[j][1]) for j in scaled})
+        owners = sorted({str(leaf_of.get(ab.keys[j], {}).get("owner") or f"{ab.keys[j][1]}{ab.keys[j][2]}")
+                         for j in scaled})
         base = {"planned": why, "batch_inputs": owners, "batch_flow": how, "signature_call_peak_bytes":
                 _peak(figures)}
         rows = []
