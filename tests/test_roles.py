@@ -19,7 +19,8 @@ from conftest import cpu_env, run_cli, write_script
 from jaxmemprof.analysis.attributed import attribute
 from jaxmemprof.analysis.advice.sharding import replication_findings
 from jaxmemprof.analysis.report import build_report
-from jaxmemprof.analysis.roles import roles
+from jaxmemprof.analysis.roles import role_of, roles
+from jaxmemprof.flow import PER_STEP
 from jaxmemprof.render.findings import words
 from jaxmemprof.store.reader import load_run
 
@@ -53,6 +54,23 @@ print(float(loss))
 P = (256 * 512 + 512 + 512 * 10) * 4  # the parameters
 ADAM = 2 * P + 4  # mu, nu and the step count
 X = 64 * 256 * 4  # the per-step batch
+
+
+def test_parameters_named_like_nothing_are_parameters_by_the_optimizer_state_that_mirrors_them(tmp_path):
+    """A plain-JAX step's parameters named ``theta``, and an evaluation step
+    given them anew at every call: parameters, not 'other state' or 'batch'."""
+    script = write_script(tmp_path, "theta.py", OPTAX_STEP.replace("params", "theta").replace(
+        'step = jax.jit(step, donate_argnums=(0, 1) if "--donate" in sys.argv else ())', "step = jax.jit(step)"))
+    proc = run_cli("run", "-q", "-o", tmp_path / "run", script, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    what = roles(attribute(load_run(tmp_path / "run")))
+    by_role = dict(zip(what.by_role["role"], what.by_role["bytes"]))
+    assert by_role["parameters"] == P and by_role["optimizer state"] == ADAM and by_role["batch"] == X
+    assert {o for o, r in zip(what.owners["owner"], what.owners["role"]) if r == "parameters"} == {
+        "theta['w1']", "theta['b1']", "theta['w2']"}
+    # An argument named for parameters is parameters even where it is new at every call (evaluation).
+    assert role_of({"name": "params", "path": "['w']"}, PER_STEP) == "parameters"
+    assert role_of({"name": "x", "path": ""}, PER_STEP) == "batch"
 
 
 @pytest.mark.parametrize("donate", [False, True], ids=["plain", "donated"])

@@ -38,10 +38,17 @@ OWNER_COLUMNS = ["device", "role", "owner", "bytes", "shape", "dtype", "function
 _OPTIMIZER_TAGS = ("nnx.OptState", "nnx.OptArray", "nnx.OptVariable")
 
 
+_PARAMETER_WORDS = ("param", "weight", "model", "kernel")
+
+
 def role_of(leaf: dict, flow: str | None) -> str:
-    """An input leaf's role, from how it flows and what its library calls it."""
+    """An input leaf's role, from how it flows and what its library calls it:
+    a library's tag first, then the argument's name where it says
+    parameters (an evaluation step gets new parameters at every call, yet
+    they are not its batch), then the flow."""
     tag = str(leaf.get("tag") or "")
-    if flow == PER_STEP:
+    name = str(leaf.get("name") or "").lower()
+    if flow == PER_STEP and not tag and not any(w in name for w in _PARAMETER_WORDS):
         return BATCH
     if tag.startswith("optax.") or tag in _OPTIMIZER_TAGS:
         return OPTIMIZER
@@ -52,13 +59,44 @@ def role_of(leaf: dict, flow: str | None) -> str:
     words = f"{leaf.get('name') or ''}{leaf.get('owner') or leaf.get('path') or ''}".lower()
     if any(w in words for w in ("opt_state", "optimizer", "momentum")) or words.startswith("opt"):
         return OPTIMIZER
-    if any(w in words for w in ("param", "weight", "model", "kernel")):
-        return PARAMETERS if flow in (CARRIED, HELD, UNKNOWN, None) else INPUTS
+    if any(w in words for w in _PARAMETER_WORDS):
+        return PARAMETERS if flow in (CARRIED, HELD, UNKNOWN, None, PER_STEP) else INPUTS
+    if flow == PER_STEP:
+        return BATCH
     if flow == CARRIED:
         return STATE
     if flow == HELD:
         return HELD_INPUTS
     return INPUTS
+
+
+def _by_structure(inputs: list, role: list) -> list:
+    """The roles, with an argument named like nothing (``p``, ``theta``) that
+    the optimizer state mirrors (optax's moments have its leaves' shapes and
+    dtypes, one each at least) as parameters: what the gradient is taken of."""
+    def key(leaf):
+        return (tuple(leaf.get("shape") or ()), str(leaf.get("dtype")))
+
+    mirror: dict = {}
+    for leaf, r in zip(inputs, role):
+        if r == OPTIMIZER:
+            mirror[key(leaf)] = mirror.get(key(leaf), 0) + 1
+    if not mirror:
+        return role
+    args: dict = {}
+    for i, leaf in enumerate(inputs):
+        args.setdefault((leaf.get("arg"), leaf.get("name")), []).append(i)
+    out = list(role)
+    for idx in args.values():
+        if not all(role[i] in (STATE, HELD_INPUTS, INPUTS) for i in idx):
+            continue
+        need: dict = {}
+        for i in idx:
+            need[key(inputs[i])] = need.get(key(inputs[i]), 0) + 1
+        if all(mirror.get(k, 0) >= n for k, n in need.items()):
+            for i in idx:
+                out[i] = PARAMETERS
+    return out
 
 
 class Roles:
@@ -98,11 +136,12 @@ def roles(ar: Attributed, devices: pd.DataFrame | None = None) -> Roles:
     # holds only what lives there)
     ran_on = {d for leaf in inputs if isinstance(leaf.get("on"), list) for d in leaf["on"]} or set(device_names)
     owners = []
+    role = _by_structure(inputs, [role_of(leaf, flow.get(leaf_key(leaf))) for leaf in inputs])
     for d in device_names:
         for i, leaf in enumerate(inputs):
             if leaf.get("same_as") not in (None, i) or not _on(leaf, d, live):
                 continue  # one array passed twice is held once
-            owners.append(_owner(d, role_of(leaf, flow.get(leaf_key(leaf))), leaf, call.function))
+            owners.append(_owner(d, role[i], leaf, call.function))
         for j, leaf in enumerate(outputs):
             if _on(leaf, d, live):
                 # a new state's output is named by the input it replaces
