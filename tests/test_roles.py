@@ -100,6 +100,10 @@ def test_roles_of_an_optax_step_are_its_known_bytes(tmp_path, donate):
     # Everything live before the call that is not its input (the script holds nothing else on device
     # but the first batch's zeros and y's own constant): the roles add up to the call's peak.
     assert sum(by_role.values()) == what.peak_bytes
+    # owners.csv adds up to roles.csv, role by role: the bytes no array names have a row of their own.
+    owned = what.owners.groupby("role")["bytes"].sum().to_dict()
+    assert owned == by_role, (owned, by_role)
+    assert int(what.owners["bytes"].sum()) == what.peak_bytes
     owners = set(zip(what.owners["owner"], what.owners["role"]))
     for key in ("w1", "b1", "w2"):
         assert (f"params['{key}']", "parameters") in owners

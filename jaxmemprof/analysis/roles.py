@@ -29,6 +29,7 @@ PARAMETERS, OPTIMIZER, STATE, BATCH, HELD_INPUTS, INPUTS = (
     "parameters", "optimizer state", "other state", "batch", "held inputs", "other inputs")
 NEW_STATE, RESULTS, INSIDE, CODE, OTHER = ("new state", "results", "inside the call", "executable code",
                                            "other arrays")
+UNNAMED = "(no array names it)"  # an owner row for the rest of a role's bytes
 # The order a report lists them in.
 ROLES = (PARAMETERS, OPTIMIZER, STATE, BATCH, HELD_INPUTS, INPUTS, NEW_STATE, RESULTS, INSIDE, CODE, OTHER)
 
@@ -72,15 +73,13 @@ def role_of(leaf: dict, flow: str | None) -> str:
 
 def _by_structure(inputs: list, role: list) -> list:
     """The roles, with an argument named like nothing (``p``, ``theta``) that
-    the optimizer state mirrors (optax's moments have its leaves' shapes and
-    dtypes, one each at least) as parameters: what the gradient is taken of."""
-    def key(leaf):
-        return (tuple(leaf.get("shape") or ()), str(leaf.get("dtype")))
-
-    mirror: dict = {}
-    for leaf, r in zip(inputs, role):
-        if r == OPTIMIZER:
-            mirror[key(leaf)] = mirror.get(key(leaf), 0) + 1
+    the optimizer state mirrors as parameters: what the gradient is taken
+    of. Mirrors: each of its leaves has an optimizer-state leaf of the same
+    shape and dtype whose path ends with its own (optax's
+    ``opt_state[0].mu['w1']`` for ``theta['w1']``; a bare array, whose path
+    is empty, is never told so)."""
+    mirror = [(str(leaf.get("path") or ""), tuple(leaf.get("shape") or ()), str(leaf.get("dtype")))
+              for leaf, r in zip(inputs, role) if r == OPTIMIZER]
     if not mirror:
         return role
     args: dict = {}
@@ -90,10 +89,10 @@ def _by_structure(inputs: list, role: list) -> list:
     for idx in args.values():
         if not all(role[i] in (STATE, HELD_INPUTS, INPUTS) for i in idx):
             continue
-        need: dict = {}
-        for i in idx:
-            need[key(inputs[i])] = need.get(key(inputs[i]), 0) + 1
-        if all(mirror.get(k, 0) >= n for k, n in need.items()):
+        mine = [(str(inputs[i].get("path") or ""), tuple(inputs[i].get("shape") or ()), str(inputs[i].get("dtype")))
+                for i in idx]
+        if all(path and any(p.endswith(path) and (s, d) == (shape, dtype) for p, s, d in mirror)
+               for path, shape, dtype in mine):
             for i in idx:
                 out[i] = PARAMETERS
     return out
@@ -186,6 +185,15 @@ def roles(ar: Attributed, devices: pd.DataFrame | None = None) -> Roles:
             if r["role"] == INSIDE:
                 r["arrays"] = int(len(inside))
                 r["largest_owner"], r["largest_owner_bytes"] = inside["owner"].iloc[0], int(inside["bytes"].iloc[0])
+    # Each role's bytes that no array names (XLA's outputs beyond the leaves, its temporaries beyond
+    # the lines, the code, the arrays live outside the call): a row of their own, so that the owners of
+    # a device add up to its roles, and the roles to the call's peak.
+    named = o.groupby(["device", "role"])["bytes"].sum() if len(o) else pd.Series(dtype="int64")
+    rest = [{"device": r["device"], "role": r["role"], "owner": UNNAMED, "bytes": r["bytes"] - int(named.get(
+             (r["device"], r["role"]), 0)), "shape": "", "dtype": "", "function": call.function, "sharding": ""}
+            for r in rows if r["bytes"] > int(named.get((r["device"], r["role"]), 0))]
+    if rest:
+        o = pd.concat([o, pd.DataFrame(rest, columns=OWNER_COLUMNS)], ignore_index=True)
     by_role = pd.DataFrame(rows, columns=ROLE_COLUMNS)
     return Roles(by_role, o.sort_values(["device", "bytes"], ascending=[True, False], kind="stable")
                  .reset_index(drop=True), call.where, call.function, call.device_bytes)
