@@ -23,6 +23,7 @@ from jaxmemprof.analysis.roles import role_of, roles
 from jaxmemprof.flow import PER_STEP
 from jaxmemprof.render.findings import words
 from jaxmemprof.store.reader import load_run
+from jaxmemprof.units import format_bytes
 
 OPTAX_STEP = """
 import sys
@@ -147,6 +148,33 @@ print(float(params["w"][0, 0]))
 def _device_peak(run_dir) -> int:
     rep = build_report(attribute(load_run(run_dir)))
     return int(rep.summary["estimated_true_peak_device_bytes"])
+
+
+TWO_FUNCTIONS = """
+import jax
+jax.config.update("jax_num_cpu_devices", 2)
+import jax.numpy as jnp
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+mesh = jax.make_mesh((2,), ("data",))
+w = jax.device_put(jnp.ones((1024, 512)), NamedSharding(mesh, P()))  # 2 MiB whole on each device
+x = jax.device_put(jnp.ones((64, 1024)), NamedSharding(mesh, P("data", None)))
+train = jax.jit(lambda w, x: w - 0.01 * jnp.mean(jnp.tanh(x @ w)))
+evaluate = jax.jit(lambda w, x: jnp.sum(x @ w))
+for i in range(4):
+    w = train(w, x)
+    loss = evaluate(w, x)
+print(float(loss))
+"""
+
+
+def test_an_array_two_functions_take_is_in_one_replicated_finding(tmp_path):
+    script = write_script(tmp_path, "two.py", TWO_FUNCTIONS)
+    proc = run_cli("run", "-q", "-o", tmp_path / "run", script, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    (f,) = replication_findings(attribute(load_run(tmp_path / "run")))
+    assert [a["owner"] for a in f.fact("arrays")] == ["w"] and f.fact("function") == "<lambda>"
+    assert words(f).saves == f"saves up to {format_bytes(f.saving_bytes)}" and "FSDP" in words(f).fix
 
 
 def test_an_array_replicated_under_a_mesh_gets_the_finding_and_its_fix_saves_what_it_says(tmp_path):

@@ -36,10 +36,16 @@ def _replicated(f: Finding, x: dict) -> Words:
              + " (or name the sharding in the jit's in_shardings and out_shardings; with flax.nnx, "
                "nnx.with_partitioning on the parameter's initializer). Trade-off: XLA gathers an array whole "
                "where a computation needs it whole (an all-gather, and a temporary of its full size inside that "
-               "call); elementwise updates and matmuls over the sharded dimension stay sharded."),
+               "call); elementwise updates and matmuls over the sharded dimension stay sharded. Where the "
+               "replication is data parallelism by design (each device holds the whole model and its own part of "
+               "the batch), sharding the weights is FSDP: each step gathers each weight in the forward and the "
+               "backward pass, so the saving is at most the figure here, and a program that re-shards inside "
+               "its step (with_sharding_constraint, equinox's filter_shard) must change that too. Not compiled: "
+               "an upper bound."),
         evidence=(f"The latest sampled call of {x['function']}: {fmt(x['replicated_bytes'])} per device in "
                   f"{x['array_count']} replicated arrays of 1 MiB or more; saving bytes × (1 − 1/axis size) per "
-                  f"device; meshes seen: " + ", ".join(str(m) for m in x["meshes"])))
+                  f"device; meshes seen: " + ", ".join(str(m) for m in x["meshes"])),
+        saves=f"saves up to {fmt(f.saving_bytes)}")
 
 
 REPLICATED = Rule(

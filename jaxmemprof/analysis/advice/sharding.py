@@ -13,6 +13,7 @@ inside that call)."""
 from __future__ import annotations
 
 
+from jaxmemprof.analysis.advice.donation import jit_memory
 from jaxmemprof.analysis.attributed import Attributed
 from jaxmemprof.analysis.cells import leaves as _leaves
 from jaxmemprof.analysis.findings import Finding
@@ -61,7 +62,13 @@ def replication_findings(ar: Attributed) -> list[Finding]:
         return []
     files = ar.files
     found = []
-    for fn in functions.itertuples():
+    # Each array in one finding: that of the function with the largest call peak that takes it (the
+    # same parameters given to a train step and an evaluation step are one fix).
+    claimed: set = set()
+    jm = jit_memory(ar)
+    largest = dict(zip(jm["function_id"], jm["call_peak_bytes"]))
+    order = sorted(functions.itertuples(), key=lambda fn: -int(largest.get(fn.function_id, 0)))
+    for fn in order:
         if files.is_library(str(fn.file)):
             continue
         mine = calls[calls["function_id"] == fn.function_id]
@@ -73,7 +80,9 @@ def replication_findings(ar: Attributed) -> list[Finding]:
             owner = str(leaf.get("owner") or f"{leaf.get('name') or ''}{leaf.get('path') or ''}")
             devices = int(leaf.get("devices") or 1)
             per_device = int(leaf.get("bytes") or 0) // max(devices, 1)
-            if owner in seen or not leaf.get("replicated") or devices < 2 or per_device < MIN_BYTES:
+            identity = (owner, tuple(leaf.get("shape") or ()), str(leaf.get("dtype")))
+            if owner in seen or identity in claimed or not leaf.get("replicated") or devices < 2 \
+                    or per_device < MIN_BYTES:
                 continue
             shape = [int(n) for n in leaf.get("shape") or []]
             own = leaf.get("mesh")
@@ -81,6 +90,7 @@ def replication_findings(ar: Attributed) -> list[Finding]:
             if where is None:
                 continue
             seen.add(owner)
+            claimed.add(identity)
             axis, size, dim = where
             arrays.append({"owner": owner, "shape": shape, "dtype": str(leaf.get("dtype") or ""),
                            "bytes": per_device, "devices": devices, "axis": str(axis), "axis_size": size,
