@@ -94,14 +94,14 @@ def donors(calls: list[Call]) -> list[Donor]:
         # Arguments whose every leaf the caller dropped with nothing run
         # after the call (state = step(state)): nothing used them after.
         free_args = [a for a, idx in args.items()
-                     if not any(inputs[i].get("donated") for i in idx)
+                     if not any(inputs[i].get("donated") or inputs[i].get("host") for i in idx)
                      and all(fates[i] == "dropped" and i not in shared for i in idx)]
         if call.first and len(calls) > 1:
             # The first call's inputs are often what the program set up
             # before its loop, and still named there: not a reason to
             # keep state that every later call replaces, but worth saying.
             kept = [a for a, idx in args.items() if a not in free_args
-                    and not any(inputs[i].get("donated") or i in shared for i in idx)]
+                    and not any(inputs[i].get("donated") or inputs[i].get("host") or i in shared for i in idx)]
             first_kept.update(kept)
             free_args += kept
         for a in args:

@@ -301,7 +301,7 @@ def test_a_numpy_fed_step_is_planned_by_its_host_arrays(tmp_path):
     assert planned.returncode == at64.returncode == 0, planned.stderr + at64.stderr
     plan = build_plan(attribute(load_run(tmp_path / "plan"), Options()))
     (f,) = plan.functions
-    assert (f.function, f.batch_inputs, f.batch_flow, f.recorded_batch) == ("step", ["x", "y"], "host", 32)
+    assert (f.function, f.batch_inputs, f.batch_flow, f.recorded_batch) == ("step", ["x", "y"], "per-step", 32)
     points = plan.points[plan.points["variant"] == "recorded"].set_index("batch")
     assert points["error"].isna().all(), points["error"].tolist()
     real = jit_memory(attribute(load_run(tmp_path / "at64"))).set_index("function").loc["step"]

@@ -57,6 +57,25 @@ ADAM = 2 * P + 4  # mu, nu and the step count
 X = 64 * 256 * 4  # the per-step batch
 
 
+def test_a_numpy_batch_has_its_role_and_the_roles_add_up_to_the_call(tmp_path):
+    """A batch fed as numpy arrays is on no device before the call; XLA's
+    arguments count its copy: the batch role holds it, and the roles (and
+    owners) still add up to the call's peak. It is never advised for donation."""
+    source = OPTAX_STEP.replace("import sys\n", "import sys\nimport numpy as np\n").replace(
+        "x = jnp.ones((64, 256)) * i  # a new batch every step", "x = np.ones((64, 256), np.float32) * i")
+    assert "np.ones" in source
+    script = write_script(tmp_path, "numpy_batch.py", source)
+    proc = run_cli("run", "-q", "-o", tmp_path / "run", script, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    ar = attribute(load_run(tmp_path / "run"))
+    what = roles(ar)
+    by_role = dict(zip(what.by_role["role"], what.by_role["bytes"]))
+    assert by_role["batch"] == X and ("x", "batch") in set(zip(what.owners["owner"], what.owners["role"]))
+    assert sum(by_role.values()) == what.peak_bytes == int(what.owners["bytes"].sum())
+    [donate] = [f for f in build_report(ar).findings if f.rule == "donate"]
+    assert donate.fact("arguments") == ["params", "opt_state"]  # not the numpy batch
+
+
 def test_parameters_named_like_nothing_are_parameters_by_the_optimizer_state_that_mirrors_them(tmp_path):
     """A plain-JAX step's parameters named ``theta``, and an evaluation step
     given them anew at every call: parameters, not 'other state' or 'batch'."""

@@ -136,11 +136,18 @@ def roles(ar: Attributed, devices: pd.DataFrame | None = None) -> Roles:
     ran_on = {d for leaf in inputs if isinstance(leaf.get("on"), list) for d in leaf["on"]} or set(device_names)
     owners = []
     role = _by_structure(inputs, [role_of(leaf, flow.get(leaf_key(leaf))) for leaf in inputs])
+    host: dict = {}  # device -> bytes of numpy arguments copied there for the call (not live before it)
     for d in device_names:
         for i, leaf in enumerate(inputs):
-            if leaf.get("same_as") not in (None, i) or not _on(leaf, d, live):
+            if leaf.get("same_as") not in (None, i):
                 continue  # one array passed twice is held once
-            owners.append(_owner(d, role[i], leaf, call.function))
+            if leaf.get("host"):  # a numpy argument: XLA's arguments on the call's one device count its copy
+                if len(ran_on) == 1 and d in ran_on:
+                    owners.append(_owner(d, role[i], leaf, call.function))
+                    host[d] = host.get(d, 0) + int(leaf.get("bytes") or 0)
+                continue
+            if _on(leaf, d, live):
+                owners.append(_owner(d, role[i], leaf, call.function))
         for j, leaf in enumerate(outputs):
             if _on(leaf, d, live):
                 # a new state's output is named by the input it replaces
@@ -165,7 +172,7 @@ def roles(ar: Attributed, devices: pd.DataFrame | None = None) -> Roles:
             od = o[o["device"] == d]
         extra = {NEW_STATE: new_state, RESULTS: written - new_state, INSIDE: f.get("temp_bytes", 0),
                  CODE: f.get("generated_code_bytes", 0)} if d in ran_on else {}
-        extra[OTHER] = max(int(live.get(d, 0)) - inputs_bytes, 0) if live else 0
+        extra[OTHER] = max(int(live.get(d, 0)) - (inputs_bytes - host.get(d, 0)), 0) if live else 0
         total = inputs_bytes + sum(extra.values())
         for role in ROLES:
             part = ins[ins["role"] == role] if role not in extra else od[od["role"] == role]

@@ -330,8 +330,7 @@ def _render_plan(rep: Report, con: Console, explain: bool) -> None:
         mine = points[(points["function_id"] == f.function_id) & points["peak_bytes"].notna()]
         _heading(con, f"Plan by batch (run --plan: {safe(f.function)} compiled by XLA on {safe(f.backend or '?')}, "
                       f"{counted(f.compiles, 'compile')} in {f.compile_s:.2f} s)")
-        flow = {"per-step": "new at every call", "held": "the same arrays at every call",
-                "host": "numpy arrays from the host"}.get(f.batch_flow, "")
+        flow = {"per-step": "new at every call", "held": "the same arrays at every call"}.get(f.batch_flow, "")
         devices = sorted(set(mine["device"]))
         con.print(Text(f"the batch: {safe(', '.join(f.batch_inputs))}" + (f" ({flow})" if flow else "")
                        + f", dimension {f.axis}, recorded at {f.recorded_batch}; the peak per device"

@@ -48,7 +48,6 @@ SEARCH_COMPILES = 8  # compiles at most in the search for the largest batch that
 MAX_SIGNATURES = 4
 KEEP_FUNCTIONS = 8
 RECORDED, DONATED, NARROW = "recorded", "donated", "bfloat16"
-HOST = "host"  # how a numpy-fed step's batch flows: numpy arrays passed from the host
 
 
 @dataclass(frozen=True)
@@ -90,11 +89,10 @@ class Abstract:
     """One call's arguments as ``lower()`` takes them: the dynamic ones
     flattened (arrays as ShapeDtypeStructs), the static ones as they are."""
 
-    __slots__ = ("treedef", "flat", "keys", "static", "static_kw", "devices", "platform", "signature", "host")
+    __slots__ = ("treedef", "flat", "keys", "static", "static_kw", "devices", "platform", "signature")
 
-    def __init__(self, treedef, flat, keys, static, static_kw, devices, platform, signature, host=frozenset()):
+    def __init__(self, treedef, flat, keys, static, static_kw, devices, platform, signature):
         self.treedef, self.flat, self.keys = treedef, flat, keys
-        self.host = host  # the positions in ``flat`` of numpy (host) arrays: a numpy-fed step's batch
         self.static, self.static_kw = static, static_kw
         self.devices, self.platform, self.signature = devices, platform, signature
 
@@ -134,19 +132,13 @@ class Planner:
         for d, r in zip(leaves, refs):
             obj = r() if r is not None else None
             if obj is not None:
-                key_of.setdefault(id(obj), leaf_key(d))
-        # numpy arrays are not among the call's (device) leaves: keyed as leaf_key keys one, by argument and path
-        tu = jax.tree_util
-        for position, name, _, _, value in state.arguments(state, args, kwargs):
-            for path, leaf in tu.tree_flatten_with_path(value)[0]:
-                if isinstance(leaf, np.ndarray):
-                    key_of.setdefault(id(leaf), (position, name, tu.keystr(path)))
+                key_of.setdefault(id(obj), leaf_key(d))  # numpy arguments too: a numpy-fed step's batch
         nums, names, params = state.jit_static
         static = {i % len(args) for i in nums if isinstance(i, int) and -len(args) <= i < len(args)}
         static.update(i for i, name in enumerate(params[:len(args)]) if name in names)
         dynamic = probe._dynamic(state, args, kwargs)
         flat, treedef = jax.tree_util.tree_flatten(dynamic)
-        out, keys, devices, platform, host = [], [], set(), None, set()
+        out, keys, devices, platform = [], [], set(), None
         for x in flat:
             if probe._is_array(x):
                 sharding = x.sharding
@@ -159,13 +151,11 @@ class Planner:
             elif isinstance(x, (np.ndarray, np.generic)):
                 out.append(jax.ShapeDtypeStruct(np.shape(x), x.dtype))
                 keys.append(key_of.get(id(x)))
-                host.add(len(out) - 1)
             else:
                 out.append(x)  # a Python scalar, traced weakly typed as the call traced it
                 keys.append(None)
         return Abstract(treedef, out, keys, {i: args[i] for i in sorted(static)},
-                        {k: v for k, v in kwargs.items() if k in names}, sorted(devices), platform, signature,
-                        frozenset(host))
+                        {k: v for k, v in kwargs.items() if k in names}, sorted(devices), platform, signature)
 
     def keep(self, state, abstract: Abstract, real) -> None:
         """After the call (its signature analysed by now): keep its abstract
@@ -276,9 +266,6 @@ class Planner:
             if key is not None and hasattr(x, "shape"):
                 shapes.setdefault(key, (tuple(x.shape), x))
         keys, how = batch_keys(flow, usable=lambda k: k in shapes and len(shapes[k][0]) > axis)
-        if not keys:  # a numpy-fed step: its host arrays are the batch (a new one at every call, as loaders make)
-            keys = {ab.keys[j] for j in ab.host if ab.keys[j] is not None and len(ab.flat[j].shape) > axis}
-            how = HOST if keys else how
         if not keys and all(v == UNKNOWN for v in flow.values()):
             writer.add_event("plan", f"{name}: not planned: called once (or no two calls in a row were sampled), "
                                      f"so no input could be seen to be new at every call or the same at every call "

@@ -489,13 +489,17 @@ class JitProbe(Programs):
         # its owner and tag as the program's libraries name them (owners.py).
         previous = state.previous if state.previous is not None and state.previous.call == state.calls - 1 else None
         library = nnx_owners(sys._getframe(2)) if state.row.get("wrapper") == "flax.nnx.jit" else {}
+        ndarray = getattr(sys.modules.get("numpy"), "ndarray", ())  # the program's numpy, if it has one
         for position, name, keyword, donated, value in state.arguments(state, args, kwargs):
             tags = optax_tags(tu, value)
             for path, leaf in tu.tree_flatten_with_path(value)[0]:
-                if not self._is_array(leaf):
-                    continue
                 key = tu.keystr(path)
-                d = _leaf(leaf, key)
+                if self._is_array(leaf):
+                    d = _leaf(leaf, key)
+                elif ndarray and isinstance(leaf, ndarray):
+                    d = _host_leaf(leaf, key)  # a numpy argument: copied to the device for the call
+                else:
+                    continue
                 d.update(arg=position, name=name, kw=keyword, donated=bool(donated),
                          same_as=first.setdefault(id(leaf), len(leaves)))
                 owner, tag = library.get(id(leaf), (f"{name}{key}", tags.get(id(leaf))))
@@ -680,6 +684,13 @@ def _leaf(a, path: str) -> dict:
         "id": id(a),  # the sampler's py_id of the same array, while it lives
         **mesh_facts(a),
     }
+
+
+def _host_leaf(a, path: str) -> dict:
+    """A numpy argument's leaf: on no device before the call (``host``); XLA
+    copies it to the call's device(s) as an argument."""
+    return {"path": path, "shape": [int(d) for d in a.shape], "dtype": str(a.dtype), "sharding": "numpy",
+            "memory_kind": None, "devices": 1, "bytes": int(a.nbytes), "id": id(a), "host": True, "on": []}
 
 
 def _cache_size(real) -> int:
