@@ -15,12 +15,15 @@ recorded beside the leaf (the roles are decided later, in
   input such as the batch);
 - ``on``: the devices it has a shard on; ``mesh``: the axis sizes of the
   mesh of a NamedSharding; ``replicated``: each of its devices holds the
-  whole array.
+  whole array;
+- a leaf's own facts (``leaf``: shape, dtype, sharding, bytes on its
+  devices; ``host_leaf``: a numpy argument's, on no device before the call).
 
 Nothing here fails a call: a fact that cannot be read is left out."""
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import weakref
@@ -125,3 +128,31 @@ class Previous:
                 return [kind, hit[1]]
         return ["new"]
 
+
+def leaf(a, path: str) -> dict:
+    """A device array's leaf of a sampled call (jit_calls' inputs and outputs)."""
+    shape = [int(d) for d in a.shape]
+    dtype = str(a.dtype)
+    sharding = a.sharding
+    try:
+        shard = sharding.shard_shape(a.shape)
+        per_shard = math.prod(shard) * a.dtype.itemsize
+        device_bytes = per_shard * len(sharding.addressable_devices)
+    except Exception:
+        device_bytes = int(a.nbytes)
+    return {
+        "path": path, "shape": shape, "dtype": dtype,
+        "sharding": type(sharding).__name__ + (f"({sharding.spec})" if hasattr(sharding, "spec") else ""),
+        "memory_kind": getattr(sharding, "memory_kind", None),
+        "devices": len(getattr(sharding, "addressable_devices", ()) or ()) or 1,
+        "bytes": int(device_bytes),
+        "id": id(a),  # the sampler's py_id of the same array, while it lives
+        **mesh_facts(a),
+    }
+
+
+def host_leaf(a, path: str) -> dict:
+    """A numpy argument's leaf: on no device before the call (``host``); XLA
+    copies it to the call's device(s) as an argument."""
+    return {"path": path, "shape": [int(d) for d in a.shape], "dtype": str(a.dtype), "sharding": "numpy",
+            "memory_kind": None, "devices": 1, "bytes": int(a.nbytes), "id": id(a), "host": True, "on": []}

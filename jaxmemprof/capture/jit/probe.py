@@ -24,7 +24,6 @@ from __future__ import annotations
 import functools
 import importlib
 import json
-import math
 import os
 import sys
 import threading
@@ -37,7 +36,7 @@ from jaxmemprof.capture.jit.frames import _drop_own_frames, _user_frame
 from jaxmemprof.libraries import BY_NAME, PATCHED, plain_arguments
 from jaxmemprof.source import statement_at
 from jaxmemprof.capture.jit.liveness import _fates, _on_death, _windows
-from jaxmemprof.capture.jit.owners import Previous, mesh_facts, nnx_owners, optax_tags
+from jaxmemprof.capture.jit.owners import Previous, host_leaf as _host_leaf, leaf as _leaf, nnx_owners, optax_tags
 from jaxmemprof.capture.jit.plan import Planner
 from jaxmemprof.capture.jit.programs import Programs
 from jaxmemprof.capture.jit.proxy import Probed, _QuietProbed
@@ -663,34 +662,6 @@ def _compile_listener(probe_ref):
             probe.on_compile(event, args[0] if args else 0.0)
 
     return listener
-
-
-def _leaf(a, path: str) -> dict:
-    shape = [int(d) for d in a.shape]
-    dtype = str(a.dtype)
-    sharding = a.sharding
-    try:
-        shard = sharding.shard_shape(a.shape)
-        per_shard = math.prod(shard) * a.dtype.itemsize
-        device_bytes = per_shard * len(sharding.addressable_devices)
-    except Exception:
-        device_bytes = int(a.nbytes)
-    return {
-        "path": path, "shape": shape, "dtype": dtype,
-        "sharding": type(sharding).__name__ + (f"({sharding.spec})" if hasattr(sharding, "spec") else ""),
-        "memory_kind": getattr(sharding, "memory_kind", None),
-        "devices": len(getattr(sharding, "addressable_devices", ()) or ()) or 1,
-        "bytes": int(device_bytes),
-        "id": id(a),  # the sampler's py_id of the same array, while it lives
-        **mesh_facts(a),
-    }
-
-
-def _host_leaf(a, path: str) -> dict:
-    """A numpy argument's leaf: on no device before the call (``host``); XLA
-    copies it to the call's device(s) as an argument."""
-    return {"path": path, "shape": [int(d) for d in a.shape], "dtype": str(a.dtype), "sharding": "numpy",
-            "memory_kind": None, "devices": 1, "bytes": int(a.nbytes), "id": id(a), "host": True, "on": []}
 
 
 def _cache_size(real) -> int:
