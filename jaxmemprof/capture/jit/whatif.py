@@ -154,6 +154,7 @@ def verify_donations(planner, budget_s: float) -> None:
                 fig, seconds, error = None, 0.0, f"{OVER_BUDGET} ({budget_s:g} s; run --verify-seconds)"
             else:
                 fig, seconds, error, _ = compile_figures(probe._jax, fn, ab, wrapper=wrapper)
+                error = None if error is None else f"not verified: XLA's compile failed: {error}"
             rows.append((state.function_id, sig, change, *(fig or (None,) * 5), float(seconds),
                          str(ab.platform or ""), error))
     if rows:
