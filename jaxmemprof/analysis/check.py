@@ -492,7 +492,7 @@ def _totals_true_peak(snaps, compiles, calls, functions, t0) -> tuple[int | None
 def _jit_lines(ar: Attributed, where: str, top: int) -> tuple:
     """XLA's buffers at the peak of the function named in ``where`` ('during
     a call of NAME'), by the user's line; () without XLA's dump of it."""
-    from jaxmemprof.analysis.inside_jit import peak_by_line
+    from jaxmemprof.analysis.inside_jit import largest_signature_only, peak_by_line
 
     try:
         rows = peak_by_line(ar)
@@ -500,7 +500,7 @@ def _jit_lines(ar: Attributed, where: str, top: int) -> tuple:
         return ()
     if rows.empty:
         return ()
-    rows = rows[rows["largest_signature"].astype(bool)]
+    rows = largest_signature_only(rows)
     name = where.rsplit(" ", 1)[-1]
     mine = rows[rows["function"].astype(str) == name] if "function" in rows.columns else rows.iloc[0:0]
     if mine.empty:

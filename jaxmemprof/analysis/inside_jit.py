@@ -48,10 +48,10 @@ from jaxmemprof.analysis.sites import NO_STACK, Attribution
 if TYPE_CHECKING:
     from jaxmemprof.analysis.attributed import Attributed
 
-PEAK_COLUMNS = ["function_id", "function", "signature", "largest_signature", "site", "file", "line", "kind", "bytes", "buffers", "share_of_peak",
-                "program_peak_bytes"]
-BUFFER_COLUMNS = ["function_id", "function", "signature", "largest_signature", "name", "site", "kind", "shape", "bytes", "op", "live_start",
-                  "live_end", "program_length", "at_peak"]
+PEAK_COLUMNS = ["function_id", "function", "signature", "largest_signature", "site", "file", "line", "kind", "bytes",
+                "buffers", "share_of_peak", "program_peak_bytes"]
+BUFFER_COLUMNS = ["function_id", "function", "signature", "largest_signature", "name", "site", "kind", "shape", "bytes",
+                  "op", "live_start", "live_end", "program_length", "at_peak"]
 # Forward-pass ops of a gradient (JAX names them jvp(...), and their backward
 # pass transpose(jvp(...))): their results live at the peak are the
 # activations kept for the backward pass.
@@ -59,8 +59,8 @@ _FORWARD = re.compile(r"(?:^|/)jvp\(")
 _BACKWARD = re.compile(r"transpose\(")
 _ARG_NAME = re.compile(r"^([^\[.]+)")
 _EQUINOX_ARG = re.compile(r"^dynamic_(?:no)?donate\['(\w+)'\]")
-CURVE_COLUMNS = ["function_id", "function", "signature", "largest_signature", "position", "site", "bytes", "position_bytes", "program_peak_position",
-                 "program_peak_bytes"]
+CURVE_COLUMNS = ["function_id", "function", "signature", "largest_signature", "position", "site", "bytes",
+                 "position_bytes", "program_peak_position", "program_peak_bytes"]
 CURVE_LINES = 8  # lines named in a curve; the others are summed
 OTHER_LINES = "other lines"
 REMAT_SHARE = 0.25  # of the program's peak, held by kept activations

@@ -67,6 +67,13 @@ def _device_bytes(text) -> dict | None:
 FIGURES = ("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "generated_code_bytes")
 
 
+def call_peak(fig: dict):
+    """XLA's call peak from its figures (``FIGURES``; numbers, or arrays of
+    them): ``argument + output - alias + temp + code``."""
+    return (fig["argument_bytes"] + fig["output_bytes"] - fig["alias_bytes"] + fig["temp_bytes"]
+            + fig["generated_code_bytes"])
+
+
 def call_peaks(run, devices: pd.DataFrame | None = None, replace: dict | None = None,
                gone: list | None = None) -> list[TruePeak]:
     """For each sampled call (with the signature it ran) and each compiled
@@ -93,8 +100,7 @@ def call_peaks(run, devices: pd.DataFrame | None = None, replace: dict | None = 
         for i in np.flatnonzero((c["function_id"].astype(np.int64).to_numpy() == fid) & (c["signature"] == sig)):
             for col in FIGURES:
                 figures[col][i] = int(changed[col])
-    peak = (figures["argument_bytes"] + figures["output_bytes"] - figures["alias_bytes"] + figures["temp_bytes"]
-            + figures["generated_code_bytes"])
+    peak = call_peak(figures)
     args = figures["argument_bytes"]
     fids = c["function_id"].astype(np.int64).to_numpy()
     sigs = c["signature"].tolist()

@@ -116,6 +116,7 @@ def build_report(ar: Attributed, *, extra_rules=()) -> Report:
 
     snaps = run.snapshots
     m = run.manifest
+    notebook = m.get("notebook") if isinstance(m.get("notebook"), dict) else {}
     totals = tl.totals
     peak_row = totals.loc[totals["snapshot"] == tl.peak_snapshot] if tl.peak_snapshot is not None else totals.iloc[0:0]
     unattributed = None
@@ -129,8 +130,8 @@ def build_report(ar: Attributed, *, extra_rules=()) -> Report:
         "exit_status": m.get("exit_status"),
         "ended_by": m.get("ended_by"),
         # cells a notebook's magic recorded (In [5], In [7] to In [9]) and what one raised (notebook/magics.py)
-        "cells": _text((m.get("notebook") or {}).get("cells") if isinstance(m.get("notebook"), dict) else None),
-        "raised": _text((m.get("notebook") or {}).get("raised") if isinstance(m.get("notebook"), dict) else None),
+        "cells": _text(notebook.get("cells")),
+        "raised": _text(notebook.get("raised")),
         "duration_s": m.get("duration_s"),
         "backend": m.get("backend"),
         "devices": int(tl.devices["device"].nunique()) if not tl.devices.empty else len(m.get("devices") or []),

@@ -65,7 +65,7 @@ class Shown:
     def report(self, *, explain: bool = False) -> "Text":
         from jaxmemprof.render.report import render_report
 
-        run_, _, rep, _ = self._analysis()
+        _, _, rep, _ = self._analysis()
         buf = io.StringIO()
         render_report(rep, _console(buf), top=self.top, explain=explain)
         return Text(buf.getvalue())

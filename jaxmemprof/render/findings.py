@@ -57,8 +57,8 @@ def records(findings: list[Finding]) -> list[dict]:
     for f in ranked(findings):
         w = words(f)
         out.append({"rule": f.rule, "case": f.case, "severity": f.severity, "site": f.site,
-                    "saving_bytes": f.saving_bytes, "saves": saves(f, w), "message": w.message, "fix": w.fix, "evidence": w.evidence,
-                    "brief": w.brief, "brief_fix": w.brief_fix, "facts": dict(f.facts)})
+                    "saving_bytes": f.saving_bytes, "saves": saves(f, w), "message": w.message, "fix": w.fix,
+                    "evidence": w.evidence, "brief": w.brief, "brief_fix": w.brief_fix, "facts": dict(f.facts)})
     return out
 
 

@@ -30,6 +30,7 @@ from jaxmemprof.analysis.flame import Cells, profile_cells, role_cells, run_cell
 from jaxmemprof.finite import finite
 from jaxmemprof.render.escape import safe, safe_column, safe_field
 from jaxmemprof.render.json import _default
+from jaxmemprof.render.tables import largest_signature
 
 FORMAT_VERSION = 1
 LIFETIME_ARRAYS = 150  # the largest arrays drawn as bars
@@ -218,12 +219,12 @@ def _report_data(rep, ar, S: _Strings, t_shift: float = 0.0) -> dict:
                                              "argument_bytes", "output_bytes", "alias_bytes", "temp_bytes",
                                              "generated_code_bytes", "call_peak_bytes"]),
             # each function's largest signature, as the report shows (the exports hold every one's)
-            "peak": _rows(_largest_signature(rep.jit_peak), ["function", "site", "kind", "bytes", "buffers",
+            "peak": _rows(largest_signature(rep.jit_peak), ["function", "site", "kind", "bytes", "buffers",
                                                              "share_of_peak", "program_peak_bytes"]),
-            "buffers": _rows(_largest_signature(rep.jit_buffers), ["function", "name", "site", "kind", "shape",
+            "buffers": _rows(largest_signature(rep.jit_buffers), ["function", "name", "site", "kind", "shape",
                                                                    "bytes", "op", "live_start", "live_end",
                                                                    "program_length", "at_peak"]),
-            "curves": _curves(_largest_signature(rep.jit_curve)),
+            "curves": _curves(largest_signature(rep.jit_curve)),
         },
         "findings": _findings(rep.findings),
         "warnings": [str(w) for w in rep.warnings],
@@ -277,10 +278,6 @@ def _plan(plan) -> dict:
     return out
 
 
-def _largest_signature(t: pd.DataFrame) -> pd.DataFrame:
-    return t[t["largest_signature"].astype(bool)] if "largest_signature" in t.columns and len(t) else t
-
-
 def _curves(curve: pd.DataFrame, functions: int = 4) -> list:
     """Each function's program-order curve (the ``functions`` largest), as
     columns: positions, the bytes at each, and each line's series."""
@@ -304,7 +301,8 @@ def _curves(curve: pd.DataFrame, functions: int = 4) -> list:
     return out
 
 
-_FINDING_FIELDS = ("rule", "severity", "site", "message", "saving_bytes", "saves", "fix", "evidence", "brief", "brief_fix")
+_FINDING_FIELDS = ("rule", "severity", "site", "message", "saving_bytes", "saves", "fix", "evidence", "brief",
+                   "brief_fix")
 
 
 def _findings(found) -> list:

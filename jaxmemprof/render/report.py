@@ -18,6 +18,7 @@ from rich.text import Text
 from jaxmemprof.analysis.report import Report, peak_devices
 from jaxmemprof.render import findings as said
 from jaxmemprof.render import notes
+from jaxmemprof.render.tables import largest_signature
 from jaxmemprof.render.text import safe
 from jaxmemprof.units import counted, format_bytes
 
@@ -282,14 +283,9 @@ def _render_jit(rep: Report, con: Console, top: int, explain: bool) -> None:
         _render_jit_peak(rep, con, top)
 
 
-def _largest_signature(t: pd.DataFrame) -> pd.DataFrame:
-    """The rows of each function's largest signature (the exports hold every signature's)."""
-    return t[t["largest_signature"].astype(bool)] if "largest_signature" in t.columns and len(t) else t
-
-
 def _render_jit_peak(rep: Report, con: Console, top: int, lines: int = 2) -> None:
     """Per function XLA dumped, what its buffers live at its own peak are, by line."""
-    peak = _largest_signature(rep.jit_peak)
+    peak = largest_signature(rep.jit_peak)
     if peak.empty:
         return
     con.print(Text("At each function's own peak (XLA's buffer live ranges), by your lines:"))

@@ -19,6 +19,13 @@ EXPORT_FILES = (
 )
 
 
+def largest_signature(t: pd.DataFrame) -> pd.DataFrame:
+    """The rows of each function's largest signature, which the report and
+    the page show (jit_peak.csv, jit_buffers.csv and jit_curve.csv hold every
+    signature's)."""
+    return t[t["largest_signature"].astype(bool)] if "largest_signature" in t.columns and len(t) else t
+
+
 def _roles(rep: Report) -> Roles:
     return rep.roles if rep.roles is not None else empty_roles()
 

@@ -7,12 +7,12 @@ input leaves are matched to output leaves of equal (shape, dtype, memory
 kind), each output taking the first unused donor; a donor with no match stays
 alive and JAX warns that it was "not usable".
 
-An argument is recommended for donation only when, in every sampled call,
-each of its array leaves was freed by the very statement that made the call
-(``state = step(state, batch)``: the jit probe notes where each input leaf
-dies), so the caller cannot have used it after the call, and every one of its
-leaves finds an output left over by the arguments already donated. What that saves at each call's peak is the bytes of those
-leaves (on every device that holds a shard).
+Which arguments to donate is the rule in ``jaxmemprof/donors.py`` (shared
+with the jit probe, which compiles the function with them donated at the end
+of the run). What a ``donate`` finding saves is that compile's effect on the
+run's true peak (``verified_change``, reading ``analysis/peaks.py``), not the
+donated bytes; where it was not compiled, the donated bytes, said as an upper
+bound.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import pandas as pd
 from jaxmemprof.analysis.cells import json_cell as _json
 from jaxmemprof.analysis.cells import leaves as _leaves
 from jaxmemprof.analysis.findings import Finding
-from jaxmemprof.analysis.peaks import FIGURES, true_peaks
+from jaxmemprof.analysis.peaks import FIGURES, call_peak, true_peaks
 from jaxmemprof.analysis.timeline import timeline
 from jaxmemprof.donors import Call, Donor, describe, donors, label, match
 from jaxmemprof.libraries import BY_NAME
@@ -327,7 +327,7 @@ def verified_change(ar: Attributed, tl: Timeline, function_id: int, arguments) -
     after_device, after_total, _ = true_peaks(run, tl, changed, _less(ar, tl, function_id, arguments),
                                               _first_kept(ar, function_id, arguments))
     # The largest signature verified: its temporaries before and after, and what XLA aliases.
-    sig = max(changed, key=lambda k: _call_peak(by_sig.get(k[1], changed[k])))[1]
+    sig = max(changed, key=lambda k: call_peak(by_sig.get(k[1], changed[k])))[1]
     old, new = by_sig.get(sig, {}), changed[(int(function_id), sig)]
     return {"verified": True, "signatures_verified": len(changed), "signatures": max(len(by_sig), len(changed)),
             "true_peak_before_bytes": before_device, "true_peak_after_bytes": after_device,
@@ -458,11 +458,6 @@ def _first_kept(ar: Attributed, function_id: int, arguments) -> list:
 def _int(v) -> int:
     v = pd.to_numeric(v, errors="coerce")
     return 0 if pd.isna(v) else int(v)
-
-
-def _call_peak(fig: dict) -> int:
-    return (fig["argument_bytes"] + fig["output_bytes"] - fig["alias_bytes"] + fig["temp_bytes"]
-            + fig["generated_code_bytes"])
 
 
 def donation_findings(ar: Attributed, tl: Timeline | None = None) -> list[Finding]:
