@@ -86,9 +86,12 @@ def call_peaks(run, devices: pd.DataFrame | None = None, replace: dict | None = 
     snapshot and device (else the snapshots' totals, as one device).
     ``replace``: (function_id, signature) -> XLA's figures (``FIGURES``) of
     that signature compiled with a change made (a "what if", jit_whatif),
-    used in place of the recorded ones; ``gone``: (from, until, {device:
-    bytes}) of arrays a change deletes, taken off ``live_before`` of the
-    calls between those times (epoch seconds)."""
+    whose peak stands in place of the recorded one (the arguments live
+    before the call are the recorded ones: a change to them is in the new
+    peak); ``gone``: (from, until, {device: bytes}[, function ids]) of
+    arrays a change deletes or shrinks, taken off ``live_before`` of the
+    calls between those times (epoch seconds) but those of the functions
+    named (which take them as arguments: counted by their peak)."""
     compiles = run.jit.get("compiles")
     snaps = run.snapshots
     if compiles is None or compiles.empty or snaps.empty:
@@ -96,12 +99,12 @@ def call_peaks(run, devices: pd.DataFrame | None = None, replace: dict | None = 
     c = compiles.reset_index(drop=True)
     figures = {col: pd.to_numeric(c[col], errors="coerce").fillna(0).astype(np.int64).to_numpy(copy=True)
                for col in FIGURES}
+    args = figures["argument_bytes"].copy()  # the recorded arguments: those live before the call
     for (fid, sig), changed in (replace or {}).items():
         for i in np.flatnonzero((c["function_id"].astype(np.int64).to_numpy() == fid) & (c["signature"] == sig)):
             for col in FIGURES:
                 figures[col][i] = int(changed[col])
     peak = call_peak(figures)
-    args = figures["argument_bytes"]
     fids = c["function_id"].astype(np.int64).to_numpy()
     sigs = c["signature"].tolist()
     call_index = pd.to_numeric(c["call_index"], errors="coerce").fillna(0).astype(np.int64).to_numpy()
@@ -141,8 +144,8 @@ def call_peaks(run, devices: pd.DataFrame | None = None, replace: dict | None = 
     out = []
     for before, t, i, idx in events:
         if before is not None:
-            for t_from, t_to, off in gone or ():
-                if t_from < t < t_to:
+            for t_from, t_to, off, *exempt in gone or ():
+                if t_from < t < t_to and not (exempt and int(fids[i]) in exempt[0]):
                     before = {d: max(b - off.get(d, 0), 0) for d, b in before.items()}
             live_busiest, live_total = max(before.values(), default=0), sum(before.values())
         else:
@@ -184,6 +187,23 @@ def true_peaks(run, tl: Timeline, replace: dict | None = None, less: dict | None
         total = int((d["live_bytes"] - pd.Series(taken, index=d.index)).groupby(d["snapshot"]).sum().max()) \
             if not d.empty else total
     return max(busiest, inside.device_bytes), max(total, inside.bytes), inside
+
+
+def during_calls(run, tl: Timeline, function_id: int) -> dict:
+    """{snapshot: {device: live bytes}} of the snapshots taken while a call
+    of the function was in progress (snapshot_calls): moments of that call,
+    which the call's own peak, compiled with a change, stands for; a change
+    takes all of them off (``true_peaks``'s ``less``)."""
+    during = run.jit.get("snapshot_calls")
+    if during is None or during.empty or tl.devices.empty:
+        return {}
+    snaps = set(pd.to_numeric(during.loc[during["function_id"] == function_id, "snapshot"],
+                              errors="coerce").dropna().astype(int))
+    d = tl.devices[tl.devices["snapshot"].isin(snaps)]
+    out: dict = {}
+    for snap, device, live in zip(d["snapshot"], d["device"], d["live_bytes"]):
+        out.setdefault(int(snap), {})[str(device)] = int(live)
+    return out
 
 
 def busiest_snapshot(tl: Timeline, less: dict | None = None) -> int:

@@ -101,7 +101,7 @@ def build_report(ar: Attributed, *, extra_rules=()) -> Report:
     where = "" if inside is None else inside.where if inside.device_bytes > busiest else "at the snapshot peak"
     what = roles(ar, tl.devices)
     found += donation_findings(ar, tl)
-    found += replication_findings(ar)
+    found += replication_findings(ar, tl)
     found += history_findings(ar)
     found += inside_jit_findings(ar)
     found += allocator_findings(ar, device_peak, timeline=tl)

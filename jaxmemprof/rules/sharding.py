@@ -19,40 +19,57 @@ def _replicated(f: Finding, x: dict) -> Words:
     arrays = x["arrays"]
     first = arrays[0]
     more = x["array_count"] - len(arrays)
+    devices = first["devices"]
 
     def one(a):
         shape = ",".join(str(n) for n in a["shape"])
         return (f"{a['owner']} ({a['dtype']}[{shape}], {fmt(a['bytes'])}) whole on each of {a['devices']} devices: "
                 f"over mesh axis {a['axis']!r} ({a['axis_size']}) it would take {fmt(a['bytes'] - a['saving_bytes'])} "
                 f"each")
+    trade = ("Trade-off: XLA gathers an array whole where a computation needs it whole (an all-gather, and a "
+             "temporary of its full size inside that call); elementwise updates and matmuls over the sharded "
+             "dimension stay sharded. Where the replication is data parallelism by design (each device holds the "
+             "whole model and its own part of the batch), sharding the weights is FSDP: each step gathers each "
+             "weight in the forward and the backward pass, for less memory held between steps.")
+    if x.get("verified"):
+        measured = (f"XLA's compile of {x['function']} with {'it' if x['array_count'] == 1 else 'them'} sharded as "
+                    f"printed keeps its outputs sharded, its temporaries go {fmt(x['temp_before_bytes'])} -> "
+                    f"{fmt(x['temp_after_bytes'])} (the gathers), and the run's true peak goes "
+                    f"{fmt(x['true_peak_before_bytes'])} -> {fmt(x['true_peak_after_bytes'])} on the busiest device")
+        saves, bound = f"saves {fmt(f.saving_bytes)} per device (compiled)", f"Measured: {measured}."
+    else:
+        saves = f"saves up to {fmt(f.saving_bytes)} (not verified)"
+        bound = (f"Not verified ({x.get('not_verified') or 'no compile of the sharded step'}): an upper bound, and a "
+                 f"program that re-shards inside its step (with_sharding_constraint, equinox's filter_shard) must "
+                 f"change that too.")
     return Words(
-        brief=(f"{first['owner']} ({fmt(first['bytes'])}) is whole on each of {first['devices']} devices"
+        brief=(f"{first['owner']} ({fmt(first['bytes'])}) is whole on each of {devices} devices"
                + (f", and {counted(x['array_count'] - 1, 'more array')} of {x['function']}'s" if x["array_count"] > 1 else "")
                + f"; a mesh axis could shard {'it' if x['array_count'] == 1 else 'them'}."),
         brief_fix=_put(first),
         message=(f"Inputs of {x['function']} are replicated where the program's mesh could shard them: "
-                 + "; ".join(one(a) for a in arrays) + (f"; and {more} more" if more > 0 else "") + "."),
+                 + "; ".join(one(a) for a in arrays) + (f"; and {more} more" if more > 0 else "") + ". " + bound),
         fix=("Shard each over the mesh axis: " + "; ".join(_put(a) for a in arrays)
              + " (or name the sharding in the jit's in_shardings and out_shardings; with flax.nnx, "
-               "nnx.with_partitioning on the parameter's initializer). Trade-off: XLA gathers an array whole "
-               "where a computation needs it whole (an all-gather, and a temporary of its full size inside that "
-               "call); elementwise updates and matmuls over the sharded dimension stay sharded. Where the "
-               "replication is data parallelism by design (each device holds the whole model and its own part of "
-               "the batch), sharding the weights is FSDP: each step gathers each weight in the forward and the "
-               "backward pass, so the saving is at most the figure here, and a program that re-shards inside "
-               "its step (with_sharding_constraint, equinox's filter_shard) must change that too. Not compiled: "
-               "an upper bound."),
+               "nnx.with_partitioning on the parameter's initializer). " + trade),
         evidence=(f"The latest sampled call of {x['function']}: {fmt(x['replicated_bytes'])} per device in "
-                  f"{x['array_count']} replicated arrays of 1 MiB or more; saving bytes × (1 − 1/axis size) per "
-                  f"device; meshes seen: " + ", ".join(str(m) for m in x["meshes"])),
-        saves=f"saves up to {fmt(f.saving_bytes)}")
+                  f"{counted(x['array_count'], 'replicated array')} of 1 MiB or more; "
+                  + ("compiled at the end of the run with them sharded (jit_whatif), its outputs sharded too; "
+                     if x.get("verified") else "saving bytes × (1 − 1/axis size) per device; ")
+                  + "meshes seen: " + ", ".join(str(m) for m in x["meshes"])),
+        saves=saves)
 
 
 REPLICATED = Rule(
     "replicated", made_by="analysis/advice/sharding.py",
     summary=("Inputs of a jitted function, 1 MiB or more a device, held whole on each of several devices while a "
-             "mesh axis of the program's divides one of their dimensions (analysis/advice/sharding.py)."),
-    facts={"": ("function", "arrays", "array_count", "replicated_bytes", "meshes")},
+             "mesh axis of the call's divides one of their dimensions, where XLA's compile of the function with "
+             "them sharded lowers the run's true peak (analysis/advice/sharding.py)."),
+    facts={"": ("function", "arrays", "array_count", "replicated_bytes", "meshes", "verified", "not_verified",
+                "signatures_verified", "true_peak_before_bytes", "true_peak_after_bytes", "saving_bytes_per_device",
+                "temp_before_bytes", "temp_after_bytes")},
+    optional=("not_verified", "signatures_verified", "true_peak_before_bytes", "true_peak_after_bytes",
+              "saving_bytes_per_device", "temp_before_bytes", "temp_after_bytes"),
     meanings={"function": "The jitted function's name.",
               "arrays": ("The (up to 3) arrays that save most: objects of `owner` (its path in your tree), "
                          "`shape`, `dtype`, `bytes` (on each device), `devices`, `axis` and `axis_size` (the mesh "
@@ -60,7 +77,18 @@ REPLICATED = Rule(
                          "and `saving_bytes` (per device)."),
               "array_count": "How many such arrays the call had.",
               "replicated_bytes": "Their bytes on each device.",
-              "meshes": "The meshes the program's arrays were sharded on: `{axis: size}` each."},
+              "meshes": "The meshes the call's arrays were sharded on: `{axis: size}` each.",
+              "verified": ("True when the function was compiled at the end of the run with the arrays sharded as "
+                           "printed (jit_whatif), its outputs stayed sharded and the run's true peak fell: the "
+                           "saving is then that fall on the busiest device; else the saving is the bytes sharding "
+                           "takes off each device, an upper bound."),
+              "not_verified": "Why the sharded compile is missing (over the compile budget, an older recording).",
+              "signatures_verified": "The function's signatures compiled sharded.",
+              "true_peak_before_bytes": "The run's true peak on the busiest device as recorded (verified).",
+              "true_peak_after_bytes": "The same with the sharded compile in place of the recorded one (verified).",
+              "saving_bytes_per_device": "The fall of the true peak on the busiest device (verified).",
+              "temp_before_bytes": "XLA's temporaries of the largest signature as recorded, per device (verified).",
+              "temp_after_bytes": "The same, compiled with the arrays sharded: the all-gathers show here."},
     words={"": _replicated},
 )
 

@@ -28,7 +28,7 @@ import pandas as pd
 from jaxmemprof.analysis.cells import json_cell as _json
 from jaxmemprof.analysis.cells import leaves as _leaves
 from jaxmemprof.analysis.findings import Finding
-from jaxmemprof.analysis.peaks import FIGURES, call_peak, true_peaks
+from jaxmemprof.analysis.peaks import FIGURES, call_peak, during_calls, true_peaks
 from jaxmemprof.analysis.timeline import timeline
 from jaxmemprof.donors import Call, Donor, describe, donors, label, match
 from jaxmemprof.libraries import BY_NAME
@@ -408,13 +408,8 @@ def _less(ar: Attributed, tl: Timeline, function_id: int, arguments) -> dict:
     outputs beside them, are what the compile counts); elsewhere, the older
     generation of the donated arrays (``_seen_twice``)."""
     less = _seen_twice(ar, function_id, arguments)
-    during = ar.run.jit.get("snapshot_calls")
-    if during is not None and not during.empty and not tl.devices.empty:
-        snaps = set(pd.to_numeric(during.loc[during["function_id"] == function_id, "snapshot"],
-                                  errors="coerce").dropna().astype(int))
-        d = tl.devices[tl.devices["snapshot"].isin(snaps)]
-        for snap, device, live in zip(d["snapshot"], d["device"], d["live_bytes"]):
-            less.setdefault(int(snap), {})[str(device)] = int(live)
+    for snap, devices in during_calls(ar.run, tl, function_id).items():
+        less.setdefault(snap, {}).update(devices)
     return less
 
 

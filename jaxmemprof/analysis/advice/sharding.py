@@ -1,64 +1,203 @@
 """Arrays held whole on every device where a mesh the program uses could
-shard them: the ``replicated`` finding.
+shard them: the ``replicated`` finding, shown only where sharding them
+lowers the run's true peak.
 
-An input of a user's jitted function (its latest sampled call) of at least
-``MIN_BYTES`` on a device, held whole on each of N > 1 devices, while a mesh
-the program uses (the array's own, else any of the run's NamedShardings) has
-an axis whose size k > 1 divides one of its dimensions: sharding that
-dimension over the axis leaves each device ``bytes / k``, saving
-``bytes × (1 − 1/k)`` per device. The trade-off: XLA gathers it whole where a
-computation needs it whole (an all-gather, and a temporary of its full size
-inside that call)."""
+The rule (replicas.py) names an input of a user's jitted function (its
+latest sampled call) of at least 1 MiB on a device, held whole on each of
+N > 1 devices, while a mesh the call uses has an axis whose size k > 1
+divides one of its dimensions. At the end of the run the jit probe compiled
+the function with those inputs sharded so (capture/jit/whatif.py,
+jit_whatif): the finding's saving is the fall of the run's true peak on the
+busiest device with that compile in place of the recorded one and the
+arrays held between calls at ``1/k`` of their bytes; where the compile
+shows the step gathering them back whole (its outputs replicated: a
+``with_sharding_constraint`` or ``filter_shard`` inside it), where XLA
+refuses the sharding, or where the true peak falls by less than 1 %
+(``MEANINGFUL``: XLA gathers the weight whole inside the call that holds
+the peak), there is no finding. Without that compile (over the budget, a run recorded without it),
+the saving is ``bytes × (1 − 1/k)`` per device, said as an upper bound."""
 
 from __future__ import annotations
 
+import pandas as pd
 
+from jaxmemprof.replicas import candidate, meshes_of, shard_on, spec
 from jaxmemprof.analysis.advice.donation import jit_memory
 from jaxmemprof.analysis.attributed import Attributed
+from jaxmemprof.analysis.cells import json_cell as _json
 from jaxmemprof.analysis.cells import leaves as _leaves
 from jaxmemprof.analysis.findings import Finding
+from jaxmemprof.analysis.peaks import FIGURES, during_calls, true_peaks
+from jaxmemprof.analysis.timeline import Timeline, timeline
+from jaxmemprof.flow import leaf_key
 
-MIN_BYTES = 1 << 20
 _SHOWN = 3  # arrays named in one finding
+MEANINGFUL = 0.01  # a fall of the true peak smaller than this share is not worth an all-gather a step
+NOT_COMPILED = ("not compiled at the end of the run (recorded with --verify-seconds 0, or by a jaxmemprof that "
+                "did not verify)")
 
 
-def _meshes(calls) -> list[dict]:
-    """Every mesh ({axis: size}) a sampled call's leaf was sharded on, in order of first use."""
+def _meshes(leaves: list) -> list[dict]:
+    """Every mesh ({axis: size}) a call's leaves are sharded on, in order."""
     out: list[dict] = []
-    for col in ("inputs", "outputs"):
-        for text in calls[col]:
-            for leaf in _leaves(text):
-                mesh = leaf.get("mesh")
-                if isinstance(mesh, dict) and mesh and mesh not in out:
-                    out.append(mesh)
+    for leaf in leaves:
+        mesh = leaf.get("mesh")
+        if isinstance(mesh, dict) and mesh and mesh not in out:
+            out.append(mesh)
     return out
 
 
-def _spec(shape: list, dim: int, axis: str) -> str:
-    return "P(" + ", ".join(repr(axis) if i == dim else "None" for i in range(len(shape))) + ")"
+def _owner(leaf: dict) -> str:
+    return str(leaf.get("owner") or f"{leaf.get('name') or ''}{leaf.get('path') or ''}")
 
 
-def _shard_on(shape: list, meshes: list[dict]) -> tuple | None:
-    """(axis, size, dim) of the first mesh axis (largest first) whose size
-    divides a dimension (the largest such), or None."""
-    for mesh in meshes:
-        for axis, size in sorted(mesh.items(), key=lambda kv: -int(kv[1])):
-            size = int(size)
-            if size <= 1:
-                continue
-            dims = [i for i, n in enumerate(shape) if isinstance(n, int) and n >= size and n % size == 0]
-            if dims:
-                return axis, size, max(dims, key=lambda i: shape[i])
-    return None
+def _array(leaf: dict, axis: str, size: int, dim: int) -> dict:
+    shape = [int(n) for n in leaf.get("shape") or []]
+    per_device = int(leaf.get("bytes") or 0) // max(int(leaf.get("devices") or 1), 1)
+    return {"owner": _owner(leaf), "shape": shape, "dtype": str(leaf.get("dtype") or ""),
+            "bytes": per_device, "devices": int(leaf.get("devices") or 1), "axis": str(axis), "axis_size": int(size),
+            "dim": int(dim), "spec": spec(len(shape), dim, str(axis)),
+            "saving_bytes": per_device - per_device // int(size)}
 
 
-def replication_findings(ar: Attributed) -> list[Finding]:
+def _by_rule(leaves: list, claimed: set) -> list[dict]:
+    """The call's inputs the rule (replicas.py) would shard, each once."""
+    meshes = _meshes(leaves)
+    arrays, seen = [], set()
+    for leaf in leaves:
+        owner = _owner(leaf)
+        devices = int(leaf.get("devices") or 1)
+        shape = [int(n) for n in leaf.get("shape") or []]
+        if owner in seen or _identity(leaf) in claimed or \
+                not candidate(shape, int(leaf.get("bytes") or 0) // max(devices, 1), devices,
+                                       leaf.get("replicated")):
+            continue
+        where = shard_on(shape, meshes_of(leaf.get("mesh"), meshes))
+        if where is None:
+            continue
+        seen.add(owner)
+        arrays.append(_array(leaf, *where[1:]))
+    return arrays
+
+
+def _identity(leaf: dict) -> tuple:
+    return _owner(leaf), tuple(leaf.get("shape") or ()), str(leaf.get("dtype"))
+
+
+def _compiled(run, function_id: int | None = None):
+    """The jit_whatif rows that compiled a function (any, or the one named)
+    with inputs sharded, or None."""
+    w = run.jit.get("whatif")
+    if w is None or w.empty:
+        return None
+    rows = w if function_id is None else w[w["function_id"] == function_id]
+    rows = rows[["shard" in _json(c, {}) for c in rows["change"]]]
+    return None if rows.empty else rows
+
+
+def _keys(change: dict) -> set:
+    return {(tuple(a["shape"]), a["dtype"]) for a in change.get("shard") or [] if isinstance(a, dict)}
+
+
+def _others(run, function_id: int, keys: set) -> dict:
+    """XLA's figures of the other functions compiled with arrays of these
+    (shape, dtype) sharded too, where their outputs stayed sharded: the
+    same arrays given to an evaluation step ((function_id, signature) ->
+    figures)."""
+    rows = _compiled(run)
+    out = {}
+    for fid, sig, change, r in zip(rows["function_id"], rows["signature"], rows["change"], rows.to_dict("records")):
+        c = _json(change, {})
+        if int(fid) == function_id or r.get("error") is not None and pd.notna(r.get("error")) \
+                or pd.isna(r["argument_bytes"]) or c.get("gathered") or not (_keys(c) & keys):
+            continue
+        out[(int(fid), sig)] = {col: int(r[col]) for col in FIGURES}
+    return out
+
+
+def _held_between(run, shard: list[dict]) -> tuple[dict, list]:
+    """What sharding takes off the moments between calls: the arrays of a
+    sharded input's shape and dtype held whole on several devices, each
+    device then holding ``1/k`` of them. ({snapshot: {device: bytes}} off
+    the snapshots that saw them, ``gone`` entries (peaks.call_peaks) off the
+    calls between their first and last snapshot, but the calls of functions
+    that take such arrays: their peak counts them.)"""
+    if not getattr(run, "has_arrays", False) or run.arrays.empty:
+        return {}, []
+    k_of = {(tuple(a["shape"]), a["dtype"]): int(a["axis_size"]) for a in shard}
+    calls = run.jit["calls"]
+    takers = {int(fid) for fid, inputs in zip(calls["function_id"], calls["inputs"])
+              if any((tuple(leaf.get("shape") or ()), str(leaf.get("dtype"))) in k_of
+                     for leaf in _leaves(inputs) if isinstance(leaf, dict))}
+    t_of = dict(zip(run.snapshots["snapshot"], run.snapshots["t_wall"]))
+    less: dict = {}
+    gone = []
+    for row in run.arrays.itertuples(index=False):
+        key = (tuple(int(x) for x in row.shape), str(row.dtype)) if isinstance(row.shape, tuple) else None
+        k = k_of.get(key)
+        devices = [str(d) for d in row.devices] if isinstance(row.devices, (list, tuple)) else []
+        if k is None or len(devices) < 2 or any(int(b) != int(row.nbytes) for b in row.shard_bytes):
+            continue
+        off = int(row.nbytes) - int(row.nbytes) // k
+        for snap in range(int(row.first_snapshot), int(row.last_snapshot) + 1):
+            d = less.setdefault(snap, {})
+            for device in devices:
+                d[device] = d.get(device, 0) + off
+        first, last = t_of.get(int(row.first_snapshot)), t_of.get(int(row.last_snapshot))
+        if first is not None and last is not None:
+            gone.append((float(first), float(last), dict.fromkeys(devices, off), takers))
+    return less, gone
+
+
+def _verified(ar: Attributed, tl: Timeline, function_id: int, leaves: list) -> dict | None:
+    """What sharding the inputs as the rule says does to the run's true peak
+    (facts), from the compiles of the function with them sharded; None where
+    there is no finding to make (the step gathers them back, XLA refuses
+    the sharding, or the true peak does not fall)."""
+    run = ar.run
+    rows = _compiled(run, function_id)
+    if rows is None:
+        return {"verified": False, "not_verified": NOT_COMPILED}
+    ok = rows[rows["error"].isna() & rows["argument_bytes"].notna()]
+    if ok.empty:
+        why = str(rows["error"].dropna().iloc[0]) if rows["error"].notna().any() else "XLA gave no figures"
+        return None if "compile failed" in why else {"verified": False, "not_verified": why}
+    changes = [_json(c, {}) for c in ok["change"]]
+    if any(c.get("gathered") for c in changes):
+        return None
+    replace = {(int(function_id), sig): {col: int(r[col]) for col in FIGURES}
+               for sig, r in zip(ok["signature"], ok.to_dict("records"))}
+    shard = [a for c in changes for a in c.get("shard") or [] if isinstance(a, dict)]
+    signatures = len(replace)
+    replace.update(_others(run, function_id, {k for c in changes for k in _keys(c)}))
+    less, gone = _held_between(run, shard)
+    for snap, devices in during_calls(run, tl, function_id).items():
+        less.setdefault(snap, {}).update(devices)
+    before, _, _ = true_peaks(run, tl)
+    after, _, _ = true_peaks(run, tl, replace, less, gone)
+    if before is None or after is None or before - after < MEANINGFUL * before:
+        return None
+    by_key = {leaf_key(leaf): leaf for leaf in leaves}
+    arrays, seen = [], set()
+    for a in changes[0].get("shard") or []:  # the largest signature's (whatif writes it first)
+        leaf = by_key.get(tuple(a["leaf"])) if isinstance(a.get("leaf"), list) else None
+        if leaf is not None and _identity(leaf) not in seen:  # else a leaf of another signature than the latest
+            seen.add(_identity(leaf))
+            arrays.append(_array(leaf, a["axis"], a["axis_size"], a["dim"]))
+    sig = ok["signature"].iloc[0]  # the largest signature (whatif writes it first): its temporaries
+    compiles = run.jit["compiles"]
+    recorded = compiles[(compiles["function_id"] == function_id) & (compiles["signature"] == sig)]
+    temp_before = int(pd.to_numeric(recorded["temp_bytes"], errors="coerce").fillna(0).max()) if len(recorded) else 0
+    return {"verified": True, "arrays": arrays, "signatures_verified": signatures,
+            "temp_before_bytes": temp_before, "temp_after_bytes": int(ok["temp_bytes"].iloc[0]),
+            "true_peak_before_bytes": int(before), "true_peak_after_bytes": int(after),
+            "saving_bytes_per_device": int(before - after)}
+
+
+def replication_findings(ar: Attributed, tl: Timeline | None = None) -> list[Finding]:
     run = ar.run
     calls, functions = run.jit.get("calls"), run.jit.get("functions")
     if calls is None or calls.empty or functions is None or functions.empty:
-        return []
-    meshes = _meshes(calls)
-    if not meshes:
         return []
     files = ar.files
     found = []
@@ -74,36 +213,25 @@ def replication_findings(ar: Attributed) -> list[Finding]:
         mine = calls[calls["function_id"] == fn.function_id]
         if mine.empty:
             continue
-        latest = mine.sort_values("call_index").iloc[-1]
-        arrays, seen = [], set()
-        for leaf in _leaves(latest["inputs"]):
-            owner = str(leaf.get("owner") or f"{leaf.get('name') or ''}{leaf.get('path') or ''}")
-            devices = int(leaf.get("devices") or 1)
-            per_device = int(leaf.get("bytes") or 0) // max(devices, 1)
-            identity = (owner, tuple(leaf.get("shape") or ()), str(leaf.get("dtype")))
-            if owner in seen or identity in claimed or not leaf.get("replicated") or devices < 2 \
-                    or per_device < MIN_BYTES:
-                continue
-            shape = [int(n) for n in leaf.get("shape") or []]
-            own = leaf.get("mesh")
-            where = _shard_on(shape, ([own] if isinstance(own, dict) and own else []) + meshes)
-            if where is None:
-                continue
-            seen.add(owner)
-            claimed.add(identity)
-            axis, size, dim = where
-            arrays.append({"owner": owner, "shape": shape, "dtype": str(leaf.get("dtype") or ""),
-                           "bytes": per_device, "devices": devices, "axis": str(axis), "axis_size": size,
-                           "dim": dim, "spec": _spec(shape, dim, str(axis)),
-                           "saving_bytes": per_device - per_device // size})
+        leaves = [leaf for leaf in _leaves(mine.sort_values("call_index").iloc[-1]["inputs"])
+                  if isinstance(leaf, dict)]
+        arrays = _by_rule(leaves, claimed)
         if not arrays:
             continue
+        tl = tl if tl is not None else timeline(ar)
+        measured = _verified(ar, tl, int(fn.function_id), leaves)
+        if measured is None:
+            continue
+        if measured["verified"]:
+            arrays = measured.pop("arrays") or arrays
+        claimed.update((a["owner"], tuple(a["shape"]), a["dtype"]) for a in arrays)
         arrays.sort(key=lambda a: -a["saving_bytes"])
-        saving = sum(a["saving_bytes"] for a in arrays)
+        saving = measured.get("saving_bytes_per_device", sum(a["saving_bytes"] for a in arrays))
         found.append(Finding(
-            rule="replicated", severity="medium",
+            rule="replicated", severity="high" if saving >= 256 * 1024**2 else "medium",
             site=f"{files.display_path(str(fn.jit_file))}:{int(fn.jit_line)}" if fn.jit_file else "",
-            saving_bytes=saving,
+            saving_bytes=int(saving),
             facts={"function": str(fn.name), "arrays": arrays[:_SHOWN], "array_count": len(arrays),
-                   "replicated_bytes": sum(a["bytes"] for a in arrays), "meshes": meshes}))
+                   "replicated_bytes": sum(a["bytes"] for a in arrays), "meshes": _meshes(leaves),
+                   **measured}))
     return found

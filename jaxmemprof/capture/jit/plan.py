@@ -35,7 +35,7 @@ import time
 from dataclasses import dataclass
 
 from jaxmemprof.capture.jit.whatif import (VERIFY_MIN_S, VERIFY_SHARE, compile_figures, donated_arguments,
-                                           function_donors, rejit, verify_donations)
+                                           function_donors, rejit, verify)
 from jaxmemprof.flow import CARRIED, UNKNOWN, batch_keys, flows, leaf_key
 
 # Functions planned at most, and the share of the largest call peak a second one needs.
@@ -201,7 +201,7 @@ class Planner:
 
     def run(self) -> None:
         """At the end of the run: the advice's donations compiled
-        (whatif.verify_donations), then, under run --plan, the functions
+        and shardings (whatif.verify), then, under run --plan, the functions
         that hold the run's largest XLA call peaks planned; then nothing of
         the program's is held any more."""
         try:
@@ -209,7 +209,7 @@ class Planner:
                 VERIFY_MIN_S, VERIFY_SHARE * (time.monotonic() - self.probe._t_install))
             if budget > 0:
                 try:
-                    verify_donations(self, budget)
+                    verify(self, budget)
                 except Exception as exc:  # the advice then says its figure is not verified; the run is recorded
                     self.probe.writer.add_event("whatif", f"not verified: {type(exc).__name__}: {exc}"[:2000])
             if self.options is not None:

@@ -4,9 +4,11 @@ as ShapeDtypeStructs (no array allocated), with the change made, and XLA's
 ``memory_analysis()`` of that compile kept. One place for every "what if":
 the plan compiles other batches and bfloat16 through ``compile_figures``;
 the donation advice's arguments are compiled donated by
-``verify_donations`` (jit_whatif), so that what the report says a donation
-saves is the fall of the run's true peak with that compile in place of the
-recorded one (analysis/advice/donation.py), not the donated bytes.
+``verify_donations``, and the replicated inputs the sharding advice names
+are compiled sharded by ``verify_shardings`` (both jit_whatif rows), so that
+what the report says a fix saves is the fall of the run's true peak with
+that compile in place of the recorded one (analysis/advice/donation.py and
+sharding.py), not the bytes a rule expects.
 
 Cost: nothing during the run beyond keeping the sampled calls' abstract
 arguments (plan.Planner); at the end, one compile per verified signature
@@ -20,11 +22,13 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import time
 import warnings
 
 from jaxmemprof.capture.jit.programs import _unseen_compile
 from jaxmemprof.donors import Call, donors
+from jaxmemprof.replicas import candidate, meshes_of, shard_options, spec
 from jaxmemprof.libraries import BY_NAME
 
 VERIFY_SHARE = 0.1
@@ -55,6 +59,14 @@ def compile_figures(jax, fn, ab, scaled=(), axis: int = 0, batch: int | None = N
             if hasattr(x, "shape") and str(x.dtype) == "float32":
                 flat[j] = jax.ShapeDtypeStruct(x.shape, jax.numpy.bfloat16, sharding=x.sharding,
                                                weak_type=x.weak_type)
+    compiled, seconds, error, said = _compile(jax, fn, ab, flat, wrapper)
+    return (compiled[0] if compiled else None), seconds, error, said
+
+
+def _compile(jax, fn, ab, flat: list, wrapper: str):
+    """``fn`` lowered and compiled on the abstract arguments ``ab`` with
+    ``flat`` as its dynamic leaves: ((XLA's figures, the compiled
+    executable) or None, seconds, error or None, warnings)."""
     args, kwargs = jax.tree_util.tree_unflatten(ab.treedef, flat)
     args = list(args)
     for i, v in ab.static.items():
@@ -65,11 +77,12 @@ def compile_figures(jax, fn, ab, scaled=(), axis: int = 0, batch: int | None = N
     try:
         with warnings.catch_warnings(record=True) as caught, _unseen_compile(jax), _lowering(fn, wrapper):
             warnings.simplefilter("always")
-            ma = fn.lower(*args, **kwargs).compile().memory_analysis()
+            compiled = fn.lower(*args, **kwargs).compile()
+            ma = compiled.memory_analysis()
         said = [f"{w.category.__name__}: {w.message}"[:300] for w in caught][:3]
         if ma is None:
             return None, time.monotonic() - t0, "XLA gave no memory analysis", said
-        return tuple(int(getattr(ma, f, 0) or 0) for f in _FIELDS), time.monotonic() - t0, None, said
+        return (tuple(int(getattr(ma, f, 0) or 0) for f in _FIELDS), compiled), time.monotonic() - t0, None, said
     except Exception as exc:
         return None, time.monotonic() - t0, f"{type(exc).__name__}: {exc}".splitlines()[0][:500], said
 
@@ -119,17 +132,34 @@ def donated_arguments(found) -> tuple[set, set]:
             {d.argument for d in found if d.keyword})
 
 
-def verify_donations(planner, budget_s: float) -> None:
+def _largest_states(probe) -> list:
+    """The functions with the largest call peaks (a program that jits a new function every step has thousands)."""
+    return sorted((s for s in probe._states if s.plan is not None), key=lambda s: -(s.plan.best or 0))[:VERIFY_MOST]
+
+
+def _signatures(slot) -> list:
+    """The kept signatures, largest call peak first."""
+    return sorted(slot.abstract, key=lambda s: -(slot.peaks.get(s) or 0))
+
+
+def verify(planner, budget_s: float) -> None:
+    """The advice's changes compiled at the end of the run (jit_whatif rows),
+    within ``budget_s`` seconds: donations (``verify_donations``), then
+    shardings (``verify_shardings``)."""
+    deadline = time.monotonic() + budget_s
+    rows = verify_donations(planner, budget_s, deadline) + verify_shardings(planner, budget_s, deadline)
+    if rows:
+        planner.probe.writer.add_jit_whatif(rows)
+
+
+def verify_donations(planner, budget_s: float, deadline: float) -> list:
     """For each of the program's functions the donation rule names
     arguments of, while its abstract arguments are kept: each kept
     signature compiled with those arguments donated (jit_whatif rows)."""
     probe = planner.probe
     writer = probe.writer
-    t0 = time.monotonic()
     rows = []
-    # The functions with the largest call peaks (a program that jits a new function every step has thousands).
-    states = sorted((s for s in probe._states if s.plan is not None), key=lambda s: -(s.plan.best or 0))[:VERIFY_MOST]
-    for state in states:
+    for state in _largest_states(probe):
         found = function_donors(writer, state.function_id)
         if not found:
             continue
@@ -138,27 +168,130 @@ def verify_donations(planner, budget_s: float) -> None:
                              "argnames": sorted(names)})
         slot = state.plan
         if not slot.abstract:  # its arguments' shapes were not kept: a function past the largest few
-            rows.append((state.function_id, "", change, *(None,) * 5, 0.0, "",
-                         "not verified: its arguments' shapes were not kept (only the functions with the 8 largest "
-                         "call peaks keep them)"))
+            rows.append((state.function_id, "", change, *(None,) * 5, 0.0, "", NOT_KEPT))
             continue
         real = planner.real_of(state)
         wrapper = state.row.get("wrapper") or "jax.jit"
-        fn = rejit(probe, state, real, nums, names) if real is not None else \
-            "the program dropped the jitted function before the end of the run"
-        for sig in sorted(slot.abstract, key=lambda s: -(slot.peaks.get(s) or 0)):
+        fn = rejit(probe, state, real, nums, names) if real is not None else DROPPED
+        for sig in _signatures(slot):
             ab = slot.abstract[sig]
             if isinstance(fn, str):
                 fig, seconds, error = None, 0.0, f"not verified: {fn}"
-            elif time.monotonic() - t0 > budget_s:
+            elif time.monotonic() > deadline:
                 fig, seconds, error = None, 0.0, f"{OVER_BUDGET} ({budget_s:g} s; run --verify-seconds)"
             else:
                 fig, seconds, error, _ = compile_figures(probe._jax, fn, ab, wrapper=wrapper)
-                error = None if error is None else f"not verified: XLA's compile failed: {error}"
+                error = None if error is None else f"not verified: {COMPILE_FAILED}: {error}"
             rows.append((state.function_id, sig, change, *(fig or (None,) * 5), float(seconds),
                          str(ab.platform or ""), error))
-    if rows:
-        writer.add_jit_whatif(rows)
+    return rows
+
+
+NOT_KEPT = ("not verified: its arguments' shapes were not kept (only the functions with the 8 largest call peaks "
+            "keep them)")
+DROPPED = "the program dropped the jitted function before the end of the run"
+COMPILE_FAILED = "XLA's compile failed"
+SHARD_TRIES = 2  # the arrays' best dimensions, then their next best: a mesh with explicit axes refuses some
+
+
+def _to_shard(jax, flat: list) -> list[tuple]:
+    """(index in ``flat``, its options (shard_options), its mesh
+    objects) for each replicated input that the rule (replicas.py) would
+    shard."""
+    named = jax.sharding.NamedSharding
+    meshes, objects = [], []
+    for x in flat:
+        s = getattr(x, "sharding", None)
+        if isinstance(s, named) and dict(s.mesh.shape) not in meshes:
+            meshes.append(dict(s.mesh.shape))
+            objects.append(s.mesh)
+    out = []
+    for j, x in enumerate(flat):
+        s = getattr(x, "sharding", None)
+        if not isinstance(s, named) or not isinstance(x, jax.ShapeDtypeStruct):
+            continue
+        per_device = int(math.prod(x.shape)) * x.dtype.itemsize
+        if not candidate(x.shape, per_device, len(s.device_set), s.is_fully_replicated):
+            continue
+        mine = meshes_of(dict(s.mesh.shape), meshes)
+        mesh_objects = [s.mesh] + [o for o, m in zip(objects, meshes) if m != dict(s.mesh.shape)]
+        options = shard_options(list(x.shape), mine)
+        if options:
+            out.append((j, options, mesh_objects))
+    return out
+
+
+def verify_shardings(planner, budget_s: float, deadline: float) -> list:
+    """For each of the program's largest functions whose kept signatures have
+    replicated inputs the sharding rule (replicas.py) would shard: each
+    signature compiled with them sharded as the finding prints (jit_whatif
+    rows whose change is ``{"shard": [...], "gathered": [...]}``). The
+    compile's outputs tell whether the step keeps them sharded: an output of
+    a sharded input's shape and dtype that comes back whole on every device
+    (a ``with_sharding_constraint`` or ``filter_shard`` inside the step)
+    is ``gathered``: the next call would hold it whole again."""
+    probe = planner.probe
+    jax = probe._jax
+    rows = []
+    for state in _largest_states(probe):
+        slot = state.plan
+        wrapper = state.row.get("wrapper") or "jax.jit"
+        if not slot.abstract or wrapper == "jax.pmap":
+            continue
+        real = planner.real_of(state)
+        for sig in _signatures(slot):
+            ab = slot.abstract[sig]
+            flat = list(ab.flat)
+            chosen = _to_shard(jax, flat)
+            if not chosen:
+                continue
+            error, fig, seconds, change = None, None, 0.0, {}
+            for attempt in range(SHARD_TRIES):
+                shard, variant = [], list(flat)
+                for j, options, mesh_objects in chosen:
+                    m, axis, size, dim = options[min(attempt, len(options) - 1)]
+                    x = flat[j]
+                    parts = [None] * len(x.shape)
+                    parts[dim] = axis
+                    variant[j] = jax.ShapeDtypeStruct(
+                        x.shape, x.dtype, weak_type=x.weak_type,
+                        sharding=jax.sharding.NamedSharding(mesh_objects[m], jax.sharding.PartitionSpec(*parts)))
+                    key = ab.keys[j] if j < len(ab.keys) else None
+                    shard.append({"leaf": list(key) if key else None, "shape": list(x.shape), "dtype": str(x.dtype),
+                                  "axis": str(axis), "axis_size": int(size), "dim": int(dim),
+                                  "spec": spec(len(x.shape), dim, str(axis))})
+                change = {"shard": shard, "gathered": []}
+                if real is None:
+                    error = f"not verified: {DROPPED}"
+                    break
+                if time.monotonic() > deadline:
+                    error = f"{OVER_BUDGET} ({budget_s:g} s; run --verify-seconds)"
+                    break
+                done, took, failed, _ = _compile(jax, real, ab, variant, wrapper)
+                seconds += took
+                if done is None:
+                    error = f"not verified: {COMPILE_FAILED}: {failed}"
+                    continue
+                fig, compiled = done
+                change["gathered"] = _gathered(jax, compiled, shard)
+                error = None
+                break
+            rows.append((state.function_id, sig, json.dumps(change), *(fig or (None,) * 5), float(seconds),
+                         str(ab.platform or ""), error))
+    return rows
+
+
+def _gathered(jax, compiled, shard: list[dict]) -> list[int]:
+    """The entries of ``shard`` (by index) of whose shape and dtype the
+    compiled step returns an output held whole on every device."""
+    try:
+        outs = jax.tree_util.tree_leaves(compiled.out_info)
+    except Exception:
+        return []
+    whole = {(tuple(o.shape), str(o.dtype)) for o in outs
+             if getattr(o, "sharding", None) is not None and len(o.sharding.device_set) > 1
+             and o.sharding.is_fully_replicated}
+    return [i for i, a in enumerate(shard) if (tuple(a["shape"]), a["dtype"]) in whole]
 
 
 def _list(text, default=()):
