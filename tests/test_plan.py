@@ -308,6 +308,86 @@ def test_a_numpy_fed_step_is_planned_by_its_host_arrays(tmp_path):
     assert int(points.loc[64, "call_peak_bytes"]) == int(real["call_peak_bytes"])
 
 
+def _searched(plan) -> tuple[int, int, int]:
+    """(the largest batch the plan says fits, the next batch it compiled, the live bytes outside the call there)."""
+    model = plan.models[plan.models["variant"] == "recorded"].iloc[0]
+    best = int(model["largest_batch"])
+    rec = plan.points[plan.points["variant"] == "recorded"]
+    over = rec.loc[(rec["batch"] > best) & rec["peak_bytes"].notna(), "batch"].min()
+    live = int(rec.loc[rec["batch"] == best, "live_outside_bytes"].iloc[0])
+    return best, int(over), live
+
+
+NUMPY_DEVICE = "96MiB"  # by the fit rule about 7.6 MiB for the step: a few thousand examples
+
+
+def test_a_numpy_fed_steps_largest_batch_fits_when_run_and_the_next_does_not(tmp_path):
+    """The plan's answer for a numpy-fed step is a batch it compiled: a run of
+    the program at that batch fits the device (XLA's call peak of the
+    program's own compile there, and the live bytes beside it), a run at the
+    next batch the search compiled does not. No figure is read off a line."""
+    script = write_script(tmp_path, "numpy_fed.py", NUMPY_FED)
+    planned = run_cli("run", "-q", "--plan", "--plan-device-memory", NUMPY_DEVICE, "-o", tmp_path / "plan", script,
+                      "32", cwd=tmp_path)
+    assert planned.returncode == 0, planned.stderr
+    plan = build_plan(attribute(load_run(tmp_path / "plan"), Options()))
+    best, over, live = _searched(plan)
+    assert 1000 < best < over <= best + max(1, best // 100) + 1
+    runs = cli_batch([["run", "-q", "-o", tmp_path / "at-best", script, str(best)],
+                      ["run", "-q", "-o", tmp_path / "at-over", script, str(over)]], tmp_path)
+    assert all(r.returncode == 0 for r in runs), [r.stderr for r in runs]
+    device = parse_size(NUMPY_DEVICE)
+    peak = {b: int(jit_memory(attribute(load_run(tmp_path / d))).set_index("function").loc["step", "call_peak_bytes"])
+            for b, d in ((best, "at-best"), (over, "at-over"))}
+    assert fits_by_default(live + peak[best], device) and not fits_by_default(live + peak[over], device)
+    assert "extrapolated" not in run_cli("report", tmp_path / "plan", cwd=tmp_path).stdout
+
+
+STATIC_BATCH = """
+import functools
+import jax, jax.numpy as jnp
+
+@functools.partial(jax.jit, static_argnums=(2,))
+def step(w, key, batch_size):
+    x = jax.random.normal(key, (batch_size, 1024))  # the batch is made inside: only its size is passed
+    return w - 0.1 * jax.grad(lambda w: jnp.mean(jnp.tanh(x @ w) ** 2))(w)
+
+w = jnp.ones((1024, 1024)) * 0.01
+key = jax.random.PRNGKey(0)
+for i in range(4):
+    key, sub = jax.random.split(key)
+    w = step(w, sub, 32)
+print(float(w[0, 0]))
+"""
+
+
+def test_a_batch_set_by_a_static_argument_is_planned_through_it(tmp_path):
+    """A step whose batch is a static Python int (the PRNG key, new at every
+    call, is no batch): planned by compiling the function with that argument
+    changed; the answer checked against XLA's own compile at that batch and
+    the next."""
+    import jax
+
+    script = write_script(tmp_path, "static.py", STATIC_BATCH)
+    planned = run_cli("run", "-q", "--plan", "--plan-device-memory", "128MiB", "-o", tmp_path / "plan", script,
+                      cwd=tmp_path)
+    assert planned.returncode == 0, planned.stderr
+    plan = build_plan(attribute(load_run(tmp_path / "plan"), Options()))
+    (f,) = plan.functions
+    assert (f.batch_inputs, f.recorded_batch) == (["batch_size (static)"], 32)
+    best, over, live = _searched(plan)
+    namespace: dict = {}
+    exec(STATIC_BATCH.split("w = jnp.ones")[0], namespace)
+    w = jax.numpy.ones((1024, 1024))
+
+    def peak(b):
+        ma = namespace["step"].lower(w, jax.random.PRNGKey(0), b).compile().memory_analysis()
+        return ma.argument_size_in_bytes + ma.output_size_in_bytes - ma.alias_size_in_bytes + ma.temp_size_in_bytes
+
+    device = parse_size("128MiB")
+    assert fits_by_default(live + peak(best), device) and not fits_by_default(live + peak(over), device)
+
+
 def test_without_plan_the_probe_plans_nothing_and_keeps_nothing_after_the_run():
     """Without --plan the planner keeps the sampled calls' shapes for the
     donation advice's compiles only; at the end it plans nothing and lets

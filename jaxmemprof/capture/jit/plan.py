@@ -89,12 +89,14 @@ class Abstract:
     """One call's arguments as ``lower()`` takes them: the dynamic ones
     flattened (arrays as ShapeDtypeStructs), the static ones as they are."""
 
-    __slots__ = ("treedef", "flat", "keys", "static", "static_kw", "devices", "platform", "signature")
+    __slots__ = ("treedef", "flat", "keys", "static", "static_kw", "devices", "platform", "signature",
+                 "batch_static")
 
     def __init__(self, treedef, flat, keys, static, static_kw, devices, platform, signature):
         self.treedef, self.flat, self.keys = treedef, flat, keys
         self.static, self.static_kw = static, static_kw
         self.devices, self.platform, self.signature = devices, platform, signature
+        self.batch_static = None  # the static argument that sets the batch (plan), where one does
 
 
 def _peak(figures) -> int | None:
@@ -265,23 +267,39 @@ class Planner:
         for key, x in zip(ab.keys, ab.flat):
             if key is not None and hasattr(x, "shape"):
                 shapes.setdefault(key, (tuple(x.shape), x))
-        keys, how = batch_keys(flow, usable=lambda k: k in shapes and len(shapes[k][0]) > axis)
+        keys, how = batch_keys(flow, usable=lambda k: k in shapes and len(shapes[k][0]) > axis
+                               and not _rng_key(*shapes[k]))
         if not keys and all(v == UNKNOWN for v in flow.values()):
             writer.add_event("plan", f"{name}: not planned: called once (or no two calls in a row were sampled), "
                                      f"so no input could be seen to be new at every call or the same at every call "
                                      f"(the batch is told from call to call: run two steps at least)")
             return
+        static = None  # the static argument that sets the batch, where no array input has one
         if not keys:
-            writer.add_event("plan", f"{name}: not planned: no input with a dimension {axis} that is new at "
-                                     f"every call or the same at every call (--plan-axis names another)")
-            return
-        by_size: dict = {}
-        for k in keys:
-            shape, x = shapes[k]
-            by_size[shape[axis]] = by_size.get(shape[axis], 0) + _nbytes(shape, x.dtype)
-        batch = max(by_size, key=lambda b: (by_size[b], b))
-        scaled = [j for j, (key, x) in enumerate(zip(ab.keys, ab.flat))
-                  if key in keys and len(getattr(x, "shape", ())) > axis and x.shape[axis] == batch]
+            static = _static_batch(state, ab)
+            if isinstance(static, str):
+                writer.add_event("plan", f"{name}: not planned: no input with a dimension {axis} that is new at "
+                                         f"every call or the same at every call (--plan-axis names another), "
+                                         f"{static}")
+                return
+            ab.batch_static = static[2]
+            doubled, *_ = self._compile(real, _with_static(ab, static[0] * 2), [], axis, None, narrow=False,
+                                        wrapper=wrapper)
+            if doubled is None or _peak(doubled) == _peak(figures):
+                writer.add_event("plan", f"{name}: not planned: no input with a dimension {axis} that is new at "
+                                         f"every call or the same at every call, and its static argument "
+                                         f"{static[1]} = {static[0]} does not change XLA's figures")
+                return
+        if static is None:
+            by_size: dict = {}
+            for k in keys:
+                shape, x = shapes[k]
+                by_size[shape[axis]] = by_size.get(shape[axis], 0) + _nbytes(shape, x.dtype)
+            batch = max(by_size, key=lambda b: (by_size[b], b))
+            scaled = [j for j, (key, x) in enumerate(zip(ab.keys, ab.flat))
+                      if key in keys and len(getattr(x, "shape", ())) > axis and x.shape[axis] == batch]
+        else:
+            batch, scaled, how = static[0], [], "static"
         # The live bytes outside the call: before the sampled call of this
         # signature that found the most live, less its arguments there.
         before = [live for _, signature, live in parsed if signature == sig and isinstance(live, dict)]
@@ -291,7 +309,7 @@ class Planner:
             d: max(int(v) - (args_bytes if d in ab.devices else 0), 0) for d, v in sorted(live.items())}
         leaf_of = {leaf_key(d): d for leaves, signature, _ in parsed if signature == sig for d in leaves}
         owners = sorted({str(leaf_of.get(ab.keys[j], {}).get("owner") or f"{ab.keys[j][1]}{ab.keys[j][2]}")
-                         for j in scaled})
+                         for j in scaled}) if static is None else [f"{static[1]} (static)"]
         base = {"planned": why, "batch_inputs": owners, "batch_flow": how, "signature_call_peak_bytes":
                 _peak(figures)}
         rows = []
@@ -370,7 +388,47 @@ class Planner:
         return fn if isinstance(fn, str) else (fn, {"argnums": sorted(nums), "argnames": sorted(names)})
 
     def _compile(self, fn, ab: Abstract, scaled, axis, batch, narrow: bool, wrapper: str = "jax.jit"):
+        """XLA's figures at ``batch``: the ``scaled`` inputs' dimension set to
+        it, or, with none (a batch set by a static argument: ``ab.batch_static``),
+        that argument."""
+        if not scaled and getattr(ab, "batch_static", None) is not None and batch is not None:
+            ab = _with_static(ab, batch)
         return compile_figures(self.probe._jax, fn, ab, scaled, axis, batch, narrow, wrapper)
+
+
+def _rng_key(shape, x) -> bool:
+    """A PRNG key (new at every call, yet no batch): a typed key, or a raw uint32[2]."""
+    dtype = str(x.dtype)
+    return dtype.startswith("key<") or (dtype == "uint32" and tuple(shape) == (2,))
+
+
+def _static_batch(state, ab: Abstract):
+    """(value, name, position or keyword) of the static argument that sets the batch: the one
+    Python int (more than 1) among the call's static arguments, or the one
+    of them named like a batch; else why none (a string)."""
+    params = list(state.jit_static[2]) if state.jit_static else []
+    ints = [(k, v) for k, v in list(ab.static.items()) + list(ab.static_kw.items())
+            if isinstance(v, int) and not isinstance(v, bool) and v > 1]
+    named = [(k, v) for k, v in ints if "batch" in str(params[k] if isinstance(k, int) and k < len(params) else k)]
+    chosen = named if len(named) == 1 else ints if len(ints) == 1 else []
+    if not chosen:
+        return ("and no static argument is a Python int that could be the batch: make the batch an array "
+                "argument (its dimension 0), or a static argument named like batch_size"
+                if not ints else "and several static Python ints, none named like batch_size: name the batch's "
+                                 "static argument batch_size")
+    k, v = chosen[0]
+    name = params[k] if isinstance(k, int) and k < len(params) else str(k)
+    return v, name, k
+
+
+def _with_static(ab: Abstract, value: int) -> Abstract:
+    """``ab`` with its batch's static argument (``ab.batch_static``) set to ``value``."""
+    k = ab.batch_static
+    static, static_kw = dict(ab.static), dict(ab.static_kw)
+    (static if isinstance(k, int) else static_kw)[k] = value
+    out = Abstract(ab.treedef, ab.flat, ab.keys, static, static_kw, ab.devices, ab.platform, ab.signature)
+    out.batch_static = k
+    return out
 
 
 def search(known: dict, target: int, compile_at, most: int = SEARCH_COMPILES, multiple: int = 1) -> int:
