@@ -76,6 +76,37 @@ def test_a_numpy_batch_has_its_role_and_the_roles_add_up_to_the_call(tmp_path):
     assert donate.fact("arguments") == ["params", "opt_state"]  # not the numpy batch
 
 
+NUMPY_ON_A_MESH = """
+import jax
+jax.config.update("jax_num_cpu_devices", 2)
+import jax.numpy as jnp, numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+mesh = Mesh(jax.devices(), ("data",))
+w = jax.device_put(jnp.ones((512, 1024)), NamedSharding(mesh, P(None, "data")))  # 1 MiB a device
+step = jax.jit(lambda w, x: w - 0.01 * jnp.mean(jnp.tanh(x @ w)))
+for i in range(5):
+    x = np.ones((64, 512), np.float32) * i  # 128 KiB from the host, placed on both devices by the call
+    w = step(w, x)
+print(float(jnp.sum(w)))
+"""
+
+
+def test_a_numpy_argument_of_a_call_on_two_devices_has_its_role_on_each(tmp_path):
+    """A numpy argument of a call on a mesh is copied to each of its devices
+    as the call places it: the batch role holds what XLA's arguments count
+    there beyond the device arrays, and each device's roles add up to the
+    call's peak (was: the batch in no role)."""
+    script = write_script(tmp_path, "mesh_numpy.py", NUMPY_ON_A_MESH)
+    proc = run_cli("run", "-q", "-o", tmp_path / "run", script, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    what = roles(attribute(load_run(tmp_path / "run")))
+    for device, part in what.by_role.groupby("device"):
+        by_role = dict(zip(part["role"], part["bytes"]))
+        assert by_role["batch"] == 64 * 512 * 4, (device, by_role)
+        owners = what.owners[what.owners["device"] == device]
+        assert sum(by_role.values()) == what.peak_bytes == int(owners["bytes"].sum())
+
+
 def test_parameters_named_like_nothing_are_parameters_by_the_optimizer_state_that_mirrors_them(tmp_path):
     """A plain-JAX step's parameters named ``theta``, and an evaluation step
     given them anew at every call: parameters, not 'other state' or 'batch'."""

@@ -137,17 +137,26 @@ def roles(ar: Attributed, devices: pd.DataFrame | None = None) -> Roles:
     owners = []
     role = _by_structure(inputs, [role_of(leaf, flow.get(leaf_key(leaf))) for leaf in inputs])
     host: dict = {}  # device -> bytes of numpy arguments copied there for the call (not live before it)
+    host_leaves = [i for i, leaf in enumerate(inputs) if leaf.get("host") and leaf.get("same_as") in (None, i)]
     for d in device_names:
+        on_device = 0
         for i, leaf in enumerate(inputs):
-            if leaf.get("same_as") not in (None, i):
-                continue  # one array passed twice is held once
-            if leaf.get("host"):  # a numpy argument: XLA's arguments on the call's one device count its copy
-                if len(ran_on) == 1 and d in ran_on:
-                    owners.append(_owner(d, role[i], leaf, call.function))
-                    host[d] = host.get(d, 0) + int(leaf.get("bytes") or 0)
-                continue
+            if leaf.get("same_as") not in (None, i) or leaf.get("host"):
+                continue  # one array passed twice is held once; numpy arguments below
             if _on(leaf, d, live):
                 owners.append(_owner(d, role[i], leaf, call.function))
+                on_device += owners[-1]["bytes"]
+        if d in ran_on and host_leaves:
+            # A numpy argument is copied to the call's devices: whole on its one device; on several, XLA's
+            # arguments there beyond the device arrays' (replicated or sharded as the call places it),
+            # shared by the numpy arguments in proportion to their bytes, each at most its own.
+            room = None if len(ran_on) == 1 else max(int(call.figures.get("argument_bytes", 0)) - on_device, 0)
+            whole = sum(int(inputs[i].get("bytes") or 0) for i in host_leaves)
+            for i in host_leaves:
+                b = int(inputs[i].get("bytes") or 0)
+                share = b if room is None else min(b, room * b // max(whole, 1))
+                owners.append(_owner(d, role[i], dict(inputs[i], bytes=share, devices=1), call.function))
+                host[d] = host.get(d, 0) + share
         for j, leaf in enumerate(outputs):
             if _on(leaf, d, live):
                 # a new state's output is named by the input it replaces
