@@ -267,3 +267,35 @@ def test_an_array_replicated_under_a_mesh_gets_the_finding_and_its_fix_saves_wha
     prof = next((tmp_path / "after" / "snapshots").iterdir())
     bad = run_cli("show", prof, "--by", "owner", cwd=tmp_path)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and str(prof) in bad.stderr
+
+
+PARTIAL_DONATION = """
+import functools
+import jax, jax.numpy as jnp
+
+@functools.partial(jax.jit, donate_argnums=(0,))
+def step(a, b, x):  # a is donated, b is not
+    return a * 0.9 + x.mean(), b * 0.9 + x.mean()
+
+a, b = jnp.ones((512, 512)), jnp.ones((256, 512))
+for i in range(5):
+    x = jnp.ones((64, 512)) * i
+    a, b = step(a, b, x)
+print(float(a[0, 0]))
+"""
+
+
+def test_with_part_of_the_state_donated_the_new_state_is_the_rest_and_owners_add_up(tmp_path):
+    """XLA writes the new a into the donated a's buffer: the new state is b's
+    new value alone (its owner b, 512 KiB), and no owner is larger than its
+    role (was: both outputs named new state, their owners above the role)."""
+    script = write_script(tmp_path, "partial.py", PARTIAL_DONATION)
+    proc = run_cli("run", "-q", "-o", tmp_path / "run", script, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    what = roles(attribute(load_run(tmp_path / "run")))
+    by_role = dict(zip(what.by_role["role"], what.by_role["bytes"]))
+    assert by_role["new state"] == 256 * 512 * 4
+    new = what.owners[what.owners["role"] == "new state"]
+    assert list(new["owner"]) == ["b"]
+    named = what.owners.groupby("role")["bytes"].sum()
+    assert all(named[r] == b for r, b in by_role.items()) and sum(by_role.values()) == what.peak_bytes

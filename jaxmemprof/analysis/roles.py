@@ -23,6 +23,7 @@ import pandas as pd
 from jaxmemprof.analysis.peaks import largest_sampled_call
 from jaxmemprof.analysis.attributed import Attributed
 from jaxmemprof.analysis.cells import json_cell, leaves as _leaves
+from jaxmemprof.donors import match
 from jaxmemprof.flow import CARRIED, HELD, PER_STEP, UNKNOWN, flows, leaf_key
 
 PARAMETERS, OPTIMIZER, STATE, BATCH, HELD_INPUTS, INPUTS = (
@@ -137,6 +138,8 @@ def roles(ar: Attributed, devices: pd.DataFrame | None = None) -> Roles:
     owners = []
     role = _by_structure(inputs, [role_of(leaf, flow.get(leaf_key(leaf))) for leaf in inputs])
     host: dict = {}  # device -> bytes of numpy arguments copied there for the call (not live before it)
+    # outputs XLA writes into donated inputs' buffers: no bytes of their own (JAX's matching, donors.py)
+    aliased = set(match(inputs, outputs, [i for i, leaf in enumerate(inputs) if leaf.get("donated")]).values())
     host_leaves = [i for i, leaf in enumerate(inputs) if leaf.get("host") and leaf.get("same_as") in (None, i)]
     for d in device_names:
         on_device = 0
@@ -158,7 +161,7 @@ def roles(ar: Attributed, devices: pd.DataFrame | None = None) -> Roles:
                 owners.append(_owner(d, role[i], dict(inputs[i], bytes=share, devices=1), call.function))
                 host[d] = host.get(d, 0) + share
         for j, leaf in enumerate(outputs):
-            if _on(leaf, d, live):
+            if j not in aliased and _on(leaf, d, live):
                 # a new state's output is named by the input it replaces
                 named = dict(leaf, owner=_owner_name(fed[j])) if j in fed else dict(
                     leaf, owner=f"out{leaf.get('path') or ''}")
@@ -175,10 +178,13 @@ def roles(ar: Attributed, devices: pd.DataFrame | None = None) -> Roles:
         # the ones the next call takes (donated buffers: aliased first) are new state.
         written = max(f.get("output_bytes", 0) - f.get("alias_bytes", 0), 0)
         fed_bytes = int(od.loc[od["role"] == NEW_STATE, "bytes"].sum())
-        new_state = min(max(fed_bytes - f.get("alias_bytes", 0), 0), written)
-        if fed_bytes and not new_state:  # all written into the donated buffers: no bytes of their own
-            o = o[~((o["device"] == d) & (o["role"] == NEW_STATE))]
-            od = o[o["device"] == d]
+        if aliased or not f.get("alias_bytes", 0):  # the aliased outputs are left out of the owners already
+            new_state = min(fed_bytes, written)
+        else:  # donated by a wrapper whose leaves do not say which (JAX's matching unknown): XLA's alias bytes
+            new_state = min(max(fed_bytes - f.get("alias_bytes", 0), 0), written)
+            if fed_bytes and not new_state:  # all written into the donated buffers: no bytes of their own
+                o = o[~((o["device"] == d) & (o["role"] == NEW_STATE))]
+                od = o[o["device"] == d]
         extra = {NEW_STATE: new_state, RESULTS: written - new_state, INSIDE: f.get("temp_bytes", 0),
                  CODE: f.get("generated_code_bytes", 0)} if d in ran_on else {}
         extra[OTHER] = max(int(live.get(d, 0)) - (inputs_bytes - host.get(d, 0)), 0) if live else 0
