@@ -123,3 +123,27 @@ def test_no_module_is_too_long_to_read():
     long = {str(p.relative_to(REPO)) for p in PACKAGE.rglob("*.py")
             if not p.name.endswith("_pb2.py") and len(p.read_text().splitlines()) > MAX_LINES}
     assert long == set(), f"modules over {MAX_LINES} lines"
+
+
+def _subtracts_alias(node) -> bool:
+    """``... - <something named alias, al or alias_bytes>``: XLA's call peak being computed."""
+    if not (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Sub)):
+        return False
+    right = node.right
+    names = [n.id for n in ast.walk(right) if isinstance(n, ast.Name)] + \
+        [n.value for n in ast.walk(right) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+    return any(n in ("alias", "al", "alias_bytes", "alias_size_in_bytes") for n in names) and \
+        not isinstance(right, ast.Call)
+
+
+def test_the_true_peak_is_computed_in_one_module():
+    """XLA's call peak (arguments + outputs - aliased + temporaries + code) and
+    the true peak built on it are computed in jaxmemprof/truepeak.py only:
+    the report, the pytest plugin's in-memory path and the plan read it there."""
+    where = set()
+    for path in PACKAGE.rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if _subtracts_alias(node) and isinstance(node.left, ast.BinOp):  # a sum less the aliased bytes
+                where.add(str(path.relative_to(REPO)))
+    assert where == {"jaxmemprof/truepeak.py"}, where

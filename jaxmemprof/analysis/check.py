@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from jaxmemprof.analysis.sites import Attribution
+from jaxmemprof.truepeak import largest, moments
 
 if TYPE_CHECKING:
     from jaxmemprof.analysis.attributed import Attributed
@@ -354,32 +355,13 @@ def measure_test(ar: Attributed, *, top: int = 5) -> TestMemory:
 
 
 def _true_peak_since(run, t0: float) -> tuple[int | None, str]:
-    """``report``'s estimated true peak (advice/donation.py's call_peaks),
-    of the sampled calls made and the signatures compiled at ``t0`` or
-    later: (bytes on all the call's devices, where), or (None, "")."""
+    """``report``'s estimated true peak (peaks.call_peaks), of the sampled
+    calls made and the signatures compiled at ``t0`` or later: (bytes on
+    all the call's devices, where), or (None, "")."""
     from jaxmemprof.analysis.peaks import call_peaks
 
-    early_calls, early_compiles = set(), set()
-    calls, compiles = run.jit.get("calls"), run.jit.get("compiles")
-    if t0 > -math.inf:
-        if calls is not None and not calls.empty:
-            before = calls[calls["t_wall"] < t0]
-            early_calls = {(int(f), int(i)) for f, i in zip(before["function_id"], before["call_index"])}
-        if compiles is not None and not compiles.empty:
-            before = compiles[compiles["t_wall"] < t0]
-            early_compiles = {(int(f), s) for f, s in zip(before["function_id"], before["signature"])}
-    best = None
-    for p in call_peaks(run):
-        early = ((p.function_id, p.call_index) in early_calls if p.call_index is not None
-                 else (p.function_id, p.signature) in early_compiles)
-        if early:
-            continue
-        if best is None or (p.device_bytes, p.bytes) > (best.device_bytes, best.bytes):
-            best = p
+    best = largest(call_peaks(run, since=t0))
     return (None, "") if best is None else (best.bytes, best.where)
-
-
-_XLA_FIGURES = ("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "generated_code_bytes")
 
 
 def measure_totals(snapshots: list[dict], compiles: list[dict] = (), calls: list[dict] = (),
@@ -391,8 +373,8 @@ def measure_totals(snapshots: list[dict], compiles: list[dict] = (), calls: list
     (``function_id, call_index, t_wall, signature`` and XLA's five figures)
     and sampled ``calls`` (``function_id, call_index, t_wall, signature,
     inputs, live_before``), ``functions`` (function_id -> name). The jit
-    estimate is advice/donation.py's call_peaks on these rows, computed
-    here without pandas (tests/test_pytest_plugin.py holds the two equal)."""
+    estimate is the report's (truepeak.moments, which peaks.call_peaks reads
+    too), here without pandas (tests/test_pytest_plugin.py holds the two equal)."""
     if not snapshots:
         return _NOTHING
     snaps = sorted(snapshots, key=lambda r: r["snapshot"])
@@ -419,74 +401,16 @@ def measure_totals(snapshots: list[dict], compiles: list[dict] = (), calls: list
                       snapshots=len(mine))
 
 
-def _device_bytes(text) -> dict | None:
-    import json
-
-    try:
-        v = json.loads(text) if isinstance(text, str) else None
-    except ValueError:
-        return None
-    if not isinstance(v, dict) or not all(isinstance(b, int) and not isinstance(b, bool) and b >= 0
-                                          for b in v.values()):
-        return None
-    return v
-
-
 def _totals_true_peak(snaps, compiles, calls, functions, t0) -> tuple[int | None, str]:
-    """call_peaks (advice/donation.py) on plain rows, the events from ``t0``
-    on: for each sampled call (with the signature it ran) and each compiled
-    signature no sampled call ran, the bytes live before it (counted then,
-    else at the last snapshot before it) less its arguments, plus XLA's peak
-    for it, on the busiest device and summed over the call's devices."""
-    import json
-
-    if not compiles:
-        return None, ""
-    figures = [[int(c.get(k) or 0) for k in _XLA_FIGURES] for c in compiles]
-    peak = [a + o - al + t + g for a, o, al, t, g in figures]
-    by_signature = {(c["function_id"], c["signature"]): i for i, c in enumerate(compiles)}
-    devices: dict = {}
-    for call in calls:
-        try:
-            leaves = json.loads(call["inputs"]) if isinstance(call["inputs"], str) else []
-        except ValueError:
-            leaves = []
-        n = max((int(leaf.get("devices") or 1) for leaf in leaves if isinstance(leaf, dict)), default=1) \
-            if isinstance(leaves, list) else 1
-        for key in ((call["function_id"], call["signature"]), (call["function_id"], None)):
-            devices[key] = max(devices.get(key, 1), n)
-    events, ran = [], set()
-    for call in calls:
-        sig = call["signature"]
-        i = by_signature.get((call["function_id"], sig)) if isinstance(sig, str) else None
-        if i is None:
-            earlier = [j for j, c in enumerate(compiles)
-                       if c["function_id"] == call["function_id"] and c["call_index"] <= call["call_index"]]
-            if not earlier:
-                continue
-            i = earlier[-1]
-        ran.add(i)
-        if call["t_wall"] >= t0:
-            events.append((_device_bytes(call["live_before"]), call["t_wall"], i))
-    events += [(None, c["t_wall"], i) for i, c in enumerate(compiles) if i not in ran and c["t_wall"] >= t0]
-    by_time = sorted(snaps, key=lambda r: r["t_wall"])
-    best = None
-    for before, t, i in events:
-        if before is not None:
-            busiest, total = max(before.values(), default=0), sum(before.values())
-        else:
-            prior = [r for r in by_time if r["t_wall"] <= t]
-            busiest = total = int(prior[-1]["live_bytes"]) if prior else 0
-        fid, sig = compiles[i]["function_id"], compiles[i]["signature"]
-        n = devices.get((fid, sig), devices.get((fid, None), 1))
-        args = figures[i][0]
-        on_device = max(busiest - args, 0) + peak[i]
-        summed = max(total - n * args, 0) + n * peak[i]
-        if best is None or (on_device, summed) > best[:2]:
-            best = (on_device, summed, fid)
+    """The true peak of the calls and compiles from ``t0`` on, on plain rows:
+    the same arithmetic as the report's (truepeak.moments), the snapshots'
+    totals read as one device where a call has no ``live_before``."""
+    snapshots = [(r["t_wall"], int(r["live_bytes"]), int(r["live_bytes"])) for r in snaps]
+    best = largest(moments(compiles, calls, snapshots, since=t0))
     if best is None:
         return None, ""
-    return best[1], f"during a call of {functions.get(best[2], best[2])}"
+    fid = compiles[best.compile]["function_id"]
+    return best.bytes, f"during a call of {functions.get(fid, fid)}"
 
 
 def _jit_lines(ar: Attributed, where: str, top: int) -> tuple:

@@ -28,8 +28,9 @@ import pandas as pd
 from jaxmemprof.analysis.cells import json_cell as _json
 from jaxmemprof.analysis.cells import leaves as _leaves
 from jaxmemprof.analysis.findings import Finding
-from jaxmemprof.analysis.peaks import FIGURES, call_peak, during_calls, true_peaks
+from jaxmemprof.analysis.peaks import during_calls, true_peaks
 from jaxmemprof.analysis.timeline import timeline
+from jaxmemprof.truepeak import FIGURES, call_peak
 from jaxmemprof.donors import Call, Donor, describe, donors, label, match
 from jaxmemprof.libraries import BY_NAME
 from jaxmemprof.source import closing_bracket, statement_at
@@ -567,10 +568,9 @@ def jit_memory(ar: Attributed) -> pd.DataFrame:
     if functions.empty or compiles is None or compiles.empty:
         return pd.DataFrame({c: pd.Series(dtype=object) for c in JIT_MEMORY_COLUMNS})
     c = compiles.copy()
-    for col in ("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "generated_code_bytes"):
+    for col in FIGURES:
         c[col] = pd.to_numeric(c[col], errors="coerce").fillna(0).astype(np.int64)
-    c["call_peak_bytes"] = (c["argument_bytes"] + c["output_bytes"] - c["alias_bytes"] + c["temp_bytes"]
-                            + c["generated_code_bytes"])
+    c["call_peak_bytes"] = call_peak(c)
     biggest = c.sort_values("call_peak_bytes", ascending=False).drop_duplicates("function_id")
     merged = biggest.merge(functions, on="function_id", how="inner")
     if merged.empty:

@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import pandas as pd
 
+from jaxmemprof.truepeak import FIGURES
 from jaxmemprof.replicas import candidate, meshes_of, shard_on, spec
 from jaxmemprof.analysis.advice.donation import jit_memory
 from jaxmemprof.analysis.attributed import Attributed
 from jaxmemprof.analysis.cells import json_cell as _json
 from jaxmemprof.analysis.cells import leaves as _leaves
 from jaxmemprof.analysis.findings import Finding
-from jaxmemprof.analysis.peaks import FIGURES, during_calls, true_peaks
+from jaxmemprof.analysis.peaks import during_calls, true_peaks
 from jaxmemprof.analysis.timeline import Timeline, timeline
 from jaxmemprof.flow import leaf_key
 

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from jaxmemprof.capture.jit.whatif import (VERIFY_MIN_S, VERIFY_SHARE, compile_figures, donated_arguments,
                                            function_donors, rejit, verify)
 from jaxmemprof.flow import CARRIED, UNKNOWN, batch_keys, flows, leaf_key
+from jaxmemprof.truepeak import peak_of
 
 # Functions planned at most, and the share of the largest call peak a second one needs.
 PLAN_FUNCTIONS = 2
@@ -97,13 +98,6 @@ class Abstract:
         self.static, self.static_kw = static, static_kw
         self.devices, self.platform, self.signature = devices, platform, signature
         self.batch_static = None  # the static argument that sets the batch (plan), where one does
-
-
-def _peak(figures) -> int | None:
-    if figures is None:
-        return None
-    arg, out, alias, temp, code = (int(v or 0) for v in figures)
-    return arg + out - alias + temp + code
 
 
 class Planner:
@@ -168,7 +162,7 @@ class Planner:
         slot = state.plan
         sig = abstract.signature
         if slot.peaks.get(sig) is None:
-            slot.peaks[sig] = _peak(self.probe.writer.jit_compile_figures(state.function_id, sig))
+            slot.peaks[sig] = peak_of(self.probe.writer.jit_compile_figures(state.function_id, sig))
         if sig not in slot.abstract:
             slot.abstract[sig] = abstract
             if len(slot.abstract) > MAX_SIGNATURES:
@@ -285,7 +279,7 @@ class Planner:
             ab.batch_static = static[2]
             doubled, *_ = self._compile(real, _with_static(ab, static[0] * 2), [], axis, None, narrow=False,
                                         wrapper=wrapper)
-            if doubled is None or _peak(doubled) == _peak(figures):
+            if doubled is None or peak_of(doubled) == peak_of(figures):
                 writer.add_event("plan", f"{name}: not planned: no input with a dimension {axis} that is new at "
                                          f"every call or the same at every call, and its static argument "
                                          f"{static[1]} = {static[0]} does not change XLA's figures")
@@ -311,7 +305,7 @@ class Planner:
         owners = sorted({str(leaf_of.get(ab.keys[j], {}).get("owner") or f"{ab.keys[j][1]}{ab.keys[j][2]}")
                          for j in scaled}) if static is None else [f"{static[1]} (static)"]
         base = {"planned": why, "batch_inputs": owners, "batch_flow": how, "signature_call_peak_bytes":
-                _peak(figures)}
+                peak_of(figures)}
         rows = []
 
         def row(variant, b, fig, seconds, detail, error=None):
@@ -334,19 +328,19 @@ class Planner:
         busiest = max((v for d, v in (outside or {}).items() if d in ab.devices), default=0)
         known = {}  # batch -> the busiest device's peak there
         if figures is not None:
-            known[batch] = busiest + _peak(figures)
+            known[batch] = busiest + peak_of(figures)
         for scale, b in sizes:
             fig, seconds, error, said = self._compile(real, ab, scaled, axis, b, narrow=False, wrapper=wrapper)
             row(RECORDED, b, fig, seconds, {"scale": scale, "source": "compiled", "warnings": said}, error)
             if fig is not None:
-                known[b] = busiest + _peak(fig)
+                known[b] = busiest + peak_of(fig)
         ends = [(1.0, batch)] + ([sizes[-1]] if sizes else [])
         if self.options.fit_peak_bytes is not None and known:
             # --plan-device-memory: the largest batch that fits, found by compiles; each fix compiled there too.
             def compile_at(b):
                 fig, seconds, error, said = self._compile(real, ab, scaled, axis, b, narrow=False, wrapper=wrapper)
                 row(RECORDED, b, fig, seconds, {"scale": b / batch, "source": "search", "warnings": said}, error)
-                return None if fig is None else busiest + _peak(fig)
+                return None if fig is None else busiest + peak_of(fig)
 
             found = search(known, self.options.fit_peak_bytes, compile_at, multiple=multiple)
             if found and found not in (b for _, b in ends):

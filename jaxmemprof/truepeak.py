@@ -1,0 +1,160 @@
+"""The true peak's arithmetic, in one place: XLA's call peak from its figures,
+and, for each jitted call, the bytes on its devices at that call's peak (the
+bytes live just before it, less its arguments, which XLA counts, plus XLA's
+call peak). Plain Python on plain rows, no pandas: the report's model of the
+run's peaks (analysis/peaks.py), the pytest plugin's in-memory totals
+(analysis/check.py) and the plan's figures (capture/jit/plan.py) all
+compute it here.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import math
+from dataclasses import dataclass
+
+FIGURES = ("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "generated_code_bytes")
+
+
+def call_peak(fig):
+    """XLA's call peak from its figures (a mapping of ``FIGURES`` to numbers,
+    or to arrays of them): ``argument + output - alias + temp + code``."""
+    return (fig["argument_bytes"] + fig["output_bytes"] - fig["alias_bytes"] + fig["temp_bytes"]
+            + fig["generated_code_bytes"])
+
+
+def peak_of(figures) -> int | None:
+    """``call_peak`` of a tuple of the five figures in ``FIGURES`` order (None: no figures)."""
+    if figures is None:
+        return None
+    return call_peak(dict(zip(FIGURES, (int(v or 0) for v in figures))))
+
+
+@dataclass(frozen=True)
+class Moment:
+    """One jitted call's peak: ``compile`` is the index of the signature's
+    row in the compiles given, ``call_index`` the sampled call's (None: a
+    compile no sampled call ran), ``live_before`` {device: bytes} where the
+    recorder counted them."""
+
+    compile: int
+    call_index: int | None
+    t_wall: float
+    live_before: dict | None
+    device_bytes: int  # on the busiest device
+    bytes: int  # on all the call's devices, summed
+    devices: int
+
+
+def _int(v) -> int:
+    """A figure of a row: 0 where missing or not a number (a damaged journal's cell)."""
+    try:
+        return int(v) if v is not None and v == v else 0
+    except (TypeError, ValueError):
+        return 0
+
+
+def figures_of(row: dict) -> dict:
+    """XLA's five figures of a row, 0 where missing."""
+    return {col: _int(row.get(col)) for col in FIGURES}
+
+
+def device_bytes(text) -> dict | None:
+    """A ``live_before`` cell: {device: bytes}, or None where it is missing or damaged."""
+    try:
+        v = json.loads(text) if isinstance(text, str) else None
+    except ValueError:
+        return None
+    if not isinstance(v, dict):
+        return None
+    ok = all(isinstance(b, int) and not isinstance(b, bool) and 0 <= b < 2**63 for b in v.values())
+    return v if ok else None
+
+
+def _devices_of(inputs) -> int:
+    try:
+        leaves = json.loads(inputs) if isinstance(inputs, str) else []
+    except ValueError:
+        return 1
+    if not isinstance(leaves, list):
+        return 1
+    return max((int(leaf.get("devices") or 1) for leaf in leaves if isinstance(leaf, dict)), default=1)
+
+
+def moments(compiles: list[dict], calls: list[dict], snapshots: list[tuple], *, replace: dict | None = None,
+            gone: list | None = None, since: float = -math.inf) -> list[Moment]:
+    """Each sampled call (with the signature it ran) and each compiled
+    signature no sampled call ran, at ``since`` or later, as a ``Moment``.
+
+    ``compiles``: rows with ``function_id, signature, call_index, t_wall``
+    and ``FIGURES``; ``calls``: sampled calls' ``function_id, call_index,
+    t_wall, signature, inputs, live_before``; ``snapshots``: (t_wall, bytes
+    on the busiest device, bytes on all) in any order, read where a call's
+    ``live_before`` is missing (runs recorded before the recorder counted
+    it: the last snapshot before the call). ``replace``: (function_id,
+    signature) -> figures of that signature compiled with a change made,
+    whose peak stands in place of the recorded one (the arguments live
+    before the call stay the recorded ones: a change to them is in the new
+    peak). ``gone``: (from, until, {device: bytes}[, function ids]) taken
+    off ``live_before`` of the calls between those times, but those of the
+    functions named (they take those arrays as arguments)."""
+    if not compiles:
+        return []
+    figures = [figures_of(c) for c in compiles]
+    args = [f["argument_bytes"] for f in figures]  # the recorded arguments: those live before the call
+    for i, c in enumerate(compiles):
+        changed = (replace or {}).get((int(c["function_id"]), c["signature"]))
+        if changed is not None:
+            figures[i] = {col: int(changed[col]) for col in FIGURES}
+    peak = [call_peak(f) for f in figures]
+    by_signature = {(int(c["function_id"]), c["signature"]): i for i, c in enumerate(compiles)}
+    devices: dict = {}
+    for call in calls:
+        n = _devices_of(call.get("inputs"))
+        for key in ((int(call["function_id"]), call["signature"]), (int(call["function_id"]), None)):
+            devices[key] = max(devices.get(key, 1), n)
+    events, ran = [], set()
+    for call in calls:
+        fid, sig = int(call["function_id"]), call["signature"]
+        i = by_signature.get((fid, sig)) if isinstance(sig, str) else None
+        if i is None:  # recorded before calls named their signature: the last compiled at or before it
+            idx = call.get("call_index")
+            earlier = [j for j, c in enumerate(compiles) if int(c["function_id"]) == fid
+                       and idx is not None and idx == idx and _int(c.get("call_index")) <= int(idx)]
+            if not earlier:
+                continue
+            i = earlier[-1]
+        ran.add(i)
+        idx = call.get("call_index")
+        events.append((device_bytes(call.get("live_before")), float(call["t_wall"]), i,
+                       int(idx) if idx is not None and idx == idx else None))
+    events += [(None, float(c["t_wall"]), i, None) for i, c in enumerate(compiles) if i not in ran]
+    snaps = sorted((float(t), int(b), int(s)) for t, b, s in snapshots)
+    times = [t for t, _, _ in snaps]
+    out = []
+    for before, t, i, idx in events:
+        if t < since:
+            continue
+        fid = int(compiles[i]["function_id"])
+        if before is not None:
+            for t_from, t_to, off, *exempt in gone or ():
+                if t_from < t < t_to and not (exempt and fid in exempt[0]):
+                    before = {d: max(b - off.get(d, 0), 0) for d, b in before.items()}
+            busiest, total = max(before.values(), default=0), sum(before.values())
+        else:
+            j = bisect.bisect_right(times, t) - 1
+            busiest, total = (snaps[j][1], snaps[j][2]) if j >= 0 else (0, 0)
+        n = devices.get((fid, compiles[i]["signature"]), devices.get((fid, None), 1))
+        out.append(Moment(i, idx, t, before, max(busiest - args[i], 0) + peak[i],
+                          max(total - n * args[i], 0) + n * peak[i], n))
+    return out
+
+
+def largest(items, key=lambda m: (m.device_bytes, m.bytes)):
+    """The first of the largest (busiest device, then all devices), or None."""
+    best = None
+    for m in items:
+        if best is None or key(m) > key(best):
+            best = m
+    return best
