@@ -43,6 +43,13 @@ def format_bytes(n: int | float, *, signed: bool = False) -> str:
     return sign + text
 
 
+def format_pair(a: int, b: int) -> str:
+    """``38.62 -> 34.60 MiB`` (the unit once where both have it), else ``1.00 GiB -> 900.00 MiB``."""
+    left, right = format_bytes(a), format_bytes(b)
+    unit = left.rpartition(" ")[2]
+    return f"{left.rpartition(' ')[0]} -> {right}" if right.endswith(" " + unit) else f"{left} -> {right}"
+
+
 def parse_size(text: str, *, memory: bool = False) -> int:
     """``16GiB`` -> 17179869184, ``80GB`` -> 80000000000, ``1.5MiB`` ->
     1572864, ``4096`` -> 4096: exact, a fraction of a byte of a larger unit

@@ -274,7 +274,7 @@ def test_the_inline_report_is_there_and_self_contained(kernel):
 
 def test_report_and_profile_show_in_the_notebook(kernel):
     report = shown(kernel.cells["%jaxmemprof report --top 3"])
-    assert report.startswith("jaxmemprof report: runs/donated") and "What held the peak" in report
+    assert report.startswith("jaxmemprof report: runs/donated") and "What held the live peak" in report
     profiled = kernel.cells["import jaxmemprof"]
     text, page = shown(profiled), shown(profiled, "text/html")
     assert text.startswith("jaxmemprof: profile(): ") and "run runs/evaluate" in text

@@ -50,12 +50,17 @@ def leaky(tmp_path_factory):
 def test_report_sections_and_the_leak(leaky):
     d, run_dir, script = leaky
     out = run_cli("report", run_dir, cwd=d, check=0).stdout
-    for section in ("What held the peak", "Timeline", "Lifetimes by site", "Buffer reuse",
+    for section in ("What held the live peak", "Timeline", "Lifetimes by site", "Buffer reuse",
                     "Leaks and recompiles", "Findings"):
         assert section in out, section
     step_site = f"leaky.py:{line_of(script, 'LINE-STEP')} (<module>)"
-    leak = re.search(r"^\s*\+4\.00 KiB\s.*" + re.escape(step_site), out, re.M)
+    # what grew, in words: the site, the bytes over the steps and a step's growth
+    leak = re.search("^" + re.escape(step_site) + rf" grew .* over {STEPS} steps \(.*, \+4\.00 KiB a step\)$",
+                     out, re.M)
     assert leak, out
+    # the statistics under --explain
+    explained = run_cli("report", run_dir, "--explain", cwd=d, check=0).stdout
+    assert re.search(r"^\s*\+4\.00 KiB\s.*" + re.escape(step_site), explained, re.M), explained
     # Each finding: severity, rule, site and saving on its first line.
     assert re.search(r"^\d\. (high|medium|low) leak  " + re.escape(step_site) + r"  saves ", out, re.M), out
     assert f"{STEPS} markers" in out

@@ -107,7 +107,7 @@ def test_four_devices_each_needing_a_temporary_say_it_per_device(four_devices):
     assert doc["fit"]["peak_bytes"] == per_device + r_shard
     text = text.stdout
     mib = (per_device + r_shard) / 2**20
-    assert f"estimated true peak {mib:.2f} MiB per device ({4 * mib:.2f} MiB on all 4)" in text
+    assert f"true peak {mib:.2f} MiB per device ({4 * mib:.2f} MiB on all 4) during a call of g" in text
 
 
 ELSEWHERE = """

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, replace
 import pandas as pd
 
 from jaxmemprof.analysis.advice.allocator import allocator_findings
+from jaxmemprof.analysis.answer import Answer, answer
 from jaxmemprof.analysis.advice.capacity import fit_findings, will_it_fit
 from jaxmemprof.analysis.advice.donation import donation_findings, jit_memory
 from jaxmemprof.analysis.peaks import busiest_snapshot, true_peaks
@@ -60,6 +61,7 @@ class Report:
     extra_findings: list = field(default_factory=list)
     plan: object = None  # advice/plan.Plan of a run recorded with run --plan (None without)
     roles: Roles | None = None  # what the memory is at the largest sampled jitted call (analysis/roles.py)
+    answer: Answer | None = None  # the answer, first in every output (analysis/answer.py)
 
 
 def _text(v) -> str | None:
@@ -148,6 +150,8 @@ def build_report(ar: Attributed, *, extra_rules=()) -> Report:
         "arrays_seen": int(len(arrays)),
         "per_array_data": bool(run.has_arrays),
     }
+    jit_peak = peak_by_line(ar)
+    findings = ranked(found)
     report = Report(
         path=str(run.path), manifest=m, finished=run.finished, has_arrays=run.has_arrays,
         warnings=list(run.warnings) + probe_warnings(run), summary=summary, peak_sites=peak_sites, timeline=tl,
@@ -155,14 +159,17 @@ def build_report(ar: Attributed, *, extra_rules=()) -> Report:
         reuse_by_site=reuse_by_site, reuse_buffers=reuse_buffers, reuse_unknown_addresses=reuse_unknown,
         leaks=leak_rows,
         recompiles=recompile_rows, jit_memory=memory_in_jit,
-        jit_peak=peak_by_line(ar), jit_buffers=largest_buffers(ar),
+        jit_peak=jit_peak, jit_buffers=largest_buffers(ar),
         jit_curve=program_curves(ar), true_peak_bytes=total_true_peak,
         true_peak_where=where,
-        fit=fit, findings=ranked(found), plan=plan, roles=what,
+        fit=fit, findings=findings, plan=plan, roles=what,
+        answer=answer(summary, inside, busiest, memory_in_jit, jit_peak, what, findings),
     )
     extra = [f for rule in extra_rules for f in rule(run, report)]
     if extra:
-        report = replace(report, findings=ranked(found + extra), extra_findings=extra)
+        findings = ranked(found + extra)
+        report = replace(report, findings=findings, extra_findings=extra,
+                         answer=answer(summary, inside, busiest, memory_in_jit, jit_peak, what, findings))
     return report
 
 

@@ -199,6 +199,24 @@ def _is_flag(name: str) -> bool:
     return any(name in p.opts and getattr(p, "is_flag", False) for p in click.get_current_context().command.params)
 
 
+def _previous(directory) -> tuple | None:
+    """(directory, answer) of the same program's run before this one beside it, or None."""
+    from jaxmemprof.analysis.attributed import attribute
+    from jaxmemprof.analysis.report import build_report
+    from jaxmemprof.store.reader import load_run, previous_run
+
+    before = previous_run(directory)
+    if before is None:
+        return None
+    try:
+        old = load_run(before)
+        if old.snapshots.empty or len(old.arrays) > _SUMMARY_MAX_ARRAYS:
+            return None
+        return before, build_report(attribute(old, analysis_options(top=5))).answer
+    except Exception:  # a damaged or foreign directory beside it: nothing to compare with
+        return None
+
+
 def _run_summary(tgt, directory, status=None, ended_by=None, duration_s=None):
     """Print the run's summary and findings on stderr; a failure here,
     writing to stderr included, never changes the target's exit status.
@@ -218,7 +236,7 @@ def _run_summary(tgt, directory, status=None, ended_by=None, duration_s=None):
         run_ = load_run(directory)
         ar = attribute(run_, analysis_options(top=5))
         att = ar.attribution
-        ov = overview(ar, top_sites=3)
+        ov = overview(ar, top_sites=2)
         if ov.exit_status is None and status is not None:
             ov = dataclasses.replace(ov, exit_status=status, ended_by=ended_by, duration_s=duration_s)
         con = text.console(stream)
@@ -226,10 +244,14 @@ def _run_summary(tgt, directory, status=None, ended_by=None, duration_s=None):
             text.render_oom(ov.oom_sites, con)
         problems = run_.events.loc[run_.events["kind"].isin(["sampler-error", "probe-error"]), "message"].tolist()
         shown = [tgt.shown(att.display_path), *tgt.args]  # as sites are shown
-        text.render_run_summary(ov, con, target=" ".join(shown), run_dir=str(directory), warnings=problems)
+        report = build_report(ar) if ov.peak_snapshot is not None and len(run_.arrays) <= _SUMMARY_MAX_ARRAYS \
+            else None
+        text.render_run_summary(ov, con, target=" ".join(shown), run_dir=str(directory), warnings=problems,
+                                answer=None if report is None else report.answer,
+                                previous=_previous(directory) if report is not None else None)
         if ov.peak_snapshot is not None:
-            if len(run_.arrays) <= _SUMMARY_MAX_ARRAYS:
-                findings = build_report(ar).findings
+            if report is not None:
+                findings = report.findings
                 if findings:
                     con.print(f"findings ({len(findings)}{whatif_note(run_.jit.get('whatif'))}):", markup=False,
                               highlight=False)

@@ -25,13 +25,17 @@ TERMS: dict[str, str] = {
              "compile; without the jit probe: the first tenth of the run).",
     "live bytes": "Bytes of the live arrays' addressable shards at a snapshot (a replicated array counts once per "
                   "device).",
-    "peak": "The first snapshot with the most live bytes, and those bytes; XLA's temporaries inside jitted calls "
-            "are never in it.",
+    "live peak": "The first snapshot with the most live bytes, and those bytes (the report's \"peak\" in its "
+                 "JSON: `peak_bytes`); XLA's temporaries inside jitted calls are never in it.",
     "call peak": "What one call of a jitted function holds at its peak, from XLA's `memory_analysis()`: arguments + "
                  "outputs - aliased + temporaries + code.",
-    "estimated true peak": "The peak with what snapshots cannot see inside jitted calls: the most, over compiles "
-                           "and sampled calls, of the live bytes before the call minus its arguments plus its call "
-                           "peak.",
+    "true peak": "The live peak with what snapshots cannot see inside jitted calls, estimated (its JSON name is "
+                 "`estimated_true_peak_bytes`): the most, over compiles and sampled calls, of the live bytes before "
+                 "the call minus its arguments plus its call peak; per device where the run has several.",
+    "role": "What an array is for at the true peak's call: parameters, optimizer state, batch, new state, inside "
+            "the call (XLA's temporaries) and the others of roles.csv (docs/roles.md).",
+    "top fix": "The finding whose fix lowers the true peak most: of those XLA's compile of the fixed step "
+               "measured, the largest saving; else the first that saves anything.",
     "temporaries": "Buffers XLA allocates inside a jitted call and frees before it returns; snapshots never see them.",
     "unattributed bytes": "The allocator's bytes in use minus the live array bytes: temporaries, allocator slack, "
                           "library workspaces (GPU, TPU).",

@@ -111,8 +111,18 @@ def _head(run, ov) -> str:
 def _peak_line(ov) -> str:
     from jaxmemprof.units import format_bytes
 
-    return (f"peak {format_bytes(ov.peak_bytes)} live at {ov.peak_t:.1f} s (snapshot {ov.peak_snapshot}), "
+    return (f"live peak {format_bytes(ov.peak_bytes)} at {ov.peak_t:.1f} s (snapshot {ov.peak_snapshot}), "
             "held by:")
+
+
+def _answer_lines(rep) -> list[str]:
+    """The true peak and what it is (render/answer.py), as ``run`` says them."""
+    from jaxmemprof.render import answer
+
+    a = rep.answer
+    if a is None:
+        return []
+    return [line for line in (answer.true_peak_line(a), answer.composition_line(a, 100_000)) if line]
 
 
 def _next(run) -> str:
@@ -143,6 +153,8 @@ def _summary_text(run, run_, ov, rep) -> str:
     if ov.peak_snapshot is None:
         con.print("no snapshot: the code never put an array on a JAX device")
     else:
+        for line in _answer_lines(rep):
+            con.print(RichText(line))
         con.print(RichText(_peak_line(ov)))
         for _, row in ov.peak_sites.rows.iterrows():
             con.print(RichText(f"  {format_bytes(row['bytes']):>10}  {safe(row['site'])}"))
@@ -171,6 +183,7 @@ def _summary_html(run, run_, ov, rep) -> str:
     if ov.peak_snapshot is None:
         out.append("<div>no snapshot: the code never put an array on a JAX device</div>")
     else:
+        out += [f"<div>{_e(line)}</div>" for line in _answer_lines(rep)]
         out.append(f"<div>{_e(_peak_line(ov))}</div>")
         out.append("<table style=\"border-collapse:collapse;margin:2px 0 6px 1em\">")
         rows = [(format_bytes(r["bytes"]), f"<code>{_e(r['site'])}</code>") for _, r in ov.peak_sites.rows.iterrows()]

@@ -16,11 +16,12 @@ from rich.table import Table
 from rich.text import Text
 
 from jaxmemprof.analysis.report import Report, peak_devices
+from jaxmemprof.render import answer
 from jaxmemprof.render import findings as said
 from jaxmemprof.render import notes
 from jaxmemprof.render.tables import largest_signature
 from jaxmemprof.render.text import safe
-from jaxmemprof.units import counted, format_bytes
+from jaxmemprof.units import counted, format_bytes, format_pair
 
 _BLOCKS = "▁▂▃▄▅▆▇█"
 
@@ -108,7 +109,7 @@ def render_report(rep: Report, con: Console, *, top: int, explain: bool = False)
         con.print(Text(f"warning: {safe(w)}", style="yellow"))
     _render_summary(rep, con, explain)
     if rep.peak_sites is not None and len(rep.peak_sites.rows):
-        _heading(con, f"What held the peak (snapshot {s['peak_snapshot']})")
+        _heading(con, f"What held the live peak (snapshot {s['peak_snapshot']})")
         t = _table("bytes", "count", "%", "site")
         for _, r in rep.peak_sites.rows.iterrows():
             t.add_row(format_bytes(r["bytes"]), str(r["count"]), f"{100 * r['share']:.1f}%", Text(safe(r["site"])))
@@ -119,7 +120,7 @@ def render_report(rep: Report, con: Console, *, top: int, explain: bool = False)
     _render_plan(rep, con, explain)
     _render_lifetimes(rep, con, top, explain)
     _render_reuse(rep, con, top, explain)
-    _render_leaks(rep, con, top)
+    _render_leaks(rep, con, top, explain)
     _render_findings(rep, con, explain)
 
 
@@ -140,19 +141,15 @@ def _render_roles(rep: Report, con: Console, explain: bool) -> None:
         rows = groups[0][1]
         on = "" if devices == ["all"] else f" on {device_ranges(devices)}" + (" each" if len(devices) > 1 else "")
         _heading(con, f"What the memory is ({safe(what.where)}{on}: {format_bytes(rows['bytes'].sum())})")
-        if explain:
-            t = _table("bytes", "%", "role", "largest")
-            for _, r in rows.iterrows():
-                t.add_row(format_bytes(r["bytes"]), f"{100 * r['share']:.1f}%", r["role"], Text(_largest(r)))
-            con.print(t)
-            continue
         rows = rows.sort_values("bytes", ascending=False, kind="stable")
-        big, small = rows[rows["share"] >= 0.01], rows[rows["share"] < 0.01]
-        parts = [f"{format_bytes(r['bytes'])} {r['role']} ({100 * r['share']:.0f}%"
-                 + (f": {_largest(r)})" if r["largest_owner"] else ")") for _, r in big.iterrows()]
+        big, small = (rows, rows.iloc[0:0]) if explain else (rows[rows["share"] >= 0.01], rows[rows["share"] < 0.01])
+        t = _table("bytes", "%", "role", "largest")
+        for _, r in big.iterrows():
+            t.add_row(format_bytes(r["bytes"]), f"{100 * r['share']:.0f}%", r["role"], Text(_largest(r)))
         if len(small):
-            parts.append(f"{format_bytes(small['bytes'].sum())} in {len(small)} more")
-        con.print(Text("; ".join(parts) + " (roles.csv, owners.csv)"))
+            t.add_row(format_bytes(small["bytes"].sum()), f"{100 * small['share'].sum():.0f}%",
+                      f"{len(small)} more", "roles.csv, owners.csv")
+        con.print(t)
     _explained(con, explain, notes.ROLES)
 
 
@@ -194,34 +191,31 @@ def _render_summary(rep: Report, con: Console, explain: bool) -> None:
     lines = [
         (f"{safe(cells)}{' ' if s.get('raised') else ': '}{ran}" if cells else f"{safe(s['command']) or 'profile()'}: {ran}")
         + (f"; {safe(backend)}, {counted(s['devices'], 'device')}" if backend else ""),
-        f"{counted(s['snapshots'], 'snapshot')}, {counted(s['markers'], 'marker')}, {counted(s['arrays_seen'], 'array')} seen; "
-        f"sampling took {s['sampling_cpu_s']:.2f} s of CPU",
     ]
-    if s["peak_snapshot"] is not None:
-        lines.append(f"peak {format_bytes(s['peak_bytes'])} live at {s['peak_t']:.2f} s (snapshot {s['peak_snapshot']})")
-        if s["estimated_true_peak_bytes"] is not None and s["estimated_true_peak_bytes"] > s["peak_bytes"]:
-            if s["devices"] > 1 and s.get("estimated_true_peak_device_bytes") is not None:
-                size = (f"{format_bytes(s['estimated_true_peak_device_bytes'])} per device "
-                        f"({format_bytes(s['estimated_true_peak_bytes'])} on all {s['devices']})")
-            else:
-                size = format_bytes(s["estimated_true_peak_bytes"])
-            lines.append(f"estimated true peak {size}, {safe(s['estimated_true_peak_where'])} (with XLA's temporaries)")
+    a = rep.answer
+    if s["peak_snapshot"] is not None and a is not None:
         per_dev = peak_devices(rep)
-        if len(per_dev) > 1:
-            lines.append("at the peak by device: " + ", ".join(
-                f"{safe(d)} {format_bytes(r['live_bytes'])}" for d, r in collapse_devices(per_dev, ["live_bytes"])))
+        by_device = ", ".join(f"{safe(d)} {format_bytes(r['live_bytes'])}"
+                              for d, r in collapse_devices(per_dev, ["live_bytes"])) if len(per_dev) > 1 else ""
+        lines += [line for line in (answer.true_peak_line(a), answer.live_peak_line(a, by_device=by_device),
+                                    answer.inside_line(a, con.width),
+                                    answer.fix_line(a, lambda f: said.saves(f, said.words(f))))
+                  if line]
     if s["peak_snapshot"] is None:
         lines.append(no_snapshot_text(s))
     if s["peak_unattributed_bytes"]:
-        lines.append(f"unattributed at the peak (in use by the allocator, not by live arrays): "
+        lines.append(f"unattributed at the live peak (in use by the allocator, not by live arrays): "
                      f"{format_bytes(s['peak_unattributed_bytes'])}")
+    lines.append(f"{counted(s['snapshots'], 'snapshot')}, {counted(s['markers'], 'marker')}, "
+                 f"{counted(s['arrays_seen'], 'array')} seen; sampling took {s['sampling_cpu_s']:.2f} s of CPU; "
+                 f"words: {answer.GLOSSARY}")
     for line in lines:
         con.print(Text(line))
     if s["estimated_true_peak_bytes"] is not None:
         _explained(con, explain, notes.TRUE_PEAK)
 
 
-def _render_timeline(rep: Report, con: Console, rows: int = 6) -> None:
+def _render_timeline(rep: Report, con: Console, rows: int = 4) -> None:
     tl = rep.timeline
     totals = tl.totals
     if totals.empty:
@@ -466,6 +460,13 @@ def _render_reuse(rep: Report, con: Console, top: int, explain: bool) -> None:
         _quiet(con, "Buffer reuse", f"none seen ({born} buffers on {device_ranges(by_device['device'])}{unknown})")
         _explained(con, explain, notes.reuse_note(rep))
         return
+    if not explain:  # one line: what the tables under --explain hold
+        _quiet(con, "Buffer reuse", (
+            f"{int(by_device['reused_address'].sum())} of {int(by_device['buffers_born'].sum())} buffers reused an "
+            f"address ({int(by_device['reused_same_size'].sum())} same size), "
+            f"{int(by_device['donated_in_place'].sum())} donated in place"
+            + unknown))
+        return
     _heading(con, "Buffer reuse (seen at snapshots only)")
     t = _table("device", "buffers born", "address reused", "same size", "donated in place")
     for devices, r in collapse_devices(by_device, _REUSE_COUNTS):
@@ -485,7 +486,7 @@ def _render_reuse(rep: Report, con: Console, top: int, explain: bool) -> None:
     _explained(con, explain, notes.reuse_note(rep))
 
 
-def _render_leaks(rep: Report, con: Console, top: int) -> None:
+def _render_leaks(rep: Report, con: Console, top: int, explain: bool = False) -> None:
     suspects = rep.recompiles[rep.recompiles["suspect"]] if not rep.recompiles.empty else rep.recompiles
     others = len(rep.recompiles) - len(suspects)
     compiled = "no function was compiled again and again" + (
@@ -496,6 +497,18 @@ def _render_leaks(rep: Report, con: Console, top: int) -> None:
     _heading(con, "Leaks and recompiles")
     if rep.leaks.empty:
         con.print("no site grows steadily across the run")
+    elif not explain:  # what grew, in words; the statistics under --explain
+        steps = rep.summary.get("markers") or 0
+        for _, r in rep.leaks.head(top).iterrows():
+            grew = r["live_bytes_last"] - r["live_bytes_first"]
+            per_step = r["growth_bytes_per_step"]
+            rate = (f"{format_bytes(per_step, signed=True)} a step" if not pd.isna(per_step) and steps >= 2
+                    else f"{format_bytes(r['growth_bytes_per_s'], signed=True)}/s")
+            over = f" over {steps} steps" if steps >= 2 and not pd.isna(per_step) else ""
+            line = Text(safe(r["site"]), style="red")
+            line.append(f" grew {format_bytes(grew)}{over} ({format_pair(r['live_bytes_first'], r['live_bytes_last'])}, "
+                        f"{rate})")
+            con.print(line)
     else:
         t = _table("per step", "per second", "first", "last", "projected", "p", "site")
         for _, r in rep.leaks.head(top).iterrows():

@@ -127,8 +127,14 @@ def render_diff(d: Diff, con: Console, *, title: str, value_type: str) -> None:
     _render_breakdown(con, "by kind", table_of(d, "kinds"), "kind")
 
 
-def render_run_summary(ov, con: Console, *, target: str, run_dir: str, warnings: list[str]) -> None:
-    """The few lines ``jaxmemprof run`` prints on stderr when the target ends."""
+def render_run_summary(ov, con: Console, *, target: str, run_dir: str, warnings: list[str], answer=None,
+                       previous: tuple | None = None) -> None:
+    """The few lines ``jaxmemprof run`` prints on stderr when the target ends:
+    the answer first (analysis/answer.py: the true peak, what it is), then
+    the live peak and what held it; ``previous``: (its run directory, its
+    answer) of the same program's run before this one, to say the change."""
+    from jaxmemprof.render import answer as said
+
     took = f"{ov.duration_s:.1f} s" if ov.duration_s is not None else "?"
     share = f", {100 * ov.sampling_s / ov.duration_s:.1f}% CPU" if ov.duration_s else ""
     ended = "" if ov.ended_by == "exit" else f" ({safe(ov.ended_by)})"
@@ -146,17 +152,22 @@ def render_run_summary(ov, con: Console, *, target: str, run_dir: str, warnings:
     if ov.peak_snapshot is None:
         con.print("jaxmemprof: no snapshot: the program never put an array on a JAX device")
     else:
-        con.print(Text(f"peak {format_bytes(ov.peak_bytes)} live at {ov.peak_t:.1f} s (snapshot {ov.peak_snapshot}), "
-                       f"held by:"))
+        for line in (said.true_peak_line(answer), said.composition_line(answer, con.width)) if answer else ():
+            if line:
+                con.print(Text(line))
+        shown = len(ov.peak_sites.rows)
+        of = f" (the largest {shown} of {shown + ov.peak_sites.omitted_rows} sites)" if ov.peak_sites.omitted_rows else ""
+        con.print(Text(f"live peak {format_bytes(ov.peak_bytes)} at {ov.peak_t:.1f} s (snapshot {ov.peak_snapshot}), "
+                       f"held by{of}:"))
         for _, row in ov.peak_sites.rows.iterrows():
             con.print(Text(f"  {format_bytes(row['bytes']):>10}  {safe(row['site'])}"))
-        if ov.peak_sites.omitted_rows:
-            con.print(Text(f"  {format_bytes(ov.peak_sites.omitted_bytes):>10}  "
-                           f"{counted(ov.peak_sites.omitted_rows, 'more site')}"))
     if ov.peak_snapshot is not None:
         con.print(Text(f"run: {safe(run_dir)}  (next: jaxmemprof report {safe(run_dir)})"))
     else:
         con.print(Text(f"run: {safe(run_dir)}"))
+    if previous is not None and answer is not None:
+        for line in said.change_lines(answer, previous[1], str(previous[0]), run_dir):
+            con.print(Text(line))
 
 
 def render_oom(summary: Summary, con: Console) -> None:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from jaxmemprof.libraries import BY_NAME
 from jaxmemprof.rules.base import Rule, Words, fmt, listed
-from jaxmemprof.units import counted
+from jaxmemprof.units import counted, format_pair
 
 if TYPE_CHECKING:
     from jaxmemprof.analysis.findings import Finding
@@ -58,13 +58,6 @@ def _temporaries(x: dict) -> str:
     return f"XLA's temporaries {'rise' if after > before else 'fall'} {fmt(before)} -> {fmt(after)}"
 
 
-def _pair(a: int, b: int) -> str:
-    """``38.62 -> 34.60 MiB`` (the unit once where both have it), else ``1.00 GiB -> 900.00 MiB``."""
-    left, right = fmt(a), fmt(b)
-    unit = left.rpartition(" ")[2]
-    return f"{left.rpartition(' ')[0]} -> {right}" if right.endswith(" " + unit) else f"{left} -> {right}"
-
-
 def _measured(x: dict) -> tuple[str, str]:
     """(what the compile with the arguments donated showed, the terminal's
     'saves' words) for a verified finding."""
@@ -101,7 +94,7 @@ def _donate(f: Finding, x: dict) -> Words:
         measured, saves = _measured(x)
         rise = x["temp_after_bytes"] - x["temp_before_bytes"]
         temps = "" if not rise else f", temporaries {'+' if rise > 0 else '-'}{fmt(abs(rise))}"
-        peak = f"{_pair(x['true_peak_before_bytes'], x['true_peak_after_bytes'])}{temps}"
+        peak = f"{format_pair(x['true_peak_before_bytes'], x['true_peak_after_bytes'])}{temps}"
         if x["saving_bytes_per_device"] > 0:
             brief = f"Donate {what} of {x['function']}: true peak {peak}."
         else:

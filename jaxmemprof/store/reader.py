@@ -8,6 +8,7 @@ usable is left.
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -136,6 +137,50 @@ class Run:
 
 def is_run_directory(path: Path) -> bool:
     return (path / layout.MANIFEST).is_file() or (path / layout.JOURNAL).is_file()
+
+
+def _program(manifest: dict) -> tuple | None:
+    """What a run ran: its command line, the script resolved against its
+    working directory (a rerun of the same command, its code perhaps changed)."""
+    argv, cwd = manifest.get("argv"), manifest.get("cwd")
+    if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
+        return None
+    first = argv[0]
+    if isinstance(cwd, str) and not first.startswith("-"):
+        first = os.path.realpath(os.path.join(cwd, first))
+    return (first, *argv[1:])
+
+
+def previous_run(path) -> Path | None:
+    """The latest other run directory beside ``path`` (in its parent) of the
+    same command that started before it and ended, or None: the run a rerun
+    is compared with. Links and unreadable manifests are passed over."""
+    path = Path(path)
+    try:
+        mine = read_manifest(path / layout.MANIFEST)
+    except (OSError, ValueError):
+        return None
+    program, start = _program(mine), mine.get("start_epoch")
+    if program is None or not isinstance(start, (int, float)):
+        return None
+    best = None
+    try:
+        siblings = list(path.parent.iterdir())
+    except OSError:
+        return None
+    for d in siblings:
+        if d == path or layout.entry_kind(d) == "link" or not d.is_dir():
+            continue
+        try:
+            m = read_manifest(d / layout.MANIFEST)
+        except (OSError, ValueError):
+            continue
+        t = m.get("start_epoch")
+        if _program(m) != program or not isinstance(t, (int, float)) or t >= start or m.get("ended_by") is None:
+            continue
+        if best is None or t > best[0]:
+            best = (t, d)
+    return None if best is None else best[1]
 
 
 def load_run(path) -> Run:

@@ -1,0 +1,106 @@
+"""The answer, first in every output: how much memory the run needed at its
+worst (the true peak, which call, on which device), what that memory was,
+what inside the call held it, and the fix that lowers it most. Computed once
+from the report's parts (``build_report``); the report's header, ``run``'s
+closing summary, the HTML page and the notebook read it and only format it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+
+from jaxmemprof.analysis.findings import Finding
+
+INSIDE_LINES = 3  # the user's lines inside the call named at its peak
+SMALL = 0.01  # roles under this share of the call are summed as "more"
+
+
+@dataclass(frozen=True)
+class Answer:
+    live_peak_bytes: int | None  # the snapshots' peak (all devices), None without a snapshot
+    live_peak_t: float | None
+    live_peak_snapshot: int | None
+    true_peak_bytes: int | None  # on the busiest device: the larger of the live peak there and a call's
+    true_peak_total_bytes: int | None  # on all devices summed
+    true_peak_where: str  # "during a call of train_step", or "at the live peak"
+    true_peak_jitted_at: str  # "train.py:27": where the function of that call was jitted ("" at the live peak)
+    devices: int
+    composition: tuple  # ((role, bytes), ...) at the call, largest first, each 1 % or more
+    composition_rest: int  # bytes of the smaller roles
+    inside: tuple  # ((bytes, kind, site), ...) XLA's buffers at the call's own peak, by the user's line
+    fix: Finding | None  # the fix that lowers the peak most (a measured saving first)
+    fix_number: int | None  # its number among the report's findings
+
+    @property
+    def inside_call(self) -> bool:
+        return self.true_peak_where.startswith("during a call")
+
+
+def _jitted_at(jit_memory: pd.DataFrame, function_id) -> str:
+    if function_id is None or jit_memory.empty or "function_id" not in jit_memory:
+        return ""
+    rows = jit_memory[jit_memory["function_id"] == function_id]
+    return str(rows["jitted_at"].iloc[0]) if len(rows) and "jitted_at" in rows else ""
+
+
+def _composition(roles) -> tuple[tuple, int]:
+    """The roles on the device that holds most at the call (the first of equal ones)."""
+    if roles is None or roles.by_role.empty:
+        return (), 0
+    by = roles.by_role
+    device = by.groupby("device", sort=False)["bytes"].sum().idxmax()
+    rows = by[by["device"] == device].sort_values("bytes", ascending=False, kind="stable")
+    big = rows[rows["share"] >= SMALL]
+    return (tuple((str(r), int(b)) for r, b in zip(big["role"], big["bytes"])),
+            int(rows.loc[rows["share"] < SMALL, "bytes"].sum()))
+
+
+def _inside(jit_peak: pd.DataFrame, function_id, signature) -> tuple:
+    """The user's lines that hold the most of XLA's buffers at the call's own
+    peak, for the signature the call ran (else the function's largest)."""
+    if function_id is None or jit_peak.empty:
+        return ()
+    rows = jit_peak[jit_peak["function_id"] == function_id]
+    if signature is not None and (rows["signature"] == signature).any():
+        rows = rows[rows["signature"] == signature]
+    elif "largest_signature" in rows:
+        rows = rows[rows["largest_signature"].astype(bool)]
+    rows = rows[~rows["site"].astype(str).str.startswith("argument ")]
+    rows = rows.sort_values("bytes", ascending=False, kind="stable").head(INSIDE_LINES)
+    return tuple((int(b), str(k), str(s)) for b, k, s in zip(rows["bytes"], rows["kind"], rows["site"]))
+
+
+def top_fix(findings: list[Finding]) -> tuple[Finding | None, int | None]:
+    """The finding whose fix lowers the run's peak most: of those whose
+    saving XLA's compile measured, the largest; else the first (ranked) that
+    saves anything."""
+    measured = [(i, f) for i, f in enumerate(findings) if f.facts.get("verified") and (f.saving_bytes or 0) > 0]
+    if measured:
+        i, f = max(measured, key=lambda x: (x[1].saving_bytes, -x[0]))
+        return f, i + 1
+    for i, f in enumerate(findings):
+        if (f.saving_bytes or 0) > 0 and f.rule != "leak":  # a leak's figure is a projection, not a fall of this peak
+            return f, i + 1
+    return None, None
+
+
+def answer(summary: dict, inside, busiest: int, jit_memory: pd.DataFrame, jit_peak: pd.DataFrame, roles,
+           findings: list[Finding]) -> Answer:
+    """``inside``: the call that holds the largest call peak (peaks.TruePeak),
+    ``busiest``: the snapshots' peak on the busiest device."""
+    in_call = inside is not None and inside.device_bytes > busiest
+    fix, number = top_fix(findings)
+    same_call = in_call and roles is not None and roles.function == inside.function
+    composition, rest = _composition(roles) if same_call else ((), 0)
+    return Answer(
+        live_peak_bytes=summary.get("peak_bytes") if summary.get("peak_snapshot") is not None else None,
+        live_peak_t=summary.get("peak_t"), live_peak_snapshot=summary.get("peak_snapshot"),
+        true_peak_bytes=summary.get("estimated_true_peak_device_bytes"),
+        true_peak_total_bytes=summary.get("estimated_true_peak_bytes"),
+        true_peak_where=inside.where if in_call else "at the live peak" if inside is not None else "",
+        true_peak_jitted_at=_jitted_at(jit_memory, inside.function_id) if in_call else "",
+        devices=int(summary.get("devices") or 1), composition=composition, composition_rest=rest,
+        inside=_inside(jit_peak, inside.function_id, inside.signature) if in_call else (),
+        fix=fix, fix_number=number)

@@ -1,0 +1,94 @@
+"""The answer's lines (analysis/answer.py), as the report's header and
+``run``'s closing summary print them: every peak labelled with what it is."""
+
+from __future__ import annotations
+
+from jaxmemprof.render.escape import safe
+from jaxmemprof.units import format_bytes, format_pair
+
+GLOSSARY = "docs/glossary.md"
+
+
+def _bytes(values) -> str:
+    """``16.00, 4.09, 2.04 MiB``: the unit once where all share it."""
+    texts = [format_bytes(v) for v in values]
+    units = {t.rpartition(" ")[2] for t in texts}
+    if len(units) == 1:
+        return ", ".join(t.rpartition(" ")[0] for t in texts) + " " + units.pop()
+    return ", ".join(texts)
+
+
+def true_peak_line(a) -> str | None:
+    if a.true_peak_bytes is None:
+        return None
+    size = format_bytes(a.true_peak_bytes)
+    if a.devices > 1 and a.true_peak_total_bytes is not None:
+        size += f" per device ({format_bytes(a.true_peak_total_bytes)} on all {a.devices})"
+    if a.inside_call:
+        at = f" ({safe(a.true_peak_jitted_at)})" if a.true_peak_jitted_at else ""
+        return f"true peak {size} {safe(a.true_peak_where)}{at}" + ("" if a.devices > 1 else
+                                                                      ", XLA's temporaries included")
+    return f"true peak {size} at the live peak (no jitted call needed more)"
+
+
+def live_peak_line(a, *, held_by: bool = False, by_device: str = "") -> str | None:
+    """``by_device``: the live peak's bytes per device in words, on several devices."""
+    if a.live_peak_bytes is None:
+        return None
+    on = f" on all {a.devices} devices" if a.devices > 1 else ""
+    at = f"snapshot {a.live_peak_snapshot}" + (f"; {by_device}" if by_device else "")
+    return (f"live peak {format_bytes(a.live_peak_bytes)}{on} at {a.live_peak_t:.2f} s ({at})"
+            + (", held by:" if held_by else ", the arrays a snapshot saw" if not by_device else ""))
+
+
+def composition_line(a, width: int = 100) -> str | None:
+    """``it is: inside the call 16.00, new state 4.09, ... MiB``: the largest
+    roles that fit ``width``."""
+    if not a.composition:
+        return None
+    for n in range(len(a.composition), 0, -1):
+        shown = a.composition[:n]
+        sizes = _bytes([b for _, b in shown]).split(", ")  # the unit on the last where all share it
+        line = "it is: " + ", ".join(f"{r} {s}" for (r, _), s in zip(shown, sizes))
+        more = len(a.composition) - n + (1 if a.composition_rest else 0)
+        line += f" (+{more} more)" if more else ""
+        if len(line) <= width or n == 1:
+            return line
+    return None
+
+
+def inside_line(a, width: int = 100) -> str | None:
+    """The user's lines that hold the call's own peak, as many as fit ``width``."""
+    mine = [x for x in a.inside if not x[2].startswith("<")]  # XLA's buffers with no line of the user's
+    if not mine:
+        return None
+    kinds = {kind for _, kind, _ in mine}
+    parts = [f"{safe(site)} {format_bytes(b)}" + ("" if len(kinds) == 1 else f" {kind}") for b, kind, site in mine]
+    tail = f" ({kinds.pop()})" if len(kinds) == 1 else ""
+    line = "in the call at its peak: " + parts[0]
+    for i, p in enumerate(parts[1:], start=1):
+        more = f", +{len(parts) - i - 1} more" if i < len(parts) - 1 else ""
+        if len(line + ", " + p + more + tail) > width:
+            return line + f", +{len(parts) - i} more" + tail
+        line += ", " + p
+    return line + tail
+
+
+def fix_line(a, says) -> str | None:
+    """``top fix: 2. donate at train.py:27, saves 4.01 MiB (compiled)``; ``says``: the finding's 'saves' words."""
+    if a.fix is None:
+        return None
+    saves = says(a.fix)
+    return (f"top fix: {a.fix_number}. {a.fix.rule}" + (f" at {safe(a.fix.site)}" if a.fix.site else "")
+            + (f", {saves}" if saves else ""))
+
+
+def change_lines(new, old, old_dir: str, new_dir: str) -> list[str]:
+    """What changed since the same program's previous run, and the gate that holds it."""
+    parts = []
+    for name, a, b in (("true peak", old.true_peak_bytes, new.true_peak_bytes),
+                       ("live peak", old.live_peak_bytes, new.live_peak_bytes)):
+        if a is not None and b is not None:
+            parts.append(f"{name} {format_pair(a, b)} ({format_bytes(b - a, signed=True)})")
+    return [f"since the previous run ({safe(old_dir)}): " + ("; ".join(parts) or "no peak to compare"),
+            f"gate: jaxmemprof check {safe(new_dir)} --baseline {safe(old_dir)} --max-increase 0"]
