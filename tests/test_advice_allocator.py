@@ -436,3 +436,31 @@ def test_versions_and_names():
     assert fraction_config({FRACTION: ".9"}, "0.4.31").ignored == FRACTION
     assert fraction_config({OLD_FRACTION: ".6"}, "0.10.2").value == 0.6
     assert fraction_config({FRACTION: ".9", OLD_FRACTION: ".6"}, "0.10.2").both_set
+
+
+def test_a_run_that_does_not_fit_names_the_measured_fix_that_would_make_it_fit():
+    """The bundled MLP (true peak 38.23 MiB, donation measured to save 4.02
+    MiB) on a device whose default pool holds the donated step but not the
+    recorded one: the fit finding names the donate finding, with the peak it
+    leaves, which is the donated run's own true peak."""
+    from jaxmemprof.analysis.advice.allocator import needed_bytes
+    from jaxmemprof.analysis.options import Options
+    from jaxmemprof.analysis.report import build_report
+
+    root = Path(__file__).resolve().parent.parent / "sample_runs" / "runs"
+    plain = build_report(attribute(load_run(root / "mlp-no-donation")))
+    donated = build_report(attribute(load_run(root / "mlp-donated")))
+    before = plain.summary["estimated_true_peak_device_bytes"]
+    after = donated.summary["estimated_true_peak_device_bytes"]
+    device = (needed_bytes(before) + needed_bytes(after)) // 2 * 4 // 3  # a default pool (0.75) between the two
+    rep = build_report(attribute(load_run(root / "mlp-no-donation"), Options(device_memory=device)))
+    [fit] = [f for f in rep.findings if f.rule == "fit"]
+    [fix] = fit.fact("fixes_that_fit")
+    [donate] = [f for f in rep.findings if f.rule == "donate"]
+    assert (fix["rule"], fix["site"]) == ("donate", donate.site)
+    assert abs(fix["peak_after_bytes"] - after) <= 0.01 * after, (fix, after)
+    assert f"apply the donate finding at {donate.site}: it then fits" in words(fit).brief_fix
+    # where the device holds the recorded step by default, no fix is named
+    roomy = build_report(attribute(load_run(root / "mlp-no-donation"), Options(device_memory=4 * device)))
+    [fit] = [f for f in roomy.findings if f.rule == "fit"]
+    assert fit.fact("fixes_that_fit") == []

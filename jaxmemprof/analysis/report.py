@@ -110,7 +110,7 @@ def build_report(ar: Attributed, *, extra_rules=()) -> Report:
     fit = None
     if options.device_memory is not None:
         fit = will_it_fit(ar, options.device_memory, device_peak)
-        found += fit_findings(fit)
+        found += fit_findings(fit, found)
     found = in_proportion(found, total_true_peak if total_true_peak is not None else int(tl.peak_bytes))
     if inside is not None and inside.device_bytes > busiest:
         found = by_effect(found, inside.function, inside.where)

@@ -24,7 +24,8 @@ def _fit(f: Finding, x: dict) -> Words:
     pct = round(x["fraction_needed"] * 100)
     n = x.get("processes") or 1
     peak, need, device_bytes = x["peak_bytes"], x["needed_bytes"], x["device_bytes"]
-    head = f"A peak of {fmt(peak)} ({fmt(need)} with headroom)" + (" per process" if n > 1 else "")
+    head = (f"A peak of {fmt(peak)} ({fmt(need)} with the allocator's headroom, +5 % + 64 MiB)"
+            + (" per process" if n > 1 else ""))
     device = f"a {fmt(device_bytes)} device"
     name, pool, most = x["fraction_variable"], x["default_pool_bytes"], fraction_setting(MAX_FRACTION_PERCENT)
     says = {
@@ -43,20 +44,30 @@ def _fit(f: Finding, x: dict) -> Words:
     if x.get("peak_source") in ("device_live_bytes", "live_bytes"):
         bound += ", nor are XLA's temporaries inside a computation"
     settings = x.get("settings") or {}
+    fixes = x.get("fixes_that_fit") or []  # measured fixes of the report's that bring it into the default pool
+    named = "; or ".join(f"the {c['rule']} finding at {c['site']} (saves {fmt(c['saving_bytes'])}: "
+                         f"{fmt(c['peak_after_bytes'])} then)" for c in fixes)
+    instead = (f"apply the {fixes[0]['rule']} finding at {fixes[0]['site']}: it then fits the default pool"
+               if fixes else "")
     if settings:
         what = ", ".join(f"{k}={v}" for k, v in settings.items())
         trade = ("Memory is then allocated on demand: more prone to fragmentation, and freed memory stays with its "
                  "process." if PREALLOCATE in settings else
                  f"What the pool takes, other processes and the libraries outside it cannot have; above {most} they "
                  "may fail to allocate.")
-        fix, brief_fix = f"Set {what}. {trade}", what
+        fix, brief_fix = f"Set {what}. {trade}", what + (f"; or {instead}" if instead else "")
     elif x.get("fits_by_default"):
         fix = brief_fix = "Nothing to set."
         if x.get("underused"):
             fix += (f" To leave the rest of the GPU to other processes: {PREALLOCATE}=false, or "
                     f"{name}={fraction_setting(pct)}.")
+    elif fixes:
+        fix, brief_fix = "", instead
     else:
         fix, brief_fix = LOWER_THE_PEAK, "lower the peak, or use a larger device"
+    if fixes:
+        fix += (" " if fix else "") + (f"Apply {named}: it then fits the default pool, as measured by XLA's compile "
+                                       f"of the fixed step.")
     if x.get("fraction_policy_set"):
         fix += (" XLA_FLAGS sets --xla_gpu_memory_fraction_policy, which changes the default pool: check it against "
                 "these figures.")
@@ -74,13 +85,17 @@ FIT = Rule(
              "(analysis/advice/capacity.py)."),
     facts={"": ("device_bytes", "peak_bytes", "peak_source", "peak_device", "needed_bytes", "default_fraction",
                 "default_pool_bytes", "fits_by_default", "fraction_needed", "fits_at_all", "settings",
-                "jaxlib_version", "fraction_variable", "processes", "backend", "fraction_policy_set", "underused")},
+                "jaxlib_version", "fraction_variable", "processes", "backend", "fraction_policy_set", "underused",
+                "fixes_that_fit")},
     meanings={"peak_bytes": "The peak checked, per device: the best of `peak_source`.",
               "processes": "Processes that will share the device.",
               "backend": "The backend the run was recorded on.",
               "fraction_policy_set": ("True when `XLA_FLAGS` sets `--xla_gpu_memory_fraction_policy` (which "
                                       "changes the default pool)."),
-              "underused": "True when it fits by default with the peak under 25 % of the default pool."},
+              "underused": "True when it fits by default with the peak under 25 % of the default pool.",
+              "fixes_that_fit": ("Where it does not fit by default: the report's findings whose saving XLA's "
+                                 "compile measured would each make it fit, largest first: objects of `rule`, "
+                                 "`site`, `saving_bytes` (per device) and `peak_after_bytes`.")},
     words={"fits": _fit, "fits-with": _fit, "cannot": _fit, "shared-fits": _fit, "shared-cannot": _fit},
 )
 
