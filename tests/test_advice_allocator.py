@@ -169,7 +169,7 @@ def test_fits_by_default(cpu_run):
     assert fit.fraction_needed == 0.13  # 137573172 / 1 GiB = 12.8 %, rounded up
     assert fit.settings == {}
     assert said(fit).message.startswith(
-        "A peak of 64.00 MiB (131.20 MiB with headroom) fits a 1.00 GiB device under default preallocation "
+        "A peak of 64.00 MiB (131.20 MiB with the allocator's headroom, +5 % + 64 MiB) fits a 1.00 GiB device under default preallocation "
         "(pool 768.00 MiB = 0.75 of it).")
     assert "library workspaces (cuDNN, cuBLAS, NCCL)" in said(fit).message
     assert "allocator fragmentation" in said(fit).message
@@ -193,7 +193,7 @@ def test_needs_a_higher_fraction(cpu_run):
     assert fit.fraction_needed == 0.78
     assert fit.settings == {"XLA_CLIENT_MEM_FRACTION": ".78"}
     assert said(fit).message.startswith(
-        "A peak of 64.00 MiB (131.20 MiB with headroom) does not fit the default pool of a 170.00 MiB device "
+        "A peak of 64.00 MiB (131.20 MiB with the allocator's headroom, +5 % + 64 MiB) does not fit the default pool of a 170.00 MiB device "
         "(127.50 MiB = 0.75 of it); it fits with XLA_CLIENT_MEM_FRACTION=.78.")
     [f] = fit_findings(fit)
     assert f.severity == "medium"
@@ -210,7 +210,7 @@ def test_cannot_fit(cpu_run):
     assert not fit.fits_by_default and not fit.fits_at_all
     assert fit.fraction_needed == 1.03
     assert fit.settings == {}
-    assert said(fit).message.startswith("A peak of 64.00 MiB (131.20 MiB with headroom) needs 103 % of a "
+    assert said(fit).message.startswith("A peak of 64.00 MiB (131.20 MiB with the allocator's headroom, +5 % + 64 MiB) needs 103 % of a "
                                   "128.00 MiB device: it cannot fit")
     [f] = fit_findings(fit)
     assert f.severity == "high"

@@ -131,9 +131,9 @@ def fit_findings(fit: Fit, others: list[Finding] = ()) -> list[Finding]:
     report's findings) whose measured saving would make it fit are named."""
     severity = "medium" if fit.settings else "info" if fit.fits_by_default else "high"
     facts = {k: v for k, v in vars(fit).items() if k not in ("environment", "case")}
-    facts["fixes_that_fit"] = [] if fit.fits_by_default else _fixes_that_fit(fit, others)
     facts["fraction_policy_set"] = "xla_gpu_memory_fraction_policy" in (fit.environment.get("XLA_FLAGS") or "")
     facts["underused"] = fit.fits_by_default and fit.peak_bytes < UNDERUSED_SHARE * fit.default_pool_bytes
+    facts["fixes_that_fit"] = [] if fit.fits_by_default else _fixes_that_fit(fit, others)
     out = [Finding(rule="fit", case=fit.case, severity=severity, facts=facts)]
     out += both_fractions_findings(fit.environment, fit.jaxlib_version, str(fit.backend or "").lower())
     return out
