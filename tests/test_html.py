@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from _browser import Browser, chromium
-from conftest import line_of, run_cli, write_script
+from conftest import REPO, cpu_env, line_of, run_cli, write_script
 
 from jaxmemprof.units import format_bytes
 from jaxmemprof.analysis.attributed import attribute
@@ -139,6 +139,41 @@ def test_report_headline_says_when_it_peaked_which_lines_held_it_and_what_grew(k
 
 
 @needs_browser
+def test_the_bundled_runs_page_leads_with_each_peak_labelled_and_cards_that_link_their_findings(tmp_path, browser):
+    """The bundled MLP's page: a true peak tile and a live peak tile, each
+    with the figure and the label the terminal report prints (one labelled
+    figure per peak; the chart's lines say which peak they are), and each
+    "What to change" card names its line and saving and links to its finding."""
+    run = REPO / "sample_runs" / "runs" / "mlp-no-donation"
+    assert run_cli("report", run, "--html", tmp_path / "page.html", cwd=tmp_path).returncode == 0
+    text = run_cli("report", run, cwd=tmp_path, env=cpu_env(COLUMNS="1000")).stdout.splitlines()
+    true_line = next(line for line in text if line.startswith("true peak "))
+    live_line = next(line for line in text if line.startswith("live peak "))
+    page = open_page(browser, tmp_path / "page.html")
+    tiles = page.evaluate("Array.from(document.querySelectorAll('#headline .tile h3')).map(h => h.textContent)")
+    assert tiles[:2] == ["True peak", "Live peak"], tiles
+    true_tile = page.evaluate("document.getElementById('jmp-true-peak').innerText")
+    live_tile = page.evaluate("document.getElementById('jmp-peak').innerText")
+    assert true_line in true_tile, true_tile
+    assert page.evaluate("document.querySelector('#jmp-true-peak p.big').textContent") == "38.23 MiB"
+    assert page.evaluate("document.querySelector('#jmp-peak p.big').textContent") == "14.14 MiB"
+    assert live_line in live_tile, live_tile
+    assert "new state" in true_tile and "inside the call" in true_tile  # what it is
+    # the chart's lines are labelled with the peak they are
+    assert page.evaluate("document.getElementById('jmp-peak-label').textContent").startswith("live peak 14.14 MiB")
+    labels = page.evaluate("Array.from(document.querySelectorAll('#jmp-timeline text.label')).map(t => t.textContent)")
+    assert any(x.startswith("true peak ") for x in labels), labels
+    cards = page.evaluate("""Array.from(document.querySelectorAll('#jmp-change li')).map(li => {
+        const a = li.querySelector('a.card-link'); const target = document.querySelector(a.getAttribute('href'));
+        return [a.innerText, li.innerText, target ? target.dataset.rule : null]; })""")
+    doc = json.loads(run_cli("report", run, "--json", cwd=tmp_path).stdout)
+    assert len(cards) == min(4, len(doc["findings"])) and cards
+    for (link, card, rule), f in zip(cards, doc["findings"]):
+        assert link.split(". ", 1)[1] == rule == f["rule"]
+        assert (f["site"] or "") in card and (f["saves"] or "") in card
+
+
+@needs_browser
 def test_timeline_stacks_the_sites_marks_the_peak_and_the_markers(known, browser):
     d, script = known
     page = open_page(browser, d / "report.html")
@@ -148,7 +183,7 @@ def test_timeline_stacks_the_sites_marks_the_peak_and_the_markers(known, browser
     assert "other" not in areas
     assert page.evaluate("document.querySelectorAll('#jmp-timeline line.marker').length") == 3
     label = page.evaluate("document.getElementById('jmp-peak-label').textContent")
-    assert label.startswith("peak 1.55 MiB at ")
+    assert label.startswith("live peak 1.55 MiB at ")
     legend = page.evaluate("document.getElementById('jmp-legend').innerText")
     assert "peak 1.00 MiB" in legend and "peak 48.00 KiB" in legend
 

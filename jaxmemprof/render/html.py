@@ -205,6 +205,7 @@ def _report_data(rep, ar, S: _Strings, t_shift: float = 0.0) -> dict:
         "peak": {"snapshot": tl.peak_snapshot, "t": _shifted(tl.peak_t, t_shift), "bytes": int(tl.peak_bytes),
                  "j": peak_j},
         "true_peak": {"bytes": _num(rep.true_peak_bytes), "where": rep.true_peak_where or ""},
+        "answer": _answer(rep),
         "defaults": {"selected": peak_j, "base": 0, "new": final_j},
         "headline": {
             "peak_bytes": int(tl.peak_bytes), "peak_t": _shifted(tl.peak_t, t_shift), "peak_snapshot": tl.peak_snapshot,
@@ -303,6 +304,24 @@ def _curves(curve: pd.DataFrame, functions: int = 4) -> list:
 
 _FINDING_FIELDS = ("rule", "severity", "site", "message", "saving_bytes", "saves", "fix", "evidence", "brief",
                    "brief_fix")
+
+
+def _answer(rep) -> dict | None:
+    """The answer's figures and their labels, as the terminal says them (render/answer.py)."""
+    from jaxmemprof.render import answer
+    from jaxmemprof.render.findings import saves, words
+
+    a = getattr(rep, "answer", None)
+    if a is None or a.live_peak_bytes is None:
+        return None
+    return finite({
+        "true_peak_bytes": a.true_peak_bytes, "true_peak_total_bytes": a.true_peak_total_bytes,
+        "devices": a.devices, "true_peak": answer.true_peak_line(a) or "",
+        "live_peak": answer.live_peak_line(a) or "",
+        "composition": [[r, b] for r, b in a.composition], "composition_rest": a.composition_rest,
+        "inside": answer.inside_line(a, 10_000) or "",
+        "fix_number": a.fix_number, "fix": "" if a.fix is None else answer.fix_line(a, lambda f: saves(f, words(f))),
+    })
 
 
 def _findings(found) -> list:

@@ -208,12 +208,22 @@
       if (!rows.length) add(t, el("p", "hint", "nothing"));
     }
     if (D.page === "report") {
-      var t = tile("When memory peaked", "jmp-peak");
+      var A = D.answer;
+      if (A && A.true_peak_bytes) {  // the answer first: the true peak, what it is, what inside the call holds it
+        var tp = tile("True peak", "jmp-true-peak");
+        add(tp, el("p", "big", bytes(A.true_peak_bytes) + (A.devices > 1 ? " per device" : "")));
+        add(tp, el("p", "label-line", A.true_peak));
+        if (A.composition && A.composition.length) {
+          var ul0 = add(tp, el("ul", "sites"));
+          A.composition.forEach(function (c) { var li = add(ul0, el("li")); add(li, el("span", "num", bytes(c[1])), el("span", "site", c[0])); });
+        }
+        if (A.inside) add(tp, el("p", "hint", A.inside));
+      }
+      var t = tile("Live peak", "jmp-peak");
       add(t, el("p", "big", bytes(H.peak_bytes)));
-      add(t, el("p", null, H.peak_snapshot === null || H.peak_snapshot === undefined ? "no snapshots" :
-        "at " + secs(H.peak_t) + " (snapshot " + H.peak_snapshot + ")"));
-      if (D.true_peak && D.true_peak.bytes) add(t, el("p", "hint", "estimated true peak " + bytes(D.true_peak.bytes) + (D.true_peak.where ? " " + D.true_peak.where : "")));
-      siteList(tile("Which lines held it", "jmp-held"), H.held_by || [], function (r) { return bytes(r.bytes) + " " + pct(r.share); });
+      add(t, el("p", "label-line", A && A.live_peak ? A.live_peak : H.peak_snapshot === null || H.peak_snapshot === undefined ? "no snapshots" :
+        "live peak at " + secs(H.peak_t) + " (snapshot " + H.peak_snapshot + ")"));
+      siteList(tile("Which lines held the live peak", "jmp-held"), H.held_by || [], function (r) { return bytes(r.bytes) + " " + pct(r.share); });
       var g = tile("What grew", "jmp-grew");
       if (H.grew_between && H.grew_between.length) add(g, el("p", "hint", "snapshot " + H.grew_between[0] + " \u2192 " + H.grew_between[1]));
       siteList(g, (H.grew || []).filter(function (r) { return r.delta_bytes > 0; }), function (r) { return bytes(r.delta_bytes, true); });
@@ -221,9 +231,14 @@
       var F = D.findings || [];
       if (!F.length) add(c, el("p", "hint", "no findings"));
       var ul = add(c, el("ul", "fixes"));
-      F.slice(0, 4).forEach(function (f) {
+      F.slice(0, 4).forEach(function (f, i) {  // a card: the finding's line, what it saves, its fix, a link to it
         var li = add(ul, el("li"));
-        add(li, el("span", "sev sev-" + f.severity, f.severity), el("span", null, " " + (f.brief_fix || f.fix || f.brief || f.message)));
+        var a = add(li, el("a", "card-link", (i + 1) + ". " + f.rule));
+        a.href = "#finding-" + (i + 1);
+        add(li, el("span", "sev sev-" + f.severity, " " + f.severity));
+        if (f.site) add(li, el("span", "site", " " + f.site));
+        if (f.saves) add(li, el("span", "num", " " + f.saves));
+        add(li, el("div", null, f.brief_fix || f.fix || f.brief || f.message));
       });
       if (F.length > 4) add(c, el("p", "hint", (F.length - 4) + " more below"));
     } else if (D.page === "show") {
@@ -365,7 +380,7 @@
       var top = 0; for (var jt = 0; jt < P; jt++) if (cur.total[jt] > top) top = cur.total[jt];
       if (tp > top) {  // above the snapshot peak (else it is the peak itself)
         add(g, sv("line", { x1: M.l, x2: W - M.r, y1: Y(tp), y2: Y(tp), "class": "line-truepeak" }));
-        add(g, sv("text", { x: M.l + 6, y: Y(tp) - 4, "class": "label" }, "estimated true peak " + bytes(tp) +
+        add(g, sv("text", { x: M.l + 6, y: Y(tp) - 4, "class": "label" }, "true peak " + bytes(tp) +
           (D.true_peak.where ? " (" + D.true_peak.where + ")" : "")));
       }
       // the peak
@@ -374,7 +389,7 @@
         add(g, sv("circle", { cx: X(t[pj]), cy: Y(cur.total[pj]), r: 4.5, "class": "peak" }));
         var right = X(t[pj]) > W * 0.7;
         var pl = add(g, sv("text", { x: X(t[pj]) + (right ? -8 : 8), y: Math.max(M.t + 10, Y(cur.total[pj]) - 6), "class": "label peak-label", "text-anchor": right ? "end" : "start" },
-          "peak " + bytes(cur.total[pj]) + " at " + secs(t[pj])));
+          "live peak " + bytes(cur.total[pj]) + " at " + secs(t[pj])));
         pl.id = "jmp-peak-label";
       }
       // markers as ticks
@@ -783,9 +798,10 @@
     C.forEach(function (c, k) {
       var box = add(s, el("div", "chart jit-curve"));
       box.id = "jmp-jit-curve-" + k;
-      add(box, el("p", "hint", c["function"] + ": its peak " + bytes(c.peak_bytes) + " at position " + c.peak_position +
-        " of its sequence"));
-      var W = Math.max(600, s.clientWidth || 900), H = 200, M = { l: 72, r: 12, t: 12, b: 28 }, pos = c.positions, n = pos.length;
+      add(box, el("p", "hint", c["function"] + ": its buffers live at once reach " + bytes(c.peak_bytes) + " at position " +
+        c.peak_position + " of XLA's schedule (its call peak adds arguments, outputs and temporaries each whole, " +
+        "so it can be more: docs/glossary.md)"));
+      var W = Math.max(600, s.clientWidth || 900), H = 212, M = { l: 72, r: 12, t: 12, b: 40 }, pos = c.positions, n = pos.length;
       var mx = 1; c.bytes.forEach(function (v) { if (v > mx) mx = v; });
       var yMax = mx * 1.08, xMax = Math.max(1, pos[n - 1] || 1);
       function X(p) { return M.l + p / xMax * (W - M.l - M.r); }
@@ -795,7 +811,14 @@
         add(g, sv("line", { x1: M.l, x2: W - M.r, y1: Y(v), y2: Y(v), "class": "grid" }));
         add(g, sv("text", { x: M.l - 6, y: Y(v) + 4, "class": "axis", "text-anchor": "end" }, bytes(v)));
       });
-      add(g, sv("text", { x: W - M.r, y: H - 6, "class": "axis", "text-anchor": "end" }, "position in the program (" + (xMax + 1) + ")"));
+      niceTicks(xMax, 6).forEach(function (v) {  // the positions of XLA's schedule, readable on their own
+        if (v > xMax) return;
+        add(g, sv("line", { x1: X(v), x2: X(v), y1: H - M.b, y2: H - M.b + 4, "class": "axis-line" }));
+        add(g, sv("text", { x: X(v), y: H - M.b + 16, "class": "axis", "text-anchor": "middle" }, String(Math.round(v))));
+      });
+      add(g, sv("text", { x: (M.l + W - M.r) / 2, y: H - 4, "class": "axis", "text-anchor": "middle" },
+        "position in XLA's schedule of the program (" + (xMax + 1) + " instructions)"));
+      add(g, sv("text", { x: X(c.peak_position) + 4, y: M.t + 10, "class": "label" }, "its peak " + bytes(c.peak_bytes)));
       var series = c.series.slice().sort(function (a, b) { return Math.max.apply(null, b.values) - Math.max.apply(null, a.values); });
       var lower = new Float64Array(n), legend = add(box, el("ul", "legend"));
       series.forEach(function (ser, i) {
@@ -888,8 +911,9 @@
     var s = section("findings", "Findings: what to change", F.length ? null : "No findings: nothing to change that jaxmemprof can see.");
     var list = add(s, el("ol", "findings"));
     list.id = "jmp-findings";
-    F.forEach(function (f) {
+    F.forEach(function (f, i) {
       var li = add(list, el("li", "finding"));
+      li.id = "finding-" + (i + 1);
       li.setAttribute("data-rule", f.rule);
       var head = add(li, el("p"));
       add(head, el("span", "sev sev-" + f.severity, f.severity), el("span", "rule", " " + f.rule + " "), el("span", null, f.message));
@@ -959,7 +983,7 @@
         add(g, sv("circle", { cx: X(Q.peak_t), cy: Y(Q.peak_bytes), r: 4.5, "class": "peak" }));
         var right = X(Q.peak_t) > W * 0.7;
         add(g, sv("text", { x: X(Q.peak_t) + (right ? -8 : 8), y: Math.max(M.t + 10, Y(Q.peak_bytes) - 6), "class": "label",
-          "text-anchor": right ? "end" : "start" }, "peak " + bytes(Q.peak_bytes) + " at " + secs(Q.peak_t)));
+          "text-anchor": right ? "end" : "start" }, "live peak " + bytes(Q.peak_bytes) + " at " + secs(Q.peak_t)));
       }
       var xt = niceSecs(tMax - tMin);
       for (var v = Math.ceil(tMin / xt) * xt; v <= tMax + 1e-9; v += xt) add(g, sv("text", { x: X(v), y: H - M.b + 22, "class": "axis", "text-anchor": "middle" }, secs(v)));
