@@ -766,4 +766,4 @@ def test_jit_program_order_curve_by_line(known, browser):
     areas = page.evaluate("Array.from(document.querySelectorAll('#jmp-jit-curve-0 path.area')).map(p => p.dataset.site)")
     assert sorted(areas) == sorted(["argument x", output_line])
     hint = page.evaluate("document.querySelector('#jmp-jit-curve-0 p.hint').textContent")
-    assert hint.startswith("double: its peak 512.00 KiB at position ")
+    assert hint.startswith("double: its buffers live at once reach 512.00 KiB at position ")
