@@ -86,8 +86,8 @@ def show_stages(path: Path, devnull) -> list[tuple[str, float, float]]:
     summary = step("summarize (all of it)", lambda: groups.summarize(prof, "site", attr))
     shown = step("top 20", lambda: groups.top(summary, 20))
     step("render text (20 rows, no rich)", lambda: devnull.write(
-        "\n".join(plain.summary_lines(shown, title="t", value_type=prof.value_type)) + "\n"))
-    step("  render text (20 rows, rich)", lambda: text.render_summary(shown, text.console(devnull), title="t",
+        "\n".join(plain.breakdown_lines(shown, title="t", value_type=prof.value_type)) + "\n"))
+    step("  render text (20 rows, rich)", lambda: text.render_breakdown(shown, text.console(devnull), title="t",
                                                                      value_type=prof.value_type))
     step("render CSV (all rows)", lambda: write_csv(plain_table(summary), devnull))
     return step.st

@@ -15,14 +15,14 @@ INTERVAL_RANGE = (0.001, 1e9)
 MAX_OVERHEAD_RANGE = (0.0001, 1.0)
 
 
-def write_process_summary(path) -> bool:
+def write_process_result(path) -> bool:
     """What a process of a job does with its run as it ends: analyses it and
     writes its summary (analysis/job.py), so that `report` on the job
     reads one small file per process. Imported here when called: the
     analysis (and pandas) never load before the program runs."""
-    from jaxmemprof.analysis.job import write_summary
+    from jaxmemprof.analysis.job import write_process_result
 
-    return write_summary(path)
+    return write_process_result(path)
 
 
 def check_settings(interval, max_overhead) -> None:
@@ -121,7 +121,7 @@ class ProfiledRun:
             return self
         output = Path(self._output) if self._output is not None else session_mod.default_output(self._name)
         directory = session_mod.prepare_directory(output, self._force)
-        s = session_mod.Session(directory, target_argv=[], on_finish=write_process_summary, **self._settings)
+        s = session_mod.Session(directory, target_argv=[], on_finish=write_process_result, **self._settings)
         s.start()
         self.path, self.session = Path(directory), s
         _tell("started", s)

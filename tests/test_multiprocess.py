@@ -476,12 +476,12 @@ def test_a_job_of_one_process_under_jax_distributed(tmp_path):
 def _summary(n, times, sizes, init=None):
     import pandas as pd
 
-    from jaxmemprof.store.job import ProcessSummary
+    from jaxmemprof.store.job import ProcessTotals
 
     snaps = pd.DataFrame({"snapshot": range(1, len(times) + 1), "t_wall": [float(t) for t in times],
                           "live_bytes": sizes, "trigger": "interval", "label": None,
                           "file": [f"snapshots/{i:06d}.prof.gz" for i in range(1, len(times) + 1)]})
-    return ProcessSummary(n, Path(f"process-{n}"), {"start_epoch": float(times[0])}, snaps, True, init)
+    return ProcessTotals(n, Path(f"process-{n}"), {"start_epoch": float(times[0])}, snaps, True, init)
 
 
 def test_the_job_timeline_sums_processes_at_aligned_times():

@@ -505,7 +505,7 @@ def _rich(result, command, title, value_type) -> str:
     from jaxmemprof.render import text
 
     buf = StringIO()
-    render = text.render_summary if command == "show" else text.render_diff
+    render = text.render_breakdown if command == "show" else text.render_diff
     render(result, text.console(buf), title=title, value_type=value_type)
     return buf.getvalue()
 
@@ -523,7 +523,7 @@ def test_plain_tables_are_riches(seed, vtype, monkeypatch):
         for n in (None, 3):
             s = top(summarize(a, by, Attribution()), n)
             title = f"{a.source}: {a.value_type} by {by}"
-            lines = plain.summary_lines(s, title=title, value_type=a.value_type)
+            lines = plain.breakdown_lines(s, title=title, value_type=a.value_type)
             if lines is not None:
                 used += 1
                 assert "\n".join(lines) + "\n" == _rich(s, "show", title, a.value_type)
@@ -544,8 +544,8 @@ def test_plain_tables_only_off_a_terminal(monkeypatch, tmp_path):
         assert not plain.applies(f)
     prof = load_profile(random_message(1).SerializeToString())
     s = summarize(prof, "site", Attribution())
-    assert plain.summary_lines(s, title="caf\u00e9", value_type="space/bytes") is None  # not ASCII: rich
-    lines = plain.summary_lines(s, title="t", value_type="space/bytes")
+    assert plain.breakdown_lines(s, title="caf\u00e9", value_type="space/bytes") is None  # not ASCII: rich
+    lines = plain.breakdown_lines(s, title="t", value_type="space/bytes")
     assert lines is None or all(line.isascii() for line in lines)
 
 

@@ -38,7 +38,7 @@ PID = 4242  # temporary names planted before a claim: any PID is refused there
 # Every name the writer uses (relative to the run directory).
 NAMES = [layout.LOCK, layout.MANIFEST, f".{layout.MANIFEST}.tmp{PID}", layout.JOURNAL, layout.JOURNAL + "-wal",
          layout.JOURNAL + "-shm", layout.SNAPSHOT_DIR, f"snapshots/.000001.prof.gz.tmp{PID}",
-         "snapshots/000001.prof.gz", layout.SUMMARY, f".{layout.SUMMARY}.tmp{PID}"]
+         "snapshots/000001.prof.gz", layout.PROCESS_RESULT, f".{layout.PROCESS_RESULT}.tmp{PID}"]
 
 
 class Victims:
@@ -215,8 +215,8 @@ def test_a_job_process_passes_over_links_at_its_temporary_names(real_runs):
     proc = job / "process-0"
     run = load_run(proc)
     assert run.finished and len(run.snapshots) >= 2
-    assert layout.entry_kind(proc / layout.SUMMARY) == "file"
-    assert json.loads((proc / layout.SUMMARY).read_text())["schema"]
+    assert layout.entry_kind(proc / layout.PROCESS_RESULT) == "file"
+    assert json.loads((proc / layout.PROCESS_RESULT).read_text())["schema"]
     assert sum(p.is_symlink() for p in proc.rglob("*")) == 3
     victims.check()
 
@@ -329,7 +329,7 @@ def test_a_symlinked_process_directory_is_refused(tmp_path, victims, real_runs, 
     shutil.rmtree(target)
 
 
-@pytest.mark.parametrize("name", [layout.LOCK, f"snapshots/.000001.prof.gz.tmp{PID}", layout.SUMMARY])
+@pytest.mark.parametrize("name", [layout.LOCK, f"snapshots/.000001.prof.gz.tmp{PID}", layout.PROCESS_RESULT])
 def test_a_job_process_refuses_links_inside_its_directory(tmp_path, victims, real_runs, monkeypatch, name):
     monkeypatch.setenv("JAX_PROCESS_ID", "0")
     monkeypatch.setenv("JAX_NUM_PROCESSES", "2")
@@ -366,7 +366,7 @@ def test_write_atomic_never_writes_through_a_temporary_name(tmp_path, victims, h
 
 
 @pytest.mark.parametrize("how", ["live", "dangling"])
-@pytest.mark.parametrize("name", [layout.MANIFEST, layout.SUMMARY, "snapshots/000002.prof.gz"])
+@pytest.mark.parametrize("name", [layout.MANIFEST, layout.PROCESS_RESULT, "snapshots/000002.prof.gz"])
 def test_write_atomic_never_replaces_a_link(tmp_path, victims, name, how):
     """A link at the final name (put there mid-run): refused, the link kept,
     no temporary file left."""

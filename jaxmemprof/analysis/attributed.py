@@ -19,7 +19,7 @@ from functools import cached_property
 import numpy as np
 import pandas as pd
 
-from jaxmemprof.analysis.groups import Summary, summarize, top
+from jaxmemprof.analysis.groups import Breakdown, summarize, top
 from jaxmemprof.analysis.options import Options
 from jaxmemprof.analysis.sites import Attribution, run_stack_sites
 
@@ -150,7 +150,7 @@ class Attributed:
 
         return attributed_curves(self.run, self.attribution)
 
-    def sites_holding(self, snapshot: int, n: int | None = None) -> Summary:
+    def sites_holding(self, snapshot: int, n: int | None = None) -> Breakdown:
         """The ``n`` (default: ``options.top_sites``) sites holding the most
         bytes in a snapshot (executables of 0 bytes left out); the peak's,
         read once."""
@@ -162,7 +162,7 @@ class Attributed:
         return top(held, self.options.top_sites if n is None else n)
 
     @cached_property
-    def _peak_sites(self) -> Summary:
+    def _peak_sites(self) -> Breakdown:
         return summarize(self.run.profile(self.peak.snapshot), "site", self.attribution)
 
 

@@ -149,7 +149,7 @@ def _replace(result, **changes):
 
 
 @dataclass(frozen=True)
-class Summary:
+class Breakdown:
     """Bytes and counts of one profile per group, largest first.
 
     ``rows``: key columns, then ``bytes, count, share, cum_share``.
@@ -248,7 +248,7 @@ def _label_sums(profile: Profile, col: int) -> dict:
     return acc
 
 
-def summarize(profile: Profile, by: str, attribution: Attribution) -> Summary:
+def summarize(profile: Profile, by: str, attribution: Attribution) -> Breakdown:
     """Group ``profile`` by ``by``; rows sorted by bytes, then count, then key."""
     keys = list(KEY_COLUMNS[by])
     sums = _sums(profile, by, attribution)
@@ -263,7 +263,7 @@ def summarize(profile: Profile, by: str, attribution: Attribution) -> Summary:
         cum = share if cum is None else cum + share
         rows.append((*key, b, c, share, cum))
     filled = bool(sums)
-    return Summary(
+    return Breakdown(
         by=by,
         key_columns=tuple(keys),
         rows=Table(keys + list(_SUMMARY_VALUES), rows, filled),
@@ -325,8 +325,8 @@ def top(result, n: int | None):
         return _top_frame(result, n)
     if not n or n >= len(stored):
         return result
-    col = "bytes" if isinstance(result, Summary) else "delta_bytes"
-    ccol = "count" if isinstance(result, Summary) else "delta_count"
+    col = "bytes" if isinstance(result, Breakdown) else "delta_bytes"
+    ccol = "count" if isinstance(result, Breakdown) else "delta_count"
     rest = Table(stored.columns, stored.rows[n:], stored.filled)
     return _replace(
         result,
@@ -342,8 +342,8 @@ def _top_frame(result, n):
     if not n or n >= len(result.rows):
         return result
     rest = result.rows.iloc[n:]
-    col = "bytes" if isinstance(result, Summary) else "delta_bytes"
-    ccol = "count" if isinstance(result, Summary) else "delta_count"
+    col = "bytes" if isinstance(result, Breakdown) else "delta_bytes"
+    ccol = "count" if isinstance(result, Breakdown) else "delta_count"
     return _replace(
         result,
         rows=result.rows.iloc[:n].reset_index(drop=True),

@@ -28,6 +28,7 @@ import pandas as pd
 from jaxmemprof.analysis.findings import Finding
 from jaxmemprof.analysis.options import Options
 from jaxmemprof.store.job import Job, JobTimeline, job_timeline
+from jaxmemprof.store.layout import PROCESS_RESULT
 
 SEVERITIES = ("high", "medium", "low", "info")
 # Sites kept per process at its peak (to compare processes site by site).
@@ -186,7 +187,7 @@ def analyse_processes(job: Job, options: Options, *, workers: int | None = None,
     for p in job.processes:
         if p.error is not None or p.snapshots.empty:
             continue
-        r = read_summary(p.process, p.path, summary_options) if summary_options is not None and p.finished else None
+        r = read_process_result(p.process, p.path, summary_options) if summary_options is not None and p.finished else None
         if r is not None:
             results[p.process] = r
             if progress is not None:
@@ -375,14 +376,13 @@ def build_job_report(job: Job, results: dict, timeline: JobTimeline | None = Non
 
 # -- each process's summary, written where it ran ----------------------------------------
 
-# A process of a job writes SUMMARY_FILE into its directory as its run ends
+# A process of a job writes PROCESS_RESULT into its directory as its run ends
 # (capture/session.py): what the job report needs of it, analysed with the
 # default options, so that a report over thousands of processes reads one
 # small file per process instead of analysing each (their hosts did it at
 # the end of their runs, side by side). Used only while the journal is the
 # one it was made from and the report's options are the defaults.
-SUMMARY_FILE = "summary.json"
-SUMMARY_SCHEMA = 2  # 2: with each process's roles
+PROCESS_RESULT_SCHEMA = 2  # 2: with each process's roles
 SUMMARY_MAX_ARRAYS = 200_000  # past this, the summary is left to report (as run's closing summary is)
 
 
@@ -418,8 +418,8 @@ def _plain(o):
     return str(o)
 
 
-def write_summary(path) -> bool:
-    """Analyse the finished run in ``path`` and write its SUMMARY_FILE.
+def write_process_result(path) -> bool:
+    """Analyse the finished run in ``path`` and write its PROCESS_RESULT.
     False (and nothing written) when it is too large to analyse now."""
     import json
     from dataclasses import asdict
@@ -439,7 +439,7 @@ def write_summary(path) -> bool:
     if stamp is None:
         return False
     doc = {
-        "schema": SUMMARY_SCHEMA, "jaxmemprof_version": __version__, "journal": stamp,
+        "schema": PROCESS_RESULT_SCHEMA, "jaxmemprof_version": __version__, "journal": stamp,
         "options": {"top_sites": SUMMARY_OPTIONS.top_sites, "steps": SUMMARY_OPTIONS.steps},
         "peak_sites": [[str(s), int(b), int(c)] for s, b, c in zip(r.peak_sites["site"], r.peak_sites["bytes"],
                                                                      r.peak_sites["count"])],
@@ -447,12 +447,12 @@ def write_summary(path) -> bool:
         "summary": r.summary, "warnings": [str(w) for w in r.warnings], "roles": r.roles,
     }
     data = json.dumps(doc, default=_plain, allow_nan=False, sort_keys=True).encode()
-    layout.write_atomic(os.path.join(path, SUMMARY_FILE) if isinstance(path, str) else path / SUMMARY_FILE, data)
+    layout.write_atomic(os.path.join(path, PROCESS_RESULT) if isinstance(path, str) else path / PROCESS_RESULT, data)
     return True
 
 
-def read_summary(process: int, path, options: dict) -> ProcessResult | None:
-    """The ProcessResult a process's SUMMARY_FILE holds, or None when it is
+def read_process_result(process: int, path, options: dict) -> ProcessResult | None:
+    """The ProcessResult a process's PROCESS_RESULT holds, or None when it is
     missing, damaged, of another version, made with other options, or older
     than the journal (the file is untrusted input: every field is checked)."""
     from pathlib import Path
@@ -461,10 +461,10 @@ def read_summary(process: int, path, options: dict) -> ProcessResult | None:
     from jaxmemprof.store.reader import read_manifest
 
     try:
-        doc = read_manifest(Path(path) / SUMMARY_FILE)
+        doc = read_manifest(Path(path) / PROCESS_RESULT)
     except (OSError, ValueError, UnicodeDecodeError):
         return None
-    if (doc.get("schema") != SUMMARY_SCHEMA or doc.get("jaxmemprof_version") != __version__
+    if (doc.get("schema") != PROCESS_RESULT_SCHEMA or doc.get("jaxmemprof_version") != __version__
             or doc.get("options") != options or doc.get("journal") != _journal_stamp(path)):
         return None
     try:

@@ -19,7 +19,7 @@ from jaxmemprof.analysis.advice.plan import build_plan
 from jaxmemprof.analysis.advice.sharding import replication_findings
 from jaxmemprof.analysis.history import history_findings
 from jaxmemprof.analysis.findings import Finding, by_effect, in_proportion, ranked
-from jaxmemprof.analysis.groups import Summary
+from jaxmemprof.analysis.groups import Breakdown
 from jaxmemprof.analysis.inside_jit import inside_jit_findings, largest_buffers, peak_by_line, program_curves
 from jaxmemprof.analysis.leaks import leak_findings, leaks, recompiles, rejits
 from jaxmemprof.analysis.attributed import Attributed
@@ -39,7 +39,7 @@ class Report:
     has_arrays: bool
     warnings: list
     summary: dict  # the headline figures
-    peak_sites: Summary | None  # what held the peak, by site
+    peak_sites: Breakdown | None  # what held the peak, by site
     timeline: Timeline
     arrays: pd.DataFrame  # one row per array (lifetimes)
     lifetimes: pd.DataFrame  # per site

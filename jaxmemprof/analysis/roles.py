@@ -370,7 +370,7 @@ def owners_at(ar: Attributed, snapshot: int, profile=None):
     than outputs, as a leak keeps them, stay with the line). What nothing
     names stays with its line (role ``by line``). The totals are the
     profile's (``profile``: the snapshot's, if already read)."""
-    from jaxmemprof.analysis.groups import Summary, Table, summarize, table_of
+    from jaxmemprof.analysis.groups import Breakdown, Table, summarize, table_of
 
     run = ar.run
     by_site = summarize(profile if profile is not None else run.profile(snapshot), "site", ar.attribution)
@@ -437,7 +437,7 @@ def owners_at(ar: Attributed, snapshot: int, profile=None):
         share = float(b) / float(total) if total else 0.0
         cum += share
         rows.append((*key, b, c, share, cum))
-    return Summary(by="owner", key_columns=OWNER_KEYS,
+    return Breakdown(by="owner", key_columns=OWNER_KEYS,
                    rows=Table(list(OWNER_KEYS) + ["bytes", "count", "share", "cum_share"], rows, bool(sums)),
                    total_bytes=by_site.total_bytes, total_count=by_site.total_count,
                    devices=table_of(by_site, "devices"), kinds=table_of(by_site, "kinds"))

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from jaxmemprof.analysis.groups import Summary
+from jaxmemprof.analysis.groups import Breakdown
 
 if TYPE_CHECKING:
     from jaxmemprof.analysis.attributed import Attributed
@@ -22,11 +22,11 @@ class Overview:
     peak_snapshot: int | None
     peak_bytes: int
     peak_t: float | None
-    peak_sites: Summary | None  # top sites at the peak
+    peak_sites: Breakdown | None  # top sites at the peak
     exit_status: object
     ended_by: str | None
     triggers: dict  # trigger -> count
-    oom_sites: Summary | None  # top sites when the program ran out of memory
+    oom_sites: Breakdown | None  # top sites when the program ran out of memory
     # (--interval, mean seconds between snapshots, --max-overhead) when the
     # overhead budget spaced snapshots well beyond the interval asked for
     stretched: tuple[float, float, float] | None = None
@@ -69,7 +69,7 @@ def overview(ar: Attributed, top_sites: int = 5) -> Overview:
     snaps: pd.DataFrame = run.snapshots
     m = run.manifest
 
-    def sites_at(snapshot: int) -> Summary:
+    def sites_at(snapshot: int) -> Breakdown:
         return ar.sites_holding(snapshot, top_sites)
 
     sites = oom = None

@@ -568,12 +568,12 @@ def _wait_for_job(job: Path) -> str | None:
         time.sleep(0.02)
 
 
-# The summary a process of a job writes as it ends (analysis/job.py SUMMARY_FILE).
-_SUMMARY_FILE = layout.SUMMARY
+# The summary a process of a job writes as it ends (analysis/job.py PROCESS_RESULT).
+_PROCESS_RESULT = layout.PROCESS_RESULT
 
 
-def _is_summary_file(name: str) -> bool:
-    return name == _SUMMARY_FILE or re.fullmatch(rf"\.{re.escape(_SUMMARY_FILE)}\.tmp[0-9]+", name) is not None
+def _is_process_result_file(name: str) -> bool:
+    return name == _PROCESS_RESULT or re.fullmatch(rf"\.{re.escape(_PROCESS_RESULT)}\.tmp[0-9]+", name) is not None
 
 
 def _is_our_run(path: Path) -> bool:
@@ -626,7 +626,7 @@ def _clear_for_reuse(path: Path, force: bool) -> None:
     try:
         for p in others:
             name = p.name
-            if (layout.is_run_file(name) or _is_summary_file(name)) and layout.entry_kind(name, dfd) == "file":
+            if (layout.is_run_file(name) or _is_process_result_file(name)) and layout.entry_kind(name, dfd) == "file":
                 _unlink(name, dfd)
         if layout.entry_kind(layout.SNAPSHOT_DIR, dfd) == "dir":
             sfd = layout.open_directory(layout.SNAPSHOT_DIR, dir_fd=dfd, follow=False)

@@ -370,7 +370,7 @@ class Session:
                   "was saved before reads back as a run that was killed\n")
         else:
             if ended_by != "SIGTERM" and self._in_job():
-                self._write_summary()
+                self._write_process_result()
         release_directory(self.path)
         self._release_job_lock()
 
@@ -378,7 +378,7 @@ class Session:
         count = self.writer.manifest.get("process_count")
         return self.process is not None or (isinstance(count, int) and count > 1)
 
-    def _write_summary(self) -> None:
+    def _write_process_result(self) -> None:
         """A process of a job analyses its own run as it ends (its host does
         that work, beside the others), so that `report` on the job reads one
         small file per process: ``on_finish``, given by whoever started the

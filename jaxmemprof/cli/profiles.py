@@ -90,14 +90,14 @@ def _emit(command, inputs, result, value_type, title, csv_path, as_json, top, fo
 
         out = stdout_stream()
         if plain.applies(out):  # off a terminal: rich's layout without rich, when the text allows
-            make = plain.summary_lines if command == "show" else plain.diff_lines
+            make = plain.breakdown_lines if command == "show" else plain.diff_lines
             lines = make(result, title=title, value_type=value_type)
             if lines is not None:
                 out.write("\n".join(lines) + "\n")
                 return
         from jaxmemprof.render import text
 
-        render = text.render_summary if command == "show" else text.render_diff
+        render = text.render_breakdown if command == "show" else text.render_diff
         render(result, text.console(out), title=title, value_type=value_type)
 
 

@@ -9,7 +9,7 @@ import time
 
 import click
 
-from jaxmemprof.api import INTERVAL_RANGE, MAX_OVERHEAD_RANGE, write_process_summary
+from jaxmemprof.api import INTERVAL_RANGE, MAX_OVERHEAD_RANGE, write_process_result
 from jaxmemprof.cli.base import Number, Size, analysis_options, cli, say, stderr_stream
 from jaxmemprof.errors import InputError, check_not_empty
 
@@ -133,13 +133,13 @@ def run(output, force, interval, max_overhead, module, command, no_jit_probe, pl
     directory = prepare_directory(Path(output) if output else default_output(tgt.stem), force,
                                   by_hand=bool(output))
     session = Session(directory, target_argv=tgt.argv, interval=interval, max_overhead=max_overhead,
-                      jit_probe=not no_jit_probe, addresses=addresses, on_finish=write_process_summary,
+                      jit_probe=not no_jit_probe, addresses=addresses, on_finish=write_process_result,
                       plan=planned, verify_s=verify_seconds)
     status, ended_by = run_target(tgt, session)
     session.stop(status, ended_by)
     if not quiet:
         _flush_script_stdout()
-        _run_summary(tgt, session.directory, status, ended_by, time.monotonic() - session.t_start)
+        _closing(tgt, session.directory, status, ended_by, time.monotonic() - session.t_start)
     raise SystemExit(status)
 
 
@@ -217,7 +217,7 @@ def _previous(directory) -> tuple | None:
         return None
 
 
-def _run_summary(tgt, directory, status=None, ended_by=None, duration_s=None):
+def _closing(tgt, directory, status=None, ended_by=None, duration_s=None):
     """Print the run's summary and findings on stderr; a failure here,
     writing to stderr included, never changes the target's exit status.
     How the script ended is what this process saw (a full disk may have
@@ -246,7 +246,7 @@ def _run_summary(tgt, directory, status=None, ended_by=None, duration_s=None):
         shown = [tgt.shown(att.display_path), *tgt.args]  # as sites are shown
         report = build_report(ar) if ov.peak_snapshot is not None and len(run_.arrays) <= _SUMMARY_MAX_ARRAYS \
             else None
-        text.render_run_summary(ov, con, target=" ".join(shown), run_dir=str(directory), warnings=problems,
+        text.render_closing(ov, con, target=" ".join(shown), run_dir=str(directory), warnings=problems,
                                 answer=None if report is None else report.answer,
                                 previous=_previous(directory) if report is not None else None)
         if ov.peak_snapshot is not None:
@@ -261,9 +261,9 @@ def _run_summary(tgt, directory, status=None, ended_by=None, duration_s=None):
         plans = run_.jit.get("plans")
         if plans is not None and not plans.empty or (run_.manifest.get("settings") or {}).get("plan"):
             from jaxmemprof.analysis.advice.plan import build_plan
-            from jaxmemprof.render.report import render_plan_summary
+            from jaxmemprof.render.report import render_plan_closing
 
-            render_plan_summary(build_plan(ar), run_.events, con, str(directory))
+            render_plan_closing(build_plan(ar), run_.events, con, str(directory))
     except Exception as exc:  # the run itself is safe on disk
         # A stderr that cannot be written fails here again, and is silenced.
         say(f"jaxmemprof: warning: could not summarise the run: {exc}")

@@ -2,7 +2,7 @@
 same text as the plain-text fallback), the whole report, and the report's
 self-contained HTML page inline.
 
-Every sentence is render/'s (``render_run_summary``, the findings' words);
+Every sentence is render/'s (``render_closing``, the findings' words);
 this module only lays them out for a notebook. The page is
 ``report --html``'s, put in an ``<iframe srcdoc>``: it fetches nothing (its
 Content-Security-Policy says so), so it draws offline and in Colab, and the
@@ -51,16 +51,16 @@ class Shown:
             self._made = (run_, ar, rep, overview(ar, top_sites=SUMMARY_SITES))
         return self._made
 
-    def summary(self) -> "Summary":
+    def summary(self) -> "RunDisplay":
         run = self.run
         if run.path is None:
-            return Summary("jaxmemprof: the run has not started", None)
+            return RunDisplay("jaxmemprof: the run has not started", None)
         if run.recording or run.deferred:
             what = "recording into" if run.recording else "recorded by the run already recording:"
             text = f"jaxmemprof: {run.target}: {what} {run.path}"
-            return Summary(text, f"<div style=\"{_STYLE}\">{_e(text)}</div>")
+            return RunDisplay(text, f"<div style=\"{_STYLE}\">{_e(text)}</div>")
         run_, ar, rep, ov = self._analysis()
-        return Summary(_summary_text(run, run_, ov, rep), _summary_html(run, run_, ov, rep))
+        return RunDisplay(_summary_text(run, run_, ov, rep), _summary_html(run, run_, ov, rep))
 
     def report(self, *, explain: bool = False) -> "Text":
         from jaxmemprof.render.report import render_report
@@ -223,7 +223,7 @@ def _e(text) -> str:
 # -- what is displayed ----------------------------------------------------------------------
 
 
-class Summary:
+class RunDisplay:
     """A run's summary and findings: HTML in a notebook, the same as text
     elsewhere (``str()``)."""
 

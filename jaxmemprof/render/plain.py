@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 
-from jaxmemprof.analysis.groups import Diff, Summary, table_of
+from jaxmemprof.analysis.groups import Breakdown, Diff, table_of
 from jaxmemprof.render.escape import safe
 from jaxmemprof.units import counted, format_bytes
 
@@ -69,7 +69,7 @@ def _pct(x: float) -> str:
     return f"{100 * x:.1f}%"
 
 
-def summary_footer(summary, shown: int, value_type: str) -> list[str]:
+def breakdown_footer(summary, shown: int, value_type: str) -> list[str]:
     """What a show left out, and its total (both outputs, rich's and plain)."""
     lines = []
     if summary.omitted_rows:
@@ -116,8 +116,8 @@ def breakdown(label: str, rows, key: str) -> list[str]:
     return [f"{label}: " + ", ".join(parts)]
 
 
-def summary_lines(summary: Summary, *, title: str, value_type: str) -> list[str] | None:
-    """render_summary's lines, or None when rich must lay them out."""
+def breakdown_lines(summary: Breakdown, *, title: str, value_type: str) -> list[str] | None:
+    """render_breakdown's lines, or None when rich must lay them out."""
     if any(c in value_type for c in _MARKUP):
         return None
     rows = table_of(summary)
@@ -127,7 +127,7 @@ def summary_lines(summary: Summary, *, title: str, value_type: str) -> list[str]
                                     _key_texts(rows, summary))
     ]
     lines = [safe(title)] + _table(("bytes", "count", "%", "cum %", summary.by), (1, 1, 1, 1, 0), cells)
-    lines += summary_footer(summary, len(rows), value_type)
+    lines += breakdown_footer(summary, len(rows), value_type)
     lines += breakdown("by device", table_of(summary, "devices"), "device")
     lines += breakdown("by kind", table_of(summary, "kinds"), "kind")
     return lines if _ok(lines) else None

@@ -603,7 +603,7 @@ def whatif_note(whatif) -> str:
     return note + (f" ({left} not: jit_whatif says why)" if left else "")
 
 
-def render_plan_summary(plan, events, con: Console, run_dir: str) -> None:
+def render_plan_closing(plan, events, con: Console, run_dir: str) -> None:
     """run's summary of its --plan: what was compiled, what it cost, and what to ask next (``plan``: None
     when nothing was planned; ``events``: the run's, for why)."""
     said = [] if events is None or events.empty else [str(m) for m in events.loc[events["kind"] == "plan", "message"]]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from jaxmemprof.analysis.groups import Diff, Summary, Table, table_of
+from jaxmemprof.analysis.groups import Breakdown, Diff, Table, table_of
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -14,29 +14,29 @@ SHOW_VALUES = ("bytes", "count", "share")
 DIFF_VALUES = ("base_bytes", "new_bytes", "delta_bytes", "base_count", "new_count", "delta_count")
 
 
-def _columns(result: Summary | Diff) -> list[str]:
-    values = SHOW_VALUES if isinstance(result, Summary) else DIFF_VALUES
+def _columns(result: Breakdown | Diff) -> list[str]:
+    values = SHOW_VALUES if isinstance(result, Breakdown) else DIFF_VALUES
     return list(result.key_columns) + list(values)
 
 
-def table(result: Summary | Diff) -> pd.DataFrame:
+def table(result: Breakdown | Diff) -> pd.DataFrame:
     return result.rows[_columns(result)]
 
 
-def plain_table(result: Summary | Diff) -> Table:
+def plain_table(result: Breakdown | Diff) -> Table:
     """:func:`table` as a plain :class:`~jaxmemprof.analysis.groups.Table`
     (no pandas), for write_csv."""
     return table_of(result).select(_columns(result))
 
 
-def document(command: str, inputs: list[str], result: Summary | Diff, value_type: str) -> dict:
+def document(command: str, inputs: list[str], result: Breakdown | Diff, value_type: str) -> dict:
     doc = {
         "command": command,
         "inputs": inputs,
         "by": result.by,
         "value_type": value_type,
     }
-    show = isinstance(result, Summary)
+    show = isinstance(result, Breakdown)
     if show:
         doc["totals"] = {"bytes": result.total_bytes, "count": result.total_count}
     else:

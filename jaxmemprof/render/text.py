@@ -12,10 +12,10 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from jaxmemprof.analysis.groups import Diff, Summary, table_of
+from jaxmemprof.analysis.groups import Breakdown, Diff, table_of
 from jaxmemprof.analysis.groups import Table as Rows
 from jaxmemprof.render.escape import safe
-from jaxmemprof.render.plain import breakdown, diff_left_out, owner_label, summary_footer
+from jaxmemprof.render.plain import breakdown, diff_left_out, owner_label, breakdown_footer
 from jaxmemprof.units import counted, format_bytes
 
 
@@ -72,7 +72,7 @@ def _delta_style(n: int) -> str:
     return "red" if n > 0 else "green" if n < 0 else ""
 
 
-def render_summary(summary: Summary, con: Console, *, title: str, value_type: str) -> None:
+def render_breakdown(summary: Breakdown, con: Console, *, title: str, value_type: str) -> None:
     con.print(Text(safe(title)))
     table = Table(box=None, pad_edge=False, header_style="bold")
     table.add_column("bytes", justify="right", no_wrap=True)
@@ -85,7 +85,7 @@ def render_summary(summary: Summary, con: Console, *, title: str, value_type: st
     for b, c, share, cum, key in zip(*cols, _key_texts(rows, summary)):
         table.add_row(format_bytes(b), str(c), _pct(share), _pct(cum), Text(key))
     con.print(table)
-    for line in summary_footer(summary, len(rows), value_type):
+    for line in breakdown_footer(summary, len(rows), value_type):
         con.print(line)
     _render_breakdown(con, "by device", table_of(summary, "devices"), "device")
     _render_breakdown(con, "by kind", table_of(summary, "kinds"), "kind")
@@ -127,7 +127,7 @@ def render_diff(d: Diff, con: Console, *, title: str, value_type: str) -> None:
     _render_breakdown(con, "by kind", table_of(d, "kinds"), "kind")
 
 
-def render_run_summary(ov, con: Console, *, target: str, run_dir: str, warnings: list[str], answer=None,
+def render_closing(ov, con: Console, *, target: str, run_dir: str, warnings: list[str], answer=None,
                        previous: tuple | None = None) -> None:
     """The few lines ``jaxmemprof run`` prints on stderr when the target ends:
     the answer first (analysis/answer.py: the true peak, what it is), then
@@ -170,7 +170,7 @@ def render_run_summary(ov, con: Console, *, target: str, run_dir: str, warnings:
             con.print(Text(line))
 
 
-def render_oom(summary: Summary, con: Console) -> None:
+def render_oom(summary: Breakdown, con: Console) -> None:
     """The top live sites when the target ran out of device memory."""
     con.print(Text(f"jaxmemprof: out of device memory; live at the failure: {format_bytes(summary.total_bytes)}, held by:"))
     for _, row in summary.rows.iterrows():

@@ -104,7 +104,7 @@ def is_job_directory(path) -> bool:
 
 
 @dataclass
-class ProcessSummary:
+class ProcessTotals:
     """One process of a job, read cheaply: its manifest and the totals of its
     snapshots (``snapshot, t_wall, t, live_bytes, trigger, label, file``;
     ``t`` on the job's aligned clock, seconds since the job started)."""
@@ -153,7 +153,7 @@ def _number(v) -> float | None:
     return v if np.isfinite(v) and abs(v) < 2.0**53 else None
 
 
-def read_process(n: int, path: Path) -> ProcessSummary:
+def read_process(n: int, path: Path) -> ProcessTotals:
     """Process ``n`` of a job from ``path``: never raises for damage (a
     process killed before it wrote anything is one that did not finish)."""
     from jaxmemprof.store.reader import read_manifest
@@ -168,12 +168,12 @@ def read_process(n: int, path: Path) -> ProcessSummary:
     finished = manifest.get("end_time") is not None
     link = layout.linked_entry(path)
     if link is not None:  # never followed out of the run
-        return ProcessSummary(n, path, manifest, empty, finished, None,
+        return ProcessTotals(n, path, manifest, empty, finished, None,
                               error=f"{link.name} is a symlink; not read (a run is read only from its own files)",
                               warnings=warnings)
     db = path / layout.JOURNAL
     if not db.is_file():
-        return ProcessSummary(n, path, manifest, empty, False, None, error="no journal (it recorded nothing)",
+        return ProcessTotals(n, path, manifest, empty, False, None, error="no journal (it recorded nothing)",
                               warnings=warnings)
     init = None
     thinned: set = set()
@@ -194,7 +194,7 @@ def read_process(n: int, path: Path) -> ProcessSummary:
         finally:
             con.close()
     except sqlite3.Error as exc:
-        return ProcessSummary(n, path, manifest, empty, finished, None,
+        return ProcessTotals(n, path, manifest, empty, finished, None,
                               error=f"journal unreadable ({' '.join(str(exc).split())})", warnings=warnings)
     good = [r for r in rows if _number(r[0]) is not None and _number(r[1]) is not None
             and _number(r[2]) is not None and isinstance(r[5], str)]
@@ -217,7 +217,7 @@ def read_process(n: int, path: Path) -> ProcessSummary:
         warnings.append(f"its manifest says process {mi} (jax.distributed's index); read as process {n}, "
                         "the directory's name")
     snaps["t"] = snaps["t_wall"]
-    return ProcessSummary(n, path, manifest, snaps, finished, init, thinned=frozenset(thinned), warnings=warnings)
+    return ProcessTotals(n, path, manifest, snaps, finished, init, thinned=frozenset(thinned), warnings=warnings)
 
 
 @dataclass
@@ -225,12 +225,12 @@ class Job:
     """A job directory's processes, read and aligned (see the module's doc)."""
 
     path: Path
-    processes: list  # ProcessSummary, by process index
+    processes: list  # ProcessTotals, by process index
     t0_wall: float  # the job's start on the reference clock
     alignment: str  # "jax.distributed.initialize", "wall clocks", or "mixed: ..."
     warnings: list = field(default_factory=list)
 
-    def process(self, n: int) -> ProcessSummary:
+    def process(self, n: int) -> ProcessTotals:
         for p in self.processes:
             if p.process == n:
                 return p

@@ -41,8 +41,8 @@ SNAPSHOT_DIR = "snapshots"
 PROCESS_DIR_PREFIX = "process-"
 # SQLite's files: the journal and what it keeps beside it (WAL, its index, a rollback journal).
 JOURNAL_FILES = (JOURNAL, JOURNAL + "-wal", JOURNAL + "-shm", JOURNAL + "-journal")
-# What a process of a job writes as it ends (analysis/job.py SUMMARY_FILE).
-SUMMARY = "summary.json"
+# What a process of a job writes as it ends: its result, read by the job's report (analysis/job.py).
+PROCESS_RESULT = "summary.json"
 
 # Environment variables that decide how JAX allocates device memory.
 ALLOCATOR_ENV_PREFIXES = ("XLA_PYTHON_CLIENT_",)
@@ -292,7 +292,7 @@ def is_snapshot_file(name: str) -> bool:
 def is_our_name(name: str) -> bool:
     """Whether a top-level entry of a run directory is named as one that
     jaxmemprof writes (a file, its temporary name, the lock, snapshots/)."""
-    return name in (LOCK, SNAPSHOT_DIR) or is_run_file(name) or _untemp(name) == SUMMARY
+    return name in (LOCK, SNAPSHOT_DIR) or is_run_file(name) or _untemp(name) == PROCESS_RESULT
 
 
 # -- never through a link ---------------------------------------------------------------

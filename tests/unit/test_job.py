@@ -8,7 +8,7 @@ import shutil
 
 from jaxmemprof.analysis.attributed import attribute
 from jaxmemprof.analysis.job import (SUMMARY_OPTIONS, analyse_processes, build_job_report, default_options,
-                                     process_result, read_summary, write_summary)
+                                     process_result, read_process_result, write_process_result)
 from jaxmemprof.analysis.options import Options
 from jaxmemprof.analysis.report import build_report
 from jaxmemprof.store.job import load_job
@@ -38,13 +38,13 @@ def test_each_process_and_the_job_hold_what_the_program_counted(job, oracle):
 def test_a_process_summary_reads_back_as_the_analysis_it_saves(recorded, oracle, tmp_path):
     path = tmp_path / "process-0"
     shutil.copytree(recorded.tiny, path)
-    assert read_summary(0, path, default_options(Options())) is None  # none written yet
-    assert write_summary(path)
-    saved = read_summary(0, path, default_options(Options()))
+    assert read_process_result(0, path, default_options(Options())) is None  # none written yet
+    assert write_process_result(path)
+    saved = read_process_result(0, path, default_options(Options()))
     fresh = process_result(0, build_report(attribute(load_run(path), SUMMARY_OPTIONS)))
     assert saved.peak_sites.equals(fresh.peak_sites)
     assert [(f.rule, f.site, f.saving_bytes) for f in saved.findings] == \
         [(f.rule, f.site, f.saving_bytes) for f in fresh.findings]
     assert saved.summary["peak_bytes"] == total(oracle["live"][peak_label(oracle)])
     assert saved.roles == fresh.roles
-    assert read_summary(0, path, {"top_sites": 3, "steps": 1000}) is None  # made with other options
+    assert read_process_result(0, path, {"top_sites": 3, "steps": 1000}) is None  # made with other options
