@@ -147,3 +147,28 @@ def test_the_true_peak_is_computed_in_one_module():
             if _subtracts_alias(node) and isinstance(node.left, ast.BinOp):  # a sum less the aliased bytes
                 where.add(str(path.relative_to(REPO)))
     assert where == {"jaxmemprof/truepeak.py"}, where
+
+
+def _functions_of(path: Path) -> set[str]:
+    return {n.name for n in ast.parse(path.read_text()).body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+
+
+def test_render_imports_no_analysis_function():
+    """The renderers only serialise what analysis built (the Report, the
+    page's model, the findings): they may name its classes and constants,
+    never call one of its functions (an import of one anywhere in render/,
+    inside functions included, or of a whole analysis module)."""
+    modules = _modules()
+    calls = set()
+    for path in sorted((PACKAGE / "render").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                calls |= {(path.name, a.name) for a in node.names if a.name.startswith("jaxmemprof.analysis")}
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("jaxmemprof.analysis"):
+                source = modules.get(node.module)
+                for a in node.names:
+                    if f"{node.module}.{a.name}" in modules:  # a module of analysis: its functions are at hand
+                        calls.add((path.name, f"{node.module}.{a.name}"))
+                    elif source is not None and a.name in _functions_of(source):
+                        calls.add((path.name, f"{node.module}.{a.name}"))
+    assert calls == set(), "render/ imports these analysis functions: compute them in analysis"

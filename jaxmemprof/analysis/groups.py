@@ -168,6 +168,10 @@ class Breakdown:
     omitted_bytes: int = 0
     omitted_count: int = 0
 
+    def table(self, name: str = "rows") -> Table:
+        """``rows`` (or ``devices``, ``kinds``) as a :class:`Table` (``table_of``)."""
+        return table_of(self, name)
+
 
 @dataclass(frozen=True)
 class Diff:
@@ -185,6 +189,10 @@ class Diff:
     omitted_rows: int = 0
     omitted_bytes: int = 0
     omitted_count: int = 0
+
+    def table(self, name: str = "rows") -> Table:
+        """``rows`` (or ``devices``, ``kinds``) as a :class:`Table` (``table_of``)."""
+        return table_of(self, name)
 
 
 def keyed_samples(profile: Profile, by: str, attribution: Attribution) -> pd.DataFrame:

@@ -82,6 +82,8 @@ class JobReport:
     unfinished: list
     per_process: dict = field(repr=False, default_factory=dict)  # process -> ProcessResult
     warnings: list = field(default_factory=list)
+    plan: pd.DataFrame = field(default_factory=pd.DataFrame)  # job_plan: the largest batch that fits every process
+    roles: pd.DataFrame = field(default_factory=pd.DataFrame)  # job_roles: each process's roles
 
 
 def as_findings(findings) -> list:
@@ -370,8 +372,15 @@ def build_job_report(job: Job, results: dict, timeline: JobTimeline | None = Non
         job_peak_bytes=int(tl.peak_bytes), job_peak_t=tl.peak_t, processes=procs.drop(columns=["last_t"]),
         peak_sites=peak_sites, findings=merged, timeline=tl.totals,
         unfinished=[int(x) for x in procs.loc[~procs["finished"], "process"]],
-        per_process=results, warnings=warnings,
+        per_process=results, warnings=warnings, plan=job_plan(results), roles=job_roles(results),
     )
+
+
+def job_roles(results: dict) -> pd.DataFrame:
+    """``process, device, role, bytes, largest_owner``: each process's roles
+    at its largest sampled jitted call (analysis/roles.py)."""
+    rows = [(n, *r) for n, result in sorted(results.items()) for r in result.roles]
+    return pd.DataFrame(rows, columns=["process", "device", "role", "bytes", "largest_owner"])
 
 
 # -- each process's summary, written where it ran ----------------------------------------

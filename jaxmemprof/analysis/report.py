@@ -25,7 +25,7 @@ from jaxmemprof.analysis.leaks import leak_findings, leaks, recompiles, rejits
 from jaxmemprof.analysis.attributed import Attributed
 from jaxmemprof.analysis.lifetimes import estimated_site_churn, site_lifetimes
 from jaxmemprof.analysis.reuse import reuse
-from jaxmemprof.analysis.roles import Roles, roles
+from jaxmemprof.analysis.roles import Roles, empty_roles, roles
 from jaxmemprof.analysis.timeline import Timeline, timeline
 
 
@@ -60,7 +60,8 @@ class Report:
     findings: list  # Finding records, ranked (render/findings.py says them)
     extra_findings: list = field(default_factory=list)
     plan: object = None  # advice/plan.Plan of a run recorded with run --plan (None without)
-    roles: Roles | None = None  # what the memory is at the largest sampled jitted call (analysis/roles.py)
+    roles: Roles = field(default_factory=empty_roles)  # what the memory is at the largest sampled jitted call
+    peak_devices: pd.DataFrame = field(default_factory=pd.DataFrame)  # live bytes per device at the live peak
     answer: Answer | None = None  # the answer, first in every output (analysis/answer.py)
 
 
@@ -162,7 +163,7 @@ def build_report(ar: Attributed, *, extra_rules=()) -> Report:
         jit_peak=jit_peak, jit_buffers=largest_buffers(ar),
         jit_curve=program_curves(ar), true_peak_bytes=total_true_peak,
         true_peak_where=where,
-        fit=fit, findings=findings, plan=plan, roles=what,
+        fit=fit, findings=findings, plan=plan, roles=what, peak_devices=_peak_devices(tl),
         answer=answer(summary, inside, busiest, memory_in_jit, jit_peak, what, findings),
     )
     extra = [f for rule in extra_rules for f in rule(run, report)]
@@ -185,9 +186,9 @@ def probe_warnings(run) -> list[str]:
             for kind, msg in zip(rows["kind"], rows["message"])]
 
 
-def peak_devices(report: Report) -> pd.DataFrame:
-    """Live bytes per device at the peak snapshot."""
-    d = report.timeline.devices
-    if d.empty or report.timeline.peak_snapshot is None:
+def _peak_devices(tl: Timeline) -> pd.DataFrame:
+    """Live bytes per device at the live peak's snapshot."""
+    d = tl.devices
+    if d.empty or tl.peak_snapshot is None:
         return d.iloc[0:0]
-    return d.loc[d["snapshot"] == report.timeline.peak_snapshot].reset_index(drop=True)
+    return d.loc[d["snapshot"] == tl.peak_snapshot].reset_index(drop=True)

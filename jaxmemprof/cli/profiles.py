@@ -144,9 +144,10 @@ def show(profile, by, top, csv_path, as_json, html_path, force, library, user, a
           csv_path, as_json, top, force, html_path)
 
     def page():
+        from jaxmemprof.analysis.page import profiles_model
         from jaxmemprof.render.html import show_page
 
-        return show_page(name, prof, att)
+        return show_page(name, prof, profiles_model([prof], att))
 
     _write_html(html_path, force, page)
 
@@ -196,8 +197,9 @@ def diff(base, new, by, top, csv_path, as_json, html_path, force, library, user,
           f"{base_name} -> {new_name}: {new_prof.value_type} by {by}", csv_path, as_json, top, force, html_path)
 
     def page():
+        from jaxmemprof.analysis.page import profiles_model
         from jaxmemprof.render.html import diff_page
 
-        return diff_page(base_name, base_prof, new_name, new_prof, att)
+        return diff_page(base_name, base_prof, new_name, new_prof, profiles_model([base_prof, new_prof], att))
 
     _write_html(html_path, force, page)

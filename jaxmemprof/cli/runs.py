@@ -189,6 +189,7 @@ def _export_pprof(inputs, output, force, library, user, all_frames):
 
 def _write_job_html(spec, path, force, options):
     from jaxmemprof.analysis.attributed import attribute
+    from jaxmemprof.analysis.page import report_model
     from jaxmemprof.analysis.report import build_report
     from jaxmemprof.cli.base import output_to
     from jaxmemprof.cli.jobs import _job_report
@@ -203,16 +204,18 @@ def _write_job_html(spec, path, force, options):
     shown = []
     for n in job_page_processes(rep):  # the largest processes, each a report of its own
         ar = attribute(load_run(job.process(n).path), options)
-        shown.append((n, build_report(ar), ar))
+        one = build_report(ar)
+        shown.append((n, one, report_model(one, ar)))
     page = job_page(job, rep, shown)
     with output_to(path, force) as out:
         out.write(page)
 
 
 def _write_html(rep, ar, path, force):
+    from jaxmemprof.analysis.page import report_model
     from jaxmemprof.cli.base import output_to
     from jaxmemprof.render.html import report_page
 
-    page = report_page(rep, ar)
+    page = report_page(rep, report_model(rep, ar))
     with output_to(path, force) as out:
         out.write(page)

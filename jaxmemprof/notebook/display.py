@@ -71,10 +71,11 @@ class Shown:
         return Text(buf.getvalue())
 
     def page(self) -> "Page":
+        from jaxmemprof.analysis.page import report_model
         from jaxmemprof.render.html import report_page
 
         _, ar, rep, _ = self._analysis()
-        return Page(report_page(rep, ar), str(self.run.path))
+        return Page(report_page(rep, report_model(rep, ar)), str(self.run.path))
 
 
 # -- the summary ---------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from jaxmemprof.analysis.findings import Finding, ranked
+from jaxmemprof.analysis.findings import Finding
 from jaxmemprof.rules import RULES, Words
 from jaxmemprof.units import format_bytes
 
@@ -52,9 +52,9 @@ def saves(f: Finding, w: Words) -> str:
 
 
 def records(findings: list[Finding]) -> list[dict]:
-    """One dict per finding, ranked: its facts (as data) beside its words."""
+    """One dict per finding (in the order given: the report's, ranked), its facts (as data) beside its words."""
     out = []
-    for f in ranked(findings):
+    for f in findings:
         w = words(f)
         out.append({"rule": f.rule, "case": f.case, "severity": f.severity, "site": f.site,
                     "saving_bytes": f.saving_bytes, "saves": saves(f, w), "message": w.message, "fix": w.fix,

@@ -26,7 +26,8 @@ import numpy as np
 import pandas as pd
 
 from jaxmemprof._version import __version__
-from jaxmemprof.analysis.flame import Cells, profile_cells, role_cells, run_cells, site_growth, site_values
+from jaxmemprof.analysis.flame import Cells
+from jaxmemprof.analysis.roles import ROLES
 from jaxmemprof.finite import finite
 from jaxmemprof.render.escape import safe, safe_column, safe_field
 from jaxmemprof.render.json import _default
@@ -107,27 +108,16 @@ def _cells_data(cells: Cells, S: _Strings) -> dict:
     }
 
 
-def _growth_rows(cells: Cells, base_j: int, new_j: int, n: int = 5) -> list:
-    g = site_growth(cells, base_j, new_j)
-    return _rows(g.head(n))
-
-
-def _held_rows(cells: Cells, j: int, n: int = 5) -> list:
-    v = site_values(cells, j)
-    v = v[v > 0].sort_values(ascending=False, kind="stable")
-    total = int(v.sum())
-    return [{"site": s, "bytes": int(b), "share": (b / total if total else 0.0)} for s, b in v.head(n).items()]
-
-
 # -- the three pages ------------------------------------------------------------------
 
 
-def report_page(rep, ar) -> str:
+def report_page(rep, model) -> str:
     """The page of ``report --html``: a run's timeline, flame graphs of any
     snapshot and of the change between two, lifetimes, memory inside jit and
-    the findings (``rep``: the report of the attributed run ``ar``)."""
+    the findings (``rep``: the run's report; ``model``: what the page draws
+    beyond it, analysis/page.py ``report_model``)."""
     S = _Strings()
-    data = _report_data(rep, ar, S)
+    data = _report_data(rep, model, S)
     data["strings"] = S.items
     return page(data)
 
@@ -142,23 +132,17 @@ def _process_of(run) -> int:
     return int(v) if v is not None else 0
 
 
-def _report_data(rep, ar, S: _Strings, t_shift: float = 0.0) -> dict:
+def _report_data(rep, model, S: _Strings, t_shift: float = 0.0) -> dict:
     """A run's data for the page (texts go to the string table ``S``);
     ``t_shift``: seconds added to its times (a process of a job, on the
     job's clock)."""
-    run = ar.run
-    cells = run_cells(ar)
+    run, cells = model.run, model.cells
     proc = _process_of(run)
     tl = rep.timeline
-    pos = cells.positions
-    totals = tl.totals.iloc[pos].reset_index(drop=True) if len(tl.totals) else tl.totals
-    snaps = run.snapshots.iloc[pos].reset_index(drop=True)
-    P = len(pos)
-    j_of = {int(s): j for j, s in enumerate(snaps["snapshot"].tolist())}
-    peak_j = j_of.get(tl.peak_snapshot, 0) if tl.peak_snapshot is not None else 0
+    totals, snaps = model.totals, model.snapshots
+    P = len(cells.positions)
+    peak_j, final_j = model.peak_j, model.final_j
     trig = snaps["trigger"].astype(object).tolist()
-    running = [j for j in range(P) if trig[j] != "exit"]
-    final_j = running[-1] if running else max(P - 1, 0)
 
     def col(df, name):
         if name not in df:
@@ -210,8 +194,8 @@ def _report_data(rep, ar, S: _Strings, t_shift: float = 0.0) -> dict:
         "headline": {
             "peak_bytes": int(tl.peak_bytes), "peak_t": _shifted(tl.peak_t, t_shift), "peak_snapshot": tl.peak_snapshot,
             "held_by": (_rows(rep.peak_sites.rows.head(5), ["site", "bytes", "share"])
-                        if rep.peak_sites is not None else _held_rows(cells, peak_j)),
-            "grew": _growth_rows(cells, 0, final_j) if P else [],
+                        if rep.peak_sites is not None else model.held),
+            "grew": model.grew,
             "grew_between": [int(snaps["snapshot"].iloc[0]), int(snaps["snapshot"].iloc[final_j])] if P else [],
         },
         "lifetimes": _lifetimes(rep, t_shift),
@@ -232,34 +216,28 @@ def _report_data(rep, ar, S: _Strings, t_shift: float = 0.0) -> dict:
         "process": proc,
     }
     if getattr(rep, "plan", None) is not None:
-        data["plan"] = _plan(rep.plan)
-    what = getattr(rep, "roles", None)
-    if what is not None and not what.by_role.empty:
-        data["roles"] = _roles(what, S)
+        data["plan"] = _plan(rep.plan, model.fit_peak_bytes)
+    if model.roles is not None:
+        data["roles"] = _roles(rep.roles, model.roles, S)
     return data
 
 
-def _roles(what, S: _Strings) -> dict:
+def _roles(what, rc, S: _Strings) -> dict:
     """What the memory is, for the page's icicle: role -> owner path cells
-    (analysis/flame.py ``role_cells``), one group per set of devices whose
-    cells are the same."""
-    from jaxmemprof.analysis.roles import ROLES
+    (``rc``: analysis/flame.py ``role_cells``), one group per set of devices
+    whose cells are the same."""
     from jaxmemprof.render.report import device_ranges
 
-    rc = role_cells(what)
     return {"where": what.where, "order": list(ROLES), **_cells_data(rc.cells, S),
             "groups": [{"device": devices[0], "devices": devices, "bytes": int(total),
                         "label": "" if devices == ["all"] else device_ranges(devices)} for devices, total in rc.groups]}
 
 
-def _plan(plan) -> dict:
+def _plan(plan, fit_peak_bytes: int | None) -> dict:
     """run --plan's points for the page's chart: per planned function and
     variant, the busiest device's peak at each compiled batch; the most a
     device of ``device_bytes`` holds by the fit rule; the largest batch."""
-    from jaxmemprof.analysis.advice.plan import largest_fitting_peak
-
-    dev = plan.device_bytes
-    out = {"device_bytes": dev, "fit_peak_bytes": largest_fitting_peak(dev) if dev else None, "functions": []}
+    out = {"device_bytes": plan.device_bytes, "fit_peak_bytes": fit_peak_bytes, "functions": []}
     pts = plan.points[plan.points["peak_bytes"].notna()]
     for f in plan.functions:
         mine = pts[pts["function_id"] == f.function_id]
@@ -376,18 +354,18 @@ def job_page(job, job_report, shown: list) -> str:
     """The page of ``report JOB --html`` for a multi-process job: the job's
     memory over time (the sum over processes, on the aligned clock), every
     process's peak, and the full report page of each process in ``shown``
-    (``[(process, its Report, its Attributed run)]``, from
+    (``[(process, its Report, its page model)]``, from
     :func:`job_page_processes`), one at a time behind a selector."""
     S = _Strings()
     procs = job_report.processes
     chosen = [n for n, _, _ in shown]
     blocks = []
-    for n, rep, ar in sorted(shown, key=lambda x: x[0]):
-        p, run = job.process(n), ar.run
+    for n, rep, model in sorted(shown, key=lambda x: x[0]):
+        p, run = job.process(n), model.run
         shift = 0.0
         if not run.snapshots.empty and not p.snapshots.empty:
             shift = float(p.snapshots["t"].iloc[0]) - float(run.snapshots["t"].iloc[0])
-        block = _report_data(rep, ar, S, t_shift=shift)
+        block = _report_data(rep, model, S, t_shift=shift)
         block["process"] = n  # the job's index (the directory's), whatever the manifest says
         block["title"] = f"process {n}" + (f" ({p.host})" if p.host else "") + f": {p.path}"
         blocks.append(block)
@@ -420,26 +398,27 @@ def job_page(job, job_report, shown: list) -> str:
     return page(data)
 
 
-def show_page(name: str, prof, attribution) -> str:
-    """The page of ``show --html``: one profile's flame graph."""
+def show_page(name: str, prof, model) -> str:
+    """The page of ``show --html``: one profile's flame graph (``model``:
+    analysis/page.py ``profiles_model``)."""
     S = _Strings()
-    cells = profile_cells([prof], attribution)
+    cells = model.cells
     data = {"page": "show", "title": f"jaxmemprof show: {name}", "names": [name], "value_type": prof.value_type,
             **_cells_data(cells, S), "defaults": {"selected": 0},
-            "headline": {"total_bytes": prof.total_bytes, "held_by": _held_rows(cells, 0)}}
+            "headline": {"total_bytes": prof.total_bytes, "held_by": model.held}}
     data["strings"] = S.items
     return page(data)
 
 
-def diff_page(base_name: str, base, new_name: str, new, attribution) -> str:
+def diff_page(base_name: str, base, new_name: str, new, model) -> str:
     """The page of ``diff --html``: the differential flame graph of two
-    profiles, and each one's own."""
+    profiles, and each one's own (``model``: analysis/page.py ``profiles_model``)."""
     S = _Strings()
-    cells = profile_cells([base, new], attribution)
+    cells = model.cells
     data = {"page": "diff", "title": f"jaxmemprof diff: {base_name} -> {new_name}", "names": [base_name, new_name],
             "value_type": new.value_type, **_cells_data(cells, S), "defaults": {"selected": 1, "base": 0, "new": 1},
             "headline": {"base_bytes": base.total_bytes, "new_bytes": new.total_bytes,
-                         "grew": _growth_rows(cells, 0, 1, 8)}}
+                         "grew": model.grew}}
     data["strings"] = S.items
     return page(data)
 

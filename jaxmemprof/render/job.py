@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from jaxmemprof.analysis.job import JobReport, job_plan
+from jaxmemprof.analysis.job import JobReport
 from jaxmemprof.render.escape import safe
 from jaxmemprof.render.findings import saves, words
 from jaxmemprof.render.json import records
@@ -91,7 +91,7 @@ def render_job_report(rep: JobReport, con: Console, *, top: int = 10, explain: b
         if len(ranked) > top:
             con.print(Text(f"  ... {counted(len(ranked) - top, 'more kind')} of process; --top N shows more"))
 
-    roles = job_roles(rep)
+    roles = rep.roles
     if not roles.empty:
         con.print()
         con.print(Text("what the memory is in each process (its largest jitted call, busiest device; processes "
@@ -104,7 +104,7 @@ def render_job_report(rep: JobReport, con: Console, *, top: int = 10, explain: b
         for key, procs in sorted(kinds.items(), key=lambda kv: (-sum(b for _, b in kv[0]), kv[1][0]))[:top]:
             con.print(Text(f"  {safe(who(procs))}: " + ", ".join(f"{format_bytes(int(b))} {r}" for r, b in key)))
 
-    plan = job_plan(rep.per_process)
+    plan = rep.plan
     if not plan.empty:
         con.print()
         con.print(Text("plan (run --plan): the largest batch that fits every process", style="bold underline"))
@@ -167,17 +167,10 @@ def job_document(rep: JobReport) -> dict:
         "processes": records(rep.processes),
         "peak_sites": records(rep.peak_sites),
         "timeline": records(rep.timeline),
-        "roles": records(job_roles(rep)),
-        "plan": records(job_plan(rep.per_process)),
+        "roles": records(rep.roles),
+        "plan": records(rep.plan),
         "findings": [dict(r, facts=json.loads(r["facts"])) for r in records(findings_table(rep.findings))],
     }
-
-
-def job_roles(rep: JobReport) -> pd.DataFrame:
-    """``process, device, role, bytes, largest_owner``: each process's roles
-    at its largest sampled jitted call (analysis/roles.py)."""
-    rows = [(n, *r) for n, result in sorted(rep.per_process.items()) for r in result.roles]
-    return pd.DataFrame(rows, columns=["process", "device", "role", "bytes", "largest_owner"])
 
 
 def job_tables(rep: JobReport) -> dict[str, pd.DataFrame]:

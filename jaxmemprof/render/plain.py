@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 
-from jaxmemprof.analysis.groups import Breakdown, Diff, table_of
+from jaxmemprof.analysis.groups import Breakdown, Diff
 from jaxmemprof.render.escape import safe
 from jaxmemprof.units import counted, format_bytes
 
@@ -120,7 +120,7 @@ def breakdown_lines(summary: Breakdown, *, title: str, value_type: str) -> list[
     """render_breakdown's lines, or None when rich must lay them out."""
     if any(c in value_type for c in _MARKUP):
         return None
-    rows = table_of(summary)
+    rows = summary.table()
     cells = [
         (format_bytes(b), str(c), _pct(s), _pct(cs), key)
         for b, c, s, cs, key in zip(*(rows.column(n) for n in ("bytes", "count", "share", "cum_share")),
@@ -128,14 +128,14 @@ def breakdown_lines(summary: Breakdown, *, title: str, value_type: str) -> list[
     ]
     lines = [safe(title)] + _table(("bytes", "count", "%", "cum %", summary.by), (1, 1, 1, 1, 0), cells)
     lines += breakdown_footer(summary, len(rows), value_type)
-    lines += breakdown("by device", table_of(summary, "devices"), "device")
-    lines += breakdown("by kind", table_of(summary, "kinds"), "kind")
+    lines += breakdown("by device", summary.table("devices"), "device")
+    lines += breakdown("by kind", summary.table("kinds"), "kind")
     return lines if _ok(lines) else None
 
 
 def diff_lines(d: Diff, *, title: str, value_type: str) -> list[str] | None:
     """render_diff's lines, or None when rich must lay them out."""
-    rows = table_of(d)
+    rows = d.table()
     cells = [
         (format_bytes(int(delta), signed=True), format_bytes(base), format_bytes(new), f"{int(dc):+d}", key)
         for delta, base, new, dc, key in zip(*(rows.column(n) for n in ("delta_bytes", "base_bytes", "new_bytes",
@@ -146,6 +146,6 @@ def diff_lines(d: Diff, *, title: str, value_type: str) -> list[str] | None:
     t = d.totals
     lines.append(f"total: {format_bytes(t['base_bytes'])} -> {format_bytes(t['new_bytes'])} "
                  f"({format_bytes(t['delta_bytes'], signed=True)}, {t['delta_count']:+d} allocations; {value_type})")
-    lines += breakdown("by device", table_of(d, "devices"), "device")
-    lines += breakdown("by kind", table_of(d, "kinds"), "kind")
+    lines += breakdown("by device", d.table("devices"), "device")
+    lines += breakdown("by kind", d.table("kinds"), "kind")
     return lines if _ok(lines) else None

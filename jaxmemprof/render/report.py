@@ -15,7 +15,7 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
-from jaxmemprof.analysis.report import Report, peak_devices
+from jaxmemprof.analysis.report import Report
 from jaxmemprof.render import answer
 from jaxmemprof.render import findings as said
 from jaxmemprof.render import notes
@@ -194,7 +194,7 @@ def _render_summary(rep: Report, con: Console, explain: bool) -> None:
     ]
     a = rep.answer
     if s["peak_snapshot"] is not None and a is not None:
-        per_dev = peak_devices(rep)
+        per_dev = rep.peak_devices
         by_device = ", ".join(f"{safe(d)} {format_bytes(r['live_bytes'])}"
                               for d, r in collapse_devices(per_dev, ["live_bytes"])) if len(per_dev) > 1 else ""
         lines += [line for line in (answer.true_peak_line(a), answer.live_peak_line(a, by_device=by_device),

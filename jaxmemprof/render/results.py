@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from jaxmemprof.analysis.groups import Breakdown, Diff, Table, table_of
+from jaxmemprof.analysis.groups import Breakdown, Diff, Table
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -26,7 +26,7 @@ def table(result: Breakdown | Diff) -> pd.DataFrame:
 def plain_table(result: Breakdown | Diff) -> Table:
     """:func:`table` as a plain :class:`~jaxmemprof.analysis.groups.Table`
     (no pandas), for write_csv."""
-    return table_of(result).select(_columns(result))
+    return result.table().select(_columns(result))
 
 
 def document(command: str, inputs: list[str], result: Breakdown | Diff, value_type: str) -> dict:
@@ -42,12 +42,12 @@ def document(command: str, inputs: list[str], result: Breakdown | Diff, value_ty
     else:
         doc["totals"] = dict(result.totals)
         doc["unchanged_rows"] = result.unchanged_rows
-    doc["devices"] = table_of(result, "devices").records()
-    doc["kinds"] = table_of(result, "kinds").records()
+    doc["devices"] = result.table("devices").records()
+    doc["kinds"] = result.table("kinds").records()
     doc["omitted"] = {
         "rows": result.omitted_rows,
         "bytes" if show else "delta_bytes": result.omitted_bytes,
         "count" if show else "delta_count": result.omitted_count,
     }
-    doc["rows"] = table_of(result).records(_columns(result))
+    doc["rows"] = result.table().records(_columns(result))
     return doc

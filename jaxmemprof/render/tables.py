@@ -7,7 +7,6 @@ import pandas as pd
 
 from jaxmemprof.analysis.advice.plan import MODEL_COLUMNS, PLAN_COLUMNS
 from jaxmemprof.analysis.report import Report
-from jaxmemprof.analysis.roles import Roles, empty_roles
 from jaxmemprof.render import findings as said
 from jaxmemprof.render import notes
 from jaxmemprof.render.json import records
@@ -24,10 +23,6 @@ def largest_signature(t: pd.DataFrame) -> pd.DataFrame:
     the page show (jit_peak.csv, jit_buffers.csv and jit_curve.csv hold every
     signature's)."""
     return t[t["largest_signature"].astype(bool)] if "largest_signature" in t.columns and len(t) else t
-
-
-def _roles(rep: Report) -> Roles:
-    return rep.roles if rep.roles is not None else empty_roles()
 
 
 def export_tables(rep: Report) -> dict[str, pd.DataFrame]:
@@ -49,8 +44,8 @@ def export_tables(rep: Report) -> dict[str, pd.DataFrame]:
         "jit_peak.csv": rep.jit_peak,
         "jit_buffers.csv": rep.jit_buffers,
         "jit_curve.csv": rep.jit_curve,
-        "roles.csv": _roles(rep).by_role,
-        "owners.csv": _roles(rep).owners,
+        "roles.csv": rep.roles.by_role,
+        "owners.csv": rep.roles.owners,
         "plan.csv": rep.plan.points if rep.plan is not None else _empty(PLAN_COLUMNS),
         "plan_models.csv": rep.plan.models if rep.plan is not None else _empty(MODEL_COLUMNS),
         "findings.csv": said.table(rep.findings),
@@ -84,8 +79,8 @@ def report_document(rep: Report) -> dict:
         "jit_peak": records(rep.jit_peak),
         "jit_buffers": records(rep.jit_buffers),
         "jit_curve": records(rep.jit_curve),
-        "roles": {"where": _roles(rep).where, "function": _roles(rep).function, "peak_bytes": _roles(rep).peak_bytes,
-                  "by_role": records(_roles(rep).by_role), "owners": records(_roles(rep).owners)},
+        "roles": {"where": rep.roles.where, "function": rep.roles.function, "peak_bytes": rep.roles.peak_bytes,
+                  "by_role": records(rep.roles.by_role), "owners": records(rep.roles.owners)},
         "fit": None if rep.fit is None else {k: v for k, v in vars(rep.fit).items()},
         "plan": plan_document(rep.plan),
         "findings": said.records(rep.findings),

@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from jaxmemprof.analysis.groups import Breakdown, Diff, table_of
+from jaxmemprof.analysis.groups import Breakdown, Diff
 from jaxmemprof.analysis.groups import Table as Rows
 from jaxmemprof.render.escape import safe
 from jaxmemprof.render.plain import breakdown, diff_left_out, owner_label, breakdown_footer
@@ -80,15 +80,15 @@ def render_breakdown(summary: Breakdown, con: Console, *, title: str, value_type
     table.add_column("%", justify="right", no_wrap=True)
     table.add_column("cum %", justify="right", no_wrap=True)
     table.add_column(summary.by, overflow="fold")
-    rows = table_of(summary)
+    rows = summary.table()
     cols = [rows.column(c) for c in ("bytes", "count", "share", "cum_share")]
     for b, c, share, cum, key in zip(*cols, _key_texts(rows, summary)):
         table.add_row(format_bytes(b), str(c), _pct(share), _pct(cum), Text(key))
     con.print(table)
     for line in breakdown_footer(summary, len(rows), value_type):
         con.print(line)
-    _render_breakdown(con, "by device", table_of(summary, "devices"), "device")
-    _render_breakdown(con, "by kind", table_of(summary, "kinds"), "kind")
+    _render_breakdown(con, "by device", summary.table("devices"), "device")
+    _render_breakdown(con, "by kind", summary.table("kinds"), "kind")
 
 
 def _render_breakdown(con: Console, label: str, rows: Rows, key: str) -> None:
@@ -104,7 +104,7 @@ def render_diff(d: Diff, con: Console, *, title: str, value_type: str) -> None:
     table.add_column("new", justify="right", no_wrap=True)
     table.add_column("delta count", justify="right", no_wrap=True)
     table.add_column(d.by, overflow="fold")
-    rows = table_of(d)
+    rows = d.table()
     cols = [rows.column(c) for c in ("delta_bytes", "base_bytes", "new_bytes", "delta_count")]
     for delta, base, new, dcount, key in zip(*cols, _key_texts(rows, d)):
         delta, dcount = int(delta), int(dcount)
@@ -123,8 +123,8 @@ def render_diff(d: Diff, con: Console, *, title: str, value_type: str) -> None:
     total.append(format_bytes(t["delta_bytes"], signed=True), style=_delta_style(t["delta_bytes"]))
     total.append(f", {t['delta_count']:+d} allocations; {value_type})")
     con.print(total)
-    _render_breakdown(con, "by device", table_of(d, "devices"), "device")
-    _render_breakdown(con, "by kind", table_of(d, "kinds"), "kind")
+    _render_breakdown(con, "by device", d.table("devices"), "device")
+    _render_breakdown(con, "by kind", d.table("kinds"), "kind")
 
 
 def render_closing(ov, con: Console, *, target: str, run_dir: str, warnings: list[str], answer=None,

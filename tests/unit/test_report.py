@@ -4,7 +4,7 @@ its step, XLA's memory_analysis() of the step)."""
 
 from __future__ import annotations
 
-from jaxmemprof.analysis.report import peak_devices, probe_warnings
+from jaxmemprof.analysis.report import probe_warnings
 
 from .programs import STEPS, call_peak, peak_label, total
 
@@ -25,7 +25,7 @@ def test_the_summary_is_the_programs_own_figures(tiny, tiny_report, oracle, labe
 
 
 def test_the_peak_by_device_is_what_each_device_held(tiny_report, oracle):
-    d = peak_devices(tiny_report)
+    d = tiny_report.peak_devices
     assert dict(zip(d["device"], d["live_bytes"])) == oracle["live"][peak_label(oracle)]
 
 
