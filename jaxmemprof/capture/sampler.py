@@ -28,7 +28,6 @@ import time
 from jaxmemprof.capture.arrays import (_add_device_bytes, _address, _Entry, _is_ready, _json_list, _Ref,
                                        _Static, is_deleted)
 # Imported here, not in the first snapshot, whose cost sets the sampling pace.
-from jaxmemprof.pprof import profile_pb2
 from jaxmemprof.store.writer import RunWriter, SnapshotRecord
 
 ADDRESS_MODES = ("auto", "all", "none")
@@ -598,6 +597,8 @@ class Sampler:
 def profile_buffers(data: bytes) -> tuple[int, int]:
     """(bytes, count) of the buffers in a device-memory profile (samples
     labelled kind=buffer), read straight from the protobuf."""
+    from jaxmemprof.pprof import profile_pb2  # at the first snapshot: a script without JAX never pays for protobuf
+
     msg = profile_pb2.Profile.FromString(gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data)
     strings = list(msg.string_table)
     try:

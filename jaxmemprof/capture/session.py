@@ -7,15 +7,16 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import importlib.util
 import json
 import os
 import platform
+import re
 import sqlite3
 import sys
 import time
 import warnings
 from datetime import datetime, timezone
-from importlib import metadata
 from pathlib import Path
 
 from jaxmemprof._version import __version__
@@ -40,11 +41,39 @@ def active() -> "Session | None":
     return _active
 
 
+_VERSION_LINE = re.compile(r"""^_(release_)?version(?:\s*:\s*str)?\s*=\s*['"]([^'"]+)['"]""", re.M)
+
+
 def _version(dist: str) -> str | None:
+    """The installed version of jax or jaxlib, cheaply (run's start-up pays
+    for it before the script runs): the module's own ``__version__`` where
+    it is imported, else its version.py read without importing it (its
+    release version first), else the package metadata (a scan of sys.path)."""
+    module = sys.modules.get(dist)
+    if isinstance(getattr(module, "__version__", None), str):
+        return module.__version__
+    try:
+        spec = importlib.util.find_spec(dist)
+        if spec is not None and spec.origin:
+            with open(os.path.join(os.path.dirname(spec.origin), "version.py"), encoding="utf-8") as f:
+                found = {bool(m.group(1)): m.group(2) for m in _VERSION_LINE.finditer(f.read(100_000))}
+            if found:
+                return found.get(True) or found[False]
+    except (ImportError, OSError, ValueError):
+        pass
+    from importlib import metadata
+
     try:
         return metadata.version(dist)
     except metadata.PackageNotFoundError:
         return None
+
+
+def _platform() -> str:
+    """``Linux-6.18.44-x86_64``: the system, its release and the machine
+    (platform.platform() would start a ``uname -p`` process for them)."""
+    u = os.uname()
+    return f"{u.sysname}-{u.release}-{u.machine}"
 
 
 def allocator_environment() -> dict:
@@ -78,7 +107,7 @@ class Session:
             "python": sys.version.split()[0],
             "jax_version": _version("jax"),
             "jaxlib_version": _version("jaxlib"),
-            "platform": platform.platform(),
+            "platform": _platform(),
             "hostname": platform.node(),
             "pid": os.getpid(),
             "environment": allocator_environment(),

@@ -31,8 +31,6 @@ import time
 from typing import TYPE_CHECKING
 
 from jaxmemprof.capture.arrays import is_deleted as _is_deleted
-from jaxmemprof.xla.dump import read_dump
-from jaxmemprof.xla.executable import ExecutableError, read_executable
 
 if TYPE_CHECKING:
     from jaxmemprof.capture.jit.state import _FunctionState
@@ -99,6 +97,9 @@ class Programs:
         buffers, now. False
         where the executable lacks the protos (the dump is the fallback)."""
         t0 = time.monotonic()
+        # imported at the first compile read: a script that never compiles pays nothing for protobuf
+        from jaxmemprof.xla.executable import ExecutableError, read_executable
+
         try:
             p = read_executable(compiled, memory_analysis=ma)
         except ExecutableError as exc:
@@ -259,6 +260,8 @@ class Programs:
         try:
             with _unseen_compile(self._jax):
                 lowered.compile(compiler_options={"xla_dump_to": directory})
+            from jaxmemprof.xla.dump import read_dump  # imported when a dump is read (protobuf-free, but regex-heavy)
+
             programs = read_dump(directory)
         finally:
             shutil.rmtree(directory, ignore_errors=True)
