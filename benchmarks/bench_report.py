@@ -291,7 +291,8 @@ def breakdown_child(run_path: str, top: int = 10) -> None:
     from jaxmemprof.analysis.attributed import attribute
     from jaxmemprof.analysis.findings import ranked
     from jaxmemprof.analysis.groups import summarize, top as top_rows
-    from jaxmemprof.analysis.leaks import leak_findings, leaks, recompiles
+    from jaxmemprof.analysis.leaks import leaks, recompiles
+    from jaxmemprof.analysis.rules.leaks import leak_findings
     from jaxmemprof.analysis.lifetimes import site_lifetimes
     from jaxmemprof.analysis.options import Options
     from jaxmemprof.analysis.report import build_report
@@ -324,8 +325,9 @@ def breakdown_child(run_path: str, top: int = 10) -> None:
         # that have them).
         import pandas as pd
 
-        from jaxmemprof.analysis.advice.allocator import allocator_findings
-        from jaxmemprof.analysis.advice.donation import donation_findings, estimated_true_peak, jit_memory
+        from jaxmemprof.analysis.rules.allocator import allocator_findings
+        from jaxmemprof.analysis.advice.donation import estimated_true_peak, jit_memory
+        from jaxmemprof.analysis.rules.donation import donation_findings
 
         jit_memory(ar)
         inside, _ = estimated_true_peak(run)

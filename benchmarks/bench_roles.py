@@ -138,7 +138,7 @@ class Meter:
 
 def report_child(run_path: str, repeat: int) -> dict:
     from jaxmemprof.analysis.advice.donation import largest_sampled_call
-    from jaxmemprof.analysis.advice.sharding import replication_findings
+    from jaxmemprof.analysis.rules.sharding import replication_findings
     from jaxmemprof.analysis.attributed import attribute
     from jaxmemprof.analysis.report import build_report
     from jaxmemprof.analysis.roles import roles

@@ -53,7 +53,8 @@ RESTRUCTURED = {"equinox_optax.py": [
 COLUMNS = ("benchmark", "case", "value", "unit", "reference", "ratio", "target", "met")
 
 sys.path.insert(0, str(REPO))
-from jaxmemprof.analysis.advice.donation import donation_findings, jit_memory  # noqa: E402
+from jaxmemprof.analysis.advice.donation import jit_memory
+from jaxmemprof.analysis.rules.donation import donation_findings
 from jaxmemprof.analysis.attributed import attribute  # noqa: E402
 from jaxmemprof.store.reader import load_run  # noqa: E402
 

@@ -22,11 +22,10 @@ import pytest
 
 from conftest import cpu_env, run_cli, write_script
 
-from jaxmemprof.analysis.advice.allocator import (
-    DOCS_URL, FRACTION, OLD_FRACTION, allocator_findings, fraction_config, fraction_env_name, needed_bytes,
-    parse_version, processes_per_device,
-)
-from jaxmemprof.analysis.advice.capacity import Fit, fit_findings, will_it_fit
+from jaxmemprof.analysis.advice.allocator import DOCS_URL, FRACTION, OLD_FRACTION, fraction_config, fraction_env_name, needed_bytes, parse_version, processes_per_device
+from jaxmemprof.analysis.rules.allocator import allocator_findings
+from jaxmemprof.analysis.advice.capacity import Fit, will_it_fit
+from jaxmemprof.analysis.rules.capacity import fit_findings
 from jaxmemprof.store.reader import load_run
 from jaxmemprof.units import parse_size
 from jaxmemprof.analysis.findings import Finding

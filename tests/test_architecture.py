@@ -1,8 +1,8 @@
 """The shape of the code, checked: data flows one way through the layers
-(capture -> store -> pprof/xla -> analysis -> rules -> render -> cli, and the
-glossary, a docs tool, above them), no import circle (imports inside
+(capture -> store -> pprof/xla -> analysis (its rules in analysis/rules/) ->
+render -> cli, and the glossary, a docs tool, above them), no import circle (imports inside
 functions included), and no module over 700 lines but generated ones. Read
-from the source with ``ast``: nothing is imported."""
+from the source with ``ast``: nothing is imported but the rules' registry."""
 
 from __future__ import annotations
 
@@ -11,9 +11,11 @@ from pathlib import Path
 
 from conftest import REPO
 
+from jaxmemprof.analysis.rules import RULES
+
 PACKAGE = REPO / "jaxmemprof"
 LOW = ("capture", "store", "pprof", "xla")  # may not import the layers above them
-HIGH = ("analysis", "rules", "render", "cli", "glossary")
+HIGH = ("analysis", "render", "cli", "glossary")
 MAX_LINES = 700
 
 
@@ -80,9 +82,9 @@ def test_the_low_layers_import_nothing_above_them():
     assert upward == set(), "imports that flow up"
 
 
-# Above the low layers, each layer imports only those before it: the findings'
-# facts (analysis) never import their words (rules), nor the words their outputs.
-ORDER = ("analysis", "rules", "render", "cli", "glossary")
+# Above the low layers, each layer imports only those before it: the findings
+# (analysis, their rules included) never import their outputs.
+ORDER = ("analysis", "render", "cli", "glossary")
 
 
 def test_the_upper_layers_import_only_those_below():
@@ -172,3 +174,34 @@ def test_render_imports_no_analysis_function():
                     elif source is not None and a.name in _functions_of(source):
                         calls.add((path.name, f"{node.module}.{a.name}"))
     assert calls == set(), "render/ imports these analysis functions: compute them in analysis"
+
+
+def _rule_names(path: Path) -> set[str]:
+    """The rules a module declares: ``Rule("name", ...)``."""
+    return {n.args[0].value for n in ast.walk(ast.parse(path.read_text()))
+            if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "Rule" and n.args
+            and isinstance(n.args[0], ast.Constant)}
+
+
+def test_each_rules_detection_severity_and_words_are_in_one_module():
+    """A finding is defined in one place: the module under analysis/rules/
+    that declares its Rule (its facts, meanings and words) is the only one
+    that makes a Finding of it (its detection, with its severity), and it
+    has a ``detect`` the report runs (the job's rules run on a job)."""
+    rules_dir = PACKAGE / "analysis" / "rules"
+    declared = {name: path for path in rules_dir.glob("*.py") for name in _rule_names(path)}
+    assert len(declared) == len(RULES), declared
+    made: dict = {}
+    for path in PACKAGE.rglob("*.py"):
+        for n in ast.walk(ast.parse(path.read_text())):
+            if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "Finding":
+                kw = {k.arg: k.value for k in n.keywords}
+                if isinstance(kw.get("rule"), ast.Constant):  # a finding made here (not one read back)
+                    assert "severity" in kw, f"{path}: a {kw['rule'].value} finding without its severity"
+                    made.setdefault(kw["rule"].value, set()).add(path)
+    assert set(made) == set(declared), set(made) ^ set(declared)
+    elsewhere = {rule: sorted(str(p.relative_to(REPO)) for p in paths) for rule, paths in made.items()
+                 if paths != {declared[rule]}}
+    assert elsewhere == {}, "findings made outside the module that declares their rule"
+    for path in set(declared.values()):
+        assert "def detect(" in path.read_text() or path.name == "job.py", f"{path.name} has no detect"

@@ -1,5 +1,5 @@
 """Every column and key jaxmemprof writes has a meaning in jaxmemprof/glossary/,
-every finding's facts are those its rule declares (jaxmemprof/rules/), and
+every finding's facts are those its rule declares (jaxmemprof/analysis/rules/), and
 docs/columns.md and docs/glossary.md are exactly what the generator makes.
 
 The outputs checked are real: the committed sample run (export, report
@@ -25,7 +25,7 @@ from jaxmemprof import glossary as g
 from jaxmemprof.glossary.docs import documents
 from jaxmemprof.glossary.tables import Table, tables
 from jaxmemprof.glossary.terms import TERMS
-from jaxmemprof.rules import RULES
+from jaxmemprof.analysis.rules import RULES
 from jaxmemprof.analysis.attributed import attribute
 
 SAMPLE = REPO / "sample_runs" / "runs" / "mlp-leak"
@@ -76,9 +76,9 @@ def check_rows(rows: list[dict], table: Table, *, lead_process=True):
 def check_facts(finding: dict):
     rule, facts = finding["rule"], finding["facts"]
     allowed = g.documented_facts(rule)
-    assert allowed, f"rule {rule!r} is not declared in jaxmemprof/rules/"
+    assert allowed, f"rule {rule!r} is not declared in jaxmemprof/analysis/rules/"
     missing = set(facts) - allowed
-    assert not missing, f"facts {sorted(missing)} of rule {rule!r} are not among its Rule's facts (jaxmemprof/rules/)"
+    assert not missing, f"facts {sorted(missing)} of rule {rule!r} are not among its Rule's facts (jaxmemprof/analysis/rules/)"
     for k in facts:
         g.fact_meaning(rule, k)
 
@@ -269,6 +269,7 @@ def test_a_run_recorded_now_exports_documented_columns(recorded, tmp_path):
 
 def test_leak_and_recompile_facts():
     from jaxmemprof.analysis import leaks
+    from jaxmemprof.analysis.rules import leaks as rules
 
     site = {"site": "t.py:3 (f)", "file": "t.py", "line": 3, "function": "f"}
     lk = pd.DataFrame([{**site, "growth_bytes_per_s": 10.0, "growth_bytes_per_step": 4.0, "live_bytes_first": 0,
@@ -282,15 +283,15 @@ def test_leak_and_recompile_facts():
                         "functions": 20, "after_setup": 19, "suspect": True}])
     for frame, columns in ((lk, leaks.LEAK_COLUMNS), (rc, leaks.RECOMPILE_COLUMNS), (rj, leaks.REJIT_COLUMNS)):
         assert list(frame.columns) == list(columns)
-    found = leaks.leak_findings(lk, rc, rj)
+    found = rules.leak_findings(lk, rc, rj)
     assert [(f.rule, f.case) for f in found] == [("leak", ""), ("recompile", "executables"), ("recompile", "rejit")]
     for f in found:
         same_facts(f)
 
 
 def test_donation_facts(sample_report, monkeypatch):
-    from jaxmemprof.analysis.advice import donation
     from jaxmemprof.analysis.findings import Finding
+    from jaxmemprof.analysis.rules import donation
 
     donate = [f for f in sample_report["findings"] if f["rule"] == "donate"][0]
     same_facts(Finding(rule="donate", severity="medium", facts=donate["facts"]))
@@ -321,7 +322,7 @@ def _devices(**stats) -> pd.DataFrame:
 
 
 def test_allocator_facts():
-    from jaxmemprof.analysis.advice import allocator as a
+    from jaxmemprof.analysis.rules import allocator as a
 
     run = SimpleNamespace(manifest={"backend": "gpu", "jaxlib_version": "0.10.2", "environment": {}, "devices": []},
                           events=pd.DataFrame(), snapshots=pd.DataFrame(), path="run")
@@ -349,7 +350,8 @@ def test_allocator_facts():
 
 
 def test_fit_facts():
-    from jaxmemprof.analysis.advice.capacity import fit_findings, will_it_fit
+    from jaxmemprof.analysis.advice.capacity import will_it_fit
+    from jaxmemprof.analysis.rules.capacity import fit_findings
 
     run = SimpleNamespace(manifest={"backend": "cpu", "jaxlib_version": "0.10.2", "environment": {}})
     cases = set()
@@ -363,7 +365,7 @@ def test_fit_facts():
 
 
 def test_inside_jit_facts():
-    from jaxmemprof.analysis import inside_jit
+    from jaxmemprof.analysis.rules import inside_jit
 
     b = pd.DataFrame([{"function_id": 1, "function": "step", "site": "t.py:4 (loss)", "kind": "temporary",
                        "op": "jit(step)/jvp(loss)/dot_general", "shape": "f32[1024]", "bytes": 800, "at_peak": 1,
@@ -377,7 +379,7 @@ def test_inside_jit_facts():
 
 
 def test_job_facts():
-    from jaxmemprof.analysis.job import imbalance, unfinished
+    from jaxmemprof.analysis.rules.job import imbalance, unfinished
 
     procs = pd.DataFrame({"process": [0, 1, 2], "snapshots": [5, 5, 0], "peak_bytes": [100 * MiB, 10 * MiB, 0],
                           "finished": [True, True, False], "running": [False, False, False], "last_t": [1.0, 1.0, None], "error": [None, None, "gone"]})

@@ -17,7 +17,8 @@ import pytest
 
 from conftest import cli_batch, cpu_env, in_parallel, line_of, run_cli, write_script
 
-from jaxmemprof.analysis.advice.donation import donation_findings, jit_memory
+from jaxmemprof.analysis.advice.donation import jit_memory
+from jaxmemprof.analysis.rules.donation import donation_findings
 from jaxmemprof.analysis.sites import Attribution
 from jaxmemprof.store.reader import load_run
 from jaxmemprof.render.findings import words

@@ -16,7 +16,8 @@ import pytest
 
 from conftest import line_of, run_cli, write_script
 
-from jaxmemprof.analysis.inside_jit import inside_jit_findings, largest_buffers, peak_by_line
+from jaxmemprof.analysis.inside_jit import largest_buffers, peak_by_line
+from jaxmemprof.analysis.rules.inside_jit import inside_jit_findings
 from jaxmemprof.analysis.sites import Attribution
 from jaxmemprof.store.reader import load_run
 from jaxmemprof.render.findings import words

@@ -16,9 +16,8 @@ from hypothesis import strategies as st
 from conftest import line_of, run_cli, run_script, write_script
 
 from jaxmemprof.analysis.findings import Finding
-from jaxmemprof.analysis.leaks import (
-    LEAK_COLUMNS, RECOMPILE_COLUMNS, leak_findings, leaks, mann_kendall, recompiles, theil_sen,
-)
+from jaxmemprof.analysis.leaks import LEAK_COLUMNS, RECOMPILE_COLUMNS, leaks, mann_kendall, recompiles, theil_sen
+from jaxmemprof.analysis.rules.leaks import leak_findings
 from jaxmemprof.analysis.sites import Attribution
 from jaxmemprof.store.reader import load_run
 from jaxmemprof.render.findings import words

@@ -224,7 +224,7 @@ def test_sites_are_named_by_cell_not_by_ipykernels_temporary_file(kernel):
 def test_the_output_history_holder_is_named_with_its_fix_and_the_saving_is_what_the_fix_frees(kernel):
     from jaxmemprof import load_run
     from jaxmemprof.analysis.attributed import attribute
-    from jaxmemprof.analysis.history import history_findings
+    from jaxmemprof.analysis.rules.history import history_findings
     from jaxmemprof.glossary import documented_facts, fact_meaning
 
     look = kernel.cells['jnp.tanh(x @ params["w1"])  # a look at the activations: IPython keeps the value in Out']
@@ -366,7 +366,7 @@ def test_a_recorded_cell_is_named_by_the_number_the_notebook_shows(kernel):
 def test_the_output_history_advice_names_the_cell_and_the_entry_that_hold_the_array(kernel):
     from jaxmemprof import load_run
     from jaxmemprof.analysis.attributed import attribute
-    from jaxmemprof.analysis.history import history_findings
+    from jaxmemprof.analysis.rules.history import history_findings
 
     n = kernel.checks["kept"].execution_count
     text = shown(kernel.checks["kept"])

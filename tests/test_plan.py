@@ -23,7 +23,8 @@ import pytest
 
 from conftest import REPO, cli_batch, cpu_env, run_cli, write_script
 
-from jaxmemprof.analysis.advice.donation import donation_findings, jit_memory
+from jaxmemprof.analysis.advice.donation import jit_memory
+from jaxmemprof.analysis.rules.donation import donation_findings
 from jaxmemprof.analysis.advice.plan import (Curve, build_plan, fits_at_all, fits_by_default,
                                              largest_fitting_peak)
 from jaxmemprof.analysis.attributed import attribute

@@ -16,7 +16,7 @@ import pytest
 
 from conftest import run_cli, write_script
 
-from jaxmemprof.analysis.advice.sharding import replication_findings
+from jaxmemprof.analysis.rules.sharding import replication_findings
 from jaxmemprof.analysis.attributed import attribute
 from jaxmemprof.analysis.report import build_report
 from jaxmemprof.render.findings import words

@@ -17,7 +17,7 @@ import pytest
 from conftest import cpu_env, run_cli, write_script
 
 from jaxmemprof.analysis.attributed import attribute
-from jaxmemprof.analysis.advice.sharding import replication_findings
+from jaxmemprof.analysis.rules.sharding import replication_findings
 from jaxmemprof.analysis.report import build_report
 from jaxmemprof.analysis.roles import role_of, roles
 from jaxmemprof.flow import PER_STEP

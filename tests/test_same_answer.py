@@ -12,7 +12,8 @@ import sys
 
 from conftest import REPO, cpu_env, line_of
 
-from jaxmemprof.analysis.advice.donation import donation_findings, jit_memory
+from jaxmemprof.analysis.advice.donation import jit_memory
+from jaxmemprof.analysis.rules.donation import donation_findings
 from jaxmemprof.store.reader import load_run
 from jaxmemprof.analysis.attributed import attribute
 

@@ -20,9 +20,12 @@ import pytest
 
 from conftest import REPO, cpu_env, in_parallel, line_of, run_cli, write_script
 
-from jaxmemprof.analysis.advice.donation import donation_findings, jit_memory
+from jaxmemprof.analysis.advice.donation import jit_memory
+from jaxmemprof.analysis.rules.donation import donation_findings
 from jaxmemprof.analysis.findings import Finding, in_proportion
-from jaxmemprof.analysis.leaks import leak_findings, leaks, recompiles, rejits
+from jaxmemprof.analysis.rules import NOT_IN_PROPORTION
+from jaxmemprof.analysis.leaks import leaks, recompiles, rejits
+from jaxmemprof.analysis.rules.leaks import leak_findings
 from jaxmemprof.analysis.report import build_report
 from jaxmemprof.analysis.sites import Attribution
 from jaxmemprof.store.reader import load_run
@@ -304,7 +307,8 @@ def test_severity_in_proportion_to_the_peak():
         return Finding(rule=rule, severity=severity, site="a.py:1", saving_bytes=saving)
 
     MiB, GiB = 1024**2, 1024**3
-    got = in_proportion([f(396), f(2 * MiB, "high"), f(41 * MiB, "high"), f(None), f(10, rule="recompile")], 4 * GiB)
+    got = in_proportion([f(396), f(2 * MiB, "high"), f(41 * MiB, "high"), f(None), f(10, rule="recompile")], 4 * GiB,
+                       NOT_IN_PROPORTION)
     # Under 1 % of 4 GiB: info; 41 MiB is 1.0 %: kept; no saving: kept; a recompilation is about time.
     assert [x.severity for x in got] == ["info", "info", "high", "medium", "medium"]
     got = in_proportion([f(396), f(600 * 1024, "high")], 40 * MiB)  # a small run: 396 B is 0.001 %, 600 KiB 1.5 %

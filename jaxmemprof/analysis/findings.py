@@ -5,7 +5,7 @@ inside-jit hints) adds to one list of ``Finding`` records. A finding holds
 facts, never sentences: its rule, severity, the user's line it is about, what
 acting on it saves, and ``facts``, the figures and names behind it under the
 names docs/columns.md gives them. Each rule is declared once, in
-jaxmemprof/rules/ (its facts, their meanings, its words); ``render/findings.py``
+jaxmemprof/analysis/rules/ (its facts, their meanings, its words); ``render/findings.py``
 turns a finding into those words (terse in the terminal, in full with
 ``report --explain``, in JSON and CSV), so the same facts can be said in every
 output.
@@ -31,34 +31,28 @@ class Finding:
         return self.facts.get(name, default)
 
 
-# Rules whose saving is not what they are about (a recompilation costs time;
-# its saving is the code of the executables, where known).
-_NOT_IN_PROPORTION = ("recompile",)
-
-
-def in_proportion(findings: list[Finding], peak_bytes: int) -> list[Finding]:
+def in_proportion(findings: list[Finding], peak_bytes: int, exempt=()) -> list[Finding]:
     """Severities in proportion to the run: a finding that saves under 1 % of
     the peak is ``info`` (on a run whose peak is GiB-scale, that is every
-    saving under 10 MiB)."""
+    saving under 10 MiB). ``exempt``: the rules whose saving is not what
+    they are about (a recompilation costs time; the rule says so:
+    ``Rule.in_proportion``)."""
     return [replace(f, severity="info")
-            if f.saving_bytes is not None and f.rule not in _NOT_IN_PROPORTION and f.saving_bytes < 0.01 * peak_bytes
+            if f.saving_bytes is not None and f.rule not in exempt and f.saving_bytes < 0.01 * peak_bytes
             else f for f in findings]
 
 
-# Rules about one jitted function's calls: what they save lowers the run's
-# peak only when the peak is during a call of that function.
-_ABOUT_A_CALL = ("donate", "remat", "narrow-dtype")
-
-
-def by_effect(findings: list[Finding], peak_function: str | None, peak_where: str) -> list[Finding]:
+def by_effect(findings: list[Finding], peak_function: str | None, peak_where: str, about_a_call=()) -> list[Finding]:
     """Advice on a function whose calls do not hold the run's (true) peak:
     ``info``, with where the peak is (``peak_elsewhere``); its saving stays
-    its own. ``peak_function``: the function during whose call the peak is,
-    or None when the peak is not inside a call (nothing is changed)."""
+    its own. ``about_a_call``: the rules whose saving lowers the peak only
+    during a call of their function (``Rule.about_a_call``);
+    ``peak_function``: the function during whose call the peak is, or None
+    when the peak is not inside a call (nothing is changed)."""
     if peak_function is None:
         return findings
     return [replace(f, severity="info", facts={**f.facts, "peak_elsewhere": peak_where})
-            if f.rule in _ABOUT_A_CALL and f.fact("function") not in (None, peak_function) else f
+            if f.rule in about_a_call and f.fact("function") not in (None, peak_function) else f
             for f in findings]
 
 
@@ -67,3 +61,27 @@ def ranked(findings: list[Finding]) -> list[Finding]:
     order = {s: i for i, s in enumerate(SEVERITIES)}
     return sorted(findings, key=lambda f: (order.get(f.severity, len(SEVERITIES)),
                                            -(f.saving_bytes if f.saving_bytes is not None else -1), f.rule, f.site))
+
+
+@dataclass(frozen=True)
+class JobFinding:
+    """A finding over the processes of a job: ``finding`` is the one of the
+    process where it is most severe and saves most (its figures are that
+    process's); ``processes`` those it applies to; ``saving_bytes_total``
+    what acting on it saves over all of them, where known."""
+
+    finding: Finding
+    processes: tuple
+    saving_bytes_total: int | None = None
+
+    @property
+    def rule(self) -> str:
+        return self.finding.rule
+
+    @property
+    def severity(self) -> str:
+        return self.finding.severity
+
+    @property
+    def site(self) -> str:
+        return self.finding.site

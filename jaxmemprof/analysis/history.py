@@ -19,33 +19,33 @@ import pandas as pd
 
 from typing import TYPE_CHECKING
 
-from jaxmemprof.analysis.findings import Finding, in_proportion
 
 if TYPE_CHECKING:
     from jaxmemprof.analysis.attributed import Attributed
 
-RULE = "output-history"
 KIND = "output-history"  # held_by.kind of IPython's output history
 ENTRIES_NAMED = 5  # entries a finding lists, largest first
 
 
-def history_findings(ar: Attributed) -> list[Finding]:
-    """One finding for a run whose last recorded look at IPython's output
-    history found live arrays there: the entries holding them, the bytes each
-    holds, and what letting each go frees (its arrays that nothing else held)."""
+def history_holders(ar: Attributed) -> dict | None:
+    """What the run's last recorded look at IPython's output history found
+    holding live arrays (the facts of the ``output-history`` finding,
+    analysis/rules/history.py): the entries holding them, the bytes each
+    holds, and what letting each go frees (its arrays that nothing else
+    held); None where nothing there would be freed."""
     run = ar.run
     held = getattr(run, "held_by", None)
     if held is None or held.empty or not run.has_arrays or run.arrays.empty:
-        return []
+        return None
     held = held[held["kind"] == KIND]
     if held.empty:
-        return []
+        return None
     snapshot = int(held["snapshot"].max())
     held = held[held["snapshot"] == snapshot]
     ids = _array_ids(run, held, snapshot)
     held = held.assign(array_id=held["py_id"].map(ids)).dropna(subset=["array_id"])
     if held.empty:
-        return []
+        return None
     table = ar.arrays.set_index("array_id")
     held = held.assign(array_id=held["array_id"].astype(np.int64))
     rows = table.loc[held["array_id"].to_numpy()]
@@ -68,24 +68,19 @@ def history_findings(ar: Attributed) -> list[Finding]:
     entries.sort(key=lambda e: (-e["freed_bytes"], -e["bytes"], e["holder"]))
     freed_total = sum(e["freed_bytes"] for e in entries)
     if not freed_total:  # what the history holds, other names hold too: letting it go frees nothing
-        return []
+        return None
     # The fix depends on the IPython that ran (recorded with the run).
     ipython = str((run.manifest.get("notebook") or {}).get("ipython_version") or "")
-    finding = Finding(
-        rule=RULE, severity="medium", site=entries[0]["made_at"], saving_bytes=freed_total,
-        facts={
-            "snapshot": snapshot,
-            "entries": entries[:ENTRIES_NAMED],
-            "entries_holding": len(entries),
-            "held_bytes": int(sum(e["bytes"] for e in entries)),
-            "freed_bytes": int(freed_total),
-            "arrays": int(sum(e["arrays"] for e in entries)),
-            "ipython_version": ipython,
-            "reset_frees": _reset_frees(ipython),
-        },
-    )
-    peak = ar.peak
-    return in_proportion([finding], peak.live_bytes if peak is not None else 0)
+    return {
+        "snapshot": snapshot,
+        "entries": entries[:ENTRIES_NAMED],
+        "entries_holding": len(entries),
+        "held_bytes": int(sum(e["bytes"] for e in entries)),
+        "freed_bytes": int(freed_total),
+        "arrays": int(sum(e["arrays"] for e in entries)),
+        "ipython_version": ipython,
+        "reset_frees": _reset_frees(ipython),
+    }
 
 
 def _array_ids(run, held: pd.DataFrame, snapshot: int) -> dict:

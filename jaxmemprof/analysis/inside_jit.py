@@ -42,7 +42,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from jaxmemprof.analysis.findings import Finding
 from jaxmemprof.analysis.sites import NO_STACK, Attribution
 
 if TYPE_CHECKING:
@@ -52,19 +51,12 @@ PEAK_COLUMNS = ["function_id", "function", "signature", "largest_signature", "si
                 "buffers", "share_of_peak", "program_peak_bytes"]
 BUFFER_COLUMNS = ["function_id", "function", "signature", "largest_signature", "name", "site", "kind", "shape", "bytes",
                   "op", "live_start", "live_end", "program_length", "at_peak"]
-# Forward-pass ops of a gradient (JAX names them jvp(...), and their backward
-# pass transpose(jvp(...))): their results live at the peak are the
-# activations kept for the backward pass.
-_FORWARD = re.compile(r"(?:^|/)jvp\(")
-_BACKWARD = re.compile(r"transpose\(")
 _ARG_NAME = re.compile(r"^([^\[.]+)")
 _EQUINOX_ARG = re.compile(r"^dynamic_(?:no)?donate\['(\w+)'\]")
 CURVE_COLUMNS = ["function_id", "function", "signature", "largest_signature", "position", "site", "bytes",
                  "position_bytes", "program_peak_position", "program_peak_bytes"]
 CURVE_LINES = 8  # lines named in a curve; the others are summed
 OTHER_LINES = "other lines"
-REMAT_SHARE = 0.25  # of the program's peak, held by kept activations
-NARROW_SHARE = 0.5  # of the program's peak, held by float32 temporaries
 
 
 def _json_list(text) -> list:
@@ -244,43 +236,3 @@ def attributed_curves(run, attribution: Attribution, lines: int = CURVE_LINES) -
     return _largest_first(out, ["position"], [True]).reset_index(drop=True)
 
 
-def _first_user_site(by_line: pd.Series) -> str:
-    """The line holding the most of them, among those that are the user's
-    (XLA makes some buffers with no Python stack); "" when none is."""
-    named = [s for s in by_line.index if s != NO_STACK and not str(s).startswith(("(", "argument "))]
-    return str(named[0]) if named else ""
-
-
-def inside_jit_findings(ar: Attributed) -> list[Finding]:
-    """Hints from what fills each function's peak."""
-    b = largest_signature_only(ar.jit_buffers)
-    if b.empty:
-        return []
-    out: list[Finding] = []
-    functions = ar.run.jit.get("functions")
-    wrappers = {} if functions is None or functions.empty or "wrapper" not in functions.columns else {
-        fid: w for fid, w in zip(functions["function_id"], functions["wrapper"]) if isinstance(w, str) and w}
-    # A program that rematerialises already (jax.checkpoint names its ops).
-    remat = set(b.loc[b["op"].astype(str).str.contains(r"checkpoint|remat", regex=True), "function_id"])
-    for (fid, name), g in b[b["at_peak"] == 1].groupby(["function_id", "function"], sort=False):
-        peak = int(g["program_peak_bytes"].iloc[0])
-        if peak <= 0:
-            continue
-        temps = g[g["kind"] == "temporary"]
-        forward = temps["op"].astype(str).map(lambda op: bool(_FORWARD.search(op)) and not _BACKWARD.search(op))
-        kept = temps.loc[forward.astype(bool)]
-        if fid not in remat and int(kept["bytes"].sum()) >= REMAT_SHARE * peak:
-            by_line = kept.groupby("site")["bytes"].sum().sort_values(ascending=False)
-            saving = int(kept["bytes"].sum())
-            out.append(Finding(rule="remat", severity="low", site=_first_user_site(by_line), saving_bytes=saving, facts={
-                "function": str(name), "wrapper": wrappers.get(fid, "jax.jit"), "program_peak_bytes": peak,
-                "kept_bytes": saving, "buffers": int(len(kept)),
-                "by_line": [[str(s), int(v)] for s, v in by_line.head(3).items()]}))
-        wide = temps.loc[temps["shape"].astype(str).str.startswith("f32[").astype(bool)]
-        if int(wide["bytes"].sum()) >= NARROW_SHARE * peak:
-            by_line = wide.groupby("site")["bytes"].sum().sort_values(ascending=False)
-            half = int(wide["bytes"].sum()) // 2
-            out.append(Finding(rule="narrow-dtype", severity="low", site=_first_user_site(by_line), saving_bytes=half,
-                               facts={"function": str(name), "program_peak_bytes": peak, "float32_bytes": 2 * half,
-                                      "by_line": [[str(s), int(v)] for s, v in by_line.head(3).items()]}))
-    return out

@@ -25,18 +25,14 @@ from dataclasses import fields as dataclass_fields
 import numpy as np
 import pandas as pd
 
-from jaxmemprof.analysis.findings import Finding
+from jaxmemprof.analysis.findings import SEVERITIES, Finding, JobFinding
+from jaxmemprof.analysis.rules.job import imbalance, unfinished
 from jaxmemprof.analysis.options import Options
 from jaxmemprof.store.job import Job, JobTimeline, job_timeline
 from jaxmemprof.store.layout import PROCESS_RESULT
 
-SEVERITIES = ("high", "medium", "low", "info")
 # Sites kept per process at its peak (to compare processes site by site).
 PEAK_SITES_KEPT = 50
-# A process is imbalanced when its peak exceeds the median process's by this
-# fraction of the median, and by at least IMBALANCE_MIN_BYTES.
-IMBALANCE_FRACTION = 0.25
-IMBALANCE_MIN_BYTES = 1 << 20
 # Worker processes are used from this many processes of a job up.
 PARALLEL_FROM = 8
 # How many worker processes, instead of that choice.
@@ -221,30 +217,6 @@ def analyse_processes(job: Job, options: Options, *, workers: int | None = None,
     return results
 
 
-@dataclass(frozen=True)
-class JobFinding:
-    """A finding over the processes of a job: ``finding`` is the one of the
-    process where it is most severe and saves most (its figures are that
-    process's); ``processes`` those it applies to; ``saving_bytes_total``
-    what acting on it saves over all of them, where known."""
-
-    finding: Finding
-    processes: tuple
-    saving_bytes_total: int | None = None
-
-    @property
-    def rule(self) -> str:
-        return self.finding.rule
-
-    @property
-    def severity(self) -> str:
-        return self.finding.severity
-
-    @property
-    def site(self) -> str:
-        return self.finding.site
-
-
 def _rank(f: Finding) -> tuple:
     order = {s: i for i, s in enumerate(SEVERITIES)}
     return (order.get(f.severity, len(SEVERITIES)), -(f.saving_bytes if f.saving_bytes is not None else -1))
@@ -268,64 +240,6 @@ def ranked_job_findings(findings: list) -> list:
     """Most severe first, then those of more processes, then the largest saving."""
     return sorted(findings, key=lambda j: (_rank(j.finding)[0], -len(j.processes), _rank(j.finding)[1],
                                            j.rule, j.site))
-
-
-def imbalance(processes: pd.DataFrame, peak_sites: pd.DataFrame) -> list:
-    """The ``imbalance`` finding, when the process with the highest peak
-    holds more than the median process (the lower median) by IMBALANCE_FRACTION of it
-    (and IMBALANCE_MIN_BYTES). Facts: ``process`` (the highest),
-    ``peak_bytes``, ``median_bytes``, ``min_bytes``, ``median_process`` (the
-    process nearest the median) and its ``median_process_bytes``, ``excess_bytes``,
-    ``sites``: the sites whose bytes at the two peaks differ most (``site,
-    bytes, median_process_bytes, delta_bytes``, largest first, those of at
-    least 1 % of the excess), ``processes``: every process past the
-    threshold (the finding applies to them all), ``process_count``."""
-    p = processes[processes["snapshots"] > 0]
-    if len(p) < 2:
-        return []
-    peaks = p["peak_bytes"].to_numpy(np.int64)
-    # The lower median: a peak some process really has (of two processes, the smaller).
-    median = float(np.sort(peaks)[(len(peaks) - 1) // 2])
-    hi = p.iloc[int(peaks.argmax())]
-    excess = int(hi["peak_bytes"]) - int(median)
-    threshold = max(IMBALANCE_FRACTION * median, IMBALANCE_MIN_BYTES)
-    if excess < threshold:
-        return []
-    # Every process past the threshold; the figures are the highest one's.
-    heavy = sorted(int(x) for x in p.loc[p["peak_bytes"] - median >= threshold, "process"])
-    others = p[~p["process"].isin(heavy)]
-    mid = others.iloc[int(np.abs(others["peak_bytes"].to_numpy(float) - median).argmin())]
-    a = peak_sites[peak_sites["process"] == hi["process"]].groupby("site")["bytes"].sum()
-    b = peak_sites[peak_sites["process"] == mid["process"]].groupby("site")["bytes"].sum()
-    d = a.sub(b, fill_value=0).sort_values(ascending=False, kind="stable")
-    d = d[d >= max(1, 0.01 * excess)].head(3)  # the sites that make the difference, not every byte
-    sites = [{"site": str(site), "bytes": int(a.get(site, 0)), "median_process_bytes": int(b.get(site, 0)),
-              "delta_bytes": int(v)} for site, v in d.items()]
-    n_hi = int(hi["process"])
-    facts = {"process": n_hi, "peak_bytes": int(hi["peak_bytes"]), "median_bytes": int(median),
-             "min_bytes": int(peaks.min()), "median_process": int(mid["process"]),
-             "median_process_bytes": int(mid["peak_bytes"]), "excess_bytes": excess, "sites": sites,
-             "processes": heavy, "process_count": int(len(p))}
-    severity = "high" if hi["peak_bytes"] >= 2 * median else "medium"
-    f = Finding(rule="imbalance", severity=severity, site=sites[0]["site"] if sites else "", saving_bytes=excess,
-                facts=facts)
-    return [JobFinding(f, tuple(heavy), excess)]
-
-
-def unfinished(processes: pd.DataFrame) -> list:
-    """The ``unfinished`` finding: the processes that did not finish (killed,
-    or still running). Facts: ``processes``, a list of ``process, running,
-    snapshots, last_t`` (the last snapshot committed, on the job's clock)
-    and ``error`` (why nothing could be read, if so)."""
-    rows = processes[~processes["finished"].astype(bool)]
-    if rows.empty:
-        return []
-    facts = {"processes": [{"process": int(r.process), "running": bool(r.running), "snapshots": int(r.snapshots),
-                            "last_t": None if r.last_t is None or r.last_t != r.last_t else float(r.last_t),
-                            "error": r.error if isinstance(r.error, str) else None}
-                           for r in rows.itertuples()]}
-    f = Finding(rule="unfinished", severity="high", site="", saving_bytes=None, facts=facts)
-    return [JobFinding(f, tuple(int(x) for x in rows["process"]), None)]
 
 
 def build_job_report(job: Job, results: dict, timeline: JobTimeline | None = None) -> JobReport:

@@ -10,22 +10,20 @@ from dataclasses import dataclass, field, replace
 
 import pandas as pd
 
-from jaxmemprof.analysis.advice.allocator import allocator_findings
 from jaxmemprof.analysis.answer import Answer, answer
-from jaxmemprof.analysis.advice.capacity import fit_findings, will_it_fit
-from jaxmemprof.analysis.advice.donation import donation_findings, jit_memory
+from jaxmemprof.analysis.advice.capacity import will_it_fit
+from jaxmemprof.analysis.advice.donation import jit_memory
 from jaxmemprof.analysis.peaks import busiest_snapshot, true_peaks
 from jaxmemprof.analysis.advice.plan import build_plan
-from jaxmemprof.analysis.advice.sharding import replication_findings
-from jaxmemprof.analysis.history import history_findings
-from jaxmemprof.analysis.findings import Finding, by_effect, in_proportion, ranked
+from jaxmemprof.analysis.findings import by_effect, in_proportion, ranked
 from jaxmemprof.analysis.groups import Breakdown
-from jaxmemprof.analysis.inside_jit import inside_jit_findings, largest_buffers, peak_by_line, program_curves
-from jaxmemprof.analysis.leaks import leak_findings, leaks, recompiles, rejits
+from jaxmemprof.analysis.inside_jit import largest_buffers, peak_by_line, program_curves
+from jaxmemprof.analysis.leaks import leaks, recompiles
 from jaxmemprof.analysis.attributed import Attributed
 from jaxmemprof.analysis.lifetimes import estimated_site_churn, site_lifetimes
 from jaxmemprof.analysis.reuse import reuse
 from jaxmemprof.analysis.roles import Roles, empty_roles, roles
+from jaxmemprof.analysis.rules import ABOUT_A_CALL, DETECTORS, NOT_IN_PROPORTION, Context
 from jaxmemprof.analysis.timeline import Timeline, timeline
 
 
@@ -93,8 +91,6 @@ def build_report(ar: Attributed, *, extra_rules=()) -> Report:
 
     leak_rows = leaks(ar)
     recompile_rows = recompiles(ar)
-    found: list[Finding] = leak_findings(leak_rows, recompile_rows, rejits(ar))
-
     memory_in_jit = jit_memory(ar)
     # Per device, as XLA's figures are (and as a device's memory is): the
     # busiest device's snapshot peak, or a call's own on the busiest device;
@@ -103,18 +99,15 @@ def build_report(ar: Attributed, *, extra_rules=()) -> Report:
     busiest = busiest_snapshot(tl)
     where = "" if inside is None else inside.where if inside.device_bytes > busiest else "at the snapshot peak"
     what = roles(ar, tl.devices)
-    found += donation_findings(ar, tl)
-    found += replication_findings(ar, tl)
-    found += history_findings(ar)
-    found += inside_jit_findings(ar)
-    found += allocator_findings(ar, device_peak, timeline=tl)
-    fit = None
-    if options.device_memory is not None:
-        fit = will_it_fit(ar, options.device_memory, device_peak)
-        found += fit_findings(fit, found)
-    found = in_proportion(found, total_true_peak if total_true_peak is not None else int(tl.peak_bytes))
+    fit = will_it_fit(ar, options.device_memory, device_peak) if options.device_memory is not None else None
+    # The rules, each family in turn (analysis/rules/): detection, severity and words in one module each.
+    ctx = Context(ar, tl, leaks=leak_rows, recompiles=recompile_rows, device_peak=device_peak, fit=fit)
+    for family in DETECTORS:
+        ctx.found += family.detect(ctx)
+    found = in_proportion(ctx.found, total_true_peak if total_true_peak is not None else int(tl.peak_bytes),
+                          NOT_IN_PROPORTION)
     if inside is not None and inside.device_bytes > busiest:
-        found = by_effect(found, inside.function, inside.where)
+        found = by_effect(found, inside.function, inside.where, ABOUT_A_CALL)
     plan = build_plan(ar, found, options.device_memory)  # None unless recorded with run --plan
 
     snaps = run.snapshots

@@ -50,7 +50,7 @@ class Percent(click.ParamType):
 
 
 def _rules(ctx, param, values):
-    from jaxmemprof.rules import RULES
+    from jaxmemprof.analysis.rules import RULES
 
     rules = [r.strip() for v in values for r in v.split(",") if r.strip()]
     known = tuple(RULES)

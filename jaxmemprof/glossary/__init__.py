@@ -13,7 +13,7 @@ made from it. A docs tool: nothing jaxmemprof runs imports it.
   job_timeline.csv) the list is kept there and tests/test_columns_doc.py
   checks it against real output.
 - A finding's facts, in order, and what each means where ``GLOSSARY`` does
-  not say it: beside the rule's words, in jaxmemprof/rules/.
+  not say it: beside the rule's words, in jaxmemprof/analysis/rules/.
 - ``docs.py``: ``python -m jaxmemprof.glossary`` writes docs/columns.md
   (every output file and JSON section, its rows, its columns in order with
   their meaning, and the facts of each finding rule) and docs/glossary.md
@@ -25,7 +25,7 @@ made from it. A docs tool: nothing jaxmemprof runs imports it.
 from __future__ import annotations
 
 from jaxmemprof.glossary.columns import GLOSSARY, IN_TABLE
-from jaxmemprof.rules import RULES
+from jaxmemprof.analysis.rules import RULES
 
 REGENERATE = "python -m jaxmemprof.glossary"
 
@@ -50,7 +50,7 @@ def fact_meaning(rule: str, name: str) -> str:
     try:
         return GLOSSARY[name]
     except KeyError:
-        raise KeyError(f"fact {name!r} of rule {rule!r} has no meaning in its rule (jaxmemprof/rules/) "
+        raise KeyError(f"fact {name!r} of rule {rule!r} has no meaning in its rule (jaxmemprof/analysis/rules/) "
                        f"nor in GLOSSARY (jaxmemprof/glossary/columns.py)") from None
 
 

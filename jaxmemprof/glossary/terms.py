@@ -59,7 +59,7 @@ TERMS: dict[str, str] = {
     "process": "One Python process of a job, `process-N/` in its directory; a single run is process 0.",
     "job": "The processes of one multi-process program, recorded side by side, with their clocks aligned.",
     "finding": "What the analyses conclude, as data: a rule, a severity, a site, a saving and facts; its rule "
-               "(jaxmemprof/rules/) says it in words.",
+               "(jaxmemprof/analysis/rules/) says it in words.",
     "rule": "The kind of finding (`leak`, `donate`, ...); `check --fail-on` takes rule names.",
     "case": "Which variant of a rule a finding is (`allocator-fraction` `raise` or `cannot`).",
     "severity": "`high`, `medium`, `low` or `info`, by the rule; a saving under 1 % of the run's peak (the estimated "

@@ -1,6 +1,6 @@
 """Findings in words: the one place that turns a finding's facts into text.
 
-Each rule's words are declared beside its facts, in jaxmemprof/rules/ (one
+Each rule's words are declared beside its facts, in jaxmemprof/analysis/rules/ (one
 module per family of rules): for each case a function that gives five
 pieces (``Words``):
 
@@ -10,7 +10,7 @@ pieces (``Words``):
   trade-offs and every figure behind the finding (``report --explain``,
   JSON, CSV).
 
-A rule that jaxmemprof/rules/ does not declare (one added by a caller's
+A rule that jaxmemprof/analysis/rules/ does not declare (one added by a caller's
 ``extra_rules``) may put its own words in its facts under those names.
 """
 
@@ -20,7 +20,7 @@ import dataclasses
 import json
 
 from jaxmemprof.analysis.findings import Finding
-from jaxmemprof.rules import RULES, Words
+from jaxmemprof.analysis.rules import RULES, Words
 from jaxmemprof.units import format_bytes
 
 COLUMNS = ["rule", "case", "severity", "site", "saving_bytes", "saves", "message", "fix", "evidence", "brief",

@@ -16,8 +16,8 @@ from jaxmemprof.render.escape import safe
 from jaxmemprof.render.findings import saves, words
 from jaxmemprof.render.json import records
 from jaxmemprof.render.report import render_findings, sparkline
-from jaxmemprof.rules import Words
-from jaxmemprof.rules.job import who
+from jaxmemprof.analysis.rules import Words
+from jaxmemprof.store.job import who
 from jaxmemprof.store.job import process_list_text
 from jaxmemprof.units import counted, format_bytes
 

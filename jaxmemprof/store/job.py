@@ -464,3 +464,11 @@ def merge_job(output, inputs) -> list[tuple[int, Path]]:
             raise InputError(str(d), f"cannot be copied into {out}: {reason}") from None
         done.append((n, d))
     return done
+
+
+def who(processes, most: int = 8) -> str:
+    """``processes 0–3, 7``; a long list is cut after ``most`` parts (the
+    terminal's; JSON and CSV have them all)."""
+    parts = process_list_text(processes).split(", ")
+    text = ", ".join(parts) if len(parts) <= most + 2 else ", ".join(parts[:most]) + f", … ({len(processes)} in all)"
+    return f"process{'es' if len(processes) > 1 else ''} {text}"

@@ -5,7 +5,8 @@ no GPU settings."""
 
 from __future__ import annotations
 
-from jaxmemprof.analysis.advice.allocator import allocator_findings, device_stats, estimate_peak, had_oom
+from jaxmemprof.analysis.advice.allocator import device_stats, estimate_peak, had_oom
+from jaxmemprof.analysis.rules.allocator import allocator_findings
 from jaxmemprof.analysis.timeline import timeline
 
 

@@ -11,7 +11,8 @@ import math
 
 import pytest
 
-from jaxmemprof.analysis.advice.capacity import fit_findings, will_it_fit
+from jaxmemprof.analysis.advice.capacity import will_it_fit
+from jaxmemprof.analysis.rules.capacity import fit_findings
 
 from .programs import call_peak
 

@@ -5,7 +5,8 @@ jax.live_arrays() held on each device just before each call."""
 
 from __future__ import annotations
 
-from jaxmemprof.analysis.advice.donation import donation_candidates, donation_findings, jit_memory
+from jaxmemprof.analysis.advice.donation import donation_candidates, jit_memory
+from jaxmemprof.analysis.rules.donation import donation_findings
 from jaxmemprof.analysis.timeline import timeline
 
 from .programs import BATCH, IN, OUT, PARAMS_BYTES, STEPS, TINY, call_peak

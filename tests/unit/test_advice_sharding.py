@@ -1,24 +1,27 @@
-"""analysis/advice/sharding.py: an array held whole on both devices of the
-program's mesh, where sharding it over the mesh's axis would leave half on
-each: the program's table (float32 [512, 1024], 2 MiB a device)."""
+"""analysis/advice/sharding.py on the tiny run: the table held whole on both
+devices of the program's mesh is the rule's candidate (replicas.py), and
+what sharding it does to the true peak is read from XLA's compile of the
+step with it sharded (jit_whatif), made at the end of the run."""
 
 from __future__ import annotations
 
-from jaxmemprof.analysis.advice.sharding import replication_findings
+from jaxmemprof.analysis.advice.sharding import by_rule, verified_sharding
+from jaxmemprof.analysis.cells import leaves
+from jaxmemprof.analysis.timeline import timeline
 
 from .programs import TABLE, TABLE_BYTES
 
 
-def test_the_replicated_table_is_found_with_what_sharding_it_saves(tiny_ar, line):
-    (f,) = replication_findings(tiny_ar)
-    assert f.rule == "replicated" and f.site == f"tiny.py:{line('jit sums')}"
-    assert f.fact("function") == "column_sums" and f.fact("meshes") == [{"data": 2}]
-    (table,) = f.fact("arrays")
-    assert (table["owner"], table["shape"], table["bytes"], table["devices"]) == ("table", list(TABLE), TABLE_BYTES, 2)
-    # the mesh's one axis (2 devices) divides both dimensions; the larger is chosen
-    assert (table["axis"], table["axis_size"], table["dim"], table["spec"]) == ("data", 2, 1, "P(None, 'data')")
-    assert table["saving_bytes"] == f.saving_bytes == TABLE_BYTES // 2  # per device
-
-
-def test_the_step_on_one_device_has_nothing_to_shard(tiny_ar):
-    assert [f.fact("function") for f in replication_findings(tiny_ar)] == ["column_sums"]
+def test_the_table_is_the_candidate_and_its_sharded_compile_is_read(tiny_ar):
+    calls, functions = tiny_ar.run.jit["calls"], tiny_ar.run.jit["functions"]
+    fid = int(functions.loc[functions["name"] == "column_sums", "function_id"].iloc[0])
+    mine = calls[calls["function_id"] == fid].sort_values("call_index")
+    inputs = [leaf for leaf in leaves(mine.iloc[-1]["inputs"]) if isinstance(leaf, dict)]
+    (table,) = by_rule(inputs, set())
+    assert (table["owner"], table["shape"], table["bytes"]) == ("table", list(TABLE), TABLE_BYTES)
+    measured = verified_sharding(tiny_ar, timeline(tiny_ar), fid, inputs)
+    # compiled sharded at the end of the run: verified, or no finding (the peak is the step's, elsewhere)
+    assert measured is None or measured["verified"] is False or (
+        measured["true_peak_after_bytes"] < measured["true_peak_before_bytes"])
+    w = tiny_ar.run.jit["whatif"]
+    assert any("shard" in c for c in w.loc[w["function_id"] == fid, "change"])

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from jaxmemprof.analysis.rules import ABOUT_A_CALL
 from jaxmemprof.analysis.findings import SEVERITIES, Finding, by_effect, in_proportion, ranked
 
 from .programs import PARAMS_BYTES
@@ -40,11 +41,13 @@ def test_a_saving_under_one_percent_of_the_peak_is_info(tiny_report):
 
 def test_advice_on_a_function_whose_calls_do_not_hold_the_peak_is_info(tiny_report):
     f = _saving(tiny_report)
-    (same,) = by_effect([f], "step", "during a call of step")
-    (other,) = by_effect([f], "column_sums", "during a call of column_sums")
+    (same,) = by_effect([f], "step", "during a call of step", ABOUT_A_CALL)
+    (other,) = by_effect([f], "column_sums", "during a call of column_sums", ABOUT_A_CALL)
     assert same is f
     assert other.severity == "info" and other.fact("peak_elsewhere") == "during a call of column_sums"
-    assert by_effect([f], None, "") == [f]
+    assert by_effect([f], None, "", ABOUT_A_CALL) == [f]
+    # the grouping is the rule's: a rule not about a call is left as it is
+    assert by_effect([f], "column_sums", "during a call of column_sums", ()) == [f]
 
 
 def test_ranked_by_severity_then_saving(tiny_report):

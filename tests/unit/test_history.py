@@ -1,27 +1,22 @@
-"""analysis/history.py: the arrays IPython's output history keeps alive, on
-a run recorded by %%jaxmemprof in an IPython shell; the saving is what
-deleting the entry freed there (jax.live_arrays(), before and after)."""
+"""analysis/history.py: what IPython's output history held at the run's
+last look, on a run recorded by %%jaxmemprof in an IPython shell: each
+entry's arrays and bytes, and what letting it go frees (jax.live_arrays(),
+before and after deleting it, is the oracle)."""
 
 from __future__ import annotations
 
 from jaxmemprof.analysis.attributed import attribute
-from jaxmemprof.analysis.history import history_findings
+from jaxmemprof.analysis.history import history_holders
 from jaxmemprof.store.reader import load_run
 
 
-def test_the_entry_nothing_else_holds_is_named_and_its_saving_is_what_deleting_it_freed(recorded):
+def test_the_holders_are_the_entries_and_what_letting_each_go_frees(recorded):
     n, freed = recorded.history_oracle["entry"], recorded.history_oracle["freed"]
-    assert freed == 256 * 512 * 4  # jnp.tanh of a float32 [256, 512]
-    (f,) = history_findings(attribute(load_run(recorded.history)))
-    assert f.rule == "output-history" and f.saving_bytes == freed
-    assert f.site == f"In [{n}]:1 (<module>)"
-    first, second = f.fact("entries")
-    assert (first["holder"], first["freed_bytes"], first["freed_arrays"]) == (f"Out[{n}]", freed, 1)
-    assert f"_{n}" in first["names"]
-    # Out[n + 1] is `kept`, which the name `kept` holds too: letting the entry go frees nothing.
-    assert (second["holder"], second["bytes"], second["freed_bytes"]) == (f"Out[{n + 1}]", 128 * 4, 0)
-    assert f.fact("held_bytes") == freed + 128 * 4
+    facts = history_holders(attribute(load_run(recorded.history)))
+    assert facts["freed_bytes"] == freed and facts["entries_holding"] == 2
+    assert [(e["holder"], e["freed_bytes"]) for e in facts["entries"]] == [(f"Out[{n}]", freed), (f"Out[{n + 1}]", 0)]
+    assert facts["held_bytes"] == sum(e["bytes"] for e in facts["entries"])
 
 
-def test_a_run_recorded_outside_ipython_has_no_history_finding(tiny_ar):
-    assert history_findings(tiny_ar) == []
+def test_a_run_recorded_outside_ipython_has_no_holders(tiny_ar):
+    assert history_holders(tiny_ar) is None

@@ -8,7 +8,8 @@ from __future__ import annotations
 from conftest import REPO, line_of
 
 from jaxmemprof.analysis.attributed import attribute
-from jaxmemprof.analysis.leaks import leak_findings, leaks, recompiles, rejits
+from jaxmemprof.analysis.leaks import leaks, recompiles, rejits
+from jaxmemprof.analysis.rules.leaks import leak_findings
 from jaxmemprof.analysis.options import Options
 
 SCRIPT = REPO / "sample_runs" / "train_mlp.py"

@@ -30,15 +30,12 @@ from jaxmemprof.analysis.advice.allocator import (
     DEFAULT_FRACTION,
     MAX_FRACTION_PERCENT,
     PREALLOCATE,
-    UNDERUSED_SHARE,
-    both_fractions_findings,
     estimate_peak,
     fraction_env_name,
     fraction_setting,
     needed_bytes,
     percent_needed,
 )
-from jaxmemprof.analysis.findings import Finding
 
 if TYPE_CHECKING:
     from jaxmemprof.analysis.attributed import Attributed
@@ -110,30 +107,3 @@ def will_it_fit(ar: Attributed, device_bytes: int, true_peak_bytes: int | None =
     )
 
 
-def _fixes_that_fit(fit: Fit, others: list[Finding]) -> list[dict]:
-    """The other findings whose measured saving (XLA's compile of the fixed
-    step: ``verified``) brings the peak into the default pool, each alone."""
-    out = []
-    for f in others:
-        if not f.facts.get("verified") or not f.saving_bytes:
-            continue
-        per_device = int(f.facts.get("saving_bytes_per_device", f.saving_bytes))
-        after = max(fit.peak_bytes - per_device, 0)
-        if fit.processes == 1 and needed_bytes(after) <= fit.default_pool_bytes:
-            out.append({"rule": f.rule, "site": f.site, "saving_bytes": per_device, "peak_after_bytes": after})
-    return sorted(out, key=lambda x: -x["saving_bytes"])
-
-
-def fit_findings(fit: Fit, others: list[Finding] = ()) -> list[Finding]:
-    """The fit as a finding (rule ``fit``, its case the fit's), and a warning
-    when the run's own environment would stop a GPU run (both fraction
-    variables set). Where it does not fit by default, the ``others`` (the
-    report's findings) whose measured saving would make it fit are named."""
-    severity = "medium" if fit.settings else "info" if fit.fits_by_default else "high"
-    facts = {k: v for k, v in vars(fit).items() if k not in ("environment", "case")}
-    facts["fraction_policy_set"] = "xla_gpu_memory_fraction_policy" in (fit.environment.get("XLA_FLAGS") or "")
-    facts["underused"] = fit.fits_by_default and fit.peak_bytes < UNDERUSED_SHARE * fit.default_pool_bytes
-    facts["fixes_that_fit"] = [] if fit.fits_by_default else _fixes_that_fit(fit, others)
-    out = [Finding(rule="fit", case=fit.case, severity=severity, facts=facts)]
-    out += both_fractions_findings(fit.environment, fit.jaxlib_version, str(fit.backend or "").lower())
-    return out

@@ -27,11 +27,9 @@ import pandas as pd
 
 from jaxmemprof.analysis.cells import json_cell as _json
 from jaxmemprof.analysis.cells import leaves as _leaves
-from jaxmemprof.analysis.findings import Finding
 from jaxmemprof.analysis.peaks import during_calls, true_peaks
-from jaxmemprof.analysis.timeline import timeline
 from jaxmemprof.truepeak import FIGURES, call_peak
-from jaxmemprof.donors import Call, Donor, describe, donors, label, match
+from jaxmemprof.donors import Call, Donor, donors, label, match
 from jaxmemprof.libraries import BY_NAME
 from jaxmemprof.source import closing_bracket, statement_at
 
@@ -82,7 +80,7 @@ def sampled_calls(rows: pd.DataFrame) -> list[Call]:
     return out
 
 
-def _functions(run) -> pd.DataFrame:
+def functions_of(run) -> pd.DataFrame:
     f = run.jit.get("functions")
     return f if f is not None else pd.DataFrame()
 
@@ -92,13 +90,13 @@ def _user_function(row, files: Files) -> bool:
     return isinstance(file, str) and bool(file) and not files.is_library(file)
 
 
-def _where(file: str, line: int, files: Files) -> str:
+def where_of(file: str, line: int, files: Files) -> str:
     return f"{files.display_path(file)}:{line}" if file else "?"
 
 
 def donation_candidates(ar: Attributed) -> list[Candidate]:
     run, files = ar.run, ar.files
-    functions = _functions(run)
+    functions = functions_of(run)
     calls = run.jit.get("calls")
     if functions.empty or calls is None or calls.empty:
         return []
@@ -117,7 +115,7 @@ def donation_candidates(ar: Attributed) -> list[Candidate]:
 
 def unusable_donations(run) -> list[tuple]:
     """(function row, call, donated leaves with no matching output, outputs)."""
-    functions = _functions(run)
+    functions = functions_of(run)
     calls = run.jit.get("calls")
     if functions.empty or calls is None or calls.empty:
         return []
@@ -139,17 +137,17 @@ def unusable_donations(run) -> list[tuple]:
     return found
 
 
-def _wrapper(fn) -> str:
+def wrapper_of(fn) -> str:
     """How the function was jitted; runs recorded before the probe knew
     wrappers jitted through jax.jit."""
     w = fn.get("wrapper") if hasattr(fn, "get") else None
     return w if isinstance(w, str) and w else "jax.jit"
 
 
-def _donate_option(fn) -> str | None:
+def donate_option(fn) -> str | None:
     """The wrapper's own donation option (equinox's ``donate``), where it has
     one instead of donate_argnums."""
-    lib = BY_NAME.get(_wrapper(fn))
+    lib = BY_NAME.get(wrapper_of(fn))
     return lib.donate_option if lib is not None else None
 
 
@@ -240,7 +238,7 @@ def _array_arguments(run, function_id) -> list[tuple]:
     return [(name, pos, size, dropped) for name, (pos, size, dropped) in out.items()]
 
 
-def _change(run, fn, cands: tuple[Donor, ...]) -> dict:
+def fix_change(run, fn, cands: tuple[Donor, ...]) -> dict:
     """The change to make, the way a user of the function's wrapper writes it,
     as facts: ``change`` (``jit``: the option to add, in ``option``;
     ``equinox``: the donate= option; ``equinox-restructure``: pass
@@ -250,7 +248,7 @@ def _change(run, fn, cands: tuple[Donor, ...]) -> dict:
     with the option added, where it can be read), ``also_donates`` (what
     equinox's donate="all" donates besides the candidates) and
     ``first_kept`` (arguments whose first call's value stayed referenced)."""
-    wrapper = _wrapper(fn)
+    wrapper = wrapper_of(fn)
     lib = BY_NAME.get(wrapper)
     params = [str(p) for p in _json(fn["params"], [])]
     already_nums = [int(x) for x in _json(fn["donate_argnums"], []) if isinstance(x, int)]
@@ -456,101 +454,11 @@ def _int(v) -> int:
     return 0 if pd.isna(v) else int(v)
 
 
-def donation_findings(ar: Attributed, tl: Timeline | None = None) -> list[Finding]:
-    """The donation advice. A ``donate`` finding's saving is what XLA's
-    compile of the function with the arguments donated does to the run's
-    true peak (``verified_change``); where that compile is missing, the
-    donated bytes, said as an upper bound that was not verified."""
-    run, files = ar.run, ar.files
-    findings: list[Finding] = []
-    functions = _functions(run)
-    if functions.empty:
-        return findings
-    by_id = functions.set_index("function_id")
-    for c in donation_candidates(ar):
-        tl = tl if tl is not None else timeline(ar)
-        fid = c.function_id
-        fn = by_id.loc[fid].copy()
-        fn["function_id"] = fid
-        cands = c.donors
-        donated, devices = c.donated_bytes, c.devices
-        measured = verified_change(ar, tl, fid, [d.argument for d in cands])
-        if measured["verified"]:  # the fall on all devices summed is the finding's saving; on the busiest, a fact
-            saving, per_device = measured.pop("saving_bytes"), measured["saving_bytes_per_device"]
-        else:
-            saving, per_device = donated, donated // devices
-        severity = "high" if per_device >= 256 * 1024**2 else "medium" if per_device > 0 else "low"
-        findings.append(Finding(
-            rule="donate",
-            severity=severity,
-            site=_where(fn["jit_file"], int(fn["jit_line"]), files),
-            saving_bytes=int(max(saving, 0)),
-            facts={
-                "function": str(fn["name"]), "wrapper": _wrapper(fn),
-                "defined_at": _where(fn["file"], int(fn["line"]), files),
-                "arguments": [d.argument for d in cands],
-                "by_position": [not d.keyword and d.argument.isdigit() for d in cands],
-                "leaves": [[d.argument, i, o] for d in cands for i, o in d.matches],
-                "calls_sampled": int(c.calls_sampled),
-                "devices": int(devices), "donated_bytes": int(donated),
-                **measured, "saving_bytes_per_device": int(per_device),
-                **_change(run, fn, cands),
-            },
-        ))
-    for fn, call, lost, outputs in unusable_donations(run):
-        option = _donate_option(fn)
-        if option is not None and _json(fn.get("wrapper_options"), {}).get(option) in ("all", "all-except-first"):
-            continue  # equinox donates every array by design, and silences JAX's warning about the unusable
-        findings.append(Finding(
-            rule="donation-unusable",
-            severity="low",
-            site=_where(fn["jit_file"], int(fn["jit_line"]), files),
-            facts={
-                "function": str(fn["name"]),
-                "arguments": sorted({label(leaf) for leaf in lost}),
-                "lost_leaves": [f"{label(leaf)}{leaf['path']} {describe(leaf)}" for leaf in lost],
-                "outputs": sorted({describe(o) for o in outputs}),
-                "call_index": int(call["call_index"]),
-                "jax_warned": _warned(run, lost),
-            },
-        ))
-    findings += _used_after_donation(run, files)
-    return findings
-
-
-def _warned(run, lost: list[dict]) -> bool:
-    ev = run.events
-    if ev is None or ev.empty:
-        return False
-    msgs = ev.loc[ev["kind"] == "warning", "message"].astype(str)
-    return any("donated buffers were not usable" in m and any(describe(leaf) in m for leaf in lost) for m in msgs)
-
-
-def _used_after_donation(run, files: Files) -> list[Finding]:
-    ev = run.events
-    if ev is None or ev.empty:
-        return []
-    hits = ev[(ev["kind"] == "exception") & ev["message"].astype(str).str.contains("deleted", case=False)]
-    functions = _functions(run)
-    donating = functions[functions.apply(
-        lambda f: bool(_json(f["donate_argnums"], []) or _json(f["donate_argnames"], [])), axis=1)] \
-        if not functions.empty else functions
-    out = []
-    for msg in hits["message"].astype(str).head(1):
-        out.append(Finding(
-            rule="donated-then-used",
-            severity="high",
-            facts={"error": msg.splitlines()[0][:300],
-                   "donating": [f"{f['name']} ({_where(f['jit_file'], int(f['jit_line']), files)})"
-                                for _, f in donating.iterrows()]},
-        ))
-    return out
-
 
 def _donated(fn) -> str:
     """What the function donates, as its wrapper takes it: argument numbers
     and names, or equinox's donate option."""
-    name = _donate_option(fn)
+    name = donate_option(fn)
     if name is not None:
         option = _json(fn.get("wrapper_options"), {}).get(name)
         return f"{name}={option}" if option and option != "none" else ""
@@ -562,7 +470,7 @@ def jit_memory(ar: Attributed) -> pd.DataFrame:
     argument, output, alias (donation that took effect), temporary and code
     bytes, and the call's peak ``argument + output - alias + temp + code``."""
     run, files = ar.run, ar.files
-    functions = _functions(run)
+    functions = functions_of(run)
     compiles = run.jit.get("compiles")
     counts = run.jit.get("counts")
     if functions.empty or compiles is None or compiles.empty:
@@ -583,9 +491,9 @@ def jit_memory(ar: Attributed) -> pd.DataFrame:
     out = pd.DataFrame({
         "function_id": merged["function_id"].astype(np.int64),
         "function": merged["name"],
-        "wrapper": [_wrapper(r) for _, r in merged.iterrows()],
-        "defined_at": [_where(f, int(ln), files) for f, ln in zip(merged["file"], merged["line"])],
-        "jitted_at": [_where(f, int(ln), files) for f, ln in zip(merged["jit_file"], merged["jit_line"])],
+        "wrapper": [wrapper_of(r) for _, r in merged.iterrows()],
+        "defined_at": [where_of(f, int(ln), files) for f, ln in zip(merged["file"], merged["line"])],
+        "jitted_at": [where_of(f, int(ln), files) for f, ln in zip(merged["jit_file"], merged["jit_line"])],
         "calls": pd.to_numeric(merged["calls"], errors="coerce").astype("Int64"),
         # Runs recorded before the probe stopped counting counted every call.
         "calls_complete": (pd.to_numeric(merged["calls_complete"], errors="coerce").fillna(1) != 0

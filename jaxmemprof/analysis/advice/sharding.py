@@ -1,6 +1,7 @@
 """Arrays held whole on every device where a mesh the program uses could
-shard them: the ``replicated`` finding, shown only where sharding them
-lowers the run's true peak.
+shard them, and what sharding them does to the run's true peak: what the
+``replicated`` finding (analysis/rules/sharding.py) reads, made only where
+sharding them lowers the run's true peak.
 
 The rule (replicas.py) names an input of a user's jitted function (its
 latest sampled call) of at least 1 MiB on a device, held whole on each of
@@ -23,22 +24,19 @@ import pandas as pd
 
 from jaxmemprof.truepeak import FIGURES
 from jaxmemprof.replicas import candidate, meshes_of, shard_on, spec
-from jaxmemprof.analysis.advice.donation import jit_memory
 from jaxmemprof.analysis.attributed import Attributed
 from jaxmemprof.analysis.cells import json_cell as _json
 from jaxmemprof.analysis.cells import leaves as _leaves
-from jaxmemprof.analysis.findings import Finding
 from jaxmemprof.analysis.peaks import during_calls, true_peaks
-from jaxmemprof.analysis.timeline import Timeline, timeline
+from jaxmemprof.analysis.timeline import Timeline
 from jaxmemprof.flow import leaf_key
 
-_SHOWN = 3  # arrays named in one finding
 MEANINGFUL = 0.01  # a fall of the true peak smaller than this share is not worth an all-gather a step
 NOT_COMPILED = ("not compiled at the end of the run (recorded with --verify-seconds 0, or by a jaxmemprof that "
                 "did not verify)")
 
 
-def _meshes(leaves: list) -> list[dict]:
+def call_meshes(leaves: list) -> list[dict]:
     """Every mesh ({axis: size}) a call's leaves are sharded on, in order."""
     out: list[dict] = []
     for leaf in leaves:
@@ -61,9 +59,9 @@ def _array(leaf: dict, axis: str, size: int, dim: int) -> dict:
             "saving_bytes": per_device - per_device // int(size)}
 
 
-def _by_rule(leaves: list, claimed: set) -> list[dict]:
+def by_rule(leaves: list, claimed: set) -> list[dict]:
     """The call's inputs the rule (replicas.py) would shard, each once."""
-    meshes = _meshes(leaves)
+    meshes = call_meshes(leaves)
     arrays, seen = [], set()
     for leaf in leaves:
         owner = _owner(leaf)
@@ -150,7 +148,7 @@ def _held_between(run, shard: list[dict]) -> tuple[dict, list]:
     return less, gone
 
 
-def _verified(ar: Attributed, tl: Timeline, function_id: int, leaves: list) -> dict | None:
+def verified_sharding(ar: Attributed, tl: Timeline, function_id: int, leaves: list) -> dict | None:
     """What sharding the inputs as the rule says does to the run's true peak
     (facts), from the compiles of the function with them sharded; None where
     there is no finding to make (the step gathers them back, XLA refuses
@@ -195,44 +193,3 @@ def _verified(ar: Attributed, tl: Timeline, function_id: int, leaves: list) -> d
             "saving_bytes_per_device": int(before - after)}
 
 
-def replication_findings(ar: Attributed, tl: Timeline | None = None) -> list[Finding]:
-    run = ar.run
-    calls, functions = run.jit.get("calls"), run.jit.get("functions")
-    if calls is None or calls.empty or functions is None or functions.empty:
-        return []
-    files = ar.files
-    found = []
-    # Each array in one finding: that of the function with the largest call peak that takes it (the
-    # same parameters given to a train step and an evaluation step are one fix).
-    claimed: set = set()
-    jm = jit_memory(ar)
-    largest = dict(zip(jm["function_id"], jm["call_peak_bytes"]))
-    order = sorted(functions.itertuples(), key=lambda fn: -int(largest.get(fn.function_id, 0)))
-    for fn in order:
-        if files.is_library(str(fn.file)):
-            continue
-        mine = calls[calls["function_id"] == fn.function_id]
-        if mine.empty:
-            continue
-        leaves = [leaf for leaf in _leaves(mine.sort_values("call_index").iloc[-1]["inputs"])
-                  if isinstance(leaf, dict)]
-        arrays = _by_rule(leaves, claimed)
-        if not arrays:
-            continue
-        tl = tl if tl is not None else timeline(ar)
-        measured = _verified(ar, tl, int(fn.function_id), leaves)
-        if measured is None:
-            continue
-        if measured["verified"]:
-            arrays = measured.pop("arrays") or arrays
-        claimed.update((a["owner"], tuple(a["shape"]), a["dtype"]) for a in arrays)
-        arrays.sort(key=lambda a: -a["saving_bytes"])
-        saving = measured.get("saving_bytes_per_device", sum(a["saving_bytes"] for a in arrays))
-        found.append(Finding(
-            rule="replicated", severity="high" if saving >= 256 * 1024**2 else "medium",
-            site=f"{files.display_path(str(fn.jit_file))}:{int(fn.jit_line)}" if fn.jit_file else "",
-            saving_bytes=int(saving),
-            facts={"function": str(fn.name), "arrays": arrays[:_SHOWN], "array_count": len(arrays),
-                   "replicated_bytes": sum(a["bytes"] for a in arrays), "meshes": _meshes(leaves),
-                   **measured}))
-    return found

@@ -1,20 +1,27 @@
-"""Whether the run fits a device: ``fit`` (made by analysis/advice/capacity.py)."""
+"""Whether the run fits a device: ``fit``, found here from
+analysis/advice/capacity.py's ``Fit`` (run with ``--device-memory``), and the
+report's other findings whose measured saving would make it fit."""
 
 from __future__ import annotations
-
-from typing import TYPE_CHECKING
 
 from jaxmemprof.analysis.advice.allocator import (
     DEFAULT_FRACTION,
     DOCS_URL,
     MAX_FRACTION_PERCENT,
     PREALLOCATE,
+    UNDERUSED_SHARE,
     fraction_setting,
+    needed_bytes,
 )
-from jaxmemprof.rules.base import LOWER_THE_PEAK, Rule, Words, exact, fmt, peak_source
+from jaxmemprof.analysis.advice.capacity import Fit
+from jaxmemprof.analysis.findings import Finding
+from jaxmemprof.analysis.rules.allocator import both_fractions_findings
+from jaxmemprof.analysis.rules.base import LOWER_THE_PEAK, Context, Rule, Words, exact, fmt, peak_source
 
-if TYPE_CHECKING:
-    from jaxmemprof.analysis.findings import Finding
+
+def detect(ctx: Context) -> list[Finding]:
+    """Last: the fit names the findings made before it."""
+    return [] if ctx.fit is None else fit_findings(ctx.fit, ctx.found)
 
 CAPACITY_EXCLUDES = ("library workspaces (cuDNN, cuBLAS, NCCL), the CUDA context and allocator fragmentation "
                      "are not in this estimate")
@@ -80,7 +87,7 @@ def _fit(f: Finding, x: dict) -> Words:
 
 
 FIT = Rule(
-    "fit", made_by="analysis/advice/capacity.py",
+    "fit", made_by="analysis/rules/capacity.py",
     summary=("Whether the run fits a device of `--device-memory SIZE`; its case is the fit's "
              "(analysis/advice/capacity.py)."),
     facts={"": ("device_bytes", "peak_bytes", "peak_source", "peak_device", "needed_bytes", "default_fraction",
@@ -98,5 +105,35 @@ FIT = Rule(
                                  "`site`, `saving_bytes` (per device) and `peak_after_bytes`.")},
     words={"fits": _fit, "fits-with": _fit, "cannot": _fit, "shared-fits": _fit, "shared-cannot": _fit},
 )
+
+
+def _fixes_that_fit(fit: Fit, others: list[Finding]) -> list[dict]:
+    """The other findings whose measured saving (XLA's compile of the fixed
+    step: ``verified``) brings the peak into the default pool, each alone."""
+    out = []
+    for f in others:
+        if not f.facts.get("verified") or not f.saving_bytes:
+            continue
+        per_device = int(f.facts.get("saving_bytes_per_device", f.saving_bytes))
+        after = max(fit.peak_bytes - per_device, 0)
+        if fit.processes == 1 and needed_bytes(after) <= fit.default_pool_bytes:
+            out.append({"rule": f.rule, "site": f.site, "saving_bytes": per_device, "peak_after_bytes": after})
+    return sorted(out, key=lambda x: -x["saving_bytes"])
+
+
+def fit_findings(fit: Fit, others: list[Finding] = ()) -> list[Finding]:
+    """The fit as a finding (rule ``fit``, its case the fit's), and a warning
+    when the run's own environment would stop a GPU run (both fraction
+    variables set). Where it does not fit by default, the ``others`` (the
+    report's findings) whose measured saving would make it fit are named."""
+    severity = "medium" if fit.settings else "info" if fit.fits_by_default else "high"
+    facts = {k: v for k, v in vars(fit).items() if k not in ("environment", "case")}
+    facts["fraction_policy_set"] = "xla_gpu_memory_fraction_policy" in (fit.environment.get("XLA_FLAGS") or "")
+    facts["underused"] = fit.fits_by_default and fit.peak_bytes < UNDERUSED_SHARE * fit.default_pool_bytes
+    facts["fixes_that_fit"] = [] if fit.fits_by_default else _fixes_that_fit(fit, others)
+    out = [Finding(rule="fit", case=fit.case, severity=severity, facts=facts)]
+    out += both_fractions_findings(fit.environment, fit.jaxlib_version, str(fit.backend or "").lower())
+    return out
+
 
 RULES = (FIT,)

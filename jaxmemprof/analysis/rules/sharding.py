@@ -1,14 +1,21 @@
-"""Arrays a mesh could shard: ``replicated`` (made by analysis/advice/sharding.py)."""
+"""Arrays a mesh could shard: ``replicated``, found here from
+analysis/advice/sharding.py's candidates and what XLA's compile of the
+step with them sharded measured."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from jaxmemprof.rules.base import Rule, Words, fmt
+from jaxmemprof.analysis.advice.donation import jit_memory
+from jaxmemprof.analysis.advice.sharding import by_rule, call_meshes, verified_sharding
+from jaxmemprof.analysis.attributed import Attributed
+from jaxmemprof.analysis.cells import leaves as leaves_of
+from jaxmemprof.analysis.findings import Finding
+from jaxmemprof.analysis.rules.base import Context, Rule, Words, fmt
+from jaxmemprof.analysis.timeline import Timeline, timeline
 from jaxmemprof.units import counted
 
-if TYPE_CHECKING:
-    from jaxmemprof.analysis.findings import Finding
+
+def detect(ctx: Context) -> list[Finding]:
+    return replication_findings(ctx.ar, ctx.tl)
 
 
 def _put(a: dict) -> str:
@@ -61,7 +68,7 @@ def _replicated(f: Finding, x: dict) -> Words:
 
 
 REPLICATED = Rule(
-    "replicated", made_by="analysis/advice/sharding.py",
+    "replicated", made_by="analysis/rules/sharding.py",
     summary=("Inputs of a jitted function, 1 MiB or more a device, held whole on each of several devices while a "
              "mesh axis of the call's divides one of their dimensions, where XLA's compile of the function with "
              "them sharded lowers the run's true peak (analysis/advice/sharding.py)."),
@@ -91,5 +98,52 @@ REPLICATED = Rule(
               "temp_after_bytes": "The same, compiled with the arrays sharded: the all-gathers show here."},
     words={"": _replicated},
 )
+
+
+_SHOWN = 3  # arrays named in one finding
+
+
+def replication_findings(ar: Attributed, tl: Timeline | None = None) -> list[Finding]:
+    run = ar.run
+    calls, functions = run.jit.get("calls"), run.jit.get("functions")
+    if calls is None or calls.empty or functions is None or functions.empty:
+        return []
+    files = ar.files
+    found = []
+    # Each array in one finding: that of the function with the largest call peak that takes it (the
+    # same parameters given to a train step and an evaluation step are one fix).
+    claimed: set = set()
+    jm = jit_memory(ar)
+    largest = dict(zip(jm["function_id"], jm["call_peak_bytes"]))
+    order = sorted(functions.itertuples(), key=lambda fn: -int(largest.get(fn.function_id, 0)))
+    for fn in order:
+        if files.is_library(str(fn.file)):
+            continue
+        mine = calls[calls["function_id"] == fn.function_id]
+        if mine.empty:
+            continue
+        leaves = [leaf for leaf in leaves_of(mine.sort_values("call_index").iloc[-1]["inputs"])
+                  if isinstance(leaf, dict)]
+        arrays = by_rule(leaves, claimed)
+        if not arrays:
+            continue
+        tl = tl if tl is not None else timeline(ar)
+        measured = verified_sharding(ar, tl, int(fn.function_id), leaves)
+        if measured is None:
+            continue
+        if measured["verified"]:
+            arrays = measured.pop("arrays") or arrays
+        claimed.update((a["owner"], tuple(a["shape"]), a["dtype"]) for a in arrays)
+        arrays.sort(key=lambda a: -a["saving_bytes"])
+        saving = measured.get("saving_bytes_per_device", sum(a["saving_bytes"] for a in arrays))
+        found.append(Finding(
+            rule="replicated", severity="high" if saving >= 256 * 1024**2 else "medium",
+            site=f"{files.display_path(str(fn.jit_file))}:{int(fn.jit_line)}" if fn.jit_file else "",
+            saving_bytes=int(saving),
+            facts={"function": str(fn.name), "arrays": arrays[:_SHOWN], "array_count": len(arrays),
+                   "replicated_bytes": sum(a["bytes"] for a in arrays), "meshes": call_meshes(leaves),
+                   **measured}))
+    return found
+
 
 RULES = (REPLICATED,)

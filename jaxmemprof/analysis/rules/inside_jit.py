@@ -1,14 +1,29 @@
-"""Inside a jitted call: ``remat`` and ``narrow-dtype`` (made by analysis/inside_jit.py
-from XLA's buffers at the program's peak)."""
+"""Inside a jitted call: ``remat`` and ``narrow-dtype``, found here from
+XLA's buffers at the program's peak (analysis/inside_jit.py)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import re
 
-from jaxmemprof.rules.base import Rule, Words, fmt
+import pandas as pd
 
-if TYPE_CHECKING:
-    from jaxmemprof.analysis.findings import Finding
+from jaxmemprof.analysis.attributed import Attributed
+from jaxmemprof.analysis.findings import Finding
+from jaxmemprof.analysis.inside_jit import largest_signature_only
+from jaxmemprof.analysis.rules.base import Context, Rule, Words, fmt
+from jaxmemprof.analysis.sites import NO_STACK
+
+# Forward-pass ops of a gradient (JAX names them jvp(...), and their backward
+# pass transpose(jvp(...))): their results live at the peak are the
+# activations kept for the backward pass.
+_FORWARD = re.compile(r"(?:^|/)jvp\(")
+_BACKWARD = re.compile(r"transpose\(")
+REMAT_SHARE = 0.25  # of the program's peak, held by kept activations
+NARROW_SHARE = 0.5  # of the program's peak, held by float32 temporaries
+
+
+def detect(ctx: Context) -> list[Finding]:
+    return inside_jit_findings(ctx.ar)
 
 
 def _by_line(x: dict) -> str:
@@ -56,7 +71,8 @@ def _narrow(f: Finding, x: dict) -> Words:
 
 
 REMAT = Rule(
-    "remat", made_by="analysis/inside_jit.py",
+    "remat", made_by="analysis/rules/inside_jit.py",
+    about_a_call=True,
     summary=("Activations kept for the backward pass hold a quarter or more of a function's own peak "
              "(analysis/inside_jit.py)."),
     facts={"": ("function", "wrapper", "program_peak_bytes", "kept_bytes", "buffers", "by_line", "peak_elsewhere")},
@@ -72,7 +88,8 @@ REMAT = Rule(
 
 
 NARROW_DTYPE = Rule(
-    "narrow-dtype", made_by="analysis/inside_jit.py",
+    "narrow-dtype", made_by="analysis/rules/inside_jit.py",
+    about_a_call=True,
     summary="float32 temporaries hold half or more of a function's own peak (analysis/inside_jit.py).",
     facts={"": ("function", "program_peak_bytes", "float32_bytes", "by_line", "peak_elsewhere")},
     optional=("peak_elsewhere",),
@@ -81,5 +98,48 @@ NARROW_DTYPE = Rule(
               "by_line": "`[site, bytes]` of the (up to 3) lines that hold most of them."},
     words={"": _narrow},
 )
+
+
+def _first_user_site(by_line: pd.Series) -> str:
+    """The line holding the most of them, among those that are the user's
+    (XLA makes some buffers with no Python stack); "" when none is."""
+    named = [s for s in by_line.index if s != NO_STACK and not str(s).startswith(("(", "argument "))]
+    return str(named[0]) if named else ""
+
+
+def inside_jit_findings(ar: Attributed) -> list[Finding]:
+    """Hints from what fills each function's peak."""
+    b = largest_signature_only(ar.jit_buffers)
+    if b.empty:
+        return []
+    out: list[Finding] = []
+    functions = ar.run.jit.get("functions")
+    wrappers = {} if functions is None or functions.empty or "wrapper" not in functions.columns else {
+        fid: w for fid, w in zip(functions["function_id"], functions["wrapper"]) if isinstance(w, str) and w}
+    # A program that rematerialises already (jax.checkpoint names its ops).
+    remat = set(b.loc[b["op"].astype(str).str.contains(r"checkpoint|remat", regex=True), "function_id"])
+    for (fid, name), g in b[b["at_peak"] == 1].groupby(["function_id", "function"], sort=False):
+        peak = int(g["program_peak_bytes"].iloc[0])
+        if peak <= 0:
+            continue
+        temps = g[g["kind"] == "temporary"]
+        forward = temps["op"].astype(str).map(lambda op: bool(_FORWARD.search(op)) and not _BACKWARD.search(op))
+        kept = temps.loc[forward.astype(bool)]
+        if fid not in remat and int(kept["bytes"].sum()) >= REMAT_SHARE * peak:
+            by_line = kept.groupby("site")["bytes"].sum().sort_values(ascending=False)
+            saving = int(kept["bytes"].sum())
+            out.append(Finding(rule="remat", severity="low", site=_first_user_site(by_line), saving_bytes=saving, facts={
+                "function": str(name), "wrapper": wrappers.get(fid, "jax.jit"), "program_peak_bytes": peak,
+                "kept_bytes": saving, "buffers": int(len(kept)),
+                "by_line": [[str(s), int(v)] for s, v in by_line.head(3).items()]}))
+        wide = temps.loc[temps["shape"].astype(str).str.startswith("f32[").astype(bool)]
+        if int(wide["bytes"].sum()) >= NARROW_SHARE * peak:
+            by_line = wide.groupby("site")["bytes"].sum().sort_values(ascending=False)
+            half = int(wide["bytes"].sum()) // 2
+            out.append(Finding(rule="narrow-dtype", severity="low", site=_first_user_site(by_line), saving_bytes=half,
+                               facts={"function": str(name), "program_peak_bytes": peak, "float32_bytes": 2 * half,
+                                      "by_line": [[str(s), int(v)] for s, v in by_line.head(3).items()]}))
+    return out
+
 
 RULES = (REMAT, NARROW_DTYPE,)

@@ -1,27 +1,55 @@
-"""The allocator's settings: ``allocator-platform``, ``-fraction``, ``-preallocate``,
-``-fragmentation`` and ``-env`` (made by analysis/advice/allocator.py)."""
+"""The allocator's settings: ``allocator-platform``, ``-fraction``,
+``-preallocate``, ``-fragmentation`` and ``-env``, found here from the run's
+environment, the allocator's statistics and the peak
+(analysis/advice/allocator.py reads them)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import re
+
+import pandas as pd
 
 from jaxmemprof.analysis.advice.allocator import (
+    ALLOCATOR,
     DEFAULT_FRACTION,
     DOCS_URL,
     FRACTION,
     FRAGMENTATION_MIN,
     FRAGMENTATION_MIN_POOL_BYTES,
+    GPU_BACKENDS,
     MAX_FRACTION_PERCENT,
     OLD_FRACTION,
     PREALLOCATE,
+    PREALLOCATE_OFF,
     UNDERUSED_SHARE,
+    DeviceStats,
+    FractionConfig,
+    Peak,
+    device_stats,
+    estimate_peak,
+    fraction_config,
+    fraction_env_name,
+    fraction_fix,
     fraction_setting,
+    had_oom,
+    is_rocm,
+    needed_bytes,
+    percent_needed,
+    preallocates,
+    processes_per_device,
+    reads_new_fraction_name,
+    uses_bfc,
 )
-from jaxmemprof.rules.base import LOWER_THE_PEAK, POOL_TRADE_OFF, Rule, Words, exact, fmt, peak_source, set_fraction
+from jaxmemprof.analysis.attributed import Attributed
+from jaxmemprof.analysis.findings import Finding
+from jaxmemprof.analysis.rules.base import (LOWER_THE_PEAK, POOL_TRADE_OFF, Context, Rule, Words, exact, fmt,
+                                            peak_source, set_fraction)
+from jaxmemprof.analysis.timeline import timeline as build_timeline
 from jaxmemprof.units import format_bytes
 
-if TYPE_CHECKING:
-    from jaxmemprof.analysis.findings import Finding
+
+def detect(ctx: Context) -> list[Finding]:
+    return allocator_findings(ctx.ar, ctx.device_peak, timeline=ctx.tl)
 
 
 def _platform(f: Finding, x: dict) -> Words:
@@ -194,7 +222,7 @@ def _env_spelling(f: Finding, x: dict) -> Words:
 
 
 ALLOCATOR_PLATFORM = Rule(
-    "allocator-platform", made_by="analysis/advice/allocator.py",
+    "allocator-platform", made_by="analysis/rules/allocator.py",
     summary=("Measure exact use once with `XLA_PYTHON_CLIENT_ALLOCATOR=platform`, after another allocator finding "
              "or an OOM (analysis/advice/allocator.py)."),
     facts={"": ("because", "peak_bytes", "peak_source", "peak_device")},
@@ -206,7 +234,7 @@ ALLOCATOR_PLATFORM = Rule(
 
 
 ALLOCATOR_FRACTION = Rule(
-    "allocator-fraction", made_by="analysis/advice/allocator.py",
+    "allocator-fraction", made_by="analysis/rules/allocator.py",
     summary=("The peak needs more than the allocator's limit: raise the fraction (case `raise`), or no fraction "
              "holds it (case `cannot`) (analysis/advice/allocator.py)."),
     facts={"raise": ("peak_bytes", "peak_source", "peak_device", "needed_bytes", "device", "bytes_limit", "fraction",
@@ -231,7 +259,7 @@ ALLOCATOR_FRACTION = Rule(
 
 
 ALLOCATOR_PREALLOCATE = Rule(
-    "allocator-preallocate", made_by="analysis/advice/allocator.py",
+    "allocator-preallocate", made_by="analysis/rules/allocator.py",
     summary=("Preallocate less: processes sharing a GPU (case `shared`), or a peak far below the pool (case "
              "`underused`) (analysis/advice/allocator.py)."),
     facts={"shared": ("peak_bytes", "peak_source", "peak_device", "processes", "fraction", "fraction_variable",
@@ -258,7 +286,7 @@ ALLOCATOR_PREALLOCATE = Rule(
 
 
 ALLOCATOR_FRAGMENTATION = Rule(
-    "allocator-fragmentation", made_by="analysis/advice/allocator.py",
+    "allocator-fragmentation", made_by="analysis/rules/allocator.py",
     summary="A pool of 1 GiB or more at least 30 % fragmented (analysis/advice/allocator.py).",
     facts={"": ("device", "snapshot", "fragmentation", "pool_bytes", "bytes_in_use", "largest_free_block_bytes",
                 "free_bytes", "preallocate", "preallocates")},
@@ -276,7 +304,7 @@ ALLOCATOR_FRAGMENTATION = Rule(
 
 
 ALLOCATOR_ENV = Rule(
-    "allocator-env", made_by="analysis/advice/allocator.py",
+    "allocator-env", made_by="analysis/rules/allocator.py",
     summary=("The allocation environment is wrong for the jaxlib that ran (cases `both-refused`, "
              "`both-old-jaxlib`, `new-name-ignored`, `preallocate-spelling`) (analysis/advice/allocator.py)."),
     facts={"both-refused": ("fraction_value", "old_fraction_value", "jaxlib_version", "backend", "backend_seen",
@@ -295,5 +323,158 @@ ALLOCATOR_ENV = Rule(
                               "...).")},
     words={"both-refused": _env_both_refused, "both-old-jaxlib": _env_both_old, "new-name-ignored": _env_ignored, "preallocate-spelling": _env_spelling},
 )
+
+
+def allocator_findings(ar: Attributed, true_peak_bytes: int | None = None, *, processes_per_gpu: int | None = None,
+                       timeline=None) -> list[Finding]:
+    """Allocator advice for a GPU run (``[]`` for other backends, but see the
+    module docstring). ``true_peak_bytes``: the estimated peak on the busiest
+    device, XLA temporaries included, where known. ``processes_per_gpu``:
+    how many processes share one GPU, when the caller knows (otherwise read
+    from the run, :func:`processes_per_device`). ``timeline``: the run's
+    Timeline, if already computed."""
+    run = ar.run
+    m = run.manifest or {}
+    env = {str(k): str(v) for k, v in (m.get("environment") or {}).items()}
+    jaxlib = m.get("jaxlib_version")
+    backend = str(m.get("backend") or "").lower()
+    if backend not in GPU_BACKENDS:
+        return both_fractions_findings(env, jaxlib, backend)
+    found = env_findings(env, jaxlib, backend=backend)
+
+    devices = (timeline if timeline is not None else build_timeline(ar, top_sites=0)).devices
+    peak = estimate_peak(ar, true_peak_bytes, devices)
+    stats = device_stats(devices)
+    frac = fraction_config(env, jaxlib)
+    oom = had_oom(run)
+    n = int(processes_per_gpu) if processes_per_gpu else processes_per_device(run)
+
+    capacity = _fraction_rule(env, jaxlib, peak, stats, frac, oom)
+    found += capacity
+    found += _preallocate_rule(env, jaxlib, peak, stats, frac, n)
+    fragmentation = [] if is_rocm(m) else _fragmentation_rule(env, devices, oom)
+    found += fragmentation
+
+    reasons = ["oom"] if oom else []
+    reasons += [f.rule for f in capacity + fragmentation]
+    if reasons and (env.get(ALLOCATOR) or "").lower() != "platform":
+        found.append(Finding(rule="allocator-platform", severity="info",
+                             facts={"because": reasons, **peak.facts()}))
+    return found
+
+
+def _limit_for(peak: Peak, stats: list[DeviceStats]) -> DeviceStats | None:
+    with_limit = [s for s in stats if s.bytes_limit]
+    if not with_limit:
+        return None
+    if peak.device is not None:
+        for s in with_limit:
+            if s.device == peak.device:
+                return s
+    return min(with_limit, key=lambda s: (s.bytes_limit, s.device))
+
+
+def _fraction_rule(env, jaxlib, peak: Peak, stats, frac: FractionConfig, oom: bool) -> list[Finding]:
+    dev = _limit_for(peak, stats)
+    if dev is None or peak.bytes <= 0:
+        return []
+    limit = dev.bytes_limit
+    need = needed_bytes(peak.bytes)
+    if need <= limit:
+        return []
+    total = int(round(limit / frac.value))
+    pct = percent_needed(need, total)
+    facts = {**peak.facts(), "needed_bytes": need, "device": dev.device, "bytes_limit": limit,
+             "fraction": frac.value, "fraction_variable": frac.variable,
+             "fraction_value": env.get(frac.variable) if frac.variable else None,
+             "device_bytes": total, "fraction_needed": pct / 100}
+    if pct <= MAX_FRACTION_PERCENT:
+        setting = fraction_setting(pct)
+        return [Finding(rule="allocator-fraction", case="raise", severity="high" if (peak.bytes > limit or oom)
+                        else "medium", facts=facts | {"setting": setting, **fraction_fix(env, jaxlib, setting)})]
+    return [Finding(rule="allocator-fraction", case="cannot", severity="high",
+                    facts=facts | {"fraction_env_name": fraction_env_name(jaxlib)})]
+
+
+def _preallocate_rule(env, jaxlib, peak: Peak, stats, frac: FractionConfig, n: int) -> list[Finding]:
+    if not preallocates(env):
+        return []
+    dev = _limit_for(peak, stats)
+    pool = None
+    if dev is not None:
+        pool = dev.pool_bytes or dev.bytes_limit
+    if n > 1 and frac.value * n * 100 > MAX_FRACTION_PERCENT:
+        share = MAX_FRACTION_PERCENT // n
+        total = int(round(dev.bytes_limit / frac.value)) if dev is not None and dev.bytes_limit else None
+        return [Finding(rule="allocator-preallocate", case="shared", severity="high", facts={
+            **peak.facts(), "processes": n, "fraction": frac.value, "fraction_variable": frac.variable,
+            "preallocate": env.get(PREALLOCATE) or "", "needed_bytes": needed_bytes(peak.bytes),
+            "share": fraction_setting(share), "share_percent": share, "device_bytes": total,
+            "bytes_each": total * share // 100 if total else None,
+            **fraction_fix(env, jaxlib, fraction_setting(share))})]
+    if not pool or peak.bytes <= 0 or peak.bytes >= UNDERUSED_SHARE * pool:
+        return []
+    need = needed_bytes(peak.bytes)
+    total = int(round(dev.bytes_limit / frac.value)) if dev.bytes_limit else pool
+    pct = percent_needed(need, total)
+    return [Finding(rule="allocator-preallocate", case="underused", severity="low", saving_bytes=int(pool - need),
+                    facts={**peak.facts(), "device": dev.device, "pool_bytes": pool, "fraction": frac.value,
+                           "needed_bytes": need, "fraction_needed": pct / 100,
+                           **fraction_fix(env, jaxlib, fraction_setting(pct))})]
+
+
+def _fragmentation_rule(env, devices: pd.DataFrame, oom: bool) -> list[Finding]:
+    if not uses_bfc(env) or devices.empty or "fragmentation" not in devices:
+        return []
+    d = devices.dropna(subset=["fragmentation", "pool_bytes", "bytes_in_use", "largest_free_block_bytes"])
+    d = d[(d["pool_bytes"].astype("int64") >= FRAGMENTATION_MIN_POOL_BYTES) & (d["fragmentation"] >= FRAGMENTATION_MIN)]
+    if d.empty:
+        return []
+    row = d.loc[d["fragmentation"].astype(float).idxmax()]
+    pool, used, largest = int(row["pool_bytes"]), int(row["bytes_in_use"]), int(row["largest_free_block_bytes"])
+    return [Finding(rule="allocator-fragmentation", severity="high" if oom else "medium",
+                    saving_bytes=int(pool - used - largest), facts={
+                        "device": str(row["device"]), "snapshot": int(row["snapshot"]),
+                        "fragmentation": float(row["fragmentation"]), "pool_bytes": pool, "bytes_in_use": used,
+                        "largest_free_block_bytes": largest, "free_bytes": pool - used,
+                        "preallocate": env.get(PREALLOCATE) or "", "preallocates": preallocates(env)})]
+
+
+def both_fractions_findings(env: dict, jaxlib_version: str | None, backend: str = "gpu") -> list[Finding]:
+    """Both fraction variables set under a jaxlib that refuses them together:
+    the CUDA plugin fails to initialise, whatever the backend that then ran
+    (``backend_seen``: ``gpu`` when a GPU backend ran nonetheless,
+    ``other-platforms`` when JAX_PLATFORMS asked for none, else ``other``)."""
+    new, old = env.get(FRACTION) or "", env.get(OLD_FRACTION) or ""
+    if not (new and old and reads_new_fraction_name(jaxlib_version)):
+        return []
+    platforms = (env.get("JAX_PLATFORMS") or "").lower()
+    if backend in GPU_BACKENDS:
+        seen = "gpu"
+    elif platforms and not re.search(r"\b(cuda|gpu)\b", platforms):
+        seen = "other-platforms"
+    else:
+        seen = "other"
+    return [Finding(rule="allocator-env", case="both-refused", severity="high", facts={
+        "fraction_value": new, "old_fraction_value": old, "jaxlib_version": jaxlib_version, "backend": backend,
+        "backend_seen": seen, "jax_platforms": env.get("JAX_PLATFORMS") or ""})]
+
+
+def env_findings(env: dict, jaxlib_version: str | None, backend: str = "gpu") -> list[Finding]:
+    """Problems of the allocation environment itself for that jaxlib
+    (rule ``allocator-env``)."""
+    out = both_fractions_findings(env, jaxlib_version, backend)
+    new, old = env.get(FRACTION) or "", env.get(OLD_FRACTION) or ""
+    facts = {"fraction_value": new, "old_fraction_value": old, "jaxlib_version": jaxlib_version}
+    if new and old and not reads_new_fraction_name(jaxlib_version):
+        out.append(Finding(rule="allocator-env", case="both-old-jaxlib", severity="medium", facts=facts))
+    elif new and not reads_new_fraction_name(jaxlib_version):
+        out.append(Finding(rule="allocator-env", case="new-name-ignored", severity="medium", facts=facts))
+    pre = env.get(PREALLOCATE)
+    if pre and pre not in PREALLOCATE_OFF and pre.lower() in ("false", "no", "off", "n", "f"):
+        out.append(Finding(rule="allocator-env", case="preallocate-spelling", severity="medium",
+                           facts={"preallocate": pre}))
+    return out
+
 
 RULES = (ALLOCATOR_PLATFORM, ALLOCATOR_FRACTION, ALLOCATOR_PREALLOCATE, ALLOCATOR_FRAGMENTATION, ALLOCATOR_ENV,)

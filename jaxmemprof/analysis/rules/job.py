@@ -1,24 +1,21 @@
-"""A multi-process job's own rules: ``imbalance`` and ``unfinished`` (made by
-analysis/job.py)."""
+"""A multi-process job's own rules: ``imbalance`` and ``unfinished``, found
+here from the job's processes (analysis/job.py ``build_job_report`` runs
+them)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import numpy as np
+import pandas as pd
 
-from jaxmemprof.rules.base import Rule, Words
-from jaxmemprof.store.job import process_list_text
+from jaxmemprof.analysis.findings import Finding, JobFinding
+from jaxmemprof.analysis.rules.base import Rule, Words
+from jaxmemprof.store.job import who
 from jaxmemprof.units import format_bytes
 
-if TYPE_CHECKING:
-    from jaxmemprof.analysis.findings import Finding
-
-
-def who(processes, most: int = 8) -> str:
-    """``processes 0–3, 7``; a long list is cut after ``most`` parts (the
-    terminal's; JSON and CSV have them all)."""
-    parts = process_list_text(processes).split(", ")
-    text = ", ".join(parts) if len(parts) <= most + 2 else ", ".join(parts[:most]) + f", … ({len(processes)} in all)"
-    return f"process{'es' if len(processes) > 1 else ''} {text}"
+# A process is imbalanced when its peak exceeds the median process's by this
+# fraction of the median, and by at least IMBALANCE_MIN_BYTES.
+IMBALANCE_FRACTION = 0.25
+IMBALANCE_MIN_BYTES = 1 << 20
 
 
 def _imbalance(f: Finding, x: dict) -> Words:
@@ -65,7 +62,7 @@ def _unfinished(f: Finding, x: dict) -> Words:
 
 
 IMBALANCE = Rule(
-    "imbalance", made_by="analysis/job.py",
+    "imbalance", made_by="analysis/rules/job.py",
     summary="A job's process holds much more than the median process at its peak (job only; analysis/job.py).",
     facts={"": ("process", "peak_bytes", "median_bytes", "min_bytes", "median_process", "median_process_bytes",
                 "excess_bytes", "sites", "processes", "process_count")},
@@ -86,12 +83,70 @@ IMBALANCE = Rule(
 
 
 UNFINISHED = Rule(
-    "unfinished", made_by="analysis/job.py",
+    "unfinished", made_by="analysis/rules/job.py",
     summary="Processes of a job that did not finish (job only; analysis/job.py).",
     facts={"": ("processes",)},
     meanings={"processes": ("One object per process that did not finish: `process, running` (its recording "
                             "process still holds it), `snapshots, last_t` (its last snapshot, on the job's clock) and `error` (why nothing could be read, if so).")},
     words={"": _unfinished},
 )
+
+def imbalance(processes: pd.DataFrame, peak_sites: pd.DataFrame) -> list:
+    """The ``imbalance`` finding, when the process with the highest peak
+    holds more than the median process (the lower median) by IMBALANCE_FRACTION of it
+    (and IMBALANCE_MIN_BYTES). Facts: ``process`` (the highest),
+    ``peak_bytes``, ``median_bytes``, ``min_bytes``, ``median_process`` (the
+    process nearest the median) and its ``median_process_bytes``, ``excess_bytes``,
+    ``sites``: the sites whose bytes at the two peaks differ most (``site,
+    bytes, median_process_bytes, delta_bytes``, largest first, those of at
+    least 1 % of the excess), ``processes``: every process past the
+    threshold (the finding applies to them all), ``process_count``."""
+    p = processes[processes["snapshots"] > 0]
+    if len(p) < 2:
+        return []
+    peaks = p["peak_bytes"].to_numpy(np.int64)
+    # The lower median: a peak some process really has (of two processes, the smaller).
+    median = float(np.sort(peaks)[(len(peaks) - 1) // 2])
+    hi = p.iloc[int(peaks.argmax())]
+    excess = int(hi["peak_bytes"]) - int(median)
+    threshold = max(IMBALANCE_FRACTION * median, IMBALANCE_MIN_BYTES)
+    if excess < threshold:
+        return []
+    # Every process past the threshold; the figures are the highest one's.
+    heavy = sorted(int(x) for x in p.loc[p["peak_bytes"] - median >= threshold, "process"])
+    others = p[~p["process"].isin(heavy)]
+    mid = others.iloc[int(np.abs(others["peak_bytes"].to_numpy(float) - median).argmin())]
+    a = peak_sites[peak_sites["process"] == hi["process"]].groupby("site")["bytes"].sum()
+    b = peak_sites[peak_sites["process"] == mid["process"]].groupby("site")["bytes"].sum()
+    d = a.sub(b, fill_value=0).sort_values(ascending=False, kind="stable")
+    d = d[d >= max(1, 0.01 * excess)].head(3)  # the sites that make the difference, not every byte
+    sites = [{"site": str(site), "bytes": int(a.get(site, 0)), "median_process_bytes": int(b.get(site, 0)),
+              "delta_bytes": int(v)} for site, v in d.items()]
+    n_hi = int(hi["process"])
+    facts = {"process": n_hi, "peak_bytes": int(hi["peak_bytes"]), "median_bytes": int(median),
+             "min_bytes": int(peaks.min()), "median_process": int(mid["process"]),
+             "median_process_bytes": int(mid["peak_bytes"]), "excess_bytes": excess, "sites": sites,
+             "processes": heavy, "process_count": int(len(p))}
+    severity = "high" if hi["peak_bytes"] >= 2 * median else "medium"
+    f = Finding(rule="imbalance", severity=severity, site=sites[0]["site"] if sites else "", saving_bytes=excess,
+                facts=facts)
+    return [JobFinding(f, tuple(heavy), excess)]
+
+
+def unfinished(processes: pd.DataFrame) -> list:
+    """The ``unfinished`` finding: the processes that did not finish (killed,
+    or still running). Facts: ``processes``, a list of ``process, running,
+    snapshots, last_t`` (the last snapshot committed, on the job's clock)
+    and ``error`` (why nothing could be read, if so)."""
+    rows = processes[~processes["finished"].astype(bool)]
+    if rows.empty:
+        return []
+    facts = {"processes": [{"process": int(r.process), "running": bool(r.running), "snapshots": int(r.snapshots),
+                            "last_t": None if r.last_t is None or r.last_t != r.last_t else float(r.last_t),
+                            "error": r.error if isinstance(r.error, str) else None}
+                           for r in rows.itertuples()]}
+    f = Finding(rule="unfinished", severity="high", site="", saving_bytes=None, facts=facts)
+    return [JobFinding(f, tuple(int(x) for x in rows["process"]), None)]
+
 
 RULES = (IMBALANCE, UNFINISHED,)

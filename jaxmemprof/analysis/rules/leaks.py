@@ -1,14 +1,19 @@
-"""Leaks and recompiles: ``leak`` and ``recompile`` (made by analysis/leaks.py)."""
+"""Leaks and recompiles: ``leak`` and ``recompile``, found here from
+analysis/leaks.py's tables (its growth statistics, the executables and
+jits per line)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import pandas as pd
 
-from jaxmemprof.rules.base import Rule, Words, fmt
+from jaxmemprof.analysis.findings import Finding
+from jaxmemprof.analysis.leaks import GiB, number, rejits
+from jaxmemprof.analysis.rules.base import Context, Rule, Words, fmt
 from jaxmemprof.units import counted, format_bytes
 
-if TYPE_CHECKING:
-    from jaxmemprof.analysis.findings import Finding
+
+def detect(ctx: Context) -> list[Finding]:
+    return leak_findings(ctx.leaks, ctx.recompiles, rejits(ctx.ar))
 
 
 def _leak(f: Finding, x: dict) -> Words:
@@ -63,7 +68,7 @@ def _rejit(f: Finding, x: dict) -> Words:
 
 
 LEAK = Rule(
-    "leak", made_by="analysis/leaks.py",
+    "leak", made_by="analysis/rules/leaks.py",
     summary="A site whose live bytes grow steadily over the run (Mann-Kendall, Theil-Sen; analysis/leaks.py).",
     facts={"": ("growth_bytes_per_step", "growth_bytes_per_s", "live_bytes_first", "live_bytes_last",
                 "snapshots_used", "arrays_last", "tau", "p_value", "projected_bytes_after", "projected_growth_bytes",
@@ -73,7 +78,8 @@ LEAK = Rule(
 
 
 RECOMPILE = Rule(
-    "recompile", made_by="analysis/leaks.py",
+    "recompile", made_by="analysis/rules/leaks.py",
+    in_proportion=False,
     summary=("A function compiled again and again: executables that keep coming (case `executables`), or a "
              "function jitted anew at one line (case `rejit`) (analysis/leaks.py)."),
     facts={"executables": ("name", "executables", "first_count", "first_snapshot", "last_count",
@@ -88,5 +94,57 @@ RECOMPILE = Rule(
                                        "first); 0 on CPU.")},
     words={"executables": _recompile, "rejit": _rejit},
 )
+
+
+def leak_findings(leaks_df: pd.DataFrame, recompiles_df: pd.DataFrame,
+                  rejits_df: pd.DataFrame | None = None) -> list[Finding]:
+    """One finding per leak (rule ``leak``) and per recompilation suspect
+    (rule ``recompile``): executables that keep coming (case
+    ``executables``), or a function jitted again and again (case ``rejit``).
+
+    A leak is ``high`` when its projected growth reaches half the run's peak
+    or 1 GiB, ``medium`` from a tenth of the peak, else ``low``; its
+    ``saving_bytes`` is the projected growth. A recompilation is ``medium``
+    from 10 executables, else ``low``; it saves the code of all but one
+    executable, where code size is known (not on CPU)."""
+    out: list[Finding] = []
+    for r in leaks_df.itertuples(index=False):
+        growth = int(r.projected_growth_bytes)
+        share = r.projected_share_of_peak
+        share = float(share) if share == share and share is not None else 0.0
+        severity = "high" if share >= 0.5 or growth >= GiB else "medium" if share >= 0.1 else "low"
+        per_step = number(r.growth_bytes_per_step)
+        out.append(Finding(rule="leak", severity=severity, site=str(r.site), saving_bytes=growth, facts={
+            "growth_bytes_per_step": per_step,
+            "growth_bytes_per_s": number(float(r.growth_bytes_per_s)),
+            "live_bytes_first": int(r.live_bytes_first), "live_bytes_last": int(r.live_bytes_last),
+            "snapshots_used": int(r.snapshots_used), "arrays_last": int(r.arrays_last),
+            "tau": float(r.tau), "p_value": float(r.p_value),
+            "projected_bytes_after": int(r.projected_bytes_after), "projected_growth_bytes": growth,
+            "projected_steps": int(r.projected_steps) if per_step is not None else None,
+            "projected_seconds": None if per_step is not None else number(float(r.projected_seconds)),
+            "projected_share_of_peak": share,
+        }))
+    suspects = rejits_df[rejits_df["suspect"]] if rejits_df is not None and len(rejits_df) else ()
+    rejit_sites = set(suspects["site"]) if len(suspects) else set()
+    for r in recompiles_df[recompiles_df["suspect"]].itertuples(index=False) if len(recompiles_df) else ():
+        if r.site in rejit_sites:
+            continue  # the same line jits a new function each time: said below, with its cause
+        count = int(r.max_count)
+        code = int(r.last_code_bytes) or int(r.first_code_bytes)
+        saving = int(code * (count - 1) / count) if code and count else None
+        out.append(Finding(
+            rule="recompile", case="executables", severity="medium" if count >= 10 else "low", site=str(r.site),
+            saving_bytes=saving, facts={
+                "name": r.name or "", "executables": count, "first_count": int(r.first_count),
+                "first_snapshot": int(r.first_snapshot), "last_count": int(r.last_count),
+                "generated_code_bytes": code}))
+    for r in suspects.itertuples(index=False) if len(suspects) else ():
+        count = int(r.functions)
+        out.append(Finding(
+            rule="recompile", case="rejit", severity="medium" if count >= 10 else "low", site=str(r.site),
+            facts={"function": str(r.name), "functions": count, "after_setup": int(r.after_setup)}))
+    return out
+
 
 RULES = (LEAK, RECOMPILE,)

@@ -1,16 +1,25 @@
-"""Donation: ``donate``, ``donation-unusable`` and ``donated-then-used`` (made by
-analysis/advice/donation.py)."""
+"""Donation: ``donate``, ``donation-unusable`` and ``donated-then-used``,
+found here from analysis/advice/donation.py's candidates (the rule of
+donors.py on the sampled calls) and what XLA's compile of the donated step
+measured (``verified_change``)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from jaxmemprof.analysis.advice.donation import (donate_option, donation_candidates, fix_change, functions_of,
+                                                 unusable_donations, verified_change, where_of, wrapper_of)
+from jaxmemprof.analysis.attributed import Attributed, Files
+from jaxmemprof.analysis.cells import json_cell
+from jaxmemprof.analysis.findings import Finding
+from jaxmemprof.analysis.rules.base import Context, Rule, Words, fmt, listed
 
+from jaxmemprof.analysis.timeline import Timeline, timeline
+from jaxmemprof.donors import describe, label
 from jaxmemprof.libraries import BY_NAME
-from jaxmemprof.rules.base import Rule, Words, fmt, listed
 from jaxmemprof.units import counted, format_pair
 
-if TYPE_CHECKING:
-    from jaxmemprof.analysis.findings import Finding
+
+def detect(ctx: Context) -> list[Finding]:
+    return donation_findings(ctx.ar, ctx.tl)
 
 DONATION_DOCS = "https://docs.jax.dev/en/latest/faq.html#buffer-donation"
 
@@ -142,7 +151,8 @@ def _donated_then_used(f: Finding, x: dict) -> Words:
 
 
 DONATE = Rule(
-    "donate", made_by="analysis/advice/donation.py",
+    "donate", made_by="analysis/rules/donation.py",
+    about_a_call=True,
     summary=("Arguments of a jitted function to donate: every sampled call dropped them and each leaf has an "
              "output to take its buffer; what it saves is the fall of the run's true peak with the function "
              "compiled donated at the end of the run (analysis/advice/donation.py)."),
@@ -194,7 +204,7 @@ DONATE = Rule(
 
 
 DONATION_UNUSABLE = Rule(
-    "donation-unusable", made_by="analysis/advice/donation.py",
+    "donation-unusable", made_by="analysis/rules/donation.py",
     summary="A donated argument no output can take: its buffer stays alive (analysis/advice/donation.py).",
     facts={"": ("function", "arguments", "lost_leaves", "outputs", "call_index", "jax_warned")},
     meanings={"function": "The jitted function's name.",
@@ -208,12 +218,104 @@ DONATION_UNUSABLE = Rule(
 
 
 DONATED_THEN_USED = Rule(
-    "donated-then-used", made_by="analysis/advice/donation.py",
+    "donated-then-used", made_by="analysis/rules/donation.py",
     summary="The program used an array after donating it (analysis/advice/donation.py).",
     facts={"": ("error", "donating")},
     meanings={"error": "The first line of the exception (up to 300 characters).",
               "donating": "The functions that donate arguments in the run, `name (path:line)`."},
     words={"": _donated_then_used},
 )
+
+
+def donation_findings(ar: Attributed, tl: Timeline | None = None) -> list[Finding]:
+    """The donation advice. A ``donate`` finding's saving is what XLA's
+    compile of the function with the arguments donated does to the run's
+    true peak (``verified_change``); where that compile is missing, the
+    donated bytes, said as an upper bound that was not verified."""
+    run, files = ar.run, ar.files
+    findings: list[Finding] = []
+    functions = functions_of(run)
+    if functions.empty:
+        return findings
+    by_id = functions.set_index("function_id")
+    for c in donation_candidates(ar):
+        tl = tl if tl is not None else timeline(ar)
+        fid = c.function_id
+        fn = by_id.loc[fid].copy()
+        fn["function_id"] = fid
+        cands = c.donors
+        donated, devices = c.donated_bytes, c.devices
+        measured = verified_change(ar, tl, fid, [d.argument for d in cands])
+        if measured["verified"]:  # the fall on all devices summed is the finding's saving; on the busiest, a fact
+            saving, per_device = measured.pop("saving_bytes"), measured["saving_bytes_per_device"]
+        else:
+            saving, per_device = donated, donated // devices
+        severity = "high" if per_device >= 256 * 1024**2 else "medium" if per_device > 0 else "low"
+        findings.append(Finding(
+            rule="donate",
+            severity=severity,
+            site=where_of(fn["jit_file"], int(fn["jit_line"]), files),
+            saving_bytes=int(max(saving, 0)),
+            facts={
+                "function": str(fn["name"]), "wrapper": wrapper_of(fn),
+                "defined_at": where_of(fn["file"], int(fn["line"]), files),
+                "arguments": [d.argument for d in cands],
+                "by_position": [not d.keyword and d.argument.isdigit() for d in cands],
+                "leaves": [[d.argument, i, o] for d in cands for i, o in d.matches],
+                "calls_sampled": int(c.calls_sampled),
+                "devices": int(devices), "donated_bytes": int(donated),
+                **measured, "saving_bytes_per_device": int(per_device),
+                **fix_change(run, fn, cands),
+            },
+        ))
+    for fn, call, lost, outputs in unusable_donations(run):
+        option = donate_option(fn)
+        if option is not None and json_cell(fn.get("wrapper_options"), {}).get(option) in ("all", "all-except-first"):
+            continue  # equinox donates every array by design, and silences JAX's warning about the unusable
+        findings.append(Finding(
+            rule="donation-unusable",
+            severity="low",
+            site=where_of(fn["jit_file"], int(fn["jit_line"]), files),
+            facts={
+                "function": str(fn["name"]),
+                "arguments": sorted({label(leaf) for leaf in lost}),
+                "lost_leaves": [f"{label(leaf)}{leaf['path']} {describe(leaf)}" for leaf in lost],
+                "outputs": sorted({describe(o) for o in outputs}),
+                "call_index": int(call["call_index"]),
+                "jax_warned": _warned(run, lost),
+            },
+        ))
+    findings += _used_after_donation(run, files)
+    return findings
+
+
+def _warned(run, lost: list[dict]) -> bool:
+    ev = run.events
+    if ev is None or ev.empty:
+        return False
+    msgs = ev.loc[ev["kind"] == "warning", "message"].astype(str)
+    return any("donated buffers were not usable" in m and any(describe(leaf) in m for leaf in lost) for m in msgs)
+
+
+def _used_after_donation(run, files: Files) -> list[Finding]:
+    ev = run.events
+    if ev is None or ev.empty:
+        return []
+    hits = ev[(ev["kind"] == "exception") & ev["message"].astype(str).str.contains("deleted", case=False)]
+    functions = functions_of(run)
+    donating = functions[functions.apply(
+        lambda f: bool(json_cell(f["donate_argnums"], []) or json_cell(f["donate_argnames"], [])), axis=1)] \
+        if not functions.empty else functions
+    out = []
+    for msg in hits["message"].astype(str).head(1):
+        out.append(Finding(
+            rule="donated-then-used",
+            severity="high",
+            facts={"error": msg.splitlines()[0][:300],
+                   "donating": [f"{f['name']} ({where_of(f['jit_file'], int(f['jit_line']), files)})"
+                                for _, f in donating.iterrows()]},
+        ))
+    return out
+
 
 RULES = (DONATE, DONATION_UNUSABLE, DONATED_THEN_USED,)

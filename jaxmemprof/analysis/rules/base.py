@@ -33,15 +33,33 @@ class Words:
     saves: str = ""  # what acting on it saves, in words, where "saves N" alone would mislead
 
 
+@dataclass
+class Context:
+    """What a family's ``detect`` reads (analysis/report.py ``build_report``
+    runs them in turn): the attributed run, its timeline, the report's
+    tables a rule reads, and ``found``: the findings made before it (the fit
+    names the fixes that would make the run fit)."""
+
+    ar: object  # Attributed
+    tl: object  # Timeline
+    leaks: object = None  # analysis/leaks.py leaks(ar)
+    recompiles: object = None  # analysis/leaks.py recompiles(ar)
+    device_peak: int | None = None  # the true peak on the busiest device
+    fit: object = None  # capacity.Fit for --device-memory, else None
+    found: list = field(default_factory=list)
+
+
 @dataclass(frozen=True)
 class Rule:
     name: str  # the finding's ``rule`` (``check --fail-on`` takes it)
-    made_by: str  # the module that makes its findings
+    made_by: str  # the module that makes its findings: the rule's own, where its detection is
     summary: str  # what it finds, in one sentence
     facts: dict  # case ("" for every case) -> the names of its facts, in the order written
     words: dict  # case ("" for every case) -> Callable[[Finding, dict], Words]
     meanings: dict = field(default_factory=dict)  # fact -> meaning, where the column glossary does not say it
     optional: tuple = ()  # facts only some of its findings carry
+    in_proportion: bool = True  # under 1 % of the run's peak saved: info (analysis/findings.py in_proportion)
+    about_a_call: bool = False  # its saving lowers the peak only during a call of its function (by_effect)
 
     def words_for(self, case: str) -> Callable[["Finding", dict], Words] | None:
         return self.words.get(case) or self.words.get("")

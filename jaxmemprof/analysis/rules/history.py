@@ -1,13 +1,28 @@
-"""A notebook's output history: ``output-history`` (made by analysis/history.py)."""
+"""A notebook's output history: ``output-history``, found here from what
+analysis/history.py saw IPython's ``Out`` hold."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from jaxmemprof.analysis.attributed import Attributed
+from jaxmemprof.analysis.findings import Finding, in_proportion
+from jaxmemprof.analysis.history import history_holders
+from jaxmemprof.analysis.rules.base import Context, Rule, Words, fmt, listed
 
-from jaxmemprof.rules.base import Rule, Words, fmt, listed
 
-if TYPE_CHECKING:
-    from jaxmemprof.analysis.findings import Finding
+def detect(ctx: Context) -> list[Finding]:
+    return history_findings(ctx.ar)
+
+
+def history_findings(ar: Attributed) -> list[Finding]:
+    """One finding for a run whose last recorded look at IPython's output
+    history found live arrays there that letting an entry go would free."""
+    facts = history_holders(ar)
+    if facts is None:
+        return []
+    finding = Finding(rule="output-history", severity="medium", site=facts["entries"][0]["made_at"],
+                      saving_bytes=facts["freed_bytes"], facts=facts)
+    peak = ar.peak
+    return in_proportion([finding], peak.live_bytes if peak is not None else 0)
 
 
 def _entry(e: dict) -> str:
@@ -54,7 +69,7 @@ def _output_history(f: Finding, x: dict) -> Words:
 
 
 OUTPUT_HISTORY = Rule(
-    "output-history", made_by="analysis/history.py",
+    "output-history", made_by="analysis/rules/history.py",
     summary=("Live arrays that only IPython's output history (`Out[N]`, `_N`, `_`) keeps, at a notebook run's end "
              "(analysis/history.py; docs/notebooks.md)."),
     facts={"": ("snapshot", "entries", "entries_holding", "held_bytes", "freed_bytes", "arrays", "ipython_version",
