@@ -63,16 +63,19 @@ def report(run_dir, top, steps, device_memory, as_json, explain, html_path, forc
     run_ = open_run(run_path(run_dir))
     ar = attribute(run_, options)
     rep = build_report(ar)
-    if html_path is not None:
-        _write_html(rep, ar, html_path, force)
-        if not as_json:
-            return
-    if as_json:
-        from jaxmemprof.render.json import write_json
-        from jaxmemprof.render.tables import report_document
+    asked = [name for name, on in (("html", html_path is not None), ("json", as_json)) if on] or ["text"]
+    for name in asked:
+        REPORT_FORMATS[name](rep, ar, html_path=html_path, force=force, top=top, explain=explain)
 
-        write_json(report_document(rep), stdout_stream())
-        return
+
+def _write_json(rep, ar, **_):
+    from jaxmemprof.render.json import write_json
+    from jaxmemprof.render.tables import report_document
+
+    write_json(report_document(rep), stdout_stream())
+
+
+def _write_text(rep, ar, *, top, explain, **_):
     from jaxmemprof.render import text
     from jaxmemprof.render.report import render_report
 
@@ -211,11 +214,16 @@ def _write_job_html(spec, path, force, options):
         out.write(page)
 
 
-def _write_html(rep, ar, path, force):
+def _write_html(rep, ar, *, html_path, force, **_):
     from jaxmemprof.analysis.page import report_model
     from jaxmemprof.cli.base import output_to
     from jaxmemprof.render.html import report_page
 
     page = report_page(rep, report_model(rep, ar))
-    with output_to(path, force) as out:
+    with output_to(html_path, force) as out:
         out.write(page)
+
+
+# A run's report in each format it can be written in: the page (to --html's file or stdout), the JSON
+# document and the terminal's text (stdout, when neither of the others is asked for).
+REPORT_FORMATS = {"html": _write_html, "json": _write_json, "text": _write_text}
