@@ -88,6 +88,14 @@ def test_report_of_a_training_run_fits_one_screen(training):
     lines = _lines(out)
     assert len(lines) <= 60, out
     assert max(len(line) for line in lines) <= 100, out
+    # The answer first, every peak labelled: the true peak and its call, the live peak, the lines inside
+    # the call that hold its peak (the step's loss_fn), the top fix; and the words' glossary.
+    head = lines[:8]
+    assert head[2].startswith("true peak ") and "during a call of train_step" in head[2], out
+    assert head[3].startswith("live peak ") and "(snapshot " in head[3], out
+    assert head[4].startswith("in the call at its peak: train.py:") and "(loss_fn)" in head[4], out
+    assert head[5].startswith("top fix: ") and "donate" in head[5] and "(compiled)" in head[5], out
+    assert "docs/glossary.md" in head[6], out
     jit_line = line_of(d / "train.py", "LINE-JIT")
     step_line = line_of(d / "train.py", "LINE-STEP")  # makes the losses the loop keeps
     found = _findings(out)

@@ -197,7 +197,7 @@ def _render_summary(rep: Report, con: Console, explain: bool) -> None:
         per_dev = rep.peak_devices
         by_device = ", ".join(f"{safe(d)} {format_bytes(r['live_bytes'])}"
                               for d, r in collapse_devices(per_dev, ["live_bytes"])) if len(per_dev) > 1 else ""
-        lines += [line for line in (answer.true_peak_line(a), answer.live_peak_line(a, by_device=by_device),
+        lines += [line for line in (answer.true_peak_line(a, con.width), answer.live_peak_line(a, by_device=by_device),
                                     answer.inside_line(a, con.width),
                                     answer.fix_line(a, lambda f: said.saves(f, said.words(f))))
                   if line]
@@ -506,8 +506,10 @@ def _render_leaks(rep: Report, con: Console, top: int, explain: bool = False) ->
                     else f"{format_bytes(r['growth_bytes_per_s'], signed=True)}/s")
             over = f" over {steps} steps" if steps >= 2 and not pd.isna(per_step) else ""
             line = Text(safe(r["site"]), style="red")
-            line.append(f" grew {format_bytes(grew)}{over} ({format_pair(r['live_bytes_first'], r['live_bytes_last'])}, "
-                        f"{rate})")
+            said = f" grew {format_bytes(grew)}{over} ({format_pair(r['live_bytes_first'], r['live_bytes_last'])}, {rate})"
+            if len(line) + len(said) > con.width:  # the first and last bytes are in leaks.csv
+                said = f" grew {format_bytes(grew)}{over} ({rate})"
+            line.append(said)
             con.print(line)
     else:
         t = _table("per step", "per second", "first", "last", "projected", "p", "site")

@@ -152,7 +152,7 @@ def render_closing(ov, con: Console, *, target: str, run_dir: str, warnings: lis
     if ov.peak_snapshot is None:
         con.print("jaxmemprof: no snapshot: the program never put an array on a JAX device")
     else:
-        for line in (said.true_peak_line(answer), said.composition_line(answer, con.width)) if answer else ():
+        for line in (said.true_peak_line(answer, con.width), said.composition_line(answer, con.width)) if answer else ():
             if line:
                 con.print(Text(line))
         shown = len(ov.peak_sites.rows)
