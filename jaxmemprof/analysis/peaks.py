@@ -158,3 +158,16 @@ def estimated_true_peak(run, devices: pd.DataFrame | None = None) -> tuple[int |
     """(the true peak's bytes on all devices, where), or (None, "")."""
     tp = true_peak(run, devices)
     return (None, "") if tp is None else (tp.bytes, tp.where)
+
+
+def headline_peaks(ar) -> tuple[int | None, int | None]:
+    """(the true peak on the busiest device, the live peak on all devices) of
+    an attributed run, without the rest of its report: what ``run`` compares
+    a rerun with. (None, None) without a snapshot."""
+    from jaxmemprof.analysis.timeline import timeline
+
+    tl = timeline(ar, top_sites=0)
+    if tl.peak_snapshot is None:
+        return None, None
+    device, _, _ = true_peaks(ar.run, tl)
+    return (device if device is not None else busiest_snapshot(tl)), int(tl.peak_bytes)

@@ -200,9 +200,9 @@ def _is_flag(name: str) -> bool:
 
 
 def _previous(directory) -> tuple | None:
-    """(directory, answer) of the same program's run before this one beside it, or None."""
+    """(directory, (true peak, live peak)) of the same command's run before this one beside it, or None."""
     from jaxmemprof.analysis.attributed import attribute
-    from jaxmemprof.analysis.report import build_report
+    from jaxmemprof.analysis.peaks import headline_peaks
     from jaxmemprof.store.reader import load_run, previous_run
 
     before = previous_run(directory)
@@ -210,9 +210,9 @@ def _previous(directory) -> tuple | None:
         return None
     try:
         old = load_run(before)
-        if old.snapshots.empty or len(old.arrays) > _SUMMARY_MAX_ARRAYS:
+        if old.snapshots.empty:
             return None
-        return before, build_report(attribute(old, analysis_options(top=5))).answer
+        return before, headline_peaks(attribute(old, analysis_options(top=5)))
     except Exception:  # a damaged or foreign directory beside it: nothing to compare with
         return None
 

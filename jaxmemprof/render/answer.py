@@ -86,11 +86,12 @@ def fix_line(a, says) -> str | None:
             + (f", {saves}" if saves else ""))
 
 
-def change_lines(new, old, old_dir: str, new_dir: str) -> list[str]:
-    """What changed since the same program's previous run, and the gate that holds it."""
+def change_lines(new, old: tuple, old_dir: str, new_dir: str) -> list[str]:
+    """What changed since the same program's previous run (``old``: its true
+    peak and live peak, analysis/peaks.py ``headline_peaks``), and the gate
+    that holds it."""
     parts = []
-    for name, a, b in (("true peak", old.true_peak_bytes, new.true_peak_bytes),
-                       ("live peak", old.live_peak_bytes, new.live_peak_bytes)):
+    for name, a, b in (("true peak", old[0], new.true_peak_bytes), ("live peak", old[1], new.live_peak_bytes)):
         if a is not None and b is not None:
             parts.append(f"{name} {format_pair(a, b)} ({format_bytes(b - a, signed=True)})")
     return [f"since the previous run ({safe(old_dir)}): " + ("; ".join(parts) or "no peak to compare"),

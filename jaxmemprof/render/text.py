@@ -131,8 +131,9 @@ def render_closing(ov, con: Console, *, target: str, run_dir: str, warnings: lis
                        previous: tuple | None = None) -> None:
     """The few lines ``jaxmemprof run`` prints on stderr when the target ends:
     the answer first (analysis/answer.py: the true peak, what it is), then
-    the live peak and what held it; ``previous``: (its run directory, its
-    answer) of the same program's run before this one, to say the change."""
+    the live peak and what held it; ``previous``: (its run directory, (its
+    true peak, its live peak)) of the same command's run before this one, to
+    say the change."""
     from jaxmemprof.render import answer as said
 
     took = f"{ov.duration_s:.1f} s" if ov.duration_s is not None else "?"
