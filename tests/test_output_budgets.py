@@ -167,3 +167,45 @@ def test_identical_device_rows_are_one(tmp_path):
     # Each device holds 1 MiB of x (and of y): one line for the eight.
     assert "cpu:0-7 (8 devices)" in out, out
     assert not re.search(r"^cpu:[1-7]\b", out, re.M), out
+
+
+FIXABLE = """
+import jax
+import jax.numpy as jnp
+
+DONATE = ()
+step = jax.jit(lambda p, x: p * 0.9 + x.mean(), donate_argnums=DONATE)
+p = jnp.ones((1024, 1024))  # 4 MiB, replaced by every call
+for i in range(5):
+    p = step(p, jnp.ones((64, 1024)) * i)
+print(float(p[0, 0]))
+"""
+
+
+def test_a_rerun_of_the_fixed_program_says_the_change_and_the_gate_that_holds_it(tmp_path):
+    """run's closing lines lead with the true peak and what it is; rerun
+    beside it after the fix (the same command, the source changed), they say
+    what changed, with the figures each run's report gives, and the gate,
+    which passes."""
+    script = write_script(tmp_path, "train.py", FIXABLE)
+    before = run_cli("run", "-o", "runs/a", "train.py", cwd=tmp_path, env=cpu_env(COLUMNS="100"))
+    assert before.returncode == 0, before.stderr
+    said = before.stderr.splitlines()
+    assert said[1].startswith("true peak ") and said[2].startswith("it is: "), before.stderr
+    assert "since the previous run" not in before.stderr
+    [finding] = [line for line in said if "donate" in line and "saves" in line]
+    assert "(compiled)" in finding
+    script.write_text(FIXABLE.replace("DONATE = ()", "DONATE = (0,)"))
+    after = run_cli("run", "-o", "runs/b", "train.py", cwd=tmp_path, env=cpu_env(COLUMNS="1000"))
+    assert after.returncode == 0, after.stderr
+    peaks = [json.loads(run_cli("report", f"runs/{d}", "--json", cwd=tmp_path).stdout)["summary"][
+        "estimated_true_peak_device_bytes"] for d in "ab"]
+    assert peaks[1] < peaks[0]
+    from jaxmemprof.units import format_bytes, format_pair
+
+    change = f"since the previous run (runs/a): true peak {format_pair(*peaks)} " \
+             f"({format_bytes(peaks[1] - peaks[0], signed=True)})"
+    assert change in after.stderr, after.stderr
+    gate = "jaxmemprof check runs/b --baseline runs/a --max-increase 0"
+    assert f"gate: {gate}" in after.stderr
+    assert run_cli(*gate.split()[1:], cwd=tmp_path).returncode == 0
