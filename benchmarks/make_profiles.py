@@ -1,6 +1,6 @@
 """Make two large, real JAX device-memory profiles for the benchmarks.
 
-    python benchmarks/make_profiles.py OUTDIR [--samples N]
+    python benchmarks/make_profiles.py OUTDIR [--samples N] [--sizes K]
 
 writes ``OUTDIR/big_base.prof`` and ``OUTDIR/big_new.prof`` (about N samples
 each, default 100,000) with ``jax.profiler.save_device_memory_profile`` on the
@@ -17,7 +17,9 @@ different traceback), for a set of distinct sizes. A few jitted functions add
 have. Sizes are 1..2000 bytes, so the arrays need only some tens of MiB.
 
 Layout for N samples (per generated function: LINES lines x DEPTHS depths x
-SIZES sizes = 200 samples):
+SIZES sizes = 200 samples). ``--sizes 1`` makes every sample a stack of its
+own (about N distinct stacks, where the default shape has N / 10): what
+``show`` costs grows with distinct stacks, not samples.
 
 - base: functions f0..f{F-1}, F = N / 200, all called;
 - new:  f{i} with i % 4 == 0 freed entirely, i % 4 == 1 given SIZES more sizes
@@ -159,9 +161,14 @@ def main(argv=None) -> int:
     ap.add_argument("outdir", type=Path)
     ap.add_argument("--samples", type=int, default=100_000, metavar="N",
                     help="about how many samples each profile has (default: 100000)")
+    ap.add_argument("--sizes", type=int, default=SIZES, metavar="K",
+                    help=f"sizes per (line, depth): samples per distinct stack (default {SIZES}; 1: every "
+                         f"sample its own stack)")
     args = ap.parse_args(argv)
-    if args.samples < 1:
-        ap.error("--samples must be positive")
+    if args.samples < 1 or args.sizes < 1:
+        ap.error("--samples and --sizes must be positive")
+    global SIZES, PER_FUNCTION
+    SIZES, PER_FUNCTION = args.sizes, LINES * DEPTHS * args.sizes
     base, new = make(args.outdir, args.samples)
 
     from jaxmemprof.pprof.reader import load_profile

@@ -224,7 +224,7 @@ def _env_spelling(f: Finding, x: dict) -> Words:
 ALLOCATOR_PLATFORM = Rule(
     "allocator-platform", made_by="analysis/rules/allocator.py",
     summary=("Measure exact use once with `XLA_PYTHON_CLIENT_ALLOCATOR=platform`, after another allocator finding "
-             "or an OOM (analysis/advice/allocator.py)."),
+             "or an OOM (analysis/rules/allocator.py)."),
     facts={"": ("because", "peak_bytes", "peak_source", "peak_device")},
     meanings={"peak_bytes": "The peak used: the best of `peak_source`, on the busiest device.",
               "because": ("Why: `oom` (the run ran out of memory) and the rules that fired (`allocator-fraction`, "
@@ -236,7 +236,7 @@ ALLOCATOR_PLATFORM = Rule(
 ALLOCATOR_FRACTION = Rule(
     "allocator-fraction", made_by="analysis/rules/allocator.py",
     summary=("The peak needs more than the allocator's limit: raise the fraction (case `raise`), or no fraction "
-             "holds it (case `cannot`) (analysis/advice/allocator.py)."),
+             "holds it (case `cannot`) (analysis/rules/allocator.py)."),
     facts={"raise": ("peak_bytes", "peak_source", "peak_device", "needed_bytes", "device", "bytes_limit", "fraction",
                      "fraction_variable", "fraction_value", "device_bytes", "fraction_needed", "setting", "set",
                      "unset", "jaxlib_version"),
@@ -261,7 +261,7 @@ ALLOCATOR_FRACTION = Rule(
 ALLOCATOR_PREALLOCATE = Rule(
     "allocator-preallocate", made_by="analysis/rules/allocator.py",
     summary=("Preallocate less: processes sharing a GPU (case `shared`), or a peak far below the pool (case "
-             "`underused`) (analysis/advice/allocator.py)."),
+             "`underused`) (analysis/rules/allocator.py)."),
     facts={"shared": ("peak_bytes", "peak_source", "peak_device", "processes", "fraction", "fraction_variable",
                       "preallocate", "needed_bytes", "share", "share_percent", "device_bytes", "bytes_each", "set",
                       "unset", "jaxlib_version"),
@@ -287,7 +287,7 @@ ALLOCATOR_PREALLOCATE = Rule(
 
 ALLOCATOR_FRAGMENTATION = Rule(
     "allocator-fragmentation", made_by="analysis/rules/allocator.py",
-    summary="A pool of 1 GiB or more at least 30 % fragmented (analysis/advice/allocator.py).",
+    summary="A pool of 1 GiB or more at least 30 % fragmented (analysis/rules/allocator.py).",
     facts={"": ("device", "snapshot", "fragmentation", "pool_bytes", "bytes_in_use", "largest_free_block_bytes",
                 "free_bytes", "preallocate", "preallocates")},
     meanings={"device": "The device at its worst fragmentation.",
@@ -306,7 +306,7 @@ ALLOCATOR_FRAGMENTATION = Rule(
 ALLOCATOR_ENV = Rule(
     "allocator-env", made_by="analysis/rules/allocator.py",
     summary=("The allocation environment is wrong for the jaxlib that ran (cases `both-refused`, "
-             "`both-old-jaxlib`, `new-name-ignored`, `preallocate-spelling`) (analysis/advice/allocator.py)."),
+             "`both-old-jaxlib`, `new-name-ignored`, `preallocate-spelling`) (analysis/rules/allocator.py)."),
     facts={"both-refused": ("fraction_value", "old_fraction_value", "jaxlib_version", "backend", "backend_seen",
                             "jax_platforms"),
            "both-old-jaxlib": ("fraction_value", "old_fraction_value", "jaxlib_version"),

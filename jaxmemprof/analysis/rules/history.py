@@ -71,7 +71,7 @@ def _output_history(f: Finding, x: dict) -> Words:
 OUTPUT_HISTORY = Rule(
     "output-history", made_by="analysis/rules/history.py",
     summary=("Live arrays that only IPython's output history (`Out[N]`, `_N`, `_`) keeps, at a notebook run's end "
-             "(analysis/history.py; docs/notebooks.md)."),
+             "(analysis/rules/history.py; docs/notebooks.md)."),
     facts={"": ("snapshot", "entries", "entries_holding", "held_bytes", "freed_bytes", "arrays", "ipython_version",
                 "reset_frees")},
     meanings={"snapshot": "The snapshot at which the history was looked at (the run's last).",

@@ -74,7 +74,7 @@ REMAT = Rule(
     "remat", made_by="analysis/rules/inside_jit.py",
     about_a_call=True,
     summary=("Activations kept for the backward pass hold a quarter or more of a function's own peak "
-             "(analysis/inside_jit.py)."),
+             "(analysis/rules/inside_jit.py)."),
     facts={"": ("function", "wrapper", "program_peak_bytes", "kept_bytes", "buffers", "by_line", "peak_elsewhere")},
     optional=("peak_elsewhere", "wrapper"),
     meanings={"function": "The jitted function's name.",
@@ -90,7 +90,7 @@ REMAT = Rule(
 NARROW_DTYPE = Rule(
     "narrow-dtype", made_by="analysis/rules/inside_jit.py",
     about_a_call=True,
-    summary="float32 temporaries hold half or more of a function's own peak (analysis/inside_jit.py).",
+    summary="float32 temporaries hold half or more of a function's own peak (analysis/rules/inside_jit.py).",
     facts={"": ("function", "program_peak_bytes", "float32_bytes", "by_line", "peak_elsewhere")},
     optional=("peak_elsewhere",),
     meanings={"function": "The jitted function's name.",

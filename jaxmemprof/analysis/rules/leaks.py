@@ -81,7 +81,7 @@ RECOMPILE = Rule(
     "recompile", made_by="analysis/rules/leaks.py",
     in_proportion=False,
     summary=("A function compiled again and again: executables that keep coming (case `executables`), or a "
-             "function jitted anew at one line (case `rejit`) (analysis/leaks.py)."),
+             "function jitted anew at one line (case `rejit`) (analysis/rules/leaks.py)."),
     facts={"executables": ("name", "executables", "first_count", "first_snapshot", "last_count",
                            "generated_code_bytes"),
            "rejit": ("function", "functions", "after_setup")},
