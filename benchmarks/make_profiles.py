@@ -157,6 +157,7 @@ def make(outdir: Path, samples: int) -> tuple[Path, Path]:
 
 
 def main(argv=None) -> int:
+    global SIZES, PER_FUNCTION
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("outdir", type=Path)
     ap.add_argument("--samples", type=int, default=100_000, metavar="N",
@@ -167,7 +168,6 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.samples < 1 or args.sizes < 1:
         ap.error("--samples and --sizes must be positive")
-    global SIZES, PER_FUNCTION
     SIZES, PER_FUNCTION = args.sizes, LINES * DEPTHS * args.sizes
     base, new = make(args.outdir, args.samples)
 
