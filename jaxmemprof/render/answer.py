@@ -34,14 +34,14 @@ def true_peak_line(a, width: int = 10_000) -> str | None:
     return f"true peak {size} at the live peak (no jitted call needed more)"
 
 
-def live_peak_line(a, *, held_by: bool = False, by_device: str = "") -> str | None:
+def live_peak_line(a, *, by_device: str = "") -> str | None:
     """``by_device``: the live peak's bytes per device in words, on several devices."""
     if a.live_peak_bytes is None:
         return None
     on = f" on all {a.devices} devices" if a.devices > 1 else ""
     at = f"snapshot {a.live_peak_snapshot}" + (f"; {by_device}" if by_device else "")
     return (f"live peak {format_bytes(a.live_peak_bytes)}{on} at {a.live_peak_t:.2f} s ({at})"
-            + (", held by:" if held_by else ", the arrays a snapshot saw" if not by_device else ""))
+            + ("" if by_device else ", the arrays a snapshot saw"))
 
 
 def composition_line(a, width: int = 100) -> str | None:
@@ -62,7 +62,7 @@ def composition_line(a, width: int = 100) -> str | None:
 
 def inside_line(a, width: int = 100) -> str | None:
     """The user's lines that hold the call's own peak, as many as fit ``width``."""
-    mine = [x for x in a.inside if not x[2].startswith("<")]  # XLA's buffers with no line of the user's
+    mine = [x for x in a.inside if not x[2].startswith(("<", "("))]  # XLA's buffers with no line of the user's
     if not mine:
         return None
     kinds = {kind for _, kind, _ in mine}
