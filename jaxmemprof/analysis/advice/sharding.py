@@ -65,11 +65,11 @@ def by_rule(leaves: list, claimed: set) -> list[dict]:
     arrays, seen = [], set()
     for leaf in leaves:
         owner = _owner(leaf)
-        devices = int(leaf.get("devices") or 1)
+        devices = max(int(leaf.get("devices") or 1), 1)
         shape = [int(n) for n in leaf.get("shape") or []]
-        if owner in seen or _identity(leaf) in claimed or \
-                not candidate(shape, int(leaf.get("bytes") or 0) // max(devices, 1), devices,
-                                       leaf.get("replicated")):
+        if owner in seen or _identity(leaf) in claimed:
+            continue
+        if not candidate(shape, int(leaf.get("bytes") or 0) // devices, devices, leaf.get("replicated")):
             continue
         where = shard_on(shape, meshes_of(leaf.get("mesh"), meshes))
         if where is None:

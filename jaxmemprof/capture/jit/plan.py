@@ -385,7 +385,7 @@ class Planner:
         """XLA's figures at ``batch``: the ``scaled`` inputs' dimension set to
         it, or, with none (a batch set by a static argument: ``ab.batch_static``),
         that argument."""
-        if not scaled and getattr(ab, "batch_static", None) is not None and batch is not None:
+        if not scaled and ab.batch_static is not None and batch is not None:
             ab = _with_static(ab, batch)
         return compile_figures(self.probe._jax, fn, ab, scaled, axis, batch, narrow, wrapper)
 
