@@ -62,6 +62,11 @@ def is_builtin_library(path: str) -> bool:
     return any(p in _LIBRARY_DIRS for p in parts[:-1])
 
 
+def is_own_file(path: str) -> bool:
+    """A file of jaxmemprof itself (this copy, or a file of its subpackages in another)."""
+    return path.startswith(_OWN_PACKAGE) or bool(_OWN_FILES.search(path))
+
+
 def installed_part(path: str) -> str | None:
     """The path from an installed package down (``flax/nnx/...``), or None
     for a file that is not in site-packages or dist-packages."""

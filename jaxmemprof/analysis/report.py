@@ -21,6 +21,7 @@ from jaxmemprof.analysis.inside_jit import largest_buffers, peak_by_line, progra
 from jaxmemprof.analysis.leaks import leaks, recompiles
 from jaxmemprof.analysis.attributed import Attributed
 from jaxmemprof.analysis.lifetimes import estimated_site_churn, site_lifetimes
+from jaxmemprof.analysis.py_holders import empty_holders, holders, search_cost
 from jaxmemprof.analysis.reuse import reuse
 from jaxmemprof.analysis.roles import Roles, empty_roles, roles
 from jaxmemprof.analysis.rules import ABOUT_A_CALL, DETECTORS, NOT_IN_PROPORTION, Context
@@ -61,6 +62,7 @@ class Report:
     roles: Roles = field(default_factory=empty_roles)  # what the memory is at the largest sampled jitted call
     peak_devices: pd.DataFrame = field(default_factory=pd.DataFrame)  # live bytes per device at the live peak
     answer: Answer | None = None  # the answer, first in every output (analysis/answer.py)
+    holders: pd.DataFrame = field(default_factory=empty_holders)  # what keeps arrays alive (analysis/py_holders.py)
 
 
 def _text(v) -> str | None:
@@ -101,7 +103,8 @@ def build_report(ar: Attributed, *, extra_rules=()) -> Report:
     what = roles(ar, tl.devices)
     fit = will_it_fit(ar, options.device_memory, device_peak) if options.device_memory is not None else None
     # The rules, each family in turn (analysis/rules/): detection, severity and words in one module each.
-    ctx = Context(ar, tl, leaks=leak_rows, recompiles=recompile_rows, device_peak=device_peak, fit=fit)
+    held = holders(ar) if run.has_arrays else empty_holders()
+    ctx = Context(ar, tl, leaks=leak_rows, recompiles=recompile_rows, holders=held, device_peak=device_peak, fit=fit)
     for family in DETECTORS:
         ctx.found += family.detect(ctx)
     found = in_proportion(ctx.found, total_true_peak if total_true_peak is not None else int(tl.peak_bytes),
@@ -143,6 +146,9 @@ def build_report(ar: Attributed, *, extra_rules=()) -> Report:
         "estimated_true_peak_where": where,
         "arrays_seen": int(len(arrays)),
         "per_array_data": bool(run.has_arrays),
+        # the searches for the Python references holding arrays (capture/py_holders.py) and their CPU time
+        "holder_searches": search_cost(run)[0],
+        "holder_search_cpu_s": search_cost(run)[1],
     }
     jit_peak = peak_by_line(ar)
     findings = ranked(found)
@@ -157,7 +163,7 @@ def build_report(ar: Attributed, *, extra_rules=()) -> Report:
         jit_curve=program_curves(ar), true_peak_bytes=total_true_peak,
         true_peak_where=where,
         fit=fit, findings=findings, plan=plan, roles=what, peak_devices=_peak_devices(tl),
-        answer=answer(summary, inside, busiest, memory_in_jit, jit_peak, what, findings),
+        answer=answer(summary, inside, busiest, memory_in_jit, jit_peak, what, findings), holders=held,
     )
     extra = [f for rule in extra_rules for f in rule(run, report)]
     if extra:

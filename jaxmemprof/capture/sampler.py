@@ -112,6 +112,9 @@ class Sampler:
         # () -> function ids whose call is in progress, asked as a snapshot starts (the jit probe's
         # calls_in_flight); kept with the snapshot (snapshot_calls)
         self.in_flight = None
+        # Searches for the Python references holding the arrays (capture/py_holders.py),
+        # after a snapshot, outside its cost; None: none
+        self.py_holders = None
 
     # -- the background thread -------------------------------------------------
 
@@ -288,6 +291,12 @@ class Sampler:
             self._cost = cost if self._cost == 0 else 0.7 * self._cost + 0.3 * cost
             if len(rec.new_arrays) >= 1000:  # mostly describing: its cost per new array
                 self._per_new = cost / len(rec.new_arrays)
+            if self.py_holders is not None:
+                try:
+                    self.py_holders.after(jax, self._tracked, index, trigger, rec.live_bytes, calls)
+                except Exception as exc:
+                    self.py_holders = None
+                    self.writer.add_event("warning", f"the search for Python holders stopped: {exc!r}"[:2000], index)
             if self.peak is None or rec.live_bytes > self.peak[0]:
                 self.peak = (rec.live_bytes, index, t_mono)
             return index

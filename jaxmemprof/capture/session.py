@@ -29,6 +29,7 @@ from jaxmemprof.capture.rundir import (BY_INITIALIZE, LauncherProcess, _claim, _
                                        _pending_peers, _prepare_process_directory, _processes,
                                        _set_claim_state, _wait_for_job, default_output, prepare_directory,
                                        process_directory_name, release_directory)
+from jaxmemprof.capture.py_holders import Searches
 from jaxmemprof.capture.sampler import Sampler, jax_ready
 from jaxmemprof.errors import InputError
 from jaxmemprof.store import layout
@@ -141,6 +142,7 @@ class Session:
         self.forked = False  # a forked child's copy: records nothing
         self.child_hooks: list = []  # called in a forked child, to stop recording there
         self.sampler = Sampler(self.writer, interval=interval, max_overhead=max_overhead, addresses=addresses)
+        self.sampler.py_holders = Searches(self.writer)
         # Under run, the console script that started jaxmemprof is the outermost
         # frame of every stack the program makes: not the program's own. XLA's
         # dumps at the end take their share of the half of --max-overhead the

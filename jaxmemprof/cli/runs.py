@@ -108,6 +108,7 @@ def export(inputs, csv_dir, fmt, output, force, top, steps, library, user, all_f
       recompiles.csv functions compiled again jit.csv           memory inside jit
       jit_peak.csv   XLA's buffers by line    jit_buffers.csv   XLA's largest buffers
       jit_curve.csv  XLA's bytes in program order, by line
+      holders.csv    the Python references keeping arrays alive, by site
       findings.csv   what to fix, as words and facts
 
     \b

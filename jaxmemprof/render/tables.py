@@ -14,7 +14,7 @@ from jaxmemprof.render.json import records
 EXPORT_FILES = (
     "timeline.csv", "devices.csv", "sites.csv", "arrays.csv", "lifetimes.csv", "reuse.csv",
     "reuse_devices.csv", "leaks.csv", "recompiles.csv", "jit.csv", "jit_peak.csv", "jit_buffers.csv",
-    "jit_curve.csv", "roles.csv", "owners.csv", "plan.csv", "plan_models.csv", "findings.csv",
+    "jit_curve.csv", "roles.csv", "owners.csv", "plan.csv", "plan_models.csv", "holders.csv", "findings.csv",
 )
 
 
@@ -48,6 +48,7 @@ def export_tables(rep: Report) -> dict[str, pd.DataFrame]:
         "owners.csv": rep.roles.owners,
         "plan.csv": rep.plan.points if rep.plan is not None else _empty(PLAN_COLUMNS),
         "plan_models.csv": rep.plan.models if rep.plan is not None else _empty(MODEL_COLUMNS),
+        "holders.csv": rep.holders,
         "findings.csv": said.table(rep.findings),
     }
     return {name: tables[name] for name in EXPORT_FILES}
@@ -83,6 +84,7 @@ def report_document(rep: Report) -> dict:
                   "by_role": records(rep.roles.by_role), "owners": records(rep.roles.owners)},
         "fit": None if rep.fit is None else {k: v for k, v in vars(rep.fit).items()},
         "plan": plan_document(rep.plan),
+        "holders": records(rep.holders),
         "findings": said.records(rep.findings),
     }
 

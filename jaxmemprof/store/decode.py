@@ -63,6 +63,12 @@ _TABLES = {
     "source_names": ((), ("file", "label"), ("file", "label")),
     "held_by": (("snapshot", "py_id", "only"), ("frames", "shape", "dtype", "kind", "holder", "names"),
                 ("snapshot", "py_id", "holder")),
+    "py_chains": (("chain_id", "line"), ("root_kind", "root", "file", "function", "steps", "container"),
+                  ("chain_id", "root_kind", "steps")),
+    "py_holders": (("snapshot", "array_id", "chain_id"), (), ("snapshot", "array_id", "chain_id")),
+    "py_holder_searches": (("snapshot", "cost_s", "arrays", "found", "complete", "visited", "superseded"),
+                           ("trigger",),
+                           ("snapshot",)),
     "jit_plans": (("function_id", "batch", "recorded_batch", "axis", "argument_bytes", "output_bytes", "alias_bytes",
                    "temp_bytes", "generated_code_bytes", "compile_s"),
                   ("signature", "variant", "devices", "live_outside", "backend", "detail", "error"),
@@ -82,7 +88,7 @@ _MAY_BE_MISSING = {"end_snapshot", "after_snapshot", "stack_id", "snapshot", "pe
 _FLOAT_COLUMNS = {"t_wall", "t_mono", "cost_s", "wall_s", "dump_s", "compile_s"}
 # Tables that runs recorded by earlier versions lack.
 _ADDED_TABLES = {"jit_programs", "jit_buffers", "jit_curves", "thinned", "array_kinds", "source_names", "held_by",
-                 "jit_plans", "jit_whatif", "snapshot_calls"}
+                 "jit_plans", "jit_whatif", "snapshot_calls", "py_chains", "py_holders", "py_holder_searches"}
 
 # Journal cells that hold JSON, which the analyses parse (the jit probe's).
 # A cell nested deeper than _MAX_JSON_DEPTH is damage: read as missing.
@@ -94,6 +100,7 @@ _JSON_COLUMNS = {
     "jit_curves": ("curve",),
     "held_by": ("frames", "shape", "names"),
     "jit_plans": ("devices", "live_outside", "detail"),
+    "py_chains": ("steps",),
     "jit_whatif": ("change",),
 }
 class Warnings(list):

@@ -244,6 +244,34 @@ CREATE TABLE IF NOT EXISTS events (
     message       TEXT NOT NULL,
     snapshot      INTEGER
 );
+CREATE TABLE IF NOT EXISTS py_chains (  -- a chain of Python references from a root to arrays (capture/py_holders.py)
+    chain_id      INTEGER PRIMARY KEY,
+    root_kind     TEXT NOT NULL,        -- global (a module's), local (a live frame's)
+    root          TEXT NOT NULL,        -- the module's name (__main__), or the frame's function (its qualname)
+    file          TEXT NOT NULL,        -- the module's or the function's file
+    function      TEXT NOT NULL,        -- the frame's function ('' for a global)
+    line          INTEGER NOT NULL,     -- the function's first line (0 for a global)
+    steps         TEXT NOT NULL,        -- JSON [[kind, label], ...] from the root down: kind key (a global's
+                                        -- name, a dict's key), local, attr, item, member, closure, cache, ref;
+                                        -- a label "…" stands for any of many (a list's items)
+    container     TEXT NOT NULL         -- the type of the object that refers to the array itself (list)
+);
+CREATE TABLE IF NOT EXISTS py_holders (  -- which chain held each live array at a search (the largest
+                                         -- search before the end, and the last: a larger one replaces the rows)
+    snapshot      INTEGER NOT NULL,     -- the snapshot searched after
+    array_id      INTEGER NOT NULL,     -- arrays.array_id
+    chain_id      INTEGER NOT NULL      -- py_chains.chain_id
+);
+CREATE TABLE IF NOT EXISTS py_holder_searches (  -- each search for holders and its cost
+    snapshot      INTEGER PRIMARY KEY,
+    trigger       TEXT NOT NULL,        -- the snapshot's
+    cost_s        REAL NOT NULL,        -- CPU time of the search (the searching thread)
+    arrays        INTEGER NOT NULL,     -- live arrays searched for
+    found         INTEGER NOT NULL,     -- of them, held by a chain found
+    complete      INTEGER NOT NULL,     -- 1: every root was searched within the budget
+    visited       INTEGER NOT NULL,     -- objects walked
+    superseded    INTEGER NOT NULL      -- 1: a later search at more live bytes replaced its py_holders rows
+);
 CREATE TABLE IF NOT EXISTS source_names (  -- code whose file name is no file to show: a notebook's cells
     file          TEXT PRIMARY KEY,     -- the name Python compiled it under (ipykernel's temporary file)
     label         TEXT NOT NULL         -- how sites there are named instead: In [7] (site In [7]:3 (<module>))

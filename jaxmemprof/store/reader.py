@@ -92,6 +92,10 @@ class Run:
       environment names it (IPython's output history): ``snapshot, py_id,
       frames, shape, dtype, kind, holder, names, only``; empty in runs
       recorded before.
+    - ``py_holders``: the Python references found holding live arrays
+      (capture/py_holders.py): ``chains``, ``holders`` (snapshot, array_id,
+      chain_id) and ``searches`` (their cost), as the journal's py_chains,
+      py_holders and py_holder_searches; empty tables in runs recorded before.
     - ``has_arrays``: False for a plain directory of .prof files.
     """
 
@@ -111,6 +115,7 @@ class Run:
     warnings: list = field(default_factory=list)
     source_names: dict = field(default_factory=dict)
     held_by: pd.DataFrame = field(default_factory=lambda: _empty(_HELD_BY_COLUMNS))
+    py_holders: dict = field(default_factory=dict)
 
     @property
     def damaged(self) -> dict:
@@ -426,6 +431,8 @@ def _load_journal_run(path: Path) -> Run:
         thinned = set(_query(con, "thinned", warnings)["snapshot"].dropna().astype(np.int64).tolist())
         names = _query(con, "source_names", warnings)
         held_by = _query(con, "held_by", warnings)
+        py_holders = {name: _query(con, table, warnings) for name, table in
+                      (("chains", "py_chains"), ("holders", "py_holders"), ("searches", "py_holder_searches"))}
     finally:
         con.close()
 
@@ -459,6 +466,7 @@ def _load_journal_run(path: Path) -> Run:
         stacks=stacks, memory_stats=memory_stats, executables=executables, jit=jit, markers=markers, events=events,
         has_arrays=True, finished=finished, running=running, warnings=warnings,
         source_names=dict(zip(names["file"], names["label"])), held_by=held_by[list(_HELD_BY_COLUMNS)],
+        py_holders=py_holders,
     )
 
 

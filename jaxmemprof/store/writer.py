@@ -359,6 +359,31 @@ class RunWriter:
         (IPython's output history)."""
         self._insert("INSERT INTO held_by VALUES (?,?,?,?,?,?,?,?,?)", rows)
 
+    def add_py_holders(self, chains: list, rows: list, search: tuple, replaces: int | None = None) -> None:
+        """One search for the Python holders of live arrays: its new chains
+        (py_chains rows), its (snapshot, array_id, chain_id) rows, and its
+        py_holder_searches row, in one transaction; ``replaces``: the
+        snapshot of an earlier search whose rows these replace (marked
+        superseded)."""
+        if self.closed:
+            return
+        with self._lock:
+            if self.closed:
+                return
+            db = self._db
+            db.execute("BEGIN")
+            try:
+                db.executemany("INSERT INTO py_chains VALUES (?,?,?,?,?,?,?,?)", chains)
+                db.executemany("INSERT INTO py_holders VALUES (?,?,?)", rows)
+                db.execute("INSERT OR REPLACE INTO py_holder_searches VALUES (?,?,?,?,?,?,?,0)", search)
+                if replaces is not None:
+                    db.execute("DELETE FROM py_holders WHERE snapshot = ?", (replaces,))
+                    db.execute("UPDATE py_holder_searches SET superseded = 1 WHERE snapshot = ?", (replaces,))
+                db.execute("COMMIT")
+            except BaseException:
+                _rollback(db)
+                raise
+
     def add_marker(self, label: str) -> None:
         if self.closed:
             return

@@ -44,6 +44,7 @@ class Context:
     tl: object  # Timeline
     leaks: object = None  # analysis/leaks.py leaks(ar)
     recompiles: object = None  # analysis/leaks.py recompiles(ar)
+    holders: object = None  # analysis/py_holders.py holders(ar): what keeps arrays alive
     device_peak: int | None = None  # the true peak on the busiest device
     fit: object = None  # capacity.Fit for --device-memory, else None
     found: list = field(default_factory=list)

@@ -8,12 +8,13 @@ import pandas as pd
 
 from jaxmemprof.analysis.findings import Finding
 from jaxmemprof.analysis.leaks import GiB, number, rejits
+from jaxmemprof.analysis.py_holders import of_site
 from jaxmemprof.analysis.rules.base import Context, Rule, Words, fmt
 from jaxmemprof.units import counted, format_bytes
 
 
 def detect(ctx: Context) -> list[Finding]:
-    return leak_findings(ctx.leaks, ctx.recompiles, rejits(ctx.ar))
+    return leak_findings(ctx.leaks, ctx.recompiles, rejits(ctx.ar), ctx.holders)
 
 
 def _leak(f: Finding, x: dict) -> Words:
@@ -29,15 +30,62 @@ def _leak(f: Finding, x: dict) -> Words:
                 f"({x['arrays_last']} arrays alive at the last); Mann-Kendall tau {x['tau']:.2f}, "
                 f"p = {x['p_value']:.2g}; projected {fmt(x['projected_bytes_after'])} after {horizon} "
                 f"(+{fmt(x['projected_growth_bytes'])}" + (f", {share:.0%} of the run's peak)" if share else ")"))
-    fix = (f"Find what keeps the arrays made at {f.site} alive: an array appended to a list or stored "
-           "in a dict each step (e.g. losses kept for logging: keep a Python float via float() or "
-           "jax.device_get, or only the last few), a cache that is never evicted, or a closure or "
-           "global holding them.")
+    held = x.get("held_by")
+    if held:
+        where = ", ".join(p for p in (x.get("held_by_container"), x.get("held_by_created")) if p)
+        kept = (f" Kept alive by `{held}` ({where}): {counted(x.get('held_by_arrays') or 0, 'array')}, "
+                f"{fmt(x.get('held_by_bytes') or 0)} at the {x.get('held_at') or 'end'}.")
+        fix, brief_fix = kept_fix(x)
+        evidence += (f"; holder found by walking the program's references at the {x.get('held_at') or 'end'} "
+                     f"({x.get('held_by_kind')})")
+    else:
+        kept = ""
+        fix = (f"Find what keeps the arrays made at {f.site} alive: an array appended to a list or stored "
+               "in a dict each step (e.g. losses kept for logging: keep a Python float via float() or "
+               "jax.device_get, or only the last few), a cache that is never evicted, or a closure or "
+               "global holding them.")
+        brief_fix = "keep a Python float (float(x)) or the last few arrays, not every step's; evict caches"
     return Words(
-        brief=f"Live memory made here grows {rate}, steadily across the run.",
+        brief=f"Live memory made here grows {rate}, steadily across the run." + kept,
         saves=f"saves {fmt(x['projected_growth_bytes'])} over {horizon}",
-        brief_fix="keep a Python float (float(x)) or the last few arrays, not every step's; evict caches",
-        message=f"Live memory at {f.site} keeps growing: {rate}.", fix=fix, evidence=evidence)
+        brief_fix=brief_fix,
+        message=f"Live memory at {f.site} keeps growing: {rate}." + kept, fix=fix, evidence=evidence)
+
+
+def kept_fix(x: dict) -> tuple[str, str]:
+    """(fix, brief fix) for arrays kept by the holder ``x['held_by']``, in
+    the program's own names."""
+    held, kind, container = x["held_by"], x.get("held_by_kind"), x.get("held_by_container") or ""
+    name = held.split(" (local of ")[0]
+    base = name.rsplit("[", 1)[0] if name.endswith("]") else name
+    scalars = str(x.get("held_by_shapes") or "").startswith("()")
+    if kind == "output-history":
+        return (f"IPython's output history keeps them (`{held}`): end the cell with `;`, `del` the name, or "
+                "`%reset -f out` to drop the history's references.", "drop the output history's references")
+    if kind in ("jax-internal", "library"):
+        return (f"A library keeps them (`{held}`), not the program: find which call stores them there "
+                "(for JAX's own caches, jax.clear_caches()).", "find the library call that stores them")
+    if kind == "lru_cache":
+        fn = base.split(".<lru_cache>")[0]
+        return (f"`{fn}`'s functools.lru_cache keeps every result: give it a bound (lru_cache(maxsize=N)), "
+                f"call `{fn}.cache_clear()` when done, or cache NumPy arrays (jax.device_get) instead.",
+                f"bound {fn}'s lru_cache or clear it")
+    if scalars:
+        return (f"Keep Python numbers, not arrays, in `{base}`: append `float(x)` (or `jax.device_get(x)`) "
+                f"instead of the array; or `{base}.clear()` once logged.",
+                f"keep float(x) in {base}, not the array")
+    if container == "deque":
+        return (f"`{base}` is a deque without maxlen: make it `collections.deque(maxlen=N)`, or clear it.",
+                f"give {base} a maxlen")
+    if container == "dict":
+        return (f"`{base}` keeps an array per key and never evicts: delete old keys (`del {base}[k]`), "
+                f"`{base}.clear()`, or keep only the last few.", f"evict old keys of {base}")
+    if container in ("list", "set"):
+        return (f"`{base}` keeps every step's array: keep only the last few (`collections.deque(maxlen=N)`), "
+                f"`{base}.clear()` when done, or store `jax.device_get(x)` (host memory) instead.",
+                f"keep only the last few in {base}, or clear it")
+    return (f"`{held}` keeps them alive: `del` it, or set it to None, once they are no longer needed.",
+            f"drop the reference {held}")
 
 
 def _recompile(f: Finding, x: dict) -> Words:
@@ -72,7 +120,20 @@ LEAK = Rule(
     summary="A site whose live bytes grow steadily over the run (Mann-Kendall, Theil-Sen; analysis/leaks.py).",
     facts={"": ("growth_bytes_per_step", "growth_bytes_per_s", "live_bytes_first", "live_bytes_last",
                 "snapshots_used", "arrays_last", "tau", "p_value", "projected_bytes_after", "projected_growth_bytes",
-                "projected_steps", "projected_seconds", "projected_share_of_peak")},
+                "projected_steps", "projected_seconds", "projected_share_of_peak", "held_by", "held_by_kind",
+                "held_by_container", "held_by_created", "held_by_arrays", "held_by_bytes", "held_by_shapes",
+                "held_at")},
+    optional=("held_by", "held_by_kind", "held_by_container", "held_by_created", "held_by_arrays", "held_by_bytes",
+              "held_by_shapes", "held_at"),
+    meanings={"held_by": ("The Python reference that keeps most of the site's bytes alive, root first "
+                          "(analysis/py_holders.py): at the run's end, else at its largest search before."),
+              "held_by_kind": "What kind of reference it is (holders.csv's kind).",
+              "held_by_container": "The type of the object that refers to the arrays (list, dict, deque).",
+              "held_by_created": "file:line of the assignment that made that container, where the source shows it.",
+              "held_by_arrays": "Arrays of the site it holds.",
+              "held_by_bytes": "Their bytes, on their devices.",
+              "held_by_shapes": "Their shapes, most common first.",
+              "held_at": "Which search found it: end (the run's last snapshot) or peak."},
     words={"": _leak},
 )
 
@@ -97,7 +158,7 @@ RECOMPILE = Rule(
 
 
 def leak_findings(leaks_df: pd.DataFrame, recompiles_df: pd.DataFrame,
-                  rejits_df: pd.DataFrame | None = None) -> list[Finding]:
+                  rejits_df: pd.DataFrame | None = None, holders: pd.DataFrame | None = None) -> list[Finding]:
     """One finding per leak (rule ``leak``) and per recompilation suspect
     (rule ``recompile``): executables that keep coming (case
     ``executables``), or a function jitted again and again (case ``rejit``).
@@ -106,7 +167,9 @@ def leak_findings(leaks_df: pd.DataFrame, recompiles_df: pd.DataFrame,
     or 1 GiB, ``medium`` from a tenth of the peak, else ``low``; its
     ``saving_bytes`` is the projected growth. A recompilation is ``medium``
     from 10 executables, else ``low``; it saves the code of all but one
-    executable, where code size is known (not on CPU)."""
+    executable, where code size is known (not on CPU). ``holders``:
+    analysis/py_holders.py's table, which names what keeps a leak's arrays
+    alive."""
     out: list[Finding] = []
     for r in leaks_df.itertuples(index=False):
         growth = int(r.projected_growth_bytes)
@@ -124,6 +187,7 @@ def leak_findings(leaks_df: pd.DataFrame, recompiles_df: pd.DataFrame,
             "projected_steps": int(r.projected_steps) if per_step is not None else None,
             "projected_seconds": None if per_step is not None else number(float(r.projected_seconds)),
             "projected_share_of_peak": share,
+            **_held(holders, str(r.site)),
         }))
     suspects = rejits_df[rejits_df["suspect"]] if rejits_df is not None and len(rejits_df) else ()
     rejit_sites = set(suspects["site"]) if len(suspects) else set()
@@ -145,6 +209,15 @@ def leak_findings(leaks_df: pd.DataFrame, recompiles_df: pd.DataFrame,
             rule="recompile", case="rejit", severity="medium" if count >= 10 else "low", site=str(r.site),
             facts={"function": str(r.name), "functions": count, "after_setup": int(r.after_setup)}))
     return out
+
+
+def _held(holders, site: str) -> dict:
+    h = of_site(holders, site)
+    if h is None:
+        return {}
+    return {"held_by": h["holder"], "held_by_kind": h["kind"], "held_by_container": h["container"],
+            "held_by_created": h["created"] or None, "held_by_arrays": int(h["arrays"]),
+            "held_by_bytes": int(h["bytes"]), "held_by_shapes": h["shapes"], "held_at": h["at"]}
 
 
 RULES = (LEAK, RECOMPILE,)
