@@ -218,6 +218,7 @@ class Search:
         targets, found, skip = self.targets, self.found, self.skip
         seen = set(skip)
         seen.update(module_dicts)
+        seen.update(found)  # found by an earlier round: their chains are shorter, or the program's own
         # A node: (parent node index, step kind, label, container type name)
         nodes: list = []
         root_of: list = []
@@ -226,6 +227,8 @@ class Search:
             if kind == GLOBAL:
                 items = [(k, v) for k, v in list(dict.items(holder)) if isinstance(k, str)
                          and not (len(k) > 4 and k.startswith("__") and k.endswith("__"))]
+                if name == "__main__":  # the program's own names before IPython's history's (_N, then Out, _)
+                    items.sort(key=lambda kv: _history_rank(kv[0]))
             else:
                 items = _frame_locals(holder)
             root_index = len(root_of)
@@ -279,6 +282,14 @@ class Search:
         steps.reverse()
         kind, name, file, function, line = root_of[-1 - node]
         return kind, name, file, function, line, steps, container
+
+
+def _history_rank(name: str) -> int:
+    if not name.startswith(("_", "Out")):
+        return 0
+    if name[1:].isdigit():
+        return 1
+    return 2 if name == "Out" else 3 if name in ("_", "__", "___") else 0
 
 
 def _jaxmemprof_threads():
@@ -336,9 +347,12 @@ class Searches:
         left = max(self.first_s, self.share * elapsed) - self.spent
         return left if left >= 0.02 else 0.0
 
-    def after(self, jax, tracked: dict, index: int, trigger: str, live_bytes: int, in_flight=()) -> None:
+    def after(self, jax, tracked: dict, index: int, trigger: str, live_bytes: int, in_flight=(),
+              views=None) -> None:
         """Search after snapshot ``index`` if its budget allows; ``tracked``:
-        id(array) -> the sampler's entry (its ``array_id``)."""
+        id(array) -> the sampler's entry (its ``array_id``); ``views``:
+        id(view) -> the tracked entry whose buffers a view JAX made shares
+        (the program may hold either object)."""
         budget = self.budget(trigger, live_bytes, in_flight)
         if budget <= 0:
             return
@@ -347,13 +361,20 @@ class Searches:
         targets = {}
         for a in live:
             entry = tracked.get(id(a))
-            if entry is not None:
+            if entry is None and views is not None:
+                entry = views(id(a))
+            if entry is not None and entry.array_id:
                 targets[id(a)] = entry.array_id
         found, complete, visited = search(targets, budget, skip=(id(live), id(targets)),
                                           library=trigger in END_TRIGGERS)
         del live
-        rows, new_chains = [], []
+        best: dict = {}  # array id -> its shortest chain (an array and its view may both be held)
         for key, chain in found.items():
+            aid = targets[key]
+            if aid not in best or len(chain[5]) < len(best[aid][5]):
+                best[aid] = chain
+        rows, new_chains = [], []
+        for aid, chain in best.items():
             kind, name, file, function, line, steps, container = chain
             text = json.dumps(steps, ensure_ascii=False)
             ck = (kind, name, file, function, line, text, container)
@@ -361,12 +382,12 @@ class Searches:
             if cid is None:
                 cid = self.chains[ck] = len(self.chains) + 1
                 new_chains.append((cid, *ck))
-            rows.append((index, targets[key], cid))
+            rows.append((index, aid, cid))
         cost = time.thread_time() - c0
         self.spent += cost
         replaces = None
         if trigger not in END_TRIGGERS:
             self.searched_bytes = live_bytes
             replaces, self.peak_search = self.peak_search, index
-        self.writer.add_py_holders(new_chains, rows, (index, trigger, cost, len(targets), len(found),
+        self.writer.add_py_holders(new_chains, rows, (index, trigger, cost, len(set(targets.values())), len(best),
                                                       int(complete), visited), replaces)

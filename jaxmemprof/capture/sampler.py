@@ -293,7 +293,7 @@ class Sampler:
                 self._per_new = cost / len(rec.new_arrays)
             if self.py_holders is not None:
                 try:
-                    self.py_holders.after(jax, self._tracked, index, trigger, rec.live_bytes, calls)
+                    self.py_holders.after(jax, self._tracked, index, trigger, rec.live_bytes, calls, self._viewed)
                 except Exception as exc:
                     self.py_holders = None
                     self.writer.add_event("warning", f"the search for Python holders stopped: {exc!r}"[:2000], index)
@@ -541,6 +541,17 @@ class Sampler:
                 pairs.add(id(tb))
             seen.add(k)
         return pairs
+
+    def _viewed(self, key: int):
+        """The tracked entry whose buffers the per-shard view ``id()`` ``key``
+        shares (None when unknown)."""
+        view = self._aliases.get(key)
+        for k in getattr(view, "keys", ()):
+            if k[1] is not None:
+                entry = self._owner.get(k)
+                if entry is not None:
+                    return entry
+        return None
 
     def _forget_unread(self, entry: "_Entry") -> None:
         group = self._unread.get(entry.traceback_id)

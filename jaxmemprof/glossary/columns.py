@@ -259,6 +259,9 @@ GLOSSARY: dict[str, str] = {
     "arrays_seen": "Arrays the run recorded (rows of arrays.csv).",
     "per_array_data": "True for a run directory; false for a directory of `.prof` files (no per-array records: "
                       "lifetimes are estimated, no reuse).",
+    "holders": "The Python references found holding the run's arrays: the rows of holders.csv.",
+    "holder_searches": "Searches the run made for the Python references holding its arrays (docs/holders.md).",
+    "holder_search_cpu_s": "CPU seconds those searches took, in the searching thread.",
     # will it fit (report --device-memory)
     "device_bytes": "The device's memory, in bytes (`--device-memory`).",
     "peak_source": "Which figure the peak is: `estimated_true_peak_bytes`, `peak_bytes_in_use`, `device_live_bytes` "
@@ -496,6 +499,24 @@ IN_TABLE: dict[str, dict[str, str]] = {
         "site": "The user line whose buffers these are, `argument NAME` for an argument's, or `other lines` for the "
                 "lines past the 8 that hold most at any position.",
         "bytes": "Bytes of that line's buffers live at the position.",
+    },
+    "holders.csv": {
+        "at": "Which search: `peak` (the one at the largest live bytes before the end) or `end` (the run's last "
+              "snapshot).",
+        "snapshot": "The snapshot the search followed.",
+        "site": "Where the held arrays were made, as in arrays.csv.",
+        "holder": "The chain of references that holds them, root first, as the program would write it "
+                  "(`trainer.history['loss'][…]`; `…` stands for any of a list's items or a dict's numbered keys).",
+        "kind": "What kind of reference: `global`, `local` (a live frame's), `attribute`, `closure`, `generator` "
+                "(a suspended generator's local), `lru_cache`, `output-history` (IPython's `Out`, `_N`), "
+                "`jax-internal` or `library` (a library's own global or frame).",
+        "container": "The type of the object that refers to the arrays themselves (`list`, `dict`, `deque`).",
+        "created": "`file:line` of the assignment that made the container (`losses = []`), where the source shows "
+                   "it; empty where it does not.",
+        "arrays": "Arrays of the site the chain holds at that search.",
+        "bytes": "Their bytes on their devices.",
+        "shapes": "Their shapes, the three most common first.",
+        "chain_id": "The chain's number in the run's journal (py_chains).",
     },
     "plan.csv": {
         "function": "The planned jitted function's name.",

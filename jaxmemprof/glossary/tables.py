@@ -48,7 +48,7 @@ CHECK_FACTS = ("where", "devices", "rules", "what", "bytes", "baseline_bytes")
 
 def tables() -> list[tuple[str, list[Table]]]:
     """Every output, in sections: (heading, tables)."""
-    from jaxmemprof.analysis import inside_jit, leaks, lifetimes, reuse, roles, timeline
+    from jaxmemprof.analysis import inside_jit, leaks, lifetimes, py_holders, reuse, roles, timeline
     from jaxmemprof.analysis.advice import plan
     from jaxmemprof.analysis.advice.capacity import Fit
     from jaxmemprof.analysis.advice.donation import JIT_MEMORY_COLUMNS
@@ -110,6 +110,9 @@ def tables() -> list[tuple[str, list[Table]]]:
               "One per planned function x variant x device (and `job`): the line through its points and, with "
               "`--device-memory`, the largest batch that fits and what each fix saves there.",
               _csv(plan.MODEL_COLUMNS)),
+        Table("holders.csv", "holders.csv", both.format(f="holders.csv", j="holders"),
+              "One per search read (`peak`, `end`) x site x chain of Python references holding that site's arrays, "
+              "largest first (docs/holders.md).", _csv(py_holders.HOLDER_COLUMNS)),
         Table("findings.csv", "findings.csv", both.format(f="findings.csv", j="findings"),
               "One per finding, ranked by severity then saving (in JSON `facts` is an object).",
               _csv(findings.COLUMNS)),

@@ -129,7 +129,7 @@ LEAK = Rule(
                           "(analysis/py_holders.py): at the run's end, else at its largest search before."),
               "held_by_kind": "What kind of reference it is (holders.csv's kind).",
               "held_by_container": "The type of the object that refers to the arrays (list, dict, deque).",
-              "held_by_created": "file:line of the assignment that made that container, where the source shows it.",
+              "held_by_created": "The `file:line` of the assignment that made that container, where the source shows it.",
               "held_by_arrays": "Arrays of the site it holds.",
               "held_by_bytes": "Their bytes, on their devices.",
               "held_by_shapes": "Their shapes, most common first.",

@@ -1,0 +1,96 @@
+"""analysis/py_holders.py: the Python references that held the arrays of
+two real recordings, read back by site and chain, against what the programs
+themselves hold (the tiny loop's locals of ``main``, the IPython shell's
+names and output history); and each kind of step written as the program
+would write it."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+
+from conftest import line_of
+
+from jaxmemprof.analysis.attributed import attribute
+from jaxmemprof.analysis.py_holders import chosen_searches, describe, holders, of_site, search_cost, searches
+from jaxmemprof.store.reader import load_run
+
+from .programs import KEPT_BYTES, PARAMS_BYTES, TABLE_BYTES
+
+
+def test_the_tiny_loops_locals_of_main_hold_its_arrays_at_the_peak(recorded, tiny_ar):
+    table = holders(tiny_ar)
+    peak = table[table["at"] == "peak"]
+    script = recorded.script
+    by = {h: r for h, r in zip(peak["holder"], peak.to_dict("records"))}
+    kept = by["kept[…] (local of main)"]
+    # Every kept array (one a step, 4 steps), each of the size the program made.
+    assert (kept["arrays"], kept["bytes"], kept["kind"], kept["container"]) == (4, 4 * KEPT_BYTES, "local", "list")
+    assert kept["created"] == f"tiny.py:{line_of(script, 'kept = []')}"
+    assert kept["site"] == f"tiny.py:{line_of(script, '# LINE kept')} (main)"
+    w, b = by["params['w'] (local of main)"], by["params['b'] (local of main)"]
+    assert w["bytes"] + b["bytes"] == PARAMS_BYTES and w["container"] == b["container"] == "dict"
+    # On both devices: a replicated array's bytes count on each.
+    assert by["table (local of main)"]["bytes"] == 2 * TABLE_BYTES
+    # The peak's search is the last before the end, at the run's largest live bytes before it.
+    s = searches(tiny_ar.run)
+    chosen = chosen_searches(tiny_ar.run)
+    during = s[~s["trigger"].isin(["exit"])]
+    assert chosen["peak"] == int(during.loc[during["live_bytes"].astype(float).idxmax(), "snapshot"])
+    # main() has returned at the end: nothing of its is held there.
+    assert table[table["at"] == "end"].empty
+
+
+def test_the_shells_names_and_output_history_are_told_apart(recorded):
+    run = load_run(recorded.history)
+    table = holders(attribute(run))
+    n = recorded.history_oracle["entry"]
+    end = table[table["at"] == "end"].set_index("holder")
+    # jnp.tanh(x) is held by the output history only; `kept` by its name first (shorter than _N, said before it).
+    assert end.loc[f"_{n}", "kind"] == "output-history" and end.loc[f"_{n}", "bytes"] == 256 * 512 * 4
+    assert end.loc["kept", "kind"] == "global" and end.loc["kept", "bytes"] == 128 * 4
+    assert end.loc["x", "kind"] == "global"
+
+
+def test_of_site_prefers_what_stays_to_the_end():
+    t = pd.DataFrame([
+        {"at": "peak", "site": "a.py:1 (f)", "holder": "early", "bytes": 10},
+        {"at": "end", "site": "a.py:1 (f)", "holder": "late", "bytes": 5},
+        {"at": "peak", "site": "b.py:2 (g)", "holder": "only", "bytes": 3},
+    ])
+    assert of_site(t, "a.py:1 (f)")["holder"] == "late"
+    assert of_site(t, "a.py:1 (f)", at="peak")["holder"] == "early"
+    assert of_site(t, "b.py:2 (g)")["holder"] == "only"
+    assert of_site(t, "c.py:3 (h)") is None
+
+
+def test_each_step_is_written_as_the_program_would(tiny_ar, recorded):
+    run, files = tiny_ar.run, tiny_ar.files
+    script = str(recorded.script)
+
+    def said(root_kind, root, steps, container="list", file=script, line=0):
+        return describe({"root_kind": root_kind, "root": root, "file": file, "function": "", "line": line,
+                         "steps": json.dumps(steps), "container": container}, run, files)
+
+    assert said("global", "__main__", [["key", "log"], ["closure", "kept"], ["item", "…"]])["holder"] == \
+        "log.<closure kept>[…]"
+    assert said("global", "__main__", [["key", "log"], ["closure", "kept"], ["item", "…"]])["kind"] == "closure"
+    assert said("global", "__main__", [["key", "batch"], ["cache", "…"]])["kind"] == "lru_cache"
+    assert said("global", "__main__", [["key", "gen"], ["local", "acc"], ["item", "…"]])["holder"] == \
+        "gen.<local acc>[…]"
+    assert said("global", "__main__", [["key", "seen"], ["member", "…"]], "set")["holder"] == "seen{…}"
+    assert said("global", "registry", [["key", "KEPT"], ["item", "…"]])["holder"] == "registry.KEPT[…]"
+    assert said("local", "main", [["local", "kept"], ["item", "…"]])["holder"] == "kept[…] (local of main)"
+    jax_cache = said("global", "jax._src.cache", [["key", "_cache"], ["key", "'w'"]], "dict",
+                     file="/usr/lib/python3/site-packages/jax/_src/cache.py")
+    assert jax_cache["kind"] == "jax-internal" and jax_cache["created"] == ""
+    # The line that made the container: `kept = []` in main, found in the source.
+    local = said("local", "main", [["local", "kept"], ["item", "…"]], line=line_of(recorded.script, "def main("))
+    assert local["created"] == f"tiny.py:{line_of(recorded.script, 'kept = []')}"
+
+
+def test_the_searches_cost_is_summed(tiny_ar):
+    s = searches(tiny_ar.run)
+    count, cpu = search_cost(tiny_ar.run)
+    assert count == len(s) >= 2 and cpu == float(s["cost_s"].sum()) > 0
