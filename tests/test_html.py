@@ -132,6 +132,12 @@ def test_report_headline_says_when_it_peaked_which_lines_held_it_and_what_grew(k
     for (nbytes, shown, where), line in zip(expect, sorted(held, key=lambda x: -float(x.split()[0]) * (
             MIB if "MiB" in x.split()[1] else KIB))):
         assert shown in line and where in line and f"{nbytes / peak:.1%}" in line
+    # Beside each line, the Python reference that held its arrays at the peak: main's locals.
+    holders = {"SITE-BIG": "b", "SITE-A": "a", "SITE-DOUBLE": "d", "SITE-LEAK": "keep[…]"}
+    for marker, function in (("SITE-BIG", "make_big"), ("SITE-A", "main"), ("SITE-DOUBLE", "main"),
+                             ("SITE-LEAK", "main")):
+        (line,) = [h for h in held if site(script, marker, function) in h]
+        assert f"kept alive by {holders[marker]} (local of main)" in line, line
     grew = page.evaluate("document.getElementById('jmp-grew').innerText")
     # first -> final ("after", the last before the exit snapshot): the big array was freed
     assert "+48.00 KiB" in grew and site(script, "SITE-LEAK", "main") in grew

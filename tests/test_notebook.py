@@ -427,3 +427,20 @@ def test_after_unload_ext_the_magic_is_not_found_and_records_nothing(kernel):
     n = checks["reloaded"].execution_count
     assert shown(checks["reloaded"]).startswith(f"jaxmemprof: In [{n}]: ")
     assert load_run(kernel.work / "runs" / "reloaded").finished
+
+
+def test_the_holder_of_an_array_the_output_history_keeps_is_named_in_a_real_kernel(kernel):
+    from jaxmemprof import load_run
+    from jaxmemprof.analysis.attributed import attribute
+    from jaxmemprof.analysis.py_holders import holders
+
+    look = kernel.cells['jnp.tanh(x @ params["w1"])  # a look at the activations: IPython keeps the value in Out']
+    n = look.execution_count
+    table = holders(attribute(load_run(kernel.work / "runs" / "train")))
+    mine = table[table["site"] == f"In [{n}]:1 (<module>)"]
+    assert not mine.empty, table
+    row = mine.iloc[0]
+    # Held by the history's name for that cell's value (its own name, before Out[…] and `_`).
+    assert (row["holder"], row["kind"], row["arrays"], row["bytes"]) == (f"_{n}", "output-history", 1, 256 * 512 * 4)
+    # The cell's own names hold the parameters: the program's globals, not the history's.
+    assert set(table.loc[table["kind"] == "global", "holder"]) >= {"params['w1']", "x"}

@@ -124,6 +124,20 @@ def of_site(table: pd.DataFrame, site: str, at: str | None = None) -> dict | Non
     return None
 
 
+def site_holders(table: pd.DataFrame, snapshot: int | None) -> dict:
+    """Site -> what holds most of its bytes at ``snapshot`` (the live peak),
+    ``holder`` with ``+N more`` when more chains hold some: from the search
+    that followed that snapshot (the peak's or the end's), else {}."""
+    if table is None or table.empty or snapshot is None:
+        return {}
+    rows = table[table["snapshot"] == snapshot]
+    out = {}
+    for site, g in rows.groupby("site", sort=False):
+        more = len(g) - 1
+        out[site] = g["holder"].iloc[0] + (f" +{more} more" if more else "")
+    return out
+
+
 # -- a chain as the program would write it -----------------------------------------------
 
 def describe(chain: dict, run, files) -> dict:

@@ -21,7 +21,7 @@ from jaxmemprof.analysis.inside_jit import largest_buffers, peak_by_line, progra
 from jaxmemprof.analysis.leaks import leaks, recompiles
 from jaxmemprof.analysis.attributed import Attributed
 from jaxmemprof.analysis.lifetimes import estimated_site_churn, site_lifetimes
-from jaxmemprof.analysis.py_holders import empty_holders, holders, search_cost
+from jaxmemprof.analysis.py_holders import empty_holders, holders, search_cost, site_holders
 from jaxmemprof.analysis.reuse import reuse
 from jaxmemprof.analysis.roles import Roles, empty_roles, roles
 from jaxmemprof.analysis.rules import ABOUT_A_CALL, DETECTORS, NOT_IN_PROPORTION, Context
@@ -63,6 +63,7 @@ class Report:
     peak_devices: pd.DataFrame = field(default_factory=pd.DataFrame)  # live bytes per device at the live peak
     answer: Answer | None = None  # the answer, first in every output (analysis/answer.py)
     holders: pd.DataFrame = field(default_factory=empty_holders)  # what keeps arrays alive (analysis/py_holders.py)
+    peak_holders: dict = field(default_factory=dict)  # site -> what holds it at the live peak (site_holders)
 
 
 def _text(v) -> str | None:
@@ -164,6 +165,7 @@ def build_report(ar: Attributed, *, extra_rules=()) -> Report:
         true_peak_where=where,
         fit=fit, findings=findings, plan=plan, roles=what, peak_devices=_peak_devices(tl),
         answer=answer(summary, inside, busiest, memory_in_jit, jit_peak, what, findings), holders=held,
+        peak_holders=site_holders(held, tl.peak_snapshot),
     )
     extra = [f for rule in extra_rules for f in rule(run, report)]
     if extra:

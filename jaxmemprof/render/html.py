@@ -193,7 +193,8 @@ def _report_data(rep, model, S: _Strings, t_shift: float = 0.0) -> dict:
         "defaults": {"selected": peak_j, "base": 0, "new": final_j},
         "headline": {
             "peak_bytes": int(tl.peak_bytes), "peak_t": _shifted(tl.peak_t, t_shift), "peak_snapshot": tl.peak_snapshot,
-            "held_by": (_rows(rep.peak_sites.rows.head(5), ["site", "bytes", "share"])
+            "held_by": ([dict(r, holder=rep.peak_holders.get(r["site"], ""))
+                         for r in _rows(rep.peak_sites.rows.head(5), ["site", "bytes", "share"])]
                         if rep.peak_sites is not None else model.held),
             "grew": model.grew,
             "grew_between": [int(snaps["snapshot"].iloc[0]), int(snaps["snapshot"].iloc[final_j])] if P else [],

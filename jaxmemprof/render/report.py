@@ -110,9 +110,11 @@ def render_report(rep: Report, con: Console, *, top: int, explain: bool = False)
     _render_summary(rep, con, explain)
     if rep.peak_sites is not None and len(rep.peak_sites.rows):
         _heading(con, f"What held the live peak (snapshot {s['peak_snapshot']})")
-        t = _table("bytes", "count", "%", "site")
+        held = rep.peak_holders
+        t = _table("bytes", "count", "%", "site", *(("held by",) if held else ()))
         for _, r in rep.peak_sites.rows.iterrows():
-            t.add_row(format_bytes(r["bytes"]), str(r["count"]), f"{100 * r['share']:.1f}%", Text(safe(r["site"])))
+            t.add_row(format_bytes(r["bytes"]), str(r["count"]), f"{100 * r['share']:.1f}%", Text(safe(r["site"])),
+                      *((Text(safe(held.get(r["site"], ""))),) if held else ()))
         con.print(t)
     _render_roles(rep, con, explain)
     _render_timeline(rep, con)

@@ -204,6 +204,7 @@
       rows.forEach(function (r) {
         var li = add(ul, el("li"));
         add(li, el("span", "num", valueOf(r)), el("span", "site", r.site));
+        if (r.holder) add(li, el("span", "holder", "kept alive by " + r.holder));  // the Python reference holding it
       });
       if (!rows.length) add(t, el("p", "hint", "nothing"));
     }
