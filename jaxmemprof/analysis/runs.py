@@ -30,6 +30,9 @@ class Overview:
     # (--interval, mean seconds between snapshots, --max-overhead) when the
     # overhead budget spaced snapshots well beyond the interval asked for
     stretched: tuple[float, float, float] | None = None
+    holder_searches: int = 0  # searches for the Python references holding arrays (analysis/py_holders.py)
+    holder_search_s: float = 0.0  # their CPU time
+    peak_holders: dict | None = None  # site -> what held it at the peak (py_holders.site_holders)
 
 
 @dataclass(frozen=True)
@@ -72,8 +75,11 @@ def overview(ar: Attributed, top_sites: int = 5) -> Overview:
     def sites_at(snapshot: int) -> Breakdown:
         return ar.sites_holding(snapshot, top_sites)
 
+    from jaxmemprof.analysis.py_holders import holders, search_cost, site_holders
+
     sites = oom = None
     peak = run_peak(snaps)
+    searches, search_s = search_cost(run)
     if peak is not None:
         sites = sites_at(peak.snapshot)
         ooms = snaps.loc[snaps["trigger"] == "oom", "snapshot"]
@@ -92,4 +98,6 @@ def overview(ar: Attributed, top_sites: int = 5) -> Overview:
         triggers=snaps["trigger"].value_counts().to_dict() if not snaps.empty else {},
         oom_sites=oom,
         stretched=stretched_sampling(snaps, m.get("settings") or {}),
+        holder_searches=searches, holder_search_s=search_s,
+        peak_holders=site_holders(holders(ar), peak.snapshot) if peak is not None and searches else {},
     )

@@ -87,7 +87,8 @@ def allocator_environment() -> dict:
 class Session:
     def __init__(self, directory: Path, *, target_argv: list[str], interval: float,
                  max_overhead: float, jit_probe: bool = True, addresses: str = "auto",
-                 command: list[str] | None = None, on_finish=None, plan=None, verify_s: float | None = None):
+                 command: list[str] | None = None, on_finish=None, plan=None, verify_s: float | None = None,
+                 holders: bool = True):
         # on_finish(path): what a process of a job does with its run as it
         # ends (the CLI and the API ask for its summary); capture analyses nothing.
         self.on_finish = on_finish
@@ -121,7 +122,9 @@ class Session:
                          # run --plan (capture/jit/plan.py PlanOptions); null without it
                          "plan": plan.settings() if plan is not None and jit_probe else None,
                          # run --verify-seconds: the verifying compiles' budget (null: a share of the run)
-                         "verify_s": verify_s},
+                         "verify_s": verify_s,
+                         # run --no-holders: false (no search for the Python references holding arrays)
+                         "holders": holders},
         }
         proc = _processes.get(str(self.path))
         if proc is not None:  # as the launcher says; JAX's own index replaces it once known
@@ -142,7 +145,7 @@ class Session:
         self.forked = False  # a forked child's copy: records nothing
         self.child_hooks: list = []  # called in a forked child, to stop recording there
         self.sampler = Sampler(self.writer, interval=interval, max_overhead=max_overhead, addresses=addresses)
-        self.sampler.py_holders = Searches(self.writer)
+        self.sampler.py_holders = Searches(self.writer) if holders else None
         # Under run, the console script that started jaxmemprof is the outermost
         # frame of every stack the program makes: not the program's own. XLA's
         # dumps at the end take their share of the half of --max-overhead the

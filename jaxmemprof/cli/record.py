@@ -68,10 +68,13 @@ class _Scales(click.ParamType):
               help="Which buffer addresses to read (for the reuse analysis). Reading one makes JAX keep a "
                    "per-shard view of device_put and sharded arrays, which jax.live_arrays() lists and "
                    "its profile walks: auto reads those that make no new view.")
+@click.option("--no-holders", is_flag=True,
+              help="Do not search for the Python references that keep arrays alive (by default: after each "
+                   "snapshot at a new high, within 1% of the run's time, and at the end; docs/holders.md).")
 @click.option("-q", "--quiet", is_flag=True, help="No summary at the end.")
 @click.argument("target", nargs=-1, type=click.UNPROCESSED, metavar="SCRIPT [ARGS]...")
 def run(output, force, interval, max_overhead, module, command, no_jit_probe, plan, plan_scales,
-        plan_device_memory, plan_axis, verify_seconds, addresses, quiet, target):
+        plan_device_memory, plan_axis, verify_seconds, addresses, no_holders, quiet, target):
     """Run a Python script (or -m MODULE, or -c CODE) unchanged and record its device memory.
 
     The script runs in this process exactly as `python SCRIPT ARGS` runs it;
@@ -134,7 +137,7 @@ def run(output, force, interval, max_overhead, module, command, no_jit_probe, pl
                                   by_hand=bool(output))
     session = Session(directory, target_argv=tgt.argv, interval=interval, max_overhead=max_overhead,
                       jit_probe=not no_jit_probe, addresses=addresses, on_finish=write_process_result,
-                      plan=planned, verify_s=verify_seconds)
+                      plan=planned, verify_s=verify_seconds, holders=not no_holders)
     status, ended_by = run_target(tgt, session)
     session.stop(status, ended_by)
     if not quiet:

@@ -140,8 +140,10 @@ def render_closing(ov, con: Console, *, target: str, run_dir: str, warnings: lis
     share = f", {100 * ov.sampling_s / ov.duration_s:.1f}% CPU" if ov.duration_s else ""
     ended = "" if ov.ended_by == "exit" else f" ({safe(ov.ended_by)})"
     exited = "" if ov.exit_status is None and ov.ended_by == "exit" else f", exit {ov.exit_status}"  # profile()
+    searched = (f"; Python holders searched {counted(ov.holder_searches, 'time')} in {ov.holder_search_s:.2f} s"
+                if ov.holder_searches else "")
     con.print(Text(f"jaxmemprof: {safe(target)}: {took}{exited}{ended}; "
-                   f"{counted(ov.snapshots, 'snapshot')}{share}"))
+                   f"{counted(ov.snapshots, 'snapshot')}{share}{searched}"))
     if ov.stretched is not None:
         interval, gap, budget = ov.stretched
         con.print(Text(
@@ -160,8 +162,11 @@ def render_closing(ov, con: Console, *, target: str, run_dir: str, warnings: lis
         of = f" (the largest {shown} of {shown + ov.peak_sites.omitted_rows} sites)" if ov.peak_sites.omitted_rows else ""
         con.print(Text(f"live peak {format_bytes(ov.peak_bytes)} at {ov.peak_t:.1f} s (snapshot {ov.peak_snapshot}), "
                        f"held by{of}:"))
+        held = ov.peak_holders or {}
         for _, row in ov.peak_sites.rows.iterrows():
-            con.print(Text(f"  {format_bytes(row['bytes']):>10}  {safe(row['site'])}"))
+            by = held.get(row["site"])
+            con.print(Text(f"  {format_bytes(row['bytes']):>10}  {safe(row['site'])}"
+                           + (f"  (kept alive by {safe(by)})" if by else "")))
     if ov.peak_snapshot is not None:
         con.print(Text(f"run: {safe(run_dir)}  (next: jaxmemprof report {safe(run_dir)})"))
     else:
