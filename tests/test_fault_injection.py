@@ -129,7 +129,10 @@ class _Journal:
         self._db = db
 
     def execute(self, sql, *args):
-        if sql == "COMMIT":
+        # Only a snapshot's transaction counts (the holder search commits its own).
+        if sql.startswith("INSERT INTO snapshots "):
+            _state["snapshot_tx"] = True
+        if sql == "COMMIT" and _state.pop("snapshot_tx", False):
             _state["commits"] += 1
             if _state["commits"] == _AT and _FAULT == "in-transaction":
                 _die(str(_AT))

@@ -138,7 +138,7 @@ def test_each_kind_of_holder_is_named_with_its_line_count_and_bytes(runs, name):
     assert f.fact("held_by_arrays") == count
     assert f.fact("held_by_bytes") == count * each
     assert f.fact("held_at") == ("peak" if name == "frame_local" else "end")
-    text = f"Kept alive by `{holder}`"
+    text = f"kept alive by `{holder}`"
     assert text in run_cli("report", paths[name], check=0).stdout
 
 

@@ -96,7 +96,7 @@ def test_export_csv_tables_parse_back(leaky, tmp_path):
     assert names == sorted(["timeline.csv", "devices.csv", "sites.csv", "arrays.csv", "lifetimes.csv",
                             "reuse.csv", "reuse_devices.csv", "leaks.csv", "recompiles.csv", "jit.csv",
                             "jit_peak.csv", "jit_buffers.csv", "jit_curve.csv", "roles.csv", "owners.csv", "plan.csv",
-                            "plan_models.csv", "findings.csv"])
+                            "plan_models.csv", "findings.csv", "holders.csv"])
     timeline = pd.read_csv(out / "timeline.csv")
     assert len(timeline) == STEPS + 2
     assert timeline["live_bytes"].iloc[-2] == PEAK
@@ -127,6 +127,14 @@ def test_export_csv_tables_parse_back(leaky, tmp_path):
     assert json.loads(donate["facts"])["donated_bytes"] == MiB and "donate_argnums=(0,)" in donate["fix"]
     jit = pd.read_csv(out / "jit.csv")
     assert jit["alias_bytes"].tolist() == [0]
+    # One line makes the new params (replaced each step) and the losses (kept each step): at the end each
+    # is held by its own name, and the leak is said to be kept by the list, which holds the 20 losses.
+    held = pd.read_csv(out / "holders.csv", keep_default_na=False)
+    end = held[(held["at"] == "end") & (held["site"] == step_site)].set_index("holder")
+    assert end.loc["history[…]", ["arrays", "bytes", "generations"]].tolist() == [STEPS, STEPS * 4 * KiB, STEPS]
+    assert end.loc["params", ["arrays", "bytes", "generations"]].tolist() == [1, MiB, 1]
+    [leak] = [json.loads(f["facts"]) for f in findings if f["rule"] == "leak"]
+    assert (leak["held_by"], leak["held_by_arrays"], leak["held_by_bytes"]) == ("history[…]", STEPS, STEPS * 4 * KiB)
     assert list(findings[0]) == ["process", "rule", "case", "severity", "site", "saving_bytes", "saves", "message",
                                  "fix", "evidence", "brief", "brief_fix", "facts"]
     saving = int(donate["saving_bytes"])  # the words say the figure, and whether XLA compiled it

@@ -29,7 +29,7 @@ import pandas as pd
 from jaxmemprof.paths import is_builtin_library
 
 HOLDER_COLUMNS = ["at", "snapshot", "site", "holder", "kind", "container", "created", "arrays", "bytes",
-                  "shapes", "chain_id"]
+                  "generations", "shapes", "chain_id"]
 # The search triggers of a run's last snapshot (capture/py_holders.py END_TRIGGERS).
 _END = ("exit", "exception", "oom", "signal")
 _HISTORY = re.compile(r"^(?:Out|_{1,3}|_\d+)$")  # IPython's output history
@@ -77,7 +77,9 @@ def holders(ar) -> pd.DataFrame:
     chain as text), ``kind``, ``container`` (the type holding the arrays
     themselves), ``created`` (file:line of the assignment that made the
     container, where the source shows one; else ''), ``arrays``, ``bytes``
-    (on their devices), ``shapes`` (the arrays' shapes, most common first);
+    (on their devices), ``generations`` (how many different snapshots first
+    saw its arrays: one for state replaced each step, many for arrays kept
+    step after step), ``shapes`` (the arrays' shapes, most common first);
     largest first within each search."""
     run = ar.run
     tabs = getattr(run, "py_holders", None) or {}
@@ -86,8 +88,10 @@ def holders(ar) -> pd.DataFrame:
     if not chosen or rows is None or rows.empty or chains is None or chains.empty or ar.arrays.empty:
         return empty_holders()
     at_of = {snap: at for at, snap in chosen.items()}
-    rows = rows[rows["snapshot"].isin(list(at_of))]
-    arrays = ar.arrays.set_index("array_id")[["site", "bytes", "shape"]]
+    rows = rows[rows["snapshot"].isin(list(at_of))].copy()
+    # An array's chains were written shortest first, in the order the search met them.
+    rows["_rank"] = rows.groupby(["snapshot", "array_id"], sort=False).cumcount()
+    arrays = ar.arrays.set_index("array_id")[["site", "bytes", "shape", "first_snapshot"]]
     rows = rows.join(arrays, on="array_id", how="inner")
     if rows.empty:
         return empty_holders()
@@ -100,25 +104,31 @@ def holders(ar) -> pd.DataFrame:
         out.append({"at": at_of[int(snap)], "snapshot": int(snap), "site": site, "holder": d["holder"],
                     "kind": d["kind"], "container": d["container"], "created": d["created"],
                     "arrays": int(len(g)), "bytes": int(g["bytes"].sum()),
+                    "generations": int(g["first_snapshot"].nunique()), "_rank": float(g["_rank"].mean()),
                     "shapes": ", ".join(s if s.startswith("(") else f"({s})" for s in shapes.index[:3]), "chain_id": int(cid)})
     if not out:
         return empty_holders()
-    table = pd.DataFrame(out, columns=HOLDER_COLUMNS)
+    table = pd.DataFrame(out, columns=[*HOLDER_COLUMNS, "_rank"])
     order = {"peak": 0, "end": 1}
     table["_o"] = table["at"].map(order)
-    table = table.sort_values(["_o", "bytes", "arrays", "site", "holder"], ascending=[True, False, False, True, True],
-                              kind="stable")
-    return table.drop(columns="_o").reset_index(drop=True)
+    # Ties: the chain the search met first (shorter; the program's names before IPython's history's).
+    table = table.sort_values(["_o", "bytes", "arrays", "site", "_rank", "chain_id"],
+                              ascending=[True, False, False, True, True, True], kind="stable")
+    return table.drop(columns=["_o", "_rank"]).reset_index(drop=True)
 
 
-def of_site(table: pd.DataFrame, site: str, at: str | None = None) -> dict | None:
+def of_site(table: pd.DataFrame, site: str, at: str | None = None, kept: bool = False) -> dict | None:
     """The chain holding most of ``site``'s bytes: at the end's search when
-    it holds some there (a leak is what stays), else at the peak's."""
+    it holds some there (a leak is what stays), else at the peak's. With
+    ``kept``, the chain whose arrays were made over the most snapshots
+    first (what accumulates, not the state a step replaces), then bytes."""
     if table is None or table.empty:
         return None
     mine = table[table["site"] == site]
     for when in ((at,) if at else ("end", "peak")):
         rows = mine[mine["at"] == when]
+        if kept and not rows.empty:
+            rows = rows.sort_values(["generations", "bytes"], ascending=False, kind="stable")
         if not rows.empty:
             return rows.iloc[0].to_dict()
     return None

@@ -1,7 +1,10 @@
 """Who keeps each live array alive: the chain of Python references from a
 root (a module global, a local of a live frame) down to the array, found by
 walking the program's objects forward from its roots, breadth first, so that
-each array gets its shortest chain.
+each array gets its shortest chains: up to ``MAX_CHAINS`` of them, the
+shortest first (``losses[…]`` and the global ``loss`` both hold the last
+step's loss), each reached by a path no longer than the one that found the
+last array the walk looked for.
 
 The roots are searched in two rounds: first the program's own (globals of
 modules that are not library code, and locals of frames running the
@@ -49,6 +52,7 @@ _PLAIN_KEYS = (str, int, float, bool, type(None))
 _LRU = type(__import__("functools").lru_cache(maxsize=None)(lambda: None))
 _GENERATORS = (types.GeneratorType, types.CoroutineType, types.AsyncGeneratorType)
 _CHECK_EVERY = 512  # objects between looks at the clock
+MAX_CHAINS = 3  # chains kept per array, the shortest first
 
 
 def _key_text(k) -> str:
@@ -158,9 +162,10 @@ class Search:
     """One search for the chains that hold ``targets`` (id(array) -> the
     array's id in the journal) alive, within ``deadline`` (time.monotonic()).
     ``skip``: ids of objects that are not the program's (the caller's own
-    list of the arrays, say). ``found``: id(array) -> (root kind, root name,
-    module file, function, first line, steps, container type), steps a list
-    of (kind, label) from the root down."""
+    list of the arrays, say). ``found``: id(array) -> its chains, shortest
+    first, each (root kind, root name, module file, function, first line,
+    steps, container type), steps a list of (kind, label) from the root
+    down."""
 
     def __init__(self, targets: dict, deadline: float, skip=(), library: bool = True):
         self.targets = targets
@@ -218,7 +223,8 @@ class Search:
         targets, found, skip = self.targets, self.found, self.skip
         seen = set(skip)
         seen.update(module_dicts)
-        seen.update(found)  # found by an earlier round: their chains are shorter, or the program's own
+        earlier = set(found)  # found by an earlier round: their chains are shorter, or the program's own
+        seen.update(earlier)
         # A node: (parent node index, step kind, label, container type name)
         nodes: list = []
         root_of: list = []
@@ -240,18 +246,20 @@ class Search:
             del items, holder
         del roots
         count = 0
+        draining = False  # every array found: the chains already queued are read, no object is opened
         try:
             while queue:
                 obj, node = queue.popleft()
                 key = id(obj)
-                if key in seen:
+                if key in targets and key not in earlier:
+                    chains = found.setdefault(key, [])
+                    if len(chains) < MAX_CHAINS:
+                        chains.append(self._chain(nodes, root_of, node))
+                    draining = draining or len(found) == len(targets)
+                    continue
+                if key in seen or draining:
                     continue
                 seen.add(key)
-                if key in targets:
-                    found[key] = self._chain(nodes, root_of, node)
-                    if len(found) == len(targets):
-                        break
-                    continue
                 count += 1
                 if count % _CHECK_EVERY == 0 and time.monotonic() > self.deadline:
                     self.complete = False
@@ -263,7 +271,7 @@ class Search:
                 if kids:
                     tname = type(obj).__name__
                     for step, label, child in kids:
-                        if id(child) not in seen:
+                        if id(child) not in seen or id(child) in targets:
                             queue.append((child, len(nodes)))
                             nodes.append((node, step, label, tname))
                 del kids, obj
@@ -303,7 +311,7 @@ def _jaxmemprof_threads():
 def search(arrays: dict, budget_s: float, skip=(), library: bool = True) -> tuple[dict, bool, int]:
     """The chains holding ``arrays`` (id(array) -> journal id; the caller
     keeps them alive meanwhile) within ``budget_s`` seconds: (id(array) ->
-    chain, whether every root was searched, objects visited). ``library``:
+    its chains, whether every root was searched, objects visited). ``library``:
     search library modules and frames too (JAX's caches: a larger walk)."""
     s = Search(arrays, time.monotonic() + budget_s, skip, library)
     s.run()
@@ -368,21 +376,21 @@ class Searches:
         found, complete, visited = search(targets, budget, skip=(id(live), id(targets)),
                                           library=trigger in END_TRIGGERS)
         del live
-        best: dict = {}  # array id -> its shortest chain (an array and its view may both be held)
-        for key, chain in found.items():
-            aid = targets[key]
-            if aid not in best or len(chain[5]) < len(best[aid][5]):
-                best[aid] = chain
+        best: dict = {}  # array id -> its chains (an array and its view may both be held)
+        for key, chains in found.items():
+            best.setdefault(targets[key], []).extend(chains)
         rows, new_chains = [], []
-        for aid, chain in best.items():
-            kind, name, file, function, line, steps, container = chain
-            text = json.dumps(steps, ensure_ascii=False)
-            ck = (kind, name, file, function, line, text, container)
-            cid = self.chains.get(ck)
-            if cid is None:
-                cid = self.chains[ck] = len(self.chains) + 1
-                new_chains.append((cid, *ck))
-            rows.append((index, aid, cid))
+        for aid, chains in best.items():
+            ids = []
+            for kind, name, file, function, line, steps, container in sorted(chains, key=lambda c: len(c[5])):
+                ck = (kind, name, file, function, line, json.dumps(steps, ensure_ascii=False), container)
+                cid = self.chains.get(ck)
+                if cid is None:
+                    cid = self.chains[ck] = len(self.chains) + 1
+                    new_chains.append((cid, *ck))
+                if cid not in ids and len(ids) < MAX_CHAINS:
+                    ids.append(cid)
+            rows.extend((index, aid, cid) for cid in ids)
         cost = time.thread_time() - c0
         self.spent += cost
         replaces = None

@@ -515,6 +515,8 @@ IN_TABLE: dict[str, dict[str, str]] = {
                    "it; empty where it does not.",
         "arrays": "Arrays of the site the chain holds at that search.",
         "bytes": "Their bytes on their devices.",
+        "generations": "How many different snapshots first saw these arrays: 1 for state a step replaces, "
+                       "many for arrays kept step after step.",
         "shapes": "Their shapes, the three most common first.",
         "chain_id": "The chain's number in the run's journal (py_chains).",
     },

@@ -140,8 +140,7 @@ def render_closing(ov, con: Console, *, target: str, run_dir: str, warnings: lis
     share = f", {100 * ov.sampling_s / ov.duration_s:.1f}% CPU" if ov.duration_s else ""
     ended = "" if ov.ended_by == "exit" else f" ({safe(ov.ended_by)})"
     exited = "" if ov.exit_status is None and ov.ended_by == "exit" else f", exit {ov.exit_status}"  # profile()
-    searched = (f"; Python holders searched {counted(ov.holder_searches, 'time')} in {ov.holder_search_s:.2f} s"
-                if ov.holder_searches else "")
+    searched = f"; holder search {ov.holder_search_s:.2f} s" if ov.holder_searches else ""
     con.print(Text(f"jaxmemprof: {safe(target)}: {took}{exited}{ended}; "
                    f"{counted(ov.snapshots, 'snapshot')}{share}{searched}"))
     if ov.stretched is not None:

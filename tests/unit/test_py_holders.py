@@ -65,6 +65,17 @@ def test_of_site_prefers_what_stays_to_the_end():
     assert of_site(t, "c.py:3 (h)") is None
 
 
+def test_a_leak_is_held_by_what_accumulates_not_by_the_largest_state():
+    # One line makes a step's new parameters (replaced each step: one generation, more bytes) and its
+    # losses (kept each step: forty generations): what keeps the leak is the list of losses.
+    t = pd.DataFrame([
+        {"at": "end", "site": "t.py:9 (<module>)", "holder": "params[…][0]", "bytes": 2_000_000, "generations": 1},
+        {"at": "end", "site": "t.py:9 (<module>)", "holder": "kept[…]", "bytes": 160_000, "generations": 40},
+    ])
+    assert of_site(t, "t.py:9 (<module>)")["holder"] == "params[…][0]"
+    assert of_site(t, "t.py:9 (<module>)", kept=True)["holder"] == "kept[…]"
+
+
 def test_each_step_is_written_as_the_program_would(tiny_ar, recorded):
     run, files = tiny_ar.run, tiny_ar.files
     script = str(recorded.script)

@@ -31,11 +31,15 @@ def _leak(f: Finding, x: dict) -> Words:
                 f"p = {x['p_value']:.2g}; projected {fmt(x['projected_bytes_after'])} after {horizon} "
                 f"(+{fmt(x['projected_growth_bytes'])}" + (f", {share:.0%} of the run's peak)" if share else ")"))
     held = x.get("held_by")
+    step = format_bytes(x["growth_bytes_per_step"]) + " per step" if x.get("growth_bytes_per_step") is not None else rate
+    brief = f"Live memory made here grows {rate}, steadily across the run."
     if held:
         where = ", ".join(p for p in (x.get("held_by_container"), x.get("held_by_created")) if p)
         kept = (f" Kept alive by `{held}` ({where}): {counted(x.get('held_by_arrays') or 0, 'array')}, "
                 f"{fmt(x.get('held_by_bytes') or 0)} at the {x.get('held_at') or 'end'}.")
         fix, brief_fix = kept_fix(x)
+        brief = (f"Grows {step}; kept alive by `{held}` ({where}): {counted(x.get('held_by_arrays') or 0, 'array')}, "
+                 f"{fmt(x.get('held_by_bytes') or 0)}.")
         evidence += (f"; holder found by walking the program's references at the {x.get('held_at') or 'end'} "
                      f"({x.get('held_by_kind')})")
     else:
@@ -46,7 +50,7 @@ def _leak(f: Finding, x: dict) -> Words:
                "global holding them.")
         brief_fix = "keep a Python float (float(x)) or the last few arrays, not every step's; evict caches"
     return Words(
-        brief=f"Live memory made here grows {rate}, steadily across the run." + kept,
+        brief=brief,
         saves=f"saves {fmt(x['projected_growth_bytes'])} over {horizon}",
         brief_fix=brief_fix,
         message=f"Live memory at {f.site} keeps growing: {rate}." + kept, fix=fix, evidence=evidence)
@@ -125,8 +129,9 @@ LEAK = Rule(
                 "held_at")},
     optional=("held_by", "held_by_kind", "held_by_container", "held_by_created", "held_by_arrays", "held_by_bytes",
               "held_by_shapes", "held_at"),
-    meanings={"held_by": ("The Python reference that keeps most of the site's bytes alive, root first "
-                          "(analysis/py_holders.py): at the run's end, else at its largest search before."),
+    meanings={"held_by": ("The Python reference that keeps the site's arrays made over the most snapshots alive "
+                          "(what accumulates; then the most bytes), root first (analysis/py_holders.py): at the "
+                          "run's end, else at its largest search before."),
               "held_by_kind": "What kind of reference it is (holders.csv's kind).",
               "held_by_container": "The type of the object that refers to the arrays (list, dict, deque).",
               "held_by_created": "The `file:line` of the assignment that made that container, where the source shows it.",
@@ -212,7 +217,7 @@ def leak_findings(leaks_df: pd.DataFrame, recompiles_df: pd.DataFrame,
 
 
 def _held(holders, site: str) -> dict:
-    h = of_site(holders, site)
+    h = of_site(holders, site, kept=True)
     if h is None:
         return {}
     return {"held_by": h["holder"], "held_by_kind": h["kind"], "held_by_container": h["container"],
