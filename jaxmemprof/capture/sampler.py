@@ -261,6 +261,12 @@ class Sampler:
         with self._lock:
             if trigger == "first" and self.first_taken:
                 return None  # someone else took a snapshot meanwhile
+            if not self.first_taken:
+                # protobuf's reader, imported at the first snapshot so that a
+                # script without JAX never pays for it: a one-time start-up
+                # cost, not the sampling that the overhead budget paces (in
+                # the budget, it alone spaced the next snapshots by seconds).
+                from jaxmemprof.pprof import profile_pb2  # noqa: F401
             # The cost that matters is the CPU time this thread takes (holding
             # the GIL, the target waits); its wall time also counts the waits
             # for the GIL while the target runs Python, which cost the target nothing.
