@@ -34,7 +34,9 @@ def _leak(f: Finding, x: dict) -> Words:
     step = format_bytes(x["growth_bytes_per_step"]) + " per step" if x.get("growth_bytes_per_step") is not None else rate
     brief = f"Live memory made here grows {rate}, steadily across the run."
     if held:
+        held, _, local = held.partition(" (local of ")  # `losses[…]` (a local of main; list, train.py:60)
         where = ", ".join(p for p in (x.get("held_by_container"), x.get("held_by_created")) if p)
+        where = "; ".join(p for p in (f"a local of {local[:-1]}" if local else "", where) if p)
         kept = (f" Kept alive by `{held}` ({where}): {counted(x.get('held_by_arrays') or 0, 'array')}, "
                 f"{fmt(x.get('held_by_bytes') or 0)} at the {x.get('held_at') or 'end'}.")
         fix, brief_fix = kept_fix(x)
