@@ -143,6 +143,11 @@ GOLDENS = [
     Golden("report-mlp-no-donation-fit",
            f"jaxmemprof report {RUNS}/mlp-no-donation --device-memory 16GiB --explain", doc="docs/advice.md",
            excerpt=(("Memory inside jitted functions", 4), ("Findings", None))),
+    # The MLP compiled for two TPU slices it never saw (run --plan --target: docs/targets.md).
+    Golden("report-mlp-target", f"COLUMNS=100 jaxmemprof report {RUNS}/mlp-target", doc="docs/targets.md",
+           excerpt=(("Compiled for TPU slices", 10),)),
+    Golden("check-mlp-target", f"jaxmemprof check {RUNS}/mlp-target --target-fits v5e:2x2 --target-fits v6e:2x2",
+           doc="docs/targets.md", echo_status=True),
     Golden("check-mlp-leak",
            f"jaxmemprof check {LEAK} --max-peak 12MiB --max-growth 1KiB/step --fail-on leak "
            f"--baseline {RUNS}/mlp-donated --max-increase 5", rc=1, doc="docs/ci.md", echo_status=True),

@@ -30,10 +30,11 @@ class Limits:
     growth_per: str = "step"  # "step" (per marker) or "s"
     fail_on: tuple[str, ...] = ()
     max_increase_pct: float | None = None  # with a baseline
+    target_fits: tuple[str, ...] = ()  # TPU slices (run --target) the step must fit
 
     def any(self) -> bool:
         return (self.max_peak is not None or self.max_true_peak is not None or self.max_growth is not None
-                or bool(self.fail_on) or self.max_increase_pct is not None)
+                or bool(self.fail_on) or self.max_increase_pct is not None or bool(self.target_fits))
 
 
 def asked(limits: Limits, *, baseline: bool = False) -> tuple[str, ...]:
@@ -43,7 +44,7 @@ def asked(limits: Limits, *, baseline: bool = False) -> tuple[str, ...]:
         return ("max-increase",) if limits.max_increase_pct is not None else ()
     names = [("max-peak", limits.max_peak is not None), ("max-true-peak", limits.max_true_peak is not None),
              ("max-growth", limits.max_growth is not None), ("fail-on", bool(limits.fail_on)),
-             ("max-increase", limits.max_increase_pct is not None)]
+             ("max-increase", limits.max_increase_pct is not None), ("target-fits", bool(limits.target_fits))]
     return tuple(name for name, wanted in names if wanted)
 
 
@@ -81,6 +82,7 @@ NEEDS = {
     "max-growth": _PEAK_TABLES + _ARRAY_TABLES + ("markers",),
     "fail-on": None,  # every table
     "max-increase": _PEAK_TABLES + _ARRAY_TABLES + _JIT_TABLES,
+    "target-fits": ("jit_targets", "jit_functions", "jit_compiles"),
 }
 
 
@@ -149,6 +151,12 @@ def unchecked_report(report, limits: Limits) -> Unchecked | None:
     peak needs the jit probe's figures."""
     if limits.max_true_peak is not None and report.summary.get("estimated_true_peak_bytes") is None:
         return Unchecked(("max-true-peak",), "no-jit")
+    for name in limits.target_fits:
+        targets = report.targets
+        why = (f"the run was not recorded with --target {name}" if targets is None or name not in targets.asked
+               else targets.not_compiled(name))
+        if why is not None:
+            return Unchecked(("target-fits",), "not-compiled", detail=f"{name}: {why}")
     return None
 
 
@@ -233,6 +241,21 @@ def check_report(report, limits: Limits, baseline=None) -> list[Outcome]:
         out.append(Outcome("fail-on", None, len(hits), not hits, unit="findings",
                            site=hits[0][2] if hits else "", details=tuple(hits),
                            facts={"rules": list(limits.fail_on)}))
+    for name in limits.target_fits:  # unchecked_report refused a slice without figures: never a pass
+        import pandas as pd  # only here: the pytest plugin reads this module without pandas
+
+        rows = report.targets.rows
+        rows = rows[(rows["target"] == name) & (rows["peak_bytes"].notna() | rows["fits"].eq(False))]
+        # the worst: one XLA:TPU refused as too large for the device (no peak: its error says), else the largest
+        refused = rows[rows["peak_bytes"].isna()]
+        worst = refused.iloc[0] if len(refused) else rows.loc[rows["peak_bytes"].astype("int64").idxmax()]
+        peak = None if pd.isna(worst["peak_bytes"]) else int(worst["peak_bytes"])
+        out.append(Outcome("target-fits", int(worst["usable_bytes"]), peak,
+                           bool(rows["fits"].astype(bool).all()), site=str(worst["function"]),
+                           details=tuple((str(r["function"]), None if pd.isna(r["peak_bytes"]) else int(r["peak_bytes"]))
+                                         for _, r in rows.iterrows()),
+                           facts={"target": name, "chip": str(worst["chip"]), "hbm_bytes": int(worst["hbm_bytes"]),
+                                  **({"error": str(worst["error"])} if peak is None else {})}))
     if limits.max_increase_pct is not None and baseline is not None:
         b = baseline.summary
         pairs = [("peak", int(s["peak_bytes"]), int(b["peak_bytes"]))]

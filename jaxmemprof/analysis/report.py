@@ -15,6 +15,7 @@ from jaxmemprof.analysis.advice.capacity import will_it_fit
 from jaxmemprof.analysis.advice.donation import jit_memory
 from jaxmemprof.analysis.peaks import busiest_snapshot, true_peaks
 from jaxmemprof.analysis.advice.plan import build_plan
+from jaxmemprof.analysis.advice.targets import build_targets
 from jaxmemprof.analysis.findings import by_effect, in_proportion, ranked
 from jaxmemprof.analysis.groups import Breakdown
 from jaxmemprof.analysis.inside_jit import largest_buffers, peak_by_line, program_curves
@@ -59,6 +60,7 @@ class Report:
     findings: list  # Finding records, ranked (render/findings.py says them)
     extra_findings: list = field(default_factory=list)
     plan: object = None  # advice/plan.Plan of a run recorded with run --plan (None without)
+    targets: object = None  # advice/targets.Targets of a run recorded with run --target (None without)
     roles: Roles = field(default_factory=empty_roles)  # what the memory is at the largest sampled jitted call
     peak_devices: pd.DataFrame = field(default_factory=pd.DataFrame)  # live bytes per device at the live peak
     answer: Answer | None = None  # the answer, first in every output (analysis/answer.py)
@@ -163,7 +165,7 @@ def build_report(ar: Attributed, *, extra_rules=()) -> Report:
         jit_peak=jit_peak, jit_buffers=largest_buffers(ar),
         jit_curve=program_curves(ar), true_peak_bytes=total_true_peak,
         true_peak_where=where,
-        fit=fit, findings=findings, plan=plan, roles=what, peak_devices=_peak_devices(tl),
+        fit=fit, findings=findings, plan=plan, targets=build_targets(run), roles=what, peak_devices=_peak_devices(tl),
         answer=answer(summary, inside, busiest, memory_in_jit, jit_peak, what, findings), holders=held,
         peak_holders=site_holders(held, tl.peak_snapshot),
     )

@@ -88,7 +88,7 @@ class Session:
     def __init__(self, directory: Path, *, target_argv: list[str], interval: float,
                  max_overhead: float, jit_probe: bool = True, addresses: str = "auto",
                  command: list[str] | None = None, on_finish=None, plan=None, verify_s: float | None = None,
-                 holders: bool = True):
+                 holders: bool = True, targets: tuple = ()):
         # on_finish(path): what a process of a job does with its run as it
         # ends (the CLI and the API ask for its summary); capture analyses nothing.
         self.on_finish = on_finish
@@ -124,7 +124,9 @@ class Session:
                          # run --verify-seconds: the verifying compiles' budget (null: a share of the run)
                          "verify_s": verify_s,
                          # run --no-holders: false (no search for the Python references holding arrays)
-                         "holders": holders},
+                         "holders": holders,
+                         # run --target: the TPU slices the step is compiled for (capture/jit/targets.py)
+                         "targets": list(targets) if jit_probe else []},
         }
         proc = _processes.get(str(self.path))
         if proc is not None:  # as the launcher says; JAX's own index replaces it once known
@@ -152,7 +154,7 @@ class Session:
         # sampler leaves.
         launcher = (os.path.abspath(sys.argv[0]),) if target_argv and sys.argv and os.path.isfile(sys.argv[0]) else ()
         self.probe = JitProbe(self.writer, dump_share=max_overhead / 2, exclude=launcher,
-                              plan=plan, verify_s=verify_s) if jit_probe else None
+                              plan=plan, verify_s=verify_s, targets=targets) if jit_probe else None
         if self.probe is not None:
             self.sampler.hooks.append(self.probe.on_snapshot)
             self.sampler.in_flight = self.probe.calls_in_flight

@@ -78,13 +78,16 @@ def _rules(ctx, param, values):
 @click.option("--max-increase", type=Percent(), default=None, metavar="PCT",
               help="With --baseline: fail when the peak (and the estimated true peak) grew by more than PCT "
                    "percent over the baseline's.")
+@click.option("--target-fits", "target_fits", multiple=True, metavar="SLICE",
+              help="Fail unless the step compiled for this TPU slice (run --target SLICE) fits one of its chips: "
+                   "XLA:TPU's per-device peak within what XLA may use of the chip's HBM (repeat for several).")
 @click.option("--allow-unfinished", is_flag=True,
               help="Check a run that did not finish (still running, or killed) on what it recorded so far; "
                    "without it such a run cannot be checked (exit 2).")
 @click.option("--json", "as_json", is_flag=True, help="Write every check, its limit and its value as JSON to stdout.")
 @attribution_options
-def check(run_dir, max_peak, max_true_peak, max_growth, fail_on, baseline_dir, max_increase, allow_unfinished,
-          as_json, library, user, all_frames):
+def check(run_dir, max_peak, max_true_peak, max_growth, fail_on, baseline_dir, max_increase, target_fits,
+          allow_unfinished, as_json, library, user, all_frames):
     """Check a recorded run against limits, for CI: exit 0 when every limit
     holds, 1 when one does not (one FAIL line per violation, whatever becomes
     of stdout), 2 on bad input, and when a figure asked for cannot be
@@ -103,6 +106,7 @@ def check(run_dir, max_peak, max_true_peak, max_growth, fail_on, baseline_dir, m
       jaxmemprof check RUN --max-growth 1MiB/step --fail-on leak,recompile
       jaxmemprof check RUN --baseline runs/main --max-increase 5
       jaxmemprof check RUN --max-peak 12GiB --json > check.json
+      jaxmemprof check RUN --target-fits v5e:2x2   (RUN recorded with run --target v5e:2x2)
     """
     from jaxmemprof.analysis.check import Limits, check_report, unchecked_report, unchecked_run
     from jaxmemprof.render.check import document, lines
@@ -111,10 +115,10 @@ def check(run_dir, max_peak, max_true_peak, max_growth, fail_on, baseline_dir, m
         raise click.UsageError("--baseline RUN and --max-increase PCT go together")
     growth, per = max_growth if max_growth is not None else (None, "step")
     limits = Limits(max_peak=max_peak, max_true_peak=max_true_peak, max_growth=growth, growth_per=per,
-                    fail_on=fail_on, max_increase_pct=max_increase)
+                    fail_on=fail_on, max_increase_pct=max_increase, target_fits=tuple(target_fits))
     if not limits.any():
         raise click.UsageError("nothing to check: give --max-peak, --max-true-peak, --max-growth, --fail-on "
-                               "or --baseline with --max-increase")
+                               "--target-fits, or --baseline with --max-increase")
     options = analysis_options(library, user, all_frames, top=3)
     pairs = _pairs(run_dir, baseline_dir)
     results = []  # (process or None, outcomes)

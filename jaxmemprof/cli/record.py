@@ -71,10 +71,16 @@ class _Scales(click.ParamType):
 @click.option("--no-holders", is_flag=True,
               help="Do not search for the Python references that keep arrays alive (by default: after each "
                    "snapshot at a new high, within 1% of the run's time, and at the end; docs/holders.md).")
+@click.option("--target", "slices", multiple=True, metavar="SLICE",
+              help="At the end, also compile the step (the --plan's functions) for this TPU slice, which need "
+                   "not be there (v5e:2x2, v6e:2x2, v5p:2x2x1, v4:2x2x1; repeat for several): XLA:TPU's "
+                   "per-device figures and whether they fit its chips; with --plan, the largest batch that "
+                   "fits, found by compiling for it. Needs libtpu: pip install 'jaxmemprof[tpu]' "
+                   "(docs/targets.md).")
 @click.option("-q", "--quiet", is_flag=True, help="No summary at the end.")
 @click.argument("target", nargs=-1, type=click.UNPROCESSED, metavar="SCRIPT [ARGS]...")
 def run(output, force, interval, max_overhead, module, command, no_jit_probe, plan, plan_scales,
-        plan_device_memory, plan_axis, verify_seconds, addresses, no_holders, quiet, target):
+        plan_device_memory, plan_axis, verify_seconds, addresses, no_holders, slices, quiet, target):
     """Run a Python script (or -m MODULE, or -c CODE) unchanged and record its device memory.
 
     The script runs in this process exactly as `python SCRIPT ARGS` runs it;
@@ -92,6 +98,7 @@ def run(output, force, interval, max_overhead, module, command, no_jit_probe, pl
       jaxmemprof run app/ --epochs 3          (app/__main__.py; a zip file too)
       jaxmemprof run - < train.py             (the script from stdin)
       jaxmemprof run --plan train.py --batch 32   (then: report RUN --device-memory 80GB)
+      jaxmemprof run --target v5e:2x2 train.py    (the step compiled for a TPU slice, from a CPU machine)
       jaxmemprof run -c "import train; train.main()"
       jaxmemprof show jaxmemprof-runs/train-20260101-120000@peak
     """
@@ -114,6 +121,19 @@ def run(output, force, interval, max_overhead, module, command, no_jit_probe, pl
             fit_peak = largest_fitting_peak(plan_device_memory)
         planned = PlanOptions(scales=plan_scales or DEFAULT_SCALES, axis=plan_axis, device_bytes=plan_device_memory,
                               fit_peak_bytes=fit_peak)
+    if slices:
+        from jaxmemprof import tpus
+
+        if no_jit_probe:
+            raise click.UsageError("--target compiles the jitted functions the jit probe observes: drop --no-jit-probe")
+        for name in slices:
+            why = tpus.problem(name)
+            if why is not None:
+                raise InputError(f"--target {name}", why)
+        if tpus.libtpu_missing():
+            raise InputError("--target", f"compiling for a TPU slice needs libtpu, which is not installed: "
+                                         f"{tpus.INSTALL}")
+        slices = tuple(dict.fromkeys(slices))
     if module is not None and command is not None:
         raise click.UsageError("give one of -m MODULE and -c CODE (the script's own options go after `--`)")
     if command is not None:
@@ -137,7 +157,8 @@ def run(output, force, interval, max_overhead, module, command, no_jit_probe, pl
                                   by_hand=bool(output))
     session = Session(directory, target_argv=tgt.argv, interval=interval, max_overhead=max_overhead,
                       jit_probe=not no_jit_probe, addresses=addresses, on_finish=write_process_result,
-                      plan=planned, verify_s=verify_seconds, holders=not no_holders)
+                      plan=planned, verify_s=verify_seconds, holders=not no_holders,
+                      targets=slices)
     status, ended_by = run_target(tgt, session)
     session.stop(status, ended_by)
     if not quiet:
@@ -267,6 +288,11 @@ def _closing(tgt, directory, status=None, ended_by=None, duration_s=None):
             from jaxmemprof.render.report import render_plan_closing
 
             render_plan_closing(build_plan(ar), run_.events, con, str(directory))
+        if (run_.manifest.get("settings") or {}).get("targets"):
+            from jaxmemprof.analysis.advice.targets import build_targets
+            from jaxmemprof.render.targets import render_targets_closing
+
+            render_targets_closing(build_targets(run_), con)
     except Exception as exc:  # the run itself is safe on disk
         # A stderr that cannot be written fails here again, and is silenced.
         say(f"jaxmemprof: warning: could not summarise the run: {exc}")

@@ -3,7 +3,8 @@ made from it. A docs tool: nothing jaxmemprof runs imports it.
 
 - ``columns.py``: ``GLOSSARY``, every column or key name that jaxmemprof
   writes to CSV or JSON -> one sentence (units, and how it is computed, in a
-  few words); ``IN_TABLE``: table -> {name: sentence}, where a name says
+  few words).
+- ``in_table.py``: ``IN_TABLE``: table -> {name: sentence}, where a name says
   something narrower (or other) in that one table than ``GLOSSARY`` says.
 - ``terms.py``: ``TERMS``, the words the docs use (site, snapshot, peak,
   donation, ...).
@@ -24,7 +25,8 @@ made from it. A docs tool: nothing jaxmemprof runs imports it.
 
 from __future__ import annotations
 
-from jaxmemprof.glossary.columns import GLOSSARY, IN_TABLE
+from jaxmemprof.glossary.columns import GLOSSARY
+from jaxmemprof.glossary.in_table import IN_TABLE
 from jaxmemprof.analysis.rules import RULES
 
 REGENERATE = "python -m jaxmemprof.glossary"

@@ -43,13 +43,13 @@ JOB_TIMELINE_COLUMNS = ("t", "live_bytes")
 JOB_KEYS = ("path", "processes", "alignment", "peak_bytes", "peak_t", "unfinished")
 # check --json: the document, and the facts some checks add to an Outcome's fields.
 CHECK_KEYS = ("command", "run", "baseline", "ok", "checks")
-CHECK_FACTS = ("where", "devices", "rules", "what", "bytes", "baseline_bytes")
+CHECK_FACTS = ("where", "devices", "rules", "what", "bytes", "baseline_bytes", "target", "chip", "hbm_bytes", "error")
 
 
 def tables() -> list[tuple[str, list[Table]]]:
     """Every output, in sections: (heading, tables)."""
     from jaxmemprof.analysis import inside_jit, leaks, lifetimes, py_holders, reuse, roles, timeline
-    from jaxmemprof.analysis.advice import plan
+    from jaxmemprof.analysis.advice import plan, targets
     from jaxmemprof.analysis.advice.capacity import Fit
     from jaxmemprof.analysis.advice.donation import JIT_MEMORY_COLUMNS
     from jaxmemprof.analysis.check import Outcome
@@ -110,6 +110,13 @@ def tables() -> list[tuple[str, list[Table]]]:
               "One per planned function x variant x device (and `job`): the line through its points and, with "
               "`--device-memory`, the largest batch that fits and what each fix saves there.",
               _csv(plan.MODEL_COLUMNS)),
+        Table("targets.csv", "targets.csv", both.format(f="targets.csv", j="targets.rows"),
+              "One per TPU slice x planned function (`run --target`; no rows without it): XLA:TPU's figures for "
+              "the step compiled for the slice at the recorded batch, the run's own beside them, and whether it "
+              "fits a chip (docs/targets.md).", _csv(targets.TARGET_COLUMNS)),
+        Table("target_points.csv", "target_points.csv", both.format(f="target_points.csv", j="targets.points"),
+              "One per TPU slice x compile x device of the call: plan.csv's columns for each compile for the "
+              "slice.", _csv(targets.POINT_COLUMNS)),
         Table("holders.csv", "holders.csv", both.format(f="holders.csv", j="holders"),
               "One per search read (`peak`, `end`) x site x chain of Python references holding that site's arrays, "
               "largest first (docs/holders.md).", _csv(py_holders.HOLDER_COLUMNS)),
@@ -139,6 +146,8 @@ def tables() -> list[tuple[str, list[Table]]]:
         Table("plan", "plan", "`report --json`: `plan`", "One object (null for a run recorded without "
               "`--plan`).", ("device_bytes", "backends", "compiles", "compile_s", "fraction_variable",
                             "searched_bytes", "events", "functions", "points", "models")),
+        Table("targets", "targets", "`report --json`: `targets`", "One object (null for a run recorded without "
+              "`--target`).", ("asked", "compiles", "compile_s", "events", "rows", "points")),
         Table("plan functions", "plan.functions", "`report --json`: `plan.functions`", "One per planned function.",
               tuple(f.name for f in fields(plan.Planned))),
         Table("fit", "fit", "`report --json --device-memory SIZE`: `fit`", "One object (null without "

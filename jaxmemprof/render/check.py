@@ -11,6 +11,8 @@ def _limit_text(o) -> str:
         return f"--fail-on {','.join(o.facts.get('rules', []))}"
     if o.check == "max-increase":
         return f"--max-increase {o.limit:g}%"
+    if o.check == "target-fits":
+        return f"--target-fits {safe(o.facts.get('target', ''))}"
     if o.check == "max-growth":
         return f"--max-growth {format_bytes(o.limit)}/{o.unit.split('/')[-1]}"
     return f"--{o.check} {format_bytes(o.limit)}"
@@ -49,6 +51,13 @@ def lines(outcomes, process: int | None = None) -> list[str]:
                 out.append(f"{tag} {limit}: no such finding")
             for rule, severity, site in o.details:
                 out.append(f"{tag} {limit}: [{severity}] {rule}{' at ' + safe(site) if site else ''}")
+        elif o.check == "target-fits" and o.value is None:  # XLA:TPU refused it for the device's memory
+            out.append(f"{tag} {limit}: {safe(o.site)} does not fit a {safe(o.facts.get('chip', 'chip'))}: "
+                       f"{safe(str(o.facts.get('error', '')).splitlines()[0][:300])}")
+        elif o.check == "target-fits":
+            out.append(f"{tag} {limit}: {safe(o.site)} needs {format_bytes(o.value)} per device, "
+                       f"{'within' if o.held else 'more than'} the {format_bytes(o.limit)} XLA may use of a "
+                       f"{safe(o.facts.get('chip', 'chip'))} ({format_bytes(o.facts.get('hbm_bytes', 0))} HBM)")
         elif o.check == "max-increase":
             what = o.facts.get("what", "peak")
             pct = "an increase" if o.value == float("inf") else f"{o.value:+.1f}%"
@@ -104,6 +113,8 @@ def unchecked_text(u) -> str:
     elif u.reason == "few-snapshots":
         why = (f"has {u.have} snapshot{'' if u.have == 1 else 's'} before its exit, and growth is measured over "
                f"{u.needed} at least")
+    elif u.reason == "not-compiled":
+        why = f"has no compile for the TPU slice {safe(u.detail)}"
     else:  # pragma: no cover - every reason is worded above
         why = f"lacks what the checks need ({u.reason})"
     return f"{why}: {checks} {verb}"

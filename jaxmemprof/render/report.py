@@ -12,7 +12,6 @@ import math
 import pandas as pd
 from rich.console import Console
 from rich.padding import Padding
-from rich.table import Table
 from rich.text import Text
 
 from jaxmemprof.analysis.report import Report
@@ -20,7 +19,10 @@ from jaxmemprof.render import answer
 from jaxmemprof.render import findings as said
 from jaxmemprof.render import notes
 from jaxmemprof.render.tables import largest_signature
+from jaxmemprof.render.targets import render_targets
+from jaxmemprof.render.text import heading as _heading
 from jaxmemprof.render.text import safe
+from jaxmemprof.render.text import table as _table
 from jaxmemprof.units import counted, format_bytes, format_pair
 
 _BLOCKS = "▁▂▃▄▅▆▇█"
@@ -45,19 +47,6 @@ def _seconds(x) -> str:
     if x is None or (isinstance(x, float) and math.isnan(x)) or x is pd.NA:
         return "-"
     return f"{float(x):.2f} s"
-
-
-def _table(*columns: str) -> Table:
-    t = Table(box=None, pad_edge=False, collapse_padding=True, header_style="bold")
-    for c in columns:
-        t.add_column(c, justify="left" if c in ("site", "device", "name", "function", "role", "largest") else "right",
-                     overflow="fold")
-    return t
-
-
-def _heading(con: Console, text: str) -> None:
-    con.print()
-    con.print(Text(text, style="bold underline"))
 
 
 def _quiet(con: Console, title: str, text: str) -> None:
@@ -120,6 +109,7 @@ def render_report(rep: Report, con: Console, *, top: int, explain: bool = False)
     _render_timeline(rep, con)
     _render_jit(rep, con, top, explain)
     _render_plan(rep, con, explain)
+    render_targets(rep.targets, con, explain)
     _render_lifetimes(rep, con, top, explain)
     _render_reuse(rep, con, top, explain)
     _render_leaks(rep, con, top, explain)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pandas as pd
 
 from jaxmemprof.analysis.advice.plan import MODEL_COLUMNS, PLAN_COLUMNS
+from jaxmemprof.analysis.advice.targets import POINT_COLUMNS, TARGET_COLUMNS
 from jaxmemprof.analysis.report import Report
 from jaxmemprof.render import findings as said
 from jaxmemprof.render import notes
@@ -14,7 +15,8 @@ from jaxmemprof.render.json import records
 EXPORT_FILES = (
     "timeline.csv", "devices.csv", "sites.csv", "arrays.csv", "lifetimes.csv", "reuse.csv",
     "reuse_devices.csv", "leaks.csv", "recompiles.csv", "jit.csv", "jit_peak.csv", "jit_buffers.csv",
-    "jit_curve.csv", "roles.csv", "owners.csv", "plan.csv", "plan_models.csv", "holders.csv", "findings.csv",
+    "jit_curve.csv", "roles.csv", "owners.csv", "plan.csv", "plan_models.csv", "targets.csv", "target_points.csv",
+    "holders.csv", "findings.csv",
 )
 
 
@@ -48,6 +50,8 @@ def export_tables(rep: Report) -> dict[str, pd.DataFrame]:
         "owners.csv": rep.roles.owners,
         "plan.csv": rep.plan.points if rep.plan is not None else _empty(PLAN_COLUMNS),
         "plan_models.csv": rep.plan.models if rep.plan is not None else _empty(MODEL_COLUMNS),
+        "targets.csv": rep.targets.rows if rep.targets is not None else _empty(TARGET_COLUMNS),
+        "target_points.csv": rep.targets.points if rep.targets is not None else _empty(POINT_COLUMNS),
         "holders.csv": rep.holders,
         "findings.csv": said.table(rep.findings),
     }
@@ -84,6 +88,7 @@ def report_document(rep: Report) -> dict:
                   "by_role": records(rep.roles.by_role), "owners": records(rep.roles.owners)},
         "fit": None if rep.fit is None else {k: v for k, v in vars(rep.fit).items()},
         "plan": plan_document(rep.plan),
+        "targets": targets_document(rep.targets),
         "holders": records(rep.holders),
         "findings": said.records(rep.findings),
     }
@@ -91,6 +96,16 @@ def report_document(rep: Report) -> dict:
 
 def _empty(columns) -> pd.DataFrame:
     return pd.DataFrame({c: pd.Series(dtype=object) for c in columns})
+
+
+def targets_document(targets) -> dict | None:
+    """run --target's slices in JSON: one row per slice and function
+    (targets.csv), every compile (target_points.csv), what could not be
+    compiled; null for a run recorded without --target."""
+    if targets is None:
+        return None
+    return {"asked": list(targets.asked), "compiles": targets.compiles, "compile_s": targets.compile_s,
+            "events": list(targets.events), "rows": records(targets.rows), "points": records(targets.points)}
 
 
 def plan_document(plan) -> dict | None:

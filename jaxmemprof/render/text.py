@@ -30,6 +30,21 @@ class _Console(Console):
         raise BrokenPipeError(errno.EPIPE, "Broken pipe")
 
 
+def table(*columns: str) -> Table:
+    """A report's table: no box, the names' columns left-aligned, the figures' right."""
+    t = Table(box=None, pad_edge=False, collapse_padding=True, header_style="bold")
+    for c in columns:
+        t.add_column(c, justify="left" if c in ("site", "device", "name", "function", "role", "largest", "target")
+                     else "right", overflow="fold")
+    return t
+
+
+def heading(con: Console, text: str) -> None:
+    """A report section's heading, after a blank line."""
+    con.print()
+    con.print(Text(text, style="bold underline"))
+
+
 def console(out: TextIO | None = None) -> Console:
     """A console for ``out``: colours only on a terminal (and never with
     NO_COLOR); off a terminal, lines are wrapped at $COLUMNS when it is set,

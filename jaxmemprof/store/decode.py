@@ -73,6 +73,10 @@ _TABLES = {
                    "temp_bytes", "generated_code_bytes", "compile_s"),
                   ("signature", "variant", "devices", "live_outside", "backend", "detail", "error"),
                   ("function_id", "variant", "batch")),
+    "jit_targets": (("function_id", "batch", "recorded_batch", "axis", "argument_bytes", "output_bytes",
+                     "alias_bytes", "temp_bytes", "generated_code_bytes", "compile_s"),
+                    ("target", "signature", "variant", "devices", "live_outside", "backend", "detail", "error"),
+                    ("target", "function_id", "variant")),  # batch NULL (not told) reads as 0
     "snapshot_calls": (("snapshot", "function_id"), (), ("snapshot", "function_id")),
     "jit_whatif": (("function_id", "argument_bytes", "output_bytes", "alias_bytes", "temp_bytes",
                     "generated_code_bytes", "compile_s"), ("signature", "change", "backend", "error"),
@@ -88,7 +92,8 @@ _MAY_BE_MISSING = {"end_snapshot", "after_snapshot", "stack_id", "snapshot", "pe
 _FLOAT_COLUMNS = {"t_wall", "t_mono", "cost_s", "wall_s", "dump_s", "compile_s"}
 # Tables that runs recorded by earlier versions lack.
 _ADDED_TABLES = {"jit_programs", "jit_buffers", "jit_curves", "thinned", "array_kinds", "source_names", "held_by",
-                 "jit_plans", "jit_whatif", "snapshot_calls", "py_chains", "py_holders", "py_holder_searches"}
+                 "jit_plans", "jit_whatif", "snapshot_calls", "py_chains", "py_holders", "py_holder_searches",
+                 "jit_targets"}
 
 # Journal cells that hold JSON, which the analyses parse (the jit probe's).
 # A cell nested deeper than _MAX_JSON_DEPTH is damage: read as missing.
@@ -100,6 +105,7 @@ _JSON_COLUMNS = {
     "jit_curves": ("curve",),
     "held_by": ("frames", "shape", "names"),
     "jit_plans": ("devices", "live_outside", "detail"),
+    "jit_targets": ("devices", "live_outside", "detail"),
     "py_chains": ("steps",),
     "jit_whatif": ("change",),
 }

@@ -202,6 +202,24 @@ CREATE TABLE IF NOT EXISTS jit_plans (  -- run --plan: a step compiled at other 
     detail        TEXT,                 -- JSON: the inputs scaled, what the variant changed, why it was planned
     error         TEXT                  -- why it could not be compiled (NULL: compiled)
 );
+CREATE TABLE IF NOT EXISTS jit_targets (  -- run --target: the planned steps compiled for a TPU slice that is
+                                          -- not there (capture/jit/targets.py); jit_plans' columns after target
+    target        TEXT NOT NULL,        -- the slice's name (v5e:2x2)
+    function_id   INTEGER NOT NULL,
+    signature     TEXT NOT NULL,        -- the recorded signature it was compiled from
+    variant       TEXT NOT NULL,        -- recorded (as the run jitted it), donated, bfloat16
+    batch         INTEGER,              -- the batch it was compiled for (NULL: the recorded one, not told)
+    recorded_batch INTEGER,             -- the batch the run used (NULL: not told; without --plan it need not be)
+    axis          INTEGER NOT NULL,
+    argument_bytes INTEGER, output_bytes INTEGER, alias_bytes INTEGER, temp_bytes INTEGER,
+    generated_code_bytes INTEGER,       -- XLA:TPU's memory_analysis(), per device (NULL where it failed)
+    devices       TEXT NOT NULL,        -- JSON: the slice's devices the call runs on
+    live_outside  TEXT,                 -- JSON {device: bytes}: on the run's devices, as in jit_plans
+    compile_s     REAL NOT NULL,
+    backend       TEXT NOT NULL,        -- tpu
+    detail        TEXT,
+    error         TEXT
+);
 CREATE TABLE IF NOT EXISTS snapshot_calls (  -- a call in progress as a snapshot started (the jit probe's
                                         -- watched calls only): the snapshot saw a moment of that call
     snapshot      INTEGER NOT NULL,

@@ -424,7 +424,8 @@ def _load_journal_run(path: Path) -> Run:
         memory_stats = _query(con, "memory_stats", warnings)
         executables = _query(con, "executables", warnings)
         jit = {t: _query(con, f"jit_{t}", warnings)
-               for t in ("functions", "compiles", "calls", "counts", "programs", "buffers", "curves", "plans", "whatif")}
+               for t in ("functions", "compiles", "calls", "counts", "programs", "buffers", "curves", "plans", "whatif",
+                                 "targets")}
         jit["snapshot_calls"] = _query(con, "snapshot_calls", warnings)
         markers = _query(con, "markers", warnings)
         events = _query(con, "events", warnings)

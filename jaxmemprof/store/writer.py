@@ -312,6 +312,11 @@ class RunWriter:
         """jit_plans rows (run --plan): the step compiled at other batch sizes."""
         self._insert("INSERT INTO jit_plans VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", rows)
 
+    def add_jit_targets(self, target: str, rows: list) -> None:
+        """jit_targets rows (run --target): jit_plans' rows, compiled for the slice ``target``."""
+        self._insert("INSERT INTO jit_targets VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                     [(target, *r) for r in rows])
+
     def add_snapshot_calls(self, snapshot: int, function_ids: list) -> None:
         """snapshot_calls rows: the jitted functions a call of which was in progress as the snapshot started."""
         self._insert("INSERT INTO snapshot_calls VALUES (?,?)", [(snapshot, int(f)) for f in function_ids])

@@ -166,12 +166,19 @@ class Curve:
         return next((int(x) for x, y in zip(self.b, self.p) if x > batch and not fits(int(y))), None)
 
 
-def _points(run, names: dict) -> pd.DataFrame:
-    plans = run.jit.get("plans")
+def points_of(plans: pd.DataFrame, names: dict, busiest: bool = False) -> pd.DataFrame:
+    """jit_plans' rows (or a target's jit_targets rows) as points: each
+    compile's figures on each device of its call, and the per-device peak,
+    its live bytes outside the call added: the device's own, or with
+    ``busiest`` (a target, whose devices are not the run's) the run's
+    busiest device's."""
     rows = []
     for r in plans.itertuples(index=False):
         devices = [str(d) for d in _json(r.devices, [])] or ["?"]
         outside = _json(r.live_outside, {}) if isinstance(r.live_outside, str) else None
+        if busiest and isinstance(outside, dict):
+            most = max((v for v in (_int(x) for x in outside.values()) if v is not None), default=None)
+            outside = {d: most for d in devices}
         detail = _json(r.detail, {})
         error = r.error if isinstance(r.error, str) and r.error else None
         figures = [_int(getattr(r, c)) for c in ("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes",
@@ -329,6 +336,14 @@ def _planned(run, points: pd.DataFrame, names: dict, params: dict, findings) -> 
     return out
 
 
+def function_names(run) -> dict:
+    """function_id -> the jitted function's name (jit_functions)."""
+    functions = run.jit.get("functions")
+    if functions is None or functions.empty:
+        return {}
+    return {int(f): str(n) for f, n in zip(functions["function_id"], functions["name"])}
+
+
 def build_plan(ar, findings=(), device_bytes: int | None = None) -> Plan | None:
     """The run's plan (None: recorded without --plan). ``findings``: the
     report's, to say whether the donated variant is what it advises and
@@ -339,11 +354,10 @@ def build_plan(ar, findings=(), device_bytes: int | None = None) -> Plan | None:
     if plans is None or plans.empty:
         return None
     functions = run.jit.get("functions")
-    names, params = {}, {}
+    names, params = function_names(run), {}
     if functions is not None and not functions.empty:
-        names = {int(f): str(n) for f, n in zip(functions["function_id"], functions["name"])}
         params = {int(f): [str(x) for x in _json(p, [])] for f, p in zip(functions["function_id"], functions["params"])}
-    points = _points(run, names)
+    points = points_of(plans, names)
     planned_for = ((run.manifest or {}).get("settings") or {}).get("plan") or {}
     searched = _int(planned_for.get("device_bytes")) if isinstance(planned_for, dict) else None
     if device_bytes is None:  # the device the run searched for, unless another is asked

@@ -25,6 +25,10 @@ planned.
   float32 argument as bfloat16 (``bfloat16``). Each row has XLA's figures
   per device, the live bytes outside the call (live before the recorded
   call, less its arguments), what the compile took, and the backend.
+- Under ``run --target SLICE`` (targets.py), the same functions compiled
+  for that TPU slice, to ``jit_targets``: at the recorded batch, donated
+  and in bfloat16; with ``--plan`` at each scale too, and the largest batch
+  that fits one of the slice's devices searched by compiling for it.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from dataclasses import dataclass
 from jaxmemprof.capture.jit.whatif import (VERIFY_MIN_S, VERIFY_SHARE, compile_figures, donated_arguments,
                                            function_donors, rejit, verify)
 from jaxmemprof.flow import CARRIED, UNKNOWN, batch_keys, flows, leaf_key
+from jaxmemprof.tpus import out_of_memory
 from jaxmemprof.truepeak import peak_of
 
 # Functions planned at most, and the share of the largest call peak a second one needs.
@@ -103,8 +108,10 @@ class Abstract:
 class Planner:
     """The plan's part of a JitProbe (``probe.planner``)."""
 
-    def __init__(self, probe, options: PlanOptions | None = None, verify_s: float | None = None):
+    def __init__(self, probe, options: PlanOptions | None = None, verify_s: float | None = None,
+                 targets: tuple = ()):
         self.probe = probe
+        self.targets = tuple(targets)  # run --target: TPU slices to compile the planned functions for
         self.options = options  # run --plan's; None: the advice's changes verified, nothing planned
         self.verify_s = verify_s  # run --verify-seconds: the verifying compiles' budget (None: a share of the run)
         self.top: list = []  # the states with the largest call peaks so far, largest first (KEEP_FUNCTIONS)
@@ -210,14 +217,17 @@ class Planner:
                     self.probe.writer.add_event("whatif", f"not verified: {type(exc).__name__}: {exc}"[:2000])
             if self.options is not None:
                 self._plan()
+            if self.targets:
+                self._compile_for_targets()
         finally:
             for s in self.probe._states:
                 if s.plan is not None:
                     s.plan.real = None
                     s.plan.abstract.clear()
 
-    def _plan(self) -> None:
-        """Plan the functions that hold the run's largest XLA call peaks."""
+    def _chosen(self, kind: str) -> list:
+        """(function, jitted function, why) for the functions that hold the
+        run's largest XLA call peaks; events say why others are not (``kind``)."""
         probe = self.probe
         ready = []
         for s in probe._states:
@@ -226,81 +236,98 @@ class Planner:
                 continue
             ready.append((slot.best, s, self.real_of(s)))
         if not ready:
-            probe.writer.add_event("plan", "nothing planned: no jitted function of the program's was sampled "
-                                           "with XLA's figures")
-            return
+            probe.writer.add_event(kind, "nothing planned: no jitted function of the program's was sampled "
+                                         "with XLA's figures")
+            return []
         ready.sort(key=lambda x: -x[0])
         largest = ready[0][0]
         chosen = [x for x in ready[:PLAN_FUNCTIONS] if x[0] >= PLAN_SHARE * largest]
+        out = []
         for rank, (peak, state, real) in enumerate(chosen, start=1):
             name = state.row.get("name", state.function_id)
             if real is None:
-                probe.writer.add_event("plan", f"{name}: not planned: the program dropped the jitted function "
-                                               f"before the end of the run")
+                probe.writer.add_event(kind, f"{name}: not planned: the program dropped the jitted function "
+                                             f"before the end of the run")
                 continue
-            why = {"rank": rank, "call_peak_bytes": int(peak), "largest_call_peak_bytes": int(largest),
-                   "not_planned": [[str(s.row.get("name", s.function_id)), int(p)] for p, s, _ in ready
-                                   if all(s is not c[1] for c in chosen)][:5]}
+            out.append((state, real, {"rank": rank, "call_peak_bytes": int(peak),
+                                      "largest_call_peak_bytes": int(largest),
+                                      "not_planned": [[str(s.row.get("name", s.function_id)), int(p)]
+                                                      for p, s, _ in ready if all(s is not c[1] for c in chosen)][:5]}))
+        return out
+
+    def _plan(self) -> None:
+        """Plan the functions that hold the run's largest XLA call peaks."""
+        for state, real, why in self._chosen("plan"):
             try:
                 self._plan_one(state, real, why)
             except Exception as exc:  # a plan that fails says why; the run is recorded
-                probe.writer.add_event("plan", f"{name}: not planned: {type(exc).__name__}: {exc}"[:2000])
+                name = state.row.get("name", state.function_id)
+                self.probe.writer.add_event("plan", f"{name}: not planned: {type(exc).__name__}: {exc}"[:2000])
 
-    def _plan_one(self, state, real, why: dict) -> None:
+    def _compile_for_targets(self) -> None:
+        """The planned functions compiled for each run --target slice (targets.py)."""
+        from jaxmemprof.capture.jit.targets import libtpu_log, targets
+
+        writer = self.probe.writer
+        with libtpu_log() as log:
+            found, refused = targets(list(self.targets))
+            for name, why in refused:
+                writer.add_event("target", f"{name}: not compiled: libtpu refused the slice: {why}")
+            chosen = self._chosen("target") if found else []
+            for target in found:
+                for state, real, why in chosen:
+                    try:
+                        self._plan_one(state, real, why, target)
+                    except Exception as exc:  # the target's figures are then missing, and the report says why
+                        fname = state.row.get("name", state.function_id)
+                        writer.add_event("target", f"{target.name}: {fname}: not compiled: "
+                                                   f"{type(exc).__name__}: {exc}"[:2000])
+        if log.text:
+            writer.add_event("target-log", log.text[-4000:])
+
+    def _plan_one(self, state, real, why: dict, target=None) -> None:
+        """Compile the function ``state`` at other batches (run --plan), or
+        for ``target`` (targets.Target: at the recorded batch and its fixes;
+        at the plan's batches too under --plan)."""
         writer, slot = self.probe.writer, state.plan
         name = state.row.get("name", state.function_id)
         sig = max(slot.abstract, key=lambda s: slot.peaks.get(s) or -1)
-        ab = slot.abstract[sig]
+        ab = recorded_ab = slot.abstract[sig]
+        planning = self.options is not None
+        wrapper = state.row.get("wrapper") or "jax.jit"
+        if target is not None and wrapper == "jax.pmap":
+            writer.add_event("target", f"{target.name}: {name}: not compiled: a jax.pmap step places its inputs "
+                                       f"itself, on the devices of the run")
+            return
+        if target is not None:
+            moved = target.moved(self.probe._jax, recorded_ab)
+            if isinstance(moved, str):
+                writer.add_event("target", f"{target.name}: {name}: not compiled: {moved}")
+                return
+            ab = Abstract(ab.treedef, moved[0], ab.keys, ab.static, ab.static_kw, moved[1], "tpu", ab.signature)
+            ab.batch_static = recorded_ab.batch_static
         figures = writer.jit_compile_figures(state.function_id, sig)
         calls = writer.jit_sampled_calls(state.function_id)
         parsed = [(_loads(inputs, []), signature, _loads(live, None)) for _, inputs, signature, live in calls]
         flow = flows(leaves for leaves, _, _ in parsed)
-        wrapper = state.row.get("wrapper") or "jax.jit"
-        axis = self.options.axis if self.options.axis is not None else (1 if wrapper == "jax.pmap" else 0)
-        shapes = {}
-        for key, x in zip(ab.keys, ab.flat):
-            if key is not None and hasattr(x, "shape"):
-                shapes.setdefault(key, (tuple(x.shape), x))
-        keys, how = batch_keys(flow, usable=lambda k: k in shapes and len(shapes[k][0]) > axis
-                               and not _rng_key(*shapes[k]))
-        if not keys and all(v == UNKNOWN for v in flow.values()):
-            writer.add_event("plan", f"{name}: not planned: called once (or no two calls in a row were sampled), "
-                                     f"so no input could be seen to be new at every call or the same at every call "
-                                     f"(the batch is told from call to call: run two steps at least)")
-            return
-        static = None  # the static argument that sets the batch, where no array input has one
-        if not keys:
-            static = _static_batch(state, ab)
-            if isinstance(static, str):
-                writer.add_event("plan", f"{name}: not planned: no input with a dimension {axis} that is new at "
-                                         f"every call or the same at every call (--plan-axis names another), "
-                                         f"{static}")
+        given_axis = self.options.axis if planning else None
+        axis = given_axis if given_axis is not None else (1 if wrapper == "jax.pmap" else 0)
+        kind = "plan" if target is None else "target"
+        told = self._batch(state, real, ab, flow, axis, wrapper, figures if target is None else None, kind,
+                           statics=planning, say=planning or target is None)
+        if told is None:
+            if target is None or planning:
                 return
-            ab.batch_static = static[2]
-            doubled, *_ = self._compile(real, _with_static(ab, static[0] * 2), [], axis, None, narrow=False,
-                                        wrapper=wrapper)
-            if doubled is None or peak_of(doubled) == peak_of(figures):
-                writer.add_event("plan", f"{name}: not planned: no input with a dimension {axis} that is new at "
-                                         f"every call or the same at every call, and its static argument "
-                                         f"{static[1]} = {static[0]} does not change XLA's figures")
-                return
-        if static is None:
-            by_size: dict = {}
-            for k in keys:
-                shape, x = shapes[k]
-                by_size[shape[axis]] = by_size.get(shape[axis], 0) + _nbytes(shape, x.dtype)
-            batch = max(by_size, key=lambda b: (by_size[b], b))
-            scaled = [j for j, (key, x) in enumerate(zip(ab.keys, ab.flat))
-                      if key in keys and len(getattr(x, "shape", ())) > axis and x.shape[axis] == batch]
-        else:
-            batch, scaled, how = static[0], [], "static"
+            told = (None, [], None, None)  # a target at the recorded batch needs none
+        batch, scaled, how, static = told
         # The live bytes outside the call: before the sampled call of this
-        # signature that found the most live, less its arguments there.
+        # signature that found the most live, less its arguments there (on
+        # the run's devices, for a target too).
         before = [live for _, signature, live in parsed if signature == sig and isinstance(live, dict)]
         live = max(before, key=lambda d: max(d.values(), default=0)) if before else None
         args_bytes = int((figures or (0,))[0] or 0)
         outside = None if live is None else {
-            d: max(int(v) - (args_bytes if d in ab.devices else 0), 0) for d, v in sorted(live.items())}
+            d: max(int(v) - (args_bytes if d in recorded_ab.devices else 0), 0) for d, v in sorted(live.items())}
         leaf_of = {leaf_key(d): d for leaves, signature, _ in parsed if signature == sig for d in leaves}
         owners = sorted({str(leaf_of.get(ab.keys[j], {}).get("owner") or f"{ab.keys[j][1]}{ab.keys[j][2]}")
                          for j in scaled}) if static is None else [f"{static[1]} (static)"]
@@ -309,13 +336,24 @@ class Planner:
         rows = []
 
         def row(variant, b, fig, seconds, detail, error=None):
-            rows.append((state.function_id, sig, variant, int(b), int(batch), int(axis),
+            rows.append((state.function_id, sig, variant, None if b is None else int(b),
+                         None if batch is None else int(batch), int(axis),
                          *(None if fig is None else int(v or 0) for v in (fig or (None,) * 5)),
                          json.dumps(ab.devices), None if outside is None else json.dumps(outside),
                          float(seconds), str(ab.platform or ""), json.dumps({**base, **detail}),
                          None if error is None else str(error)[:2000]))
 
-        if figures is not None:
+        def compile_at(fn, b, narrow, detail):
+            fig, seconds, error, said = self._compile(fn, ab, scaled, axis, b, narrow=narrow, wrapper=wrapper)
+            row(DONATED if fn is not real else NARROW if narrow else RECORDED, b, fig, seconds,
+                {"scale": 1.0 if b is None or not batch else b / batch, **detail, "warnings": said}, error)
+            return fig if fig is not None or target is None or not out_of_memory(error) else TOO_LARGE
+
+        if target is not None:  # the target's own figures at the recorded batch
+            figures = compile_at(real, batch, False, {"source": "target"})
+            if figures is TOO_LARGE:  # XLA:TPU refused it for the device's memory: nothing larger fits either
+                figures, planning = None, False
+        elif figures is not None:
             row(RECORDED, batch, figures, 0.0, {"scale": 1.0, "source": "run"})
         multiple = 1  # a batch sharded over n devices is compiled at multiples of n
         for j in scaled:
@@ -324,43 +362,92 @@ class Planner:
                 multiple = math.lcm(multiple, x.shape[axis] // x.sharding.shard_shape(tuple(x.shape))[axis])
             except Exception:
                 pass
-        sizes = _sizes(batch, self.options.scales, multiple)
-        busiest = max((v for d, v in (outside or {}).items() if d in ab.devices), default=0)
+        sizes = _sizes(batch, self.options.scales, multiple) if planning and batch else []
+        busiest = max((v for d, v in (outside or {}).items() if d in recorded_ab.devices), default=0)
         known = {}  # batch -> the busiest device's peak there
-        if figures is not None:
+        if figures is not None and batch:
             known[batch] = busiest + peak_of(figures)
         for scale, b in sizes:
-            fig, seconds, error, said = self._compile(real, ab, scaled, axis, b, narrow=False, wrapper=wrapper)
-            row(RECORDED, b, fig, seconds, {"scale": scale, "source": "compiled", "warnings": said}, error)
+            fig = compile_at(real, b, False, {"source": "compiled"})
             if fig is not None:
-                known[b] = busiest + peak_of(fig)
+                known[b] = _peak(busiest, fig)
         ends = [(1.0, batch)] + ([sizes[-1]] if sizes else [])
-        if self.options.fit_peak_bytes is not None and known:
-            # --plan-device-memory: the largest batch that fits, found by compiles; each fix compiled there too.
-            def compile_at(b):
-                fig, seconds, error, said = self._compile(real, ab, scaled, axis, b, narrow=False, wrapper=wrapper)
-                row(RECORDED, b, fig, seconds, {"scale": b / batch, "source": "search", "warnings": said}, error)
-                return None if fig is None else busiest + peak_of(fig)
+        limit = None if not planning else target.fit_peak_bytes if target is not None else self.options.fit_peak_bytes
+        if limit is not None and known:
+            # --plan-device-memory (or a target's chip): the largest batch that fits, found by compiles;
+            # each fix compiled there too.
+            def search_at(b):
+                fig = compile_at(real, b, False, {"source": "search"})
+                return None if fig is None else _peak(busiest, fig)
 
-            found = search(known, self.options.fit_peak_bytes, compile_at, multiple=multiple)
+            found = search(known, limit, search_at, multiple=multiple)
             if found and found not in (b for _, b in ends):
                 ends.append((found / batch, found))
         donated = self._donated(state, real, ab, flow, leaf_of)
         if isinstance(donated, str):
-            writer.add_event("plan", f"{name}: donation not compiled: {donated}")
+            writer.add_event(kind, (f"{target.name}: " if target else "") + f"{name}: donation not compiled: {donated}")
         else:
             fn, what = donated
-            for scale, b in ends:
-                fig, seconds, error, said = self._compile(fn, ab, scaled, axis, b, narrow=False, wrapper=wrapper)
-                row(DONATED, b, fig, seconds, {"scale": scale, "source": "compiled", "donated": what,
-                                               "warnings": said}, error)
+            for _, b in ends:
+                compile_at(fn, b, False, {"source": "compiled", "donated": what})
         wide = [j for j, x in enumerate(ab.flat) if hasattr(x, "shape") and str(x.dtype) == "float32"]
-        if wide:
-            for scale, b in ends:
-                fig, seconds, error, said = self._compile(real, ab, scaled, axis, b, narrow=True, wrapper=wrapper)
-                row(NARROW, b, fig, seconds, {"scale": scale, "source": "compiled", "narrowed": len(wide),
-                                              "warnings": said}, error)
-        writer.add_jit_plans(rows)
+        for _, b in ends if wide else ():
+            compile_at(real, b, True, {"source": "compiled", "narrowed": len(wide)})
+        if target is None:
+            writer.add_jit_plans(rows)
+        else:
+            writer.add_jit_targets(target.name, rows)
+
+    def _batch(self, state, real, ab: Abstract, flow: dict, axis: int, wrapper: str, figures, kind: str,
+               statics: bool = True, say: bool = True):
+        """(batch, the flat positions of the inputs that carry it, how it
+        was told, the static argument that sets it or None), the batch told
+        from the calls' flow (or, with ``statics``, a static argument whose
+        doubling changes XLA's figures); None when it cannot be told (an
+        event under ``kind`` says why, if ``say``)."""
+        writer = self.probe.writer if say else None
+        name = state.row.get("name", state.function_id)
+        shapes = {}
+        for key, x in zip(ab.keys, ab.flat):
+            if key is not None and hasattr(x, "shape"):
+                shapes.setdefault(key, (tuple(x.shape), x))
+        keys, how = batch_keys(flow, usable=lambda k: k in shapes and len(shapes[k][0]) > axis
+                               and not _rng_key(*shapes[k]))
+        if not keys and all(v == UNKNOWN for v in flow.values()):
+            if writer is None:
+                return None
+            writer.add_event(kind, f"{name}: not planned: called once (or no two calls in a row were sampled), "
+                                   f"so no input could be seen to be new at every call or the same at every call "
+                                   f"(the batch is told from call to call: run two steps at least)")
+            return None
+        if keys:
+            by_size: dict = {}
+            for k in keys:
+                shape, x = shapes[k]
+                by_size[shape[axis]] = by_size.get(shape[axis], 0) + _nbytes(shape, x.dtype)
+            batch = max(by_size, key=lambda b: (by_size[b], b))
+            scaled = [j for j, (key, x) in enumerate(zip(ab.keys, ab.flat))
+                      if key in keys and len(getattr(x, "shape", ())) > axis and x.shape[axis] == batch]
+            return batch, scaled, how, None
+        if not statics:
+            return None
+        # The static argument that sets the batch, where no array input has one.
+        static = _static_batch(state, ab)
+        if isinstance(static, str):
+            writer.add_event(kind, f"{name}: not planned: no input with a dimension {axis} that is new at "
+                                   f"every call or the same at every call (--plan-axis names another), {static}")
+            return None
+        ab.batch_static = static[2]
+        if figures is None:  # a target's: its own at the recorded batch, to compare with
+            figures, *_ = self._compile(real, ab, [], axis, None, narrow=False, wrapper=wrapper)
+        doubled, *_ = self._compile(real, _with_static(ab, static[0] * 2), [], axis, None, narrow=False,
+                                    wrapper=wrapper)
+        if doubled is None or peak_of(doubled) == peak_of(figures):
+            writer.add_event(kind, f"{name}: not planned: no input with a dimension {axis} that is new at "
+                                   f"every call or the same at every call, and its static argument "
+                                   f"{static[1]} = {static[0]} does not change XLA's figures")
+            return None
+        return static[0], [], "static", static
 
     def _donated(self, state, real, ab: Abstract, flow: dict, leaf_of: dict):
         """The function jitted anew with what the donation advice donates
@@ -388,6 +475,16 @@ class Planner:
         if not scaled and ab.batch_static is not None and batch is not None:
             ab = _with_static(ab, batch)
         return compile_figures(self.probe._jax, fn, ab, scaled, axis, batch, narrow, wrapper)
+
+
+# A target's compile that XLA:TPU refused for its memory ("RESOURCE_EXHAUSTED: Ran out of memory
+# on HBM"): the batch does not fit, which the fit search counts as a peak above any device's.
+TOO_LARGE = object()
+
+
+def _peak(busiest: int, fig) -> float:
+    """A device's peak from XLA's figures (``TOO_LARGE``: more than any device holds)."""
+    return math.inf if fig is TOO_LARGE else busiest + peak_of(fig)
 
 
 def _rng_key(shape, x) -> bool:

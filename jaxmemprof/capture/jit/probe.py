@@ -79,12 +79,12 @@ class JitProbe(Programs):
 
     def __init__(self, writer, *, sample_first: int = 3, sample_every: int = 50, max_samples: int = 20,
                  dump_share: float = 0.01, dump_min_s: float = 0.25, exclude: tuple = (), plan=None,
-                 verify_s: float | None = None):
+                 verify_s: float | None = None, targets: tuple = ()):
         self.writer = writer
         # The user's steps compiled anew at the end: the donation advice's arguments donated (within
         # verify_s seconds, None: a share of the run), and under run --plan (plan.PlanOptions; None
-        # without) other batch sizes.
-        self.planner = Planner(self, plan, verify_s)
+        # without) other batch sizes; under run --target, compiled for those TPU slices too.
+        self.planner = Planner(self, plan, verify_s, targets)
         self.exclude = tuple(exclude)  # more files JAX should not take for the program's (the launcher)
         # XLA's dumps at the end of the run may take this share of the run's
         # wall time (at least dump_min_s), each dump costing about what the

@@ -1,0 +1,166 @@
+"""The run's step compiled for TPU slices that were not there (``run
+--target v5e:2x2``; ``jit_targets``, capture/jit/targets.py): for each
+slice and compiled function, XLA:TPU's per-device figures beside the run's
+own backend's, whether they fit one of the slice's chips, each fix's peak
+there, and (with ``--plan``) the largest batch that fits, found by
+compiling for the slice.
+
+- ``points`` (targets_points in JSON, target_points.csv): plan.csv's
+  columns for each compile, and ``target``; the per-device peak is XLA:TPU's
+  call peak plus the live bytes outside the call on the run's busiest
+  device (the program's other arrays, as it held them; a slice's devices
+  are not the run's, so no device of the run maps to one of the slice's).
+- ``rows`` (targets.csv): one per slice and function, at the recorded
+  batch: the busiest device of the call's figures there, the run's own
+  backend's beside them, the chip's HBM and what XLA may use of it
+  (jaxmemprof.tpus), ``fits`` (peak <= usable), each fix's peak, and with
+  ``--plan`` ``largest_batch`` (the largest *compiled* batch whose peak
+  fits, on every device of the call) and ``next_batch`` (the smallest
+  compiled batch above it, which does not).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+
+from jaxmemprof import tpus
+from jaxmemprof.analysis.advice.plan import PLAN_COLUMNS, RECORDED, curves, function_names, points_of
+from jaxmemprof.analysis.cells import json_cell as _json
+from jaxmemprof.truepeak import FIGURES
+
+POINT_COLUMNS = ["target", *PLAN_COLUMNS]
+TARGET_COLUMNS = ["target", "chip", "function_id", "function", "devices", "batch", "peak_bytes", "call_peak_bytes",
+                  "live_outside_bytes", *FIGURES, "run_backend", "run_peak_bytes", "run_call_peak_bytes",
+                  *(f"run_{f}" for f in FIGURES), "hbm_bytes", "usable_bytes", "fits", "donated_peak_bytes",
+                  "bfloat16_peak_bytes", "largest_batch", "next_batch", "compiles", "compile_s", "error"]
+
+
+@dataclass(frozen=True)
+class Targets:
+    asked: list  # the slices run --target named, in its order
+    rows: pd.DataFrame  # TARGET_COLUMNS
+    points: pd.DataFrame  # POINT_COLUMNS
+    events: list  # what the recorder could not compile, and why
+
+    @property
+    def compiles(self) -> int:
+        return int((self.points.drop_duplicates(["target", "function_id", "variant", "batch"])["compile_s"] > 0).sum())
+
+    @property
+    def compile_s(self) -> float:
+        p = self.points.drop_duplicates(["target", "function_id", "variant", "batch"])
+        return float(p["compile_s"].sum())
+
+    def not_compiled(self, name: str) -> str | None:
+        """Why the slice ``name`` has no figures (None: it has, or XLA:TPU
+        refused the step as too large for it, which is an answer)."""
+        mine = self.rows[self.rows["target"] == name]
+        if len(mine) and (mine["peak_bytes"].notna().any() or mine["fits"].eq(False).any()):
+            return None
+        said = [e for e in self.events if e.startswith(f"{name}: ")]
+        failed = self.rows.loc[self.rows["target"] == name, "error"].dropna()
+        return (said[0][len(name) + 2:] if said else str(failed.iloc[0]) if len(failed)
+                else "not compiled: the run recorded no figures for it")
+
+
+def _recorded_figures(run) -> dict:
+    """(function_id, signature) -> the run's own figures (jit_compiles)."""
+    compiles = run.jit.get("compiles")
+    if compiles is None or compiles.empty:
+        return {}
+    out = {}
+    for r in compiles.itertuples(index=False):
+        out[(int(r.function_id), str(r.signature))] = {f: int(getattr(r, f) or 0) for f in FIGURES}
+    return out
+
+
+def _int(v):
+    return None if v is None or pd.isna(v) else int(v)
+
+
+def build_targets(run) -> Targets | None:
+    """The slices of a run recorded with ``run --target`` (None: without)."""
+    table = run.jit.get("targets")
+    asked = ((run.manifest or {}).get("settings") or {}).get("targets") or []
+    asked = [str(a) for a in asked] if isinstance(asked, list) else []
+    if (table is None or table.empty) and not asked:
+        return None
+    ev = run.events
+    said = [] if ev is None or ev.empty else [str(m) for m in ev.loc[ev["kind"] == "target", "message"]]
+    names = function_names(run)
+    parts = []
+    for name, g in ([] if table is None else table.groupby("target", sort=False)):
+        p = points_of(g, names, busiest=True)
+        p.insert(0, "target", str(name))
+        if tpus.problem(str(name)) is None:
+            usable = tpus.usable_bytes(str(name))
+            ok = p["peak_bytes"].notna()
+            p.loc[ok, "fits"] = [int(v) <= usable for v in p.loc[ok, "peak_bytes"]]
+            p.loc[p["error"].map(tpus.out_of_memory), "fits"] = False  # XLA:TPU's own "it does not fit"
+        parts.append(p)
+    points = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=POINT_COLUMNS)
+    own = _recorded_figures(run)
+    rows = []
+    for name in list(dict.fromkeys(asked + [str(t) for t in points["target"]])):
+        if tpus.problem(name) is not None:
+            continue
+        _, kind, hbm, _, _, _ = tpus.chip(name)
+        usable = tpus.usable_bytes(name)
+        mine = points[points["target"] == name]
+        for fid, g in mine.groupby("function_id", sort=False):
+            src = table[(table["target"] == name) & (table["function_id"] == fid)]
+            recorded_batch = _int(src["recorded_batch"].iloc[0]) or None
+            sig = str(src["signature"].iloc[0])
+            at = g[g["batch"] == (recorded_batch or 0)] if recorded_batch else g
+            base = at[at["variant"] == RECORDED]
+            if recorded_batch:
+                base = base[base["source"] == "target"]
+            ok = base[base["peak_bytes"].notna()]
+            top = ok.loc[ok["peak_bytes"].astype("int64").idxmax()] if len(ok) else None
+            run_fig = own.get((int(fid), sig))
+            detail = _json(src["detail"].iloc[0], {})
+            run_call = _int(detail.get("signature_call_peak_bytes"))
+            largest = nxt = None
+            fits = lambda p: p <= usable  # noqa: E731
+            cs = {k: c for k, c in curves(g).items() if k[1] == RECORDED}
+            refused = sorted({int(b) for b, e, v in zip(g["batch"], g["error"], g["variant"])
+                              if v == RECORDED and tpus.out_of_memory(e)})  # XLA:TPU: too large for the device
+            if any(len(c.b) > 1 for c in cs.values()) or (cs and refused):  # --plan: the bracket, every device
+                largest = min(c.largest(fits) for c in cs.values())
+                above = [c.above(largest, fits) for c in cs.values()] + [b for b in refused if b > largest]
+                nxt = min((a for a in above if a is not None), default=None)
+
+            def fix(variant):
+                v = at[(at["variant"] == variant) & at["peak_bytes"].notna()]
+                return int(v["peak_bytes"].max()) if len(v) else None
+
+            compiled = g.drop_duplicates(["variant", "batch"])
+            errors = base["error"].dropna()
+            too_large = top is None and any(tpus.out_of_memory(e) for e in errors)
+            rows.append({
+                "target": name, "chip": kind, "function_id": int(fid), "function": str(g["function"].iloc[0]),
+                "devices": int(base["device"].nunique()) if len(base) else None, "batch": recorded_batch,
+                **({c: _int(top[c]) for c in ("peak_bytes", "call_peak_bytes", "live_outside_bytes",
+                                               *FIGURES)} if top is not None else
+                   {c: None for c in ("peak_bytes", "call_peak_bytes", "live_outside_bytes",
+                                      *FIGURES)}),
+                "run_backend": str((run.manifest or {}).get("backend") or ""),
+                "run_peak_bytes": None if run_call is None else run_call + (_int(top["live_outside_bytes"]) or 0
+                                                                            if top is not None else 0),
+                "run_call_peak_bytes": run_call,
+                **{f"run_{f}": None if run_fig is None else run_fig[f] for f in FIGURES},
+                "hbm_bytes": hbm, "usable_bytes": usable,
+                "fits": False if too_large else None if top is None else bool(int(top["peak_bytes"]) <= usable),
+                "donated_peak_bytes": fix("donated"), "bfloat16_peak_bytes": fix("bfloat16"),
+                "largest_batch": largest, "next_batch": nxt,
+                "compiles": int((compiled["compile_s"] > 0).sum()), "compile_s": float(compiled["compile_s"].sum()),
+                "error": str(errors.iloc[0]) if top is None and len(errors) else None,
+            })
+    out = pd.DataFrame(rows, columns=TARGET_COLUMNS)
+    for c in TARGET_COLUMNS:
+        if c.endswith("_bytes") or c in ("devices", "batch", "largest_batch", "next_batch", "compiles"):
+            out[c] = out[c].astype("Int64")
+    out["fits"] = out["fits"].astype("boolean")
+    return Targets(asked=asked, rows=out, points=points.reindex(columns=POINT_COLUMNS), events=said)

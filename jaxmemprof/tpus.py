@@ -1,0 +1,90 @@
+"""TPU slices a run can compile its step for without the hardware (``run
+--target v5e:2x2``): the names accepted, and each chip's memory.
+
+A name is ``GENERATION:SHAPE``, the shape in chips along each axis of the
+slice (``v5e:2x2``, ``v4:2x2x1``), as ``jax.experimental.topologies.
+get_topology_desc(topology_name=..., platform="tpu")`` takes it; libtpu
+decides which shapes it can lay out (``v5e:1x1`` is refused: a v5e host
+holds 2x2 chips), and says so when the step is compiled.
+
+Each chip's HBM is Google Cloud's published figure (cloud.google.com/tpu/docs:
+v4 32 GiB, v5e 16, v5p 95, v6e 32). What XLA may use of one device is XLA:TPU's
+own figure, as its out-of-memory message prints it for a deviceless compile
+too large for the device ("exceeds available HBM (15.75G)"; libtpu 0.0.42.1,
+measured here: docs/targets.md): a v5e's 15.75 GiB, a v6e's 31.25 (exactly
+33,550,237,696 B, its ``memory_stats()['bytes_limit']`` on a real v6e:
+vllm-project/vllm #16211), a v5p's 95.74, a v4 device's 15.25 (a v4 chip is
+two devices here). The message rounds to 0.01 GiB: each figure is good to
+5 MiB.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+
+GiB = 1 << 30
+# generation -> (device_kind JAX names, HBM per chip in bytes, devices JAX makes of one chip,
+#                what XLA:TPU may use of one device, in bytes)
+CHIPS = {
+    "v4": ("TPU v4", 32 * GiB, 2, int(15.25 * GiB)),
+    "v5e": ("TPU v5 lite", 16 * GiB, 1, int(15.75 * GiB)),
+    "v5p": ("TPU v5", 95 * GiB, 1, int(95.74 * GiB)),
+    "v6e": ("TPU v6 lite", 32 * GiB, 1, 33_550_237_696),
+}
+# What XLA:TPU says when a step's temporaries alone exceed a device: it does not fit.
+OUT_OF_MEMORY = "RESOURCE_EXHAUSTED"
+_NAME = re.compile(r"^(v[0-9a-z]+):([1-9][0-9]*)x([1-9][0-9]*)(?:x([1-9][0-9]*))?$")
+EXAMPLES = ("v5e:2x2", "v5e:2x4", "v5e:4x4", "v6e:2x2", "v5p:2x2x1", "v4:2x2x1")
+INSTALL = "pip install 'jaxmemprof[tpu]' (libtpu of the installed jaxlib's release)"
+
+
+def problem(name: str) -> str | None:
+    """Why ``name`` is not a TPU slice this can compile for (one line, for
+    ``--target NAME: ...``), or None."""
+    m = _NAME.match(name or "")
+    if m is None or m.group(1) not in CHIPS:
+        return ("not a TPU slice this knows; names it accepts: "
+                f"{', '.join(f'{g}:AxB' if g in ('v5e', 'v6e') else f'{g}:AxBxC' for g in CHIPS)} "
+                f"(e.g. {', '.join(EXAMPLES)})")
+    dims = [g for g in m.groups()[1:] if g]
+    if m.group(1) in ("v4", "v5p") and len(dims) != 3:
+        return f"a {m.group(1)} slice has three dimensions (e.g. {m.group(1)}:2x2x1)"
+    if m.group(1) in ("v5e", "v6e") and len(dims) != 2:
+        return f"a {m.group(1)} slice has two dimensions (e.g. {m.group(1)}:2x2)"
+    return None
+
+
+def libtpu_missing() -> bool:
+    """Whether libtpu, which compiles for a TPU, is not installed."""
+    try:
+        return importlib.util.find_spec("libtpu") is None
+    except (ImportError, ValueError):
+        return True
+
+
+def chip(name: str) -> tuple:
+    """(generation, device_kind, HBM bytes per chip, usable bytes per device, chips, devices) of a valid name."""
+    m = _NAME.match(name)
+    gen = m.group(1)
+    kind, hbm, per_chip, usable = CHIPS[gen]
+    chips = 1
+    for g in m.groups()[1:]:
+        if g:
+            chips *= int(g)
+    return gen, kind, hbm, usable, chips, chips * per_chip
+
+
+def usable_bytes(name: str) -> int:
+    """What XLA:TPU may use of one device of the slice ``name``."""
+    return chip(name)[3]
+
+
+def out_of_memory(error) -> bool:
+    """Whether a compile's error is XLA:TPU's own "does not fit" (its temporaries exceed the device)."""
+    return isinstance(error, str) and OUT_OF_MEMORY in error
+
+
+def slices_of(devices: int) -> list:
+    """The example slices with ``devices`` devices (for a mesh of that size)."""
+    return [n for n in EXAMPLES if chip(n)[5] == devices]

@@ -1,0 +1,313 @@
+"""run --target SLICE: the program's step compiled for a TPU slice that is
+not there (libtpu's deviceless topology), from a CPU machine.
+
+Every figure is held to an independent compile: the same step function,
+imported from the same program, lowered by a separate process on the same
+topology with ``jax.ShapeDtypeStruct`` arguments of the same shapes and
+shardings, and its ``compile().memory_analysis()`` read. Three programs,
+recorded at once (module-scoped):
+
+- the bundled MLP (sample_runs/train_mlp.py, one device), batch 32;
+- a step over a 2x2 mesh of four CPU devices (``SHARDED``), named with a
+  slice of four chips (v5e:2x2) and with one of eight (v5e:2x4, whose
+  mismatch must be said, not compiled);
+- a wide step (``WIDE``, 4 MiB an example) recorded with ``--plan
+  --plan-scales 2``: the largest batch that fits a v5e chip, searched by
+  compiling for it.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO, cpu_env, run_cli, write_script
+
+from jaxmemprof import tpus
+from jaxmemprof.store.reader import load_run
+
+pytestmark = pytest.mark.skipif(tpus.libtpu_missing(), reason="libtpu is not installed (pip install 'jaxmemprof[tpu]')")
+
+MLP = REPO / "sample_runs" / "train_mlp.py"
+FIGURES = ("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "generated_code_bytes")
+
+SHARDED = """
+import jax
+jax.config.update("jax_num_cpu_devices", 4)
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+
+def step(w, x):
+    h = jnp.tanh(x @ w)
+    return w - 0.01 * (x.T @ h) / x.shape[0], jnp.mean(h * h)
+
+
+def shardings(devices):
+    mesh = Mesh(np.array(devices).reshape(2, 2), ("data", "model"))
+    return NamedSharding(mesh, P(None, "model")), NamedSharding(mesh, P("data", None))
+
+
+if __name__ == "__main__":
+    ws, xs = shardings(jax.devices())
+    w = jax.device_put(jnp.ones((256, 512)), ws)
+    f = jax.jit(step)
+    for i in range(3):
+        x = jax.device_put(jnp.full((128, 256), float(i)), xs)
+        w, loss = f(w, x)
+    print(float(loss))
+"""
+
+WIDE = """
+import jax
+import jax.numpy as jnp
+
+WIDTH = 1 << 20  # 4 MiB of float32 an example
+
+
+def step(w, x):
+    return w + 1e-3 * jnp.sum(jnp.tanh(x * w), axis=0)
+
+
+if __name__ == "__main__":
+    f = jax.jit(step)
+    w = jnp.ones((WIDTH,))
+    for i in range(3):
+        x = jnp.full((4, WIDTH), float(i))
+        w = f(w, x)
+    print(float(w[0]))
+"""
+
+# The independent compile: the program's own step, lowered on the slice's
+# devices from shapes alone, by a process that does not import jaxmemprof.
+INDEPENDENT = r"""
+import json, sys
+import jax, jax.numpy as jnp
+import numpy as np
+from jax.experimental import topologies
+from jax.sharding import Mesh, NamedSharding, SingleDeviceSharding, PartitionSpec as P
+
+spec = json.loads(sys.argv[1])
+sys.path.insert(0, spec["dir"])
+program = __import__(spec["module"])
+devices = topologies.get_topology_desc(topology_name=spec["slice"], platform="tpu").devices
+out = []
+for case in spec["cases"]:
+    if spec["module"] == "train_mlp":
+        shapes = jax.eval_shape(lambda: program.init_params(jax.random.PRNGKey(0), [512, 1024, 1024, 10]))
+        one = SingleDeviceSharding(devices[0])
+        dtype = jnp.bfloat16 if case["narrow"] else jnp.float32
+        s = lambda shape: jax.ShapeDtypeStruct(shape, dtype, sharding=one)
+        params = jax.tree_util.tree_map(lambda a: s(a.shape), shapes)
+        args = (params, params, s((case["batch"], 512)), s((case["batch"], 10)))
+        fn = jax.jit(program.train_step, donate_argnums=(0, 1) if case["donate"] else ())
+    elif spec["module"] == "sharded":
+        ws, xs = program.shardings(devices[:4])
+        args = (jax.ShapeDtypeStruct((256, 512), jnp.float32, sharding=ws),
+                jax.ShapeDtypeStruct((case["batch"], 256), jnp.float32, sharding=xs))
+        fn = jax.jit(program.step)
+    else:
+        one = SingleDeviceSharding(devices[0])
+        args = (jax.ShapeDtypeStruct((program.WIDTH,), jnp.float32, sharding=one),
+                jax.ShapeDtypeStruct((case["batch"], program.WIDTH), jnp.float32, sharding=one))
+        fn = jax.jit(program.step)
+    try:
+        ma = fn.lower(*args).compile().memory_analysis()
+    except Exception as exc:  # XLA:TPU's own "too large for the device" is an answer
+        if "RESOURCE_EXHAUSTED" not in str(exc):
+            raise
+        out.append({"refused": str(exc).splitlines()[0]})
+        continue
+    out.append({"argument_bytes": ma.argument_size_in_bytes, "output_bytes": ma.output_size_in_bytes,
+                "alias_bytes": ma.alias_size_in_bytes, "temp_bytes": ma.temp_size_in_bytes,
+                "generated_code_bytes": ma.generated_code_size_in_bytes})
+print(json.dumps(out))
+"""
+
+
+def _independent(directory, module: str, slice_: str, cases: list) -> list:
+    proc = subprocess.run([sys.executable, "-c", INDEPENDENT, json.dumps(
+        {"dir": str(directory), "module": module, "slice": slice_, "cases": cases})],
+        # another process may hold libtpu's lock meanwhile (a run beside it): a deviceless compile needs none
+        env=cpu_env(ALLOW_MULTIPLE_LIBTPU_LOAD="1"), capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _record(argv, out) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "jaxmemprof", "run", "-o", str(out), *map(str, argv)],
+                            env=cpu_env(COLUMNS="200"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    d = tmp_path_factory.mktemp("targets")
+    write_script(d, "sharded.py", SHARDED)
+    write_script(d, "wide.py", WIDE)
+    procs = {
+        "mlp": _record(["--target", "v5e:2x2", MLP, "--batch", 32, "--steps", 3], d / "mlp"),
+        "sharded": _record(["--target", "v5e:2x2", "--target", "v5e:2x4", d / "sharded.py"], d / "sharded"),
+        "wide": _record(["--plan-scales", "2", "--target", "v5e:2x2", d / "wide.py"], d / "wide"),
+    }
+    said = {}
+    for name, proc in procs.items():
+        out, err = proc.communicate(timeout=900)
+        assert proc.returncode == 0, f"{name}: exit {proc.returncode}\n{out}\n{err}"
+        said[name] = (out, err)
+    return d, said
+
+
+def _points(run, target="v5e:2x2"):
+    from jaxmemprof.analysis.advice.targets import build_targets
+
+    t = build_targets(load_run(run))
+    return t, t.points[t.points["target"] == target]
+
+
+def test_the_mlps_figures_are_those_of_an_independent_compile_for_the_slice(recorded):
+    d, said = recorded
+    t, points = _points(d / "mlp")
+    at = {(r["variant"]): r for _, r in points.iterrows()}
+    assert set(at) == {"recorded", "donated", "bfloat16"}
+    want = _independent(MLP.parent, "train_mlp", "v5e:2x2", [
+        {"batch": 32, "donate": False, "narrow": False}, {"batch": 32, "donate": True, "narrow": False},
+        {"batch": 32, "donate": False, "narrow": True}])
+    for variant, figures in zip(("recorded", "donated", "bfloat16"), want):
+        got = {f: int(at[variant][f]) for f in FIGURES}
+        assert got == figures, variant
+    assert at["recorded"]["device"].startswith("TPU_0") and at["recorded"]["backend"] == "tpu"
+    (row,) = t.rows.to_dict("records")
+    assert row["chip"] == "TPU v5 lite" and row["hbm_bytes"] == 16 * 2**30 and row["fits"] is True
+    assert row["peak_bytes"] == row["call_peak_bytes"] + row["live_outside_bytes"]
+    assert row["call_peak_bytes"] == sum(want[0][f] for f in FIGURES if f != "alias_bytes") - want[0]["alias_bytes"]
+    # the run's own backend beside it: its compile of the same step (jit_compiles)
+    assert row["run_backend"] == "cpu" and row["run_temp_bytes"] is not None
+    out, err = said["mlp"]
+    assert f"target v5e:2x2: train_step {_mib(row['peak_bytes'])} per device at batch 32, fits a TPU v5 lite" in err
+    assert "InitGoogle" not in err and "TPU_WORKER" not in err  # libtpu's own lines go to the journal
+
+
+def _mib(n) -> str:
+    from jaxmemprof.units import format_bytes
+
+    return format_bytes(int(n))
+
+
+def test_a_four_device_mesh_maps_to_a_four_chip_slice_with_the_same_specs(recorded):
+    d, _ = recorded
+    t, points = _points(d / "sharded")
+    rec = points[points["variant"] == "recorded"]
+    assert len(rec) == 4 and rec["device"].nunique() == 4  # each of the slice's four devices
+    (want,) = _independent(d, "sharded", "v5e:2x2", [{"batch": 128}])
+    for _, r in rec.iterrows():
+        assert {f: int(r[f]) for f in FIGURES} == want
+    # a quarter of x (128x256 over data=2) and half of w (over model=2) on each device
+    assert want["argument_bytes"] == 128 * 256 * 4 // 2 + 256 * 512 * 4 // 2
+
+
+def test_a_mesh_of_another_size_is_said_with_the_slices_that_fit_it(recorded):
+    d, said = recorded
+    t, _ = _points(d / "sharded")
+    why = t.not_compiled("v5e:2x4")
+    assert "the program's mesh has 4 devices and v5e:2x4 has 8" in why
+    assert "v5e:2x2" in why and "v6e:2x2" in why
+    assert "target v5e:2x4: " in said["sharded"][1]  # run's closing lines, on stderr
+    assert t.not_compiled("v5e:2x2") is None
+
+
+def test_the_largest_batch_on_the_slice_is_compiled_and_fits_and_the_next_does_not(recorded):
+    d, said = recorded
+    t, points = _points(d / "wide")
+    (row,) = t.rows.to_dict("records")
+    largest, nxt = row["largest_batch"], row["next_batch"]
+    assert largest and nxt and nxt > largest
+    searched = points[(points["variant"] == "recorded") & (points["source"] == "search")]
+    assert len(searched) >= 2
+    outside = int(row["live_outside_bytes"])
+    usable = tpus.usable_bytes("v5e:2x2")
+    fit, over = _independent(d, "wide", "v5e:2x2", [{"batch": largest}, {"batch": nxt}])
+    peak = lambda f: f["argument_bytes"] + f["output_bytes"] - f["alias_bytes"] + f["temp_bytes"] + f[
+        "generated_code_bytes"] + outside  # noqa: E731
+    # the next: XLA:TPU refuses it for the device's memory, or compiles it to a peak past what it may use
+    assert peak(fit) <= usable and ("refused" in over or peak(over) > usable), (fit, over)
+    assert f"largest batch that fits: {largest:,}" in said["wide"][1]
+
+
+def test_report_export_and_check_read_the_slices(recorded, tmp_path):
+    d, _ = recorded
+    rep = run_cli("report", d / "mlp", env=cpu_env(COLUMNS="160"), check=0).stdout
+    assert "Compiled for TPU slices" in rep and "v5e:2x2" in rep and "yes (15.75 GiB)" in rep
+    doc = json.loads(run_cli("report", d / "mlp", "--json", check=0).stdout)
+    assert doc["targets"]["asked"] == ["v5e:2x2"] and doc["targets"]["rows"][0]["fits"] is True
+    run_cli("export", d / "mlp", "--csv", tmp_path / "csv", check=0)
+    assert (tmp_path / "csv" / "targets.csv").read_text().count("v5e:2x2") == 1
+    assert (tmp_path / "csv" / "target_points.csv").read_text().count("v5e:2x2") == 3
+    ok = run_cli("check", d / "mlp", "--target-fits", "v5e:2x2", check=0).stdout
+    assert ok.startswith("ok   --target-fits v5e:2x2: train_step needs")
+    # a slice the run was not compiled for, and one whose mesh did not map: the gate cannot look
+    for run, name in ((d / "mlp", "v6e:2x2"), (d / "sharded", "v5e:2x4")):
+        proc = run_cli("check", run, "--target-fits", name, check=2)
+        assert proc.stderr.count("\n") == 1 and name in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_check_fails_a_step_that_does_not_fit_and_a_damaged_table(recorded, tmp_path):
+    """The gate's two other ends, on a copy of the MLP's run: its target
+    rows' temporaries raised past a chip (exit 1), then a row torn (exit 2)."""
+    import shutil
+    import sqlite3
+
+    d, _ = recorded
+    copy = tmp_path / "mlp"
+    shutil.copytree(d / "mlp", copy)
+    with sqlite3.connect(copy / "journal.sqlite") as con:
+        con.execute("UPDATE jit_targets SET temp_bytes = 17 * 1024 * 1024 * 1024 WHERE variant = 'recorded'")
+    failed = run_cli("check", copy, "--target-fits", "v5e:2x2", check=1).stdout
+    assert failed.startswith("FAIL --target-fits v5e:2x2: train_step needs 17.")
+    # XLA:TPU's own refusal (what it says of a step too large for the device, as the --plan search
+    # meets at large batches): no figures, and the gate fails with its words
+    refusal = ("JaxRuntimeError: RESOURCE_EXHAUSTED: Ran out of memory on HBM, the total memory required for HLO "
+               "temporaries (16.00G) exceeds available HBM (15.75G).")
+    with sqlite3.connect(copy / "journal.sqlite") as con:
+        con.execute("UPDATE jit_targets SET argument_bytes = NULL, output_bytes = NULL, alias_bytes = NULL, "
+                    "temp_bytes = NULL, generated_code_bytes = NULL, error = ? WHERE variant = 'recorded'", (refusal,))
+    refused = run_cli("check", copy, "--target-fits", "v5e:2x2", check=1).stdout
+    assert refused.startswith("FAIL --target-fits v5e:2x2: train_step does not fit a TPU v5 lite: JaxRuntimeError: "
+                              "RESOURCE_EXHAUSTED")
+    with sqlite3.connect(copy / "journal.sqlite") as con:
+        con.execute("UPDATE jit_targets SET function_id = 'torn' WHERE variant = 'donated'")
+    torn = run_cli("check", copy, "--target-fits", "v5e:2x2", check=2)
+    error = torn.stderr.splitlines()[-1]  # after the reader's warning, the one-line error
+    assert error.startswith("jaxmemprof: error: ") and "jit_targets are damaged" in error
+    assert "--target-fits cannot be checked" in error and "Traceback" not in torn.stderr
+
+
+def test_names_are_checked_before_the_script_runs(tmp_path):
+    marker = tmp_path / "ran"
+    script = write_script(tmp_path, "s.py", f"open({str(marker)!r}, 'w').close()\n")
+    unknown = run_cli("run", "--target", "v9:2x2", script, check=2)
+    assert unknown.stderr.count("\n") == 1 and "v5e:2x2" in unknown.stderr and "v4:AxBxC" in unknown.stderr
+    dims = run_cli("run", "--target", "v4:2x2", script, check=2)
+    assert "three dimensions" in dims.stderr
+    assert not marker.exists()
+
+
+def test_without_libtpu_one_line_names_the_package(tmp_path):
+    script = write_script(tmp_path, "s.py", "print('ran')\n")
+    blocked = r"""
+import sys, importlib.abc
+class NoLibtpu(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name == "libtpu" or name.startswith("libtpu."):
+            raise ModuleNotFoundError(name)
+sys.meta_path.insert(0, NoLibtpu())
+from jaxmemprof.cli import main
+main(sys.argv[1:])
+"""
+    proc = subprocess.run([sys.executable, "-c", blocked, "run", "--target", "v5e:2x2", str(script)],
+                          env=cpu_env(), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "ran" not in proc.stdout
+    assert proc.stderr.count("\n") == 1 and "pip install 'jaxmemprof[tpu]'" in proc.stderr
