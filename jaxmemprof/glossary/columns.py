@@ -326,12 +326,9 @@ GLOSSARY: dict[str, str] = {
     "run_generated_code_bytes": "The same: generated code.",
     "donated_peak_bytes": "The peak with the step's carried state donated, compiled for the slice at the same batch.",
     "bfloat16_peak_bytes": "The peak with every float32 argument as bfloat16, compiled for the slice at the same batch.",
-    "next_batch": "The smallest compiled batch above `largest_batch`, which does not fit; empty where none was "
-                  "compiled.",
     "asked": "The slices `run --target` named, in its order.",
     "targets": "A run recorded with `run --target`: the step compiled for each TPU slice (the targets section "
                "below); null for a run recorded without it.",
-    "rows": "The rows of targets.csv.",
     # run --plan (docs/plan.md)
     "plan": "A run recorded with `run --plan`: the planned steps' peak against the batch (the plan section below); "
             "null for a run recorded without it.",
