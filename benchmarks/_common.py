@@ -47,3 +47,16 @@ class Results:
     def say(self, line=""):
         self.lines.append(line)
         print(line, flush=True)
+
+    def write(self, path) -> None:
+        """The rows to the CSV ``path`` (its folder made), and a line saying so."""
+        import csv
+        from pathlib import Path
+
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=("benchmark", "case", "value", "unit", "reference", "ratio", "target",
+                                              "met"))
+            w.writeheader()
+            w.writerows(self.rows)
+        self.say(f"wrote {path}")

@@ -23,7 +23,6 @@ searched for and the share of them it found. Results: ``benchmarks/data/holders.
 from __future__ import annotations
 
 import argparse
-import csv
 import os
 import statistics
 import sys
@@ -85,12 +84,7 @@ def main() -> None:
         res.say(f"{name}: wall {w_on:.1f} s with holders, {w_off:.1f} s without ({ratio:.3f}x, target <= {TARGET}); "
                 f"CPU {c_on:.1f} / {c_off:.1f} s; {n} searches, {cost:.2f} s CPU, up to {most} arrays, "
                 f"{share:.0%} of them found")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    with open(args.out, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=("benchmark", "case", "value", "unit", "reference", "ratio", "target", "met"))
-        w.writeheader()
-        w.writerows(res.rows)
-    res.say(f"wrote {args.out}")
+    res.write(args.out)
 
 
 if __name__ == "__main__":

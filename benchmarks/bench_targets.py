@@ -16,7 +16,6 @@ end of such a run. Results: ``benchmarks/data/targets.csv``.
 from __future__ import annotations
 
 import argparse
-import csv
 import os
 import statistics
 import subprocess
@@ -86,12 +85,7 @@ def main() -> None:
             f"{c_p:.1f} s); {n} compiles, {secs:.2f} s; --plan --target {plan_wall:.1f} s, {t.compiles} compiles "
             f"{t.compile_s:.1f} s, largest batch {int(plan_row['largest_batch']):,}; without --target, libtpu and "
             f"the topologies module imported: {imported}")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    with open(args.out, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=("benchmark", "case", "value", "unit", "reference", "ratio", "target", "met"))
-        w.writeheader()
-        w.writerows(res.rows)
-    res.say(f"wrote {args.out}")
+    res.write(args.out)
 
 
 if __name__ == "__main__":

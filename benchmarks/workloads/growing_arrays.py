@@ -8,7 +8,6 @@ held in a dict from the start (parameters).
 
 from __future__ import annotations
 
-import functools
 import os
 import sys
 
@@ -17,14 +16,7 @@ import jax.numpy as jnp
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import parse_args, run  # noqa: E402
-
-
-@functools.partial(jax.jit, donate_argnums=0)
-def step(state, x):
-    w, b = state
-    y = jnp.tanh(x @ w + b)
-    loss = jnp.mean(y * y)
-    return (w - 0.001 * (x.T @ y), b - 0.001 * jnp.mean(y, axis=0)), loss
+from _steps import step  # noqa: E402
 
 
 def main():
