@@ -1,9 +1,13 @@
 """Side-by-side wall time of ``jaxmemprof show`` / ``diff`` and ``go tool pprof``.
 
-    python benchmarks/bench_show_diff.py [--repeat K] [--out results.csv]
+    python benchmarks/bench_show_diff.py [--repeat K] [--out results.csv] [--distinct]
 
 Makes the two large profiles first if they are missing (see make_profiles.py;
-they go to benchmarks/data/, which git ignores). Each benchmark runs our
+they go to benchmarks/data/, which git ignores). Two shapes: the default, the
+project's (about a tenth as many distinct stacks as samples: 11,252 of
+100,000), and with ``--distinct`` one where every sample has a stack of its
+own (make_profiles.py --sizes 1, in benchmarks/data/distinct/, results in
+results_distinct.csv): what ``show`` costs grows with distinct stacks. Each benchmark runs our
 command and the reference command as whole processes, stdout to /dev/null,
 alternating which goes first, K times each after one untimed warm-up, and
 reports the median and minimum wall time, the ratio of medians (ours /
@@ -129,12 +133,14 @@ def find_pprof() -> list[str] | None:
     return [go, "tool", "pprof"] if go else None
 
 
-def ensure_profiles(data: Path, samples: int | None) -> None:
+def ensure_profiles(data: Path, samples: int | None, distinct: bool = False) -> None:
     if (data / BASE).exists() and (data / NEW).exists() and samples is None:
         return
     cmd = python_cmd(str(HERE / "make_profiles.py"), str(data))
     if samples is not None:
         cmd += ["--samples", str(samples)]
+    if distinct:
+        cmd += ["--sizes", "1"]
     print(f"making the profiles: {' '.join(cmd)}", file=sys.stderr)
     subprocess.run(cmd, check=True)
 
@@ -194,6 +200,8 @@ def main(argv=None) -> int:
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA, help="where the profiles are (or are made)")
     ap.add_argument("--samples", type=int, default=None,
                     help="remake the profiles with about this many samples each")
+    ap.add_argument("--distinct", action="store_true",
+                    help="profiles whose every sample has a stack of its own (in DATA/distinct)")
     ap.add_argument("--only", action="append", default=None, metavar="NAME",
                     help="run only this benchmark (repeatable)")
     args = ap.parse_args(argv)
@@ -201,7 +209,11 @@ def main(argv=None) -> int:
         ap.error("--repeat must be at least 1")
 
     data = args.data.resolve()
-    ensure_profiles(data, args.samples)
+    if args.distinct:
+        data = data / "distinct"
+        if args.out == DEFAULT_OUT:
+            args.out = DEFAULT_DATA / "results_distinct.csv"
+    ensure_profiles(data, args.samples, args.distinct)
     pprof = find_pprof()
     bench_list = benches(pprof)
     if args.only:

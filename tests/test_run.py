@@ -77,7 +77,12 @@ def test_known_arrays_lifetimes_and_sites(tmp_path):
     assert snaps.loc["after-del", "live_bytes"] == 2048
     arrays = run.arrays
     a = arrays[arrays["nbytes"] == MiB].iloc[0]
-    assert (a["first_snapshot"], a["last_snapshot"], a["end_snapshot"], a["how"]) == (n_a, n_b, n_del, "freed")
+    assert (a["last_snapshot"], a["end_snapshot"], a["how"]) == (n_b, n_del, "freed")
+    # first seen by the script's snapshot, or by the sampler's own "first" one (taken as soon as JAX
+    # holds an array: on a loaded machine it can come between LINE-A and the script's snapshot)
+    first = int(a["first_snapshot"])
+    triggers = run.snapshots.set_index("snapshot")["trigger"]
+    assert first == n_a or (first < n_a and triggers[first] in ("first", "interval")), (first, n_a)
     assert (a["shape"], a["dtype"], a["devices"], a["shard_bytes"]) == ((256, 1024), "float32", ("cpu:0",), (MiB,))
     b = arrays[arrays["nbytes"] == 2048].iloc[0]
     assert b["first_snapshot"] == n_b and pd_isna(b["end_snapshot"]) and pd_isna(b["how"])
