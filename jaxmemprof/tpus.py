@@ -29,7 +29,7 @@ GiB = 1 << 30
 CHIPS = {
     "v4": ("TPU v4", 32 * GiB, 2, int(15.25 * GiB)),
     "v5e": ("TPU v5 lite", 16 * GiB, 1, int(15.75 * GiB)),
-    "v5p": ("TPU v5", 95 * GiB, 1, int(95.74 * GiB)),
+    "v5p": ("TPU v5", 96 * GiB, 1, int(95.74 * GiB)),  # published as 95 (GB); XLA:TPU has 95.74 GiB of it
     "v6e": ("TPU v6 lite", 32 * GiB, 1, 33_550_237_696),
 }
 # What XLA:TPU says when a step's temporaries alone exceed a device: it does not fit.
@@ -43,6 +43,11 @@ def problem(name: str) -> str | None:
     """Why ``name`` is not a TPU slice this can compile for (one line, for
     ``--target NAME: ...``), or None."""
     m = _NAME.match(name or "")
+    lower = (name or "").lower()
+    if m is None and lower != name and _NAME.match(lower) and _NAME.match(lower).group(1) in CHIPS:
+        return f"names are lower case: --target {lower}"
+    if m is None and re.match(r"^v[0-9a-z]+:[0-9x]+$", name or "") and re.search(r"(^|[:x])0", name.split(":", 1)[1]):
+        return "each dimension of a slice is a number of chips, 1 or more, without a leading 0 (e.g. v5e:2x2)"
     if m is None or m.group(1) not in CHIPS:
         return ("not a TPU slice this knows; names it accepts: "
                 f"{', '.join(f'{g}:AxB' if g in ('v5e', 'v6e') else f'{g}:AxBxC' for g in CHIPS)} "

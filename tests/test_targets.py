@@ -8,9 +8,10 @@ shardings, and its ``compile().memory_analysis()`` read. Three programs,
 recorded at once (module-scoped):
 
 - the bundled MLP (sample_runs/train_mlp.py, one device), batch 32;
-- a step over a 2x2 mesh of four CPU devices (``SHARDED``), named with a
-  slice of four chips (v5e:2x2) and with one of eight (v5e:2x4, whose
-  mismatch must be said, not compiled);
+- a step over a 2x2 mesh of four CPU devices (``SHARDED``), beside one on
+  a single device, named with a slice of four chips (v5e:2x2: both
+  compiled) and with one of eight (v5e:2x4: the mesh's step cannot be, which
+  must be said, and the slice's gate cannot pass on the other alone);
 - a wide step (``WIDE``, 4 MiB an example) recorded with ``--plan
   --plan-scales 2``: the largest batch that fits a v5e chip, searched by
   compiling for it.
@@ -47,6 +48,10 @@ def step(w, x):
     return w - 0.01 * (x.T @ h) / x.shape[0], jnp.mean(h * h)
 
 
+def local(v, x):  # on one device, about as large a call as step's per device
+    return v - 0.01 * (x.T @ jnp.tanh(x @ v)) / x.shape[0]
+
+
 def shardings(devices):
     mesh = Mesh(np.array(devices).reshape(2, 2), ("data", "model"))
     return NamedSharding(mesh, P(None, "model")), NamedSharding(mesh, P("data", None))
@@ -55,11 +60,13 @@ def shardings(devices):
 if __name__ == "__main__":
     ws, xs = shardings(jax.devices())
     w = jax.device_put(jnp.ones((256, 512)), ws)
-    f = jax.jit(step)
+    f, g = jax.jit(step), jax.jit(local)
+    v = jnp.ones((256, 256))
     for i in range(3):
         x = jax.device_put(jnp.full((128, 256), float(i)), xs)
         w, loss = f(w, x)
-    print(float(loss))
+        v = g(v, jnp.full((96, 256), float(i)))
+    print(float(loss), float(v[0, 0]))
 """
 
 WIDE = """
@@ -110,6 +117,11 @@ for case in spec["cases"]:
         args = (jax.ShapeDtypeStruct((256, 512), jnp.float32, sharding=ws),
                 jax.ShapeDtypeStruct((case["batch"], 256), jnp.float32, sharding=xs))
         fn = jax.jit(program.step)
+    elif spec["module"] == "refused":
+        one = SingleDeviceSharding(devices[0])
+        args = (jax.ShapeDtypeStruct((256, 256), jnp.float32, sharding=one),
+                jax.ShapeDtypeStruct((case["batch"], 256), jnp.float32, sharding=one))
+        fn = program.step
     else:
         one = SingleDeviceSharding(devices[0])
         args = (jax.ShapeDtypeStruct((program.WIDTH,), jnp.float32, sharding=one),
@@ -200,8 +212,9 @@ def _mib(n) -> str:
 def test_a_four_device_mesh_maps_to_a_four_chip_slice_with_the_same_specs(recorded):
     d, _ = recorded
     t, points = _points(d / "sharded")
-    rec = points[points["variant"] == "recorded"]
+    rec = points[(points["variant"] == "recorded") & (points["function"] == "step")]
     assert len(rec) == 4 and rec["device"].nunique() == 4  # each of the slice's four devices
+    assert set(t.rows.loc[t.rows["target"] == "v5e:2x2", "function"]) == {"step", "local"}
     (want,) = _independent(d, "sharded", "v5e:2x2", [{"batch": 128}])
     for _, r in rec.iterrows():
         assert {f: int(r[f]) for f in FIGURES} == want
@@ -213,6 +226,8 @@ def test_a_mesh_of_another_size_is_said_with_the_slices_that_fit_it(recorded):
     d, said = recorded
     t, _ = _points(d / "sharded")
     why = t.not_compiled("v5e:2x4")
+    assert why.startswith("step: not compiled: ")  # though local was compiled for it
+    assert set(t.rows.loc[t.rows["target"] == "v5e:2x4", "function"]) == {"step", "local"}
     assert "the program's mesh has 4 devices and v5e:2x4 has 8" in why
     assert "v5e:2x2" in why and "v6e:2x2" in why
     assert "target v5e:2x4: " in said["sharded"][1]  # run's closing lines, on stderr
@@ -235,6 +250,61 @@ def test_the_largest_batch_on_the_slice_is_compiled_and_fits_and_the_next_does_n
     # the next: XLA:TPU refuses it for the device's memory, or compiles it to a peak past what it may use
     assert peak(fit) <= usable and ("refused" in over or peak(over) > usable), (fit, over)
     assert f"largest batch that fits: {largest:,}" in said["wide"][1]
+
+
+# A step whose TPU program is far larger than its CPU one (lax.platform_dependent): XLA:TPU refuses it
+# at the recorded batch ("Ran out of memory on HBM"), which is an answer: it does not fit, and the
+# search for the largest batch goes down from there.
+REFUSED = """
+import jax, jax.numpy as jnp
+
+
+def cpu_branch(w, x):
+    return w - 0.01 * (x.T @ (x @ w))
+
+
+def tpu_branch(w, x):
+    n = x.shape[0] * 1100
+    y = jnp.broadcast_to(x[:1, :1] + w[:1, :1], (n, n))
+    return w - 0.01 * (x.T @ (x @ w)) + jnp.exp(y @ y)[:256, :256]
+
+
+@jax.jit
+def step(w, x):
+    return jax.lax.platform_dependent(w, x, cpu=cpu_branch, tpu=tpu_branch)
+
+
+if __name__ == "__main__":
+    w = jnp.ones((256, 256))
+    for i in range(3):
+        w = step(w, jnp.ones((64, 256)) * i)
+    print(float(w.sum()))
+"""
+
+
+def test_a_step_the_slice_refuses_does_not_fit_and_the_search_goes_down(tmp_path):
+    write_script(tmp_path, "refused.py", REFUSED)
+    proc = run_cli("run", "--plan-scales", "0.5", "--target", "v5e:2x2", "-o", tmp_path / "run",
+                   tmp_path / "refused.py", check=0)
+    t, _ = _points(tmp_path / "run")
+    (row,) = t.rows.to_dict("records")
+    assert row["fits"] is False and "RESOURCE_EXHAUSTED" in row["error"] and pd_isna(row["peak_bytes"])
+    assert t.not_compiled("v5e:2x2") is None  # refused for its size: an answer
+    largest, nxt = row["largest_batch"], row["next_batch"]
+    assert 0 < largest < nxt <= 64
+    fit, over = _independent(tmp_path, "refused", "v5e:2x2", [{"batch": largest}, {"batch": nxt}])
+    call = sum(fit[f] for f in FIGURES if f != "alias_bytes") - fit["alias_bytes"]
+    assert call + int(row["live_outside_bytes"] or 0) <= tpus.usable_bytes("v5e:2x2") and "refused" in over
+    assert "target v5e:2x2: step does NOT fit a TPU v5 lite at batch 64: JaxRuntimeError: RESOURCE_EXHAUSTED" \
+        in proc.stderr and f"largest batch that fits: {largest:,}" in proc.stderr
+    assert run_cli("check", tmp_path / "run", "--target-fits", "v5e:2x2", check=1).stdout.startswith(
+        "FAIL --target-fits v5e:2x2: step does not fit a TPU v5 lite: JaxRuntimeError: RESOURCE_EXHAUSTED")
+
+
+def pd_isna(v) -> bool:
+    import pandas as pd
+
+    return pd.isna(v)
 
 
 def test_report_export_and_check_read_the_slices(recorded, tmp_path):
@@ -283,6 +353,61 @@ def test_check_fails_a_step_that_does_not_fit_and_a_damaged_table(recorded, tmp_
     error = torn.stderr.splitlines()[-1]  # after the reader's warning, the one-line error
     assert error.startswith("jaxmemprof: error: ") and "jit_targets are damaged" in error
     assert "--target-fits cannot be checked" in error and "Traceback" not in torn.stderr
+
+
+def test_a_program_without_a_jitted_step_says_so_and_its_gate_cannot_pass(tmp_path):
+    script = write_script(tmp_path, "nojit.py", """
+        import sys
+        import jax.numpy as jnp
+        x = jnp.ones((256, 256))
+        print(float(x.sum()))
+        sys.exit(3)
+    """)
+    plain = subprocess.run([sys.executable, str(script)], env=cpu_env(), capture_output=True, text=True)
+    proc = run_cli("run", "--target", "v5e:2x2", "-o", tmp_path / "run", script, check=plain.returncode)
+    assert proc.stdout == plain.stdout
+    assert "target v5e:2x2: not compiled: nothing planned: no jitted function" in proc.stderr
+    run = load_run(tmp_path / "run")
+    assert not (run.events["kind"] == "target-log").any()  # libtpu not loaded: there was nothing to compile
+    gate = run_cli("check", tmp_path / "run", "--target-fits", "v5e:2x2", check=2)
+    assert "nothing planned" in gate.stderr and gate.stderr.count("\n") == 1
+
+
+STEP_ONCE = """
+import sys, threading, time
+import jax, jax.numpy as jnp
+
+ticks = [0]
+
+
+def tick():  # a thread of the program's that goes on writing to stderr while the run ends
+    while True:
+        ticks[0] += 1
+        print(f"tick {ticks[0]}", file=sys.stderr, flush=True)
+        time.sleep(0.01)
+
+
+threading.Thread(target=tick, daemon=True).start()
+step = jax.jit(lambda w, x: w + jnp.tanh(x.T @ x))
+w = step(jnp.ones((128, 128)), jnp.ones((64, 128)))  # called once: no batch can be told
+print("END", ticks[0], float(w[0, 0]), flush=True)
+"""
+
+
+def test_a_step_called_once_is_compiled_with_plan_and_the_programs_stderr_goes_on(tmp_path):
+    script = write_script(tmp_path, "once.py", STEP_ONCE)
+    proc = run_cli("run", "--plan", "--target", "v5e:2x2", "-o", tmp_path / "run", script, check=0)
+    t, points = _points(tmp_path / "run")
+    (row,) = t.rows.to_dict("records")
+    assert row["fits"] is True and row["peak_bytes"] > 0  # its recorded batch, compiled though not planned
+    assert set(points["variant"]) >= {"recorded", "bfloat16"}
+    # the thread's lines written while the slice was compiled reached stderr; libtpu's did not
+    end = int(proc.stdout.split("END ")[1].split()[0])
+    later = [int(line.split()[1]) for line in proc.stderr.splitlines() if line.startswith("tick ")]
+    assert max(later) > end + 10, (end, max(later))
+    assert "InitGoogle" not in proc.stderr
+    log = load_run(tmp_path / "run").events
+    assert not log.loc[log["kind"] == "target-log", "message"].str.contains("tick").any()
 
 
 def test_names_are_checked_before_the_script_runs(tmp_path):

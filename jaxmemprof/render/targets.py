@@ -64,9 +64,10 @@ def render_targets(targets, con: Console, explain: bool = False) -> None:
                       _bytes(r["alias_bytes"]), _bytes(r["temp_bytes"]), _bytes(r["run_peak_bytes"]), _fits(r))
         con.print(t)
     for _, r in rows.iterrows():
-        fixes = [f"{name} {_bytes(r[c])} (saves {_bytes(r['peak_bytes'] - r[c])})"
+        fixes = [f"{name} {_bytes(r[c])} " + (f"(saves {_bytes(r['peak_bytes'] - r[c])})" if r["peak_bytes"] is not pd.NA
+                                              else f"({'fits' if r[c] <= r['usable_bytes'] else 'does not fit'})")
                  for name, c in (("donated", "donated_peak_bytes"), ("bfloat16", "bfloat16_peak_bytes"))
-                 if r[c] is not pd.NA and r["peak_bytes"] is not pd.NA]
+                 if r[c] is not pd.NA]
         for said in (", ".join(fixes), _batch(r), _refused(r)):
             if said:
                 con.print(Text(f"{safe(r['target'])} {safe(r['function'])}: {safe(said)}"))
@@ -84,8 +85,9 @@ def render_targets_closing(targets, con: Console) -> None:
         return
     for _, r in targets.rows.iterrows():
         if _refused(r):
-            con.print(Text(f"target {safe(r['target'])}: {safe(r['function'])} does NOT fit a {safe(r['chip'])}: "
-                           f"{safe(_refused(r))}"))
+            con.print(Text(f"target {safe(r['target'])}: {safe(r['function'])} does NOT fit a {safe(r['chip'])}"
+                           + (f" at batch {int(r['batch']):,}" if r["batch"] is not pd.NA else "")
+                           + f": {safe(_refused(r))}" + (f"; {_batch(r)}" if _batch(r) else "")))
         if r["peak_bytes"] is pd.NA:
             continue
         con.print(Text(f"target {safe(r['target'])}: {safe(r['function'])} {_bytes(r['peak_bytes'])} per device"

@@ -21,6 +21,7 @@ compiling for the slice.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import pandas as pd
@@ -54,15 +55,19 @@ class Targets:
         return float(p["compile_s"].sum())
 
     def not_compiled(self, name: str) -> str | None:
-        """Why the slice ``name`` has no figures (None: it has, or XLA:TPU
-        refused the step as too large for it, which is an answer)."""
+        """Why the slice ``name`` lacks figures for a function the run
+        chose (None: every one has them, or XLA:TPU refused it as too large
+        for the slice, which is an answer): a gate passes only a slice whose
+        every chosen function was compiled."""
         mine = self.rows[self.rows["target"] == name]
-        if len(mine) and (mine["peak_bytes"].notna().any() or mine["fits"].eq(False).any()):
+        missing = mine[mine["peak_bytes"].isna() & mine["fits"].isna()]
+        if len(mine) and missing.empty:
             return None
+        if len(missing):
+            r = missing.iloc[0]
+            return f"{r['function']}: not compiled: {r['error'] or 'no figures recorded'}"
         said = [e for e in self.events if e.startswith(f"{name}: ")]
-        failed = self.rows.loc[self.rows["target"] == name, "error"].dropna()
-        return (said[0][len(name) + 2:] if said else str(failed.iloc[0]) if len(failed)
-                else "not compiled: the run recorded no figures for it")
+        return said[0][len(name) + 2:] if said else "not compiled: the run recorded no figures for it"
 
 
 def _recorded_figures(run) -> dict:
@@ -158,6 +163,17 @@ def build_targets(run) -> Targets | None:
                 "compiles": int((compiled["compile_s"] > 0).sum()), "compile_s": float(compiled["compile_s"].sum()),
                 "error": str(errors.iloc[0]) if top is None and len(errors) else None,
             })
+    # the functions a slice could not compile (their reason: the recorder's event), beside those it did
+    for name in asked:
+        done = {r["function"] for r in rows if r["target"] == name}
+        for e in said:
+            m = re.match(rf"^{re.escape(name)}: (.+?): not compiled: (.*)$", e, re.S)
+            if m and not m.group(1).startswith("not compiled") and m.group(1) not in done:
+                done.add(m.group(1))
+                _, kind, hbm, _, _, _ = tpus.chip(name) if tpus.problem(name) is None else (0, "", None, 0, 0, 0)
+                rows.append({"target": name, "chip": kind, "function": m.group(1), "hbm_bytes": hbm,
+                             "usable_bytes": None if hbm is None else tpus.usable_bytes(name), "fits": None,
+                             "compiles": 0, "compile_s": 0.0, "error": m.group(2)})
     out = pd.DataFrame(rows, columns=TARGET_COLUMNS)
     for c in TARGET_COLUMNS:
         if c.endswith("_bytes") or c in ("devices", "batch", "largest_batch", "next_batch", "compiles"):

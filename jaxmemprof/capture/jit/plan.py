@@ -225,9 +225,10 @@ class Planner:
                     s.plan.real = None
                     s.plan.abstract.clear()
 
-    def _chosen(self, kind: str) -> list:
+    def _chosen(self, say) -> list:
         """(function, jitted function, why) for the functions that hold the
-        run's largest XLA call peaks; events say why others are not (``kind``)."""
+        run's largest XLA call peaks; ``say(text)`` is told why others are
+        not (``text``: "nothing planned: ..." or "NAME: not planned: ...")."""
         probe = self.probe
         ready = []
         for s in probe._states:
@@ -236,8 +237,7 @@ class Planner:
                 continue
             ready.append((slot.best, s, self.real_of(s)))
         if not ready:
-            probe.writer.add_event(kind, "nothing planned: no jitted function of the program's was sampled "
-                                         "with XLA's figures")
+            say("nothing planned: no jitted function of the program's was sampled with XLA's figures")
             return []
         ready.sort(key=lambda x: -x[0])
         largest = ready[0][0]
@@ -246,8 +246,7 @@ class Planner:
         for rank, (peak, state, real) in enumerate(chosen, start=1):
             name = state.row.get("name", state.function_id)
             if real is None:
-                probe.writer.add_event(kind, f"{name}: not planned: the program dropped the jitted function "
-                                             f"before the end of the run")
+                say(f"{name}: not planned: the program dropped the jitted function before the end of the run")
                 continue
             out.append((state, real, {"rank": rank, "call_peak_bytes": int(peak),
                                       "largest_call_peak_bytes": int(largest),
@@ -257,7 +256,7 @@ class Planner:
 
     def _plan(self) -> None:
         """Plan the functions that hold the run's largest XLA call peaks."""
-        for state, real, why in self._chosen("plan"):
+        for state, real, why in self._chosen(lambda text: self.probe.writer.add_event("plan", text)):
             try:
                 self._plan_one(state, real, why)
             except Exception as exc:  # a plan that fails says why; the run is recorded
@@ -269,11 +268,17 @@ class Planner:
         from jaxmemprof.capture.jit.targets import libtpu_log, targets
 
         writer = self.probe.writer
+        said: list = []
+        chosen = self._chosen(said.append)
+        for name in self.targets:  # each slice's own line, so that its report and gate can say why
+            for text in said:
+                writer.add_event("target", f"{name}: not compiled: {text}")
+        if not chosen:  # nothing to compile: libtpu is not even loaded
+            return
         with libtpu_log() as log:
             found, refused = targets(list(self.targets))
             for name, why in refused:
                 writer.add_event("target", f"{name}: not compiled: libtpu refused the slice: {why}")
-            chosen = self._chosen("target") if found else []
             for target in found:
                 for state, real, why in chosen:
                     try:
@@ -316,9 +321,9 @@ class Planner:
         told = self._batch(state, real, ab, flow, axis, wrapper, figures if target is None else None, kind,
                            statics=planning, say=planning or target is None)
         if told is None:
-            if target is None or planning:
+            if target is None:
                 return
-            told = (None, [], None, None)  # a target at the recorded batch needs none
+            told = (None, [], None, None)  # a target's recorded batch is compiled all the same
         batch, scaled, how, static = told
         # The live bytes outside the call: before the sampled call of this
         # signature that found the most live, less its arguments there (on
@@ -327,7 +332,8 @@ class Planner:
         live = max(before, key=lambda d: max(d.values(), default=0)) if before else None
         args_bytes = int((figures or (0,))[0] or 0)
         outside = None if live is None else {
-            d: max(int(v) - (args_bytes if d in recorded_ab.devices else 0), 0) for d, v in sorted(live.items())}
+            d: max(int(v) - (args_bytes if d in recorded_ab.devices else 0), 0) for d, v in sorted(live.items())
+            if target is None or d in recorded_ab.devices}  # a target's: the call's own devices (its busiest)
         leaf_of = {leaf_key(d): d for leaves, signature, _ in parsed if signature == sig for d in leaves}
         owners = sorted({str(leaf_of.get(ab.keys[j], {}).get("owner") or f"{ab.keys[j][1]}{ab.keys[j][2]}")
                          for j in scaled}) if static is None else [f"{static[1]} (static)"]
@@ -336,12 +342,16 @@ class Planner:
         rows = []
 
         def row(variant, b, fig, seconds, detail, error=None):
-            rows.append((state.function_id, sig, variant, None if b is None else int(b),
-                         None if batch is None else int(batch), int(axis),
-                         *(None if fig is None else int(v or 0) for v in (fig or (None,) * 5)),
-                         json.dumps(ab.devices), None if outside is None else json.dumps(outside),
-                         float(seconds), str(ab.platform or ""), json.dumps({**base, **detail}),
-                         None if error is None else str(error)[:2000]))
+            r = (state.function_id, sig, variant, None if b is None else int(b),
+                 None if batch is None else int(batch), int(axis),
+                 *(None if fig is None else int(v or 0) for v in (fig or (None,) * 5)),
+                 json.dumps(ab.devices), None if outside is None else json.dumps(outside),
+                 float(seconds), str(ab.platform or ""), json.dumps({**base, **detail}),
+                 None if error is None else str(error)[:2000])
+            if target is None:
+                rows.append(r)
+            else:  # a target's, each as it is compiled (seconds each): a signal meanwhile keeps those done
+                writer.add_jit_targets(target.name, [r])
 
         def compile_at(fn, b, narrow, detail):
             fig, seconds, error, said = self._compile(fn, ab, scaled, axis, b, narrow=narrow, wrapper=wrapper)
@@ -351,8 +361,10 @@ class Planner:
 
         if target is not None:  # the target's own figures at the recorded batch
             figures = compile_at(real, batch, False, {"source": "target"})
-            if figures is TOO_LARGE:  # XLA:TPU refused it for the device's memory: nothing larger fits either
-                figures, planning = None, False
+            if figures is TOO_LARGE:  # XLA:TPU refused it for the device's memory: the search goes down
+                figures, refused_at = None, batch
+            else:
+                refused_at = None
         elif figures is not None:
             row(RECORDED, batch, figures, 0.0, {"scale": 1.0, "source": "run"})
         multiple = 1  # a batch sharded over n devices is compiled at multiples of n
@@ -367,6 +379,8 @@ class Planner:
         known = {}  # batch -> the busiest device's peak there
         if figures is not None and batch:
             known[batch] = busiest + peak_of(figures)
+        elif target is not None and refused_at:
+            known[refused_at] = math.inf
         for scale, b in sizes:
             fig = compile_at(real, b, False, {"source": "compiled"})
             if fig is not None:
@@ -395,8 +409,6 @@ class Planner:
             compile_at(real, b, True, {"source": "compiled", "narrowed": len(wide)})
         if target is None:
             writer.add_jit_plans(rows)
-        else:
-            writer.add_jit_targets(target.name, rows)
 
     def _batch(self, state, real, ab: Abstract, flow: dict, axis: int, wrapper: str, figures, kind: str,
                statics: bool = True, say: bool = True):
@@ -442,7 +454,12 @@ class Planner:
             figures, *_ = self._compile(real, ab, [], axis, None, narrow=False, wrapper=wrapper)
         doubled, *_ = self._compile(real, _with_static(ab, static[0] * 2), [], axis, None, narrow=False,
                                     wrapper=wrapper)
-        if doubled is None or peak_of(doubled) == peak_of(figures):
+        if doubled is None or figures is None:
+            writer.add_event(kind, f"{name}: not planned: its static argument {static[1]} = {static[0]} could not be "
+                                   f"compiled at {'twice ' if figures is not None else ''}that value, to tell whether "
+                                   f"it sets the batch")
+            return None
+        if peak_of(doubled) == peak_of(figures):
             writer.add_event(kind, f"{name}: not planned: no input with a dimension {axis} that is new at "
                                    f"every call or the same at every call, and its static argument "
                                    f"{static[1]} = {static[0]} does not change XLA's figures")

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import sys
-import tempfile
+import threading
 from dataclasses import dataclass
 
 from jaxmemprof.tpus import slices_of, usable_bytes
@@ -57,7 +58,9 @@ class Target:
                 elif size != len(self.devices):
                     fit = slices_of(size)
                     return (f"the program's mesh has {size} devices and {self.name} has {len(self.devices)}: "
-                            f"name a slice of {size} devices" + (f" ({', '.join(fit)})" if fit else ""))
+                            + (f"name a slice of {size} devices ({', '.join(fit)})" if fit else
+                               f"no slice this knows has {size} devices (libtpu lays out slices of 4, 8, 16, ... "
+                               f"chips; a v4 chip is 2 devices): record the program on a mesh of 4 or more"))
                 else:
                     key = (tuple(s.mesh.devices.shape), tuple(s.mesh.axis_names))
                     mesh = meshes.get(key)
@@ -78,30 +81,53 @@ class _Log:
     text = ""
 
 
+# libtpu's own lines on file descriptor 2 as it starts (its C++ logging, and
+# jax's warnings that no TPU host is named); every other line is the program's.
+_LIBTPU_LINE = re.compile(rb"^(?:[EWIF]\d{4} \d\d:\d\d:\d\d|WARNING: Logging before InitGoogle|=== Source Location "
+                          rb"Trace|learning/|third_party/|Failed to find host bounds|.*(?:TPU_WORKER_HOSTNAMES|"
+                          rb"TPU_ACCELERATOR_TYPE|libtpu))")
+
+
 @contextlib.contextmanager
 def libtpu_log():
-    """libtpu's own lines while it runs (its C++ logging writes to file
-    descriptor 2: "Logging before InitGoogle()", a warning that no TPU
-    worker is named), kept in ``.text`` for the journal instead of the
-    program's stderr. It runs after the program's end, when nothing of the
-    program's writes there any more."""
+    """libtpu's own lines while it runs, kept in ``.text`` for the journal
+    instead of the program's stderr: file descriptor 2 goes through a pipe
+    whose reader keeps libtpu's lines and writes every other line (a thread
+    of the program still running) on to the real stderr as it comes."""
     log = _Log()
     sys.stderr.flush()
     try:
         saved = os.dup(2)
-    except OSError:  # no descriptor 2: nothing to keep apart
+        read_end, write_end = os.pipe()
+    except OSError:  # no descriptor 2, or none left: nothing to keep apart
         yield log
         return
-    with tempfile.TemporaryFile() as tmp:
-        os.dup2(tmp.fileno(), 2)
-        try:
-            yield log
-        finally:
-            sys.stderr.flush()
-            os.dup2(saved, 2)
+    kept: list = []
+
+    def pump():
+        with os.fdopen(read_end, "rb") as lines:
+            for line in lines:
+                if _LIBTPU_LINE.match(line):
+                    kept.append(line)
+                else:
+                    try:
+                        os.write(saved, line)
+                    except OSError:
+                        pass
+
+    os.dup2(write_end, 2)
+    os.close(write_end)
+    reader = threading.Thread(target=pump, name="jaxmemprof-libtpu-log", daemon=True)
+    reader.start()
+    try:
+        yield log
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)  # the pipe's last writer gone: the reader sees its end
+        reader.join(timeout=5)
+        if not reader.is_alive():
             os.close(saved)
-            tmp.seek(0)
-            log.text = tmp.read().decode("utf-8", "replace").strip()
+        log.text = b"".join(kept).decode("utf-8", "replace").strip()
 
 
 def targets(names: list) -> tuple[list, list]:
