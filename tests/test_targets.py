@@ -410,6 +410,36 @@ def test_a_step_called_once_is_compiled_with_plan_and_the_programs_stderr_goes_o
     assert not log.loc[log["kind"] == "target-log", "message"].str.contains("tick").any()
 
 
+def test_a_run_ended_by_sigterm_compiles_nothing_more_and_says_so(tmp_path):
+    import signal
+
+    script = write_script(tmp_path, "term.py", """
+        import time
+        import jax, jax.numpy as jnp
+        step = jax.jit(lambda w, x: w - 0.01 * (x.T @ (x @ w)))
+        w = jnp.ones((256, 256))
+        for i in range(1000):
+            w = step(w, jnp.ones((64, 256)) * i)
+            if i == 5:
+                print("ready", flush=True)
+            time.sleep(0.05)
+    """)
+    proc = subprocess.Popen([sys.executable, "-m", "jaxmemprof", "run", "--target", "v5e:2x2", "-o",
+                             str(tmp_path / "run"), str(script)], env=cpu_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    assert proc.stdout.readline() == "ready\n"
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == -signal.SIGTERM or proc.returncode == 128 + signal.SIGTERM
+    run = load_run(tmp_path / "run")
+    said = run.events.loc[run.events["kind"] == "target", "message"].tolist()
+    assert said == ["v5e:2x2: not compiled: the run was ended by SIGTERM, and compiling for a slice takes seconds "
+                    "a scheduler may not give"]
+    assert not (run.events["kind"] == "target-log").any()  # libtpu never loaded
+    gate = run_cli("check", tmp_path / "run", "--target-fits", "v5e:2x2", "--allow-unfinished", check=2)
+    assert "ended by SIGTERM" in gate.stderr
+
+
 def test_names_are_checked_before_the_script_runs(tmp_path):
     marker = tmp_path / "ran"
     script = write_script(tmp_path, "s.py", f"open({str(marker)!r}, 'w').close()\n")

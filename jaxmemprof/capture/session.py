@@ -390,7 +390,7 @@ class Session:
             return
         self.sampler.stop()
         if self.probe is not None:
-            self.probe.uninstall()
+            self.probe.uninstall(ended_by)
         self._unhook_warnings()
         self._unhook_distributed()
         if _active is self:

@@ -202,11 +202,13 @@ class Planner:
         proxy = state.proxy() if state.proxy is not None else None
         return proxy._real if proxy is not None else None
 
-    def run(self) -> None:
+    def run(self, ended_by: str | None = None) -> None:
         """At the end of the run: the advice's donations compiled
         and shardings (whatif.verify), then, under run --plan, the functions
-        that hold the run's largest XLA call peaks planned; then nothing of
-        the program's is held any more."""
+        that hold the run's largest XLA call peaks planned, and under run
+        --target compiled for each slice (not after a SIGTERM: seconds of
+        compiles for each slice would outlast a scheduler's grace period);
+        then nothing of the program's is held any more."""
         try:
             budget = self.verify_s if self.verify_s is not None else max(
                 VERIFY_MIN_S, VERIFY_SHARE * (time.monotonic() - self.probe._t_install))
@@ -217,7 +219,11 @@ class Planner:
                     self.probe.writer.add_event("whatif", f"not verified: {type(exc).__name__}: {exc}"[:2000])
             if self.options is not None:
                 self._plan()
-            if self.targets:
+            if self.targets and ended_by == "SIGTERM":
+                for name in self.targets:
+                    self.probe.writer.add_event("target", f"{name}: not compiled: the run was ended by SIGTERM, and "
+                                                          f"compiling for a slice takes seconds a scheduler may not give")
+            elif self.targets:
                 self._compile_for_targets()
         finally:
             for s in self.probe._states:

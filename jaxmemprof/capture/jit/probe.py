@@ -132,9 +132,10 @@ class JitProbe(Programs):
         self._hook = AfterImport("jax", self._patch)
         sys.meta_path.insert(0, self._hook)
 
-    def uninstall(self) -> None:
+    def uninstall(self, ended_by: str | None = None) -> None:
         """Stop observing (proxies made so far keep working, unprobed) and
-        record the final call counts and pending liveness checks."""
+        record the final call counts and pending liveness checks (``ended_by``:
+        how the run ended, as Session.stop has it)."""
         self.active = False
         if self._hook is not None and self._hook in sys.meta_path:
             sys.meta_path.remove(self._hook)
@@ -153,7 +154,7 @@ class JitProbe(Programs):
                     unregister(self._listener)
             except Exception:
                 pass
-        for step in (self._dump_programs, self._flush, self.planner.run):
+        for step in (self._dump_programs, self._flush, lambda: self.planner.run(ended_by)):
             try:
                 step()
             except Exception as exc:
