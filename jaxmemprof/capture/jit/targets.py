@@ -83,9 +83,12 @@ class _Log:
 
 # libtpu's own lines on file descriptor 2 as it starts (its C++ logging, and
 # jax's warnings that no TPU host is named); every other line is the program's.
-_LIBTPU_LINE = re.compile(rb"^(?:[EWIF]\d{4} \d\d:\d\d:\d\d|WARNING: Logging before InitGoogle|=== Source Location "
-                          rb"Trace|learning/|third_party/|Failed to find host bounds|.*(?:TPU_WORKER_HOSTNAMES|"
-                          rb"TPU_ACCELERATOR_TYPE|libtpu))")
+# A line of the program's written in two parts (a print's text, then its
+# newline) can have one of libtpu's in between: what comes before the marker
+# is the program's.
+_LIBTPU_LINE = re.compile(rb"[EWIF]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ [\w.]+:\d+\]|WARNING: Logging before InitGoogle|"
+                          rb"=== Source Location Trace|learning/[0-9a-f]+/|Failed to find host bounds for accelerator|"
+                          rb"WARNING: could not determine TPU")
 
 
 @contextlib.contextmanager
@@ -107,11 +110,14 @@ def libtpu_log():
     def pump():
         with os.fdopen(read_end, "rb") as lines:
             for line in lines:
-                if _LIBTPU_LINE.match(line):
-                    kept.append(line)
-                else:
+                m = _LIBTPU_LINE.search(line)
+                theirs = line[m.start():] if m else b""
+                ours = line[:m.start()] if m else line
+                if theirs:
+                    kept.append(theirs)
+                if ours:
                     try:
-                        os.write(saved, line)
+                        os.write(saved, ours)
                     except OSError:
                         pass
 
