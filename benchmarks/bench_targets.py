@@ -44,6 +44,8 @@ def main() -> None:
     args = p.parse_args()
     from jaxmemprof import load_run
     from jaxmemprof.analysis.advice.targets import build_targets
+    from jaxmemprof.analysis.attributed import attribute
+    from jaxmemprof.analysis.options import Options
 
     env = dict(os.environ, JAX_PLATFORMS="cpu")
     res = Results()
@@ -59,12 +61,12 @@ def main() -> None:
                 walls[mode].append(wall)
                 cpus[mode].append(cpu)
                 if mode == "target":
-                    t = build_targets(load_run(out))
+                    t = build_targets(attribute(load_run(out), Options()))
                     compiled.append((t.compiles, t.compile_s))
         out = Path(tmp) / "plan"
         plan_wall, plan_cpu = timed_run([sys.executable, "-m", "jaxmemprof", "run", "-q", "--plan", "--target",
                                          "v5e:2x2", "-o", str(out), str(MLP), "--steps", str(args.steps)], env)
-        t = build_targets(load_run(out))
+        t = build_targets(attribute(load_run(out), Options()))
         plan_row = t.rows.iloc[0]
         imported = {}
         for how, prefix in (("run", ["-m", "jaxmemprof", "run", "-q", "-o", str(Path(tmp) / "imp")]), ("python", [])):

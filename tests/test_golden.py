@@ -145,7 +145,7 @@ GOLDENS = [
            excerpt=(("Memory inside jitted functions", 4), ("Findings", None))),
     # The MLP compiled for two TPU slices it never saw (run --plan --target: docs/targets.md).
     Golden("report-mlp-target", f"COLUMNS=100 jaxmemprof report {RUNS}/mlp-target", doc="docs/targets.md",
-           excerpt=(("Compiled for TPU slices", 10),)),
+           excerpt=(("Compiled for TPU slices", 14),)),
     Golden("check-mlp-target", f"jaxmemprof check {RUNS}/mlp-target --target-fits v5e:2x2 --target-fits v6e:2x2",
            doc="docs/targets.md", echo_status=True),
     Golden("check-mlp-leak",

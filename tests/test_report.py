@@ -96,7 +96,8 @@ def test_export_csv_tables_parse_back(leaky, tmp_path):
     assert names == sorted(["timeline.csv", "devices.csv", "sites.csv", "arrays.csv", "lifetimes.csv",
                             "reuse.csv", "reuse_devices.csv", "leaks.csv", "recompiles.csv", "jit.csv",
                             "jit_peak.csv", "jit_buffers.csv", "jit_curve.csv", "roles.csv", "owners.csv", "plan.csv",
-                            "plan_models.csv", "targets.csv", "target_points.csv", "findings.csv", "holders.csv"])
+                            "plan_models.csv", "targets.csv", "target_points.csv", "target_lines.csv", "findings.csv",
+                            "holders.csv"])
     timeline = pd.read_csv(out / "timeline.csv")
     assert len(timeline) == STEPS + 2
     assert timeline["live_bytes"].iloc[-2] == PEAK

@@ -29,6 +29,8 @@ import pytest
 from conftest import REPO, cpu_env, run_cli, write_script
 
 from jaxmemprof import tpus
+from jaxmemprof.analysis.attributed import attribute
+from jaxmemprof.analysis.options import Options
 from jaxmemprof.store.reader import load_run
 
 pytestmark = pytest.mark.skipif(tpus.libtpu_missing(), reason="libtpu is not installed (pip install 'jaxmemprof[tpu]')")
@@ -177,7 +179,7 @@ def recorded(tmp_path_factory):
 def _points(run, target="v5e:2x2"):
     from jaxmemprof.analysis.advice.targets import build_targets
 
-    t = build_targets(load_run(run))
+    t = build_targets(attribute(load_run(run), Options()))
     return t, t.points[t.points["target"] == target]
 
 
@@ -199,9 +201,18 @@ def test_the_mlps_figures_are_those_of_an_independent_compile_for_the_slice(reco
     assert row["call_peak_bytes"] == sum(want[0][f] for f in FIGURES if f != "alias_bytes") - want[0]["alias_bytes"]
     # the run's own backend beside it: its compile of the same step (jit_compiles)
     assert row["run_backend"] == "cpu" and row["run_temp_bytes"] is not None
+    # XLA:TPU's buffers at its peak, by the program's lines: they add up to that peak, which is the
+    # independent compile's arguments and outputs (its temporaries 0 B: XLA:TPU fused them away)
+    lines = t.lines[t.lines["target"] == "v5e:2x2"]
+    assert lines["bytes"].sum() == lines["program_peak_bytes"].iloc[0]
+    assert lines["program_peak_bytes"].iloc[0] == want[0]["argument_bytes"] + want[0]["output_bytes"] \
+        + want[0]["temp_bytes"] - want[0]["alias_bytes"]
+    assert lines.loc[lines["kind"] == "argument", "bytes"].sum() == want[0]["argument_bytes"]
+    assert lines["site"].str.contains("train_mlp.py:").any()
     out, err = said["mlp"]
     assert f"target v5e:2x2: train_step {_mib(row['peak_bytes'])} per device at batch 32, fits a TPU v5 lite" in err
-    assert "InitGoogle" not in err and "TPU_WORKER" not in err  # libtpu's own lines go to the journal
+    # libtpu's own lines go to the journal, whole
+    assert "InitGoogle" not in err and "TPU_WORKER" not in err and "common_lib" not in err
 
 
 def _mib(n) -> str:
@@ -317,6 +328,8 @@ def test_report_export_and_check_read_the_slices(recorded, tmp_path):
     run_cli("export", d / "mlp", "--csv", tmp_path / "csv", check=0)
     assert (tmp_path / "csv" / "targets.csv").read_text().count("v5e:2x2") == 1
     assert (tmp_path / "csv" / "target_points.csv").read_text().count("v5e:2x2") == 3
+    assert "train_mlp.py:" in (tmp_path / "csv" / "target_lines.csv").read_text()
+    assert "at its peak (" in rep
     ok = run_cli("check", d / "mlp", "--target-fits", "v5e:2x2", check=0).stdout
     assert ok.startswith("ok   --target-fits v5e:2x2: train_step needs")
     # a slice the run was not compiled for, and one whose mesh did not map: the gate cannot look
@@ -407,7 +420,7 @@ def test_a_step_called_once_is_compiled_with_plan_and_the_programs_stderr_goes_o
     # (a tick's print writes its text and its newline apart: run's own closing lines may come between)
     later = [int(n) for n in re.findall(r"tick (\d+)", proc.stderr)]
     assert max(later) > end + 10, (end, max(later))
-    assert "InitGoogle" not in proc.stderr
+    assert "InitGoogle" not in proc.stderr and "common_lib" not in proc.stderr
     log = load_run(tmp_path / "run").events
     assert not log.loc[log["kind"] == "target-log", "message"].str.contains("tick").any()
 

@@ -82,7 +82,7 @@ def _equinox_params(functions) -> dict:
     return out
 
 
-def _site(attribution: Attribution, equinox_params: list | None, kind, op, frames: list) -> tuple[str, str, int]:
+def buffer_site(attribution: Attribution, equinox_params: list | None, kind, op, frames: list) -> tuple[str, str, int]:
     """(site, file, line) of a buffer XLA made: the innermost frame of the
     user's code; else an argument's name; else its op."""
     user = [f for f in frames if isinstance(f[0], str) and not attribution.is_library(f[0])]
@@ -113,7 +113,7 @@ def attributed_buffers(run, attribution: Attribution) -> pd.DataFrame:
     equinox = _equinox_params(functions)
     sites, files, lines = [], [], []
     for fid, kind, op, frames in zip(b["function_id"], b["kind"], b["op"], b["frames"]):
-        site, file, line = _site(attribution, equinox.get(fid), kind, op, _frames(frames))
+        site, file, line = buffer_site(attribution, equinox.get(fid), kind, op, _frames(frames))
         sites.append(site)
         files.append(file)
         lines.append(line)
@@ -214,7 +214,7 @@ def attributed_curves(run, attribution: Attribution, lines: int = CURVE_LINES) -
             positions, totals = [int(p) for p in curve["positions"]], [int(b) for b in curve["bytes"]]
             by_site: dict[str, list] = {}
             for (kind, frames, op), run_bytes in curve["stacks"]:
-                site = _site(attribution, equinox.get(fid), kind, op, [f for f in frames if len(f) == 3])[0]
+                site = buffer_site(attribution, equinox.get(fid), kind, op, [f for f in frames if len(f) == 3])[0]
                 acc = by_site.setdefault(site, [0] * len(positions))
                 for i, v in enumerate(run_bytes[:len(positions)]):
                     acc[i] += int(v)

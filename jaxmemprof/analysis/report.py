@@ -165,7 +165,7 @@ def build_report(ar: Attributed, *, extra_rules=()) -> Report:
         jit_peak=jit_peak, jit_buffers=largest_buffers(ar),
         jit_curve=program_curves(ar), true_peak_bytes=total_true_peak,
         true_peak_where=where,
-        fit=fit, findings=findings, plan=plan, targets=build_targets(run), roles=what, peak_devices=_peak_devices(tl),
+        fit=fit, findings=findings, plan=plan, targets=build_targets(ar), roles=what, peak_devices=_peak_devices(tl),
         answer=answer(summary, inside, busiest, memory_in_jit, jit_peak, what, findings), holders=held,
         peak_holders=site_holders(held, tl.peak_snapshot),
     )

@@ -292,7 +292,7 @@ def _closing(tgt, directory, status=None, ended_by=None, duration_s=None):
             from jaxmemprof.analysis.advice.targets import build_targets
             from jaxmemprof.render.targets import render_targets_closing
 
-            render_targets_closing(build_targets(run_), con)
+            render_targets_closing(build_targets(ar), con)
     except Exception as exc:  # the run itself is safe on disk
         # A stderr that cannot be written fails here again, and is silenced.
         say(f"jaxmemprof: warning: could not summarise the run: {exc}")

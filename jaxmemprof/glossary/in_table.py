@@ -161,7 +161,16 @@ IN_TABLE: dict[str, dict[str, str]] = {
         "backend": "`tpu`.",
         "fits": "Whether the peak is within what XLA may use of one device of the slice (`usable_bytes`).",
     },
+    "target_lines.csv": {
+        "function": "The function compiled for the slice.",
+        "bytes": "XLA:TPU's buffers made at this line, of this kind, in device memory and live at the program's "
+                 "peak (per device).",
+        "buffers": "How many.",
+        "program_peak_bytes": "The peak of XLA:TPU's buffer assignment for the program in device memory (per "
+                              "device): what the lines add up to; XLA:TPU's call peak less its generated code.",
+    },
     "targets": {
+        "lines": "The rows of target_lines.csv.",
         "compiles": "The compiles for every slice.",
         "events": "What could not be compiled, and why, one line each.",
         "points": "The rows of target_points.csv.",

@@ -117,6 +117,10 @@ def tables() -> list[tuple[str, list[Table]]]:
         Table("target_points.csv", "target_points.csv", both.format(f="target_points.csv", j="targets.points"),
               "One per TPU slice x compile x device of the call: plan.csv's columns for each compile for the "
               "slice.", _csv(targets.POINT_COLUMNS)),
+        Table("target_lines.csv", "target_lines.csv", both.format(f="target_lines.csv", j="targets.lines"),
+              "One per TPU slice x function x user line x kind: XLA:TPU's buffers in device memory live at the "
+              "peak of the step compiled for the slice at the recorded batch, largest first.",
+              _csv(targets.LINE_COLUMNS)),
         Table("holders.csv", "holders.csv", both.format(f="holders.csv", j="holders"),
               "One per search read (`peak`, `end`) x site x chain of Python references holding that site's arrays, "
               "largest first (docs/holders.md).", _csv(py_holders.HOLDER_COLUMNS)),
@@ -147,7 +151,7 @@ def tables() -> list[tuple[str, list[Table]]]:
               "`--plan`).", ("device_bytes", "backends", "compiles", "compile_s", "fraction_variable",
                             "searched_bytes", "events", "functions", "points", "models")),
         Table("targets", "targets", "`report --json`: `targets`", "One object (null for a run recorded without "
-              "`--target`).", ("asked", "compiles", "compile_s", "events", "rows", "points")),
+              "`--target`).", ("asked", "compiles", "compile_s", "events", "rows", "points", "lines")),
         Table("plan functions", "plan.functions", "`report --json`: `plan.functions`", "One per planned function.",
               tuple(f.name for f in fields(plan.Planned))),
         Table("fit", "fit", "`report --json --device-memory SIZE`: `fit`", "One object (null without "

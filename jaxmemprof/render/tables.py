@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 
 from jaxmemprof.analysis.advice.plan import MODEL_COLUMNS, PLAN_COLUMNS
-from jaxmemprof.analysis.advice.targets import POINT_COLUMNS, TARGET_COLUMNS
+from jaxmemprof.analysis.advice.targets import LINE_COLUMNS, POINT_COLUMNS, TARGET_COLUMNS
 from jaxmemprof.analysis.report import Report
 from jaxmemprof.render import findings as said
 from jaxmemprof.render import notes
@@ -16,7 +16,7 @@ EXPORT_FILES = (
     "timeline.csv", "devices.csv", "sites.csv", "arrays.csv", "lifetimes.csv", "reuse.csv",
     "reuse_devices.csv", "leaks.csv", "recompiles.csv", "jit.csv", "jit_peak.csv", "jit_buffers.csv",
     "jit_curve.csv", "roles.csv", "owners.csv", "plan.csv", "plan_models.csv", "targets.csv", "target_points.csv",
-    "holders.csv", "findings.csv",
+    "target_lines.csv", "holders.csv", "findings.csv",
 )
 
 
@@ -52,6 +52,7 @@ def export_tables(rep: Report) -> dict[str, pd.DataFrame]:
         "plan_models.csv": rep.plan.models if rep.plan is not None else _empty(MODEL_COLUMNS),
         "targets.csv": rep.targets.rows if rep.targets is not None else _empty(TARGET_COLUMNS),
         "target_points.csv": rep.targets.points if rep.targets is not None else _empty(POINT_COLUMNS),
+        "target_lines.csv": rep.targets.lines if rep.targets is not None else _empty(LINE_COLUMNS),
         "holders.csv": rep.holders,
         "findings.csv": said.table(rep.findings),
     }
@@ -100,12 +101,14 @@ def _empty(columns) -> pd.DataFrame:
 
 def targets_document(targets) -> dict | None:
     """run --target's slices in JSON: one row per slice and function
-    (targets.csv), every compile (target_points.csv), what could not be
-    compiled; null for a run recorded without --target."""
+    (targets.csv), every compile (target_points.csv), XLA:TPU's buffers at
+    its peak by line (target_lines.csv), what could not be compiled; null
+    for a run recorded without --target."""
     if targets is None:
         return None
     return {"asked": list(targets.asked), "compiles": targets.compiles, "compile_s": targets.compile_s,
-            "events": list(targets.events), "rows": records(targets.rows), "points": records(targets.points)}
+            "events": list(targets.events), "rows": records(targets.rows), "points": records(targets.points),
+            "lines": records(targets.lines)}
 
 
 def plan_document(plan) -> dict | None:

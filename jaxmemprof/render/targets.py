@@ -47,6 +47,16 @@ def _batch(r) -> str:
             + (", the largest compiled" if nxt is pd.NA else f"; {int(nxt):,}, the next compiled, does not") + ")")
 
 
+def _lines(targets, r, n: int = 2) -> str:
+    """The user lines holding the most at the peak of XLA:TPU's program."""
+    mine = targets.lines[(targets.lines["target"] == r["target"]) & (targets.lines["function"] == r["function"])]
+    if mine.empty:
+        return ""
+    shown = ", ".join(f"{x['site']} {format_bytes(int(x['bytes']))} {x['kind']}" for _, x in mine.head(n).iterrows())
+    more = f", +{len(mine) - n} more (target_lines.csv)" if len(mine) > n else ""
+    return f"at its peak ({format_bytes(int(mine['program_peak_bytes'].iloc[0]))} without code): {shown}{more}"
+
+
 def render_targets(targets, con: Console, explain: bool = False) -> None:
     """The report's section on the slices (nothing without run --target)."""
     if targets is None:
@@ -68,7 +78,7 @@ def render_targets(targets, con: Console, explain: bool = False) -> None:
                                               else f"({'fits' if r[c] <= r['usable_bytes'] else 'does not fit'})")
                  for name, c in (("donated", "donated_peak_bytes"), ("bfloat16", "bfloat16_peak_bytes"))
                  if r[c] is not pd.NA]
-        for said in (", ".join(fixes), _batch(r), _refused(r)):
+        for said in (", ".join(fixes), _batch(r), _refused(r), _lines(targets, r)):
             if said:
                 con.print(Text(f"{safe(r['target'])} {safe(r['function'])}: {safe(said)}"))
     for name in targets.asked:
@@ -100,4 +110,4 @@ def render_targets_closing(targets, con: Console) -> None:
         if why is not None:
             con.print(Text(f"target {safe(name)}: {safe(why)}"))
     con.print(Text(f"targets: {counted(targets.compiles, 'compile')}, {targets.compile_s:.2f} s "
-                   f"(export --csv: targets.csv, target_points.csv)"))
+                   f"(export --csv: targets.csv, target_points.csv, target_lines.csv)"))

@@ -77,6 +77,9 @@ _TABLES = {
                      "alias_bytes", "temp_bytes", "generated_code_bytes", "compile_s"),
                     ("target", "signature", "variant", "devices", "live_outside", "backend", "detail", "error"),
                     ("target", "function_id", "variant")),  # batch NULL (not told) reads as 0
+    "jit_target_buffers": (("function_id", "bytes", "program_peak_bytes"),
+                           ("target", "signature", "name", "shape", "kind", "op", "frames"),
+                           ("target", "function_id", "bytes")),
     "snapshot_calls": (("snapshot", "function_id"), (), ("snapshot", "function_id")),
     "jit_whatif": (("function_id", "argument_bytes", "output_bytes", "alias_bytes", "temp_bytes",
                     "generated_code_bytes", "compile_s"), ("signature", "change", "backend", "error"),
@@ -93,7 +96,7 @@ _FLOAT_COLUMNS = {"t_wall", "t_mono", "cost_s", "wall_s", "dump_s", "compile_s"}
 # Tables that runs recorded by earlier versions lack.
 _ADDED_TABLES = {"jit_programs", "jit_buffers", "jit_curves", "thinned", "array_kinds", "source_names", "held_by",
                  "jit_plans", "jit_whatif", "snapshot_calls", "py_chains", "py_holders", "py_holder_searches",
-                 "jit_targets"}
+                 "jit_targets", "jit_target_buffers"}
 
 # Journal cells that hold JSON, which the analyses parse (the jit probe's).
 # A cell nested deeper than _MAX_JSON_DEPTH is damage: read as missing.
@@ -102,6 +105,7 @@ _JSON_COLUMNS = {
                       "wrapper_options"),
     "jit_calls": ("inputs", "outputs", "inputs_alive", "live_before"),
     "jit_buffers": ("frames",),
+    "jit_target_buffers": ("frames",),
     "jit_curves": ("curve",),
     "held_by": ("frames", "shape", "names"),
     "jit_plans": ("devices", "live_outside", "detail"),

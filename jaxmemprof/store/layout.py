@@ -220,6 +220,19 @@ CREATE TABLE IF NOT EXISTS jit_targets (  -- run --target: the planned steps com
     detail        TEXT,
     error         TEXT
 );
+CREATE TABLE IF NOT EXISTS jit_target_buffers (  -- run --target: XLA:TPU's buffers in device memory live at the
+                                                 -- peak of the step compiled for the slice at the recorded batch
+    target        TEXT NOT NULL,
+    function_id   INTEGER NOT NULL,
+    signature     TEXT NOT NULL,
+    name          TEXT NOT NULL,        -- the HLO value
+    bytes         INTEGER NOT NULL,
+    shape         TEXT NOT NULL,
+    kind          TEXT NOT NULL,        -- argument, output, aliased, temporary, constant
+    op            TEXT NOT NULL,
+    frames        TEXT NOT NULL,        -- JSON [[file, line, function], ...] of the line that made it, innermost first
+    program_peak_bytes INTEGER NOT NULL -- the program's peak in device memory (its buffer assignment, swept)
+);
 CREATE TABLE IF NOT EXISTS snapshot_calls (  -- a call in progress as a snapshot started (the jit probe's
                                         -- watched calls only): the snapshot saw a moment of that call
     snapshot      INTEGER NOT NULL,

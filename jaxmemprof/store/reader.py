@@ -425,7 +425,7 @@ def _load_journal_run(path: Path) -> Run:
         executables = _query(con, "executables", warnings)
         jit = {t: _query(con, f"jit_{t}", warnings)
                for t in ("functions", "compiles", "calls", "counts", "programs", "buffers", "curves", "plans", "whatif",
-                                 "targets")}
+                                 "targets", "target_buffers")}
         jit["snapshot_calls"] = _query(con, "snapshot_calls", warnings)
         markers = _query(con, "markers", warnings)
         events = _query(con, "events", warnings)

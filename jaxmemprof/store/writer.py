@@ -317,6 +317,10 @@ class RunWriter:
         self._insert("INSERT INTO jit_targets VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                      [(target, *r) for r in rows])
 
+    def add_jit_target_buffers(self, rows: list) -> None:
+        """jit_target_buffers rows (run --target): XLA:TPU's buffers at the program's peak."""
+        self._insert("INSERT INTO jit_target_buffers VALUES (?,?,?,?,?,?,?,?,?,?)", rows)
+
     def add_snapshot_calls(self, snapshot: int, function_ids: list) -> None:
         """snapshot_calls rows: the jitted functions a call of which was in progress as the snapshot started."""
         self._insert("INSERT INTO snapshot_calls VALUES (?,?)", [(snapshot, int(f)) for f in function_ids])

@@ -273,6 +273,8 @@ def read_program(hlo_text: str, assignment_text: str, live_range_text: str, *, m
     # is not read: it counts an op's output and the operand it was written
     # over as two buffers (docs/jax-facts.md, "The peak").
     sizes = _value_sizes(assignment_text)
+    for name in _other_memory(assignment_text):
+        sizes.pop(name, None)
     named = sorted(n for n in ranges if n in sizes)
     swept = sweep([(ranges[n][0], ranges[n][1], sizes[n], slots.get(n)) for n in named], length)
     peak_at = swept.peak_position
@@ -294,6 +296,27 @@ def _name_and_index(name: str) -> tuple:
     return base, tuple(int(i) for i in index.rstrip("}").split(",") if i.strip())
 
 
+_COLOR = re.compile(r", color (\d+),")
+
+
+def _other_memory(text: str) -> set:
+    """The values of allocations in another memory space than the device's
+    main one (``color N``, N > 0: XLA:TPU's on-chip memories; XLA:CPU's
+    dumps have none): not in the device's memory, nor in memory_analysis()."""
+    out, other = set(), False
+    for line in text.splitlines():
+        m = _ALLOCATION.match(line)
+        if m:
+            c = _COLOR.search(m.group(3) + ",")
+            other = c is not None and int(c.group(1)) > 0
+            continue
+        if other:
+            v = _VALUE.match(line)
+            if v:
+                out.add(_value_key(v.group(1)))
+    return out
+
+
 def _value_sizes(text: str) -> dict[str, int]:
     out = {}
     for line in text.splitlines():
@@ -308,7 +331,9 @@ def read_dump(directory: Path | str, module_name: str | None = None) -> list[Pro
     program of a jitted function: ``jit_<name>``), read."""
     directory = Path(directory)
     out = []
-    for hlo in sorted(directory.glob("module_*_after_optimizations.txt")):
+    # module_0006.jit_step.cpu_after_optimizations.txt; XLA:TPU's module_0000.jit_step.cl_93374.after_optimizations.txt
+    for hlo in sorted([*directory.glob("module_*_after_optimizations.txt"),
+                       *directory.glob("module_*.after_optimizations.txt")]):
         stem = hlo.name[: -len(".txt")]
         assignment = hlo.with_name(stem + "-buffer-assignment.txt")
         ranges = hlo.with_name(stem + "-live-range.txt")

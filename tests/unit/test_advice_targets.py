@@ -16,6 +16,8 @@ from conftest import cpu_env, write_script
 
 from jaxmemprof import tpus
 from jaxmemprof.analysis.advice.targets import build_targets
+from jaxmemprof.analysis.attributed import attribute
+from jaxmemprof.analysis.options import Options
 from jaxmemprof.store.reader import load_run
 from jaxmemprof.truepeak import FIGURES, call_peak
 
@@ -43,7 +45,7 @@ def run(tmp_path_factory):
 
 
 def test_each_slice_has_a_row_of_its_compiles_and_its_chip(run):
-    t = build_targets(run)
+    t = build_targets(attribute(run, Options()))
     assert t.asked == ["v5e:2x2", "v6e:2x2"]
     rows = t.rows.set_index("target")
     table = run.jit["targets"]
@@ -62,10 +64,16 @@ def test_each_slice_has_a_row_of_its_compiles_and_its_chip(run):
         assert r["compiles"] == 3 and r["compile_s"] > 0
         assert pd.isna(r["largest_batch"]) and pd.isna(r["next_batch"])  # without --plan, no search
     assert t.compiles == 6 and t.not_compiled("v5e:2x2") is None
+    # each slice's buffers at its program's peak add up to it, and to its arguments and outputs there
+    for name in t.asked:
+        lines = t.lines[t.lines["target"] == name]
+        r = rows.loc[name]
+        assert lines["bytes"].sum() == lines["program_peak_bytes"].iloc[0]
+        assert lines["program_peak_bytes"].iloc[0] == r["call_peak_bytes"] - r["generated_code_bytes"]
 
 
 def test_the_runs_own_figures_stand_beside_the_targets(run):
-    t = build_targets(run)
+    t = build_targets(attribute(run, Options()))
     compiles = run.jit["compiles"]
     own = compiles.iloc[compiles[list(FIGURES)].sum(axis=1).argmax()]
     r = t.rows.iloc[0]

@@ -17,6 +17,13 @@ compiling for the slice.
   ``--plan`` ``largest_batch`` (the largest *compiled* batch whose peak
   fits, on every device of the call) and ``next_batch`` (the smallest
   compiled batch above it, which does not).
+- ``lines`` (target_lines.csv): per slice, function, user line and kind,
+  XLA:TPU's buffers in the device's memory live at the peak of the step
+  compiled for the slice at the recorded batch (its buffer assignment, from
+  its dump; XLA:TPU's on-chip memories left out), largest first: the lines
+  to change for that chip, which need not be the run's own. Their sum is
+  the program's peak there (``program_peak_bytes``): arguments, outputs
+  and the temporaries live together, XLA:TPU's call peak without its code.
 """
 
 from __future__ import annotations
@@ -29,9 +36,12 @@ import pandas as pd
 from jaxmemprof import tpus
 from jaxmemprof.analysis.advice.plan import PLAN_COLUMNS, RECORDED, curves, function_names, points_of
 from jaxmemprof.analysis.cells import json_cell as _json
+from jaxmemprof.analysis.inside_jit import buffer_site
 from jaxmemprof.truepeak import FIGURES
 
 POINT_COLUMNS = ["target", *PLAN_COLUMNS]
+LINE_COLUMNS = ["target", "function_id", "function", "site", "file", "line", "kind", "bytes", "buffers",
+                "share_of_peak", "program_peak_bytes"]
 TARGET_COLUMNS = ["target", "chip", "function_id", "function", "devices", "batch", "peak_bytes", "call_peak_bytes",
                   "live_outside_bytes", *FIGURES, "run_backend", "run_peak_bytes", "run_call_peak_bytes",
                   *(f"run_{f}" for f in FIGURES), "hbm_bytes", "usable_bytes", "fits", "donated_peak_bytes",
@@ -44,6 +54,7 @@ class Targets:
     rows: pd.DataFrame  # TARGET_COLUMNS
     points: pd.DataFrame  # POINT_COLUMNS
     events: list  # what the recorder could not compile, and why
+    lines: pd.DataFrame  # LINE_COLUMNS
 
     @property
     def compiles(self) -> int:
@@ -85,8 +96,27 @@ def _int(v):
     return None if v is None or pd.isna(v) else int(v)
 
 
-def build_targets(run) -> Targets | None:
+def _lines(ar, names: dict) -> pd.DataFrame:
+    """XLA:TPU's buffers at each slice's program peak, by user line and kind."""
+    b = ar.run.jit.get("target_buffers")
+    if b is None or b.empty:
+        return pd.DataFrame({c: pd.Series(dtype=object) for c in LINE_COLUMNS})
+    b = b.copy()
+    frames = [[f for f in _json(x, []) if isinstance(f, list) and len(f) == 3] for x in b["frames"]]
+    where = [buffer_site(ar.attribution, None, k, op, f) for k, op, f in zip(b["kind"], b["op"], frames)]
+    b["site"], b["file"], b["line"] = [w[0] for w in where], [w[1] for w in where], [w[2] for w in where]
+    b["function"] = [names.get(int(f), str(f)) for f in b["function_id"]]
+    out = b.groupby(["target", "function_id", "function", "site", "file", "line", "kind", "program_peak_bytes"],
+                    sort=False).agg(bytes=("bytes", "sum"), buffers=("name", "size")).reset_index()
+    out["share_of_peak"] = out["bytes"] / out["program_peak_bytes"].where(out["program_peak_bytes"] > 0)
+    out = out.sort_values(["target", "function_id", "bytes", "site"], ascending=[True, True, False, True],
+                          kind="stable")
+    return out.reset_index(drop=True)[LINE_COLUMNS]
+
+
+def build_targets(ar) -> Targets | None:
     """The slices of a run recorded with ``run --target`` (None: without)."""
+    run = ar.run
     table = run.jit.get("targets")
     asked = ((run.manifest or {}).get("settings") or {}).get("targets") or []
     asked = [str(a) for a in asked] if isinstance(asked, list) else []
@@ -179,4 +209,5 @@ def build_targets(run) -> Targets | None:
         if c.endswith("_bytes") or c in ("devices", "batch", "largest_batch", "next_batch", "compiles"):
             out[c] = out[c].astype("Int64")
     out["fits"] = out["fits"].astype("boolean")
-    return Targets(asked=asked, rows=out, points=points.reindex(columns=POINT_COLUMNS), events=said)
+    return Targets(asked=asked, rows=out, points=points.reindex(columns=POINT_COLUMNS), events=said,
+                   lines=_lines(ar, names))

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import json
 import math
+import tempfile
 import time
 from dataclasses import dataclass
 
@@ -359,14 +360,18 @@ class Planner:
             else:  # a target's, each as it is compiled (seconds each): a signal meanwhile keeps those done
                 writer.add_jit_targets(target.name, [r])
 
-        def compile_at(fn, b, narrow, detail):
-            fig, seconds, error, said = self._compile(fn, ab, scaled, axis, b, narrow=narrow, wrapper=wrapper)
+        def compile_at(fn, b, narrow, detail, dump_to=None):
+            fig, seconds, error, said = self._compile(fn, ab, scaled, axis, b, narrow=narrow, wrapper=wrapper,
+                                                      dump_to=dump_to)
             row(DONATED if fn is not real else NARROW if narrow else RECORDED, b, fig, seconds,
                 {"scale": 1.0 if b is None or not batch else b / batch, **detail, "warnings": said}, error)
             return fig if fig is not None or target is None or not out_of_memory(error) else TOO_LARGE
 
         if target is not None:  # the target's own figures at the recorded batch
-            figures = compile_at(real, batch, False, {"source": "target"})
+            with tempfile.TemporaryDirectory(prefix="jaxmemprof-xla-") as dump:  # and XLA:TPU's buffers by line
+                figures = compile_at(real, batch, False, {"source": "target"}, dump_to=dump)
+                if figures is not None and figures is not TOO_LARGE:
+                    self._target_buffers(target, state, sig, dump)
             if figures is TOO_LARGE:  # XLA:TPU refused it for the device's memory: the search goes down
                 figures, refused_at = None, batch
             else:
@@ -415,6 +420,27 @@ class Planner:
             compile_at(real, b, True, {"source": "compiled", "narrowed": len(wide)})
         if target is None:
             writer.add_jit_plans(rows)
+
+    def _target_buffers(self, target, state, sig: str, dump: str) -> None:
+        """XLA:TPU's buffers in the device's memory live at the program's
+        peak, with the op and user line that made each (its dump's buffer
+        assignment: xla/dump.py), to jit_target_buffers."""
+        from jaxmemprof.xla.dump import read_dump
+
+        try:
+            programs = read_dump(dump)
+        except Exception as exc:  # the figures stand; only the lines are missing, and said
+            programs, why = [], f"{type(exc).__name__}: {exc}"
+        else:
+            why = "its dump held no buffer assignment"
+        if not programs:
+            self.probe.writer.add_event("target", f"{target.name}: {state.row.get('name', state.function_id)}: "
+                                                  f"no buffers by line: {why}"[:2000])
+            return
+        p = max(programs, key=lambda p: p.peak_bytes)
+        self.probe.writer.add_jit_target_buffers(
+            [(target.name, state.function_id, sig, b.name, b.bytes, b.shape, b.kind, b.op, json.dumps(b.frames),
+              p.peak_bytes) for b in p.buffers if b.at_peak])
 
     def _batch(self, state, real, ab: Abstract, flow: dict, axis: int, wrapper: str, figures, kind: str,
                statics: bool = True, say: bool = True):
@@ -491,13 +517,14 @@ class Planner:
         fn = rejit(self.probe, state, real, nums, names)
         return fn if isinstance(fn, str) else (fn, {"argnums": sorted(nums), "argnames": sorted(names)})
 
-    def _compile(self, fn, ab: Abstract, scaled, axis, batch, narrow: bool, wrapper: str = "jax.jit"):
+    def _compile(self, fn, ab: Abstract, scaled, axis, batch, narrow: bool, wrapper: str = "jax.jit",
+                 dump_to: str | None = None):
         """XLA's figures at ``batch``: the ``scaled`` inputs' dimension set to
         it, or, with none (a batch set by a static argument: ``ab.batch_static``),
         that argument."""
         if not scaled and ab.batch_static is not None and batch is not None:
             ab = _with_static(ab, batch)
-        return compile_figures(self.probe._jax, fn, ab, scaled, axis, batch, narrow, wrapper)
+        return compile_figures(self.probe._jax, fn, ab, scaled, axis, batch, narrow, wrapper, dump_to)
 
 
 # A target's compile that XLA:TPU refused for its memory ("RESOURCE_EXHAUSTED: Ran out of memory

@@ -86,7 +86,7 @@ class _Log:
 # A line of the program's written in two parts (a print's text, then its
 # newline) can have one of libtpu's in between: what comes before the marker
 # is the program's.
-_LIBTPU_LINE = re.compile(rb"[EWIF]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ [\w.]+:\d+\]|WARNING: Logging before InitGoogle|"
+_LIBTPU_LINE = re.compile(rb"[EWIF]\d{4} \d\d:\d\d:[\d.]+ +\d+ [\w.]+:\d+\]|WARNING: Logging before InitGoogle|"
                           rb"=== Source Location Trace|learning/[0-9a-f]+/|Failed to find host bounds for accelerator|"
                           rb"WARNING: could not determine TPU")
 

@@ -40,7 +40,7 @@ _FIELDS = ("argument_size_in_bytes", "output_size_in_bytes", "alias_size_in_byte
 
 
 def compile_figures(jax, fn, ab, scaled=(), axis: int = 0, batch: int | None = None, narrow: bool = False,
-                    wrapper: str = "jax.jit"):
+                    wrapper: str = "jax.jit", dump_to: str | None = None):
     """XLA's figures for ``fn`` on the abstract arguments ``ab``
     (plan.Abstract), the ``scaled`` inputs' dimension ``axis`` set to
     ``batch``, every float32 argument as bfloat16 if ``narrow``:
@@ -59,14 +59,15 @@ def compile_figures(jax, fn, ab, scaled=(), axis: int = 0, batch: int | None = N
             if hasattr(x, "shape") and str(x.dtype) == "float32":
                 flat[j] = jax.ShapeDtypeStruct(x.shape, jax.numpy.bfloat16, sharding=x.sharding,
                                                weak_type=x.weak_type)
-    compiled, seconds, error, said = _compile(jax, fn, ab, flat, wrapper)
+    compiled, seconds, error, said = _compile(jax, fn, ab, flat, wrapper, dump_to)
     return (compiled[0] if compiled else None), seconds, error, said
 
 
-def _compile(jax, fn, ab, flat: list, wrapper: str):
+def _compile(jax, fn, ab, flat: list, wrapper: str, dump_to: str | None = None):
     """``fn`` lowered and compiled on the abstract arguments ``ab`` with
     ``flat`` as its dynamic leaves: ((XLA's figures, the compiled
-    executable) or None, seconds, error or None, warnings)."""
+    executable) or None, seconds, error or None, warnings). ``dump_to``: a
+    directory XLA dumps the compiled program to (its buffer assignment)."""
     args, kwargs = jax.tree_util.tree_unflatten(ab.treedef, flat)
     args = list(args)
     for i, v in ab.static.items():
@@ -77,7 +78,8 @@ def _compile(jax, fn, ab, flat: list, wrapper: str):
     try:
         with warnings.catch_warnings(record=True) as caught, _unseen_compile(jax), _lowering(fn, wrapper):
             warnings.simplefilter("always")
-            compiled = fn.lower(*args, **kwargs).compile()
+            lowered = fn.lower(*args, **kwargs)
+            compiled = lowered.compile(compiler_options={"xla_dump_to": dump_to}) if dump_to else lowered.compile()
             ma = compiled.memory_analysis()
         said = [f"{w.category.__name__}: {w.message}"[:300] for w in caught][:3]
         if ma is None:
