@@ -68,9 +68,7 @@ def load_stages(step: Steps, path: Path, tag: str = ""):
     raw = bytes(raw)
     first, end, keys = step(f"scan samples' bytes{tag}", lambda: reader._scan_raw(raw))
     msg = step(f"protobuf parse (the rest){tag}", lambda: profile_pb2.Profile.FromString(raw[:first] + raw[end:]))
-    prof = step(f"_convert{tag}", lambda: reader._convert(msg, name, None, keys))
-    step(f"stack_groups (per-stack sums){tag}", prof.stack_groups)
-    return prof
+    return step(f"_convert{tag}", lambda: reader._convert(msg, name, None, keys))
 
 
 def show_stages(path: Path, devnull) -> list[tuple[str, float, float]]:
@@ -82,7 +80,7 @@ def show_stages(path: Path, devnull) -> list[tuple[str, float, float]]:
     step = Steps()
     prof = load_stages(step, path)
     attr = sites.Attribution()
-    step("  stack_keys (attribution)", lambda: sites.stack_keys(prof, attr, "site"))
+    step("  stack_classes (attribution)", lambda: sites.stack_classes(prof, attr, "site"))
     summary = step("summarize (all of it)", lambda: groups.summarize(prof, "site", attr))
     shown = step("top 20", lambda: groups.top(summary, 20))
     step("render text (20 rows, no rich)", lambda: devnull.write(

@@ -142,7 +142,12 @@ def test_show_output_same_in_and_out_of_process(tmp_path):
 
 
 def _varint(n: int) -> bytes:
-    return reader._varint_bytes(n)
+    out = bytearray()
+    while n >= 0x80:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
 
 
 def _field(num: int, payload: bytes) -> bytes:

@@ -5,8 +5,9 @@ A diff is a merge of the new profile with the base scaled by -1, as in
 ``go tool pprof -diff_base``: the deltas of all groups add up to the new total
 minus the base total, exactly.
 
-The grouping is plain Python over the profile's distinct (kind, device,
-stack) groups (``Profile.stack_groups``), so ``show`` and ``diff`` import
+The grouping is plain Python over the profile's samples summed per class of
+stack (``Profile.class_sums``: a class is the site frame, say) and per (kind,
+device) (``Profile.label_sums``), so ``show`` and ``diff`` import
 neither pandas nor numpy. A result keeps its rows as a :class:`Table`;
 ``rows``, ``devices`` and ``kinds`` read as DataFrames (built on first
 access, with the dtypes a pandas group-by gives), for every other caller.
@@ -15,9 +16,10 @@ access, with the dtypes a pandas group-by gives), for every other caller.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from itertools import compress
 from typing import TYPE_CHECKING
 
-from jaxmemprof.analysis.sites import Attribution, stack_keys
+from jaxmemprof.analysis.sites import Attribution, stack_classes
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -217,24 +219,13 @@ def _sums(profile: Profile, by: str, attribution: Attribution) -> dict:
     """``{key tuple: [bytes, count]}`` over the profile's samples."""
     if by not in KEY_COLUMNS:
         raise ValueError(f"unknown grouping {by!r}; choose from {', '.join(GROUPINGS)}")
-    acc: dict = {}
-    get = acc.get
-    groups = profile.stack_groups()
     if by in ("device", "kind"):
-        col = 1 if by == "device" else 0
-        for g in groups:
-            key = (g[col],)
-            a = get(key)
-            if a is None:
-                acc[key] = [g[3], g[4]]
-            else:
-                a[0] += g[3]
-                a[1] += g[4]
-        return acc
-    keys = stack_keys(profile, attribution, by)
-    for _, _, sid, b, c in groups:
-        key = keys[sid]
-        a = get(key)
+        return {(k,): v for k, v in _label_sums(profile, 1 if by == "device" else 0).items()}
+    acc: dict = {}
+    classes, keys = stack_classes(profile, attribution, by)
+    nb, nc, seen = profile.class_sums(classes, len(keys))
+    for key, b, c in compress(zip(keys, nb, nc), seen):
+        a = acc.get(key)
         if a is None:
             acc[key] = [b, c]
         else:
@@ -246,13 +237,13 @@ def _sums(profile: Profile, by: str, attribution: Attribution) -> dict:
 def _label_sums(profile: Profile, col: int) -> dict:
     """``{device or kind: [bytes, count]}`` (``col``: 1 device, 0 kind)."""
     acc: dict = {}
-    for g in profile.stack_groups():
-        a = acc.get(g[col])
+    for kd, (b, c) in profile.label_sums().items():
+        a = acc.get(kd[col])
         if a is None:
-            acc[g[col]] = [g[3], g[4]]
+            acc[kd[col]] = [b, c]
         else:
-            a[0] += g[3]
-            a[1] += g[4]
+            a[0] += b
+            a[1] += c
     return acc
 
 

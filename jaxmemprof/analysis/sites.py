@@ -98,38 +98,38 @@ def frame_texts(profile: Profile, attribution: Attribution) -> list[tuple[bool, 
     return [(not is_lib[f], shown[f], ln, fn, f"{shown[f]}:{ln} ({fn})") for fn, f, ln in keys]
 
 
-def stack_keys(profile: Profile, attribution: Attribution, by: str) -> list[tuple]:
-    """Per stack_id, its key for grouping ``by`` ``site`` (``(site, file,
-    line, function)`` of the site frame), ``function``, ``file`` or
-    ``stack`` (the user stack as text): the values :func:`stack_sites` has
-    in those columns, without pandas."""
+def stack_classes(profile: Profile, attribution: Attribution, by: str) -> tuple[list[int], list[tuple]]:
+    """Per stack_id its class, and per class its key for grouping ``by``
+    ``site`` (``(site, file, line, function)`` of the site frame),
+    ``function``, ``file`` or ``stack`` (the user stack as text): the values
+    :func:`stack_sites` has in those columns, without pandas. A class is the
+    site frame (one past the last frame for an empty stack), or for ``stack``
+    the stack itself; two classes may have one key."""
     texts = frame_texts(profile, attribution)
-    placeholder = (False, "", 0, "", NO_STACK)
-    out = []
     if by == "stack":
+        keys = []
         for stack in profile.stacks:
             if not stack:
-                out.append((NO_STACK,))
+                keys.append((NO_STACK,))
                 continue
             user = [texts[f][4] for f in stack if texts[f][0]] or [texts[stack[0]][4]]
-            out.append((STACK_SEPARATOR.join(user),))
-        return out
-    for stack in profile.stacks:
-        t = placeholder
-        for fid in stack:
-            if texts[fid][0]:
-                t = texts[fid]
-                break
-        else:
-            if stack:
-                t = texts[stack[0]]
-        if by == "site":
-            out.append((t[4], t[1], t[2], t[3]))
-        elif by == "function":
-            out.append((t[3],))
-        else:
-            out.append((t[1],))
-    return out
+            keys.append((STACK_SEPARATOR.join(user),))
+        return list(range(len(keys))), keys
+    out = profile.first_frames([t[0] for t in texts])  # -1: an empty stack, the last class
+    texts.append((False, "", 0, "", NO_STACK))
+    if by == "site":
+        keys = [(t[4], t[1], t[2], t[3]) for t in texts]
+    elif by == "function":
+        keys = [(t[3],) for t in texts]
+    else:
+        keys = [(t[1],) for t in texts]
+    return out, keys
+
+
+def stack_keys(profile: Profile, attribution: Attribution, by: str) -> list[tuple]:
+    """Per stack_id, its key for grouping ``by`` (see :func:`stack_classes`)."""
+    classes, keys = stack_classes(profile, attribution, by)
+    return [keys[c] for c in classes]
 
 
 def frame_labels(profile: Profile, attribution: Attribution) -> pd.DataFrame:

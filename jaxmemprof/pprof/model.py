@@ -5,6 +5,7 @@ built from it on first use.
 
 from __future__ import annotations
 
+from collections import Counter
 from itertools import compress
 
 class Profile:
@@ -33,7 +34,7 @@ class Profile:
                  sample_types=None, value_index=0, count_index=None, time_nanos=0, duration_nanos=0,
                  comments=(), *, _parts=None):
         self.source = source
-        self.stacks = tuple(stacks)
+        self._stacks = None if stacks is None else tuple(stacks)  # None: built from _parts' flat form
         self.label_sets = tuple(label_sets)
         self.value_index = value_index
         self.count_index = count_index
@@ -48,6 +49,46 @@ class Profile:
     def __repr__(self) -> str:
         return (f"Profile(source={self.source!r}, {self.sample_count} samples, {len(self.stacks)} stacks, "
                 f"value_type={self.value_type!r})")
+
+    @property
+    def stacks(self) -> tuple[tuple[int, ...], ...]:
+        if self._stacks is None:
+            flat, ends = self._parts.flat, self._parts.ends
+            self._stacks = tuple(tuple(flat[s:e]) for s, e in zip([0, *ends], ends))
+        return self._stacks
+
+    def first_frames(self, flags: list) -> list[int]:
+        """Per stack_id, its first frame (innermost) whose ``flags[frame_id]``
+        is true, else its first frame, else -1 (an empty stack)."""
+        parts = self._parts
+        if self._stacks is not None or parts is None:
+            out = []
+            for stack in self.stacks:
+                for fid in stack:
+                    if flags[fid]:
+                        out.append(fid)
+                        break
+                else:
+                    out.append(stack[0] if stack else -1)
+            return out
+        flat = parts.flat
+        out = []
+        add = out.append
+        start = 0
+        for end in parts.ends:
+            if start < end:
+                fid = flat[start]
+                if not flags[fid]:
+                    j = start + 1
+                    while j < end and not flags[flat[j]]:
+                        j += 1
+                    if j < end:
+                        fid = flat[j]
+                add(fid)
+            else:
+                add(-1)
+            start = end
+        return out
 
     def _cached(self, key, make):
         v = self._cache.get(key)
@@ -168,6 +209,34 @@ class Profile:
                     in zip(g.index, g["bytes"].tolist(), g["count"].tolist())]
         return parts.stack_groups(self.value_index, self.count_index)
 
+    def class_sums(self, class_of: list[int], nclasses: int) -> tuple[list[int], list[int], list[bool]]:
+        """The samples summed per class of their stack (``class_of[stack_id]``,
+        in ``range(nclasses)``): bytes, count and whether any sample is in
+        it, per class."""
+        nb, nc, seen = [0] * nclasses, [0] * nclasses, [False] * nclasses
+        if self._parts is None:
+            for _, _, sid, b, c in self.stack_groups():
+                k = class_of[sid]
+                nb[k] += b
+                nc[k] += c
+                seen[k] = True
+            return nb, nc, seen
+        return self._parts.class_sums(self.value_index, self.count_index, class_of, nb, nc, seen)
+
+    def label_sums(self) -> dict[tuple[str, str], list[int]]:
+        """``{(kind, device): [bytes, count]}`` over the samples (kept: do not change it)."""
+        return self._cached("_label_sums", self._make_label_sums)
+
+    def _make_label_sums(self):
+        if self._parts is None:
+            acc: dict = {}
+            for k, d, _, b, c in self.stack_groups():
+                a = acc.setdefault((k, d), [0, 0])
+                a[0] += b
+                a[1] += c
+            return acc
+        return self._parts.label_sums(self.value_index, self.count_index)
+
     @property
     def value_type(self) -> str:
         t, u = self.types[self.value_index]
@@ -213,7 +282,7 @@ class _Parts:
     ``stack_id << shift | tail`` (a tail is a distinct (values, labels)
     pair: ``tails[tail] = (value_id, label_id)``)."""
 
-    __slots__ = ("types", "frame_keys", "value_rows", "label_kd", "tails", "codes", "shift")
+    __slots__ = ("types", "frame_keys", "value_rows", "label_kd", "tails", "codes", "shift", "flat", "ends")
 
     def __init__(self, types, frame_keys, value_rows, label_kd, tails, codes, shift):
         self.types = types
@@ -223,6 +292,9 @@ class _Parts:
         self.tails = tails
         self.codes = codes
         self.shift = shift
+        # The stacks in flat form, when the reader gives them so: every stack's
+        # frame ids in one list, and where each stack ends in it.
+        self.flat = self.ends = None
 
     def stack_groups(self, value_index, count_index):
         shift = self.shift
@@ -279,10 +351,51 @@ class _Parts:
         kds = list(dict.fromkeys(self.label_kd))
         return [(*kds[g % ngroups], g // ngroups, b, c) for g, (b, c) in acc.items()]
 
+    def _tail_values(self, value_index, count_index):
+        rows = self.value_rows
+        tbytes = [rows[v][value_index] for v, _ in self.tails]
+        tcount = [rows[v][count_index] for v, _ in self.tails] if count_index is not None else [0] * len(tbytes)
+        return tbytes, tcount
+
+    def class_sums(self, value_index, count_index, class_of, nb, nc, seen):
+        """:meth:`Profile.class_sums`: one loop over the samples (over the
+        distinct ones, with their number, when stacks repeat)."""
+        shift = self.shift
+        mask = (1 << shift) - 1
+        tbytes, tcount = self._tail_values(value_index, count_index)
+        codes = self.codes
+        if 2 * len(class_of) > len(codes):  # stacks mostly distinct: counting them first gains nothing
+            for code in codes:
+                k = class_of[code >> shift]
+                t = code & mask
+                nb[k] += tbytes[t]
+                nc[k] += tcount[t]
+                seen[k] = True
+        else:
+            for code, m in Counter(codes).items():
+                k = class_of[code >> shift]
+                t = code & mask
+                nb[k] += tbytes[t] * m
+                nc[k] += tcount[t] * m
+                seen[k] = True
+        return nb, nc, seen
+
+    def label_sums(self, value_index, count_index) -> dict:
+        """:meth:`Profile.label_sums`."""
+        mask = (1 << self.shift) - 1
+        tbytes, tcount = self._tail_values(value_index, count_index)
+        acc: dict = {}
+        for t, m in Counter(map(mask.__and__, self.codes)).items():
+            a = acc.get(kd := self.label_kd[self.tails[t][1]])
+            if a is None:
+                acc[kd] = [tbytes[t] * m, tcount[t] * m]
+            else:
+                a[0] += tbytes[t] * m
+                a[1] += tcount[t] * m
+        return acc
+
     def abs_total(self, col: int) -> int:
         """The sum of ``|value[col]|`` over every sample."""
-        from collections import Counter
-
         mask = (1 << self.shift) - 1
         tails, rows = self.tails, self.value_rows
         return sum(abs(rows[tails[t][0]][col]) * m for t, m in Counter(c & mask for c in self.codes).items())

@@ -10,6 +10,9 @@ pprof (JAX's device-memory profiles, Go heap profiles, ...).
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
+from itertools import accumulate
+from operator import methodcaller
 
 from jaxmemprof.errors import InputError
 from jaxmemprof.pprof.decompress import DEFAULT_MAX_DECOMPRESSED, DEFAULT_MAX_RATIO, Source, read_profile_bytes
@@ -163,20 +166,24 @@ def _skip_field(raw: bytes, p: int) -> int:
 
 
 class _Keys:
-    """Per sample, ``stack << shift | tail``; and, in sample order, the
-    first sample of each new stack key and each new tail key (what follows
-    its locations: values and labels)."""
+    """Per sample, ``stack << shift | tail``; and each distinct stack key
+    (the bytes of its location ids) and tail key (what follows them: values
+    and labels), in the order the samples first have them (their ids)."""
 
-    __slots__ = ("codes", "shift", "events", "n_stacks", "n_tails", "canonical", "fields")
+    __slots__ = ("codes", "shift", "stacks", "tails", "canonical", "fields")
 
-    def __init__(self, codes, shift, events, n_stacks, n_tails, canonical):
+    def __init__(self, codes, shift, stacks, tails, canonical):
         self.codes = codes
         self.shift = shift
-        self.events = events  # (sample index, True for a stack | False for a tail, key bytes)
-        self.n_stacks = n_stacks
-        self.n_tails = n_tails
+        self.stacks = stacks  # stack key bytes, by stack id
+        self.tails = tails  # tail key bytes, by tail id
         self.canonical = canonical  # keys from SerializeToString: a tail never holds locations
         self.fields = 0  # top-level fields up to the end of the samples (_scan_raw's)
+
+    def first_sample(self, key_id: int, stack: bool) -> int:
+        """The first sample with this stack (or tail) id: for error messages."""
+        mask = (1 << self.shift) - 1
+        return next(i for i, c in enumerate(self.codes) if ((c >> self.shift) if stack else (c & mask)) == key_id)
 
 
 # Fields read one at a time before the samples (a profile has its few sample
@@ -205,8 +212,7 @@ def _scan_raw(raw: bytes, name: str = "<bytes>"):
     stack_of: dict = {}
     tail_of: dict = {}
     codes: list = []
-    events: list = []
-    sget, tget, add, event = stack_of.get, tail_of.get, codes.append, events.append
+    sget, tget, add = stack_of.get, tail_of.get, codes.append
     # The run is walked _CHECK_BYTES at a time; between two stretches, the
     # fields so far are counted (the loop itself has no test to spare).
     stop = min(size, p + _CHECK_BYTES)
@@ -222,7 +228,7 @@ def _scan_raw(raw: bytes, name: str = "<bytes>"):
                 ln, s = _varint(raw, p + 1)
             e = s + ln  # past the end only for the last one read: checked below
             # A location field that overruns the sample (or one read past an
-            # empty sample) leaves an empty tail key: _decode_events refuses it.
+            # empty sample) leaves an empty tail key: _decode_tails refuses it.
             if raw[s] == 0x0A:
                 k = raw[s + 1]
                 if k < 0x80:
@@ -241,11 +247,9 @@ def _scan_raw(raw: bytes, name: str = "<bytes>"):
             sid = sget(lk)
             if sid is None:
                 sid = stack_of[lk] = len(stack_of)
-                event((len(codes), True, lk))
             tid = tget(tk)
             if tid is None:
                 tid = tail_of[tk] = len(tail_of)
-                event((len(codes), False, tk))
             add(sid << shift | tid)
             p = e
         if p < stop or p >= size:
@@ -256,7 +260,7 @@ def _scan_raw(raw: bytes, name: str = "<bytes>"):
         stop = min(size, p + _CHECK_BYTES)
     if p > size:
         raise _NotPlain()
-    keys = _Keys(codes, shift, events, len(stack_of), len(tail_of), False)
+    keys = _Keys(codes, shift, list(stack_of), list(tail_of), False)
     keys.fields = fields = skipped + len(codes)
     if fields > _FIELDS_FREE and fields * _FIELD_BYTES > p:  # the last stretch
         raise _too_dense(name, fields, p)
@@ -269,7 +273,6 @@ def _scan_messages(msg) -> _Keys:
     stack_of: dict = {}
     tail_of: dict = {}
     codes: list = []
-    events: list = []
     shift = max(len(msg.sample), 1).bit_length()
     for b in [smp.SerializeToString() for smp in msg.sample]:
         p = 0
@@ -281,13 +284,11 @@ def _scan_messages(msg) -> _Keys:
         sid = stack_of.get(lk)
         if sid is None:
             sid = stack_of[lk] = len(stack_of)
-            events.append((len(codes), True, lk))
         tid = tail_of.get(tk)
         if tid is None:
             tid = tail_of[tk] = len(tail_of)
-            events.append((len(codes), False, tk))
         codes.append(sid << shift | tid)
-    return _Keys(codes, shift, events, len(stack_of), len(tail_of), True)
+    return _Keys(codes, shift, list(stack_of), list(tail_of), True)
 
 
 class _Strings:
@@ -369,65 +370,68 @@ def _length(b: bytes, p: int) -> tuple[int, int]:
         shift += 7
 
 
-def _label_set(sample, strings: "_Strings", i: int) -> tuple:
-    what = f"a label of sample {i}"
+def _label_set(sample, strings: "_Strings", keys: _Keys, tail: int) -> tuple:
+    n = len(strings)
+    if any(not 0 <= lab.key < n or not 0 <= lab.str < n for lab in sample.label):
+        what = f"a label of sample {keys.first_sample(tail, False)}"  # for the error below
+    else:
+        what = ""
     return tuple(
         (strings.get(lab.key, what), strings.get(lab.str, what) if lab.str else "", int(lab.num))
         for lab in sample.label
     )
 
 
-def _varint_bytes(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append(n & 0x7F | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-# One varint's bytes; a stack key (packed location ids) is a run of them.
-_VARINT = re.compile(rb"[\x80-\xff]*[\x00-\x7f]")
 # A varint protobuf would not write (a padded one, or one of 10 bytes or more).
 _ODD_VARINT = re.compile(rb"[\x80-\xff](?:\x00|[\x80-\xff]{8})")
 
 
-def _decode_events(keys: _Keys) -> list:
-    """Each new tail key's Sample message (None for a stack key), in sample
-    order, once each stack key is checked to be a run of varints as
-    protobuf writes them (so that the key is one list of location ids, and
-    the only encoding of it). On the fast path all are checked before any
-    is used, so that bytes protobuf would refuse give its error (through
-    the whole-message path), not a later check's."""
+def _decode_tails(keys: _Keys) -> list:
+    """Each tail key's Sample message, by tail id, once each stack key is
+    checked to be a run of varints as protobuf writes them (so that the key
+    is one list of location ids, and the only encoding of it). On the fast
+    path all are checked before any is used, so that bytes protobuf would
+    refuse give its error (through the whole-message path), not a later
+    check's."""
     from google.protobuf.message import DecodeError
 
     from jaxmemprof.pprof.profile_pb2 import Sample
 
-    out = []
-    odd = _ODD_VARINT.search
+    if keys.canonical:
+        return [Sample.FromString(key) for key in keys.tails]
+    # Keys joined by a zero byte: a key whose last byte continues a varint
+    # then shows as a varint padded with a zero, as an odd one inside a key
+    # does; no odd varint can span two keys (a key ends with a varint's last byte).
+    if _ODD_VARINT.search(b"\0".join(keys.stacks) + b"\0"):
+        raise _NotPlain()
     try:
-        for i, is_stack, key in keys.events:
-            if is_stack:
-                if key and (key[-1] >= 0x80 or odd(key)) and not keys.canonical:
-                    raise _NotPlain()
-                out.append(None)
-                continue
-            if not key and not keys.canonical:
-                raise _NotPlain()  # no values: an error, or a sample misread (see _scan_raw)
-            smp = Sample.FromString(key)
-            if smp.location_id and not keys.canonical:
-                raise _NotPlain()
-            out.append(smp)
+        out = [Sample.FromString(key) for key in keys.tails]
     except (DecodeError, RuntimeError, ValueError):
-        if keys.canonical:
-            raise
         raise _NotPlain() from None
+    # An empty tail: no values (an error, or a sample misread: see _scan_raw).
+    if not all(keys.tails) or any(smp.location_id for smp in out):
+        raise _NotPlain()
     return out
+
+
+_HIGH_BYTES = bytes(range(0x80, 0x100))
+
+
+def _packed_ids(varints: bytes):
+    """The ids of a run of varints, read by protobuf as one packed field."""
+    from jaxmemprof.pprof.profile_pb2 import Sample
+
+    n, length = len(varints), bytearray()
+    while n >= 0x80:
+        length.append(n & 0x7F | 0x80)
+        n >>= 7
+    length.append(n)
+    return Sample.FromString(b"\x0a" + bytes(length) + varints).location_id
 
 
 def _convert(msg, name: str, sample_index, keys: _Keys) -> Profile:
     # First: bytes protobuf would refuse must give its error before any check does.
-    decoded = _decode_events(keys)
+    decoded = _decode_tails(keys)
     strings = _Strings(msg.string_table, name)
     if len(strings) == 0 or msg.string_table[0] != b"":
         if not keys.codes and not msg.sample_type and not msg.string_table:
@@ -483,31 +487,29 @@ def _convert(msg, name: str, sample_index, keys: _Keys) -> Profile:
     ntypes = len(types)
     # Samples repeat the same stacks, values and labels many times over: each
     # distinct one was keyed by its bytes (_Keys) and is decoded once here.
-    stacks: list[tuple[int, ...]] = []
     value_of: dict[bytes, int] = {}
     value_rows: list[tuple[int, ...]] = []
     labels_of: dict[bytes, int] = {}
     label_sets: list[tuple] = []
     tails: list[tuple[int, int]] = []
-    # Location ids are read from a stack key's bytes: one varint each, found
-    # by its encoding (a key is canonical: _decode_events checked it).
-    by_bytes = {_varint_bytes(k): v for k, v in loc_frames.items()}
-    one_frame = {k: v[0] for k, v in by_bytes.items()} if all(len(v) == 1 for v in by_bytes.values()) else None
-    pieces = _VARINT.findall
-    for (i, is_stack, key), smp in zip(keys.events, decoded):
-        if is_stack:
-            try:
-                if one_frame is not None:
-                    frames = tuple(map(one_frame.__getitem__, pieces(key)))
-                else:
-                    frames = tuple(f for v in pieces(key) for f in by_bytes[v])
-            except KeyError:
-                missing = next(_varint(v, 0)[0] for v in pieces(key) if v not in by_bytes)
-                raise InputError(
-                    name, f"corrupt profile: sample {i} refers to location {missing}, which does not exist"
-                ) from None
-            stacks.append(frames)
-            continue
+    # The stacks' location ids, all at once: their keys joined (each a run of
+    # canonical varints: _decode_tails checked it) are one packed field for
+    # protobuf to read, in C; a key's ids are as many as its bytes below 0x80.
+    ids = _packed_ids(b"".join(keys.stacks))
+    ends = list(accumulate(map(len, map(methodcaller("translate", None, _HIGH_BYTES), keys.stacks))))
+    flat = stacks = None
+    try:
+        if all(len(v) == 1 for v in loc_frames.values()):
+            flat = list(map({k: v[0] for k, v in loc_frames.items()}.__getitem__, ids))
+        else:
+            stacks = [tuple(f for v in ids[s:e] for f in loc_frames[v]) for s, e in zip([0, *ends], ends)]
+    except KeyError:
+        at, missing = next((i, v) for i, v in enumerate(ids) if v not in loc_frames)
+        raise InputError(
+            name, f"corrupt profile: sample {keys.first_sample(bisect_right(ends, at), True)} refers to location "
+            f"{missing}, which does not exist"
+        ) from None
+    for tid, (key, smp) in enumerate(zip(keys.tails, decoded)):
         c = key if keys.canonical else smp.SerializeToString()
         p, end = 0, len(c)
         val_key = b""
@@ -520,19 +522,22 @@ def _convert(msg, name: str, sample_index, keys: _Keys) -> Profile:
             v = tuple(smp.value)
             if len(v) != ntypes:
                 raise InputError(
-                    name, f"corrupt profile: sample {i} has {len(v)} values for {ntypes} sample types"
+                    name, f"corrupt profile: sample {keys.first_sample(tid, False)} has {len(v)} values "
+                    f"for {ntypes} sample types"
                 )
             vid = value_of[val_key] = len(value_rows)
             value_rows.append(v)
         lid = labels_of.get(lab_key)
         if lid is None:
             lid = labels_of[lab_key] = len(label_sets)
-            label_sets.append(_label_set(smp, strings, i))
+            label_sets.append(_label_set(smp, strings, keys, tid))
         tails.append((vid, lid))
 
     codes = keys.codes
     shift = keys.shift
     parts = _Parts(types, list(frame_index), value_rows, None, tails, codes, shift)
+    if flat is not None:
+        parts.flat, parts.ends = flat, ends
     n = len(codes)
     for col in (value_index, count_index):
         # Sums (and diffs) must stay exact in 64 bits.
@@ -547,7 +552,7 @@ def _convert(msg, name: str, sample_index, keys: _Keys) -> Profile:
     parts.label_kd = [(d.get("kind", ""), d.get("device", "")) for d in label_dicts]
     return Profile(
         source=name,
-        stacks=tuple(stacks),
+        stacks=stacks,
         label_sets=tuple(label_sets),
         value_index=value_index,
         count_index=count_index,
