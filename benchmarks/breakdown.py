@@ -8,7 +8,7 @@ command pays; pandas and numpy are not among them, and the script checks that
 ``show`` and ``diff`` never import them), reading and gunzipping the file,
 the scan of the samples' raw bytes, protobuf parsing of the rest,
 ``_convert`` (each distinct stack and (values, labels) part decoded once),
-the per-(kind, device, stack) sums, site attribution, grouping
+site attribution, grouping
 (``summarize`` / ``diff``), ``top``, and rendering the terminal table (as the
 command does off a terminal, without rich; and, for ``show``, with rich) and
 the CSV (to /dev/null). The "first" column is the first run in the process (what

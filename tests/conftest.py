@@ -28,6 +28,19 @@ settings.load_profile("ci")
 REPO = Path(__file__).resolve().parent.parent
 
 
+def pytest_configure(config):
+    """jaxmemprof's modules compiled once, before the tests start their
+    processes: where PYTHONDONTWRITEBYTECODE is set (as on this project's
+    machines), every `jaxmemprof` command the tests run would otherwise
+    compile the 70-odd modules it imports from source again (0.11 s of a
+    0.7 s `report`). Python still reads bytecode it did not write; a stale
+    file is recompiled (compileall compares each source's time and size)."""
+    if not hasattr(config, "workerinput"):  # once, in the main process (not in each xdist worker)
+        import compileall
+
+        compileall.compile_dir(str(REPO / "jaxmemprof"), quiet=2)
+
+
 def cpu_env(**extra) -> dict:
     """The environment a command runs in: JAX on the CPU, and the width a
     pipe gets (pytest-xdist exports COLUMNS=80, which the CLI honours off a
