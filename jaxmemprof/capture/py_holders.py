@@ -173,6 +173,10 @@ class Search:
         self.library = library  # whether to search library roots for the arrays the program's own do not hold
         self.skip = set(skip)
         self.found: dict = {}
+        # The arrays themselves (a view JAX made and its array are one): the
+        # search is over when each has a chain, whichever object it holds.
+        self.arrays = set(targets.values())
+        self.found_arrays: set = set()
         self.complete = True
         self.visited = 0
 
@@ -213,7 +217,7 @@ class Search:
         del frames
         try:
             self._walk(user, set(module_dicts))
-            if self.library and len(self.found) < len(self.targets) and self.complete:
+            if self.library and len(self.found_arrays) < len(self.arrays) and self.complete:
                 self._walk(library, set(module_dicts))
         finally:
             del user, library, module_dicts
@@ -221,6 +225,7 @@ class Search:
 
     def _walk(self, roots: list, module_dicts: set) -> None:
         targets, found, skip = self.targets, self.found, self.skip
+        found_arrays, n_arrays = self.found_arrays, len(self.arrays)
         seen = set(skip)
         seen.update(module_dicts)
         earlier = set(found)  # found by an earlier round: their chains are shorter, or the program's own
@@ -255,7 +260,8 @@ class Search:
                     chains = found.setdefault(key, [])
                     if len(chains) < MAX_CHAINS:
                         chains.append(self._chain(nodes, root_of, node))
-                    draining = draining or len(found) == len(targets)
+                    found_arrays.add(targets[key])
+                    draining = draining or len(found_arrays) == n_arrays
                     continue
                 if key in seen or draining:
                     continue
