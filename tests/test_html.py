@@ -588,13 +588,15 @@ def test_a_long_run_is_downsampled_keeping_its_peaks(tmp_path):
 
 SHARDED = '''
 import jax
-import jax.numpy as jnp
 import jaxmemprof
+import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+# From host memory straight to the devices: a jnp array made first would sit on cpu:0 until moved, and a
+# snapshot taken meanwhile (the sampler's first, on a loaded machine) would show it there.
 mesh = Mesh(jax.devices(), ("x",))
-a = jax.device_put(jnp.zeros((1024, 256), jnp.float32), NamedSharding(mesh, PartitionSpec("x")))  # SITE-SHARDED
-b = jax.device_put(jnp.ones((256,), jnp.float32), jax.devices()[1])  # SITE-ONE
+a = jax.device_put(np.zeros((1024, 256), np.float32), NamedSharding(mesh, PartitionSpec("x")))  # SITE-SHARDED
+b = jax.device_put(np.ones((256,), np.float32), jax.devices()[1])  # SITE-ONE
 jaxmemprof.snapshot("both")
 '''
 
