@@ -31,7 +31,7 @@ from jaxmemprof.capture.arrays import (_add_device_bytes, _address, _Entry, _is_
 from jaxmemprof.store.writer import RunWriter, SnapshotRecord
 
 ADDRESS_MODES = ("auto", "all", "none")
-TRIGGERS = ("interval", "first", "exit", "exception", "oom", "signal", "api", "call")
+TRIGGERS = ("interval", "first", "exit", "exception", "oom", "signal", "api")
 
 
 # Signals a thread raises itself by a fault: never blocked (blocked, the kernel

@@ -9,11 +9,9 @@ GLOSSARY: dict[str, str] = {
     # snapshots and time
     "snapshot": "The snapshot's number in the run: 1, 2, ... in the order taken (a thinned one keeps its number).",
     "t": "Seconds since the run began (wall clock), at the snapshot or event of the row.",
-    "trigger": "Why the snapshot was taken: `first`, `interval`, `exit`, `exception`, `oom`, `signal`, `api` "
-               "(`jaxmemprof.snapshot()`) or `call` (a jitted function of the program returning from its first or "
-               "second call, its arguments and results both alive: labelled `NAME returned (first call)`).",
-    "label": "The label given to `jaxmemprof.snapshot(label)` (or `mark(label)` for a marker), `NAME returned (first "
-             "call)` for a `call` snapshot; empty when none.",
+    "trigger": "Why the snapshot was taken: `first`, `interval`, `exit`, `exception`, `oom`, `signal` or `api` "
+               "(`jaxmemprof.snapshot()`).",
+    "label": "The label given to `jaxmemprof.snapshot(label)` (or `mark(label)` for a marker); empty when none.",
     "live_bytes": "Bytes of the live arrays' addressable shards at the snapshot (a replicated array counts once per "
                   "device), over all devices.",
     "buffers": "Live device buffers at the snapshot: one per addressable shard of each live array.",

@@ -46,10 +46,6 @@ from jaxmemprof.capture.jit.state import HUNT_CALLS, _FunctionState
 # Sampled calls before which the live bytes are counted, at most, in a run
 # (later ones are estimated from the sampler's last snapshot before them).
 LIVE_BEFORE_CALLS = 400
-# Snapshots taken as a user's jitted function returns from its first two calls
-# (its inputs and outputs both alive: a step's peak of live arrays, the first
-# step's and a later one's, beside what the step before returned), at most, in a run.
-CALL_SNAPSHOTS = 8
 # A function whose observation fails this often is no longer observed.
 MAX_ERRORS = 3
 # Functions the program dropped whose lowering is kept for XLA's dump at the end.
@@ -122,7 +118,6 @@ class JitProbe(Programs):
         # function's go straight to XLA): what a snapshot taken meanwhile was in (calls_in_flight).
         self.in_call: dict = {}
         self._live_before_left = LIVE_BEFORE_CALLS
-        self._call_snapshots_left = CALL_SNAPSHOTS
         self.read_s = 0.0  # time spent reading executables (XLA's figures), all functions
         self.programs_read = 0
         self._fallback_said = False
@@ -469,8 +464,6 @@ class JitProbe(Programs):
             self._guard(state, self._record_call, state, inputs, out)
             if abstract is not None:
                 self._guard(state, self.planner.keep, state, abstract, real)
-        if state.calls <= 2 and state.user:
-            self._guard(state, self._call_snapshot, state, args, kwargs, out)
         state.quiet = (state.samples >= self.max_samples and state.pending is None and not state.analyse_next) \
             or state.off
         return out
@@ -532,20 +525,6 @@ class JitProbe(Programs):
         self._live_before_left -= 1
         live = observer.live_bytes_by_device()
         return None if live is None else json.dumps(live, sort_keys=True)
-
-    def _call_snapshot(self, state, args, kwargs, out) -> None:
-        """A snapshot as one of the first two calls of a user's function
-        returns, while this frame holds its arguments and its outputs both
-        (donated ones are gone): a step at its peak of live arrays (the first,
-        and the second beside what the first returned), seen in every run
-        whatever the sampler's timing (a timed snapshot lands there or not,
-        and under load it landed elsewhere). ``args``, ``kwargs`` and ``out``
-        are held here for it."""
-        observer = self.observer
-        if observer is None or self._call_snapshots_left <= 0:
-            return
-        self._call_snapshots_left -= 1
-        observer.snapshot("call", f"{state.row['name']} returned ({'first' if state.calls == 1 else 'second'} call)")
 
     def _record_call(self, state, inputs, out):
         leaves, refs, deaths, signature, live_before = inputs
