@@ -428,6 +428,39 @@ def test_a_full_disk_stops_sampling_but_never_the_target(tmp_path):
         run.profile(int(n))  # every committed snapshot is whole
 
 
+def test_a_journal_that_refuses_the_holder_search_stops_sampling_once(tmp_path):
+    """The search for Python holders writes its rows after the snapshot's:
+    when the journal refuses them (here every file held at the size it has,
+    as a full disk would, between the snapshot's write and the search), the
+    snapshot stands, sampling stops with the one warning any failed write
+    gives, and nothing escapes the sampling thread. The control, the same
+    program without the limit, writes the holders' rows."""
+    script = write_script(tmp_path, "refused.py", """
+        import json, resource, signal, sys
+        import jax.numpy as jnp
+        from jaxmemprof.capture.py_holders import Searches
+        from jaxmemprof.capture.sampler import Sampler
+        from jaxmemprof.store.writer import RunWriter
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG, as a full disk's ENOSPC
+        s = Sampler(RunWriter(sys.argv[1], {"argv": []}), interval=60, max_overhead=0.02)
+        s.py_holders = Searches(s.writer)
+        kept = [jnp.full((256,), i) for i in range(4)]
+        if sys.argv[2] == "limit":
+            s.hooks.append(lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0)))
+        index = s.snapshot("first")
+        print(json.dumps({"index": index, "failed": s.failed, "holders": s.py_holders is not None}))
+    """)
+    limited = run_script(script, tmp_path / "limited", "limit")
+    control = run_script(script, tmp_path / "control", "none")
+    out, ok = json.loads(limited.stdout), json.loads(control.stdout)
+    assert out["index"] == 1 and out["failed"].startswith("cannot write the run"), limited.stderr
+    assert limited.stderr.count("sampling stopped: cannot write the run") == 1, limited.stderr
+    assert "Traceback" not in limited.stderr and not out["holders"], limited.stderr
+    assert ok == {"index": 1, "failed": None, "holders": True}, control.stderr
+    assert sqlite3.connect(tmp_path / "control" / "journal.sqlite").execute(
+        "SELECT count(*) FROM py_holders").fetchone()[0] >= 4
+
+
 def test_a_run_that_cannot_start_writing_leaves_no_run(tmp_path):
     """No room for even the manifest: one line naming the run, exit 2, and
     no half-made run behind (no journal, no manifest, no snapshots/, no lock)."""

@@ -302,7 +302,15 @@ class Sampler:
                     self.py_holders.after(jax, self._tracked, index, trigger, rec.live_bytes, calls, self._viewed)
                 except Exception as exc:
                     self.py_holders = None
-                    self.writer.add_event("warning", f"the search for Python holders stopped: {exc!r}"[:2000], index)
+                    if _write_error(exc):  # the journal could not take its rows: as any snapshot's failed write
+                        self.fail(exc)
+                        return index
+                    try:
+                        self.writer.add_event("warning", f"the search for Python holders stopped: {exc!r}"[:2000],
+                                              index)
+                    except Exception as again:
+                        self.fail(again)
+                        return index
             if self.peak is None or rec.live_bytes > self.peak[0]:
                 self.peak = (rec.live_bytes, index, t_mono)
             return index
@@ -664,3 +672,9 @@ def _memory_stats(jax) -> list:
             if isinstance(v, (int, float)) and not isinstance(v, bool):
                 rows.append((str(d), k, int(v)))
     return rows
+
+
+def _write_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is the run's storage failing (the disk full, a file
+    past its size limit, SQLite unable to write), not the code that wrote."""
+    return isinstance(exc, OSError) or type(exc).__module__ == "sqlite3"
