@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
+import _cli_server
+
 pytest_plugins = ["pytester"]
 
 # Property tests run the same fixed examples on every clone and every run (the
@@ -63,16 +65,17 @@ def sigint_at(handler=signal.SIG_DFL):
 
 def run_cli(*args, cwd=None, env=None, check=None, input=None) -> subprocess.CompletedProcess:
     """Run ``python -m jaxmemprof ARGS`` and return the completed process
-    (text stdout/stderr). ``check``: the exit status expected, if any."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "jaxmemprof", *map(str, args)],
-        cwd=cwd,
-        env=env or cpu_env(),
-        capture_output=True,
-        text=True,
-        input=input,
-        timeout=300,
-    )
+    (text stdout/stderr). ``check``: the exit status expected, if any. A
+    reading command runs in a process forked from a server that imported
+    the command line once (tests/_cli_server.py); the others, ``run``
+    first, in a new Python."""
+    args = [str(a) for a in args]
+    if args and args[0] in _cli_server.READING:
+        proc = _cli_server.run(args, cwd=cwd, env=env or cpu_env(), input=input, timeout=300,
+                               server_env=cpu_env())
+    else:
+        proc = subprocess.run([sys.executable, "-m", "jaxmemprof", *args], cwd=cwd, env=env or cpu_env(),
+                              capture_output=True, text=True, input=input, timeout=300)
     if check is not None:
         assert proc.returncode == check, (
             f"exit {proc.returncode}, expected {check}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
