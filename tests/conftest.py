@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
@@ -83,55 +82,14 @@ def run_cli(*args, cwd=None, env=None, check=None, input=None) -> subprocess.Com
     return proc
 
 
-# Runs many CLI commands in one Python process, each through the same entry
-# point as ``python -m jaxmemprof`` (jaxmemprof.cli.main, which turns every
-# exception into an exit status), with its own stdout and stderr: the import
-# cost is paid once instead of once per command.
-_BATCH = r"""
-import contextlib, io, json, sys
-from jaxmemprof.cli import main
-
-results = []
-for argv in json.load(sys.stdin):
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            main([str(a) for a in argv])
-            code = 0
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 1
-        except BaseException as exc:  # main() let something through
-            import traceback
-            traceback.print_exc()
-            code = "escaped " + type(exc).__name__
-    results.append({"argv": argv, "returncode": code, "stdout": out.getvalue(), "stderr": err.getvalue()})
-json.dump(results, sys.stdout)
-"""
-
-
 def cli_batch(jobs: list[list], cwd: Path | None, *, workers: int = 2, env: dict | None = None
               ) -> list[subprocess.CompletedProcess]:
-    """Run ``jaxmemprof ARGV`` for each ARGV in ``jobs``, in two worker
-    processes (``workers=1``: one, the jobs one after the other, in order),
-    and return their completed processes in the order of ``jobs``."""
-    if not jobs:
-        return []
-    cut = (len(jobs) + 1) // 2 if workers == 2 else len(jobs)
-    halves = [jobs[:cut], jobs[cut:]]
-
-    def work(part):
-        if not part:
-            return []
-        proc = subprocess.run(
-            [sys.executable, "-c", _BATCH], input=json.dumps([[str(a) for a in argv] for argv in part]),
-            cwd=cwd, env=env or cpu_env(), capture_output=True, text=True, timeout=600,
-        )
-        assert proc.returncode == 0, f"the batch process failed:\n{proc.stderr[-5000:]}"
-        return json.loads(proc.stdout)
-
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        done = [r for part in pool.map(work, halves) for r in part]
-    return [subprocess.CompletedProcess(r["argv"], r["returncode"], r["stdout"], r["stderr"]) for r in done]
+    """``jaxmemprof ARGV`` for each ARGV in ``jobs``, ``workers`` at a time
+    (``workers=1``: one after the other, in order), each a process of its
+    own (``run_cli``: a reading command is forked from a server that
+    imported the command line once); their completed processes in the order
+    of ``jobs``."""
+    return in_parallel(*(lambda argv=argv: run_cli(*argv, cwd=cwd, env=env) for argv in jobs), workers=workers)
 
 
 def in_parallel(*calls, workers: int = 2) -> list:
