@@ -102,7 +102,7 @@ def run(argv: list[str], *, cwd, env: dict, input: str | None, timeout: float, s
         timer.cancel()
         with _lock:
             _idle.append(server)
-        if killed:
+        if killed and status == -signal.SIGKILL:  # not a child that ended as the timer fired
             raise subprocess.TimeoutExpired(["jaxmemprof", *argv], timeout)
         out = [Path(paths[name]).read_text() for name in ("stdout", "stderr")]  # as text=True decodes
     return subprocess.CompletedProcess([sys.executable, "-m", "jaxmemprof", *argv], status, *out)
@@ -115,8 +115,6 @@ def run(argv: list[str], *, cwd, env: dict, input: str | None, timeout: float, s
 # child's pid, then its exit status, one JSON line each.
 
 def _serve() -> None:
-    import atexit
-
     import jaxmemprof.cli
     from jaxmemprof.cli.base import main
     # what the reading commands import when they start
@@ -134,13 +132,13 @@ def _serve() -> None:
         sys.stderr.flush()
         pid = os.fork()
         if pid == 0:
-            _child(req, main, entry, atexit)
+            _child(req, main, entry)
         answer({"pid": pid})
         _, status = os.waitpid(pid, 0)
         answer({"status": os.waitstatus_to_exitcode(status)})
 
 
-def _child(req: dict, main, entry: str, atexit) -> None:
+def _child(req: dict, main, entry: str) -> None:
     """The command, in the forked child: the request's streams on fds 0-2,
     new Python streams on them as the interpreter's start-up makes them
     (stderr line-buffered, backslashreplace), then `python -m jaxmemprof`."""

@@ -30,8 +30,6 @@ def _forked(argv, cwd, env, input=None) -> subprocess.CompletedProcess:
 
 def test_a_forked_command_is_the_command_in_a_new_python(tmp_path):
     profile = sorted(RUN.glob("snapshots/*"))[-1]
-    (tmp_path / "bad.prof").write_bytes(b"not a profile")
-    (tmp_path / "list.txt").write_text(f"{profile}\n")
     cases = [
         (["report", RUN], cpu_env(), None),
         (["report", RUN], cpu_env(COLUMNS="60", NO_COLOR="1"), None),  # the environment is the command's
@@ -47,8 +45,9 @@ def test_a_forked_command_is_the_command_in_a_new_python(tmp_path):
     for i, (argv, env, input) in enumerate(cases):
         argv = [str(a) for a in argv]
         a, b = tmp_path / f"python-{i}", tmp_path / f"forked-{i}"
-        a.mkdir()
-        b.mkdir()
+        for d in (a, b):
+            d.mkdir()
+            (d / "bad.prof").write_bytes(b"not a profile")
         want, got = _python(argv, a, env, input), _forked(argv, b, env, input)
         assert (got.returncode, got.stdout, got.stderr) == (want.returncode, want.stdout, want.stderr), argv
         assert _tree(a) == _tree(b), argv
