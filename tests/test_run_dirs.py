@@ -45,12 +45,38 @@ def test_default_names_started_in_the_same_second_never_collide(tmp_path):
     assert not any((r / ".jaxmemprof.lock").exists() for r in runs)
 
 
+# A script that holds its run open until the test releases it, JAX's backend
+# up first (no array alive): its claim then says "recording" (a single run for
+# good: jax.distributed.initialize can no longer be called), and a second run
+# into its directory is refused at once. (One whose holder has not brought
+# JAX up yet waits for it a while: it may be a job's process on its way to
+# initialize.)
+HOLDS = """
+import os, sys, time
+import jax
+jax.devices()
+print("ran", flush=True)
+t0 = time.time()
+while not os.path.exists(sys.argv[1]) and time.time() - t0 < 60:
+    time.sleep(0.02)
+"""
+
+
 def test_two_runs_into_one_directory_at_once(tmp_path):
-    # Long enough that both have started before either ends, on a busy machine too.
-    script = write_script(tmp_path, "both.py", "import time\nprint('ran', flush=True)\ntime.sleep(4)\n")
+    script = write_script(tmp_path, "both.py", HOLDS)
     for force in ((), ("--force",)):
         out = tmp_path / f"shared{len(force)}"
-        procs = [_popen_run(tmp_path, script, "-o", out, *force) for _ in range(2)]
+        release = tmp_path / f"release{len(force)}"
+        procs = [subprocess.Popen([sys.executable, "-m", "jaxmemprof", "run", "-q", "-o", str(out), *force,
+                                   str(script), str(release)], cwd=tmp_path, env=cpu_env(), stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True) for _ in range(2)]
+        try:
+            # The winner runs until released: the loser has ended first, refused.
+            deadline = time.monotonic() + 120
+            while all(p.poll() is None for p in procs) and time.monotonic() < deadline:
+                time.sleep(0.02)
+        finally:
+            release.write_text("")
         results = [p.communicate(timeout=120) for p in procs]
         statuses = sorted(p.returncode for p in procs)
         assert statuses == [0, 2], results
@@ -63,19 +89,19 @@ def test_two_runs_into_one_directory_at_once(tmp_path):
 
 
 def test_a_directory_being_recorded_is_refused_even_with_force(tmp_path):
-    script = write_script(tmp_path, "long.py", """
-        import os, sys, time
-        print("ready", flush=True)
-        t0 = time.time()
-        while not os.path.exists(sys.argv[1]) and time.time() - t0 < 60:
-            time.sleep(0.02)
-    """)
+    script = write_script(tmp_path, "long.py", HOLDS)
     release = tmp_path / "release"
     first = subprocess.Popen([sys.executable, "-m", "jaxmemprof", "run", "-q", "-o", str(tmp_path / "busy"),
                               str(script), str(release)], cwd=tmp_path, env=cpu_env(), stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True)
     try:
-        assert first.stdout.readline() == "ready\n"
+        assert first.stdout.readline() == "ran\n"
+        # The holder's backend is up, no array alive: its lock says so (within the sampler's first polls).
+        lock = tmp_path / "busy" / ".jaxmemprof.lock"
+        deadline = time.monotonic() + 60
+        while lock.read_text().split()[1] != "recording" and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert lock.read_text().split()[1] == "recording"
         proc = run_cli("run", "-o", tmp_path / "busy", "--force", script, release, cwd=tmp_path, check=2)
         _one_error_line(proc, "another jaxmemprof run is recording into it")
         assert proc.stdout == ""

@@ -109,6 +109,8 @@ class Sampler:
         self.failed: str | None = None
         self.first_taken = False
         self.hooks: list = []  # called after each snapshot, in the sampling thread, holding its lock
+        # called once, in the sampling thread, when it first sees JAX's backend up (arrays or not)
+        self.backend_hooks: list = []
         # () -> function ids whose call is in progress, asked as a snapshot starts (the jit probe's
         # calls_in_flight); kept with the snapshot (snapshot_calls)
         self.in_flight = None
@@ -156,7 +158,11 @@ class Sampler:
                 # Until the backend has arrays, poll cheaply and often.
                 if self._stop.wait(poll):
                     return
-                if not self.first_taken and jax_ready() is not None and self._has_arrays():
+                if jax_ready() is None:
+                    continue
+                while self.backend_hooks:
+                    self.backend_hooks.pop(0)()
+                if not self.first_taken and self._has_arrays():
                     self.snapshot("first")
                 continue
             # Counted from the last snapshot, whoever took it.

@@ -168,6 +168,8 @@ class Session:
         self._hook_warnings()
         self._hook_distributed()
         if self.deferred is not None:
+            # JAX's backend up before jax.distributed.initialize: initialize can no longer be called.
+            self.sampler.backend_hooks.append(self._on_snapshot_claim)
             self.sampler.hooks.append(self._on_snapshot_claim)
         self.sampler.start()
         return self
@@ -283,7 +285,8 @@ class Session:
             self._pending_alone("another jaxmemprof run is recording into it")
 
     def _on_snapshot_claim(self) -> None:
-        """The backend is up (a snapshot was taken) without initialize: a single run."""
+        """The backend is up (seen by the sampler, or a snapshot was taken)
+        without initialize: a single run."""
         if self.deferred is not None and not self.deferred.settled:
             self._settle_single()
 
