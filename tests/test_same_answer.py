@@ -1,6 +1,7 @@
 """Same program, same answer: a program recorded again and again at a fast
 interval (the sampler busy around every call), with a busy process on each
-core beside it, gives the same findings and the same XLA figures every time.
+core beside it, gives the same findings, the same XLA figures and the same
+roles and owners of the step's memory every time.
 The sampler's list of live arrays once made a sampled call's inputs look
 held, and the donation advice vanished in about one run in four."""
 
@@ -17,6 +18,7 @@ from jaxmemprof.analysis.advice.donation import jit_memory
 from jaxmemprof.analysis.rules.donation import donation_findings
 from jaxmemprof.store.reader import load_run
 from jaxmemprof.analysis.attributed import attribute
+from jaxmemprof.analysis.roles import roles
 
 SCRIPT = REPO / "tests" / "scripts" / "same_answer.py"
 RUNS = 5  # per program; benchmarks/bench_same_answer.py counts 20 runs of `jaxmemprof run`
@@ -28,7 +30,12 @@ def _answer(run_dir):
                             for f in donation_findings(attribute(run))))
     jm = jit_memory(attribute(run))
     figures = tuple(map(tuple, jm[sorted(c for c in jm.columns if c.endswith("_bytes"))].values.tolist()))
-    return findings, figures
+    what = roles(attribute(run))
+    by_role = tuple(map(tuple, what.by_role[["device", "role", "bytes", "arrays", "largest_owner",
+                                             "largest_owner_bytes"]].astype(str).values.tolist()))
+    owners = tuple(map(tuple, what.owners[["device", "role", "owner", "bytes", "function"]].astype(str)
+                       .values.tolist()))
+    return findings, figures, by_role, owners
 
 
 def test_repeated_recordings_at_a_fast_interval_agree(tmp_path):
@@ -49,10 +56,11 @@ def test_repeated_recordings_at_a_fast_interval_agree(tmp_path):
              "eqx": line_of(SCRIPT, "EQX-STEP")}
     for name, counts in answers.items():
         assert len(counts) == 1, f"{name}: {len(counts)} different answers over {RUNS} runs: {dict(counts)}"
-        [(findings, figures)] = counts
+        [(findings, figures, by_role, owners)] = counts
+        assert {r[1] for r in by_role} >= {"parameters", "optimizer state"} and owners, (name, by_role)
         [(rule, site, saving, donated)] = [f for f in findings if f[0] == "donate"]
         assert site.endswith(f"same_answer.py:{lines[name]}"), site
         assert figures and all(v is not None for v in figures[0])
     # The plain step's state: params and opt, float32 [256,256] and [256] each.
-    [jit_findings] = [f for (f, _), in [tuple(answers["jit"])]]
+    [jit_findings] = [f for (f, *_), in [tuple(answers["jit"])]]
     assert [d for r, _, _, d in jit_findings if r == "donate"] == [2 * (256 * 256 + 256) * 4]
