@@ -72,14 +72,38 @@ def device_bytes(text) -> dict | None:
     return v if ok else None
 
 
-def _devices_of(inputs) -> int:
+def _leaves(text) -> list[dict]:
     try:
-        leaves = json.loads(inputs) if isinstance(inputs, str) else []
+        leaves = json.loads(text) if isinstance(text, str) else []
     except ValueError:
+        return []
+    return [leaf for leaf in leaves if isinstance(leaf, dict)] if isinstance(leaves, list) else []
+
+
+def _count(leaf) -> int:
+    try:
+        return max(int(leaf.get("devices") or 1), 1)
+    except (TypeError, ValueError):
         return 1
-    if not isinstance(leaves, list):
-        return 1
-    return max((int(leaf.get("devices") or 1) for leaf in leaves if isinstance(leaf, dict)), default=1)
+
+
+def _size(leaf) -> int:
+    b = leaf.get("bytes")
+    return b if isinstance(b, int) and not isinstance(b, bool) and b > 0 else 0
+
+
+def placement(inputs, outputs=None) -> tuple[int, float]:
+    """(the devices a call ran on: the most that any of its input or output
+    arrays is on; the share of its input arrays' bytes already on that
+    many). An input on fewer devices than the call (an array on one device
+    passed to a pmap, or to a jit over a mesh) is copied onto the call's
+    devices as it runs, and the caller's array stays alive beside the
+    copy: it is not among the argument buffers that XLA counts."""
+    ins, outs = _leaves(inputs), _leaves(outputs)
+    n = max((_count(leaf) for leaf in ins + outs), default=1)
+    total = sum(_size(leaf) for leaf in ins)
+    placed = sum(_size(leaf) for leaf in ins if _count(leaf) >= n)
+    return n, (placed / total if total else 1.0)
 
 
 def moments(compiles: list[dict], calls: list[dict], snapshots: list[tuple], *, replace: dict | None = None,
@@ -89,7 +113,8 @@ def moments(compiles: list[dict], calls: list[dict], snapshots: list[tuple], *, 
 
     ``compiles``: rows with ``function_id, signature, call_index, t_wall``
     and ``FIGURES``; ``calls``: sampled calls' ``function_id, call_index,
-    t_wall, signature, inputs, live_before``; ``snapshots``: (t_wall, bytes
+    t_wall, signature, inputs, live_before`` (and ``outputs``, where
+    recorded: ``placement``); ``snapshots``: (t_wall, bytes
     on the busiest device, bytes on all) in any order, read where a call's
     ``live_before`` is missing (runs recorded before the recorder counted
     it: the last snapshot before the call). ``replace``: (function_id,
@@ -110,12 +135,14 @@ def moments(compiles: list[dict], calls: list[dict], snapshots: list[tuple], *, 
     peak = [call_peak(f) for f in figures]
     by_signature = {(int(c["function_id"]), c["signature"]): i for i, c in enumerate(compiles)}
     devices: dict = {}
+    placed = []
     for call in calls:
-        n = _devices_of(call.get("inputs"))
+        n, share = placement(call.get("inputs"), call.get("outputs"))
+        placed.append(share)
         for key in ((int(call["function_id"]), call["signature"]), (int(call["function_id"]), None)):
             devices[key] = max(devices.get(key, 1), n)
     events, ran = [], set()
-    for call in calls:
+    for call, share in zip(calls, placed):
         fid, sig = int(call["function_id"]), call["signature"]
         i = by_signature.get((fid, sig)) if isinstance(sig, str) else None
         if i is None:  # recorded before calls named their signature: the last compiled at or before it
@@ -128,12 +155,12 @@ def moments(compiles: list[dict], calls: list[dict], snapshots: list[tuple], *, 
         ran.add(i)
         idx = call.get("call_index")
         events.append((device_bytes(call.get("live_before")), float(call["t_wall"]), i,
-                       int(idx) if idx is not None and idx == idx else None))
-    events += [(None, float(c["t_wall"]), i, None) for i, c in enumerate(compiles) if i not in ran]
+                       int(idx) if idx is not None and idx == idx else None, share))
+    events += [(None, float(c["t_wall"]), i, None, 1.0) for i, c in enumerate(compiles) if i not in ran]
     snaps = sorted((float(t), int(b), int(s)) for t, b, s in snapshots)
     times = [t for t, _, _ in snaps]
     out = []
-    for before, t, i, idx in events:
+    for before, t, i, idx, share in events:
         if t < since:
             continue
         fid = int(compiles[i]["function_id"])
@@ -146,8 +173,10 @@ def moments(compiles: list[dict], calls: list[dict], snapshots: list[tuple], *, 
             j = bisect.bisect_right(times, t) - 1
             busiest, total = (snaps[j][1], snaps[j][2]) if j >= 0 else (0, 0)
         n = devices.get((fid, compiles[i]["signature"]), devices.get((fid, None), 1))
-        out.append(Moment(i, idx, t, before, max(busiest - args[i], 0) + peak[i],
-                          max(total - n * args[i], 0) + n * peak[i], n))
+        # The arguments live before the call that are XLA's argument buffers: those already on its devices.
+        mine = round(args[i] * share)
+        out.append(Moment(i, idx, t, before, max(busiest - mine, 0) + peak[i],
+                          max(total - n * mine, 0) + n * peak[i], n))
     return out
 
 

@@ -57,6 +57,30 @@ print(json.dumps({"device": figures(g, x)}))
 """
 
 
+# A state made whole on cpu:0 and carried by pmap over two devices: its first
+# call copies the state onto both devices (the arguments XLA counts) while the
+# program's whole arrays stay alive on cpu:0 beside the copies. The program
+# prints the bytes its arrays hold on cpu:0 before that call and XLA's call
+# peak of the signature it runs.
+PMAP_WHOLE = ORACLE + """
+import jax
+jax.config.update("jax_num_cpu_devices", 2)
+import jax.numpy as jnp
+
+def step(state, x):
+    return jax.tree_util.tree_map(lambda s: s - 0.1 * x.mean(), state), x.sum()
+
+pstep = jax.pmap(step)
+state = {"w": jnp.ones((2, 256, 512)), "b": jnp.zeros((2, 512))}
+x = jnp.ones((2, 64))
+before = sum(s.data.nbytes for a in jax.live_arrays() for s in a.addressable_shards if s.device.id == 0)
+call = figures(pstep, state, x)
+for i in range(4):
+    state, loss = pstep(state, x)
+print(json.dumps({"before": before, "call": call}))
+"""
+
+
 def _record(tmp_path, name, source):
     script = write_script(tmp_path, name, source)
     proc = run_cli("run", "-q", "-o", tmp_path / "run", script, cwd=tmp_path, check=0)
@@ -202,3 +226,18 @@ def test_long_signatures_that_differ_at_the_end_stay_apart(tmp_path):
     signatures = list(programs["signature"])
     assert len(signatures) == len(set(signatures)) == 2, signatures
     assert all(len(s) <= 2000 and "sha256" in s for s in signatures)
+
+
+@pytest.mark.parametrize("interval", ["0.5", "0.002"])
+def test_arrays_copied_onto_a_calls_devices_stay_alive_beside_the_copies(tmp_path, interval):
+    """The first pmap call's peak on cpu:0 is the program's whole arrays
+    there plus XLA's call peak (not less its arguments: those are copies),
+    whenever the snapshots were taken: a snapshot inside that call saw it
+    (under load; here a fast interval), and the estimate must not depend on
+    whether one did."""
+    script = write_script(tmp_path, "whole.py", PMAP_WHOLE)
+    proc = run_cli("run", "-q", "--interval", interval, "-o", tmp_path / "run", script, cwd=tmp_path, check=0)
+    oracle = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert oracle["before"] == (2 * 256 * 512 + 2 * 512 + 2 * 64) * 4
+    summary = json.loads(run_cli("report", tmp_path / "run", "--json", check=0).stdout)["summary"]
+    assert summary["estimated_true_peak_device_bytes"] == oracle["before"] + oracle["call"]

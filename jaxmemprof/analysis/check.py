@@ -395,7 +395,7 @@ def measure_totals(snapshots: list[dict], compiles: list[dict] = (), calls: list
     t_wall, trigger, label, live_bytes``), the probe's ``compiles``
     (``function_id, call_index, t_wall, signature`` and XLA's five figures)
     and sampled ``calls`` (``function_id, call_index, t_wall, signature,
-    inputs, live_before``), ``functions`` (function_id -> name). The jit
+    inputs, outputs, live_before``), ``functions`` (function_id -> name). The jit
     estimate is the report's (truepeak.moments, which peaks.call_peaks reads
     too), here without pandas (tests/test_pytest_plugin.py holds the two equal)."""
     if not snapshots:

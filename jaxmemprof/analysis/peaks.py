@@ -60,7 +60,7 @@ def call_peaks(run, devices: pd.DataFrame | None = None, replace: dict | None = 
     calls = run.jit.get("calls")
     if calls is None:
         calls = pd.DataFrame(columns=["function_id", "call_index", "t_wall", "signature", "inputs"])
-    for col in ("signature", "live_before", "inputs"):
+    for col in ("signature", "live_before", "inputs", "outputs"):
         if col not in calls.columns:
             calls = calls.assign(**{col: None})
     total = snaps["live_bytes"].to_numpy(dtype=np.int64)
@@ -69,7 +69,7 @@ def call_peaks(run, devices: pd.DataFrame | None = None, replace: dict | None = 
         per = devices.groupby("snapshot")["live_bytes"].max()
         busiest = per.reindex(snaps["snapshot"].to_numpy()).fillna(0).astype(np.int64).to_numpy()
     rows = [{k: (None if k == "signature" and not isinstance(v, str) else v) for k, v in r.items()}
-            for r in calls[["function_id", "call_index", "t_wall", "signature", "inputs",
+            for r in calls[["function_id", "call_index", "t_wall", "signature", "inputs", "outputs",
                             "live_before"]].to_dict("records")]
     compile_rows = c[["function_id", "signature", "call_index", "t_wall", *FIGURES]].to_dict("records")
     found = moments(compile_rows, rows, list(zip(snaps["t_wall"].astype(float), busiest, total)),

@@ -55,7 +55,7 @@ class _TotalsWriter:
 
     def add_jit_call(self, row: tuple) -> None:
         self.calls.append({"function_id": row[1], "call_index": row[2], "t_wall": row[3], "inputs": row[8],
-                           "signature": row[10], "live_before": row[11]})
+                           "outputs": row[9], "signature": row[10], "live_before": row[11]})
 
     def add_event(self, kind: str, message: str, snapshot=None) -> None:
         self.events.append((kind, message))

@@ -245,8 +245,9 @@ GLOSSARY: dict[str, str] = {
     "peak_unattributed_bytes": "`unattributed_bytes` at the peak snapshot; empty on CPU.",
     "estimated_true_peak_bytes": "The estimated true peak on all devices summed: the most, over sampled calls (and "
                                  "compiled signatures no sampled call ran), of the live bytes at the snapshot before "
-                                 "the call minus its arguments plus the call peak of the signature it ran, on each "
-                                 "device it ran on; at least the snapshot peak; empty without jit probe data.",
+                                 "the call minus its arguments already on its devices plus the call peak of the "
+                                 "signature it ran, on each device it ran on; at least the snapshot peak; empty "
+                                 "without jit probe data.",
     "peak_elsewhere": "Where the run's (true) peak is when it is not during a call of the finding's function "
                       "(`during a call of eval_step`): acting on it does not lower the peak, so its severity is "
                       "`info`; its saving is still its own.",

@@ -31,7 +31,9 @@ TERMS: dict[str, str] = {
                  "outputs - aliased + temporaries + code.",
     "true peak": "The live peak with what snapshots cannot see inside jitted calls, estimated (its JSON name is "
                  "`estimated_true_peak_bytes`): the most, over compiles and sampled calls, of the live bytes before "
-                 "the call minus its arguments plus its call peak; per device where the run has several.",
+                 "the call minus its arguments plus its call peak; per device where the run has several. An "
+                 "argument on fewer devices than the call (an array on one device passed to pmap) is copied onto "
+                 "them and stays alive beside its copies: it is not taken off.",
     "role": "What an array is for at the true peak's call: parameters, optimizer state, batch, new state, inside "
             "the call (XLA's temporaries) and the others of roles.csv (docs/roles.md).",
     "top fix": "The finding whose fix lowers the true peak most: of those XLA's compile of the fixed step "

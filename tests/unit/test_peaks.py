@@ -41,3 +41,25 @@ def test_the_true_peak_with_a_change_made_is_the_same_model_with_other_figures(t
     peak = tl.devices.loc[tl.devices["live_bytes"].idxmax()]
     less = {int(peak["snapshot"]): {str(peak["device"]): 1024}}
     assert busiest_snapshot(tl) - 1024 <= busiest_snapshot(tl, less) <= busiest_snapshot(tl)
+
+
+def test_inputs_on_fewer_devices_than_the_call_are_not_its_argument_buffers():
+    """truepeak.placement: the devices a call ran on (the most any input or
+    output array is on) and the share of its inputs' bytes already there;
+    an array on one device passed to a call on two is copied (it stays
+    alive beside the copy), and damaged cells change nothing."""
+    import json
+
+    from jaxmemprof.truepeak import placement
+
+    def leaf(nbytes, devices):
+        return {"bytes": nbytes, "devices": devices}
+
+    whole, sharded = leaf(3000, 1), leaf(1000, 2)
+    assert placement(json.dumps([whole]), json.dumps([sharded])) == (2, 0.0)
+    assert placement(json.dumps([sharded, whole]), json.dumps([sharded])) == (2, 0.25)
+    assert placement(json.dumps([sharded]), json.dumps([sharded])) == (2, 1.0)
+    assert placement(json.dumps([whole]), json.dumps([whole])) == (1, 1.0)
+    assert placement(json.dumps([whole]), None) == (1, 1.0)  # outputs not recorded: the inputs say
+    for damaged in ("[", "{}", "[1, null]", json.dumps([{"bytes": True, "devices": "x"}]), None):
+        assert placement(damaged, damaged) == (1, 1.0)
