@@ -393,8 +393,10 @@ class _Recorder(_Measure):
         from jaxmemprof.capture import session as session_mod
 
         path = session_mod.prepare_directory(Path(self.directory), force=True)
+        # A temporary run is read for its figures alone and removed: no search for the Python
+        # references holding its arrays (a walk of pytest's whole heap, up to 2.5 s a test).
         s = session_mod.Session(path, target_argv=[], interval=_INTERVAL_S, max_overhead=_MAX_OVERHEAD,
-                                command=["pytest", self.item.nodeid])
+                                command=["pytest", self.item.nodeid], holders=not self.temporary)
         if s.probe is not None:
             s.probe.planner.verify_s = 0.0  # a test's limits read no finding: no verifying compiles
             if not self.dumps:

@@ -368,3 +368,44 @@ def test_registered_by_installing(pytester):
     assert "@pytest.mark.limit_device_leaks(size, warmups=0)" in text
     help_text = pytester.runpytest_subprocess("--help").stdout.str()
     assert "--jaxmemprof" in help_text
+
+
+HELD = '''
+import os
+
+import jax.numpy as jnp
+import pytest
+
+from jaxmemprof.capture import session
+
+kept = []
+
+
+@pytest.mark.limit_device_memory("64 MiB")
+def test_keeps_an_array():
+    kept.append(jnp.ones((256, 1024), jnp.float32))
+    searching = session.active().sampler.py_holders is not None
+    assert searching == (os.environ["EXPECT_SEARCH"] == "1")
+'''
+
+
+def test_holders_are_searched_only_in_a_run_that_is_kept(pytester, monkeypatch):
+    """A limited test's run in a temporary directory is read for its figures
+    and removed: no search for the references holding its arrays (a walk of
+    pytest's whole heap; an absltest suite of 24 limited tests: 17 -> 7 s).
+    Kept (--jaxmemprof-runs), its report names what holds the array."""
+    monkeypatch.setenv("JAX_PLATFORMS", "cpu")
+    pytester.makepyfile(test_held=HELD)
+    monkeypatch.setenv("EXPECT_SEARCH", "0")
+    result = pytester.runpytest_subprocess("-rA", "-p", "no:cacheprovider", "test_held.py")
+    assert outcomes(result) == {"test_keeps_an_array": "PASSED"}, result.stdout.str()
+    monkeypatch.setenv("EXPECT_SEARCH", "1")
+    runs = pytester.path / "runs"
+    result = pytester.runpytest_subprocess("-rA", "-p", "no:cacheprovider", "--jaxmemprof-runs", str(runs),
+                                           "test_held.py")
+    assert outcomes(result) == {"test_keeps_an_array": "PASSED"}, result.stdout.str()
+    [run] = runs.iterdir()
+    text = subprocess.run([sys.executable, "-m", "jaxmemprof", "report", str(run)], env=cpu_env(),
+                          capture_output=True, text=True, timeout=120).stdout
+    held = [line for line in text.splitlines() if "test_held.py:" in line and "(test_keeps_an_array)" in line]
+    assert held and held[0].endswith("test_held.kept[…]"), text  # "What held the live peak": the module's list
