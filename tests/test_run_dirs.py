@@ -19,8 +19,9 @@ from conftest import cpu_env, run_cli, write_script
 from jaxmemprof.store.reader import load_run
 
 
-def _popen_run(tmp_path, script, *options):
-    return subprocess.Popen([sys.executable, "-m", "jaxmemprof", "run", "-q", *map(str, options), str(script)],
+def _popen_run(tmp_path, script, *options, args=()):
+    return subprocess.Popen([sys.executable, "-m", "jaxmemprof", "run", "-q", *map(str, options), str(script),
+                             *map(str, args)],
                             cwd=tmp_path, env=cpu_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -67,9 +68,7 @@ def test_two_runs_into_one_directory_at_once(tmp_path):
     for force in ((), ("--force",)):
         out = tmp_path / f"shared{len(force)}"
         release = tmp_path / f"release{len(force)}"
-        procs = [subprocess.Popen([sys.executable, "-m", "jaxmemprof", "run", "-q", "-o", str(out), *force,
-                                   str(script), str(release)], cwd=tmp_path, env=cpu_env(), stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True) for _ in range(2)]
+        procs = [_popen_run(tmp_path, script, "-o", out, *force, args=[release]) for _ in range(2)]
         try:
             # The winner runs until released: the loser has ended first, refused.
             deadline = time.monotonic() + 120
@@ -91,9 +90,7 @@ def test_two_runs_into_one_directory_at_once(tmp_path):
 def test_a_directory_being_recorded_is_refused_even_with_force(tmp_path):
     script = write_script(tmp_path, "long.py", HOLDS)
     release = tmp_path / "release"
-    first = subprocess.Popen([sys.executable, "-m", "jaxmemprof", "run", "-q", "-o", str(tmp_path / "busy"),
-                              str(script), str(release)], cwd=tmp_path, env=cpu_env(), stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True)
+    first = _popen_run(tmp_path, script, "-o", tmp_path / "busy", args=[release])
     try:
         assert first.stdout.readline() == "ran\n"
         # The holder's backend is up, no array alive: its lock says so (within the sampler's first polls).
