@@ -11,6 +11,8 @@ import pytest
 
 from conftest import cli_batch, run_cli, write_script
 
+from jaxmemprof.analysis.advice.plan import build_plan
+from jaxmemprof.analysis.attributed import attribute
 from jaxmemprof.store.reader import load_run
 
 # The program prints XLA's own figures for each signature it runs (the oracle).
@@ -236,8 +238,13 @@ def test_arrays_copied_onto_a_calls_devices_stay_alive_beside_the_copies(tmp_pat
     (under load; here a fast interval), and the estimate must not depend on
     whether one did."""
     script = write_script(tmp_path, "whole.py", PMAP_WHOLE)
-    proc = run_cli("run", "-q", "--interval", interval, "-o", tmp_path / "run", script, cwd=tmp_path, check=0)
+    proc = run_cli("run", "-q", "--plan", "--interval", interval, "-o", tmp_path / "run", script, cwd=tmp_path,
+                   check=0)
     oracle = json.loads(proc.stdout.strip().splitlines()[-1])
     assert oracle["before"] == (2 * 256 * 512 + 2 * 512 + 2 * 64) * 4
     summary = json.loads(run_cli("report", tmp_path / "run", "--json", check=0).stdout)["summary"]
     assert summary["estimated_true_peak_device_bytes"] == oracle["before"] + oracle["call"]
+    # The plan's point at the recorded batch is the same call, by the same model.
+    points = build_plan(attribute(load_run(tmp_path / "run"))).points
+    [recorded] = points.loc[(points["variant"] == "recorded") & (points["scale"] == 1), "peak_bytes"]
+    assert recorded == oracle["before"] + oracle["call"]

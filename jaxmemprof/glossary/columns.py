@@ -338,7 +338,8 @@ GLOSSARY: dict[str, str] = {
     "batch": "The batch the step was compiled for: the size of the batch inputs' dimension `--plan-axis`.",
     "scale": "`batch` over the recorded batch.",
     "live_outside_bytes": "Bytes live on the device outside the call: live just before the recorded call, less "
-                          "its arguments there (empty where they were not counted).",
+                          "its arguments there, those already on the call's devices (an array copied onto them "
+                          "stays alive beside its copies; empty where they were not counted).",
     "source": "`run` (the run's own compile of the recorded batch), `compiled` (compiled by the plan at the end "
               "of the run, from the arguments' shapes) or `search` (compiled in the search for the largest batch "
               "that fits, `--plan-device-memory`).",

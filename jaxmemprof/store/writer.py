@@ -345,9 +345,9 @@ class RunWriter:
         return tuple(rows[0]) if rows else None
 
     def jit_sampled_calls(self, function_id: int) -> list:
-        """(call_index, inputs JSON, signature, live_before JSON) of the
-        function's sampled calls recorded so far, in call order."""
-        return self._select("SELECT call_index, inputs, signature, live_before FROM jit_calls "
+        """(call_index, inputs JSON, outputs JSON, signature, live_before
+        JSON) of the function's sampled calls recorded so far, in call order."""
+        return self._select("SELECT call_index, inputs, outputs, signature, live_before FROM jit_calls "
                             "WHERE function_id = ? ORDER BY call_index", (function_id,))
 
     def jit_call_leaves(self, function_id: int) -> list:

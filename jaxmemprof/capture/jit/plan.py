@@ -43,7 +43,7 @@ from jaxmemprof.capture.jit.whatif import (VERIFY_MIN_S, VERIFY_SHARE, compile_f
                                            function_donors, rejit, verify)
 from jaxmemprof.flow import CARRIED, UNKNOWN, batch_keys, flows, leaf_key
 from jaxmemprof.tpus import out_of_memory
-from jaxmemprof.truepeak import peak_of
+from jaxmemprof.truepeak import peak_of, placement
 
 # Functions planned at most, and the share of the largest call peak a second one needs.
 PLAN_FUNCTIONS = 2
@@ -320,7 +320,7 @@ class Planner:
             ab.batch_static = recorded_ab.batch_static
         figures = writer.jit_compile_figures(state.function_id, sig)
         calls = writer.jit_sampled_calls(state.function_id)
-        parsed = [(_loads(inputs, []), signature, _loads(live, None)) for _, inputs, signature, live in calls]
+        parsed = [(_loads(inputs, []), signature, _loads(live, None)) for _, inputs, _, signature, live in calls]
         flow = flows(leaves for leaves, _, _ in parsed)
         given_axis = self.options.axis if planning else None
         axis = given_axis if given_axis is not None else (1 if wrapper == "jax.pmap" else 0)
@@ -334,10 +334,12 @@ class Planner:
         batch, scaled, how, static = told
         # The live bytes outside the call: before the sampled call of this
         # signature that found the most live, less its arguments there (on
-        # the run's devices, for a target too).
-        before = [live for _, signature, live in parsed if signature == sig and isinstance(live, dict)]
-        live = max(before, key=lambda d: max(d.values(), default=0)) if before else None
-        args_bytes = int((figures or (0,))[0] or 0)
+        # the run's devices, for a target too), those already on the call's
+        # devices (truepeak.placement: an array copied onto them stays alive).
+        before = [(live, placement(inputs, outputs)[1]) for (_, inputs, outputs, signature, _), (_, _, live)
+                  in zip(calls, parsed) if signature == sig and isinstance(live, dict)]
+        live, share = max(before, key=lambda b: max(b[0].values(), default=0)) if before else (None, 1.0)
+        args_bytes = round(int((figures or (0,))[0] or 0) * share)
         outside = None if live is None else {
             d: max(int(v) - (args_bytes if d in recorded_ab.devices else 0), 0) for d, v in sorted(live.items())
             if target is None or d in recorded_ab.devices}  # a target's: the call's own devices (its busiest)
