@@ -108,32 +108,7 @@ def run(output, force, interval, max_overhead, module, command, no_jit_probe, pl
     from jaxmemprof.capture.session import Session, default_output, prepare_directory
 
     args = list(target)
-    planned = None
-    if plan or plan_scales is not None or plan_axis is not None or plan_device_memory is not None:
-        if no_jit_probe:
-            raise click.UsageError("--plan compiles the jitted functions the jit probe observes: drop --no-jit-probe")
-        from jaxmemprof.capture.jit.plan import DEFAULT_SCALES, PlanOptions
-
-        fit_peak = None
-        if plan_device_memory is not None:
-            from jaxmemprof.analysis.advice.plan import largest_fitting_peak
-
-            fit_peak = largest_fitting_peak(plan_device_memory)
-        planned = PlanOptions(scales=plan_scales or DEFAULT_SCALES, axis=plan_axis, device_bytes=plan_device_memory,
-                              fit_peak_bytes=fit_peak)
-    if slices:
-        from jaxmemprof import tpus
-
-        if no_jit_probe:
-            raise click.UsageError("--target compiles the jitted functions the jit probe observes: drop --no-jit-probe")
-        for name in slices:
-            why = tpus.problem(name)
-            if why is not None:
-                raise InputError(f"--target {name}", why)
-        if tpus.libtpu_missing():
-            raise InputError("--target", f"compiling for a TPU slice needs libtpu, which is not installed: "
-                                         f"{tpus.INSTALL}")
-        slices = tuple(dict.fromkeys(slices))
+    planned, slices = plan_and_targets(no_jit_probe, plan, plan_scales, plan_device_memory, plan_axis, slices)
     if module is not None and command is not None:
         raise click.UsageError("give one of -m MODULE and -c CODE (the script's own options go after `--`)")
     if command is not None:
@@ -165,6 +140,40 @@ def run(output, force, interval, max_overhead, module, command, no_jit_probe, pl
         _flush_script_stdout()
         _closing(tgt, session.directory, status, ended_by, time.monotonic() - session.t_start)
     raise SystemExit(status)
+
+
+def plan_and_targets(no_jit_probe, plan, plan_scales, plan_device_memory, plan_axis, slices):
+    """run's --plan* and --target options, checked, as the session takes them:
+    (PlanOptions or None, the slices once each). For run and the notebook's
+    magics (notebook/magics.py parses their line with run's own options);
+    click.UsageError or InputError when they cannot be honoured."""
+    planned = None
+    if plan or plan_scales is not None or plan_axis is not None or plan_device_memory is not None:
+        if no_jit_probe:
+            raise click.UsageError("--plan compiles the jitted functions the jit probe observes: drop --no-jit-probe")
+        from jaxmemprof.capture.jit.plan import DEFAULT_SCALES, PlanOptions
+
+        fit_peak = None
+        if plan_device_memory is not None:
+            from jaxmemprof.analysis.advice.plan import largest_fitting_peak
+
+            fit_peak = largest_fitting_peak(plan_device_memory)
+        planned = PlanOptions(scales=plan_scales or DEFAULT_SCALES, axis=plan_axis, device_bytes=plan_device_memory,
+                              fit_peak_bytes=fit_peak)
+    if slices:
+        from jaxmemprof import tpus
+
+        if no_jit_probe:
+            raise click.UsageError("--target compiles the jitted functions the jit probe observes: drop --no-jit-probe")
+        for name in slices:
+            why = tpus.problem(name)
+            if why is not None:
+                raise InputError(f"--target {name}", why)
+        if tpus.libtpu_missing():
+            raise InputError("--target", f"compiling for a TPU slice needs libtpu, which is not installed: "
+                                         f"{tpus.INSTALL}")
+        slices = tuple(dict.fromkeys(slices))
+    return planned, tuple(slices)
 
 
 def _index_or_python(tgt) -> None:
