@@ -113,6 +113,176 @@ _JSON_COLUMNS = {
     "py_chains": ("steps",),
     "jit_whatif": ("change",),
 }
+# The tables added for the end of a run and the holder search (run --plan,
+# --target, the verifying compiles, the calls in flight, the references found
+# holding arrays) are checked cell by cell against what the writer writes: a
+# count of bytes (or a batch, an id) is a whole number from 0 to 2**53, a
+# second a finite number from 0, a flag 0 or 1; a column the schema makes NOT
+# NULL holds a value, and a compile's five figures are NULL only where its
+# error says why. A row with a cell that is not so is damage: left out, and
+# the table, its rowid, the column and what is wrong said (``_checked``);
+# the gates then do not pass on it (analysis/check.py).
+_COUNT, _ID, _SECONDS, _FLAG, _FIGURE = "count", "id", "seconds", "flag", "figure"
+_FIGURES = ("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "generated_code_bytes")
+_COMPILED = {"function_id": _ID, **{f: _FIGURE for f in _FIGURES}, "compile_s": _SECONDS}
+_CELLS = {
+    "jit_plans": {**_COMPILED, "batch": _COUNT, "recorded_batch": _COUNT, "axis": _COUNT},
+    "jit_targets": {**_COMPILED, "batch": _COUNT, "recorded_batch": _COUNT, "axis": _COUNT},
+    "jit_whatif": dict(_COMPILED),
+    "jit_target_buffers": {"function_id": _ID, "bytes": _COUNT, "program_peak_bytes": _COUNT},
+    "snapshot_calls": {"snapshot": _ID, "function_id": _ID},
+    "py_chains": {"chain_id": _ID, "line": _COUNT},
+    "py_holders": {"snapshot": _ID, "array_id": _ID, "chain_id": _ID},
+    "py_holder_searches": {"snapshot": _ID, "cost_s": _SECONDS, "arrays": _COUNT, "found": _COUNT,
+                           "complete": _FLAG, "visited": _COUNT, "superseded": _FLAG},
+}
+# Their JSON cells that figures come from: what each must be (None: NULL, where the schema allows it).
+_JSON_CELLS = {
+    "jit_plans": {"devices": "texts", "live_outside": "counts"},
+    "jit_targets": {"devices": "texts", "live_outside": "counts"},
+}
+# The column whose text, where set, lets a compile's figures be NULL (it failed, and says why).
+_ERROR = "error"
+# The rowid of each row of a checked table, read beside its columns (store/reader.py).
+ROWID = "_jaxmemprof_rowid"
+
+
+def _schema_not_null() -> dict:
+    """table -> the columns layout.SCHEMA declares NOT NULL (or a table's
+    INTEGER PRIMARY KEY)."""
+    from jaxmemprof.store.layout import SCHEMA
+
+    out: dict = {}
+    text = re.sub(r"--[^\n]*", "", SCHEMA)
+    for name, body in re.findall(r"CREATE TABLE IF NOT EXISTS (\w+) \((.*?)\);", text, re.S):
+        out[name] = tuple(part.split()[0] for part in body.split(",")
+                          if part.strip() and ("NOT NULL" in part or "PRIMARY KEY" in part))
+    return out
+
+
+_NOT_NULL_COLUMNS = _schema_not_null()
+
+
+def _shown(v) -> str:
+    """A cell's value as a problem names it: short, on one line."""
+    text = repr(v)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _number_problem(v, rule: str) -> str | None:
+    """What is wrong with a present cell ``v`` of a column of ``rule``; None: nothing."""
+    if isinstance(v, (bytes, str)):
+        return f"is text ({_shown(v)}), not a number"
+    if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
+        return f"is not a number ({_shown(v)})"
+    if isinstance(v, (float, np.floating)) and not np.isfinite(v):
+        return f"is not a finite number ({_shown(float(v))})"
+    if rule == _SECONDS:
+        return f"is negative ({float(v)!r})" if v < 0 else None
+    if isinstance(v, (float, np.floating)) and float(v) != int(v):
+        return f"is not a whole number ({float(v)!r})"
+    if v < 0:
+        return f"is negative ({int(v)})"
+    if v >= 2**53:
+        return f"is past 2**53 ({int(v) if isinstance(v, (int, np.integer)) else float(v)!r})"
+    if rule == _FLAG and v not in (0, 1):
+        return f"is {int(v)}, not 0 or 1"
+    return None
+
+
+def _json_problem(v, kind: str) -> str | None:
+    """What is wrong with a present JSON cell ``v`` that must hold ``kind``."""
+    if not isinstance(v, str):
+        return f"is not JSON text ({_shown(v)})"
+    try:
+        parsed = _loads(v)
+    except ValueError:
+        return f"is not JSON ({_shown(v)})"
+    if kind == "texts":
+        ok = isinstance(parsed, list) and all(isinstance(x, str) for x in parsed)
+        return None if ok else f"is not a JSON list of device names ({_shown(v)})"
+    if not isinstance(parsed, dict):
+        return f"is not a JSON object of bytes by device ({_shown(v)})"
+    for device, n in parsed.items():
+        problem = _number_problem(n, _COUNT) if n is not None else "is null"
+        if problem is not None:
+            return f"holds {_shown(device)}: {n!r}, which {problem.split(' (')[0]}"
+    return None
+
+
+def _column_problems(df: pd.DataFrame, table: str) -> list:
+    """(positions of the rows with a bad cell in a column, column, the problem
+    of its first) for each column of ``table`` holding one."""
+    rules = _CELLS.get(table, {})
+    not_null = set(_NOT_NULL_COLUMNS.get(table, ()))
+    failed = None
+    if _ERROR in df.columns:
+        failed = np.array([isinstance(e, str) and bool(e) for e in df[_ERROR].to_numpy(dtype=object)], dtype=bool)
+    out = []
+    for c in [c for c in df.columns if c in rules or c in not_null or c in _JSON_CELLS.get(table, {})]:
+        values = df[c].to_numpy(dtype=object)
+        missing = np.asarray(pd.isna(values), dtype=bool)
+        if c in not_null:
+            may_miss = np.zeros(len(values), dtype=bool)
+        elif rules.get(c) == _FIGURE and failed is not None:
+            may_miss = failed
+        else:
+            may_miss = np.ones(len(values), dtype=bool)
+        problems: dict = {}
+        for i in np.flatnonzero(missing & ~may_miss).tolist():
+            problems[i] = ("is missing (NULL)" + (", and its row has no error saying why"
+                                                 if rules.get(c) == _FIGURE else ""))
+        rule, kind = rules.get(c), _JSON_CELLS.get(table, {}).get(c)
+        if rule is not None or kind is not None:
+            present = np.flatnonzero(~missing)
+            if rule is not None and df[c].dtype.kind in "iu":  # the usual column: numbers only, checked at once
+                v = df[c].to_numpy()
+                bad = (v < 0) | (v >= 2**53) | ((v > 1) if rule == _FLAG else False)
+                present = np.flatnonzero(bad)
+            for i in present.tolist():
+                problem = _number_problem(values[i], rule) if rule is not None else _json_problem(values[i], kind)
+                if problem is not None:
+                    problems[i] = problem
+        if problems:
+            out.append((np.array(sorted(problems), dtype=np.int64), c, problems[min(problems)]))
+    return out
+
+
+def _checked(df: pd.DataFrame, table: str, warnings: list, file: str = "journal.sqlite") -> pd.DataFrame:
+    """``df`` (read with each row's rowid, ``ROWID``) less its rows with a
+    cell that is not what the writer writes (see _CELLS), said in one line
+    naming ``file``, the table, the first such row's rowid, the column and
+    the problem, and noted as damage of ``table``."""
+    if table not in _CELLS or df.empty:
+        return df.drop(columns=[ROWID], errors="ignore")
+    found = _column_problems(df, table)
+    if not found:
+        return df.drop(columns=[ROWID], errors="ignore")
+    bad = np.zeros(len(df.index), dtype=bool)
+    for rows, _, _ in found:
+        bad[rows] = True
+    first = int(np.flatnonzero(bad)[0])
+    # the first bad row's first bad column, in the table's order
+    rows, column, problem = next(f for f in found if first in f[0])
+    if int(rows[0]) != first:
+        problem = _problem_at(df, table, column, first)
+    rowids = df[ROWID].to_numpy(dtype=object) if ROWID in df.columns else None
+    row = (f"rowid {rowids[first]}" if rowids is not None and not pd.isna(rowids[first])
+           else f"row {first + 1}")
+    count = int(bad.sum())
+    note_damage(warnings, table, f"{count} row(s) of the journal's {table} are damaged and left out ({file}, "
+                                 f"{table} {row}: {column} {problem})")
+    return df[~bad].drop(columns=[ROWID], errors="ignore").reset_index(drop=True)
+
+
+def _problem_at(df: pd.DataFrame, table: str, column: str, i: int) -> str:
+    """The problem of the cell at position ``i`` of ``column``."""
+    for rows, c, p in _column_problems(df.iloc[[i]].reset_index(drop=True), table):
+        if c == column:
+            return p
+    return "is damaged"
+
+
 class Warnings(list):
     """A reader's warnings, and which journal tables lost rows or cells to
     damage (``damaged``: table -> its first such warning). A gate reads

@@ -19,8 +19,9 @@ import pandas as pd
 from jaxmemprof.errors import InputError
 from jaxmemprof.pprof.reader import Profile, load_profile
 from jaxmemprof.store import layout
-from jaxmemprof.store.decode import (_ADDED_TABLES, _ARRAYS_V1, _UNIT, Warnings, _address_tuples, _loads, _numbers,
-                                     _one_numbers, _parse_lists, _shallow_json, _typed, note_damage)
+from jaxmemprof.store.decode import (_ADDED_TABLES, _ARRAYS_V1, _CELLS, _UNIT, ROWID, Warnings, _address_tuples,
+                                     _checked, _loads, _numbers, _one_numbers, _parse_lists, _shallow_json, _typed,
+                                     note_damage)
 from jaxmemprof.store.journal import connect_read_only, recorder_running, tolerant_text
 
 PROFILE_SUFFIXES = (".prof", ".prof.gz", ".pb.gz", ".pprof")
@@ -212,16 +213,24 @@ def _empty(columns) -> pd.DataFrame:
 
 
 def _query(con, table: str, warnings: list, spec=None) -> pd.DataFrame:
-    """One journal table, typed (see _TABLES); empty, with a warning, when
-    it cannot be read."""
-    return _shallow_json(_typed(_read(con, table, warnings), table, warnings, spec), table, warnings)
+    """One journal table, typed (see _TABLES; the tables of _CELLS checked
+    cell by cell first, each damaged row named by its rowid); empty, with a
+    warning, when it cannot be read."""
+    raw = _read(con, table, warnings, rowid=table in _CELLS)
+    return _shallow_json(_typed(_checked(raw, table, warnings), table, warnings, spec), table, warnings)
 
 
-def _read(con, table: str, warnings: list) -> pd.DataFrame:
-    """One journal table as it is. Read in chunks: a day-long run's arrays
-    are millions of rows, and a row's Python objects are many times the size
-    of its columns."""
-    sql = f"SELECT * FROM {table}"
+def _read(con, table: str, warnings: list, rowid: bool = False) -> pd.DataFrame:
+    """One journal table as it is (with ``rowid``, each row's rowid too, as
+    column ROWID, where the table has one). Read in chunks: a day-long run's
+    arrays are millions of rows, and a row's Python objects are many times
+    the size of its columns."""
+    if rowid:
+        try:
+            con.execute(f"SELECT rowid FROM {table} LIMIT 0")
+        except sqlite3.Error:
+            rowid = False  # a table WITHOUT ROWID, or none: its rows are named by their place
+    sql = f'SELECT rowid AS "{ROWID}", * FROM {table}' if rowid else f"SELECT * FROM {table}"
     try:
         try:  # sqlite3's own decoding, in C, for the usual table of UTF-8 text
             chunks = list(pd.read_sql_query(sql, con, chunksize=_CHUNK_ROWS))
