@@ -212,6 +212,10 @@ def test_the_searches_time_is_in_the_runs_summary(runs):
 _HELD_HERE = []  # this module's global: a root of the program's own
 
 
+class _Stand:
+    """An object standing for an array (weak references, no children)."""
+
+
 def test_the_search_ends_once_every_array_has_a_chain():
     """Two objects standing for one array (an array and the view JAX made of
     it): one held by the program, the other only by a library module. The
@@ -220,19 +224,20 @@ def test_the_search_ends_once_every_array_has_a_chain():
     the nnx program); the control, two arrays, walks them and finds both.
     (Plain objects stand for the arrays: the search follows references alone.)"""
     import json as library_module
+    import weakref
 
     from jaxmemprof.capture.py_holders import search
 
-    _HELD_HERE.append(bytearray(4))
-    library_module._jaxmemprof_test_holds = bytearray(5)  # no local of this frame holds it
-    held, other = id(_HELD_HERE[0]), id(library_module._jaxmemprof_test_holds)
+    _HELD_HERE.append(_Stand())
+    library_module._jaxmemprof_test_holds = _Stand()  # no local of this frame holds it
+    held, other = weakref.ref(_HELD_HERE[0]), weakref.ref(library_module._jaxmemprof_test_holds)
     try:
-        found, complete, one_array = search({held: 7, other: 7}, 30.0)
-        assert complete and set(found) == {held}
-        assert found[held][0][1] == __name__  # the chain starts at this module's global
-        found, complete, two_arrays = search({held: 7, other: 8}, 30.0)
-        assert complete and set(found) == {held, other}
-        assert found[other][0][1] == "json"
+        found, complete, one_array = search({id(held()): (held, 7), id(other()): (other, 7)}, 30.0)
+        assert complete and set(found) == {id(held())}
+        assert found[id(held())][0][1] == __name__  # the chain starts at this module's global
+        found, complete, two_arrays = search({id(held()): (held, 7), id(other()): (other, 8)}, 30.0)
+        assert complete and set(found) == {id(held()), id(other())}
+        assert found[id(other())][0][1] == "json"
         assert one_array < two_arrays
     finally:
         del library_module._jaxmemprof_test_holds

@@ -16,23 +16,40 @@ entry of a ``functools.lru_cache``. An array reached by no chain is held only
 by references this walk cannot see: C extensions, XLA, a bounded
 ``lru_cache`` (its entries hide their results from the garbage collector).
 
-Nothing here calls the program's code: containers are copied by C (a dict's
-items, a list's items) under the GIL, attributes are read from ``__dict__``
-and slots without ``__getattr__``, dict keys are shown only when they are
-plain values. The walk holds the objects it visits only while it runs, and
-gives every reference back before it returns: a frame's locals, which
-Python 3.11 and 3.12 copy into a dict kept on the frame, are cleared again.
+The walk only reads, and never runs the program's code (docs/holders.md):
+
+- an object's kind is decided by ``type(obj)`` and the type's own
+  dictionaries, read through ``type``'s descriptors (never ``isinstance``,
+  which asks the object's ``__class__``; never an attribute lookup a
+  metaclass could answer; never ``==``, ``hash()`` or ``str()`` of the
+  program's objects: types are compared by identity);
+- a container's items are read by its base type's C methods
+  (``list.__getitem__``, ``dict.items``, ``set.__iter__``), a slice or a
+  chunk at a time between looks at the clock, so that a list of 100M items
+  costs no more than the budget; past ``MAX_FANOUT`` of one container's items
+  only the arrays among them are taken (the search says it was cut);
+- an instance's attributes come from the ``__dict__`` slot of the first base
+  that made one (the interpreter's own descriptor, never a ``__dict__``
+  property) and its member descriptors;
+- a frame's locals are read from its slots (capture/frame_locals.py), never
+  through ``frame.f_locals``, which on 3.11 and 3.12 writes the frame's dict;
+- the arrays themselves are never held: they are known by ``id`` and a weak
+  reference, and a chain ends where it meets one. A container the program
+  drops while the walk has it queued is let go, unread, when its turn comes.
 """
 
 from __future__ import annotations
 
 import collections
-import json
 import gc
+import itertools
+import json
 import sys
 import time
 import types
+import weakref
 
+from jaxmemprof.capture.frame_locals import frame_locals
 from jaxmemprof.paths import is_builtin_library, is_own_file
 
 # Kinds of a step from an object to one it refers to.
@@ -44,128 +61,237 @@ ANY = "\u2026"
 # Kinds of a root.
 GLOBAL, FRAME_LOCAL = "global", "local"
 
-_FRAME_LOCALS_ARE_COPIES = sys.version_info < (3, 13)  # 3.13: a proxy over the frame, nothing to clear
-_NO_CHILDREN = (str, bytes, bytearray, int, float, complex, bool, type(None), range, types.ModuleType, type,
-                types.CodeType, types.FrameType, types.BuiltinFunctionType, types.MethodDescriptorType,
-                types.WrapperDescriptorType, types.GetSetDescriptorType, types.MemberDescriptorType, memoryview)
-_PLAIN_KEYS = (str, int, float, bool, type(None))
-_LRU = type(__import__("functools").lru_cache(maxsize=None)(lambda: None))
-_GENERATORS = (types.GeneratorType, types.CoroutineType, types.AsyncGeneratorType)
+_CHUNK = 4096  # a container's items read at once, between looks at the clock
 _CHECK_EVERY = 512  # objects between looks at the clock
 MAX_CHAINS = 3  # chains kept per array, the shortest first
+MAX_FANOUT = 65536  # a container's items walked into; past them, only its arrays are taken
+
+# The interpreter's own descriptors, read from ``type`` itself: a metaclass
+# cannot answer for them.
+_TYPE_MRO = type.__dict__["__mro__"].__get__
+_TYPE_DICT = type.__dict__["__dict__"].__get__
+_TYPE_NAME = type.__dict__["__name__"].__get__
+_MODULE_DICT = types.ModuleType.__dict__["__dict__"].__get__
+_SUBCLASS = type.__subclasscheck__  # (base, t): t's real bases, never a program's __subclasscheck__
+_LRU = type(__import__("functools").lru_cache(maxsize=None)(lambda: None))
+# id(type) -> the interpreter's getter of a suspended generator's, coroutine's
+# or async generator's frame.
+_GEN_FRAME = {id(types.GeneratorType): types.GeneratorType.gi_frame.__get__,
+              id(types.CoroutineType): types.CoroutineType.cr_frame.__get__,
+              id(types.AsyncGeneratorType): types.AsyncGeneratorType.ag_frame.__get__}
+# Objects that refer to nothing a chain goes through, by the id of their
+# exact type (a set of ints: no program's __hash__ or __eq__ is asked).
+_LEAVES = {id(t) for t in (str, bytes, bytearray, int, float, complex, bool, type(None), range, types.ModuleType,
+                           types.CodeType, types.FrameType, types.BuiltinFunctionType, types.MethodDescriptorType,
+                           types.WrapperDescriptorType, types.GetSetDescriptorType, types.MemberDescriptorType,
+                           memoryview, type(Ellipsis), type(NotImplemented))}
+_LEAF_BASES = (type, types.ModuleType)  # classes and modules: their dicts are not walked into (modules are roots)
+_PLAIN = {id(t) for t in (str, bool, type(None))}
+
+
+def _plain_str(s) -> str:
+    """``s`` as an exact ``str`` (a subclass's ``__str__`` is never asked)."""
+    return str.__getitem__(s, slice(None))
+
+
+def _type_name(t) -> str:
+    try:
+        return _plain_str(_TYPE_NAME(t))
+    except Exception:
+        return "?"
+
+
+def _is_sub(t, bases) -> bool:
+    for b in bases:
+        if t is b or _SUBCLASS(b, t):
+            return True
+    return False
 
 
 def _key_text(k) -> str:
-    if type(k) in (int, float):
+    t = type(k)
+    if t is int or t is float:
         return ANY
-    if type(k) in _PLAIN_KEYS:
+    if id(t) in _PLAIN:
         text = repr(k)
         return text if len(text) <= 40 else text[:37] + "..."
-    if type(k) is tuple and all(type(x) in _PLAIN_KEYS for x in k) and len(k) <= 4:
+    if t is tuple and tuple.__len__(k) <= 4 and all(id(type(x)) in _PLAIN or type(x) is int or type(x) is float
+                                                      for x in k):
         text = repr(k)
         return text if len(text) <= 40 else text[:37] + "..."
-    return "<" + type(k).__name__ + ">"
+    return "<" + _type_name(t) + ">"
 
 
-def _frame_locals(frame) -> list:
-    """(name, value) of a frame's locals; the dict 3.11/3.12 keep on the frame
-    for ``f_locals`` is emptied again, so that it holds nothing after."""
-    try:
-        loc = frame.f_locals
-        items = list(loc.items())
-        if _FRAME_LOCALS_ARE_COPIES and type(loc) is dict and loc is not frame.f_globals:
-            loc.clear()
-        return items
-    except Exception:
-        return []
+def _name(k) -> str:
+    """An attribute's or a variable's name as a label."""
+    return k if type(k) is str else _key_text(k)
 
 
-def _children(obj, module_dicts: set):
-    """(step kind, label, child) of what ``obj`` refers to, for the kinds of
-    object a chain passes through; other objects: what the garbage collector
-    says they refer to (no labels)."""
-    t = type(obj)
-    if t in _NO_CHILDREN or isinstance(obj, _NO_CHILDREN):
-        return ()
-    if isinstance(obj, dict):
-        if id(obj) in module_dicts:
-            return ()
-        return [(KEY, _key_text(k), v) for k, v in list(dict.items(obj))]
-    if isinstance(obj, (list, collections.deque)):
-        return [(ITEM, ANY, v) for v in list(obj)]
-    if isinstance(obj, tuple):
-        fields = getattr(t, "_fields", None)
-        items = tuple.__iter__(obj)
-        if fields and isinstance(fields, tuple) and len(fields) == len(obj):
-            return [(ATTR, str(f), v) for f, v in zip(fields, items)]
-        return [(ITEM, str(i), v) for i, v in enumerate(items)]
-    if isinstance(obj, (set, frozenset)):
-        return [(MEMBER, ANY, v) for v in list(obj)]
-    if t is types.FunctionType:
-        out = []
-        cells = obj.__closure__ or ()
-        for name, cell in zip(obj.__code__.co_freevars, cells):
+class _Shape:
+    """What the walk needs of one type, read from its own dictionaries once a
+    search: the interpreter's ``__dict__`` descriptor of the first base that
+    made one, its member descriptors (slots, a C type's members), a
+    namedtuple's fields."""
+
+    __slots__ = ("kind", "dict_get", "members", "fields", "name")
+
+    def __init__(self, t):
+        self.name = _type_name(t)
+        self.dict_get = None
+        self.members = []
+        self.fields = None
+        if id(t) in _LEAVES or _is_sub(t, _LEAF_BASES):
+            self.kind = "leaf"
+            return
+        self.kind = ("dict" if _is_sub(t, (dict,)) else "list" if _is_sub(t, (list,))
+                     else "deque" if _is_sub(t, (collections.deque,)) else "tuple" if _is_sub(t, (tuple,))
+                     else "frozenset" if _is_sub(t, (frozenset,)) else "set" if _is_sub(t, (set,))
+                     else "function" if t is types.FunctionType else "lru" if t is _LRU
+                     else "generator" if id(t) in _GEN_FRAME else "method" if t is types.MethodType else "object")
+        try:
+            mro = _TYPE_MRO(t)
+        except Exception:
+            mro = ()
+        seen_members = set()
+        for klass in mro:
+            if type(klass) is not type and not _SUBCLASS(type, type(klass)):
+                continue
             try:
-                out.append((CLOSURE, name, cell.cell_contents))
+                own = dict(_TYPE_DICT(klass))
+            except Exception:
+                continue
+            entry = own.get("__dict__")
+            if self.dict_get is None and type(entry) is types.GetSetDescriptorType:
+                self.dict_get = entry.__get__
+            fields = own.get("_fields")
+            if self.fields is None and type(fields) is tuple and all(type(f) is str for f in fields):
+                self.fields = fields
+            for value in own.values():
+                if type(value) is types.MemberDescriptorType:
+                    name = _plain_str(value.__name__)
+                    if name not in seen_members and name not in ("__weakref__", "__dict__"):
+                        seen_members.add(name)
+                        self.members.append((name, value.__get__))
+
+
+def _chunks(iterator):
+    """Lists of up to ``_CHUNK`` items of ``iterator`` (each read by one C
+    call); stops where the container changed size under it."""
+    while True:
+        try:
+            chunk = list(itertools.islice(iterator, _CHUNK))
+        except RuntimeError:  # changed size during iteration: what was read stands
+            return
+        if not chunk:
+            return
+        yield chunk
+        if len(chunk) < _CHUNK:
+            return
+
+
+def _children(obj, shape: _Shape, module_dicts: set):
+    """(step kind, label, child) of what ``obj`` refers to, lazily, a chunk
+    at a time; for objects of other kinds: what the garbage collector says
+    they refer to (no labels)."""
+    kind = shape.kind
+    if kind == "dict":
+        if id(obj) in module_dicts:
+            return
+        for chunk in _chunks(iter(dict.items(obj))):
+            for k, v in chunk:
+                yield KEY, _key_text(k), v
+    elif kind == "list":
+        start = 0
+        while True:
+            chunk = list.__getitem__(obj, slice(start, start + _CHUNK))
+            for v in chunk:
+                yield ITEM, ANY, v
+            if len(chunk) < _CHUNK:
+                return
+            start += _CHUNK
+    elif kind == "deque":
+        for chunk in _chunks(collections.deque.__iter__(obj)):
+            for v in chunk:
+                yield ITEM, ANY, v
+    elif kind == "tuple":
+        items = tuple.__getitem__(obj, slice(None))
+        fields = shape.fields
+        if fields is not None and len(fields) == len(items):
+            for f, v in zip(fields, items):
+                yield ATTR, f, v
+        else:
+            for i, v in enumerate(items):
+                yield ITEM, str(i), v
+    elif kind in ("set", "frozenset"):
+        base = set if kind == "set" else frozenset
+        for chunk in _chunks(base.__iter__(obj)):
+            for v in chunk:
+                yield MEMBER, ANY, v
+    elif kind == "function":
+        for name, cell in zip(obj.__code__.co_freevars, obj.__closure__ or ()):
+            try:
+                yield CLOSURE, name, cell.cell_contents
             except ValueError:  # an empty cell
                 pass
         for i, v in enumerate(obj.__defaults__ or ()):
-            out.append((ATTR, f"__defaults__[{i}]", v))
-        for k, v in list((obj.__kwdefaults__ or {}).items()):
-            out.append((ATTR, f"__kwdefaults__[{k!r}]", v))
-        d = obj.__dict__
-        out.extend((ATTR, str(k), v) for k, v in list(d.items()))
-        return out
-    if t is _LRU:
-        out = []
+            yield ATTR, f"__defaults__[{i}]", v
+        kwdefaults = obj.__kwdefaults__
+        if type(kwdefaults) is dict:
+            for k, v in list(dict.items(kwdefaults)):
+                yield ATTR, f"__kwdefaults__[{_key_text(k)}]", v
+        for k, v in list(dict.items(obj.__dict__)):
+            yield ATTR, _name(k), v
+    elif kind == "lru":
         own = obj.__dict__
         for r in gc.get_referents(obj):
-            if isinstance(r, dict) and r is not own:
-                out.extend((CACHE, _key_text(k), v) for k, v in list(dict.items(r)))
+            if type(r) is dict and r is not own:
+                for chunk in _chunks(iter(dict.items(r))):
+                    for k, v in chunk:
+                        yield CACHE, _key_text(k), v
             elif r is own:
-                out.extend((ATTR, str(k), v) for k, v in list(own.items()))
-        return out
-    if isinstance(obj, _GENERATORS):
-        frame = getattr(obj, "gi_frame", None) or getattr(obj, "cr_frame", None) or getattr(obj, "ag_frame", None)
-        if frame is None:
-            return ()
-        return [(LOCAL, str(k), v) for k, v in _frame_locals(frame)]
-    if t is types.MethodType:
-        return [(ATTR, "__self__", obj.__self__), (ATTR, "__func__", obj.__func__)]
-    out = []
-    try:
-        d = object.__getattribute__(obj, "__dict__")
-    except Exception:
+                for k, v in list(dict.items(own)):
+                    yield ATTR, _name(k), v
+    elif kind == "generator":
+        frame = _GEN_FRAME[id(type(obj))](obj)
+        if frame is not None:
+            for k, v in frame_locals(frame):
+                yield LOCAL, k, v
+    elif kind == "method":
+        yield ATTR, "__self__", obj.__self__
+        yield ATTR, "__func__", obj.__func__
+    else:
         d = None
-    if isinstance(d, dict):
-        out.extend((ATTR, str(k), v) for k, v in list(dict.items(d)))
-    for klass in t.__mro__:
-        slots = klass.__dict__.get("__slots__")
-        if slots is None:
-            continue
-        for name in ((slots,) if isinstance(slots, str) else slots):
-            if name in ("__dict__", "__weakref__"):
+        if shape.dict_get is not None:
+            try:
+                d = shape.dict_get(obj)
+            except Exception:
+                d = None
+        if type(d) is dict:
+            for chunk in _chunks(iter(dict.items(d))):
+                for k, v in chunk:
+                    yield ATTR, _name(k), v
+        some = d is not None
+        for name, get in shape.members:
+            try:
+                value = get(obj)
+            except Exception:  # an unset slot; a member of another base
                 continue
-            descr = klass.__dict__.get(name)
-            if isinstance(descr, types.MemberDescriptorType):
-                try:
-                    out.append((ATTR, name, descr.__get__(obj, t)))
-                except AttributeError:
-                    pass
-    if out or d is not None:
-        return out
-    # Objects of C types: what they refer to, without names.
-    return [(REF, type(r).__name__, r) for r in gc.get_referents(obj) if not isinstance(r, type)]
+            some = True
+            yield ATTR, name, value
+        if not some:  # objects of C types: what they refer to, without names
+            for r in gc.get_referents(obj):
+                if not _SUBCLASS(type, type(r)):
+                    yield REF, _type_name(type(r)), r
 
 
 class Search:
-    """One search for the chains that hold ``targets`` (id(array) -> the
-    array's id in the journal) alive, within ``deadline`` (time.monotonic()).
-    ``skip``: ids of objects that are not the program's (the caller's own
-    list of the arrays, say). ``found``: id(array) -> its chains, shortest
-    first, each (root kind, root name, module file, function, first line,
-    steps, container type), steps a list of (kind, label) from the root
-    down."""
+    """One search for the chains that hold ``targets`` (id(array) -> (a weak
+    reference to it, the array's id in the journal)) alive, within
+    ``deadline`` (time.monotonic()). ``skip``: ids of objects that are not
+    the program's (the caller's own tables). ``found``: id(array) -> its
+    chains, shortest first, each (root kind, root name, module file,
+    function, first line, steps, container type), steps a list of (kind,
+    label) from the root down."""
 
     def __init__(self, targets: dict, deadline: float, skip=(), library: bool = True):
         self.targets = targets
@@ -175,17 +301,26 @@ class Search:
         self.found: dict = {}
         # The arrays themselves (a view JAX made and its array are one): the
         # search is over when each has a chain, whichever object it holds.
-        self.arrays = set(targets.values())
+        self.arrays = {aid for _, aid in targets.values()}
         self.found_arrays: set = set()
-        self.complete = True
+        self.complete = True  # every root searched, every container's items walked
         self.visited = 0
+        self._shapes: dict = {}  # id(type) -> (type, _Shape), for this search
+
+    def _shape(self, t) -> _Shape:
+        got = self._shapes.get(id(t))
+        if got is None:
+            got = self._shapes[id(t)] = (t, _Shape(t))
+        return got[1]
 
     def run(self) -> dict:
         module_dicts = {}
-        for name, mod in list(sys.modules.items()):
-            d = getattr(mod, "__dict__", None) if mod is not None else None
-            if isinstance(d, dict):
-                module_dicts.setdefault(id(d), (name, mod, d))
+        for name, mod in list(dict.items(sys.modules)):
+            if type(name) is not str or not _is_sub(type(mod), (types.ModuleType,)):
+                continue
+            d = _MODULE_DICT(mod)
+            if type(d) is dict:
+                module_dicts.setdefault(id(d), (name, d))
         own_threads = {t for t, fr in _jaxmemprof_threads()}
         frames = []
         for ident, top in list(sys._current_frames().items()):
@@ -198,9 +333,10 @@ class Search:
             del f
         del top
         user, library = [], []
-        for key, (name, mod, d) in module_dicts.items():
-            file = getattr(mod, "__file__", None) or ""
-            if name.startswith("jaxmemprof") or name == "jaxmemprof":
+        for key, (name, d) in module_dicts.items():
+            file = dict.get(d, "__file__")
+            file = file if type(file) is str else ""
+            if name.startswith("jaxmemprof"):
                 continue
             side = library if (name != "__main__" and (not file or is_builtin_library(file))) else user
             side.append((GLOBAL, name, file, "", 0, d))
@@ -217,70 +353,114 @@ class Search:
         del frames
         try:
             self._walk(user, set(module_dicts))
-            if self.library and len(self.found_arrays) < len(self.arrays) and self.complete:
+            if self.library and len(self.found_arrays) < len(self.arrays) and time.monotonic() < self.deadline:
                 self._walk(library, set(module_dicts))
         finally:
             del user, library, module_dicts
+            self._shapes.clear()
         return self.found
 
+    def _hit(self, child, nodes: list, root_of: list, parent: int, step: str, label: str, tname: str,
+             earlier: set) -> bool:
+        """Whether ``child`` is an array looked for (then its chain is kept)."""
+        key = id(child)
+        target = self.targets.get(key)
+        if target is None or target[0]() is not child:  # not looked for, or another object at a freed one's id
+            return False
+        if key not in earlier:
+            chains = self.found.setdefault(key, [])
+            if len(chains) < MAX_CHAINS:
+                nodes.append((parent, step, label, tname, 0))
+                chains.append(self._chain(nodes, root_of, len(nodes) - 1))
+                nodes.pop()
+            self.found_arrays.add(target[1])
+        return True
+
     def _walk(self, roots: list, module_dicts: set) -> None:
-        targets, found, skip = self.targets, self.found, self.skip
-        found_arrays, n_arrays = self.found_arrays, len(self.arrays)
-        seen = set(skip)
+        seen = set(self.skip)
         seen.update(module_dicts)
-        earlier = set(found)  # found by an earlier round: their chains are shorter, or the program's own
-        seen.update(earlier)
-        # A node: (parent node index, step kind, label, container type name)
+        earlier = set(self.found)  # found by an earlier round: their chains are shorter, or the program's own
+        n_arrays = len(self.arrays)
+        # A node: (parent node index, step kind, label, container type name, depth)
         nodes: list = []
         root_of: list = []
         queue: collections.deque = collections.deque()
         for kind, name, file, function, line, holder in roots:
             if kind == GLOBAL:
-                items = [(k, v) for k, v in list(dict.items(holder)) if isinstance(k, str)
+                items = [(k, v) for k, v in list(dict.items(holder)) if type(k) is str
                          and not (len(k) > 4 and k.startswith("__") and k.endswith("__"))]
                 if name == "__main__":  # the program's own names before IPython's history's (_N, then Out, _)
                     items.sort(key=lambda kv: _history_rank(kv[0]))
             else:
-                items = _frame_locals(holder)
+                items = frame_locals(holder)
             root_index = len(root_of)
             root_of.append((kind, name, file, function, line))
+            step, tname = (KEY, "module") if kind == GLOBAL else (LOCAL, "frame")
             for k, v in items:
+                if id(type(v)) in _LEAVES:
+                    continue
+                if self._hit(v, nodes, root_of, -1 - root_index, step, _name(k), tname, earlier):
+                    continue
                 queue.append((v, len(nodes)))
-                nodes.append((-1 - root_index, KEY if kind == GLOBAL else LOCAL, str(k), "module" if kind == GLOBAL
-                              else "frame"))
+                nodes.append((-1 - root_index, step, _name(k), tname, 1))
             del items, holder
         del roots
         count = 0
-        draining = False  # every array found: the chains already queued are read, no object is opened
+        scanned = 0
+        deadline = self.deadline
+        stop_depth = None  # every array found: only the nodes above the last one's depth are still read
         try:
             while queue:
                 obj, node = queue.popleft()
                 key = id(obj)
-                if key in targets and key not in earlier:
-                    chains = found.setdefault(key, [])
-                    if len(chains) < MAX_CHAINS:
-                        chains.append(self._chain(nodes, root_of, node))
-                    found_arrays.add(targets[key])
-                    draining = draining or len(found_arrays) == n_arrays
-                    continue
-                if key in seen or draining:
+                depth = nodes[node][4]
+                if stop_depth is not None and depth >= stop_depth:
+                    break
+                if key in seen:
                     continue
                 seen.add(key)
+                # The program let go of it while it waited in the queue: let it go too, unread.
+                if sys.getrefcount(obj) <= 2:
+                    continue
+                t = type(obj)
+                if id(t) in _LEAVES:
+                    continue
                 count += 1
-                if count % _CHECK_EVERY == 0 and time.monotonic() > self.deadline:
+                if count % _CHECK_EVERY == 0 and time.monotonic() > deadline:
                     self.complete = False
                     break
+                shape = self._shape(t)
+                if shape.kind == "leaf":
+                    continue
+                taken = 0
                 try:
-                    kids = _children(obj, module_dicts)
-                except Exception:
-                    kids = ()
-                if kids:
-                    tname = type(obj).__name__
-                    for step, label, child in kids:
-                        if id(child) not in seen or id(child) in targets:
-                            queue.append((child, len(nodes)))
-                            nodes.append((node, step, label, tname))
-                del kids, obj
+                    for step, label, child in _children(obj, shape, module_dicts):
+                        scanned += 1
+                        if scanned % _CHUNK == 0 and time.monotonic() > deadline:
+                            self.complete = False
+                            break
+                        if self._hit(child, nodes, root_of, node, step, label, shape.name, earlier):
+                            if stop_depth is None and len(self.found_arrays) == n_arrays:
+                                stop_depth = depth + 1
+                            continue
+                        if stop_depth is not None:
+                            continue
+                        ck = id(child)
+                        if ck in seen or id(type(child)) in _LEAVES:
+                            continue
+                        if taken >= MAX_FANOUT:
+                            self.complete = False
+                            continue
+                        taken += 1
+                        queue.append((child, len(nodes)))
+                        nodes.append((node, step, label, shape.name, depth + 1))
+                    else:
+                        continue
+                    break  # out of time inside a container
+                except Exception:  # a container changed under the walk, an unreadable member: its other items
+                    continue
+                finally:
+                    child = obj = None
         finally:
             queue.clear()
             self.visited += count
@@ -290,7 +470,7 @@ class Search:
         steps = []
         container = nodes[node][3]
         while node >= 0:
-            parent, step, label, _ = nodes[node]
+            parent, step, label, _, _ = nodes[node]
             steps.append((step, label))
             node = parent
         steps.reverse()
@@ -315,8 +495,8 @@ def _jaxmemprof_threads():
 
 
 def search(arrays: dict, budget_s: float, skip=(), library: bool = True) -> tuple[dict, bool, int]:
-    """The chains holding ``arrays`` (id(array) -> journal id; the caller
-    keeps them alive meanwhile) within ``budget_s`` seconds: (id(array) ->
+    """The chains holding ``arrays`` (id(array) -> (a weak reference to it,
+    its journal id)) within ``budget_s`` seconds: (id(array) ->
     its chains, whether every root was searched, objects visited). ``library``:
     search library modules and frames too (JAX's caches: a larger walk)."""
     s = Search(arrays, time.monotonic() + budget_s, skip, library)
@@ -371,20 +551,26 @@ class Searches:
         if budget <= 0:
             return
         c0 = time.thread_time()
-        live = jax.live_arrays()
+        # The arrays are looked for by id and a weak reference: the search
+        # holds none of them, so that one the program drops meanwhile is
+        # freed as under python.
         targets = {}
+        live = jax.live_arrays()
         for a in live:
             entry = tracked.get(id(a))
             if entry is None and views is not None:
                 entry = views(id(a))
             if entry is not None and entry.array_id:
-                targets[id(a)] = entry.array_id
-        found, complete, visited = search(targets, budget, skip=(id(live), id(targets)),
+                try:
+                    targets[id(a)] = (weakref.ref(a), entry.array_id)
+                except TypeError:  # an array type without weak references
+                    pass
+        del live, a
+        found, complete, visited = search(targets, budget, skip=(id(targets),),
                                           library=trigger in END_TRIGGERS)
-        del live
         best: dict = {}  # array id -> its chains (an array and its view may both be held)
         for key, chains in found.items():
-            best.setdefault(targets[key], []).extend(chains)
+            best.setdefault(targets[key][1], []).extend(chains)
         rows, new_chains = [], []
         for aid, chains in best.items():
             ids = []
@@ -403,5 +589,5 @@ class Searches:
         if trigger not in END_TRIGGERS:
             self.searched_bytes = live_bytes
             replaces, self.peak_search = self.peak_search, index
-        self.writer.add_py_holders(new_chains, rows, (index, trigger, cost, len(set(targets.values())), len(best),
+        self.writer.add_py_holders(new_chains, rows, (index, trigger, cost, len({aid for _, aid in targets.values()}), len(best),
                                                       int(complete), visited), replaces)

@@ -117,6 +117,7 @@ class Sampler:
         # Searches for the Python references holding the arrays (capture/py_holders.py),
         # after a snapshot, outside its cost; None: none
         self.py_holders = None
+        self._pending_search = None  # (snapshot, trigger, live bytes, calls in flight) the next search is for
 
     # -- the background thread -------------------------------------------------
 
@@ -179,8 +180,9 @@ class Sampler:
                 affordable, live = self._affordable_at()
                 now = time.monotonic()
                 if affordable <= now:
-                    self.snapshot("interval", live=live)
+                    self.snapshot("interval", live=live, search=False)
                 del live
+                self.search_holders()
             if affordable > now:
                 # Each check pushes the budget back by its own cost: check
                 # again when it affords the snapshot (or in a second, in case
@@ -255,12 +257,15 @@ class Sampler:
         return self._lock._is_owned()
 
     def snapshot(self, trigger: str, label: str | None = None, live: list | None = None,
-                 wait: bool | None = None) -> int | None:
+                 wait: bool | None = None, search: bool = True) -> int | None:
         """Take a snapshot now; None when JAX is not up yet or sampling has
         stopped after an error. ``live``: ``jax.live_arrays()`` if listed a
         moment ago. ``wait``: whether to wait for computations in flight to
         read their arrays' addresses (default: not for background snapshots;
-        never for SIGTERM's, which must not outlast the process)."""
+        never for SIGTERM's, which must not outlast the process). ``search``:
+        search for the arrays' Python holders now; False: the caller holds
+        ``live`` and calls ``search_holders()`` once it has let go of it
+        (the search must hold none of the program's arrays)."""
         jax = jax_ready()
         if jax is None or self.failed or self.writer.closed:
             return None
@@ -303,23 +308,37 @@ class Sampler:
             self._cost = cost if self._cost == 0 else 0.7 * self._cost + 0.3 * cost
             if len(rec.new_arrays) >= 1000:  # mostly describing: its cost per new array
                 self._per_new = cost / len(rec.new_arrays)
+            if self.peak is None or rec.live_bytes > self.peak[0]:
+                self.peak = (rec.live_bytes, index, t_mono)
+            self._pending_search = (index, trigger, rec.live_bytes, calls)
+            live = rec = None
+            if search:
+                self.search_holders()
+            return index
+
+    def search_holders(self) -> None:
+        """The holder search after the last snapshot, if it asked for one
+        (capture/py_holders.py); under the lock, with no list of the
+        program's arrays held."""
+        pending, self._pending_search = self._pending_search, None
+        if pending is None or self.failed:
+            return
+        jax = jax_ready()
+        index, trigger, live_bytes, calls = pending
+        with self._lock:
             if self.py_holders is not None:
                 try:
-                    self.py_holders.after(jax, self._tracked, index, trigger, rec.live_bytes, calls, self._viewed)
+                    self.py_holders.after(jax, self._tracked, index, trigger, live_bytes, calls, self._viewed)
                 except Exception as exc:
                     self.py_holders = None
                     if _write_error(exc):  # the journal could not take its rows: as any snapshot's failed write
                         self.fail(exc)
-                        return index
+                        return
                     try:
                         self.writer.add_event("warning", f"the search for Python holders stopped: {exc!r}"[:2000],
                                               index)
                     except Exception as again:
                         self.fail(again)
-                        return index
-            if self.peak is None or rec.live_bytes > self.peak[0]:
-                self.peak = (rec.live_bytes, index, t_mono)
-            return index
 
     def fail(self, exc: BaseException) -> None:
         """Stop sampling after an error (a full disk, say), warning once; the
