@@ -91,27 +91,34 @@ def donors(calls: list[Call]) -> list[Donor]:
         # cannot be donated twice, nor donated in one and kept in another.
         shared = {i for i, leaf in enumerate(inputs) if leaf.get("same_as") not in (None, i)}
         shared |= {inputs[i].get("same_as") for i in shared}
-        # Arguments whose every leaf the caller dropped with nothing run
-        # after the call (state = step(state)): nothing used them after.
-        free_args = [a for a, idx in args.items()
-                     if not any(inputs[i].get("donated") or inputs[i].get("host") for i in idx)
+        # A numpy argument (``host``) is copied to the device for the call:
+        # donating it donates that copy, never the caller's array, so its
+        # leaves neither stop nor back a donation. An argument all numpy in
+        # this call (parameters made with numpy before the loop, at its
+        # first call) says nothing here: the calls that pass device arrays
+        # decide.
+        devs = {a: [i for i in idx if not inputs[i].get("host")] for a, idx in args.items()}
+        # Arguments whose every device leaf the caller dropped with nothing
+        # run after the call (state = step(state)): nothing used them after.
+        free_args = [a for a, idx in devs.items()
+                     if idx and not any(inputs[i].get("donated") for i in idx)
                      and all(fates[i] == "dropped" and i not in shared for i in idx)]
         if call.first and len(calls) > 1:
             # The first call's inputs are often what the program set up
             # before its loop, and still named there: not a reason to
             # keep state that every later call replaces, but worth saying.
-            kept = [a for a, idx in args.items() if a not in free_args
-                    and not any(inputs[i].get("donated") or inputs[i].get("host") or i in shared for i in idx)]
+            kept = [a for a, idx in devs.items() if idx and a not in free_args
+                    and not any(inputs[i].get("donated") or i in shared for i in idx)]
             first_kept.update(kept)
             free_args += kept
-        for a in args:
-            if a not in free_args:
+        for a, idx in devs.items():
+            if idx and a not in free_args:
                 ok[a] = False
         chosen = list(donated)
         for a in free_args:
             # The leaves jit prunes (its program never reads them) take no
             # output and save nothing: XLA aliases the others.
-            read = [i for i in args[a] if not inputs[i].get("pruned")]
+            read = [i for i in devs[a] if not inputs[i].get("pruned")]
             trial = match(inputs, outputs, chosen + read)
             if read and all(i in trial for i in read):
                 chosen += read

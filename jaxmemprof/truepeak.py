@@ -73,8 +73,9 @@ def device_bytes(text) -> dict | None:
 
 
 def _leaves(text) -> list[dict]:
+    """A leaf list's dicts: from its journal cell (JSON text), or the list itself."""
     try:
-        leaves = json.loads(text) if isinstance(text, str) else []
+        leaves = json.loads(text) if isinstance(text, str) else text if isinstance(text, list) else []
     except ValueError:
         return []
     return [leaf for leaf in leaves if isinstance(leaf, dict)] if isinstance(leaves, list) else []
@@ -92,17 +93,84 @@ def _size(leaf) -> int:
     return b if isinstance(b, int) and not isinstance(b, bool) and b > 0 else 0
 
 
-def placement(inputs, outputs=None) -> tuple[int, float]:
+# What JAX makes of a 64-bit numpy argument with x64 off (its default): the
+# dtype it canonicalises to before the call, the one XLA holds on the device.
+NARROWER = {"float64": "float32", "int64": "int32", "uint64": "uint32", "complex128": "complex64"}
+
+
+def x64(inputs, outputs=None, argument_bytes=None) -> bool:
+    """Whether JAX kept 64-bit dtypes in a call (jax_enable_x64), from its
+    input and output leaves (journal cells or lists): a device
+    array of a 64-bit dtype among its leaves says so (JAX makes none with
+    x64 off); else, where the call has 64-bit numpy arguments and XLA's
+    ``argument_bytes`` for its signature is known, whichever reading of
+    those arguments (kept, or narrowed to 32 bits) comes nearer XLA's
+    figure; else JAX's default, off."""
+    ins, outs = _leaves(inputs), _leaves(outputs)
+    if any(not leaf.get("host") and leaf.get("dtype") in NARROWER for leaf in ins + outs):
+        return True
+    wide = [leaf for leaf in ins if leaf.get("host") and leaf.get("dtype") in NARROWER and not leaf.get("pruned")]
+    if not wide or not argument_bytes:
+        return False
+    read = [leaf for leaf in ins if not leaf.get("pruned")]
+    kept = sum(_size(leaf) // (1 if leaf.get("host") else _count(leaf)) for leaf in read)
+    narrowed = kept - sum(_size(leaf) // 2 for leaf in wide)
+    return abs(int(argument_bytes) - kept) < abs(int(argument_bytes) - narrowed)
+
+
+def device_dtype(leaf: dict, wide: bool = False) -> str | None:
+    """The dtype a leaf has on the device: a numpy argument's as JAX
+    canonicalises it (64-bit to 32-bit unless ``wide``: x64 on), a device
+    array's its own."""
+    dtype = leaf.get("dtype")
+    if leaf.get("host") and not wide:
+        return NARROWER.get(dtype, dtype)
+    return dtype
+
+
+def device_size(leaf: dict, wide: bool = False) -> int:
+    """A leaf's bytes on the device: a numpy argument's once JAX has
+    canonicalised its dtype (half its host bytes for a 64-bit one with x64
+    off), a device array's as recorded."""
+    b = _size(leaf)
+    return b // 2 if leaf.get("host") and device_dtype(leaf, wide) != leaf.get("dtype") else b
+
+
+def as_passed(inputs, outputs=None, argument_bytes=None) -> list[dict]:
+    """A call's input leaves (a journal cell or a list) as JAX passed them to
+    XLA: a numpy argument at the dtype JAX canonicalised it to (float64 to
+    float32 with x64 off: ``x64``, from XLA's ``argument_bytes`` for the
+    signature where known) and its bytes there; device arrays as they are."""
+    ins = _leaves(inputs)
+    wide = x64(ins, outputs, argument_bytes)
+    return [dict(leaf, dtype=device_dtype(leaf, wide), bytes=device_size(leaf, wide)) if leaf.get("host") else leaf
+            for leaf in ins]
+
+
+def placement(inputs, outputs=None, argument_bytes=None) -> tuple[int, float]:
     """(the devices a call ran on: the most that any of its input or output
     arrays is on; the share of its input arrays' bytes already on that
     many). An input on fewer devices than the call (an array on one device
     passed to a pmap, or to a jit over a mesh) is copied onto the call's
     devices as it runs, and the caller's array stays alive beside the
-    copy: it is not among the argument buffers that XLA counts."""
+    copy: it is not among the argument buffers that XLA counts. A numpy
+    argument (``host``) was on no device before the call: JAX copies it
+    there for the call, so none of it is among the bytes live before it;
+    it counts at its size there (``device_size``: XLA's ``argument_bytes``
+    of the signature tells whether JAX narrowed a 64-bit one)."""
+    return _placement(inputs, outputs, argument_bytes)
+
+
+def _placement(inputs, outputs=None, argument_bytes=None, host_placed=False) -> tuple[int, float]:
+    """``placement``; ``host_placed``: numpy arguments counted as already on
+    the call's one device (the estimate for a call whose live bytes come
+    from a snapshot of unknown moment: ``moments``)."""
     ins, outs = _leaves(inputs), _leaves(outputs)
     n = max((_count(leaf) for leaf in ins + outs), default=1)
-    total = sum(_size(leaf) for leaf in ins)
-    placed = sum(_size(leaf) for leaf in ins if _count(leaf) >= n)
+    wide = x64(ins, outs, argument_bytes)
+    total = sum(device_size(leaf, wide) for leaf in ins)
+    placed = sum(device_size(leaf, wide) for leaf in ins if _count(leaf) >= n
+                 and (host_placed or not leaf.get("host")))
     return n, (placed / total if total else 1.0)
 
 
@@ -137,7 +205,14 @@ def moments(compiles: list[dict], calls: list[dict], snapshots: list[tuple], *, 
     devices: dict = {}
     placed = []
     for call in calls:
-        n, share = placement(call.get("inputs"), call.get("outputs"))
+        fid, sig = int(call["function_id"]), call["signature"]
+        i = by_signature.get((fid, sig)) if isinstance(sig, str) else None
+        # Counted just before the call, its numpy arguments were on no device; a snapshot read in its
+        # place (no ``live_before``) may be one taken during the call, which holds what the call made
+        # of them (its outputs, as JAX made them): that estimate takes them off as before.
+        counted = device_bytes(call.get("live_before")) is not None
+        n, share = _placement(call.get("inputs"), call.get("outputs"), None if i is None else args[i],
+                              host_placed=not counted)
         placed.append(share)
         for key in ((int(call["function_id"]), call["signature"]), (int(call["function_id"]), None)):
             devices[key] = max(devices.get(key, 1), n)

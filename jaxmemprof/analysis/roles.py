@@ -25,6 +25,7 @@ from jaxmemprof.analysis.attributed import Attributed
 from jaxmemprof.analysis.cells import json_cell, leaves as _leaves
 from jaxmemprof.donors import match
 from jaxmemprof.flow import CARRIED, HELD, PER_STEP, UNKNOWN, flows, leaf_key
+from jaxmemprof.truepeak import as_passed
 
 PARAMETERS, OPTIMIZER, STATE, BATCH, HELD_INPUTS, INPUTS = (
     "parameters", "optimizer state", "other state", "batch", "held inputs", "other inputs")
@@ -127,8 +128,9 @@ def roles(ar: Attributed, devices: pd.DataFrame | None = None) -> Roles:
     row = mine[mine["call_index"] == call.call_index]
     if row.empty:
         return empty_roles()
-    inputs = _leaves(row["inputs"].iloc[0])
     outputs = _leaves(row["outputs"].iloc[0])
+    # numpy arguments at what XLA holds of them (a float64 one as JAX passed it: float32 with x64 off)
+    inputs = as_passed(_leaves(row["inputs"].iloc[0]), outputs, call.figures.get("argument_bytes"))
     fed = _fed_back(mine, call.call_index)
     live = call.live_before or {}
     device_names = sorted(live) or ["all"]

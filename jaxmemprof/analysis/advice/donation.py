@@ -28,7 +28,7 @@ import pandas as pd
 from jaxmemprof.analysis.cells import json_cell as _json
 from jaxmemprof.analysis.cells import leaves as _leaves
 from jaxmemprof.analysis.peaks import during_calls, true_peaks
-from jaxmemprof.truepeak import FIGURES, call_peak
+from jaxmemprof.truepeak import FIGURES, as_passed, call_peak
 from jaxmemprof.donors import Call, Donor, donors, label, match
 from jaxmemprof.libraries import BY_NAME
 from jaxmemprof.source import closing_bracket, statement_at
@@ -113,8 +113,22 @@ def donation_candidates(ar: Attributed) -> list[Candidate]:
     return out
 
 
+def _figures_by_signature(run, function_id) -> dict:
+    """signature -> XLA's figures of the function's compile of it."""
+    compiles = run.jit.get("compiles")
+    if compiles is None or compiles.empty or "signature" not in compiles:
+        return {}
+    rows = compiles[compiles["function_id"] == function_id]
+    return {sig: {col: _int(r.get(col)) for col in FIGURES}
+            for sig, r in zip(rows["signature"], rows.to_dict("records")) if isinstance(sig, str)}
+
+
 def unusable_donations(run) -> list[tuple]:
-    """(function row, call, donated leaves with no matching output, outputs)."""
+    """(function row, call, donated leaves with no matching output, outputs).
+    Judged by what JAX and XLA did: the leaves at the dtype JAX passed
+    (truepeak.as_passed), matched by JAX's rule; and none is lost where XLA's
+    compile of the call's signature aliases as many bytes as the donated
+    leaves hold (XLA wrote an output into every one of them)."""
     functions = functions_of(run)
     calls = run.jit.get("calls")
     if functions.empty or calls is None or calls.empty:
@@ -122,15 +136,21 @@ def unusable_donations(run) -> list[tuple]:
     found = []
     for _, fn in functions.iterrows():
         rows = calls[calls["function_id"] == fn["function_id"]]
+        figures = _figures_by_signature(run, fn["function_id"])
         for _, call in rows.iterrows():
-            inputs = _leaves(call["inputs"])
             outputs = _leaves(call["outputs"])
+            fig = figures.get(call.get("signature"))
+            inputs = as_passed(_leaves(call["inputs"]), outputs, fig and fig["argument_bytes"])
             # A donated leaf the program does not read is pruned by jit, not lost: JAX says nothing of it.
             donated = [i for i, leaf in enumerate(inputs) if leaf.get("donated") and not leaf.get("pruned")]
             if not donated:
                 continue
             taken = match(inputs, outputs, donated)
             lost = [inputs[i] for i in donated if i not in taken]
+            held = sum(int(inputs[i].get("bytes") or 0) // max(int(inputs[i].get("devices") or 1), 1)
+                       for i in donated)  # per device, as XLA's figures are
+            if lost and fig is not None and fig["alias_bytes"] >= held > 0:
+                continue  # XLA aliased every donated leaf (by its own matching)
             if lost:
                 found.append((fn, call, lost, outputs))
                 break  # one sampled call says it

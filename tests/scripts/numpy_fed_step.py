@@ -1,0 +1,41 @@
+"""A step fed numpy: 4 MiB of parameters carried on the device, another
+4 MiB array kept alive beside them, and a fresh 2 MiB numpy batch at every
+step (copied to the device by JAX for each call; never on it before).
+
+Prints, as its last line, the oracle in JSON: for each call, the bytes of
+the program's device arrays live just before it (jax.live_arrays()), the
+bytes of its arguments that were device arrays (the numpy batch is not one),
+and XLA's call peak of the step (memory_analysis()); the true peak is the
+largest of live - device arguments + call peak over the calls."""
+
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+@jax.jit
+def step(w, x):
+    g = jnp.sort(x, axis=0).T @ x  # the sorted batch: a 2 MiB temporary
+    return w - 1e-6 * g, (x @ w).sum()
+
+
+def call_peak(fn, *args):
+    ma = fn.lower(*args).compile().memory_analysis()
+    return (ma.argument_size_in_bytes + ma.output_size_in_bytes - ma.alias_size_in_bytes
+            + ma.temp_size_in_bytes + ma.generated_code_size_in_bytes)
+
+
+w = jnp.zeros((1024, 1024), jnp.float32)  # 4 MiB of parameters
+other = jnp.ones((1024, 1024), jnp.float32)  # 4 MiB kept alive
+rng = np.random.default_rng(0)
+peaks = []
+for i in range(8):
+    x = rng.standard_normal((512, 1024)).astype(np.float32)  # a fresh 2 MiB numpy batch
+    live = sum(a.nbytes for a in jax.live_arrays())
+    on_device = sum(a.nbytes for a in (w, x) if isinstance(a, jax.Array))
+    peaks.append(live - on_device + call_peak(step, w, x))
+    w, loss = step(w, x)
+print(json.dumps({"true_peak": max(peaks), "call_peak": call_peak(step, w, x), "params": int(w.nbytes),
+                  "kept": int(other.nbytes), "batch": int(x.nbytes), "loss": float(loss)}))

@@ -1,0 +1,126 @@
+"""Programs fed numpy (issue 52): a step whose batch is a fresh numpy array at
+every call, and a classifier whose first parameters are numpy float64 arrays
+(as jax's examples make them with numpy.random). Each program prints its own
+oracle: the bytes of its device arrays live before each call
+(jax.live_arrays()) and XLA's memory_analysis() of the signature each call
+runs; never a figure copied from jaxmemprof's output.
+
+- A numpy argument is on no device before the call: the true peak does not
+  take it off the bytes live then (it did, as if it had been there), so the
+  true peak is what the roles add up to, and ``check --max-true-peak`` and
+  the plan read that figure.
+- Numpy-made first parameters do not hide the donation the later calls
+  allow, and its saving is the fall of the donated program's true peak.
+- The donated program gets no advice to stop donating: JAX casts the
+  float64 parameters to float32 before the call, and XLA aliases them.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import cli_batch, in_parallel, run_cli
+
+from jaxmemprof.analysis.advice.plan import build_plan
+from jaxmemprof.analysis.attributed import attribute
+from jaxmemprof.store.reader import load_run
+
+SCRIPTS = Path(__file__).resolve().parent / "scripts"
+MiB = 2**20
+
+
+def _record(directory: Path, script: str, *args: str, options=()) -> tuple[Path, dict]:
+    run = directory / (Path(script).stem + "".join(a.strip("-") for a in args))
+    proc = run_cli("run", "-q", *options, "-o", run, SCRIPTS / script, *args, cwd=directory, check=0)
+    return run, json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def fed(tmp_path_factory):
+    """numpy_fed_step.py recorded with --plan: (the run, its oracle)."""
+    return _record(tmp_path_factory.mktemp("fed"), "numpy_fed_step.py", options=("--plan",))
+
+
+def test_a_numpy_batch_is_not_taken_off_the_bytes_live_on_the_device(fed):
+    run, oracle = fed
+    # The program's own sizes: 4 MiB of parameters and 4 MiB kept on the
+    # device, a 2 MiB numpy batch; XLA's call peak holds the parameters, the
+    # batch's copy, the new parameters and a 2 MiB temporary.
+    assert (oracle["params"], oracle["kept"], oracle["batch"]) == (4 * MiB, 4 * MiB, 2 * MiB)
+    assert oracle["call_peak"] >= 12 * MiB
+    # Live before a call: the parameters, the kept array and the last loss
+    # (4 bytes); less the parameters, which XLA counts; plus XLA's call peak.
+    assert oracle["true_peak"] == oracle["kept"] + 4 + oracle["call_peak"]
+    report, over, under = cli_batch([["report", run, "--json"], ["check", run, "--max-true-peak", "15MiB"],
+                                     ["check", run, "--max-true-peak", str(oracle["true_peak"])]], run.parent)
+    assert report.returncode == 0, report.stderr
+    doc = json.loads(report.stdout)
+    s = doc["summary"]
+    assert s["estimated_true_peak_device_bytes"] == s["estimated_true_peak_bytes"] == oracle["true_peak"]
+    # The roles of that call add up to it.
+    roles = doc["roles"]
+    assert roles["where"] == "during a call of step"
+    assert sum(r["bytes"] for r in roles["by_role"]) == oracle["true_peak"]
+    batch = [r for r in roles["by_role"] if r["role"] == "batch"]
+    assert [(r["largest_owner"], r["bytes"]) for r in batch] == [("x", oracle["batch"])]
+    # The gate reads the same figure: over 15 MiB fails, at it passes.
+    assert over.returncode == 1, over.stdout + over.stderr
+    assert f"estimated true peak {oracle['true_peak'] / MiB:.2f} MiB" in over.stdout
+    assert under.returncode == 0, under.stdout + under.stderr
+
+
+def test_the_plan_counts_the_bytes_outside_the_call_the_same_way(fed):
+    run, oracle = fed
+    points = build_plan(attribute(load_run(run))).points
+    assert not points.empty
+    # Outside the call at every batch size: what lives on the device before it, less its device arguments.
+    assert set(points["live_outside_bytes"]) == {oracle["true_peak"] - oracle["call_peak"]}
+    [recorded] = points.loc[(points["variant"] == "recorded") & (points["scale"] == 1), "peak_bytes"]
+    assert recorded == oracle["true_peak"]
+
+
+@pytest.fixture(scope="module")
+def classifier(tmp_path_factory):
+    """numpy_params_classifier.py recorded as it is and with its parameters
+    donated: {"as is": (run, oracle), "donated": (run, oracle)}."""
+    d = tmp_path_factory.mktemp("classifier")
+    plain, donated = in_parallel(lambda: _record(d, "numpy_params_classifier.py"),
+                                 lambda: _record(d, "numpy_params_classifier.py", "--donate"))
+    return {"as is": plain, "donated": donated}
+
+
+def _doc(run: Path) -> dict:
+    return json.loads(run_cli("report", run, "--json", check=0).stdout)
+
+
+def test_numpy_made_first_parameters_still_get_the_donation_and_it_saves_the_fall(classifier):
+    (run, oracle), (fixed_run, fixed) = classifier["as is"], classifier["donated"]
+    # The fix works: XLA aliases all the parameters' bytes (float32 on the
+    # device) in every call of the donated program, and lowers its true peak.
+    assert set(fixed["aliased"]) == {fixed["params"]} and set(oracle["aliased"]) == {0}
+    fall = oracle["true_peak"] - fixed["true_peak"]
+    assert fall > 0
+    doc, fixed_doc = in_parallel(lambda: _doc(run), lambda: _doc(fixed_run))
+    assert doc["summary"]["estimated_true_peak_device_bytes"] == oracle["true_peak"]
+    assert fixed_doc["summary"]["estimated_true_peak_device_bytes"] == fixed["true_peak"]
+    [donate] = [f for f in doc["findings"] if f["rule"] == "donate"]
+    x = donate["facts"]
+    assert (x["function"], x["arguments"], x["argnums"]) == ("update", ["params"], [0])
+    assert x["donated_bytes"] == oracle["params"]  # the float32 parameters on the device
+    assert x["verified"] and x["aliased_bytes"] == fixed["params"]
+    assert donate["saving_bytes"] == fall
+    # The roles of the run's largest call add up to its true peak: the first
+    # call's numpy float64 parameters count at the float32 JAX passes.
+    roles = doc["roles"]
+    assert sum(r["bytes"] for r in roles["by_role"]) == oracle["true_peak"]
+
+
+def test_a_working_donation_of_numpy_float64_parameters_is_not_called_unusable(classifier):
+    fixed_run, fixed = classifier["donated"]
+    assert fixed["unusable_warnings"] == []  # JAX did not warn
+    assert set(fixed["aliased"]) == {fixed["params"]}  # XLA aliased them, the first call's included
+    doc = _doc(fixed_run)
+    assert [f["rule"] for f in doc["findings"] if f["rule"].startswith("donat")] == []
