@@ -16,11 +16,25 @@ measured here: docs/targets.md): a v5e's 15.75 GiB, a v6e's 31.25 (exactly
 vllm-project/vllm #16211), a v5p's 95.74, a v4 device's 15.25 (a v4 chip is
 two devices here). The message rounds to 0.01 GiB: each figure is good to
 5 MiB.
+
+libtpu writes log files as it starts (``/tmp/tpu_logs/tpu_driver.*``: an INFO
+and a WARNING file a process, named by its pid) unless told otherwise, and a
+``--target`` run is often the first to load it in the process (a program
+run with ``JAX_PLATFORMS=cpu`` never does): ``topology`` loads it with
+``TPU_MIN_LOG_LEVEL=3`` (only a fatal error logged), which writes no file
+and leaves its lines on stderr as they were. Measured with libtpu 0.0.42.1:
+``TPU_LOG_DIR`` only moves the files (to ``$TMPDIR`` where the directory
+cannot be used; ``disabled`` is no value it knows), ``--logtostderr`` in
+``LIBTPU_INIT_ARGS`` also writes none but is the program's own variable. A
+program that loaded libtpu itself (a TPU backend tried under plain python)
+wrote its files then, as under python; libtpu reads these variables once,
+as it starts.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
 
 GiB = 1 << 30
@@ -58,6 +72,29 @@ def problem(name: str) -> str | None:
     if m.group(1) in ("v5e", "v6e") and len(dims) != 2:
         return f"a {m.group(1)} slice has two dimensions (e.g. {m.group(1)}:2x2)"
     return None
+
+
+# libtpu's settings while jaxmemprof loads it: no log file (see above).
+LIBTPU_QUIET = {"TPU_MIN_LOG_LEVEL": "3"}
+
+
+def topology(name: str):
+    """libtpu's deviceless topology of the slice ``name``
+    (``jax.experimental.topologies.get_topology_desc``), libtpu loaded, if
+    this is what loads it, with no log file written (``LIBTPU_QUIET``); the
+    process's environment as it was afterwards."""
+    from jax.experimental import topologies
+
+    saved = {key: os.environ.get(key) for key in LIBTPU_QUIET}
+    os.environ.update(LIBTPU_QUIET)
+    try:
+        return topologies.get_topology_desc(topology_name=name, platform="tpu")
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def libtpu_missing() -> bool:
