@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import json
 import math
-import tempfile
 import time
 from dataclasses import dataclass
 
@@ -44,6 +43,7 @@ from jaxmemprof.capture.jit.whatif import (VERIFY_MIN_S, VERIFY_SHARE, compile_f
 from jaxmemprof.flow import CARRIED, UNKNOWN, batch_keys, flows, leaf_key
 from jaxmemprof.tpus import out_of_memory
 from jaxmemprof.truepeak import peak_of, placement
+from jaxmemprof.xla.scratch import dump_scratch
 
 # Functions planned at most, and the share of the largest call peak a second one needs.
 PLAN_FUNCTIONS = 2
@@ -370,7 +370,7 @@ class Planner:
             return fig if fig is not None or target is None or not out_of_memory(error) else TOO_LARGE
 
         if target is not None:  # the target's own figures at the recorded batch
-            with tempfile.TemporaryDirectory(prefix="jaxmemprof-xla-") as dump:  # and XLA:TPU's buffers by line
+            with dump_scratch(writer) as dump:  # and XLA:TPU's buffers by line (a directory inside the run)
                 figures = compile_at(real, batch, False, {"source": "target"}, dump_to=dump)
                 if figures is not None and figures is not TOO_LARGE:
                     self._target_buffers(target, state, sig, dump)

@@ -24,13 +24,12 @@ import hashlib
 import inspect
 import json
 import os
-import shutil
 import sys
-import tempfile
 import time
 from typing import TYPE_CHECKING
 
 from jaxmemprof.capture.arrays import is_deleted as _is_deleted
+from jaxmemprof.xla import scratch
 
 if TYPE_CHECKING:
     from jaxmemprof.capture.jit.state import _FunctionState
@@ -256,15 +255,15 @@ class Programs:
     def _dump_one(self, state) -> None:
         _, signature, lowered = state.largest
         t0 = time.monotonic()
-        directory = tempfile.mkdtemp(prefix="jaxmemprof-xla-")
+        directory = scratch.dump_directory(self.writer)  # inside the run directory
         try:
             with _unseen_compile(self._jax):
-                lowered.compile(compiler_options={"xla_dump_to": directory})
+                scratch.compile_own(lowered, directory)
             from jaxmemprof.xla.dump import read_dump  # imported when a dump is read (protobuf-free, but regex-heavy)
 
             programs = read_dump(directory)
         finally:
-            shutil.rmtree(directory, ignore_errors=True)
+            scratch.remove(directory)
         if not programs:
             raise ValueError("XLA's dump held no program with buffer assignment and live ranges")
         p = max(programs, key=lambda p: p.peak_bytes)

@@ -23,7 +23,7 @@ import sys
 import threading
 from dataclasses import dataclass
 
-from jaxmemprof.tpus import slices_of, usable_bytes
+from jaxmemprof.tpus import slices_of, topology, usable_bytes
 
 
 @dataclass
@@ -143,12 +143,11 @@ def targets(names: list) -> tuple[list, list]:
     # at a time) guards nothing here; without this, two runs with --target at once (a test suite's
     # workers, two jobs of a CI) would refuse each other's slices. Set after the program has ended.
     os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
-    from jax.experimental import topologies
 
     out, refused = [], []
     for name in names:
         try:
-            topo = topologies.get_topology_desc(topology_name=name, platform="tpu")
+            topo = topology(name)  # libtpu loaded with no log file of its own (tpus.py)
         except Exception as exc:
             refused.append((name, f"{type(exc).__name__}: {exc}".splitlines()[0][:500]))
             continue

@@ -30,6 +30,7 @@ from jaxmemprof.capture.jit.programs import _unseen_compile
 from jaxmemprof.donors import Call, donors
 from jaxmemprof.replicas import candidate, meshes_of, shard_options, spec
 from jaxmemprof.libraries import BY_NAME
+from jaxmemprof.xla import scratch
 
 VERIFY_SHARE = 0.1
 VERIFY_MIN_S = 10.0
@@ -79,7 +80,7 @@ def _compile(jax, fn, ab, flat: list, wrapper: str, dump_to: str | None = None):
         with warnings.catch_warnings(record=True) as caught, _unseen_compile(jax), _lowering(fn, wrapper):
             warnings.simplefilter("always")
             lowered = fn.lower(*args, **kwargs)
-            compiled = lowered.compile(compiler_options={"xla_dump_to": dump_to}) if dump_to else lowered.compile()
+            compiled = scratch.compile_own(lowered, dump_to)  # dumped into dump_to only, never the program's dump
             ma = compiled.memory_analysis()
         said = [f"{w.category.__name__}: {w.message}"[:300] for w in caught][:3]
         if ma is None:

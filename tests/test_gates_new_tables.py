@@ -1,0 +1,183 @@
+"""The tables added for the end of a run and the holder search are read as
+the older ones are: each cell against what the writer writes. A row whose
+cell is text, NULL (where the schema or the row's own error does not allow
+it), 1e308, 2**63-1 or negative is damage, named in one line (the journal
+file, the table, the row's rowid, the column, what is wrong), and a gate
+whose figure comes from the table exits 2, never 0 or 1 on what is left.
+
+The runs are the bundled real recordings: sample_runs/runs/mlp-target
+(``run --plan --target v5e:2x2 --target v6e:2x2`` of the MLP: jit_targets,
+jit_plans, jit_target_buffers) and mlp-leak (jit_whatif, snapshot_calls,
+py_chains, py_holders, py_holder_searches), damaged with sqlite3 as a disk,
+a crash or a hand would damage them."""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+
+import pytest
+
+from conftest import REPO, cli_batch
+
+RUNS = REPO / "sample_runs" / "runs"
+GiB = 1024**3
+# The damage kinds: what each cell is set to.
+KINDS = {"text": "x", "null": None, "1e308": 1e308, "2**63-1": 2**63 - 1, "negative": -17 * GiB}
+# What the reader says of each, after "COLUMN ".
+SAID = {"text": "is text ('x'), not a number", "null": "is missing (NULL)", "1e308": "is past 2**53 (1e+308)",
+        "2**63-1": "is past 2**53", "negative": f"is negative ({-17 * GiB})"}
+
+
+def _damage(run, sql, *params, table=None):
+    """``sql`` on the run's journal; where the schema refuses it (NULL in
+    a NOT NULL column), on ``table`` made again without its constraints
+    (as a hand's CREATE TABLE ... AS SELECT leaves it; its rows in order)."""
+    con = sqlite3.connect(run / "journal.sqlite")
+    try:
+        con.execute(sql, params)
+    except sqlite3.IntegrityError:
+        assert table is not None
+        for s in (f"CREATE TABLE loose AS SELECT * FROM {table} ORDER BY rowid", f"DROP TABLE {table}",
+                  f"ALTER TABLE loose RENAME TO {table}"):
+            con.execute(s)
+        con.execute(sql, params)
+    con.commit()
+    con.close()
+
+
+def _one_error(proc, *named):
+    """The command's one error line, which names each of ``named``."""
+    assert "Traceback" not in proc.stderr, proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("jaxmemprof: error:")]
+    assert len(errors) == 1, proc.stderr
+    for n in named:
+        assert n in errors[0], (n, errors[0])
+    return errors[0]
+
+
+@pytest.fixture(scope="module")
+def failing_target(tmp_path_factory):
+    """mlp-target with its recorded v5e step's temporaries at 17 GiB, a
+    sound figure past the chip (the gate fails it: exit 1), and copies of
+    it with that cell damaged each way, and with the live bytes outside the
+    call negative."""
+    d = tmp_path_factory.mktemp("targets")
+    shutil.copytree(RUNS / "mlp-target", d / "intact")
+    _damage(d / "intact", "UPDATE jit_targets SET temp_bytes = ? WHERE rowid = 1", 17 * GiB)
+    for kind, value in KINDS.items():
+        shutil.copytree(d / "intact", d / kind)
+        _damage(d / kind, "UPDATE jit_targets SET temp_bytes = ? WHERE rowid = 1", value)
+    shutil.copytree(d / "intact", d / "outside")
+    _damage(d / "outside", "UPDATE jit_targets SET live_outside = ? WHERE rowid = 1", '{"cpu:0": -19000000000}')
+    return d
+
+
+def test_the_target_gate_fails_closed_on_each_damage(failing_target):
+    """Intact: exit 1, 'needs 17.03 GiB'. Each damage of that figure: exit
+    2 naming the file, table, row and problem (was exit 0: text, NULL,
+    1e308 and 2**63-1 read as 0 bytes, a negative count as 'needs -0.97
+    GiB ... within'); nothing on stdout."""
+    d = failing_target
+    names = ["intact", *KINDS, "outside"]
+    procs = cli_batch([["check", n, "--target-fits", "v5e:2x2"] for n in names], d)
+    intact = procs[0]
+    assert intact.returncode == 1 and intact.stdout.startswith(
+        "FAIL --target-fits v5e:2x2: train_step needs 17.03 GiB per device, more than"), intact.stdout + intact.stderr
+    assert "warning" not in intact.stderr, intact.stderr
+    for name, proc in zip(names[1:], procs[1:]):
+        assert proc.returncode == 2 and proc.stdout == "", (name, proc.stdout, proc.stderr)
+        column, problem = (("live_outside", "holds 'cpu:0': -19000000000, which is negative") if name == "outside"
+                           else ("temp_bytes", SAID[name]))
+        error = _one_error(proc, f"jaxmemprof: error: {name}: is damaged (", "journal.sqlite, jit_targets rowid 1: ",
+                           f"{column} {problem}", "--target-fits cannot be checked")
+        assert "needs" not in error
+
+
+def test_a_failed_compile_may_have_no_figures_but_a_compiled_one_must(tmp_path):
+    """NULL figures beside the compile's error are XLA:TPU's refusal, an
+    answer (the bundled run has such a row: read without a warning, the
+    gate holds); NULL figures on a row without an error are damage."""
+    run = tmp_path / "run"
+    shutil.copytree(RUNS / "mlp-target", run)
+    with sqlite3.connect(run / "journal.sqlite") as con:
+        (refused,) = con.execute("SELECT count(*) FROM jit_targets WHERE temp_bytes IS NULL AND error IS NOT NULL"
+                                 ).fetchone()
+    assert refused >= 1
+    sound, = cli_batch([["check", "run", "--target-fits", "v5e:2x2"]], tmp_path)
+    assert sound.returncode == 0 and sound.stderr == "", sound.stderr
+    _damage(run, "UPDATE jit_targets SET error = NULL WHERE temp_bytes IS NULL")
+    torn, report = cli_batch([["check", "run", "--target-fits", "v5e:2x2"], ["report", "run"]], tmp_path)
+    assert torn.returncode == 2, torn.stderr
+    _one_error(torn, "jit_targets rowid 8: argument_bytes is missing (NULL), and its row has no error saying why")
+    assert report.returncode == 0 and "jit_targets rowid 8: argument_bytes" in report.stdout, report.stdout
+
+
+# (run, table, column, the rowid of the table's first row: py_holders' first rows were replaced by a
+# larger search's, as the writer does)
+CELLS = [
+    ("mlp-target", "jit_plans", "temp_bytes", 1),
+    ("mlp-target", "jit_target_buffers", "bytes", 1),
+    ("mlp-leak", "jit_whatif", "temp_bytes", 1),
+    ("mlp-leak", "snapshot_calls", "function_id", 1),
+    ("mlp-leak", "py_chains", "line", 1),
+    ("mlp-leak", "py_holders", "array_id", 44),
+    ("mlp-leak", "py_holder_searches", "visited", 1),
+]
+GATE = ["--fail-on", "donate", "--fail-on", "leak"]  # the sound runs fail both (exit 1)
+
+
+@pytest.fixture(scope="module")
+def damaged_tables(tmp_path_factory):
+    d = tmp_path_factory.mktemp("tables")
+    for run, table, column, rowid in CELLS:
+        for kind, value in KINDS.items():
+            copy = d / f"{table}-{kind}"
+            shutil.copytree(RUNS / run, copy)
+            _damage(copy, f"UPDATE {table} SET {column} = ? WHERE rowid = {rowid}", value, table=table)
+    return d
+
+
+@pytest.mark.parametrize("table", [c[1] for c in CELLS])
+def test_every_new_table_is_checked_and_its_damage_named(damaged_tables, table):
+    """Each damage kind in each new table: check exits 2 naming the row
+    (the sound runs exit 1: the findings are there), and report and export
+    read the rest with the same one-line warning (was: no word, the cell
+    read as 0)."""
+    d = damaged_tables
+    _, _, column, rowid = next(c for c in CELLS if c[1] == table)
+    jobs = [["check", f"{table}-{kind}", *GATE] for kind in KINDS]
+    jobs += [["report", f"{table}-text"], ["export", f"{table}-null", "--csv", f"csv-{table}"]]
+    *checks, report, export = cli_batch(jobs, d)
+    for kind, proc in zip(KINDS, checks):
+        assert proc.returncode == 2 and proc.stdout == "", (kind, proc.stdout, proc.stderr)
+        said = SAID[kind] if kind != "2**63-1" or column != "line" else "is past 2**53"
+        _one_error(proc, f"journal.sqlite, {table} rowid {rowid}: {column} {said}", "--fail-on cannot be checked")
+    # report says its warnings in its text, export on stderr
+    for proc, kind, said, start in ((report, "text", report.stdout, "warning: "),
+                                    (export, "null", export.stderr, f"jaxmemprof: warning: {table}-null: ")):
+        assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+        warned = [line for line in said.splitlines() if f"{table} rowid {rowid}: {column} {SAID[kind]}" in line]
+        assert len(warned) == 1 and warned[0].startswith(f"{start}1 row(s) of the journal's {table} are damaged and "
+                                                         f"left out (journal.sqlite, "), said
+
+
+def test_a_flag_that_is_neither_0_nor_1_is_damage(tmp_path):
+    """py_holder_searches' complete and superseded are flags."""
+    run = tmp_path / "run"
+    shutil.copytree(RUNS / "mlp-leak", run)
+    _damage(run, "UPDATE py_holder_searches SET complete = 7 WHERE rowid = 2")
+    (proc,) = cli_batch([["check", "run", *GATE]], tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    _one_error(proc, "py_holder_searches rowid 2: complete is 7, not 0 or 1")
+
+
+def test_the_sound_runs_read_as_before(tmp_path):
+    """No warning on the bundled runs, and their gates' verdicts as they were."""
+    jobs = [["check", RUNS / "mlp-leak", *GATE], ["check", RUNS / "mlp-target", *GATE],
+            ["check", RUNS / "mlp-target", "--target-fits", "v5e:2x2", "--target-fits", "v6e:2x2"],
+            ["report", RUNS / "mlp-target"], ["report", RUNS / "mlp-leak"]]
+    leak, target, fits, r1, r2 = cli_batch(jobs, tmp_path)
+    assert (leak.returncode, target.returncode, fits.returncode, r1.returncode, r2.returncode) == (1, 1, 0, 0, 0)
+    for proc in (leak, target, fits, r1, r2):
+        assert "warning" not in proc.stderr and "damaged" not in proc.stderr, proc.stderr
