@@ -132,10 +132,13 @@ class JitProbe(Programs):
         self._hook = AfterImport("jax", self._patch)
         sys.meta_path.insert(0, self._hook)
 
-    def uninstall(self, ended_by: str | None = None) -> None:
+    def uninstall(self, ended_by: str | None = None, end_work: bool = True) -> None:
         """Stop observing (proxies made so far keep working, unprobed) and
         record the final call counts and pending liveness checks (``ended_by``:
-        how the run ended, as Session.stop has it)."""
+        how the run ended, as Session.stop has it). ``end_work``: also XLA's
+        dumps and the end's compiles (verify, --plan, --target); without it
+        (the end interrupted) only the counts, and nothing of the program's
+        held any more."""
         self.active = False
         if self._hook is not None and self._hook in sys.meta_path:
             sys.meta_path.remove(self._hook)
@@ -154,11 +157,17 @@ class JitProbe(Programs):
                     unregister(self._listener)
             except Exception:
                 pass
-        for step in (self._dump_programs, self._flush, lambda: self.planner.run(ended_by)):
+        steps = (self._dump_programs, self._flush, lambda: self.planner.run(ended_by)) if end_work else (self._flush,)
+        for step in steps:
             try:
                 step()
             except Exception as exc:
                 self._error(None, exc)
+        if not end_work:
+            for s in self._states:  # as the planner lets go at its end
+                if s.plan is not None:
+                    s.plan.real = None
+                    s.plan.abstract.clear()
 
     def _patch(self, jax) -> None:
         if self._patched:
