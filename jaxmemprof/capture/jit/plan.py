@@ -38,8 +38,8 @@ import math
 import time
 from dataclasses import dataclass
 
-from jaxmemprof.capture.jit.whatif import (VERIFY_MIN_S, VERIFY_SHARE, compile_figures, donated_arguments,
-                                           function_donors, rejit, verify)
+from jaxmemprof.capture.jit.whatif import (VERIFY_MIN_S, VERIFY_SHARE, Retraces, compile_figures,
+                                           donated_arguments, function_donors, rejit, verify)
 from jaxmemprof.flow import CARRIED, UNKNOWN, batch_keys, flows, leaf_key
 from jaxmemprof.tpus import out_of_memory
 from jaxmemprof.truepeak import peak_of, placement
@@ -81,7 +81,7 @@ class Slot:
     call peak per signature, and the jitted function while it is among the
     largest."""
 
-    __slots__ = ("jit", "options", "abstract", "peaks", "real", "best")
+    __slots__ = ("jit", "options", "abstract", "peaks", "real", "best", "traces")
 
     def __init__(self, jit: str, options: dict):
         self.jit = jit  # "jit" or "pmap": the jax function that made it
@@ -90,6 +90,9 @@ class Slot:
         self.peaks: dict = {}  # signature -> XLA's call peak (None: not analysed)
         self.real = None  # the jitted function, held while among the PLAN_FUNCTIONS largest
         self.best = None  # its largest call peak so far
+        # signature -> retrace.Trace: the jaxpr JAX traced for it during the run (kept with its abstract
+        # arguments), which the compiles at the end replay instead of tracing the program's Python again
+        self.traces: dict = {}
 
 
 class Abstract:
@@ -116,6 +119,10 @@ class Planner:
         self.options = options  # run --plan's; None: the advice's changes verified, nothing planned
         self.verify_s = verify_s  # run --verify-seconds: the verifying compiles' budget (None: a share of the run)
         self.top: list = []  # the states with the largest call peaks so far, largest first (KEEP_FUNCTIONS)
+        # At the end: whether a re-trace of a function's Python still traces the run's program, and the
+        # functions some of whose figures came from re-traces (function_id -> what: whatif, plan, target)
+        self.retraces = Retraces(probe)
+        self.retraced: dict = {}
 
     # -- during the run ----------------------------------------------------------------
 
@@ -184,9 +191,12 @@ class Planner:
         top.sort(key=lambda s: -s.plan.best)
         for s in top[KEEP_FUNCTIONS:]:  # no longer among the largest: nothing of it kept
             s.plan.abstract.clear()
+            s.plan.traces.clear()
             s.plan.real = None
         if state not in top[:KEEP_FUNCTIONS]:
             slot.abstract.clear()
+        for gone in [s for s in slot.traces if s not in slot.abstract]:
+            del slot.traces[gone]
         self.top = top[:KEEP_FUNCTIONS]
         for i, s in enumerate(self.top):
             if i >= PLAN_FUNCTIONS:
@@ -231,6 +241,7 @@ class Planner:
                 if s.plan is not None:
                     s.plan.real = None
                     s.plan.abstract.clear()
+                    s.plan.traces.clear()
 
     def _chosen(self, say) -> list:
         """(function, jitted function, why) for the functions that hold the
@@ -362,11 +373,28 @@ class Planner:
             else:  # a target's, each as it is compiled (seconds each): a signal meanwhile keeps those done
                 writer.add_jit_targets(target.name, [r])
 
+        donated = self._donated(state, real, ab, flow, leaf_of)
+        trace = slot.traces.get(sig)  # the run's own: what a compile at the run's shapes replays
+        replays = {}  # id of the jitted function -> the same over the run's trace
+
         def compile_at(fn, b, narrow, detail, dump_to=None):
-            fig, seconds, error, said = self._compile(fn, ab, scaled, axis, b, narrow=narrow, wrapper=wrapper,
-                                                      dump_to=dump_to)
-            row(DONATED if fn is not real else NARROW if narrow else RECORDED, b, fig, seconds,
-                {"scale": 1.0 if b is None or not batch else b / batch, **detail, "warnings": said}, error)
+            variant = DONATED if fn is not real else NARROW if narrow else RECORDED
+            use = None
+            if trace is not None and not narrow and (b is None or b == batch):  # the run's own shapes
+                if id(fn) not in replays:
+                    replays[id(fn)] = rejit(self.probe, state, real, *(donated[1].values() if fn is not real else
+                                                                       ((), ())), trace=trace)
+                use = replays[id(fn)] if not isinstance(replays[id(fn)], str) else None
+            detail = {"scale": 1.0 if b is None or not batch else b / batch, **detail,
+                      "traced": "run" if use is not None else "re-trace"}
+            refused = None if use is not None else self.retraces.refusal(state, real)
+            self.retraced.setdefault(state.function_id, set()).update(() if use is not None else (kind,))
+            if refused is not None:
+                row(variant, b, None, 0.0, detail, refused)
+                return None
+            fig, seconds, error, said = self._compile(use or fn, ab, scaled, axis, b, narrow=narrow, wrapper=wrapper,
+                                                      dump_to=dump_to, retraced=use is None)
+            row(variant, b, fig, seconds, {**detail, "warnings": said}, error)
             return fig if fig is not None or target is None or not out_of_memory(error) else TOO_LARGE
 
         if target is not None:  # the target's own figures at the recorded batch
@@ -410,7 +438,6 @@ class Planner:
             found = search(known, limit, search_at, multiple=multiple)
             if found and found not in (b for _, b in ends):
                 ends.append((found / batch, found))
-        donated = self._donated(state, real, ab, flow, leaf_of)
         if isinstance(donated, str):
             writer.add_event(kind, (f"{target.name}: " if target else "") + f"{name}: donation not compiled: {donated}")
         else:
@@ -422,6 +449,9 @@ class Planner:
             compile_at(real, b, True, {"source": "compiled", "narrowed": len(wide)})
         if target is None:
             writer.add_jit_plans(rows)
+        if kind in self.retraced.get(state.function_id, ()):  # what those figures are, in the run's words
+            writer.add_event(kind, (f"{target.name}: " if target else "") + f"{name}: figures at other batches "
+                                   f"or dtypes {self.retraces.note(state)}"[:2000])
 
     def _target_buffers(self, target, state, sig: str, dump: str) -> None:
         """XLA:TPU's buffers in the device's memory live at the program's
@@ -484,10 +514,16 @@ class Planner:
                                    f"every call or the same at every call (--plan-axis names another), {static}")
             return None
         ab.batch_static = static[2]
-        if figures is None:  # a target's: its own at the recorded batch, to compare with
+        refused = self.retraces.refusal(state, real)  # doubled: traced again
+        self.retraced.setdefault(state.function_id, set()).add(kind)
+        if figures is None and refused is None:  # a target's: its own at the recorded batch, to compare with
             figures, *_ = self._compile(real, ab, [], axis, None, narrow=False, wrapper=wrapper)
-        doubled, *_ = self._compile(real, _with_static(ab, static[0] * 2), [], axis, None, narrow=False,
-                                    wrapper=wrapper)
+        doubled = None if refused is not None else self._compile(real, _with_static(ab, static[0] * 2), [], axis,
+                                                                  None, narrow=False, wrapper=wrapper)[0]
+        if refused is not None:
+            writer.add_event(kind, f"{name}: not planned: its static argument {static[1]} = {static[0]} could not be "
+                                   f"compiled at twice that value: {refused.reason}")
+            return None
         if doubled is None or figures is None:
             writer.add_event(kind, f"{name}: not planned: its static argument {static[1]} = {static[0]} could not be "
                                    f"compiled at {'twice ' if figures is not None else ''}that value, to tell whether "
@@ -520,13 +556,13 @@ class Planner:
         return fn if isinstance(fn, str) else (fn, {"argnums": sorted(nums), "argnames": sorted(names)})
 
     def _compile(self, fn, ab: Abstract, scaled, axis, batch, narrow: bool, wrapper: str = "jax.jit",
-                 dump_to: str | None = None):
+                 dump_to: str | None = None, retraced: bool = True):
         """XLA's figures at ``batch``: the ``scaled`` inputs' dimension set to
         it, or, with none (a batch set by a static argument: ``ab.batch_static``),
         that argument."""
         if not scaled and ab.batch_static is not None and batch is not None:
             ab = _with_static(ab, batch)
-        return compile_figures(self.probe._jax, fn, ab, scaled, axis, batch, narrow, wrapper, dump_to)
+        return compile_figures(self.probe._jax, fn, ab, scaled, axis, batch, narrow, wrapper, dump_to, retraced)
 
 
 # A target's compile that XLA:TPU refused for its memory ("RESOURCE_EXHAUSTED: Ran out of memory

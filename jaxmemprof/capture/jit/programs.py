@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 
 from jaxmemprof.capture.arrays import is_deleted as _is_deleted
 from jaxmemprof.xla import scratch
+from jaxmemprof.capture.jit.retrace import traced
 
 if TYPE_CHECKING:
     from jaxmemprof.capture.jit.state import _FunctionState
@@ -57,7 +58,9 @@ class Programs:
             # and lower() takes those (the leftover last batch of a donated step is analysed so).
             args, kwargs = self._jax.tree_util.tree_map(self._abstract_if_deleted, (args, kwargs))
         try:
-            lowered = real.lower(*args, **kwargs)
+            # Traced once (the program's own call takes it from JAX's cache, or took it from), and
+            # its jaxpr kept for the compiles at the end of the run (retrace.py: replayed, never re-traced).
+            lowered, trace = traced(real, args, kwargs)
         except AttributeError as exc:
             if "'_fun'" not in str(exc):
                 raise
@@ -73,6 +76,8 @@ class Programs:
                   "host_generated_code_size_in_bytes", "peak_memory_in_bytes")
         values = [_int_or_none(getattr(ma, f, None)) if ma is not None else None for f in fields]
         state.signatures.add(signature)
+        if trace is not None and state.plan is not None and state.user:
+            state.plan.traces[signature] = trace
         state.pruned[signature] = self._read_pruned(compiled)
         if state.by_signature:
             state.compiles += 1

@@ -27,6 +27,7 @@ import time
 import warnings
 
 from jaxmemprof.capture.jit.programs import _unseen_compile
+from jaxmemprof.capture.jit.retrace import CHANGED, RETRACED, Refused, fingerprint, fresh, replay, shielded
 from jaxmemprof.donors import Call, donors
 from jaxmemprof.replicas import candidate, meshes_of, shard_options, spec
 from jaxmemprof.libraries import BY_NAME
@@ -41,11 +42,14 @@ _FIELDS = ("argument_size_in_bytes", "output_size_in_bytes", "alias_size_in_byte
 
 
 def compile_figures(jax, fn, ab, scaled=(), axis: int = 0, batch: int | None = None, narrow: bool = False,
-                    wrapper: str = "jax.jit", dump_to: str | None = None):
+                    wrapper: str = "jax.jit", dump_to: str | None = None, retraced: bool = True):
     """XLA's figures for ``fn`` on the abstract arguments ``ab``
     (plan.Abstract), the ``scaled`` inputs' dimension ``axis`` set to
     ``batch``, every float32 argument as bfloat16 if ``narrow``:
-    (figures or None, seconds, error or None, warnings)."""
+    (figures or None, seconds, error or None, warnings). ``retraced``:
+    lowering ``fn`` traces the program's Python (else it replays the run's
+    trace, retrace.replay): shielded (retrace.shielded), and a ``Refused``
+    error where it raised."""
     flat = list(ab.flat)
     if wrapper == "jax.pmap":  # pmap places its inputs itself: the arrays' own (pmap) shardings are refused
         flat = [jax.ShapeDtypeStruct(x.shape, x.dtype, weak_type=x.weak_type)
@@ -60,26 +64,43 @@ def compile_figures(jax, fn, ab, scaled=(), axis: int = 0, batch: int | None = N
             if hasattr(x, "shape") and str(x.dtype) == "float32":
                 flat[j] = jax.ShapeDtypeStruct(x.shape, jax.numpy.bfloat16, sharding=x.sharding,
                                                weak_type=x.weak_type)
-    compiled, seconds, error, said = _compile(jax, fn, ab, flat, wrapper, dump_to)
+    compiled, seconds, error, said = _compile(jax, fn, ab, flat, wrapper, dump_to, retraced)
     return (compiled[0] if compiled else None), seconds, error, said
 
 
-def _compile(jax, fn, ab, flat: list, wrapper: str, dump_to: str | None = None):
-    """``fn`` lowered and compiled on the abstract arguments ``ab`` with
-    ``flat`` as its dynamic leaves: ((XLA's figures, the compiled
-    executable) or None, seconds, error or None, warnings). ``dump_to``: a
-    directory XLA dumps the compiled program to (its buffer assignment)."""
+def arguments(jax, ab, flat: list) -> tuple[list, dict]:
+    """The call's (args, kwargs) from the abstract arguments ``ab`` with
+    ``flat`` as its dynamic leaves, the static ones put back."""
     args, kwargs = jax.tree_util.tree_unflatten(ab.treedef, flat)
     args = list(args)
     for i, v in ab.static.items():
         args.insert(i, v)
-    kwargs = {**kwargs, **ab.static_kw}
+    return args, {**kwargs, **ab.static_kw}
+
+
+def lower(fn, wrapper: str, args, kwargs):
+    with _lowering(fn, wrapper):
+        return fn.lower(*args, **kwargs)
+
+
+def _compile(jax, fn, ab, flat: list, wrapper: str, dump_to: str | None = None, retraced: bool = True):
+    """``fn`` lowered and compiled on the abstract arguments ``ab`` with
+    ``flat`` as its dynamic leaves: ((XLA's figures, the compiled
+    executable) or None, seconds, error or None, warnings). ``dump_to``: a
+    directory XLA dumps the compiled program to (its buffer assignment).
+    ``retraced``: the lowering runs the program's Python, shielded."""
+    args, kwargs = arguments(jax, ab, flat)
     t0 = time.monotonic()
     said = []
     try:
-        with warnings.catch_warnings(record=True) as caught, _unseen_compile(jax), _lowering(fn, wrapper):
+        with warnings.catch_warnings(record=True) as caught, _unseen_compile(jax):
             warnings.simplefilter("always")
-            lowered = fn.lower(*args, **kwargs)
+            if retraced:
+                lowered, refused = shielded(lower, fn, wrapper, args, kwargs)
+                if refused is not None:
+                    return None, time.monotonic() - t0, Refused(refused), said
+            else:
+                lowered = lower(fn, wrapper, args, kwargs)
             compiled = scratch.compile_own(lowered, dump_to)  # dumped into dump_to only, never the program's dump
             ma = compiled.memory_analysis()
         said = [f"{w.category.__name__}: {w.message}"[:300] for w in caught][:3]
@@ -95,19 +116,25 @@ def _lowering(fn, wrapper: str):
     return lib.lowering(fn) if lib is not None else contextlib.nullcontext()
 
 
-def rejit(probe, state, real, nums: set, names: set):
+def rejit(probe, state, real, nums: set, names: set, trace=None):
     """The function jitted anew as the program jitted it, with the arguments
     at ``nums`` and named ``names`` donated besides those it donates; or why
-    that cannot be compiled from outside (a string)."""
+    that cannot be compiled from outside (a string). With ``trace`` (the
+    run's, retrace.Trace), the function jitted is its replay: lowering it
+    runs none of the program's Python."""
     wrapper = state.row.get("wrapper") or "jax.jit"
     jit = BY_NAME[wrapper].rejit if wrapper in BY_NAME else None
-    if jit is None:
+    if jit is None and (nums or names):
         return f"{wrapper} decides donation inside its own call (its donate option); not compiled from outside"
     original = next((o for name, o, _ in probe._patched if name == state.plan.jit), None)
     real_fun = getattr(real, "__wrapped__", None)
     if original is None or real_fun is None:
         return "the jitted function's own function is not reachable"
+    if trace is not None:
+        real_fun = replay(probe._jax, real_fun, trace, lambda args, kwargs: probe._dynamic(state, args, kwargs))
     options = dict(state.plan.options)
+    if not nums and not names:
+        return original(real_fun, **options)
     given_nums = options.get("donate_argnums")
     given_nums = [] if given_nums is None else [given_nums] if isinstance(given_nums, int) else list(given_nums)
     given_names = options.get("donate_argnames")
@@ -116,6 +143,64 @@ def rejit(probe, state, real, nums: set, names: set):
     if names or given_names:
         options["donate_argnames"] = tuple(sorted(set(given_names) | set(names)))
     return original(real_fun, **options)
+
+
+class Retraces:
+    """Whether the program's Python, traced again at the end of the run,
+    still traces the run's program: once per function, at its largest kept
+    signature, through a new function object (retrace.fresh: JAX's trace
+    cache does not answer), shielded, its jaxpr's fingerprint against the
+    run's own trace's. ``refusal`` is None where a re-trace may be used, else
+    why not (retrace.Refused); ``note`` what a function's figures from
+    re-traces are (for the run's events)."""
+
+    def __init__(self, probe):
+        self.probe = probe
+        self.checked: dict = {}  # function_id -> None or Refused
+        self.unchecked: set = set()  # function_ids with no run's trace to compare with (jax.pmap's)
+
+    def refusal(self, state, real):
+        fid = state.function_id
+        if fid not in self.checked:
+            self.checked[fid] = self._check(state, real)
+        return self.checked[fid]
+
+    def _check(self, state, real):
+        probe, slot = self.probe, state.plan
+        sig = max(slot.abstract, key=lambda s: slot.peaks.get(s) or -1) if slot.abstract else None
+        trace = slot.traces.get(sig) if sig is not None else None
+        original = next((o for name, o, _ in probe._patched if name == state.plan.jit), None)
+        real_fun = getattr(real, "__wrapped__", None)
+        if trace is None or original is None or real_fun is None:
+            self.unchecked.add(state.function_id)
+            return None
+        wrapper = state.row.get("wrapper") or "jax.jit"
+        jitted = original(fresh(real_fun), **slot.options)
+        ab = slot.abstract[sig]
+        args, kwargs = arguments(probe._jax, ab, list(ab.flat))
+
+        def again():
+            with _lowering(jitted, wrapper), _unseen_compile(probe._jax):
+                return jitted.trace(*args, **kwargs)
+
+        t, why = shielded(again)
+        if why is not None:
+            return Refused(why)
+        try:
+            same = fingerprint(t.jaxpr) == trace.fingerprint()
+        except Exception:
+            self.unchecked.add(state.function_id)
+            return None
+        return None if same else Refused(CHANGED)
+
+    def note(self, state) -> str:
+        """How the figures from re-traces of ``state``'s function were checked (for an event)."""
+        if self.checked.get(state.function_id) is not None:
+            return f"not given: {self.checked[state.function_id].reason}"
+        if state.function_id in self.unchecked:
+            return (f"{RETRACED}; not checked against the run's own trace (none was kept for it): a global "
+                    f"the program changed since would not be seen")
+        return f"{RETRACED}; the re-trace at the run's own shapes traced the run's program"
 
 
 def function_donors(writer, function_id: int) -> list:
@@ -153,6 +238,10 @@ def verify(planner, budget_s: float) -> None:
     rows = verify_donations(planner, budget_s, deadline) + verify_shardings(planner, budget_s, deadline)
     if rows:
         planner.probe.writer.add_jit_whatif(rows)
+    for state in _largest_states(planner.probe):
+        if "whatif" in planner.retraced.get(state.function_id, ()):  # no trace of the run's kept (jax.pmap)
+            name = state.row.get("name", state.function_id)
+            planner.probe.writer.add_event("whatif", f"{name}: {planner.retraces.note(state)}"[:2000])
 
 
 def verify_donations(planner, budget_s: float, deadline: float) -> list:
@@ -175,16 +264,22 @@ def verify_donations(planner, budget_s: float, deadline: float) -> list:
             continue
         real = planner.real_of(state)
         wrapper = state.row.get("wrapper") or "jax.jit"
-        fn = rejit(probe, state, real, nums, names) if real is not None else DROPPED
         for sig in _signatures(slot):
             ab = slot.abstract[sig]
+            trace = slot.traces.get(sig)  # the run's own: replayed, no Python of the program's run again
+            fn = rejit(probe, state, real, nums, names, trace) if real is not None else DROPPED
+            refused = None if trace is not None or isinstance(fn, str) else planner.retraces.refusal(state, real)
             if isinstance(fn, str):
                 fig, seconds, error = None, 0.0, f"not verified: {fn}"
+            elif refused is not None:
+                fig, seconds, error = None, 0.0, f"not verified: {refused.reason}"
             elif time.monotonic() > deadline:
                 fig, seconds, error = None, 0.0, f"{OVER_BUDGET} ({budget_s:g} s; run --verify-seconds)"
             else:
-                fig, seconds, error, _ = compile_figures(probe._jax, fn, ab, wrapper=wrapper)
-                error = None if error is None else f"not verified: {COMPILE_FAILED}: {error}"
+                fig, seconds, error, _ = compile_figures(probe._jax, fn, ab, wrapper=wrapper, retraced=trace is None)
+                error = None if error is None else f"not verified: {_failed(error)}"
+                if trace is None:
+                    planner.retraced.setdefault(state.function_id, set()).add("whatif")
             rows.append((state.function_id, sig, change, *(fig or (None,) * 5), float(seconds),
                          str(ab.platform or ""), error))
     return rows
@@ -270,10 +365,20 @@ def verify_shardings(planner, budget_s: float, deadline: float) -> list:
                 if time.monotonic() > deadline:
                     error = f"{OVER_BUDGET} ({budget_s:g} s; run --verify-seconds)"
                     break
-                done, took, failed, _ = _compile(jax, real, ab, variant, wrapper)
+                trace = slot.traces.get(sig)  # the run's own: replayed, no Python of the program's run again
+                fn = rejit(probe, state, real, set(), set(), trace) if trace is not None else real
+                refused = None if trace is not None else planner.retraces.refusal(state, real)
+                if isinstance(fn, str) or refused is not None:
+                    error = f"not verified: {fn if isinstance(fn, str) else refused.reason}"
+                    break
+                done, took, failed, _ = _compile(jax, fn, ab, variant, wrapper, retraced=trace is None)
                 seconds += took
+                if trace is None:
+                    planner.retraced.setdefault(state.function_id, set()).add("whatif")
                 if done is None:
-                    error = f"not verified: {COMPILE_FAILED}: {failed}"
+                    error = f"not verified: {_failed(failed)}"
+                    if isinstance(failed, Refused):
+                        break
                     continue
                 fig, compiled = done
                 change["gathered"] = _gathered(jax, compiled, shard)
@@ -282,6 +387,11 @@ def verify_shardings(planner, budget_s: float, deadline: float) -> list:
             rows.append((state.function_id, sig, json.dumps(change), *(fig or (None,) * 5), float(seconds),
                          str(ab.platform or ""), error))
     return rows
+
+
+def _failed(error: str) -> str:
+    """A verifying compile's error as the row says it."""
+    return error.reason if isinstance(error, Refused) else f"{COMPILE_FAILED}: {error}"
 
 
 def _gathered(jax, compiled, shard: list[dict]) -> list[int]:
