@@ -133,9 +133,11 @@ def test_a_changed_global_is_not_planned_as_another_program(tmp_path):
 
 def test_whatif_replays_the_runs_trace(tmp_path):
     """Without --plan the donation advice's compile at the end replays the
-    run's trace: the program's Python is not traced again, its changed flag
-    not read, and the saving is verified."""
-    py, run = in_parallel(lambda: _python("exit"), lambda: _run(tmp_path / "run", [], "exit"))
+    run's trace: the program's Python is not traced again (it was, after the
+    program's last line, where the steps ran inside a
+    ``jax.default_matmul_precision`` context, which JAX's trace cache keys
+    on), and the saving is verified."""
+    py, run = in_parallel(lambda: _python("context"), lambda: _run(tmp_path / "run", [], "context"))
     _same_as_python(py, run)
     whatif = load_run(tmp_path / "run").jit["whatif"]
     assert len(whatif) >= 1 and whatif["error"].isna().all(), whatif.to_dict("records")

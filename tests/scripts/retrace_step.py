@@ -3,7 +3,10 @@ tests/test_retrace.py: it prints a marker, appends a line to a file (argv[2],
 if given), and, once the program sets TRAINING = False at its end, raises
 what argv[1] names (exit: SystemExit(7), interrupt: KeyboardInterrupt,
 generator: GeneratorExit) or, under "flag", traces as a different program
-(no hidden layer: a far smaller step); under "steady" TRAINING stays set.
+(no hidden layer: a far smaller step); under "steady" TRAINING stays set;
+under "context" it stays set too, and the steps run inside
+``jax.default_matmul_precision("highest")`` (JAX's trace cache does not
+answer for the step outside that context).
 The program's own last output is its atexit handler's line."""
 
 import atexit
@@ -48,10 +51,11 @@ def main():
     f = jax.jit(step)
     params = {"a": jnp.ones((64, 512)) * 0.01, "b": jnp.ones((512, 512)) * 0.01}
     x = jnp.ones((32, 64))
-    for i in range(4):
-        params, value = f(params, x)
+    with jax.default_matmul_precision("highest" if MODE == "context" else None):
+        for i in range(4):
+            params, value = f(params, x)
     print(f"loss {float(value):.6f}")
-    if MODE != "steady":
+    if MODE not in ("steady", "context"):
         TRAINING = False  # the program's end: evaluation mode
     atexit.register(print, "program's last line")
 
