@@ -13,6 +13,8 @@ from pathlib import Path
 # stretched interval runs past what the clock can wait for.
 INTERVAL_RANGE = (0.001, 1e9)
 MAX_OVERHEAD_RANGE = (0.0001, 1.0)
+# The most seconds the end's compiles of the fixes may take (run --verify-seconds).
+VERIFY_SECONDS_MAX = 86400
 
 
 def write_process_result(path) -> bool:
@@ -37,6 +39,18 @@ def check_settings(interval, max_overhead) -> None:
         if not math.isfinite(value) or not ((zero and value == 0) or low <= value <= high):
             allowed = f"0 or {low:g} to {high:g}" if zero else f"{low:g} to {high:g}"
             raise ValueError(f"{name} must be {allowed}, not {value!r}")
+
+
+def check_verify_seconds(value) -> None:
+    """ValueError unless ``value`` is None or a number of seconds from 0 to
+    86400 (run --verify-seconds)."""
+    import math
+
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or not 0 <= value <= VERIFY_SECONDS_MAX:
+        raise ValueError(f"verify_seconds must be None or 0 to {VERIFY_SECONDS_MAX:g} seconds, not {value!r}")
 
 
 def mark(label: str) -> None:
@@ -81,6 +95,60 @@ def _tell(event: str, *args) -> None:
                 pass
 
 
+class _EndInterrupts:
+    """While a run ends, in the main thread: the first SIGINT does what the
+    handler before does (Python's raises KeyboardInterrupt, which skips the
+    rest of the end's work); once :meth:`hold` is called, a SIGINT waits
+    until the block is left (the run finalised), then is handed to that
+    handler, unless an exception is already leaving the block. Elsewhere (another
+    thread, SIGINT not handled in Python): nothing changes."""
+
+    def __init__(self):
+        self.previous = None
+        self.armed = True
+        self.waiting = False
+
+    def __enter__(self) -> "_EndInterrupts":
+        import signal
+        import threading
+
+        if threading.current_thread() is not threading.main_thread():
+            return self
+        try:
+            previous = signal.getsignal(signal.SIGINT)
+            if callable(previous):
+                signal.signal(signal.SIGINT, self._heard)
+                self.previous = previous
+        except (ValueError, OSError, TypeError):
+            pass
+        return self
+
+    def _heard(self, signum, frame) -> None:
+        if self.armed:
+            self.armed = False  # one interrupt skips the end's work; the finalising is not interrupted
+            self.previous(signum, frame)
+        else:
+            self.waiting = True
+
+    def hold(self) -> None:
+        self.armed = False
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        import signal
+
+        previous, self.previous = self.previous, None
+        if previous is None:
+            return False
+        try:
+            if signal.getsignal(signal.SIGINT) == self._heard:
+                signal.signal(signal.SIGINT, previous)
+        except (ValueError, OSError, TypeError):
+            pass
+        if self.waiting and exc_type is None:
+            previous(signal.SIGINT, None)
+        return False
+
+
 class ProfiledRun:
     """A run that ``profile()`` records (and the notebook's ``%%jaxmemprof``),
     and what it says once it ended.
@@ -94,9 +162,15 @@ class ProfiledRun:
     """
 
     def __init__(self, output=None, *, interval: float = 0.5, max_overhead: float = 0.02, jit_probe: bool = True,
-                 addresses: str = "auto", force: bool = False, name: str = "profile", target: str | None = None):
+                 addresses: str = "auto", force: bool = False, name: str = "profile", target: str | None = None,
+                 holders: bool = True, verify_seconds: float | None = None, plan=None, targets: tuple = ()):
+        # plan (capture/jit/plan.py's PlanOptions) and targets (TPU slices):
+        # run's --plan and --target, as the notebook's magics give them
+        # (cli/record.py plan_and_targets checks them).
         check_settings(interval, max_overhead)
-        self._settings = dict(interval=interval, max_overhead=max_overhead, jit_probe=jit_probe, addresses=addresses)
+        check_verify_seconds(verify_seconds)
+        self._settings = dict(interval=interval, max_overhead=max_overhead, jit_probe=jit_probe, addresses=addresses,
+                              holders=bool(holders), verify_s=verify_seconds, plan=plan, targets=tuple(targets))
         self._output, self._force, self._name = output, force, name
         self.target = target or "profile()"  # what the summary says was recorded
         self.path: Path | None = None
@@ -106,11 +180,14 @@ class ProfiledRun:
         self.error: BaseException | None = None  # what the recorded code raised, if it did
         self._shown = None  # the display's analysis, once made
         self.by_magic = False  # recorded by the notebook's magics (the summary points at %jaxmemprof report)
+        self.interrupted: BaseException | None = None  # what interrupted its end, if anything did
 
     # -- recording -------------------------------------------------------------------
 
     def start(self) -> "ProfiledRun":
-        """Start recording (once)."""
+        """Start recording (once). Interrupted as it starts (a KeyboardInterrupt
+        before the block's code runs), the run is finalised and the interrupt
+        goes on: no sampler is left recording."""
         from jaxmemprof.capture import session as session_mod
 
         if self.path is not None:
@@ -121,17 +198,35 @@ class ProfiledRun:
             return self
         output = Path(self._output) if self._output is not None else session_mod.default_output(self._name)
         directory = session_mod.prepare_directory(output, self._force)
-        s = session_mod.Session(directory, target_argv=[], on_finish=write_process_result, **self._settings)
-        s.start()
-        self.path, self.session = Path(directory), s
-        _tell("started", s)
-        s.sampler.snapshot("api", "start")
+        s = None
+        try:
+            s = session_mod.Session(directory, target_argv=[], on_finish=write_process_result, **self._settings)
+            s.start()
+            self.path, self.session = Path(directory), s
+            _tell("started", s)
+            s.sampler.snapshot("api", "start")
+        except BaseException as exc:
+            with _EndInterrupts() as interrupts:
+                interrupts.hold()
+                if s is None:  # the session never made: its claim let go
+                    session_mod.release_directory(directory)
+                else:
+                    self.path, self.session = Path(directory), s
+                    self._end(s, "exception", exc)
+            raise
         return self
 
     def stop(self, error: BaseException | None = None) -> "ProfiledRun":
         """Stop recording: the last snapshot (``exit``, or ``exception`` /
         ``oom`` for the ``error`` the recorded code raised), then the run is
-        finished. Nothing for a run deferred to an outer one, or stopped."""
+        finished. Nothing for a run deferred to an outer one, or stopped.
+
+        An interrupt (KeyboardInterrupt: a notebook's kernel interrupt, Ctrl-C)
+        during that end skips the rest of its work (the holder search, XLA's
+        figures, the compiles of the fixes, --plan, --target); the run is
+        finalised all the same (its sampler stopped, its manifest finished,
+        its lock released: another run can record), then the interrupt goes
+        on. An interrupt while it is finalised waits until it is."""
         from jaxmemprof.capture.tracebacks import is_out_of_memory
 
         s = self.session
@@ -142,12 +237,45 @@ class ProfiledRun:
             trigger, label = "exit", None
         else:
             trigger, label = ("oom" if is_out_of_memory(error) else "exception"), type(error).__name__
-        index = s.sampler.snapshot(trigger, label)
-        _tell("ending", s, index)
-        s.stop(None, trigger)
-        self.ended_by = trigger
-        _tell("ended", s)
+        interrupted = None
+        with _EndInterrupts() as interrupts:
+            try:
+                index = s.sampler.snapshot(trigger, label)
+                _tell("ending", s, index)
+                s.sampler.stop()
+                if s.probe is not None:
+                    s.probe.uninstall(trigger)  # XLA's figures, the compiles of the fixes, --plan, --target
+                interrupts.hold()  # from here on, an interrupt waits until the run is finalised
+            except BaseException as exc:
+                interrupts.hold()
+                interrupted = exc
+            self._end(s, trigger, interrupted)
+        if interrupted is not None:
+            raise interrupted
         return self
+
+    def _end(self, s, ended_by: str, interrupted: BaseException | None) -> None:
+        """The run finalised (its end's work done, or cut short by
+        ``interrupted``), then those who heard it start told it ended."""
+        self.interrupted = interrupted
+        probe = s.probe
+        try:
+            if interrupted is not None:
+                s.sampler.stop()
+                if probe is not None:
+                    probe.uninstall(None, end_work=False)
+                try:
+                    s.writer.add_event("warning", f"the end of the run was interrupted ({type(interrupted).__name__}):"
+                                                  " the rest of its work (the holder search, XLA's figures, the "
+                                                  "compiles of the fixes, --plan, --target) was skipped")
+                except Exception:
+                    pass
+            s.probe = None  # taken out above: the session's stop only finalises
+            s.stop(None, ended_by)
+        finally:
+            s.probe = probe  # the notebook's kernel takes its functions back from it
+            self.ended_by = ended_by
+            _tell("ended", s)
 
     @property
     def recording(self) -> bool:
@@ -230,7 +358,8 @@ class ProfiledRun:
 
 
 def profile(output=None, *, interval: float = 0.5, max_overhead: float = 0.02, jit_probe: bool = True,
-            addresses: str = "auto", force: bool = False) -> ProfiledRun:
+            addresses: str = "auto", force: bool = False, holders: bool = True,
+            verify_seconds: float | None = None) -> ProfiledRun:
     """Record device memory while the block runs, into the run directory
     ``output`` (default: ``jaxmemprof-runs/profile-<time>``)::
 
@@ -245,11 +374,18 @@ def profile(output=None, *, interval: float = 0.5, max_overhead: float = 0.02, j
     called there) are observed by the jit probe; in a notebook with
     ``%load_ext jaxmemprof``, every function jitted in the kernel since.
     ``addresses``: which buffer addresses to read, as ``jaxmemprof run
-    --addresses``.
+    --addresses``; ``holders=False``: no search for the Python references
+    holding arrays (``run --no-holders``); ``verify_seconds``: the budget of
+    the compiles of the fixes at the end (``run --verify-seconds``; 0: none).
+
+    Ctrl-C (KeyboardInterrupt) inside the block ends the run as any exception
+    does; during the block's end it skips the rest of the end's work, and the
+    run is finalised all the same (no sampler left recording) before the
+    interrupt goes on.
 
     Inside a run already recording (``jaxmemprof run``, or an enclosing
     ``profile()``), it defers quietly to that run: it records nothing of its
     own and stands for that run's directory.
     """
     return ProfiledRun(output, interval=interval, max_overhead=max_overhead, jit_probe=jit_probe,
-                       addresses=addresses, force=force)
+                       addresses=addresses, force=force, holders=holders, verify_seconds=verify_seconds)
