@@ -13,12 +13,20 @@ a crash or a hand would damage them."""
 
 from __future__ import annotations
 
+import json
+import re
 import shutil
+import signal
 import sqlite3
+import subprocess
+import sys
+import time
 
 import pytest
 
-from conftest import REPO, cli_batch
+from conftest import REPO, cli_batch, cpu_env, write_script
+
+from jaxmemprof import tpus
 
 RUNS = REPO / "sample_runs" / "runs"
 GiB = 1024**3
@@ -181,3 +189,96 @@ def test_the_sound_runs_read_as_before(tmp_path):
     assert (leak.returncode, target.returncode, fits.returncode, r1.returncode, r2.returncode) == (1, 1, 0, 0, 0)
     for proc in (leak, target, fits, r1, r2):
         assert "warning" not in proc.stderr and "damaged" not in proc.stderr, proc.stderr
+
+
+# -- a search cut short says so ----------------------------------------------------------
+
+SMALL = """
+import jax
+import jax.numpy as jnp
+
+
+def step(w, x):
+    return w + 1e-3 * jnp.sum(jnp.tanh(x * w), axis=0)
+
+
+if __name__ == "__main__":
+    f = jax.jit(step)
+    w = jnp.ones((1024,))
+    for i in range(3):
+        w = f(w, jnp.full((16, 1024), float(i)))
+    print(float(w[0]))
+"""
+
+
+def _searched(journal) -> int:
+    """The search compiles a journal being written holds so far."""
+    try:
+        con = sqlite3.connect(f"file:{journal}?mode=ro", uri=True, timeout=0.1)
+        try:
+            return con.execute("SELECT count(*) FROM jit_targets WHERE json_extract(detail, '$.source') = 'search'"
+                               ).fetchone()[0]
+        finally:
+            con.close()
+    except sqlite3.Error:
+        return 0
+
+
+@pytest.mark.skipif(tpus.libtpu_missing(), reason="libtpu is not installed (pip install 'jaxmemprof[tpu]')")
+def test_a_target_search_killed_part_way_says_it_was_cut(tmp_path):
+    """run --plan --target killed (SIGKILL) once its search for the largest
+    batch on the slice has made two compiles: the report's line says the
+    search was cut short and gives the largest batch compiled before as a
+    lower bound (was: 'largest batch that fits: N (compiled, the largest
+    compiled)', as a finished search reads), the plan's section and the
+    JSON's events say it, and the slice's gate cannot pass, even with
+    --allow-unfinished (was: exit 0)."""
+    script = write_script(tmp_path, "small.py", SMALL)
+    out = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "jaxmemprof", "run", "-q", "--plan", "--target", "v5e:2x2",
+                             "-o", str(out), str(script)], env=cpu_env(), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    try:
+        while proc.poll() is None and time.monotonic() < deadline and _searched(out / "journal.sqlite") < 2:
+            time.sleep(0.005)
+    finally:
+        proc.kill()
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == -signal.SIGKILL, err  # killed, not finished: the search was under way
+    report, as_json, gate, gate_unfinished = cli_batch(
+        [["report", "run"], ["report", "run", "--json"], ["check", "run", "--target-fits", "v5e:2x2"],
+         ["check", "run", "--target-fits", "v5e:2x2", "--allow-unfinished"]], tmp_path, env=cpu_env(COLUMNS="300"))
+    assert report.returncode == 0, report.stderr
+    line = next(x for x in report.stdout.splitlines() if x.startswith("v5e:2x2 step: search for"))
+    assert re.fullmatch(r"v5e:2x2 step: search for the largest batch that fits cut short \(the run (was killed after "
+                        r"the script ended|did not finish \(killed\))\): [\d,]+ fits, the largest batch compiled "
+                        r"before, a lower bound", line), line
+    assert "largest batch that fits: " not in report.stdout, report.stdout
+    assert "plan: the run's end was cut short (" in report.stdout, report.stdout
+    doc = json.loads(as_json.stdout)
+    assert any("the run's end was cut short" in e for e in doc["targets"]["events"]), doc["targets"]["events"]
+    assert any("the run's end was cut short" in e for e in doc["plan"]["events"]), doc["plan"]["events"]
+    assert gate.returncode == 2 and "did not finish" in gate.stderr, gate.stderr
+    assert gate_unfinished.returncode == 2 and gate_unfinished.stdout == "", gate_unfinished.stdout
+    _one_error(gate_unfinished, "had its end cut short (the run ", "its compiles for the TPU slice v5e:2x2 may not all "
+               "have been made: --target-fits cannot be checked")
+
+
+def test_an_end_a_signal_skipped_reads_as_cut(tmp_path):
+    """A finished run whose end phase a signal skipped (the manifest's
+    end_phase.skipped_by, as run writes it): the slices' figures and the
+    plan say so, and the gate cannot pass (the same run whole: exit 0)."""
+    run = tmp_path / "run"
+    shutil.copytree(RUNS / "mlp-target", run)
+    manifest = json.loads((run / "manifest.json").read_text())
+    manifest["end_phase"] = {"seconds": 1.5, "finished_time": manifest["end_time"], "skipped_by": "SIGINT"}
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    report, gate = cli_batch([["report", "run"], ["check", "run", "--target-fits", "v5e:2x2"]], tmp_path,
+                             env=cpu_env(COLUMNS="300"))
+    assert report.returncode == 0 and "largest batch that fits: " not in report.stdout, report.stdout
+    assert "v5e:2x2 train_step: search for the largest batch that fits cut short (SIGINT skipped the rest of the " \
+           "run's end): 1,609,070 fits" in report.stdout, report.stdout
+    assert "plan: the run's end was cut short (SIGINT skipped the rest of the run's end)" in report.stdout
+    assert gate.returncode == 2, gate.stdout + gate.stderr
+    _one_error(gate, "had its end cut short (SIGINT skipped the rest of the run's end)")

@@ -107,8 +107,11 @@ class Unchecked:
     reader left some out: ``detail`` says which), ``damaged`` (a table a
     figure comes from is not whole: ``detail``), ``running`` or ``killed``
     (the run did not finish: its figures are partial), ``no-jit`` (no figures
-    from inside jitted calls, for max-true-peak) or ``few-snapshots`` (fewer
-    than ``needed`` before the exit, for max-growth: ``have``)."""
+    from inside jitted calls, for max-true-peak), ``few-snapshots`` (fewer
+    than ``needed`` before the exit, for max-growth: ``have``),
+    ``not-compiled`` (no figures for a --target slice: ``detail``) or ``cut``
+    (the compiles for a slice cut short at the run's end: ``detail``,
+    ``SLICE: why``)."""
 
     checks: tuple[str, ...]
     reason: str
@@ -153,6 +156,8 @@ def unchecked_report(report, limits: Limits) -> Unchecked | None:
         return Unchecked(("max-true-peak",), "no-jit")
     for name in limits.target_fits:
         targets = report.targets
+        if targets is not None and name in targets.asked and targets.cut:  # the compiles stopped part way
+            return Unchecked(("target-fits",), "cut", detail=f"{name}: {targets.cut}")
         why = (f"the run was not recorded with --target {name}" if targets is None or name not in targets.asked
                else targets.not_compiled(name))
         if why is not None:

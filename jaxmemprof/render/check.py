@@ -115,6 +115,10 @@ def unchecked_text(u) -> str:
                f"{u.needed} at least")
     elif u.reason == "not-compiled":
         why = f"has no compile for the TPU slice {safe(u.detail)}"
+    elif u.reason == "cut":
+        name, _, cut = u.detail.partition(": ")
+        why = (f"had its end cut short ({safe(cut)}): its compiles for the TPU slice {safe(name)} may not all have "
+               "been made")
     else:  # pragma: no cover - every reason is worded above
         why = f"lacks what the checks need ({u.reason})"
     return f"{why}: {checks} {verb}"

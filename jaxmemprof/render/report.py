@@ -375,8 +375,9 @@ def _render_plan_fit(plan, f, models, con: Console) -> None:
     points = plan.points[(plan.points["function_id"] == f.function_id) & (plan.points["source"] == "search")]
     if plan.searched_bytes == plan.device_bytes and len(points):
         con.print(Text(f"searched at the end of the run for a {size} device: {counted(points['batch'].nunique(), 'more compile')} "
-                       f"at batches {', '.join(f'{b:,}' for b in points['batch'].drop_duplicates())}"))
-    searched = plan.searched_bytes == plan.device_bytes and len(points) > 0
+                       f"at batches {', '.join(f'{b:,}' for b in points['batch'].drop_duplicates())}"
+                       + (f"; the search was cut short ({safe(plan.cut)})" if plan.cut else "")))
+    searched = plan.searched_bytes == plan.device_bytes and len(points) > 0 and not plan.cut
     mine = plan.points[(plan.points["function_id"] == f.function_id) & plan.points["peak_bytes"].notna()]
 
     def compiled(variant):

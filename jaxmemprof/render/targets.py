@@ -37,10 +37,16 @@ def _refused(r) -> str:
     return str(r["error"] or "").splitlines()[0][:300] if r["peak_bytes"] is pd.NA and r["fits"] is False else ""
 
 
-def _batch(r) -> str:
+def _batch(r, cut: str = "") -> str:
+    """The largest batch that fits, in words; ``cut`` (Targets.cut): the
+    compiles stopped part way, so it is no answer of the search."""
     largest, nxt = r["largest_batch"], r["next_batch"]
     if largest is pd.NA or largest is None:
         return ""
+    if cut:
+        return (f"search for the largest batch that fits cut short ({cut}): "
+                + ("no batch compiled before it fits" if largest == 0 else
+                   f"{int(largest):,} fits, the largest batch compiled before, a lower bound"))
     if largest == 0:
         return "no compiled batch fits" + ("" if nxt is pd.NA else f" ({int(nxt):,} does not)")
     return (f"largest batch that fits: {int(largest):,} (compiled"
@@ -78,7 +84,7 @@ def render_targets(targets, con: Console, explain: bool = False) -> None:
                                               else f"({'fits' if r[c] <= r['usable_bytes'] else 'does not fit'})")
                  for name, c in (("donated", "donated_peak_bytes"), ("bfloat16", "bfloat16_peak_bytes"))
                  if r[c] is not pd.NA]
-        for said in (", ".join(fixes), _batch(r), _refused(r), _lines(targets, r)):
+        for said in (", ".join(fixes), _batch(r, targets.cut), _refused(r), _lines(targets, r)):
             if said:
                 con.print(Text(f"{safe(r['target'])} {safe(r['function'])}: {safe(said)}"))
     for name in targets.asked:
@@ -97,14 +103,14 @@ def render_targets_closing(targets, con: Console) -> None:
         if _refused(r):
             con.print(Text(f"target {safe(r['target'])}: {safe(r['function'])} does NOT fit a {safe(r['chip'])}"
                            + (f" at batch {int(r['batch']):,}" if r["batch"] is not pd.NA else "")
-                           + f": {safe(_refused(r))}" + (f"; {_batch(r)}" if _batch(r) else "")))
+                           + f": {safe(_refused(r))}" + (f"; {_batch(r, targets.cut)}" if _batch(r) else "")))
         if r["peak_bytes"] is pd.NA:
             continue
         con.print(Text(f"target {safe(r['target'])}: {safe(r['function'])} {_bytes(r['peak_bytes'])} per device"
                        + ("" if r["batch"] is pd.NA else f" at batch {int(r['batch']):,}")
                        + f", {'fits' if r['fits'] else 'does NOT fit'} a {safe(r['chip'])} chip "
                        f"({format_bytes(int(r['usable_bytes']))} usable)"
-                       + (f"; {_batch(r)}" if _batch(r) else "")))
+                       + (f"; {_batch(r, targets.cut)}" if _batch(r) else "")))
     for name in targets.asked:
         why = targets.not_compiled(name)
         if why is not None:

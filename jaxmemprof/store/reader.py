@@ -117,6 +117,9 @@ class Run:
     source_names: dict = field(default_factory=dict)
     held_by: pd.DataFrame = field(default_factory=lambda: _empty(_HELD_BY_COLUMNS))
     py_holders: dict = field(default_factory=dict)
+    # Why the work of the run's end (the verifying compiles, --plan's and --target's compiles and searches)
+    # may not all have been done ('': it ran to its end): see end_cut()
+    end_cut: str = ""
 
     @property
     def damaged(self) -> dict:
@@ -139,6 +142,33 @@ class Run:
 
     def profile(self, snapshot: int, **kwargs) -> Profile:
         return load_profile(self.profile_path(snapshot), name=f"{self.path}@{snapshot}", **kwargs)
+
+
+# The event a run whose end phase was interrupted records (capture/session.py, api.py).
+_END_INTERRUPTED = "the end of the run was interrupted"
+
+
+def end_cut(manifest: dict, finished: bool, running: bool, events: pd.DataFrame | None = None) -> str:
+    """Why the work of a run's end, after the script (the verifying
+    compiles, run --plan's and --target's compiles and their searches for
+    the largest batch), may not all have been done; '' when the run says
+    it ran to its end. A finished run says so when a signal skipped the
+    rest of that phase (the manifest's ``end_phase.skipped_by``, or its
+    event); a run that did not finish may have been stopped in it."""
+    phase = manifest.get("end_phase")
+    skipped = phase.get("skipped_by") if isinstance(phase, dict) else None
+    if isinstance(skipped, str) and skipped:
+        return f"{skipped} skipped the rest of the run's end"
+    if events is not None and not events.empty and "message" in events.columns:
+        said = [str(m) for m in events["message"] if isinstance(m, str) and m.startswith(_END_INTERRUPTED)]
+        if said:
+            return said[0].split(":")[0]
+    if running:
+        return "the run is still running"
+    if not finished:
+        return ("the run was killed after the script ended" if manifest.get("script_end") else
+                "the run did not finish (killed)")
+    return ""
 
 
 def is_run_directory(path: Path) -> bool:
@@ -476,7 +506,7 @@ def _load_journal_run(path: Path) -> Run:
         stacks=stacks, memory_stats=memory_stats, executables=executables, jit=jit, markers=markers, events=events,
         has_arrays=True, finished=finished, running=running, warnings=warnings,
         source_names=dict(zip(names["file"], names["label"])), held_by=held_by[list(_HELD_BY_COLUMNS)],
-        py_holders=py_holders,
+        py_holders=py_holders, end_cut=end_cut(manifest, finished, running, events),
     )
 
 

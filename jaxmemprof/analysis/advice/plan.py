@@ -81,6 +81,7 @@ class Plan:
     events: list  # what the recorder said it could not plan
     fraction_variable: str
     searched_bytes: int | None = None  # the device run --plan-device-memory searched the largest batch for
+    cut: str = ""  # why the compiles at the run's end may not all have been made ('': they were; Run.end_cut)
 
     @property
     def compile_s(self) -> float:
@@ -367,11 +368,20 @@ def build_plan(ar, findings=(), device_bytes: int | None = None) -> Plan | None:
         points.loc[ok, "fits"] = [fits_by_default(int(p), device_bytes) for p in points.loc[ok, "peak_bytes"]]
     ev = run.events
     said = [] if ev is None or ev.empty else [str(m) for m in ev.loc[ev["kind"] == "plan", "message"]]
+    cut = str(getattr(run, "end_cut", "") or "")
+    if cut:  # said first, where the plan is (JSON's events too)
+        said = [cut_words(cut)] + said
     m = run.manifest or {}
     return Plan(points=points, models=_models(points, device_bytes), functions=_planned(run, points, names, params,
                                                                                           list(findings)),
                 device_bytes=device_bytes, events=said, fraction_variable=fraction_env_name(m.get("jaxlib_version")),
-                searched_bytes=searched)
+                searched_bytes=searched, cut=cut)
+
+
+def cut_words(cut: str) -> str:
+    """The plan's compiles cut short (``cut``: why, Run.end_cut), in words."""
+    return (f"the run's end was cut short ({cut}): its compiles may not all have been made, and a largest batch "
+            "is the largest compiled before that fits, not the answer of a search")
 
 
 def fraction_for(peak: int, device_bytes: int) -> str:

@@ -55,6 +55,7 @@ class Targets:
     points: pd.DataFrame  # POINT_COLUMNS
     events: list  # what the recorder could not compile, and why
     lines: pd.DataFrame  # LINE_COLUMNS
+    cut: str = ""  # why the compiles at the run's end may not all have been made ('': they were; Run.end_cut)
 
     @property
     def compiles(self) -> int:
@@ -69,7 +70,11 @@ class Targets:
         """Why the slice ``name`` lacks figures for a function the run
         chose (None: every one has them, or XLA:TPU refused it as too large
         for the slice, which is an answer): a gate passes only a slice whose
-        every chosen function was compiled."""
+        every chosen function was compiled, by compiles that ran to their end
+        (``cut``: a function may be missing, its search for the largest batch
+        stopped part way)."""
+        if self.cut:
+            return cut_words(self.cut)
         mine = self.rows[self.rows["target"] == name]
         missing = mine[mine["peak_bytes"].isna() & mine["fits"].isna()]
         if len(mine) and missing.empty:
@@ -79,6 +84,12 @@ class Targets:
             return f"{r['function']}: not compiled: {r['error'] or 'no figures recorded'}"
         said = [e for e in self.events if e.startswith(f"{name}: ")]
         return said[0][len(name) + 2:] if said else "not compiled: the run recorded no figures for it"
+
+
+def cut_words(cut: str) -> str:
+    """A slice's compiles cut short (``cut``: why, Run.end_cut), in words."""
+    return (f"the run's end was cut short ({cut}): its compiles for the slice may not all have been made, and a "
+            "largest batch is the largest compiled before, not the answer of the search")
 
 
 def _recorded_figures(run) -> dict:
@@ -209,5 +220,8 @@ def build_targets(ar) -> Targets | None:
         if c.endswith("_bytes") or c in ("devices", "batch", "largest_batch", "next_batch", "compiles"):
             out[c] = out[c].astype("Int64")
     out["fits"] = out["fits"].astype("boolean")
+    cut = str(getattr(run, "end_cut", "") or "") if asked else ""
+    if cut:  # said where the slices' figures are (JSON's events too)
+        said = said + [f"{name}: {cut_words(cut)}" for name in asked]
     return Targets(asked=asked, rows=out, points=points.reindex(columns=POINT_COLUMNS), events=said,
-                   lines=_lines(ar, names))
+                   lines=_lines(ar, names), cut=cut)
