@@ -122,3 +122,145 @@ def test_an_interrupted_profile_block_stops_its_sampler_and_finishes_its_run(tmp
     # The next block in the same process records a run of its own.
     assert second == {"next": "exit", "next_deferred": False}, second
     assert _finished(tmp_path / "run-next")["end_time"] is not None
+
+
+# -- in a real kernel -------------------------------------------------------------------------
+
+import threading  # noqa: E402
+import time  # noqa: E402
+
+from test_notebook import Kernel, stream  # noqa: E402
+
+# A jitted step whose compiles take a while: --plan compiles it at four
+# batches, donated and in bfloat16 too, so the end of a cell lasts seconds.
+STEP = """\
+import jax, jax.numpy as jnp
+
+def step(p, x):
+    h = x
+    for i in range(12):
+        h = jnp.tanh(h @ p + i)[::-1]
+    return p - 0.001 * (h.T @ x), h.sum()
+
+train_step = jax.jit(step)
+p, x = jnp.ones((64, 64)), jnp.ones((32, 64))"""
+LOOP = "for i in range(3):\n    p, loss = train_step(p, x)\nfloat(loss)"
+
+
+def _ended_snapshot(run) -> bool:
+    """The run's last snapshot is in its journal: its end phase has begun."""
+    try:
+        with _journal(run) as db:
+            return db.execute("SELECT count(*) FROM snapshots WHERE trigger IN ('exit', 'exception')"
+                              ).fetchone()[0] > 0
+    except sqlite3.Error:
+        return False
+
+
+def _interrupt_at_end(k, run, said: dict) -> threading.Thread:
+    """A thread that interrupts the kernel (jupyter_client's
+    interrupt_kernel: SIGINT to its process) once ``run``'s end phase has
+    begun, and notes when."""
+    def watch():
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and not _ended_snapshot(run):
+            time.sleep(0.02)
+        said["t"] = time.monotonic()
+        k.client.km.interrupt_kernel()
+
+    t = threading.Thread(target=watch, daemon=True)
+    t.start()
+    return t
+
+
+def _errors(cell) -> list:
+    return [o for o in cell.outputs if o.output_type == "error"]
+
+
+@pytest.fixture(scope="module")
+def interrupted(tmp_path_factory):
+    k = Kernel(tmp_path_factory.mktemp("notebook-end"))
+    out = {"work": k.work}
+    with k.client.setup_kernel():
+        k.run("%load_ext jaxmemprof")
+        k.run(STEP)
+        # run's options, refused in one line each.
+        out["bad"] = {line: k.run(f"%%jaxmemprof {line}\nx.sum()", allow_errors=True)
+                      for line in ("--interval nan", "--bogus", "--plan --no-jit-probe", "--target v9:9",
+                                   "--verify-seconds -1", "-q extra")}
+        out["bad_start"] = k.run("%jaxmemprof start --plan-scales 0", allow_errors=True)
+        # A cell interrupted in its end phase (its --plan compiles).
+        said: dict = {}
+        watcher = _interrupt_at_end(k, k.work / "runs" / "cut", said)
+        out["cut"] = k.run(f"%%jaxmemprof -o runs/cut --force --plan --no-page\n{LOOP}", allow_errors=True)
+        out["cut_s"] = time.monotonic() - said.get("t", float("inf"))
+        watcher.join(5)
+        out["stop_after_cut"] = k.run("%jaxmemprof stop", allow_errors=True)
+        out["next"] = k.run(f"%%jaxmemprof -o runs/next --force --no-holders --verify-seconds 0 --no-page\n{LOOP}")
+        out["probe"] = k.value("import json\nfrom jaxmemprof.capture import session\n"
+                               "print(json.dumps([session.active() is None, "
+                               "[t.name for t in __import__('threading').enumerate() if 'jaxmemprof' in t.name]]))")
+        # %jaxmemprof stop interrupted in its end phase.
+        k.run("%jaxmemprof start -o runs/cells --force --plan")
+        k.run(LOOP)
+        said2: dict = {}
+        watcher = _interrupt_at_end(k, k.work / "runs" / "cells", said2)
+        out["stop_cut"] = k.run("%jaxmemprof stop --no-page", allow_errors=True)
+        watcher.join(5)
+        out["stop_again"] = k.run("%jaxmemprof stop", allow_errors=True)
+        out["start_again"] = k.run("%jaxmemprof start -o runs/again --force")
+        k.run("y = x + 1")
+        out["stop_last"] = k.run("%jaxmemprof stop -q")
+    return out
+
+
+def test_the_magics_take_runs_options_and_refuse_bad_ones_in_one_line(interrupted):
+    for line, cell in interrupted["bad"].items():
+        said = stream(cell).strip()
+        assert said.startswith("UsageError: ") and "\n" not in said, (line, said)
+        assert not _errors(cell), (line, cell.outputs)  # no traceback
+    assert "'nan' is not a finite number" in stream(interrupted["bad"]["--interval nan"])
+    assert "No such option '--bogus'" in stream(interrupted["bad"]["--bogus"])
+    assert "drop --no-jit-probe" in stream(interrupted["bad"]["--plan --no-jit-probe"])
+    assert "--target v9:9: not a TPU slice" in stream(interrupted["bad"]["--target v9:9"])
+    said = stream(interrupted["bad_start"]).strip()
+    assert said.startswith("UsageError: Invalid value for '--plan-scales'") and "\n" not in said, said
+    assert not (interrupted["work"] / "jaxmemprof-runs").exists()  # nothing recorded by a refused line
+    # Taken: the next cell's --no-holders and --verify-seconds are its run's settings.
+    settings = json.loads((interrupted["work"] / "runs" / "next" / "manifest.json").read_text())["settings"]
+    assert settings["holders"] is False and settings["verify_s"] == 0
+    cut = json.loads((interrupted["work"] / "runs" / "cut" / "manifest.json").read_text())["settings"]
+    assert cut["plan"]["scales"] == [0.5, 2.0, 4.0, 8.0]
+
+
+def test_a_cell_interrupted_in_its_end_phase_is_finished_and_the_next_cell_records(interrupted):
+    cut = interrupted["cut"]
+    errors = _errors(cut)
+    assert errors and errors[0]["ename"] == "KeyboardInterrupt", cut.outputs
+    assert "jaxmemprof: interrupted as the run ended" in stream(cut), stream(cut)
+    run = _finished(interrupted["work"] / "runs" / "cut")
+    assert run["end_time"] is not None and not run["lock"], run
+    assert run["triggers"][-1] == "exit"
+    assert any("the end of the run was interrupted (KeyboardInterrupt)" in m for _, m in run["events"])
+    # The rest of the plan's compiles skipped: the cell ended about 2 s after the interrupt (by hand,
+    # 2026-12: 2.2 s; the same cell's end uninterrupted, 17 s), within the compile it was in.
+    assert interrupted["cut_s"] < 120, interrupted["cut_s"]
+    # %jaxmemprof stop agrees: nothing records.
+    assert stream(interrupted["stop_after_cut"]).startswith("UsageError: not recording")
+    # The next cell records a run of its own.
+    nxt = interrupted["next"]
+    assert not _errors(nxt) and "already recording" not in stream(nxt), nxt.outputs
+    run = _finished(interrupted["work"] / "runs" / "next")
+    assert run["end_time"] is not None and not run["lock"] and len(run["triggers"]) >= 1, run
+    assert interrupted["probe"] == [True, []]  # no session active, no sampler thread
+
+
+def test_stop_interrupted_in_its_end_phase_ends_the_recording_for_good(interrupted):
+    errors = _errors(interrupted["stop_cut"])
+    assert errors and errors[0]["ename"] == "KeyboardInterrupt", interrupted["stop_cut"].outputs
+    run = _finished(interrupted["work"] / "runs" / "cells")
+    assert run["end_time"] is not None and not run["lock"], run
+    assert any("the end of the run was interrupted (KeyboardInterrupt)" in m for _, m in run["events"])
+    assert stream(interrupted["stop_again"]).startswith("UsageError: not recording")
+    assert stream(interrupted["start_again"]).startswith("jaxmemprof: recording into runs/again")
+    assert _finished(interrupted["work"] / "runs" / "again")["end_time"] is not None

@@ -19,35 +19,67 @@ from jaxmemprof.errors import InputError
 from jaxmemprof.notebook.display import Shows
 
 USAGE = """\
-%%jaxmemprof [-o DIR] [--force] [--interval S] [--max-overhead F] [--no-page]
+%%jaxmemprof [RUN'S OPTIONS] [--no-page] [-q]
     record this cell: its summary and findings, then the report's page
-%jaxmemprof start [-o DIR] [--force] [--interval S] [--max-overhead F]
+%jaxmemprof start [RUN'S OPTIONS]
     record from now on, over the cells that follow
-%jaxmemprof stop [--no-page]
+%jaxmemprof stop [--no-page] [-q]
     stop recording: the summary and findings, then the report's page
 %jaxmemprof report [RUN] [--explain] [--top N] [--html]
-    the last run's whole report (or RUN's); --html: its page, inline"""
+    the last run's whole report (or RUN's); --html: its page, inline
+run's options: -o DIR, --force, --interval S, --max-overhead F, --no-jit-probe,
+    --addresses auto|all|none, --no-holders, --verify-seconds S, --plan,
+    --plan-scales LIST, --plan-device-memory SIZE, --plan-axis N,
+    --target SLICE (repeated) (jaxmemprof run --help says each)"""
+
+# jaxmemprof run's options that a recording magic takes, parsed and checked by
+# run's own definitions (cli/record.py), not the script's: -m, -c, -q.
+RUN_OPTIONS = ("output", "force", "interval", "max_overhead", "no_jit_probe", "plan", "plan_scales",
+               "plan_device_memory", "plan_axis", "verify_seconds", "addresses", "no_holders", "slices")
+
+
+def _usage_error(message: str) -> UsageError:
+    """A bad line: one line in the cell (IPython shows a UsageError without
+    a traceback), pointing at the options."""
+    return UsageError(f"{' '.join(str(message).split())} (%jaxmemprof --help: the options)")
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message):
-        raise UsageError(f"{message}\n{USAGE}")
+        raise _usage_error(message)
 
     def exit(self, status=0, message=None):  # --help
         raise UsageError(USAGE)
 
 
-def _recording_parser(prog: str, page: bool = True) -> _Parser:
-    p = _Parser(prog=prog, add_help=False)
-    p.add_argument("-o", "--output", default=None)
-    p.add_argument("--force", action="store_true")
-    p.add_argument("--interval", type=float, default=0.5)
-    p.add_argument("--max-overhead", type=float, default=0.02)
-    p.add_argument("--no-jit-probe", action="store_true")
-    p.add_argument("--addresses", choices=("auto", "all", "none"), default="auto")
-    if page:
-        p.add_argument("--no-page", action="store_true")
-    return p
+def _recording_options(prog: str, words: list[str], shown: bool = True):
+    """The line's options, parsed as ``jaxmemprof run`` parses them (its own
+    click options: the same names, types, ranges and messages), and its
+    --plan and --target made into the session's settings by run's own
+    code; ``shown``: --no-page and -q too (a magic that shows the run).
+    UsageError (one line) for anything run would refuse."""
+    if any(w in ("-h", "--help") for w in words):
+        raise UsageError(USAGE)
+    import click
+
+    from jaxmemprof.cli.record import plan_and_targets, run
+
+    params = [p for p in run.params if p.name in RUN_OPTIONS]
+    if shown:
+        params += [click.Option(["--no-page"], is_flag=True), click.Option(["-q", "--quiet"], is_flag=True)]
+    command = click.Command(prog, params=params, add_help_option=False)
+    try:
+        ctx = command.make_context(prog, list(words))
+        o = argparse.Namespace(**ctx.params)
+        o.plan, o.targets = plan_and_targets(o.no_jit_probe, o.plan, o.plan_scales, o.plan_device_memory,
+                                             o.plan_axis, o.slices)
+    except click.ClickException as exc:
+        raise _usage_error(exc.format_message()) from None
+    except InputError as exc:
+        raise _usage_error(str(exc)) from None
+    if not shown:
+        o.no_page = o.quiet = False
+    return o
 
 
 class CellFailed(Exception):
@@ -86,7 +118,7 @@ class JaxmemprofMagics(Magics):
             return self._stop(rest)
         if command == "report":
             return self._report(rest)
-        raise UsageError(f"unknown subcommand {command!r}\n{USAGE}")
+        raise _usage_error(f"unknown subcommand {command!r}: start, stop or report (or %%jaxmemprof on a cell)")
 
     # -- recording -----------------------------------------------------------------------
 
@@ -97,9 +129,10 @@ class JaxmemprofMagics(Magics):
         try:
             run = ProfiledRun(args.output, interval=args.interval, max_overhead=args.max_overhead,
                               jit_probe=not args.no_jit_probe, addresses=args.addresses, force=args.force,
-                              name=name, target=target)
+                              name=name, target=target, holders=not args.no_holders,
+                              verify_seconds=args.verify_seconds, plan=args.plan, targets=args.targets)
         except ValueError as exc:
-            raise UsageError(str(exc)) from None
+            raise _usage_error(str(exc)) from None
         run.by_magic = True  # the summary points at %jaxmemprof report
         return run
 
@@ -107,12 +140,12 @@ class JaxmemprofMagics(Magics):
         try:
             run.start()
         except InputError as exc:
-            raise UsageError(str(exc)) from None
+            raise _usage_error(str(exc)) from None
         if run.deferred:
             raise UsageError(f"a run is already recording this kernel ({run.path}): its own records this")
 
     def _cell(self, line: str, cell: str):
-        args = _recording_parser("%%jaxmemprof").parse_args(shlex.split(line))
+        args = _recording_options("%%jaxmemprof", shlex.split(line))
         # The cell's own lines: the magic's line stays, as a comment, so that
         # line numbers (in sites and tracebacks) are the cell's.
         body = f"# %%jaxmemprof {line}\n{cell}"
@@ -124,6 +157,7 @@ class JaxmemprofMagics(Magics):
         run = self._new_run(args, "cell", f"In [{number}]")
         self._begin(run)
         self.last = run
+        error = None
         try:
             # A cell ending with ; shows no value (and keeps none in Out): IPython
             # tells it from the history's last input, which a cell run inside
@@ -131,19 +165,36 @@ class JaxmemprofMagics(Magics):
             # number (its sites and its traceback read In [number]).
             with compiled_as(self.shell, number):
                 result = self.shell.run_cell(body, store_history=False, silent=_ends_with_semicolon(cell))
+            error = result.error_before_exec or result.error_in_exec
         except BaseException as exc:  # run_cell itself failed (interrupted)
-            _record_cells(run, run.target, exc)
-            run.stop(exc)
+            error = exc
             raise
-        error = result.error_before_exec or result.error_in_exec
-        _record_cells(run, run.target, error)
-        run.stop(error)
-        self._show(run, page=not args.no_page)
+        finally:
+            # Whatever happens here, the run ends with the cell: an interrupt
+            # during its end skips the rest of that work, and the run is
+            # finalised all the same (ProfiledRun.stop), then goes on.
+            try:
+                _record_cells(run, run.target, error)
+            finally:
+                self._stop_run(run, error)
+        self._show(run, page=not args.no_page, quiet=args.quiet)
         if error is not None:
             raise CellFailed(error, run)
 
+    def _stop_run(self, run: ProfiledRun, error: BaseException | None = None) -> None:
+        """The run stopped; interrupted as it ends, it says so in one line
+        (the run is finished, without the rest of the end's work) before
+        the interrupt goes on."""
+        try:
+            run.stop(error)
+        except BaseException:
+            if run.interrupted is not None:
+                print(f"jaxmemprof: interrupted as the run ended: the rest of its end was skipped; {run.path} is "
+                      "finished (%jaxmemprof report: what it has)", file=sys.stderr)
+            raise
+
     def _start(self, words):
-        args = _recording_parser("%jaxmemprof start", page=False).parse_args(words)
+        args = _recording_options("%jaxmemprof start", words, shown=False)
         run = self._new_run(args, "cells", f"{self._label()} on")
         self._begin(run)
         _record_cells(run, run.target.removesuffix(" on"))
@@ -153,24 +204,31 @@ class JaxmemprofMagics(Magics):
     def _stop(self, words):
         p = _Parser(prog="%jaxmemprof stop", add_help=False)
         p.add_argument("--no-page", action="store_true")
+        p.add_argument("-q", "--quiet", action="store_true")
         args = p.parse_args(words)
         run = self.recording
         if run is None:
             raise UsageError("not recording: %jaxmemprof start first (or %%jaxmemprof a cell)")
         self.end_recording()
-        self._show(run, page=not args.no_page)
+        self._show(run, page=not args.no_page, quiet=args.quiet)
 
     def end_recording(self) -> ProfiledRun | None:
         """Stop the run ``%jaxmemprof start`` began, at this cell (``%jaxmemprof
-        stop``, or ``%unload_ext``): the cells it recorded, ``In [7] to In [9]``."""
+        stop``, or ``%unload_ext``): the cells it recorded, ``In [7] to In [9]``.
+        It is no longer this kernel's recording from the start of this, even
+        if interrupted (the run is finalised all the same)."""
         run, self.recording = self.recording, None
         if run is not None:
-            run.target = f"{run.target.removesuffix(' on')} to {self._label()}"
-            _record_cells(run, run.target)
-            run.stop()
+            try:
+                run.target = f"{run.target.removesuffix(' on')} to {self._label()}"
+                _record_cells(run, run.target)
+            finally:
+                self._stop_run(run)
         return run
 
-    def _show(self, run: ProfiledRun, page: bool) -> None:
+    def _show(self, run: ProfiledRun, page: bool, quiet: bool = False) -> None:
+        if quiet:
+            return
         try:
             summary = run.summary()
             shown = Shows(summary, run.html()) if page else summary
