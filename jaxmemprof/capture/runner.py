@@ -31,18 +31,21 @@ import threading
 from jaxmemprof.capture.exits import (_ProcessState, _report_exception, _run_atexit_handlers, _system_exit_status,
                                       _wait_for_threads)
 from jaxmemprof.capture.session import Session
-from jaxmemprof.capture.signals import _exit_by_signal, _install_exit_by_signal, _SigTerm
+from jaxmemprof.capture.signals import EndPhase, _exit_by_signal, _install_exit_by_signal, _SigTerm, dispositions
 from jaxmemprof.capture.target import (_COMMAND, _FILE, _MAIN_DIR, _STDIN, Target, _exec_command, _exec_module,
                                        _exec_script, _exec_stdin, _kind, _path0, _replace_path0)
 from jaxmemprof.capture.tracebacks import is_out_of_memory, safe_str, type_name
 
 
-def run_target(target: Target, session: Session) -> tuple[int, str]:
+def run_target(target: Target, session: Session, progress=None) -> EndPhase:
     """Run ``target`` under ``session`` until the program ends as python
-    ends it (its non-daemon threads joined, its atexit handlers run); return
-    (exit status, how it ended). In a forked child the script ran in, raise
-    SystemExit instead: the child ends there, as python's would (no summary,
-    nothing recorded)."""
+    ends it (its non-daemon threads joined, its atexit handlers run), record
+    how it ended, and begin jaxmemprof's end phase with the run's last
+    snapshot: the EndPhase returned (its ``status`` and ``how``) runs the
+    rest. ``progress(text)``: told each step of the end phase. In a forked
+    child the script ran in, raise SystemExit instead: the child ends there,
+    as python's would (no summary, nothing recorded)."""
+    initial = dispositions()  # the signals' handlers before the script: put back once it is over
     _install_exit_by_signal()
     ours = _ProcessState.capture()
     kind = _kind(target)
@@ -54,23 +57,47 @@ def run_target(target: Target, session: Session) -> tuple[int, str]:
     session.child_hooks.append(term.forget_in_child)
     session.start()
     try:
-        status, how = _run(target, kind, session)
-    finally:
+        status, how, threads = _run(target, kind, session)
+    except BaseException:
         term.uninstall()
+        raise
     if session.forked:
+        term.uninstall()
         from jaxmemprof.capture.forks import finish_fork_child
 
         finish_fork_child(status, how)  # its own run, if it recorded one
         raise SystemExit(status)
+    # The script is over: how and when it ended is recorded before anything
+    # else, then jaxmemprof's handling of SIGINT and SIGTERM replaces the
+    # script's handlers (put back as they were before it), the SIGTERM
+    # handling of the script's time last.
+    session.script_ended(status, how)
+    script = _ProcessState.capture()
+    end = EndPhase(session, status, how, initial, script_streams=(script.stdout, script.stderr))
+    end.begin()
+    term.uninstall()
+    if progress is not None:
+        end.progress(progress)
     # The rest of jaxmemprof's work (the summary) runs with its own
     # directory, sys.path and streams; the script's are put back at exit,
     # for python's last flush.
-    _ProcessState.capture().restore_at_exit()
+    script.restore_at_exit()
     ours.restore()
-    return status, how
+    end.run("the last snapshot", lambda: _last_snapshot(session, how, threads))
+    return end
 
 
-def _run(target: Target, kind: str, session: Session) -> tuple[int, str]:
+def _last_snapshot(session: Session, how: str, threads: bool) -> None:
+    """The run's last snapshot, of the memory as the program left it (with
+    the search for what holds its arrays). The background thread is stopped
+    first, so that this snapshot is the last."""
+    sampler = session.sampler
+    sampler.stop()
+    if how == "exit" or threads:
+        sampler.snapshot("exit")
+
+
+def _run(target: Target, kind: str, session: Session) -> tuple[int, str, bool]:
     main_box: list = []  # the __main__ module python deletes __file__ from at the end
     try:
         if kind == _FILE:
@@ -126,18 +153,14 @@ def _run(target: Target, kind: str, session: Session) -> tuple[int, str]:
             main_box[0].__dict__.pop(name, None)
     del main_box
     if session.forked:
-        return status, how
+        return status, how, False
     threads = _wait_for_threads()
     _run_atexit_handlers()
     if getattr(threading, "_SHUTTING_DOWN", False):
         # The program is over; jaxmemprof's own work goes on (its imports
         # may register threading atexit calls, refused after shutdown).
         threading._SHUTTING_DOWN = False
-    # Stop the background thread first, so that this snapshot is the last.
-    sampler.stop()
-    if how == "exit" or threads:
-        sampler.snapshot("exit")
-    return status, how
+    return status, how, threads
 
 
 def _add_event(session: Session, kind: str, message: str, index) -> None:

@@ -12,8 +12,10 @@ import json
 import os
 import platform
 import re
+import signal
 import sqlite3
 import sys
+import threading
 import time
 import warnings
 from datetime import datetime, timezone
@@ -145,6 +147,11 @@ class Session:
             release_directory(self.path)
             raise InputError(str(directory), f"cannot write the run: {_reason(exc)}") from None
         self.forked = False  # a forked child's copy: records nothing
+        # run: how and when the script ended, recorded before jaxmemprof's end
+        # phase (script_ended); what of that phase was done (finalise_end).
+        self.script_end: dict | None = None
+        self._t_script_end: float | None = None
+        self._end_skipped_by: str | None = None
         self.child_hooks: list = []  # called in a forked child, to stop recording there
         self.sampler = Sampler(self.writer, interval=interval, max_overhead=max_overhead, addresses=addresses)
         self.sampler.py_holders = Searches(self.writer) if holders else None
@@ -385,6 +392,66 @@ class Session:
                 pass
         self._showwarnmsg(msg)
 
+    # -- run's end: the script's, then jaxmemprof's end phase ------------------------
+
+    def script_ended(self, exit_status, ended_by: str) -> None:
+        """The script is over (its threads joined, its atexit handlers run):
+        record its exit status, how and when it ended in the manifest now,
+        before any of jaxmemprof's end phase (the last snapshot and its
+        holder search, the compiles, the summary), so that a run killed in
+        that phase still says how the script ended, and the run's duration is
+        the script's. The run is finished only once finalised (end_time)."""
+        if self.forked or self.script_end is not None:
+            return
+        self._t_script_end = time.monotonic()
+        self.script_end = {"exit_status": exit_status, "ended_by": ended_by,
+                           "end_time": datetime.now(timezone.utc).isoformat(),
+                           "duration_s": round(self._t_script_end - self.t_start, 6)}
+        try:
+            with self.writer._lock:
+                if self.writer.closed:
+                    return
+                m = self.writer.manifest
+                m["script_end"] = dict(self.script_end)
+                layout.write_json_atomic(self.path / layout.MANIFEST, m)
+        except Exception:
+            pass  # a full disk: the run's end says it again when it is finalised
+
+    def end_work(self, ended_by: str) -> None:
+        """The end phase's work after the last snapshot: the jit probe taken
+        out, with XLA's dumps and the end's compiles (verify, --plan,
+        --target). Interrupted, what is left is done by finalise_end."""
+        self.sampler.stop()
+        probe = self.probe
+        if probe is not None:
+            probe.uninstall(ended_by)
+            self.probe = None  # done: stop() does not do it again
+
+    def finalise_end(self, skipped_by: int | None = None) -> None:
+        """The run finalised once the script ended (script_ended): the
+        manifest finished with the script's status, how and when it ended,
+        the lock released. ``skipped_by``: the signal that skipped the rest
+        of the end phase (from the main thread, the jit probe is then taken
+        out without its compiles; from another thread, while the main thread
+        may still be in one, it is left alone)."""
+        if self.forked:
+            return
+        end = self.script_end or {}
+        probe, self.probe = self.probe, None
+        if skipped_by is not None:
+            self._end_skipped_by = _signal_name(skipped_by)
+            if probe is not None and threading.current_thread() is threading.main_thread():
+                try:
+                    probe.uninstall(None, end_work=False)
+                except Exception:
+                    pass
+            try:
+                self.writer.add_event("warning", f"the end of the run was interrupted ({self._end_skipped_by}, "
+                                                 f"after the script ended): the rest of its work was skipped")
+            except Exception:
+                pass
+        self.stop(end.get("exit_status"), end.get("ended_by", "exit"))
+
     def stop(self, exit_status, ended_by: str) -> None:
         """Stop sampling and record how the run ended (the last snapshot has
         been taken by the caller). Nothing in a forked child."""
@@ -455,9 +522,16 @@ class Session:
                 facts.update(process_index=proc.index, process_count=proc.count)
             elif facts.get("process_index") != proc.index:
                 facts["launcher_process_index"] = proc.index
+        now = time.monotonic()
+        ended = {"end_time": datetime.now(timezone.utc).isoformat(), "duration_s": round(now - self.t_start, 6)}
+        end = self.script_end
+        if end is not None:
+            # The script's end, not the end phase's: the report's "script ran N s".
+            ended = {"end_time": end["end_time"], "duration_s": end["duration_s"],
+                     "end_phase": {"seconds": round(now - self._t_script_end, 6),
+                                   "finished_time": ended["end_time"], "skipped_by": self._end_skipped_by}}
         self.writer.finish(
-            end_time=datetime.now(timezone.utc).isoformat(),
-            duration_s=round(time.monotonic() - self.t_start, 6),
+            **ended,
             exit_status=exit_status,
             ended_by=ended_by,
             thinned_snapshots=self.writer.thinned,
@@ -490,6 +564,13 @@ def _warn(text: str) -> None:
         sys.stderr.write(text)
     except Exception:
         pass
+
+
+def _signal_name(sig: int) -> str:
+    try:
+        return signal.Signals(sig).name
+    except ValueError:
+        return f"signal {sig}"
 
 
 def _reason(exc: BaseException) -> str:

@@ -13,6 +13,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from typing import TYPE_CHECKING
 
 from jaxmemprof.capture.sampler import block_signals_in_this_thread
@@ -26,6 +27,9 @@ if TYPE_CHECKING:
 TERM_GRACE_S = 10.0
 
 _exit_signal: int | None = None
+# os._exit as it is now: a shielded re-trace of the program's Python at the end
+# (capture/jit/retrace.py) replaces it for a while, in every thread.
+_os_exit = os._exit
 _exit_hook_installed = False
 
 
@@ -73,7 +77,7 @@ def die_by(sig: int) -> None:
     except (AttributeError, OSError, ValueError):
         pass
     os.kill(os.getpid(), sig)
-    os._exit(128 + sig)  # not reached: the default action ended the process
+    _os_exit(128 + sig)  # not reached: the default action ended the process
 
 
 def _c_default_action(sig: int) -> None:
@@ -85,7 +89,7 @@ def _c_default_action(sig: int) -> None:
         libc.signal.argtypes = [ctypes.c_int, ctypes.c_void_p]
         libc.signal(sig, None)  # SIG_DFL
     except Exception:
-        os._exit(128 + sig)
+        _os_exit(128 + sig)
 
 
 class _SigTerm:
@@ -224,3 +228,228 @@ class _SigTerm:
         finally:
             self._done.set()
             die_by(signal.SIGTERM)
+
+
+# -- the end phase: from the script's end to the process's ----------------------------
+
+# How long a SIGINT or SIGTERM in the end phase waits for the main thread to
+# come back from what it is doing (an XLA compile is not interrupted) before
+# a thread of ours finalises the run and ends the process itself.
+END_GRACE_S = 2.0
+
+_DEFAULTS = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL}
+
+
+def dispositions() -> dict:
+    """Each signal's Python-level disposition now (taken before the script
+    runs, to put back once it is over); signals Python does not know the
+    handler of (set from C) are left out."""
+    found = {}
+    for sig in signal.valid_signals():
+        try:
+            handler = signal.getsignal(sig)
+        except (ValueError, OSError):
+            continue
+        if handler is not None:
+            found[sig] = handler
+    return found
+
+
+class EndPhaseSkipped(BaseException):
+    """Raised in the main thread by a SIGINT or SIGTERM during the end phase:
+    the rest of it is skipped (a BaseException, so that jaxmemprof's own
+    ``except Exception`` lets it through)."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+class EndPhase:
+    """jaxmemprof's end of a run, once the script is over (its threads
+    joined, its atexit handlers run, its exit status and end recorded): the
+    last snapshot and its holder search, the jit probe's dumps and compiles
+    (verify, --plan, --target), the run finalised, the closing summary.
+
+    The program's signal handlers are put back to what they were before it
+    ran (``begin``): a handler the script set (a preemption handler that
+    saves a checkpoint) never runs after the script. SIGINT and SIGTERM, where
+    they started at their default, get ours: the first skips the rest of the
+    end phase (``EndPhaseSkipped`` in the main thread, and ``skipped_by``
+    checked between steps), the run is finalised and the process exits with
+    the script's status (or dies by the signal that ended the script, as
+    python would have). The main thread may be inside a compile that Python
+    cannot interrupt: a thread of ours, woken by the signal at once through
+    the wakeup descriptor, finalises the run and ends the process itself if
+    the main thread has not done it within ``END_GRACE_S``, or at a second
+    signal. After the run is finalised a signal ends the process at once,
+    with the script's status."""
+
+    def __init__(self, session: "Session", status: int, how: str, initial: dict, *, script_streams=()):
+        self.session = session
+        self.status = status
+        self.how = how
+        self.initial = initial
+        self.script_streams = script_streams  # flushed before a hard exit
+        self.skipped_by: int | None = None
+        self.finalised = threading.Event()
+        self._finalise_lock = threading.Lock()
+        self._finaliser: int | None = None  # the thread finalising
+        self._handled: list[int] = []
+        self._r = self._w = -1
+        self._own_fd = False
+        self._thread: threading.Thread | None = None
+        self._on_progress = None
+
+    # -- set up, in the main thread -------------------------------------------------
+
+    def begin(self) -> None:
+        """The program's handlers put back (each signal as before the script),
+        ours set for SIGINT and SIGTERM, and the listening thread started."""
+        for sig, before in self.initial.items():
+            try:
+                now = signal.getsignal(sig)
+                if now is not None and now != before and sig not in _DEFAULTS:
+                    signal.signal(sig, before)
+            except (ValueError, OSError, TypeError):
+                pass
+        for sig, default in _DEFAULTS.items():
+            if self.initial.get(sig) != default:
+                continue  # started ignored (nohup, a job started with &): left so, as python leaves it
+            try:
+                signal.signal(sig, self._handler)
+                self._handled.append(sig)
+            except (ValueError, OSError):
+                pass
+        for sig in _DEFAULTS:
+            if sig not in self._handled and sig in self.initial:
+                try:
+                    if signal.getsignal(sig) != self.initial[sig]:
+                        signal.signal(sig, self.initial[sig])
+                except (ValueError, OSError, TypeError):
+                    pass
+        if not self._handled:
+            return
+        try:  # a signal the script blocked in this thread is heard again
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, self._handled)
+        except (AttributeError, OSError, ValueError):
+            pass
+        self._r, self._w = os.pipe()
+        os.set_blocking(self._w, False)
+        try:
+            # The script is over: the wakeup descriptor is ours (asyncio's, say, is not read any more).
+            signal.set_wakeup_fd(self._w, warn_on_full_buffer=False)
+            self._own_fd = True
+        except (ValueError, OSError):
+            self._own_fd = False
+        self._thread = threading.Thread(target=self._listen, name="jaxmemprof-end", daemon=True)
+        self._thread.start()
+
+    # -- the steps ------------------------------------------------------------------
+
+    def progress(self, show) -> None:
+        """``show(text or None)``: told what each step is (None: done)."""
+        self._on_progress = show
+
+    def run(self, what: str, step) -> bool:
+        """Run one step of the end phase unless a signal skipped the rest;
+        whether it ran to its end."""
+        if self.skipped_by is not None:
+            return False
+        try:
+            if self._on_progress is not None:
+                self._on_progress(what)
+            step()
+            return self.skipped_by is None
+        except EndPhaseSkipped:
+            return False
+
+    def finalise(self, finish) -> None:
+        """``finish(skipped_by)``: the run finalised (once, by whichever
+        thread comes first; a signal meanwhile does not interrupt it)."""
+        with self._finalise_lock:
+            if self.finalised.is_set():
+                return
+            self._finaliser = threading.get_ident()
+            try:
+                finish(self.skipped_by)
+            except Exception:
+                pass
+            finally:
+                self.finalised.set()
+                self._finaliser = None
+
+    # -- signals --------------------------------------------------------------------
+
+    def _handler(self, signum, frame) -> None:
+        """Run by the main thread when it reaches Python code."""
+        if not self._own_fd and self._w >= 0:
+            try:
+                os.write(self._w, bytes([signum]))
+            except OSError:
+                pass
+        if self.finalised.is_set():
+            self.exit_now()
+        if self._finaliser is not None:
+            return  # finalising: the listening thread ends the process if it takes too long
+        if self.skipped_by is None:
+            self.skipped_by = signum
+        s = self.session
+        if s.sampler.owned_by_this_thread() or s.writer.owned_by_this_thread():
+            return  # mid-write: the next step is skipped instead
+        raise EndPhaseSkipped(signum)
+
+    def _listen(self) -> None:
+        import select
+
+        block_signals_in_this_thread()
+        first = None  # when the first signal was heard
+        while True:
+            waiting = first is not None and not self.finalised.is_set()
+            timeout = max(0.0, first + END_GRACE_S - time.monotonic()) if waiting else None
+            try:
+                ready, _, _ = select.select([self._r], [], [], timeout)
+                data = os.read(self._r, 512) if ready else b""
+            except OSError:
+                return
+            if ready and not data:
+                return
+            heard = [b for b in data if b in self._handled]
+            if heard and self.skipped_by is None:
+                self.skipped_by = heard[0]
+            if self.finalised.is_set():
+                if heard:  # the run is finalised: a signal ends the process at once
+                    self.exit_now()
+                continue  # the main thread is ending the process
+            if first is None:
+                if heard:
+                    first = time.monotonic()
+                continue
+            if heard or time.monotonic() >= first + END_GRACE_S:  # a second signal, or the grace is over
+                self.take_over()
+
+    def take_over(self) -> None:
+        """From the listening thread: finalise the run and end the process."""
+        watchdog = threading.Timer(TERM_GRACE_S, self.exit_now)
+        watchdog.daemon = True
+        watchdog.start()
+        finish = getattr(self.session, "finalise_end", None)
+        if finish is not None:
+            self.finalise(finish)
+        self.exit_now()
+
+    def exit_now(self) -> None:
+        """End the process with the script's status (or by the signal that
+        ended the script), its streams flushed; from any thread."""
+        done = threading.Timer(1.0, _os_exit, (self.status & 0xFF,))  # a flush that blocks ends too
+        done.daemon = True
+        done.start()
+        for stream in (*self.script_streams, sys.stdout, sys.stderr):
+            try:
+                if stream is not None and not stream.closed:
+                    stream.flush()
+            except BaseException:
+                pass
+        if _exit_signal is not None:
+            die_by(_exit_signal)
+        _os_exit(self.status & 0xFF)

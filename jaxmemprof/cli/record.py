@@ -106,6 +106,7 @@ def run(output, force, interval, max_overhead, module, command, no_jit_probe, pl
 
     from jaxmemprof.capture.runner import Target, run_target
     from jaxmemprof.capture.session import Session, default_output, prepare_directory
+    from jaxmemprof.capture.signals import EndPhaseSkipped
 
     args = list(target)
     planned, slices = plan_and_targets(no_jit_probe, plan, plan_scales, plan_device_memory, plan_axis, slices)
@@ -134,12 +135,87 @@ def run(output, force, interval, max_overhead, module, command, no_jit_probe, pl
                       jit_probe=not no_jit_probe, addresses=addresses, on_finish=write_process_result,
                       plan=planned, verify_s=verify_seconds, holders=not no_holders,
                       targets=slices)
-    status, ended_by = run_target(tgt, session)
-    session.stop(status, ended_by)
-    if not quiet:
-        _flush_script_stdout()
-        _closing(tgt, session.directory, status, ended_by, time.monotonic() - session.t_start)
+    progress = None if quiet else _EndProgress.on_terminal()
+    end = run_target(tgt, session, progress=progress)
+    status, ended_by = end.status, end.how
+    # The end phase (docs/recording.md): a SIGINT or SIGTERM skips the rest of
+    # it; the run is finalised all the same and the exit status is the script's.
+    try:
+        end.run("the compiles at the end", lambda: session.end_work(ended_by))
+        _finalise(end)
+        if not quiet:
+            _flush_script_stdout()
+            duration = (session.script_end or {}).get("duration_s")
+            end.run("the summary", lambda: _closing(tgt, session.directory, status, ended_by, duration,
+                                                    before=progress))
+    except EndPhaseSkipped:
+        pass
+    _finalise(end)
+    if progress is not None:
+        progress(None)
+    if end.skipped_by is not None:
+        from jaxmemprof.capture.exits import exit_without_teardown
+
+        if not quiet:
+            say(f"jaxmemprof: {_signal_name(end.skipped_by)}: the rest of jaxmemprof's end skipped; the script's "
+                f"exit status kept ({status}); run: {session.directory}")
+        exit_without_teardown(status)
     raise SystemExit(status)
+
+
+def _finalise(end) -> None:
+    """The run finalised (once), whatever signal comes meanwhile."""
+    from jaxmemprof.capture.signals import EndPhaseSkipped
+
+    for _ in range(3):
+        try:
+            end.finalise(end.session.finalise_end)
+            return
+        except EndPhaseSkipped:
+            continue
+
+
+def _signal_name(sig: int) -> str:
+    import signal
+
+    try:
+        return signal.Signals(sig).name
+    except ValueError:
+        return f"signal {sig}"
+
+
+class _EndProgress:
+    """The end phase's steps on one line of stderr, rewritten in place, only
+    on a terminal (as report's progress for a large job), and cleared before
+    the closing lines: off a terminal stderr holds the closing lines alone."""
+
+    def __init__(self, fd: int):
+        self.fd = fd
+        self.shown = False
+
+    @classmethod
+    def on_terminal(cls):
+        stream = stderr_stream()
+        try:
+            fd = stream.fileno() if stream is not None else -1
+            return cls(fd) if fd >= 0 and os.isatty(fd) else None
+        except (AttributeError, OSError, ValueError):
+            return None
+
+    def __call__(self, what: str | None) -> None:
+        if what is None and not self.shown:
+            return
+        text = "\r\x1b[K" if what is None else \
+            f"\r\x1b[Kjaxmemprof: the script has ended; {what} (Ctrl-C skips the rest)..."
+        self.shown = what is not None
+        try:
+            sys.stderr.flush()
+        except Exception:
+            pass
+        try:
+            os.write(self.fd, text.encode("utf-8", "replace"))
+        except OSError:
+            pass
 
 
 def plan_and_targets(no_jit_probe, plan, plan_scales, plan_device_memory, plan_axis, slices):
@@ -250,7 +326,7 @@ def _previous(directory) -> tuple | None:
         return None
 
 
-def _closing(tgt, directory, status=None, ended_by=None, duration_s=None):
+def _closing(tgt, directory, status=None, ended_by=None, duration_s=None, before=None):
     """Print the run's summary and findings on stderr; a failure here,
     writing to stderr included, never changes the target's exit status.
     How the script ended is what this process saw (a full disk may have
@@ -272,6 +348,8 @@ def _closing(tgt, directory, status=None, ended_by=None, duration_s=None):
         ov = overview(ar, top_sites=2)
         if ov.exit_status is None and status is not None:
             ov = dataclasses.replace(ov, exit_status=status, ended_by=ended_by, duration_s=duration_s)
+        if before is not None:  # the end phase's progress line cleared
+            before(None)
         con = text.console(stream)
         if ov.oom_sites is not None:
             text.render_oom(ov.oom_sites, con)
