@@ -13,7 +13,10 @@ still records, before the run is finalised. Ctrl-C ends the process by
 SIGINT after the traceback and the atexit handlers, SIGTERM ends it at once
 (its default action), as under python; the run is finalised first, with a
 last snapshot. A forked child stops recording at once and ends as python's
-would, with no summary.
+would, with no summary. Once the script is over, how it ended is recorded
+before jaxmemprof's own end phase (signals.EndPhase): the script's signal
+handlers are put back as before it, and a SIGINT or SIGTERM skips the rest
+of that phase, keeping the script's exit status.
 
 This module runs the program from start to end (``run_target``); its parts:
 target.py (what runs, and running it as python does), exits.py (the end:
