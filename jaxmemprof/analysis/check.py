@@ -156,10 +156,10 @@ def unchecked_report(report, limits: Limits) -> Unchecked | None:
         return Unchecked(("max-true-peak",), "no-jit")
     for name in limits.target_fits:
         targets = report.targets
-        if targets is not None and name in targets.asked and targets.cut:  # the compiles stopped part way
-            return Unchecked(("target-fits",), "cut", detail=f"{name}: {targets.cut}")
         why = (f"the run was not recorded with --target {name}" if targets is None or name not in targets.asked
-               else targets.not_compiled(name))
+               else targets.missing(name))
+        if why is None and targets.cut:  # its compiles stopped part way: a function may lack figures
+            return Unchecked(("target-fits",), "cut", detail=f"{name}: {targets.cut}")
         if why is not None:
             return Unchecked(("target-fits",), "not-compiled", detail=f"{name}: {why}")
     return None

@@ -73,8 +73,12 @@ class Targets:
         every chosen function was compiled, by compiles that ran to their end
         (``cut``: a function may be missing, its search for the largest batch
         stopped part way)."""
-        if self.cut:
-            return cut_words(self.cut)
+        why = self.missing(name)
+        return cut_words(self.cut) if why is None and self.cut else why
+
+    def missing(self, name: str) -> str | None:
+        """not_compiled's reason from the figures and what the recorder
+        said alone (None: every chosen function has figures)."""
         mine = self.rows[self.rows["target"] == name]
         missing = mine[mine["peak_bytes"].isna() & mine["fits"].isna()]
         if len(mine) and missing.empty:
