@@ -282,3 +282,26 @@ def test_an_end_a_signal_skipped_reads_as_cut(tmp_path):
     assert "plan: the run's end was cut short (SIGINT skipped the rest of the run's end)" in report.stdout
     assert gate.returncode == 2, gate.stdout + gate.stderr
     _one_error(gate, "had its end cut short (SIGINT skipped the rest of the run's end)")
+
+
+def test_a_holder_search_that_stopped_at_its_budget_says_so(tmp_path):
+    """py_holder_searches.complete 0 (the search stopped at its budget):
+    the peak table's holders, the leak finding and holders.csv say the
+    search was cut short (was: read as a finished search's)."""
+    run = tmp_path / "run"
+    shutil.copytree(RUNS / "mlp-leak", run)
+    _damage(run, "UPDATE py_holder_searches SET complete = 0")  # a sound value: the search was cut
+    report, export, whole = cli_batch([["report", "run"], ["export", "run", "--csv", "csv"],
+                                       ["report", RUNS / "mlp-leak"]], tmp_path, env=cpu_env(COLUMNS="300"))
+    assert report.returncode == export.returncode == whole.returncode == 0, report.stderr + export.stderr
+    assert "warning" not in report.stdout + export.stderr
+    peak = [x for x in report.stdout.splitlines() if "(local of main)" in x and "train_mlp.py:8" in x]
+    assert peak and all(x.endswith("(search cut short at its budget)") for x in peak), report.stdout
+    assert ("kept alive by `loss_history[…]` (a local of main; list, sample_runs/train_mlp.py:80): 120 arrays, "
+            "480.00 KiB (search cut short at its budget: others may hold them too).") in report.stdout
+    assert "cut short" not in whole.stdout  # the whole search's words unchanged
+    import csv
+
+    with open(tmp_path / "csv" / "holders.csv", newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    assert rows and {r["complete"] for r in rows} == {"False"}, rows[:2]

@@ -29,7 +29,10 @@ import pandas as pd
 from jaxmemprof.paths import is_builtin_library
 
 HOLDER_COLUMNS = ["at", "snapshot", "site", "holder", "kind", "container", "created", "arrays", "bytes",
-                  "generations", "shapes", "chain_id"]
+                  "generations", "shapes", "chain_id", "complete"]
+# What a holder found by a search that stopped at its budget (py_holder_searches.complete 0) adds to its name:
+# what it names holds the arrays, but other references may too, and some arrays are not named at all.
+CUT = "search cut short at its budget"
 # The search triggers of a run's last snapshot (capture/py_holders.py END_TRIGGERS).
 _END = ("exit", "exception", "oom", "signal")
 _HISTORY = re.compile(r"^(?:Out|_{1,3}|_\d+)$")  # IPython's output history
@@ -79,8 +82,9 @@ def holders(ar) -> pd.DataFrame:
     container, where the source shows one; else ''), ``arrays``, ``bytes``
     (on their devices), ``generations`` (how many different snapshots first
     saw its arrays: one for state replaced each step, many for arrays kept
-    step after step), ``shapes`` (the arrays' shapes, most common first);
-    largest first within each search."""
+    step after step), ``shapes`` (the arrays' shapes, most common first),
+    ``complete`` (False: the search stopped at its budget, CUT); largest
+    first within each search."""
     run = ar.run
     tabs = getattr(run, "py_holders", None) or {}
     rows, chains = tabs.get("holders"), tabs.get("chains")
@@ -95,6 +99,8 @@ def holders(ar) -> pd.DataFrame:
     rows = rows.join(arrays, on="array_id", how="inner")
     if rows.empty:
         return empty_holders()
+    s = searches(run)
+    whole = {int(n): bool(c != 0) for n, c in zip(s["snapshot"], s["complete"])}
     described = {int(c["chain_id"]): describe(c, run, ar.files) for c in chains.to_dict("records")}
     rows = rows[rows["chain_id"].isin(list(described))]
     out = []
@@ -105,7 +111,8 @@ def holders(ar) -> pd.DataFrame:
                     "kind": d["kind"], "container": d["container"], "created": d["created"],
                     "arrays": int(len(g)), "bytes": int(g["bytes"].sum()),
                     "generations": int(g["first_snapshot"].nunique()), "_rank": float(g["_rank"].mean()),
-                    "shapes": ", ".join(s if s.startswith("(") else f"({s})" for s in shapes.index[:3]), "chain_id": int(cid)})
+                    "shapes": ", ".join(s if s.startswith("(") else f"({s})" for s in shapes.index[:3]), "chain_id": int(cid),
+                    "complete": whole.get(int(snap), True)})
     if not out:
         return empty_holders()
     table = pd.DataFrame(out, columns=[*HOLDER_COLUMNS, "_rank"])
@@ -136,15 +143,17 @@ def of_site(table: pd.DataFrame, site: str, at: str | None = None, kept: bool = 
 
 def site_holders(table: pd.DataFrame, snapshot: int | None) -> dict:
     """Site -> what holds most of its bytes at ``snapshot`` (the live peak),
-    ``holder`` with ``+N more`` when more chains hold some: from the search
-    that followed that snapshot (the peak's or the end's), else {}."""
+    ``holder`` with ``+N more`` when more chains hold some, and that the
+    search was cut short (CUT) where it stopped at its budget: from the
+    search that followed that snapshot (the peak's or the end's), else {}."""
     if table is None or table.empty or snapshot is None:
         return {}
     rows = table[table["snapshot"] == snapshot]
     out = {}
     for site, g in rows.groupby("site", sort=False):
         more = len(g) - 1
-        out[site] = g["holder"].iloc[0] + (f" +{more} more" if more else "")
+        cut = "complete" in g.columns and not bool(g["complete"].astype(bool).all())
+        out[site] = g["holder"].iloc[0] + (f" +{more} more" if more else "") + (f" ({CUT})" if cut else "")
     return out
 
 

@@ -127,6 +127,9 @@ IN_TABLE: dict[str, dict[str, str]] = {
                        "many for arrays kept step after step.",
         "shapes": "Their shapes, the three most common first.",
         "chain_id": "The chain's number in the run's journal (py_chains).",
+        "complete": "False where the search stopped at its budget before every root was walked "
+                    "(py_holder_searches.complete 0): the chain holds these arrays, but others may too, and arrays "
+                    "it did not reach are not named; the report says `search cut short at its budget` beside it.",
     },
     "plan.csv": {
         "function": "The planned jitted function's name.",

@@ -8,7 +8,7 @@ import pandas as pd
 
 from jaxmemprof.analysis.findings import Finding
 from jaxmemprof.analysis.leaks import GiB, number, rejits
-from jaxmemprof.analysis.py_holders import of_site
+from jaxmemprof.analysis.py_holders import CUT, of_site
 from jaxmemprof.analysis.rules.base import Context, Rule, Words, fmt
 from jaxmemprof.units import counted, format_bytes
 
@@ -37,11 +37,12 @@ def _leak(f: Finding, x: dict) -> Words:
         held, _, local = held.partition(" (local of ")  # `losses[…]` (a local of main; list, train.py:60)
         where = ", ".join(p for p in (x.get("held_by_container"), x.get("held_by_created")) if p)
         where = "; ".join(p for p in (f"a local of {local[:-1]}" if local else "", where) if p)
+        cut = f" ({CUT}: others may hold them too)" if x.get("held_by_cut") else ""
         kept = (f" Kept alive by `{held}` ({where}): {counted(x.get('held_by_arrays') or 0, 'array')}, "
-                f"{fmt(x.get('held_by_bytes') or 0)} at the {x.get('held_at') or 'end'}.")
+                f"{fmt(x.get('held_by_bytes') or 0)} at the {x.get('held_at') or 'end'}{cut}.")
         fix, brief_fix = kept_fix(x)
         brief = (f"Grows {step}; kept alive by `{held}` ({where}): {counted(x.get('held_by_arrays') or 0, 'array')}, "
-                 f"{fmt(x.get('held_by_bytes') or 0)}.")
+                 f"{fmt(x.get('held_by_bytes') or 0)}{cut}.")
         evidence += (f"; holder found by walking the program's references at the {x.get('held_at') or 'end'} "
                      f"({x.get('held_by_kind')})")
     else:
@@ -128,9 +129,9 @@ LEAK = Rule(
                 "snapshots_used", "arrays_last", "tau", "p_value", "projected_bytes_after", "projected_growth_bytes",
                 "projected_steps", "projected_seconds", "projected_share_of_peak", "held_by", "held_by_kind",
                 "held_by_container", "held_by_created", "held_by_arrays", "held_by_bytes", "held_by_shapes",
-                "held_at")},
+                "held_at", "held_by_cut")},
     optional=("held_by", "held_by_kind", "held_by_container", "held_by_created", "held_by_arrays", "held_by_bytes",
-              "held_by_shapes", "held_at"),
+              "held_by_shapes", "held_at", "held_by_cut"),
     meanings={"held_by": ("The Python reference that keeps the site's arrays made over the most snapshots alive "
                           "(what accumulates; then the most bytes), root first (analysis/py_holders.py): at the "
                           "run's end, else at its largest search before."),
@@ -140,7 +141,9 @@ LEAK = Rule(
               "held_by_arrays": "Arrays of the site it holds.",
               "held_by_bytes": "Their bytes, on their devices.",
               "held_by_shapes": "Their shapes, most common first.",
-              "held_at": "Which search found it: end (the run's last snapshot) or peak."},
+              "held_at": "Which search found it: end (the run's last snapshot) or peak.",
+              "held_by_cut": ("Present (true) where that search stopped at its budget (holders.csv's complete "
+                              "false): the reference holds the arrays, but others may too.")},
     words={"": _leak},
 )
 
@@ -224,7 +227,8 @@ def _held(holders, site: str) -> dict:
         return {}
     return {"held_by": h["holder"], "held_by_kind": h["kind"], "held_by_container": h["container"],
             "held_by_created": h["created"] or None, "held_by_arrays": int(h["arrays"]),
-            "held_by_bytes": int(h["bytes"]), "held_by_shapes": h["shapes"], "held_at": h["at"]}
+            "held_by_bytes": int(h["bytes"]), "held_by_shapes": h["shapes"], "held_at": h["at"],
+            **({"held_by_cut": True} if h.get("complete") is False else {})}
 
 
 RULES = (LEAK, RECOMPILE,)
