@@ -43,13 +43,16 @@ DUMP_PREFIX = ".xla-dump-"
 
 # The dump formats XLA writes (each on its own turns dumping on, to stdout where no directory is named).
 _FORMATS = ("xla_dump_hlo_as_proto", "xla_dump_hlo_as_dot", "xla_dump_hlo_as_html", "xla_dump_hlo_as_url",
-            "xla_dump_hlo_snapshots", "xla_dump_hlo_as_long_text", "xla_dump_fusion_visualization")
+            "xla_dump_hlo_snapshots", "xla_dump_fusion_visualization")
 # A compile of ours that must dump nothing, whatever the process's flags say.
 NO_DUMP = {"xla_enable_dumping": False, "xla_dump_to": "", "xla_dump_hlo_as_text": False,
            **{name: False for name in _FORMATS}}
 # A dump of ours: the optimised HLO, its buffer assignment and live ranges as text (what dump.py reads),
-# of every module, after optimisation only (no pass-by-pass dump a program's --xla_dump_hlo_pass_re asks for).
-_DUMP = {"xla_enable_dumping": True, "xla_dump_hlo_as_text": True, "xla_dump_hlo_module_re": "",
+# of every module, after optimisation only (no pass-by-pass dump a program's --xla_dump_hlo_pass_re asks for),
+# in XLA's long text with its metadata (the op names and the stack frames the buffers are read by line from:
+# XLA's defaults, set in case the program's flags turned them off).
+_DUMP = {"xla_enable_dumping": True, "xla_dump_hlo_as_text": True, "xla_dump_hlo_as_long_text": True,
+         "xla_dump_disable_metadata": False, "xla_dump_hlo_module_re": "",
          "xla_dump_hlo_pass_re": "", "xla_dump_hlo_pipeline_re": "", "xla_dump_max_hlo_modules": -1,
          **{name: False for name in _FORMATS}}
 
