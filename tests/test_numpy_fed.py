@@ -124,3 +124,27 @@ def test_a_working_donation_of_numpy_float64_parameters_is_not_called_unusable(c
     assert set(fixed["aliased"]) == {fixed["params"]}  # XLA aliased them, the first call's included
     doc = _doc(fixed_run)
     assert [f["rule"] for f in doc["findings"] if f["rule"].startswith("donat")] == []
+
+
+def test_what_jax_passes_of_a_numpy_argument_is_told_by_xlas_argument_bytes():
+    """truepeak.as_passed and placement on leaves as the probe records them:
+    a float64 numpy leaf is float32 on the device with x64 off (XLA's
+    argument bytes are its half), float64 where XLA's figure holds it whole
+    or a device array of a 64-bit dtype shows x64 on; a numpy leaf is never
+    among the bytes already on the device."""
+    from jaxmemprof.truepeak import as_passed, placement
+
+    host = {"path": "[0]", "shape": [256, 256], "dtype": "float64", "bytes": 256 * 256 * 8, "devices": 1,
+            "host": True, "on": []}
+    dev = {"path": "[1]", "shape": [256], "dtype": "float32", "bytes": 256 * 4, "devices": 1, "on": ["cpu:0"]}
+    narrowed = 256 * 256 * 4 + 256 * 4
+    [h, d] = as_passed([host, dev], [], narrowed)
+    assert (h["dtype"], h["bytes"], d) == ("float32", 256 * 256 * 4, dev)
+    [h, _] = as_passed([host, dev], [], 256 * 256 * 8 + 256 * 4)
+    assert (h["dtype"], h["bytes"]) == ("float64", 256 * 256 * 8)
+    wide_out = [dict(dev, dtype="float64", bytes=256 * 8)]
+    assert as_passed([host], wide_out)[0]["dtype"] == "float64"
+    assert as_passed([host])[0]["dtype"] == "float32"  # nothing says x64: JAX's default
+    n, share = placement([host, dev], [dev], narrowed)
+    assert (n, share) == (1, 256 * 4 / narrowed)
+    assert placement([host], [dev]) == (1, 0.0)
