@@ -55,6 +55,7 @@ def run_target(target: Target, session: Session, progress=None) -> EndPhase:
     sys.argv = target.argv
     _replace_path0(_path0(target, kind), keep=kind == _MAIN_DIR)
 
+    end = EndPhase(session, initial)
     term = _SigTerm(session)
     term.install()
     session.child_hooks.append(term.forget_in_child)
@@ -76,8 +77,7 @@ def run_target(target: Target, session: Session, progress=None) -> EndPhase:
     # handling of the script's time last.
     session.script_ended(status, how)
     script = _ProcessState.capture()
-    end = EndPhase(session, status, how, initial, script_streams=(script.stdout, script.stderr))
-    end.begin()
+    end.begin(status, how, script_streams=(script.stdout, script.stderr))
     term.uninstall()
     if progress is not None:
         end.progress(progress)

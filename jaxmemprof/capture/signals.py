@@ -285,12 +285,15 @@ class EndPhase:
     signal. After the run is finalised a signal ends the process at once,
     with the script's status."""
 
-    def __init__(self, session: "Session", status: int, how: str, initial: dict, *, script_streams=()):
+    def __init__(self, session: "Session", initial: dict):
+        """Made before the script runs (``initial``: the signals' handlers
+        then): its thread too, which the script's sys.excepthook = None
+        would refuse afterwards."""
         self.session = session
-        self.status = status
-        self.how = how
+        self.status = 0
+        self.how = "exit"
         self.initial = initial
-        self.script_streams = script_streams  # flushed before a hard exit
+        self.script_streams: tuple = ()  # flushed before a hard exit
         self.skipped_by: int | None = None
         self.finalised = threading.Event()
         self._finalise_lock = threading.Lock()
@@ -298,14 +301,22 @@ class EndPhase:
         self._handled: list[int] = []
         self._r = self._w = -1
         self._own_fd = False
-        self._thread: threading.Thread | None = None
+        self._thread = threading.Thread(target=self._listen, name="jaxmemprof-end", daemon=True)
+        # Watchdogs: the run's finalising, then the streams' flush, must not
+        # keep the process alive.
+        self._finalise_watchdog = threading.Timer(TERM_GRACE_S, self.exit_now)
+        self._flush_watchdog = threading.Timer(1.0, self._exit_with_status)
+        for t in (self._finalise_watchdog, self._flush_watchdog):
+            t.daemon = True
         self._on_progress = None
 
     # -- set up, in the main thread -------------------------------------------------
 
-    def begin(self) -> None:
-        """The program's handlers put back (each signal as before the script),
-        ours set for SIGINT and SIGTERM, and the listening thread started."""
+    def begin(self, status: int, how: str, script_streams=()) -> None:
+        """The script ended with ``status``, ``how``: the program's handlers
+        put back (each signal as before the script), ours set for SIGINT and
+        SIGTERM, and the listening thread started."""
+        self.status, self.how, self.script_streams = status, how, script_streams
         for sig, before in self.initial.items():
             try:
                 now = signal.getsignal(sig)
@@ -342,7 +353,6 @@ class EndPhase:
             self._own_fd = True
         except (ValueError, OSError):
             self._own_fd = False
-        self._thread = threading.Thread(target=self._listen, name="jaxmemprof-end", daemon=True)
         self._thread.start()
 
     # -- the steps ------------------------------------------------------------------
@@ -430,9 +440,7 @@ class EndPhase:
 
     def take_over(self) -> None:
         """From the listening thread: finalise the run and end the process."""
-        watchdog = threading.Timer(TERM_GRACE_S, self.exit_now)
-        watchdog.daemon = True
-        watchdog.start()
+        _start(self._finalise_watchdog)
         finish = getattr(self.session, "finalise_end", None)
         if finish is not None:
             self.finalise(finish)
@@ -441,9 +449,7 @@ class EndPhase:
     def exit_now(self) -> None:
         """End the process with the script's status (or by the signal that
         ended the script), its streams flushed; from any thread."""
-        done = threading.Timer(1.0, _os_exit, (self.status & 0xFF,))  # a flush that blocks ends too
-        done.daemon = True
-        done.start()
+        _start(self._flush_watchdog)  # a flush that blocks ends too
         for stream in (*self.script_streams, sys.stdout, sys.stderr):
             try:
                 if stream is not None and not stream.closed:
@@ -452,4 +458,15 @@ class EndPhase:
                 pass
         if _exit_signal is not None:
             die_by(_exit_signal)
+        self._exit_with_status()
+
+    def _exit_with_status(self) -> None:
         _os_exit(self.status & 0xFF)
+
+
+def _start(thread: threading.Thread) -> None:
+    """Start ``thread`` (made before the script ran) unless it already was."""
+    try:
+        thread.start()
+    except RuntimeError:
+        pass

@@ -3,7 +3,7 @@ while (a Python loop unrolled into the step), for tests/test_end_phase.py.
 
 Usage: end_phase_step.py MARKER [--ops N] [--steps N] [--status N]
        [--term-handler CHECKPOINT] [--heartbeat FILE] [--interrupt]
-       [--stubborn-retrace]
+       [--stubborn-retrace] [--no-excepthook]
 
 MARKER is written by the script's last atexit handler: the script is over
 once it exists. --term-handler installs a SIGTERM handler that writes
@@ -11,7 +11,9 @@ CHECKPOINT and exits (a preemption handler); --heartbeat starts a daemon
 thread appending a line to FILE every 0.1 s; --interrupt ends the script by
 an uncaught KeyboardInterrupt; --stubborn-retrace: the step's Python, traced
 again once the script is over (AT_END), writes MARKER.retrace, then sleeps
-20 s swallowing every exception (a main thread that does not come back).
+20 s swallowing every exception (a main thread that does not come back);
+--no-excepthook sets sys.excepthook to None as the script ends (no thread
+can be made afterwards).
 """
 
 import argparse
@@ -34,6 +36,7 @@ parser.add_argument("--term-handler", default=None)
 parser.add_argument("--heartbeat", default=None)
 parser.add_argument("--interrupt", action="store_true")
 parser.add_argument("--stubborn-retrace", action="store_true")
+parser.add_argument("--no-excepthook", action="store_true")
 args = parser.parse_args()
 AT_END = False
 
@@ -93,6 +96,8 @@ def ended():
 atexit.register(ended)
 if args.heartbeat:
     time.sleep(0.35)
+if args.no_excepthook:
+    sys.excepthook = None
 if args.interrupt:
     raise KeyboardInterrupt
 sys.exit(args.status)
