@@ -212,37 +212,61 @@ def _json_problem(v, kind: str) -> str | None:
 
 def _column_problems(df: pd.DataFrame, table: str) -> list:
     """(positions of the rows with a bad cell in a column, column, the problem
-    of its first) for each column of ``table`` holding one."""
-    rules = _CELLS.get(table, {})
+    of its first) for each column of ``table`` holding one. Columns of
+    numbers only (as the writer leaves them) are checked at once; a cell
+    is looked at by itself only where the column holds something else, or
+    a value out of its range."""
+    rules, kinds = _CELLS.get(table, {}), _JSON_CELLS.get(table, {})
     not_null = set(_NOT_NULL_COLUMNS.get(table, ()))
     failed = None
-    if _ERROR in df.columns:
-        failed = np.array([isinstance(e, str) and bool(e) for e in df[_ERROR].to_numpy(dtype=object)], dtype=bool)
     out = []
-    for c in [c for c in df.columns if c in rules or c in not_null or c in _JSON_CELLS.get(table, {})]:
-        values = df[c].to_numpy(dtype=object)
-        missing = np.asarray(pd.isna(values), dtype=bool)
-        if c in not_null:
-            may_miss = np.zeros(len(values), dtype=bool)
-        elif rules.get(c) == _FIGURE and failed is not None:
-            may_miss = failed
+    for c, col in df.items():
+        if not (c in rules or c in not_null or c in kinds):
+            continue
+        rule, kind = rules.get(c), kinds.get(c)
+        n = len(col)
+        if col.dtype.kind in "iu":
+            missing = np.zeros(n, dtype=bool)
+        elif col.dtype.kind == "f":
+            missing = np.isnan(col.to_numpy())
         else:
-            may_miss = np.ones(len(values), dtype=bool)
+            missing = np.asarray(col.isna().to_numpy(), dtype=bool)
         problems: dict = {}
-        for i in np.flatnonzero(missing & ~may_miss).tolist():
-            problems[i] = ("is missing (NULL)" + (", and its row has no error saying why"
-                                                 if rules.get(c) == _FIGURE else ""))
-        rule, kind = rules.get(c), _JSON_CELLS.get(table, {}).get(c)
-        if rule is not None or kind is not None:
-            present = np.flatnonzero(~missing)
-            if rule is not None and df[c].dtype.kind in "iu":  # the usual column: numbers only, checked at once
-                v = df[c].to_numpy()
-                bad = (v < 0) | (v >= 2**53) | ((v > 1) if rule == _FLAG else False)
-                present = np.flatnonzero(bad)
-            for i in present.tolist():
-                problem = _number_problem(values[i], rule) if rule is not None else _json_problem(values[i], kind)
+        if missing.any() and c in not_null:
+            lost = missing
+        elif missing.any() and rule == _FIGURE:
+            if failed is None:  # the rows whose error says why they have no figures
+                failed = (df[_ERROR].map(lambda e: isinstance(e, str) and bool(e)).to_numpy(dtype=bool)
+                          if _ERROR in df.columns else np.zeros(n, dtype=bool))
+            lost = missing & ~failed
+        else:
+            lost = None
+        if lost is not None:
+            for i in np.flatnonzero(lost).tolist():
+                problems[i] = "is missing (NULL)" + (", and its row has no error saying why" if rule == _FIGURE else "")
+        if rule is not None:
+            v = col.to_numpy()
+            if col.dtype.kind in "iuf":  # numbers only: those out of range looked at
+                with np.errstate(invalid="ignore"):
+                    bad = ~missing & ~((v >= 0) & (v < 2**53) & ((v <= 1) if rule == _FLAG else True))
+                    if col.dtype.kind == "f" and rule != _SECONDS:
+                        bad |= ~missing & (np.floor(np.where(missing, 0, v)) != np.where(missing, 0, v))
+                look = np.flatnonzero(bad)
+            else:
+                look = np.flatnonzero(~missing)
+            for i in look.tolist():
+                problem = _number_problem(v[i], rule)
                 if problem is not None:
                     problems[i] = problem
+        elif kind is not None:
+            present = np.flatnonzero(~missing)
+            if len(present):
+                values = col.to_numpy(dtype=object)
+                codes, uniques = pd.factorize(pd.Series(values[present], dtype=object), use_na_sentinel=False)
+                said = [_json_problem(u, kind) for u in uniques]
+                for i, code in zip(present.tolist(), codes.tolist()):
+                    if said[code] is not None:
+                        problems[i] = said[code]
         if problems:
             out.append((np.array(sorted(problems), dtype=np.int64), c, problems[min(problems)]))
     return out
@@ -254,10 +278,10 @@ def _checked(df: pd.DataFrame, table: str, warnings: list, file: str = "journal.
     naming ``file``, the table, the first such row's rowid, the column and
     the problem, and noted as damage of ``table``."""
     if table not in _CELLS or df.empty:
-        return df.drop(columns=[ROWID], errors="ignore")
+        return df  # ROWID, a column no table has, is left to _typed, which reads only the table's own
     found = _column_problems(df, table)
     if not found:
-        return df.drop(columns=[ROWID], errors="ignore")
+        return df
     bad = np.zeros(len(df.index), dtype=bool)
     for rows, _, _ in found:
         bad[rows] = True
@@ -272,7 +296,7 @@ def _checked(df: pd.DataFrame, table: str, warnings: list, file: str = "journal.
     count = int(bad.sum())
     note_damage(warnings, table, f"{count} row(s) of the journal's {table} are damaged and left out ({file}, "
                                  f"{table} {row}: {column} {problem})")
-    return df[~bad].drop(columns=[ROWID], errors="ignore").reset_index(drop=True)
+    return df[~bad].reset_index(drop=True)
 
 
 def _problem_at(df: pd.DataFrame, table: str, column: str, i: int) -> str:
