@@ -25,6 +25,7 @@ import pytest
 from conftest import cli_batch, in_parallel, run_cli
 
 from jaxmemprof.analysis.advice.plan import build_plan
+from jaxmemprof.analysis.rules.base import fmt
 from jaxmemprof.analysis.attributed import attribute
 from jaxmemprof.store.reader import load_run
 
@@ -148,3 +149,27 @@ def test_what_jax_passes_of_a_numpy_argument_is_told_by_xlas_argument_bytes():
     n, share = placement([host, dev], [dev], narrowed)
     assert (n, share) == (1, 256 * 4 / narrowed)
     assert placement([host], [dev]) == (1, 0.0)
+
+
+def test_a_leftover_signature_never_sampled_is_said_and_the_saving_is_a_lower_bound(tmp_path):
+    """Issue 52, item 2, the part the analysis can tell: the leftover
+    batch's signature had no sampled call, so no donated compile of it was
+    made (capture/jit/whatif.py compiles from a sampled call's shapes); the
+    finding says it was not sampled (not "over the budget"), and, the run's
+    true peak with the change being a call of it, that its saving is at
+    least the figure shown, which is at most the donated program's fall."""
+    (run, oracle), (_, fixed) = in_parallel(lambda: _record(tmp_path, "numpy_leftover_step.py"),
+                                            lambda: _record(tmp_path, "numpy_leftover_step.py", "--donate"))
+    fall = oracle["true_peak"] - fixed["true_peak"]
+    assert fall == oracle["state"]  # the donated program holds one generation of the state less
+    doc = _doc(run)
+    assert doc["summary"]["estimated_true_peak_device_bytes"] == oracle["true_peak"]
+    [donate] = [f for f in doc["findings"] if f["rule"] == "donate"]
+    x = donate["facts"]
+    assert x["verified"] and (x["signatures_verified"], x["signatures"]) == (1, 2)
+    assert "1 not sampled (float32[2048,1024], np:float32[40,1024]" in x["not_verified"]
+    assert "over the compile budget" not in x["not_verified"] and "over the budget" not in donate["message"]
+    assert "lower bound" in x["not_verified"]
+    assert 0 < donate["saving_bytes"] <= fall
+    text = run_cli("report", run, check=0).stdout
+    assert f"saves at least {fmt(donate['saving_bytes'])} (compiled)" in text

@@ -343,16 +343,52 @@ def verified_change(ar: Attributed, tl: Timeline, function_id: int, arguments) -
     before_device, before_total, _ = true_peaks(run, tl)
     if before_device is None:  # no snapshot to read (a damaged run): nothing to measure against
         return {"verified": False, "not_verified": "the run's true peak cannot be read (no snapshot)"}
-    after_device, after_total, _ = true_peaks(run, tl, changed, _less(ar, tl, function_id, arguments),
-                                              _first_kept(ar, function_id, arguments))
+    after_device, after_total, held = true_peaks(run, tl, changed, _less(ar, tl, function_id, arguments),
+                                                 _first_kept(ar, function_id, arguments))
     # The largest signature verified: its temporaries before and after, and what XLA aliases.
     sig = max(changed, key=lambda k: call_peak(by_sig.get(k[1], changed[k])))[1]
     old, new = by_sig.get(sig, {}), changed[(int(function_id), sig)]
-    return {"verified": True, "signatures_verified": len(changed), "signatures": max(len(by_sig), len(changed)),
-            "true_peak_before_bytes": before_device, "true_peak_after_bytes": after_device,
-            "saving_bytes_per_device": before_device - after_device, "saving_bytes": before_total - after_total,
-            "aliased_bytes": new["alias_bytes"] - int(old.get("alias_bytes", 0)),
-            "temp_before_bytes": int(old.get("temp_bytes", 0)), "temp_after_bytes": new["temp_bytes"]}
+    out = {"verified": True, "signatures_verified": len(changed), "signatures": max(len(by_sig), len(changed)),
+           "true_peak_before_bytes": before_device, "true_peak_after_bytes": after_device,
+           "saving_bytes_per_device": before_device - after_device, "saving_bytes": before_total - after_total,
+           "aliased_bytes": new["alias_bytes"] - int(old.get("alias_bytes", 0)),
+           "temp_before_bytes": int(old.get("temp_bytes", 0)), "temp_after_bytes": new["temp_bytes"]}
+    missing = [s for s in by_sig if (int(function_id), s) not in changed]
+    if missing:
+        why = _why_missing(run, function_id, rows, missing)
+        if (held is not None and int(held.function_id) == int(function_id) and held.signature in missing
+                and held.device_bytes == after_device):
+            one = 'it' if len(missing) == 1 else 'one of them'
+            why += (f", and the run's true peak with the change is a call of {one}"
+                    ", counted as recorded (not donated): the fall shown is a lower bound")
+        out["not_verified"] = why
+    return out
+
+
+def _why_missing(run, function_id: int, rows: pd.DataFrame, missing: list) -> str:
+    """Why the function's signatures ``missing`` have no donated compile:
+    over the compile budget, not sampled (no sampled call ran them, so
+    their arguments' shapes were not kept: nothing to compile from), or
+    the error the compile gave."""
+    errors = {sig: str(e) for sig, e in zip(rows["signature"], rows["error"]) if isinstance(e, str) and e}
+    calls = run.jit.get("calls")
+    sampled = set(calls.loc[calls["function_id"] == function_id, "signature"].dropna()) \
+        if calls is not None and not calls.empty and "signature" in calls else set()
+    over = [s for s in missing if "over the compile budget" in errors.get(s, "")]
+    unsampled = [s for s in missing if s not in errors and s not in sampled]
+    other = [s for s in missing if s not in over and s not in unsampled]
+    parts = []
+    if unsampled:
+        n = len(unsampled)
+        parts.append(f"{n} not sampled ({'; '.join(unsampled[:2])}{' ...' if n > 2 else ''}: no sampled call "
+                     f"ran {'it' if n == 1 else 'them'}, so {'its' if n == 1 else 'their'} arguments' shapes "
+                     f"were not kept)")
+    if over:
+        parts.append(f"{len(over)} over the compile budget")
+    if other:
+        first = errors.get(other[0], "not compiled at the end of the run")
+        parts.append(f"{len(other)} not compiled ({first[:200]})")
+    return "; ".join(parts)
 
 
 def _seen_twice(ar: Attributed, function_id: int, arguments) -> dict:

@@ -74,12 +74,15 @@ def _measured(x: dict) -> tuple[str, str]:
     on = " on the busiest device" if devices > 1 else ""
     fall = x["saving_bytes_per_device"]
     peak = f"{fmt(x['true_peak_before_bytes'])} -> {fmt(x['true_peak_after_bytes'])}{on}"
-    sigs = ("" if x["signatures_verified"] >= x["signatures"] else
-            f"; {x['signatures_verified']} of its {x['signatures']} signatures compiled (the others over the budget)")
+    missing = x["signatures"] - x["signatures_verified"]
+    why = x.get("not_verified") or "the others over the budget"  # runs analysed before it said why
+    sigs = ("" if missing <= 0 else
+            f"; {x['signatures_verified']} of its {x['signatures']} signatures compiled, {why}")
     what = (f"XLA's compile of {x['function']} with them donated aliases {fmt(x['aliased_bytes'])} and "
             f"{_temporaries(x)}, so the run's true peak goes {peak}{sigs}")
     if fall > 0:
-        return what, f"saves {fmt(fall)}{' per device' if devices > 1 else ''} (compiled)"
+        least = "at least " if "lower bound" in (x.get("not_verified") or "") else ""
+        return what, f"saves {least}{fmt(fall)}{' per device' if devices > 1 else ''} (compiled)"
     where = "rises" if fall < 0 else "does not fall"
     return what + f": it {where}", ""
 
