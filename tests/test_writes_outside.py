@@ -8,7 +8,7 @@ XLA dump inside its own directory, nowhere else.
 Real runs, no mocks: each program runs under plain python and under
 ``python -m jaxmemprof run`` with the same environment (``TMPDIR``, ``HOME``
 and the working directory fresh and the test's own), and what each left is
-compared. libtpu names its log files by the process's id
+compared (and JAX's own ``jax_dump_ir_to`` directory likewise). libtpu names its log files by the process's id
 (``tpu_driver.<host>.<user>.log.INFO.<date>-<time>.<pid>``), so the files of
 one run are told apart from other processes' in the shared ``/tmp/tpu_logs``.
 """
@@ -153,8 +153,11 @@ def test_the_programs_dump_directory_receives_only_the_programs_compiles(tmp_pat
     py_dump, run_dump = tmp_path / "python-dump", tmp_path / "run-dump"
     # The program's own flags also ask for XLA's short text: a dump of ours is still read by line.
     flags = "--xla_dump_hlo_as_long_text=false"
-    p = _python(py, step_script, _env(py, XLA_FLAGS=f"--xla_dump_to={py_dump} {flags}"))
-    r = _run(ours, step_script, _env(ours, XLA_FLAGS=f"--xla_dump_to={run_dump} {flags}"), "--target", "v5e:2x2")
+    # And JAX's own dump of each module it compiles (jax_dump_ir_to), into a directory of its own.
+    p = _python(py, step_script, _env(py, XLA_FLAGS=f"--xla_dump_to={py_dump} {flags}",
+                                      JAX_DUMP_IR_TO=str(py_dump) + "-ir"))
+    r = _run(ours, step_script, _env(ours, XLA_FLAGS=f"--xla_dump_to={run_dump} {flags}",
+                                     JAX_DUMP_IR_TO=str(run_dump) + "-ir"), "--target", "v5e:2x2")
     _finish(p, "python")
     _, run_err = _finish(r, "run")
     run = ours["work"] / "run"
@@ -164,6 +167,8 @@ def test_the_programs_dump_directory_receives_only_the_programs_compiles(tmp_pat
     assert py_files and run_files == py_files, (
         f"{len(run_files)} files under run, {len(py_files)} under python; only under run: "
         f"{sorted(run_files - py_files)[:10]}")
+    py_ir, run_ir = set(os.listdir(f"{py_dump}-ir")), set(os.listdir(f"{run_dump}-ir"))
+    assert py_ir and run_ir == py_ir, sorted(run_ir - py_ir)[:10]
     assert _tree(ours["tmp"]) == _tree(py["tmp"]) == set()
 
 

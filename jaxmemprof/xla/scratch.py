@@ -20,7 +20,9 @@ write, and nothing outside the run:
   applies (``module_NNNN.NAME/``: module.mlir, compile_options.textproto,
   topology.textproto; xla/pjrt/dump/dump.cc, MaybeDumpCompileInputs), from
   the DebugOptions JAX builds (``jax._src.compiler.get_compile_options``),
-  which are set in place for the compiling thread's own compile.
+  which are set in place for the compiling thread's own compile. JAX's own
+  dump of a module as it is compiled (``jax_dump_ir_to``) is skipped for it
+  likewise.
   ``xla_enable_dumping=False`` with no directory and no format leaves XLA
   nowhere to write (measured on XLA:CPU and XLA:TPU, jax 0.10.2, libtpu
   0.0.42.1: tests/test_writes_outside.py).
@@ -81,31 +83,23 @@ def compile_options(dump_to: str | None = None) -> dict | None:
 def compile_own(lowered, dump_to: str | None = None):
     """``lowered.compile()`` as a compile of jaxmemprof's own: dumped into
     ``dump_to`` only (a directory of ours), or nowhere; the program's dump
-    options (its flags) never apply to it. See the module's text."""
+    options (its flags, and JAX's ``jax_dump_ir_to``) never apply to it. See
+    the module's text."""
     options = compile_options(dump_to)
-    if options is None:
-        return lowered.compile()
-    with _debug_options(options):
-        return lowered.compile(compiler_options=options)
+    with _in_this_thread("jax._src.interpreters.mlir", "dump_module_to_file", _no_ir_dump):
+        if options is None:
+            return lowered.compile()
+        with _in_this_thread("jax._src.compiler", "get_compile_options", _with_debug_options(options)):
+            return lowered.compile(compiler_options=options)
 
 
-@contextlib.contextmanager
-def _debug_options(options: dict):
-    """JAX's compile options made in this thread meanwhile carry
-    ``options`` in their DebugOptions themselves (what PJRT reads before
-    the overrides apply); another thread's compile is left as it is. JAX's
-    internals, looked up defensively: where they are missing, the overrides
-    alone stand."""
-    compiler = sys.modules.get("jax._src.compiler")
-    original = getattr(compiler, "get_compile_options", None)
-    if original is None:
-        yield
-        return
-    owner = threading.get_ident()
+def _with_debug_options(options: dict):
+    """``get_compile_options`` whose result carries ``options`` in its
+    DebugOptions themselves (what PJRT reads before the overrides apply)."""
 
-    def get_compile_options(*args, **kwargs):
-        built = original(*args, **kwargs)
-        if threading.get_ident() == owner:
+    def wrap(original):
+        def get_compile_options(*args, **kwargs):
+            built = original(*args, **kwargs)
             try:
                 debug = built.executable_build_options.debug_options
             except Exception:
@@ -115,14 +109,43 @@ def _debug_options(options: dict):
                     setattr(debug, name, value)
                 except Exception:  # a field this jaxlib does not expose: its override stands
                     pass
-        return built
+            return built
 
-    compiler.get_compile_options = get_compile_options
+        return get_compile_options
+
+    return wrap
+
+
+def _no_ir_dump(original):
+    """JAX's dump of a module as it is compiled (``jax_dump_ir_to``, its
+    ``compile`` stage): none, for a compile of ours."""
+    return lambda *args, **kwargs: None
+
+
+@contextlib.contextmanager
+def _in_this_thread(module: str, name: str, wrap):
+    """JAX's internal function ``module.name`` replaced by ``wrap(it)`` for
+    calls from this thread while the block runs; another thread's calls
+    (the program's, if any still compiles) reach the original. Looked up
+    defensively: where it is missing, nothing is replaced (the per-compile
+    overrides alone stand)."""
+    mod = sys.modules.get(module)
+    original = getattr(mod, name, None)
+    if original is None:
+        yield
+        return
+    owner = threading.get_ident()
+    ours = wrap(original)
+
+    def dispatch(*args, **kwargs):
+        return (ours if threading.get_ident() == owner else original)(*args, **kwargs)
+
+    setattr(mod, name, dispatch)
     try:
         yield
     finally:
-        if getattr(compiler, "get_compile_options", None) is get_compile_options:
-            compiler.get_compile_options = original
+        if getattr(mod, name, None) is dispatch:
+            setattr(mod, name, original)
 
 
 def _root(under) -> str | None:
