@@ -305,3 +305,33 @@ def test_a_holder_search_that_stopped_at_its_budget_says_so(tmp_path):
     with open(tmp_path / "csv" / "holders.csv", newline="", encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
     assert rows and {r["complete"] for r in rows} == {"False"}, rows[:2]
+
+
+# (run, damage, what the one line names): JSON cells and references between the tables
+TORN = [
+    ("mlp-leak", "UPDATE py_chains SET steps = '[[\"key\"' WHERE rowid = 1", "py_chains rowid 1: steps is not JSON"),
+    ("mlp-leak", "UPDATE py_chains SET steps = '{\"a\": 1}' WHERE rowid = 1",
+     "py_chains rowid 1: steps is not a JSON list of [kind, label] steps"),
+    ("mlp-leak", "DELETE FROM py_chains WHERE chain_id = 2",
+     "py_holders name a chain the journal's py_chains lacks and are left out (journal.sqlite, py_holders snapshot 30, "
+     "array_id 1: chain_id 2 is in no py_chains row)"),
+    ("mlp-leak", "UPDATE jit_whatif SET change = '[1]' WHERE rowid = 1", "jit_whatif rowid 1: change is not a JSON object"),
+    ("mlp-target", "UPDATE jit_targets SET devices = '[\"TPU_0\"' WHERE rowid = 3",
+     "jit_targets rowid 3: devices is not JSON"),
+    ("mlp-target", "UPDATE jit_plans SET live_outside = '{\"cpu:0\": \"x\"}' WHERE rowid = 2",
+     "jit_plans rowid 2: live_outside holds 'cpu:0': 'x', which is text"),
+]
+
+
+def test_torn_json_and_lost_references_are_damage(tmp_path):
+    """A JSON cell of the new tables that is not what the writer writes,
+    and a holder naming a chain the journal lacks: exit 2 naming the row
+    (was: read as an empty holder, a change without arguments, 0 bytes)."""
+    jobs = []
+    for i, (run, sql, _) in enumerate(TORN):
+        shutil.copytree(RUNS / run, tmp_path / f"torn-{i}")
+        _damage(tmp_path / f"torn-{i}", sql)
+        jobs.append(["check", f"torn-{i}", *GATE] + (["--target-fits", "v5e:2x2"] if run == "mlp-target" else []))
+    for (_, _, said), proc in zip(TORN, cli_batch(jobs, tmp_path)):
+        assert proc.returncode == 2 and proc.stdout == "", (said, proc.stdout, proc.stderr)
+        _one_error(proc, said, "cannot be checked")

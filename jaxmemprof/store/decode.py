@@ -138,8 +138,10 @@ _CELLS = {
 }
 # Their JSON cells that figures come from: what each must be (None: NULL, where the schema allows it).
 _JSON_CELLS = {
-    "jit_plans": {"devices": "texts", "live_outside": "counts"},
-    "jit_targets": {"devices": "texts", "live_outside": "counts"},
+    "jit_plans": {"devices": "texts", "live_outside": "counts", "detail": "object"},
+    "jit_targets": {"devices": "texts", "live_outside": "counts", "detail": "object"},
+    "jit_whatif": {"change": "object"},
+    "py_chains": {"steps": "steps"},
 }
 # The column whose text, where set, lets a compile's figures be NULL (it failed, and says why).
 _ERROR = "error"
@@ -201,6 +203,13 @@ def _json_problem(v, kind: str) -> str | None:
     if kind == "texts":
         ok = isinstance(parsed, list) and all(isinstance(x, str) for x in parsed)
         return None if ok else f"is not a JSON list of device names ({_shown(v)})"
+    if kind == "steps":
+        ok = isinstance(parsed, list) and all(
+            isinstance(x, list) and len(x) == 2 and isinstance(x[0], str) and not isinstance(x[1], (list, dict))
+            for x in parsed)
+        return None if ok else f"is not a JSON list of [kind, label] steps ({_shown(v)})"
+    if kind == "object":
+        return None if isinstance(parsed, dict) else f"is not a JSON object ({_shown(v)})"
     if not isinstance(parsed, dict):
         return f"is not a JSON object of bytes by device ({_shown(v)})"
     for device, n in parsed.items():

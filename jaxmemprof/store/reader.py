@@ -473,6 +473,7 @@ def _load_journal_run(path: Path) -> Run:
         held_by = _query(con, "held_by", warnings)
         py_holders = {name: _query(con, table, warnings) for name, table in
                       (("chains", "py_chains"), ("holders", "py_holders"), ("searches", "py_holder_searches"))}
+        py_holders["holders"] = _known_chains(py_holders["holders"], py_holders["chains"], warnings)
     finally:
         con.close()
 
@@ -508,6 +509,23 @@ def _load_journal_run(path: Path) -> Run:
         source_names=dict(zip(names["file"], names["label"])), held_by=held_by[list(_HELD_BY_COLUMNS)],
         py_holders=py_holders, end_cut=end_cut(manifest, finished, running, events),
     )
+
+
+def _known_chains(holders: pd.DataFrame, chains: pd.DataFrame, warnings: list) -> pd.DataFrame:
+    """py_holders' rows whose chain py_chains holds; the others (a chain
+    lost, or named wrong) are damage of py_holders, left out and said."""
+    if holders.empty or "chain_id" not in holders.columns:
+        return holders
+    known = chains["chain_id"] if "chain_id" in chains.columns else pd.Series(dtype="int64")
+    orphan = ~holders["chain_id"].isin(known)
+    if not orphan.any():
+        return holders
+    first = holders.loc[orphan].iloc[0]
+    note_damage(warnings, "py_holders", f"{int(orphan.sum())} row(s) of the journal's py_holders name a chain the "
+                                        f"journal's py_chains lacks and are left out ({layout.JOURNAL}, py_holders "
+                                        f"snapshot {int(first['snapshot'])}, array_id {int(first['array_id'])}: "
+                                        f"chain_id {int(first['chain_id'])} is in no py_chains row)")
+    return holders[~orphan].reset_index(drop=True)
 
 
 def _one_row_each(snaps: pd.DataFrame, warnings: list) -> pd.DataFrame:
