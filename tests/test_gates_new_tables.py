@@ -149,21 +149,23 @@ def damaged_tables(tmp_path_factory):
 @pytest.mark.parametrize("table", [c[1] for c in CELLS])
 def test_every_new_table_is_checked_and_its_damage_named(damaged_tables, table):
     """Each damage kind in each new table: check exits 2 naming the row
-    (the sound runs exit 1: the findings are there), and report and export
-    read the rest with the same one-line warning (was: no word, the cell
-    read as 0)."""
+    (the sound runs exit 1: the findings are there), and report, export and
+    show read the rest with the same one-line warning (was: no word, the
+    cell read as 0)."""
     d = damaged_tables
     _, _, column, rowid = next(c for c in CELLS if c[1] == table)
     jobs = [["check", f"{table}-{kind}", *GATE] for kind in KINDS]
-    jobs += [["report", f"{table}-text"], ["export", f"{table}-null", "--csv", f"csv-{table}"]]
-    *checks, report, export = cli_batch(jobs, d)
+    jobs += [["report", f"{table}-text"], ["export", f"{table}-null", "--csv", f"csv-{table}"],
+             ["show", f"{table}-negative@peak"]]
+    *checks, report, export, show = cli_batch(jobs, d)
     for kind, proc in zip(KINDS, checks):
         assert proc.returncode == 2 and proc.stdout == "", (kind, proc.stdout, proc.stderr)
         said = SAID[kind] if kind != "2**63-1" or column != "line" else "is past 2**53"
         _one_error(proc, f"journal.sqlite, {table} rowid {rowid}: {column} {said}", "--fail-on cannot be checked")
     # report says its warnings in its text, export on stderr
     for proc, kind, said, start in ((report, "text", report.stdout, "warning: "),
-                                    (export, "null", export.stderr, f"jaxmemprof: warning: {table}-null: ")):
+                                    (export, "null", export.stderr, f"jaxmemprof: warning: {table}-null: "),
+                                    (show, "negative", show.stderr, f"jaxmemprof: warning: {table}-negative: ")):
         assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
         warned = [line for line in said.splitlines() if f"{table} rowid {rowid}: {column} {SAID[kind]}" in line]
         assert len(warned) == 1 and warned[0].startswith(f"{start}1 row(s) of the journal's {table} are damaged and "
