@@ -49,8 +49,9 @@ def _batch(r, cut: str = "") -> str:
                    f"{int(largest):,} fits, the largest batch compiled before, a lower bound"))
     if largest == 0:
         return "no compiled batch fits" + ("" if nxt is pd.NA else f" ({int(nxt):,} does not)")
-    return (f"largest batch that fits: {int(largest):,} (compiled"
-            + (", the largest compiled" if nxt is pd.NA else f"; {int(nxt):,}, the next compiled, does not") + ")")
+    if nxt is pd.NA:  # no compiled batch failed to fit: the search did not bracket the answer
+        return f"largest batch that fits: at least {int(largest):,} (compiled, the largest compiled, which fits)"
+    return f"largest batch that fits: {int(largest):,} (compiled; {int(nxt):,}, the next compiled, does not)"
 
 
 def _lines(targets, r, n: int = 2) -> str:
