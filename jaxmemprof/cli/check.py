@@ -92,8 +92,9 @@ def check(run_dir, max_peak, max_true_peak, max_growth, fail_on, baseline_dir, m
     holds, 1 when one does not (one FAIL line per violation, whatever becomes
     of stdout), 2 on bad input, and when a figure asked for cannot be
     computed (no readable snapshot, a journal table that a figure comes
-    from damaged, no jit figures, a process missing, a run that did not
-    finish unless --allow-unfinished).
+    from damaged: its row named, no jit figures, a process missing, a run
+    that did not finish unless --allow-unfinished, a --target slice whose
+    compiles the run's end did not finish).
 
     The figures are report's: its peak, estimated true peak, leaks and
     findings (see `jaxmemprof report RUN`). On a multi-process job
