@@ -164,3 +164,48 @@ def test_the_scripts_end_is_recorded_before_the_end_phase(tmp_path):
     said = re.search(r"end_phase_step\.py .*: ([0-9.]+) s, exit 5", err)
     assert said is not None, err
     assert abs(float(said.group(1)) - m["duration_s"]) < 0.06, (said.group(0), m["duration_s"])
+
+
+def _stderr_on_a_terminal(tmp_path, *options) -> bytes:
+    """What ``run OPTIONS`` writes on a stderr that is a terminal (a pty),
+    the script's stdout a pipe."""
+    import pty
+    import select
+
+    script = tmp_path / "tiny.py"
+    script.write_text("import jax.numpy as jnp\nx = jnp.ones((1000,))\nprint('done')\n")
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "jaxmemprof", "run", *options, "-o", str(tmp_path / "run"),
+                             str(script)], cwd=tmp_path, env=cpu_env(COLUMNS="200"), stdout=subprocess.PIPE,
+                            stderr=slave, preexec_fn=sigint_at(signal.SIG_DFL))
+    os.close(slave)
+    got = b""
+    while True:
+        ready, _, _ = select.select([master], [], [], 120)
+        assert ready, "no end"
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # EIO: the terminal's other side is closed
+            break
+        if not chunk:
+            break
+        got += chunk
+    os.close(master)
+    assert proc.wait(timeout=60) == 0 and proc.stdout.read() == b"done\n"
+    return got
+
+
+def test_the_end_phase_says_its_steps_on_a_terminal_only(tmp_path):
+    # On a terminal, one line says which step of jaxmemprof's end runs (and
+    # that Ctrl-C skips it), cleared before the closing lines; -q writes
+    # nothing; off a terminal stderr holds the closing lines alone (the other
+    # tests here, and the golden outputs). Before: nothing said.
+    err = _stderr_on_a_terminal(tmp_path)
+    line = (b"\r\x1b[Kjaxmemprof: the script has ended; now: XLA's figures and the compiles "
+            b"(Ctrl-C skips the rest)...")
+    assert line in err, err
+    assert b"now: the last snapshot (Ctrl-C" in err
+    cleared = err.rindex(b"\r\x1b[K")
+    assert err.index(line) < cleared < err.index(b"run: "), err  # cleared before the closing lines
+    assert b"tiny.py" in err[cleared:]
+    assert _stderr_on_a_terminal(tmp_path, "-q", "--force") == b""

@@ -141,7 +141,7 @@ def run(output, force, interval, max_overhead, module, command, no_jit_probe, pl
     # The end phase (docs/recording.md): a SIGINT or SIGTERM skips the rest of
     # it; the run is finalised all the same and the exit status is the script's.
     try:
-        end.run("the compiles at the end", lambda: session.end_work(ended_by))
+        end.run("XLA's figures and the compiles", lambda: session.end_work(ended_by))
         _finalise(end)
         if not quiet:
             _flush_script_stdout()
@@ -206,7 +206,7 @@ class _EndProgress:
         if what is None and not self.shown:
             return
         text = "\r\x1b[K" if what is None else \
-            f"\r\x1b[Kjaxmemprof: the script has ended; {what} (Ctrl-C skips the rest)..."
+            f"\r\x1b[Kjaxmemprof: the script has ended; now: {what} (Ctrl-C skips the rest)..."
         self.shown = what is not None
         try:
             sys.stderr.flush()
