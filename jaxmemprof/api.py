@@ -96,16 +96,18 @@ def _tell(event: str, *args) -> None:
 
 
 class _EndInterrupts:
-    """While a run ends, in the main thread: the first SIGINT does what the
-    handler before does (Python's raises KeyboardInterrupt, which skips the
-    rest of the end's work); once :meth:`hold` is called, a SIGINT waits
-    until the block is left (the run finalised), then is handed to that
-    handler, unless an exception is already leaving the block. Elsewhere (another
-    thread, SIGINT not handled in Python): nothing changes."""
+    """While a run ends, in the main thread: a SIGINT does what the handler
+    before does (Python's raises KeyboardInterrupt, which skips the rest of
+    the end's work) until :meth:`hold` is called; from then on (the run
+    being finalised) a SIGINT waits until the block is left, then is handed
+    to that handler, unless an exception is already leaving the block.
+    Elsewhere (another thread, SIGINT not handled in Python): nothing
+    changes."""
 
     def __init__(self):
         self.previous = None
         self.armed = True
+        self.heard = 0
         self.waiting = False
 
     def __enter__(self) -> "_EndInterrupts":
@@ -125,10 +127,20 @@ class _EndInterrupts:
 
     def _heard(self, signum, frame) -> None:
         if self.armed:
-            self.armed = False  # one interrupt skips the end's work; the finalising is not interrupted
+            self.heard += 1
             self.previous(signum, frame)
         else:
             self.waiting = True
+
+    def check(self) -> None:
+        """A KeyboardInterrupt raised where it was swallowed (Python runs a
+        signal's handler wherever the main thread is: in a weak reference's
+        callback or a finaliser, whose exceptions are only printed) still
+        interrupts, here, between the end's steps."""
+        import signal
+
+        if self.heard and self.armed and self.previous is signal.default_int_handler:
+            raise KeyboardInterrupt
 
     def hold(self) -> None:
         self.armed = False
@@ -237,19 +249,22 @@ class ProfiledRun:
             trigger, label = "exit", None
         else:
             trigger, label = ("oom" if is_out_of_memory(error) else "exception"), type(error).__name__
-        interrupted = None
+        interrupted, done = None, False
         with _EndInterrupts() as interrupts:
             try:
                 index = s.sampler.snapshot(trigger, label)
+                interrupts.check()
                 _tell("ending", s, index)
+                interrupts.check()
                 s.sampler.stop()
                 if s.probe is not None:
                     s.probe.uninstall(trigger)  # XLA's figures, the compiles of the fixes, --plan, --target
-                interrupts.hold()  # from here on, an interrupt waits until the run is finalised
+                done = True
             except BaseException as exc:
-                interrupts.hold()
                 interrupted = exc
-            self._end(s, trigger, interrupted)
+            finally:
+                interrupts.hold()  # from here on, an interrupt waits until the run is finalised
+                self._end(s, trigger, None if done else interrupted or KeyboardInterrupt())
         if interrupted is not None:
             raise interrupted
         return self

@@ -60,7 +60,8 @@ class Shown:
             text = f"jaxmemprof: {run.target}: {what} {run.path}"
             return RunDisplay(text, f"<div style=\"{_STYLE}\">{_e(text)}</div>")
         run_, ar, rep, ov = self._analysis()
-        return RunDisplay(_summary_text(run, run_, ov, rep), _summary_html(run, run_, ov, rep))
+        end_lines = _end_lines(run, run_, ar)
+        return RunDisplay(_summary_text(run, run_, ov, rep, end_lines), _summary_html(run, run_, ov, rep, end_lines))
 
     def report(self, *, explain: bool = False) -> "Text":
         from jaxmemprof.render.report import render_report
@@ -134,7 +135,27 @@ def _next(run) -> str:
     return f"next: .report(): the whole report; .html(): its page; {tables}"
 
 
-def _summary_text(run, run_, ov, rep) -> str:
+def _end_lines(run, run_, ar) -> list[str]:
+    """What ``run`` says of its --plan and --target compiles as it ends
+    (render/'s closing lines), for a run a magic recorded with them."""
+    settings = run_.manifest.get("settings") or {}
+    plans = run_.jit.get("plans")
+    buf = io.StringIO()
+    con = _console(buf)
+    if plans is not None and not plans.empty or settings.get("plan"):
+        from jaxmemprof.analysis.advice.plan import build_plan
+        from jaxmemprof.render.report import render_plan_closing
+
+        render_plan_closing(build_plan(ar), run_.events, con, str(run.path))
+    if settings.get("targets"):
+        from jaxmemprof.analysis.advice.targets import build_targets
+        from jaxmemprof.render.targets import render_targets_closing
+
+        render_targets_closing(build_targets(ar), con)
+    return buf.getvalue().rstrip("\n").splitlines()
+
+
+def _summary_text(run, run_, ov, rep, end_lines=()) -> str:
     """What ``jaxmemprof run`` says when its script ends, for a notebook's
     run: the run, the peak and the sites holding it, the findings."""
     from rich.text import Text as RichText
@@ -167,11 +188,13 @@ def _summary_text(run, run_, ov, rep) -> str:
         render_findings(rep.findings, con)
     else:
         con.print("findings: nothing to fix found")
+    for line in end_lines:
+        con.print(RichText(line))
     con.print(RichText(_next(run)))
     return buf.getvalue().rstrip("\n")
 
 
-def _summary_html(run, run_, ov, rep) -> str:
+def _summary_html(run, run_, ov, rep, end_lines=()) -> str:
     """The summary's text, laid out: the run, the peak and the sites
     holding it, then each finding (its severity, rule, site and saving; its
     sentence; its fix)."""
@@ -211,6 +234,7 @@ def _summary_html(run, run_, ov, rep) -> str:
         out.append("</ol>")
     else:
         out.append("<div>findings: nothing to fix found</div>")
+    out += [f"<div>{_e(line)}</div>" for line in end_lines]
     out.append(f"<div style=\"color:#616161\">{_e(_next(run))}</div></div>")
     return "".join(out)
 

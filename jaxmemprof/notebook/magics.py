@@ -112,6 +112,8 @@ class JaxmemprofMagics(Magics):
         if not words:
             raise UsageError(USAGE)
         command, rest = words[0], words[1:]
+        if command in ("-h", "--help", "help"):
+            raise UsageError(USAGE)
         if command == "start":
             return self._start(rest)
         if command == "stop":
