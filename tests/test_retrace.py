@@ -13,8 +13,12 @@ time its Python is traced, under python and under ``jaxmemprof run``.
 
 from __future__ import annotations
 
+import atexit
+import os
+import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -24,7 +28,8 @@ from conftest import cpu_env, in_parallel
 from jaxmemprof.analysis.advice.plan import build_plan
 from jaxmemprof.analysis.attributed import attribute
 from jaxmemprof.analysis.options import Options
-from jaxmemprof.capture.jit.retrace import CHANGED
+from jaxmemprof import tpus
+from jaxmemprof.capture.jit.retrace import CHANGED, shielded
 from jaxmemprof.store.reader import load_run
 
 SCRIPT = Path(__file__).parent / "scripts" / "retrace_step.py"
@@ -142,3 +147,68 @@ def test_whatif_replays_the_runs_trace(tmp_path):
     whatif = load_run(tmp_path / "run").jit["whatif"]
     assert len(whatif) >= 1 and whatif["error"].isna().all(), whatif.to_dict("records")
     assert "saves" in run.stderr and "(compiled)" in run.stderr
+
+
+@pytest.mark.skipif(tpus.libtpu_missing(), reason="libtpu is not installed (pip install 'jaxmemprof[tpu]')")
+def test_a_targets_compiles_replay_or_are_shielded(tmp_path):
+    """run --target: the slice's own compile of the step and its donated
+    variant replay the run's trace; the bfloat16 variant needs a re-trace,
+    whose SystemExit(7) is contained: the program ends as under python, the
+    two figures given, the third not, saying why."""
+    py, run = in_parallel(lambda: _python("exit"), lambda: _run(tmp_path / "run", ["--target", "v5e:2x2"], "exit"))
+    _same_as_python(py, run)
+    rows = load_run(tmp_path / "run").jit["targets"].set_index("variant")
+    assert rows.loc["recorded", "error"] is None and rows.loc["donated", "error"] is None, rows.to_dict("records")
+    assert "SystemExit(7)" in rows.loc["bfloat16", "error"]
+
+
+def test_the_shield_discards_output_contains_an_exit_and_refuses_writes(tmp_path, capfd):
+    """In process: what a shielded call writes to sys.stdout, sys.stderr and
+    descriptors 1 and 2 is dropped, a file it opens for writing is refused,
+    its atexit.register does nothing, its sys.exit(7) is contained; another
+    thread's print passes on."""
+    written = tmp_path / "written.txt"
+    before = atexit._ncallbacks()
+
+    def other():
+        print("another thread's line", flush=True)
+
+    def hostile():
+        print("py out")
+        print("py err", file=sys.stderr)
+        os.write(1, b"fd out\n")
+        os.write(2, b"fd err\n")
+        try:
+            open(written, "w").close()
+        except PermissionError as exc:
+            print(f"refused: {exc}")
+        atexit.register(print, "at exit")
+        thread = threading.Thread(target=other)
+        thread.start()
+        thread.join()
+        sys.exit(7)
+
+    value, why = shielded(hostile)
+    out, err = capfd.readouterr()
+    assert value is None and why.endswith("raised SystemExit(7)")
+    assert out == "another thread's line\n" and err == ""
+    assert not written.exists() and atexit._ncallbacks() == before
+    assert shielded(lambda: 5) == (5, None)
+    print("after")
+    assert capfd.readouterr().out == "after\n"
+
+
+@pytest.mark.skipif(threading.current_thread() is not threading.main_thread()
+                    or signal.getsignal(signal.SIGINT) is not signal.default_int_handler,
+                    reason="SIGINT is not Python's KeyboardInterrupt in this thread")
+def test_a_real_sigint_during_the_shield_is_not_swallowed():
+    """A Ctrl-C that arrives during a shielded re-trace ends it, and is
+    raised again once the shield is down (the program's own KeyboardInterrupt
+    is contained; a real one is not lost)."""
+    timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    result = []
+    with pytest.raises(KeyboardInterrupt):
+        result.append(shielded(threading.Event().wait, 30))
+    timer.join()
+    assert result == []

@@ -54,6 +54,7 @@ SEARCH_COMPILES = 8  # compiles at most in the search for the largest batch that
 # functions they are kept for (the largest by their largest call peak).
 MAX_SIGNATURES = 4
 KEEP_FUNCTIONS = 8
+CONST_BYTES = 1 << 20  # a kept trace's constants, at most, past the PLAN_FUNCTIONS largest (retrace.Trace)
 RECORDED, DONATED, NARROW = "recorded", "donated", "bfloat16"
 
 
@@ -199,8 +200,9 @@ class Planner:
             del slot.traces[gone]
         self.top = top[:KEEP_FUNCTIONS]
         for i, s in enumerate(self.top):
-            if i >= PLAN_FUNCTIONS:
+            if i >= PLAN_FUNCTIONS:  # not held, nor the device arrays its traces' constants are (a closure's)
                 s.plan.real = None
+                s.plan.traces = {k: t for k, t in s.plan.traces.items() if t.const_bytes <= CONST_BYTES}
             elif s is state:
                 s.plan.real = real
 
