@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import cli_batch, in_parallel, run_cli
+from conftest import cli_batch, in_parallel, run_cli, run_script
 
 from jaxmemprof.analysis.advice.plan import build_plan
 from jaxmemprof.analysis.rules.base import fmt
@@ -39,10 +39,14 @@ def _record(directory: Path, script: str, *args: str, options=()) -> tuple[Path,
     return run, json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+DEVICE = 128 * MiB  # the plan's device: its largest batch is some 2,000 rows of the step
+
+
 @pytest.fixture(scope="module")
 def fed(tmp_path_factory):
-    """numpy_fed_step.py recorded with --plan: (the run, its oracle)."""
-    return _record(tmp_path_factory.mktemp("fed"), "numpy_fed_step.py", options=("--plan",))
+    """numpy_fed_step.py recorded with a plan for a DEVICE: (the run, its oracle)."""
+    return _record(tmp_path_factory.mktemp("fed"), "numpy_fed_step.py",
+                   options=("--plan-device-memory", str(DEVICE)))
 
 
 def test_a_numpy_batch_is_not_taken_off_the_bytes_live_on_the_device(fed):
@@ -81,6 +85,28 @@ def test_the_plan_counts_the_bytes_outside_the_call_the_same_way(fed):
     assert set(points["live_outside_bytes"]) == {oracle["true_peak"] - oracle["call_peak"]}
     [recorded] = points.loc[(points["variant"] == "recorded") & (points["scale"] == 1), "peak_bytes"]
     assert recorded == oracle["true_peak"]
+
+
+def _fits(peak: int) -> bool:
+    """The fit rule the plan applies (README, docs/advice.md): the peak plus 5 % and 64 MiB of headroom within
+    JAX's default pool, 75 % of the device."""
+    return peak * 1.05 + 64 * MiB <= 0.75 * DEVICE
+
+
+def test_the_plans_largest_batch_fits_when_the_program_runs_at_it(fed):
+    """The largest batch the plan finds for DEVICE, and the next it
+    compiled, run as plain python: the first fits by the program's own true
+    peak, the next does not (before, the plan took the numpy batch off the
+    bytes live outside the call and named a batch whose run did not fit)."""
+    run, _ = fed
+    points = build_plan(attribute(load_run(run))).points
+    recorded = points[points["variant"] == "recorded"].sort_values("batch")
+    largest = int(recorded.loc[recorded["fits"] == True, "batch"].max())  # noqa: E712 (a nullable column)
+    above = int(recorded.loc[recorded["batch"] > largest, "batch"].min())
+    at, over = in_parallel(*(lambda b=b: run_script(SCRIPTS / "numpy_fed_step.py", "--batch", b, cwd=run.parent)
+                             for b in (largest, above)))
+    at, over = (json.loads(p.stdout.strip().splitlines()[-1]) for p in (at, over))
+    assert _fits(at["true_peak"]) and not _fits(over["true_peak"]), (largest, at, above, over)
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,7 @@
 """A step fed numpy: 4 MiB of parameters carried on the device, another
 4 MiB array kept alive beside them, and a fresh 2 MiB numpy batch at every
-step (copied to the device by JAX for each call; never on it before).
+step (512 rows of 4 KiB; ``--batch N``: N rows), copied to the device by
+JAX for each call and never on it before.
 
 Prints, as its last line, the oracle in JSON: for each call, the bytes of
 the program's device arrays live just before it (jax.live_arrays()), the
@@ -9,6 +10,7 @@ and XLA's call peak of the step (memory_analysis()); the true peak is the
 largest of live - device arguments + call peak over the calls."""
 
 import json
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -29,10 +31,11 @@ def call_peak(fn, *args):
 
 w = jnp.zeros((1024, 1024), jnp.float32)  # 4 MiB of parameters
 other = jnp.ones((1024, 1024), jnp.float32)  # 4 MiB kept alive
+BATCH = int(sys.argv[sys.argv.index("--batch") + 1]) if "--batch" in sys.argv else 512  # rows of 4 KiB
 rng = np.random.default_rng(0)
 peaks = []
 for i in range(8):
-    x = rng.standard_normal((512, 1024)).astype(np.float32)  # a fresh 2 MiB numpy batch
+    x = rng.standard_normal((BATCH, 1024)).astype(np.float32)  # a fresh 2 MiB numpy batch (at 512 rows)
     live = sum(a.nbytes for a in jax.live_arrays())
     on_device = sum(a.nbytes for a in (w, x) if isinstance(a, jax.Array))
     peaks.append(live - on_device + call_peak(step, w, x))
