@@ -108,6 +108,21 @@ def test_the_scripts_sigterm_handler_never_runs_after_the_script(tmp_path):
     _assert_finalised(run, 0, "exit", "SIGTERM")
 
 
+def test_the_scripts_other_handlers_and_timers_end_with_it(tmp_path):
+    # The script's SIGALRM timer would fire 1 s after its end, in the end
+    # phase: stopped with the script (under python the process was gone).
+    # Its SIGUSR1 handler (a scheduler's warning) never runs after it: a
+    # SIGUSR1 then ends the end phase as SIGTERM does, with the script's
+    # status. Before: both handlers ran after the script.
+    usr1 = tmp_path / "usr1"
+    proc, out, err, took, run = _signalled(tmp_path, signal.SIGUSR1, "--status", 2, "--usr1-handler", usr1,
+                                           "--alarm", 1.0, delay=1.6)
+    assert not (tmp_path / "ended.alarm").exists(), (tmp_path / "ended.alarm").read_text()
+    assert not usr1.exists(), usr1.read_text()
+    assert proc.returncode == 2, err
+    _assert_finalised(run, 2, "exit", "SIGUSR1")
+
+
 def test_the_script_ended_by_ctrl_c_still_dies_by_sigint(tmp_path):
     # A script ended by an uncaught KeyboardInterrupt dies by SIGINT under
     # python (after its atexit handlers); a SIGTERM in the end phase keeps that.

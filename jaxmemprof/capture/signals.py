@@ -238,6 +238,14 @@ class _SigTerm:
 END_GRACE_S = 2.0
 
 _DEFAULTS = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL}
+# Signals sent from outside whose default action ends the process (a
+# terminal's, a scheduler's warning): where the script handled one, the end
+# phase handles it as SIGTERM, so that the process still ends with the
+# script's status, its run finalised.
+_ENDING = frozenset(getattr(signal, name) for name in ("SIGHUP", "SIGUSR1", "SIGUSR2", "SIGALRM", "SIGPROF",
+                                                        "SIGVTALRM", "SIGXCPU", "SIGPWR") if hasattr(signal, name))
+_TIMERS = {signal.SIGALRM: signal.ITIMER_REAL, signal.SIGVTALRM: signal.ITIMER_VIRTUAL,
+           signal.SIGPROF: signal.ITIMER_PROF}
 
 
 def dispositions() -> dict:
@@ -314,31 +322,34 @@ class EndPhase:
 
     def begin(self, status: int, how: str, script_streams=()) -> None:
         """The script ended with ``status``, ``how``: the program's handlers
-        put back (each signal as before the script), ours set for SIGINT and
-        SIGTERM, and the listening thread started."""
+        put back (each signal as before the script), its interval timers
+        stopped, ours set for SIGINT and SIGTERM (and for a signal the script
+        handled whose default action would end the process), and the
+        listening thread started."""
         self.status, self.how, self.script_streams = status, how, script_streams
         for sig, before in self.initial.items():
             try:
                 now = signal.getsignal(sig)
-                if now is not None and now != before and sig not in _DEFAULTS:
+            except (ValueError, OSError):
+                continue
+            scripts = callable(now) and now != before  # a handler of the script's
+            if sig in _DEFAULTS:
+                # Unless it started ignored (nohup, a job started with &): left so, as python leaves it.
+                ours = before == _DEFAULTS[sig]
+            else:
+                ours = scripts and before == signal.SIG_DFL and sig in _ENDING
+            try:
+                if scripts and sig in _TIMERS:
+                    # The script's timer (an alarm, a sampling profiler's):
+                    # it ended with the script under python.
+                    signal.setitimer(_TIMERS[sig], 0)
+                if ours:
+                    signal.signal(sig, self._handler)
+                    self._handled.append(sig)
+                elif now is not None and now != before:
                     signal.signal(sig, before)
             except (ValueError, OSError, TypeError):
                 pass
-        for sig, default in _DEFAULTS.items():
-            if self.initial.get(sig) != default:
-                continue  # started ignored (nohup, a job started with &): left so, as python leaves it
-            try:
-                signal.signal(sig, self._handler)
-                self._handled.append(sig)
-            except (ValueError, OSError):
-                pass
-        for sig in _DEFAULTS:
-            if sig not in self._handled and sig in self.initial:
-                try:
-                    if signal.getsignal(sig) != self.initial[sig]:
-                        signal.signal(sig, self.initial[sig])
-                except (ValueError, OSError, TypeError):
-                    pass
         if not self._handled:
             return
         try:  # a signal the script blocked in this thread is heard again

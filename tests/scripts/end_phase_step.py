@@ -3,7 +3,8 @@ while (a Python loop unrolled into the step), for tests/test_end_phase.py.
 
 Usage: end_phase_step.py MARKER [--ops N] [--steps N] [--status N]
        [--term-handler CHECKPOINT] [--heartbeat FILE] [--interrupt]
-       [--stubborn-retrace] [--no-excepthook]
+       [--stubborn-retrace] [--no-excepthook] [--usr1-handler FILE]
+       [--alarm SECONDS]
 
 MARKER is written by the script's last atexit handler: the script is over
 once it exists. --term-handler installs a SIGTERM handler that writes
@@ -13,7 +14,9 @@ an uncaught KeyboardInterrupt; --stubborn-retrace: the step's Python, traced
 again once the script is over (AT_END), writes MARKER.retrace, then sleeps
 20 s swallowing every exception (a main thread that does not come back);
 --no-excepthook sets sys.excepthook to None as the script ends (no thread
-can be made afterwards).
+can be made afterwards); --usr1-handler: a SIGUSR1 handler that writes FILE;
+--alarm: a SIGALRM handler that writes MARKER.alarm, its timer set to fire
+SECONDS after the script's last line.
 """
 
 import argparse
@@ -37,6 +40,8 @@ parser.add_argument("--heartbeat", default=None)
 parser.add_argument("--interrupt", action="store_true")
 parser.add_argument("--stubborn-retrace", action="store_true")
 parser.add_argument("--no-excepthook", action="store_true")
+parser.add_argument("--usr1-handler", default=None)
+parser.add_argument("--alarm", type=float, default=None)
 args = parser.parse_args()
 AT_END = False
 
@@ -70,6 +75,20 @@ if args.term_handler:
 
     signal.signal(signal.SIGTERM, save_checkpoint_and_exit)
 
+if args.usr1_handler:
+    def on_usr1(signum, frame):
+        with open(args.usr1_handler, "a") as f:
+            f.write(f"SIGUSR1 handled at {time.time()}\n")
+
+    signal.signal(signal.SIGUSR1, on_usr1)
+
+if args.alarm is not None:
+    def on_alarm(signum, frame):
+        with open(args.marker + ".alarm", "a") as f:
+            f.write(f"SIGALRM handled at {time.time()}\n")
+
+    signal.signal(signal.SIGALRM, on_alarm)
+
 if args.heartbeat:
     def beat():
         while True:
@@ -96,6 +115,8 @@ def ended():
 atexit.register(ended)
 if args.heartbeat:
     time.sleep(0.35)
+if args.alarm is not None:
+    signal.setitimer(signal.ITIMER_REAL, args.alarm)
 if args.no_excepthook:
     sys.excepthook = None
 if args.interrupt:
