@@ -199,3 +199,17 @@ def test_a_leftover_signature_never_sampled_is_said_and_the_saving_is_a_lower_bo
     assert 0 < donate["saving_bytes"] <= fall
     text = run_cli("report", run, check=0).stdout
     assert f"saves at least {fmt(donate['saving_bytes'])} (compiled)" in text
+
+
+def test_a_float64_numpy_batch_counts_at_what_jax_passes_to_the_device(tmp_path):
+    """Issue 52, item 5: with x64 off JAX passes a float64 numpy batch as
+    float32; the roles count it at that size (half its host bytes), and add
+    up to the true peak."""
+    run, oracle = _record(tmp_path, "numpy_float64_batch.py")
+    assert oracle["passed_batch"] * 2 == oracle["host_batch"] == 2 * MiB
+    doc = _doc(run)
+    assert doc["summary"]["estimated_true_peak_device_bytes"] == oracle["true_peak"]
+    roles = doc["roles"]["by_role"]
+    assert [(r["role"], r["largest_owner"], r["bytes"]) for r in roles if r["role"] == "batch"] == [
+        ("batch", "x", oracle["passed_batch"])]
+    assert sum(r["bytes"] for r in roles) == oracle["true_peak"]
