@@ -1,7 +1,9 @@
 """The true peak's arithmetic, in one place: XLA's call peak from its figures,
 and, for each jitted call, the bytes on its devices at that call's peak (the
-bytes live just before it, less its arguments, which XLA counts, plus XLA's
-call peak). Plain Python on plain rows, no pandas: the report's model of the
+bytes live just before it, less its arguments that were already on its
+devices, which XLA counts, plus XLA's call peak: a numpy argument, or an
+array on fewer devices than the call, is copied there for the call, and was
+not among the bytes live before it: ``placement``). Plain Python on plain rows, no pandas: the report's model of the
 run's peaks (analysis/peaks.py), the pytest plugin's in-memory totals
 (analysis/check.py) and the plan's figures (capture/jit/plan.py) all
 compute it here.
