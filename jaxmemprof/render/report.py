@@ -602,6 +602,8 @@ def render_plan_closing(plan, events, con: Console, run_dir: str) -> None:
     """run's summary of its --plan: what was compiled, what it cost, and what to ask next (``plan``: None
     when nothing was planned; ``events``: the run's, for why)."""
     said = [] if events is None or events.empty else [str(m) for m in events.loc[events["kind"] == "plan", "message"]]
+    if plan is not None and plan.cut:  # its compiles stopped part way: said first (the plan's first event)
+        said = plan.events[:1] + said
     for line in said:
         con.print(Text(f"plan: {safe(line)}"))
     if plan is None:
