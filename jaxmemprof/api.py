@@ -252,6 +252,8 @@ class ProfiledRun:
         interrupted, done = None, False
         with _EndInterrupts() as interrupts:
             try:
+                # The recorded code's end (its time, how it ended), before the end's work.
+                s.script_ended(None, trigger)
                 index = s.sampler.snapshot(trigger, label)
                 interrupts.check()
                 _tell("ending", s, index)
@@ -271,22 +273,30 @@ class ProfiledRun:
 
     def _end(self, s, ended_by: str, interrupted: BaseException | None) -> None:
         """The run finalised (its end's work done, or cut short by
-        ``interrupted``), then those who heard it start told it ended."""
+        ``interrupted``: the rest skipped, and the run says so), then those
+        who heard it start told it ended."""
+        import signal
+
         self.interrupted = interrupted
         probe = s.probe
         try:
-            if interrupted is not None:
+            s.script_ended(None, ended_by)  # (done already, unless interrupted before)
+            if interrupted is None:
+                s.finalise_end()
+            else:
                 s.sampler.stop()
-                if probe is not None:
-                    probe.uninstall(None, end_work=False)
-                try:
-                    s.writer.add_event("warning", f"the end of the run was interrupted ({type(interrupted).__name__}):"
-                                                  " the rest of its work (the holder search, XLA's figures, the "
-                                                  "compiles of the fixes, --plan, --target) was skipped")
-                except Exception:
-                    pass
-            s.probe = None  # taken out above: the session's stop only finalises
-            s.stop(None, ended_by)
+                if isinstance(interrupted, KeyboardInterrupt):
+                    s.finalise_end(skipped_by=signal.SIGINT)
+                else:
+                    if probe is not None:
+                        probe.uninstall(None, end_work=False)
+                    try:
+                        s.writer.add_event("warning", f"the end of the run was interrupted "
+                                                      f"({type(interrupted).__name__}): the rest of its work was "
+                                                      "skipped")
+                    except Exception:
+                        pass
+                    s.finalise_end()
         finally:
             s.probe = probe  # the notebook's kernel takes its functions back from it
             self.ended_by = ended_by
