@@ -236,6 +236,10 @@ class _SigTerm:
 # come back from what it is doing (an XLA compile is not interrupted) before
 # a thread of ours finalises the run and ends the process itself.
 END_GRACE_S = 2.0
+# A signal this long after the first is a second one (the user insisting);
+# sooner, it is the same one raised again (a shielded re-trace of the
+# program's Python holds a signal and raises it once the shield is down).
+SECOND_SIGNAL_S = 0.5
 
 _DEFAULTS = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL}
 # Signals sent from outside whose default action ends the process (a
@@ -290,8 +294,11 @@ class EndPhase:
     cannot interrupt: a thread of ours, woken by the signal at once through
     the wakeup descriptor, finalises the run and ends the process itself if
     the main thread has not done it within ``END_GRACE_S``, or at a second
-    signal. After the run is finalised a signal ends the process at once,
-    with the script's status."""
+    signal (``SECOND_SIGNAL_S`` or more after the first). After the run is
+    finalised a signal ends the process at once, with the script's status.
+    A signal the script handled whose default action ends the process
+    (``_ENDING``) is handled as SIGTERM; the script's interval timers are
+    stopped."""
 
     def __init__(self, session: "Session", initial: dict):
         """Made before the script runs (``initial``: the signals' handlers
@@ -446,8 +453,9 @@ class EndPhase:
                 if heard:
                     first = time.monotonic()
                 continue
-            if heard or time.monotonic() >= first + END_GRACE_S:  # a second signal, or the grace is over
-                self.take_over()
+            now = time.monotonic()
+            if heard and now - first >= SECOND_SIGNAL_S or now >= first + END_GRACE_S:
+                self.take_over()  # a second signal, or the grace is over
 
     def take_over(self) -> None:
         """From the listening thread: finalise the run and end the process."""
