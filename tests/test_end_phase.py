@@ -153,7 +153,7 @@ def test_the_scripts_end_is_recorded_before_the_end_phase(tmp_path):
     # script ended (a run killed then still says it), and the run's duration
     # is the script's alone, not the compiles' after it. Before: nothing was
     # recorded until the end phase was over, and the duration included it.
-    proc, run, marker = _start(tmp_path, "--status", 5, "--ops", 30, quiet=False)
+    proc, run, marker = _start(tmp_path, "--status", 5, "--ops", 10, options=("--plan-scales", "2"), quiet=False)
     t_start = time.monotonic()
     t_marker = _wait_for(marker, proc)
     seen = None
