@@ -4,7 +4,9 @@ step (512 rows of 4 KiB; ``--batch N``: N rows), copied to the device by
 JAX for each call and never on it before.
 
 Prints, as its last line, the oracle in JSON: for each call, the bytes of
-the program's device arrays live just before it (jax.live_arrays()), the
+the program's device arrays live just before it (the ones it holds, counted
+by itself: jax.live_arrays() would also count an old generation a profiler's
+thread holds for a moment), the
 bytes of its arguments that were device arrays (the numpy batch is not one),
 and XLA's call peak of the step (memory_analysis()); the true peak is the
 largest of live - device arguments + call peak over the calls."""
@@ -36,7 +38,7 @@ rng = np.random.default_rng(0)
 peaks = []
 for i in range(8):
     x = rng.standard_normal((BATCH, 1024)).astype(np.float32)  # a fresh 2 MiB numpy batch (at 512 rows)
-    live = sum(a.nbytes for a in jax.live_arrays())
+    live = sum(a.nbytes for a in (w, other) + ((loss,) if i else ()))  # the last loss: 4 bytes
     on_device = sum(a.nbytes for a in (w, x) if isinstance(a, jax.Array))
     peaks.append(live - on_device + call_peak(step, w, x))
     w, loss = step(w, x)

@@ -5,8 +5,9 @@ arrays back. ``--donate`` jits the update with its parameters donated (the
 fix).
 
 Prints, as its last line, the oracle in JSON: the true peak (for each call,
-the bytes of the program's device arrays live just before it, less its
-arguments that were device arrays, plus XLA's call peak of the signature it
+the bytes of the program's device arrays live just before it (counted by
+itself: its parameters, once they are JAX's), less its arguments that were
+device arrays, plus XLA's call peak of the signature it
 runs: memory_analysis()), what XLA aliases in the update as jitted, the
 parameters' bytes on the device (float32), and the JAX warnings about
 unusable donated buffers."""
@@ -69,7 +70,7 @@ with warnings.catch_warnings(record=True) as caught:
         x = rng.randn(128, 784).astype(np.float32)
         y = np.eye(10, dtype=np.float32)[rng.randint(0, 10, 128)]
         ma = analysis(params, (x, y))
-        live = sum(a.nbytes for a in jax.live_arrays())
+        live = sum(a.nbytes for a in jax.tree_util.tree_leaves(params) if isinstance(a, jax.Array))
         on_device = sum(a.nbytes for a in jax.tree_util.tree_leaves((params, x, y)) if isinstance(a, jax.Array))
         peaks.append(live - on_device + call_peak(ma))
         aliased.append(ma.alias_size_in_bytes)
