@@ -52,12 +52,22 @@ class Interrupts:
 
     def ending(self, s, index):
         self._send("end")
+        if self.at == "swallowed" and not self.sent:
+            self.sent += 1
+            Finalised()  # gone at once: its finaliser runs, and the SIGINT's handler in it
+
+
+class Finalised:
+    def __del__(self):
+        os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(10000):  # Python runs the handler here: its KeyboardInterrupt is only printed
+            pass
 
     def ended(self, s):
         pass
 
 
-interrupts = Interrupts("start" if case == "start" else "end")
+interrupts = Interrupts({"start": "start", "swallowed": "swallowed"}.get(case, "end"))
 api.observers.append(interrupts)
 p, x = jnp.ones((256, 256)), jnp.ones((256, 256))
 run = jaxmemprof.profile(out, force=True)
@@ -102,7 +112,7 @@ def _finished(run) -> dict:
             "lock": (run / ".jaxmemprof.lock").exists(), "events": events, "triggers": triggers}
 
 
-@pytest.mark.parametrize("case", ["end", "inside", "start"])
+@pytest.mark.parametrize("case", ["end", "inside", "start", "swallowed"])
 def test_an_interrupted_profile_block_stops_its_sampler_and_finishes_its_run(tmp_path, case):
     script = tmp_path / "interrupted.py"
     script.write_text(PROFILE_SCRIPT)
@@ -115,7 +125,9 @@ def test_an_interrupted_profile_block_stops_its_sampler_and_finishes_its_run(tmp
     # No sampler left, no session active, the run ended.
     assert first["threads"] == ["MainThread"], first
     assert not first["active"] and not first["recording"], first
-    assert first["ended_by"] == ("exit" if case == "end" else "exception")
+    assert first["ended_by"] == ("exception" if case in ("inside", "start") else "exit")
+    if case == "swallowed":  # raised in a finaliser, where Python only prints it: it interrupted all the same
+        assert "KeyboardInterrupt" in proc.stderr, proc.stderr
     run = _finished(out)
     assert run["end_time"] is not None and not run["lock"], run
     assert run["ended_by"] == first["ended_by"]
@@ -273,3 +285,4 @@ def test_stop_interrupted_in_its_end_phase_ends_the_recording_for_good(interrupt
     assert stream(interrupted["stop_again"]).startswith("UsageError: not recording")
     assert stream(interrupted["start_again"]).startswith("jaxmemprof: recording into runs/again")
     assert _finished(interrupted["work"] / "runs" / "again")["end_time"] is not None
+    assert interrupted["stop_last"].outputs == []  # -q: nothing shown
