@@ -60,7 +60,10 @@ class Shown:
             text = f"jaxmemprof: {run.target}: {what} {run.path}"
             return RunDisplay(text, f"<div style=\"{_STYLE}\">{_e(text)}</div>")
         run_, ar, rep, ov = self._analysis()
-        end_lines = _end_lines(run, run_, ar)
+        try:
+            end_lines = _end_lines(run, run_, ar)
+        except Exception as exc:  # the summary stands without them; the report has the plan's section
+            end_lines = [f"jaxmemprof: warning: could not summarise --plan/--target: {type(exc).__name__}: {exc}"]
         return RunDisplay(_summary_text(run, run_, ov, rep, end_lines), _summary_html(run, run_, ov, rep, end_lines))
 
     def report(self, *, explain: bool = False) -> "Text":
