@@ -3,9 +3,21 @@
 
 A name is ``GENERATION:SHAPE``, the shape in chips along each axis of the
 slice (``v5e:2x2``, ``v4:2x2x1``), as ``jax.experimental.topologies.
-get_topology_desc(topology_name=..., platform="tpu")`` takes it; libtpu
-decides which shapes it can lay out (``v5e:1x1`` is refused: a v5e host
-holds 2x2 chips), and says so when the step is compiled.
+get_topology_desc(topology_name=..., platform="tpu")`` takes it. libtpu
+lays a slice out on hosts of 2x2x1 chips unless told otherwise, and refuses
+a shape that is not a whole number of them ("Topology layout "v5e:1x1" is
+not divisible by the given (or default) chips_per_host_bounds "2x2x1""):
+yet a single v5e or v6e chip is the commonest rental, and a v5e-8 or v6e-8
+is one host of 2x4 chips. ``topology`` therefore names the host's chips
+(``chips_per_host_bounds``, a sequence of three ints: libtpu refuses a
+string) for a slice that is one host: a v5e or v6e slice of at most 8 chips
+(Google Cloud's ct5lp-hightpu-1t/4t/8t and ct6e-standard-1t/4t/8t machines:
+1x1, 2x2, 2x4), a v4 or v5p slice of at most 4; a larger slice keeps libtpu's
+hosts of 2x2x1 (a v5e-16 is four hosts of 2x2). The per-chip figures do not
+depend on the layout (libtpu 0.0.42.1, a small step: v5e:1x1's
+``memory_analysis()`` is v5e:2x2's, v5e:2x4's and v5e:4x4's, byte for byte;
+v6e:1x1's is v6e:2x2's). A shape libtpu still refuses is said when the step
+is compiled.
 
 Each chip's HBM is Google Cloud's published figure (cloud.google.com/tpu/docs:
 v4 32 GiB, v5e 16, v5p 95, v6e 32). What XLA may use of one device is XLA:TPU's
@@ -49,7 +61,9 @@ CHIPS = {
 # What XLA:TPU says when a step's temporaries alone exceed a device: it does not fit.
 OUT_OF_MEMORY = "RESOURCE_EXHAUSTED"
 _NAME = re.compile(r"^(v[0-9a-z]+):([1-9][0-9]*)x([1-9][0-9]*)(?:x([1-9][0-9]*))?$")
-EXAMPLES = ("v5e:2x2", "v5e:2x4", "v5e:4x4", "v6e:2x2", "v5p:2x2x1", "v4:2x2x1")
+EXAMPLES = ("v5e:1x1", "v5e:2x2", "v5e:2x4", "v5e:4x4", "v6e:1x1", "v6e:2x2", "v5p:2x2x1", "v4:2x2x1")
+# The most chips one host of each generation holds (a slice of no more is laid out as one host).
+HOST_CHIPS = {"v4": 4, "v5e": 8, "v5p": 4, "v6e": 8}
 INSTALL = "pip install 'jaxmemprof[tpu]' (libtpu of the installed jaxlib's release)"
 
 
@@ -78,9 +92,23 @@ def problem(name: str) -> str | None:
 LIBTPU_QUIET = {"TPU_MIN_LOG_LEVEL": "3"}
 
 
+def host_bounds(name: str) -> tuple | None:
+    """The chips of one host of the slice ``name`` (libtpu's
+    ``chips_per_host_bounds``, x, y, z) where the slice is one host, or None
+    for libtpu's default hosts of 2x2x1."""
+    m = _NAME.match(name or "")
+    if m is None or m.group(1) not in CHIPS:
+        return None
+    dims = [int(g) for g in m.groups()[1:] if g] + [1]
+    if dims[0] * dims[1] * dims[2] > HOST_CHIPS[m.group(1)]:
+        return None
+    return tuple(dims[:3])
+
+
 def topology(name: str):
     """libtpu's deviceless topology of the slice ``name``
-    (``jax.experimental.topologies.get_topology_desc``), libtpu loaded, if
+    (``jax.experimental.topologies.get_topology_desc``; a slice of one host
+    laid out as one: ``host_bounds``), libtpu loaded, if
     this is what loads it, with no log file written (``LIBTPU_QUIET``); the
     process's environment as it was afterwards."""
     from jax.experimental import topologies
@@ -88,7 +116,9 @@ def topology(name: str):
     saved = {key: os.environ.get(key) for key in LIBTPU_QUIET}
     os.environ.update(LIBTPU_QUIET)
     try:
-        return topologies.get_topology_desc(topology_name=name, platform="tpu")
+        bounds = host_bounds(name)
+        extra = {} if bounds is None else {"chips_per_host_bounds": list(bounds)}
+        return topologies.get_topology_desc(topology_name=name, platform="tpu", **extra)
     finally:
         for key, value in saved.items():
             if value is None:

@@ -104,7 +104,9 @@ from jax.sharding import Mesh, NamedSharding, SingleDeviceSharding, PartitionSpe
 spec = json.loads(sys.argv[1])
 sys.path.insert(0, spec["dir"])
 program = __import__(spec["module"])
-devices = topologies.get_topology_desc(topology_name=spec["slice"], platform="tpu").devices
+# a slice of one host laid out as one (v5e:1x1 is refused with libtpu's default hosts of 2x2x1)
+bounds = {"chips_per_host_bounds": spec["bounds"]} if spec.get("bounds") else {}
+devices = topologies.get_topology_desc(topology_name=spec["slice"], platform="tpu", **bounds).devices
 out = []
 for case in spec["cases"]:
     if spec["module"] == "train_mlp":
@@ -144,9 +146,9 @@ print(json.dumps(out))
 """
 
 
-def _independent(directory, module: str, slice_: str, cases: list) -> list:
+def _independent(directory, module: str, slice_: str, cases: list, bounds=None) -> list:
     proc = subprocess.run([sys.executable, "-c", INDEPENDENT, json.dumps(
-        {"dir": str(directory), "module": module, "slice": slice_, "cases": cases})],
+        {"dir": str(directory), "module": module, "slice": slice_, "cases": cases, "bounds": bounds})],
         # another process may hold libtpu's lock meanwhile (a run beside it): a deviceless compile needs none
         env=cpu_env(ALLOW_MULTIPLE_LIBTPU_LOAD="1"), capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -481,3 +483,85 @@ main(sys.argv[1:])
                           env=cpu_env(), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "ran" not in proc.stdout
     assert proc.stderr.count("\n") == 1 and "pip install 'jaxmemprof[tpu]'" in proc.stderr
+
+
+SINGLE = """
+import jax
+import jax.numpy as jnp
+
+WIDTH = 1 << 14
+
+
+def step(w, x):
+    return w + 1e-3 * jnp.sum(jnp.tanh(x * w), axis=0)
+
+
+if __name__ == "__main__":
+    f = jax.jit(step)
+    w = jnp.ones((WIDTH,))
+    for i in range(3):
+        w = f(w, jnp.full((64, WIDTH), float(i)))
+    print(float(w[0]))
+"""
+
+
+def test_a_single_chip_slice_compiles_with_the_figures_of_jaxs_own_compile_for_one_chip(tmp_path):
+    """v5e:1x1 and v6e:1x1, the commonest rentals, which libtpu refuses with its default hosts of
+    2x2x1 chips: compiled, each figure that of jax's own deviceless compile of the same step for one
+    chip (``chips_per_host_bounds=(1, 1, 1)``), and the same per chip as a 2x2 slice's."""
+    write_script(tmp_path, "single.py", SINGLE)
+    proc = subprocess.run([sys.executable, "-m", "jaxmemprof", "run", "--target", "v5e:1x1", "--target", "v6e:1x1",
+                           "--target", "v5e:2x2", "-o", str(tmp_path / "run"), str(tmp_path / "single.py")],
+                          env=cpu_env(COLUMNS="200"), capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    t, _ = _points(tmp_path / "run")
+    rec = t.points[t.points["variant"] == "recorded"]
+    got = {r["target"]: {f: int(r[f]) for f in FIGURES} for _, r in rec.iterrows()}
+    assert set(got) == {"v5e:1x1", "v6e:1x1", "v5e:2x2"}, t.points[["target", "variant", "error"]]
+    for name, kind in (("v5e:1x1", "TPU v5 lite"), ("v6e:1x1", "TPU v6 lite")):
+        assert t.not_compiled(name) is None
+        (want,) = _independent(tmp_path, "single", name, [{"batch": 64}], bounds=[1, 1, 1])
+        assert got[name] == want, name
+        assert want["argument_bytes"] >= (64 + 1) * (1 << 14) * 4  # x and w, at least
+        (row,) = t.rows[t.rows["target"] == name].to_dict("records")
+        assert row["chip"] == kind and row["fits"] is True
+        assert f"target {name}: step " in proc.stderr and "not divisible" not in proc.stderr
+    # the same chip's memory however many chips the slice has; its code is a little smaller alone
+    # (libtpu 0.0.42.1: 140,800 B on v5e:1x1, 141,312 B on v5e:2x2, 2x4 and 4x4)
+    for f in FIGURES:
+        if f != "generated_code_bytes":
+            assert got["v5e:1x1"][f] == got["v5e:2x2"][f], f
+    assert abs(got["v5e:1x1"]["generated_code_bytes"] - got["v5e:2x2"]["generated_code_bytes"]) <= 4096
+
+
+LAYOUTS = r"""
+import json, sys
+from jaxmemprof import tpus
+out = {}
+for name in sys.argv[1:]:
+    devices = tpus.topology(name).devices
+    out[name] = [len(devices), sorted({d.process_index for d in devices})]
+print(json.dumps(out))
+"""
+
+
+def test_every_slice_a_user_can_rent_has_a_topology():
+    """Google Cloud's v5e and v6e slices (1, 4, 8 chips on one host; 16 and more on hosts of 4) and
+    the documented v4 and v5p ones: libtpu lays each out, one host where the slice is one (in a
+    process of its own: libtpu is not loaded into the test's)."""
+    names = ("v5e:1x1", "v5e:2x2", "v5e:2x4", "v5e:4x4", "v5e:4x8", "v5e:8x8", "v5e:16x16",
+             "v6e:1x1", "v6e:2x2", "v6e:2x4", "v6e:4x4", "v6e:16x16", "v5p:2x2x1", "v5p:2x2x2", "v4:2x2x1")
+    proc = subprocess.run([sys.executable, "-c", LAYOUTS, *names], env=cpu_env(ALLOW_MULTIPLE_LIBTPU_LOAD="1"),
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    laid = json.loads(proc.stdout.strip().splitlines()[-1])
+    for name in names:
+        assert tpus.problem(name) is None, name
+        devices, processes = laid[name]
+        assert devices == tpus.chip(name)[5], name
+        one_host = tpus.host_bounds(name) is not None
+        assert one_host == (tpus.chip(name)[4] <= tpus.HOST_CHIPS[name.split(":")[0]]), name
+        if one_host:  # a v5e-8 is one host of 2x4 chips, not two of 2x2
+            assert processes == [0], name
+        else:  # hosts of 2x2 chips (a v4 chip is two devices)
+            assert len(processes) == tpus.chip(name)[4] // 4, name
