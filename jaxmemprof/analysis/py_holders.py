@@ -26,7 +26,7 @@ from functools import lru_cache
 import numpy as np
 import pandas as pd
 
-from jaxmemprof.paths import is_builtin_library
+from jaxmemprof.paths import Libraries, is_library
 
 HOLDER_COLUMNS = ["at", "snapshot", "site", "holder", "kind", "container", "created", "arrays", "bytes",
                   "generations", "shapes", "chain_id", "complete"]
@@ -193,7 +193,7 @@ def describe(chain: dict, run, files) -> dict:
         else:
             text += f".<{label}>"
     kinds = {k for k, _ in steps[1:]}
-    library = bool(file) and is_builtin_library(file) and root != "__main__"
+    library = bool(file) and is_library(file, Libraries.from_manifest(run.manifest)) and root != "__main__"
     first = steps[0][1] if steps else ""
     if root_kind == "global" and root == "__main__" and _HISTORY.match(first) and run.manifest.get("notebook"):
         kind = "output-history"

@@ -1,8 +1,11 @@
 """Site attribution: which of the user's own lines holds each buffer.
 
 A frame is *library* code when its file belongs to JAX or jaxlib, the Python
-standard library, or an installed package (site-packages, dist-packages);
-everything else is the user's. The *site* of a stack is its innermost user
+standard library, or an installed package (site-packages, dist-packages), or,
+for a run that recorded them, to one of the run's own libraries (a directory
+on its sys.path outside the program's tree, a distribution installed inside
+it: paths.Libraries, decided as it was recorded); everything else is the
+user's. The *site* of a stack is its innermost user
 frame (its innermost frame when it has none), and its *user stack* is the
 stack with library frames removed: the compile path and the fast path of one
 jitted call differ only in library frames, so they get one site and one user
@@ -18,7 +21,7 @@ from functools import cached_property
 
 from typing import TYPE_CHECKING
 
-from jaxmemprof.paths import installed_part, is_builtin_library
+from jaxmemprof.paths import Libraries, installed_part, is_library
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -52,7 +55,9 @@ class Attribution:
     directory. A run adds the directory it was recorded in. ``names``:
     ``(file, label)`` pairs for code whose file is no file to show (a
     notebook cell's temporary file is shown as its label, ``In [7]``, so its
-    sites read ``In [7]:3 (<module>)``); a run adds its own.
+    sites read ``In [7]:3 (<module>)``); a run adds its own. ``libraries``:
+    the run's own library code, as it recorded it (None: a run recorded
+    before runs kept theirs, today's rule alone).
     """
 
     library: tuple[str, ...] = ()
@@ -60,6 +65,7 @@ class Attribution:
     all_frames: bool = False
     roots: tuple[str, ...] = ()
     names: tuple[tuple[str, str], ...] = ()
+    libraries: Libraries | None = None
 
     @cached_property
     def _labels(self) -> dict:
@@ -72,7 +78,7 @@ class Attribution:
             return False
         if any(_matches(path, p) for p in self.library):
             return True
-        return is_builtin_library(path)
+        return is_library(path, self.libraries)
 
     def display_path(self, path: str) -> str:
         """How a file is shown in every site: its label (a notebook's cell),
@@ -85,7 +91,7 @@ class Attribution:
             prefix = root.rstrip("/\\") + os.sep
             if path.startswith(prefix):
                 return path[len(prefix):]
-        return installed_part(path) or path
+        return installed_part(path, self.libraries) or path
 
 
 def frame_texts(profile: Profile, attribution: Attribution) -> list[tuple[bool, str, int, str, str]]:

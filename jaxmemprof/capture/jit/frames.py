@@ -1,22 +1,14 @@
 """Frames, seen from the probe: which is the user's (the site rule: not
-jaxmemprof, JAX, a library or the standard library), and the probe's own
-frames left out of the tracebacks of the program's errors."""
+jaxmemprof, JAX, a library or the standard library; a library installed
+anywhere on the program's sys.path outside its own tree too:
+capture/library_roots.py), and the probe's own frames left out of the
+tracebacks of the program's errors."""
 
 from __future__ import annotations
 
 import os
 
-from jaxmemprof.paths import is_builtin_library
-
-_library_cache: dict[str, bool] = {}
-
-
-def _is_library(filename: str) -> bool:
-    v = _library_cache.get(filename)
-    if v is None:
-        v = _library_cache[filename] = is_builtin_library(
-            os.path.abspath(filename) if filename and not filename.startswith("<") else filename)
-    return v
+from jaxmemprof.capture.library_roots import is_library as _is_library  # noqa: F401 (the probe's predicate)
 
 
 def _user_frame(f):
