@@ -22,7 +22,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from jaxmemprof._version import __version__
-from jaxmemprof.capture import forks
+from jaxmemprof.capture import forks, library_roots
 from jaxmemprof.capture.hooks import AfterImport
 from jaxmemprof.capture.jit import JitProbe
 # default_output and prepare_directory: how run, profile() and the pytest
@@ -413,6 +413,7 @@ class Session:
                     return
                 m = self.writer.manifest
                 m["script_end"] = dict(self.script_end)
+                library_roots.record(m)  # which code is a library's, from sys.path as the script left it
                 layout.write_json_atomic(self.path / layout.MANIFEST, m)
         except Exception:
             pass  # a full disk: the run's end says it again when it is finalised
@@ -516,6 +517,7 @@ class Session:
 
     def _finish(self, exit_status, ended_by: str) -> None:
         facts = _backend_facts()
+        library_roots.record(self.writer.manifest)  # (kept as the script's end recorded it)
         proc = self.process
         if proc is not None:
             if facts.get("process_count") in (None, 1):  # JAX not distributed (or not up): the launcher's word

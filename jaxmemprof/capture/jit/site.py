@@ -9,6 +9,7 @@ import inspect
 import os
 import types
 
+from jaxmemprof.capture import library_roots
 from jaxmemprof.capture.jit.frames import _is_library
 from jaxmemprof.libraries import BY_NAME, KNOWN_WRAPPERS
 from jaxmemprof.paths import installed_part
@@ -50,7 +51,7 @@ def _wrapper_of(frames) -> str | None:
     ``package:function`` for one not known; None when the user called
     jax.jit directly."""
     for f in reversed(frames):
-        part = installed_part(os.path.abspath(f.f_code.co_filename))
+        part = installed_part(os.path.abspath(f.f_code.co_filename), library_roots.current())
         if part is None:  # the standard library, or jaxmemprof itself
             continue
         package = part.replace("\\", "/").split("/", 1)[0]
