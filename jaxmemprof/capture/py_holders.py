@@ -50,7 +50,8 @@ import types
 import weakref
 
 from jaxmemprof.capture.frame_locals import frame_locals
-from jaxmemprof.paths import is_builtin_library, is_own_file
+from jaxmemprof.capture.library_roots import is_library
+from jaxmemprof.paths import is_own_file
 
 # Kinds of a step from an object to one it refers to.
 ITEM, KEY, ATTR, CLOSURE, LOCAL, CACHE, MEMBER, REF = ("item", "key", "attr", "closure", "local", "cache",
@@ -338,7 +339,7 @@ class Search:
             file = file if type(file) is str else ""
             if name.startswith("jaxmemprof"):
                 continue
-            side = library if (name != "__main__" and (not file or is_builtin_library(file))) else user
+            side = library if (name != "__main__" and (not file or is_library(file))) else user
             side.append((GLOBAL, name, file, "", 0, d))
         for f in frames:
             code = f.f_code
@@ -347,7 +348,7 @@ class Search:
             file = code.co_filename
             if is_own_file(file):
                 continue
-            side = library if is_builtin_library(file) else user
+            side = library if is_library(file) else user
             side.append((FRAME_LOCAL, code.co_qualname if hasattr(code, "co_qualname") else code.co_name, file,
                          code.co_name, code.co_firstlineno, f))
         del frames
