@@ -13,6 +13,7 @@ import os
 from dataclasses import dataclass
 
 from jaxmemprof.analysis.sites import Attribution
+from jaxmemprof.paths import Libraries
 
 
 @dataclass(frozen=True)
@@ -42,4 +43,6 @@ class Options:
                  for f, label in (getattr(r, "source_names", None) or {}).items()}
         return Attribution(library=tuple(self.library), user=tuple(self.user), all_frames=self.all_frames,
                            roots=tuple(dict.fromkeys([*self.roots, *roots, os.getcwd()])),
-                           names=tuple(sorted(names.items())))
+                           names=tuple(sorted(names.items())),
+                           libraries=Libraries.union(Libraries.from_manifest(getattr(r, "manifest", None))
+                                                     for r in runs if r is not None))
