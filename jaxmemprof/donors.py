@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from jaxmemprof.truepeak import as_passed
+
 
 @dataclass(frozen=True)
 class Call:
@@ -80,7 +82,8 @@ def donors(calls: list[Call]) -> list[Donor]:
     info: dict[str, tuple] = {}
     first_kept: set[str] = set()
     for call in calls:
-        inputs, outputs, fates = call.inputs, call.outputs, call.fates
+        # numpy leaves at the dtype JAX passes them (float64 as float32 with x64 off): the one XLA matches
+        inputs, outputs, fates = as_passed(call.inputs, call.outputs), call.outputs, call.fates
         if len(fates) != len(inputs):
             continue
         args: dict[str, list[int]] = {}
@@ -96,7 +99,9 @@ def donors(calls: list[Call]) -> list[Donor]:
         # leaves neither stop nor back a donation. An argument all numpy in
         # this call (parameters made with numpy before the loop, at its
         # first call) says nothing here: the calls that pass device arrays
-        # decide.
+        # decide. In an argument with device leaves too, its numpy leaves'
+        # copies are donated with them: they need an output as well (JAX
+        # warns of a donated buffer no output takes).
         devs = {a: [i for i in idx if not inputs[i].get("host")] for a, idx in args.items()}
         # Arguments whose every device leaf the caller dropped with nothing
         # run after the call (state = step(state)): nothing used them after.
@@ -118,7 +123,7 @@ def donors(calls: list[Call]) -> list[Donor]:
         for a in free_args:
             # The leaves jit prunes (its program never reads them) take no
             # output and save nothing: XLA aliases the others.
-            read = [i for i in devs[a] if not inputs[i].get("pruned")]
+            read = [i for i in args[a] if not inputs[i].get("pruned")]
             trial = match(inputs, outputs, chosen + read)
             if read and all(i in trial for i in read):
                 chosen += read
