@@ -227,14 +227,17 @@ def _searched(journal) -> int:
 
 
 @pytest.mark.skipif(tpus.libtpu_missing(), reason="libtpu is not installed (pip install 'jaxmemprof[tpu]')")
-def test_a_target_search_killed_part_way_says_it_was_cut(tmp_path):
-    """run --plan --target killed (SIGKILL) once its search for the largest
-    batch on the slice has made two compiles: the report's line says the
-    search was cut short and gives the largest batch compiled before as a
-    lower bound (was: 'largest batch that fits: N (compiled, the largest
-    compiled)', as a finished search reads), the plan's section and the
-    JSON's events say it, and the slice's gate cannot pass, even with
-    --allow-unfinished (was: exit 0)."""
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT], ids=["SIGKILL", "SIGINT"])
+def test_a_target_search_stopped_part_way_says_it_was_cut(tmp_path, sig):
+    """run --plan --target stopped once its search for the largest batch on
+    the slice has made two compiles: killed (SIGKILL: the run unfinished),
+    or Ctrl-C (SIGINT: the rest of the end skipped, the run finished with
+    the script's status 0). The report's line says the search was cut short
+    and gives the largest batch compiled before as a lower bound (was:
+    'largest batch that fits: N (compiled, the largest compiled)', as a
+    finished search reads), the plan's section and the JSON's events say
+    it, and the slice's gate cannot pass, --allow-unfinished or not (was:
+    exit 0)."""
     script = write_script(tmp_path, "small.py", SMALL)
     out = tmp_path / "run"
     proc = subprocess.Popen([sys.executable, "-m", "jaxmemprof", "run", "-q", "--plan", "--target", "v5e:2x2",
@@ -244,27 +247,34 @@ def test_a_target_search_killed_part_way_says_it_was_cut(tmp_path):
     try:
         while proc.poll() is None and time.monotonic() < deadline and _searched(out / "journal.sqlite") < 2:
             time.sleep(0.005)
+        assert proc.poll() is None, "the run ended before its search had made two compiles"
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=120)
     finally:
-        proc.kill()
-        _, err = proc.communicate(timeout=60)
-    assert proc.returncode == -signal.SIGKILL, err  # killed, not finished: the search was under way
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate(timeout=60)
+    why = ("SIGINT skipped the rest of the run's end" if sig == signal.SIGINT else
+           "the run was killed after the script ended")
+    assert proc.returncode == (0 if sig == signal.SIGINT else -signal.SIGKILL), err  # SIGINT: the script's status
     report, as_json, gate, gate_unfinished = cli_batch(
         [["report", "run"], ["report", "run", "--json"], ["check", "run", "--target-fits", "v5e:2x2"],
          ["check", "run", "--target-fits", "v5e:2x2", "--allow-unfinished"]], tmp_path, env=cpu_env(COLUMNS="300"))
     assert report.returncode == 0, report.stderr
     line = next(x for x in report.stdout.splitlines() if x.startswith("v5e:2x2 step: search for"))
-    assert re.fullmatch(r"v5e:2x2 step: search for the largest batch that fits cut short \(the run (was killed after "
-                        r"the script ended|did not finish \(killed\))\): [\d,]+ fits, the largest batch compiled "
-                        r"before, a lower bound", line), line
+    assert re.fullmatch(rf"v5e:2x2 step: search for the largest batch that fits cut short \({re.escape(why)}\): "
+                        r"[\d,]+ fits, the largest batch compiled before, a lower bound", line), line
     assert "largest batch that fits: " not in report.stdout, report.stdout
-    assert "plan: the run's end was cut short (" in report.stdout, report.stdout
+    assert f"plan: the run's end was cut short ({why})" in report.stdout, report.stdout
     doc = json.loads(as_json.stdout)
     assert any("the run's end was cut short" in e for e in doc["targets"]["events"]), doc["targets"]["events"]
     assert any("the run's end was cut short" in e for e in doc["plan"]["events"]), doc["plan"]["events"]
-    assert gate.returncode == 2 and "did not finish" in gate.stderr, gate.stderr
-    assert gate_unfinished.returncode == 2 and gate_unfinished.stdout == "", gate_unfinished.stdout
-    _one_error(gate_unfinished, "had its end cut short (the run ", "its compiles for the TPU slice v5e:2x2 may not all "
-               "have been made: --target-fits cannot be checked")
+    for proc in ((gate, gate_unfinished) if sig == signal.SIGINT else (gate_unfinished,)):
+        assert proc.returncode == 2 and proc.stdout == "", proc.stdout + proc.stderr
+        _one_error(proc, f"had its end cut short ({why}): its compiles for the TPU slice v5e:2x2 may not all have "
+                   "been made: --target-fits cannot be checked")
+    if sig == signal.SIGKILL:
+        assert gate.returncode == 2 and "did not finish" in gate.stderr, gate.stderr
 
 
 def test_an_end_a_signal_skipped_reads_as_cut(tmp_path):
