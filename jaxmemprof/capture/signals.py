@@ -445,16 +445,19 @@ class EndPhase:
             heard = [b for b in data if b in self._handled]
             if heard and self.skipped_by is None:
                 self.skipped_by = heard[0]
-            if self.finalised.is_set():
-                if heard:  # the run is finalised: a signal ends the process at once
-                    self.exit_now()
-                continue  # the main thread is ending the process
+            now = time.monotonic()
             if first is None:
                 if heard:
-                    first = time.monotonic()
+                    # The main thread's handler runs as soon as it reaches Python
+                    # code (after the run is finalised, it ends the process).
+                    first = now
                 continue
-            now = time.monotonic()
-            if heard and now - first >= SECOND_SIGNAL_S or now >= first + END_GRACE_S:
+            second = bool(heard) and now - first >= SECOND_SIGNAL_S
+            if self.finalised.is_set():
+                if second:  # the main thread is ending the process, and is told again: at once
+                    self.exit_now()
+                continue
+            if second or now >= first + END_GRACE_S:
                 self.take_over()  # a second signal, or the grace is over
 
     def take_over(self) -> None:
