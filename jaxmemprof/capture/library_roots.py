@@ -3,20 +3,25 @@ libraries were installed, and kept in the run (its manifest's ``libraries``:
 paths.Libraries), so that the run reads the same on any machine.
 
 Today's rule (paths.is_builtin_library) knows JAX, the standard library and
-site-packages by their paths. The program's own sys.path says more: a
-directory on it outside the program's tree (the script's directory and the
-working directory) is a library's, whatever its name: a ``pip install
---target DIR`` on PYTHONPATH, a vendored tree, a zipapp, Bazel's runfiles.
-Inside the program's tree (or above it), a directory on sys.path is the
-program's, except the top-level packages of the distributions installed
-there (a ``*.dist-info`` that is not an editable install): the user's own
-project installed with ``pip install -e .`` stays the user's.
+site-packages by their paths. The program's sys.path says more:
+
+- a directory that was on it before the program ran (PYTHONPATH, a .pth
+  file, a launcher's) and lies outside the program's tree (the script's
+  directory and the working directory) is a library's, whatever its name: a
+  ``pip install --target DIR`` on PYTHONPATH, a vendored tree, Bazel's
+  runfiles;
+- a zip on it is a library's (a zipapp, an egg), unless it is the program;
+- anywhere else on it (inside the program's tree or above it, or put there
+  by the program itself: ``sys.path.append('../src')``), only the top-level
+  packages of the distributions installed there (a ``*.dist-info`` that is
+  not an editable install) are: the user's own project installed with
+  ``pip install -e .`` stays the user's.
 
 Computed at first use (the jit probe's first frame, the first search for
-holders) and again as the script ends (sys.path as the script left it),
-then fixed: a few ``stat`` and ``scandir`` calls, nothing imported; a
-distribution's files are read only for a ``*.dist-info`` inside the
-program's tree.
+holders), again when sys.path has changed, and as the script ends (sys.path
+as the script left it), then fixed for the run: a few ``stat`` and
+``scandir`` calls, nothing imported at start-up; a distribution's
+top_level.txt or RECORD is read only outside site-packages.
 """
 
 from __future__ import annotations
@@ -32,11 +37,28 @@ _final = False  # the manifest it was recorded in as the script ended: fixed whi
 _cache: dict[str, bool] = {}
 
 
+
+
 def _real(path: str) -> str:
     try:
         return os.path.realpath(path)
     except (OSError, ValueError):
         return path
+
+
+def _entries_before() -> frozenset:
+    """sys.path as python made it before any program ran (this module is
+    imported by ``run`` before its target starts), less its first entry
+    (``run`` replaces it with the target's own, as python would)."""
+    out = set()
+    for entry in sys.path[1:]:
+        if type(entry) is str:
+            a = os.path.abspath(entry or os.curdir)
+            out.update((a, _real(a)))
+    return frozenset(out)
+
+
+_BEFORE = _entries_before()
 
 
 def _within(path: str, directory: str) -> bool:
@@ -142,9 +164,21 @@ def _distribution_packages(entry: str, tree: tuple[str, ...]) -> list[str]:
 
 def compute(manifest: dict | None = None, path: list | None = None) -> Libraries:
     """The libraries of this process's ``sys.path`` (or ``path``), for the
-    program whose tree the run's ``manifest`` says."""
+    program whose tree the run's ``manifest`` says.
+
+    A directory is a library's whole when it was on sys.path before the
+    program ran (PYTHONPATH, a .pth file, a launcher's) and lies outside the
+    program's tree; one the program put there itself (``sys.path.append('../src')``)
+    or one that is inside the program's tree (or above it) is the program's,
+    but for the distributions installed there. A zip on sys.path is a
+    library's unless it is the program. Recorded by ``profile()``, the
+    notebook's magics or the pytest plugin (no target of run's), only
+    distributions and zips are: the program's start is not known there."""
+    manifest = manifest if isinstance(manifest, dict) else _manifest() or {}
     tree = program_tree(manifest)
     real_tree = tuple(dict.fromkeys(_real(t) for t in tree))
+    argv = manifest.get("argv")
+    before = _BEFORE if isinstance(argv, list) and argv else frozenset()
     dirs, packages = [], []
     for entry in list(sys.path if path is None else path):
         if type(entry) is not str:  # (never a program's str subclass)
@@ -161,7 +195,7 @@ def compute(manifest: dict | None = None, path: list | None = None) -> Libraries
         if not os.path.isdir(real):
             continue
         inside = any(_within(real, t) or _within(t, real) for t in real_tree)
-        if not inside:
+        if not inside and (absolute in before or real in before):
             for form in (absolute, real):
                 if form not in dirs:
                     dirs.append(form)
