@@ -10,7 +10,9 @@ TERMS: dict[str, str] = {
     "user code": "Every file that is not library code (or that `--user PATTERN` names); `--all-frames` makes every "
                  "frame user code.",
     "library code": "JAX, jaxlib, jaxmemprof itself, the Python standard library and installed packages "
-                    "(`site-packages`, `dist-packages`), and what `--lib PATTERN` adds.",
+                    "(`site-packages`, `dist-packages`; and, as the run recorded them, directories on its sys.path "
+                    "outside the program's tree and distributions installed anywhere: `pip install --target` "
+                    "on PYTHONPATH, vendored trees, zips), and what `--lib PATTERN` adds.",
     "user stack": "An allocation's stack with library frames removed, innermost first.",
     "snapshot": "What a run records at one instant: the device memory profile, one record per live array, the "
                 "allocator statistics, the time, trigger and label; numbered 1, 2, ... in the order taken.",
