@@ -21,6 +21,7 @@ import json
 
 from jaxmemprof.analysis.findings import Finding
 from jaxmemprof.analysis.rules import RULES, Words
+from jaxmemprof.devices import display
 from jaxmemprof.units import format_bytes
 
 COLUMNS = ["rule", "case", "severity", "site", "saving_bytes", "saves", "message", "fix", "evidence", "brief",
@@ -40,7 +41,9 @@ def words(f: Finding) -> Words:
     if elsewhere:  # analysis/findings.py by_effect: the run's peak is in another function's call
         w = dataclasses.replace(w, brief=f"{w.brief} (not at the run's peak)",
                                 message=f"{w.message} This does not lower the run's peak, which is {elsewhere}.")
-    return w
+    # a device named in the words as every output names it (tpu:0, not TPU_0(process=0,(0,0,0,0)))
+    return dataclasses.replace(w, **{k: display(getattr(w, k)) for k in ("brief", "brief_fix", "message", "fix",
+                                                                        "evidence")})
 
 
 def saves(f: Finding, w: Words) -> str:

@@ -28,6 +28,7 @@ import pandas as pd
 from jaxmemprof._version import __version__
 from jaxmemprof.analysis.flame import Cells
 from jaxmemprof.analysis.roles import ROLES
+from jaxmemprof.devices import display, display_all, displayed
 from jaxmemprof.finite import finite
 from jaxmemprof.render.escape import safe, safe_column, safe_field
 from jaxmemprof.render.json import _default
@@ -66,7 +67,7 @@ def _rows(df: pd.DataFrame | None, columns=None) -> list:
         return []
     if columns is not None:
         df = df[[c for c in columns if c in df.columns]]
-    return finite(df.to_dict(orient="records"))
+    return finite(displayed(df).to_dict(orient="records"))
 
 
 def _num(v):
@@ -101,7 +102,7 @@ def _cells_data(cells: Cells, S: _Strings) -> dict:
     return {
         "frames": [[S(fn), S(file), int(line), 1 if user else 0] for fn, file, line, user in cells.frames],
         "stacks": [[int(f) for f in s] for s in cells.stacks],
-        "keys": [[int(st), S(ty), S(dev), int(pr)] for st, ty, dev, pr in
+        "keys": [[int(st), S(ty), S(display(dev)), int(pr)] for st, ty, dev, pr in
                  zip(cells.keys["stack"].tolist(), cells.keys["type"], cells.keys["device"],
                      cells.keys["process"].tolist())],
         "changes": _gaps(cells.changes),
@@ -158,7 +159,7 @@ def _report_data(rep, model, S: _Strings, t_shift: float = 0.0) -> dict:
         if not dev.empty:
             for name, g in dev.groupby("device", sort=True):
                 g = g.set_index("snapshot").reindex(snaps["snapshot"].to_numpy())
-                stats.append({"process": proc, "device": S(name), "bytes_in_use": col(g, "bytes_in_use"),
+                stats.append({"process": proc, "device": S(display(name)), "bytes_in_use": col(g, "bytes_in_use"),
                               "bytes_limit": col(g, "bytes_limit")})
     markers = tl.markers
     markers_total = len(markers)
@@ -229,8 +230,8 @@ def _roles(what, rc, S: _Strings) -> dict:
     whose cells are the same."""
     from jaxmemprof.render.report import device_ranges
 
-    return {"where": what.where, "order": list(ROLES), **_cells_data(rc.cells, S),
-            "groups": [{"device": devices[0], "devices": devices, "bytes": int(total),
+    return {"where": display(what.where), "order": list(ROLES), **_cells_data(rc.cells, S),
+            "groups": [{"device": display(devices[0]), "devices": display_all(devices), "bytes": int(total),
                         "label": "" if devices == ["all"] else device_ranges(devices)} for devices, total in rc.groups]}
 
 

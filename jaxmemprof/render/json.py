@@ -6,6 +6,7 @@ import json
 import sys
 from typing import TextIO
 
+from jaxmemprof.devices import displayed
 from jaxmemprof.finite import finite
 
 SCHEMA_VERSION = 1
@@ -13,6 +14,7 @@ SCHEMA_VERSION = 1
 
 def records(rows) -> list[dict]:
     """A DataFrame's rows as dicts (a plain Table's too)."""
+    rows = displayed(rows)  # devices named as every output names them (jaxmemprof/devices.py)
     if not hasattr(rows, "to_dict"):
         return rows.records()
     return rows.to_dict(orient="records")

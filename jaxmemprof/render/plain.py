@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 
 from jaxmemprof.analysis.groups import Breakdown, Diff
+from jaxmemprof.devices import display
 from jaxmemprof.render.escape import safe
 from jaxmemprof.units import counted, format_bytes
 
@@ -62,7 +63,7 @@ def _key_texts(rows, result) -> list[str]:
         return [safe(v) for v in rows.column("site")]
     if result.by == "owner":
         return [owner_label(o, r) for o, r in zip(rows.column("owner"), rows.column("role"))]
-    return [safe(v) if v != "" else "(none)" for v in rows.column(result.key_columns[0])]
+    return [safe(display(v)) if v != "" else "(none)" for v in rows.column(result.key_columns[0])]
 
 
 def _pct(x: float) -> str:
@@ -105,7 +106,7 @@ def breakdown(label: str, rows, key: str) -> list[str]:
         return []
     parts = []
     for r in rows.records():
-        name = safe(r[key]) or f"(no {key})"
+        name = safe(display(r[key])) or f"(no {key})"
         if "delta_bytes" in r:
             parts.append(
                 f"{name} {format_bytes(r['base_bytes'])} -> {format_bytes(r['new_bytes'])} "

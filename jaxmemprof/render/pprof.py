@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from jaxmemprof.devices import display
 from jaxmemprof.pprof.reader import Profile
 from jaxmemprof.pprof.writer import BASE_LABEL, write_profile
 
@@ -13,7 +14,7 @@ def _samples(profile: Profile, stacks: list[tuple], *, base: bool):
     for stack_id, count, nbytes, kind, device in zip(
         s["stack_id"].tolist(), s["count"].tolist(), s["bytes"].tolist(), s["kind"], s["device"]
     ):
-        labels = {"kind": kind, "device": device}
+        labels = {"kind": kind, "device": display(device)}
         if base:
             labels[BASE_LABEL[0]] = BASE_LABEL[1]
         yield stacks[stack_id], (sign * count, sign * nbytes), labels

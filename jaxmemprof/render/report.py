@@ -15,6 +15,7 @@ from rich.padding import Padding
 from rich.text import Text
 
 from jaxmemprof.analysis.report import Report
+from jaxmemprof.devices import display
 from jaxmemprof.render import answer
 from jaxmemprof.render import findings as said
 from jaxmemprof.render import notes
@@ -65,7 +66,7 @@ def _explained(con: Console, explain: bool, text: str) -> None:
 def device_ranges(devices) -> str:
     """``cpu:0-7 (8 devices)`` for devices named with consecutive numbers,
     else the names; one device is its name."""
-    names = [str(d) for d in devices]
+    names = [display(str(d)) for d in devices]
     if len(names) == 1:
         return names[0]
     parsed = []
@@ -132,7 +133,7 @@ def _render_roles(rep: Report, con: Console, explain: bool) -> None:
         devices = [d for d, _ in groups]
         rows = groups[0][1]
         on = "" if devices == ["all"] else f" on {device_ranges(devices)}" + (" each" if len(devices) > 1 else "")
-        _heading(con, f"What the memory is ({safe(what.where)}{on}: {format_bytes(rows['bytes'].sum())})")
+        _heading(con, f"What the memory is ({safe(display(what.where))}{on}: {format_bytes(rows['bytes'].sum())})")
         rows = rows.sort_values("bytes", ascending=False, kind="stable")
         big, small = (rows, rows.iloc[0:0]) if explain else (rows[rows["share"] >= 0.01], rows[rows["share"] < 0.01])
         t = _table("bytes", "%", "role", "largest")
@@ -179,7 +180,7 @@ def _render_summary(rep: Report, con: Console, explain: bool) -> None:
         ended = "" if s["ended_by"] == "exit" else f" ({safe(s['ended_by'] or '?')})"
         ran = f"{_seconds(s['duration_s'])}, exit status {s['exit_status']}{ended}"
     devices = rep.timeline.devices["device"].dropna().astype(str).unique() if len(rep.timeline.devices) else []
-    backend = s["backend"] or (str(devices[0]).split(":")[0] if len(devices) else "")
+    backend = s["backend"] or (display(str(devices[0])).split(":")[0] if len(devices) else "")
     lines = [
         (f"{safe(cells)}{' ' if s.get('raised') else ': '}{ran}" if cells else f"{safe(s['command']) or 'profile()'}: {ran}")
         + (f"; {safe(backend)}, {counted(s['devices'], 'device')}" if backend else ""),
@@ -317,7 +318,7 @@ def _render_plan(rep: Report, con: Console, explain: bool) -> None:
         con.print(Text(f"the batch: {safe(', '.join(f.batch_inputs))}" + (f" ({flow})" if flow else "")
                        + f", dimension {f.axis}, recorded at {f.recorded_batch}; the peak per device"
                        + (f" (the busiest of {device_ranges(devices)})" if len(devices) > 1 else
-                          f" on {safe(devices[0])}" if devices else "")))
+                          f" on {safe(display(devices[0]))}" if devices else "")))
         if f.call_peak_bytes is not None:
             others = ", ".join(f"{safe(n)} {format_bytes(b)}" for n, b in f.not_planned[:3])
             con.print(Text(f"planned: the run's {'largest' if f.rank == 1 else 'second largest'} XLA call peak "
@@ -384,7 +385,7 @@ def _render_plan_fit(plan, f, models, con: Console) -> None:
         return sorted(set(mine.loc[mine["variant"] == variant, "batch"]))
 
     for _, m in (job if len(job) else per_device).iterrows():
-        on = "every device of the call" if m["device"] == "job" else safe(m["device"])
+        on = "every device of the call" if m["device"] == "job" else safe(display(m["device"]))
         batches = compiled("recorded")
         con.print(Text(f"for a {size} device ({on}): largest batch "
                        f"{_batch_text(m['largest_batch'], batches, searched)} in XLA's default pool, less the fit "
@@ -396,7 +397,7 @@ def _render_plan_fit(plan, f, models, con: Console) -> None:
                        f"find the largest batch by compiles)"))
     if len(job):
         con.print(Text("  by device: " + ", ".join(
-            f"{safe(m['device'])} {_batch_text(m['largest_batch'], compiled('recorded'))}"
+            f"{safe(display(m['device']))} {_batch_text(m['largest_batch'], compiled('recorded'))}"
             for _, m in per_device.iterrows())))
     fixes = models[(models["variant"] != "recorded") & (models["device"] == (job["device"].iloc[0] if len(job) else
                                                                              models["device"].iloc[0]))]

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from jaxmemprof.analysis.groups import Breakdown, Diff, Table
+from jaxmemprof.devices import displayed
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -42,12 +43,12 @@ def document(command: str, inputs: list[str], result: Breakdown | Diff, value_ty
     else:
         doc["totals"] = dict(result.totals)
         doc["unchanged_rows"] = result.unchanged_rows
-    doc["devices"] = result.table("devices").records()
+    doc["devices"] = displayed(result.table("devices")).records()
     doc["kinds"] = result.table("kinds").records()
     doc["omitted"] = {
         "rows": result.omitted_rows,
         "bytes" if show else "delta_bytes": result.omitted_bytes,
         "count" if show else "delta_count": result.omitted_count,
     }
-    doc["rows"] = result.table().records(_columns(result))
+    doc["rows"] = displayed(result.table()).records(_columns(result))
     return doc

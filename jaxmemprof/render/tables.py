@@ -8,6 +8,7 @@ import pandas as pd
 from jaxmemprof.analysis.advice.plan import MODEL_COLUMNS, PLAN_COLUMNS
 from jaxmemprof.analysis.advice.targets import LINE_COLUMNS, POINT_COLUMNS, TARGET_COLUMNS
 from jaxmemprof.analysis.report import Report
+from jaxmemprof.devices import display
 from jaxmemprof.render import findings as said
 from jaxmemprof.render import notes
 from jaxmemprof.render.json import records
@@ -66,7 +67,7 @@ def report_document(rep: Report) -> dict:
         "inputs": [rep.path],
         "warnings": list(rep.warnings),
         "summary": dict(rep.summary),
-        "manifest": rep.manifest,
+        "manifest": _manifest(rep.manifest),
         "peak_sites": records(rep.peak_sites.rows) if rep.peak_sites is not None else [],
         "timeline": records(tl.totals),
         "devices": records(tl.devices),
@@ -93,6 +94,16 @@ def report_document(rep: Report) -> dict:
         "holders": records(rep.holders),
         "findings": said.records(rep.findings),
     }
+
+
+def _manifest(manifest):
+    """The run's manifest, its devices named as every output names them
+    (jaxmemprof/devices.py: ``tpu:0``); the rest as recorded."""
+    devices = manifest.get("devices") if isinstance(manifest, dict) else None
+    if not isinstance(devices, list):
+        return manifest
+    return {**manifest, "devices": [{**d, "name": display(d["name"])} if isinstance(d, dict) and "name" in d else d
+                                    for d in devices]}
 
 
 def _empty(columns) -> pd.DataFrame:

@@ -14,6 +14,7 @@ from rich.text import Text
 
 from jaxmemprof.analysis.groups import Breakdown, Diff
 from jaxmemprof.analysis.groups import Table as Rows
+from jaxmemprof.devices import display
 from jaxmemprof.render.escape import safe
 from jaxmemprof.render.plain import breakdown, diff_left_out, owner_label, breakdown_footer
 from jaxmemprof.units import counted, format_bytes
@@ -76,7 +77,7 @@ def _key_texts(rows: Rows, result) -> list[str]:
         return [safe(v) for v in rows.column("site")]
     if result.by == "owner":
         return [owner_label(o, r) for o, r in zip(rows.column("owner"), rows.column("role"))]
-    return [safe(v) if v != "" else "(none)" for v in rows.column(result.key_columns[0])]
+    return [safe(display(v)) if v != "" else "(none)" for v in rows.column(result.key_columns[0])]
 
 
 def _pct(x: float) -> str:

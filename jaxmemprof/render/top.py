@@ -12,6 +12,7 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
+from jaxmemprof.devices import display
 from jaxmemprof.render.escape import safe
 from jaxmemprof.units import counted, format_bytes
 
@@ -116,7 +117,7 @@ def process_view(f) -> Group:
     if not f.devices.empty:
         dev = Text("devices:")
         for r in f.devices.itertuples(index=False):
-            dev.append(f" {safe(r.device)} {format_bytes(r.bytes)}")
+            dev.append(f" {safe(display(r.device))} {format_bytes(r.bytes)}")
             if r.delta_bytes:
                 dev.append(" ")
                 dev.append_text(_delta(r.delta_bytes))
