@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# The TPU lane: the bundled MLP and a GPT-style model run on a real TPU under
+# python and under jaxmemprof, with the chip's own counters read by each
+# program (benchmarks/tpu/gpt.py --stats), the runs kept for CI's fixtures
+# (tests/fixtures/tpu/) and their figures for docs/tpu.md.
+#
+#   bash benchmarks/tpu/lane.sh OUTDIR [SRC]
+#
+# SRC: the jaxmemprof checkout to run (default: this one). Runs where JAX
+# sees a TPU; elsewhere it says so and exits 0. Wheels the machine lacks
+# (click, rich, protobuf, equinox, ...) may wait in .whl-tpu/ (see
+# docs/tpu.md for the recipe).
+set -uo pipefail
+out=${1:?OUTDIR}
+src=${2:-$(cd "$(dirname "$0")/../.." && pwd)}
+mkdir -p "$out/runs"
+if [ -d "$src/.whl-tpu" ] && ls "$src"/.whl-tpu/*.whl >/dev/null 2>&1; then
+  PIP_CONFIG_FILE=/dev/null python3 -m pip install --isolated -q --no-index --no-deps --no-compile \
+    --no-cache-dir --upgrade --target /tmp/site "$src"/.whl-tpu/*.whl
+  if [ -d /opt/pypi/simple ]; then  # the machine's own index, with what each needs, after its own JAX
+    PIP_CONFIG_FILE=/dev/null python3 -m pip install --isolated -q --only-binary=:all: \
+      --index-url file:///opt/pypi/simple --target /tmp/site2 flax optax pandas jaxtyping wadler-lindig 2>&1 | tail -2
+  fi
+  export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}/tmp/site:/tmp/site2
+fi
+export PYTHONPATH=$src:${PYTHONPATH:-}
+unset JAX_PLATFORMS
+if ! python3 -c 'import jax, sys; sys.exit(0 if jax.default_backend() == "tpu" else 1)' 2>/dev/null; then
+  echo "no TPU here: the lane is skipped"; exit 0
+fi
+python3 -c 'import jax, jaxlib; print("jax", jax.__version__, "jaxlib", jaxlib.__version__, jax.devices())' | tee "$out/versions.txt"
+jmp() { python3 -m jaxmemprof "$@"; }
+t() { local name=$1; shift; local s=$SECONDS; "$@" > "$out/$name.log" 2>&1; echo "$name: exit $? in $((SECONDS - s)) s" | tee -a "$out/lane.txt"; }
+
+mlp=$src/sample_runs/train_mlp.py
+gpt=$src/benchmarks/tpu/gpt.py
+t mlp-no-donation jmp run -o "$out/runs/mlp-no-donation" --plan "$mlp" --steps 120
+t mlp-donated jmp run -o "$out/runs/mlp-donated" "$mlp" --donate --steps 120
+t mlp-leak-1500 jmp run -o "$out/runs/mlp-leak-1500" "$mlp" --leak --steps 1500
+t gpt8-python python3 "$gpt" --batch 8 --steps 10 --stats "$out/gpt8-python.json"
+t gpt8 jmp run -o "$out/runs/gpt8" "$gpt" --batch 8 --steps 10 --stats "$out/gpt8.json"
+t gpt16-donated jmp run -o "$out/runs/gpt16-donated" "$gpt" --batch 16 --steps 10 --donate --stats "$out/gpt16-donated.json"
+t gpt32-oom jmp run -o "$out/runs/gpt32-oom" "$gpt" --batch 32 --steps 2 --donate
+for r in "$out"/runs/*; do jmp report "$r" > "$out/$(basename "$r").report.txt" 2>&1; done
+exit 0
