@@ -18,7 +18,6 @@ What is kept and read of each array is in arrays.py.
 
 from __future__ import annotations
 
-import gzip
 import json
 import signal
 import sys
@@ -28,6 +27,7 @@ import time
 from jaxmemprof.capture.arrays import (_add_device_bytes, _address, _Entry, _is_ready, _json_list, _Ref,
                                        _Static, is_deleted)
 # Imported here, not in the first snapshot, whose cost sets the sampling pace.
+from jaxmemprof.capture.device_reads import memory_stats_rows, profile_buffers
 from jaxmemprof.store.writer import RunWriter, SnapshotRecord
 
 ADDRESS_MODES = ("auto", "all", "none")
@@ -408,7 +408,7 @@ class Sampler:
             t_wall=t_wall, t_mono=t_mono, trigger=trigger, label=label, profile=profile,
             live_bytes=live_bytes, buffers=buffers, arrays=len(tracked),
             new_stacks=new_stacks, new_arrays=new_rows, ended_arrays=ended,
-            address_updates=address_updates, memory_stats=_memory_stats(jax),
+            address_updates=address_updates, memory_stats=memory_stats_rows(jax),
             executables=self._executables(jax, new_stacks),
         )
 
@@ -651,52 +651,6 @@ class Sampler:
         return sid
 
 
-
-
-def profile_buffers(data: bytes) -> tuple[int, int]:
-    """(bytes, count) of the buffers in a device-memory profile (samples
-    labelled kind=buffer), read straight from the protobuf."""
-    from jaxmemprof.pprof import profile_pb2  # at the first snapshot: a script without JAX never pays for protobuf
-
-    msg = profile_pb2.Profile.FromString(gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data)
-    strings = list(msg.string_table)
-    try:
-        kind, buffer = strings.index(b"kind"), strings.index(b"buffer")
-    except ValueError:
-        return 0, 0
-    types = [strings[t.type] for t in msg.sample_type]
-    space = types.index(b"space") if b"space" in types else len(types) - 1
-    count = types.index(b"allocations") if b"allocations" in types else None
-    total = n = 0
-    for smp in msg.sample:
-        for lab in smp.label:
-            if lab.key == kind:
-                if lab.str == buffer:
-                    v = smp.value
-                    total += v[space]
-                    n += v[count] if count is not None else 1
-                break
-    return int(total), int(n)
-
-
-
-def _memory_stats(jax) -> list:
-    rows = []
-    try:
-        devices = jax.local_devices()
-    except Exception:
-        return rows
-    for d in devices:
-        try:
-            stats = d.memory_stats()
-        except Exception:
-            stats = None
-        if not stats:
-            continue
-        for k, v in stats.items():
-            if isinstance(v, (int, float)) and not isinstance(v, bool):
-                rows.append((str(d), k, int(v)))
-    return rows
 
 
 def _write_error(exc: BaseException) -> bool:

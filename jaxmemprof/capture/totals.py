@@ -10,7 +10,8 @@ from __future__ import annotations
 import threading
 
 from jaxmemprof.capture.jit import JitProbe
-from jaxmemprof.capture.sampler import Sampler, profile_buffers
+from jaxmemprof.capture.device_reads import profile_buffers
+from jaxmemprof.capture.sampler import Sampler
 from jaxmemprof.store.writer import SnapshotRecord
 
 
