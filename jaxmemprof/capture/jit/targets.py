@@ -59,7 +59,7 @@ class Target:
                     fit = slices_of(size)
                     return (f"the program's mesh has {size} devices and {self.name} has {len(self.devices)}: "
                             + (f"name a slice of {size} devices ({', '.join(fit)})" if fit else
-                               f"no slice this knows has {size} devices (libtpu lays out slices of 4, 8, 16, ... "
+                               f"no slice this knows has {size} devices (the slices rented have 1, 4, 8, 16, ... "
                                f"chips; a v4 chip is 2 devices): record the program on a mesh of 4 or more"))
                 else:
                     key = (tuple(s.mesh.devices.shape), tuple(s.mesh.axis_names))
