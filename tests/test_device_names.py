@@ -171,3 +171,22 @@ def test_a_run_recorded_with_tpu_names_reads_tpu_0_and_tpu_1_in_every_output(two
     assert "cpu:0" not in out["report"] and "cpu:1" not in out["report"]
     (by,) = [line for line in out["show by site"].splitlines() if line.startswith("by device: ")]
     assert "tpu:0 " in by and "tpu:1 " in by
+
+
+def test_a_run_recorded_on_a_real_tpu_chip_reads_tpu_0(tmp_path):
+    """tests/fixtures/tpu/mlp-no-donation: the bundled MLP recorded on a v5e chip (benchmarks/tpu/),
+    whose journal, manifest and profiles name the chip TPU_0(process=0,(0,0,0,0))."""
+    from conftest import REPO
+
+    run = REPO / "tests" / "fixtures" / "tpu" / "mlp-no-donation"
+    if not run.is_dir():
+        pytest.skip("the TPU fixtures are not in this checkout")
+    con = sqlite3.connect(f"file:{run / 'journal.sqlite'}?mode=ro", uri=True)
+    assert con.execute("SELECT devices FROM array_kinds WHERE devices LIKE '%TPU_0(process=0,%' LIMIT 1").fetchone()
+    con.close()
+    shutil.copytree(run, tmp_path / "chip")
+    out = _outputs(tmp_path, "chip")
+    for name, text in out.items():
+        assert not any(form in text for form in RUNTIME_FORMS), name
+    for name in ("report", "json", "html", "csv/devices.csv", "show ", "show --json", "show csv", "diff", "pprof"):
+        assert "tpu:0" in out[name], name
