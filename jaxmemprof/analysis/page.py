@@ -63,7 +63,7 @@ def report_model(rep, ar: Attributed) -> PageModel:
         cells=cells, held=_held(cells, peak_j) if len(pos) else [], grew=_grew(cells, 0, final_j) if len(pos) else [],
         run=run, snapshots=snaps, totals=totals, peak_j=peak_j, final_j=final_j,
         roles=role_cells(what) if what is not None and not what.by_role.empty else None,
-        fit_peak_bytes=largest_fitting_peak(device) if device else None)
+        fit_peak_bytes=largest_fitting_peak(device, getattr(plan, "backend", None)) if device else None)
 
 
 def profiles_model(profiles: list, attribution) -> PageModel:

@@ -16,6 +16,7 @@ from rich.text import Text
 
 from jaxmemprof.analysis.report import Report
 from jaxmemprof.devices import display
+from jaxmemprof import backends
 from jaxmemprof.render import answer
 from jaxmemprof.render import findings as said
 from jaxmemprof.render import notes
@@ -387,6 +388,12 @@ def _render_plan_fit(plan, f, models, con: Console) -> None:
     for _, m in (job if len(job) else per_device).iterrows():
         on = "every device of the call" if m["device"] == "job" else safe(display(m["device"]))
         batches = compiled("recorded")
+        if not backends.get(getattr(plan, "backend", None)).has_pool:  # a TPU: the whole chip (backends/tpu.py)
+            whose = " (the chip's own bytes_limit)" if getattr(plan, "device_from", "") == "bytes_limit" else ""
+            con.print(Text(f"for a {size} device{whose} ({on}): largest batch "
+                           f"{_batch_text(m['largest_batch'], batches, searched)} within the whole chip (a TPU has "
+                           f"no pool: XLA:TPU refuses at compile what cannot fit)"))
+            continue
         con.print(Text(f"for a {size} device ({on}): largest batch "
                        f"{_batch_text(m['largest_batch'], batches, searched)} in XLA's default pool, less the fit "
                        f"rule's 5 % and 64 MiB; {_batch_text(m['largest_batch_with_settings'], batches)} with "

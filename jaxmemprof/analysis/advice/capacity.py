@@ -1,9 +1,15 @@
-"""Will it fit? A run's peak against a GPU of a given size.
+"""Will it fit? A run's peak against a device of a given size, by the
+rule of the run's backend (jaxmemprof/backends/: chosen once from the
+backend the run recorded, or the one asked).
 
-Works on any run, a CPU run included: record a small run on a laptop, then
-ask whether the job fits an 80 GB GPU and with which settings.
+A TPU run (backends/tpu.py): no pool, no preallocation, no fraction: the
+step fits when the peak it needs is within the chip's memory (its
+``bytes_limit``: a v5e's 15.75 GiB), as XLA:TPU compiles and the chip runs
+it; case ``fits`` or ``cannot``, no settings.
 
-The arithmetic (figures in :mod:`jaxmemprof.analysis.advice.allocator`):
+A GPU run, and a CPU run (record a small run on a laptop, then ask whether
+the job fits an 80 GB GPU and with which settings): the GPU's pool rule
+(figures in :mod:`jaxmemprof.backends.gpu`):
 
 - the peak: the estimated true peak when the caller has one (XLA
   temporaries included), else the allocator's high-water mark, else the most
@@ -26,16 +32,10 @@ from typing import TYPE_CHECKING
 
 from dataclasses import dataclass, field
 
-from jaxmemprof.analysis.advice.allocator import (
-    DEFAULT_FRACTION,
-    MAX_FRACTION_PERCENT,
-    PREALLOCATE,
-    estimate_peak,
-    fraction_env_name,
-    fraction_setting,
-    needed_bytes,
-    percent_needed,
-)
+from jaxmemprof import backends
+from jaxmemprof.analysis.advice.allocator import estimate_peak
+from jaxmemprof.backends.gpu import (DEFAULT_FRACTION, MAX_FRACTION_PERCENT, PREALLOCATE, fraction_env_name,
+                                     fraction_setting, percent_needed)
 
 if TYPE_CHECKING:
     from jaxmemprof.analysis.attributed import Attributed
@@ -47,9 +47,9 @@ class Fit:
     peak_bytes: int  # the peak used (per device)
     peak_source: str  # where the peak came from (allocator.PEAK_SOURCES)
     peak_device: str | None  # the device it was measured on, where known
-    needed_bytes: int  # peak + 5 % + 64 MiB
-    default_fraction: float  # XLA's default pool fraction (0.75)
-    default_pool_bytes: int  # default_fraction x device_bytes
+    needed_bytes: int  # peak + 5 % + 64 MiB (a TPU: the peak)
+    default_fraction: float  # XLA's default pool fraction (0.75; a TPU: 1, no pool)
+    default_pool_bytes: int  # default_fraction x device_bytes (a TPU: the whole device)
     fits_by_default: bool  # the needed pool fits the default pool (one process)
     fraction_needed: float  # smallest whole percent holding the needed pool (may exceed 1)
     fits_at_all: bool  # fraction_needed x processes <= 0.95
@@ -63,12 +63,13 @@ class Fit:
 
 
 def will_it_fit(ar: Attributed, device_bytes: int, true_peak_bytes: int | None = None,
-                jaxlib_version: str | None = None, *, processes: int = 1) -> Fit:
-    """Whether ``run``'s peak fits a GPU with ``device_bytes`` of memory
-    (``jaxmemprof.units.parse_size("80GB")``), and with which settings.
-    ``jaxlib_version``: the jaxlib on the GPU machine, which names the
-    fraction variable (default: the one that recorded the run).
-    ``processes``: how many such processes will share the GPU."""
+                jaxlib_version: str | None = None, *, processes: int = 1, backend: str | None = None) -> Fit:
+    """Whether ``run``'s peak fits a device with ``device_bytes`` of memory
+    (``jaxmemprof.units.parse_size("80GB")``), and with which settings, by
+    the rule of ``backend`` (default: the one the run recorded; a CPU run
+    is asked of a GPU). ``jaxlib_version``: the jaxlib on the GPU machine,
+    which names the fraction variable (default: the one that recorded the
+    run). ``processes``: how many such processes will share the device."""
     device_bytes = int(device_bytes)
     if device_bytes <= 0:
         raise ValueError(f"device_bytes must be positive, not {device_bytes}")
@@ -78,7 +79,20 @@ def will_it_fit(ar: Attributed, device_bytes: int, true_peak_bytes: int | None =
     version = jaxlib_version if jaxlib_version is not None else m.get("jaxlib_version")
     name = fraction_env_name(version)
     peak = estimate_peak(ar, true_peak_bytes)
-    need = needed_bytes(peak.bytes)
+    rule = backends.get(backend) if backend is not None else backends.of_run(m)
+    environment = {str(k): str(v) for k, v in (m.get("environment") or {}).items()}
+    if not rule.has_pool:  # a TPU: the whole device, no headroom, no setting (backends/tpu.py)
+        need = rule.needed_bytes(peak.bytes)
+        fits = need * processes <= rule.usable_bytes(device_bytes)
+        return Fit(
+            device_bytes=device_bytes, peak_bytes=peak.bytes, peak_source=peak.source, peak_device=peak.device,
+            needed_bytes=need, default_fraction=1.0, default_pool_bytes=rule.usable_bytes(device_bytes),
+            fits_by_default=fits and processes == 1, fraction_needed=round(need / device_bytes, 4),
+            fits_at_all=fits, settings={},
+            case=("fits" if fits else "cannot") if processes == 1 else ("shared-fits" if fits else "shared-cannot"),
+            jaxlib_version=version, fraction_variable=name, processes=processes, environment=environment,
+            backend=rule.name)
+    need = rule.needed_bytes(peak.bytes)
     default_pool = int(device_bytes * DEFAULT_FRACTION)
     pct = percent_needed(need, device_bytes)
     fits_at_all = pct * processes <= MAX_FRACTION_PERCENT
@@ -102,8 +116,7 @@ def will_it_fit(ar: Attributed, device_bytes: int, true_peak_bytes: int | None =
         default_fraction=DEFAULT_FRACTION, default_pool_bytes=default_pool, fits_by_default=fits_by_default,
         fraction_needed=pct / 100, fits_at_all=fits_at_all, settings=settings, case=case,
         jaxlib_version=version, fraction_variable=name, processes=processes,
-        environment={str(k): str(v) for k, v in (m.get("environment") or {}).items()},
-        backend=m.get("backend"),
+        environment=environment, backend=m.get("backend") if backend is None else backend,
     )
 
 

@@ -13,9 +13,11 @@ buys there.
   ``bytes_per_example``) and whether every point lies within
   ``AFFINE_TOLERANCE`` of it (``affine``): a description, never an answer.
   With a device size: the largest *compiled* batch whose peak fits, by the
-  fit rule of :mod:`jaxmemprof.analysis.advice.capacity` (the peak plus 5 %
-  and 64 MiB within XLA's default pool, 0.75 of the device;
-  ``largest_batch_with_settings``: within 0.95, with the fraction set), and
+  fit rule of the run's backend (jaxmemprof/backends/; a GPU's, and a CPU
+  run's, the peak plus 5 % and 64 MiB within XLA's default pool, 0.75 of the
+  device, ``largest_batch_with_settings`` within 0.95 with the fraction set;
+  a TPU's, the peak within the whole chip, no pool: the device a TPU run
+  plans for, unless asked, is the chip's own ``bytes_limit``), and
   ``next_batch``, the next compiled batch, which does not fit (none: every
   compiled batch fits, and ``run --plan-device-memory`` searches further by
   compiling); for each fix (a variant other than ``recorded``) its peak
@@ -31,9 +33,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from jaxmemprof import backends
 from jaxmemprof.analysis.cells import json_cell as _json
-from jaxmemprof.analysis.advice.allocator import (DEFAULT_FRACTION, MAX_FRACTION_PERCENT, fraction_env_name,
-                                                  fraction_setting, needed_bytes, percent_needed)
+from jaxmemprof.backends.gpu import fraction_env_name, fraction_setting, needed_bytes, percent_needed
 
 PLAN_COLUMNS = ["function_id", "function", "variant", "batch", "scale", "device", "peak_bytes", "call_peak_bytes",
                 "live_outside_bytes", "argument_bytes", "output_bytes", "alias_bytes", "temp_bytes",
@@ -82,6 +84,8 @@ class Plan:
     fraction_variable: str
     searched_bytes: int | None = None  # the device run --plan-device-memory searched the largest batch for
     cut: str = ""  # why the compiles at the run's end may not all have been made ('': they were; Run.end_cut)
+    backend: str = "cpu"  # the backend whose fit rule the largest batch is found by (jaxmemprof/backends/)
+    device_from: str = ""  # where device_bytes came from: asked, searched, bytes_limit (the chip's own); '' none
 
     @property
     def compile_s(self) -> float:
@@ -103,29 +107,23 @@ def _int(v) -> int | None:
         return None
 
 
-def fits_by_default(peak: int, device_bytes: int) -> bool:
-    """The fit rule (capacity.will_it_fit): the pool the peak needs within XLA's default pool."""
-    return needed_bytes(peak) <= int(device_bytes * DEFAULT_FRACTION)
+def fits_by_default(peak: int, device_bytes: int, backend: str | None = None) -> bool:
+    """The fit rule of ``backend`` (capacity.will_it_fit; None: the GPU's, as
+    a CPU run's): a GPU's, the pool the peak needs within XLA's default pool;
+    a TPU's, the peak within the whole device."""
+    return backends.get(backend).fits(peak, device_bytes)
 
 
-def largest_fitting_peak(device_bytes: int) -> int:
+def largest_fitting_peak(device_bytes: int, backend: str | None = None) -> int:
     """The largest per-device peak that fits a device by the fit rule
     (``fits_by_default``): what ``run --plan-device-memory`` searches for."""
-    lo, hi = 0, int(device_bytes)
-    if not fits_by_default(0, device_bytes):
-        return 0
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if fits_by_default(mid, device_bytes):
-            lo = mid
-        else:
-            hi = mid
-    return lo
+    return backends.get(backend).largest_fitting_peak(device_bytes)
 
 
-def fits_at_all(peak: int, device_bytes: int) -> bool:
-    """Within the largest pool the rule advises (0.95 of the device, the fraction set)."""
-    return percent_needed(needed_bytes(peak), device_bytes) <= MAX_FRACTION_PERCENT
+def fits_at_all(peak: int, device_bytes: int, backend: str | None = None) -> bool:
+    """Within the largest pool the rule advises (a GPU: 0.95 of the device, the
+    fraction set; a TPU: the whole device, as ``fits_by_default``)."""
+    return backends.get(backend).fits_at_all(peak, device_bytes)
 
 
 class Curve:
@@ -224,7 +222,7 @@ def curves(points: pd.DataFrame) -> dict:
     return out
 
 
-def _models(points: pd.DataFrame, device_bytes: int | None) -> pd.DataFrame:
+def _models(points: pd.DataFrame, device_bytes: int | None, backend: str | None = None) -> pd.DataFrame:
     rows = []
     by_key = curves(points)
     names = dict(zip(points["function_id"], points["function"]))
@@ -238,12 +236,12 @@ def _models(points: pd.DataFrame, device_bytes: int | None) -> pd.DataFrame:
             for device in devices + ([JOB] if len(devices) > 1 else []):
                 if device == JOB:
                     parts = [by_key[(fid, variant, d)] for d in devices if (fid, variant, d) in by_key]
-                    row = _job_row(parts, device_bytes)
+                    row = _job_row(parts, device_bytes, backend)
                 else:
                     c = by_key.get((fid, variant, device))
                     if c is None:
                         continue
-                    row = _curve_row(c, device_bytes)
+                    row = _curve_row(c, device_bytes, backend)
                 at = None
                 if device_bytes is not None:
                     at = target.setdefault(device, row["largest_batch"]) if variant == RECORDED else target.get(device)
@@ -274,21 +272,21 @@ def _peak_at(by_key, fid, variant, device, devices, batch) -> int | None:
     return None if c is None else c.at(batch)
 
 
-def _curve_row(c: Curve, device_bytes: int | None) -> dict:
+def _curve_row(c: Curve, device_bytes: int | None, backend: str | None = None) -> dict:
     row = {"points": len(c.b), "batch_min": int(c.b[0]), "batch_max": int(c.b[-1]),
            "intercept_bytes": int(round(c.intercept)), "bytes_per_example": round(c.slope, 3),
            "affine": c.affine, "max_residual_bytes": int(round(c.max_residual)), "largest_batch": None,
            "largest_batch_with_settings": None, "next_batch": None}
     if device_bytes is not None:
-        row["largest_batch"] = c.largest(lambda p: fits_by_default(p, device_bytes))
-        row["largest_batch_with_settings"] = c.largest(lambda p: fits_at_all(p, device_bytes))
-        row["next_batch"] = c.above(row["largest_batch"], lambda p: fits_by_default(p, device_bytes))
+        row["largest_batch"] = c.largest(lambda p: fits_by_default(p, device_bytes, backend))
+        row["largest_batch_with_settings"] = c.largest(lambda p: fits_at_all(p, device_bytes, backend))
+        row["next_batch"] = c.above(row["largest_batch"], lambda p: fits_by_default(p, device_bytes, backend))
     return row
 
 
-def _job_row(parts: list, device_bytes: int | None) -> dict:
+def _job_row(parts: list, device_bytes: int | None, backend: str | None = None) -> dict:
     """All devices of the call together: each device's own answer, the smallest."""
-    rows = [_curve_row(c, device_bytes) for c in parts]
+    rows = [_curve_row(c, device_bytes, backend) for c in parts]
     out = {"points": min(r["points"] for r in rows), "batch_min": max(r["batch_min"] for r in rows),
            "batch_max": min(r["batch_max"] for r in rows), "intercept_bytes": None, "bytes_per_example": None,
            "affine": all(r["affine"] for r in rows), "max_residual_bytes": None, "largest_batch": None,
@@ -361,21 +359,38 @@ def build_plan(ar, findings=(), device_bytes: int | None = None) -> Plan | None:
     points = points_of(plans, names)
     planned_for = ((run.manifest or {}).get("settings") or {}).get("plan") or {}
     searched = _int(planned_for.get("device_bytes")) if isinstance(planned_for, dict) else None
-    if device_bytes is None:  # the device the run searched for, unless another is asked
-        device_bytes = searched
+    m = run.manifest or {}
+    rule = backends.of_run(m).name
+    device_from = "asked" if device_bytes is not None else ""
+    if device_bytes is None and searched is not None:  # the device the run searched for, unless another is asked
+        device_bytes, device_from = searched, "searched"
+    if device_bytes is None and not backends.get(rule).has_pool:  # a TPU: the chip it ran on, all of it
+        device_bytes = recorded_limit(run)
+        device_from = "bytes_limit" if device_bytes is not None else ""
     if device_bytes is not None:
         ok = points["peak_bytes"].notna()
-        points.loc[ok, "fits"] = [fits_by_default(int(p), device_bytes) for p in points.loc[ok, "peak_bytes"]]
+        points.loc[ok, "fits"] = [fits_by_default(int(p), device_bytes, rule) for p in points.loc[ok, "peak_bytes"]]
     ev = run.events
     said = [] if ev is None or ev.empty else [str(m) for m in ev.loc[ev["kind"] == "plan", "message"]]
     cut = str(getattr(run, "end_cut", "") or "")
     if cut:  # said first, where the plan is (JSON's events too)
         said = [cut_words(cut)] + said
-    m = run.manifest or {}
-    return Plan(points=points, models=_models(points, device_bytes), functions=_planned(run, points, names, params,
-                                                                                          list(findings)),
+    return Plan(points=points, models=_models(points, device_bytes, rule),
+                functions=_planned(run, points, names, params, list(findings)),
                 device_bytes=device_bytes, events=said, fraction_variable=fraction_env_name(m.get("jaxlib_version")),
-                searched_bytes=searched, cut=cut)
+                searched_bytes=searched, cut=cut, backend=rule, device_from=device_from)
+
+
+def recorded_limit(run) -> int | None:
+    """The smallest ``bytes_limit`` the run's devices recorded (the chip's
+    memory on a TPU); None where none did."""
+    stats = getattr(run, "memory_stats", None)
+    if stats is None or len(stats) == 0:
+        return None
+    limits = stats[stats["key"] == "bytes_limit"]
+    if limits.empty:
+        return None
+    return int(limits.groupby("device")["value"].last().min())
 
 
 def cut_words(cut: str) -> str:

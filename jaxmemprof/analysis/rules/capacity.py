@@ -4,15 +4,9 @@ report's other findings whose measured saving would make it fit."""
 
 from __future__ import annotations
 
-from jaxmemprof.analysis.advice.allocator import (
-    DEFAULT_FRACTION,
-    DOCS_URL,
-    MAX_FRACTION_PERCENT,
-    PREALLOCATE,
-    UNDERUSED_SHARE,
-    fraction_setting,
-    needed_bytes,
-)
+from jaxmemprof import backends
+from jaxmemprof.analysis.advice.allocator import DOCS_URL, UNDERUSED_SHARE
+from jaxmemprof.backends.gpu import DEFAULT_FRACTION, MAX_FRACTION_PERCENT, PREALLOCATE, fraction_setting
 from jaxmemprof.analysis.advice.capacity import Fit
 from jaxmemprof.analysis.findings import Finding
 from jaxmemprof.analysis.rules.allocator import both_fractions_findings
@@ -27,7 +21,44 @@ CAPACITY_EXCLUDES = ("library workspaces (cuDNN, cuBLAS, NCCL), the CUDA context
                      "are not in this estimate")
 
 
+TPU_DOCS = "docs/tpu.md"
+
+
+def _fit_whole_device(f: Finding, x: dict) -> Words:
+    """A backend with no pool (a TPU): the peak within the whole device, as XLA:TPU compiles it."""
+    n = x.get("processes") or 1
+    peak, device_bytes = x["peak_bytes"], x["device_bytes"]
+    pct = 100 * peak / device_bytes if device_bytes else 0.0
+    head = f"A peak of {fmt(peak)}" + (" per process" if n > 1 else "")
+    device = f"a {fmt(device_bytes)} device"
+    fits = f.case in ("fits", "shared-fits")
+    says = (f"{head} fits {device} ({pct:.1f} % of it; no pool, no preallocation: the whole device is usable)"
+            if fits else f"{head} needs {pct:.1f} % of {device}: it cannot fit (XLA:TPU refuses at compile a step "
+                         "whose temporaries exceed the device)")
+    if n > 1:
+        says = f"{says}, {n} processes sharing it"
+    bound = ""
+    if x.get("peak_source") in ("device_live_bytes", "live_bytes"):
+        bound = " The estimate is a lower bound: XLA's temporaries inside a computation are not in it."
+    fixes = x.get("fixes_that_fit") or []
+    if fits:
+        fix = brief_fix = "Nothing to set."
+    elif fixes:
+        brief_fix = f"apply the {fixes[0]['rule']} finding at {fixes[0]['site']}: it then fits"
+        fix = "Apply " + "; or ".join(f"the {c['rule']} finding at {c['site']} (saves {fmt(c['saving_bytes'])}: "
+                                      f"{fmt(c['peak_after_bytes'])} then)" for c in fixes) + \
+            ": it then fits, as measured by XLA's compile of the fixed step."
+    else:
+        fix, brief_fix = LOWER_THE_PEAK, "lower the peak, or use a larger device"
+    evidence = (f"peak {exact(peak)}, from {peak_source(x)}; device {exact(device_bytes)} (its bytes_limit on a "
+                f"TPU), all of it usable: no pool fraction, no headroom; backend {x.get('backend')}")
+    return Words(brief=says + ".", brief_fix=brief_fix, message=says + "." + bound, fix=fix + f" See {TPU_DOCS}",
+                 evidence=evidence)
+
+
 def _fit(f: Finding, x: dict) -> Words:
+    if not backends.get(x.get("backend")).has_pool:
+        return _fit_whole_device(f, x)
     pct = round(x["fraction_needed"] * 100)
     n = x.get("processes") or 1
     peak, need, device_bytes = x["peak_bytes"], x["needed_bytes"], x["device_bytes"]
@@ -116,7 +147,8 @@ def _fixes_that_fit(fit: Fit, others: list[Finding]) -> list[dict]:
             continue
         per_device = int(f.facts.get("saving_bytes_per_device", f.saving_bytes))
         after = max(fit.peak_bytes - per_device, 0)
-        if fit.processes == 1 and needed_bytes(after) <= fit.default_pool_bytes:
+        rule = backends.get(fit.backend)
+        if fit.processes == 1 and rule.needed_bytes(after) <= fit.default_pool_bytes:
             out.append({"rule": f.rule, "site": f.site, "saving_bytes": per_device, "peak_after_bytes": after})
     return sorted(out, key=lambda x: -x["saving_bytes"])
 
