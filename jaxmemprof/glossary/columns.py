@@ -33,7 +33,8 @@ GLOSSARY: dict[str, str] = {
                      "1 (over devices the worst); empty without allocator statistics.",
     "unattributed_bytes": "`bytes_in_use` minus `live_bytes` on the devices that report it: XLA temporaries, "
                           "allocator slack, library workspaces; empty on CPU.",
-    "device": "The device as JAX names it (`cpu:0`, `cuda:0`, `TPU_0`).",
+    "device": "The device, by platform and id (`cpu:0`, `gpu:0`, `tpu:0`); the run keeps the name JAX gave it "
+              "(a TPU's `TPU_0(process=0,(0,0,0,0))`).",
     # executables and markers
     "executables": "Loaded executables at the snapshot (compiled XLA programs); empty when the run recorded none.",
     "code_bytes": "Generated code bytes of the executables loaded at the snapshot (0 on CPU); empty when the run "
