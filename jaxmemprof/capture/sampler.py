@@ -28,10 +28,11 @@ from jaxmemprof.capture.arrays import (_add_device_bytes, _address, _Entry, _is_
                                        _Static, is_deleted)
 # Imported here, not in the first snapshot, whose cost sets the sampling pace.
 from jaxmemprof.capture.device_reads import memory_stats_rows, profile_buffers
+from jaxmemprof.capture.steps import STALE_S, Steps, on_grid, searched
 from jaxmemprof.store.writer import RunWriter, SnapshotRecord
 
 ADDRESS_MODES = ("auto", "all", "none")
-TRIGGERS = ("interval", "first", "exit", "exception", "oom", "signal", "api")
+TRIGGERS = ("interval", "first", "step", "exit", "exception", "oom", "signal", "api")
 
 
 # Signals a thread raises itself by a fault: never blocked (blocked, the kernel
@@ -118,6 +119,7 @@ class Sampler:
         # after a snapshot, outside its cost; None: none
         self.py_holders = None
         self._pending_search = None  # (snapshot, trigger, live bytes, calls in flight) the next search is for
+        self.steps = Steps()  # the program's markers: snapshots keyed to its steps (capture/steps.py)
 
     # -- the background thread -------------------------------------------------
 
@@ -151,6 +153,28 @@ class Sampler:
                       self._t0 + (self._spent + self._cost) * times)
         return due
 
+    def timed_due(self) -> float:
+        """When the next timed snapshot is due: ``next_due()``, and while
+        the program steps (capture/steps.py) not before the last snapshot
+        is ``STALE_S`` old or the markers stop (checked again then)."""
+        due, s = self.next_due(), self.steps
+        if s.stepping(time.monotonic()):
+            due = max(due, min(self._last_mono + STALE_S, s.last + s.quiet_s()))
+        return due
+
+    def step(self, n: int) -> None:
+        """Marker ``n`` (``steps.placed()``) is in the journal, in the
+        program's thread: a snapshot now when its step is on the grid, and
+        the holder search after it at the grid's search steps (capture/steps.py)."""
+        if self.failed or not on_grid(n, self.steps.per_level) or jax_ready() is None:
+            return
+        with self._lock:
+            if self.snapshot("step", search=False) is None:
+                return
+            if searched(n, self.steps.per_level):
+                self.search_holders()
+            self._pending_search = None
+
     def _loop(self) -> None:
         block_signals_in_this_thread()
         poll = min(self.interval, 0.05)
@@ -163,13 +187,19 @@ class Sampler:
                     continue
                 while self.backend_hooks:
                     self.backend_hooks.pop(0)()
-                if not self.first_taken and self._has_arrays():
-                    self.snapshot("first")
+                # Arrays, and still no step an interval later: a program
+                # whose first step made them (and compiled it) takes its
+                # first snapshot at that step, in every run.
+                if self._has_arrays():
+                    if self._stop.wait(self.interval):
+                        return
+                    if not self.steps.stepping(time.monotonic()):
+                        self.snapshot("first")
                 continue
             # Counted from the last snapshot, whoever took it.
-            if self._stop.wait(max(0.0, self.next_due() - time.monotonic())):
+            if self._stop.wait(max(0.0, self.timed_due() - time.monotonic())):
                 return
-            if time.monotonic() < self.next_due():
+            if time.monotonic() < self.timed_due():
                 continue
             # Many arrays made since the last snapshot (a model being built)
             # cost a description each: wait until the budget affords them,
@@ -177,6 +207,8 @@ class Sampler:
             # The list of live arrays holds every array it lists alive: it
             # exists only while this thread holds the lock (see holding()).
             with self._lock:
+                if time.monotonic() < self.timed_due():
+                    continue  # a step's snapshot meanwhile
                 affordable, live = self._affordable_at()
                 now = time.monotonic()
                 if affordable <= now:
@@ -270,8 +302,8 @@ class Sampler:
         if jax is None or self.failed or self.writer.closed:
             return None
         with self._lock:
-            if trigger == "first" and self.first_taken:
-                return None  # someone else took a snapshot meanwhile
+            if trigger == "first" and (self.first_taken or self.steps.stepping(time.monotonic())):
+                return None  # someone else took a snapshot meanwhile, or a step will
             if not self.first_taken:
                 # protobuf's reader, imported at the first snapshot so that a
                 # script without JAX never pays for it: a one-time start-up
@@ -288,7 +320,7 @@ class Sampler:
                 # Background snapshots never wait for a computation to finish;
                 # one the program asked for (or its last) reads every address.
                 if wait is None:
-                    wait = trigger not in ("interval", "first")
+                    wait = trigger not in ("interval", "first", "step")
                 rec = self._collect(jax, trigger, label, t_wall, t_mono, live, wait=wait)
                 rec.cost_s = time.thread_time() - c0 + self._checks
                 self._checks = 0.0
