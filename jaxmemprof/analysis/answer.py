@@ -32,6 +32,7 @@ class Answer:
     inside: tuple  # ((bytes, kind, site), ...) XLA's buffers at the call's own peak, by the user's line
     fix: Finding | None  # the fix that lowers the peak most (a measured saving first)
     fix_number: int | None  # its number among the report's findings
+    counters: dict | None = None  # the chip's own counters beside the true peak (summary["chip"], analysis/counters.py)
 
     @property
     def inside_call(self) -> bool:
@@ -103,4 +104,4 @@ def answer(summary: dict, inside, busiest: int, jit_memory: pd.DataFrame, jit_pe
         true_peak_jitted_at=_jitted_at(jit_memory, inside.function_id) if in_call else "",
         devices=int(summary.get("devices") or 1), composition=composition, composition_rest=rest,
         inside=_inside(jit_peak, inside.function_id, inside.signature) if in_call else (),
-        fix=fix, fix_number=number)
+        fix=fix, fix_number=number, counters=summary.get("chip"))

@@ -16,6 +16,7 @@ from jaxmemprof.analysis.advice.donation import jit_memory
 from jaxmemprof.analysis.peaks import busiest_snapshot, true_peaks
 from jaxmemprof.analysis.advice.plan import build_plan
 from jaxmemprof.analysis.advice.targets import build_targets
+from jaxmemprof.analysis.counters import chip_counters
 from jaxmemprof.analysis.findings import by_effect, in_proportion, ranked
 from jaxmemprof.analysis.groups import Breakdown
 from jaxmemprof.analysis.inside_jit import largest_buffers, peak_by_line, program_curves
@@ -103,6 +104,7 @@ def build_report(ar: Attributed, *, extra_rules=()) -> Report:
     device_peak, total_true_peak, inside = true_peaks(run, tl)
     busiest = busiest_snapshot(tl)
     where = "" if inside is None else inside.where if inside.device_bytes > busiest else "at the snapshot peak"
+    chip = chip_counters(run, inside, device_peak, busiest)  # the chip's own counters beside the model
     what = roles(ar, tl.devices)
     fit = will_it_fit(ar, options.device_memory, device_peak) if options.device_memory is not None else None
     # The rules, each family in turn (analysis/rules/): detection, severity and words in one module each.
@@ -147,6 +149,8 @@ def build_report(ar: Attributed, *, extra_rules=()) -> Report:
         "estimated_true_peak_bytes": total_true_peak,
         "estimated_true_peak_device_bytes": device_peak,
         "estimated_true_peak_where": where,
+        # the chip's own counters (memory_stats) beside the true peak, the difference named (analysis/counters.py)
+        "chip": chip,
         "arrays_seen": int(len(arrays)),
         "per_array_data": bool(run.has_arrays),
         # the searches for the Python references holding arrays (capture/py_holders.py) and their CPU time

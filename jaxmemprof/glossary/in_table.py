@@ -277,6 +277,18 @@ IN_TABLE: dict[str, dict[str, str]] = {
         "buffers": "Buffers (array shards) the reuse analysis matched by address.",
     },
     "summary": {
+        "chip": ("The chip's own counters beside the true peak (analysis/counters.py; null where the backend reports "
+                 "none, a CPU): an object of `backend`; `device` (the device whose counters peaked highest); "
+                 "`chip_peak_bytes` (what its counters reached: on a TPU `peak_bytes_in_use + peak_bytes_reserved`, "
+                 "an upper bound, `upper_bound` true, where the two high-water marks need not coincide; on a GPU the "
+                 "BFC's `peak_bytes_in_use`); `peak_in_use_bytes`, `peak_reserved_bytes` (null off a TPU), "
+                 "`bytes_limit`, `share_of_limit`; `needed_bytes` (the true peak on the busiest device), "
+                 "`over_needed_bytes` (`chip_peak_bytes - needed_bytes`), `over_needed_share` (of `needed_bytes`); "
+                 "`arrays_needed_bytes` and `temporaries_bytes` (the true peak's arrays, and XLA's temporaries and "
+                 "code); on a TPU, `queued_generations` (whole generations of `queued_function`'s new outputs, "
+                 "`outputs_per_call_bytes` each: its outputs less what it aliases, 0 when donated, in use beyond the "
+                 "step's arrays: outputs of steps queued by async dispatch), `queued_bytes` and `other_bytes` (the "
+                 "rest beyond the step's arrays: padding and small buffers)."),
         "devices": "How many devices the run used.",
         "finished": "True when the run ended and its manifest was completed (false: killed, or still running).",
     },

@@ -96,3 +96,43 @@ def change_lines(new, old: tuple, old_dir: str, new_dir: str) -> list[str]:
             parts.append(f"{name} {format_pair(a, b)} ({format_bytes(b - a, signed=True)})")
     return [f"since the previous run ({safe(old_dir)}): " + ("; ".join(parts) or "no peak to compare"),
             f"gate: jaxmemprof check {safe(new_dir)} --baseline {safe(old_dir)} --max-increase 0"]
+
+
+def counters_lines(a) -> list[str]:
+    """The chip's own counters beside the true peak (``a.counters``:
+    analysis/counters.py), and the difference named: ``chip's counters
+    15.74 GiB of 15.75 GiB (99.96 %) on tpu:0: arrays 7.35 GiB + the
+    program's reservation 8.39 GiB, an upper bound`` then what is beyond
+    the step's need (outputs of queued steps, the reservation, padding)."""
+    c = getattr(a, "counters", None) if a is not None else None
+    if not c or c.get("chip_peak_bytes") is None:
+        return []
+    chip, limit, reserved = c["chip_peak_bytes"], c.get("bytes_limit"), c.get("peak_reserved_bytes")
+    head = f"chip's counters {format_bytes(chip)}"
+    if limit:
+        head += f" of {format_bytes(limit)} ({100 * chip / limit:.2f} %)"
+    head += f" on {safe(str(c.get('device')))}"
+    if reserved is not None:
+        head += (f": arrays {format_bytes(c['peak_in_use_bytes'])} (peak_bytes_in_use) + the program's reservation "
+                 f"{format_bytes(reserved)} (peak_bytes_reserved)" + (", an upper bound" if c.get("upper_bound") else ""))
+    else:
+        head += " (peak_bytes_in_use)"
+    need = c.get("needed_bytes")
+    if need is None:
+        return [head]
+    over = c.get("over_needed_bytes") or 0
+    generations = c.get("queued_generations") or 0
+    if not generations:
+        share = 100 * over / chip if chip else 0.0
+        return [head, f"the step's need (the true peak {format_bytes(need)}) is within {abs(share):.2f} % of them "
+                      f"({format_bytes(-over, signed=True)})"]
+    parts = [f"{generations} more generation{'s' if generations > 1 else ''} of {safe(str(c.get('queued_function')))}'s "
+             f"outputs, {format_bytes(c['queued_bytes'])} ({format_bytes(c['outputs_per_call_bytes'])} each), kept for "
+             "steps queued ahead of the chip (async dispatch)"]
+    if reserved is not None and c.get("temporaries_bytes") is not None:
+        parts.append(f"the program's reservation {format_bytes(reserved - c['temporaries_bytes'], signed=True)} "
+                     "from XLA's temporaries and code")
+    if c.get("other_bytes"):
+        parts.append(f"{format_bytes(c['other_bytes'], signed=True)} padding and small buffers")
+    return [head, f"beyond the step's need (the true peak {format_bytes(need)}): {format_bytes(over, signed=True)}: "
+                  + "; ".join(parts)]

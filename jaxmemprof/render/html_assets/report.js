@@ -219,6 +219,7 @@
           A.composition.forEach(function (c) { var li = add(ul0, el("li")); add(li, el("span", "num", bytes(c[1])), el("span", "site", c[0])); });
         }
         if (A.inside) add(tp, el("p", "hint", A.inside));
+        (A.chip || []).forEach(function (line) { add(tp, el("p", "hint jmp-chip", line)); });  // the chip's own counters
       }
       var t = tile("Live peak", "jmp-peak");
       add(t, el("p", "big", bytes(H.peak_bytes)));
