@@ -124,8 +124,10 @@ def counters_lines(a) -> list[str]:
     generations = c.get("queued_generations") or 0
     if not generations:
         share = 100 * over / chip if chip else 0.0
-        return [head, f"the step's need (the true peak {format_bytes(need)}) is within {abs(share):.2f} % of them "
-                      f"({format_bytes(-over, signed=True)})"]
+        side = "above" if over < 0 else "below"
+        rest = "" if over <= 0 or not c.get("other_bytes") else ": padding and small buffers"
+        return [head, f"the step's need (the true peak {format_bytes(need)}) is {abs(share):.2f} % {side} them "
+                      f"({format_bytes(-over, signed=True)}){rest}"]
     parts = [f"{generations} more generation{'s' if generations > 1 else ''} of {safe(str(c.get('queued_function')))}'s "
              f"outputs, {format_bytes(c['queued_bytes'])} ({format_bytes(c['outputs_per_call_bytes'])} each), kept for "
              "steps queued ahead of the chip (async dispatch)"]

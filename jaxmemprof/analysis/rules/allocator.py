@@ -1,7 +1,11 @@
 """The allocator's settings: ``allocator-platform``, ``-fraction``,
 ``-preallocate``, ``-fragmentation`` and ``-env``, found here from the run's
 environment, the allocator's statistics and the peak
-(analysis/advice/allocator.py reads them)."""
+(analysis/advice/allocator.py reads them), on a backend whose allocator
+they are (a GPU's: jaxmemprof/backends/, ``allocator_advice``); and in their
+place on a TPU, ``queued-steps``: outputs of steps dispatched ahead of the
+chip, from its own counters beside the true peak (analysis/counters.py),
+and what bounds them."""
 
 from __future__ import annotations
 
@@ -40,7 +44,11 @@ from jaxmemprof.analysis.advice.allocator import (
     reads_new_fraction_name,
     uses_bfc,
 )
+from jaxmemprof import backends
 from jaxmemprof.analysis.attributed import Attributed
+from jaxmemprof.analysis.counters import chip_counters
+from jaxmemprof.analysis.peaks import busiest_snapshot, true_peaks
+from jaxmemprof.backends.tpu import INFLIGHT_CAP, INFLIGHT_MEASURED
 from jaxmemprof.analysis.findings import Finding
 from jaxmemprof.analysis.rules.base import (LOWER_THE_PEAK, POOL_TRADE_OFF, Context, Rule, Words, exact, fmt,
                                             peak_source, set_fraction)
@@ -49,7 +57,83 @@ from jaxmemprof.units import format_bytes
 
 
 def detect(ctx: Context) -> list[Finding]:
-    return allocator_findings(ctx.ar, ctx.device_peak, timeline=ctx.tl)
+    return allocator_findings(ctx.ar, ctx.device_peak, timeline=ctx.tl) + queued_findings(ctx.ar, ctx.tl)
+
+
+def queued_findings(ar: Attributed, tl) -> list[Finding]:
+    """On a backend whose counters show the outputs of queued steps (a TPU):
+    one finding when whole generations of the largest call's outputs were in
+    use beyond what the step needs (analysis/counters.py)."""
+    run = ar.run
+    if not backends.of_run(run.manifest).queue_advice:
+        return []
+    device_peak, _, inside = true_peaks(run, tl)
+    c = chip_counters(run, inside, device_peak, busiest_snapshot(tl))
+    if not c or not c.get("queued_generations"):
+        return []
+    share = c.get("share_of_limit")
+    # no saving: bounding the queue lowers what the counters read, not what the step needs (the true peak)
+    return [Finding(rule="queued-steps", severity="medium" if share is not None and share >= NEAR_LIMIT else "low",
+                    facts={
+                        "function": c["queued_function"], "generations": int(c["queued_generations"]),
+                        "queued_bytes": int(c["queued_bytes"]), "outputs_per_call_bytes": int(c["outputs_per_call_bytes"]),
+                        "device": c["device"], "chip_peak_bytes": int(c["chip_peak_bytes"]),
+                        "peak_in_use_bytes": int(c["peak_in_use_bytes"]),
+                        "peak_reserved_bytes": c.get("peak_reserved_bytes"), "bytes_limit": c.get("bytes_limit"),
+                        "share_of_limit": share, "needed_bytes": int(c["needed_bytes"]),
+                        "inflight_cap": INFLIGHT_CAP})]
+
+
+NEAR_LIMIT = 0.95  # the counters at or above this share of bytes_limit: medium (they read as full)
+TPU_DOCS = "docs/tpu.md"
+
+
+def _queued(f: Finding, x: dict) -> Words:
+    g, fn = x["generations"], x["function"]
+    gens = f"{g} more generation{'s' if g > 1 else ''} of {fn}'s outputs"
+    limit = x.get("bytes_limit")
+    of = f" of {fmt(limit)} ({100 * x['chip_peak_bytes'] / limit:.2f} %)" if limit else ""
+    return Words(
+        brief=(f"{gens} ({fmt(x['queued_bytes'])}) were kept for steps queued ahead of the chip: its counters read "
+               f"{fmt(x['chip_peak_bytes'])}{of} while the step needs {fmt(x['needed_bytes'])}."),
+        brief_fix=f"donate {fn}'s state, or cap the steps in flight ({INFLIGHT_CAP})",
+        message=(f"{gens} ({fmt(x['queued_bytes'])}, {fmt(x['outputs_per_call_bytes'])} each) were in use for steps "
+                 f"Python dispatched ahead of the chip (async dispatch): the chip's counters read "
+                 f"{fmt(x['chip_peak_bytes'])}{of} on {x['device']} while the step needs {fmt(x['needed_bytes'])}. "
+                 "Not a failure by itself (near the limit the runtime waits for memory before it dispatches more), "
+                 "but memory_stats() and XProf read it as used, and it is no headroom."),
+        fix=(f"Donate {fn}'s state (the donate finding: each step's outputs then reuse its inputs, and no "
+             f"generation is kept); or bound the queue before the first device use with {INFLIGHT_CAP} "
+             f"({INFLIGHT_MEASURED}); or block on a step's output every few steps (jax.block_until_ready: public "
+             f"training code keeps at most 2 steps in flight by blocking on step n-2). See {TPU_DOCS}"),
+        evidence=(f"peak_bytes_in_use {exact(x['peak_in_use_bytes'])} + peak_bytes_reserved "
+                  f"{exact(x.get('peak_reserved_bytes') or 0)} = {exact(x['chip_peak_bytes'])} (an upper bound: two "
+                  f"high-water marks); the true peak {exact(x['needed_bytes'])}; arrays beyond the step's: {g} x "
+                  f"{fn}'s outputs less aliased ({exact(x['outputs_per_call_bytes'])})"))
+
+
+QUEUED_STEPS = Rule(
+    "queued-steps", made_by="analysis/rules/allocator.py",
+    summary=("On a TPU, whole generations of a call's outputs in use for steps queued ahead of the chip (async "
+             "dispatch), beyond what the step needs: donate, cap the steps in flight, or sync every few steps "
+             "(analysis/rules/allocator.py)."),
+    facts={"": ("function", "generations", "queued_bytes", "outputs_per_call_bytes", "device", "chip_peak_bytes",
+                "peak_in_use_bytes", "peak_reserved_bytes", "bytes_limit", "share_of_limit", "needed_bytes",
+                "inflight_cap")},
+    meanings={"function": "The jitted function at the true peak, whose outputs are counted.",
+              "generations": "Whole generations of its new outputs in use beyond the step's arrays.",
+              "queued_bytes": "`generations x outputs_per_call_bytes`.",
+              "outputs_per_call_bytes": "Its outputs less what it aliases (donation), per device.",
+              "device": "The device whose counters peaked highest.",
+              "chip_peak_bytes": "`peak_bytes_in_use + peak_bytes_reserved` there: an upper bound.",
+              "peak_in_use_bytes": "Its `peak_bytes_in_use` (arrays).",
+              "peak_reserved_bytes": "Its `peak_bytes_reserved` (the running program's reservation).",
+              "bytes_limit": "Its `bytes_limit`.",
+              "share_of_limit": "`chip_peak_bytes / bytes_limit` (medium from 0.95).",
+              "needed_bytes": "The true peak on the busiest device: what the step needs.",
+              "inflight_cap": "The line that caps the computations in flight."},
+    words={"": _queued},
+)
 
 
 def _platform(f: Finding, x: dict) -> Words:
@@ -338,7 +422,7 @@ def allocator_findings(ar: Attributed, true_peak_bytes: int | None = None, *, pr
     env = {str(k): str(v) for k, v in (m.get("environment") or {}).items()}
     jaxlib = m.get("jaxlib_version")
     backend = str(m.get("backend") or "").lower()
-    if backend not in GPU_BACKENDS:
+    if not backends.get(backend).allocator_advice:  # the GPU's allocator variables are the GPU's alone
         return both_fractions_findings(env, jaxlib, backend)
     found = env_findings(env, jaxlib, backend=backend)
 
@@ -477,4 +561,5 @@ def env_findings(env: dict, jaxlib_version: str | None, backend: str = "gpu") ->
     return out
 
 
-RULES = (ALLOCATOR_PLATFORM, ALLOCATOR_FRACTION, ALLOCATOR_PREALLOCATE, ALLOCATOR_FRAGMENTATION, ALLOCATOR_ENV,)
+RULES = (ALLOCATOR_PLATFORM, ALLOCATOR_FRACTION, ALLOCATOR_PREALLOCATE, ALLOCATOR_FRAGMENTATION, ALLOCATOR_ENV,
+         QUEUED_STEPS)
