@@ -31,6 +31,7 @@ import signal
 import sys
 import threading
 
+from jaxmemprof.capture.oom import failure_line
 from jaxmemprof.capture.exits import (_ProcessState, _report_exception, _run_atexit_handlers, _system_exit_status,
                                       _wait_for_threads)
 from jaxmemprof.capture.session import Session
@@ -133,9 +134,12 @@ def _run(target: Target, kind: str, session: Session) -> tuple[int, str, bool]:
         if type(failure) is KeyboardInterrupt:  # exactly: a subclass is an exception like any other
             sampler.snapshot("signal", "SIGINT")
             status, how = 128 + signal.SIGINT, "SIGINT"
-        elif is_out_of_memory(failure):
+        elif is_out_of_memory(failure) or isinstance(failure, MemoryError):  # XLA's RESOURCE_EXHAUSTED, the host's
             index = sampler.snapshot("oom", name)
-            _add_event(session, "oom", safe_str(failure)[:2000], index)
+            text = safe_str(failure)
+            _add_event(session, "oom", (f"{name}: {text}" if isinstance(failure, MemoryError) else text)[:20000],
+                       index)
+            _add_event(session, "oom-at", failure_line(failure), index)
             status, how = 1, "oom"
         else:
             index = sampler.snapshot("exception", name)

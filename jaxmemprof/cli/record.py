@@ -351,6 +351,8 @@ def _closing(tgt, directory, status=None, ended_by=None, duration_s=None, before
         if before is not None:  # the end phase's progress line cleared
             before(None)
         con = text.console(stream)
+        for line in _oom_lines(run_, att.display_path):  # XLA's reason and what fits lead (render/oom.py)
+            con.print(line, markup=False, highlight=False)
         if ov.oom_sites is not None:
             text.render_oom(ov.oom_sites, con)
         problems = run_.events.loc[run_.events["kind"].isin(["sampler-error", "probe-error"]), "message"].tolist()
@@ -383,3 +385,13 @@ def _closing(tgt, directory, status=None, ended_by=None, duration_s=None, before
     except Exception as exc:  # the run itself is safe on disk
         # A stderr that cannot be written fails here again, and is silenced.
         say(f"jaxmemprof: warning: could not summarise the run: {exc}")
+
+
+def _oom_lines(run_, show) -> list:
+    """The run's out-of-memory lines, and a --target slice's refusal (analysis/oom.py, render/oom.py)."""
+    from jaxmemprof.analysis.oom import out_of_memory, target_refusals
+    from jaxmemprof.render.oom import lines, target_lines
+
+    answer = out_of_memory(run_)
+    return [f"jaxmemprof: {x}" for x in (lines(answer, show) if answer is not None else [])] + \
+        [f"jaxmemprof: target {x}" for x in target_lines(target_refusals(run_), show)]

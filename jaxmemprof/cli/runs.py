@@ -79,7 +79,12 @@ def _write_text(rep, ar, *, top, explain, **_):
     from jaxmemprof.render import text
     from jaxmemprof.render.report import render_report
 
-    render_report(rep, text.console(stdout_stream()), top=top, explain=explain)
+    con = text.console(stdout_stream())
+    from jaxmemprof.cli.record import _oom_lines
+
+    for line in _oom_lines(ar.run, ar.attribution.display_path):  # out of memory: XLA's reason leads
+        con.print(line.removeprefix("jaxmemprof: "), markup=False, highlight=False)
+    render_report(rep, con, top=top, explain=explain)
 
 
 @cli.command()

@@ -6,29 +6,24 @@ sampled calls' abstract arguments, the largest functions held) serves the
 donation advice's verifying compiles at the end (whatif.py), and nothing is
 planned.
 
-- At a sampled call of a user's function (``Planner.abstract``, before the
-  call): the call's arguments as ``lower()`` takes them, every array as a
-  ShapeDtypeStruct (shape, dtype, sharding, weak type), static arguments
-  and Python scalars as they are, each array named by its input leaf's key
-  (``flow.leaf_key``). After the call (``Planner.keep``): kept per
-  signature (the function's largest few), and the jitted function itself
-  held for the ``PLAN_FUNCTIONS`` functions with the largest XLA call
-  peaks so far (a step jitted in ``main()`` is dropped before the end).
-- At the end (``Planner.run``, the last of JitProbe.uninstall's steps): the
-  function with the run's largest XLA call peak (and the next, if its peak
-  is at least ``PLAN_SHARE`` of it) is planned from its largest signature:
-  the batch is the inputs ``flow.batch_keys`` names, its size the one they
-  share at ``axis`` (by bytes); the step is compiled for the recorded batch
-  times each scale (``variant`` recorded), and, at the recorded batch and
-  the largest scale, with the carried state donated (``donated``: jax.jit,
-  flax.nnx.jit and jax.pmap, jitted anew with donate_argnums) and every
-  float32 argument as bfloat16 (``bfloat16``). Each row has XLA's figures
-  per device, the live bytes outside the call (live before the recorded
-  call, less its arguments), what the compile took, and the backend.
-- Under ``run --target SLICE`` (targets.py), the same functions compiled
-  for that TPU slice, to ``jit_targets``: at the recorded batch, donated
-  and in bfloat16; with ``--plan`` at each scale too, and the largest batch
-  that fits one of the slice's devices searched by compiling for it.
+- At a sampled call of a user's function (``Planner.abstract``, before the call): the call's arguments
+  as ``lower()`` takes them, every array as a ShapeDtypeStruct (shape, dtype, sharding, weak type),
+  static arguments and Python scalars as they are, each array named by its input leaf's key
+  (``flow.leaf_key``). After the call (``Planner.keep``): kept per signature (the function's largest
+  few), and the jitted function itself held for the ``PLAN_FUNCTIONS`` functions with the largest XLA
+  call peaks so far (a step jitted in ``main()`` is dropped before the end).
+- At the end (``Planner.run``, the last of JitProbe.uninstall's steps): the function with the run's
+  largest XLA call peak (and the next, if its peak is at least ``PLAN_SHARE`` of it) is planned from its
+  largest signature: the batch is the inputs ``flow.batch_keys`` names, its size the one they share at
+  ``axis`` (by bytes); the step is compiled for the recorded batch times each scale (``variant``
+  recorded), and, at the recorded batch and the largest scale, with the carried state donated
+  (``donated``: jax.jit, flax.nnx.jit and jax.pmap, jitted anew with donate_argnums) and every float32
+  argument as bfloat16 (``bfloat16``). Each row has XLA's figures per device, the live bytes outside the
+  call (live before the recorded call, less its arguments), what the compile took, and the backend.
+- Under ``run --target SLICE`` (targets.py), the same functions compiled for that TPU slice, to
+  ``jit_targets``: at the recorded batch, donated and in bfloat16; with ``--plan`` (or where the slice
+  refuses the recorded batch) the largest batch that fits one of its devices, searched by compiling for it.
+- A call that ran out of memory (oom.py): its signature compiled at the end for what fits.
 """
 
 from __future__ import annotations
@@ -38,6 +33,7 @@ import math
 import time
 from dataclasses import dataclass
 
+from jaxmemprof.capture.jit.oom import what_fits
 from jaxmemprof.capture.jit.whatif import (VERIFY_MIN_S, VERIFY_SHARE, Retraces, compile_figures,
                                            donated_arguments, function_donors, rejit, verify)
 from jaxmemprof.flow import CARRIED, UNKNOWN, batch_keys, flows, leaf_key
@@ -124,6 +120,7 @@ class Planner:
         # functions some of whose figures came from re-traces (function_id -> what: whatif, plan, target)
         self.retraces = Retraces(probe)
         self.retraced: dict = {}
+        self.failure = None  # the call that ran out of memory (oom.failed), compiled at the end (oom.what_fits)
 
     # -- during the run ----------------------------------------------------------------
 
@@ -230,6 +227,10 @@ class Planner:
                     verify(self, budget)
                 except Exception as exc:  # the advice then says its figure is not verified; the run is recorded
                     self.probe.writer.add_event("whatif", f"not verified: {type(exc).__name__}: {exc}"[:2000])
+            try:  # what fits, where a call ran out of memory: within the same budget again
+                what_fits(self, budget, search)
+            except Exception as exc:
+                self.probe.writer.add_event("oom-fit", json.dumps({"error": f"{type(exc).__name__}: {exc}"[:2000]}))
             if self.options is not None:
                 self._plan()
             if self.targets and ended_by == "SIGTERM":
@@ -429,7 +430,8 @@ class Planner:
             if fig is not None:
                 known[b] = _peak(busiest, fig)
         ends = [(1.0, batch)] + ([sizes[-1]] if sizes else [])
-        limit = None if not planning else target.fit_peak_bytes if target is not None else self.options.fit_peak_bytes
+        limit = (target.fit_peak_bytes if target is not None and (planning or refused_at)  # refused: searched anyway
+                 else self.options.fit_peak_bytes if planning and target is None else None)
         if limit is not None and known:
             # --plan-device-memory (or a target's chip): the largest batch that fits, found by compiles;
             # each fix compiled there too.
@@ -641,7 +643,7 @@ def search(known: dict, target: int, compile_at, most: int = SEARCH_COMPILES, mu
             guess, kind = min(max(guess, lo + step), 16 * max(known)), "past"
         elif lo == 0:
             (b0, p0), (b1, p1) = sorted(known.items())[:2] if len(known) >= 2 else ((0, 0), min(known.items()))
-            if p0 - (p1 - p0) / max(b1 - b0, 1) * (b0 - multiple) > target:
+            if math.isfinite(p1) and p0 - (p1 - p0) / max(b1 - b0, 1) * (b0 - multiple) > target:  # inf: refused
                 return 0  # the line through the two smallest says not even the smallest batch fits
             guess, kind = hi / 2, "halve"
         elif last == "line-fit":

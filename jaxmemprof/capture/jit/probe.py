@@ -37,6 +37,7 @@ from jaxmemprof.libraries import BY_NAME, PATCHED, plain_arguments
 from jaxmemprof.source import statement_at
 from jaxmemprof.capture.jit.liveness import _fates, _on_death, _windows
 from jaxmemprof.capture.jit.owners import Previous, host_leaf as _host_leaf, leaf as _leaf, nnx_owners, optax_tags
+from jaxmemprof.capture.jit.oom import failed as oom_failed
 from jaxmemprof.capture.jit.plan import Planner
 from jaxmemprof.capture.jit.programs import Programs
 from jaxmemprof.capture.jit.proxy import Probed, _QuietProbed
@@ -454,6 +455,9 @@ class JitProbe(Programs):
         in_call[state.function_id] = in_call.get(state.function_id, 0) + 1
         try:
             out = real(*args, **kwargs)
+        except BaseException as exc:  # out of memory: the call kept, for what fits at the end (oom.py)
+            self._guard(state, oom_failed, self, state, exc, real, args, kwargs, inputs, abstract)
+            raise
         finally:
             calling.state = outer
             in_call[state.function_id] -= 1
