@@ -1,0 +1,149 @@
+"""The TPU rules on runs recorded on a real TPU v5e chip (tests/fixtures/tpu/,
+its README.md: JAX 0.10.2, bytes_limit 16,909,336,064 B; each NAME.json the
+chip's own memory_stats() read by the program after its last step). CI has no
+TPU: these runs, read by the real reader and report, hold fit, the plan, the
+chip's counters and the TPU advice to what the chip did. The fixture runs are
+only read (report writes nothing into a run; the HTML page goes to tmp)."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+
+import pytest
+
+from conftest import REPO, run_cli
+
+TPU = REPO / "tests" / "fixtures" / "tpu"
+LIMIT = 16_909_336_064  # the v5e chip's bytes_limit
+GiB = 1024**3
+
+
+def _report(name: str, *args) -> dict:
+    proc = run_cli("report", TPU / name, "--json", *args, check=0)
+    return json.loads(proc.stdout)
+
+
+def _text(name: str, *args) -> str:
+    return run_cli("report", TPU / name, *args, check=0).stdout
+
+
+def _stats(name: str) -> dict:
+    return json.loads((TPU / f"{name}.json").read_text())
+
+
+def _fit(doc: dict) -> dict:
+    return next(f for f in doc["findings"] if f["rule"] == "fit")
+
+
+@pytest.mark.parametrize("name", ["gpt8", "gpt16-donated"])
+def test_the_chips_counters_are_shown_equal_to_what_the_program_read(name):
+    """summary['chip'] is the chip's own memory_stats(): peak_bytes_in_use +
+    peak_bytes_reserved, the very figures the program read after its last
+    step (NAME.json), of its bytes_limit."""
+    chip = _report(name)["summary"]["chip"]
+    stats = _stats(name)
+    assert chip["backend"] == "tpu" and chip["device"] == "tpu:0"
+    assert chip["peak_in_use_bytes"] == stats["peak_bytes_in_use"]
+    assert chip["peak_reserved_bytes"] == stats["peak_bytes_reserved"]
+    assert chip["chip_peak_bytes"] == stats["peak_bytes_in_use"] + stats["peak_bytes_reserved"]
+    assert chip["bytes_limit"] == stats["bytes_limit"] == LIMIT
+    assert chip["upper_bound"] is True
+    text = _text(name)
+    total = stats["peak_bytes_in_use"] + stats["peak_bytes_reserved"]
+    assert f"chip's counters {total / GiB:.2f} GiB of 15.75 GiB ({100 * total / LIMIT:.2f} %) on tpu:0" in text
+    assert "(peak_bytes_in_use)" in text and "(peak_bytes_reserved), an upper bound" in text
+
+
+def test_gpt8_names_the_outputs_of_queued_steps():
+    """Undonated, not synced: the counters reach 99.96 % of the chip while the
+    step needs 12.09 GiB; the difference is 2 more generations of
+    train_step's outputs (1.82 GiB each) kept for queued steps, and the TPU
+    advice (donation, an in-flight cap, a sync) says what bounds it."""
+    doc = _report("gpt8")
+    s, chip = doc["summary"], doc["summary"]["chip"]
+    assert round(s["estimated_true_peak_device_bytes"] / GiB, 2) == 12.09
+    assert chip["needed_bytes"] == s["estimated_true_peak_device_bytes"]
+    assert chip["share_of_limit"] >= 0.999
+    assert chip["queued_function"] == "train_step" and chip["queued_generations"] == 2
+    assert chip["queued_bytes"] == 2 * chip["outputs_per_call_bytes"]
+    assert round(chip["outputs_per_call_bytes"] / GiB, 2) == 1.82
+    # the step's arrays + 2 generations + padding = what the chip's arrays counter reached
+    assert chip["arrays_needed_bytes"] + chip["queued_bytes"] + chip["other_bytes"] == chip["peak_in_use_bytes"]
+    assert abs(chip["other_bytes"]) < 0.05 * chip["outputs_per_call_bytes"]
+    queued = [f for f in doc["findings"] if f["rule"] == "queued-steps"]
+    assert len(queued) == 1 and queued[0]["severity"] == "medium"
+    assert "max_inflight_computations" in queued[0]["fix"] and "Donate train_step" in queued[0]["fix"]
+    assert "block_until_ready" in queued[0]["fix"]
+    text = _text("gpt8")
+    assert re.search(r"beyond the step's need \(the true peak 12\.09 GiB\): \+3\.65 GiB: 2 more generations of "
+                     r"train_step's outputs, 3\.64 GiB \(1\.82 GiB each\), kept for steps queued ahead of the chip "
+                     r"\(async dispatch\)", text), text
+    assert "queued-steps" in text
+    # no GPU allocator rule, variable or pool on the chip
+    assert not [f for f in doc["findings"] if f["rule"].startswith("allocator-")]
+    assert "XLA_PYTHON_CLIENT" not in text and "XLA_CLIENT_MEM_FRACTION" not in text and "pool" not in text
+
+
+def test_gpt16_donated_fits_and_the_needed_peak_is_within_2_percent_of_the_counters():
+    """Donated at batch 16 the step ran (15.82 of 16.91 GB by the chip's
+    counters): it fits the chip's bytes_limit (the GPU's pool rule said
+    "cannot fit" at 99 %), and the true peak is within 2 % of the counters
+    (+0.13 %); no generation of queued outputs (donated)."""
+    doc = _report("gpt16-donated", "--device-memory", LIMIT)
+    chip = doc["summary"]["chip"]
+    need = doc["summary"]["estimated_true_peak_device_bytes"]
+    assert abs(need - chip["chip_peak_bytes"]) / chip["chip_peak_bytes"] < 0.02
+    assert abs(need - chip["chip_peak_bytes"]) / chip["chip_peak_bytes"] < 0.002  # measured: +0.13 %
+    assert chip["queued_generations"] == 0
+    assert not [f for f in doc["findings"] if f["rule"] == "queued-steps"]
+    fit = _fit(doc)
+    assert fit["severity"] == "info"
+    assert "fits a 15.75 GiB device" in fit["message"] and "no pool" in fit["message"]
+    assert "pool" not in fit["message"].replace("no pool", "")
+    text = _text("gpt16-donated", "--device-memory", LIMIT)
+    assert "is 0.13 % above them" in text
+    assert "cannot fit" not in text and "XLA_CLIENT_MEM_FRACTION" not in text
+    # and a smaller chip does not hold it: the same rule says so
+    small = _fit(_report("gpt16-donated", "--device-memory", "14GiB"))
+    assert small["severity"] == "high" and "cannot fit" in small["message"]
+
+
+def test_the_plan_on_the_chip_uses_the_whole_chip_not_a_pool():
+    """mlp-no-donation was recorded with --plan on the chip: its plan is found
+    for the chip's own bytes_limit (no --device-memory asked), by the TPU's
+    rule; a device between two compiled batches' peaks splits them where the
+    GPU's pool would not (40 MiB: 0.75 x 40 < any peak + 64 MiB)."""
+    doc = _report("mlp-no-donation")
+    plan = doc["plan"]
+    assert plan["device_bytes"] == LIMIT
+    text = _text("mlp-no-donation")
+    assert "(the chip's own bytes_limit)" in text and "within the whole chip" in text
+    assert "default pool" not in text and "5 % and 64 MiB" not in text
+    text40 = _text("mlp-no-donation", "--device-memory", "40MiB")
+    assert re.search(r"for a 40\.00 MiB device \(tpu:0\): largest batch 4,096 \(compiled, and fits; 8,192", text40)
+
+
+def test_the_html_page_shows_the_counters(tmp_path):
+    page = tmp_path / "gpt8.html"
+    run_cli("report", TPU / "gpt8", "--html", page, check=0)
+    html = page.read_text()
+    assert "chip's counters 15.74 GiB of 15.75 GiB (99.96 %) on tpu:0" in html
+    assert "2 more generations of train_step's outputs" in html
+
+
+def test_the_out_of_memory_run_still_reads(tmp_path):
+    """gpt32-oom (XLA:TPU refused the step at compile): the counters are read; no queued-steps finding."""
+    doc = _report("gpt32-oom")
+    chip = doc["summary"]["chip"]
+    assert chip["peak_in_use_bytes"] <= chip["bytes_limit"] == LIMIT
+    assert not [f for f in doc["findings"] if f["rule"] == "queued-steps"]
+
+
+def test_a_copy_reads_the_same(tmp_path):
+    """The fixtures are only read: a copy gives the same counters."""
+    copy = tmp_path / "gpt8"
+    shutil.copytree(TPU / "gpt8", copy)
+    doc = json.loads(run_cli("report", copy, "--json", check=0).stdout)
+    assert doc["summary"]["chip"] == _report("gpt8")["summary"]["chip"]
