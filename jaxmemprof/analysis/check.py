@@ -477,3 +477,27 @@ def _call_site(run, attribution: Attribution, where: str, t0: float = -math.inf)
     if not isinstance(file, str) or not file:
         return ""
     return f"{attribution.display_path(file)}:{int(r['caller_line'])} ({r['caller_function']})"
+
+
+def out_of_memory_gate(run):
+    """Where ``run`` ran out of memory: a failed ``out-of-memory`` Outcome
+    naming XLA's reason (analysis/oom.py), whatever limits were asked; an
+    Unchecked (``oom-unread``) where its message is not one xla/oom.py reads;
+    None where it did not run out of memory."""
+    from jaxmemprof.analysis.oom import out_of_memory
+
+    a = out_of_memory(run)
+    if a is None:
+        return None
+    if a.reason is None:
+        first = (a.message or "").strip().splitlines()[0][:300] if (a.message or "").strip() else "no message kept"
+        return Unchecked(("out-of-memory",), "oom-unread", detail=first)
+    r = a.reason
+    place = a.call.get("file") and f"{a.call.get('file')}:{a.call.get('line')}" or (
+        a.def_file and f"{a.def_file}:{a.def_line}") or ""
+    fit = (a.fit or {}).get("variants", {}).get("recorded", {}) if a.fit else {}
+    return Outcome("out-of-memory", r.available_bytes, r.needed_bytes or r.request_bytes, False,
+                   site=f"{a.function or 'the program'}" + (f" ({place})" if place else ""),
+                   facts={"reason": r.reason, "when": r.when, "what": r.what, "needed_bytes": r.needed_bytes,
+                          "available_bytes": r.available_bytes, "request_bytes": r.request_bytes, "batch": a.batch,
+                          "fits_at_batch": fit.get("largest"), "next_batch": fit.get("next")})

@@ -109,7 +109,8 @@ def check(run_dir, max_peak, max_true_peak, max_growth, fail_on, baseline_dir, m
       jaxmemprof check RUN --max-peak 12GiB --json > check.json
       jaxmemprof check RUN --target-fits v5e:2x2   (RUN recorded with run --target v5e:2x2)
     """
-    from jaxmemprof.analysis.check import Limits, check_report, unchecked_report, unchecked_run
+    from jaxmemprof.analysis.check import (Limits, Unchecked, check_report, out_of_memory_gate, unchecked_report,
+                                           unchecked_run)
     from jaxmemprof.render.check import document, lines
 
     if (baseline_dir is None) != (max_increase is None):
@@ -141,12 +142,15 @@ def check(run_dir, max_peak, max_true_peak, max_growth, fail_on, baseline_dir, m
             _must_look(path, pending)
         if base_run is not None:
             _must_look(base_path, unchecked_run(base_run, limits, baseline=True, allow_unfinished=allow_unfinished))
+        oom = out_of_memory_gate(run_)  # a run that ran out of memory fails, with XLA's reason (2: unread)
+        if isinstance(oom, Unchecked):
+            _must_look(path, oom)
         report = build_report_for(run_, options)
         _must_look(path, unchecked_report(report, limits))
         if n is not None:
             counts.append(run_.manifest.get("process_count"))
         baseline = build_report_for(base_run, options) if base_run is not None else None
-        outcomes = check_report(report, limits, baseline)
+        outcomes = ([oom] if oom is not None else []) + check_report(report, limits, baseline)
         if pending is not None and all(o.held for o in outcomes if o.check in _MONOTONE):
             _must_look(path, pending)
         results.append((n, outcomes))

@@ -13,6 +13,8 @@ def _limit_text(o) -> str:
         return f"--max-increase {o.limit:g}%"
     if o.check == "target-fits":
         return f"--target-fits {safe(o.facts.get('target', ''))}"
+    if o.check == "out-of-memory":
+        return "out-of-memory"
     if o.check == "max-growth":
         return f"--max-growth {format_bytes(o.limit)}/{o.unit.split('/')[-1]}"
     return f"--{o.check} {format_bytes(o.limit)}"
@@ -58,6 +60,16 @@ def lines(outcomes, process: int | None = None) -> list[str]:
             out.append(f"{tag} {limit}: {safe(o.site)} needs {format_bytes(o.value)} per device, "
                        f"{'within' if o.held else 'more than'} the {format_bytes(o.limit)} XLA may use of a "
                        f"{safe(o.facts.get('chip', 'chip'))} ({format_bytes(o.facts.get('hbm_bytes', 0))} HBM)")
+        elif o.check == "out-of-memory":  # the run ran out of memory: XLA's reason, and what fits
+            f = o.facts
+            needed = (f"needs {format_bytes(f['needed_bytes'])} of {safe(f.get('what') or 'memory')}"
+                      if f.get("needed_bytes") else f"could not allocate {format_bytes(f['request_bytes'])}"
+                      if f.get("request_bytes") else "ran out of memory")
+            has = f", the device has {format_bytes(f['available_bytes'])}" if f.get("available_bytes") else ""
+            batch = f" at batch {int(f['batch']):,}" if f.get("batch") else ""
+            fits = (f"; fits at batch {int(f['fits_at_batch']):,} (compiled)" if f.get("fits_at_batch") else "")
+            out.append(f"{tag} out-of-memory ({f.get('when')}): {safe(o.site)} {needed}{batch}{has}{fits} "
+                       f"(XLA: {safe(f.get('reason', ''))[:300]})")
         elif o.check == "max-increase":
             what = o.facts.get("what", "peak")
             pct = "an increase" if o.value == float("inf") else f"{o.value:+.1f}%"
@@ -119,6 +131,9 @@ def unchecked_text(u) -> str:
         name, _, cut = u.detail.partition(": ")
         why = (f"had its end cut short ({safe(cut)}): its compiles for the TPU slice {safe(name)} may not all have "
                "been made")
+    elif u.reason == "oom-unread":
+        why = f"ran out of memory, and its message is not one jaxmemprof reads ({safe(u.detail)})"
+        verb = "cannot be gated on XLA's reason"
     else:  # pragma: no cover - every reason is worded above
         why = f"lacks what the checks need ({u.reason})"
     return f"{why}: {checks} {verb}"
