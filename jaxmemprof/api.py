@@ -72,12 +72,14 @@ def mark(label: str) -> None:
 
 def snapshot(label: str | None = None) -> int | None:
     """Take a snapshot now; returns its number, or None outside a run (or
-    before the program has used JAX)."""
+    before the program has used JAX). From then on the program's markers take
+    no snapshots of their own (capture/steps.py): it chose its snapshots."""
     from jaxmemprof.capture import session
 
     s = session.active()
     if s is None:
         return None
+    s.sampler.steps.own = True  # the program takes its snapshots: none at fixed steps from now on
     return s.sampler.snapshot("api", None if label is None else str(label))
 
 

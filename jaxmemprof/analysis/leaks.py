@@ -16,7 +16,9 @@ per-snapshot series is put to a trend test:
   (x_j - x_i) / (t_j - t_i), robust to outliers; against time (bytes per
   second) and, when the script marks its steps with ``jaxmemprof.mark``,
   against the number of markers seen before each snapshot, from the first
-  marker on (bytes per step; before it the program sets up).
+  marker on (bytes per step; before it the program sets up). Where the run
+  took snapshots at fixed steps (capture/steps.py), those are the series from
+  the first step on, so that a run repeated reads the same points.
 
 The tests look at each site's *steady phase* only: from the first step when
 the script marks its steps, else from its last level shift (a split of the
@@ -280,7 +282,15 @@ def leaks(ar: Attributed, *, steps: int | None = None, min_bytes: int = KiB,
     run, series = ar.run, ar.series
     steps = ar.options.steps if steps is None else steps
     snaps = run.snapshots
-    used = (snaps["trigger"] != "exit").to_numpy()
+    trigger = snaps["trigger"].to_numpy(dtype=object)
+    used = trigger != "exit"
+    # Where the program marks its steps, its snapshots at fixed steps
+    # (capture/steps.py) are the series from the first step on: the timed
+    # ones among them (a long run's) land at moments that differ from run
+    # to run, and would change the answer.
+    keyed = trigger == "step"
+    if keyed.sum() >= min_snapshots:
+        used &= keyed | (markers_seen(run) == 0)
     if used.sum() < max(min_snapshots, 2):
         return _empty(LEAK_COLUMNS, _LEAK_DTYPES)
     candidates = series.sites.index.to_numpy()[series.sites["peak_bytes"].to_numpy() >= min_bytes]

@@ -249,6 +249,11 @@ def site_lifetimes(ar: Attributed) -> pd.DataFrame:
       holds.
     - ``alive_at_end``, ``alive_at_end_bytes``: its arrays (and bytes) still
       alive at the run's last snapshot.
+
+    Where the program marks its steps, the sites are ordered by the memory
+    they hold over steps (``bytes * lifetime_steps``) instead: its
+    snapshots at fixed steps (capture/steps.py) make that the same in every
+    run, where ``byte_seconds`` follows the machine's speed.
     """
     run, arrays_df = ar.run, ar.arrays
     if arrays_df is None or arrays_df.empty:
@@ -277,15 +282,19 @@ def site_lifetimes(ar: Attributed) -> pd.DataFrame:
             "lifetime_s": life,
         }
     )
+    steps = pd.to_numeric(df["lifetime_steps"], errors="coerce") if "lifetime_steps" in df else None
+    by_steps = steps is not None and steps.notna().any() and int(steps.fillna(0).max()) > 0
+    work["byte_steps"] = b * steps.fillna(0).to_numpy(dtype=np.float64) if by_steps else 0.0
     g = work.groupby(SITE_COLUMNS, sort=False, dropna=False)
     sums = g[["arrays_born", "bytes_born", "live_bytes_at_peak", "byte_seconds", "alive_at_end",
-              "alive_at_end_bytes"]].sum()
+              "alive_at_end_bytes", "byte_steps"]].sum()
     lt = g["lifetime_s"]
     sums["median_lifetime_s"] = lt.median()
     sums["p90_lifetime_s"] = lt.quantile(0.9)
     sums["max_lifetime_s"] = lt.max()
     out = sums.reset_index()
-    out = out.sort_values(["byte_seconds", "bytes_born", "site"], ascending=[False, False, True], kind="stable")
+    first = "byte_steps" if by_steps else "byte_seconds"
+    out = out.sort_values([first, "bytes_born", "site"], ascending=[False, False, True], kind="stable")
     return out.reset_index(drop=True)[SITE_LIFETIME_COLUMNS]
 
 

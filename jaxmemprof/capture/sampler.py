@@ -166,7 +166,7 @@ class Sampler:
         """Marker ``n`` (``steps.placed()``) is in the journal, in the
         program's thread: a snapshot now when its step is on the grid, and
         the holder search after it at the grid's search steps (capture/steps.py)."""
-        if self.failed or not on_grid(n, self.steps.per_level) or jax_ready() is None:
+        if self.failed or self.steps.own or not on_grid(n, self.steps.per_level) or jax_ready() is None:
             return
         with self._lock:
             if self.snapshot("step", search=False) is None:

@@ -18,6 +18,9 @@ interval's pace resumes once no marker has come for ``quiet_s()`` (set-up,
 an evaluation, the end). Timed snapshots before the first marker (the
 set-up) are taken as before.
 
+A program that takes its own snapshots (``jaxmemprof.snapshot()``) keeps
+to them: from its first, markers take none.
+
 The holder search (capture/py_holders.py, its own budget) runs after the
 step snapshots at steps ``2 * PER_LEVEL * 4**k`` only (8, 32, 128, 512,
 2048, ...), so that the search that stands for the peak is at the same step
@@ -73,6 +76,7 @@ class Steps:
         self.count = 0  # markers placed so far
         self.last: float | None = None  # time.monotonic() of the last marker
         self.gap = 0.0  # seconds between the last two markers
+        self.own = False  # the program took a snapshot itself (jaxmemprof.snapshot): no grid from then on
         self._lock = threading.Lock()
 
     def placed(self) -> int:
@@ -89,7 +93,8 @@ class Steps:
         return max(QUIET_S, 4.0 * self.gap)
 
     def stepping(self, now: float) -> bool:
-        """Whether the program is in its steps: a marker came within
-        ``quiet_s()``."""
+        """Whether the program is in its steps, its markers taking the
+        snapshots: a marker came within ``quiet_s()`` (and the program takes
+        none itself)."""
         last = self.last
-        return last is not None and now - last < self.quiet_s()
+        return last is not None and not self.own and now - last < self.quiet_s()
