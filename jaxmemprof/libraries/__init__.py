@@ -32,7 +32,11 @@ and how a fix is written for it (for the donation advice and its words):
   (``donate_argnames``), as the library's docs do;
 - ``DONATE_OPTION``: the wrapper's own option that donates (equinox's
   ``donate``, which takes ``"all"`` or ``"all-except-first"``), where it has
-  no ``donate_argnums``.
+  no ``donate_argnums``;
+- ``remats(cls)``: whether the library's remat wraps a method of ``cls``
+  (``None``: a plain function), or why it cannot be wrapped from outside (a
+  string); ``REMAT``, its spelling (``nnx.remat``), and ``remat(fn,
+  policy)``, ``fn`` wrapped so (capture/jit/remat.py, at the end of a run).
 
 Nothing here imports the library (or jax)."""
 
@@ -53,6 +57,10 @@ def _not_its_own(params) -> bool:
     return False
 
 
+def _no_remat(cls) -> bool:
+    return False
+
+
 def _no_context(fun):
     return contextlib.nullcontext()
 
@@ -62,7 +70,7 @@ class Library:
 
     __slots__ = ("name", "patches", "static_argnums", "frame", "options", "jits_its_own", "arguments",
                  "static_leaves", "rejit", "lowering", "spelling", "decorator_takes_options", "verb",
-                 "donate_by_name", "donate_option")
+                 "donate_by_name", "donate_option", "remats", "remat_spelling", "remat")
 
     def __init__(self, module):
         self.name: str = module.NAME
@@ -80,6 +88,9 @@ class Library:
         self.verb: str = getattr(module, "VERB", "jit")
         self.donate_by_name: bool = getattr(module, "DONATE_BY_NAME", False)
         self.donate_option: str | None = getattr(module, "DONATE_OPTION", None)
+        self.remats = getattr(module, "remats", _no_remat)
+        self.remat_spelling: str | None = getattr(module, "REMAT", None)
+        self.remat = getattr(module, "remat", None)
 
 
 def _modules() -> list[str]:

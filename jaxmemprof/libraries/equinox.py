@@ -56,3 +56,20 @@ def _combine(dynamic_leaves, static):
     """A pytree from equinox's split of it: (array leaves, (other leaves, structure))."""
     static_leaves, treedef = static
     return treedef.unflatten([d if s is None else s for d, s in zip(dynamic_leaves, static_leaves)])
+
+
+REMAT = "eqx.filter_checkpoint"
+
+
+def remats(cls) -> bool:
+    """eqx.filter_checkpoint wraps an equinox Module's method."""
+    import sys
+
+    eqx = sys.modules.get("equinox")
+    return cls is not None and eqx is not None and issubclass(cls, eqx.Module)
+
+
+def remat(fn, policy):
+    import sys
+
+    return sys.modules["equinox"].filter_checkpoint(fn, policy=policy)

@@ -25,3 +25,24 @@ def lowering(fun):
     if graph is not None and tag is not None and hasattr(graph, "update_context"):
         return graph.update_context(tag)
     return contextlib.nullcontext()
+
+
+REMAT = "nnx.remat"
+LINEN = ("a flax linen Module: nn.remat makes a new Module class, which names its parameters anew; not compiled "
+         "from outside")
+
+
+def remats(cls):
+    """nnx.remat wraps a flax nnx Module's method; a linen Module's is not wrapped from outside (why)."""
+    nnx, linen = sys.modules.get("flax.nnx"), sys.modules.get("flax.linen")
+    if cls is None:
+        return False
+    if nnx is not None and issubclass(cls, nnx.Module):
+        return True
+    if linen is not None and issubclass(cls, linen.Module):
+        return LINEN
+    return False
+
+
+def remat(fn, policy):
+    return sys.modules["flax.nnx"].remat(fn, policy=policy)

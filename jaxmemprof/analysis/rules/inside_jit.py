@@ -12,6 +12,10 @@ from jaxmemprof.analysis.findings import Finding
 from jaxmemprof.analysis.inside_jit import largest_signature_only
 from jaxmemprof.analysis.rules.base import Context, Rule, Words, fmt
 from jaxmemprof.analysis.sites import NO_STACK
+from jaxmemprof.analysis.cells import json_cell
+from jaxmemprof.analysis.peaks import during_calls, true_peaks
+from jaxmemprof.analysis.timeline import timeline
+from jaxmemprof.truepeak import FIGURES
 
 # Forward-pass ops of a gradient (JAX names them jvp(...), and their backward
 # pass transpose(jvp(...))): their results live at the peak are the
@@ -23,7 +27,7 @@ NARROW_SHARE = 0.5  # of the program's peak, held by float32 temporaries
 
 
 def detect(ctx: Context) -> list[Finding]:
-    return inside_jit_findings(ctx.ar)
+    return inside_jit_findings(ctx.ar, ctx.tl)
 
 
 def _by_line(x: dict) -> str:
@@ -35,24 +39,50 @@ _REMAT = {"flax.nnx.jit": "nnx.remat", "equinox.filter_jit": "eqx.filter_checkpo
 _NOT_COMPILED = "not compiled: it changes your code, so XLA cannot be asked for it from the recording"
 
 
+def _wrap_fix(x: dict) -> str:
+    """The printed fix, as the compile made it (capture/jit/remat.py)."""
+    what, spelling, policy = x["remat_function"], x["remat_spelling"], x["remat_policy"]
+    where = f"{x['remat_site']}"
+    chosen = "" if policy == "nothing_saveable" else f"policy=jax.checkpoint_policies.{policy}"
+    if x.get("remat_how") == "module global":
+        return f"{what} = {spelling}({what}{', ' + chosen if chosen else ''})  (after its def at {where})"
+    return f"decorate {what} with @{spelling}{'(' + chosen + ')' if chosen else ''}  (at {where})"
+
+
 def _remat(f: Finding, x: dict) -> Words:
     peak, kept = x["program_peak_bytes"], x["kept_bytes"]
     spelling = _REMAT.get(x.get("wrapper"), "jax.checkpoint")
+    head = f"At {x['function']}'s peak, {fmt(kept)} ({kept / peak:.0%} of it) are activations its forward pass " \
+           f"keeps for the backward pass: {_by_line(x)}. "
+    evidence = (f"XLA's buffers live at the program's peak ({fmt(peak)}): {x['buffers']} made by forward-pass (jvp) "
+                f"ops and still live there")
+    if x.get("compiled"):
+        policy = x["remat_policy"]
+        return Words(
+            brief=f"{fmt(kept)} of {x['function']}'s peak are activations kept for the backward pass.",
+            brief_fix=_wrap_fix(x),
+            message=(head + f"Measured: XLA's compile of {x['function']} with {x['remat_function']} wrapped in "
+                     f"{x['remat_spelling']} ({policy.replace('_', ' ')}) takes its temporaries "
+                     f"{fmt(x['temp_before_bytes'])} -> {fmt(x['temp_after_bytes'])}, so the run's true peak goes "
+                     f"{fmt(x['true_peak_before_bytes'])} -> {fmt(x['true_peak_after_bytes'])}."),
+            fix=(f"Recompute them in the backward pass: {_wrap_fix(x)}; trading compute for memory (the backward "
+                 f"pass runs {x['remat_function']}'s forward again)."),
+            evidence=evidence + f"; compiled at the end of the run with each policy tried ({x['remat_tried']})",
+            saves=f"saves {fmt(f.saving_bytes)} (compiled)")
+    why = x.get("not_compiled") or _NOT_COMPILED
     return Words(
         brief=f"{fmt(kept)} of {x['function']}'s peak are activations kept for the backward pass.",
         brief_fix=f"wrap that block in {spelling}" if f.site else
                   f"wrap the layer or block of those lines in {spelling}",
-        message=(f"At {x['function']}'s peak, {fmt(kept)} ({kept / peak:.0%} of it) are activations its forward pass "
-                 f"keeps for the backward pass: {_by_line(x)}. Recomputing them saves up to that much at this "
-                 f"peak ({_NOT_COMPILED}; the recomputation's own temporaries take some of it back)."),
+        message=(head + f"Recomputing them saves up to that much at this peak ({why}; the recomputation's own "
+                 "temporaries take some of it back)."),
         fix=(f"Recompute them in the backward pass instead: wrap the layer or block at {f.site or 'those lines'} in "
              f"{spelling} (flax linen: nn.remat; flax nnx: nnx.remat; equinox: eqx.filter_checkpoint; plain JAX: "
              "jax.checkpoint), trading compute for memory; a policy such as jax.checkpoint_policies.dots_saveable, "
              "or save_only_these_names with checkpoint_name on the values to keep, keeps the matmuls or those "
              "values only."),
-        evidence=(f"XLA's buffers live at the program's peak ({fmt(peak)}): {x['buffers']} made by forward-pass (jvp) "
-                  f"ops and still live there"),
-        saves=f"saves up to {fmt(f.saving_bytes)}")
+        evidence=evidence,
+        saves=f"saves up to {fmt(f.saving_bytes)} ({why})")
 
 
 def _narrow(f: Finding, x: dict) -> Words:
@@ -75,14 +105,34 @@ REMAT = Rule(
     about_a_call=True,
     summary=("Activations kept for the backward pass hold a quarter or more of a function's own peak "
              "(analysis/rules/inside_jit.py)."),
-    facts={"": ("function", "wrapper", "program_peak_bytes", "kept_bytes", "buffers", "by_line", "peak_elsewhere")},
-    optional=("peak_elsewhere", "wrapper"),
+    facts={"": ("function", "wrapper", "program_peak_bytes", "kept_bytes", "buffers", "by_line", "compiled",
+                "not_compiled", "remat_function", "remat_site", "remat_spelling", "remat_how", "remat_policy",
+                "remat_tried", "temp_before_bytes", "temp_after_bytes", "true_peak_before_bytes",
+                "true_peak_after_bytes", "peak_elsewhere")},
+    optional=("peak_elsewhere", "wrapper", "compiled", "not_compiled", "remat_function", "remat_site",
+              "remat_spelling", "remat_how", "remat_policy", "remat_tried", "temp_before_bytes", "temp_after_bytes",
+              "true_peak_before_bytes", "true_peak_after_bytes"),
     meanings={"function": "The jitted function's name.",
               "wrapper": "What jitted it (`jax.jit`, `flax.nnx.jit`, `equinox.filter_jit`): the fix is in its terms.",
               "kept_bytes": ("Bytes of the forward-pass (`jvp`) temporaries still live at the function's peak: "
                              "activations kept for the backward pass."),
               "buffers": "How many buffers those are.",
-              "by_line": "`[site, bytes]` of the (up to 3) lines that hold most of them."},
+              "by_line": "`[site, bytes]` of the (up to 3) lines that hold most of them.",
+              "compiled": ("True when the step was compiled at the end of the run with a function of the program "
+                           "wrapped in its library's remat (capture/jit/remat.py) and the run's true peak fell: the "
+                           "saving is then that fall, for the wrap and policy printed."),
+              "not_compiled": "Why no such compile gives the saving (the function cannot be wrapped from outside).",
+              "remat_function": "The function wrapped (`block`, `Block.__call__`).",
+              "remat_site": "Where it is defined (`file:line`).",
+              "remat_spelling": "Its library's remat (`jax.checkpoint`, `nnx.remat`, `eqx.filter_checkpoint`).",
+              "remat_how": "How the compile wrapped it: `module global` or `class attribute`.",
+              "remat_policy": ("The policy that lowered the peak most: `nothing_saveable` (the default), "
+                               "`dots_saveable` or `dots_with_no_batch_dims_saveable`."),
+              "remat_tried": "Each policy compiled, with the true peak it gives.",
+              "temp_before_bytes": "XLA's temporaries of the step as recorded.",
+              "temp_after_bytes": "The same, compiled with the wrap made.",
+              "true_peak_before_bytes": "The run's true peak on the busiest device as recorded.",
+              "true_peak_after_bytes": "The same with the compile of the wrap in place of the recorded one."},
     words={"": _remat},
 )
 
@@ -100,6 +150,71 @@ NARROW_DTYPE = Rule(
 )
 
 
+MEANINGFUL = 0.01  # a fall of the true peak smaller than this share is no finding
+NO_COMPILE = ("not compiled at the end of the run (recorded with --verify-seconds 0, or by a jaxmemprof that did "
+              "not compile remat)")
+
+
+def compiled_remat(ar: Attributed, tl, function_id: int) -> dict | None:
+    """What the compiles of the step with a function of the program wrapped
+    in remat (capture/jit/remat.py, jit_whatif) do to the run's true peak:
+    the best wrap and policy's facts (``compiled``, ``saving_bytes``), why
+    none was compiled (``not_compiled``), or None where some compiled and
+    none lowers the true peak by ``MEANINGFUL`` of it."""
+    run = ar.run
+    w = run.jit.get("whatif")
+    rows = None if w is None or w.empty else w[w["function_id"] == function_id]
+    changes = [] if rows is None else [json_cell(c, {}) for c in rows["change"]]
+    mine = [i for i, c in enumerate(changes) if isinstance(c.get("remat"), dict)]
+    if not mine:
+        return {"compiled": False, "not_compiled": NO_COMPILE}
+    rows = rows.iloc[mine]
+    changes = [changes[i]["remat"] for i in mine]
+    groups: dict = {}
+    errors, unwrappable = [], []
+    for c, r in zip(changes, rows.to_dict("records")):
+        error = r.get("error")
+        if isinstance(error, str) and error:
+            if c.get("policy") is None:  # it cannot be wrapped from outside: the row says why
+                unwrappable.append(error.replace("not compiled: ", f"not compiled: {c.get('function')}, ", 1))
+            else:
+                errors.append(error)
+            continue
+        if pd.isna(r.get("argument_bytes")):
+            continue
+        key = (c.get("function"), c.get("policy"))
+        groups.setdefault(key, (c, {}))[1][(int(function_id), r["signature"])] = {col: int(r[col]) for col in FIGURES}
+    if not groups:
+        why = (unwrappable + errors or ["XLA gave no figures"])[0]
+        return {"compiled": False, "not_compiled": why}
+    before, _, _ = true_peaks(run, tl)
+    if before is None:
+        return {"compiled": False, "not_compiled": "no true peak to compare with"}
+    less = during_calls(run, tl, function_id)
+    tried, best = [], None
+    for (what, policy), (c, replace) in groups.items():
+        after, _, _ = true_peaks(run, tl, replace, less)
+        if after is None:
+            continue
+        tried.append(f"{what} {policy}: {fmt(after)}")
+        if best is None or after < best[0]:
+            best = (after, c, replace)
+    if best is None or before - best[0] < MEANINGFUL * before:
+        # a function that could not be wrapped may still hold them: say so; else no wrap lowers it
+        return {"compiled": False, "not_compiled": unwrappable[0]} if unwrappable else None
+    after, c, replace = best
+    compiles = run.jit["compiles"]
+    sig = next(iter(replace))[1]
+    recorded = compiles[(compiles["function_id"] == function_id) & (compiles["signature"] == sig)]
+    temp_before = int(pd.to_numeric(recorded["temp_bytes"], errors="coerce").fillna(0).max()) if len(recorded) else 0
+    site = f"{ar.files.display_path(str(c.get('file')))}:{int(c.get('line') or 0)}"
+    return {"compiled": True, "saving_bytes": int(before - after), "remat_function": str(c.get("function")),
+            "remat_site": site, "remat_spelling": str(c.get("spelling")), "remat_how": str(c.get("how")),
+            "remat_policy": str(c.get("policy")), "remat_tried": "; ".join(tried),
+            "temp_before_bytes": temp_before, "temp_after_bytes": int(replace[(function_id, sig)]["temp_bytes"]),
+            "true_peak_before_bytes": int(before), "true_peak_after_bytes": int(after)}
+
+
 def _first_user_site(by_line: pd.Series) -> str:
     """The line holding the most of them, among those that are the user's
     (XLA makes some buffers with no Python stack); "" when none is."""
@@ -107,7 +222,7 @@ def _first_user_site(by_line: pd.Series) -> str:
     return str(named[0]) if named else ""
 
 
-def inside_jit_findings(ar: Attributed) -> list[Finding]:
+def inside_jit_findings(ar: Attributed, tl=None) -> list[Finding]:
     """Hints from what fills each function's peak."""
     b = largest_signature_only(ar.jit_buffers)
     if b.empty:
@@ -128,10 +243,18 @@ def inside_jit_findings(ar: Attributed) -> list[Finding]:
         if fid not in remat and int(kept["bytes"].sum()) >= REMAT_SHARE * peak:
             by_line = kept.groupby("site")["bytes"].sum().sort_values(ascending=False)
             saving = int(kept["bytes"].sum())
-            out.append(Finding(rule="remat", severity="low", site=_first_user_site(by_line), saving_bytes=saving, facts={
-                "function": str(name), "wrapper": wrappers.get(fid, "jax.jit"), "program_peak_bytes": peak,
-                "kept_bytes": saving, "buffers": int(len(kept)),
-                "by_line": [[str(s), int(v)] for s, v in by_line.head(3).items()]}))
+            tl = tl if tl is not None else timeline(ar)
+            measured = compiled_remat(ar, tl, int(fid))
+            severity = "low"
+            if measured is not None and measured.get("compiled"):
+                saving = measured.pop("saving_bytes")
+                severity = "high" if saving >= 256 * 1024**2 else "medium"
+            if measured is not None:  # else compiled, and no wrap lowers the run's true peak: nothing to fix
+                out.append(Finding(
+                    rule="remat", severity=severity, site=_first_user_site(by_line), saving_bytes=saving,
+                    facts={"function": str(name), "wrapper": wrappers.get(fid, "jax.jit"), "program_peak_bytes": peak,
+                           "kept_bytes": int(kept["bytes"].sum()), "buffers": int(len(kept)),
+                           "by_line": [[str(s), int(v)] for s, v in by_line.head(3).items()], **measured}))
         wide = temps.loc[temps["shape"].astype(str).str.startswith("f32[").astype(bool)]
         if int(wide["bytes"].sum()) >= NARROW_SHARE * peak:
             by_line = wide.groupby("site")["bytes"].sum().sort_values(ascending=False)

@@ -27,6 +27,7 @@ import time
 import warnings
 
 from jaxmemprof.capture.jit.programs import _unseen_compile
+from jaxmemprof.capture.jit.remat import verify_remats
 from jaxmemprof.capture.jit.retrace import CHANGED, RETRACED, Refused, fingerprint, fresh, replay, shielded
 from jaxmemprof.donors import Call, donors
 from jaxmemprof.replicas import candidate, meshes_of, shard_options, spec
@@ -233,9 +234,12 @@ def _signatures(slot) -> list:
 def verify(planner, budget_s: float) -> None:
     """The advice's changes compiled at the end of the run (jit_whatif rows),
     within ``budget_s`` seconds: donations (``verify_donations``), then
-    shardings (``verify_shardings``)."""
+    shardings (``verify_shardings``), then remat (remat.py)."""
     deadline = time.monotonic() + budget_s
     rows = verify_donations(planner, budget_s, deadline) + verify_shardings(planner, budget_s, deadline)
+    probe = planner.probe
+    rows += verify_remats(planner, budget_s, deadline, _largest_states, _signatures, compile_figures, OVER_BUDGET,
+                          lambda state: next((o for name, o, _ in probe._patched if name == state.plan.jit), None))
     if rows:
         planner.probe.writer.add_jit_whatif(rows)
     for state in _largest_states(planner.probe):
