@@ -18,7 +18,7 @@ import threading
 import types
 from dataclasses import dataclass
 
-from jaxmemprof.capture.signals import _end_by_exit_signal, _os_exit
+from jaxmemprof.capture.signals import _end_by_exit_signal, _os_exit, remove_scratch
 from jaxmemprof.capture.tracebacks import _trim, _user_traceback, safe_str
 
 # Python's own display of an exception (PyErr_Display), as it was before the
@@ -278,6 +278,7 @@ def exit_without_teardown(status: int) -> None:
                 stream.flush()
         except BaseException:
             pass
+    remove_scratch()
     _os_exit(status & 0xFF)
 
 

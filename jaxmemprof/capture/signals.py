@@ -63,8 +63,21 @@ def _end_by_exit_signal() -> None:
     die_by(sig)
 
 
+def remove_scratch() -> None:
+    """jaxmemprof's XLA dump directories still open removed (inside the run):
+    for the ends that run no ``finally``. Only where a compile of ours made
+    one (the module is imported then)."""
+    scratch = sys.modules.get("jaxmemprof.xla.scratch")
+    if scratch is not None:
+        try:
+            scratch.remove_open()
+        except BaseException:
+            pass
+
+
 def die_by(sig: int) -> None:
     """End the process by ``sig``'s default action, from any thread."""
+    remove_scratch()
     if threading.current_thread() is threading.main_thread():
         try:
             signal.signal(sig, signal.SIG_DFL)
@@ -483,6 +496,7 @@ class EndPhase:
         self._exit_with_status()
 
     def _exit_with_status(self) -> None:
+        remove_scratch()
         _os_exit(self.status & 0xFF)
 
 
