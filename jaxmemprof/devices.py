@@ -52,11 +52,14 @@ def display(name: object, *, process: bool = False) -> object:
 
 
 def display_all(values, *, process: bool = False) -> list:
-    """``display`` of each of ``values`` (a column)."""
+    """``display`` of each of ``values`` (a column): a list, the same one
+    where no name in it changes."""
     values = list(values)
-    if not any(isinstance(v, str) and _ANY.search(v) for v in values):
+    # each distinct name once (a table of a million arrays names a few devices)
+    names = {v: display(v, process=process) for v in {v for v in values if type(v) is str} if _ANY.search(v)}
+    if not names:
         return values
-    return [display(v, process=process) for v in values]
+    return [names.get(v, v) if type(v) is str else display(v, process=process) for v in values]
 
 
 def displayed(rows, *, process: bool = False):
@@ -75,7 +78,7 @@ def displayed(rows, *, process: bool = False):
                 continue
             values = col.tolist()
             shown = display_all(values, process=process)
-            if shown != values:
+            if shown is not values:  # the same list where no name changes
                 changed[c] = shown
         return rows.assign(**changed) if changed else rows
     if hasattr(rows, "rows"):  # a plain Table: header and rows of Python values
