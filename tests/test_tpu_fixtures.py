@@ -147,3 +147,28 @@ def test_a_copy_reads_the_same(tmp_path):
     shutil.copytree(TPU / "gpt8", copy)
     doc = json.loads(run_cli("report", copy, "--json", check=0).stdout)
     assert doc["summary"]["chip"] == _report("gpt8")["summary"]["chip"]
+
+
+def test_the_tpu_findings_facts_are_their_rules():
+    """queued-steps (gpt8) and the TPU's fit (gpt16-donated, both cases) write
+    their Rule's facts, in order, each with a meaning (docs/columns.md)."""
+    from test_columns_doc import same_facts
+
+    from jaxmemprof.analysis.advice.capacity import will_it_fit
+    from jaxmemprof.analysis.attributed import attribute
+    from jaxmemprof.analysis.options import Options
+    from jaxmemprof.analysis.rules.allocator import queued_findings
+    from jaxmemprof.analysis.rules.capacity import fit_findings
+    from jaxmemprof.analysis.timeline import timeline
+    from jaxmemprof.store.reader import load_run
+
+    ar = attribute(load_run(TPU / "gpt8"), Options())
+    [queued] = queued_findings(ar, timeline(ar))
+    same_facts(queued)
+    assert queued.facts["generations"] == 2 and queued.saving_bytes is None  # the need is not lowered by it
+    ar = attribute(load_run(TPU / "gpt16-donated"), Options())
+    for device, case in ((LIMIT, "fits"), (14 * GiB, "cannot")):
+        fit = will_it_fit(ar, device, 15_844_778_496)
+        assert fit.case == case and fit.backend == "tpu" and fit.settings == {}
+        f = fit_findings(fit)[0]
+        same_facts(f, ("fit", ""))
