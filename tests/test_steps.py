@@ -116,7 +116,11 @@ def test_the_same_tables_in_repeated_runs_under_load(fast_leak_runs):
     arrays = pd.read_csv(csvs[0] / "arrays.csv")
     # Every array a step kept, seen from the step it was made at (the grid's steps: 2,560 by step 3,000).
     assert len(arrays) == grid(STEPS)[-1]
-    assert np.array_equal(arrays["lifetime_steps"].to_numpy(), STEPS - np.arange(len(arrays)))
+    # The array of step k is first seen at the grid's next step g >= k; it lives the steps after g.
+    g = np.array(grid(STEPS))
+    seen_at = g[np.searchsorted(g, np.arange(1, len(arrays) + 1))]
+    assert np.array_equal(arrays["first_snapshot"].to_numpy(), np.searchsorted(g, seen_at) + 1)
+    assert np.array_equal(arrays["lifetime_steps"].to_numpy(), STEPS - seen_at)
 
 
 SLOW_STEPS = """

@@ -16,7 +16,9 @@ moments that differ from run to run): one comes only when the last snapshot
 is older than ``STALE_S`` (a long run whose grid has grown sparse), and the
 interval's pace resumes once no marker has come for ``quiet_s()`` (set-up,
 an evaluation, the end). Timed snapshots before the first marker (the
-set-up) are taken as before.
+set-up) are taken as before, the first of them once arrays have been there
+for an interval with no marker (a program whose first step makes its first
+arrays takes its first snapshot at step 1).
 
 A program that takes its own snapshots (``jaxmemprof.snapshot()``) keeps
 to them: from its first, markers take none.
