@@ -148,6 +148,30 @@ def _held_between(run, shard: list[dict]) -> tuple[dict, list]:
     return less, gone
 
 
+def _made_by(run, function_id: int, replace: dict) -> list[dict]:
+    """The functions that made the step's replicated inputs, compiled with
+    those outputs sharded (jit_whatif rows ``shard_out``, whatif._makers):
+    their figures put into ``replace``; [{function, site, wrapper,
+    outputs}] for the fix (``jax.jit(init, out_shardings=...)``)."""
+    w = run.jit.get("whatif")
+    if w is None or w.empty:
+        return []
+    functions = run.jit.get("functions")
+    named = {} if functions is None else {int(r.function_id): r for r in functions.itertuples()}
+    out = []
+    for fid, sig, change, r in zip(w["function_id"], w["signature"], w["change"], w.to_dict("records")):
+        c = _json(change, {})
+        if c.get("for") != function_id or "shard_out" not in c or pd.notna(r.get("error")) \
+                or pd.isna(r.get("argument_bytes")):
+            continue
+        replace[(int(fid), sig)] = {col: int(r[col]) for col in FIGURES}
+        fn = named.get(int(fid))
+        out.append({"function": str(getattr(fn, "name", fid)),
+                    "site": f"{getattr(fn, 'jit_file', '')}:{int(getattr(fn, 'jit_line', 0) or 0)}",
+                    "outputs": [{"output": a.get("output"), "spec": a.get("spec")} for a in c["shard_out"]]})
+    return out
+
+
 def verified_sharding(ar: Attributed, tl: Timeline, function_id: int, leaves: list) -> dict | None:
     """What sharding the inputs as the rule says does to the run's true peak
     (facts), from the compiles of the function with them sharded; None where
@@ -172,6 +196,7 @@ def verified_sharding(ar: Attributed, tl: Timeline, function_id: int, leaves: li
     less, gone = _held_between(run, shard)
     for snap, devices in during_calls(run, tl, function_id).items():
         less.setdefault(snap, {}).update(devices)
+    made_by = _made_by(run, function_id, replace)
     before, _, _ = true_peaks(run, tl)
     after, _, _ = true_peaks(run, tl, replace, less, gone)
     if before is None or after is None or before - after < MEANINGFUL * before:
@@ -187,7 +212,7 @@ def verified_sharding(ar: Attributed, tl: Timeline, function_id: int, leaves: li
     compiles = run.jit["compiles"]
     recorded = compiles[(compiles["function_id"] == function_id) & (compiles["signature"] == sig)]
     temp_before = int(pd.to_numeric(recorded["temp_bytes"], errors="coerce").fillna(0).max()) if len(recorded) else 0
-    return {"verified": True, "arrays": arrays, "signatures_verified": signatures,
+    return {"verified": True, "arrays": arrays, "signatures_verified": signatures, "made_by": made_by,
             "temp_before_bytes": temp_before, "temp_after_bytes": int(ok["temp_bytes"].iloc[0]),
             "true_peak_before_bytes": int(before), "true_peak_after_bytes": int(after),
             "saving_bytes_per_device": int(before - after)}

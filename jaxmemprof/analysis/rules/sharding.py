@@ -19,7 +19,23 @@ def detect(ctx: Context) -> list[Finding]:
 
 
 def _put(a: dict) -> str:
-    return f"jax.device_put({a['owner']}, NamedSharding(mesh, {a['spec']}))"
+    """Made sharded where its values are made (a device_put after it is made whole leaves that moment whole)."""
+    return f"jax.device_put(<{a['owner']}'s values where they are made>, NamedSharding(mesh, {a['spec']}))"
+
+
+def _made(m: dict) -> str:
+    """The jitted function that made it, made to return it sharded."""
+    outs = m["outputs"]
+    if len(outs) == 1:
+        tree = f"NamedSharding(mesh, {outs[0]['spec']})"
+    else:
+        tree = "shardings with " + ", ".join(f"output {o['output']}: NamedSharding(mesh, {o['spec']})" for o in outs)
+    return f"jax.jit({m['function']}, out_shardings={tree}) (at {m['site']})"
+
+
+def _fixes(x: dict) -> list[str]:
+    made = x.get("made_by") or []
+    return [_made(m) for m in made] or [_put(a) for a in x["arrays"]]
 
 
 def _replicated(f: Finding, x: dict) -> Words:
@@ -53,10 +69,11 @@ def _replicated(f: Finding, x: dict) -> Words:
         brief=(f"{first['owner']} ({fmt(first['bytes'])}) is whole on each of {devices} devices"
                + (f", and {counted(x['array_count'] - 1, 'more array')} of {x['function']}'s" if x["array_count"] > 1 else "")
                + f"; a mesh axis could shard {'it' if x['array_count'] == 1 else 'them'}."),
-        brief_fix=_put(first),
+        brief_fix=("make it sharded where it is created: " if x.get("made_by") else "") + _fixes(x)[0],
         message=(f"Inputs of {x['function']} are replicated where the program's mesh could shard them: "
                  + "; ".join(one(a) for a in arrays) + (f"; and {more} more" if more > 0 else "") + ". " + bound),
-        fix=("Shard each over the mesh axis: " + "; ".join(_put(a) for a in arrays)
+        fix=("Make each sharded over the mesh axis where it is created (sharding it after it is made whole leaves "
+             "that moment whole): " + "; ".join(_fixes(x))
              + " (or name the sharding in the jit's in_shardings and out_shardings; with flax.nnx, "
                "nnx.with_partitioning on the parameter's initializer). " + trade),
         evidence=(f"The latest sampled call of {x['function']}: {fmt(x['replicated_bytes'])} per device in "
@@ -73,9 +90,9 @@ REPLICATED = Rule(
              "mesh axis of the call's divides one of their dimensions, where XLA's compile of the function with "
              "them sharded lowers the run's true peak (analysis/rules/sharding.py)."),
     facts={"": ("function", "arrays", "array_count", "replicated_bytes", "meshes", "verified", "not_verified",
-                "signatures_verified", "true_peak_before_bytes", "true_peak_after_bytes", "saving_bytes_per_device",
+                "signatures_verified", "made_by", "true_peak_before_bytes", "true_peak_after_bytes", "saving_bytes_per_device",
                 "temp_before_bytes", "temp_after_bytes")},
-    optional=("not_verified", "signatures_verified", "true_peak_before_bytes", "true_peak_after_bytes",
+    optional=("not_verified", "signatures_verified", "made_by", "true_peak_before_bytes", "true_peak_after_bytes",
               "saving_bytes_per_device", "temp_before_bytes", "temp_after_bytes"),
     meanings={"function": "The jitted function's name.",
               "arrays": ("The (up to 3) arrays that save most: objects of `owner` (its path in your tree), "
@@ -91,6 +108,10 @@ REPLICATED = Rule(
                            "takes off each device, an upper bound."),
               "not_verified": "Why the sharded compile is missing (over the compile budget, an older recording).",
               "signatures_verified": "The function's signatures compiled sharded.",
+              "made_by": ("The jitted functions that made the arrays whole (a sampled call's output was the array "
+                          "the step took), compiled with those outputs sharded: `function`, `site` (where it was "
+                          "jitted), `outputs` (`output` index, `spec`). The fix makes them sharded there: "
+                          "jax.jit(init, out_shardings=...)."),
               "true_peak_before_bytes": "The run's true peak on the busiest device as recorded (verified).",
               "true_peak_after_bytes": "The same with the sharded compile in place of the recorded one (verified).",
               "saving_bytes_per_device": "The fall of the true peak on the busiest device (verified).",
@@ -133,6 +154,9 @@ def replication_findings(ar: Attributed, tl: Timeline | None = None) -> list[Fin
             continue
         if measured["verified"]:
             arrays = measured.pop("arrays") or arrays
+            for m in measured.get("made_by") or []:
+                file, _, line = m["site"].rpartition(":")
+                m["site"] = f"{files.display_path(file)}:{line}"
         claimed.update((a["owner"], tuple(a["shape"]), a["dtype"]) for a in arrays)
         arrays.sort(key=lambda a: -a["saving_bytes"])
         saving = measured.get("saving_bytes_per_device", sum(a["saving_bytes"] for a in arrays))

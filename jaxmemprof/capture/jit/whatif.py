@@ -390,6 +390,78 @@ def verify_shardings(planner, budget_s: float, deadline: float) -> list:
                 break
             rows.append((state.function_id, sig, json.dumps(change), *(fig or (None,) * 5), float(seconds),
                          str(ab.platform or ""), error))
+            if fig is not None and not change["gathered"] and error is None:
+                made = {(tuple(a["shape"]), a["dtype"]): (a, mesh_objects[options[min(attempt, len(options) - 1)][0]])
+                        for a, (j, options, mesh_objects) in zip(shard, chosen)}
+                rows += _makers(planner, state, made, budget_s, deadline)
+    return rows
+
+
+def _makers(planner, step, made: dict, budget_s: float, deadline: float) -> list:
+    """The program's jitted functions that made the step's replicated
+    inputs (a sampled call's output is the very array a call of the step
+    took), each compiled with those outputs sharded as the finding prints
+    (``jax.jit(init, out_shardings=...)``): jit_whatif rows whose change is
+    ``{"shard_out": [...], "for": the step's function_id}``. Sharding an
+    array after a function made it whole leaves that call's peak whole."""
+    probe = planner.probe
+    jax = probe._jax
+    writer = probe.writer
+    wanted = {}
+    for _, inputs, _, _, _ in writer.jit_sampled_calls(step.function_id):
+        for leaf in _list(inputs):
+            if isinstance(leaf, dict) and leaf.get("replicated") and leaf.get("id") is not None:
+                key = (tuple(leaf.get("shape") or ()), str(leaf.get("dtype")))
+                if key in made:
+                    wanted[int(leaf["id"])] = key
+    rows = []
+    for state in _largest_states(probe):
+        slot = state.plan
+        if state is step or not slot.abstract or (state.row.get("wrapper") or "jax.jit") != "jax.jit":
+            continue
+        outs: dict = {}  # output leaf index -> key
+        for _, _, outputs, _, _ in writer.jit_sampled_calls(state.function_id):
+            for i, leaf in enumerate(_list(outputs)):
+                if isinstance(leaf, dict) and leaf.get("id") is not None and int(leaf["id"]) in wanted \
+                        and (tuple(leaf.get("shape") or ()), str(leaf.get("dtype"))) == wanted[int(leaf["id"])]:
+                    outs[i] = wanted[int(leaf["id"])]
+        if not outs:
+            continue
+        real = planner.real_of(state)
+        for sig in _signatures(slot)[:1]:
+            ab, trace = slot.abstract[sig], slot.traces.get(sig)
+            entries = [dict(made[k][0], output=i) for i, k in sorted(outs.items())]
+            change = json.dumps({"shard_out": entries, "for": int(step.function_id)})
+            fn = rejit(probe, state, real, set(), set(), trace) if real is not None and trace is not None else None
+            if fn is None or isinstance(fn, str) or time.monotonic() > deadline:
+                why = OVER_BUDGET if time.monotonic() > deadline else f"not verified: {fn or DROPPED}"
+                rows.append((state.function_id, sig, change, *(None,) * 5, 0.0, str(ab.platform or ""), why))
+                continue
+            # inputs on one device as uncommitted (a PRNG key): jit places them beside the sharded outputs
+            flat = [jax.ShapeDtypeStruct(x.shape, x.dtype, weak_type=x.weak_type)
+                    if isinstance(x, jax.ShapeDtypeStruct) and len(getattr(x.sharding, "device_set", ())) == 1 else x
+                    for x in ab.flat]
+            done, took, failed, _ = _compile(jax, fn, ab, flat, "jax.jit", retraced=False)
+            if done is None:
+                rows.append((state.function_id, sig, change, *(None,) * 5, took, str(ab.platform or ""),
+                             f"not verified: {_failed(failed)}"))
+                continue
+            shardings = jax.tree_util.tree_leaves(done[1].output_shardings)
+            for i, key in outs.items():
+                if i < len(shardings):
+                    a, mesh = made[key]
+                    parts = [None] * len(a["shape"])
+                    parts[a["dim"]] = a["axis"]
+                    shardings[i] = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(*parts))
+            original = next((o for name, o, _ in probe._patched if name == state.plan.jit), None)
+            replayed = replay(probe._jax, real.__wrapped__, trace, lambda args, kwargs: probe._dynamic(state, args, kwargs))
+            options = dict(slot.options)
+            options["out_shardings"] = jax.tree_util.tree_unflatten(
+                jax.tree_util.tree_structure(done[1].output_shardings), shardings)
+            again, took2, failed, _ = _compile(jax, original(replayed, **options), ab, flat, "jax.jit",
+                                               retraced=False)
+            rows.append((state.function_id, sig, change, *(again[0] if again else (None,) * 5), took + took2,
+                         str(ab.platform or ""), None if again else f"not verified: {_failed(failed)}"))
     return rows
 
 
