@@ -409,7 +409,9 @@ class Search:
         count = 0
         scanned = 0
         deadline = self.deadline
-        stop_depth = None  # every array found: only the nodes above the last one's depth are still read
+        # Every array found: only the nodes above the last one's depth are
+        # still read (for the other chains as short as its).
+        stop_depth = 1 if n_arrays and len(self.found_arrays) == n_arrays else None
         try:
             while queue:
                 obj, node = queue.popleft()
