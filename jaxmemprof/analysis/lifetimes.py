@@ -250,10 +250,10 @@ def site_lifetimes(ar: Attributed) -> pd.DataFrame:
     - ``alive_at_end``, ``alive_at_end_bytes``: its arrays (and bytes) still
       alive at the run's last snapshot.
 
-    Where the program marks its steps, the sites are ordered by the memory
-    they hold over steps (``bytes * lifetime_steps``) instead: its
-    snapshots at fixed steps (capture/steps.py) make that the same in every
-    run, where ``byte_seconds`` follows the machine's speed.
+    Where the run took snapshots at fixed steps (capture/steps.py), the sites
+    are ordered by the memory they hold over steps (``bytes *
+    lifetime_steps``) instead: the same in every run, where
+    ``byte_seconds`` follows the machine's speed.
     """
     run, arrays_df = ar.run, ar.arrays
     if arrays_df is None or arrays_df.empty:
@@ -282,7 +282,8 @@ def site_lifetimes(ar: Attributed) -> pd.DataFrame:
             "lifetime_s": life,
         }
     )
-    steps = pd.to_numeric(df["lifetime_steps"], errors="coerce") if "lifetime_steps" in df else None
+    keyed = "trigger" in run.snapshots and bool((run.snapshots["trigger"] == "step").any())
+    steps = pd.to_numeric(df["lifetime_steps"], errors="coerce") if keyed and "lifetime_steps" in df else None
     by_steps = steps is not None and steps.notna().any() and int(steps.fillna(0).max()) > 0
     work["byte_steps"] = b * steps.fillna(0).to_numpy(dtype=np.float64) if by_steps else 0.0
     g = work.groupby(SITE_COLUMNS, sort=False, dropna=False)
