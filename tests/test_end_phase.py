@@ -80,6 +80,7 @@ def _assert_finalised(run: Path, status: int, ended_by: str, skipped_by: str | N
     assert m["script_end"]["exit_status"] == status and m["script_end"]["ended_by"] == ended_by
     assert m["end_phase"]["skipped_by"] == skipped_by
     assert not (run / layout.LOCK).exists()
+    assert not list(run.glob(".xla-dump-*"))  # jaxmemprof's XLA dumps removed on this exit path too
     return m
 
 
@@ -94,6 +95,24 @@ def test_a_signal_in_the_end_phase_keeps_the_scripts_exit_status(tmp_path, sig):
     m = _assert_finalised(run, 4, "exit", sig.name)
     assert m["end_phase"]["seconds"] < 30
     assert took < 15, took
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_during_a_targets_compiles_leaves_no_dump(tmp_path, sig):
+    # A --target slice's buffers need an XLA dump (a compile of its own, into
+    # the run directory): a signal while it is made must leave none, whether
+    # the compile's finally runs or the process ends without it.
+    proc, run, marker = _start(tmp_path, "--status", 3, options=("--target", "v5e:2x2"))
+    _wait_for(marker, proc)
+    t0 = time.monotonic()
+    while not list(run.glob(".xla-dump-*")):  # the signal lands while the dump is being made
+        assert proc.poll() is None, "the end phase ended before its dump"
+        assert time.monotonic() - t0 < 240, "no dump directory in the run"
+        time.sleep(0.01)
+    proc.send_signal(sig)
+    proc.communicate(timeout=120)
+    assert proc.returncode == 3
+    _assert_finalised(run, 3, "exit", sig.name)
 
 
 def test_the_scripts_sigterm_handler_never_runs_after_the_script(tmp_path):
