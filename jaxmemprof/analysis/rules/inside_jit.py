@@ -187,6 +187,7 @@ def compiled_remat(ar: Attributed, tl, function_id: int) -> dict | None:
     if not groups:
         why = (unwrappable + errors or ["XLA gave no figures"])[0]
         return {"compiled": False, "not_compiled": why}
+    tl = tl if tl is not None else timeline(ar)
     before, _, _ = true_peaks(run, tl)
     if before is None:
         return {"compiled": False, "not_compiled": "no true peak to compare with"}
@@ -243,7 +244,6 @@ def inside_jit_findings(ar: Attributed, tl=None) -> list[Finding]:
         if fid not in remat and int(kept["bytes"].sum()) >= REMAT_SHARE * peak:
             by_line = kept.groupby("site")["bytes"].sum().sort_values(ascending=False)
             saving = int(kept["bytes"].sum())
-            tl = tl if tl is not None else timeline(ar)
             measured = compiled_remat(ar, tl, int(fid))
             severity = "low"
             if measured is not None and measured.get("compiled"):
