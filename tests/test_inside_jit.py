@@ -142,20 +142,19 @@ def test_a_scan_carries_its_stacked_activations(recorded):
     assert top["live_start"] < top["live_end"] <= top["program_length"]
 
 
-def test_activations_kept_for_the_backward_pass_get_a_remat_hint(recorded):
+def test_kept_activations_get_no_remat_finding_where_the_compiled_wrap_does_not_lower_the_peak(recorded):
     script, run, att = recorded
     rows = _rows(peak_by_line(attribute(run)), run, "grad_step")
     act = f"inside.py:{line_of(script, 'LINE-ACT')} (loss)"
     # tanh outputs of the layers, float32[1024,512] each, kept for the backward pass (XLA reuses one
     # buffer for two of them: each buffer counts once)
     assert rows.loc[rows["site"] == act, "bytes"].sum() >= 2 * 1024 * 512 * 4
-    [remat] = [f for f in inside_jit_findings(attribute(run)) if f.rule == "remat"]
-    assert remat.site == act and "jax.checkpoint" in words(remat).fix and remat.fact("wrapper") == "jax.jit"
-    assert "nnx.remat" in words(remat).fix and "eqx.filter_checkpoint" in words(remat).fix  # each library's
-    assert remat.saving_bytes % (1024 * 512 * 4) == 0 and remat.saving_bytes >= 2 * 1024 * 512 * 4
-    # Not compiled (it changes the user's code): said as an upper bound, and why.
-    assert words(remat).saves == f"saves up to {format_bytes(remat.saving_bytes)}"
-    assert "not compiled: it changes your code" in words(remat).message
+    # The layers are inline in loss's Python loop: wrapping loss in jax.checkpoint was compiled at the end of the
+    # run and does not lower the peak on CPU (XLA computes the recomputation early), so there is no remat finding
+    # (issue 53: a remat that does not lower the peak is not a finding; tests/test_remat.py has those that do).
+    assert [f for f in inside_jit_findings(attribute(run)) if f.rule == "remat"] == []
+    tried = [c for c in run.jit["whatif"]["change"] if '"remat"' in c]
+    assert tried and all('"function": "loss"' in c for c in tried)
 
 
 def test_changing_one_line_changes_what_the_call_needs(recorded, tmp_path):
