@@ -82,7 +82,9 @@ def _remat(f: Finding, x: dict) -> Words:
              "or save_only_these_names with checkpoint_name on the values to keep, keeps the matmuls or those "
              "values only."),
         evidence=evidence,
-        saves=f"saves up to {fmt(f.saving_bytes)} ({why})")
+        # a run recorded without the compiles keeps its words; a function that cannot be wrapped says why
+        saves=f"saves up to {fmt(f.saving_bytes)}" + (f" ({why})" if x.get("not_compiled", NO_COMPILE) != NO_COMPILE
+                                                       else ""))
 
 
 def _narrow(f: Finding, x: dict) -> Words:
