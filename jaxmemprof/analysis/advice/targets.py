@@ -33,12 +33,14 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from jaxmemprof import tpus
+from jaxmemprof import backends, tpus
 from jaxmemprof.analysis.advice.plan import PLAN_COLUMNS, RECORDED, curves, function_names, points_of
 from jaxmemprof.analysis.cells import json_cell as _json
 from jaxmemprof.analysis.inside_jit import buffer_site
 from jaxmemprof.truepeak import FIGURES
 
+# A slice's fit is the TPU backend's rule (backends/tpu.py): the peak within what XLA:TPU may use of a device.
+_TPU = backends.get("tpu")
 POINT_COLUMNS = ["target", *PLAN_COLUMNS]
 LINE_COLUMNS = ["target", "function_id", "function", "site", "file", "line", "kind", "bytes", "buffers",
                 "share_of_peak", "program_peak_bytes"]
@@ -147,7 +149,7 @@ def build_targets(ar) -> Targets | None:
         if tpus.problem(str(name)) is None:
             usable = tpus.usable_bytes(str(name))
             ok = p["peak_bytes"].notna()
-            p.loc[ok, "fits"] = [int(v) <= usable for v in p.loc[ok, "peak_bytes"]]
+            p.loc[ok, "fits"] = [_TPU.fits(int(v), usable) for v in p.loc[ok, "peak_bytes"]]
             p.loc[p["error"].map(tpus.out_of_memory), "fits"] = False  # XLA:TPU's own "it does not fit"
         parts.append(p)
     points = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=POINT_COLUMNS)
@@ -173,7 +175,7 @@ def build_targets(ar) -> Targets | None:
             detail = _json(src["detail"].iloc[0], {})
             run_call = _int(detail.get("signature_call_peak_bytes"))
             largest = nxt = None
-            fits = lambda p: p <= usable  # noqa: E731
+            fits = lambda p: _TPU.fits(p, usable)  # noqa: E731  (the TPU's rule: the whole device, no pool)
             cs = {k: c for k, c in curves(g).items() if k[1] == RECORDED}
             refused = sorted({int(b) for b, e, v in zip(g["batch"], g["error"], g["variant"])
                               if v == RECORDED and tpus.out_of_memory(e)})  # XLA:TPU: too large for the device
@@ -202,7 +204,7 @@ def build_targets(ar) -> Targets | None:
                 "run_call_peak_bytes": run_call,
                 **{f"run_{f}": None if run_fig is None else run_fig[f] for f in FIGURES},
                 "hbm_bytes": hbm, "usable_bytes": usable,
-                "fits": False if too_large else None if top is None else bool(int(top["peak_bytes"]) <= usable),
+                "fits": False if too_large else None if top is None else bool(_TPU.fits(int(top["peak_bytes"]), usable)),
                 "donated_peak_bytes": fix("donated"), "bfloat16_peak_bytes": fix("bfloat16"),
                 "largest_batch": largest, "next_batch": nxt,
                 "compiles": int((compiled["compile_s"] > 0).sum()), "compile_s": float(compiled["compile_s"].sum()),
