@@ -152,9 +152,12 @@ def test_kept_activations_get_no_remat_finding_where_the_compiled_wrap_does_not_
     # The layers are inline in loss's Python loop: wrapping loss in jax.checkpoint was compiled at the end of the
     # run and does not lower the peak on CPU (XLA computes the recomputation early), so there is no remat finding
     # (issue 53: a remat that does not lower the peak is not a finding; tests/test_remat.py has those that do).
-    assert [f for f in inside_jit_findings(attribute(run)) if f.rule == "remat"] == []
-    tried = [c for c in run.jit["whatif"]["change"] if '"remat"' in c]
-    assert tried and all('"function": "loss"' in c for c in tried)
+    found = [f for f in inside_jit_findings(attribute(run)) if f.rule == "remat"]
+    w = run.jit["whatif"]
+    tried = w[w["change"].str.contains('"remat"')]
+    assert len(tried) and all('"function": "loss"' in c for c in tried["change"])
+    over = tried["error"].astype(str).str.contains("budget").any()  # a loaded machine: past the compile budget
+    assert found == [] or (over and "(compiled)" not in words(found[0]).saves)
 
 
 def test_changing_one_line_changes_what_the_call_needs(recorded, tmp_path):

@@ -204,7 +204,9 @@ def compiled_remat(ar: Attributed, tl, function_id: int) -> dict | None:
             best = (after, c, replace)
     if best is None or before - best[0] < MEANINGFUL * before:
         # a function that could not be wrapped may still hold them: say so; else no wrap lowers it
-        return {"compiled": False, "not_compiled": unwrappable[0]} if unwrappable else None
+        # (or one past the compile budget)
+        why = unwrappable + [e for e in errors if "budget" in e]
+        return {"compiled": False, "not_compiled": why[0]} if why else None
     after, c, replace = best
     compiles = run.jit["compiles"]
     sig = next(iter(replace))[1]

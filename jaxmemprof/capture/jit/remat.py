@@ -39,7 +39,7 @@ REMAT_SHARE = 0.25
 # The policies tried, as the fix spells them (None: jax.checkpoint's default, nothing saveable).
 POLICIES = ("nothing_saveable", "dots_saveable", "dots_with_no_batch_dims_saveable")
 CANDIDATES = 2  # functions tried per step, at most
-SIGNATURES = 2  # of a step's kept signatures, the largest ones
+SIGNATURES = 1  # of a step's kept signatures, the largest ones (the others keep their recorded figures)
 
 
 def _kept_share(writer, function_id: int, sig: str) -> float:
