@@ -59,7 +59,8 @@ def lines(answer, show=None) -> list:
             op = f" {a.op}" if a.op else ""
             out.append(f"  {format_bytes(a.bytes):>10}  {where}{op}  {a.shape}".rstrip())
     if answer.signature:
-        out.append(f"the failing call's signature: {answer.signature}")
+        sig = answer.signature if len(answer.signature) <= 160 else answer.signature[:160] + " ..."
+        out.append(f"the failing call's signature: {sig}")
     out.extend(fit_lines(answer.fit))
     return out
 
