@@ -172,3 +172,32 @@ def test_the_tpu_findings_facts_are_their_rules():
         assert fit.case == case and fit.backend == "tpu" and fit.settings == {}
         f = fit_findings(fit)[0]
         same_facts(f, ("fit", ""))
+
+
+def test_runs_closing_lines_show_the_counters():
+    """run's closing lines (render/text.py render_closing, given the report's
+    answer as cli/record.py gives it) carry the counters and the queued steps."""
+    import io
+    from types import SimpleNamespace
+
+    from rich.console import Console
+
+    from jaxmemprof.analysis.attributed import attribute
+    from jaxmemprof.analysis.options import Options
+    from jaxmemprof.analysis.report import build_report
+    from jaxmemprof.render.text import render_closing
+    from jaxmemprof.store.reader import load_run
+
+    rep = build_report(attribute(load_run(TPU / "gpt8"), Options()))
+    s = rep.summary
+    ov = SimpleNamespace(duration_s=s["duration_s"], sampling_s=s["sampling_cpu_s"], ended_by="exit", exit_status=0,
+                         holder_search_s=0.0, holder_searches=0, snapshots=s["snapshots"], stretched=None,
+                         peak_snapshot=s["peak_snapshot"], peak_sites=rep.peak_sites, peak_bytes=s["peak_bytes"],
+                         peak_t=s["peak_t"], peak_holders={})
+    out = io.StringIO()
+    render_closing(ov, Console(file=out, width=400, no_color=True), target="gpt.py", run_dir="gpt8", warnings=[],
+                   answer=rep.answer)
+    text = out.getvalue()
+    assert "true peak 12.09 GiB" in text
+    assert "chip's counters 15.74 GiB of 15.75 GiB (99.96 %) on tpu:0" in text
+    assert "2 more generations of train_step's outputs" in text
