@@ -254,9 +254,9 @@ def test_fraction_raised_named_for_the_jaxlib(cpu_run, tmp_path):
     # need = 12650020864 + 632501044 + 67108864 = 13349630772 bytes = 12.43 GiB; device = 12 GiB / 0.75 = 16 GiB;
     # 13349630772 / 17179869184 = 77.7 % -> .78
     assert f.severity == "medium"  # the peak itself was under the limit
-    assert said(f).message == ("The peak needs 12.43 GiB with headroom but the allocator's limit on cuda:0 is "
+    assert said(f).message == ("The peak needs 12.43 GiB with headroom but the allocator's limit on gpu:0 is "
                          "12.00 GiB: raise the memory fraction to .78.")
-    assert "13349630772 bytes" in said(f).evidence and "bytes_limit on cuda:0 12.00 GiB (12884901888 bytes)" in said(f).evidence
+    assert "13349630772 bytes" in said(f).evidence and "bytes_limit on gpu:0 12.00 GiB (12884901888 bytes)" in said(f).evidence
     assert "0.75 (the default 0.75) x about 16.00 GiB" in said(f).evidence
     assert said(f).fix.startswith("Set XLA_CLIENT_MEM_FRACTION=.78. Trade-off:")
     assert OLD_FRACTION not in said(f).fix
@@ -302,7 +302,7 @@ def test_preallocate_when_the_peak_is_far_below_the_pool(cpu_run, tmp_path):
     need = GiB + 53687092 + 64 * MiB  # 1.11 GiB; 1195710004 / 16 GiB = 7.0 % -> .07
     assert (f.rule, f.severity) == ("allocator-preallocate", "low")
     assert f.saving_bytes == LIMIT - need
-    assert said(f).message == ("The peak (1.00 GiB) is 8% of the 12.00 GiB pool preallocated on cuda:0: "
+    assert said(f).message == ("The peak (1.00 GiB) is 8% of the 12.00 GiB pool preallocated on gpu:0: "
                          "10.89 GiB of it is never needed.")
     assert "threshold: peak below 25% of the pool" in said(f).evidence
     assert "XLA_PYTHON_CLIENT_PREALLOCATE=false" in said(f).fix and "XLA_CLIENT_MEM_FRACTION=.07" in said(f).fix
@@ -357,7 +357,7 @@ def test_fragmentation(cpu_run, tmp_path):
     # (12 - 6 - 3) / (12 - 6) = 0.5
     assert f.severity == "medium"
     last = last_snapshots(cpu_run, 1)[0]
-    assert said(f).message == (f"The allocator pool on cuda:0 was 50% fragmented at snapshot {last}: 6.00 GiB free, "
+    assert said(f).message == (f"The allocator pool on gpu:0 was 50% fragmented at snapshot {last}: 6.00 GiB free, "
                          "but the largest free block is 3.00 GiB.")
     assert f.saving_bytes == 3 * GiB
     assert "= 0.50; threshold 0.30 on pools of 1.00 GiB or more" in said(f).evidence
@@ -417,7 +417,7 @@ def test_as_report_rules(cpu_run, tmp_path):
     assert rules(report.extra_findings) == ["allocator-fragmentation", "allocator-platform", "fit"]
     assert {f.rule for f in report.findings} >= {"allocator-fragmentation", "allocator-platform", "fit"}
     fit = only(report.extra_findings, "fit")
-    assert "from the allocator's high-water mark (peak_bytes_in_use) on cuda:0" in said(fit).evidence
+    assert "from the allocator's high-water mark (peak_bytes_in_use) on gpu:0" in said(fit).evidence
 
 
 def test_versions_and_names():
