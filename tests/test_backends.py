@@ -62,3 +62,30 @@ def test_the_chips_own_peak(name, stats, expected):
         return
     assert (cp.bytes, cp.in_use_bytes, cp.reserved_bytes, cp.upper_bound) == expected
     assert cp.limit_bytes == stats["bytes_limit"]
+
+
+def _points(rows):
+    import pandas as pd
+
+    from jaxmemprof.analysis.advice.plan import PLAN_COLUMNS
+
+    out = pd.DataFrame([{**dict.fromkeys(PLAN_COLUMNS), "function_id": 1, "function": "step", "variant": "recorded",
+                         "device": "TPU_0(process=0,(0,0,0,0))", "compile_s": 1.0, "backend": "tpu", **r}
+                        for r in rows], columns=PLAN_COLUMNS)
+    out["peak_bytes"] = out["peak_bytes"].astype("Int64")
+    return out
+
+
+def test_a_tpu_plan_takes_xla_tpus_refusal_as_the_next_batch():
+    """On a TPU the plan's largest batch is one that compiled within the chip, and the next is the one
+    XLA:TPU refused (RESOURCE_EXHAUSTED at compile), as the chip says; the GPU's rule knows no refusal."""
+    from jaxmemprof.analysis.advice.plan import _models
+
+    refusal = ("RESOURCE_EXHAUSTED: Ran out of memory on HBM, the total memory required for HLO temporaries "
+               "(30.01G) exceeds available HBM (15.75G).")
+    points = _points([{"batch": 8, "peak_bytes": 10 * 1024**3}, {"batch": 16, "peak_bytes": 15 * 1024**3},
+                      {"batch": 32, "peak_bytes": None, "error": refusal}])
+    tpu_row = _models(points, LIMIT, "tpu").iloc[0]
+    assert tpu_row["largest_batch"] == 16 and tpu_row["next_batch"] == 32
+    gpu_row = _models(points, LIMIT, "gpu").iloc[0]  # the pool: 0.75 of the chip holds batch 8 only
+    assert gpu_row["largest_batch"] == 8 and gpu_row["next_batch"] == 16

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from jaxmemprof import backends
+from jaxmemprof import backends, tpus
 from jaxmemprof.analysis.cells import json_cell as _json
 from jaxmemprof.backends.gpu import fraction_env_name, fraction_setting, needed_bytes, percent_needed
 
@@ -227,6 +227,7 @@ def _models(points: pd.DataFrame, device_bytes: int | None, backend: str | None 
     by_key = curves(points)
     names = dict(zip(points["function_id"], points["function"]))
     functions = list(dict.fromkeys(points["function_id"]))
+    refused = _refused(points, backend)
     for fid in functions:
         keys = [k for k in by_key if k[0] == fid]
         devices = list(dict.fromkeys(k[2] for k in keys))
@@ -242,6 +243,9 @@ def _models(points: pd.DataFrame, device_bytes: int | None, backend: str | None 
                     if c is None:
                         continue
                     row = _curve_row(c, device_bytes, backend)
+                    if device_bytes is not None and refused.get((fid, variant)):  # a TPU's compile refused some
+                        _bound_by_refusals(row, refused[(fid, variant)], c,
+                                           lambda p: fits_by_default(p, device_bytes, backend))
                 at = None
                 if device_bytes is not None:
                     at = target.setdefault(device, row["largest_batch"]) if variant == RECORDED else target.get(device)
@@ -260,6 +264,32 @@ def _models(points: pd.DataFrame, device_bytes: int | None, backend: str | None 
         out[c] = out[c].astype("Int64")
     out["affine"] = out["affine"].astype("boolean")
     return out
+
+
+def _refused(points: pd.DataFrame, backend: str | None) -> dict:
+    """(function_id, variant) -> the batches whose compile the backend refused as too large for the device
+    (XLA:TPU's RESOURCE_EXHAUSTED: an answer, "it does not fit"), on a backend without a pool (a TPU)."""
+    if backends.get(backend).has_pool or points.empty:
+        return {}
+    bad = points[points["error"].map(tpus.out_of_memory)]
+    return {(int(f), str(v)): sorted({int(b) for b in g["batch"]})
+            for (f, v), g in bad.groupby(["function_id", "variant"], sort=False)}
+
+
+def _bound_by_refusals(row: dict, refused: list, c: Curve, fits) -> None:
+    """A batch the chip's compiler refused does not fit: the largest batch is the largest compiled one that fits
+    below the smallest refused, and the next batch the smallest compiled (not fitting) or refused above it."""
+    if row.get("largest_batch") is None:
+        return
+    best = 0
+    for x, y in zip(c.b, c.p):
+        if x >= refused[0] or not fits(int(y)):
+            break
+        best = int(x)
+    row["largest_batch"] = row["largest_batch_with_settings"] = best
+    above = [b for b in refused if b > best]
+    nxt = c.above(best, fits)
+    row["next_batch"] = min(above + ([nxt] if nxt is not None else [])) if above or nxt is not None else None
 
 
 def _peak_at(by_key, fid, variant, device, devices, batch) -> int | None:
@@ -370,6 +400,8 @@ def build_plan(ar, findings=(), device_bytes: int | None = None) -> Plan | None:
     if device_bytes is not None:
         ok = points["peak_bytes"].notna()
         points.loc[ok, "fits"] = [fits_by_default(int(p), device_bytes, rule) for p in points.loc[ok, "peak_bytes"]]
+        if not backends.get(rule).has_pool:  # XLA:TPU's own "it does not fit", at compile
+            points.loc[points["error"].map(tpus.out_of_memory), "fits"] = False
     ev = run.events
     said = [] if ev is None or ev.empty else [str(m) for m in ev.loc[ev["kind"] == "plan", "message"]]
     cut = str(getattr(run, "end_cut", "") or "")
