@@ -133,8 +133,9 @@ def pytest_runtest_call(item):
         return _unmeasured(item, limits, (yield), why)
     try:
         result = yield
-    except BaseException:
+    except BaseException as exc:
         # A test that failed is measured too (for --jaxmemprof's list), never judged.
+        _out_of_memory_note(exc, limits)
         recorder.unwrap()
         try:
             measured = recorder.stop(failed=True)
@@ -209,6 +210,34 @@ def _jax_up() -> bool:
     from jaxmemprof.capture.sampler import jax_ready
 
     return jax_ready() is not None
+
+
+def _out_of_memory_note(exc: BaseException, limits) -> None:
+    """A test that ran out of memory: XLA's reason, read (xla/oom.py: needed,
+    available, the allocation), added to its error's notes, which pytest
+    shows under the traceback; where the message is not one jaxmemprof reads,
+    that is said."""
+    from jaxmemprof.xla.oom import read
+
+    names = " and ".join(limits) or "jaxmemprof"
+    try:
+        text = f"{type(exc).__name__}: {exc}" if isinstance(exc, MemoryError) else str(exc)
+        if not isinstance(exc, MemoryError) and "RESOURCE_EXHAUSTED" not in text[:300]:
+            return
+        r = read(text)
+        from jaxmemprof.units import format_bytes
+
+        if r is None:
+            note = f"jaxmemprof: {names}: the test ran out of memory; its message is not one jaxmemprof reads"
+        else:
+            said = [f"needs {format_bytes(r.needed_bytes)} of {r.what or 'memory'}" if r.needed_bytes else "",
+                    f"could not allocate {format_bytes(r.request_bytes)}" if r.request_bytes else "",
+                    f"the device has {format_bytes(r.available_bytes)}" if r.available_bytes else ""]
+            note = (f"jaxmemprof: {names}: the test ran out of memory ({r.when}): "
+                    f"{'; '.join(x for x in said if x) or 'XLA gave no figures'} (XLA: {r.reason})")
+        exc.add_note(note)
+    except Exception:
+        pass
 
 
 def _one_line(exc: BaseException) -> str:

@@ -334,3 +334,35 @@ def test_a_slice_that_refuses_the_recorded_step_is_searched_without_plan(tmp_pat
         "        out.append(str(e).splitlines()[0])\n"
         "print(json.dumps(out))\n", ALLOW_MULTIPLE_LIBTPU_LOAD="1"))
     assert got[0] == "compiled" and "RESOURCE_EXHAUSTED" in got[1]
+
+
+PLUGIN_OOM = '''
+import resource
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+
+@pytest.mark.limit_device_memory("1 GiB")
+def test_runs_out():
+    jnp.ones((4,)).block_until_ready()
+    with open("/proc/self/status") as f:
+        vm = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmSize:"))
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    resource.setrlimit(resource.RLIMIT_AS, (vm + (64 << 20), hard))
+    try:
+        jnp.zeros((1 << 30,)).block_until_ready()
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+'''
+
+
+def test_the_pytest_plugin_fails_a_test_that_ran_out_of_memory_with_xlas_reason(pytester, monkeypatch):
+    monkeypatch.setenv("JAX_PLATFORMS", "cpu")
+    pytester.makepyfile(test_runs_out=PLUGIN_OOM)
+    result = pytester.runpytest_subprocess("-rA", "-p", "no:cacheprovider")
+    assert result.ret == 1
+    out = result.stdout.str()
+    assert "jaxmemprof: limit_device_memory: the test ran out of memory (host): could not allocate 4.00 GiB " \
+           "(XLA: Out of memory allocating 4294967296 bytes.)" in out, out
