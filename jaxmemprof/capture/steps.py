@@ -3,11 +3,12 @@
 A program that marks its steps gets a snapshot at fixed step numbers, taken
 in the program's own thread as the marker is placed, so that each sees the
 program at the same point of the same step in every run, whatever the
-machine's load. Which steps: every step up to ``2 * PER_LEVEL``, then
-``PER_LEVEL`` snapshots per doubling of the step count, at multiples of a
-stride that doubles (steps 1..8, 10, 12, 14, 16, 20, 24, 28, 32, 40, ...,
-64, 80, ... with ``PER_LEVEL`` 4): about ``PER_LEVEL * log2(n / PER_LEVEL)``
-by step n (23 by step 120, 37 by 1,500, 41 by 3,000, 62 by 100,000), never more, so
+machine's load. Which steps: every step from the second to ``2 *
+PER_LEVEL``, then ``PER_LEVEL`` snapshots per doubling of the step count, at
+multiples of a stride that doubles (steps 2..8, 10, 12, 14, 16, 20, 24, 28,
+32, 40, ..., 64, 80, ... with ``PER_LEVEL`` 4): about ``PER_LEVEL *
+log2(n / PER_LEVEL)`` by step n (22 by step 120, 36 by 1,500, 40 by 3,000,
+61 by 100,000), never more, so
 their cost shrinks as a share of a long loop; a fixed function of the step
 count, never of time.
 
@@ -18,7 +19,7 @@ interval's pace resumes once no marker has come for ``quiet_s()`` (set-up,
 an evaluation, the end). Timed snapshots before the first marker (the
 set-up) are taken as before, the first of them once arrays have been there
 for an interval with no marker (a program whose first step makes its first
-arrays takes its first snapshot at step 1).
+arrays takes its first snapshot at step 2).
 
 A program that takes its own snapshots (``jaxmemprof.snapshot()``) keeps
 to them: from its first, markers take none.
@@ -52,8 +53,10 @@ def stride(n: int, per_level: int = PER_LEVEL) -> int:
 
 
 def on_grid(n: int, per_level: int = PER_LEVEL) -> bool:
-    """Whether step ``n`` (the n-th marker, from 1) gets a snapshot."""
-    return n >= 1 and n % stride(n, per_level) == 0
+    """Whether step ``n`` (the n-th marker, from 1) gets a snapshot. Not
+    the first: a program that snapshots each step itself (``mark`` then
+    ``jaxmemprof.snapshot()``) has said so by the second."""
+    return n >= 2 and n % stride(n, per_level) == 0
 
 
 def grid(last: int, per_level: int = PER_LEVEL) -> list:
