@@ -48,6 +48,9 @@ def _kept_share(writer, function_id: int, sig: str) -> float:
                           "AND at_peak = 1", (function_id, sig))
     peak = writer._select("SELECT peak_bytes FROM jit_programs WHERE function_id = ? AND signature = ? LIMIT 1",
                           (function_id, sig))
+    if writer._select("SELECT 1 FROM jit_buffers WHERE function_id = ? AND signature = ? AND (op LIKE '%checkpoint%' "
+                      "OR op LIKE '%remat%') LIMIT 1", (function_id, sig)):
+        return 0.0  # it rematerialises already (the rule says nothing of it either)
     total = int(peak[0][0]) if peak and peak[0][0] else sum(int(b) for b, _, _ in rows)
     kept = sum(int(b) for b, kind, op in rows
                if kind == "temporary" and _FORWARD.search(str(op)) and not _BACKWARD.search(str(op)))
