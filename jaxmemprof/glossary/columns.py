@@ -270,13 +270,13 @@ GLOSSARY: dict[str, str] = {
                    "(the most live bytes on one device) or `live_bytes`.",
     "peak_device": "The device the peak was measured on, where known.",
     "needed_bytes": "The pool the peak needs: the peak + 5 % + 64 MiB (allocator rounding and slack, XLA's small "
-                    "buffers).",
-    "default_fraction": "XLA's default pool fraction, 0.75 of the device.",
+                    "buffers); on a TPU, which has no pool, the peak itself.",
+    "default_fraction": "XLA's default pool fraction, 0.75 of the device; 1 on a TPU (no pool: the whole device).",
     "default_pool_bytes": "`default_fraction x device_bytes`.",
     "fits_by_default": "True when one process's `needed_bytes` fits the default pool.",
     "fraction_needed": "The smallest whole percent of the device that holds `needed_bytes`, as a fraction (may "
-                       "exceed 1).",
-    "fits_at_all": "True when `fraction_needed x processes` is at most 0.95.",
+                       "exceed 1); on a TPU, `needed_bytes / device_bytes`.",
+    "fits_at_all": "True when `fraction_needed x processes` is at most 0.95 (on a TPU: at most 1).",
     "settings": "Environment variable -> value to set for it to fit (`{}` when nothing is needed).",
     "jaxlib_version": "The jaxlib version that names the fraction variable (the run's, unless given).",
     "fraction_variable": "The fraction variable that jaxlib reads: `XLA_CLIENT_MEM_FRACTION` (jaxlib 0.4.32 on) or "
