@@ -1,6 +1,6 @@
 """remat as a compiled figure (issue 53, item 3): at the end of the run the
 step is compiled with the function the activations come from wrapped in its
-library's remat (jax.checkpoint, nnx.remat, eqx.filter_checkpoint), under
+library's remat (jax.checkpoint, nnx.remat, nn.remat, eqx.filter_checkpoint), under
 each policy; the finding says "(compiled)" and its saving is the fall of the
 run's true peak. The oracle is the program with the printed wrap made,
 recorded on its own: its true peak from its own report. A wrap that does not
@@ -136,6 +136,53 @@ for i in range(3):
 print(float(l))
 """
 
+LINEN = """
+import os
+import jax
+import jax.numpy as jnp
+import flax.linen as nn
+
+FIX = os.environ.get("REMAT_FIX", "")
+if FIX == "nothing_saveable":
+    remat = nn.remat
+elif FIX:
+    remat = lambda f: nn.remat(f, policy=getattr(jax.checkpoint_policies, FIX))
+else:
+    remat = lambda f: f
+
+
+class Block(nn.Module):
+    @remat
+    @nn.compact
+    def __call__(self, x, _):
+        h = jnp.tanh(nn.Dense(1024)(x))
+        h = jnp.tanh(h * 1.5 + 0.1)
+        return x + nn.Dense(256)(h), None
+
+
+class Model(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+        x, _ = nn.scan(Block, variable_axes={"params": 0}, split_rngs={"params": True}, length=8)()(x, None)
+        return x
+
+
+model = Model()
+x = jnp.ones((2048, 256))
+params = model.init(jax.random.PRNGKey(0), x)
+
+
+@jax.jit
+def train_step(params, x):
+    l, g = jax.value_and_grad(lambda p: jnp.mean(model.apply(p, x) ** 2))(params)
+    return jax.tree_util.tree_map(lambda p, d: p - 0.01 * d, params, g), l
+
+
+for i in range(3):
+    params, l = train_step(params, x)
+print(float(l))
+"""
+
 EQUINOX = """
 import os
 import equinox as eqx
@@ -213,7 +260,8 @@ def _remat(run_dir):
     (PLAIN_SCAN, "block", "jax.checkpoint", "block = jax.checkpoint(block"),
     (NNX, "Block.__call__", "nnx.remat", "decorate Block.__call__ with @nnx.remat"),
     (EQUINOX, "Block.__call__", "eqx.filter_checkpoint", "decorate Block.__call__ with @eqx.filter_checkpoint"),
-], ids=["plain-jax", "flax-nnx", "equinox"])
+    (LINEN, "Block.__call__", "nn.remat", "decorate Block.__call__ with @nn.remat"),
+], ids=["plain-jax", "flax-nnx", "equinox", "flax-linen"])
 def test_the_compiled_saving_is_the_fall_of_the_program_with_the_wrap_made(tmp_path, program, what, spelling,
                                                                             printed):
     before, proc = _record(tmp_path, "before", program)

@@ -34,8 +34,9 @@ and how a fix is written for it (for the donation advice and its words):
   ``donate``, which takes ``"all"`` or ``"all-except-first"``), where it has
   no ``donate_argnums``;
 - ``remats(cls)``: whether the library's remat wraps a method of ``cls``
-  (``None``: a plain function), or why it cannot be wrapped from outside (a
-  string); ``REMAT``, its spelling (``nnx.remat``), and ``remat(fn,
+  (``None``: a plain function), as (spelling, wrap) where a kind of its own
+  differs (flax linen's ``nn.remat``), or why it cannot be wrapped from
+  outside (a string); ``REMAT``, its spelling (``nnx.remat``), and ``remat(fn,
   policy)``, ``fn`` wrapped so (capture/jit/remat.py, at the end of a run).
 
 Nothing here imports the library (or jax)."""

@@ -28,19 +28,26 @@ def lowering(fun):
 
 
 REMAT = "nnx.remat"
-LINEN = ("a flax linen Module: nn.remat makes a new Module class, which names its parameters anew; not compiled "
-         "from outside")
+
+
+def _linen_remat(fn, policy):
+    """A linen Module's method as ``@nn.remat`` above ``@nn.compact`` makes it: lifted, then wrapped as linen
+    wraps a Module's methods when the class is made."""
+    linen = sys.modules["flax.linen"]
+    from flax.linen.module import wrap_method_once
+
+    return wrap_method_once(linen.remat(fn, policy=policy))
 
 
 def remats(cls):
-    """nnx.remat wraps a flax nnx Module's method; a linen Module's is not wrapped from outside (why)."""
+    """nnx.remat wraps a flax nnx Module's method; nn.remat a linen Module's ((spelling, wrap))."""
     nnx, linen = sys.modules.get("flax.nnx"), sys.modules.get("flax.linen")
     if cls is None:
         return False
     if nnx is not None and issubclass(cls, nnx.Module):
         return True
     if linen is not None and issubclass(cls, linen.Module):
-        return LINEN
+        return ("nn.remat", _linen_remat)
     return False
 
 

@@ -178,15 +178,16 @@ def place_of(fn, libraries) -> Place | str:
         return f"{qual} is a method of a class no library's remat wraps"
     if isinstance(lib, str):
         return lib
-    return Place(fn, owner, parts[-1], lib.remat_spelling, lib.remat, "class attribute")
+    spelling, wrap = lib if isinstance(lib, tuple) else (lib.remat_spelling, lib.remat)
+    return Place(fn, owner, parts[-1], spelling, wrap, "class attribute")
 
 
 def _library_of(cls, libraries):
     """The library whose remat wraps a method of ``cls`` (or a plain function: ``cls`` None)."""
     for lib in libraries:
         which = lib.remats(cls)
-        if which:
-            return which if isinstance(which, str) else lib
+        if which:  # True, (spelling, wrap) for a kind of its own (flax linen), or why not
+            return which if isinstance(which, (str, tuple)) else lib
     return None
 
 
