@@ -201,3 +201,10 @@ def test_runs_closing_lines_show_the_counters():
     assert "true peak 12.09 GiB" in text
     assert "chip's counters 15.74 GiB of 15.75 GiB (99.96 %) on tpu:0" in text
     assert "2 more generations of train_step's outputs" in text
+
+
+def test_the_unattributed_bytes_are_said_to_be_the_queued_steps():
+    """gpt8's live peak: 5.35 GiB in use by the chip beyond the arrays Python sees: the runtime's, for queued steps."""
+    assert ("unattributed at the live peak (in use by the allocator, not by live arrays): 5.35 GiB: buffers the "
+            "runtime holds for steps queued ahead of the chip") in _text("gpt8")
+    assert "steps queued ahead of the chip" not in _text("gpt16-donated")

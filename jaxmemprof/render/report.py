@@ -199,8 +199,10 @@ def _render_summary(rep: Report, con: Console, explain: bool) -> None:
     if s["peak_snapshot"] is None:
         lines.append(no_snapshot_text(s))
     if s["peak_unattributed_bytes"]:
+        queued = (getattr(a, "counters", None) or {}).get("queued_generations") if a is not None else None
         lines.append(f"unattributed at the live peak (in use by the allocator, not by live arrays): "
-                     f"{format_bytes(s['peak_unattributed_bytes'])}")
+                     f"{format_bytes(s['peak_unattributed_bytes'])}"
+                     + (": buffers the runtime holds for steps queued ahead of the chip" if queued else ""))
     lines.append(f"{counted(s['snapshots'], 'snapshot')}, {counted(s['markers'], 'marker')}, "
                  f"{counted(s['arrays_seen'], 'array')} seen; sampling took {s['sampling_cpu_s']:.2f} s of CPU; "
                  f"words: {answer.GLOSSARY}")
