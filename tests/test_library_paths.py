@@ -328,38 +328,3 @@ def test_compute_the_trees_rules(tmp_path, monkeypatch):
     # profile() and the pytest plugin (no target of run's): only distributions and zips.
     libs = library_roots.compute({"cwd": str(prog), "argv": []}, path)
     assert libs.dirs == (str(zipped),), libs
-
-
-KILLED = """
-import os
-import time
-import jax
-import jax.numpy as jnp
-import optax
-
-params = {"w": jnp.ones((512, 512))}
-state = optax.adam(1e-3).init(params)  # STATE
-step = jax.jit(lambda p: jax.tree.map(lambda x: x * 2, p))
-params = step(params)
-time.sleep(1.0)
-os._exit(0)  # as the kernel's OOM killer would end it: the script's end is never recorded
-"""
-
-
-def test_a_run_killed_before_its_end_kept_its_libraries(tmp_path):
-    """The libraries are written into the manifest when first decided (the
-    jit probe's first frame), so a run killed before the script ends reads
-    them too: the optimizer's state is the script's line, not optax's."""
-    _copy("optax", tmp_path / "deps", dist_info=True)
-    prog = tmp_path / "prog"
-    prog.mkdir()
-    script = write_script(prog, "killed.py", KILLED)
-    env = cpu_env(PYTHONPATH=os.pathsep.join([str(tmp_path / "deps"), *filter(None, [os.environ.get("PYTHONPATH")])]))
-    run_cli("run", "--interval", "0.1", "-o", tmp_path / "run", "killed.py", cwd=prog, env=env, check=0)
-    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
-    assert manifest.get("end_time") is None and "script_end" not in manifest, manifest
-    assert str(tmp_path / "deps") in manifest["libraries"]["dirs"], manifest.get("libraries")
-    rows = _csv(run_cli("show", tmp_path / "run", "--csv", "-", "--top", "0", cwd=prog, check=0).stdout)
-    sites = {r["site"]: int(r["bytes"]) for r in rows}
-    assert not any("optax/" in s for s in sites), sites
-    assert sites.get(f"killed.py:{line_of(script, '# STATE')} (<module>)", 0) >= 2 * 512 * 512 * 4, sites

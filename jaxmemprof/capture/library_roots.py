@@ -18,11 +18,10 @@ site-packages by their paths. The program's sys.path says more:
   ``pip install -e .`` stays the user's.
 
 Computed at first use (the jit probe's first frame, the first search for
-holders; written into the manifest then, for a run killed before its end),
-again when sys.path has changed, and as the script ends (sys.path as the
-script left it), then fixed for the run: a few ``stat`` and ``scandir``
-calls, nothing imported at start-up; a distribution's top_level.txt or
-RECORD is read only outside site-packages.
+holders), again when sys.path has changed, and as the script ends (sys.path
+as the script left it), then fixed for the run: a few ``stat`` and
+``scandir`` calls, nothing imported at start-up; a distribution's
+top_level.txt or RECORD is read only outside site-packages.
 """
 
 from __future__ import annotations
@@ -237,41 +236,10 @@ def current() -> Libraries:
             got = _merge(_libraries, compute())
         except Exception:  # never the program's failure: today's rule then
             got = _libraries or Libraries()
-        changed = got != _libraries
-        if changed:
+        if got != _libraries:
             _cache.clear()
         _libraries, _seen_path = got, now
-        if changed:
-            _persist(got)
     return _libraries
-
-
-def _persist(libs: Libraries) -> None:
-    """The libraries decided so far, into the active run's manifest at once,
-    as the run's other writes to it are made (under the writer's lock): a run
-    killed before the script ends (SIGKILL, the kernel's OOM killer) and
-    ``top`` on a running one read them too. Skipped when the lock is not free
-    within a moment (the script's end records them again)."""
-    try:
-        from jaxmemprof.capture import session as session_mod
-        from jaxmemprof.store import layout
-
-        s = session_mod.active()
-        if s is None or getattr(s, "forked", False):
-            return
-        w = s.writer
-        if not w._lock.acquire(timeout=0.5):
-            return
-        try:
-            doc = libs.to_json()
-            if w.closed or w.manifest.get(MANIFEST_KEY) == doc:
-                return
-            w.manifest[MANIFEST_KEY] = doc
-            layout.write_json_atomic(w.directory / layout.MANIFEST, w.manifest, dir_fd=w._dir_fd)
-        finally:
-            w._lock.release()
-    except Exception:
-        pass  # never the program's failure: the script's end records them
 
 
 def is_library(filename: str) -> bool:
