@@ -366,3 +366,46 @@ def test_the_pytest_plugin_fails_a_test_that_ran_out_of_memory_with_xlas_reason(
     out = result.stdout.str()
     assert "jaxmemprof: limit_device_memory: the test ran out of memory (host): could not allocate 4.00 GiB " \
            "(XLA: Out of memory allocating 4294967296 bytes.)" in out, out
+
+
+LATE = '''
+import resource
+
+import jax
+import jax.numpy as jnp
+
+jax.config.update("jax_cpu_enable_async_dispatch", False)
+
+
+@jax.jit
+def step(w, x):
+    y = jnp.einsum("mij,mjk->mik", x, x + w[None])
+    return w + 1e-3 * (y * x).sum(0), y.sum()
+
+
+w = jnp.ones((3, 3))
+x = jnp.ones((1 << 20, 3, 3))
+for i in range(5):
+    if i == 4:
+        with open("/proc/self/status") as f:
+            vm = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmSize:"))
+        limits = resource.getrlimit(resource.RLIMIT_AS)
+        resource.setrlimit(resource.RLIMIT_AS, (vm + (16 << 20), limits[1]))
+    try:
+        w, s = step(w, x)  # the step's call
+    finally:
+        if i == 4:
+            resource.setrlimit(resource.RLIMIT_AS, limits)
+'''
+
+
+def test_a_later_call_that_fails_on_the_host_is_out_of_memory_too(tmp_path):
+    """jaxlib raises XLA:CPU's RESOURCE_EXHAUSTED of a call after the first as a ValueError: still an out of
+    memory (before, the run said "exit 1 (exception)"), its call kept."""
+    write_script(tmp_path, "late.py", LATE)
+    proc = run_cli("run", "-o", "run", "late.py", check=1, env=WIDE, cwd=tmp_path)
+    assert "exit 1 (oom)" in proc.stderr, proc.stderr
+    line = line_of(tmp_path / "late.py", "# the step's call")
+    assert f"jaxmemprof: out of memory: step (late.py:{line}) could not allocate 72.00 MiB on the host" in proc.stderr
+    (call,) = [json.loads(x) for x in _events(tmp_path / "run", "oom-call")]
+    assert call["call_number"] == 5 and call["signature"] == "float32[3,3], float32[1048576,3,3]"

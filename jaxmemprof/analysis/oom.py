@@ -86,6 +86,8 @@ def out_of_memory(run) -> OomAnswer | None:
                 out.def_file, out.def_line = str(row.iloc[0]["file"]), int(row.iloc[0]["line"])
     elif at:
         out.call = at
+    if not out.function and at:  # a call the probe no longer watched: the jitted function called at that line
+        out.function, out.def_file, out.def_line, out.signature = _called_at(run, at)
     if not out.function:
         out.function, out.def_file, out.def_line = _failed_function(run, out.call)
     fit = next((c for c in map(_json, _events(run, "oom-fit")) if c), None)
@@ -93,6 +95,23 @@ def out_of_memory(run) -> OomAnswer | None:
         out.fit = fit
         out.batch = fit.get("batch")
     return out
+
+
+def _called_at(run, at: dict):
+    """The jitted function whose sampled calls were made at the failing line
+    (``oom-at``), and its last sampled signature there: a step that ran out of
+    memory after its samples were taken (its calls then go straight to XLA)."""
+    try:
+        calls, fns = run.jit.get("calls"), run.jit.get("functions")
+        here = calls[(calls["caller_file"] == at.get("file")) & (calls["caller_line"] == int(at.get("line") or 0))]
+        if len(here) and here["function_id"].nunique() == 1:
+            last = here.iloc[-1]
+            f = fns.loc[fns["function_id"] == last["function_id"]].iloc[0]
+            sig = last["signature"] if isinstance(last["signature"], str) else None
+            return str(f["name"]), str(f["file"]), int(f["line"]), sig
+    except Exception:
+        pass
+    return None, "", 0, None
 
 
 def _failed_function(run, call: dict):

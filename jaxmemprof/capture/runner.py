@@ -31,6 +31,7 @@ import signal
 import sys
 import threading
 
+from jaxmemprof.capture.jit.oom import is_oom
 from jaxmemprof.capture.oom import failure_line
 from jaxmemprof.capture.exits import (_ProcessState, _report_exception, _run_atexit_handlers, _system_exit_status,
                                       _wait_for_threads)
@@ -134,7 +135,7 @@ def _run(target: Target, kind: str, session: Session) -> tuple[int, str, bool]:
         if type(failure) is KeyboardInterrupt:  # exactly: a subclass is an exception like any other
             sampler.snapshot("signal", "SIGINT")
             status, how = 128 + signal.SIGINT, "SIGINT"
-        elif is_out_of_memory(failure) or isinstance(failure, MemoryError):  # XLA's RESOURCE_EXHAUSTED, the host's
+        elif is_out_of_memory(failure) or is_oom(failure):  # XLA's RESOURCE_EXHAUSTED, the host's MemoryError
             index = sampler.snapshot("oom", name)
             text = safe_str(failure)
             _add_event(session, "oom", (f"{name}: {text}" if isinstance(failure, MemoryError) else text)[:20000],

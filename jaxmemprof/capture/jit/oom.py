@@ -48,11 +48,14 @@ class Failure:
 
 
 def is_oom(exc: BaseException) -> bool:
+    """XLA's RESOURCE_EXHAUSTED (a JaxRuntimeError; a ValueError where jaxlib's
+    fast dispatch path raises it: seen for XLA:CPU's host failures), or
+    Python's MemoryError."""
     if isinstance(exc, MemoryError):
         return True
     try:
-        return "RuntimeError" in "".join(t.__name__ for t in type(exc).__mro__) and \
-            "RESOURCE_EXHAUSTED" in str(exc)[:300]
+        names = "".join(t.__name__ for t in type(exc).__mro__)
+        return ("RuntimeError" in names or "ValueError" in names) and "RESOURCE_EXHAUSTED" in str(exc)[:300]
     except Exception:
         return False
 
