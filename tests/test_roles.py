@@ -246,9 +246,11 @@ def test_an_array_replicated_under_a_mesh_gets_the_finding_and_its_fix_saves_wha
     [a] = f.fact("arrays")
     assert (a["owner"], a["devices"], a["axis"], a["axis_size"]) == ("params['w']", 4, "data", 4)
     fix = words(f).brief_fix
-    assert fix.startswith("jax.device_put(params['w'], NamedSharding(mesh, P(")
+    # made sharded where its values are made (issue 53: not a device_put after it is made whole)
+    put = "jax.device_put(<params['w']'s values where they are made>, NamedSharding(mesh, "
+    assert fix.startswith(put + "P(")
     # Apply the fix as printed: the array is put with the spec it names.
-    spec = fix[len("jax.device_put(params['w'], NamedSharding(mesh, "):-2]
+    spec = fix[len(put):-2]
     fixed = write_script(tmp_path, "fixed.py", MESH.replace("NamedSharding(mesh, P()))}", f"NamedSharding(mesh, {spec}))}}"))
     assert run_cli("run", "-q", "-o", tmp_path / "after", fixed, cwd=tmp_path).returncode == 0
     after = load_run(tmp_path / "after")
