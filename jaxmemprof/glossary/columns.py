@@ -9,8 +9,8 @@ GLOSSARY: dict[str, str] = {
     # snapshots and time
     "snapshot": "The snapshot's number in the run: 1, 2, ... in the order taken (a thinned one keeps its number).",
     "t": "Seconds since the run began (wall clock), at the snapshot or event of the row.",
-    "trigger": "Why the snapshot was taken: `first`, `interval`, `exit`, `exception`, `oom`, `signal` or `api` "
-               "(`jaxmemprof.snapshot()`).",
+    "trigger": "Why the snapshot was taken: `first`, `interval`, `step` (at a `jaxmemprof.mark()` on the step "
+               "grid: docs/recording.md), `exit`, `exception`, `oom`, `signal` or `api` (`jaxmemprof.snapshot()`).",
     "label": "The label given to `jaxmemprof.snapshot(label)` (or `mark(label)` for a marker); empty when none.",
     "live_bytes": "Bytes of the live arrays' addressable shards at the snapshot (a replicated array counts once per "
                   "device), over all devices.",

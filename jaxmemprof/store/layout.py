@@ -53,7 +53,7 @@ CREATE TABLE IF NOT EXISTS snapshots (
     snapshot      INTEGER PRIMARY KEY,  -- 1, 2, ... in the order taken
     t_wall        REAL NOT NULL,        -- seconds since the epoch
     t_mono        REAL NOT NULL,        -- time.monotonic(), for durations
-    trigger       TEXT NOT NULL,        -- interval, first, exit, exception, oom, signal, api
+    trigger       TEXT NOT NULL,        -- interval, first, step, exit, exception, oom, signal, api
     label         TEXT,
     file          TEXT NOT NULL,        -- snapshots/NNNNNN.prof.gz, relative to the run
     live_bytes    INTEGER NOT NULL,     -- bytes of live buffers in the profile
