@@ -19,7 +19,8 @@ site-packages by their paths. The program's sys.path says more:
 
 Computed at first use (the jit probe's first frame, the first search for
 holders), again when sys.path has changed, and as the script ends (sys.path
-as the script left it), then fixed for the run: a few ``stat`` and
+as the script left it: written into the manifest then; a run killed before
+has none, and reads by today's rule), then fixed for the run: a few ``stat`` and
 ``scandir`` calls, nothing imported at start-up; a distribution's
 top_level.txt or RECORD is read only outside site-packages.
 """
