@@ -36,6 +36,9 @@ from jaxmemprof.xla.oom import read
 # Names a batch argument goes by, where the calls' flow cannot tell it (the first call failed).
 _BATCH_NAMES = ("batch", "x", "y", "inputs", "input", "tokens", "data", "images", "labels", "targets", "xs", "ys",
                 "features", "obs", "observations", "ids", "input_ids")
+# The compiles' budget at a failure where --verify-seconds is not given (a large step's XLA:TPU compile
+# took 13 s on a v5e machine: about 4 searched batches and its fixes; a run's share is often less).
+DEFAULT_S = 120.0
 MAX_LEAVES_BATCH_ARG = 8  # an argument of more leaves is state (parameters, optimizer), not the batch
 
 
@@ -142,13 +145,15 @@ def _batch(probe, failure, axis: int):
     return batch, scaled, how
 
 
-def what_fits(planner, budget_s: float, search) -> None:
+def what_fits(planner, budget_s: float, search, given: bool = True) -> None:
     """At the end of the run: the failing call's signature compiled at other
-    batches, donated and in bfloat16, within ``budget_s`` seconds
-    (``search``: plan.search, the bisection by compiles)."""
+    batches, donated and in bfloat16, within ``budget_s`` seconds (at least
+    DEFAULT_S where --verify-seconds was not ``given``; ``search``:
+    plan.search, the bisection by compiles)."""
     failure = getattr(planner, "failure", None)
     if failure is None:
         return
+    budget_s = budget_s if given else max(budget_s, DEFAULT_S)
     probe = planner.probe
     writer = probe.writer
     state, ab = failure.state, failure.abstract

@@ -228,7 +228,7 @@ class Planner:
                 except Exception as exc:  # the advice then says its figure is not verified; the run is recorded
                     self.probe.writer.add_event("whatif", f"not verified: {type(exc).__name__}: {exc}"[:2000])
             try:  # what fits, where a call ran out of memory: within the same budget again
-                what_fits(self, budget, search)
+                what_fits(self, budget, search, given=self.verify_s is not None)
             except Exception as exc:
                 self.probe.writer.add_event("oom-fit", json.dumps({"error": f"{type(exc).__name__}: {exc}"[:2000]}))
             if self.options is not None:
