@@ -5,7 +5,10 @@ as ShapeDtypeStructs (no array allocated), with the change made, and XLA's
 the plan compiles other batches and bfloat16 through ``compile_figures``;
 the donation advice's arguments are compiled donated by
 ``verify_donations``, and the replicated inputs the sharding advice names
-are compiled sharded by ``verify_shardings`` (both jit_whatif rows), so that
+are compiled sharded by ``verify_shardings``, with the jitted functions that
+made them whole compiled returning them sharded (``_makers``: the fix makes
+them sharded where they are created), and the step with a function of the
+program wrapped in remat by remat.py (all jit_whatif rows), so that
 what the report says a fix saves is the fall of the run's true peak with
 that compile in place of the recorded one (analysis/advice/donation.py and
 sharding.py), not the bytes a rule expects.
