@@ -207,12 +207,17 @@ def compute(manifest: dict | None = None, path: list | None = None) -> Libraries
     return Libraries(dirs=tuple(dict.fromkeys(dirs)), packages=tuple(packages), program=tree)
 
 
-def _manifest() -> dict | None:
-    from jaxmemprof.capture import session as session_mod
+def _no_run() -> dict | None:
+    return None
 
-    s = session_mod.active()
-    writer = getattr(s, "writer", None) if s is not None else None
-    m = getattr(writer, "manifest", None)
+
+# () -> the manifest of the run recording in this process, or None: set by
+# capture/session.py, which imports this module (never the other way round).
+manifest_of = _no_run
+
+
+def _manifest() -> dict | None:
+    m = manifest_of()
     return m if isinstance(m, dict) else None
 
 

@@ -44,6 +44,14 @@ def active() -> "Session | None":
     return _active
 
 
+def _active_manifest() -> dict | None:
+    writer = getattr(_active, "writer", None) if _active is not None else None
+    return getattr(writer, "manifest", None)
+
+
+library_roots.manifest_of = _active_manifest
+
+
 _VERSION_LINE = re.compile(r"""^_(release_)?version(?:\s*:\s*str)?\s*=\s*['"]([^'"]+)['"]""", re.M)
 
 
