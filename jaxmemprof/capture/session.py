@@ -174,6 +174,9 @@ class Session:
             self.sampler.hooks.append(self.probe.on_snapshot)
             self.sampler.in_flight = self.probe.calls_in_flight
             self.probe.observer = self.sampler
+        self._planning_by_backend = bool(self.probe is not None and plan is not None and plan.device_bytes is not None)
+        if self._planning_by_backend:
+            self.sampler.backend_hooks.append(self._plan_by_backend)
 
     def start(self) -> "Session":
         global _active
@@ -298,6 +301,28 @@ class Session:
             self._pending_alone("holds a job's processes, not a single run")
         else:
             self._pending_alone("another jaxmemprof run is recording into it")
+
+    def _plan_by_backend(self) -> None:
+        """--plan-device-memory's largest fitting peak by the rule of the
+        backend the run is on, once JAX's backend is up (the command line
+        reckoned it before, by the GPU's pool): a TPU's whole chip."""
+        import dataclasses
+
+        from jaxmemprof import backends
+
+        probe = self.probe
+        if not self._planning_by_backend or probe is None:
+            return
+        self._planning_by_backend = False
+        planner = probe.planner
+        options = planner.options
+        platform = sys.modules["jax"].default_backend()
+        peak = backends.get(platform).largest_fitting_peak(options.device_bytes)
+        if peak != options.fit_peak_bytes:
+            planner.options = dataclasses.replace(options, fit_peak_bytes=peak)
+            settings = self.writer.manifest.get("plan")
+            if isinstance(settings, dict):
+                settings["fit_peak_bytes"] = peak  # written with the manifest as the run ends
 
     def _on_snapshot_claim(self) -> None:
         """The backend is up (seen by the sampler, or a snapshot was taken)
@@ -433,6 +458,8 @@ class Session:
         self.sampler.stop()
         probe = self.probe
         if probe is not None:
+            if self._planning_by_backend and jax_ready() is not None:  # the sampler never saw the backend up
+                self._plan_by_backend()
             probe.uninstall(ended_by)
             self.probe = None  # done: stop() does not do it again
 
