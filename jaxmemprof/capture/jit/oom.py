@@ -29,7 +29,7 @@ import time
 
 from jaxmemprof.capture.jit.frames import _user_frame
 from jaxmemprof.capture.jit.whatif import compile_figures, rejit
-from jaxmemprof.flow import UNKNOWN, batch_keys, flows, leaf_key
+from jaxmemprof.flow import UNKNOWN, batch_keys, flows
 from jaxmemprof.truepeak import peak_of
 from jaxmemprof.xla.oom import read
 
@@ -145,6 +145,20 @@ def _batch(probe, failure, axis: int):
     return batch, scaled, how
 
 
+def batch_multiple(ab, scaled, axis: int) -> int:
+    """The batches a step is compiled at are multiples of this: a batch
+    sharded over n devices splits into n equal shards (the plan's and the
+    what-fits searches alike)."""
+    multiple = 1
+    for j in scaled:
+        x = ab.flat[j]
+        try:
+            multiple = math.lcm(multiple, x.shape[axis] // x.sharding.shard_shape(tuple(x.shape))[axis])
+        except Exception:
+            pass
+    return multiple
+
+
 def what_fits(planner, budget_s: float, search, given: bool = True) -> None:
     """At the end of the run: the failing call's signature compiled at other
     batches, donated and in bfloat16, within ``budget_s`` seconds (at least
@@ -188,13 +202,7 @@ def what_fits(planner, budget_s: float, search, given: bool = True) -> None:
     if refused is not None:
         writer.add_event("oom-fit", json.dumps({**out, "error": f"not compiled: {refused.reason}"}))
         return
-    multiple = 1
-    for j in scaled:
-        x = ab.flat[j]
-        try:
-            multiple = math.lcm(multiple, x.shape[axis] // x.sharding.shard_shape(tuple(x.shape))[axis])
-        except Exception:
-            pass
+    multiple = batch_multiple(ab, scaled, axis)
     names = sorted({f"{ab.keys[j][1]}" for j in scaled})
     out.update(batch=int(batch), axis=axis, batch_inputs=names, batch_told=how, limit_bytes=limit,
                limit_from=source, outside_bytes=outside, variants={})

@@ -33,7 +33,7 @@ import math
 import time
 from dataclasses import dataclass
 
-from jaxmemprof.capture.jit.oom import what_fits
+from jaxmemprof.capture.jit.oom import batch_multiple, what_fits
 from jaxmemprof.capture.jit.whatif import (VERIFY_MIN_S, VERIFY_SHARE, Retraces, compile_figures,
                                            donated_arguments, function_donors, rejit, verify)
 from jaxmemprof.flow import CARRIED, UNKNOWN, batch_keys, flows, leaf_key
@@ -411,13 +411,7 @@ class Planner:
                 refused_at = None
         elif figures is not None:
             row(RECORDED, batch, figures, 0.0, {"scale": 1.0, "source": "run"})
-        multiple = 1  # a batch sharded over n devices is compiled at multiples of n
-        for j in scaled:
-            x = ab.flat[j]
-            try:
-                multiple = math.lcm(multiple, x.shape[axis] // x.sharding.shard_shape(tuple(x.shape))[axis])
-            except Exception:
-                pass
+        multiple = batch_multiple(ab, scaled, axis)  # a batch sharded over n devices: multiples of n
         sizes = _sizes(batch, self.options.scales, multiple) if planning and batch else []
         busiest = max((v for d, v in (outside or {}).items() if d in recorded_ab.devices), default=0)
         known = {}  # batch -> the busiest device's peak there
