@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
-import time
 
 import click
 
