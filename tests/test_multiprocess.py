@@ -42,6 +42,7 @@ def step(x):
 
 step = jax.jit(step)
 base = jnp.ones((256, 1024), jnp.float32)  # BASE: 1 MiB on every process
+time.sleep(0.3)  # the run's first snapshot (an interval after the first arrays): diff's baseline, before EXTRA
 if pid == heavy:
     extra = jnp.ones((2048, 1024), jnp.float32)  # EXTRA: 8 MiB on one process only
 for _ in range(4):

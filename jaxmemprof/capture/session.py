@@ -308,7 +308,7 @@ class Session:
         reckoned it before, by the GPU's pool): a TPU's whole chip."""
         import dataclasses
 
-        from jaxmemprof import backends
+        from jaxmemprof.backends import get as backend_of
 
         probe = self.probe
         if not self._planning_by_backend or probe is None:
@@ -317,7 +317,7 @@ class Session:
         planner = probe.planner
         options = planner.options
         platform = sys.modules["jax"].default_backend()
-        peak = backends.get(platform).largest_fitting_peak(options.device_bytes)
+        peak = backend_of(platform).largest_fitting_peak(options.device_bytes)
         if peak != options.fit_peak_bytes:
             planner.options = dataclasses.replace(options, fit_peak_bytes=peak)
             settings = self.writer.manifest.get("plan")
