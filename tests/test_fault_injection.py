@@ -2,7 +2,7 @@
 directories damaged or edited by hand.
 
 The run directory must survive its writer being SIGKILLed at any instant
-(DESIGN.md, Robustness): after a kill, every committed snapshot loads, its
+(docs/recording.md, the run directory): after a kill, every committed snapshot loads, its
 profile's buffer bytes equal the journal's ``live_bytes``, array rows are
 never committed without their snapshot, and ``report`` works.
 

@@ -1,4 +1,4 @@
-"""The TPU backend (JAX_MEMORY_FACTS.md §14, measured on a v5e chip): no
+"""The TPU backend (docs/jax-facts.md, "On a TPU": measured on a v5e chip): no
 pool, no preallocation, no fraction variable (the GPU's do nothing here):
 a program may use the whole ``bytes_limit`` (15.75 GiB of a v5e, the same
 figure XLA:TPU's out-of-memory message prints as "available HBM"), and
