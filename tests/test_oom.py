@@ -21,6 +21,7 @@ import sys
 import pytest
 
 from conftest import REPO, cpu_env, line_of, run_cli, write_script
+from test_targets import REFUSED  # a step XLA:CPU runs in a few MiB and XLA:TPU refuses
 
 from jaxmemprof import tpus
 from jaxmemprof.xla.oom import read
@@ -93,32 +94,6 @@ BufferAssignment stats:
      preallocated temp allocation:    4.44GiB
                  total allocation:   14.44GiB
               total fragmentation:  680.30MiB (4.60%)
-"""
-
-# A step XLA:CPU runs in a few MiB and XLA:TPU refuses (its TPU branch makes a 64*1100 square).
-REFUSED = """
-import jax, jax.numpy as jnp
-
-
-def cpu_branch(w, x):
-    return w - 0.01 * (x.T @ (x @ w))
-
-
-def tpu_branch(w, x):
-    n = x.shape[0] * 1100
-    y = jnp.broadcast_to(x[:1, :1] + w[:1, :1], (n, n))
-    return w - 0.01 * (x.T @ (x @ w)) + jnp.exp(y @ y)[:256, :256]
-
-
-@jax.jit
-def step(w, x):
-    return jax.lax.platform_dependent(w, x, cpu=cpu_branch, tpu=tpu_branch)
-
-
-if __name__ == "__main__":
-    w = jnp.ones((256, 256))
-    for i in range(3):
-        w = step(w, jnp.ones((64, 256)) * i)  # the step's call
 """
 
 # A step that runs out of host memory at its first call: XLA:CPU's RESOURCE_EXHAUSTED under RLIMIT_AS.
@@ -291,7 +266,7 @@ def test_a_host_oom_in_a_jitted_call_is_answered_by_compiles_under_plan_device_m
     said = next(x for x in err if x.startswith("jaxmemprof: what fits under"))
     assert f"fits at batch {largest:,} (compiled; {nxt:,} does not)" in said and "bfloat16: fits at batch" in said
     proc = run_cli("check", tmp_path / "run", "--max-peak", "100GiB", check=1)
-    assert proc.stdout.startswith(f"FAIL out-of-memory (host): train_step (") and f"fits at batch {largest:,}" \
+    assert proc.stdout.startswith("FAIL out-of-memory (host): train_step (") and f"fits at batch {largest:,}" \
         in proc.stdout
 
 

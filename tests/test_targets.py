@@ -291,7 +291,7 @@ def step(w, x):
 if __name__ == "__main__":
     w = jnp.ones((256, 256))
     for i in range(3):
-        w = step(w, jnp.ones((64, 256)) * i)
+        w = step(w, jnp.ones((64, 256)) * i)  # the step's call
     print(float(w.sum()))
 """
 
