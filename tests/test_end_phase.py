@@ -2,7 +2,7 @@
 jaxmemprof's own end (the last snapshot and its holder search, the compiles
 of --plan and of the fixes, the summary); a SIGINT or SIGTERM there skips the
 rest, finalises the run and keeps the script's exit status; the script's own
-signal handlers never run after it.
+signal handlers never run after it, nor its daemon threads.
 
 Real processes, real JAX on the CPU, real signals. The script
 (tests/scripts/end_phase_step.py) writes a marker file in its last atexit
@@ -172,7 +172,12 @@ def test_the_scripts_end_is_recorded_before_the_end_phase(tmp_path):
     # script ended (a run killed then still says it), and the run's duration
     # is the script's alone, not the compiles' after it. Before: nothing was
     # recorded until the end phase was over, and the duration included it.
-    proc, run, marker = _start(tmp_path, "--status", 5, "--ops", 10, options=("--plan-scales", "2"), quiet=False)
+    # The script's daemon thread (a heartbeat appending a line every 0.1 s)
+    # stops where python would stop it, with the script: before, it went on
+    # writing through the end phase's compiles (a line every 0.1 s of it).
+    beats = tmp_path / "beats"
+    proc, run, marker = _start(tmp_path, "--status", 5, "--ops", 10, "--heartbeat", beats,
+                               options=("--plan-scales", "2"), quiet=False)
     t_start = time.monotonic()
     t_marker = _wait_for(marker, proc)
     seen = None
@@ -193,6 +198,10 @@ def test_the_scripts_end_is_recorded_before_the_end_phase(tmp_path):
     m = _assert_finalised(run, 5, "exit", None)
     assert m["duration_s"] == seen["script_end"]["duration_s"] <= t_marker - t_start + 0.5
     assert m["end_phase"]["seconds"] > 1.0  # the compiles of --plan: not in the script's time
+    ended_at = float(marker.read_text())
+    after = [t for t in map(float, beats.read_text().split()) if t > ended_at]
+    assert len(after) <= 1, f"{len(after)} heartbeats after the script's last atexit handler"
+    assert m["end_phase"]["program_threads_stopped"] == 1
     assert m["duration_s"] + m["end_phase"]["seconds"] <= t_end - t_start + 0.5
     # The summary's "SCRIPT ...: N s" is the script's time.
     said = re.search(r"end_phase_step\.py .*: ([0-9.]+) s, exit 5", err)

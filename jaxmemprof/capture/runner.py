@@ -15,8 +15,9 @@ SIGINT after the traceback and the atexit handlers, SIGTERM ends it at once
 last snapshot. A forked child stops recording at once and ends as python's
 would, with no summary. Once the script is over, how it ended is recorded
 before jaxmemprof's own end phase (signals.EndPhase): the script's signal
-handlers are put back as before it, and a SIGINT or SIGTERM skips the rest
-of that phase, keeping the script's exit status.
+handlers are put back as before it, its daemon threads are stopped where
+python's finalisation would stop them (parking.py), and a SIGINT or SIGTERM
+skips the rest of that phase, keeping the script's exit status.
 
 This module runs the program from start to end (``run_target``); its parts:
 target.py (what runs, and running it as python does), exits.py (the end:
@@ -31,10 +32,12 @@ import signal
 import sys
 import threading
 
+from jaxmemprof.capture import library_roots
 from jaxmemprof.capture.jit.oom import is_oom
 from jaxmemprof.capture.oom import failure_line
 from jaxmemprof.capture.exits import (_ProcessState, _report_exception, _run_atexit_handlers, _system_exit_status,
                                       _wait_for_threads)
+from jaxmemprof.capture.parking import park_program_threads
 from jaxmemprof.capture.session import Session
 from jaxmemprof.capture.signals import EndPhase, _exit_by_signal, _install_exit_by_signal, _SigTerm, dispositions
 from jaxmemprof.capture.target import (_COMMAND, _FILE, _MAIN_DIR, _STDIN, Target, _exec_command, _exec_module,
@@ -78,6 +81,9 @@ def run_target(target: Target, session: Session, progress=None) -> EndPhase:
     # script's handlers (put back as they were before it), the SIGTERM
     # handling of the script's time last.
     session.script_ended(status, how)
+    # Python stops the program's daemon threads here, as it finalises: they
+    # run none of its code through jaxmemprof's end phase either.
+    park_program_threads(lambda filename: not library_roots.is_library(filename))
     script = _ProcessState.capture()
     end.begin(status, how, script_streams=(script.stdout, script.stderr))
     term.uninstall()

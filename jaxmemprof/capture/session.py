@@ -22,7 +22,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from jaxmemprof._version import __version__
-from jaxmemprof.capture import forks, library_roots
+from jaxmemprof.capture import forks, library_roots, parking
 from jaxmemprof.capture.hooks import AfterImport
 from jaxmemprof.capture.jit import JitProbe
 # default_output and prepare_directory: how run, profile() and the pytest
@@ -566,7 +566,8 @@ class Session:
             # The script's end, not the end phase's: the report's "script ran N s".
             ended = {"end_time": end["end_time"], "duration_s": end["duration_s"],
                      "end_phase": {"seconds": round(now - self._t_script_end, 6),
-                                   "finished_time": ended["end_time"], "skipped_by": self._end_skipped_by}}
+                                   "finished_time": ended["end_time"], "skipped_by": self._end_skipped_by,
+                                   "program_threads_stopped": parking.parked()}}
         self.writer.finish(
             **ended,
             exit_status=exit_status,

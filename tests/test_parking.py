@@ -1,0 +1,91 @@
+"""capture/parking.py: once the script is over, its own threads stop at
+their next step into the program's code, as python's finalisation stops
+them; library code and jaxmemprof's own threads run on, and a thread inside
+logging (which may hold a lock the end phase takes) is not stopped there.
+
+A real process (plain python, no JAX) with real threads; the program's code
+is a file of its own, compiled under its name."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+PROGRAM = textwrap.dedent("""
+    import logging, threading, time
+
+    counts = {"program": 0, "in_logging": 0}
+
+    def program_loop():
+        while True:
+            counts["program"] += 1
+            time.sleep(0.01)
+
+    class Handler(logging.Handler):
+        def emit(self, record):  # the program's code, called by logging with the handler's lock held
+            counts["in_logging"] += 1
+            time.sleep(0.01)
+""")
+
+DRIVER = textwrap.dedent("""
+    import logging, sys, threading, time
+    sys.path.insert(0, sys.argv[1])
+    from jaxmemprof.capture.parking import park_program_threads, parked
+
+    ns = {}
+    exec(compile(PROGRAM, "/program/prog.py", "exec"), ns)
+    library = {"n": 0}
+
+    def library_loop():  # this file's code stands for a library's
+        while True:
+            library["n"] += 1
+            time.sleep(0.01)
+
+    log = logging.getLogger("p")
+    log.addHandler(ns["Handler"]())
+    log.propagate = False
+
+    def logging_loop():
+        while True:
+            log.warning("x")
+
+    ours = {"n": 0}
+
+    def our_loop():
+        while True:
+            ours["n"] += 1
+            time.sleep(0.01)
+
+    for target, name in ((ns["program_loop"], "t1"), (library_loop, "t2"), (logging_loop, "t3"),
+                         (our_loop, "jaxmemprof-own")):
+        threading.Thread(target=target, name=name, daemon=True).start()
+    time.sleep(0.3)
+    watched = park_program_threads(lambda f: f == "/program/prog.py")
+    time.sleep(0.3)
+    a = (ns["counts"]["program"], ns["counts"]["in_logging"], library["n"], ours["n"])
+    time.sleep(0.5)
+    b = (ns["counts"]["program"], ns["counts"]["in_logging"], library["n"], ours["n"])
+    logging.getLogger("main")  # logging's module lock is free: the end phase may log
+    logging.getLogger("p").handlers[0].acquire()  # and the handler's
+    logging.getLogger("p").handlers[0].release()
+    print(watched, parked(), *a, *b)
+""")
+
+
+def test_the_programs_threads_stop_and_the_rest_run_on():
+    driver = "PROGRAM = " + repr(PROGRAM) + "\n" + DRIVER
+    proc = subprocess.run([sys.executable, "-c", driver, str(ROOT)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    watched, stopped, prog_a, log_a, lib_a, ours_a, prog_b, log_b, lib_b, ours_b = map(int, proc.stdout.split())
+    assert watched == 3  # t1, t2, t3; not the main thread nor jaxmemprof-own
+    # The program's loop stopped; so did the handler the logging thread runs
+    # (stopped outside logging's frames, with its lock released: the handler
+    # was taken and given back above).
+    assert prog_b == prog_a and log_b == log_a
+    assert stopped == 2
+    # The library's loop and ours ran on.
+    assert lib_b > lib_a + 10 and ours_b > ours_a + 10
