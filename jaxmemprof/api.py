@@ -56,18 +56,14 @@ def check_verify_seconds(value) -> None:
 def mark(label: str) -> None:
     """Record a marker (say, ``"step 12"``) on the run's timeline. Each
     marker counts as a step: at fixed step numbers the run takes a snapshot
-    here, in the calling thread (capture/steps.py)."""
+    here, in the calling thread (capture/steps.py). A program that marks no
+    steps has the calls of its jitted step counted instead."""
     from jaxmemprof.capture import session
 
     s = session.active()
-    if s is not None and not s.sampler.failed:
-        n = s.sampler.steps.placed()  # counted first: no timed first snapshot in between
-        try:
-            s.writer.add_marker(str(label))
-        except Exception as exc:  # never break the program being profiled
-            s.sampler.fail(exc)
-            return
-        s.sampler.step(n)
+    if s is not None:
+        s.program_marks = True  # its steps from now on: no longer the calls of its jitted step
+        s.place_marker(str(label))
 
 
 def snapshot(label: str | None = None) -> int | None:

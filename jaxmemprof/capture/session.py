@@ -174,6 +174,8 @@ class Session:
             self.sampler.hooks.append(self.probe.on_snapshot)
             self.sampler.in_flight = self.probe.calls_in_flight
             self.probe.observer = self.sampler
+            self.probe.on_step = self._jit_step
+        self.program_marks = False  # the program marks its steps itself (jaxmemprof.mark)
         self._planning_by_backend = bool(self.probe is not None and plan is not None and plan.device_bytes is not None)
         if self._planning_by_backend:
             self.sampler.backend_hooks.append(self._plan_by_backend)
@@ -424,6 +426,30 @@ class Session:
             except Exception:
                 pass
         self._showwarnmsg(msg)
+
+    # -- the program's steps -----------------------------------------------------------
+
+    def place_marker(self, label: str) -> None:
+        """A marker on the run's timeline, counted as a step: at the grid's
+        steps a snapshot, here, in the calling thread (capture/steps.py)."""
+        sampler = self.sampler
+        if sampler.failed:
+            return
+        n = sampler.steps.placed()  # counted first: no timed first snapshot in between
+        try:
+            self.writer.add_marker(label)
+        except Exception as exc:  # never break the program being profiled
+            sampler.fail(exc)
+            return
+        sampler.step(n)
+
+    def _jit_step(self, name: str) -> bool:
+        """A call of the program's step returned (JitProbe.stepped): a marker,
+        unless the program marks its steps itself (then never again)."""
+        if self.program_marks:
+            return False
+        self.place_marker(f"call of {name}")
+        return True
 
     # -- run's end: the script's, then jaxmemprof's end phase ------------------------
 

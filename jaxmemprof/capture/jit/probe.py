@@ -40,7 +40,7 @@ from jaxmemprof.capture.jit.owners import Previous, host_leaf as _host_leaf, lea
 from jaxmemprof.capture.jit.oom import failed as oom_failed
 from jaxmemprof.capture.jit.plan import Planner
 from jaxmemprof.capture.jit.programs import Programs
-from jaxmemprof.capture.jit.proxy import Probed, _QuietProbed
+from jaxmemprof.capture.jit.proxy import Probed, _QuietProbed, _QuietStep
 from jaxmemprof.capture.jit.site import _is_user_function, _signature_names, _Site
 from jaxmemprof.capture.jit.state import HUNT_CALLS, _FunctionState
 
@@ -115,6 +115,10 @@ class JitProbe(Programs):
         # snapshot (Sampler.holding), and counts what is live before a
         # sampled call: set by the session.
         self.observer = None
+        # on_step(label) -> bool, set by the session: a call of the program's
+        # step returned (stepped); False once the program marks its own steps.
+        self.on_step = None
+        self._step: _FunctionState | None = None
         # function_id -> threads inside a call of it now (calls the probe still watches: a quiet
         # function's go straight to XLA): what a snapshot taken meanwhile was in (calls_in_flight).
         self.in_call: dict = {}
@@ -479,7 +483,27 @@ class JitProbe(Programs):
                 self._guard(state, self.planner.keep, state, abstract, real)
         state.quiet = (state.samples >= self.max_samples and state.pending is None and not state.analyse_next) \
             or state.off
+        if self.on_step is not None:
+            self.stepped(state)
         return out
+
+    def stepped(self, state: _FunctionState) -> None:
+        """A device call of ``state``'s function returned. Where the program
+        marks no steps of its own, its step is the first of the user's
+        jitted functions called a second time, and each of its calls from
+        then on counts as one (a marker, the snapshots keyed to steps:
+        capture/steps.py), whether or not it is still sampled."""
+        hook = self.on_step
+        if hook is None or not self.active:
+            return
+        step = self._step
+        if step is None:
+            if state.calls < 2 or not state.user or state.off:
+                return
+            self._step, state.step = state, True
+            step = state
+        if step is state and not hook(state.row.get("name", "") if state.row else ""):
+            self.on_step = None  # the program marks its steps itself
 
     def _traced(self, args, kwargs) -> bool:
         if self._tracing is not None:
@@ -645,7 +669,7 @@ class JitProbe(Programs):
         self._quiet.discard(state)
         state.quiet = False
         proxy = state.proxy()
-        if proxy is not None and type(proxy) is _QuietProbed:
+        if proxy is not None and type(proxy) in (_QuietProbed, _QuietStep):
             proxy.__class__ = Probed
 
     @staticmethod

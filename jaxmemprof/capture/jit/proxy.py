@@ -43,7 +43,8 @@ class Probed:
             # Sampling done: from now on calls go straight to the jitted
             # function, at no cost; JitProbe.poll watches for new compilations.
             state.counted_all = False
-            self.__class__ = _QuietProbed  # first: a wake-up in between then still turns it back
+            # first: a wake-up in between then still turns it back
+            self.__class__ = _QuietStep if state.step else _QuietProbed
             if not state.off:
                 self._probe._quiet.add(state)
         return out
@@ -87,3 +88,20 @@ class _QuietProbed(Probed):
 
     __slots__ = ()
     __call__ = property(operator.attrgetter("_real"))
+
+
+class _QuietStep(_QuietProbed):
+    """A quiet Probed of the program's step (JitProbe.stepped): each call
+    goes straight to the jitted function and is then counted as a step,
+    with no other work."""
+
+    __slots__ = ()
+
+    def __call__(self, *args, **kwargs):
+        try:
+            out = self._real(*args, **kwargs)
+        except BaseException as exc:
+            _drop_own_frames(exc)
+            raise
+        self._probe.stepped(self._state)
+        return out

@@ -13,7 +13,7 @@ class _FunctionState:
                  "signatures", "param_names", "donate_argnums", "donate_argnames", "arguments", "by_signature",
                  "cache", "quiet", "off", "errors", "proxy", "counted_all", "largest", "user", "backend_compiles",
                  "row", "compile_s", "static_argnums", "static_argnames", "static_leaves", "static_seen",
-                 "jit_static", "pruned", "curves", "previous", "plan")
+                 "jit_static", "pruned", "curves", "previous", "plan", "step")
 
     def __init__(self, function_id, param_names, donate_argnums, donate_argnames, arguments, by_signature):
         self.function_id = function_id
@@ -53,3 +53,4 @@ class _FunctionState:
         self.curves = 0  # program-order curves written
         self.previous = None  # owners.Previous: the last sampled call's leaves, held weakly
         self.plan = None  # with run --plan, a user's function: plan.Slot (its abstract arguments; None otherwise)
+        self.step = False  # the program's step: each call counted as one (JitProbe.stepped)
