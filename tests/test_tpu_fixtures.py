@@ -208,3 +208,38 @@ def test_the_unattributed_bytes_are_said_to_be_the_queued_steps():
     assert ("unattributed at the live peak (in use by the allocator, not by live arrays): 5.35 GiB: buffers the "
             "runtime holds for steps queued ahead of the chip") in _text("gpt8")
     assert "steps queued ahead of the chip" not in _text("gpt16-donated")
+
+
+@pytest.mark.parametrize("name, spelling", [
+    ("nnx_optimizer", 'nnx.jit(donate_argnames=("model", "optimizer"))'),
+    ("equinox_optax", 'donate="all-except-first"'),
+    ("linen_trainstate", "donate_argnums=(0,)"),
+])
+def test_the_libraries_steps_on_the_chip(name, spelling):
+    # flax nnx, equinox and flax linen with optax, run on the chip (the lane's
+    # sample_runs/libraries/*.py --width 65536 --steps 40): the chip's own
+    # peak is the step's need plus whole generations of the step's outputs
+    # queued ahead of the chip, within 1 % (a wrong need or a wrong count of
+    # generations, 204.75 MiB each, would leave far more); the donation fix
+    # is spelled as the library writes it.
+    doc = _report(name)
+    chip = doc["summary"]["chip"]
+    assert chip["backend"] == "tpu" and chip["bytes_limit"] == LIMIT
+    generations = chip["queued_generations"]
+    assert chip["queued_bytes"] == generations * chip["outputs_per_call_bytes"]
+    rest = chip["chip_peak_bytes"] - chip["needed_bytes"] - chip["queued_bytes"]
+    assert abs(rest) < 0.01 * chip["chip_peak_bytes"], chip
+    donate = next(f for f in doc["findings"] if f["rule"] == "donate")
+    assert spelling in donate["fix"], donate["fix"]
+
+
+def test_a_fast_loop_after_the_chips_slow_start_shows_its_leak():
+    # train_mlp.py --leak --steps 1500 on the chip: the chip opens in about
+    # 9 s, then 1,500 steps run in about 9 s, each keeping its losses (1,024
+    # float32: 4 KiB) in a list. The snapshots keyed to its steps (44 in all)
+    # find the line and its 4 KiB a step.
+    doc = _report("mlp-leak-1500")
+    assert len(doc["timeline"]) >= 30
+    leak, = doc["leaks"]
+    assert leak["line"] == 82 and leak["file"].endswith("train_mlp.py")
+    assert leak["growth_bytes_per_step"] == 4096

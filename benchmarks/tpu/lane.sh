@@ -5,6 +5,7 @@
 # (tests/fixtures/tpu/) and their figures for docs/tpu.md.
 #
 #   bash benchmarks/tpu/lane.sh OUTDIR [SRC]
+#   LANE_ONLY="mlp-leak-1500 heartbeat" bash benchmarks/tpu/lane.sh OUTDIR   # some parts only
 #
 # SRC: the jaxmemprof checkout to run (default: this one). Runs where JAX
 # sees a TPU; elsewhere it says so and exits 0. Wheels the machine lacks
@@ -30,7 +31,8 @@ if ! python3 -c 'import jax, sys; sys.exit(0 if jax.default_backend() == "tpu" e
 fi
 python3 -c 'import jax, jaxlib; print("jax", jax.__version__, "jaxlib", jaxlib.__version__, jax.devices())' | tee "$out/versions.txt"
 jmp() { python3 -m jaxmemprof "$@"; }
-t() { local name=$1; shift; local s=$SECONDS; "$@" > "$out/$name.log" 2>&1; echo "$name: exit $? in $((SECONDS - s)) s" | tee -a "$out/lane.txt"; }
+# LANE_ONLY="name ...": run only those parts of the lane (all by default).
+t() { local name=$1; shift; case " ${LANE_ONLY:-$name} " in *" $name "*) ;; *) return 0;; esac; local s=$SECONDS; "$@" > "$out/$name.log" 2>&1; echo "$name: exit $? in $((SECONDS - s)) s" | tee -a "$out/lane.txt"; }
 
 mlp=$src/sample_runs/train_mlp.py
 gpt=$src/benchmarks/tpu/gpt.py
@@ -41,5 +43,16 @@ t gpt8-python python3 "$gpt" --batch 8 --steps 10 --stats "$out/gpt8-python.json
 t gpt8 jmp run -o "$out/runs/gpt8" "$gpt" --batch 8 --steps 10 --stats "$out/gpt8.json"
 t gpt16-donated jmp run -o "$out/runs/gpt16-donated" "$gpt" --batch 16 --steps 10 --donate --stats "$out/gpt16-donated.json"
 t gpt32-oom jmp run -o "$out/runs/gpt32-oom" "$gpt" --batch 32 --steps 2 --donate
+# The libraries' own training steps (flax nnx, linen, equinox with optax)
+# with run --plan: the true peak beside the chip's counters for each.
+lib=$src/sample_runs/libraries
+for prog in nnx_optimizer equinox_optax linen_trainstate; do
+  t "$prog" jmp run -o "$out/runs/$prog" --plan "$lib/$prog.py" --width 65536 --steps 40
+done
+# The program's daemon thread stops with it (a heartbeat every 0.1 s): the
+# lines it wrote after the script's last atexit handler, under python and run.
+hb=$src/tests/scripts/end_phase_step.py
+t heartbeat-python python3 "$hb" "$out/hb-python.marker" --ops 30 --heartbeat "$out/hb-python.beats"
+t heartbeat jmp run -q --plan -o "$out/runs/heartbeat" "$hb" "$out/hb-run.marker" --ops 30 --heartbeat "$out/hb-run.beats"
 for r in "$out"/runs/*; do jmp report "$r" > "$out/$(basename "$r").report.txt" 2>&1; done
 exit 0
