@@ -445,8 +445,9 @@ class Session:
 
     def _jit_step(self, name: str) -> bool:
         """A call of the program's step returned (JitProbe.stepped): a marker,
-        unless the program marks its steps itself (then never again)."""
-        if self.program_marks:
+        unless the program marks its steps or takes its snapshots itself
+        (then never again)."""
+        if self.program_marks or self.sampler.steps.own:  # its own steps, or its own snapshots
             return False
         self.place_marker(f"call of {name}")
         return True
