@@ -347,7 +347,10 @@ def breakdown_child(run_path: str, top: int = 10) -> None:
         print(f"stage advice_rules skipped: {exc!r}", file=sys.stderr)
     rep = stage("build_report_whole", lambda: build_report(attribute(run, options)))
     with open(os.devnull, "w", encoding="utf-8") as devnull:
-        stage("render_text", lambda: render_report(rep, text.console(devnull), top=top))
+        from jaxmemprof.analysis.page import run_document
+
+        doc = run_document(rep, ar, top=top)  # the shaping the text prints (its own stage would be small)
+        stage("render_text", lambda: render_report(doc, text.console(devnull)))
 
     def csv_tables():
         with tempfile.TemporaryDirectory() as tmp:

@@ -205,3 +205,56 @@ def test_each_rules_detection_severity_and_words_are_in_one_module():
     assert elsewhere == {}, "findings made outside the module that declares their rule"
     for path in set(declared.values()):
         assert "def detect(" in path.read_text() or path.name == "job.py", f"{path.name} has no detect"
+
+
+# The pandas calls that shape data: which rows, grouped how, in which order. They belong to analysis/ (the
+# documents of analysis/page.py); render/ prints what it is handed.
+SHAPING = {"groupby", "sort_values", "sort_index", "sort", "merge", "idxmax", "idxmin", "nlargest", "nsmallest",
+           "pivot", "pivot_table", "value_counts", "cumcount", "rank"}
+
+
+def test_render_shapes_no_data():
+    """No module of render/ groups, sorts, merges or picks a maximum's row:
+    analysis/page.py hands it a document ready to print."""
+    calls = set()
+    for path in sorted((PACKAGE / "render").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in SHAPING:
+                calls.add((str(path.relative_to(REPO)), node.lineno, node.func.attr))
+    assert calls == set(), "render/ shapes data: move the choice into analysis/page.py"
+
+
+# The commands whose output is not a report, a job's report or a profile, written by renderers of their
+# own: check's verdict (render/check.py), top's live screen (render/top.py) and run's closing lines.
+OWN_OUTPUTS = {"jaxmemprof.cli.check", "jaxmemprof.cli.top", "jaxmemprof.cli.record"}
+
+
+def test_every_commands_output_goes_through_the_format_table():
+    """report, export, show and diff (a run, a job, one or two profiles) write
+    only through render/formats/ (cli/formats.py's ``emit``): no module of
+    cli/ but cli/formats.py imports that package, none imports a renderer
+    (render/escape.py's escaping aside) but the commands with outputs of
+    their own, and the table names every module of the package."""
+    graph = _graph()
+    renderers = {}
+    for name, deps in graph.items():
+        if _layer(name) == "cli":
+            used = {d for d in deps if _layer(d) == "render" and d != "jaxmemprof.render.escape"}
+            if used:
+                renderers[name] = used
+    formats = renderers.pop("jaxmemprof.cli.formats")
+    assert formats == {"jaxmemprof.render.formats"}
+    assert set(renderers) == OWN_OUTPUTS, renderers
+    assert not any(d.startswith("jaxmemprof.render.formats") for deps in renderers.values() for d in deps)
+    from jaxmemprof.render.formats import MODULES, get
+
+    files = {p.stem for p in (PACKAGE / "render" / "formats").glob("*.py")} - {"__init__"}
+    assert files == set(MODULES)
+    for name in MODULES:
+        fmt = get(name)
+        assert fmt.name == name and (fmt.run or fmt.job or fmt.profiles)
+    for command in ("runs.py", "profiles.py"):  # each of their outputs is an emit(<a format>, <a document>)
+        tree = ast.parse((PACKAGE / "cli" / command).read_text())
+        emitted = {n.args[0].value for n in ast.walk(tree) if isinstance(n, ast.Call)
+                   and getattr(n.func, "id", None) == "emit" and isinstance(n.args[0], ast.Constant)}
+        assert emitted and emitted <= set(MODULES), (command, emitted)

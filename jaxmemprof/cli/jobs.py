@@ -1,15 +1,14 @@
 """Multi-process jobs in `report`, `export`, `show` and `diff`: the --process
-option, and the whole job's report and CSV export (the commands in runs.py
-and profiles.py hand a job directory here)."""
+option, and the whole job's report as a document that every format writes
+(the commands in runs.py and profiles.py hand a job directory here)."""
 
 from __future__ import annotations
 
-import os
 from contextlib import contextmanager
 
 import click
 
-from jaxmemprof.cli.base import say, stdout_stream
+from jaxmemprof.cli.base import say
 
 _META = "jaxmemprof.process"
 PROGRESS_FROM = 16  # processes in a job from which report shows a progress bar (on a terminal)
@@ -56,11 +55,10 @@ def run_path(spec: str) -> str:
     return str(process_directory(path, n)) + ("" if sel is None else f"@{sel}")
 
 
-def _job_report(spec, options):
+def _job_report(job, spec, options):
     from jaxmemprof.analysis.job import analyse_processes, build_job_report
-    from jaxmemprof.store.job import job_timeline, load_job
+    from jaxmemprof.store.job import job_timeline
 
-    job = load_job(spec)
     if all(p.error is not None for p in job.processes):
         from jaxmemprof.errors import InputError
 
@@ -91,59 +89,22 @@ def _progress(total: int):
         yield lambda: bar.advance(task)
 
 
-def report_job(spec, options, as_json, explain=False) -> None:
-    rep = _job_report(spec, options)
-    if as_json:
-        from jaxmemprof.render.json import write_json
-        from jaxmemprof.render.job import job_document
-
-        write_json(job_document(rep), stdout_stream())
-        return
-    from jaxmemprof.render import text
-    from jaxmemprof.render.job import render_job_report
-
-    render_job_report(rep, text.console(stdout_stream()), top=options.top_sites, explain=explain)
-
-
-def export_job_csv(spec, directory, force, options) -> None:
-    """Every process's tables, one CSV per table with a ``process`` column,
-    and the job's own (processes.csv, job_timeline.csv, job_peak_sites.csv,
-    job_findings.csv)."""
-    import pandas as pd
-
-    from jaxmemprof.analysis.attributed import attribute
-    from jaxmemprof.analysis.report import build_report
-    from jaxmemprof.outputs import open_output, prepare_directory
-    from jaxmemprof.render.csv import write_csv
-    from jaxmemprof.render.job import JOB_FILES, job_tables, with_process
-    from jaxmemprof.render.tables import EXPORT_FILES, export_tables
+def job_report_document(spec, options, *, explain: bool = False, page: bool = False, reports: bool = False,
+                        before=None):
+    """The job's report, ready for any format (analysis/page.py
+    ``job_document``); ``page``: with its largest processes' own pages;
+    ``reports``: with every process's report (CSV); ``before``: called
+    before the analysis (a directory checked first). Where the page or the
+    CSV files are written, what the job's layout warns of is said first."""
+    from jaxmemprof.analysis.page import job_document
     from jaxmemprof.store.job import load_job
-    from jaxmemprof.store.reader import load_run
 
     job = load_job(spec)
-    for w in job.warnings:
-        say(f"jaxmemprof: warning: {spec}: {w}")
-    prepare_directory(directory, tuple(EXPORT_FILES) + JOB_FILES, force)
-    rep = _job_report(spec, options)
-    parts: dict[str, list] = {name: [] for name in EXPORT_FILES}
-    for p in job.processes:
-        if p.error is not None or p.snapshots.empty:
-            continue
-        from jaxmemprof.errors import InputError
-
-        try:
-            run = load_run(p.path)
-        except InputError as exc:
-            say(f"jaxmemprof: warning: process {p.process}: {exc}")
-            continue
-        tables = with_process(export_tables(build_report(attribute(run, options))), p.process)
-        for name, rows in tables.items():
-            parts[name].append(rows)
-    tables = {name: (pd.concat([r for r in rows if not r.empty] or rows[:1], ignore_index=True) if rows
-                     else pd.DataFrame({"process": pd.Series(dtype="int64")}))
-              for name, rows in parts.items()}
-    tables.update(job_tables(rep))
-    for name, rows in tables.items():
-        with open_output(os.path.join(directory, name), force, strict=True) as f:
-            write_csv(rows, f)
-    say(f"jaxmemprof: wrote {len(tables)} CSV files to {directory}: {', '.join(tables)}")
+    if page or reports:
+        for w in job.warnings:
+            say(f"jaxmemprof: warning: {spec}: {w}")
+    if before is not None:
+        before()
+    rep = _job_report(job, spec, options)
+    return job_document(job, rep, options, top=options.top_sites, explain=explain, page=page, reports=reports,
+                        warn=say)

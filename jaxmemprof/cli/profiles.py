@@ -6,8 +6,8 @@ import os
 
 import click
 
-from jaxmemprof.cli.base import (Size, analysis_options, attribution, attribution_options, cli, count, load, load_ref,
-                                 output_to, stdout_stream)
+from jaxmemprof.cli.base import Size, analysis_options, attribution, attribution_options, cli, count, load, load_ref
+from jaxmemprof.cli.formats import Output, emit
 from jaxmemprof.cli.jobs import process_option
 from jaxmemprof.errors import InputError
 
@@ -60,45 +60,31 @@ def _check_streams(csv_path, as_json, html_path, force):
         check_output(html_path, force)
 
 
-def _write_html(html_path, force, make_page):
-    if html_path is not None:
-        with output_to(html_path, force) as out:
-            out.write(make_page())
+def _emit(command, profiles, names, result, title, csv_path, as_json, top, force, html_path, att):
+    """Send ``result`` to the outputs asked for, each through its format
+    (render/formats/): --csv, --json, the terminal's text when neither of
+    those nor --html is asked for, and the page."""
+    from dataclasses import replace
 
-
-def _emit(command, inputs, result, value_type, title, csv_path, as_json, top, force, html_path=None):
-    """Send ``result`` to the outputs asked for."""
+    from jaxmemprof.analysis.documents import ProfilesDocument
     from jaxmemprof.analysis.groups import top as keep_top
 
     if csv_path == "-" and as_json:
         raise click.UsageError("--csv - and --json both write to stdout; send the CSV to a file")
     machine = csv_path is not None or as_json or html_path is not None
     result = keep_top(result, top if (top is not None or machine) else DEFAULT_TERMINAL_TOP)
+    doc = ProfilesDocument(command, names=names, profiles=profiles, value_type=profiles[-1].value_type, result=result,
+                           title=title)
     if csv_path is not None:
-        from jaxmemprof.render.csv import write_csv
-        from jaxmemprof.render.results import plain_table
-
-        with output_to(csv_path, force) as out:
-            write_csv(plain_table(result), out)
+        emit("csv", doc, Output(csv_path, force))
     if as_json:
-        from jaxmemprof.render.json import write_json
-        from jaxmemprof.render.results import document
-
-        write_json(document(command, inputs, result, value_type), stdout_stream())
+        emit("json", doc)
     if not machine:
-        from jaxmemprof.render import plain
+        emit("text", doc)
+    if html_path is not None:
+        from jaxmemprof.analysis.page import profiles_model
 
-        out = stdout_stream()
-        if plain.applies(out):  # off a terminal: rich's layout without rich, when the text allows
-            make = plain.breakdown_lines if command == "show" else plain.diff_lines
-            lines = make(result, title=title, value_type=value_type)
-            if lines is not None:
-                out.write("\n".join(lines) + "\n")
-                return
-        from jaxmemprof.render import text
-
-        render = text.render_breakdown if command == "show" else text.render_diff
-        render(result, text.console(out), title=title, value_type=value_type)
+        emit("html", replace(doc, page=profiles_model(profiles, att)), Output(html_path, force))
 
 
 @cli.command()
@@ -140,16 +126,8 @@ def show(profile, by, top, csv_path, as_json, html_path, force, library, user, a
         result = owners_at(attribute(run_, analysis_options(library, user, all_frames)), ref.snapshot, prof)
     else:
         result = summarize(prof, by, att)
-    _emit("show", [name], result, prof.value_type, f"{name}: {prof.value_type} by {by}",
-          csv_path, as_json, top, force, html_path)
-
-    def page():
-        from jaxmemprof.analysis.page import profiles_model
-        from jaxmemprof.render.html import show_page
-
-        return show_page(name, prof, profiles_model([prof], att))
-
-    _write_html(html_path, force, page)
+    _emit("show", [prof], [name], result, f"{name}: {prof.value_type} by {by}", csv_path, as_json, top, force,
+          html_path, att)
 
 
 @cli.command()
@@ -193,13 +171,5 @@ def diff(base, new, by, top, csv_path, as_json, html_path, force, library, user,
         raise InputError(new, f"measures {new_prof.value_type}, but {base} measures {base_prof.value_type}")
     att = attribution(library, user, all_frames, base_run, new_run)
     result = diff_profiles(base_prof, new_prof, by, att)
-    _emit("diff", [base_name, new_name], result, new_prof.value_type,
-          f"{base_name} -> {new_name}: {new_prof.value_type} by {by}", csv_path, as_json, top, force, html_path)
-
-    def page():
-        from jaxmemprof.analysis.page import profiles_model
-        from jaxmemprof.render.html import diff_page
-
-        return diff_page(base_name, base_prof, new_name, new_prof, profiles_model([base_prof, new_prof], att))
-
-    _write_html(html_path, force, page)
+    _emit("diff", [base_prof, new_prof], [base_name, new_name], result,
+          f"{base_name} -> {new_name}: {new_prof.value_type} by {by}", csv_path, as_json, top, force, html_path, att)

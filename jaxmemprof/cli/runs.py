@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import os
-
 import click
 
-from jaxmemprof.cli.base import (Size, analysis_options, attribution, attribution_options, build_report_for, cli,
-                                 force_option, isatty, json_option, load, open_run, say, stdout_stream, steps_option,
-                                 top_option, warn)
-from jaxmemprof.cli.jobs import export_job_csv, process_option, report_job, run_path, whole_job
+from jaxmemprof.cli.base import (Size, analysis_options, attribution, attribution_options, cli, force_option, isatty,
+                                 json_option, load, open_run, say, stdout_stream, steps_option, top_option, warn)
+from jaxmemprof.cli.formats import Output, emit, needs_page
+from jaxmemprof.cli.jobs import job_report_document, process_option, run_path, whole_job
 
 
 @cli.command()
@@ -51,40 +49,25 @@ def report(run_dir, top, steps, device_memory, as_json, explain, html_path, forc
 
         check_output(html_path, force)  # refused before the work, not after
     options = analysis_options(library, user, all_frames, top, steps, device_memory)
+    # each format asked for, in turn: the page (to --html's file or stdout), the JSON document, and the
+    # terminal's text when neither of the others is asked for (render/formats/)
+    asked = [name for name, on in (("html", html_path is not None), ("json", as_json)) if on] or ["text"]
     if whole_job(run_dir):  # a multi-process job: each process's peak, the job's, findings merged
-        if html_path is not None:
-            _write_job_html(run_dir, html_path, force, options)
-            if not as_json:
-                return
-        return report_job(run_dir, options, as_json, explain=explain)
+        doc = job_report_document(run_dir, options, explain=explain, page=needs_page(asked))
+    else:
+        doc = _run_document(run_path(run_dir), options, top=top, explain=explain, page=needs_page(asked))
+    for name in asked:
+        emit(name, doc, Output(html_path, force) if name == "html" else None)
+
+
+def _run_document(spec, options, **how):
+    """The run's report, ready for any format (analysis/page.py ``run_document``)."""
     from jaxmemprof.analysis.attributed import attribute
+    from jaxmemprof.analysis.page import run_document
     from jaxmemprof.analysis.report import build_report
 
-    run_ = open_run(run_path(run_dir))
-    ar = attribute(run_, options)
-    rep = build_report(ar)
-    asked = [name for name, on in (("html", html_path is not None), ("json", as_json)) if on] or ["text"]
-    for name in asked:
-        REPORT_FORMATS[name](rep, ar, html_path=html_path, force=force, top=top, explain=explain)
-
-
-def _write_json(rep, ar, **_):
-    from jaxmemprof.render.json import write_json
-    from jaxmemprof.render.tables import report_document
-
-    write_json(report_document(rep), stdout_stream())
-
-
-def _write_text(rep, ar, *, top, explain, **_):
-    from jaxmemprof.render import text
-    from jaxmemprof.render.report import render_report
-
-    con = text.console(stdout_stream())
-    from jaxmemprof.cli.record import _oom_lines
-
-    for line in _oom_lines(ar.run, ar.attribution.display_path):  # out of memory: XLA's reason leads
-        con.print(line.removeprefix("jaxmemprof: "), markup=False, highlight=False)
-    render_report(rep, con, top=top, explain=explain)
+    ar = attribute(open_run(spec), options)
+    return run_document(build_report(ar), ar, **how)
 
 
 @cli.command()
@@ -144,31 +127,28 @@ def export(inputs, csv_dir, fmt, output, force, top, steps, library, user, all_f
 def _export_csv(spec, directory, force, top, steps, library, user, all_frames):
     """Every table of the report as a CSV file in ``directory``. The
     directory is checked before the run is analysed, so a refusal is quick."""
-    from jaxmemprof.outputs import open_output, prepare_directory
-    from jaxmemprof.render.csv import write_csv
-    from jaxmemprof.render.tables import EXPORT_FILES, export_tables
-
     options = analysis_options(library, user, all_frames, top, steps)
+    to = Output(force=force, directory=directory)
     if whole_job(spec):
-        return export_job_csv(spec, directory, force, options)
-    run_ = open_run(run_path(spec))
-    warn(run_)
-    prepare_directory(directory, EXPORT_FILES, force)
-    tables = export_tables(build_report_for(run_, options))
-    from jaxmemprof.render.job import with_process
+        doc = job_report_document(spec, options, reports=True, before=lambda: to.prepare("csv", "job"))
+    else:
+        from jaxmemprof.analysis.attributed import attribute
+        from jaxmemprof.analysis.page import run_document
+        from jaxmemprof.analysis.report import build_report
 
-    tables = with_process(tables, run_.manifest.get("process_index") if isinstance(
-        run_.manifest.get("process_index"), int) else 0)  # as a job's export has it
-    for name, rows in tables.items():
-        with open_output(os.path.join(directory, name), force, strict=True) as f:
-            write_csv(rows, f)
-    say(f"jaxmemprof: wrote {len(tables)} CSV files to {directory}: {', '.join(tables)}")
+        run_ = open_run(run_path(spec))
+        warn(run_)
+        to.prepare("csv", "run")
+        ar = attribute(run_, options)
+        doc = run_document(build_report(ar), ar, oom=False)
+    emit("csv", doc, to)
+    say(f"jaxmemprof: wrote {len(to.written)} CSV files to {directory}: {', '.join(to.written)}")
 
 
 def _export_pprof(inputs, output, force, library, user, all_frames):
+    from jaxmemprof.analysis.documents import ProfilesDocument
     from jaxmemprof.analysis.sites import user_stacks
-    from jaxmemprof.outputs import check_output, write_output
-    from jaxmemprof.render.pprof import diff_pprof, snapshot_pprof
+    from jaxmemprof.outputs import check_output
 
     if output == "-":
         if isatty(stdout_stream()):
@@ -179,57 +159,9 @@ def _export_pprof(inputs, output, force, library, user, all_frames):
 
     loaded = [load(spec, None, DEFAULT_MAX_DECOMPRESSED) for spec in inputs]
     att = attribution(library, user, all_frames, *(run_ for _, _, run_ in loaded))
-    if len(loaded) == 1:
-        name, prof, _ = loaded[0]
-        data = snapshot_pprof(prof, user_stacks(prof, att), f"jaxmemprof: {name}, user stacks")
-    else:
-        (bname, base, _), (nname, new, _) = loaded
-        data = diff_pprof(base, user_stacks(base, att), new, user_stacks(new, att),
-                          f"jaxmemprof: {nname} - {bname}, user stacks")
-    if output == "-":
-        out = stdout_stream()
-        out.flush()
-        out.buffer.write(data)
-        out.buffer.flush()
-        return
-    write_output(output, data, force)
-    say(f"jaxmemprof: wrote {output} (open it with: go tool pprof -top {output})")
-
-
-def _write_job_html(spec, path, force, options):
-    from jaxmemprof.analysis.attributed import attribute
-    from jaxmemprof.analysis.page import report_model
-    from jaxmemprof.analysis.report import build_report
-    from jaxmemprof.cli.base import output_to
-    from jaxmemprof.cli.jobs import _job_report
-    from jaxmemprof.render.html import job_page, job_page_processes
-    from jaxmemprof.store.reader import load_run
-    from jaxmemprof.store.job import load_job
-
-    job = load_job(spec)
-    for w in job.warnings:
-        say(f"jaxmemprof: warning: {spec}: {w}")
-    rep = _job_report(spec, options)
-    shown = []
-    for n in job_page_processes(rep):  # the largest processes, each a report of its own
-        ar = attribute(load_run(job.process(n).path), options)
-        one = build_report(ar)
-        shown.append((n, one, report_model(one, ar)))
-    page = job_page(job, rep, shown)
-    with output_to(path, force) as out:
-        out.write(page)
-
-
-def _write_html(rep, ar, *, html_path, force, **_):
-    from jaxmemprof.analysis.page import report_model
-    from jaxmemprof.cli.base import output_to
-    from jaxmemprof.render.html import report_page
-
-    page = report_page(rep, report_model(rep, ar))
-    with output_to(html_path, force) as out:
-        out.write(page)
-
-
-# A run's report in each format it can be written in: the page (to --html's file or stdout), the JSON
-# document and the terminal's text (stdout, when neither of the others is asked for).
-REPORT_FORMATS = {"html": _write_html, "json": _write_json, "text": _write_text}
+    profiles = [prof for _, prof, _ in loaded]
+    doc = ProfilesDocument("export", names=[name for name, _, _ in loaded], profiles=profiles,
+                           stacks=[user_stacks(prof, att) for prof in profiles])
+    emit("pprof", doc, Output(output, force))
+    if output != "-":
+        say(f"jaxmemprof: wrote {output} (open it with: go tool pprof -top {output})")

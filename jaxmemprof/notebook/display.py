@@ -67,19 +67,20 @@ class Shown:
         return RunDisplay(_summary_text(run, run_, ov, rep, end_lines), _summary_html(run, run_, ov, rep, end_lines))
 
     def report(self, *, explain: bool = False) -> "Text":
+        from jaxmemprof.analysis.page import run_document
         from jaxmemprof.render.report import render_report
 
-        _, _, rep, _ = self._analysis()
+        _, ar, rep, _ = self._analysis()
         buf = io.StringIO()
-        render_report(rep, _console(buf), top=self.top, explain=explain)
+        render_report(run_document(rep, ar, top=self.top, explain=explain, oom=False), _console(buf))
         return Text(buf.getvalue())
 
     def page(self) -> "Page":
-        from jaxmemprof.analysis.page import report_model
+        from jaxmemprof.analysis.page import run_document
         from jaxmemprof.render.html import report_page
 
         _, ar, rep, _ = self._analysis()
-        return Page(report_page(rep, report_model(rep, ar)), str(self.run.path))
+        return Page(report_page(run_document(rep, ar, page=True, oom=False)), str(self.run.path))
 
 
 # -- the summary ---------------------------------------------------------------------------

@@ -27,6 +27,7 @@ import pandas as pd
 
 from jaxmemprof._version import __version__
 from jaxmemprof.analysis.flame import Cells
+from jaxmemprof.analysis.documents import JobDocument, ProfilesDocument, RunDocument
 from jaxmemprof.analysis.roles import ROLES
 from jaxmemprof.devices import display, display_all, displayed
 from jaxmemprof.finite import finite
@@ -35,9 +36,6 @@ from jaxmemprof.render.json import _default
 from jaxmemprof.render.tables import largest_signature
 
 FORMAT_VERSION = 1
-LIFETIME_ARRAYS = 150  # the largest arrays drawn as bars
-LIFETIME_PER_SITE = 40  # at most this many of them made at one line
-MAX_MARKERS = 1000  # ticks drawn (evenly chosen beyond)
 _SCRIPT_ESCAPES = {ord("<"): "\\u003c", ord(">"): "\\u003e", ord("&"): "\\u0026",
                    0x2028: "\\u2028", 0x2029: "\\u2029"}
 
@@ -112,33 +110,24 @@ def _cells_data(cells: Cells, S: _Strings) -> dict:
 # -- the three pages ------------------------------------------------------------------
 
 
-def report_page(rep, model) -> str:
+def report_page(doc: RunDocument) -> str:
     """The page of ``report --html``: a run's timeline, flame graphs of any
     snapshot and of the change between two, lifetimes, memory inside jit and
-    the findings (``rep``: the run's report; ``model``: what the page draws
-    beyond it, analysis/page.py ``report_model``)."""
+    the findings (``doc``: the run's report, with what the page draws beyond
+    it, analysis/page.py ``run_document(..., page=True)``)."""
     S = _Strings()
-    data = _report_data(rep, model, S)
+    data = _report_data(doc, S)
     data["strings"] = S.items
     return page(data)
 
 
-def _process_of(run) -> int:
-    snaps = run.snapshots
-    if "process" in snaps and len(snaps):
-        v = _num(snaps["process"].iloc[0])
-        if v is not None:
-            return int(v)
-    v = _num(run.manifest.get("process_index"))
-    return int(v) if v is not None else 0
-
-
-def _report_data(rep, model, S: _Strings, t_shift: float = 0.0) -> dict:
+def _report_data(doc: RunDocument, S: _Strings, t_shift: float = 0.0) -> dict:
     """A run's data for the page (texts go to the string table ``S``);
     ``t_shift``: seconds added to its times (a process of a job, on the
     job's clock)."""
-    run, cells = model.run, model.cells
-    proc = _process_of(run)
+    rep, model = doc.report, doc.page
+    cells = model.cells
+    proc = model.process
     tl = rep.timeline
     totals, snaps = model.totals, model.snapshots
     P = len(cells.positions)
@@ -155,16 +144,10 @@ def _report_data(rep, model, S: _Strings, t_shift: float = 0.0) -> dict:
     if P:
         stats.append({"process": proc, "device": S(""), "bytes_in_use": col(totals, "bytes_in_use"),
                       "bytes_limit": col(totals, "bytes_limit")})
-        dev = tl.devices
-        if not dev.empty:
-            for name, g in dev.groupby("device", sort=True):
-                g = g.set_index("snapshot").reindex(snaps["snapshot"].to_numpy())
-                stats.append({"process": proc, "device": S(display(name)), "bytes_in_use": col(g, "bytes_in_use"),
-                              "bytes_limit": col(g, "bytes_limit")})
-    markers = tl.markers
-    markers_total = len(markers)
-    if markers_total > MAX_MARKERS:
-        markers = markers.iloc[np.linspace(0, markers_total - 1, MAX_MARKERS).astype(np.int64)]
+        for name, g in model.devices:
+            stats.append({"process": proc, "device": S(display(name)), "bytes_in_use": col(g, "bytes_in_use"),
+                          "bytes_limit": col(g, "bytes_limit")})
+    markers = model.markers
     s = rep.summary
     data = {
         "page": "report",
@@ -181,11 +164,11 @@ def _report_data(rep, model, S: _Strings, t_shift: float = 0.0) -> dict:
             "trigger": [S(x) for x in trig],
             "live_bytes": [int(x) for x in totals["live_bytes"].tolist()] if P else [],
         },
-        "snapshots_total": int(len(run.snapshots)),
+        "snapshots_total": model.snapshots_total,
         "stats": stats,
         "markers": {"t": [round(float(x) + t_shift, 6) for x in markers["t"].tolist()],
                     "label": [S(x) for x in markers["label"].tolist()]},
-        "markers_total": markers_total,
+        "markers_total": model.markers_total,
         "top_sites": [x for x in tl.site_order if x != "other"],
         "peak": {"snapshot": tl.peak_snapshot, "t": _shifted(tl.peak_t, t_shift), "bytes": int(tl.peak_bytes),
                  "j": peak_j},
@@ -200,7 +183,7 @@ def _report_data(rep, model, S: _Strings, t_shift: float = 0.0) -> dict:
             "grew": model.grew,
             "grew_between": [int(snaps["snapshot"].iloc[0]), int(snaps["snapshot"].iloc[final_j])] if P else [],
         },
-        "lifetimes": _lifetimes(rep, t_shift),
+        "lifetimes": _lifetimes(model.lifetimes, t_shift),
         "jit": {
             "memory": _rows(rep.jit_memory, ["function", "wrapper", "defined_at", "jitted_at", "calls", "compiles",
                                              "argument_bytes", "output_bytes", "alias_bytes", "temp_bytes",
@@ -211,14 +194,14 @@ def _report_data(rep, model, S: _Strings, t_shift: float = 0.0) -> dict:
             "buffers": _rows(largest_signature(rep.jit_buffers), ["function", "name", "site", "kind", "shape",
                                                                    "bytes", "op", "live_start", "live_end",
                                                                    "program_length", "at_peak"]),
-            "curves": _curves(largest_signature(rep.jit_curve)),
+            "curves": model.curves,
         },
         "findings": _findings(rep.findings),
         "warnings": [str(w) for w in rep.warnings],
         "process": proc,
     }
     if getattr(rep, "plan", None) is not None:
-        data["plan"] = _plan(rep.plan, model.fit_peak_bytes)
+        data["plan"] = _plan(rep.plan, doc.plan_peaks, model.fit_peak_bytes)
     if model.roles is not None:
         data["roles"] = _roles(rep.roles, model.roles, S)
     return data
@@ -235,20 +218,16 @@ def _roles(what, rc, S: _Strings) -> dict:
                         "label": "" if devices == ["all"] else device_ranges(devices)} for devices, total in rc.groups]}
 
 
-def _plan(plan, fit_peak_bytes: int | None) -> dict:
+def _plan(plan, peaks: dict, fit_peak_bytes: int | None) -> dict:
     """run --plan's points for the page's chart: per planned function and
-    variant, the busiest device's peak at each compiled batch; the most a
-    device of ``device_bytes`` holds by the fit rule; the largest batch."""
+    variant, the busiest device's peak at each compiled batch (``peaks``:
+    analysis/page.py ``plan_peaks``); the most a device of ``device_bytes``
+    holds by the fit rule; the largest batch."""
     out = {"device_bytes": plan.device_bytes, "fit_peak_bytes": fit_peak_bytes, "functions": []}
-    pts = plan.points[plan.points["peak_bytes"].notna()]
     for f in plan.functions:
-        mine = pts[pts["function_id"] == f.function_id]
-        busiest = mine.groupby(["variant", "batch"], sort=False)["peak_bytes"].max()
-        variants = []
-        for v in dict.fromkeys(mine["variant"]):
-            variants.append({"variant": str(v), "points": [[int(b), int(p)] for (vv, b), p in sorted(busiest.items(),
-                                                                                                   key=lambda x: x[0][1])
-                                                            if vv == v]})
+        busiest = peaks[f.function_id]
+        variants = [{"variant": str(v), "points": [[int(b), int(p)] for b, p in busiest.points(v)]}
+                    for v in busiest.variants]
         models = plan.models[(plan.models["function_id"] == f.function_id) & (plan.models["variant"] == "recorded")]
         job = models[models["device"] == "job"]
         row = (job if len(job) else models).head(1)
@@ -256,29 +235,6 @@ def _plan(plan, fit_peak_bytes: int | None) -> dict:
         out["functions"].append({"function": f.function, "backend": f.backend, "compiles": f.compiles,
                                  "compile_s": round(f.compile_s, 3), "recorded_batch": f.recorded_batch,
                                  "variants": variants, "largest_batch": largest})
-    return out
-
-
-def _curves(curve: pd.DataFrame, functions: int = 4) -> list:
-    """Each function's program-order curve (the ``functions`` largest), as
-    columns: positions, the bytes at each, and each line's series."""
-    out = []
-    if curve is None or curve.empty:
-        return out
-    for fid, g in curve.groupby("function_id", sort=False):
-        positions = sorted(set(int(p) for p in g["position"]))
-        at = {p: i for i, p in enumerate(positions)}
-        totals = [0] * len(positions)
-        series = {}
-        for site, position, b, total in zip(g["site"], g["position"], g["bytes"], g["position_bytes"]):
-            series.setdefault(str(site), [0] * len(positions))[at[int(position)]] = int(b)
-            totals[at[int(position)]] = int(total)
-        out.append({"function": str(g["function"].iloc[0]), "positions": positions, "bytes": totals,
-                    "peak_position": int(g["program_peak_position"].iloc[0]),
-                    "peak_bytes": int(g["program_peak_bytes"].iloc[0]),
-                    "series": [{"site": k, "values": v} for k, v in series.items()]})
-        if len(out) >= functions:
-            break
     return out
 
 
@@ -320,13 +276,10 @@ def _shifted(t, shift: float):
     return None if t is None else t + shift
 
 
-def _lifetimes(rep, t_shift: float = 0.0) -> list:
-    a = rep.arrays
+def _lifetimes(a: pd.DataFrame | None, t_shift: float = 0.0) -> list:
+    """The arrays drawn as bars (analysis/page.py ``lifetime_arrays``)."""
     if a is None or a.empty:
         return []
-    # The largest, at most LIFETIME_PER_SITE of one line (so that one line's many arrays leave room for others).
-    a = a.sort_values(["bytes", "lifetime_s", "array_id"], ascending=[False, False, True])
-    a = a[a.groupby("site", sort=False).cumcount() < LIFETIME_PER_SITE].head(LIFETIME_ARRAYS)
     out = []
     for r in a.itertuples(index=False):
         shape = r.shape if isinstance(r.shape, tuple) else ()
@@ -339,61 +292,29 @@ def _lifetimes(rep, t_shift: float = 0.0) -> list:
     return out
 
 
-MAX_PROCESSES = 16  # processes of a job drawn in full (the largest at the job's peak, then by own peak)
-MAX_JOB_POINTS = 4000
-
-
-def job_page_processes(job_report) -> list[int]:
-    """The processes whose full report a job's page shows: the
-    ``MAX_PROCESSES`` that held most at the job's peak (then by their own
-    peak), largest first (the page opens on the first)."""
-    procs = job_report.processes
-    order = procs.assign(_a=procs["at_job_peak_bytes"].fillna(0), _p=procs["peak_bytes"].fillna(0))
-    order = order[order["error"].isna()] if "error" in order else order
-    order = order.sort_values(["_a", "_p", "process"], ascending=[False, False, True])
-    return [int(x) for x in order["process"].head(MAX_PROCESSES).tolist()]
-
-
-def job_page(job, job_report, shown: list) -> str:
+def job_page(doc: JobDocument) -> str:
     """The page of ``report JOB --html`` for a multi-process job: the job's
     memory over time (the sum over processes, on the aligned clock), every
-    process's peak, and the full report page of each process in ``shown``
-    (``[(process, its Report, its page model)]``, from
-    :func:`job_page_processes`), one at a time behind a selector."""
+    process's peak, and the full report page of each process the document
+    draws (analysis/page.py ``job_document(..., page=True)``), one at a time
+    behind a selector."""
     S = _Strings()
-    procs = job_report.processes
-    chosen = [n for n, _, _ in shown]
+    job_report = doc.report
     blocks = []
-    for n, rep, model in sorted(shown, key=lambda x: x[0]):
-        p, run = job.process(n), model.run
-        shift = 0.0
-        if not run.snapshots.empty and not p.snapshots.empty:
-            shift = float(p.snapshots["t"].iloc[0]) - float(run.snapshots["t"].iloc[0])
-        block = _report_data(rep, model, S, t_shift=shift)
-        block["process"] = n  # the job's index (the directory's), whatever the manifest says
-        block["title"] = f"process {n}" + (f" ({p.host})" if p.host else "") + f": {p.path}"
+    for shown in doc.processes:
+        block = _report_data(shown.document, S, t_shift=shown.t_shift)
+        block["process"] = shown.process  # the job's index (the directory's), whatever the manifest says
+        block["title"] = shown.title
         blocks.append(block)
-    tl = job_report.timeline
-    t = tl["t"].to_numpy(dtype=float) if len(tl) else np.zeros(0)
-    v = tl["live_bytes"].to_numpy(dtype=np.int64) if len(tl) else np.zeros(0, dtype=np.int64)
-    if len(t) > MAX_JOB_POINTS:  # each stretch's highest and lowest, and the peak
-        keep = {0, len(t) - 1, int(np.argmax(v))}
-        edges = np.linspace(0, len(t), MAX_JOB_POINTS // 2 + 1).astype(np.int64)
-        for lo, hi in zip(edges[:-1], edges[1:]):
-            if hi > lo:
-                keep.update((int(lo + np.argmax(v[lo:hi])), int(lo + np.argmin(v[lo:hi]))))
-        idx = np.array(sorted(keep))
-        t, v = t[idx], v[idx]
-    default = chosen[0] if chosen else None
     data = {
         "page": "job", "title": f"jaxmemprof report: {job_report.path} ({job_report.process_count} processes)",
         "job": {
             "alignment": job_report.alignment, "process_count": int(job_report.process_count),
             "peak_bytes": int(job_report.job_peak_bytes), "peak_t": _num(job_report.job_peak_t),
-            "t": [round(float(x), 6) for x in t.tolist()], "live_bytes": [int(x) for x in v.tolist()],
-            "processes": _rows(procs, ["process", "host", "finished", "exit_status", "snapshots", "peak_bytes",
-                                       "peak_t", "at_job_peak_bytes", "error"]),
-            "drawn": sorted(chosen), "default": default,
+            "t": [round(float(x), 6) for x in doc.t.tolist()], "live_bytes": [int(x) for x in doc.live_bytes.tolist()],
+            "processes": _rows(job_report.processes, ["process", "host", "finished", "exit_status", "snapshots",
+                                                      "peak_bytes", "peak_t", "at_job_peak_bytes", "error"]),
+            "drawn": [s.process for s in doc.processes], "default": doc.drawn[0] if doc.drawn else None,
             "unfinished": [int(x) for x in job_report.unfinished],
         },
         "processes": blocks,
@@ -402,25 +323,25 @@ def job_page(job, job_report, shown: list) -> str:
     return page(data)
 
 
-def show_page(name: str, prof, model) -> str:
-    """The page of ``show --html``: one profile's flame graph (``model``:
+def show_page(doc: ProfilesDocument) -> str:
+    """The page of ``show --html``: one profile's flame graph (``doc.page``:
     analysis/page.py ``profiles_model``)."""
     S = _Strings()
-    cells = model.cells
+    (name,), (prof,), model = doc.names, doc.profiles, doc.page
     data = {"page": "show", "title": f"jaxmemprof show: {name}", "names": [name], "value_type": prof.value_type,
-            **_cells_data(cells, S), "defaults": {"selected": 0},
+            **_cells_data(model.cells, S), "defaults": {"selected": 0},
             "headline": {"total_bytes": prof.total_bytes, "held_by": model.held}}
     data["strings"] = S.items
     return page(data)
 
 
-def diff_page(base_name: str, base, new_name: str, new, model) -> str:
+def diff_page(doc: ProfilesDocument) -> str:
     """The page of ``diff --html``: the differential flame graph of two
-    profiles, and each one's own (``model``: analysis/page.py ``profiles_model``)."""
+    profiles, and each one's own (``doc.page``: analysis/page.py ``profiles_model``)."""
     S = _Strings()
-    cells = model.cells
+    (base_name, new_name), (base, new), model = doc.names, doc.profiles, doc.page
     data = {"page": "diff", "title": f"jaxmemprof diff: {base_name} -> {new_name}", "names": [base_name, new_name],
-            "value_type": new.value_type, **_cells_data(cells, S), "defaults": {"selected": 1, "base": 0, "new": 1},
+            "value_type": new.value_type, **_cells_data(model.cells, S), "defaults": {"selected": 1, "base": 0, "new": 1},
             "headline": {"base_bytes": base.total_bytes, "new_bytes": new.total_bytes,
                          "grew": model.grew}}
     data["strings"] = S.items

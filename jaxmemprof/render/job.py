@@ -12,6 +12,8 @@ from rich.table import Table
 from rich.text import Text
 
 from jaxmemprof.analysis.job import JobReport
+from jaxmemprof.analysis.documents import JobDocument
+from jaxmemprof.analysis.page import SITES_PER_PROCESS
 from jaxmemprof.render.escape import safe
 from jaxmemprof.render.findings import saves, words
 from jaxmemprof.render.json import records
@@ -21,8 +23,6 @@ from jaxmemprof.store.job import who
 from jaxmemprof.store.job import process_list_text
 from jaxmemprof.units import counted, format_bytes
 
-# The sites shown per process for what held its peak.
-SITES_PER_PROCESS = 3
 JOB_FILES = ("processes.csv", "job_timeline.csv", "job_peak_sites.csv", "job_findings.csv")
 
 
@@ -34,9 +34,11 @@ def _ended(row) -> str:
     return f"{how or 'exit'} {int(status)}" if known else str(how or "exit")
 
 
-def render_job_report(rep: JobReport, con: Console, *, top: int = 10, explain: bool = False) -> None:
-    """The job's report; ``explain``: every finding in full (its message,
-    fix and evidence), as ``report --explain`` says a run's."""
+def render_job_report(doc: JobDocument, con: Console) -> None:
+    """The job's report (``doc``: analysis/page.py ``job_document``); with
+    ``explain``, every finding in full (its message, fix and evidence), as
+    ``report --explain`` says a run's."""
+    rep, top, explain = doc.report, doc.top, doc.explain
     p = rep.processes
     hosts = sorted(h for h in p["host"].unique() if h)
     con.print(Text(f"job {safe(rep.path)}: {counted(rep.process_count, 'process')}"
@@ -60,7 +62,7 @@ def render_job_report(rep: JobReport, con: Console, *, top: int = 10, explain: b
     t = Table(box=None, pad_edge=False, collapse_padding=True, header_style="bold")
     for c in ("process", "host", "peak", "peak at", "at job peak", "snapshots", "ended"):
         t.add_column(c, justify="left" if c in ("host", "ended") else "right")
-    order = p.sort_values(["peak_bytes", "process"], ascending=[False, True], kind="stable")
+    order = doc.by_peak
     shown = order.head(top)
     for _, r in shown.iterrows():
         t.add_row(str(int(r["process"])), safe(r["host"]), format_bytes(int(r["peak_bytes"])),
@@ -78,12 +80,7 @@ def render_job_report(rep: JobReport, con: Console, *, top: int = 10, explain: b
         con.print()
         con.print(Text(f"what held each process's peak (top {SITES_PER_PROCESS} sites; processes alike are one line)",
                        style="bold underline"))
-        groups: dict = {}
-        for n, g in ps.groupby("process", sort=True):
-            g = g[g["bytes"] > 0].sort_values("bytes", ascending=False, kind="stable").head(SITES_PER_PROCESS)
-            key = tuple(zip(g["site"], g["bytes"]))
-            groups.setdefault(key, []).append(int(n))
-        ranked = sorted(groups.items(), key=lambda kv: (-sum(b for _, b in kv[0]), kv[1][0]))
+        ranked = doc.alike_sites
         for key, procs in ranked[:top]:
             label = who(procs)
             held = ", ".join(f"{format_bytes(int(b))} {site}" for site, b in key) or "nothing"
@@ -96,12 +93,7 @@ def render_job_report(rep: JobReport, con: Console, *, top: int = 10, explain: b
         con.print()
         con.print(Text("what the memory is in each process (its largest jitted call, busiest device; processes "
                        "alike are one line)", style="bold underline"))
-        kinds: dict = {}
-        for n, g in roles.groupby("process", sort=True):
-            busiest = g.groupby("device", sort=False)["bytes"].sum().idxmax()
-            g = g[g["device"] == busiest].sort_values("bytes", ascending=False, kind="stable").head(4)
-            kinds.setdefault(tuple(zip(g["role"], g["bytes"])), []).append(int(n))
-        for key, procs in sorted(kinds.items(), key=lambda kv: (-sum(b for _, b in kv[0]), kv[1][0]))[:top]:
+        for key, procs in doc.alike_roles[:top]:
             con.print(Text(f"  {safe(who(procs))}: " + ", ".join(f"{format_bytes(int(b))} {r}" for r, b in key)))
 
     plan = rep.plan

@@ -14,13 +14,15 @@ from rich.console import Console
 from rich.padding import Padding
 from rich.text import Text
 
+from jaxmemprof.analysis.documents import RunDocument
 from jaxmemprof.analysis.report import Report
 from jaxmemprof.devices import display
 from jaxmemprof import backends
 from jaxmemprof.render import answer
 from jaxmemprof.render import findings as said
 from jaxmemprof.render import notes
-from jaxmemprof.render.tables import largest_signature
+from jaxmemprof.render.oom import lines as oom_lines
+from jaxmemprof.render.oom import target_lines
 from jaxmemprof.render.targets import render_targets
 from jaxmemprof.render.text import heading as _heading
 from jaxmemprof.render.text import safe
@@ -93,7 +95,13 @@ def collapse_devices(rows: pd.DataFrame, columns: list[str]) -> list[tuple[str, 
     return [(device_ranges(devs), first[key]) for key, devs in groups.items()]
 
 
-def render_report(rep: Report, con: Console, *, top: int, explain: bool = False) -> None:
+def render_report(doc: RunDocument, con: Console) -> None:
+    """The run's report in the terminal (``doc``: analysis/page.py ``run_document``)."""
+    rep, top, explain = doc.report, doc.top, doc.explain
+    # out of memory: XLA's reason leads, then a --target slice's refusal
+    for line in ([*oom_lines(doc.oom, doc.show)] if doc.oom is not None else []) + \
+            [f"target {x}" for x in target_lines(doc.refusals, doc.show)]:
+        con.print(line, markup=False, highlight=False)
     s = rep.summary
     con.print(Text(f"jaxmemprof report: {safe(rep.path)}", style="bold"))
     for w in rep.warnings:
@@ -107,10 +115,10 @@ def render_report(rep: Report, con: Console, *, top: int, explain: bool = False)
             t.add_row(format_bytes(r["bytes"]), str(r["count"]), f"{100 * r['share']:.1f}%", Text(safe(r["site"])),
                       *((Text(safe(held.get(r["site"], ""))),) if held else ()))
         con.print(t)
-    _render_roles(rep, con, explain)
+    _render_roles(doc, con, explain)
     _render_timeline(rep, con)
-    _render_jit(rep, con, top, explain)
-    _render_plan(rep, con, explain)
+    _render_jit(doc, con, top, explain)
+    _render_plan(doc, con, explain)
     render_targets(rep.targets, con, explain)
     _render_lifetimes(rep, con, top, explain)
     _render_reuse(rep, con, top, explain)
@@ -118,24 +126,17 @@ def render_report(rep: Report, con: Console, *, top: int, explain: bool = False)
     _render_findings(rep, con, explain)
 
 
-def _render_roles(rep: Report, con: Console, explain: bool) -> None:
+def _render_roles(doc: RunDocument, con: Console, explain: bool) -> None:
     """What the memory is at the largest sampled jitted call, per group of
     devices whose roles are the same: in a few lines, the roles of 1 % of the
     call's peak or more with their largest owners (the rest summed); with
     ``explain``, every role in a table."""
-    what = rep.roles
-    if what is None or what.by_role.empty:
+    what = doc.report.roles
+    if not doc.role_groups:
         return
-    by_device: dict[tuple, list] = {}
-    for device, rows in what.by_role.groupby("device", sort=False):
-        key = tuple(zip(rows["role"], rows["bytes"], rows["largest_owner"]))
-        by_device.setdefault(key, []).append((device, rows))
-    for groups in by_device.values():
-        devices = [d for d, _ in groups]
-        rows = groups[0][1]
+    for devices, rows in doc.role_groups:
         on = "" if devices == ["all"] else f" on {device_ranges(devices)}" + (" each" if len(devices) > 1 else "")
         _heading(con, f"What the memory is ({safe(display(what.where))}{on}: {format_bytes(rows['bytes'].sum())})")
-        rows = rows.sort_values("bytes", ascending=False, kind="stable")
         big, small = (rows, rows.iloc[0:0]) if explain else (rows[rows["share"] >= 0.01], rows[rows["share"] < 0.01])
         t = _table("bytes", "%", "role", "largest")
         for _, r in big.iterrows():
@@ -251,8 +252,8 @@ def _sample_rows(totals: pd.DataFrame, peak, n: int) -> list:
     return sorted(chosen)
 
 
-def _render_jit(rep: Report, con: Console, top: int, explain: bool) -> None:
-    jm = rep.jit_memory
+def _render_jit(doc: RunDocument, con: Console, top: int, explain: bool) -> None:
+    jm = doc.report.jit_memory
     if jm.empty:
         return
     _heading(con, "Memory inside jitted functions (XLA's memory analysis, largest signature)")
@@ -271,17 +272,16 @@ def _render_jit(rep: Report, con: Console, top: int, explain: bool) -> None:
         con.print(Text(f"({counted(len(jm) - top, 'more function')} in jit.csv)"))
     _explained(con, explain, notes.JIT)
     if explain:  # by default, "What the memory is" names the lines inside the call that hold most
-        _render_jit_peak(rep, con, top)
+        _render_jit_peak(doc, con, top)
 
 
-def _render_jit_peak(rep: Report, con: Console, top: int, lines: int = 2) -> None:
+def _render_jit_peak(doc: RunDocument, con: Console, top: int, lines: int = 2) -> None:
     """Per function XLA dumped, what its buffers live at its own peak are, by line."""
-    peak = largest_signature(rep.jit_peak)
-    if peak.empty:
+    functions = doc.jit_peak
+    if not functions:
         return
     con.print(Text("At each function's own peak (XLA's buffer live ranges), by your lines:"))
-    functions = list(peak.groupby("function_id", sort=False))
-    for fid, rows in functions[:top]:
+    for rows in functions[:top]:
         is_arg = rows["site"].str.startswith("argument ").to_numpy(dtype=bool)
         mine = rows[~is_arg]
         notes = [f"{format_bytes(rows.loc[is_arg, 'bytes'].sum())} arguments"] if is_arg.any() else []
@@ -305,20 +305,19 @@ _PLAN_NOTE = (
     "from the CPU's.")
 
 
-def _render_plan(rep: Report, con: Console, explain: bool) -> None:
+def _render_plan(doc: RunDocument, con: Console, explain: bool) -> None:
     """run --plan: the planned steps' peak against the batch, and with --device-memory the largest batch."""
-    plan = rep.plan
+    plan = doc.report.plan
     if plan is None:
         return
     for line in plan.events:
         con.print(Text(f"plan: {safe(line)}", style="yellow"))
-    points = plan.points
     for f in plan.functions:
-        mine = points[(points["function_id"] == f.function_id) & points["peak_bytes"].notna()]
+        busiest = doc.plan_peaks[f.function_id]
         _heading(con, f"Plan by batch (run --plan: {safe(f.function)} compiled by XLA on {safe(f.backend or '?')}, "
                       f"{counted(f.compiles, 'compile')} in {f.compile_s:.2f} s)")
         flow = {"per-step": "new at every call", "held": "the same arrays at every call"}.get(f.batch_flow, "")
-        devices = sorted(set(mine["device"]))
+        devices = busiest.devices
         con.print(Text(f"the batch: {safe(', '.join(f.batch_inputs))}" + (f" ({flow})" if flow else "")
                        + f", dimension {f.axis}, recorded at {f.recorded_batch}; the peak per device"
                        + (f" (the busiest of {device_ranges(devices)})" if len(devices) > 1 else
@@ -327,11 +326,10 @@ def _render_plan(rep: Report, con: Console, explain: bool) -> None:
             others = ", ".join(f"{safe(n)} {format_bytes(b)}" for n, b in f.not_planned[:3])
             con.print(Text(f"planned: the run's {'largest' if f.rank == 1 else 'second largest'} XLA call peak "
                            f"({format_bytes(f.call_peak_bytes)})" + (f"; not planned: {others}" if others else "")))
-        busiest = mine.groupby(["variant", "batch"], sort=False)["peak_bytes"].max()
-        variants = list(dict.fromkeys(mine["variant"]))
+        variants = busiest.variants
         t = _table("batch", *variants)
-        for b in sorted(set(mine["batch"])):
-            t.add_row(f"{b:,}", *(format_bytes(busiest[(v, b)]) if (v, b) in busiest.index else "" for v in variants))
+        for b in busiest.batches:
+            t.add_row(f"{b:,}", *(format_bytes(busiest.peak[(v, b)]) if (v, b) in busiest.peak else "" for v in variants))
         con.print(t)
         if f.failed:
             con.print(Text(f"({counted(f.failed, 'compile')} failed: plan.csv's error column says why)"))
