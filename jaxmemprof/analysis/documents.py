@@ -57,6 +57,10 @@ class BatchPeaks:
     def points(self, variant) -> list:
         return [(b, self.peak[(variant, b)]) for b in self.batches if (variant, b) in self.peak]
 
+    def compiled(self, variant) -> list:
+        """The batches compiled for ``variant``, smallest first."""
+        return [b for b, _ in self.points(variant)]
+
 
 @dataclass(frozen=True)
 class RunDocument:
@@ -65,6 +69,7 @@ class RunDocument:
     report: Report
     top: int = 5
     explain: bool = False
+    timeline_rows: list = field(default_factory=list)  # the timeline's rows the terminal shows (labels)
     role_groups: list = field(default_factory=list)  # [(devices, their role rows, largest first)]: alike devices once
     jit_peak: list = field(default_factory=list)  # [one function's rows at its own peak, largest signature]
     plan_peaks: dict = field(default_factory=dict)  # function_id -> BatchPeaks

@@ -19,8 +19,7 @@ import pandas as pd
 
 from jaxmemprof.analysis.advice.plan import largest_fitting_peak
 from jaxmemprof.analysis.attributed import Attributed, attribute
-from jaxmemprof.analysis.documents import (BatchPeaks, JobDocument, PageModel, ProcessPage, ProfilesDocument,
-                                           RunDocument)
+from jaxmemprof.analysis.documents import BatchPeaks, JobDocument, PageModel, ProcessPage, RunDocument
 from jaxmemprof.analysis.flame import Cells, profile_cells, role_cells, run_cells, site_growth, site_values
 from jaxmemprof.analysis.inside_jit import largest_signature_only
 from jaxmemprof.analysis.report import Report, build_report
@@ -35,6 +34,7 @@ MAX_PROCESSES = 16  # processes of a job drawn in full (the largest at the job's
 MAX_JOB_POINTS = 4000
 SITES_PER_PROCESS = 3  # a job's report: the sites shown per process for what held its peak
 ROLES_PER_PROCESS = 4
+TIMELINE_ROWS = 4  # snapshots the terminal's timeline shows
 
 
 # -- the run --------------------------------------------------------------------------------
@@ -137,6 +137,18 @@ def report_model(rep, ar: Attributed) -> PageModel:
         lifetimes=lifetime_arrays(rep.arrays), curves=program_curves(largest_signature_only(rep.jit_curve)))
 
 
+def timeline_rows(totals: pd.DataFrame, peak, n: int = TIMELINE_ROWS) -> list:
+    """The timeline's rows the terminal shows: the labels of about ``n``
+    snapshots evenly spread, with the first, the peak and the last always in."""
+    idx = list(totals.index)
+    if len(idx) <= n:
+        return idx
+    chosen = {idx[round(i * (len(idx) - 1) / (n - 2))] for i in range(n - 1)}
+    if peak is not None:
+        chosen |= set(totals.index[totals["snapshot"] == peak])
+    return sorted(chosen)
+
+
 def role_groups(what) -> list:
     """What the memory is, per group of devices whose roles are the same:
     ``[(devices, their rows, largest first)]``."""
@@ -179,6 +191,7 @@ def run_document(rep: Report, ar: Attributed, *, top: int = 5, explain: bool = F
 
     return RunDocument(
         report=rep, top=top, explain=explain, role_groups=role_groups(rep.roles),
+        timeline_rows=timeline_rows(rep.timeline.totals, rep.timeline.peak_snapshot),
         jit_peak=jit_peak_functions(rep.jit_peak), plan_peaks=plan_peaks(rep.plan),
         oom=out_of_memory(ar.run) if oom else None, refusals=target_refusals(ar.run) if oom else [],
         show=ar.attribution.display_path, page=report_model(rep, ar) if page else None,

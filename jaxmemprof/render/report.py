@@ -116,7 +116,7 @@ def render_report(doc: RunDocument, con: Console) -> None:
                       *((Text(safe(held.get(r["site"], ""))),) if held else ()))
         con.print(t)
     _render_roles(doc, con, explain)
-    _render_timeline(rep, con)
+    _render_timeline(doc, con)
     _render_jit(doc, con, top, explain)
     _render_plan(doc, con, explain)
     render_targets(rep.targets, con, explain)
@@ -213,12 +213,12 @@ def _render_summary(rep: Report, con: Console, explain: bool) -> None:
         _explained(con, explain, notes.TRUE_PEAK)
 
 
-def _render_timeline(rep: Report, con: Console, rows: int = 4) -> None:
-    tl = rep.timeline
+def _render_timeline(doc: RunDocument, con: Console) -> None:
+    tl = doc.report.timeline
     totals = tl.totals
     if totals.empty:
         return
-    picks = _sample_rows(totals, tl.peak_snapshot, rows)
+    picks = doc.timeline_rows
     _heading(con, "Timeline" + (f" ({len(picks)} of {len(totals)} snapshots: export --csv has them all)"
                                 if len(picks) < len(totals) else ""))
     con.print(Text(f"live bytes  {sparkline(totals['live_bytes'])}  max {format_bytes(tl.peak_bytes)}"))
@@ -238,18 +238,6 @@ def _render_timeline(rep: Report, con: Console, rows: int = 4) -> None:
 
 def _maybe_bytes(v) -> str:
     return "-" if pd.isna(v) else format_bytes(v)
-
-
-def _sample_rows(totals: pd.DataFrame, peak, n: int) -> list:
-    """Row labels of about ``n`` snapshots evenly spread, with the first,
-    the peak and the last always in."""
-    idx = list(totals.index)
-    if len(idx) <= n:
-        return idx
-    chosen = {idx[round(i * (len(idx) - 1) / (n - 2))] for i in range(n - 1)}
-    if peak is not None:
-        chosen |= set(totals.index[totals["snapshot"] == peak])
-    return sorted(chosen)
 
 
 def _render_jit(doc: RunDocument, con: Console, top: int, explain: bool) -> None:
@@ -348,7 +336,7 @@ def _render_plan(doc: RunDocument, con: Console, explain: bool) -> None:
         if plan.device_bytes is None:
             con.print(Text("report --device-memory SIZE: the largest batch that fits a device of that size"))
         else:
-            _render_plan_fit(plan, f, models, con)
+            _render_plan_fit(plan, f, models, busiest, con)
         for note in f.notes:
             con.print(Text(f"not compiled: {safe(note)}"))
     if plan.functions:
@@ -370,7 +358,7 @@ def _batch_text(b, batches=(), searched: bool = False) -> str:
             + ("; found by compiles for this device)" if searched else ")"))
 
 
-def _render_plan_fit(plan, f, models, con: Console) -> None:
+def _render_plan_fit(plan, f, models, busiest, con: Console) -> None:
     rec = models[models["variant"] == "recorded"]
     per_device = rec[rec["device"] != "job"]
     job = rec[rec["device"] == "job"]
@@ -381,10 +369,7 @@ def _render_plan_fit(plan, f, models, con: Console) -> None:
                        f"at batches {', '.join(f'{b:,}' for b in points['batch'].drop_duplicates())}"
                        + (f"; the search was cut short ({safe(plan.cut)})" if plan.cut else "")))
     searched = plan.searched_bytes == plan.device_bytes and len(points) > 0 and not plan.cut
-    mine = plan.points[(plan.points["function_id"] == f.function_id) & plan.points["peak_bytes"].notna()]
-
-    def compiled(variant):
-        return sorted(set(mine.loc[mine["variant"] == variant, "batch"]))
+    compiled = busiest.compiled
 
     for _, m in (job if len(job) else per_device).iterrows():
         on = "every device of the call" if m["device"] == "job" else safe(display(m["device"]))

@@ -19,6 +19,7 @@ def test_a_variants_points_are_the_batches_it_compiled_smallest_first():
     assert peaks.points("recorded") == [(8, 100), (32, 300)]
     assert peaks.points("donated") == [(16, 150)]
     assert peaks.points("bfloat16") == []
+    assert peaks.compiled("recorded") == [8, 32] and peaks.compiled("donated") == [16]
 
 
 def test_the_documents_import_no_pandas():

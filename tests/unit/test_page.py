@@ -10,8 +10,9 @@ from __future__ import annotations
 from jaxmemprof.analysis.advice.plan import largest_fitting_peak
 from jaxmemprof.analysis.job import analyse_processes, build_job_report
 from jaxmemprof.analysis.options import Options
-from jaxmemprof.analysis.page import (LIFETIME_ARRAYS, LIFETIME_PER_SITE, SITES_PER_PROCESS, job_document,
-                                      lifetime_arrays, page_processes, profiles_model, report_model, run_document)
+from jaxmemprof.analysis.page import (LIFETIME_ARRAYS, LIFETIME_PER_SITE, SITES_PER_PROCESS, TIMELINE_ROWS,
+                                      job_document, lifetime_arrays, page_processes, profiles_model, report_model,
+                                      run_document, timeline_rows)
 from jaxmemprof.store.job import load_job
 
 
@@ -104,3 +105,13 @@ def test_a_jobs_document_groups_alike_processes_and_draws_the_largest(job):
     assert all(p.document.page is not None and p.title.startswith(f"process {p.process}") for p in doc.processes)
     assert [n for n, _ in doc.reports] == [0, 1]
     assert list(doc.t) == list(rep.timeline["t"])  # a short timeline is drawn whole
+
+
+def test_the_terminals_timeline_rows_keep_the_first_the_peak_and_the_last(tiny_report):
+    totals = tiny_report.timeline.totals
+    rows = timeline_rows(totals, tiny_report.timeline.peak_snapshot)
+    assert len(totals) > TIMELINE_ROWS  # tiny has more snapshots than are shown
+    peak = totals.index[totals["snapshot"] == tiny_report.timeline.peak_snapshot][0]
+    assert {totals.index[0], peak, totals.index[-1]} <= set(rows) and rows == sorted(rows)
+    assert TIMELINE_ROWS - 1 <= len(rows) <= TIMELINE_ROWS
+    assert timeline_rows(totals.head(3), None) == list(totals.index[:3])  # a short run: every row
