@@ -139,13 +139,23 @@ def report_model(rep, ar: Attributed) -> PageModel:
 
 def timeline_rows(totals: pd.DataFrame, peak, n: int = TIMELINE_ROWS) -> list:
     """The timeline's rows the terminal shows: the labels of about ``n``
-    snapshots evenly spread, with the first, the peak and the last always in."""
+    snapshots evenly spread, with the first, the peak and the last always in,
+    and the first ``n`` the program took itself (``jaxmemprof.snapshot()``:
+    it asked for them)."""
     idx = list(totals.index)
     if len(idx) <= n:
         return idx
     chosen = {idx[round(i * (len(idx) - 1) / (n - 2))] for i in range(n - 1)}
+    must = {idx[0], idx[-1]}
     if peak is not None:
-        chosen |= set(totals.index[totals["snapshot"] == peak])
+        must |= set(totals.index[totals["snapshot"] == peak])
+        chosen |= must
+    asked = [i for i in totals.index[totals["trigger"] == "api"] if i not in must] \
+        if "trigger" in totals.columns else []
+    if asked:  # in place of evenly spread ones, as many as there is room for
+        room = max(0, n - len(must))
+        asked = set(asked[:room])
+        chosen = must | asked | set(sorted(chosen - must - asked)[:room - len(asked)])
     return sorted(chosen)
 
 

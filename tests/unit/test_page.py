@@ -115,3 +115,18 @@ def test_the_terminals_timeline_rows_keep_the_first_the_peak_and_the_last(tiny_r
     assert {totals.index[0], peak, totals.index[-1]} <= set(rows) and rows == sorted(rows)
     assert TIMELINE_ROWS - 1 <= len(rows) <= TIMELINE_ROWS
     assert timeline_rows(totals.head(3), None) == list(totals.index[:3])  # a short run: every row
+
+
+def test_the_snapshots_the_program_took_itself_are_among_the_terminals_rows():
+    # 40 snapshots keyed to steps and two the program asked for
+    # (jaxmemprof.snapshot): those two are shown, within the rows' number.
+    import pandas as pd
+
+    trig = ["step"] * 40
+    trig[17] = trig[29] = "api"
+    totals = pd.DataFrame({"snapshot": range(1, 41), "trigger": trig})
+    rows = timeline_rows(totals, peak=5, n=6)
+    assert {0, 4, 17, 29, 39} <= set(rows) and len(rows) == 6 and rows == sorted(rows)
+    rows = timeline_rows(totals, peak=5)  # room for one beside the first, the peak and the last
+    assert {0, 4, 17, 39} == set(rows) and len(rows) == TIMELINE_ROWS
+    assert timeline_rows(totals.assign(trigger="step"), peak=5) == timeline_rows(totals.assign(trigger="x"), peak=5)

@@ -42,7 +42,7 @@ from jaxmemprof.capture.jit.plan import Planner
 from jaxmemprof.capture.jit.programs import Programs
 from jaxmemprof.capture.jit.proxy import Probed, _QuietProbed, _QuietStep
 from jaxmemprof.capture.jit.site import _is_user_function, _signature_names, _Site
-from jaxmemprof.capture.jit.state import HUNT_CALLS, _FunctionState
+from jaxmemprof.capture.jit.state import HUNT_CALLS, _FunctionState, step_of
 
 # Sampled calls before which the live bytes are counted, at most, in a run
 # (later ones are estimated from the sampler's last snapshot before them).
@@ -115,9 +115,7 @@ class JitProbe(Programs):
         # snapshot (Sampler.holding), and counts what is live before a
         # sampled call: set by the session.
         self.observer = None
-        # on_step(label) -> bool, set by the session: a call of the program's
-        # step returned (stepped); False once the program marks its own steps.
-        self.on_step = None
+        self.on_step = None  # (name) -> bool, set by the session: a call of the step returned (stepped)
         self._step: _FunctionState | None = None
         # function_id -> threads inside a call of it now (calls the probe still watches: a quiet
         # function's go straight to XLA): what a snapshot taken meanwhile was in (calls_in_flight).
@@ -488,22 +486,11 @@ class JitProbe(Programs):
         return out
 
     def stepped(self, state: _FunctionState) -> None:
-        """A device call of ``state``'s function returned. Where the program
-        marks no steps of its own, its step is the first of the user's
-        jitted functions called a second time, and each of its calls from
-        then on counts as one (a marker, the snapshots keyed to steps:
-        capture/steps.py), whether or not it is still sampled."""
-        hook = self.on_step
-        if hook is None or not self.active:
-            return
-        step = self._step
-        if step is None:
-            if state.calls < 2 or not state.user or state.off:
-                return
-            self._step, state.step = state, True
-            step = state
-        if step is state and not hook(state.row.get("name", "") if state.row else ""):
-            self.on_step = None  # the program marks its steps itself
+        """A device call of ``state``'s function returned: counted as a step (state.step_of)."""
+        if self.on_step is not None and self.active:
+            self._step = step_of(self._step, state)
+            if self._step is state and not self.on_step(state.row.get("name", "") if state.row else ""):
+                self.on_step = None  # the program marks its steps itself
 
     def _traced(self, args, kwargs) -> bool:
         if self._tracing is not None:

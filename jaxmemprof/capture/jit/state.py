@@ -54,3 +54,15 @@ class _FunctionState:
         self.previous = None  # owners.Previous: the last sampled call's leaves, held weakly
         self.plan = None  # with run --plan, a user's function: plan.Slot (its abstract arguments; None otherwise)
         self.step = False  # the program's step: each call counted as one (JitProbe.stepped)
+
+
+def step_of(step: "_FunctionState | None", state: _FunctionState) -> "_FunctionState | None":
+    """The program's step, once a call of ``state``'s function returned:
+    where the program marks no steps of its own, the first of the user's
+    jitted functions called a second time (and each of its calls from then
+    on counts as one: a marker, the snapshots keyed to steps,
+    capture/steps.py), whether or not it is still sampled."""
+    if step is None and state.calls >= 2 and state.user and not state.off:
+        state.step = True
+        return state
+    return step
