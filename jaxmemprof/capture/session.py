@@ -444,7 +444,7 @@ class Session:
         sampler.step(n)
 
     def _jit_step(self, name: str) -> bool:
-        """A call of the program's step returned (JitProbe.stepped): a marker,
+        """A call of the program's step begins (JitProbe.stepped): a marker,
         unless the program marks its steps or takes its snapshots itself
         (then never again)."""
         if self.program_marks or self.sampler.steps.own:  # its own steps, or its own snapshots

@@ -115,7 +115,7 @@ class JitProbe(Programs):
         # snapshot (Sampler.holding), and counts what is live before a
         # sampled call: set by the session.
         self.observer = None
-        self.on_step = None  # (name) -> bool, set by the session: a call of the step returned (stepped)
+        self.on_step = None  # (name) -> bool, set by the session: a call of the step begins (stepped)
         self._step: _FunctionState | None = None
         # function_id -> threads inside a call of it now (calls the probe still watches: a quiet
         # function's go straight to XLA): what a snapshot taken meanwhile was in (calls_in_flight).
@@ -414,6 +414,8 @@ class JitProbe(Programs):
             state.traced += 1
             return real(*args, **kwargs)
         state.calls += 1
+        if self.on_step is not None:
+            self.stepped(state)
         failed = None
         new_signature = False
         if state.pending is not None:
@@ -481,12 +483,11 @@ class JitProbe(Programs):
                 self._guard(state, self.planner.keep, state, abstract, real)
         state.quiet = (state.samples >= self.max_samples and state.pending is None and not state.analyse_next) \
             or state.off
-        if self.on_step is not None:
-            self.stepped(state)
         return out
 
     def stepped(self, state: _FunctionState) -> None:
-        """A device call of ``state``'s function returned: counted as a step (state.step_of)."""
+        """A device call of ``state``'s function begins: counted as a step (state.step_of), its
+        snapshot taken between the program's steps (the last one's outputs in its hands)."""
         if self.on_step is not None and self.active:
             self._step = step_of(self._step, state)
             if self._step is state and not self.on_step(state.row.get("name", "") if state.row else ""):

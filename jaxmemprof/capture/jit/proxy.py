@@ -92,16 +92,15 @@ class _QuietProbed(Probed):
 
 class _QuietStep(_QuietProbed):
     """A quiet Probed of the program's step (JitProbe.stepped): each call
-    goes straight to the jitted function and is then counted as a step,
-    with no other work."""
+    is counted as a step as it begins, then goes straight to the jitted
+    function, with no other work."""
 
     __slots__ = ()
 
     def __call__(self, *args, **kwargs):
+        self._probe.stepped(self._state)
         try:
-            out = self._real(*args, **kwargs)
+            return self._real(*args, **kwargs)
         except BaseException as exc:
             _drop_own_frames(exc)
             raise
-        self._probe.stepped(self._state)
-        return out

@@ -57,7 +57,7 @@ class _FunctionState:
 
 
 def step_of(step: "_FunctionState | None", state: _FunctionState) -> "_FunctionState | None":
-    """The program's step, once a call of ``state``'s function returned:
+    """The program's step, as a call of ``state``'s function begins:
     where the program marks no steps of its own, the first of the user's
     jitted functions called a second time (and each of its calls from then
     on counts as one: a marker, the snapshots keyed to steps,
