@@ -1,17 +1,20 @@
 """The shape of the code, checked: data flows one way through the layers
 (capture -> store -> pprof/xla -> analysis (its rules in analysis/rules/) ->
 render -> cli, and the glossary, a docs tool, above them), no import circle (imports inside
-functions included), and no module over 700 lines but generated ones. Read
-from the source with ``ast``: nothing is imported but the rules' registry."""
+functions included), no module over 700 lines but generated ones, and no
+library named outside jaxmemprof/libraries/. Read from the source with
+``ast``: nothing is imported but the rules' and the libraries' registries."""
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 from conftest import REPO
 
 from jaxmemprof.analysis.rules import RULES
+from jaxmemprof.libraries import PACKAGES as LIBRARY_PACKAGES
 
 PACKAGE = REPO / "jaxmemprof"
 LOW = ("capture", "store", "pprof", "xla")  # may not import the layers above them
@@ -258,3 +261,74 @@ def test_every_commands_output_goes_through_the_format_table():
         emitted = {n.args[0].value for n in ast.walk(tree) if isinstance(n, ast.Call)
                    and getattr(n.func, "id", None) == "emit" and isinstance(n.args[0], ast.Constant)}
         assert emitted and emitted <= set(MODULES), (command, emitted)
+
+
+# The libraries jaxmemprof knows beyond JAX's own: their packages (libraries/, each module's PACKAGE) and the
+# names their users write for them (nnx, eqx, linen), as whole words (``lineno`` is not ``linen``).
+_KNOWN = ("flax", "equinox", "optax", "haiku", "nnx", "eqx", "linen", *LIBRARY_PACKAGES)
+_NAMES_ONE = re.compile(r"(?<![A-Za-z0-9])(" + "|".join(map(re.escape, sorted(set(_KNOWN)))) + r")(?![A-Za-z0-9])",
+                        re.IGNORECASE)
+
+
+def _library_names(tree: ast.AST) -> list[tuple[int, str]]:
+    """(line, what) of each place the code names a library: an import of one,
+    an identifier or a string (an f-string's text too) that says one. A
+    docstring, like a comment, explains and is left alone."""
+    docstrings = {id(n.body[0].value) for n in ast.walk(tree)
+                  if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and n.body
+                  and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            words = [a.name for a in node.names] + [a.asname or "" for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            words = [node.module or ""] + [a.name for a in node.names] + [a.asname or "" for a in node.names]
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+            words = [node.value]
+        elif isinstance(node, ast.Name):
+            words = [node.id]
+        elif isinstance(node, ast.Attribute):
+            words = [node.attr]
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            words = [node.name]
+        elif isinstance(node, ast.arg):
+            words = [node.arg]
+        elif isinstance(node, ast.keyword):
+            words = [node.arg or ""]
+        else:
+            continue
+        found += [(getattr(node, "lineno", 0), m.group(0)) for w in words for m in _NAMES_ONE.finditer(w)]
+    return found
+
+
+def test_only_libraries_names_a_library():
+    """Everything jaxmemprof knows of a library (flax, equinox, optax, haiku:
+    its wrapper, what it calls its arrays, its remat, its donation option, its
+    words in a fix) is in its module under jaxmemprof/libraries/, behind the
+    protocol libraries/__init__.py describes: no other module imports one or
+    says its name in code (a new library is one file there)."""
+    named = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE)
+        if rel.parts[0] == "libraries" or path.name.endswith("_pb2.py"):
+            continue
+        hits = _library_names(ast.parse(path.read_text()))
+        if hits:
+            named[str(rel)] = hits
+    assert named == {}, "modules outside jaxmemprof/libraries/ that name a library"
+
+
+def test_the_library_check_sees_each_way_of_naming_one():
+    """The check above fails on an import, a lookup by name, a word of a fix,
+    an identifier, and passes over a docstring, a comment and ``lineno``."""
+    source = '''"""flax's docstring, left alone."""
+import optax
+from equinox import filter_jit
+import jax
+def nnx_owners(frame, lineno):  # flax.nnx, in a comment
+    """linen, in a docstring."""
+    words = f"wrap it in {spelling} (equinox: eqx.filter_checkpoint)"
+    return sys.modules.get("haiku"), frame.f_lineno, words
+'''
+    assert [w for _, w in _library_names(ast.parse(source))] == [
+        "optax", "equinox", "nnx", "equinox", "eqx", "haiku"], _library_names(ast.parse(source))

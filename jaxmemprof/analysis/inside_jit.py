@@ -43,6 +43,7 @@ import numpy as np
 import pandas as pd
 
 from jaxmemprof.analysis.sites import NO_STACK, Attribution
+from jaxmemprof.libraries import BY_NAME
 
 if TYPE_CHECKING:
     from jaxmemprof.analysis.attributed import Attributed
@@ -52,7 +53,6 @@ PEAK_COLUMNS = ["function_id", "function", "signature", "largest_signature", "si
 BUFFER_COLUMNS = ["function_id", "function", "signature", "largest_signature", "name", "site", "kind", "shape", "bytes",
                   "op", "live_start", "live_end", "program_length", "at_peak"]
 _ARG_NAME = re.compile(r"^([^\[.]+)")
-_EQUINOX_ARG = re.compile(r"^dynamic_(?:no)?donate\['(\w+)'\]")
 CURVE_COLUMNS = ["function_id", "function", "signature", "largest_signature", "position", "site", "bytes",
                  "position_bytes", "program_peak_position", "program_peak_bytes"]
 CURVE_LINES = 8  # lines named in a curve; the others are summed
@@ -72,29 +72,32 @@ def _frames(text) -> list:
     return [f for f in _json_list(text) if isinstance(f, list) and len(f) == 3]
 
 
-def _equinox_params(functions) -> dict:
-    """function_id -> its parameter names, for each equinox.filter_jit function."""
+def _wrapped_params(functions) -> dict:
+    """function_id -> (its wrapper's Library, its parameter names), for each
+    function whose wrapper passes jax.jit arguments of its own."""
     out = {}
     if functions is not None and "wrapper" in functions:
         for fid, wrapper, params in zip(functions["function_id"], functions["wrapper"], functions["params"]):
-            if wrapper == "equinox.filter_jit":
-                out[fid] = [str(p) for p in _json_list(params)]
+            lib = BY_NAME.get(wrapper)
+            if lib is not None and lib.argument_words is not None:
+                out[fid] = (lib, [str(p) for p in _json_list(params)])
     return out
 
 
-def buffer_site(attribution: Attribution, equinox_params: list | None, kind, op, frames: list) -> tuple[str, str, int]:
+def buffer_site(attribution: Attribution, wrapped: tuple | None, kind, op, frames: list) -> tuple[str, str, int]:
     """(site, file, line) of a buffer XLA made: the innermost frame of the
-    user's code; else an argument's name; else its op."""
+    user's code; else an argument's name (``wrapped``: the wrapper's Library
+    and the function's parameters, for a wrapper that passes jax.jit
+    arguments of its own); else its op."""
     user = [f for f in frames if isinstance(f[0], str) and not attribution.is_library(f[0])]
     if user:
         f, ln, fn = user[0]
         shown = attribution.display_path(f)
         return f"{shown}:{ln} ({fn})", shown, int(ln)
     if kind in ("argument", "aliased") and isinstance(op, str) and op:
-        m = _EQUINOX_ARG.match(op) if equinox_params is not None else None
-        if m:  # equinox passes its own (donated, not donated) dicts: name the user's arguments
-            part = {"first": equinox_params[:1], "rest": equinox_params[1:]}.get(m.group(1))
-            return (f"argument {', '.join(part)}" if part else "argument (the function's own arrays)"), "", 0
+        words = wrapped[0].argument_words(op, wrapped[1]) if wrapped is not None else None
+        if words:  # the wrapper's own parts of the arguments: name the user's
+            return words, "", 0
         m = _ARG_NAME.match(op)
         return f"argument {m.group(1) if m else op}", "", 0
     return (NO_STACK if not op else f"({op})"), "", 0
@@ -110,10 +113,10 @@ def attributed_buffers(run, attribution: Attribution) -> pd.DataFrame:
         return pd.DataFrame()
     b = buffers.copy()
     names = dict(zip(functions["function_id"], functions["name"])) if functions is not None else {}
-    equinox = _equinox_params(functions)
+    wrapped = _wrapped_params(functions)
     sites, files, lines = [], [], []
     for fid, kind, op, frames in zip(b["function_id"], b["kind"], b["op"], b["frames"]):
-        site, file, line = buffer_site(attribution, equinox.get(fid), kind, op, _frames(frames))
+        site, file, line = buffer_site(attribution, wrapped.get(fid), kind, op, _frames(frames))
         sites.append(site)
         files.append(file)
         lines.append(line)
@@ -200,7 +203,7 @@ def attributed_curves(run, attribution: Attribution, lines: int = CURVE_LINES) -
     if curves is None or curves.empty or programs is None or programs.empty:
         return empty
     names = dict(zip(functions["function_id"], functions["name"])) if functions is not None else {}
-    equinox = _equinox_params(functions)
+    wrapped = _wrapped_params(functions)
     per = _largest_signatures(programs)
     each = programs.drop_duplicates(["function_id", "signature"], keep="last").set_index(["function_id", "signature"])
     rows = []
@@ -214,7 +217,7 @@ def attributed_curves(run, attribution: Attribution, lines: int = CURVE_LINES) -
             positions, totals = [int(p) for p in curve["positions"]], [int(b) for b in curve["bytes"]]
             by_site: dict[str, list] = {}
             for (kind, frames, op), run_bytes in curve["stacks"]:
-                site = buffer_site(attribution, equinox.get(fid), kind, op, [f for f in frames if len(f) == 3])[0]
+                site = buffer_site(attribution, wrapped.get(fid), kind, op, [f for f in frames if len(f) == 3])[0]
                 acc = by_site.setdefault(site, [0] * len(positions))
                 for i, v in enumerate(run_bytes[:len(positions)]):
                     acc[i] += int(v)

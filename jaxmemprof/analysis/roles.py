@@ -7,8 +7,9 @@ Roles come from data flow, not names (``jaxmemprof.flow``): an input the
 previous call returned is state carried across steps, one that is new at
 every call is a per-step input (the batch), one that is the same array at
 every call is held. Carried and held state is split into parameters and
-optimizer state where the library says so (optax's state types, nnx's
-variable types: the leaf's ``tag``), else by the argument's name. The call
+optimizer state where the library says so (its state types, its variable
+types: the leaf's ``tag``, read by ``jaxmemprof.libraries``), else by the
+argument's name. The call
 is the one ``largest_sampled_call`` finds (the true peak, when a sampled call
 holds it): its inputs are known leaf by leaf, XLA's figures give its outputs
 and temporaries, and the bytes live before it that are not its inputs are
@@ -25,10 +26,11 @@ from jaxmemprof.analysis.attributed import Attributed
 from jaxmemprof.analysis.cells import json_cell, leaves as _leaves
 from jaxmemprof.donors import match
 from jaxmemprof.flow import CARRIED, HELD, PER_STEP, UNKNOWN, flows, leaf_key
+from jaxmemprof.libraries import OPTIMIZER, PARAMETERS, STATE, role_of_tag
 from jaxmemprof.truepeak import as_passed
 
-PARAMETERS, OPTIMIZER, STATE, BATCH, HELD_INPUTS, INPUTS = (
-    "parameters", "optimizer state", "other state", "batch", "held inputs", "other inputs")
+# PARAMETERS, OPTIMIZER and STATE are also what a library's tag can say (jaxmemprof.libraries).
+BATCH, HELD_INPUTS, INPUTS = ("batch", "held inputs", "other inputs")
 NEW_STATE, RESULTS, INSIDE, CODE, OTHER = ("new state", "results", "inside the call", "executable code",
                                            "other arrays")
 UNNAMED = "(no array names it)"  # an owner row for the rest of a role's bytes
@@ -37,9 +39,6 @@ ROLES = (PARAMETERS, OPTIMIZER, STATE, BATCH, HELD_INPUTS, INPUTS, NEW_STATE, RE
 
 ROLE_COLUMNS = ["device", "role", "bytes", "share", "arrays", "largest_owner", "largest_owner_bytes"]
 OWNER_COLUMNS = ["device", "role", "owner", "bytes", "shape", "dtype", "function", "sharding"]
-
-_OPTIMIZER_TAGS = ("nnx.OptState", "nnx.OptArray", "nnx.OptVariable")
-
 
 _PARAMETER_WORDS = ("param", "weight", "model", "kernel")
 
@@ -53,12 +52,9 @@ def role_of(leaf: dict, flow: str | None) -> str:
     name = str(leaf.get("name") or "").lower()
     if flow == PER_STEP and not tag and not any(w in name for w in _PARAMETER_WORDS):
         return BATCH
-    if tag.startswith("optax.") or tag in _OPTIMIZER_TAGS:
-        return OPTIMIZER
-    if tag == "nnx.Param":
-        return PARAMETERS
-    if tag.startswith("nnx."):
-        return STATE
+    tagged = role_of_tag(tag) if tag else None
+    if tagged is not None:
+        return tagged
     words = f"{leaf.get('name') or ''}{leaf.get('owner') or leaf.get('path') or ''}".lower()
     if any(w in words for w in ("opt_state", "optimizer", "momentum")) or words.startswith("opt"):
         return OPTIMIZER
@@ -77,7 +73,7 @@ def _by_structure(inputs: list, role: list) -> list:
     """The roles, with an argument named like nothing (``p``, ``theta``) that
     the optimizer state mirrors as parameters: what the gradient is taken
     of. Mirrors: each of its leaves has an optimizer-state leaf of the same
-    shape and dtype whose path ends with its own (optax's
+    shape and dtype whose path ends with its own (an optimizer's
     ``opt_state[0].mu['w1']`` for ``theta['w1']``; a bare array, whose path
     is empty, is never told so)."""
     mirror = [(str(leaf.get("path") or ""), tuple(leaf.get("shape") or ()), str(leaf.get("dtype")))

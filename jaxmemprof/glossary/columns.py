@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from jaxmemprof.libraries import WRAPPERS, phrases
+
 # -- the meaning of every name -------------------------------------------------------
 
 GLOSSARY: dict[str, str] = {
@@ -160,8 +162,8 @@ GLOSSARY: dict[str, str] = {
     "after_setup": "Of those, how many were made after the setup.",
     # memory inside jit
     "function_id": "The jitted function's identity in the run (the jit probe's).",
-    "wrapper": "How the user jitted it: `jax.jit`, `jax.pmap`, `flax.nnx.jit`, `equinox.filter_jit`, or "
-               "`package:function` for another library's wrapper.",
+    "wrapper": ("How the user jitted it: " + "".join(f"`{w}`, " for w in WRAPPERS)
+                + "or `package:function` for another library's wrapper."),
     "defined_at": "`path:line` where the jitted function is defined.",
     "jitted_at": "`path:line` where it was jitted: the innermost frame of user code that applied the wrapper.",
     "calls": "Calls the jit probe counted (a lower bound when `calls_complete` is false).",
@@ -170,8 +172,8 @@ GLOSSARY: dict[str, str] = {
     "traced": "Calls made while another transformation traced (`grad`, `vmap`, `scan`, an outer `jit`): no device "
               "call, nothing read.",
     "compiles": "Signatures the function was compiled for, as its compile cache grew during the run.",
-    "donated": "What it donates, as its wrapper takes it: argument numbers and names (`0, 1`), or equinox's "
-               "`donate=...`; empty when nothing.",
+    "donated": ("What it donates, as its wrapper takes it: argument numbers and names (`0, 1`)"
+                + "".join(f", or {p}" for p in phrases("donate_option")) + "; empty when nothing."),
     "argument_bytes": "XLA's `memory_analysis()` of its largest signature: bytes of the arguments (per device).",
     "output_bytes": "`memory_analysis()`: bytes of the outputs (per device).",
     "alias_bytes": "`memory_analysis()`: bytes of outputs XLA writes into argument buffers (donation that took "

@@ -1,9 +1,16 @@
-r"""The jit wrappers jaxmemprof knows, one module each: a new library is one
-new file here. A module says how its wrapper is recognised and how the
-arguments jax.jit gets map to the user's (for the jit probe, capture/jit/),
-and how a fix is written for it (for the donation advice and its words):
+r"""The libraries jaxmemprof knows, one module each: a new library is one new
+file here, and nothing outside this package names one (tests/test_architecture.py).
+A module says how the library's jit wrapper, if it has one, is recognised and
+how the arguments jax.jit gets map to the user's (for the jit probe,
+capture/jit/), what the library calls the arrays it holds (for the roles), how
+its remat is spelled and made, and how a fix is written for it (for the advice
+and its words). Every name but ``PACKAGE`` (or ``NAME``) may be left out:
 
-- ``NAME``: how the user spells the wrapper (``flax.nnx.jit``);
+- ``PACKAGE``: the installed package (``flax``); by default the first part of
+  ``NAME``;
+- ``NAME``: how the user spells the library's jit wrapper (``flax.nnx.jit``);
+  a library without one (a Haiku program jits with jax.jit) leaves it out, and
+  the wrapper's names below do not apply to it;
 - ``PATCHES``: for JAX's own (jax.jit, jax.pmap), the function of the ``jax``
   module the probe replaces, and ``STATIC_ARGNUMS``, its keyword for the
   arguments it compiles for by value;
@@ -16,6 +23,12 @@ and how a fix is written for it (for the donation advice and its words):
   user's arguments, by its parameter names), and then the user's
   arguments in that call; if not given, the wrapper passes the user's
   arguments in jax.jit's places (``jax.arguments``);
+- ``owners(frame)``: id(array) -> (its path in the user's tree, its tag) for
+  the arguments of the wrapper's call that the jax.jit call ``frame`` is made
+  from, where jax.jit sees only a flat list of them (flax.nnx);
+- ``argument_words(op, params)``: the user's arguments an argument buffer of
+  XLA's (named ``op``) holds, as a report names them (``argument x, y``), where
+  the wrapper passes jax.jit parts of its own (equinox); None: not its own;
 - ``STATIC_LEAVES``: every leaf that is not an array is static;
 - ``REJIT``: the function of the ``jax`` module that jits the wrapper's
   function anew with other ``donate_argnums`` (``run --plan``'s donated
@@ -31,15 +44,37 @@ and how a fix is written for it (for the donation advice and its words):
 - ``DONATE_BY_NAME``: a fix names the arguments to donate
   (``donate_argnames``), as the library's docs do;
 - ``DONATE_OPTION``: the wrapper's own option that donates (equinox's
-  ``donate``, which takes ``"all"`` or ``"all-except-first"``), where it has
-  no ``donate_argnums``;
+  ``donate``), where it has no ``donate_argnums``; ``DONATES_EVERY_ARRAY``:
+  its values that donate every array by design (no warning of an unusable
+  donation is worth a finding); ``donation(others)``: the fix's facts
+  (``change``, ``option``, ...; ``edited_line`` where no line can show it)
+  for donating the arguments the advice chose when ``others`` ((label,
+  position, bytes, dropped after each call) of the other array arguments)
+  would go with them; ``fix_words(x, site, listed)``: (the full fix, the
+  short one) for a change of its own kind (``x``: the finding's facts;
+  ``listed``: how the words list names), else None;
+- ``tags(tu, value)``: id(leaf) -> what the library calls the container a
+  leaf of ``value`` sits in (``optax.ScaleByAdamState``), for any jitted
+  call's arguments; ``role(tag)``: what a tag of its own says the array is
+  (``PARAMETERS``, ``OPTIMIZER``, ``STATE`` below), else None;
 - ``remats(cls)``: whether the library's remat wraps a method of ``cls``
   (``None``: a plain function), as (spelling, wrap) where a kind of its own
   differs (flax linen's ``nn.remat``), or why it cannot be wrapped from
   outside (a string); ``REMAT``, its spelling (``nnx.remat``), and ``remat(fn,
-  policy)``, ``fn`` wrapped so (capture/jit/remat.py, at the end of a run).
+  policy)``, ``fn`` wrapped so (capture/jit/remat.py, at the end of a run);
+  ``remat_words(what, chosen, where)``: the printed fix for a method
+  ``what`` (``chosen``: the policy argument, or ''), where decorating it where
+  it is defined (``@nnx.remat``) is not how the library is used;
+- ``WORDS``: the library's part of the advice's words, by topic (``phrases``
+  below): ``remat`` (how each of its kinds spells remat), ``reshard`` (what
+  re-shards inside a step), ``shard_where_made`` (how a parameter is made
+  sharded), ``static`` (what makes an argument static), ``donate_option``
+  (its donation option as a column shows it), ``donate_every_array`` and
+  ``donate_all_but_first`` (its options that do so), ``donate_change`` (its
+  donation changes' kinds, for the glossary); a string or a tuple of them.
 
-Nothing here imports the library (or jax)."""
+Nothing here imports the library (or jax): a function that needs it finds it in
+``sys.modules``, where the program put it."""
 
 from __future__ import annotations
 
@@ -48,6 +83,10 @@ import importlib
 import os
 
 from jaxmemprof.libraries import jax as _jax
+
+
+# What a library's tag says an array is (``role(tag)``): analysis/roles.py's roles of the same names.
+PARAMETERS, OPTIMIZER, STATE = "parameters", "optimizer state", "other state"
 
 
 def _no_options(frames) -> dict:
@@ -66,32 +105,53 @@ def _no_context(fun):
     return contextlib.nullcontext()
 
 
+def _no_owners(frame) -> dict:
+    return {}
+
+
+def _none(*args):
+    return None
+
+
 class Library:
     """One module of this package, with what it leaves out filled in."""
 
-    __slots__ = ("name", "patches", "static_argnums", "frame", "options", "jits_its_own", "arguments",
-                 "static_leaves", "rejit", "lowering", "spelling", "decorator_takes_options", "verb",
-                 "donate_by_name", "donate_option", "remats", "remat_spelling", "remat")
+    __slots__ = ("package", "name", "patches", "static_argnums", "frame", "options", "jits_its_own", "arguments",
+                 "owners", "argument_words", "static_leaves", "rejit", "lowering", "spelling",
+                 "decorator_takes_options", "verb", "donate_by_name", "donate_option", "donates_every_array",
+                 "donation", "fix_words", "tags", "role", "remats", "remat_spelling", "remat", "remat_words",
+                 "words")
 
     def __init__(self, module):
-        self.name: str = module.NAME
+        self.name: str | None = getattr(module, "NAME", None)
+        self.package: str = getattr(module, "PACKAGE", None) or str(self.name).split(".")[0]
         self.patches: str | None = getattr(module, "PATCHES", None)
         self.static_argnums: str | None = getattr(module, "STATIC_ARGNUMS", None)
         self.frame: tuple | None = getattr(module, "FRAME", None)
         self.options = getattr(module, "options", _no_options)
         self.jits_its_own = getattr(module, "jits_its_own", _not_its_own)
         self.arguments = getattr(module, "arguments", _jax.arguments)
+        self.owners = getattr(module, "owners", _no_owners)
+        self.argument_words = getattr(module, "argument_words", None)
         self.static_leaves: bool = getattr(module, "STATIC_LEAVES", False)
         self.rejit: str | None = getattr(module, "REJIT", None)
         self.lowering = getattr(module, "lowering", _no_context)
-        self.spelling: str = module.SPELLING
+        self.spelling: str = getattr(module, "SPELLING", "")
         self.decorator_takes_options: bool = getattr(module, "DECORATOR_TAKES_OPTIONS", False)
         self.verb: str = getattr(module, "VERB", "jit")
         self.donate_by_name: bool = getattr(module, "DONATE_BY_NAME", False)
         self.donate_option: str | None = getattr(module, "DONATE_OPTION", None)
+        self.donates_every_array: tuple = tuple(getattr(module, "DONATES_EVERY_ARRAY", ()))
+        self.donation = getattr(module, "donation", None)
+        self.fix_words = getattr(module, "fix_words", _none)
+        self.tags = getattr(module, "tags", None)
+        self.role = getattr(module, "role", _none)
         self.remats = getattr(module, "remats", _no_remat)
         self.remat_spelling: str | None = getattr(module, "REMAT", None)
         self.remat = getattr(module, "remat", None)
+        self.remat_words = getattr(module, "remat_words", None)
+        words = getattr(module, "WORDS", {})
+        self.words: dict[str, tuple] = {k: (v,) if isinstance(v, str) else tuple(v) for k, v in words.items()}
 
 
 def _modules() -> list[str]:
@@ -99,9 +159,15 @@ def _modules() -> list[str]:
     return sorted(n[:-3] for n in os.listdir(here) if n.endswith(".py") and n != "__init__.py")
 
 
-LIBRARIES = tuple(Library(importlib.import_module(f"{__name__}.{name}")) for name in _modules())
-# How the user spells a wrapper -> its Library.
-BY_NAME = {lib.name: lib for lib in LIBRARIES}
+# Every library, JAX's own (jax.jit, jax.pmap) last: their words come after the libraries'.
+LIBRARIES = tuple(sorted((Library(importlib.import_module(f"{__name__}.{name}")) for name in _modules()),
+                         key=lambda lib: lib.patches is not None))
+# The installed packages they are, JAX's own left out: the names no module outside this package uses.
+PACKAGES = tuple(sorted({lib.package for lib in LIBRARIES if lib.patches is None and lib.package != "jax"}))
+# How the user spells a wrapper -> its Library (the libraries with a jit wrapper).
+BY_NAME = {lib.name: lib for lib in LIBRARIES if lib.name}
+# The wrappers' names, JAX's own first: jax.jit, jax.pmap, then the libraries'.
+WRAPPERS = tuple(sorted(BY_NAME, key=lambda n: BY_NAME[n].patches is None))
 # The functions of the jax module the probe replaces: (name in jax, how the user spells it).
 PATCHED = tuple((lib.patches, lib.name) for lib in LIBRARIES if lib.patches)
 # Library wrappers around jax.jit that the probe knows by name: (installed
@@ -110,3 +176,51 @@ PATCHED = tuple((lib.patches, lib.name) for lib in LIBRARIES if lib.patches)
 KNOWN_WRAPPERS = {lib.frame: lib.name for lib in LIBRARIES if lib.frame}
 # The user's arguments in a call of jax.jit's (or of a wrapper that passes them in its places).
 plain_arguments = _jax.arguments
+_TAGGERS = tuple(lib.tags for lib in LIBRARIES if lib.tags is not None)
+
+
+def owners(wrapper, frame) -> dict:
+    """id(array) -> (owner, tag) for the arguments of a call of ``wrapper``
+    (how the user spells it) whose jax.jit call is ``frame``: {} for a
+    wrapper that passes them to jax.jit as the user's own trees."""
+    lib = BY_NAME.get(wrapper)
+    return lib.owners(frame) if lib is not None else {}
+
+
+def tags(tu, value) -> dict:
+    """id(leaf) -> tag, for the leaves of ``value`` that a library's
+    container holds (``tu``: the program's jax.tree_util)."""
+    out: dict = {}
+    for tagger in _TAGGERS:
+        for key, tag in tagger(tu, value).items():
+            out.setdefault(key, tag)
+    return out
+
+
+def role_of_tag(tag: str) -> str | None:
+    """What a library's tag says an array is (PARAMETERS, OPTIMIZER, STATE), or None."""
+    for lib in LIBRARIES:
+        role = lib.role(tag)
+        if role is not None:
+            return role
+    return None
+
+
+def phrases(topic: str) -> tuple[str, ...]:
+    """The libraries' words on ``topic`` (their ``WORDS``), JAX's own last."""
+    return tuple(p for lib in LIBRARIES for p in lib.words.get(topic, ()))
+
+
+def remat_words(spelling: str, what: str, chosen: str, where: str) -> str | None:
+    """The fix for wrapping the method ``what`` in the remat ``spelling``, in
+    its library's words where they are its own, else None (decorate it)."""
+    for lib in LIBRARIES:
+        if lib.remat_spelling == spelling and lib.remat_words is not None:
+            return lib.remat_words(what, chosen, where)
+    return None
+
+
+def remat_spelling(wrapper) -> str:
+    """The remat of the library whose wrapper jitted a step (jax.checkpoint for JAX's own, or one unknown)."""
+    lib = BY_NAME.get(wrapper)
+    return (lib.remat_spelling if lib is not None else None) or BY_NAME["jax.jit"].remat_spelling

@@ -1,8 +1,11 @@
-"""equinox.filter_jit: it jits a function of its own, over (arrays donated,
-arrays not donated, the rest); donation is its ``donate`` option, and
-every leaf that is not an array is static."""
+"""Equinox. equinox.filter_jit: it jits a function of its own, over (arrays
+donated, arrays not donated, the rest); donation is its ``donate`` option
+(every array, or every array but the first argument's), and every leaf that
+is not an array is static."""
 
 from __future__ import annotations
+
+import re
 
 NAME = "equinox.filter_jit"
 FRAME = ("equinox", "filter_jit")
@@ -11,6 +14,17 @@ SPELLING = r"(?:(?:eqx|equinox)\.)?filter_jit"
 DECORATOR_TAKES_OPTIONS = True
 VERB = "filter_jit"
 DONATE_OPTION = "donate"
+DONATES_EVERY_ARRAY = ("all", "all-except-first")
+WORDS = {"remat": "equinox: eqx.filter_checkpoint",
+         "reshard": "equinox's filter_shard",
+         "static": ("equinox's filter_jit makes every non-array argument static: pass a changing number as an "
+                    "array, jnp.asarray(lr)"),
+         "donate_option": "equinox's `donate=...`",
+         "donate_every_array": 'equinox\'s `donate="all"`',
+         "donate_all_but_first": 'equinox\'s `donate="all-except-first"`',
+         "donate_change": ("`equinox` (its `donate` option)",
+                           "`equinox-restructure` (pass `pass_first` first and donate all but it)")}
+_ARGUMENT = re.compile(r"^dynamic_(?:no)?donate\['(\w+)'\]")
 
 _EQUINOX_PARAMS = ("dynamic_donate", "dynamic_nodonate", "static")
 
@@ -50,6 +64,44 @@ def arguments(state, args, kwargs):
         yield (names.index(name) if name in names else None), name, True, donated, value
     donated, fun = part("fun", static_fun)
     yield None, "(function)", False, donated, fun  # a module's own arrays, for a method
+
+
+def argument_words(op, params) -> str | None:
+    """The user's arguments in an argument buffer of equinox's own (donated,
+    not donated) dicts: ``first`` is the first argument, ``rest`` the others,
+    ``fun`` the function's own arrays."""
+    m = _ARGUMENT.match(op)
+    if not m:
+        return None
+    part = {"first": params[:1], "rest": params[1:]}.get(m.group(1))
+    return f"argument {', '.join(part)}" if part else "argument (the function's own arrays)"
+
+
+def donation(others) -> dict:
+    """Equinox donates every array argument (``"all"``) or all but the first
+    argument's (``"all-except-first"``): what else goes with the chosen,
+    and, where an argument still used after a call would go too, pass it
+    first (``pass_first``)."""
+    kept = [o for o in others if not o[3]]  # still used after some call: must not be donated
+    if not kept:
+        return {"change": "equinox", "option": 'donate="all"', "also_donates": [o[0] for o in others]}
+    if all(o[1] == 0 for o in kept):
+        return {"change": "equinox", "option": 'donate="all-except-first"'}
+    return {"change": "equinox-restructure", "option": 'donate="all-except-first"',
+            "pass_first": [o[0] for o in kept], "edited_line": ""}
+
+
+def fix_words(x: dict, site: str, listed) -> tuple[str, str] | None:
+    """A restructure's words: the arguments still used after a call passed first, the rest donated."""
+    if x.get("change") != "equinox-restructure":
+        return None
+    name, kept = x["function"], x["pass_first"]
+    several = len(kept) > 1
+    full = (f'filter_jit {name} with donate="all-except-first" and pass {listed(kept)} as its first '
+            f"argument{' (one tuple)' if several else ''} (at {site}): the program still holds "
+            f"{'them' if several else 'it'} after the call (so donating {'them' if several else 'it'} could "
+            f"break a later use), and equinox donates every array argument but the first's")
+    return full, f'pass {listed(kept)} first and filter_jit {name} with donate="all-except-first"'
 
 
 def _combine(dynamic_leaves, static):

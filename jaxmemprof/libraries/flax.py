@@ -1,11 +1,17 @@
-"""flax.nnx.jit: it calls jax.jit with the user's arguments, as pytrees of
-their state, in the same places (jax.jit's mapping applies); a module's
-state it replaces is freed during the call (``dropped``)."""
+"""Flax. flax.nnx.jit: it calls jax.jit with the user's arguments, as pytrees
+of their state, in the same places (jax.jit's mapping applies); a module's
+state it replaces is freed during the call (``dropped``); each array's owner
+is its variable's path in the module, its tag the variable's type
+(``nnx.Param``, ``nnx.OptState``). A linen program jits with jax.jit; its
+remat is ``nn.remat``."""
 
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
+
+from jaxmemprof.libraries import OPTIMIZER, PARAMETERS, STATE
 
 NAME = "flax.nnx.jit"
 FRAME = ("flax", "jit")
@@ -14,6 +20,50 @@ SPELLING = r"(?:(?:flax\.)?nnx\.)?jit"
 DECORATOR_TAKES_OPTIONS = True
 VERB = "nnx.jit"
 DONATE_BY_NAME = True  # as flax's docs write it
+WORDS = {"remat": ("flax linen: nn.remat", "flax nnx: nnx.remat"),
+         "shard_where_made": "with flax.nnx, nnx.with_partitioning on the parameter's initializer"}
+_OPTIMIZER_TAGS = ("nnx.OptState", "nnx.OptArray", "nnx.OptVariable")
+
+
+def owners(frame) -> dict:
+    """id(array) -> (path in the user's module, ``nnx.<VariableType>``) for
+    the arguments of the flax.nnx.jit call that ``frame`` (the jax.jit call)
+    is made from: flax.nnx passes jax.jit a flat list of each module's state,
+    whose own path says nothing of the module."""
+    nnx, graph = sys.modules.get("flax.nnx"), sys.modules.get("flax.nnx.graph")
+    is_node = getattr(graph, "is_graph_node", None) or getattr(nnx, "is_graph_node", None)
+    if nnx is None or is_node is None:
+        return {}
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == "__call__" and f"nnx{os.sep}transforms" in code.co_filename:
+            break
+        frame = frame.f_back
+    if frame is None:
+        return {}
+    args, kwargs = frame.f_locals.get("args"), frame.f_locals.get("kwargs")
+    fn = getattr(frame.f_locals.get("self"), "fun", None)
+    names = list(getattr(getattr(fn, "__code__", None), "co_varnames", ()))
+    out: dict = {}
+    values = [(names[i] if i < len(names) else f"arg{i}", v) for i, v in enumerate(args or ())]
+    values += list((kwargs or {}).items())
+    for name, value in values:
+        if not is_node(value):
+            continue
+        for path, var in nnx.to_flat_state(nnx.state(value)):
+            array = var.get_value() if hasattr(var, "get_value") else getattr(var, "value", None)
+            where = name + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path)
+            out.setdefault(id(array), (where, f"nnx.{type(var).__name__}"))
+    return out
+
+
+def role(tag: str) -> str | None:
+    """nnx's variable types: Param, the optimizer's, the rest (BatchStat, a Variable of the user's) state."""
+    if tag in _OPTIMIZER_TAGS:
+        return OPTIMIZER
+    if tag == "nnx.Param":
+        return PARAMETERS
+    return STATE if tag.startswith("nnx.") else None
 
 
 def lowering(fun):

@@ -25,6 +25,7 @@ def arguments(state, args, kwargs):
 
 
 REMAT = "jax.checkpoint"
+WORDS = {"remat": "plain JAX: jax.checkpoint"}
 
 
 def remats(cls) -> bool:

@@ -116,9 +116,10 @@ CREATE TABLE IF NOT EXISTS jit_functions (  -- functions jitted through jax.jit 
     static_argnums TEXT NOT NULL,
     static_argnames TEXT NOT NULL,
     t_wall        REAL NOT NULL,
-    wrapper       TEXT,                 -- how the user jitted it: jax.jit, jax.pmap, flax.nnx.jit,
-                                        -- equinox.filter_jit, or package:function for another library
-    wrapper_options TEXT                -- JSON: the wrapper's own options (equinox's donate)
+    wrapper       TEXT,                 -- how the user jitted it: jax.jit, jax.pmap, a known library's
+                                        -- wrapper (its NAME in jaxmemprof/libraries/), or
+                                        -- package:function for another library's
+    wrapper_options TEXT                -- JSON: the wrapper's own options (its donation option)
 );
 CREATE TABLE IF NOT EXISTS jit_compiles (  -- one per compiled signature: memory_analysis()
     function_id   INTEGER NOT NULL,

@@ -165,8 +165,8 @@ def wrapper_of(fn) -> str:
 
 
 def donate_option(fn) -> str | None:
-    """The wrapper's own donation option (equinox's ``donate``), where it has
-    one instead of donate_argnums."""
+    """The wrapper's own donation option (libraries/: its ``DONATE_OPTION``),
+    where it has one instead of donate_argnums."""
     lib = BY_NAME.get(wrapper_of(fn))
     return lib.donate_option if lib is not None else None
 
@@ -261,34 +261,27 @@ def _array_arguments(run, function_id) -> list[tuple]:
 def fix_change(run, fn, cands: tuple[Donor, ...]) -> dict:
     """The change to make, the way a user of the function's wrapper writes it,
     as facts: ``change`` (``jit``: the option to add, in ``option``;
-    ``equinox``: the donate= option; ``equinox-restructure``: pass
-    ``pass_first`` as the first argument and donate all but it;
     ``through-wrapper``: a library's own wrapper, which may or may not pass
-    jax.jit's options on), ``edited_line`` (the line that jits the function,
-    with the option added, where it can be read), ``also_donates`` (what
-    equinox's donate="all" donates besides the candidates) and
-    ``first_kept`` (arguments whose first call's value stayed referenced)."""
+    jax.jit's options on; or a library's own kind, from its ``donation``,
+    with ``pass_first`` where it has the user pass some arguments first),
+    ``edited_line`` (the line that jits the function, with the option added,
+    where it can be read), ``also_donates`` (what a wrapper's option that
+    donates every array donates besides the candidates) and ``first_kept``
+    (arguments whose first call's value stayed referenced)."""
     wrapper = wrapper_of(fn)
     lib = BY_NAME.get(wrapper)
     params = [str(p) for p in _json(fn["params"], [])]
     already_nums = [int(x) for x in _json(fn["donate_argnums"], []) if isinstance(x, int)]
     already_names = [str(x) for x in _json(fn["donate_argnames"], [])]
     facts: dict = {"first_kept": [c.argument for c in cands if c.first_kept], "also_donates": []}
-    if lib is not None and lib.donate_option is not None:
-        # Equinox donates every array argument ("all") or all but the first
-        # argument's ("all-except-first"): what else would go with the chosen?
+    if lib is not None and lib.donation is not None:
+        # The wrapper's own option donates more than the chosen (every array argument, or all but the first
+        # argument's): what else would go with them, in the library's terms.
         chosen = {c.argument for c in cands}
-        others = [o for o in _array_arguments(run, fn["function_id"]) if o[0] not in chosen]
-        kept = [o for o in others if not o[3]]  # still used after some call: must not be donated
-        if not kept:
-            option = 'donate="all"'
-            facts["also_donates"] = [o[0] for o in others]
-        elif all(o[1] == 0 for o in kept):
-            option = 'donate="all-except-first"'
-        else:
-            return facts | {"change": "equinox-restructure", "option": 'donate="all-except-first"',
-                            "pass_first": [o[0] for o in kept], "edited_line": ""}
-        facts |= {"change": "equinox", "option": option}
+        own = lib.donation([o for o in _array_arguments(run, fn["function_id"]) if o[0] not in chosen])
+        if "edited_line" in own:
+            return facts | own
+        facts |= own
     else:
         names, positions = list(already_names), list(already_nums)
         for c in cands:
@@ -513,7 +506,7 @@ def _int(v) -> int:
 
 def _donated(fn) -> str:
     """What the function donates, as its wrapper takes it: argument numbers
-    and names, or equinox's donate option."""
+    and names, or the wrapper's own donation option."""
     name = donate_option(fn)
     if name is not None:
         option = _json(fn.get("wrapper_options"), {}).get(name)

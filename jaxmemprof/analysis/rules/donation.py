@@ -14,7 +14,7 @@ from jaxmemprof.analysis.rules.base import Context, Rule, Words, fmt, listed
 
 from jaxmemprof.analysis.timeline import Timeline, timeline
 from jaxmemprof.donors import describe, label
-from jaxmemprof.libraries import BY_NAME
+from jaxmemprof.libraries import BY_NAME, phrases
 from jaxmemprof.units import counted, format_pair
 
 
@@ -32,15 +32,10 @@ def _arguments(x: dict) -> str:
 def _donate_fix(f: Finding, x: dict) -> tuple[str, str]:
     """(the full fix, the short one)."""
     name, change, option = x["function"], x.get("change"), x.get("option", "")
-    if change == "equinox-restructure":
-        kept = x["pass_first"]
-        several = len(kept) > 1
-        full = (f'filter_jit {name} with donate="all-except-first" and pass {listed(kept)} as its first '
-                f"argument{' (one tuple)' if several else ''} (at {f.site}): the program still holds "
-                f"{'them' if several else 'it'} after the call (so donating {'them' if several else 'it'} could "
-                f"break a later use), and equinox donates every array argument but the first's")
-        return full, f'pass {listed(kept)} first and filter_jit {name} with donate="all-except-first"'
     lib = BY_NAME.get(x.get("wrapper"))
+    own = lib.fix_words(x, f.site, listed) if lib is not None else None
+    if own is not None:  # a change of the library's own kind, in its words
+        return own
     verb = lib.verb if lib is not None else "jit"
     if change == "through-wrapper":
         full = f"jit {name} with {option}, through {x.get('wrapper')} (at {f.site}) if it passes them to jax.jit"
@@ -190,16 +185,17 @@ DONATE = Rule(
               "temp_before_bytes": "XLA's temporaries of the largest signature as recorded.",
               "temp_after_bytes": "XLA's temporaries of the largest signature compiled donated.",
               "first_kept": "Arguments whose first call's value stayed referenced after it (donating deletes it).",
-              "also_donates": ("What equinox's `donate=\"all\"` donates besides the arguments (dropped with each "
-                               "call too)."),
-              "change": ("The kind of change: `jit` (add `option` to the wrapper), `equinox`, "
-                         "`equinox-restructure` (pass `pass_first` first and donate all but it) or "
-                         "`through-wrapper` (a library's own wrapper)."),
+              "also_donates": ("What a wrapper's option that donates every array ("
+                               + ", ".join(phrases("donate_every_array"))
+                               + ") donates besides the arguments (dropped with each call too)."),
+              "change": ("The kind of change: `jit` (add `option` to the wrapper), "
+                         + "".join(f"{c}, " for c in phrases("donate_change"))
+                         + "or `through-wrapper` (a library's own wrapper)."),
               "option": 'The option to add, as the wrapper takes it (`donate_argnums=(0, 1)`, `donate="all"`).',
               "argnums": "The positions to donate, with those already donated (`jit` and `through-wrapper` changes).",
               "argnames": "The names to donate, with those already donated (`jit` and `through-wrapper` changes).",
-              "pass_first": ("Arguments to pass first, as one tuple, for equinox's `donate=\"all-except-first\"` "
-                             "(`equinox-restructure` only)."),
+              "pass_first": ("Arguments to pass first, as one tuple, for a wrapper's option that donates all but the "
+                             f"first argument ({', '.join(phrases('donate_all_but_first'))})."),
               "edited_line": ("The line that applies the wrapper, with the option added, where it can be read; "
                               "the lines, newline-separated, when the wrapper's call spans several; else empty.")},
     words={"": _donate},
@@ -273,8 +269,9 @@ def donation_findings(ar: Attributed, tl: Timeline | None = None) -> list[Findin
         ))
     for fn, call, lost, outputs in unusable_donations(run):
         option = donate_option(fn)
-        if option is not None and json_cell(fn.get("wrapper_options"), {}).get(option) in ("all", "all-except-first"):
-            continue  # equinox donates every array by design, and silences JAX's warning about the unusable
+        lib = BY_NAME.get(wrapper_of(fn))
+        if option is not None and json_cell(fn.get("wrapper_options"), {}).get(option) in lib.donates_every_array:
+            continue  # the wrapper donates every array by design, and silences JAX's warning about the unusable
         findings.append(Finding(
             rule="donation-unusable",
             severity="low",

@@ -15,6 +15,7 @@ from jaxmemprof.analysis.sites import NO_STACK
 from jaxmemprof.analysis.cells import json_cell
 from jaxmemprof.analysis.peaks import during_calls, true_peaks
 from jaxmemprof.analysis.timeline import timeline
+from jaxmemprof.libraries import LIBRARIES, WRAPPERS, phrases, remat_spelling, remat_words
 from jaxmemprof.truepeak import FIGURES
 
 # Forward-pass ops of a gradient (JAX names them jvp(...), and their backward
@@ -34,8 +35,8 @@ def _by_line(x: dict) -> str:
     return ", ".join(f"{fmt(v)} at {s}" for s, v in x["by_line"])
 
 
-# Each library's own spelling of rematerialisation, by the wrapper that jitted the step.
-_REMAT = {"flax.nnx.jit": "nnx.remat", "equinox.filter_jit": "eqx.filter_checkpoint"}
+# Each library's own spelling of rematerialisation, as "library: spelling" (JAX's own last).
+_REMATS = "; ".join(phrases("remat"))
 _NOT_COMPILED = "not compiled: it changes your code, so XLA cannot be asked for it from the recording"
 
 
@@ -46,12 +47,15 @@ def _wrap_fix(x: dict) -> str:
     chosen = "" if policy == "nothing_saveable" else f"policy=jax.checkpoint_policies.{policy}"
     if x.get("remat_how") == "module global":
         return f"{what} = {spelling}({what}{', ' + chosen if chosen else ''})  (after its def at {where})"
+    own = remat_words(spelling, what, chosen, where)  # a library whose remat is applied where it is called
+    if own is not None:
+        return own
     return f"decorate {what} with @{spelling}{'(' + chosen + ')' if chosen else ''}  (at {where})"
 
 
 def _remat(f: Finding, x: dict) -> Words:
     peak, kept = x["program_peak_bytes"], x["kept_bytes"]
-    spelling = _REMAT.get(x.get("wrapper"), "jax.checkpoint")
+    spelling = remat_spelling(x.get("wrapper"))  # that of the library whose wrapper jitted the step
     head = f"At {x['function']}'s peak, {fmt(kept)} ({kept / peak:.0%} of it) are activations its forward pass " \
            f"keeps for the backward pass: {_by_line(x)}. "
     evidence = (f"XLA's buffers live at the program's peak ({fmt(peak)}): {x['buffers']} made by forward-pass (jvp) "
@@ -77,8 +81,7 @@ def _remat(f: Finding, x: dict) -> Words:
         message=(head + f"Recomputing them saves up to that much at this peak ({why}; the recomputation's own "
                  "temporaries take some of it back)."),
         fix=(f"Recompute them in the backward pass instead: wrap the layer or block at {f.site or 'those lines'} in "
-             f"{spelling} (flax linen: nn.remat; flax nnx: nnx.remat; equinox: eqx.filter_checkpoint; plain JAX: "
-             "jax.checkpoint), trading compute for memory; a policy such as jax.checkpoint_policies.dots_saveable, "
+             f"{spelling} ({_REMATS}), trading compute for memory; a policy such as jax.checkpoint_policies.dots_saveable, "
              "or save_only_these_names with checkpoint_name on the values to keep, keeps the matmuls or those "
              "values only."),
         evidence=evidence,
@@ -115,7 +118,7 @@ REMAT = Rule(
               "remat_spelling", "remat_how", "remat_policy", "remat_tried", "temp_before_bytes", "temp_after_bytes",
               "true_peak_before_bytes", "true_peak_after_bytes"),
     meanings={"function": "The jitted function's name.",
-              "wrapper": "What jitted it (`jax.jit`, `flax.nnx.jit`, `equinox.filter_jit`): the fix is in its terms.",
+              "wrapper": f"What jitted it ({', '.join(f'`{w}`' for w in WRAPPERS)}): the fix is in its terms.",
               "kept_bytes": ("Bytes of the forward-pass (`jvp`) temporaries still live at the function's peak: "
                              "activations kept for the backward pass."),
               "buffers": "How many buffers those are.",
@@ -126,7 +129,9 @@ REMAT = Rule(
               "not_compiled": "Why no such compile gives the saving (the function cannot be wrapped from outside).",
               "remat_function": "The function wrapped (`block`, `Block.__call__`).",
               "remat_site": "Where it is defined (`file:line`).",
-              "remat_spelling": "Its library's remat (`jax.checkpoint`, `nnx.remat`, `eqx.filter_checkpoint`).",
+              "remat_spelling": ("Its library's remat ("
+                                 + ", ".join(f"`{lib.remat_spelling}`" for lib in LIBRARIES[::-1] if lib.remat_spelling)
+                                 + ")."),
               "remat_how": "How the compile wrapped it: `module global` or `class attribute`.",
               "remat_policy": ("The policy that lowered the peak most: `nothing_saveable` (the default), "
                                "`dots_saveable` or `dots_with_no_batch_dims_saveable`."),

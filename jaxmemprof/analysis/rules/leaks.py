@@ -10,6 +10,7 @@ from jaxmemprof.analysis.findings import Finding
 from jaxmemprof.analysis.leaks import GiB, number, rejits
 from jaxmemprof.analysis.py_holders import CUT, of_site
 from jaxmemprof.analysis.rules.base import Context, Rule, Words, fmt
+from jaxmemprof.libraries import phrases
 from jaxmemprof.units import counted, format_bytes
 
 
@@ -102,9 +103,8 @@ def _recompile(f: Finding, x: dict) -> Words:
                 f"{x['first_snapshot']}), {x['last_count']} at the last snapshot; generated code "
                 f"{fmt(x['generated_code_bytes'])}")
     fix = ("Each new input shape, dtype or static-argument value compiles the function again: pad or "
-           "bucket shapes to a few sizes, keep changing Python values out of static_argnums (equinox's "
-           "filter_jit makes every non-array argument static: pass a changing number as an array, "
-           "jnp.asarray(lr)), and create jax.jit(f) once, outside loops.")
+           "bucket shapes to a few sizes, keep changing Python values out of static_argnums"
+           + "".join(f" ({p})" for p in phrases("static")) + ", and create jax.jit(f) once, outside loops.")
     return Words(brief=f"{what} was compiled {count} times.",
                  brief_fix="keep shapes and static arguments to a few values (pad or bucket); jit once, outside loops",
                  message=f"{what} was compiled {count} times at {f.site}.", fix=fix, evidence=evidence)

@@ -11,6 +11,7 @@ from jaxmemprof.analysis.cells import leaves as leaves_of
 from jaxmemprof.analysis.findings import Finding
 from jaxmemprof.analysis.rules.base import Context, Rule, Words, fmt
 from jaxmemprof.analysis.timeline import Timeline, timeline
+from jaxmemprof.libraries import phrases
 from jaxmemprof.units import counted
 
 
@@ -63,8 +64,8 @@ def _replicated(f: Finding, x: dict) -> Words:
     else:
         saves = f"saves up to {fmt(f.saving_bytes)} (not verified)"
         bound = (f"Not verified ({x.get('not_verified') or 'no compile of the sharded step'}): an upper bound, and a "
-                 f"program that re-shards inside its step (with_sharding_constraint, equinox's filter_shard) must "
-                 f"change that too.")
+                 f"program that re-shards inside its step ({', '.join(('with_sharding_constraint',) + phrases('reshard'))}) "
+                 f"must change that too.")
     return Words(
         brief=(f"{first['owner']} ({fmt(first['bytes'])}) is whole on each of {devices} devices"
                + (f", and {counted(x['array_count'] - 1, 'more array')} of {x['function']}'s" if x["array_count"] > 1 else "")
@@ -74,8 +75,8 @@ def _replicated(f: Finding, x: dict) -> Words:
                  + "; ".join(one(a) for a in arrays) + (f"; and {more} more" if more > 0 else "") + ". " + bound),
         fix=("Make each sharded over the mesh axis where it is created (sharding it after it is made whole leaves "
              "that moment whole): " + "; ".join(_fixes(x))
-             + " (or name the sharding in the jit's in_shardings and out_shardings; with flax.nnx, "
-               "nnx.with_partitioning on the parameter's initializer). " + trade),
+             + " (or name the sharding in the jit's in_shardings and out_shardings"
+             + "".join(f"; {p}" for p in phrases("shard_where_made")) + "). " + trade),
         evidence=(f"The latest sampled call of {x['function']}: {fmt(x['replicated_bytes'])} per device in "
                   f"{counted(x['array_count'], 'replicated array')} of 1 MiB or more; "
                   + ("compiled at the end of the run with them sharded (jit_whatif), its outputs sharded too; "

@@ -3,11 +3,10 @@ recorded beside the leaf (the roles are decided later, in
 ``analysis/roles.py``, from these facts):
 
 - ``owner``: its path in the user's own tree (``opt_state[0].mu['w1']``,
-  ``model.layers[0].weight``; for flax.nnx, whose jax.jit sees a flat list of
-  the modules' states, the variable's path in the module: ``model.l1.kernel``);
-- ``tag``: what the library calls the container it sits in, where one says:
-  ``optax.ScaleByAdamState`` (any optax state), ``nnx.Param``,
-  ``nnx.OptState``...;
+  ``model.layers[0].weight``; for a wrapper whose jax.jit sees a flat list of
+  the modules' states, the path its library gives: ``model.l1.kernel``);
+- ``tag``: what the library calls the container it sits in, where one says
+  (``jaxmemprof.libraries``: its ``tags`` and ``owners``);
 - ``from``: where the leaf came from, when the function's previous call was
   sampled too: ``["out", j]`` (that call's output leaf j: state carried
   from call to call), ``["in", i]`` (the same array as that call's input
@@ -24,56 +23,7 @@ Nothing here fails a call: a fact that cannot be read is left out."""
 from __future__ import annotations
 
 import math
-import os
-import sys
 import weakref
-
-
-def optax_tags(tu, value) -> dict:
-    """id(leaf) -> ``optax.<StateType>`` for the array leaves under an optax
-    state (NamedTuples of optax's own modules) in ``value``."""
-    def is_state(node) -> bool:
-        return type(node).__module__.startswith("optax") and isinstance(node, tuple)
-
-    out: dict = {}
-    for node in tu.tree_leaves(value, is_leaf=is_state):
-        if is_state(node):
-            tag = f"optax.{type(node).__name__}"
-            for leaf in tu.tree_leaves(node):
-                out.setdefault(id(leaf), tag)
-    return out
-
-
-def nnx_owners(frame) -> dict:
-    """id(array) -> (path in the user's module, ``nnx.<VariableType>``) for
-    the arguments of the flax.nnx.jit call that ``frame`` (the jax.jit call)
-    is made from: flax.nnx passes jax.jit a flat list of each module's state,
-    whose own path says nothing of the module."""
-    nnx, graph = sys.modules.get("flax.nnx"), sys.modules.get("flax.nnx.graph")
-    is_node = getattr(graph, "is_graph_node", None) or getattr(nnx, "is_graph_node", None)
-    if nnx is None or is_node is None:
-        return {}
-    while frame is not None:
-        code = frame.f_code
-        if code.co_name == "__call__" and f"nnx{os.sep}transforms" in code.co_filename:
-            break
-        frame = frame.f_back
-    if frame is None:
-        return {}
-    args, kwargs = frame.f_locals.get("args"), frame.f_locals.get("kwargs")
-    fn = getattr(frame.f_locals.get("self"), "fun", None)
-    names = list(getattr(getattr(fn, "__code__", None), "co_varnames", ()))
-    out: dict = {}
-    values = [(names[i] if i < len(names) else f"arg{i}", v) for i, v in enumerate(args or ())]
-    values += list((kwargs or {}).items())
-    for name, value in values:
-        if not is_node(value):
-            continue
-        for path, var in nnx.to_flat_state(nnx.state(value)):
-            array = var.get_value() if hasattr(var, "get_value") else getattr(var, "value", None)
-            where = name + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path)
-            out.setdefault(id(array), (where, f"nnx.{type(var).__name__}"))
-    return out
 
 
 def mesh_facts(a) -> dict:

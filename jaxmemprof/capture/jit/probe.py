@@ -33,10 +33,10 @@ import weakref
 from jaxmemprof.capture.arrays import is_deleted as _is_deleted
 from jaxmemprof.capture.hooks import AfterImport
 from jaxmemprof.capture.jit.frames import _drop_own_frames, _user_frame
-from jaxmemprof.libraries import BY_NAME, PATCHED, plain_arguments
+from jaxmemprof.libraries import BY_NAME, PATCHED, owners as library_owners, plain_arguments, tags as library_tags
 from jaxmemprof.source import statement_at
 from jaxmemprof.capture.jit.liveness import _fates, _on_death, _windows
-from jaxmemprof.capture.jit.owners import Previous, host_leaf as _host_leaf, leaf as _leaf, nnx_owners, optax_tags
+from jaxmemprof.capture.jit.owners import Previous, host_leaf as _host_leaf, leaf as _leaf
 from jaxmemprof.capture.jit.oom import failed as oom_failed
 from jaxmemprof.capture.jit.plan import Planner
 from jaxmemprof.capture.jit.programs import Programs
@@ -513,10 +513,10 @@ class JitProbe(Programs):
         # Where each leaf came from, when the previous call was sampled too;
         # its owner and tag as the program's libraries name them (owners.py).
         previous = state.previous if state.previous is not None and state.previous.call == state.calls - 1 else None
-        library = nnx_owners(sys._getframe(2)) if state.row.get("wrapper") == "flax.nnx.jit" else {}
+        library = library_owners(state.row.get("wrapper"), sys._getframe(2))
         ndarray = getattr(sys.modules.get("numpy"), "ndarray", ())  # the program's numpy, if it has one
         for position, name, keyword, donated, value in state.arguments(state, args, kwargs):
-            tags = optax_tags(tu, value)
+            tags = library_tags(tu, value)
             for path, leaf in tu.tree_flatten_with_path(value)[0]:
                 key = tu.keystr(path)
                 if self._is_array(leaf):
