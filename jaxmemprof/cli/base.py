@@ -291,7 +291,7 @@ def output_to(path: str, force: bool):
     if path == "-":
         yield stdout_stream()
         return
-    from jaxmemprof.outputs import open_output
+    from jaxmemprof.cli.outputs import open_output
 
     with open_output(path, force) as f:
         yield f

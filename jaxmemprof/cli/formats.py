@@ -31,7 +31,7 @@ class Output:
 
     @contextmanager
     def file(self, name: str):
-        from jaxmemprof.outputs import open_output
+        from jaxmemprof.cli.outputs import open_output
 
         with open_output(os.path.join(self.directory, name), self.force, strict=True) as f:
             yield f
@@ -44,7 +44,7 @@ class Output:
             out.buffer.write(data)
             out.buffer.flush()
             return
-        from jaxmemprof.outputs import write_output
+        from jaxmemprof.cli.outputs import write_output
 
         write_output(self.path, data, self.force)
 
@@ -52,7 +52,7 @@ class Output:
         """A directory checked (created, and refused where it holds files it
         would replace without ``force``) for the files format ``fmt`` writes
         for ``kind``, before the work."""
-        from jaxmemprof.outputs import prepare_directory
+        from jaxmemprof.cli.outputs import prepare_directory
 
         prepare_directory(self.directory, get(fmt).files(kind), self.force)
         return self

@@ -55,7 +55,7 @@ def _check_streams(csv_path, as_json, html_path, force):
     if sum(x for x in (csv_path == "-", as_json, html_path == "-")) > 1:
         raise click.UsageError("--csv -, --html - and --json all write to stdout; send all but one to files")
     if html_path not in (None, "-"):
-        from jaxmemprof.outputs import check_output
+        from jaxmemprof.cli.outputs import check_output
 
         check_output(html_path, force)
 

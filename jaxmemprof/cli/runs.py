@@ -45,7 +45,7 @@ def report(run_dir, top, steps, device_memory, as_json, explain, html_path, forc
     if html_path == "-" and as_json:
         raise click.UsageError("--html - and --json both write to stdout; send one of them to a file")
     if html_path not in (None, "-"):
-        from jaxmemprof.outputs import check_output
+        from jaxmemprof.cli.outputs import check_output
 
         check_output(html_path, force)  # refused before the work, not after
     options = analysis_options(library, user, all_frames, top, steps, device_memory)
@@ -148,7 +148,7 @@ def _export_csv(spec, directory, force, top, steps, library, user, all_frames):
 def _export_pprof(inputs, output, force, library, user, all_frames):
     from jaxmemprof.analysis.documents import ProfilesDocument
     from jaxmemprof.analysis.sites import user_stacks
-    from jaxmemprof.outputs import check_output
+    from jaxmemprof.cli.outputs import check_output
 
     if output == "-":
         if isatty(stdout_stream()):

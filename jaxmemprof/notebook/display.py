@@ -305,7 +305,7 @@ class Page:
 
     def save(self, path, *, force: bool = False) -> Path:
         """Write the page to ``path`` (an existing file only with ``force``)."""
-        from jaxmemprof.outputs import write_output
+        from jaxmemprof.cli.outputs import write_output
 
         write_output(str(path), self.page.encode("utf-8"), force)
         return Path(path)
