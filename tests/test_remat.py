@@ -1,6 +1,6 @@
 """remat as a compiled figure (issue 53, item 3): at the end of the run the
 step is compiled with the function the activations come from wrapped in its
-library's remat (jax.checkpoint, nnx.remat, nn.remat, eqx.filter_checkpoint), under
+library's remat (jax.checkpoint, nnx.remat, nn.remat, eqx.filter_checkpoint, hk.remat), under
 each policy; the finding says "(compiled)" and its saving is the fall of the
 run's true peak. The oracle is the program with the printed wrap made,
 recorded on its own: its true peak from its own report. A wrap that does not
@@ -237,6 +237,46 @@ for i in range(3):
 print(float(l))
 """
 
+# haiku: hk.remat works inside the transform only, so the fix (and the compile at the end of the run) wraps the
+# module where it is called, hk.remat(Block())(x) for Block()(x), never decorating Block.__call__.
+HAIKU = """
+import os
+import haiku as hk
+import jax
+import jax.numpy as jnp
+
+FIX = os.environ.get("REMAT_FIX", "")
+
+
+class Block(hk.Module):
+    def __call__(self, x):
+        h = jnp.tanh(hk.Linear(1024)(x))
+        h = jnp.tanh(h * 1.5 + 0.1)
+        return x + hk.Linear(256)(h)
+
+
+def layer(x):
+    if FIX:  # the fix as printed: hk.remat(Block(...), policy=...)(x) for Block(...)(x)
+        return hk.remat(Block(), policy=None if FIX == "nothing_saveable" else getattr(jax.checkpoint_policies, FIX))(x)
+    return Block()(x)
+
+
+net = hk.without_apply_rng(hk.transform(lambda x: hk.layer_stack(8)(layer)(x)))
+x = jnp.ones((2048, 256))
+params = net.init(jax.random.PRNGKey(0), x)
+
+
+@jax.jit
+def train_step(params, x):
+    l, g = jax.value_and_grad(lambda p: jnp.mean(net.apply(p, x) ** 2))(params)
+    return jax.tree_util.tree_map(lambda p, d: p - 0.01 * d, params, g), l
+
+
+for i in range(3):
+    params, l = train_step(params, x)
+print(float(l))
+"""
+
 
 def _true_peak(run_dir) -> int:
     return int(build_report(attribute(load_run(run_dir))).summary["estimated_true_peak_device_bytes"])
@@ -261,7 +301,8 @@ def _remat(run_dir):
     (NNX, "Block.__call__", "nnx.remat", "decorate Block.__call__ with @nnx.remat"),
     (EQUINOX, "Block.__call__", "eqx.filter_checkpoint", "decorate Block.__call__ with @eqx.filter_checkpoint"),
     (LINEN, "Block.__call__", "nn.remat", "decorate Block.__call__ with @nn.remat"),
-], ids=["plain-jax", "flax-nnx", "equinox", "flax-linen"])
+    (HAIKU, "Block.__call__", "hk.remat", "call Block through hk.remat inside the transform: hk.remat(Block(...)"),
+], ids=["plain-jax", "flax-nnx", "equinox", "flax-linen", "haiku"])
 def test_the_compiled_saving_is_the_fall_of_the_program_with_the_wrap_made(tmp_path, program, what, spelling,
                                                                             printed):
     before, proc = _record(tmp_path, "before", program)

@@ -1,6 +1,6 @@
 """The jit probe on the code people write: flax.nnx, flax linen, equinox,
-optax and jax.pmap training programs, and jitted functions used inside JAX's
-transformations.
+haiku, optax and jax.pmap training programs, and jitted functions used inside
+JAX's transformations.
 
 Each program runs under plain python and under `jaxmemprof run`: they must
 behave alike, the probe must record no error, the donation advice must name
@@ -49,6 +49,9 @@ CASES = {
                             "@functools.partial(jax.jit, donate_argnums=(0,))", 1),
     "pmap_state.py": ("jax.pmap", "pstep = jax.pmap(step)", "step", 2 * (256 * 512 + 512) * 4,
                       "pstep = jax.pmap(step, donate_argnums=(0,))", 2),
+    # haiku has no jit wrapper: hk.transform's apply inside a jax.jit step, its state optax's.
+    "haiku_transform.py": ("jax.jit", "@jax.jit", "train_step", PARAMS + ADAM,
+                           "@functools.partial(jax.jit, donate_argnums=(0, 1))", 1),
 }
 
 OWNERS = {
@@ -59,10 +62,12 @@ OWNERS = {
     "linen_trainstate.py": {"state.params['Dense_0']['kernel']", "state.opt_state[0].mu['Dense_0']['kernel']",
                             "state.opt_state[0].nu['Dense_1']['bias']"},
     "pmap_state.py": {"state['w']", "state['b']"},
+    "haiku_transform.py": {"params['mlp/~/linear_0']['w']", "params['mlp/~/linear_1']['b']",
+                           "opt_state[0].mu['mlp/~/linear_0']['w']", "opt_state[0].nu['mlp/~/linear_1']['b']"},
 }
 # (parameters, optimizer state) at the call: nnx.Optimizer's step is optimizer state (nnx.OptState).
 ROLE_BYTES = {"nnx_optimizer.py": (PARAMS, ADAM + 4), "equinox_optax.py": (PARAMS, ADAM),
-              "linen_trainstate.py": (PARAMS, ADAM)}
+              "linen_trainstate.py": (PARAMS, ADAM), "haiku_transform.py": (PARAMS, ADAM)}
 
 EQUINOX_FIX = [
     ("@eqx.filter_jit\n", '@eqx.filter_jit(donate="all-except-first")\n'),
