@@ -14,6 +14,9 @@ from jaxmemprof.analysis.timeline import Timeline, timeline
 from jaxmemprof.libraries import phrases
 from jaxmemprof.units import counted
 
+# What re-shards inside a step: JAX's own, then each library's (libraries/).
+_RESHARDS = ", ".join(("with_sharding_constraint",) + phrases("reshard"))
+
 
 def detect(ctx: Context) -> list[Finding]:
     return replication_findings(ctx.ar, ctx.tl)
@@ -64,8 +67,7 @@ def _replicated(f: Finding, x: dict) -> Words:
     else:
         saves = f"saves up to {fmt(f.saving_bytes)} (not verified)"
         bound = (f"Not verified ({x.get('not_verified') or 'no compile of the sharded step'}): an upper bound, and a "
-                 f"program that re-shards inside its step ({', '.join(('with_sharding_constraint',) + phrases('reshard'))}) "
-                 f"must change that too.")
+                 f"program that re-shards inside its step ({_RESHARDS}) must change that too.")
     return Words(
         brief=(f"{first['owner']} ({fmt(first['bytes'])}) is whole on each of {devices} devices"
                + (f", and {counted(x['array_count'] - 1, 'more array')} of {x['function']}'s" if x["array_count"] > 1 else "")
