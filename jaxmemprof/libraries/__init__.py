@@ -73,8 +73,10 @@ and its words). Every name but ``PACKAGE`` (or ``NAME``) may be left out:
   ``donate_all_but_first`` (its options that do so), ``donate_change`` (its
   donation changes' kinds, for the glossary); a string or a tuple of them.
 
-Nothing here imports the library (or jax): a function that needs it finds it in
-``sys.modules``, where the program put it."""
+Nothing here imports the library (or jax) when loaded: a function that needs it
+finds it in ``sys.modules``, where the program put it (and imports a part of it
+only when called at the end of a run of a program that uses it: flax's and
+haiku's method wrappers)."""
 
 from __future__ import annotations
 
