@@ -122,6 +122,13 @@ def _no_ir_dump(original):
     return lambda *args, **kwargs: None
 
 
+# (module, name) -> [the dispatcher installed, the function it replaced, {thread ident: [replacements]}]:
+# one dispatcher per function however many threads replace it at once (a compile of ours on a
+# background thread while the end phase compiles in the main one), put back when the last leaves.
+_replaced: dict = {}
+_replaced_lock = threading.Lock()
+
+
 @contextlib.contextmanager
 def _in_this_thread(module: str, name: str, wrap):
     """JAX's internal function ``module.name`` replaced by ``wrap(it)`` for
@@ -130,22 +137,36 @@ def _in_this_thread(module: str, name: str, wrap):
     defensively: where it is missing, nothing is replaced (the per-compile
     overrides alone stand)."""
     mod = sys.modules.get(module)
-    original = getattr(mod, name, None)
-    if original is None:
+    if getattr(mod, name, None) is None:
         yield
         return
-    owner = threading.get_ident()
-    ours = wrap(original)
+    key, me = (module, name), threading.get_ident()
+    with _replaced_lock:
+        entry = _replaced.get(key)
+        if entry is None or getattr(mod, name, None) is not entry[0]:
+            original = getattr(mod, name)
+            by_thread: dict = {}
 
-    def dispatch(*args, **kwargs):
-        return (ours if threading.get_ident() == owner else original)(*args, **kwargs)
+            def dispatch(*args, **kwargs):
+                mine = by_thread.get(threading.get_ident())
+                return (mine[-1] if mine else original)(*args, **kwargs)
 
-    setattr(mod, name, dispatch)
+            entry = _replaced[key] = [dispatch, original, by_thread]
+            setattr(mod, name, dispatch)
+        entry[2].setdefault(me, []).append(wrap(entry[1]))
     try:
         yield
     finally:
-        if getattr(mod, name, None) is dispatch:
-            setattr(mod, name, original)
+        with _replaced_lock:
+            mine = entry[2].get(me)
+            if mine:
+                mine.pop()
+                if not mine:
+                    del entry[2][me]
+            if not entry[2] and _replaced.get(key) is entry:
+                del _replaced[key]
+                if getattr(mod, name, None) is entry[0]:
+                    setattr(mod, name, entry[1])
 
 
 def _root(under) -> str | None:

@@ -215,6 +215,7 @@ def what_fits(planner, budget_s: float, search, given: bool = True) -> None:
             if time.monotonic() > deadline:
                 cut.append(name)
                 return None
+            probe.progress(f"what fits: {state.row.get('name', state.function_id)} at batch {b}")
             fig, seconds, error, _ = compile_figures(probe._jax, fn, ab, scaled, axis, b, narrow, wrapper, None, True)
             if fig is None and (error is None or "RESOURCE_EXHAUSTED" not in str(error)):
                 points[b] = [int(b), None, str(error)[:300]]

@@ -297,6 +297,7 @@ class Planner:
         if not chosen:  # nothing to compile: libtpu is not even loaded
             return
         with libtpu_log() as log:
+            self.probe.progress(f"libtpu's devices for {', '.join(self.targets)}")
             found, refused = targets(list(self.targets))
             for name, why in refused:
                 writer.add_event("target", f"{name}: not compiled: libtpu refused the slice: {why}")
@@ -339,6 +340,7 @@ class Planner:
         given_axis = self.options.axis if planning else None
         axis = given_axis if given_axis is not None else (1 if wrapper == "jax.pmap" else 0)
         kind = "plan" if target is None else "target"
+        self.doing = f"compiling {name} for {target.name}" if target else f"planning {name}"  # the progress line
         told = self._batch(state, real, ab, flow, axis, wrapper, figures if target is None else None, kind,
                            statics=planning, say=planning or target is None)
         if told is None:
@@ -560,6 +562,8 @@ class Planner:
         that argument."""
         if not scaled and ab.batch_static is not None and batch is not None:
             ab = _with_static(ab, batch)
+        self.probe.progress(f"{getattr(self, 'doing', 'compiling')}{'' if batch is None else f' at batch {batch}'}"
+                            f"{' in bfloat16' * narrow}")
         return compile_figures(self.probe._jax, fn, ab, scaled, axis, batch, narrow, wrapper, dump_to, retraced)
 
 

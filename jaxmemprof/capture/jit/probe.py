@@ -35,6 +35,7 @@ from jaxmemprof.capture.hooks import AfterImport
 from jaxmemprof.capture.jit.frames import _drop_own_frames, _user_frame
 from jaxmemprof.libraries import BY_NAME, PATCHED, owners as library_owners, plain_arguments, tags as library_tags
 from jaxmemprof.source import statement_at
+from jaxmemprof.capture.jit.early import Early
 from jaxmemprof.capture.jit.liveness import _fates, _on_death, _windows
 from jaxmemprof.capture.jit.owners import Previous, host_leaf as _host_leaf, leaf as _leaf
 from jaxmemprof.capture.jit.oom import failed as oom_failed
@@ -86,6 +87,7 @@ class JitProbe(Programs):
         # verify_s seconds, None: a share of the run), and under run --plan (plan.PlanOptions; None
         # without) other batch sizes; under run --target, compiled for those TPU slices too.
         self.planner = Planner(self, plan, verify_s, targets)
+        self.early = Early(self)  # the end's compiles begun beside the program (early.py)
         self.exclude = tuple(exclude)  # more files JAX should not take for the program's (the launcher)
         # XLA's dumps at the end of the run may take this share of the run's
         # wall time (at least dump_min_s), each dump costing about what the
@@ -160,12 +162,14 @@ class JitProbe(Programs):
                     unregister(self._listener)
             except Exception:
                 pass
+        self.early.close(wait=end_work)  # what it did not compile is compiled here, as before
         steps = (self._dump_programs, self._flush, lambda: self.planner.run(ended_by)) if end_work else (self._flush,)
         for step in steps:
             try:
                 step()
             except Exception as exc:
                 self._error(None, exc)
+        self._guard(None, self.early.said)
         if not end_work:
             for s in self._states:  # as the planner lets go at its end
                 if s.plan is not None:
@@ -420,6 +424,7 @@ class JitProbe(Programs):
         new_signature = False
         if state.pending is not None:
             self._guard(state, self._check_liveness, state)
+            self._guard(state, self.early.sampled, state)
         if self._sync_cache(state):
             # Compiled while quiet, for arguments not known: analyse the first
             # of the next HUNT_CALLS calls whose signature is not analysed yet.

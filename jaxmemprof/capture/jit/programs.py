@@ -20,11 +20,13 @@ signature itself:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import inspect
 import json
 import os
 import sys
+import threading
 import time
 from typing import TYPE_CHECKING
 
@@ -45,7 +47,19 @@ class Programs:
     """The part of JitProbe (a base class of it) that reads XLA's figures
     and writes a signature's text. It uses the probe's ``writer``, ``_jax``,
     ``_states``, ``_is_array``, ``_error`` and ``_guard``, and its dump
-    budget (``dump_share``, ``dump_min_s``, ``_t_install``)."""
+    budget (``dump_share``, ``dump_min_s``, ``_t_install``), and its early
+    compiles (``early``: early.py)."""
+
+    # The end phase's progress line (Session.end_work): told what is compiled now.
+    on_progress = None
+
+    def progress(self, text: str) -> None:
+        show = self.on_progress
+        if show is not None:
+            try:
+                show(text)
+            except Exception:
+                pass
 
     def _memory_analysis(self, real, state, args, kwargs, after_call: bool = False) -> bool:
         signature = self._signature(state, args, kwargs)  # of the arrays themselves, deleted or not
@@ -87,6 +101,8 @@ class Programs:
             # The executable lacks XLA's buffer assignment: the dump at the end, for the largest.
             if state.largest is None or peak > state.largest[0]:
                 state.largest = (peak, signature, lowered)
+                if not _dumps_of_its_own(self._jax):  # dumped now, beside the program (early.py)
+                    self.early.dump(state, signature, lowered)
         return True
 
     def _abstract_if_deleted(self, x):
@@ -241,13 +257,20 @@ class Programs:
         budget = max(self.dump_min_s, self.dump_share * (time.monotonic() - self._t_install))
         spent = 0.0
         left = []
+        done = 0
         for state in jobs:
-            if spent + state.compile_s > budget:
+            if self.early.result(("dump", state.function_id, state.largest[1]), None) is not None:
+                state.largest = None  # dumped beside the program already (early.py)
+                done += 1
+                continue
+            if done and spent + state.compile_s > budget:  # the largest is dumped whatever it takes
                 left.append(state)
                 continue
+            self.progress(f"XLA's dump of {state.row.get('name', state.function_id)}")
             t0 = time.monotonic()
             self._guard(state, self._dump_one, state)
             spent += time.monotonic() - t0
+            done += 1
             state.largest = None  # the lowering is no longer needed
         if left:
             names = ", ".join(str(s.row.get("name", s.function_id)) for s in left[:5])
@@ -259,6 +282,12 @@ class Programs:
 
     def _dump_one(self, state) -> None:
         _, signature, lowered = state.largest
+        self._dump_lowered(state, signature, lowered)
+
+    def _dump_lowered(self, state, signature: str, lowered) -> float:
+        """Compile ``lowered`` once more with a dump directory, read XLA's
+        figures from the dump, write them as the signature's program; the
+        seconds it took."""
         t0 = time.monotonic()
         directory = scratch.dump_directory(self.writer)  # inside the run directory
         try:
@@ -272,7 +301,9 @@ class Programs:
         if not programs:
             raise ValueError("XLA's dump held no program with buffer assignment and live ranges")
         p = max(programs, key=lambda p: p.peak_bytes)
-        self._write_program(state, signature, p, time.monotonic() - t0)
+        seconds = time.monotonic() - t0
+        self._write_program(state, signature, p, seconds)
+        return seconds
 
 
 def _bounded(signature: str, limit: int = SIGNATURE_CHARS) -> str:
@@ -287,45 +318,78 @@ def _bounded(signature: str, limit: int = SIGNATURE_CHARS) -> str:
 
 
 class _unseen_compile:
-    """Around the compile of a dump: not the program's, so nothing of it is
+    """Around a compile of ours: not the program's, so nothing of it is
     shown to the program. No persistent compilation cache (a hit would
     compile nothing, and dump no buffer assignment), no jax_log_compiles
-    line, no event for the program's jax.monitoring listeners. JAX's own
-    internals (private, looked up defensively): anything missing is left
-    as it is."""
+    line, no event for the program's jax.monitoring listeners. Each for the
+    compiling thread alone (a compile of ours on a background thread while
+    the program runs: early.py): the program's own compiles meanwhile use
+    the cache, log and are heard as before. JAX's own internals (private,
+    looked up defensively): anything missing is left as it is."""
 
     def __init__(self, jax):
         self.jax = jax
-        self.undo = []
+        self.stack = contextlib.ExitStack()
 
     def __enter__(self):
-        cache = sys.modules.get("jax._src.compilation_cache")
-        if cache is not None and hasattr(cache, "is_cache_used"):
-            original = cache.is_cache_used
-            cache.is_cache_used = lambda backend: False
-            self.undo.append(lambda: setattr(cache, "is_cache_used", original))
+        stack = self.stack
+        stack.enter_context(scratch._in_this_thread("jax._src.compilation_cache", "is_cache_used",
+                                                    lambda original: lambda *a, **k: False))
+        state = getattr(sys.modules.get("jax._src.config"), "log_compiles", None)
         try:
-            if self.jax.config.jax_log_compiles:
-                self.jax.config.update("jax_log_compiles", False)
-                self.undo.append(lambda: self.jax.config.update("jax_log_compiles", True))
+            if state is not None:
+                stack.enter_context(state(False))  # a thread-local setting
         except Exception:
             pass
-        monitoring = sys.modules.get("jax._src.monitoring")
-        for name in ("_event_listeners", "_event_duration_secs_listeners", "_event_time_span_listeners"):
-            listeners = getattr(monitoring, name, None)
-            if isinstance(listeners, list) and listeners:
-                saved = list(listeners)
-                listeners.clear()
-                self.undo.append(lambda listeners=listeners, saved=saved: listeners.extend(saved))
+        stack.enter_context(_unheard())
         return self
 
     def __exit__(self, *exc):
-        for undo in reversed(self.undo):
-            try:
-                undo()
-            except Exception:
-                pass
+        self.stack.close()
         return False
+
+
+_LISTENERS = ("_event_listeners", "_event_duration_secs_listeners", "_event_time_span_listeners",
+              "_scalar_listeners")
+_unheard_threads: set = set()  # threads whose jax.monitoring events no listener hears
+_unheard_lists: dict = {}  # name -> (the module's own list, ours in its place)
+_unheard_lock = threading.Lock()
+
+
+class _Unheard(list):
+    """A listener list of jax.monitoring in place of JAX's own while a
+    compile of ours runs: empty to the threads compiling (their events are
+    heard by nobody), the same listeners to every other thread; the
+    program's register and unregister calls change it as they would JAX's."""
+
+    def __iter__(self):
+        return iter(()) if threading.get_ident() in _unheard_threads else list.__iter__(self)
+
+
+@contextlib.contextmanager
+def _unheard():
+    monitoring = sys.modules.get("jax._src.monitoring")
+    me = threading.get_ident()
+    with _unheard_lock:
+        if monitoring is not None and not _unheard_threads:
+            for name in _LISTENERS:
+                own = getattr(monitoring, name, None)
+                if isinstance(own, list) and not isinstance(own, _Unheard):
+                    ours = _Unheard(own)
+                    _unheard_lists[name] = (own, ours)
+                    setattr(monitoring, name, ours)
+        _unheard_threads.add(me)
+    try:
+        yield
+    finally:
+        with _unheard_lock:
+            _unheard_threads.discard(me)
+            if not _unheard_threads:
+                for name, (own, ours) in list(_unheard_lists.items()):
+                    if getattr(monitoring, name, None) is ours:  # JAX's own list back, with today's listeners
+                        own[:] = list.__iter__(ours)
+                        setattr(monitoring, name, own)
+                _unheard_lists.clear()
 
 
 def _dumps_of_its_own(jax) -> bool:

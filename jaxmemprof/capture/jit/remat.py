@@ -249,6 +249,7 @@ def verify_remats(planner, budget_s: float, deadline: float, largest_states, sig
                     try:
                         place.swap(pol)
                         jitted = original(fresh(real_fun), **slot.options)
+                        planner.probe.progress(f"verifying remat in {state.row.get('name', state.function_id)}")
                         fig, seconds, error, _ = compile_figures(jax, jitted, slot.abstract[sig], wrapper=wrapper,
                                                                  retraced=True)
                     except Exception as exc:  # the wrap itself refused (a library's check)

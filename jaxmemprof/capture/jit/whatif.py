@@ -274,15 +274,20 @@ def verify_donations(planner, budget_s: float, deadline: float) -> list:
         for sig in _signatures(slot):
             ab = slot.abstract[sig]
             trace = slot.traces.get(sig)  # the run's own: replayed, no Python of the program's run again
+            early = probe.early.donation(state.function_id, sig, nums, names) if trace is not None else None
             fn = rejit(probe, state, real, nums, names, trace) if real is not None else DROPPED
             refused = None if trace is not None or isinstance(fn, str) else planner.retraces.refusal(state, real)
-            if isinstance(fn, str):
+            if early is not None:  # compiled beside the program (early.py), as it would be now
+                fig, seconds, error, _ = early
+                error = None if error is None else f"not verified: {_failed(error)}"
+            elif isinstance(fn, str):
                 fig, seconds, error = None, 0.0, f"not verified: {fn}"
             elif refused is not None:
                 fig, seconds, error = None, 0.0, f"not verified: {refused.reason}"
             elif time.monotonic() > deadline:
                 fig, seconds, error = None, 0.0, f"{OVER_BUDGET} ({budget_s:g} s; run --verify-seconds)"
             else:
+                probe.progress(f"verifying the donation of {state.row.get('name', state.function_id)}")
                 fig, seconds, error, _ = compile_figures(probe._jax, fn, ab, wrapper=wrapper, retraced=trace is None)
                 error = None if error is None else f"not verified: {_failed(error)}"
                 if trace is None:
@@ -378,6 +383,7 @@ def verify_shardings(planner, budget_s: float, deadline: float) -> list:
                 if isinstance(fn, str) or refused is not None:
                     error = f"not verified: {fn if isinstance(fn, str) else refused.reason}"
                     break
+                probe.progress(f"verifying the sharding of {state.row.get('name', state.function_id)}")
                 done, took, failed, _ = _compile(jax, fn, ab, variant, wrapper, retraced=trace is None)
                 seconds += took
                 if trace is None:

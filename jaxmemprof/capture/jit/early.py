@@ -1,0 +1,194 @@
+"""The end's compiles started early: while the program runs, a thread of
+ours (``jaxmemprof-compile``) compiles what the end of the run would compile
+anyway, so that its cost overlaps the program instead of following it.
+
+- **What.** XLA's dump of a user's function's largest signature, where its
+  executable lacks the buffer assignment (programs.py: the dump fallback),
+  as soon as that signature is compiled; and the donation advice's verifying
+  compile (whatif.py) of each kept signature whose run's trace is kept
+  (retrace.Trace: a replay, no Python of the program's run again), as soon
+  as a sampled call's fates are known and the donation rule names
+  arguments. A re-trace of the program's Python (another batch, bfloat16,
+  jax.pmap's) is never made here: its shield redirects the process's
+  standard descriptors, which the program is still writing to; nor a
+  compile whose trace holds arrays (a closure's constants): the thread holds
+  none of the program's arrays.
+- **How the end uses it.** Each compile is kept under what it was made of
+  (the function, its signature, what was donated); the end's compiles ask
+  for theirs first (``result``) and compile only what is missing or
+  changed (the donation rule, read again at the end on every sampled call,
+  may name other arguments than it did mid-run). At the end (``close``)
+  what is queued is dropped and the compile under way is waited for: the
+  end phase does the rest in the main thread, as before, with its progress
+  shown and a signal still skipping it.
+- **Unseen.** The thread's compiles are jaxmemprof's own (programs.py
+  ``_unseen_compile``, for that thread alone): no persistent cache, no
+  compile log line, no jax.monitoring event for the program's listeners or
+  the probe's. JAX's tracing state is the thread's own. The thread takes no
+  signal (the program's threads get them, as under python), writes to no
+  stream, and starts at the first compile it has to make.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+
+# Compiles kept at most (a program that compiles a new signature every step makes few worth keeping).
+KEEP_RESULTS = 256
+MISSING = object()
+
+
+class Early:
+    """One run's early compiles (``probe.early``)."""
+
+    def __init__(self, probe):
+        self.probe = probe
+        self._cv = threading.Condition()
+        self._queue: collections.OrderedDict = collections.OrderedDict()  # job key -> job, oldest first
+        self._results: dict = {}  # compile key -> what the compile gave
+        self._running = None  # the key of the job under way
+        self._thread: threading.Thread | None = None
+        self.closed = False
+        self.compiled = 0  # compiles made on the thread
+        self.seconds = 0.0  # their wall time
+        self.used = 0  # of them, what the end took instead of compiling
+
+    # -- from the program's threads (cheap: a job queued) ---------------------------------
+
+    def submit(self, key, job) -> None:
+        """Queue ``job()`` under ``key``; one queued already under that key is
+        replaced (its newer state stands)."""
+        with self._cv:
+            if self.closed:
+                return
+            self._queue.pop(key, None)
+            self._queue[key] = job
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._work, name="jaxmemprof-compile", daemon=True)
+                try:
+                    self._thread.start()
+                except RuntimeError:  # interpreter shutting down: the end compiles it
+                    self._queue.clear()
+                    self.closed = True
+                    return
+            self._cv.notify()
+
+    def sampled(self, state) -> None:
+        """A sampled call of ``state``'s function has its fates: its
+        donations verified anew from what is kept now."""
+        slot = state.plan
+        if slot is None or not state.user or not slot.traces or self.closed:
+            return
+        planner = self.probe.planner
+        if state not in planner.top:  # not among the largest: its shapes are not kept to the end either
+            return
+        kept = [(sig, slot.abstract[sig], slot.traces[sig]) for sig in list(slot.abstract)
+                if sig in slot.traces and slot.traces[sig].const_bytes == 0]
+        real = planner.real_of(state)
+        if kept and real is not None:
+            self.submit(("donate", state.function_id), lambda: self._donations(state, real, kept))
+
+    def dump(self, state, signature: str, lowered) -> None:
+        """``state``'s largest signature so far needs XLA's dump (programs.py)."""
+        if state.user:
+            self.submit(("dump", state.function_id), lambda: self._dump(state, signature, lowered))
+
+    # -- the end ------------------------------------------------------------------------------
+
+    def result(self, key, default=MISSING):
+        """What the compile under ``key`` gave, if the thread made it."""
+        with self._cv:
+            value = self._results.get(key, MISSING)
+        if value is MISSING:
+            return default
+        self.used += 1
+        return value
+
+    def donation(self, function_id, signature: str, nums, names):
+        """The donation's verifying compile made here (compile_figures's
+        answer), or None."""
+        return self.result(donation_key(function_id, signature, nums, names), None)
+
+    def close(self, wait: bool = True) -> None:
+        """No more compiles here: those queued are dropped; with ``wait``,
+        the one under way is waited for (a compile is not interrupted; a
+        signal in the main thread interrupts the wait)."""
+        with self._cv:
+            self.closed = True
+            self._queue.clear()
+            self._cv.notify_all()
+            while wait and self._running is not None:
+                self._cv.wait(0.1)
+
+    def said(self) -> None:
+        """What the thread compiled, and how much of it the end used (a run event)."""
+        if self.compiled:
+            import json
+
+            self.probe.writer.add_event("early-compiles", json.dumps(
+                {"compiled": self.compiled, "seconds": round(self.seconds, 3), "used": self.used}))
+
+    # -- the thread -------------------------------------------------------------------------
+
+    def _work(self) -> None:
+        from jaxmemprof.capture.sampler import block_signals_in_this_thread
+
+        block_signals_in_this_thread()
+        while True:
+            with self._cv:
+                while not self._queue and not self.closed:
+                    self._cv.wait()
+                if self.closed:
+                    return
+                key, job = self._queue.popitem(last=False)
+                self._running = key
+            try:
+                job()
+            except Exception as exc:
+                self.probe._error(None, exc)
+            finally:
+                job = None  # nothing of the program's held between jobs
+                with self._cv:
+                    self._running = None
+                    self._cv.notify_all()
+
+    def _keep(self, key, value) -> None:
+        with self._cv:
+            if len(self._results) >= KEEP_RESULTS:
+                self._results.pop(next(iter(self._results)))
+            self._results[key] = value
+
+    def _donations(self, state, real, kept) -> None:
+        from jaxmemprof.capture.jit.whatif import compile_figures, donated_arguments, function_donors, rejit
+
+        probe = self.probe
+        found = function_donors(probe.writer, state.function_id)
+        if not found:
+            return
+        nums, names = donated_arguments(found)
+        wrapper = state.row.get("wrapper") or "jax.jit"
+        for sig, ab, trace in kept:
+            key = donation_key(state.function_id, sig, nums, names)
+            if self.closed or key in self._results:
+                continue
+            fn = rejit(probe, state, real, nums, names, trace)
+            if isinstance(fn, str):
+                continue
+            done = compile_figures(probe._jax, fn, ab, wrapper=wrapper, retraced=False)
+            self.compiled += 1
+            self.seconds += done[1]
+            self._keep(key, done)
+
+    def _dump(self, state, signature: str, lowered) -> None:
+        if self.closed:
+            return
+        seconds = self.probe._dump_lowered(state, signature, lowered)
+        self.compiled += 1
+        self.seconds += seconds
+        self._keep(("dump", state.function_id, signature), seconds)
+
+
+def donation_key(function_id, signature: str, nums, names) -> tuple:
+    """What a donation's verifying compile is made of."""
+    return "donate", function_id, signature, frozenset(nums), frozenset(names)

@@ -1,0 +1,115 @@
+"""The end's compiles begun beside the program (capture/jit/early.py): a
+kept trace replayed and compiled on a thread of ours gives the figures the
+main thread's compile gives, unseen by the program's jax.monitoring
+listeners and its persistent cache; a run's donation is verified while the
+program runs, the end using that compile, and the program's output and
+what its own listener hears are python's."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+
+from conftest import cpu_env, in_parallel
+
+from jaxmemprof.capture.jit.programs import _unseen_compile
+from jaxmemprof.capture.jit.retrace import replay, traced
+from jaxmemprof.xla import scratch
+
+SCRIPT = Path(__file__).parent / "scripts" / "early_step.py"
+
+
+def _step(w, x):
+    return w - 0.01 * jnp.tanh(x @ w)
+
+
+def _figures(compiled) -> tuple:
+    ma = compiled.memory_analysis()
+    return (ma.argument_size_in_bytes, ma.output_size_in_bytes, ma.alias_size_in_bytes, ma.temp_size_in_bytes)
+
+
+def test_a_kept_trace_is_replayed_and_compiled_on_a_thread():
+    """JAX's tracing state is the thread's own: the run's jaxpr, kept in
+    the main thread, replays on a thread named as jaxmemprof's and compiles
+    donated to the figures the main thread's compile of the program's own
+    function gives; a listener the program registered hears the main
+    thread's compiles and none of the thread's, and the persistent cache is
+    refused to that thread alone."""
+    w = jnp.ones((128, 128), jnp.float32)
+    x = jnp.ones((128, 128), jnp.float32)
+    _, kept = traced(jax.jit(_step), (w, x), {})
+    assert kept is not None
+    shapes = [jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=a.sharding) for a in (w, x)]
+    expected = _figures(jax.jit(_step, donate_argnums=0).lower(*shapes).compile())
+    heard: list = []
+
+    def listener(event, seconds, **kwargs):
+        if event.startswith("/jax/core/compile/backend_compile"):
+            heard.append(threading.current_thread().name)
+
+    import jax._src.compilation_cache as cache
+
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    out: dict = {}
+
+    def work():
+        try:
+            replayed = replay(jax, _step, kept, lambda args, kwargs: (args, kwargs))
+            with _unseen_compile(jax):
+                out["cache"] = cache.is_cache_used(jax.devices()[0].client)
+                lowered = jax.jit(replayed, donate_argnums=0).lower(*shapes)
+                out["figures"] = _figures(scratch.compile_own(lowered))
+        except BaseException as exc:  # said by the test, not lost in the thread
+            out["error"] = exc
+
+    try:
+        t = threading.Thread(target=work, name="jaxmemprof-compile")
+        t.start()
+        t.join(120)
+        jax.jit(lambda a: a * 3.0)(w).block_until_ready()  # the program's own compile, after
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listener)
+    assert "error" not in out, out.get("error")
+    assert out["figures"] == expected
+    assert out["cache"] is False
+    assert heard == ["MainThread"]
+
+
+def _journal(run: Path, sql: str) -> list:
+    con = sqlite3.connect(run / "journal.sqlite")
+    try:
+        return con.execute(sql).fetchall()
+    finally:
+        con.close()
+
+
+def test_a_runs_donation_is_verified_beside_the_program(tmp_path):
+    """A step whose carried state is not donated, 40 steps with a pause
+    between them: its verifying compile is made while the program runs,
+    and the end takes it instead of compiling (the run's early-compiles
+    event: one compile, used); the donation's figure is verified. The
+    program's output, its own listener's count of XLA compiles included, is
+    python's, and so is its exit status."""
+    py, run = in_parallel(
+        lambda: subprocess.run([sys.executable, str(SCRIPT), "40", "0.05"], env=cpu_env(), capture_output=True,
+                               text=True, timeout=300),
+        lambda: subprocess.run([sys.executable, "-m", "jaxmemprof", "run", "-q", "-o", str(tmp_path / "run"),
+                                str(SCRIPT), "40", "0.05"], env=cpu_env(), capture_output=True, text=True,
+                               timeout=300))
+    assert run.returncode == py.returncode == 0, run.stderr
+    assert run.stdout == py.stdout
+    assert "compile events heard" in py.stdout
+    events = _journal(tmp_path / "run", "SELECT message FROM events WHERE kind = 'early-compiles'")
+    assert len(events) == 1, events
+    said = json.loads(events[0][0])
+    assert said["compiled"] >= 1 and said["used"] >= 1, said
+    rows = _journal(tmp_path / "run", "SELECT change, error, alias_bytes FROM jit_whatif")
+    assert rows and all(error is None and alias > 0 for _, error, alias in rows), rows
+    assert json.loads(rows[0][0])["argnums"] == [0]
