@@ -478,13 +478,15 @@ class Session:
         except Exception:
             pass  # a full disk: the run's end says it again when it is finalised
 
-    def end_work(self, ended_by: str) -> None:
+    def end_work(self, ended_by: str, progress=None) -> None:
         """The end phase's work after the last snapshot: the jit probe taken
         out, with XLA's dumps and the end's compiles (verify, --plan,
-        --target). Interrupted, what is left is done by finalise_end."""
+        --target; ``progress(text)`` told what each compile is). Interrupted,
+        what is left is done by finalise_end."""
         self.sampler.stop()
         probe = self.probe
         if probe is not None:
+            probe.on_progress = progress
             if self._planning_by_backend and jax_ready() is not None:  # the sampler never saw the backend up
                 self._plan_by_backend()
             probe.uninstall(ended_by)

@@ -140,13 +140,15 @@ def run(output, force, interval, max_overhead, module, command, no_jit_probe, pl
     # The end phase (docs/recording.md): a SIGINT or SIGTERM skips the rest of
     # it; the run is finalised all the same and the exit status is the script's.
     try:
-        end.run("XLA's figures and the compiles", lambda: session.end_work(ended_by))
+        end.run("XLA's figures and the compiles", lambda: session.end_work(
+            ended_by, progress=None if progress is None else progress.compile))
         _finalise(end)
         if not quiet:
             _flush_script_stdout()
             duration = (session.script_end or {}).get("duration_s")
             end.run("the summary", lambda: _closing(tgt, session.directory, status, ended_by, duration,
                                                     before=progress))
+            progress.closing()  # off a terminal, the end's compiles said last where they were long
     except EndPhaseSkipped:
         pass
     _finalise(end)
@@ -186,27 +188,92 @@ def _signal_name(sig: int) -> str:
 class _EndProgress:
     """The end phase's steps on one line of stderr, rewritten in place, only
     on a terminal (as report's progress for a large job), and cleared before
-    the closing lines: off a terminal stderr holds the closing lines alone."""
+    the closing lines: off a terminal stderr holds the closing lines alone,
+    and, where the end's compiles took over ``SAY_AFTER_S``, one line saying
+    so (``closing``). Each compile of the end is told (``compile``): the
+    line then says what is compiled, its number (of how many, where the step
+    knows) and the seconds since the script ended, ticking once a second
+    (a thread of ours, ``jaxmemprof-progress``, while a compile runs)."""
 
-    def __init__(self, fd: int):
-        self.fd = fd
+    SAY_AFTER_S = 2.0
+
+    def __init__(self, fd: int | None):
+        import threading
+        import time
+
+        self.fd = fd  # None: not a terminal (nothing drawn; the closing line only)
         self.shown = False
+        self.t0 = time.monotonic()
+        self.what = None
+        self.detail = None
+        self.compiles = 0
+        self.compile_t0 = self.compile_t1 = None
+        self._lock = threading.Lock()
+        self._ticker = None
+        self._stop = threading.Event()
 
     @classmethod
     def on_terminal(cls):
         stream = stderr_stream()
         try:
             fd = stream.fileno() if stream is not None else -1
-            return cls(fd) if fd >= 0 and os.isatty(fd) else None
+            return cls(fd if fd >= 0 and os.isatty(fd) else None)
         except (AttributeError, OSError, ValueError):
-            return None
+            return cls(None)
 
     def __call__(self, what: str | None) -> None:
-        if what is None and not self.shown:
+        import time
+
+        with self._lock:
+            if self.compile_t0 is not None and self.compile_t1 is None:
+                self.compile_t1 = time.monotonic()  # the compiles' step is over
+            self.what, self.detail = what, None
+            if what is None:
+                self._stop.set()
+            self._draw()
+
+    def compile(self, text: str) -> None:
+        """One of the end's compiles begins: ``text`` says which (``"WHAT"``
+        or ``"WHAT|n|N"``: its number within its step)."""
+        import time
+
+        with self._lock:
+            self.compiles += 1
+            if self.compile_t0 is None:
+                self.compile_t0 = time.monotonic()
+            self.detail = text
+            self._draw()
+            if self._ticker is None and self.fd is not None:
+                import threading
+
+                self._ticker = threading.Thread(target=self._tick, name="jaxmemprof-progress", daemon=True)
+                self._ticker.start()
+
+    def _tick(self) -> None:
+        from jaxmemprof.capture.sampler import block_signals_in_this_thread
+
+        block_signals_in_this_thread()
+        while not self._stop.wait(1.0):
+            with self._lock:
+                if self.what is not None:
+                    self._draw()
+
+    def _draw(self) -> None:
+        import time
+
+        if self.fd is None or (self.what is None and not self.shown):
             return
-        text = "\r\x1b[K" if what is None else \
-            f"\r\x1b[Kjaxmemprof: the script has ended; now: {what} (Ctrl-C skips the rest)..."
-        self.shown = what is not None
+        if self.what is None:
+            text = "\r\x1b[K"
+        else:
+            what = self.what
+            if self.detail is not None:
+                label, _, count = self.detail.partition("|")
+                n, _, total = count.partition("|")
+                number = f"{n} of {total}" if n and total else str(self.compiles)
+                what += f": {label} (compile {number}; {time.monotonic() - self.t0:.0f} s)"
+            text = f"\r\x1b[Kjaxmemprof: the script has ended; now: {what} (Ctrl-C skips the rest)..."
+        self.shown = self.what is not None
         try:
             sys.stderr.flush()
         except Exception:
@@ -215,6 +282,18 @@ class _EndProgress:
             os.write(self.fd, text.encode("utf-8", "replace"))
         except OSError:
             pass
+
+    def closing(self) -> None:
+        """Off a terminal: one line, where the end's compiles took over
+        ``SAY_AFTER_S`` (the line on a terminal said it as it went)."""
+        import time
+
+        if self.fd is not None or self.compile_t0 is None:
+            return
+        took = (self.compile_t1 or time.monotonic()) - self.compile_t0
+        if took > self.SAY_AFTER_S:
+            say(f"jaxmemprof: the end of the run compiled {self.compiles} time{'s' if self.compiles != 1 else ''} "
+                f"in {took:.1f} s after the script ended")
 
 
 def plan_and_targets(no_jit_probe, plan, plan_scales, plan_device_memory, plan_axis, slices):

@@ -1,0 +1,91 @@
+"""The end phase's progress in a real terminal (tmux): a `run --plan
+--target` of a large step shows, while its compiles run after the script,
+one line saying which compile runs (what, its number, the seconds since the
+script ended), rewritten in place and cleared before the closing lines."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+
+from conftest import cpu_env, write_script
+
+from jaxmemprof import tpus
+
+pytestmark = pytest.mark.skipif(tpus.libtpu_missing(), reason="libtpu is not installed (pip install 'jaxmemprof[tpu]')")
+
+WIDE = """
+import jax
+import jax.numpy as jnp
+
+WIDTH = 1 << 20  # 4 MiB of float32 an example
+
+
+def step(w, x):
+    return w + 1e-3 * jnp.sum(jnp.tanh(x * w), axis=0)
+
+
+if __name__ == "__main__":
+    f = jax.jit(step)
+    w = jnp.ones((WIDTH,))
+    for i in range(3):
+        x = jnp.full((4, WIDTH), float(i))
+        w = f(w, x)
+    print("done", float(w[0]))
+"""
+
+PROGRESS = re.compile(r"jaxmemprof: the script has ended; now: XLA's figures and the compiles: "
+                      r"(compiling step for v5e:2x2|planning step)( at batch \d+)?( in bfloat16)? "
+                      r"\(compile (\d+); (\d+) s\) \(Ctrl-C skips the rest\)\.\.\.")
+
+
+@pytest.fixture
+def tmux():
+    if shutil.which("tmux") is None:
+        if os.environ.get("CI"):
+            pytest.fail("tmux is missing: .ci/run must install it")
+        pytest.skip("tmux not installed")
+    socket = f"jaxmemprof-test-{uuid.uuid4().hex[:8]}"
+
+    def cmd(*args, check=True):
+        return subprocess.run(["tmux", "-L", socket, *args], capture_output=True, text=True, timeout=30, check=check)
+
+    yield cmd
+    cmd("kill-server", check=False)
+
+
+def test_a_plan_and_targets_compiles_show_their_progress_in_a_terminal(tmp_path, tmux):
+    write_script(tmp_path, "wide.py", WIDE)
+    env = " ".join(shlex.quote(f"{k}={v}") for k, v in cpu_env().items()
+                   if k.startswith(("JAX", "XLA", "PYTHON", "TPU")))
+    command = (f"cd {tmp_path} && env {env} ALLOW_MULTIPLE_LIBTPU_LOAD=1 {sys.executable} -m jaxmemprof run "
+               f"--plan --plan-scales 2 --target v5e:2x2 -o run wide.py; echo RUN-EXIT=$?; sleep 120")
+    tmux("new-session", "-d", "-s", "end", "-x", "220", "-y", "50", "sh", "-c", command)
+
+    def pane() -> str:
+        return tmux("capture-pane", "-p", "-J", "-t", "end", check=False).stdout
+
+    seen: list = []
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        text = pane()
+        seen += [m.groups() for m in PROGRESS.finditer(text) if m.groups() not in seen]
+        if "RUN-EXIT=" in text:
+            break
+        time.sleep(0.1)
+    final = pane()
+    assert "RUN-EXIT=0" in final, final
+    assert seen, final  # the compiles' line was on the screen while they ran
+    numbers = [int(g[3]) for g in seen]
+    assert numbers == sorted(numbers) and max(numbers) >= 2, seen  # compile after compile, counted
+    assert any(g[0] == "compiling step for v5e:2x2" for g in seen), seen
+    assert "done" in final and "run: " in final  # the program's line, then the closing lines
+    assert not PROGRESS.search(final), final  # cleared before them
