@@ -89,3 +89,68 @@ def test_a_plan_and_targets_compiles_show_their_progress_in_a_terminal(tmp_path,
     assert any(g[0] == "compiling step for v5e:2x2" for g in seen), seen
     assert "done" in final and "run: " in final  # the program's line, then the closing lines
     assert not PROGRESS.search(final), final  # cleared before them
+
+
+TINY = """
+import jax.numpy as jnp
+
+kept = [jnp.ones((256, 256)) for _ in range(4)]
+print("done")
+"""
+
+CLOSING = re.compile(r"jaxmemprof (report|export): \d+\.\d s \(reading the run \d+\.\d s, attributing its arrays "
+                     r"\d+\.\d s, the analyses \d+\.\d s, writing \d+\.\d s\)\n")
+
+
+def _on_a_pty(argv, env) -> tuple[bytes, bytes]:
+    """(stdout, stderr) of ``argv`` with stderr a terminal, stdout a pipe."""
+    import pty
+    import select
+
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=slave)
+    os.close(slave)
+    got = b""
+    while True:
+        ready, _, _ = select.select([master], [], [], 120)
+        assert ready, "no end"
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # EIO: the other side is closed
+            break
+        if not chunk:
+            break
+        got += chunk
+    os.close(master)
+    out = proc.stdout.read()
+    assert proc.wait(timeout=60) == 0, got
+    return out, got
+
+
+def test_a_reading_commands_long_work_is_said_on_a_terminal_and_closed_on_a_pipe(tmp_path):
+    """report and export past the threshold (set to 0 here: a large run's
+    seconds, without recording one): on a pipe, one closing line on stderr
+    with each phase's seconds, stdout as without it; on a terminal, the
+    line of the phase (n of 4, the seconds) drawn and cleared, no closing
+    line; under the threshold (the default 2 s of CPU, which a small run's
+    report is far under), nothing on stderr."""
+    write_script(tmp_path, "tiny.py", TINY)
+    rec = subprocess.run([sys.executable, "-m", "jaxmemprof", "run", "-q", "-o", str(tmp_path / "run"),
+                          str(tmp_path / "tiny.py")], env=cpu_env(), capture_output=True, text=True, timeout=300)
+    assert rec.returncode == 0, rec.stderr
+    report = [sys.executable, "-m", "jaxmemprof", "report", str(tmp_path / "run")]
+    plain = subprocess.run(report, env=cpu_env(COLUMNS="120"), capture_output=True, text=True, timeout=300)
+    said = subprocess.run(report, env=cpu_env(COLUMNS="120", JAXMEMPROF_PROGRESS_AFTER="0"), capture_output=True,
+                          text=True, timeout=300)
+    assert plain.returncode == said.returncode == 0, said.stderr
+    assert plain.stderr == "" and said.stdout == plain.stdout
+    assert CLOSING.fullmatch(said.stderr), said.stderr
+    export = subprocess.run([sys.executable, "-m", "jaxmemprof", "export", str(tmp_path / "run"), "--csv",
+                             str(tmp_path / "csv")], env=cpu_env(JAXMEMPROF_PROGRESS_AFTER="0"), capture_output=True,
+                            text=True, timeout=300)
+    assert export.returncode == 0 and CLOSING.search(export.stderr), export.stderr
+    out, err = _on_a_pty(report, cpu_env(COLUMNS="120", JAXMEMPROF_PROGRESS_AFTER="0"))
+    assert out.decode() == plain.stdout
+    assert re.search(rb"\r\x1b\[Kjaxmemprof report: (reading the run|attributing its arrays|the analyses|writing) "
+                     rb"\([1-4] of 4; \d+ s\)\.\.\.", err), err
+    assert err.endswith(b"\r\x1b[K") and b"(reading the run " not in err, err  # cleared; no closing line

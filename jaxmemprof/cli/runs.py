@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import click
 
 from jaxmemprof.cli.base import (Size, analysis_options, attribution, attribution_options, cli, force_option, isatty,
                                  json_option, load, open_run, say, stdout_stream, steps_option, top_option, warn)
 from jaxmemprof.cli.formats import Output, emit, needs_page
 from jaxmemprof.cli.jobs import job_report_document, process_option, run_path, whole_job
+from jaxmemprof.cli.progress import Phases
 
 
 @cli.command()
@@ -52,22 +55,38 @@ def report(run_dir, top, steps, device_memory, as_json, explain, html_path, forc
     # each format asked for, in turn: the page (to --html's file or stdout), the JSON document, and the
     # terminal's text when neither of the others is asked for (render/formats/)
     asked = [name for name, on in (("html", html_path is not None), ("json", as_json)) if on] or ["text"]
-    if whole_job(run_dir):  # a multi-process job: each process's peak, the job's, findings merged
-        doc = job_report_document(run_dir, options, explain=explain, page=needs_page(asked))
-    else:
-        doc = _run_document(run_path(run_dir), options, top=top, explain=explain, page=needs_page(asked))
-    for name in asked:
-        emit(name, doc, Output(html_path, force) if name == "html" else None)
+    job = whole_job(run_dir)  # a multi-process job: each process's peak, the job's, findings merged
+    with contextlib.nullcontext() if job else Phases("report", PHASES) as phase:  # a large run's work said
+        if job:
+            doc = job_report_document(run_dir, options, explain=explain, page=needs_page(asked))
+        else:
+            doc = _run_document(run_path(run_dir), options, phase, top=top, explain=explain,
+                                page=needs_page(asked))
+        for name in asked:
+            emit(name, doc, Output(html_path, force) if name == "html" else None)
 
 
-def _run_document(spec, options, **how):
-    """The run's report, ready for any format (analysis/page.py ``run_document``)."""
+# A run's report and export, phase by phase (cli/progress.py: said past 2 s).
+PHASES = ["reading the run", "attributing its arrays", "the analyses", "writing"]
+
+
+def _run_document(spec, options, phase=None, **how):
+    """The run's report, ready for any format (analysis/page.py ``run_document``);
+    ``phase``: told as each phase ends (cli/progress.py)."""
     from jaxmemprof.analysis.attributed import attribute
     from jaxmemprof.analysis.page import run_document
     from jaxmemprof.analysis.report import build_report
 
-    ar = attribute(open_run(spec), options)
-    return run_document(build_report(ar), ar, **how)
+    run_ = open_run(spec)
+    if phase is not None:
+        phase.step()
+    ar = attribute(run_, options)
+    if phase is not None:
+        phase.step()
+    rep = build_report(ar)
+    if phase is not None:
+        phase.step()
+    return run_document(rep, ar, **how)
 
 
 @cli.command()
@@ -131,17 +150,22 @@ def _export_csv(spec, directory, force, top, steps, library, user, all_frames):
     to = Output(force=force, directory=directory)
     if whole_job(spec):
         doc = job_report_document(spec, options, reports=True, before=lambda: to.prepare("csv", "job"))
+        emit("csv", doc, to)
     else:
         from jaxmemprof.analysis.attributed import attribute
         from jaxmemprof.analysis.page import run_document
         from jaxmemprof.analysis.report import build_report
 
-        run_ = open_run(run_path(spec))
-        warn(run_)
-        to.prepare("csv", "run")
-        ar = attribute(run_, options)
-        doc = run_document(build_report(ar), ar, oom=False)
-    emit("csv", doc, to)
+        with Phases("export", PHASES) as phase:  # a large run's work said as it goes
+            run_ = open_run(run_path(spec))
+            warn(run_)
+            to.prepare("csv", "run")
+            phase.step()
+            ar = attribute(run_, options)
+            phase.step()
+            rep = build_report(ar)
+            phase.step()
+            emit("csv", run_document(rep, ar, oom=False), to)
     say(f"jaxmemprof: wrote {len(to.written)} CSV files to {directory}: {', '.join(to.written)}")
 
 
