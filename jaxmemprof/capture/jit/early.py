@@ -145,8 +145,11 @@ class Early:
                 self._running = key
             try:
                 job()
-            except Exception as exc:
-                self.probe._error(None, exc)
+            except BaseException as exc:  # recorded where it can be; never on the program's streams
+                try:
+                    self.probe._error(None, exc)
+                except BaseException:
+                    pass
             finally:
                 job = None  # nothing of the program's held between jobs
                 with self._cv:
