@@ -113,3 +113,36 @@ def test_a_runs_donation_is_verified_beside_the_program(tmp_path):
     rows = _journal(tmp_path / "run", "SELECT change, error, alias_bytes FROM jit_whatif")
     assert rows and all(error is None and alias > 0 for _, error, alias in rows), rows
     assert json.loads(rows[0][0])["argnums"] == [0]
+
+
+# jaxmemprof run with the executable's reader refusing every executable, as
+# where XLA leaves the buffer assignment out of it (XLA:TPU): the dump stands in.
+NO_BUFFERS = """
+import sys
+import jaxmemprof.xla.executable as executable
+
+def refuse(*args, **kwargs):
+    raise executable.ExecutableError("no buffer assignment in this executable (the test's)")
+
+executable.read_executable = refuse
+sys.argv[0] = "jaxmemprof"
+from jaxmemprof.cli import main
+main(prog_name="jaxmemprof")
+"""
+
+
+def test_the_dump_of_a_step_is_made_beside_the_program(tmp_path):
+    """Where the executable lacks XLA's buffer assignment, the step's
+    largest signature is dumped while the program runs (the early-compiles
+    event counts it, and the end uses it), and its lines are there: a
+    jit_programs row for the step's signature, none of the dumps left out."""
+    run = subprocess.run([sys.executable, "-c", NO_BUFFERS, "run", "-q", "-o", str(tmp_path / "run"), str(SCRIPT),
+                          "40", "0.05"], env=cpu_env(), capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    said = json.loads(_journal(tmp_path / "run", "SELECT message FROM events WHERE kind = 'early-compiles'")[0][0])
+    assert said["compiled"] >= 2 and said["used"] >= 2, said  # the dump and the donation's compile
+    events = [m for (m,) in _journal(tmp_path / "run", "SELECT message FROM events WHERE kind = 'xla-dump'")]
+    assert events and not any("left out" in m for m in events), events
+    rows = _journal(tmp_path / "run", "SELECT p.module, p.peak_bytes FROM jit_programs p JOIN jit_functions f "
+                                      "USING (function_id) WHERE f.name = 'step'")
+    assert rows and rows[0][0].startswith("jit_step") and rows[0][1] > 0, rows
