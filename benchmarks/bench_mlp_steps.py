@@ -49,11 +49,13 @@ def _env(path: Path | None) -> dict:
     return env
 
 
-def _timed(argv, env) -> tuple[float, float]:
-    """(wall, CPU: the child's user + system) seconds."""
+def _timed(argv, env, cwd=None) -> tuple[float, float]:
+    """(wall, CPU: the child's user + system) seconds. ``cwd``: the checkout
+    whose jaxmemprof ``python -m`` imports (the current directory comes
+    before $PYTHONPATH on its sys.path)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    subprocess.run(argv, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.run(argv, env=env, cwd=cwd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -98,11 +100,11 @@ def main() -> None:
                 path, _ = commands[name]
                 env = _env(path)
                 if path is None:
-                    wall, used = _timed([sys.executable, *script], env)
+                    wall, used = _timed([sys.executable, *script], env, cwd=tmp)
                 else:
                     out = Path(tmp) / f"{name.replace(' ', '_').strip('()')}-{k}"
                     wall, used = _timed([sys.executable, "-m", "jaxmemprof", "run", "-q", "-o", str(out), *script],
-                                        env)
+                                        env, cwd=path)
                     facts[name].append(_facts(out))
                 times[name].append(wall)
                 cpu[name].append(used)
