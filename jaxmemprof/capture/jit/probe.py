@@ -43,7 +43,7 @@ from jaxmemprof.capture.jit.plan import Planner
 from jaxmemprof.capture.jit.programs import Programs
 from jaxmemprof.capture.jit.proxy import Probed, _QuietProbed, _QuietStep
 from jaxmemprof.capture.jit.site import _is_user_function, _signature_names, _Site
-from jaxmemprof.capture.jit.state import HUNT_CALLS, _FunctionState, step_of
+from jaxmemprof.capture.jit.state import HUNT_CALLS, _cache_size, _compile_listener, _FunctionState, step_of
 
 # Sampled calls before which the live bytes are counted, at most, in a run
 # (later ones are estimated from the sampler's last snapshot before them).
@@ -682,23 +682,3 @@ class JitProbe(Programs):
         state.cache = size  # smaller: JAX's caches were cleared
         return True
 
-
-def _compile_listener(probe_ref):
-    """A jax.monitoring listener that wakes the probe's quiet functions on
-    JAX's compile events, holding the probe weakly."""
-
-    def listener(event: str, *args, **kwargs) -> None:
-        probe = probe_ref()
-        if probe is not None and event.startswith("/jax/core/compile/"):
-            probe.on_compile(event, args[0] if args else 0.0)
-
-    return listener
-
-
-def _cache_size(real) -> int:
-    """The jitted function's compile-cache size; -1 where it has none to ask
-    (``jax.pmap``, a Python function)."""
-    try:
-        return int(real._cache_size())
-    except Exception:
-        return -1

@@ -1,5 +1,7 @@
 """What the probe holds for each jitted function: its counts, its samples,
-the signatures analysed, and whether its calls are still observed."""
+the signatures analysed, and whether its calls are still observed; how a
+jitted function's compile cache is asked its size, and the jax.monitoring
+listener that wakes the probe's quiet functions on a compile."""
 
 from __future__ import annotations
 
@@ -66,3 +68,24 @@ def step_of(step: "_FunctionState | None", state: _FunctionState) -> "_FunctionS
         state.step = True
         return state
     return step
+
+
+def _compile_listener(probe_ref):
+    """A jax.monitoring listener that wakes the probe's quiet functions on
+    JAX's compile events, holding the probe weakly."""
+
+    def listener(event: str, *args, **kwargs) -> None:
+        probe = probe_ref()
+        if probe is not None and event.startswith("/jax/core/compile/"):
+            probe.on_compile(event, args[0] if args else 0.0)
+
+    return listener
+
+
+def _cache_size(real) -> int:
+    """The jitted function's compile-cache size; -1 where it has none to ask
+    (``jax.pmap``, a Python function)."""
+    try:
+        return int(real._cache_size())
+    except Exception:
+        return -1
