@@ -442,3 +442,23 @@ def test_a_containers_items_past_the_fan_out_cap_are_scanned_for_arrays_only(mon
         assert len(found) == 1  # the array itself among the items past the cap is still taken
     finally:
         HOSTILE.clear()
+
+
+def test_a_search_with_nothing_live_ends_quietly(tmp_path):
+    # The run's last snapshot of a program that let go of every array (its
+    # main() returned) still gets its search: with nothing live, it once
+    # stopped on its own UnboundLocalError (an event "the search for Python
+    # holders stopped" in every such run).
+    code = ("import jax\n"
+            "from jaxmemprof.capture.py_holders import Searches\n"
+            "class W:\n"
+            "    rows = []\n"
+            "    def add_py_holders(self, chains, rows, search, replaces): self.rows.append(search)\n"
+            "assert not jax.live_arrays()\n"
+            "w = W()\n"
+            "Searches(w).after(jax, {}, 1, 'exit', 0)\n"
+            "print(len(w.rows))\n")
+    import subprocess
+
+    proc = subprocess.run([sys.executable, "-c", code], env=cpu_env(), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr

@@ -558,7 +558,7 @@ class Searches:
         # holds none of them, so that one the program drops meanwhile is
         # freed as under python.
         targets = {}
-        live = jax.live_arrays()
+        live, a = jax.live_arrays(), None  # (a: bound even when nothing is live)
         for a in live:
             entry = tracked.get(id(a))
             if entry is None and views is not None:
