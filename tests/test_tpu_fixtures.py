@@ -159,11 +159,10 @@ def test_the_tpu_findings_facts_are_their_rules():
     from jaxmemprof.analysis.options import Options
     from jaxmemprof.analysis.rules.allocator import queued_findings
     from jaxmemprof.analysis.rules.capacity import fit_findings
-    from jaxmemprof.analysis.timeline import timeline
     from jaxmemprof.store.reader import load_run
 
     ar = attribute(load_run(TPU / "gpt8"), Options())
-    [queued] = queued_findings(ar, timeline(ar))
+    [queued] = queued_findings(ar)
     same_facts(queued)
     assert queued.facts["generations"] == 2 and queued.saving_bytes is None  # the need is not lowered by it
     ar = attribute(load_run(TPU / "gpt16-donated"), Options())

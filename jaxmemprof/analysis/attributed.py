@@ -7,7 +7,7 @@ on first use and then shared by every analysis that needs it — the sites of
 the recorded stacks, the per-site series (timeline and leaks), the array
 lifetimes (lifetimes, reuse, leaks), the buffers and their holders (the
 ``shared`` flag of lifetimes, and reuse), the XLA buffers by line (the
-inside-jit tables and hints), the peak and the sites holding it. Analyses
+inside-jit tables and hints), the peak and the sites holding it, the run's peaks (``peaks``). Analyses
 take the :class:`Attributed` and nothing else about attribution.
 """
 
@@ -52,6 +52,7 @@ class Attributed:
     def __init__(self, run, options: Options):
         self.run = run
         self.options = options
+        self.timelines: dict = {}  # top_sites -> the Timeline (analysis/timeline.py timeline), each made once
 
     @cached_property
     def attribution(self) -> Attribution:
@@ -99,6 +100,16 @@ class Attributed:
         first = pd.Series(np.arange(len(codes))).groupby(codes).first().to_numpy()
         table = per_stack.iloc[first][["site", "file", "line", "function"]].reset_index(drop=True)
         return table, pd.Series(codes, index=per_stack.index.to_numpy(dtype=np.int64))
+
+    @cached_property
+    def peaks(self):
+        """The run's peaks (analysis/peaks.py ``Peaks``): the live peak, each
+        call's, the true peak; computed once, read by the report, the rules
+        and the advice (a change made: ``Peaks.with_change``)."""
+        from jaxmemprof.analysis.peaks import run_peaks
+        from jaxmemprof.analysis.timeline import timeline
+
+        return run_peaks(self.run, timeline(self))
 
     @cached_property
     def peak(self):

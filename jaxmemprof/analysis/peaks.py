@@ -3,8 +3,10 @@ jitted call's own (the bytes live just before it, less its arguments, plus
 XLA's call peak for the signature it ran), on the busiest device and on all
 devices summed; and what that peak becomes with a change made (XLA's figures
 of the changed compile in place of the recorded ones, what the change takes
-off the snapshots). The report's header, ``fit``, ``check --max-true-peak``,
-roles and the donation advice's measured savings all read it here."""
+off the snapshots). Computed once per attributed run (``Attributed.peaks``):
+the report's header, ``fit``, roles, the rules and the advice's measured
+savings all read that one ``Peaks``; ``check --max-true-peak`` reads
+``call_peaks``."""
 
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ def _functions(run) -> pd.DataFrame:
 
 
 @dataclass(frozen=True)
-class TruePeak:
+class CallPeak:
     """What snapshots cannot see inside a jitted call, added back: XLA's
     figures for the signature that call ran (per device, as
     ``memory_analysis()`` gives them) on the bytes live before it."""
@@ -44,7 +46,7 @@ class TruePeak:
 
 
 def call_peaks(run, devices: pd.DataFrame | None = None, replace: dict | None = None,
-               gone: list | None = None, since: float = float("-inf")) -> list[TruePeak]:
+               gone: list | None = None, since: float = float("-inf")) -> list[CallPeak]:
     """For each sampled call (with the signature it ran) and each compiled
     signature no sampled call ran: the bytes at its peak on the busiest
     device and on all its devices (``truepeak.moments``, where the
@@ -83,41 +85,120 @@ def call_peaks(run, devices: pd.DataFrame | None = None, replace: dict | None = 
         changed = (replace or {}).get((fid, r["signature"]))
         figures = figures_of(changed if changed is not None else r)
         name = str(names.get(fid, fid))
-        out.append(TruePeak(m.device_bytes, m.bytes, m.devices, f"during a call of {name}", name, fid,
+        out.append(CallPeak(m.device_bytes, m.bytes, m.devices, f"during a call of {name}", name, fid,
                             r["signature"], m.call_index, m.live_before, figures))
     return out
 
 
-def _largest(peaks: list[TruePeak]) -> TruePeak | None:
+def _largest(peaks) -> CallPeak | None:
     return largest(peaks)
 
 
-def true_peaks(run, tl: Timeline, replace: dict | None = None, less: dict | None = None,
-               gone: list | None = None) -> tuple[int | None, int | None, TruePeak | None]:
-    """The run's true peak: (on the busiest device, on all devices summed,
-    the call that holds it), each the larger of the snapshots' peak and the
-    largest call's (``call_peaks``). What the run's peak becomes with a
-    change made: ``replace``'s figures in place of the recorded ones, and
-    ``less`` ({snapshot: {device: bytes}}) off the snapshots that held
-    them, ``gone`` off the calls' (``call_peaks``). (None, None, None)
-    without the probe's figures."""
-    inside = _largest(call_peaks(run, tl.devices, replace, gone))
-    if inside is None:
-        return None, None, None
-    busiest, total = busiest_snapshot(tl, less), int(tl.peak_bytes)
-    if less:
+@dataclass(frozen=True, eq=False)
+class LivePeak:
+    """The snapshots' peak: the first snapshot with the most live bytes on
+    all devices, when it was taken, and those bytes on each device."""
+
+    snapshot: int
+    t: float
+    bytes: int  # on all devices summed
+    devices: pd.DataFrame  # the timeline's rows of that snapshot: live bytes per device
+
+
+@dataclass(frozen=True)
+class Changed:
+    """The run's true peak with a change made (``Peaks.with_change``)."""
+
+    device_bytes: int | None  # on the busiest device
+    total_bytes: int | None  # on all devices summed
+    call: CallPeak | None  # the call that holds the largest call peak with the change made
+
+
+@dataclass(frozen=True, eq=False)
+class Peaks:
+    """The run's peaks, computed once per attributed run (``Attributed.peaks``):
+    the live peak (the snapshots'), the snapshots' peak on the busiest
+    device, each call's peak, and the true peak (the larger of the
+    snapshots' peak and the largest call's) on the busiest device and on all
+    devices summed; where it is and the call that holds it. ``with_change``:
+    the same model with a change made (the what-ifs), the unchanged figures
+    not computed again."""
+
+    live: LivePeak | None  # None without a snapshot
+    busiest_live_bytes: int  # the snapshots' peak on the busiest device
+    device_bytes: int | None  # the true peak on the busiest device (None without the probe's figures)
+    total_bytes: int | None  # the true peak on all devices summed
+    call: CallPeak | None  # the largest call's peak (None without the probe's figures)
+    calls: tuple = ()  # every call's peak (call_peaks)
+    run: object = field(default=None, repr=False)
+    timeline: Timeline | None = field(default=None, repr=False)
+
+    @property
+    def in_call(self) -> bool:
+        """Whether the true peak is a call's (above the snapshots' peak on the busiest device)."""
+        return self.call is not None and self.call.device_bytes > self.busiest_live_bytes
+
+    @property
+    def where(self) -> str:
+        """"during a call of f", "at the live peak", or "" without the probe's figures."""
+        return self.call.where if self.in_call else AT_LIVE_PEAK if self.call is not None else ""
+
+    @property
+    def largest_sampled(self) -> CallPeak | None:
+        """The largest call peak of a sampled call (its inputs known), or None."""
+        return _largest([p for p in self.calls if p.call_index is not None])
+
+    def with_change(self, replace: dict | None = None, less: dict | None = None,
+                    gone: list | None = None) -> Changed:
+        """The true peak with a change made: ``replace`` ((function_id,
+        signature) -> XLA's figures of that signature compiled with it) in
+        place of the recorded figures, ``less`` ({snapshot: {device: bytes}})
+        off the snapshots that held them, ``gone`` off the calls' bytes live
+        before them (``call_peaks``). Without a change, the run's own."""
+        if not (replace or less or gone):
+            return Changed(self.device_bytes, self.total_bytes, self.call)
+        tl = self.timeline
+        inside = _largest(call_peaks(self.run, tl.devices, replace, gone))
+        if inside is None:
+            return Changed(None, None, None)
+        busiest, total = busiest_snapshot(tl, less), int(tl.peak_bytes)
+        if less:
+            d = tl.devices
+            taken = [less.get(int(s), {}).get(str(dev), 0) for s, dev in zip(d["snapshot"], d["device"])]
+            total = int((d["live_bytes"] - pd.Series(taken, index=d.index)).groupby(d["snapshot"]).sum().max()) \
+                if not d.empty else total
+        return Changed(max(busiest, inside.device_bytes), max(total, inside.bytes), inside)
+
+    def during(self, function_id: int) -> dict:
+        """{snapshot: {device: live bytes}} of the snapshots taken while a
+        call of the function was in progress (``during_calls``)."""
+        return during_calls(self.run, self.timeline, function_id)
+
+
+AT_LIVE_PEAK = "at the live peak"
+
+
+def run_peaks(run, tl: Timeline) -> Peaks:
+    """The run's ``Peaks`` from its timeline (``Attributed.peaks`` computes it once)."""
+    calls = tuple(call_peaks(run, tl.devices))
+    inside = _largest(calls)
+    busiest = busiest_snapshot(tl)
+    live = None
+    if tl.peak_snapshot is not None:
         d = tl.devices
-        taken = [less.get(int(s), {}).get(str(dev), 0) for s, dev in zip(d["snapshot"], d["device"])]
-        total = int((d["live_bytes"] - pd.Series(taken, index=d.index)).groupby(d["snapshot"]).sum().max()) \
-            if not d.empty else total
-    return max(busiest, inside.device_bytes), max(total, inside.bytes), inside
+        rows = d.loc[d["snapshot"] == tl.peak_snapshot].reset_index(drop=True) if not d.empty else d.iloc[0:0]
+        live = LivePeak(int(tl.peak_snapshot), float(tl.peak_t), int(tl.peak_bytes), rows)
+    if inside is None:
+        return Peaks(live, busiest, None, None, None, calls, run, tl)
+    return Peaks(live, busiest, max(busiest, inside.device_bytes), max(int(tl.peak_bytes), inside.bytes), inside,
+                 calls, run, tl)
 
 
 def during_calls(run, tl: Timeline, function_id: int) -> dict:
     """{snapshot: {device: live bytes}} of the snapshots taken while a call
     of the function was in progress (snapshot_calls): moments of that call,
     which the call's own peak, compiled with a change, stands for; a change
-    takes all of them off (``true_peaks``'s ``less``)."""
+    takes all of them off (``Peaks.with_change``'s ``less``)."""
     during = run.jit.get("snapshot_calls")
     if during is None or during.empty or tl.devices.empty:
         return {}
@@ -143,31 +224,11 @@ def busiest_snapshot(tl: Timeline, less: dict | None = None) -> int:
     return int(live.groupby(d["device"]).max().max())
 
 
-def true_peak(run, devices: pd.DataFrame | None = None) -> TruePeak | None:
-    """The largest of ``call_peaks``, or None without the probe's figures."""
-    return _largest(call_peaks(run, devices))
-
-
-def largest_sampled_call(run, devices: pd.DataFrame | None = None) -> TruePeak | None:
-    """The largest of ``call_peaks`` that a sampled call ran (its inputs
-    known), or None."""
-    return _largest([p for p in call_peaks(run, devices) if p.call_index is not None])
-
-
-def estimated_true_peak(run, devices: pd.DataFrame | None = None) -> tuple[int | None, str]:
-    """(the true peak's bytes on all devices, where), or (None, "")."""
-    tp = true_peak(run, devices)
-    return (None, "") if tp is None else (tp.bytes, tp.where)
-
-
 def headline_peaks(ar) -> tuple[int | None, int | None]:
     """(the true peak on the busiest device, the live peak on all devices) of
     an attributed run, without the rest of its report: what ``run`` compares
     a rerun with. (None, None) without a snapshot."""
-    from jaxmemprof.analysis.timeline import timeline
-
-    tl = timeline(ar, top_sites=0)
-    if tl.peak_snapshot is None:
+    p = ar.peaks
+    if p.live is None:
         return None, None
-    device, _, _ = true_peaks(ar.run, tl)
-    return (device if device is not None else busiest_snapshot(tl)), int(tl.peak_bytes)
+    return (p.device_bytes if p.device_bytes is not None else p.busiest_live_bytes), p.live.bytes

@@ -13,7 +13,6 @@ import pandas as pd
 from jaxmemprof.analysis.answer import Answer, answer
 from jaxmemprof.analysis.advice.capacity import will_it_fit
 from jaxmemprof.analysis.advice.donation import jit_memory
-from jaxmemprof.analysis.peaks import busiest_snapshot, true_peaks
 from jaxmemprof.analysis.advice.plan import build_plan
 from jaxmemprof.analysis.advice.targets import build_targets
 from jaxmemprof.analysis.counters import chip_counters
@@ -100,12 +99,12 @@ def build_report(ar: Attributed, *, extra_rules=()) -> Report:
     memory_in_jit = jit_memory(ar)
     # Per device, as XLA's figures are (and as a device's memory is): the
     # busiest device's snapshot peak, or a call's own on the busiest device;
-    # and on all devices summed, beside the snapshots' total.
-    device_peak, total_true_peak, inside = true_peaks(run, tl)
-    busiest = busiest_snapshot(tl)
-    where = "" if inside is None else inside.where if inside.device_bytes > busiest else "at the snapshot peak"
+    # and on all devices summed, beside the snapshots' total. Computed once (Attributed.peaks).
+    peaks = ar.peaks
+    device_peak, total_true_peak, inside = peaks.device_bytes, peaks.total_bytes, peaks.call
+    busiest, where = peaks.busiest_live_bytes, peaks.where
     chip = chip_counters(run, inside, device_peak, busiest)  # the chip's own counters beside the model
-    what = roles(ar, tl.devices)
+    what = roles(ar)
     fit = will_it_fit(ar, options.device_memory, device_peak) if options.device_memory is not None else None
     # The rules, each family in turn (analysis/rules/): detection, severity and words in one module each.
     held = holders(ar) if run.has_arrays else empty_holders()
@@ -114,7 +113,7 @@ def build_report(ar: Attributed, *, extra_rules=()) -> Report:
         ctx.found += family.detect(ctx)
     found = in_proportion(ctx.found, total_true_peak if total_true_peak is not None else int(tl.peak_bytes),
                           NOT_IN_PROPORTION)
-    if inside is not None and inside.device_bytes > busiest:
+    if peaks.in_call:
         found = by_effect(found, inside.function, inside.where, ABOUT_A_CALL)
     plan = build_plan(ar, found, options.device_memory)  # None unless recorded with run --plan
 
@@ -169,7 +168,7 @@ def build_report(ar: Attributed, *, extra_rules=()) -> Report:
         jit_peak=jit_peak, jit_buffers=largest_buffers(ar),
         jit_curve=program_curves(ar), true_peak_bytes=total_true_peak,
         true_peak_where=where,
-        fit=fit, findings=findings, plan=plan, targets=build_targets(ar), roles=what, peak_devices=_peak_devices(tl),
+        fit=fit, findings=findings, plan=plan, targets=build_targets(ar), roles=what, peak_devices=_peak_devices(peaks),
         answer=answer(summary, inside, busiest, memory_in_jit, jit_peak, what, findings), holders=held,
         peak_holders=site_holders(held, tl.peak_snapshot),
     )
@@ -193,9 +192,8 @@ def probe_warnings(run) -> list[str]:
             for kind, msg in zip(rows["kind"], rows["message"])]
 
 
-def _peak_devices(tl: Timeline) -> pd.DataFrame:
+def _peak_devices(peaks) -> pd.DataFrame:
     """Live bytes per device at the live peak's snapshot."""
-    d = tl.devices
-    if d.empty or tl.peak_snapshot is None:
-        return d.iloc[0:0]
-    return d.loc[d["snapshot"] == tl.peak_snapshot].reset_index(drop=True)
+    if peaks.live is None:
+        return peaks.timeline.devices.iloc[0:0]
+    return peaks.live.devices

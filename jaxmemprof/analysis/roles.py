@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import pandas as pd
 
-from jaxmemprof.analysis.peaks import largest_sampled_call
 from jaxmemprof.analysis.attributed import Attributed
 from jaxmemprof.analysis.cells import json_cell, leaves as _leaves
 from jaxmemprof.donors import match
@@ -112,10 +111,10 @@ def empty_roles() -> Roles:
                  pd.DataFrame({c: pd.Series(dtype=object) for c in OWNER_COLUMNS}), "", "", None)
 
 
-def roles(ar: Attributed, devices: pd.DataFrame | None = None) -> Roles:
-    """The roles and owners at the run's largest sampled jitted call."""
+def roles(ar: Attributed) -> Roles:
+    """The roles and owners at the run's largest sampled jitted call (``Peaks.largest_sampled``)."""
     run = ar.run
-    call = largest_sampled_call(run, devices)
+    call = ar.peaks.largest_sampled
     calls = run.jit.get("calls")
     if call is None or calls is None or calls.empty:
         return empty_roles()

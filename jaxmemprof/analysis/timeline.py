@@ -400,9 +400,17 @@ def _fragmentation(df: pd.DataFrame) -> pd.Series:
 
 def timeline(ar: Attributed, top_sites: int | None = None) -> Timeline:
     """The timeline of the attributed run (see :class:`Timeline`), naming
-    ``top_sites`` sites (default: the options')."""
-    run = ar.run
+    ``top_sites`` sites (default: the options'); made once per attributed
+    run and ``top_sites``."""
     top_sites = ar.options.top_sites if top_sites is None else top_sites
+    made = ar.timelines.get(top_sites)
+    if made is None:
+        made = ar.timelines[top_sites] = _timeline(ar, top_sites)
+    return made
+
+
+def _timeline(ar: Attributed, top_sites: int) -> Timeline:
+    run = ar.run
     snaps = run.snapshots
     series = ar.series
     n = series.n

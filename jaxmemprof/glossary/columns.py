@@ -259,7 +259,7 @@ GLOSSARY: dict[str, str] = {
                                         "XLA's figures being per device; at least the busiest device's snapshot "
                                         "peak.",
     "estimated_true_peak_where": "When the estimated true peak happens (`during a call of train_step`, or `at the "
-                                 "snapshot peak`).",
+                                 "live peak`: the snapshots' peak).",
     "arrays_seen": "Arrays the run recorded (rows of arrays.csv).",
     "per_array_data": "True for a run directory; false for a directory of `.prof` files (no per-array records: "
                       "lifetimes are estimated, no reuse).",

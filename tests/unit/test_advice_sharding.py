@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from jaxmemprof.analysis.advice.sharding import by_rule, verified_sharding
 from jaxmemprof.analysis.cells import leaves
-from jaxmemprof.analysis.timeline import timeline
 
 from .programs import TABLE, TABLE_BYTES
 
@@ -19,7 +18,7 @@ def test_the_table_is_the_candidate_and_its_sharded_compile_is_read(tiny_ar):
     inputs = [leaf for leaf in leaves(mine.iloc[-1]["inputs"]) if isinstance(leaf, dict)]
     (table,) = by_rule(inputs, set())
     assert (table["owner"], table["shape"], table["bytes"]) == ("table", list(TABLE), TABLE_BYTES)
-    measured = verified_sharding(tiny_ar, timeline(tiny_ar), fid, inputs)
+    measured = verified_sharding(tiny_ar, fid, inputs)
     # compiled sharded at the end of the run: verified, or no finding (the peak is the step's, elsewhere)
     assert measured is None or measured["verified"] is False or (
         measured["true_peak_after_bytes"] < measured["true_peak_before_bytes"])

@@ -1,7 +1,7 @@
 """analysis/counters.py on runs recorded on a real TPU v5e chip
 (tests/fixtures/tpu/): the chip's counters read by the run's backend beside
 the true peak, checked against the memory_stats() the program itself read
-(NAME.json) and XLA's figures of the call (the oracle: peaks.true_peaks)."""
+(NAME.json) and XLA's figures of the call (the oracle: the run's Peaks)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,6 @@ from conftest import REPO
 from jaxmemprof.analysis.counters import chip_counters
 from jaxmemprof.analysis.attributed import attribute
 from jaxmemprof.analysis.options import Options
-from jaxmemprof.analysis.peaks import busiest_snapshot, true_peaks
-from jaxmemprof.analysis.timeline import timeline
 from jaxmemprof.store.reader import load_run
 
 TPU = REPO / "tests" / "fixtures" / "tpu"
@@ -21,9 +19,8 @@ TPU = REPO / "tests" / "fixtures" / "tpu"
 
 def _counters(name: str):
     run = load_run(TPU / name)
-    tl = timeline(attribute(run, Options()))
-    device_peak, _, inside = true_peaks(run, tl)
-    return chip_counters(run, inside, device_peak, busiest_snapshot(tl)), inside, device_peak
+    p = attribute(run, Options()).peaks
+    return chip_counters(run, p.call, p.device_bytes, p.busiest_live_bytes), p.call, p.device_bytes
 
 
 def test_gpt8_counters_and_the_generations_of_queued_outputs():

@@ -1,14 +1,19 @@
 """analysis/peaks.py: each sampled call's peak and the run's true peak,
 held to the bytes jax.live_arrays() held on each device just before each
 call and XLA's memory_analysis() of the step; what the peak becomes with a
-change made (other figures for a signature, bytes off a snapshot)."""
+change made (other figures for a signature, bytes off a snapshot); the
+model computed once per attributed run, however many analyses read it."""
 
 from __future__ import annotations
 
-from jaxmemprof.analysis.peaks import FIGURES, busiest_snapshot, call_peaks, true_peak, true_peaks
+import jaxmemprof.analysis.peaks as peaks_module
+from jaxmemprof.analysis.attributed import attribute
+from jaxmemprof.analysis.options import Options
+from jaxmemprof.analysis.peaks import AT_LIVE_PEAK, FIGURES, busiest_snapshot, call_peaks, run_peaks
+from jaxmemprof.analysis.report import build_report
 from jaxmemprof.analysis.timeline import timeline
 
-from .programs import STEPS, call_peak, total
+from .programs import STEPS, call_peak, peak_label, total
 
 
 def test_each_calls_peak_is_the_bytes_live_before_it_less_its_arguments_plus_xlas_peak(tiny, tiny_ar, oracle):
@@ -20,46 +25,69 @@ def test_each_calls_peak_is_the_bytes_live_before_it_less_its_arguments_plus_xla
         assert p.live_before == before  # what the recorder counted just before the call
         assert p.device_bytes == before["cpu:0"] - ma["argument"] + call_peak(ma)
         assert p.bytes == total(before) - ma["argument"] + call_peak(ma)
-    assert true_peak(tiny, devices) == max(steps, key=lambda p: p.device_bytes)
+    peaks = tiny_ar.peaks
+    assert peaks.call == max(steps, key=lambda p: p.device_bytes)
+    assert peaks.largest_sampled == peaks.call  # every call of the step was sampled
+
+
+def test_the_run_peaks_live_peak_and_true_peak(tiny_ar, oracle):
+    tl = timeline(tiny_ar)
+    p = tiny_ar.peaks
+    live = oracle["live"].values()
+    assert p.live.snapshot == tl.peak_snapshot and p.live.bytes == max(map(total, live))
+    assert dict(zip(p.live.devices["device"], p.live.devices["live_bytes"])) == oracle["live"][peak_label(oracle)]
+    assert p.busiest_live_bytes == max(b for s in live for b in s.values())
+    assert p.device_bytes == max(p.busiest_live_bytes, p.call.device_bytes)
+    assert p.total_bytes == max(p.live.bytes, p.call.bytes) >= p.device_bytes
+    assert p.where == (p.call.where if p.call.device_bytes > p.busiest_live_bytes else AT_LIVE_PEAK)
+    assert p.where == "during a call of step"
 
 
 def test_the_true_peak_with_a_change_made_is_the_same_model_with_other_figures(tiny, tiny_ar, oracle):
     tl = timeline(tiny_ar)
-    device, summed, inside = true_peaks(tiny, tl)
-    assert device == max(busiest_snapshot(tl), inside.device_bytes) and summed >= device
-    step = next(p for p in call_peaks(tiny, tl.devices) if p.function == "step")
+    p = tiny_ar.peaks
+    device, summed = p.device_bytes, p.total_bytes
+    step = next(c for c in p.calls if c.function == "step")
     # The step's own figures in place of the recorded ones change nothing.
     same = {(step.function_id, step.signature): dict(step.figures)}
-    assert true_peaks(tiny, tl, same)[:2] == (device, summed)
+    changed = p.with_change(same)
+    assert (changed.device_bytes, changed.total_bytes) == (device, summed)
     # 1 MiB more temporaries in the step: each of its calls' peaks rises by that, and no other.
     more = {(step.function_id, step.signature): {**step.figures, "temp_bytes": step.figures["temp_bytes"] + 2**20}}
-    before = {(p.function, p.call_index): p.device_bytes for p in call_peaks(tiny, tl.devices)}
-    after = {(p.function, p.call_index): p.device_bytes for p in call_peaks(tiny, tl.devices, more)}
+    before = {(c.function, c.call_index): c.device_bytes for c in p.calls}
+    after = {(c.function, c.call_index): c.device_bytes for c in call_peaks(tiny, tl.devices, more)}
     assert {k: after[k] - before[k] for k in before} == {k: 2**20 if k[0] == "step" else 0 for k in before}
+    assert p.with_change(more).device_bytes == device + 2**20  # the peak is the step's
     assert set(step.figures) == set(FIGURES)
     # Bytes taken off the snapshot that holds the snapshots' peak lower it by at most that.
     peak = tl.devices.loc[tl.devices["live_bytes"].idxmax()]
     less = {int(peak["snapshot"]): {str(peak["device"]): 1024}}
     assert busiest_snapshot(tl) - 1024 <= busiest_snapshot(tl, less) <= busiest_snapshot(tl)
+    assert p.with_change(less=less).device_bytes == device  # the step's peak is above the snapshots'
 
 
-def test_inputs_on_fewer_devices_than_the_call_are_not_its_argument_buffers():
-    """truepeak.placement: the devices a call ran on (the most any input or
-    output array is on) and the share of its inputs' bytes already there;
-    an array on one device passed to a call on two is copied (it stays
-    alive beside the copy), and damaged cells change nothing."""
-    import json
+def test_the_unchanged_peaks_are_computed_once_per_report(tiny, monkeypatch):
+    """However many analyses read the true peak (the report's header, roles,
+    the counters, each donation and sharding candidate, each remat wrap),
+    the unchanged model is computed once; only a change made computes
+    call peaks again."""
+    made, unchanged = [], []
+    real_run_peaks, real_call_peaks = peaks_module.run_peaks, peaks_module.call_peaks
 
-    from jaxmemprof.truepeak import placement
+    def counting_run_peaks(run, tl):
+        made.append(run)
+        return real_run_peaks(run, tl)
 
-    def leaf(nbytes, devices):
-        return {"bytes": nbytes, "devices": devices}
+    def counting_call_peaks(run, devices=None, replace=None, gone=None, since=float("-inf")):
+        if not replace and not gone:
+            unchanged.append(run)
+        return real_call_peaks(run, devices, replace, gone, since)
 
-    whole, sharded = leaf(3000, 1), leaf(1000, 2)
-    assert placement(json.dumps([whole]), json.dumps([sharded])) == (2, 0.0)
-    assert placement(json.dumps([sharded, whole]), json.dumps([sharded])) == (2, 0.25)
-    assert placement(json.dumps([sharded]), json.dumps([sharded])) == (2, 1.0)
-    assert placement(json.dumps([whole]), json.dumps([whole])) == (1, 1.0)
-    assert placement(json.dumps([whole]), None) == (1, 1.0)  # outputs not recorded: the inputs say
-    for damaged in ("[", "{}", "[1, null]", json.dumps([{"bytes": True, "devices": "x"}]), None):
-        assert placement(damaged, damaged) == (1, 1.0)
+    monkeypatch.setattr(peaks_module, "run_peaks", counting_run_peaks)
+    monkeypatch.setattr(peaks_module, "call_peaks", counting_call_peaks)
+    ar = attribute(tiny, Options())
+    report = build_report(ar)
+    assert len(made) == 1 and len(unchanged) == 1
+    assert any(f.facts.get("verified") for f in report.findings)  # a what-if was measured, against that one model
+    assert ar.peaks is ar.peaks and len(made) == 1
+    assert run_peaks(tiny, timeline(ar)).device_bytes == report.answer.true_peak_bytes

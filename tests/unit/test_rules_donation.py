@@ -15,7 +15,7 @@ def test_the_donate_finding_is_the_candidate_with_its_measured_saving(tiny_ar):
     tl = timeline(tiny_ar)
     (c,) = donation_candidates(tiny_ar)
     (f,) = [f for f in rule.detect(Context(tiny_ar, tl)) if f.rule == "donate"]
-    measured = verified_change(tiny_ar, tl, c.function_id, [d.argument for d in c.donors])
+    measured = verified_change(tiny_ar, c.function_id, [d.argument for d in c.donors])
     assert measured["verified"] and f.fact("arguments") == [d.argument for d in c.donors]
     assert f.saving_bytes == max(measured["saving_bytes"], 0)
     per_device = measured["saving_bytes_per_device"]

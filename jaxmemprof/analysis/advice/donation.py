@@ -27,7 +27,6 @@ import pandas as pd
 
 from jaxmemprof.analysis.cells import json_cell as _json
 from jaxmemprof.analysis.cells import leaves as _leaves
-from jaxmemprof.analysis.peaks import during_calls, true_peaks
 from jaxmemprof.truepeak import FIGURES, as_passed, call_peak
 from jaxmemprof.donors import Call, Donor, donors, label, match
 from jaxmemprof.libraries import BY_NAME
@@ -35,7 +34,6 @@ from jaxmemprof.source import closing_bracket, statement_at
 
 if TYPE_CHECKING:
     from jaxmemprof.analysis.attributed import Attributed, Files
-    from jaxmemprof.analysis.timeline import Timeline
 
 
 JIT_MEMORY_COLUMNS = [
@@ -306,11 +304,11 @@ NOT_COMPILED = ("not compiled at the end of the run (recorded with --verify-seco
                 "that did not verify)")
 
 
-def verified_change(ar: Attributed, tl: Timeline, function_id: int, arguments) -> dict:
+def verified_change(ar: Attributed, function_id: int, arguments) -> dict:
     """What donating ``arguments`` of the function does to the run's true
     peak, from XLA's compiles of its recorded signatures with them donated
     (jit_whatif, made at the end of the run): the true peak with those
-    figures in place of the recorded ones (``true_peaks``), before and
+    figures in place of the recorded ones (``Peaks.with_change``), before and
     after, on the busiest device and on all devices summed. Facts: where it
     could not be compiled, ``verified`` false and ``not_verified`` (why).
     With the change made, a snapshot that saw two generations of the
@@ -333,11 +331,12 @@ def verified_change(ar: Attributed, tl: Timeline, function_id: int, arguments) -
     recorded = compiles[compiles["function_id"] == function_id].drop_duplicates("signature")
     by_sig = {sig: {col: _int(r[col]) for col in FIGURES}
               for sig, r in zip(recorded["signature"], recorded.to_dict("records"))}
-    before_device, before_total, _ = true_peaks(run, tl)
+    peaks = ar.peaks
+    before_device, before_total = peaks.device_bytes, peaks.total_bytes
     if before_device is None:  # no snapshot to read (a damaged run): nothing to measure against
         return {"verified": False, "not_verified": "the run's true peak cannot be read (no snapshot)"}
-    after_device, after_total, held = true_peaks(run, tl, changed, _less(ar, tl, function_id, arguments),
-                                                 _first_kept(ar, function_id, arguments))
+    after = peaks.with_change(changed, _less(ar, function_id, arguments), _first_kept(ar, function_id, arguments))
+    after_device, after_total, held = after.device_bytes, after.total_bytes, after.call
     # The largest signature verified: its temporaries before and after, and what XLA aliases.
     sig = max(changed, key=lambda k: call_peak(by_sig.get(k[1], changed[k])))[1]
     old, new = by_sig.get(sig, {}), changed[(int(function_id), sig)]
@@ -448,7 +447,7 @@ def _seen_twice(ar: Attributed, function_id: int, arguments) -> dict:
     return less
 
 
-def _less(ar: Attributed, tl: Timeline, function_id: int, arguments) -> dict:
+def _less(ar: Attributed, function_id: int, arguments) -> dict:
     """{snapshot: {device: bytes}} the change takes off the snapshots: a
     snapshot taken while a call of the function was in progress is a moment
     of that call, which the call's own peak, compiled with the change,
@@ -456,7 +455,7 @@ def _less(ar: Attributed, tl: Timeline, function_id: int, arguments) -> dict:
     outputs beside them, are what the compile counts); elsewhere, the older
     generation of the donated arrays (``_seen_twice``)."""
     less = _seen_twice(ar, function_id, arguments)
-    for snap, devices in during_calls(ar.run, tl, function_id).items():
+    for snap, devices in ar.peaks.during(function_id).items():
         less.setdefault(snap, {}).update(devices)
     return less
 

@@ -27,8 +27,6 @@ from jaxmemprof.replicas import candidate, meshes_of, shard_on, spec
 from jaxmemprof.analysis.attributed import Attributed
 from jaxmemprof.analysis.cells import json_cell as _json
 from jaxmemprof.analysis.cells import leaves as _leaves
-from jaxmemprof.analysis.peaks import during_calls, true_peaks
-from jaxmemprof.analysis.timeline import Timeline
 from jaxmemprof.flow import leaf_key
 
 MEANINGFUL = 0.01  # a fall of the true peak smaller than this share is not worth an all-gather a step
@@ -172,7 +170,7 @@ def _made_by(run, function_id: int, replace: dict) -> list[dict]:
     return out
 
 
-def verified_sharding(ar: Attributed, tl: Timeline, function_id: int, leaves: list) -> dict | None:
+def verified_sharding(ar: Attributed, function_id: int, leaves: list) -> dict | None:
     """What sharding the inputs as the rule says does to the run's true peak
     (facts), from the compiles of the function with them sharded; None where
     there is no finding to make (the step gathers them back, XLA refuses
@@ -194,11 +192,12 @@ def verified_sharding(ar: Attributed, tl: Timeline, function_id: int, leaves: li
     signatures = len(replace)
     replace.update(_others(run, function_id, {k for c in changes for k in _keys(c)}))
     less, gone = _held_between(run, shard)
-    for snap, devices in during_calls(run, tl, function_id).items():
+    peaks = ar.peaks
+    for snap, devices in peaks.during(function_id).items():
         less.setdefault(snap, {}).update(devices)
     made_by = _made_by(run, function_id, replace)
-    before, _, _ = true_peaks(run, tl)
-    after, _, _ = true_peaks(run, tl, replace, less, gone)
+    before = peaks.device_bytes
+    after = peaks.with_change(replace, less, gone).device_bytes
     if before is None or after is None or before - after < MEANINGFUL * before:
         return None
     by_key = {leaf_key(leaf): leaf for leaf in leaves}

@@ -47,7 +47,6 @@ from jaxmemprof.analysis.advice.allocator import (
 from jaxmemprof import backends
 from jaxmemprof.analysis.attributed import Attributed
 from jaxmemprof.analysis.counters import chip_counters
-from jaxmemprof.analysis.peaks import busiest_snapshot, true_peaks
 from jaxmemprof.backends.tpu import INFLIGHT_CAP, INFLIGHT_MEASURED
 from jaxmemprof.analysis.findings import Finding
 from jaxmemprof.analysis.rules.base import (LOWER_THE_PEAK, POOL_TRADE_OFF, Context, Rule, Words, exact, fmt,
@@ -57,18 +56,18 @@ from jaxmemprof.units import format_bytes
 
 
 def detect(ctx: Context) -> list[Finding]:
-    return allocator_findings(ctx.ar, ctx.device_peak, timeline=ctx.tl) + queued_findings(ctx.ar, ctx.tl)
+    return allocator_findings(ctx.ar, ctx.device_peak, timeline=ctx.tl) + queued_findings(ctx.ar)
 
 
-def queued_findings(ar: Attributed, tl) -> list[Finding]:
+def queued_findings(ar: Attributed) -> list[Finding]:
     """On a backend whose counters show the outputs of queued steps (a TPU):
     one finding when whole generations of the largest call's outputs were in
     use beyond what the step needs (analysis/counters.py)."""
     run = ar.run
     if not backends.of_run(run.manifest).queue_advice:
         return []
-    device_peak, _, inside = true_peaks(run, tl)
-    c = chip_counters(run, inside, device_peak, busiest_snapshot(tl))
+    peaks = ar.peaks
+    c = chip_counters(run, peaks.call, peaks.device_bytes, peaks.busiest_live_bytes)
     if not c or not c.get("queued_generations"):
         return []
     share = c.get("share_of_limit")

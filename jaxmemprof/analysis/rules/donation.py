@@ -12,14 +12,13 @@ from jaxmemprof.analysis.cells import json_cell
 from jaxmemprof.analysis.findings import Finding
 from jaxmemprof.analysis.rules.base import Context, Rule, Words, fmt, listed
 
-from jaxmemprof.analysis.timeline import Timeline, timeline
 from jaxmemprof.donors import describe, label
 from jaxmemprof.libraries import BY_NAME, phrases
 from jaxmemprof.units import counted, format_pair
 
 
 def detect(ctx: Context) -> list[Finding]:
-    return donation_findings(ctx.ar, ctx.tl)
+    return donation_findings(ctx.ar)
 
 DONATION_DOCS = "https://docs.jax.dev/en/latest/faq.html#buffer-donation"
 
@@ -226,7 +225,7 @@ DONATED_THEN_USED = Rule(
 )
 
 
-def donation_findings(ar: Attributed, tl: Timeline | None = None) -> list[Finding]:
+def donation_findings(ar: Attributed) -> list[Finding]:
     """The donation advice. A ``donate`` finding's saving is what XLA's
     compile of the function with the arguments donated does to the run's
     true peak (``verified_change``); where that compile is missing, the
@@ -238,13 +237,12 @@ def donation_findings(ar: Attributed, tl: Timeline | None = None) -> list[Findin
         return findings
     by_id = functions.set_index("function_id")
     for c in donation_candidates(ar):
-        tl = tl if tl is not None else timeline(ar)
         fid = c.function_id
         fn = by_id.loc[fid].copy()
         fn["function_id"] = fid
         cands = c.donors
         donated, devices = c.donated_bytes, c.devices
-        measured = verified_change(ar, tl, fid, [d.argument for d in cands])
+        measured = verified_change(ar, fid, [d.argument for d in cands])
         if measured["verified"]:  # the fall on all devices summed is the finding's saving; on the busiest, a fact
             saving, per_device = measured.pop("saving_bytes"), measured["saving_bytes_per_device"]
         else:

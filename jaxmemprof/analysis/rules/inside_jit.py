@@ -13,8 +13,6 @@ from jaxmemprof.analysis.inside_jit import largest_signature_only
 from jaxmemprof.analysis.rules.base import Context, Rule, Words, fmt
 from jaxmemprof.analysis.sites import NO_STACK
 from jaxmemprof.analysis.cells import json_cell
-from jaxmemprof.analysis.peaks import during_calls, true_peaks
-from jaxmemprof.analysis.timeline import timeline
 from jaxmemprof.libraries import LIBRARIES, WRAPPERS, phrases, remat_spelling, remat_words
 from jaxmemprof.truepeak import FIGURES
 
@@ -28,7 +26,7 @@ NARROW_SHARE = 0.5  # of the program's peak, held by float32 temporaries
 
 
 def detect(ctx: Context) -> list[Finding]:
-    return inside_jit_findings(ctx.ar, ctx.tl)
+    return inside_jit_findings(ctx.ar)
 
 
 def _by_line(x: dict) -> str:
@@ -162,7 +160,7 @@ NO_COMPILE = ("not compiled at the end of the run (recorded with --verify-second
               "not compile remat)")
 
 
-def compiled_remat(ar: Attributed, tl, function_id: int) -> dict | None:
+def compiled_remat(ar: Attributed, function_id: int) -> dict | None:
     """What the compiles of the step with a function of the program wrapped
     in remat (capture/jit/remat.py, jit_whatif) do to the run's true peak:
     the best wrap and policy's facts (``compiled``, ``saving_bytes``), why
@@ -194,14 +192,14 @@ def compiled_remat(ar: Attributed, tl, function_id: int) -> dict | None:
     if not groups:
         why = (unwrappable + errors or ["XLA gave no figures"])[0]
         return {"compiled": False, "not_compiled": why}
-    tl = tl if tl is not None else timeline(ar)
-    before, _, _ = true_peaks(run, tl)
+    peaks = ar.peaks
+    before = peaks.device_bytes
     if before is None:
         return {"compiled": False, "not_compiled": "no true peak to compare with"}
-    less = during_calls(run, tl, function_id)
+    less = peaks.during(function_id)
     tried, best = [], None
     for (what, policy), (c, replace) in groups.items():
-        after, _, _ = true_peaks(run, tl, replace, less)
+        after = peaks.with_change(replace, less).device_bytes
         if after is None:
             continue
         tried.append(f"{what} {policy}: {fmt(after)}")
@@ -232,7 +230,7 @@ def _first_user_site(by_line: pd.Series) -> str:
     return str(named[0]) if named else ""
 
 
-def inside_jit_findings(ar: Attributed, tl=None) -> list[Finding]:
+def inside_jit_findings(ar: Attributed) -> list[Finding]:
     """Hints from what fills each function's peak."""
     b = largest_signature_only(ar.jit_buffers)
     if b.empty:
@@ -253,7 +251,7 @@ def inside_jit_findings(ar: Attributed, tl=None) -> list[Finding]:
         if fid not in remat and int(kept["bytes"].sum()) >= REMAT_SHARE * peak:
             by_line = kept.groupby("site")["bytes"].sum().sort_values(ascending=False)
             saving = int(kept["bytes"].sum())
-            measured = compiled_remat(ar, tl, int(fid))
+            measured = compiled_remat(ar, int(fid))
             severity = "low"
             if measured is not None and measured.get("compiled"):
                 saving = measured.pop("saving_bytes")

@@ -10,7 +10,6 @@ from jaxmemprof.analysis.attributed import Attributed
 from jaxmemprof.analysis.cells import leaves as leaves_of
 from jaxmemprof.analysis.findings import Finding
 from jaxmemprof.analysis.rules.base import Context, Rule, Words, fmt
-from jaxmemprof.analysis.timeline import Timeline, timeline
 from jaxmemprof.libraries import phrases
 from jaxmemprof.units import counted
 
@@ -19,7 +18,7 @@ _RESHARDS = ", ".join(("with_sharding_constraint",) + phrases("reshard"))
 
 
 def detect(ctx: Context) -> list[Finding]:
-    return replication_findings(ctx.ar, ctx.tl)
+    return replication_findings(ctx.ar)
 
 
 def _put(a: dict) -> str:
@@ -127,7 +126,7 @@ REPLICATED = Rule(
 _SHOWN = 3  # arrays named in one finding
 
 
-def replication_findings(ar: Attributed, tl: Timeline | None = None) -> list[Finding]:
+def replication_findings(ar: Attributed) -> list[Finding]:
     run = ar.run
     calls, functions = run.jit.get("calls"), run.jit.get("functions")
     if calls is None or calls.empty or functions is None or functions.empty:
@@ -151,8 +150,7 @@ def replication_findings(ar: Attributed, tl: Timeline | None = None) -> list[Fin
         arrays = by_rule(leaves, claimed)
         if not arrays:
             continue
-        tl = tl if tl is not None else timeline(ar)
-        measured = verified_sharding(ar, tl, int(fn.function_id), leaves)
+        measured = verified_sharding(ar, int(fn.function_id), leaves)
         if measured is None:
             continue
         if measured["verified"]:
