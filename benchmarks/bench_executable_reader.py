@@ -119,7 +119,7 @@ def whole_run(runs: int, env) -> None:
             for name, cmd in (sides if i % 2 == 0 else sides[::-1]):
                 (plain if name == "python" else probed).append(_timed(cmd, env))
         run = load_run(Path(d) / "run")
-        programs, buffers = run.jit["programs"], run.jit["buffers"]
+        programs, buffers = run.jit.programs, run.jit.buffers
         signatures = sorted(set(programs["signature"]))
         with_buffers = sorted(set(buffers["signature"].dropna()))
     pw, pc = (statistics.median(v) for v in zip(*plain))

@@ -11,13 +11,13 @@ report
     ``ensure_run`` when missing), in one fresh process: the run loaded once,
     then one untimed round and K timed rounds, alternating the order, of
     ``build_report(attribute(run))`` whole and of the part the roles add:
-    ``roles(ar, devices)`` and ``replication_findings(ar)`` on a fresh
+    ``roles(ar)`` and ``replication_findings(ar)`` on a fresh
     ``attribute(run)`` each time (``devices``: the timeline's, which the
     report makes anyway). A fresh ``Attributed`` makes the roles pay for the
     tables they share with the rest of the report (the attribution, XLA's
     buffers by line), so the same part is also timed on an ``Attributed``
     whose shared tables were made first (what the roles add to a report that
-    makes them anyway), and ``largest_sampled_call(run, devices)`` alone
+    makes them anyway), and ``Peaks.largest_sampled`` (the run's peaks) alone
     (``roles()`` calls it: the jit calls and compiles read again, after the
     report's own ``true_peak`` read them). Wall and CPU time
     (``time.process_time``), and the cores other processes kept busy
@@ -137,18 +137,15 @@ class Meter:
 
 
 def report_child(run_path: str, repeat: int) -> dict:
-    from jaxmemprof.analysis.advice.donation import largest_sampled_call
     from jaxmemprof.analysis.rules.sharding import replication_findings
     from jaxmemprof.analysis.attributed import attribute
     from jaxmemprof.analysis.report import build_report
     from jaxmemprof.analysis.roles import roles
-    from jaxmemprof.analysis.timeline import timeline
     from jaxmemprof.store.reader import load_run
 
     m = Meter()
     run = load_run(run_path)
     load = m.stop()
-    devices = timeline(attribute(run)).devices  # as build_report passes its timeline's
     seen: dict = {}
 
     def whole():
@@ -158,7 +155,7 @@ def report_child(run_path: str, repeat: int) -> dict:
 
     def part():
         ar = attribute(run)
-        what = roles(ar, devices)
+        what = roles(ar)
         found = replication_findings(ar)
         seen.update(role_rows=len(what.by_role), owner_rows=len(what.owners), where=what.where,
                     roles=list(what.by_role["role"].unique()), replicated_findings=len(found))
@@ -167,7 +164,7 @@ def report_child(run_path: str, repeat: int) -> dict:
 
     def part_marginal():
         ar = shared.pop("ar")
-        roles(ar, devices)
+        roles(ar)
         replication_findings(ar)
 
     def prepare_marginal():
@@ -176,7 +173,7 @@ def report_child(run_path: str, repeat: int) -> dict:
         shared["ar"] = ar
 
     def call():
-        largest_sampled_call(run, devices)
+        attribute(run).peaks.largest_sampled  # noqa: B018 (the run's peaks, made once per attributed run)
 
     cases = {"build_report": whole, "roles_part": part, "roles_part_shared_tables": part_marginal,
              "largest_sampled_call": call}
@@ -193,7 +190,7 @@ def report_child(run_path: str, repeat: int) -> dict:
                 times[name].append(t)
     return {"load_run": load, "times": times, "seen": seen, "arrays": len(run.arrays),
             "snapshots": len(run.snapshots),
-            "sampled_calls": 0 if run.jit.get("calls") is None else len(run.jit["calls"])}
+            "sampled_calls": len(run.jit.calls)}
 
 
 def bench_report(res: Results, args, env: dict) -> None:
@@ -665,9 +662,9 @@ def bench_run(res: Results, args, env: dict, probe: dict | None) -> None:
     try:
         timed_run([sys.executable, "-m", "jaxmemprof", "run", "-q", "-o", tmp, str(me), *script_args], env)
         jit = jaxmemprof.load_run(tmp).jit
-        calls, funcs = jit.get("calls"), jit.get("functions")
-        names = dict(zip(funcs["function_id"], funcs["name"])) if funcs is not None else {}
-        sampled = calls.groupby("function_id").size().to_dict() if calls is not None else {}
+        calls, funcs = jit.calls, jit.functions
+        names = dict(zip(funcs["function_id"], funcs["name"])) if not funcs.empty else {}
+        sampled = calls.groupby("function_id").size().to_dict() if not calls.empty else {}
         step_samples = max((n for f, n in sampled.items() if names.get(f) == "step"), default=0)
         res.say(f"  adam loop: {steps} steps; sampled calls per function in the run: "
                 + ", ".join(f"{names.get(f, f)} {n}" for f, n in sampled.items()))

@@ -26,6 +26,7 @@ from jaxmemprof.glossary.docs import documents
 from jaxmemprof.glossary.tables import Table, tables
 from jaxmemprof.glossary.terms import TERMS
 from jaxmemprof.analysis.rules import RULES
+from jaxmemprof.store.jit_tables import JitTables
 from jaxmemprof.analysis.attributed import attribute
 
 SAMPLE = REPO / "sample_runs" / "runs" / "mlp-leak"
@@ -307,7 +308,7 @@ def test_donation_facts(sample_report, monkeypatch):
                         "donate_argnames": "[]"}])
     events = pd.DataFrame([{"kind": "warning", "message": "Some donated buffers were not usable: float32[4]"},
                            {"kind": "exception", "message": "RuntimeError: Array has been deleted with shape=f32[4]"}])
-    run = SimpleNamespace(jit={"functions": fn}, events=events)
+    run = SimpleNamespace(jit=JitTables(functions=fn), events=events)
     lost = [{"name": "state", "arg": 0, "path": "[0]", "dtype": "float32", "shape": [4], "donated": True}]
     monkeypatch.setattr(donation, "donation_candidates", lambda run, attribution=None: [])
     monkeypatch.setattr(donation, "unusable_donations",
@@ -376,7 +377,7 @@ def test_inside_jit_facts():
                        "op": "jit(step)/jvp(loss)/dot_general", "shape": "f32[1024]", "bytes": 800, "at_peak": 1,
                        "program_peak_bytes": 1000, "name": "dot.1{}", "signature": "float32[8]",
                        "largest_signature": True}])
-    run = SimpleNamespace(jit={"functions": pd.DataFrame([{"function_id": 1, "wrapper": "flax.nnx.jit"}])})
+    run = SimpleNamespace(jit=JitTables(functions=pd.DataFrame([{"function_id": 1, "wrapper": "flax.nnx.jit"}])))
     found = inside_jit.inside_jit_findings(SimpleNamespace(jit_buffers=b, run=run))
     assert [f.rule for f in found] == ["remat", "narrow-dtype"]
     for f in found:

@@ -110,7 +110,7 @@ def test_without_its_compile_a_donation_saves_up_to_its_bytes_said_as_not_verifi
     proc = run_cli("run", "--verify-seconds", "0", "-o", tmp_path / "run", script, cwd=tmp_path, check=0)
     assert "verified by compiling" not in proc.stderr, proc.stderr
     run = load_run(tmp_path / "run")
-    assert run.jit["whatif"].empty  # nothing compiled at the end
+    assert run.jit.whatif.empty  # nothing compiled at the end
     [f] = _donations(run, None)
     assert not f.fact("verified") and f.saving_bytes == f.fact("donated_bytes") == STATE_BYTES
     assert "--verify-seconds 0" in f.fact("not_verified")
@@ -166,7 +166,7 @@ def test_applied_donation_gets_no_advice_and_lowers_the_peak_by_the_prediction(r
     assert abs(advice.saving_bytes - (peak_before - peak_after)) <= 0.01 * (peak_before - peak_after)
     assert words(advice).saves == f"saves {format_bytes(advice.saving_bytes)} (compiled)"
     # The compile that measured it, and what it cost, are in the run.
-    (row,) = before.jit["whatif"].itertuples()
+    (row,) = before.jit.whatif.itertuples()
     assert json.loads(row.change)["donate"] == ["params", "opt"] and pd.isna(row.error) and row.compile_s > 0
     assert row.alias_bytes == ma["alias_bytes"]
 
@@ -341,17 +341,17 @@ def test_probe_keeps_every_jit_form_working_with_identical_results(recorded):
     assert plain.returncode == 0, plain.stderr
     _, run, _, probed = _record(recorded, "forms.py")
     assert json.loads(probed.stdout) == json.loads(plain.stdout)
-    names = set(run.jit["functions"]["name"])
+    names = set(run.jit.functions["name"])
     assert {"plain", "factory", "static", "named", "apply", "tree"} <= names
-    counts = run.jit["counts"].merge(run.jit["functions"], on="function_id").set_index("name")
+    counts = run.jit.counts.merge(run.jit.functions, on="function_id").set_index("name")
     # Calls through the proxy: not the one through .lower(...).compile(), which runs the executable.
     assert counts.loc["plain", "calls"] == 1 + 4
-    factory = run.jit["functions"].set_index("name").loc["factory"]
+    factory = run.jit.functions.set_index("name").loc["factory"]
     assert json.loads(factory["donate_argnums"]) == [0]
     # Without the probe, nothing is recorded about jitted functions.
     off = procs["forms.py off"]
     assert off.returncode == 0, off.stderr
-    assert load_run(d / "off.run").jit["functions"].empty
+    assert load_run(d / "off.run").jit.functions.empty
 
 
 def test_report_shows_the_donation_and_memory_inside_jit(recorded):
@@ -386,20 +386,20 @@ for i in range(3):
 
 def test_calls_after_sampling_cost_nothing_and_new_compilations_are_analysed(recorded):
     script, run, att, _ = _record(recorded, "many.py")
-    counts = run.jit["counts"].iloc[0]
+    counts = run.jit.counts.iloc[0]
     # Once its samples are taken, calls go straight to the jitted function
     # (uncounted); the compilation of the new signature wakes the probe,
     # which analyses it at the next call.
     assert counts["compiles"] == 2 and counts["calls_complete"] == 0
     assert 20 < counts["calls"] < 1203
-    compiles = run.jit["compiles"]
+    compiles = run.jit.compiles
     assert sorted(compiles["argument_bytes"].tolist()) == [64, 128]
     # The sample is capped, but for the first call of each signature analysed
     # after it: each compiled signature has a call that names it.
     # A sample whose inputs the program dropped while a snapshot held them
     # tells no fate (inputs_alive empty) and is not counted: the next call is
     # sampled instead (probe._check_liveness), as a loaded machine's timing has it.
-    calls = run.jit["calls"]
+    calls = run.jit.calls
     told = calls[calls["inputs_alive"].notna()]
     assert told["signature"].tolist() == ["float32[16]"] * 20 + ["float32[32]"]
     sampled = set(calls["call_index"].tolist())
@@ -461,8 +461,8 @@ def test_a_snapshot_wakes_a_quiet_function_that_compiled_again(recorded):
     grown compile cache of a quiet function and the next call is analysed;
     while quiet, calls reach the jitted function itself."""
     run = _probed(recorded, "poll")
-    assert sorted(run.jit["compiles"]["argument_bytes"].tolist()) == [64, 128]
-    counts = run.jit["counts"].iloc[0]
+    assert sorted(run.jit.compiles["argument_bytes"].tolist()) == [64, 128]
+    counts = run.jit.counts.iloc[0]
     assert counts["compiles"] == 2 and counts["calls_complete"] == 0
 
 
@@ -483,8 +483,8 @@ def test_a_signature_compiled_while_quiet_is_analysed_when_it_comes_back(recorde
     (its arguments unseen), analysed at the next call that has it; the
     signature seen in between is not analysed twice."""
     run = _probed(recorded, "epochs")
-    assert sorted(run.jit["compiles"]["signature"]) == ["float32[16]", "float32[4]"]
-    assert run.jit["counts"].iloc[0]["compiles"] == 2
+    assert sorted(run.jit.compiles["signature"]) == ["float32[16]", "float32[4]"]
+    assert run.jit.counts.iloc[0]["compiles"] == 2
 
 
 PRUNED = """
@@ -583,7 +583,7 @@ def test_a_wrapper_called_over_several_lines_gets_the_whole_statement_edited(rec
     script, run, att, proc = _record(recorded, "multiline.py")
     assert json.loads(proc.stdout.splitlines()[-1]) == {"update": 0, "step2": 0}
     found = {f.facts["function"]: f for f in _donations(run, att)}
-    fns = run.jit["functions"].set_index("name")
+    fns = run.jit.functions.set_index("name")
     report = run_cli("report", "--explain", script.parent / "multiline.py.run", cwd=script.parent, check=0).stdout
     text = script.read_text()
     for function, marker, lines in (("update", "LINE-JIT-A", 4), ("step2", "LINE-JIT-B", 2)):

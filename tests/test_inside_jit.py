@@ -97,7 +97,7 @@ def recorded(tmp_path_factory):
 
 
 def _function_id(run, name):
-    fns = run.jit["functions"]
+    fns = run.jit.functions
     return int(fns.loc[fns["name"] == name, "function_id"].item())
 
 
@@ -108,8 +108,8 @@ def _rows(table, run, name):
 def test_totals_are_xlas_own(recorded):
     _, run, att = recorded
     assert run.events.empty or not (run.events["kind"] == "probe-error").any()
-    programs = run.jit["programs"].set_index("function_id")
-    compiles = run.jit["compiles"].drop_duplicates("function_id").set_index("function_id")
+    programs = run.jit.programs.set_index("function_id")
+    compiles = run.jit.compiles.drop_duplicates("function_id").set_index("function_id")
     peaks = peak_by_line(attribute(run))
     assert set(programs.index) == {_function_id(run, n) for n in ("sorted_copy", "reduced", "scanned", "grad_step")}
     for fid, p in programs.iterrows():
@@ -153,7 +153,7 @@ def test_kept_activations_get_no_remat_finding_where_the_compiled_wrap_does_not_
     # run and does not lower the peak on CPU (XLA computes the recomputation early), so there is no remat finding
     # (issue 53: a remat that does not lower the peak is not a finding; tests/test_remat.py has those that do).
     found = [f for f in inside_jit_findings(attribute(run)) if f.rule == "remat"]
-    w = run.jit["whatif"]
+    w = run.jit.whatif
     tried = w[w["change"].str.contains('"remat"')]
     assert len(tried) and all('"function": "loss"' in c for c in tried["change"])
     over = tried["error"].astype(str).str.contains("budget").any()  # a loaded machine: past the compile budget
@@ -167,7 +167,7 @@ def test_changing_one_line_changes_what_the_call_needs(recorded, tmp_path):
     script, before, att = recorded
     _, after, att_after = _record(tmp_path, "--changed", name="changed")
     line = line_of(script, "LINE-RB")
-    temps = [r.jit["programs"].set_index("function_id").loc[_function_id(r, "reduced"), "temp_bytes"]
+    temps = [r.jit.programs.set_index("function_id").loc[_function_id(r, "reduced"), "temp_bytes"]
              for r in (before, after)]
     assert temps[0] - temps[1] == MiB
     old = _rows(largest_buffers(attribute(before)), before, "reduced")
@@ -182,7 +182,7 @@ def test_at_its_peak_a_program_holds_no_more_than_its_allocations(recorded):
     as) count once: what the lines hold at the peak is never more than XLA's
     allocations for the call (arguments + outputs - aliased + temporaries)."""
     _, run, att = recorded
-    programs = run.jit["programs"]
+    programs = run.jit.programs
     for p in programs.itertuples():
         allocated = p.argument_bytes + p.output_bytes - p.alias_bytes + p.temp_bytes
         assert p.peak_bytes <= allocated
@@ -228,7 +228,7 @@ def test_a_function_jitted_in_main_has_its_dump(tmp_path):
     script = write_script(tmp_path, "in_main.py", IN_MAIN)
     run_cli("run", "-q", "--max-overhead", "1", "-o", tmp_path / "run", script, cwd=tmp_path, check=0)
     run = load_run(tmp_path / "run")
-    assert len(run.jit["programs"]) == 1
+    assert len(run.jit.programs) == 1
     rows = peak_by_line(attribute(run))
     assert f"in_main.py:{line_of(script, 'LINE-SORT')} (step)" in set(rows["site"])
 
@@ -271,11 +271,11 @@ def test_calls_alternating_between_shardings_analyse_each_executable_once(tmp_pa
     script = write_script(tmp_path, "shardings.py", SHARDINGS)
     run_cli("run", "-q", "-o", tmp_path / "run", script, cwd=tmp_path, check=0)
     run = load_run(tmp_path / "run")
-    compiles = run.jit["compiles"]
+    compiles = run.jit.compiles
     assert sorted(compiles["signature"]) == ["float32[64,64]@[16,64]x4", "float32[64,64]@[64,64]x4"]
-    programs = run.jit["programs"]
+    programs = run.jit.programs
     assert sorted(programs["signature"]) == sorted(compiles["signature"])  # each read once
-    assert int(run.jit["counts"]["compiles"].iloc[0]) == 2
+    assert int(run.jit.counts["compiles"].iloc[0]) == 2
 
 
 LEFTOVER = """
@@ -301,10 +301,10 @@ def test_a_donated_steps_leftover_last_batch_is_analysed_too(tmp_path):
     script = write_script(tmp_path, "leftover.py", LEFTOVER)
     run_cli("run", "-q", "-o", tmp_path / "run", script, cwd=tmp_path, check=0)
     run = load_run(tmp_path / "run")
-    compiles = run.jit["compiles"].set_index("signature")
+    compiles = run.jit.compiles.set_index("signature")
     assert sorted(compiles.index) == ["float32[256,256], float32[32,256]", "float32[256,256], float32[8,256]"]
     assert (compiles["alias_bytes"] == 256 * 256 * 4).all()  # each donates w
-    assert sorted(run.jit["programs"]["signature"]) == sorted(compiles.index)
+    assert sorted(run.jit.programs["signature"]) == sorted(compiles.index)
 
 
 def test_every_signature_is_read_from_its_executable(tmp_path):
@@ -318,7 +318,7 @@ def test_every_signature_is_read_from_its_executable(tmp_path):
     run = load_run(tmp_path / "run")
     events = run.events
     assert events.empty or not events["kind"].isin(["probe-error", "xla-dump"]).any(), events
-    programs = run.jit["programs"]
+    programs = run.jit.programs
     assert sorted(programs["signature"]) == ["float32[128,128]", "float32[256,256]", "float32[512,512]"]
     by_signature = programs.set_index("signature")
     # each signature's peak: its argument, x @ x and its sorted copy (n*n*4 bytes each), at least

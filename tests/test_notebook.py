@@ -216,7 +216,7 @@ def test_sites_are_named_by_cell_not_by_ipykernels_temporary_file(kernel):
     run = load_run(kernel.work / "runs" / "train")
     labels = set(run.source_names.values())
     assert {f"In [{n}]" for n in range(1, data + 1)} <= labels
-    fn = run.jit["functions"]
+    fn = run.jit.functions
     step = fn[fn["name"] == "step"].iloc[0]
     assert run.source_names[step["jit_file"]] == "In [2]"  # jitted in In [2], before the run
 

@@ -100,8 +100,8 @@ def _call_peaks(run) -> dict:
     """(program, batch, donated) -> XLA's call peak of the step, as the
     report reads it (jit.csv's call_peak_bytes), for the run's jitted steps."""
     jm = jit_memory(attribute(run, Options())).set_index("function_id")
-    functions = run.jit["functions"].set_index("function_id")
-    compiles = run.jit["compiles"]
+    functions = run.jit.functions.set_index("function_id")
+    compiles = run.jit.compiles
     out = {}
     for fid, sig in zip(compiles["function_id"], compiles["signature"]):
         fn = functions.loc[fid]
@@ -147,7 +147,7 @@ def test_the_donated_plan_needs_less_by_what_xla_aliases(planned, actual):
     advice = [f for f in donation_findings(ar) if f.rule == "donate"]
     assert len(advice) == 1 and advice[0].fact("arguments") == ["params", "momentum"]
     donated_bytes = advice[0].fact("donated_bytes")
-    inputs = json.loads(run.jit["calls"]["inputs"].iloc[-1])
+    inputs = json.loads(run.jit.calls["inputs"].iloc[-1])
     assert donated_bytes == sum(leaf["bytes"] for leaf in inputs if leaf["name"] in ("params", "momentum"))
     assert int(at32.loc["donated", "alias_bytes"]) == donated_bytes
     assert int(at32.loc["recorded", "alias_bytes"]) == 0
@@ -256,12 +256,12 @@ def test_the_page_plots_every_compile_and_the_device_line(outputs):
 
 def test_a_run_without_plan_writes_no_plan(outputs, actual):
     d, done = outputs
-    assert actual.jit["plans"].empty
+    assert actual.jit.plans.empty
     assert actual.manifest["settings"]["plan"] is None
     assert json.loads(done[6].stdout)["plan"] is None
     assert pd.read_csv(d / "csv-actual" / "plan.csv").empty
     bundled = load_run(REPO / "sample_runs" / "schema-1" / "mlp-leak")  # recorded before the table existed
-    assert bundled.jit["plans"].empty and not any("jit_plans" in w for w in bundled.warnings)
+    assert bundled.jit.plans.empty and not any("jit_plans" in w for w in bundled.warnings)
 
 
 NUMPY_FED = """

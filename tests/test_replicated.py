@@ -136,7 +136,7 @@ def test_applying_the_printed_fix_never_raises_the_per_device_true_peak(tmp_path
     if program is EQUINOX:
         # the step gathers its model back whole: sharded outside, each call would replicate it again
         assert findings == []
-        w = load_run(before).jit["whatif"]
+        w = load_run(before).jit.whatif
         gathered = [json.loads(c) for c in w["change"] if "shard" in json.loads(c)]
         assert gathered and all(c["gathered"] for c in gathered)
         return

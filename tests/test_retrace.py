@@ -96,7 +96,7 @@ def test_plan_retraces_are_shielded_and_marked(tmp_path):
     assert points["error"].isna().all(), points["error"].tolist()
     assert sorted(set(points["batch"])) == [16, 32, 64, 128, 256]
     assert any("re-trace of the program's Python" in e and "traced the run's program" in e for e in events)
-    rows = load_run(tmp_path / "run").jit["plans"]
+    rows = load_run(tmp_path / "run").jit.plans
     traced = {(r.variant, int(r.batch)): __import__("json").loads(r.detail).get("traced")
               for r in rows.itertuples() if isinstance(r.detail, str)}
     assert traced[("donated", 32)] == "run" and traced[("recorded", 64)] == "re-trace"
@@ -144,7 +144,7 @@ def test_whatif_replays_the_runs_trace(tmp_path):
     on), and the saving is verified."""
     py, run = in_parallel(lambda: _python("context"), lambda: _run(tmp_path / "run", [], "context"))
     _same_as_python(py, run)
-    whatif = load_run(tmp_path / "run").jit["whatif"]
+    whatif = load_run(tmp_path / "run").jit.whatif
     assert len(whatif) >= 1 and whatif["error"].isna().all(), whatif.to_dict("records")
     assert "saves" in run.stderr and "(compiled)" in run.stderr
 
@@ -157,7 +157,7 @@ def test_a_targets_compiles_replay_or_are_shielded(tmp_path):
     two figures given, the third not, saying why."""
     py, run = in_parallel(lambda: _python("exit"), lambda: _run(tmp_path / "run", ["--target", "v5e:2x2"], "exit"))
     _same_as_python(py, run)
-    rows = load_run(tmp_path / "run").jit["targets"].set_index("variant")
+    rows = load_run(tmp_path / "run").jit.targets.set_index("variant")
     assert rows.loc["recorded", "error"] is None and rows.loc["donated", "error"] is None, rows.to_dict("records")
     assert "SystemExit(7)" in rows.loc["bfloat16", "error"]
 

@@ -201,7 +201,7 @@ def test_a_static_argument_is_part_of_the_signature(tmp_path):
     # as it does in JAX's cache, so the true peak is the big call's own figure.
     run, oracle = _record(tmp_path, "static.py", STATIC_SIZES)
     assert oracle["big"] > 40 * 2**20 > oracle["small"]
-    signatures = sorted(load_run(run).jit["compiles"]["signature"])
+    signatures = sorted(load_run(run).jit.compiles["signature"])
     assert signatures == ["float32[4096,1], static:4096", "float32[4096,1], static:8"], signatures
     summary = json.loads(run_cli("report", run, "--json", check=0).stdout)["summary"]
     assert summary["estimated_true_peak_bytes"] == oracle["big"]
@@ -224,7 +224,7 @@ for batch in (128, 64):
 def test_long_signatures_that_differ_at_the_end_stay_apart(tmp_path):
     script = write_script(tmp_path, "long.py", LONG_SIGNATURES)
     run_cli("run", "-q", "-o", tmp_path / "run", script, cwd=tmp_path, check=0)
-    programs = load_run(tmp_path / "run").jit["programs"]
+    programs = load_run(tmp_path / "run").jit.programs
     signatures = list(programs["signature"])
     assert len(signatures) == len(set(signatures)) == 2, signatures
     assert all(len(s) <= 2000 and "sha256" in s for s in signatures)

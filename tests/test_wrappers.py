@@ -126,7 +126,7 @@ def test_wrapper_gets_donation_advice_in_its_own_terms(tmp_path, program):
     else:  # a dict of state pmap carries (no library says what it is), at its first call: still whole on cpu:0
         assert by_role["other state"] == 2 * (256 * 512 + 512) * 4 and set(what.by_role["device"]) == {"cpu:0"}
 
-    fns = run.jit["functions"]
+    fns = run.jit.functions
     [row] = fns[fns["name"] == function].itertuples()
     jit_line = line_of(script, jit_text)
     assert (row.wrapper, row.jit_file, row.jit_line) == (wrapper, str(script), jit_line)
@@ -252,7 +252,7 @@ def test_jitted_functions_inside_transformations_behave_as_under_python(tmp_path
     # JAX's own messages (XLA logs the deleted array), and nothing of ours.
     assert _unstamped(proc.stderr) == _unstamped(plain.stderr)
     assert _probe_errors(run) == []
-    fns, counts = run.jit["functions"], run.jit["counts"]
+    fns, counts = run.jit.functions, run.jit.counts
     h = fns.loc[fns["line"] == line_of(script, "h = jax.jit"), "function_id"].min()  # (then its copies)
     c = counts.set_index("function_id").loc[h]
     # grad, vmap, scan, make_jaxpr, checkpoint and jit-in-jit trace it: no device call.

@@ -22,6 +22,7 @@ import pandas as pd
 from jaxmemprof.analysis.groups import Breakdown, summarize, top
 from jaxmemprof.analysis.options import Options
 from jaxmemprof.analysis.sites import Attribution, run_stack_sites
+from jaxmemprof.store.jit_tables import JitTables
 
 
 class Files:
@@ -73,9 +74,9 @@ class Attributed:
             self._peak_sites  # noqa: B018
         self.jit_buffers  # noqa: B018
         self.jit_curves  # noqa: B018
-        for table, columns in (("functions", ("file", "jit_file")), ("calls", ("caller_file",))):
-            rows = self.run.jit.get(table) if isinstance(getattr(self.run, "jit", None), dict) else None
-            for c in columns if rows is not None else ():
+        jit = getattr(self.run, "jit", None) or JitTables()
+        for rows, columns in ((jit.functions, ("file", "jit_file")), (jit.calls, ("caller_file",))):
+            for c in columns:
                 if c in rows:
                     for file in rows[c].dropna().unique():
                         if isinstance(file, str):

@@ -464,7 +464,7 @@ def _jit_lines(ar: Attributed, where: str, top: int) -> tuple:
 def _call_site(run, attribution: Attribution, where: str, t0: float = -math.inf) -> str:
     """The user's line that first called the function named in ``where``
     (at ``t0`` or later)."""
-    functions, calls = run.jit.get("functions"), run.jit.get("calls")
+    functions, calls = run.jit.functions, run.jit.calls
     if functions is None or calls is None or functions.empty or calls.empty:
         return ""
     name = where.rsplit(" ", 1)[-1]

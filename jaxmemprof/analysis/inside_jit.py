@@ -106,9 +106,9 @@ def buffer_site(attribution: Attribution, wrapped: tuple | None, kind, op, frame
 def attributed_buffers(run, attribution: Attribution) -> pd.DataFrame:
     """The buffers read with their function's name and their site (the
     stage's own table: analyses read ``Attributed.jit_buffers``)."""
-    buffers = run.jit.get("buffers")
-    programs = run.jit.get("programs")
-    functions = run.jit.get("functions")
+    buffers = run.jit.buffers
+    programs = run.jit.programs
+    functions = run.jit.functions
     if buffers is None or buffers.empty or programs is None or programs.empty:
         return pd.DataFrame()
     b = buffers.copy()
@@ -198,7 +198,7 @@ def program_curves(ar: Attributed) -> pd.DataFrame:
 def attributed_curves(run, attribution: Attribution, lines: int = CURVE_LINES) -> pd.DataFrame:
     """program_curves' table (the stage's own: analyses read
     ``Attributed.jit_curves``)."""
-    curves, programs, functions = (run.jit.get(t) for t in ("curves", "programs", "functions"))
+    curves, programs, functions = run.jit.curves, run.jit.programs, run.jit.functions
     empty = pd.DataFrame({c: pd.Series(dtype=object) for c in CURVE_COLUMNS})
     if curves is None or curves.empty or programs is None or programs.empty:
         return empty

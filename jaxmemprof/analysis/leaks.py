@@ -398,7 +398,7 @@ def setup_end(run) -> float:
     m = run.markers
     if m is not None and not m.empty:
         return float(m["t_wall"].min())
-    counts, compiles = run.jit.get("counts"), run.jit.get("compiles")
+    counts, compiles = run.jit.counts, run.jit.compiles
     if counts is not None and not counts.empty and compiles is not None and not compiles.empty:
         busiest = counts.sort_values("calls", ascending=False, kind="stable")
         busiest = busiest[busiest["calls"] > 1]
@@ -560,14 +560,14 @@ def rejits(ar: Attributed, *, min_functions: int = 5) -> pd.DataFrame:
     Suspects first, then by ``functions``."""
     run, files = ar.run, ar.files
     dtypes = {"line": np.int64, "functions": np.int64, "after_setup": np.int64, "suspect": bool}
-    f = run.jit.get("functions")
-    if f is None or f.empty:
+    f = run.jit.functions
+    if f.empty:
         return _empty(REJIT_COLUMNS, dtypes)
     f = f[f["jit_file"].map(lambda x: isinstance(x, str) and bool(x) and not files.is_library(x))]
     if f.empty:
         return _empty(REJIT_COLUMNS, dtypes)
     late = f["t_wall"].to_numpy(dtype=float) > setup_end(run)
-    counts = run.jit.get("counts")
+    counts = run.jit.counts
     compiled = np.nan
     if counts is not None and not counts.empty and "backend_compiles" in counts:
         per = counts.drop_duplicates("function_id", keep="last").set_index("function_id")  # a damaged journal

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+from jaxmemprof.store.jit_tables import JitTables
 from jaxmemprof.xla.oom import OutOfMemory, read
 
 
@@ -79,8 +80,8 @@ def out_of_memory(run) -> OomAnswer | None:
         out.call = call.get("call") or {}
         out.signature = call.get("signature")
         fid = call.get("function_id")
-        fns = run.jit.get("functions") if isinstance(getattr(run, "jit", None), dict) else None
-        if fns is not None and len(fns) and fid is not None:
+        fns = (getattr(run, "jit", None) or JitTables()).functions
+        if len(fns) and fid is not None:
             row = fns.loc[fns["function_id"] == fid]
             if len(row):
                 out.def_file, out.def_line = str(row.iloc[0]["file"]), int(row.iloc[0]["line"])
@@ -102,7 +103,7 @@ def _called_at(run, at: dict):
     (``oom-at``), and its last sampled signature there: a step that ran out of
     memory after its samples were taken (its calls then go straight to XLA)."""
     try:
-        calls, fns = run.jit.get("calls"), run.jit.get("functions")
+        calls, fns = run.jit.calls, run.jit.functions
         here = calls[(calls["caller_file"] == at.get("file")) & (calls["caller_line"] == int(at.get("line") or 0))]
         if len(here) and here["function_id"].nunique() == 1:
             last = here.iloc[-1]
@@ -119,10 +120,10 @@ def _failed_function(run, call: dict):
     program called that has no sampled call recorded (its call raised before
     it could be), where there is exactly one."""
     try:
-        fns, counts, calls = (run.jit.get(k) for k in ("functions", "counts", "calls"))
-        if fns is None or counts is None or not len(fns):
+        fns, counts, calls = run.jit.functions, run.jit.counts, run.jit.calls
+        if not len(fns) or counts.empty:
             return None, "", 0
-        done = set(calls["function_id"].tolist()) if calls is not None and len(calls) else set()
+        done = set(calls["function_id"].tolist()) if len(calls) else set()
         user = fns.merge(counts, on="function_id")
         failing = user[(user["calls"] > 0) & ~user["function_id"].isin(done)]
         if len(failing) == 1:
@@ -136,9 +137,9 @@ def _failed_function(run, call: dict):
 def target_refusals(run) -> list:
     """The --target slices whose compile of the recorded batch XLA:TPU
     refused for memory, with the largest batch that fits where searched."""
-    t = run.jit.get("targets") if isinstance(getattr(run, "jit", None), dict) else None
-    fns = run.jit.get("functions") if isinstance(getattr(run, "jit", None), dict) else None
-    if t is None or not len(t):
+    jit = getattr(run, "jit", None) or JitTables()
+    t, fns = jit.targets, jit.functions
+    if not len(t):
         return []
     out = []
     for (target, fid), rows in t.groupby(["target", "function_id"], sort=True):

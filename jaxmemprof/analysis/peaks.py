@@ -23,8 +23,7 @@ if TYPE_CHECKING:
 
 
 def _functions(run) -> pd.DataFrame:
-    f = run.jit.get("functions")
-    return f if f is not None else pd.DataFrame()
+    return run.jit.functions
 
 
 @dataclass(frozen=True)
@@ -54,13 +53,13 @@ def call_peaks(run, devices: pd.DataFrame | None = None, replace: dict | None = 
     device (else the snapshots' totals, as one device), read for calls
     recorded without ``live_before``. ``replace`` and ``gone``: a change
     made; ``since``: the calls and compiles from that time on (``truepeak.moments``)."""
-    compiles = run.jit.get("compiles")
+    compiles = run.jit.compiles
     snaps = run.snapshots
-    if compiles is None or compiles.empty or snaps.empty:
+    if compiles.empty or snaps.empty:
         return []
     c = compiles.reset_index(drop=True)
-    calls = run.jit.get("calls")
-    if calls is None:
+    calls = run.jit.calls
+    if calls.empty:
         calls = pd.DataFrame(columns=["function_id", "call_index", "t_wall", "signature", "inputs"])
     for col in ("signature", "live_before", "inputs", "outputs"):
         if col not in calls.columns:
@@ -199,8 +198,8 @@ def during_calls(run, tl: Timeline, function_id: int) -> dict:
     of the function was in progress (snapshot_calls): moments of that call,
     which the call's own peak, compiled with a change, stands for; a change
     takes all of them off (``Peaks.with_change``'s ``less``)."""
-    during = run.jit.get("snapshot_calls")
-    if during is None or during.empty or tl.devices.empty:
+    during = run.jit.snapshot_calls
+    if during.empty or tl.devices.empty:
         return {}
     snaps = set(pd.to_numeric(during.loc[during["function_id"] == function_id, "snapshot"],
                               errors="coerce").dropna().astype(int))

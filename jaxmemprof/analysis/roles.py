@@ -115,7 +115,7 @@ def roles(ar: Attributed) -> Roles:
     """The roles and owners at the run's largest sampled jitted call (``Peaks.largest_sampled``)."""
     run = ar.run
     call = ar.peaks.largest_sampled
-    calls = run.jit.get("calls")
+    calls = run.jit.calls
     if call is None or calls is None or calls.empty:
         return empty_roles()
     mine = calls[calls["function_id"] == call.function_id].sort_values("call_index")
@@ -375,7 +375,7 @@ def owners_at(ar: Attributed, snapshot: int, profile=None):
     sites = {r[0]: [r[-4], r[-3]] for r in site_rows.rows}  # site -> [bytes, count] not yet named
     snaps = run.snapshots.sort_values("snapshot")
     times = dict(zip(snaps["snapshot"], snaps["t_wall"]))
-    calls = run.jit.get("calls")
+    calls = run.jit.calls
     named: dict = {}
 
     def name(site, key, shards):

@@ -444,12 +444,12 @@ def _closing(tgt, directory, status=None, ended_by=None, duration_s=None, before
             if report is not None:
                 findings = report.findings
                 if findings:
-                    con.print(f"findings ({len(findings)}{whatif_note(run_.jit.get('whatif'))}):", markup=False,
+                    con.print(f"findings ({len(findings)}{whatif_note(run_.jit.whatif)}):", markup=False,
                               highlight=False)
                     render_findings(findings, con, limit=2)
             else:
                 con.print(f"jaxmemprof: {len(run_.arrays)} arrays recorded: run `jaxmemprof report` for the findings")
-        plans = run_.jit.get("plans")
+        plans = run_.jit.plans
         if plans is not None and not plans.empty or (run_.manifest.get("settings") or {}).get("plan"):
             from jaxmemprof.analysis.advice.plan import build_plan
             from jaxmemprof.render.report import render_plan_closing

@@ -143,7 +143,7 @@ def _end_lines(run, run_, ar) -> list[str]:
     """What ``run`` says of its --plan and --target compiles as it ends
     (render/'s closing lines), for a run a magic recorded with them."""
     settings = run_.manifest.get("settings") or {}
-    plans = run_.jit.get("plans")
+    plans = run_.jit.plans
     buf = io.StringIO()
     con = _console(buf)
     if plans is not None and not plans.empty or settings.get("plan"):

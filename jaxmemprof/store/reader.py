@@ -22,6 +22,7 @@ from jaxmemprof.store import layout
 from jaxmemprof.store.decode import (_ADDED_TABLES, _ARRAYS_V1, _CELLS, _UNIT, ROWID, Warnings, _address_tuples,
                                      _checked, _loads, _numbers, _one_numbers, _parse_lists, _shallow_json, _typed,
                                      note_damage)
+from jaxmemprof.store.jit_tables import JOURNAL_TABLES as JIT_TABLES, JitTables
 from jaxmemprof.store.journal import connect_read_only, recorder_running, tolerant_text
 
 PROFILE_SUFFIXES = (".prof", ".prof.gz", ".pb.gz", ".pprof")
@@ -107,7 +108,7 @@ class Run:
     stacks: dict
     memory_stats: pd.DataFrame
     executables: pd.DataFrame
-    jit: dict
+    jit: JitTables
     markers: pd.DataFrame
     events: pd.DataFrame
     has_arrays: bool = True
@@ -462,10 +463,7 @@ def _load_journal_run(path: Path) -> Run:
         stack_rows = _query(con, "stacks", warnings)
         memory_stats = _query(con, "memory_stats", warnings)
         executables = _query(con, "executables", warnings)
-        jit = {t: _query(con, f"jit_{t}", warnings)
-               for t in ("functions", "compiles", "calls", "counts", "programs", "buffers", "curves", "plans", "whatif",
-                                 "targets", "target_buffers")}
-        jit["snapshot_calls"] = _query(con, "snapshot_calls", warnings)
+        jit = JitTables(**{name: _query(con, table, warnings) for name, table in JIT_TABLES.items()})
         markers = _query(con, "markers", warnings)
         events = _query(con, "events", warnings)
         thinned = set(_query(con, "thinned", warnings)["snapshot"].dropna().astype(np.int64).tolist())
@@ -647,7 +645,7 @@ def _load_profile_directory(path: Path, profiles: list[Path]) -> Run:
         path=path, manifest={}, snapshots=snaps, arrays=_array_intervals(_empty([]), _empty([]), snaps),
         stacks={}, memory_stats=_empty(["snapshot", "device", "key", "value"]),
         executables=_empty(["snapshot", "stack_id", "name", "count", "code_bytes"]),
-        jit={t: _empty([]) for t in ("functions", "compiles", "calls", "counts")},
+        jit=JitTables(),
         markers=_empty(["marker", "t_wall", "t_mono", "label", "after_snapshot", "t"]),
         events=_empty(["event", "t_wall", "kind", "message", "snapshot"]),
         has_arrays=False, finished=True, warnings=warnings,

@@ -12,7 +12,7 @@ from .programs import TABLE, TABLE_BYTES
 
 
 def test_the_table_is_the_candidate_and_its_sharded_compile_is_read(tiny_ar):
-    calls, functions = tiny_ar.run.jit["calls"], tiny_ar.run.jit["functions"]
+    calls, functions = tiny_ar.run.jit.calls, tiny_ar.run.jit.functions
     fid = int(functions.loc[functions["name"] == "column_sums", "function_id"].iloc[0])
     mine = calls[calls["function_id"] == fid].sort_values("call_index")
     inputs = [leaf for leaf in leaves(mine.iloc[-1]["inputs"]) if isinstance(leaf, dict)]
@@ -22,5 +22,5 @@ def test_the_table_is_the_candidate_and_its_sharded_compile_is_read(tiny_ar):
     # compiled sharded at the end of the run: verified, or no finding (the peak is the step's, elsewhere)
     assert measured is None or measured["verified"] is False or (
         measured["true_peak_after_bytes"] < measured["true_peak_before_bytes"])
-    w = tiny_ar.run.jit["whatif"]
+    w = tiny_ar.run.jit.whatif
     assert any("shard" in c for c in w.loc[w["function_id"] == fid, "change"])

@@ -48,7 +48,7 @@ def test_each_slice_has_a_row_of_its_compiles_and_its_chip(run):
     t = build_targets(attribute(run, Options()))
     assert t.asked == ["v5e:2x2", "v6e:2x2"]
     rows = t.rows.set_index("target")
-    table = run.jit["targets"]
+    table = run.jit.targets
     for name in t.asked:
         r = rows.loc[name]
         mine = table[(table["target"] == name) & (table["variant"] == "recorded")].iloc[0]
@@ -74,7 +74,7 @@ def test_each_slice_has_a_row_of_its_compiles_and_its_chip(run):
 
 def test_the_runs_own_figures_stand_beside_the_targets(run):
     t = build_targets(attribute(run, Options()))
-    compiles = run.jit["compiles"]
+    compiles = run.jit.compiles
     own = compiles.iloc[compiles[list(FIGURES)].sum(axis=1).argmax()]
     r = t.rows.iloc[0]
     assert {f"run_{f}": int(own[f]) for f in FIGURES} == {f"run_{f}": int(r[f"run_{f}"]) for f in FIGURES}

@@ -13,9 +13,9 @@ from .programs import BATCH, IN, OUT, STEPS
 
 
 def _step_calls(run):
-    fn = run.jit["functions"]
+    fn = run.jit.functions
     (fid,) = fn.loc[fn["name"] == "step", "function_id"]
-    calls = run.jit["calls"]
+    calls = run.jit.calls
     return calls[calls["function_id"] == fid]
 
 

@@ -88,9 +88,9 @@ def test_one_tests_figures_count_from_its_start_snapshot(tiny_ar, oracle, labell
 def test_the_figures_without_pandas_are_the_same(tiny, tiny_ar):
     """measure_totals (the plugin's in-memory runs) on the journal's own rows."""
     snaps = tiny.snapshots[["snapshot", "t_wall", "trigger", "label", "live_bytes"]].to_dict("records")
-    compiles = tiny.jit["compiles"].to_dict("records")
-    calls = tiny.jit["calls"].to_dict("records")
-    functions = dict(zip(tiny.jit["functions"]["function_id"], tiny.jit["functions"]["name"]))
+    compiles = tiny.jit.compiles.to_dict("records")
+    calls = tiny.jit.calls.to_dict("records")
+    functions = dict(zip(tiny.jit.functions["function_id"], tiny.jit.functions["name"]))
     a, b = measure_test(tiny_ar), measure_totals(snaps, compiles, calls, functions)
     for field in ("peak_bytes", "snapshot_peak_bytes", "peak_snapshot", "jit_peak_bytes", "jit_where",
                   "leak_bytes", "snapshots"):

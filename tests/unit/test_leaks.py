@@ -30,7 +30,7 @@ def test_the_leak_is_one_batch_of_losses_a_step_at_the_line_that_keeps_them(mlp_
 
 
 def test_a_step_compiled_once_is_no_recompilation(mlp_leak):
-    counts = mlp_leak.jit["counts"]
+    counts = mlp_leak.jit.counts
     assert list(counts["compiles"]) == [1]  # the probe saw train_step compiled once
     ar = attribute(mlp_leak, Options())
     r = recompiles(ar)

@@ -79,8 +79,7 @@ def sampled_calls(rows: pd.DataFrame) -> list[Call]:
 
 
 def functions_of(run) -> pd.DataFrame:
-    f = run.jit.get("functions")
-    return f if f is not None else pd.DataFrame()
+    return run.jit.functions
 
 
 def _user_function(row, files: Files) -> bool:
@@ -95,8 +94,8 @@ def where_of(file: str, line: int, files: Files) -> str:
 def donation_candidates(ar: Attributed) -> list[Candidate]:
     run, files = ar.run, ar.files
     functions = functions_of(run)
-    calls = run.jit.get("calls")
-    if functions.empty or calls is None or calls.empty:
+    calls = run.jit.calls
+    if functions.empty or calls.empty:
         return []
     out: list[Candidate] = []
     for _, fn in functions.iterrows():
@@ -113,8 +112,8 @@ def donation_candidates(ar: Attributed) -> list[Candidate]:
 
 def _figures_by_signature(run, function_id) -> dict:
     """signature -> XLA's figures of the function's compile of it."""
-    compiles = run.jit.get("compiles")
-    if compiles is None or compiles.empty or "signature" not in compiles:
+    compiles = run.jit.compiles
+    if compiles.empty or "signature" not in compiles:
         return {}
     rows = compiles[compiles["function_id"] == function_id]
     return {sig: {col: _int(r.get(col)) for col in FIGURES}
@@ -128,8 +127,8 @@ def unusable_donations(run) -> list[tuple]:
     compile of the call's signature aliases as many bytes as the donated
     leaves hold (XLA wrote an output into every one of them)."""
     functions = functions_of(run)
-    calls = run.jit.get("calls")
-    if functions.empty or calls is None or calls.empty:
+    calls = run.jit.calls
+    if functions.empty or calls.empty:
         return []
     found = []
     for _, fn in functions.iterrows():
@@ -238,7 +237,7 @@ def _array_arguments(run, function_id) -> list[tuple]:
     every call whose fates are known, each of its leaves was dropped with
     nothing run after the call (donating it would break nothing); the first
     call counts only when it is the only one, as for the candidates."""
-    calls = run.jit.get("calls")
+    calls = run.jit.calls
     rows = calls[calls["function_id"] == function_id]
     out: dict[str, list] = {}
     for _, call in rows.iterrows():
@@ -314,7 +313,7 @@ def verified_change(ar: Attributed, function_id: int, arguments) -> dict:
     With the change made, a snapshot that saw two generations of the
     donated arrays holds one (``_seen_twice``)."""
     run = ar.run
-    w = run.jit.get("whatif")
+    w = run.jit.whatif
     rows = w[w["function_id"] == function_id] if w is not None and not w.empty else None
     if rows is not None:
         rows = rows[[sorted(map(str, _json(c, {}).get("donate") or [])) == sorted(map(str, arguments))
@@ -327,7 +326,7 @@ def verified_change(ar: Attributed, function_id: int, arguments) -> dict:
                 else "XLA gave no figures"}
     changed = {(int(function_id), sig): {col: int(r[col]) for col in FIGURES} for sig, r in
                zip(ok["signature"], ok.to_dict("records"))}
-    compiles = run.jit.get("compiles")
+    compiles = run.jit.compiles
     recorded = compiles[compiles["function_id"] == function_id].drop_duplicates("signature")
     by_sig = {sig: {col: _int(r[col]) for col in FIGURES}
               for sig, r in zip(recorded["signature"], recorded.to_dict("records"))}
@@ -363,7 +362,7 @@ def _why_missing(run, function_id: int, rows: pd.DataFrame, missing: list) -> st
     their arguments' shapes were not kept: nothing to compile from), or
     the error the compile gave."""
     errors = {sig: str(e) for sig, e in zip(rows["signature"], rows["error"]) if isinstance(e, str) and e}
-    calls = run.jit.get("calls")
+    calls = run.jit.calls
     sampled = set(calls.loc[calls["function_id"] == function_id, "signature"].dropna()) \
         if calls is not None and not calls.empty and "signature" in calls else set()
     over = [s for s in missing if "over the compile budget" in errors.get(s, "")]
@@ -395,7 +394,7 @@ def _seen_twice(ar: Attributed, function_id: int, arguments) -> dict:
     call's are made before the loop). At most one generation is taken off,
     and none where a snapshot holds no more of them than one call returns."""
     run = ar.run
-    calls = run.jit["calls"]
+    calls = run.jit.calls
     rows = calls[calls["function_id"] == function_id]
     if rows.empty or not getattr(run, "has_arrays", False) or run.arrays.empty:
         return {}
@@ -469,7 +468,7 @@ def _first_kept(ar: Attributed, function_id: int, arguments) -> list:
     snapshot of them; the end of the run if none is seen), every later call
     has that much less live before it (``call_peaks``'s ``gone``)."""
     run = ar.run
-    calls = run.jit["calls"]
+    calls = run.jit.calls
     first = calls[(calls["function_id"] == function_id) & (pd.to_numeric(calls["call_index"], errors="coerce") == 1)]
     if first.empty:
         return []
@@ -519,9 +518,9 @@ def jit_memory(ar: Attributed) -> pd.DataFrame:
     bytes, and the call's peak ``argument + output - alias + temp + code``."""
     run, files = ar.run, ar.files
     functions = functions_of(run)
-    compiles = run.jit.get("compiles")
-    counts = run.jit.get("counts")
-    if functions.empty or compiles is None or compiles.empty:
+    compiles = run.jit.compiles
+    counts = run.jit.counts
+    if functions.empty or compiles.empty:
         return pd.DataFrame({c: pd.Series(dtype=object) for c in JIT_MEMORY_COLUMNS})
     c = compiles.copy()
     for col in FIGURES:

@@ -331,7 +331,7 @@ def _job_row(parts: list, device_bytes: int | None, backend: str | None = None) 
 
 
 def _planned(run, points: pd.DataFrame, names: dict, params: dict, findings) -> list:
-    plans = run.jit.get("plans")
+    plans = run.jit.plans
     out = []
     for fid, g in plans.groupby("function_id", sort=False):
         fid = int(fid)
@@ -367,8 +367,8 @@ def _planned(run, points: pd.DataFrame, names: dict, params: dict, findings) -> 
 
 def function_names(run) -> dict:
     """function_id -> the jitted function's name (jit_functions)."""
-    functions = run.jit.get("functions")
-    if functions is None or functions.empty:
+    functions = run.jit.functions
+    if functions.empty:
         return {}
     return {int(f): str(n) for f, n in zip(functions["function_id"], functions["name"])}
 
@@ -379,10 +379,10 @@ def build_plan(ar, findings=(), device_bytes: int | None = None) -> Plan | None:
     which hinted fixes cannot be compiled; ``device_bytes``: the device
     to find the largest batch for."""
     run = ar.run
-    plans = run.jit.get("plans")
-    if plans is None or plans.empty:
+    plans = run.jit.plans
+    if plans.empty:
         return None
-    functions = run.jit.get("functions")
+    functions = run.jit.functions
     names, params = function_names(run), {}
     if functions is not None and not functions.empty:
         params = {int(f): [str(x) for x in _json(p, [])] for f, p in zip(functions["function_id"], functions["params"])}

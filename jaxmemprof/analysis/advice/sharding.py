@@ -84,8 +84,8 @@ def _identity(leaf: dict) -> tuple:
 def _compiled(run, function_id: int | None = None):
     """The jit_whatif rows that compiled a function (any, or the one named)
     with inputs sharded, or None."""
-    w = run.jit.get("whatif")
-    if w is None or w.empty:
+    w = run.jit.whatif
+    if w.empty:
         return None
     rows = w if function_id is None else w[w["function_id"] == function_id]
     rows = rows[["shard" in _json(c, {}) for c in rows["change"]]]
@@ -122,7 +122,7 @@ def _held_between(run, shard: list[dict]) -> tuple[dict, list]:
     if not getattr(run, "has_arrays", False) or run.arrays.empty:
         return {}, []
     k_of = {(tuple(a["shape"]), a["dtype"]): int(a["axis_size"]) for a in shard}
-    calls = run.jit["calls"]
+    calls = run.jit.calls
     takers = {int(fid) for fid, inputs in zip(calls["function_id"], calls["inputs"])
               if any((tuple(leaf.get("shape") or ()), str(leaf.get("dtype"))) in k_of
                      for leaf in _leaves(inputs) if isinstance(leaf, dict))}
@@ -151,10 +151,10 @@ def _made_by(run, function_id: int, replace: dict) -> list[dict]:
     those outputs sharded (jit_whatif rows ``shard_out``, whatif._makers):
     their figures put into ``replace``; [{function, site, wrapper,
     outputs}] for the fix (``jax.jit(init, out_shardings=...)``)."""
-    w = run.jit.get("whatif")
-    if w is None or w.empty:
+    w = run.jit.whatif
+    if w.empty:
         return []
-    functions = run.jit.get("functions")
+    functions = run.jit.functions
     named = {} if functions is None else {int(r.function_id): r for r in functions.itertuples()}
     out = []
     for fid, sig, change, r in zip(w["function_id"], w["signature"], w["change"], w.to_dict("records")):
@@ -208,7 +208,7 @@ def verified_sharding(ar: Attributed, function_id: int, leaves: list) -> dict | 
             seen.add(_identity(leaf))
             arrays.append(_array(leaf, a["axis"], a["axis_size"], a["dim"]))
     sig = ok["signature"].iloc[0]  # the largest signature (whatif writes it first): its temporaries
-    compiles = run.jit["compiles"]
+    compiles = run.jit.compiles
     recorded = compiles[(compiles["function_id"] == function_id) & (compiles["signature"] == sig)]
     temp_before = int(pd.to_numeric(recorded["temp_bytes"], errors="coerce").fillna(0).max()) if len(recorded) else 0
     return {"verified": True, "arrays": arrays, "signatures_verified": signatures, "made_by": made_by,

@@ -100,8 +100,8 @@ def cut_words(cut: str) -> str:
 
 def _recorded_figures(run) -> dict:
     """(function_id, signature) -> the run's own figures (jit_compiles)."""
-    compiles = run.jit.get("compiles")
-    if compiles is None or compiles.empty:
+    compiles = run.jit.compiles
+    if compiles.empty:
         return {}
     out = {}
     for r in compiles.itertuples(index=False):
@@ -115,8 +115,8 @@ def _int(v):
 
 def _lines(ar, names: dict) -> pd.DataFrame:
     """XLA:TPU's buffers at each slice's program peak, by user line and kind."""
-    b = ar.run.jit.get("target_buffers")
-    if b is None or b.empty:
+    b = ar.run.jit.target_buffers
+    if b.empty:
         return pd.DataFrame({c: pd.Series(dtype=object) for c in LINE_COLUMNS})
     b = b.copy()
     frames = [[f for f in _json(x, []) if isinstance(f, list) and len(f) == 3] for x in b["frames"]]
@@ -134,10 +134,10 @@ def _lines(ar, names: dict) -> pd.DataFrame:
 def build_targets(ar) -> Targets | None:
     """The slices of a run recorded with ``run --target`` (None: without)."""
     run = ar.run
-    table = run.jit.get("targets")
+    table = run.jit.targets
     asked = ((run.manifest or {}).get("settings") or {}).get("targets") or []
     asked = [str(a) for a in asked] if isinstance(asked, list) else []
-    if (table is None or table.empty) and not asked:
+    if table.empty and not asked:
         return None
     ev = run.events
     said = [] if ev is None or ev.empty else [str(m) for m in ev.loc[ev["kind"] == "target", "message"]]

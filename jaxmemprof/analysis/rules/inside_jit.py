@@ -167,8 +167,8 @@ def compiled_remat(ar: Attributed, function_id: int) -> dict | None:
     none was compiled (``not_compiled``), or None where some compiled and
     none lowers the true peak by ``MEANINGFUL`` of it."""
     run = ar.run
-    w = run.jit.get("whatif")
-    rows = None if w is None or w.empty else w[w["function_id"] == function_id]
+    w = run.jit.whatif
+    rows = None if w.empty else w[w["function_id"] == function_id]
     changes = [] if rows is None else [json_cell(c, {}) for c in rows["change"]]
     mine = [i for i, c in enumerate(changes) if isinstance(c.get("remat"), dict)]
     if not mine:
@@ -211,7 +211,7 @@ def compiled_remat(ar: Attributed, function_id: int) -> dict | None:
         why = unwrappable + [e for e in errors if "budget" in e]
         return {"compiled": False, "not_compiled": why[0]} if why else None
     after, c, replace = best
-    compiles = run.jit["compiles"]
+    compiles = run.jit.compiles
     sig = next(iter(replace))[1]
     recorded = compiles[(compiles["function_id"] == function_id) & (compiles["signature"] == sig)]
     temp_before = int(pd.to_numeric(recorded["temp_bytes"], errors="coerce").fillna(0).max()) if len(recorded) else 0
@@ -236,8 +236,8 @@ def inside_jit_findings(ar: Attributed) -> list[Finding]:
     if b.empty:
         return []
     out: list[Finding] = []
-    functions = ar.run.jit.get("functions")
-    wrappers = {} if functions is None or functions.empty or "wrapper" not in functions.columns else {
+    functions = ar.run.jit.functions
+    wrappers = {} if functions.empty or "wrapper" not in functions.columns else {
         fid: w for fid, w in zip(functions["function_id"], functions["wrapper"]) if isinstance(w, str) and w}
     # A program that rematerialises already (jax.checkpoint names its ops).
     remat = set(b.loc[b["op"].astype(str).str.contains(r"checkpoint|remat", regex=True), "function_id"])

@@ -128,8 +128,8 @@ _SHOWN = 3  # arrays named in one finding
 
 def replication_findings(ar: Attributed) -> list[Finding]:
     run = ar.run
-    calls, functions = run.jit.get("calls"), run.jit.get("functions")
-    if calls is None or calls.empty or functions is None or functions.empty:
+    calls, functions = run.jit.calls, run.jit.functions
+    if calls.empty or functions.empty:
         return []
     files = ar.files
     found = []
