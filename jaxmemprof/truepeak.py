@@ -33,6 +33,34 @@ def peak_of(figures) -> int | None:
     return call_peak(dict(zip(FIGURES, (int(v or 0) for v in figures))))
 
 
+def temporaries(fig) -> int:
+    """XLA's bytes of a call that are no array of the program: its
+    temporaries and its generated code (a mapping of ``FIGURES``, 0 where missing)."""
+    return _int(fig.get("temp_bytes")) + _int(fig.get("generated_code_bytes"))
+
+
+def written(fig) -> int:
+    """The outputs XLA writes into new buffers: its output bytes less those
+    aliased to (donated) arguments (a mapping of ``FIGURES``, 0 where missing)."""
+    return _int(fig.get("output_bytes")) - _int(fig.get("alias_bytes"))
+
+
+def live_outside(live_before: dict, argument_bytes, share: float = 1.0, devices=None) -> dict:
+    """{device: bytes live outside a call}: those live just before it, less
+    its arguments that XLA counts (``share`` of its ``argument_bytes``:
+    those already on its devices, ``placement``) on each of the call's
+    ``devices`` (all, where None); never below 0."""
+    args = round(_int(argument_bytes) * share)
+    return {d: max(int(v) - (args if devices is None or d in devices else 0), 0)
+            for d, v in sorted(live_before.items())}
+
+
+def peak_on_device(outside: int, figures) -> int:
+    """A device's peak during a call: the bytes live outside it plus XLA's
+    call peak (``figures``: the five in ``FIGURES`` order)."""
+    return int(outside or 0) + peak_of(figures)
+
+
 @dataclass(frozen=True)
 class Moment:
     """One jitted call's peak: ``compile`` is the index of the signature's

@@ -130,28 +130,140 @@ def test_no_module_is_too_long_to_read():
     assert long == set(), f"modules over {MAX_LINES} lines"
 
 
-def _subtracts_alias(node) -> bool:
-    """``... - <something named alias, al or alias_bytes>``: XLA's call peak being computed."""
-    if not (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Sub)):
-        return False
-    right = node.right
-    names = [n.id for n in ast.walk(right) if isinstance(n, ast.Name)] + \
-        [n.value for n in ast.walk(right) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
-    return any(n in ("alias", "al", "alias_bytes", "alias_size_in_bytes") for n in names) and \
-        not isinstance(right, ast.Call)
+# XLA's memory_analysis() figures, as the probe names them (jit_compiles' columns) and as XLA does.
+XLA_FIGURES = {
+    "argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "generated_code_bytes",
+    "argument_size_in_bytes", "output_size_in_bytes", "alias_size_in_bytes", "temp_size_in_bytes",
+    "generated_code_size_in_bytes",
+}
+
+
+def _figures_named(node, one: dict | None = None) -> set[str]:
+    """The XLA figures an expression names: ``x.temp_bytes``, ``temp_bytes``,
+    and ``"temp_bytes"`` (``x["temp_bytes"]``, ``x.get("temp_bytes")``,
+    ``getattr(x, "temp_bytes")``, a tuple of them); ``one``: names bound
+    to one figure (``outputs = int(fig.get("output_bytes") or 0)``)."""
+    out = set()
+    for n in ast.walk(node):
+        if isinstance(n, ast.Attribute) and n.attr in XLA_FIGURES:
+            out.add(n.attr)
+        elif isinstance(n, ast.Name) and n.id in XLA_FIGURES:
+            out.add(n.id)
+        elif isinstance(n, ast.Name) and one and n.id in one:
+            out.add(one[n.id])
+        elif isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value in XLA_FIGURES:
+            out.add(n.value)
+    return out
+
+
+def _is_text(node) -> bool:
+    return isinstance(node, ast.JoinedStr) or isinstance(node, ast.Constant) and isinstance(node.value, str)
+
+
+def _terms(node) -> list:
+    """The terms of a sum or difference: ``a + b - c`` -> [a, b, c]."""
+    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub)):
+        return _terms(node.left) + _terms(node.right)
+    return [node]
+
+
+def _holding_figures(tree) -> tuple[set[str], dict]:
+    """The names bound to several of XLA's figures at once (``figures =
+    [getattr(r, c) for c in ("argument_bytes", ...)]``, ``values = [...
+    for f in fields]`` where ``fields`` names them): their items are
+    figures too, read by position; and the names bound to one figure."""
+    held: set[str] = set()
+    one: dict = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            named = _figures_named(node.value)
+            if len(named) == 1:
+                one[node.targets[0].id] = next(iter(named))
+    changed = True
+    while changed:
+        changed = False
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+                value = node.value
+                if len(_figures_named(value)) >= 2 or any(isinstance(n, ast.Name) and n.id in held
+                                                           for n in ast.walk(value)):
+                    targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                    for t in targets:
+                        if isinstance(t, ast.Name) and t.id not in held:
+                            held.add(t.id)
+                            changed = True
+    return held, {k: v for k, v in one.items() if k not in held}
+
+
+def _reads_held(node, held: set[str]) -> bool:
+    """Whether an expression reads an item of a name holding several figures
+    (``figures[0]``, ``values[:2]``)."""
+    return any(isinstance(n, ast.Subscript) and isinstance(n.value, ast.Name) and n.value.id in held
+               and not (isinstance(n.slice, ast.Constant) and isinstance(n.slice.value, str))
+               for n in ast.walk(node))
+
+
+def xla_figure_sums(tree) -> list[int]:
+    """The lines where XLA's figures are added or subtracted one with
+    another (two or more of them, each in its own term of a sum or
+    difference: ``argument + output - alias``, ``temp + code``, ``output -
+    alias``; by name, or by position in a list or tuple of them), or summed
+    by ``sum(...)`` over several of them: the arithmetic of the call peak
+    and its parts."""
+    held, one = _holding_figures(tree)
+    lines = []
+    inner = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub)) and id(node) not in inner:
+            terms = _terms(node)
+            inner.update(id(n) for n in ast.walk(node) if isinstance(n, ast.BinOp))
+            if any(_is_text(t) for t in terms):
+                continue
+            named = [_figures_named(t, one) for t in terms]
+            by_position = sum(1 for t in terms if _reads_held(t, held))
+            if len(set().union(*named)) >= 2 and sum(1 for n in named if n) >= 2 or by_position >= 2:
+                lines.append(node.lineno)
+        elif isinstance(node, ast.Call) and getattr(node.func, "id", None) == "sum" and node.args \
+                and len(_figures_named(node.args[0])) >= 2:
+            lines.append(node.lineno)
+    return lines
 
 
 def test_the_true_peak_is_computed_in_one_module():
-    """XLA's call peak (arguments + outputs - aliased + temporaries + code) and
-    the true peak built on it are computed in jaxmemprof/truepeak.py only:
-    the report, the pytest plugin's in-memory path and the plan read it there."""
-    where = set()
+    """XLA's call peak (arguments + outputs - aliased + temporaries + code),
+    its parts (temporaries + code, outputs - aliased) and the true peak
+    built on it (live before, less the placed arguments, plus the call
+    peak) are computed in jaxmemprof/truepeak.py only: the report, the
+    pytest plugin's in-memory path, the probe and the plan read it there.
+    Checked on the arithmetic: any sum or difference of two of XLA's
+    figures anywhere else fails."""
+    where = {}
     for path in PACKAGE.rglob("*.py"):
-        tree = ast.parse(path.read_text())
-        for node in ast.walk(tree):
-            if _subtracts_alias(node) and isinstance(node.left, ast.BinOp):  # a sum less the aliased bytes
-                where.add(str(path.relative_to(REPO)))
-    assert where == {"jaxmemprof/truepeak.py"}, where
+        lines = xla_figure_sums(ast.parse(path.read_text()))
+        if lines:
+            where[str(path.relative_to(REPO))] = lines
+    assert set(where) == {"jaxmemprof/truepeak.py"}, where
+
+
+def test_the_figure_check_sees_the_arithmetic_not_the_names():
+    """The check above, on small sources: it finds each way of writing the
+    sum, and not a figure compared with itself or put in words."""
+    found = [
+        "p = fig['argument_bytes'] + fig['output_bytes'] - fig['alias_bytes']",
+        "t = row.temp_bytes + row.generated_code_bytes",
+        "o = ma.output_size_in_bytes - ma.alias_size_in_bytes",
+        "s = sum(r.get(c) for c in ('temp_bytes', 'generated_code_bytes'))",
+        "q = int(a.get('output_bytes') or 0) - int(a.get('alias_bytes') or 0)",
+        "f = [getattr(r, c) for c in ('argument_bytes', 'output_bytes', 'alias_bytes')]\nc = f[0] + f[1] - f[2]",
+        "n = ('temp_size_in_bytes', 'generated_code_size_in_bytes')\nv = [getattr(m, x) for x in n]\n"
+        "k = sum(x or 0 for x in v[:1]) + (v[1] or 0)",
+        "o = int(f.get('output_bytes') or 0)\nn = o - int(f.get('alias_bytes') or 0)",
+    ]
+    for text in found:
+        assert len(xla_figure_sums(ast.parse(text))) == 1, text
+    for text in ("d = new['alias_bytes'] - int(old.get('alias_bytes', 0))", "w = 'temp ' + str(f['temp_bytes'])",
+                 "x = busiest - mine + peak", "y = f['temp_bytes'] * 2"):
+        assert xla_figure_sums(ast.parse(text)) == [], text
 
 
 def _functions_of(path: Path) -> set[str]:

@@ -20,7 +20,7 @@ reports no counters: a CPU)."""
 
 from __future__ import annotations
 
-from jaxmemprof import backends
+from jaxmemprof import backends, truepeak
 from jaxmemprof.devices import display
 
 # Outputs less aliased under this share of the call's outputs: the state is donated, no generation to count.
@@ -62,14 +62,14 @@ def chip_counters(run, inside=None, needed_bytes: int | None = None, busiest_liv
     out["over_needed_share"] = round((cp.bytes - needed_bytes) / needed_bytes, 4) if needed_bytes else None
     in_call = inside is not None and inside.device_bytes > busiest_live_bytes and inside.figures
     fig = inside.figures if in_call else {}
-    temporaries = int(fig.get("temp_bytes") or 0) + int(fig.get("generated_code_bytes") or 0)
+    temporaries = truepeak.temporaries(fig)
     arrays = int(needed_bytes) - temporaries
     out["arrays_needed_bytes"], out["temporaries_bytes"] = arrays, temporaries
     if not rule.queue_advice:
         return out
     beyond = cp.in_use_bytes - arrays  # arrays in use the step does not need
     outputs = int(fig.get("output_bytes") or 0)
-    new_outputs = outputs - int(fig.get("alias_bytes") or 0)
+    new_outputs = truepeak.written(fig)
     if new_outputs < DONATED_SHARE * outputs:  # donated: a queued step's outputs reuse its inputs
         new_outputs = 0
     generations = max(int(beyond / new_outputs + 0.25), 0) if new_outputs > 0 and beyond > 0 else 0

@@ -25,6 +25,7 @@ from jaxmemprof.analysis.attributed import Attributed
 from jaxmemprof.analysis.cells import json_cell, leaves as _leaves
 from jaxmemprof.donors import match
 from jaxmemprof.flow import CARRIED, HELD, PER_STEP, UNKNOWN, flows, leaf_key
+from jaxmemprof import truepeak
 from jaxmemprof.libraries import OPTIMIZER, PARAMETERS, STATE, role_of_tag
 from jaxmemprof.truepeak import as_passed
 
@@ -173,7 +174,7 @@ def roles(ar: Attributed) -> Roles:
         # Outputs: XLA's, less what it writes into donated buffers; of them,
         # the next call takes first.
         # the ones the next call takes (donated buffers: aliased first) are new state.
-        written = max(f.get("output_bytes", 0) - f.get("alias_bytes", 0), 0)
+        written = max(truepeak.written(f), 0)
         fed_bytes = int(od.loc[od["role"] == NEW_STATE, "bytes"].sum())
         if aliased or not f.get("alias_bytes", 0):  # the aliased outputs are left out of the owners already
             new_state = min(fed_bytes, written)

@@ -91,3 +91,23 @@ def test_the_unchanged_peaks_are_computed_once_per_report(tiny, monkeypatch):
     assert any(f.facts.get("verified") for f in report.findings)  # a what-if was measured, against that one model
     assert ar.peaks is ar.peaks and len(made) == 1
     assert run_peaks(tiny, timeline(ar)).device_bytes == report.answer.true_peak_bytes
+
+
+def test_the_call_peaks_parts_are_xlas_figures(tiny_ar, oracle):
+    """truepeak's parts of the call peak (its temporaries, the outputs it
+    writes to new buffers) and a device's peak during a call (the bytes
+    live outside it plus the call peak), held to memory_analysis() and the
+    bytes live before each call as the program counted them."""
+    from jaxmemprof.truepeak import FIGURES as ORDER, live_outside, peak_on_device, temporaries, written
+
+    ma = oracle["memory_analysis"]
+    step = next(c for c in tiny_ar.peaks.calls if c.function == "step")
+    assert temporaries(step.figures) == ma["temp"] + ma["code"]
+    assert written(step.figures) == ma["output"] - ma["alias"]
+    before = oracle["before_call"][step.call_index - 1]
+    outside = live_outside(before, step.figures["argument_bytes"])
+    assert outside == {d: b - ma["argument"] for d, b in before.items()}
+    figures = [step.figures[c] for c in ORDER]
+    assert peak_on_device(outside["cpu:0"], figures) == step.device_bytes == before["cpu:0"] - ma["argument"] + call_peak(ma)
+    # an argument on none of the call's devices is not taken off
+    assert live_outside(before, ma["argument"], devices=[]) == dict(sorted(before.items()))

@@ -36,6 +36,7 @@ import pandas as pd
 from jaxmemprof import backends, tpus
 from jaxmemprof.analysis.cells import json_cell as _json
 from jaxmemprof.backends.gpu import fraction_env_name, fraction_setting, needed_bytes, percent_needed
+from jaxmemprof.truepeak import peak_of, peak_on_device
 
 PLAN_COLUMNS = ["function_id", "function", "variant", "batch", "scale", "device", "peak_bytes", "call_peak_bytes",
                 "live_outside_bytes", "argument_bytes", "output_bytes", "alias_bytes", "temp_bytes",
@@ -182,14 +183,13 @@ def points_of(plans: pd.DataFrame, names: dict, busiest: bool = False) -> pd.Dat
         error = r.error if isinstance(r.error, str) and r.error else None
         figures = [_int(getattr(r, c)) for c in ("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes",
                                                  "generated_code_bytes")]
-        call = None if error is not None else (figures[0] or 0) + (figures[1] or 0) - (figures[2] or 0) + (
-            figures[3] or 0) + (figures[4] or 0)
+        call = None if error is not None else peak_of(figures)
         for d in devices:
             live = _int(outside.get(d)) if isinstance(outside, dict) else None
             rows.append({
                 "function_id": int(r.function_id), "function": names.get(int(r.function_id), str(r.function_id)),
                 "variant": str(r.variant), "batch": int(r.batch), "scale": _num(detail.get("scale")),
-                "device": d, "peak_bytes": None if call is None else call + (live or 0),
+                "device": d, "peak_bytes": None if call is None else peak_on_device(live, figures),
                 "call_peak_bytes": call, "live_outside_bytes": live,
                 **dict(zip(("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "generated_code_bytes"),
                            [None if error is not None else f for f in figures])),

@@ -38,7 +38,7 @@ from jaxmemprof.capture.jit.whatif import (VERIFY_MIN_S, VERIFY_SHARE, Retraces,
                                            donated_arguments, function_donors, rejit, verify)
 from jaxmemprof.flow import CARRIED, UNKNOWN, batch_keys, flows, leaf_key
 from jaxmemprof.tpus import out_of_memory
-from jaxmemprof.truepeak import peak_of, placement
+from jaxmemprof.truepeak import live_outside, peak_of, peak_on_device, placement
 from jaxmemprof.xla.scratch import dump_scratch
 
 # Functions planned at most, and the share of the largest call peak a second one needs.
@@ -355,9 +355,8 @@ class Planner:
         before = [(live, placement(inputs, outputs)[1]) for (_, inputs, outputs, signature, _), (_, _, live)
                   in zip(calls, parsed) if signature == sig and isinstance(live, dict)]
         live, share = max(before, key=lambda b: max(b[0].values(), default=0)) if before else (None, 1.0)
-        args_bytes = round(int((figures or (0,))[0] or 0) * share)
         outside = None if live is None else {
-            d: max(int(v) - (args_bytes if d in recorded_ab.devices else 0), 0) for d, v in sorted(live.items())
+            d: v for d, v in live_outside(live, (figures or (0,))[0], share, recorded_ab.devices).items()
             if target is None or d in recorded_ab.devices}  # a target's: the call's own devices (its busiest)
         leaf_of = {leaf_key(d): d for leaves, signature, _ in parsed if signature == sig for d in leaves}
         owners = sorted({str(leaf_of.get(ab.keys[j], {}).get("owner") or f"{ab.keys[j][1]}{ab.keys[j][2]}")
@@ -418,7 +417,7 @@ class Planner:
         busiest = max((v for d, v in (outside or {}).items() if d in recorded_ab.devices), default=0)
         known = {}  # batch -> the busiest device's peak there
         if figures is not None and batch:
-            known[batch] = busiest + peak_of(figures)
+            known[batch] = peak_on_device(busiest, figures)
         elif target is not None and refused_at:
             known[refused_at] = math.inf
         for scale, b in sizes:
@@ -574,7 +573,7 @@ TOO_LARGE = object()
 
 def _peak(busiest: int, fig) -> float:
     """A device's peak from XLA's figures (``TOO_LARGE``: more than any device holds)."""
-    return math.inf if fig is TOO_LARGE else busiest + peak_of(fig)
+    return math.inf if fig is TOO_LARGE else peak_on_device(busiest, fig)
 
 
 def _rng_key(shape, x) -> bool:

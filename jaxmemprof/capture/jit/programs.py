@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 
 from jaxmemprof.capture.arrays import is_deleted as _is_deleted
 from jaxmemprof.xla import scratch
+from jaxmemprof.truepeak import peak_of
 from jaxmemprof.capture.jit.retrace import traced
 
 if TYPE_CHECKING:
@@ -95,7 +96,7 @@ class Programs:
         state.pruned[signature] = self._read_pruned(compiled)
         if state.by_signature:
             state.compiles += 1
-        peak = sum(v or 0 for v in values[:2]) - (values[2] or 0) + sum(v or 0 for v in values[3:5])
+        peak = peak_of(values[:5])  # the first five: XLA's device figures, in truepeak.FIGURES order
         self.writer.add_jit_compile((state.function_id, state.calls, time.time(), signature, *values))
         if state.user and not self._read_program(state, signature, compiled, ma):
             # The executable lacks XLA's buffer assignment: the dump at the end, for the largest.
