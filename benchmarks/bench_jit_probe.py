@@ -466,8 +466,8 @@ def bench_donation(res: Results, args, env: dict, work: str) -> None:
         say(f"  call peak {int(jm_a['call_peak_bytes']) / MIB:.2f} -> {int(jm_b['call_peak_bytes']) / MIB:.2f} MiB: "
             f"drop {peak_drop / MIB:.2f} MiB = {peak_drop / predicted * 100:.1f}% of the prediction "
             f"(temporaries {int(jm_a['temp_bytes']) / MIB:.2f} -> {int(jm_b['temp_bytes']) / MIB:.2f} MiB)")
-        est_a = rep_a["summary"].get("estimated_true_peak_bytes")
-        est_b = rep_b["summary"].get("estimated_true_peak_bytes")
+        est_a = rep_a["summary"].get("true_peak_total_bytes")
+        est_b = rep_b["summary"].get("true_peak_total_bytes")
         if est_a is not None and est_b is not None:
             say(f"  report's estimated true peak {est_a / MIB:.2f} -> {est_b / MIB:.2f} MiB: drop "
                 f"{(est_a - est_b) / MIB:.2f} MiB = {(est_a - est_b) / predicted * 100:.1f}% of the prediction")
@@ -493,8 +493,8 @@ def bench_donation(res: Results, args, env: dict, work: str) -> None:
         res.add(b, f"{c}: call_peak drop", peak_drop, "bytes", predicted, peak_drop / predicted)
         res.add(b, f"{c}: temp_bytes change with donation", temp_change, "bytes", predicted, temp_change / predicted)
         if est_a is not None and est_b is not None:
-            res.add(b, f"{c}: estimated_true_peak_bytes without donation", est_a, "bytes")
-            res.add(b, f"{c}: estimated_true_peak_bytes with donation", est_b, "bytes")
+            res.add(b, f"{c}: true_peak_total_bytes without donation", est_a, "bytes")
+            res.add(b, f"{c}: true_peak_total_bytes with donation", est_b, "bytes")
             res.add(b, f"{c}: estimated true peak drop", est_a - est_b, "bytes", predicted, (est_a - est_b) / predicted)
         res.add(b, f"{c}: peak RSS without donation, median", median(rss["none"]), "bytes")
         res.add(b, f"{c}: peak RSS with donation, median", median(rss["donate"]), "bytes")

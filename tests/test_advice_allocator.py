@@ -449,8 +449,8 @@ def test_a_run_that_does_not_fit_names_the_measured_fix_that_would_make_it_fit()
     root = Path(__file__).resolve().parent.parent / "sample_runs" / "runs"
     plain = build_report(attribute(load_run(root / "mlp-no-donation")))
     donated = build_report(attribute(load_run(root / "mlp-donated")))
-    before = plain.summary["estimated_true_peak_device_bytes"]
-    after = donated.summary["estimated_true_peak_device_bytes"]
+    before = plain.headline.true_peak_bytes
+    after = donated.headline.true_peak_bytes
     device = (needed_bytes(before) + needed_bytes(after)) // 2 * 4 // 3  # a default pool (0.75) between the two
     rep = build_report(attribute(load_run(root / "mlp-no-donation"), Options(device_memory=device)))
     [fit] = [f for f in rep.findings if f.rule == "fit"]

@@ -159,7 +159,7 @@ def test_applied_donation_gets_no_advice_and_lowers_the_peak_by_the_prediction(r
     # XLA's own account of the donation that took effect: what the compile at the end of the run said.
     assert ma["alias_bytes"] == advice.fact("aliased_bytes") and ma["temp_bytes"] == advice.fact("temp_after_bytes")
     # What it saves is the fall of the true peak that running the fixed program shows (within 1 %).
-    peak_before, peak_after = (build_report(attribute(r)).summary["estimated_true_peak_device_bytes"]
+    peak_before, peak_after = (build_report(attribute(r)).headline.true_peak_bytes
                                for r in (before, after))
     assert advice.fact("verified") and advice.fact("true_peak_before_bytes") == peak_before
     assert abs(advice.fact("true_peak_after_bytes") - peak_after) <= 0.01 * peak_after

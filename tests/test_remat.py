@@ -279,7 +279,7 @@ print(float(l))
 
 
 def _true_peak(run_dir) -> int:
-    return int(build_report(attribute(load_run(run_dir))).summary["estimated_true_peak_device_bytes"])
+    return int(build_report(attribute(load_run(run_dir))).headline.true_peak_bytes)
 
 
 def _record(tmp_path, name: str, source: str, fix: str | None = None):

@@ -103,7 +103,7 @@ print(float(l))
 
 
 def _device_peak(run_dir) -> int:
-    return int(build_report(attribute(load_run(run_dir))).summary["estimated_true_peak_device_bytes"])
+    return int(build_report(attribute(load_run(run_dir))).headline.true_peak_bytes)
 
 
 def _record(tmp_path, name: str, source: str, fix: dict | None = None):

@@ -197,7 +197,7 @@ print(float(params["w"][0, 0]))
 
 def _device_peak(run_dir) -> int:
     rep = build_report(attribute(load_run(run_dir)))
-    return int(rep.summary["estimated_true_peak_device_bytes"])
+    return int(rep.headline.true_peak_bytes)
 
 
 TWO_FUNCTIONS = """

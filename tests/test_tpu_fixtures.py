@@ -63,8 +63,8 @@ def test_gpt8_names_the_outputs_of_queued_steps():
     advice (donation, an in-flight cap, a sync) says what bounds it."""
     doc = _report("gpt8")
     s, chip = doc["summary"], doc["summary"]["chip"]
-    assert round(s["estimated_true_peak_device_bytes"] / GiB, 2) == 12.09
-    assert chip["needed_bytes"] == s["estimated_true_peak_device_bytes"]
+    assert round(s["true_peak_bytes"] / GiB, 2) == 12.09
+    assert chip["needed_bytes"] == s["true_peak_bytes"]
     assert chip["share_of_limit"] >= 0.999
     assert chip["queued_function"] == "train_step" and chip["queued_generations"] == 2
     assert chip["queued_bytes"] == 2 * chip["outputs_per_call_bytes"]
@@ -93,7 +93,7 @@ def test_gpt16_donated_fits_and_the_needed_peak_is_within_2_percent_of_the_count
     (+0.13 %); no generation of queued outputs (donated)."""
     doc = _report("gpt16-donated", "--device-memory", LIMIT)
     chip = doc["summary"]["chip"]
-    need = doc["summary"]["estimated_true_peak_device_bytes"]
+    need = doc["summary"]["true_peak_bytes"]
     assert abs(need - chip["chip_peak_bytes"]) / chip["chip_peak_bytes"] < 0.02
     assert abs(need - chip["chip_peak_bytes"]) / chip["chip_peak_bytes"] < 0.002  # measured: +0.13 %
     assert chip["queued_generations"] == 0
@@ -188,7 +188,7 @@ def test_runs_closing_lines_show_the_counters():
     from jaxmemprof.store.reader import load_run
 
     rep = build_report(attribute(load_run(TPU / "gpt8"), Options()))
-    s = rep.summary
+    s = rep.headline
     ov = SimpleNamespace(duration_s=s["duration_s"], sampling_s=s["sampling_cpu_s"], ended_by="exit", exit_status=0,
                          holder_search_s=0.0, holder_searches=0, snapshots=s["snapshots"], stretched=None,
                          peak_snapshot=s["peak_snapshot"], peak_sites=rep.peak_sites, peak_bytes=s["peak_bytes"],

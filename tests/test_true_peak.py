@@ -103,9 +103,9 @@ def test_the_true_peak_is_the_larger_signatures_call_not_the_last_analysed(tmp_p
     assert report.returncode == 0, report.stderr
     summary = json.loads(report.stdout)["summary"]
     # Live before the big call: its argument alone, which XLA's figure counts.
-    assert summary["estimated_true_peak_bytes"] == oracle["big"]
-    assert summary["estimated_true_peak_device_bytes"] == oracle["big"]
-    assert summary["estimated_true_peak_where"] == "during a call of f"
+    assert summary["true_peak_total_bytes"] == oracle["big"]
+    assert summary["true_peak_bytes"] == oracle["big"]
+    assert summary["true_peak_where"] == "during a call of f"
     assert over.returncode == 1, over.stdout + over.stderr
 
 
@@ -128,8 +128,8 @@ def test_four_devices_each_needing_a_temporary_say_it_per_device(four_devices):
     # argument, which XLA counts) and of the first call's result r, float32[4096]
     # (freed only once the second call has returned).
     r_shard = 4096 * 4 // 4
-    assert s["estimated_true_peak_device_bytes"] == per_device + r_shard
-    assert s["estimated_true_peak_bytes"] == 4 * (per_device + r_shard)
+    assert s["true_peak_bytes"] == per_device + r_shard
+    assert s["true_peak_total_bytes"] == 4 * (per_device + r_shard)
     assert doc["fit"]["peak_bytes"] == per_device + r_shard
     text = text.stdout
     mib = (per_device + r_shard) / 2**20
@@ -159,13 +159,13 @@ def test_advice_on_a_call_that_does_not_hold_the_peak_is_info(tmp_path):
     script = write_script(tmp_path, "elsewhere.py", ELSEWHERE)
     run_cli("run", "-q", "-o", tmp_path / "run", script, cwd=tmp_path, check=0)
     doc = json.loads(run_cli("report", tmp_path / "run", "--json", check=0).stdout)
-    assert doc["summary"]["estimated_true_peak_where"] == "during a call of evaluate"
+    assert doc["summary"]["true_peak_where"] == "during a call of evaluate"
     [donate] = [f for f in doc["findings"] if f["rule"] == "donate"]
     assert donate["facts"]["function"] == "train"
     # Compiled donated, train lowers no peak: the run's is in evaluate.
     x = donate["facts"]
     assert x["donated_bytes"] == 512 * 512 * 4 and x["verified"] and donate["saving_bytes"] == 0
-    assert x["true_peak_before_bytes"] == x["true_peak_after_bytes"] == doc["summary"]["estimated_true_peak_device_bytes"]
+    assert x["true_peak_before_bytes"] == x["true_peak_after_bytes"] == doc["summary"]["true_peak_bytes"]
     assert donate["severity"] == "info"
     assert donate["facts"]["peak_elsewhere"] == "during a call of evaluate"
     assert "does not lower the run's peak, which is during a call of evaluate" in donate["message"]
@@ -204,7 +204,7 @@ def test_a_static_argument_is_part_of_the_signature(tmp_path):
     signatures = sorted(load_run(run).jit.compiles["signature"])
     assert signatures == ["float32[4096,1], static:4096", "float32[4096,1], static:8"], signatures
     summary = json.loads(run_cli("report", run, "--json", check=0).stdout)["summary"]
-    assert summary["estimated_true_peak_bytes"] == oracle["big"]
+    assert summary["true_peak_total_bytes"] == oracle["big"]
 
 
 LONG_SIGNATURES = """
@@ -243,7 +243,7 @@ def test_arrays_copied_onto_a_calls_devices_stay_alive_beside_the_copies(tmp_pat
     oracle = json.loads(proc.stdout.strip().splitlines()[-1])
     assert oracle["before"] == (2 * 256 * 512 + 2 * 512 + 2 * 64) * 4
     summary = json.loads(run_cli("report", tmp_path / "run", "--json", check=0).stdout)["summary"]
-    assert summary["estimated_true_peak_device_bytes"] == oracle["before"] + oracle["call"]
+    assert summary["true_peak_bytes"] == oracle["before"] + oracle["call"]
     # The plan's point at the recorded batch is the same call, by the same model.
     points = build_plan(attribute(load_run(tmp_path / "run"))).points
     [recorded] = points.loc[(points["variant"] == "recorded") & (points["scale"] == 1), "peak_bytes"]

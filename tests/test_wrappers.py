@@ -163,9 +163,9 @@ def test_wrapper_gets_donation_advice_in_its_own_terms(tmp_path, program):
     # What the finding says it saves is the fall of the true peak that the fixed program's run
     # measures (busiest device), within 1 %; equinox decides donation inside its call: not compiled,
     # the donated bytes, said as an upper bound.
-    summaries = [build_report(attribute(r)).summary for r in (run, after)]
-    peak_before, peak_after = (m["estimated_true_peak_device_bytes"] for m in summaries)
-    where = [(m.get("estimated_true_peak_where"), m.get("peak_bytes")) for m in summaries]  # said if it fails
+    summaries = [build_report(attribute(r)).headline for r in (run, after)]
+    peak_before, peak_after = (m["true_peak_bytes"] for m in summaries)
+    where = [(m.get("true_peak_where"), m.get("peak_bytes")) for m in summaries]  # said if it fails
     if program == "equinox_optax.py":
         assert not f.fact("verified") and f.saving_bytes == f.fact("donated_bytes") == saving
     else:

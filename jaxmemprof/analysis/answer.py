@@ -8,10 +8,15 @@ closing summary, the HTML page and the notebook read it and only format it.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
 from jaxmemprof.analysis.findings import Finding
+
+if TYPE_CHECKING:
+    from jaxmemprof.analysis.headline import Headline
+    from jaxmemprof.analysis.peaks import Peaks
 
 INSIDE_LINES = 3  # the user's lines inside the call named at its peak
 SMALL = 0.01  # roles under this share of the call are summed as "more"
@@ -22,8 +27,8 @@ class Answer:
     live_peak_bytes: int | None  # the snapshots' peak (all devices), None without a snapshot
     live_peak_t: float | None
     live_peak_snapshot: int | None
-    true_peak_bytes: int | None  # on the busiest device: the larger of the live peak there and a call's
-    true_peak_total_bytes: int | None  # on all devices summed
+    true_peak_bytes: int | None  # on the busiest device: the larger of the live peak there and a call's (Headline's)
+    true_peak_total_bytes: int | None  # on all devices summed (Headline's)
     true_peak_where: str  # "during a call of train_step", or "at the live peak"
     true_peak_jitted_at: str  # "train.py:27": where the function of that call was jitted ("" at the live peak)
     devices: int
@@ -32,7 +37,7 @@ class Answer:
     inside: tuple  # ((bytes, kind, site), ...) XLA's buffers at the call's own peak, by the user's line
     fix: Finding | None  # the fix that lowers the peak most (a measured saving first)
     fix_number: int | None  # its number among the report's findings
-    counters: dict | None = None  # the chip's own counters beside the true peak (summary["chip"], analysis/counters.py)
+    counters: dict | None = None  # the chip's own counters beside the true peak (Headline.chip, analysis/counters.py)
 
     @property
     def inside_call(self) -> bool:
@@ -87,21 +92,23 @@ def top_fix(findings: list[Finding]) -> tuple[Finding | None, int | None]:
     return None, None
 
 
-def answer(summary: dict, inside, busiest: int, jit_memory: pd.DataFrame, jit_peak: pd.DataFrame, roles,
+def answer(head: Headline, peaks: Peaks, jit_memory: pd.DataFrame, jit_peak: pd.DataFrame, roles,
            findings: list[Finding]) -> Answer:
-    """``inside``: the call that holds the largest call peak (peaks.TruePeak),
-    ``busiest``: the snapshots' peak on the busiest device."""
-    in_call = inside is not None and inside.device_bytes > busiest
+    """The answer from the report's parts: its headline (``Headline``), the
+    run's ``Peaks`` (the call that holds the largest call peak, the
+    snapshots' peak on the busiest device)."""
+    inside = peaks.call
+    in_call = peaks.in_call
     fix, number = top_fix(findings)
     same_call = in_call and roles is not None and roles.function == inside.function
     composition, rest = _composition(roles) if same_call else ((), 0)
     return Answer(
-        live_peak_bytes=summary.get("peak_bytes") if summary.get("peak_snapshot") is not None else None,
-        live_peak_t=summary.get("peak_t"), live_peak_snapshot=summary.get("peak_snapshot"),
-        true_peak_bytes=summary.get("estimated_true_peak_device_bytes"),
-        true_peak_total_bytes=summary.get("estimated_true_peak_bytes"),
-        true_peak_where=inside.where if in_call else "at the live peak" if inside is not None else "",
+        live_peak_bytes=head.peak_bytes if head.peak_snapshot is not None else None,
+        live_peak_t=head.peak_t, live_peak_snapshot=head.peak_snapshot,
+        true_peak_bytes=head.true_peak_bytes,
+        true_peak_total_bytes=head.true_peak_total_bytes,
+        true_peak_where=head.true_peak_where,
         true_peak_jitted_at=_jitted_at(jit_memory, inside.function_id) if in_call else "",
-        devices=int(summary.get("devices") or 1), composition=composition, composition_rest=rest,
+        devices=int(head.devices or 1), composition=composition, composition_rest=rest,
         inside=_inside(jit_peak, inside.function_id, inside.signature) if in_call else (),
-        fix=fix, fix_number=number, counters=summary.get("chip"))
+        fix=fix, fix_number=number, counters=head.chip)

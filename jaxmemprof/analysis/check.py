@@ -152,7 +152,7 @@ def unchecked_run(run, limits: Limits, *, baseline: bool = False,
 def unchecked_report(report, limits: Limits) -> Unchecked | None:
     """Why ``report`` cannot give a figure asked for: the estimated true
     peak needs the jit probe's figures."""
-    if limits.max_true_peak is not None and report.summary.get("estimated_true_peak_bytes") is None:
+    if limits.max_true_peak is not None and report.headline.true_peak_bytes is None:
         return Unchecked(("max-true-peak",), "no-jit")
     for name in limits.target_fits:
         targets = report.targets
@@ -208,25 +208,22 @@ def _peak_sites(report, n: int = 3) -> tuple:
 def check_report(report, limits: Limits, baseline=None) -> list[Outcome]:
     """Every check asked for, on ``report`` (and ``baseline``, a report of the
     run to compare with, for ``max_increase_pct``)."""
-    s = report.summary
+    s = report.headline
     out: list[Outcome] = []
     sites = _peak_sites(report)
     if limits.max_peak is not None:
-        peak = int(s["peak_bytes"])
+        peak = int(s.peak_bytes)
         out.append(Outcome("max-peak", limits.max_peak, peak, peak <= limits.max_peak,
                            site=sites[0][0] if sites else "", details=sites))
     if limits.max_true_peak is not None:
         # Per device (what a device's memory must hold), as XLA's figures are.
-        true_peak = s.get("estimated_true_peak_device_bytes")
-        if true_peak is None:
-            true_peak = s.get("estimated_true_peak_bytes")
+        true_peak = s.true_peak_bytes
         if true_peak is None:  # no jit probe data: unchecked_report refuses it; never a pass
             raise ValueError("max-true-peak: the report has no estimated true peak")
         true_peak = int(true_peak)
         out.append(Outcome("max-true-peak", limits.max_true_peak, true_peak, true_peak <= limits.max_true_peak,
                            site=sites[0][0] if sites else "", details=sites,
-                           facts={"where": s.get("estimated_true_peak_where") or "",
-                                  "devices": int(s.get("devices") or 1)}))
+                           facts={"where": s.true_peak_where or "", "devices": int(s.devices or 1)}))
     if limits.max_growth is not None:
         column = "growth_bytes_per_step" if limits.growth_per == "step" else "growth_bytes_per_s"
         growing = []
@@ -262,10 +259,10 @@ def check_report(report, limits: Limits, baseline=None) -> list[Outcome]:
                            facts={"target": name, "chip": str(worst["chip"]), "hbm_bytes": int(worst["hbm_bytes"]),
                                   **({"error": str(worst["error"])} if peak is None else {})}))
     if limits.max_increase_pct is not None and baseline is not None:
-        b = baseline.summary
-        pairs = [("peak", int(s["peak_bytes"]), int(b["peak_bytes"]))]
-        if s.get("estimated_true_peak_bytes") is not None and b.get("estimated_true_peak_bytes") is not None:
-            pairs.append(("true peak", int(s["estimated_true_peak_bytes"]), int(b["estimated_true_peak_bytes"])))
+        b = baseline.headline
+        pairs = [("peak", int(s.peak_bytes), int(b.peak_bytes))]
+        if s.true_peak_total_bytes is not None and b.true_peak_total_bytes is not None:
+            pairs.append(("true peak", int(s.true_peak_total_bytes), int(b.true_peak_total_bytes)))
         for what, new, old in pairs:
             pct = (new - old) / old * 100.0 if old > 0 else (0.0 if new == 0 else math.inf)
             out.append(Outcome("max-increase", limits.max_increase_pct, pct, pct <= limits.max_increase_pct,

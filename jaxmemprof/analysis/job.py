@@ -46,7 +46,7 @@ class ProcessResult:
     process: int
     peak_sites: pd.DataFrame  # site, bytes, count (its own peak, largest first)
     findings: list  # its Finding records
-    summary: dict  # build_report's headline figures
+    headline: dict  # build_report's headline figures (Headline.as_dict)
     warnings: list
     error: str | None = None
     # what the memory is at its largest sampled jitted call: [device, role, bytes, largest owner] rows
@@ -109,7 +109,7 @@ def process_result(process: int, report) -> ProcessResult:
     what = report.roles.by_role if report.roles is not None else pd.DataFrame()
     roles = [[str(d), str(r), int(b), str(o)] for d, r, b, o in
              zip(what.get("device", ()), what.get("role", ()), what.get("bytes", ()), what.get("largest_owner", ()))]
-    return ProcessResult(process, sites, as_findings(report.findings), dict(report.summary), list(report.warnings),
+    return ProcessResult(process, sites, as_findings(report.findings), report.headline.as_dict(), list(report.warnings),
                          roles=roles, plan=_plan_rows(report.plan))
 
 
@@ -305,7 +305,7 @@ def job_roles(results: dict) -> pd.DataFrame:
 # small file per process instead of analysing each (their hosts did it at
 # the end of their runs, side by side). Used only while the journal is the
 # one it was made from and the report's options are the defaults.
-PROCESS_RESULT_SCHEMA = 2  # 2: with each process's roles
+PROCESS_RESULT_SCHEMA = 3  # 2: with each process's roles; 3: the headline, its true peaks named as in analysis/headline.py
 SUMMARY_MAX_ARRAYS = 200_000  # past this, the summary is left to report (as run's closing summary is)
 
 
@@ -367,7 +367,7 @@ def write_process_result(path) -> bool:
         "peak_sites": [[str(s), int(b), int(c)] for s, b, c in zip(r.peak_sites["site"], r.peak_sites["bytes"],
                                                                      r.peak_sites["count"])],
         "findings": [asdict(f) for f in r.findings],
-        "summary": r.summary, "warnings": [str(w) for w in r.warnings], "roles": r.roles,
+        "headline": r.headline, "warnings": [str(w) for w in r.warnings], "roles": r.roles,
     }
     data = json.dumps(doc, default=_plain, allow_nan=False, sort_keys=True).encode()
     layout.write_atomic(os.path.join(path, PROCESS_RESULT) if isinstance(path, str) else path / PROCESS_RESULT, data)
@@ -412,8 +412,8 @@ def read_process_result(process: int, path, options: dict) -> ProcessResult | No
             if "facts" in f and not isinstance(f["facts"], dict):
                 return None
             findings.append(Finding(**f))
-        summary, warnings, roles = doc["summary"], doc["warnings"], doc["roles"]
-        if not isinstance(summary, dict) or not isinstance(warnings, list):
+        head, warnings, roles = doc["headline"], doc["warnings"], doc["roles"]
+        if not isinstance(head, dict) or not isinstance(warnings, list):
             return None
         if not isinstance(roles, list) or not all(
                 isinstance(r, list) and len(r) == 4 and isinstance(r[0], str) and isinstance(r[1], str)
@@ -421,4 +421,4 @@ def read_process_result(process: int, path, options: dict) -> ProcessResult | No
             return None
     except (KeyError, TypeError, ValueError):
         return None
-    return ProcessResult(process, sites, findings, summary, [str(w) for w in warnings], roles=roles)
+    return ProcessResult(process, sites, findings, head, [str(w) for w in warnings], roles=roles)

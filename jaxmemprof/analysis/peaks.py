@@ -19,6 +19,7 @@ import pandas as pd
 from jaxmemprof.truepeak import FIGURES, figures_of, largest, moments
 
 if TYPE_CHECKING:
+    from jaxmemprof.store.reader import Run
     from jaxmemprof.analysis.timeline import Timeline
 
 
@@ -129,7 +130,7 @@ class Peaks:
     total_bytes: int | None  # the true peak on all devices summed
     call: CallPeak | None  # the largest call's peak (None without the probe's figures)
     calls: tuple = ()  # every call's peak (call_peaks)
-    run: object = field(default=None, repr=False)
+    run: Run | None = field(default=None, repr=False)
     timeline: Timeline | None = field(default=None, repr=False)
 
     @property

@@ -11,18 +11,19 @@ from dataclasses import dataclass, field, replace
 import pandas as pd
 
 from jaxmemprof.analysis.answer import Answer, answer
-from jaxmemprof.analysis.advice.capacity import will_it_fit
+from jaxmemprof.analysis.advice.capacity import Fit, will_it_fit
 from jaxmemprof.analysis.advice.donation import jit_memory
-from jaxmemprof.analysis.advice.plan import build_plan
-from jaxmemprof.analysis.advice.targets import build_targets
+from jaxmemprof.analysis.advice.plan import Plan, build_plan
+from jaxmemprof.analysis.advice.targets import Targets, build_targets
 from jaxmemprof.analysis.counters import chip_counters
 from jaxmemprof.analysis.findings import by_effect, in_proportion, ranked
 from jaxmemprof.analysis.groups import Breakdown
+from jaxmemprof.analysis.headline import Headline, headline
 from jaxmemprof.analysis.inside_jit import largest_buffers, peak_by_line, program_curves
 from jaxmemprof.analysis.leaks import leaks, recompiles
 from jaxmemprof.analysis.attributed import Attributed
 from jaxmemprof.analysis.lifetimes import estimated_site_churn, site_lifetimes
-from jaxmemprof.analysis.py_holders import empty_holders, holders, search_cost, site_holders
+from jaxmemprof.analysis.py_holders import empty_holders, holders, site_holders
 from jaxmemprof.analysis.reuse import reuse
 from jaxmemprof.analysis.roles import Roles, empty_roles, roles
 from jaxmemprof.analysis.rules import ABOUT_A_CALL, DETECTORS, NOT_IN_PROPORTION, Context
@@ -38,7 +39,7 @@ class Report:
     finished: bool
     has_arrays: bool
     warnings: list
-    summary: dict  # the headline figures
+    headline: Headline  # the headline figures (the JSON's summary)
     peak_sites: Breakdown | None  # what held the peak, by site
     timeline: Timeline
     arrays: pd.DataFrame  # one row per array (lifetimes)
@@ -54,22 +55,16 @@ class Report:
     jit_peak: pd.DataFrame  # per jitted function x user line x kind: XLA's buffers at the function's own peak
     jit_buffers: pd.DataFrame  # the largest of those buffers, with their live ranges in program order
     jit_curve: pd.DataFrame  # each function's bytes live at each position of its program, by line
-    true_peak_bytes: int | None  # the snapshot peak plus what snapshots cannot see inside calls
-    true_peak_where: str
-    fit: object  # capacity.Fit for --device-memory, else None
+    fit: Fit | None  # for --device-memory, else None
     findings: list  # Finding records, ranked (render/findings.py says them)
     extra_findings: list = field(default_factory=list)
-    plan: object = None  # advice/plan.Plan of a run recorded with run --plan (None without)
-    targets: object = None  # advice/targets.Targets of a run recorded with run --target (None without)
+    plan: Plan | None = None  # of a run recorded with run --plan (None without)
+    targets: Targets | None = None  # of a run recorded with run --target (None without)
     roles: Roles = field(default_factory=empty_roles)  # what the memory is at the largest sampled jitted call
     peak_devices: pd.DataFrame = field(default_factory=pd.DataFrame)  # live bytes per device at the live peak
     answer: Answer | None = None  # the answer, first in every output (analysis/answer.py)
     holders: pd.DataFrame = field(default_factory=empty_holders)  # what keeps arrays alive (analysis/py_holders.py)
     peak_holders: dict = field(default_factory=dict)  # site -> what holds it at the live peak (site_holders)
-
-
-def _text(v) -> str | None:
-    return v if isinstance(v, str) and v else None
 
 
 def build_report(ar: Attributed, *, extra_rules=()) -> Report:
@@ -102,7 +97,7 @@ def build_report(ar: Attributed, *, extra_rules=()) -> Report:
     # and on all devices summed, beside the snapshots' total. Computed once (Attributed.peaks).
     peaks = ar.peaks
     device_peak, total_true_peak, inside = peaks.device_bytes, peaks.total_bytes, peaks.call
-    busiest, where = peaks.busiest_live_bytes, peaks.where
+    busiest = peaks.busiest_live_bytes
     chip = chip_counters(run, inside, device_peak, busiest)  # the chip's own counters beside the model
     what = roles(ar)
     fit = will_it_fit(ar, options.device_memory, device_peak) if options.device_memory is not None else None
@@ -117,66 +112,28 @@ def build_report(ar: Attributed, *, extra_rules=()) -> Report:
         found = by_effect(found, inside.function, inside.where, ABOUT_A_CALL)
     plan = build_plan(ar, found, options.device_memory)  # None unless recorded with run --plan
 
-    snaps = run.snapshots
     m = run.manifest
-    notebook = m.get("notebook") if isinstance(m.get("notebook"), dict) else {}
-    totals = tl.totals
-    peak_row = totals.loc[totals["snapshot"] == tl.peak_snapshot] if tl.peak_snapshot is not None else totals.iloc[0:0]
-    unattributed = None
-    if not peak_row.empty and "unattributed_bytes" in peak_row and pd.notna(peak_row["unattributed_bytes"].iloc[0]):
-        unattributed = int(peak_row["unattributed_bytes"].iloc[0])
-    summary = {
-        "run": str(run.path),
-        "command": " ".join(m.get("argv") or []),
-        "finished": run.finished,
-        "running": bool(getattr(run, "running", False)),
-        "exit_status": m.get("exit_status"),
-        "ended_by": m.get("ended_by"),
-        # cells a notebook's magic recorded (In [5], In [7] to In [9]) and what one raised (notebook/magics.py)
-        "cells": _text(notebook.get("cells")),
-        "raised": _text(notebook.get("raised")),
-        "duration_s": m.get("duration_s"),
-        "backend": m.get("backend"),
-        "devices": int(tl.devices["device"].nunique()) if not tl.devices.empty else len(m.get("devices") or []),
-        "snapshots": int(len(snaps)),
-        "markers": int(len(run.markers)),
-        "sampling_cpu_s": float(snaps["cost_s"].sum()) if not snaps.empty else 0.0,
-        "peak_snapshot": tl.peak_snapshot,
-        "peak_t": tl.peak_t,
-        "peak_bytes": int(tl.peak_bytes),
-        "peak_unattributed_bytes": unattributed,
-        "estimated_true_peak_bytes": total_true_peak,
-        "estimated_true_peak_device_bytes": device_peak,
-        "estimated_true_peak_where": where,
-        # the chip's own counters (memory_stats) beside the true peak, the difference named (analysis/counters.py)
-        "chip": chip,
-        "arrays_seen": int(len(arrays)),
-        "per_array_data": bool(run.has_arrays),
-        # the searches for the Python references holding arrays (capture/py_holders.py) and their CPU time
-        "holder_searches": search_cost(run)[0],
-        "holder_search_cpu_s": search_cost(run)[1],
-    }
+    head = headline(ar, tl, peaks, chip, len(arrays))
     jit_peak = peak_by_line(ar)
     findings = ranked(found)
     report = Report(
         path=str(run.path), manifest=m, finished=run.finished, has_arrays=run.has_arrays,
-        warnings=list(run.warnings) + probe_warnings(run), summary=summary, peak_sites=peak_sites, timeline=tl,
+        warnings=list(run.warnings) + probe_warnings(run), headline=head, peak_sites=peak_sites, timeline=tl,
         arrays=arrays, lifetimes=per_site, churn=churn, reuse_by_device=reuse_by_device,
         reuse_by_site=reuse_by_site, reuse_buffers=reuse_buffers, reuse_unknown_addresses=reuse_unknown,
         leaks=leak_rows,
         recompiles=recompile_rows, jit_memory=memory_in_jit,
         jit_peak=jit_peak, jit_buffers=largest_buffers(ar),
-        jit_curve=program_curves(ar), true_peak_bytes=total_true_peak,
-        true_peak_where=where,
+        jit_curve=program_curves(ar),
         fit=fit, findings=findings, plan=plan, targets=build_targets(ar), roles=what, peak_devices=_peak_devices(peaks),
-        answer=answer(summary, inside, busiest, memory_in_jit, jit_peak, what, findings), holders=held,
+        answer=answer(head, peaks, memory_in_jit, jit_peak, what, findings), holders=held,
         peak_holders=site_holders(held, tl.peak_snapshot),
     )
     extra = [f for rule in extra_rules for f in rule(run, report)]
     if extra:
         findings = ranked(found + extra)
         report = replace(report, findings=findings, extra_findings=extra,
-                         answer=answer(summary, inside, busiest, memory_in_jit, jit_peak, what, findings))
+                         answer=answer(head, peaks, memory_in_jit, jit_peak, what, findings))
     return report
 
 

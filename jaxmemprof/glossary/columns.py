@@ -246,20 +246,21 @@ GLOSSARY: dict[str, str] = {
     "markers": "Markers (`jaxmemprof.mark()`) the run recorded.",
     "sampling_cpu_s": "CPU seconds the sampler spent taking the snapshots (thread time, summed).",
     "peak_unattributed_bytes": "`unattributed_bytes` at the peak snapshot; empty on CPU.",
-    "estimated_true_peak_bytes": "The estimated true peak on all devices summed: the most, over sampled calls (and "
-                                 "compiled signatures no sampled call ran), of the live bytes at the snapshot before "
-                                 "the call minus its arguments already on its devices plus the call peak of the "
-                                 "signature it ran, on each device it ran on; at least the snapshot peak; empty "
-                                 "without jit probe data.",
+    "true_peak_total_bytes": "The estimated true peak on all devices summed, at the same moment as `true_peak_bytes`: "
+                             "the most, over sampled calls (and compiled signatures no sampled call ran), of the live "
+                             "bytes before the call minus its arguments already on its devices plus the call peak of "
+                             "the signature it ran, on each device it ran on; at least the live peak; empty without "
+                             "jit probe data.",
     "peak_elsewhere": "Where the run's (true) peak is when it is not during a call of the finding's function "
                       "(`during a call of eval_step`): acting on it does not lower the peak, so its severity is "
                       "`info`; its saving is still its own.",
-    "estimated_true_peak_device_bytes": "The estimated true peak on the busiest device (what `fit` and `check "
-                                        "--max-true-peak` take): as `estimated_true_peak_bytes`, on one device, "
-                                        "XLA's figures being per device; at least the busiest device's snapshot "
-                                        "peak.",
-    "estimated_true_peak_where": "When the estimated true peak happens (`during a call of train_step`, or `at the "
-                                 "live peak`: the snapshots' peak).",
+    "true_peak_bytes": "The estimated true peak on the busiest device (what a device must hold: what `fit` and "
+                       "`check --max-true-peak` take, and what every output leads with): the larger of the busiest "
+                       "device's live peak and the largest call's peak there (live bytes before the call minus its "
+                       "arguments plus XLA's call peak, per device); `true_peak_total_bytes` is the same on all "
+                       "devices summed; empty without jit probe data.",
+    "true_peak_where": "When the estimated true peak happens (`during a call of train_step`, or `at the live peak`: "
+                       "the snapshots' peak).",
     "arrays_seen": "Arrays the run recorded (rows of arrays.csv).",
     "per_array_data": "True for a run directory; false for a directory of `.prof` files (no per-array records: "
                       "lifetimes are estimated, no reuse).",
@@ -268,7 +269,7 @@ GLOSSARY: dict[str, str] = {
     "holder_search_cpu_s": "CPU seconds those searches took, in the searching thread.",
     # will it fit (report --device-memory)
     "device_bytes": "The device's memory, in bytes (`--device-memory`).",
-    "peak_source": "Which figure the peak is: `estimated_true_peak_bytes`, `peak_bytes_in_use`, `device_live_bytes` "
+    "peak_source": "Which figure the peak is: `true_peak_bytes` (the true peak on the busiest device), `peak_bytes_in_use`, `device_live_bytes` "
                    "(the most live bytes on one device) or `live_bytes`.",
     "peak_device": "The device the peak was measured on, where known.",
     "needed_bytes": "The pool the peak needs: the peak + 5 % + 64 MiB (allocator rounding and slack, XLA's small "

@@ -24,15 +24,12 @@ def _csv(columns) -> tuple:
 
 
 def _summary_keys() -> tuple:
-    """The keys of build_report's summary dict, read from its source."""
-    from jaxmemprof.analysis import report
+    """The keys of the report's summary object: the Headline's fields, in order."""
+    from dataclasses import fields
 
-    tree = ast.parse(inspect.getsource(report))
-    for node in ast.walk(tree):
-        if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Dict)
-                and any(isinstance(t, ast.Name) and t.id == "summary" for t in node.targets)):
-            return tuple(k.value for k in node.value.keys)
-    raise RuntimeError("analysis/report.py has no `summary = {...}`: update jaxmemprof/glossary/tables.py")
+    from jaxmemprof.analysis.headline import Headline
+
+    return tuple(f.name for f in fields(Headline))
 
 
 # The job's tables have no column constants: tests/test_columns_doc.py checks these against a real job's export.

@@ -32,8 +32,9 @@ TERMS: dict[str, str] = {
     "call peak": "What one call of a jitted function holds at its peak, from XLA's `memory_analysis()`: arguments + "
                  "outputs - aliased + temporaries + code.",
     "true peak": "The live peak with what snapshots cannot see inside jitted calls, estimated (its JSON name is "
-                 "`estimated_true_peak_bytes`): the most, over compiles and sampled calls, of the live bytes before "
-                 "the call minus its arguments plus its call peak; per device where the run has several. An "
+                 "`true_peak_bytes`, on the busiest device; `true_peak_total_bytes` on all devices summed): the "
+                 "most, over compiles and sampled calls, of the live bytes before the call minus its arguments "
+                 "plus its call peak, per device. An "
                  "argument on fewer devices than the call (an array on one device passed to pmap) is copied onto "
                  "them and stays alive beside its copies: it is not taken off.",
     "role": "What an array is for at the true peak's call: parameters, optimizer state, batch, new state, inside "

@@ -148,7 +148,7 @@ def _report_data(doc: RunDocument, S: _Strings, t_shift: float = 0.0) -> dict:
             stats.append({"process": proc, "device": S(display(name)), "bytes_in_use": col(g, "bytes_in_use"),
                           "bytes_limit": col(g, "bytes_limit")})
     markers = model.markers
-    s = rep.summary
+    s = rep.headline
     data = {
         "page": "report",
         "title": f"jaxmemprof report: {rep.path}",
@@ -172,7 +172,7 @@ def _report_data(doc: RunDocument, S: _Strings, t_shift: float = 0.0) -> dict:
         "top_sites": [x for x in tl.site_order if x != "other"],
         "peak": {"snapshot": tl.peak_snapshot, "t": _shifted(tl.peak_t, t_shift), "bytes": int(tl.peak_bytes),
                  "j": peak_j},
-        "true_peak": {"bytes": _num(rep.true_peak_bytes), "where": rep.true_peak_where or ""},
+        "true_peak": {"bytes": _num(s.true_peak_total_bytes), "where": s.true_peak_where or ""},
         "answer": _answer(rep),
         "defaults": {"selected": peak_j, "base": 0, "new": final_j},
         "headline": {

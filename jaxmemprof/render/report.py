@@ -102,7 +102,7 @@ def render_report(doc: RunDocument, con: Console) -> None:
     for line in ([*oom_lines(doc.oom, doc.show)] if doc.oom is not None else []) + \
             [f"target {x}" for x in target_lines(doc.refusals, doc.show)]:
         con.print(line, markup=False, highlight=False)
-    s = rep.summary
+    s = rep.headline
     con.print(Text(f"jaxmemprof report: {safe(rep.path)}", style="bold"))
     for w in rep.warnings:
         con.print(Text(f"warning: {safe(w)}", style="yellow"))
@@ -167,7 +167,7 @@ def no_snapshot_text(s: dict) -> str:
 
 
 def _render_summary(rep: Report, con: Console, explain: bool) -> None:
-    s = rep.summary
+    s = rep.headline
     totals = rep.timeline.totals
     cells = s.get("cells") if s["ended_by"] in ("exit", "exception", "oom") and s["duration_s"] is not None else None
     if cells:  # a notebook's cells, recorded by its magic: they have no exit status, and one may have raised
@@ -209,7 +209,7 @@ def _render_summary(rep: Report, con: Console, explain: bool) -> None:
                  f"words: {answer.GLOSSARY}")
     for line in lines:
         con.print(Text(line))
-    if s["estimated_true_peak_bytes"] is not None:
+    if s["true_peak_total_bytes"] is not None:
         _explained(con, explain, notes.TRUE_PEAK)
 
 
@@ -485,7 +485,7 @@ def _render_leaks(rep: Report, con: Console, top: int, explain: bool = False) ->
     if rep.leaks.empty:
         con.print("no site grows steadily across the run")
     elif not explain:  # what grew, in words; the statistics under --explain
-        steps = rep.summary.get("markers") or 0
+        steps = rep.headline.markers or 0
         for _, r in rep.leaks.head(top).iterrows():
             grew = r["live_bytes_last"] - r["live_bytes_first"]
             per_step = r["growth_bytes_per_step"]

@@ -66,7 +66,7 @@ def report_document(rep: Report) -> dict:
         "command": "report",
         "inputs": [rep.path],
         "warnings": list(rep.warnings),
-        "summary": dict(rep.summary),
+        "summary": rep.headline.as_dict(),
         "manifest": _manifest(rep.manifest),
         "peak_sites": records(rep.peak_sites.rows) if rep.peak_sites is not None else [],
         "timeline": records(tl.totals),

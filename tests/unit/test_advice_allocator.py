@@ -17,7 +17,7 @@ def test_the_peak_is_the_busiest_devices_most_live_bytes(tiny_ar, oracle):
     assert (peak.bytes, peak.source, peak.device) == (most, "device_live_bytes", device)
     assert not peak.has_temporaries
     given = estimate_peak(tiny_ar, true_peak_bytes=most + 1)  # the caller's estimate comes first
-    assert (given.bytes, given.source, given.has_temporaries) == (most + 1, "estimated_true_peak_bytes", True)
+    assert (given.bytes, given.source, given.has_temporaries) == (most + 1, "true_peak_bytes", True)
 
 
 def test_a_cpu_run_has_no_allocator_statistics_and_gets_no_settings(tiny, tiny_ar):

@@ -27,11 +27,11 @@ def _true_peak(oracle) -> int:
 @pytest.mark.parametrize("device_mib, case", [(1024, "fits"), (85, "fits-with"), (70, "cannot")])
 def test_the_fit_of_the_peak_on_a_device(tiny_ar, tiny_report, oracle, device_mib, case):
     peak = _true_peak(oracle)
-    assert tiny_report.summary["estimated_true_peak_device_bytes"] == peak
+    assert tiny_report.headline.true_peak_bytes == peak
     device = device_mib * MiB
     fit = will_it_fit(tiny_ar, device, peak)
     need = peak * 1.05 + 64 * MiB
-    assert fit.peak_bytes == peak and fit.peak_source == "estimated_true_peak_bytes"
+    assert fit.peak_bytes == peak and fit.peak_source == "true_peak_bytes"
     assert need <= fit.needed_bytes < need + 1024
     assert fit.case == case
     assert fit.fits_by_default == (fit.needed_bytes <= 0.75 * device)

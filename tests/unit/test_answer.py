@@ -11,11 +11,11 @@ from jaxmemprof.analysis.findings import Finding
 
 def test_the_answer_is_the_reports_true_peak_its_roles_and_the_lines_inside_its_call(tiny_report):
     rep = tiny_report
-    a, s = rep.answer, rep.summary
-    assert a.true_peak_bytes == s["estimated_true_peak_device_bytes"]
-    assert a.true_peak_total_bytes == s["estimated_true_peak_bytes"]
+    a, s = rep.answer, rep.headline
+    assert a.true_peak_bytes == s["true_peak_bytes"]
+    assert a.true_peak_total_bytes == s["true_peak_total_bytes"]
     assert a.live_peak_bytes == s["peak_bytes"] and a.live_peak_snapshot == s["peak_snapshot"]
-    assert a.inside_call and a.true_peak_where == s["estimated_true_peak_where"]
+    assert a.inside_call and a.true_peak_where == s["true_peak_where"]
     function = a.true_peak_where.removeprefix("during a call of ")
     jm = rep.jit_memory.set_index("function")
     assert a.true_peak_jitted_at == jm.loc[function, "jitted_at"]

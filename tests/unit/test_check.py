@@ -64,7 +64,7 @@ def test_max_increase_against_itself_is_no_increase(tiny_report, oracle):
 def test_a_run_without_jitted_calls_cannot_check_the_true_peak(recorded):
     run = load_run(recorded.history)  # op by op: nothing jitted
     report = build_report(attribute(run))
-    assert report.summary["estimated_true_peak_bytes"] is None
+    assert report.headline.true_peak_total_bytes is None
     u = unchecked_report(report, Limits(max_true_peak=1 << 30))
     assert u.checks == ("max-true-peak",) and u.reason == "no-jit"
     assert unchecked_run(run, Limits(max_peak=1 << 30)) is None  # its snapshots are all there

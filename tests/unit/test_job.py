@@ -23,7 +23,7 @@ def test_each_process_and_the_job_hold_what_the_program_counted(job, oracle):
     results = analyse_processes(j, Options(), workers=1)
     assert sorted(results) == [0, 1]
     for r in results.values():
-        assert r.error is None and r.summary["peak_bytes"] == peak
+        assert r.error is None and r.headline["peak_bytes"] == peak
     rep = build_job_report(j, results)
     assert rep.process_count == 2 and rep.alignment == "wall clocks"
     assert rep.job_peak_bytes == 2 * peak  # the same bytes at the same times
@@ -45,6 +45,6 @@ def test_a_process_summary_reads_back_as_the_analysis_it_saves(recorded, oracle,
     assert saved.peak_sites.equals(fresh.peak_sites)
     assert [(f.rule, f.site, f.saving_bytes) for f in saved.findings] == \
         [(f.rule, f.site, f.saving_bytes) for f in fresh.findings]
-    assert saved.summary["peak_bytes"] == total(oracle["live"][peak_label(oracle)])
+    assert saved.headline["peak_bytes"] == total(oracle["live"][peak_label(oracle)])
     assert saved.roles == fresh.roles
     assert read_process_result(0, path, {"top_sites": 3, "steps": 1000}) is None  # made with other options

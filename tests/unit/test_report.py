@@ -10,7 +10,7 @@ from .programs import STEPS, call_peak, peak_label, total
 
 
 def test_the_summary_is_the_programs_own_figures(tiny, tiny_report, oracle, labelled):
-    s = tiny_report.summary
+    s = tiny_report.headline
     label = peak_label(oracle)
     assert s["peak_bytes"] == total(oracle["live"][label]) and s["peak_snapshot"] == labelled[label]
     assert (s["devices"], s["markers"], s["snapshots"]) == (2, STEPS, len(tiny.snapshots))
@@ -19,9 +19,9 @@ def test_the_summary_is_the_programs_own_figures(tiny, tiny_report, oracle, labe
     # plus XLA's peak for it; and summed over the devices.
     ma = oracle["memory_analysis"]
     before = max(oracle["before_call"], key=lambda b: b["cpu:0"])
-    assert s["estimated_true_peak_device_bytes"] == before["cpu:0"] - ma["argument"] + call_peak(ma)
-    assert s["estimated_true_peak_bytes"] == max(s["peak_bytes"], total(before) - ma["argument"] + call_peak(ma))
-    assert s["estimated_true_peak_where"] == "during a call of step"
+    assert s["true_peak_bytes"] == before["cpu:0"] - ma["argument"] + call_peak(ma)
+    assert s["true_peak_total_bytes"] == max(s["peak_bytes"], total(before) - ma["argument"] + call_peak(ma))
+    assert s["true_peak_where"] == "during a call of step"
 
 
 def test_the_peak_by_device_is_what_each_device_held(tiny_report, oracle):

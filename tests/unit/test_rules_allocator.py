@@ -11,7 +11,7 @@ from jaxmemprof.analysis.timeline import timeline
 
 
 def test_a_cpu_run_gets_no_allocator_finding(tiny_ar, tiny_report):
-    ctx = Context(tiny_ar, timeline(tiny_ar), device_peak=tiny_report.summary["estimated_true_peak_device_bytes"])
+    ctx = Context(tiny_ar, timeline(tiny_ar), device_peak=tiny_report.headline.true_peak_bytes)
     assert rule.detect(ctx) == []
 
 

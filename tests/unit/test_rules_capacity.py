@@ -15,7 +15,7 @@ MiB = 1024**2
 def test_the_fit_is_found_only_for_a_device_and_is_the_fits_case(tiny_ar, tiny_report):
     tl = timeline(tiny_ar)
     assert rule.detect(Context(tiny_ar, tl)) == []
-    peak = tiny_report.summary["estimated_true_peak_device_bytes"]
+    peak = tiny_report.headline.true_peak_bytes
     for device_mib, severity in ((1024, "info"), (70, "high")):
         fit = will_it_fit(tiny_ar, device_mib * MiB, peak)
         (f,) = [f for f in rule.detect(Context(tiny_ar, tl, device_peak=peak, fit=fit)) if f.rule == "fit"]

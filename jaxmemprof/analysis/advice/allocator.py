@@ -136,7 +136,7 @@ def _float(text) -> float | None:
 
 
 # Where a peak came from, best first (the names of the figures it is).
-PEAK_SOURCES = ("estimated_true_peak_bytes", "peak_bytes_in_use", "device_live_bytes", "live_bytes")
+PEAK_SOURCES = ("true_peak_bytes", "peak_bytes_in_use", "device_live_bytes", "live_bytes")
 
 
 @dataclass(frozen=True)
@@ -148,7 +148,7 @@ class Peak:
     @property
     def has_temporaries(self) -> bool:
         """Whether it includes XLA's temporaries inside calls."""
-        return self.source in ("estimated_true_peak_bytes", "peak_bytes_in_use")
+        return self.source in ("true_peak_bytes", "peak_bytes_in_use")
 
     def facts(self) -> dict:
         return {"peak_bytes": int(self.bytes), "peak_source": self.source, "peak_device": self.device}
@@ -160,7 +160,7 @@ def estimate_peak(ar: Attributed, true_peak_bytes: int | None = None, devices: p
     high-water mark ``peak_bytes_in_use``; the most live array bytes on one
     device in a snapshot; the most live bytes of any snapshot."""
     if true_peak_bytes is not None:
-        return Peak(int(true_peak_bytes), "estimated_true_peak_bytes", None)
+        return Peak(int(true_peak_bytes), "true_peak_bytes", None)
     if devices is None:
         devices = build_timeline(ar, top_sites=0).devices
     hwm = devices.dropna(subset=["peak_bytes_in_use"]) if "peak_bytes_in_use" in devices else devices.iloc[0:0]

@@ -16,7 +16,12 @@ from jaxmemprof.analysis.advice.allocator import FRACTION
 from jaxmemprof.units import format_bytes
 
 if TYPE_CHECKING:
+    import pandas as pd
+
+    from jaxmemprof.analysis.advice.capacity import Fit
+    from jaxmemprof.analysis.attributed import Attributed
     from jaxmemprof.analysis.findings import Finding
+    from jaxmemprof.analysis.timeline import Timeline
 
 
 @dataclass(frozen=True)
@@ -40,14 +45,14 @@ class Context:
     tables a rule reads, and ``found``: the findings made before it (the fit
     names the fixes that would make the run fit)."""
 
-    ar: object  # Attributed
-    tl: object  # Timeline
-    leaks: object = None  # analysis/leaks.py leaks(ar)
-    recompiles: object = None  # analysis/leaks.py recompiles(ar)
-    holders: object = None  # analysis/py_holders.py holders(ar): what keeps arrays alive
-    device_peak: int | None = None  # the true peak on the busiest device
-    fit: object = None  # capacity.Fit for --device-memory, else None
-    found: list = field(default_factory=list)
+    ar: Attributed  # its peaks: ar.peaks (analysis/peaks.py), computed once
+    tl: Timeline
+    leaks: pd.DataFrame | None = None  # analysis/leaks.py leaks(ar)
+    recompiles: pd.DataFrame | None = None  # analysis/leaks.py recompiles(ar)
+    holders: pd.DataFrame | None = None  # analysis/py_holders.py holders(ar): what keeps arrays alive
+    device_peak: int | None = None  # the true peak on the busiest device (Headline.true_peak_bytes)
+    fit: Fit | None = None  # for --device-memory, else None
+    found: list[Finding] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -89,7 +94,7 @@ def listed(names) -> str:
 def peak_source(facts: dict) -> str:
     device = facts.get("peak_device")
     return {
-        "estimated_true_peak_bytes": "the estimated true peak (XLA temporaries included)",
+        "true_peak_bytes": "the estimated true peak (XLA temporaries included)",
         "peak_bytes_in_use": f"the allocator's high-water mark (peak_bytes_in_use) on {device}",
         "device_live_bytes": f"the most live array bytes on {device} in a snapshot (XLA temporaries not included)",
         "live_bytes": "the most live bytes in a snapshot (XLA temporaries not included)",

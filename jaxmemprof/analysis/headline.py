@@ -1,0 +1,126 @@
+"""The run's headline figures, typed: what ran, how it ended, its live peak
+and its true peak, the chip's counters beside it, and what the run
+recorded. ``Report.headline``; the JSON's ``summary`` object is its fields
+in order (``as_dict``), the glossary's summary table names each.
+
+One meaning for each peak, here as in the ``Answer``, the JSON and the
+glossary: ``true_peak_bytes`` is the true peak on the busiest device (what a
+device must hold: ``fit`` and ``check --max-true-peak`` take it),
+``true_peak_total_bytes`` the same moment on all devices summed;
+``peak_bytes`` is the live peak (the snapshots' most live bytes, all
+devices), at ``peak_snapshot`` and ``peak_t``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING
+
+import pandas as pd
+
+from jaxmemprof.analysis.py_holders import search_cost
+
+if TYPE_CHECKING:
+    from jaxmemprof.analysis.attributed import Attributed
+    from jaxmemprof.analysis.peaks import Peaks
+    from jaxmemprof.analysis.timeline import Timeline
+
+@dataclass(frozen=True)
+class Headline(Mapping):
+    """The headline figures (docs/columns.md, the summary table). Read by
+    attribute; it is also a read-only mapping of its fields, for the
+    outputs that write it as one object."""
+
+    run: str
+    command: str
+    finished: bool
+    running: bool
+    exit_status: int | None
+    ended_by: str | None
+    cells: str | None  # cells a notebook's magic recorded (In [5], In [7] to In [9])
+    raised: str | None  # what one of them raised (notebook/magics.py)
+    duration_s: float | None
+    backend: str | None
+    devices: int
+    snapshots: int
+    markers: int
+    sampling_cpu_s: float
+    peak_snapshot: int | None  # the live peak's snapshot (None without a snapshot)
+    peak_t: float | None
+    peak_bytes: int  # the live peak: the snapshots' most live bytes, all devices
+    peak_unattributed_bytes: int | None
+    true_peak_bytes: int | None  # the true peak on the busiest device (None without the probe's figures)
+    true_peak_total_bytes: int | None  # the true peak on all devices summed
+    true_peak_where: str  # "during a call of train_step", "at the live peak", or ""
+    chip: dict | None  # the chip's own counters beside the true peak (analysis/counters.py)
+    arrays_seen: int
+    per_array_data: bool
+    holder_searches: int  # the searches for the Python references holding arrays (capture/py_holders.py)
+    holder_search_cpu_s: float  # and their CPU time
+
+    def __getitem__(self, key: str):
+        if key not in _NAMES:
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def __iter__(self):
+        return iter(_NAMES)
+
+    def __len__(self) -> int:
+        return len(_NAMES)
+
+    def as_dict(self) -> dict:
+        """Its fields in order: the JSON's ``summary`` object."""
+        return {name: getattr(self, name) for name in _NAMES}
+
+
+_NAMES = tuple(f.name for f in fields(Headline))
+
+
+def _text(v) -> str | None:
+    return v if isinstance(v, str) and v else None
+
+
+def headline(ar: Attributed, tl: Timeline, peaks: Peaks, chip: dict | None, arrays_seen: int) -> Headline:
+    """The headline of an attributed run: its manifest, its timeline, its
+    ``Peaks``, the chip's counters (``counters.chip_counters``) and the
+    arrays the report read."""
+    run = ar.run
+    m = run.manifest
+    snaps = run.snapshots
+    notebook = m.get("notebook") if isinstance(m.get("notebook"), dict) else {}
+    totals = tl.totals
+    peak_row = totals.loc[totals["snapshot"] == tl.peak_snapshot] if tl.peak_snapshot is not None else totals.iloc[0:0]
+    unattributed = None
+    if not peak_row.empty and "unattributed_bytes" in peak_row and pd.notna(peak_row["unattributed_bytes"].iloc[0]):
+        unattributed = int(peak_row["unattributed_bytes"].iloc[0])
+    searches, search_s = search_cost(run)
+    return Headline(
+        run=str(run.path),
+        command=" ".join(m.get("argv") or []),
+        finished=run.finished,
+        running=bool(getattr(run, "running", False)),
+        exit_status=m.get("exit_status"),
+        ended_by=m.get("ended_by"),
+        cells=_text(notebook.get("cells")),
+        raised=_text(notebook.get("raised")),
+        duration_s=m.get("duration_s"),
+        backend=m.get("backend"),
+        devices=int(tl.devices["device"].nunique()) if not tl.devices.empty else len(m.get("devices") or []),
+        snapshots=int(len(snaps)),
+        markers=int(len(run.markers)),
+        sampling_cpu_s=float(snaps["cost_s"].sum()) if not snaps.empty else 0.0,
+        peak_snapshot=tl.peak_snapshot,
+        peak_t=tl.peak_t,
+        peak_bytes=int(tl.peak_bytes),
+        peak_unattributed_bytes=unattributed,
+        true_peak_bytes=peaks.device_bytes,
+        true_peak_total_bytes=peaks.total_bytes,
+        true_peak_where=peaks.where,
+        chip=chip,
+        arrays_seen=int(arrays_seen),
+        per_array_data=bool(run.has_arrays),
+        holder_searches=searches,
+        holder_search_cpu_s=search_s,
+    )
