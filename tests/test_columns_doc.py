@@ -339,7 +339,7 @@ def test_allocator_facts():
     cases = {(f.rule, f.case) for f in found}
     assert {("allocator-fraction", "raise"), ("allocator-fragmentation", ""), ("allocator-platform", "")} <= cases
     found += a.allocator_findings(attribute(run), int(15.5 * GiB), processes_per_gpu=1, timeline=SimpleNamespace(devices=devices))
-    peak = a.Peak(1 * GiB, "peak_bytes_in_use", "cuda:0")
+    peak = a.PeakEstimate(1 * GiB, "peak_bytes_in_use", "cuda:0")
     stats = a.device_stats(devices)
     frac = a.fraction_config({}, "0.10.2")
     found += a._preallocate_rule({}, "0.10.2", peak, stats, frac, 2)
@@ -404,7 +404,7 @@ def test_every_rule_has_its_facts_and_words():
     (and every case with words has facts), each fact has a meaning, and the
     module it names as its maker makes findings of that rule."""
     for name, rule in RULES.items():
-        assert rule.name == name and rule.summary and rule.facts, name
+        assert rule.name == name and rule.finds and rule.facts, name
         for case in rule.facts:
             cases = [case] if case else list(rule.words)
             assert all(rule.words_for(c) for c in cases), f"{name}: case {case!r} has facts but no words"

@@ -176,7 +176,7 @@ def test_every_json_written_is_strict(tmp_path):
     for name, proc in zip(docs, cli_batch(list(docs.values()), tmp_path)):
         assert proc.returncode in (0, 1), (name, proc.stderr)
         doc = strict(proc.stdout)
-        assert doc["schema_version"] == 1, name
+        assert doc["schema_version"] == 2, name
     for path in sorted((tmp_path / "job").rglob("*.json")):
         strict(path.read_text())
 

@@ -69,7 +69,7 @@ def test_report_sections_and_the_leak(leaky):
 def test_report_json_has_every_section(leaky):
     d, run_dir, script = leaky
     doc = json.loads(run_cli("report", run_dir, "--json", cwd=d, check=0).stdout)
-    assert doc["schema_version"] == 1 and doc["command"] == "report"
+    assert doc["schema_version"] == 2 and doc["command"] == "report"
     for key in ("summary", "peak_sites", "timeline", "devices", "sites", "lifetimes", "arrays", "reuse",
                 "leaks", "recompiles", "findings", "markers", "executables"):
         assert key in doc, key

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from jaxmemprof.analysis.runs import LivePeak
 from jaxmemprof.truepeak import FIGURES, figures_of, largest, moments
 
 if TYPE_CHECKING:
@@ -94,17 +95,6 @@ def _largest(peaks) -> CallPeak | None:
     return largest(peaks)
 
 
-@dataclass(frozen=True, eq=False)
-class LivePeak:
-    """The snapshots' peak: the first snapshot with the most live bytes on
-    all devices, when it was taken, and those bytes on each device."""
-
-    snapshot: int
-    t: float
-    bytes: int  # on all devices summed
-    devices: pd.DataFrame  # the timeline's rows of that snapshot: live bytes per device
-
-
 @dataclass(frozen=True)
 class Changed:
     """The run's true peak with a change made (``Peaks.with_change``)."""
@@ -124,12 +114,13 @@ class Peaks:
     the same model with a change made (the what-ifs), the unchanged figures
     not computed again."""
 
-    live: LivePeak | None  # None without a snapshot
+    live: LivePeak | None  # the live peak (analysis/runs.py): None without a snapshot
     busiest_live_bytes: int  # the snapshots' peak on the busiest device
     device_bytes: int | None  # the true peak on the busiest device (None without the probe's figures)
     total_bytes: int | None  # the true peak on all devices summed
     call: CallPeak | None  # the largest call's peak (None without the probe's figures)
     calls: tuple = ()  # every call's peak (call_peaks)
+    live_devices: pd.DataFrame | None = field(default=None, repr=False)  # the timeline's rows at the live peak
     run: Run | None = field(default=None, repr=False)
     timeline: Timeline | None = field(default=None, repr=False)
 
@@ -183,15 +174,15 @@ def run_peaks(run, tl: Timeline) -> Peaks:
     calls = tuple(call_peaks(run, tl.devices))
     inside = _largest(calls)
     busiest = busiest_snapshot(tl)
-    live = None
+    live, d = None, tl.devices
+    rows = d.iloc[0:0]
     if tl.peak_snapshot is not None:
-        d = tl.devices
-        rows = d.loc[d["snapshot"] == tl.peak_snapshot].reset_index(drop=True) if not d.empty else d.iloc[0:0]
-        live = LivePeak(int(tl.peak_snapshot), float(tl.peak_t), int(tl.peak_bytes), rows)
+        live = LivePeak(int(tl.peak_snapshot), float(tl.peak_t), int(tl.peak_bytes))
+        rows = d.loc[d["snapshot"] == tl.peak_snapshot].reset_index(drop=True) if not d.empty else rows
     if inside is None:
-        return Peaks(live, busiest, None, None, None, calls, run, tl)
+        return Peaks(live, busiest, None, None, None, calls, rows, run, tl)
     return Peaks(live, busiest, max(busiest, inside.device_bytes), max(int(tl.peak_bytes), inside.bytes), inside,
-                 calls, run, tl)
+                 calls, rows, run, tl)
 
 
 def during_calls(run, tl: Timeline, function_id: int) -> dict:
@@ -231,4 +222,4 @@ def headline_peaks(ar) -> tuple[int | None, int | None]:
     p = ar.peaks
     if p.live is None:
         return None, None
-    return (p.device_bytes if p.device_bytes is not None else p.busiest_live_bytes), p.live.bytes
+    return (p.device_bytes if p.device_bytes is not None else p.busiest_live_bytes), p.live.live_bytes

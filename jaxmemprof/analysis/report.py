@@ -125,7 +125,7 @@ def build_report(ar: Attributed, *, extra_rules=()) -> Report:
         recompiles=recompile_rows, jit_memory=memory_in_jit,
         jit_peak=jit_peak, jit_buffers=largest_buffers(ar),
         jit_curve=program_curves(ar),
-        fit=fit, findings=findings, plan=plan, targets=build_targets(ar), roles=what, peak_devices=_peak_devices(peaks),
+        fit=fit, findings=findings, plan=plan, targets=build_targets(ar), roles=what, peak_devices=peaks.live_devices,
         answer=answer(head, peaks, memory_in_jit, jit_peak, what, findings), holders=held,
         peak_holders=site_holders(held, tl.peak_snapshot),
     )
@@ -148,9 +148,3 @@ def probe_warnings(run) -> list[str]:
     return [("jit probe: " if kind == "probe-error" else "memory inside jit: ") + str(msg)
             for kind, msg in zip(rows["kind"], rows["message"])]
 
-
-def _peak_devices(peaks) -> pd.DataFrame:
-    """Live bytes per device at the live peak's snapshot."""
-    if peaks.live is None:
-        return peaks.timeline.devices.iloc[0:0]
-    return peaks.live.devices

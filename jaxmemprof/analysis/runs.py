@@ -36,22 +36,23 @@ class Overview:
 
 
 @dataclass(frozen=True)
-class Peak:
-    """The run's peak: the first snapshot with the most live bytes."""
+class LivePeak:
+    """The run's live peak: the first snapshot with the most live bytes (all
+    devices); the run's other peaks are analysis/peaks.py's ``Peaks``."""
 
     snapshot: int
     t: float
     live_bytes: int
 
 
-def run_peak(snaps: pd.DataFrame) -> Peak | None:
+def run_peak(snaps: pd.DataFrame) -> LivePeak | None:
     """The one definition of a run's peak (every section reads it from here):
     the first snapshot with the most live bytes; None without snapshots."""
     if snaps.empty:
         return None
     i = int(np.argmax(snaps["live_bytes"].to_numpy(dtype=np.int64)))
     row = snaps.iloc[i]
-    return Peak(int(row["snapshot"]), float(row["t"]), int(row["live_bytes"]))
+    return LivePeak(int(row["snapshot"]), float(row["t"]), int(row["live_bytes"]))
 
 
 def stretched_sampling(snaps: pd.DataFrame, settings: dict) -> tuple[float, float, float] | None:

@@ -269,8 +269,8 @@ GLOSSARY: dict[str, str] = {
     "holder_search_cpu_s": "CPU seconds those searches took, in the searching thread.",
     # will it fit (report --device-memory)
     "device_bytes": "The device's memory, in bytes (`--device-memory`).",
-    "peak_source": "Which figure the peak is: `true_peak_bytes` (the true peak on the busiest device), `peak_bytes_in_use`, `device_live_bytes` "
-                   "(the most live bytes on one device) or `live_bytes`.",
+    "peak_source": "Which figure the peak is: `true_peak_bytes` (the true peak on the busiest device), "
+                   "`peak_bytes_in_use`, `device_live_bytes` (the most live bytes on one device) or `live_bytes`.",
     "peak_device": "The device the peak was measured on, where known.",
     "needed_bytes": "The pool the peak needs: the peak + 5 % + 64 MiB (allocator rounding and slack, XLA's small "
                     "buffers); on a TPU, which has no pool, the peak itself.",
@@ -287,7 +287,8 @@ GLOSSARY: dict[str, str] = {
     "environment": "The run's allocation environment (`XLA_PYTHON_CLIENT_*`, `XLA_CLIENT_MEM_FRACTION`, "
                    "`TF_GPU_ALLOCATOR`, `XLA_FLAGS`) as recorded.",
     # report --json's other sections
-    "schema_version": "The JSON document's schema version (1).",
+    "schema_version": "The JSON document's schema version (2; 1 before the summary's true peaks were named "
+                      "`true_peak_bytes`, `true_peak_total_bytes` and `true_peak_where`).",
     "inputs": "The inputs as given on the command line (a `RUN@SEL` selector resolved to `RUN@N`).",
     "warnings": "Warnings about the input (damage, what the jit probe could not read), one string each.",
     "summary": "The run's headline figures (the summary section below).",

@@ -47,7 +47,7 @@ def columns_md() -> str:
             "A job's findings carry the facts of the process where the finding is most severe.", ""]
     for rule, r in RULES.items():
         cases = list(r.facts)
-        out += [f"### `{rule}`", "", r.summary, ""]
+        out += [f"### `{rule}`", "", r.finds, ""]
         names = list(r.fact_names())
         if len(cases) > 1:
             out += ["| fact | meaning | cases |", "|---|---|---|"]

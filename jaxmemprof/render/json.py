@@ -9,7 +9,9 @@ from typing import TextIO
 from jaxmemprof.devices import displayed
 from jaxmemprof.finite import finite
 
-SCHEMA_VERSION = 1
+# The JSON documents' schema (2: the summary's true peaks named true_peak_bytes, on the busiest device,
+# true_peak_total_bytes and true_peak_where; 1 before). The run directory's is store/layout.py's.
+JSON_SCHEMA_VERSION = 2
 
 
 def records(rows) -> list[dict]:
@@ -34,7 +36,7 @@ def _default(o):
 
 
 def write_json(doc: dict, out: TextIO) -> None:
-    body = {"schema_version": SCHEMA_VERSION, **doc}
+    body = {"schema_version": JSON_SCHEMA_VERSION, **doc}
     # Compact: indenting would force Python's pure-Python encoder (several
     # times slower on a large run); pipe through `jq .` to read it.
     json.dump(finite(body), out, default=_default, allow_nan=False)
@@ -44,7 +46,7 @@ def write_json(doc: dict, out: TextIO) -> None:
 def json_text(doc: dict) -> str:
     """The document ``write_json`` writes, as one string (for a command
     that must know it has it all before it writes)."""
-    body = {"schema_version": SCHEMA_VERSION, **doc}
+    body = {"schema_version": JSON_SCHEMA_VERSION, **doc}
     return json.dumps(finite(body), default=_default, allow_nan=False) + "\n"
 
 

@@ -32,7 +32,7 @@ from jaxmemprof.errors import InputError
 # 2: arrays name their description in array_kinds (schema 1 repeated it in
 # every arrays row: shape, dtype, nbytes, shard_bytes, devices, sharding,
 # memory_kind, stack_id). The reader reads both.
-SCHEMA_VERSION = 2
+JOURNAL_SCHEMA_VERSION = 2  # the journal's schema, the manifest's schema_version (2: array_kinds)
 MANIFEST = "manifest.json"
 JOURNAL = "journal.sqlite"
 # Held (flock) by the process recording into the run directory, removed when the run ends.

@@ -93,7 +93,7 @@ class RunWriter:
                 if kind not in ("absent", "file"):
                     raise InputError(str(self.directory / name), layout.refusal(kind))
             self._snap_fd = layout.own_directory(self.directory / layout.SNAPSHOT_DIR, self._dir_fd)
-            self.manifest = dict(manifest, schema_version=layout.SCHEMA_VERSION)
+            self.manifest = dict(manifest, schema_version=layout.JOURNAL_SCHEMA_VERSION)
             layout.write_json_atomic(self.directory / layout.MANIFEST, self.manifest, dir_fd=self._dir_fd)
             self._db = sqlite3.connect(
                 self.directory / layout.JOURNAL, check_same_thread=False, isolation_level=None

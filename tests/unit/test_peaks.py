@@ -34,11 +34,11 @@ def test_the_run_peaks_live_peak_and_true_peak(tiny_ar, oracle):
     tl = timeline(tiny_ar)
     p = tiny_ar.peaks
     live = oracle["live"].values()
-    assert p.live.snapshot == tl.peak_snapshot and p.live.bytes == max(map(total, live))
-    assert dict(zip(p.live.devices["device"], p.live.devices["live_bytes"])) == oracle["live"][peak_label(oracle)]
+    assert p.live.snapshot == tl.peak_snapshot and p.live.live_bytes == max(map(total, live))
+    assert dict(zip(p.live_devices["device"], p.live_devices["live_bytes"])) == oracle["live"][peak_label(oracle)]
     assert p.busiest_live_bytes == max(b for s in live for b in s.values())
     assert p.device_bytes == max(p.busiest_live_bytes, p.call.device_bytes)
-    assert p.total_bytes == max(p.live.bytes, p.call.bytes) >= p.device_bytes
+    assert p.total_bytes == max(p.live.live_bytes, p.call.bytes) >= p.device_bytes
     assert p.where == (p.call.where if p.call.device_bytes > p.busiest_live_bytes else AT_LIVE_PEAK)
     assert p.where == "during a call of step"
 

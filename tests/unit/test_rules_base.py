@@ -13,7 +13,7 @@ from jaxmemprof.analysis.timeline import timeline
 
 def test_every_rule_says_each_of_its_cases_and_is_made_where_it_is_declared():
     for name, rule in RULES.items():
-        assert isinstance(rule, Rule) and rule.name == name and rule.summary
+        assert isinstance(rule, Rule) and rule.name == name and rule.finds
         assert rule.words and all(rule.words_for(case) for case in rule.words), name
         assert set(rule.optional) <= set(rule.fact_names()), name
         module = rule.made_by.removesuffix(".py").replace("/", ".")

@@ -140,7 +140,10 @@ PEAK_SOURCES = ("true_peak_bytes", "peak_bytes_in_use", "device_live_bytes", "li
 
 
 @dataclass(frozen=True)
-class Peak:
+class PeakEstimate:
+    """The peak the allocator advice and the fit compare with a device's
+    memory, and which figure it is (the best the run has: ``PEAK_SOURCES``)."""
+
     bytes: int
     source: str  # one of PEAK_SOURCES
     device: str | None  # the device it was measured on, where known
@@ -154,25 +157,25 @@ class Peak:
         return {"peak_bytes": int(self.bytes), "peak_source": self.source, "peak_device": self.device}
 
 
-def estimate_peak(ar: Attributed, true_peak_bytes: int | None = None, devices: pd.DataFrame | None = None) -> Peak:
+def estimate_peak(ar: Attributed, true_peak_bytes: int | None = None, devices: pd.DataFrame | None = None) -> PeakEstimate:
     """The peak on the busiest device, best source first: the estimated true
     peak given by the caller (XLA temporaries included); the allocator's
     high-water mark ``peak_bytes_in_use``; the most live array bytes on one
     device in a snapshot; the most live bytes of any snapshot."""
     if true_peak_bytes is not None:
-        return Peak(int(true_peak_bytes), "true_peak_bytes", None)
+        return PeakEstimate(int(true_peak_bytes), "true_peak_bytes", None)
     if devices is None:
         devices = build_timeline(ar, top_sites=0).devices
     hwm = devices.dropna(subset=["peak_bytes_in_use"]) if "peak_bytes_in_use" in devices else devices.iloc[0:0]
     if len(hwm):
         row = hwm.loc[hwm["peak_bytes_in_use"].astype("int64").idxmax()]
-        return Peak(int(row["peak_bytes_in_use"]), "peak_bytes_in_use", str(row["device"]))
+        return PeakEstimate(int(row["peak_bytes_in_use"]), "peak_bytes_in_use", str(row["device"]))
     if len(devices) and (devices["live_bytes"] > 0).any():
         row = devices.loc[devices["live_bytes"].astype("int64").idxmax()]
-        return Peak(int(row["live_bytes"]), "device_live_bytes", str(row["device"]))
+        return PeakEstimate(int(row["live_bytes"]), "device_live_bytes", str(row["device"]))
     snaps = ar.run.snapshots
     live = int(snaps["live_bytes"].max()) if len(snaps) else 0
-    return Peak(live, "live_bytes", None)
+    return PeakEstimate(live, "live_bytes", None)
 
 
 # -- devices and processes -------------------------------------------------------

@@ -28,7 +28,7 @@ from jaxmemprof.analysis.advice.allocator import (
     UNDERUSED_SHARE,
     DeviceStats,
     FractionConfig,
-    Peak,
+    PeakEstimate,
     device_stats,
     estimate_peak,
     fraction_config,
@@ -113,7 +113,7 @@ def _queued(f: Finding, x: dict) -> Words:
 
 QUEUED_STEPS = Rule(
     "queued-steps", made_by="analysis/rules/allocator.py",
-    summary=("On a TPU, whole generations of a call's outputs in use for steps queued ahead of the chip (async "
+    finds=("On a TPU, whole generations of a call's outputs in use for steps queued ahead of the chip (async "
              "dispatch), beyond what the step needs: donate, cap the steps in flight, or sync every few steps "
              "(analysis/rules/allocator.py)."),
     facts={"": ("function", "generations", "queued_bytes", "outputs_per_call_bytes", "device", "chip_peak_bytes",
@@ -306,7 +306,7 @@ def _env_spelling(f: Finding, x: dict) -> Words:
 
 ALLOCATOR_PLATFORM = Rule(
     "allocator-platform", made_by="analysis/rules/allocator.py",
-    summary=("Measure exact use once with `XLA_PYTHON_CLIENT_ALLOCATOR=platform`, after another allocator finding "
+    finds=("Measure exact use once with `XLA_PYTHON_CLIENT_ALLOCATOR=platform`, after another allocator finding "
              "or an OOM (analysis/rules/allocator.py)."),
     facts={"": ("because", "peak_bytes", "peak_source", "peak_device")},
     meanings={"peak_bytes": "The peak used: the best of `peak_source`, on the busiest device.",
@@ -318,7 +318,7 @@ ALLOCATOR_PLATFORM = Rule(
 
 ALLOCATOR_FRACTION = Rule(
     "allocator-fraction", made_by="analysis/rules/allocator.py",
-    summary=("The peak needs more than the allocator's limit: raise the fraction (case `raise`), or no fraction "
+    finds=("The peak needs more than the allocator's limit: raise the fraction (case `raise`), or no fraction "
              "holds it (case `cannot`) (analysis/rules/allocator.py)."),
     facts={"raise": ("peak_bytes", "peak_source", "peak_device", "needed_bytes", "device", "bytes_limit", "fraction",
                      "fraction_variable", "fraction_value", "device_bytes", "fraction_needed", "setting", "set",
@@ -343,7 +343,7 @@ ALLOCATOR_FRACTION = Rule(
 
 ALLOCATOR_PREALLOCATE = Rule(
     "allocator-preallocate", made_by="analysis/rules/allocator.py",
-    summary=("Preallocate less: processes sharing a GPU (case `shared`), or a peak far below the pool (case "
+    finds=("Preallocate less: processes sharing a GPU (case `shared`), or a peak far below the pool (case "
              "`underused`) (analysis/rules/allocator.py)."),
     facts={"shared": ("peak_bytes", "peak_source", "peak_device", "processes", "fraction", "fraction_variable",
                       "preallocate", "needed_bytes", "share", "share_percent", "device_bytes", "bytes_each", "set",
@@ -370,7 +370,7 @@ ALLOCATOR_PREALLOCATE = Rule(
 
 ALLOCATOR_FRAGMENTATION = Rule(
     "allocator-fragmentation", made_by="analysis/rules/allocator.py",
-    summary="A pool of 1 GiB or more at least 30 % fragmented (analysis/rules/allocator.py).",
+    finds="A pool of 1 GiB or more at least 30 % fragmented (analysis/rules/allocator.py).",
     facts={"": ("device", "snapshot", "fragmentation", "pool_bytes", "bytes_in_use", "largest_free_block_bytes",
                 "free_bytes", "preallocate", "preallocates")},
     meanings={"device": "The device at its worst fragmentation.",
@@ -388,7 +388,7 @@ ALLOCATOR_FRAGMENTATION = Rule(
 
 ALLOCATOR_ENV = Rule(
     "allocator-env", made_by="analysis/rules/allocator.py",
-    summary=("The allocation environment is wrong for the jaxlib that ran (cases `both-refused`, "
+    finds=("The allocation environment is wrong for the jaxlib that ran (cases `both-refused`, "
              "`both-old-jaxlib`, `new-name-ignored`, `preallocate-spelling`) (analysis/rules/allocator.py)."),
     facts={"both-refused": ("fraction_value", "old_fraction_value", "jaxlib_version", "backend", "backend_seen",
                             "jax_platforms"),
@@ -446,7 +446,7 @@ def allocator_findings(ar: Attributed, true_peak_bytes: int | None = None, *, pr
     return found
 
 
-def _limit_for(peak: Peak, stats: list[DeviceStats]) -> DeviceStats | None:
+def _limit_for(peak: PeakEstimate, stats: list[DeviceStats]) -> DeviceStats | None:
     with_limit = [s for s in stats if s.bytes_limit]
     if not with_limit:
         return None
@@ -457,7 +457,7 @@ def _limit_for(peak: Peak, stats: list[DeviceStats]) -> DeviceStats | None:
     return min(with_limit, key=lambda s: (s.bytes_limit, s.device))
 
 
-def _fraction_rule(env, jaxlib, peak: Peak, stats, frac: FractionConfig, oom: bool) -> list[Finding]:
+def _fraction_rule(env, jaxlib, peak: PeakEstimate, stats, frac: FractionConfig, oom: bool) -> list[Finding]:
     dev = _limit_for(peak, stats)
     if dev is None or peak.bytes <= 0:
         return []
@@ -479,7 +479,7 @@ def _fraction_rule(env, jaxlib, peak: Peak, stats, frac: FractionConfig, oom: bo
                     facts=facts | {"fraction_env_name": fraction_env_name(jaxlib)})]
 
 
-def _preallocate_rule(env, jaxlib, peak: Peak, stats, frac: FractionConfig, n: int) -> list[Finding]:
+def _preallocate_rule(env, jaxlib, peak: PeakEstimate, stats, frac: FractionConfig, n: int) -> list[Finding]:
     if not preallocates(env):
         return []
     dev = _limit_for(peak, stats)

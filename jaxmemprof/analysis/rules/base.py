@@ -1,7 +1,7 @@
 """What a finding rule is, and the phrases its words share.
 
 A ``Rule`` keeps in one place what a finding of it means: its name, the
-module that makes it, what it finds (``summary``, in docs/columns.md), the
+module that makes it, what it finds (``finds``, in docs/columns.md), the
 facts each of its cases writes, in order, with their meanings where the
 column glossary does not already say them, and its words: for each case, a
 function from the finding to ``Words``.
@@ -59,7 +59,7 @@ class Context:
 class Rule:
     name: str  # the finding's ``rule`` (``check --fail-on`` takes it)
     made_by: str  # the module that makes its findings: the rule's own, where its detection is
-    summary: str  # what it finds, in one sentence
+    finds: str  # what it finds, in one sentence (docs/columns.md)
     facts: dict  # case ("" for every case) -> the names of its facts, in the order written
     words: dict  # case ("" for every case) -> Callable[[Finding, dict], Words]
     meanings: dict = field(default_factory=dict)  # fact -> meaning, where the column glossary does not say it

@@ -119,7 +119,7 @@ def _fit(f: Finding, x: dict) -> Words:
 
 FIT = Rule(
     "fit", made_by="analysis/rules/capacity.py",
-    summary=("Whether the run fits a device of `--device-memory SIZE`; its case is the fit's "
+    finds=("Whether the run fits a device of `--device-memory SIZE`; its case is the fit's "
              "(analysis/rules/capacity.py)."),
     facts={"": ("device_bytes", "peak_bytes", "peak_source", "peak_device", "needed_bytes", "default_fraction",
                 "default_pool_bytes", "fits_by_default", "fraction_needed", "fits_at_all", "settings",

@@ -150,7 +150,7 @@ def _donated_then_used(f: Finding, x: dict) -> Words:
 DONATE = Rule(
     "donate", made_by="analysis/rules/donation.py",
     about_a_call=True,
-    summary=("Arguments of a jitted function to donate: every sampled call dropped them and each leaf has an "
+    finds=("Arguments of a jitted function to donate: every sampled call dropped them and each leaf has an "
              "output to take its buffer; what it saves is the fall of the run's true peak with the function "
              "compiled donated at the end of the run (analysis/rules/donation.py)."),
     facts={"": ("function", "wrapper", "defined_at", "arguments", "by_position", "leaves", "calls_sampled", "devices",
@@ -203,7 +203,7 @@ DONATE = Rule(
 
 DONATION_UNUSABLE = Rule(
     "donation-unusable", made_by="analysis/rules/donation.py",
-    summary="A donated argument no output can take: its buffer stays alive (analysis/rules/donation.py).",
+    finds="A donated argument no output can take: its buffer stays alive (analysis/rules/donation.py).",
     facts={"": ("function", "arguments", "lost_leaves", "outputs", "call_index", "jax_warned")},
     meanings={"function": "The jitted function's name.",
               "arguments": "The donated arguments that lost a leaf.",
@@ -217,7 +217,7 @@ DONATION_UNUSABLE = Rule(
 
 DONATED_THEN_USED = Rule(
     "donated-then-used", made_by="analysis/rules/donation.py",
-    summary="The program used an array after donating it (analysis/rules/donation.py).",
+    finds="The program used an array after donating it (analysis/rules/donation.py).",
     facts={"": ("error", "donating")},
     meanings={"error": "The first line of the exception (up to 300 characters).",
               "donating": "The functions that donate arguments in the run, `name (path:line)`."},

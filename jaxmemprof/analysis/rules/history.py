@@ -70,7 +70,7 @@ def _output_history(f: Finding, x: dict) -> Words:
 
 OUTPUT_HISTORY = Rule(
     "output-history", made_by="analysis/rules/history.py",
-    summary=("Live arrays that only IPython's output history (`Out[N]`, `_N`, `_`) keeps, at a notebook run's end "
+    finds=("Live arrays that only IPython's output history (`Out[N]`, `_N`, `_`) keeps, at a notebook run's end "
              "(analysis/rules/history.py; docs/notebooks.md)."),
     facts={"": ("snapshot", "entries", "entries_holding", "held_bytes", "freed_bytes", "arrays", "ipython_version",
                 "reset_frees")},

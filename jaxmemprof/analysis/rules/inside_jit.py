@@ -106,7 +106,7 @@ def _narrow(f: Finding, x: dict) -> Words:
 REMAT = Rule(
     "remat", made_by="analysis/rules/inside_jit.py",
     about_a_call=True,
-    summary=("Activations kept for the backward pass hold a quarter or more of a function's own peak "
+    finds=("Activations kept for the backward pass hold a quarter or more of a function's own peak "
              "(analysis/rules/inside_jit.py)."),
     facts={"": ("function", "wrapper", "program_peak_bytes", "kept_bytes", "buffers", "by_line", "compiled",
                 "not_compiled", "remat_function", "remat_site", "remat_spelling", "remat_how", "remat_policy",
@@ -145,7 +145,7 @@ REMAT = Rule(
 NARROW_DTYPE = Rule(
     "narrow-dtype", made_by="analysis/rules/inside_jit.py",
     about_a_call=True,
-    summary="float32 temporaries hold half or more of a function's own peak (analysis/rules/inside_jit.py).",
+    finds="float32 temporaries hold half or more of a function's own peak (analysis/rules/inside_jit.py).",
     facts={"": ("function", "program_peak_bytes", "float32_bytes", "by_line", "peak_elsewhere")},
     optional=("peak_elsewhere",),
     meanings={"function": "The jitted function's name.",

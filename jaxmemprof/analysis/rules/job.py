@@ -63,7 +63,7 @@ def _unfinished(f: Finding, x: dict) -> Words:
 
 IMBALANCE = Rule(
     "imbalance", made_by="analysis/rules/job.py",
-    summary="A job's process holds much more than the median process at its peak (job only; analysis/rules/job.py).",
+    finds="A job's process holds much more than the median process at its peak (job only; analysis/rules/job.py).",
     facts={"": ("process", "peak_bytes", "median_bytes", "min_bytes", "median_process", "median_process_bytes",
                 "excess_bytes", "sites", "processes", "process_count")},
     meanings={"process": "The process with the highest peak.",
@@ -84,7 +84,7 @@ IMBALANCE = Rule(
 
 UNFINISHED = Rule(
     "unfinished", made_by="analysis/rules/job.py",
-    summary="Processes of a job that did not finish (job only; analysis/rules/job.py).",
+    finds="Processes of a job that did not finish (job only; analysis/rules/job.py).",
     facts={"": ("processes",)},
     meanings={"processes": ("One object per process that did not finish: `process, running` (its recording "
                             "process still holds it), `snapshots, last_t` (its last snapshot, on the job's clock) and `error` (why nothing could be read, if so).")},

@@ -124,7 +124,7 @@ def _rejit(f: Finding, x: dict) -> Words:
 
 LEAK = Rule(
     "leak", made_by="analysis/rules/leaks.py",
-    summary="A site whose live bytes grow steadily over the run (Mann-Kendall, Theil-Sen; analysis/leaks.py).",
+    finds="A site whose live bytes grow steadily over the run (Mann-Kendall, Theil-Sen; analysis/leaks.py).",
     facts={"": ("growth_bytes_per_step", "growth_bytes_per_s", "live_bytes_first", "live_bytes_last",
                 "snapshots_used", "arrays_last", "tau", "p_value", "projected_bytes_after", "projected_growth_bytes",
                 "projected_steps", "projected_seconds", "projected_share_of_peak", "held_by", "held_by_kind",
@@ -151,7 +151,7 @@ LEAK = Rule(
 RECOMPILE = Rule(
     "recompile", made_by="analysis/rules/leaks.py",
     in_proportion=False,
-    summary=("A function compiled again and again: executables that keep coming (case `executables`), or a "
+    finds=("A function compiled again and again: executables that keep coming (case `executables`), or a "
              "function jitted anew at one line (case `rejit`) (analysis/rules/leaks.py)."),
     facts={"executables": ("name", "executables", "first_count", "first_snapshot", "last_count",
                            "generated_code_bytes"),

@@ -88,7 +88,7 @@ def _replicated(f: Finding, x: dict) -> Words:
 
 REPLICATED = Rule(
     "replicated", made_by="analysis/rules/sharding.py",
-    summary=("Inputs of a jitted function, 1 MiB or more a device, held whole on each of several devices while a "
+    finds=("Inputs of a jitted function, 1 MiB or more a device, held whole on each of several devices while a "
              "mesh axis of the call's divides one of their dimensions, where XLA's compile of the function with "
              "them sharded lowers the run's true peak (analysis/rules/sharding.py)."),
     facts={"": ("function", "arrays", "array_count", "replicated_bytes", "meshes", "verified", "not_verified",

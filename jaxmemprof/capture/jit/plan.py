@@ -314,7 +314,7 @@ class Planner:
 
     def _plan_one(self, state, real, why: dict, target=None) -> None:
         """Compile the function ``state`` at other batches (run --plan), or
-        for ``target`` (targets.Target: at the recorded batch and its fixes;
+        for ``target`` (targets.Slice: at the recorded batch and its fixes;
         at the plan's batches too under --plan)."""
         writer, slot = self.probe.writer, state.plan
         name = state.row.get("name", state.function_id)

@@ -27,7 +27,7 @@ from jaxmemprof.tpus import slices_of, topology, usable_bytes
 
 
 @dataclass
-class Target:
+class Slice:
     """One slice to compile for: its name, its devices (libtpu's), and the
     largest per-device peak that fits one of them."""
 
@@ -151,5 +151,5 @@ def targets(names: list) -> tuple[list, list]:
         except Exception as exc:
             refused.append((name, f"{type(exc).__name__}: {exc}".splitlines()[0][:500]))
             continue
-        out.append(Target(name, list(topo.devices), usable_bytes(name)))
+        out.append(Slice(name, list(topo.devices), usable_bytes(name)))
     return out, refused
