@@ -49,7 +49,7 @@ def answer(run_dir: Path):
     roles = tuple(sorted(zip(rep.roles.by_role["device"], rep.roles.by_role["role"], rep.roles.by_role["bytes"])))
     tables = export_tables(rep)
     rows = tuple((name, len(tables[name])) for name in ("arrays.csv", "roles.csv", "owners.csv", "findings.csv"))
-    return findings, figures, rep.summary.get("true_peak_bytes"), roles, rows, _lines(run_dir)
+    return findings, figures, rep.headline.true_peak_bytes, roles, rows, _lines(run_dir)
 
 
 def _lines(run_dir: Path) -> int:

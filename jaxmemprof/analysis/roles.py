@@ -10,7 +10,7 @@ every call is held. Carried and held state is split into parameters and
 optimizer state where the library says so (its state types, its variable
 types: the leaf's ``tag``, read by ``jaxmemprof.libraries``), else by the
 argument's name. The call
-is the one ``largest_sampled_call`` finds (the true peak, when a sampled call
+is the one ``Peaks.largest_sampled`` names (the true peak, when a sampled call
 holds it): its inputs are known leaf by leaf, XLA's figures give its outputs
 and temporaries, and the bytes live before it that are not its inputs are
 "other arrays". The roles of one device add up to that call's peak there.
