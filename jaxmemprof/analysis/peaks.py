@@ -131,7 +131,8 @@ class Peaks:
 
     @property
     def where(self) -> str:
-        """"during a call of f", "at the live peak", or "" without the probe's figures."""
+        """Where the true peak is: "during a call of f", "at the live peak", or
+        "" without the probe's figures."""
         return self.call.where if self.in_call else AT_LIVE_PEAK if self.call is not None else ""
 
     @property
@@ -149,7 +150,7 @@ class Peaks:
         if not (replace or less or gone):
             return Changed(self.device_bytes, self.total_bytes, self.call)
         tl = self.timeline
-        inside = _largest(call_peaks(self.run, tl.devices, replace, gone))
+        inside = _largest(call_peaks(self.run, tl.devices, replace, gone) if replace or gone else self.calls)
         if inside is None:
             return Changed(None, None, None)
         busiest, total = busiest_snapshot(tl, less), int(tl.peak_bytes)
