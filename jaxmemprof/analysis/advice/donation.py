@@ -299,6 +299,7 @@ def fix_change(run, fn, cands: tuple[Donor, ...]) -> dict:
     return facts | {"edited_line": _suggest(fn, facts["option"], wrapper).strip()}
 
 
+# Why a change was not measured: no compile of it at the end of the run (donation and sharding alike).
 NOT_COMPILED = ("not compiled at the end of the run (recorded with --verify-seconds 0, or by a jaxmemprof "
                 "that did not verify)")
 

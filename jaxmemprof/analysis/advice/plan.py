@@ -406,7 +406,7 @@ def build_plan(ar, findings=(), device_bytes: int | None = None) -> Plan | None:
     said = [] if ev is None or ev.empty else [str(m) for m in ev.loc[ev["kind"] == "plan", "message"]]
     cut = str(getattr(run, "end_cut", "") or "")
     if cut:  # said first, where the plan is (JSON's events too)
-        said = [cut_words(cut)] + said
+        said = [plan_cut_words(cut)] + said
     return Plan(points=points, models=_models(points, device_bytes, rule),
                 functions=_planned(run, points, names, params, list(findings)),
                 device_bytes=device_bytes, events=said, fraction_variable=fraction_env_name(m.get("jaxlib_version")),
@@ -425,7 +425,7 @@ def recorded_limit(run) -> int | None:
     return int(limits.groupby("device")["value"].last().min())
 
 
-def cut_words(cut: str) -> str:
+def plan_cut_words(cut: str) -> str:
     """The plan's compiles cut short (``cut``: why, Run.end_cut), in words."""
     return (f"the run's end was cut short ({cut}): its compiles may not all have been made, and a largest batch "
             "is the largest compiled before that fits, not the answer of a search")

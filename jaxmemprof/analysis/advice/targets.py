@@ -76,7 +76,7 @@ class Targets:
         (``cut``: a function may be missing, its search for the largest batch
         stopped part way)."""
         why = self.missing(name)
-        return cut_words(self.cut) if why is None and self.cut else why
+        return slice_cut_words(self.cut) if why is None and self.cut else why
 
     def missing(self, name: str) -> str | None:
         """not_compiled's reason from the figures and what the recorder
@@ -92,7 +92,7 @@ class Targets:
         return said[0][len(name) + 2:] if said else "not compiled: the run recorded no figures for it"
 
 
-def cut_words(cut: str) -> str:
+def slice_cut_words(cut: str) -> str:
     """A slice's compiles cut short (``cut``: why, Run.end_cut), in words."""
     return (f"the run's end was cut short ({cut}): its compiles for the slice may not all have been made, and a "
             "largest batch is the largest compiled before, not the answer of the search")
@@ -228,6 +228,6 @@ def build_targets(ar) -> Targets | None:
     out["fits"] = out["fits"].astype("boolean")
     cut = str(getattr(run, "end_cut", "") or "") if asked else ""
     if cut:  # said where the slices' figures are (JSON's events too)
-        said = said + [f"{name}: {cut_words(cut)}" for name in asked]
+        said = said + [f"{name}: {slice_cut_words(cut)}" for name in asked]
     return Targets(asked=asked, rows=out, points=points.reindex(columns=POINT_COLUMNS), events=said,
                    lines=_lines(ar, names), cut=cut)
