@@ -15,7 +15,7 @@ generations of the largest call's new outputs (its outputs less what it
 aliases), the rest padding and small buffers. A run with donated state has
 no such generations: the outputs reuse the inputs.
 
-One object, the report's ``summary["chip"]`` (None where the backend
+One object, the report's ``Headline.chip`` (None where the backend
 reports no counters: a CPU)."""
 
 from __future__ import annotations
@@ -39,8 +39,8 @@ def _stats_by_device(run) -> dict:
 
 
 def chip_counters(run, inside=None, needed_bytes: int | None = None, busiest_live_bytes: int = 0) -> dict | None:
-    """The counters beside the model (the keys: ``summary["chip"]`` in
-    docs/columns.md). ``inside``: the call at the true peak (peaks.TruePeak);
+    """The counters beside the model (the keys: ``Headline.chip`` in
+    docs/columns.md). ``inside``: the call at the true peak (peaks.CallPeak);
     ``needed_bytes``: the true peak on the busiest device;
     ``busiest_live_bytes``: the snapshots' peak on the busiest device."""
     rule = backends.of_run(run.manifest)
