@@ -46,6 +46,50 @@ def pytest_configure(config):
         compileall.compile_dir(str(REPO / "jaxmemprof"), quiet=2)
 
 
+_SHARED_SCOPES = ("module", "package", "session")
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's worker reads the groups into the tests' ids
+def pytest_collection_modifyitems(config, items):
+    """The tests that share an expensive fixture run on one xdist worker.
+    Under pytest-xdist a module- or session-scoped fixture is made once per
+    worker that runs a test needing it; with ``--dist load`` a module's
+    tests are cut into chunks that go to either worker, so a recording made
+    for a module was often made twice. Each module whose tests use a
+    module-, package- or session-scoped fixture of this suite (not pytest's
+    own, as tmp_path_factory) is put in one ``xdist_group`` with every other
+    module sharing such a fixture with it (tests/unit/'s session runs: the
+    whole directory), for pyproject's ``--dist loadgroup``; the other tests
+    are spread one by one. Without -n the groups change nothing."""
+    tests_dir = str(REPO / "tests") + os.sep
+    parent: dict = {}
+
+    def find(key):
+        while parent.setdefault(key, key) != key:
+            parent[key] = parent[parent[key]]
+            key = parent[key]
+        return key
+
+    by_module: dict = {}
+    for item in items:
+        module = item.nodeid.split("::", 1)[0]
+        by_module.setdefault(module, []).append(item)
+        info = getattr(item, "_fixtureinfo", None)
+        for defs in (info.name2fixturedefs.values() if info is not None else ()):
+            for fixturedef in defs:
+                source = getattr(fixturedef.func, "__code__", None)
+                if fixturedef.scope not in _SHARED_SCOPES or source is None \
+                        or not source.co_filename.startswith(tests_dir):
+                    continue
+                # the fixture's own file (its module, or the conftest.py of its directory) joins the module
+                parent[find(module)] = find(os.path.relpath(source.co_filename, REPO))
+    for module, module_items in by_module.items():
+        if module in parent:
+            group = find(module)
+            for item in module_items:
+                item.add_marker(pytest.mark.xdist_group(name=group))
+
+
 def cpu_env(**extra) -> dict:
     """The environment a command runs in: JAX on the CPU, and the width a
     pipe gets (pytest-xdist exports COLUMNS=80, which the CLI honours off a
