@@ -138,3 +138,27 @@ def donors(calls: list[Call]) -> list[Donor]:
                 ok[a] = False
     return [Donor(a, *info[a][:5], first_kept=a in first_kept, devices=info[a][5])
             for a, good in ok.items() if good and a in info]
+
+
+def arguments(calls: list[Call]) -> list[tuple]:
+    """(label, position, bytes, dropped) of each argument with array leaves
+    in the sampled ``calls``, in the call's order: what a wrapper's own
+    donation option (libraries' ``donation``) decides from, for the advice
+    and for the compile of its fix at the end of the run alike. ``dropped``:
+    in every call whose fates are known, each of its leaves was dropped with
+    nothing run after the call (donating it would break nothing); the first
+    call counts only when it is the only one, as for the donors."""
+    out: dict[str, list] = {}
+    for call in calls:
+        inputs, fates = call.inputs, call.fates or []
+        known = len(fates) == len(inputs) and not (call.first and len(calls) > 1)
+        sizes: dict[str, int] = {}
+        for i, leaf in enumerate(inputs):
+            name = label(leaf)
+            entry = out.setdefault(name, [leaf.get("arg"), 0, True])
+            sizes[name] = sizes.get(name, 0) + int(leaf.get("bytes") or 0)
+            if known and fates[i] != "dropped":
+                entry[2] = False
+        for name, size in sizes.items():
+            out[name][1] = size
+    return [(name, pos, size, dropped) for name, (pos, size, dropped) in out.items()]

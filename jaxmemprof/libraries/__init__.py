@@ -52,7 +52,12 @@ and its words). Every name but ``PACKAGE`` (or ``NAME``) may be left out:
   position, bytes, dropped after each call) of the other array arguments)
   would go with them; ``fix_words(x, site, listed)``: (the full fix, the
   short one) for a change of its own kind (``x``: the finding's facts;
-  ``listed``: how the words list names), else None;
+  ``listed``: how the words list names), else None; ``donated_call(fun,
+  args, kwargs, params, facts)``: where the wrapper decides donation inside
+  its own call (no ``REJIT``), the fix ``facts`` (``donation``'s) as the
+  wrapper makes it, for the end's compile: (the function to jit with the
+  run's jax.jit options, its call's args, kwargs) from ``fun`` (the function
+  jax.jit got, or its replay) and its call in the run (arrays abstract);
 - ``tags(tu, value)``: id(leaf) -> what the library calls the container a
   leaf of ``value`` sits in (``optax.ScaleByAdamState``), for any jitted
   call's arguments; ``role(tag)``: what a tag of its own says the array is
@@ -121,8 +126,8 @@ class Library:
     __slots__ = ("package", "name", "patches", "static_argnums", "frame", "options", "jits_its_own", "arguments",
                  "owners", "argument_words", "static_leaves", "rejit", "lowering", "spelling",
                  "decorator_takes_options", "verb", "donate_by_name", "donate_option", "donates_every_array",
-                 "donation", "fix_words", "tags", "role", "remats", "remat_spelling", "remat", "remat_words",
-                 "words")
+                 "donation", "fix_words", "donated_call", "tags", "role", "remats", "remat_spelling", "remat",
+                 "remat_words", "words")
 
     def __init__(self, module):
         self.name: str | None = getattr(module, "NAME", None)
@@ -146,6 +151,7 @@ class Library:
         self.donates_every_array: tuple = tuple(getattr(module, "DONATES_EVERY_ARRAY", ()))
         self.donation = getattr(module, "donation", None)
         self.fix_words = getattr(module, "fix_words", _none)
+        self.donated_call = getattr(module, "donated_call", None)
         self.tags = getattr(module, "tags", None)
         self.role = getattr(module, "role", _none)
         self.remats = getattr(module, "remats", _no_remat)

@@ -104,6 +104,94 @@ def fix_words(x: dict, site: str, listed) -> tuple[str, str] | None:
     return full, f'pass {listed(kept)} first and filter_jit {name} with donate="all-except-first"'
 
 
+def donated_call(fun, args, kwargs, params, facts):
+    """The fix ``facts`` (``donation``'s) as equinox.filter_jit makes it: the
+    user's function with the arguments ``pass_first`` passed first (one tuple
+    where several, as the fix prints it), under ``filter_jit(...,
+    donate=OPTION)``. ``fun`` is equinox's own function as the run jitted it
+    (the run's trace replayed, or the program's own), ``args``/``kwargs`` its
+    call in the run ((donated, not donated, static), their arrays abstract),
+    ``params`` the user's parameter names. Returns (the function to jit with
+    the run's jax.jit options, its call's args, kwargs): the call
+    filter_jit's ``_preprocess`` makes for the fixed function (the first
+    argument's arrays not donated unless ``donate="all"``; the others' and
+    the function's own donated), whose function puts the user's arguments
+    back in the run's order and calls ``fun`` on the run's split of them: the
+    program's own computation, with the fix's arguments and donation."""
+    import sys
+
+    jax = sys.modules["jax"]
+    eqx = sys.modules["equinox"]
+    donated_part, kept_part, static = args
+    static_fun, static_first, static_rest = static
+
+    def part(key):
+        return (donated_part if key in donated_part else kept_part)[key]
+
+    first = _combine(part("first"), static_first)
+    rest, keywords = _combine(part("rest"), static_rest)
+    users = [first, *rest[:-1]]  # equinox's last positional argument is its own None
+    wanted = [str(a) for a in facts.get("pass_first") or ()]
+    picked = []  # ("arg", position) or ("kw", name), in the fix's order
+    for a in wanted:
+        if a in keywords:
+            picked.append(("kw", a))
+        elif a in params and params.index(a) < len(users):
+            picked.append(("arg", params.index(a)))
+        elif a.isdigit() and int(a) < len(users):
+            picked.append(("arg", int(a)))
+        else:
+            raise ValueError(f"the fix's first argument {a} is not an argument of the call")
+    taken = {i for kind, i in picked if kind == "arg"}
+    others = [i for i in range(len(users)) if i not in taken]
+    values = [users[i] if kind == "arg" else keywords[i] for kind, i in picked]
+    rest_keywords = {k: v for k, v in keywords.items() if ("kw", k) not in picked}
+    if picked:
+        new_first, new_rest = (tuple(values) if len(values) > 1 else values[0]), [users[i] for i in others]
+    else:
+        new_first, new_rest = users[0], users[1:]
+    every = facts.get("option") == 'donate="all"'  # the first argument's arrays donated too
+
+    def arrays(x):
+        return eqx.is_array(x) or isinstance(x, jax.ShapeDtypeStruct)
+
+    # filter_jit's _preprocess, for the fixed function (its arrays abstract)
+    from equinox._compile_utils import hashable_combine, hashable_partition
+
+    dyn_first, st_first = hashable_partition(new_first, arrays)
+    dyn_rest, st_rest = hashable_partition((tuple(new_rest) + (None,), rest_keywords), arrays)
+    donate, keep = {"fun": part("fun"), "rest": dyn_rest}, {}
+    (donate if every else keep)["first"] = dyn_first
+    several = len(values) > 1
+
+    def fixed(dynamic_donate, dynamic_nodonate, static):
+        parts = {**dynamic_donate, **dynamic_nodonate}
+        _, st_first, st_rest = static
+        got_first = hashable_combine(parts["first"], st_first)
+        got_rest, got_keywords = hashable_combine(parts["rest"], st_rest)
+        got_rest = list(got_rest[:-1])
+        if picked:
+            got = list(got_first) if several else [got_first]
+            back, kw = [None] * len(users), dict(got_keywords)
+            for (kind, i), value in zip(picked, got):
+                if kind == "arg":
+                    back[i] = value
+                else:
+                    kw[i] = value
+            for i, value in zip(others, got_rest):
+                back[i] = value
+        else:
+            back, kw = [got_first, *got_rest], dict(got_keywords)
+        # the run's split of them, each part where the run passed it (donated or not)
+        run_first, _ = hashable_partition(back[0], eqx.is_array)
+        run_rest, _ = hashable_partition((tuple(back[1:]) + (None,), kw), eqx.is_array)
+        run_parts = {"first": run_first, "rest": run_rest, "fun": parts["fun"]}
+        return fun({k: run_parts[k] for k in donated_part}, {k: run_parts[k] for k in kept_part},
+                   (static_fun, static_first, static_rest))
+
+    return fixed, (donate, keep, (static_fun, st_first, st_rest)), {}
+
+
 def _combine(dynamic_leaves, static):
     """A pytree from equinox's split of it: (array leaves, (other leaves, structure))."""
     static_leaves, treedef = static

@@ -29,6 +29,7 @@ from jaxmemprof.analysis.cells import json_cell as _json
 from jaxmemprof.analysis.cells import leaves as _leaves
 from jaxmemprof.truepeak import FIGURES, as_passed, call_peak
 from jaxmemprof.donors import Call, Donor, donors, label, match
+from jaxmemprof.donors import arguments as array_arguments
 from jaxmemprof.libraries import BY_NAME
 from jaxmemprof.source import closing_bracket, statement_at
 
@@ -233,26 +234,9 @@ def _tuple(values) -> str:
 
 def _array_arguments(run, function_id) -> list[tuple]:
     """(label, position, bytes, dropped) of each argument with array leaves
-    in the function's sampled calls, in the call's order; ``dropped``: in
-    every call whose fates are known, each of its leaves was dropped with
-    nothing run after the call (donating it would break nothing); the first
-    call counts only when it is the only one, as for the candidates."""
+    in the function's sampled calls (donors.arguments)."""
     calls = run.jit.calls
-    rows = calls[calls["function_id"] == function_id]
-    out: dict[str, list] = {}
-    for _, call in rows.iterrows():
-        inputs, fates = _leaves(call["inputs"]), _json(call["inputs_alive"], [])
-        known = len(fates) == len(inputs) and not (_is_first(call) and len(rows) > 1)
-        sizes: dict[str, int] = {}
-        for i, leaf in enumerate(inputs):
-            name = label(leaf)
-            entry = out.setdefault(name, [leaf.get("arg"), 0, True])
-            sizes[name] = sizes.get(name, 0) + int(leaf.get("bytes") or 0)
-            if known and fates[i] != "dropped":
-                entry[2] = False
-        for name, size in sizes.items():
-            out[name][1] = size
-    return [(name, pos, size, dropped) for name, (pos, size, dropped) in out.items()]
+    return array_arguments(sampled_calls(calls[calls["function_id"] == function_id]))
 
 
 def fix_change(run, fn, cands: tuple[Donor, ...]) -> dict:

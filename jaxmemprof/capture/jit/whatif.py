@@ -33,6 +33,7 @@ from jaxmemprof.capture.jit.programs import _unseen_compile
 from jaxmemprof.capture.jit.remat import verify_remats
 from jaxmemprof.capture.jit.retrace import CHANGED, RETRACED, Refused, fingerprint, fresh, replay, shielded
 from jaxmemprof.donors import Call, donors
+from jaxmemprof.donors import arguments as array_arguments
 from jaxmemprof.replicas import candidate, meshes_of, shard_options, spec
 from jaxmemprof.libraries import BY_NAME
 from jaxmemprof.xla import scratch
@@ -94,6 +95,12 @@ def _compile(jax, fn, ab, flat: list, wrapper: str, dump_to: str | None = None, 
     directory XLA dumps the compiled program to (its buffer assignment).
     ``retraced``: the lowering runs the program's Python, shielded."""
     args, kwargs = arguments(jax, ab, flat)
+    return _compile_call(jax, fn, args, kwargs, wrapper, dump_to, retraced)
+
+
+def _compile_call(jax, fn, args, kwargs, wrapper: str, dump_to: str | None = None, retraced: bool = True):
+    """``fn`` lowered and compiled on the call ``args``, ``kwargs`` (arrays
+    abstract): as ``_compile``."""
     t0 = time.monotonic()
     said = []
     try:
@@ -209,13 +216,48 @@ class Retraces:
 
 def function_donors(writer, function_id: int) -> list:
     """The donation rule (donors.py) on the function's sampled calls in the journal."""
+    return donors(_calls(writer.jit_call_leaves(function_id)))
+
+
+def _calls(rows) -> list:
+    """(call_index, inputs, outputs, inputs_alive) journal rows as donors.Call."""
     calls = []
-    for index, inputs, outputs, fates in writer.jit_call_leaves(function_id):
+    for index, inputs, outputs, fates in rows:
         leaves = [_list(inputs), _list(outputs)]
         fates = _list(fates, None)
         calls.append(Call([d for d in leaves[0] if isinstance(d, dict)],
                           [d for d in leaves[1] if isinstance(d, dict)], fates, index == 1))
-    return donors(calls)
+    return calls
+
+
+def _own_fix(writer, state, lib, found) -> dict:
+    """The fix of a wrapper that donates by an option of its own, as the
+    advice prints it (its library's ``donation`` on the other array
+    arguments of every sampled call, donors.arguments)."""
+    fates = {index: alive for index, _, _, alive in writer.jit_call_leaves(state.function_id)}
+    rows = [(index, inputs, outputs, fates.get(index))
+            for index, inputs, outputs, _, _ in writer.jit_sampled_calls(state.function_id)]
+    chosen = {d.argument for d in found}
+    return lib.donation([o for o in array_arguments(_calls(rows)) if o[0] not in chosen])
+
+
+def own_donation(probe, state, real, lib, facts, ab, trace=None):
+    """The wrapper's fix (``facts``) compiled as the wrapper makes it
+    (its library's ``donated_call``): (jitted function, args, kwargs), or
+    why not (a string). With ``trace``, the function evaluates the run's
+    jaxpr (no Python of the program's run)."""
+    original = next((o for name, o, _ in probe._patched if name == state.plan.jit), None)
+    real_fun = getattr(real, "__wrapped__", None)
+    if original is None or real_fun is None:
+        return "the jitted function's own function is not reachable"
+    if trace is not None:
+        real_fun = replay(probe._jax, real_fun, trace, lambda args, kwargs: probe._dynamic(state, args, kwargs))
+    args, kwargs = arguments(probe._jax, ab, list(ab.flat))
+    try:
+        fixed, args, kwargs = lib.donated_call(real_fun, args, kwargs, list(state.param_names or ()), facts)
+    except Exception as exc:
+        return f"the fix could not be made: {type(exc).__name__}: {exc}"[:500]
+    return original(fixed, **dict(state.plan.options)), args, kwargs
 
 
 def donated_arguments(found) -> tuple[set, set]:
@@ -271,11 +313,26 @@ def verify_donations(planner, budget_s: float, deadline: float) -> list:
             continue
         real = planner.real_of(state)
         wrapper = state.row.get("wrapper") or "jax.jit"
+        lib = BY_NAME.get(wrapper)
+        own = lib if lib is not None and lib.rejit is None and lib.donated_call is not None else None
+        if own is not None:  # the wrapper's own option: its fix as the advice prints it
+            facts = _own_fix(writer, state, own, found)
+            change = json.dumps({**json.loads(change), "option": facts.get("option"),
+                                 "pass_first": facts.get("pass_first") or []})
         for sig in _signatures(slot):
             ab = slot.abstract[sig]
             trace = slot.traces.get(sig)  # the run's own: replayed, no Python of the program's run again
-            early = probe.early.donation(state.function_id, sig, nums, names) if trace is not None else None
-            fn = rejit(probe, state, real, nums, names, trace) if real is not None else DROPPED
+            early = probe.early.donation(state.function_id, sig, nums, names) \
+                if trace is not None and own is None else None
+            call = None
+            if real is None:
+                fn = DROPPED
+            elif own is not None:
+                fn = own_donation(probe, state, real, own, facts, ab, trace)
+                if not isinstance(fn, str):
+                    fn, *call = fn
+            else:
+                fn = rejit(probe, state, real, nums, names, trace)
             refused = None if trace is not None or isinstance(fn, str) else planner.retraces.refusal(state, real)
             if early is not None:  # compiled beside the program (early.py), as it would be now
                 fig, seconds, error, _ = early
@@ -288,7 +345,12 @@ def verify_donations(planner, budget_s: float, deadline: float) -> list:
                 fig, seconds, error = None, 0.0, f"{OVER_BUDGET} ({budget_s:g} s; run --verify-seconds)"
             else:
                 probe.progress(f"verifying the donation of {state.row.get('name', state.function_id)}")
-                fig, seconds, error, _ = compile_figures(probe._jax, fn, ab, wrapper=wrapper, retraced=trace is None)
+                if call:  # the wrapper's fix: its own call of jax.jit's function
+                    done, seconds, error, _ = _compile_call(probe._jax, fn, *call, "jax.jit", retraced=trace is None)
+                    fig = done[0] if done else None
+                else:
+                    fig, seconds, error, _ = compile_figures(probe._jax, fn, ab, wrapper=wrapper,
+                                                             retraced=trace is None)
                 error = None if error is None else f"not verified: {_failed(error)}"
                 if trace is None:
                     planner.retraced.setdefault(state.function_id, set()).add("whatif")
