@@ -73,6 +73,75 @@ def _temporaries(params, x) -> int:
     return jax.jit(step).lower(params, x).compile().memory_analysis().temp_size_in_bytes
 
 
+def _figures(compiled):
+    ma = compiled.memory_analysis()
+    return (ma.argument_size_in_bytes, ma.output_size_in_bytes, ma.alias_size_in_bytes, ma.temp_size_in_bytes)
+
+
+def _equinox_call(jitted, args):
+    """The call equinox.filter_jit makes of its jitted function for ``args``:
+    (donated, not donated, static), as jax.jit gets it."""
+    from equinox._jit import _preprocess
+
+    info = (jitted._signature, jitted._dynamic_fun, jitted._static_fun, jitted.donate_first, jitted.donate_rest)
+    return _preprocess(info, args, {}, return_static=True)
+
+
+@pytest.mark.parametrize("option, pass_first", [('donate="all-except-first"', ["x", "y"]),
+                                                ('donate="all-except-first"', []), ('donate="all"', [])])
+def test_equinox_compiles_its_donation_fix_as_filter_jit_makes_it(option, pass_first):
+    """donated_call, from the run's call with its arrays abstract, compiles
+    what filter_jit with the fix's donate option compiles for the user's
+    function with the arguments the fix passes first moved to the front
+    (one tuple), to the byte; and run on the arrays, computes what the
+    program's step computes."""
+    eqx = pytest.importorskip("equinox")
+    model = eqx.nn.MLP(64, 10, 256, 1, key=jax.random.key(0))
+    opt = optax.adam(1e-3)
+    opt_state = opt.init(eqx.filter(model, eqx.is_array))
+    x, y = jnp.ones((16, 64)), jnp.arange(16) % 10
+
+    def make_step(model, opt_state, x, y):
+        def loss_fn(model):
+            return optax.softmax_cross_entropy_with_integer_labels(jax.vmap(model)(x), y).mean()
+
+        loss, grads = eqx.filter_value_and_grad(loss_fn)(model)
+        updates, opt_state = opt.update(grads, opt_state, model)
+        return eqx.apply_updates(model, updates), opt_state, loss
+
+    if pass_first:  # the program as written, and as the fix has it written
+        program, args = eqx.filter_jit(make_step), (model, opt_state, x, y)
+        fixed = eqx.filter_jit(lambda batch, model, opt_state: make_step(model, opt_state, *batch),
+                               donate="all-except-first")
+        fixed_args, params = ((x, y), model, opt_state), ["model", "opt_state", "x", "y"]
+    else:  # the kept arguments already first (or none kept): only the option changes
+        def step(batch, model, opt_state):
+            return make_step(model, opt_state, *batch)
+
+        program, args = eqx.filter_jit(step), ((x, y), model, opt_state)
+        fixed, fixed_args, params = eqx.filter_jit(step, donate=option.split('"')[1]), args, ["batch", "model",
+                                                                                           "opt_state"]
+    donated, kept, static = _equinox_call(program, args)
+    abstract = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), (donated, kept))
+    facts = {"option": option, "pass_first": pass_first}
+    lib = libraries.BY_NAME["equinox.filter_jit"]
+    fun, call, kwargs = lib.donated_call(program._cached.__wrapped__, (*abstract, static), {}, params, facts)
+    ours = jax.jit(fun, donate_argnums=0, static_argnums=2)
+    lowered, theirs = ours.lower(*call, **kwargs), fixed.lower(*fixed_args).lowered
+    assert _figures(lowered.compile()) == _figures(theirs.compile())
+    assert _figures(theirs.compile())[2] > 0  # the fix aliases the model and the optimizer state
+    # the same leaves, in the same order, donated alike (x and y: only under donate="all")
+    assert [(a.shape, a.dtype, a.donated) for a in jax.tree.leaves(lowered.args_info)] == \
+        [(a.shape, a.dtype, a.donated) for a in jax.tree.leaves(theirs.args_info)]
+    assert sum(a.donated for a in jax.tree.leaves(lowered.args_info)) == \
+        len(jax.tree.leaves(eqx.filter((model, opt_state), eqx.is_array))) + 2 * (option == 'donate="all"')
+
+    fun, call, kwargs = lib.donated_call(program._cached.__wrapped__, (donated, kept, static), {}, params, facts)
+    _, got, _ = jax.jit(fun, static_argnums=2)(*call, **kwargs)
+    _, want, _ = program._cached(donated, kept, static)
+    assert jax.tree.all(jax.tree.map(lambda a, b: bool(jnp.array_equal(a, b)), got, want))
+
+
 def test_hk_remat_wraps_a_haiku_modules_method_inside_the_transform():
     """As the remat compile does at the end of a run: Block.__call__ swapped
     for its hk.remat (which works only inside the transform), the step
