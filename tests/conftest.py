@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -185,6 +186,23 @@ def go_pprof() -> list[str] | None:
     if go is None:
         return None
     return [go, "tool", "pprof"]
+
+
+@pytest.fixture
+def tmux():
+    """``cmd(*args)``: tmux on a server of the test's own (a real terminal),
+    killed at the end. CI installs tmux (.ci/run): missing there, the test fails."""
+    if shutil.which("tmux") is None:
+        if os.environ.get("CI"):
+            pytest.fail("tmux is missing: .ci/run must install it")
+        pytest.skip("tmux not installed")
+    socket = f"jaxmemprof-test-{uuid.uuid4().hex[:8]}"
+
+    def cmd(*args, check=True):
+        return subprocess.run(["tmux", "-L", socket, *args], capture_output=True, text=True, timeout=30, check=check)
+
+    yield cmd
+    cmd("kill-server", check=False)
 
 
 @pytest.fixture

@@ -8,11 +8,9 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import shutil
 import subprocess
 import sys
 import time
-import uuid
 
 import pytest
 
@@ -45,21 +43,6 @@ if __name__ == "__main__":
 PROGRESS = re.compile(r"jaxmemprof: the script has ended; now: XLA's figures and the compiles: "
                       r"(compiling step for v5e:2x2|planning step|libtpu's devices for v5e:2x2)( at batch \d+)?"
                       r"( in bfloat16)? \(compile (\d+); (\d+) s\) \(Ctrl-C skips the rest\)\.\.\.")
-
-
-@pytest.fixture
-def tmux():
-    if shutil.which("tmux") is None:
-        if os.environ.get("CI"):
-            pytest.fail("tmux is missing: .ci/run must install it")
-        pytest.skip("tmux not installed")
-    socket = f"jaxmemprof-test-{uuid.uuid4().hex[:8]}"
-
-    def cmd(*args, check=True):
-        return subprocess.run(["tmux", "-L", socket, *args], capture_output=True, text=True, timeout=30, check=check)
-
-    yield cmd
-    cmd("kill-server", check=False)
 
 
 def test_a_plan_and_targets_compiles_show_their_progress_in_a_terminal(tmp_path, tmux):

@@ -4,13 +4,11 @@ steps; and `--once` on it, on a finished run and on a job's processes."""
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
 import sys
 import time
-import uuid
 
 import pytest
 
@@ -92,21 +90,6 @@ def test_once_on_a_live_run(live_run):
     assert held >= 3 * 256 * 1024 and held % (256 * 1024) == 0, out  # whole steps, three at least
     assert site_bytes(out, base) == [1024**2], out
     assert re.search(r"^devices: cpu:0 [\d.]+ MiB \+256\.00 KiB$", out, re.M), out
-
-
-@pytest.fixture
-def tmux():
-    if shutil.which("tmux") is None:
-        if os.environ.get("CI"):
-            pytest.fail("tmux is missing: .ci/run must install it")
-        pytest.skip("tmux not installed")
-    socket = f"jaxmemprof-test-{uuid.uuid4().hex[:8]}"
-
-    def cmd(*args, check=True):
-        return subprocess.run(["tmux", "-L", socket, *args], capture_output=True, text=True, timeout=30, check=check)
-
-    yield cmd
-    cmd("kill-server", check=False)
 
 
 def test_top_in_a_terminal(live_run, tmux):

@@ -137,12 +137,10 @@ def rejit(probe, state, real, nums: set, names: set, trace=None):
     jit = BY_NAME[wrapper].rejit if wrapper in BY_NAME else None
     if jit is None and (nums or names):
         return f"{wrapper} decides donation inside its own call (its donate option); not compiled from outside"
-    original = next((o for name, o, _ in probe._patched if name == state.plan.jit), None)
-    real_fun = getattr(real, "__wrapped__", None)
-    if original is None or real_fun is None:
-        return "the jitted function's own function is not reachable"
-    if trace is not None:
-        real_fun = replay(probe._jax, real_fun, trace, lambda args, kwargs: probe._dynamic(state, args, kwargs))
+    own = _own_function(probe, state, real, trace)
+    if isinstance(own, str):
+        return own
+    original, real_fun = own
     options = dict(state.plan.options)
     if not nums and not names:
         return original(real_fun, **options)
@@ -241,17 +239,28 @@ def _own_fix(writer, state, lib, found) -> dict:
     return lib.donation([o for o in array_arguments(_calls(rows)) if o[0] not in chosen])
 
 
-def own_donation(probe, state, real, lib, facts, ab, trace=None):
-    """The wrapper's fix (``facts``) compiled as the wrapper makes it
-    (its library's ``donated_call``): (jitted function, args, kwargs), or
-    why not (a string). With ``trace``, the function evaluates the run's
-    jaxpr (no Python of the program's run)."""
+def _own_function(probe, state, real, trace):
+    """(the jit the program used, the jitted function's own function: with
+    ``trace``, the run's jaxpr evaluated, no Python of the program's run),
+    or why not (a string)."""
     original = next((o for name, o, _ in probe._patched if name == state.plan.jit), None)
     real_fun = getattr(real, "__wrapped__", None)
     if original is None or real_fun is None:
         return "the jitted function's own function is not reachable"
     if trace is not None:
         real_fun = replay(probe._jax, real_fun, trace, lambda args, kwargs: probe._dynamic(state, args, kwargs))
+    return original, real_fun
+
+
+def own_donation(probe, state, real, lib, facts, ab, trace=None):
+    """The wrapper's fix (``facts``) compiled as the wrapper makes it
+    (its library's ``donated_call``): (jitted function, args, kwargs), or
+    why not (a string). With ``trace``, the function evaluates the run's
+    jaxpr (no Python of the program's run)."""
+    own = _own_function(probe, state, real, trace)
+    if isinstance(own, str):
+        return own
+    original, real_fun = own
     args, kwargs = arguments(probe._jax, ab, list(ab.flat))
     try:
         fixed, args, kwargs = lib.donated_call(real_fun, args, kwargs, list(state.param_names or ()), facts)
