@@ -53,10 +53,10 @@ import sys
 import zlib
 from pathlib import Path
 
-from _common import Results, git_state  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
+from _common import Results, git_state
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from gzip_bombs import gzip_bomb  # noqa: E402  (shared with the tests)
+from gzip_bombs import gzip_bomb
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent

@@ -29,8 +29,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from _common import Results, git_state  # noqa: E402
-from bench_run_overhead import calibrate, timed_run  # noqa: E402
+from _common import Results, git_state
+from bench_run_overhead import calibrate, timed_run
 
 HERE = Path(__file__).resolve().parent
 WORKLOADS = HERE / "workloads"

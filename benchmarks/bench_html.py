@@ -42,9 +42,9 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests"))
 
-from _browser import Browser, chromium  # noqa: E402
-from _common import Results, git_state  # noqa: E402
-from bench_report import Code, ensure_run, jaxmemprof_cmd, run_dir  # noqa: E402
+from _browser import Browser, chromium
+from _common import Results, git_state
+from bench_report import Code, ensure_run, jaxmemprof_cmd, run_dir
 
 DEFAULT_OUT = HERE / "data" / "html_results.csv"
 TARGET_BYTES = 5_000_000

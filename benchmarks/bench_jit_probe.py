@@ -83,7 +83,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from _common import Results, git_state  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
+from _common import Results, git_state
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -273,7 +273,7 @@ def micro_child(cfg: dict) -> dict:
     import jax.numpy as jnp
 
     sys.path.insert(0, str(WORKLOAD.parent))
-    import jit_probe_train as w  # noqa: E402
+    import jit_probe_train as w
 
     blocks, n = cfg["blocks"], cfg["calls"]
     out: dict = {}

@@ -64,8 +64,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from jaxmemprof.store import layout  # noqa: E402
-from jaxmemprof.store.writer import RunWriter, SnapshotRecord, Thinning  # noqa: E402
+from jaxmemprof.store import layout
+from jaxmemprof.store.writer import RunWriter, SnapshotRecord, Thinning
 
 DATA = HERE / "data"
 INTERVAL = 0.5

@@ -45,7 +45,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import REPO, Results, git_state  # noqa: E402
+from _common import REPO, Results, git_state
 
 WORKLOAD = REPO / "benchmarks" / "workloads" / "jit_probe_train.py"
 MLP = REPO / "sample_runs" / "train_mlp.py"

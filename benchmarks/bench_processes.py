@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import REPO, Results, git_state  # noqa: E402
+from _common import REPO, Results, git_state
 
 WORKLOAD = '''
 import sys, time

@@ -62,7 +62,7 @@ import textwrap
 import time
 from pathlib import Path
 
-from _common import Results, git_state  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
+from _common import Results, git_state
 
 HERE = Path(__file__).resolve().parent
 DATA = HERE / "data"

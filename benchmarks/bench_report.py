@@ -65,7 +65,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import git_state  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
+from _common import git_state
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -173,7 +173,10 @@ def dir_bytes(path: Path) -> tuple[int, int]:
 def journal_counts(run: Path) -> dict:
     con = sqlite3.connect(f"{(run / 'journal.sqlite').resolve().as_uri()}?mode=ro", uri=True)
     try:
-        q = lambda sql: con.execute(sql).fetchone()[0]  # noqa: E731
+
+        def q(sql):
+            return con.execute(sql).fetchone()[0]
+
         return {
             "snapshots": q("SELECT count(*) FROM snapshots"),
             "array_rows": q("SELECT count(*) FROM arrays"),
@@ -187,7 +190,7 @@ def journal_counts(run: Path) -> dict:
         con.close()
 
 
-def ensure_run(s: int, n: int, code: "Code", rerecord: bool) -> dict:
+def ensure_run(s: int, n: int, code: Code, rerecord: bool) -> dict:
     """The cached run of S x N, recorded first when needed; its meta.json."""
     d = run_dir(s, n)
     meta_path = d / "meta.json"
@@ -234,7 +237,7 @@ def ensure_run(s: int, n: int, code: "Code", rerecord: bool) -> dict:
 # -- timing whole processes ----------------------------------------------------------
 
 
-def time_commands(s: int, n: int, code: "Code", repeat: int, with_json: bool, max_wait: float) -> dict:
+def time_commands(s: int, n: int, code: Code, repeat: int, with_json: bool, max_wait: float) -> dict:
     run = str(run_dir(s, n) / "run")
     with tempfile.TemporaryDirectory(prefix="bench_report_") as tmp:
         cmds = {
@@ -280,11 +283,12 @@ def breakdown_child(run_path: str, top: int = 10) -> None:
         return out
 
     def imports():
+        # imported for their cost, the thing timed (hence noqa F401)
         import pandas  # noqa: F401
 
-        import jaxmemprof.analysis.report  # noqa: F401
-        import jaxmemprof.render.report  # noqa: F401
-        import jaxmemprof.render.tables  # noqa: F401
+        import jaxmemprof.analysis.report
+        import jaxmemprof.render.report
+        import jaxmemprof.render.tables
         import jaxmemprof.store.reader  # noqa: F401
 
     stage("imports", imports)
@@ -417,7 +421,7 @@ def breakdown_child(run_path: str, top: int = 10) -> None:
                       "leaks_found": len(leak_rows), "findings": len(rep.findings)}))
 
 
-def breakdown(s: int, n: int, code: "Code") -> dict:
+def breakdown(s: int, n: int, code: Code) -> dict:
     out = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--breakdown-child",
                           str(run_dir(s, n) / "run")], cwd=code.cwd, env=code.env, capture_output=True, text=True)
     if out.returncode != 0:

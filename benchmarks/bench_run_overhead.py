@@ -55,7 +55,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from _common import Results, git_state  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
+from _common import Results, git_state
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -381,7 +381,7 @@ def snapshot_child(spec: dict) -> dict:
     if out["live_after"] == out["live_before"]:
         for _ in range(min(repeat, 5) - 1):
             s2 = sampler()
-            firsts.append(clock(lambda: s2.snapshot("api")))
+            firsts.append(clock(lambda s2=s2: s2.snapshot("api")))
     out["first"] = medians(firsts)
     out["first_runs"] = len(firsts)
 
@@ -424,7 +424,7 @@ def cprofile_snapshots(make_sampler, steady_sampler, repeat: int) -> dict:
         st = pstats.Stats(prof)
         total = st.total_tt
         rows = []
-        for (file, line, func), (cc, nc, tt, ct, _) in st.stats.items():
+        for (file, line, func), (_cc, nc, tt, ct, _) in st.stats.items():
             rows.append((tt, ct, nc, _short(file, line, func)))
         by_tt = sorted(rows, reverse=True)[:14]
         by_ct = sorted(rows, key=lambda r: r[1], reverse=True)
@@ -492,7 +492,10 @@ def bench_snapshot(res: Results, args, env: dict) -> None:
         # The other ratios are against the bare profile taken before
         # jaxmemprof looked at the arrays.
         sbare, tbare = out["steady_bare"], out["ten_pct_bare"]
-        per = lambda x: x / n * 1e6  # noqa: E731
+
+        def per(x, n=n):
+            return x / n * 1e6
+
         ratio = steady[0] / sbare[0]
         c = f"{name} ({mode}, {devices} device{'s' if devices > 1 else ''})"
         res.add(b, f"{c}: bare device_memory_profile per array", per(bare[0]), "us", "", "", "", None)
@@ -528,7 +531,10 @@ def bench_snapshot(res: Results, args, env: dict) -> None:
         res.add(b, f"{c}: views JAX keeps after the first snapshot (at most 1)",
                 out["live_after"] - out["live_before"], "count", 1, None, CHECK_AT_MOST_1,
                 out["live_after"] - out["live_before"] <= 1)
-        ms = lambda p: f"{p[0] * 1e3:6.1f} ({p[1] * 1e3:5.1f})"  # noqa: E731
+
+        def ms(p):
+            return f"{p[0] * 1e3:6.1f} ({p[1] * 1e3:5.1f})"
+
         thread_ratio = steady[1] / sbare[1]
         res.say(f"{name:16} {ms(bare):>14} {ms(first):>16} {ms(sbare):>14} {ms(steady):>14} {ms(ten):>14} "
                 f"{per(bare[0]):6.2f}/{per(first[0]):6.2f}/{per(steady[0]):5.2f}/{per(ten[0]):5.2f}   "

@@ -26,7 +26,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from _common import REPO, Results, git_state  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
+from _common import REPO, Results, git_state
 
 PROGRAMS = (("train_mlp.py", "sample_runs/train_mlp.py"), ("nnx_optimizer.py", "sample_runs/libraries/nnx_optimizer.py"),
             ("equinox_optax.py", "sample_runs/libraries/equinox_optax.py"))

@@ -37,7 +37,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from _common import git_state  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
+from _common import git_state
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import git_state  # noqa: E402
+from _common import git_state
 
 
 # CPU time of the sampling thread (the steady figure on a loaded machine); --wall: wall time, for a

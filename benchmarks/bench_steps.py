@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import REPO, git_state  # noqa: E402
+from _common import REPO, git_state
 
 WORKLOAD = REPO / "benchmarks" / "workloads" / "fast_leak.py"
 

@@ -24,8 +24,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from _common import Results, git_state  # noqa: E402
-from bench_run_overhead import timed_run  # noqa: E402
+from _common import Results, git_state
+from bench_run_overhead import timed_run
 
 HERE = Path(__file__).resolve().parent
 MLP = HERE.parent / "sample_runs" / "train_mlp.py"

@@ -36,7 +36,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import Results, git_state  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
+from _common import Results, git_state
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -54,9 +54,9 @@ COLUMNS = ("benchmark", "case", "value", "unit", "reference", "ratio", "target",
 
 sys.path.insert(0, str(REPO))
 from jaxmemprof.analysis.advice.donation import jit_memory
+from jaxmemprof.analysis.attributed import attribute
 from jaxmemprof.analysis.rules.donation import donation_findings
-from jaxmemprof.analysis.attributed import attribute  # noqa: E402
-from jaxmemprof.store.reader import load_run  # noqa: E402
+from jaxmemprof.store.reader import load_run
 
 
 def env() -> dict:

@@ -113,7 +113,7 @@ class _EndInterrupts:
         self.heard = 0
         self.waiting = False
 
-    def __enter__(self) -> "_EndInterrupts":
+    def __enter__(self) -> _EndInterrupts:
         import signal
         import threading
 
@@ -199,7 +199,7 @@ class ProfiledRun:
 
     # -- recording -------------------------------------------------------------------
 
-    def start(self) -> "ProfiledRun":
+    def start(self) -> ProfiledRun:
         """Start recording (once). Interrupted as it starts (a KeyboardInterrupt
         before the block's code runs), the run is finalised and the interrupt
         goes on: no sampler is left recording."""
@@ -231,7 +231,7 @@ class ProfiledRun:
             raise
         return self
 
-    def stop(self, error: BaseException | None = None) -> "ProfiledRun":
+    def stop(self, error: BaseException | None = None) -> ProfiledRun:
         """Stop recording: the last snapshot (``exit``, or ``exception`` /
         ``oom`` for the ``error`` the recorded code raised), then the run is
         finished. Nothing for a run deferred to an outer one, or stopped.
@@ -309,7 +309,7 @@ class ProfiledRun:
     def recording(self) -> bool:
         return self.session is not None and self.ended_by is None
 
-    def __enter__(self) -> "ProfiledRun":
+    def __enter__(self) -> ProfiledRun:
         return self.start()
 
     def __exit__(self, exc_type, exc, tb) -> bool:

@@ -74,14 +74,13 @@ def is_own_file(path: str) -> bool:
     return path.startswith(_OWN_PACKAGE) or bool(_OWN_FILES.search(path))
 
 
-def installed_part(path: str, libraries: "Libraries | None" = None) -> str | None:
+def installed_part(path: str, libraries: Libraries | None = None) -> str | None:
     """The path from an installed package down (``flax/nnx/...``), or None
     for a file that is not in site-packages or dist-packages, nor (given the
     run's ``libraries``) under one of its library directories."""
-    m = None
-    for m in _INSTALLED.finditer(path):
-        pass
-    if m is not None:
+    found = list(_INSTALLED.finditer(path))
+    if found:
+        m = found[-1]
         return path[m.end():]
     return libraries.part(path) if libraries is not None else None
 
@@ -140,7 +139,7 @@ class Libraries:
         return {"dirs": list(self.dirs), "packages": list(self.packages), "program": list(self.program)}
 
     @classmethod
-    def from_manifest(cls, manifest) -> "Libraries | None":
+    def from_manifest(cls, manifest) -> Libraries | None:
         """The libraries a run's manifest records, or None for a run that
         records none (recorded before them: today's rule alone). A damaged
         entry keeps only its well-formed paths."""
@@ -155,7 +154,7 @@ class Libraries:
         return cls(dirs=paths("dirs"), packages=paths("packages"), program=paths("program"))
 
     @classmethod
-    def union(cls, many) -> "Libraries | None":
+    def union(cls, many) -> Libraries | None:
         """One set of libraries for several runs (a diff's, a job's), or None
         when none records any."""
         many = [m for m in many if m is not None]

@@ -58,7 +58,7 @@ def pytest_addoption(parser):
 
 
 def pytest_configure(config):
-    for name, text in _MARKERS.items():
+    for _name, text in _MARKERS.items():
         config.addinivalue_line("markers", text)
     config.pluginmanager.register(_Peaks(config), "jaxmemprof-peaks")
 

@@ -118,7 +118,7 @@ class Browser:
         with self._lock:
             return [e for e in self._events if e.get("sessionId") == session]
 
-    def open(self, path) -> "Page":
+    def open(self, path) -> Page:
         target = self.send("Target.createTarget", {"url": "about:blank"})["targetId"]
         session = self.send("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
         for domain in ("Page", "Runtime", "Log", "Network"):

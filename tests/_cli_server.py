@@ -117,9 +117,13 @@ def run(argv: list[str], *, cwd, env: dict, input: str | None, timeout: float, s
 def _serve() -> None:
     import jaxmemprof.cli
     from jaxmemprof.cli.base import main
-    # what the reading commands import when they start
-    import pandas, numpy, rich.console, rich.table  # noqa: F401,E401
-    import jaxmemprof.analysis.report, jaxmemprof.render.report, jaxmemprof.render.tables  # noqa: F401,E401
+    # what the reading commands import when they start, imported here for its cost (hence noqa F401)
+    import numpy  # noqa: F401
+    import pandas  # noqa: F401
+
+    import jaxmemprof.analysis.report
+    import jaxmemprof.render.report
+    import jaxmemprof.render.tables
     assert "jax" not in sys.modules, "the server must not import JAX (its threads do not survive a fork)"
     entry = os.path.normpath(os.path.join(os.path.dirname(jaxmemprof.cli.__file__), os.pardir, "__main__.py"))
 
@@ -149,7 +153,7 @@ def _child(req: dict, main, entry: str) -> None:
         os.dup2(opened, fd)
         os.close(opened)
     enc = sys.stdout.encoding
-    sys.stdin = sys.__stdin__ = open(0, "r", encoding=enc, closefd=False)
+    sys.stdin = sys.__stdin__ = open(0, encoding=enc, closefd=False)
     sys.stdout = sys.__stdout__ = open(1, "w", encoding=enc, closefd=False)
     sys.stderr = sys.__stderr__ = open(2, "w", encoding=enc, errors="backslashreplace", buffering=1, closefd=False)
     os.chdir(req["cwd"])

@@ -17,7 +17,6 @@ import struct
 import subprocess
 import sys
 import textwrap
-import threading
 import zlib
 
 import pytest

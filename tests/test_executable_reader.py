@@ -24,9 +24,11 @@ import subprocess
 import sys
 
 import pytest
+from hypothesis import given, strategies as st
 
 from conftest import REPO, cpu_env, line_of, write_script
 
+from jaxmemprof.xla.curve import program_curve, sweep
 from jaxmemprof.xla.executable import ExecutableError, read_protos, shape_bytes, shape_text
 from jaxmemprof.xla import executable_pb2 as pb
 
@@ -396,9 +398,6 @@ def test_shapes_are_sized_and_written_as_xla_does():
 
 # -- the program-order curve, against counting each position by hand -------------------------
 
-from hypothesis import given, strategies as st  # noqa: E402
-
-from jaxmemprof.xla.curve import program_curve, sweep  # noqa: E402
 
 _VALUES = st.lists(st.tuples(st.integers(0, 30), st.integers(0, 12), st.integers(1, 1000),
                              st.sampled_from([None, "a", "b", "c"]), st.sampled_from(["x", "y", "z"])),

@@ -41,7 +41,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import cli_batch, cpu_env, run_cli, write_script  # noqa: F401 (cli_batch: other files import it from here)
+from conftest import cli_batch, cpu_env, run_cli, write_script
 
 from jaxmemprof import load_run
 from jaxmemprof.errors import InputError
@@ -290,7 +290,7 @@ def check_killed_run(run_dir: Path, script_done: bool) -> tuple[dict, list]:
     try:
         run = load_run(run_dir)
     except InputError as exc:
-        raise AssertionError(f"{run_dir}: {len(committed)} committed snapshots, but load_run refused it: {exc}")
+        raise AssertionError(f"{run_dir}: {len(committed)} committed snapshots, but load_run refused it: {exc}") from exc
     facts["snapshots"] = len(run.snapshots)
     facts["state"] = "finished" if run.finished else "killed"
     if not script_done:

@@ -499,7 +499,10 @@ FLOATS = st.one_of(st.floats(), st.sampled_from([float("nan"), float("inf"), flo
 
 def _column(kind: str, n: int):
     """(a strategy for the values, the pandas dtype to build with)."""
-    maybe = lambda s: st.one_of(s, st.sampled_from(MISSING))  # noqa: E731
+
+    def maybe(s):
+        return st.one_of(s, st.sampled_from(MISSING))
+
     return {
         "text": (st.lists(maybe(TEXT), min_size=n, max_size=n), object),
         "string": (st.lists(st.one_of(TEXT, st.just(pd.NA)), min_size=n, max_size=n), "string"),

@@ -247,16 +247,16 @@ def test_exit_status_whatever_becomes_of_stdout(runs):
               for limit, _ in closed]
     calls += [lambda limit=limit, extra=extra: into_full_disk(limit, extra) for limit, _, extra in full]
     done = in_parallel(*calls)
-    for (limit, status, extra), (rc, err) in zip(piped, done):
+    for (_limit, status, _extra), (rc, err) in zip(piped, done):
         assert rc == status, err
         assert "Traceback" not in err and "Exception ignored" not in err, err
         assert "error" not in err, err  # a reader that went away is said nowhere
     proc = done[len(piped)]
     assert proc.stdout.strip() == "1", proc.stderr
-    for (limit, status), proc in zip(closed, done[len(piped) + 1:]):
+    for (_limit, status), proc in zip(closed, done[len(piped) + 1:]):
         assert proc.returncode == status, proc.stderr
         assert error_line(proc) == "jaxmemprof: error: stdout: cannot write: it is closed"
-    for (limit, status, extra), (rc, err) in zip(full, done[len(piped) + 1 + len(closed):]):
+    for (_limit, status, _extra), (rc, err) in zip(full, done[len(piped) + 1 + len(closed):]):
         assert rc == status, err
         assert "No space left on device" in err and "Traceback" not in err, err
 

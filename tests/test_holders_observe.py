@@ -329,7 +329,7 @@ def test_a_frames_locals_are_read_without_writing_them():
         seen["before"] = sorted(held)
         ready.set()
         done.wait(10)
-        c = 3  # noqa: F841 (a local made after the read)
+        c = 3  # a local made after the read
         seen["held"] = sorted(held)
 
     thread = threading.Thread(target=program)

@@ -21,7 +21,6 @@ from jaxmemprof.analysis.rules.inside_jit import inside_jit_findings
 from jaxmemprof.analysis.sites import Attribution
 from jaxmemprof.store.reader import load_run
 from jaxmemprof.render.findings import words
-from jaxmemprof.units import format_bytes
 from jaxmemprof.analysis.attributed import attribute
 
 MiB = 1024 * 1024

@@ -95,7 +95,10 @@ def test_array_lifetimes_of_known_arrays(steps_run):
     assert last_n == S["end"] + 1
 
     by_site = {s: g.sort_values("first_snapshot") for s, g in df.groupby("site")}
-    site = lambda k: f"steps.py:{ln[k]} (<module>)"
+
+    def site(k):
+        return f"steps.py:{ln[k]} (<module>)"
+
     assert set(by_site) == {site("W"), site("TMP"), site("KEPT")}
 
     # The long-lived array: in the first snapshot and alive at the end: censored both ways.
@@ -136,7 +139,10 @@ def test_site_lifetimes(steps_run):
     ar = attribute(run)
     arrays, sites = ar.arrays, site_lifetimes(ar)
     assert list(sites.columns) == SITE_LIFETIME_COLUMNS
-    site = lambda k: f"steps.py:{ln[k]} (<module>)"
+
+    def site(k):
+        return f"steps.py:{ln[k]} (<module>)"
+
     rows = sites.set_index("site")
     # Largest memory-time first: the weights held all along.
     assert sites["site"].iloc[0] == site("W")

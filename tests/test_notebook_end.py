@@ -139,6 +139,7 @@ def test_an_interrupted_profile_block_stops_its_sampler_and_finishes_its_run(tmp
 
 # -- in a real kernel -------------------------------------------------------------------------
 
+# Imported here, with the tests that need them (hence noqa E402).
 import threading  # noqa: E402
 import time  # noqa: E402
 

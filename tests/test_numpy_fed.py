@@ -101,7 +101,7 @@ def test_the_plans_largest_batch_fits_when_the_program_runs_at_it(fed):
     run, _ = fed
     points = build_plan(attribute(load_run(run))).points
     recorded = points[points["variant"] == "recorded"].sort_values("batch")
-    largest = int(recorded.loc[recorded["fits"] == True, "batch"].max())  # noqa: E712 (a nullable column)
+    largest = int(recorded.loc[recorded["fits"].eq(True), "batch"].max())  # eq: a nullable column
     above = int(recorded.loc[recorded["batch"] > largest, "batch"].min())
     at, over = in_parallel(*(lambda b=b: run_script(SCRIPTS / "numpy_fed_step.py", "--batch", b, cwd=run.parent)
                              for b in (largest, above)))

@@ -91,7 +91,7 @@ def test_a_closed_pipe_is_not_an_error(args):
 @pytest.mark.parametrize("command", ["show", "report", "diff"])
 def test_head_of_a_long_output_exits_0(command):
     """As a user types it: `jaxmemprof report RUN | head -1`."""
-    proc = subprocess.run(["bash", "-c", f'"$@" | head -1; exit "${{PIPESTATUS[0]}}"', "sh",
+    proc = subprocess.run(["bash", "-c", '"$@" | head -1; exit "${PIPESTATUS[0]}"', "sh",
                            *jaxmemprof(command, RUN, *(["--top", "0"] if command == "show" else []))],
                           capture_output=True, text=True, env=cpu_env(), timeout=120)
     assert proc.returncode == 0, proc.stderr

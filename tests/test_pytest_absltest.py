@@ -250,7 +250,7 @@ def ran(tmp_path_factory) -> Ran:
 
 
 def test_set_up_is_not_the_test(ran):
-    path, got, text = ran.path, ran.outcomes(), ran.text
+    got, text = ran.outcomes(), ran.text
     for name in ("SetUpTest.test_uses_what_setup_made", "PlainUnitTest.test_state_from_setup",
                  "SetUpClassTest.test_first", "SetUpClassTest.test_second",
                  "ParameterizedTest.test_scaled0", "ParameterizedTest.test_scaled1",

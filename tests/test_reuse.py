@@ -13,7 +13,7 @@ from conftest import line_of, run_cli, write_script
 from test_lifetimes import SETTLE
 
 import jaxmemprof
-from jaxmemprof.analysis.lifetimes import array_lifetimes, peak_snapshot, site_lifetimes
+from jaxmemprof.analysis.lifetimes import peak_snapshot, site_lifetimes
 from jaxmemprof.analysis.reuse import COUNT_COLUMNS, EVENT_COLUMNS, Reuse, reuse
 from jaxmemprof.analysis.attributed import attribute
 
@@ -99,7 +99,9 @@ def test_reuse_and_donation_of_known_buffers(reuse_run):
     S = {lab: int(n) for lab, n in zip(run.snapshots["label"], run.snapshots["snapshot"]) if isinstance(lab, str)}
     assert list(run.snapshots.loc[run.snapshots["snapshot"] >= S["a"], "trigger"]) == ["api"] * 5 + ["exit"]
     assert run.markers.empty and arrays["lifetime_steps"].isna().all()
-    site = lambda k: f"reuse_known.py:{ln[k]} (<module>)"
+
+    def site(k):
+        return f"reuse_known.py:{ln[k]} (<module>)"
 
     # Per site of the new buffer: buffers_born, bytes_born, reused_address(+bytes),
     # reused_same_size(+bytes), reused_immediately(+bytes), donated_in_place(+bytes).

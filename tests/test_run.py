@@ -498,7 +498,7 @@ def test_shard_views_are_not_counted_twice(tmp_path):
         jaxmemprof.snapshot("two")
     """, check=0, extra=("--interval", "1000"))
     run = load_run(run_dir)
-    for n, live, arrays in zip(run.snapshots["snapshot"], run.snapshots["live_bytes"], run.snapshots["arrays"]):
+    for n, live, _arrays in zip(run.snapshots["snapshot"], run.snapshots["live_bytes"], run.snapshots["arrays"]):
         prof = run.profile(int(n))
         assert live == prof.samples.loc[prof.samples["kind"] == "buffer", "bytes"].sum()
     by_label = run.snapshots.set_index("label")
@@ -578,7 +578,7 @@ def test_sampling_budget_holds_since_the_last_snapshot_and_since_the_start(tmp_p
     s = Sampler(RunWriter(tmp_path / "run", {"argv": []}), interval=0.5, max_overhead=0.02)
     share = 0.01
     costs = (1e-4, 0.003, 0.05, 0.4, 2.0)
-    for cost, spent, since_start, since_last in itertools.product(costs, (0.0, 0.01, 0.3, 5.0),
+    for cost, spent, since_start, _since_last in itertools.product(costs, (0.0, 0.01, 0.3, 5.0),
                                                                   (1.0, 60.0, 3600.0), (0.0, 0.2, 10.0)):
         s._t0, s._cost, s._spent = 1000.0, cost, spent
         s._last_mono = s._t0 + since_start

@@ -4,8 +4,6 @@ be the same."""
 
 from __future__ import annotations
 
-import json
-import os
 import re
 import signal
 import subprocess

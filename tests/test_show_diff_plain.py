@@ -213,7 +213,10 @@ def _split_locations(smp: pb.Sample) -> bytes:
     rest.CopyFrom(smp)
     del rest.location_id[:]
     half = len(ids) // 2
-    pack = lambda xs: _field(1, b"".join(_varint(x) for x in xs)) if xs else b""  # noqa: E731
+
+    def pack(xs):
+        return _field(1, b"".join(_varint(x) for x in xs)) if xs else b""
+
     return pack(ids[:half]) + rest.SerializeToString() + pack(ids[half:])
 
 
@@ -332,7 +335,10 @@ def pandas_summarize(profile, by, attribution):
     total = int(rows["bytes"].sum())
     rows["share"] = rows["bytes"] / total if total else 0.0
     rows["cum_share"] = rows["share"].cumsum()
-    srt = lambda r, k: r.sort_values(k).reset_index(drop=True)  # noqa: E731
+
+    def srt(r, k):
+        return r.sort_values(k).reset_index(drop=True)
+
     return rows, srt(_group(profile.samples, ["device"]), ["device"]), srt(_group(profile.samples, ["kind"]), ["kind"])
 
 

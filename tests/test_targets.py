@@ -259,8 +259,11 @@ def test_the_largest_batch_on_the_slice_is_compiled_and_fits_and_the_next_does_n
     outside = int(row["live_outside_bytes"])
     usable = tpus.usable_bytes("v5e:2x2")
     fit, over = _independent(d, "wide", "v5e:2x2", [{"batch": largest}, {"batch": nxt}])
-    peak = lambda f: f["argument_bytes"] + f["output_bytes"] - f["alias_bytes"] + f["temp_bytes"] + f[
-        "generated_code_bytes"] + outside  # noqa: E731
+
+    def peak(f):
+        return (f["argument_bytes"] + f["output_bytes"] - f["alias_bytes"] + f["temp_bytes"]
+                + f["generated_code_bytes"] + outside)
+
     # the next: XLA:TPU refuses it for the device's memory, or compiles it to a peak past what it may use
     assert peak(fit) <= usable and ("refused" in over or peak(over) > usable), (fit, over)
     assert f"largest batch that fits: {largest:,}" in said["wide"][1]

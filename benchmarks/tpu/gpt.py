@@ -88,7 +88,7 @@ params = init(jax.random.PRNGKey(0))
 opt_state = opt.init(params)
 tokens = jax.random.randint(jax.random.PRNGKey(1), (args.batch, args.seq + 1), 0, args.vocab)
 n_params = sum(a.size for a in jax.tree_util.tree_leaves(params))
-for i in range(args.steps):
+for _i in range(args.steps):
     params, opt_state, loss = step(params, opt_state, tokens)
     if args.sync:
         loss.block_until_ready()

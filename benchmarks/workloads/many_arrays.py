@@ -17,8 +17,8 @@ import jax
 import jax.numpy as jnp
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import parse_args, run  # noqa: E402
-from _steps import step  # noqa: E402
+from _common import parse_args, run
+from _steps import step
 
 
 def make_arrays(n: int) -> list:

@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import parse_args, run  # noqa: E402
+from _common import parse_args, run
 
 SIZES = (256, 512, 512, 10)
 BATCH = 128

@@ -68,12 +68,11 @@ class Attributed:
         the stacks' sites, the per-site series, the peak's sites, XLA's
         buffers and curves by line, and the files the jit tables name; the
         analyses after it read tables already attributed."""
-        self.site_codes  # noqa: B018 (the stack sites with them)
-        self.series  # noqa: B018
-        if self.peak is not None:
-            self._peak_sites  # noqa: B018
-        self.jit_buffers  # noqa: B018
-        self.jit_curves  # noqa: B018
+        # Each cached property computed for its effect: the stack sites with the first.
+        names = ("site_codes", "series") + (("_peak_sites",) if self.peak is not None else ()) + (
+            "jit_buffers", "jit_curves")
+        for name in names:
+            getattr(self, name)
         jit = getattr(self.run, "jit", None) or JitTables()
         for rows, columns in ((jit.functions, ("file", "jit_file")), (jit.calls, ("caller_file",))):
             for c in columns:

@@ -456,7 +456,7 @@ def role_cells(what) -> RoleCells:
         mine = owners[owners["device"] == device] if len(owners) else owners
         found: dict = {}  # (stack, type) -> [bytes, arrays]
 
-        def put(stack, ty, b, count):
+        def put(stack, ty, b, count, found=found):
             v = found.setdefault((stack, ty), [0, 0])
             v[0] += b
             v[1] += count

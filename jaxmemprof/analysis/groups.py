@@ -67,14 +67,14 @@ class Table:
         idx = [self.columns.index(c) for c in cols]
         return [dict(zip(cols, (r[i] for i in idx))) for r in self.rows]
 
-    def select(self, columns) -> "Table":
+    def select(self, columns) -> Table:
         idx = [self.columns.index(c) for c in columns]
         return Table(columns, [tuple(r[i] for i in idx) for r in self.rows], self.filled)
 
-    def head(self, n: int) -> "Table":
+    def head(self, n: int) -> Table:
         return Table(self.columns, self.rows[:n], self.filled)
 
-    def frame(self) -> "pd.DataFrame":
+    def frame(self) -> pd.DataFrame:
         import numpy as np
         import pandas as pd
 
@@ -94,7 +94,7 @@ class Table:
         return pd.DataFrame(data, columns=list(self.columns))
 
     @classmethod
-    def from_frame(cls, df) -> "Table":
+    def from_frame(cls, df) -> Table:
         cols = [str(c) for c in df.columns]
         rows = list(zip(*(df[c].tolist() for c in df.columns))) if len(df.columns) else [() for _ in range(len(df))]
         return cls(cols, rows, True)

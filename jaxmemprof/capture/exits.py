@@ -297,7 +297,7 @@ class _ProcessState:
     stderr: object
 
     @classmethod
-    def capture(cls) -> "_ProcessState":
+    def capture(cls) -> _ProcessState:
         try:
             cwd = os.getcwd()
         except OSError:  # the script removed its directory

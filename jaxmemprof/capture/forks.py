@@ -27,14 +27,14 @@ if TYPE_CHECKING:
 
 FORK_SUFFIX = ".fork-"
 _jax_up_at_fork = False
-_fork_watch: "_ForkWatch | None" = None
+_fork_watch: _ForkWatch | None = None
 
 
 def fork_directory(parent: Path, pid: int) -> Path:
     return parent.with_name(f"{parent.name}{FORK_SUFFIX}{pid}")
 
 
-def before_fork(active: "Session | None") -> None:
+def before_fork(active: Session | None) -> None:
     """Before a fork: whether JAX is up under the active session."""
     global _jax_up_at_fork
     _jax_up_at_fork = active is not None and jax_ready() is not None
@@ -44,7 +44,7 @@ class _ForkWatch:
     """In a forked child: waits (in a thread of its own) until the child
     brings JAX up, then records it into its own run directory."""
 
-    def __init__(self, parent: "Session", active):
+    def __init__(self, parent: Session, active):
         self.parent_path = parent.path
         m = parent.writer.manifest
         self.argv = list(m.get("argv") or [])
@@ -119,7 +119,7 @@ def finish_fork_child(exit_status, ended_by: str) -> None:
     s.stop(exit_status, ended_by)
 
 
-def after_fork_in_child(parent: "Session | None", active) -> None:
+def after_fork_in_child(parent: Session | None, active) -> None:
     """In a forked child, ``parent`` the session that was active (no longer
     the active one): the child stops recording the parent's run (and may
     record its own, see above); ``active()`` the child's active session."""

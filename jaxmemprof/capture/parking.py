@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import sys
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 _GUARDED = ("/logging/", "<frozen importlib._bootstrap")  # frames that may hold a lock the end phase takes
 _DEPTH = 64  # how far down a stack is looked at for a guarded frame

@@ -334,7 +334,7 @@ class Search:
             del f
         del top
         user, library = [], []
-        for key, (name, d) in module_dicts.items():
+        for _key, (name, d) in module_dicts.items():
             file = dict.get(d, "__file__")
             file = file if type(file) is str else ""
             if name.startswith("jaxmemprof"):

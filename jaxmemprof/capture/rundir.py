@@ -79,7 +79,7 @@ _INDEX = re.compile(r"0|[1-9][0-9]{0,8}")
 _NUMBER_LIKE = re.compile(r"\s*[+-]?\s*[0-9]+\s*")
 
 
-def launcher_process(environ=None) -> "LauncherProcess | None":
+def launcher_process(environ=None) -> LauncherProcess | None:
     """This process's rank from the first launcher variable set to a
     process index, when it is part of a job: the variable's size partner
     is more than 1, or is not set. None for a lone process (no variable, or

@@ -309,7 +309,7 @@ class Sampler:
                 # script without JAX never pays for it: a one-time start-up
                 # cost, not the sampling that the overhead budget paces (in
                 # the budget, it alone spaced the next snapshots by seconds).
-                from jaxmemprof.pprof import profile_pb2  # noqa: F401
+                from jaxmemprof.pprof import profile_pb2  # noqa: F401  (imported for its cost, see above)
             # The cost that matters is the CPU time this thread takes (holding
             # the GIL, the target waits); its wall time also counts the waits
             # for the GIL while the target runs Python, which cost the target nothing.
@@ -560,7 +560,7 @@ class Sampler:
             self._clean_sites.add(site)
         return tuple((d, address.get(d)) for d in devices)
 
-    def _read_late(self, a, entry: "_Entry", updates: list) -> None:
+    def _read_late(self, a, entry: _Entry, updates: list) -> None:
         """Read the addresses of a tracked array computed by now and queue
         the journal update."""
         try:
@@ -624,14 +624,14 @@ class Sampler:
                     return entry
         return None
 
-    def _forget_unread(self, entry: "_Entry") -> None:
+    def _forget_unread(self, entry: _Entry) -> None:
         group = self._unread.get(entry.traceback_id)
         if group is not None and group.get(entry.key) is entry:
             del group[entry.key]
             if not group:
                 del self._unread[entry.traceback_id]
 
-    def _own(self, entry: "_Entry") -> None:
+    def _own(self, entry: _Entry) -> None:
         for k in entry.keys:
             if k[1] is not None:
                 self._owner[k] = entry

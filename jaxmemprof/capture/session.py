@@ -26,7 +26,8 @@ from jaxmemprof.capture import forks, library_roots, parking
 from jaxmemprof.capture.hooks import AfterImport
 from jaxmemprof.capture.jit import JitProbe
 # default_output and prepare_directory: how run, profile() and the pytest
-# plugin name and claim the directory of the session they start.
+# plugin name and claim the directory of the session they start. The rest are read from here by the modules
+# and tests that import them through the session (hence noqa F401).
 from jaxmemprof.capture.rundir import (BY_INITIALIZE, LauncherProcess, _claim, _deferred, _mkdir,  # noqa: F401
                                        _pending_peers, _prepare_process_directory, _processes,
                                        _set_claim_state, _wait_for_job, default_output, prepare_directory,
@@ -37,10 +38,10 @@ from jaxmemprof.errors import InputError
 from jaxmemprof.store import layout
 from jaxmemprof.store.writer import RunWriter, Thinning
 
-_active: "Session | None" = None
+_active: Session | None = None
 
 
-def active() -> "Session | None":
+def active() -> Session | None:
     return _active
 
 
@@ -180,7 +181,7 @@ class Session:
         if self._planning_by_backend:
             self.sampler.backend_hooks.append(self._plan_by_backend)
 
-    def start(self) -> "Session":
+    def start(self) -> Session:
         global _active
         _active = self
         if self.probe is not None:

@@ -313,7 +313,7 @@ class EndPhase:
     (``_ENDING``) is handled as SIGTERM; the script's interval timers are
     stopped."""
 
-    def __init__(self, session: "Session", initial: dict):
+    def __init__(self, session: Session, initial: dict):
         """Made before the script runs (``initial``: the signals' handlers
         then): its thread too, which the script's sys.excepthook = None
         would refuse afterwards."""

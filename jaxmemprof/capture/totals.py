@@ -114,7 +114,7 @@ class TotalsSession:
         self.sampler.hooks.append(self.probe.on_snapshot)
         self.probe.observer = self.sampler
 
-    def start(self) -> "TotalsSession":
+    def start(self) -> TotalsSession:
         self.probe.install()
         self.sampler.start()
         return self

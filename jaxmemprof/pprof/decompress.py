@@ -12,7 +12,7 @@ import os
 import stat
 import zlib
 from pathlib import Path
-from typing import BinaryIO, Union
+from typing import BinaryIO
 
 from jaxmemprof.errors import InputError
 
@@ -37,7 +37,7 @@ _HOLD = 32 * 1024**2
 DEFAULT_MAX_RATIO = 100
 _RATIO_FREE = 4 * 1024**2
 
-Source = Union[str, os.PathLike, bytes]
+Source = str | os.PathLike | bytes
 
 
 def read_profile_bytes(

@@ -330,7 +330,7 @@ def _choose_value_index(types: list[tuple[str, str]], default_type: str, wanted,
         raise InputError(
             name, f"no sample type {wanted!r}; it has: {', '.join(t for t, _ in types)}"
         )
-    for i, (t, u) in enumerate(types):
+    for i, (t, _) in enumerate(types):
         if t == "space":
             return i
     if default_type:
@@ -370,7 +370,7 @@ def _length(b: bytes, p: int) -> tuple[int, int]:
         shift += 7
 
 
-def _label_set(sample, strings: "_Strings", keys: _Keys, tail: int) -> tuple:
+def _label_set(sample, strings: _Strings, keys: _Keys, tail: int) -> tuple:
     n = len(strings)
     if any(not 0 <= lab.key < n or not 0 <= lab.str < n for lab in sample.label):
         what = f"a label of sample {keys.first_sample(tail, False)}"  # for the error below

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import gzip
-from typing import Iterable
+from collections.abc import Iterable
 
 from jaxmemprof.pprof import profile_pb2
 

@@ -310,7 +310,7 @@ def _checked(df: pd.DataFrame, table: str, warnings: list, file: str = "journal.
 
 def _problem_at(df: pd.DataFrame, table: str, column: str, i: int) -> str:
     """The problem of the cell at position ``i`` of ``column``."""
-    for rows, c, p in _column_problems(df.iloc[[i]].reset_index(drop=True), table):
+    for _rows, c, p in _column_problems(df.iloc[[i]].reset_index(drop=True), table):
         if c == column:
             return p
     return "is damaged"
@@ -487,7 +487,7 @@ def _parse_uniques(texts: np.ndarray, ok) -> list:
     parser, the rest with it."""
     out = [()] * len(texts)
     s = pd.Series(texts, dtype=object)
-    is_text = s.map(type).to_numpy() == str
+    is_text = s.map(type).to_numpy() == str  # noqa: E721 (element-wise, over an array of types)
     one = np.zeros(len(texts), dtype=bool)
     if ok in (_is_count, _is_address) and is_text.any():
         digits = s[is_text].astype(str).str.fullmatch(_ONE_COUNT)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass
 from itertools import accumulate
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 POINTS = 256  # positions kept of a longer sequence
 STACKS = 24  # stacks kept by name; the rest are summed as "other"

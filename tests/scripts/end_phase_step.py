@@ -21,7 +21,6 @@ SECONDS after the script's last line.
 
 import argparse
 import atexit
-import os
 import signal
 import sys
 import threading

@@ -25,7 +25,7 @@ def step(w, b):
 
 w, b = init_params()
 history = []
-for i in range(3):
+for _ in range(3):
     history.append(step(w, b))  # SITE-STEP
 jax.profiler.save_device_memory_profile(base_path)
 cache = []

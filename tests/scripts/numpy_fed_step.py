@@ -35,7 +35,7 @@ w = jnp.zeros((1024, 1024), jnp.float32)  # 4 MiB of parameters
 other = jnp.ones((1024, 1024), jnp.float32)  # 4 MiB kept alive
 BATCH = int(sys.argv[sys.argv.index("--batch") + 1]) if "--batch" in sys.argv else 512  # rows of 4 KiB
 rng = np.random.default_rng(0)
-peaks = []
+peaks, loss = [], None  # loss: the last step's, from the second step on
 for i in range(8):
     x = rng.standard_normal((BATCH, 1024)).astype(np.float32)  # a fresh 2 MiB numpy batch (at 512 rows)
     live = sum(a.nbytes for a in (w, other) + ((loss,) if i else ()))  # the last loss: 4 bytes

@@ -36,7 +36,7 @@ w = jnp.zeros((2048, 1024), jnp.float32)  # 8 MiB of state
 rng = np.random.default_rng(0)
 data = rng.standard_normal((128 * 5 + 40, 1024)).astype(np.float32)
 peaks = []
-for epoch in range(2):
+for _epoch in range(2):
     for i in range(0, len(data), 128):
         x = data[i:i + 128]
         live = w.nbytes  # the program's only device array

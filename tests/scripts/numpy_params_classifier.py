@@ -26,7 +26,7 @@ DONATE = "--donate" in sys.argv
 warnings.simplefilter("always")
 
 
-def init_random_params(scale, layer_sizes, rng=npr.RandomState(0)):
+def init_random_params(scale, layer_sizes, rng=npr.RandomState(0)):  # noqa: B008 (as in JAX's mnist_classifier example, which this script copies)
     return [(scale * rng.randn(m, n), scale * rng.randn(n)) for m, n in zip(layer_sizes[:-1], layer_sizes[1:])]
 
 
@@ -66,7 +66,7 @@ params = init_random_params(0.1, [784, 1024, 1024, 10])
 peaks, aliased = [], []
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
-    for i in range(12):
+    for _i in range(12):
         x = rng.randn(128, 784).astype(np.float32)
         y = np.eye(10, dtype=np.float32)[rng.randint(0, 10, 128)]
         ma = analysis(params, (x, y))

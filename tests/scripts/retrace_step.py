@@ -52,7 +52,7 @@ def main():
     params = {"a": jnp.ones((64, 512)) * 0.01, "b": jnp.ones((512, 512)) * 0.01}
     x = jnp.ones((32, 64))
     with jax.default_matmul_precision("highest" if MODE == "context" else None):
-        for i in range(4):
+        for _i in range(4):
             params, value = f(params, x)
     print(f"loss {float(value):.6f}")
     if MODE not in ("steady", "context"):

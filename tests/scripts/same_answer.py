@@ -28,7 +28,7 @@ def jit_program():
     params = {"w": jnp.ones((256, 256), jnp.float32), "b": jnp.zeros((256,), jnp.float32)}
     opt = {"w": jnp.zeros((256, 256), jnp.float32), "b": jnp.zeros((256,), jnp.float32)}
     batch = jnp.ones((64, 256), jnp.float32)
-    for i in range(40):
+    for _i in range(40):
         params, opt, loss = step(params, opt, batch)
     return float(loss)
 
@@ -54,7 +54,7 @@ def nnx_program():
     model = MLP(nnx.Rngs(0))
     optimizer = nnx.Optimizer(model, optax.adam(1e-3), wrt=nnx.Param)
     x, y = jnp.ones((16, 64)), jnp.zeros((16,), jnp.int32)
-    for i in range(12):
+    for _i in range(12):
         loss = train_step(model, optimizer, x, y)
     return float(loss)
 
@@ -75,7 +75,7 @@ def equinox_program():
         return model, opt_state, loss
 
     x, y = jnp.ones((16, 64)), jnp.zeros((16,), jnp.int32)
-    for i in range(12):
+    for _i in range(12):
         model, opt_state, loss = make_step(model, opt_state, x, y)
     return float(loss)
 

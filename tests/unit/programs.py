@@ -23,6 +23,7 @@ import sys
 import jax
 
 jax.config.update("jax_num_cpu_devices", 2)
+# After the line above, before anything that may start the backend (hence noqa E402).
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from jax.sharding import NamedSharding, PartitionSpec as P  # noqa: E402
@@ -140,7 +141,7 @@ run("jnp.tanh(x)")  # its value stays in Out[n]: nothing else holds it
 run("kept = jnp.zeros((128,), jnp.float32)\\nkept")  # in Out[n + 1], and in `kept` too
 run(f"%%jaxmemprof -o {sys.argv[1]} --force --no-page\\ny = x * 2\\ny.sum();")
 
-import jax  # noqa: E402  (the shell's own)
+import jax  # noqa: E402  (the shell's own, where the program above defines it)
 
 
 def live():

@@ -175,7 +175,10 @@ def build_targets(ar) -> Targets | None:
             detail = _json(src["detail"].iloc[0], {})
             run_call = _int(detail.get("signature_call_peak_bytes"))
             largest = nxt = None
-            fits = lambda p: _TPU.fits(p, usable)  # noqa: E731  (the TPU's rule: the whole device, no pool)
+
+            def fits(p, usable=usable):  # the TPU's rule: the whole device, no pool
+                return _TPU.fits(p, usable)
+
             cs = {k: c for k, c in curves(g).items() if k[1] == RECORDED}
             refused = sorted({int(b) for b, e, v in zip(g["batch"], g["error"], g["variant"])
                               if v == RECORDED and tpus.out_of_memory(e)})  # XLA:TPU: too large for the device
@@ -184,7 +187,7 @@ def build_targets(ar) -> Targets | None:
                 above = [c.above(largest, fits) for c in cs.values()] + [b for b in refused if b > largest]
                 nxt = min((a for a in above if a is not None), default=None)
 
-            def fix(variant):
+            def fix(variant, at=at):
                 v = at[(at["variant"] == variant) & at["peak_bytes"].notna()]
                 return int(v["peak_bytes"].max()) if len(v) else None
 

@@ -10,7 +10,8 @@ function from the finding to ``Words``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 from jaxmemprof.analysis.advice.allocator import FRACTION
 from jaxmemprof.units import format_bytes
@@ -67,7 +68,7 @@ class Rule:
     in_proportion: bool = True  # under 1 % of the run's peak saved: info (analysis/findings.py in_proportion)
     about_a_call: bool = False  # its saving lowers the peak only during a call of its function (by_effect)
 
-    def words_for(self, case: str) -> Callable[["Finding", dict], Words] | None:
+    def words_for(self, case: str) -> Callable[[Finding, dict], Words] | None:
         return self.words.get(case) or self.words.get("")
 
     def fact_names(self) -> tuple:

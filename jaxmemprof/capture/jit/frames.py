@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 
-from jaxmemprof.capture.library_roots import is_library as _is_library  # noqa: F401 (the probe's predicate)
+from jaxmemprof.capture.library_roots import is_library as _is_library
 
 
 def _user_frame(f):

@@ -420,7 +420,7 @@ class Planner:
             known[batch] = peak_on_device(busiest, figures)
         elif target is not None and refused_at:
             known[refused_at] = math.inf
-        for scale, b in sizes:
+        for _scale, b in sizes:
             fig = compile_at(real, b, False, {"source": "compiled"})
             if fig is not None:
                 known[b] = _peak(busiest, fig)

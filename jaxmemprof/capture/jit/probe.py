@@ -358,7 +358,7 @@ class JitProbe(Programs):
         self._states.append(state)
         return state
 
-    def copy_of(self, proxy: "Probed", real):
+    def copy_of(self, proxy: Probed, real):
         """A copy of a jitted function (copy.copy, copy.deepcopy): a jitted
         function of its own (its own compile cache), observed as the original
         is, under a new function id."""
@@ -374,7 +374,7 @@ class JitProbe(Programs):
 
         return self._observed(real, old, make_state)
 
-    def adopt(self, proxy: "Probed") -> bool:
+    def adopt(self, proxy: Probed) -> bool:
         """Observe ``proxy``, a function another probe made (a notebook's
         kernel-wide probe, notebook/kernel.py), as one of this probe's own from
         its next call: a new function id, its own samples. Its compiles so far
@@ -650,7 +650,7 @@ class JitProbe(Programs):
             if state.by_signature and not state.off:
                 state.analyse_next, state.hunt = True, HUNT_CALLS
 
-    def _wake(self, state: "_FunctionState", unless_synced_from: int | None = None) -> None:
+    def _wake(self, state: _FunctionState, unless_synced_from: int | None = None) -> None:
         """Observe a quiet function again, from its next call. From a
         snapshot's poll (another thread), ``unless_synced_from``: the cache
         size the poll saw as the function's; if a call has counted the new
@@ -666,7 +666,7 @@ class JitProbe(Programs):
             proxy.__class__ = Probed
 
     @staticmethod
-    def _sync_cache(state: "_FunctionState") -> bool:
+    def _sync_cache(state: _FunctionState) -> bool:
         """Count the compilations made while the function was quiet; True if
         there were any."""
         if state.by_signature:

@@ -214,7 +214,7 @@ def verify_remats(planner, budget_s: float, deadline: float, largest_states, sig
         original = original_of(state)
         own = str(state.row.get("name") or "")
 
-        def row(sig, change, fig=None, seconds=0.0, error=None):
+        def row(sig, change, fig=None, seconds=0.0, error=None, state=state, slot=slot):
             rows.append((state.function_id, sig, json.dumps({"remat": change}), *(fig or (None,) * 5),
                          float(seconds), str(slot.abstract[sig].platform or ""), error))
 
