@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import re
 import sysconfig
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 _INSTALLED = re.compile(r"[/\\](?:site|dist)-packages[/\\]")
@@ -111,6 +111,9 @@ class Libraries:
     dirs: tuple[str, ...] = ()
     packages: tuple[str, ...] = ()
     program: tuple[str, ...] = ()
+    # Made from the two above.
+    _dir_prefixes: tuple[str, ...] = field(init=False, repr=False, compare=False, default=())
+    _package_prefixes: tuple[str, ...] = field(init=False, repr=False, compare=False, default=())
 
     def __post_init__(self):
         object.__setattr__(self, "_dir_prefixes", tuple(_prefix(d) for d in self.dirs))

@@ -72,7 +72,7 @@ def problem(name: str) -> str | None:
     ``--target NAME: ...``), or None."""
     m = _NAME.match(name or "")
     lower = (name or "").lower()
-    if m is None and lower != name and _NAME.match(lower) and _NAME.match(lower).group(1) in CHIPS:
+    if m is None and lower != name and (low := _NAME.match(lower)) is not None and low.group(1) in CHIPS:
         return f"names are lower case: --target {lower}"
     if m is None and re.match(r"^v[0-9a-z]+:[0-9x]+$", name or "") and re.search(r"(^|[:x])0", name.split(":", 1)[1]):
         return "each dimension of a slice is a number of chips, 1 or more, without a leading 0 (e.g. v5e:2x2)"
@@ -138,6 +138,8 @@ def libtpu_missing() -> bool:
 def chip(name: str) -> tuple:
     """(generation, device_kind, HBM bytes per chip, usable bytes per device, chips, devices) of a valid name."""
     m = _NAME.match(name)
+    if m is None:
+        raise ValueError(f"not a TPU slice: {name!r}")
     gen = m.group(1)
     kind, hbm, per_chip, usable = CHIPS[gen]
     chips = 1

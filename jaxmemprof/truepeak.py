@@ -153,7 +153,7 @@ def device_dtype(leaf: dict, wide: bool = False) -> str | None:
     canonicalises it (64-bit to 32-bit unless ``wide``: x64 on), a device
     array's its own."""
     dtype = leaf.get("dtype")
-    if leaf.get("host") and not wide:
+    if leaf.get("host") and not wide and isinstance(dtype, str):
         return NARROWER.get(dtype, dtype)
     return dtype
 
@@ -226,6 +226,7 @@ def moments(compiles: list[dict], calls: list[dict], snapshots: list[tuple], *, 
         return []
     figures = [figures_of(c) for c in compiles]
     args = [f["argument_bytes"] for f in figures]  # the recorded arguments: those live before the call
+    i: int | None
     for i, c in enumerate(compiles):
         changed = (replace or {}).get((int(c["function_id"]), c["signature"]))
         if changed is not None:

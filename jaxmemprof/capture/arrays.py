@@ -22,8 +22,7 @@ class _Ref(weakref.ref):
     def __new__(cls, obj, callback, *args):
         return super().__new__(cls, obj, callback)
 
-    def __init__(self, obj, callback, *args):
-        super().__init__(obj, callback)
+    def __init__(self, obj, callback, *args):  # weakref.ref's own __init__ only checks its arguments
         self.key = id(obj)
 
 

@@ -37,7 +37,7 @@ def profile_buffers(data: bytes) -> tuple[int, int]:
 def memory_stats_rows(jax) -> list:
     """(str(device), key, value) of each local device's ``memory_stats()``
     numbers; none where the backend keeps no counters (CPU)."""
-    rows = []
+    rows: list[tuple] = []
     try:
         devices = jax.local_devices()
     except Exception:

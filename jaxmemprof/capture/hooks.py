@@ -35,15 +35,16 @@ class AfterImport(importlib.abc.MetaPathFinder):
         loader = spec.loader
         if loader is None or not hasattr(loader, "exec_module"):
             return spec
+        real: importlib.abc.Loader = loader
         hook = self
 
         class _Loader(importlib.abc.Loader):
             def create_module(self, spec):
-                return loader.create_module(spec)
+                return real.create_module(spec)
 
             def exec_module(self, module):
-                module.__loader__ = module.__spec__.loader = loader
-                loader.exec_module(module)
+                module.__loader__ = module.__spec__.loader = real
+                real.exec_module(module)
                 if hook in sys.meta_path:
                     sys.meta_path.remove(hook)
                 hook.callback(module)

@@ -34,7 +34,7 @@ from jaxmemprof.paths import MANIFEST_KEY, Libraries, is_builtin_library
 
 _libraries: Libraries | None = None
 _seen_path: tuple | None = None  # sys.path when _libraries was computed
-_final = False  # the manifest it was recorded in as the script ended: fixed while that run records
+_final: dict | bool = False  # the manifest it was recorded in as the script ended: fixed while that run records
 _cache: dict[str, bool] = {}
 
 
@@ -51,7 +51,7 @@ def _entries_before() -> frozenset:
     """sys.path as python made it before any program ran (this module is
     imported by ``run`` before its target starts), less its first entry
     (``run`` replaces it with the target's own, as python would)."""
-    out = set()
+    out: set[str] = set()
     for entry in sys.path[1:]:
         if type(entry) is str:
             a = os.path.abspath(entry or os.curdir)
@@ -145,7 +145,7 @@ def _distribution_packages(entry: str, tree: tuple[str, ...]) -> list[str]:
     """The top-level packages and modules of the distributions installed in
     ``entry`` (a directory on sys.path inside the program's tree), editable
     installs left out; none that holds the program's tree."""
-    out = []
+    out: list[str] = []
     try:
         with os.scandir(entry) as it:
             infos = [e.path for e in it if e.name.endswith(".dist-info") and e.is_dir()]
@@ -233,7 +233,7 @@ def current() -> Libraries:
     has changed (they only grow), fixed once recorded as the script ended."""
     global _libraries, _seen_path, _final
     if _final is not False:
-        if _final is _manifest():
+        if _final is _manifest() and _libraries is not None:
             return _libraries
         _final = False  # another run (profile() again): decided again
     now = tuple(sys.path)

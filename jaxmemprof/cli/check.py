@@ -24,6 +24,8 @@ class Growth(click.ParamType):
         from jaxmemprof.units import parse_size
 
         m = re.fullmatch(r"\s*(.*?)\s*(?:/\s*(step|s))?\s*", str(value))
+        if m is None:  # a line break in it
+            self.fail(f"{value!r}: a growth is SIZE/step or SIZE/s (e.g. 1MiB/step)", param, ctx)
         try:
             parse_size(m.group(1), memory=True)
         except ValueError as exc:

@@ -43,7 +43,7 @@ Source = str | os.PathLike | bytes
 def read_profile_bytes(
     source: Source, *, name: str | None = None, max_decompressed: int = DEFAULT_MAX_DECOMPRESSED,
     max_ratio: int | None = DEFAULT_MAX_RATIO,
-) -> tuple[str, bytes]:
+) -> tuple[str, bytes | bytearray]:
     """Return ``(name, serialized protobuf)`` for a path or bytes, gunzipping
     if needed, never producing more than ``max_decompressed`` bytes, nor
     (past its first ``_RATIO_FREE``) more than ``max_ratio`` times the gzip
@@ -106,7 +106,7 @@ def _open_regular(path: Path, name: str, limit: int):
         raise
 
 
-def _decode(f: BinaryIO, name: str, limit: int, ratio: int | None = None) -> bytes:
+def _decode(f: BinaryIO, name: str, limit: int, ratio: int | None = None) -> bytes | bytearray:
     """The serialized protobuf in ``f``: gunzipped if it is gzip (at most
     ``ratio`` times the bytes read, past the first few MiB), at most
     ``limit`` bytes either way."""
@@ -187,7 +187,7 @@ def _inflate(f: BinaryIO, head: bytes, name: str, limit: int, hold: int, again: 
     check_at = max(_RATIO_FREE, ratio * read_in) if ratio else limit
     buf = memoryview(head)  # compressed bytes read, not yet given to zlib
     at_end = False
-    pending = b""  # given to zlib and not consumed (its output was cut short)
+    pending: bytes | memoryview = b""  # given to zlib and not consumed (its output was cut short)
     d = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
 
     def more() -> bool:

@@ -15,7 +15,9 @@ def concat_profiles(profiles: list[tuple[str, Profile]], *, name: str) -> Profil
     """One Profile from ``[(device prefix, profile), ...]`` (at least one),
     all measuring the same value type."""
     first = profiles[0][1]
-    samples, frames, stacks, label_sets, label_ids = [], [], [], [], []
+    samples, frames, label_ids = [], [], []
+    stacks: list[tuple] = []
+    label_sets: list[tuple] = []
     n_frames = n_stacks = n_labels = n_samples = 0
     for prefix, prof in profiles:
         if prof.value_type != first.value_type:

@@ -485,7 +485,7 @@ def _parse_uniques(texts: np.ndarray, ok) -> list:
     """_json_list of each text; the usual one-number list ("[4096]", an
     address or a size of a single-device array) read without the JSON
     parser, the rest with it."""
-    out = [()] * len(texts)
+    out: list[tuple | None] = [()] * len(texts)
     s = pd.Series(texts, dtype=object)
     is_text = s.map(type).to_numpy() == str  # noqa: E721 (element-wise, over an array of types)
     one = np.zeros(len(texts), dtype=bool)

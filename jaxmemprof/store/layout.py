@@ -510,6 +510,7 @@ def write_atomic(path: Path, data: bytes, *, dir_fd: int | None = None) -> None:
     name = path.name
     fd_dir = open_directory(path.parent) if dir_fd is None else dir_fd
     try:
+        tmp: str | None
         tmp, fd = _create_temp(name, fd_dir)
         try:
             with os.fdopen(fd, "wb") as f:

@@ -34,7 +34,7 @@ class ProfileRef:
     path: Path
     run: object = None  # the Run, when it came from one (a JobView for a whole job)
     snapshot: int | None = None
-    merged: object = None  # for a whole job: (Job, {process: snapshot})
+    merged: tuple[Job, dict[int, int]] | None = None  # for a whole job: (Job, {process: snapshot})
 
     def load(self, **kwargs):
         """The Profile (``kwargs``: load_profile's: sample_index, max_decompressed)."""

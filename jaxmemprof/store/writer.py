@@ -86,7 +86,7 @@ class RunWriter:
         # never by following a link (layout.py): snapshots/ must be a real
         # directory, SQLite's files absent or regular files.
         self._dir_fd = layout.open_directory(self.directory)
-        self._snap_fd = None
+        self._snap_fd: int | None = None
         try:
             for name in layout.JOURNAL_FILES:  # SQLite opens them by name, following links: checked first
                 kind = layout.entry_kind(name, self._dir_fd)
@@ -198,7 +198,8 @@ class RunWriter:
         """The arrays rows of one snapshot's new arrays, the array_kinds rows
         of the descriptions not stored yet, and those descriptions with their
         kind_id (remembered once the snapshot is committed)."""
-        kinds, births, new_kinds, added = self._kinds, [], [], {}
+        kinds, births, new_kinds = self._kinds, [], []
+        added: dict = {}
         for r in new_arrays:
             # shape, dtype, nbytes, shard_bytes, devices, sharding, memory_kind, stack_id
             desc = (r[2], r[3], r[4], r[5], r[6], r[8], r[9], r[10])
@@ -412,7 +413,7 @@ class RunWriter:
             )
 
     def owned_by_this_thread(self) -> bool:
-        return self._lock._is_owned()
+        return self._lock._is_owned()  # type: ignore[attr-defined]  # CPython's RLock has it; the stubs do not
 
     def detach(self) -> None:
         """In a forked child: write nothing more, and never close the

@@ -127,8 +127,8 @@ def stack_frames(hlo_text: str) -> dict[int, tuple]:
     locations = {}
     for k, v in _table(lines, "FileLocations").items():
         f = dict((a, int(b)) for a, b in _FIELDS.findall(v))
-        locations[k] = (files.get(f.get("file_name_id"), ""), f.get("line", 0),
-                        functions.get(f.get("function_name_id"), ""))
+        locations[k] = (files.get(f.get("file_name_id", -1), ""), f.get("line", 0),
+                        functions.get(f.get("function_name_id", -1), ""))
     raw = {}
     for k, v in _table(lines, "StackFrames").items():
         f = dict((a, int(b)) for a, b in _FIELDS.findall(v))
@@ -318,7 +318,7 @@ def _other_memory(text: str) -> set:
 
 
 def _value_sizes(text: str) -> dict[str, int]:
-    out = {}
+    out: dict[str, int] = {}
     for line in text.splitlines():
         v = _VALUE.match(line)
         if v:

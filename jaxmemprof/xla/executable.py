@@ -162,11 +162,11 @@ class _Module:
 
     def __init__(self, module):
         self.proto = module
-        self.instr = {}  # id -> _Instr
-        self.parent = {}  # instruction id -> computation id
-        self.root_of = {}  # computation id -> its root's id
-        self.users = {}  # instruction id -> [user ids], in the computation's order
-        self.params = {}  # computation id -> {parameter number: instruction id}
+        self.instr: dict[int, _Instr] = {}  # id -> _Instr
+        self.parent: dict[int, int] = {}  # instruction id -> computation id
+        self.root_of: dict[int, int] = {}  # computation id -> its root's id
+        self.users: dict[int, list[int]] = {}  # instruction id -> [user ids], in the computation's order
+        self.params: dict[int, dict[int, int]] = {}  # computation id -> {parameter number: instruction id}
         self.sequences = {k: list(v.instruction_ids) for k, v in module.schedule.sequences.items()}
         self.entry = module.entry_computation_id
         for c in module.computations:
@@ -197,7 +197,7 @@ def _flatten(m: _Module):
     (instruction id -> time, computation id -> (start, end), callers of each
     flattened computation: (instruction id, kind))."""
     times: dict[int, int] = {}
-    spans: dict[int, tuple] = {}
+    spans: dict[int, tuple | None] = {}  # None: being visited
     callers: dict[int, list] = {}
     order: list[int] = []
 
@@ -413,7 +413,7 @@ def _read_protos(hlo_module: bytes, buffer_assignment: bytes, *, module: str, la
                         continue
                     if user.opcode == "call":
                         continue
-                    used = uid
+                    used: int | None = uid
                     if user.opcode == "while":
                         called = list(user.called_computation_ids)
                         used = m.params.get(called[0], {}).get(0) if called else None

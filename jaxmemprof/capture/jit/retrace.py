@@ -124,7 +124,8 @@ def _jaxpr_as_fun(jax):
     ext = getattr(getattr(jax, "extend", None), "core", None)
     fun = getattr(ext, "jaxpr_as_fun", None)
     if fun is None:
-        from jax._src.core import jaxpr_as_fun as fun  # an older JAX
+        from jax._src.core import jaxpr_as_fun  # an older JAX
+        fun = jaxpr_as_fun
     return fun
 
 
