@@ -27,7 +27,7 @@ _DISPLAY = sys.__excepthook__
 _MISSING = object()
 
 
-def _system_exit_status(exc: BaseException) -> int:
+def _system_exit_status(exc: SystemExit) -> int:
     """What python does with an uncaught SystemExit: its ``code`` (the
     exception itself when that cannot be read); None is 0, an int is the
     status (as the process's is: its low 8 bits), anything else is printed
@@ -69,7 +69,7 @@ def _write_stderr(text: str) -> None:
     """What python writes on stderr itself: through sys.stderr, else
     straight to the process's stderr."""
     try:
-        stream = vars(sys).get("stderr")
+        stream = vars(sys)["stderr"]  # None, or gone: the fallback below
         stream.write(text)
         return
     except BaseException:
@@ -198,7 +198,7 @@ _JAX_EXIT_HANDLERS = (("jaxlib.xla_client", ("_xla", "collect_garbage")),
 
 
 def _jax_exit_handlers() -> list:
-    found = []
+    found: list = []
     for module, names in _JAX_EXIT_HANDLERS:
         obj = sys.modules.get(module)
         for name in names:
@@ -224,7 +224,8 @@ class _TrimUnraisable:
             args = type(args)((args.exc_type, args.exc_value, tb, args.err_msg, args.object))
         except Exception:
             pass
-        self.hook(args)
+        if self.hook is not None:  # installed only then
+            self.hook(args)
 
     def remove(self) -> None:
         if vars(sys).get("unraisablehook") is self:  # a handler's own hook stays

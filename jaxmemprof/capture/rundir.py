@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from jaxmemprof.capture.sampler import jax_ready
 from jaxmemprof.errors import InputError
@@ -120,7 +121,13 @@ def process_directory_name(index: int) -> str:
 _processes: dict[str, LauncherProcess] = {}
 
 
-class _DefaultPath(type(Path())):
+if TYPE_CHECKING:
+    _ConcretePath = Path
+else:
+    _ConcretePath = type(Path())  # PosixPath or WindowsPath: Path itself takes no subclass before 3.12
+
+
+class _DefaultPath(_ConcretePath):
     """A default run name: another free name is chosen if it is taken."""
 
 

@@ -131,7 +131,7 @@ def _run(target: Target, kind: str, session: Session) -> tuple[int, str, bool]:
     exited = isinstance(failure, SystemExit)  # python's exit then skips its end of the script
     if failure is None:
         status, how = 0, "exit"
-    elif exited:
+    elif isinstance(failure, SystemExit):  # exited
         status, how = _system_exit_status(failure), "exit"
     else:
         # The traceback still holds the frames, and so the arrays they

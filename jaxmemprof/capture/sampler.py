@@ -286,7 +286,7 @@ class Sampler:
 
     def owned_by_this_thread(self) -> bool:
         """Whether this thread is taking a snapshot (holds the lock)."""
-        return self._lock._is_owned()
+        return self._lock._is_owned()  # type: ignore[attr-defined]  # CPython's RLock has it, its stubs do not
 
     def snapshot(self, trigger: str, label: str | None = None, live: list | None = None,
                  wait: bool | None = None, search: bool = True) -> int | None:

@@ -447,7 +447,7 @@ class EndPhase:
         first = None  # when the first signal was heard
         while True:
             waiting = first is not None and not self.finalised.is_set()
-            timeout = max(0.0, first + END_GRACE_S - time.monotonic()) if waiting else None
+            timeout = max(0.0, first + END_GRACE_S - time.monotonic()) if waiting and first is not None else None
             try:
                 ready, _, _ = select.select([self._r], [], [], timeout)
                 data = os.read(self._r, 512) if ready else b""

@@ -71,7 +71,7 @@ class _TotalsWriter:
         pass
 
     def owned_by_this_thread(self) -> bool:
-        return self._lock._is_owned()
+        return self._lock._is_owned()  # type: ignore[attr-defined]  # CPython's RLock has it, its stubs do not
 
     def detach(self) -> None:
         self.closed = True

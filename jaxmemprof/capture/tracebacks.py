@@ -81,7 +81,7 @@ def _user_traceback(tb):
     return head
 
 
-def _chain(exc: BaseException):
+def _chain(exc: BaseException | None):
     """The exception and those python prints with it (its cause or context)."""
     seen = set()
     while exc is not None and id(exc) not in seen:

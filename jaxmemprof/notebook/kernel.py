@@ -123,6 +123,7 @@ class KernelJit:
         """A run's probe takes every function the kernel knows (each a
         function of the run's own); while it records, functions jitted are
         its own (the kernel's probe passes them through)."""
+        assert self.probe is not None, "begin before install"
         self.probe.active = False
         self._run = run_probe
         self.probe.forget_dropped()
@@ -132,6 +133,7 @@ class KernelJit:
     def end(self, run_probe) -> None:
         """The run ended (its probe uninstalled): its functions, the kernel's
         and those it jitted, are the kernel's again, quiet."""
+        assert self.probe is not None, "end before install"
         if self._run is run_probe:
             self._run = None
         # The kernel's again (so that the run's probe, and its sampler, can go).

@@ -34,7 +34,7 @@ _KIND_COLUMNS = ("shape", "dtype", "nbytes", "shard_bytes", "devices", "sharding
 _HELD_BY_COLUMNS = ("snapshot", "py_id", "frames", "shape", "dtype", "kind", "holder", "names", "only")
 
 # Manifest fields and the types a reader relies on.
-_MANIFEST_TYPES = {
+_MANIFEST_TYPES: dict[str, type | tuple[type, ...]] = {
     "argv": list, "command": list, "cwd": str, "start_epoch": (int, float), "duration_s": (int, float),
     "process_index": int, "process_count": int, "environment": dict, "devices": list, "backend": str,
     "exit_status": int, "ended_by": str, "end_time": str, "start_time": str, "jax_version": str,
@@ -330,9 +330,9 @@ def _read_intervals(con) -> pd.DataFrame | None:
 def _intervals_read(con) -> pd.DataFrame | None:
     """_read_intervals, inside its transaction."""
     try:
-        for table, columns in _NOT_NULL.items():
+        for table, needed in _NOT_NULL.items():
             info = {row[1]: row for row in con.execute(f"PRAGMA table_info({table})")}
-            if not all(c in info and (info[c][3] or info[c][5]) for c in columns):  # notnull, or the key
+            if not all(c in info and (info[c][3] or info[c][5]) for c in needed):  # notnull, or the key
                 return None
         lo, hi = con.execute("SELECT min(array_id), max(array_id) FROM arrays").fetchone()
         if lo is None:

@@ -413,7 +413,7 @@ class RunWriter:
             )
 
     def owned_by_this_thread(self) -> bool:
-        return self._lock._is_owned()  # type: ignore[attr-defined]  # CPython's RLock has it; the stubs do not
+        return self._lock._is_owned()  # type: ignore[attr-defined]  # CPython's RLock has it, its stubs do not
 
     def detach(self) -> None:
         """In a forked child: write nothing more, and never close the
