@@ -4,7 +4,13 @@ it does not import jax."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from jaxmemprof.capture.session import Session
+    from jaxmemprof.notebook.display import Shown
 
 
 # What a run's settings may be (``jaxmemprof run`` checks the same with click):
@@ -108,7 +114,7 @@ class _EndInterrupts:
     changes."""
 
     def __init__(self):
-        self.previous = None
+        self.previous: Callable[..., Any] | None = None
         self.armed = True
         self.heard = 0
         self.waiting = False
@@ -131,7 +137,8 @@ class _EndInterrupts:
     def _heard(self, signum, frame) -> None:
         if self.armed:
             self.heard += 1
-            self.previous(signum, frame)
+            if self.previous is not None:  # set before this handler is
+                self.previous(signum, frame)
         else:
             self.waiting = True
 
@@ -148,7 +155,7 @@ class _EndInterrupts:
     def hold(self) -> None:
         self.armed = False
 
-    def __exit__(self, exc_type, exc, tb) -> bool:
+    def __exit__(self, exc_type, exc, tb) -> Literal[False]:
         import signal
 
         previous, self.previous = self.previous, None
@@ -189,11 +196,11 @@ class ProfiledRun:
         self._output, self._force, self._name = output, force, name
         self.target = target or "profile()"  # what the summary says was recorded
         self.path: Path | None = None
-        self.session = None
+        self.session: Session | None = None
         self.deferred = False  # inside a run already recording: that run's directory, nothing recorded here
         self.ended_by: str | None = None
         self.error: BaseException | None = None  # what the recorded code raised, if it did
-        self._shown = None  # the display's analysis, once made
+        self._shown: Shown | None = None  # the display's analysis, once made
         self.by_magic = False  # recorded by the notebook's magics (the summary points at %jaxmemprof report)
         self.interrupted: BaseException | None = None  # what interrupted its end, if anything did
 
@@ -312,7 +319,7 @@ class ProfiledRun:
     def __enter__(self) -> ProfiledRun:
         return self.start()
 
-    def __exit__(self, exc_type, exc, tb) -> bool:
+    def __exit__(self, exc_type, exc, tb) -> Literal[False]:
         self.stop(exc)
         return False
 

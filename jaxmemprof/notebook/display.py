@@ -32,7 +32,7 @@ class Shown:
         self.run = run
         self.top = top
         self.made_while_recording = run.recording
-        self._made = None
+        self._made: tuple | None = None  # (run, attributed, report, overview)
 
     def stale(self, run) -> bool:
         return self.made_while_recording and not run.recording
@@ -224,16 +224,16 @@ def _summary_html(run, run_, ov, rep, end_lines=()) -> str:
     if rep.findings:
         out.append(f"<div>findings ({len(rep.findings)}):</div><ol style=\"margin:2px 0;padding-left:2em\">")
         for f in rep.findings:
-            w = words(f)
+            said = words(f)
             colour = _SEVERITY_COLOURS.get(f.severity, "inherit")
             head = f"<b style=\"color:{colour}\">{_e(f.severity)} {_e(f.rule)}</b>"
             if f.site:
                 head += f" <code>{_e(f.site)}</code>"
             if f.saving_bytes:
-                head += f" {_e(saves(f, w))}"
-            item = [head, f"<div>{_e(w.brief)}</div>"]
-            if w.brief_fix:
-                item.append(f"<div>fix: <code style=\"white-space:pre-wrap\">{_e(w.brief_fix)}</code></div>")
+                head += f" {_e(saves(f, said))}"
+            item = [head, f"<div>{_e(said.brief)}</div>"]
+            if said.brief_fix:
+                item.append(f"<div>fix: <code style=\"white-space:pre-wrap\">{_e(said.brief_fix)}</code></div>")
             out.append("<li style=\"margin-bottom:4px\">" + "".join(item) + "</li>")
         out.append("</ol>")
     else:
