@@ -79,12 +79,13 @@ def donors(calls: list[Call]) -> list[Donor]:
     """The arguments every sampled call (whose fates are known) lets donate."""
     calls = [c for c in calls if c.fates is not None]
     ok: dict[str, bool] = {}
-    info: dict[str, tuple] = {}
+    # argument -> (its position, given by keyword, leaves, donated bytes, matches, devices)
+    info: dict[str, tuple[int | None, bool, int, int, tuple, int]] = {}
     first_kept: set[str] = set()
     for call in calls:
         # numpy leaves at the dtype JAX passes them (float64 as float32 with x64 off): the one XLA matches
         inputs, outputs, fates = as_passed(call.inputs, call.outputs), call.outputs, call.fates
-        if len(fates) != len(inputs):
+        if fates is None or len(fates) != len(inputs):
             continue
         args: dict[str, list[int]] = {}
         for i, leaf in enumerate(inputs):
@@ -93,7 +94,7 @@ def donors(calls: list[Call]) -> list[Donor]:
         # An array passed in two places (ema = params; step(params, ema))
         # cannot be donated twice, nor donated in one and kept in another.
         shared = {i for i, leaf in enumerate(inputs) if leaf.get("same_as") not in (None, i)}
-        shared |= {inputs[i].get("same_as") for i in shared}
+        shared |= {inputs[i]["same_as"] for i in shared}
         # A numpy argument (``host``) is copied to the device for the call:
         # donating it donates that copy, never the caller's array, so its
         # leaves neither stop nor back a donation. An argument all numpy in

@@ -28,10 +28,17 @@ class Target:
     command: str | None = None  # code run as -c
 
     @property
+    def named(self) -> str:
+        """The script's path, else the module's name (without -c, one is given)."""
+        name = self.path or self.module
+        assert name is not None, "a target is a script, a module or a command"
+        return name
+
+    @property
     def argv(self) -> list[str]:
         if self.command is not None:
             return ["-c", *self.args]
-        return [self.path or self.module, *self.args]
+        return [self.named, *self.args]
 
     @property
     def stem(self) -> str:
@@ -41,7 +48,7 @@ class Target:
             return "stdin"
         if self.path:
             return Path(self.path).stem or "run"
-        return self.module.rsplit(".", 1)[-1]
+        return self.named.rsplit(".", 1)[-1]
 
     def shown(self, display_path) -> str:
         """The target as the summary names it (a path through ``display_path``)."""
@@ -49,7 +56,7 @@ class Target:
             return "-c " + " ".join(self.command.split())[:60]
         if self.path == STDIN:
             return "- (stdin)"
-        return display_path(self.path) if self.path else self.module
+        return display_path(self.path) if self.path else self.named
 
 
 STDIN = "-"
@@ -101,7 +108,7 @@ def _kind(target: Target) -> str:
         return _MODULE
     if target.path == STDIN:
         return _STDIN
-    return _MAIN_DIR if _has_importer(script_file(target.path)) else _FILE
+    return _MAIN_DIR if _has_importer(script_file(target.path or "")) else _FILE
 
 
 def _path0(target: Target, kind: str) -> str:
@@ -111,8 +118,8 @@ def _path0(target: Target, kind: str) -> str:
     if kind == _MODULE:
         return os.getcwd()
     if kind == _MAIN_DIR:
-        return script_file(target.path)
-    return script_path0(target.path)
+        return script_file(target.path or "")
+    return script_path0(target.path or "")
 
 
 def _replace_path0(path0: str, keep: bool) -> None:
@@ -208,4 +215,4 @@ def _exec_module(name: str, alter_argv: bool = True) -> None:
     main = types.ModuleType("__main__")
     main.__dict__.update(__builtins__=builtins, __annotations__={})
     sys.modules["__main__"] = main
-    runpy._run_module_as_main(name, alter_argv=alter_argv)
+    runpy._run_module_as_main(name, alter_argv=alter_argv)  # type: ignore[attr-defined]  # python -m's own; not in the stubs
