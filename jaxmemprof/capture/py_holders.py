@@ -72,7 +72,7 @@ MAX_FANOUT = 65536  # a container's items walked into; past them, only its array
 _TYPE_MRO = type.__dict__["__mro__"].__get__
 _TYPE_DICT = type.__dict__["__dict__"].__get__
 _TYPE_NAME = type.__dict__["__name__"].__get__
-_MODULE_DICT = types.ModuleType.__dict__["__dict__"].__get__
+_MODULE_DICT = vars(types.ModuleType)["__dict__"].__get__
 _SUBCLASS = type.__subclasscheck__  # (base, t): t's real bases, never a program's __subclasscheck__
 _LRU = type(__import__("functools").lru_cache(maxsize=None)(lambda: None))
 # id(type) -> the interpreter's getter of a suspended generator's, coroutine's
@@ -315,7 +315,7 @@ class Search:
         return got[1]
 
     def run(self) -> dict:
-        module_dicts = {}
+        module_dicts: dict[int, tuple[str, dict]] = {}
         for name, mod in list(dict.items(sys.modules)):
             if type(name) is not str or not _is_sub(type(mod), (types.ModuleType,)):
                 continue
@@ -327,13 +327,14 @@ class Search:
         for ident, top in list(sys._current_frames().items()):
             if ident in own_threads:
                 continue
-            f = top
+            f: types.FrameType | None = top
             while f is not None:
                 frames.append(f)
                 f = f.f_back
             del f
         del top
-        user, library = [], []
+        user: list = []
+        library: list = []
         for _key, (name, d) in module_dicts.items():
             file = dict.get(d, "__file__")
             file = file if type(file) is str else ""
@@ -574,9 +575,10 @@ class Searches:
         best: dict = {}  # array id -> its chains (an array and its view may both be held)
         for key, chains in found.items():
             best.setdefault(targets[key][1], []).extend(chains)
-        rows, new_chains = [], []
+        rows: list[tuple] = []
+        new_chains: list = []
         for aid, chains in best.items():
-            ids = []
+            ids: list = []
             for kind, name, file, function, line, steps, container in sorted(chains, key=lambda c: len(c[5])):
                 ck = (kind, name, file, function, line, json.dumps(steps, ensure_ascii=False), container)
                 cid = self.chains.get(ck)

@@ -110,17 +110,18 @@ def _last_snapshot(session: Session, how: str, threads: bool) -> None:
 
 def _run(target: Target, kind: str, session: Session) -> tuple[int, str, bool]:
     main_box: list = []  # the __main__ module python deletes __file__ from at the end
+    failure: BaseException | None
     try:
         if kind == _FILE:
-            _exec_script(target.path, main_box)
+            _exec_script(target.named, main_box)
         elif kind == _STDIN:
             _exec_stdin(main_box)
         elif kind == _COMMAND:
-            _exec_command(target.command)
+            _exec_command(target.command or "")
         elif kind == _MAIN_DIR:
             _exec_module("__main__", alter_argv=False)
         else:
-            _exec_module(target.module)
+            _exec_module(target.named)
     except BaseException as exc:
         failure = exc
     else:
@@ -173,7 +174,7 @@ def _run(target: Target, kind: str, session: Session) -> tuple[int, str, bool]:
     if getattr(threading, "_SHUTTING_DOWN", False):
         # The program is over; jaxmemprof's own work goes on (its imports
         # may register threading atexit calls, refused after shutdown).
-        threading._SHUTTING_DOWN = False
+        threading._SHUTTING_DOWN = False  # type: ignore[attr-defined]  # CPython's own flag; not in the stubs
     return status, how, threads
 
 
