@@ -118,7 +118,7 @@ class Sampler:
         # Searches for the Python references holding the arrays (capture/py_holders.py),
         # after a snapshot, outside its cost; None: none
         self.py_holders = None
-        self._pending_search = None  # (snapshot, trigger, live bytes, calls in flight) the next search is for
+        self._pending_search: tuple | None = None  # (snapshot, trigger, live bytes, calls in flight) the next search is for
         self.steps = Steps()  # the program's markers: snapshots keyed to its steps (capture/steps.py)
 
     # -- the background thread -------------------------------------------------
@@ -158,7 +158,7 @@ class Sampler:
         the program steps (capture/steps.py) not before the last snapshot
         is ``STALE_S`` old or the markers stop (checked again then)."""
         due, s = self.next_due(), self.steps
-        if s.stepping(time.monotonic()):
+        if s.stepping(time.monotonic()) and s.last is not None:
             due = max(due, min(self._last_mono + STALE_S, s.last + s.quiet_s()))
         return due
 
@@ -315,7 +315,7 @@ class Sampler:
             # for the GIL while the target runs Python, which cost the target nothing.
             c0, w0 = time.thread_time(), time.perf_counter()
             t_wall, t_mono = time.time(), time.monotonic()
-            calls = self.in_flight() if self.in_flight is not None else []
+            calls: list = self.in_flight() if self.in_flight is not None else []
             try:
                 # Background snapshots never wait for a computation to finish;
                 # one the program asked for (or its last) reads every address.
@@ -471,7 +471,8 @@ class Sampler:
         # size of its shard there.
         views = self._views_of_unread(statics, tbs) if self.addresses != "all" else ()
         paired = self._one_device_pairs(statics, tbs) if self.addresses == "auto" else ()
-        multi, single = [], []
+        multi: list = []
+        single: list = []
         for i, a in enumerate(fresh):
             static = statics[i]
             if static is None:
@@ -544,6 +545,7 @@ class Sampler:
         shards = a.addressable_shards
         if len(shards) == 1:
             address = {devices[0]: _address(a)}
+            views: tuple
             try:
                 views = (shards[0].data,)
             except Exception:
