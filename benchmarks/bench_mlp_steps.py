@@ -35,7 +35,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import Results, git_state  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
+from _common import Results, git_state
 
 REPO = Path(__file__).resolve().parent.parent
 MLP = REPO / "sample_runs" / "train_mlp.py"

@@ -10,7 +10,8 @@ neither pandas nor numpy (``show`` of a profile file needs neither)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from numpy import ndarray

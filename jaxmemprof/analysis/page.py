@@ -12,7 +12,7 @@ fit line of the plan's chart)."""
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
@@ -84,7 +84,7 @@ def lifetime_arrays(arrays: pd.DataFrame | None) -> pd.DataFrame | None:
 def program_curves(curve: pd.DataFrame | None, functions: int = CURVES) -> list:
     """Each function's program-order curve (the ``functions`` largest), as
     columns: positions, the bytes at each, and each line's series."""
-    out = []
+    out: list[dict] = []
     if curve is None or curve.empty:
         return out
     for _, g in curve.groupby("function_id", sort=False):
@@ -154,8 +154,8 @@ def timeline_rows(totals: pd.DataFrame, peak, n: int = TIMELINE_ROWS) -> list:
         if "trigger" in totals.columns else []
     if asked:  # in place of evenly spread ones, as many as there is room for
         room = max(0, n - len(must))
-        asked = set(asked[:room])
-        chosen = must | asked | set(sorted(chosen - must - asked)[:room - len(asked)])
+        kept = set(asked[:room])
+        chosen = must | kept | set(sorted(chosen - must - kept)[:room - len(kept)])
     return sorted(chosen)
 
 
@@ -180,7 +180,7 @@ def jit_peak_functions(jit_peak: pd.DataFrame) -> list:
 
 def plan_peaks(plan) -> dict:
     """Per planned function, the busiest device's peak per variant and batch (BatchPeaks)."""
-    out = {}
+    out: dict = {}
     if plan is None:
         return out
     points = plan.points
@@ -260,7 +260,7 @@ def _process_page(job, n: int, options, top: int, explain: bool) -> ProcessPage:
     one = build_report(ar)
     doc = run_document(one, ar, top=top, explain=explain, page=True, oom=False)
     shift = 0.0
-    if doc.page.first_t is not None and not p.snapshots.empty:
+    if doc.page is not None and doc.page.first_t is not None and not p.snapshots.empty:
         shift = float(p.snapshots["t"].iloc[0]) - doc.page.first_t
     return ProcessPage(n, doc, shift, f"process {n}" + (f" ({p.host})" if p.host else "") + f": {p.path}")
 

@@ -48,7 +48,7 @@ class Output:
 
         write_output(self.path, data, self.force)
 
-    def prepare(self, fmt: str, kind: str) -> "Output":
+    def prepare(self, fmt: str, kind: str) -> Output:
         """A directory checked (created, and refused where it holds files it
         would replace without ``force``) for the files format ``fmt`` writes
         for ``kind``, before the work."""

@@ -51,7 +51,7 @@ class Shown:
             self._made = (run_, ar, rep, overview(ar, top_sites=SUMMARY_SITES))
         return self._made
 
-    def summary(self) -> "RunDisplay":
+    def summary(self) -> RunDisplay:
         run = self.run
         if run.path is None:
             return RunDisplay("jaxmemprof: the run has not started", None)
@@ -66,7 +66,7 @@ class Shown:
             end_lines = [f"jaxmemprof: warning: could not summarise --plan/--target: {type(exc).__name__}: {exc}"]
         return RunDisplay(_summary_text(run, run_, ov, rep, end_lines), _summary_html(run, run_, ov, rep, end_lines))
 
-    def report(self, *, explain: bool = False) -> "Text":
+    def report(self, *, explain: bool = False) -> Text:
         from jaxmemprof.analysis.page import run_document
         from jaxmemprof.render.report import render_report
 
@@ -75,7 +75,7 @@ class Shown:
         render_report(run_document(rep, ar, top=self.top, explain=explain, oom=False), _console(buf))
         return Text(buf.getvalue())
 
-    def page(self) -> "Page":
+    def page(self) -> Page:
         from jaxmemprof.analysis.page import run_document
         from jaxmemprof.render.html import report_page
 

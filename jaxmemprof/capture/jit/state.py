@@ -58,7 +58,7 @@ class _FunctionState:
         self.step = False  # the program's step: each call counted as one (JitProbe.stepped)
 
 
-def step_of(step: "_FunctionState | None", state: _FunctionState) -> "_FunctionState | None":
+def step_of(step: _FunctionState | None, state: _FunctionState) -> _FunctionState | None:
     """The program's step, as a call of ``state``'s function begins:
     where the program marks no steps of its own, the first of the user's
     jitted functions called a second time (and each of its calls from then

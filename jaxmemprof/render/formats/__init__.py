@@ -15,9 +15,11 @@ imports no pandas)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from importlib import import_module
-from typing import Callable, ContextManager, Protocol, TextIO
+from typing import Protocol, TextIO
 
 MODULES = ("text", "json", "html", "csv", "pprof")
 
@@ -25,10 +27,10 @@ MODULES = ("text", "json", "html", "csv", "pprof")
 class Destination(Protocol):
     """Where a format writes (cli/formats.py makes one per output asked for)."""
 
-    def stream(self) -> ContextManager[TextIO]:
+    def stream(self) -> AbstractContextManager[TextIO]:
         """The one text stream: stdout, or the file named (written whole or not at all)."""
 
-    def file(self, name: str) -> ContextManager[TextIO]:
+    def file(self, name: str) -> AbstractContextManager[TextIO]:
         """One file of the directory named (``export --csv``)."""
 
     def binary(self, data: bytes) -> None:
