@@ -118,7 +118,8 @@ class Sampler:
         # Searches for the Python references holding the arrays (capture/py_holders.py),
         # after a snapshot, outside its cost; None: none
         self.py_holders = None
-        self._pending_search: tuple | None = None  # (snapshot, trigger, live bytes, calls in flight) the next search is for
+        # (snapshot, trigger, live bytes, calls in flight) the next search is for
+        self._pending_search: tuple | None = None
         self.steps = Steps()  # the program's markers: snapshots keyed to its steps (capture/steps.py)
 
     # -- the background thread -------------------------------------------------
