@@ -32,6 +32,7 @@ def _system_exit_status(exc: SystemExit) -> int:
     exception itself when that cannot be read); None is 0, an int is the
     status (as the process's is: its low 8 bits), anything else is printed
     on stderr (str(), or nothing when that fails) and gives 1."""
+    value: object
     try:
         value = exc.code
     except BaseException:

@@ -231,4 +231,4 @@ def remat_words(spelling: str, what: str, chosen: str, where: str) -> str | None
 def remat_spelling(wrapper) -> str:
     """The remat of the library whose wrapper jitted a step (jax.checkpoint for JAX's own, or one unknown)."""
     lib = BY_NAME.get(wrapper)
-    return (lib.remat_spelling if lib is not None else None) or BY_NAME["jax.jit"].remat_spelling
+    return (lib.remat_spelling if lib is not None else None) or BY_NAME["jax.jit"].remat_spelling or "jax.checkpoint"

@@ -30,7 +30,8 @@ def _held_by(details) -> str:
 def lines(outcomes, process: int | None = None) -> list[str]:
     """Violations first, one line each (one per finding for --fail-on), then
     the checks that held; ``process``: of a multi-process job, named on each line."""
-    failed, held = [], []
+    failed: list = []
+    held: list = []
     for o in outcomes:
         out = held if o.held else failed
         tag = "ok  " if o.held else "FAIL"

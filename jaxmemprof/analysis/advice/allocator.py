@@ -191,7 +191,7 @@ class DeviceStats:
 
 
 def device_stats(devices: pd.DataFrame) -> list[DeviceStats]:
-    out = []
+    out: list = []
     if devices.empty:
         return out
     for dev, g in devices.groupby("device", sort=True):

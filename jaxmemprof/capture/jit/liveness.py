@@ -54,7 +54,7 @@ def _windows(frame) -> set:
     """(frame id, code, offset) at which an input's death means that nothing
     of the program's ran between the call and it: in the calling frame, and
     in its callers while each returns the result at once."""
-    out = set()
+    out: set = set()
     while frame is not None:
         offsets, returns = _window(frame.f_code, frame.f_lasti)
         out.update((id(frame), frame.f_code, o) for o in offsets)

@@ -59,12 +59,12 @@ class Previous:
 
     def __init__(self, call: int, input_refs: list, outputs: list):
         self.call = call
-        self.inputs = {}
+        self.inputs: dict[int, tuple] = {}  # id -> (weak reference, input index)
         for i, r in enumerate(input_refs):
             obj = r() if r is not None else None
             if obj is not None:
                 self.inputs.setdefault(id(obj), (r, i))
-        self.outputs = {}
+        self.outputs: dict[int, tuple] = {}  # id -> (weak reference, output index)
         for j, leaf in enumerate(outputs):
             try:
                 self.outputs.setdefault(id(leaf), (weakref.ref(leaf), j))
