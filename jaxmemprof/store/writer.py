@@ -229,6 +229,8 @@ class RunWriter:
         the writer remembers of the snapshots it may still thin (not a scan
         of the journal), so each pass costs as much at hour 24 as at hour 1."""
         sched = self.thinning
+        if sched is None:  # a writer that keeps every snapshot
+            return
         peak = self._peak[1] if self._peak else None
         seen, thin, keep = set(), [], []
         for cand in self._candidates:
