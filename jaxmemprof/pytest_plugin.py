@@ -26,8 +26,14 @@ import re
 import shutil
 import sys
 import tempfile
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from jaxmemprof.capture.sampler import Sampler
+    from jaxmemprof.capture.session import Session
+    from jaxmemprof.capture.totals import TotalsSession
 
 _MARKERS = {
     "limit_device_memory": "limit_device_memory(size): fail the test when its peak device memory (snapshots, "
@@ -131,6 +137,7 @@ def pytest_runtest_call(item):
             _quietly(recorder.stop, True)
     if why:  # outside the except: the test does not run inside its handling, nor the failure chain to it
         return _unmeasured(item, limits, (yield), why)
+    assert recorder is not None  # started, or why says why not
     try:
         result = yield
     except BaseException as exc:
@@ -172,9 +179,9 @@ def pytest_runtest_call(item):
     leaked = leak_limit is not None and not unended and measured.leak_bytes > leak_limit
     n = 2 if over and leaked else 5  # 6 lines at most in all
     problems = []
-    if over:
+    if over and limit is not None:
         problems.append(_peak_message(measured, limit, n))
-    if leaked:
+    if leaked and leak_limit is not None:
         problems.append(_leak_message(measured, leak_limit, n))
     if unended:
         problems.append("jaxmemprof: limit_device_leaks not checked: device memory not measured: no snapshot was "
@@ -328,7 +335,7 @@ class _Measure:
         self.item = item
         self.leaks = leaks  # a full garbage collection before the start snapshot and the last
         self.dumps = dumps  # read XLA's dump of the jitted functions (to name the lines inside a call)
-        self.sampler = None
+        self.sampler: Sampler | None = None  # set by start
         self.problem = ""  # why the figures are not all there (set by stop)
         self.body_failed = False  # the test function raised
         self.entered = False  # the test function began
@@ -380,6 +387,7 @@ class _Measure:
         # one is 50-100 ms in a process with JAX and pandas loaded, the young
         # ones a few).
         gc.collect() if self.leaks else gc.collect(1)
+        assert self.sampler is not None, "started"
         self.sampler.snapshot("api", "start")
 
     def _enter(self, codes) -> None:
@@ -391,6 +399,7 @@ class _Measure:
         held, self._held = self._held, None
         if held is not None:
             held[1]()
+        assert self.sampler is not None, "started"
         self.sampler.snapshot("api", "return")  # the held frames' locals still alive
         if held is not None:
             held[0].clear()
@@ -414,7 +423,7 @@ class _Recorder(_Measure):
             self.directory, self.temporary = os.path.join(keep, name), False
         else:
             self.directory, self.temporary = tempfile.mkdtemp(prefix="jaxmemprof-test-"), True
-        self.session = None
+        self.session: Session | None = None
 
     def start(self) -> None:
         from pathlib import Path
@@ -484,7 +493,7 @@ class _Totals(_Measure):
     def start(self) -> None:
         from jaxmemprof.capture.totals import TotalsSession
 
-        self.session = TotalsSession(interval=_INTERVAL_S, max_overhead=_TOTALS_OVERHEAD).start()
+        self.session: TotalsSession | None = TotalsSession(interval=_INTERVAL_S, max_overhead=_TOTALS_OVERHEAD).start()
         self.sampler = self.session.sampler
         if not self._wrap():
             self._start_snapshot()
@@ -492,6 +501,7 @@ class _Totals(_Measure):
 
     def stop(self, failed: bool):
         s = self.session
+        assert s is not None, "started"
         s.stop_sampling()  # no snapshot after the test: no leak is measured, and its peak has passed
         if not self.entered:  # no figure of a test function that never ran
             self.problem = "the test function was not called through pytest's item.obj"
