@@ -63,7 +63,7 @@ class Attributed:
     def files(self) -> Files:
         return Files(self.attribution)
 
-    def prepare(self) -> "Attributed":
+    def prepare(self) -> Attributed:
         """Attribute at once everything a report reads, in the stage's order:
         the stacks' sites, the per-site series, the peak's sites, XLA's
         buffers and curves by line, and the files the jit tables name; the

@@ -214,5 +214,5 @@ def _report_document_keys() -> tuple:
     tree = ast.parse(inspect.getsource(export.report_document))
     for node in ast.walk(tree):
         if isinstance(node, ast.Return) and isinstance(node.value, ast.Dict):
-            return tuple(k.value for k in node.value.keys)
+            return tuple(k.value for k in node.value.keys if isinstance(k, ast.Constant))
     raise RuntimeError("render/tables.py report_document returns no dict literal: update jaxmemprof/glossary/tables.py")
