@@ -55,10 +55,12 @@ def live_outside(live_before: dict, argument_bytes, share: float = 1.0, devices=
             for d, v in sorted(live_before.items())}
 
 
-def peak_on_device(outside: int, figures) -> int:
-    """A device's peak during a call: the bytes live outside it plus XLA's
-    call peak (``figures``: the five in ``FIGURES`` order)."""
-    return int(outside or 0) + peak_of(figures)
+def peak_on_device(outside: int | None, figures) -> int:
+    """A device's peak during a call: the bytes live outside it (None: 0) plus
+    XLA's call peak (``figures``: the five in ``FIGURES`` order, never None)."""
+    peak = peak_of(figures)
+    assert peak is not None, "a call peak needs the call's figures"
+    return int(outside or 0) + peak
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,8 @@ report's other findings whose measured saving would make it fit."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from jaxmemprof import backends
 from jaxmemprof.analysis.advice.allocator import DOCS_URL, UNDERUSED_SHARE
 from jaxmemprof.backends.gpu import DEFAULT_FRACTION, MAX_FRACTION_PERCENT, PREALLOCATE, fraction_setting
@@ -138,7 +140,7 @@ FIT = Rule(
 )
 
 
-def _fixes_that_fit(fit: Fit, others: list[Finding]) -> list[dict]:
+def _fixes_that_fit(fit: Fit, others: Sequence[Finding]) -> list[dict]:
     """The other findings whose measured saving (XLA's compile of the fixed
     step: ``verified``) brings the peak into the default pool, each alone."""
     out = []
@@ -153,7 +155,7 @@ def _fixes_that_fit(fit: Fit, others: list[Finding]) -> list[dict]:
     return sorted(out, key=lambda x: -x["saving_bytes"])
 
 
-def fit_findings(fit: Fit, others: list[Finding] = ()) -> list[Finding]:
+def fit_findings(fit: Fit, others: Sequence[Finding] = ()) -> list[Finding]:
     """The fit as a finding (rule ``fit``, its case the fit's), and a warning
     when the run's own environment would stop a GPU run (both fraction
     variables set). Where it does not fit by default, the ``others`` (the
