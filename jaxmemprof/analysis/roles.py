@@ -134,7 +134,7 @@ def roles(ar: Attributed) -> Roles:
     # holds only what lives there)
     ran_on = {d for leaf in inputs if isinstance(leaf.get("on"), list) for d in leaf["on"]} or set(device_names)
     owners = []
-    role = _by_structure(inputs, [role_of(leaf, flow.get(leaf_key(leaf))) for leaf in inputs])
+    leaf_roles = _by_structure(inputs, [role_of(leaf, flow.get(leaf_key(leaf))) for leaf in inputs])
     host: dict = {}  # device -> bytes of numpy arguments copied there for the call (not live before it)
     # outputs XLA writes into donated inputs' buffers: no bytes of their own (JAX's matching, donors.py)
     aliased = set(match(inputs, outputs, [i for i, leaf in enumerate(inputs) if leaf.get("donated")]).values())
@@ -145,7 +145,7 @@ def roles(ar: Attributed) -> Roles:
             if leaf.get("same_as") not in (None, i) or leaf.get("host"):
                 continue  # one array passed twice is held once; numpy arguments below
             if _on(leaf, d, live):
-                owners.append(_owner(d, role[i], leaf, call.function))
+                owners.append(_owner(d, leaf_roles[i], leaf, call.function))
                 on_device += owners[-1]["bytes"]
         if d in ran_on and host_leaves:
             # A numpy argument is copied to the call's devices: whole on its one device; on several, XLA's
@@ -156,7 +156,7 @@ def roles(ar: Attributed) -> Roles:
             for i in host_leaves:
                 b = int(inputs[i].get("bytes") or 0)
                 share = b if room is None else min(b, room * b // max(whole, 1))
-                owners.append(_owner(d, role[i], dict(inputs[i], bytes=share, devices=1), call.function))
+                owners.append(_owner(d, leaf_roles[i], dict(inputs[i], bytes=share, devices=1), call.function))
                 host[d] = host.get(d, 0) + share
         for j, leaf in enumerate(outputs):
             if j not in aliased and _on(leaf, d, live):

@@ -208,8 +208,8 @@ def compiled_remat(ar: Attributed, function_id: int) -> dict | None:
     if best is None or before - best[0] < MEANINGFUL * before:
         # a function that could not be wrapped may still hold them: say so; else no wrap lowers it
         # (or one past the compile budget)
-        why = unwrappable + [e for e in errors if "budget" in e]
-        return {"compiled": False, "not_compiled": why[0]} if why else None
+        reasons = unwrappable + [e for e in errors if "budget" in e]
+        return {"compiled": False, "not_compiled": reasons[0]} if reasons else None
     after, c, replace = best
     compiles = run.jit.compiles
     sig = next(iter(replace))[1]
