@@ -125,7 +125,7 @@ def _no_ir_dump(original):
 # (module, name) -> [the dispatcher installed, the function it replaced, {thread ident: [replacements]}]:
 # one dispatcher per function however many threads replace it at once (a compile of ours on a
 # background thread while the end phase compiles in the main one), put back when the last leaves.
-_replaced: dict = {}
+_replaced: dict[tuple[str, str], list] = {}  # (module, name) -> [dispatch, original, by_thread]
 _replaced_lock = threading.Lock()
 
 
@@ -154,19 +154,20 @@ def _in_this_thread(module: str, name: str, wrap):
             entry = _replaced[key] = [dispatch, original, by_thread]
             setattr(mod, name, dispatch)
         entry[2].setdefault(me, []).append(wrap(entry[1]))
+        held: list = entry  # [dispatch, original, by_thread]
     try:
         yield
     finally:
         with _replaced_lock:
-            mine = entry[2].get(me)
+            mine = held[2].get(me)
             if mine:
                 mine.pop()
                 if not mine:
-                    del entry[2][me]
-            if not entry[2] and _replaced.get(key) is entry:
+                    del held[2][me]
+            if not held[2] and _replaced.get(key) is held:
                 del _replaced[key]
-                if getattr(mod, name, None) is entry[0]:
-                    setattr(mod, name, entry[1])
+                if getattr(mod, name, None) is held[0]:
+                    setattr(mod, name, held[1])
 
 
 def _root(under) -> str | None:
