@@ -6,6 +6,7 @@ is not an array is static."""
 from __future__ import annotations
 
 import re
+from typing import Any
 
 NAME = "equinox.filter_jit"
 FRAME = ("equinox", "filter_jit")
@@ -132,7 +133,7 @@ def donated_call(fun, args, kwargs, params, facts):
     rest, keywords = _combine(part("rest"), static_rest)
     users = [first, *rest[:-1]]  # equinox's last positional argument is its own None
     wanted = [str(a) for a in facts.get("pass_first") or ()]
-    picked = []  # ("arg", position) or ("kw", name), in the fix's order
+    picked: list[tuple[str, Any]] = []  # ("arg", position) or ("kw", name), in the fix's order
     for a in wanted:
         if a in keywords:
             picked.append(("kw", a))
@@ -160,7 +161,8 @@ def donated_call(fun, args, kwargs, params, facts):
 
     dyn_first, st_first = hashable_partition(new_first, arrays)
     dyn_rest, st_rest = hashable_partition((tuple(new_rest) + (None,), rest_keywords), arrays)
-    donate, keep = {"fun": part("fun"), "rest": dyn_rest}, {}
+    donate: dict = {"fun": part("fun"), "rest": dyn_rest}
+    keep: dict = {}
     (donate if every else keep)["first"] = dyn_first
     several = len(values) > 1
 

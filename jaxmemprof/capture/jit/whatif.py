@@ -534,7 +534,7 @@ def _makers(planner, step, made: dict, budget_s: float, deadline: float) -> list
                     parts[a["dim"]] = a["axis"]
                     shardings[i] = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(*parts))
             original = next((o for name, o, _ in probe._patched if name == state.plan.jit), None)
-            replayed = replay(probe._jax, real.__wrapped__, trace, lambda args, kwargs: probe._dynamic(state, args, kwargs))
+            replayed = replay(probe._jax, real.__wrapped__, trace, lambda args, kwargs, state=state: probe._dynamic(state, args, kwargs))
             options = dict(slot.options)
             options["out_shardings"] = jax.tree_util.tree_unflatten(
                 jax.tree_util.tree_structure(done[1].output_shardings), shardings)
