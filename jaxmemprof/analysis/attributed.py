@@ -163,18 +163,19 @@ class Attributed:
 
     def sites_holding(self, snapshot: int, n: int | None = None) -> Breakdown:
         """The ``n`` (default: ``options.top_sites``) sites holding the most
-        bytes in a snapshot (executables of 0 bytes left out); the peak's,
+        bytes in a snapshot, its buffers only (the bytes live_bytes counts: the
+        executables' code is counted apart), sites of 0 bytes left out; the peak's,
         read once."""
         if self.peak is not None and snapshot == self.peak.snapshot:
             full = self._peak_sites
         else:
-            full = summarize(self.run.profile(snapshot), "site", self.attribution)
+            full = summarize(self.run.profile(snapshot).without_kind("executable"), "site", self.attribution)
         held = replace(full, rows=full.rows[full.rows["bytes"] > 0].reset_index(drop=True))
         return top(held, self.options.top_sites if n is None else n)
 
     @cached_property
     def _peak_sites(self) -> Breakdown:
-        return summarize(self.run.profile(self.peak.snapshot), "site", self.attribution)
+        return summarize(self.run.profile(self.peak.snapshot).without_kind("executable"), "site", self.attribution)
 
 
 def attribute(run, options: Options = Options()) -> Attributed:

@@ -371,7 +371,8 @@ def owners_at(ar: Attributed, snapshot: int, profile=None):
     from jaxmemprof.analysis.groups import Breakdown, Table, summarize, table_of
 
     run = ar.run
-    by_site = summarize(profile if profile is not None else run.profile(snapshot), "site", ar.attribution)
+    by_site = summarize((profile if profile is not None else run.profile(snapshot)).without_kind("executable"), "site",
+                        ar.attribution)
     site_rows = table_of(by_site)
     sites = {r[0]: [r[-4], r[-3]] for r in site_rows.rows}  # site -> [bytes, count] not yet named
     snaps = run.snapshots.sort_values("snapshot")

@@ -46,6 +46,20 @@ class Profile:
         if _parts is None:
             self._cache.update(samples=samples, frames=frames, sample_types=sample_types, label_ids=label_ids)
 
+    def without_kind(self, kind: str) -> "Profile":
+        """The profile less its samples labelled ``kind`` (a run's
+        executables: their code is no array's bytes); itself when it has none."""
+        s = self.samples
+        keep = (s["kind"] != kind).to_numpy()
+        if s.empty or keep.all():
+            return self
+        kept = s[keep].reset_index(drop=True)
+        kept["sample_id"] = range(len(kept))
+        return Profile(self.source, samples=kept, frames=self.frames, stacks=self.stacks,
+                       label_sets=self.label_sets, label_ids=self.label_ids[keep], sample_types=self.sample_types,
+                       value_index=self.value_index, count_index=self.count_index, time_nanos=self.time_nanos,
+                       duration_nanos=self.duration_nanos, comments=self.comments)
+
     def __repr__(self) -> str:
         return (f"Profile(source={self.source!r}, {self.sample_count} samples, {len(self.stacks)} stacks, "
                 f"value_type={self.value_type!r})")

@@ -37,13 +37,17 @@ class ProfileRef:
     merged: tuple[Job, dict[int, int]] | None = None  # for a whole job: (Job, {process: snapshot})
 
     def load(self, **kwargs):
-        """The Profile (``kwargs``: load_profile's: sample_index, max_decompressed)."""
+        """The Profile (``kwargs``: load_profile's: sample_index, max_decompressed).
+        A run's snapshot is its buffers, the bytes its live bytes count (the
+        loaded executables' code is counted apart); a file is read whole."""
         if self.merged is not None:
             job, at = self.merged
-            return merged_profile(job, at, name=self.name, warnings=self.run.warnings, **kwargs)
+            return merged_profile(job, at, name=self.name, warnings=self.run.warnings,
+                                  **kwargs).without_kind("executable")
         from jaxmemprof.pprof.reader import load_profile
 
-        return load_profile(self.path, name=self.name, **kwargs)
+        profile = load_profile(self.path, name=self.name, **kwargs)
+        return profile if self.run is None else profile.without_kind("executable")
 
 
 def split_selector(spec: str) -> tuple[str, str | None]:
