@@ -46,7 +46,7 @@ class Profile:
         if _parts is None:
             self._cache.update(samples=samples, frames=frames, sample_types=sample_types, label_ids=label_ids)
 
-    def without_kind(self, kind: str) -> "Profile":
+    def without_kind(self, kind: str) -> Profile:
         """The profile less its samples labelled ``kind`` (a run's
         executables: their code is no array's bytes); itself when it has none."""
         s = self.samples
