@@ -198,11 +198,11 @@ def test_a_function_jitted_in_a_run_is_observed_in_the_next(kernel):
 
     jits, jitted = (load_run(kernel.work / "runs" / name).jit for name in ("jits", "jitted"))
     for jit, compiles in ((jits, 1), (jitted, 0)):  # compiled in the first run only
-        fn = jit["functions"]
+        fn = jit.functions
         (fid,) = fn.loc[fn["name"] == "<lambda>", "function_id"]
-        counts = jit["counts"].set_index("function_id").loc[fid]
+        counts = jit.counts.set_index("function_id").loc[fid]
         assert (counts["calls"], counts["compiles"]) == (1, compiles)
-        assert len(jit["compiles"][jit["compiles"]["function_id"] == fid]) == 1  # XLA's figures read in each
+        assert len(jit.compiles[jit.compiles["function_id"] == fid]) == 1  # XLA's figures read in each
 
 
 def test_sites_are_named_by_cell_not_by_ipykernels_temporary_file(kernel):

@@ -26,17 +26,28 @@ anyway, so that its cost overlaps the program instead of following it.
   compile log line, no jax.monitoring event for the program's listeners or
   the probe's. JAX's tracing state is the thread's own. The thread takes no
   signal (the program's threads get them, as under python), writes to no
-  stream, and starts at the first compile it has to make.
+  stream, and starts at the first compile it has to make; where the program
+  has XLA dump its modules (--xla_dump_to) nothing is compiled beside it:
+  a compile of ours would take a module number from XLA's counter.
 """
 
 from __future__ import annotations
 
 import collections
+import os
 import threading
 
 # Compiles kept at most (a program that compiles a new signature every step makes few worth keeping).
 KEEP_RESULTS = 256
 MISSING = object()
+
+
+def _program_dumps() -> bool:
+    """Whether the program has XLA dump its modules (``--xla_dump_to`` in
+    XLA_FLAGS): a compile of ours beside it would take a module number from
+    XLA's counter, and the program's own dumps would be named otherwise than
+    under python. Its compiles then wait for the end, as before."""
+    return "xla_dump_to" in os.environ.get("XLA_FLAGS", "")
 
 
 class Early:
@@ -60,8 +71,8 @@ class Early:
         """Queue ``job()`` under ``key``; one queued already under that key is
         replaced (its newer state stands)."""
         with self._cv:
-            if self.closed:
-                return
+            if self.closed or _program_dumps():
+                return  # compiled at the end, as before
             self._queue.pop(key, None)
             self._queue[key] = job
             if self._thread is None:
