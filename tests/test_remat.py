@@ -8,13 +8,7 @@ lower the peak (8 blocks in a Python loop: XLA on CPU schedules the
 recomputation early, the issue's 352 -> 352 MiB) is no finding; a block the
 compile cannot wrap (a closure over a local) says "saves up to ... (not
 compiled: why)". Every program restores itself: the re-traced swap is undone
-(the program's own later prints are checked).
-
-The plain, nnx, equinox and linen programs' batch is 512 rows (the issue's was
-2048; haiku's, added later, not yet tried at 512): the activations
-still hold most of the step's peak, and each run computes a quarter of the
-arithmetic (three steps of eight blocks, forward and backward) on the
-suite's CPU; the compiles the findings come from are of the same programs."""
+(the program's own later prints are checked)."""
 
 from __future__ import annotations
 
@@ -60,7 +54,7 @@ def train_step(params, x):
 
 key = jax.random.PRNGKey(0)
 params = (jax.random.normal(key, (8, 256, 1024)) * 0.01, jax.random.normal(key, (8, 1024, 256)) * 0.01)
-x = jnp.ones((512, 256))
+x = jnp.ones((2048, 256))
 for i in range(3):
     params, l = train_step(params, x)
 import atexit
@@ -136,7 +130,7 @@ def train_step(model, optimizer, x):
     return l
 
 
-x = jnp.ones((512, 256))
+x = jnp.ones((2048, 256))
 for i in range(3):
     l = train_step(model, optimizer, x)
 print(float(l))
@@ -174,7 +168,7 @@ class Model(nn.Module):
 
 
 model = Model()
-x = jnp.ones((512, 256))
+x = jnp.ones((2048, 256))
 params = model.init(jax.random.PRNGKey(0), x)
 
 
@@ -237,7 +231,7 @@ def train_step(params, x):
     return jax.tree_util.tree_map(lambda p, d: p - 0.01 * d, params, g), l
 
 
-x = jnp.ones((512, 256))
+x = jnp.ones((2048, 256))
 for i in range(3):
     params, l = train_step(params, x)
 print(float(l))
