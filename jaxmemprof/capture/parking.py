@@ -37,18 +37,13 @@ _GUARDED = ("/logging/", "<frozen importlib._bootstrap")  # frames that may hold
 _DEPTH = 64  # how far down a stack is looked at for a guarded frame
 
 _forever = threading.Lock()
-_state: dict = {"parked": 0, "armed": 0}
+_state: dict = {"parked": 0}
 _keep: list = []  # the C callback, alive for the process's life
 
 
 def parked() -> int:
     """How many of the program's threads have been stopped so far."""
     return _state["parked"]
-
-
-def armed() -> int:
-    """How many threads were given the profile function (not ours)."""
-    return _state["armed"]
 
 
 def park_program_threads(is_program: Callable[[str], bool]) -> int:
@@ -117,7 +112,6 @@ def _park(is_program: Callable[[str], bool]) -> int:
     else:
         if not _set_each_thread_state(ours, to_stop):
             return 0
-    _state["armed"] = len(others)
     return len(others)
 
 
