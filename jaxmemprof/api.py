@@ -276,7 +276,12 @@ class ProfiledRun:
                 interrupted = exc
             finally:
                 interrupts.hold()  # from here on, an interrupt waits until the run is finalised
-                self._end(s, trigger, None if done else interrupted or KeyboardInterrupt())
+                cut = None if done else interrupted or KeyboardInterrupt()
+                if cut is not None and interrupts.heard and not isinstance(cut, KeyboardInterrupt):
+                    # A SIGINT's KeyboardInterrupt that came out of a library as another exception: still the
+                    # interrupt that cut the end short.
+                    cut = KeyboardInterrupt()
+                self._end(s, trigger, cut)
         if interrupted is not None:
             raise interrupted
         return self

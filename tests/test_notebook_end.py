@@ -263,7 +263,7 @@ def test_a_cell_interrupted_in_its_end_phase_is_finished_and_the_next_cell_recor
     run = _finished(interrupted["work"] / "runs" / "cut")
     assert run["end_time"] is not None and not run["lock"], run
     assert run["triggers"][-1] == "exit"
-    assert any("the end of the run was interrupted (SIGINT" in m for _, m in run["events"])
+    assert any("the end of the run was interrupted (SIGINT" in m for _, m in run["events"]), run["events"]
     # The rest of the plan's compiles skipped: the cell ended about 2 s after the interrupt (by hand,
     # 2026-12: 2.2 s; the same cell's end uninterrupted, 17 s), within the compile it was in.
     assert interrupted["cut_s"] < 120, interrupted["cut_s"]
@@ -282,7 +282,7 @@ def test_stop_interrupted_in_its_end_phase_ends_the_recording_for_good(interrupt
     assert errors and errors[0]["ename"] == "KeyboardInterrupt", interrupted["stop_cut"].outputs
     run = _finished(interrupted["work"] / "runs" / "cells")
     assert run["end_time"] is not None and not run["lock"], run
-    assert any("the end of the run was interrupted (SIGINT" in m for _, m in run["events"])
+    assert any("the end of the run was interrupted (SIGINT" in m for _, m in run["events"]), run["events"]
     assert stream(interrupted["stop_again"]).startswith("UsageError: not recording")
     assert stream(interrupted["start_again"]).startswith("jaxmemprof: recording into runs/again")
     assert _finished(interrupted["work"] / "runs" / "again")["end_time"] is not None

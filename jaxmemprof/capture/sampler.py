@@ -303,8 +303,8 @@ class Sampler:
         if jax is None or self.failed or self.writer.closed:
             return None
         with self._lock:
-            if trigger == "first" and (self.first_taken or self.steps.stepping(time.monotonic())):
-                return None  # someone else took a snapshot meanwhile, or a step will
+            if trigger == "first" and self.first_taken:
+                return None  # someone else took a snapshot meanwhile
             if not self.first_taken:
                 # protobuf's reader, imported at the first snapshot so that a
                 # script without JAX never pays for it: a one-time start-up
@@ -316,6 +316,10 @@ class Sampler:
             # for the GIL while the target runs Python, which cost the target nothing.
             c0, w0 = time.thread_time(), time.perf_counter()
             t_wall, t_mono = time.time(), time.monotonic()
+            if trigger == "first" and self.steps.stepping(t_mono):
+                # A step's marker will take it. Checked after the snapshot's time is read: a marker counted
+                # after this check is placed after that time, never before a timed snapshot of the loop.
+                return None
             calls: list = self.in_flight() if self.in_flight is not None else []
             try:
                 # Background snapshots never wait for a computation to finish;
