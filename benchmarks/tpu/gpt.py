@@ -3,7 +3,7 @@
 writes one: a jitted step over (params, opt_state, batch).
 
     python benchmarks/tpu/gpt.py --batch 8 --steps 10 [--donate] [--sync]
-        [--stats FILE]
+        [--host-delay S] [--stats FILE]
 
 --stats FILE writes the chip's own counters (memory_stats() of device 0)
 read by the program after its last step, as JSON: what jaxmemprof's
@@ -12,6 +12,7 @@ figures are compared with (benchmarks/tpu/lane.sh, docs/tpu.md).
 
 import argparse
 import json
+import time
 
 import jax
 import jax.numpy as jnp
@@ -32,6 +33,8 @@ parser.add_argument("--steps", type=int, default=10)
 parser.add_argument("--donate", action="store_true")
 parser.add_argument("--sync", action="store_true", help="block on each step's loss")
 parser.add_argument("--stats", help="write the chip's memory_stats() here, as JSON")
+parser.add_argument("--host-delay", type=float, default=0.0, metavar="S",
+                    help="the host busy S seconds after each step's dispatch (as a data loader is)")
 args = parser.parse_args()
 
 D, H = args.width, args.width // 64
@@ -92,6 +95,10 @@ for _i in range(args.steps):
     params, opt_state, loss = step(params, opt_state, tokens)
     if args.sync:
         loss.block_until_ready()
+    if args.host_delay:
+        t_busy = time.perf_counter() + args.host_delay
+        while time.perf_counter() < t_busy:
+            pass
     if jaxmemprof is not None:
         jaxmemprof.mark("step")
 print(f"params {n_params} loss {float(loss):.4f}")

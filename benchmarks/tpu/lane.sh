@@ -43,6 +43,15 @@ t gpt8-python python3 "$gpt" --batch 8 --steps 10 --stats "$out/gpt8-python.json
 t gpt8 jmp run -o "$out/runs/gpt8" "$gpt" --batch 8 --steps 10 --stats "$out/gpt8.json"
 t gpt16-donated jmp run -o "$out/runs/gpt16-donated" "$gpt" --batch 16 --steps 10 --donate --stats "$out/gpt16-donated.json"
 t gpt32-oom jmp run -o "$out/runs/gpt32-oom" "$gpt" --batch 32 --steps 2 --donate
+# How far the program runs ahead of the chip (its queued steps, the chip's
+# peak_bytes_in_use), watched and not: under python with the host busy 0.25 s
+# a step (what a step snapshot in the program's thread costs on gpt8), under
+# run without the jit probe, and under run with a stack sampler (where the
+# program's thread spends its time); what a snapshot costs, by part.
+t gpt8-python-busy python3 "$gpt" --batch 8 --steps 10 --host-delay 0.25 --stats "$out/gpt8-python-busy.json"
+t gpt8-noprobe jmp run -q --no-jit-probe -o "$out/runs/gpt8-noprobe" "$gpt" --batch 8 --steps 10 --stats "$out/gpt8-noprobe.json"
+t gpt8-where python3 "$src/benchmarks/where_main_waits.py" "$out/gpt8-where.txt" -- run -q -o "$out/runs/gpt8-where" "$gpt" --batch 8 --steps 10 --stats "$out/gpt8-where.json"
+t snapshot-parts python3 "$src/benchmarks/bench_snapshot_parts.py" --wall --arrays 228 1000 --repeat 5
 # The libraries' own training steps (flax nnx, linen, equinox with optax)
 # with run --plan: the true peak beside the chip's counters for each.
 lib=$src/sample_runs/libraries
