@@ -1,7 +1,7 @@
 """What one snapshot costs, by part (issue 54 item 5), in process on the CPU
 backend: JAX's device_memory_profile(), the list of live arrays, the sampler's
 work on it (set differences, describing new arrays), reading the profile's
-totals, memory_stats(), the loaded executables, the journal write (profile
+totals, memory_stats(), the loaded executables (first seen, and known), the journal write (profile
 file and one SQLite transaction), and the holder search. Medians of --repeat
 snapshots of N live arrays, all known (the steady state: no new array), and
 the cost of describing N new arrays once.
@@ -41,7 +41,7 @@ def measure(n: int, repeat: int) -> dict:
     import jax
     import jax.numpy as jnp
 
-    from jaxmemprof.capture.device_reads import memory_stats_rows, profile_buffers
+    from jaxmemprof.capture.device_reads import LoadedExecutables, memory_stats_rows, profile_buffers
     from jaxmemprof.capture.py_holders import Searches
     from jaxmemprof.capture.sampler import Sampler
     from jaxmemprof.store.writer import RunWriter
@@ -62,7 +62,10 @@ def measure(n: int, repeat: int) -> dict:
         out["jax.live_arrays()"] = _median_ms(jax.live_arrays, repeat)
         out["profile's totals (protobuf)"] = _median_ms(lambda: profile_buffers(profile), repeat)
         out["memory_stats()"] = _median_ms(lambda: memory_stats_rows(jax), repeat)
-        out["executables"] = _median_ms(lambda: s._executables(jax, []), repeat)
+        # Each executable's module name and code size are read once (device_reads.LoadedExecutables): the
+        # first reading of them all, then a snapshot's (the same executables, known).
+        out["executables, first seen"] = _median_ms(lambda: LoadedExecutables().rows(jax, lambda tb: None), repeat)
+        out["executables"] = _median_ms(lambda: s._executables.rows(jax, lambda tb: None), repeat)
 
         def collect_and_write():
             with s._lock:

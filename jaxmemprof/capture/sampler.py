@@ -27,7 +27,7 @@ import time
 from jaxmemprof.capture.arrays import (_add_device_bytes, _address, _Entry, _is_ready, _json_list, _Ref,
                                        _Static, is_deleted)
 # Imported here, not in the first snapshot, whose cost sets the sampling pace.
-from jaxmemprof.capture.device_reads import memory_stats_rows, profile_buffers
+from jaxmemprof.capture.device_reads import LoadedExecutables, memory_stats_rows, profile_buffers
 from jaxmemprof.capture.steps import STALE_S, Steps, on_grid, searched
 from jaxmemprof.store.writer import RunWriter, SnapshotRecord
 
@@ -97,6 +97,7 @@ class Sampler:
         self._owner: dict = {}  # (device, address) -> the tracked entry that holds it
         self._static: dict = {}  # (shape, dtype, sharding) -> what every such array shares
         self._stacks: dict = {}  # traceback -> stack_id
+        self._executables = LoadedExecutables()
         self._next_array = 1
         self._next_stack = 1
         self._cost = 0.0  # smoothed cost of one snapshot, seconds
@@ -446,7 +447,7 @@ class Sampler:
             live_bytes=live_bytes, buffers=buffers, arrays=len(tracked),
             new_stacks=new_stacks, new_arrays=new_rows, ended_arrays=ended,
             address_updates=address_updates, memory_stats=memory_stats_rows(jax),
-            executables=self._executables(jax, new_stacks),
+            executables=self._executables.rows(jax, lambda tb: self._stack_id(tb, new_stacks)),
         )
 
     def _add_new(self, fresh: list, stacks: list, address_updates: list, wait: bool) -> list:
@@ -642,34 +643,6 @@ class Sampler:
         for k in entry.keys:
             if k[1] is not None:
                 self._owner[k] = entry
-
-    def _executables(self, jax, stacks: list) -> list:
-        """Loaded executables, counted per (creation stack, HLO module name).
-        Read through the backend client; empty where it cannot be read."""
-        counts: dict[tuple, list] = {}
-        try:
-            seen_clients = set()
-            for d in jax.local_devices():
-                client = d.client
-                if id(client) in seen_clients:
-                    continue
-                seen_clients.add(id(client))
-                for e in client.live_executables():
-                    try:
-                        modules = e.hlo_modules()
-                        name = modules[0].name if modules else "?"
-                    except Exception:
-                        name = "?"
-                    sid = self._stack_id(getattr(e, "traceback", None), stacks)
-                    entry = counts.setdefault((sid, name), [0, 0])
-                    entry[0] += 1
-                    try:
-                        entry[1] += int(e.size_of_generated_code_in_bytes())
-                    except Exception:
-                        pass
-        except Exception:
-            return []
-        return [(sid, name, c, b) for (sid, name), (c, b) in counts.items()]
 
     def _stack_id(self, tb, stacks: list):
         if tb is None:
