@@ -16,7 +16,8 @@ _FACTORS = {
 # at most: the number read exactly (Decimal), never through a float.
 _SIZE = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([a-zA-Z]*)\s*", re.ASCII)
 # A bare number below this on a device-memory size is a unit forgotten (16 for 16 GiB), not bytes.
-BARE_MINIMUM = 1024**2
+KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
+BARE_MINIMUM = MiB
 _MAX_DIGITS = 64  # more is no size (a float would be inf): OverflowError
 
 

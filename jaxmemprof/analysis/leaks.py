@@ -62,7 +62,6 @@ if TYPE_CHECKING:
     from jaxmemprof.analysis.attributed import Attributed
 
 KiB = 1024
-GiB = 1024**3
 
 LEAK_COLUMNS = [
     "site", "file", "line", "function",

@@ -54,12 +54,11 @@ from typing import TYPE_CHECKING
 
 from jaxmemprof.analysis.groups import keyed_samples
 from jaxmemprof.analysis.runs import run_peak
-from jaxmemprof.analysis.sites import NO_STACK
+from jaxmemprof.analysis.sites import NO_STACK, SITE_COLUMNS
 
 if TYPE_CHECKING:
     from jaxmemprof.analysis.attributed import Attributed
 
-SITE_COLUMNS = ["site", "file", "line", "function"]
 
 ARRAY_COLUMNS = [
     "array_id", "site", "file", "line", "function", "stack_id", "shape", "dtype", "bytes", "nbytes",

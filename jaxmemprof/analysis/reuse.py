@@ -47,7 +47,7 @@ import pandas as pd
 
 from typing import TYPE_CHECKING
 
-from jaxmemprof.analysis.shards import SITE_COLUMNS
+from jaxmemprof.analysis.sites import SITE_COLUMNS
 from jaxmemprof.analysis.sites import NO_STACK
 
 if TYPE_CHECKING:

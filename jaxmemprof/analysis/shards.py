@@ -14,7 +14,6 @@ import numpy as np
 import pandas as pd
 
 
-SITE_COLUMNS = ["site", "file", "line", "function"]
 SHARD_COLUMNS = ["array_id", "device", "address", "known_address", "bytes", "first_snapshot", "last_snapshot",
                  "end_snapshot", "how", "process"]
 

@@ -32,6 +32,7 @@ _GLOB_CHARS = set("*?[")
 
 STACK_SEPARATOR = " <- "
 NO_STACK = "<no stack>"
+SITE_COLUMNS = ["site", "file", "line", "function"]  # what names a site in every table
 
 
 def _matches(path: str, pattern: str) -> bool:

@@ -133,7 +133,6 @@ class _DefaultPath(_ConcretePath):
 
 # The lock file of each run directory this process records into: held (flock)
 # for the run's life, so that two runs never share one directory.
-LOCK_NAME = layout.LOCK
 _locks: dict[str, int] = {}
 _lock_times: dict[str, float] = {}  # when each lock was taken (wall clock)
 
@@ -261,7 +260,7 @@ def lock(path: Path, state: str = "recording") -> None:
     PID and the claim's state (see _claim_text)."""
     import fcntl
 
-    lock_path = path / LOCK_NAME
+    lock_path = path / layout.LOCK
     for _ in range(100):
         try:
             fd = os.open(lock_path, _LOCK_FLAGS, 0o644)
@@ -314,7 +313,7 @@ def release_directory(path: Path) -> None:
     _lock_times.pop(os.path.abspath(path), None)
     if fd is None:
         return
-    lock_path = Path(path) / LOCK_NAME
+    lock_path = Path(path) / layout.LOCK
     try:
         if os.path.samestat(os.fstat(fd), os.lstat(lock_path)):
             os.unlink(lock_path)
@@ -410,7 +409,7 @@ def _open_lock_file(path: Path) -> int | None:
     """``path``'s lock file opened to read, never through a link (nor a
     FIFO or another special file); None when there is no such file."""
     try:
-        fd = os.open(Path(path) / LOCK_NAME, os.O_RDONLY | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
+        fd = os.open(Path(path) / layout.LOCK, os.O_RDONLY | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
                      | getattr(os, "O_NONBLOCK", 0))
     except OSError:
         return None
@@ -500,7 +499,7 @@ def _holds_only_processes(path: Path) -> bool:
         return False
     for name in names:
         kind = layout.entry_kind(Path(path) / name)
-        if name == LOCK_NAME and kind == "file":
+        if name == layout.LOCK and kind == "file":
             continue
         if kind == "dir" and (name.startswith(PENDING_PREFIX) or re.fullmatch(r"process-(0|[1-9][0-9]*)", name)):
             found = found or name.startswith(layout.PROCESS_DIR_PREFIX)
@@ -621,7 +620,7 @@ def _clear_for_reuse(path: Path, force: bool) -> None:
     first (see _refuse_foreign_entries). Removal goes through descriptors of
     the directory and of its snapshots/, so a link is never followed."""
     _refuse_foreign_entries(path)
-    others = [p for p in path.iterdir() if p.name != LOCK_NAME]
+    others = [p for p in path.iterdir() if p.name != layout.LOCK]
     if not others:
         return
     if not force:

@@ -28,7 +28,7 @@ _STDLIB = re.compile(r"(?:^|[/\\])lib[/\\]python\d+(?:\.\d+)?t?[/\\]|(?:^|[/\\])
 _LIBRARY_DIRS = ("jax", "jaxlib", "jax_plugins")
 # The `jaxmemprof` console script that pip writes (the outermost frame of a run started with it).
 _LAUNCHER = re.compile(r"[/\\](?:bin|Scripts)[/\\]jaxmemprof(?:\.exe|-script\.py)?$")
-_OWN_PACKAGE = str(Path(__file__).resolve().parent) + os.sep
+_OWN_PACKAGE = str(Path(__file__).resolve().parents[1]) + os.sep  # jaxmemprof/ (this is jaxmemprof/facts/paths.py)
 
 
 def _own_files() -> re.Pattern:
@@ -36,7 +36,7 @@ def _own_files() -> re.Pattern:
     another checkout than the one reporting it): a file in one of its
     subpackages under a ``jaxmemprof`` directory; not any file in a folder of
     that name (a clone's examples/ are the user's)."""
-    here = Path(__file__).resolve().parent
+    here = Path(__file__).resolve().parents[1]
     names = sorted(p.name for p in here.iterdir() if (p / "__init__.py").is_file())
     return re.compile(r"[/\\]jaxmemprof[/\\](?:" + "|".join(map(re.escape, names)) + r")[/\\]")
 

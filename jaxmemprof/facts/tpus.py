@@ -49,7 +49,8 @@ import importlib.util
 import os
 import re
 
-GiB = 1 << 30
+from jaxmemprof.units import GiB
+
 # generation -> (device_kind JAX names, HBM per chip in bytes, devices JAX makes of one chip,
 #                what XLA:TPU may use of one device, in bytes)
 CHIPS = {

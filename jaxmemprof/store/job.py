@@ -41,7 +41,6 @@ from jaxmemprof.store import layout
 from jaxmemprof.store.journal import connect_read_only, recorder_running
 
 _PROCESS = re.compile(re.escape(layout.PROCESS_DIR_PREFIX) + r"(0|[1-9][0-9]{0,8})")
-LOCK_NAME = layout.LOCK
 
 
 def process_index_of(name: str) -> int | None:
@@ -413,7 +412,7 @@ def _refuse_foreign(run: Path) -> None:
 
 
 def _ignore_locks(directory, names):
-    return [n for n in names if n == LOCK_NAME]
+    return [n for n in names if n == layout.LOCK]
 
 
 def merge_job(output, inputs) -> list[tuple[int, Path]]:

@@ -57,14 +57,13 @@ from jaxmemprof.facts.backends.gpu import (ALLOCATOR, DEFAULT_FRACTION, FRACTION
                                      TF_GPU_ALLOCATOR, fraction_env_name, fraction_setting, needed_bytes,
                                      parse_version, percent_needed, reads_new_fraction_name)
 from jaxmemprof.store.reader import read_manifest
+from jaxmemprof.units import GiB
 
 if TYPE_CHECKING:
     from jaxmemprof.analysis.attributed import Attributed
 
 DOCS_URL = "https://docs.jax.dev/en/latest/gpu_memory_allocation.html"
 
-MiB = 1024**2
-GiB = 1024**3
 
 UNDERUSED_SHARE = 0.25
 FRAGMENTATION_MIN = 0.30

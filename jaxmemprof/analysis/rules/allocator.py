@@ -49,7 +49,7 @@ from jaxmemprof.analysis.attributed import Attributed
 from jaxmemprof.analysis.counters import chip_counters
 from jaxmemprof.facts.backends.tpu import INFLIGHT_CAP, INFLIGHT_MEASURED
 from jaxmemprof.analysis.findings import Finding
-from jaxmemprof.analysis.rules.base import (LOWER_THE_PEAK, POOL_TRADE_OFF, Context, Rule, Words, exact, fmt,
+from jaxmemprof.analysis.rules.base import (LOWER_THE_PEAK, POOL_TRADE_OFF, TPU_DOCS, Context, Rule, Words, exact, fmt,
                                             peak_source, set_fraction)
 from jaxmemprof.analysis.timeline import timeline as build_timeline
 from jaxmemprof.units import format_bytes
@@ -84,7 +84,6 @@ def queued_findings(ar: Attributed) -> list[Finding]:
 
 
 NEAR_LIMIT = 0.95  # the counters at or above this share of bytes_limit: medium (they read as full)
-TPU_DOCS = "docs/tpu.md"
 
 
 def _queued(f: Finding, x: dict) -> Words:

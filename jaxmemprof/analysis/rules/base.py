@@ -112,6 +112,7 @@ def set_fraction(facts: dict) -> str:
     return text
 
 
+TPU_DOCS = "docs/tpu.md"  # what a TPU finding points to
 LOWER_THE_PEAK = ("Lower the peak (donate arguments, rematerialise with jax.checkpoint, smaller batches, shard "
                   "over more devices) or use a device with more memory.")
 POOL_TRADE_OFF = ("What the pool takes, other processes and the libraries outside it (CUDA context, cuDNN/cuBLAS "

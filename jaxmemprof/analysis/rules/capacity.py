@@ -12,7 +12,7 @@ from jaxmemprof.facts.backends.gpu import DEFAULT_FRACTION, MAX_FRACTION_PERCENT
 from jaxmemprof.analysis.advice.capacity import Fit
 from jaxmemprof.analysis.findings import Finding
 from jaxmemprof.analysis.rules.allocator import both_fractions_findings
-from jaxmemprof.analysis.rules.base import LOWER_THE_PEAK, Context, Rule, Words, exact, fmt, peak_source
+from jaxmemprof.analysis.rules.base import LOWER_THE_PEAK, TPU_DOCS, Context, Rule, Words, exact, fmt, peak_source
 
 
 def detect(ctx: Context) -> list[Finding]:
@@ -23,7 +23,6 @@ CAPACITY_EXCLUDES = ("library workspaces (cuDNN, cuBLAS, NCCL), the CUDA context
                      "are not in this estimate")
 
 
-TPU_DOCS = "docs/tpu.md"
 
 
 def _fit_whole_device(f: Finding, x: dict) -> Words:

@@ -7,7 +7,8 @@ from __future__ import annotations
 import pandas as pd
 
 from jaxmemprof.analysis.findings import Finding
-from jaxmemprof.analysis.leaks import GiB, number, rejits
+from jaxmemprof.analysis.leaks import number, rejits
+from jaxmemprof.units import GiB
 from jaxmemprof.analysis.py_holders import CUT, of_site
 from jaxmemprof.analysis.rules.base import Context, Rule, Words, fmt
 from jaxmemprof.facts.libraries import phrases

@@ -13,8 +13,8 @@ from __future__ import annotations
 import re
 
 from jaxmemprof.facts.backends.base import Backend
+from jaxmemprof.units import MiB
 
-MiB = 1024**2
 
 FRACTION = "XLA_CLIENT_MEM_FRACTION"
 OLD_FRACTION = "XLA_PYTHON_CLIENT_MEM_FRACTION"  # deprecated name
