@@ -353,8 +353,11 @@ class RunWriter:
         rows = self._select("SELECT signature, argument_bytes, output_bytes, alias_bytes, temp_bytes, "
                             "generated_code_bytes FROM jit_compiles WHERE function_id = ? ORDER BY rowid",
                             (function_id,))
-        seen: set = set()
-        return [r for r in rows if isinstance(r[0], str) and not (r[0] in seen or seen.add(r[0]))]
+        first: dict = {}
+        for r in rows:
+            if isinstance(r[0], str):
+                first.setdefault(r[0], tuple(r))
+        return list(first.values())
 
     def jit_sampled_calls(self, function_id: int) -> list:
         """(call_index, inputs JSON, outputs JSON, signature, live_before

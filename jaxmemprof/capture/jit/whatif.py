@@ -4,7 +4,9 @@ as ShapeDtypeStructs (no array allocated), with the change made, and XLA's
 ``memory_analysis()`` of that compile kept. One place for every "what if":
 the plan compiles other batches and bfloat16 through ``compile_figures``;
 the donation advice's arguments are compiled donated by
-``verify_donations``, and the replicated inputs the sharding advice names
+``verify_donations`` (at each kept signature, and at each signature compiled
+that no sampled call ran, from a kept one's arguments with its shapes:
+unsampled.py), and the replicated inputs the sharding advice names
 are compiled sharded by ``verify_shardings``, with the jitted functions that
 made them whole compiled returning them sharded (``_makers``: the fix makes
 them sharded where they are created), and the step with a function of the
@@ -413,9 +415,10 @@ def _unsampled(planner, verified: list, budget_s: float, deadline: float) -> lis
             continue
         _, ab = made
         fig, seconds, error = _donated(planner, state, donation, sig, ab, trace, budget_s, deadline)
-        if fig is not None and error is None and None not in recorded[:2] and tuple(fig[:2]) != tuple(recorded[:2]):
-            fig, error = None, f"{SIZES_DIFFER} (arguments {fig[0]} and outputs {fig[1]} bytes, against " \
-                               f"{recorded[0]} and {recorded[1]})"
+        made_sizes = tuple(fig[:2]) if fig else None
+        if made_sizes and error is None and None not in recorded[:2] and made_sizes != tuple(recorded[:2]):
+            fig, error = None, (f"{SIZES_DIFFER} (arguments and outputs {made_sizes} bytes, against "
+                                f"{tuple(recorded[:2])})")
         out.append((state.function_id, sig, change, *(fig or (None,) * 5), float(seconds),
                     str(ab.platform or ""), error))
     return out
