@@ -97,6 +97,8 @@ def derive(jax, ab, template: str, signature: str, trace=None):
         sharding = getattr(x, "sharding", None)
         if numpy_leaf != (sharding is None):
             return DIFFERS
+        if sharding is None and shard is not None:  # numpy's leaf is on no device
+            return SHARDED
         if sharding is not None:
             try:
                 same = (len(sharding.device_set) == devices
