@@ -410,10 +410,10 @@ def breakdown_child(run_path: str, top: int = 10) -> None:
         import io
 
         from jaxmemprof.capture.runner import Target
-        from jaxmemprof.cli.record import _closing
+        from jaxmemprof.cli.record import closing_lines
 
         with contextlib.redirect_stderr(io.StringIO()):
-            _closing(Target(path="x.py", module=None, args=()), Path(run_path))
+            closing_lines(Target(path="x.py", module=None, args=()), Path(run_path))
 
     detail("run_summary", run_summary, "jaxmemprof run without -q, after the target exits")
     print(json.dumps({"stages": stages, "total_s": time.perf_counter() - t_start,

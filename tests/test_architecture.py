@@ -2,7 +2,7 @@
 (capture -> store -> pprof/xla -> analysis (its rules in analysis/rules/) ->
 render -> cli, and the glossary, a docs tool, above them), no import circle (imports inside
 functions included), no module over 700 lines but generated ones, and no
-library named outside jaxmemprof/libraries/. Read from the source with
+library named outside jaxmemprof/facts/libraries/. Read from the source with
 ``ast``: nothing is imported but the rules' and the libraries' registries."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 from conftest import REPO
 
 from jaxmemprof.analysis.rules import RULES
-from jaxmemprof.libraries import PACKAGES as LIBRARY_PACKAGES
+from jaxmemprof.facts.libraries import PACKAGES as LIBRARY_PACKAGES
 
 PACKAGE = REPO / "jaxmemprof"
 LOW = ("capture", "store", "pprof", "xla")  # may not import the layers above them
@@ -233,7 +233,7 @@ def test_the_true_peak_is_computed_in_one_module():
     """XLA's call peak (arguments + outputs - aliased + temporaries + code),
     its parts (temporaries + code, outputs - aliased) and the true peak
     built on it (live before, less the placed arguments, plus the call
-    peak) are computed in jaxmemprof/truepeak.py only: the report, the
+    peak) are computed in jaxmemprof/facts/truepeak.py only: the report, the
     pytest plugin's in-memory path, the probe and the plan read it there.
     Checked on the arithmetic: any sum or difference of two of XLA's
     figures anywhere else fails."""
@@ -242,7 +242,7 @@ def test_the_true_peak_is_computed_in_one_module():
         lines = xla_figure_sums(ast.parse(path.read_text()))
         if lines:
             where[str(path.relative_to(REPO))] = lines
-    assert set(where) == {"jaxmemprof/truepeak.py"}, where
+    assert set(where) == {"jaxmemprof/facts/truepeak.py"}, where
 
 
 def test_the_figure_check_sees_the_arithmetic_not_the_names():
@@ -416,18 +416,18 @@ def _library_names(tree: ast.AST) -> list[tuple[int, str]]:
 def test_only_libraries_names_a_library():
     """Everything jaxmemprof knows of a library (flax, equinox, optax, haiku:
     its wrapper, what it calls its arrays, its remat, its donation option, its
-    words in a fix) is in its module under jaxmemprof/libraries/, behind the
+    words in a fix) is in its module under jaxmemprof/facts/libraries/, behind the
     protocol libraries/__init__.py describes: no other module imports one or
     says its name in code (a new library is one file there)."""
     named = {}
     for path in sorted(PACKAGE.rglob("*.py")):
         rel = path.relative_to(PACKAGE)
-        if rel.parts[0] == "libraries" or path.name.endswith("_pb2.py"):
+        if rel.parts[:2] == ("facts", "libraries") or path.name.endswith("_pb2.py"):
             continue
         hits = _library_names(ast.parse(path.read_text()))
         if hits:
             named[str(rel)] = hits
-    assert named == {}, "modules outside jaxmemprof/libraries/ that name a library"
+    assert named == {}, "modules outside jaxmemprof/facts/libraries/ that name a library"
 
 
 def test_the_library_check_sees_each_way_of_naming_one():
@@ -444,3 +444,28 @@ def nnx_owners(frame, lineno):  # flax.nnx, in a comment
 '''
     assert [w for _, w in _library_names(ast.parse(source))] == [
         "optax", "equinox", "nnx", "equinox", "eqx", "haiku"], _library_names(ast.parse(source))
+
+
+# The facts layer (jaxmemprof/facts/: the rules of JAX, XLA, the devices and the libraries that the recorder and
+# the analyses share) stands on its own: it imports nothing of jaxmemprof's but itself and the root's leaves.
+LEAVES = ("jaxmemprof.units", "jaxmemprof.finite", "jaxmemprof.errors", "jaxmemprof._version")
+
+
+def test_the_facts_layer_imports_nothing_above_it():
+    outside = {(name, d) for name, deps in _graph().items() if _layer(name) == "facts"
+               for d in deps if _layer(d) != "facts" and d not in LEAVES}
+    assert outside == set(), "the facts layer imports these"
+
+
+def test_no_module_imports_another_modules_private_name():
+    """A module uses another's public names only: a name another module
+    needs is part of its interface, and spelled so."""
+    private = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path.name.endswith("_pb2.py"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("jaxmemprof"):
+                private += [(str(path.relative_to(REPO)), node.module, a.name) for a in node.names
+                            if a.name.startswith("_") and not a.name.startswith("__")]
+    assert private == [], "private names imported across modules"

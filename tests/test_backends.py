@@ -1,4 +1,4 @@
-"""The backend seam (jaxmemprof/backends/): one module per backend behind one
+"""The backend seam (jaxmemprof/facts/backends/): one module per backend behind one
 protocol, chosen from the run's recorded backend. The GPU's pool rule is the
 GPU's (and a CPU run's, which plans for a GPU), unchanged; a TPU has none."""
 
@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from jaxmemprof import backends
-from jaxmemprof.backends import gpu, tpu
-from jaxmemprof.backends.base import Backend
+from jaxmemprof.facts import backends
+from jaxmemprof.facts.backends import gpu, tpu
+from jaxmemprof.facts.backends.base import Backend
 
 LIMIT = 16_909_336_064  # a v5e chip's bytes_limit
 MiB = 1024**2
@@ -79,13 +79,13 @@ def _points(rows):
 def test_a_tpu_plan_takes_xla_tpus_refusal_as_the_next_batch():
     """On a TPU the plan's largest batch is one that compiled within the chip, and the next is the one
     XLA:TPU refused (RESOURCE_EXHAUSTED at compile), as the chip says; the GPU's rule knows no refusal."""
-    from jaxmemprof.analysis.advice.plan import _models
+    from jaxmemprof.analysis.advice.plan import batch_models
 
     refusal = ("RESOURCE_EXHAUSTED: Ran out of memory on HBM, the total memory required for HLO temporaries "
                "(30.01G) exceeds available HBM (15.75G).")
     points = _points([{"batch": 8, "peak_bytes": 10 * 1024**3}, {"batch": 16, "peak_bytes": 15 * 1024**3},
                       {"batch": 32, "peak_bytes": None, "error": refusal}])
-    tpu_row = _models(points, LIMIT, "tpu").iloc[0]
+    tpu_row = batch_models(points, LIMIT, "tpu").iloc[0]
     assert tpu_row["largest_batch"] == 16 and tpu_row["next_batch"] == 32
-    gpu_row = _models(points, LIMIT, "gpu").iloc[0]  # the pool: 0.75 of the chip holds batch 8 only
+    gpu_row = batch_models(points, LIMIT, "gpu").iloc[0]  # the pool: 0.75 of the chip holds batch 8 only
     assert gpu_row["largest_batch"] == 8 and gpu_row["next_batch"] == 16

@@ -27,8 +27,8 @@ from jaxmemprof.analysis.live import Refusals, Tracker
 from jaxmemprof.analysis.sites import Attribution
 from jaxmemprof.errors import InputError
 from jaxmemprof.pprof import profile_pb2 as pb
-from jaxmemprof.pprof.decompress import _HOLD, _RATIO_FREE, DEFAULT_MAX_DECOMPRESSED, DEFAULT_MAX_RATIO, read_profile_bytes
-from jaxmemprof.pprof.reader import _FIELD_BYTES, _FIELDS_FREE, load_profile
+from jaxmemprof.pprof.decompress import HOLD, RATIO_FREE, DEFAULT_MAX_DECOMPRESSED, DEFAULT_MAX_RATIO, read_profile_bytes
+from jaxmemprof.pprof.reader import FIELD_BYTES, FIELDS_FREE, load_profile
 from jaxmemprof.store.follow import Poll
 
 from gzip_bombs import crc32_of_repeats, gzip_bomb
@@ -109,7 +109,7 @@ def test_a_6mb_gzip_bomb_is_refused_at_the_bound_in_bounded_memory(tmp_path):
         proc, peak = run_measured(*args, "--max-ratio", 10**6, cwd=tmp_path)
         assert_refused(proc, bomb, f"decompresses to more than {DEFAULT_MAX_DECOMPRESSED} bytes")
         assert peak < 100 * MiB, f"peak RSS {peak / MiB:.0f} MiB"
-        assert peak - baseline < _HOLD + 16 * MiB, f"peak RSS {peak / MiB:.0f} MiB vs {baseline / MiB:.0f} MiB"
+        assert peak - baseline < HOLD + 16 * MiB, f"peak RSS {peak / MiB:.0f} MiB vs {baseline / MiB:.0f} MiB"
     proc, peak = run_measured("show", bomb, cwd=tmp_path)
     assert_refused(proc, bomb, f"decompresses to more than {DEFAULT_MAX_RATIO} times its size")
     assert peak < 100 * MiB, f"peak RSS {peak / MiB:.0f} MiB"
@@ -149,9 +149,9 @@ def test_streams_past_what_is_held_are_read_exactly():
     what zlib is given at a time) and NUL padding after them read the same.
     (The stream compresses far better than a profile: no ratio limit.)"""
     unit = b"pprof" * 100 + bytes(range(256)) * 4  # "p" (0x70) can start a protobuf field
-    big = unit * (_HOLD // len(unit) + 1000)
-    assert len(big) > _HOLD
-    for stream in (gzip.compress(big, 1, mtime=0), _members(big, [_HOLD // 2, _HOLD // 2 + 7]) + bytes(5000)):
+    big = unit * (HOLD // len(unit) + 1000)
+    assert len(big) > HOLD
+    for stream in (gzip.compress(big, 1, mtime=0), _members(big, [HOLD // 2, HOLD // 2 + 7]) + bytes(5000)):
         assert gzip.decompress(stream) == big
         name, raw = read_profile_bytes(stream, name="big.prof", max_decompressed=len(big), max_ratio=None)
         assert raw == big
@@ -172,7 +172,7 @@ def test_a_profile_larger_than_what_is_held_is_shown(tmp_path):
     p = pb.Profile.FromString(small_profile())
     p.string_table.extend([bytes([65 + i]) * MiB for i in range(40)])
     raw = p.SerializeToString()
-    assert len(raw) > _HOLD
+    assert len(raw) > HOLD
     path = tmp_path / "large.prof.gz"
     path.write_bytes(gzip.compress(raw, 1, mtime=0))
     doc = json.loads(run_cli("show", path, "--json", "--max-ratio", 10**6, cwd=tmp_path, check=0).stdout)
@@ -402,16 +402,16 @@ def test_the_ratio_limit_is_exact_and_can_be_raised():
     raw = p.SerializeToString()
     blob = gzip.compress(raw, 9, mtime=0)
     r = -(-len(raw) // len(blob))
-    assert len(raw) > _RATIO_FREE and r > DEFAULT_MAX_RATIO
+    assert len(raw) > RATIO_FREE and r > DEFAULT_MAX_RATIO
     for max_ratio in (r, None):
         assert read_profile_bytes(blob, max_ratio=max_ratio)[1] == gzip.decompress(blob) == raw
     assert load_profile(blob, max_ratio=r).total_bytes == 4096
     for max_ratio in (r - 1, DEFAULT_MAX_RATIO):
         with pytest.raises(InputError, match=f"^x.prof: decompresses to more than {max_ratio} times its size"):
             read_profile_bytes(blob, name="x.prof", max_ratio=max_ratio)
-    p.string_table[-1] = b"x" * (_RATIO_FREE - len(raw) + 6 * MiB)  # just _RATIO_FREE in all
+    p.string_table[-1] = b"x" * (RATIO_FREE - len(raw) + 6 * MiB)  # just _RATIO_FREE in all
     small = p.SerializeToString()
-    assert len(small) == _RATIO_FREE
+    assert len(small) == RATIO_FREE
     assert read_profile_bytes(gzip.compress(small, 9, mtime=0), max_ratio=1)[1] == small
 
 
@@ -439,17 +439,17 @@ def test_fields_past_one_per_8_bytes_are_refused_from_the_wire(layout):
     are protobuf's); one more field at more than one per _FIELD_BYTES bytes
     is refused, whichever path the reader takes; a real profile has one per
     19 to 35 bytes."""
-    ok = _dense(layout, _FIELDS_FREE)
+    ok = _dense(layout, FIELDS_FREE)
     msg = pb.Profile.FromString(ok)
-    assert len(msg.sample) + len(msg.string_table) + 3 == _FIELDS_FREE
+    assert len(msg.sample) + len(msg.string_table) + 3 == FIELDS_FREE
     prof = load_profile(ok)
     assert prof.sample_count == len(msg.sample)
     assert prof.total_bytes == sum(s.value[0] for s in msg.sample)
-    bad = _dense(layout, _FIELDS_FREE + 1)
-    assert len(bad) < (_FIELDS_FREE + 1) * _FIELD_BYTES
+    bad = _dense(layout, FIELDS_FREE + 1)
+    assert len(bad) < (FIELDS_FREE + 1) * FIELD_BYTES
     with pytest.raises(InputError, match=f"^dense.prof: not a pprof profile as profilers write one "
-                                         f"\\({_FIELDS_FREE + 1} fields in its first [0-9]+ bytes: more than one "
-                                         f"per {_FIELD_BYTES} bytes"):
+                                         f"\\({FIELDS_FREE + 1} fields in its first [0-9]+ bytes: more than one "
+                                         f"per {FIELD_BYTES} bytes"):
         load_profile(bad, name="dense.prof")
 
 
@@ -459,7 +459,7 @@ def test_many_fields_of_a_few_more_bytes_are_read():
     label, no location), their total python's sum of protobuf's values,
     through the run of samples and after the rest alike."""
     head, rest = split_profile()
-    n = _FIELDS_FREE + 9000
+    n = FIELDS_FREE + 9000
     samples = b"".join(b"\x12\x07\x12\x03" + bytes([0x80 | i % 997 & 0x7F, 0x80 | i % 997 >> 7, 1])
                        + b"\x1a\x00" for i in range(n))  # values 16,384 + i % 997
     assert len(samples) == 9 * n

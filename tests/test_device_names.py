@@ -3,7 +3,7 @@ output: the terminal report, ``show`` and ``diff``, ``export --csv``,
 ``report --json``, the HTML page and exported pprof labels, whatever the
 runtime's ``str(device)`` was when the run was recorded (a TPU's is
 ``TPU_0(process=0,(0,0,0,0))``: issue 51). A run keeps the names as
-recorded; they are shown through jaxmemprof/devices.py.
+recorded; they are shown through jaxmemprof/facts/devices.py.
 
 A real CPU run on two devices (``--xla_force_host_platform_device_count=2``)
 reads ``cpu:0`` and ``cpu:1``; its ``--target`` compile's devices, which
@@ -24,8 +24,8 @@ import pytest
 
 from conftest import cpu_env, run_cli, write_script
 
-from jaxmemprof import tpus
-from jaxmemprof.devices import display, display_all, displayed
+from jaxmemprof.facts import tpus
+from jaxmemprof.facts.devices import display, display_all, displayed
 
 TWO = """
 import jax

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 
 from conftest import cpu_env, in_parallel
 
-from jaxmemprof.capture.jit.programs import _unseen_compile
+from jaxmemprof.capture.jit.programs import unseen_compile
 from jaxmemprof.capture.jit.retrace import replay, traced
 from jaxmemprof.xla import scratch
 
@@ -62,7 +62,7 @@ def test_a_kept_trace_is_replayed_and_compiled_on_a_thread():
     def work():
         try:
             replayed = replay(jax, _step, kept, lambda args, kwargs: (args, kwargs))
-            with _unseen_compile(jax):
+            with unseen_compile(jax):
                 out["cache"] = cache.is_cache_used(jax.devices()[0].client)
                 lowered = jax.jit(replayed, donate_argnums=0).lower(*shapes)
                 out["figures"] = _figures(scratch.compile_own(lowered))

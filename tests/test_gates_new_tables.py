@@ -26,7 +26,7 @@ import pytest
 
 from conftest import REPO, cli_batch, cpu_env, write_script
 
-from jaxmemprof import tpus
+from jaxmemprof.facts import tpus
 
 RUNS = REPO / "sample_runs" / "runs"
 GiB = 1024**3

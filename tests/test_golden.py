@@ -319,10 +319,10 @@ def _recorded_files(d: Path) -> dict[str, set]:
 def test_bundled_stacks_name_no_own_frame_as_user(run):
     """No frame of a bundled run's stacks (journal and .prof files) that
     names a file of jaxmemprof itself counts as the user's code, wherever the
-    clone reporting it lives: each is judged by jaxmemprof.paths' rule as a
+    clone reporting it lives: each is judged by jaxmemprof.facts.paths' rule as a
     checkout at another path would see it (a run recorded by an older layout,
     jaxmemprof/cli.py, once showed as `jaxmemprof/cli.py:457 (main)`)."""
-    from jaxmemprof.paths import is_builtin_library
+    from jaxmemprof.facts.paths import is_builtin_library
 
     d = REPO / RUNS / run
     cwd = _manifest(run)["cwd"]

@@ -193,12 +193,12 @@ def test_at_its_peak_a_program_holds_no_more_than_its_allocations(recorded):
 def test_xla_strings_are_read_as_xla_writes_them():
     """Quoted names with C escapes (a non-ASCII path's UTF-8 bytes in octal)
     and op names holding braces and quotes."""
-    from jaxmemprof.xla.dump import _METADATA, _unquote, instructions
+    from jaxmemprof.xla.dump import METADATA, unquote, instructions
 
-    assert _unquote(r'"/tmp/\303\274n\303\257 dir/p.py"') == "/tmp/ünï dir/p.py"
+    assert unquote(r'"/tmp/\303\274n\303\257 dir/p.py"') == "/tmp/ünï dir/p.py"
     line = ('  %sine.1 = f32[4]{0} sine(%x), metadata={op_name="jit(f)/we}ird\\"sc{ope/sin" stack_frame_id=3}, '
             'backend_config={}')
-    assert _METADATA.search(line).group(1).endswith("stack_frame_id=3")
+    assert METADATA.search(line).group(1).endswith("stack_frame_id=3")
     assert instructions(line)["sine.1"] == ("f32[4]", "sine", 'jit(f)/we}ird"sc{ope/sin', 3)
 
 

@@ -1,4 +1,4 @@
-"""The libraries' seam (jaxmemprof/libraries/): each library is one module
+"""The libraries' seam (jaxmemprof/facts/libraries/): each library is one module
 behind one protocol, read by the probe, the roles, the remat compile and the
 advice. Checked here on the libraries' own objects (a real optax state, a
 real haiku module compiled by XLA); the whole programs are in
@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import optax
 import pytest
 
-from jaxmemprof import libraries
+from jaxmemprof.facts import libraries
 from jaxmemprof.capture.jit.remat import Place, place_of
 
 hk = pytest.importorskip("haiku")  # the test extra installs it (dm-haiku)

@@ -266,7 +266,7 @@ def test_holders_name_the_programs_sites(runs):
 def test_a_run_without_libraries_keeps_todays_rule():
     """A run recorded before runs kept their libraries reads as it did."""
     from jaxmemprof.analysis.sites import Attribution
-    from jaxmemprof.paths import Libraries
+    from jaxmemprof.facts.paths import Libraries
 
     assert Libraries.from_manifest({"cwd": "/w"}) is None
     old = Attribution()
@@ -280,7 +280,7 @@ def test_a_run_without_libraries_keeps_todays_rule():
 
 
 def test_damaged_libraries_are_read_as_far_as_they_are_paths():
-    from jaxmemprof.paths import Libraries, installed_part, is_library
+    from jaxmemprof.facts.paths import Libraries, installed_part, is_library
 
     libs = Libraries.from_manifest({"libraries": {"dirs": ["/a", 3, None, ""], "packages": "x"}})
     assert libs == Libraries(dirs=("/a",))

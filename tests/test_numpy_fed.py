@@ -164,7 +164,7 @@ def test_what_jax_passes_of_a_numpy_argument_is_told_by_xlas_argument_bytes():
     argument bytes are its half), float64 where XLA's figure holds it whole
     or a device array of a 64-bit dtype shows x64 on; a numpy leaf is never
     among the bytes already on the device."""
-    from jaxmemprof.truepeak import as_passed, placement
+    from jaxmemprof.facts.truepeak import as_passed, placement
 
     host = {"path": "[0]", "shape": [256, 256], "dtype": "float64", "bytes": 256 * 256 * 8, "devices": 1,
             "host": True, "on": []}

@@ -23,7 +23,7 @@ import pytest
 from conftest import REPO, cpu_env, line_of, run_cli, write_script
 from test_targets import REFUSED  # a step XLA:CPU runs in a few MiB and XLA:TPU refuses
 
-from jaxmemprof import tpus
+from jaxmemprof.facts import tpus
 from jaxmemprof.xla.oom import read
 
 FIXTURES = REPO / "tests" / "fixtures" / "tpu"

@@ -1,4 +1,4 @@
-"""The library-path rule (jaxmemprof/paths.py) on a run started the way users
+"""The library-path rule (jaxmemprof/facts/paths.py) on a run started the way users
 start one: with the `jaxmemprof` console script pip installs."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 from conftest import cpu_env, line_of, write_script
 
 from jaxmemprof.analysis.sites import Attribution, user_stacks
-from jaxmemprof.paths import is_builtin_library
+from jaxmemprof.facts.paths import is_builtin_library
 from jaxmemprof.store.reader import load_run
 
 SCRIPT = """

@@ -395,12 +395,12 @@ def test_without_plan_the_probe_plans_nothing_and_keeps_nothing_after_the_run():
     go of what it kept."""
     from jaxmemprof.capture.jit import JitProbe
     from jaxmemprof.capture.jit.plan import PlanOptions, Slot
-    from jaxmemprof.capture.jit.state import _FunctionState
+    from jaxmemprof.capture.jit.state import FunctionState
 
     probe = JitProbe(writer=None, verify_s=0.0)
     assert probe.planner.options is None and JitProbe(writer=None, plan=PlanOptions()).planner.options is not None
-    assert _FunctionState(1, [], [], [], None, False).plan is None  # a library's function: nothing kept
-    state = _FunctionState(1, [], [], [], None, False)
+    assert FunctionState(1, [], [], [], None, False).plan is None  # a library's function: nothing kept
+    state = FunctionState(1, [], [], [], None, False)
     state.plan = Slot("jit", {})
     state.plan.abstract["sig"], state.plan.real = object(), object()
     probe._states.append(state)

@@ -351,7 +351,7 @@ def test_the_swap_is_undone_exactly(tmp_path):
     import jax.numpy as jnp
 
     from jaxmemprof.capture.jit.remat import place_of
-    from jaxmemprof.libraries import LIBRARIES
+    from jaxmemprof.facts.libraries import LIBRARIES
 
     module = types.ModuleType("m")
     exec("def block(x):\n    return x * 2\n", module.__dict__)

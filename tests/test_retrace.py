@@ -28,7 +28,7 @@ from conftest import cpu_env, in_parallel
 from jaxmemprof.analysis.advice.plan import build_plan
 from jaxmemprof.analysis.attributed import attribute
 from jaxmemprof.analysis.options import Options
-from jaxmemprof import tpus
+from jaxmemprof.facts import tpus
 from jaxmemprof.capture.jit.retrace import CHANGED, shielded
 from jaxmemprof.store.reader import load_run
 

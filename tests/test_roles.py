@@ -20,7 +20,7 @@ from jaxmemprof.analysis.attributed import attribute
 from jaxmemprof.analysis.rules.sharding import replication_findings
 from jaxmemprof.analysis.report import build_report
 from jaxmemprof.analysis.roles import role_of, roles
-from jaxmemprof.flow import PER_STEP
+from jaxmemprof.facts.flow import PER_STEP
 from jaxmemprof.render.findings import words
 from jaxmemprof.store.reader import load_run
 from jaxmemprof.units import format_bytes

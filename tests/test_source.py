@@ -10,8 +10,8 @@ import textwrap
 
 import pytest
 
-from jaxmemprof.analysis.advice.donation import _suggest
-from jaxmemprof.source import MAX_STATEMENT, statement_at
+from jaxmemprof.analysis.advice.donation import suggest
+from jaxmemprof.facts.source import MAX_STATEMENT, statement_at
 
 OPTION = "donate_argnums=(0,)"
 
@@ -69,7 +69,7 @@ def test_the_statement_read_is_the_one_python_parses_at_that_line(tmp_path, form
 @pytest.mark.parametrize("form", sorted(FORMS))
 def test_the_edited_statement_is_the_same_call_with_the_option_added(form):
     original = FORMS[form]
-    edited = _suggest({"jit_source": "    " + original.replace("\n", "\n    ")}, OPTION, "jax.jit")
+    edited = suggest({"jit_source": "    " + original.replace("\n", "\n    ")}, OPTION, "jax.jit")
     assert edited, form
     before, after = _call(original), _call(edited)
     if original == "@jax.jit":  # becomes functools.partial(jax.jit, donate_argnums=...)
@@ -86,7 +86,7 @@ def test_the_edited_statement_is_the_same_call_with_the_option_added(form):
 
 
 def test_no_fix_is_written_where_a_comment_stands_where_the_comma_goes():
-    assert _suggest({"jit_source": "step = jax.jit(\n    update  # the step\n)"}, OPTION, "jax.jit") == ""
+    assert suggest({"jit_source": "step = jax.jit(\n    update  # the step\n)"}, OPTION, "jax.jit") == ""
 
 
 def test_a_statement_that_does_not_close_or_parse_is_its_first_line_alone(tmp_path):

@@ -28,7 +28,7 @@ import pytest
 
 from conftest import REPO, cpu_env, run_cli, write_script
 
-from jaxmemprof import tpus
+from jaxmemprof.facts import tpus
 from jaxmemprof.analysis.attributed import attribute
 from jaxmemprof.analysis.options import Options
 from jaxmemprof.store.reader import load_run
@@ -541,7 +541,7 @@ def test_a_single_chip_slice_compiles_with_the_figures_of_jaxs_own_compile_for_o
 
 LAYOUTS = r"""
 import json, sys
-from jaxmemprof import tpus
+from jaxmemprof.facts import tpus
 out = {}
 for name in sys.argv[1:]:
     devices = tpus.topology(name).devices

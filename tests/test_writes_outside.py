@@ -27,7 +27,7 @@ import pytest
 
 from conftest import cpu_env, write_script
 
-from jaxmemprof import tpus
+from jaxmemprof.facts import tpus
 
 pytestmark = pytest.mark.skipif(tpus.libtpu_missing(), reason="libtpu is not installed (pip install 'jaxmemprof[tpu]')")
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from jaxmemprof.analysis.sites import Attribution
-from jaxmemprof.truepeak import largest, moments
+from jaxmemprof.facts.truepeak import largest, moments
 
 if TYPE_CHECKING:
     from jaxmemprof.analysis.attributed import Attributed

@@ -1,6 +1,6 @@
 """The chip's own counters beside the model: what the device's
 ``memory_stats()`` reached (the rows the sampler recorded in the journal's
-``memory_stats`` table), read by the run's backend (jaxmemprof/backends/),
+``memory_stats`` table), read by the run's backend (jaxmemprof/facts/backends/),
 beside what the step needs (the true peak, analysis/peaks.py), and the
 difference named.
 
@@ -20,8 +20,8 @@ reports no counters: a CPU)."""
 
 from __future__ import annotations
 
-from jaxmemprof import backends, truepeak
-from jaxmemprof.devices import display
+from jaxmemprof.facts import backends, truepeak
+from jaxmemprof.facts.devices import display
 
 # Outputs less aliased under this share of the call's outputs: the state is donated, no generation to count.
 DONATED_SHARE = 0.05

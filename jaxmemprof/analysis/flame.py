@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from jaxmemprof.analysis.sites import NO_STACK, Attribution, frame_labels
-from jaxmemprof.analysis.timeline import _positions, _shards
+from jaxmemprof.analysis.timeline import array_positions, shards
 
 if TYPE_CHECKING:
     from jaxmemprof.analysis.attributed import Attributed
@@ -203,8 +203,8 @@ def _array_events(run, attribution: Attribution) -> _Events:
     if arrays.empty or not len(snaps):
         none = np.zeros(0, dtype=np.int64)
         return _Events(interner, pd.DataFrame(columns=keys_cols), none, none, none, none)
-    pf, pe = _positions(snaps, arrays)
-    flat = _shards(arrays)
+    pf, pe = array_positions(snaps, arrays)
+    flat = shards(arrays)
     n = len(arrays)
     sid = pd.to_numeric(arrays["stack_id"], errors="coerce").fillna(-1).to_numpy(dtype=np.int64)
     codes = pd.Series(stack_of, dtype=np.int64).reindex(sid).to_numpy(dtype=float)

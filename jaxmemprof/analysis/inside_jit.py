@@ -43,7 +43,7 @@ import numpy as np
 import pandas as pd
 
 from jaxmemprof.analysis.sites import NO_STACK, Attribution
-from jaxmemprof.libraries import BY_NAME
+from jaxmemprof.facts.libraries import BY_NAME
 
 if TYPE_CHECKING:
     from jaxmemprof.analysis.attributed import Attributed

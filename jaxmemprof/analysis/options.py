@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass
 
 from jaxmemprof.analysis.sites import Attribution
-from jaxmemprof.paths import Libraries
+from jaxmemprof.facts.paths import Libraries
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from jaxmemprof.analysis.runs import LivePeak
-from jaxmemprof.truepeak import FIGURES, figures_of, largest, moments
+from jaxmemprof.facts.truepeak import FIGURES, figures_of, largest, moments
 
 if TYPE_CHECKING:
     from jaxmemprof.store.reader import Run

@@ -26,7 +26,7 @@ from functools import lru_cache
 import numpy as np
 import pandas as pd
 
-from jaxmemprof.paths import Libraries, is_library
+from jaxmemprof.facts.paths import Libraries, is_library
 
 HOLDER_COLUMNS = ["at", "snapshot", "site", "holder", "kind", "container", "created", "arrays", "bytes",
                   "generations", "shapes", "chain_id", "complete"]

@@ -3,12 +3,12 @@
 temporaries, everything else) and by owner (the array's path in the user's
 own tree), per device.
 
-Roles come from data flow, not names (``jaxmemprof.flow``): an input the
+Roles come from data flow, not names (``jaxmemprof.facts.flow``): an input the
 previous call returned is state carried across steps, one that is new at
 every call is a per-step input (the batch), one that is the same array at
 every call is held. Carried and held state is split into parameters and
 optimizer state where the library says so (its state types, its variable
-types: the leaf's ``tag``, read by ``jaxmemprof.libraries``), else by the
+types: the leaf's ``tag``, read by ``jaxmemprof.facts.libraries``), else by the
 argument's name. The call
 is the one ``Peaks.largest_sampled`` names (the true peak, when a sampled call
 holds it): its inputs are known leaf by leaf, XLA's figures give its outputs
@@ -23,13 +23,13 @@ import pandas as pd
 
 from jaxmemprof.analysis.attributed import Attributed
 from jaxmemprof.analysis.cells import json_cell, leaves as _leaves
-from jaxmemprof.donors import match
-from jaxmemprof.flow import CARRIED, HELD, PER_STEP, UNKNOWN, flows, leaf_key
-from jaxmemprof import truepeak
-from jaxmemprof.libraries import OPTIMIZER, PARAMETERS, STATE, role_of_tag
-from jaxmemprof.truepeak import as_passed
+from jaxmemprof.facts.donors import match
+from jaxmemprof.facts.flow import CARRIED, HELD, PER_STEP, UNKNOWN, flows, leaf_key
+from jaxmemprof.facts import truepeak
+from jaxmemprof.facts.libraries import OPTIMIZER, PARAMETERS, STATE, role_of_tag
+from jaxmemprof.facts.truepeak import as_passed
 
-# PARAMETERS, OPTIMIZER and STATE are also what a library's tag can say (jaxmemprof.libraries).
+# PARAMETERS, OPTIMIZER and STATE are also what a library's tag can say (jaxmemprof.facts.libraries).
 BATCH, HELD_INPUTS, INPUTS = ("batch", "held inputs", "other inputs")
 NEW_STATE, RESULTS, INSIDE, CODE, OTHER = ("new state", "results", "inside the call", "executable code",
                                            "other arrays")

@@ -21,7 +21,7 @@ from functools import cached_property
 
 from typing import TYPE_CHECKING
 
-from jaxmemprof.paths import Libraries, installed_part, is_library
+from jaxmemprof.facts.paths import Libraries, installed_part, is_library
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -135,8 +135,8 @@ class SiteSeries:
                     {"site": [NO_STACK], "file": [""], "line": [0], "function": [""]})], ignore_index=True)
                 codes[missing] = len(table) - 1
         self.codes = codes.astype(np.int64)
-        self.pos_first, self.pos_end = _positions(self.snapshots, arrays)
-        self.flat = _shards(arrays)
+        self.pos_first, self.pos_end = array_positions(self.snapshots, arrays)
+        self.flat = shards(arrays)
         self.bytes = self.flat.array_bytes
         self.table = table
         self.S = len(table)
@@ -264,7 +264,7 @@ def _profile_tables(profile, attribution):
     return by_site, by_device, execs
 
 
-def _positions(snapshots: np.ndarray, arrays: pd.DataFrame):
+def array_positions(snapshots: np.ndarray, arrays: pd.DataFrame):
     """Each array's live range as positions in ``snapshots``: alive at
     positions pos_first <= p < pos_end (empty when it was never seen in a
     snapshot that is still there)."""
@@ -284,7 +284,7 @@ class _Flat:
     device_names: list
 
 
-def _shards(arrays: pd.DataFrame) -> _Flat:
+def shards(arrays: pd.DataFrame) -> _Flat:
     """Flatten the per-shard tuples (bytes and device of every shard)."""
     sb = arrays["shard_bytes"].tolist()
     dv = arrays["devices"].tolist()

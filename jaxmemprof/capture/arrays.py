@@ -13,7 +13,7 @@ import math
 import weakref
 
 
-class _Ref(weakref.ref):
+class Ref(weakref.ref):
     """A weak reference to an array that knows the array's ``id()``: the
     callback hears of its death before another object can take the id."""
 
@@ -26,7 +26,7 @@ class _Ref(weakref.ref):
         self.key = id(obj)
 
 
-class _Entry(_Ref):
+class Entry(Ref):
     """A tracked array (a weak reference to it): identity, (device, address)
     per shard, its stack id, whether its addresses are still to be read
     (``pending``: once computed), and what it shares with its kind."""
@@ -40,7 +40,7 @@ class _Entry(_Ref):
         self.traceback_id = None  # id() of its traceback when its addresses are not read
 
 
-class _Static:
+class Static:
     """What every array of one shape, dtype and sharding shares, as journal
     text. The devices and shard sizes come from the sharding alone: even
     listing the shards makes JAX keep per-shard views of device_put and
@@ -63,16 +63,16 @@ class _Static:
         self.devices = tuple(str(d) for d in devices)
         self.shard_bytes = tuple(int(x) for x in sizes)
         self.unread_keys = tuple((d, None) for d in self.devices)  # (device, address) before reading
-        self.shape = _json_list(shape)
+        self.shape = json_list(shape)
         self.dtype = str(a.dtype)
         self.nbytes = int(a.nbytes)
-        self.sizes = _json_list(self.shard_bytes)
+        self.sizes = json_list(self.shard_bytes)
         self.devices_json = json.dumps(list(self.devices))
         self.sharding = _sharding_text(sharding)
         self.memory_kind = getattr(sharding, "memory_kind", None)
 
 
-def _add_device_bytes(a, out: dict) -> None:
+def add_device_bytes(a, out: dict) -> None:
     """Add an array's bytes on each of its devices to ``out``, from its
     sharding (no per-shard views made): a shard's bytes on each device
     that holds one, replicas included."""
@@ -89,19 +89,19 @@ def _add_device_bytes(a, out: dict) -> None:
 
 
 
-def _json_list(values) -> str:
+def json_list(values) -> str:
     """JSON for a list of ints or None (faster than json.dumps for these)."""
     return "[" + ",".join("null" if v is None else str(int(v)) for v in values) + "]"
 
 
-def _is_ready(a) -> bool:
+def is_ready(a) -> bool:
     try:
         return bool(a.is_ready())
     except Exception:
         return True
 
 
-def _address(a):
+def buffer_address(a):
     try:
         return int(a.unsafe_buffer_pointer())
     except Exception:

@@ -18,8 +18,8 @@ import threading
 import types
 from dataclasses import dataclass
 
-from jaxmemprof.capture.signals import _end_by_exit_signal, _os_exit, remove_scratch
-from jaxmemprof.capture.tracebacks import _trim, _user_traceback, safe_str
+from jaxmemprof.capture.signals import end_by_exit_signal, os_exit, remove_scratch
+from jaxmemprof.capture.tracebacks import trim_traceback, user_traceback, safe_str
 
 # Python's own display of an exception (PyErr_Display), as it was before the
 # script could replace sys.__excepthook__.
@@ -27,7 +27,7 @@ _DISPLAY = sys.__excepthook__
 _MISSING = object()
 
 
-def _system_exit_status(exc: SystemExit) -> int:
+def system_exit_status(exc: SystemExit) -> int:
     """What python does with an uncaught SystemExit: its ``code`` (the
     exception itself when that cannot be read); None is 0, an int is the
     status (as the process's is: its low 8 bits), anything else is printed
@@ -81,7 +81,7 @@ def _write_stderr(text: str) -> None:
         pass
 
 
-def _report_exception(box: list) -> int | None:
+def report_exception(box: list) -> int | None:
     """What python does with an uncaught exception (the one ``box`` holds:
     this function takes it, so that no frame of ours holds it while it is
     shown): ``sys.last_*`` set, ``sys.excepthook`` called (the script's own
@@ -89,7 +89,7 @@ def _report_exception(box: list) -> int | None:
     said so. A hook that raises SystemExit ends the program: its exit
     status is returned."""
     exc = box.pop()
-    tb = _trim(exc)
+    tb = trim_traceback(exc)
     kind = type(exc)
     for name, value in (("last_type", kind), ("last_value", exc), ("last_traceback", tb)):
         try:
@@ -126,10 +126,10 @@ def _report_exception(box: list) -> int | None:
     try:
         hook(kind, exc, tb)
     except SystemExit as hook_exit:
-        return _system_exit_status(hook_exit)
+        return system_exit_status(hook_exit)
     except BaseException as hook_exc:
         _write_stderr("Error in sys.excepthook:\n")
-        _display(hook_exc, _trim(hook_exc))
+        _display(hook_exc, trim_traceback(hook_exc))
         _write_stderr("\nOriginal exception was:\n")
         _display(exc, tb)
     return None
@@ -142,7 +142,7 @@ def _display(exc: BaseException, tb) -> None:
         pass
 
 
-def _wait_for_threads() -> bool:
+def wait_for_threads() -> bool:
     """What python does once the main module is done: its threading atexit
     calls, then every non-daemon thread joined (the sampler records them
     meanwhile). Whether any was still running. An interruption (Ctrl-C)
@@ -167,7 +167,7 @@ def _wait_for_threads() -> bool:
 def _write_unraisable(exc: BaseException, obj) -> None:
     """Python's "Exception ignored in: OBJ" report, through the script's
     sys.unraisablehook if it set one."""
-    tb = _trim(exc)
+    tb = trim_traceback(exc)
     hook = getattr(sys, "unraisablehook", None)
     if hook is not None and hook is not sys.__unraisablehook__:
         try:
@@ -221,7 +221,7 @@ class _TrimUnraisable:
 
     def __call__(self, args):
         try:
-            tb = _trim(args.exc_value) if args.exc_value is not None else _user_traceback(args.exc_traceback)
+            tb = trim_traceback(args.exc_value) if args.exc_value is not None else user_traceback(args.exc_traceback)
             args = type(args)((args.exc_type, args.exc_value, tb, args.err_msg, args.object))
         except Exception:
             pass
@@ -233,7 +233,7 @@ class _TrimUnraisable:
             sys.unraisablehook = self.hook
 
 
-def _run_atexit_handlers() -> None:
+def run_atexit_handlers() -> None:
     """The program's atexit handlers, run now as python runs them at exit
     (the last registered first, an exception in one reported and passed
     over), while the run still records: their markers and memory are the
@@ -244,7 +244,7 @@ def _run_atexit_handlers() -> None:
     held = _jax_exit_handlers()
     for f in held:
         atexit.unregister(f)
-    atexit.unregister(_end_by_exit_signal)
+    atexit.unregister(end_by_exit_signal)
     trim = _TrimUnraisable()
     try:
         run_all()
@@ -252,7 +252,7 @@ def _run_atexit_handlers() -> None:
         pass
     finally:
         trim.remove()
-        atexit.register(_end_by_exit_signal)  # the last at exit
+        atexit.register(end_by_exit_signal)  # the last at exit
         for f in held:
             atexit.register(f)
 
@@ -281,14 +281,14 @@ def exit_without_teardown(status: int) -> None:
         except BaseException:
             pass
     remove_scratch()
-    _os_exit(status & 0xFF)
+    os_exit(status & 0xFF)
 
 
 # -- the process's state: the script's, and jaxmemprof's own ---------------------
 
 
 @dataclass
-class _ProcessState:
+class ProcessState:
     """What a script may change that jaxmemprof's own work after it needs:
     the current directory, sys.argv, sys.path, sys.stdout and sys.stderr."""
 
@@ -299,7 +299,7 @@ class _ProcessState:
     stderr: object
 
     @classmethod
-    def capture(cls) -> _ProcessState:
+    def capture(cls) -> ProcessState:
         try:
             cwd = os.getcwd()
         except OSError:  # the script removed its directory

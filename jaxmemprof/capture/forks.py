@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from jaxmemprof.capture.rundir import _forget_locks_in_child, _lock, _mkdir
+from jaxmemprof.capture.rundir import forget_locks_in_child, lock, mkdir
 from jaxmemprof.capture.sampler import jax_ready
 from jaxmemprof.store import layout
 
@@ -81,8 +81,8 @@ class _ForkWatch:
             return  # the child records itself (profile()), or is ending
         try:
             path = fork_directory(self.parent_path, os.getpid())
-            _mkdir(path, exist_ok=False)
-            _lock(path)
+            mkdir(path, exist_ok=False)
+            lock(path)
             s = self.session_type(path, target_argv=self.argv, interval=self.interval,
                                   max_overhead=self.max_overhead, jit_probe=False, addresses=self.addresses,
                                   command=self.command, on_finish=self.on_finish)
@@ -124,7 +124,7 @@ def after_fork_in_child(parent: Session | None, active) -> None:
     the active one): the child stops recording the parent's run (and may
     record its own, see above); ``active()`` the child's active session."""
     global _fork_watch
-    _forget_locks_in_child()
+    forget_locks_in_child()
     _fork_watch = None
     if parent is not None:
         parent.detach_in_child()

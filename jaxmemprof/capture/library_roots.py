@@ -30,7 +30,7 @@ from __future__ import annotations
 import os
 import sys
 
-from jaxmemprof.paths import MANIFEST_KEY, Libraries, is_builtin_library
+from jaxmemprof.facts.paths import MANIFEST_KEY, Libraries, is_builtin_library
 
 _libraries: Libraries | None = None
 _seen_path: tuple | None = None  # sys.path when _libraries was computed

@@ -51,7 +51,7 @@ import weakref
 
 from jaxmemprof.capture.frame_locals import frame_locals
 from jaxmemprof.capture.library_roots import is_library
-from jaxmemprof.paths import is_own_file
+from jaxmemprof.facts.paths import is_own_file
 
 # Kinds of a step from an object to one it refers to.
 ITEM, KEY, ATTR, CLOSURE, LOCAL, CACHE, MEMBER, REF = ("item", "key", "attr", "closure", "local", "cache",

@@ -118,7 +118,7 @@ def process_directory_name(index: int) -> str:
 
 
 # The process directories this process claimed: absolute path -> LauncherProcess.
-_processes: dict[str, LauncherProcess] = {}
+processes: dict[str, LauncherProcess] = {}
 
 
 if TYPE_CHECKING:
@@ -156,23 +156,23 @@ def prepare_directory(path: Path, force: bool, by_hand: bool = False) -> Path:
     job that no launcher variable names (see "jobs started by hand")."""
     proc = launcher_process()
     if proc is not None:
-        return _prepare_process_directory(Path(path), proc, force)
+        return prepare_process_directory(Path(path), proc, force)
     if isinstance(path, _DefaultPath):
         path = Path(_claim_fresh_name(path))
     else:
         path = Path(path)
         if path.exists() and not path.is_dir():
             raise InputError(str(path), "exists and is not a directory")
-        _mkdir(path, exist_ok=True)
+        mkdir(path, exist_ok=True)
         if by_hand and _can_defer():
             return _claim_by_hand(path, force)
-    return _claim(path, force)
+    return claim_directory(path, force)
 
 
-def _claim(path: Path, force: bool, state: str = "recording") -> Path:
+def claim_directory(path: Path, force: bool, state: str = "recording") -> Path:
     """Lock ``path`` for this run and clear what an earlier run of ours left
     there (``force``); the lock is released if that fails."""
-    _lock(path, state)
+    lock(path, state)
     try:
         _clear_for_reuse(path, force)
     except BaseException:
@@ -181,7 +181,7 @@ def _claim(path: Path, force: bool, state: str = "recording") -> Path:
     return path
 
 
-def _prepare_process_directory(job: Path, proc: LauncherProcess, force: bool) -> Path:
+def prepare_process_directory(job: Path, proc: LauncherProcess, force: bool) -> Path:
     """``job/process-N`` for process N of a job: the job directory is shared
     (every process creates it if need be; never a single run's directory),
     the process directory is claimed, locked and cleared as a run directory
@@ -189,19 +189,19 @@ def _prepare_process_directory(job: Path, proc: LauncherProcess, force: bool) ->
     at ``job/process-N`` (to a directory or to nothing) is refused."""
     if job.exists() and not job.is_dir():
         raise InputError(str(job), "exists and is not a directory")
-    _mkdir(job, exist_ok=True)
+    mkdir(job, exist_ok=True)
     if (job / layout.MANIFEST).exists() or (job / layout.JOURNAL).exists():
         raise InputError(str(job), f"holds a single-process run, not a job's processes ({proc.variable}="
                                    f"{proc.index} makes this process {process_directory_name(proc.index)} "
                                    "of a job); choose another --output")
     path = job / process_directory_name(proc.index)
-    _mkdir(path, exist_ok=True, own=True)
-    _claim(path, force)
-    _processes[os.path.abspath(path)] = proc
+    mkdir(path, exist_ok=True, own=True)
+    claim_directory(path, force)
+    processes[os.path.abspath(path)] = proc
     return path
 
 
-def _mkdir(path: Path, exist_ok: bool, own: bool = False) -> bool:
+def mkdir(path: Path, exist_ok: bool, own: bool = False) -> bool:
     """Create ``path`` (and its parents); False when it already existed.
     ``own``: the name is ours (``process-N``), so a link there is refused
     even when it leads to a directory; else the name is the user's, and a
@@ -236,7 +236,7 @@ def _claim_fresh_name(path: Path) -> Path:
     for n in range(1, 10_000):
         candidate = path if n == 1 else path.with_name(f"{path.name}-{n}")
         try:
-            _mkdir(candidate, exist_ok=False)
+            mkdir(candidate, exist_ok=False)
             return candidate
         except FileExistsError:
             continue
@@ -251,7 +251,7 @@ class _Busy(InputError):
     """The directory is locked by another jaxmemprof run."""
 
 
-def _lock(path: Path, state: str = "recording") -> None:
+def lock(path: Path, state: str = "recording") -> None:
     """Hold an exclusive lock on ``path/.jaxmemprof.lock`` until the run
     ends (or the process dies: the kernel releases it). The file is removed
     when the run ends; a lock taken on a file removed meanwhile is retried.
@@ -323,7 +323,7 @@ def release_directory(path: Path) -> None:
     os.close(fd)
 
 
-def _forget_locks_in_child() -> None:
+def forget_locks_in_child() -> None:
     """A forked child shares its parent's lock (one open file description):
     it drops its copy of the descriptor, so that the lock ends with the
     parent's run, never removing the parent's lock file."""
@@ -334,7 +334,7 @@ def _forget_locks_in_child() -> None:
             pass
     _locks.clear()
     _lock_times.clear()
-    _deferred.clear()
+    deferred.clear()
 
 
 # -- jobs started by hand --------------------------------------------------------------
@@ -386,7 +386,7 @@ class _Deferred:
 
 
 # Run directories whose claim waits for jax.distributed.initialize: absolute path -> _Deferred.
-_deferred: dict[str, _Deferred] = {}
+deferred: dict[str, _Deferred] = {}
 
 
 def _claim_text(state: str, t0: float) -> bytes:
@@ -395,7 +395,7 @@ def _claim_text(state: str, t0: float) -> bytes:
     return f"{os.getpid()}\n{state.ljust(_STATE_WIDTH)} {t0:.3f}\n".encode()
 
 
-def _set_claim_state(path: Path, state: str) -> None:
+def set_claim_state(path: Path, state: str) -> None:
     key = os.path.abspath(path)
     fd = _locks.get(key)
     if fd is None:
@@ -473,20 +473,20 @@ def _claim_by_hand(path: Path, force: bool) -> Path:
             # A job recorded here before, run again with --force: each process
             # replaces its own process-N once initialize names it; until then
             # the holder too records beside them.
-            _lock(path, state)
+            lock(path, state)
             try:
                 pending = _begin_pending(path, force)
             except BaseException:
                 release_directory(path)
                 raise
-            _deferred[os.path.abspath(pending)].holds_job = True
+            deferred[os.path.abspath(pending)].holds_job = True
             return pending
-        _claim(path, force, state)
+        claim_directory(path, force, state)
     except _Busy:
         if not _holder_waits_for_initialize(path):
             raise
         return _begin_pending(path, force)
-    _deferred[os.path.abspath(path)] = _Deferred(job=path, force=force, pending=None)
+    deferred[os.path.abspath(path)] = _Deferred(job=path, force=force, pending=None)
     return path
 
 
@@ -541,16 +541,16 @@ def _begin_pending(job: Path, force: bool) -> Path:
     for n in range(1, 100):
         path = base if n == 1 else base.with_name(f"{base.name}-{n}")
         try:
-            _mkdir(path, exist_ok=False)
+            mkdir(path, exist_ok=False)
         except FileExistsError:
             continue
-        _claim(path, False)
-        _deferred[os.path.abspath(path)] = _Deferred(job=job, force=force, pending=Path(os.path.abspath(path)))
+        claim_directory(path, False)
+        deferred[os.path.abspath(path)] = _Deferred(job=job, force=force, pending=Path(os.path.abspath(path)))
         return path
     raise InputError(str(job), "another jaxmemprof run is recording into it; choose another --output")
 
 
-def _pending_peers(job: Path) -> bool:
+def pending_peers(job: Path) -> bool:
     """Whether a live run waits in ``job`` (a JOB/pending-PID it holds)."""
     try:
         names = [e.name for e in os.scandir(job) if e.name.startswith(PENDING_PREFIX)
@@ -560,7 +560,7 @@ def _pending_peers(job: Path) -> bool:
     return any(_held(Path(job) / n) for n in names)
 
 
-def _wait_for_job(job: Path) -> str | None:
+def wait_for_job(job: Path) -> str | None:
     """Wait until the holder has moved its run out of ``job``; None then,
     else why not (it stays a single run)."""
     start = time.monotonic()

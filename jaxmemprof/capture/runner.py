@@ -35,13 +35,13 @@ import threading
 from jaxmemprof.capture import library_roots
 from jaxmemprof.capture.jit.oom import is_oom
 from jaxmemprof.capture.oom import failure_line
-from jaxmemprof.capture.exits import (_ProcessState, _report_exception, _run_atexit_handlers, _system_exit_status,
-                                      _wait_for_threads)
+from jaxmemprof.capture.exits import (ProcessState, report_exception, run_atexit_handlers, system_exit_status,
+                                      wait_for_threads)
 from jaxmemprof.capture.parking import park_program_threads
 from jaxmemprof.capture.session import Session
-from jaxmemprof.capture.signals import EndPhase, _exit_by_signal, _install_exit_by_signal, _SigTerm, dispositions
-from jaxmemprof.capture.target import (_COMMAND, _FILE, _MAIN_DIR, _STDIN, Target, _exec_command, _exec_module,
-                                       _exec_script, _exec_stdin, _kind, _path0, _replace_path0)
+from jaxmemprof.capture.signals import EndPhase, exit_by_signal, install_exit_by_signal, SigTerm, dispositions
+from jaxmemprof.capture.target import (COMMAND, FILE, MAIN_DIR, STDIN_NAME, Target, exec_command, exec_module,
+                                       exec_script, exec_stdin, target_kind, target_path0, replace_path0)
 from jaxmemprof.capture.tracebacks import is_out_of_memory, safe_str, type_name
 
 
@@ -54,14 +54,14 @@ def run_target(target: Target, session: Session, progress=None) -> EndPhase:
     child the script ran in, raise SystemExit instead: the child ends there,
     as python's would (no summary, nothing recorded)."""
     initial = dispositions()  # the signals' handlers before the script: put back once it is over
-    _install_exit_by_signal()
-    ours = _ProcessState.capture()
-    kind = _kind(target)
+    install_exit_by_signal()
+    ours = ProcessState.capture()
+    kind = target_kind(target)
     sys.argv = target.argv
-    _replace_path0(_path0(target, kind), keep=kind == _MAIN_DIR)
+    replace_path0(target_path0(target, kind), keep=kind == MAIN_DIR)
 
     end = EndPhase(session, initial)
-    term = _SigTerm(session)
+    term = SigTerm(session)
     term.install()
     session.child_hooks.append(term.forget_in_child)
     session.start()
@@ -84,7 +84,7 @@ def run_target(target: Target, session: Session, progress=None) -> EndPhase:
     # Python stops the program's daemon threads here, as it finalises: they
     # run none of its code through jaxmemprof's end phase either.
     park_program_threads(lambda filename: not library_roots.is_library(filename))
-    script = _ProcessState.capture()
+    script = ProcessState.capture()
     end.begin(status, how, script_streams=(script.stdout, script.stderr))
     term.uninstall()
     if progress is not None:
@@ -112,16 +112,16 @@ def _run(target: Target, kind: str, session: Session) -> tuple[int, str, bool]:
     main_box: list = []  # the __main__ module python deletes __file__ from at the end
     failure: BaseException | None
     try:
-        if kind == _FILE:
-            _exec_script(target.named, main_box)
-        elif kind == _STDIN:
-            _exec_stdin(main_box)
-        elif kind == _COMMAND:
-            _exec_command(target.command or "")
-        elif kind == _MAIN_DIR:
-            _exec_module("__main__", alter_argv=False)
+        if kind == FILE:
+            exec_script(target.named, main_box)
+        elif kind == STDIN_NAME:
+            exec_stdin(main_box)
+        elif kind == COMMAND:
+            exec_command(target.command or "")
+        elif kind == MAIN_DIR:
+            exec_module("__main__", alter_argv=False)
         else:
-            _exec_module(target.named)
+            exec_module(target.named)
     except BaseException as exc:
         failure = exc
     else:
@@ -133,7 +133,7 @@ def _run(target: Target, kind: str, session: Session) -> tuple[int, str, bool]:
     if failure is None:
         status, how = 0, "exit"
     elif isinstance(failure, SystemExit):  # exited
-        status, how = _system_exit_status(failure), "exit"
+        status, how = system_exit_status(failure), "exit"
     else:
         # The traceback still holds the frames, and so the arrays they
         # reference: the snapshot sees memory as it was at the failure. The
@@ -154,13 +154,13 @@ def _run(target: Target, kind: str, session: Session) -> tuple[int, str, bool]:
             _add_event(session, "exception", f"{name}: {safe_str(failure)}"[:2000], index)
             status, how = 1, "exception"
         box, failure = [failure], None
-        hook_status = _report_exception(box)
+        hook_status = report_exception(box)
         if hook_status is not None:  # the hook called sys.exit: python exits with its status
             status, exited = hook_status, True
         elif how == "SIGINT":
             # Python ends by SIGINT itself after an uncaught KeyboardInterrupt,
             # once the atexit handlers have run.
-            _exit_by_signal(signal.SIGINT)
+            exit_by_signal(signal.SIGINT)
     failure = None
     if not exited and main_box:
         # Python removes these once the script is done (not when it exits by SystemExit).
@@ -169,8 +169,8 @@ def _run(target: Target, kind: str, session: Session) -> tuple[int, str, bool]:
     del main_box
     if session.forked:
         return status, how, False
-    threads = _wait_for_threads()
-    _run_atexit_handlers()
+    threads = wait_for_threads()
+    run_atexit_handlers()
     if getattr(threading, "_SHUTTING_DOWN", False):
         # The program is over; jaxmemprof's own work goes on (its imports
         # may register threading atexit calls, refused after shutdown).

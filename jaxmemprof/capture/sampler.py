@@ -24,8 +24,8 @@ import sys
 import threading
 import time
 
-from jaxmemprof.capture.arrays import (_add_device_bytes, _address, _Entry, _is_ready, _json_list, _Ref,
-                                       _Static, is_deleted)
+from jaxmemprof.capture.arrays import (add_device_bytes, buffer_address, Entry, is_ready, json_list, Ref,
+                                       Static, is_deleted)
 # Imported here, not in the first snapshot, whose cost sets the sampling pace.
 from jaxmemprof.capture.device_reads import LoadedExecutables, memory_stats_rows, profile_buffers
 from jaxmemprof.capture.steps import STALE_S, Steps, on_grid, searched
@@ -90,9 +90,9 @@ class Sampler:
         self._lock = threading.RLock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._tracked: dict[int, _Entry] = {}  # id(array) -> what we know of it
+        self._tracked: dict[int, Entry] = {}  # id(array) -> what we know of it
         self._aliases: dict = {}  # id(view) -> _Ref: per-shard views, not counted
-        self._pending: dict[int, _Entry] = {}  # tracked arrays whose addresses are to be read
+        self._pending: dict[int, Entry] = {}  # tracked arrays whose addresses are to be read
         self._dead: list = []  # _Ref/_Entry of arrays that died (appended by their callbacks)
         self._owner: dict = {}  # (device, address) -> the tracked entry that holds it
         self._static: dict = {}  # (shape, dtype, sharding) -> what every such array shares
@@ -266,7 +266,7 @@ class Sampler:
             try:
                 live = jax.live_arrays()
                 for a in live:
-                    _add_device_bytes(a, out)
+                    add_device_bytes(a, out)
             except Exception:
                 return None
             finally:
@@ -431,7 +431,7 @@ class Sampler:
         address_updates: list = []
         for key, entry in list(self._pending.items()):
             a = entry()
-            if a is not None and (wait or _is_ready(a)):
+            if a is not None and (wait or is_ready(a)):
                 del self._pending[key]
                 self._read_late(a, entry, address_updates)
         unseen = ids - tracked.keys() - aliases.keys() if len(ids) > len(tracked) else ()
@@ -464,7 +464,7 @@ class Sampler:
                 sharding = a.sharding
                 static = cache.get((a.shape, a.dtype, sharding))
                 if static is None:
-                    static = _Static(a, sharding)
+                    static = Static(a, sharding)
                     if len(cache) < 10_000:
                         cache[(a.shape, a.dtype, sharding)] = static
                 tb = getattr(a, "traceback", None)
@@ -484,7 +484,7 @@ class Sampler:
             if static is None:
                 continue
             if i in views:
-                self._aliases[id(a)] = _Ref(a, self._dead.append)
+                self._aliases[id(a)] = Ref(a, self._dead.append)
                 continue
             tb, site = tbs[i], sites[i]
             pair = tb is not None and id(tb) in paired
@@ -492,12 +492,12 @@ class Sampler:
             try:
                 # Reading a buffer's address waits for the computation that
                 # fills it: an array still being computed gets them later.
-                pending = read and not wait and not _is_ready(a)
+                pending = read and not wait and not is_ready(a)
                 keys = (self._read(a, static.devices, site, learn=not pair) if read and not pending
                         else static.unread_keys)
             except Exception:
                 continue  # deleted while we looked
-            entry = _Entry(a, self._dead.append, keys, pending, site, static)
+            entry = Entry(a, self._dead.append, keys, pending, site, static)
             if not read and tb is not None:
                 entry.traceback_id = id(tb)
             (multi if len(keys) > 1 else single).append(entry)
@@ -519,7 +519,7 @@ class Sampler:
             self._next_array += 1
             s = entry.static
             rows.append((entry.array_id, key, s.shape, s.dtype, s.nbytes, s.sizes, s.devices_json,
-                         _json_list(address for _, address in entry.keys), s.sharding, s.memory_kind,
+                         json_list(address for _, address in entry.keys), s.sharding, s.memory_kind,
                          entry.site))
             self._own(entry)
             if entry.traceback_id is not None:
@@ -547,10 +547,10 @@ class Sampler:
         is remembered (not from arrays whose views the program made: a view
         shares its array's site, and reading it makes none)."""
         if len(devices) == 1 and site in self._clean_sites:
-            return ((devices[0], _address(a)),)
+            return ((devices[0], buffer_address(a)),)
         shards = a.addressable_shards
         if len(shards) == 1:
-            address = {devices[0]: _address(a)}
+            address = {devices[0]: buffer_address(a)}
             views: tuple
             try:
                 views = (shards[0].data,)
@@ -558,17 +558,17 @@ class Sampler:
                 views = ()
         else:
             views = tuple(s.data for s in shards)
-            address = {str(s.device): _address(v) for s, v in zip(shards, views)}
+            address = {str(s.device): buffer_address(v) for s, v in zip(shards, views)}
         made = [v for v in views if v is not a]
         for v in made:
-            self._aliases[id(v)] = _Ref(v, self._dead.append)
+            self._aliases[id(v)] = Ref(v, self._dead.append)
         if made and learn:
             self._view_sites.add(site)
         elif len(devices) == 1 and learn:
             self._clean_sites.add(site)
         return tuple((d, address.get(d)) for d in devices)
 
-    def _read_late(self, a, entry: _Entry, updates: list) -> None:
+    def _read_late(self, a, entry: Entry, updates: list) -> None:
         """Read the addresses of a tracked array computed by now and queue
         the journal update."""
         try:
@@ -578,7 +578,7 @@ class Sampler:
             return
         entry.keys, entry.pending = keys, False
         self._own(entry)
-        updates.append((_json_list(k[1] for k in keys), entry.array_id))
+        updates.append((json_list(k[1] for k in keys), entry.array_id))
 
     def _views_of_unread(self, statics: list, tbs: list) -> set:
         """Indices of new one-device arrays that are views of an array whose
@@ -632,14 +632,14 @@ class Sampler:
                     return entry
         return None
 
-    def _forget_unread(self, entry: _Entry) -> None:
+    def _forget_unread(self, entry: Entry) -> None:
         group = self._unread.get(entry.traceback_id)
         if group is not None and group.get(entry.key) is entry:
             del group[entry.key]
             if not group:
                 del self._unread[entry.traceback_id]
 
-    def _own(self, entry: _Entry) -> None:
+    def _own(self, entry: Entry) -> None:
         for k in entry.keys:
             if k[1] is not None:
                 self._owner[k] = entry

@@ -28,9 +28,9 @@ from jaxmemprof.capture.jit import JitProbe
 # default_output and prepare_directory: how run, profile() and the pytest
 # plugin name and claim the directory of the session they start. The rest are read from here by the modules
 # and tests that import them through the session (hence noqa F401).
-from jaxmemprof.capture.rundir import (BY_INITIALIZE, LauncherProcess, _claim, _deferred, _mkdir,  # noqa: F401
-                                       _pending_peers, _prepare_process_directory, _processes,
-                                       _set_claim_state, _wait_for_job, default_output, prepare_directory,
+from jaxmemprof.capture.rundir import (BY_INITIALIZE, LauncherProcess, claim_directory, deferred, mkdir,  # noqa: F401
+                                       pending_peers, prepare_process_directory, processes,
+                                       set_claim_state, wait_for_job, default_output, prepare_directory,
                                        process_directory_name, release_directory)
 from jaxmemprof.capture.py_holders import Searches
 from jaxmemprof.capture.sampler import Sampler, jax_ready
@@ -139,13 +139,13 @@ class Session:
                          # run --target: the TPU slices the step is compiled for (capture/jit/targets.py)
                          "targets": list(targets) if jit_probe else []},
         }
-        proc = _processes.get(str(self.path))
+        proc = processes.get(str(self.path))
         if proc is not None:  # as the launcher says; JAX's own index replaces it once known
             manifest.update(process_index=proc.index, process_count=proc.count, process_variable=proc.variable,
                             job_id=proc.job_id)
         self.process = proc
         # A claim that waits for jax.distributed.initialize (jobs started by hand).
-        self.deferred = _deferred.pop(str(self.path), None)
+        self.deferred = deferred.pop(str(self.path), None)
         if self.deferred is not None and self.deferred.pending is not None:
             manifest["pending"] = {"job": os.path.abspath(self.deferred.job)}
         self._dist_patch = None
@@ -282,7 +282,7 @@ class Session:
     def _claim_state_is(self, state: str) -> None:
         d = self.deferred
         if d is not None and not d.settled and (d.pending is None or d.holds_job):
-            _set_claim_state(d.job, state)
+            set_claim_state(d.job, state)
 
     def _release_job_lock(self) -> None:
         d = self.deferred
@@ -298,9 +298,9 @@ class Session:
             return
         d.settled = True
         if d.pending is None:
-            _set_claim_state(self.path, "recording")
+            set_claim_state(self.path, "recording")
         elif d.holds_job:
-            _set_claim_state(d.job, "recording")
+            set_claim_state(d.job, "recording")
             self._pending_alone("holds a job's processes, not a single run")
         else:
             self._pending_alone("another jaxmemprof run is recording into it")
@@ -311,7 +311,7 @@ class Session:
         reckoned it before, by the GPU's pool): a TPU's whole chip."""
         import dataclasses
 
-        from jaxmemprof.backends import get as backend_of
+        from jaxmemprof.facts.backends import get as backend_of
 
         probe = self.probe
         if not self._planning_by_backend or probe is None:
@@ -351,24 +351,24 @@ class Session:
         job = Path(os.path.abspath(d.job))
         old = self.path
         if d.pending is None:
-            if not _pending_peers(job):
-                _set_claim_state(job, "recording")
+            if not pending_peers(job):
+                set_claim_state(job, "recording")
                 return
             dst = job / name
             try:
-                _mkdir(dst, exist_ok=True, own=True)
-                _claim(dst, d.force)
+                mkdir(dst, exist_ok=True, own=True)
+                claim_directory(dst, d.force)
             except InputError as exc:
-                _set_claim_state(job, "recording")
+                set_claim_state(job, "recording")
                 _warn(f"jaxmemprof: warning: {exc}; this process is recorded as a single run in {self.directory}\n")
                 return
         else:
-            why = _wait_for_job(job)
+            why = wait_for_job(job)
             if why is not None:
                 self._pending_alone(why)
                 return
             try:
-                dst = _prepare_process_directory(job, proc, d.force)
+                dst = prepare_process_directory(job, proc, d.force)
             except InputError as exc:
                 self._pending_alone(exc.problem if exc.source == str(job) else str(exc))
                 return
@@ -376,13 +376,13 @@ class Session:
             self.writer.move_to(dst)
         except (OSError, InputError, sqlite3.Error) as exc:
             release_directory(dst)
-            _processes.pop(str(dst), None)
+            processes.pop(str(dst), None)
             try:
                 os.rmdir(dst)
             except OSError:
                 pass
             if d.pending is None:
-                _set_claim_state(job, "recording")
+                set_claim_state(job, "recording")
             _warn(f"jaxmemprof: warning: {dst}: cannot move the run there ({_reason(exc)}); this process is "
                   f"recorded in {self.directory}\n")
             return
@@ -396,7 +396,7 @@ class Session:
         self.path = dst
         self.directory = Path(d.job) / name
         self.process = proc
-        _processes[str(dst)] = proc
+        processes[str(dst)] = proc
         with self.writer._lock:
             m = self.writer.manifest
             m.pop("pending", None)

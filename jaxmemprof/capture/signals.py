@@ -29,25 +29,25 @@ TERM_GRACE_S = 10.0
 _exit_signal: int | None = None
 # os._exit as it is now: a shielded re-trace of the program's Python at the end
 # (capture/jit/retrace.py) replaces it for a while, in every thread.
-_os_exit = os._exit
+os_exit = os._exit
 _exit_hook_installed = False
 
 
-def _install_exit_by_signal() -> None:
+def install_exit_by_signal() -> None:
     """Registered before the script runs, so that it runs after every atexit
     handler the script registers."""
     global _exit_hook_installed
     if not _exit_hook_installed:
-        atexit.register(_end_by_exit_signal)
+        atexit.register(end_by_exit_signal)
         _exit_hook_installed = True
 
 
-def _exit_by_signal(sig: int) -> None:
+def exit_by_signal(sig: int) -> None:
     global _exit_signal
     _exit_signal = sig
 
 
-def _end_by_exit_signal() -> None:
+def end_by_exit_signal() -> None:
     """The last thing at exit: end by the signal that ended the script, as
     python does after an uncaught KeyboardInterrupt (stdout and stderr
     flushed first)."""
@@ -90,7 +90,7 @@ def die_by(sig: int) -> None:
     except (AttributeError, OSError, ValueError):
         pass
     os.kill(os.getpid(), sig)
-    _os_exit(128 + sig)  # not reached: the default action ended the process
+    os_exit(128 + sig)  # not reached: the default action ended the process
 
 
 def _c_default_action(sig: int) -> None:
@@ -102,10 +102,10 @@ def _c_default_action(sig: int) -> None:
         libc.signal.argtypes = [ctypes.c_int, ctypes.c_void_p]
         libc.signal(sig, None)  # SIG_DFL
     except Exception:
-        _os_exit(128 + sig)
+        os_exit(128 + sig)
 
 
-class _SigTerm:
+class SigTerm:
     """SIGTERM ends the process at once, as its default action does under
     python, even while the script swallows every exception or waits in a
     long XLA call; first the run gets its last snapshot and is finalised.
@@ -497,7 +497,7 @@ class EndPhase:
 
     def _exit_with_status(self) -> None:
         remove_scratch()
-        _os_exit(self.status & 0xFF)
+        os_exit(self.status & 0xFF)
 
 
 def _start(thread: threading.Thread) -> None:

@@ -98,31 +98,31 @@ def _has_importer(path: str) -> bool:
 
 
 # How the target runs: its kind, decided once as python decides it.
-_FILE, _MAIN_DIR, _STDIN, _COMMAND, _MODULE = "file", "main-dir", "stdin", "command", "module"
+FILE, MAIN_DIR, STDIN_NAME, COMMAND, _MODULE = "file", "main-dir", "stdin", "command", "module"
 
 
-def _kind(target: Target) -> str:
+def target_kind(target: Target) -> str:
     if target.command is not None:
-        return _COMMAND
+        return COMMAND
     if target.module is not None and not target.path:
         return _MODULE
     if target.path == STDIN:
-        return _STDIN
-    return _MAIN_DIR if _has_importer(script_file(target.path or "")) else _FILE
+        return STDIN_NAME
+    return MAIN_DIR if _has_importer(script_file(target.path or "")) else FILE
 
 
-def _path0(target: Target, kind: str) -> str:
+def target_path0(target: Target, kind: str) -> str:
     """What python puts first in sys.path."""
-    if kind in (_COMMAND, _STDIN):
+    if kind in (COMMAND, STDIN_NAME):
         return ""
     if kind == _MODULE:
         return os.getcwd()
-    if kind == _MAIN_DIR:
+    if kind == MAIN_DIR:
         return script_file(target.path or "")
     return script_path0(target.path or "")
 
 
-def _replace_path0(path0: str, keep: bool) -> None:
+def replace_path0(path0: str, keep: bool) -> None:
     """sys.path[0] as python sets it for the target, in place of
     jaxmemprof's own, whose import cache entry goes with it, as the
     target's does unless ``keep`` (python has none for a directory nothing
@@ -169,7 +169,7 @@ def _load_pyc(data: bytes):
     return code
 
 
-def _exec_script(path: str, main_box: list) -> None:
+def exec_script(path: str, main_box: list) -> None:
     """What ``python path`` does: a fresh ``__main__`` module running the
     file (source or compiled), with the globals python gives it."""
     from importlib.machinery import SourceFileLoader, SourcelessFileLoader
@@ -185,7 +185,7 @@ def _exec_script(path: str, main_box: list) -> None:
     exec(code, main.__dict__)
 
 
-def _exec_stdin(main_box: list) -> None:
+def exec_stdin(main_box: list) -> None:
     """What ``python -`` does: the script read from stdin, as ``<stdin>``."""
     main = _fresh_main(__file__="<stdin>", __cached__=None)
     main_box.append(main)
@@ -200,13 +200,13 @@ def _exec_stdin(main_box: list) -> None:
     exec(compile(source, "<stdin>", "exec", dont_inherit=True), main.__dict__)
 
 
-def _exec_command(code: str) -> None:
+def exec_command(code: str) -> None:
     """What ``python -c code`` does."""
     main = _fresh_main()
     exec(compile(code, "<string>", "exec", dont_inherit=True), main.__dict__)
 
 
-def _exec_module(name: str, alter_argv: bool = True) -> None:
+def exec_module(name: str, alter_argv: bool = True) -> None:
     """What ``python -m name`` does (and, with ``__main__`` and no argv
     change, ``python DIR`` for a directory or zip): runpy's own entry for
     it, in a fresh ``__main__`` module (so tracebacks, sys.argv[0] and

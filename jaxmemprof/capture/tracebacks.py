@@ -62,7 +62,7 @@ def _ours(tb) -> bool:
     return f.startswith(_OWN_DIR) or f == _RUNPY
 
 
-def _user_traceback(tb):
+def user_traceback(tb):
     """A traceback as python would have it: without jaxmemprof's and runpy's
     frames above the script, nor the jit probe's between the script and a
     jitted function (which exist only under run)."""
@@ -94,12 +94,12 @@ def _chain(exc: BaseException | None):
             return
 
 
-def _trim(exc: BaseException):
+def trim_traceback(exc: BaseException):
     """Each exception python prints with ``exc`` gets its user traceback;
     returns ``exc``'s."""
     for e in _chain(exc):
         try:
-            _TRACEBACK.__set__(e, _user_traceback(_TRACEBACK.__get__(e)))
+            _TRACEBACK.__set__(e, user_traceback(_TRACEBACK.__get__(e)))
         except Exception:
             pass
     return _TRACEBACK.__get__(exc)

@@ -110,7 +110,7 @@ class _ClosedPipe(Exception):
     click, which exits with status 1 on EPIPE, lets it through to main()."""
 
 
-def _is_closed_pipe(exc: BaseException) -> bool:
+def is_closed_pipe(exc: BaseException) -> bool:
     return isinstance(exc, OSError) and exc.errno in (errno.EPIPE, errno.ESHUTDOWN)
 
 
@@ -122,7 +122,7 @@ class _Group(click.Group):
         try:
             return super().make_context(*args, **kwargs)
         except OSError as exc:
-            if _is_closed_pipe(exc):
+            if is_closed_pipe(exc):
                 raise _ClosedPipe() from None
             raise
 
@@ -130,7 +130,7 @@ class _Group(click.Group):
         try:
             return super().invoke(ctx)
         except OSError as exc:
-            if _is_closed_pipe(exc):
+            if is_closed_pipe(exc):
                 raise _ClosedPipe() from None
             raise
 

@@ -8,7 +8,7 @@ import sys
 
 import click
 
-from jaxmemprof.cli.base import (Size, _is_closed_pipe, analysis_options, attribution_options, build_report_for, cli,
+from jaxmemprof.cli.base import (Size, is_closed_pipe, analysis_options, attribution_options, build_report_for, cli,
                                  open_run, say, silence, size_value, stdout_stream, warn)
 from jaxmemprof.errors import InputError
 
@@ -195,7 +195,7 @@ def _write(text: str, failed: bool) -> None:
     except (InputError, OSError, ValueError) as exc:
         if not failed:
             raise
-        if not (isinstance(exc, OSError) and _is_closed_pipe(exc)):
+        if not (isinstance(exc, OSError) and is_closed_pipe(exc)):
             say(f"jaxmemprof: error: {exc}" if isinstance(exc, InputError) else
                 f"jaxmemprof: error: stdout: cannot write: {getattr(exc, 'strerror', None) or exc}")
         if sys.stdout is not None:

@@ -146,7 +146,7 @@ def run(output, force, interval, max_overhead, module, command, no_jit_probe, pl
         if not quiet:
             _flush_script_stdout()
             duration = (session.script_end or {}).get("duration_s")
-            end.run("the summary", lambda: _closing(tgt, session.directory, status, ended_by, duration,
+            end.run("the summary", lambda: closing_lines(tgt, session.directory, status, ended_by, duration,
                                                     before=progress))
             progress.closing()  # off a terminal, the end's compiles said last where they were long
     except EndPhaseSkipped:
@@ -315,7 +315,7 @@ def plan_and_targets(no_jit_probe, plan, plan_scales, plan_device_memory, plan_a
         planned = PlanOptions(scales=plan_scales or DEFAULT_SCALES, axis=plan_axis, device_bytes=plan_device_memory,
                               fit_peak_bytes=fit_peak)
     if slices:
-        from jaxmemprof import tpus
+        from jaxmemprof.facts import tpus
 
         if no_jit_probe:
             raise click.UsageError("--target compiles the jitted functions the jit probe observes: drop --no-jit-probe")
@@ -404,7 +404,7 @@ def _previous(directory) -> tuple | None:
         return None
 
 
-def _closing(tgt, directory, status=None, ended_by=None, duration_s=None, before=None):
+def closing_lines(tgt, directory, status=None, ended_by=None, duration_s=None, before=None):
     """Print the run's summary and findings on stderr; a failure here,
     writing to stderr included, never changes the target's exit status.
     How the script ended is what this process saw (a full disk may have

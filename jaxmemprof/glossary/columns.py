@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from jaxmemprof.libraries import WRAPPERS, phrases
+from jaxmemprof.facts.libraries import WRAPPERS, phrases
 
 # -- the meaning of every name -------------------------------------------------------
 

@@ -27,8 +27,8 @@ import functools
 import sys
 import weakref
 
-from jaxmemprof.capture.jit import JitProbe, Probed, _QuietProbed
-from jaxmemprof.libraries import PATCHED
+from jaxmemprof.capture.jit import JitProbe, Probed, QuietProbed
+from jaxmemprof.facts.libraries import PATCHED
 
 
 class _Discard:
@@ -101,7 +101,7 @@ class KernelJit:
     def _born(self, made):
         if isinstance(made, Probed) and made._probe is self.probe:
             self._know(made)
-            made.__class__ = _QuietProbed
+            made.__class__ = QuietProbed
         return made
 
     def _know(self, proxy) -> None:

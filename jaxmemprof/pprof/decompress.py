@@ -29,13 +29,13 @@ _OUT_PIECE = 1024**2  # decompressed bytes asked of zlib at a time
 # Decompressed bytes held while the total is not known yet: past this, the
 # rest is only counted, and a stream that ends under the limit is
 # decompressed again, into a buffer of its size (a bomb never fills memory).
-_HOLD = 32 * 1024**2
+HOLD = 32 * 1024**2
 # A gzip stream may decompress to at most this many times the bytes read of
 # it, past its first _RATIO_FREE bytes: real profiles compress 2 to 15 times
 # (JAX and Go aggregate their samples, so no two are alike), a bomb 1,000
 # times; one is refused once it has produced a few MiB, not at the bound.
 DEFAULT_MAX_RATIO = 100
-_RATIO_FREE = 4 * 1024**2
+RATIO_FREE = 4 * 1024**2
 
 Source = str | os.PathLike | bytes
 
@@ -156,7 +156,7 @@ def _gunzip(f: BinaryIO, head: bytes, name: str, limit: int, ratio: int | None =
     as gzip allows it. ``ratio``: see :func:`_inflate` (the first pass
     only: the second one has its total)."""
     start = f.tell() - len(head)
-    total, out = _inflate(f, head, name, limit, min(limit, _HOLD), ratio=ratio)
+    total, out = _inflate(f, head, name, limit, min(limit, HOLD), ratio=ratio)
     if out is not None:
         return out
     f.seek(start)
@@ -184,7 +184,7 @@ def _inflate(f: BinaryIO, head: bytes, name: str, limit: int, hold: int, again: 
     total = 0
     read_in = len(head)  # bytes read from f
     # Past this many bytes out, the ratio is checked (kept up to date below).
-    check_at = max(_RATIO_FREE, ratio * read_in) if ratio else limit
+    check_at = max(RATIO_FREE, ratio * read_in) if ratio else limit
     buf = memoryview(head)  # compressed bytes read, not yet given to zlib
     at_end = False
     pending: bytes | memoryview = b""  # given to zlib and not consumed (its output was cut short)
@@ -197,7 +197,7 @@ def _inflate(f: BinaryIO, head: bytes, name: str, limit: int, hold: int, again: 
             at_end = not buf
             read_in += len(buf)
             if ratio:
-                check_at = max(_RATIO_FREE, ratio * read_in)
+                check_at = max(RATIO_FREE, ratio * read_in)
         return bool(buf)
 
     while True:

@@ -291,7 +291,7 @@ class Profile:
         return out
 
 
-class _Parts:
+class Parts:
     """What the reader found, in plain form. Per sample only one int:
     ``stack_id << shift | tail`` (a tail is a distinct (values, labels)
     pair: ``tails[tail] = (value_id, label_id)``)."""

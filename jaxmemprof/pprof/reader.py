@@ -16,7 +16,7 @@ from operator import methodcaller
 
 from jaxmemprof.errors import InputError
 from jaxmemprof.pprof.decompress import DEFAULT_MAX_DECOMPRESSED, DEFAULT_MAX_RATIO, Source, read_profile_bytes
-from jaxmemprof.pprof.model import Profile, _Parts
+from jaxmemprof.pprof.model import Profile, Parts
 
 __all__ = ["DEFAULT_MAX_DECOMPRESSED", "DEFAULT_MAX_RATIO", "Profile", "load_profile", "read_profile_bytes"]
 
@@ -25,8 +25,8 @@ __all__ = ["DEFAULT_MAX_DECOMPRESSED", "DEFAULT_MAX_RATIO", "Profile", "load_pro
 # profile has one per 19 to 35 bytes (a 100,000-sample JAX profile: 104,000
 # in 3.6 MB); 2-byte strings or 5-byte samples would cost protobuf and
 # Python far more per byte than any profile does.
-_FIELDS_FREE = 1 << 17
-_FIELD_BYTES = 8
+FIELDS_FREE = 1 << 17
+FIELD_BYTES = 8
 _CHECK_BYTES = 64 * 1024  # samples walked between two counts (at most 32,768 of them)
 
 
@@ -126,7 +126,7 @@ def _too_dense(name: str, fields: int, p: int) -> InputError:
     return InputError(
         name,
         f"not a pprof profile as profilers write one ({fields} fields in its first {p} bytes: more than "
-        f"one per {_FIELD_BYTES} bytes; a decompression bomb?)",
+        f"one per {FIELD_BYTES} bytes; a decompression bomb?)",
     )
 
 
@@ -138,12 +138,12 @@ def _count_fields(raw: bytes, p: int, fields: int, name: str) -> int:
     not fields end the walk quietly (protobuf says what is wrong with them).
     Returns the count."""
     size = len(raw)
-    free = _FIELDS_FREE
+    free = FIELDS_FREE
     try:
         while p < size:
             p = _skip_field(raw, p)
             fields += 1
-            if fields > free and fields * _FIELD_BYTES > p:
+            if fields > free and fields * FIELD_BYTES > p:
                 raise _too_dense(name, fields, min(p, size))
     except (IndexError, _NotPlain):
         pass
@@ -255,14 +255,14 @@ def _scan_raw(raw: bytes, name: str = "<bytes>"):
         if p < stop or p >= size:
             break  # past the samples, or at the end
         fields = skipped + len(codes)
-        if fields > _FIELDS_FREE and fields * _FIELD_BYTES > p:
+        if fields > FIELDS_FREE and fields * FIELD_BYTES > p:
             raise _too_dense(name, fields, p)
         stop = min(size, p + _CHECK_BYTES)
     if p > size:
         raise _NotPlain()
     keys = _Keys(codes, shift, list(stack_of), list(tail_of), False)
     keys.fields = fields = skipped + len(codes)
-    if fields > _FIELDS_FREE and fields * _FIELD_BYTES > p:  # the last stretch
+    if fields > FIELDS_FREE and fields * FIELD_BYTES > p:  # the last stretch
         raise _too_dense(name, fields, p)
     return first, p, keys
 
@@ -535,7 +535,7 @@ def _convert(msg, name: str, sample_index, keys: _Keys) -> Profile:
 
     codes = keys.codes
     shift = keys.shift
-    parts = _Parts(types, list(frame_index), value_rows, None, tails, codes, shift)
+    parts = Parts(types, list(frame_index), value_rows, None, tails, codes, shift)
     if flat is not None:
         parts.flat, parts.ends = flat, ends
     n = len(codes)

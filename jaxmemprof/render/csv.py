@@ -8,7 +8,7 @@ from __future__ import annotations
 import csv
 from typing import TextIO
 
-from jaxmemprof.devices import displayed
+from jaxmemprof.facts.devices import displayed
 from jaxmemprof.render.escape import safe_column
 
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
@@ -27,7 +27,7 @@ def write_csv(rows, out: TextIO) -> None:
     # CRLF, the standard CSV line end: with it the writer quotes every cell
     # holding a CR or LF, so no name can start a row of its own.
     writer = csv.writer(out, lineterminator="\r\n")
-    rows = displayed(rows)  # devices named as every output names them (jaxmemprof/devices.py)
+    rows = displayed(rows)  # devices named as every output names them (jaxmemprof/facts/devices.py)
     names = [str(c) for c in rows.columns]
     writer.writerow(names)
     if not hasattr(rows, "itertuples"):  # a plain Table: text is str, numbers int or float, nothing missing

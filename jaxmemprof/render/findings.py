@@ -21,7 +21,7 @@ import json
 
 from jaxmemprof.analysis.findings import Finding
 from jaxmemprof.analysis.rules import RULES, Words
-from jaxmemprof.devices import display
+from jaxmemprof.facts.devices import display
 from jaxmemprof.units import format_bytes
 
 COLUMNS = ["rule", "case", "severity", "site", "saving_bytes", "saves", "message", "fix", "evidence", "brief",

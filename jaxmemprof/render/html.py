@@ -29,10 +29,10 @@ from jaxmemprof._version import __version__
 from jaxmemprof.analysis.flame import Cells
 from jaxmemprof.analysis.documents import JobDocument, ProfilesDocument, RunDocument
 from jaxmemprof.analysis.roles import ROLES
-from jaxmemprof.devices import display, display_all, displayed
+from jaxmemprof.facts.devices import display, display_all, displayed
 from jaxmemprof.finite import finite
 from jaxmemprof.render.escape import safe, safe_column, safe_field
-from jaxmemprof.render.json import _default
+from jaxmemprof.render.json import default
 from jaxmemprof.render.tables import largest_signature
 
 FORMAT_VERSION = 1
@@ -387,7 +387,7 @@ def _escaped(value, name: str = ""):
 def embed_json(data: dict) -> str:
     """``data`` as JSON that is safe inside a ``<script>`` element."""
     text = json.dumps(_cleaned({"format": FORMAT_VERSION, "generator": f"jaxmemprof {__version__}", **data}),
-                      default=_default, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
+                      default=default, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
     return text.translate(_SCRIPT_ESCAPES)
 
 

@@ -6,7 +6,7 @@ import json
 import sys
 from typing import TextIO
 
-from jaxmemprof.devices import displayed
+from jaxmemprof.facts.devices import displayed
 from jaxmemprof.finite import finite
 
 # The JSON documents' schema (2: the summary's true peaks named true_peak_bytes, on the busiest device,
@@ -16,13 +16,13 @@ JSON_SCHEMA_VERSION = 2
 
 def records(rows) -> list[dict]:
     """A DataFrame's rows as dicts (a plain Table's too)."""
-    rows = displayed(rows)  # devices named as every output names them (jaxmemprof/devices.py)
+    rows = displayed(rows)  # devices named as every output names them (jaxmemprof/facts/devices.py)
     if not hasattr(rows, "to_dict"):
         return rows.records()
     return rows.to_dict(orient="records")
 
 
-def _default(o):
+def default(o):
     pd = sys.modules.get("pandas")  # none of its values can be here if it was never imported
     if pd is not None and (o is pd.NA or o is pd.NaT):
         return None
@@ -39,7 +39,7 @@ def write_json(doc: dict, out: TextIO) -> None:
     body = {"schema_version": JSON_SCHEMA_VERSION, **doc}
     # Compact: indenting would force Python's pure-Python encoder (several
     # times slower on a large run); pipe through `jq .` to read it.
-    json.dump(finite(body), out, default=_default, allow_nan=False)
+    json.dump(finite(body), out, default=default, allow_nan=False)
     out.write("\n")
 
 
@@ -47,7 +47,7 @@ def json_text(doc: dict) -> str:
     """The document ``write_json`` writes, as one string (for a command
     that must know it has it all before it writes)."""
     body = {"schema_version": JSON_SCHEMA_VERSION, **doc}
-    return json.dumps(finite(body), default=_default, allow_nan=False) + "\n"
+    return json.dumps(finite(body), default=default, allow_nan=False) + "\n"
 
 
 def strict_dumps(obj, **kwargs) -> str:

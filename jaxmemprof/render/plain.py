@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 
 from jaxmemprof.analysis.groups import Breakdown, Diff
-from jaxmemprof.devices import display
+from jaxmemprof.facts.devices import display
 from jaxmemprof.render.escape import safe
 from jaxmemprof.units import counted, format_bytes
 

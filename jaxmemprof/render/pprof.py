@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from jaxmemprof.devices import display
+from jaxmemprof.facts.devices import display
 from jaxmemprof.pprof.reader import Profile
 from jaxmemprof.pprof.writer import BASE_LABEL, write_profile
 

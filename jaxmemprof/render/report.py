@@ -16,8 +16,8 @@ from rich.text import Text
 
 from jaxmemprof.analysis.documents import RunDocument
 from jaxmemprof.analysis.report import Report
-from jaxmemprof.devices import display
-from jaxmemprof import backends
+from jaxmemprof.facts.devices import display
+from jaxmemprof.facts import backends
 from jaxmemprof.render import answer
 from jaxmemprof.render import findings as said
 from jaxmemprof.render import notes

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from jaxmemprof.analysis.groups import Breakdown, Diff, Table
-from jaxmemprof.devices import displayed
+from jaxmemprof.facts.devices import displayed
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -8,7 +8,7 @@ import pandas as pd
 from jaxmemprof.analysis.advice.plan import MODEL_COLUMNS, PLAN_COLUMNS
 from jaxmemprof.analysis.advice.targets import LINE_COLUMNS, POINT_COLUMNS, TARGET_COLUMNS
 from jaxmemprof.analysis.report import Report
-from jaxmemprof.devices import display
+from jaxmemprof.facts.devices import display
 from jaxmemprof.render import findings as said
 from jaxmemprof.render import notes
 from jaxmemprof.render.json import records
@@ -98,7 +98,7 @@ def report_document(rep: Report) -> dict:
 
 def _manifest(manifest):
     """The run's manifest, its devices named as every output names them
-    (jaxmemprof/devices.py: ``tpu:0``); the rest as recorded."""
+    (jaxmemprof/facts/devices.py: ``tpu:0``); the rest as recorded."""
     devices = manifest.get("devices") if isinstance(manifest, dict) else None
     if not isinstance(devices, list):
         return manifest

@@ -14,7 +14,7 @@ from rich.text import Text
 
 from jaxmemprof.analysis.groups import Breakdown, Diff
 from jaxmemprof.analysis.groups import Table as Rows
-from jaxmemprof.devices import display
+from jaxmemprof.facts.devices import display
 from jaxmemprof.render.escape import safe
 from jaxmemprof.render.plain import breakdown, diff_left_out, owner_label, breakdown_footer
 from jaxmemprof.units import counted, format_bytes

@@ -12,7 +12,7 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from jaxmemprof.devices import display
+from jaxmemprof.facts.devices import display
 from jaxmemprof.render.escape import safe
 from jaxmemprof.units import counted, format_bytes
 

@@ -86,7 +86,7 @@ _TABLES = {
                    ("function_id", "signature")),
 }
 # Schema 1's arrays table (each row its own description), read as it is.
-_ARRAYS_V1 = (("array_id", "py_id", "first_snapshot", "nbytes", "stack_id"),
+ARRAYS_V1 = (("array_id", "py_id", "first_snapshot", "nbytes", "stack_id"),
               ("shape", "dtype", "shard_bytes", "devices", "addresses", "sharding", "memory_kind"),
               ("array_id", "first_snapshot"))
 # Columns whose absence means "not known" rather than 0, and the columns of seconds.
@@ -94,7 +94,7 @@ _MAY_BE_MISSING = {"end_snapshot", "after_snapshot", "stack_id", "snapshot", "pe
                    "calls_complete", "traced", "backend_compiles"}
 _FLOAT_COLUMNS = {"t_wall", "t_mono", "cost_s", "wall_s", "dump_s", "compile_s"}
 # Tables that runs recorded by earlier versions lack.
-_ADDED_TABLES = {"jit_programs", "jit_buffers", "jit_curves", "thinned", "array_kinds", "source_names", "held_by",
+ADDED_TABLES = {"jit_programs", "jit_buffers", "jit_curves", "thinned", "array_kinds", "source_names", "held_by",
                  "jit_plans", "jit_whatif", "snapshot_calls", "py_chains", "py_holders", "py_holder_searches",
                  "jit_targets", "jit_target_buffers"}
 
@@ -125,7 +125,7 @@ _JSON_COLUMNS = {
 _COUNT, _ID, _SECONDS, _FLAG, _FIGURE = "count", "id", "seconds", "flag", "figure"
 _FIGURES = ("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "generated_code_bytes")
 _COMPILED = {"function_id": _ID, **{f: _FIGURE for f in _FIGURES}, "compile_s": _SECONDS}
-_CELLS = {
+CELLS = {
     "jit_plans": {**_COMPILED, "batch": _COUNT, "recorded_batch": _COUNT, "axis": _COUNT},
     "jit_targets": {**_COMPILED, "batch": _COUNT, "recorded_batch": _COUNT, "axis": _COUNT},
     "jit_whatif": dict(_COMPILED),
@@ -197,7 +197,7 @@ def _json_problem(v, kind: str) -> str | None:
     if not isinstance(v, str):
         return f"is not JSON text ({_shown(v)})"
     try:
-        parsed = _loads(v)
+        parsed = loads(v)
     except ValueError:
         return f"is not JSON ({_shown(v)})"
     if kind == "texts":
@@ -225,7 +225,7 @@ def _column_problems(df: pd.DataFrame, table: str) -> list:
     numbers only (as the writer leaves them) are checked at once; a cell
     is looked at by itself only where the column holds something else, or
     a value out of its range."""
-    rules, kinds = _CELLS.get(table, {}), _JSON_CELLS.get(table, {})
+    rules, kinds = CELLS.get(table, {}), _JSON_CELLS.get(table, {})
     not_null = set(_NOT_NULL_COLUMNS.get(table, ()))
     failed = None
     out = []
@@ -281,12 +281,12 @@ def _column_problems(df: pd.DataFrame, table: str) -> list:
     return out
 
 
-def _checked(df: pd.DataFrame, table: str, warnings: list, file: str = "journal.sqlite") -> pd.DataFrame:
+def checked(df: pd.DataFrame, table: str, warnings: list, file: str = "journal.sqlite") -> pd.DataFrame:
     """``df`` (read with each row's rowid, ``ROWID``) less its rows with a
     cell that is not what the writer writes (see _CELLS), said in one line
     naming ``file``, the table, the first such row's rowid, the column and
     the problem, and noted as damage of ``table``."""
-    if table not in _CELLS or df.empty:
+    if table not in CELLS or df.empty:
         return df  # ROWID, a column no table has, is left to _typed, which reads only the table's own
     found = _column_problems(df, table)
     if not found:
@@ -354,7 +354,7 @@ def _too_deep(text) -> bool:
     return deepest > _MAX_JSON_DEPTH
 
 
-def _loads(text):
+def loads(text):
     """json.loads for untrusted text: nesting too deep is a ValueError too."""
     if _too_deep(text):
         raise ValueError(f"JSON nested more than {_MAX_JSON_DEPTH} levels deep")
@@ -364,7 +364,7 @@ def _loads(text):
         raise ValueError("JSON nested too deeply") from None
 
 
-def _shallow_json(df: pd.DataFrame, table: str, warnings: list) -> pd.DataFrame:
+def shallow_json(df: pd.DataFrame, table: str, warnings: list) -> pd.DataFrame:
     """Cells of ``table``'s JSON columns nested too deep to parse are
     damaged: read as missing, with a warning."""
     damaged = 0
@@ -380,7 +380,7 @@ def _shallow_json(df: pd.DataFrame, table: str, warnings: list) -> pd.DataFrame:
     return df
 
 
-def _typed(df: pd.DataFrame, table: str, warnings: list, spec=None) -> pd.DataFrame:
+def typed(df: pd.DataFrame, table: str, warnings: list, spec=None) -> pd.DataFrame:
     """``df`` with the columns of ``table``'s schema (or ``spec``), numbers
     as numbers, texts as text, and the rows that lack a required value
     dropped. Column by column on numpy arrays, the frame built once at the
@@ -453,7 +453,7 @@ def _text(v):
 
 
 # The arrays' JSON lists, the general path: each distinct text parsed once.
-def _parse_lists(df: pd.DataFrame, columns, warnings: list | None = None, table: str = "") -> pd.DataFrame:
+def parse_lists(df: pd.DataFrame, columns, warnings: list | None = None, table: str = "") -> pd.DataFrame:
     """The JSON lists of ``columns`` as tuples (() where damaged: the
     analyses then leave the record out, and ``table``'s damage is noted in
     ``warnings``)."""
@@ -506,7 +506,7 @@ def _json_list(text, ok) -> tuple | None:
     (a damaged record: read as (), which the analyses leave out, and
     counted as damage of its table by _parse_lists)."""
     try:
-        v = _loads(text)
+        v = loads(text)
     except (TypeError, ValueError):
         return None
     return tuple(v) if isinstance(v, list) and all(ok(x) for x in v) else None
@@ -529,10 +529,10 @@ _LIST_CHECKS = {"shape": _is_count, "shard_bytes": _is_count, "devices": _is_tex
 
 # The fast path: a column of a span of arrays as one text (reader._INTERVALS), its
 # addresses' texts joined by a byte that no JSON list holds.
-_UNIT = "\x1f"
+UNIT = "\x1f"
 
 
-def _numbers(text, count: int) -> np.ndarray | None:
+def number_list(text, count: int) -> np.ndarray | None:
     """``count`` integers in a text, separated by spaces; None unless each
     is an integer below 2**53 (beyond, _typed reads it as damage)."""
     if count == 0:
@@ -556,7 +556,7 @@ def _parsed(text: str) -> np.ndarray | None:
         return None
 
 
-def _one_numbers(text, count: int) -> tuple[np.ndarray, np.ndarray] | None:
+def one_numbers(text, count: int) -> tuple[np.ndarray, np.ndarray] | None:
     """Of ``count`` texts joined by _UNIT, those that are a one-number JSON
     list ("[140312420899712]", as _ONE_COUNT matches it) and their numbers;
     None when the texts cannot be told apart."""
@@ -564,8 +564,8 @@ def _one_numbers(text, count: int) -> tuple[np.ndarray, np.ndarray] | None:
         return np.zeros(0, dtype=bool), np.zeros(0, dtype=np.int64)
     if not isinstance(text, str):
         return None
-    raw = np.frombuffer(text.encode() + bytes([ord(_UNIT)]), dtype=np.uint8)  # each text ends at a cut
-    cuts = np.flatnonzero(raw == ord(_UNIT))
+    raw = np.frombuffer(text.encode() + bytes([ord(UNIT)]), dtype=np.uint8)  # each text ends at a cut
+    cuts = np.flatnonzero(raw == ord(UNIT))
     if len(cuts) != count:
         return None
     starts = np.concatenate([[0], cuts[:-1] + 1])
@@ -580,7 +580,7 @@ def _one_numbers(text, count: int) -> tuple[np.ndarray, np.ndarray] | None:
     return (one, values) if values is not None and len(values) == one.sum() else None
 
 
-def _address_tuples(text: str, one: np.ndarray, values: np.ndarray) -> np.ndarray | None:
+def address_tuples(text: str, one: np.ndarray, values: np.ndarray) -> np.ndarray | None:
     """Each array's addresses as a tuple (as _parse_lists gives them):
     ``values`` where ``one``, the rest of the texts parsed; None when one
     is damaged (the general path then says so)."""
@@ -588,9 +588,9 @@ def _address_tuples(text: str, one: np.ndarray, values: np.ndarray) -> np.ndarra
     out[one] = np.fromiter(zip(values.tolist()), dtype=object, count=len(values))  # 1-tuples
     rest = np.flatnonzero(~one)
     if len(rest):
-        texts = np.array(text.split(_UNIT), dtype=object)[rest]
+        texts = np.array(text.split(UNIT), dtype=object)[rest]
         quiet: list = []
-        out[rest] = _parse_lists(pd.DataFrame({"addresses": texts}), ("addresses",), quiet)["addresses"].to_numpy()
+        out[rest] = parse_lists(pd.DataFrame({"addresses": texts}), ("addresses",), quiet)["addresses"].to_numpy()
         if quiet:
             return None
     return out

@@ -117,7 +117,7 @@ CREATE TABLE IF NOT EXISTS jit_functions (  -- functions jitted through jax.jit 
     static_argnames TEXT NOT NULL,
     t_wall        REAL NOT NULL,
     wrapper       TEXT,                 -- how the user jitted it: jax.jit, jax.pmap, a known library's
-                                        -- wrapper (its NAME in jaxmemprof/libraries/), or
+                                        -- wrapper (its NAME in jaxmemprof/facts/libraries/), or
                                         -- package:function for another library's
     wrapper_options TEXT                -- JSON: the wrapper's own options (its donation option)
 );

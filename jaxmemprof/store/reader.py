@@ -19,8 +19,8 @@ import pandas as pd
 from jaxmemprof.errors import InputError
 from jaxmemprof.pprof.reader import Profile, load_profile
 from jaxmemprof.store import layout
-from jaxmemprof.store.decode import (_ADDED_TABLES, _ARRAYS_V1, _CELLS, _UNIT, ROWID, Warnings, _address_tuples,
-                                     _checked, _loads, _numbers, _one_numbers, _parse_lists, _shallow_json, _typed,
+from jaxmemprof.store.decode import (ADDED_TABLES, ARRAYS_V1, CELLS, UNIT, ROWID, Warnings, address_tuples,
+                                     checked, loads, number_list, one_numbers, parse_lists, shallow_json, typed,
                                      note_damage)
 from jaxmemprof.store.jit_tables import JOURNAL_TABLES as JIT_TABLES, JitTables
 from jaxmemprof.store.journal import connect_read_only, recorder_running, tolerant_text
@@ -247,8 +247,8 @@ def _query(con, table: str, warnings: list, spec=None) -> pd.DataFrame:
     """One journal table, typed (see _TABLES; the tables of _CELLS checked
     cell by cell first, each damaged row named by its rowid); empty, with a
     warning, when it cannot be read."""
-    raw = _read(con, table, warnings, rowid=table in _CELLS)
-    return _shallow_json(_typed(_checked(raw, table, warnings), table, warnings, spec), table, warnings)
+    raw = _read(con, table, warnings, rowid=table in CELLS)
+    return shallow_json(typed(checked(raw, table, warnings), table, warnings, spec), table, warnings)
 
 
 def _read(con, table: str, warnings: list, rowid: bool = False) -> pd.DataFrame:
@@ -275,7 +275,7 @@ def _read(con, table: str, warnings: list, rowid: bool = False) -> pd.DataFrame:
                 con.text_factory = str
         return chunks[0] if len(chunks) == 1 else pd.concat(chunks, ignore_index=True)
     except (sqlite3.Error, pd.errors.DatabaseError, UnicodeDecodeError) as exc:
-        if not (table in _ADDED_TABLES and "no such table" in str(exc)):  # not in a run recorded before them
+        if not (table in ADDED_TABLES and "no such table" in str(exc)):  # not in a run recorded before them
             note_damage(warnings, table, f"journal table {table} unreadable ({_one_line(exc)}); left empty")
         return pd.DataFrame()
 
@@ -301,7 +301,7 @@ _INTERVALS = (
     " group_concat(a.first_snapshot, ' '), group_concat(a.kind_id, ' '),"
     " group_concat(ifnull(e.last_snapshot, 0), ' '), group_concat(ifnull(e.end_snapshot, 0), ' '),"
     f" group_concat(CASE WHEN e.array_id IS NULL THEN 0 WHEN e.how = '{_HOW[0]}' THEN 1"
-    f" WHEN e.how = '{_HOW[1]}' THEN 2 ELSE 3 END, ' '), group_concat(a.addresses, char({ord(_UNIT)}))"
+    f" WHEN e.how = '{_HOW[1]}' THEN 2 ELSE 3 END, ' '), group_concat(a.addresses, char({ord(UNIT)}))"
     " FROM arrays a LEFT JOIN array_ends e ON e.array_id = a.array_id WHERE a.array_id BETWEEN ? AND ?")
 _SPAN_ROWS = 500_000  # arrays a span
 _NEXT_SPAN = "SELECT array_id FROM arrays WHERE array_id >= ? ORDER BY array_id LIMIT 1 OFFSET ?"
@@ -347,18 +347,18 @@ def _intervals_read(con) -> pd.DataFrame | None:
                 return None
             count, *numbers, addresses = con.execute(
                 _INTERVALS, (start, hi if following is None else following - 1)).fetchone()
-            columns = [_numbers(t, count) for t in numbers]
-            ones = _one_numbers(addresses, count)
+            columns = [number_list(t, count) for t in numbers]
+            ones = one_numbers(addresses, count)
             if any(c is None for c in columns) or ones is None:
                 return None
-            tuples = _address_tuples(addresses, *ones)
+            tuples = address_tuples(addresses, *ones)
             if tuples is None:
                 return None
             parts.append(columns + [tuples])
             start = following
         (ends,) = con.execute("SELECT count(*) FROM array_ends").fetchone()
         quiet: list = []
-        kinds = _parse_lists(_query(con, "array_kinds", quiet), ("shape", "shard_bytes", "devices"), quiet)
+        kinds = parse_lists(_query(con, "array_kinds", quiet), ("shape", "shard_bytes", "devices"), quiet)
     except (sqlite3.Error, UnicodeError, OverflowError):
         return None
     array_id, py_id, first, kind_id, last, end, how, addresses = (np.concatenate(c) for c in zip(*parts))
@@ -388,10 +388,10 @@ def _query_arrays(con, warnings: list) -> pd.DataFrame:
     repeats it in every row. JSON lists parsed (see _parse_lists)."""
     raw = _read(con, "arrays", warnings)
     if "kind_id" not in raw.columns and len(raw.columns):
-        return _parse_lists(_typed(raw, "arrays", warnings, _ARRAYS_V1), ("shape", "shard_bytes", "devices",
+        return parse_lists(typed(raw, "arrays", warnings, ARRAYS_V1), ("shape", "shard_bytes", "devices",
                                                                            "addresses"), warnings, "arrays")
-    arrays = _parse_lists(_typed(raw, "arrays", warnings), ("addresses",), warnings, "arrays")
-    kinds = _parse_lists(_query(con, "array_kinds", warnings), ("shape", "shard_bytes", "devices"), warnings,
+    arrays = parse_lists(typed(raw, "arrays", warnings), ("addresses",), warnings, "arrays")
+    kinds = parse_lists(_query(con, "array_kinds", warnings), ("shape", "shard_bytes", "devices"), warnings,
                          "array_kinds")
     kinds = kinds.drop_duplicates("kind_id").set_index("kind_id")
     known = arrays["kind_id"].isin(kinds.index)
@@ -416,7 +416,7 @@ def read_manifest(mpath: Path) -> dict:
         raise ValueError("not a regular file")
     if mpath.stat().st_size > _MAX_MANIFEST_BYTES:
         raise ValueError(f"larger than {_MAX_MANIFEST_BYTES} bytes")
-    manifest = _loads(mpath.read_text(encoding="utf-8"))
+    manifest = loads(mpath.read_text(encoding="utf-8"))
     if not isinstance(manifest, dict):
         raise ValueError("not a JSON object")
     return manifest
@@ -455,7 +455,7 @@ def _load_journal_run(path: Path) -> Run:
             raise InputError(str(db_path), f"the journal is damaged: its snapshots are unreadable "
                                            f"({_one_line(exc)})") from None
         try:
-            snaps = _typed(snaps, "snapshots", warnings)
+            snaps = typed(snaps, "snapshots", warnings)
         except InputError as exc:
             raise InputError(str(db_path), exc.problem) from None
         snaps = _one_row_each(snaps, warnings)
@@ -490,7 +490,7 @@ def _load_journal_run(path: Path) -> Run:
     stacks, torn = {}, []
     for sid, frames in zip(stack_rows.get("stack_id", []), stack_rows.get("frames", [])):
         try:
-            stacks[int(sid)] = [(str(f), int(ln), str(fn)) for f, ln, fn in _loads(frames)]
+            stacks[int(sid)] = [(str(f), int(ln), str(fn)) for f, ln, fn in loads(frames)]
         except (ValueError, TypeError):
             torn.append(str(sid))
     if torn:

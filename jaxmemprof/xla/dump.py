@@ -37,7 +37,7 @@ _TABLE_ROW = re.compile(r"^(\d+) (.*)$")
 _FIELDS = re.compile(r"(\w+)=(\d+)")
 # An instruction's shape is an array's (f32[8]{0}) or a tuple's, which holds spaces: (s32[], f32[8]{0}).
 _INSTRUCTION = re.compile(r"^\s*(?:ROOT )?%([\w.\-]+) = (\((?:[^()]|\([^()]*\))*\)|\S+?)(?:\{[^}]*\})? (\w[\w\-]*)\(")
-_METADATA = re.compile(r'metadata=\{((?:[^{}"]|"(?:[^"\\]|\\.)*")*)\}')
+METADATA = re.compile(r'metadata=\{((?:[^{}"]|"(?:[^"\\]|\\.)*")*)\}')
 _OP_NAME = re.compile(r'op_name="((?:[^"\\]|\\.)*)"')
 _FRAME_ID = re.compile(r"stack_frame_id=(\d+)")
 _ALLOCATION = re.compile(r"^allocation (\d+): size (\d+)(.*):$")
@@ -99,7 +99,7 @@ _ESCAPE = re.compile(rb"\\(?:([0-7]{1,3})|x([0-9a-fA-F]{2})|(.))", re.S)
 _SIMPLE_ESCAPES = {b"n": b"\n", b"t": b"\t", b"r": b"\r"}
 
 
-def _unquote(text: str) -> str:
+def unquote(text: str) -> str:
     """A string as XLA prints it: quoted, with C escapes (a non-ASCII path's
     UTF-8 bytes in octal: ``\\303\\274`` is u-umlaut)."""
     text = text.strip()
@@ -122,8 +122,8 @@ def stack_frames(hlo_text: str) -> dict[int, tuple]:
     innermost first. A frame's ``parent_frame_id`` is printed one more than
     the parent's id (0 + 1 for none)."""
     lines = hlo_text.splitlines()
-    files = {k: _unquote(v) for k, v in _table(lines, "FileNames").items()}
-    functions = {k: _unquote(v) for k, v in _table(lines, "FunctionNames").items()}
+    files = {k: unquote(v) for k, v in _table(lines, "FileNames").items()}
+    functions = {k: unquote(v) for k, v in _table(lines, "FunctionNames").items()}
     locations = {}
     for k, v in _table(lines, "FileLocations").items():
         f = dict((a, int(b)) for a, b in _FIELDS.findall(v))
@@ -153,11 +153,11 @@ def instructions(hlo_text: str) -> dict[str, tuple]:
         m = _INSTRUCTION.match(line)
         if not m:
             continue
-        meta = _METADATA.search(line)
+        meta = METADATA.search(line)
         op, frame = "", 0
         if meta:
             n = _OP_NAME.search(meta.group(1))
-            op = _unquote(n.group(1)) if n else ""
+            op = unquote(n.group(1)) if n else ""
             fid = _FRAME_ID.search(meta.group(1))
             frame = int(fid.group(1)) if fid else 0
         out[m.group(1)] = (m.group(2), m.group(3), op, frame)

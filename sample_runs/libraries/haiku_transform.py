@@ -5,7 +5,7 @@ haiku's examples write it.
 
 --width sets the hidden layer's width (the state grows with it); the
 program's donation advice is tested in tests/test_wrappers.py (what
-jaxmemprof knows of haiku is in jaxmemprof/libraries/haiku.py alone).
+jaxmemprof knows of haiku is in jaxmemprof/facts/libraries/haiku.py alone).
 """
 import argparse
 import functools  # noqa: F401 (the donation advice edits the decorator into functools.partial)

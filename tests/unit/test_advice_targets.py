@@ -1,7 +1,7 @@
 """analysis/advice/targets.py: a tiny step recorded with ``run --target
 v5e:2x2 --target v6e:2x2`` (libtpu's deviceless topologies), its rows held
 to the journal's compiles (jit_targets, jit_compiles) and to the chips'
-table (jaxmemprof.tpus); the figures themselves are held to an independent
+table (jaxmemprof.facts.tpus); the figures themselves are held to an independent
 compile in tests/test_targets.py."""
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ import pytest
 
 from conftest import cpu_env, write_script
 
-from jaxmemprof import tpus
+from jaxmemprof.facts import tpus
 from jaxmemprof.analysis.advice.targets import build_targets
 from jaxmemprof.analysis.attributed import attribute
 from jaxmemprof.analysis.options import Options
 from jaxmemprof.store.reader import load_run
-from jaxmemprof.truepeak import FIGURES, call_peak
+from jaxmemprof.facts.truepeak import FIGURES, call_peak
 
 pytestmark = pytest.mark.skipif(tpus.libtpu_missing(), reason="libtpu is not installed")
 

@@ -98,7 +98,7 @@ def test_the_call_peaks_parts_are_xlas_figures(tiny_ar, oracle):
     writes to new buffers) and a device's peak during a call (the bytes
     live outside it plus the call peak), held to memory_analysis() and the
     bytes live before each call as the program counted them."""
-    from jaxmemprof.truepeak import FIGURES as ORDER, live_outside, peak_on_device, temporaries, written
+    from jaxmemprof.facts.truepeak import FIGURES as ORDER, live_outside, peak_on_device, temporaries, written
 
     ma = oracle["memory_analysis"]
     step = next(c for c in tiny_ar.peaks.calls if c.function == "step")

@@ -51,7 +51,7 @@ import pandas as pd
 from jaxmemprof.analysis.timeline import timeline as build_timeline
 # The GPU's pool and its variables are the GPU backend's (backends/gpu.py); named here for the rules, which
 # import them from this module (hence noqa F401).
-from jaxmemprof.backends.gpu import (ALLOCATOR, DEFAULT_FRACTION, FRACTION, GPU_BACKENDS,  # noqa: F401
+from jaxmemprof.facts.backends.gpu import (ALLOCATOR, DEFAULT_FRACTION, FRACTION, GPU_BACKENDS,  # noqa: F401
                                      HEADROOM_BYTES, HEADROOM_PERCENT, MAX_FRACTION_PERCENT,
                                      NEW_FRACTION_NAME_SINCE, OLD_FRACTION, PREALLOCATE, PREALLOCATE_OFF,
                                      TF_GPU_ALLOCATOR, fraction_env_name, fraction_setting, needed_bytes,

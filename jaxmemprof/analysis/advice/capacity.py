@@ -1,5 +1,5 @@
 """Will it fit? A run's peak against a device of a given size, by the
-rule of the run's backend (jaxmemprof/backends/: chosen once from the
+rule of the run's backend (jaxmemprof/facts/backends/: chosen once from the
 backend the run recorded, or the one asked).
 
 A TPU run (backends/tpu.py): no pool, no preallocation, no fraction: the
@@ -9,7 +9,7 @@ it; case ``fits`` or ``cannot``, no settings.
 
 A GPU run, and a CPU run (record a small run on a laptop, then ask whether
 the job fits an 80 GB GPU and with which settings): the GPU's pool rule
-(figures in :mod:`jaxmemprof.backends.gpu`):
+(figures in :mod:`jaxmemprof.facts.backends.gpu`):
 
 - the peak: the estimated true peak when the caller has one (XLA
   temporaries included), else the allocator's high-water mark, else the most
@@ -32,9 +32,9 @@ from typing import TYPE_CHECKING
 
 from dataclasses import dataclass, field
 
-from jaxmemprof import backends
+from jaxmemprof.facts import backends
 from jaxmemprof.analysis.advice.allocator import estimate_peak
-from jaxmemprof.backends.gpu import (DEFAULT_FRACTION, MAX_FRACTION_PERCENT, PREALLOCATE, fraction_env_name,
+from jaxmemprof.facts.backends.gpu import (DEFAULT_FRACTION, MAX_FRACTION_PERCENT, PREALLOCATE, fraction_env_name,
                                      fraction_setting, percent_needed)
 
 if TYPE_CHECKING:

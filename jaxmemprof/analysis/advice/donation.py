@@ -7,7 +7,7 @@ input leaves are matched to output leaves of equal (shape, dtype, memory
 kind), each output taking the first unused donor; a donor with no match stays
 alive and JAX warns that it was "not usable".
 
-Which arguments to donate is the rule in ``jaxmemprof/donors.py`` (shared
+Which arguments to donate is the rule in ``jaxmemprof/facts/donors.py`` (shared
 with the jit probe, which compiles the function with them donated at the end
 of the run). What a ``donate`` finding saves is that compile's effect on the
 run's true peak (``verified_change``, reading ``analysis/peaks.py``), not the
@@ -27,11 +27,11 @@ import pandas as pd
 
 from jaxmemprof.analysis.cells import json_cell as _json
 from jaxmemprof.analysis.cells import leaves as _leaves
-from jaxmemprof.truepeak import FIGURES, as_passed, call_peak
-from jaxmemprof.donors import Call, Donor, donors, label, match
-from jaxmemprof.donors import arguments as array_arguments
-from jaxmemprof.libraries import BY_NAME
-from jaxmemprof.source import closing_bracket, statement_at
+from jaxmemprof.facts.truepeak import FIGURES, as_passed, call_peak
+from jaxmemprof.facts.donors import Call, Donor, donors, label, match
+from jaxmemprof.facts.donors import arguments as array_arguments
+from jaxmemprof.facts.libraries import BY_NAME
+from jaxmemprof.facts.source import closing_bracket, statement_at
 
 if TYPE_CHECKING:
     from jaxmemprof.analysis.attributed import Attributed, Files
@@ -169,7 +169,7 @@ def donate_option(fn) -> str | None:
     return lib.donate_option if lib is not None else None
 
 
-def _suggest(fn, extra: str, wrapper: str) -> str:
+def suggest(fn, extra: str, wrapper: str) -> str:
     """The statement that applies the wrapper (a line, or the lines its
     brackets span), edited to add ``extra`` (the donation options), when it
     can be read and has a known form: as the program had it (recorded), else,
@@ -280,7 +280,7 @@ def fix_change(run, fn, cands: tuple[Donor, ...]) -> dict:
                            + ([f"donate_argnames={_tuple(names)}"] if names else []))
         facts |= {"change": "jit" if lib is not None else "through-wrapper", "option": option,
                   "argnums": positions, "argnames": names}
-    return facts | {"edited_line": _suggest(fn, facts["option"], wrapper).strip()}
+    return facts | {"edited_line": suggest(fn, facts["option"], wrapper).strip()}
 
 
 # Why a change was not measured: no compile of it at the end of the run (donation and sharding alike).

@@ -13,7 +13,7 @@ buys there.
   ``bytes_per_example``) and whether every point lies within
   ``AFFINE_TOLERANCE`` of it (``affine``): a description, never an answer.
   With a device size: the largest *compiled* batch whose peak fits, by the
-  fit rule of the run's backend (jaxmemprof/backends/; a GPU's, and a CPU
+  fit rule of the run's backend (jaxmemprof/facts/backends/; a GPU's, and a CPU
   run's, the peak plus 5 % and 64 MiB within XLA's default pool, 0.75 of the
   device, ``largest_batch_with_settings`` within 0.95 with the fraction set;
   a TPU's, the peak within the whole chip, no pool: the device a TPU run
@@ -33,10 +33,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from jaxmemprof import backends, tpus
+from jaxmemprof.facts import backends, tpus
 from jaxmemprof.analysis.cells import json_cell as _json
-from jaxmemprof.backends.gpu import fraction_env_name, fraction_setting, needed_bytes, percent_needed
-from jaxmemprof.truepeak import peak_of, peak_on_device
+from jaxmemprof.facts.backends.gpu import fraction_env_name, fraction_setting, needed_bytes, percent_needed
+from jaxmemprof.facts.truepeak import peak_of, peak_on_device
 
 PLAN_COLUMNS = ["function_id", "function", "variant", "batch", "scale", "device", "peak_bytes", "call_peak_bytes",
                 "live_outside_bytes", "argument_bytes", "output_bytes", "alias_bytes", "temp_bytes",
@@ -85,7 +85,7 @@ class Plan:
     fraction_variable: str
     searched_bytes: int | None = None  # the device run --plan-device-memory searched the largest batch for
     cut: str = ""  # why the compiles at the run's end may not all have been made ('': they were; Run.end_cut)
-    backend: str = "cpu"  # the backend whose fit rule the largest batch is found by (jaxmemprof/backends/)
+    backend: str = "cpu"  # the backend whose fit rule the largest batch is found by (jaxmemprof/facts/backends/)
     device_from: str = ""  # where device_bytes came from: asked, searched, bytes_limit (the chip's own); '' none
 
     @property
@@ -222,7 +222,7 @@ def curves(points: pd.DataFrame) -> dict:
     return out
 
 
-def _models(points: pd.DataFrame, device_bytes: int | None, backend: str | None = None) -> pd.DataFrame:
+def batch_models(points: pd.DataFrame, device_bytes: int | None, backend: str | None = None) -> pd.DataFrame:
     rows = []
     by_key = curves(points)
     names = dict(zip(points["function_id"], points["function"]))
@@ -407,7 +407,7 @@ def build_plan(ar, findings=(), device_bytes: int | None = None) -> Plan | None:
     cut = str(getattr(run, "end_cut", "") or "")
     if cut:  # said first, where the plan is (JSON's events too)
         said = [plan_cut_words(cut)] + said
-    return Plan(points=points, models=_models(points, device_bytes, rule),
+    return Plan(points=points, models=batch_models(points, device_bytes, rule),
                 functions=_planned(run, points, names, params, list(findings)),
                 device_bytes=device_bytes, events=said, fraction_variable=fraction_env_name(m.get("jaxlib_version")),
                 searched_bytes=searched, cut=cut, backend=rule, device_from=device_from)

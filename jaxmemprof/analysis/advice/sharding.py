@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import pandas as pd
 
-from jaxmemprof.truepeak import FIGURES
-from jaxmemprof.replicas import candidate, meshes_of, shard_on, spec
+from jaxmemprof.facts.truepeak import FIGURES
+from jaxmemprof.facts.replicas import candidate, meshes_of, shard_on, spec
 from jaxmemprof.analysis.advice.donation import NOT_COMPILED
 from jaxmemprof.analysis.attributed import Attributed
 from jaxmemprof.analysis.cells import json_cell as _json
 from jaxmemprof.analysis.cells import leaves as _leaves
-from jaxmemprof.flow import leaf_key
+from jaxmemprof.facts.flow import leaf_key
 
 MEANINGFUL = 0.01  # a fall of the true peak smaller than this share is not worth an all-gather a step
 

@@ -13,7 +13,7 @@ compiling for the slice.
 - ``rows`` (targets.csv): one per slice and function, at the recorded
   batch: the busiest device of the call's figures there, the run's own
   backend's beside them, the chip's HBM and what XLA may use of it
-  (jaxmemprof.tpus), ``fits`` (peak <= usable), each fix's peak, and with
+  (jaxmemprof.facts.tpus), ``fits`` (peak <= usable), each fix's peak, and with
   ``--plan`` ``largest_batch`` (the largest *compiled* batch whose peak
   fits, on every device of the call) and ``next_batch`` (the smallest
   compiled batch above it, which does not).
@@ -33,11 +33,11 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from jaxmemprof import backends, tpus
+from jaxmemprof.facts import backends, tpus
 from jaxmemprof.analysis.advice.plan import PLAN_COLUMNS, RECORDED, curves, function_names, points_of
 from jaxmemprof.analysis.cells import json_cell as _json
 from jaxmemprof.analysis.inside_jit import buffer_site
-from jaxmemprof.truepeak import FIGURES
+from jaxmemprof.facts.truepeak import FIGURES
 
 # A slice's fit is the TPU backend's rule (backends/tpu.py): the peak within what XLA:TPU may use of a device.
 _TPU = backends.get("tpu")

@@ -2,7 +2,7 @@
 ``-preallocate``, ``-fragmentation`` and ``-env``, found here from the run's
 environment, the allocator's statistics and the peak
 (analysis/advice/allocator.py reads them), on a backend whose allocator
-they are (a GPU's: jaxmemprof/backends/, ``allocator_advice``); and in their
+they are (a GPU's: jaxmemprof/facts/backends/, ``allocator_advice``); and in their
 place on a TPU, ``queued-steps``: outputs of steps dispatched ahead of the
 chip, from its own counters beside the true peak (analysis/counters.py),
 and what bounds them."""
@@ -44,10 +44,10 @@ from jaxmemprof.analysis.advice.allocator import (
     reads_new_fraction_name,
     uses_bfc,
 )
-from jaxmemprof import backends
+from jaxmemprof.facts import backends
 from jaxmemprof.analysis.attributed import Attributed
 from jaxmemprof.analysis.counters import chip_counters
-from jaxmemprof.backends.tpu import INFLIGHT_CAP, INFLIGHT_MEASURED
+from jaxmemprof.facts.backends.tpu import INFLIGHT_CAP, INFLIGHT_MEASURED
 from jaxmemprof.analysis.findings import Finding
 from jaxmemprof.analysis.rules.base import (LOWER_THE_PEAK, POOL_TRADE_OFF, Context, Rule, Words, exact, fmt,
                                             peak_source, set_fraction)

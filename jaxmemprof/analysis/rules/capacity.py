@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from jaxmemprof import backends
+from jaxmemprof.facts import backends
 from jaxmemprof.analysis.advice.allocator import DOCS_URL, UNDERUSED_SHARE
-from jaxmemprof.backends.gpu import DEFAULT_FRACTION, MAX_FRACTION_PERCENT, PREALLOCATE, fraction_setting
+from jaxmemprof.facts.backends.gpu import DEFAULT_FRACTION, MAX_FRACTION_PERCENT, PREALLOCATE, fraction_setting
 from jaxmemprof.analysis.advice.capacity import Fit
 from jaxmemprof.analysis.findings import Finding
 from jaxmemprof.analysis.rules.allocator import both_fractions_findings

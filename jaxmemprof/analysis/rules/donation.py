@@ -12,8 +12,8 @@ from jaxmemprof.analysis.cells import json_cell
 from jaxmemprof.analysis.findings import Finding
 from jaxmemprof.analysis.rules.base import Context, Rule, Words, fmt, listed
 
-from jaxmemprof.donors import describe, label
-from jaxmemprof.libraries import BY_NAME, phrases
+from jaxmemprof.facts.donors import describe, label
+from jaxmemprof.facts.libraries import BY_NAME, phrases
 from jaxmemprof.units import counted, format_pair
 
 

@@ -13,8 +13,8 @@ from jaxmemprof.analysis.inside_jit import largest_signature_only
 from jaxmemprof.analysis.rules.base import Context, Rule, Words, fmt
 from jaxmemprof.analysis.sites import NO_STACK
 from jaxmemprof.analysis.cells import json_cell
-from jaxmemprof.libraries import LIBRARIES, WRAPPERS, phrases, remat_spelling, remat_words
-from jaxmemprof.truepeak import FIGURES
+from jaxmemprof.facts.libraries import LIBRARIES, WRAPPERS, phrases, remat_spelling, remat_words
+from jaxmemprof.facts.truepeak import FIGURES
 
 # Forward-pass ops of a gradient (JAX names them jvp(...), and their backward
 # pass transpose(jvp(...))): their results live at the peak are the

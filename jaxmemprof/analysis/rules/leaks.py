@@ -10,7 +10,7 @@ from jaxmemprof.analysis.findings import Finding
 from jaxmemprof.analysis.leaks import GiB, number, rejits
 from jaxmemprof.analysis.py_holders import CUT, of_site
 from jaxmemprof.analysis.rules.base import Context, Rule, Words, fmt
-from jaxmemprof.libraries import phrases
+from jaxmemprof.facts.libraries import phrases
 from jaxmemprof.units import counted, format_bytes
 
 

@@ -10,7 +10,7 @@ from jaxmemprof.analysis.attributed import Attributed
 from jaxmemprof.analysis.cells import leaves as leaves_of
 from jaxmemprof.analysis.findings import Finding
 from jaxmemprof.analysis.rules.base import Context, Rule, Words, fmt
-from jaxmemprof.libraries import phrases
+from jaxmemprof.facts.libraries import phrases
 from jaxmemprof.units import counted
 
 # What re-shards inside a step: JAX's own, then each library's (libraries/).

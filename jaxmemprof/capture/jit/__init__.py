@@ -20,6 +20,6 @@ probe is installed when the program imports it.
 """
 
 from jaxmemprof.capture.jit.probe import JitProbe
-from jaxmemprof.capture.jit.proxy import Probed, _QuietProbed
+from jaxmemprof.capture.jit.proxy import Probed, QuietProbed
 
-__all__ = ["JitProbe", "Probed", "_QuietProbed"]
+__all__ = ["JitProbe", "Probed", "QuietProbed"]

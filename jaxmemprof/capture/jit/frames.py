@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import os
 
-from jaxmemprof.capture.library_roots import is_library as _is_library
+from jaxmemprof.capture.library_roots import is_library as is_library
 
 
-def _user_frame(f):
+def user_frame(f):
     """The innermost frame of ``f`` and its callers that is the user's code
     (the site rule: not jaxmemprof, JAX, a library or the standard library)."""
-    while f is not None and _is_library(f.f_code.co_filename):
+    while f is not None and is_library(f.f_code.co_filename):
         f = f.f_back
     return f
 
@@ -23,7 +23,7 @@ def _user_frame(f):
 _PROBE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
-def _drop_own_frames(exc: BaseException) -> None:
+def drop_own_frames(exc: BaseException) -> None:
     """Leave the probe's frames out of an error the program's call raised:
     its traceback reads as under python (the error goes on from there)."""
     tb = exc.__traceback__

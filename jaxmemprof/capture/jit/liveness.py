@@ -14,7 +14,7 @@ import dis
 import sys
 
 from jaxmemprof.capture.arrays import is_deleted as _is_deleted
-from jaxmemprof.capture.jit.frames import _is_library, _user_frame
+from jaxmemprof.capture.jit.frames import is_library, user_frame
 
 # Instructions that run no code of the program's: after a call, an input that
 # dies while only these ran cannot have been used after the call.
@@ -50,7 +50,7 @@ def _window(code, lasti: int) -> tuple[frozenset, bool]:
     return hit
 
 
-def _windows(frame) -> set:
+def frame_windows(frame) -> set:
     """(frame id, code, offset) at which an input's death means that nothing
     of the program's ran between the call and it: in the calling frame, and
     in its callers while each returns the result at once."""
@@ -61,7 +61,7 @@ def _windows(frame) -> set:
         if not returns:
             break
         frame = frame.f_back
-        if frame is not None and _is_library(frame.f_code.co_filename):
+        if frame is not None and is_library(frame.f_code.co_filename):
             break
     return out
 
@@ -70,7 +70,7 @@ def _windows(frame) -> set:
 _LET_GO = object()
 
 
-def _on_death(index: int, deaths: dict, observer=None):
+def on_death(index: int, deaths: dict, observer=None):
     """A weakref callback noting where in the user's code (frame id, code,
     offset of the instruction running) an input leaf was freed, or that the
     sampler's list of live arrays was its last holder (``_LET_GO``)."""
@@ -80,7 +80,7 @@ def _on_death(index: int, deaths: dict, observer=None):
             deaths[index] = _LET_GO
             return
         try:
-            f = _user_frame(sys._getframe(1))
+            f = user_frame(sys._getframe(1))
         except ValueError:  # freed with no Python frame running (interpreter exit)
             return
         if f is not None:
@@ -89,7 +89,7 @@ def _on_death(index: int, deaths: dict, observer=None):
     return died
 
 
-def _fates(refs, deaths, windows, observer):
+def call_fates(refs, deaths, windows, observer):
     """What became of a sampled call's input leaves (its weakrefs, where
     each died, the call's windows): ``held`` (still referenced), ``dropped``
     (freed during the call, as nnx.jit does when it replaces a module's

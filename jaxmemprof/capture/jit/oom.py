@@ -27,10 +27,10 @@ import math
 import sys
 import time
 
-from jaxmemprof.capture.jit.frames import _user_frame
+from jaxmemprof.capture.jit.frames import user_frame
 from jaxmemprof.capture.jit.whatif import compile_figures, rejit
-from jaxmemprof.flow import UNKNOWN, batch_keys, flows
-from jaxmemprof.truepeak import peak_of
+from jaxmemprof.facts.flow import UNKNOWN, batch_keys, flows
+from jaxmemprof.facts.truepeak import peak_of
 from jaxmemprof.xla.oom import read
 
 # Names a batch argument goes by, where the calls' flow cannot tell it (the first call failed).
@@ -69,7 +69,7 @@ def failed(probe, state, exc, real, args, kwargs, inputs, abstract) -> None:
     planner = probe.planner
     if not is_oom(exc) or getattr(planner, "failure", None) is not None:
         return
-    frame = _user_frame(sys._getframe(2))
+    frame = user_frame(sys._getframe(2))
     signature = inputs[3] if inputs is not None else probe._signature(state, args, kwargs)
     if abstract is None and state.plan is not None:
         if inputs is None:

@@ -6,7 +6,7 @@ recorded beside the leaf (the roles are decided later, in
   ``model.layers[0].weight``; for a wrapper whose jax.jit sees a flat list of
   the modules' states, the path its library gives: ``model.l1.kernel``);
 - ``tag``: what the library calls the container it sits in, where one says
-  (``jaxmemprof.libraries``: its ``tags`` and ``owners``);
+  (``jaxmemprof.facts.libraries``: its ``tags`` and ``owners``);
 - ``from``: where the leaf came from, when the function's previous call was
   sampled too: ``["out", j]`` (that call's output leaf j: state carried
   from call to call), ``["in", i]`` (the same array as that call's input

@@ -37,9 +37,9 @@ from jaxmemprof.capture.jit.oom import batch_multiple, what_fits
 from jaxmemprof.capture.jit.unsampled import prune_traces
 from jaxmemprof.capture.jit.whatif import (VERIFY_MIN_S, VERIFY_SHARE, Retraces, compile_figures,
                                            donated_arguments, function_donors, rejit, verify)
-from jaxmemprof.flow import CARRIED, UNKNOWN, batch_keys, flows, leaf_key
-from jaxmemprof.tpus import out_of_memory
-from jaxmemprof.truepeak import live_outside, peak_of, peak_on_device, placement
+from jaxmemprof.facts.flow import CARRIED, UNKNOWN, batch_keys, flows, leaf_key
+from jaxmemprof.facts.tpus import out_of_memory
+from jaxmemprof.facts.truepeak import live_outside, peak_of, peak_on_device, placement
 from jaxmemprof.xla.scratch import dump_scratch
 
 # Functions planned at most, and the share of the largest call peak a second one needs.

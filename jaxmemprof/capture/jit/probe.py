@@ -32,18 +32,18 @@ import weakref
 
 from jaxmemprof.capture.arrays import is_deleted as _is_deleted
 from jaxmemprof.capture.hooks import AfterImport
-from jaxmemprof.capture.jit.frames import _drop_own_frames, _user_frame
-from jaxmemprof.libraries import BY_NAME, PATCHED, owners as library_owners, plain_arguments, tags as library_tags
-from jaxmemprof.source import statement_at
+from jaxmemprof.capture.jit.frames import drop_own_frames, user_frame
+from jaxmemprof.facts.libraries import BY_NAME, PATCHED, owners as library_owners, plain_arguments, tags as library_tags
+from jaxmemprof.facts.source import statement_at
 from jaxmemprof.capture.jit.early import Early
-from jaxmemprof.capture.jit.liveness import _fates, _on_death, _windows
+from jaxmemprof.capture.jit.liveness import call_fates, on_death, frame_windows
 from jaxmemprof.capture.jit.owners import Previous, host_leaf as _host_leaf, leaf as _leaf
 from jaxmemprof.capture.jit.oom import failed as oom_failed
 from jaxmemprof.capture.jit.plan import Planner
 from jaxmemprof.capture.jit.programs import Programs
-from jaxmemprof.capture.jit.proxy import Probed, _QuietProbed, _QuietStep
-from jaxmemprof.capture.jit.site import _is_user_function, _signature_names, _Site
-from jaxmemprof.capture.jit.state import HUNT_CALLS, _cache_size, _compile_listener, _FunctionState, step_of
+from jaxmemprof.capture.jit.proxy import Probed, QuietProbed, QuietStep
+from jaxmemprof.capture.jit.site import is_user_function, signature_names, Site
+from jaxmemprof.capture.jit.state import HUNT_CALLS, cache_size, compile_listener, FunctionState, step_of
 
 # Sampled calls before which the live bytes are counted, at most, in a run
 # (later ones are estimated from the sampler's last snapshot before them).
@@ -110,7 +110,7 @@ class JitProbe(Programs):
         self._next_function = 1
         self._next_call = 1
         self._lock = threading.Lock()
-        self._states: list[_FunctionState] = []
+        self._states: list[FunctionState] = []
         self._errors_seen: set = set()
         self._calling = threading.local()  # .state: the function whose call this thread is in
         # The sampler, which holds the program's arrays while it takes a
@@ -118,7 +118,7 @@ class JitProbe(Programs):
         # sampled call: set by the session.
         self.observer = None
         self.on_step = None  # (name) -> bool, set by the session: a call of the step begins (stepped)
-        self._step: _FunctionState | None = None
+        self._step: FunctionState | None = None
         # function_id -> threads inside a call of it now (calls the probe still watches: a quiet
         # function's go straight to XLA): what a snapshot taken meanwhile was in (calls_in_flight).
         self.in_call: dict = {}
@@ -215,7 +215,7 @@ class JitProbe(Programs):
         try:
             import jax.monitoring as monitoring
 
-            self._listener = _compile_listener(weakref.ref(self))
+            self._listener = compile_listener(weakref.ref(self))
             monitoring.register_event_duration_secs_listener(self._listener)
             self._monitoring = monitoring
         except Exception:  # an older JAX: snapshots still notice new compilations
@@ -262,14 +262,14 @@ class JitProbe(Programs):
                         try:
                             return probe._wrap(decorator(fun), fun, kwargs, caller, wrapper)
                         except BaseException as exc:
-                            _drop_own_frames(exc)
+                            drop_own_frames(exc)
                             raise
 
                     return decorate
                 fun = args[0] if args else kwargs["fun"]
                 return probe._wrap(original(*args, **kwargs), fun, kwargs, sys._getframe(1), wrapper)
             except BaseException as exc:
-                _drop_own_frames(exc)
+                drop_own_frames(exc)
                 raise
 
         return jit
@@ -292,11 +292,11 @@ class JitProbe(Programs):
         state.proxy = weakref.ref(proxy)
         return proxy
 
-    def _register(self, real, fun, kwargs, caller, wrapper) -> _FunctionState:
-        site = _Site(caller, fun, wrapper)
+    def _register(self, real, fun, kwargs, caller, wrapper) -> FunctionState:
+        site = Site(caller, fun, wrapper)
         target = site.function
         code = getattr(target, "__code__", None)
-        jitted = _signature_names(fun)
+        jitted = signature_names(fun)
         donate_argnums = _normalise(kwargs.get("donate_argnums"))
         donate_argnames = _normalise(kwargs.get("donate_argnames"))
         jit_static_argnums = _normalise(kwargs.get(BY_NAME[wrapper].static_argnums))
@@ -308,7 +308,7 @@ class JitProbe(Programs):
             # The wrapper jits a function of its own (equinox: over arrays
             # donated, arrays not donated, the rest; donation is its "donate"
             # option): the user's arguments are read from that call.
-            arguments, params = library.arguments, _signature_names(target)
+            arguments, params = library.arguments, signature_names(target)
             donate_argnums, donate_argnames, static_argnums = [], [], []
         frame = site.frame
         row = {
@@ -329,14 +329,14 @@ class JitProbe(Programs):
             "wrapper": site.wrapper,
             "wrapper_options": json.dumps(site.options),
         }
-        state = self._add_function(row, params, donate_argnums, donate_argnames, arguments, _cache_size(real) < 0,
-                                   _is_user_function(target))
+        state = self._add_function(row, params, donate_argnums, donate_argnames, arguments, cache_size(real) < 0,
+                                   is_user_function(target))
         state.jit_static = (jit_static_argnums, _normalise(kwargs.get("static_argnames")), jitted)
         if state.user:
             state.plan = self.planner.slot(BY_NAME[wrapper].patches, kwargs)
         return state
 
-    def _add_function(self, row: dict, *state_args) -> _FunctionState:
+    def _add_function(self, row: dict, *state_args) -> FunctionState:
         """A new function id, its jit_functions row, and its state."""
         with self._lock:
             fid = self._next_function
@@ -344,7 +344,7 @@ class JitProbe(Programs):
         row = {"function_id": fid, **row}
         self.writer.add_jit_function(row)
         *args, user = state_args
-        state = _FunctionState(fid, *args)
+        state = FunctionState(fid, *args)
         state.user, state.row = user, row
         state.static_argnums = json.loads(row.get("static_argnums") or "[]")
         state.static_argnames = json.loads(row.get("static_argnames") or "[]")
@@ -385,7 +385,7 @@ class JitProbe(Programs):
             return False
         state = copy._state
         state.proxy = weakref.ref(proxy)
-        state.cache = _cache_size(proxy._real)
+        state.cache = cache_size(proxy._real)
         state.analyse_next = True
         proxy._probe, proxy._state = self, state
         proxy.__class__ = Probed
@@ -398,7 +398,7 @@ class JitProbe(Programs):
         for state in list(self._states):
             proxy = state.proxy() if state.proxy is not None else None
             if isinstance(proxy, Probed) and proxy._probe is self:
-                proxy.__class__ = _QuietProbed
+                proxy.__class__ = QuietProbed
                 proxy._probe = owner
                 out.append(proxy)
         return out
@@ -409,7 +409,7 @@ class JitProbe(Programs):
 
     # -- a call --------------------------------------------------------------------
 
-    def call(self, real, state: _FunctionState, args, kwargs):
+    def call(self, real, state: FunctionState, args, kwargs):
         if not self.active or state.off:
             return real(*args, **kwargs)
         if self._traced(args, kwargs):
@@ -449,7 +449,7 @@ class JitProbe(Programs):
         # live before it.
         sample = new_signature or state.samples < self.max_samples and (
             state.resample or state.calls <= self.sample_first + 1 or state.calls % self.sample_every == 0)
-        before = _cache_size(real)
+        before = cache_size(real)
         inputs = abstract = None
         if sample:
             signature = self._guard(state, self._signature, state, args, kwargs)
@@ -473,7 +473,7 @@ class JitProbe(Programs):
         if failed is not None:  # the call went well: reading it failed on its own
             self._error(state, failed)
         if not state.by_signature:
-            state.cache = _cache_size(real)
+            state.cache = cache_size(real)
             if state.cache > before:
                 state.compiles += 1
                 # With donated (now deleted) arguments the AOT path cannot run
@@ -490,7 +490,7 @@ class JitProbe(Programs):
             or state.off
         return out
 
-    def stepped(self, state: _FunctionState) -> None:
+    def stepped(self, state: FunctionState) -> None:
         """A device call of ``state``'s function begins: counted as a step (state.step_of), its
         snapshot taken between the program's steps (the last one's outputs in its hands)."""
         if self.on_step is not None and self.active:
@@ -540,7 +540,7 @@ class JitProbe(Programs):
                     d["from"] = previous.origin(leaf)
                 leaves.append(d)
                 try:
-                    refs.append(weakref.ref(leaf, _on_death(len(refs), deaths, self.observer)))
+                    refs.append(weakref.ref(leaf, on_death(len(refs), deaths, self.observer)))
                 except TypeError:
                     refs.append(None)
         return leaves, refs, deaths
@@ -565,7 +565,7 @@ class JitProbe(Programs):
         for d, r in zip(leaves, refs):
             obj = r() if r is not None else None
             d["deleted_after"] = bool(obj is not None and _is_deleted(obj))
-        frame = _user_frame(sys._getframe(1))
+        frame = user_frame(sys._getframe(1))
         with self._lock:
             call_id = self._next_call
             self._next_call += 1
@@ -577,7 +577,7 @@ class JitProbe(Programs):
         ))
         state.samples += 1
         state.resample = False
-        state.pending = (call_id, refs, deaths, _windows(frame))
+        state.pending = (call_id, refs, deaths, frame_windows(frame))
 
     def _check_liveness(self, state):
         """Record what became of the last sampled call's input leaves by the
@@ -585,7 +585,7 @@ class JitProbe(Programs):
         (``liveness._fates``)."""
         call_id, refs, deaths, windows = state.pending
         state.pending = None
-        fates = _fates(refs, deaths, windows, self.observer)
+        fates = call_fates(refs, deaths, windows, self.observer)
         if fates is None:
             # The program dropped a leaf while the sampler held it: where
             # cannot be told. This call says nothing; the next one is
@@ -629,7 +629,7 @@ class JitProbe(Programs):
             seen = state.cache
             if proxy is None:
                 self._quiet.discard(state)
-            elif _cache_size(proxy._real) != seen:
+            elif cache_size(proxy._real) != seen:
                 self._wake(state, unless_synced_from=seen)
 
     def on_compile(self, event: str = "", seconds: float = 0.0) -> None:
@@ -650,7 +650,7 @@ class JitProbe(Programs):
             if state.by_signature and not state.off:
                 state.analyse_next, state.hunt = True, HUNT_CALLS
 
-    def _wake(self, state: _FunctionState, unless_synced_from: int | None = None) -> None:
+    def _wake(self, state: FunctionState, unless_synced_from: int | None = None) -> None:
         """Observe a quiet function again, from its next call. From a
         snapshot's poll (another thread), ``unless_synced_from``: the cache
         size the poll saw as the function's; if a call has counted the new
@@ -662,11 +662,11 @@ class JitProbe(Programs):
         self._quiet.discard(state)
         state.quiet = False
         proxy = state.proxy()
-        if proxy is not None and type(proxy) in (_QuietProbed, _QuietStep):
+        if proxy is not None and type(proxy) in (QuietProbed, QuietStep):
             proxy.__class__ = Probed
 
     @staticmethod
-    def _sync_cache(state: _FunctionState) -> bool:
+    def _sync_cache(state: FunctionState) -> bool:
         """Count the compilations made while the function was quiet; True if
         there were any."""
         if state.by_signature:
@@ -674,7 +674,7 @@ class JitProbe(Programs):
         proxy = state.proxy()
         if proxy is None:
             return False
-        size = _cache_size(proxy._real)
+        size = cache_size(proxy._real)
         if size == state.cache:
             return False
         if size > state.cache:

@@ -32,11 +32,11 @@ from typing import TYPE_CHECKING
 
 from jaxmemprof.capture.arrays import is_deleted as _is_deleted
 from jaxmemprof.xla import scratch
-from jaxmemprof.truepeak import peak_of
+from jaxmemprof.facts.truepeak import peak_of
 from jaxmemprof.capture.jit.retrace import traced
 
 if TYPE_CHECKING:
-    from jaxmemprof.capture.jit.state import _FunctionState
+    from jaxmemprof.capture.jit.state import FunctionState
 
 # Program-order curves written per function, at most (its first signatures').
 CURVES = 32
@@ -153,7 +153,7 @@ class Programs:
             [(state.function_id, b.name, b.bytes, b.shape, b.kind, b.op, json.dumps(b.frames), b.start, b.end,
               int(b.at_peak), signature) for b in p.buffers], curve)
 
-    def _signature(self, state: _FunctionState, args, kwargs) -> str:
+    def _signature(self, state: FunctionState, args, kwargs) -> str:
         """What JAX's compile cache tells calls apart by, as text: each array
         argument's dtype and shape (numpy's too: ``np:float32[8]``), and on
         several devices its shard's shape and their number
@@ -184,7 +184,7 @@ class Programs:
         return _bounded(", ".join(parts))
 
     @staticmethod
-    def _static_text(state: _FunctionState, value) -> str:
+    def _static_text(state: FunctionState, value) -> str:
         """A static value as text that is the same on every run of the
         program: its repr for plain values, a function's name, else its type
         and the order in which this function first saw it (a repr may carry
@@ -293,7 +293,7 @@ class Programs:
         t0 = time.monotonic()
         directory = scratch.dump_directory(self.writer)  # inside the run directory
         try:
-            with _unseen_compile(self._jax):
+            with unseen_compile(self._jax):
                 scratch.compile_own(lowered, directory)
             from jaxmemprof.xla.dump import read_dump  # imported when a dump is read (protobuf-free, but regex-heavy)
 
@@ -319,7 +319,7 @@ def _bounded(signature: str, limit: int = SIGNATURE_CHARS) -> str:
     return signature[:limit - len(tail)] + tail
 
 
-class _unseen_compile:
+class unseen_compile:
     """Around a compile of ours: not the program's, so nothing of it is
     shown to the program. No persistent compilation cache (a hit would
     compile nothing, and dump no buffer assignment), no jax_log_compiles

@@ -11,7 +11,7 @@ import functools
 import operator
 import types
 
-from jaxmemprof.capture.jit.frames import _drop_own_frames
+from jaxmemprof.capture.jit.frames import drop_own_frames
 
 
 class Probed:
@@ -37,14 +37,14 @@ class Probed:
         try:
             out = self._probe.call(self._real, state, args, kwargs)
         except BaseException as exc:
-            _drop_own_frames(exc)
+            drop_own_frames(exc)
             raise
         if state.quiet and self._probe.active:
             # Sampling done: from now on calls go straight to the jitted
             # function, at no cost; JitProbe.poll watches for new compilations.
             state.counted_all = False
             # first: a wake-up in between then still turns it back
-            self.__class__ = _QuietStep if state.step else _QuietProbed
+            self.__class__ = QuietStep if state.step else QuietProbed
             if not state.off:
                 self._probe._quiet.add(state)
         return out
@@ -81,7 +81,7 @@ class Probed:
         return self._real == (other._real if isinstance(other, Probed) else other)
 
 
-class _QuietProbed(Probed):
+class QuietProbed(Probed):
     """A Probed whose sampling is done: calling it calls the jitted function
     with no Python code in between (``__call__`` is looked up on the type
     and resolves, through a C-level getter, to the jitted function)."""
@@ -90,7 +90,7 @@ class _QuietProbed(Probed):
     __call__ = property(operator.attrgetter("_real"))
 
 
-class _QuietStep(_QuietProbed):
+class QuietStep(QuietProbed):
     """A quiet Probed of the program's step (JitProbe.stepped): each call
     is counted as a step as it begins, then goes straight to the jitted
     function, with no other work."""
@@ -102,5 +102,5 @@ class _QuietStep(_QuietProbed):
         try:
             return self._real(*args, **kwargs)
         except BaseException as exc:
-            _drop_own_frames(exc)
+            drop_own_frames(exc)
             raise

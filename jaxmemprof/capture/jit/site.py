@@ -10,9 +10,9 @@ import os
 import types
 
 from jaxmemprof.capture import library_roots
-from jaxmemprof.capture.jit.frames import _is_library
-from jaxmemprof.libraries import BY_NAME, KNOWN_WRAPPERS
-from jaxmemprof.paths import installed_part
+from jaxmemprof.capture.jit.frames import is_library
+from jaxmemprof.facts.libraries import BY_NAME, KNOWN_WRAPPERS
+from jaxmemprof.facts.paths import installed_part
 
 # Names under which a wrapper's frame holds the user's function.
 _FUNCTION_LOCALS = ("fun", "f", "fn", "func", "function")
@@ -33,12 +33,12 @@ def _unwrap(fun):
     return fun
 
 
-def _is_user_function(fun) -> bool:
+def is_user_function(fun) -> bool:
     code = getattr(fun, "__code__", None)
-    return code is not None and not _is_library(code.co_filename)
+    return code is not None and not is_library(code.co_filename)
 
 
-def _signature_names(fun) -> list[str]:
+def signature_names(fun) -> list[str]:
     try:
         return list(inspect.signature(fun).parameters)
     except (TypeError, ValueError):
@@ -63,7 +63,7 @@ def _wrapper_of(frames) -> str | None:
     return None
 
 
-class _Site:
+class Site:
     """Where jax.jit was applied, seen from the user's code: the user's line,
     the library wrapper in between (if any), the user's own function and the
     wrapper's options (equinox's ``donate``)."""
@@ -73,7 +73,7 @@ class _Site:
     def __init__(self, caller, fun, wrapper_default):
         frames = []
         f = caller
-        while f is not None and _is_library(f.f_code.co_filename):
+        while f is not None and is_library(f.f_code.co_filename):
             frames.append(f)
             f = f.f_back
         self.frame = f
@@ -85,13 +85,13 @@ class _Site:
     @staticmethod
     def _find_function(fun, frames):
         target = _unwrap(fun)
-        if _is_user_function(target):
+        if is_user_function(target):
             return target
         for fr in frames:  # a wrapper that jits a function of its own holds the user's
             for name in _FUNCTION_LOCALS:
                 v = fr.f_locals.get(name)
                 if v is not None and callable(v):
                     u = _unwrap(v)
-                    if _is_user_function(u):
+                    if is_user_function(u):
                         return u
         return target

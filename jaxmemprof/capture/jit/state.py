@@ -10,7 +10,7 @@ from __future__ import annotations
 HUNT_CALLS = 1000
 
 
-class _FunctionState:
+class FunctionState:
     __slots__ = ("function_id", "calls", "traced", "samples", "resample", "pending", "compiles", "analyse_next", "hunt",
                  "signatures", "param_names", "donate_argnums", "donate_argnames", "arguments", "by_signature",
                  "cache", "quiet", "off", "errors", "proxy", "counted_all", "largest", "user", "backend_compiles",
@@ -58,7 +58,7 @@ class _FunctionState:
         self.step = False  # the program's step: each call counted as one (JitProbe.stepped)
 
 
-def step_of(step: _FunctionState | None, state: _FunctionState) -> _FunctionState | None:
+def step_of(step: FunctionState | None, state: FunctionState) -> FunctionState | None:
     """The program's step, as a call of ``state``'s function begins:
     where the program marks no steps of its own, the first of the user's
     jitted functions called a second time (and each of its calls from then
@@ -70,7 +70,7 @@ def step_of(step: _FunctionState | None, state: _FunctionState) -> _FunctionStat
     return step
 
 
-def _compile_listener(probe_ref):
+def compile_listener(probe_ref):
     """A jax.monitoring listener that wakes the probe's quiet functions on
     JAX's compile events, holding the probe weakly."""
 
@@ -82,7 +82,7 @@ def _compile_listener(probe_ref):
     return listener
 
 
-def _cache_size(real) -> int:
+def cache_size(real) -> int:
     """The jitted function's compile-cache size; -1 where it has none to ask
     (``jax.pmap``, a Python function)."""
     try:

@@ -23,7 +23,7 @@ import sys
 import threading
 from dataclasses import dataclass
 
-from jaxmemprof.tpus import slices_of, topology, usable_bytes
+from jaxmemprof.facts.tpus import slices_of, topology, usable_bytes
 
 
 @dataclass

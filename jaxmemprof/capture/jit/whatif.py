@@ -31,15 +31,15 @@ import math
 import time
 import warnings
 
-from jaxmemprof.capture.jit.programs import _unseen_compile
+from jaxmemprof.capture.jit.programs import unseen_compile
 from jaxmemprof.capture.jit.remat import verify_remats
 from jaxmemprof.capture.jit.retrace import CHANGED, RETRACED, Refused, fingerprint, fresh, replay, shielded
 from jaxmemprof.capture.jit.unsampled import SIZES_DIFFER, template_for
-from jaxmemprof.donors import Call, donors
-from jaxmemprof.donors import arguments as array_arguments
-from jaxmemprof.replicas import candidate, meshes_of, shard_options, spec
-from jaxmemprof.libraries import BY_NAME
-from jaxmemprof.truepeak import peak_of
+from jaxmemprof.facts.donors import Call, donors
+from jaxmemprof.facts.donors import arguments as array_arguments
+from jaxmemprof.facts.replicas import candidate, meshes_of, shard_options, spec
+from jaxmemprof.facts.libraries import BY_NAME
+from jaxmemprof.facts.truepeak import peak_of
 from jaxmemprof.xla import scratch
 
 VERIFY_SHARE = 0.1
@@ -108,7 +108,7 @@ def _compile_call(jax, fn, args, kwargs, wrapper: str, dump_to: str | None = Non
     t0 = time.monotonic()
     said = []
     try:
-        with warnings.catch_warnings(record=True) as caught, _unseen_compile(jax):
+        with warnings.catch_warnings(record=True) as caught, unseen_compile(jax):
             warnings.simplefilter("always")
             if retraced:
                 lowered, refused = shielded(lower, fn, wrapper, args, kwargs)
@@ -193,7 +193,7 @@ class Retraces:
         args, kwargs = arguments(probe._jax, ab, list(ab.flat))
 
         def again():
-            with _lowering(jitted, wrapper), _unseen_compile(probe._jax):
+            with _lowering(jitted, wrapper), unseen_compile(probe._jax):
                 return jitted.trace(*args, **kwargs)
 
         t, why = shielded(again)

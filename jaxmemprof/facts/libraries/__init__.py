@@ -89,7 +89,7 @@ import contextlib
 import importlib
 import os
 
-from jaxmemprof.libraries import jax as _jax
+from jaxmemprof.facts.libraries import jax as _jax
 
 
 # What a library's tag says an array is (``role(tag)``): analysis/roles.py's roles of the same names.

@@ -6,8 +6,8 @@ not advised for the run itself."""
 
 from __future__ import annotations
 
-from jaxmemprof.backends.gpu import GPU
-from jaxmemprof.backends.base import Backend
+from jaxmemprof.facts.backends.gpu import GPU
+from jaxmemprof.facts.backends.base import Backend
 
 
 class Cpu(Backend):

@@ -11,7 +11,7 @@ import contextlib
 import os
 import sys
 
-from jaxmemprof.libraries import OPTIMIZER, PARAMETERS, STATE
+from jaxmemprof.facts.libraries import OPTIMIZER, PARAMETERS, STATE
 
 NAME = "flax.nnx.jit"
 FRAME = ("flax", "jit")

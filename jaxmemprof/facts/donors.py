@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from jaxmemprof.truepeak import as_passed
+from jaxmemprof.facts.truepeak import as_passed
 
 
 @dataclass(frozen=True)

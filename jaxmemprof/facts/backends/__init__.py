@@ -27,8 +27,8 @@ Plain Python: no jax, no pandas."""
 
 from __future__ import annotations
 
-from jaxmemprof.backends import cpu, gpu, tpu
-from jaxmemprof.backends.base import Backend, ChipPeak
+from jaxmemprof.facts.backends import cpu, gpu, tpu
+from jaxmemprof.facts.backends.base import Backend, ChipPeak
 
 _MODULES = (cpu, gpu, tpu)
 

@@ -16,7 +16,7 @@ in-flight cap or a sync every few steps (:data:`INFLIGHT_CAP`)."""
 
 from __future__ import annotations
 
-from jaxmemprof.backends.base import Backend, ChipPeak
+from jaxmemprof.facts.backends.base import Backend, ChipPeak
 
 # What bounds the outputs of queued steps, as code (measured on a v5e chip, a 512 MiB state, 16 steps
 # undonated: peak_bytes_in_use 8,990 MiB by default, 2,126 MiB with N=2, 1,598 MiB with N=1).

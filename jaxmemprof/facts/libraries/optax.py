@@ -5,7 +5,7 @@ the argument holding it is called."""
 
 from __future__ import annotations
 
-from jaxmemprof.libraries import OPTIMIZER
+from jaxmemprof.facts.libraries import OPTIMIZER
 
 PACKAGE = "optax"
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from jaxmemprof.backends.base import Backend
+from jaxmemprof.facts.backends.base import Backend
 
 MiB = 1024**2
 
