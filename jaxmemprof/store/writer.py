@@ -347,6 +347,18 @@ class RunWriter:
                             (function_id, signature))
         return tuple(rows[0]) if rows else None
 
+    def jit_compiled_signatures(self, function_id: int) -> list:
+        """(signature, argument, output, alias, temp and code bytes) of each
+        signature the function compiled (jit_compiles), in compile order."""
+        rows = self._select("SELECT signature, argument_bytes, output_bytes, alias_bytes, temp_bytes, "
+                            "generated_code_bytes FROM jit_compiles WHERE function_id = ? ORDER BY rowid",
+                            (function_id,))
+        first: dict = {}
+        for r in rows:
+            if isinstance(r[0], str):
+                first.setdefault(r[0], tuple(r))
+        return list(first.values())
+
     def jit_sampled_calls(self, function_id: int) -> list:
         """(call_index, inputs JSON, outputs JSON, signature, live_before
         JSON) of the function's sampled calls recorded so far, in call order."""

@@ -341,24 +341,36 @@ def verified_change(ar: Attributed, function_id: int, arguments) -> dict:
     return out
 
 
+# How the recorder's row of a signature that no kept call ran begins where its arguments could not be made
+# from a kept signature's (capture/jit/unsampled.py).
+_NOT_SAMPLED = "not verified: not sampled"
+
+
 def _why_missing(run, function_id: int, rows: pd.DataFrame, missing: list) -> str:
     """Why the function's signatures ``missing`` have no donated compile:
-    over the compile budget, not sampled (no sampled call ran them, so
-    their arguments' shapes were not kept: nothing to compile from), or
-    the error the compile gave."""
+    over the compile budget, not sampled (no sampled call ran them and
+    their arguments could not be made from a sampled call's: the recorder's
+    reason, or, in a run recorded before it tried, that their shapes were
+    not kept), or the error the compile gave."""
     errors = {sig: str(e) for sig, e in zip(rows["signature"], rows["error"]) if isinstance(e, str) and e}
     calls = run.jit.calls
     sampled = set(calls.loc[calls["function_id"] == function_id, "signature"].dropna()) \
         if calls is not None and not calls.empty and "signature" in calls else set()
     over = [s for s in missing if "over the compile budget" in errors.get(s, "")]
     unsampled = [s for s in missing if s not in errors and s not in sampled]
-    other = [s for s in missing if s not in over and s not in unsampled]
+    unmade = [s for s in missing if errors.get(s, "").startswith(_NOT_SAMPLED)]
+    other = [s for s in missing if s not in over and s not in unsampled and s not in unmade]
     parts = []
     if unsampled:
         n = len(unsampled)
         parts.append(f"{n} not sampled ({'; '.join(unsampled[:2])}{' ...' if n > 2 else ''}: no sampled call "
                      f"ran {'it' if n == 1 else 'them'}, so {'its' if n == 1 else 'their'} arguments' shapes "
                      f"were not kept)")
+    if unmade:
+        n = len(unmade)
+        why = errors[unmade[0]][len(_NOT_SAMPLED):].lstrip(": ")
+        parts.append(f"{n} not sampled ({'; '.join(unmade[:2])}{' ...' if n > 2 else ''}: no sampled call ran "
+                     f"{'it' if n == 1 else 'them'}, and {why[:200]})")
     if over:
         parts.append(f"{len(over)} over the compile budget")
     if other:

@@ -34,6 +34,7 @@ import time
 from dataclasses import dataclass
 
 from jaxmemprof.capture.jit.oom import batch_multiple, what_fits
+from jaxmemprof.capture.jit.unsampled import prune_traces
 from jaxmemprof.capture.jit.whatif import (VERIFY_MIN_S, VERIFY_SHARE, Retraces, compile_figures,
                                            donated_arguments, function_donors, rejit, verify)
 from jaxmemprof.facts.flow import CARRIED, UNKNOWN, batch_keys, flows, leaf_key
@@ -193,8 +194,7 @@ class Planner:
             s.plan.real = None
         if state not in top[:KEEP_FUNCTIONS]:
             slot.abstract.clear()
-        for gone in [s for s in slot.traces if s not in slot.abstract]:
-            del slot.traces[gone]
+        prune_traces(slot)  # its kept signatures' traces, and a few of signatures no kept call ran (unsampled.py)
         self.top = top[:KEEP_FUNCTIONS]
         for i, s in enumerate(self.top):
             if i >= PLAN_FUNCTIONS:  # not held, nor the device arrays its traces' constants are (a closure's)

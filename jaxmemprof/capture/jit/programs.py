@@ -92,6 +92,7 @@ class Programs:
         values = [_int_or_none(getattr(ma, f, None)) if ma is not None else None for f in fields]
         state.signatures.add(signature)
         if trace is not None and state.plan is not None and state.user:
+            trace.peak = peak_of(values[:5])
             state.plan.traces[signature] = trace
         state.pruned[signature] = self._read_pruned(compiled)
         if state.by_signature:

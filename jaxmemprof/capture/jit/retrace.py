@@ -71,10 +71,11 @@ class Trace:
     """The jaxpr JAX traced for one signature during the run, and its
     output tree: what ``replay`` evaluates."""
 
-    __slots__ = ("jaxpr", "out_tree", "const_bytes", "_fingerprint")
+    __slots__ = ("jaxpr", "out_tree", "const_bytes", "peak", "_fingerprint")
 
     def __init__(self, jaxpr, out_tree):
         self.jaxpr, self.out_tree = jaxpr, out_tree
+        self.peak = None  # XLA's call peak of its signature, once compiled (which traces a function keeps)
         # the bytes of its constants (arrays a closure captured): kept alive with it
         self.const_bytes = sum(int(getattr(c, "nbytes", 0) or 0) for c in getattr(jaxpr, "consts", ()) or ())
         self._fingerprint = None

@@ -4,7 +4,9 @@ as ShapeDtypeStructs (no array allocated), with the change made, and XLA's
 ``memory_analysis()`` of that compile kept. One place for every "what if":
 the plan compiles other batches and bfloat16 through ``compile_figures``;
 the donation advice's arguments are compiled donated by
-``verify_donations``, and the replicated inputs the sharding advice names
+``verify_donations`` (at each kept signature, and at each signature compiled
+that no sampled call ran, from a kept one's arguments with its shapes:
+unsampled.py), and the replicated inputs the sharding advice names
 are compiled sharded by ``verify_shardings``, with the jitted functions that
 made them whole compiled returning them sharded (``_makers``: the fix makes
 them sharded where they are created), and the step with a function of the
@@ -32,10 +34,12 @@ import warnings
 from jaxmemprof.capture.jit.programs import unseen_compile
 from jaxmemprof.capture.jit.remat import verify_remats
 from jaxmemprof.capture.jit.retrace import CHANGED, RETRACED, Refused, fingerprint, fresh, replay, shielded
+from jaxmemprof.capture.jit.unsampled import SIZES_DIFFER, template_for
 from jaxmemprof.facts.donors import Call, donors
 from jaxmemprof.facts.donors import arguments as array_arguments
 from jaxmemprof.facts.replicas import candidate, meshes_of, shard_options, spec
 from jaxmemprof.facts.libraries import BY_NAME
+from jaxmemprof.facts.truepeak import peak_of
 from jaxmemprof.xla import scratch
 
 VERIFY_SHARE = 0.1
@@ -305,10 +309,13 @@ def verify(planner, budget_s: float) -> None:
 def verify_donations(planner, budget_s: float, deadline: float) -> list:
     """For each of the program's functions the donation rule names
     arguments of, while its abstract arguments are kept: each kept
-    signature compiled with those arguments donated (jit_whatif rows)."""
+    signature compiled with those arguments donated (jit_whatif rows); then,
+    for the functions verified so, the signatures they compiled that no kept
+    call ran (``_unsampled``)."""
     probe = planner.probe
     writer = probe.writer
-    rows = []
+    rows: list = []
+    verified = []  # (state, the donation) of the functions with a kept signature compiled donated
     for state in _largest_states(probe):
         found = function_donors(writer, state.function_id)
         if not found:
@@ -324,48 +331,97 @@ def verify_donations(planner, budget_s: float, deadline: float) -> list:
         wrapper = state.row.get("wrapper") or "jax.jit"
         lib = BY_NAME.get(wrapper)
         own = lib if lib is not None and lib.rejit is None and lib.donated_call is not None else None
+        facts = None
         if own is not None:  # the wrapper's own option: its fix as the advice prints it
             facts = _own_fix(writer, state, own, found)
             change = json.dumps({**json.loads(change), "option": facts.get("option"),
                                  "pass_first": facts.get("pass_first") or []})
+        donation = (real, nums, names, own, facts, change)
+        ok = False
         for sig in _signatures(slot):
             ab = slot.abstract[sig]
-            trace = slot.traces.get(sig)  # the run's own: replayed, no Python of the program's run again
-            early = probe.early.donation(state.function_id, sig, nums, names) \
-                if trace is not None and own is None else None
-            call = None
-            if real is None:
-                fn = DROPPED
-            elif own is not None:
-                fn = own_donation(probe, state, real, own, facts, ab, trace)
-                if not isinstance(fn, str):
-                    fn, *call = fn
-            else:
-                fn = rejit(probe, state, real, nums, names, trace)
-            refused = None if trace is not None or isinstance(fn, str) else planner.retraces.refusal(state, real)
-            if early is not None:  # compiled beside the program (early.py), as it would be now
-                fig, seconds, error, _ = early
-                error = None if error is None else f"not verified: {_failed(error)}"
-            elif isinstance(fn, str):
-                fig, seconds, error = None, 0.0, f"not verified: {fn}"
-            elif refused is not None:
-                fig, seconds, error = None, 0.0, f"not verified: {refused.reason}"
-            elif time.monotonic() > deadline:
-                fig, seconds, error = None, 0.0, f"{OVER_BUDGET} ({budget_s:g} s; run --verify-seconds)"
-            else:
-                probe.progress(f"verifying the donation of {state.row.get('name', state.function_id)}")
-                if call:  # the wrapper's fix: its own call of jax.jit's function
-                    done, seconds, error, _ = _compile_call(probe._jax, fn, *call, "jax.jit", retraced=trace is None)
-                    fig = done[0] if done else None
-                else:
-                    fig, seconds, error, _ = compile_figures(probe._jax, fn, ab, wrapper=wrapper,
-                                                             retraced=trace is None)
-                error = None if error is None else f"not verified: {_failed(error)}"
-                if trace is None:
-                    planner.retraced.setdefault(state.function_id, set()).add("whatif")
+            fig, seconds, error = _donated(planner, state, donation, sig, ab, slot.traces.get(sig), budget_s,
+                                           deadline, early=True)
+            ok = ok or error is None
             rows.append((state.function_id, sig, change, *(fig or (None,) * 5), float(seconds),
                          str(ab.platform or ""), error))
-    return rows
+        if ok:
+            verified.append((state, donation))
+    return rows + _unsampled(planner, verified, budget_s, deadline)
+
+
+def _donated(planner, state, donation, sig: str, ab, trace, budget_s: float, deadline: float, early=False):
+    """One signature of ``state``'s function compiled with ``donation``
+    ((the jitted function, argnums, argnames, the wrapper's own library or
+    None, its fix's facts, the change's JSON)), from its abstract arguments
+    ``ab``, replaying the run's ``trace`` where kept (else a shielded
+    re-trace): (figures or None, seconds, error or None). ``early``: the
+    compile made beside the program (early.py) stands in where it was made."""
+    probe = planner.probe
+    real, nums, names, own, facts, _ = donation
+    wrapper = state.row.get("wrapper") or "jax.jit"
+    done = probe.early.donation(state.function_id, sig, nums, names) \
+        if early and trace is not None and own is None else None
+    call = None
+    if real is None:
+        fn = DROPPED
+    elif own is not None:
+        fn = own_donation(probe, state, real, own, facts, ab, trace)
+        if not isinstance(fn, str):
+            fn, *call = fn
+    else:
+        fn = rejit(probe, state, real, nums, names, trace)
+    refused = None if trace is not None or isinstance(fn, str) else planner.retraces.refusal(state, real)
+    if done is not None:  # compiled beside the program (early.py), as it would be now
+        fig, seconds, error, _ = done
+        return fig, seconds, None if error is None else f"not verified: {_failed(error)}"
+    if isinstance(fn, str):
+        return None, 0.0, f"not verified: {fn}"
+    if refused is not None:
+        return None, 0.0, f"not verified: {refused.reason}"
+    if time.monotonic() > deadline:
+        return None, 0.0, f"{OVER_BUDGET} ({budget_s:g} s; run --verify-seconds)"
+    probe.progress(f"verifying the donation of {state.row.get('name', state.function_id)}")
+    if call:  # the wrapper's fix: its own call of jax.jit's function
+        compiled, seconds, error, _ = _compile_call(probe._jax, fn, *call, "jax.jit", retraced=trace is None)
+        fig = compiled[0] if compiled else None
+    else:
+        fig, seconds, error, _ = compile_figures(probe._jax, fn, ab, wrapper=wrapper, retraced=trace is None)
+    if trace is None:
+        planner.retraced.setdefault(state.function_id, set()).add("whatif")
+    return fig, seconds, None if error is None else f"not verified: {_failed(error)}"
+
+
+def _unsampled(planner, verified: list, budget_s: float, deadline: float) -> list:
+    """The signatures that the functions ``verified`` compiled and no kept
+    call ran (the leftover batch at each epoch's end), each compiled with the
+    same donation from a kept signature's arguments with its shapes
+    (unsampled.py), largest recorded call peak first across the functions
+    (the one a missing figure would leave at the true peak goes first, in
+    the budget): jit_whatif rows, whose error says why a signature was not
+    (its text starts "not verified: not sampled" where its arguments could
+    not be made)."""
+    writer = planner.probe.writer
+    jax = planner.probe._jax
+    todo = [(peak_of(r[1:]) or 0, n, state, donation, r) for n, (state, donation) in enumerate(verified)
+            for r in writer.jit_compiled_signatures(state.function_id) if r[0] not in state.plan.abstract]
+    out = []
+    for _, _, state, donation, (sig, *recorded) in sorted(todo, key=lambda t: (-t[0], t[1])):
+        slot, change = state.plan, donation[-1]
+        trace = slot.traces.get(sig)
+        made = template_for(jax, slot, sig, trace)
+        if isinstance(made, str):
+            out.append((state.function_id, sig, change, *(None,) * 5, 0.0, "", made))
+            continue
+        _, ab = made
+        fig, seconds, error = _donated(planner, state, donation, sig, ab, trace, budget_s, deadline)
+        made_sizes = tuple(fig[:2]) if fig else None
+        if made_sizes and error is None and None not in recorded[:2] and made_sizes != tuple(recorded[:2]):
+            fig, error = None, (f"{SIZES_DIFFER} (arguments and outputs {made_sizes} bytes, against "
+                                f"{tuple(recorded[:2])})")
+        out.append((state.function_id, sig, change, *(fig or (None,) * 5), float(seconds),
+                    str(ab.platform or ""), error))
+    return out
 
 
 NOT_KEPT = ("not verified: its arguments' shapes were not kept (only the functions with the 8 largest call peaks "
