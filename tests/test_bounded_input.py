@@ -143,7 +143,7 @@ def _members(data: bytes, sizes) -> bytes:
 
 
 def test_streams_past_what_is_held_are_read_exactly():
-    """Past ``_HOLD`` bytes the reader counts to the end, then reads again:
+    """Past ``HOLD`` bytes the reader counts to the end, then reads again:
     the bytes are python's gzip.decompress's, exactly at the limit is allowed
     and one byte less is refused; members of every size (many smaller than
     what zlib is given at a time) and NUL padding after them read the same.
@@ -435,8 +435,8 @@ def _dense(layout: str, fields: int) -> bytes:
 
 @pytest.mark.parametrize("layout", ["strings", "samples", "late samples", "first"])
 def test_fields_past_one_per_8_bytes_are_refused_from_the_wire(layout):
-    """Up to _FIELDS_FREE top-level fields, any density is read (the counts
-    are protobuf's); one more field at more than one per _FIELD_BYTES bytes
+    """Up to FIELDS_FREE top-level fields, any density is read (the counts
+    are protobuf's); one more field at more than one per FIELD_BYTES bytes
     is refused, whichever path the reader takes; a real profile has one per
     19 to 35 bytes."""
     ok = _dense(layout, FIELDS_FREE)
@@ -454,7 +454,7 @@ def test_fields_past_one_per_8_bytes_are_refused_from_the_wire(layout):
 
 
 def test_many_fields_of_a_few_more_bytes_are_read():
-    """Past _FIELDS_FREE fields, fewer than one per _FIELD_BYTES bytes is
+    """Past FIELDS_FREE fields, fewer than one per FIELD_BYTES bytes is
     read: 140,000 samples of 9 bytes each (a value of 3 bytes, an empty
     label, no location), their total python's sum of protobuf's values,
     through the run of samples and after the rest alike."""

@@ -279,7 +279,7 @@ def test_leak_and_recompile_facts():
 
     site = {"site": "t.py:3 (f)", "file": "t.py", "line": 3, "function": "f"}
     lk = pd.DataFrame([{**site, "growth_bytes_per_s": 10.0, "growth_bytes_per_step": 4.0, "live_bytes_first": 0,
-                        "live_bytes_last": 400, "arrays_last": 100, "p_value": 1e-9, "tau": 0.9,
+                        "live_bytes_last": 400, "arrays_first": 1, "arrays_last": 100, "p_value": 1e-9, "tau": 0.9,
                         "projected_bytes_after": 4400, "projected_growth_bytes": 4000, "projected_steps": 1000,
                         "projected_seconds": float("nan"), "projected_share_of_peak": 0.4, "snapshots_used": 50}])
     rc = pd.DataFrame([{**site, "name": "jit_f", "first_snapshot": 2, "first_count": 1, "last_count": 12,
@@ -289,8 +289,10 @@ def test_leak_and_recompile_facts():
                         "functions": 20, "after_setup": 19, "suspect": True}])
     for frame, columns in ((lk, leaks.LEAK_COLUMNS), (rc, leaks.RECOMPILE_COLUMNS), (rj, leaks.REJIT_COLUMNS)):
         assert list(frame.columns) == list(columns)
-    found = rules.leak_findings(lk, rc, rj)
-    assert [(f.rule, f.case) for f in found] == [("leak", ""), ("recompile", "executables"), ("recompile", "rejit")]
+    growing = lk.assign(site="t.py:5 (f)", line=5, arrays_first=100)  # as many arrays at the last: they grew in size
+    found = rules.leak_findings(pd.concat([lk, growing], ignore_index=True), rc, rj)
+    assert [(f.rule, f.case) for f in found] == [("leak", ""), ("leak", "growing-arrays"), ("recompile", "executables"),
+                                                 ("recompile", "rejit")]
     for f in found:
         same_facts(f)
 

@@ -416,7 +416,7 @@ def _probe_script(directory, body: str):
     test process."""
     source = (
         "import jax, jax.numpy as jnp\n"
-        "from jaxmemprof.capture.jit import JitProbe, Probed, _QuietProbed\n"
+        "from jaxmemprof.capture.jit import JitProbe, Probed, QuietProbed\n"
         "from jaxmemprof.store.writer import RunWriter\n"
         f"writer = RunWriter(__import__('pathlib').Path({str(directory / 'run')!r}), {{'argv': []}})\n"
         "probe = JitProbe(writer, sample_first=1, sample_every=1, max_samples=2)\n"
@@ -444,15 +444,15 @@ POLL = """
         a, b = jnp.ones((16,), jnp.float32), jnp.ones((32,), jnp.float32)
         for _ in range(5):
             a = f(a)
-        assert type(f) is _QuietProbed and float(a[0]) == 32.0
+        assert type(f) is QuietProbed and float(a[0]) == 32.0
         b = f(b)  # compiles a second signature, unobserved
-        assert type(f) is _QuietProbed
+        assert type(f) is QuietProbed
         probe.poll()
         assert type(f) is Probed
         b = f(b)  # observed again: analysed, and sampled (the first call of a signature analysed) ...
         assert type(f) is Probed and float(b[0]) == 4.0
         b = f(b)  # ... then quiet again, once that call's inputs' fate is known
-        assert type(f) is _QuietProbed and float(b[0]) == 8.0
+        assert type(f) is QuietProbed and float(b[0]) == 8.0
 """
 
 
@@ -474,7 +474,7 @@ EPOCHS = """
                 f(full)
             f(last)
         f(full)  # the analysed signature's call was sampled: quiet once its inputs' fate is known
-        assert type(f) is _QuietProbed
+        assert type(f) is QuietProbed
 """
 
 

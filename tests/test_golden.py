@@ -34,7 +34,7 @@ The scheme:
 What is compared is deterministic: the reports are of the bundled runs in
 sample_runs/runs/ (their timings are the recorded ones), run's summary is
 rendered again from the bundled run's directory (jaxmemprof/cli/record.py's
-``_closing``: what ``run`` printed when it recorded it), every command
+``closing_lines``: what ``run`` printed when it recorded it), every command
 runs from the repository root with relative paths, and the environment is
 fixed (no COLUMNS unless given, TERM=dumb, NO_COLOR=1, TZ=UTC, UTF-8).
 
@@ -71,10 +71,10 @@ SUMMARY = """
 import json, sys
 from pathlib import Path
 from jaxmemprof.capture.runner import Target
-from jaxmemprof.cli.record import _closing
+from jaxmemprof.cli.record import closing_lines
 directory = Path(sys.argv[1])
 argv = json.loads((directory / "manifest.json").read_text())["argv"]
-_closing(Target(path=argv[0], module=None, args=tuple(argv[1:])), directory)
+closing_lines(Target(path=argv[0], module=None, args=tuple(argv[1:])), directory)
 """
 
 

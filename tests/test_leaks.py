@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
 
 import numpy as np
 import pytest
@@ -445,3 +446,55 @@ def test_a_transient_spike_does_not_hide_a_leak(tmp_path_factory):
     found = leaks(attribute(run), min_bytes=0)
     row = found.set_index("site").loc[f"spiky.py:{line_of(script, 'SITE-MAKE')} (make)"]
     assert row["growth_bytes_per_step"] == 4096
+
+
+GROWING = """
+import jax, jax.numpy as jnp
+import jaxmemprof
+
+
+@jax.jit
+def step(x):
+    return jnp.concatenate([x * 0.5, jnp.ones((64,), x.dtype)])
+
+
+x = jnp.ones((64,))
+counts = []
+for i in range(40):
+    x = step(x)  # SITE-GROW
+    counts.append(sum(a.ndim == 1 for a in jax.live_arrays()))  # what the program itself holds
+    jaxmemprof.mark(f"step {i}")
+print("live 1-d arrays each step:", sorted(set(counts)), "bytes at the end:", x.nbytes)
+"""
+
+
+def test_one_array_replaced_by_a_larger_one_is_no_leak_to_delete(tmp_path_factory):
+    """Issue 52, item 6: one array replaced each step by a larger one (its
+    shape grows; the function compiles for each shape) is not arrays kept
+    alive: the program itself sees one such array at each step (its own
+    jax.live_arrays()), so `del x` frees nothing it does not need. The
+    finding says the shape grows, its fix keeps the shape fixed, and the
+    recompilation at that line, which names the cause, leads."""
+    tmp = tmp_path_factory.mktemp("growing")
+    script = write_script(tmp, "growing.py", GROWING)
+    said = run_cli("run", "-q", "--interval", "1000", "-o", tmp / "run", script, cwd=tmp, check=0)
+    assert "live 1-d arrays each step: [1] bytes at the end: 10496" in said.stdout, said.stdout
+    run = load_run(tmp / "run")
+    ar = attribute(run)
+    found = leaks(ar)
+    site = f"growing.py:{line_of(script, 'SITE-GROW')} (<module>)"
+    row = found[found["site"] == site].iloc[0]
+    assert (row["arrays_first"], row["arrays_last"]) == (1, 1)
+    assert row["growth_bytes_per_step"] == 256  # 64 float32 more a step
+    findings = leak_findings(found, recompiles(ar))
+    assert [(f.rule, f.severity) for f in findings if f.site == site] == [("leak", "low"), ("recompile", "medium")]
+    leak = next(f for f in findings if f.rule == "leak")
+    assert leak.case == "growing-arrays"
+    said = words(leak)
+    assert "grow in size, not in number (1 array alive throughout)" in said.brief
+    assert said.fix.startswith("Keep the shape of what is made here fixed") and "`del`" not in said.fix
+    assert "drop the reference" not in said.brief_fix
+    # In the report, the recompilation comes first.
+    report = run_cli("report", tmp / "run", "--json", cwd=tmp).stdout
+    rules = [f["rule"] for f in json.loads(report)["findings"] if f["site"] == site]
+    assert rules == ["recompile", "leak"], rules

@@ -66,7 +66,7 @@ KiB = 1024
 LEAK_COLUMNS = [
     "site", "file", "line", "function",
     "growth_bytes_per_s", "growth_bytes_per_step",
-    "live_bytes_first", "live_bytes_last", "arrays_last",
+    "live_bytes_first", "live_bytes_last", "arrays_first", "arrays_last",
     "p_value", "tau",
     "projected_bytes_after", "projected_growth_bytes", "projected_steps", "projected_seconds",
     "projected_share_of_peak", "snapshots_used",
@@ -204,7 +204,7 @@ def _empty(columns, dtypes=None) -> pd.DataFrame:
 
 _LEAK_DTYPES = {
     "line": np.int64, "growth_bytes_per_s": float, "growth_bytes_per_step": float,
-    "live_bytes_first": np.int64, "live_bytes_last": np.int64, "arrays_last": np.int64,
+    "live_bytes_first": np.int64, "live_bytes_last": np.int64, "arrays_first": np.int64, "arrays_last": np.int64,
     "p_value": float, "tau": float, "projected_bytes_after": np.int64, "projected_growth_bytes": np.int64,
     "projected_steps": "Int64", "projected_seconds": float, "projected_share_of_peak": float,
     "snapshots_used": np.int64,
@@ -265,8 +265,9 @@ def leaks(ar: Attributed, *, steps: int | None = None, min_bytes: int = KiB,
       markers seen before each snapshot, over the snapshots from the first
       marker on (NaN when the run has no markers);
     - ``live_bytes_first``, ``live_bytes_last``: the site's live bytes at the
-      first and the last snapshot used; ``arrays_last``: its live arrays
-      (buffers, for a directory of profiles) at the last;
+      first and the last snapshot used; ``arrays_first``, ``arrays_last``:
+      its live arrays (buffers, for a directory of profiles) at each (as many
+      at the last as at the first: the arrays grew in size, not in number);
     - ``p_value`` (one-sided Mann-Kendall), ``tau`` (Kendall's tau-b);
     - ``projected_bytes_after``: the site's live bytes projected after
       ``steps`` more steps (``projected_steps``) when the run has markers,
@@ -371,6 +372,7 @@ def leaks(ar: Attributed, *, steps: int | None = None, min_bytes: int = KiB,
         "growth_bytes_per_step": per_step,
         "live_bytes_first": mb[np.arange(len(candidates)), first_used].astype(np.int64),
         "live_bytes_last": last.astype(np.int64),
+        "arrays_first": ma[np.arange(len(candidates)), first_used].astype(np.int64),
         "arrays_last": ma[:, -1].astype(np.int64),
         "p_value": mk["p_value"].to_numpy(),
         "tau": mk["tau"].to_numpy(),

@@ -1,6 +1,6 @@
 """What the sampler keeps of each ``jax.Array`` and reads of one: a weak
 reference that knows the array's ``id()`` (``_Ref``) and a tracked array
-(``_Entry``), what every array of one shape, dtype and sharding shares
+(``Entry``), what every array of one shape, dtype and sharding shares
 (``_Static``: read from the sharding alone), its bytes on each device (from
 its sharding: no per-shard view made), a buffer's address, whether it is
 ready or deleted, and its sharding as journal text.

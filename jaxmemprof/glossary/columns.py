@@ -133,6 +133,7 @@ GLOSSARY: dict[str, str] = {
                              "marker on, in bytes per step; empty without markers.",
     "live_bytes_first": "The site's live bytes at the first snapshot used (the `exit` snapshot is left out).",
     "live_bytes_last": "The site's live bytes at the last snapshot used.",
+    "arrays_first": "The site's live arrays at the first snapshot used (buffers, for a directory of profiles).",
     "arrays_last": "The site's live arrays at the last snapshot used (buffers, for a directory of profiles).",
     "p_value": "One-sided Mann-Kendall p-value of an increasing trend (a site is reported below 0.01).",
     "tau": "Kendall's tau-b of the site's live bytes against time, -1 to 1 (1: every later snapshot holds more; "

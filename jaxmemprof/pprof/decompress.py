@@ -150,7 +150,7 @@ def _read_into(out: bytearray, f: BinaryIO, limit: int) -> None:
 def _gunzip(f: BinaryIO, head: bytes, name: str, limit: int, ratio: int | None = None) -> bytearray:
     """Decompress the gzip members in ``f`` (``head``: its first bytes,
     already read), producing at most ``limit`` bytes, and holding at most
-    ``_HOLD`` of them while the total is not known: a larger stream is
+    ``HOLD`` of them while the total is not known: a larger stream is
     counted to its end first (refused as soon as it passes the limit), then
     decompressed again, held. NUL padding after the last member is allowed,
     as gzip allows it. ``ratio``: see :func:`_inflate` (the first pass

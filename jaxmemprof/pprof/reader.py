@@ -21,7 +21,7 @@ from jaxmemprof.pprof.model import Profile, Parts
 __all__ = ["DEFAULT_MAX_DECOMPRESSED", "DEFAULT_MAX_RATIO", "Profile", "load_profile", "read_profile_bytes"]
 
 # Top-level fields (samples, strings, locations, functions, ...): past the
-# first _FIELDS_FREE, at most one per _FIELD_BYTES bytes read so far. A real
+# first FIELDS_FREE, at most one per FIELD_BYTES bytes read so far. A real
 # profile has one per 19 to 35 bytes (a 100,000-sample JAX profile: 104,000
 # in 3.6 MB); 2-byte strings or 5-byte samples would cost protobuf and
 # Python far more per byte than any profile does.
@@ -46,7 +46,7 @@ def load_profile(
     else the last type. ``max_decompressed`` and ``max_ratio``: see
     :func:`read_profile_bytes`. Whatever its size, a profile with far more
     top-level fields per byte than any profiler writes is refused before
-    they are decoded (see ``_FIELD_BYTES``).
+    they are decoded (see ``FIELD_BYTES``).
     """
     try:
         name, raw = read_profile_bytes(source, name=name, max_decompressed=max_decompressed,
@@ -133,7 +133,7 @@ def _too_dense(name: str, fields: int, p: int) -> InputError:
 def _count_fields(raw: bytes, p: int, fields: int, name: str) -> int:
     """Walk the top-level fields from ``p`` (``fields`` of them before it),
     refusing the profile (:func:`_too_dense`) once more than
-    ``_FIELDS_FREE`` have been seen at more than one per ``_FIELD_BYTES``
+    ``FIELDS_FREE`` have been seen at more than one per ``FIELD_BYTES``
     bytes: before protobuf or Python make an object of each. Bytes that are
     not fields end the walk quietly (protobuf says what is wrong with them).
     Returns the count."""

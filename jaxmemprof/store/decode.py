@@ -283,7 +283,7 @@ def _column_problems(df: pd.DataFrame, table: str) -> list:
 
 def checked(df: pd.DataFrame, table: str, warnings: list, file: str = "journal.sqlite") -> pd.DataFrame:
     """``df`` (read with each row's rowid, ``ROWID``) less its rows with a
-    cell that is not what the writer writes (see _CELLS), said in one line
+    cell that is not what the writer writes (see CELLS), said in one line
     naming ``file``, the table, the first such row's rowid, the column and
     the problem, and noted as damage of ``table``."""
     if table not in CELLS or df.empty:

@@ -61,6 +61,31 @@ def _leak(f: Finding, x: dict) -> Words:
         message=f"Live memory at {f.site} keeps growing: {rate}." + kept, fix=fix, evidence=evidence)
 
 
+def _growing(f: Finding, x: dict) -> Words:
+    """Case ``growing-arrays``: the site's bytes grow while its arrays do
+    not grow in number (one array replaced each step by a larger one): no
+    reference keeps old ones alive, and deleting the one the program uses
+    changes nothing; its shape is what grows."""
+    words = _leak(f, x)
+    n = int(x["arrays_last"])
+    step = (format_bytes(x["growth_bytes_per_step"]) + " per step" if x.get("growth_bytes_per_step") is not None
+            else fmt(x["growth_bytes_per_s"]) + "/s")
+    alive = f"{counted(n, 'array')} alive throughout" if n == int(x["arrays_first"]) else \
+        f"{int(x['arrays_first'])} -> {n} arrays alive"
+    return Words(
+        brief=f"The arrays made here grow in size, not in number ({alive}): {fmt(x['live_bytes_first'])} -> "
+              f"{fmt(x['live_bytes_last'])}, {step}.",
+        saves=words.saves,
+        brief_fix="keep its shape fixed: preallocate at the final size, or pad to a few sizes",
+        message=(f"Live memory at {f.site} keeps growing, {step}, in arrays that grow in size, not in number "
+                 f"({alive}): each replaces the last with a larger one. No reference keeps old arrays alive; "
+                 "their shape is what grows."),
+        fix=("Keep the shape of what is made here fixed: preallocate the array at its final size and fill it "
+             "(`x = x.at[i].set(v)`), or pad to a few bucket sizes. Deleting the reference changes nothing while "
+             "the program uses it, and each new shape also compiles the jitted functions that take it again."),
+        evidence=words.evidence)
+
+
 def kept_fix(x: dict) -> tuple[str, str]:
     """(fix, brief fix) for arrays kept by the holder ``x['held_by']``, in
     the program's own names."""
@@ -125,12 +150,14 @@ def _rejit(f: Finding, x: dict) -> Words:
 
 LEAK = Rule(
     "leak", made_by="analysis/rules/leaks.py",
-    finds="A site whose live bytes grow steadily over the run (Mann-Kendall, Theil-Sen; analysis/leaks.py).",
-    facts={"": ("growth_bytes_per_step", "growth_bytes_per_s", "live_bytes_first", "live_bytes_last",
-                "snapshots_used", "arrays_last", "tau", "p_value", "projected_bytes_after", "projected_growth_bytes",
-                "projected_steps", "projected_seconds", "projected_share_of_peak", "held_by", "held_by_kind",
-                "held_by_container", "held_by_created", "held_by_arrays", "held_by_bytes", "held_by_shapes",
-                "held_at", "held_by_cut")},
+    finds=("A site whose live bytes grow steadily over the run (Mann-Kendall, Theil-Sen; analysis/leaks.py): "
+           "arrays kept (the default case), or arrays that grow in size, not in number (case `growing-arrays`: "
+           "one replaced each step by a larger one)."),
+    facts={case: ("growth_bytes_per_step", "growth_bytes_per_s", "live_bytes_first", "live_bytes_last",
+                  "snapshots_used", "arrays_first", "arrays_last", "tau", "p_value", "projected_bytes_after",
+                  "projected_growth_bytes", "projected_steps", "projected_seconds", "projected_share_of_peak",
+                  "held_by", "held_by_kind", "held_by_container", "held_by_created", "held_by_arrays",
+                  "held_by_bytes", "held_by_shapes", "held_at", "held_by_cut") for case in ("", "growing-arrays")},
     optional=("held_by", "held_by_kind", "held_by_container", "held_by_created", "held_by_arrays", "held_by_bytes",
               "held_by_shapes", "held_at", "held_by_cut"),
     meanings={"held_by": ("The Python reference that keeps the site's arrays made over the most snapshots alive "
@@ -145,7 +172,7 @@ LEAK = Rule(
               "held_at": "Which search found it: end (the run's last snapshot) or peak.",
               "held_by_cut": ("Present (true) where that search stopped at its budget (holders.csv's complete "
                               "false): the reference holds the arrays, but others may too.")},
-    words={"": _leak},
+    words={"": _leak, "growing-arrays": _growing},
 )
 
 
@@ -176,23 +203,33 @@ def leak_findings(leaks_df: pd.DataFrame, recompiles_df: pd.DataFrame,
 
     A leak is ``high`` when its projected growth reaches half the run's peak
     or 1 GiB, ``medium`` from a tenth of the peak, else ``low``; its
-    ``saving_bytes`` is the projected growth. A recompilation is ``medium``
+    ``saving_bytes`` is the projected growth. Where the site's arrays grow in
+    size, not in number (as many alive at the last snapshot as at the
+    first: case ``growing-arrays``), it is at most ``medium``, and ``low``
+    where a recompilation finding is at the same line: that finding names
+    the cause (a shape that changes every step), and leads. A recompilation is ``medium``
     from 10 executables, else ``low``; it saves the code of all but one
     executable, where code size is known (not on CPU). ``holders``:
     analysis/py_holders.py's table, which names what keeps a leak's arrays
     alive."""
     out: list[Finding] = []
+    recompiled = set(recompiles_df.loc[recompiles_df["suspect"], "site"]) if len(recompiles_df) else set()
     for r in leaks_df.itertuples(index=False):
         growth = int(r.projected_growth_bytes)
         share = r.projected_share_of_peak
         share = float(share) if share == share and share is not None else 0.0
         severity = "high" if share >= 0.5 or growth >= GiB else "medium" if share >= 0.1 else "low"
+        growing = 1 <= int(r.arrays_last) <= int(r.arrays_first)
+        if growing:
+            severity = "low" if r.site in recompiled else "medium" if severity == "high" else severity
         per_step = number(r.growth_bytes_per_step)
-        out.append(Finding(rule="leak", severity=severity, site=str(r.site), saving_bytes=growth, facts={
+        out.append(Finding(rule="leak", case="growing-arrays" if growing else "", severity=severity,
+                           site=str(r.site), saving_bytes=growth, facts={
             "growth_bytes_per_step": per_step,
             "growth_bytes_per_s": number(float(r.growth_bytes_per_s)),
             "live_bytes_first": int(r.live_bytes_first), "live_bytes_last": int(r.live_bytes_last),
-            "snapshots_used": int(r.snapshots_used), "arrays_last": int(r.arrays_last),
+            "snapshots_used": int(r.snapshots_used), "arrays_first": int(r.arrays_first),
+            "arrays_last": int(r.arrays_last),
             "tau": float(r.tau), "p_value": float(r.p_value),
             "projected_bytes_after": int(r.projected_bytes_after), "projected_growth_bytes": growth,
             "projected_steps": int(r.projected_steps) if per_step is not None else None,

@@ -582,7 +582,7 @@ class JitProbe(Programs):
     def _check_liveness(self, state):
         """Record what became of the last sampled call's input leaves by the
         time the function was called again, or the run ended
-        (``liveness._fates``)."""
+        (``liveness.call_fates``)."""
         call_id, refs, deaths, windows = state.pending
         state.pending = None
         fates = call_fates(refs, deaths, windows, self.observer)
