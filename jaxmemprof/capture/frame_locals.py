@@ -106,12 +106,12 @@ def _layout_holds() -> bool:
                 names = _names(frame.f_code)
                 got = _raw(frame, len(names))
                 values = dict(zip(names, got))
-                cells = [values.get("x"), values.get("z")]
+                x_cell, z_cell = values.get("x"), values.get("z")
                 _checked = (len(got) == len(names) and values.get("y") is y and values.get("unset") is _UNBOUND
                             and values.get("inner") is inner
-                            and all(type(c) is types.CellType for c in cells)
-                            and cells[0].cell_contents is x and cells[1].cell_contents == [x])
-                del frame, inner, got, values, cells
+                            and type(x_cell) is types.CellType and type(z_cell) is types.CellType
+                            and x_cell.cell_contents is x and z_cell.cell_contents == [x])
+                del frame, inner, got, values, x_cell, z_cell
             except Exception:
                 _checked = False
     return _checked

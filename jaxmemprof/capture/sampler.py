@@ -23,13 +23,14 @@ import signal
 import sys
 import threading
 import time
+from typing import Protocol
 
 from jaxmemprof.capture.arrays import (add_device_bytes, buffer_address, Entry, is_ready, json_list, Ref,
                                        Static, is_deleted)
 # Imported here, not in the first snapshot, whose cost sets the sampling pace.
 from jaxmemprof.capture.device_reads import LoadedExecutables, memory_stats_rows, profile_buffers
 from jaxmemprof.capture.steps import STALE_S, Steps, on_grid, searched
-from jaxmemprof.store.writer import RunWriter, SnapshotRecord
+from jaxmemprof.store.writer import SnapshotRecord
 
 ADDRESS_MODES = ("auto", "all", "none")
 TRIGGERS = ("interval", "first", "step", "exit", "exception", "oom", "signal", "api")
@@ -66,12 +67,24 @@ def jax_ready():
     return jax if ready else None
 
 
+class SnapshotWriter(Protocol):
+    """What a sampler writes to: a run's RunWriter, or a test's in memory (capture/totals.py)."""
+
+    closed: bool
+
+    @property
+    def snapshots(self) -> int: ...
+    def add_snapshot(self, rec: SnapshotRecord) -> int: ...
+    def add_snapshot_calls(self, snapshot: int, function_ids: list) -> None: ...
+    def add_event(self, kind: str, message: str, snapshot: int | None = None) -> None: ...
+
+
 class Sampler:
     """Snapshots on demand and, in a background thread, every ``interval``
     seconds, stretched so that sampling takes at most half of
     ``max_overhead`` of the wall time (measured on the real snapshot cost)."""
 
-    def __init__(self, writer: RunWriter, *, interval: float = 0.5, max_overhead: float = 0.02,
+    def __init__(self, writer: SnapshotWriter, *, interval: float = 0.5, max_overhead: float = 0.02,
                  adaptive: bool = True, addresses: str = "auto"):
         self.writer = writer
         self.interval = interval
@@ -93,7 +106,7 @@ class Sampler:
         self._tracked: dict[int, Entry] = {}  # id(array) -> what we know of it
         self._aliases: dict = {}  # id(view) -> _Ref: per-shard views, not counted
         self._pending: dict[int, Entry] = {}  # tracked arrays whose addresses are to be read
-        self._dead: list = []  # _Ref/_Entry of arrays that died (appended by their callbacks)
+        self._dead: list[Ref] = []  # _Ref/_Entry of arrays that died (appended by their callbacks)
         self._owner: dict = {}  # (device, address) -> the tracked entry that holds it
         self._static: dict = {}  # (shape, dtype, sharding) -> what every such array shares
         self._stacks: dict = {}  # traceback -> stack_id
@@ -349,7 +362,7 @@ class Sampler:
             if self.peak is None or rec.live_bytes > self.peak[0]:
                 self.peak = (rec.live_bytes, index, t_mono)
             self._pending_search = (index, trigger, rec.live_bytes, calls)
-            live = rec = None
+            del live, rec
             if search:
                 self.search_holders()
             return index

@@ -58,6 +58,9 @@ class _TotalsWriter:
         self.calls.append({"function_id": row[1], "call_index": row[2], "t_wall": row[3], "inputs": row[8],
                            "outputs": row[9], "signature": row[10], "live_before": row[11]})
 
+    def add_snapshot_calls(self, snapshot: int, function_ids: list) -> None:
+        pass  # no calls in flight are asked for (only a run's session sets Sampler.in_flight)
+
     def add_event(self, kind: str, message: str, snapshot=None) -> None:
         self.events.append((kind, message))
 
@@ -110,11 +113,12 @@ class TotalsSession:
     def __init__(self, *, interval: float, max_overhead: float):
         self.writer = _TotalsWriter()
         self.sampler = _TotalsSampler(self.writer, interval=interval, max_overhead=max_overhead)
-        self.probe = _TotalsProbe(self.writer, dump_share=0.0, dump_min_s=0.0)
+        self.probe: _TotalsProbe | None = _TotalsProbe(self.writer, dump_share=0.0, dump_min_s=0.0)
         self.sampler.hooks.append(self.probe.on_snapshot)
         self.probe.observer = self.sampler
 
     def start(self) -> TotalsSession:
+        assert self.probe is not None  # started once, before stop_sampling lets the probe go
         self.probe.install()
         self.sampler.start()
         return self

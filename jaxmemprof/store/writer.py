@@ -85,7 +85,7 @@ class RunWriter:
         # Every file of the run is reached through these two descriptors,
         # never by following a link (layout.py): snapshots/ must be a real
         # directory, SQLite's files absent or regular files.
-        self._dir_fd = layout.open_directory(self.directory)
+        self._dir_fd: int | None = layout.open_directory(self.directory)  # None once closed
         self._snap_fd: int | None = None
         try:
             for name in layout.JOURNAL_FILES:  # SQLite opens them by name, following links: checked first
@@ -487,6 +487,7 @@ class RunWriter:
             self._db.close()
             moved: list[str] = []
             old_fd = self._dir_fd
+            assert old_fd is not None  # open while the run is not closed
             try:
                 names = [n for n in (layout.SNAPSHOT_DIR, *layout.JOURNAL_FILES, layout.MANIFEST)
                          if layout.entry_kind(n, old_fd) != "absent"]
@@ -509,9 +510,11 @@ class RunWriter:
 
     def _reopen(self) -> None:
         """The journal and snapshots/ opened again in ``self.directory``."""
-        self._snap_fd = layout.own_directory(self.directory / layout.SNAPSHOT_DIR, self._dir_fd)
+        dir_fd = self._dir_fd
+        assert dir_fd is not None  # reopened only in move_to, the run open
+        self._snap_fd = layout.own_directory(self.directory / layout.SNAPSHOT_DIR, dir_fd)
         for name in layout.JOURNAL_FILES:
-            kind = layout.entry_kind(name, self._dir_fd)
+            kind = layout.entry_kind(name, dir_fd)
             if kind not in ("absent", "file"):
                 raise InputError(str(self.directory / name), layout.refusal(kind))
         self._db = sqlite3.connect(self.directory / layout.JOURNAL, check_same_thread=False, isolation_level=None)

@@ -28,6 +28,7 @@ import os
 import sys
 import threading
 import time
+from typing import TYPE_CHECKING
 import weakref
 
 from jaxmemprof.capture.arrays import is_deleted as _is_deleted
@@ -44,6 +45,9 @@ from jaxmemprof.capture.jit.programs import Programs
 from jaxmemprof.capture.jit.proxy import Probed, QuietProbed, QuietStep
 from jaxmemprof.capture.jit.site import is_user_function, signature_names, Site
 from jaxmemprof.capture.jit.state import HUNT_CALLS, cache_size, compile_listener, FunctionState, step_of
+
+if TYPE_CHECKING:
+    from jaxmemprof.capture.sampler import Sampler
 
 # Sampled calls before which the live bytes are counted, at most, in a run
 # (later ones are estimated from the sampler's last snapshot before them).
@@ -116,7 +120,7 @@ class JitProbe(Programs):
         # The sampler, which holds the program's arrays while it takes a
         # snapshot (Sampler.holding), and counts what is live before a
         # sampled call: set by the session.
-        self.observer = None
+        self.observer: Sampler | None = None
         self.on_step = None  # (name) -> bool, set by the session: a call of the step begins (stepped)
         self._step: FunctionState | None = None
         # function_id -> threads inside a call of it now (calls the probe still watches: a quiet
