@@ -26,6 +26,7 @@ import json
 import math
 import sys
 import time
+from typing import Any
 
 from jaxmemprof.capture.jit.frames import user_frame
 from jaxmemprof.capture.jit.whatif import compile_figures, rejit
@@ -190,7 +191,7 @@ def what_fits(planner, budget_s: float, search, given: bool = True) -> None:
     told = None if why else _batch(probe, failure, axis)
     if why is None and told is None:
         why = f"no argument with a dimension {axis} could be told to be the batch"
-    if why is not None:
+    if why is not None or told is None:  # told None: why says so
         writer.add_event("oom-fit", json.dumps({**out, "error": why}))
         return
     batch, scaled, how = told  # search: plan.search (passed in: plan imports this module)
@@ -220,13 +221,14 @@ def what_fits(planner, budget_s: float, search, given: bool = True) -> None:
             if fig is None and (error is None or "RESOURCE_EXHAUSTED" not in str(error)):
                 points[b] = [int(b), None, str(error)[:300]]
                 return None
-            peak = math.inf if fig is None else outside + peak_of(fig)
+            fig_peak = peak_of(fig)  # None: no figures
+            peak = math.inf if fig_peak is None else outside + fig_peak
             points[b] = [int(b), None if fig is None else int(peak), "refused by XLA for memory" if fig is None
                          else None, None if fig is None else int(fig[3] or 0)]
             return peak
 
         first = at(batch)
-        row = {"points": []}
+        row: dict[str, Any] = {"points": []}
         if first is not None:
             known = {batch: first}
             largest = batch if first <= limit else search(known, limit, at, multiple=multiple)

@@ -50,6 +50,11 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Callable
+from typing import ParamSpec, TypeVar
+
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
 
 RETRACED = ("compiled from a re-trace of the program's Python at the end of the run (its output discarded; "
             "docs/plan.md, re-traces)")
@@ -302,7 +307,7 @@ def shielded(call, *args, **kwargs):
     def no_exit(*a, **k):
         raise _Exited()
 
-    def no_register(func, *a, **k):
+    def no_register(func: Callable[_P, _T], /, *a: _P.args, **k: _P.kwargs) -> Callable[_P, _T]:
         return func
 
     value, why = None, None
