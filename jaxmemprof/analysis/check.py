@@ -8,6 +8,7 @@ leaks, its findings) or, for one test, from the run recorded around it;
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from typing import TYPE_CHECKING
@@ -251,13 +252,13 @@ def check_report(report, limits: Limits, baseline=None) -> list[Outcome]:
         # the worst: one XLA:TPU refused as too large for the device (no peak: its error says), else the largest
         refused = rows[rows["peak_bytes"].isna()]
         worst = refused.iloc[0] if len(refused) else rows.loc[rows["peak_bytes"].astype("int64").idxmax()]
-        peak = None if pd.isna(worst["peak_bytes"]) else int(worst["peak_bytes"])
-        out.append(Outcome("target-fits", int(worst["usable_bytes"]), peak,
+        worst_peak = None if pd.isna(worst["peak_bytes"]) else int(worst["peak_bytes"])
+        out.append(Outcome("target-fits", int(worst["usable_bytes"]), worst_peak,
                            bool(rows["fits"].astype(bool).all()), site=str(worst["function"]),
                            details=tuple((str(r["function"]), None if pd.isna(r["peak_bytes"]) else int(r["peak_bytes"]))
                                          for _, r in rows.iterrows()),
                            facts={"target": name, "chip": str(worst["chip"]), "hbm_bytes": int(worst["hbm_bytes"]),
-                                  **({"error": str(worst["error"])} if peak is None else {})}))
+                                  **({"error": str(worst["error"])} if worst_peak is None else {})}))
     if limits.max_increase_pct is not None and baseline is not None:
         b = baseline.headline
         pairs = [("peak", int(s.peak_bytes), int(b.peak_bytes))]
@@ -389,7 +390,7 @@ def _true_peak_since(run, t0: float) -> tuple[int | None, str]:
     return (None, "") if best is None else (best.bytes, best.where)
 
 
-def measure_totals(snapshots: list[dict], compiles: list[dict] = (), calls: list[dict] = (),
+def measure_totals(snapshots: list[dict], compiles: Sequence[dict] = (), calls: Sequence[dict] = (),
                    functions: dict | None = None) -> TestMemory:
     """The figures of :func:`measure_test` without their lines, for a test
     recorded in memory (``capture.totals.TotalsSession``, for the tests

@@ -161,7 +161,10 @@ class Breakdown:
 
     by: str
     key_columns: tuple[str, ...]
-    rows: pd.DataFrame = _Frame()
+    if TYPE_CHECKING:  # mypy reads any value here as a default; _Frame() is none (its __get__ on the class raises)
+        rows: pd.DataFrame
+    else:
+        rows: pd.DataFrame = _Frame()
     total_bytes: int
     total_count: int
     devices: pd.DataFrame = _Frame()
@@ -183,7 +186,10 @@ class Diff:
 
     by: str
     key_columns: tuple[str, ...]
-    rows: pd.DataFrame = _Frame()
+    if TYPE_CHECKING:  # mypy reads any value here as a default; _Frame() is none (its __get__ on the class raises)
+        rows: pd.DataFrame
+    else:
+        rows: pd.DataFrame = _Frame()
     totals: dict
     devices: pd.DataFrame = _Frame()
     kinds: pd.DataFrame = _Frame()

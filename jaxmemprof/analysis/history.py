@@ -17,7 +17,7 @@ import json
 import numpy as np
 import pandas as pd
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 
 if TYPE_CHECKING:
@@ -51,7 +51,7 @@ def history_holders(ar: Attributed) -> dict | None:
     rows = table.loc[held["array_id"].to_numpy()]
     held = held.assign(bytes=np.where(rows["shared"].to_numpy(dtype=bool), 0, rows["bytes"].to_numpy(dtype=np.int64)),
                        site=rows["site"].to_numpy(), only=held["only"].astype(bool))
-    entries = []
+    entries: list[dict[str, Any]] = []
     for holder, group in held.groupby("holder", sort=False):
         group = group.drop_duplicates("array_id")
         freed = group[group["only"]]

@@ -212,8 +212,10 @@ def attributed_curves(run, attribution: Attribution, lines: int = CURVE_LINES) -
         if (fid, signature) not in each.index or (fid, signature) in seen:
             continue
         seen.add((fid, signature))
+        if not isinstance(text, str):
+            continue  # no curve: as a damaged cell
         try:
-            curve = json.loads(text) if isinstance(text, str) else None
+            curve = json.loads(text)
             positions, totals = [int(p) for p in curve["positions"]], [int(b) for b in curve["bytes"]]
             by_site: dict[str, list] = {}
             for (kind, frames, op), run_bytes in curve["stacks"]:

@@ -346,6 +346,7 @@ def write_process_result(path) -> bool:
     False (and nothing written) when it is too large to analyse now."""
     import json
     from dataclasses import asdict
+    from pathlib import Path
 
     from jaxmemprof._version import __version__
     from jaxmemprof.analysis.attributed import attribute
@@ -370,7 +371,7 @@ def write_process_result(path) -> bool:
         "headline": r.headline, "warnings": [str(w) for w in r.warnings], "roles": r.roles,
     }
     data = json.dumps(doc, default=_plain, allow_nan=False, sort_keys=True).encode()
-    layout.write_atomic(os.path.join(path, PROCESS_RESULT) if isinstance(path, str) else path / PROCESS_RESULT, data)
+    layout.write_atomic(Path(path) / PROCESS_RESULT, data)
     return True
 
 

@@ -101,8 +101,8 @@ def mann_kendall(x: np.ndarray) -> pd.DataFrame:
     s = np.zeros(k, dtype=np.int64)
     for i in range(m - 1):  # one vectorised pass per snapshot, across all series
         s += np.sign(x[:, i + 1:] - x[:, i:i + 1]).sum(axis=1, dtype=np.int64)
-    tie_var = np.zeros(k)
-    tie_pairs = np.zeros(k)
+    tie_var: np.ndarray = np.zeros(k)
+    tie_pairs: np.ndarray = np.zeros(k)
     if m and k:
         srt = np.sort(x, axis=1)
         change = np.ones((k, m), dtype=bool)

@@ -145,7 +145,6 @@ def array_lifetimes(ar: Attributed) -> pd.DataFrame:
     times = _snapshot_times(snaps)
     numbers = times.index.to_numpy()
     first_snap = int(numbers[0]) if len(numbers) else 0
-    last_t = float(times.iloc[-1]) if len(times) else np.nan
 
     stack_ids = pd.to_numeric(arrays["stack_id"], errors="coerce").astype("Int64")
     sites = _sites_of(stack_ids, ar.stack_sites)
@@ -284,7 +283,7 @@ def site_lifetimes(ar: Attributed) -> pd.DataFrame:
     keyed = "trigger" in run.snapshots and bool((run.snapshots["trigger"] == "step").any())
     steps = pd.to_numeric(df["lifetime_steps"], errors="coerce") if keyed and "lifetime_steps" in df else None
     by_steps = steps is not None and steps.notna().any() and int(steps.fillna(0).max()) > 0
-    work["byte_steps"] = b * steps.fillna(0).to_numpy(dtype=np.float64) if by_steps else 0.0
+    work["byte_steps"] = b * steps.fillna(0).to_numpy(dtype=np.float64) if by_steps and steps is not None else 0.0
     g = work.groupby(SITE_COLUMNS, sort=False, dropna=False)
     sums = g[["arrays_born", "bytes_born", "live_bytes_at_peak", "byte_seconds", "alive_at_end",
               "alive_at_end_bytes", "byte_steps"]].sum()

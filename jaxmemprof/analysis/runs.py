@@ -59,8 +59,8 @@ def stretched_sampling(snaps: pd.DataFrame, settings: dict) -> tuple[float, floa
     """(interval, mean gap, max_overhead) if snapshots came on average more
     than twice the interval apart because of the overhead budget."""
     interval, budget = settings.get("interval"), settings.get("max_overhead")
-    numbers = all(isinstance(x, (int, float)) and x > 0 for x in (interval, budget))
-    if not numbers or len(snaps) < 2:
+    if not (isinstance(interval, (int, float)) and interval > 0 and isinstance(budget, (int, float)) and budget > 0) \
+            or len(snaps) < 2:
         return None
     gap = float(snaps["t"].max() - snaps["t"].min()) / (len(snaps) - 1)
     return (float(interval), gap, float(budget)) if gap > 2 * interval else None

@@ -113,6 +113,7 @@ def stack_classes(profile: Profile, attribution: Attribution, by: str) -> tuple[
     site frame (one past the last frame for an empty stack), or for ``stack``
     the stack itself; two classes may have one key."""
     texts = frame_texts(profile, attribution)
+    keys: list[tuple]
     if by == "stack":
         keys = []
         for stack in profile.stacks:
@@ -167,7 +168,7 @@ def stack_sites(profile: Profile, attribution: Attribution, *, with_stacks: bool
     labels = frame_labels(profile, attribution)
     user = labels["user"].to_numpy()
     site_frame = np.empty(len(profile.stacks), dtype=np.int64)
-    user_stacks = [] if with_stacks else None
+    user_stacks: list[tuple] = []  # with_stacks: per stack
     for sid, stack in enumerate(profile.stacks):
         chosen = -1
         for fid in stack:

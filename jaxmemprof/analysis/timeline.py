@@ -111,7 +111,7 @@ class SiteSeries:
         self.snapshots = run.snapshots["snapshot"].to_numpy(dtype=np.int64)
         self.n = len(self.snapshots)
         self.source = "arrays" if run.has_arrays else "profiles"
-        self._profiles = None
+        self._profiles: tuple[pd.DataFrame, pd.DataFrame] | None = None  # (devices, executables)
         if run.has_arrays:
             self._from_arrays(run, ar.site_codes)
         else:
@@ -501,6 +501,8 @@ def _timeline(ar: Attributed, top_sites: int) -> Timeline:
 def _executables_series(run, series: SiteSeries, snap_no, t) -> pd.DataFrame:
     n = len(snap_no)
     prof = series.profile_executables()
+    count: np.ndarray  # per snapshot
+    code: np.ndarray
     if prof is not None:
         count = np.bincount(prof["pos"].to_numpy(dtype=np.int64), weights=prof["count"].to_numpy(dtype=float), minlength=n)
         code = np.bincount(prof["pos"].to_numpy(dtype=np.int64), weights=prof["bytes"].to_numpy(dtype=float), minlength=n)

@@ -308,9 +308,9 @@ def _curve_row(c: Curve, device_bytes: int | None, backend: str | None = None) -
            "affine": c.affine, "max_residual_bytes": int(round(c.max_residual)), "largest_batch": None,
            "largest_batch_with_settings": None, "next_batch": None}
     if device_bytes is not None:
-        row["largest_batch"] = c.largest(lambda p: fits_by_default(p, device_bytes, backend))
+        row["largest_batch"] = largest = c.largest(lambda p: fits_by_default(p, device_bytes, backend))
         row["largest_batch_with_settings"] = c.largest(lambda p: fits_at_all(p, device_bytes, backend))
-        row["next_batch"] = c.above(row["largest_batch"], lambda p: fits_by_default(p, device_bytes, backend))
+        row["next_batch"] = c.above(largest, lambda p: fits_by_default(p, device_bytes, backend))
     return row
 
 

@@ -94,12 +94,13 @@ def listed(names) -> str:
 
 def peak_source(facts: dict) -> str:
     device = facts.get("peak_device")
+    source = str(facts.get("peak_source"))
     return {
         "true_peak_bytes": "the estimated true peak (XLA temporaries included)",
         "peak_bytes_in_use": f"the allocator's high-water mark (peak_bytes_in_use) on {device}",
         "device_live_bytes": f"the most live array bytes on {device} in a snapshot (XLA temporaries not included)",
         "live_bytes": "the most live bytes in a snapshot (XLA temporaries not included)",
-    }.get(facts.get("peak_source"), str(facts.get("peak_source")))
+    }.get(source, source)
 
 
 def set_fraction(facts: dict) -> str:

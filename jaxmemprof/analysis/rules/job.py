@@ -4,6 +4,8 @@ them)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
@@ -120,8 +122,9 @@ def imbalance(processes: pd.DataFrame, peak_sites: pd.DataFrame) -> list:
     b = peak_sites[peak_sites["process"] == mid["process"]].groupby("site")["bytes"].sum()
     d = a.sub(b, fill_value=0).sort_values(ascending=False, kind="stable")
     d = d[d >= max(1, 0.01 * excess)].head(3)  # the sites that make the difference, not every byte
-    sites = [{"site": str(site), "bytes": int(a.get(site, 0)), "median_process_bytes": int(b.get(site, 0)),
-              "delta_bytes": int(v)} for site, v in d.items()]
+    sites: list[dict[str, Any]] = [
+        {"site": str(site), "bytes": int(a.get(site, 0)), "median_process_bytes": int(b.get(site, 0)),
+         "delta_bytes": int(v)} for site, v in d.items()]
     n_hi = int(hi["process"])
     facts = {"process": n_hi, "peak_bytes": int(hi["peak_bytes"]), "median_bytes": int(median),
              "min_bytes": int(peaks.min()), "median_process": int(mid["process"]),

@@ -237,8 +237,8 @@ def leak_findings(leaks_df: pd.DataFrame, recompiles_df: pd.DataFrame,
             "projected_share_of_peak": share,
             **_held(holders, str(r.site)),
         }))
-    suspects = rejits_df[rejits_df["suspect"]] if rejits_df is not None and len(rejits_df) else ()
-    rejit_sites = set(suspects["site"]) if len(suspects) else set()
+    suspects = rejits_df[rejits_df["suspect"]] if rejits_df is not None and len(rejits_df) else None
+    rejit_sites = set(suspects["site"]) if suspects is not None and len(suspects) else set()
     for r in recompiles_df[recompiles_df["suspect"]].itertuples(index=False) if len(recompiles_df) else ():
         if r.site in rejit_sites:
             continue  # the same line jits a new function each time: said below, with its cause
@@ -251,7 +251,7 @@ def leak_findings(leaks_df: pd.DataFrame, recompiles_df: pd.DataFrame,
                 "name": r.name or "", "executables": count, "first_count": int(r.first_count),
                 "first_snapshot": int(r.first_snapshot), "last_count": int(r.last_count),
                 "generated_code_bytes": code}))
-    for r in suspects.itertuples(index=False) if len(suspects) else ():
+    for r in suspects.itertuples(index=False) if suspects is not None and len(suspects) else ():
         count = int(r.functions)
         out.append(Finding(
             rule="recompile", case="rejit", severity="medium" if count >= 10 else "low", site=str(r.site),
