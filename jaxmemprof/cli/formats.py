@@ -33,6 +33,7 @@ class Output:
     def file(self, name: str):
         from jaxmemprof.cli.outputs import open_output
 
+        assert self.directory is not None  # a format's files: written only into a directory (export --csv DIR)
         with open_output(os.path.join(self.directory, name), self.force, strict=True) as f:
             yield f
         self.written.append(name)
@@ -54,7 +55,9 @@ class Output:
         for ``kind``, before the work."""
         from jaxmemprof.cli.outputs import prepare_directory
 
-        prepare_directory(self.directory, get(fmt).files(kind), self.force)
+        files = get(fmt).files
+        assert self.directory is not None and files is not None  # a format that writes files, into a directory
+        prepare_directory(self.directory, files(kind), self.force)
         return self
 
 

@@ -35,7 +35,7 @@ class Phases:
         self.t0, self.cpu0 = time.monotonic(), time.process_time()
         self.marks = [self.t0]
         stream = stderr_stream()
-        self.fd = None
+        self.fd: int | None = None  # stderr's, where it is a terminal: the phases are drawn there
         try:
             if stream is not None and isatty(stream):
                 self.fd = stream.fileno()
@@ -45,7 +45,7 @@ class Phases:
         self.after = _after()
         self._stop = threading.Event()
         self._lock = threading.Lock()
-        self._thread = None
+        self._thread: threading.Thread | None = None
 
     def __enter__(self):
         if self.fd is not None:
@@ -76,6 +76,7 @@ class Phases:
         self.shown = True
 
     def _write(self, text: str) -> None:
+        assert self.fd is not None  # drawn only by the thread __enter__ starts where there is one
         try:
             os.write(self.fd, text.encode("utf-8", "replace"))
         except OSError:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 
 from rich.cells import cell_len
-from rich.console import Group
+from rich.console import Group, RenderableType
 from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
@@ -81,7 +81,7 @@ def process_view(f) -> Group:
     head.append(f"  {_state(f)}", style="" if f.finished or f.gone else "bold green")
     if f.command:
         head.append(f"  {safe(f.command)}", style="dim")
-    parts = [head]
+    parts: list[RenderableType] = [head]
     if f.snapshot is None:
         parts.append(Text(f"  {safe(f.error or 'no snapshot yet')}", style="dim"))
         return Group(*parts)
@@ -137,7 +137,7 @@ def process_view(f) -> Group:
 
 def frame_view(frames, *, interval: float | None = None) -> Group:
     """Every process, then a footer line."""
-    parts = []
+    parts: list[RenderableType] = []
     for i, f in enumerate(frames):
         if i:
             parts.append(Text(""))

@@ -24,6 +24,7 @@ from jaxmemprof.store.selectors import select
 # profile file is read without them.
 if TYPE_CHECKING:
     from jaxmemprof.store.job import Job
+    from jaxmemprof.store.reader import Run
 
 
 @dataclass(frozen=True)
@@ -32,7 +33,7 @@ class ProfileRef:
 
     name: str  # how to call it in output
     path: Path
-    run: object = None  # the Run, when it came from one (a JobView for a whole job)
+    run: Run | JobView | None = None  # the Run, when it came from one (a JobView for a whole job)
     snapshot: int | None = None
     merged: tuple[Job, dict[int, int]] | None = None  # for a whole job: (Job, {process: snapshot})
 
@@ -42,6 +43,7 @@ class ProfileRef:
         loaded executables' code is counted apart); a file is read whole."""
         if self.merged is not None:
             job, at = self.merged
+            assert self.run is not None  # a whole job's: its JobView (resolve)
             return merged_profile(job, at, name=self.name, warnings=self.run.warnings,
                                   **kwargs).without_kind("executable")
         from jaxmemprof.pprof.reader import load_profile
