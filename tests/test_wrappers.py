@@ -88,7 +88,9 @@ def _python(script, cwd):
 
 
 def _record(script, cwd, name):
-    proc = run_cli("run", "-q", "-o", cwd / name, script, cwd=cwd)
+    # A budget for the verifying compiles that a loaded machine cannot run out of (the default, a share of the
+    # run's time, left nnx's donation unverified once under a whole suite beside other work).
+    proc = run_cli("run", "-q", "--verify-seconds", "300", "-o", cwd / name, script, cwd=cwd)
     run = load_run(cwd / name)
     return proc, run, Attribution(roots=(run.manifest["cwd"],))
 
