@@ -21,6 +21,9 @@ arguments (plan.Planner); at the end, one compile per verified signature
 share of the run's wall time (``VERIFY_SHARE``, at least ``VERIFY_MIN_S``)
 or ``run --verify-seconds``. A signature past the budget is written with
 the error ``OVER_BUDGET``; the report then says the figure is not verified.
+
+Each compile is of the call as the program made it: an input on one device
+beside inputs on several was uncommitted there (``placed``).
 """
 
 from __future__ import annotations
@@ -98,8 +101,25 @@ def _compile(jax, fn, ab, flat: list, wrapper: str, dump_to: str | None = None, 
     executable) or None, seconds, error or None, warnings). ``dump_to``: a
     directory XLA dumps the compiled program to (its buffer assignment).
     ``retraced``: the lowering runs the program's Python, shielded."""
-    args, kwargs = arguments(jax, ab, flat)
+    args, kwargs = arguments(jax, ab, placed(jax, flat))
     return _compile_call(jax, fn, args, kwargs, wrapper, dump_to, retraced)
+
+
+def placed(jax, flat: list) -> list:
+    """The leaves ``flat`` with each array on one device made uncommitted
+    (no sharding) where another spans several: jit refuses a committed
+    array beside arrays on other devices, so the program's own call took it
+    uncommitted (flax.nnx's optimizer step, a PRNG key made by default)
+    and placed it beside the others, as the compile then does; committed,
+    XLA's compile fails ("incompatible devices") where the program's did
+    not."""
+    def devices(x):
+        return len(getattr(getattr(x, "sharding", None), "device_set", ()) or ())
+
+    if not any(isinstance(x, jax.ShapeDtypeStruct) and devices(x) > 1 for x in flat):
+        return flat
+    return [jax.ShapeDtypeStruct(x.shape, x.dtype, weak_type=x.weak_type)
+            if isinstance(x, jax.ShapeDtypeStruct) and devices(x) == 1 else x for x in flat]
 
 
 def _compile_call(jax, fn, args, kwargs, wrapper: str, dump_to: str | None = None, retraced: bool = True):
@@ -190,7 +210,7 @@ class Retraces:
         wrapper = state.row.get("wrapper") or "jax.jit"
         jitted = original(fresh(real_fun), **slot.options)
         ab = slot.abstract[sig]
-        args, kwargs = arguments(probe._jax, ab, list(ab.flat))
+        args, kwargs = arguments(probe._jax, ab, placed(probe._jax, list(ab.flat)))
 
         def again():
             with _lowering(jitted, wrapper), unseen_compile(probe._jax):
@@ -265,7 +285,7 @@ def own_donation(probe, state, real, lib, facts, ab, trace=None):
     if isinstance(own, str):
         return own
     original, real_fun = own
-    args, kwargs = arguments(probe._jax, ab, list(ab.flat))
+    args, kwargs = arguments(probe._jax, ab, placed(probe._jax, list(ab.flat)))
     try:
         fixed, args, kwargs = lib.donated_call(real_fun, args, kwargs, list(state.param_names or ()), facts)
     except Exception as exc:
