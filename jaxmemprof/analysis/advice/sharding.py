@@ -23,7 +23,7 @@ from __future__ import annotations
 import pandas as pd
 
 from jaxmemprof.facts.truepeak import FIGURES
-from jaxmemprof.facts.replicas import candidate, meshes_of, shard_on, spec
+from jaxmemprof.facts.replicas import candidate, meshes_of, saving, shard_on, spec
 from jaxmemprof.analysis.advice.donation import NOT_COMPILED
 from jaxmemprof.analysis.attributed import Attributed
 from jaxmemprof.analysis.cells import json_cell as _json
@@ -53,7 +53,7 @@ def _array(leaf: dict, axis: str, size: int, dim: int) -> dict:
     return {"owner": _owner(leaf), "shape": shape, "dtype": str(leaf.get("dtype") or ""),
             "bytes": per_device, "devices": int(leaf.get("devices") or 1), "axis": str(axis), "axis_size": int(size),
             "dim": int(dim), "spec": spec(len(shape), dim, str(axis)),
-            "saving_bytes": per_device - per_device // int(size)}
+            "saving_bytes": saving(per_device, size)}
 
 
 def by_rule(leaves: list, claimed: set) -> list[dict]:
