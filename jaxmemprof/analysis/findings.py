@@ -56,10 +56,29 @@ def by_effect(findings: list[Finding], peak_function: str | None, peak_where: st
             for f in findings]
 
 
+def unverified(f: Finding) -> bool:
+    """A finding whose saving is a bound that no compile measured (its
+    ``verified`` fact false: over the compile budget, not sampled, a run
+    recorded without compiles); one without that fact is about no compile."""
+    return f.facts.get("verified") is False
+
+
 def ranked(findings: list[Finding]) -> list[Finding]:
-    """Severity first, then bytes saved (largest first), then rule and site."""
+    """Severity first; within a severity, the findings whose saving XLA's
+    compile measured before those whose saving is an unverified bound
+    (``unverified``), then bytes saved (largest first), then rule and site.
+
+    An unverified finding never ranks above a verified one of its severity,
+    however large its bound: "up to" is what the change could save, and the
+    compile that was not made may show it saves nothing (XLA refuses the
+    sharding, the step gathers the arrays back, the peak is elsewhere).
+    Its severity is left as its rule set it rather than capped: it says how
+    much is at stake, and in a run where nothing was compiled (recorded with
+    --verify-seconds 0, by an older jaxmemprof, or with the budget spent)
+    a cap would put a change worth hundreds of MiB below a measured saving
+    of a few, and make ``check --fail-on`` turn on the compile budget."""
     order = {s: i for i, s in enumerate(SEVERITIES)}
-    return sorted(findings, key=lambda f: (order.get(f.severity, len(SEVERITIES)),
+    return sorted(findings, key=lambda f: (order.get(f.severity, len(SEVERITIES)), unverified(f),
                                            -(f.saving_bytes if f.saving_bytes is not None else -1), f.rule, f.site))
 
 

@@ -45,6 +45,11 @@ def spec(rank: int, dim: int, axis: str) -> str:
     return "P(" + ", ".join(repr(axis) if i == dim else "None" for i in range(rank)) + ")"
 
 
+def saving(per_device_bytes: int, size: int) -> int:
+    """The bytes sharding takes off each device: an array of ``per_device_bytes`` on each, over an axis of ``size``."""
+    return int(per_device_bytes) - int(per_device_bytes) // max(int(size), 1)
+
+
 def candidate(shape, per_device_bytes: int, devices: int, replicated: bool) -> bool:
     return bool(replicated) and devices >= 2 and per_device_bytes >= MIN_BYTES and len(shape) > 0
 

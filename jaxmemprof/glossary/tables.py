@@ -122,7 +122,8 @@ def tables() -> list[tuple[str, list[Table]]]:
               "One per search read (`peak`, `end`) x site x chain of Python references holding that site's arrays, "
               "largest first (docs/holders.md).", _csv(py_holders.HOLDER_COLUMNS)),
         Table("findings.csv", "findings.csv", both.format(f="findings.csv", j="findings"),
-              "One per finding, ranked by severity then saving (in JSON `facts` is an object).",
+              "One per finding, ranked by severity, then measured savings before unverified bounds, then saving (in JSON "
+              "`facts` is an object).",
               _csv(findings.COLUMNS)),
     ]
     files = {t.title for t in per_run}

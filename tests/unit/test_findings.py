@@ -56,3 +56,21 @@ def test_ranked_by_severity_then_saving(tiny_report):
     assert order == sorted(order)
     assert found[0].rule == "x" and [f.rule for f in found if f.severity == "info"][-1] == "z"
     assert ranked(found) == found
+
+
+def test_within_a_severity_an_unverified_bound_ranks_below_a_measured_saving(tiny_report):
+    """A finding whose compile was over the budget says "up to": it never
+    ranks above a verified finding of its severity, however large its bound;
+    its severity is its rule's (a cap would hide a large bound in a run
+    recorded without compiles)."""
+    measured = _saving(tiny_report)
+    assert measured.fact("verified")
+    bound = replace(measured, saving_bytes=10 * PARAMS_BYTES,
+                    facts={**measured.facts, "verified": False, "not_verified": "not verified: over the compile budget"})
+    assert ranked([bound, measured]) == [measured, bound]
+    assert bound.severity == "medium"
+    high = replace(bound, severity="high")
+    assert ranked([measured, high]) == [high, measured]  # the severity stands
+    # a finding about no compile (no ``verified`` fact) ranks by its saving, as before
+    other = Finding("x", "medium", saving_bytes=2 * PARAMS_BYTES)
+    assert ranked([measured, other]) == [other, measured]

@@ -16,14 +16,20 @@ shows the step gathering them back whole (its outputs replicated: a
 refuses the sharding, or where the true peak falls by less than 1 %
 (``MEANINGFUL``: XLA gathers the weight whole inside the call that holds
 the peak), there is no finding. Without that compile (over the budget, a run recorded without it),
-the saving is ``bytes × (1 − 1/k)`` per device, said as an upper bound."""
+the saving is ``bytes × (1 − 1/k)`` per device, said as an upper bound; so too
+where a signature compiled sharded leaves the true peak at another whose
+compile was over the budget (counted whole, as recorded).
+
+An array several functions take is one array (``same_arrays``): its
+finding is the first function's (the largest call peak), and it is named as
+the caller names it (``model.*``, not a method's ``self.*``)."""
 
 from __future__ import annotations
 
 import pandas as pd
 
 from jaxmemprof.facts.truepeak import FIGURES
-from jaxmemprof.facts.replicas import candidate, meshes_of, shard_on, spec
+from jaxmemprof.facts.replicas import candidate, meshes_of, saving, shard_on, spec
 from jaxmemprof.analysis.advice.donation import NOT_COMPILED
 from jaxmemprof.analysis.attributed import Attributed
 from jaxmemprof.analysis.cells import json_cell as _json
@@ -53,18 +59,20 @@ def _array(leaf: dict, axis: str, size: int, dim: int) -> dict:
     return {"owner": _owner(leaf), "shape": shape, "dtype": str(leaf.get("dtype") or ""),
             "bytes": per_device, "devices": int(leaf.get("devices") or 1), "axis": str(axis), "axis_size": int(size),
             "dim": int(dim), "spec": spec(len(shape), dim, str(axis)),
-            "saving_bytes": per_device - per_device // int(size)}
+            "saving_bytes": saving(per_device, size)}
 
 
-def by_rule(leaves: list, claimed: set) -> list[dict]:
-    """The call's inputs the rule (replicas.py) would shard, each once."""
+def by_rule(leaves: list, claimed: set, named: dict | None = None) -> list[dict]:
+    """The call's inputs the rule (replicas.py) would shard, each once, and
+    none ``claimed`` (identities: ``identity``), each named as ``named``
+    says (``same_arrays``)."""
     meshes = call_meshes(leaves)
     arrays, seen = [], set()
     for leaf in leaves:
         owner = _owner(leaf)
         devices = max(int(leaf.get("devices") or 1), 1)
         shape = [int(n) for n in leaf.get("shape") or []]
-        if owner in seen or _identity(leaf) in claimed:
+        if owner in seen or identity(leaf, named) in claimed:
             continue
         if not candidate(shape, int(leaf.get("bytes") or 0) // devices, devices, leaf.get("replicated")):
             continue
@@ -72,12 +80,90 @@ def by_rule(leaves: list, claimed: set) -> list[dict]:
         if where is None:
             continue
         seen.add(owner)
-        arrays.append(_array(leaf, *where[1:]))
+        arrays.append(dict(_array(leaf, *where[1:]), owner=identity(leaf, named)[0]))
     return arrays
 
 
-def _identity(leaf: dict) -> tuple:
-    return _owner(leaf), tuple(leaf.get("shape") or ()), str(leaf.get("dtype"))
+def identity(leaf: dict, named: dict | None = None) -> tuple:
+    """What an array is, whichever function takes it: (owner, shape, dtype),
+    the owner the one ``named`` (``same_arrays``) gives it."""
+    key = _owner(leaf), tuple(leaf.get("shape") or ()), str(leaf.get("dtype"))
+    return (named or {}).get(key, key)
+
+
+def same_arrays(run, function_ids: list) -> dict:
+    """One name for each array that several functions take, however each
+    names it (``model.embed.embedding`` as a train step's argument,
+    ``self.embed.embedding`` as a method's of the model): function_id ->
+    {(owner, shape, dtype) as that function names it: (owner, shape, dtype)
+    as the finding names it}, for the functions ``function_ids`` (largest
+    call peak first: the order the findings claim arrays in).
+
+    Two functions' input leaves are the same array where their owners'
+    paths below the argument agree (``.embed.embedding``), with shape and
+    dtype, and the calls pass it from one to the other: an array of that
+    shape and dtype that one function's sampled call took is an input or an
+    output of a sampled call of the other (an array is its Python object
+    while it lives: the leaf's ``id``). A leaf that is the whole argument
+    (no path below it) is the same as another only where the two took the
+    very same array. The name is the first such function's, but a method's
+    receiver (``self``): the caller's variable names it better."""
+    calls, functions = run.jit.calls, run.jit.functions
+    if calls.empty or functions.empty:
+        return {}
+    receiver = {int(fn.function_id): _receiver(fn) for fn in functions.itertuples()}
+    seen = {}  # function_id -> ({owner: (below, shape, dtype, ids, via a receiver)}, {(id, shape, dtype)}, index)
+    for fid in function_ids:
+        mine = calls[calls["function_id"] == fid]
+        owners: dict = {}
+        ids: set = set()
+        for inputs, outputs in zip(mine["inputs"], mine["outputs"]):
+            for leaf in _leaves(outputs):
+                if isinstance(leaf, dict) and leaf.get("id") is not None:
+                    ids.add((int(leaf["id"]), *identity(leaf)[1:]))
+            for leaf in _leaves(inputs):
+                if not isinstance(leaf, dict):
+                    continue
+                owner, shape, dtype = identity(leaf)
+                name = str(leaf.get("name") or "")
+                below = owner[len(name):] if name and owner.startswith(name) else owner
+                entry = owners.setdefault(owner, (below, shape, dtype, set(), name in ("self", receiver.get(fid))))
+                if leaf.get("id") is not None:
+                    entry[3].add(int(leaf["id"]))
+                    ids.add((int(leaf["id"]), shape, dtype))
+        index: dict = {}  # (below, shape, dtype) -> owners
+        for owner, (below, shape, dtype, _, _) in owners.items():
+            index.setdefault((below, shape, dtype), []).append(owner)
+        seen[fid] = owners, ids, index
+
+    def passed(below, shape, dtype, mine, ids, g, theirs) -> bool:
+        if not below:  # the whole argument: the very same array
+            return bool(mine & theirs)
+        return any((i, shape, dtype) in seen[g][1] for i in mine) or any((i, shape, dtype) in ids for i in theirs)
+
+    group: dict = {}  # (function_id, owner) -> the first (function_id, owner) of its array
+    names: dict = {}  # that first -> [(owner, via a receiver)]
+    for n, fid in enumerate(function_ids):
+        owners, ids, _ = seen[fid]
+        for owner, (below, shape, dtype, mine, via) in owners.items():
+            first = next(((g, o) for g in function_ids[:n] for o in seen[g][2].get((below, shape, dtype), ())
+                          if passed(below, shape, dtype, mine, ids, g, seen[g][0][o][3])), None)
+            first = group.get(first, first) if first is not None else (fid, owner)
+            group[(fid, owner)] = first
+            names.setdefault(first, []).append((owner, via))
+    best = {first: next((o for o, via in alike if not via), alike[0][0]) for first, alike in names.items()}
+    out: dict = {}
+    for (fid, owner), first in group.items():
+        _, shape, dtype, _, _ = seen[fid][0][owner]
+        out.setdefault(fid, {})[(owner, shape, dtype)] = (best[first], shape, dtype)
+    return out
+
+
+def _receiver(fn) -> str | None:
+    """A method's first parameter (``Class.method``'s), else None."""
+    parts = str(getattr(fn, "qualname", "") or "").split(".")
+    params = _json(getattr(fn, "params", None), [])
+    return str(params[0]) if len(parts) > 1 and parts[-2] != "<locals>" and params else None
 
 
 def _compiled(run, function_id: int | None = None):
@@ -169,6 +255,20 @@ def _made_by(run, function_id: int, replace: dict) -> list[dict]:
     return out
 
 
+def _over_budget(rows: pd.DataFrame, function_id: int, changed) -> dict | None:
+    """Where the true peak with the change is a call of the function at a
+    signature whose sharded compile was over the compile budget (counted as
+    recorded, whole): not verified (the fall is not known), else None (no
+    finding: the peak does not fall)."""
+    held = changed.call
+    over = {sig: str(e) for sig, e in zip(rows["signature"], rows["error"])
+            if isinstance(e, str) and "over the compile budget" in e}
+    if held is None or int(held.function_id) != int(function_id) or held.signature not in over \
+            or held.device_bytes != changed.device_bytes:
+        return None
+    return {"verified": False, "not_verified": over[held.signature]}
+
+
 def verified_sharding(ar: Attributed, function_id: int, leaves: list) -> dict | None:
     """What sharding the inputs as the rule says does to the run's true peak
     (facts), from the compiles of the function with them sharded; None where
@@ -196,15 +296,18 @@ def verified_sharding(ar: Attributed, function_id: int, leaves: list) -> dict | 
         less.setdefault(snap, {}).update(devices)
     made_by = _made_by(run, function_id, replace)
     before = peaks.device_bytes
-    after = peaks.with_change(replace, less, gone).device_bytes
-    if before is None or after is None or before - after < MEANINGFUL * before:
+    changed = peaks.with_change(replace, less, gone)
+    after = changed.device_bytes
+    if before is None or after is None:
         return None
+    if before - after < MEANINGFUL * before:
+        return _over_budget(rows, function_id, changed)
     by_key = {leaf_key(leaf): leaf for leaf in leaves}
     arrays, seen = [], set()
     for a in changes[0].get("shard") or []:  # the largest signature's (whatif writes it first)
         leaf = by_key.get(tuple(a["leaf"])) if isinstance(a.get("leaf"), list) else None
-        if leaf is not None and _identity(leaf) not in seen:  # else a leaf of another signature than the latest
-            seen.add(_identity(leaf))
+        if leaf is not None and identity(leaf) not in seen:  # else a leaf of another signature than the latest
+            seen.add(identity(leaf))
             arrays.append(_array(leaf, a["axis"], a["axis_size"], a["dim"]))
     sig = ok["signature"].iloc[0]  # the largest signature (whatif writes it first): its temporaries
     compiles = run.jit.compiles

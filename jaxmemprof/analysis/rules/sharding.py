@@ -5,7 +5,7 @@ step with them sharded measured."""
 from __future__ import annotations
 
 from jaxmemprof.analysis.advice.donation import jit_memory
-from jaxmemprof.analysis.advice.sharding import by_rule, call_meshes, verified_sharding
+from jaxmemprof.analysis.advice.sharding import by_rule, call_meshes, same_arrays, verified_sharding
 from jaxmemprof.analysis.attributed import Attributed
 from jaxmemprof.analysis.cells import leaves as leaves_of
 from jaxmemprof.analysis.findings import Finding
@@ -127,34 +127,42 @@ _SHOWN = 3  # arrays named in one finding
 
 
 def replication_findings(ar: Attributed) -> list[Finding]:
+    """One finding per function whose inputs a mesh could shard, and one
+    per array: an array given to several functions (the same parameters to
+    a train step and an evaluation step; a model's weights as the step's
+    ``model.*`` and as its method's ``self.*``) is in the finding of the
+    function with the largest call peak that takes it (one fix), named as
+    the caller names it (``same_arrays``)."""
     run = ar.run
     calls, functions = run.jit.calls, run.jit.functions
     if calls.empty or functions.empty:
         return []
     files = ar.files
-    found = []
-    # Each array in one finding: that of the function with the largest call peak that takes it (the
-    # same parameters given to a train step and an evaluation step are one fix).
-    claimed: set = set()
     jm = jit_memory(ar)
     largest = dict(zip(jm["function_id"], jm["call_peak_bytes"]))
-    order = sorted(functions.itertuples(), key=lambda fn: -int(largest.get(fn.function_id, 0)))
-    for fn in order:
-        if files.is_library(str(fn.file)):
-            continue
+    latest = {}  # function_id -> (its row, its latest sampled call's input leaves), largest call peak first
+    for fn in sorted(functions.itertuples(), key=lambda fn: -int(largest.get(fn.function_id, 0))):
         mine = calls[calls["function_id"] == fn.function_id]
-        if mine.empty:
+        if files.is_library(str(fn.file)) or mine.empty:
             continue
         leaves = [leaf for leaf in leaves_of(mine.sort_values("call_index").iloc[-1]["inputs"])
                   if isinstance(leaf, dict)]
-        arrays = by_rule(leaves, claimed)
+        if by_rule(leaves, set()):
+            latest[int(fn.function_id)] = fn, leaves
+    named = same_arrays(run, list(latest))
+    found = []
+    claimed: set = set()
+    for fid, (fn, leaves) in latest.items():
+        arrays = by_rule(leaves, claimed, named.get(fid))
         if not arrays:
             continue
-        measured = verified_sharding(ar, int(fn.function_id), leaves)
+        measured = verified_sharding(ar, fid, leaves)
         if measured is None:
             continue
         if measured["verified"]:
-            arrays = measured.pop("arrays") or arrays
+            mine = {(a["owner"], tuple(a["shape"]), a["dtype"]) for a in arrays}
+            verified = [dict(a, owner=named_as(a, named.get(fid))) for a in measured.pop("arrays")]
+            arrays = [a for a in verified if (a["owner"], tuple(a["shape"]), a["dtype"]) in mine] or arrays
             for m in measured.get("made_by") or []:
                 file, _, line = m["site"].rpartition(":")
                 m["site"] = f"{files.display_path(file)}:{line}"
@@ -169,6 +177,12 @@ def replication_findings(ar: Attributed) -> list[Finding]:
                    "replicated_bytes": sum(a["bytes"] for a in arrays), "meshes": call_meshes(leaves),
                    **measured}))
     return found
+
+
+def named_as(a: dict, named: dict | None) -> str:
+    """An array's owner (a finding's ``arrays`` entry) as ``same_arrays`` names it."""
+    key = (a["owner"], tuple(a["shape"]), a["dtype"])
+    return (named or {}).get(key, key)[0]
 
 
 RULES = (REPLICATED,)

@@ -21,6 +21,12 @@ anyway, so that its cost overlaps the program instead of following it.
   what is queued is dropped and the compile under way is waited for: the
   end phase does the rest in the main thread, as before, with its progress
   shown and a signal still skipping it.
+- **Which first.** A dump first (the report's figures need it whatever the
+  budget), then the donation of the function with the largest call peak:
+  the one likelier to hold the run's true peak, whose donation the end
+  would compile first too (budget.py); a function whose calls hold less
+  (an evaluation step, a model's method) waits, and is dropped where the
+  program ends first.
 - **Unseen.** The thread's compiles are jaxmemprof's own (programs.py
   ``_unseen_compile``, for that thread alone): no persistent cache, no
   compile log line, no jax.monitoring event for the program's listeners or
@@ -33,7 +39,7 @@ anyway, so that its cost overlaps the program instead of following it.
 
 from __future__ import annotations
 
-import collections
+import itertools
 import os
 import threading
 
@@ -56,7 +62,8 @@ class Early:
     def __init__(self, probe):
         self.probe = probe
         self._cv = threading.Condition()
-        self._queue: collections.OrderedDict = collections.OrderedDict()  # job key -> job, oldest first
+        self._queue: dict = {}  # job key -> (priority, submitted, job): the largest priority first, then the oldest
+        self._submitted = itertools.count()
         self._results: dict = {}  # compile key -> what the compile gave
         self._running = None  # the key of the job under way
         self._thread: threading.Thread | None = None
@@ -67,14 +74,15 @@ class Early:
 
     # -- from the program's threads (cheap: a job queued) ---------------------------------
 
-    def submit(self, key, job) -> None:
+    def submit(self, key, job, priority: float = 0.0) -> None:
         """Queue ``job()`` under ``key``; one queued already under that key is
-        replaced (its newer state stands)."""
+        replaced (its newer state stands). The thread takes the job of the
+        largest ``priority`` first."""
         with self._cv:
             if self.closed or _program_dumps():
                 return  # compiled at the end, as before
             self._queue.pop(key, None)
-            self._queue[key] = job
+            self._queue[key] = (priority, next(self._submitted), job)
             if self._thread is None:
                 self._thread = threading.Thread(target=self._work, name="jaxmemprof-compile", daemon=True)
                 try:
@@ -98,12 +106,12 @@ class Early:
                 if sig in slot.traces and slot.traces[sig].const_bytes == 0]
         real = planner.real_of(state)
         if kept and real is not None:
-            self.submit(("donate", state.function_id), lambda: self._donations(state, real, kept))
+            self.submit(("donate", state.function_id), lambda: self._donations(state, real, kept), slot.best or 0)
 
     def dump(self, state, signature: str, lowered) -> None:
         """``state``'s largest signature so far needs XLA's dump (programs.py)."""
         if state.user:
-            self.submit(("dump", state.function_id), lambda: self._dump(state, signature, lowered))
+            self.submit(("dump", state.function_id), lambda: self._dump(state, signature, lowered), float("inf"))
 
     # -- the end ------------------------------------------------------------------------------
 
@@ -152,7 +160,8 @@ class Early:
                     self._cv.wait()
                 if self.closed:
                     return
-                key, job = self._queue.popitem(last=False)
+                key = max(self._queue, key=lambda k: (self._queue[k][0], -self._queue[k][1]))
+                job = self._queue.pop(key)[2]
                 self._running = key
             try:
                 job()

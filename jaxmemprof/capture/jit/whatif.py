@@ -19,25 +19,32 @@ Cost: nothing during the run beyond keeping the sampled calls' abstract
 arguments (plan.Planner); at the end, one compile per verified signature
 (about what the program's own compile of it took), within a budget: a
 share of the run's wall time (``VERIFY_SHARE``, at least ``VERIFY_MIN_S``)
-or ``run --verify-seconds``. A signature past the budget is written with
-the error ``OVER_BUDGET``; the report then says the figure is not verified.
+or ``run --verify-seconds``, spent on the donations and shardings in order
+of what each could take off the run's true peak, largest first (budget.py).
+A signature past the budget is written with the error ``OVER_BUDGET``; the
+report then says the figure is not verified.
+
+Each compile is of the call as the program made it: an input on one device
+beside inputs on several was uncommitted there (``placed``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import math
 import time
 import warnings
 
+from jaxmemprof.capture.jit.budget import DONATE, SHARD, Job, donation_bound, in_order, rooms
 from jaxmemprof.capture.jit.programs import unseen_compile
 from jaxmemprof.capture.jit.remat import verify_remats
 from jaxmemprof.capture.jit.retrace import CHANGED, RETRACED, Refused, fingerprint, fresh, replay, shielded
 from jaxmemprof.capture.jit.unsampled import SIZES_DIFFER, template_for
 from jaxmemprof.facts.donors import Call, donors
 from jaxmemprof.facts.donors import arguments as array_arguments
-from jaxmemprof.facts.replicas import candidate, meshes_of, shard_options, spec
+from jaxmemprof.facts.replicas import candidate, meshes_of, saving, shard_options, spec
 from jaxmemprof.facts.libraries import BY_NAME
 from jaxmemprof.facts.truepeak import peak_of
 from jaxmemprof.xla import scratch
@@ -98,8 +105,25 @@ def _compile(jax, fn, ab, flat: list, wrapper: str, dump_to: str | None = None, 
     executable) or None, seconds, error or None, warnings). ``dump_to``: a
     directory XLA dumps the compiled program to (its buffer assignment).
     ``retraced``: the lowering runs the program's Python, shielded."""
-    args, kwargs = arguments(jax, ab, flat)
+    args, kwargs = arguments(jax, ab, placed(jax, flat))
     return _compile_call(jax, fn, args, kwargs, wrapper, dump_to, retraced)
+
+
+def placed(jax, flat: list) -> list:
+    """The leaves ``flat`` with each array on one device made uncommitted
+    (no sharding) where another spans several: jit refuses a committed
+    array beside arrays on other devices, so the program's own call took it
+    uncommitted (flax.nnx's optimizer step, a PRNG key made by default)
+    and placed it beside the others, as the compile then does; committed,
+    XLA's compile fails ("incompatible devices") where the program's did
+    not."""
+    def devices(x):
+        return len(getattr(getattr(x, "sharding", None), "device_set", ()) or ())
+
+    if not any(isinstance(x, jax.ShapeDtypeStruct) and devices(x) > 1 for x in flat):
+        return flat
+    return [jax.ShapeDtypeStruct(x.shape, x.dtype, weak_type=x.weak_type)
+            if isinstance(x, jax.ShapeDtypeStruct) and devices(x) == 1 else x for x in flat]
 
 
 def _compile_call(jax, fn, args, kwargs, wrapper: str, dump_to: str | None = None, retraced: bool = True):
@@ -190,7 +214,7 @@ class Retraces:
         wrapper = state.row.get("wrapper") or "jax.jit"
         jitted = original(fresh(real_fun), **slot.options)
         ab = slot.abstract[sig]
-        args, kwargs = arguments(probe._jax, ab, list(ab.flat))
+        args, kwargs = arguments(probe._jax, ab, placed(probe._jax, list(ab.flat)))
 
         def again():
             with _lowering(jitted, wrapper), unseen_compile(probe._jax):
@@ -265,7 +289,7 @@ def own_donation(probe, state, real, lib, facts, ab, trace=None):
     if isinstance(own, str):
         return own
     original, real_fun = own
-    args, kwargs = arguments(probe._jax, ab, list(ab.flat))
+    args, kwargs = arguments(probe._jax, ab, placed(probe._jax, list(ab.flat)))
     try:
         fixed, args, kwargs = lib.donated_call(real_fun, args, kwargs, list(state.param_names or ()), facts)
     except Exception as exc:
@@ -291,11 +315,15 @@ def _signatures(slot) -> list:
 
 def verify(planner, budget_s: float) -> None:
     """The advice's changes compiled at the end of the run (jit_whatif rows),
-    within ``budget_s`` seconds: donations (``verify_donations``), then
-    shardings (``verify_shardings``), then remat (remat.py)."""
+    within ``budget_s`` seconds: donations (``donation_jobs``) and shardings
+    (``sharding_jobs``) in order of what each could take off the run's true
+    peak, largest first (budget.py), then remat (remat.py)."""
     deadline = time.monotonic() + budget_s
-    rows = verify_donations(planner, budget_s, deadline) + verify_shardings(planner, budget_s, deadline)
     probe = planner.probe
+    states = _largest_states(probe)
+    room = rooms(probe.writer, [s.function_id for s in states])
+    rows = in_order(donation_jobs(planner, states, room, budget_s, deadline)
+                    + sharding_jobs(planner, states, budget_s, deadline))
     rows += verify_remats(planner, budget_s, deadline, _largest_states, _signatures, compile_figures, OVER_BUDGET,
                           lambda state: next((o for name, o, _ in probe._patched if name == state.plan.jit), None))
     if rows:
@@ -306,26 +334,25 @@ def verify(planner, budget_s: float) -> None:
             planner.probe.writer.add_event("whatif", f"{name}: {planner.retraces.note(state)}"[:2000])
 
 
-def verify_donations(planner, budget_s: float, deadline: float) -> list:
-    """For each of the program's functions the donation rule names
-    arguments of, while its abstract arguments are kept: each kept
-    signature compiled with those arguments donated (jit_whatif rows); then,
-    for the functions verified so, the signatures they compiled that no kept
-    call ran (``_unsampled``)."""
+def donation_jobs(planner, states: list, room: dict, budget_s: float, deadline: float) -> list[Job]:
+    """For each of the functions ``states`` whose arguments the donation
+    rule names: a job (``_donate``) whose bound is what donating them could
+    take off the run's true peak (budget.donation_bound, within its
+    function's ``room``)."""
     probe = planner.probe
     writer = probe.writer
-    rows: list = []
-    verified = []  # (state, the donation) of the functions with a kept signature compiled donated
-    for state in _largest_states(probe):
+    jobs = []
+    for place, state in enumerate(states):
         found = function_donors(writer, state.function_id)
         if not found:
             continue
         nums, names = donated_arguments(found)
         change = json.dumps({"donate": [d.argument for d in found], "argnums": sorted(nums),
                              "argnames": sorted(names)})
-        slot = state.plan
-        if not slot.abstract:  # its arguments' shapes were not kept: a function past the largest few
-            rows.append((state.function_id, "", change, *(None,) * 5, 0.0, "", NOT_KEPT))
+        bound = donation_bound(found, room.get(state.function_id))
+        if not state.plan.abstract:  # its arguments' shapes were not kept: a function past the largest few
+            row = (state.function_id, "", change, *(None,) * 5, 0.0, "", NOT_KEPT)
+            jobs.append(Job(bound, DONATE, place, lambda row=row: [row]))
             continue
         real = planner.real_of(state)
         wrapper = state.row.get("wrapper") or "jax.jit"
@@ -337,17 +364,25 @@ def verify_donations(planner, budget_s: float, deadline: float) -> list:
             change = json.dumps({**json.loads(change), "option": facts.get("option"),
                                  "pass_first": facts.get("pass_first") or []})
         donation = (real, nums, names, own, facts, change)
-        ok = False
-        for sig in _signatures(slot):
-            ab = slot.abstract[sig]
-            fig, seconds, error = _donated(planner, state, donation, sig, ab, slot.traces.get(sig), budget_s,
-                                           deadline, early=True)
-            ok = ok or error is None
-            rows.append((state.function_id, sig, change, *(fig or (None,) * 5), float(seconds),
-                         str(ab.platform or ""), error))
-        if ok:
-            verified.append((state, donation))
-    return rows + _unsampled(planner, verified, budget_s, deadline)
+        jobs.append(Job(bound, DONATE, place, functools.partial(_donate, planner, state, donation, budget_s,
+                                                                  deadline)))
+    return jobs
+
+
+def _donate(planner, state, donation, budget_s: float, deadline: float) -> list:
+    """The function's kept signatures compiled with ``donation`` (jit_whatif
+    rows), largest call peak first; then, where one compiled, the
+    signatures it compiled that no kept call ran (``_unsampled``)."""
+    slot = state.plan
+    rows, ok = [], False
+    for sig in _signatures(slot):
+        ab = slot.abstract[sig]
+        fig, seconds, error = _donated(planner, state, donation, sig, ab, slot.traces.get(sig), budget_s,
+                                       deadline, early=True)
+        ok = ok or error is None
+        rows.append((state.function_id, sig, donation[-1], *(fig or (None,) * 5), float(seconds),
+                     str(ab.platform or ""), error))
+    return rows + (_unsampled(planner, [(state, donation)], budget_s, deadline) if ok else [])
 
 
 def _donated(planner, state, donation, sig: str, ab, trace, budget_s: float, deadline: float, early=False):
@@ -447,7 +482,7 @@ def _to_shard(jax, flat: list) -> list[tuple]:
         s = getattr(x, "sharding", None)
         if not isinstance(s, named) or not isinstance(x, jax.ShapeDtypeStruct):
             continue
-        per_device = int(math.prod(x.shape)) * x.dtype.itemsize
+        per_device = _whole(x)
         if not candidate(x.shape, per_device, len(s.device_set), s.is_fully_replicated):
             continue
         mine = meshes_of(dict(s.mesh.shape), meshes)
@@ -458,78 +493,99 @@ def _to_shard(jax, flat: list) -> list[tuple]:
     return out
 
 
-def verify_shardings(planner, budget_s: float, deadline: float) -> list:
-    """For each of the program's largest functions whose kept signatures have
-    replicated inputs the sharding rule (replicas.py) would shard: each
-    signature compiled with them sharded as the finding prints (jit_whatif
-    rows whose change is ``{"shard": [...], "gathered": [...]}``). The
-    compile's outputs tell whether the step keeps them sharded: an output of
-    a sharded input's shape and dtype that comes back whole on every device
-    (a ``with_sharding_constraint`` or ``filter_shard`` inside the step)
-    is ``gathered``: the next call would hold it whole again."""
+def _whole(x) -> int:
+    """The bytes of an array held whole on a device."""
+    return int(math.prod(x.shape)) * x.dtype.itemsize
+
+
+def sharding_jobs(planner, states: list, budget_s: float, deadline: float) -> list[Job]:
+    """For each of the functions ``states`` whose kept signatures have
+    replicated inputs the sharding rule (replicas.py) would shard: a job
+    (``_shard``) whose bound is the bytes sharding them takes off each
+    device (replicas.saving, its signature that saves most)."""
+    jax = planner.probe._jax
+    jobs = []
+    for place, state in enumerate(states):
+        slot = state.plan
+        if not slot.abstract or (state.row.get("wrapper") or "jax.jit") == "jax.pmap":
+            continue
+        chosen = {sig: c for sig in _signatures(slot) if (c := _to_shard(jax, list(slot.abstract[sig].flat)))}
+        if not chosen:
+            continue
+        bound = max(sum(saving(_whole(slot.abstract[sig].flat[j]), options[0][2]) for j, options, _ in c)
+                    for sig, c in chosen.items())
+        jobs.append(Job(bound, SHARD, place, functools.partial(_shard, planner, state, chosen, budget_s,
+                                                                     deadline)))
+    return jobs
+
+
+def _shard(planner, state, by_sig: dict, budget_s: float, deadline: float) -> list:
+    """Each of the function's kept signatures (``by_sig``: signature -> its
+    inputs to shard, ``_to_shard``) compiled with them sharded as the
+    finding prints (jit_whatif rows whose change is ``{"shard": [...],
+    "gathered": [...]}``), largest call peak first. The compile's outputs
+    tell whether the step keeps them sharded: an output of a sharded
+    input's shape and dtype that comes back whole on every device (a
+    ``with_sharding_constraint`` or ``filter_shard`` inside the step) is
+    ``gathered``: the next call would hold it whole again. Where it keeps
+    them sharded, the functions that made them (``_makers``)."""
     probe = planner.probe
     jax = probe._jax
+    slot = state.plan
+    wrapper = state.row.get("wrapper") or "jax.jit"
+    real = planner.real_of(state)
     rows = []
-    for state in _largest_states(probe):
-        slot = state.plan
-        wrapper = state.row.get("wrapper") or "jax.jit"
-        if not slot.abstract or wrapper == "jax.pmap":
-            continue
-        real = planner.real_of(state)
-        for sig in _signatures(slot):
-            ab = slot.abstract[sig]
-            flat = list(ab.flat)
-            chosen = _to_shard(jax, flat)
-            if not chosen:
-                continue
-            error, fig, seconds, change = None, None, 0.0, {}
-            for attempt in range(SHARD_TRIES):
-                shard, variant = [], list(flat)
-                for j, options, mesh_objects in chosen:
-                    m, axis, size, dim = options[min(attempt, len(options) - 1)]
-                    x = flat[j]
-                    parts = [None] * len(x.shape)
-                    parts[dim] = axis
-                    variant[j] = jax.ShapeDtypeStruct(
-                        x.shape, x.dtype, weak_type=x.weak_type,
-                        sharding=jax.sharding.NamedSharding(mesh_objects[m], jax.sharding.PartitionSpec(*parts)))
-                    key = ab.keys[j] if j < len(ab.keys) else None
-                    shard.append({"leaf": list(key) if key else None, "shape": list(x.shape), "dtype": str(x.dtype),
-                                  "axis": str(axis), "axis_size": int(size), "dim": int(dim),
-                                  "spec": spec(len(x.shape), dim, str(axis))})
-                change = {"shard": shard, "gathered": []}
-                if real is None:
-                    error = f"not verified: {DROPPED}"
-                    break
-                if time.monotonic() > deadline:
-                    error = f"{OVER_BUDGET} ({budget_s:g} s; run --verify-seconds)"
-                    break
-                trace = slot.traces.get(sig)  # the run's own: replayed, no Python of the program's run again
-                fn = rejit(probe, state, real, set(), set(), trace) if trace is not None else real
-                refused = None if trace is not None else planner.retraces.refusal(state, real)
-                if isinstance(fn, str) or refused is not None:
-                    error = f"not verified: {fn if isinstance(fn, str) else refused.reason}"
-                    break
-                probe.progress(f"verifying the sharding of {state.row.get('name', state.function_id)}")
-                done, took, failed, _ = _compile(jax, fn, ab, variant, wrapper, retraced=trace is None)
-                seconds += took
-                if trace is None:
-                    planner.retraced.setdefault(state.function_id, set()).add("whatif")
-                if done is None:
-                    error = f"not verified: {_failed(failed)}"
-                    if isinstance(failed, Refused):
-                        break
-                    continue
-                fig, compiled = done
-                change["gathered"] = _gathered(jax, compiled, shard)
-                error = None
+    for sig, chosen in by_sig.items():
+        ab = slot.abstract[sig]
+        flat = list(ab.flat)
+        error, fig, seconds, change = None, None, 0.0, {}
+        for attempt in range(SHARD_TRIES):
+            shard, variant = [], list(flat)
+            for j, options, mesh_objects in chosen:
+                m, axis, size, dim = options[min(attempt, len(options) - 1)]
+                x = flat[j]
+                parts = [None] * len(x.shape)
+                parts[dim] = axis
+                variant[j] = jax.ShapeDtypeStruct(
+                    x.shape, x.dtype, weak_type=x.weak_type,
+                    sharding=jax.sharding.NamedSharding(mesh_objects[m], jax.sharding.PartitionSpec(*parts)))
+                key = ab.keys[j] if j < len(ab.keys) else None
+                shard.append({"leaf": list(key) if key else None, "shape": list(x.shape), "dtype": str(x.dtype),
+                              "axis": str(axis), "axis_size": int(size), "dim": int(dim),
+                              "spec": spec(len(x.shape), dim, str(axis))})
+            change = {"shard": shard, "gathered": []}
+            if real is None:
+                error = f"not verified: {DROPPED}"
                 break
-            rows.append((state.function_id, sig, json.dumps(change), *(fig or (None,) * 5), float(seconds),
-                         str(ab.platform or ""), error))
-            if fig is not None and not change["gathered"] and error is None:
-                made = {(tuple(a["shape"]), a["dtype"]): (a, mesh_objects[options[min(attempt, len(options) - 1)][0]])
-                        for a, (j, options, mesh_objects) in zip(shard, chosen)}
-                rows += _makers(planner, state, made, budget_s, deadline)
+            if time.monotonic() > deadline:
+                error = f"{OVER_BUDGET} ({budget_s:g} s; run --verify-seconds)"
+                break
+            trace = slot.traces.get(sig)  # the run's own: replayed, no Python of the program's run again
+            fn = rejit(probe, state, real, set(), set(), trace) if trace is not None else real
+            refused = None if trace is not None else planner.retraces.refusal(state, real)
+            if isinstance(fn, str) or refused is not None:
+                error = f"not verified: {fn if isinstance(fn, str) else refused.reason}"
+                break
+            probe.progress(f"verifying the sharding of {state.row.get('name', state.function_id)}")
+            done, took, failed, _ = _compile(jax, fn, ab, variant, wrapper, retraced=trace is None)
+            seconds += took
+            if trace is None:
+                planner.retraced.setdefault(state.function_id, set()).add("whatif")
+            if done is None:
+                error = f"not verified: {_failed(failed)}"
+                if isinstance(failed, Refused):
+                    break
+                continue
+            fig, compiled = done
+            change["gathered"] = _gathered(jax, compiled, shard)
+            error = None
+            break
+        rows.append((state.function_id, sig, json.dumps(change), *(fig or (None,) * 5), float(seconds),
+                     str(ab.platform or ""), error))
+        if fig is not None and not change["gathered"] and error is None:
+            made = {(tuple(a["shape"]), a["dtype"]): (a, mesh_objects[options[min(attempt, len(options) - 1)][0]])
+                    for a, (j, options, mesh_objects) in zip(shard, chosen)}
+            rows += _makers(planner, state, made, budget_s, deadline)
     return rows
 
 
