@@ -1,0 +1,79 @@
+"""The smaller defects real programs showed (issue 52, item 8), each on a
+program of that shape, its answer held to an independent source: the
+program's own arithmetic of its arrays, XLA's memory_analysis() of what it
+runs, a run of the fixed program."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import run_cli, write_script
+
+from jaxmemprof.analysis.attributed import attribute
+from jaxmemprof.store.reader import load_run
+
+MiB = 2**20
+
+
+def _record(directory, name, source, *args):
+    """``run`` the program; (its run directory, the oracle it printed as its last line)."""
+    script = write_script(directory, name, source)
+    proc = run_cli("run", "-q", "-o", directory / "run", script, *args, cwd=directory, check=0)
+    return directory / "run", json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _report(run, *args):
+    return json.loads(run_cli("report", run, "--json", *args, check=0).stdout)
+
+
+# Two devices: cpu:0 holds an 8 MiB table all run, the step's 1 MiB state
+# lives on cpu:1 (all its arrays made from numpy: nothing else ever on cpu:0).
+# The program prints what it holds on each device before each call, by its
+# own arithmetic, and XLA's call peak of the step as it is and donated.
+IDLE_DEVICE = """
+import json
+import jax
+jax.config.update("jax_num_cpu_devices", 2)
+import jax.numpy as jnp
+import numpy as np
+
+def call_peak(fn, *args):
+    ma = fn.lower(*args).compile().memory_analysis()
+    return (ma.argument_size_in_bytes + ma.output_size_in_bytes - ma.alias_size_in_bytes
+            + ma.temp_size_in_bytes + ma.generated_code_size_in_bytes)
+
+def step(w, x):
+    return w * 0.99 + x.mean(), x.sum()
+
+cpu0, cpu1 = jax.devices()
+table = jax.device_put(np.ones((2048, 1024), np.float32), cpu0)  # 8 MiB on cpu:0
+w = jax.device_put(np.ones((512, 512), np.float32), cpu1)  # 1 MiB on cpu:1
+jitted = jax.jit(step)
+before, s = [], None
+for i in range(8):
+    x = jax.device_put(np.full((64, 512), i, np.float32), cpu1)
+    before.append({"cpu:0": table.nbytes, "cpu:1": w.nbytes + x.nbytes + (s.nbytes if s is not None else 0)})
+    w, s = jitted(w, x)
+args = w.nbytes + x.nbytes
+print(json.dumps({"before": before, "table": table.nbytes, "args": args, "peak": call_peak(jitted, w, x),
+                  "donated_peak": call_peak(jax.jit(step, donate_argnums=0), w, x)}))
+"""
+
+
+@pytest.fixture(scope="module")
+def idle_device(tmp_path_factory):
+    return _record(tmp_path_factory.mktemp("idle"), "idle.py", IDLE_DEVICE)
+
+
+def test_the_bytes_live_before_a_call_are_the_programs_own(idle_device):
+    """The recorder's count before each sampled call is what the program
+    holds (the per-shard views that reading an address makes JAX keep are
+    not arrays of the program's: counted, they doubled the table)."""
+    run, oracle = idle_device
+    calls = load_run(run).jit.calls.sort_values("call_index")
+    seen = [json.loads(text) for text in calls["live_before"] if isinstance(text, str)]
+    assert len(seen) >= 3, calls
+    for i, live in zip(calls["call_index"], seen):
+        assert live == oracle["before"][int(i) - 1], (i, live)
