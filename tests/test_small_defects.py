@@ -11,7 +11,6 @@ import pytest
 
 from conftest import run_cli, write_script
 
-from jaxmemprof.analysis.attributed import attribute
 from jaxmemprof.store.reader import load_run
 
 MiB = 2**20
@@ -77,3 +76,16 @@ def test_the_bytes_live_before_a_call_are_the_programs_own(idle_device):
     assert len(seen) >= 3, calls
     for i, live in zip(calls["call_index"], seen):
         assert live == oracle["before"][int(i) - 1], (i, live)
+
+
+def test_a_call_on_one_device_adds_nothing_to_another(idle_device):
+    """The true peak on the busiest device is cpu:0's table: the step runs
+    on cpu:1 alone, whose peak (what lives there, less the arguments, plus
+    XLA's call peak) stays below it (was: XLA's call peak added to cpu:0's
+    bytes, a figure of no device)."""
+    run, oracle = idle_device
+    on_cpu1 = max(b["cpu:1"] for b in oracle["before"]) - oracle["args"] + oracle["peak"]
+    assert on_cpu1 < oracle["table"]
+    s = _report(run)["summary"]
+    assert s["true_peak_bytes"] == oracle["table"]
+    assert not s["true_peak_where"].startswith("during a call")
