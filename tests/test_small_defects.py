@@ -89,3 +89,47 @@ def test_a_call_on_one_device_adds_nothing_to_another(idle_device):
     s = _report(run)["summary"]
     assert s["true_peak_bytes"] == oracle["table"]
     assert not s["true_peak_where"].startswith("during a call")
+
+
+# (a) A step that donates its batch, which no output can take, and not its
+# state, which every call drops: one change for both findings.
+DONATES_THE_BATCH = """
+import functools
+import jax, jax.numpy as jnp
+
+@functools.partial(jax.jit, donate_argnames=("batch",))  # DONATION
+def step(params, opt, batch):
+    g = jax.grad(lambda p: jnp.mean((batch @ p["w"]) ** 2))(params)
+    params = jax.tree.map(lambda p, g: p - 0.1 * g, params, g)
+    opt = jax.tree.map(lambda m, g: 0.9 * m + g, opt, g)
+    return params, opt, jnp.sum(batch)
+
+params = {"w": jax.random.normal(jax.random.PRNGKey(0), (1024, 1024))}
+opt = {"w": jnp.zeros((1024, 1024))}
+for i in range(6):
+    batch = jax.random.normal(jax.random.PRNGKey(i), (256, 1024))
+    params, opt, loss = step(params, opt, batch)
+print("{}")
+"""
+
+
+def test_the_donation_fix_stops_donating_what_no_output_takes(tmp_path):
+    """The donate finding's option leaves out `batch` (was: `donate_argnums=(0,
+    1), donate_argnames=("batch",)` beside "stop donating batch"); the
+    program with its option in place of the old one has neither finding, and
+    its true peak is the one the finding measured."""
+    run, _ = _record(tmp_path, "batch.py", DONATES_THE_BATCH)
+    doc = _report(run)
+    by_rule = {f["rule"]: f for f in doc["findings"]}
+    assert set(by_rule) >= {"donate", "donation-unusable"}, doc["findings"]
+    x = by_rule["donate"]["facts"]
+    assert by_rule["donation-unusable"]["facts"]["arguments"] == ["batch"]
+    assert x["stops_donating"] == ["batch"] and x["argnames"] == [] and x["argnums"] == [0, 1]
+    assert "batch" not in x["option"] and "no longer donating batch" in by_rule["donate"]["fix"]
+    fixed = tmp_path / "fixed"
+    fixed.mkdir()
+    source = DONATES_THE_BATCH.replace('donate_argnames=("batch",)', x["option"])
+    run, _ = _record(fixed, "batch.py", source)
+    doc = _report(run)
+    assert [f["rule"] for f in doc["findings"] if f["rule"].startswith("donat")] == []
+    assert doc["summary"]["true_peak_bytes"] == x["true_peak_after_bytes"] < x["true_peak_before_bytes"]

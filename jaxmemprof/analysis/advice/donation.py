@@ -239,7 +239,7 @@ def _array_arguments(run, function_id) -> list[tuple]:
     return array_arguments(sampled_calls(calls[calls["function_id"] == function_id]))
 
 
-def fix_change(run, fn, cands: tuple[Donor, ...]) -> dict:
+def fix_change(run, fn, cands: tuple[Donor, ...], unusable=frozenset()) -> dict:
     """The change to make, the way a user of the function's wrapper writes it,
     as facts: ``change`` (``jit``: the option to add, in ``option``;
     ``through-wrapper``: a library's own wrapper, which may or may not pass
@@ -248,7 +248,10 @@ def fix_change(run, fn, cands: tuple[Donor, ...]) -> dict:
     ``edited_line`` (the line that jits the function, with the option added,
     where it can be read), ``also_donates`` (what a wrapper's option that
     donates every array donates besides the candidates) and ``first_kept``
-    (arguments whose first call's value stayed referenced)."""
+    (arguments whose first call's value stayed referenced). ``unusable``:
+    the labels of donated arguments no output can take (the
+    ``donation-unusable`` finding's): left out of the option, and named in
+    ``stops_donating``, so that the two findings ask for one change."""
     wrapper = wrapper_of(fn)
     lib = BY_NAME.get(wrapper)
     params = [str(p) for p in _json(fn["params"], [])]
@@ -264,7 +267,14 @@ def fix_change(run, fn, cands: tuple[Donor, ...]) -> dict:
             return facts | own
         facts |= own
     else:
-        names, positions = list(already_names), list(already_nums)
+        stop = {str(a) for a in unusable}
+        kept_names = [n for n in already_names if n not in stop]
+        kept_nums = [p for p in already_nums if str(p) not in stop and not (p < len(params) and params[p] in stop)]
+        dropped = [n for n in already_names if n not in kept_names] + [
+            params[p] if p < len(params) else str(p) for p in already_nums if p not in kept_nums]
+        if dropped:
+            facts["stops_donating"] = sorted(set(dropped), key=lambda n: params.index(n) if n in params else len(params))
+        names, positions = kept_names, kept_nums
         for c in cands:
             by_name = lib is not None and lib.donate_by_name
             if c.keyword or (by_name and c.position is not None and c.position < len(params)):
