@@ -91,6 +91,23 @@ def test_a_call_on_one_device_adds_nothing_to_another(idle_device):
     assert not s["true_peak_where"].startswith("during a call")
 
 
+
+def test_a_saving_on_another_device_is_no_saving_of_the_busiest(idle_device):
+    """(c) Donating the step's state lowers cpu:1's peak (XLA's figures of
+    the step as it is and donated), never cpu:0's, the busiest: the finding
+    says what falls where, and it is no top fix of a peak it does not lower
+    (was: "saves 1.00 MiB" beside "does not fall")."""
+    run, oracle = idle_device
+    [donate] = [f for f in _report(run)["findings"] if f["rule"] == "donate"]
+    x = donate["facts"]
+    assert x["verified"] and x["saving_bytes_per_device"] == 0
+    assert x["true_peak_before_bytes"] == x["true_peak_after_bytes"] == oracle["table"]
+    assert 0 < donate["saving_bytes"] <= oracle["peak"] - oracle["donated_peak"]
+    assert donate["saves"].endswith("none on the busiest (compiled)"), donate["saves"]
+    assert "does not fall there; on all the run's devices summed it falls" in donate["message"]
+    text = run_cli("report", run, check=0).stdout
+    assert "top fix" not in text and "none on the busiest" in text, text
+
 # (a) A step that donates its batch, which no output can take, and not its
 # state, which every call drops: one change for both findings.
 DONATES_THE_BATCH = """

@@ -78,16 +78,25 @@ def _inside(jit_peak: pd.DataFrame, function_id, signature) -> tuple:
     return tuple((int(b), str(k), str(s)) for b, k, s in zip(rows["bytes"], rows["kind"], rows["site"]))
 
 
+def _fall(f: Finding) -> int:
+    """What a measured fix lowers the true peak by on the busiest device (the
+    peak the answer leads with): its ``saving_bytes_per_device`` where it has
+    one (on several devices its saving is the fall on all of them summed)."""
+    return int(f.facts.get("saving_bytes_per_device", f.saving_bytes) or 0)
+
+
 def top_fix(findings: list[Finding]) -> tuple[Finding | None, int | None]:
     """The finding whose fix lowers the run's peak most: of those whose
-    saving XLA's compile measured, the largest; else the first (ranked) that
-    saves anything."""
-    measured = [(i, f) for i, f in enumerate(findings) if f.facts.get("verified") and (f.saving_bytes or 0) > 0]
+    saving XLA's compile measured, the largest fall on the busiest device;
+    else the first (ranked) unmeasured one that saves anything."""
+    measured = [(i, f) for i, f in enumerate(findings) if f.facts.get("verified") and _fall(f) > 0]
     if measured:
-        i, f = max(measured, key=lambda x: (x[1].saving_bytes, -x[0]))
+        i, f = max(measured, key=lambda x: (_fall(x[1]), x[1].saving_bytes, -x[0]))
         return f, i + 1
     for i, f in enumerate(findings):
-        if (f.saving_bytes or 0) > 0 and f.rule != "leak":  # a leak's figure is a projection, not a fall of this peak
+        # a leak's figure is a projection, not a fall of this peak; a measured one that lowers no device's
+        # peak but another's (several devices) does not lower the peak the answer leads with
+        if (f.saving_bytes or 0) > 0 and f.rule != "leak" and not f.facts.get("verified"):
             return f, i + 1
     return None, None
 

@@ -67,12 +67,14 @@ def _temporaries(x: dict) -> str:
     return f"XLA's temporaries {'rise' if after > before else 'fall'} {fmt(before)} -> {fmt(after)}"
 
 
-def _measured(x: dict) -> tuple[str, str]:
+def _measured(x: dict, total: int) -> tuple[str, str]:
     """(what the compile with the arguments donated showed, the terminal's
-    'saves' words) for a verified finding."""
+    'saves' words) for a verified finding (``total``: its saving, the fall
+    on all devices summed)."""
     devices = x.get("devices") or 1
-    on = " on the busiest device" if devices > 1 else ""
     fall = x["saving_bytes_per_device"]
+    elsewhere = fall <= 0 < total  # another device's peak falls (the run has several), not the busiest's
+    on = " on the busiest device" if devices > 1 or elsewhere else ""
     peak = f"{fmt(x['true_peak_before_bytes'])} -> {fmt(x['true_peak_after_bytes'])}{on}"
     missing = x["signatures"] - x["signatures_verified"]
     why = x.get("not_verified") or "the others over the budget"  # runs analysed before it said why
@@ -84,6 +86,9 @@ def _measured(x: dict) -> tuple[str, str]:
         least = "at least " if "lower bound" in (x.get("not_verified") or "") else ""
         return what, f"saves {least}{fmt(fall)}{' per device' if devices > 1 else ''} (compiled)"
     where = "rises" if fall < 0 else "does not fall"
+    if elsewhere:  # the busiest device's peak is what must fit: no saving to lead with
+        return (what + f": it {where} there; on all the run's devices summed it falls {fmt(total)}",
+                f"saves {fmt(total)} on the devices summed, none on the busiest (compiled)")
     return what + f": it {where}", ""
 
 
@@ -103,7 +108,7 @@ def _donate(f: Finding, x: dict) -> Words:
     donated = x.get("donated_bytes", f.saving_bytes)
     per_device = f" ({fmt(donated // devices)} on each of {devices} devices)" if devices > 1 else ""
     if x.get("verified"):
-        measured, saves = _measured(x)
+        measured, saves = _measured(x, f.saving_bytes)
         rise = x["temp_after_bytes"] - x["temp_before_bytes"]
         temps = "" if not rise else f", temporaries {'+' if rise > 0 else '-'}{fmt(abs(rise))}"
         peak = f"{format_pair(x['true_peak_before_bytes'], x['true_peak_after_bytes'])}{temps}"
