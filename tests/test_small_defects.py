@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from conftest import run_cli, write_script
+from conftest import line_of, run_cli, write_script
 
 from jaxmemprof.store.reader import load_run
 
@@ -150,3 +150,39 @@ def test_the_donation_fix_stops_donating_what_no_output_takes(tmp_path):
     doc = _report(run)
     assert [f["rule"] for f in doc["findings"] if f["rule"].startswith("donat")] == []
     assert doc["summary"]["true_peak_bytes"] == x["true_peak_after_bytes"] < x["true_peak_before_bytes"]
+
+
+# (e) Each step returns a 1 MiB map and a 4-byte score: the last score is
+# named (`score`); the maps are kept in a numpy object array, which the
+# holder search does not walk into. The program prints how many of the
+# arrays that line made it holds at its end.
+MOSTLY_UNNAMED = """
+import json
+import jax, jax.numpy as jnp, numpy as np
+
+@jax.jit
+def features(x):
+    return jnp.tanh(x) * 2, x.sum()
+
+kept = np.empty(23, dtype=object)
+for i in range(23):
+    fmap, score = features(jnp.full((512, 512), float(i)))  # MADE
+    kept[i] = fmap
+    del fmap
+print(json.dumps({"arrays": len(kept) + 1, "score": score.nbytes}))
+"""
+
+
+def test_a_holder_of_a_few_of_a_sites_arrays_says_how_few(tmp_path):
+    """(e) The holder found for the site is credited with what it holds:
+    `score (1 of 24 arrays, 4 B)` (was `score` beside the site's 23 MiB)."""
+    script = write_script(tmp_path, "maps.py", MOSTLY_UNNAMED)
+    proc = run_cli("run", "-o", tmp_path / "run", script, cwd=tmp_path, check=0)
+    oracle = json.loads(proc.stdout.strip().splitlines()[-1])
+    said = f"score (1 of {oracle['arrays']} arrays, {oracle['score']} B)"
+    assert f"(kept alive by {said})" in proc.stderr, proc.stderr
+    text = run_cli("report", tmp_path / "run", check=0).stdout
+    site = f"maps.py:{line_of(script, 'MADE')} (<module>)"
+    held = text[text.index("What held the live peak"):].splitlines()
+    row = next(line for line in held if site in line)
+    assert row.split()[2] == str(oracle["arrays"]) and row.endswith(said), row
