@@ -9,8 +9,9 @@ import json
 
 import pytest
 
-from conftest import line_of, run_cli, write_script
+from conftest import line_of, run_cli, run_script, write_script
 
+from jaxmemprof.analysis.attributed import attribute
 from jaxmemprof.store.reader import load_run
 
 MiB = 2**20
@@ -186,3 +187,99 @@ def test_a_holder_of_a_few_of_a_sites_arrays_says_how_few(tmp_path):
     held = text[text.index("What held the live peak"):].splitlines()
     row = next(line for line in held if site in line)
     assert row.split()[2] == str(oracle["arrays"]) and row.endswith(said), row
+
+
+# (g) Containers JAX knows only by flat index: jax.example_libraries'
+# OptimizerState (a namedtuple registered without keys), as jax's
+# mnist_classifier uses it, and an equinox model's eqx.nn.State.
+EXAMPLE_LIBRARIES = """
+import jax, jax.numpy as jnp, numpy as np
+from jax.example_libraries import optimizers, stax
+from jax.example_libraries.stax import Dense, LogSoftmax, Relu
+
+init_random_params, predict = stax.serial(Dense(256), Relu, Dense(10), LogSoftmax)
+
+def loss(params, batch):
+    inputs, targets = batch
+    return -jnp.mean(jnp.sum(predict(params, inputs) * targets, axis=1))
+
+opt_init, opt_update, get_params = optimizers.momentum(0.001, mass=0.9)
+
+@jax.jit
+def update(i, opt_state, batch):
+    return opt_update(i, jax.grad(loss)(get_params(opt_state), batch), opt_state)
+
+_, init_params = init_random_params(jax.random.PRNGKey(0), (-1, 784))
+opt_state = opt_init(init_params)
+rng = np.random.default_rng(0)
+for i in range(4):
+    x = rng.standard_normal((128, 784)).astype(np.float32)
+    y = np.eye(10, dtype=np.float32)[rng.integers(0, 10, 128)]
+    opt_state = update(i, opt_state, (x, y))
+"""
+
+EQUINOX_STATE = """
+import equinox as eqx, jax, jax.numpy as jnp, optax
+
+class Net(eqx.Module):
+    l1: eqx.nn.Linear
+    bn: eqx.nn.BatchNorm
+    l2: eqx.nn.Linear
+
+    def __init__(self, key):
+        k1, k2 = jax.random.split(key)
+        self.l1 = eqx.nn.Linear(64, 128, key=k1)
+        self.bn = eqx.nn.BatchNorm(128, axis_name="batch", mode="batch")
+        self.l2 = eqx.nn.Linear(128, 10, key=k2)
+
+    def __call__(self, x, state):
+        h, state = self.bn(jax.nn.relu(self.l1(x)), state)
+        return self.l2(h), state
+
+model, state = eqx.nn.make_with_state(Net)(jax.random.key(0))
+opt = optax.sgd(1e-2)
+opt_state = opt.init(eqx.filter(model, eqx.is_array))
+
+def loss_fn(model, state, x, y):
+    logits, state = jax.vmap(model, axis_name="batch", in_axes=(0, None), out_axes=(0, None))(x, state)
+    return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean(), state
+
+@eqx.filter_jit
+def make_step(model, state, opt_state, x, y):
+    (loss, state), grads = eqx.filter_value_and_grad(loss_fn, has_aux=True)(model, state, x, y)
+    updates, opt_state = opt.update(grads, opt_state, model)
+    return eqx.apply_updates(model, updates), state, opt_state, loss
+
+x, y = jnp.ones((16, 64)), jnp.zeros((16,), jnp.int32)
+for i in range(4):
+    model, state, opt_state, loss = make_step(model, state, opt_state, x, y)
+"""
+
+# Appended to a program run under python: each owner (its global's path) read
+# as the program would write it, its shape and dtype printed.
+EVALUATE = """
+import json as _json
+print(_json.dumps({o: [list(eval(o).shape), str(eval(o).dtype)] for o in OWNERS}))
+"""
+
+
+@pytest.mark.parametrize("name, source, root", [("classifier.py", EXAMPLE_LIBRARIES, "opt_state"),
+                                                ("batchnorm.py", EQUINOX_STATE, "state")])
+def test_owners_are_named_where_jax_knows_only_a_flat_index(tmp_path, name, source, root):
+    """(g) Every owner of the state is a path the program can read, to an
+    array of the shape and dtype recorded (`opt_state.packed_state[0][1]`,
+    `state.get(model.bn.batch_state_index)[0]`; was `[<flat index 0>]`);
+    equinox's State stays state, not parameters."""
+    from jaxmemprof.analysis.roles import roles
+
+    run, _ = _record(tmp_path, name, source + "\nprint('{}')\n")
+    owners = roles(attribute(load_run(run))).owners
+    mine = owners[owners["owner"].str.startswith(root + (".get(" if root == "state" else "."))]
+    assert len(mine) >= 2 and not owners["owner"].str.contains("flat index").any(), owners["owner"].tolist()
+    if root == "state":
+        assert set(mine["role"]) <= {"other state", "new state"}, mine
+    paths = sorted(set(mine["owner"]))
+    script = write_script(tmp_path, "read_" + name, source + f"\nOWNERS = {paths!r}\n" + EVALUATE)
+    read = json.loads(run_script(script).stdout.strip().splitlines()[-1])
+    for owner, shape, dtype in zip(mine["owner"], mine["shape"], mine["dtype"]):
+        assert read[owner] == [json.loads(shape), dtype], (owner, read[owner], shape, dtype)
