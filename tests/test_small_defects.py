@@ -283,3 +283,44 @@ def test_owners_are_named_where_jax_knows_only_a_flat_index(tmp_path, name, sour
     read = json.loads(run_script(script).stdout.strip().splitlines()[-1])
     for owner, shape, dtype in zip(mine["owner"], mine["shape"], mine["dtype"]):
         assert read[owner] == [json.loads(shape), dtype], (owner, read[owner], shape, dtype)
+
+
+# (b) Donated, the step's temporaries rise by a few bytes of 4 MiB (the
+# counter's update beside the loop's): XLA's figures of both, as the program
+# compiles them.
+TEMPORARIES_RISE_A_LITTLE = """
+import json
+import jax, jax.numpy as jnp
+
+def step(w, x, c):
+    w = jax.lax.fori_loop(0, 3, lambda i, w: w @ w * 0.001, w)
+    return jax.lax.dynamic_update_slice(w, x, (c, 0)), c + 1
+
+def temps(fn, *args):
+    return fn.lower(*args).compile().memory_analysis().temp_size_in_bytes
+
+jitted = jax.jit(step)
+w, c = jnp.ones((1024, 1024)), jnp.zeros((), jnp.int32)
+for i in range(6):
+    x = jnp.full((64, 1024), float(i))
+    w, c = jitted(w, x, c)
+print(json.dumps({"temp": temps(jitted, w, x, c), "donated_temp": temps(jax.jit(step, donate_argnums=(0, 2)), w, x, c)}))
+"""
+
+
+def test_a_change_too_small_for_the_units_says_its_bytes(tmp_path):
+    """(b) "temporaries rise 4.00 MiB -> 4.00 MiB (+64 B)" (was "rise 72.72
+    MiB -> 72.72 MiB"), the bytes XLA's two compiles differ by; the brief's
+    pair too ("4.00 -> 4.00 MiB (+64 B)")."""
+    from jaxmemprof.units import format_pair
+
+    run, oracle = _record(tmp_path, "rise.py", TEMPORARIES_RISE_A_LITTLE)
+    rise = oracle["donated_temp"] - oracle["temp"]
+    assert 0 < rise < 1024 and oracle["temp"] > 2**20, oracle
+    [donate] = [f for f in _report(run)["findings"] if f["rule"] == "donate"]
+    x = donate["facts"]
+    assert (x["temp_before_bytes"], x["temp_after_bytes"]) == (oracle["temp"], oracle["donated_temp"])
+    mib = f"{oracle['temp'] / 2**20:.2f} MiB"
+    assert f"temporaries rise {mib} -> {mib} (+{rise} B)," in donate["message"], donate["message"]
+    assert format_pair(oracle["temp"], oracle["donated_temp"]) == f"{mib[:-4]} -> {mib} (+{rise} B)"
+    assert format_pair(5, 7) == "5 -> 7 B" and format_pair(2**20, 2**20) == "1.00 -> 1.00 MiB"

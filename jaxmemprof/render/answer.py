@@ -93,7 +93,7 @@ def change_lines(new, old: tuple, old_dir: str, new_dir: str) -> list[str]:
     parts = []
     for name, a, b in (("true peak", old[0], new.true_peak_bytes), ("live peak", old[1], new.live_peak_bytes)):
         if a is not None and b is not None:
-            parts.append(f"{name} {format_pair(a, b)} ({format_bytes(b - a, signed=True)})")
+            parts.append(f"{name} {format_pair(a, b, exact=False)} ({format_bytes(b - a, signed=True)})")
     return [f"since the previous run ({safe(old_dir)}): " + ("; ".join(parts) or "no peak to compare"),
             f"gate: jaxmemprof check {safe(new_dir)} --baseline {safe(old_dir)} --max-increase 0"]
 

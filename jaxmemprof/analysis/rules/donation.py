@@ -14,7 +14,7 @@ from jaxmemprof.analysis.rules.base import Context, Rule, Words, fmt, listed
 
 from jaxmemprof.facts.donors import describe, label
 from jaxmemprof.facts.libraries import BY_NAME, phrases
-from jaxmemprof.units import counted, format_pair
+from jaxmemprof.units import alike, counted, format_pair
 
 
 def detect(ctx: Context) -> list[Finding]:
@@ -64,7 +64,8 @@ def _temporaries(x: dict) -> str:
     before, after = x["temp_before_bytes"], x["temp_after_bytes"]
     if before == after:
         return f"XLA's temporaries stay {fmt(before)}"
-    return f"XLA's temporaries {'rise' if after > before else 'fall'} {fmt(before)} -> {fmt(after)}"
+    way = "rise" if after > before else "fall"
+    return f"XLA's temporaries {way} {fmt(before)} -> {fmt(after)}{alike(before, after)}"
 
 
 def _measured(x: dict, total: int) -> tuple[str, str]:
@@ -75,7 +76,8 @@ def _measured(x: dict, total: int) -> tuple[str, str]:
     fall = x["saving_bytes_per_device"]
     elsewhere = fall <= 0 < total  # another device's peak falls (the run has several), not the busiest's
     on = " on the busiest device" if devices > 1 or elsewhere else ""
-    peak = f"{fmt(x['true_peak_before_bytes'])} -> {fmt(x['true_peak_after_bytes'])}{on}"
+    before, after = x["true_peak_before_bytes"], x["true_peak_after_bytes"]
+    peak = f"{fmt(before)} -> {fmt(after)}{alike(before, after)}{on}"
     missing = x["signatures"] - x["signatures_verified"]
     why = x.get("not_verified") or "the others over the budget"  # runs analysed before it said why
     sigs = ("" if missing <= 0 else
