@@ -324,3 +324,46 @@ def test_a_change_too_small_for_the_units_says_its_bytes(tmp_path):
     assert f"temporaries rise {mib} -> {mib} (+{rise} B)," in donate["message"], donate["message"]
     assert format_pair(oracle["temp"], oracle["donated_temp"]) == f"{mib[:-4]} -> {mib} (+{rise} B)"
     assert format_pair(5, 7) == "5 -> 7 B" and format_pair(2**20, 2**20) == "1.00 -> 1.00 MiB"
+
+
+# (d) Two devices: cpu:0's own peak (8 MiB) is at the first marked snapshot;
+# the run's live peak (10 MiB on both, 4 of them on cpu:0) at the second. The
+# program prints what it holds at each, by its own arithmetic.
+TWO_MOMENTS = """
+import json
+import jax
+jax.config.update("jax_num_cpu_devices", 2)
+import numpy as np
+import jaxmemprof
+
+cpu0, cpu1 = jax.devices()
+small = jax.jit(lambda x: x * 2)(jax.device_put(np.ones(8, np.float32), cpu0))
+a = jax.device_put(np.ones((1024, 1024), np.float32), cpu0)
+b = jax.device_put(np.ones((1024, 1024), np.float32), cpu0)
+first = {"cpu:0": small.nbytes + a.nbytes + b.nbytes}
+jaxmemprof.snapshot("busiest")
+del b
+c = jax.device_put(np.ones((1536, 1024), np.float32), cpu1)
+second = {"cpu:0": small.nbytes + a.nbytes, "cpu:1": c.nbytes}
+jaxmemprof.snapshot("most")
+print(json.dumps({"first": first, "second": second}))
+"""
+
+
+def test_the_true_peak_says_the_moment_of_each_figure(tmp_path):
+    """(d) The busiest device's peak (cpu:0, 8 MiB) is at the first snapshot,
+    the sum's (10 MiB) at the live peak: each is said with its own moment
+    (was: "true peak 8.00 MiB per device (10.00 MiB on all 2) at the live
+    peak", where cpu:0 held 4 MiB)."""
+    run, oracle = _record(tmp_path, "moments.py", TWO_MOMENTS)
+    snaps = load_run(run).snapshots
+    busiest, most = (int(snaps.loc[snaps["label"] == label, "snapshot"].iloc[0]) for label in ("busiest", "most"))
+    s = _report(run)["summary"]
+    assert s["peak_snapshot"] == most and s["peak_bytes"] == sum(oracle["second"].values())
+    assert s["true_peak_bytes"] == oracle["first"]["cpu:0"] > oracle["second"]["cpu:0"]
+    assert s["true_peak_total_bytes"] == sum(oracle["second"].values())
+    assert s["true_peak_where"] == f"at snapshot {busiest} on cpu:0"
+    text = run_cli("report", run, check=0).stdout
+    mib = oracle["first"]["cpu:0"] / 2**20
+    assert (f"true peak {mib:.2f} MiB per device at snapshot {busiest} on cpu:0 (no jitted call needed more); "
+            f"{sum(oracle['second'].values()) / 2**20:.2f} MiB on all 2 at the live peak") in text, text

@@ -29,7 +29,7 @@ class Answer:
     live_peak_snapshot: int | None
     true_peak_bytes: int | None  # on the busiest device: the larger of the live peak there and a call's (Headline's)
     true_peak_total_bytes: int | None  # on all devices summed (Headline's)
-    true_peak_where: str  # "during a call of train_step", or "at the live peak"
+    true_peak_where: str  # "during a call of train_step", "at the live peak", or "at snapshot 3 on cpu:0"
     true_peak_jitted_at: str  # "train.py:27": where the function of that call was jitted ("" at the live peak)
     devices: int
     composition: tuple  # ((role, bytes), ...) at the call, largest first, each 1 % or more
@@ -38,6 +38,7 @@ class Answer:
     fix: Finding | None  # the fix that lowers the peak most (a measured saving first)
     fix_number: int | None  # its number among the report's findings
     counters: dict | None = None  # the chip's own counters beside the true peak (Headline.chip, analysis/counters.py)
+    true_peak_total_where: str = ""  # where the total is (Peaks.total_where): another moment than the busiest's
 
     @property
     def inside_call(self) -> bool:
@@ -120,4 +121,4 @@ def answer(head: Headline, peaks: Peaks, jit_memory: pd.DataFrame, jit_peak: pd.
         true_peak_jitted_at=_jitted_at(jit_memory, inside.function_id) if in_call else "",
         devices=int(head.devices or 1), composition=composition, composition_rest=rest,
         inside=_inside(jit_peak, inside.function_id, inside.signature) if in_call else (),
-        fix=fix, fix_number=number, counters=head.chip)
+        fix=fix, fix_number=number, counters=head.chip, true_peak_total_where=peaks.total_where)

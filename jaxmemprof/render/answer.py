@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from jaxmemprof.facts.devices import display
 from jaxmemprof.render.escape import safe
 from jaxmemprof.units import format_bytes, format_pair
 
@@ -24,14 +25,21 @@ def true_peak_line(a, width: int = 10_000) -> str | None:
     if a.true_peak_bytes is None:
         return None
     size = format_bytes(a.true_peak_bytes)
+    where = safe(display(a.true_peak_where))
+    total = ""  # on several devices: the sum, at the same moment, or at its own
     if a.devices > 1 and a.true_peak_total_bytes is not None:
-        size += f" per device ({format_bytes(a.true_peak_total_bytes)} on all {a.devices})"
+        total_where = a.true_peak_total_where or a.true_peak_where
+        if total_where == a.true_peak_where:
+            size += f" per device ({format_bytes(a.true_peak_total_bytes)} on all {a.devices})"
+        else:
+            size += " per device"
+            total = f"; {format_bytes(a.true_peak_total_bytes)} on all {a.devices} {safe(display(total_where))}"
     if a.inside_call:
         at = f" ({safe(a.true_peak_jitted_at)})" if a.true_peak_jitted_at else ""
-        line = f"true peak {size} {safe(a.true_peak_where)}{at}"
+        line = f"true peak {size} {where}{at}{total}"
         more = ", XLA's temporaries included"
         return line + more if a.devices == 1 and len(line + more) <= width else line
-    return f"true peak {size} at the live peak (no jitted call needed more)"
+    return f"true peak {size} {where} (no jitted call needed more){total}"
 
 
 def live_peak_line(a, *, by_device: str = "") -> str | None:
