@@ -367,3 +367,43 @@ def test_the_true_peak_says_the_moment_of_each_figure(tmp_path):
     mib = oracle["first"]["cpu:0"] / 2**20
     assert (f"true peak {mib:.2f} MiB per device at snapshot {busiest} on cpu:0 (no jitted call needed more); "
             f"{sum(oracle['second'].values()) / 2**20:.2f} MiB on all 2 at the live peak") in text, text
+
+
+# (f) Batches of 16 lengths: the first epoch's made by jnp.asarray (on the
+# default device, uncommitted), the second's put on the device (committed):
+# XLA compiles each length again. Under python the program prints its
+# function's compile cache and the lengths it met.
+COMMITTED_LATER = """
+import json
+import jax, jax.numpy as jnp, numpy as np
+
+@jax.jit
+def step(w, x):
+    return w - 1e-3 * jnp.tanh(x.sum()) * w, (x @ w).sum()
+
+w = jnp.zeros((256, 256))
+rng = np.random.default_rng(0)
+shapes = set()
+for epoch in range(2):
+    for n in range(8, 8 + 16):
+        x = rng.standard_normal((n, 256)).astype(np.float32)
+        x = jnp.asarray(x) if epoch == 0 else jax.device_put(x, jax.devices()[0])
+        shapes.add(x.shape)
+        w, loss = step(w, x)
+print(json.dumps({"compiles": step._cache_size() if hasattr(step, "_cache_size") else None,
+                  "signatures": len(shapes)}))
+"""
+
+
+def test_compiles_beside_signatures_say_both(tmp_path):
+    """(f) 32 compiles of 16 signatures, each count as JAX's cache and the
+    program's shapes have it, side by side and said why (was "compiles 32"
+    beside "16 signatures", unexplained)."""
+    script = write_script(tmp_path, "lengths.py", COMMITTED_LATER)
+    oracle = json.loads(run_script(script).stdout.strip().splitlines()[-1])
+    assert oracle == {"compiles": 32, "signatures": 16}, oracle
+    run, _ = _record(tmp_path, "lengths.py", COMMITTED_LATER)
+    [row] = _report(run)["jit_memory"]
+    assert (row["compiles"], row["signatures"]) == (oracle["compiles"], oracle["signatures"]), row
+    text = run_cli("report", run, check=0).stdout
+    assert "(step: 32 compiles of 16 signatures: JAX compiles one again" in text, text

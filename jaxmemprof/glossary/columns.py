@@ -172,7 +172,11 @@ GLOSSARY: dict[str, str] = {
                       "shown as `>=N`).",
     "traced": "Calls made while another transformation traced (`grad`, `vmap`, `scan`, an outer `jit`): no device "
               "call, nothing read.",
-    "compiles": "Signatures the function was compiled for, as its compile cache grew during the run.",
+    "compiles": ("Times the function was compiled during the run, as its compile cache grew: more than `signatures` "
+                 "where JAX compiled one signature again, for what a signature does not tell apart (an argument "
+                 "committed to a device in some calls and not in others, a weak type)."),
+    "signatures": ("The function's signatures the jit probe recorded (its arguments' shapes and dtypes, static "
+                   "values): XLA's figures are read once for each."),
     "donated": ("What it donates, as its wrapper takes it: argument numbers and names (`0, 1`)"
                 + "".join(f", or {p}" for p in phrases("donate_option")) + "; empty when nothing."),
     "argument_bytes": "XLA's `memory_analysis()` of its largest signature: bytes of the arguments (per device).",

@@ -189,6 +189,7 @@ def _report_data(doc: RunDocument, S: _Strings, t_shift: float = 0.0) -> dict:
         "lifetimes": _lifetimes(model.lifetimes, t_shift),
         "jit": {
             "memory": _rows(rep.jit_memory, ["function", "wrapper", "defined_at", "jitted_at", "calls", "compiles",
+                                             "signatures",
                                              "argument_bytes", "output_bytes", "alias_bytes", "temp_bytes",
                                              "generated_code_bytes", "call_peak_bytes"]),
             # each function's largest signature, as the report shows (the exports hold every one's)

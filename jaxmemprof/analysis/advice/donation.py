@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
 JIT_MEMORY_COLUMNS = [
     "function_id", "function", "wrapper", "defined_at", "jitted_at", "calls", "calls_complete", "traced", "compiles",
-    "donated",
+    "signatures", "donated",
     "argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "generated_code_bytes", "call_peak_bytes",
 ]
 
@@ -522,7 +522,11 @@ def _donated(fn) -> str:
 def jit_memory(ar: Attributed) -> pd.DataFrame:
     """Per jitted function, its largest compiled signature's memory: XLA's
     argument, output, alias (donation that took effect), temporary and code
-    bytes, and the call's peak ``argument + output - alias + temp + code``."""
+    bytes, and the call's peak ``argument + output - alias + temp + code``;
+    its ``compiles`` (its compile cache's growth) and ``signatures`` (those
+    the probe recorded: JAX compiles one signature again for what the
+    signature does not tell apart, an argument committed to a device or
+    not, a weak type)."""
     run, files = ar.run, ar.files
     functions = functions_of(run)
     compiles = run.jit.compiles
@@ -556,6 +560,9 @@ def jit_memory(ar: Attributed) -> pd.DataFrame:
         "traced": (pd.to_numeric(merged["traced"], errors="coerce").astype("Int64")
                    if "traced" in merged else pd.array([pd.NA] * len(merged), dtype="Int64")),
         "compiles": pd.to_numeric(merged["compiles"], errors="coerce").astype("Int64"),
+        "signatures": merged["function_id"].map(
+            c.dropna(subset=["signature"]).groupby("function_id")["signature"].nunique()).astype("Int64")
+        if "signature" in c else pd.array([pd.NA] * len(merged), dtype="Int64"),
         "donated": [_donated(r) for _, r in merged.iterrows()],
         "argument_bytes": merged["argument_bytes"],
         "output_bytes": merged["output_bytes"],
