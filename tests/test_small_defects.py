@@ -407,3 +407,54 @@ def test_compiles_beside_signatures_say_both(tmp_path):
     assert (row["compiles"], row["signatures"]) == (oracle["compiles"], oracle["signatures"]), row
     text = run_cli("report", run, check=0).stdout
     assert "(step: 32 compiles of 16 signatures: JAX compiles one again" in text, text
+
+
+# (h) A history that grows by a row each step, read whole by the step: each
+# call a new signature, the largest the last, which (met once, after the
+# probe's samples) no sampled call runs. The program prints, per call, the
+# bytes it holds before it (its own arithmetic) and XLA's call peak of the
+# signature it runs, less its arguments: the call's peak.
+GROWING = """
+import json
+import jax, jax.numpy as jnp
+
+@jax.jit
+def step(w, hist):
+    return w + 0.01 * jnp.tanh(hist @ w).mean(), (hist @ w).sum()
+
+def peak(*args):
+    ma = step.lower(*args).compile().memory_analysis()
+    return (ma.output_size_in_bytes - ma.alias_size_in_bytes + ma.temp_size_in_bytes
+            + ma.generated_code_size_in_bytes)
+
+w, hist, s = jnp.ones((64, 64)), jnp.ones((1, 64)), None
+peaks = []
+for i in range(40):
+    peaks.append(w.nbytes + hist.nbytes + (s.nbytes if s is not None else 0) + peak(w, hist))
+    w, s = step(w, hist)
+    hist = jnp.concatenate([hist, jnp.ones((1, 64)) * i])
+print(json.dumps({"peaks": peaks}))
+"""
+
+
+def test_roles_of_another_call_than_the_true_peaks_say_so(tmp_path):
+    """(h) The true peak is the last call's (no sampled call ran its
+    signature): the roles are the largest sampled call's and say so, and add
+    up to that call's own peak; the answer's "it is" says what it could not
+    see (was: another call's roles, 82 KiB, under a true peak of 92 KiB)."""
+    script = write_script(tmp_path, "growing.py", GROWING)
+    proc = run_cli("run", "-o", tmp_path / "run", script, cwd=tmp_path, check=0)
+    peaks = json.loads(proc.stdout.strip().splitlines()[-1])["peaks"]
+    ar = attribute(load_run(tmp_path / "run"))
+    true, sampled = ar.peaks.call, ar.peaks.largest_sampled
+    # the last signature's call (estimated from the snapshot before it: no sampled call counted its bytes)
+    assert ar.peaks.in_call and true.call_index is None and true.signature.endswith("float32[40,64]")
+    doc = _report(tmp_path / "run")
+    roles = doc["roles"]
+    assert roles["where"] == "during the largest sampled call of step"
+    assert roles["peak_bytes"] == sampled.device_bytes == peaks[sampled.call_index - 1] < max(peaks)
+    assert sum(r["bytes"] for r in roles["by_role"]) == roles["peak_bytes"]
+    assert "it is: not seen (no sampled call ran its signature" in proc.stderr, proc.stderr
+    text = run_cli("report", tmp_path / "run", check=0).stdout
+    said = f"{doc['summary']['true_peak_bytes'] / 1024:.2f} KiB"
+    assert f"(the true peak's call, {said}, was not sampled" in text, text

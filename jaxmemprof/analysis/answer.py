@@ -39,6 +39,8 @@ class Answer:
     fix_number: int | None  # its number among the report's findings
     counters: dict | None = None  # the chip's own counters beside the true peak (Headline.chip, analysis/counters.py)
     true_peak_total_where: str = ""  # where the total is (Peaks.total_where): another moment than the busiest's
+    composition_unseen: int | None = None  # the true peak's call was not sampled: its roles are not known; this is
+    # the peak of the largest sampled call, whose roles the report shows
 
     @property
     def inside_call(self) -> bool:
@@ -110,8 +112,12 @@ def answer(head: Headline, peaks: Peaks, jit_memory: pd.DataFrame, jit_peak: pd.
     inside = peaks.call
     in_call = peaks.in_call
     fix, number = top_fix(findings)
-    same_call = in_call and roles is not None and roles.function == inside.function
+    # the roles are of the true peak's call itself (never of another call of the same function)
+    same_call = in_call and roles is not None and getattr(roles, "call", None) == (
+        inside.function_id, inside.signature, inside.call_index)
     composition, rest = _composition(roles) if same_call else ((), 0)
+    unseen = (roles.peak_bytes if in_call and not same_call and inside.call_index is None and roles is not None
+              and not roles.by_role.empty else None)
     return Answer(
         live_peak_bytes=head.peak_bytes if head.peak_snapshot is not None else None,
         live_peak_t=head.peak_t, live_peak_snapshot=head.peak_snapshot,
@@ -121,4 +127,5 @@ def answer(head: Headline, peaks: Peaks, jit_memory: pd.DataFrame, jit_peak: pd.
         true_peak_jitted_at=_jitted_at(jit_memory, inside.function_id) if in_call else "",
         devices=int(head.devices or 1), composition=composition, composition_rest=rest,
         inside=_inside(jit_peak, inside.function_id, inside.signature) if in_call else (),
-        fix=fix, fix_number=number, counters=head.chip, true_peak_total_where=peaks.total_where)
+        fix=fix, fix_number=number, counters=head.chip, true_peak_total_where=peaks.total_where,
+        composition_unseen=unseen)

@@ -56,6 +56,9 @@ def composition_line(a, width: int = 100) -> str | None:
     """``it is: inside the call 16.00, new state 4.09, ... MiB``: the largest
     roles that fit ``width``."""
     if not a.composition:
+        if getattr(a, "composition_unseen", None) is not None:  # what cannot be told, not another call's roles
+            return (f"it is: not seen (no sampled call ran its signature; the largest sampled call's roles, "
+                    f"{format_bytes(a.composition_unseen)}: roles.csv)")
         return None
     for n in range(len(a.composition), 0, -1):
         shown = a.composition[:n]

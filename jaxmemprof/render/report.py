@@ -134,9 +134,14 @@ def _render_roles(doc: RunDocument, con: Console, explain: bool) -> None:
     what = doc.report.roles
     if not doc.role_groups:
         return
-    for devices, rows in doc.role_groups:
+    for i, (devices, rows) in enumerate(doc.role_groups):
         on = "" if devices == ["all"] else f" on {device_ranges(devices)}" + (" each" if len(devices) > 1 else "")
         _heading(con, f"What the memory is ({safe(display(what.where))}{on}: {format_bytes(rows['bytes'].sum())})")
+        if i == 0 and getattr(what, "unsampled", False):  # what cannot be told, said, not another call's in its place
+            true = doc.report.headline.true_peak_bytes
+            con.print(Text(f"(the true peak's call{'' if true is None else ', ' + format_bytes(true) + ','} was not "
+                           "sampled: no sampled call ran its signature, so its inputs, and their roles, were not "
+                           "seen)"))
         big, small = (rows, rows.iloc[0:0]) if explain else (rows[rows["share"] >= 0.01], rows[rows["share"] < 0.01])
         t = _table("bytes", "%", "role", "largest")
         for _, r in big.iterrows():
