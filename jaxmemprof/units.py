@@ -44,11 +44,19 @@ def format_bytes(n: int | float, *, signed: bool = False) -> str:
     return sign + text
 
 
-def format_pair(a: int, b: int) -> str:
-    """``38.62 -> 34.60 MiB`` (the unit once where both have it), else ``1.00 GiB -> 900.00 MiB``."""
+def format_pair(a: int, b: int, *, exact: bool = True) -> str:
+    """``38.62 -> 34.60 MiB`` (the unit once where both have it), else ``1.00 GiB -> 900.00 MiB``;
+    with ``exact``, where the two read alike but differ, the difference in bytes: ``72.72 -> 72.72 MiB (+64 B)``."""
     left, right = format_bytes(a), format_bytes(b)
     unit = left.rpartition(" ")[2]
-    return f"{left.rpartition(' ')[0]} -> {right}" if right.endswith(" " + unit) else f"{left} -> {right}"
+    text = f"{left.rpartition(' ')[0]} -> {right}" if right.endswith(" " + unit) else f"{left} -> {right}"
+    return text + (alike(a, b) if exact else "")
+
+
+def alike(a: int, b: int) -> str:
+    """`` (+64 B)``: the difference in bytes of two sizes that read alike in
+    units (``72.72 MiB`` both) but differ; else ''."""
+    return f" ({format_bytes(b - a, signed=True)})" if a != b and format_bytes(a) == format_bytes(b) else ""
 
 
 def parse_size(text: str, *, memory: bool = False) -> int:

@@ -29,7 +29,7 @@ class Answer:
     live_peak_snapshot: int | None
     true_peak_bytes: int | None  # on the busiest device: the larger of the live peak there and a call's (Headline's)
     true_peak_total_bytes: int | None  # on all devices summed (Headline's)
-    true_peak_where: str  # "during a call of train_step", or "at the live peak"
+    true_peak_where: str  # "during a call of train_step", "at the live peak", or "at snapshot 3 on cpu:0"
     true_peak_jitted_at: str  # "train.py:27": where the function of that call was jitted ("" at the live peak)
     devices: int
     composition: tuple  # ((role, bytes), ...) at the call, largest first, each 1 % or more
@@ -38,6 +38,9 @@ class Answer:
     fix: Finding | None  # the fix that lowers the peak most (a measured saving first)
     fix_number: int | None  # its number among the report's findings
     counters: dict | None = None  # the chip's own counters beside the true peak (Headline.chip, analysis/counters.py)
+    true_peak_total_where: str = ""  # where the total is (Peaks.total_where): another moment than the busiest's
+    composition_unseen: int | None = None  # the true peak's call was not sampled: its roles are not known; this is
+    # the peak of the largest sampled call, whose roles the report shows
 
     @property
     def inside_call(self) -> bool:
@@ -78,16 +81,25 @@ def _inside(jit_peak: pd.DataFrame, function_id, signature) -> tuple:
     return tuple((int(b), str(k), str(s)) for b, k, s in zip(rows["bytes"], rows["kind"], rows["site"]))
 
 
+def _fall(f: Finding) -> int:
+    """What a measured fix lowers the true peak by on the busiest device (the
+    peak the answer leads with): its ``saving_bytes_per_device`` where it has
+    one (on several devices its saving is the fall on all of them summed)."""
+    return int(f.facts.get("saving_bytes_per_device", f.saving_bytes) or 0)
+
+
 def top_fix(findings: list[Finding]) -> tuple[Finding | None, int | None]:
     """The finding whose fix lowers the run's peak most: of those whose
-    saving XLA's compile measured, the largest; else the first (ranked) that
-    saves anything."""
-    measured = [(i, f) for i, f in enumerate(findings) if f.facts.get("verified") and (f.saving_bytes or 0) > 0]
+    saving XLA's compile measured, the largest fall on the busiest device;
+    else the first (ranked) unmeasured one that saves anything."""
+    measured = [(i, f) for i, f in enumerate(findings) if f.facts.get("verified") and _fall(f) > 0]
     if measured:
-        i, f = max(measured, key=lambda x: (x[1].saving_bytes, -x[0]))
+        i, f = max(measured, key=lambda x: (_fall(x[1]), x[1].saving_bytes, -x[0]))
         return f, i + 1
     for i, f in enumerate(findings):
-        if (f.saving_bytes or 0) > 0 and f.rule != "leak":  # a leak's figure is a projection, not a fall of this peak
+        # a leak's figure is a projection, not a fall of this peak; a measured one that lowers no device's
+        # peak but another's (several devices) does not lower the peak the answer leads with
+        if (f.saving_bytes or 0) > 0 and f.rule != "leak" and not f.facts.get("verified"):
             return f, i + 1
     return None, None
 
@@ -100,8 +112,12 @@ def answer(head: Headline, peaks: Peaks, jit_memory: pd.DataFrame, jit_peak: pd.
     inside = peaks.call
     in_call = peaks.in_call
     fix, number = top_fix(findings)
-    same_call = in_call and roles is not None and roles.function == inside.function
+    # the roles are of the true peak's call itself (never of another call of the same function)
+    same_call = in_call and roles is not None and getattr(roles, "call", None) == (
+        inside.function_id, inside.signature, inside.call_index)
     composition, rest = _composition(roles) if same_call else ((), 0)
+    unseen = (roles.peak_bytes if in_call and not same_call and inside.call_index is None and roles is not None
+              and not roles.by_role.empty else None)
     return Answer(
         live_peak_bytes=head.peak_bytes if head.peak_snapshot is not None else None,
         live_peak_t=head.peak_t, live_peak_snapshot=head.peak_snapshot,
@@ -111,4 +127,5 @@ def answer(head: Headline, peaks: Peaks, jit_memory: pd.DataFrame, jit_peak: pd.
         true_peak_jitted_at=_jitted_at(jit_memory, inside.function_id) if in_call else "",
         devices=int(head.devices or 1), composition=composition, composition_rest=rest,
         inside=_inside(jit_peak, inside.function_id, inside.signature) if in_call else (),
-        fix=fix, fix_number=number, counters=head.chip)
+        fix=fix, fix_number=number, counters=head.chip, true_peak_total_where=peaks.total_where,
+        composition_unseen=unseen)

@@ -123,6 +123,7 @@ class Peaks:
     live_devices: pd.DataFrame | None = field(default=None, repr=False)  # the timeline's rows at the live peak
     run: Run | None = field(default=None, repr=False)
     timeline: Timeline | None = field(default=None, repr=False)
+    busiest_at: tuple | None = None  # (snapshot, device) of the snapshots' peak on the busiest device
 
     @property
     def in_call(self) -> bool:
@@ -131,9 +132,29 @@ class Peaks:
 
     @property
     def where(self) -> str:
-        """Where the true peak is: "during a call of f", "at the live peak", or
-        "" without the probe's figures."""
-        return self.call.where if self.in_call else AT_LIVE_PEAK if self.call is not None else ""
+        """Where the true peak on the busiest device is: "during a call of f",
+        "at the live peak", "at snapshot 3 on cpu:0" (several devices: the
+        busiest device's own peak of the snapshots, when it is not at the live
+        peak), or "" without the probe's figures."""
+        if self.call is None:
+            return ""
+        return self.call.where if self.in_call else self._snapshots_peak
+
+    @property
+    def total_where(self) -> str:
+        """Where the true peak on all devices summed is (``total_bytes``: the
+        larger of the live peak and that call's bytes): "during a call of f",
+        "at the live peak", or "" without the probe's figures."""
+        if self.call is None:
+            return ""
+        return self.call.where if self.live is None or self.call.bytes > self.live.live_bytes else AT_LIVE_PEAK
+
+    @property
+    def _snapshots_peak(self) -> str:
+        at = self.busiest_at
+        if at is None or self.live is None or at[0] == self.live.snapshot:
+            return AT_LIVE_PEAK
+        return f"at snapshot {at[0]} on {at[1]}"
 
     @property
     def largest_sampled(self) -> CallPeak | None:
@@ -180,10 +201,25 @@ def run_peaks(run, tl: Timeline) -> Peaks:
     if tl.peak_snapshot is not None:
         live = LivePeak(int(tl.peak_snapshot), float(tl.peak_t), int(tl.peak_bytes))
         rows = d.loc[d["snapshot"] == tl.peak_snapshot].reset_index(drop=True) if not d.empty else rows
+    at = busiest_moment(tl)
     if inside is None:
-        return Peaks(live, busiest, None, None, None, calls, rows, run, tl)
+        return Peaks(live, busiest, None, None, None, calls, rows, run, tl, at)
     return Peaks(live, busiest, max(busiest, inside.device_bytes), max(int(tl.peak_bytes), inside.bytes), inside,
-                 calls, rows, run, tl)
+                 calls, rows, run, tl, at)
+
+
+def busiest_moment(tl: Timeline) -> tuple | None:
+    """(snapshot, device) where the snapshots' peak on the busiest device is
+    (``busiest_snapshot``): the live peak's snapshot where it holds as much
+    there, else the first; None without per-device rows."""
+    d = tl.devices
+    if d.empty:
+        return None
+    top = d["live_bytes"].max()
+    rows = d[d["live_bytes"] == top]
+    at_live = rows[rows["snapshot"] == tl.peak_snapshot]
+    row = (at_live if not at_live.empty else rows).iloc[0]
+    return int(row["snapshot"]), str(row["device"])
 
 
 def during_calls(run, tl: Timeline, function_id: int) -> dict:

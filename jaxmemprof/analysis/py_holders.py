@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from jaxmemprof.facts.paths import Libraries, is_library
+from jaxmemprof.units import format_bytes
 
 HOLDER_COLUMNS = ["at", "snapshot", "site", "holder", "kind", "container", "created", "arrays", "bytes",
                   "generations", "shapes", "chain_id", "complete"]
@@ -141,19 +142,30 @@ def of_site(table: pd.DataFrame, site: str, at: str | None = None, kept: bool = 
     return None
 
 
-def site_holders(table: pd.DataFrame, snapshot: int | None) -> dict:
+def site_holders(table: pd.DataFrame, snapshot: int | None, sites: pd.DataFrame | None = None) -> dict:
     """Site -> what holds most of its bytes at ``snapshot`` (the live peak),
-    ``holder`` with ``+N more`` when more chains hold some, and that the
-    search was cut short (CUT) where it stopped at its budget: from the
-    search that followed that snapshot (the peak's or the end's), else {}."""
+    ``holder`` with ``+N more`` when more chains hold some, what they hold
+    of the site where they cannot hold all of its arrays (``sites``: the
+    snapshot's rows by site, with their ``count`` of arrays): ``score (1 of
+    24 arrays, 4 B)``, ``x +1 more (at most 3 of 24 arrays)`` (an array may
+    have several chains), and that the search was cut short (CUT) where it
+    stopped at its budget: from the search that followed that snapshot (the
+    peak's or the end's), else {}."""
     if table is None or table.empty or snapshot is None:
         return {}
     rows = table[table["snapshot"] == snapshot]
+    counts = dict(zip(sites["site"], sites["count"])) if sites is not None and "count" in sites else {}
     out = {}
     for site, g in rows.groupby("site", sort=False):
         more = len(g) - 1
         cut = "complete" in g.columns and not bool(g["complete"].astype(bool).all())
-        out[site] = g["holder"].iloc[0] + (f" +{more} more" if more else "") + (f" ({CUT})" if cut else "")
+        first, of, named = g.iloc[0], counts.get(site), int(g["arrays"].sum())
+        share = ""
+        if of is not None and named < int(of):  # the other arrays are held by what the search cannot see
+            share = (f" ({named} of {int(of)} arrays, {format_bytes(int(first['bytes']))})" if not more else
+                     f" (at most {named} of {int(of)} arrays)")
+        out[site] = (first["holder"] + (f" +{more} more" if more else "") + share
+                     + (f" ({CUT})" if cut else ""))
     return out
 
 

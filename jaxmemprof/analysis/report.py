@@ -127,7 +127,7 @@ def build_report(ar: Attributed, *, extra_rules=()) -> Report:
         jit_curve=program_curves(ar),
         fit=fit, findings=findings, plan=plan, targets=build_targets(ar), roles=what, peak_devices=peaks.live_devices,
         answer=answer(head, peaks, memory_in_jit, jit_peak, what, findings), holders=held,
-        peak_holders=site_holders(held, tl.peak_snapshot),
+        peak_holders=site_holders(held, tl.peak_snapshot, peak_sites.rows if peak_sites is not None else None),
     )
     extra = [f for rule in extra_rules for f in rule(run, report)]
     if extra:

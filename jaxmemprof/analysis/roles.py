@@ -99,12 +99,17 @@ def _by_structure(inputs: list, role: list) -> list:
 class Roles:
     """``by_role``: one row per device and role (ROLE_COLUMNS); ``owners``:
     one per device and array (OWNER_COLUMNS); ``where``: the call they
-    describe, e.g. "during a call of step" (empty: no sampled call)."""
+    describe, e.g. "during a call of step" (empty: no sampled call), "during
+    the largest sampled call of step" where the true peak is a call that no
+    sampled call ran (``unsampled``: a signature met once, as a growing
+    shape's: its inputs were not seen, so its roles cannot be told);
+    ``call``: (function id, signature, sampled call) of the call described."""
 
     def __init__(self, by_role: pd.DataFrame, owners: pd.DataFrame, where: str, function: str,
-                 peak_bytes: int | None):
+                 peak_bytes: int | None, call: tuple | None = None):
         self.by_role, self.owners, self.where, self.function = by_role, owners, where, function
-        self.peak_bytes = peak_bytes
+        self.peak_bytes, self.call = peak_bytes, call
+        self.unsampled = False  # the true peak is a call no sampled call ran: these roles are another call's
 
 
 def empty_roles() -> Roles:
@@ -215,8 +220,14 @@ def roles(ar: Attributed) -> Roles:
     if rest:
         o = pd.concat([o, pd.DataFrame(rest, columns=OWNER_COLUMNS)], ignore_index=True)
     by_role = pd.DataFrame(rows, columns=ROLE_COLUMNS)
-    return Roles(by_role, o.sort_values(["device", "bytes"], ascending=[True, False], kind="stable")
-                 .reset_index(drop=True), call.where, call.function, call.device_bytes)
+    true = ar.peaks.call
+    unsampled = bool(ar.peaks.in_call and true is not None and true.call_index is None)
+    out = Roles(by_role, o.sort_values(["device", "bytes"], ascending=[True, False], kind="stable")
+                .reset_index(drop=True),
+                f"during the largest sampled call of {call.function}" if unsampled else call.where, call.function,
+                call.device_bytes, (call.function_id, call.signature, call.call_index))
+    out.unsampled = unsampled
+    return out
 
 
 def _on(leaf: dict, device: str, live: dict) -> bool:

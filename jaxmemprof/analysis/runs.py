@@ -100,5 +100,6 @@ def overview(ar: Attributed, top_sites: int = 5) -> Overview:
         oom_sites=oom,
         stretched=stretched_sampling(snaps, m.get("settings") or {}),
         holder_searches=searches, holder_search_s=search_s,
-        peak_holders=site_holders(holders(ar), peak.snapshot) if peak is not None and searches else {},
+        peak_holders=site_holders(holders(ar), peak.snapshot, sites.rows if sites is not None else None)
+        if peak is not None and searches else {},
     )

@@ -278,7 +278,11 @@ class Sampler:
         with self._lock:
             try:
                 live = jax.live_arrays()
+                aliases = self._aliases
                 for a in live:
+                    view = aliases.get(id(a))
+                    if view is not None and view() is a:
+                        continue  # a per-shard view our reading of an address made: its array's bytes, counted
                     add_device_bytes(a, out)
             except Exception:
                 return None

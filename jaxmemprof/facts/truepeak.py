@@ -263,29 +263,50 @@ def moments(compiles: list[dict], calls: list[dict], snapshots: list[tuple], *, 
         ran.add(i)
         idx = call.get("call_index")
         events.append((device_bytes(call.get("live_before")), float(call["t_wall"]), i,
-                       int(idx) if idx is not None and idx == idx else None, share))
-    events += [(None, float(c["t_wall"]), i, None, 1.0) for i, c in enumerate(compiles) if i not in ran]
+                       int(idx) if idx is not None and idx == idx else None, share, ran_on(call)))
+    events += [(None, float(c["t_wall"]), i, None, 1.0, None) for i, c in enumerate(compiles) if i not in ran]
     snaps = sorted((float(t), int(b), int(s)) for t, b, s in snapshots)
     times = [t for t, _, _ in snaps]
     out = []
-    for before, t, i, idx, share in events:
+    for before, t, i, idx, share, on in events:
         if t < since:
             continue
         fid = int(compiles[i]["function_id"])
+        n = devices.get((fid, compiles[i]["signature"]), devices.get((fid, None), 1))
+        # The arguments live before the call that are XLA's argument buffers: those already on its devices.
+        mine = round(args[i] * share)
         if before is not None:
             for t_from, t_to, off, *exempt in gone or ():
                 if t_from < t < t_to and not (exempt and fid in exempt[0]):
                     before = {d: max(b - off.get(d, 0), 0) for d, b in before.items()}
-            busiest, total = max(before.values(), default=0), sum(before.values())
+            total = sum(before.values())
+            # Each device at the call's peak: a device the call runs on holds XLA's call peak beside what
+            # lives there outside the call; one it does not run on, what lives there (a call on cpu:1 adds
+            # nothing to cpu:0). Where the leaves do not say the call's devices, every device runs it.
+            mine_on = [max(b - mine, 0) + peak[i] for d, b in before.items() if on is None or d in on]
+            others = [b for d, b in before.items() if on is not None and d not in on]
+            if on is not None and len(mine_on) < len(on):  # a device of the call with nothing live before it
+                mine_on.append(peak[i])
+            top = max(mine_on + others, default=peak[i])
         else:
             j = bisect.bisect_right(times, t) - 1
             busiest, total = (snaps[j][1], snaps[j][2]) if j >= 0 else (0, 0)
-        n = devices.get((fid, compiles[i]["signature"]), devices.get((fid, None), 1))
-        # The arguments live before the call that are XLA's argument buffers: those already on its devices.
-        mine = round(args[i] * share)
-        out.append(Moment(i, idx, t, before, max(busiest - mine, 0) + peak[i],
-                          max(total - n * mine, 0) + n * peak[i], n))
+            top = max(busiest - mine, 0) + peak[i]
+        out.append(Moment(i, idx, t, before, top, max(total - n * mine, 0) + n * peak[i], n))
     return out
+
+
+def ran_on(call: dict) -> set | None:
+    """The devices a sampled call ran on (``str(device)``, as ``live_before``
+    names them): those of its input and output arrays (a numpy argument is
+    on none before the call); None where its leaves do not say (recorded
+    before leaves named their devices)."""
+    out: set = set()
+    for leaf in _leaves(call.get("inputs")) + _leaves(call.get("outputs")):
+        on = leaf.get("on")
+        if isinstance(on, list):
+            out.update(str(d) for d in on)
+    return out or None
 
 
 def largest(items, key=lambda m: (m.device_bytes, m.bytes)):

@@ -172,7 +172,11 @@ GLOSSARY: dict[str, str] = {
                       "shown as `>=N`).",
     "traced": "Calls made while another transformation traced (`grad`, `vmap`, `scan`, an outer `jit`): no device "
               "call, nothing read.",
-    "compiles": "Signatures the function was compiled for, as its compile cache grew during the run.",
+    "compiles": ("Times the function was compiled during the run, as its compile cache grew: more than `signatures` "
+                 "where JAX compiled one signature again, for what a signature does not tell apart (an argument "
+                 "committed to a device in some calls and not in others, a weak type)."),
+    "signatures": ("The function's signatures the jit probe recorded (its arguments' shapes and dtypes, static "
+                   "values): XLA's figures are read once for each."),
     "donated": ("What it donates, as its wrapper takes it: argument numbers and names (`0, 1`)"
                 + "".join(f", or {p}" for p in phrases("donate_option")) + "; empty when nothing."),
     "argument_bytes": "XLA's `memory_analysis()` of its largest signature: bytes of the arguments (per device).",
@@ -247,11 +251,11 @@ GLOSSARY: dict[str, str] = {
     "markers": "Markers (`jaxmemprof.mark()`) the run recorded.",
     "sampling_cpu_s": "CPU seconds the sampler spent taking the snapshots (thread time, summed).",
     "peak_unattributed_bytes": "`unattributed_bytes` at the peak snapshot; empty on CPU.",
-    "true_peak_total_bytes": "The estimated true peak on all devices summed, at the same moment as `true_peak_bytes`: "
-                             "the most, over sampled calls (and compiled signatures no sampled call ran), of the live "
-                             "bytes before the call minus its arguments already on its devices plus the call peak of "
-                             "the signature it ran, on each device it ran on; at least the live peak; empty without "
-                             "jit probe data.",
+    "true_peak_total_bytes": "The estimated true peak on all devices summed: the larger of the live peak and the "
+                             "call that holds `true_peak_bytes` on all its devices (the live bytes before it minus its "
+                             "arguments already on its devices plus the call peak of the signature it ran, on each "
+                             "device it ran on); the same moment as `true_peak_bytes` on one device, and the answer "
+                             "says when each is where they differ on several; empty without jit probe data.",
     "peak_elsewhere": "Where the run's (true) peak is when it is not during a call of the finding's function "
                       "(`during a call of eval_step`): acting on it does not lower the peak, so its severity is "
                       "`info`; its saving is still its own.",
@@ -260,8 +264,9 @@ GLOSSARY: dict[str, str] = {
                        "device's live peak and the largest call's peak there (live bytes before the call minus its "
                        "arguments plus XLA's call peak, per device); `true_peak_total_bytes` is the same on all "
                        "devices summed; empty without jit probe data.",
-    "true_peak_where": "When the estimated true peak happens (`during a call of train_step`, or `at the live peak`: "
-                       "the snapshots' peak).",
+    "true_peak_where": "When the estimated true peak on the busiest device happens (`during a call of train_step`; "
+                       "`at the live peak`: the snapshots' peak; on several devices, `at snapshot 3 on cpu:0`: the "
+                       "busiest device's own peak of the snapshots, where it is not at the live peak).",
     "arrays_seen": "Arrays the run recorded (rows of arrays.csv).",
     "per_array_data": "True for a run directory; false for a directory of `.prof` files (no per-array records: "
                       "lifetimes are estimated, no reuse).",

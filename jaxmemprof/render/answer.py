@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from jaxmemprof.facts.devices import display
 from jaxmemprof.render.escape import safe
 from jaxmemprof.units import format_bytes, format_pair
 
@@ -24,14 +25,21 @@ def true_peak_line(a, width: int = 10_000) -> str | None:
     if a.true_peak_bytes is None:
         return None
     size = format_bytes(a.true_peak_bytes)
+    where = safe(display(a.true_peak_where))
+    total = ""  # on several devices: the sum, at the same moment, or at its own
     if a.devices > 1 and a.true_peak_total_bytes is not None:
-        size += f" per device ({format_bytes(a.true_peak_total_bytes)} on all {a.devices})"
+        total_where = a.true_peak_total_where or a.true_peak_where
+        if total_where == a.true_peak_where:
+            size += f" per device ({format_bytes(a.true_peak_total_bytes)} on all {a.devices})"
+        else:
+            size += " per device"
+            total = f"; {format_bytes(a.true_peak_total_bytes)} on all {a.devices} {safe(display(total_where))}"
     if a.inside_call:
         at = f" ({safe(a.true_peak_jitted_at)})" if a.true_peak_jitted_at else ""
-        line = f"true peak {size} {safe(a.true_peak_where)}{at}"
+        line = f"true peak {size} {where}{at}{total}"
         more = ", XLA's temporaries included"
         return line + more if a.devices == 1 and len(line + more) <= width else line
-    return f"true peak {size} at the live peak (no jitted call needed more)"
+    return f"true peak {size} {where} (no jitted call needed more){total}"
 
 
 def live_peak_line(a, *, by_device: str = "") -> str | None:
@@ -48,6 +56,9 @@ def composition_line(a, width: int = 100) -> str | None:
     """``it is: inside the call 16.00, new state 4.09, ... MiB``: the largest
     roles that fit ``width``."""
     if not a.composition:
+        if getattr(a, "composition_unseen", None) is not None:  # what cannot be told, not another call's roles
+            return (f"it is: not seen (no sampled call ran its signature; the largest sampled call's roles, "
+                    f"{format_bytes(a.composition_unseen)}: roles.csv)")
         return None
     for n in range(len(a.composition), 0, -1):
         shown = a.composition[:n]
@@ -93,7 +104,7 @@ def change_lines(new, old: tuple, old_dir: str, new_dir: str) -> list[str]:
     parts = []
     for name, a, b in (("true peak", old[0], new.true_peak_bytes), ("live peak", old[1], new.live_peak_bytes)):
         if a is not None and b is not None:
-            parts.append(f"{name} {format_pair(a, b)} ({format_bytes(b - a, signed=True)})")
+            parts.append(f"{name} {format_pair(a, b, exact=False)} ({format_bytes(b - a, signed=True)})")
     return [f"since the previous run ({safe(old_dir)}): " + ("; ".join(parts) or "no peak to compare"),
             f"gate: jaxmemprof check {safe(new_dir)} --baseline {safe(old_dir)} --max-increase 0"]
 

@@ -172,7 +172,10 @@ def _report_data(doc: RunDocument, S: _Strings, t_shift: float = 0.0) -> dict:
         "top_sites": [x for x in tl.site_order if x != "other"],
         "peak": {"snapshot": tl.peak_snapshot, "t": _shifted(tl.peak_t, t_shift), "bytes": int(tl.peak_bytes),
                  "j": peak_j},
-        "true_peak": {"bytes": _num(s.true_peak_total_bytes), "where": s.true_peak_where or ""},
+        # the line of all devices summed, labelled with its own moment (the busiest device's may be another)
+        "true_peak": {"bytes": _num(s.true_peak_total_bytes),
+                      "where": display(getattr(getattr(rep, "answer", None), "true_peak_total_where", "")
+                                       or s.true_peak_where or "")},
         "answer": _answer(rep),
         "defaults": {"selected": peak_j, "base": 0, "new": final_j},
         "headline": {
@@ -186,6 +189,7 @@ def _report_data(doc: RunDocument, S: _Strings, t_shift: float = 0.0) -> dict:
         "lifetimes": _lifetimes(model.lifetimes, t_shift),
         "jit": {
             "memory": _rows(rep.jit_memory, ["function", "wrapper", "defined_at", "jitted_at", "calls", "compiles",
+                                             "signatures",
                                              "argument_bytes", "output_bytes", "alias_bytes", "temp_bytes",
                                              "generated_code_bytes", "call_peak_bytes"]),
             # each function's largest signature, as the report shows (the exports hold every one's)

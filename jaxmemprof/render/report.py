@@ -134,9 +134,14 @@ def _render_roles(doc: RunDocument, con: Console, explain: bool) -> None:
     what = doc.report.roles
     if not doc.role_groups:
         return
-    for devices, rows in doc.role_groups:
+    for i, (devices, rows) in enumerate(doc.role_groups):
         on = "" if devices == ["all"] else f" on {device_ranges(devices)}" + (" each" if len(devices) > 1 else "")
         _heading(con, f"What the memory is ({safe(display(what.where))}{on}: {format_bytes(rows['bytes'].sum())})")
+        if i == 0 and getattr(what, "unsampled", False):  # what cannot be told, said, not another call's in its place
+            true = doc.report.headline.true_peak_bytes
+            con.print(Text(f"(the true peak's call{'' if true is None else ', ' + format_bytes(true) + ','} was not "
+                           "sampled: no sampled call ran its signature, so its inputs, and their roles, were not "
+                           "seen)"))
         big, small = (rows, rows.iloc[0:0]) if explain else (rows[rows["share"] >= 0.01], rows[rows["share"] < 0.01])
         t = _table("bytes", "%", "role", "largest")
         for _, r in big.iterrows():
@@ -246,18 +251,26 @@ def _render_jit(doc: RunDocument, con: Console, top: int, explain: bool) -> None
         return
     _heading(con, "Memory inside jitted functions (XLA's memory analysis, largest signature)")
     recompiled = bool((jm["compiles"].fillna(0) > 1).any())
-    t = _table("calls", *(["compiles"] if recompiled else []), "arguments", "outputs", "aliased", "temporaries",
-               "call peak", "function")
+    # one signature compiled again (committed to a device or not, a weak type): both counts, side by side
+    again = "signatures" in jm and bool((jm["signatures"].notna() & (jm["signatures"] != jm["compiles"])).any())
+    t = _table("calls", *(["compiles"] if recompiled else []), *(["signatures"] if again else []), "arguments",
+               "outputs", "aliased", "temporaries", "call peak", "function")
     for _, r in jm.head(top).iterrows():
         calls = "-" if pd.isna(r["calls"]) else ("" if r["calls_complete"] else "≥") + str(r["calls"])
         donated = f", donates {safe(r['donated'])}" if r["donated"] else ""
         t.add_row(calls, *([("-" if pd.isna(r["compiles"]) else str(r["compiles"]))] if recompiled else []),
+                  *([("-" if pd.isna(r["signatures"]) else str(r["signatures"]))] if again else []),
                   format_bytes(r["argument_bytes"]), format_bytes(r["output_bytes"]), format_bytes(r["alias_bytes"]),
                   format_bytes(r["temp_bytes"]), format_bytes(r["call_peak_bytes"]),
                   Text(f"{safe(r['function'])} at {safe(r['jitted_at'])}{donated}"))
     con.print(t)
     if len(jm) > top:
         con.print(Text(f"({counted(len(jm) - top, 'more function')} in jit.csv)"))
+    for _, r in jm.head(top).iterrows() if again else ():
+        if pd.notna(r["signatures"]) and pd.notna(r["compiles"]) and r["compiles"] > r["signatures"]:
+            con.print(Text(f"({safe(r['function'])}: {r['compiles']} compiles of {counted(r['signatures'], 'signature')}"
+                           ": JAX compiles one again for what a signature does not tell apart, an argument committed "
+                           "to a device or not, a weak type)"))
     _explained(con, explain, notes.JIT)
     if explain:  # by default, "What the memory is" names the lines inside the call that hold most
         _render_jit_peak(doc, con, top)

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
 JIT_MEMORY_COLUMNS = [
     "function_id", "function", "wrapper", "defined_at", "jitted_at", "calls", "calls_complete", "traced", "compiles",
-    "donated",
+    "signatures", "donated",
     "argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "generated_code_bytes", "call_peak_bytes",
 ]
 
@@ -239,7 +239,7 @@ def _array_arguments(run, function_id) -> list[tuple]:
     return array_arguments(sampled_calls(calls[calls["function_id"] == function_id]))
 
 
-def fix_change(run, fn, cands: tuple[Donor, ...]) -> dict:
+def fix_change(run, fn, cands: tuple[Donor, ...], unusable=frozenset()) -> dict:
     """The change to make, the way a user of the function's wrapper writes it,
     as facts: ``change`` (``jit``: the option to add, in ``option``;
     ``through-wrapper``: a library's own wrapper, which may or may not pass
@@ -248,7 +248,10 @@ def fix_change(run, fn, cands: tuple[Donor, ...]) -> dict:
     ``edited_line`` (the line that jits the function, with the option added,
     where it can be read), ``also_donates`` (what a wrapper's option that
     donates every array donates besides the candidates) and ``first_kept``
-    (arguments whose first call's value stayed referenced)."""
+    (arguments whose first call's value stayed referenced). ``unusable``:
+    the labels of donated arguments no output can take (the
+    ``donation-unusable`` finding's): left out of the option, and named in
+    ``stops_donating``, so that the two findings ask for one change."""
     wrapper = wrapper_of(fn)
     lib = BY_NAME.get(wrapper)
     params = [str(p) for p in _json(fn["params"], [])]
@@ -264,7 +267,14 @@ def fix_change(run, fn, cands: tuple[Donor, ...]) -> dict:
             return facts | own
         facts |= own
     else:
-        names, positions = list(already_names), list(already_nums)
+        stop = {str(a) for a in unusable}
+        kept_names = [n for n in already_names if n not in stop]
+        kept_nums = [p for p in already_nums if str(p) not in stop and not (p < len(params) and params[p] in stop)]
+        dropped = [n for n in already_names if n not in kept_names] + [
+            params[p] if p < len(params) else str(p) for p in already_nums if p not in kept_nums]
+        if dropped:
+            facts["stops_donating"] = sorted(set(dropped), key=lambda n: params.index(n) if n in params else len(params))
+        names, positions = kept_names, kept_nums
         for c in cands:
             by_name = lib is not None and lib.donate_by_name
             if c.keyword or (by_name and c.position is not None and c.position < len(params)):
@@ -512,7 +522,11 @@ def _donated(fn) -> str:
 def jit_memory(ar: Attributed) -> pd.DataFrame:
     """Per jitted function, its largest compiled signature's memory: XLA's
     argument, output, alias (donation that took effect), temporary and code
-    bytes, and the call's peak ``argument + output - alias + temp + code``."""
+    bytes, and the call's peak ``argument + output - alias + temp + code``;
+    its ``compiles`` (its compile cache's growth) and ``signatures`` (those
+    the probe recorded: JAX compiles one signature again for what the
+    signature does not tell apart, an argument committed to a device or
+    not, a weak type)."""
     run, files = ar.run, ar.files
     functions = functions_of(run)
     compiles = run.jit.compiles
@@ -546,6 +560,9 @@ def jit_memory(ar: Attributed) -> pd.DataFrame:
         "traced": (pd.to_numeric(merged["traced"], errors="coerce").astype("Int64")
                    if "traced" in merged else pd.array([pd.NA] * len(merged), dtype="Int64")),
         "compiles": pd.to_numeric(merged["compiles"], errors="coerce").astype("Int64"),
+        "signatures": merged["function_id"].map(
+            c.dropna(subset=["signature"]).groupby("function_id")["signature"].nunique()).astype("Int64")
+        if "signature" in c else pd.array([pd.NA] * len(merged), dtype="Int64"),
         "donated": [_donated(r) for _, r in merged.iterrows()],
         "argument_bytes": merged["argument_bytes"],
         "output_bytes": merged["output_bytes"],

@@ -14,7 +14,7 @@ from jaxmemprof.analysis.rules.base import Context, Rule, Words, fmt, listed
 
 from jaxmemprof.facts.donors import describe, label
 from jaxmemprof.facts.libraries import BY_NAME, phrases
-from jaxmemprof.units import counted, format_pair
+from jaxmemprof.units import alike, counted, format_pair
 
 
 def detect(ctx: Context) -> list[Finding]:
@@ -42,6 +42,12 @@ def _donate_fix(f: Finding, x: dict) -> tuple[str, str]:
         full = f"{verb} {name} with {option} (at {f.site})"
     edited = x.get("edited_line") or ""
     short = edited or f"{verb} {name} with {option}"
+    if x.get("stops_donating"):  # donated already, and no output can take them (donation-unusable)
+        stopped = listed(x["stops_donating"])
+        several = len(x["stops_donating"]) > 1
+        full = (f"{full}, no longer donating {stopped}: no output can take {'their' if several else 'its'} "
+                f"buffers (donation-unusable)")
+        short = f"{short}, no longer donating {stopped}"
     if edited:  # a statement of several lines goes under the sentence, as it is in the file
         full += f":\n{edited}" if "\n" in edited else f":  {edited}"
     if x.get("also_donates"):
@@ -58,16 +64,20 @@ def _temporaries(x: dict) -> str:
     before, after = x["temp_before_bytes"], x["temp_after_bytes"]
     if before == after:
         return f"XLA's temporaries stay {fmt(before)}"
-    return f"XLA's temporaries {'rise' if after > before else 'fall'} {fmt(before)} -> {fmt(after)}"
+    way = "rise" if after > before else "fall"
+    return f"XLA's temporaries {way} {fmt(before)} -> {fmt(after)}{alike(before, after)}"
 
 
-def _measured(x: dict) -> tuple[str, str]:
+def _measured(x: dict, total: int) -> tuple[str, str]:
     """(what the compile with the arguments donated showed, the terminal's
-    'saves' words) for a verified finding."""
+    'saves' words) for a verified finding (``total``: its saving, the fall
+    on all devices summed)."""
     devices = x.get("devices") or 1
-    on = " on the busiest device" if devices > 1 else ""
     fall = x["saving_bytes_per_device"]
-    peak = f"{fmt(x['true_peak_before_bytes'])} -> {fmt(x['true_peak_after_bytes'])}{on}"
+    elsewhere = fall <= 0 < total  # another device's peak falls (the run has several), not the busiest's
+    on = " on the busiest device" if devices > 1 or elsewhere else ""
+    before, after = x["true_peak_before_bytes"], x["true_peak_after_bytes"]
+    peak = f"{fmt(before)} -> {fmt(after)}{alike(before, after)}{on}"
     missing = x["signatures"] - x["signatures_verified"]
     why = x.get("not_verified") or "the others over the budget"  # runs analysed before it said why
     sigs = ("" if missing <= 0 else
@@ -78,6 +88,9 @@ def _measured(x: dict) -> tuple[str, str]:
         least = "at least " if "lower bound" in (x.get("not_verified") or "") else ""
         return what, f"saves {least}{fmt(fall)}{' per device' if devices > 1 else ''} (compiled)"
     where = "rises" if fall < 0 else "does not fall"
+    if elsewhere:  # the busiest device's peak is what must fit: no saving to lead with
+        return (what + f": it {where} there; on all the run's devices summed it falls {fmt(total)}",
+                f"saves {fmt(total)} on the devices summed, none on the busiest (compiled)")
     return what + f": it {where}", ""
 
 
@@ -97,7 +110,7 @@ def _donate(f: Finding, x: dict) -> Words:
     donated = x.get("donated_bytes", f.saving_bytes)
     per_device = f" ({fmt(donated // devices)} on each of {devices} devices)" if devices > 1 else ""
     if x.get("verified"):
-        measured, saves = _measured(x)
+        measured, saves = _measured(x, f.saving_bytes)
         rise = x["temp_after_bytes"] - x["temp_before_bytes"]
         temps = "" if not rise else f", temporaries {'+' if rise > 0 else '-'}{fmt(abs(rise))}"
         peak = f"{format_pair(x['true_peak_before_bytes'], x['true_peak_after_bytes'])}{temps}"
@@ -157,10 +170,10 @@ DONATE = Rule(
                 "donated_bytes", "verified", "not_verified", "signatures_verified", "signatures",
                 "true_peak_before_bytes", "true_peak_after_bytes", "saving_bytes_per_device", "aliased_bytes",
                 "temp_before_bytes", "temp_after_bytes", "first_kept", "also_donates", "change", "option", "argnums",
-                "argnames", "pass_first", "edited_line", "peak_elsewhere")},
+                "argnames", "stops_donating", "pass_first", "edited_line", "peak_elsewhere")},
     optional=("not_verified", "signatures_verified", "signatures", "true_peak_before_bytes", "true_peak_after_bytes",
-              "aliased_bytes", "temp_before_bytes", "temp_after_bytes", "argnums", "argnames", "pass_first",
-              "peak_elsewhere"),
+              "aliased_bytes", "temp_before_bytes", "temp_after_bytes", "argnums", "argnames", "stops_donating",
+              "pass_first", "peak_elsewhere"),
     meanings={"function": "The jitted function's name.",
               "arguments": "The arguments to donate: parameter names, or positions as strings (`'0'`).",
               "by_position": "Per argument, true when it is known only by its position.",
@@ -193,6 +206,8 @@ DONATE = Rule(
               "option": 'The option to add, as the wrapper takes it (`donate_argnums=(0, 1)`, `donate="all"`).',
               "argnums": "The positions to donate, with those already donated (`jit` and `through-wrapper` changes).",
               "argnames": "The names to donate, with those already donated (`jit` and `through-wrapper` changes).",
+              "stops_donating": ("Arguments the function donates already that no output can take (as its "
+                                 "`donation-unusable` finding says): left out of `option`, `argnums` and `argnames`."),
               "pass_first": ("Arguments to pass first, as one tuple, for a wrapper's option that donates all but the "
                              f"first argument ({', '.join(phrases('donate_all_but_first'))})."),
               "edited_line": ("The line that applies the wrapper, with the option added, where it can be read; "
@@ -236,6 +251,10 @@ def donation_findings(ar: Attributed) -> list[Finding]:
     if functions.empty:
         return findings
     by_id = functions.set_index("function_id")
+    unusable = unusable_donations(run)
+    lost_by_function: dict = {}  # function id -> the labels of its donated arguments no output can take
+    for fn, _, lost, _ in unusable:
+        lost_by_function.setdefault(int(fn["function_id"]), set()).update(label(leaf) for leaf in lost)
     for c in donation_candidates(ar):
         fid = c.function_id
         fn = by_id.loc[fid].copy()
@@ -262,10 +281,10 @@ def donation_findings(ar: Attributed) -> list[Finding]:
                 "calls_sampled": int(c.calls_sampled),
                 "devices": int(devices), "donated_bytes": int(donated),
                 **measured, "saving_bytes_per_device": int(per_device),
-                **fix_change(run, fn, cands),
+                **fix_change(run, fn, cands, lost_by_function.get(int(fid), ())),
             },
         ))
-    for fn, call, lost, outputs in unusable_donations(run):
+    for fn, call, lost, outputs in unusable:
         option = donate_option(fn)
         lib = BY_NAME.get(wrapper_of(fn))
         if option is not None and json_cell(fn.get("wrapper_options"), {}).get(option) in lib.donates_every_array:

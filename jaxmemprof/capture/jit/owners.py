@@ -51,6 +51,66 @@ def mesh_facts(a) -> dict:
     return out
 
 
+def path_text(tu, root, path) -> str:
+    """``path`` (a key path of ``root``, from ``tu.tree_flatten_with_path``)
+    as the program would write it: JAX's ``keystr``, but for a step JAX
+    knows only by its flat index (a node registered without keys, as
+    jax.example_libraries' ``OptimizerState``: ``[<flat index 0>]``), the
+    node's attribute that is the child there (``.packed_state``), where
+    one is. Reads only what flattening the nodes on the path reads."""
+    flat = getattr(tu, "FlattenedIndexKey", None)
+    if flat is None or not any(isinstance(k, flat) for k in path):
+        return tu.keystr(path)
+    parts, node = [], root
+    for i, k in enumerate(path):
+        if node is None:  # not found: the rest as JAX writes it
+            parts.append(tu.keystr(tuple(path[i:])))
+            break
+        child = _child(tu, node, k)
+        name = _attribute_holding(node, child) if isinstance(k, flat) and child is not None else None
+        parts.append(f".{name}" if name else tu.keystr((k,)))
+        node = child
+    return "".join(parts)
+
+
+def _child(tu, node, key):
+    """The child of ``node`` at ``key`` (one level flattened), or None."""
+    try:
+        for p, child in tu.tree_flatten_with_path(node, is_leaf=lambda x: x is not node)[0]:
+            if len(p) == 1 and p[0] == key:
+                return child
+    except Exception:
+        pass
+    return None
+
+
+def _attribute_holding(node, child) -> str | None:
+    """The name of ``node``'s field or attribute whose value is ``child``
+    itself (a namedtuple's fields, a dataclass's, its ``__dict__``), or None."""
+    names: list = []
+    fields = getattr(type(node), "_fields", None)  # a namedtuple's
+    if isinstance(fields, tuple):
+        names += [f for f in fields if isinstance(f, str)]
+    dataclass_fields = getattr(type(node), "__dataclass_fields__", None)
+    if isinstance(dataclass_fields, dict):
+        names += [f for f in dataclass_fields if isinstance(f, str)]
+    try:
+        own = object.__getattribute__(node, "__dict__")
+    except Exception:
+        own = None
+    if isinstance(own, dict):
+        for name, value in own.items():
+            if value is child and isinstance(name, str) and not name.startswith("_"):
+                return name
+    for name in names:
+        try:
+            if getattr(node, name) is child:
+                return name
+        except Exception:
+            continue
+    return None
+
+
 class Previous:
     """A sampled call's leaves, held weakly until the function's next call,
     to tell where that call's inputs came from."""

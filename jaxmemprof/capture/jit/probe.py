@@ -34,11 +34,11 @@ import weakref
 from jaxmemprof.capture.arrays import is_deleted as _is_deleted
 from jaxmemprof.capture.hooks import AfterImport
 from jaxmemprof.capture.jit.frames import drop_own_frames, user_frame
-from jaxmemprof.facts.libraries import BY_NAME, PATCHED, owners as library_owners, plain_arguments, tags as library_tags
+from jaxmemprof.facts.libraries import BY_NAME, PATCHED, names as library_names, owners as library_owners, plain_arguments, tags as library_tags
 from jaxmemprof.facts.source import statement_at
 from jaxmemprof.capture.jit.early import Early
 from jaxmemprof.capture.jit.liveness import call_fates, on_death, frame_windows
-from jaxmemprof.capture.jit.owners import Previous, host_leaf as _host_leaf, leaf as _leaf
+from jaxmemprof.capture.jit.owners import Previous, host_leaf as _host_leaf, leaf as _leaf, path_text
 from jaxmemprof.capture.jit.oom import failed as oom_failed
 from jaxmemprof.capture.jit.plan import Planner
 from jaxmemprof.capture.jit.programs import Programs
@@ -524,10 +524,13 @@ class JitProbe(Programs):
         previous = state.previous if state.previous is not None and state.previous.call == state.calls - 1 else None
         library = library_owners(state.row.get("wrapper"), sys._getframe(2))
         ndarray = getattr(sys.modules.get("numpy"), "ndarray", ())  # the program's numpy, if it has one
-        for position, name, keyword, donated, value in state.arguments(state, args, kwargs):
+        arguments = list(state.arguments(state, args, kwargs))
+        # what a library names that JAX knows only by flat index (equinox's State: by the model's StateIndex)
+        named = library_names(tu, [(name, value) for _, name, _, _, value in arguments])
+        for position, name, keyword, donated, value in arguments:
             tags = library_tags(tu, value)
             for path, leaf in tu.tree_flatten_with_path(value)[0]:
-                key = tu.keystr(path)
+                key = path_text(tu, value, path)
                 if self._is_array(leaf):
                     d = _leaf(leaf, key)
                 elif ndarray and isinstance(leaf, ndarray):
@@ -536,7 +539,7 @@ class JitProbe(Programs):
                     continue
                 d.update(arg=position, name=name, kw=keyword, donated=bool(donated),
                          same_as=first.setdefault(id(leaf), len(leaves)))
-                owner, tag = library.get(id(leaf), (f"{name}{key}", tags.get(id(leaf))))
+                owner, tag = library.get(id(leaf), (named.get(id(leaf)) or f"{name}{key}", tags.get(id(leaf))))
                 d["owner"] = owner
                 if tag is not None:
                     d["tag"] = tag
@@ -564,7 +567,7 @@ class JitProbe(Programs):
         leaves, refs, deaths, signature, live_before = inputs
         tu = self._jax.tree_util
         flat = [(path, leaf) for path, leaf in tu.tree_flatten_with_path(out)[0] if self._is_array(leaf)]
-        outputs = [_leaf(leaf, tu.keystr(path)) for path, leaf in flat]
+        outputs = [_leaf(leaf, path_text(tu, out, path)) for path, leaf in flat]
         state.previous = Previous(state.calls, refs, [leaf for _, leaf in flat])
         for d, r in zip(leaves, refs):
             obj = r() if r is not None else None

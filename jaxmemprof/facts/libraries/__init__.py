@@ -26,6 +26,10 @@ and its words). Every name but ``PACKAGE`` (or ``NAME``) may be left out:
 - ``owners(frame)``: id(array) -> (its path in the user's tree, its tag) for
   the arguments of the wrapper's call that the jax.jit call ``frame`` is made
   from, where jax.jit sees only a flat list of them (flax.nnx);
+- ``names(tu, arguments)``: id(leaf) -> its path as the program writes it,
+  for the leaves of a jitted call's arguments ((name, value) pairs) that sit
+  in a container of the library's that JAX knows only by flat index
+  (equinox's ``State``: ``state.get(model.bn.state_index)[0]``);
 - ``argument_words(op, params)``: the user's arguments an argument buffer of
   XLA's (named ``op``) holds, as a report names them (``argument x, y``), where
   the wrapper passes jax.jit parts of its own (equinox); None: not its own;
@@ -124,7 +128,7 @@ class Library:
     """One module of this package, with what it leaves out filled in."""
 
     __slots__ = ("package", "name", "patches", "static_argnums", "frame", "options", "jits_its_own", "arguments",
-                 "owners", "argument_words", "static_leaves", "rejit", "lowering", "spelling",
+                 "owners", "names", "argument_words", "static_leaves", "rejit", "lowering", "spelling",
                  "decorator_takes_options", "verb", "donate_by_name", "donate_option", "donates_every_array",
                  "donation", "fix_words", "donated_call", "tags", "role", "remats", "remat_spelling", "remat",
                  "remat_words", "words")
@@ -139,6 +143,7 @@ class Library:
         self.jits_its_own = getattr(module, "jits_its_own", _not_its_own)
         self.arguments = getattr(module, "arguments", _jax.arguments)
         self.owners = getattr(module, "owners", _no_owners)
+        self.names = getattr(module, "names", None)
         self.argument_words = getattr(module, "argument_words", None)
         self.static_leaves: bool = getattr(module, "STATIC_LEAVES", False)
         self.rejit: str | None = getattr(module, "REJIT", None)
@@ -185,6 +190,7 @@ KNOWN_WRAPPERS = {lib.frame: lib.name for lib in LIBRARIES if lib.frame}
 # The user's arguments in a call of jax.jit's (or of a wrapper that passes them in its places).
 plain_arguments = _jax.arguments
 _TAGGERS = tuple(lib.tags for lib in LIBRARIES if lib.tags is not None)
+_NAMERS = tuple(lib.names for lib in LIBRARIES if lib.names is not None)
 
 
 def owners(wrapper, frame) -> dict:
@@ -202,6 +208,17 @@ def tags(tu, value) -> dict:
     for tagger in _TAGGERS:
         for key, tag in tagger(tu, value).items():
             out.setdefault(key, tag)
+    return out
+
+
+def names(tu, arguments) -> dict:
+    """id(leaf) -> its path as the program writes it, for the leaves of a
+    jitted call's ``arguments`` ((name, value) pairs) in a library's
+    container that JAX knows only by flat index (the libraries' ``names``)."""
+    out: dict = {}
+    for namer in _NAMERS:
+        for key, name in namer(tu, arguments).items():
+            out.setdefault(key, name)
     return out
 
 

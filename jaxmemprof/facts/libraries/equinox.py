@@ -8,6 +8,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from jaxmemprof.facts.libraries import STATE
+
 NAME = "equinox.filter_jit"
 FRAME = ("equinox", "filter_jit")
 STATIC_LEAVES = True
@@ -65,6 +67,76 @@ def arguments(state, args, kwargs):
         yield (names.index(name) if name in names else None), name, True, donated, value
     donated, fun = part("fun", static_fun)
     yield None, "(function)", False, donated, fun  # a module's own arrays, for a method
+
+
+_STATE_TAG = "equinox.nn.State"
+
+
+def tags(tu, value) -> dict:
+    """id(leaf) -> ``equinox.nn.State`` for the array leaves of an
+    ``eqx.nn.State`` in ``value`` (a model's running statistics: state, whatever
+    names the index that reads them)."""
+    import sys
+
+    state_type = getattr(getattr(sys.modules.get("equinox"), "nn", None), "State", None)
+    if state_type is None:
+        return {}
+    out: dict = {}
+    for node in tu.tree_leaves(value, is_leaf=lambda x: isinstance(x, state_type)):
+        if isinstance(node, state_type):
+            for leaf in tu.tree_leaves(node):
+                out.setdefault(id(leaf), _STATE_TAG)
+    return out
+
+
+def role(tag: str) -> str | None:
+    return STATE if tag == _STATE_TAG else None
+
+
+def names(tu, arguments) -> dict:
+    """id(leaf) -> its path as the program writes it, for the leaves of an
+    ``eqx.nn.State`` among a call's ``arguments`` ((name, value) pairs):
+    JAX knows a State's entries by flat index only; the program reads one
+    with the model's ``StateIndex`` (``state.get(model.bn.state_index)``),
+    found among the arguments by its marker. An entry whose index no
+    argument holds keeps JAX's path."""
+    import sys
+
+    nn = getattr(sys.modules.get("equinox"), "nn", None)
+    state_type, index_type = getattr(nn, "State", None), getattr(nn, "StateIndex", None)
+    if state_type is None or index_type is None:
+        return {}
+
+    def stop(x) -> bool:
+        return isinstance(x, (state_type, index_type))
+
+    states: list[tuple[str, Any]] = []
+    indices: dict = {}
+    for name, value in arguments:
+        for path, x in tu.tree_flatten_with_path(value, is_leaf=stop)[0]:
+            if isinstance(x, state_type):
+                states.append((f"{name}{tu.keystr(path)}", x))
+            elif isinstance(x, index_type):
+                try:
+                    indices.setdefault(x.marker, f"{name}{tu.keystr(path)}")
+                except TypeError:  # a marker that is no dictionary key
+                    continue
+    out: dict = {}
+    for where, state in states:
+        try:
+            values, markers = state.tree_flatten()
+        except Exception:  # a State used up (equinox's own error)
+            continue
+        for marker, value in zip(markers, values):
+            try:
+                index = indices.get(marker)
+            except TypeError:
+                index = None
+            if index is None:
+                continue
+            for path, leaf in tu.tree_flatten_with_path(value)[0]:
+                out[id(leaf)] = f"{where}.get({index}){tu.keystr(path)}"
+    return out
 
 
 def argument_words(op, params) -> str | None:
