@@ -6,6 +6,7 @@ runs, a run of the fixed program."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -181,7 +182,12 @@ def test_a_holder_of_a_few_of_a_sites_arrays_says_how_few(tmp_path):
     proc = run_cli("run", "-o", tmp_path / "run", script, cwd=tmp_path, check=0)
     oracle = json.loads(proc.stdout.strip().splitlines()[-1])
     said = f"score (1 of {oracle['arrays']} arrays, {oracle['score']} B)"
-    assert f"(kept alive by {said})" in proc.stderr, proc.stderr
+    # Under load the search may stop at its time budget, and says so after what it found.
+    assert re.search(rf"\(kept alive by {re.escape(said)}( \(search cut short at its budget\))?\)", proc.stderr), \
+        proc.stderr
+    # The leak it is beside is not the holder's to fix: it holds 1 of the site's arrays.
+    assert "keep float(x) in score" not in proc.stderr and "what keeps the rest was not found" in proc.stderr, \
+        proc.stderr
     text = run_cli("report", tmp_path / "run", check=0).stdout
     site = f"maps.py:{line_of(script, 'MADE')} (<module>)"
     held = text[text.index("What held the live peak"):].splitlines()

@@ -43,17 +43,22 @@ def _leak(f: Finding, x: dict) -> Words:
         kept = (f" Kept alive by `{held}` ({where}): {counted(x.get('held_by_arrays') or 0, 'array')}, "
                 f"{fmt(x.get('held_by_bytes') or 0)} at the {x.get('held_at') or 'end'}{cut}.")
         fix, brief_fix = kept_fix(x)
+        if 2 * int(x.get("held_by_arrays") or 0) < int(x.get("arrays_last") or 0):
+            # It holds few of the site's arrays (a score beside 23 maps): not what keeps the growth.
+            fix, brief_fix = _unknown_holder_fix(f.site)
+            fix = (f"`{held}` holds {counted(x.get('held_by_arrays') or 0, 'array')} of the "
+                   f"{x['arrays_last']} alive at the last snapshot: not what keeps the rest. " + fix)
         brief = (f"Grows {step}; kept alive by `{held}` ({where}): {counted(x.get('held_by_arrays') or 0, 'array')}, "
                  f"{fmt(x.get('held_by_bytes') or 0)}{cut}.")
+        if 2 * int(x.get("held_by_arrays") or 0) < int(x.get("arrays_last") or 0):
+            brief = (f"Grows {step}; `{held}` ({where}) holds {x.get('held_by_arrays') or 0} of its "
+                     f"{x['arrays_last']} arrays ({fmt(x.get('held_by_bytes') or 0)}): what keeps the rest was "
+                     f"not found{cut}.")
         evidence += (f"; holder found by walking the program's references at the {x.get('held_at') or 'end'} "
                      f"({x.get('held_by_kind')})")
     else:
         kept = ""
-        fix = (f"Find what keeps the arrays made at {f.site} alive: an array appended to a list or stored "
-               "in a dict each step (e.g. losses kept for logging: keep a Python float via float() or "
-               "jax.device_get, or only the last few), a cache that is never evicted, or a closure or "
-               "global holding them.")
-        brief_fix = "keep a Python float (float(x)) or the last few arrays, not every step's; evict caches"
+        fix, brief_fix = _unknown_holder_fix(f.site)
     return Words(
         brief=brief,
         saves=f"saves {fmt(x['projected_growth_bytes'])} over {horizon}",
@@ -84,6 +89,14 @@ def _growing(f: Finding, x: dict) -> Words:
              "(`x = x.at[i].set(v)`), or pad to a few bucket sizes. Deleting the reference changes nothing while "
              "the program uses it, and each new shape also compiles the jitted functions that take it again."),
         evidence=words.evidence)
+
+
+def _unknown_holder_fix(site: str) -> tuple[str, str]:
+    return (f"Find what keeps the arrays made at {site} alive: an array appended to a list or stored "
+            "in a dict each step (e.g. losses kept for logging: keep a Python float via float() or "
+            "jax.device_get, or only the last few), a cache that is never evicted, or a closure or "
+            "global holding them.",
+            "keep a Python float (float(x)) or the last few arrays, not every step's; evict caches")
 
 
 def kept_fix(x: dict) -> tuple[str, str]:
