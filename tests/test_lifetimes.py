@@ -22,9 +22,13 @@ from jaxmemprof.analysis.lifetimes import (
 from jaxmemprof.analysis.attributed import attribute
 from jaxmemprof.analysis.options import Options
 
-# With --interval 1000 the sampler takes one snapshot of its own once JAX holds
-# arrays (today, one more right after it) and none later: settle() waits for
-# those, so that every later snapshot is one of the script's own.
+# The sampler's own first snapshot comes an interval after JAX holds arrays,
+# where no step came meanwhile (capture/sampler.py, since the snapshots keyed
+# to steps): with --interval 1000, never while these scripts run, and none
+# later. settle() waits for the sampler's snapshots to be over where one may
+# come (an interval under its 30 s), so that every later snapshot is one of
+# the script's own; the tests check that they are. (It used to wait for the
+# first one whatever the interval: 30 s for nothing in each recording.)
 SETTLE = '''
 import time
 from jaxmemprof.capture import session as _session
@@ -32,6 +36,8 @@ from jaxmemprof.capture import session as _session
 def settle():
     s = _session.active()
     deadline = time.monotonic() + 30
+    if not s.sampler.first_taken and s.sampler.interval > 30:
+        return  # its first snapshot would come after the deadline: none to wait for
     while not s.sampler.first_taken and time.monotonic() < deadline:
         time.sleep(0.005)
     n, quiet = s.writer.snapshots, time.monotonic()
