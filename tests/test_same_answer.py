@@ -39,15 +39,25 @@ def _answer(run_dir):
 
 
 def test_repeated_recordings_at_a_fast_interval_agree(tmp_path):
-    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 2)]
-    try:
-        proc = subprocess.run([sys.executable, str(SCRIPT), str(RUNS), str(tmp_path / "runs")], cwd=REPO,
-                              env=cpu_env(), capture_output=True, text=True, timeout=600)
-    finally:
-        for b in busy:
-            b.kill()
-            b.wait()
-    assert proc.returncode == 0, proc.stderr
+    # The busy processes start once the script has imported its libraries (it says so on stdout) and
+    # run until it ends: beside every recording, not beside the imports.
+    busy: list = []
+    with open(tmp_path / "stderr", "w+") as stderr:
+        proc = subprocess.Popen([sys.executable, str(SCRIPT), str(RUNS), str(tmp_path / "runs")], cwd=REPO,
+                                env=cpu_env(), stdout=subprocess.PIPE, stderr=stderr, text=True)
+        try:
+            proc.stdout.readline()
+            busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 2)]
+            proc.communicate(timeout=600)
+        finally:
+            for b in busy:
+                b.kill()
+                b.wait()
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        stderr.seek(0)
+        assert proc.returncode == 0, stderr.read()
     answers = collections.defaultdict(collections.Counter)
     for d in sorted((tmp_path / "runs").iterdir()):
         answers[d.name.split("-")[0]][_answer(d)] += 1
