@@ -146,3 +146,74 @@ def test_the_dump_of_a_step_is_made_beside_the_program(tmp_path):
     rows = _journal(tmp_path / "run", "SELECT p.module, p.peak_bytes FROM jit_programs p JOIN jit_functions f "
                                       "USING (function_id) WHERE f.name = 'step'")
     assert rows and rows[0][0].startswith("jit_step") and rows[0][1] > 0, rows
+
+
+# As NO_BUFFERS, with the dump on jaxmemprof's thread held until the end's
+# own donation compile (in the main thread) has begun, and each compile's
+# thread and times written to a file: the two overlap only where the end
+# goes on beside the compile under way.
+HELD_DUMP = NO_BUFFERS.replace("executable.read_executable = refuse\n", """executable.read_executable = refuse
+import json, threading, time
+import jaxmemprof.capture.jit.whatif as whatif
+from jaxmemprof.xla import scratch
+
+LOG = open(sys.argv.pop(1), "a")
+began = threading.Event()
+inside = threading.local()  # in a compile_figures call (it compiles through compile_own too)
+
+def said(what, t0):
+    LOG.write(json.dumps([what, threading.current_thread().name, t0, time.monotonic()]) + "\\n")
+    LOG.flush()
+
+def compile_figures(*args, _original=whatif.compile_figures, **kwargs):
+    t0 = time.monotonic()
+    if threading.current_thread() is threading.main_thread():
+        began.set()
+    inside.yes = True
+    try:
+        return _original(*args, **kwargs)
+    finally:
+        inside.yes = False
+        said("donation", t0)
+
+def compile_own(*args, _original=scratch.compile_own, **kwargs):
+    if getattr(inside, "yes", False):
+        return _original(*args, **kwargs)
+    t0 = time.monotonic()
+    if threading.current_thread() is not threading.main_thread():
+        began.wait(60)
+    try:
+        return _original(*args, **kwargs)
+    finally:
+        said("dump", t0)
+
+whatif.compile_figures = compile_figures
+scratch.compile_own = compile_own
+""")
+
+
+def test_the_end_goes_on_beside_the_compile_under_way(tmp_path):
+    """A program that ends while its step's dump is being made on
+    jaxmemprof's thread: the end does not wait for it, nor make it again,
+    but compiles the donation in the main thread beside it (on a TPU, the
+    GPT's 18 s dump and 19 s donation compile one after the other made
+    38 s of its end). The dump is made once, on the thread, and used (its
+    lines are in the run); the donation is verified; the two compiles
+    overlap."""
+    log = tmp_path / "compiles.jsonl"
+    run = subprocess.run([sys.executable, "-c", HELD_DUMP, str(log), "run", "-q", "-o", str(tmp_path / "run"),
+                          str(SCRIPT), "2", "0"], env=cpu_env(), capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    compiles = [json.loads(line) for line in log.read_text().splitlines()]
+    dumps = [c for c in compiles if c[0] == "dump"]
+    donations = [c for c in compiles if c[0] == "donation" and c[1] == "MainThread"]
+    assert len(dumps) == 1 and dumps[0][1] == "jaxmemprof-compile", compiles
+    assert donations, compiles
+    assert donations[0][2] < dumps[0][3], compiles  # the end's compile began before the dump was done
+    said = json.loads(_journal(tmp_path / "run", "SELECT message FROM events WHERE kind = 'early-compiles'")[0][0])
+    assert said["compiled"] == 1 and said["used"] == 1, said
+    rows = _journal(tmp_path / "run", "SELECT p.module FROM jit_programs p JOIN jit_functions f "
+                                      "USING (function_id) WHERE f.name = 'step'")
+    assert rows and rows[0][0].startswith("jit_step"), rows
+    whatif = _journal(tmp_path / "run", "SELECT error, alias_bytes FROM jit_whatif")
+    assert whatif and all(error is None and alias > 0 for error, alias in whatif), whatif

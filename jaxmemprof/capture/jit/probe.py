@@ -166,13 +166,18 @@ class JitProbe(Programs):
                     unregister(self._listener)
             except Exception:
                 pass
-        self.early.close(wait=end_work)  # what it did not compile is compiled here, as before
+        # What it did not compile is compiled here, as before; the compile
+        # under way goes on beside the end's own (early.py) until they are done.
+        self.early.close(wait=False)
         steps = (self._dump_programs, self._flush, lambda: self.planner.run(ended_by)) if end_work else (self._flush,)
         for step in steps:
             try:
                 step()
             except Exception as exc:
                 self._error(None, exc)
+        if end_work and self.early.running():
+            self.progress("the compile under way beside the end")
+        self.early.join()
         self._guard(None, self.early.said)
         if not end_work:
             for s in self._states:  # as the planner lets go at its end

@@ -261,8 +261,9 @@ class Programs:
         left = []
         done = 0
         for state in jobs:
-            if self.early.result(("dump", state.function_id, state.largest[1]), None) is not None:
-                state.largest = None  # dumped beside the program already (early.py)
+            key = ("dump", state.function_id, state.largest[1])
+            if self.early.taken(key):
+                state.largest = None  # dumped beside the program, or being dumped there now (early.py)
                 done += 1
                 continue
             if done and spent + state.compile_s > budget:  # the largest is dumped whatever it takes
