@@ -52,11 +52,30 @@ t gpt8-python-busy python3 "$gpt" --batch 8 --steps 10 --host-delay 0.25 --stats
 t gpt8-noprobe jmp run -q --no-jit-probe -o "$out/runs/gpt8-noprobe" "$gpt" --batch 8 --steps 10 --stats "$out/gpt8-noprobe.json"
 t gpt8-where python3 "$src/benchmarks/where_main_waits.py" "$out/gpt8-where.txt" -- run -q -o "$out/runs/gpt8-where" "$gpt" --batch 8 --steps 10 --stats "$out/gpt8-where.json"
 t snapshot-parts python3 "$src/benchmarks/bench_snapshot_parts.py" --wall --arrays 228 1000 --repeat 5
+# The lane's largest model at 150 donated steps, under python and under run
+# (run's cost beside python's, the end's compiles overlapping the program).
+t gpt150-python python3 "$gpt" --batch 16 --steps 150 --donate --stats "$out/gpt150-python.json"
+t gpt150 jmp run -q -o "$out/runs/gpt150" "$gpt" --batch 16 --steps 150 --donate --stats "$out/gpt150.json"
+# The plan by compiles for the chip (--plan-device-memory), on a 2-layer GPT:
+# the batch it names runs, and the next is refused.
+small="--layers 2 --steps 3 --donate"
+t plan-chip jmp run -o "$out/runs/plan-chip" --plan --plan-device-memory 15.75GiB "$gpt" --batch 8 $small
+best=$(grep -o "largest batch [0-9,]*" "$out/plan-chip.log" | head -1 | grep -o "[0-9,]*$" | tr -d ,)
+if [ -n "$best" ]; then
+  t plan-chip-at-best python3 "$gpt" --batch "$best" $small --stats "$out/plan-chip-at-best.json"
+  t plan-chip-next python3 "$gpt" --batch "$((best + 1))" $small
+fi
 # The libraries' own training steps (flax nnx, linen, equinox with optax)
 # with run --plan: the true peak beside the chip's counters for each.
 lib=$src/sample_runs/libraries
 for prog in nnx_optimizer equinox_optax linen_trainstate; do
   t "$prog" jmp run -o "$out/runs/$prog" --plan "$lib/$prog.py" --width 65536 --steps 40
+done
+# How far the libraries' steps run ahead of the chip under plain python
+# (benchmarks/tpu/chip_stats.py reads the counters after the script), beside
+# the runs above.
+for prog in nnx_optimizer linen_trainstate; do
+  t "$prog-python" python3 "$src/benchmarks/tpu/chip_stats.py" "$out/$prog-python.json" "$lib/$prog.py" --width 65536 --steps 40
 done
 # The program's daemon thread stops with it (a heartbeat every 0.1 s): the
 # lines it wrote after the script's last atexit handler, under python and run.
