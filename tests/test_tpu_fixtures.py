@@ -125,6 +125,30 @@ def test_the_plan_on_the_chip_uses_the_whole_chip_not_a_pool():
     assert re.search(r"for a 40\.00 MiB device \(tpu:0\): largest batch 4,096 \(compiled, and fits; 8,192", text40)
 
 
+def test_a_batch_xla_tpu_refuses_in_the_plan_does_not_fit_and_is_no_failure():
+    """plan-chip was recorded with --plan --plan-device-memory 15.75GiB on the
+    chip (a 2-layer GPT, donated): XLA:TPU refused the search's compile at
+    batch 73 (RESOURCE_EXHAUSTED, 16.87G of HLO temporaries). That is the
+    chip's answer, "it does not fit", not a failed compile: plan.csv's row
+    says XLA's words and fits false, the JSON's refused_at names the batch,
+    and the report says it was refused, never that a compile failed; the
+    largest batch is one that compiled below it (64, 14.93 GiB)."""
+    doc = _report("plan-chip")
+    plan = doc["plan"]
+    points = [p for p in plan["points"] if p["variant"] == "recorded"]
+    refused = [p for p in points if p["error"]]
+    assert [p["batch"] for p in refused] == [73], refused
+    assert "RESOURCE_EXHAUSTED" in refused[0]["error"] and refused[0]["fits"] is False
+    (f,) = plan["functions"]
+    assert f["refused_at"] == [73] and f["failed"] == 0, f
+    fitting = [p["batch"] for p in points if p["fits"]]
+    assert max(fitting) == 64 and all(p["peak_bytes"] <= LIMIT for p in points if p["fits"])
+    text = _text("plan-chip")
+    assert "refused by XLA as too large for the device at batch 73: it does not fit" in text
+    assert "failed" not in text.split("Plan by batch", 1)[1].split("\n\n", 1)[0]
+    assert re.search(r"largest batch (at least )?64\b", text)
+
+
 def test_the_html_page_shows_the_counters(tmp_path):
     page = tmp_path / "gpt8.html"
     run_cli("report", TPU / "gpt8", "--html", page, check=0)

@@ -389,7 +389,9 @@ GLOSSARY: dict[str, str] = {
     "batch_inputs": "The inputs scaled, by their path in your tree (`x`, `batch['image']`).",
     "batch_flow": "How those inputs flow from call to call: `per-step` (new at every call) or `held` (the same "
                   "arrays at every call).",
-    "failed": "Compiles that failed (plan.csv's `error` says why).",
+    "failed": "Compiles that failed (plan.csv's `error` says why), other than those refused as too large.",
+    "refused_at": "Batches whose compile XLA refused as too large for the device (XLA:TPU's RESOURCE_EXHAUSTED at "
+                  "compile): an answer, they do not fit.",
     "rank": "Its place among the run's jitted functions by XLA's call peak: 1 for the largest.",
     "not_planned": "The run's other jitted functions with XLA's figures, not planned: `[function, call peak]`.",
     "advised": "The arguments the report's donation finding donates (null: no such finding).",

@@ -332,8 +332,11 @@ def _render_plan(doc: RunDocument, con: Console, explain: bool) -> None:
         for b in busiest.batches:
             t.add_row(f"{b:,}", *(format_bytes(busiest.peak[(v, b)]) if (v, b) in busiest.peak else "" for v in variants))
         con.print(t)
-        if f.failed:
-            con.print(Text(f"({counted(f.failed, 'compile')} failed: plan.csv's error column says why)"))
+        if f.failed or f.refused_at:
+            con.print(Text("(" + "; ".join(
+                ([f"{counted(f.failed, 'compile')} failed: plan.csv's error column says why"] if f.failed else [])
+                + ([f"refused by XLA as too large for the device at {_batches(f.refused_at)}: "
+                    f"{'it does' if len(f.refused_at) == 1 else 'they do'} not fit"] if f.refused_at else [])) + ")"))
         models = plan.models[plan.models["function_id"] == f.function_id]
         rec = models[(models["variant"] == "recorded") & (models["device"] != "job")]
         for _, m in rec.head(1).iterrows():
@@ -623,6 +626,11 @@ def render_plan_closing(plan, events, con: Console, run_dir: str) -> None:
         con.print(Text(f"plan: {safe(f.function)} compiled for {span} ({counted(f.compiles, 'compile')}, "
                        f"{f.compile_s:.2f} s, by XLA on {safe(f.backend or '?')}"
                        + (f"; {f.failed} at other batches failed: plan.csv's error column says why" if f.failed
-                          else "") + ")"))
+                          else "")
+                       + (f"; refused as too large at {_batches(f.refused_at)}" if f.refused_at else "") + ")"))
     if plan.functions:
         con.print(Text(f"next: jaxmemprof report {safe(run_dir)} --device-memory SIZE (the largest batch that fits)"))
+
+
+def _batches(batches: list) -> str:
+    return ("batch " if len(batches) == 1 else "batches ") + ", ".join(f"{b:,}" for b in batches)

@@ -66,7 +66,8 @@ class Planned:
     backend: str  # the platform that compiled the plan (cpu, gpu, tpu)
     compiles: int
     compile_s: float
-    failed: int  # compiles that failed (their rows say why)
+    failed: int  # compiles that failed (their rows say why), other than those refused as too large
+    refused_at: list  # batches XLA refused as too large for the device (XLA:TPU: an answer, "it does not fit")
     call_peak_bytes: int | None  # the largest XLA call peak of the run that chose it
     rank: int
     not_planned: list  # [function, its call peak] of the others the run compiled
@@ -357,7 +358,8 @@ def _planned(run, points: pd.DataFrame, names: dict, params: dict, findings) -> 
             batch_inputs=[str(x) for x in first.get("batch_inputs") or []],
             batch_flow=str(first.get("batch_flow") or ""), backend=str(g["backend"].iloc[0] or ""),
             compiles=int(len(compiled)), compile_s=float(compiled["compile_s"].sum()),
-            failed=int(g["error"].map(lambda e: isinstance(e, str) and bool(e)).sum()),
+            failed=int(g["error"].map(lambda e: isinstance(e, str) and bool(e) and not tpus.out_of_memory(e)).sum()),
+            refused_at=sorted({int(b) for b in g.loc[g["error"].map(tpus.out_of_memory), "batch"]}),
             call_peak_bytes=_int(why.get("call_peak_bytes")), rank=_int(why.get("rank")) or 1,
             not_planned=[x for x in why.get("not_planned") or [] if isinstance(x, list)],
             donated=donated, advised=None if advice is None else [str(a) for a in advice.fact("arguments", [])],

@@ -399,7 +399,7 @@ class Planner:
             fig, seconds, error, said = self._compile(use or fn, ab, scaled, axis, b, narrow=narrow, wrapper=wrapper,
                                                       dump_to=dump_to, retraced=use is None)
             row(variant, b, fig, seconds, {**detail, "warnings": said}, error)
-            return fig if fig is not None or target is None or not out_of_memory(error) else TOO_LARGE
+            return fig if fig is not None or not out_of_memory(error) else TOO_LARGE  # XLA:TPU: it does not fit
 
         if target is not None:  # the target's own figures at the recorded batch
             with dump_scratch(writer) as dump:  # and XLA:TPU's buffers by line (a directory inside the run)
@@ -566,8 +566,9 @@ class Planner:
         return compile_figures(self.probe._jax, fn, ab, scaled, axis, batch, narrow, wrapper, dump_to, retraced)
 
 
-# A target's compile that XLA:TPU refused for its memory ("RESOURCE_EXHAUSTED: Ran out of memory
-# on HBM"): the batch does not fit, which the fit search counts as a peak above any device's.
+# A compile that XLA:TPU refused for its memory ("RESOURCE_EXHAUSTED: Ran out of memory on HBM"),
+# a target's or the run's own on a TPU: the batch does not fit, which the fit search counts as a
+# peak above any device's, and goes on below it.
 TOO_LARGE = object()
 
 
