@@ -60,7 +60,8 @@ t gpt150 jmp run -q -o "$out/runs/gpt150" "$gpt" --batch 16 --steps 150 --donate
 # the batch it names runs, and the next is refused.
 small="--layers 2 --steps 3 --donate"
 t plan-chip jmp run -o "$out/runs/plan-chip" --plan --plan-device-memory 15.75GiB "$gpt" --batch 8 $small
-best=$(grep -o "largest batch [0-9,]*" "$out/plan-chip.log" | head -1 | grep -o "[0-9,]*$" | tr -d ,)
+jmp report "$out/runs/plan-chip" > "$out/plan-chip.plan.txt" 2>&1
+best=$(grep -oE "largest batch (at least )?[0-9,]+" "$out/plan-chip.plan.txt" | head -1 | grep -oE "[0-9,]+$" | tr -d ,)
 if [ -n "$best" ]; then
   t plan-chip-at-best python3 "$gpt" --batch "$best" $small --stats "$out/plan-chip-at-best.json"
   t plan-chip-next python3 "$gpt" --batch "$((best + 1))" $small
