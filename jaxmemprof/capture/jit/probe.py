@@ -175,9 +175,10 @@ class JitProbe(Programs):
                 step()
             except Exception as exc:
                 self._error(None, exc)
-        if end_work and self.early.running():
-            self.progress("the compile under way beside the end")
-        self.early.join()
+        if end_work:  # (a skipped end waits for nothing: the thread is a daemon, its compile dropped)
+            if self.early.running():
+                self.progress("the compile under way beside the end")
+            self.early.join()
         self._guard(None, self.early.said)
         if not end_work:
             for s in self._states:  # as the planner lets go at its end
