@@ -8,10 +8,12 @@ what its own listener hears are python's."""
 from __future__ import annotations
 
 import json
+import signal
 import sqlite3
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import jax
@@ -217,3 +219,29 @@ def test_the_end_goes_on_beside_the_compile_under_way(tmp_path):
     assert rows and rows[0][0].startswith("jit_step"), rows
     whatif = _journal(tmp_path / "run", "SELECT error, alias_bytes FROM jit_whatif")
     assert whatif and all(error is None and alias > 0 for error, alias in whatif), whatif
+
+
+def test_a_signal_in_the_end_does_not_wait_for_the_compile_under_way(tmp_path):
+    """The end skipped by Ctrl-C while jaxmemprof's thread is in a compile
+    (a dump held here for 60 s): the rest of the end is skipped, the run
+    finalised, and the process exits with the script's own status (0),
+    without waiting for that compile."""
+    held = HELD_DUMP.replace("began.wait(60)", "began.wait(60) if False else threading.Event().wait(60)")
+    log = tmp_path / "compiles.jsonl"
+    proc = subprocess.Popen([sys.executable, "-c", held, str(log), "run", "-q", "-o", str(tmp_path / "run"),
+                             str(SCRIPT), "2", "0"], env=cpu_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        assert proc.stdout.readline().startswith("steps"), proc.stderr.read()
+        time.sleep(1.0)  # the script has ended; the end phase runs, the dump held on the thread
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+        took = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert took < 30, took  # the held compile lasts 60 s
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert manifest["end_phase"]["skipped_by"] == "SIGINT", manifest["end_phase"]
