@@ -31,6 +31,8 @@ SCRIPT = Path(__file__).parent / "scripts" / "end_phase_step.py"
 def _start(tmp_path, *script_args, options=("--plan",), quiet=True, stderr=subprocess.PIPE):
     run = tmp_path / "run"
     marker = tmp_path / "ended"
+    if "--ops" not in script_args:  # 20 ops: --plan's compiles at the end still take seconds (7 s of CPU)
+        script_args = ("--ops", 20, *script_args)
     cmd = [sys.executable, "-m", "jaxmemprof", "run", *(["-q"] if quiet else []), *options, "-o", str(run),
            str(SCRIPT), str(marker), *map(str, script_args)]
     proc = subprocess.Popen(cmd, cwd=tmp_path, env=cpu_env(), stdout=subprocess.PIPE, stderr=stderr, text=True,

@@ -8,6 +8,7 @@ the same moment under ``run`` as under python (the search keeps nothing)."""
 
 from __future__ import annotations
 
+import functools
 import json
 
 import pytest
@@ -53,7 +54,7 @@ LEAKS = {
                 "log.<closure kept>[…]", "closure", "list", 30, 65536),
     "module_global": (HEAD + "import registry\n" + loop("registry.KEPT.append(make(i))"),
                       "registry.KEPT[…]", "global", "list", 30, 65536),
-    "lru_cache": (HEAD + "@functools.lru_cache(maxsize=None)\ndef batch(i):  # CREATED\n    return make(i)\n\n\n"
+    "lru_cache": (HEAD + "@functools.cache\ndef batch(i):  # CREATED\n    return make(i)\n\n\n"
                   + loop("batch(i)"),
                   "batch.<lru_cache>[…]", "lru_cache", "_lru_cache_wrapper", 30, 65536),
     "deque": (HEAD + "hist = collections.deque()  # CREATED\n" + loop("hist.append(make(i))"),
@@ -114,7 +115,9 @@ def runs(tmp_path_factory):
     return tmp, {name: tmp / f"run-{name}" for name in scripts}, {j[-1].stem: p for j, p in zip(jobs, done)}, python
 
 
+@functools.cache
 def _report(path):
+    """The run's report, built once for the module's tests (which only read it)."""
     return build_report(attribute(load_run(path)))
 
 

@@ -49,10 +49,10 @@ def test_double_dash_and_module(tmp_path):
     (pkg / "train.py").write_text(
         "import sys\nprint(__name__, sys.argv[1:])\nraise SystemExit(3)\n"
     )
-    proc = run_cli("run", "-o", tmp_path / "r", "-m", "mypkg.train", "--", "--lr", "0.1", cwd=tmp_path, check=3)
+    proc = run_cli("run", "-q", "-o", tmp_path / "r", "-m", "mypkg.train", "--", "--lr", "0.1", cwd=tmp_path, check=3)
     assert proc.stdout.strip() == "__main__ ['--lr', '0.1']"
     script = write_script(tmp_path, "s.py", "import sys; print(sys.argv[1:])")
-    proc = run_cli("run", "-o", tmp_path / "r2", "--", script, "--interval", "9", cwd=tmp_path, check=0)
+    proc = run_cli("run", "-q", "-o", tmp_path / "r2", "--", script, "--interval", "9", cwd=tmp_path, check=0)
     assert proc.stdout.strip() == "['--interval', '9']"
 
 
@@ -67,7 +67,7 @@ def test_known_arrays_lifetimes_and_sites(tmp_path):
         jaxmemprof.snapshot("after-b")
         del a
         jaxmemprof.snapshot("after-del")
-    """, check=0, extra=("--interval", "1000"))  # only the script's own snapshots
+    """, check=0, extra=("-q", "--interval", "1000"))  # only the script's own snapshots
     run = load_run(run_dir)
     assert run.finished and run.manifest["exit_status"] == 0
     snaps = run.snapshots.set_index("label")
@@ -114,7 +114,7 @@ def test_donated_input_ends_as_deleted(tmp_path):
         state = step(state)
         jaxmemprof.snapshot("after")
         assert old.is_deleted()
-    """, check=0)
+    """, check=0, extra=("-q",))
     run = load_run(run_dir)
     arrays = run.arrays[run.arrays["nbytes"] == 4000].sort_values("array_id")
     first, second = arrays.iloc[0], arrays.iloc[1]
@@ -186,7 +186,7 @@ def test_signals_end_the_target_and_finalise_the_run(tmp_path, sig, status, labe
             time.sleep(0.05)
     """)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "jaxmemprof", "run", "-o", str(tmp_path / "run"), str(script)],
+        [sys.executable, "-m", "jaxmemprof", "run", "-q", "-o", str(tmp_path / "run"), str(script)],
         cwd=tmp_path, env=cpu_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         preexec_fn=sigint_at(),
     )
@@ -254,7 +254,7 @@ def test_sharded_array_over_several_cpu_devices(tmp_path):
         mesh = jax.make_mesh((4,), ("x",))
         x = jax.device_put(jnp.zeros((1024, 256), jnp.float32), NamedSharding(mesh, P("x")))  # LINE-SHARD
         del mesh
-    """, check=0)
+    """, check=0, extra=("-q",))
     run = load_run(run_dir)
     assert len(run.manifest["devices"]) == 4
     sharded = run.arrays[run.arrays["nbytes"] == MiB]
@@ -279,7 +279,7 @@ def test_selectors_and_diff_of_a_run(tmp_path):
         b = jnp.zeros((4096,), jnp.float32)  # LINE-BIG
         jaxmemprof.snapshot("big")
         del b
-    """, check=0)
+    """, check=0, extra=("-q",))
     run = load_run(run_dir)
     numbers = run.snapshots["snapshot"].tolist()
     by_label = dict(zip(run.snapshots["label"], numbers))
@@ -349,9 +349,9 @@ def test_existing_output_needs_force(tmp_path):
     proc = run_cli("run", "-o", tmp_path / "out", "--force", script, cwd=tmp_path, check=2)
     assert proc.stderr.count("\n") == 1 and "no jaxmemprof run" in proc.stderr
     assert (tmp_path / "out" / "keep.txt").read_text() == "mine"
-    run_cli("run", "-o", tmp_path / "run", script, cwd=tmp_path, check=0)
+    run_cli("run", "-q", "-o", tmp_path / "run", script, cwd=tmp_path, check=0)
     (tmp_path / "run" / "keep.txt").write_text("mine")
-    run_cli("run", "-o", tmp_path / "run", "--force", script, cwd=tmp_path, check=0)
+    run_cli("run", "-q", "-o", tmp_path / "run", "--force", script, cwd=tmp_path, check=0)
     assert (tmp_path / "run" / "keep.txt").read_text() == "mine"
     proc = run_cli("run", tmp_path / "missing.py", cwd=tmp_path, check=2)
     assert "missing.py: no such script" in proc.stderr
@@ -496,7 +496,7 @@ def test_shard_views_are_not_counted_twice(tmp_path):
         c = jax.device_put(np.zeros(4096, np.float32), NamedSharding(jax.make_mesh((2,), ("x",)), P("x")))
         [s.data for s in c.addressable_shards]
         jaxmemprof.snapshot("two")
-    """, check=0, extra=("--interval", "1000"))
+    """, check=0, extra=("-q", "--interval", "1000"))
     run = load_run(run_dir)
     for n, live, _arrays in zip(run.snapshots["snapshot"], run.snapshots["live_bytes"], run.snapshots["arrays"]):
         prof = run.profile(int(n))
@@ -532,7 +532,7 @@ def test_addresses_modes_and_the_views_they_make(tmp_path, mode, views):
     device_put per line pays one) and never those of arrays on several
     devices; views the program makes itself of those are recognised by their
     traceback object, device and size, in every mode."""
-    _, proc, run_dir = _run(tmp_path, "addr.py", ADDRESS_SCRIPT, check=0, extra=("--addresses", mode, "--interval", "1000"))
+    _, proc, run_dir = _run(tmp_path, "addr.py", ADDRESS_SCRIPT, check=0, extra=("-q", "--addresses", mode, "--interval", "1000"))
     seen = json.loads(proc.stdout)
     assert seen["live"] == 5 + views  # 3 device_put + 1 sharded + 1 computed, and the views made
     run = load_run(run_dir)
@@ -627,7 +627,7 @@ def test_a_burst_of_new_arrays_is_described_once_after_it(tmp_path):
             db.close()
             if described:
                 break
-    """, tmp_path / "run" / "journal.sqlite", check=0, extra=("--interval", "0.05", "--max-overhead", "0.05"))
+    """, tmp_path / "run" / "journal.sqlite", check=0, extra=("-q", "--interval", "0.05", "--max-overhead", "0.05"))
     run = load_run(run_dir)
     snaps = run.snapshots.set_index("snapshot")
     burst = run.arrays[run.arrays["nbytes"] == 12]
@@ -673,7 +673,7 @@ def test_sampling_never_keeps_an_array_alive(tmp_path):
             db.close()
             if n >= 10:
                 break
-    """, tmp_path / "run" / "journal.sqlite", check=0, extra=("--interval", "0.05"))
+    """, tmp_path / "run" / "journal.sqlite", check=0, extra=("-q", "--interval", "0.05"))
     run = load_run(run_dir)
     assert (run.snapshots["trigger"] == "interval").sum() >= 10
     assert run.snapshots["live_bytes"].max() <= 2 * MiB

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import sqlite3
 import subprocess
 import sys
 import time
@@ -53,6 +54,19 @@ def wait_for(predicate, timeout: float = 60.0, step: float = 0.2):
     return predicate()
 
 
+def committed(run) -> int:
+    """How many snapshots the run's journal holds, read-only (0 before it can be read): a
+    cheap wait before `top --once` is asked (each a process of its own)."""
+    try:
+        con = sqlite3.connect(f"file:{run / 'journal.sqlite'}?mode=ro", uri=True)
+        try:
+            return con.execute("SELECT count(*) FROM snapshots").fetchone()[0]
+        finally:
+            con.close()
+    except sqlite3.Error:
+        return 0
+
+
 @pytest.fixture
 def live_run(tmp_path):
     """A run being written: (directory, script, process)."""
@@ -61,7 +75,7 @@ def live_run(tmp_path):
                             cwd=tmp_path, env=cpu_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     # Until the run has a few snapshots (its own steps), read with top --once.
     def started():
-        if not (tmp_path / "live" / "journal.sqlite").exists():
+        if not (tmp_path / "live" / "journal.sqlite").exists() or committed(tmp_path / "live") < 3:
             return None
         out = run_cli("top", "live", "--once", cwd=tmp_path)
         m = re.search(r"snapshot (\d+) at", out.stdout)
@@ -190,12 +204,15 @@ def test_a_killed_recording_ends_top_and_is_said(tmp_path):
                            cwd=tmp_path, env=cpu_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.time() + 120
+        once = None
         while time.time() < deadline:  # until a few snapshots are committed
-            once = run_cli("top", tmp_path / "run", "--once", cwd=tmp_path)
-            seen = re.search(r"\b(\d+) snapshots", once.stdout)
-            if once.returncode == 0 and seen and int(seen.group(1)) >= 3:
-                break
+            if committed(tmp_path / "run") >= 3:
+                once = run_cli("top", tmp_path / "run", "--once", cwd=tmp_path)
+                seen = re.search(r"\b(\d+) snapshots", once.stdout)
+                if once.returncode == 0 and seen and int(seen.group(1)) >= 3:
+                    break
             time.sleep(0.3)
+        assert once is not None, "no snapshot committed"
         assert once.stdout.split("\n")[0].split()[1] == "running", once.stdout
     finally:
         rec.kill()
