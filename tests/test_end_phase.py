@@ -52,11 +52,19 @@ def _wait_for(path: Path, proc, timeout=120.0) -> float:
 
 def _signalled(tmp_path, sig, *script_args, delay=0.5, options=("--plan",), quiet=True, wait_for=""):
     """Run the script under ``run --plan``, send ``sig`` ``delay`` seconds
-    after the script ended (its end phase still running: asserted), and
-    return (process, stdout, stderr, seconds from the signal to the end, the
-    run directory)."""
+    after the script ended (its end phase still running: asserted), or after
+    the file the marker's name plus ``wait_for`` names appeared (the end
+    phase reached that point), and return (process, stdout, stderr, seconds
+    from the signal to the end, the run directory)."""
     proc, run, marker = _start(tmp_path, *script_args, options=options, quiet=quiet)
     _wait_for(marker, proc)
+    if wait_for:  # a file the script opened as it started: written once that point is reached
+        said = marker.with_name(marker.name + wait_for)
+        t0 = time.monotonic()
+        while not (said.exists() and said.stat().st_size):
+            assert proc.poll() is None, f"ended before {said.name} was written: {proc.communicate()}"
+            assert time.monotonic() - t0 < 120, f"{said.name} not written after 120 s"
+            time.sleep(0.02)
     time.sleep(delay)
     assert proc.poll() is None, "the end phase was over before the signal: make it longer"
     t0 = time.monotonic()

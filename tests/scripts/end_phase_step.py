@@ -11,8 +11,10 @@ once it exists. --term-handler installs a SIGTERM handler that writes
 CHECKPOINT and exits (a preemption handler); --heartbeat starts a daemon
 thread appending a line to FILE every 0.1 s; --interrupt ends the script by
 an uncaught KeyboardInterrupt; --stubborn-retrace: the step's Python, traced
-again once the script is over (AT_END), writes MARKER.retrace, then sleeps
-20 s swallowing every exception (a main thread that does not come back);
+again once the script is over (AT_END), writes a line to MARKER.retrace
+(opened as the script starts: the re-trace may open no file for writing),
+then sleeps 20 s swallowing every exception (a main thread that does not
+come back);
 --no-excepthook sets sys.excepthook to None as the script ends (no thread
 can be made afterwards); --usr1-handler: a SIGUSR1 handler that writes FILE;
 --alarm: a SIGALRM handler that writes MARKER.alarm, its timer set to fire
@@ -21,6 +23,7 @@ SECONDS after the script's last line.
 
 import argparse
 import atexit
+import os
 import signal
 import sys
 import threading
@@ -45,9 +48,12 @@ args = parser.parse_args()
 AT_END = False
 
 
+if args.stubborn_retrace:
+    RETRACE = os.open(args.marker + ".retrace", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+
+
 def stubborn():
-    with open(args.marker + ".retrace", "w") as f:
-        f.write("retracing\n")
+    os.write(RETRACE, b"retracing\n")
     t0 = time.monotonic()
     while time.monotonic() - t0 < 20:
         try:
