@@ -213,6 +213,31 @@ if __name__ == "__main__":
 """
 
 
+# jaxmemprof run whose search for the largest batch holds at its third
+# compile (60 s, a signal cutting it short): the signal is sent while the
+# search is under way, however loaded the machine.
+HELD_SEARCH = """
+import sys, time
+import jaxmemprof.capture.jit.plan as plan
+
+def search(known, target, compile_at, *args, _original=plan.search, **kwargs):
+    made = []
+
+    def held(batch):
+        made.append(batch)
+        if len(made) == 3:
+            time.sleep(60)
+        return compile_at(batch)
+
+    return _original(known, target, held, *args, **kwargs)
+
+plan.search = search
+sys.argv[0] = "jaxmemprof"
+from jaxmemprof.cli import main
+main(prog_name="jaxmemprof")
+"""
+
+
 def _searched(journal) -> int:
     """The search compiles a journal being written holds so far."""
     try:
@@ -230,7 +255,7 @@ def _searched(journal) -> int:
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT], ids=["SIGKILL", "SIGINT"])
 def test_a_target_search_stopped_part_way_says_it_was_cut(tmp_path, sig):
     """run --plan --target stopped once its search for the largest batch on
-    the slice has made two compiles: killed (SIGKILL: the run unfinished),
+    the slice has made two compiles (its third held: HELD_SEARCH): killed (SIGKILL: the run unfinished),
     or Ctrl-C (SIGINT: the rest of the end skipped, the run finished with
     the script's status 0). The report's line says the search was cut short
     and gives the largest batch compiled before as a lower bound (was:
@@ -240,7 +265,7 @@ def test_a_target_search_stopped_part_way_says_it_was_cut(tmp_path, sig):
     exit 0)."""
     script = write_script(tmp_path, "small.py", SMALL)
     out = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "-m", "jaxmemprof", "run", "-q", "--plan", "--target", "v5e:2x2",
+    proc = subprocess.Popen([sys.executable, "-c", HELD_SEARCH, "run", "-q", "--plan", "--target", "v5e:2x2",
                              "-o", str(out), str(script)], env=cpu_env(), stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 300
