@@ -391,8 +391,10 @@ class Planner:
             if refused is not None:
                 row(variant, b, None, 0.0, detail, refused)
                 return None
-            fig, seconds, error, said = self._compile(use or fn, ab, scaled, axis, b, narrow=narrow, wrapper=wrapper,
-                                                      dump_to=dump_to, retraced=use is None)
+            early = self.probe.early.donation(state.function_id, sig, *donated[1].values()) if (  # the advice's
+                use is not None and fn is not real and target is None and b == batch) else None  # made beside the run
+            fig, seconds, error, said = early or self._compile(use or fn, ab, scaled, axis, b, narrow=narrow,
+                                                               wrapper=wrapper, dump_to=dump_to, retraced=use is None)
             row(variant, b, fig, seconds, {**detail, "warnings": said}, error)
             if fig is None and target is not None and out_of_memory(error):
                 refusals[b] = getattr(read_oom(str(error)), "needed_bytes", None)
