@@ -294,14 +294,26 @@ print(float(w[0, 0]))
 """
 
 
-def test_a_numpy_fed_step_is_planned_by_its_host_arrays(tmp_path):
+NUMPY_DEVICE = "96MiB"  # by the fit rule about 7.6 MiB for the step: a few thousand examples
+
+
+@pytest.fixture(scope="module")
+def numpy_fed(tmp_path_factory):
+    """The numpy-fed step planned at batch 32 (the default scales, 16 to 256,
+    and the search for a 96 MiB device), and run at batch 64, at once."""
+    d = tmp_path_factory.mktemp("numpy_fed")
+    script = write_script(d, "numpy_fed.py", NUMPY_FED)
+    planned, at64 = cli_batch([["run", "-q", "--plan", "--plan-device-memory", NUMPY_DEVICE, "-o", d / "plan",
+                                script, "32"], ["run", "-q", "-o", d / "at64", script, "64"]], d)
+    assert planned.returncode == at64.returncode == 0, planned.stderr + at64.stderr
+    return d, script
+
+
+def test_a_numpy_fed_step_is_planned_by_its_host_arrays(numpy_fed):
     """The batch of a step fed numpy arrays (most input pipelines) is its
     host arrays; compiled at twice the batch, XLA's call peak is the one a
     run at that batch compiles."""
-    script = write_script(tmp_path, "numpy_fed.py", NUMPY_FED)
-    planned, at64 = cli_batch([["run", "-q", "--plan-scales", "2", "-o", tmp_path / "plan", script, "32"],
-                               ["run", "-q", "-o", tmp_path / "at64", script, "64"]], tmp_path)
-    assert planned.returncode == at64.returncode == 0, planned.stderr + at64.stderr
+    tmp_path, _ = numpy_fed
     plan = build_plan(attribute(load_run(tmp_path / "plan"), Options()))
     (f,) = plan.functions
     assert (f.function, f.batch_inputs, f.batch_flow, f.recorded_batch) == ("step", ["x", "y"], "per-step", 32)
@@ -321,29 +333,24 @@ def _searched(plan) -> tuple[int, int, int]:
     return best, int(over), live
 
 
-NUMPY_DEVICE = "96MiB"  # by the fit rule about 7.6 MiB for the step: a few thousand examples
-
-
-def test_a_numpy_fed_steps_largest_batch_fits_when_run_and_the_next_does_not(tmp_path):
+def test_a_numpy_fed_steps_largest_batch_fits_when_run_and_the_next_does_not(numpy_fed, tmp_path):
     """The plan's answer for a numpy-fed step is a batch it compiled: a run of
     the program at that batch fits the device (XLA's call peak of the
     program's own compile there, and the live bytes beside it), a run at the
     next batch the search compiled does not. No figure is read off a line."""
-    script = write_script(tmp_path, "numpy_fed.py", NUMPY_FED)
-    planned = run_cli("run", "-q", "--plan", "--plan-device-memory", NUMPY_DEVICE, "-o", tmp_path / "plan", script,
-                      "32", cwd=tmp_path)
-    assert planned.returncode == 0, planned.stderr
-    plan = build_plan(attribute(load_run(tmp_path / "plan"), Options()))
+    d, script = numpy_fed
+    plan = build_plan(attribute(load_run(d / "plan"), Options()))
     best, over, live = _searched(plan)
     assert 1000 < best < over <= best + max(1, best // 100) + 1
     runs = cli_batch([["run", "-q", "-o", tmp_path / "at-best", script, str(best)],
                       ["run", "-q", "-o", tmp_path / "at-over", script, str(over)]], tmp_path)
     assert all(r.returncode == 0 for r in runs), [r.stderr for r in runs]
     device = parse_size(NUMPY_DEVICE)
-    peak = {b: int(jit_memory(attribute(load_run(tmp_path / d))).set_index("function").loc["step", "call_peak_bytes"])
-            for b, d in ((best, "at-best"), (over, "at-over"))}
+    peak = {b: int(jit_memory(attribute(load_run(tmp_path / name))).set_index("function").loc["step",
+                                                                                              "call_peak_bytes"])
+            for b, name in ((best, "at-best"), (over, "at-over"))}
     assert fits_by_default(live + peak[best], device) and not fits_by_default(live + peak[over], device)
-    assert "extrapolated" not in run_cli("report", tmp_path / "plan", cwd=tmp_path).stdout
+    assert "extrapolated" not in run_cli("report", d / "plan", cwd=tmp_path).stdout
 
 
 STATIC_BATCH = """
