@@ -379,8 +379,9 @@ def test_a_batch_set_by_a_static_argument_is_planned_through_it(tmp_path):
     import jax
 
     script = write_script(tmp_path, "static.py", STATIC_BATCH)
-    planned = run_cli("run", "-q", "--plan", "--plan-device-memory", "128MiB", "-o", tmp_path / "plan", script,
-                      cwd=tmp_path)
+    # one scale (twice the batch: the static argument doubled) before the search; the others added nothing here
+    planned = run_cli("run", "-q", "--plan-scales", "2", "--plan-device-memory", "128MiB", "-o", tmp_path / "plan",
+                      script, cwd=tmp_path)
     assert planned.returncode == 0, planned.stderr
     plan = build_plan(attribute(load_run(tmp_path / "plan"), Options()))
     (f,) = plan.functions
