@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import cli_batch, in_parallel, line_of, run_cli, write_script
+from conftest import cli_batch, cpu_env, line_of, run_cli, write_script
 from jaxmemprof.capture.steps import PER_LEVEL, grid, on_grid, searched, stride
 from jaxmemprof.store.reader import load_run
 
@@ -66,22 +66,43 @@ def _facts(findings: pd.DataFrame) -> list:
     return out
 
 
-@pytest.fixture(scope="module")
-def fast_leak_runs(tmp_path_factory):
-    """The issue's CPU case recorded three times, beside a busy process on
-    each core: a 6 s start with nothing on the device, then 3,000 fast
-    steps, each keeping a 4 KiB array."""
-    tmp = tmp_path_factory.mktemp("fast_leak")
-    script = write_script(tmp, "fast_leak.py", FAST_LEAK)
+START_S = 6  # the script's slow start: its sleep, after JAX's import
+BUSY_AFTER_S = 5  # the busy processes start this long after the run (before its start can have ended)
+
+
+def _record_beside_busy(script, out, cwd) -> None:
+    """``run`` of the script, with a busy process on each core from BUSY_AFTER_S
+    on: the loop (which cannot begin before START_S) runs beside them, every
+    step; the start's sleep, with nothing on the device, is spared their
+    CPU."""
+    proc = subprocess.Popen([sys.executable, "-m", "jaxmemprof", "run", "-q", "-o", str(out), str(script),
+                             str(START_S), str(STEPS)], cwd=cwd, env=cpu_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        proc.wait(timeout=BUSY_AFTER_S)
+    except subprocess.TimeoutExpired:
+        pass
     busy = _busy(os.cpu_count() or 2)
     try:
-        runs = [tmp / f"run{i}" for i in range(3)]
-        in_parallel(*(lambda d=d: run_cli("run", "-q", "-o", d, script, "6", STEPS, cwd=tmp, check=0) for d in runs),
-                    workers=1)
+        _, err = proc.communicate(timeout=300)
     finally:
         for p in busy:
             p.kill()
             p.wait()
+    assert proc.returncode == 0, err
+
+
+@pytest.fixture(scope="module")
+def fast_leak_runs(tmp_path_factory):
+    """The issue's CPU case recorded three times, beside a busy process on
+    each core: a 6 s start with nothing on the device, then 3,000 fast
+    steps, each keeping a 4 KiB array (the busy processes from 5 s on:
+    _record_beside_busy)."""
+    tmp = tmp_path_factory.mktemp("fast_leak")
+    script = write_script(tmp, "fast_leak.py", FAST_LEAK)
+    runs = [tmp / f"run{i}" for i in range(3)]
+    for d in runs:
+        _record_beside_busy(script, d, tmp)
     cli_batch([["export", d, "--csv", tmp / f"csv-{d.name}"] for d in runs], cwd=tmp)
     return script, runs, [tmp / f"csv-{d.name}" for d in runs]
 

@@ -93,7 +93,8 @@ if __name__ == "__main__":
 """
 
 # The independent compile: the program's own step, lowered on the slice's
-# devices from shapes alone, by a process that does not import jaxmemprof.
+# devices from shapes alone, by a process that does not import jaxmemprof
+# (one process for several programs and slices: each spec's compiles, in turn).
 INDEPENDENT = r"""
 import json, sys
 import jax, jax.numpy as jnp
@@ -101,58 +102,73 @@ import numpy as np
 from jax.experimental import topologies
 from jax.sharding import Mesh, NamedSharding, SingleDeviceSharding, PartitionSpec as P
 
-spec = json.loads(sys.argv[1])
-sys.path.insert(0, spec["dir"])
-program = __import__(spec["module"])
-# a slice of one host laid out as one (v5e:1x1 is refused with libtpu's default hosts of 2x2x1)
-bounds = {"chips_per_host_bounds": spec["bounds"]} if spec.get("bounds") else {}
-devices = topologies.get_topology_desc(topology_name=spec["slice"], platform="tpu", **bounds).devices
-out = []
-for case in spec["cases"]:
-    if spec["module"] == "train_mlp":
-        shapes = jax.eval_shape(lambda: program.init_params(jax.random.PRNGKey(0), [512, 1024, 1024, 10]))
-        one = SingleDeviceSharding(devices[0])
-        dtype = jnp.bfloat16 if case["narrow"] else jnp.float32
-        s = lambda shape: jax.ShapeDtypeStruct(shape, dtype, sharding=one)
-        params = jax.tree_util.tree_map(lambda a: s(a.shape), shapes)
-        args = (params, params, s((case["batch"], 512)), s((case["batch"], 10)))
-        fn = jax.jit(program.train_step, donate_argnums=(0, 1) if case["donate"] else ())
-    elif spec["module"] == "sharded":
-        ws, xs = program.shardings(devices[:4])
-        args = (jax.ShapeDtypeStruct((256, 512), jnp.float32, sharding=ws),
-                jax.ShapeDtypeStruct((case["batch"], 256), jnp.float32, sharding=xs))
-        fn = jax.jit(program.step)
-    elif spec["module"] == "refused":
-        one = SingleDeviceSharding(devices[0])
-        args = (jax.ShapeDtypeStruct((256, 256), jnp.float32, sharding=one),
-                jax.ShapeDtypeStruct((case["batch"], 256), jnp.float32, sharding=one))
-        fn = program.step
-    else:
-        one = SingleDeviceSharding(devices[0])
-        args = (jax.ShapeDtypeStruct((program.WIDTH,), jnp.float32, sharding=one),
-                jax.ShapeDtypeStruct((case["batch"], program.WIDTH), jnp.float32, sharding=one))
-        fn = jax.jit(program.step)
-    try:
-        ma = fn.lower(*args).compile().memory_analysis()
-    except Exception as exc:  # XLA:TPU's own "too large for the device" is an answer
-        if "RESOURCE_EXHAUSTED" not in str(exc):
-            raise
-        out.append({"refused": str(exc).splitlines()[0]})
-        continue
-    out.append({"argument_bytes": ma.argument_size_in_bytes, "output_bytes": ma.output_size_in_bytes,
-                "alias_bytes": ma.alias_size_in_bytes, "temp_bytes": ma.temp_size_in_bytes,
-                "generated_code_bytes": ma.generated_code_size_in_bytes})
-print(json.dumps(out))
+specs = json.loads(sys.argv[1])
+programs = {}
+for spec in specs:  # every program imported before any compile (sharded.py sets JAX's CPU devices)
+    sys.path.insert(0, spec["dir"])
+    programs[spec["module"]] = __import__(spec["module"])
+results = []
+for spec in specs:
+    program = programs[spec["module"]]
+    # a slice of one host laid out as one (v5e:1x1 is refused with libtpu's default hosts of 2x2x1)
+    bounds = {"chips_per_host_bounds": spec["bounds"]} if spec.get("bounds") else {}
+    devices = topologies.get_topology_desc(topology_name=spec["slice"], platform="tpu", **bounds).devices
+    results.append(out := [])
+    for case in spec["cases"]:
+        if spec["module"] == "train_mlp":
+            shapes = jax.eval_shape(lambda: program.init_params(jax.random.PRNGKey(0), [512, 1024, 1024, 10]))
+            one = SingleDeviceSharding(devices[0])
+            dtype = jnp.bfloat16 if case["narrow"] else jnp.float32
+            s = lambda shape: jax.ShapeDtypeStruct(shape, dtype, sharding=one)
+            params = jax.tree_util.tree_map(lambda a: s(a.shape), shapes)
+            args = (params, params, s((case["batch"], 512)), s((case["batch"], 10)))
+            fn = jax.jit(program.train_step, donate_argnums=(0, 1) if case["donate"] else ())
+        elif spec["module"] == "sharded":
+            ws, xs = program.shardings(devices[:4])
+            args = (jax.ShapeDtypeStruct((256, 512), jnp.float32, sharding=ws),
+                    jax.ShapeDtypeStruct((case["batch"], 256), jnp.float32, sharding=xs))
+            fn = jax.jit(program.step)
+        elif spec["module"] == "refused":
+            one = SingleDeviceSharding(devices[0])
+            args = (jax.ShapeDtypeStruct((256, 256), jnp.float32, sharding=one),
+                    jax.ShapeDtypeStruct((case["batch"], 256), jnp.float32, sharding=one))
+            fn = program.step
+        else:
+            one = SingleDeviceSharding(devices[0])
+            args = (jax.ShapeDtypeStruct((program.WIDTH,), jnp.float32, sharding=one),
+                    jax.ShapeDtypeStruct((case["batch"], program.WIDTH), jnp.float32, sharding=one))
+            fn = jax.jit(program.step)
+        try:
+            ma = fn.lower(*args).compile().memory_analysis()
+        except Exception as exc:  # XLA:TPU's own "too large for the device" is an answer
+            if "RESOURCE_EXHAUSTED" not in str(exc):
+                raise
+            out.append({"refused": str(exc).splitlines()[0]})
+            continue
+        out.append({"argument_bytes": ma.argument_size_in_bytes, "output_bytes": ma.output_size_in_bytes,
+                    "alias_bytes": ma.alias_size_in_bytes, "temp_bytes": ma.temp_size_in_bytes,
+                    "generated_code_bytes": ma.generated_code_size_in_bytes})
+print(json.dumps(results))
 """
 
 
-def _independent(directory, module: str, slice_: str, cases: list, bounds=None) -> list:
-    proc = subprocess.run([sys.executable, "-c", INDEPENDENT, json.dumps(
-        {"dir": str(directory), "module": module, "slice": slice_, "cases": cases, "bounds": bounds})],
-        # another process may hold libtpu's lock meanwhile (a run beside it): a deviceless compile needs none
-        env=cpu_env(ALLOW_MULTIPLE_LIBTPU_LOAD="1"), capture_output=True, text=True, timeout=600)
+def _spec(directory, module: str, slice_: str, cases: list, bounds=None) -> dict:
+    return {"dir": str(directory), "module": module, "slice": slice_, "cases": cases, "bounds": bounds}
+
+
+def _independents(*specs: dict) -> list:
+    """Each spec's independent compiles (a list per spec), in one process."""
+    proc = subprocess.run([sys.executable, "-c", INDEPENDENT, json.dumps(list(specs))],
+                          # another process may hold libtpu's lock meanwhile (a run beside it): a deviceless
+                          # compile needs none
+                          env=cpu_env(ALLOW_MULTIPLE_LIBTPU_LOAD="1"), capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _independent(directory, module: str, slice_: str, cases: list, bounds=None) -> list:
+    (out,) = _independents(_spec(directory, module, slice_, cases, bounds))
+    return out
 
 
 def _record(argv, out) -> subprocess.Popen:
@@ -178,6 +194,24 @@ def recorded(tmp_path_factory):
     return d, said
 
 
+@pytest.fixture(scope="module")
+def independent(recorded):
+    """The independent compiles the three recorded programs are held to, in one process: the MLP at
+    batch 32 (as recorded, donated, in bfloat16), the mesh's step at batch 128, and the wide step at
+    the largest batch its search found and the next."""
+    d, _ = recorded
+    t, _ = _points(d / "wide")
+    (row,) = t.rows.to_dict("records")
+    ends = [row["largest_batch"], row["next_batch"]]
+    mlp, sharded, wide = _independents(
+        _spec(MLP.parent, "train_mlp", "v5e:2x2", [
+            {"batch": 32, "donate": False, "narrow": False}, {"batch": 32, "donate": True, "narrow": False},
+            {"batch": 32, "donate": False, "narrow": True}]),
+        _spec(d, "sharded", "v5e:2x2", [{"batch": 128}]),
+        _spec(d, "wide", "v5e:2x2", [{"batch": int(b)} for b in ends] if all(ends) else []))
+    return {"mlp": mlp, "sharded": sharded, "wide": wide}
+
+
 def _points(run, target="v5e:2x2"):
     from jaxmemprof.analysis.advice.targets import build_targets
 
@@ -185,14 +219,12 @@ def _points(run, target="v5e:2x2"):
     return t, t.points[t.points["target"] == target]
 
 
-def test_the_mlps_figures_are_those_of_an_independent_compile_for_the_slice(recorded):
+def test_the_mlps_figures_are_those_of_an_independent_compile_for_the_slice(recorded, independent):
     d, said = recorded
     t, points = _points(d / "mlp")
     at = {(r["variant"]): r for _, r in points.iterrows()}
     assert set(at) == {"recorded", "donated", "bfloat16"}
-    want = _independent(MLP.parent, "train_mlp", "v5e:2x2", [
-        {"batch": 32, "donate": False, "narrow": False}, {"batch": 32, "donate": True, "narrow": False},
-        {"batch": 32, "donate": False, "narrow": True}])
+    want = independent["mlp"]  # batch 32: as recorded, donated, in bfloat16
     for variant, figures in zip(("recorded", "donated", "bfloat16"), want):
         got = {f: int(at[variant][f]) for f in FIGURES}
         assert got == figures, variant
@@ -223,13 +255,13 @@ def _mib(n) -> str:
     return format_bytes(int(n))
 
 
-def test_a_four_device_mesh_maps_to_a_four_chip_slice_with_the_same_specs(recorded):
+def test_a_four_device_mesh_maps_to_a_four_chip_slice_with_the_same_specs(recorded, independent):
     d, _ = recorded
     t, points = _points(d / "sharded")
     rec = points[(points["variant"] == "recorded") & (points["function"] == "step")]
     assert len(rec) == 4 and rec["device"].nunique() == 4  # each of the slice's four devices
     assert set(t.rows.loc[t.rows["target"] == "v5e:2x2", "function"]) == {"step", "local"}
-    (want,) = _independent(d, "sharded", "v5e:2x2", [{"batch": 128}])
+    (want,) = independent["sharded"]  # at batch 128
     for _, r in rec.iterrows():
         assert {f: int(r[f]) for f in FIGURES} == want
     # a quarter of x (128x256 over data=2) and half of w (over model=2) on each device
@@ -248,7 +280,7 @@ def test_a_mesh_of_another_size_is_said_with_the_slices_that_fit_it(recorded):
     assert t.not_compiled("v5e:2x2") is None
 
 
-def test_the_largest_batch_on_the_slice_is_compiled_and_fits_and_the_next_does_not(recorded):
+def test_the_largest_batch_on_the_slice_is_compiled_and_fits_and_the_next_does_not(recorded, independent):
     d, said = recorded
     t, points = _points(d / "wide")
     (row,) = t.rows.to_dict("records")
@@ -258,7 +290,7 @@ def test_the_largest_batch_on_the_slice_is_compiled_and_fits_and_the_next_does_n
     assert len(searched) >= 2
     outside = int(row["live_outside_bytes"])
     usable = tpus.usable_bytes("v5e:2x2")
-    fit, over = _independent(d, "wide", "v5e:2x2", [{"batch": largest}, {"batch": nxt}])
+    fit, over = independent["wide"]  # at largest, then at nxt
 
     def peak(f):
         return (f["argument_bytes"] + f["output_bytes"] - f["alias_bytes"] + f["temp_bytes"]
@@ -523,9 +555,10 @@ def test_a_single_chip_slice_compiles_with_the_figures_of_jaxs_own_compile_for_o
     rec = t.points[t.points["variant"] == "recorded"]
     got = {r["target"]: {f: int(r[f]) for f in FIGURES} for _, r in rec.iterrows()}
     assert set(got) == {"v5e:1x1", "v6e:1x1", "v5e:2x2"}, t.points[["target", "variant", "error"]]
-    for name, kind in (("v5e:1x1", "TPU v5 lite"), ("v6e:1x1", "TPU v6 lite")):
+    wants = _independents(*(_spec(tmp_path, "single", name, [{"batch": 64}], bounds=[1, 1, 1])
+                            for name in ("v5e:1x1", "v6e:1x1")))  # one process, each slice's compile
+    for (name, kind), (want,) in zip((("v5e:1x1", "TPU v5 lite"), ("v6e:1x1", "TPU v6 lite")), wants):
         assert t.not_compiled(name) is None
-        (want,) = _independent(tmp_path, "single", name, [{"batch": 64}], bounds=[1, 1, 1])
         assert got[name] == want, name
         assert want["argument_bytes"] >= (64 + 1) * (1 << 14) * 4  # x and w, at least
         (row,) = t.rows[t.rows["target"] == name].to_dict("records")

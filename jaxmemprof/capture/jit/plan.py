@@ -40,6 +40,7 @@ from jaxmemprof.capture.jit.whatif import (VERIFY_MIN_S, VERIFY_SHARE, Retraces,
 from jaxmemprof.facts.flow import CARRIED, UNKNOWN, batch_keys, flows, leaf_key
 from jaxmemprof.facts.tpus import out_of_memory
 from jaxmemprof.facts.truepeak import live_outside, peak_of, peak_on_device, placement
+from jaxmemprof.xla.oom import read as read_oom
 from jaxmemprof.xla.scratch import dump_scratch
 
 # Functions planned at most, and the share of the largest call peak a second one needs.
@@ -57,9 +58,8 @@ RECORDED, DONATED, NARROW = "recorded", "donated", "bfloat16"
 
 @dataclass(frozen=True)
 class PlanOptions:
-    """What ``run --plan`` was asked: the scales of the recorded batch to
-    compile for, and the batch's dimension (None: 0, or 1 under jax.pmap,
-    whose dimension 0 is the devices)."""
+    """What ``run --plan`` was asked: the scales of the recorded batch to compile for, and the batch's
+    dimension (None: 0, or 1 under jax.pmap, whose dimension 0 is the devices)."""
 
     scales: tuple = DEFAULT_SCALES
     axis: int | None = None
@@ -74,10 +74,9 @@ class PlanOptions:
 
 
 class Slot:
-    """What the plan keeps for one function: how it was jitted (the jax
-    function, its options), its abstract arguments per signature, XLA's
-    call peak per signature, and the jitted function while it is among the
-    largest."""
+    """What the plan keeps for one function: how it was jitted (the jax function, its options), its
+    abstract arguments per signature, XLA's call peak per signature, and the jitted function while it
+    is among the largest."""
 
     __slots__ = ("jit", "options", "abstract", "peaks", "real", "best", "traces")
 
@@ -94,8 +93,8 @@ class Slot:
 
 
 class Abstract:
-    """One call's arguments as ``lower()`` takes them: the dynamic ones
-    flattened (arrays as ShapeDtypeStructs), the static ones as they are."""
+    """One call's arguments as ``lower()`` takes them: the dynamic ones flattened (arrays as
+    ShapeDtypeStructs), the static ones as they are."""
 
     __slots__ = ("treedef", "flat", "keys", "static", "static_kw", "devices", "platform", "signature",
                  "batch_static")
@@ -110,8 +109,7 @@ class Abstract:
 class Planner:
     """The plan's part of a JitProbe (``probe.planner``)."""
 
-    def __init__(self, probe, options: PlanOptions | None = None, verify_s: float | None = None,
-                 targets: tuple = ()):
+    def __init__(self, probe, options: PlanOptions | None = None, verify_s: float | None = None, targets: tuple = ()):
         self.probe = probe
         self.targets = tuple(targets)  # run --target: TPU slices to compile the planned functions for
         self.options = options  # run --plan's; None: the advice's changes verified, nothing planned
@@ -129,8 +127,7 @@ class Planner:
         return Slot(jit, dict(options))
 
     def abstract(self, state, args, kwargs, inputs) -> Abstract | None:
-        """The call's arguments as ShapeDtypeStructs, before the call (a
-        donated array is deleted by it)."""
+        """The call's arguments as ShapeDtypeStructs, before the call (a donated array is deleted by it)."""
         import numpy as np
 
         probe = self.probe
@@ -168,11 +165,10 @@ class Planner:
                         {k: v for k, v in kwargs.items() if k in names}, sorted(devices), platform, signature)
 
     def keep(self, state, abstract: Abstract, real) -> None:
-        """After the call (its signature analysed by now): keep its abstract
-        arguments among the function's largest signatures, while the function
-        is among the KEEP_FUNCTIONS largest, and hold the jitted function
-        while it is among the PLAN_FUNCTIONS largest (a program that jits a
-        new function at every step keeps a few, not one per step)."""
+        """After the call (its signature analysed by now): keep its abstract arguments among the
+        function's largest signatures, while the function is among the KEEP_FUNCTIONS largest, and hold
+        the jitted function while it is among the PLAN_FUNCTIONS largest (a program that jits a new
+        function at every step keeps a few, not one per step)."""
         slot = state.plan
         sig = abstract.signature
         if slot.peaks.get(sig) is None:
@@ -213,12 +209,10 @@ class Planner:
         return proxy._real if proxy is not None else None
 
     def run(self, ended_by: str | None = None) -> None:
-        """At the end of the run: the advice's donations compiled
-        and shardings (whatif.verify), then, under run --plan, the functions
-        that hold the run's largest XLA call peaks planned, and under run
-        --target compiled for each slice (not after a SIGTERM: seconds of
-        compiles for each slice would outlast a scheduler's grace period);
-        then nothing of the program's is held any more."""
+        """At the end of the run: the advice's donations compiled and shardings (whatif.verify), then,
+        under run --plan, the functions that hold the run's largest XLA call peaks planned, and under run
+        --target compiled for each slice (not after a SIGTERM: seconds of compiles for each slice would
+        outlast a scheduler's grace period); then nothing of the program's is held any more."""
         try:
             budget = self.verify_s if self.verify_s is not None else max(
                 VERIFY_MIN_S, VERIFY_SHARE * (time.monotonic() - self.probe._t_install))
@@ -380,6 +374,7 @@ class Planner:
         donated = self._donated(state, real, ab, flow, leaf_of)
         trace = slot.traces.get(sig)  # the run's own: what a compile at the run's shapes replays
         replays = {}  # id of the jitted function -> the same over the run's trace
+        refusals = {}  # batch -> what XLA:TPU's refusal there says the call needs (its temporaries), if it says
 
         def compile_at(fn, b, narrow, detail, dump_to=None):
             variant = DONATED if fn is not real else NARROW if narrow else RECORDED
@@ -396,10 +391,15 @@ class Planner:
             if refused is not None:
                 row(variant, b, None, 0.0, detail, refused)
                 return None
-            fig, seconds, error, said = self._compile(use or fn, ab, scaled, axis, b, narrow=narrow, wrapper=wrapper,
-                                                      dump_to=dump_to, retraced=use is None)
+            early = self.probe.early.donation(state.function_id, sig, *donated[1].values()) if (  # the advice's
+                use is not None and fn is not real and target is None and b == batch) else None  # made beside the run
+            fig, seconds, error, said = early or self._compile(use or fn, ab, scaled, axis, b, narrow=narrow,
+                                                               wrapper=wrapper, dump_to=dump_to, retraced=use is None)
             row(variant, b, fig, seconds, {**detail, "warnings": said}, error)
-            return fig if fig is not None or not out_of_memory(error) else TOO_LARGE  # XLA:TPU: it does not fit
+            if fig is None and out_of_memory(error):  # XLA:TPU: it does not fit (a target's or the run's own)
+                refusals[b] = getattr(read_oom(str(error)), "needed_bytes", None)
+                return TOO_LARGE
+            return fig
 
         if target is not None:  # the target's own figures at the recorded batch
             with dump_scratch(writer) as dump:  # and XLA:TPU's buffers by line (a directory inside the run)
@@ -429,10 +429,12 @@ class Planner:
                  else self.options.fit_peak_bytes if planning and target is None else None)
         if limit is not None and known:
             # --plan-device-memory (or a target's chip): the largest batch that fits, found by compiles;
-            # each fix compiled there too.
+            # each fix compiled there too. A refused batch's peak: what XLA:TPU said it needs (_peak).
+            for b in [b for b, p in known.items() if p == math.inf]:
+                known[b] = _peak(busiest, TOO_LARGE, refusals.get(b), limit)
             def search_at(b):
                 fig = compile_at(real, b, False, {"source": "search"})
-                return None if fig is None else _peak(busiest, fig)
+                return None if fig is None else _peak(busiest, fig, refusals.get(b), limit)
 
             found = search(known, limit, search_at, multiple=multiple)
             if found and found not in (b for _, b in ends):
@@ -572,9 +574,12 @@ class Planner:
 TOO_LARGE = object()
 
 
-def _peak(busiest: int, fig) -> float:
-    """A device's peak from XLA's figures (``TOO_LARGE``: more than any device holds)."""
-    return math.inf if fig is TOO_LARGE else peak_on_device(busiest, fig)
+def _peak(busiest: int, fig, needed: int | None = None, limit: int | None = None) -> float:
+    """A device's peak from XLA's figures; where XLA:TPU refused the compile (``TOO_LARGE``), the ``needed``
+    bytes its message names (temporaries: at least the call's peak) if past ``limit``, else infinite."""
+    if fig is not TOO_LARGE:
+        return peak_on_device(busiest, fig)
+    return busiest + needed if needed and limit is not None and busiest + needed > limit else math.inf
 
 
 def _rng_key(shape, x) -> bool:
@@ -680,9 +685,7 @@ def _sizes(batch: int, scales, multiple: int = 1) -> list:
 
 
 def _nbytes(shape, dtype) -> int:
-    n = 1
-    for d in shape:
-        n *= int(d)
+    n = math.prod(int(d) for d in shape)
     try:
         return n * int(dtype.itemsize)
     except Exception:
