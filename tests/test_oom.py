@@ -169,7 +169,7 @@ def test_a_deviceless_refusal_and_a_host_failure_are_read():
         "x = jax.ShapeDtypeStruct((8 << 20, 3, 3), jnp.float32, sharding=SingleDeviceSharding(t.devices[0]))\n"
         "f = lambda x: (jnp.einsum('mij,mjk->mik', jnp.einsum('mij,mjk->mik', x, x), x) * x).sum()\n"
         "try:\n    jax.jit(f).lower(x).compile()\nexcept Exception as e:\n    print(json.dumps(str(e)))\n",
-        ALLOW_MULTIPLE_LIBTPU_LOAD="1")
+        ALLOW_MULTIPLE_LIBTPU_LOAD="1", TPU_MIN_LOG_LEVEL="3")
     r = read(json.loads(deviceless))
     assert r.when == "compile" and r.what == "HLO temporaries" and r.needed_bytes > r.available_bytes
     assert r.available_bytes == round(15.75 * GiB)
@@ -307,7 +307,7 @@ def test_a_slice_that_refuses_the_recorded_step_is_searched_without_plan(tmp_pat
         "        out.append('compiled')\n"
         "    except Exception as e:\n"
         "        out.append(str(e).splitlines()[0])\n"
-        "print(json.dumps(out))\n", ALLOW_MULTIPLE_LIBTPU_LOAD="1"))
+        "print(json.dumps(out))\n", ALLOW_MULTIPLE_LIBTPU_LOAD="1", TPU_MIN_LOG_LEVEL="3"))
     assert got[0] == "compiled" and "RESOURCE_EXHAUSTED" in got[1]
 
 
