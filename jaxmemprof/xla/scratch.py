@@ -40,6 +40,7 @@ import shutil
 import sys
 import tempfile
 import threading
+import time
 
 DUMP_PREFIX = ".xla-dump-"
 
@@ -206,9 +207,17 @@ def dump_scratch(under=None):
         remove(path)
 
 
-def remove_open() -> None:
+def remove_open(tries: int = 50) -> None:
     """Every dump directory still open removed: for an end that runs no
     ``finally`` (a signal's default action, ``os._exit``). Safe from any
-    thread, and more than once."""
+    thread, and more than once. A compile still writing its dump there (the
+    main thread's, while another thread ends the process) can add a file
+    while the directory is being emptied, and its removal then fails: tried
+    again, ``tries`` times 10 ms at most."""
     for path in _open.copy():
-        remove(path)
+        for _ in range(tries):
+            shutil.rmtree(path, ignore_errors=True)
+            if not os.path.lexists(path):
+                break
+            time.sleep(0.01)
+        _open.discard(path)
