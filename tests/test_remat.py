@@ -375,3 +375,41 @@ def test_the_swap_is_undone_exactly(tmp_path):
     place.restore()
     assert Block.__dict__["__call__"] is held
     assert isinstance(place_of(lambda x: x, LIBRARIES), str)
+
+
+def test_a_policy_that_lowers_as_another_did_is_not_compiled_again(monkeypatch):
+    """Two policies that lower to the same module text (an MLP block has no
+    dot with batch dimensions: dots_saveable and
+    dots_with_no_batch_dims_saveable save the same) are compiled once; the
+    second gets that compile's figures, which are those of a compile of its
+    own; a policy that lowers differently is compiled."""
+    import jax
+    import jax.numpy as jnp
+
+    from jaxmemprof.capture.jit import whatif
+    from jaxmemprof.xla import scratch
+
+    def step_with(policy):
+        block = jax.checkpoint(lambda w, x: jnp.tanh(jnp.tanh(x @ w[0]) @ w[1]), policy=policy)
+        return jax.jit(lambda w, x: jax.grad(lambda w: jnp.sum(block(w, x) ** 2))(w))
+
+    args = ((jax.ShapeDtypeStruct((64, 128), jnp.float32), jax.ShapeDtypeStruct((128, 64), jnp.float32)),
+            jax.ShapeDtypeStruct((32, 64), jnp.float32))
+    compiles = []
+    real_compile = scratch.compile_own
+    monkeypatch.setattr(scratch, "compile_own", lambda lowered, dump_to=None: compiles.append(1) or
+                        real_compile(lowered, dump_to))
+    policies = jax.checkpoint_policies
+    seen: dict = {}
+    done = {name: whatif._compile_call(jax, step_with(policy), args, {}, "jax.jit", retraced=False, seen=seen)
+            for name, policy in (("dots", policies.dots_saveable),
+                                 ("dots_no_batch", policies.dots_with_no_batch_dims_saveable),
+                                 ("nothing", None))}
+    assert len(compiles) == 2 and len(seen) == 2
+    assert all(error is None for _, _, error, _ in done.values())
+    figures = {name: d[0][0] for name, d in done.items()}
+    own = step_with(policies.dots_with_no_batch_dims_saveable).lower(*args).compile().memory_analysis()
+    assert figures["dots_no_batch"] == figures["dots"] == tuple(int(getattr(own, f)) for f in whatif._FIELDS)
+    # without ``seen`` each is compiled
+    whatif._compile_call(jax, step_with(policies.dots_saveable), args, {}, "jax.jit", retraced=False)
+    assert len(compiles) == 3
