@@ -289,11 +289,17 @@ def _true_peak(run_dir) -> int:
 
 
 def _record(tmp_path, name: str, source: str, fix: str | None = None):
+    """The program recorded (with ``fix``: the wrap made, REMAT_FIX). The fixed program's run is read for its
+    true peak and for having no remat finding, which the rule decides from its buffers (a step that
+    rematerialises is no candidate: none had a remat row with the compiles made); its end compile, of the
+    step donated, is left out (--verify-seconds 0, as test_verify_budget records its fixed programs). Without
+    compiles a candidate would still be a finding ("not compiled"): the check is no weaker."""
     d = tmp_path / name
     d.mkdir()
     script = write_script(d, "train.py", source)
     env = None if fix is None else {**cpu_env(), "REMAT_FIX": fix}
-    proc = run_cli("run", "-q", "--verify-seconds", "300", "-o", d / "run", script, cwd=d, env=env)
+    budget = "300" if fix is None else "0"
+    proc = run_cli("run", "-q", "--verify-seconds", budget, "-o", d / "run", script, cwd=d, env=env)
     assert proc.returncode == 0, proc.stderr
     return d / "run", proc
 
