@@ -136,16 +136,21 @@ def test_a_donation_whose_shapes_were_not_kept_says_why_it_is_not_verified(tmp_p
         assert "shapes were not kept" in f.fact("not_verified") and f.saving_bytes == f.fact("donated_bytes")
 
 
-def test_the_fix_is_written_on_the_line_as_it_was_recorded(tmp_path):
+def test_the_fix_is_written_on_the_line_as_it_was_recorded(recorded):
     # The script edited after its run (two lines added above the jit): the
     # fix still says what the run ran, where it was, not the line now there.
-    script = write_script(tmp_path, "train.py", TRAIN.replace("{DONATE}", ""))
+    # The module's recording of the program (TRAIN without donation, `run -q`),
+    # its script put back as it was after the report.
+    script, _, _, _ = _record(recorded, "nodonate.py")
     jit_line = line_of(script, "LINE-JIT")
-    run_cli("run", "-q", "-o", tmp_path / "run", script, cwd=tmp_path, check=0)
-    script.write_text("# edited\nimport os\n" + script.read_text())
-    assert "LINE-JIT" not in script.read_text().splitlines()[jit_line - 1]
-    report = run_cli("report", tmp_path / "run", cwd=tmp_path, check=0).stdout
-    assert f"train.py:{jit_line}" in report, report
+    source = script.read_text()
+    try:
+        script.write_text("# edited\nimport os\n" + source)
+        assert "LINE-JIT" not in script.read_text().splitlines()[jit_line - 1]
+        report = run_cli("report", script.parent / "nodonate.py.run", cwd=script.parent, check=0).stdout
+    finally:
+        script.write_text(source)
+    assert f"nodonate.py:{jit_line}" in report, report
     assert "fix: step = jax.jit(update, donate_argnums=(0, 1))  # LINE-JIT" in report, report
 
 

@@ -103,7 +103,10 @@ def test_the_plans_largest_batch_fits_when_the_program_runs_at_it(fed):
     recorded = points[points["variant"] == "recorded"].sort_values("batch")
     largest = int(recorded.loc[recorded["fits"].eq(True), "batch"].max())  # eq: a nullable column
     above = int(recorded.loc[recorded["batch"] > largest, "batch"].min())
-    at, over = in_parallel(*(lambda b=b: run_script(SCRIPTS / "numpy_fed_step.py", "--batch", b, cwd=run.parent)
+    # Two steps: the second runs beside the first's loss, as every later one does (8 steps, the default,
+    # print the same true peak at each batch).
+    at, over = in_parallel(*(lambda b=b: run_script(SCRIPTS / "numpy_fed_step.py", "--batch", b, "--steps", 2,
+                                                    cwd=run.parent)
                              for b in (largest, above)))
     at, over = (json.loads(p.stdout.strip().splitlines()[-1]) for p in (at, over))
     assert _fits(at["true_peak"]) and not _fits(over["true_peak"]), (largest, at, above, over)

@@ -1,7 +1,8 @@
 """A step fed numpy: 4 MiB of parameters carried on the device, another
 4 MiB array kept alive beside them, and a fresh 2 MiB numpy batch at every
 step (512 rows of 4 KiB; ``--batch N``: N rows), copied to the device by
-JAX for each call and never on it before.
+JAX for each call and never on it before. 8 steps (``--steps N``: N; from
+the second on, each step's bytes are the same, the last loss among them).
 
 Prints, as its last line, the oracle in JSON: for each call, the bytes of
 the program's device arrays live just before it (the ones it holds, counted
@@ -34,9 +35,10 @@ def call_peak(fn, *args):
 w = jnp.zeros((1024, 1024), jnp.float32)  # 4 MiB of parameters
 other = jnp.ones((1024, 1024), jnp.float32)  # 4 MiB kept alive
 BATCH = int(sys.argv[sys.argv.index("--batch") + 1]) if "--batch" in sys.argv else 512  # rows of 4 KiB
+STEPS = int(sys.argv[sys.argv.index("--steps") + 1]) if "--steps" in sys.argv else 8
 rng = np.random.default_rng(0)
 peaks, loss = [], None  # loss: the last step's, from the second step on
-for i in range(8):
+for i in range(STEPS):
     x = rng.standard_normal((BATCH, 1024)).astype(np.float32)  # a fresh 2 MiB numpy batch (at 512 rows)
     live = sum(a.nbytes for a in (w, other) + ((loss,) if i else ()))  # the last loss: 4 bytes
     on_device = sum(a.nbytes for a in (w, x) if isinstance(a, jax.Array))

@@ -219,6 +219,7 @@ def verify_remats(planner, budget_s: float, deadline: float, largest_states, sig
                          float(seconds), str(slot.abstract[sig].platform or ""), error))
 
         tried = 0
+        seen: dict = {}  # module text -> compile: a policy that lowers as another did is not compiled again
         for file, name, line in candidates(trace, own)[:2 * CANDIDATES]:
             if tried >= CANDIDATES:
                 break
@@ -251,7 +252,7 @@ def verify_remats(planner, budget_s: float, deadline: float, largest_states, sig
                         jitted = original(fresh(real_fun), **slot.options)
                         planner.probe.progress(f"verifying remat in {state.row.get('name', state.function_id)}")
                         fig, seconds, error, _ = compile_figures(jax, jitted, slot.abstract[sig], wrapper=wrapper,
-                                                                 retraced=True)
+                                                                 retraced=True, seen=seen)
                     except Exception as exc:  # the wrap itself refused (a library's check)
                         fig, seconds, error = None, 0.0, f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
                     finally:

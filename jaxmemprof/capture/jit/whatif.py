@@ -58,14 +58,15 @@ _FIELDS = ("argument_size_in_bytes", "output_size_in_bytes", "alias_size_in_byte
 
 
 def compile_figures(jax, fn, ab, scaled=(), axis: int = 0, batch: int | None = None, narrow: bool = False,
-                    wrapper: str = "jax.jit", dump_to: str | None = None, retraced: bool = True):
+                    wrapper: str = "jax.jit", dump_to: str | None = None, retraced: bool = True,
+                    seen: dict | None = None):
     """XLA's figures for ``fn`` on the abstract arguments ``ab``
     (plan.Abstract), the ``scaled`` inputs' dimension ``axis`` set to
     ``batch``, every float32 argument as bfloat16 if ``narrow``:
     (figures or None, seconds, error or None, warnings). ``retraced``:
     lowering ``fn`` traces the program's Python (else it replays the run's
     trace, retrace.replay): shielded (retrace.shielded), and a ``Refused``
-    error where it raised."""
+    error where it raised. ``seen``: as ``_compile_call``'s."""
     flat = list(ab.flat)
     if wrapper == "jax.pmap":  # pmap places its inputs itself: the arrays' own (pmap) shardings are refused
         flat = [jax.ShapeDtypeStruct(x.shape, x.dtype, weak_type=x.weak_type)
@@ -80,7 +81,7 @@ def compile_figures(jax, fn, ab, scaled=(), axis: int = 0, batch: int | None = N
             if hasattr(x, "shape") and str(x.dtype) == "float32":
                 flat[j] = jax.ShapeDtypeStruct(x.shape, jax.numpy.bfloat16, sharding=x.sharding,
                                                weak_type=x.weak_type)
-    compiled, seconds, error, said = _compile(jax, fn, ab, flat, wrapper, dump_to, retraced)
+    compiled, seconds, error, said = _compile(jax, fn, ab, flat, wrapper, dump_to, retraced, seen)
     return (compiled[0] if compiled else None), seconds, error, said
 
 
@@ -99,14 +100,15 @@ def lower(fn, wrapper: str, args, kwargs):
         return fn.lower(*args, **kwargs)
 
 
-def _compile(jax, fn, ab, flat: list, wrapper: str, dump_to: str | None = None, retraced: bool = True):
+def _compile(jax, fn, ab, flat: list, wrapper: str, dump_to: str | None = None, retraced: bool = True,
+             seen: dict | None = None):
     """``fn`` lowered and compiled on the abstract arguments ``ab`` with
     ``flat`` as its dynamic leaves: ((XLA's figures, the compiled
     executable) or None, seconds, error or None, warnings). ``dump_to``: a
     directory XLA dumps the compiled program to (its buffer assignment).
-    ``retraced``: the lowering runs the program's Python, shielded."""
+    ``retraced``: the lowering runs the program's Python, shielded. ``seen``: as ``_compile_call``'s."""
     args, kwargs = arguments(jax, ab, placed(jax, flat))
-    return _compile_call(jax, fn, args, kwargs, wrapper, dump_to, retraced)
+    return _compile_call(jax, fn, args, kwargs, wrapper, dump_to, retraced, seen)
 
 
 def placed(jax, flat: list) -> list:
@@ -126,9 +128,11 @@ def placed(jax, flat: list) -> list:
             if isinstance(x, jax.ShapeDtypeStruct) and devices(x) == 1 else x for x in flat]
 
 
-def _compile_call(jax, fn, args, kwargs, wrapper: str, dump_to: str | None = None, retraced: bool = True):
-    """``fn`` lowered and compiled on the call ``args``, ``kwargs`` (arrays
-    abstract): as ``_compile``."""
+def _compile_call(jax, fn, args, kwargs, wrapper: str, dump_to: str | None = None, retraced: bool = True,
+                  seen: dict | None = None):
+    """``fn`` lowered and compiled on the call ``args``, ``kwargs`` (arrays abstract): as ``_compile``. ``seen``
+    (the caller's, kept between calls): a lowering whose module text was compiled before (docs/advice.md: remat's
+    policies) takes that compile's figures and executable; its seconds are the lowering's."""
     t0 = time.monotonic()
     said = []
     try:
@@ -140,14 +144,27 @@ def _compile_call(jax, fn, args, kwargs, wrapper: str, dump_to: str | None = Non
                     return None, time.monotonic() - t0, Refused(refused), said
             else:
                 lowered = lower(fn, wrapper, args, kwargs)
+            key = None if seen is None else _module_text(lowered, dump_to)
+            if seen is not None and key in seen:
+                return seen[key], time.monotonic() - t0, None, said
             compiled = scratch.compile_own(lowered, dump_to)  # dumped into dump_to only, never the program's dump
             ma = compiled.memory_analysis()
         said = [f"{w.category.__name__}: {w.message}"[:300] for w in caught][:3]
         if ma is None:
             return None, time.monotonic() - t0, "XLA gave no memory analysis", said
-        return (tuple(int(getattr(ma, f, 0) or 0) for f in _FIELDS), compiled), time.monotonic() - t0, None, said
+        done = (tuple(int(getattr(ma, f, 0) or 0) for f in _FIELDS), compiled)
+        if seen is not None and key is not None:
+            seen[key] = done
+        return done, time.monotonic() - t0, None, said
     except Exception as exc:
         return None, time.monotonic() - t0, f"{type(exc).__name__}: {exc}".splitlines()[0][:500], said
+
+
+def _module_text(lowered, dump_to: str | None):
+    """One compile's key: the module's text (shapes, shardings, donations, program) and ``dump_to``; None: no text."""
+    with contextlib.suppress(Exception):
+        return getattr(lowered, "lowered", lowered).as_text(), dump_to
+    return None
 
 
 def _lowering(fn, wrapper: str):
