@@ -192,7 +192,8 @@ def test_a_holder_of_a_few_of_a_sites_arrays_says_how_few(tmp_path):
     site = f"maps.py:{line_of(script, 'MADE')} (<module>)"
     held = text[text.index("What held the live peak"):].splitlines()
     row = next(line for line in held if site in line)
-    assert row.split()[2] == str(oracle["arrays"]) and row.endswith(said), row
+    assert row.split()[2] == str(oracle["arrays"]), row
+    assert re.search(rf"{re.escape(said)}( \(search cut short at its budget\))?$", row), row  # cut under load
 
 
 # (g) Containers JAX knows only by flat index: jax.example_libraries'
