@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from decimal import ROUND_FLOOR, Decimal
 
@@ -19,6 +20,13 @@ _SIZE = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([a-zA-Z]*)\s*", re.ASC
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 BARE_MINIMUM = MiB
 _MAX_DIGITS = 64  # more is no size (a float would be inf): OverflowError
+
+
+def array_bytes(shape, dtype) -> int:
+    """The bytes of an array of ``shape`` and ``dtype`` held whole (its elements, where the dtype has no itemsize)."""
+    n = math.prod(int(d) for d in shape)
+    itemsize = getattr(dtype, "itemsize", None)
+    return n * int(itemsize) if itemsize else n
 
 
 def counted(n: int, word: str, plural: str | None = None) -> str:

@@ -215,7 +215,11 @@ class Sampler:
             # Counted from the last snapshot, whoever took it.
             if self._stop.wait(max(0.0, self.timed_due() - time.monotonic())):
                 return
-            self.writer.flush_markers()  # a fast loop's last markers (store/writer.py), once it pauses
+            try:
+                self.writer.flush_markers()  # a fast loop's last markers (store/writer.py), once it pauses
+            except Exception as exc:  # a full disk, a closed journal: as a snapshot's failure
+                self.fail(exc)
+                return
             if time.monotonic() < self.timed_due():
                 continue
             # Many arrays made since the last snapshot (a model being built)

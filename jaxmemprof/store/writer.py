@@ -4,6 +4,7 @@ own thread (markers, on-demand snapshots) both write."""
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import hashlib
 import math
@@ -485,7 +486,8 @@ class RunWriter:
         with self._lock:
             if self.closed:
                 return
-            self._write_markers()
+            with contextlib.suppress(Exception):  # a full disk: the manifest is finished all the same
+                self._write_markers()
             self.manifest.update(fields)
             layout.write_json_atomic(self.directory / layout.MANIFEST, self.manifest, dir_fd=self._dir_fd)
             # A finished run's journal becomes one self-contained file, readable
@@ -519,7 +521,8 @@ class RunWriter:
             except BaseException:
                 os.close(new_fd)
                 raise
-            self._write_markers()
+            with contextlib.suppress(Exception):  # else they wait, and are written in the new place
+                self._write_markers()
             try:
                 self._db.execute("PRAGMA journal_mode=DELETE")  # one file to move
             except Exception:

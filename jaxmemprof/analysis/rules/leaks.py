@@ -43,14 +43,15 @@ def _leak(f: Finding, x: dict) -> Words:
         kept = (f" Kept alive by `{held}` ({where}): {counted(x.get('held_by_arrays') or 0, 'array')}, "
                 f"{fmt(x.get('held_by_bytes') or 0)} at the {x.get('held_at') or 'end'}{cut}.")
         fix, brief_fix = kept_fix(x)
-        if 2 * int(x.get("held_by_arrays") or 0) < int(x.get("arrays_last") or 0):
-            # It holds few of the site's arrays (a score beside 23 maps): not what keeps the growth.
+        # It holds few of the site's arrays (a score beside 23 maps): not what keeps the growth.
+        few = 2 * int(x.get("held_by_arrays") or 0) < int(x.get("arrays_last") or 0)
+        if few:
             fix, brief_fix = _unknown_holder_fix(f.site)
             fix = (f"`{held}` holds {counted(x.get('held_by_arrays') or 0, 'array')} of the "
                    f"{x['arrays_last']} alive at the last snapshot: not what keeps the rest. " + fix)
         brief = (f"Grows {step}; kept alive by `{held}` ({where}): {counted(x.get('held_by_arrays') or 0, 'array')}, "
                  f"{fmt(x.get('held_by_bytes') or 0)}{cut}.")
-        if 2 * int(x.get("held_by_arrays") or 0) < int(x.get("arrays_last") or 0):
+        if few:
             brief = (f"Grows {step}; `{held}` ({where}) holds {x.get('held_by_arrays') or 0} of its "
                      f"{x['arrays_last']} arrays ({fmt(x.get('held_by_bytes') or 0)}): what keeps the rest was "
                      f"not found{cut}.")

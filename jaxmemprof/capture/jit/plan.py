@@ -40,6 +40,7 @@ from jaxmemprof.capture.jit.whatif import (VERIFY_MIN_S, VERIFY_SHARE, Retraces,
 from jaxmemprof.facts.flow import CARRIED, UNKNOWN, batch_keys, flows, leaf_key
 from jaxmemprof.facts.tpus import out_of_memory
 from jaxmemprof.facts.truepeak import live_outside, peak_of, peak_on_device, placement
+from jaxmemprof.units import array_bytes
 from jaxmemprof.xla.oom import read as read_oom
 from jaxmemprof.xla.scratch import dump_scratch
 
@@ -501,7 +502,7 @@ class Planner:
             by_size: dict = {}
             for k in keys:
                 shape, x = shapes[k]
-                by_size[shape[axis]] = by_size.get(shape[axis], 0) + _nbytes(shape, x.dtype)
+                by_size[shape[axis]] = by_size.get(shape[axis], 0) + array_bytes(shape, x.dtype)
             batch = max(by_size, key=lambda b: (by_size[b], b))
             scaled = [j for j, (key, x) in enumerate(zip(ab.keys, ab.flat))
                       if key in keys and len(getattr(x, "shape", ())) > axis and x.shape[axis] == batch]
@@ -682,14 +683,6 @@ def _sizes(batch: int, scales, multiple: int = 1) -> list:
         if b != batch:
             out.setdefault(b, float(s))
     return [(out[b], b) for b in sorted(out)]
-
-
-def _nbytes(shape, dtype) -> int:
-    n = math.prod(int(d) for d in shape)
-    try:
-        return n * int(dtype.itemsize)
-    except Exception:
-        return n
 
 
 def _loads(text, default):

@@ -33,7 +33,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
-import math
 import time
 import warnings
 
@@ -47,6 +46,7 @@ from jaxmemprof.facts.donors import arguments as array_arguments
 from jaxmemprof.facts.replicas import candidate, meshes_of, saving, shard_options, spec
 from jaxmemprof.facts.libraries import BY_NAME
 from jaxmemprof.facts.truepeak import peak_of
+from jaxmemprof.units import array_bytes
 from jaxmemprof.xla import scratch
 
 VERIFY_SHARE = 0.1
@@ -499,7 +499,7 @@ def _to_shard(jax, flat: list) -> list[tuple]:
         s = getattr(x, "sharding", None)
         if not isinstance(s, named) or not isinstance(x, jax.ShapeDtypeStruct):
             continue
-        per_device = _whole(x)
+        per_device = array_bytes(x.shape, x.dtype)
         if not candidate(x.shape, per_device, len(s.device_set), s.is_fully_replicated):
             continue
         mine = meshes_of(dict(s.mesh.shape), meshes)
@@ -508,11 +508,6 @@ def _to_shard(jax, flat: list) -> list[tuple]:
         if options:
             out.append((j, options, mesh_objects))
     return out
-
-
-def _whole(x) -> int:
-    """The bytes of an array held whole on a device."""
-    return int(math.prod(x.shape)) * x.dtype.itemsize
 
 
 def sharding_jobs(planner, states: list, budget_s: float, deadline: float) -> list[Job]:
@@ -529,8 +524,8 @@ def sharding_jobs(planner, states: list, budget_s: float, deadline: float) -> li
         chosen = {sig: c for sig in _signatures(slot) if (c := _to_shard(jax, list(slot.abstract[sig].flat)))}
         if not chosen:
             continue
-        bound = max(sum(saving(_whole(slot.abstract[sig].flat[j]), options[0][2]) for j, options, _ in c)
-                    for sig, c in chosen.items())
+        bound = max(sum(saving(array_bytes(x.shape, x.dtype), options[0][2])
+                        for j, options, _ in c for x in (slot.abstract[sig].flat[j],)) for sig, c in chosen.items())
         jobs.append(Job(bound, SHARD, place, functools.partial(_shard, planner, state, chosen, budget_s,
                                                                      deadline)))
     return jobs
