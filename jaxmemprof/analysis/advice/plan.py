@@ -34,6 +34,7 @@ import numpy as np
 import pandas as pd
 
 from jaxmemprof.facts import backends, tpus
+from jaxmemprof.facts.backends import Backend
 from jaxmemprof.analysis.cells import json_cell as _json
 from jaxmemprof.facts.backends.gpu import fraction_env_name, fraction_setting, needed_bytes, percent_needed
 from jaxmemprof.facts.truepeak import peak_of, peak_on_device
@@ -223,12 +224,16 @@ def curves(points: pd.DataFrame) -> dict:
     return out
 
 
-def batch_models(points: pd.DataFrame, device_bytes: int | None, backend: str | None = None) -> pd.DataFrame:
+def batch_models(points: pd.DataFrame, device_bytes: int | None, backend: Backend | str | None = None) -> pd.DataFrame:
+    """Per function, variant and device, its curve's line and, with a device size, its largest batch by
+    ``backend``'s fit rule (a name or a backend; None: the CPU's)."""
+    rule = backend if isinstance(backend, Backend) else backends.get(backend)
+    fits = None if device_bytes is None else (lambda p: rule.fits(p, device_bytes))
     rows = []
     by_key = curves(points)
     names = dict(zip(points["function_id"], points["function"]))
     functions = list(dict.fromkeys(points["function_id"]))
-    refused = _refused(points, backend)
+    refused = {} if rule.has_pool else _refused(points)
     for fid in functions:
         keys = [k for k in by_key if k[0] == fid]
         devices = list(dict.fromkeys(k[2] for k in keys))
@@ -238,15 +243,14 @@ def batch_models(points: pd.DataFrame, device_bytes: int | None, backend: str | 
             for device in devices + ([JOB] if len(devices) > 1 else []):
                 if device == JOB:
                     parts = [by_key[(fid, variant, d)] for d in devices if (fid, variant, d) in by_key]
-                    row = _job_row(parts, device_bytes, backend)
+                    row = _job_row(parts, device_bytes, rule)
                 else:
                     c = by_key.get((fid, variant, device))
                     if c is None:
                         continue
-                    row = _curve_row(c, device_bytes, backend)
-                    if device_bytes is not None and refused.get((fid, variant)):  # a TPU's compile refused some
-                        _bound_by_refusals(row, refused[(fid, variant)], c,
-                                           lambda p: fits_by_default(p, device_bytes, backend))
+                    row = _curve_row(c, device_bytes, rule)
+                    if fits is not None and refused.get((fid, variant)):  # a TPU's compile refused some
+                        _bound_by_refusals(row, refused[(fid, variant)], c, fits)
                 at = None
                 if device_bytes is not None:
                     at = target.setdefault(device, row["largest_batch"]) if variant == RECORDED else target.get(device)
@@ -267,10 +271,10 @@ def batch_models(points: pd.DataFrame, device_bytes: int | None, backend: str | 
     return out
 
 
-def _refused(points: pd.DataFrame, backend: str | None) -> dict:
-    """(function_id, variant) -> the batches whose compile the backend refused as too large for the device
-    (XLA:TPU's RESOURCE_EXHAUSTED: an answer, "it does not fit"), on a backend without a pool (a TPU)."""
-    if backends.get(backend).has_pool or points.empty:
+def _refused(points: pd.DataFrame) -> dict:
+    """(function_id, variant) -> the batches whose compile was refused as too large for the device
+    (XLA:TPU's RESOURCE_EXHAUSTED: an answer, "it does not fit"; read on a backend without a pool, a TPU)."""
+    if points.empty:
         return {}
     bad = points[points["error"].map(tpus.out_of_memory)]
     return {(int(f), str(v)): sorted({int(b) for b in g["batch"]})
@@ -303,21 +307,24 @@ def _peak_at(by_key, fid, variant, device, devices, batch) -> int | None:
     return None if c is None else c.at(batch)
 
 
-def _curve_row(c: Curve, device_bytes: int | None, backend: str | None = None) -> dict:
+def _curve_row(c: Curve, device_bytes: int | None, rule: Backend) -> dict:
     row = {"points": len(c.b), "batch_min": int(c.b[0]), "batch_max": int(c.b[-1]),
            "intercept_bytes": int(round(c.intercept)), "bytes_per_example": round(c.slope, 3),
            "affine": c.affine, "max_residual_bytes": int(round(c.max_residual)), "largest_batch": None,
            "largest_batch_with_settings": None, "next_batch": None}
     if device_bytes is not None:
-        row["largest_batch"] = largest = c.largest(lambda p: fits_by_default(p, device_bytes, backend))
-        row["largest_batch_with_settings"] = c.largest(lambda p: fits_at_all(p, device_bytes, backend))
-        row["next_batch"] = c.above(largest, lambda p: fits_by_default(p, device_bytes, backend))
+        def fits(p):
+            return rule.fits(p, device_bytes)
+
+        row["largest_batch"] = largest = c.largest(fits)
+        row["largest_batch_with_settings"] = c.largest(lambda p: rule.fits_at_all(p, device_bytes))
+        row["next_batch"] = c.above(largest, fits)
     return row
 
 
-def _job_row(parts: list, device_bytes: int | None, backend: str | None = None) -> dict:
+def _job_row(parts: list, device_bytes: int | None, rule: Backend) -> dict:
     """All devices of the call together: each device's own answer, the smallest."""
-    rows = [_curve_row(c, device_bytes, backend) for c in parts]
+    rows = [_curve_row(c, device_bytes, rule) for c in parts]
     out = {"points": min(r["points"] for r in rows), "batch_min": max(r["batch_min"] for r in rows),
            "batch_max": min(r["batch_max"] for r in rows), "intercept_bytes": None, "bytes_per_example": None,
            "affine": all(r["affine"] for r in rows), "max_residual_bytes": None, "largest_batch": None,
@@ -392,17 +399,17 @@ def build_plan(ar, findings=(), device_bytes: int | None = None) -> Plan | None:
     planned_for = ((run.manifest or {}).get("settings") or {}).get("plan") or {}
     searched = _int(planned_for.get("device_bytes")) if isinstance(planned_for, dict) else None
     m = run.manifest or {}
-    rule = backends.of_run(m).name
+    rule = backends.of_run(m)
     device_from = "asked" if device_bytes is not None else ""
     if device_bytes is None and searched is not None:  # the device the run searched for, unless another is asked
         device_bytes, device_from = searched, "searched"
-    if device_bytes is None and not backends.get(rule).has_pool:  # a TPU: the chip it ran on, all of it
+    if device_bytes is None and not rule.has_pool:  # a TPU: the chip it ran on, all of it
         device_bytes = recorded_limit(run)
         device_from = "bytes_limit" if device_bytes is not None else ""
     if device_bytes is not None:
         ok = points["peak_bytes"].notna()
-        points.loc[ok, "fits"] = [fits_by_default(int(p), device_bytes, rule) for p in points.loc[ok, "peak_bytes"]]
-        if not backends.get(rule).has_pool:  # XLA:TPU's own "it does not fit", at compile
+        points.loc[ok, "fits"] = [rule.fits(int(p), device_bytes) for p in points.loc[ok, "peak_bytes"]]
+        if not rule.has_pool:  # XLA:TPU's own "it does not fit", at compile
             points.loc[points["error"].map(tpus.out_of_memory), "fits"] = False
     ev = run.events
     said = [] if ev is None or ev.empty else [str(m) for m in ev.loc[ev["kind"] == "plan", "message"]]
@@ -412,7 +419,7 @@ def build_plan(ar, findings=(), device_bytes: int | None = None) -> Plan | None:
     return Plan(points=points, models=batch_models(points, device_bytes, rule),
                 functions=_planned(run, points, names, params, list(findings)),
                 device_bytes=device_bytes, events=said, fraction_variable=fraction_env_name(m.get("jaxlib_version")),
-                searched_bytes=searched, cut=cut, backend=rule, device_from=device_from)
+                searched_bytes=searched, cut=cut, backend=rule.name, device_from=device_from)
 
 
 def recorded_limit(run) -> int | None:
