@@ -359,18 +359,23 @@ def _render_plan(doc: RunDocument, con: Console, explain: bool) -> None:
         _explained(con, explain, _PLAN_NOTE)
 
 
-def _batch_text(b, batches=(), searched: bool = False) -> str:
+def _batch_text(b, batches=(), searched: bool = False, next_batch=None, refused=()) -> str:
     """A largest batch in words: a compiled batch that fits, and the next
-    compiled one, which does not (``batches``: those compiled for its
-    variant); never a batch read off a line."""
+    one, which does not: ``next_batch`` (the model's: compiled, or one of
+    ``refused``, those XLA refused as too large) where given, else the next of
+    ``batches`` (those compiled for its variant); never a batch read off a line."""
     if b is None or b is pd.NA:
         return "not known (no batch compiled)"
-    above = min((x for x in batches if x > b), default=None)
+    if next_batch is None or next_batch is pd.NA:
+        above = min((x for x in batches if x > b), default=None)
+    else:
+        above = int(next_batch)
     if b == 0:
         return f"none ({above:,}, the smallest compiled, does not fit)" if above is not None else "none"
     if above is None:
         return f"at least {b:,} (the largest compiled batch, which fits)"
-    return (f"{b:,} (compiled, and fits; {above:,}, the next compiled, does not"
+    return (f"{b:,} (compiled, and fits; {above:,}, the next " + ("one, XLA refused as too large" if above in refused
+                                                                  else "compiled, does not")
             + ("; found by compiles for this device)" if searched else ")"))
 
 
@@ -393,7 +398,8 @@ def _render_plan_fit(plan, f, models, busiest, con: Console) -> None:
         if not backends.get(getattr(plan, "backend", None)).has_pool:  # a TPU: the whole chip (backends/tpu.py)
             whose = " (the chip's own bytes_limit)" if getattr(plan, "device_from", "") == "bytes_limit" else ""
             con.print(Text(f"for a {size} device{whose} ({on}): largest batch "
-                           f"{_batch_text(m['largest_batch'], batches, searched)} within the whole chip (a TPU has "
+                           f"{_batch_text(m['largest_batch'], batches, searched, m['next_batch'], f.refused_at)} "
+                           f"within the whole chip (a TPU has "
                            f"no pool: XLA:TPU refuses at compile what cannot fit)"))
             continue
         con.print(Text(f"for a {size} device ({on}): largest batch "
