@@ -78,6 +78,12 @@ done
 for prog in nnx_optimizer linen_trainstate; do
   t "$prog-python" python3 "$src/benchmarks/tpu/chip_stats.py" "$out/$prog-python.json" "$lib/$prog.py" --width 65536 --steps 40
 done
+# What part of a snapshot taken in the program's thread changes how far a
+# fast loop runs ahead of the chip (benchmarks/tpu/observer.py: linen's step
+# under python, one part after each dispatch).
+for after in none profile live stats sleep thread-profile; do
+  t "observer-$after" python3 "$src/benchmarks/tpu/observer.py" "$out/observer-$after.json" --after "$after"
+done
 # The program's daemon thread stops with it (a heartbeat every 0.1 s): the
 # lines it wrote after the script's last atexit handler, under python and run.
 hb=$src/tests/scripts/end_phase_step.py

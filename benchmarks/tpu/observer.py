@@ -1,0 +1,108 @@
+"""What in a snapshot changes how far a fast loop runs ahead of the chip.
+
+    python3 benchmarks/tpu/observer.py OUT.json --after none|profile|live|sleep|thread-profile|stats
+        [--sleep-s S] [--width N] [--steps N]
+
+The lane's fast loop (sample_runs/libraries/linen_trainstate.py's step: a
+flax linen TrainState under jax.jit, optax adam, width 65536, 40 steps of
+about 2 ms on a v5e) under plain python, with one part of a snapshot done in
+the program's thread after each step's dispatch:
+
+- ``none``: nothing (python);
+- ``profile``: ``jax.profiler.device_memory_profile()``;
+- ``live``: ``jax.live_arrays()``;
+- ``stats``: ``memory_stats()`` of device 0;
+- ``sleep``: the host busy ``--sleep-s`` (what a whole snapshot costs, 1.4 ms);
+- ``thread-profile``: ``device_memory_profile()`` on another thread, the
+  program's thread only waking it.
+
+OUT.json gets the chip's counters after the last step (``memory_stats()``),
+the host's seconds per step (dispatch and the part together), and the part's
+own seconds. Whether a part drains the chip's queue shows as generations of
+the step's outputs queued (``peak_bytes_in_use``) beside ``none``'s.
+"""
+import argparse
+import json
+import threading
+import time
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import optax
+from flax.training import train_state
+
+parser = argparse.ArgumentParser()
+parser.add_argument("out")
+parser.add_argument("--after", default="none",
+                    choices=["none", "profile", "live", "sleep", "thread-profile", "stats"])
+parser.add_argument("--sleep-s", type=float, default=0.0014)
+parser.add_argument("--width", type=int, default=65536)
+parser.add_argument("--steps", type=int, default=40)
+args = parser.parse_args()
+
+
+class MLP(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+        return nn.Dense(10)(nn.relu(nn.Dense(args.width)(x)))
+
+
+model = MLP()
+params = model.init(jax.random.key(0), jnp.ones((1, 256)))["params"]
+state = train_state.TrainState.create(apply_fn=model.apply, params=params, tx=optax.adam(1e-3))
+
+
+@jax.jit
+def train_step(state, x, y):
+    def loss_fn(p):
+        return optax.softmax_cross_entropy_with_integer_labels(state.apply_fn({"params": p}, x), y).mean()
+
+    loss, grads = jax.value_and_grad(loss_fn)(state.params)
+    return state.apply_gradients(grads=grads), loss
+
+
+wake, done = threading.Event(), threading.Event()
+
+
+def profiler_thread():
+    while True:
+        wake.wait()
+        wake.clear()
+        jax.profiler.device_memory_profile()
+        done.set()
+
+
+if args.after == "thread-profile":
+    threading.Thread(target=profiler_thread, daemon=True).start()
+
+dev = jax.devices()[0]
+x, y = jnp.ones((32, 256)), jnp.zeros((32,), jnp.int32)
+state, loss = train_step(state, x, y)  # compiled, and its first outputs made
+jax.block_until_ready(loss)
+part_s = []
+t0 = time.perf_counter()
+for i in range(args.steps):
+    state, loss = train_step(state, x, y)
+    p0 = time.perf_counter()
+    if args.after == "profile":
+        jax.profiler.device_memory_profile()
+    elif args.after == "live":
+        jax.live_arrays()
+    elif args.after == "stats":
+        dev.memory_stats()
+    elif args.after == "sleep":
+        end = p0 + args.sleep_s
+        while time.perf_counter() < end:
+            pass
+    elif args.after == "thread-profile":
+        wake.set()
+    part_s.append(time.perf_counter() - p0)
+host_s = time.perf_counter() - t0
+stats = dev.memory_stats()
+jax.block_until_ready(loss)
+with open(args.out, "w") as f:
+    json.dump({"after": args.after, "steps": args.steps, "host_s_per_step": host_s / args.steps,
+               "part_s_median": sorted(part_s)[len(part_s) // 2], "memory_stats": stats,
+               "loss": float(loss)}, f)
+print(args.after, f"{host_s / args.steps * 1e3:.2f} ms/step", stats.get("peak_bytes_in_use"))
