@@ -233,7 +233,12 @@ def test_a_signal_in_the_end_does_not_wait_for_the_compile_under_way(tmp_path):
                             text=True)
     try:
         assert proc.stdout.readline().startswith("steps"), proc.stderr.read()
-        time.sleep(1.0)  # the script has ended; the end phase runs, the dump held on the thread
+        # The end phase is under way once its own compile (the donation's, in the main thread) is done;
+        # the dump is held on the thread. (A signal before the end phase is the script's, at its end.)
+        deadline = time.monotonic() + 120
+        while not (log.exists() and '"MainThread"' in log.read_text()):
+            assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read()
+            time.sleep(0.05)
         t0 = time.monotonic()
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=120)

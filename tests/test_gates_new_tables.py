@@ -286,7 +286,9 @@ def test_a_target_search_stopped_part_way_says_it_was_cut(tmp_path, sig):
         [["report", "run"], ["report", "run", "--json"], ["check", "run", "--target-fits", "v5e:2x2"],
          ["check", "run", "--target-fits", "v5e:2x2", "--allow-unfinished"]], tmp_path, env=cpu_env(COLUMNS="300"))
     assert report.returncode == 0, report.stderr
-    line = next(x for x in report.stdout.splitlines() if x.startswith("v5e:2x2 step: search for"))
+    lines = [x for x in report.stdout.splitlines() if x.startswith("v5e:2x2 step: search for")]
+    assert lines, report.stdout
+    line = lines[0]
     assert re.fullmatch(rf"v5e:2x2 step: search for the largest batch that fits cut short \({re.escape(why)}\): "
                         r"[\d,]+ fits, the largest batch compiled before, a lower bound", line), line
     assert "largest batch that fits: " not in report.stdout, report.stdout
