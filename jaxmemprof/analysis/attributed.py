@@ -22,6 +22,8 @@ import pandas as pd
 from jaxmemprof.analysis.groups import Breakdown, summarize, top
 from jaxmemprof.analysis.options import Options
 from jaxmemprof.analysis.sites import Attribution, FileView, run_stack_sites
+from jaxmemprof.facts import backends
+from jaxmemprof.facts.backends import Backend
 from jaxmemprof.store.jit_tables import JitTables
 
 
@@ -63,6 +65,12 @@ class Attributed:
     @cached_property
     def files(self) -> Files:
         return Files(self.attribution)
+
+    @cached_property
+    def backend(self) -> Backend:
+        """The backend the run recorded (facts/backends ``of_run``), chosen
+        once: the chip's counters, the fit, the plan and the rules ask it."""
+        return backends.of_run(self.run.manifest)
 
     def prepare(self) -> Attributed:
         """Attribute at once everything a report reads, in the stage's order:
