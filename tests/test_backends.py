@@ -85,7 +85,7 @@ def test_a_tpu_plan_takes_xla_tpus_refusal_as_the_next_batch():
                "(30.01G) exceeds available HBM (15.75G).")
     points = _points([{"batch": 8, "peak_bytes": 10 * 1024**3}, {"batch": 16, "peak_bytes": 15 * 1024**3},
                       {"batch": 32, "peak_bytes": None, "error": refusal}])
-    tpu_row = batch_models(points, LIMIT, "tpu").iloc[0]
+    tpu_row = batch_models(points, LIMIT, backends.get("tpu")).iloc[0]
     assert tpu_row["largest_batch"] == 16 and tpu_row["next_batch"] == 32
-    gpu_row = batch_models(points, LIMIT, "gpu").iloc[0]  # the pool: 0.75 of the chip holds batch 8 only
+    gpu_row = batch_models(points, LIMIT, backends.get("gpu")).iloc[0]  # the pool: 0.75 of the chip holds batch 8 only
     assert gpu_row["largest_batch"] == 8 and gpu_row["next_batch"] == 16

@@ -21,30 +21,33 @@ import pandas as pd
 
 from jaxmemprof.analysis.groups import Breakdown, summarize, top
 from jaxmemprof.analysis.options import Options
-from jaxmemprof.analysis.sites import Attribution, run_stack_sites
+from jaxmemprof.analysis.sites import Attribution, FileView, run_stack_sites
+from jaxmemprof.facts import backends
+from jaxmemprof.facts.backends import Backend
 from jaxmemprof.store.jit_tables import JitTables
 
 
 class Files:
-    """Each source file under the run's attribution once: whether it is
-    library code, and how it is shown (the two rules of
-    :class:`~jaxmemprof.analysis.sites.Attribution` that analyses apply to a
-    file the run names outside its stacks: a jitted function's, a caller's)."""
+    """Each source file under the run's attribution once: its
+    :class:`~jaxmemprof.analysis.sites.FileView` (whether it is library
+    code, and how it is shown), for a file the run names outside its stacks
+    (a jitted function's, a caller's, a holder's)."""
 
     def __init__(self, attribution: Attribution):
         self._attribution = attribution
-        self._library: dict = {}
-        self._shown: dict = {}
+        self._views: dict[str, FileView] = {}
+
+    def view(self, file: str) -> FileView:
+        got = self._views.get(file)
+        if got is None:
+            got = self._views[file] = self._attribution.file(file)
+        return got
 
     def is_library(self, file: str) -> bool:
-        if file not in self._library:
-            self._library[file] = self._attribution.is_library(file)
-        return self._library[file]
+        return self.view(file).library
 
     def display_path(self, file: str) -> str:
-        if file not in self._shown:
-            self._shown[file] = self._attribution.display_path(file)
-        return self._shown[file]
+        return self.view(file).shown
 
 
 class Attributed:
@@ -63,6 +66,12 @@ class Attributed:
     def files(self) -> Files:
         return Files(self.attribution)
 
+    @cached_property
+    def backend(self) -> Backend:
+        """The backend the run recorded (facts/backends ``of_run``), chosen
+        once: the chip's counters, the fit, the plan and the rules ask it."""
+        return backends.of_run(self.run.manifest)
+
     def prepare(self) -> Attributed:
         """Attribute at once everything a report reads, in the stage's order:
         the stacks' sites, the per-site series, the peak's sites, XLA's
@@ -79,8 +88,7 @@ class Attributed:
                 if c in rows:
                     for file in rows[c].dropna().unique():
                         if isinstance(file, str):
-                            self.files.is_library(file)
-                            self.files.display_path(file)
+                            self.files.view(file)
         return self
 
     @cached_property

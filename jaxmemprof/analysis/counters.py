@@ -20,8 +20,13 @@ reports no counters: a CPU)."""
 
 from __future__ import annotations
 
-from jaxmemprof.facts import backends, truepeak
+from typing import TYPE_CHECKING
+
+from jaxmemprof.facts import truepeak
 from jaxmemprof.facts.devices import display
+
+if TYPE_CHECKING:
+    from jaxmemprof.analysis.attributed import Attributed
 
 # Outputs less aliased under this share of the call's outputs: the state is donated, no generation to count.
 DONATED_SHARE = 0.05
@@ -38,13 +43,15 @@ def _stats_by_device(run) -> dict:
     return out
 
 
-def chip_counters(run, inside=None, needed_bytes: int | None = None, busiest_live_bytes: int = 0) -> dict | None:
+def chip_counters(ar: Attributed, inside=None, needed_bytes: int | None = None,
+                  busiest_live_bytes: int = 0) -> dict | None:
     """The counters beside the model (the keys: ``Headline.chip`` in
-    docs/columns.md). ``inside``: the call at the true peak (peaks.CallPeak);
+    docs/columns.md), read by the run's backend (``Attributed.backend``).
+    ``inside``: the call at the true peak (peaks.CallPeak);
     ``needed_bytes``: the true peak on the busiest device;
     ``busiest_live_bytes``: the snapshots' peak on the busiest device."""
-    rule = backends.of_run(run.manifest)
-    read = {d: rule.chip_peak(s) for d, s in _stats_by_device(run).items()}
+    stats, rule = _stats_by_device(ar.run), ar.backend
+    read = {d: rule.chip_peak(s) for d, s in stats.items()}
     read = {d: p for d, p in read.items() if p is not None}
     if not read:
         return None

@@ -152,12 +152,10 @@ def run_cells(ar: Attributed, max_points: int = MAX_POINTS) -> Cells:
 
 def _stack_table(run, attribution: Attribution, interner: _Interner) -> dict:
     """run.stacks (stack_id -> [(file, line, function)]) as interned stacks."""
-    files = {f for frames in run.stacks.values() for f, _, _ in frames}
-    is_lib = {f: attribution.is_library(f) for f in files}
-    shown = {f: attribution.display_path(f) for f in files}
+    views = attribution.views(f for frames in run.stacks.values() for f, _, _ in frames)
     out = {}
     for sid, frames in run.stacks.items():
-        ids = [interner.frame(fn, shown[f], ln, not is_lib[f]) for f, ln, fn in frames]
+        ids = [interner.frame(fn, views[f].shown, ln, not views[f].library) for f, ln, fn in frames]
         out[int(sid)] = interner.stack(ids)
     return out
 

@@ -37,15 +37,18 @@ from __future__ import annotations
 
 import json
 import re
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
-from jaxmemprof.analysis.sites import NO_STACK, Attribution
+from jaxmemprof.analysis.sites import NO_STACK, Attribution, FileView
 from jaxmemprof.facts.libraries import BY_NAME
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from jaxmemprof.analysis.attributed import Attributed
 
 PEAK_COLUMNS = ["function_id", "function", "signature", "largest_signature", "site", "file", "line", "kind", "bytes",
@@ -84,15 +87,16 @@ def _wrapped_params(functions) -> dict:
     return out
 
 
-def buffer_site(attribution: Attribution, wrapped: tuple | None, kind, op, frames: list) -> tuple[str, str, int]:
+def buffer_site(view: Callable[[str], FileView], wrapped: tuple | None, kind, op, frames: list) -> tuple[str, str, int]:
     """(site, file, line) of a buffer XLA made: the innermost frame of the
     user's code; else an argument's name (``wrapped``: the wrapper's Library
     and the function's parameters, for a wrapper that passes jax.jit
-    arguments of its own); else its op."""
-    user = [f for f in frames if isinstance(f[0], str) and not attribution.is_library(f[0])]
+    arguments of its own); else its op. ``view``: a file's FileView under
+    the run's attribution (the stage's ``Files.view``, or one kept per table)."""
+    user = [f for f in frames if isinstance(f[0], str) and not view(f[0]).library]
     if user:
         f, ln, fn = user[0]
-        shown = attribution.display_path(f)
+        shown = view(f).shown
         return f"{shown}:{ln} ({fn})", shown, int(ln)
     if kind in ("argument", "aliased") and isinstance(op, str) and op:
         words = wrapped[0].argument_words(op, wrapped[1]) if wrapped is not None else None
@@ -114,13 +118,14 @@ def attributed_buffers(run, attribution: Attribution) -> pd.DataFrame:
     b = buffers.copy()
     names = dict(zip(functions["function_id"], functions["name"])) if functions is not None else {}
     wrapped = _wrapped_params(functions)
-    sites, files, lines = [], [], []
+    view = lru_cache(maxsize=None)(attribution.file)  # each file asked once
+    sites, shown, lines = [], [], []
     for fid, kind, op, frames in zip(b["function_id"], b["kind"], b["op"], b["frames"]):
-        site, file, line = buffer_site(attribution, wrapped.get(fid), kind, op, _frames(frames))
+        site, file, line = buffer_site(view, wrapped.get(fid), kind, op, _frames(frames))
         sites.append(site)
-        files.append(file)
+        shown.append(file)
         lines.append(line)
-    b["site"], b["file"], b["line"] = sites, files, lines
+    b["site"], b["file"], b["line"] = sites, shown, lines
     b["function"] = b["function_id"].map(names).fillna("").astype(str)
     # Every signature's buffers, each signature once (one analysed twice was written twice), marked
     # with the function's largest (by its peak); runs recorded before buffers named their signature
@@ -204,6 +209,7 @@ def attributed_curves(run, attribution: Attribution, lines: int = CURVE_LINES) -
         return empty
     names = dict(zip(functions["function_id"], functions["name"])) if functions is not None else {}
     wrapped = _wrapped_params(functions)
+    view = lru_cache(maxsize=None)(attribution.file)  # each file asked once
     per = _largest_signatures(programs)
     each = programs.drop_duplicates(["function_id", "signature"], keep="last").set_index(["function_id", "signature"])
     rows = []
@@ -219,7 +225,7 @@ def attributed_curves(run, attribution: Attribution, lines: int = CURVE_LINES) -
             positions, totals = [int(p) for p in curve["positions"]], [int(b) for b in curve["bytes"]]
             by_site: dict[str, list] = {}
             for (kind, frames, op), run_bytes in curve["stacks"]:
-                site = buffer_site(attribution, wrapped.get(fid), kind, op, [f for f in frames if len(f) == 3])[0]
+                site = buffer_site(view, wrapped.get(fid), kind, op, [f for f in frames if len(f) == 3])[0]
                 acc = by_site.setdefault(site, [0] * len(positions))
                 for i, v in enumerate(run_bytes[:len(positions)]):
                     acc[i] += int(v)

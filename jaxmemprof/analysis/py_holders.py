@@ -26,7 +26,6 @@ from functools import lru_cache
 import numpy as np
 import pandas as pd
 
-from jaxmemprof.facts.paths import Libraries, is_library
 from jaxmemprof.units import format_bytes
 
 HOLDER_COLUMNS = ["at", "snapshot", "site", "holder", "kind", "container", "created", "arrays", "bytes",
@@ -205,7 +204,7 @@ def describe(chain: dict, run, files) -> dict:
         else:
             text += f".<{label}>"
     kinds = {k for k, _ in steps[1:]}
-    library = bool(file) and is_library(file, Libraries.from_manifest(run.manifest)) and root != "__main__"
+    library = bool(file) and files.view(file).library_by_rule and root != "__main__"  # the run's rule, patterns aside
     first = steps[0][1] if steps else ""
     if root_kind == "global" and root == "__main__" and _HISTORY.match(first) and run.manifest.get("notebook"):
         kind = "output-history"

@@ -98,7 +98,7 @@ def build_report(ar: Attributed, *, extra_rules=()) -> Report:
     peaks = ar.peaks
     device_peak, total_true_peak, inside = peaks.device_bytes, peaks.total_bytes, peaks.call
     busiest = peaks.busiest_live_bytes
-    chip = chip_counters(run, inside, device_peak, busiest)  # the chip's own counters beside the model
+    chip = chip_counters(ar, inside, device_peak, busiest)  # the chip's own counters beside the model
     what = roles(ar)
     fit = will_it_fit(ar, options.device_memory, device_peak) if options.device_memory is not None else None
     # The rules, each family in turn (analysis/rules/): detection, severity and words in one module each.

@@ -23,11 +23,8 @@ import pandas as pd
 
 from jaxmemprof.analysis.attributed import Attributed
 from jaxmemprof.analysis.cells import json_cell, leaves as _leaves
-from jaxmemprof.facts.donors import match
-from jaxmemprof.facts.flow import CARRIED, HELD, PER_STEP, UNKNOWN, flows, leaf_key
-from jaxmemprof.facts import truepeak
+from jaxmemprof.facts.flow import CARRIED, HELD, PER_STEP, UNKNOWN, fed_back, flows, leaf_key, passed_call
 from jaxmemprof.facts.libraries import OPTIMIZER, PARAMETERS, STATE, role_of_tag
-from jaxmemprof.facts.truepeak import as_passed
 
 # PARAMETERS, OPTIMIZER and STATE are also what a library's tag can say (jaxmemprof.facts.libraries).
 BATCH, HELD_INPUTS, INPUTS = ("batch", "held inputs", "other inputs")
@@ -125,24 +122,24 @@ def roles(ar: Attributed) -> Roles:
     if call is None or calls is None or calls.empty:
         return empty_roles()
     mine = calls[calls["function_id"] == call.function_id].sort_values("call_index")
-    flow = flows(_leaves(text) for text in mine["inputs"])
     row = mine[mine["call_index"] == call.call_index]
     if row.empty:
         return empty_roles()
-    outputs = _leaves(row["outputs"].iloc[0])
-    # numpy arguments at what XLA holds of them (a float64 one as JAX passed it: float32 with x64 off)
-    inputs = as_passed(_leaves(row["inputs"].iloc[0]), outputs, call.figures.get("argument_bytes"))
-    fed = _fed_back(mine, call.call_index)
+    # The call's leaves read once (facts/flow.py): numpy arguments at what XLA holds of them (a float64 one
+    # as JAX passed it: float32 with x64 off), each input's flow, the outputs the next call took, those
+    # written into donated buffers, XLA's outputs into new buffers.
+    passed = passed_call([_leaves(text) for text in mine["inputs"]], _leaves(row["inputs"].iloc[0]),
+                         _leaves(row["outputs"].iloc[0]), call.figures, _taken(mine, call.call_index))
+    inputs, outputs, fed = passed.inputs, passed.outputs, passed.fed
     live = call.live_before or {}
     device_names = sorted(live) or ["all"]
     # the devices the call runs on: its inputs' (XLA's figures are theirs; another device
     # holds only what lives there)
     ran_on = {d for leaf in inputs if isinstance(leaf.get("on"), list) for d in leaf["on"]} or set(device_names)
     owners = []
-    leaf_roles = _by_structure(inputs, [role_of(leaf, flow.get(leaf_key(leaf))) for leaf in inputs])
+    leaf_roles = _by_structure(inputs, [role_of(leaf, flow) for leaf, flow in zip(inputs, passed.flows)])
     host: dict = {}  # device -> bytes of numpy arguments copied there for the call (not live before it)
-    # outputs XLA writes into donated inputs' buffers: no bytes of their own (JAX's matching, donors.py)
-    aliased = set(match(inputs, outputs, [i for i, leaf in enumerate(inputs) if leaf.get("donated")]).values())
+    aliased = passed.aliased  # outputs XLA writes into donated inputs' buffers: no bytes of their own
     host_leaves = [i for i, leaf in enumerate(inputs) if leaf.get("host") and leaf.get("same_as") in (None, i)]
     for d in device_names:
         on_device = 0
@@ -179,7 +176,7 @@ def roles(ar: Attributed) -> Roles:
         # Outputs: XLA's, less what it writes into donated buffers; of them,
         # the next call takes first.
         # the ones the next call takes (donated buffers: aliased first) are new state.
-        written = max(truepeak.written(f), 0)
+        written = max(passed.written, 0)
         fed_bytes = int(od.loc[od["role"] == NEW_STATE, "bytes"].sum())
         if aliased or not f.get("alias_bytes", 0):  # the aliased outputs are left out of the owners already
             new_state = min(fed_bytes, written)
@@ -248,19 +245,19 @@ def _owner(device: str, role: str, leaf: dict, function: str) -> dict:
             "dtype": str(leaf.get("dtype") or ""), "function": function, "sharding": str(leaf.get("sharding") or "")}
 
 
+def _taken(calls: pd.DataFrame, index: int) -> list:
+    """The input leaf lists that say which outputs of call ``index`` the
+    next call took: the next call's (that call sampled), else every sampled
+    call's (what any took from the one before it)."""
+    nxt = calls[calls["call_index"] == index + 1]
+    return [_leaves(text) for text in (nxt["inputs"] if not nxt.empty else calls["inputs"])]
+
+
 def _fed_back(calls: pd.DataFrame, index: int) -> dict:
     """The output leaves of call ``index`` that the next call took as inputs
     (that call sampled; else those any sampled call took from the one before
     it), each -> the input leaf it became."""
-    nxt = calls[calls["call_index"] == index + 1]
-    texts = nxt["inputs"] if not nxt.empty else calls["inputs"]
-    out: dict = {}
-    for text in texts:
-        for leaf in _leaves(text):
-            origin = leaf.get("from")
-            if isinstance(origin, list) and len(origin) == 2 and origin[0] == "out" and isinstance(origin[1], int):
-                out.setdefault(origin[1], leaf)
-    return out
+    return fed_back(_taken(calls, index))
 
 
 def _temporaries(ar: Attributed, call) -> pd.DataFrame:

@@ -21,7 +21,7 @@ from functools import cached_property
 
 from typing import TYPE_CHECKING
 
-from jaxmemprof.facts.paths import Libraries, installed_part, is_library
+from jaxmemprof.facts.paths import Libraries, place
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -39,6 +39,18 @@ def _matches(path: str, pattern: str) -> bool:
     if _GLOB_CHARS & set(pattern):
         return fnmatch.fnmatchcase(path, pattern)
     return pattern in path
+
+
+@dataclass(frozen=True)
+class FileView:
+    """One source file as an attribution has it: ``library`` (library code,
+    the user's patterns applied), ``library_by_rule`` (library code by the
+    run's rule alone, facts/paths.py, the patterns aside) and ``shown`` (how
+    every site shows it)."""
+
+    library: bool
+    library_by_rule: bool
+    shown: str
 
 
 @dataclass(frozen=True)
@@ -72,19 +84,36 @@ class Attribution:
     def _labels(self) -> dict:
         return dict(self.names)
 
+    def file(self, path: str) -> FileView:
+        """``path`` as attributed: its view, from one question to the rule
+        (facts/paths.py ``place``)."""
+        at = place(path, self.libraries)
+        return FileView(self._library(path, at.library), at.library, self._shown(path, at.installed))
+
+    def views(self, paths) -> dict[str, FileView]:
+        """Each of ``paths`` once: path -> its :class:`FileView`."""
+        return {p: self.file(p) for p in dict.fromkeys(paths)}
+
     def is_library(self, path: str) -> bool:
+        return self.file(path).library
+
+    def display_path(self, path: str) -> str:
+        """How a file is shown in every site: its label (a notebook's cell),
+        else relative to the first root that holds it, else from its
+        installed package down, else as it is."""
+        return self.file(path).shown
+
+    def _library(self, path: str, by_rule: bool) -> bool:
+        """The user's patterns first, then the rule's answer ``by_rule``."""
         if self.all_frames:
             return False
         if any(_matches(path, p) for p in self.user):
             return False
         if any(_matches(path, p) for p in self.library):
             return True
-        return is_library(path, self.libraries)
+        return by_rule
 
-    def display_path(self, path: str) -> str:
-        """How a file is shown in every site: its label (a notebook's cell),
-        else relative to the first root that holds it, else from its
-        installed package down, else as it is."""
+    def _shown(self, path: str, installed: str | None) -> str:
         label = self._labels.get(path) if self.names else None
         if label is not None:
             return label
@@ -92,17 +121,15 @@ class Attribution:
             prefix = root.rstrip("/\\") + os.sep
             if path.startswith(prefix):
                 return path[len(prefix):]
-        return installed_part(path, self.libraries) or path
+        return installed or path
 
 
 def frame_texts(profile: Profile, attribution: Attribution) -> list[tuple[bool, str, int, str, str]]:
     """Per frame id, in plain form: ``(user, shown file, line, function,
     site text)``, as :func:`frame_labels` has them."""
     keys = profile.frame_keys
-    files = dict.fromkeys(f for _, f, _ in keys)
-    is_lib = {f: attribution.is_library(f) for f in files}
-    shown = {f: attribution.display_path(f) for f in files}
-    return [(not is_lib[f], shown[f], ln, fn, f"{shown[f]}:{ln} ({fn})") for fn, f, ln in keys]
+    views = attribution.views(f for _, f, _ in keys)
+    return [(not views[f].library, views[f].shown, ln, fn, f"{views[f].shown}:{ln} ({fn})") for fn, f, ln in keys]
 
 
 def stack_classes(profile: Profile, attribution: Attribution, by: str) -> tuple[list[int], list[tuple]]:
@@ -146,9 +173,9 @@ def frame_labels(profile: Profile, attribution: Attribution) -> pd.DataFrame:
     import pandas as pd
 
     frames = profile.frames
-    files = frames["file"].unique()
-    is_lib = {f: attribution.is_library(f) for f in files}
-    shown = {f: attribution.display_path(f) for f in files}
+    views = attribution.views(frames["file"].unique())
+    is_lib = {f: v.library for f, v in views.items()}
+    shown = {f: v.shown for f, v in views.items()}
     out = pd.DataFrame(index=frames.index)
     out["user"] = ~frames["file"].map(is_lib).astype(bool)
     out["file"] = frames["file"].map(shown).astype(object)
@@ -215,9 +242,9 @@ def run_stack_sites(stacks: dict, attribution: Attribution) -> pd.DataFrame:
     function, stack`` (the user stack, as in ``--by stack``)."""
     import pandas as pd
 
-    files = {f for frames in stacks.values() for f, _, _ in frames}
-    is_lib = {f: attribution.is_library(f) for f in files}
-    shown = {f: attribution.display_path(f) for f in files}
+    views = attribution.views(f for frames in stacks.values() for f, _, _ in frames)
+    is_lib = {f: v.library for f, v in views.items()}
+    shown = {f: v.shown for f, v in views.items()}
     rows = []
     for sid, frames in stacks.items():
         user = [fr for fr in frames if not is_lib[fr[0]]] or list(frames[:1])

@@ -19,6 +19,11 @@ the held ones.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from jaxmemprof.facts.donors import match
+from jaxmemprof.facts.truepeak import as_passed, written
+
 CARRIED, HELD, PER_STEP, UNKNOWN = "carried", "held", "per-step", "unknown"
 
 
@@ -63,3 +68,49 @@ def batch_keys(flow: dict, usable=None) -> tuple[set, str | None]:
         if keys:
             return keys, kind
     return set(), None
+
+
+def fed_back(inputs) -> dict:
+    """Output index -> the first input leaf that came from it (``from``:
+    ``["out", j]``), over input leaf lists (a call's next call's; each a
+    list of leaf dicts, in call order): the outputs a step hands back to
+    itself, each with the input it became."""
+    out: dict = {}
+    for leaves in inputs:
+        for leaf in leaves:
+            origin = leaf.get("from")
+            if isinstance(origin, list) and len(origin) == 2 and origin[0] == "out" and isinstance(origin[1], int):
+                out.setdefault(origin[1], leaf)
+    return out
+
+
+@dataclass(frozen=True)
+class PassedCall:
+    """One sampled call as XLA ran it, read once for the roles of its bytes:
+    ``inputs``, its input leaves as JAX passed them (truepeak.as_passed: a
+    numpy argument at the dtype and bytes XLA holds); ``outputs``, its
+    output leaves; ``flows``, each input's flow over the function's sampled
+    calls (``flows``; None: not seen); ``fed``, output index -> the input
+    of the next call it became (``fed_back``); ``aliased``, the outputs XLA
+    writes into donated inputs' buffers (JAX's matching, donors.match);
+    ``written``, XLA's outputs into new buffers (truepeak.written)."""
+
+    inputs: list
+    outputs: list
+    flows: list
+    fed: dict
+    aliased: frozenset
+    written: int
+
+
+def passed_call(history, inputs: list, outputs: list, figures: dict, taken) -> PassedCall:
+    """The call whose input and output leaves are ``inputs`` and
+    ``outputs`` (lists of leaf dicts), with XLA's ``figures`` of its
+    signature; ``history``: the function's sampled calls' input leaf lists,
+    in call order (their flows); ``taken``: the input leaf lists to read
+    its fed-back outputs from (``fed_back``)."""
+    flow = flows(history)
+    passed = as_passed(inputs, outputs, figures.get("argument_bytes"))
+    donated = [i for i, leaf in enumerate(passed) if leaf.get("donated")]
+    return PassedCall(passed, outputs, [flow.get(leaf_key(leaf)) for leaf in passed], fed_back(taken),
+                      frozenset(match(passed, outputs, donated).values()), written(figures))

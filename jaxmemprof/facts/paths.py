@@ -174,3 +174,20 @@ def is_library(path: str, libraries: Libraries | None = None) -> bool:
     """Today's rule (:func:`is_builtin_library`), then the run's own
     ``libraries`` (None: a run that recorded none)."""
     return is_builtin_library(path) or (libraries is not None and libraries.holds(path))
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where one source file lies, by the rule above: ``library``
+    (:func:`is_library`) and ``installed`` (:func:`installed_part`: the path
+    from its package down, or None)."""
+
+    library: bool
+    installed: str | None
+
+
+def place(path: str, libraries: Libraries | None = None) -> Place:
+    """Both answers of the rule about ``path`` at once (given the run's
+    ``libraries``, None: a run that recorded none): the one question an
+    analysis asks of a file."""
+    return Place(is_library(path, libraries), installed_part(path, libraries))

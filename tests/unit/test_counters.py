@@ -19,8 +19,9 @@ TPU = REPO / "tests" / "fixtures" / "tpu"
 
 def _counters(name: str):
     run = load_run(TPU / name)
-    p = attribute(run, Options()).peaks
-    return chip_counters(run, p.call, p.device_bytes, p.busiest_live_bytes), p.call, p.device_bytes
+    ar = attribute(run, Options())
+    p = ar.peaks
+    return chip_counters(ar, p.call, p.device_bytes, p.busiest_live_bytes), p.call, p.device_bytes
 
 
 def test_gpt8_counters_and_the_generations_of_queued_outputs():
@@ -44,4 +45,4 @@ def test_donated_state_has_no_generation_to_count():
 
 def test_a_cpu_run_has_no_counters():
     run = load_run(REPO / "sample_runs" / "runs" / "mlp-leak")
-    assert chip_counters(run, None, None) is None
+    assert chip_counters(attribute(run), None, None) is None

@@ -76,10 +76,10 @@ def will_it_fit(ar: Attributed, device_bytes: int, true_peak_bytes: int | None =
     processes = max(1, int(processes))
     run = ar.run
     m = run.manifest or {}
+    peak = estimate_peak(ar, true_peak_bytes)
     version = jaxlib_version if jaxlib_version is not None else m.get("jaxlib_version")
     name = fraction_env_name(version)
-    peak = estimate_peak(ar, true_peak_bytes)
-    rule = backends.get(backend) if backend is not None else backends.of_run(m)
+    rule = backends.get(backend) if backend is not None else ar.backend
     environment = {str(k): str(v) for k, v in (m.get("environment") or {}).items()}
     if not rule.has_pool:  # a TPU: the whole device, no headroom, no setting (backends/tpu.py)
         need = rule.needed_bytes(peak.bytes)

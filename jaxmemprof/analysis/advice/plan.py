@@ -224,10 +224,9 @@ def curves(points: pd.DataFrame) -> dict:
     return out
 
 
-def batch_models(points: pd.DataFrame, device_bytes: int | None, backend: Backend | str | None = None) -> pd.DataFrame:
+def batch_models(points: pd.DataFrame, device_bytes: int | None, rule: Backend) -> pd.DataFrame:
     """Per function, variant and device, its curve's line and, with a device size, its largest batch by
-    ``backend``'s fit rule (a name or a backend; None: the CPU's)."""
-    rule = backend if isinstance(backend, Backend) else backends.get(backend)
+    the backend's fit rule (``rule``: the run's, ``Attributed.backend``)."""
     fits = None if device_bytes is None else (lambda p: rule.fits(p, device_bytes))
     rows = []
     by_key = curves(points)
@@ -399,7 +398,7 @@ def build_plan(ar, findings=(), device_bytes: int | None = None) -> Plan | None:
     planned_for = ((run.manifest or {}).get("settings") or {}).get("plan") or {}
     searched = _int(planned_for.get("device_bytes")) if isinstance(planned_for, dict) else None
     m = run.manifest or {}
-    rule = backends.of_run(m)
+    rule = ar.backend
     device_from = "asked" if device_bytes is not None else ""
     if device_bytes is None and searched is not None:  # the device the run searched for, unless another is asked
         device_bytes, device_from = searched, "searched"

@@ -120,7 +120,7 @@ def _lines(ar, names: dict) -> pd.DataFrame:
         return pd.DataFrame({c: pd.Series(dtype=object) for c in LINE_COLUMNS})
     b = b.copy()
     frames = [[f for f in _json(x, []) if isinstance(f, list) and len(f) == 3] for x in b["frames"]]
-    where = [buffer_site(ar.attribution, None, k, op, f) for k, op, f in zip(b["kind"], b["op"], frames)]
+    where = [buffer_site(ar.files.view, None, k, op, f) for k, op, f in zip(b["kind"], b["op"], frames)]
     b["site"], b["file"], b["line"] = [w[0] for w in where], [w[1] for w in where], [w[2] for w in where]
     b["function"] = [names.get(int(f), str(f)) for f in b["function_id"]]
     out = b.groupby(["target", "function_id", "function", "site", "file", "line", "kind", "program_peak_bytes"],

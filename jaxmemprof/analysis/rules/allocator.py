@@ -63,11 +63,10 @@ def queued_findings(ar: Attributed) -> list[Finding]:
     """On a backend whose counters show the outputs of queued steps (a TPU):
     one finding when whole generations of the largest call's outputs were in
     use beyond what the step needs (analysis/counters.py)."""
-    run = ar.run
-    if not backends.of_run(run.manifest).queue_advice:
+    if not ar.backend.queue_advice:
         return []
     peaks = ar.peaks
-    c = chip_counters(run, peaks.call, peaks.device_bytes, peaks.busiest_live_bytes)
+    c = chip_counters(ar, peaks.call, peaks.device_bytes, peaks.busiest_live_bytes)
     if not c or not c.get("queued_generations"):
         return []
     share = c.get("share_of_limit")
