@@ -82,7 +82,7 @@ state, loss = train_step(state, x, y)  # compiled, and its first outputs made
 jax.block_until_ready(loss)
 part_s = []
 t0 = time.perf_counter()
-for i in range(args.steps):
+for _ in range(args.steps):
     state, loss = train_step(state, x, y)
     p0 = time.perf_counter()
     if args.after == "profile":
