@@ -120,6 +120,16 @@ class Attributed:
         return run_peaks(self.run, timeline(self))
 
     @cached_property
+    def chip(self) -> dict | None:
+        """The chip's own counters beside the model (analysis/counters.py
+        ``chip_counters``, read at the run's peaks); computed once, read by
+        the report and the queued-steps rule. None: no counters."""
+        from jaxmemprof.analysis.counters import chip_counters
+
+        p = self.peaks
+        return chip_counters(self, p.call, p.device_bytes, p.busiest_live_bytes)
+
+    @cached_property
     def peak(self):
         from jaxmemprof.analysis.runs import run_peak
 

@@ -15,7 +15,6 @@ from jaxmemprof.analysis.advice.capacity import Fit, will_it_fit
 from jaxmemprof.analysis.advice.donation import jit_memory
 from jaxmemprof.analysis.advice.plan import Plan, build_plan
 from jaxmemprof.analysis.advice.targets import Targets, build_targets
-from jaxmemprof.analysis.counters import chip_counters
 from jaxmemprof.analysis.findings import by_effect, in_proportion, ranked
 from jaxmemprof.analysis.groups import Breakdown
 from jaxmemprof.analysis.headline import Headline, headline
@@ -97,8 +96,7 @@ def build_report(ar: Attributed, *, extra_rules=()) -> Report:
     # and on all devices summed, beside the snapshots' total. Computed once (Attributed.peaks).
     peaks = ar.peaks
     device_peak, total_true_peak, inside = peaks.device_bytes, peaks.total_bytes, peaks.call
-    busiest = peaks.busiest_live_bytes
-    chip = chip_counters(ar, inside, device_peak, busiest)  # the chip's own counters beside the model
+    chip = ar.chip  # the chip's own counters beside the model
     what = roles(ar)
     fit = will_it_fit(ar, options.device_memory, device_peak) if options.device_memory is not None else None
     # The rules, each family in turn (analysis/rules/): detection, severity and words in one module each.

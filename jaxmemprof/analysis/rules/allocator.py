@@ -46,7 +46,6 @@ from jaxmemprof.analysis.advice.allocator import (
 )
 from jaxmemprof.facts import backends
 from jaxmemprof.analysis.attributed import Attributed
-from jaxmemprof.analysis.counters import chip_counters
 from jaxmemprof.facts.backends.tpu import INFLIGHT_CAP, INFLIGHT_MEASURED
 from jaxmemprof.analysis.findings import Finding
 from jaxmemprof.analysis.rules.base import (LOWER_THE_PEAK, POOL_TRADE_OFF, TPU_DOCS, Context, Rule, Words, exact, fmt,
@@ -65,8 +64,7 @@ def queued_findings(ar: Attributed) -> list[Finding]:
     use beyond what the step needs (analysis/counters.py)."""
     if not ar.backend.queue_advice:
         return []
-    peaks = ar.peaks
-    c = chip_counters(ar, peaks.call, peaks.device_bytes, peaks.busiest_live_bytes)
+    c = ar.chip
     if not c or not c.get("queued_generations"):
         return []
     share = c.get("share_of_limit")
