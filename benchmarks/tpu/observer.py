@@ -23,14 +23,12 @@ the step's outputs queued (``peak_bytes_in_use``) beside ``none``'s.
 """
 import argparse
 import json
+import sys
 import threading
 import time
+from pathlib import Path
 
-import flax.linen as nn
 import jax
-import jax.numpy as jnp
-import optax
-from flax.training import train_state
 
 parser = argparse.ArgumentParser()
 parser.add_argument("out")
@@ -41,26 +39,13 @@ parser.add_argument("--width", type=int, default=65536)
 parser.add_argument("--steps", type=int, default=40)
 args = parser.parse_args()
 
-
-class MLP(nn.Module):
-    @nn.compact
-    def __call__(self, x):
-        return nn.Dense(10)(nn.relu(nn.Dense(args.width)(x)))
-
-
-model = MLP()
-params = model.init(jax.random.key(0), jnp.ones((1, 256)))["params"]
-state = train_state.TrainState.create(apply_fn=model.apply, params=params, tx=optax.adam(1e-3))
-
-
-@jax.jit
-def train_step(state, x, y):
-    def loss_fn(p):
-        return optax.softmax_cross_entropy_with_integer_labels(state.apply_fn({"params": p}, x), y).mean()
-
-    loss, grads = jax.value_and_grad(loss_fn)(state.params)
-    return state.apply_gradients(grads=grads), loss
-
+# The lane's program itself, up to its loop: its model, TrainState and jitted step.
+PROGRAM = Path(__file__).resolve().parents[2] / "sample_runs" / "libraries" / "linen_trainstate.py"
+head = PROGRAM.read_text().split("\nx, y = ", 1)[0]
+sys.argv = [str(PROGRAM), "--width", str(args.width)]
+program: dict = {"__name__": "linen_trainstate"}
+exec(compile(head, str(PROGRAM), "exec"), program)
+train_step, state, jnp = program["train_step"], program["state"], program["jnp"]
 
 wake, done = threading.Event(), threading.Event()
 
@@ -99,7 +84,7 @@ for _ in range(args.steps):
         wake.set()
     part_s.append(time.perf_counter() - p0)
 host_s = time.perf_counter() - t0
-stats = dev.memory_stats()
+stats = dev.memory_stats() or {}  # none on a CPU
 jax.block_until_ready(loss)
 with open(args.out, "w") as f:
     json.dump({"after": args.after, "steps": args.steps, "host_s_per_step": host_s / args.steps,
