@@ -81,7 +81,7 @@ done
 # What part of a snapshot taken in the program's thread changes how far a
 # fast loop runs ahead of the chip (benchmarks/tpu/observer.py: linen's step
 # under python, one part after each dispatch).
-for after in none profile live stats sleep thread-profile; do
+for after in none profile live stats sleep thread-profile grid-busy grid-deferred; do
   t "observer-$after" python3 "$src/benchmarks/tpu/observer.py" "$out/observer-$after.json" --after "$after"
 done
 # The program's daemon thread stops with it (a heartbeat every 0.1 s): the
