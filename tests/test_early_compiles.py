@@ -19,7 +19,7 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 
-from conftest import cpu_env, in_parallel
+from conftest import cpu_env, in_parallel, sigint_at
 
 from jaxmemprof.capture.jit.programs import unseen_compile
 from jaxmemprof.capture.jit.retrace import replay, traced
@@ -230,7 +230,7 @@ def test_a_signal_in_the_end_does_not_wait_for_the_compile_under_way(tmp_path):
     log = tmp_path / "compiles.jsonl"
     proc = subprocess.Popen([sys.executable, "-c", held, str(log), "run", "-q", "-o", str(tmp_path / "run"),
                              str(SCRIPT), "2", "0"], env=cpu_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+                            text=True, preexec_fn=sigint_at())  # SIGINT as from a terminal, however pytest started
     try:
         assert proc.stdout.readline().startswith("steps"), proc.stderr.read()
         # The end phase is under way once its own compile (the donation's, in the main thread) is done;

@@ -24,7 +24,7 @@ import time
 
 import pytest
 
-from conftest import REPO, cli_batch, cpu_env, write_script
+from conftest import REPO, cli_batch, cpu_env, sigint_at, write_script
 
 from jaxmemprof.facts import tpus
 
@@ -267,7 +267,7 @@ def test_a_target_search_stopped_part_way_says_it_was_cut(tmp_path, sig):
     out = tmp_path / "run"
     proc = subprocess.Popen([sys.executable, "-c", HELD_SEARCH, "run", "-q", "--plan", "--target", "v5e:2x2",
                              "-o", str(out), str(script)], env=cpu_env(), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, preexec_fn=sigint_at())  # SIGINT as from a terminal
     deadline = time.monotonic() + 300
     try:
         while proc.poll() is None and time.monotonic() < deadline and _searched(out / "journal.sqlite") < 2:

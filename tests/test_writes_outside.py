@@ -86,13 +86,22 @@ def _tree(root: Path, leave_out: Path | None = None) -> set:
     return found
 
 
-def _tpu_logs_of(pid: int) -> list:
-    """libtpu's log files of the process ``pid``."""
+def _tpu_logs_of(pid: int, since: float) -> list:
+    """libtpu's log files of the process ``pid`` written since ``since``
+    (time.time(): the directory keeps every process's, and a pid comes round
+    again on a machine that has run many)."""
     try:
         names = os.listdir(TPU_LOGS)
     except FileNotFoundError:
         return []
-    return sorted(n for n in names if n.endswith(f".{pid}"))
+    out = []
+    for n in names:
+        try:
+            if n.endswith(f".{pid}") and os.lstat(TPU_LOGS / n).st_mtime >= since - 1.0:
+                out.append(n)
+        except FileNotFoundError:
+            continue
+    return sorted(out)
 
 
 def _python(places: dict, script: Path, env: dict) -> subprocess.Popen:
@@ -131,6 +140,7 @@ def step_script(tmp_path_factory) -> Path:
 
 def test_a_target_run_leaves_nothing_outside_its_directory(tmp_path, step_script):
     py, ours = _places(tmp_path, "python"), _places(tmp_path, "run")
+    started = time.time()
     p = _python(py, step_script, _env(py))
     r = _run(ours, step_script, _env(ours), "--target", "v5e:2x2")
     py_out, _ = _finish(p, "python")
@@ -140,8 +150,8 @@ def test_a_target_run_leaves_nothing_outside_its_directory(tmp_path, step_script
     # The slice was compiled, its buffers by line read from a dump of ours: the end of the run did its work.
     assert _rows(run, "jit_targets") >= 3, run_err
     assert _slice_buffers_by_line(run, step_script) > 0, run_err
-    assert _tpu_logs_of(p.pid) == []  # JAX on the CPU: python never loads libtpu
-    assert _tpu_logs_of(r.pid) == [], "libtpu wrote its log files outside the run"
+    assert _tpu_logs_of(p.pid, started) == []  # JAX on the CPU: python never loads libtpu
+    assert _tpu_logs_of(r.pid, started) == [], "libtpu wrote its log files outside the run"
     for place in ("tmp", "home"):
         assert _tree(ours[place]) == _tree(py[place]), place
     assert _tree(ours["work"], leave_out=run) == _tree(py["work"])
@@ -177,6 +187,7 @@ def test_a_run_killed_while_it_compiles_at_the_end_leaves_its_dump_in_its_own_di
     script = write_script(tmp_path, "deep.py", STEP.format(depth=48))
     ours = _places(tmp_path, "run")
     run = ours["work"] / "run"
+    started = time.time()
     r = _run(ours, script, _env(ours), "--target", "v5e:2x2")
     seen = None
     deadline = time.monotonic() + 600
@@ -204,5 +215,5 @@ def test_a_run_killed_while_it_compiles_at_the_end_leaves_its_dump_in_its_own_di
     assert _tree(ours["tmp"]) == set(), f"left in TMPDIR: {sorted(_tree(ours['tmp']))[:5]}"
     assert _tree(ours["home"]) == set()
     assert _tree(ours["work"], leave_out=run) == set()
-    assert _tpu_logs_of(r.pid) == [], "libtpu wrote its log files outside the run"
+    assert _tpu_logs_of(r.pid, started) == [], "libtpu wrote its log files outside the run"
     assert seen.parent == run
