@@ -290,3 +290,21 @@ def test_no_part_exceeds_its_whole(name):
     sites = doc["peak_sites"]
     assert sum(s["bytes"] for s in sites) == row["live_bytes"] == doc["summary"]["peak_bytes"]
     assert sum(s["count"] for s in sites) == row["buffers"]
+
+
+def test_the_report_says_how_much_the_step_snapshots_slowed_a_fast_loop():
+    """mlp-leak-1500 (1,500 steps of about 1 ms on the chip, 36 snapshots at its steps): the snapshots taken in
+    the program's thread at its steps took about half of the loop's time. The figure is their wall time over
+    the time from the first marker to the last, as the journal has them, and the report says it; gpt16-donated
+    took none at its steps (recorded before they were keyed to steps) and says nothing of it."""
+    import sqlite3
+
+    with sqlite3.connect(f"file:{TPU / 'mlp-leak-1500' / 'journal.sqlite'}?mode=ro", uri=True) as db:
+        (at_steps,) = db.execute("SELECT sum(wall_s) FROM snapshots WHERE trigger = 'step'").fetchone()
+        (span,) = db.execute("SELECT max(t_mono) - min(t_mono) FROM markers").fetchone()
+    share = _report("mlp-leak-1500")["summary"]["step_snapshots_share"]
+    assert share == pytest.approx(at_steps / span, abs=1e-4) and share > 0.4, (share, at_steps, span)
+    said = f"the snapshots at its steps took {share:.0%} of the time between its first and last marked step"
+    assert said in _text("mlp-leak-1500")
+    assert _report("gpt16-donated")["summary"]["step_snapshots_share"] is None
+    assert "the snapshots at its steps took" not in _text("gpt16-donated")

@@ -46,6 +46,9 @@ class Headline(Mapping):
     snapshots: int
     markers: int
     sampling_cpu_s: float
+    # the share of the marked steps' time (first marker to last) that the snapshots taken in the program's
+    # thread at its steps took (their wall time; None: no snapshot at a step, or under two markers)
+    step_snapshots_share: float | None
     peak_snapshot: int | None  # the live peak's snapshot (None without a snapshot)
     peak_t: float | None
     peak_bytes: int  # the live peak: the snapshots' most live bytes, all devices
@@ -76,6 +79,21 @@ class Headline(Mapping):
 
 
 _NAMES = tuple(f.name for f in fields(Headline))
+# From this share of the marked steps' time on, the report says that the snapshots at the steps slowed
+# the loop (a fast loop runs slower under run, and fewer steps queue ahead of an accelerator: docs/tpu.md).
+STEP_SNAPSHOTS_SAID = 0.10
+
+
+def step_snapshots_share(snaps, markers) -> float | None:
+    """The wall time of the snapshots taken at the program's steps (trigger ``step``, in its own thread)
+    over the time from its first marker to its last; None without either."""
+    if snaps.empty or markers is None or len(markers) < 2 or "wall_s" not in snaps:
+        return None
+    at_steps = snaps[snaps["trigger"] == "step"]
+    span = float(markers["t_mono"].max() - markers["t_mono"].min())
+    if at_steps.empty or span <= 0:
+        return None
+    return round(float(at_steps["wall_s"].sum()) / span, 4)
 
 
 def _text(v) -> str | None:
@@ -111,6 +129,7 @@ def headline(ar: Attributed, tl: Timeline, peaks: Peaks, chip: dict | None, arra
         snapshots=int(len(snaps)),
         markers=int(len(run.markers)),
         sampling_cpu_s=float(snaps["cost_s"].sum()) if not snaps.empty else 0.0,
+        step_snapshots_share=step_snapshots_share(snaps, run.markers),
         peak_snapshot=tl.peak_snapshot,
         peak_t=tl.peak_t,
         peak_bytes=int(tl.peak_bytes),

@@ -250,6 +250,9 @@ GLOSSARY: dict[str, str] = {
     "backend": "The JAX backend the run used (`cpu`, `gpu`, `tpu`).",
     "markers": "Markers (`jaxmemprof.mark()`) the run recorded.",
     "sampling_cpu_s": "CPU seconds the sampler spent taking the snapshots (thread time, summed).",
+    "step_snapshots_share": "The wall time of the snapshots taken in the program's thread at its steps (trigger `step`), "
+                            "over the time from its first marker to its last; the report says so from 0.10 on: a fast "
+                            "loop ran that much slower, and fewer of its steps queued ahead of an accelerator (docs/tpu.md).",
     "peak_unattributed_bytes": "`unattributed_bytes` at the peak snapshot; empty on CPU.",
     "true_peak_total_bytes": "The estimated true peak on all devices summed: the larger of the live peak and the "
                              "call that holds `true_peak_bytes` on all its devices (the live bytes before it minus its "
