@@ -62,6 +62,12 @@ class Headline(Mapping):
     holder_searches: int  # the searches for the Python references holding arrays (capture/py_holders.py)
     holder_search_cpu_s: float  # and their CPU time
 
+    @property
+    def step_snapshots_slowed(self) -> bool:
+        """Whether the snapshots at the program's steps took a share of its loop worth saying
+        (``STEP_SNAPSHOTS_SAID`` or more)."""
+        return self.step_snapshots_share is not None and self.step_snapshots_share >= STEP_SNAPSHOTS_SAID
+
     def __getitem__(self, key: str):
         if key not in _NAMES:
             raise KeyError(key)

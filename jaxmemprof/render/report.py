@@ -14,7 +14,6 @@ from rich.console import Console
 from rich.padding import Padding
 from rich.text import Text
 
-from jaxmemprof.analysis.headline import STEP_SNAPSHOTS_SAID
 from jaxmemprof.analysis.documents import RunDocument
 from jaxmemprof.analysis.report import Report
 from jaxmemprof.facts.devices import display
@@ -213,9 +212,8 @@ def _render_summary(rep: Report, con: Console, explain: bool) -> None:
     lines.append(f"{counted(s['snapshots'], 'snapshot')}, {counted(s['markers'], 'marker')}, "
                  f"{counted(s['arrays_seen'], 'array')} seen; sampling took {s['sampling_cpu_s']:.2f} s of CPU; "
                  f"words: {answer.GLOSSARY}")
-    share = s["step_snapshots_share"]
-    if share is not None and share >= STEP_SNAPSHOTS_SAID:
-        lines.append(f"the snapshots at its steps took {share:.0%} of the time between its first and last marked "
+    if s.step_snapshots_slowed:
+        lines.append(f"the snapshots at its steps took {s.step_snapshots_share:.0%} of the time between its first and last marked "
                      f"step, in the program's own thread: a loop that much faster under python (on an accelerator, "
                      f"fewer of its steps queued ahead of the chip: docs/tpu.md)")
     for line in lines:

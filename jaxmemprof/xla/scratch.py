@@ -216,8 +216,7 @@ def remove_open(tries: int = 50) -> None:
     again, ``tries`` times 10 ms at most."""
     for path in _open.copy():
         for _ in range(tries):
-            shutil.rmtree(path, ignore_errors=True)
+            remove(path)
             if not os.path.lexists(path):
                 break
             time.sleep(0.01)
-        _open.discard(path)
