@@ -281,7 +281,8 @@ def test_leak_and_recompile_facts():
     lk = pd.DataFrame([{**site, "growth_bytes_per_s": 10.0, "growth_bytes_per_step": 4.0, "live_bytes_first": 0,
                         "live_bytes_last": 400, "arrays_first": 1, "arrays_last": 100, "p_value": 1e-9, "tau": 0.9,
                         "projected_bytes_after": 4400, "projected_growth_bytes": 4000, "projected_steps": 1000,
-                        "projected_seconds": float("nan"), "projected_share_of_peak": 0.4, "snapshots_used": 50}])
+                        "projected_seconds": float("nan"), "projected_share_of_peak": 0.4, "snapshots_used": 50,
+                        "device_limit_bytes": pd.NA, "steps_to_limit": pd.NA}])
     rc = pd.DataFrame([{**site, "name": "jit_f", "first_snapshot": 2, "first_count": 1, "last_count": 12,
                         "max_count": 12, "growth": 11, "first_code_bytes": 0, "last_code_bytes": 0,
                         "new_after_setup": 11, "suspect": True}])

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 DONATED_SHARE = 0.05
 
 
-def _stats_by_device(run) -> dict:
+def stats_by_device(run) -> dict:
     """device -> {key: the largest value recorded} (a high-water mark's last; a limit's constant)."""
     ms = getattr(run, "memory_stats", None)
     if ms is None or len(ms) == 0:
@@ -50,7 +50,7 @@ def chip_counters(ar: Attributed, inside=None, needed_bytes: int | None = None,
     ``inside``: the call at the true peak (peaks.CallPeak);
     ``needed_bytes``: the true peak on the busiest device;
     ``busiest_live_bytes``: the snapshots' peak on the busiest device."""
-    stats, rule = _stats_by_device(ar.run), ar.backend
+    stats, rule = stats_by_device(ar.run), ar.backend
     read = {d: rule.chip_peak(s) for d, s in stats.items()}
     read = {d: p for d, p in read.items() if p is not None}
     if not read:

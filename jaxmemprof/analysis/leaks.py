@@ -55,6 +55,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from jaxmemprof.analysis.counters import stats_by_device
 from jaxmemprof.analysis.sites import NO_STACK
 from jaxmemprof.analysis.timeline import markers_seen
 
@@ -69,7 +70,7 @@ LEAK_COLUMNS = [
     "live_bytes_first", "live_bytes_last", "arrays_first", "arrays_last",
     "p_value", "tau",
     "projected_bytes_after", "projected_growth_bytes", "projected_steps", "projected_seconds",
-    "projected_share_of_peak", "snapshots_used",
+    "projected_share_of_peak", "snapshots_used", "device_limit_bytes", "steps_to_limit",
 ]
 RECOMPILE_COLUMNS = [
     "site", "file", "line", "function", "name",
@@ -207,7 +208,7 @@ _LEAK_DTYPES = {
     "live_bytes_first": np.int64, "live_bytes_last": np.int64, "arrays_first": np.int64, "arrays_last": np.int64,
     "p_value": float, "tau": float, "projected_bytes_after": np.int64, "projected_growth_bytes": np.int64,
     "projected_steps": "Int64", "projected_seconds": float, "projected_share_of_peak": float,
-    "snapshots_used": np.int64,
+    "snapshots_used": np.int64, "device_limit_bytes": "Int64", "steps_to_limit": "Int64",
 }
 
 
@@ -275,6 +276,10 @@ def leaks(ar: Attributed, *, steps: int | None = None, min_bytes: int = KiB,
       (``projected_seconds``); ``projected_growth_bytes``: that minus
       ``live_bytes_last``; ``projected_share_of_peak``: the growth as a
       fraction of the run's peak live bytes;
+    - ``device_limit_bytes``: the run's devices' bytes (``device_limit``),
+      where known: the projection stops there; ``steps_to_limit``: steps
+      until they are full at the site's rate (0: the run ran out, and the
+      projected growth is what the site held then, less one step's);
     - ``snapshots_used``: snapshots in the series (the tests use at most
       ``max_points`` of them, evenly spaced; Theil-Sen at most ``max_pairs``
       pairs).
@@ -297,9 +302,10 @@ def leaks(ar: Attributed, *, steps: int | None = None, min_bytes: int = KiB,
     if not len(candidates):
         return _empty(LEAK_COLUMNS, _LEAK_DTYPES)
     mb, ma = series.matrix(candidates)
+    at_end = mb[:, -1]  # at the run's last snapshot (an out-of-memory's, where it ran out)
     mb, ma = mb[:, used], ma[:, used]
     big = mb.max(axis=1) >= min_bytes
-    candidates, mb, ma = candidates[big], mb[big], ma[big]
+    candidates, mb, ma, at_end = candidates[big], mb[big], ma[big], at_end[big]
     if not len(candidates):
         return _empty(LEAK_COLUMNS, _LEAK_DTYPES)
 
@@ -362,6 +368,21 @@ def leaks(ar: Attributed, *, steps: int | None = None, min_bytes: int = KiB,
         proj_steps, proj_seconds = pd.NA, span
     proj_growth = np.rint(np.maximum(np.nan_to_num(proj_growth), 0)).astype(np.int64)
     peak = int(snaps["live_bytes"].to_numpy()[used].max()) if n else 0
+    # No leak grows past the devices it lives on: the projection stops where
+    # the run's devices are full (their bytes from the options, else from
+    # the counters the run recorded), and says in how many steps that is; a
+    # run that ran out already is full.
+    limit = device_limit(ar)
+    to_limit = pd.array([pd.NA] * len(candidates), dtype="Int64")
+    if limit is not None:
+        ran_out = bool((trigger == "oom").any())
+        room = 0 if ran_out else max(limit - int(snaps["live_bytes"].max()), 0)
+        proj_growth = np.minimum(proj_growth, room)
+        if ran_out and has_steps:  # what fixing it frees: all it held when the device ran out, but one step's
+            proj_growth = np.maximum(at_end - np.rint(np.nan_to_num(np.maximum(per_step, 0))), 0).astype(np.int64)
+        if has_steps:
+            rate = np.where(per_step > 0, per_step, np.nan)
+            to_limit = pd.array([pd.NA if r != r else int(np.ceil(room / r)) for r in rate], dtype="Int64")
     table = series.sites.loc[candidates]
     out = pd.DataFrame({
         "site": table["site"].to_numpy(dtype=object),
@@ -382,10 +403,26 @@ def leaks(ar: Attributed, *, steps: int | None = None, min_bytes: int = KiB,
         "projected_seconds": np.full(len(candidates), proj_seconds, dtype=float),
         "projected_share_of_peak": proj_growth / peak if peak else np.full(len(candidates), np.nan),
         "snapshots_used": (n - first_used).astype(np.int64),
+        "device_limit_bytes": pd.array([limit] * len(candidates), dtype="Int64"),
+        "steps_to_limit": to_limit,
     })[keep]
     out = out.sort_values(["projected_growth_bytes", "growth_bytes_per_s", "site"],
                           ascending=[False, False, True], kind="stable")
     return out.reset_index(drop=True)[LEAK_COLUMNS]
+
+
+def device_limit(ar: Attributed) -> int | None:
+    """The bytes of the run's devices together (its live bytes are summed
+    over them): ``report --device-memory`` for each, else each device's
+    limit in the counters it recorded (``bytes_limit``); None where neither
+    is known (a CPU run without the option)."""
+    stats = stats_by_device(ar.run)
+    if ar.options.device_memory is not None:
+        listed = ar.run.manifest.get("devices")
+        devices = max(len(stats), len(listed) if isinstance(listed, list) else 0, 1)
+        return int(ar.options.device_memory) * devices
+    limits = [s["bytes_limit"] for s in stats.values() if s.get("bytes_limit")]
+    return int(sum(limits)) if limits else None
 
 
 # -- recompilations ------------------------------------------------------------------

@@ -145,6 +145,10 @@ GLOSSARY: dict[str, str] = {
     "projected_seconds": "Seconds projected ahead when the run has no markers (as long again as the snapshots used "
                          "span); empty otherwise.",
     "projected_share_of_peak": "`projected_growth_bytes` as a fraction of the run's peak live bytes.",
+    "device_limit_bytes": "The run's devices' bytes together (`report --device-memory` for each, else each device's "
+                          "`bytes_limit` from its counters); empty where unknown. No projection goes past it.",
+    "steps_to_limit": "Steps until the devices are full at the site's rate (0: the run ran out of memory); empty "
+                      "where the device's size or the steps are unknown.",
     "snapshots_used": "Snapshots in the site's series for the trend test (the `exit` snapshot left out).",
     # recompiles
     "name": "The HLO module name of the executables (`jit_train_step`); empty for a directory of profiles.",

@@ -21,16 +21,22 @@ def detect(ctx: Context) -> list[Finding]:
 
 def _leak(f: Finding, x: dict) -> Words:
     per_s = fmt(x["growth_bytes_per_s"]) if x.get("growth_bytes_per_s") is not None else "?"
+    to_limit = x.get("steps_to_limit")
     if x.get("growth_bytes_per_step") is not None:
         rate = f"{format_bytes(x['growth_bytes_per_step'])} per step ({per_s}/s)"
         horizon = f"{counted(x['projected_steps'], 'more step')}"
+        if to_limit == 0:
+            horizon = None
+        elif to_limit is not None and to_limit < x["projected_steps"]:
+            horizon = (f"the {counted(to_limit, 'step')} until the device's "
+                       f"{fmt(x['device_limit_bytes'])} runs out")
     else:
         rate = f"{per_s}/s"
         horizon = f"another {float(x.get('projected_seconds') or 0):.1f} s"
     share = x.get("projected_share_of_peak") or 0.0
     evidence = (f"{fmt(x['live_bytes_first'])} -> {fmt(x['live_bytes_last'])} over {x['snapshots_used']} snapshots "
                 f"({x['arrays_last']} arrays alive at the last); Mann-Kendall tau {x['tau']:.2f}, "
-                f"p = {x['p_value']:.2g}; projected {fmt(x['projected_bytes_after'])} after {horizon} "
+                f"p = {x['p_value']:.2g}; projected {fmt(x['projected_bytes_after'])} after {horizon or 'the run'} "
                 f"(+{fmt(x['projected_growth_bytes'])}" + (f", {share:.0%} of the run's peak)" if share else ")"))
     held = x.get("held_by")
     step = format_bytes(x["growth_bytes_per_step"]) + " per step" if x.get("growth_bytes_per_step") is not None else rate
@@ -62,7 +68,8 @@ def _leak(f: Finding, x: dict) -> Words:
         fix, brief_fix = _unknown_holder_fix(f.site)
     return Words(
         brief=brief,
-        saves=f"saves {fmt(x['projected_growth_bytes'])} over {horizon}",
+        saves=(f"saves {fmt(x['projected_growth_bytes'])} (what it held when the device ran out, but one step's)"
+               if horizon is None else f"saves {fmt(x['projected_growth_bytes'])} over {horizon}"),
         brief_fix=brief_fix,
         message=f"Live memory at {f.site} keeps growing: {rate}." + kept, fix=fix, evidence=evidence)
 
@@ -171,8 +178,9 @@ LEAK = Rule(
                   "snapshots_used", "arrays_first", "arrays_last", "tau", "p_value", "projected_bytes_after",
                   "projected_growth_bytes", "projected_steps", "projected_seconds", "projected_share_of_peak",
                   "held_by", "held_by_kind", "held_by_container", "held_by_created", "held_by_arrays",
-                  "held_by_bytes", "held_by_shapes", "held_at", "held_by_cut") for case in ("", "growing-arrays")},
-    optional=("held_by", "held_by_kind", "held_by_container", "held_by_created", "held_by_arrays", "held_by_bytes",
+                  "held_by_bytes", "held_by_shapes", "held_at", "held_by_cut", "device_limit_bytes", "steps_to_limit")
+           for case in ("", "growing-arrays")},
+    optional=("device_limit_bytes", "steps_to_limit", "held_by", "held_by_kind", "held_by_container", "held_by_created", "held_by_arrays", "held_by_bytes",
               "held_by_shapes", "held_at", "held_by_cut"),
     meanings={"held_by": ("The Python reference that keeps the site's arrays made over the most snapshots alive "
                           "(what accumulates; then the most bytes), root first (analysis/py_holders.py): at the "
@@ -230,6 +238,7 @@ def leak_findings(leaks_df: pd.DataFrame, recompiles_df: pd.DataFrame,
     recompiled = set(recompiles_df.loc[recompiles_df["suspect"], "site"]) if len(recompiles_df) else set()
     for r in leaks_df.itertuples(index=False):
         growth = int(r.projected_growth_bytes)
+        to_limit = None if r.steps_to_limit is pd.NA else int(r.steps_to_limit)
         share = r.projected_share_of_peak
         share = float(share) if share == share and share is not None else 0.0
         severity = "high" if share >= 0.5 or growth >= GiB else "medium" if share >= 0.1 else "low"
@@ -249,6 +258,8 @@ def leak_findings(leaks_df: pd.DataFrame, recompiles_df: pd.DataFrame,
             "projected_steps": int(r.projected_steps) if per_step is not None else None,
             "projected_seconds": None if per_step is not None else number(float(r.projected_seconds)),
             "projected_share_of_peak": share,
+            "device_limit_bytes": None if r.device_limit_bytes is pd.NA else int(r.device_limit_bytes),
+            "steps_to_limit": to_limit,
             **_held(holders, str(r.site)),
         }))
     suspects = rejits_df[rejits_df["suspect"]] if rejits_df is not None and len(rejits_df) else None
