@@ -1,0 +1,310 @@
+"""One host's XProf profile (``<host>.xplane.pb``) read into plain Python.
+
+``jax.profiler.trace`` (and XProf's on-demand capture) writes one XSpace per
+host: a protobuf of planes, each a set of timelines (lines) of events, the
+events' and stats' names kept once per plane in its metadata maps. What
+jaxmemprof reads of it (the schema: ``xplane.proto`` beside this module, with
+the public field numbers of tsl/profiler/protobuf/xplane.proto):
+
+- the ``/host:metadata`` plane: one event metadata per compiled program,
+  named ``<module>(<program id>)``, whose stat ``Hlo Proto`` holds an
+  ``xla.HloProto`` (the optimised HLO module, with each op's source metadata,
+  and its buffer assignment); its plane stats say the JAX version and the
+  process id;
+- the executions: events carrying the stats ``program_id`` and ``run_id``
+  (on a CPU, on the XLA client's threads; on a TPU or GPU, each device
+  plane's ``XLA Modules`` line): how many times each program ran, on which
+  device ordinals;
+- the memory profile: ``MemoryAllocation`` and ``MemoryDeallocation`` events
+  (on the host planes, as XProf's memory profile reads them), with the
+  allocator's figures after each (``bytes_allocated``, ``bytes_reserved``,
+  ``bytes_available``, ``peak_bytes_in_use``) and the allocation's own
+  (``allocation_bytes``, ``requested_bytes``, ``addr``, ``tf_op``,
+  ``region_type``, ``data_type``, ``shape``, ``group_id``), per memory
+  (``device_ordinal``, ``index_on_host`` or ``allocator_name``). A CPU
+  profile has none;
+- the device planes (``/device:TPU:N``, ``/device:GPU:N``) and the
+  ``Task Environment`` plane's profile start and stop times.
+
+The python tracer's events (most of a CPU profile's bytes) are never looked
+at. Nothing here imports jax or pandas: numpy only, for the memory events.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from jaxmemprof.errors import InputError
+
+SUFFIX = ".xplane.pb"
+METADATA_PLANE = "/host:metadata"
+TASK_PLANE = "Task Environment"
+DEVICE_PLANE = re.compile(r"^/device:(TPU|GPU):(\d+)$")
+HLO_PROTO = "Hlo Proto"
+ALLOCATION, DEALLOCATION = "MemoryAllocation", "MemoryDeallocation"
+# Planes never scanned for events: the python tracer's calls are no memory event.
+_SKIPPED_LINES = {"python"}
+_PROGRAM_NAME = re.compile(r"^(.*)\((\d+)\)$")
+# An .xplane.pb larger than this is refused before it is read (a profile of a
+# long TPU capture is tens of MiB; protobuf refuses messages of 2 GiB).
+MAX_BYTES = 2 * 1024**3 - 1
+
+
+@dataclass
+class Program:
+    """One compiled program the profile holds."""
+
+    program_id: int
+    module: str  # jit_train_step
+    hlo_module: bytes  # serialized HloModuleProto
+    buffer_assignment: bytes  # serialized BufferAssignmentProto (b"" where the profile has none)
+
+
+@dataclass
+class MemoryEvents:
+    """One memory's allocations and frees over time, in time order (lists of
+    equal length)."""
+
+    memory: str  # its id as the profile names it: a device ordinal, or an allocator's name
+    t_ps: list = field(default_factory=list)  # picoseconds since the profile started
+    allocation: list = field(default_factory=list)  # True: an allocation; False: a free
+    bytes: list = field(default_factory=list)  # the allocation's own bytes
+    in_use: list = field(default_factory=list)  # the allocator's bytes allocated after it
+    reserved: list = field(default_factory=list)  # its stack reservation
+    available: list = field(default_factory=list)  # free bytes left (0: not said)
+    peak: list = field(default_factory=list)  # the allocator's peak bytes in use over its lifetime
+    address: list = field(default_factory=list)
+    op: list = field(default_factory=list)  # tf_op: the op (or the JAX program) the allocation is for
+    region: list = field(default_factory=list)
+    dtype: list = field(default_factory=list)
+    shape: list = field(default_factory=list)
+    step: list = field(default_factory=list)  # group_id: the step it falls in (-1: none)
+
+
+@dataclass
+class Host:
+    """What one host's profile says."""
+
+    path: Path
+    host: str  # the file's host name (``vm`` of vm.xplane.pb)
+    hostnames: list
+    start_ns: int  # the profile's start, nanoseconds since the epoch (0: not said)
+    stop_ns: int
+    versions: dict  # jax_version, jaxlib_version, and the backend's (cpu_version, tpu_version ...)
+    pid: int | None
+    devices: list  # [(kind, ordinal)] of the device planes: [("TPU", 0), ...]
+    programs: list  # [Program]
+    runs: dict  # program id -> (executions seen, {device ordinals})
+    memory: dict  # memory id -> MemoryEvents
+    errors: list  # the profile's own errors and warnings
+
+    @property
+    def backend(self) -> str:
+        kinds = {k.lower() for k, _ in self.devices}
+        if len(kinds) == 1:
+            return kinds.pop()
+        for key, name in (("tpu_version", "tpu"), ("gpu_version", "gpu"), ("cuda_version", "gpu")):
+            if key in self.versions:
+                return name
+        return "cpu"
+
+
+def host_name(path: Path) -> str:
+    name = path.name
+    return name[: -len(SUFFIX)] if name.endswith(SUFFIX) else path.stem
+
+
+def read_space(path: Path):
+    """The XSpace of one file (the generated message), or a one-line InputError."""
+    from google.protobuf.message import DecodeError
+
+    from jaxmemprof.xprof import xplane_pb2 as pb
+
+    try:
+        size = os.stat(path).st_size
+    except OSError as exc:
+        raise InputError(str(path), f"cannot be read ({exc.strerror or exc})") from None
+    if size == 0:
+        raise InputError(str(path), "is empty (0 bytes): not an XProf profile")
+    if size > MAX_BYTES:
+        raise InputError(str(path), f"is {size} bytes: larger than a protobuf message may be (2 GiB)")
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except OSError as exc:
+        raise InputError(str(path), f"cannot be read ({exc.strerror or exc})") from None
+    try:
+        space = pb.XSpace.FromString(raw)
+    except (DecodeError, RuntimeError, ValueError) as exc:
+        raise InputError(str(path), f"is damaged or truncated: not an XProf profile (protobuf decoding failed: "
+                                    f"{' '.join(str(exc).split()) or type(exc).__name__})") from None
+    del raw
+    if not space.planes or not any(p.name for p in space.planes):
+        raise InputError(str(path), "holds no planes: not an XProf profile (damaged or truncated?)")
+    return space
+
+
+def read_host(path) -> Host:
+    """One ``.xplane.pb`` read (InputError where it is not one)."""
+    path = Path(path)
+    space = read_space(path)
+    versions: dict = {}
+    pid = None
+    start_ns = stop_ns = 0
+    devices: list = []
+    programs: list = []
+    runs: dict = {}
+    memory: dict = {}
+    for plane in space.planes:
+        names = {k: v.name for k, v in plane.stat_metadata.items()}
+        if plane.name == METADATA_PLANE:
+            for st in plane.stats:
+                key = names.get(st.metadata_id, "")
+                value = _value(st, names)
+                if key == "process_id" and isinstance(value, int):
+                    pid = value
+                elif key.endswith("_version") and isinstance(value, str):
+                    versions[key] = value
+            programs = _programs(plane, names)
+        elif plane.name == TASK_PLANE:
+            for st in plane.stats:
+                key = names.get(st.metadata_id, "")
+                if key == "profile_start_time":
+                    start_ns = int(_value(st, names) or 0)
+                elif key == "profile_stop_time":
+                    stop_ns = int(_value(st, names) or 0)
+        m = DEVICE_PLANE.match(plane.name)
+        if m:
+            devices.append((m.group(1), int(m.group(2))))
+        if plane.lines:
+            _scan_events(plane, names, runs, memory, device=int(m.group(2)) if m else None)
+    for ev in memory.values():
+        _in_time_order(ev)
+    return Host(path=path, host=host_name(path), hostnames=list(space.hostnames), start_ns=start_ns, stop_ns=stop_ns,
+                versions=versions, pid=pid, devices=sorted(devices), programs=programs, runs=runs, memory=memory,
+                errors=[*space.errors, *space.warnings])
+
+
+def _value(st, names: dict):
+    which = st.WhichOneof("value")
+    if which == "ref_value":
+        return names.get(st.ref_value, "")
+    return None if which is None else getattr(st, which)
+
+
+def _programs(plane, names: dict) -> list:
+    from google.protobuf.message import DecodeError
+
+    from jaxmemprof.xprof import xplane_pb2 as pb
+
+    hlo_ids = {k for k, v in names.items() if v == HLO_PROTO}
+    out = []
+    for key in sorted(plane.event_metadata):
+        em = plane.event_metadata[key]
+        for st in em.stats:
+            if st.metadata_id not in hlo_ids or st.WhichOneof("value") != "bytes_value":
+                continue
+            m = _PROGRAM_NAME.match(em.name)
+            module, program_id = (m.group(1), int(m.group(2))) if m else (em.name, int(key))
+            try:
+                h = pb.HloProto.FromString(st.bytes_value)
+            except (DecodeError, RuntimeError, ValueError):
+                continue  # a damaged program: the others are read (the reader says which were not)
+            out.append(Program(program_id, module, bytes(h.hlo_module), bytes(h.buffer_assignment)))
+    return out
+
+
+_MEMORY_ID = ("device_ordinal", "index_on_host", "allocator_name")
+_INT_STATS = {"bytes_allocated": "in_use", "bytes_reserved": "reserved", "bytes_available": "available",
+              "peak_bytes_in_use": "peak", "allocation_bytes": "bytes", "addr": "address", "group_id": "step"}
+_TEXT_STATS = {"tf_op": "op", "region_type": "region", "data_type": "dtype", "shape": "shape"}
+
+
+def _scan_events(plane, names: dict, runs: dict, memory: dict, device: int | None) -> None:
+    """The executions (program_id, run_id) and memory events of one plane."""
+    alloc_ids = {k for k, v in plane.event_metadata.items() if v.name in (ALLOCATION, DEALLOCATION)}
+    allocs = {k for k in alloc_ids if plane.event_metadata[k].name == ALLOCATION}
+    wanted = {k: v for k, v in names.items() if v in ("program_id", "run_id", "device_ordinal", "hlo_module")}
+    program_stat = {k for k, v in wanted.items() if v == "program_id"}
+    run_stat = {k for k, v in wanted.items() if v == "run_id"}
+    ordinal_stat = {k for k, v in wanted.items() if v == "device_ordinal"}
+    module_line_programs = _module_line_programs(plane)
+    seen: dict = {}
+    for line in plane.lines:
+        if line.name in _SKIPPED_LINES:
+            continue
+        base_ps = 0
+        for e in line.events:
+            mid = e.metadata_id
+            if mid in alloc_ids:
+                if not base_ps:
+                    base_ps = line.timestamp_ns * 1000
+                _memory_event(e, mid in allocs, names, memory, base_ps, device)
+                continue
+            program = run = ordinal = None
+            for st in e.stats:
+                k = st.metadata_id
+                if k in program_stat:
+                    program = _value(st, names)
+                elif k in run_stat:
+                    run = _value(st, names)
+                elif k in ordinal_stat:
+                    ordinal = _value(st, names)
+            if program is None and line.name == "XLA Modules":
+                program = module_line_programs.get(mid)
+            if program is None:
+                continue
+            key = (int(program), run if run is not None else (line.timestamp_ns, e.offset_ps))
+            dev = device if device is not None else (int(ordinal) if isinstance(ordinal, int) else 0)
+            seen.setdefault(key, set()).add(dev)
+    for (program, _), devs in seen.items():
+        count, on = runs.get(program, (0, set()))
+        runs[program] = (count + 1, on | devs)
+
+
+def _module_line_programs(plane) -> dict:
+    """event metadata id -> program id, for events named ``module(id)``."""
+    out = {}
+    for k, em in plane.event_metadata.items():
+        m = _PROGRAM_NAME.match(em.name)
+        if m:
+            out[k] = int(m.group(2))
+    return out
+
+
+def _memory_event(e, is_alloc: bool, names: dict, memory: dict, base_ps: int, device: int | None) -> None:
+    ints = dict.fromkeys(_INT_STATS.values(), 0)
+    ints["step"] = -1
+    texts = dict.fromkeys(_TEXT_STATS.values(), "")
+    memory_id = None if device is None else str(device)
+    for st in e.stats:
+        key = names.get(st.metadata_id, "")
+        v = _value(st, names)
+        if key in _MEMORY_ID and memory_id is None:
+            memory_id = str(v)
+        elif key in _INT_STATS:
+            ints[_INT_STATS[key]] = int(v) if isinstance(v, (int, float)) else 0
+        elif key in _TEXT_STATS:
+            texts[_TEXT_STATS[key]] = str(v) if v is not None else ""
+    ev = memory.get(memory_id or "0")
+    if ev is None:
+        ev = memory[memory_id or "0"] = MemoryEvents(memory_id or "0")
+    ev.t_ps.append(base_ps + e.offset_ps)
+    ev.allocation.append(is_alloc)
+    for k, v in ints.items():
+        getattr(ev, k).append(v)
+    for k, v in texts.items():
+        getattr(ev, k).append(v)
+
+
+def _in_time_order(ev: MemoryEvents) -> None:
+    order = sorted(range(len(ev.t_ps)), key=ev.t_ps.__getitem__)
+    if order == list(range(len(order))):
+        return
+    for name in ("t_ps", "allocation", "bytes", "in_use", "reserved", "available", "peak", "address", "op", "region",
+                 "dtype", "shape", "step"):
+        col = getattr(ev, name)
+        setattr(ev, name, [col[i] for i in order])
