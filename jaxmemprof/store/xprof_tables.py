@@ -16,7 +16,7 @@ from jaxmemprof.store.decode import typed
 from jaxmemprof.store.jit_tables import JitTables
 from jaxmemprof.store.reader import Run, _empty
 from jaxmemprof.xprof import timeline as tl
-from jaxmemprof.xprof.programs import ProgramFacts, could_donate, read_program
+from jaxmemprof.xprof.programs import ProgramFacts, read_program
 from jaxmemprof.xprof.xplane import Host, read_host
 
 NO_MEMORY_EVENTS = ("no memory events in this profile (a CPU profile has none): the timeline, the live peak and what "
@@ -118,6 +118,7 @@ def build_run(path: Path, files: list, *, multi: bool, process: int | None) -> X
         "hosts": [h.host for h in hosts], "start_epoch": start, "duration_s": max(stop_ns - start_ns, 0) / 1e9,
         "jax_version": first.versions.get("jax_version", ""), "jaxlib_version": first.versions.get("jaxlib_version", ""),
         "source": {"format": "xprof", "files": [str(f) for f in files]},
+        "argv": [f"XProf profile of {', '.join(h.host for h in hosts[:4])}{' ...' if len(hosts) > 4 else ''}"],
     }
     notes = [] if series else [NO_MEMORY_EVENTS]
     notes.append(NOT_IN_A_PROFILE)
@@ -168,8 +169,8 @@ def _function_of(pf: ProgramFacts) -> tuple[str, str, int, tuple]:
     for b in (pf.memory.buffers if pf.memory else []):
         frames = list(b.frames)
         for i, (file, line, function) in enumerate(frames):
-            if function == name or function.startswith(name + "."):
-                if function == name and (not best[0] or line < best[1]):
+            if function == name:
+                if not best[0] or line < best[1]:
                     best = (file, int(line))
                     if i + 1 < len(frames):
                         caller = tuple(frames[i + 1])
@@ -197,7 +198,8 @@ def _jit_tables(facts: list, host: Host, start: float, warnings: list) -> tuple[
         if fid is None:
             fid = ids[pf.module] = len(ids) + 1
             donated = sorted({a.position for a in pf.arguments if a.aliased})
-            rows["functions"].append((fid, name, name, file, line, "", 0, "", "", json.dumps(pf.argument_names),
+            # where jax.jit was applied is not in a profile: the function's own first line stands for it
+            rows["functions"].append((fid, name, name, file, line, file, line, name, "", json.dumps(pf.argument_names),
                                       json.dumps(donated), "[]", "[]", "[]", start, "jax.jit", "{}"))
         m = pf.memory
         c = counts.setdefault(fid, [0, 0])
@@ -250,7 +252,7 @@ def _op_frames(facts: list) -> dict:
     for _, pf in facts:
         for b in (pf.memory.buffers if pf.memory else []):
             if b.op and b.frames and b.op not in out:
-                out[b.op] = tuple(b.frames)
+                out[b.op] = tuple((fn, file, line) for file, line, fn in b.frames)  # as pprof's writer takes them
     return out
 
 
@@ -258,8 +260,7 @@ def _snapshots(series: list, start: float, facts: list, warnings: list):
     """The memory profile's moments as snapshots, the allocator's figures
     as memory_stats, and each snapshot's Profile made on demand."""
     if not series:
-        return (typed_table([], _SNAPSHOT_COLUMNS, "snapshots", warnings),
-                typed_table([], _STAT_COLUMNS, "memory_stats", warnings), {})
+        return (_snapshot_table([], warnings), typed_table([], _STAT_COLUMNS, "memory_stats", warnings), {})
     all_series = [s for _, s, _ in series]
     moments = tl.moments(all_series)
     t0 = min(moments)
@@ -277,8 +278,17 @@ def _snapshots(series: list, start: float, facts: list, warnings: list):
             if s.limit:
                 stats.append((n, name, "bytes_limit", s.limit))
         profiles[n] = _profile_maker(series, t, op_frames, n)
-    return (typed_table(snaps, _SNAPSHOT_COLUMNS, "snapshots", warnings),
-            typed_table(stats, _STAT_COLUMNS, "memory_stats", warnings), profiles)
+    return (_snapshot_table(snaps, warnings), typed_table(stats, _STAT_COLUMNS, "memory_stats", warnings), profiles)
+
+
+def _snapshot_table(rows: list, warnings: list) -> pd.DataFrame:
+    """The snapshots as the run reader gives them: the journal's columns, ``t`` second."""
+    snaps = typed_table(rows, _SNAPSHOT_COLUMNS, "snapshots", warnings)
+    snaps.insert(1, "t", pd.Series([r[1] for r in rows], dtype=float))
+    snaps["snapshot"] = snaps["snapshot"].astype("int64")
+    snaps["thinned"] = False
+    snaps["process"] = 0
+    return snaps
 
 
 def _profile_maker(series: list, t: int, op_frames: dict, n: int):
@@ -297,3 +307,41 @@ def _profile_maker(series: list, t: int, op_frames: dict, n: int):
         raw = write_profile([("allocations", "count"), ("space", "bytes")], samples, default_type="space")
         return load_profile(raw, name=f"snapshot {n}")
     return make
+
+
+def program_profile(run: XprofRun, sel: str | None):
+    """(module, a maker of the Profile of XLA's buffers at the peak of the
+    program ``sel`` names (its module, jit_step, or its function, step), by
+    default the largest): a profile without a memory profile, shown by line."""
+    programs = run.jit.programs
+    if programs.empty:
+        raise InputError(str(run.path), "holds no program with XLA's buffers (and no memory events): nothing to show")
+    names = run.jit.functions.set_index("function_id")["name"]
+    if sel is None or sel.strip() == "peak":
+        row = programs.loc[programs["peak_bytes"].astype("int64").idxmax()]
+    else:
+        s = sel.strip()
+        hit = programs[(programs["module"] == s) | (programs["function_id"].map(names) == s)]
+        if hit.empty:
+            have = ", ".join(sorted(set(programs["module"]))[:8])
+            raise InputError(str(run.path), f"has no memory events, and no program {s!r} (it has {have})")
+        row = hit.loc[hit["peak_bytes"].astype("int64").idxmax()]
+    fid, signature, module = int(row["function_id"]), row["signature"], str(row["module"])
+    b = run.jit.buffers
+    rows = b[(b["function_id"] == fid) & (b["signature"] == signature) & (b["at_peak"] == 1)]
+    device = next((d["name"] for d in run.manifest.get("devices", [])), "")
+
+    def make():
+        from jaxmemprof.pprof.reader import load_profile
+        from jaxmemprof.pprof.writer import write_profile
+
+        samples = []
+        for r in rows.itertuples():
+            frames = [(fn, file, line) for file, line, fn in json.loads(r.frames)] if isinstance(r.frames, str) else []
+            if not frames:
+                frames = [(str(r.op or r.name), f"({r.kind})", 0)]
+            samples.append((frames, (1, int(r.bytes)), {"kind": "buffer", "device": device}))
+        raw = write_profile([("allocations", "count"), ("space", "bytes")], samples, default_type="space",
+                            comments=[f"XLA's buffers at the peak of {module} ({signature})"])
+        return load_profile(raw, name=f"{run.path}@{module}")
+    return module, make

@@ -116,29 +116,3 @@ def read_program(module_name: str, hlo_module: bytes, buffer_assignment: bytes, 
                                 shape=tuple(int(d) for d in shape.dimensions), dtype=dtype_name(text.split("[")[0]),
                                 bytes=shape_bytes(shape)))
     return ProgramFacts(module_name, memory, arguments, outputs, error)
-
-
-def could_donate(facts: ProgramFacts) -> list:
-    """The arguments not aliased whose every leaf finds an output of its
-    shape and dtype not taken by an aliased argument or by an argument
-    before it (JAX's matching: each output takes the first free donor of its
-    key): [(argument, bytes)], in parameter order."""
-    free: dict = {}
-    for o in facts.outputs:
-        free.setdefault((o.shape, o.dtype), []).append(o)
-    for a in facts.arguments:
-        if a.aliased and free.get((a.shape, a.dtype)):
-            free[(a.shape, a.dtype)].pop(0)
-    out = []
-    for name in facts.argument_names:
-        leaves = [a for a in facts.arguments if a.argument == name]
-        if any(a.aliased for a in leaves):
-            continue
-        need: dict = {}
-        for a in leaves:
-            need[(a.shape, a.dtype)] = need.get((a.shape, a.dtype), 0) + 1
-        if all(len(free.get(k, ())) >= n for k, n in need.items()):
-            for k, n in need.items():
-                del free[k][:n]
-            out.append((name, sum(a.bytes for a in leaves)))
-    return out
