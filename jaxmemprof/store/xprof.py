@@ -35,7 +35,7 @@ from pathlib import Path
 
 from jaxmemprof.errors import InputError
 from jaxmemprof.store.xprof_tables import XprofRun, build_run
-from jaxmemprof.xprof.xplane import SUFFIX, read_host
+from jaxmemprof.xprof.xplane import SUFFIX
 
 PROFILE_DIRS = ("plugins", "profile")
 

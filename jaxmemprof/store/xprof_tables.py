@@ -340,7 +340,7 @@ def program_profile(run: XprofRun, sel: str | None):
             frames = [(fn, file, line) for file, line, fn in json.loads(r.frames)] if isinstance(r.frames, str) else []
             if not frames:
                 frames = [(str(r.op or r.name), f"({r.kind})", 0)]
-            samples.append((frames, (1, int(r.bytes)), {"kind": "buffer", "device": device}))
+            samples.append((tuple(frames), (1, int(r.bytes)), {"kind": "buffer", "device": device}))
         raw = write_profile([("allocations", "count"), ("space", "bytes")], samples, default_type="space",
                             comments=[f"XLA's buffers at the peak of {module} ({signature})"])
         return load_profile(raw, name=f"{run.path}@{module}")
