@@ -14,7 +14,7 @@ import pandas as pd
 from jaxmemprof.errors import InputError
 from jaxmemprof.store.decode import typed
 from jaxmemprof.store.jit_tables import JitTables
-from jaxmemprof.store.reader import Run, _empty
+from jaxmemprof.store.reader import Run
 from jaxmemprof.xprof import timeline as tl
 from jaxmemprof.xprof.programs import ProgramFacts, read_program
 from jaxmemprof.xprof.xplane import Host, read_host
@@ -66,6 +66,10 @@ class XprofRun(Run):
             raise InputError(str(self.path), f"has no snapshot {snapshot}")
         return self.profiles[snapshot]()
 
+
+
+def _empty(columns) -> pd.DataFrame:
+    return pd.DataFrame({c: pd.Series(dtype=object) for c in columns})
 
 
 def frame_json(frames) -> str:
