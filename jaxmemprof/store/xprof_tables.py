@@ -100,6 +100,8 @@ def build_run(path: Path, files: list, *, multi: bool, process: int | None) -> X
         for kind, ordinal in h.devices or [(h.backend, 0)]:
             devices.append({"id": ordinal, "kind": kind.lower(), "name": prefix + f"{kind.lower()}:{ordinal}",
                             "process_index": n if process is None else process, "host": h.host})
+            if not h.memory:  # no memory profile: each chip's largest program stands for its peak
+                chips.append((h.host, devices[-1]["name"], _program_peaks(h).get(ordinal, 0), "largest program"))
         hosts.append(_light(h) if n else h)
     first = hosts[0]
     facts = [(p, read_program(p.module, p.hlo_module, p.buffer_assignment)) for p in first.programs]
@@ -109,12 +111,7 @@ def build_run(path: Path, files: list, *, multi: bool, process: int | None) -> X
     start_ns = min((h.start_ns for h in hosts if h.start_ns), default=0)
     stop_ns = max((h.stop_ns for h in hosts), default=0)
     start = start_ns / 1e9 if start_ns else Path(files[0]).stat().st_mtime
-    jit, peaks_by_device = _jit_tables(facts, first, start, warnings)
-    if not series:
-        for h in hosts:
-            for d in devices:
-                if d["host"] == h.host:
-                    chips.append((h.host, d["name"], peaks_by_device.get(d["id"], 0), "largest program"))
+    jit = _jit_tables(facts, first, start, warnings)
     snapshots, stats, profiles = _snapshots(series, start, facts, warnings)
     manifest = {
         "backend": first.backend, "devices": devices, "process_index": 0 if process is None else process,
@@ -133,6 +130,20 @@ def build_run(path: Path, files: list, *, multi: bool, process: int | None) -> X
                     events=_empty(["event", "t_wall", "kind", "message", "snapshot"]), has_arrays=False,
                     warnings=warnings, notes=notes, chips=chip_table, imbalance=imbalance(chip_table),
                     profiles=profiles)
+
+
+def _program_peaks(h: Host) -> dict:
+    """device ordinal -> the largest peak of a program that ran on it (XLA's buffers swept)."""
+    out: dict = {}
+    for p in h.programs:
+        if not p.buffer_assignment:
+            continue
+        pf = read_program(p.module, p.hlo_module, p.buffer_assignment, largest=0)
+        if pf.memory is None:
+            continue
+        for d in h.runs.get(p.program_id, (0, {0}))[1] or {0}:
+            out[d] = max(out.get(d, 0), pf.memory.peak_bytes)
+    return out
 
 
 def _light(h: Host) -> Host:
@@ -182,12 +193,11 @@ def _function_of(pf: ProgramFacts) -> tuple[str, str, int, tuple]:
     return name, best[0], best[1], caller
 
 
-def _jit_tables(facts: list, host: Host, start: float, warnings: list) -> tuple[JitTables, dict]:
+def _jit_tables(facts: list, host: Host, start: float, warnings: list) -> JitTables:
     ids: dict = {}
     rows: dict = {k: [] for k in ("functions", "compiles", "calls", "counts", "programs", "buffers", "curves")}
     seen: set = set()
     counts: dict = {}
-    peaks_by_device: dict = {}
     for program, pf in facts:
         if pf.memory is None:
             continue
@@ -218,8 +228,6 @@ def _jit_tables(facts: list, host: Host, start: float, warnings: list) -> tuple[
         if m.curve is not None:
             rows["curves"].append((fid, pf.signature, json.dumps(m.curve, separators=(",", ":"))))
         rows["calls"].append(_call(len(rows["calls"]) + 1, fid, c[1], start, caller, pf, device))
-        for d in on or {0}:
-            peaks_by_device[d] = max(peaks_by_device.get(d, 0), m.peak_bytes)
     rows["counts"] = [(fid, calls, compiles, 1, 0, compiles) for fid, (calls, compiles) in counts.items()]
     jit = JitTables(
         functions=typed_table(rows["functions"], _FUNCTION_COLUMNS, "jit_functions", warnings),
@@ -229,7 +237,7 @@ def _jit_tables(facts: list, host: Host, start: float, warnings: list) -> tuple[
         programs=typed_table(rows["programs"], _PROGRAM_COLUMNS, "jit_programs", warnings),
         buffers=typed_table(rows["buffers"], _BUFFER_COLUMNS, "jit_buffers", warnings),
         curves=typed_table(rows["curves"], _CURVE_COLUMNS, "jit_curves", warnings))
-    return jit, peaks_by_device
+    return jit
 
 
 def _call(call_id: int, fid: int, index: int, start: float, caller: tuple, pf: ProgramFacts, device: int) -> tuple:

@@ -11,6 +11,9 @@ bytes stands for it. Plain Python: no pandas, no jax.
 from __future__ import annotations
 
 import bisect
+import heapq
+import itertools
+from array import array
 from dataclasses import dataclass
 
 from jaxmemprof.xprof.xplane import MemoryEvents
@@ -31,7 +34,7 @@ class Series:
     @property
     def peak(self) -> tuple[int, int]:
         """(index of the first event at the peak, bytes)."""
-        if not self.in_use:
+        if not len(self.in_use):
             return -1, 0
         top = max(self.in_use)
         return self.in_use.index(top), top
@@ -50,7 +53,7 @@ def series(ev: MemoryEvents) -> Series:
         else:
             running += ev.bytes[k] if ev.allocation[k] else -ev.bytes[k]
             in_use.append(max(running, 0))
-    s = Series(ev.memory, list(ev.t_ps), in_use, 0, ev.peak[-1] if ev.peak else 0)
+    s = Series(ev.memory, ev.t_ps, array("q", in_use), 0, ev.peak[-1] if len(ev.peak) else 0)
     i, top = s.peak
     if i >= 0 and ev.available[i]:
         s.limit = top + ev.available[i]
@@ -70,20 +73,26 @@ def moments(all_series: list, limit: int = MOMENTS) -> list:
         i, _ = s.peak
         if i >= 0:
             keep.add(s.t_ps[i])
-    keep.add(sum_peak(all_series, times)[0])
+    keep.add(sum_peak(all_series)[0])
     return sorted(keep)
 
 
 def sum_peak(all_series: list, times: list | None = None) -> tuple[int, int]:
-    """(moment, bytes) where the sum over the memories is highest."""
-    if times is None:
-        times = sorted({t for s in all_series for t in s.t_ps})
-    best = (times[0] if times else 0, -1)
-    for t in times:
-        total = sum(s.at(t) for s in all_series)
-        if total > best[1]:
-            best = (t, total)
-    return best
+    """(moment, bytes) where the sum over the memories is highest: one sweep
+    over every memory's events in time order (``times``: not used; kept for
+    callers that have them)."""
+    merged = heapq.merge(*(zip(s.t_ps, itertools.repeat(k), s.in_use) for k, s in enumerate(all_series)))
+    current = [0] * len(all_series)
+    total, best, last_t = 0, (0, -1), None
+    for t, k, v in merged:
+        if last_t is not None and t != last_t and total > best[1]:
+            best = (last_t, total)
+        total += v - current[k]
+        current[k] = v
+        last_t = t
+    if last_t is not None and total > best[1]:
+        best = (last_t, total)
+    return best if best[1] >= 0 else (0, 0)
 
 
 def live_at(ev: MemoryEvents, t_ps: int) -> list:
