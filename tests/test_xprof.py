@@ -236,3 +236,44 @@ def test_check_on_a_memory_profile(two_hosts):
     total = _sum_peak(peaks)
     assert run_cli("check", log, "--max-peak", f"{total + 1}").returncode == 0
     assert run_cli("check", log, "--max-peak", f"{total - 1}").returncode == 1
+
+
+def test_a_two_process_job_one_xplane_each(tmp_path):
+    """Two jax.distributed processes on 127.0.0.1, each profiling its step
+    (one .xplane.pb each); on one machine both would be named after it, so
+    each writes its own trace and the capture directory holds them as two
+    hosts would."""
+    import shutil
+    import subprocess
+
+    from test_multiprocess import free_port
+
+    port = free_port()
+    procs = [subprocess.Popen([sys.executable, str(SCRIPT), str(tmp_path / f"p{i}"), "--process", str(i), "--of", "2",
+                               "--port", str(port), *(["--donate"] if i == 1 else [])], env=cpu_env(),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
+    for p in procs:
+        _, err = p.communicate(timeout=240)
+        assert p.returncode == 0, err
+    capture = tmp_path / "job" / "plugins" / "profile" / "2026_01_01_00_00_00"
+    capture.mkdir(parents=True)
+    for i in range(2):
+        shutil.copy(profile_files(tmp_path / f"p{i}")[0][0], capture / f"host{i}.xplane.pb")
+    job = tmp_path / "job"
+    whole = load_profile_run(job)
+    assert [d["name"] for d in whole.manifest["devices"]] == ["host0/cpu:0", "host1/cpu:0"]
+    assert whole.chips["host"].tolist() == ["host0", "host1"]
+    for i in range(2):
+        ma = json.loads((tmp_path / f"p{i}.json").read_text())
+        run = load_profile_run(job, host=i)
+        fid, p = _step(run)
+        assert (int(p["argument_bytes"]), int(p["output_bytes"]), int(p["alias_bytes"]), int(p["temp_bytes"])) == (
+            ma["argument"], ma["output"], ma["alias"], ma["temp"])
+        # each chip's peak without a memory profile: the largest program that ran in the capture, its step's
+        assert int(whole.chips.loc[i, "peak_bytes"]) == int(p["peak_bytes"])
+        doc = json.loads(run_cli("report", job, "--process", i, "--json", check=0).stdout)
+        donate = [f for f in doc["findings"] if f["rule"] == "donate"]
+        assert bool(donate) == (i == 0)  # process 1 donated its step
+    out = run_cli("report", job, check=0)
+    assert "host0/cpu:0" in out.stdout or "train_step" in out.stdout
+    assert sum("no memory events" in line for line in out.stderr.splitlines()) == 1

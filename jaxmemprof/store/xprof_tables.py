@@ -133,15 +133,19 @@ def build_run(path: Path, files: list, *, multi: bool, process: int | None) -> X
 
 
 def _program_peaks(h: Host) -> dict:
-    """device ordinal -> the largest peak of a program that ran on it (XLA's buffers swept)."""
+    """device ordinal -> the largest peak of a program that ran on it in the
+    capture (XLA's buffers swept); of any program the profile holds where
+    none ran. A host without device planes (a CPU) has one device, 0."""
+    ran = [p for p in h.programs if p.program_id in h.runs] or h.programs
     out: dict = {}
-    for p in h.programs:
+    for p in ran:
         if not p.buffer_assignment:
             continue
         pf = read_program(p.module, p.hlo_module, p.buffer_assignment, largest=0)
         if pf.memory is None:
             continue
-        for d in h.runs.get(p.program_id, (0, {0}))[1] or {0}:
+        on = h.runs.get(p.program_id, (0, set()))[1] if h.devices else set()
+        for d in on or {0}:
             out[d] = max(out.get(d, 0), pf.memory.peak_bytes)
     return out
 
