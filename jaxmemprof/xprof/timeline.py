@@ -11,9 +11,11 @@ bytes stands for it. Plain Python: no pandas, no jax.
 from __future__ import annotations
 
 import bisect
+import functools
 import heapq
 import itertools
 from array import array
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from jaxmemprof.xprof.xplane import MemoryEvents
@@ -26,12 +28,12 @@ class Series:
     """One memory's bytes in use after each event."""
 
     memory: str
-    t_ps: list
-    in_use: list
+    t_ps: Sequence
+    in_use: Sequence
     limit: int  # in use + available at the peak (0: not said)
     lifetime_peak: int  # the allocator's own peak over its lifetime, as the last event says (0: not said)
 
-    @property
+    @functools.cached_property
     def peak(self) -> tuple[int, int]:
         """(index of the first event at the peak, bytes)."""
         if not len(self.in_use):

@@ -35,6 +35,7 @@ from __future__ import annotations
 import os
 import re
 from array import array
+from collections.abc import MutableSequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -70,19 +71,19 @@ class MemoryEvents:
     equal length)."""
 
     memory: str  # its id as the profile names it: a device ordinal, or an allocator's name
-    t_ps: list = field(default_factory=list)  # picoseconds since the profile started
-    allocation: list = field(default_factory=list)  # True: an allocation; False: a free
-    bytes: list = field(default_factory=list)  # the allocation's own bytes
-    in_use: list = field(default_factory=list)  # the allocator's bytes allocated after it
-    reserved: list = field(default_factory=list)  # its stack reservation
-    available: list = field(default_factory=list)  # free bytes left (0: not said)
-    peak: list = field(default_factory=list)  # the allocator's peak bytes in use over its lifetime
-    address: list = field(default_factory=list)
-    op: list = field(default_factory=list)  # tf_op: the op (or the JAX program) the allocation is for
-    region: list = field(default_factory=list)
-    dtype: list = field(default_factory=list)
-    shape: list = field(default_factory=list)
-    step: list = field(default_factory=list)  # group_id: the step it falls in (-1: none)
+    t_ps: MutableSequence = field(default_factory=list)  # picoseconds since the profile started
+    allocation: MutableSequence = field(default_factory=list)  # True: an allocation; False: a free
+    bytes: MutableSequence = field(default_factory=list)  # the allocation's own bytes
+    in_use: MutableSequence = field(default_factory=list)  # the allocator's bytes allocated after it
+    reserved: MutableSequence = field(default_factory=list)  # its stack reservation
+    available: MutableSequence = field(default_factory=list)  # free bytes left (0: not said)
+    peak: MutableSequence = field(default_factory=list)  # the allocator's peak bytes in use over its lifetime
+    address: MutableSequence = field(default_factory=list)
+    op: MutableSequence = field(default_factory=list)  # tf_op: the op (or the JAX program) the allocation is for
+    region: MutableSequence = field(default_factory=list)
+    dtype: MutableSequence = field(default_factory=list)
+    shape: MutableSequence = field(default_factory=list)
+    step: MutableSequence = field(default_factory=list)  # group_id: the step it falls in (-1: none)
 
 
 @dataclass
@@ -218,10 +219,14 @@ def _programs(plane, names: dict) -> list:
     return out
 
 
-_MEMORY_ID = ("device_ordinal", "index_on_host", "allocator_name")
-_INT_STATS = {"bytes_allocated": "in_use", "bytes_reserved": "reserved", "bytes_available": "available",
-              "peak_bytes_in_use": "peak", "allocation_bytes": "bytes", "addr": "address", "group_id": "step"}
-_TEXT_STATS = {"tf_op": "op", "region_type": "region", "data_type": "dtype", "shape": "shape"}
+# A memory event as a row: its time, kind, then the stats read, by the names XProf's schema gives them.
+_INT_SLOTS = {"allocation_bytes": 2, "bytes_allocated": 3, "bytes_reserved": 4, "bytes_available": 5,
+              "peak_bytes_in_use": 6, "addr": 7, "group_id": 8}
+_TEXT_SLOTS = {"tf_op": 9, "region_type": 10, "data_type": 11, "shape": 12,
+               "device_ordinal": 13, "index_on_host": 13, "allocator_name": 13}
+_ROW = (0, False, 0, 0, 0, 0, 0, 0, -1, "", "", "", "", None)
+_COLUMNS = ("t_ps", "allocation", "bytes", "in_use", "reserved", "available", "peak", "address", "step", "op",
+            "region", "dtype", "shape")
 
 
 def _scan_events(plane, names: dict, runs: dict, memory: dict, device: int | None) -> None:
@@ -232,18 +237,18 @@ def _scan_events(plane, names: dict, runs: dict, memory: dict, device: int | Non
     program_stat = {k for k, v in wanted.items() if v == "program_id"}
     run_stat = {k for k, v in wanted.items() if v == "run_id"}
     ordinal_stat = {k for k, v in wanted.items() if v == "device_ordinal"}
+    slots = {k: _INT_SLOTS.get(v, _TEXT_SLOTS.get(v)) for k, v in names.items() if v in _INT_SLOTS or v in _TEXT_SLOTS}
     module_line_programs = _module_line_programs(plane)
     seen: dict = {}
+    rows: list = []
     for line in plane.lines:
         if line.name in _SKIPPED_LINES:
             continue
-        base_ps = 0
+        base_ps = line.timestamp_ns * 1000
         for e in line.events:
             mid = e.metadata_id
             if mid in alloc_ids:
-                if not base_ps:
-                    base_ps = line.timestamp_ns * 1000
-                _memory_event(e, mid in allocs, names, memory, base_ps, device)
+                rows.append(_memory_row(e, base_ps, mid in allocs, slots, names))
                 continue
             program = run = ordinal = None
             for st in e.stats:
@@ -261,6 +266,7 @@ def _scan_events(plane, names: dict, runs: dict, memory: dict, device: int | Non
             key = (int(program), run if run is not None else (line.timestamp_ns, e.offset_ps))
             dev = device if device is not None else (int(ordinal) if isinstance(ordinal, int) else 0)
             seen.setdefault(key, set()).add(dev)
+    _memory_rows(rows, memory, device)
     for (program, _), devs in seen.items():
         count, on = runs.get(program, (0, set()))
         runs[program] = (count + 1, on | devs)
@@ -276,29 +282,37 @@ def _module_line_programs(plane) -> dict:
     return out
 
 
-def _memory_event(e, is_alloc: bool, names: dict, memory: dict, base_ps: int, device: int | None) -> None:
-    ints = dict.fromkeys(_INT_STATS.values(), 0)
-    ints["step"] = -1
-    texts = dict.fromkeys(_TEXT_STATS.values(), "")
-    memory_id = None if device is None else str(device)
+def _memory_row(e, base_ps: int, is_alloc: bool, slots: dict, names: dict) -> list:
+    """One memory event as a row (_ROW's layout): each stat read by the slot its name has."""
+    row = list(_ROW)
+    row[0], row[1] = base_ps + e.offset_ps, is_alloc
     for st in e.stats:
-        key = names.get(st.metadata_id, "")
-        v = _value(st, names)
-        if key in _MEMORY_ID and memory_id is None:
-            memory_id = str(v)
-        elif key in _INT_STATS:
-            ints[_INT_STATS[key]] = int(v) if isinstance(v, (int, float)) else 0
-        elif key in _TEXT_STATS:
-            texts[_TEXT_STATS[key]] = str(v) if v is not None else ""
-    ev = memory.get(memory_id or "0")
-    if ev is None:
-        ev = memory[memory_id or "0"] = MemoryEvents(memory_id or "0")
-    ev.t_ps.append(base_ps + e.offset_ps)
-    ev.allocation.append(is_alloc)
-    for k, v in ints.items():
-        getattr(ev, k).append(v)
-    for k, v in texts.items():
-        getattr(ev, k).append(v)
+        j = slots.get(st.metadata_id)
+        if j is None:
+            continue
+        if j < 9:
+            row[j] = st.int64_value or st.uint64_value
+        else:
+            which = st.WhichOneof("value")
+            row[j] = (st.str_value if which == "str_value" else names.get(st.ref_value, "") if which == "ref_value"
+                      else getattr(st, which) if which else "")
+    return row
+
+
+def _memory_rows(rows: list, memory: dict, device: int | None) -> None:
+    """A plane's memory events (rows) added to each memory's, by its id: the
+    plane's device where the plane is one, else the event's own."""
+    by: dict = {}
+    for row in rows:
+        mid = str(device) if device is not None else ("0" if row[13] in (None, "") else str(row[13]))
+        by.setdefault(mid, []).append(row)
+    for mid, group in by.items():
+        ev = memory.get(mid)
+        if ev is None:
+            ev = memory[mid] = MemoryEvents(mid)
+        for name, col in zip(_COLUMNS, zip(*group)):
+            getattr(ev, name).extend(col)
+        ev.dtype[-len(group):] = [str(v) for v in ev.dtype[-len(group):]]
 
 
 _NUMBERS = ("t_ps", "bytes", "in_use", "reserved", "available", "peak", "address", "step")
