@@ -315,8 +315,8 @@ def _profile_maker(series: list, t: int, op_frames: dict, n: int):
         samples = []
         for name, _, ev in series:
             for size, op, region, dtype, shape in tl.live_at(ev, t):
-                label = op or region or "(no op named)"
-                frames = op_frames.get(op) or ((label, shape or dtype or "", 0),)
+                # no user line for it: its op (or the name JAX gave an argument) in the place of a function
+                frames = op_frames.get(op) or ((op or shape or "(no op named)", f"<{region or 'allocation'}>", 0),)
                 samples.append((frames, (1, size), {"kind": "buffer", "device": name}))
         if not samples:
             samples.append(((("(nothing live)", "", 0),), (0, 0), {"kind": "buffer"}))
@@ -355,7 +355,7 @@ def program_profile(run: XprofRun, sel: str | None):
         for r in rows.itertuples():
             frames = [(fn, file, line) for file, line, fn in json.loads(r.frames)] if isinstance(r.frames, str) else []
             if not frames:
-                frames = [(str(r.op or r.name), f"({r.kind})", 0)]
+                frames = [(str(r.op or r.name), f"<{r.kind}>", 0)]
             samples.append((tuple(frames), (1, int(r.bytes)), {"kind": "buffer", "device": device}))
         raw = write_profile([("allocations", "count"), ("space", "bytes")], samples, default_type="space",
                             comments=[f"XLA's buffers at the peak of {module} ({signature})"])
