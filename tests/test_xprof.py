@@ -277,3 +277,13 @@ def test_a_two_process_job_one_xplane_each(tmp_path):
     out = run_cli("report", job, check=0)
     assert "host0/cpu:0" in out.stdout or "train_step" in out.stdout
     assert sum("no memory events" in line for line in out.stderr.splitlines()) == 1
+
+
+def test_a_run_directory_with_a_trace_inside_is_a_run(profiles, tmp_path):
+    import shutil
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(profiles["plain"][1], run_dir)
+    shutil.copytree(profiles["plain"][0] / "plugins", run_dir / "plugins")
+    doc = json.loads(run_cli("report", run_dir, "--json", check=0).stdout)
+    assert doc["summary"]["snapshots"] > 0  # the run's own snapshots: read as the run, not as the trace in it

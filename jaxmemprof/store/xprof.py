@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 
 from jaxmemprof.errors import InputError
+from jaxmemprof.store import layout
 from jaxmemprof.store.xprof_tables import XprofRun, build_run
 from jaxmemprof.xprof.xplane import SUFFIX
 
@@ -80,13 +81,13 @@ def _xplanes(d: Path) -> list[Path]:
 
 def is_profile(path) -> bool:
     """Whether ``path`` is an XProf profile (a .xplane.pb, or a directory
-    holding one where a capture puts it); an empty capture directory is one
-    too (reading it says what is missing)."""
+    holding one where a capture puts it, that is not a run directory); an
+    empty capture directory is one too (reading it says what is missing)."""
     path = Path(path)
     if path.is_file():
         return path.name.endswith(SUFFIX)
-    if not path.is_dir():
-        return False
+    if not path.is_dir() or (path / layout.MANIFEST).is_file() or (path / layout.JOURNAL).is_file():
+        return False  # a run directory is a run, whatever a trace beside it holds (run --xprof may put one there)
     if _xplanes(path):
         return True
     return (path / PROFILE_DIRS[0] / PROFILE_DIRS[1]).is_dir() or (
