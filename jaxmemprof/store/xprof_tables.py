@@ -278,9 +278,9 @@ def _snapshots(series: list, start: float, facts: list, warnings: list):
     if not series:
         return (_snapshot_table([], warnings), typed_table([], _STAT_COLUMNS, "memory_stats", warnings), {})
     all_series = [s for _, s, _ in series]
-    moments = tl.moments(all_series)
-    t0 = min(moments)
     peak_t = tl.sum_peak(all_series)[0]
+    moments = tl.moments(all_series, peak_t=peak_t)
+    t0 = min(moments)
     snaps, stats, profiles = [], [], {}
     op_frames = _op_frames(facts)
     for n, t in enumerate(moments, start=1):
@@ -314,7 +314,7 @@ def _profile_maker(series: list, t: int, op_frames: dict, n: int):
 
         samples = []
         for name, _, ev in series:
-            for size, op, region, dtype, shape in tl.live_at(ev, t):
+            for size, op, region, _dtype, shape in tl.live_at(ev, t):
                 # no user line for it: its op (or the name JAX gave an argument) in the place of a function
                 frames = op_frames.get(op) or ((op or shape or "(no op named)", f"<{region or 'allocation'}>", 0),)
                 samples.append((frames, (1, size), {"kind": "buffer", "device": name}))

@@ -62,10 +62,10 @@ def series(ev: MemoryEvents) -> Series:
     return s
 
 
-def moments(all_series: list, limit: int = MOMENTS) -> list:
+def moments(all_series: list, limit: int = MOMENTS, peak_t: int | None = None) -> list:
     """The moments (ps) the timeline keeps: every event's where there are
     few, else ``limit`` spread evenly, with each memory's peak and the
-    moment the sum over memories peaks."""
+    moment the sum over memories peaks (``peak_t``, where the caller has it)."""
     times = sorted({t for s in all_series for t in s.t_ps})
     if not times:
         return []
@@ -75,7 +75,7 @@ def moments(all_series: list, limit: int = MOMENTS) -> list:
         i, _ = s.peak
         if i >= 0:
             keep.add(s.t_ps[i])
-    keep.add(sum_peak(all_series)[0])
+    keep.add(sum_peak(all_series)[0] if peak_t is None else peak_t)
     return sorted(keep)
 
 

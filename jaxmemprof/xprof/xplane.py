@@ -120,7 +120,8 @@ def host_name(path: Path) -> str:
 
 
 def read_space(path: Path):
-    """The XSpace of one file (the generated message), or a one-line InputError."""
+    """The XSpace of one file (the generated message, its events' stats left
+    as bytes: ``XSpaceLean``), or a one-line InputError."""
     from google.protobuf.message import DecodeError
 
     from jaxmemprof.xprof import xplane_pb2 as pb
@@ -139,7 +140,7 @@ def read_space(path: Path):
     except OSError as exc:
         raise InputError(str(path), f"cannot be read ({exc.strerror or exc})") from None
     try:
-        space = pb.XSpace.FromString(raw)
+        space = pb.XSpaceLean.FromString(raw)
     except (DecodeError, RuntimeError, ValueError) as exc:
         raise InputError(str(path), f"is damaged or truncated: not an XProf profile (protobuf decoding failed: "
                                     f"{' '.join(str(exc).split()) or type(exc).__name__})") from None
@@ -182,7 +183,10 @@ def read_host(path) -> Host:
         if m:
             devices.append((m.group(1), int(m.group(2))))
         if plane.lines:
-            _scan_events(plane, names, runs, memory, device=int(m.group(2)) if m else None)
+            try:
+                _scan_events(plane, names, runs, memory, device=int(m.group(2)) if m else None)
+            except _Damaged as exc:
+                raise InputError(str(path), f"is damaged: {exc}") from None
     for ev in memory.values():
         _in_time_order(ev)
     return Host(path=path, host=host_name(path), hostnames=list(space.hostnames), start_ns=start_ns, stop_ns=stop_ns,
@@ -229,16 +233,65 @@ _COLUMNS = ("t_ps", "allocation", "bytes", "in_use", "reserved", "available", "p
             "region", "dtype", "shape")
 
 
+class _Stats:
+    """Each distinct serialized stat decoded once: (metadata id, value).
+    Most of a memory event's stats repeat (its device, op, shape, region,
+    step); the rest (its address, the allocator's figures) are decoded as
+    they come. Bounded: cleared past MAX entries."""
+
+    MAX = 1 << 18
+
+    def __init__(self, names: dict):
+        self.names = names
+        self.seen: dict = {}
+
+    def __call__(self, raw: bytes) -> tuple:
+        got = self.seen.get(raw)
+        if got is None:
+            from jaxmemprof.xprof import xplane_pb2 as pb
+
+            st = pb.XStat.FromString(raw)
+            got = (st.metadata_id, _value(st, self.names))
+            if len(self.seen) >= self.MAX:
+                self.seen.clear()
+            self.seen[raw] = got
+        return got
+
+
 def _scan_events(plane, names: dict, runs: dict, memory: dict, device: int | None) -> None:
     """The executions (program_id, run_id) and memory events of one plane."""
+    from google.protobuf.message import DecodeError
+
+    try:
+        _scan(plane, names, runs, memory, device)
+    except (DecodeError, RuntimeError, ValueError) as exc:
+        raise _Damaged(f"a stat of plane {plane.name!r} cannot be read ({' '.join(str(exc).split())})") from None
+
+
+class _Damaged(ValueError):
+    pass
+
+
+def _scan(plane, names: dict, runs: dict, memory: dict, device: int | None) -> None:
     alloc_ids = {k for k, v in plane.event_metadata.items() if v.name in (ALLOCATION, DEALLOCATION)}
     allocs = {k for k in alloc_ids if plane.event_metadata[k].name == ALLOCATION}
-    wanted = {k: v for k, v in names.items() if v in ("program_id", "run_id", "device_ordinal", "hlo_module")}
-    program_stat = {k for k, v in wanted.items() if v == "program_id"}
-    run_stat = {k for k, v in wanted.items() if v == "run_id"}
-    ordinal_stat = {k for k, v in wanted.items() if v == "device_ordinal"}
-    slots = {k: _INT_SLOTS.get(v, _TEXT_SLOTS.get(v)) for k, v in names.items() if v in _INT_SLOTS or v in _TEXT_SLOTS}
+    wanted = {k: v for k, v in names.items() if v in ("program_id", "run_id", "device_ordinal")}
+    slots: dict[int, int] = {k: _INT_SLOTS.get(v) or _TEXT_SLOTS[v] for k, v in names.items()
+                             if v in _INT_SLOTS or v in _TEXT_SLOTS}
     module_line_programs = _module_line_programs(plane)
+    stat = _Stats(names)
+    slotted: dict = {}
+    placed = slotted.get
+
+    def place(raw: bytes) -> tuple:
+        k, v = stat(raw)
+        j = slots.get(k, -1)
+        hit = (j, v) if j < 0 else (j, (v if isinstance(v, int) else 0) if j < 9 else ("" if v is None else v))
+        if len(slotted) >= _Stats.MAX:
+            slotted.clear()
+        slotted[raw] = hit
+        return hit
+
     seen: dict = {}
     rows: list = []
     for line in plane.lines:
@@ -248,21 +301,27 @@ def _scan_events(plane, names: dict, runs: dict, memory: dict, device: int | Non
         for e in line.events:
             mid = e.metadata_id
             if mid in alloc_ids:
-                rows.append(_memory_row(e, base_ps, mid in allocs, slots, names))
+                row = list(_ROW)
+                row[0], row[1] = base_ps + e.offset_ps, mid in allocs
+                for raw in e.stats:
+                    hit = placed(raw)  # (the row's slot, the value as the row keeps it), -1: not read
+                    if hit is None:
+                        hit = place(raw)
+                    if hit[0] >= 0:
+                        row[hit[0]] = hit[1]
+                rows.append(row)
                 continue
-            program = run = ordinal = None
-            for st in e.stats:
-                k = st.metadata_id
-                if k in program_stat:
-                    program = _value(st, names)
-                elif k in run_stat:
-                    run = _value(st, names)
-                elif k in ordinal_stat:
-                    ordinal = _value(st, names)
+            found = {}
+            for raw in e.stats:
+                k, v = stat(raw)
+                if k in wanted:
+                    found[wanted[k]] = v
+            program = found.get("program_id")
             if program is None and line.name == "XLA Modules":
                 program = module_line_programs.get(mid)
             if program is None:
                 continue
+            run, ordinal = found.get("run_id"), found.get("device_ordinal")
             key = (int(program), run if run is not None else (line.timestamp_ns, e.offset_ps))
             dev = device if device is not None else (int(ordinal) if isinstance(ordinal, int) else 0)
             seen.setdefault(key, set()).add(dev)
@@ -280,23 +339,6 @@ def _module_line_programs(plane) -> dict:
         if m:
             out[k] = int(m.group(2))
     return out
-
-
-def _memory_row(e, base_ps: int, is_alloc: bool, slots: dict, names: dict) -> list:
-    """One memory event as a row (_ROW's layout): each stat read by the slot its name has."""
-    row = list(_ROW)
-    row[0], row[1] = base_ps + e.offset_ps, is_alloc
-    for st in e.stats:
-        j = slots.get(st.metadata_id)
-        if j is None:
-            continue
-        if j < 9:
-            row[j] = st.int64_value or st.uint64_value
-        else:
-            which = st.WhichOneof("value")
-            row[j] = (st.str_value if which == "str_value" else names.get(st.ref_value, "") if which == "ref_value"
-                      else getattr(st, which) if which else "")
-    return row
 
 
 def _memory_rows(rows: list, memory: dict, device: int | None) -> None:
