@@ -287,3 +287,19 @@ def test_a_run_directory_with_a_trace_inside_is_a_run(profiles, tmp_path):
     shutil.copytree(profiles["plain"][0] / "plugins", run_dir / "plugins")
     doc = json.loads(run_cli("report", run_dir, "--json", check=0).stdout)
     assert doc["summary"]["snapshots"] > 0  # the run's own snapshots: read as the run, not as the trace in it
+
+
+def test_a_damaged_memory_event_is_one_line_exit_2(tmp_path):
+    """A stat that is no XStat inside a memory event (bytes made by hand: the damage)."""
+    from jaxmemprof.xprof import xplane_pb2 as pb
+
+    space = pb.XSpaceLean()
+    plane = space.planes.add(id=1, name="/host:CPU")
+    plane.event_metadata[1].CopyFrom(pb.XEventMetadata(id=1, name="MemoryAllocation"))
+    plane.stat_metadata[1].CopyFrom(pb.XStatMetadata(id=1, name="bytes_allocated"))
+    event = plane.lines.add(id=1, name="allocations").events.add(metadata_id=1, offset_ps=1)
+    event.stats.append(pb.XStat(metadata_id=1, int64_value=8).SerializeToString())
+    event.stats.append(b"\x0a\xff")  # a field that says 255 bytes follow, and none do
+    bad = tmp_path / "host.xplane.pb"
+    bad.write_bytes(space.SerializeToString())
+    _one_line_exit_2(run_cli("report", bad), "is damaged")
