@@ -43,8 +43,8 @@ FIXTURES = REPO / "tests" / "fixtures" / "xprof"
 
 OURS = """
 import sys, time, json
-t = time.perf_counter()
 from jaxmemprof.store.xprof import load_profile_run
+t = time.perf_counter()  # after the imports, as XProf's is
 run = load_profile_run(sys.argv[1])
 peaks = {d: int(v) for d, v in run.memory_stats[run.memory_stats["key"] == "peak_bytes_in_use"]
          .groupby("device")["value"].max().items()}
@@ -91,7 +91,7 @@ def main() -> None:
     ap.add_argument("--xprof-python", default=os.environ.get("XPROF_PYTHON"),
                     help="a Python with the xprof package installed (pip install xprof, in a scratch venv)")
     ap.add_argument("--steps", type=int, default=400, help="steps of allocations per chip in the generated host")
-    ap.add_argument("--hosts", type=int, default=16)
+    ap.add_argument("--hosts", type=int, default=16, help="hosts of the capture read in one command (0: skip)")
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
     env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=f"{REPO}:{FIXTURES}")
@@ -132,6 +132,8 @@ def main() -> None:
                   f"{theirs[0]['viewer_peak_mib']:.3f} MiB")
         else:
             print("XProf: not measured (give --xprof-python: a Python with `pip install xprof`)")
+        if not args.hosts:
+            return
         pod = tmp / "pod" / "plugins" / "profile" / "run"
         pod.mkdir(parents=True)
         for h in range(args.hosts):
