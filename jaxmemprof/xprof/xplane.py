@@ -49,6 +49,7 @@ HLO_PROTO = "Hlo Proto"
 ALLOCATION, DEALLOCATION = "MemoryAllocation", "MemoryDeallocation"
 # Planes never scanned for events: the python tracer's calls are no memory event.
 _SKIPPED_LINES = {"python"}
+_SKIPPED_PLANES = {"/host:python-tracer"}
 _PROGRAM_NAME = re.compile(r"^(.*)\((\d+)\)$")
 # An .xplane.pb larger than this is refused before it is read (a profile of a
 # long TPU capture is tens of MiB; protobuf refuses messages of 2 GiB).
@@ -182,7 +183,7 @@ def read_host(path) -> Host:
         m = DEVICE_PLANE.match(plane.name)
         if m:
             devices.append((m.group(1), int(m.group(2))))
-        if plane.lines:
+        if plane.lines and plane.name not in _SKIPPED_PLANES:
             try:
                 _scan_events(plane, names, runs, memory, device=int(m.group(2)) if m else None)
             except _Damaged as exc:
