@@ -62,8 +62,8 @@ r.xspace_to_tool_names([path])  # writes each program's HLO beside the file, as 
 mv, _ = r.xspace_to_tool_data([path], "memory_viewer", {"module_name": program, "use_saved_result": False})
 t2 = time.perf_counter()
 doc = json.loads(mp)
-peaks = {k: int(v["profileSummary"]["peakStats"]["peakBytesInUse"])
-         for k, v in doc["memoryProfilePerAllocator"].items()}
+peaks = {k: int(v["profileSummary"]["peakStats"].get("peakBytesInUse", 0))
+         for k, v in doc.get("memoryProfilePerAllocator", {}).items()}
 print(json.dumps({"s": t2 - t, "memory_profile_s": t1 - t, "memory_viewer_s": t2 - t1, "peaks": peaks,
                   "viewer_peak_mib": json.loads(mv)["peakHeapMib"] if mv else None}))
 """
@@ -93,6 +93,10 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=400, help="steps of allocations per chip in the generated host")
     ap.add_argument("--hosts", type=int, default=16, help="hosts of the capture read in one command (0: skip)")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--profile", default=None, metavar="XPLANE",
+                    help="also compare on this real .xplane.pb (a TPU capture with JAX's default options: "
+                         "/work/notes/tpu-xprof/xp-gpt8's, 23 MB), the program --program names")
+    ap.add_argument("--program", default="jit_train_step", help="the module XProf's memory viewer reads")
     args = ap.parse_args()
     env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=f"{REPO}:{FIXTURES}")
     tmp = Path(tempfile.mkdtemp(prefix="bench-xprof-"))
@@ -105,6 +109,8 @@ def main() -> None:
         from jaxmemprof.store.xprof import profile_files
 
         real = profile_files(tmp / "real")[0][0]
+        if args.profile:
+            _compare(Path(args.profile), args, env, tmp)
         one = tmp / "one" / "plugins" / "profile" / "run" / "host.xplane.pb"
         memory_profile.write(real, one, steps=args.steps)
         size = one.stat().st_size
@@ -150,13 +156,31 @@ def main() -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _program_name(real: Path) -> str:
-    """The step's program as XProf names it: ``jit_train_step(N)``."""
+def _program_name(real: Path, module: str = "jit_train_step") -> str:
+    """The program as XProf names it: ``jit_train_step(N)``."""
     from jaxmemprof.xprof.xplane import read_host
 
     h = read_host(real)
-    p = next(p for p in h.programs if p.module == "jit_train_step")
+    p = next(p for p in h.programs if p.module == module)
     return f"{p.module}({p.program_id})"
+
+
+def _compare(profile: Path, args, env, tmp: Path) -> None:
+    """A real profile read by both, each in a fresh process (medians of --repeat)."""
+    program = _program_name(profile, args.program)
+    ours = statistics.median(_run([sys.executable, "-c", OURS, str(profile)], env)["s"] for _ in range(args.repeat))
+    print(f"{profile.name} ({profile.stat().st_size / 2**20:.1f} MiB): jaxmemprof {ours:.3f} s", end="")
+    if not args.xprof_python:
+        print("; XProf: not measured (no --xprof-python)")
+        return
+    times = []
+    for n in range(args.repeat):
+        work = tmp / f"real{n}"
+        work.mkdir()
+        shutil.copy(profile, work / profile.name)  # XProf writes its programs' HLO beside the file
+        times.append(_run([args.xprof_python, "-c", THEIRS, str(work / profile.name), program], dict(os.environ))["s"])
+    theirs = statistics.median(times)
+    print(f"; XProf {theirs:.3f} s; ratio {ours / theirs:.2f} (goal <= 0.5)")
 
 
 if __name__ == "__main__":

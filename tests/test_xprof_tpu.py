@@ -69,3 +69,24 @@ def test_the_step_by_line_on_the_chip(tpu):
     out = json.loads(run_cli("show", tpu["gpt8"][0], "--json", check=0).stdout)
     sites = " ".join(r["site"] for r in out["rows"])
     assert "gpt.py" in sites and "params" in sites  # the user's lines, the arguments by JAX's names
+
+
+@pytest.fixture(scope="module")
+def tpu_memory(tmp_path_factory):
+    capture = tmp_path_factory.mktemp("gpt8-memory") / "plugins" / "profile" / "2026_12_07_06_11_53"
+    capture.mkdir(parents=True)
+    (capture / "runsc.xplane.pb").write_bytes(gzip.decompress((FIXTURES / "tpu-gpt8-memory.xplane.pb.gz").read_bytes()))
+    return capture.parents[2], json.loads((FIXTURES / "tpu-gpt8-memory.memory_stats.json").read_text())
+
+
+def test_the_chips_peak_from_its_memory_events_is_memory_stats(tpu_memory):
+    path, stats = tpu_memory
+    run = load_profile_run(path)
+    chip = stats["peak_bytes_in_use"] + stats["peak_bytes_reserved"]  # the chip's peak (docs/tpu.md)
+    assert int(run.snapshots["live_bytes"].max()) == chip  # the runtime's bytes_allocated + bytes_reserved, at its top
+    ms = run.memory_stats
+    assert int(ms.loc[ms["key"] == "peak_bytes_in_use", "value"].max()) == chip
+    out = run_cli("report", path, check=0)
+    assert "no memory events" not in out.stderr
+    assert run_cli("check", path, "--max-peak", str(chip)).returncode == 0
+    assert run_cli("check", path, "--max-peak", str(chip - 1)).returncode == 1

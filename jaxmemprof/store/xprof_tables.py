@@ -24,6 +24,7 @@ NO_MEMORY_EVENTS = ("no memory events in this profile (JAX's profiles on a CPU a
 NOT_IN_A_PROFILE = ("not in a profile: the Python that held arrays, when the caller let go of an argument (the donation "
                     "finding takes the usual state = step(state, batch)), a compile of a change (a saving is an "
                     "upper bound)")
+_NO_OP = "dummy"  # the op a TPU runtime's allocation events name (JAX 0.10, v5e)
 IMBALANCE_FROM = 0.05  # a chip this much above the median (of the median), and at least 1 MiB, is named
 _MIB = 1024**2
 
@@ -315,8 +316,10 @@ def _profile_maker(series: list, t: int, op_frames: dict, n: int):
         samples = []
         for name, _, ev in series:
             for size, op, region, _dtype, shape in tl.live_at(ev, t):
-                # no user line for it: its op (or the name JAX gave an argument) in the place of a function
-                frames = op_frames.get(op) or ((op or shape or "(no op named)", f"<{region or 'allocation'}>", 0),)
+                # no user line for it: its op (or the name JAX gave an argument; a TPU's runtime names none:
+                # "dummy", where its shape says more) in the place of a function
+                label = op if op and op != _NO_OP else shape or op or "(no op named)"
+                frames = op_frames.get(op) or ((label, f"<{region or 'allocation'}>", 0),)
                 samples.append((frames, (1, size), {"kind": "buffer", "device": name}))
         if not samples:
             samples.append(((("(nothing live)", "", 0),), (0, 0), {"kind": "buffer"}))

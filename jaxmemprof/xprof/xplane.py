@@ -46,6 +46,7 @@ METADATA_PLANE = "/host:metadata"
 TASK_PLANE = "Task Environment"
 DEVICE_PLANE = re.compile(r"^/device:(TPU|GPU):(\d+)$")
 HLO_PROTO = "Hlo Proto"
+XLA_MODULES = "XLA Modules"  # a device plane's line of program executions
 ALLOCATION, DEALLOCATION = "MemoryAllocation", "MemoryDeallocation"
 # Planes never scanned for events: the python tracer's calls are no memory event.
 _SKIPPED_LINES = {"python"}
@@ -162,6 +163,7 @@ def read_host(path) -> Host:
     programs: list = []
     runs: dict = {}
     memory: dict = {}
+    has_devices = any(DEVICE_PLANE.match(p.name) for p in space.planes)
     for plane in space.planes:
         names = {k: v.name for k, v in plane.stat_metadata.items()}
         if plane.name == METADATA_PLANE:
@@ -185,7 +187,10 @@ def read_host(path) -> Host:
             devices.append((m.group(1), int(m.group(2))))
         if plane.lines and plane.name not in _SKIPPED_PLANES:
             try:
-                _scan_events(plane, names, runs, memory, device=int(m.group(2)) if m else None)
+                # the executions: a device plane's XLA Modules line where there are device planes, else the
+                # host's threads (a CPU)
+                executions = XLA_MODULES if m else (None if has_devices else "")
+                _scan_events(plane, names, runs, memory, int(m.group(2)) if m else None, executions)
             except _Damaged as exc:
                 raise InputError(str(path), f"is damaged: {exc}") from None
     for ev in memory.values():
@@ -259,12 +264,13 @@ class _Stats:
         return got
 
 
-def _scan_events(plane, names: dict, runs: dict, memory: dict, device: int | None) -> None:
-    """The executions (program_id, run_id) and memory events of one plane."""
+def _scan_events(plane, names: dict, runs: dict, memory: dict, device: int | None, executions: str | None) -> None:
+    """The executions (program_id, run_id) and memory events of one plane;
+    ``executions``: the line to read executions from ('': every line; None: none)."""
     from google.protobuf.message import DecodeError
 
     try:
-        _scan(plane, names, runs, memory, device)
+        _scan(plane, names, runs, memory, device, executions)
     except (DecodeError, RuntimeError, ValueError) as exc:
         raise _Damaged(f"a stat of plane {plane.name!r} cannot be read ({' '.join(str(exc).split())})") from None
 
@@ -273,7 +279,7 @@ class _Damaged(ValueError):
     pass
 
 
-def _scan(plane, names: dict, runs: dict, memory: dict, device: int | None) -> None:
+def _scan(plane, names: dict, runs: dict, memory: dict, device: int | None, executions: str | None) -> None:
     alloc_ids = {k for k, v in plane.event_metadata.items() if v.name in (ALLOCATION, DEALLOCATION)}
     allocs = {k for k in alloc_ids if plane.event_metadata[k].name == ALLOCATION}
     wanted = {k: v for k, v in names.items() if v in ("program_id", "run_id", "device_ordinal")}
@@ -298,6 +304,9 @@ def _scan(plane, names: dict, runs: dict, memory: dict, device: int | None) -> N
     for line in plane.lines:
         if line.name in _SKIPPED_LINES:
             continue
+        runs_here = executions == "" or executions == line.name
+        if not runs_here and not alloc_ids:
+            continue
         base_ps = line.timestamp_ns * 1000
         for e in line.events:
             mid = e.metadata_id
@@ -312,13 +321,15 @@ def _scan(plane, names: dict, runs: dict, memory: dict, device: int | None) -> N
                         row[hit[0]] = hit[1]
                 rows.append(row)
                 continue
+            if not runs_here:
+                continue
             found = {}
             for raw in e.stats:
                 k, v = stat(raw)
                 if k in wanted:
                     found[wanted[k]] = v
             program = found.get("program_id")
-            if program is None and line.name == "XLA Modules":
+            if program is None and line.name == XLA_MODULES:
                 program = module_line_programs.get(mid)
             if program is None:
                 continue
