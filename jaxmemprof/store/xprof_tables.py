@@ -19,8 +19,9 @@ from jaxmemprof.xprof import timeline as tl
 from jaxmemprof.xprof.programs import ProgramFacts, read_program
 from jaxmemprof.xprof.xplane import Host, read_host
 
-NO_MEMORY_EVENTS = ("no memory events in this profile (JAX's profiles on a CPU and on a TPU hold none): the timeline, "
-                    "the live peak and what held it are not in it; each program's own figures are")
+NO_MEMORY_EVENTS = ("no memory events in this profile (a CPU's never has them; a TPU's has them with the host tracer "
+                    "on, as by default): the timeline, the live peak and what held it are not in it; each program's "
+                    "own figures are")
 NOT_IN_A_PROFILE = ("not in a profile: the Python that held arrays, when the caller let go of an argument (the donation "
                     "finding takes the usual state = step(state, batch)), a compile of a change (a saving is an "
                     "upper bound)")
