@@ -299,14 +299,18 @@ def output_to(path: str, force: bool):
 
 
 def open_run(spec):
-    from jaxmemprof.store.reader import load_run
-    from jaxmemprof.store.refs import split_selector
+    """A run directory, or an XProf profile (store/refs.py ``open_any``; --process N: its Nth host)."""
+    from jaxmemprof.store.refs import open_any, split_selector
 
     check_not_empty(spec)
     path, sel = split_selector(spec)
     if sel is not None:
         raise InputError(spec, f"report and export --csv take a whole run, not one snapshot: give {path}")
-    return load_run(path)
+    ctx = click.get_current_context(silent=True)
+    run_ = open_any(path, None if ctx is None else ctx.meta.get("jaxmemprof.process"))
+    for line in getattr(run_, "notes", []) + getattr(run_, "imbalance", []):
+        say(f"jaxmemprof: {run_.path}: {line}")
+    return run_
 
 
 def build_report_for(run_, options):

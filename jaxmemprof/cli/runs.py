@@ -34,7 +34,9 @@ def report(run_dir, top, steps, device_memory, as_json, explain, html_path, forc
     buffer reuse, leaks, recompiles, and findings.
 
     RUN is a run directory from `jaxmemprof run` (or a directory of .prof
-    files, with less detail).
+    files, with less detail), or an XProf profile: the directory
+    jax.profiler.trace wrote (one .xplane.pb per host), or one .xplane.pb
+    (docs/xprof.md).
 
     \b
     Examples:
@@ -44,6 +46,7 @@ def report(run_dir, top, steps, device_memory, as_json, explain, html_path, forc
       jaxmemprof report RUN --device-memory 16GiB   # plan a GPU job from a CPU run
       jaxmemprof report RUN --json > report.json
       jaxmemprof report RUN --html report.html      # one page: timeline, flame graphs, findings
+      jaxmemprof report /tmp/trace                  # a jax.profiler.trace directory (XProf)
     """
     if html_path == "-" and as_json:
         raise click.UsageError("--html - and --json both write to stdout; send one of them to a file")
@@ -60,10 +63,18 @@ def report(run_dir, top, steps, device_memory, as_json, explain, html_path, forc
         if job:
             doc = job_report_document(run_dir, options, explain=explain, page=needs_page(asked))
         else:
-            doc = _run_document(run_path(run_dir), options, phase, top=top, explain=explain,
+            doc = _run_document(_one_run(run_dir), options, phase, top=top, explain=explain,
                                 page=needs_page(asked))
         for name in asked:
             emit(name, doc, Output(html_path, force) if name == "html" else None)
+
+
+def _one_run(spec: str) -> str:
+    """``spec`` (an XProf profile: open_run reads its --process host), or its process-N with --process."""
+    from jaxmemprof.store.refs import split_selector
+    from jaxmemprof.store.xprof import is_profile
+
+    return spec if is_profile(split_selector(spec)[0]) else run_path(spec)
 
 
 # A run's report and export, phase by phase (cli/progress.py: said past 2 s).
@@ -157,7 +168,7 @@ def _export_csv(spec, directory, force, top, steps, library, user, all_frames):
         from jaxmemprof.analysis.report import build_report
 
         with Phases("export", PHASES) as phase:  # a large run's work said as it goes
-            run_ = open_run(run_path(spec))
+            run_ = open_run(_one_run(spec))
             warn(run_)
             to.prepare("csv", "run")
             phase.step()

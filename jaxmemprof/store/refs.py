@@ -2,6 +2,12 @@
 whole job, wherever a profile is accepted (the grammar of SEL:
 store/selectors.py).
 
+An XProf profile (a ``.xplane.pb``, or a directory ``jax.profiler.trace``
+wrote: store/xprof.py) is read into the run model too: ``PROFILE`` is its
+live peak where it has a memory profile, else the largest program's buffers
+at that program's peak (XLA's), each by the line that made it; ``--process
+N`` picks its Nth host (in its files' name order).
+
 On a multi-process job (a directory of ``process-N`` runs, store/job.py),
 ``RUN/process-3@SEL`` is one process's snapshot; ``RUN@SEL`` is the whole
 job: ``peak`` the job's peak (the snapshot in effect in each process at the
@@ -14,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from jaxmemprof.errors import InputError, check_not_empty
 from jaxmemprof.store import layout
@@ -23,6 +29,8 @@ from jaxmemprof.store.selectors import select
 # store.job (and pandas with it) is imported where a run is resolved: a
 # profile file is read without them.
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from jaxmemprof.store.job import Job
     from jaxmemprof.store.reader import Run
 
@@ -36,11 +44,14 @@ class ProfileRef:
     run: Run | JobView | None = None  # the Run, when it came from one (a JobView for a whole job)
     snapshot: int | None = None
     merged: tuple[Job, dict[int, int]] | None = None  # for a whole job: (Job, {process: snapshot})
+    made: Callable[[], Any] | None = None  # an XProf profile's Profile, made in memory
 
     def load(self, **kwargs):
         """The Profile (``kwargs``: load_profile's: sample_index, max_decompressed).
         A run's snapshot is its buffers, the bytes its live bytes count (the
         loaded executables' code is counted apart); a file is read whole."""
+        if self.made is not None:
+            return self.made()
         if self.merged is not None:
             job, at = self.merged
             assert self.run is not None  # a whole job's: its JobView (resolve)
@@ -74,6 +85,10 @@ def resolve(spec: str, default: str = "peak", process: int | None = None) -> Pro
     check_not_empty(spec)
     base, sel = split_selector(spec)
     path = Path(base)
+    from jaxmemprof.store.xprof import is_profile
+
+    if is_profile(path):
+        return _profile_ref(spec, path, sel, process)
     if sel is None and not path.is_dir():
         if process is not None:
             raise InputError(spec, "is a profile file: --process picks a process of a multi-process job")
@@ -97,6 +112,33 @@ def resolve(spec: str, default: str = "peak", process: int | None = None) -> Pro
     run = load_run(path)
     n = select(run, sel if sel is not None else default)
     return ProfileRef(name=f"{base}@{n}", path=run.profile_path(n), run=run, snapshot=n)
+
+
+def open_any(path, process: int | None = None):
+    """The run at ``path``: an XProf profile (``process``: its Nth host),
+    a run directory, or a directory of .prof files."""
+    from jaxmemprof.store.xprof import is_profile, load_profile_run
+
+    if is_profile(path):
+        return load_profile_run(path, host=process)
+    from jaxmemprof.store.reader import load_run
+
+    return load_run(path)
+
+
+def _profile_ref(spec: str, path: Path, sel: str | None, process: int | None) -> ProfileRef:
+    """An XProf profile as one profile: the snapshot SEL of its memory
+    profile (``peak`` by default), or where it has none, the largest
+    program's buffers at its peak (SEL then names a program's module)."""
+    from jaxmemprof.store.xprof import load_profile_run
+    from jaxmemprof.store.xprof_tables import program_profile
+
+    run = load_profile_run(path, host=process)
+    if not run.snapshots.empty:
+        n = select(run, sel if sel is not None else "peak")
+        return ProfileRef(name=f"{path}@{n}", path=path, run=run, snapshot=n, made=run.profiles[n])
+    module, made = program_profile(run, sel)
+    return ProfileRef(name=f"{path}@{module}", path=path, run=run, made=made)
 
 
 def process_directory(path, process: int) -> Path:
