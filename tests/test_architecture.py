@@ -17,7 +17,7 @@ from jaxmemprof.analysis.rules import RULES
 from jaxmemprof.facts.libraries import PACKAGES as LIBRARY_PACKAGES
 
 PACKAGE = REPO / "jaxmemprof"
-LOW = ("capture", "store", "pprof", "xla")  # may not import the layers above them
+LOW = ("capture", "store", "pprof", "xla", "xprof")  # may not import the layers above them
 HIGH = ("analysis", "render", "cli", "glossary")
 MAX_LINES = 700
 
