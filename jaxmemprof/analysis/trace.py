@@ -18,8 +18,9 @@ What is drawn:
   snapshot, and the chip's own counters (``memory_stats()``) where recorded;
 - the snapshots, as slices as long as each took (their wall time);
 - markers and steps, the sampled jitted calls and each compile as instants
-  (the run records when a call began, not when it ended: JAX's trace, merged,
-  has the calls' slices);
+  (the run records when a sampled call returned, not when it began: JAX's
+  trace, merged, has the calls' slices, its ``PjitFunction(...)`` events,
+  each ending just before the call's instant);
 - each finding at its moment: the snapshot or the call its facts name, else
   the live peak (what most findings are about)."""
 
@@ -63,7 +64,7 @@ class TraceModel:
     snapshots: list  # [{snapshot, ts, dur, trigger, label, live_bytes}]
     markers: list  # [{marker, ts, label}]
     findings: list  # [(ts, Finding, at)]: at: what the moment is ("snapshot 12", "call 3 of step", "the live peak")
-    calls: list  # [{ts, function, call_index, caller}]: sampled jitted calls, as they began
+    calls: list  # [{ts, function, call_index, caller}]: sampled jitted calls, as each returned
     compiles: list  # [{ts, function, signature, peak_bytes}]
     jax_path: str | None = None  # the JAX trace merged
     jax_events: list = field(default_factory=list)  # its events, shifted onto this clock

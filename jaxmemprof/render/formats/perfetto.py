@@ -20,7 +20,7 @@ from jaxmemprof.render.formats import Format
 
 # The run's threads (tid) and their order in the process.
 THREADS = (("snapshots", "snapshots (each as long as it took)"), ("markers", "steps and markers"),
-           ("findings", "findings"), ("calls", "jitted calls (sampled; as each began)"), ("compiles", "compiles"))
+           ("findings", "findings"), ("calls", "jitted calls (sampled; as each returned)"), ("compiles", "compiles"))
 TID = {key: i + 1 for i, (key, _) in enumerate(THREADS)}
 
 
