@@ -196,12 +196,23 @@ def op_between(doc: dict, first: dict, last: dict, function: str) -> dict:
     return inside[0]
 
 
+def in_its_mark_call(doc: dict, marker: dict) -> None:
+    """The moment the run recorded for a marker lies inside JAX's own record
+    of the ``jaxmemprof.mark()`` call that placed it (JAX's Python tracer's
+    slice of it: tens of microseconds), on the merged trace's one clock."""
+    calls = [e for e in doc["traceEvents"] if e.get("ph") == "X" and str(e.get("name", "")).endswith(" mark")
+             and "api.py" in e["name"]]
+    assert calls, "no jaxmemprof.mark() call in JAX's trace"
+    near = min(calls, key=lambda e: abs(e["ts"] - marker["ts"]))
+    assert near["ts"] <= marker["ts"] <= near["ts"] + near["dur"], (marker["ts"], near["ts"], near["dur"])
+
+
 def test_run_xprof_records_jaxs_trace_and_export_merges_it_on_one_clock(recorded, tmp_path):
     run, own, nbytes = recorded
     xprof = json.loads((run / "manifest.json").read_text())["xprof"]
     assert xprof["stopped_by"] == "the program's own jax.profiler.start_trace"  # ours ended there, not the program
     session = run / "xprof" / "plugins" / "profile" / xprof["session"]
-    source = [e for e in load(next(session.glob("*.trace.json.gz")))["traceEvents"]]
+    source = [e for e in load(next(session.glob("*.trace.json.gz")))["traceEvents"] if e]  # less JAX's closing {}
     out = tmp_path / "merged.json.gz"
     p = run_cli("export", run, "--format", "perfetto", "-o", out, check=0)
     assert f"merged with {session}" in p.stderr
@@ -217,6 +228,8 @@ def test_run_xprof_records_jaxs_trace_and_export_merges_it_on_one_clock(recorded
     op = op_between(doc, before, after, "grow")
     assert before["ts"] <= op["ts"] and op["ts"] + op["dur"] <= after["ts"]
     assert after["ts"] - before["ts"] < 0.5e6  # a call of a few ms, not a clock seconds off
+    in_its_mark_call(doc, before)
+    in_its_mark_call(doc, after)
     # the snapshot before ends before the op; the one after starts after it; the live bytes rise by y's bytes
     snap = {e["args"]["label"]: e for e in doc["traceEvents"] if e.get("cat") == "snapshot" and "label" in e["args"]}
     assert snap["before"]["ts"] + snap["before"]["dur"] <= op["ts"]
@@ -234,6 +247,8 @@ def test_a_trace_the_program_wrote_itself_merged_with_with(recorded, tmp_path):
     before, after = named(doc, "marker", "own before"), named(doc, "marker", "own after")
     op = op_between(doc, before, after, "grow")
     assert before["ts"] <= op["ts"] and op["ts"] + op["dur"] <= after["ts"]
+    in_its_mark_call(doc, before)
+    in_its_mark_call(doc, after)
 
 
 def test_bad_jax_traces_are_one_line_and_exit_2(recorded, tmp_path):

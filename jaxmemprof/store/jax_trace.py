@@ -93,7 +93,7 @@ def read_jax_trace(path, max_bytes: int = MAX_TRACE_BYTES) -> JaxTrace:
     events = doc.get("traceEvents") if isinstance(doc, dict) else doc if isinstance(doc, list) else None
     if not isinstance(events, list):
         raise InputError(str(trace), "is not a trace: no traceEvents list")
-    kept = [e for e in events if isinstance(e, dict)]
+    kept = [e for e in events if isinstance(e, dict) and "ph" in e]  # JAX's trace ends with a {}
     for e in kept:
         ts = e.get("ts")
         if ts is not None and (isinstance(ts, bool) or not isinstance(ts, (int, float)) or ts != ts):
