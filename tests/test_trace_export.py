@@ -19,6 +19,7 @@ import importlib.util
 import json
 import shutil
 import sqlite3
+import time
 from pathlib import Path
 
 import pytest
@@ -299,6 +300,17 @@ IMPORT = """(() => { try {
 } catch (e) { return "error: " + e; } })()"""
 
 
+DRAW = """(() => { try {
+  const m = new tr.Model(); new tr.importer.Import(m).importTraces([window.TRACE]);
+  const box = document.createElement('track-view-container'); box.id = 'track_view_container';
+  const view = document.createElement('tr-ui-timeline-view');
+  view.track_view_container = box; Polymer.dom(view).appendChild(box);
+  Polymer.dom(document.body).appendChild(view);
+  view.model = m;
+  return 'ok';
+} catch (e) { return 'error: ' + e; } })()"""
+
+
 @pytest.mark.skipif(chromium() is None, reason="chromium is not installed (CI installs it: .ci/run)")
 @pytest.mark.skipif(trace_viewer() is None, reason="the xprof package (XProf's trace viewer) is not installed")
 def test_xprofs_trace_viewer_loads_it(tmp_path):
@@ -311,6 +323,10 @@ def test_xprofs_trace_viewer_loads_it(tmp_path):
         page = b.open(trace_viewer())
         page.evaluate(f"window.TRACE = {json.dumps(out.read_text())}; 1")
         got = page.evaluate(IMPORT)
+        drawn = page.evaluate(DRAW)  # and drawn, as the viewer draws a trace
+        time.sleep(1)
+        errors = page.errors
+    assert drawn == "ok" and errors == [], (drawn, errors)
     assert not got.startswith("error"), got
     model = json.loads(got)
     assert model["warnings"] == []
