@@ -41,6 +41,19 @@ DRAW = """(() => { try {
   return 'ok';
 } catch (e) { return 'error: ' + e; } })()"""
 
+# The view zoomed on a few steps (the markers' slices, 3rd to 7th): the calls' ops beside the memory.
+ZOOM = """(() => { try {
+  const tracks = document.querySelector('tr-ui-timeline-track-view');
+  const steps = Object.values(tracks.model.processes).flatMap(p => Object.values(p.threads))
+    .find(t => t.name === 'steps and markers').sliceGroup.slices;
+  const lo = steps[Math.min(2, steps.length - 1)].start, hi = steps[Math.min(6, steps.length - 1)].start;
+  const vp = tracks.viewport, dt = new tr.ui.TimelineDisplayTransform();
+  dt.set(vp.currentDisplayTransform);
+  dt.xSetWorldBounds(lo - (hi - lo) * 0.1, hi + (hi - lo) * 0.1, tracks.modelTrackContainer_.canvas.clientWidth);
+  vp.setDisplayTransformImmediately(dt);
+  return 'ok';
+} catch (e) { return 'error: ' + e; } })()"""
+
 
 def viewer() -> Path:
     spec = importlib.util.find_spec("xprof")
@@ -62,6 +75,9 @@ def main() -> None:
             page = b.open(page_path)
             page.evaluate(f"window.TRACE = {json.dumps(trace.read_text())}; 1")
             got = page.evaluate(DRAW)
+            assert got == "ok", got
+            time.sleep(2)
+            got = page.evaluate(ZOOM)
             assert got == "ok", got
             time.sleep(2)
             assert not page.errors, page.errors
