@@ -11,7 +11,9 @@ the program's goes on as without jaxmemprof; a trace the program had
 already started when the backend came up means none of ours (said as an
 event). JAX's Python tracer sets a profile function in every thread; the
 sampler's own thread drops it at once (our threads never run under the
-program's profile functions)."""
+program's profile functions). A forked child never stops or writes the
+parent's trace (its own start_trace then meets JAX's refusal, as it would
+under a parent that traced)."""
 
 from __future__ import annotations
 
@@ -70,16 +72,17 @@ class XprofCapture:
             elif kind != "dir":
                 return self._note(f"not recorded: {self.log_dir} {layout.refusal(kind, directory=True)}")
             self.before = self._sessions()
+            self._patch(jax)  # first: a start_trace of the program's meanwhile waits for ours, then stops it
             t0, w0 = time.perf_counter(), time.time()
             try:
                 profiler.start_trace(str(self.log_dir))
             except Exception as exc:  # the program's own trace is running: JAX allows one
+                self._unpatch()
                 return self._note(f"not recorded: jax.profiler.start_trace failed ({str(exc).splitlines()[0]})")
             finally:
                 sys.setprofile(None)  # JAX's Python tracer: not in our thread
             self.started = True
             self.facts.update(start_wall=w0, start_s=round(time.perf_counter() - t0, 6))
-            self._patch(jax)
 
     def stop(self, why: str = "the run's end") -> None:
         """Stop JAX's trace, if ours runs, and record where it went (never raises: the run's end goes on)."""
@@ -94,6 +97,8 @@ class XprofCapture:
                 return
             self.started = False
             self._unpatch()
+            if self.session.forked:  # a forked child's copy: the trace is the parent's to stop and write
+                return
             jax = sys.modules.get("jax")
             t0 = time.perf_counter()
             try:
