@@ -27,6 +27,8 @@ from pathlib import Path
 from jaxmemprof.store import layout
 from jaxmemprof.store.jax_trace import LOG_DIR, PROFILE_SUBDIR
 
+STOP_WAIT_S = 120.0  # the most the run's end waits for a start of JAX's trace to return
+
 
 def xprof_capture(session) -> XprofCapture:
     """run --xprof's capture for ``session``, started by its sampler once JAX's backend is up."""
@@ -72,10 +74,11 @@ class XprofCapture:
             elif kind != "dir":
                 return self._note(f"not recorded: {self.log_dir} {layout.refusal(kind, directory=True)}")
             self.before = self._sessions()
+            start_trace = profiler.start_trace  # JAX's own, before the patch
             self._patch(jax)  # first: a start_trace of the program's meanwhile waits for ours, then stops it
             t0, w0 = time.perf_counter(), time.time()
             try:
-                profiler.start_trace(str(self.log_dir))
+                start_trace(str(self.log_dir))
             except Exception as exc:  # the program's own trace is running: JAX allows one
                 self._unpatch()
                 return self._note(f"not recorded: jax.profiler.start_trace failed ({str(exc).splitlines()[0]})")
@@ -92,24 +95,31 @@ class XprofCapture:
             pass
 
     def _stop(self, why: str) -> None:
-        with self._lock:
-            if not self.started:
-                return
-            self.started = False
-            self._unpatch()
-            if self.session.forked:  # a forked child's copy: the trace is the parent's to stop and write
-                return
-            jax = sys.modules.get("jax")
-            t0 = time.perf_counter()
-            try:
-                jax.profiler.stop_trace()  # type: ignore[union-attr]
-            except Exception as exc:
-                self._note(f"not saved: jax.profiler.stop_trace failed ({str(exc).splitlines()[0]})")
-            self.facts.update(stop_wall=time.time(), stop_s=round(time.perf_counter() - t0, 6), stopped_by=why)
-            made = sorted(self._sessions() - self.before)
-            if made:
-                self.facts["session"] = made[-1]
-            self._record()
+        if not self._lock.acquire(timeout=STOP_WAIT_S):  # a start that does not return: never hang the run
+            return self._note(f"not stopped: its start had not returned in {STOP_WAIT_S:g} s")
+        try:
+            self._stop_locked(why)
+        finally:
+            self._lock.release()
+
+    def _stop_locked(self, why: str) -> None:
+        if not self.started:
+            return
+        self.started = False
+        self._unpatch()
+        if self.session.forked:  # a forked child's copy: the trace is the parent's to stop and write
+            return
+        jax = sys.modules.get("jax")
+        t0 = time.perf_counter()
+        try:
+            jax.profiler.stop_trace()  # type: ignore[union-attr]
+        except Exception as exc:
+            self._note(f"not saved: jax.profiler.stop_trace failed ({str(exc).splitlines()[0]})")
+        self.facts.update(stop_wall=time.time(), stop_s=round(time.perf_counter() - t0, 6), stopped_by=why)
+        made = sorted(self._sessions() - self.before)
+        if made:
+            self.facts["session"] = made[-1]
+        self._record()
 
     def _note(self, text: str) -> None:
         self.facts["error"] = text
