@@ -252,6 +252,37 @@ def test_a_trace_the_program_wrote_itself_merged_with_with(recorded, tmp_path):
     in_its_mark_call(doc, after)
 
 
+def test_run_xprof_stops_jaxs_trace_at_the_runs_end(tmp_path):
+    script = write_script(tmp_path, "steps.py", """
+        import jax
+        import jax.numpy as jnp
+        import jaxmemprof
+
+        f = jax.jit(lambda x: x @ x)
+        x = jnp.ones((256, 256))
+        for i in range(3):
+            x = f(x).block_until_ready()
+            jaxmemprof.mark(f"step {i}")
+        """)
+    run = tmp_path / "run"
+    run_cli("run", "--xprof", "-q", "-o", run, script, check=0)
+    xprof = json.loads((run / "manifest.json").read_text())["xprof"]
+    assert xprof["stopped_by"] == "the run's end" and "error" not in xprof
+    session = run / "xprof" / "plugins" / "profile" / xprof["session"]
+    assert len(list(session.glob("*.xplane.pb"))) == 1 and len(list(session.glob("*.trace.json.gz"))) == 1
+    from jaxmemprof.store.jax_trace import read_jax_trace
+
+    trace = read_jax_trace(session)  # JAX's own start: just after ours asked for it, before it stopped
+    assert xprof["start_wall"] <= trace.start_ns / 1e9 <= xprof["start_wall"] + max(1.0, xprof["start_s"])
+    assert trace.start_ns / 1e9 < xprof["stop_wall"]
+    out = tmp_path / "t.json"
+    run_cli("export", run, "--format", "perfetto", "-o", out, check=0)
+    doc = load(out)
+    check_trace(doc, ours_only=False)
+    for i in range(3):
+        in_its_mark_call(doc, named(doc, "marker", f"step {i}"))
+
+
 def test_bad_jax_traces_are_one_line_and_exit_2(recorded, tmp_path):
     run, own, _ = recorded
     (trace,) = own.glob("plugins/profile/*/*.trace.json.gz")
@@ -279,6 +310,48 @@ def test_bad_jax_traces_are_one_line_and_exit_2(recorded, tmp_path):
         assert not (tmp_path / "x.json").exists()
     p = run_cli("export", run, "--format", "csv", "--with", own, "-o", tmp_path / "csv", check=2)
     assert "--with" in p.stderr
+
+
+def test_damaged_xplanes_and_traces_are_refused_never_crash(recorded, tmp_path):
+    """Every cut and a few hundred random changes of a real XPlane and trace: a start, or an InputError."""
+    import random
+
+    from jaxmemprof.errors import InputError
+    from jaxmemprof.store.jax_trace import profile_start_ns, read_jax_trace
+
+    run, own, _ = recorded
+    (xplane,) = own.glob("plugins/profile/*/*.xplane.pb")
+    (trace,) = own.glob("plugins/profile/*/*.trace.json.gz")
+    real, start = xplane.read_bytes(), profile_start_ns(xplane)
+    rng = random.Random(65)
+    d = tmp_path / "s"
+    d.mkdir()
+    bad = d / xplane.name
+    shutil.copy(trace, d)
+    cases = [real[:n] for n in sorted(rng.sample(range(len(real)), 60))]
+    for _ in range(300):
+        b = bytearray(real)
+        for _ in range(rng.randint(1, 8)):
+            b[rng.randrange(len(b))] = rng.randrange(256)
+        cases.append(bytes(b))
+    refused = 0
+    for data in cases:
+        bad.write_bytes(data)
+        try:
+            got = profile_start_ns(bad)
+        except InputError as exc:
+            assert str(bad) in str(exc)
+            refused += 1
+        else:
+            assert isinstance(got, int) and got > 0
+    assert refused >= 60  # every cut short, at least
+    packed = trace.read_bytes()
+    shutil.copy(xplane, d / xplane.name)
+    for n in (0, 1, 2, 10, len(packed) // 3, len(packed) - 1):
+        (d / trace.name).write_bytes(packed[:n])
+        with pytest.raises(InputError):
+            read_jax_trace(d / trace.name)
+    assert read_jax_trace(trace).start_ns == start
 
 
 def trace_viewer() -> Path | None:
