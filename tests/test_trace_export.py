@@ -172,6 +172,26 @@ def test_a_run_as_a_trace_follows_the_format_and_the_run(tmp_path):
     run_cli("export", run, "--format", "perfetto", "-o", plain, "--force", check=0)
 
 
+def test_the_chips_own_counters_as_recorded_on_a_tpu(tmp_path):
+    """A run recorded on a TPU v5e chip (tests/fixtures/tpu/gpt8): its memory_stats() as counters, each
+    value the journal's at that snapshot."""
+    run = REPO / "tests" / "fixtures" / "tpu" / "gpt8"
+    out = tmp_path / "t.json.gz"
+    run_cli("export", run, "--format", "perfetto", "-o", out, check=0)
+    doc = load(out)
+    check_trace(doc)
+    con = sqlite3.connect(f"file:{run / 'journal.sqlite'}?mode=ro", uri=True)
+    start = json.loads((run / "manifest.json").read_text())["start_epoch"]
+    for key in ("bytes_in_use", "peak_bytes_in_use", "bytes_limit"):
+        rows = con.execute("SELECT s.t_wall, m.value FROM memory_stats m JOIN snapshots s USING (snapshot) "
+                           "WHERE m.key = ? ORDER BY s.snapshot", (key,)).fetchall()
+        got = counter(doc, f"{key} tpu:0")
+        assert rows and [v for _, v in got] == [v for _, v in rows]
+        assert [t for t, _ in got] == pytest.approx([(w - start) * 1e6 for w, _ in rows], abs=1.0)
+        assert all(e["cat"] == "memory_stats" for e in doc["traceEvents"] if e.get("name") == f"{key} tpu:0")
+    con.close()
+
+
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory):
     """The script recorded with run --xprof: (its run, the program's own trace's log directory, y's bytes)."""
