@@ -8,9 +8,9 @@ calls record). Alone, the origin is the run's start. Merged with a trace
 that ``jax.profiler.trace`` wrote (store/jax_trace.py), whose timestamps
 are microseconds from the profile's start (its XPlane's
 ``profile_start_time``, on the same host's wall clock), the origin is the
-earlier of the two starts and JAX's events are shifted by the difference, so
-that no moment is negative and JAX's ops and the run's memory share one
-clock.
+earlier of the two starts (or of JAX's earliest event) and JAX's events are
+shifted by the difference, so that no moment is negative and JAX's ops and
+the run's memory share one clock.
 
 What is drawn:
 - counters: live bytes per device and on all devices, the sites of the
@@ -103,7 +103,8 @@ def trace_model(rep: Report, ar: Attributed, jax=None) -> TraceModel:
     jax_start = None
     if jax is not None:
         jax_start = jax.start_ns / 1e9
-        origin = min(start, jax_start)
+        earliest = min([e["ts"] for e in jax.events if isinstance(e.get("ts"), (int, float))] + [0.0])
+        origin = min(start, jax_start + earliest / 1e6)  # an event of JAX's before its start is drawn too
         shift = round((jax_start - origin) * 1e6, 3)
     base = start - origin  # seconds from the origin to the run's start
 

@@ -87,7 +87,7 @@ def read_jax_trace(path, max_bytes: int = MAX_TRACE_BYTES) -> JaxTrace:
     start = profile_start_ns(xplane)
     raw = _inflate(trace, max_bytes)
     try:
-        doc = json.loads(raw)
+        doc = json.loads(raw, parse_constant=_no_constant)
     except (ValueError, UnicodeDecodeError) as exc:
         raise InputError(str(trace), f"is not JSON ({str(exc).splitlines()[0][:120]})") from None
     events = doc.get("traceEvents") if isinstance(doc, dict) else doc if isinstance(doc, list) else None
@@ -100,6 +100,10 @@ def read_jax_trace(path, max_bytes: int = MAX_TRACE_BYTES) -> JaxTrace:
             raise InputError(str(trace), f"has an event whose ts is not a number ({str(ts)[:40]!r})")
     meta = doc.get("metadata") if isinstance(doc, dict) else None
     return JaxTrace(path=trace, events=kept, start_ns=start, host=host, metadata=meta if isinstance(meta, dict) else {})
+
+
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not JSON")
 
 
 def _open_regular(path: Path, limit: int):
