@@ -55,7 +55,7 @@ def find_trace(path) -> Path:
             raise InputError(str(p), f"is not a JAX trace (a {TRACE_SUFFIX} file that jax.profiler.trace writes)")
         return p
     if not p.is_dir():
-        raise InputError(str(p), "no such file or directory")
+        raise InputError(str(p), "is not a regular file" if p.exists() else "no such file or directory")
     session = p
     base = p.joinpath(*PROFILE_SUBDIR)
     if not _traces(p) and base.is_dir():
