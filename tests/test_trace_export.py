@@ -231,7 +231,7 @@ def in_its_mark_call(doc: dict, marker: dict) -> None:
 def test_run_xprof_records_jaxs_trace_and_export_merges_it_on_one_clock(recorded, tmp_path):
     run, own, nbytes = recorded
     xprof = json.loads((run / "manifest.json").read_text())["xprof"]
-    assert xprof["stopped_by"] == "the program's own jax.profiler.start_trace"  # ours ended there, not the program
+    assert xprof["stopped_by"] == "the program's own jax.profiler trace"  # ours ended there, not the program
     session = run / "xprof" / "plugins" / "profile" / xprof["session"]
     source = [e for e in load(next(session.glob("*.trace.json.gz")))["traceEvents"] if e]  # less JAX's closing {}
     out = tmp_path / "merged.json.gz"

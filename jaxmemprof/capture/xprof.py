@@ -5,8 +5,8 @@ into the run directory (``RUN/xprof/plugins/profile/<session>/``), so that
 Started once JAX's backend is up (the sampler's backend hook, in its
 thread), stopped as the run ends (Session.end_work, or Session.stop on any
 other way out): never left running. JAX allows one trace at a time, so
-while ours runs, the program's own ``jax.profiler.start_trace`` (and
-``jax.profiler.trace``) first stops ours, which is then kept as it was, and
+while ours runs, the program's own trace (``jax.profiler.trace``,
+``start_trace``, JAX 0.12's ``ProfileSession``) first stops ours, which is then kept as it was, and
 the program's goes on as without jaxmemprof; a trace the program had
 already started when the backend came up means none of ours (said as an
 event). JAX's Python tracer sets a profile function in every thread; the
@@ -45,6 +45,7 @@ class XprofCapture:
         self.facts: dict = {"log_dir": LOG_DIR}
         self._patched: list = []
         self._lock = threading.Lock()
+        self._local = threading.local()
 
     @property
     def log_dir(self) -> Path:
@@ -74,15 +75,16 @@ class XprofCapture:
             elif kind != "dir":
                 return self._note(f"not recorded: {self.log_dir} {layout.refusal(kind, directory=True)}")
             self.before = self._sessions()
-            start_trace = profiler.start_trace  # JAX's own, before the patch
-            self._patch(jax)  # first: a start_trace of the program's meanwhile waits for ours, then stops it
+            self._patch(jax)  # first: a start of the program's meanwhile waits for ours, then stops it
             t0, w0 = time.perf_counter(), time.time()
+            self._local.ours = True  # this thread's start is ours: the patch lets it through
             try:
-                start_trace(str(self.log_dir))
+                profiler.start_trace(str(self.log_dir))
             except Exception as exc:  # the program's own trace is running: JAX allows one
                 self._unpatch()
                 return self._note(f"not recorded: jax.profiler.start_trace failed ({str(exc).splitlines()[0]})")
             finally:
+                self._local.ours = False
                 sys.setprofile(None)  # JAX's Python tracer: not in our thread
             self.started = True
             self.facts.update(start_wall=w0, start_s=round(time.perf_counter() - t0, 6))
@@ -137,25 +139,36 @@ class XprofCapture:
         except Exception:
             pass
 
-    # The program's own start_trace stops ours first (JAX allows one trace at a time).
+    # The program's own trace stops ours first (JAX allows one trace at a time): where every start goes
+    # through, ProfileSession.start (JAX 0.12: trace() and start_trace() both make one), else start_trace
+    # (0.10: trace() calls it), in jax.profiler and in the module trace() looks it up in.
     def _patch(self, jax) -> None:
-        modules = [jax.profiler, sys.modules.get("jax._src.profiler")]
-        for module in modules:
-            original = getattr(module, "start_trace", None)
-            if module is None or original is None or hasattr(original, "_jaxmemprof_original"):
+        private = sys.modules.get("jax._src.profiler")
+        session = getattr(private, "ProfileSession", None)
+        if session is not None and callable(getattr(session, "start", None)):
+            targets = [session]
+            name = "start"
+        else:
+            targets = [m for m in (jax.profiler, private) if m is not None]
+            name = "start_trace"
+        for owner in targets:
+            original = owner.__dict__.get(name) if isinstance(owner, type) else getattr(owner, name, None)
+            if original is None or hasattr(original, "_jaxmemprof_original"):
                 continue
 
             @functools.wraps(original)
-            def start_trace(*args, _original=original, **kwargs):
-                self.stop("the program's own jax.profiler.start_trace")
+            def start(*args, _original=original, **kwargs):
+                if not getattr(self._local, "ours", False):  # the program's: ours stopped and kept first
+                    self.stop("the program's own jax.profiler trace")
                 return _original(*args, **kwargs)
 
-            start_trace._jaxmemprof_original = original  # type: ignore[attr-defined]
-            module.start_trace = start_trace
-            self._patched.append((module, original, start_trace))
+            start._jaxmemprof_original = original  # type: ignore[attr-defined]
+            setattr(owner, name, start)
+            self._patched.append((owner, name, original, start))
 
     def _unpatch(self) -> None:
-        for module, original, ours in self._patched:
-            if getattr(module, "start_trace", None) is ours:
-                module.start_trace = original
+        for owner, name, original, ours in self._patched:
+            current = owner.__dict__.get(name) if isinstance(owner, type) else getattr(owner, name, None)
+            if current is ours:
+                setattr(owner, name, original)
         self._patched = []
