@@ -262,7 +262,13 @@ def test_run_xprof_records_jaxs_trace_and_export_merges_it_on_one_clock(recorded
 def test_a_trace_the_program_wrote_itself_merged_with_with(recorded, tmp_path):
     run, own, _ = recorded
     out = tmp_path / "own.json"
-    run_cli("export", run, "--format", "perfetto", "--with", own, "-o", out, check=0)
+    p = run_cli("export", run, "--format", "perfetto", "--with", own, "-o", out, check=0)
+    assert "warning" not in p.stderr
+    # another run's trace: merged on the wall clock all the same, and said
+    other = tmp_path / "other"
+    shutil.copytree(SAMPLE, other)
+    p = run_cli("export", other, "--format", "perfetto", "--with", own, "-o", tmp_path / "other.json", check=0)
+    assert "share no moment: a trace of another run?" in p.stderr
     doc = load(out)
     check_trace(doc, ours_only=False)
     before, after = named(doc, "marker", "own before"), named(doc, "marker", "own after")

@@ -72,6 +72,7 @@ class TraceModel:
     jax_start_epoch_s: float | None = None
     jax_metadata: dict = field(default_factory=dict)
     display_time_unit: str = "ms"
+    jax_overlaps: bool = True  # JAX's events and the run's moments share some time (else: another run's trace?)
 
 
 def _us(seconds) -> np.ndarray:
@@ -165,6 +166,9 @@ def trace_model(rep: Report, ar: Attributed, jax=None) -> TraceModel:
         jax_events = jax.events
         meta = dict(jax.metadata)
         unit = "ns"  # JAX's ops are microseconds long
+    ours = [t for c in counters for t, _ in c.points] + [k["ts"] for k in markers] + [c["ts"] for c in calls]
+    theirs = [e["ts"] for e in jax_events if isinstance(e.get("ts"), (int, float))]
+    overlaps = not (ours and theirs) or (min(theirs) <= max(ours) and min(ours) <= max(theirs))
     pids = [e.get("pid") for e in jax_events if isinstance(e.get("pid"), int) and not isinstance(e.get("pid"), bool)]
     process = int(run.manifest.get("process_index") or 0) if isinstance(run.manifest.get("process_index"), int) else 0
     pid = max([*pids, 0]) + 1 + process
@@ -172,7 +176,8 @@ def trace_model(rep: Report, ar: Attributed, jax=None) -> TraceModel:
                       run_start_us=float(_us(base)), counters=counters, snapshots=snapshots, markers=markers,
                       findings=findings, calls=calls, compiles=compiles,
                       jax_path=None if jax is None else str(jax.path), jax_events=jax_events, jax_shift_us=shift,
-                      jax_start_epoch_s=jax_start, jax_metadata=meta, display_time_unit=unit)
+                      jax_start_epoch_s=jax_start, jax_metadata=meta, display_time_unit=unit,
+                      jax_overlaps=overlaps)
 
 
 def _column(frame: pd.DataFrame, name: str, default) -> list:

@@ -57,6 +57,9 @@ def export_trace(spec: str, output: str, force: bool, with_trace: str | None, op
         phase.step()
         rep = build_report(ar)
         model = trace_model(rep, ar, jax)
+        if not model.jax_overlaps:
+            say(f"jaxmemprof: warning: {jax.path}: its events and the run's share no moment: "  # type: ignore[union-attr]
+                "a trace of another run? (merged on the wall clock all the same)")
         phase.step()
         doc = run_document(rep, ar, oom=False)
         import dataclasses
