@@ -79,6 +79,7 @@ class RunDocument:
     show: Callable = str  # how a path is shown (the attribution's)
     page: PageModel | None = None  # what the HTML page draws beyond the report (asked for by the format)
     process: int = 0  # the run's process index (export's process column)
+    trace: object = None  # analysis/trace.py TraceModel: the run as a timeline (export --format perfetto)
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,7 @@ from jaxmemprof.capture.rundir import (BY_INITIALIZE, LauncherProcess, claim_dir
                                        process_directory_name, release_directory)
 from jaxmemprof.capture.py_holders import Searches
 from jaxmemprof.capture.sampler import Sampler, jax_ready
+from jaxmemprof.capture.xprof import xprof_capture
 from jaxmemprof.errors import InputError
 from jaxmemprof.store import layout
 from jaxmemprof.store.writer import RunWriter, Thinning
@@ -99,7 +100,7 @@ class Session:
     def __init__(self, directory: Path, *, target_argv: list[str], interval: float,
                  max_overhead: float, jit_probe: bool = True, addresses: str = "auto",
                  command: list[str] | None = None, on_finish=None, plan=None, verify_s: float | None = None,
-                 holders: bool = True, targets: tuple = ()):
+                 holders: bool = True, targets: tuple = (), xprof: bool = False):
         # on_finish(path): what a process of a job does with its run as it
         # ends (the CLI and the API ask for its summary); capture analyses nothing.
         self.on_finish = on_finish
@@ -137,7 +138,9 @@ class Session:
                          # run --no-holders: false (no search for the Python references holding arrays)
                          "holders": holders,
                          # run --target: the TPU slices the step is compiled for (capture/jit/targets.py)
-                         "targets": list(targets) if jit_probe else []},
+                         "targets": list(targets) if jit_probe else [],
+                         # run --xprof: a jax.profiler trace recorded into RUN/xprof (capture/xprof.py)
+                         "xprof": xprof},
         }
         proc = processes.get(str(self.path))
         if proc is not None:  # as the launcher says; JAX's own index replaces it once known
@@ -180,6 +183,7 @@ class Session:
         self._planning_by_backend = bool(self.probe is not None and plan is not None and plan.device_bytes is not None)
         if self._planning_by_backend:
             self.sampler.backend_hooks.append(self._plan_by_backend)
+        self.xprof = xprof_capture(self) if xprof else None  # run --xprof: JAX's trace, backend up to the end
 
     def start(self) -> Session:
         global _active
@@ -485,6 +489,8 @@ class Session:
         --target; ``progress(text)`` told what each compile is). Interrupted,
         what is left is done by finalise_end."""
         self.sampler.stop()
+        if self.xprof is not None:
+            self.xprof.stop()  # never raises
         probe = self.probe
         if probe is not None:
             probe.on_progress = progress
@@ -525,6 +531,8 @@ class Session:
         if self.forked:
             return
         self.sampler.stop()
+        if self.xprof is not None:
+            self.xprof.stop()  # never raises
         if self.probe is not None:
             self.probe.uninstall(ended_by)
         self._unhook_warnings()

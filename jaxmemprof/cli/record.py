@@ -76,10 +76,14 @@ class _Scales(click.ParamType):
                    "per-device figures and whether they fit its chips; with --plan, the largest batch that "
                    "fits, found by compiling for it. Needs libtpu: pip install 'jaxmemprof[tpu]' "
                    "(docs/targets.md).")
+@click.option("--xprof", is_flag=True,
+              help="Also record a jax.profiler trace of the program into RUN/xprof (from when JAX's backend is "
+                   "up to the end); `export RUN --format perfetto` then merges JAX's ops with the run's memory "
+                   "(docs/trace-export.md).")
 @click.option("-q", "--quiet", is_flag=True, help="No summary at the end.")
 @click.argument("target", nargs=-1, type=click.UNPROCESSED, metavar="SCRIPT [ARGS]...")
 def run(output, force, interval, max_overhead, module, command, no_jit_probe, plan, plan_scales,
-        plan_device_memory, plan_axis, verify_seconds, addresses, no_holders, slices, quiet, target):
+        plan_device_memory, plan_axis, verify_seconds, addresses, no_holders, slices, xprof, quiet, target):
     """Run a Python script (or -m MODULE, or -c CODE) unchanged and record its device memory.
 
     The script runs in this process exactly as `python SCRIPT ARGS` runs it;
@@ -133,7 +137,7 @@ def run(output, force, interval, max_overhead, module, command, no_jit_probe, pl
     session = Session(directory, target_argv=tgt.argv, interval=interval, max_overhead=max_overhead,
                       jit_probe=not no_jit_probe, addresses=addresses, on_finish=write_process_result,
                       plan=planned, verify_s=verify_seconds, holders=not no_holders,
-                      targets=slices)
+                      targets=slices, xprof=xprof)
     progress = None if quiet else _EndProgress.on_terminal()
     end = run_target(tgt, session, progress=progress)
     status, ended_by = end.status, end.how

@@ -104,18 +104,22 @@ def _run_document(spec, options, phase=None, **how):
 @click.argument("inputs", nargs=-1, required=True, metavar="RUN | PROFILE [NEW]")
 @click.option("--csv", "csv_dir", metavar="DIR", default=None,
               help="Write the run's tables as CSV files into DIR (created if needed).")
-@click.option("--format", "fmt", type=click.Choice(["csv", "pprof"]), default=None,
+@click.option("--format", "fmt", type=click.Choice(["csv", "pprof", "perfetto"]), default=None,
               help="csv: the run's tables (into -o DIR); pprof: one snapshot, or the diff of two, "
-                   "with your code's stacks (into -o FILE).")
+                   "with your code's stacks (into -o FILE); perfetto: the run as a trace (Chrome trace event "
+                   "JSON, gzipped if FILE ends in .gz) for ui.perfetto.dev and XProf's trace viewer.")
 @click.option("-o", "--output", metavar="PATH", default=None,
-              help="Where --format writes ('-': pprof to stdout).")
+              help="Where --format writes ('-': pprof or a trace to stdout).")
+@click.option("--with", "with_trace", metavar="JAX_TRACE", default=None,
+              help="perfetto: merge into this trace from jax.profiler.trace (its .trace.json.gz, or its log "
+                   "directory), on one clock (default: the trace run --xprof recorded, if any).")
 @force_option("files that exist")
 @top_option(20, default_text="Default 20: the sites with their own series in sites.csv")
 @steps_option()
 @attribution_options
 @process_option
-def export(inputs, csv_dir, fmt, output, force, top, steps, library, user, all_frames):
-    """Export a run's tables as CSV, or a snapshot (or a diff) as pprof.
+def export(inputs, csv_dir, fmt, output, with_trace, force, top, steps, library, user, all_frames):
+    """Export a run's tables as CSV, a snapshot (or a diff) as pprof, or the run as a trace.
 
     \b
     CSV files written (every column: docs/columns.md):
@@ -134,9 +138,20 @@ def export(inputs, csv_dir, fmt, output, force, top, steps, library, user, all_f
       jaxmemprof export RUN --csv tables/
       jaxmemprof export RUN@peak --format pprof -o peak.pb.gz && go tool pprof -top peak.pb.gz
       jaxmemprof export RUN@first RUN@final --format pprof -o growth.pb.gz
+      jaxmemprof export RUN --format perfetto -o run.trace.json.gz   (open it in ui.perfetto.dev)
+      jaxmemprof export RUN --format perfetto --with LOGDIR -o merged.json.gz   (JAX's ops beside it)
     """
-    if csv_dir is not None and fmt == "pprof":
-        raise click.UsageError("--csv DIR writes CSV; use -o FILE with --format pprof")
+    if csv_dir is not None and fmt in ("pprof", "perfetto"):
+        raise click.UsageError(f"--csv DIR writes CSV; use -o FILE with --format {fmt}")
+    if with_trace is not None and fmt != "perfetto":
+        raise click.UsageError("--with merges a JAX trace into --format perfetto's trace")
+    if fmt == "perfetto":
+        if output is None or len(inputs) != 1:
+            raise click.UsageError("perfetto export takes one RUN and -o FILE")
+        from jaxmemprof.cli.trace import export_trace
+
+        export_trace(inputs[0], output, force, with_trace, analysis_options(library, user, all_frames, top, steps))
+        return
     fmt = fmt or ("csv" if csv_dir is not None else None)
     if fmt is None:
         raise click.UsageError("say what to write: --csv DIR, or --format pprof -o FILE")

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from importlib import import_module
 from typing import Protocol, TextIO
 
-MODULES = ("text", "json", "html", "csv", "pprof")
+MODULES = ("text", "json", "html", "csv", "pprof", "perfetto")
 
 
 class Destination(Protocol):
