@@ -337,11 +337,9 @@ def _record_cells(run: ProfiledRun, cells: str, error: BaseException | None = No
         return
     raised = None
     if error is not None:
-        try:
-            message = _one_line(str(error))
-        except Exception:  # an exception whose str() fails: its type says enough
-            message = ""
-        raised = f"{type(error).__name__}: {message}" if message else type(error).__name__
+        from jaxmemprof.capture.tracebacks import described
+
+        raised = _one_line(described(error))  # the cell's exception: never its own __str__
     with writer._lock:
         writer.manifest["argv"] = [cells] + (["raised", raised] if raised else [])
         nb = writer.manifest.setdefault("notebook", {})

@@ -29,6 +29,7 @@ import time
 from typing import Any
 
 from jaxmemprof.capture.jit.frames import user_frame
+from jaxmemprof.capture.tracebacks import described, is_out_of_memory, message
 from jaxmemprof.capture.jit.whatif import compile_figures, rejit
 from jaxmemprof.facts.flow import UNKNOWN, batch_keys, flows
 from jaxmemprof.facts.truepeak import peak_of
@@ -57,11 +58,7 @@ def is_oom(exc: BaseException) -> bool:
     Python's MemoryError."""
     if isinstance(exc, MemoryError):
         return True
-    try:
-        names = "".join(t.__name__ for t in type(exc).__mro__)
-        return ("RuntimeError" in names or "ValueError" in names) and "RESOURCE_EXHAUSTED" in str(exc)[:300]
-    except Exception:
-        return False
+    return is_out_of_memory(exc, ("RuntimeError", "ValueError"))
 
 
 def failed(probe, state, exc, real, args, kwargs, inputs, abstract) -> None:
@@ -76,7 +73,7 @@ def failed(probe, state, exc, real, args, kwargs, inputs, abstract) -> None:
         if inputs is None:
             inputs = probe._describe_inputs(state, args, kwargs) + (signature, None)
         abstract = planner.abstract(state, args, kwargs, inputs)
-    message = f"{type(exc).__name__}: {exc}" if isinstance(exc, MemoryError) else str(exc)
+    text = described(exc) if isinstance(exc, MemoryError) else message(exc) or ""  # never the program's __str__
     live = probe.observer.live_bytes_by_device() if probe.observer is not None else None
     outside = None
     if live and abstract is not None:
@@ -85,11 +82,11 @@ def failed(probe, state, exc, real, args, kwargs, inputs, abstract) -> None:
         outside = max(max(int(live[d]) - own, 0) for d in on)
     call = {"file": frame.f_code.co_filename if frame else "", "line": frame.f_lineno if frame else 0,
             "function": frame.f_code.co_name if frame else ""}
-    planner.failure = Failure(state, real, abstract, message[:20000], call, outside, signature)
+    planner.failure = Failure(state, real, abstract, text[:20000], call, outside, signature)
     probe.writer.add_event("oom-call", json.dumps({
         "function_id": state.function_id, "name": state.row.get("name"), "call": call, "signature": signature,
         "call_number": state.calls, "outside_bytes": outside, "devices": abstract.devices if abstract else None,
-        "message": message[:20000]}))
+        "message": text[:20000]}))
 
 
 def _argument_bytes(ab) -> int:
