@@ -176,12 +176,20 @@ def what_fits(planner, budget_s: float, search, given: bool = True) -> None:
         limit, source = int(options.fit_peak_bytes), "--plan-device-memory"
     elif parsed is not None and parsed.available_bytes:
         limit, source = int(parsed.available_bytes), "XLA's available memory"
+    elif parsed is not None and parsed.free_bytes is not None and ab is not None and failure.outside is not None:
+        # At run time: what was live when the call failed (outside it, and its arguments) and what the
+        # allocator said was still free. The call's own allocations before the failing one are not in it:
+        # the device has at least this much, so a batch that fits under it fits.
+        limit = int(failure.outside) + _argument_bytes(ab) + int(parsed.free_bytes)
+        source = "the arrays live at the failure and the free memory XLA's message gives"
     else:
         limit, source = None, None
     real = planner.real_of(state) if state.plan is not None else None
     real = real if real is not None else failure.real
     why = ("its arguments were not kept (a function of a library's, or the probe off)" if ab is None else
-           "the message says no limit to fit under (run --plan-device-memory SIZE names one)" if limit is None else
+           ("the message says no limit to fit under (run --plan-device-memory SIZE names one)"
+            + (f"; its figures that are no size: {'; '.join(parsed.damaged)}" if parsed is not None and parsed.damaged
+               else "")) if limit is None else
            "no time left for compiles (--verify-seconds)" if budget_s <= 0 else None)
     axis = options.axis if options is not None and options.axis is not None else (
         1 if state.row.get("wrapper") == "jax.pmap" else 0)
