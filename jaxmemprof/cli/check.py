@@ -163,9 +163,11 @@ def check(run_dir, max_peak, max_true_peak, max_growth, fail_on, baseline_dir, m
 
         text = json_text(document(str(run_dir), baseline_dir, results))
     else:
+        from jaxmemprof.render.escape import terminal
+
         every = [line for n, outcomes in results for line in lines(outcomes, n)]
-        text = "".join(line + "\n" for line in [*(x for x in every if x.startswith("FAIL")),
-                                                 *(x for x in every if not x.startswith("FAIL"))])
+        text = terminal("".join(line + "\n" for line in [*(x for x in every if x.startswith("FAIL")),
+                                                          *(x for x in every if not x.startswith("FAIL"))]))
     _write(text, failed)
 
 
