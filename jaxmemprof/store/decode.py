@@ -38,7 +38,7 @@ _TABLES = {
     "stacks": (("stack_id",), ("frames",), ("stack_id",)),
     "executables": (("snapshot", "stack_id", "count", "code_bytes"), ("name",), ("snapshot",)),
     "memory_stats": (("snapshot", "value"), ("device", "key"), ("snapshot", "value")),
-    "markers": (("marker", "t_wall", "t_mono", "after_snapshot"), ("label",), ("t_wall",)),
+    "markers": (("marker", "t_wall", "t_mono", "after_snapshot"), ("label",), ("t_wall", "t_mono")),
     "events": (("event", "t_wall", "snapshot"), ("kind", "message"), ()),
     "jit_functions": (("function_id", "line", "jit_line", "t_wall"),
                       ("name", "qualname", "file", "jit_file", "jit_function", "jit_source", "params", "donate_argnums",
@@ -93,10 +93,15 @@ ARRAYS_V1 = (("array_id", "py_id", "first_snapshot", "nbytes", "stack_id"),
 _MAY_BE_MISSING = {"end_snapshot", "after_snapshot", "stack_id", "snapshot", "peak_bytes", "call_index",
                    "calls_complete", "traced", "backend_compiles"}
 _FLOAT_COLUMNS = {"t_wall", "t_mono", "cost_s", "wall_s", "dump_s", "compile_s"}
-# Tables that runs recorded by earlier versions lack.
-ADDED_TABLES = {"jit_programs", "jit_buffers", "jit_curves", "thinned", "array_kinds", "source_names", "held_by",
-                 "jit_plans", "jit_whatif", "snapshot_calls", "py_chains", "py_holders", "py_holder_searches",
-                 "jit_targets", "jit_target_buffers"}
+# Tables that runs recorded by earlier versions lack, in the order they were
+# added (those added together in one group). The writer makes every table of
+# its schema at once, at the start: a journal that has a table lacks none
+# added before it, and one it lacks was dropped (dropped_tables). A table
+# added later goes at the end.
+ADDED_IN_ORDER = (("jit_programs", "jit_buffers"), ("thinned",), ("array_kinds",), ("jit_curves",),
+                  ("held_by", "source_names"), ("jit_plans",), ("jit_whatif",), ("snapshot_calls",),
+                  ("py_chains", "py_holder_searches", "py_holders"), ("jit_targets",), ("jit_target_buffers",))
+ADDED_TABLES = frozenset(t for group in ADDED_IN_ORDER for t in group)
 
 # Journal cells that hold JSON, which the analyses parse (the jit probe's).
 # A cell nested deeper than _MAX_JSON_DEPTH is damage: read as missing.
@@ -392,6 +397,7 @@ def typed(df: pd.DataFrame, table: str, warnings: list, spec=None) -> pd.DataFra
         raise InputError(table, f"the journal's snapshots lack {', '.join(missing)}")
     n = len(df.index)
     columns: dict = {}
+    torn: list = []  # (column, cells, the first one's problem): cells present that are no such number
     for c in numeric:
         if c not in df.columns:
             columns[c] = np.full(n, np.nan)
@@ -401,10 +407,20 @@ def typed(df: pd.DataFrame, table: str, warnings: list, spec=None) -> pd.DataFra
             values = col.to_numpy(dtype=np.float64)
         else:
             values = pd.to_numeric(col, errors="coerce").astype("float64").to_numpy()
-        # Infinities and numbers past 2**53 (not exact as floats) are damage too.
+        # Every number the writer writes is one from 0 to 2**53, a whole one but for the seconds: text,
+        # infinities, negatives, fractions of a count and numbers past 2**53 (not exact as floats) are damage.
         with np.errstate(invalid="ignore"):
-            ok = np.isfinite(values) & (np.abs(values) < 2.0**53)
-        columns[c] = values if ok.all() else np.where(ok, values, np.nan)
+            ok = np.isfinite(values) & (values >= 0) & (values < 2.0**53)
+            if c not in _FLOAT_COLUMNS:
+                ok &= np.floor(np.where(ok, values, 0.0)) == np.where(ok, values, 0.0)
+        if not ok.all():
+            bad = ~ok & ~np.asarray(col.isna().to_numpy(), dtype=bool)
+            if bad.any():
+                first = int(np.flatnonzero(bad)[0])
+                torn.append((c, int(bad.sum()), _cell_problem(col.iloc[first])))
+            columns[c] = np.where(ok, values, np.nan)
+        else:
+            columns[c] = values
     for c in text:
         if c not in df.columns:
             columns[c] = np.full(n, None, dtype=object)
@@ -421,6 +437,10 @@ def typed(df: pd.DataFrame, table: str, warnings: list, spec=None) -> pd.DataFra
             if any(t is not None for t in texts):
                 values[pd.isna(values)] = np.nan
         columns[c] = values
+    if torn:
+        said = "; ".join(f"{c}: {k} cell(s), the first {problem}" for c, k, problem in torn[:3])
+        note_damage(warnings, table, f"cells of the journal's {table} are not what its writer writes ({said}); "
+                                     "read as missing")
     keep = None
     if required:
         bad = np.zeros(n, dtype=bool)
@@ -444,6 +464,80 @@ def typed(df: pd.DataFrame, table: str, warnings: list, spec=None) -> pd.DataFra
     for c in text:  # objects: str and None (a frame built from them would infer pandas' str dtype)
         out[c] = pd.Series(columns[c] if keep is None else columns[c][keep], index=index, dtype=object)
     return pd.DataFrame(out, index=index)
+
+
+def dropped_tables(present, warnings: list) -> None:
+    """The tables a journal lacks though it has one added after them
+    (ADDED_IN_ORDER): dropped, said in one line, and each noted as damage
+    (a gate that reads one then says it cannot check)."""
+    newest = max((i for i, group in enumerate(ADDED_IN_ORDER) if any(t in present for t in group)), default=-1)
+    lost = [t for group in ADDED_IN_ORDER[:newest + 1] for t in group if t not in present]
+    if not lost:
+        return
+    have = next(t for t in ADDED_IN_ORDER[newest] if t in present)
+    text = (f"journal table{'s' if len(lost) > 1 else ''} {', '.join(lost)} "
+            f"{'are' if len(lost) > 1 else 'is'} missing, though the journal has {have}, which its writer made with "
+            f"{'them' if len(lost) > 1 else 'it'}: dropped; read as empty")
+    warnings.append(text)
+    damaged = getattr(warnings, "damaged", None)
+    if damaged is not None:
+        for t in lost:
+            damaged.setdefault(t, text)
+
+
+def markers_agree(markers: pd.DataFrame, snaps: pd.DataFrame, warnings: list) -> pd.DataFrame:
+    """``markers`` less the rows whose ``after_snapshot`` (the count of
+    snapshots written when the marker was, NULL for none) disagrees with the
+    snapshots' own times: snapshots are taken one at a time, so of those
+    started at or before the marker's time every one but the last (which
+    may still have been being written) was written by then; the writer may
+    have written later ones while the marker waited for it, never one past
+    the last. The others are damage, said in one line: growth per step is
+    measured from them."""
+    need = {"t_mono", "after_snapshot"}
+    if "markers" in getattr(warnings, "damaged", {}):
+        return markers  # its cells said damaged already (typed): one line says it
+    if markers.empty or snaps.empty or not need <= set(markers.columns) or "t_mono" not in snaps.columns:
+        return markers
+    order = snaps.sort_values("snapshot")
+    ids = order["snapshot"].to_numpy(dtype=np.int64)
+    times = order["t_mono"].to_numpy(dtype=np.float64)
+    if len(ids) and (not np.all(np.diff(ids) > 0) or not np.all(np.diff(times) >= 0) or np.isnan(times).any()):
+        return markers  # the snapshots' own times out of order: nothing to hold the markers to
+    t = markers["t_mono"].to_numpy(dtype=np.float64)
+    after = pd.array(markers["after_snapshot"], dtype="Int64").to_numpy(dtype=np.float64, na_value=0.0)
+    k = np.searchsorted(times, t, side="right")  # snapshots started at or before each marker
+    padded = np.concatenate(([0, 0], ids))
+    low = padded[k]  # ids[k - 2]: written before the marker's time
+    bad = ~np.isnan(t) & ((after < low) | (after > (ids[-1] if len(ids) else 0)))
+    if not bad.any():
+        return markers
+    i = int(np.flatnonzero(bad)[0])
+    a = markers["after_snapshot"].iloc[i]
+    said = "NULL" if pd.isna(a) else str(int(a))
+    note_damage(warnings, "markers", f"{int(bad.sum())} of {len(bad)} row(s) of the journal's markers name a snapshot "
+                                     f"their time does not fit (marker {markers['marker'].iloc[i]}: after_snapshot "
+                                     f"{said}, though the last snapshot taken before it is "
+                                     f"{int(padded[k[i] + 1]) if k[i] else 'none'}); left out")
+    return markers[~bad].reset_index(drop=True)
+
+
+def _cell_problem(v) -> str:
+    """What is wrong with a present cell of a numeric column."""
+    v = v.item() if isinstance(v, np.generic) else v
+    if isinstance(v, (str, bytes)):
+        return f"is text ({_shown(v)})"
+    try:
+        f = float(v)
+    except (TypeError, ValueError, OverflowError):
+        return f"is not a number ({_shown(v)})"
+    if f != f or f in (float("inf"), float("-inf")):
+        return f"is not a finite number ({_shown(v)})"
+    if f < 0:
+        return f"is negative ({_shown(v)})"
+    if f >= 2**53:
+        return f"is past 2**53 ({_shown(v)})"
+    return f"is not a whole number ({_shown(v)})"
 
 
 def _text(v):
