@@ -258,10 +258,10 @@ def _allocations(text: str, fig: _Figures) -> list:
         if cur is None:
             continue
         if line.startswith("Operator:"):
-            op, f, n = _OP.search(line), _FILE.search(line), _LINE.search(line)
+            op, f, at = _OP.search(line), _FILE.search(line), _LINE.search(line)
             cur.op = op.group(1) if op else line[len("Operator:"):].strip()
             cur.file = f.group(1) if f else ""
-            cur.line = int(n.group(1)) if n and len(n.group(1)) < 10 else 0
+            cur.line = int(at.group(1)) if at and len(at.group(1)) < 10 else 0
         elif line.startswith("Shape:") or line.startswith("Entry Parameter Subshape:"):
             cur.shape = line.split(":", 1)[1].strip()
             if line.startswith("Entry"):
