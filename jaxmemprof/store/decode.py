@@ -415,7 +415,7 @@ def typed(df: pd.DataFrame, table: str, warnings: list, spec=None) -> pd.DataFra
                 ok &= np.floor(np.where(ok, values, 0.0)) == np.where(ok, values, 0.0)
         if not ok.all():
             bad = ~ok & ~np.asarray(col.isna().to_numpy(), dtype=bool)
-            if bad.any():
+            if bad.any() and c not in required:  # a required one's row is left out, and said, below
                 first = int(np.flatnonzero(bad)[0])
                 torn.append((c, int(bad.sum()), _cell_problem(col.iloc[first])))
             columns[c] = np.where(ok, values, np.nan)
@@ -464,62 +464,6 @@ def typed(df: pd.DataFrame, table: str, warnings: list, spec=None) -> pd.DataFra
     for c in text:  # objects: str and None (a frame built from them would infer pandas' str dtype)
         out[c] = pd.Series(columns[c] if keep is None else columns[c][keep], index=index, dtype=object)
     return pd.DataFrame(out, index=index)
-
-
-def dropped_tables(present, warnings: list) -> None:
-    """The tables a journal lacks though it has one added after them
-    (ADDED_IN_ORDER): dropped, said in one line, and each noted as damage
-    (a gate that reads one then says it cannot check)."""
-    newest = max((i for i, group in enumerate(ADDED_IN_ORDER) if any(t in present for t in group)), default=-1)
-    lost = [t for group in ADDED_IN_ORDER[:newest + 1] for t in group if t not in present]
-    if not lost:
-        return
-    have = next(t for t in ADDED_IN_ORDER[newest] if t in present)
-    text = (f"journal table{'s' if len(lost) > 1 else ''} {', '.join(lost)} "
-            f"{'are' if len(lost) > 1 else 'is'} missing, though the journal has {have}, which its writer made with "
-            f"{'them' if len(lost) > 1 else 'it'}: dropped; read as empty")
-    warnings.append(text)
-    damaged = getattr(warnings, "damaged", None)
-    if damaged is not None:
-        for t in lost:
-            damaged.setdefault(t, text)
-
-
-def markers_agree(markers: pd.DataFrame, snaps: pd.DataFrame, warnings: list) -> pd.DataFrame:
-    """``markers`` less the rows whose ``after_snapshot`` (the count of
-    snapshots written when the marker was, NULL for none) disagrees with the
-    snapshots' own times: snapshots are taken one at a time, so of those
-    started at or before the marker's time every one but the last (which
-    may still have been being written) was written by then; the writer may
-    have written later ones while the marker waited for it, never one past
-    the last. The others are damage, said in one line: growth per step is
-    measured from them."""
-    need = {"t_mono", "after_snapshot"}
-    if "markers" in getattr(warnings, "damaged", {}):
-        return markers  # its cells said damaged already (typed): one line says it
-    if markers.empty or snaps.empty or not need <= set(markers.columns) or "t_mono" not in snaps.columns:
-        return markers
-    order = snaps.sort_values("snapshot")
-    ids = order["snapshot"].to_numpy(dtype=np.int64)
-    times = order["t_mono"].to_numpy(dtype=np.float64)
-    if len(ids) and (not np.all(np.diff(ids) > 0) or not np.all(np.diff(times) >= 0) or np.isnan(times).any()):
-        return markers  # the snapshots' own times out of order: nothing to hold the markers to
-    t = markers["t_mono"].to_numpy(dtype=np.float64)
-    after = pd.array(markers["after_snapshot"], dtype="Int64").to_numpy(dtype=np.float64, na_value=0.0)
-    k = np.searchsorted(times, t, side="right")  # snapshots started at or before each marker
-    padded = np.concatenate(([0, 0], ids))
-    low = padded[k]  # ids[k - 2]: written before the marker's time
-    bad = ~np.isnan(t) & ((after < low) | (after > (ids[-1] if len(ids) else 0)))
-    if not bad.any():
-        return markers
-    i = int(np.flatnonzero(bad)[0])
-    a = markers["after_snapshot"].iloc[i]
-    said = "NULL" if pd.isna(a) else str(int(a))
-    note_damage(warnings, "markers", f"{int(bad.sum())} of {len(bad)} row(s) of the journal's markers name a snapshot "
-                                     f"their time does not fit (marker {markers['marker'].iloc[i]}: after_snapshot "
-                                     f"{said}, though the last snapshot taken before it is "
-                                     f"{int(padded[k[i] + 1]) if k[i] else 'none'}); left out")
-    return markers[~bad].reset_index(drop=True)
 
 
 def _cell_problem(v) -> str:

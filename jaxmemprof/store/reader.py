@@ -21,7 +21,8 @@ from jaxmemprof.pprof.reader import Profile, load_profile
 from jaxmemprof.store import layout
 from jaxmemprof.store.decode import (ADDED_TABLES, ARRAYS_V1, CELLS, UNIT, ROWID, Warnings, address_tuples,
                                      checked, loads, number_list, one_numbers, parse_lists, shallow_json, typed,
-                                     dropped_tables, markers_agree, note_damage)
+                                     note_damage)
+from jaxmemprof.store.agree import dropped_tables, markers_agree
 from jaxmemprof.store.jit_tables import JOURNAL_TABLES as JIT_TABLES, JitTables
 from jaxmemprof.store.journal import connect_read_only, recorder_running, tolerant_text
 

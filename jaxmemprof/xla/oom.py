@@ -60,9 +60,9 @@ _EARLY = re.compile(r"Aborting compilation early because it's unlikely to have e
                     r", has " + _SIZE + r" available", re.I)
 _SPACE = re.compile(r"Ran out of memory in memory space (\w+)(?:\.\s*Used " + _SIZE + r" of " + _SIZE + r")?", re.I)
 _VMEM = re.compile(r"Allocation \(size=([0-9]+)\) would exceed memory \(size=([0-9]+)\)", re.I)
-_RUNTIME = re.compile(r"Attempting to (allocate|reserve) " + _SIZE + r"(?: at the bottom of memory)?\. That was not "
-                      r"possible\. There are " + _SIZE + r" free", re.I)
-_LARGEST_FREE = re.compile(r"largest contiguous region of free memory is " + _SIZE, re.I)
+_RUNTIME = re.compile(r"Attempting to (allocate|reserve) " + _SIZE + r"(?: at the bottom of memory)?\.\s+That was "
+                      r"not possible\.\s+There are " + _SIZE + r" free", re.I)
+_LARGEST_FREE = re.compile(r"largest contiguous region of free memory is\s+" + _SIZE, re.I)
 _BFC = re.compile(r"Out of (host )?memory while trying to allocate ([0-9]+) bytes", re.I)
 _PLATFORM = re.compile(r"Failed to allocate request for [^(]*\(([0-9]+)B\) on device ordinal", re.I)
 _HOST = re.compile(r"Out of memory allocating ([0-9]+) bytes", re.I)
