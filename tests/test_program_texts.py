@@ -200,7 +200,7 @@ def test_a_console_escapes_what_a_call_site_left_raw_and_keeps_its_own_colours()
     """rich's console (render/text.py), on a colour terminal: the text of
     each segment escaped, line breaks kept, rich's style codes written."""
     buf = io.StringIO()
-    con = render_text._Console(file=buf, force_terminal=True, color_system="standard", width=200)
+    con = render_text.EscapingConsole(file=buf, force_terminal=True, color_system="standard", width=200)
     con.print(Text("a\x1b[2J\u202eb\nnext", style="red"))
     out = buf.getvalue()
     assert "\\x1b[2J\\u202eb" in out and out.count("\n") == 2 and "next" in out

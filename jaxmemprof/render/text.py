@@ -24,7 +24,7 @@ from jaxmemprof.units import counted, format_bytes
 
 
 
-class _Console(Console):
+class EscapingConsole(Console):
     """rich exits with status 1 when the reader of its output goes away
     (`| head`); a closed pipe is no error, so raise it for the command line
     to end quietly with status 0 (or, on stderr, to carry on).
@@ -68,10 +68,10 @@ def console(out: TextIO | None = None) -> Console:
     except (AttributeError, ValueError, OSError):  # no isatty, or closed
         is_tty = False
     if is_tty:
-        return _Console(file=out, highlight=False)
+        return EscapingConsole(file=out, highlight=False)
     columns = os.environ.get("COLUMNS", "")
     width = int(columns) if columns.isdigit() and int(columns) > 0 else 100_000
-    return _Console(file=out, highlight=False, width=width, no_color=True, color_system=None)
+    return EscapingConsole(file=out, highlight=False, width=width, no_color=True, color_system=None)
 
 
 def _key_text(row, result) -> str:
