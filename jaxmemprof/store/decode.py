@@ -572,14 +572,13 @@ UNIT = "\x1f"
 
 def number_list(text, count: int) -> np.ndarray | None:
     """``count`` integers in a text, separated by spaces; None unless each
-    is an integer below 2**53 (beyond, _typed reads it as damage)."""
+    is a whole number from 0 to 2**53 (else typed reads it as damage)."""
     if count == 0:
         return np.zeros(0, dtype=np.int64)
     if not isinstance(text, str):
         return None
     values = _parsed(text)
-    # Not np.abs: it leaves -2**63 as it is (below 2**53), which the general path reads as damage.
-    return (values if values is not None and len(values) == count and ((values > -2**53) & (values < 2**53)).all()
+    return (values if values is not None and len(values) == count and ((values >= 0) & (values < 2**53)).all()
             else None)
 
 
