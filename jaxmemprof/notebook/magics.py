@@ -87,11 +87,14 @@ class CellFailed(Exception):
     fails, in one line, after the run's summary."""
 
     def __init__(self, error: BaseException, run: ProfiledRun):
-        super().__init__(f"{type(error).__name__}: {error}")
+        from jaxmemprof.capture.tracebacks import described, type_name
+
+        super().__init__(described(error))  # the cell's exception: never its own __str__
+        self.name = type_name(error)
         self.error, self.run = error, run
 
     def _render_traceback_(self):
-        return [f"jaxmemprof: the cell raised {type(self.error).__name__} (above); its run: {self.run.path}"]
+        return [f"jaxmemprof: the cell raised {self.name} (above); its run: {self.run.path}"]
 
 
 @magics_class
