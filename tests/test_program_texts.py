@@ -115,14 +115,15 @@ def test_an_exceptions_text_is_read_as_python_reads_it_or_not_at_all():
     __str__ over plain arguments), it is str()'s, to the character;
     otherwise it is not read, and nothing it would raise gets through."""
     plain = [ValueError("plain"), KeyError("k"), OSError(2, "No such file", "f.txt"), RuntimeError(),
-             ValueError("a", 2, (3, b"x")), MemoryError()]
+             ValueError("a", 2, (3, b"x")), MemoryError(), SyntaxError("bad", ("f.py", 1, 2, "x = ")),
+             ImportError("no module")]
     for e in plain:
         assert message(e) == str(e)
     class Own(ValueError):
         def __str__(self):
             raise SystemExit(9)
     hostile = [Own("x"), ValueError(_Counted()), OSError(2, "No such file", _Counted()), KeyError(_Counted()),
-               ValueError((1, _Counted()))]
+               ValueError((1, _Counted())), SyntaxError(_Counted()), ImportError(_Counted())]
     for e in hostile:
         assert message(e) is None
         assert described(e).endswith("(its text is made by the program's own code: not read)")
