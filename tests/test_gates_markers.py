@@ -75,10 +75,13 @@ def _sql(run, *statements):
 # (name, SQL, what the one error line names)
 MARKERS = [
     ("null", "UPDATE markers SET after_snapshot = NULL", "markers name a snapshot their time does not fit"),
-    ("negative", "UPDATE markers SET after_snapshot = -1", "after_snapshot: 40 cell(s), the first is negative (-1)"),
+    ("negative", "UPDATE markers SET after_snapshot = -1",
+     "40 row(s) of the journal's markers are damaged and left out (journal.sqlite, markers rowid 1: after_snapshot "
+     "is negative (-1))"),
     ("past-the-last", "UPDATE markers SET after_snapshot = 99999",
      "markers name a snapshot their time does not fit (marker 1: after_snapshot 99999"),
-    ("text", "UPDATE markers SET after_snapshot = 'x'", "after_snapshot: 40 cell(s), the first is text ('x')"),
+    ("text", "UPDATE markers SET after_snapshot = 'x'", "markers rowid 1: after_snapshot is text ('x'), not a number"),
+    ("fraction", "UPDATE markers SET after_snapshot = 2.5", "markers rowid 1: after_snapshot is not a whole number (2.5)"),
     ("one-everywhere", "UPDATE markers SET after_snapshot = 1",
      "markers name a snapshot their time does not fit (marker"),
 ]
@@ -107,9 +110,9 @@ def _error(proc) -> str:
 
 def test_damaged_markers_make_the_growth_gate_exit_2(leak):
     """The sound run grows 16.00 KiB a step (FAIL, exit 1); each damage of
-    its markers' after_snapshot (NULL, -1, past the last snapshot, text, 1
-    on every row) said in one error line, exit 2; before: 'ok ... grows 0
-    B/step', exit 0."""
+    its markers' after_snapshot (NULL, -1, past the last snapshot, text, a
+    fraction, 1 on every row) said in one error line, exit 2; before: 'ok
+    ... grows 0 B/step', exit 0."""
     jobs = [["check", "sound", *GROWTH]] + [["check", name, *GROWTH] for name, _, _ in MARKERS]
     sound, *damaged = cli_batch(jobs, leak)
     assert sound.returncode == 1, sound.stderr
@@ -157,3 +160,21 @@ def test_markers_under_contention_are_never_damage(tmp_path):
     assert run_.damaged == {} and len(run_.markers) == 1000
     with sqlite3.connect(tmp_path / "run" / "journal.sqlite") as con:
         assert con.execute("SELECT count(*) FROM markers").fetchone()[0] == 1000
+
+
+def test_a_damaged_cell_of_a_table_the_true_peak_reads_is_said(leak):
+    """The jit tables the true peak comes from are checked cell by cell
+    (as the end's tables were): a negative peak of a compile, a flag that
+    is 2, each named by its rowid; --max-true-peak exits 2, where the sound
+    run is checked."""
+    cases = [("compile-negative", "UPDATE jit_compiles SET temp_bytes = -5",
+              "jit_compiles rowid 1: temp_bytes is negative (-5)"),
+             ("buffer-flag", "UPDATE jit_buffers SET at_peak = 2", "at_peak is 2, not 0 or 1")]
+    for name, sql, _ in cases:
+        shutil.copytree(leak / "sound", leak / name)
+        _sql(leak / name, sql)
+    sound, *damaged = cli_batch([["check", "sound", "--max-true-peak", "1GiB"]]
+                                + [["check", name, "--max-true-peak", "1GiB"] for name, _, _ in cases], leak)
+    assert sound.returncode == 0 and sound.stdout.startswith("ok   --max-true-peak"), sound.stderr
+    for (name, _, said), proc in zip(cases, damaged):
+        assert proc.returncode == 2 and said in _error(proc), (name, proc.stderr)

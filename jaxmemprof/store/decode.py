@@ -140,6 +140,19 @@ CELLS = {
     "py_holders": {"snapshot": _ID, "array_id": _ID, "chain_id": _ID},
     "py_holder_searches": {"snapshot": _ID, "cost_s": _SECONDS, "arrays": _COUNT, "found": _COUNT,
                            "complete": _FLAG, "visited": _COUNT, "superseded": _FLAG},
+    # The tables the gates read besides the snapshots and the arrays (analysis/check.py's NEEDS): growth per
+    # step from the markers, the true peak from the jit tables.
+    "markers": {"marker": _ID, "after_snapshot": _ID, "t_wall": _SECONDS, "t_mono": _SECONDS},
+    "jit_compiles": {"function_id": _ID, "call_index": _COUNT, "t_wall": _SECONDS, "peak_bytes": _COUNT,
+                     **{f"{host}{f}": _COUNT for host in ("", "host_") for f in _FIGURES}},
+    "jit_programs": {"function_id": _ID, "length": _COUNT, "peak_position": _COUNT, "peak_bytes": _COUNT,
+                     **{f: _COUNT for f in _FIGURES[:4]}, "dump_s": _SECONDS},
+    "jit_counts": {"function_id": _ID, "calls": _COUNT, "compiles": _COUNT, "calls_complete": _COUNT,
+                   "traced": _COUNT, "backend_compiles": _COUNT},
+    "jit_buffers": {"function_id": _ID, "bytes": _COUNT, "live_start": _COUNT, "live_end": _COUNT,
+                    "at_peak": _FLAG},
+    "jit_calls": {"call_id": _ID, "function_id": _ID, "call_index": _COUNT, "t_wall": _SECONDS,
+                  "t_mono": _SECONDS, "caller_line": _COUNT},
 }
 # Their JSON cells that figures come from: what each must be (None: NULL, where the schema allows it).
 _JSON_CELLS = {
