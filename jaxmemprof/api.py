@@ -99,7 +99,9 @@ def _tell(event: str, *args) -> None:
         except Exception as exc:  # never break the program being profiled
             s = args[0]
             try:
-                s.writer.add_event("probe-error", f"{type(o).__name__}.{event}: {type(exc).__name__}: {exc}"[:2000])
+                from jaxmemprof.capture.tracebacks import described
+
+                s.writer.add_event("probe-error", f"{type(o).__name__}.{event}: {described(exc)}"[:2000])
             except Exception:
                 pass
 

@@ -227,8 +227,11 @@ def _out_of_memory_note(exc: BaseException, limits) -> None:
     from jaxmemprof.xla.oom import read
 
     names = " and ".join(limits) or "jaxmemprof"
+    from jaxmemprof.capture.tracebacks import described, message
+
     try:
-        text = f"{type(exc).__name__}: {exc}" if isinstance(exc, MemoryError) else str(exc)
+        # The test's exception is the program's: its text read without running its code (never its __str__).
+        text = described(exc) if isinstance(exc, MemoryError) else message(exc) or ""
         if not isinstance(exc, MemoryError) and "RESOURCE_EXHAUSTED" not in text[:300]:
             return
         r = read(text)
@@ -248,12 +251,12 @@ def _out_of_memory_note(exc: BaseException, limits) -> None:
 
 
 def _one_line(exc: BaseException) -> str:
+    from jaxmemprof.capture.tracebacks import described
     from jaxmemprof.errors import InputError
 
-    text = " ".join(str(exc).split())
-    if isinstance(exc, InputError):
-        return text  # names the file and the problem already
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    if type(exc) is InputError:
+        return " ".join(str(exc).split())  # names the file and the problem already
+    return " ".join(described(exc).split())
 
 
 def _unmeasured(item, limits, result, why: str):

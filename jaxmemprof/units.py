@@ -36,8 +36,21 @@ def counted(n: int, word: str, plural: str | None = None) -> str:
     return f"{n} {plural or (word + 'es' if word.endswith(('s', 'x', 'ch', 'sh')) else word + 's')}"
 
 
+# A figure at or past this is no size any memory has: damage (a number read
+# off a program's text, a journal's cell), said as such, never formatted.
+NO_SIZE = 2**63
+NOT_A_SIZE = "(not a size)"
+
+
 def format_bytes(n: int | float, *, signed: bool = False) -> str:
-    """``1536`` -> ``1.5 KiB``; with ``signed``, ``+1.5 KiB`` / ``-1.5 KiB``."""
+    """``1536`` -> ``1.5 KiB``; with ``signed``, ``+1.5 KiB`` / ``-1.5 KiB``;
+    a figure that is no size (not a finite number, or past 2**63 bytes
+    either way) is ``(not a size)``, never an exception."""
+    try:
+        if not -NO_SIZE < n < NO_SIZE or n != n:
+            return NOT_A_SIZE
+    except TypeError:
+        return NOT_A_SIZE
     sign = ""
     if n < 0:
         sign = "-"

@@ -40,7 +40,7 @@ def _duplicate_snapshot_rows(run):
 # (name, damage, what the error names, whether the snapshot peak is still whole)
 DAMAGES = [
     ("arrays-dropped", _sql("DROP TABLE arrays"), "journal table arrays unreadable", True),
-    ("array-kinds-dropped", _sql("DROP TABLE array_kinds"), "the journal's array_kinds lacks", True),
+    ("array-kinds-dropped", _sql("DROP TABLE array_kinds"), "journal table array_kinds is missing", True),
     ("half-the-kinds", _sql("UPDATE arrays SET kind_id = 'x' WHERE array_id % 2 = 0"),
      "row(s) of the journal's arrays are damaged", True),
     ("addresses-torn", _sql("UPDATE arrays SET addresses = '[1, 2' WHERE array_id % 3 = 0"),

@@ -28,6 +28,7 @@ from jaxmemprof.xla.oom import read
 
 FIXTURES = REPO / "tests" / "fixtures" / "tpu"
 GiB = 1 << 30
+MiB = 1 << 20
 
 # Published texts, excerpts as their issues show them (GitHub), used only as the parser's inputs.
 # google/trax #1343: XLA:TPU's older form, its listing naming the source line.
@@ -95,6 +96,39 @@ BufferAssignment stats:
                  total allocation:   14.44GiB
               total fragmentation:  680.30MiB (4.60%)
 """
+
+# XLA's runtime out-of-memory forms, word for word as XLA's sources write them (no chip or GPU ran out here):
+# openxla/xla xla/error/error_codes.h formats a coded error "EXXXX: Name:" + "\n" + the message + "\nSee
+# https://openxla.org/xla/errors/error_XXXX for more details."; the messages are the samples of its
+# docs/errors/error_0100.md (XLA:TPU's buffer allocation) and error_0101.md (loading a program), with the
+# figures of the chip's own failure in issue 64 (256.00M asked, 252.58M free).
+E0100 = ("RESOURCE_EXHAUSTED: E0100: RuntimeBufferAllocationFailure:\nError allocating device buffer: Attempting to "
+         "allocate 256.00M. That was not possible. There are 252.58M free.; (0x0x0_HBM0)\n"
+         "See https://openxla.org/xla/errors/error_0100 for more details.")
+E0100_DOC = ("ValueError: RESOURCE_EXHAUSTED: Error allocating device buffer: Attempting to allocate 8.00M. That was not "
+             "possible. There are 6.43M free.; (0x0x1_HBM0)")
+E0101_DOC = ("XlaRuntimeError: RESOURCE_EXHAUSTED: Error loading program 'jit_embedding_pipeline_step_fn': Attempting "
+             "to reserve 29.49G at the bottom of memory. That was not possible. There are 147.64M free, 0B reserved, "
+             "and 147.64M reservable. Scope: unknown..: while running replica 0 and partition 34 of a replicated "
+             "computation (other replicas may have failed as well).")
+# docs/errors/error_1000.md and error_1001.md: XLA:TPU's compile-time forms.
+E1000_DOC = ("RESOURCE_EXHAUSTED: XLA:TPU compile permanent error. Ran out of memory in memory space hbm. Used 49.34G "
+             "of 32.00G hbm. Exceeded hbm capacity by 17.34G.")
+E1000_EARLY = ("RESOURCE_EXHAUSTED: Compilation failure: Aborting compilation early because it's unlikely to have enough "
+               "memory. Requires 3.84T, has 90.96G available. If more detailed logging is desired, set "
+               "--xla_tpu_impure_oom_fast_exit_threshold=-1")
+E1001_DOC = ("XlaRuntimeError: RESOURCE_EXHAUSTED: Allocation (size=134217728) would exceed memory (size=67108864) :: "
+             "#allocation25 [shape = 'u8[134217728]{0}', space=vmem, size = 0x8000000, tag = 'scoped memory for "
+             "ragged_latency_optimized_all_gather_lhs_contracting_gated_matmul_kernel.2'] :: "
+             "ragged_latency_optimized_all_gather_lhs_contracting_gated_matmul_kernel.2")
+# xla/stream_executor/integrations/tf_allocator_adapter.cc (MemoryAllocationError): the GPU's BFC allocator, device
+# and pinned host; the platform allocator (stream_executor_memory_allocator.cc): "Failed to allocate request for
+# %s (%uB) on device ordinal %d", its size as tsl's HumanReadableNumBytes writes it.
+GPU_BFC = "RESOURCE_EXHAUSTED: Out of memory while trying to allocate 301989888 bytes."
+GPU_HOST = ("RESOURCE_EXHAUSTED: Out of host memory while trying to allocate 68719476736 bytes. Please set the "
+            "environment variable XLA_PJRT_GPU_HOST_MEMORY_LIMIT_GB to allocate larger host memory than the default "
+            "64 GB.")
+GPU_PLATFORM = "RESOURCE_EXHAUSTED: Failed to allocate request for 1.00GiB (1073741824B) on device ordinal 0"
 
 # A step that runs out of host memory at its first call: XLA:CPU's RESOURCE_EXHAUSTED under RLIMIT_AS.
 HOST = """
@@ -198,6 +232,43 @@ def test_published_tpu_and_gpu_forms_are_read():
     r = read(AFPROFILE_8)
     assert (r.request_bytes, r.needed_bytes) == (4770354232, round(14.44 * GiB))
     assert read("ValueError: shapes do not match") is None
+
+
+
+def test_xlas_runtime_forms_are_read_in_full():
+    """XLA:TPU's coded runtime form is read past its first line
+    (``E0100: RuntimeBufferAllocationFailure:``, which was all the reason
+    said): the allocation, the free bytes, the code; the documented
+    samples, the compile forms and the GPU allocators' alike."""
+    r = read(E0100)
+    assert (r.when, r.space, r.request_bytes, r.free_bytes) == ("run", "hbm", 256 << 20, round(252.58 * MiB))
+    assert r.code == "E0100 RuntimeBufferAllocationFailure"
+    assert r.reason == ("Error allocating device buffer: Attempting to allocate 256.00M. That was not possible. "
+                        "There are 252.58M free.; (0x0x0_HBM0)")
+    wrapped = E0100.replace(" That was", "\nThat was")  # as logs quote it, a sentence a line
+    assert (read(wrapped).request_bytes, read(wrapped).free_bytes) == (r.request_bytes, r.free_bytes)
+    fragmented = E0100.replace("free.;", "free. The largest contiguous region of free memory is 128.00M due to "
+                                         "fragmentation.;")
+    assert read(fragmented).largest_free_bytes == 128 << 20
+    r = read(E0100_DOC)
+    assert (r.when, r.request_bytes, r.free_bytes, r.code) == ("run", 8 << 20, round(6.43 * MiB), "")
+    r = read(E0101_DOC)
+    assert (r.when, r.what, r.request_bytes, r.free_bytes) == ("run", "the program", round(29.49 * GiB),
+                                                                round(147.64 * MiB))
+    r = read(E1000_DOC)
+    assert (r.when, r.needed_bytes, r.available_bytes) == ("compile", round(49.34 * GiB), 32 * GiB)
+    r = read(E1000_EARLY)
+    assert (r.when, r.needed_bytes, r.available_bytes) == ("compile", round(3.84 * (GiB << 10)), round(90.96 * GiB))
+    r = read(E1001_DOC)
+    assert (r.when, r.space, r.needed_bytes, r.available_bytes) == ("compile", "vmem", 134217728, 67108864)
+    r = read(GPU_BFC)
+    assert (r.when, r.request_bytes) == ("run", 301989888)
+    r = read(GPU_HOST)
+    assert (r.when, r.space, r.request_bytes) == ("host", "host", 64 << 30)
+    r = read(GPU_PLATFORM)
+    assert (r.when, r.request_bytes) == ("run", 1 << 30)
+    for form in (E0100, E0100_DOC, E0101_DOC, E1000_DOC, E1000_EARLY, E1001_DOC, GPU_BFC, GPU_HOST, GPU_PLATFORM):
+        assert not read(form).damaged and read(form).reason and "\n" not in read(form).reason
 
 
 # -- the chip's runs ---------------------------------------------------------------------------------------
@@ -384,3 +455,58 @@ def test_a_later_call_that_fails_on_the_host_is_out_of_memory_too(tmp_path):
     assert f"jaxmemprof: out of memory: step (late.py:{line}) could not allocate 72.00 MiB on the host" in proc.stderr
     (call,) = [json.loads(x) for x in _events(tmp_path / "run", "oom-call")]
     assert call["call_number"] == 5 and call["signature"] == "float32[3,3], float32[1048576,3,3]"
+
+
+# XLA:TPU's runtime refusal (E0100, its exact text), played by the step's Python past a batch of 4096: what the
+# chip says when the call's buffers do not fit (no chip was at hand for the CPU suite).
+CHIP_RUNTIME = f"""
+import jax
+import jax.numpy as jnp
+
+E0100 = {E0100!r}
+
+
+def train_step(w, x):
+    if x.shape[0] > 4096:
+        raise ValueError(E0100)
+    return w + 1e-3 * (x @ w).sum(0), (x * x).sum()
+
+
+step = jax.jit(train_step)
+w = jnp.ones((64, 64))
+for b in (1024, 2048, 8192):
+    w, loss = step(w, jnp.ones((b, 64)))  # the step's call
+"""
+
+
+def test_a_runtime_oom_says_the_allocation_and_the_free_bytes_and_what_fits_under_them(tmp_path):
+    """run, report and check say the failing allocation and the free bytes
+    (before: '(XLA: E0100: RuntimeBufferAllocationFailure:)' and 'what fits:
+    not compiled: the message says no limit'); what fits is compiled under
+    what was live at the failure plus the free bytes XLA gave: the largest
+    batch that compiles under it is 4096 (the refusal past it), the next
+    within 1 %. Exit status and traceback as under python."""
+    script = write_script(tmp_path, "chip.py", CHIP_RUNTIME)
+    py = subprocess.run([sys.executable, str(script)], env=cpu_env(), capture_output=True, text=True, timeout=300)
+    proc = run_cli("run", "--verify-seconds", "120", "-o", "run", "chip.py", env=WIDE, cwd=tmp_path)
+    assert proc.returncode == py.returncode == 1, proc.stderr
+    assert proc.stderr.startswith(py.stderr.rsplit("ValueError", 1)[0][:200])
+    line = line_of(script, "# the step's call")
+    said = (f"out of memory at run time: train_step (chip.py:{line}) could not allocate 256.00 MiB at batch 8,192; "
+            "252.58 MiB was free (XLA E0100 RuntimeBufferAllocationFailure: Error allocating device buffer: "
+            "Attempting to allocate 256.00M. That was not possible. There are 252.58M free.; (0x0x0_HBM0))")
+    assert f"jaxmemprof: {said}" in proc.stderr.splitlines(), proc.stderr
+    (fit,) = [json.loads(x) for x in _events(tmp_path / "run", "oom-fit")]
+    args = (64 * 64 + 8192 * 64) * 4
+    assert fit["limit_bytes"] == fit["outside_bytes"] + args + round(252.58 * MiB)
+    assert fit["limit_from"] == "the arrays live at the failure and the free memory XLA's message gives"
+    rec = fit["variants"]["recorded"]
+    assert rec["largest"] <= 4096 < rec["next"] and rec["next"] - rec["largest"] <= max(1, rec["largest"] // 100)
+    report = run_cli("report", tmp_path / "run", env=WIDE, check=0).stdout.splitlines()
+    assert report[0] == said
+    assert any(x.startswith("what fits under ") and f"fits at batch {rec['largest']:,} (compiled; "
+               f"{rec['next']:,} does not)" in x for x in report)
+    chk = run_cli("check", tmp_path / "run", "--max-peak", "1GiB", check=1).stdout.splitlines()
+    assert chk[0].startswith("FAIL out-of-memory (run): train_step (") and "(XLA E0100 " in chk[0]
+    assert (f"chip.py:{line}) could not allocate 256.00 MiB at batch 8,192, 252.58 MiB was free; fits at batch "
+            f"{rec['largest']:,} (compiled)") in chk[0]

@@ -497,5 +497,7 @@ def out_of_memory_gate(run):
     return Outcome("out-of-memory", r.available_bytes, r.needed_bytes or r.request_bytes, False,
                    site=f"{a.function or 'the program'}" + (f" ({place})" if place else ""),
                    facts={"reason": r.reason, "when": r.when, "what": r.what, "needed_bytes": r.needed_bytes,
-                          "available_bytes": r.available_bytes, "request_bytes": r.request_bytes, "batch": a.batch,
+                          "available_bytes": r.available_bytes, "request_bytes": r.request_bytes,
+                          "free_bytes": r.free_bytes, "largest_free_bytes": r.largest_free_bytes, "code": r.code,
+                          "damaged": list(r.damaged), "batch": a.batch,
                           "fits_at_batch": fit.get("largest"), "next_batch": fit.get("next")})

@@ -42,7 +42,7 @@ from jaxmemprof.capture.session import Session
 from jaxmemprof.capture.signals import EndPhase, exit_by_signal, install_exit_by_signal, SigTerm, dispositions
 from jaxmemprof.capture.target import (COMMAND, FILE, MAIN_DIR, STDIN_NAME, Target, exec_command, exec_module,
                                        exec_script, exec_stdin, target_kind, target_path0, replace_path0)
-from jaxmemprof.capture.tracebacks import is_out_of_memory, safe_str, type_name
+from jaxmemprof.capture.tracebacks import described, is_out_of_memory, message, type_name
 
 
 def run_target(target: Target, session: Session, progress=None) -> EndPhase:
@@ -144,14 +144,13 @@ def _run(target: Target, kind: str, session: Session) -> tuple[int, str, bool]:
             status, how = 128 + signal.SIGINT, "SIGINT"
         elif is_out_of_memory(failure) or is_oom(failure):  # XLA's RESOURCE_EXHAUSTED, the host's MemoryError
             index = sampler.snapshot("oom", name)
-            text = safe_str(failure)
-            _add_event(session, "oom", (f"{name}: {text}" if isinstance(failure, MemoryError) else text)[:20000],
-                       index)
+            text = described(failure) if isinstance(failure, MemoryError) else message(failure) or ""
+            _add_event(session, "oom", text[:20000], index)
             _add_event(session, "oom-at", failure_line(failure), index)
             status, how = 1, "oom"
         else:
             index = sampler.snapshot("exception", name)
-            _add_event(session, "exception", f"{name}: {safe_str(failure)}"[:2000], index)
+            _add_event(session, "exception", described(failure)[:2000], index)
             status, how = 1, "exception"
         box, failure = [failure], None
         hook_status = report_exception(box)

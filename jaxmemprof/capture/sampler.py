@@ -31,6 +31,7 @@ from jaxmemprof.capture.arrays import (add_device_bytes, buffer_address, Entry, 
 from jaxmemprof.capture.device_reads import LoadedExecutables, memory_stats_rows, profile_buffers
 from jaxmemprof.capture.steps import STALE_S, Steps, on_grid, searched
 from jaxmemprof.store.writer import SnapshotRecord
+from jaxmemprof.capture.tracebacks import described
 
 ADDRESS_MODES = ("auto", "all", "none")
 TRIGGERS = ("interval", "first", "step", "exit", "exception", "oom", "signal", "api")
@@ -396,7 +397,7 @@ class Sampler:
                         self.fail(exc)
                         return
                     try:
-                        self.writer.add_event("warning", f"the search for Python holders stopped: {exc!r}"[:2000],
+                        self.writer.add_event("warning", f"the search for Python holders stopped: {described(exc)}"[:2000],
                                               index)
                     except Exception as again:
                         self.fail(again)

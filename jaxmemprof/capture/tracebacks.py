@@ -3,6 +3,13 @@ runpy's frames above the script, nor the jit probe's between the script and a
 jitted function (which exist only under run), for each exception python prints
 with it. An exception's class name and text are read as python's own printing
 reads them, never failing, and JAX's out-of-memory error is told apart.
+
+The program's exceptions are data: jaxmemprof reads their text (``message``,
+``described``) only where that runs none of the program's Python (a
+``__str__`` of Python's or JAX's own, over arguments of plain types), and
+never lets anything the reading raises (``SystemExit`` included) through.
+``safe_str`` alone calls ``str()`` whatever it runs, where jaxmemprof prints
+what python itself would print.
 """
 
 from __future__ import annotations
@@ -23,6 +30,13 @@ _CONTEXT = BaseException.__dict__["__context__"]
 _SUPPRESS = BaseException.__dict__["__suppress_context__"]
 _TYPE_NAME = type.__dict__["__name__"]
 _TYPE_MRO = type.__dict__["__mro__"]
+_TYPE_DICT = type.__dict__["__dict__"]
+_TYPE_MODULE = type.__dict__["__module__"]
+_ARGS = BaseException.__dict__["args"]
+# Values whose str() and repr() are Python's own (exactly these types: a subclass may override them).
+_PLAIN = frozenset({str, int, float, bool, bytes, type(None)})
+# Fields other than args that a builtin exception's own __str__ formats.
+_FIELDS = {OSError: ("filename", "filename2"), SyntaxError: ("msg", "filename", "text"), ImportError: ("msg",)}
 
 
 def type_name(exc: BaseException) -> str:
@@ -42,13 +56,66 @@ def safe_str(exc: BaseException) -> str:
         return "<exception str() failed>"
 
 
-def is_out_of_memory(exc: BaseException) -> bool:
-    """JAX's RESOURCE_EXHAUSTED error (raised as JaxRuntimeError/XlaRuntimeError)."""
+def _plain(v, depth: int = 0) -> bool:
+    t = type(v)
+    if t in _PLAIN:
+        return True
+    return t is tuple and depth < 2 and all(_plain(x, depth + 1) for x in v)
+
+
+def _own_str(cls):
+    """The class in ``cls``'s MRO whose ``__str__`` ``str()`` calls, where
+    that is Python's or JAX's (its module ``builtins``, ``jax`` or
+    ``jaxlib``); None where it is the program's (or a library's)."""
+    for c in _TYPE_MRO.__get__(cls):
+        if "__str__" in _TYPE_DICT.__get__(c):
+            module = _TYPE_MODULE.__get__(c)
+            if type(module) is str and (module in ("builtins", "jax", "jaxlib")
+                                        or module.startswith(("jax.", "jaxlib."))):
+                return c
+            return None
+    return None
+
+
+def message(exc: BaseException) -> str | None:
+    """``str(exc)`` where reading it runs none of the program's Python: its
+    class's ``__str__`` is Python's or JAX's, and what that formats (its
+    arguments; an OSError's file names) are of plain types. None where it
+    would run the program's code, or fails: nothing raised gets through."""
+    try:
+        cls = type(exc)
+        owner = _own_str(cls)
+        if owner is None or not _plain(_ARGS.__get__(exc)):
+            return None
+        for base, fields in _FIELDS.items():
+            if base in _TYPE_MRO.__get__(owner):
+                if not all(_plain(base.__dict__[f].__get__(exc)) for f in fields):
+                    return None
+        text = _TYPE_DICT.__get__(owner)["__str__"](exc)
+        return text if type(text) is str else None
+    except BaseException:
+        return None
+
+
+def described(exc: BaseException) -> str:
+    """``Name: text`` of an exception (``Name`` where its text is empty), its
+    text read by ``message``; where reading it would run the program's own
+    code, that is said instead. Never raises."""
+    name = type_name(exc)
+    text = message(exc)
+    if text is None:
+        return f"{name} (its text is made by the program's own code: not read)"
+    return f"{name}: {text}" if text else name
+
+
+def is_out_of_memory(exc: BaseException, kinds: tuple = ("RuntimeError",)) -> bool:
+    """JAX's RESOURCE_EXHAUSTED error (raised as JaxRuntimeError/XlaRuntimeError;
+    ``kinds``: the base classes' names it may have), its text read by ``message``."""
     try:
         names = "".join(_TYPE_NAME.__get__(t) for t in _TYPE_MRO.__get__(type(exc)))
     except Exception:
         return False
-    return "RuntimeError" in names and "RESOURCE_EXHAUSTED" in safe_str(exc)[:200]
+    return any(k in names for k in kinds) and "RESOURCE_EXHAUSTED" in (message(exc) or "")[:300]
 
 
 _PROBE_DIR = os.path.join(_OWN_DIR, "capture", "jit", "")  # the jit probe's files

@@ -133,7 +133,7 @@ def check(run_dir, max_peak, max_true_peak, max_growth, fail_on, baseline_dir, m
         base_run = open_run(base_path) if base_path is not None else None
         if base_run is not None:
             warn(base_run)
-        if growth is not None and per == "step" and run_.markers.empty:
+        if growth is not None and per == "step" and run_.markers.empty and "markers" not in run_.damaged:
             raise InputError(str(path), "has no step markers (jaxmemprof.mark() once a step): --max-growth "
                                         "SIZE/step cannot be checked; give SIZE/s")
         # A gate that cannot look fails (exit 2), never passes: before any analysis.
@@ -163,9 +163,11 @@ def check(run_dir, max_peak, max_true_peak, max_growth, fail_on, baseline_dir, m
 
         text = json_text(document(str(run_dir), baseline_dir, results))
     else:
+        from jaxmemprof.render.escape import terminal
+
         every = [line for n, outcomes in results for line in lines(outcomes, n)]
-        text = "".join(line + "\n" for line in [*(x for x in every if x.startswith("FAIL")),
-                                                 *(x for x in every if not x.startswith("FAIL"))])
+        text = terminal("".join(line + "\n" for line in [*(x for x in every if x.startswith("FAIL")),
+                                                          *(x for x in every if not x.startswith("FAIL"))]))
     _write(text, failed)
 
 

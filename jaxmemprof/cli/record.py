@@ -11,6 +11,7 @@ import click
 from jaxmemprof.api import INTERVAL_RANGE, MAX_OVERHEAD_RANGE, write_process_result
 from jaxmemprof.cli.base import Number, Size, analysis_options, cli, say, stderr_stream
 from jaxmemprof.errors import InputError, check_not_empty
+from jaxmemprof.render.escape import safe
 
 
 class _Scales(click.ParamType):
@@ -270,9 +271,10 @@ class _EndProgress:
         if self.what is None:
             text = "\r\x1b[K"
         else:
-            what = self.what
+            what = safe(self.what)  # a function's name is the program's: escaped on the line
             if self.detail is not None:
                 label, _, count = self.detail.partition("|")
+                label = safe(label)
                 n, _, total = count.partition("|")
                 number = f"{n} of {total}" if n and total else str(self.compiles)
                 what += f": {label} (compile {number}; {time.monotonic() - self.t0:.0f} s)"

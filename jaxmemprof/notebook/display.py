@@ -95,10 +95,11 @@ def _problems(run_) -> list[str]:
 
 def _console(buf):
     """A console writing plain text into ``buf`` (rich would otherwise
-    send its output to the notebook itself), never wrapped."""
-    from rich.console import Console
+    send its output to the notebook itself), never wrapped; its text
+    escaped as the terminal's is (a notebook shows ANSI codes as colours)."""
+    from jaxmemprof.render.text import EscapingConsole
 
-    return Console(file=buf, force_jupyter=False, force_terminal=False, highlight=False, width=100_000,
+    return EscapingConsole(file=buf, force_jupyter=False, force_terminal=False, highlight=False, width=100_000,
                    no_color=True, color_system=None)
 
 

@@ -87,11 +87,14 @@ class CellFailed(Exception):
     fails, in one line, after the run's summary."""
 
     def __init__(self, error: BaseException, run: ProfiledRun):
-        super().__init__(f"{type(error).__name__}: {error}")
+        from jaxmemprof.capture.tracebacks import described, type_name
+
+        super().__init__(described(error))  # the cell's exception: never its own __str__
+        self.name = type_name(error)
         self.error, self.run = error, run
 
     def _render_traceback_(self):
-        return [f"jaxmemprof: the cell raised {type(self.error).__name__} (above); its run: {self.run.path}"]
+        return [f"jaxmemprof: the cell raised {self.name} (above); its run: {self.run.path}"]
 
 
 @magics_class
@@ -337,11 +340,9 @@ def _record_cells(run: ProfiledRun, cells: str, error: BaseException | None = No
         return
     raised = None
     if error is not None:
-        try:
-            message = _one_line(str(error))
-        except Exception:  # an exception whose str() fails: its type says enough
-            message = ""
-        raised = f"{type(error).__name__}: {message}" if message else type(error).__name__
+        from jaxmemprof.capture.tracebacks import described
+
+        raised = _one_line(described(error))  # the cell's exception: never its own __str__
     with writer._lock:
         writer.manifest["argv"] = [cells] + (["raised", raised] if raised else [])
         nb = writer.manifest.setdefault("notebook", {})

@@ -67,10 +67,16 @@ def lines(outcomes, process: int | None = None) -> list[str]:
                       if f.get("needed_bytes") else f"could not allocate {format_bytes(f['request_bytes'])}"
                       if f.get("request_bytes") else "ran out of memory")
             has = f", the device has {format_bytes(f['available_bytes'])}" if f.get("available_bytes") else ""
+            has += f", {format_bytes(f['free_bytes'])} was free" if f.get("free_bytes") is not None else ""
+            has += (f" ({format_bytes(f['largest_free_bytes'])} in one piece)"
+                    if f.get("largest_free_bytes") is not None else "")
+            has += f"; XLA's message gives figures that are no size: {'; '.join(f['damaged'])}" if f.get("damaged") \
+                else ""
             batch = f" at batch {int(f['batch']):,}" if f.get("batch") else ""
             fits = (f"; fits at batch {int(f['fits_at_batch']):,} (compiled)" if f.get("fits_at_batch") else "")
+            code = f"XLA {f['code']}" if f.get("code") else "XLA"
             out.append(f"{tag} out-of-memory ({f.get('when')}): {safe(o.site)} {needed}{batch}{has}{fits} "
-                       f"(XLA: {safe(f.get('reason', ''))[:300]})")
+                       f"({code}: {safe(f.get('reason', ''))[:300]})")
         elif o.check == "max-increase":
             what = o.facts.get("what", "peak")
             pct = "an increase" if o.value == float("inf") else f"{o.value:+.1f}%"

@@ -54,6 +54,23 @@ def safe_lines(text: object) -> str:
     return "\n".join(safe(line) for line in str(text).split("\n"))
 
 
+_UNSAFE_BUT_NEWLINE = re.compile(_UNSAFE.pattern.replace("\x00-\x1f", "\x00-\x09\x0b-\x1f"))
+
+
+def terminal(text: str) -> str:
+    """What jaxmemprof writes to a terminal (or a pipe, a log a CI job
+    keeps), escaped as ``safe`` escapes a name, its line breaks alone kept:
+    the last guard, at the few places text leaves for the terminal (rich's
+    consoles, render/text.py; the plain lines of show, diff and check; the
+    progress line), so that no program text (an exception's message, a
+    function's name) that a call site did not escape can clear a screen,
+    recolour it or reorder a line. Escaping is idempotent: text escaped
+    before passes unchanged."""
+    if text.isascii() and text.isprintable():
+        return text
+    return _UNSAFE_BUT_NEWLINE.sub(_sub, text)
+
+
 def safe_field(name: str, text: object) -> str:
     """``text`` escaped as the field (column) ``name`` is: line by line for
     LINE_FIELDS, else whole."""

@@ -34,18 +34,23 @@ def lead(answer, show=None) -> str:
     if r is None:
         first = (answer.message or "").strip().splitlines()[0] if (answer.message or "").strip() else "no message"
         return f"out of memory: {who}{batch}; XLA's message is not one jaxmemprof reads: {first[:300]}"
+    damaged = f"; XLA's message gives figures that are no size: {'; '.join(r.damaged)}" if r.damaged else ""
     if r.when == "compile":
         what = r.what or "memory"
         needed = f"needs {format_bytes(r.needed_bytes)} of {what}" if r.needed_bytes else "does not fit"
         has = f"; the device has {format_bytes(r.available_bytes)} ({r.space.upper()})" if r.available_bytes else ""
-        return f"out of memory at compile: {who} {needed}{batch}{has} (XLA: {r.reason})"
+        return f"out of memory at compile: {who} {needed}{batch}{has}{damaged} (XLA: {r.reason})"
     if r.when == "host":
         asked = f" could not allocate {format_bytes(r.request_bytes)} on the host" if r.request_bytes else \
             " ran out of host memory"
-        return f"out of memory: {who}{asked}{batch} ({r.reason})"
-    asked = f" could not allocate {format_bytes(r.request_bytes)}" if r.request_bytes else " ran out of device memory"
+        return f"out of memory: {who}{asked}{batch}{damaged} ({r.reason})"
+    what = "load its program" if r.what == "the program" else "allocate"
+    asked = f" could not {what} {format_bytes(r.request_bytes)}" if r.request_bytes else " ran out of device memory"
     total = f" (its program's buffers: {format_bytes(r.needed_bytes)})" if r.needed_bytes else ""
-    return f"out of memory at run time: {who}{asked}{total}{batch} (XLA: {r.reason})"
+    free = "" if r.free_bytes is None else f"; {format_bytes(r.free_bytes)} was free" + (
+        f", {format_bytes(r.largest_free_bytes)} of it in one piece" if r.largest_free_bytes is not None else "")
+    code = f"XLA {r.code}" if r.code else "XLA"
+    return f"out of memory at run time: {who}{asked}{total}{batch}{free}{damaged} ({code}: {r.reason})"
 
 
 def lines(answer, show=None) -> list:

@@ -8,23 +8,35 @@ import os
 import sys
 from typing import TextIO
 
+from collections.abc import Iterable
+
 from rich.console import Console
+from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 
 from jaxmemprof.analysis.groups import Breakdown, Diff
 from jaxmemprof.analysis.groups import Table as Rows
 from jaxmemprof.facts.devices import display
-from jaxmemprof.render.escape import safe
+from jaxmemprof.render.escape import safe, terminal
 from jaxmemprof.render.plain import breakdown, diff_left_out, owner_label, breakdown_footer
 from jaxmemprof.units import counted, format_bytes
 
 
 
-class _Console(Console):
+class EscapingConsole(Console):
     """rich exits with status 1 when the reader of its output goes away
     (`| head`); a closed pipe is no error, so raise it for the command line
-    to end quietly with status 0 (or, on stderr, to carry on)."""
+    to end quietly with status 0 (or, on stderr, to carry on).
+
+    Every text it writes is escaped (escape.terminal): the segments' text,
+    not rich's own control codes and styles, so that program text a call
+    site left as it was never reaches the terminal raw."""
+
+    def _render_buffer(self, buffer: Iterable[Segment]) -> str:
+        return super()._render_buffer(
+            s if s.control or (s.text.isascii() and s.text.isprintable()) else Segment(terminal(s.text), s.style)
+            for s in buffer)
 
     def on_broken_pipe(self) -> None:
         self.quiet = True
@@ -56,10 +68,10 @@ def console(out: TextIO | None = None) -> Console:
     except (AttributeError, ValueError, OSError):  # no isatty, or closed
         is_tty = False
     if is_tty:
-        return _Console(file=out, highlight=False)
+        return EscapingConsole(file=out, highlight=False)
     columns = os.environ.get("COLUMNS", "")
     width = int(columns) if columns.isdigit() and int(columns) > 0 else 100_000
-    return _Console(file=out, highlight=False, width=width, no_color=True, color_system=None)
+    return EscapingConsole(file=out, highlight=False, width=width, no_color=True, color_system=None)
 
 
 def _key_text(row, result) -> str:

@@ -38,7 +38,7 @@ _TABLES = {
     "stacks": (("stack_id",), ("frames",), ("stack_id",)),
     "executables": (("snapshot", "stack_id", "count", "code_bytes"), ("name",), ("snapshot",)),
     "memory_stats": (("snapshot", "value"), ("device", "key"), ("snapshot", "value")),
-    "markers": (("marker", "t_wall", "t_mono", "after_snapshot"), ("label",), ("t_wall",)),
+    "markers": (("marker", "t_wall", "t_mono", "after_snapshot"), ("label",), ("t_wall", "t_mono")),
     "events": (("event", "t_wall", "snapshot"), ("kind", "message"), ()),
     "jit_functions": (("function_id", "line", "jit_line", "t_wall"),
                       ("name", "qualname", "file", "jit_file", "jit_function", "jit_source", "params", "donate_argnums",
@@ -93,10 +93,15 @@ ARRAYS_V1 = (("array_id", "py_id", "first_snapshot", "nbytes", "stack_id"),
 _MAY_BE_MISSING = {"end_snapshot", "after_snapshot", "stack_id", "snapshot", "peak_bytes", "call_index",
                    "calls_complete", "traced", "backend_compiles"}
 _FLOAT_COLUMNS = {"t_wall", "t_mono", "cost_s", "wall_s", "dump_s", "compile_s"}
-# Tables that runs recorded by earlier versions lack.
-ADDED_TABLES = {"jit_programs", "jit_buffers", "jit_curves", "thinned", "array_kinds", "source_names", "held_by",
-                 "jit_plans", "jit_whatif", "snapshot_calls", "py_chains", "py_holders", "py_holder_searches",
-                 "jit_targets", "jit_target_buffers"}
+# Tables that runs recorded by earlier versions lack, in the order they were
+# added (those added together in one group). The writer makes every table of
+# its schema at once, at the start: a journal that has a table lacks none
+# added before it, and one it lacks was dropped (dropped_tables). A table
+# added later goes at the end.
+ADDED_IN_ORDER = (("jit_programs", "jit_buffers"), ("thinned",), ("array_kinds",), ("jit_curves",),
+                  ("held_by", "source_names"), ("jit_plans",), ("jit_whatif",), ("snapshot_calls",),
+                  ("py_chains", "py_holder_searches", "py_holders"), ("jit_targets",), ("jit_target_buffers",))
+ADDED_TABLES = frozenset(t for group in ADDED_IN_ORDER for t in group)
 
 # Journal cells that hold JSON, which the analyses parse (the jit probe's).
 # A cell nested deeper than _MAX_JSON_DEPTH is damage: read as missing.
@@ -135,6 +140,19 @@ CELLS = {
     "py_holders": {"snapshot": _ID, "array_id": _ID, "chain_id": _ID},
     "py_holder_searches": {"snapshot": _ID, "cost_s": _SECONDS, "arrays": _COUNT, "found": _COUNT,
                            "complete": _FLAG, "visited": _COUNT, "superseded": _FLAG},
+    # The tables the gates read besides the snapshots and the arrays (analysis/check.py's NEEDS): growth per
+    # step from the markers, the true peak from the jit tables.
+    "markers": {"marker": _ID, "after_snapshot": _ID, "t_wall": _SECONDS, "t_mono": _SECONDS},
+    "jit_compiles": {"function_id": _ID, "call_index": _COUNT, "t_wall": _SECONDS, "peak_bytes": _COUNT,
+                     **{f"{host}{f}": _COUNT for host in ("", "host_") for f in _FIGURES}},
+    "jit_programs": {"function_id": _ID, "length": _COUNT, "peak_position": _COUNT, "peak_bytes": _COUNT,
+                     **{f: _COUNT for f in _FIGURES[:4]}, "dump_s": _SECONDS},
+    "jit_counts": {"function_id": _ID, "calls": _COUNT, "compiles": _COUNT, "calls_complete": _COUNT,
+                   "traced": _COUNT, "backend_compiles": _COUNT},
+    "jit_buffers": {"function_id": _ID, "bytes": _COUNT, "live_start": _COUNT, "live_end": _COUNT,
+                    "at_peak": _FLAG},
+    "jit_calls": {"call_id": _ID, "function_id": _ID, "call_index": _COUNT, "t_wall": _SECONDS,
+                  "t_mono": _SECONDS, "caller_line": _COUNT},
 }
 # Their JSON cells that figures come from: what each must be (None: NULL, where the schema allows it).
 _JSON_CELLS = {
@@ -392,6 +410,7 @@ def typed(df: pd.DataFrame, table: str, warnings: list, spec=None) -> pd.DataFra
         raise InputError(table, f"the journal's snapshots lack {', '.join(missing)}")
     n = len(df.index)
     columns: dict = {}
+    torn: list = []  # (column, cells, the first one's problem): cells present that are no such number
     for c in numeric:
         if c not in df.columns:
             columns[c] = np.full(n, np.nan)
@@ -401,10 +420,20 @@ def typed(df: pd.DataFrame, table: str, warnings: list, spec=None) -> pd.DataFra
             values = col.to_numpy(dtype=np.float64)
         else:
             values = pd.to_numeric(col, errors="coerce").astype("float64").to_numpy()
-        # Infinities and numbers past 2**53 (not exact as floats) are damage too.
+        # Every number the writer writes is one from 0 to 2**53, a whole one but for the seconds: text,
+        # infinities, negatives, fractions of a count and numbers past 2**53 (not exact as floats) are damage.
         with np.errstate(invalid="ignore"):
-            ok = np.isfinite(values) & (np.abs(values) < 2.0**53)
-        columns[c] = values if ok.all() else np.where(ok, values, np.nan)
+            ok = np.isfinite(values) & (values >= 0) & (values < 2.0**53)
+            if c not in _FLOAT_COLUMNS:
+                ok &= np.floor(np.where(ok, values, 0.0)) == np.where(ok, values, 0.0)
+        if not ok.all():
+            bad = ~ok & ~np.asarray(col.isna().to_numpy(), dtype=bool)
+            if bad.any() and c not in required:  # a required one's row is left out, and said, below
+                first = int(np.flatnonzero(bad)[0])
+                torn.append((c, int(bad.sum()), _cell_problem(col.iloc[first])))
+            columns[c] = np.where(ok, values, np.nan)
+        else:
+            columns[c] = values
     for c in text:
         if c not in df.columns:
             columns[c] = np.full(n, None, dtype=object)
@@ -421,6 +450,10 @@ def typed(df: pd.DataFrame, table: str, warnings: list, spec=None) -> pd.DataFra
             if any(t is not None for t in texts):
                 values[pd.isna(values)] = np.nan
         columns[c] = values
+    if torn:
+        said = "; ".join(f"{c}: {k} cell(s), the first {problem}" for c, k, problem in torn[:3])
+        note_damage(warnings, table, f"cells of the journal's {table} are not what its writer writes ({said}); "
+                                     "read as missing")
     keep = None
     if required:
         bad = np.zeros(n, dtype=bool)
@@ -444,6 +477,24 @@ def typed(df: pd.DataFrame, table: str, warnings: list, spec=None) -> pd.DataFra
     for c in text:  # objects: str and None (a frame built from them would infer pandas' str dtype)
         out[c] = pd.Series(columns[c] if keep is None else columns[c][keep], index=index, dtype=object)
     return pd.DataFrame(out, index=index)
+
+
+def _cell_problem(v) -> str:
+    """What is wrong with a present cell of a numeric column."""
+    v = v.item() if isinstance(v, np.generic) else v
+    if isinstance(v, (str, bytes)):
+        return f"is text ({_shown(v)})"
+    try:
+        f = float(v)
+    except (TypeError, ValueError, OverflowError):
+        return f"is not a number ({_shown(v)})"
+    if f != f or f in (float("inf"), float("-inf")):
+        return f"is not a finite number ({_shown(v)})"
+    if f < 0:
+        return f"is negative ({_shown(v)})"
+    if f >= 2**53:
+        return f"is past 2**53 ({_shown(v)})"
+    return f"is not a whole number ({_shown(v)})"
 
 
 def _text(v):
@@ -534,14 +585,13 @@ UNIT = "\x1f"
 
 def number_list(text, count: int) -> np.ndarray | None:
     """``count`` integers in a text, separated by spaces; None unless each
-    is an integer below 2**53 (beyond, _typed reads it as damage)."""
+    is a whole number from 0 to 2**53 (else typed reads it as damage)."""
     if count == 0:
         return np.zeros(0, dtype=np.int64)
     if not isinstance(text, str):
         return None
     values = _parsed(text)
-    # Not np.abs: it leaves -2**63 as it is (below 2**53), which the general path reads as damage.
-    return (values if values is not None and len(values) == count and ((values > -2**53) & (values < 2**53)).all()
+    return (values if values is not None and len(values) == count and ((values >= 0) & (values < 2**53)).all()
             else None)
 
 

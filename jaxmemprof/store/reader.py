@@ -22,6 +22,7 @@ from jaxmemprof.store import layout
 from jaxmemprof.store.decode import (ADDED_TABLES, ARRAYS_V1, CELLS, UNIT, ROWID, Warnings, address_tuples,
                                      checked, loads, number_list, one_numbers, parse_lists, shallow_json, typed,
                                      note_damage)
+from jaxmemprof.store.agree import dropped_tables, markers_agree
 from jaxmemprof.store.jit_tables import JOURNAL_TABLES as JIT_TABLES, JitTables
 from jaxmemprof.store.journal import connect_read_only, recorder_running, tolerant_text
 
@@ -450,6 +451,11 @@ def _load_journal_run(path: Path) -> Run:
         raise InputError(str(db_path), f"not a readable journal ({_one_line(exc)})") from None
     try:
         try:
+            dropped_tables({n for (n,) in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")},
+                           warnings)
+        except sqlite3.Error:
+            pass  # each table's own read says what it cannot read
+        try:
             snaps = pd.read_sql_query("SELECT * FROM snapshots", con)
         except (sqlite3.Error, pd.errors.DatabaseError, UnicodeDecodeError) as exc:
             raise InputError(str(db_path), f"the journal is damaged: its snapshots are unreadable "
@@ -464,7 +470,7 @@ def _load_journal_run(path: Path) -> Run:
         memory_stats = _query(con, "memory_stats", warnings)
         executables = _query(con, "executables", warnings)
         jit = JitTables(**{name: _query(con, table, warnings) for name, table in JIT_TABLES.items()})
-        markers = _query(con, "markers", warnings)
+        markers = markers_agree(_query(con, "markers", warnings), snaps, warnings)
         events = _query(con, "events", warnings)
         thinned = set(_query(con, "thinned", warnings)["snapshot"].dropna().astype(np.int64).tolist())
         names = _query(con, "source_names", warnings)

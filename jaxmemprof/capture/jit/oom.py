@@ -29,6 +29,7 @@ import time
 from typing import Any
 
 from jaxmemprof.capture.jit.frames import user_frame
+from jaxmemprof.capture.tracebacks import described, is_out_of_memory, message
 from jaxmemprof.capture.jit.whatif import compile_figures, rejit
 from jaxmemprof.facts.flow import UNKNOWN, batch_keys, flows
 from jaxmemprof.facts.truepeak import peak_of
@@ -57,11 +58,7 @@ def is_oom(exc: BaseException) -> bool:
     Python's MemoryError."""
     if isinstance(exc, MemoryError):
         return True
-    try:
-        names = "".join(t.__name__ for t in type(exc).__mro__)
-        return ("RuntimeError" in names or "ValueError" in names) and "RESOURCE_EXHAUSTED" in str(exc)[:300]
-    except Exception:
-        return False
+    return is_out_of_memory(exc, ("RuntimeError", "ValueError"))
 
 
 def failed(probe, state, exc, real, args, kwargs, inputs, abstract) -> None:
@@ -76,7 +73,7 @@ def failed(probe, state, exc, real, args, kwargs, inputs, abstract) -> None:
         if inputs is None:
             inputs = probe._describe_inputs(state, args, kwargs) + (signature, None)
         abstract = planner.abstract(state, args, kwargs, inputs)
-    message = f"{type(exc).__name__}: {exc}" if isinstance(exc, MemoryError) else str(exc)
+    text = described(exc) if isinstance(exc, MemoryError) else message(exc) or ""  # never the program's __str__
     live = probe.observer.live_bytes_by_device() if probe.observer is not None else None
     outside = None
     if live and abstract is not None:
@@ -85,11 +82,11 @@ def failed(probe, state, exc, real, args, kwargs, inputs, abstract) -> None:
         outside = max(max(int(live[d]) - own, 0) for d in on)
     call = {"file": frame.f_code.co_filename if frame else "", "line": frame.f_lineno if frame else 0,
             "function": frame.f_code.co_name if frame else ""}
-    planner.failure = Failure(state, real, abstract, message[:20000], call, outside, signature)
+    planner.failure = Failure(state, real, abstract, text[:20000], call, outside, signature)
     probe.writer.add_event("oom-call", json.dumps({
         "function_id": state.function_id, "name": state.row.get("name"), "call": call, "signature": signature,
         "call_number": state.calls, "outside_bytes": outside, "devices": abstract.devices if abstract else None,
-        "message": message[:20000]}))
+        "message": text[:20000]}))
 
 
 def _argument_bytes(ab) -> int:
@@ -179,12 +176,20 @@ def what_fits(planner, budget_s: float, search, given: bool = True) -> None:
         limit, source = int(options.fit_peak_bytes), "--plan-device-memory"
     elif parsed is not None and parsed.available_bytes:
         limit, source = int(parsed.available_bytes), "XLA's available memory"
+    elif parsed is not None and parsed.free_bytes is not None and ab is not None and failure.outside is not None:
+        # At run time: what was live when the call failed (outside it, and its arguments) and what the
+        # allocator said was still free. The call's own allocations before the failing one are not in it:
+        # the device has at least this much, so a batch that fits under it fits.
+        limit = int(failure.outside) + _argument_bytes(ab) + int(parsed.free_bytes)
+        source = "the arrays live at the failure and the free memory XLA's message gives"
     else:
         limit, source = None, None
     real = planner.real_of(state) if state.plan is not None else None
     real = real if real is not None else failure.real
     why = ("its arguments were not kept (a function of a library's, or the probe off)" if ab is None else
-           "the message says no limit to fit under (run --plan-device-memory SIZE names one)" if limit is None else
+           ("the message says no limit to fit under (run --plan-device-memory SIZE names one)"
+            + (f"; its figures that are no size: {'; '.join(parsed.damaged)}" if parsed is not None and parsed.damaged
+               else "")) if limit is None else
            "no time left for compiles (--verify-seconds)" if budget_s <= 0 else None)
     axis = options.axis if options is not None and options.axis is not None else (
         1 if state.row.get("wrapper") == "jax.pmap" else 0)

@@ -43,6 +43,7 @@ from jaxmemprof.facts.truepeak import live_outside, peak_of, peak_on_device, pla
 from jaxmemprof.units import array_bytes
 from jaxmemprof.xla.oom import read as read_oom
 from jaxmemprof.xla.scratch import dump_scratch
+from jaxmemprof.capture.tracebacks import described
 
 # Functions planned at most, and the share of the largest call peak a second one needs.
 PLAN_FUNCTIONS = 2
@@ -221,11 +222,11 @@ class Planner:
                 try:
                     verify(self, budget)
                 except Exception as exc:  # the advice then says its figure is not verified; the run is recorded
-                    self.probe.writer.add_event("whatif", f"not verified: {type(exc).__name__}: {exc}"[:2000])
+                    self.probe.writer.add_event("whatif", f"not verified: {described(exc)}"[:2000])
             try:  # what fits, where a call ran out of memory: within the same budget again
                 what_fits(self, budget, search, given=self.verify_s is not None)
             except Exception as exc:
-                self.probe.writer.add_event("oom-fit", json.dumps({"error": f"{type(exc).__name__}: {exc}"[:2000]}))
+                self.probe.writer.add_event("oom-fit", json.dumps({"error": described(exc)[:2000]}))
             if self.options is not None:
                 self._plan()
             if self.targets and ended_by == "SIGTERM":
@@ -277,7 +278,7 @@ class Planner:
                 self._plan_one(state, real, why)
             except Exception as exc:  # a plan that fails says why; the run is recorded
                 name = state.row.get("name", state.function_id)
-                self.probe.writer.add_event("plan", f"{name}: not planned: {type(exc).__name__}: {exc}"[:2000])
+                self.probe.writer.add_event("plan", f"{name}: not planned: {described(exc)}"[:2000])
 
     def _compile_for_targets(self) -> None:
         """The planned functions compiled for each run --target slice (targets.py)."""
@@ -303,7 +304,7 @@ class Planner:
                     except Exception as exc:  # the target's figures are then missing, and the report says why
                         fname = state.row.get("name", state.function_id)
                         writer.add_event("target", f"{target.name}: {fname}: not compiled: "
-                                                   f"{type(exc).__name__}: {exc}"[:2000])
+                                                   f"{described(exc)}"[:2000])
         if log.text:
             writer.add_event("target-log", log.text[-4000:])
 

@@ -45,6 +45,7 @@ from jaxmemprof.capture.jit.programs import Programs
 from jaxmemprof.capture.jit.proxy import Probed, QuietProbed, QuietStep
 from jaxmemprof.capture.jit.site import is_user_function, signature_names, Site
 from jaxmemprof.capture.jit.state import HUNT_CALLS, cache_size, compile_listener, FunctionState, step_of
+from jaxmemprof.capture.tracebacks import described
 
 if TYPE_CHECKING:
     from jaxmemprof.capture.sampler import Sampler
@@ -240,7 +241,7 @@ class JitProbe(Programs):
             self._errors_seen.add(key)
             where = f"function {state.function_id}: " if state is not None else ""
             try:
-                self.writer.add_event("probe-error", f"{where}{type(exc).__name__}: {exc}"[:2000])
+                self.writer.add_event("probe-error", f"{where}{described(exc)}"[:2000])
             except Exception:
                 pass
         if state is not None:

@@ -34,6 +34,7 @@ from jaxmemprof.capture.arrays import is_deleted as _is_deleted
 from jaxmemprof.xla import scratch
 from jaxmemprof.facts.truepeak import peak_of
 from jaxmemprof.capture.jit.retrace import traced
+from jaxmemprof.capture.tracebacks import message
 
 if TYPE_CHECKING:
     from jaxmemprof.capture.jit.state import FunctionState
@@ -77,7 +78,7 @@ class Programs:
             # its jaxpr kept for the compiles at the end of the run (retrace.py: replayed, never re-traced).
             lowered, trace = traced(real, args, kwargs)
         except AttributeError as exc:
-            if "'_fun'" not in str(exc):
+            if "'_fun'" not in (message(exc) or ""):
                 raise
             # A copy (copy.deepcopy) of a jitted function cannot be lowered,
             # under python too: its calls are still observed, not its memory.

@@ -31,6 +31,7 @@ import time
 import types
 
 from jaxmemprof.capture.library_roots import is_library
+from jaxmemprof.capture.tracebacks import described
 
 # The rule's own test (analysis/rules/inside_jit.py): forward-pass ops of a gradient live at the peak.
 _FORWARD = re.compile(r"(?:^|/)jvp\(")
@@ -254,7 +255,7 @@ def verify_remats(planner, budget_s: float, deadline: float, largest_states, sig
                         fig, seconds, error, _ = compile_figures(jax, jitted, slot.abstract[sig], wrapper=wrapper,
                                                                  retraced=True, seen=seen)
                     except Exception as exc:  # the wrap itself refused (a library's check)
-                        fig, seconds, error = None, 0.0, f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+                        fig, seconds, error = None, 0.0, described(exc).splitlines()[0][:300]
                     finally:
                         place.restore()
                     planner.retraced.setdefault(state.function_id, set()).add("whatif")

@@ -52,6 +52,7 @@ import sys
 import threading
 from collections.abc import Callable
 from typing import ParamSpec, TypeVar
+from jaxmemprof.capture.tracebacks import described
 
 _P = ParamSpec("_P")
 _T = TypeVar("_T")
@@ -321,7 +322,7 @@ def shielded(call, *args, **kwargs):
     except _Exited:
         why = "not given: the program's Python, re-traced at the end of the run, called os._exit"
     except BaseException as exc:  # the program's code, whatever it raised: contained, never the run's end
-        text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        text = described(exc)
         if isinstance(exc, SystemExit):
             text = f"SystemExit({exc.code!r})"
         why = f"not given: the program's Python, re-traced at the end of the run, raised {text}".splitlines()[0][:500]

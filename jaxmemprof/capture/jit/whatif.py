@@ -48,6 +48,7 @@ from jaxmemprof.facts.libraries import BY_NAME
 from jaxmemprof.facts.truepeak import peak_of
 from jaxmemprof.units import array_bytes
 from jaxmemprof.xla import scratch
+from jaxmemprof.capture.tracebacks import described
 
 VERIFY_SHARE = 0.1
 VERIFY_MIN_S = 10.0
@@ -157,7 +158,7 @@ def _compile_call(jax, fn, args, kwargs, wrapper: str, dump_to: str | None = Non
             seen[key] = done
         return done, time.monotonic() - t0, None, said
     except Exception as exc:
-        return None, time.monotonic() - t0, f"{type(exc).__name__}: {exc}".splitlines()[0][:500], said
+        return None, time.monotonic() - t0, described(exc).splitlines()[0][:500], said
 
 
 def _module_text(lowered, dump_to: str | None):
@@ -310,7 +311,7 @@ def own_donation(probe, state, real, lib, facts, ab, trace=None):
     try:
         fixed, args, kwargs = lib.donated_call(real_fun, args, kwargs, list(state.param_names or ()), facts)
     except Exception as exc:
-        return f"the fix could not be made: {type(exc).__name__}: {exc}"[:500]
+        return f"the fix could not be made: {described(exc)}"[:500]
     return original(fixed, **dict(state.plan.options)), args, kwargs
 
 

@@ -31,7 +31,9 @@ def profiles(doc, to) -> None:
             make = plain.breakdown_lines if show else plain.diff_lines
             lines = make(doc.result, title=doc.title, value_type=doc.value_type)
             if lines is not None:
-                out.write("\n".join(lines) + "\n")
+                from jaxmemprof.render.escape import terminal
+
+                out.write(terminal("\n".join(lines) + "\n"))
                 return
         from jaxmemprof.render import text
 
