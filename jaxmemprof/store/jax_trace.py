@@ -27,7 +27,6 @@ from pathlib import Path
 from jaxmemprof.errors import InputError
 
 MAX_TRACE_BYTES = 1024**3  # the JSON, inflated
-MAX_PLANE_BYTES = 1024**2  # the Task Environment plane (a few hundred bytes in practice)
 TRACE_SUFFIX = ".trace.json.gz"
 XPLANE_SUFFIX = ".xplane.pb"
 PROFILE_SUBDIR = ("plugins", "profile")
@@ -150,115 +149,18 @@ def _inflate(path: Path, limit: int) -> bytes:
 # -- the profile's start, from its XPlane ---------------------------------------------------------
 
 
-def _varint(f, path) -> int | None:
-    """A varint read from ``f`` (None at a clean end of the file)."""
-    shift = value = 0
-    for i in range(10):
-        b = f.read(1)
-        if not b:
-            if i == 0:
-                return None
-            raise InputError(str(path), "is truncated (it ends inside a field)")
-        value |= (b[0] & 0x7F) << shift
-        if b[0] < 0x80:
-            return value
-        shift += 7
-    raise InputError(str(path), "is damaged (a varint runs past 10 bytes)")
-
-
-def _fields(buf: bytes, path):
-    """``(field number, wire type, value)`` of one message held whole in ``buf``."""
-    p, n = 0, len(buf)
-
-    def varint():
-        nonlocal p
-        shift = value = 0
-        while True:
-            if p >= n or shift > 63:
-                raise InputError(str(path), "is damaged (a field runs past its message)")
-            b = buf[p]
-            p += 1
-            value |= (b & 0x7F) << shift
-            if b < 0x80:
-                return value
-            shift += 7
-
-    while p < n:
-        key = varint()
-        field, wire = key >> 3, key & 7
-        if wire == 0:
-            yield field, wire, varint()
-        elif wire in (1, 5):
-            size = 8 if wire == 1 else 4
-            if p + size > n:
-                raise InputError(str(path), "is damaged (a field runs past its message)")
-            yield field, wire, buf[p:p + size]
-            p += size
-        elif wire == 2:
-            size = varint()
-            if p + size > n:
-                raise InputError(str(path), "is damaged (a field runs past its message)")
-            yield field, wire, buf[p:p + size]
-            p += size
-        else:
-            raise InputError(str(path), f"is damaged (wire type {wire})")
-
-
 def profile_start_ns(xplane: Path) -> int:
     """The profile's start (ns since the epoch): the ``profile_start_time``
-    stat of the XSpace's ``Task Environment`` plane. The planes (XSpace field
-    1) are stepped over by their lengths; only their names are read, and the
-    one plane's whole message."""
+    stat of the XSpace's ``Task Environment`` plane, read by the XPlane
+    reader (jaxmemprof/xprof/xplane.py)."""
+    from jaxmemprof.xprof.xplane import profile_start
+
     if not xplane.exists():
         raise InputError(str(xplane), "missing: the JAX trace's start is in it (jax.profiler.trace writes it "
                                       "beside the .trace.json.gz); without it the trace cannot be placed on the "
                                       "run's clock")
-    with _open_regular(xplane, 1 << 40) as f:
-        size = os.fstat(f.fileno()).st_size
-        while True:
-            key = _varint(f, xplane)
-            if key is None:
-                break
-            field, wire = key >> 3, key & 7
-            if wire != 2:  # XSpace's fields are messages and strings, but for none we need
-                if wire == 0:
-                    _varint(f, xplane)
-                elif wire in (1, 5):
-                    f.seek(8 if wire == 1 else 4, os.SEEK_CUR)
-                else:
-                    raise InputError(str(xplane), f"is not an XPlane profile (wire type {wire})")
-                continue
-            length = _varint(f, xplane)
-            if length is None or f.tell() + length > size:
-                raise InputError(str(xplane), "is truncated (a plane runs past the end of the file)")
-            if field != 1 or length > MAX_PLANE_BYTES:
-                f.seek(length, os.SEEK_CUR)
-                continue
-            start = _start_in_plane(f.read(length), xplane)
-            if start is not None:
-                return start
-    raise InputError(str(xplane), f"has no {START_STAT} (no '{ENVIRONMENT_PLANE}' plane): the trace cannot be "
-                                  "placed on the run's clock")
-
-
-def _start_in_plane(buf: bytes, path) -> int | None:
-    """``profile_start_time`` of an XPlane message, if it is the Task Environment plane."""
-    name, stat_names, stats = None, {}, []
-    for field, wire, value in _fields(buf, path):
-        if field == 2 and wire == 2:  # name
-            name = bytes(value).decode("utf-8", "replace")
-        elif field == 5 and wire == 2:  # stat_metadata: map<int64, XStatMetadata>
-            entry = {f: v for f, w, v in _fields(value, path)}
-            meta = {f: v for f, w, v in _fields(entry.get(2, b""), path)}
-            if isinstance(meta.get(2), (bytes, bytearray)):
-                stat_names[meta.get(1, entry.get(1))] = bytes(meta[2]).decode("utf-8", "replace")
-        elif field == 6 and wire == 2:  # stats
-            stats.append({f: v for f, w, v in _fields(value, path)})
-    if name != ENVIRONMENT_PLANE:
-        return None
-    for s in stats:
-        if stat_names.get(s.get(1)) == START_STAT:
-            v = s.get(3, s.get(4))  # uint64_value, or int64_value
-            if isinstance(v, int) and v > 0:
-                return v
-    raise InputError(str(path), f"its '{ENVIRONMENT_PLANE}' plane has no {START_STAT}")
+    start = profile_start(xplane)
+    if start <= 0:
+        raise InputError(str(xplane), f"has no {START_STAT} (no '{ENVIRONMENT_PLANE}' plane): the trace cannot be "
+                                      "placed on the run's clock")
+    return start

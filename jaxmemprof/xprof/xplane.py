@@ -200,6 +200,20 @@ def read_host(path) -> Host:
                 errors=[*space.errors, *space.warnings])
 
 
+def profile_start(path) -> int:
+    """The profile's start (ns since the epoch): its ``Task Environment``
+    plane's ``profile_start_time``; 0 where it has none (InputError where the
+    file is no profile)."""
+    for plane in read_space(Path(path)).planes:
+        if plane.name == TASK_PLANE:
+            names = {k: v.name for k, v in plane.stat_metadata.items()}
+            for st in plane.stats:
+                if names.get(st.metadata_id) == "profile_start_time":
+                    value = _value(st, names)
+                    return int(value) if isinstance(value, int) else 0
+    return 0
+
+
 def _value(st, names: dict):
     which = st.WhichOneof("value")
     if which == "ref_value":
