@@ -27,8 +27,8 @@ if TYPE_CHECKING:
 TERM_GRACE_S = 10.0
 
 _exit_signal: int | None = None
-# os._exit as it is now: a shielded re-trace of the program's Python at the end
-# (capture/jit/retrace.py) replaces it for a while, in every thread.
+# os._exit as it is now: a re-trace of the program's Python at the end
+# (capture/jit/rerun.py) replaces it for a while (acting for its thread alone).
 os_exit = os._exit
 _exit_hook_installed = False
 
@@ -250,7 +250,7 @@ class SigTerm:
 # a thread of ours finalises the run and ends the process itself.
 END_GRACE_S = 2.0
 # A signal this long after the first is a second one (the user insisting);
-# sooner, it is the same one raised again (a shielded re-trace of the
+# sooner, it is the same one raised again (a re-trace of the
 # program's Python holds a signal and raises it once the shield is down).
 SECOND_SIGNAL_S = 0.5
 
