@@ -193,7 +193,6 @@ def test_the_shield_discards_output_contains_an_exit_and_refuses_writes(tmp_path
             except PermissionError as exc:
                 refused.append(str(exc))
         atexit.register(print, "at exit")
-        threading.Thread(target=other).start  # looked up, not started: another thread's print below
         starter.set()
         beside.wait(10)
         sys.exit(7)

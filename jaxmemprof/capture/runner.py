@@ -40,6 +40,7 @@ from jaxmemprof.capture.exits import (ProcessState, report_exception, run_atexit
 from jaxmemprof.capture.parking import park_program_threads
 from jaxmemprof.capture.session import Session
 from jaxmemprof.capture.signals import EndPhase, exit_by_signal, install_exit_by_signal, SigTerm, dispositions
+from jaxmemprof.capture.threads import foreign_hooks
 from jaxmemprof.capture.target import (COMMAND, FILE, MAIN_DIR, STDIN_NAME, Target, exec_command, exec_module,
                                        exec_script, exec_stdin, target_kind, target_path0, replace_path0)
 from jaxmemprof.capture.tracebacks import is_out_of_memory, safe_str, type_name
@@ -67,6 +68,7 @@ def run_target(target: Target, session: Session, progress=None) -> EndPhase:
     session.start()
     try:
         status, how, threads = _run(target, kind, session)
+        hooks = _end_programs_hooks() if not session.forked else []
     except BaseException:
         term.uninstall()
         raise
@@ -81,6 +83,10 @@ def run_target(target: Target, session: Session, progress=None) -> EndPhase:
     # script's handlers (put back as they were before it), the SIGTERM
     # handling of the script's time last.
     session.script_ended(status, how)
+    if hooks:
+        _add_event(session, "warning", f"the program set {', '.join(hooks)}, which Python runs in every thread: "
+                                       f"its callbacks also saw jaxmemprof's own threads (the sampler's, the "
+                                       f"compiles') as the program's", None)
     # Python stops the program's daemon threads here, as it finalises: they
     # run none of its code through jaxmemprof's end phase either.
     park_program_threads(lambda filename: not library_roots.is_library(filename))
@@ -96,6 +102,24 @@ def run_target(target: Target, session: Session, progress=None) -> EndPhase:
     ours.restore()
     end.run("the last snapshot", lambda: _last_snapshot(session, how, threads))
     return end
+
+
+def _end_programs_hooks() -> list[str]:
+    """The script is over (its atexit handlers run): its trace and profile
+    functions run in none of jaxmemprof's end phase (the main thread's, and
+    threading's for new threads, taken out). What Python offers no way to
+    keep out of jaxmemprof's threads (a sys.monitoring tool, a
+    threading.settrace_all_threads function: 3.12 and later), for a
+    warning (capture/threads.py)."""
+    hooks = foreign_hooks()
+    if sys.gettrace() is not None:
+        sys.settrace(None)
+    if sys.getprofile() is not None:
+        sys.setprofile(None)
+    for kind in ("trace", "profile"):
+        if getattr(threading, f"get{kind}", lambda: None)() is not None:
+            getattr(threading, f"set{kind}")(None)
+    return hooks
 
 
 def _last_snapshot(session: Session, how: str, threads: bool) -> None:

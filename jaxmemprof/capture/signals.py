@@ -17,6 +17,7 @@ import time
 from typing import TYPE_CHECKING
 
 from jaxmemprof.capture.sampler import block_signals_in_this_thread
+from jaxmemprof.capture.threads import OwnThread, OwnTimer
 
 if TYPE_CHECKING:
     from jaxmemprof.capture.session import Session
@@ -126,7 +127,7 @@ class SigTerm:
         self._started = False
         self._once = threading.Lock()
         self._done = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._thread: OwnThread | None = None
 
     def install(self) -> None:
         if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
@@ -142,7 +143,7 @@ class SigTerm:
             self._own_fd = False
         signal.signal(signal.SIGTERM, self._handler)
         self.installed = True
-        self._thread = threading.Thread(target=self._listen, name="jaxmemprof-signals", daemon=True)
+        self._thread = OwnThread(self._listen, "jaxmemprof-signals")  # no hook of the program's in it
         self._thread.start()
 
     def _ours(self) -> bool:
@@ -228,9 +229,7 @@ class SigTerm:
                 return
             self._started = True
         s = self.session
-        watchdog = threading.Timer(TERM_GRACE_S, die_by, (signal.SIGTERM,))
-        watchdog.daemon = True
-        watchdog.start()
+        OwnTimer(TERM_GRACE_S, die_by, (signal.SIGTERM,), name="jaxmemprof-watchdog").start()
         try:
             if not s.forked:
                 s.sampler.stop()
@@ -329,13 +328,12 @@ class EndPhase:
         self._handled: list[int] = []
         self._r = self._w = -1
         self._own_fd = False
-        self._thread = threading.Thread(target=self._listen, name="jaxmemprof-end", daemon=True)
+        # Threads of ours (capture/threads.py): no hook of the program's runs in them.
+        self._thread = OwnThread(self._listen, "jaxmemprof-end")
         # Watchdogs: the run's finalising, then the streams' flush, must not
         # keep the process alive.
-        self._finalise_watchdog = threading.Timer(TERM_GRACE_S, self.exit_now)
-        self._flush_watchdog = threading.Timer(1.0, self._exit_with_status)
-        for t in (self._finalise_watchdog, self._flush_watchdog):
-            t.daemon = True
+        self._finalise_watchdog = OwnTimer(TERM_GRACE_S, self.exit_now, name="jaxmemprof-watchdog")
+        self._flush_watchdog = OwnTimer(1.0, self._exit_with_status, name="jaxmemprof-watchdog")
         self._on_progress = None
 
     # -- set up, in the main thread -------------------------------------------------
@@ -500,7 +498,7 @@ class EndPhase:
         os_exit(self.status & 0xFF)
 
 
-def _start(thread: threading.Thread) -> None:
+def _start(thread: OwnThread) -> None:
     """Start ``thread`` (made before the script ran) unless it already was."""
     try:
         thread.start()
