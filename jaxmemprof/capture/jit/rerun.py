@@ -98,9 +98,15 @@ class _Exited(BaseException):
     """The re-trace called os._exit or os.abort."""
 
 
+class _GivenUp(BaseException):
+    """Raised in a re-trace given up on that runs on with no call in it."""
+
+
 _state: dict = {"refusing": None}
 _retracing: set[int] = set()  # the re-trace threads running the program's Python now
 _abandoned: set[int] = set()  # re-trace threads given up on: they stop at their next call or return
+_parked: set[int] = set()  # those stopped so
+STOP_S = 1.0  # how long a re-trace given up on is helped to stop (_abandon)
 _stopped = _thread.allocate_lock()  # never released: an abandoned thread waits on it for good
 _stopped.acquire()
 _one_at_a_time = threading.Lock()
@@ -190,10 +196,35 @@ def _wait(thread: OwnThread, done: threading.Event, seconds: float) -> str | Non
 
 
 def _abandon(thread: OwnThread) -> None:
-    if thread.ident is not None:
-        _abandoned.add(thread.ident)
-    if not thread.is_alive() and thread.ident is not None:
-        _abandoned.discard(thread.ident)
+    """Give up on the re-trace ``thread``: it stops at its next call or
+    return (``_watch``). One that runs on with no call in it (a loop of
+    bytecode alone) is sent ``_GivenUp`` (PyThreadState_SetAsyncExc, again
+    while it has not stopped, for ``STOP_S`` at most): the frames it
+    unwinds return, and it stops there. A thread left spinning would
+    otherwise run into the interpreter's finalisation, which ends a daemon
+    thread inside C++ frames (JAX's) and can crash the process (3.12: a
+    segmentation fault at exit)."""
+    ident = thread.ident
+    if ident is None:
+        return
+    _abandoned.add(ident)
+    t0 = time.monotonic()
+    while thread.is_alive() and ident not in _parked and time.monotonic() - t0 < STOP_S:
+        time.sleep(0.05)
+        if thread.is_alive() and ident not in _parked:
+            _interrupt(ident)
+
+
+def _interrupt(ident: int) -> None:
+    try:
+        import ctypes
+
+        set_exc = ctypes.pythonapi.PyThreadState_SetAsyncExc
+        set_exc.argtypes = [ctypes.c_ulong, ctypes.py_object]
+        set_exc.restype = ctypes.c_int
+        set_exc(ident, _GivenUp)
+    except Exception:
+        pass
 
 
 def _watch(frame, event, arg):
@@ -202,6 +233,7 @@ def _watch(frame, event, arg):
     ``write``) the program made."""
     me = _thread.get_ident()
     if me in _abandoned:
+        _parked.add(me)
         _stopped.acquire()  # for good: the process ends with the thread here
     if event == "c_call" and type(getattr(arg, "__self__", None)) in _FILES and \
             getattr(arg, "__name__", None) in _FILE_WRITES:
