@@ -149,21 +149,32 @@ ABANDON = textwrap.dedent("""
     n = len(ticks)
     time.sleep(0.3)
     again = rerun.run_programs_python(lambda: 5)
+    rerun._state["refusing"] = None  # (this test's own: a second re-trace given up on, a loop with no call)
+
+    def spins():
+        n = 0
+        while n >= 0:
+            n += 1
+
+    spun = rerun.run_programs_python(spins)
     print(round(took, 1), why, "|", len(ticks) - n, "|", again[1], "|",
-          [t.name for t in threading.enumerate() if t.name.startswith("jaxmemprof")])
+          [t.name for t in threading.enumerate() if t.name.startswith("jaxmemprof")], "|", spun[1], "|",
+          len(rerun._parked))
 """)
 
 
 def test_an_abandoned_retrace_stops_and_none_runs_after_it():
     """In a process of its own: a re-trace that never returns is given up at
     the deadline, stops at its next call (its loop appends no more), stays
-    listed as ours, and no re-trace runs after it."""
+    listed as ours, and no re-trace runs after it; one that spins with no
+    call in it is stopped too."""
     proc = subprocess.run([sys.executable, "-c", ABANDON, str(ROOT)], capture_output=True, text=True, timeout=60,
                           env=cpu_env(JAXMEMPROF_RETRACE_SECONDS="0.5"))
     assert proc.returncode == 0, proc.stderr
-    took, after, again, threads = proc.stdout.strip().split("|")
+    took, after, again, threads, spun, parked = proc.stdout.strip().split("|")
     assert float(took.split()[0]) < 2.0
     assert "not given: the program's Python did not return within 0.5 s" in took
     assert int(after) <= 1  # stopped at its next call
     assert again.strip() == "not given: the program's Python did not return within 0.5 s"
-    assert threads.strip() == "['jaxmemprof-retrace']"
+    assert threads.strip() == "['jaxmemprof-retrace', 'jaxmemprof-retrace']"  # both stopped, listed as ours
+    assert spun.strip() == again.strip() and int(parked) == 2  # the spinning one stopped too
