@@ -74,7 +74,8 @@ def test_a_retrace_that_does_not_return_is_given_up(tmp_path, mode):
     deadline and 10 s, with the program's status and output; the figures that
     needed a re-trace are not given, saying why (the first re-trace met the
     deadline; none ran after it); the run's own and the donation replayed
-    are given."""
+    are given. Before: the lock program never ended (a time-out's SIGTERM at
+    150 s), the loop ran until Ctrl-C."""
     py, (run, wall) = in_parallel(lambda: _python(mode), lambda: _run(tmp_path / "run", ["--plan"], mode))
     assert run.returncode == py.returncode == 0, run.stderr
     assert run.stdout == py.stdout
@@ -84,6 +85,8 @@ def test_a_retrace_that_does_not_return_is_given_up(tmp_path, mode):
     assert {k for k, e in errors.items() if e is None} == {("recorded", 32), ("donated", 32)}, errors
     assert all(said in e for e in errors.values() if e is not None), errors
     assert said in run.stderr
+    # Off a terminal too, the step that took over 2 s said what it was as it passed them (before: nothing).
+    assert "jaxmemprof, after the script ended: XLA's figures and the compiles" in run.stderr
 
 
 @pytest.mark.parametrize("mode", ["thread", "fdwrite"])

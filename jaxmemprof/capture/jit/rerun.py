@@ -125,7 +125,10 @@ def run_programs_python(call: Callable, *args, **kwargs):
     if why is not None:
         return None, why
     with _one_at_a_time:
-        return _run(call, args, kwargs)
+        try:
+            return _run(call, args, kwargs)
+        except _Held:  # a second signal while the first gave the re-trace up: raised again already
+            return None, HELD
 
 
 def unseen(jax, call: Callable) -> Callable:
@@ -162,9 +165,9 @@ def _run(call, args, kwargs):
 
     thread = OwnThread(body, "jaxmemprof-retrace")
     shield = _Shield()
-    shield.up()
     why = None
     try:
+        shield.up()
         thread.start()
         why = _wait(thread, done, seconds)
     except RuntimeError as exc:  # no new thread (the interpreter's end): nothing of the program's ran
@@ -368,12 +371,18 @@ class _Shield:
         self._signals()
 
     def down(self) -> None:
-        for undo in reversed(self._undo):
-            try:
-                undo()
-            except Exception:
-                pass
-        self._undo.clear()
+        """Everything put back; a held signal (``_Held`` meanwhile: it is
+        raised again last) does not stop it."""
+        undos, self._undo = list(reversed(self._undo)), []
+        for undo in undos:
+            for _ in range(8):
+                try:
+                    undo()
+                    break
+                except _Held:
+                    continue
+                except Exception:
+                    break
 
     def _set(self, owner, name: str, value) -> None:
         own = name in vars(owner) if isinstance(owner, type) else True
@@ -477,11 +486,13 @@ class _Shield:
                 pass
 
         def undo():
-            for sig, previous in handlers.items():
+            while handlers:  # a signal meanwhile raises _Held here: down() calls this again
+                sig, previous = next(iter(handlers.items()))
                 try:
                     set_handler(sig, previous)
                 except (ValueError, OSError):
                     pass
+                del handlers[sig]
             raise_signal = getattr(signal.raise_signal, "__wrapped__", signal.raise_signal)
             for sig in dict.fromkeys(held):
                 raise_signal(sig)  # to the handler there was: a real Ctrl-C or termination is not lost
