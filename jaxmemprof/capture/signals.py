@@ -17,7 +17,7 @@ import time
 from typing import TYPE_CHECKING
 
 from jaxmemprof.capture.sampler import block_signals_in_this_thread
-from jaxmemprof.capture.threads import OwnThread, OwnTimer
+from jaxmemprof.capture.threads import OwnThread, OwnTimer, shed_hooks
 
 if TYPE_CHECKING:
     from jaxmemprof.capture.session import Session
@@ -201,6 +201,7 @@ class SigTerm:
                 data = os.read(self._r, 512)
             except OSError:
                 return
+            shed_hooks()  # the program's settrace_all_threads, if it set one meanwhile (3.12)
             if not data or self._closing:
                 return
             if signal.SIGTERM in data and self._ours():
@@ -453,6 +454,7 @@ class EndPhase:
                 return
             if ready and not data:
                 return
+            shed_hooks()
             heard = [b for b in data if b in self._handled]
             if heard and self.skipped_by is None:
                 self.skipped_by = heard[0]

@@ -47,7 +47,7 @@ import itertools
 import os
 import threading
 
-from jaxmemprof.capture.threads import OwnThread
+from jaxmemprof.capture.threads import OwnThread, shed_hooks
 
 # Compiles kept at most (a program that compiles a new signature every step makes few worth keeping).
 KEEP_RESULTS = 256
@@ -204,6 +204,7 @@ class Early:
                 _, _, job, self._making = self._queue.pop(key)
                 self._running = key
             try:
+                shed_hooks()  # the program's settrace_all_threads, if it set one meanwhile (3.12)
                 job()
             except BaseException as exc:  # recorded where it can be; never on the program's streams
                 try:
