@@ -17,7 +17,7 @@ import time
 from typing import TYPE_CHECKING
 
 from jaxmemprof.capture.sampler import block_signals_in_this_thread
-from jaxmemprof.capture.threads import OwnThread, OwnTimer, shed_hooks
+from jaxmemprof.capture.threads import OwnThread, OwnTimer
 
 if TYPE_CHECKING:
     from jaxmemprof.capture.session import Session
@@ -201,7 +201,10 @@ class SigTerm:
                 data = os.read(self._r, 512)
             except OSError:
                 return
-            shed_hooks()  # the program's settrace_all_threads, if it set one meanwhile (3.12)
+            if sys.gettrace() is not None:  # the program's settrace_all_threads (3.12): not in ours
+                sys.settrace(None)
+            if sys.getprofile() is not None:
+                sys.setprofile(None)
             if not data or self._closing:
                 return
             if signal.SIGTERM in data and self._ours():
@@ -454,7 +457,10 @@ class EndPhase:
                 return
             if ready and not data:
                 return
-            shed_hooks()
+            if sys.gettrace() is not None:  # the program's settrace_all_threads (3.12): not in ours
+                sys.settrace(None)
+            if sys.getprofile() is not None:
+                sys.setprofile(None)
             heard = [b for b in data if b in self._handled]
             if heard and self.skipped_by is None:
                 self.skipped_by = heard[0]

@@ -19,8 +19,9 @@ What Python offers no way out of: a ``sys.monitoring`` tool (3.12 and
 later) sees every thread, and ``threading.settrace_all_threads`` /
 ``setprofile_all_threads`` (3.12 and later) reach a thread of ours that was
 running when the program called them (the sampler; the loops of the
-threads in capture/ take them out of themselves as they wake:
-``shed_hooks``). ``foreign_hooks`` says which of those the program left
+signal, end and compile threads take them out of themselves as they wake,
+with no call of a Python function before: a trace function sees none, a
+profile function sees the C call that reads it). ``foreign_hooks`` says which of those the program left
 set, for the run's warnings.
 """
 
@@ -165,18 +166,6 @@ def _unregister(ident: int, dummy) -> None:
                 del threading._active[ident]  # type: ignore[attr-defined]
     except Exception:
         pass
-
-
-def shed_hooks() -> None:
-    """In a thread of ours, at a point of its loop: a trace or profile
-    function the program set on every thread since it started (3.12's
-    ``threading.settrace_all_threads``/``setprofile_all_threads``) taken
-    out of this one (a profile function sees this call: Python offers no
-    quieter way; ``foreign_hooks`` has the run say so)."""
-    if sys.gettrace() is not None:
-        sys.settrace(None)
-    if sys.getprofile() is not None:
-        sys.setprofile(None)
 
 
 def foreign_hooks() -> list[str]:

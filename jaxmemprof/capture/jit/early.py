@@ -45,9 +45,10 @@ from __future__ import annotations
 
 import itertools
 import os
+import sys
 import threading
 
-from jaxmemprof.capture.threads import OwnThread, shed_hooks
+from jaxmemprof.capture.threads import OwnThread
 
 # Compiles kept at most (a program that compiles a new signature every step makes few worth keeping).
 KEEP_RESULTS = 256
@@ -204,7 +205,10 @@ class Early:
                 _, _, job, self._making = self._queue.pop(key)
                 self._running = key
             try:
-                shed_hooks()  # the program's settrace_all_threads, if it set one meanwhile (3.12)
+                if sys.gettrace() is not None:  # the program's settrace_all_threads (3.12): not in ours
+                    sys.settrace(None)
+                if sys.getprofile() is not None:
+                    sys.setprofile(None)
                 job()
             except BaseException as exc:  # recorded where it can be; never on the program's streams
                 try:
