@@ -142,11 +142,14 @@ def _display(exc: BaseException, tb) -> None:
         pass
 
 
-def wait_for_threads() -> bool:
+def wait_for_threads(hooks: tuple = (None, None)) -> bool:
     """What python does once the main module is done: its threading atexit
     calls, then every non-daemon thread joined (the sampler records them
     meanwhile). Whether any was still running. An interruption (Ctrl-C)
-    is reported as python reports it, and the end goes on."""
+    is reported as python reports it, and the end goes on. ``hooks``: the
+    program's (trace, profile) functions of the main thread, on for
+    threading's shutdown as under python (an exception they raise reported
+    as python reports it), off again after it."""
     main = threading.current_thread()
     alive = any(t is not main and not t.daemon and t.is_alive() for t in threading.enumerate())
     shutdown = getattr(threading, "_shutdown", None)
@@ -154,14 +157,33 @@ def wait_for_threads() -> bool:
         return alive
     try:
         if shutdown is not None:
+            if hooks[0] is not None:
+                sys.settrace(hooks[0])
+            if hooks[1] is not None:
+                sys.setprofile(hooks[1])
             shutdown()
+            for _ in range(3):  # the program's trace and profile functions off (C calls alone: no event of ours)
+                try:
+                    sys.setprofile(None)
+                    sys.settrace(None)
+                    break
+                except BaseException:  # one that raises is taken off by python: again
+                    continue
         else:
             for t in threading.enumerate():
                 if t is not main and not t.daemon:
                     t.join()
     except BaseException as exc:
+        for _ in range(3):  # the program's trace and profile functions off (C calls alone: no event of ours)
+            try:
+                sys.setprofile(None)
+                sys.settrace(None)
+                break
+            except BaseException:  # one that raises is taken off by python: again
+                continue
         _write_unraisable(exc, threading)
     return alive
+
 
 
 def _write_unraisable(exc: BaseException, obj) -> None:
@@ -233,7 +255,7 @@ class _TrimUnraisable:
             sys.unraisablehook = self.hook
 
 
-def run_atexit_handlers() -> None:
+def run_atexit_handlers(hooks: tuple = (None, None)) -> None:
     """The program's atexit handlers, run now as python runs them at exit
     (the last registered first, an exception in one reported and passed
     over), while the run still records: their markers and memory are the
@@ -247,10 +269,21 @@ def run_atexit_handlers() -> None:
     atexit.unregister(end_by_exit_signal)
     trim = _TrimUnraisable()
     try:
+        if hooks[0] is not None:  # the program's trace and profile functions, on for its handlers as under python
+            sys.settrace(hooks[0])
+        if hooks[1] is not None:
+            sys.setprofile(hooks[1])
         run_all()
     except BaseException:
         pass
     finally:
+        for _ in range(3):  # the program's trace and profile functions off (C calls alone: no event of ours)
+            try:
+                sys.setprofile(None)
+                sys.settrace(None)
+                break
+            except BaseException:  # one that raises is taken off by python: again
+                continue
         trim.remove()
         atexit.register(end_by_exit_signal)  # the last at exit
         for f in held:

@@ -67,8 +67,8 @@ def run_target(target: Target, session: Session, progress=None) -> EndPhase:
     session.child_hooks.append(term.forget_in_child)
     session.start()
     try:
-        status, how, threads = _run(target, kind, session)
-        hooks = _end_programs_hooks() if not session.forked else []
+        status, how, threads, main_hooks = _run(target, kind, session)
+        hooks = _end_programs_hooks(main_hooks) if not session.forked else []
     except BaseException:
         term.uninstall()
         raise
@@ -104,18 +104,14 @@ def run_target(target: Target, session: Session, progress=None) -> EndPhase:
     return end
 
 
-def _end_programs_hooks() -> list[str]:
+def _end_programs_hooks(main_hooks: tuple) -> list[str]:
     """The script is over (its atexit handlers run): its trace and profile
-    functions run in none of jaxmemprof's end phase (the main thread's, and
-    threading's for new threads, taken out). What Python offers no way to
+    functions run in none of jaxmemprof's end phase (the main thread's were
+    taken off in ``_run``; threading's for new threads, here). What Python offers no way to
     keep out of jaxmemprof's threads (a sys.monitoring tool, a
     threading.settrace_all_threads function: 3.12 and later), for a
     warning (capture/threads.py)."""
-    hooks = foreign_hooks()
-    if sys.gettrace() is not None:
-        sys.settrace(None)
-    if sys.getprofile() is not None:
-        sys.setprofile(None)
+    hooks = foreign_hooks(main_hooks)
     for kind in ("trace", "profile"):
         if getattr(threading, f"get{kind}", lambda: None)() is not None:
             getattr(threading, f"set{kind}")(None)
@@ -132,7 +128,10 @@ def _last_snapshot(session: Session, how: str, threads: bool) -> None:
         sampler.snapshot("exit")
 
 
-def _run(target: Target, kind: str, session: Session) -> tuple[int, str, bool]:
+def _run(target: Target, kind: str, session: Session) -> tuple[int, str, bool, tuple]:
+    """The script run, then what python runs after it: (exit status, how it
+    ended, whether a non-daemon thread was still running, the main thread's
+    trace and profile functions the script left set)."""
     main_box: list = []  # the __main__ module python deletes __file__ from at the end
     failure: BaseException | None
     try:
@@ -150,6 +149,20 @@ def _run(target: Target, kind: str, session: Session) -> tuple[int, str, bool]:
         failure = exc
     else:
         failure = None
+    # The main thread's trace and profile functions (the program's) taken off
+    # before any code of jaxmemprof's runs, with no Python call before (a
+    # function that raises as it is taken off is taken off by python), and put
+    # back only where python runs them after the script: threading's shutdown
+    # and the atexit handlers (exits.py).
+    hooks: tuple = (None, None)
+    for _ in range(3):
+        try:
+            hooks = (sys.gettrace() or hooks[0], sys.getprofile() or hooks[1])
+            sys.setprofile(None)
+            sys.settrace(None)
+            break
+        except BaseException:
+            continue
     # Outside the handler, as python calls sys.excepthook (an exception in
     # the hook has no context).
     sampler = session.sampler
@@ -192,14 +205,14 @@ def _run(target: Target, kind: str, session: Session) -> tuple[int, str, bool]:
             main_box[0].__dict__.pop(name, None)
     del main_box
     if session.forked:
-        return status, how, False
-    threads = wait_for_threads()
-    run_atexit_handlers()
+        return status, how, False, hooks
+    threads = wait_for_threads(hooks)
+    run_atexit_handlers(hooks)
     if getattr(threading, "_SHUTTING_DOWN", False):
         # The program is over; jaxmemprof's own work goes on (its imports
         # may register threading atexit calls, refused after shutdown).
         threading._SHUTTING_DOWN = False  # type: ignore[attr-defined]  # CPython's own flag; not in the stubs
-    return status, how, threads
+    return status, how, threads, hooks
 
 
 def _add_event(session: Session, kind: str, message: str, index) -> None:

@@ -91,8 +91,18 @@ class OwnThread:
         except BaseException:
             pass
         finally:
+            for _ in range(3):  # a hook the program set on every thread (3.12) off, with C calls alone
+                try:
+                    sys.setprofile(None)
+                    sys.settrace(None)
+                    break
+                except BaseException:  # one that raises is taken off by python: again
+                    continue
             _ours.discard(ident)
-            _unregister(ident, dummy)
+            try:
+                _unregister(ident, dummy)
+            except BaseException:
+                pass
             self._running.release()
 
     def is_alive(self) -> bool:
@@ -168,12 +178,13 @@ def _unregister(ident: int, dummy) -> None:
         pass
 
 
-def foreign_hooks() -> list[str]:
+def foreign_hooks(main_hooks: tuple = (None, None)) -> list[str]:
     """What the program left set that runs in jaxmemprof's threads too,
     where Python offers no way out: its ``sys.monitoring`` tools, and (from
     the threads of ours that were running then) its
     ``threading.settrace_all_threads``/``setprofile_all_threads``
-    functions. For the run's warnings; [] on 3.11 and where none."""
+    functions (``main_hooks``: the main thread's (trace, profile) as the
+    script left them). For the run's warnings; [] on 3.11 and where none."""
     found = []
     monitoring = getattr(sys, "monitoring", None)
     if monitoring is not None:
@@ -184,9 +195,9 @@ def foreign_hooks() -> list[str]:
                 name = None
             if name is not None:
                 found.append(f"sys.monitoring tool {tool} ({str(name)[:80]!r})")
-    if sys.version_info >= (3, 12):
-        for kind in ("trace", "profile"):
+    if sys.version_info >= (3, 12):  # the main thread's (``main_hooks``) and threading's alike: set on all
+        for kind, main in zip(("trace", "profile"), main_hooks):
             hook = getattr(threading, f"get{kind}", lambda: None)()
-            if hook is not None and getattr(sys, f"get{kind}")() is hook:
+            if hook is not None and main is hook:
                 found.append(f"threading.set{kind}_all_threads")
     return found
