@@ -84,7 +84,7 @@ def run_target(target: Target, session: Session, progress=None) -> EndPhase:
     # handling of the script's time last.
     session.script_ended(status, how)
     if hooks:
-        _add_event(session, "warning", f"the program set {', '.join(hooks)}, which Python runs in every thread: "
+        _add_event(session, "program-hooks", f"the program set {', '.join(hooks)}, which Python runs in every thread: "
                                        f"its callbacks also saw jaxmemprof's own threads (the sampler's, the "
                                        f"compiles') as the program's", None)
     # Python stops the program's daemon threads here, as it finalises: they

@@ -15,6 +15,9 @@ what the end phase must survive (tests/test_rerun.py). argv[1] names it:
 - settrace: the program sets threading.settrace and threading.setprofile
   with functions that read ``__file__`` (gone once the script is over) and
   runs a worker thread; the step is plain.
+- settrace-all (3.12 and later): the same through
+  threading.settrace_all_threads and setprofile_all_threads (every thread
+  running then, the main one and jaxmemprof's sampler included).
 - monitoring (3.12 and later): the program registers a sys.monitoring tool
   that records the names of the threads it sees functions start in, and
   prints them at exit.
@@ -91,6 +94,10 @@ def main():
     if MODE == "settrace":
         threading.settrace(tracer)
         threading.setprofile(lambda frame, event, arg: __file__)
+    if MODE == "settrace-all":
+        threading.settrace_all_threads(tracer)
+        threading.setprofile_all_threads(lambda frame, event, arg: __file__)
+    if MODE.startswith("settrace"):
         worker = threading.Thread(target=lambda: sum(range(1000)))
         worker.start()
         worker.join()
