@@ -181,29 +181,34 @@ def wait_for_threads(hooks: tuple = (None, None)) -> bool:
                 break
             except BaseException:  # one that raises is taken off by python: again
                 continue
-        _write_unraisable(exc, threading)
+        # 3.13 says where, not what (Python/pylifecycle.c: wait_for_thread_shutdown)
+        _write_unraisable(exc, threading, "Exception ignored on threading shutdown" if sys.version_info >= (3, 13)
+                          else None)
     return alive
 
 
 
-def _write_unraisable(exc: BaseException, obj) -> None:
-    """Python's "Exception ignored in: OBJ" report, through the script's
-    sys.unraisablehook if it set one."""
+def _write_unraisable(exc: BaseException, obj, err_msg: str | None = None) -> None:
+    """Python's "Exception ignored in: OBJ" report (or ``err_msg``, with no
+    object), through the script's sys.unraisablehook if it set one."""
     tb = trim_traceback(exc)
     hook = getattr(sys, "unraisablehook", None)
     if hook is not None and hook is not sys.__unraisablehook__:
         try:
-            hook(types.SimpleNamespace(exc_type=type(exc), exc_value=exc, exc_traceback=tb, err_msg=None,
-                                       object=obj))
+            hook(types.SimpleNamespace(exc_type=type(exc), exc_value=exc, exc_traceback=tb, err_msg=err_msg,
+                                       object=None if err_msg else obj))
         except BaseException:
             pass
         return
     import traceback
 
     try:
-        lines = [f"Exception ignored in: {obj!r}\n"]
+        lines = [f"{err_msg}:\n" if err_msg else f"Exception ignored in: {obj!r}\n"]
         if tb is not None:
-            lines += ["Traceback (most recent call last):\n", *traceback.format_tb(tb)]
+            frames = traceback.format_tb(tb)
+            if sys.version_info >= (3, 13):  # its C printer of an unraisable exception draws no carets
+                frames = ["".join(line for line in f.splitlines(True) if line.strip(" ^~\n")) for f in frames]
+            lines += ["Traceback (most recent call last):\n", *frames]
         cls = type(exc)
         qualified = cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
         lines.append(f"{qualified}: {safe_str(exc)}\n")
