@@ -100,6 +100,7 @@ def lower(fn, wrapper: str, args, kwargs):
     with _lowering(fn, wrapper):
         return fn.lower(*args, **kwargs)
 
+
 def _compile(jax, fn, ab, flat: list, wrapper: str, dump_to: str | None = None, retraced: bool = True,
              seen: dict | None = None):
     """``fn`` lowered and compiled on the abstract arguments ``ab`` with
