@@ -165,10 +165,10 @@ def test_the_script_ended_by_ctrl_c_still_dies_by_sigint(tmp_path):
 @pytest.mark.parametrize("hook", [(), ("--no-excepthook",)], ids=["excepthook", "excepthook-None"])
 def test_a_main_thread_that_swallows_the_interrupt_is_not_waited_for(tmp_path, hook):
     # The step's Python, traced again at the end, sleeps 20 s and swallows
-    # every exception (the main thread never comes back to jaxmemprof): a
-    # thread of jaxmemprof's finalises the run and ends the process with the
-    # script's status, even where the script left sys.excepthook None (no
-    # thread can be made then). Before: the end phase went on (Ctrl-C
+    # every exception: the re-trace is given up at the signal (it runs in a
+    # thread of jaxmemprof's, capture/jit/rerun.py), the run finalised and
+    # the process ended with the script's status, even where the script
+    # left sys.excepthook None. Before: the end phase went on (Ctrl-C
     # swallowed).
     proc, out, err, took, run = _signalled(tmp_path, signal.SIGINT, "--status", 6, "--stubborn-retrace", *hook,
                                                   wait_for=".retrace", delay=0.2)

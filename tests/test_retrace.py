@@ -29,7 +29,8 @@ from jaxmemprof.analysis.advice.plan import build_plan
 from jaxmemprof.analysis.attributed import attribute
 from jaxmemprof.analysis.options import Options
 from jaxmemprof.facts import tpus
-from jaxmemprof.capture.jit.retrace import CHANGED, shielded
+from jaxmemprof.capture.jit.rerun import run_programs_python as shielded
+from jaxmemprof.capture.jit.retrace import CHANGED
 from jaxmemprof.store.reader import load_run
 
 SCRIPT = Path(__file__).parent / "scripts" / "retrace_step.py"
@@ -163,39 +164,60 @@ def test_a_targets_compiles_replay_or_are_shielded(tmp_path):
 
 
 def test_the_shield_discards_output_contains_an_exit_and_refuses_writes(tmp_path, capfd):
-    """In process: what a shielded call writes to sys.stdout, sys.stderr and
+    """In process: what a re-trace writes to sys.stdout, sys.stderr and
     descriptors 1 and 2 is dropped, a file it opens for writing is refused,
-    its atexit.register does nothing, its sys.exit(7) is contained; another
-    thread's print passes on."""
+    so are its writes to another descriptor and through a file object
+    opened before, and a thread it starts; its atexit.register does
+    nothing, its sys.exit(7) is contained; another thread's print passes
+    on. Nothing of the shield is left after it (no audit hook either)."""
     written = tmp_path / "written.txt"
+    log = open(tmp_path / "log.txt", "w")
+    fd = os.open(tmp_path / "fd.txt", os.O_WRONLY | os.O_CREAT)
     before = atexit._ncallbacks()
+    refused = []
+    beside = threading.Event()
 
     def other():
         print("another thread's line", flush=True)
+        beside.set()
 
     def hostile():
         print("py out")
         print("py err", file=sys.stderr)
         os.write(1, b"fd out\n")
         os.write(2, b"fd err\n")
-        try:
-            open(written, "w").close()
-        except PermissionError as exc:
-            print(f"refused: {exc}")
+        for what in (lambda: open(written, "w"), lambda: os.write(fd, b"x"), lambda: log.write("x"),
+                     lambda: threading.Thread(target=print, args=("started",)).start()):
+            try:
+                what()
+            except PermissionError as exc:
+                refused.append(str(exc))
         atexit.register(print, "at exit")
-        thread = threading.Thread(target=other)
-        thread.start()
-        thread.join()
+        starter.set()
+        beside.wait(10)
         sys.exit(7)
 
+    starter = threading.Event()
+    outside = threading.Thread(target=lambda: starter.wait(10) and other())
+    outside.start()
     value, why = shielded(hostile)
+    outside.join()
+    log.close()
+    os.close(fd)
     out, err = capfd.readouterr()
     assert value is None and why.endswith("raised SystemExit(7)")
     assert out == "another thread's line\n" and err == ""
+    assert len(refused) == 4, refused
     assert not written.exists() and atexit._ncallbacks() == before
+    assert (tmp_path / "log.txt").read_text() == "" and (tmp_path / "fd.txt").read_bytes() == b""
     assert shielded(lambda: 5) == (5, None)
     print("after")
-    assert capfd.readouterr().out == "after\n"
+    os.write(1, b"fd after\n")
+    assert capfd.readouterr().out == "after\nfd after\n"
+    assert threading.Thread.start is _THREAD_START and os.write is _OS_WRITE and open is _OPEN
+
+
+_THREAD_START, _OS_WRITE, _OPEN = threading.Thread.start, os.write, open
 
 
 @pytest.mark.skipif(threading.current_thread() is not threading.main_thread()

@@ -138,11 +138,12 @@ def build_report(ar: Attributed, *, extra_rules=()) -> Report:
 def probe_warnings(run) -> list[str]:
     """What the jit probe could not do, from the run's events: calls it
     could not read (once per function and error) and functions whose XLA
-    dump was left out."""
+    dump was left out; and the program's hooks that Python runs in
+    jaxmemprof's threads too (capture/threads.py)."""
     ev = run.events
     if ev is None or ev.empty:
         return []
-    rows = ev[ev["kind"].isin(["probe-error", "xla-dump"])]
-    return [("jit probe: " if kind == "probe-error" else "memory inside jit: ") + str(msg)
-            for kind, msg in zip(rows["kind"], rows["message"])]
+    rows = ev[ev["kind"].isin(["probe-error", "xla-dump", "program-hooks"])]
+    prefix = {"probe-error": "jit probe: ", "xla-dump": "memory inside jit: ", "program-hooks": ""}
+    return [prefix[kind] + str(msg) for kind, msg in zip(rows["kind"], rows["message"])]
 

@@ -142,11 +142,14 @@ def _display(exc: BaseException, tb) -> None:
         pass
 
 
-def wait_for_threads() -> bool:
+def wait_for_threads(hooks: tuple = (None, None)) -> bool:
     """What python does once the main module is done: its threading atexit
     calls, then every non-daemon thread joined (the sampler records them
     meanwhile). Whether any was still running. An interruption (Ctrl-C)
-    is reported as python reports it, and the end goes on."""
+    is reported as python reports it, and the end goes on. ``hooks``: the
+    program's (trace, profile) functions of the main thread, on for
+    threading's shutdown as under python (an exception they raise reported
+    as python reports it), off again after it."""
     main = threading.current_thread()
     alive = any(t is not main and not t.daemon and t.is_alive() for t in threading.enumerate())
     shutdown = getattr(threading, "_shutdown", None)
@@ -154,34 +157,58 @@ def wait_for_threads() -> bool:
         return alive
     try:
         if shutdown is not None:
+            if hooks[0] is not None:
+                sys.settrace(hooks[0])
+            if hooks[1] is not None:
+                sys.setprofile(hooks[1])
             shutdown()
+            for _ in range(3):  # the program's trace and profile functions off (C calls alone: no event of ours)
+                try:
+                    sys.setprofile(None)
+                    sys.settrace(None)
+                    break
+                except BaseException:  # one that raises is taken off by python: again
+                    continue
         else:
             for t in threading.enumerate():
                 if t is not main and not t.daemon:
                     t.join()
     except BaseException as exc:
-        _write_unraisable(exc, threading)
+        for _ in range(3):  # the program's trace and profile functions off (C calls alone: no event of ours)
+            try:
+                sys.setprofile(None)
+                sys.settrace(None)
+                break
+            except BaseException:  # one that raises is taken off by python: again
+                continue
+        # 3.13 says where, not what (Python/pylifecycle.c: wait_for_thread_shutdown)
+        _write_unraisable(exc, threading, "Exception ignored on threading shutdown" if sys.version_info >= (3, 13)
+                          else None)
     return alive
 
 
-def _write_unraisable(exc: BaseException, obj) -> None:
-    """Python's "Exception ignored in: OBJ" report, through the script's
-    sys.unraisablehook if it set one."""
+
+def _write_unraisable(exc: BaseException, obj, err_msg: str | None = None) -> None:
+    """Python's "Exception ignored in: OBJ" report (or ``err_msg``, with no
+    object), through the script's sys.unraisablehook if it set one."""
     tb = trim_traceback(exc)
     hook = getattr(sys, "unraisablehook", None)
     if hook is not None and hook is not sys.__unraisablehook__:
         try:
-            hook(types.SimpleNamespace(exc_type=type(exc), exc_value=exc, exc_traceback=tb, err_msg=None,
-                                       object=obj))
+            hook(types.SimpleNamespace(exc_type=type(exc), exc_value=exc, exc_traceback=tb, err_msg=err_msg,
+                                       object=None if err_msg else obj))
         except BaseException:
             pass
         return
     import traceback
 
     try:
-        lines = [f"Exception ignored in: {obj!r}\n"]
+        lines = [f"{err_msg}:\n" if err_msg else f"Exception ignored in: {obj!r}\n"]
         if tb is not None:
-            lines += ["Traceback (most recent call last):\n", *traceback.format_tb(tb)]
+            frames = traceback.format_tb(tb)
+            if sys.version_info >= (3, 13):  # its C printer of an unraisable exception draws no carets
+                frames = ["".join(line for line in f.splitlines(True) if line.strip(" ^~\n")) for f in frames]
+            lines += ["Traceback (most recent call last):\n", *frames]
         cls = type(exc)
         qualified = cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
         lines.append(f"{qualified}: {safe_str(exc)}\n")
@@ -233,7 +260,7 @@ class _TrimUnraisable:
             sys.unraisablehook = self.hook
 
 
-def run_atexit_handlers() -> None:
+def run_atexit_handlers(hooks: tuple = (None, None)) -> None:
     """The program's atexit handlers, run now as python runs them at exit
     (the last registered first, an exception in one reported and passed
     over), while the run still records: their markers and memory are the
@@ -247,10 +274,21 @@ def run_atexit_handlers() -> None:
     atexit.unregister(end_by_exit_signal)
     trim = _TrimUnraisable()
     try:
+        if hooks[0] is not None:  # the program's trace and profile functions, on for its handlers as under python
+            sys.settrace(hooks[0])
+        if hooks[1] is not None:
+            sys.setprofile(hooks[1])
         run_all()
     except BaseException:
         pass
     finally:
+        for _ in range(3):  # the program's trace and profile functions off (C calls alone: no event of ours)
+            try:
+                sys.setprofile(None)
+                sys.settrace(None)
+                break
+            except BaseException:  # one that raises is taken off by python: again
+                continue
         trim.remove()
         atexit.register(end_by_exit_signal)  # the last at exit
         for f in held:

@@ -62,9 +62,9 @@ class _ForkWatch:
         self.done = False
 
     def start(self) -> None:
-        import threading
+        from jaxmemprof.capture.threads import start_thread
 
-        threading.Thread(target=self._loop, name="jaxmemprof-fork", daemon=True).start()
+        start_thread(self._loop, "jaxmemprof-fork")  # no hook of the program's in it
 
     def _loop(self) -> None:
         from jaxmemprof.capture.sampler import block_signals_in_this_thread

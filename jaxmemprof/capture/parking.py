@@ -18,8 +18,15 @@ The program's thread is not woken, told or unwound (no exception, no
 code runs on (JAX's own); a thread that reaches the program's code with a
 logging or an import frame on its stack (which may hold a lock the end
 phase takes: a handler's, the module's) is stopped at its first event with
-none there, once the lock is given back. Threads started later
-(the end phase's own) are left alone.
+none there, once the lock is given back. Likewise a thread inside a
+``with`` block (where the program holds its locks: ``with lock:``), or
+calling a ``with``'s ``__exit__``, is stopped at its first event outside
+it, if it leaves within ``WITH_GRACE_S`` of the script's end (a block it
+stays in past that is not waited for: the end phase's re-traces of the
+program's Python have a deadline, capture/jit/rerun.py). What a ``with``
+covers is read from the code's exception table (3.11 and later; 3.10 has
+none, and its threads are not parked). A lock taken by ``acquire()`` is
+not seen. Threads started later (the end phase's own) are left alone.
 
 CPython 3.12 and later set the function on every thread through
 ``sys._setprofileallthreads``; 3.11 through its C API (each thread state's
@@ -31,10 +38,14 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 from collections.abc import Callable
+
+from jaxmemprof.capture.threads import ours as our_threads
 
 _GUARDED = ("/logging/", "<frozen importlib._bootstrap")  # frames that may hold a lock the end phase takes
 _DEPTH = 64  # how far down a stack is looked at for a guarded frame
+WITH_GRACE_S = 2.0  # how long a thread inside a ``with`` block is let run to leave it
 
 _forever = threading.Lock()
 _state: dict = {"parked": 0}
@@ -59,7 +70,7 @@ def park_program_threads(is_program: Callable[[str], bool]) -> int:
 
 
 def _park(is_program: Callable[[str], bool]) -> int:
-    ours = {threading.main_thread().ident, threading.get_ident()}
+    ours = {threading.main_thread().ident, threading.get_ident(), *our_threads()}
     ours.update(t.ident for t in threading.enumerate() if t.name.startswith("jaxmemprof-"))
     others = [t for t in threading.enumerate() if t.ident not in ours]
     if not others:
@@ -87,14 +98,18 @@ def _park(is_program: Callable[[str], bool]) -> int:
             frame = frame.f_back
         return False
 
+    since = time.monotonic()
+
     def to_stop(frame, entering: bool) -> bool:
         """Whether this thread stops here: it is in (or has been in) the
         program's code, and no guarded frame is on its stack now (a frame
-        being entered holds nothing yet)."""
+        being entered holds nothing yet), nor, for ``WITH_GRACE_S``, a frame
+        inside a ``with`` block."""
         ident = threading.get_ident()
         if ident not in pending and not program_code(frame):
             return False
-        if guarded(frame.f_back if entering else frame):
+        below = frame.f_back if entering else frame
+        if guarded(below) or (time.monotonic() - since < WITH_GRACE_S and in_with_block(below)):
             pending.add(ident)
             return False
         return True
@@ -113,6 +128,68 @@ def _park(is_program: Callable[[str], bool]) -> int:
         if not _set_each_thread_state(ours, to_stop):
             return 0
     return len(others)
+
+
+def in_with_block(frame) -> bool:
+    """Whether a frame of this stack (the thread's own: read in it) is
+    inside a ``with`` block or calling its ``__exit__``."""
+    for _ in range(_DEPTH):
+        if frame is None:
+            return False
+        if _inside_with(frame.f_code, frame.f_lasti):
+            return True
+        frame = frame.f_back
+    return False
+
+
+_codes: dict = {}  # code object -> (exception table entries, with handlers' offsets, with exits' offsets)
+
+
+def _inside_with(code, offset: int) -> bool:
+    got = _codes.get(code)
+    if got is None:
+        got = _codes[code] = _with_parts(code)
+    entries, handlers, exits = got
+    if offset in exits:
+        return True
+    for _ in range(16):  # out through the handlers that cover each other, innermost first
+        target = next((t for start, end, t in entries if start <= offset < end), None)
+        if target is None:
+            return False
+        if target in handlers:
+            return True
+        offset = target
+    return False
+
+
+def _with_parts(code) -> tuple:
+    """``code``'s exception table, the offsets of its ``with`` handlers
+    (WITH_EXCEPT_START among their first instructions) and of the calls of
+    a ``with``'s ``__exit__`` on the way out (three Nones, then the call)."""
+    import dis
+
+    parse = getattr(dis, "_parse_exception_table", None)
+    if parse is None:
+        return (), frozenset(), frozenset()
+    try:
+        entries = tuple((e.start, e.end, e.target) for e in parse(code))
+        instructions = list(dis.get_instructions(code))
+    except Exception:
+        return (), frozenset(), frozenset()
+    at = {ins.offset: i for i, ins in enumerate(instructions)}
+    handlers = set()
+    for _, _, target in entries:
+        i = at.get(target)
+        if i is not None and any(ins.opname == "WITH_EXCEPT_START" for ins in instructions[i:i + 3]):
+            handlers.add(target)
+    exits = set()
+    for i, ins in enumerate(instructions):
+        if ins.opname == "LOAD_CONST" and ins.argval is None and i + 3 < len(instructions) and all(
+                x.opname == "LOAD_CONST" and x.argval is None for x in instructions[i + 1:i + 3]):
+            for x in instructions[i + 3:i + 5]:
+                if x.opname in ("CALL", "PRECALL"):
+                    exits.add(x.offset)
+    return entries, frozenset(handlers), frozenset(exits)
 
 
 def _stop() -> None:

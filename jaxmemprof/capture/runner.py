@@ -40,6 +40,7 @@ from jaxmemprof.capture.exits import (ProcessState, report_exception, run_atexit
 from jaxmemprof.capture.parking import park_program_threads
 from jaxmemprof.capture.session import Session
 from jaxmemprof.capture.signals import EndPhase, exit_by_signal, install_exit_by_signal, SigTerm, dispositions
+from jaxmemprof.capture.threads import foreign_hooks
 from jaxmemprof.capture.target import (COMMAND, FILE, MAIN_DIR, STDIN_NAME, Target, exec_command, exec_module,
                                        exec_script, exec_stdin, target_kind, target_path0, replace_path0)
 from jaxmemprof.capture.tracebacks import described, is_out_of_memory, message, type_name
@@ -66,7 +67,8 @@ def run_target(target: Target, session: Session, progress=None) -> EndPhase:
     session.child_hooks.append(term.forget_in_child)
     session.start()
     try:
-        status, how, threads = _run(target, kind, session)
+        status, how, threads, main_hooks = _run(target, kind, session)
+        hooks = _end_programs_hooks(main_hooks) if not session.forked else []
     except BaseException:
         term.uninstall()
         raise
@@ -81,6 +83,10 @@ def run_target(target: Target, session: Session, progress=None) -> EndPhase:
     # script's handlers (put back as they were before it), the SIGTERM
     # handling of the script's time last.
     session.script_ended(status, how)
+    if hooks:
+        _add_event(session, "program-hooks", f"the program set {', '.join(hooks)}, which Python runs in every thread: "
+                                       f"its callbacks also saw jaxmemprof's own threads (the sampler's, the "
+                                       f"compiles') as the program's", None)
     # Python stops the program's daemon threads here, as it finalises: they
     # run none of its code through jaxmemprof's end phase either.
     park_program_threads(lambda filename: not library_roots.is_library(filename))
@@ -98,6 +104,20 @@ def run_target(target: Target, session: Session, progress=None) -> EndPhase:
     return end
 
 
+def _end_programs_hooks(main_hooks: tuple) -> list[str]:
+    """The script is over (its atexit handlers run): its trace and profile
+    functions run in none of jaxmemprof's end phase (the main thread's were
+    taken off in ``_run``; threading's for new threads, here). What Python offers no way to
+    keep out of jaxmemprof's threads (a sys.monitoring tool, a
+    threading.settrace_all_threads function: 3.12 and later), for a
+    warning (capture/threads.py)."""
+    hooks = foreign_hooks(main_hooks)
+    for kind in ("trace", "profile"):
+        if getattr(threading, f"get{kind}", lambda: None)() is not None:
+            getattr(threading, f"set{kind}")(None)
+    return hooks
+
+
 def _last_snapshot(session: Session, how: str, threads: bool) -> None:
     """The run's last snapshot, of the memory as the program left it (with
     the search for what holds its arrays). The background thread is stopped
@@ -108,7 +128,10 @@ def _last_snapshot(session: Session, how: str, threads: bool) -> None:
         sampler.snapshot("exit")
 
 
-def _run(target: Target, kind: str, session: Session) -> tuple[int, str, bool]:
+def _run(target: Target, kind: str, session: Session) -> tuple[int, str, bool, tuple]:
+    """The script run, then what python runs after it: (exit status, how it
+    ended, whether a non-daemon thread was still running, the main thread's
+    trace and profile functions the script left set)."""
     main_box: list = []  # the __main__ module python deletes __file__ from at the end
     failure: BaseException | None
     try:
@@ -126,6 +149,20 @@ def _run(target: Target, kind: str, session: Session) -> tuple[int, str, bool]:
         failure = exc
     else:
         failure = None
+    # The main thread's trace and profile functions (the program's) taken off
+    # before any code of jaxmemprof's runs, with no Python call before (a
+    # function that raises as it is taken off is taken off by python), and put
+    # back only where python runs them after the script: threading's shutdown
+    # and the atexit handlers (exits.py).
+    hooks: tuple = (None, None)
+    for _ in range(3):
+        try:
+            hooks = (sys.gettrace() or hooks[0], sys.getprofile() or hooks[1])
+            sys.setprofile(None)
+            sys.settrace(None)
+            break
+        except BaseException:
+            continue
     # Outside the handler, as python calls sys.excepthook (an exception in
     # the hook has no context).
     sampler = session.sampler
@@ -167,14 +204,14 @@ def _run(target: Target, kind: str, session: Session) -> tuple[int, str, bool]:
             main_box[0].__dict__.pop(name, None)
     del main_box
     if session.forked:
-        return status, how, False
-    threads = wait_for_threads()
-    run_atexit_handlers()
+        return status, how, False, hooks
+    threads = wait_for_threads(hooks)
+    run_atexit_handlers(hooks)
     if getattr(threading, "_SHUTTING_DOWN", False):
         # The program is over; jaxmemprof's own work goes on (its imports
         # may register threading atexit calls, refused after shutdown).
         threading._SHUTTING_DOWN = False  # type: ignore[attr-defined]  # CPython's own flag; not in the stubs
-    return status, how, threads
+    return status, how, threads, hooks
 
 
 def _add_event(session: Session, kind: str, message: str, index) -> None:

@@ -29,6 +29,7 @@ from jaxmemprof.capture.arrays import (add_device_bytes, buffer_address, Entry, 
                                        Static, is_deleted)
 # Imported here, not in the first snapshot, whose cost sets the sampling pace.
 from jaxmemprof.capture.device_reads import LoadedExecutables, memory_stats_rows, profile_buffers
+from jaxmemprof.capture.threads import OwnThread
 from jaxmemprof.capture.steps import STALE_S, Steps, on_grid, searched
 from jaxmemprof.store.writer import SnapshotRecord
 from jaxmemprof.capture.tracebacks import described
@@ -104,7 +105,7 @@ class Sampler:
         self._unread: dict = {}  # id(traceback) -> {id(array): entry} of tracked arrays whose addresses are not read
         self._lock = threading.RLock()
         self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._thread: OwnThread | None = None
         self._tracked: dict[int, Entry] = {}  # id(array) -> what we know of it
         self._aliases: dict = {}  # id(view) -> _Ref: per-shard views, not counted
         self._pending: dict[int, Entry] = {}  # tracked arrays whose addresses are to be read
@@ -141,7 +142,7 @@ class Sampler:
     # -- the background thread -------------------------------------------------
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._loop, name="jaxmemprof-sampler", daemon=True)
+        self._thread = OwnThread(self._loop, "jaxmemprof-sampler")  # capture/threads.py: no hook of the program's
         self._thread.start()
 
     def stop(self) -> None:

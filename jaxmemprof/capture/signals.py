@@ -17,6 +17,7 @@ import time
 from typing import TYPE_CHECKING
 
 from jaxmemprof.capture.sampler import block_signals_in_this_thread
+from jaxmemprof.capture.threads import OwnThread, OwnTimer
 
 if TYPE_CHECKING:
     from jaxmemprof.capture.session import Session
@@ -27,8 +28,8 @@ if TYPE_CHECKING:
 TERM_GRACE_S = 10.0
 
 _exit_signal: int | None = None
-# os._exit as it is now: a shielded re-trace of the program's Python at the end
-# (capture/jit/retrace.py) replaces it for a while, in every thread.
+# os._exit as it is now: a re-trace of the program's Python at the end
+# (capture/jit/rerun.py) replaces it for a while (acting for its thread alone).
 os_exit = os._exit
 _exit_hook_installed = False
 
@@ -126,7 +127,7 @@ class SigTerm:
         self._started = False
         self._once = threading.Lock()
         self._done = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._thread: OwnThread | None = None
 
     def install(self) -> None:
         if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
@@ -142,7 +143,7 @@ class SigTerm:
             self._own_fd = False
         signal.signal(signal.SIGTERM, self._handler)
         self.installed = True
-        self._thread = threading.Thread(target=self._listen, name="jaxmemprof-signals", daemon=True)
+        self._thread = OwnThread(self._listen, "jaxmemprof-signals")  # no hook of the program's in it
         self._thread.start()
 
     def _ours(self) -> bool:
@@ -200,6 +201,10 @@ class SigTerm:
                 data = os.read(self._r, 512)
             except OSError:
                 return
+            if sys.gettrace() is not None:  # the program's settrace_all_threads (3.12): not in ours
+                sys.settrace(None)
+            if sys.getprofile() is not None:
+                sys.setprofile(None)
             if not data or self._closing:
                 return
             if signal.SIGTERM in data and self._ours():
@@ -228,9 +233,7 @@ class SigTerm:
                 return
             self._started = True
         s = self.session
-        watchdog = threading.Timer(TERM_GRACE_S, die_by, (signal.SIGTERM,))
-        watchdog.daemon = True
-        watchdog.start()
+        OwnTimer(TERM_GRACE_S, die_by, (signal.SIGTERM,), name="jaxmemprof-watchdog").start()
         try:
             if not s.forked:
                 s.sampler.stop()
@@ -250,7 +253,7 @@ class SigTerm:
 # a thread of ours finalises the run and ends the process itself.
 END_GRACE_S = 2.0
 # A signal this long after the first is a second one (the user insisting);
-# sooner, it is the same one raised again (a shielded re-trace of the
+# sooner, it is the same one raised again (a re-trace of the
 # program's Python holds a signal and raises it once the shield is down).
 SECOND_SIGNAL_S = 0.5
 
@@ -329,13 +332,12 @@ class EndPhase:
         self._handled: list[int] = []
         self._r = self._w = -1
         self._own_fd = False
-        self._thread = threading.Thread(target=self._listen, name="jaxmemprof-end", daemon=True)
+        # Threads of ours (capture/threads.py): no hook of the program's runs in them.
+        self._thread = OwnThread(self._listen, "jaxmemprof-end")
         # Watchdogs: the run's finalising, then the streams' flush, must not
         # keep the process alive.
-        self._finalise_watchdog = threading.Timer(TERM_GRACE_S, self.exit_now)
-        self._flush_watchdog = threading.Timer(1.0, self._exit_with_status)
-        for t in (self._finalise_watchdog, self._flush_watchdog):
-            t.daemon = True
+        self._finalise_watchdog = OwnTimer(TERM_GRACE_S, self.exit_now, name="jaxmemprof-watchdog")
+        self._flush_watchdog = OwnTimer(1.0, self._exit_with_status, name="jaxmemprof-watchdog")
         self._on_progress = None
 
     # -- set up, in the main thread -------------------------------------------------
@@ -455,6 +457,10 @@ class EndPhase:
                 return
             if ready and not data:
                 return
+            if sys.gettrace() is not None:  # the program's settrace_all_threads (3.12): not in ours
+                sys.settrace(None)
+            if sys.getprofile() is not None:
+                sys.setprofile(None)
             heard = [b for b in data if b in self._handled]
             if heard and self.skipped_by is None:
                 self.skipped_by = heard[0]
@@ -500,7 +506,7 @@ class EndPhase:
         os_exit(self.status & 0xFF)
 
 
-def _start(thread: threading.Thread) -> None:
+def _start(thread: OwnThread) -> None:
     """Start ``thread`` (made before the script ran) unless it already was."""
     try:
         thread.start()

@@ -194,8 +194,10 @@ class _EndProgress:
     """The end phase's steps on one line of stderr, rewritten in place, only
     on a terminal (as report's progress for a large job), and cleared before
     the closing lines: off a terminal stderr holds the closing lines alone,
-    and, where the end's compiles took over ``SAY_AFTER_S``, one line saying
-    so (``closing``). Each compile of the end is told (``compile``): the
+    one line for each step that takes over ``SAY_AFTER_S`` (said as it
+    passes that: what a long or stuck end is doing, on a pipe too), and,
+    where the end's compiles took over ``SAY_AFTER_S``, one line saying so
+    (``closing``). Each compile of the end is told (``compile``): the
     line then says what is compiled, its number (of how many, where the step
     knows) and the seconds since the script ended, ticking once a second
     (a thread of ours, ``jaxmemprof-progress``, while a compile runs)."""
@@ -213,6 +215,8 @@ class _EndProgress:
         self.detail = None
         self.compiles = 0
         self.compile_t0 = self.compile_t1 = None
+        self.phase_t0 = self.t0  # when the step now running began (off a terminal: said once past SAY_AFTER_S)
+        self.said = None
         self._lock = threading.Lock()
         self._ticker = None
         self._stop = threading.Event()
@@ -232,10 +236,13 @@ class _EndProgress:
         with self._lock:
             if self.compile_t0 is not None and self.compile_t1 is None:
                 self.compile_t1 = time.monotonic()  # the compiles' step is over
+            if what != self.what:
+                self.phase_t0 = time.monotonic()
             self.what, self.detail = what, None
             if what is None:
                 self._stop.set()
             self._draw()
+            self._start_ticker()
 
     def compile(self, text: str) -> None:
         """One of the end's compiles begins: ``text`` says which (``"WHAT"``
@@ -248,20 +255,32 @@ class _EndProgress:
                 self.compile_t0 = time.monotonic()
             self.detail = text
             self._draw()
-            if self._ticker is None and self.fd is not None:
-                import threading
+            self._start_ticker()
 
-                self._ticker = threading.Thread(target=self._tick, name="jaxmemprof-progress", daemon=True)
-                self._ticker.start()
+    def _start_ticker(self) -> None:
+        if self._ticker is None and self.what is not None:
+            from jaxmemprof.capture.threads import start_thread
+
+            self._ticker = start_thread(self._tick, "jaxmemprof-progress")  # no hook of the program's in it
 
     def _tick(self) -> None:
+        import time
+
         from jaxmemprof.capture.sampler import block_signals_in_this_thread
 
         block_signals_in_this_thread()
-        while not self._stop.wait(1.0):
+        while not self._stop.wait(1.0 if self.fd is not None else 0.25):
             with self._lock:
-                if self.what is not None:
+                if self.what is None:
+                    continue
+                if self.fd is not None:
                     self._draw()
+                elif self.said != self.what and time.monotonic() - self.phase_t0 > self.SAY_AFTER_S:
+                    # Off a terminal: one line for a step past SAY_AFTER_S (what a stuck end is doing).
+                    self.said = self.what
+                    label = f": {self.detail.partition('|')[0]}" if self.detail else ""
+                    say(f"jaxmemprof, after the script ended: {self.what}{label} ({time.monotonic() - self.t0:.0f} s "
+                        f"since; Ctrl-C skips the rest)...")
 
     def _draw(self) -> None:
         import time

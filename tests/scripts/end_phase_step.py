@@ -12,8 +12,10 @@ CHECKPOINT and exits (a preemption handler); --heartbeat starts a daemon
 thread appending a line to FILE every 0.1 s; --interrupt ends the script by
 an uncaught KeyboardInterrupt; --stubborn-retrace: the step's Python, traced
 again once the script is over (AT_END), writes a line to MARKER.retrace
-(opened as the script starts: the re-trace may open no file for writing),
-then sleeps 20 s swallowing every exception (a main thread that does not
+(opened as the script starts, and written through ``os.write`` as it was
+when the script started: a re-trace may open no file for writing, nor write
+through os.write, but a function bound before under another name is not
+seen), then sleeps 20 s swallowing every exception (a re-trace that does not
 come back);
 --no-excepthook sets sys.excepthook to None as the script ends (no thread
 can be made afterwards); --usr1-handler: a SIGUSR1 handler that writes FILE;
@@ -50,10 +52,11 @@ AT_END = False
 
 if args.stubborn_retrace:
     RETRACE = os.open(args.marker + ".retrace", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+WRITE = os.write  # bound now: the end phase's containment replaces os.write, not this name
 
 
 def stubborn():
-    os.write(RETRACE, b"retracing\n")
+    WRITE(RETRACE, b"retracing\n")
     t0 = time.monotonic()
     while time.monotonic() - t0 < 20:
         try:

@@ -45,7 +45,10 @@ from __future__ import annotations
 
 import itertools
 import os
+import sys
 import threading
+
+from jaxmemprof.capture.threads import OwnThread
 
 # Compiles kept at most (a program that compiles a new signature every step makes few worth keeping).
 KEEP_RESULTS = 256
@@ -71,7 +74,7 @@ class Early:
         self._results: dict = {}  # compile key -> what the compile gave
         self._running = None  # the key of the job under way
         self._making = None  # the result key it makes, where one alone is known (a dump's)
-        self._thread: threading.Thread | None = None
+        self._thread: OwnThread | None = None
         self.closed = False
         self.compiled = 0  # compiles made on the thread
         self.seconds = 0.0  # their wall time
@@ -90,7 +93,7 @@ class Early:
             self._queue.pop(key, None)
             self._queue[key] = (priority, next(self._submitted), job, makes)
             if self._thread is None:
-                self._thread = threading.Thread(target=self._work, name="jaxmemprof-compile", daemon=True)
+                self._thread = OwnThread(self._work, "jaxmemprof-compile")  # no hook of the program's in it
                 try:
                     self._thread.start()
                 except RuntimeError:  # interpreter shutting down: the end compiles it
@@ -202,6 +205,10 @@ class Early:
                 _, _, job, self._making = self._queue.pop(key)
                 self._running = key
             try:
+                if sys.gettrace() is not None:  # the program's settrace_all_threads (3.12): not in ours
+                    sys.settrace(None)
+                if sys.getprofile() is not None:
+                    sys.setprofile(None)
                 job()
             except BaseException as exc:  # recorded where it can be; never on the program's streams
                 try:

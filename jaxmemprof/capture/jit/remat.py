@@ -17,7 +17,7 @@ the jitted function itself left out.
 How: the function is swapped where the program finds it, a module global
 (``block = jax.checkpoint(block)``) or a class attribute (``Block.__call__
 = nnx.remat(Block.__call__)``); the step is re-traced through a new
-function object (retrace.fresh), shielded (retrace.shielded), and the
+function object (retrace.fresh), through rerun.py, and the
 program is put back exactly as it was in a ``finally``. A lambda, a closure
 over a local, or a function no name of its module holds cannot be swapped:
 its row says why (not compiled)."""

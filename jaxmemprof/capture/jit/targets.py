@@ -20,9 +20,9 @@ import contextlib
 import os
 import re
 import sys
-import threading
 from dataclasses import dataclass
 
+from jaxmemprof.capture.threads import OwnThread
 from jaxmemprof.facts.tpus import slices_of, topology, usable_bytes
 
 
@@ -123,7 +123,7 @@ def libtpu_log():
 
     os.dup2(write_end, 2)
     os.close(write_end)
-    reader = threading.Thread(target=pump, name="jaxmemprof-libtpu-log", daemon=True)
+    reader = OwnThread(pump, "jaxmemprof-libtpu-log")
     reader.start()
     try:
         yield log

@@ -21,7 +21,7 @@ compile it from, and the saving left it undonated.
   (retrace.Trace: the probe traced it when it analysed the compile), its
   arguments must be the derived leaves' shapes and dtypes, and the end's
   compile replays it (no Python of the program's run); else the program's
-  Python is re-traced, shielded (retrace.py), as ``run --plan`` does at other
+  Python is re-traced (rerun.py), as ``run --plan`` does at other
   batches. The compile's argument and output bytes must then be those XLA
   gave the program's own compile of the signature (whatif.py): a derivation
   that missed would not pass.

@@ -39,7 +39,8 @@ import warnings
 from jaxmemprof.capture.jit.budget import DONATE, SHARD, Job, donation_bound, in_order, rooms
 from jaxmemprof.capture.jit.programs import unseen_compile
 from jaxmemprof.capture.jit.remat import verify_remats
-from jaxmemprof.capture.jit.retrace import CHANGED, RETRACED, Refused, fingerprint, fresh, replay, shielded
+from jaxmemprof.capture.jit.rerun import run_programs_python, unseen
+from jaxmemprof.capture.jit.retrace import CHANGED, RETRACED, Refused, fingerprint, fresh, replay
 from jaxmemprof.capture.jit.unsampled import SIZES_DIFFER, template_for
 from jaxmemprof.facts.donors import Call, donors
 from jaxmemprof.facts.donors import arguments as array_arguments
@@ -66,7 +67,7 @@ def compile_figures(jax, fn, ab, scaled=(), axis: int = 0, batch: int | None = N
     ``batch``, every float32 argument as bfloat16 if ``narrow``:
     (figures or None, seconds, error or None, warnings). ``retraced``:
     lowering ``fn`` traces the program's Python (else it replays the run's
-    trace, retrace.replay): shielded (retrace.shielded), and a ``Refused``
+    trace, retrace.replay): through rerun.run_programs_python, and a ``Refused``
     error where it raised. ``seen``: as ``_compile_call``'s."""
     flat = list(ab.flat)
     if wrapper == "jax.pmap":  # pmap places its inputs itself: the arrays' own (pmap) shardings are refused
@@ -107,7 +108,7 @@ def _compile(jax, fn, ab, flat: list, wrapper: str, dump_to: str | None = None, 
     ``flat`` as its dynamic leaves: ((XLA's figures, the compiled
     executable) or None, seconds, error or None, warnings). ``dump_to``: a
     directory XLA dumps the compiled program to (its buffer assignment).
-    ``retraced``: the lowering runs the program's Python, shielded. ``seen``: as ``_compile_call``'s."""
+    ``retraced``: the lowering runs the program's Python (rerun.py). ``seen``: as ``_compile_call``'s."""
     args, kwargs = arguments(jax, ab, placed(jax, flat))
     return _compile_call(jax, fn, args, kwargs, wrapper, dump_to, retraced, seen)
 
@@ -140,7 +141,7 @@ def _compile_call(jax, fn, args, kwargs, wrapper: str, dump_to: str | None = Non
         with warnings.catch_warnings(record=True) as caught, unseen_compile(jax):
             warnings.simplefilter("always")
             if retraced:
-                lowered, refused = shielded(lower, fn, wrapper, args, kwargs)
+                lowered, refused = run_programs_python(unseen(jax, lower), fn, wrapper, args, kwargs)
                 if refused is not None:
                     return None, time.monotonic() - t0, Refused(refused), said
             else:
@@ -204,7 +205,7 @@ class Retraces:
     """Whether the program's Python, traced again at the end of the run,
     still traces the run's program: once per function, at its largest kept
     signature, through a new function object (retrace.fresh: JAX's trace
-    cache does not answer), shielded, its jaxpr's fingerprint against the
+    cache does not answer), through rerun.py, its jaxpr's fingerprint against the
     run's own trace's. ``refusal`` is None where a re-trace may be used, else
     why not (retrace.Refused); ``note`` what a function's figures from
     re-traces are (for the run's events)."""
@@ -238,7 +239,7 @@ class Retraces:
             with _lowering(jitted, wrapper), unseen_compile(probe._jax):
                 return jitted.trace(*args, **kwargs)
 
-        t, why = shielded(again)
+        t, why = run_programs_python(again)
         if why is not None:
             return Refused(why)
         try:
@@ -407,7 +408,7 @@ def _donated(planner, state, donation, sig: str, ab, trace, budget_s: float, dea
     """One signature of ``state``'s function compiled with ``donation``
     ((the jitted function, argnums, argnames, the wrapper's own library or
     None, its fix's facts, the change's JSON)), from its abstract arguments
-    ``ab``, replaying the run's ``trace`` where kept (else a shielded
+    ``ab``, replaying the run's ``trace`` where kept (else a
     re-trace): (figures or None, seconds, error or None). ``early``: the
     compile made beside the program (early.py) stands in where it was made."""
     probe = planner.probe
