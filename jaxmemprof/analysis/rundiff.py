@@ -304,7 +304,9 @@ def top(d: RunDiff, n: int | None) -> RunDiff:
     0); what was left out in ``omitted``."""
     if not n:
         return d
-    keep, omitted, seen = [], {}, {}
+    keep: list = []
+    omitted: dict = {}
+    seen: dict = {}
     i = d.rows.columns.index("section")
     for r in d.rows.rows:
         s = r[i]

@@ -8,7 +8,7 @@ from __future__ import annotations
 from jaxmemprof.analysis.rundiff import FINDING, LINE, LIVE_PEAK, NEW, RESOLVED, ROLE, TRUE_PEAK, RunDiff
 from jaxmemprof.facts.devices import displayed
 from jaxmemprof.render.escape import safe
-from jaxmemprof.render.plain import _table
+from jaxmemprof.render.plain import aligned
 from jaxmemprof.units import format_bytes
 
 
@@ -51,7 +51,7 @@ def rundiff_lines(d: RunDiff) -> list[str]:
     if by[ROLE]:
         cells = [(_d(r["delta_bytes"]), _b(r["base_bytes"]), _b(r["new_bytes"]), safe(str(r["device"])),
                   safe(str(r["what"]))) for r in by[ROLE]]
-        out += _table(("delta", "before", "after", "device", "role"), (1, 1, 1, 0, 0), cells)
+        out += aligned(("delta", "before", "after", "device", "role"), (1, 1, 1, 0, 0), cells)
     else:
         out.append("no change (or no sampled jitted call in either run)")
     if d.omitted.get(ROLE):
@@ -61,7 +61,7 @@ def rundiff_lines(d: RunDiff) -> list[str]:
     if by[LINE]:
         cells = [(_d(r["delta_bytes"]), _b(r["base_bytes"]), _b(r["new_bytes"]), safe(str(r["kind"])), _what(r))
                  for r in by[LINE]]
-        out += _table(("delta", "before", "after", "kind", "site"), (1, 1, 1, 0, 0), cells)
+        out += aligned(("delta", "before", "after", "kind", "site"), (1, 1, 1, 0, 0), cells)
     else:
         out.append("no change (or the true peak is in no jitted call)")
     if d.omitted.get(LINE):
@@ -69,13 +69,13 @@ def rundiff_lines(d: RunDiff) -> list[str]:
     out.append("")
     out.append("Findings")
     if by[FINDING]:
-        cells = [(str(r["change"]), safe(str(r["kind"])), _what(r),
+        found: list[tuple] = [(str(r["change"]), safe(str(r["kind"])), _what(r),
                   (f"saved {_b(r['base_bytes'])}" if r["change"] == RESOLVED else
                    f"saves {_b(r['new_bytes'])}" if r["change"] == NEW else
                    f"saves {_b(r['base_bytes']) or '?'} -> {_b(r['new_bytes']) or '?'}")
                   if r["base_bytes"] is not None or r["new_bytes"] is not None else "")
                  for r in by[FINDING]]
-        out += _table(("change", "rule", "site", "saving"), (0, 0, 0, 0), cells)
+        out += aligned(("change", "rule", "site", "saving"), (0, 0, 0, 0), found)
         out.append(f"{d.changes.get(RESOLVED, 0)} resolved, {d.changes.get(NEW, 0)} new")
     else:
         out.append("none in either run")
