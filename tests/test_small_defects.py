@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 
-from conftest import line_of, run_cli, run_script, write_script
+from conftest import cpu_env, line_of, run_cli, run_script, write_script
 
 from jaxmemprof.analysis.attributed import attribute
 from jaxmemprof.store.reader import load_run
@@ -465,3 +466,24 @@ def test_roles_of_another_call_than_the_true_peaks_say_so(tmp_path):
     text = run_cli("report", tmp_path / "run", check=0).stdout
     said = f"{doc['summary']['true_peak_bytes'] / 1024:.2f} KiB"
     assert f"(the true peak's call, {said}, was not sampled" in text, text
+
+
+# -- issue 64, item 7 ---------------------------------------------------------
+
+SAMPLE_LEAK = Path(__file__).resolve().parents[1] / "sample_runs" / "runs" / "mlp-leak"
+
+
+@pytest.mark.parametrize("columns", [100, 60])
+def test_a_findings_wrapped_lines_keep_their_indent_and_no_padding(columns):
+    """At COLUMNS=N a finding's lines are wrapped at N, each continuation
+    indented as its paragraph, and none padded with spaces (was: wrapped
+    lines padded to the width, which the terminal wraps again, and a
+    header's or a hint's continuation at column 0)."""
+    out = run_cli("report", SAMPLE_LEAK, "--explain", env=cpu_env(COLUMNS=str(columns)), check=0).stdout
+    lines = out[out.index("Findings"):].splitlines()[1:]
+    assert lines
+    for line in lines:
+        assert len(line) <= columns, line
+        assert line == line.rstrip(), repr(line)
+    numbered = [i for i, line in enumerate(lines) if re.match(r"\d+\. ", line)]
+    assert numbered and all(line.startswith("   ") for i, line in enumerate(lines) if i not in numbered), lines
