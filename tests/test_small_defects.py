@@ -487,3 +487,71 @@ def test_a_findings_wrapped_lines_keep_their_indent_and_no_padding(columns):
         assert line == line.rstrip(), repr(line)
     numbered = [i for i, line in enumerate(lines) if re.match(r"\d+\. ", line)]
     assert numbered and all(line.startswith("   ") for i, line in enumerate(lines) if i not in numbered), lines
+
+
+REFUSED_SHARDING = """
+import json
+import jax
+jax.config.update("jax_num_cpu_devices", 2)
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
+
+mesh = Mesh(jax.devices(), ("data",))
+w = jax.device_put(np.full((1024, 1024), 0.01, np.float32), NamedSharding(mesh, P()))  # 4 MiB on each device
+
+@jax.jit
+def step(w, x):
+    l, g = jax.value_and_grad(lambda w: jnp.mean(jnp.tanh(x @ w) ** 2))(w)
+    return w - 0.01 * g, l
+
+for i in range(4):
+    x = jax.device_put(np.ones((256, 1024), np.float32), NamedSharding(mesh, P("data")))
+    w, l = step(w, x)
+# What JAX says where a step's use of w refuses it sharded as the finding would (over its first axis):
+# an explicit mesh's elementwise product with an array sharded over the other axis.
+explicit = jax.make_mesh((2,), ("data",), axis_types=(AxisType.Explicit,))
+with jax.set_mesh(explicit):
+    a = jax.ShapeDtypeStruct((1024, 1024), jnp.float32, sharding=NamedSharding(explicit, P("data", None)))
+    b = jax.ShapeDtypeStruct((1024, 1024), jnp.float32, sharding=NamedSharding(explicit, P(None, "data")))
+    try:
+        jax.jit(lambda a, b: a * b).trace(a, b)
+        said = ""
+    except Exception as e:
+        said = f"{type(e).__name__}: {e}".splitlines()[0]
+print(json.dumps({"refused": said}))
+"""
+
+
+def test_a_sharding_jax_refused_is_never_the_top_fix_and_says_refused(tmp_path, monkeypatch):
+    """(7) A replicated finding whose sharded compile JAX refused (its
+    re-trace raised ShardingTypeError, as the recorder words it) is info,
+    saves nothing, says refused, and is not the top fix (was: ranked first
+    as the top fix, 'saves up to 2.00 MiB (not verified)')."""
+    from jaxmemprof.analysis.report import build_report
+    from jaxmemprof.analysis.rules import sharding
+    from jaxmemprof.render.findings import saves, words
+
+    script = write_script(tmp_path, "step.py", REFUSED_SHARDING)
+    proc = run_cli("run", "-q", "--verify-seconds", "0", "-o", tmp_path / "run", script, cwd=tmp_path, check=0)
+    run, oracle = tmp_path / "run", json.loads(proc.stdout.strip().splitlines()[-1])
+    assert oracle["refused"].startswith("ShardingTypeError: ")
+    before = build_report(attribute(load_run(run)))
+    [f] = [f for f in before.findings if f.rule == "replicated"]
+    assert f.saving_bytes == 2 * MiB and f.fact("verified") is False  # the bound: half of w on each device
+    real = sharding.verified_sharding
+    why = f"not verified: the program's Python, re-traced at the end of the run, raised {oracle['refused']}"
+
+    def refused_compile(ar, function_id, leaves):
+        out = real(ar, function_id, leaves)
+        return {**out, "not_verified": why} if out and not out.get("verified") else out
+
+    monkeypatch.setattr(sharding, "verified_sharding", refused_compile)
+    rep = build_report(attribute(load_run(run)))
+    [f] = [f for f in rep.findings if f.rule == "replicated"]
+    assert f.severity == "info" and f.saving_bytes is None
+    assert f.fact("refused") == oracle["refused"][:200]
+    w = words(f)
+    assert "JAX refused that sharding (ShardingTypeError" in w.brief and saves(f, w) == "refused by JAX"
+    assert rep.answer.fix is not f
+    assert rep.findings[-1] is f or all(g.severity == "info" for g in rep.findings[rep.findings.index(f):])
