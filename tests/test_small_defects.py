@@ -555,3 +555,49 @@ def test_a_sharding_jax_refused_is_never_the_top_fix_and_says_refused(tmp_path, 
     assert "JAX refused that sharding (ShardingTypeError" in w.brief and saves(f, w) == "refused by JAX"
     assert rep.answer.fix is not f
     assert rep.findings[-1] is f or all(g.severity == "info" for g in rep.findings[rep.findings.index(f):])
+
+
+PADDED = """
+import json
+import jax, jax.numpy as jnp, numpy as np
+import jaxmemprof
+
+def loss_fn(params, tokens):
+    return jnp.mean((jnp.tanh(tokens @ params["w1"]) @ params["w2"]) ** 2)
+
+@jax.jit
+def step(params, tokens):
+    loss, g = jax.value_and_grad(loss_fn)(params, tokens)
+    return jax.tree_util.tree_map(lambda p, q: p - 0.01 * q, params, g), loss
+
+rng = np.random.default_rng(0)
+params = {"w1": jnp.ones((64, 128)) * 0.01, "w2": jnp.ones((128, 64)) * 0.01}
+sizes = set()
+for i in range(120):
+    padded = -(-int(rng.integers(1, 129)) // 8) * 8  # each batch padded to a multiple of 8: up to 16 lengths
+    sizes.add(padded)
+    params, loss = step(params, np.ones((padded, 64), np.float32))
+    jaxmemprof.mark("step")
+print(json.dumps({"sizes": sorted(sizes), "cache": step._cache_size()}))
+"""
+
+
+def test_a_function_compiled_for_many_padded_shapes_is_a_recompile_finding(tmp_path):
+    """(7) A jitted step compiled once per padded length, all of them met
+    early in the run, is a recompile finding again (lost when recompiles
+    had to keep coming in the later half of the run): its sizes are the
+    program's own, its compiles JAX's cache size."""
+    run, oracle = _record(tmp_path, "padded.py", PADDED)
+    sizes = oracle["sizes"]
+    assert len(sizes) >= 8
+    doc = _report(run)
+    [f] = [f for f in doc["findings"] if f["rule"] == "recompile"]
+    x = f["facts"]
+    assert f["case"] == "shapes" and f["site"] == "padded.py:8"
+    assert (x["function"], x["leaf"], x["axis"], x["sizes"]) == ("step", "tokens", 0, sizes)
+    assert x["signatures"] == len(sizes) == oracle["cache"] and x["compiles"] == oracle["cache"]
+    assert x["sizes_pow2"] == len({1 << (n - 1).bit_length() for n in sizes})
+    assert f["severity"] == ("medium" if len(sizes) >= 10 else "low")
+    text = run_cli("report", run, check=0).stdout
+    assert f"step was compiled for {len(sizes)} input shapes (finding" in text
+    assert "pad tokens's axis 0 to a few sizes" in text

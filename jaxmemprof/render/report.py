@@ -501,8 +501,11 @@ def _render_reuse(rep: Report, con: Console, top: int, explain: bool) -> None:
 def _render_leaks(rep: Report, con: Console, top: int, explain: bool = False) -> None:
     suspects = rep.recompiles[rep.recompiles["suspect"]] if not rep.recompiles.empty else rep.recompiles
     others = len(rep.recompiles) - len(suspects)
-    compiled = "no function was compiled again and again" + (
-        f" ({others} compiled for a few shapes each: recompiles.csv)" if others else "")
+    shapes = [f for f in rep.findings if f.rule == "recompile" and f.case == "shapes"]  # for many shapes: a finding
+    compiled = "; ".join(f"{safe(f.fact('function'))} was compiled for {f.fact('signatures')} input shapes "
+                         f"(finding {rep.findings.index(f) + 1})" for f in shapes) or (
+        "no function was compiled again and again" + (
+            f" ({others} compiled for a few shapes each: recompiles.csv)" if others else ""))
     if rep.leaks.empty and suspects.empty:
         _quiet(con, "Leaks and recompiles", f"no site grows steadily; {compiled}")
         return
@@ -542,6 +545,8 @@ def _render_leaks(rep: Report, con: Console, top: int, explain: bool = False) ->
             t.add_row(str(r["max_count"]), str(r["first_count"]), str(r["last_count"]), Text(safe(r["name"])),
                       Text(safe(r["site"])))
         con.print(t)
+        if shapes:
+            con.print(Text(compiled))
 
 
 _COLOURS = {"high": "red", "medium": "yellow", "low": "cyan", "info": ""}
