@@ -108,9 +108,10 @@ class Sites:
     relative to the run's script, line, function); ``lines``: the script's
     line numbers mapped to the other run's, where both texts are known."""
 
-    def __init__(self, manifest: dict, lines: dict | None = None):
+    def __init__(self, manifest: dict, lines: dict | None = None, *, own: bool = False):
         self.cwd = manifest.get("cwd") if isinstance(manifest.get("cwd"), str) else None
         self.script = script_of(manifest)
+        self.own = own  # the script named by its own path (another program's)
         self.home = None
         if self.script is not None:
             self.home = self.script if os.path.isdir(self.script) else os.path.dirname(self.script)
@@ -120,7 +121,7 @@ class Sites:
         path = shown if os.path.isabs(shown) or self.cwd is None else os.path.join(self.cwd, shown)
         path = os.path.normpath(path)
         if self.script is not None and path == self.script:
-            return SCRIPT
+            return path if self.own else SCRIPT
         if self.home is not None and path.startswith(self.home.rstrip(os.sep) + os.sep):
             return os.path.relpath(path, self.home)
         return shown
@@ -162,11 +163,21 @@ def line_map(before: list[str] | None, after: list[str] | None) -> dict:
     return out
 
 
+SAME_PROGRAM = 0.5  # two scripts that can be read are one program's versions from this share of lines alike
+
+
 def site_keys(base_manifest: dict, new_manifest: dict) -> tuple[Sites, Sites]:
-    """The two runs' :class:`Sites`, the base's script lines mapped onto the new one's."""
+    """The two runs' :class:`Sites`, the base's script lines mapped onto
+    the new one's; two scripts that can be read and have less than half
+    their lines alike are two programs: each is named by its own path."""
     b, n = script_of(base_manifest), script_of(new_manifest)
-    mapping = line_map(_read(b), _read(n)) if b != n else {}
-    return Sites(base_manifest, mapping), Sites(new_manifest)
+    if b == n:
+        return Sites(base_manifest), Sites(new_manifest)
+    before, after = _read(b), _read(n)
+    if before is not None and after is not None and before != after and \
+            difflib.SequenceMatcher(None, before, after, autojunk=False).ratio() < SAME_PROGRAM:
+        return Sites(base_manifest, own=True), Sites(new_manifest, own=True)
+    return Sites(base_manifest, line_map(before, after)), Sites(new_manifest)
 
 
 # -- the comparison ----------------------------------------------------------
