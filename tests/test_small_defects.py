@@ -601,3 +601,51 @@ def test_a_function_compiled_for_many_padded_shapes_is_a_recompile_finding(tmp_p
     text = run_cli("report", run, check=0).stdout
     assert f"step was compiled for {len(sizes)} input shapes (finding" in text
     assert "pad tokens's axis 0 to a few sizes" in text
+
+
+DONATED_TOKENS = """
+import sys, warnings
+import jax, jax.numpy as jnp, numpy as np
+from flax import nnx
+
+class Model(nnx.Module):
+    def __init__(self, rngs):
+        self.embed = nnx.Embed(512, 64, rngs=rngs)
+        self.out = nnx.Linear(64, 512, rngs=rngs)
+
+    def __call__(self, tokens):
+        return self.out(jnp.tanh(self.embed(tokens)))
+
+@nnx.jit(donate_argnums=(1,))  # JIT: donates the tokens, which no output can take
+def train_step(model, padded_tokens):
+    def loss_fn(model):
+        return jnp.mean(model(padded_tokens) ** 2)
+    loss, grads = nnx.value_and_grad(loss_fn)(model)
+    nnx.update(model, jax.tree.map(lambda p, g: p - 0.01 * g, nnx.state(model, nnx.Param), grads))
+    return loss
+
+warnings.simplefilter("always")
+model = Model(nnx.Rngs(0))
+with warnings.catch_warnings(record=True) as caught:
+    for i in range(4):
+        loss = train_step(model, jnp.asarray(np.full((32, 64), i, np.int32)))
+print(sum("donated buffers were not usable" in str(w.message) for w in caught))
+"""
+
+
+def test_the_printed_donation_stops_donating_what_its_words_stop(tmp_path):
+    """(7) A step that donates an argument no output can take: the donate
+    finding's fix says "no longer donating padded_tokens" and its option
+    no longer donates it (was: donate_argnames=("model", "padded_tokens")
+    beside those words); applied as printed, JAX warns of no unusable
+    donation."""
+    run, _ = _record(tmp_path, "tokens.py", DONATED_TOKENS)
+    doc = _report(run)
+    [f] = [f for f in doc["findings"] if f["rule"] == "donate"]
+    x = f["facts"]
+    assert x["stops_donating"] == ["padded_tokens"] and "no longer donating padded_tokens" in f["fix"]
+    assert "padded_tokens" not in x["option"] and x["argnames"] == ["model"], x["option"]
+    fixed = DONATED_TOKENS.replace("@nnx.jit(donate_argnums=(1,))", f"@nnx.jit({x['option']})")
+    assert fixed != DONATED_TOKENS
+    assert run_script(write_script(tmp_path, "fixed.py", fixed)).stdout.split() == ["0"]
+    assert run_script(write_script(tmp_path, "as_is.py", DONATED_TOKENS)).stdout.split() != ["0"]

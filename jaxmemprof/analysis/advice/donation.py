@@ -282,7 +282,7 @@ def fix_change(run, fn, cands: tuple[Donor, ...], unusable=frozenset()) -> dict:
             elif c.position is not None:
                 positions.append(c.position)
         if lib is not None and lib.donate_by_name:
-            names += [params[p] for p in already_nums if p < len(params)]
+            names += [params[p] for p in kept_nums if p < len(params)]  # those it stops donating left out
             positions = [p for p in positions if p >= len(params)]
         names = sorted(set(names), key=lambda n: params.index(n) if n in params else len(params))
         positions = sorted(set(positions))
