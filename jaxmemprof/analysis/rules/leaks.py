@@ -5,6 +5,7 @@ jits per line)."""
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import pandas as pd
 
@@ -20,8 +21,12 @@ from jaxmemprof.units import counted, format_bytes
 def detect(ctx: Context) -> list[Finding]:
     found = leak_findings(ctx.leaks, ctx.recompiles, rejits(ctx.ar), ctx.holders)
     shapes = shape_findings(ctx.ar, {f.site for f in found if f.rule == "recompile" and f.case == "rejit"})
-    # the executables of a function compiled for many shapes (jit_step) are that finding's, which names the shapes
-    named = {f"jit_{f.fact('function')}" for f in shapes}
+    # the executables of a function compiled for many shapes (jit_step) are that finding's, which names the shapes,
+    # at the line that calls it with them (where the executables were made: where the padding is)
+    named = {f"jit_{f.fact('function')}": f for f in shapes}
+    calls = {f.fact("name"): f for f in found if f.rule == "recompile" and f.case == "executables"
+             and f.fact("name") in named}
+    shapes = [replace(f, site=calls[n].site) if n in calls else f for n, f in named.items()]
     return [f for f in found if not (f.rule == "recompile" and f.case == "executables" and f.fact("name") in named)] \
         + shapes
 
