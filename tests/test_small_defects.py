@@ -698,3 +698,48 @@ def test_findings_csv_says_the_saving_per_device_as_the_report_does(tmp_path):
     with open(tmp_path / "csv" / "findings.csv", newline="") as fh:
         [row] = [r for r in csv.DictReader(fh) if r["rule"] == "donate"]
     assert int(row["saving_bytes"]) == f["saving_bytes"]
+
+
+LINEN_TRAIN_FLAG = """
+import jax, jax.numpy as jnp, optax
+import flax.linen as nn
+from flax.training import train_state
+
+class MLP(nn.Module):
+    @nn.compact
+    def __call__(self, x, train: bool):
+        for _ in range(3):
+            x = jnp.tanh(nn.Dense(512)(x))
+            if train:  # a Python bool
+                x = x * 1.0
+        return nn.Dense(10)(x)
+
+model = MLP()
+x = jnp.ones((1024, 256))
+state = train_state.TrainState.create(apply_fn=model.apply, params=model.init(jax.random.PRNGKey(0), x, False)["params"],
+                                      tx=optax.sgd(1e-3))
+
+@jax.jit
+def train_step(state, x):
+    loss, grads = jax.value_and_grad(lambda p: jnp.mean(state.apply_fn({"params": p}, x, True) ** 2))(state.params)
+    return state.apply_gradients(grads=grads), loss
+
+for i in range(4):
+    state, loss = train_step(state, x)
+print("{}")
+"""
+
+
+def test_a_linen_programs_remat_is_spelled_nn_remat(tmp_path):
+    """(7) A flax linen Module's activations under a step jax.jit jitted:
+    the remat finding says linen's nn.remat (facts/libraries/flax.py), also
+    where no compile measured it (was: 'wrap that block in jax.checkpoint')."""
+    from jaxmemprof.facts.libraries import BY_NAME
+
+    run, _ = _record(tmp_path, "linen.py", LINEN_TRAIN_FLAG)
+    [f] = [f for f in _report(run)["findings"] if f["rule"] == "remat"]
+    assert f["facts"]["remat_spelling"] == "nn.remat" and f["facts"]["remat_function"] == "MLP.__call__"
+    assert "nn.remat" in f["brief_fix"] and "jax.checkpoint" not in f["brief_fix"], f["brief_fix"]
+    assert BY_NAME["jax.jit"].remat_spelling == "jax.checkpoint"  # the jit's own, which the words no longer take
+    text = run_cli("report", run, check=0).stdout
+    assert "nn.remat" in text and "in jax.checkpoint" not in text
