@@ -743,3 +743,39 @@ def test_a_linen_programs_remat_is_spelled_nn_remat(tmp_path):
     assert BY_NAME["jax.jit"].remat_spelling == "jax.checkpoint"  # the jit's own, which the words no longer take
     text = run_cli("report", run, check=0).stdout
     assert "nn.remat" in text and "in jax.checkpoint" not in text
+
+
+MANY_LEAVES = """
+import functools
+import jax, jax.numpy as jnp
+
+@functools.partial(jax.jit, static_argnums=2)
+def step(params, x, scale):
+    return [p - 0.01 * scale * jnp.tanh(p * jnp.mean(x)) for p in params]
+
+params = [jnp.ones((64, 64)) * k for k in range(120)]  # 120 leaves: a signature of about 2 KB
+x = jnp.ones((256,))
+for i in range(40):
+    params = step(params, x, 2 if i == 20 else 1)  # scale 2 once, at a call the probe does not sample
+print("{}")
+"""
+
+
+def test_explain_names_a_few_signatures_shortened_and_json_has_them_all(tmp_path):
+    """(7) A donation whose function compiled a signature no sampled call
+    ran: --explain's sentence names it cut at 100 characters with '+N more'
+    (was: the whole 2 KB of every leaf's shape, twice over), the JSON's
+    facts hold every such signature in full, as the run recorded it."""
+    from jaxmemprof.analysis.advice.donation import SIGNATURE_SAID
+
+    run, _ = _record(tmp_path, "leaves.py", MANY_LEAVES)
+    [f] = [f for f in _report(run)["findings"] if f["rule"] == "donate"]
+    recorded = list(load_run(run).jit.compiles["signature"])
+    missing = f["facts"]["signatures_not_verified"]
+    assert len(recorded) == 2 and len(missing) == 1 and missing[0] in recorded and "static:2" in "".join(recorded)
+    assert len(missing[0]) > 1000
+    named = re.search(r"1 not sampled \((.*?) \+(\d+ )?more", f["message"])
+    assert named and len(named[1]) <= SIGNATURE_SAID and missing[0].startswith(named[1]), f["message"]
+    assert len(f["message"]) < 1000
+    text = run_cli("report", run, "--explain", check=0).stdout
+    assert max(len(line) for line in text.splitlines()) < 1500
