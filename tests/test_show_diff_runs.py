@@ -109,6 +109,12 @@ def test_snapshots_keep_their_meaning(runs):
     d, _ = runs
     out = run_cli("diff", "before@peak", "after@peak", cwd=d, check=0).stdout
     assert "by site" in out and "delta count" in out
+    # the snapshots' lines matched by the script too: line 82's arrays are one row, not +X and -X
+    rows = json.loads(run_cli("diff", "before@peak", "after@peak", "--json", cwd=d, check=0).stdout)["rows"]
+    at_82 = [r for r in rows if r["site"].endswith(":82 (main)")]
+    assert len(at_82) <= 1 and all(r["site"] == "train_mlp_fixed.py:82 (main)" and r["base_bytes"] for r in at_82)
+    whole = json.loads(run_cli("show", "after@peak", "--json", cwd=d, check=0).stdout)["rows"]
+    assert any(r["site"] == "train_mlp_fixed.py:82 (main)" and r["bytes"] > 0 for r in whole)
     proc = run_cli("diff", "before", "after", "--by", "file", cwd=d)
     assert proc.returncode == 2 and "before@peak after@peak" in proc.stderr
     proc = run_cli("diff", "before", "after", "--html", d / "x.html", cwd=d)

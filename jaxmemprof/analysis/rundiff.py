@@ -180,6 +180,32 @@ def site_keys(base_manifest: dict, new_manifest: dict) -> tuple[Sites, Sites]:
     return Sites(base_manifest, line_map(before, after)), Sites(new_manifest)
 
 
+def same_sites(base_manifest: dict, new_manifest: dict):
+    """For a diff of two runs' snapshots by site or file (groups.diff's
+    ``same``): the base's groups that are a line (or file) of the new run
+    under another name (``site_keys``) keyed as the new run names them,
+    their bytes and counts added where two become one."""
+    sb, sn = site_keys(base_manifest, new_manifest)
+
+    def key(k: tuple, sites: Sites, by: str):
+        return sites.key(str(k[0])) if by == "site" else sites.file_key(str(k[0]))
+
+    def same(base: dict, new: dict, by: str) -> dict:
+        if by not in ("site", "file"):
+            return base
+        index = {key(k, sn, by): k for k in new}
+        out: dict = {}
+        for k, (b, c) in base.items():
+            k2 = index.get(key(k, sb, by), k)
+            if k2 in out:
+                out[k2] = [out[k2][0] + b, out[k2][1] + c]
+            else:
+                out[k2] = [b, c]
+        return out
+
+    return same
+
+
 # -- the comparison ----------------------------------------------------------
 
 def _rows_of(section: str, base: dict, new: dict, names_base: dict, names_new: dict, kinds: dict) -> list[tuple]:

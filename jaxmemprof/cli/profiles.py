@@ -188,6 +188,11 @@ def diff(base, new, by, top, csv_path, as_json, html_path, force, library, user,
     if base_prof.value_type != new_prof.value_type:
         raise InputError(new, f"measures {new_prof.value_type}, but {base} measures {base_prof.value_type}")
     att = attribution(library, user, all_frames, base_run, new_run)
-    result = diff_profiles(base_prof, new_prof, by, att)
+    same = None
+    if isinstance(getattr(base_run, "manifest", None), dict) and isinstance(getattr(new_run, "manifest", None), dict):
+        from jaxmemprof.analysis.rundiff import same_sites  # two runs' scripts: one line, whatever their names
+
+        same = same_sites(base_run.manifest, new_run.manifest)
+    result = diff_profiles(base_prof, new_prof, by, att, same)
     _emit("diff", [base_prof, new_prof], [base_name, new_name], result,
           f"{base_name} -> {new_name}: {new_prof.value_type} by {by}", csv_path, as_json, top, force, html_path, att)
