@@ -294,7 +294,8 @@ def _findings(base: list, new: list, sb: Sites, sn: Sites) -> list[tuple]:
         shown = fn if fn is not None else fb
         assert shown is not None
         base_what = fb.site if fb is not None and fn is not None and fb.site != fn.site else ""
-        sb_, sn_ = (fb.saving_bytes if fb is not None else None), (fn.saving_bytes if fn is not None else None)
+        # on the busiest device, as each report says it (Finding.device_saving)
+        sb_, sn_ = (fb.device_saving if fb is not None else None), (fn.device_saving if fn is not None else None)
         delta = (sn_ or 0) - (sb_ or 0) if change == KEPT else None
         rows.append((FINDING, "", shown.site, base_what, shown.rule + (f" ({shown.case})" if shown.case else ""),
                      change, sb_, sn_, delta))
