@@ -105,7 +105,8 @@ def test_a_saving_on_another_device_is_no_saving_of_the_busiest(idle_device):
     x = donate["facts"]
     assert x["verified"] and x["saving_bytes_per_device"] == 0
     assert x["true_peak_before_bytes"] == x["true_peak_after_bytes"] == oracle["table"]
-    assert 0 < donate["saving_bytes"] <= oracle["peak"] - oracle["donated_peak"]
+    # saving_bytes is the busiest device's (none, as the words say: issue 64); the fall summed in the facts
+    assert donate["saving_bytes"] == 0 < x["saving_bytes_all_devices"] <= oracle["peak"] - oracle["donated_peak"]
     assert donate["saves"].endswith("none on the busiest (compiled)"), donate["saves"]
     assert "does not fall there; on all the run's devices summed it falls" in donate["message"]
     text = run_cli("report", run, check=0).stdout

@@ -195,6 +195,9 @@ DONATE = Rule(
               "true_peak_after_bytes": "The run's true peak on the busiest device with the donated compiles' figures.",
               "saving_bytes_per_device": ("The fall of the true peak on the busiest device (verified), else "
                                           "`donated_bytes / devices`."),
+              "saving_bytes_all_devices": ("The fall of the true peak on all the devices summed (verified), else "
+                                           "`donated_bytes`: the outputs' `saving_bytes` is the busiest device's "
+                                           "(`saving_bytes_per_device`)."),
               "aliased_bytes": "What XLA's donated compile aliases beyond the recorded one (largest signature).",
               "temp_before_bytes": "XLA's temporaries of the largest signature as recorded.",
               "temp_after_bytes": "XLA's temporaries of the largest signature compiled donated.",
@@ -283,6 +286,7 @@ def donation_findings(ar: Attributed) -> list[Finding]:
                 "calls_sampled": int(c.calls_sampled),
                 "devices": int(devices), "donated_bytes": int(donated),
                 **measured, "saving_bytes_per_device": int(per_device),
+                "saving_bytes_all_devices": int(max(saving, 0)),
                 **fix_change(run, fn, cands, lost_by_function.get(int(fid), ())),
             },
         ))
