@@ -64,6 +64,7 @@ class RunDiff:
     new_where: str
     roles_where: tuple = ("", "")
     scripts: tuple = ("", "")  # (base, new) the runs' scripts as their manifests name them
+    findings: tuple = ()  # (base Finding or None, new Finding or None) of each finding row, in order (their words)
     omitted: dict = field(default_factory=dict)
 
     @property
@@ -279,7 +280,7 @@ def _line_bytes(ar: Attributed, rep: Report, sites: Sites) -> tuple[dict, dict, 
 def _findings(base: list, new: list, sb: Sites, sn: Sites) -> list[tuple]:
     """Each finding of either run: resolved (the base's alone), new (the
     new run's alone) or kept (both: the same rule, case and site), with
-    what each says it saves."""
+    what each says it saves: (row, (base Finding or None, new Finding or None))."""
     def keyed(found, sites):
         out: dict = {}
         for f in found:
@@ -297,10 +298,10 @@ def _findings(base: list, new: list, sb: Sites, sn: Sites) -> list[tuple]:
         # on the busiest device, as each report says it (Finding.device_saving)
         sb_, sn_ = (fb.device_saving if fb is not None else None), (fn.device_saving if fn is not None else None)
         delta = (sn_ or 0) - (sb_ or 0) if change == KEPT else None
-        rows.append((FINDING, "", shown.site, base_what, shown.rule + (f" ({shown.case})" if shown.case else ""),
-                     change, sb_, sn_, delta))
+        rows.append(((FINDING, "", shown.site, base_what, shown.rule + (f" ({shown.case})" if shown.case else ""),
+                      change, sb_, sn_, delta), (fb, fn)))
     order = {RESOLVED: 0, NEW: 1, KEPT: 2}
-    rows.sort(key=lambda r: (order[r[5]], -max(r[6] or 0, r[7] or 0), r[4], r[2]))
+    rows.sort(key=lambda rf: (order[rf[0][5]], -max(rf[0][6] or 0, rf[0][7] or 0), rf[0][4], rf[0][2]))
     return rows
 
 
@@ -325,7 +326,8 @@ def run_diff(base: tuple[Attributed, Report], new: tuple[Attributed, Report], na
     lb, lnames_b, kinds_b = _line_bytes(bar, brep, sb)
     ln, lnames_n, kinds_n = _line_bytes(nar, nrep, sn)
     rows += _rows_of(LINE, lb, ln, lnames_b, lnames_n, {**kinds_b, **kinds_n})
-    rows += _findings(brep.findings, nrep.findings, sb, sn)
+    found = _findings(brep.findings, nrep.findings, sb, sn)
+    rows += [r for r, _ in found]
     hb, hn = brep.headline, nrep.headline
     if hb.peak_snapshot is not None or hn.peak_snapshot is not None:
         rows.append((LIVE_PEAK, ALL_DEVICES, "", "", "", "", int(hb.peak_bytes), int(hn.peak_bytes),
@@ -333,7 +335,7 @@ def run_diff(base: tuple[Attributed, Report], new: tuple[Attributed, Report], na
     return RunDiff(base=names[0], new=names[1], rows=Table(RUNDIFF_COLUMNS, rows, True),
                    base_true_peak_bytes=hb.true_peak_bytes, new_true_peak_bytes=hn.true_peak_bytes,
                    base_where=hb.true_peak_where, new_where=hn.true_peak_where,
-                   roles_where=(brep.roles.where, nrep.roles.where),
+                   roles_where=(brep.roles.where, nrep.roles.where), findings=tuple(pair for _, pair in found),
                    scripts=tuple(str((m.get("argv") or [""])[0]) for m in (bar.run.manifest, nar.run.manifest)))
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from jaxmemprof.analysis.rundiff import FINDING, LINE, LIVE_PEAK, NEW, RESOLVED, ROLE, TRUE_PEAK, RunDiff
 from jaxmemprof.facts.devices import displayed
+from jaxmemprof.render import findings as said
 from jaxmemprof.render.escape import safe
 from jaxmemprof.render.plain import aligned
 from jaxmemprof.units import format_bytes
@@ -25,6 +26,21 @@ def _what(r: dict) -> str:
     return safe(str(r["what"]))
 
 
+def _said(f) -> str:
+    """What a finding says it saves, in its own words ('saves 4.02 MiB (compiled)', 'saves up to ...')."""
+    return said.saves(f, said.words(f)) if f is not None else ""
+
+
+def _saving(r: dict, pair: tuple) -> str:
+    fb, fn = pair
+    if r["change"] == RESOLVED:
+        return _said(fb).replace("saves", "saved", 1) if fb is not None else f"saved {_b(r['base_bytes'])}"
+    if r["change"] == NEW:
+        return _said(fn) if fn is not None else f"saves {_b(r['new_bytes'])}"
+    before, after = _said(fb), _said(fn)
+    return after if before == after else f"{before or 'nothing'} -> {after or 'nothing'}"
+
+
 def _change(b, n) -> str:
     if b is None or n is None:
         return f"{_b(b) or 'none'} -> {_b(n) or 'none'}"
@@ -39,8 +55,11 @@ def rundiff_lines(d: RunDiff) -> list[str]:
     scripts = f" ({safe(d.scripts[0])} -> {safe(d.scripts[1])})" if d.scripts[0] != d.scripts[1] else ""
     out = [f"jaxmemprof diff: {safe(d.base)} -> {safe(d.new)}{scripts}"]
     where = safe(d.new_where) if d.base_where == d.new_where else f"{safe(d.base_where)} -> {safe(d.new_where)}"
-    out.append(f"true peak {_change(d.base_true_peak_bytes, d.new_true_peak_bytes)}"
-               + (f", {where}" if where else "") + " (on the busiest device)")
+    if d.base_true_peak_bytes is None and d.new_true_peak_bytes is None:
+        out.append("true peak: not known in either run (no jitted call's figures: recorded with --no-jit-probe?)")
+    else:
+        out.append(f"true peak {_change(d.base_true_peak_bytes, d.new_true_peak_bytes)}"
+                   + (f", {where}" if where else "") + " (on the busiest device)")
     peaks = by[TRUE_PEAK]
     if len(peaks) > 1:
         out += [f"  {safe(str(r['device']))}: {_change(r['base_bytes'], r['new_bytes'])}" for r in peaks]
@@ -69,12 +88,8 @@ def rundiff_lines(d: RunDiff) -> list[str]:
     out.append("")
     out.append("Findings")
     if by[FINDING]:
-        found: list[tuple] = [(str(r["change"]), safe(str(r["kind"])), _what(r),
-                  (f"saved {_b(r['base_bytes'])}" if r["change"] == RESOLVED else
-                   f"saves {_b(r['new_bytes'])}" if r["change"] == NEW else
-                   f"saves {_b(r['base_bytes']) or '?'} -> {_b(r['new_bytes']) or '?'}")
-                  if r["base_bytes"] is not None or r["new_bytes"] is not None else "")
-                 for r in by[FINDING]]
+        found: list[tuple] = [(str(r["change"]), safe(str(r["kind"])), _what(r), _saving(r, pair))
+                              for r, pair in zip(by[FINDING], d.findings or [(None, None)] * len(by[FINDING]))]
         out += aligned(("change", "rule", "site", "saving"), (0, 0, 0, 0), found)
         out.append(f"{d.changes.get(RESOLVED, 0)} resolved, {d.changes.get(NEW, 0)} new")
     else:
