@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 
-from conftest import line_of, run_cli, run_script, write_script
+from conftest import cpu_env, line_of, run_cli, run_script, write_script
 
 from jaxmemprof.analysis.attributed import attribute
 from jaxmemprof.store.reader import load_run
@@ -104,7 +105,8 @@ def test_a_saving_on_another_device_is_no_saving_of_the_busiest(idle_device):
     x = donate["facts"]
     assert x["verified"] and x["saving_bytes_per_device"] == 0
     assert x["true_peak_before_bytes"] == x["true_peak_after_bytes"] == oracle["table"]
-    assert 0 < donate["saving_bytes"] <= oracle["peak"] - oracle["donated_peak"]
+    # saving_bytes is the busiest device's (none, as the words say: issue 64); the fall summed in the facts
+    assert donate["saving_bytes"] == 0 < x["saving_bytes_all_devices"] <= oracle["peak"] - oracle["donated_peak"]
     assert donate["saves"].endswith("none on the busiest (compiled)"), donate["saves"]
     assert "does not fall there; on all the run's devices summed it falls" in donate["message"]
     text = run_cli("report", run, check=0).stdout
@@ -465,3 +467,316 @@ def test_roles_of_another_call_than_the_true_peaks_say_so(tmp_path):
     text = run_cli("report", tmp_path / "run", check=0).stdout
     said = f"{doc['summary']['true_peak_bytes'] / 1024:.2f} KiB"
     assert f"(the true peak's call, {said}, was not sampled" in text, text
+
+
+# -- issue 64, item 7 ---------------------------------------------------------
+
+SAMPLE_LEAK = Path(__file__).resolve().parents[1] / "sample_runs" / "runs" / "mlp-leak"
+
+
+@pytest.mark.parametrize("columns", [100, 60])
+def test_a_findings_wrapped_lines_keep_their_indent_and_no_padding(columns):
+    """At COLUMNS=N a finding's lines are wrapped at N, each continuation
+    indented as its paragraph, and none padded with spaces (was: wrapped
+    lines padded to the width, which the terminal wraps again, and a
+    header's or a hint's continuation at column 0)."""
+    out = run_cli("report", SAMPLE_LEAK, "--explain", env=cpu_env(COLUMNS=str(columns)), check=0).stdout
+    lines = out[out.index("Findings"):].splitlines()[1:]
+    assert lines
+    for line in lines:
+        assert len(line) <= columns, line
+        assert line == line.rstrip(), repr(line)
+    numbered = [i for i, line in enumerate(lines) if re.match(r"\d+\. ", line)]
+    assert numbered and all(line.startswith("   ") for i, line in enumerate(lines) if i not in numbered), lines
+
+
+REFUSED_SHARDING = """
+import json
+import jax
+jax.config.update("jax_num_cpu_devices", 2)
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
+
+mesh = Mesh(jax.devices(), ("data",))
+w = jax.device_put(np.full((1024, 1024), 0.01, np.float32), NamedSharding(mesh, P()))  # 4 MiB on each device
+
+@jax.jit
+def step(w, x):
+    l, g = jax.value_and_grad(lambda w: jnp.mean(jnp.tanh(x @ w) ** 2))(w)
+    return w - 0.01 * g, l
+
+for i in range(4):
+    x = jax.device_put(np.ones((256, 1024), np.float32), NamedSharding(mesh, P("data")))
+    w, l = step(w, x)
+# What JAX says where a step's use of w refuses it sharded as the finding would (over its first axis):
+# an explicit mesh's elementwise product with an array sharded over the other axis.
+explicit = jax.make_mesh((2,), ("data",), axis_types=(AxisType.Explicit,))
+with jax.set_mesh(explicit):
+    a = jax.ShapeDtypeStruct((1024, 1024), jnp.float32, sharding=NamedSharding(explicit, P("data", None)))
+    b = jax.ShapeDtypeStruct((1024, 1024), jnp.float32, sharding=NamedSharding(explicit, P(None, "data")))
+    try:
+        jax.jit(lambda a, b: a * b).trace(a, b)
+        said = ""
+    except Exception as e:
+        said = f"{type(e).__name__}: {e}".splitlines()[0]
+print(json.dumps({"refused": said}))
+"""
+
+
+def test_a_sharding_jax_refused_is_never_the_top_fix_and_says_refused(tmp_path, monkeypatch):
+    """(7) A replicated finding whose sharded compile JAX refused (its
+    re-trace raised ShardingTypeError, as the recorder words it) is info,
+    saves nothing, says refused, and is not the top fix (was: ranked first
+    as the top fix, 'saves up to 2.00 MiB (not verified)')."""
+    from jaxmemprof.analysis.report import build_report
+    from jaxmemprof.analysis.rules import sharding
+    from jaxmemprof.render.findings import saves, words
+
+    script = write_script(tmp_path, "step.py", REFUSED_SHARDING)
+    proc = run_cli("run", "-q", "--verify-seconds", "0", "-o", tmp_path / "run", script, cwd=tmp_path, check=0)
+    run, oracle = tmp_path / "run", json.loads(proc.stdout.strip().splitlines()[-1])
+    assert oracle["refused"].startswith("ShardingTypeError: ")
+    before = build_report(attribute(load_run(run)))
+    [f] = [f for f in before.findings if f.rule == "replicated"]
+    assert f.saving_bytes == 2 * MiB and f.fact("verified") is False  # the bound: half of w on each device
+    real = sharding.verified_sharding
+    why = f"not verified: the program's Python, re-traced at the end of the run, raised {oracle['refused']}"
+
+    def refused_compile(ar, function_id, leaves):
+        out = real(ar, function_id, leaves)
+        return {**out, "not_verified": why} if out and not out.get("verified") else out
+
+    monkeypatch.setattr(sharding, "verified_sharding", refused_compile)
+    rep = build_report(attribute(load_run(run)))
+    [f] = [f for f in rep.findings if f.rule == "replicated"]
+    assert f.severity == "info" and f.saving_bytes is None
+    assert f.fact("refused") == oracle["refused"][:200]
+    w = words(f)
+    assert "JAX refused that sharding (ShardingTypeError" in w.brief and saves(f, w) == "refused by JAX"
+    assert rep.answer.fix is not f
+    assert rep.findings[-1] is f or all(g.severity == "info" for g in rep.findings[rep.findings.index(f):])
+
+
+PADDED = """
+import json
+import jax, jax.numpy as jnp, numpy as np
+import jaxmemprof
+
+def loss_fn(params, tokens):
+    return jnp.mean((jnp.tanh(tokens @ params["w1"]) @ params["w2"]) ** 2)
+
+@jax.jit
+def step(params, tokens):
+    loss, g = jax.value_and_grad(loss_fn)(params, tokens)
+    return jax.tree_util.tree_map(lambda p, q: p - 0.01 * q, params, g), loss
+
+rng = np.random.default_rng(0)
+params = {"w1": jnp.ones((64, 128)) * 0.01, "w2": jnp.ones((128, 64)) * 0.01}
+sizes = set()
+for i in range(120):
+    padded = -(-int(rng.integers(1, 129)) // 8) * 8  # each batch padded to a multiple of 8: up to 16 lengths
+    sizes.add(padded)
+    params, loss = step(params, np.ones((padded, 64), np.float32))
+    jaxmemprof.mark("step")
+print(json.dumps({"sizes": sorted(sizes), "cache": step._cache_size()}))
+"""
+
+
+def test_a_function_compiled_for_many_padded_shapes_is_a_recompile_finding(tmp_path):
+    """(7) A jitted step compiled once per padded length, all of them met
+    early in the run, is a recompile finding again (lost when recompiles
+    had to keep coming in the later half of the run): its sizes are the
+    program's own, its compiles JAX's cache size."""
+    run, oracle = _record(tmp_path, "padded.py", PADDED)
+    sizes = oracle["sizes"]
+    assert len(sizes) >= 8
+    doc = _report(run)
+    [f] = [f for f in doc["findings"] if f["rule"] == "recompile"]
+    x = f["facts"]
+    # where its executables were made, the line that pads (when they kept coming), else where it is jitted
+    assert f["case"] == "shapes" and f["site"] in ("padded.py:8", f"padded.py:{line_of(run.parent / 'padded.py', '= step(params')} (<module>)")
+    assert (x["function"], x["leaf"], x["axis"], x["sizes"]) == ("step", "tokens", 0, sizes)
+    assert x["signatures"] == len(sizes) == oracle["cache"] and x["compiles"] == oracle["cache"]
+    assert x["sizes_pow2"] == len({1 << (n - 1).bit_length() for n in sizes})
+    assert f["severity"] == ("medium" if len(sizes) >= 10 else "low")
+    text = run_cli("report", run, check=0).stdout
+    assert f"step was compiled for {len(sizes)} input shapes (finding" in text
+    assert "pad tokens's axis 0 to a few sizes" in text
+
+
+DONATED_TOKENS = """
+import sys, warnings
+import jax, jax.numpy as jnp, numpy as np
+from flax import nnx
+
+class Model(nnx.Module):
+    def __init__(self, rngs):
+        self.embed = nnx.Embed(512, 64, rngs=rngs)
+        self.out = nnx.Linear(64, 512, rngs=rngs)
+
+    def __call__(self, tokens):
+        return self.out(jnp.tanh(self.embed(tokens)))
+
+@nnx.jit(donate_argnums=(1,))  # JIT: donates the tokens, which no output can take
+def train_step(model, padded_tokens):
+    def loss_fn(model):
+        return jnp.mean(model(padded_tokens) ** 2)
+    loss, grads = nnx.value_and_grad(loss_fn)(model)
+    nnx.update(model, jax.tree.map(lambda p, g: p - 0.01 * g, nnx.state(model, nnx.Param), grads))
+    return loss
+
+warnings.simplefilter("always")
+model = Model(nnx.Rngs(0))
+with warnings.catch_warnings(record=True) as caught:
+    for i in range(4):
+        loss = train_step(model, jnp.asarray(np.full((32, 64), i, np.int32)))
+print(sum("donated buffers were not usable" in str(w.message) for w in caught))
+"""
+
+
+def test_the_printed_donation_stops_donating_what_its_words_stop(tmp_path):
+    """(7) A step that donates an argument no output can take: the donate
+    finding's fix says "no longer donating padded_tokens" and its option
+    no longer donates it (was: donate_argnames=("model", "padded_tokens")
+    beside those words); applied as printed, JAX warns of no unusable
+    donation."""
+    run, _ = _record(tmp_path, "tokens.py", DONATED_TOKENS)
+    doc = _report(run)
+    [f] = [f for f in doc["findings"] if f["rule"] == "donate"]
+    x = f["facts"]
+    assert x["stops_donating"] == ["padded_tokens"] and "no longer donating padded_tokens" in f["fix"]
+    assert "padded_tokens" not in x["option"] and x["argnames"] == ["model"], x["option"]
+    fixed = DONATED_TOKENS.replace("@nnx.jit(donate_argnums=(1,))", f"@nnx.jit({x['option']})")
+    assert fixed != DONATED_TOKENS
+    assert run_script(write_script(tmp_path, "fixed.py", fixed)).stdout.split() == ["0"]
+    assert run_script(write_script(tmp_path, "as_is.py", DONATED_TOKENS)).stdout.split() != ["0"]
+
+
+SHARDED_STATE = """
+import json
+import jax
+jax.config.update("jax_num_cpu_devices", 2)
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+mesh = Mesh(jax.devices(), ("data",))
+rows = NamedSharding(mesh, P("data"))
+params = {"w": jax.device_put(np.full((2048, 1024), 0.01, np.float32), rows),
+          "m": jax.device_put(np.zeros((2048, 1024), np.float32), rows)}
+
+@jax.jit
+def step(params, x):
+    m = 0.9 * params["m"] + jnp.tanh(params["w"]) * x
+    return {"w": params["w"] - 0.01 * m, "m": m}
+
+x = jax.device_put(np.ones((2048, 1024), np.float32), rows)
+for i in range(4):
+    params = step(params, x)
+print(json.dumps({"state_per_device": sum(a.addressable_shards[0].data.nbytes for a in params.values())}))
+"""
+
+
+def test_findings_csv_says_the_saving_per_device_as_the_report_does(tmp_path):
+    """(7) A donation on two devices: findings.csv's and the JSON's
+    saving_bytes are the fall on the busiest device, the figure the report
+    says ('saves 8.00 MiB per device'), the state the program holds on one
+    device (was: the fall on both devices summed, 16 MiB)."""
+    import csv
+
+    from jaxmemprof.units import format_bytes
+
+    run, oracle = _record(tmp_path, "sharded.py", SHARDED_STATE)
+    doc = _report(run)
+    [f] = [f for f in doc["findings"] if f["rule"] == "donate"]
+    x = f["facts"]
+    assert x["verified"] and x["devices"] == 2
+    assert f["saving_bytes"] == x["saving_bytes_per_device"] == x["true_peak_before_bytes"] - x["true_peak_after_bytes"]
+    assert f["saving_bytes"] == oracle["state_per_device"] == 8 * MiB
+    assert f["saves"] == f"saves {format_bytes(f['saving_bytes'])} per device (compiled)"
+    run_cli("export", run, "--csv", tmp_path / "csv", check=0)
+    with open(tmp_path / "csv" / "findings.csv", newline="") as fh:
+        [row] = [r for r in csv.DictReader(fh) if r["rule"] == "donate"]
+    assert int(row["saving_bytes"]) == f["saving_bytes"]
+
+
+LINEN_TRAIN_FLAG = """
+import jax, jax.numpy as jnp, optax
+import flax.linen as nn
+from flax.training import train_state
+
+class MLP(nn.Module):
+    @nn.compact
+    def __call__(self, x, train: bool):
+        for _ in range(3):
+            x = jnp.tanh(nn.Dense(512)(x))
+            if train:  # a Python bool
+                x = x * 1.0
+        return nn.Dense(10)(x)
+
+model = MLP()
+x = jnp.ones((1024, 256))
+state = train_state.TrainState.create(apply_fn=model.apply, params=model.init(jax.random.PRNGKey(0), x, False)["params"],
+                                      tx=optax.sgd(1e-3))
+
+@jax.jit
+def train_step(state, x):
+    loss, grads = jax.value_and_grad(lambda p: jnp.mean(state.apply_fn({"params": p}, x, True) ** 2))(state.params)
+    return state.apply_gradients(grads=grads), loss
+
+for i in range(4):
+    state, loss = train_step(state, x)
+print("{}")
+"""
+
+
+def test_a_linen_programs_remat_is_spelled_nn_remat(tmp_path):
+    """(7) A flax linen Module's activations under a step jax.jit jitted:
+    the remat finding says linen's nn.remat (facts/libraries/flax.py), also
+    where no compile measured it (was: 'wrap that block in jax.checkpoint')."""
+    from jaxmemprof.facts.libraries import BY_NAME
+
+    run, _ = _record(tmp_path, "linen.py", LINEN_TRAIN_FLAG)
+    [f] = [f for f in _report(run)["findings"] if f["rule"] == "remat"]
+    assert f["facts"]["remat_spelling"] == "nn.remat" and f["facts"]["remat_function"] == "MLP.__call__"
+    assert "nn.remat" in f["brief_fix"] and "jax.checkpoint" not in f["brief_fix"], f["brief_fix"]
+    assert BY_NAME["jax.jit"].remat_spelling == "jax.checkpoint"  # the jit's own, which the words no longer take
+    text = run_cli("report", run, check=0).stdout
+    assert "nn.remat" in text and "in jax.checkpoint" not in text
+
+
+MANY_LEAVES = """
+import functools
+import jax, jax.numpy as jnp
+
+@functools.partial(jax.jit, static_argnums=2)
+def step(params, x, scale):
+    return [p - 0.01 * scale * jnp.tanh(p * jnp.mean(x)) for p in params]
+
+params = [jnp.ones((64, 64)) * k for k in range(120)]  # 120 leaves: a signature of about 2 KB
+x = jnp.ones((256,))
+for i in range(40):
+    params = step(params, x, 2 if i == 20 else 1)  # scale 2 once, at a call the probe does not sample
+print("{}")
+"""
+
+
+def test_explain_names_a_few_signatures_shortened_and_json_has_them_all(tmp_path):
+    """(7) A donation whose function compiled a signature no sampled call
+    ran: --explain's sentence names it cut at 100 characters with '+N more'
+    (was: the whole 2 KB of every leaf's shape, twice over), the JSON's
+    facts hold every such signature in full, as the run recorded it."""
+    from jaxmemprof.analysis.advice.donation import SIGNATURE_SAID
+
+    run, _ = _record(tmp_path, "leaves.py", MANY_LEAVES)
+    [f] = [f for f in _report(run)["findings"] if f["rule"] == "donate"]
+    recorded = list(load_run(run).jit.compiles["signature"])
+    missing = f["facts"]["signatures_not_verified"]
+    assert len(recorded) == 2 and len(missing) == 1 and missing[0] in recorded and "static:2" in "".join(recorded)
+    assert len(missing[0]) > 1000
+    named = re.search(r"1 not sampled \((.*?) \+(\d+ )?more", f["message"])
+    assert named and len(named[1]) <= SIGNATURE_SAID and missing[0].startswith(named[1]), f["message"]
+    assert len(f["message"]) < 1000
+    text = run_cli("report", run, "--explain", check=0).stdout
+    assert max(len(line) for line in text.splitlines()) < 1500

@@ -4,7 +4,7 @@ grouped how, in which order), so that a format only writes them out.
 
 ``RunDocument``: ``report`` and ``export --csv`` on one run; ``JobDocument``:
 the same on a multi-process job; ``ProfilesDocument``: ``show``, ``diff`` and
-``export --format pprof``. Plain dataclasses: importing this module imports
+``export --format pprof``; ``RunsDocument``: ``diff`` of two runs. Plain dataclasses: importing this module imports
 neither pandas nor numpy (``show`` of a profile file needs neither)."""
 
 from __future__ import annotations
@@ -121,3 +121,11 @@ class ProfilesDocument:
     title: str = ""
     stacks: list = field(default_factory=list)  # each profile's user stacks (pprof)
     page: PageModel | None = None
+
+
+@dataclass(frozen=True)
+class RunsDocument:
+    """Two runs compared (diff BEFORE AFTER of two run directories): analysis/rundiff.py's ``RunDiff``."""
+
+    command: str
+    result: object  # analysis/rundiff.py's RunDiff (its first rows, as asked)

@@ -30,6 +30,19 @@ class Finding:
     def fact(self, name, default=None):
         return self.facts.get(name, default)
 
+    @property
+    def device_saving(self) -> int | None:
+        """What acting on it saves on the busiest device (the device whose
+        true peak a report leads with, and what its words say): its fact
+        ``saving_bytes_per_device`` where it has one (a donation on several
+        devices keeps in ``saving_bytes`` the fall on all of them summed),
+        never below 0; else its ``saving_bytes``. The one meaning of the
+        outputs' ``saving_bytes`` (findings.csv, the JSON's findings)."""
+        per = self.facts.get("saving_bytes_per_device")
+        if self.saving_bytes is None or not isinstance(per, (int, float)) or isinstance(per, bool):
+            return self.saving_bytes
+        return max(int(per), 0)
+
 
 def in_proportion(findings: list[Finding], peak_bytes: int, exempt=()) -> list[Finding]:
     """Severities in proportion to the run: a finding that saves under 1 % of

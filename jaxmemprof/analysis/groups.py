@@ -297,11 +297,15 @@ def _merged(base: dict, new: dict) -> dict:
     return out
 
 
-def diff(base: Profile, new: Profile, by: str, attribution: Attribution) -> Diff:
+def diff(base: Profile, new: Profile, by: str, attribution: Attribution, same=None) -> Diff:
     """Compare two profiles group by group; rows sorted by |delta bytes|,
-    then |delta count|, then key."""
+    then |delta count|, then key. ``same``: ``(base sums, new sums, by) ->
+    base sums`` with a base group that is one of the new profile's under
+    another name keyed as that one (two runs' scripts under two names:
+    analysis/rundiff.py ``same_sites``)."""
     keys = list(KEY_COLUMNS[by])
-    merged = _merged(_sums(base, by, attribution), _sums(new, by, attribution))
+    b, n = _sums(base, by, attribution), _sums(new, by, attribution)
+    merged = _merged(same(b, n, by) if same is not None else b, n)
     totals = dict(zip(_DIFF_VALUES, (sum(v[i] for v in merged.values()) for i in range(6))))
     changed = [(k, v) for k, v in merged.items() if not (v[2] == 0 and v[5] == 0 and v[0] == v[1])]
     changed.sort(key=lambda kv: (-abs(kv[1][2]), -abs(kv[1][5]), -kv[1][1], *kv[0]))

@@ -136,16 +136,24 @@ def show(profile, by, top, csv_path, as_json, html_path, force, library, user, a
 @_profile_options
 def diff(base, new, by, top, csv_path, as_json, html_path, force, library, user, all_frames, sample_index,
          max_decompressed, max_ratio):
-    """Compare two profiles: which of your lines grew and which shrank.
+    """Compare two runs, or two profiles: what a change did, which of your lines grew and which shrank.
 
-    Deltas are NEW minus BASE per group, as with `go tool pprof -diff_base`;
-    they add up to the change in total bytes exactly. BASE and NEW are
-    profile files or RUN@SEL (see `jaxmemprof show --help`); a run directory
-    alone compares its first snapshot with its final one (the last taken
-    while the program ran, before it exited).
+    Two run directories (BEFORE AFTER, no @SEL): what the change to the
+    program did to what it needs: the true peak on each device, by role and
+    by XLA's buffers by line inside the call, then the findings resolved,
+    new and kept (a line of BEFORE's script and the same line of AFTER's are
+    one site, whatever the scripts are called).
+
+    Two profiles: deltas are NEW minus BASE per group, as with `go tool
+    pprof -diff_base`; they add up to the change in total bytes exactly.
+    BASE and NEW are profile files or RUN@SEL (see `jaxmemprof show
+    --help`); a run directory alone compares its first snapshot with its
+    final one (the last taken while the program ran, before it exited).
 
     \b
     Examples:
+      jaxmemprof diff before after           # two runs: what the fix did
+      jaxmemprof diff before after --json    # the same rows as JSON (--csv -: as CSV)
       jaxmemprof diff before.prof after.prof
       jaxmemprof diff RUN                   # RUN@first -> RUN@final
       jaxmemprof diff RUN@first RUN@peak
@@ -155,6 +163,16 @@ def diff(base, new, by, top, csv_path, as_json, html_path, force, library, user,
     from jaxmemprof.analysis.groups import diff as diff_profiles
 
     _check_streams(csv_path, as_json, html_path, force)
+    if new is not None:
+        from jaxmemprof.cli.rundiff import diff_runs, is_run
+
+        if is_run(base) and is_run(new):  # two runs: what the change did, not two moments' arrays
+            if click.get_current_context().get_parameter_source("by") is not click.core.ParameterSource.DEFAULT:
+                raise click.UsageError("--by groups two snapshots' arrays: diff of two runs compares their true "
+                                       f"peaks, roles, lines and findings; for snapshots give {base}@peak {new}@peak")
+            diff_runs(base, new, top=top, csv_path=csv_path, as_json=as_json, html_path=html_path, force=force,
+                      library=library, user=user, all_frames=all_frames)
+            return
     if by == "owner":
         raise click.UsageError("--by owner is show's (jaxmemprof show RUN@SEL --by owner); diff groups by line, "
                                "function, file, stack, device or kind")
@@ -170,6 +188,11 @@ def diff(base, new, by, top, csv_path, as_json, html_path, force, library, user,
     if base_prof.value_type != new_prof.value_type:
         raise InputError(new, f"measures {new_prof.value_type}, but {base} measures {base_prof.value_type}")
     att = attribution(library, user, all_frames, base_run, new_run)
-    result = diff_profiles(base_prof, new_prof, by, att)
+    same = None
+    if isinstance(getattr(base_run, "manifest", None), dict) and isinstance(getattr(new_run, "manifest", None), dict):
+        from jaxmemprof.analysis.rundiff import same_sites  # two runs' scripts: one line, whatever their names
+
+        same = same_sites(base_run.manifest, new_run.manifest)
+    result = diff_profiles(base_prof, new_prof, by, att, same)
     _emit("diff", [base_prof, new_prof], [base_name, new_name], result,
           f"{base_name} -> {new_name}: {new_prof.value_type} by {by}", csv_path, as_json, top, force, html_path, att)

@@ -209,7 +209,11 @@ GLOSSARY: dict[str, str] = {
     "rule": "The finding's rule (`leak`, `donate`, `allocator-fraction`, ...; see the facts below).",
     "case": "Which of the rule's cases (the words differ); empty when the rule has one.",
     "severity": "`high`, `medium`, `low` or `info`; a saving under 1 % of the run's peak makes it `info`.",
-    "saving_bytes": "What acting on the finding saves, in bytes, where known (empty otherwise).",
+    "saving_bytes": ("What acting on the finding saves, in bytes, where known (empty otherwise), on one device: the "
+                     "busiest, whose true peak the report leads with and as the report says it (`saves X per "
+                     "device`); a donation on several devices falls there by its fact `saving_bytes_per_device` "
+                     "(never below 0), not by its fall on all of them summed. A leak's is its site's projected "
+                     "growth."),
     "message": "The finding in one full sentence, with its figures.",
     "fix": "What to change, in full, with the trade-offs.",
     "evidence": "Every figure behind the finding, in words.",

@@ -53,6 +53,12 @@ def _table(headers, right, rows) -> list[str]:
     return out
 
 
+def aligned(headers, right, rows) -> list[str]:
+    """``rows`` (tuples of text) under ``headers`` in columns as wide as their widest cell, right-aligned
+    where ``right`` says (the tables of show and diff off a terminal; diff of two runs everywhere)."""
+    return _table(headers, right, rows)
+
+
 def owner_label(owner: str, role: str) -> str:
     """``show --by owner``'s key: the owner and its role (a line alone when no call names its arrays)."""
     return safe(owner) if role == "by line" else f"{safe(owner)} ({role})"

@@ -11,7 +11,6 @@ import math
 
 import pandas as pd
 from rich.console import Console
-from rich.padding import Padding
 from rich.text import Text
 
 from jaxmemprof.analysis.documents import RunDocument
@@ -502,8 +501,11 @@ def _render_reuse(rep: Report, con: Console, top: int, explain: bool) -> None:
 def _render_leaks(rep: Report, con: Console, top: int, explain: bool = False) -> None:
     suspects = rep.recompiles[rep.recompiles["suspect"]] if not rep.recompiles.empty else rep.recompiles
     others = len(rep.recompiles) - len(suspects)
-    compiled = "no function was compiled again and again" + (
-        f" ({others} compiled for a few shapes each: recompiles.csv)" if others else "")
+    shapes = [f for f in rep.findings if f.rule == "recompile" and f.case == "shapes"]  # for many shapes: a finding
+    compiled = "; ".join(f"{safe(f.fact('function'))} was compiled for {f.fact('signatures')} input shapes "
+                         f"(finding {rep.findings.index(f) + 1})" for f in shapes) or (
+        "no function was compiled again and again" + (
+            f" ({others} compiled for a few shapes each: recompiles.csv)" if others else ""))
     if rep.leaks.empty and suspects.empty:
         _quiet(con, "Leaks and recompiles", f"no site grows steadily; {compiled}")
         return
@@ -543,6 +545,8 @@ def _render_leaks(rep: Report, con: Console, top: int, explain: bool = False) ->
             t.add_row(str(r["max_count"]), str(r["first_count"]), str(r["last_count"]), Text(safe(r["name"])),
                       Text(safe(r["site"])))
         con.print(t)
+        if shapes:
+            con.print(Text(compiled))
 
 
 _COLOURS = {"high": "red", "medium": "yellow", "low": "cyan", "info": ""}
@@ -551,21 +555,39 @@ _COLOURS = {"high": "red", "medium": "yellow", "low": "cyan", "info": ""}
 _HINTS = ("low", "info")
 
 
-def _print_hanging(con: Console, head: Text, rest: list[str], hang: int) -> None:
-    """``head``, then each line of ``rest`` (a fix's statement of several
-    lines) escaped and indented by ``hang``, a line at a time (no padding
-    after a short line: what is copied from the terminal is the code)."""
-    con.print(head)
+def _said(con: Console, text: Text, first: int, hang: int) -> None:
+    """``text`` at the console's width, its first line indented by
+    ``first``, each line the width wraps by ``hang``: wrapped here, a line
+    at a time, never padded (a line padded to the width, or one that is
+    one column over it, the terminal wraps again, and a copy carries the
+    spaces)."""
+    width = con.width
+    if len(text) + first <= width:  # the whole line fits (and off a terminal, without $COLUMNS, always)
+        con.print(Text(" " * first) + text, soft_wrap=True)
+        return
+    for i, line in enumerate(text.wrap(con, max(width - max(first, hang), 20))):
+        line.rstrip()
+        con.print(Text(" " * (first if i == 0 else hang)) + line, soft_wrap=True)
+
+
+def _print_hanging(con: Console, head: Text, rest: list[str], first: int, hang: int, code: int) -> None:
+    """``head`` (wrapped by ``_said``: indented ``first``, its wrapped lines
+    ``hang``), then each line of ``rest`` (a fix's statement of several
+    lines: code) escaped and indented by ``code``, whole (the terminal wraps
+    a line of code longer than it, and a copy is the code)."""
+    _said(con, head, first, hang)
     for more in rest:
-        con.print(Padding(Text(safe(more)), (0, 0, 0, hang), expand=False))
+        con.print(Text(" " * code + safe(more)), soft_wrap=True)
 
 
 def render_findings(findings, con: Console, *, explain: bool = False, limit: int | None = None,
                     indent: str = "   ", words_of=None, where_of=None) -> None:
     """Each finding in three lines: severity, rule, site and saving; one
     sentence; the fix. A low or info one (a hint) in one line, with its
-    fix. With ``explain``, each in full, with its evidence."""
+    fix. With ``explain``, each in full, with its evidence. A line longer
+    than the console is wrapped with its indent kept (``_said``)."""
     shown = findings if limit is None else findings[:limit]
+    pad = len(indent)
     for i, f in enumerate(shown, start=1):
         w = (words_of or said.words)(f)
         line = Text(f"{i}. ")
@@ -581,18 +603,16 @@ def render_findings(findings, con: Console, *, explain: bool = False, limit: int
             first, *rest = str(words).split("\n") if words else [""]
             if words:
                 line.append(f": {safe(first)}")
-            _print_hanging(con, line, rest, len(indent) + 5)
+            _print_hanging(con, line, rest, 0, pad, pad + 5)
             continue
-        con.print(line)
-        # Indented as a block: a line the terminal wraps keeps the indent.
-        pad = (0, 0, 0, len(indent))
-        con.print(Padding(Text(safe(w.message if explain else w.brief)), pad, expand=False))
+        _said(con, line, 0, pad)
+        _said(con, Text(safe(w.message if explain else w.brief)), pad, pad)
         fix = w.fix if explain else w.brief_fix
         if fix:
             first, *rest = str(fix).split("\n")
-            _print_hanging(con, Padding(Text(f"fix: {safe(first)}"), pad, expand=False), rest, len(indent) + 5)
+            _print_hanging(con, Text(f"fix: {safe(first)}"), rest, pad, pad, pad + 5)
         if explain and w.evidence:
-            con.print(Padding(Text(f"evidence: {safe(w.evidence)}"), pad, expand=False))
+            _said(con, Text(f"evidence: {safe(w.evidence)}"), pad, pad)
     if limit is not None and len(findings) > limit:
         con.print(Text(f"{indent}... {len(findings) - limit} more: jaxmemprof report"))
 

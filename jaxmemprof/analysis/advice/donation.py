@@ -282,7 +282,7 @@ def fix_change(run, fn, cands: tuple[Donor, ...], unusable=frozenset()) -> dict:
             elif c.position is not None:
                 positions.append(c.position)
         if lib is not None and lib.donate_by_name:
-            names += [params[p] for p in already_nums if p < len(params)]
+            names += [params[p] for p in kept_nums if p < len(params)]  # those it stops donating left out
             positions = [p for p in positions if p >= len(params)]
         names = sorted(set(names), key=lambda n: params.index(n) if n in params else len(params))
         positions = sorted(set(positions))
@@ -348,7 +348,37 @@ def verified_change(ar: Attributed, function_id: int, arguments) -> dict:
             why += (f", and the run's true peak with the change is a call of {one}"
                     ", counted as recorded (not donated): the fall shown is a lower bound")
         out["not_verified"] = why
+        out["signatures_not_verified"] = missing  # every one, in full (the words name a few, shortened)
     return out
+
+
+_STORED_CUT = re.compile(r" \.\.\. \(\d+ characters, sha256 [0-9a-f]+\)$")  # a signature stored cut short
+SIGNATURE_SAID = 100  # characters of a signature's text a sentence names before '+N more'
+SIGNATURES_SAID = 2  # signatures a sentence names before '+N more'
+
+
+def signature_said(text: str, room: int = SIGNATURE_SAID) -> str:
+    """A signature's text as a sentence names it: its leaves up to ``room`` characters, then '+N more'
+    (a model's signature names every leaf: thousands of characters); '+more' where the run stored the text
+    cut short (capture/jit/programs.py: its leaves past the cut are not counted)."""
+    text = str(text)
+    cut = _STORED_CUT.search(text)
+    parts = text[:cut.start()].split(", ") if cut else text.split(", ")
+    shown: list[str] = []
+    for p in parts:
+        if shown and len(", ".join([*shown, p])) > room:
+            break
+        shown.append(p)
+    rest = len(parts) - len(shown)
+    return ", ".join(shown) + (" +more" if cut else f" +{rest} more" if rest else "")
+
+
+def signatures_said(signatures: list) -> str:
+    """The first ``SIGNATURES_SAID`` of ``signatures``, each shortened (``signature_said``), then '+N more';
+    all of them are in the finding's facts."""
+    n = len(signatures)
+    more = f"; +{n - SIGNATURES_SAID} more signatures" if n > SIGNATURES_SAID else ""
+    return "; ".join(signature_said(sig) for sig in signatures[:SIGNATURES_SAID]) + more
 
 
 # How the recorder's row of a signature that no kept call ran begins where its arguments could not be made
@@ -373,13 +403,13 @@ def _why_missing(run, function_id: int, rows: pd.DataFrame, missing: list) -> st
     parts = []
     if unsampled:
         n = len(unsampled)
-        parts.append(f"{n} not sampled ({'; '.join(unsampled[:2])}{' ...' if n > 2 else ''}: no sampled call "
+        parts.append(f"{n} not sampled ({signatures_said(unsampled)}: no sampled call "
                      f"ran {'it' if n == 1 else 'them'}, so {'its' if n == 1 else 'their'} arguments' shapes "
                      f"were not kept)")
     if unmade:
         n = len(unmade)
         why = errors[unmade[0]][len(_NOT_SAMPLED):].lstrip(": ")
-        parts.append(f"{n} not sampled ({'; '.join(unmade[:2])}{' ...' if n > 2 else ''}: no sampled call ran "
+        parts.append(f"{n} not sampled ({signatures_said(unmade)}: no sampled call ran "
                      f"{'it' if n == 1 else 'them'}, and {why[:200]})")
     if over:
         parts.append(f"{len(over)} over the compile budget")

@@ -169,10 +169,11 @@ DONATE = Rule(
     facts={"": ("function", "wrapper", "defined_at", "arguments", "by_position", "leaves", "calls_sampled", "devices",
                 "donated_bytes", "verified", "not_verified", "signatures_verified", "signatures",
                 "true_peak_before_bytes", "true_peak_after_bytes", "saving_bytes_per_device", "aliased_bytes",
-                "temp_before_bytes", "temp_after_bytes", "first_kept", "also_donates", "change", "option", "argnums",
+                "temp_before_bytes", "temp_after_bytes", "signatures_not_verified", "saving_bytes_all_devices",
+                "first_kept", "also_donates", "change", "option", "argnums",
                 "argnames", "stops_donating", "pass_first", "edited_line", "peak_elsewhere")},
-    optional=("not_verified", "signatures_verified", "signatures", "true_peak_before_bytes", "true_peak_after_bytes",
-              "aliased_bytes", "temp_before_bytes", "temp_after_bytes", "argnums", "argnames", "stops_donating",
+    optional=("not_verified", "signatures_verified", "signatures", "signatures_not_verified", "true_peak_before_bytes",
+              "true_peak_after_bytes", "aliased_bytes", "temp_before_bytes", "temp_after_bytes", "argnums", "argnames", "stops_donating",
               "pass_first", "peak_elsewhere"),
     meanings={"function": "The jitted function's name.",
               "arguments": "The arguments to donate: parameter names, or positions as strings (`'0'`).",
@@ -189,10 +190,15 @@ DONATE = Rule(
                               "donates inside its own call, ...).",
               "signatures_verified": "The function's signatures compiled donated.",
               "signatures": "The function's signatures compiled in the run.",
+              "signatures_not_verified": ("Every signature of the function with no donated compile, its text in full "
+                                          "(the words name two, each cut at 100 characters with '+N more')."),
               "true_peak_before_bytes": "The run's true peak on the busiest device, as recorded.",
               "true_peak_after_bytes": "The run's true peak on the busiest device with the donated compiles' figures.",
               "saving_bytes_per_device": ("The fall of the true peak on the busiest device (verified), else "
                                           "`donated_bytes / devices`."),
+              "saving_bytes_all_devices": ("The fall of the true peak on all the devices summed (verified), else "
+                                           "`donated_bytes`: the outputs' `saving_bytes` is the busiest device's "
+                                           "(`saving_bytes_per_device`)."),
               "aliased_bytes": "What XLA's donated compile aliases beyond the recorded one (largest signature).",
               "temp_before_bytes": "XLA's temporaries of the largest signature as recorded.",
               "temp_after_bytes": "XLA's temporaries of the largest signature compiled donated.",
@@ -281,6 +287,7 @@ def donation_findings(ar: Attributed) -> list[Finding]:
                 "calls_sampled": int(c.calls_sampled),
                 "devices": int(devices), "donated_bytes": int(donated),
                 **measured, "saving_bytes_per_device": int(per_device),
+                "saving_bytes_all_devices": int(max(saving, 0)),
                 **fix_change(run, fn, cands, lost_by_function.get(int(fid), ())),
             },
         ))

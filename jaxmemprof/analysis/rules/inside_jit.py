@@ -53,7 +53,9 @@ def _wrap_fix(x: dict) -> str:
 
 def _remat(f: Finding, x: dict) -> Words:
     peak, kept = x["program_peak_bytes"], x["kept_bytes"]
-    spelling = remat_spelling(x.get("wrapper"))  # that of the library whose wrapper jitted the step
+    # the remat of the library the kept activations' function is of, where the end's compiles named it (flax
+    # linen's nn.remat under a step jax.jit jitted), else that of the library whose wrapper jitted the step
+    spelling = x.get("remat_spelling") or remat_spelling(x.get("wrapper"))
     head = f"At {x['function']}'s peak, {fmt(kept)} ({kept / peak:.0%} of it) are activations its forward pass " \
            f"keeps for the backward pass: {_by_line(x)}. "
     evidence = (f"XLA's buffers live at the program's peak ({fmt(peak)}): {x['buffers']} made by forward-pass (jvp) "
@@ -125,9 +127,10 @@ REMAT = Rule(
                            "wrapped in its library's remat (capture/jit/remat.py) and the run's true peak fell: the "
                            "saving is then that fall, for the wrap and policy printed."),
               "not_compiled": "Why no such compile gives the saving (the function cannot be wrapped from outside).",
-              "remat_function": "The function wrapped (`block`, `Block.__call__`).",
+              "remat_function": ("The function wrapped (`block`, `Block.__call__`), or that the compiles tried to wrap "
+                                 "where none was compiled."),
               "remat_site": "Where it is defined (`file:line`).",
-              "remat_spelling": ("Its library's remat ("
+              "remat_spelling": ("Its library's remat, as the words spell it compiled or not ("
                                  + ", ".join(f"`{lib.remat_spelling}`" for lib in LIBRARIES[::-1] if lib.remat_spelling)
                                  + ")."),
               "remat_how": "How the compile wrapped it: `module global` or `class attribute`.",
@@ -189,9 +192,14 @@ def compiled_remat(ar: Attributed, function_id: int) -> dict | None:
             continue
         key = (c.get("function"), c.get("policy"))
         groups.setdefault(key, (c, {}))[1][(int(function_id), r["signature"])] = {col: int(r[col]) for col in FIGURES}
+    # the library's remat of the function the compiles wrapped (flax linen's nn.remat for a Module's method),
+    # as the words of a saving no compile measured spell it
+    spelled = {(str(c.get("function")), str(c.get("spelling"))) for c in changes if c.get("spelling")}
+    spelling = {"remat_function": next(iter(spelled))[0], "remat_spelling": next(iter(spelled))[1]} \
+        if len(spelled) == 1 else {}
     if not groups:
         why = (unwrappable + errors or ["XLA gave no figures"])[0]
-        return {"compiled": False, "not_compiled": why}
+        return {"compiled": False, "not_compiled": why, **spelling}
     peaks = ar.peaks
     before = peaks.device_bytes
     if before is None:
@@ -209,7 +217,7 @@ def compiled_remat(ar: Attributed, function_id: int) -> dict | None:
         # a function that could not be wrapped may still hold them: say so; else no wrap lowers it
         # (or one past the compile budget)
         reasons = unwrappable + [e for e in errors if "budget" in e]
-        return {"compiled": False, "not_compiled": reasons[0]} if reasons else None
+        return {"compiled": False, "not_compiled": reasons[0], **spelling} if reasons else None
     after, c, replace = best
     compiles = run.jit.compiles
     sig = next(iter(replace))[1]

@@ -4,6 +4,9 @@ jits per line)."""
 
 from __future__ import annotations
 
+import re
+from dataclasses import replace
+
 import pandas as pd
 
 from jaxmemprof.analysis.findings import Finding
@@ -16,7 +19,127 @@ from jaxmemprof.units import counted, format_bytes
 
 
 def detect(ctx: Context) -> list[Finding]:
-    return leak_findings(ctx.leaks, ctx.recompiles, rejits(ctx.ar), ctx.holders)
+    found = leak_findings(ctx.leaks, ctx.recompiles, rejits(ctx.ar), ctx.holders)
+    shapes = shape_findings(ctx.ar, {f.site for f in found if f.rule == "recompile" and f.case == "rejit"})
+    # the executables of a function compiled for many shapes (jit_step) are that finding's, which names the shapes,
+    # at the line that calls it with them (where the executables were made: where the padding is)
+    named = {f"jit_{f.fact('function')}": f for f in shapes}
+    calls = {f.fact("name"): f for f in found if f.rule == "recompile" and f.case == "executables"
+             and f.fact("name") in named}
+    shapes = [replace(f, site=calls[n].site) if n in calls else f for n, f in named.items()]
+    return [f for f in found if not (f.rule == "recompile" and f.case == "executables" and f.fact("name") in named)] \
+        + shapes
+
+
+# A jitted function compiled for this many signatures that differ only in their arrays' shapes is compiled
+# again and again (a padding to many lengths, a last batch of every size), however early they all came.
+SHAPES_AT_LEAST = 8
+_LEAF = re.compile(r"^(np:)?([A-Za-z_][\w]*)\[([\d,]*)\](.*)$")
+
+
+def _leaf(text: str):
+    """(dtype and what follows the shape, shape) of an array leaf of a signature (``np:float32[8,4]``), or the
+    text itself (a static value, a Python scalar's type) as one that must be equal."""
+    m = _LEAF.match(text)
+    if m is None:
+        return text, None
+    return f"{m[1] or ''}{m[2]}{m[4]}", tuple(int(n) for n in m[3].split(",") if n)
+
+
+def _shapes(signatures: list[str]) -> list[tuple[int, int, list]] | None:
+    """[(leaf, axis, its sizes)] of the leaves whose shape differs between ``signatures`` (texts from the
+    probe: ``float32[8,4], np:int32[16]``) where nothing else does; None where something else does."""
+    parsed = [[_leaf(p) for p in sig.split(", ")] for sig in signatures]
+    if len({len(p) for p in parsed}) != 1:
+        return None
+    varying = []
+    for i, column in enumerate(zip(*parsed)):
+        if len({kind for kind, _ in column}) != 1 or len({len(shape or ()) for _, shape in column}) != 1:
+            return None
+        shapes = [shape for _, shape in column]
+        if shapes[0] is None:
+            continue
+        for axis in range(len(shapes[0])):
+            sizes = sorted({sh[axis] for sh in shapes if sh is not None})
+            if len(sizes) > 1:
+                varying.append((i, axis, sizes))
+    return varying or None
+
+
+def _leaf_names(calls: pd.DataFrame, function_id: int) -> list[str]:
+    """Each input leaf's name as the first sampled call of the function has it (``tokens``, ``batch['x']``)."""
+    from jaxmemprof.analysis.cells import leaves
+
+    mine = calls[calls["function_id"] == function_id] if not calls.empty else calls
+    if mine.empty:
+        return []
+    out = []
+    for leaf in leaves(mine.sort_values("call_index").iloc[0]["inputs"]):
+        named = isinstance(leaf, dict)
+        out.append(str((leaf.get("owner") or f"{leaf.get('name') or ''}{leaf.get('path') or ''}") if named else ""))
+    return out
+
+
+def shape_findings(ar, sites_said: set) -> list[Finding]:
+    """One ``recompile`` finding (case ``shapes``) per jitted function compiled for ``SHAPES_AT_LEAST`` or more
+    signatures (the probe's: one per compile JAX's cache tells apart) that differ only in their arrays' shapes,
+    whenever they came: each shape is a compile of the whole function, and its cache keeps every executable.
+    ``sites_said``: sites a recompile finding already names."""
+    run = ar.run
+    compiles, functions = run.jit.compiles, run.jit.functions
+    if compiles.empty or functions.empty or "signature" not in compiles:
+        return []
+    c = run.jit.counts
+    counts = {} if c.empty or "compiles" not in c else c.groupby("function_id")["compiles"].max().to_dict()
+    out = []
+    for fn in functions.itertuples():
+        if ar.files.is_library(str(fn.file)):
+            continue
+        sigs = list(dict.fromkeys(s for s in compiles.loc[compiles["function_id"] == fn.function_id, "signature"]
+                                  if isinstance(s, str) and s))
+        if len(sigs) < SHAPES_AT_LEAST:
+            continue
+        varying = _shapes(sigs)
+        if varying is None:
+            continue
+        site = f"{ar.files.display_path(str(fn.jit_file))}:{int(fn.jit_line)}" if fn.jit_file else ""
+        if site in sites_said:
+            continue
+        names = _leaf_names(run.jit.calls, int(fn.function_id))
+        leaf, axis, sizes = max(varying, key=lambda v: len(v[2]))
+        named = names[leaf] if leaf < len(names) and names[leaf] else f"input leaf {leaf}"
+        compiled = counts.get(fn.function_id)
+        out.append(Finding(
+            rule="recompile", case="shapes", severity="medium" if len(sigs) >= 10 else "low", site=site,
+            facts={"function": str(fn.name), "signatures": len(sigs),
+                   "compiles": int(compiled) if compiled is not None and compiled == compiled else len(sigs),
+                   "leaf": named, "axis": int(axis), "sizes": [int(n) for n in sizes],
+                   "sizes_pow2": len({1 << max(int(n) - 1, 0).bit_length() for n in sizes}),
+                   "varying": [[names[i] if i < len(names) and names[i] else f"input leaf {i}", int(a), len(z)]
+                               for i, a, z in varying]}))
+    return out
+
+
+def _shapes_words(f: Finding, x: dict) -> Words:
+    sizes = x["sizes"]
+    shown = ", ".join(str(n) for n in sizes[:8]) + (f" +{len(sizes) - 8} more" if len(sizes) > 8 else "")
+    compiles = x["compiles"]
+    times = (f"{compiles} times for {x['signatures']} input shapes" if compiles != x["signatures"]
+             else f"for {x['signatures']} input shapes")
+    return Words(
+        brief=(f"{x['function']} was compiled {times}: {x['leaf']}'s axis {x['axis']} took {len(sizes)} sizes "
+               f"({sizes[0]} to {sizes[-1]})."),
+        brief_fix=(f"pad {x['leaf']}'s axis {x['axis']} to a few sizes (powers of two: {x['sizes_pow2']} "
+                   f"compiles instead of {len(sizes)})"),
+        message=(f"{x['function']} was compiled {times} at {f.site}: each size of {x['leaf']}'s axis {x['axis']} "
+                 f"({shown}) is a compile of the whole function, and JAX's cache keeps every executable."),
+        fix=(f"Pad {x['leaf']} along axis {x['axis']} to a few bucket sizes (the next power of two: "
+             f"{x['sizes_pow2']} sizes; or one, the largest) and mask the padding, so the function is compiled "
+             "once per bucket; or mark what varies static only where it takes few values."),
+        evidence=(f"{x['signatures']} signatures recorded by the jit probe that differ only in shapes: "
+                  + "; ".join(f"{name} axis {a}: {n} sizes" for name, a, n in x["varying"][:3])
+                  + (f" +{len(x['varying']) - 3} more" if len(x["varying"]) > 3 else "")
+                  + f"; {compiles} compiles (the compile cache's growth)"))
 
 
 def _leak(f: Finding, x: dict) -> Words:
@@ -201,19 +324,29 @@ LEAK = Rule(
 RECOMPILE = Rule(
     "recompile", made_by="analysis/rules/leaks.py",
     in_proportion=False,
-    finds=("A function compiled again and again: executables that keep coming (case `executables`), or a "
-             "function jitted anew at one line (case `rejit`) (analysis/rules/leaks.py)."),
+    finds=("A function compiled again and again: executables that keep coming (case `executables`), a "
+             "function jitted anew at one line (case `rejit`), or a jitted function compiled for 8 or more input "
+             "shapes, whenever they came (case `shapes`: a padding to many lengths) (analysis/rules/leaks.py)."),
     facts={"executables": ("name", "executables", "first_count", "first_snapshot", "last_count",
                            "generated_code_bytes"),
-           "rejit": ("function", "functions", "after_setup")},
+           "rejit": ("function", "functions", "after_setup"),
+           "shapes": ("function", "signatures", "compiles", "leaf", "axis", "sizes", "sizes_pow2", "varying")},
     meanings={"name": ("Case `executables`: the HLO module name (`jit_train_step`, empty for a directory of "
                        "profiles), as in recompiles.csv."),
-              "function": "Case `rejit`: the jitted functions' name.",
+              "function": "Cases `rejit` and `shapes`: the jitted function's name.",
+              "signatures": "Case `shapes`: the function's signatures the jit probe recorded (one per shape).",
+              "compiles": "Case `shapes`: its compiles (the compile cache's growth; more than signatures where "
+                          "JAX compiles one again for what a signature does not tell apart).",
+              "leaf": "Case `shapes`: the input whose shape took the most sizes (as the first sampled call names it).",
+              "axis": "Case `shapes`: its axis that took them.",
+              "sizes": "Case `shapes`: the sizes that axis took, smallest first.",
+              "sizes_pow2": "Case `shapes`: how many compiles padding to the next power of two leaves.",
+              "varying": "Case `shapes`: `[leaf, axis, sizes]` of every input axis whose size differed.",
               "executables": "The most executables loaded at any snapshot (`max_count`).",
               "first_snapshot": "The first snapshot its executables were loaded in.",
               "generated_code_bytes": ("Generated code bytes of its executables at the last snapshot (else the "
                                        "first); 0 on CPU.")},
-    words={"executables": _recompile, "rejit": _rejit},
+    words={"executables": _recompile, "rejit": _rejit, "shapes": _shapes_words},
 )
 
 

@@ -4,6 +4,8 @@ step with them sharded measured."""
 
 from __future__ import annotations
 
+import re
+
 from jaxmemprof.analysis.advice.donation import jit_memory
 from jaxmemprof.analysis.advice.sharding import by_rule, call_meshes, same_arrays, verified_sharding
 from jaxmemprof.analysis.attributed import Attributed
@@ -15,6 +17,18 @@ from jaxmemprof.units import counted
 
 # What re-shards inside a step: JAX's own, then each library's (libraries/).
 _RESHARDS = ", ".join(("with_sharding_constraint",) + phrases("reshard"))
+
+
+# JAX's refusals of a sharding, by the error it raises (its name in the compile's reason): a sharding JAX
+# refuses is no fix, whatever it would save.
+_REFUSED = re.compile(r"\b(ShardingTypeError\b.*)")
+
+
+def refused(why) -> str | None:
+    """The error by which JAX refused the sharding (``ShardingTypeError: ...``, its first 200 characters),
+    where the reason the sharded compile is missing names one; else None."""
+    m = _REFUSED.search(str(why or ""))
+    return m[1][:200] if m else None
 
 
 def detect(ctx: Context) -> list[Finding]:
@@ -57,6 +71,23 @@ def _replicated(f: Finding, x: dict) -> Words:
              "dimension stay sharded. Where the replication is data parallelism by design (each device holds the "
              "whole model and its own part of the batch), sharding the weights is FSDP: each step gathers each "
              "weight in the forward and the backward pass, for less memory held between steps.")
+    if x.get("refused"):
+        refusal = f"JAX refused that sharding ({x['refused']})"
+        return Words(
+            brief=(f"{first['owner']} ({fmt(first['bytes'])}) is whole on each of {devices} devices, but {refusal}: "
+                   "no fix as printed."),
+            brief_fix="none as printed (JAX refused the sharding)",
+            message=(f"Inputs of {x['function']} are replicated where the program's mesh could shard them: "
+                     + "; ".join(one(a) for a in arrays) + (f"; and {more} more" if more > 0 else "")
+                     + f". The compile of {x['function']} with them sharded failed: {refusal}, so sharding them "
+                     "as printed is no fix; the program must change how its step uses them first."),
+            fix=("None as printed: " + refusal + ". Where the step needs them whole, keep them replicated; else "
+                 "change the step (its with_sharding_constraint or the shardings it names) so that JAX accepts "
+                 "them sharded, and run again."),
+            evidence=(f"The latest sampled call of {x['function']}: {fmt(x['replicated_bytes'])} per device in "
+                      f"{counted(x['array_count'], 'replicated array')} of 1 MiB or more; the sharded compile: "
+                      f"{x.get('not_verified')}; meshes seen: " + ", ".join(str(m) for m in x["meshes"])),
+            saves="refused by JAX")
     if x.get("verified"):
         measured = (f"XLA's compile of {x['function']} with {'it' if x['array_count'] == 1 else 'them'} sharded as "
                     f"printed keeps its outputs sharded, its temporaries go {fmt(x['temp_before_bytes'])} -> "
@@ -92,9 +123,9 @@ REPLICATED = Rule(
              "mesh axis of the call's divides one of their dimensions, where XLA's compile of the function with "
              "them sharded lowers the run's true peak (analysis/rules/sharding.py)."),
     facts={"": ("function", "arrays", "array_count", "replicated_bytes", "meshes", "verified", "not_verified",
-                "signatures_verified", "made_by", "true_peak_before_bytes", "true_peak_after_bytes", "saving_bytes_per_device",
+                "refused", "signatures_verified", "made_by", "true_peak_before_bytes", "true_peak_after_bytes", "saving_bytes_per_device",
                 "temp_before_bytes", "temp_after_bytes")},
-    optional=("not_verified", "signatures_verified", "made_by", "true_peak_before_bytes", "true_peak_after_bytes",
+    optional=("not_verified", "refused", "signatures_verified", "made_by", "true_peak_before_bytes", "true_peak_after_bytes",
               "saving_bytes_per_device", "temp_before_bytes", "temp_after_bytes"),
     meanings={"function": "The jitted function's name.",
               "arrays": ("The (up to 3) arrays that save most: objects of `owner` (its path in your tree), "
@@ -109,6 +140,9 @@ REPLICATED = Rule(
                            "saving is then that fall on the busiest device; else the saving is the bytes sharding "
                            "takes off each device, an upper bound."),
               "not_verified": "Why the sharded compile is missing (over the compile budget, an older recording).",
+              "refused": ("The error by which JAX refused the sharding (`ShardingTypeError: ...`), where the "
+                          "sharded compile failed so: the finding is then `info`, saves nothing (no "
+                          "`saving_bytes`) and is never the top fix."),
               "signatures_verified": "The function's signatures compiled sharded.",
               "made_by": ("The jitted functions that made the arrays whole (a sampled call's output was the array "
                           "the step took), compiled with those outputs sharded: `function`, `site` (where it was "
@@ -169,10 +203,14 @@ def replication_findings(ar: Attributed) -> list[Finding]:
         claimed.update((a["owner"], tuple(a["shape"]), a["dtype"]) for a in arrays)
         arrays.sort(key=lambda a: -a["saving_bytes"])
         saving = measured.get("saving_bytes_per_device", sum(a["saving_bytes"] for a in arrays))
+        refusal = None if measured.get("verified") else refused(measured.get("not_verified"))
+        if refusal is not None:
+            measured["refused"] = refusal
         found.append(Finding(
-            rule="replicated", severity="high" if saving >= 256 * 1024**2 else "medium",
+            rule="replicated",
+            severity="info" if refusal is not None else "high" if saving >= 256 * 1024**2 else "medium",
             site=f"{files.display_path(str(fn.jit_file))}:{int(fn.jit_line)}" if fn.jit_file else "",
-            saving_bytes=int(saving),
+            saving_bytes=None if refusal is not None else int(saving),
             facts={"function": str(fn.name), "arrays": arrays[:_SHOWN], "array_count": len(arrays),
                    "replicated_bytes": sum(a["bytes"] for a in arrays), "meshes": call_meshes(leaves),
                    **measured}))

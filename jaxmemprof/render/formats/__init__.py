@@ -5,7 +5,7 @@ writes it through here.
 A format is one module of this package, named in ``MODULES``, holding a
 ``FORMAT``: what it writes for each kind of document
 (analysis/documents.py: a run's ``RunDocument``, a job's ``JobDocument``,
-``show``'s and ``diff``'s ``ProfilesDocument``), each a function
+``show``'s and ``diff``'s ``ProfilesDocument``, ``diff``'s of two runs, ``RunsDocument``), each a function
 ``(document, destination)`` that only prints what the document holds. The
 command builds the document (analysis/page.py) and the ``Destination``
 (cli/formats.py: stdout, a file written safely, a directory of files),
@@ -45,11 +45,12 @@ class Format:
     run: Callable | None = None  # (RunDocument, Destination)
     job: Callable | None = None  # (JobDocument, Destination)
     profiles: Callable | None = None  # (ProfilesDocument, Destination)
+    runs: Callable | None = None  # (RunsDocument, Destination): diff of two runs
     page: bool = False  # its documents carry what the HTML page draws (analysis/page.py page=True)
     files: Callable | None = None  # kind -> the names of the files it writes into a directory (refused early)
 
     def writer(self, kind: str) -> Callable | None:
-        return {"run": self.run, "job": self.job, "profiles": self.profiles}[kind]
+        return {"run": self.run, "job": self.job, "profiles": self.profiles, "runs": self.runs}[kind]
 
 
 def get(name: str) -> Format:
@@ -60,9 +61,10 @@ def get(name: str) -> Format:
 
 
 def kind_of(document) -> str:
-    """run, job or profiles: the document's kind (by its class's name, so
+    """run, job, profiles or runs: the document's kind (by its class's name, so
     that this module imports none of them)."""
-    return {"RunDocument": "run", "JobDocument": "job", "ProfilesDocument": "profiles"}[type(document).__name__]
+    return {"RunDocument": "run", "JobDocument": "job", "ProfilesDocument": "profiles",
+            "RunsDocument": "runs"}[type(document).__name__]
 
 
 def write(name: str, document, to: Destination) -> None:

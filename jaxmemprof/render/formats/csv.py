@@ -48,6 +48,13 @@ def profiles(doc, to) -> None:
         write_csv(plain_table(doc.result), out)
 
 
+def runs(doc, to) -> None:
+    from jaxmemprof.render.csv import write_csv
+
+    with to.stream() as out:
+        write_csv(doc.result.rows, out)
+
+
 def files(kind: str) -> tuple:
     """The files a run's or a job's tables are written to (the directory is checked for them first)."""
     from jaxmemprof.render.job import JOB_FILES
@@ -56,4 +63,4 @@ def files(kind: str) -> tuple:
     return tuple(EXPORT_FILES) + (JOB_FILES if kind == "job" else ())
 
 
-FORMAT = Format("csv", run=run, job=job, profiles=profiles, files=files)
+FORMAT = Format("csv", run=run, job=job, profiles=profiles, runs=runs, files=files)

@@ -29,4 +29,12 @@ def profiles(doc, to) -> None:
         write_json(document(doc.command, doc.names, doc.result, doc.value_type), out)
 
 
-FORMAT = Format("json", run=run, job=job, profiles=profiles)
+def runs(doc, to) -> None:
+    from jaxmemprof.render.json import write_json
+    from jaxmemprof.render.rundiff import rundiff_document
+
+    with to.stream() as out:
+        write_json(rundiff_document(doc.result), out)
+
+
+FORMAT = Format("json", run=run, job=job, profiles=profiles, runs=runs)

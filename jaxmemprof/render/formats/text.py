@@ -41,4 +41,11 @@ def profiles(doc, to) -> None:
         render(doc.result, text.console(out), title=doc.title, value_type=doc.value_type)
 
 
-FORMAT = Format("text", run=run, job=job, profiles=profiles)
+def runs(doc, to) -> None:
+    from jaxmemprof.render.rundiff import rundiff_lines
+
+    with to.stream() as out:
+        out.write("\n".join(rundiff_lines(doc.result)) + "\n")
+
+
+FORMAT = Format("text", run=run, job=job, profiles=profiles, runs=runs)
