@@ -472,33 +472,35 @@ class JitProbe(Programs):
         outer, calling.state = getattr(calling, "state", None), state
         in_call = self.in_call
         in_call[state.function_id] = in_call.get(state.function_id, 0) + 1
-        try:
-            out = real(*args, **kwargs)
-        except BaseException as exc:  # out of memory: the call kept, for what fits at the end (oom.py)
-            self._guard(state, oom_failed, self, state, exc, real, args, kwargs, inputs, abstract)
-            raise
+        try:  # in flight until the probe's work on the call is done too (its inputs and outputs alive)
+            try:
+                out = real(*args, **kwargs)
+            except BaseException as exc:  # out of memory: the call kept, for what fits at the end (oom.py)
+                self._guard(state, oom_failed, self, state, exc, real, args, kwargs, inputs, abstract)
+                raise
+            finally:
+                calling.state = outer
+            if failed is not None:  # the call went well: reading it failed on its own
+                self._error(state, failed)
+            if not state.by_signature:
+                state.cache = cache_size(real)
+                if state.cache > before:
+                    state.compiles += 1
+                    # With donated (now deleted) arguments the AOT path cannot run
+                    # again on them: analyse at the next call instead, before it runs.
+                    if not self._guard(state, self._memory_analysis, real, state, args, kwargs, True):
+                        state.analyse_next = True
+            if inputs is not None:
+                # After the call: a signature compiled by it is analysed by now.
+                self._guard(state, self._mark_pruned, state, inputs, args, kwargs)
+                self._guard(state, self._record_call, state, inputs, out)
+                if abstract is not None:
+                    self._guard(state, self.planner.keep, state, abstract, real)
+            state.quiet = (state.samples >= self.max_samples and state.pending is None and not state.analyse_next) \
+                or state.off
+            return out
         finally:
-            calling.state = outer
             in_call[state.function_id] -= 1
-        if failed is not None:  # the call went well: reading it failed on its own
-            self._error(state, failed)
-        if not state.by_signature:
-            state.cache = cache_size(real)
-            if state.cache > before:
-                state.compiles += 1
-                # With donated (now deleted) arguments the AOT path cannot run
-                # again on them: analyse at the next call instead, before it runs.
-                if not self._guard(state, self._memory_analysis, real, state, args, kwargs, True):
-                    state.analyse_next = True
-        if inputs is not None:
-            # After the call: a signature compiled by it is analysed by now.
-            self._guard(state, self._mark_pruned, state, inputs, args, kwargs)
-            self._guard(state, self._record_call, state, inputs, out)
-            if abstract is not None:
-                self._guard(state, self.planner.keep, state, abstract, real)
-        state.quiet = (state.samples >= self.max_samples and state.pending is None and not state.analyse_next) \
-            or state.off
-        return out
 
     def stepped(self, state: FunctionState) -> None:
         """A device call of ``state``'s function begins: counted as a step (state.step_of), its
