@@ -311,12 +311,16 @@ def _parse(file: str):
 
 
 def unread(run) -> str:
-    """The last "locals not read: ..." line a search wrote (the program's
-    frames it could not read while some arrays had no holder), else ''."""
+    """What the searches whose holders are shown (the peak's, the end's)
+    said of the program's frames they could not read while some arrays had
+    no holder ("locals not read: main (...)"), else ''."""
     ev = getattr(run, "events", None)
-    if ev is None or ev.empty or "kind" not in ev or "message" not in ev:
+    chosen = set(chosen_searches(run).values())
+    if ev is None or ev.empty or not chosen or not {"kind", "message", "snapshot"} <= set(ev.columns):
         return ""
-    said = [m for m in ev.loc[ev["kind"] == UNREAD_EVENT, "message"] if isinstance(m, str) and m]
+    mine = ev[ev["kind"] == UNREAD_EVENT]
+    said = [m for m, snap in zip(mine["message"], mine["snapshot"])
+            if isinstance(m, str) and m and pd.notna(snap) and int(snap) in chosen]
     return said[-1][:400] if said else ""
 
 

@@ -549,7 +549,6 @@ class Searches:
         self.searched_bytes = 0
         self.peak_search: int | None = None  # the snapshot of the search whose rows stand for the peak
         self.own_searched = False  # a search ran in the program's thread (its locals read)
-        self.unread_said = ""  # the last "locals not read" line written (an event), not to repeat it
         self.chains: dict = {}
 
     def budget(self, trigger: str, live_bytes: int, in_flight, own: bool = True) -> float:
@@ -619,10 +618,8 @@ class Searches:
             self.searched_bytes = live_bytes
             self.own_searched = self.own_searched or own
             replaces, self.peak_search = self.peak_search, index
-        # Arrays not found while some of the program's locals were not read: said once, in one line.
-        unread = done.unread.text() if done.unread and len(best) < len(done.arrays) else ""
-        if unread and unread != self.unread_said:
-            self.unread_said = unread
-            self.writer.add_event(UNREAD_EVENT, unread, index)
+        # Arrays not found while some of the program's locals were not read: said, in one line, with the search.
+        if done.unread and len(best) < len(done.arrays) and hasattr(self.writer, "add_event"):
+            self.writer.add_event(UNREAD_EVENT, done.unread.text(), index)
         self.writer.add_py_holders(new_chains, rows, (index, trigger, cost, len({aid for _, aid in targets.values()}), len(best),
                                                       int(complete), visited), replaces)
