@@ -105,12 +105,12 @@ def monitored() -> object:
 
 
 def searches(stop: threading.Event, counts: list) -> None:
-    from jaxmemprof.capture.py_holders import search
+    from jaxmemprof.capture.py_holders import searched
 
     ref = KEPT_TARGET[0]
     targets = {id(ref()): (ref, 1)}  # held only by a suspended generator's local: found through gc's referents
     while not stop.is_set():
-        s = search(targets, 0.05, library=False)
+        s = searched(targets, 0.05, library=False)
         counts[0] += 1
         counts[1] += len(s.found)
 

@@ -20,7 +20,7 @@ import pytest
 from conftest import cpu_env, run_cli, write_script
 
 from jaxmemprof.capture import frame_locals as fl
-from jaxmemprof.capture.py_holders import search
+from jaxmemprof.capture.py_holders import searched
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 OLD_WAY = sys.version_info < (3, 13)  # f_locals fills a dict cached on the frame
@@ -118,7 +118,7 @@ def test_a_search_from_another_thread_reads_no_frame_and_says_whose():
     box = {}
 
     def from_elsewhere():
-        box["s"] = search(targets, 5.0, library=False)
+        box["s"] = searched(targets, 5.0, library=False)
 
     t = threading.Thread(target=from_elsewhere, name="jaxmemprof-test-search")
     t.start()
@@ -135,7 +135,7 @@ def test_a_search_from_another_thread_reads_no_frame_and_says_whose():
 def _search_here() -> list:
     held = Big()
     targets = {id(held): (weakref.ref(held), 1)}
-    return search(targets, 5.0, library=False).found.get(id(held), [])
+    return searched(targets, 5.0, library=False).found.get(id(held), [])
 
 
 GEN_HELD: list = []
@@ -159,7 +159,7 @@ def test_a_suspended_generators_locals_are_found_unnamed():
             del frame
         targets = {id(inner): (weakref.ref(inner), 1)}
         del inner
-        s = search(targets, 5.0, library=False, frames=False)
+        s = searched(targets, 5.0, library=False, frames=False)
         (chain,) = [c for c in next(iter(s.found.values())) if c[0] == "global"]
         assert chain[5][-1] == ("local", "\u2026")  # a local of the generator, unnamed
         assert chain[5][0] == ("key", "GEN_HELD")

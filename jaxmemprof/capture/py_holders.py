@@ -508,13 +508,19 @@ def _jaxmemprof_threads():
             yield t.ident, t
 
 
-def search(arrays: dict, budget_s: float, skip=(), library: bool = True, frames: bool = True) -> Search:
+def search(arrays: dict, budget_s: float, skip=(), library: bool = True) -> tuple[dict, bool, int]:
     """The chains holding ``arrays`` (id(array) -> (a weak reference to it,
-    its journal id)) within ``budget_s`` seconds: the finished ``Search``
-    (``found``: id(array) -> its chains; ``complete``: whether every root was
-    searched; ``visited``: objects visited; ``unread``: the program's frames
-    not read). ``library``: search library modules and frames too (JAX's
-    caches: a larger walk); ``frames``: read the locals of this thread's
+    its journal id)) within ``budget_s`` seconds: (id(array) ->
+    its chains, whether every root was searched, objects visited). ``library``:
+    search library modules and frames too (JAX's caches: a larger walk).
+    ``searched()`` gives the whole ``Search`` (what it could not read too)."""
+    s = searched(arrays, budget_s, skip, library)
+    return s.found, s.complete, s.visited
+
+
+def searched(arrays: dict, budget_s: float, skip=(), library: bool = True, frames: bool = True) -> Search:
+    """``search()``'s finished ``Search``: also ``unread``, the program's
+    frames it did not read. ``frames``: read the locals of this thread's
     frames (only in the program's own thread, at a point it offers)."""
     s = Search(arrays, time.monotonic() + budget_s, skip, library, frames)
     s.run()
@@ -593,7 +599,7 @@ class Searches:
                 except TypeError:  # an array type without weak references
                     pass
         del live, a
-        done = search(targets, budget, skip=(id(targets),), library=trigger in END_TRIGGERS, frames=own)
+        done = searched(targets, budget, skip=(id(targets),), library=trigger in END_TRIGGERS, frames=own)
         found, complete, visited = done.found, done.complete, done.visited
         best: dict = {}  # array id -> its chains (an array and its view may both be held)
         for key, chains in found.items():
