@@ -72,7 +72,7 @@ def traced_worker(stop: threading.Event, out: list) -> None:
     def tracer(frame, event, arg):
         if event == "call":
             calls[0] += 1
-        frame.f_locals  # a debugger's read of its own frames, written back by the trampoline
+        _ = frame.f_locals  # a debugger's read of its own frames, written back by the trampoline
         return None
 
     sys.settrace(tracer)
@@ -134,11 +134,11 @@ def main() -> int:
     target = Marker()
     KEPT_TARGET.append(weakref.ref(target))
 
-    def holding():
-        inner = target
+    def holding(x):
+        inner = x
         yield inner
 
-    kept_gen = holding()
+    kept_gen = holding(target)
     next(kept_gen)
     HELD.append(kept_gen)
     del target, kept_gen

@@ -15,7 +15,6 @@ import sys
 import threading
 import weakref
 
-import pytest
 
 from conftest import cpu_env, run_cli, write_script
 
@@ -91,7 +90,7 @@ def test_under_a_trace_function_nothing_is_read_and_the_program_keeps_its_locals
 
     def tracer(frame, event, arg):
         if frame.f_code is program.__code__ and event == "line":
-            frame.f_locals  # a debugger's look
+            _ = frame.f_locals  # a debugger's look
         return tracer
 
     unread = fl.Unread()

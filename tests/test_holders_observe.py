@@ -328,7 +328,7 @@ def test_a_frames_locals_are_read_without_writing_them():
         held = locals()  # the dict the frame keeps, as the program sees it
         seen["before"] = sorted(held)
         seen["names"] = [k for k, _ in frame_locals(sys._getframe())]
-        c = 3  # a local made after the read  # noqa: F841
+        c = 3  # a local made after the read
         seen["held"] = sorted(held)
 
     program()

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 # Snapshots per doubling of the step count (after the first 2 * PER_LEVEL steps, each taken).
 PER_LEVEL = 4
