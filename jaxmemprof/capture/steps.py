@@ -138,13 +138,20 @@ class StepSnapshots:
         program steps not before the last snapshot is ``STALE_S`` old or the
         markers stop (checked again then); and while a call of the program's
         jitted functions is in progress (its inputs and its outputs both
-        alive: a moment that differs from run to run), not before it ends,
-        unless the last snapshot is ``STALE_S`` old."""
+        alive: a moment that differs from run to run), not before it ended
+        ``IN_CALL_POLL_S`` ago, unless the last snapshot is ``STALE_S`` old."""
         due, s, now, last = self.next_due(), self.steps, time.monotonic(), self._last_mono
         if s.stepping(now) and s.last is not None:
             due = max(due, min(last + STALE_S, s.last + s.quiet_s()))
-        if due <= now and self.in_flight is not None and now - last < STALE_S and self.in_flight():
-            due = now + IN_CALL_POLL_S
+        if due <= now and self.in_flight is not None and now - last < STALE_S:
+            if self.in_flight():
+                due = now + IN_CALL_POLL_S
+            else:
+                # A call that ended a moment ago may not have its outputs in the program's names yet (the
+                # eval breaker can hand the GIL over as the call returns): wait, letting the program run on.
+                ended = getattr(getattr(self.in_flight, "__self__", None), "call_ended", 0.0)
+                if type(ended) is float and now < ended + IN_CALL_POLL_S:
+                    due = ended + IN_CALL_POLL_S
         return due
 
     def step(self, n: int) -> None:

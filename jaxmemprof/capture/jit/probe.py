@@ -123,9 +123,9 @@ class JitProbe(Programs):
         self.observer: Sampler | None = None
         self.on_step = None  # (name) -> bool, set by the session: a call of the step begins (stepped)
         self._step: FunctionState | None = None
-        # function_id -> threads inside a call of it now (calls the probe still watches: a quiet
-        # function's go straight to XLA): what a snapshot taken meanwhile was in (calls_in_flight).
+        # function_id -> threads inside a call of it now (a quiet function's go straight to XLA): calls_in_flight
         self.in_call: dict = {}
+        self.call_ended = 0.0  # monotonic time the last call (the probe's work on it too) ended: Sampler.timed_due
         self._live_before_left = LIVE_BEFORE_CALLS
         self.read_s = 0.0  # time spent reading executables (XLA's figures), all functions
         self.programs_read = 0
@@ -501,6 +501,7 @@ class JitProbe(Programs):
             return out
         finally:
             in_call[state.function_id] -= 1
+            self.call_ended = time.monotonic()
 
     def stepped(self, state: FunctionState) -> None:
         """A device call of ``state``'s function begins: counted as a step (state.step_of), its
