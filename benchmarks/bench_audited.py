@@ -21,7 +21,7 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-from test_frames_safe import AUDITED_PROGRAM  # noqa: E402  (the suite's short form runs the same program)
+from test_frames_safe import AUDITED_PROGRAM
 
 
 def main() -> int:

@@ -160,6 +160,11 @@ class Sampler(StepSnapshots):
         ``max_overhead`` (when it is above 0)."""
         return 2.0 / self.max_overhead
 
+    @staticmethod
+    def jax_up() -> bool:
+        """Whether the program imported jax and a backend is up (``jax_ready``)."""
+        return jax_ready() is not None
+
     def next_due(self) -> float:
         """When (monotonic) the next interval snapshot is due: ``interval``
         after the last one, stretched so that sampling takes at most half of

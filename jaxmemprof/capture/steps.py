@@ -126,6 +126,9 @@ class StepSnapshots:
     def next_due(self) -> float:
         raise NotImplementedError
 
+    def jax_up(self) -> bool:
+        raise NotImplementedError
+
     def snapshot(self, trigger: str, label: str | None = None, live: list | None = None,
                  wait: bool | None = None, search: bool = True) -> int | None:
         raise NotImplementedError
@@ -159,9 +162,7 @@ class StepSnapshots:
         program's thread: a snapshot now when its step is on the grid, and
         the holder search after it (its budget permitting), which reads the
         locals of this thread's frames (capture/frame_locals.py)."""
-        from jaxmemprof.capture.sampler import jax_ready
-
-        if self.failed or self.steps.own or not on_grid(n, self.steps.per_level) or jax_ready() is None:
+        if self.failed or self.steps.own or not on_grid(n, self.steps.per_level) or not self.jax_up():
             return
         w0, c0 = time.perf_counter(), time.thread_time()
         with self._lock:
