@@ -247,3 +247,44 @@ def test_the_audit_hook_program_with_three_workers_runs_as_under_python(tmp_path
     assert py.returncode == 0, py.stderr
     assert py.stdout == "ok 60 True 0\n"
     assert (run.returncode, run.stdout) == (0, py.stdout), run.stderr[-3000:]
+
+
+TRACED_LEAK = """
+import sys
+import jax.numpy as jnp
+import jaxmemprof
+
+
+def tracer(frame, event, arg):  # a coverage tool's or a debugger's, set for the whole loop
+    return None
+
+
+def main():
+    kept = []
+    for i in range(20):
+        kept.append(jnp.ones((256,)) * i)
+        jaxmemprof.mark("step")
+    print(len(kept))
+
+
+sys.settrace(tracer)
+main()
+sys.settrace(None)
+"""
+
+
+def test_a_holder_not_named_for_a_trace_function_is_said_in_one_line(tmp_path):
+    """Under a trace function 3.10-3.12 read no frame: the run says which
+    function's locals it could not read, and why, in one line; the
+    program's output is python's."""
+    script = write_script(tmp_path, "traced_leak.py", TRACED_LEAK)
+    run = run_cli("run", "-o", tmp_path / "run", "--verify-seconds", "0", script, cwd=tmp_path)
+    assert (run.returncode, run.stdout) == (0, "20\n"), run.stderr
+    said = [line for line in run.stderr.splitlines() if line.startswith("jaxmemprof: holders: ")]
+    if OLD_WAY:
+        assert said == ["jaxmemprof: holders: locals not read: main (a trace or profile function is set in the "
+                        "program's thread)"], run.stderr
+        report = run_cli("report", tmp_path / "run", cwd=tmp_path)
+        assert "holders: locals not read: main (a trace or profile function" in report.stdout
+    else:
+        assert said == [] and "kept[…] (local of main)" in run.stderr

@@ -184,7 +184,7 @@ def site_holders(table: pd.DataFrame, snapshot: int | None, sites: pd.DataFrame 
             share = (f" ({named} of {int(of)} arrays, {format_bytes(int(first['bytes']))}{at})" if not more else
                      f" (at most {named} of {int(of)} arrays{at})")
         elif at:
-            share = f" ({at[2:]})"
+            share = at
         out[site] = (first["holder"] + (f" +{more} more" if more else "") + share
                      + (f" ({CUT})" if cut else ""))
     return out
