@@ -168,8 +168,17 @@ def main() -> int:
     expected = got = 0
     i = 0
     want = max(3, args.reads // 5000)  # searches meanwhile
+    def stepping(i, reads):  # a generator running in this thread: its frame read while it executes
+        acc = yield middle(i, reads)
+        yield acc
+
     while reads[0] < args.reads or (counts[0] < want and time.perf_counter() - t0 < 600):
-        got += middle(i % 97, reads)
+        if i % 10:
+            got += middle(i % 97, reads)
+        else:
+            g = stepping(i % 97, reads)
+            got += next(g)
+            g.close()
         expected += i % 97
         i += 1
         if i % 5000 == 0:

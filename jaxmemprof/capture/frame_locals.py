@@ -51,7 +51,7 @@ _DICT_USERS = frozenset(("locals", "vars", "exec", "eval"))
 # Why a frame was not read.
 TRACED = "a trace or profile function is set in the program's thread"
 USES_LOCALS = "its code calls locals(), vars(), exec() or eval()"
-OTHER_THREAD = "it runs in another thread"
+OTHER_THREAD = "threads other than the searching one"
 
 
 class Unread:
