@@ -77,6 +77,35 @@ def test_a_dict_the_program_holds_from_locals_is_left_as_it_was():
         assert {"hparams", "kept", "lr"} <= {k for k, _ in seen["names"]}
 
 
+GRABBED: list = []
+
+
+def _grab_callers_locals():
+    GRABBED.append(sys._getframe(1).f_locals)  # a logging helper's way to its caller's variables
+
+
+def test_a_frames_dict_held_elsewhere_is_not_emptied():
+    """A dict a callee took of the frame (``sys._getframe(1).f_locals``) and
+    keeps: after a read it still has the frame's names (3.10-3.12: the read
+    refreshes it as a ``locals()`` call would, and leaves it filled)."""
+    seen = {}
+
+    def program():
+        step = 3
+        _grab_callers_locals()
+        seen["read"] = [k for k, _ in fl.frame_locals(sys._getframe())]
+        return step
+
+    GRABBED.clear()
+    try:
+        program()
+        assert "step" in seen["read"]
+        if OLD_WAY:
+            assert "step" in GRABBED[0]
+    finally:
+        GRABBED.clear()
+
+
 def test_under_a_trace_function_nothing_is_read_and_the_program_keeps_its_locals():
     """A trace function's trampoline writes the frame's dict back: under one,
     3.10-3.12 read nothing (and say so); the program's locals, and what the
