@@ -198,8 +198,8 @@ class Sampler(StepSnapshots):
                 if self._has_arrays():
                     if self._stop.wait(self.interval):
                         return
-                    if not self.steps.stepping(time.monotonic()):
-                        self.snapshot("first")
+                    if not self.steps.stepping(time.monotonic()) and time.monotonic() >= self.timed_due():
+                        self.snapshot("first")  # (not inside a call of a jitted function: timed_due)
                 continue
             # Counted from the last snapshot, whoever took it.
             if self._stop.wait(max(0.0, self.timed_due() - time.monotonic())):

@@ -120,6 +120,7 @@ class StepSnapshots:
     in_flight: Callable[[], list] | None
     program_thread: dict
     _last_mono: float
+    _t0: float
     _lock: threading.RLock
     _pending_search: tuple | None
 
@@ -143,7 +144,7 @@ class StepSnapshots:
         jitted functions is in progress (its inputs and its outputs both
         alive: a moment that differs from run to run), not before it ended
         ``IN_CALL_POLL_S`` ago, unless the last snapshot is ``STALE_S`` old."""
-        due, s, now, last = self.next_due(), self.steps, time.monotonic(), self._last_mono
+        due, s, now, last = self.next_due(), self.steps, time.monotonic(), self._last_mono or self._t0
         if s.stepping(now) and s.last is not None:
             due = max(due, min(last + STALE_S, s.last + s.quiet_s()))
         if due <= now and self.in_flight is not None and now - last < STALE_S:
