@@ -49,6 +49,7 @@ import gc
 import itertools
 import json
 import sys
+import threading
 import time
 import types
 import weakref
@@ -336,8 +337,6 @@ class Search:
         # Only this thread's frames, and only when it is the program's thread
         # at a point the program offered: another thread's frames are never
         # read (capture/frame_locals.py).
-        import threading
-
         me = threading.current_thread()
         frames = own_stack(2) if self.frames and not me.name.startswith("jaxmemprof") else []
         for t in threading.enumerate():
@@ -500,14 +499,6 @@ def _history_rank(name: str) -> int:
     return 2 if name == "Out" else 3 if name in ("_", "__", "___") else 0
 
 
-def _jaxmemprof_threads():
-    import threading
-
-    for t in threading.enumerate():
-        if t.name.startswith("jaxmemprof"):
-            yield t.ident, t
-
-
 def search(arrays: dict, budget_s: float, skip=(), library: bool = True) -> tuple[dict, bool, int]:
     """The chains holding ``arrays`` (id(array) -> (a weak reference to it,
     its journal id)) within ``budget_s`` seconds: (id(array) ->
@@ -577,8 +568,6 @@ class Searches:
         id(array) -> the sampler's entry (its ``array_id``); ``views``:
         id(view) -> the tracked entry whose buffers a view JAX made shares
         (the program may hold either object)."""
-        import threading
-
         own = not threading.current_thread().name.startswith("jaxmemprof")  # the program's thread
         budget = self.budget(trigger, live_bytes, in_flight, own)
         if budget <= 0:
