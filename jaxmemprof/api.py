@@ -82,7 +82,12 @@ def snapshot(label: str | None = None) -> int | None:
     if s is None:
         return None
     s.sampler.steps.own = True  # the program takes its snapshots: none at fixed steps from now on
-    return s.sampler.snapshot("api", None if label is None else str(label))
+    import time
+
+    w0, c0 = time.perf_counter(), time.thread_time()
+    index = s.sampler.snapshot("api", None if label is None else str(label))
+    s.sampler.in_program_thread(w0, c0)  # what it cost the program's thread, said at the run's end
+    return index
 
 
 # Whoever records the whole kernel (the notebook extension, jaxmemprof/notebook/)

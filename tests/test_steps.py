@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 from conftest import cli_batch, cpu_env, line_of, run_cli, write_script
-from jaxmemprof.capture.steps import PER_LEVEL, grid, on_grid, searched, stride
+from jaxmemprof.capture.steps import PER_LEVEL, grid, on_grid, stride
 from jaxmemprof.store.reader import load_run
 
 FAST_LEAK = """
@@ -51,7 +51,6 @@ def test_the_grid_is_every_step_then_a_few_per_doubling():
     assert [len(grid(n)) for n in (120, 1500, 3000, 6000, 100_000)] == [22, 36, 40, 44, 61]
     on = set(grid(5000))
     assert all(on_grid(n) == (n in on) for n in range(1, 5001))
-    assert [n for n in range(1, 10_000) if searched(n)] == [8, 32, 128, 512, 2048, 8192]
 
 
 def _busy(n: int) -> list:

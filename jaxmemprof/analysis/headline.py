@@ -13,13 +13,15 @@ devices), at ``peak_snapshot`` and ``peak_t``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
 
+import numpy as np
 import pandas as pd
 
-from jaxmemprof.analysis.py_holders import search_cost
+from jaxmemprof.analysis.py_holders import search_cost, searches
 
 if TYPE_CHECKING:
     from jaxmemprof.analysis.attributed import Attributed
@@ -61,6 +63,10 @@ class Headline(Mapping):
     per_array_data: bool
     holder_searches: int  # the searches for the Python references holding arrays (capture/py_holders.py)
     holder_search_cpu_s: float  # and their CPU time
+    # The snapshots taken in the program's own thread (at its steps, its own), holder searches included:
+    # the wall time they took from it, and their CPU time; None without any
+    program_thread_wall_s: float | None = None
+    program_thread_cpu_s: float | None = None
 
     @property
     def step_snapshots_slowed(self) -> bool:
@@ -102,6 +108,27 @@ def step_snapshots_share(snaps, markers) -> float | None:
     return round(float(at_steps["wall_s"].sum()) / span, 4)
 
 
+def program_thread_cost(run) -> tuple[float, float] | None:
+    """(wall, CPU) seconds the snapshots taken in the program's own thread took from it (steps', its
+    own, their holder searches included): the manifest's ``program_thread`` (capture/steps.py), else
+    the snapshots' own figures (trigger ``step`` or ``api``) and their searches' CPU; None without any."""
+    own = run.manifest.get("program_thread")
+    if isinstance(own, dict) and own.get("snapshots"):
+        wall, cpu = own.get("wall_s"), own.get("cpu_s")
+        if isinstance(wall, (int, float)) and isinstance(cpu, (int, float)) and math.isfinite(wall + cpu):
+            return float(wall), float(cpu)
+    snaps = run.snapshots
+    if snaps.empty or "wall_s" not in snaps:
+        return None
+    mine = snaps[snaps["trigger"].isin(["step", "api"])]
+    if mine.empty:
+        return None
+    searched = searches(run)
+    searched = searched[searched["snapshot"].isin(mine["snapshot"])]
+    extra = float(np.nansum(searched["cost_s"].astype(float))) if not searched.empty else 0.0
+    return float(mine["wall_s"].sum()) + extra, float(mine["cost_s"].sum()) + extra
+
+
 def _text(v) -> str | None:
     return v if isinstance(v, str) and v else None
 
@@ -120,6 +147,7 @@ def headline(ar: Attributed, tl: Timeline, peaks: Peaks, chip: dict | None, arra
     if not peak_row.empty and "unattributed_bytes" in peak_row and pd.notna(peak_row["unattributed_bytes"].iloc[0]):
         unattributed = int(peak_row["unattributed_bytes"].iloc[0])
     searches, search_s = search_cost(run)
+    own = program_thread_cost(run)
     return Headline(
         run=str(run.path),
         command=" ".join(m.get("argv") or []),
@@ -148,4 +176,6 @@ def headline(ar: Attributed, tl: Timeline, peaks: Peaks, chip: dict | None, arra
         per_array_data=bool(run.has_arrays),
         holder_searches=searches,
         holder_search_cpu_s=search_s,
+        program_thread_wall_s=None if own is None else round(own[0], 6),
+        program_thread_cpu_s=None if own is None else round(own[1], 6),
     )

@@ -29,12 +29,14 @@ import pandas as pd
 from jaxmemprof.units import format_bytes
 
 HOLDER_COLUMNS = ["at", "snapshot", "site", "holder", "kind", "container", "created", "arrays", "bytes",
-                  "generations", "shapes", "chain_id", "complete"]
+                  "generations", "shapes", "chain_id", "complete", "site_arrays"]
 # What a holder found by a search that stopped at its budget (py_holder_searches.complete 0) adds to its name:
 # what it names holds the arrays, but other references may too, and some arrays are not named at all.
 CUT = "search cut short at its budget"
 # The search triggers of a run's last snapshot (capture/py_holders.py END_TRIGGERS).
 _END = ("exit", "exception", "oom", "signal")
+# The event a search writes when it could not read some of the program's frames (capture/py_holders.py).
+UNREAD_EVENT = "holders-unread"
 _HISTORY = re.compile(r"^(?:Out|_{1,3}|_\d+)$")  # IPython's output history
 ANY = "\u2026"
 
@@ -101,6 +103,12 @@ def holders(ar) -> pd.DataFrame:
         return empty_holders()
     s = searches(run)
     whole = {int(n): bool(c != 0) for n, c in zip(s["snapshot"], s["complete"])}
+    # The site's arrays alive at each search's snapshot: what a holder's count is out of, at the same moment.
+    alive = {}
+    for snap in at_of:
+        a = ar.arrays
+        at = a[(a["first_snapshot"] <= snap) & (a["last_snapshot"] >= snap)] if "last_snapshot" in a else a.iloc[0:0]
+        alive[snap] = at.groupby("site").size().to_dict()
     described = {int(c["chain_id"]): describe(c, run, ar.files) for c in chains.to_dict("records")}
     rows = rows[rows["chain_id"].isin(list(described))]
     out = []
@@ -112,7 +120,7 @@ def holders(ar) -> pd.DataFrame:
                     "arrays": int(len(g)), "bytes": int(g["bytes"].sum()),
                     "generations": int(g["first_snapshot"].nunique()), "_rank": float(g["_rank"].mean()),
                     "shapes": ", ".join(s if s.startswith("(") else f"({s})" for s in shapes.index[:3]), "chain_id": int(cid),
-                    "complete": whole.get(int(snap), True)})
+                    "complete": whole.get(int(snap), True), "site_arrays": alive[int(snap)].get(site)})
     if not out:
         return empty_holders()
     table = pd.DataFrame(out, columns=[*HOLDER_COLUMNS, "_rank"])
@@ -148,12 +156,24 @@ def site_holders(table: pd.DataFrame, snapshot: int | None, sites: pd.DataFrame 
     snapshot's rows by site, with their ``count`` of arrays): ``score (1 of
     24 arrays, 4 B)``, ``x +1 more (at most 3 of 24 arrays)`` (an array may
     have several chains), and that the search was cut short (CUT) where it
-    stopped at its budget: from the search that followed that snapshot (the
-    peak's or the end's), else {}."""
+    stopped at its budget: from the search that followed that snapshot.
+    Where none did (a peak between the program's steps, whose search could
+    not read its locals), from the search at the largest live bytes before
+    it, said so (``searched at snapshot N``), its counts out of the site's
+    arrays at that snapshot: one moment's. {} without either."""
     if table is None or table.empty or snapshot is None:
         return {}
     rows = table[table["snapshot"] == snapshot]
     counts = dict(zip(sites["site"], sites["count"])) if sites is not None and "count" in sites else {}
+    at = ""
+    if rows.empty:
+        peak = table[(table["at"] == "peak") & (table["snapshot"] < snapshot)]
+        if peak.empty:
+            return {}
+        rows, other = peak, int(peak["snapshot"].iloc[0])
+        at = f", searched at snapshot {other}"
+        counts = {} if "site_arrays" not in rows else {
+            site: n for site, n in zip(rows["site"], rows["site_arrays"]) if pd.notna(n)}
     out = {}
     for site, g in rows.groupby("site", sort=False):
         more = len(g) - 1
@@ -161,8 +181,10 @@ def site_holders(table: pd.DataFrame, snapshot: int | None, sites: pd.DataFrame 
         first, of, named = g.iloc[0], counts.get(site), int(g["arrays"].sum())
         share = ""
         if of is not None and named < int(of):  # the other arrays are held by what the search cannot see
-            share = (f" ({named} of {int(of)} arrays, {format_bytes(int(first['bytes']))})" if not more else
-                     f" (at most {named} of {int(of)} arrays)")
+            share = (f" ({named} of {int(of)} arrays, {format_bytes(int(first['bytes']))}{at})" if not more else
+                     f" (at most {named} of {int(of)} arrays{at})")
+        elif at:
+            share = at
         out[site] = (first["holder"] + (f" +{more} more" if more else "") + share
                      + (f" ({CUT})" if cut else ""))
     return out
@@ -286,6 +308,20 @@ def _parse(file: str):
         return ast.parse(source, filename=file)
     except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
         return None
+
+
+def unread(run) -> str:
+    """What the searches whose holders are shown (the peak's, the end's)
+    said of the program's frames they could not read while some arrays had
+    no holder ("locals not read: main (...)"), else ''."""
+    ev = getattr(run, "events", None)
+    chosen = set(chosen_searches(run).values())
+    if ev is None or ev.empty or not chosen or not {"kind", "message", "snapshot"} <= set(ev.columns):
+        return ""
+    mine = ev[ev["kind"] == UNREAD_EVENT]
+    said = [m for m, snap in zip(mine["message"], mine["snapshot"])
+            if isinstance(m, str) and m and pd.notna(snap) and int(snap) in chosen]
+    return said[-1][:400] if said else ""
 
 
 def search_cost(run) -> tuple[int, float]:

@@ -33,6 +33,8 @@ class Overview:
     holder_searches: int = 0  # searches for the Python references holding arrays (analysis/py_holders.py)
     holder_search_s: float = 0.0  # their CPU time
     peak_holders: dict | None = None  # site -> what held it at the peak (py_holders.site_holders)
+    holders_unread: str = ""  # the program's frames a holder search could not read, and why (py_holders.unread)
+    program_thread: tuple[float, float] | None = None  # (wall, CPU) s of its snapshots in the program's thread
 
 
 @dataclass(frozen=True)
@@ -76,7 +78,8 @@ def overview(ar: Attributed, top_sites: int = 5) -> Overview:
     def sites_at(snapshot: int) -> Breakdown:
         return ar.sites_holding(snapshot, top_sites)
 
-    from jaxmemprof.analysis.py_holders import holders, search_cost, site_holders
+    from jaxmemprof.analysis.headline import program_thread_cost
+    from jaxmemprof.analysis.py_holders import holders, search_cost, site_holders, unread
 
     sites = oom = None
     peak = run_peak(snaps)
@@ -102,4 +105,5 @@ def overview(ar: Attributed, top_sites: int = 5) -> Overview:
         holder_searches=searches, holder_search_s=search_s,
         peak_holders=site_holders(holders(ar), peak.snapshot, sites.rows if sites is not None else None)
         if peak is not None and searches else {},
+        holders_unread=unread(run), program_thread=program_thread_cost(run),
     )

@@ -1,150 +1,129 @@
-"""A frame's local variables, read without writing anything back.
+"""A frame's local variables, read only where reading cannot harm the program.
 
-On Python 3.11 and 3.12, ``frame.f_locals`` is not a read: it copies the
-frame's fast locals into a dict kept on the frame (the one ``locals()``
-returns), and a trace function's trampoline later writes that dict back into
-the frame. Reading it from another thread therefore changes the program: a
-dict the program holds from ``locals()`` gains or loses names, a value the
-frame has dropped stays alive in the dict, and clearing the dict afterwards
-deletes the frame's locals when a trace function is set (an
-``UnboundLocalError`` in the program).
+Only the frames of the thread that calls ``own_stack()`` are ever read: the
+program's own thread, at a point it offers (a step's snapshot taken in
+``jaxmemprof.mark()``, its own ``jaxmemprof.snapshot()``, a call of its jitted
+step), where every frame below ours is suspended in a call and no other
+thread can run it. Frames of other threads are never read, by any means: a
+read from another thread cannot be made safe (a pointer read there may be
+freed by the frame's thread before it is referenced: audit hooks, finalizers,
+trace functions and the eval breaker all run bytecode, and 3.13.0's
+``f_locals`` proxy crashes on frames other threads run). No raw pointer, no
+ctypes: only what the interpreter offers.
 
-Here the slots are read where the interpreter keeps them, the frame's
-``localsplus`` array, in one call of C code: a pipeline of C iterators
-(``map``, ``operator``, ctypes' ``from_address``, ``PyObj_FromPtr``) driven by
-one ``list()``, so that no bytecode runs between reading a slot's pointer and
-taking a reference to its object, and the thread that owns the frame cannot
-run in between (the GIL is released only between bytecodes, or by the
-garbage collector's finalizers, which are held off for that call). The
-layout is checked once against a frame of known locals; where it does not
-match (another Python, a debug build) frames that are running are not read
-(``readable()`` is false) and only what 3.13's read-only ``f_locals`` proxy
-gives is used.
+- Python 3.13 and later: ``frame.f_locals`` is a proxy that reads the frame's
+  slots (PEP 667) and writes nothing: used as it is, on this thread's frames.
+- Python 3.10 to 3.12: ``frame.f_locals`` copies the frame's variables into a
+  dict cached on the frame (the one ``locals()`` returns) and returns it; a
+  trace or profile function's trampoline writes that dict back into the frame.
+  Left filled, the dict would keep each value alive after the program rebinds
+  it (a step's parameters kept a step longer). The protocol
+  (docs/holders.md, "Frames: what is read, and when"):
 
-Python 3.13 and later: ``frame.f_locals`` is a proxy that reads the frame's
-slots (PEP 667), nothing to work around.
+  1. no frame is read while a trace or profile function is set in this thread
+     (``sys.gettrace()``, ``sys.getprofile()``): a trampoline may be between
+     its copy and its write-back (a debugger stopped in the frame, whose user
+     may have assigned to the dict), and a refresh or a clear then would
+     change or delete the frame's variables;
+  2. a frame whose code calls ``locals``, ``vars``, ``exec`` or ``eval`` is not
+     read: the program may hold that dict, or keep names in it that are not
+     the frame's variables, and a refresh would change what it sees;
+  3. otherwise the dict is refreshed and its items copied, and then emptied
+     unless something besides the frame holds it (``sys.getrefcount``): it then
+     keeps nothing alive. A later ``locals()`` or trampoline refreshes it from
+     the frame first (3.10 always; 3.11 and 3.12 because the read set the
+     frame's ``f_fast_as_locals``), so it sees what it would have seen.
+
+Where a frame is not read, ``Unread`` says why, so that the run can say which
+holders could not be named.
 """
 
 from __future__ import annotations
 
-import ctypes
-import gc
-import itertools
-import operator
 import sys
 import types
 
 _PROXY = sys.version_info >= (3, 13)
-# struct _frame: PyObject_HEAD, f_back, then f_frame (the _PyInterpreterFrame);
-# the _PyInterpreterFrame's localsplus follows 72 bytes of specials on 3.11
-# and 3.12 (64-bit).
-_F_FRAME = 2 * ctypes.sizeof(ctypes.c_void_p) + ctypes.sizeof(ctypes.c_void_p)
-_LOCALSPLUS = 72
-_UNBOUND = object()  # what an empty slot reads as (its id stands in for NULL)
-_checked: bool | None = None
+_CO_OPTIMIZED = 0x1
+# Names whose call in a frame's code hands the program the frame's dict (3.10-3.12).
+_DICT_USERS = frozenset(("locals", "vars", "exec", "eval"))
+
+# Why a frame was not read.
+TRACED = "a trace or profile function is set in the program's thread"
+USES_LOCALS = "its code calls locals(), vars(), exec() or eval()"
+OTHER_THREAD = "threads other than the searching one"
 
 
-def _names(code: types.CodeType) -> list:
-    """The names of a code object's slots, in the interpreter's order: its
-    variables (arguments first), then cells not also arguments, then free
-    variables."""
-    names = list(code.co_varnames)
-    names.extend(c for c in code.co_cellvars if c not in code.co_varnames)
-    names.extend(code.co_freevars)
-    return names
+class Unread:
+    """The program's frames a search did not read, by reason: reason -> the
+    functions (qualified names), in the order met."""
+
+    def __init__(self):
+        self.by_reason: dict = {}
+
+    def add(self, reason: str, function: str) -> None:
+        names = self.by_reason.setdefault(reason, [])
+        if function not in names:
+            names.append(function)
+
+    def __bool__(self) -> bool:
+        return bool(self.by_reason)
+
+    def text(self) -> str:
+        """One line: the functions whose locals were not read, and why."""
+        parts = []
+        for reason, names in self.by_reason.items():
+            shown = ", ".join(names[:3]) + (f" +{len(names) - 3} more" if len(names) > 3 else "")
+            parts.append(f"{shown} ({reason})")
+        return "locals not read: " + "; ".join(parts)
 
 
-def _raw(frame, n: int) -> list:
-    """The objects in the first ``n`` slots of ``frame``'s localsplus, each a
-    new reference, ``_UNBOUND`` for an empty slot. One C-driven call."""
-    from _ctypes import PyObj_FromPtr
-
-    slots_type = ctypes.c_size_t * n
-    unbound = id(_UNBOUND)
-    f_frame = map(operator.attrgetter("value"), map(ctypes.c_size_t.from_address, [id(frame) + _F_FRAME]))
-    slots = itertools.chain.from_iterable(map(operator.itemgetter(slice(None)),
-                                              map(slots_type.from_address, map(operator.add, f_frame,
-                                                                                [_LOCALSPLUS]))))
-    # Both copies of a slot's pointer are read in the same call; the tee's
-    # buffer is filled as the pipeline runs, within it.
-    a, b = itertools.tee(slots)
-    pointers = map(operator.add, a, map(operator.mul, map(operator.not_, b), itertools.repeat(unbound)))
-    pipeline = map(PyObj_FromPtr, pointers)
-    was_enabled = gc.isenabled()
-    if was_enabled:
-        gc.disable()
-    try:
-        return list(pipeline)
-    finally:
-        if was_enabled:
-            gc.enable()
+def own_stack(skip: int = 1) -> list:
+    """The frames of the calling thread, innermost first, from ``skip``
+    frames above this call."""
+    frames = []
+    f: types.FrameType | None = sys._getframe(skip)
+    while f is not None:
+        frames.append(f)
+        f = f.f_back
+    return frames
 
 
-def _probe(x, y):
-    z = [x]
-    unset = 1
-    del unset
-
-    def inner():
-        return z, x
-
-    return sys._getframe(), inner
+def traced() -> bool:
+    """Whether a trace or profile function is set in this thread."""
+    return sys.gettrace() is not None or sys.getprofile() is not None
 
 
-def _layout_holds() -> bool:
-    """Whether this Python's frames have the layout ``_raw`` reads: a
-    finished frame of known locals (its own copy, owned by the frame object)
-    read both ways."""
-    global _checked
-    if _checked is None:
-        _checked = False
-        if (3, 11) <= sys.version_info < (3, 13) and ctypes.sizeof(ctypes.c_void_p) == 8 \
-                and not hasattr(sys, "gettotalrefcount"):
-            try:
-                x, y = object(), object()
-                frame, inner = _probe(x, y)
-                names = _names(frame.f_code)
-                got = _raw(frame, len(names))
-                values = dict(zip(names, got))
-                x_cell, z_cell = values.get("x"), values.get("z")
-                _checked = (len(got) == len(names) and values.get("y") is y and values.get("unset") is _UNBOUND
-                            and values.get("inner") is inner
-                            and type(x_cell) is types.CellType and type(z_cell) is types.CellType
-                            and x_cell.cell_contents is x and z_cell.cell_contents == [x])
-                del frame, inner, got, values, x_cell, z_cell
-            except Exception:
-                _checked = False
-    return _checked
+def _qualname(code: types.CodeType) -> str:
+    return code.co_qualname if hasattr(code, "co_qualname") else code.co_name
 
 
-def readable() -> bool:
-    """Whether a running frame's locals can be read without changing it."""
-    return _PROXY or _layout_holds()
-
-
-def frame_locals(frame) -> list:
-    """(name, value) of ``frame``'s bound locals (a cell's contents for a
-    cell), read without writing to the frame; [] where that cannot be done."""
+def frame_locals(frame: types.FrameType, unread: Unread | None = None) -> list:
+    """(name, value) of the bound locals of ``frame``, a frame of the calling
+    thread (a cell's contents for a cell); [] where it must not be read (the
+    reason added to ``unread``). Never call it on another thread's frame."""
+    code = frame.f_code
+    if not code.co_flags & _CO_OPTIMIZED:  # a module or class body: its namespace, not the frame's
+        return []
     try:
         if _PROXY:
-            loc = frame.f_locals
-            if type(loc) is dict:  # a module or class body: its namespace, not the frame's
-                return []
-            return list(loc.items())
-        if not _layout_holds():
+            return list(frame.f_locals.items())
+        if traced():
+            if unread is not None:
+                unread.add(TRACED, _qualname(code))
             return []
-        names = _names(frame.f_code)
-        values = _raw(frame, len(names))
+        if not _DICT_USERS.isdisjoint(code.co_names):
+            if unread is not None:
+                unread.add(USES_LOCALS, _qualname(code))
+            return []
+        d = frame.f_locals  # refreshed from the frame's slots (PyFrame_FastToLocalsWithError)
+        if type(d) is not dict:
+            return []
+        items = list(dict.items(d))
+        # The frame's reference, ours (d) and getrefcount's argument: nothing else holds it.
+        if sys.getrefcount(d) <= 3:
+            dict.clear(d)  # its values are the frame's own: clearing frees none of them
+        del d
+        return items
     except Exception:
         return []
-    out = []
-    for name, value in zip(names, values):
-        if value is _UNBOUND:
-            continue
-        if type(value) is types.CellType:
-            try:
-                value = value.cell_contents
-            except ValueError:  # an empty cell
-                continue
-        out.append((name, value))
-    return out

@@ -31,8 +31,12 @@ The walk only reads, and never runs the program's code (docs/holders.md):
 - an instance's attributes come from the ``__dict__`` slot of the first base
   that made one (the interpreter's own descriptor, never a ``__dict__``
   property) and its member descriptors;
-- a frame's locals are read from its slots (capture/frame_locals.py), never
-  through ``frame.f_locals``, which on 3.11 and 3.12 writes the frame's dict;
+- a frame's locals are read only in the frame's own thread, at a point the
+  program offers (capture/frame_locals.py: a step's snapshot in
+  ``jaxmemprof.mark()``, the program's ``jaxmemprof.snapshot()``); a search
+  run from jaxmemprof's thread reads module globals and what they reach, and
+  says which threads' locals it could not read; a suspended generator's
+  locals are what the garbage collector lists of it (no names);
 - the arrays themselves are never held: they are known by ``id`` and a weak
   reference, and a chain ends where it meets one. A container the program
   drops while the walk has it queued is let go, unread, when its turn comes.
@@ -45,11 +49,12 @@ import gc
 import itertools
 import json
 import sys
+import threading
 import time
 import types
 import weakref
 
-from jaxmemprof.capture.frame_locals import frame_locals
+from jaxmemprof.capture.frame_locals import OTHER_THREAD, Unread, frame_locals, own_stack
 from jaxmemprof.capture.library_roots import is_library
 from jaxmemprof.facts.paths import is_own_file
 
@@ -75,11 +80,10 @@ _TYPE_NAME = type.__dict__["__name__"].__get__
 _MODULE_DICT = vars(types.ModuleType)["__dict__"].__get__
 _SUBCLASS = type.__subclasscheck__  # (base, t): t's real bases, never a program's __subclasscheck__
 _LRU = type(__import__("functools").lru_cache(maxsize=None)(lambda: None))
-# id(type) -> the interpreter's getter of a suspended generator's, coroutine's
-# or async generator's frame.
-_GEN_FRAME = {id(types.GeneratorType): types.GeneratorType.gi_frame.__get__,
-              id(types.CoroutineType): types.CoroutineType.cr_frame.__get__,
-              id(types.AsyncGeneratorType): types.AsyncGeneratorType.ag_frame.__get__}
+# Generators, coroutines and async generators: their locals are read as the
+# garbage collector lists them (a C traverse, no names), never through their
+# frame's f_locals, which another thread may be running or closing.
+_GENERATORS = {id(types.GeneratorType), id(types.CoroutineType), id(types.AsyncGeneratorType)}
 # Objects that refer to nothing a chain goes through, by the id of their
 # exact type (a set of ints: no program's __hash__ or __eq__ is asked).
 _LEAVES = {id(t) for t in (str, bytes, bytearray, int, float, complex, bool, type(None), range, types.ModuleType,
@@ -148,7 +152,7 @@ class _Shape:
                      else "deque" if _is_sub(t, (collections.deque,)) else "tuple" if _is_sub(t, (tuple,))
                      else "frozenset" if _is_sub(t, (frozenset,)) else "set" if _is_sub(t, (set,))
                      else "function" if t is types.FunctionType else "lru" if t is _LRU
-                     else "generator" if id(t) in _GEN_FRAME else "method" if t is types.MethodType else "object")
+                     else "generator" if id(t) in _GENERATORS else "method" if t is types.MethodType else "object")
         try:
             mro = _TYPE_MRO(t)
         except Exception:
@@ -253,10 +257,16 @@ def _children(obj, shape: _Shape, module_dicts: set):
                 for k, v in list(dict.items(own)):
                     yield ATTR, _name(k), v
     elif kind == "generator":
-        frame = _GEN_FRAME[id(type(obj))](obj)
-        if frame is not None:
-            for k, v in frame_locals(frame):
-                yield LOCAL, k, v
+        # What the garbage collector lists of it: its frame's locals and stack
+        # (3.11+), or its frame (3.10), whose own referents are its locals.
+        for r in gc.get_referents(obj):
+            t = type(r)
+            if t is types.FrameType:
+                for v in gc.get_referents(r):
+                    if type(v) is not types.FrameType and type(v) is not types.CodeType:
+                        yield LOCAL, ANY, v
+            elif t is not types.CodeType:
+                yield LOCAL, ANY, r
     elif kind == "method":
         yield ATTR, "__self__", obj.__self__
         yield ATTR, "__func__", obj.__func__
@@ -294,10 +304,11 @@ class Search:
     function, first line, steps, container type), steps a list of (kind,
     label) from the root down."""
 
-    def __init__(self, targets: dict, deadline: float, skip=(), library: bool = True):
+    def __init__(self, targets: dict, deadline: float, skip=(), library: bool = True, frames: bool = True):
         self.targets = targets
         self.deadline = deadline
         self.library = library  # whether to search library roots for the arrays the program's own do not hold
+        self.frames = frames  # whether to read the locals of this thread's frames (the program's own thread)
         self.skip = set(skip)
         self.found: dict = {}
         # The arrays themselves (a view JAX made and its array are one): the
@@ -306,6 +317,7 @@ class Search:
         self.found_arrays: set = set()
         self.complete = True  # every root searched, every container's items walked
         self.visited = 0
+        self.unread = Unread()  # the program's frames whose locals were not read, and why
         self._shapes: dict = {}  # id(type) -> (type, _Shape), for this search
 
     def _shape(self, t) -> _Shape:
@@ -322,17 +334,14 @@ class Search:
             d = _MODULE_DICT(mod)
             if type(d) is dict:
                 module_dicts.setdefault(id(d), (name, d))
-        own_threads = {t for t, fr in _jaxmemprof_threads()}
-        frames = []
-        for ident, top in list(sys._current_frames().items()):
-            if ident in own_threads:
-                continue
-            f: types.FrameType | None = top
-            while f is not None:
-                frames.append(f)
-                f = f.f_back
-            del f
-        del top
+        # Only this thread's frames, and only when it is the program's thread
+        # at a point the program offered: another thread's frames are never
+        # read (capture/frame_locals.py).
+        me = threading.current_thread()
+        frames = own_stack(2) if self.frames and not me.name.startswith("jaxmemprof") else []
+        for t in threading.enumerate():
+            if t is not me and not t.name.startswith("jaxmemprof") and t.is_alive():
+                self.unread.add(OTHER_THREAD, t.name)
         user: list = []
         library: list = []
         for _key, (name, d) in module_dicts.items():
@@ -354,9 +363,9 @@ class Search:
                          code.co_name, code.co_firstlineno, f))
         del frames
         try:
-            self._walk(user, set(module_dicts))
+            self._walk(user, set(module_dicts), self.unread)
             if self.library and len(self.found_arrays) < len(self.arrays) and time.monotonic() < self.deadline:
-                self._walk(library, set(module_dicts))
+                self._walk(library, set(module_dicts), None)
         finally:
             del user, library, module_dicts
             self._shapes.clear()
@@ -378,7 +387,7 @@ class Search:
             self.found_arrays.add(target[1])
         return True
 
-    def _walk(self, roots: list, module_dicts: set) -> None:
+    def _walk(self, roots: list, module_dicts: set, unread: Unread | None) -> None:
         seen = set(self.skip)
         seen.update(module_dicts)
         earlier = set(self.found)  # found by an earlier round: their chains are shorter, or the program's own
@@ -394,7 +403,7 @@ class Search:
                 if name == "__main__":  # the program's own names before IPython's history's (_N, then Out, _)
                     items.sort(key=lambda kv: _history_rank(kv[0]))
             else:
-                items = frame_locals(holder)
+                items = frame_locals(holder, unread)
             root_index = len(root_of)
             root_of.append((kind, name, file, function, line))
             step, tname = (KEY, "module") if kind == GLOBAL else (LOCAL, "frame")
@@ -490,24 +499,27 @@ def _history_rank(name: str) -> int:
     return 2 if name == "Out" else 3 if name in ("_", "__", "___") else 0
 
 
-def _jaxmemprof_threads():
-    import threading
-
-    for t in threading.enumerate():
-        if t.name.startswith("jaxmemprof"):
-            yield t.ident, t
-
-
 def search(arrays: dict, budget_s: float, skip=(), library: bool = True) -> tuple[dict, bool, int]:
     """The chains holding ``arrays`` (id(array) -> (a weak reference to it,
     its journal id)) within ``budget_s`` seconds: (id(array) ->
     its chains, whether every root was searched, objects visited). ``library``:
-    search library modules and frames too (JAX's caches: a larger walk)."""
-    s = Search(arrays, time.monotonic() + budget_s, skip, library)
-    s.run()
+    search library modules and frames too (JAX's caches: a larger walk).
+    ``searched()`` gives the whole ``Search`` (what it could not read too)."""
+    s = searched(arrays, budget_s, skip, library)
     return s.found, s.complete, s.visited
 
 
+def searched(arrays: dict, budget_s: float, skip=(), library: bool = True, frames: bool = True) -> Search:
+    """``search()``'s finished ``Search``: also ``unread``, the program's
+    frames it did not read. ``frames``: read the locals of this thread's
+    frames (only in the program's own thread, at a point it offers)."""
+    s = Search(arrays, time.monotonic() + budget_s, skip, library, frames)
+    s.run()
+    return s
+
+
+# The event that says which of the program's frames a search could not read (analysis/py_holders.py).
+UNREAD_EVENT = "holders-unread"
 # The triggers of a run's last snapshot (the program ends, fails or is stopped).
 END_TRIGGERS = ("exit", "exception", "oom", "signal")
 
@@ -533,14 +545,19 @@ class Searches:
         self.spent = 0.0
         self.searched_bytes = 0
         self.peak_search: int | None = None  # the snapshot of the search whose rows stand for the peak
+        self.own_searched = False  # a search ran in the program's thread (its locals read)
         self.chains: dict = {}
 
-    def budget(self, trigger: str, live_bytes: int, in_flight) -> float:
-        """Seconds this snapshot's search may take; 0: no search."""
+    def budget(self, trigger: str, live_bytes: int, in_flight, own: bool = True) -> float:
+        """Seconds this snapshot's search may take; 0: no search. ``own``:
+        the search would run in the program's thread (its frames read).
+        Once one has, searches from jaxmemprof's thread stand back: without
+        the program's locals their rows would replace better ones."""
         elapsed = time.monotonic() - self.t0
         if trigger in END_TRIGGERS:
             return max(self.end_s, self.share * elapsed)
-        if in_flight or live_bytes <= 0 or live_bytes <= self.searched_bytes * self.growth:
+        if in_flight or live_bytes <= 0 or live_bytes <= self.searched_bytes * self.growth or (
+                self.own_searched and not own):
             return 0.0
         left = max(self.first_s, self.share * elapsed) - self.spent
         return left if left >= 0.02 else 0.0
@@ -551,7 +568,8 @@ class Searches:
         id(array) -> the sampler's entry (its ``array_id``); ``views``:
         id(view) -> the tracked entry whose buffers a view JAX made shares
         (the program may hold either object)."""
-        budget = self.budget(trigger, live_bytes, in_flight)
+        own = not threading.current_thread().name.startswith("jaxmemprof")  # the program's thread
+        budget = self.budget(trigger, live_bytes, in_flight, own)
         if budget <= 0:
             return
         c0 = time.thread_time()
@@ -570,8 +588,8 @@ class Searches:
                 except TypeError:  # an array type without weak references
                     pass
         del live, a
-        found, complete, visited = search(targets, budget, skip=(id(targets),),
-                                          library=trigger in END_TRIGGERS)
+        done = searched(targets, budget, skip=(id(targets),), library=trigger in END_TRIGGERS, frames=own)
+        found, complete, visited = done.found, done.complete, done.visited
         best: dict = {}  # array id -> its chains (an array and its view may both be held)
         for key, chains in found.items():
             best.setdefault(targets[key][1], []).extend(chains)
@@ -593,6 +611,10 @@ class Searches:
         replaces = None
         if trigger not in END_TRIGGERS:
             self.searched_bytes = live_bytes
+            self.own_searched = self.own_searched or own
             replaces, self.peak_search = self.peak_search, index
+        # Arrays not found while some of the program's locals were not read: said, in one line, with the search.
+        if done.unread and len(best) < len(done.arrays) and hasattr(self.writer, "add_event"):
+            self.writer.add_event(UNREAD_EVENT, done.unread.text(), index)
         self.writer.add_py_holders(new_chains, rows, (index, trigger, cost, len({aid for _, aid in targets.values()}), len(best),
                                                       int(complete), visited), replaces)

@@ -30,7 +30,7 @@ from jaxmemprof.capture.arrays import (add_device_bytes, buffer_address, Entry, 
 # Imported here, not in the first snapshot, whose cost sets the sampling pace.
 from jaxmemprof.capture.device_reads import LoadedExecutables, memory_stats_rows, profile_buffers
 from jaxmemprof.capture.threads import OwnThread
-from jaxmemprof.capture.steps import STALE_S, Steps, on_grid, searched
+from jaxmemprof.capture.steps import StepSnapshots, Steps
 from jaxmemprof.store.writer import SnapshotRecord
 from jaxmemprof.capture.tracebacks import described
 
@@ -82,7 +82,7 @@ class SnapshotWriter(Protocol):
     def add_event(self, kind: str, message: str, snapshot: int | None = None) -> None: ...
 
 
-class Sampler:
+class Sampler(StepSnapshots):
     """Snapshots on demand and, in a background thread, every ``interval``
     seconds, stretched so that sampling takes at most half of
     ``max_overhead`` of the wall time (measured on the real snapshot cost)."""
@@ -138,6 +138,12 @@ class Sampler:
         # (snapshot, trigger, live bytes, calls in flight) the next search is for
         self._pending_search: tuple | None = None
         self.steps = Steps()  # the program's markers: snapshots keyed to its steps (capture/steps.py)
+        # The snapshots taken in the program's own thread (its steps', its own) and their cost there,
+        # kept in the manifest as the run goes (written when it is finished).
+        self.program_thread = {"snapshots": 0, "wall_s": 0.0, "cpu_s": 0.0}
+        manifest = getattr(writer, "manifest", None)
+        if type(manifest) is dict:
+            manifest["program_thread"] = self.program_thread
 
     # -- the background thread -------------------------------------------------
 
@@ -156,6 +162,11 @@ class Sampler:
         ``max_overhead`` (when it is above 0)."""
         return 2.0 / self.max_overhead
 
+    @staticmethod
+    def jax_up() -> bool:
+        """Whether the program imported jax and a backend is up (``jax_ready``)."""
+        return jax_ready() is not None
+
     def next_due(self) -> float:
         """When (monotonic) the next interval snapshot is due: ``interval``
         after the last one, stretched so that sampling takes at most half of
@@ -170,28 +181,6 @@ class Sampler:
             due = max(due, self._last_mono + self._cost * (times - 1.0),
                       self._t0 + (self._spent + self._cost) * times)
         return due
-
-    def timed_due(self) -> float:
-        """When the next timed snapshot is due: ``next_due()``, and while
-        the program steps (capture/steps.py) not before the last snapshot
-        is ``STALE_S`` old or the markers stop (checked again then)."""
-        due, s = self.next_due(), self.steps
-        if s.stepping(time.monotonic()) and s.last is not None:
-            due = max(due, min(self._last_mono + STALE_S, s.last + s.quiet_s()))
-        return due
-
-    def step(self, n: int) -> None:
-        """Marker ``n`` (``steps.placed()``) is in the journal, in the
-        program's thread: a snapshot now when its step is on the grid, and
-        the holder search after it at the grid's search steps (capture/steps.py)."""
-        if self.failed or self.steps.own or not on_grid(n, self.steps.per_level) or jax_ready() is None:
-            return
-        with self._lock:
-            if self.snapshot("step", search=False) is None:
-                return
-            if searched(n, self.steps.per_level):
-                self.search_holders()
-            self._pending_search = None
 
     def _loop(self) -> None:
         block_signals_in_this_thread()
@@ -211,8 +200,8 @@ class Sampler:
                 if self._has_arrays():
                     if self._stop.wait(self.interval):
                         return
-                    if not self.steps.stepping(time.monotonic()):
-                        self.snapshot("first")
+                    if not self.steps.stepping(time.monotonic()) and time.monotonic() >= self.timed_due():
+                        self.snapshot("first")  # (not inside a call of a jitted function: timed_due)
                 continue
             # Counted from the last snapshot, whoever took it.
             if self._stop.wait(max(0.0, self.timed_due() - time.monotonic())):

@@ -24,16 +24,26 @@ arrays takes its first snapshot at step 2).
 A program that takes its own snapshots (``jaxmemprof.snapshot()``) keeps
 to them: from its first, markers take none.
 
-The holder search (capture/py_holders.py, its own budget) runs after the
-step snapshots at steps ``2 * PER_LEVEL * 4**k`` only (8, 32, 128, 512,
-2048, ...), so that the search that stands for the peak is at the same step
-in every run while its budget holds.
+Timed snapshots also stand back while a call of the program's jitted
+functions is in progress (its inputs and outputs both alive, the jit probe's
+work on a sampled call included), unless the last snapshot is ``STALE_S``
+old: the live peak is then a moment between the program's statements, the
+same in every run.
+
+The holder search (capture/py_holders.py, its own budget) runs after each
+step snapshot whose live bytes are a new high, in the program's thread, so
+that it reads the locals of the program's frames (capture/frame_locals.py),
+within its budget (the first 0.5 s of searches always allowed, then 1 % of
+the run): a small program's searches are at the same steps in every run,
+and the holders shown beside a later peak come from the last of them, said
+so (analysis/py_holders.py).
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 
 # Snapshots per doubling of the step count (after the first 2 * PER_LEVEL steps, each taken).
 PER_LEVEL = 4
@@ -42,6 +52,8 @@ STALE_S = 30.0
 # The program is between steps (timed snapshots resume) once no marker has come for this long, or
 # for four times the last gap between two markers when that is longer.
 QUIET_S = 1.0
+# A timed snapshot due while a call of the program's jitted functions is in progress looks again this often.
+IN_CALL_POLL_S = 0.02
 
 
 def stride(n: int, per_level: int = PER_LEVEL) -> int:
@@ -62,15 +74,6 @@ def on_grid(n: int, per_level: int = PER_LEVEL) -> bool:
 def grid(last: int, per_level: int = PER_LEVEL) -> list:
     """The steps up to ``last`` that get a snapshot."""
     return [n for n in range(1, last + 1) if on_grid(n, per_level)]
-
-
-def searched(n: int, per_level: int = PER_LEVEL) -> bool:
-    """Whether the holder search runs after step ``n``'s snapshot: steps
-    ``2 * per_level * 4**k``."""
-    m = 2 * per_level
-    while m < n:
-        m *= 4
-    return m == n
 
 
 class Steps:
@@ -103,3 +106,78 @@ class Steps:
         none itself)."""
         last = self.last
         return last is not None and not self.own and now - last < self.quiet_s()
+
+
+class StepSnapshots:
+    """The sampler's snapshots keyed to the program's steps (mixed into
+    capture/sampler.py's ``Sampler``, which has the rest): the step's
+    snapshot taken in the program's thread, its cost there counted, and the
+    timed snapshots held back while the program steps or is inside a call of
+    a jitted function."""
+
+    steps: Steps
+    failed: str | None
+    in_flight: Callable[[], list] | None
+    program_thread: dict
+    _last_mono: float
+    _t0: float
+    _lock: threading.RLock
+    _pending_search: tuple | None
+
+    def next_due(self) -> float:
+        raise NotImplementedError
+
+    def jax_up(self) -> bool:
+        raise NotImplementedError
+
+    def snapshot(self, trigger: str, label: str | None = None, live: list | None = None,
+                 wait: bool | None = None, search: bool = True) -> int | None:
+        raise NotImplementedError
+
+    def search_holders(self) -> None:
+        raise NotImplementedError
+
+    def timed_due(self) -> float:
+        """When the next timed snapshot is due: ``next_due()``; while the
+        program steps not before the last snapshot is ``STALE_S`` old or the
+        markers stop (checked again then); and while a call of the program's
+        jitted functions is in progress (its inputs and its outputs both
+        alive: a moment that differs from run to run), not before it ended
+        ``IN_CALL_POLL_S`` ago, unless the last snapshot is ``STALE_S`` old."""
+        due, s, now, last = self.next_due(), self.steps, time.monotonic(), self._last_mono or self._t0
+        if s.stepping(now) and s.last is not None:
+            due = max(due, min(last + STALE_S, s.last + s.quiet_s()))
+        if due <= now and self.in_flight is not None and now - last < STALE_S:
+            if self.in_flight():
+                due = now + IN_CALL_POLL_S
+            else:
+                # A call that ended a moment ago may not have its outputs in the program's names yet (the
+                # eval breaker can hand the GIL over as the call returns): wait, letting the program run on.
+                ended = getattr(getattr(self.in_flight, "__self__", None), "call_ended", 0.0)
+                if type(ended) is float and now < ended + IN_CALL_POLL_S:
+                    due = ended + IN_CALL_POLL_S
+        return due
+
+    def step(self, n: int) -> None:
+        """Marker ``n`` (``steps.placed()``) is in the journal, in the
+        program's thread: a snapshot now when its step is on the grid, and
+        the holder search after it (its budget permitting), which reads the
+        locals of this thread's frames (capture/frame_locals.py)."""
+        if self.failed or self.steps.own or not on_grid(n, self.steps.per_level) or not self.jax_up():
+            return
+        w0, c0 = time.perf_counter(), time.thread_time()
+        with self._lock:
+            if self.snapshot("step", search=False) is not None:
+                self.search_holders()
+            self._pending_search = None
+        self.in_program_thread(w0, c0)
+
+    def in_program_thread(self, w0: float, c0: float) -> None:
+        """A snapshot the program's thread took (at a step, or asked for), its
+        holder search included, began at ``w0`` (perf_counter) and ``c0``
+        (thread_time): its wall and CPU time, counted where the run says
+        what it cost the program (the manifest's ``program_thread``)."""
+        own = self.program_thread
+        own["snapshots"] += 1
+        own["wall_s"] = round(own["wall_s"] + time.perf_counter() - w0, 6)
+        own["cpu_s"] = round(own["cpu_s"] + time.thread_time() - c0, 6)

@@ -284,6 +284,10 @@ GLOSSARY: dict[str, str] = {
     "holders": "The Python references found holding the run's arrays: the rows of holders.csv.",
     "holder_searches": "Searches the run made for the Python references holding its arrays (docs/holders.md).",
     "holder_search_cpu_s": "CPU seconds those searches took, in the searching thread.",
+    "program_thread_wall_s": "Wall seconds the snapshots taken in the program's own thread (at its marked steps, "
+                             "and its own `jaxmemprof.snapshot()`), their holder searches included, took from it "
+                             "(waits for the GIL included); empty without any.",
+    "program_thread_cpu_s": "CPU seconds of the same snapshots and searches, in the program's thread.",
     # will it fit (report --device-memory)
     "device_bytes": "The device's memory, in bytes (`--device-memory`).",
     "peak_source": "Which figure the peak is: `true_peak_bytes` (the true peak on the busiest device), "

@@ -130,6 +130,9 @@ IN_TABLE: dict[str, dict[str, str]] = {
         "complete": "False where the search stopped at its budget before every root was walked "
                     "(py_holder_searches.complete 0): the chain holds these arrays, but others may too, and arrays "
                     "it did not reach are not named; the report says `search cut short at its budget` beside it.",
+        "site_arrays": "The site's arrays alive at that search's snapshot: what `arrays` is out of, at the same "
+                       "moment (a peak whose own snapshot had no search shows the holders of the search before it, "
+                       "`searched at snapshot N`, with this count).",
     },
     "plan.csv": {
         "function": "The planned jitted function's name.",

@@ -211,6 +211,11 @@ def _render_summary(rep: Report, con: Console, explain: bool) -> None:
     lines.append(f"{counted(s['snapshots'], 'snapshot')}, {counted(s['markers'], 'marker')}, "
                  f"{counted(s['arrays_seen'], 'array')} seen; sampling took {s['sampling_cpu_s']:.2f} s of CPU; "
                  f"words: {answer.GLOSSARY}")
+    if s["program_thread_wall_s"] is not None:
+        lines.append(f"snapshots in the program's thread took {s['program_thread_wall_s']:.2f} s of its wall time "
+                     f"({s['program_thread_cpu_s']:.2f} s of CPU)")
+    if rep.holders_unread:
+        lines.append(f"holders: {safe(rep.holders_unread)}")
     if s.step_snapshots_slowed:
         lines.append(f"the snapshots at its steps took {s.step_snapshots_share:.0%} of the time between its first and last marked "
                      f"step, in the program's own thread: a loop that much faster under python (on an accelerator, "

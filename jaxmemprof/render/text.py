@@ -177,8 +177,14 @@ def render_closing(ov, con: Console, *, target: str, run_dir: str, warnings: lis
             f"jaxmemprof: snapshots came every {gap:.1f} s, not every {interval:g} s: --max-overhead {budget:g} "
             f"keeps them to {100 * budget / 2:g}% of the run (a larger --max-overhead gives more)"
         ))
+    if ov.program_thread is not None:
+        wall, cpu = ov.program_thread
+        con.print(Text(f"jaxmemprof: snapshots in the program's thread took {wall:.2f} s of its wall time "
+                       f"({cpu:.2f} s of CPU)"))
     for w in warnings:
         con.print(Text(f"jaxmemprof: warning: {safe(w)}"))
+    if ov.holders_unread:
+        con.print(Text(f"jaxmemprof: holders: {safe(ov.holders_unread)}"))
     if ov.peak_snapshot is None:
         con.print("jaxmemprof: no snapshot: the program never put an array on a JAX device")
     else:

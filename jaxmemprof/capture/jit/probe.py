@@ -124,9 +124,9 @@ class JitProbe(Programs):
         self.observer: Sampler | None = None
         self.on_step = None  # (name) -> bool, set by the session: a call of the step begins (stepped)
         self._step: FunctionState | None = None
-        # function_id -> threads inside a call of it now (calls the probe still watches: a quiet
-        # function's go straight to XLA): what a snapshot taken meanwhile was in (calls_in_flight).
+        # function_id -> threads inside a call of it now (a quiet function's go straight to XLA): calls_in_flight
         self.in_call: dict = {}
+        self.call_ended = 0.0  # monotonic time the last call (the probe's work on it too) ended: Sampler.timed_due
         self._live_before_left = LIVE_BEFORE_CALLS
         self.read_s = 0.0  # time spent reading executables (XLA's figures), all functions
         self.programs_read = 0
@@ -473,33 +473,36 @@ class JitProbe(Programs):
         outer, calling.state = getattr(calling, "state", None), state
         in_call = self.in_call
         in_call[state.function_id] = in_call.get(state.function_id, 0) + 1
-        try:
-            out = real(*args, **kwargs)
-        except BaseException as exc:  # out of memory: the call kept, for what fits at the end (oom.py)
-            self._guard(state, oom_failed, self, state, exc, real, args, kwargs, inputs, abstract)
-            raise
+        try:  # in flight until the probe's work on the call is done too (its inputs and outputs alive)
+            try:
+                out = real(*args, **kwargs)
+            except BaseException as exc:  # out of memory: the call kept, for what fits at the end (oom.py)
+                self._guard(state, oom_failed, self, state, exc, real, args, kwargs, inputs, abstract)
+                raise
+            finally:
+                calling.state = outer
+            if failed is not None:  # the call went well: reading it failed on its own
+                self._error(state, failed)
+            if not state.by_signature:
+                state.cache = cache_size(real)
+                if state.cache > before:
+                    state.compiles += 1
+                    # With donated (now deleted) arguments the AOT path cannot run
+                    # again on them: analyse at the next call instead, before it runs.
+                    if not self._guard(state, self._memory_analysis, real, state, args, kwargs, True):
+                        state.analyse_next = True
+            if inputs is not None:
+                # After the call: a signature compiled by it is analysed by now.
+                self._guard(state, self._mark_pruned, state, inputs, args, kwargs)
+                self._guard(state, self._record_call, state, inputs, out)
+                if abstract is not None:
+                    self._guard(state, self.planner.keep, state, abstract, real)
+            state.quiet = (state.samples >= self.max_samples and state.pending is None and not state.analyse_next) \
+                or state.off
+            return out
         finally:
-            calling.state = outer
             in_call[state.function_id] -= 1
-        if failed is not None:  # the call went well: reading it failed on its own
-            self._error(state, failed)
-        if not state.by_signature:
-            state.cache = cache_size(real)
-            if state.cache > before:
-                state.compiles += 1
-                # With donated (now deleted) arguments the AOT path cannot run
-                # again on them: analyse at the next call instead, before it runs.
-                if not self._guard(state, self._memory_analysis, real, state, args, kwargs, True):
-                    state.analyse_next = True
-        if inputs is not None:
-            # After the call: a signature compiled by it is analysed by now.
-            self._guard(state, self._mark_pruned, state, inputs, args, kwargs)
-            self._guard(state, self._record_call, state, inputs, out)
-            if abstract is not None:
-                self._guard(state, self.planner.keep, state, abstract, real)
-        state.quiet = (state.samples >= self.max_samples and state.pending is None and not state.analyse_next) \
-            or state.off
-        return out
+            self.call_ended = time.monotonic()
 
     def stepped(self, state: FunctionState) -> None:
         """A device call of ``state``'s function begins: counted as a step (state.step_of), its
