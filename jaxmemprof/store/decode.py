@@ -60,6 +60,8 @@ _TABLES = {
     "thinned": (("snapshot",), (), ("snapshot",)),
     "jit_counts": (("function_id", "calls", "compiles", "calls_complete", "traced", "backend_compiles"), (),
                    ("function_id",)),
+    "jit_call_live": (("function_id", "call", "t_wall", "counted", "seen"), ("live_before", "signature", "kind"),
+                      ("function_id", "call")),
     "source_names": ((), ("file", "label"), ("file", "label")),
     "held_by": (("snapshot", "py_id", "only"), ("frames", "shape", "dtype", "kind", "holder", "names"),
                 ("snapshot", "py_id", "holder")),
@@ -96,7 +98,7 @@ _FLOAT_COLUMNS = {"t_wall", "t_mono", "cost_s", "wall_s", "dump_s", "compile_s"}
 # Tables that runs recorded by earlier versions lack.
 ADDED_TABLES = {"jit_programs", "jit_buffers", "jit_curves", "thinned", "array_kinds", "source_names", "held_by",
                  "jit_plans", "jit_whatif", "snapshot_calls", "py_chains", "py_holders", "py_holder_searches",
-                 "jit_targets", "jit_target_buffers"}
+                 "jit_targets", "jit_target_buffers", "jit_call_live"}
 
 # Journal cells that hold JSON, which the analyses parse (the jit probe's).
 # A cell nested deeper than _MAX_JSON_DEPTH is damage: read as missing.
@@ -104,6 +106,7 @@ _JSON_COLUMNS = {
     "jit_functions": ("params", "donate_argnums", "donate_argnames", "static_argnums", "static_argnames",
                       "wrapper_options"),
     "jit_calls": ("inputs", "outputs", "inputs_alive", "live_before"),
+    "jit_call_live": ("live_before",),
     "jit_buffers": ("frames",),
     "jit_target_buffers": ("frames",),
     "jit_curves": ("curve",),

@@ -7,16 +7,16 @@ made while another transformation traces is only counted. The probe records:
 - per function: the user's function and where it is defined, the user's line
   that jitted it and the wrapper used, its donation and static arguments;
 - per compiled signature: XLA's figures (``programs``);
-- for a sample of calls (the first ones, then one in ``sample_every``): every
-  array leaf of the arguments, mapped to the user's arguments (argument
-  position and name, pytree path, shape, dtype, sharding, device bytes,
-  donated or not) and of the outputs, and, checked at the function's next
-  call, what became of each input leaf (``liveness``).
+- for a sample of calls (the first ones, then one in ``sample_every``): every array leaf of the arguments,
+  mapped to the user's arguments (argument position and name, pytree path, shape, dtype, sharding, device
+  bytes, donated or not) and of the outputs, and, checked at the function's next call, what became of each
+  input leaf (``liveness``); for every call of a user's function, the bytes live before it (``calllive``).
 
-Once a function's samples are taken its proxy becomes a ``_QuietProbed``
-(no longer counted); a JAX compile event, or a snapshot that finds the
-function's compile cache grown, turns it back, and the first of the next
-1,000 calls with a signature not analysed yet is analysed.
+Once a function's samples are taken its proxy becomes quiet (a user's
+function's calls still have their live bytes counted: calllive.py); a JAX
+compile event, or a snapshot that finds the function's compile cache grown,
+turns it back, and the first of the next 1,000 calls with a signature not
+analysed yet is analysed.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from jaxmemprof.capture.hooks import AfterImport
 from jaxmemprof.capture.jit.frames import drop_own_frames, user_frame
 from jaxmemprof.facts.libraries import BY_NAME, PATCHED, names as library_names, owners as library_owners, plain_arguments, tags as library_tags
 from jaxmemprof.facts.source import statement_at
+from jaxmemprof.capture.jit.calllive import CallLive, only_signature
 from jaxmemprof.capture.jit.early import Early
 from jaxmemprof.capture.jit.liveness import call_fates, on_death, frame_windows
 from jaxmemprof.capture.jit.owners import Previous, host_leaf as _host_leaf, leaf as _leaf, path_text
@@ -49,9 +50,7 @@ from jaxmemprof.capture.jit.state import HUNT_CALLS, cache_size, compile_listene
 if TYPE_CHECKING:
     from jaxmemprof.capture.sampler import Sampler
 
-# Sampled calls before which the live bytes are counted, at most, in a run
-# (later ones are estimated from the sampler's last snapshot before them).
-LIVE_BEFORE_CALLS = 400
+LIVE_BEFORE_CALLS = 400  # sampled calls whose live bytes before are written, at most, in a run
 # A function whose observation fails this often is no longer observed.
 MAX_ERRORS = 3
 # Functions the program dropped whose lowering is kept for XLA's dump at the end.
@@ -67,10 +66,8 @@ def _normalise(value) -> list:
 
 
 def _source_line(frame) -> str:
-    """The text of the statement at ``frame``'s current line as the program
-    has it now (``source.statement_at``): a notebook cell's (IPython keeps
-    cells in linecache), or a file's before anyone edits it. The donation fix
-    is written on it at report time."""
+    """The statement at ``frame``'s line as the program has it now (``source.statement_at``: a notebook
+    cell's, or a file's before anyone edits it), on which the donation fix is written at report time."""
     if frame is None:
         return ""
     return statement_at(frame.f_code.co_filename, frame.f_lineno, frame.f_globals)
@@ -121,6 +118,7 @@ class JitProbe(Programs):
         # snapshot (Sampler.holding), and counts what is live before a
         # sampled call: set by the session.
         self.observer: Sampler | None = None
+        self.live = CallLive(self)  # the bytes live before every call of a user's function (calllive.py)
         self.on_step = None  # (name) -> bool, set by the session: a call of the step begins (stepped)
         self._step: FunctionState | None = None
         # function_id -> threads inside a call of it now (calls the probe still watches: a quiet
@@ -472,6 +470,7 @@ class JitProbe(Programs):
         outer, calling.state = getattr(calling, "state", None), state
         in_call = self.in_call
         in_call[state.function_id] = in_call.get(state.function_id, 0) + 1
+        live = self.live.before(state) if state.user else None
         try:
             out = real(*args, **kwargs)
         except BaseException as exc:  # out of memory: the call kept, for what fits at the end (oom.py)
@@ -496,6 +495,8 @@ class JitProbe(Programs):
             self._guard(state, self._record_call, state, inputs, out)
             if abstract is not None:
                 self._guard(state, self.planner.keep, state, abstract, real)
+        if live is not None:
+            self._guard(state, self.live.after, state, live, (inputs[3] if inputs else None) or only_signature(state))
         state.quiet = (state.samples >= self.max_samples and state.pending is None and not state.analyse_next) \
             or state.off
         return out
@@ -613,6 +614,7 @@ class JitProbe(Programs):
             self._sync_cache(state)
             if state.pending is not None:
                 self._check_liveness(state)
+        self.live.flush(self._states)
         self.writer.set_jit_counts([(s.function_id, s.calls, s.compiles, int(s.counted_all), s.traced,
                                      s.backend_compiles) for s in self._states])
 
