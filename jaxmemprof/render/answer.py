@@ -66,7 +66,7 @@ def _bound_words(a) -> str:
         return ", at most (the call's signature not known: its function's largest)"
     if bound == "at least":
         counts = _counts(a) if getattr(a, "calls_counted", None) is not None else ""
-        return f", at least ({counts or 'the sampled calls only: a run recorded before every call was counted'})"
+        return f", at least ({counts})" if counts else ", of the sampled calls"
     return ""
 
 
@@ -75,7 +75,7 @@ def _none_needed_more(a) -> str:
     if getattr(a, "true_peak_bound", "") != "at least":
         return "no jitted call needed more"
     if getattr(a, "calls_counted", None) is None:
-        return "no sampled call needed more; the others were not counted (a run recorded before): at least"
+        return "no sampled call needed more"
     return f"no counted call needed more; {_counts(a)}: at least"
 
 

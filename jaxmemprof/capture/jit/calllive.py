@@ -100,16 +100,18 @@ class CallLive:
                 del sizes[key]
         return out
 
-    def after(self, state, live: dict, signature: str | None) -> None:
+    def after(self, state, live: dict, signature: str | None, sampled: bool = False) -> None:
         """The call of ``state``'s function counted as ``live`` ran (with
         ``signature``, where known): written where it found more on a device
-        than any of the function's counted calls before."""
+        than any of the function's counted calls before, unless ``sampled``
+        (its jit_calls row has the bytes live before it already)."""
         top = state.live_top
-        if all(top.get(d, -1) >= b for d, b in live.items()):
-            state.counted += 1
-            return
         state.counted += 1
+        if all(top.get(d, -1) >= b for d, b in live.items()):
+            return
         state.live_top = {d: max(top.get(d, 0), b) for d, b in {**top, **live}.items()}
+        if sampled:
+            return
         self.probe.writer.add_jit_call_live([(state.function_id, state.seen, time.time(), json.dumps(live, sort_keys=True),
                                         signature, state.counted, state.seen, "max")])
 

@@ -496,7 +496,8 @@ class JitProbe(Programs):
             if abstract is not None:
                 self._guard(state, self.planner.keep, state, abstract, real)
         if live is not None:
-            self._guard(state, self.live.after, state, live, (inputs[3] if inputs else None) or only_signature(state))
+            self._guard(state, self.live.after, state, live, (inputs[3] if inputs else None) or only_signature(state),
+                        bool(inputs and inputs[4] is not None))
         state.quiet = (state.samples >= self.max_samples and state.pending is None and not state.analyse_next) \
             or state.off
         return out
