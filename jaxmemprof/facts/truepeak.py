@@ -258,7 +258,8 @@ def moments(compiles: list[dict], calls: list[dict], snapshots: list[tuple], *, 
         placed.append(share)
         for key in ((int(call["function_id"]), call["signature"]), (int(call["function_id"]), None)):
             devices[key] = max(devices.get(key, 1), n)
-    events, ran = [], set()
+    events: list = []
+    ran: set = set()
     for call, share in zip(calls, placed):
         fid, sig = int(call["function_id"]), call["signature"]
         i = by_signature.get((fid, sig)) if isinstance(sig, str) else None
@@ -279,14 +280,15 @@ def moments(compiles: list[dict], calls: list[dict], snapshots: list[tuple], *, 
         for key in ((int(call["function_id"]), call["signature"]), (int(call["function_id"]), None)):
             placed_as.setdefault(key, (share, ran_on(call)))
     extra = _counted_events(compiles, counted or (), placed_as)
-    events = [e + (None, "") for e in events] + extra
+    events = [(*e, None, "") for e in events] + extra
     snaps = sorted((float(t), int(b), int(s)) for t, b, s in snapshots)
     times = [t for t, _, _ in snaps]
     out = []
-    best: dict = {}  # a counted call whose signature is not known: its largest Moment (by number, time)
-    for before, t, i, idx, share, on, number, bound in events:
+    best: dict[tuple, Moment] = {}  # a counted call whose signature is not known: its largest Moment
+    for before, t, k, idx, share, on, number, bound in events:
         if t < since:
             continue
+        i = int(k)
         fid = int(compiles[i]["function_id"])
         n = devices.get((fid, compiles[i]["signature"]), devices.get((fid, None), 1))
         # The arguments live before the call that are XLA's argument buffers: those already on its devices.
@@ -310,9 +312,9 @@ def moments(compiles: list[dict], calls: list[dict], snapshots: list[tuple], *, 
             top = max(busiest - mine, 0) + peak[i]
         m = Moment(i, idx, t, before, top, max(total - n * mine, 0) + n * peak[i], n, number, bound)
         if bound:
-            key = (fid, number, t)
-            if key not in best or (m.device_bytes, m.bytes) > (best[key].device_bytes, best[key].bytes):
-                best[key] = m
+            once = (fid, number, t)
+            if once not in best or (m.device_bytes, m.bytes) > (best[once].device_bytes, best[once].bytes):
+                best[once] = m
             continue
         out.append(m)
     return out + list(best.values())

@@ -49,7 +49,7 @@ def step(params, opt_state, x, y):
 
 
 key = jax.random.PRNGKey(1)
-for i in range(steps):
+for _ in range(steps):
     key, k = jax.random.split(key)
     x = jax.random.normal(k, (batch, 28, 28, 1))
     y = jnp.zeros((batch,), jnp.int32)
