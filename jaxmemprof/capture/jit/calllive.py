@@ -47,6 +47,7 @@ class CallLive:
         self._sizes: dict = {}  # id(array) -> its bytes on self._one, or ((device, bytes), ...)
         self._refs: dict = {}  # id(array) -> its weak reference, whose callback forgets both at its death
         self._one = None  # the device of the first array seen whole on one device
+        self._kinds: dict = {}  # (shape, dtype, sharding) -> its value in _sizes
 
     def before(self, state) -> dict | None:
         """{device: bytes} live now, just before a call of ``state``'s function
@@ -109,11 +110,19 @@ class CallLive:
         if view is not None and view() is a:
             value: int | tuple = 0  # a per-shard view of the sampler's: its array's bytes are counted
         else:
-            per: dict = {}
-            add_device_bytes(a, per)
-            if len(per) == 1 and self._one is None:
-                self._one = next(iter(per))
-            value = per[self._one] if len(per) == 1 and self._one in per else tuple(per.items())
+            try:  # arrays of one shape, dtype and sharding have the same bytes on each device: read once
+                kind = (a.shape, a.dtype, a.sharding)
+                value = self._kinds.get(kind)
+            except Exception:  # an unhashable sharding
+                kind, value = None, None
+            if value is None:
+                per: dict = {}
+                add_device_bytes(a, per)
+                if len(per) == 1 and self._one is None:
+                    self._one = next(iter(per))
+                value = per[self._one] if len(per) == 1 and self._one in per else tuple(per.items())
+                if kind is not None and len(self._kinds) < 10_000:
+                    self._kinds[kind] = value
         sizes, refs = self._sizes, self._refs
 
         def gone(ref, key=key):
