@@ -43,7 +43,7 @@ from jaxmemprof.capture.jit.owners import Previous, host_leaf as _host_leaf, lea
 from jaxmemprof.capture.jit.oom import failed as oom_failed
 from jaxmemprof.capture.jit.plan import Planner
 from jaxmemprof.capture.jit.programs import Programs
-from jaxmemprof.capture.jit.proxy import Probed, QuietProbed, QuietStep
+from jaxmemprof.capture.jit.proxy import Probed, QuietProbed
 from jaxmemprof.capture.jit.site import is_user_function, signature_names, Site
 from jaxmemprof.capture.jit.state import HUNT_CALLS, cache_size, compile_listener, FunctionState, step_of
 
@@ -678,7 +678,7 @@ class JitProbe(Programs):
         self._quiet.discard(state)
         state.quiet = False
         proxy = state.proxy()
-        if proxy is not None and type(proxy) in (QuietProbed, QuietStep):
+        if proxy is not None and isinstance(proxy, QuietProbed):  # QuietCounted and QuietStep too
             proxy.__class__ = Probed
 
     @staticmethod
