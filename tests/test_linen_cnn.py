@@ -27,7 +27,9 @@ def cnn(tmp_path_factory):
     """The CNN at batch 32 recorded as it is (with --plan at its own batch)
     and with the donation the advice names (``--donate``), at once."""
     d = tmp_path_factory.mktemp("cnn")
-    runs = cli_batch([["run", "-q", "--plan", "--plan-scales", "1", "-o", d / "as-is", SCRIPT, "32", "8"],
+    # (--verify-seconds: the donation's compiles of both signatures, however loaded the machine)
+    runs = cli_batch([["run", "-q", "--plan", "--plan-scales", "1", "--verify-seconds", "300", "-o", d / "as-is",
+                       SCRIPT, "32", "8"],
                       ["run", "-q", "-o", d / "donated", SCRIPT, "32", "8", "--donate"]], d)
     assert all(r.returncode == 0 for r in runs), [r.stderr[-2000:] for r in runs]
     oracle = json.loads(runs[0].stdout.strip().splitlines()[-1])
