@@ -134,6 +134,7 @@ CELLS = {
     "jit_whatif": dict(_COMPILED),
     "jit_target_buffers": {"function_id": _ID, "bytes": _COUNT, "program_peak_bytes": _COUNT},
     "snapshot_calls": {"snapshot": _ID, "function_id": _ID},
+    "jit_call_live": {"function_id": _ID, "call": _COUNT, "t_wall": _SECONDS, "counted": _COUNT, "seen": _COUNT},
     "py_chains": {"chain_id": _ID, "line": _COUNT},
     "py_holders": {"snapshot": _ID, "array_id": _ID, "chain_id": _ID},
     "py_holder_searches": {"snapshot": _ID, "cost_s": _SECONDS, "arrays": _COUNT, "found": _COUNT,
@@ -144,6 +145,7 @@ _JSON_CELLS = {
     "jit_plans": {"devices": "texts", "live_outside": "counts", "detail": "object"},
     "jit_targets": {"devices": "texts", "live_outside": "counts", "detail": "object"},
     "jit_whatif": {"change": "object"},
+    "jit_call_live": {"live_before": "counts"},
     "py_chains": {"steps": "steps"},
 }
 # The column whose text, where set, lets a compile's figures be NULL (it failed, and says why).
