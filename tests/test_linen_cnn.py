@@ -15,9 +15,10 @@ import pytest
 
 from conftest import cli_batch
 
-from jaxmemprof.analysis.advice.plan import build_plan
+from jaxmemprof.analysis.advice.plan import build_plan, fits_by_default
 from jaxmemprof.analysis.attributed import attribute
 from jaxmemprof.store.reader import load_run
+from jaxmemprof.units import parse_size
 
 SCRIPT = Path(__file__).parent / "scripts" / "linen_cnn.py"
 
@@ -73,3 +74,30 @@ def test_the_plans_bytes_outside_the_call_hold_the_kept_variables(cnn):
     outside = recorded["live_outside_bytes"].astype(int)
     assert (outside >= oracle["variables_bytes"]).all(), outside.tolist()
     assert (outside <= oracle["variables_bytes"] + 1024).all(), outside.tolist()
+
+
+DEVICE = "48MiB"  # by the fit rule a batch of a few dozen to a hundred for this CNN
+
+
+def test_the_plans_largest_batch_run_fits_by_the_rule_and_the_next_does_not(tmp_path):
+    """The plan's search on a device the program's kept ``variables`` share
+    with the step: the largest batch it names, run, has a true peak that
+    fits the device by the rule, and the next batch it compiled does not
+    (before, the bytes outside the call were those of the first call only,
+    none: the plan named a batch whose run did not fit)."""
+    planned = cli_batch([["run", "-q", "--plan", "--plan-device-memory", DEVICE, "-o", tmp_path / "plan", SCRIPT,
+                          "16", "4"]], tmp_path)[0]
+    assert planned.returncode == 0, planned.stderr[-2000:]
+    plan = build_plan(attribute(load_run(tmp_path / "plan")))
+    model = plan.models[plan.models["variant"] == "recorded"].iloc[0]
+    best = int(model["largest_batch"])
+    rec = plan.points[plan.points["variant"] == "recorded"]
+    over = int(rec.loc[(rec["batch"] > best) & rec["peak_bytes"].notna(), "batch"].min())
+    assert 16 < best < over
+    runs = cli_batch([["run", "-q", "-o", tmp_path / "at-best", SCRIPT, str(best), "4"],
+                      ["run", "-q", "-o", tmp_path / "at-over", SCRIPT, str(over), "4"]], tmp_path)
+    assert all(r.returncode == 0 for r in runs), [r.stderr[-2000:] for r in runs]
+    at_best, at_over = _report(tmp_path, "at-best", "at-over")
+    device = parse_size(DEVICE)
+    assert fits_by_default(at_best["summary"]["true_peak_bytes"], device)
+    assert not fits_by_default(at_over["summary"]["true_peak_bytes"], device)
