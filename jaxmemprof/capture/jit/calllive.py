@@ -153,9 +153,13 @@ class CallLive:
                                         signature, state.counted, state.seen, "max")])
 
     def flush(self, states) -> None:
-        """The calls each function was seen and counted at, to the end."""
+        """The calls each function was seen and counted at, to the end; the
+        weak references to the program's arrays let go (no callback of ours
+        left on them past the run)."""
+        self._refs.clear()
+        self._sizes.clear()
         self.probe.writer.add_jit_call_live([(s.function_id, s.seen, time.time(), None, None, s.counted, s.seen, "end")
-                                       for s in states if s.seen])
+                                             for s in states if s.seen])
 
     def quiet(self, probe, real, state, args, kwargs):
         """A quiet call of a user's function (proxy.QuietCounted): a step
