@@ -26,6 +26,7 @@ import json
 import sys
 import time
 import weakref
+from typing import Any
 
 from jaxmemprof.capture.arrays import add_device_bytes
 
@@ -85,7 +86,7 @@ class CallLive:
         int where it is whole on the first device seen, its pairs otherwise),
         looked up in C (``map``); an array not seen before is read once."""
         sizes = self._sizes
-        values = list(map(sizes.get, map(id, live)))
+        values: list = list(map(sizes.get, map(id, live)))
         if None in values:
             for j, v in enumerate(values):
                 if v is None:
@@ -97,7 +98,8 @@ class CallLive:
             pass
         out: dict = {}
         for v in values:
-            for d, b in ((self._one, v),) if type(v) is int else v:
+            pairs: Any = ((self._one, v),) if type(v) is int else v
+            for d, b in pairs:
                 out[d] = out.get(d, 0) + b
         return out
 
@@ -108,7 +110,7 @@ class CallLive:
         key = id(a)
         view = aliases.get(key)
         if view is not None and view() is a:
-            value: int | tuple = 0  # a per-shard view of the sampler's: its array's bytes are counted
+            value: Any = 0  # a per-shard view of the sampler's: its array's bytes are counted
         else:
             try:  # arrays of one shape, dtype and sharding have the same bytes on each device: read once
                 kind = (a.shape, a.dtype, a.sharding)
