@@ -74,6 +74,12 @@ def test_the_plans_bytes_outside_the_call_hold_the_kept_variables(cnn):
     outside = recorded["live_outside_bytes"].astype(int)
     assert (outside >= oracle["variables_bytes"]).all(), outside.tolist()
     assert (outside <= oracle["variables_bytes"] + 1024).all(), outside.tolist()
+    # donated, the first call deletes them (``variables`` holds the arrays it was passed): the donated row
+    # takes them off, and nothing else; its peak is the donated program's, run at that batch
+    donated = plan.points[(plan.points["variant"] == "donated") & (plan.points["batch"] == 32)].iloc[0]
+    assert int(donated["live_outside_bytes"]) == int(outside.iloc[0]) - oracle["variables_bytes"]
+    (fixed,) = _report(d, "donated")
+    assert int(donated["peak_bytes"]) == fixed["summary"]["true_peak_bytes"]
 
 
 DEVICE = "112MiB"  # by the fit rule (less 5 % and 64 MiB) 19.05 MiB: a batch of about 75 for this CNN

@@ -329,7 +329,7 @@ def verified_change(ar: Attributed, function_id: int, arguments) -> dict:
     before_device, before_total = peaks.device_bytes, peaks.total_bytes
     if before_device is None:  # no snapshot to read (a damaged run): nothing to measure against
         return {"verified": False, "not_verified": "the run's true peak cannot be read (no snapshot)"}
-    after = peaks.with_change(changed, _less(ar, function_id, arguments), _first_kept(ar, function_id, arguments))
+    after = peaks.with_change(changed, _less(ar, function_id, arguments), first_kept(ar, function_id, arguments))
     after_device, after_total, held = after.device_bytes, after.total_bytes, after.call
     # The largest signature verified: its temporaries before and after, and what XLA aliases.
     sig = max(changed, key=lambda k: call_peak(by_sig.get(k[1], changed[k])))[1]
@@ -466,7 +466,7 @@ def _less(ar: Attributed, function_id: int, arguments) -> dict:
     return less
 
 
-def _first_kept(ar: Attributed, function_id: int, arguments) -> list:
+def first_kept(ar: Attributed, function_id: int, arguments) -> list:
     """(from, until, {device: bytes}) of the donated arguments' arrays that
     the program still held after the function's first call (set up before
     its loop and still named there: ``params`` of ``state =
