@@ -42,7 +42,7 @@ for i in range(30):
     live.append(sum(a.nbytes for a in jax.live_arrays()))
     x = step(x)
 print(json.dumps({"live": live, "quiet": type(step).__name__}))
-probe.uninstall(end_work=False)
+probe.uninstall()  # its end work waited for (the compile begun beside the program, early.py)
 writer.finish(end_time=None)
 """
 
