@@ -470,7 +470,7 @@ class JitProbe(Programs):
         outer, calling.state = getattr(calling, "state", None), state
         in_call = self.in_call
         in_call[state.function_id] = in_call.get(state.function_id, 0) + 1
-        live = self.live.before(state) if state.user else None
+        live = self._guard(state, self.live.before, state) if state.user else None
         try:
             out = real(*args, **kwargs)
         except BaseException as exc:  # out of memory: the call kept, for what fits at the end (oom.py)
