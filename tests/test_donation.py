@@ -449,22 +449,22 @@ POLL = """
         a, b = jnp.ones((16,), jnp.float32), jnp.ones((32,), jnp.float32)
         for _ in range(5):
             a = f(a)
-        assert type(f) is QuietProbed and float(a[0]) == 32.0
+        assert isinstance(f, QuietProbed) and float(a[0]) == 32.0
         b = f(b)  # compiles a second signature, unobserved
-        assert type(f) is QuietProbed
+        assert isinstance(f, QuietProbed)
         probe.poll()
         assert type(f) is Probed
         b = f(b)  # observed again: analysed, and sampled (the first call of a signature analysed) ...
         assert type(f) is Probed and float(b[0]) == 4.0
         b = f(b)  # ... then quiet again, once that call's inputs' fate is known
-        assert type(f) is QuietProbed and float(b[0]) == 8.0
+        assert isinstance(f, QuietProbed) and float(b[0]) == 8.0
 """
 
 
 def test_a_snapshot_wakes_a_quiet_function_that_compiled_again(recorded):
     """Without JAX's compile events (older JAX), the snapshot's poll finds the
     grown compile cache of a quiet function and the next call is analysed;
-    while quiet, calls reach the jitted function itself."""
+    while quiet, its calls are not observed (their live bytes only counted)."""
     run = _probed(recorded, "poll")
     assert sorted(run.jit.compiles["argument_bytes"].tolist()) == [64, 128]
     counts = run.jit.counts.iloc[0]
@@ -479,7 +479,7 @@ EPOCHS = """
                 f(full)
             f(last)
         f(full)  # the analysed signature's call was sampled: quiet once its inputs' fate is known
-        assert type(f) is QuietProbed
+        assert isinstance(f, QuietProbed)
 """
 
 

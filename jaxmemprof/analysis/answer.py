@@ -41,6 +41,9 @@ class Answer:
     true_peak_total_where: str = ""  # where the total is (Peaks.total_where): another moment than the busiest's
     composition_unseen: int | None = None  # the true peak's call was not sampled: its roles are not known; this is
     # the peak of the largest sampled call, whose roles the report shows
+    true_peak_call: tuple | None = None  # (its call number, the function's calls, sampled) where counted
+    true_peak_bound: str = ""  # "", "at most" or "at least" (_bound)
+    calls_counted: tuple | None = None  # (calls counted, calls seen, functions not seen); None: a run from before
 
     @property
     def inside_call(self) -> bool:
@@ -114,10 +117,11 @@ def answer(head: Headline, peaks: Peaks, jit_memory: pd.DataFrame, jit_peak: pd.
     fix, number = top_fix(findings)
     # the roles are of the true peak's call itself (never of another call of the same function)
     same_call = in_call and roles is not None and getattr(roles, "call", None) == (
-        inside.function_id, inside.signature, inside.call_index)
+        inside.function_id, inside.signature, inside.call_index, inside.call_number)
     composition, rest = _composition(roles) if same_call else ((), 0)
     unseen = (roles.peak_bytes if in_call and not same_call and inside.call_index is None and roles is not None
               and not roles.by_role.empty else None)
+    cov = peaks.coverage
     return Answer(
         live_peak_bytes=head.peak_bytes if head.peak_snapshot is not None else None,
         live_peak_t=head.peak_t, live_peak_snapshot=head.peak_snapshot,
@@ -128,4 +132,16 @@ def answer(head: Headline, peaks: Peaks, jit_memory: pd.DataFrame, jit_peak: pd.
         devices=int(head.devices or 1), composition=composition, composition_rest=rest,
         inside=_inside(jit_peak, inside.function_id, inside.signature) if in_call else (),
         fix=fix, fix_number=number, counters=head.chip, true_peak_total_where=peaks.total_where,
-        composition_unseen=unseen)
+        composition_unseen=unseen,
+        true_peak_call=(inside.call_number, inside.calls, inside.call_index is not None) if in_call else None,
+        true_peak_bound=_bound(peaks, in_call),
+        calls_counted=None if not cov.recorded else (cov.counted, cov.seen, cov.unseen))
+
+
+def _bound(peaks: Peaks, in_call: bool) -> str:
+    """How the true peak's figure is known: "" (every call counted, its signature known), "at most" (the call's
+    signature not known: its function's largest), "at least" (calls not counted, or a run recorded before every
+    call was: the figure is of the calls counted)."""
+    if in_call and peaks.call is not None and peaks.call.bound:
+        return "at most"
+    return "" if peaks.coverage.complete else "at least"

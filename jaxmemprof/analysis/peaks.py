@@ -44,6 +44,9 @@ class CallPeak:
     call_index: int | None = None  # the sampled call (None: a compile no sampled call ran)
     live_before: dict | None = None  # {device: bytes} just before it, where counted
     figures: dict = field(default_factory=dict)  # XLA's argument, output, alias, temp, code bytes (per device)
+    call_number: int | None = None  # a call counted, sampled or not: the function's n-th call (jit_call_live)
+    bound: str = ""  # "at most": its signature not known (the largest of its function's)
+    calls: int | None = None  # the function's calls seen in the run (jit_call_live), where known
 
 
 def call_peaks(run, devices: pd.DataFrame | None = None, replace: dict | None = None,
@@ -75,8 +78,9 @@ def call_peaks(run, devices: pd.DataFrame | None = None, replace: dict | None = 
             for r in calls[["function_id", "call_index", "t_wall", "signature", "inputs", "outputs",
                             "live_before"]].to_dict("records")]
     compile_rows = c[["function_id", "signature", "call_index", "t_wall", *FIGURES]].to_dict("records")
+    counted, seen = _counted(run)
     found = moments(compile_rows, rows, list(zip(snaps["t_wall"].astype(float), busiest, total)),
-                    replace=replace, gone=gone, since=since)
+                    replace=replace, gone=gone, since=since, counted=counted)
     functions = _functions(run)
     names = dict(zip(functions["function_id"], functions["name"])) if not functions.empty else {}
     out = []
@@ -87,8 +91,64 @@ def call_peaks(run, devices: pd.DataFrame | None = None, replace: dict | None = 
         figures = figures_of(changed if changed is not None else r)
         name = str(names.get(fid, fid))
         out.append(CallPeak(m.device_bytes, m.bytes, m.devices, f"during a call of {name}", name, fid,
-                            r["signature"], m.call_index, m.live_before, figures))
+                            r["signature"], m.call_index, m.live_before, figures, m.call_number, m.bound,
+                            seen.get(fid)))
     return out
+
+
+def _counted(run) -> tuple[list[dict], dict]:
+    """(the jit_call_live rows of calls counted, {function_id: calls seen})."""
+    t = getattr(run.jit, "call_live", None)
+    if t is None or t.empty or "kind" not in t.columns:
+        return [], {}
+    rows = t.to_dict("records")
+    seen: dict = {}
+    for r in rows:
+        try:
+            seen[int(r["function_id"])] = max(seen.get(int(r["function_id"]), 0), int(r["seen"]))
+        except (TypeError, ValueError):
+            continue
+    return [r for r in rows if r.get("kind") == "max"], seen
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """Which of the run's jitted calls the true peak counted: ``recorded``
+    (False: a run recorded before every call was counted, its figure from
+    the sampled calls only), the calls seen, those counted, and the
+    functions whose calls were not all seen (a library's own, once quiet)."""
+
+    recorded: bool
+    seen: int = 0
+    counted: int = 0
+    unseen: tuple = ()  # names of functions with calls not seen
+
+    @property
+    def complete(self) -> bool:
+        return self.recorded and self.seen == self.counted and not self.unseen
+
+    @property
+    def uncounted(self) -> int:
+        return self.seen - self.counted
+
+
+def coverage(run) -> Coverage:
+    """The run's ``Coverage``, from jit_call_live's "end" rows and jit_counts."""
+    t = getattr(run.jit, "call_live", None)
+    if t is None or t.empty or "kind" not in t.columns:
+        return Coverage(False)
+    ends = t[t["kind"] == "end"]
+    seen = int(pd.to_numeric(ends["seen"], errors="coerce").fillna(0).sum())
+    counted = int(pd.to_numeric(ends["counted"], errors="coerce").fillna(0).sum())
+    ended = set(pd.to_numeric(ends["function_id"], errors="coerce").dropna().astype(int))
+    unseen: list = []
+    counts, functions = run.jit.counts, _functions(run)
+    if not counts.empty and "calls_complete" in counts.columns:
+        names = dict(zip(functions["function_id"], functions["name"])) if not functions.empty else {}
+        for fid, complete in zip(counts["function_id"], counts["calls_complete"]):
+            if complete == 0 and int(fid) not in ended:
+                unseen.append(str(names.get(fid, fid)))
+    return Coverage(True, seen, counted, tuple(unseen))
 
 
 def _largest(peaks) -> CallPeak | None:
@@ -124,6 +184,7 @@ class Peaks:
     run: Run | None = field(default=None, repr=False)
     timeline: Timeline | None = field(default=None, repr=False)
     busiest_at: tuple | None = None  # (snapshot, device) of the snapshots' peak on the busiest device
+    coverage: Coverage = field(default_factory=lambda: Coverage(False))  # which calls the true peak counted
 
     @property
     def in_call(self) -> bool:
@@ -159,7 +220,7 @@ class Peaks:
     @property
     def largest_sampled(self) -> CallPeak | None:
         """The largest call peak of a sampled call (its inputs known), or None."""
-        return _largest([p for p in self.calls if p.call_index is not None])
+        return _largest([p for p in self.calls if p.call_index is not None and p.call_number is None])
 
     def with_change(self, replace: dict | None = None, less: dict | None = None,
                     gone: list | None = None) -> Changed:
@@ -202,10 +263,11 @@ def run_peaks(run, tl: Timeline) -> Peaks:
         live = LivePeak(int(tl.peak_snapshot), float(tl.peak_t), int(tl.peak_bytes))
         rows = d.loc[d["snapshot"] == tl.peak_snapshot].reset_index(drop=True) if not d.empty else rows
     at = busiest_moment(tl)
+    covered = coverage(run)
     if inside is None:
-        return Peaks(live, busiest, None, None, None, calls, rows, run, tl, at)
+        return Peaks(live, busiest, None, None, None, calls, rows, run, tl, at, covered)
     return Peaks(live, busiest, max(busiest, inside.device_bytes), max(int(tl.peak_bytes), inside.bytes), inside,
-                 calls, rows, run, tl, at)
+                 calls, rows, run, tl, at, covered)
 
 
 def busiest_moment(tl: Timeline) -> tuple | None:

@@ -100,7 +100,8 @@ class Roles:
     the largest sampled call of step" where the true peak is a call that no
     sampled call ran (``unsampled``: a signature met once, as a growing
     shape's: its inputs were not seen, so its roles cannot be told);
-    ``call``: (function id, signature, sampled call) of the call described."""
+    ``call``: (function id, signature, sampled call, counted call number) of the call described (a counted
+    call no sample saw: its live bytes, the leaves of a sampled call of its signature)."""
 
     def __init__(self, by_role: pd.DataFrame, owners: pd.DataFrame, where: str, function: str,
                  peak_bytes: int | None, call: tuple | None = None):
@@ -118,6 +119,13 @@ def roles(ar: Attributed) -> Roles:
     """The roles and owners at the run's largest sampled jitted call (``Peaks.largest_sampled``)."""
     run = ar.run
     call = ar.peaks.largest_sampled
+    true = ar.peaks.call
+    # The true peak at a counted call no sample saw (jit_call_live): its leaves are those of a sampled call of
+    # the same signature (the same arrays' shapes), beside what was live before that call itself.
+    counted = _sampled_like(ar.peaks, true) if ar.peaks.in_call and true is not None \
+        and true.call_number is not None and true.call_index is None else None
+    if counted is not None:
+        call = counted
     calls = run.jit.calls
     if call is None or calls is None or calls.empty:
         return empty_roles()
@@ -131,7 +139,7 @@ def roles(ar: Attributed) -> Roles:
     passed = passed_call([_leaves(text) for text in mine["inputs"]], _leaves(row["inputs"].iloc[0]),
                          _leaves(row["outputs"].iloc[0]), call.figures, _taken(mine, call.call_index))
     inputs, outputs, fed = passed.inputs, passed.outputs, passed.fed
-    live = call.live_before or {}
+    live = (true.live_before if counted is not None and true is not None else call.live_before) or {}
     device_names = sorted(live) or ["all"]
     # the devices the call runs on: its inputs' (XLA's figures are theirs; another device
     # holds only what lives there)
@@ -217,14 +225,21 @@ def roles(ar: Attributed) -> Roles:
     if rest:
         o = pd.concat([o, pd.DataFrame(rest, columns=OWNER_COLUMNS)], ignore_index=True)
     by_role = pd.DataFrame(rows, columns=ROLE_COLUMNS)
-    true = ar.peaks.call
-    unsampled = bool(ar.peaks.in_call and true is not None and true.call_index is None)
+    unsampled = bool(ar.peaks.in_call and true is not None and true.call_index is None and counted is None)
+    shown = true if counted is not None and true is not None else call
     out = Roles(by_role, o.sort_values(["device", "bytes"], ascending=[True, False], kind="stable")
                 .reset_index(drop=True),
-                f"during the largest sampled call of {call.function}" if unsampled else call.where, call.function,
-                call.device_bytes, (call.function_id, call.signature, call.call_index))
+                f"during the largest sampled call of {call.function}" if unsampled else shown.where, call.function,
+                shown.device_bytes, (shown.function_id, shown.signature, shown.call_index, shown.call_number))
     out.unsampled = unsampled
     return out
+
+
+def _sampled_like(peaks, true):
+    """The largest sampled call of the same function and signature as ``true`` (a counted call), or None."""
+    same = [p for p in peaks.calls if p.call_index is not None and p.call_number is None
+            and p.function_id == true.function_id and p.signature == true.signature]
+    return max(same, key=lambda p: (p.device_bytes, p.bytes)) if same else None
 
 
 def _on(leaf: dict, device: str, live: dict) -> bool:

@@ -77,6 +77,8 @@ class Moment:
     device_bytes: int  # on the busiest device
     bytes: int  # on all the call's devices, summed
     devices: int
+    call_number: int | None = None  # a counted call (not sampled): the function's n-th call (calllive.py)
+    bound: str = ""  # "at most": a counted call whose signature is not known, its largest taken
 
 
 def _int(v) -> int:
@@ -207,7 +209,7 @@ def _placement(inputs, outputs=None, argument_bytes=None, host_placed=False) -> 
 
 
 def moments(compiles: list[dict], calls: list[dict], snapshots: list[tuple], *, replace: dict | None = None,
-            gone: list | None = None, since: float = -math.inf) -> list[Moment]:
+            gone: list | None = None, since: float = -math.inf, counted: list[dict] | None = None) -> list[Moment]:
     """Each sampled call (with the signature it ran) and each compiled
     signature no sampled call ran, at ``since`` or later, as a ``Moment``.
 
@@ -223,7 +225,14 @@ def moments(compiles: list[dict], calls: list[dict], snapshots: list[tuple], *, 
     before the call stay the recorded ones: a change to them is in the new
     peak). ``gone``: (from, until, {device: bytes}[, function ids]) taken
     off ``live_before`` of the calls between those times, but those of the
-    functions named (they take those arrays as arguments)."""
+    functions named (they take those arrays as arguments). ``counted``:
+    calls whose live bytes were counted, sampled or not (``function_id,
+    call, t_wall, live_before, signature``: the journal's jit_call_live
+    "max" rows), each a Moment with its ``call_number``: of the signature
+    it ran, or, where not known, of each of its function's signatures, the
+    largest taken and said to be "at most"; its devices and the share of
+    its arguments on them are those of a sampled call of the same
+    signature (or function)."""
     if not compiles:
         return []
     figures = [figures_of(c) for c in compiles]
@@ -243,13 +252,14 @@ def moments(compiles: list[dict], calls: list[dict], snapshots: list[tuple], *, 
         # Counted just before the call, its numpy arguments were on no device; a snapshot read in its
         # place (no ``live_before``) may be one taken during the call, which holds what the call made
         # of them (its outputs, as JAX made them): that estimate takes them off as before.
-        counted = device_bytes(call.get("live_before")) is not None
+        has_live = device_bytes(call.get("live_before")) is not None
         n, share = _placement(call.get("inputs"), call.get("outputs"), None if i is None else args[i],
-                              host_placed=not counted)
+                              host_placed=not has_live)
         placed.append(share)
         for key in ((int(call["function_id"]), call["signature"]), (int(call["function_id"]), None)):
             devices[key] = max(devices.get(key, 1), n)
-    events, ran = [], set()
+    events: list = []
+    ran: set = set()
     for call, share in zip(calls, placed):
         fid, sig = int(call["function_id"]), call["signature"]
         i = by_signature.get((fid, sig)) if isinstance(sig, str) else None
@@ -265,12 +275,20 @@ def moments(compiles: list[dict], calls: list[dict], snapshots: list[tuple], *, 
         events.append((device_bytes(call.get("live_before")), float(call["t_wall"]), i,
                        int(idx) if idx is not None and idx == idx else None, share, ran_on(call)))
     events += [(None, float(c["t_wall"]), i, None, 1.0, None) for i, c in enumerate(compiles) if i not in ran]
+    placed_as: dict = {}  # (function_id, signature) and (function_id, None) -> (share, devices) of a sampled call
+    for call, share in zip(calls, placed):
+        for key in ((int(call["function_id"]), call["signature"]), (int(call["function_id"]), None)):
+            placed_as.setdefault(key, (share, ran_on(call)))
+    extra = _counted_events(compiles, counted or (), placed_as)
+    events = [(*e, None, "") for e in events] + extra
     snaps = sorted((float(t), int(b), int(s)) for t, b, s in snapshots)
     times = [t for t, _, _ in snaps]
     out = []
-    for before, t, i, idx, share, on in events:
+    best: dict[tuple, Moment] = {}  # a counted call whose signature is not known: its largest Moment
+    for before, t, k, idx, share, on, number, bound in events:
         if t < since:
             continue
+        i = int(k)
         fid = int(compiles[i]["function_id"])
         n = devices.get((fid, compiles[i]["signature"]), devices.get((fid, None), 1))
         # The arguments live before the call that are XLA's argument buffers: those already on its devices.
@@ -292,7 +310,35 @@ def moments(compiles: list[dict], calls: list[dict], snapshots: list[tuple], *, 
             j = bisect.bisect_right(times, t) - 1
             busiest, total = (snaps[j][1], snaps[j][2]) if j >= 0 else (0, 0)
             top = max(busiest - mine, 0) + peak[i]
-        out.append(Moment(i, idx, t, before, top, max(total - n * mine, 0) + n * peak[i], n))
+        m = Moment(i, idx, t, before, top, max(total - n * mine, 0) + n * peak[i], n, number, bound)
+        if bound:
+            once = (fid, number, t)
+            if once not in best or (m.device_bytes, m.bytes) > (best[once].device_bytes, best[once].bytes):
+                best[once] = m
+            continue
+        out.append(m)
+    return out + list(best.values())
+
+
+def _counted_events(compiles: list[dict], counted, placed_as: dict) -> list[tuple]:
+    """``moments``' events of the counted calls: (live before, t, compile
+    index, None, share, devices, call number, bound)."""
+    out = []
+    signatures: dict = {}
+    for i, c in enumerate(compiles):
+        signatures.setdefault(int(c["function_id"]), []).append(i)
+    for row in counted:
+        live = device_bytes(row.get("live_before"))
+        fid = _int(row.get("function_id"))
+        mine = signatures.get(fid, [])
+        if live is None or not mine:
+            continue
+        sig = row.get("signature")
+        known = [i for i in mine if isinstance(sig, str) and compiles[i]["signature"] == sig]
+        for i in known or mine:
+            share, on = placed_as.get((fid, compiles[i]["signature"]), placed_as.get((fid, None), (1.0, None)))
+            bound = "" if known or len(mine) == 1 else "at most"
+            out.append((live, float(row["t_wall"]), i, None, share, on, _int(row.get("call")), bound))
     return out
 
 

@@ -35,11 +35,48 @@ def true_peak_line(a, width: int = 10_000) -> str | None:
             size += " per device"
             total = f"; {format_bytes(a.true_peak_total_bytes)} on all {a.devices} {safe(display(total_where))}"
     if a.inside_call:
-        at = f" ({safe(a.true_peak_jitted_at)})" if a.true_peak_jitted_at else ""
+        said = [safe(a.true_peak_jitted_at)] if a.true_peak_jitted_at else []
+        number, calls, sampled = getattr(a, "true_peak_call", None) or (None, None, True)
+        if number is not None and not sampled:  # a counted call no sample saw: which one
+            said.append(f"call {number}" + (f" of {calls}" if calls else ""))
+        at = f" ({'; '.join(said)})" if said else ""
         line = f"true peak {size} {where}{at}{total}"
+        bound = _bound_words(a)
+        if bound:
+            return line + bound
         more = ", XLA's temporaries included"
         return line + more if a.devices == 1 and len(line + more) <= width else line
-    return f"true peak {size} {where} (no jitted call needed more){total}"
+    return f"true peak {size} {where} ({_none_needed_more(a)}){total}"
+
+
+def _counts(a) -> str:
+    """``3 of 25 calls not counted``, ``calls of g not seen``: the calls the true peak did not count."""
+    counted, seen, unseen = a.calls_counted
+    parts = [f"{seen - counted} of {seen} calls not counted"] if seen > counted else []
+    if unseen:
+        parts.append("calls of " + ", ".join(safe(u) for u in unseen[:3]) + (" and more" if len(unseen) > 3 else "")
+                     + " not seen")
+    return "; ".join(parts)
+
+
+def _bound_words(a) -> str:
+    """What the true peak's figure is, where not exact: ``, at most (...)`` or ``, at least (...)``."""
+    bound = getattr(a, "true_peak_bound", "")
+    if bound == "at most":
+        return ", at most (the call's signature not known: its function's largest)"
+    if bound == "at least":
+        counts = _counts(a) if getattr(a, "calls_counted", None) is not None else ""
+        return f", at least ({counts})" if counts else ", of the sampled calls"
+    return ""
+
+
+def _none_needed_more(a) -> str:
+    """Why the true peak is at a snapshot: every call counted needed less (said as it was counted)."""
+    if getattr(a, "true_peak_bound", "") != "at least":
+        return "no jitted call needed more"
+    if getattr(a, "calls_counted", None) is None:
+        return "no sampled call needed more"
+    return f"no counted call needed more; {_counts(a)}: at least"
 
 
 def live_peak_line(a, *, by_device: str = "") -> str | None:

@@ -60,6 +60,8 @@ _TABLES = {
     "thinned": (("snapshot",), (), ("snapshot",)),
     "jit_counts": (("function_id", "calls", "compiles", "calls_complete", "traced", "backend_compiles"), (),
                    ("function_id",)),
+    "jit_call_live": (("function_id", "call", "t_wall", "counted", "seen"), ("live_before", "signature", "kind"),
+                      ("function_id", "call")),
     "source_names": ((), ("file", "label"), ("file", "label")),
     "held_by": (("snapshot", "py_id", "only"), ("frames", "shape", "dtype", "kind", "holder", "names"),
                 ("snapshot", "py_id", "holder")),
@@ -100,7 +102,8 @@ _FLOAT_COLUMNS = {"t_wall", "t_mono", "cost_s", "wall_s", "dump_s", "compile_s"}
 # added later goes at the end.
 ADDED_IN_ORDER = (("jit_programs", "jit_buffers"), ("thinned",), ("array_kinds",), ("jit_curves",),
                   ("held_by", "source_names"), ("jit_plans",), ("jit_whatif",), ("snapshot_calls",),
-                  ("py_chains", "py_holder_searches", "py_holders"), ("jit_targets",), ("jit_target_buffers",))
+                  ("py_chains", "py_holder_searches", "py_holders"), ("jit_targets",), ("jit_target_buffers",),
+                  ("jit_call_live",))
 ADDED_TABLES = frozenset(t for group in ADDED_IN_ORDER for t in group)
 
 # Journal cells that hold JSON, which the analyses parse (the jit probe's).
@@ -109,6 +112,7 @@ _JSON_COLUMNS = {
     "jit_functions": ("params", "donate_argnums", "donate_argnames", "static_argnums", "static_argnames",
                       "wrapper_options"),
     "jit_calls": ("inputs", "outputs", "inputs_alive", "live_before"),
+    "jit_call_live": ("live_before",),
     "jit_buffers": ("frames",),
     "jit_target_buffers": ("frames",),
     "jit_curves": ("curve",),
@@ -136,6 +140,7 @@ CELLS = {
     "jit_whatif": dict(_COMPILED),
     "jit_target_buffers": {"function_id": _ID, "bytes": _COUNT, "program_peak_bytes": _COUNT},
     "snapshot_calls": {"snapshot": _ID, "function_id": _ID},
+    "jit_call_live": {"function_id": _ID, "call": _COUNT, "t_wall": _SECONDS, "counted": _COUNT, "seen": _COUNT},
     "py_chains": {"chain_id": _ID, "line": _COUNT},
     "py_holders": {"snapshot": _ID, "array_id": _ID, "chain_id": _ID},
     "py_holder_searches": {"snapshot": _ID, "cost_s": _SECONDS, "arrays": _COUNT, "found": _COUNT,
@@ -159,6 +164,7 @@ _JSON_CELLS = {
     "jit_plans": {"devices": "texts", "live_outside": "counts", "detail": "object"},
     "jit_targets": {"devices": "texts", "live_outside": "counts", "detail": "object"},
     "jit_whatif": {"change": "object"},
+    "jit_call_live": {"live_before": "counts"},
     "py_chains": {"steps": "steps"},
 }
 # The column whose text, where set, lets a compile's figures be NULL (it failed, and says why).

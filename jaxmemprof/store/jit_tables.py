@@ -20,6 +20,7 @@ class JitTables:
     compiles: pd.DataFrame = field(default_factory=_table)  # jit_compiles: XLA's figures per compiled signature
     calls: pd.DataFrame = field(default_factory=_table)  # jit_calls: the sampled calls, their leaves as JSON
     counts: pd.DataFrame = field(default_factory=_table)  # jit_counts: calls and compiles per function
+    call_live: pd.DataFrame = field(default_factory=_table)  # jit_call_live: every call's live bytes (the largest)
     programs: pd.DataFrame = field(default_factory=_table)  # jit_programs: XLA's account of each signature
     buffers: pd.DataFrame = field(default_factory=_table)  # jit_buffers: its buffers live at its own peak
     curves: pd.DataFrame = field(default_factory=_table)  # jit_curves: its bytes at each position of its program

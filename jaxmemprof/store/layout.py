@@ -156,6 +156,18 @@ CREATE TABLE IF NOT EXISTS jit_counts (
     traced        INTEGER,              -- calls made while a transformation traced (no device call)
     backend_compiles INTEGER            -- XLA compiles during its observed calls (JAX's compile events)
 );
+CREATE TABLE IF NOT EXISTS jit_call_live (  -- every call of a user's function, its live bytes counted (a row
+                                        -- where a call finds more live on a device than the function's before)
+    function_id   INTEGER NOT NULL,
+    call          INTEGER NOT NULL,     -- the function's n-th device call (sampled or not)
+    t_wall        REAL NOT NULL,
+    live_before   TEXT,                 -- JSON {device: bytes}: live just before the call, its arguments
+                                        -- among them (NULL on an "end" row)
+    signature     TEXT,                 -- the signature it ran, where the function had one (NULL: not known)
+    counted       INTEGER NOT NULL,     -- its calls counted so far
+    seen          INTEGER NOT NULL,     -- its calls seen so far (counted or over the counts' budget)
+    kind          TEXT NOT NULL         -- max: a call with more live; end: the counts at the end
+);
 CREATE TABLE IF NOT EXISTS jit_programs (  -- XLA's account of each compiled signature, read from its executable
                                         -- (runs recorded before: of the largest signature, from a dump)
     function_id   INTEGER NOT NULL,

@@ -325,6 +325,10 @@ class RunWriter:
     def set_jit_liveness(self, call_id: int, alive_json: str) -> None:
         self._insert("UPDATE jit_calls SET inputs_alive = ? WHERE call_id = ?", [(alive_json, call_id)])
 
+    def add_jit_call_live(self, rows: list) -> None:
+        """jit_call_live rows: calls whose live bytes before them were counted (capture/jit/calllive.py)."""
+        self._insert("INSERT INTO jit_call_live VALUES (?,?,?,?,?,?,?,?)", rows)
+
     def set_jit_counts(self, rows: list) -> None:
         self._insert("INSERT OR REPLACE INTO jit_counts VALUES (?,?,?,?,?,?)", rows)
 

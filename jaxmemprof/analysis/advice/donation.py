@@ -329,7 +329,7 @@ def verified_change(ar: Attributed, function_id: int, arguments) -> dict:
     before_device, before_total = peaks.device_bytes, peaks.total_bytes
     if before_device is None:  # no snapshot to read (a damaged run): nothing to measure against
         return {"verified": False, "not_verified": "the run's true peak cannot be read (no snapshot)"}
-    after = peaks.with_change(changed, _less(ar, function_id, arguments), _first_kept(ar, function_id, arguments))
+    after = peaks.with_change(changed, _less(ar, function_id, arguments), first_kept(ar, function_id, arguments))
     after_device, after_total, held = after.device_bytes, after.total_bytes, after.call
     # The largest signature verified: its temporaries before and after, and what XLA aliases.
     sig = max(changed, key=lambda k: call_peak(by_sig.get(k[1], changed[k])))[1]
@@ -496,7 +496,7 @@ def _less(ar: Attributed, function_id: int, arguments) -> dict:
     return less
 
 
-def _first_kept(ar: Attributed, function_id: int, arguments) -> list:
+def first_kept(ar: Attributed, function_id: int, arguments) -> list:
     """(from, until, {device: bytes}) of the donated arguments' arrays that
     the program still held after the function's first call (set up before
     its loop and still named there: ``params`` of ``state =
@@ -510,21 +510,35 @@ def _first_kept(ar: Attributed, function_id: int, arguments) -> list:
     if first.empty:
         return []
     row = first.iloc[0]
-    fates = _json(row["inputs_alive"], [])
     inputs = _leaves(row["inputs"])
+    ends: dict = {}
+    lived: dict = {}  # py_id -> the last time a snapshot saw the array the first call took
+    arrays = run.arrays if getattr(run, "has_arrays", False) else pd.DataFrame()
+    t_of = dict(zip(run.snapshots["snapshot"], run.snapshots["t_wall"]))
+    if not arrays.empty:
+        t1 = float(row["t_wall"])
+        for py_id, born, last, end in zip(arrays["py_id"], arrays["first_snapshot"], arrays["last_snapshot"],
+                                          arrays["end_snapshot"]):
+            if pd.isna(born) or t_of.get(int(born), float("inf")) > t1:
+                continue  # another array under the same id, made after the first call
+            ends[py_id] = t_of.get(int(end), float("inf")) if pd.notna(end) else float("inf")
+            lived[py_id] = t_of.get(int(last), -float("inf")) if pd.notna(last) else -float("inf")
+    fates = _json(row["inputs_alive"], [])
     if len(fates) != len(inputs):
-        return []
+        # What became of the first call's inputs was not told at the second (the sampler held an array the
+        # program dropped then): the program's own arrays tell it, every run alike. An input a snapshot saw
+        # after the second call began was held by the program beside the new state.
+        second = calls[(calls["function_id"] == function_id) & (pd.to_numeric(calls["call_index"], errors="coerce") > 1)]
+        t2 = float(pd.to_numeric(second["t_wall"], errors="coerce").min()) if not second.empty else float("inf")
+        fates = ["held" if lived.get(leaf.get("id"), -float("inf")) >= t2 else "unknown" for leaf in inputs]
+        kept_fates = ("held",)
+    else:
+        kept_fates = ("held", "dropped-later", "unknown", "deleted")
     wanted = set(map(str, arguments))
     kept = [leaf for leaf, fate in zip(inputs, fates)
-            if label(leaf) in wanted and fate != "dropped" and not leaf.get("donated")]
+            if label(leaf) in wanted and fate in kept_fates and not leaf.get("donated")]
     if not kept:
         return []
-    ends: dict = {}
-    arrays = run.arrays if getattr(run, "has_arrays", False) else pd.DataFrame()
-    if not arrays.empty:
-        t_of = dict(zip(run.snapshots["snapshot"], run.snapshots["t_wall"]))
-        for py_id, end in zip(arrays["py_id"], arrays["end_snapshot"]):
-            ends[py_id] = t_of.get(int(end), float("inf")) if pd.notna(end) else float("inf")
     out = []
     for leaf in kept:
         on = [str(d) for d in leaf.get("on") or []] or ["?"]

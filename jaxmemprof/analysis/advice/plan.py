@@ -394,7 +394,7 @@ def build_plan(ar, findings=(), device_bytes: int | None = None) -> Plan | None:
     names, params = function_names(run), {}
     if functions is not None and not functions.empty:
         params = {int(f): [str(x) for x in _json(p, [])] for f, p in zip(functions["function_id"], functions["params"])}
-    points = points_of(plans, names)
+    points = _less_donated(ar, points_of(plans, names), plans, params)
     planned_for = ((run.manifest or {}).get("settings") or {}).get("plan") or {}
     searched = _int(planned_for.get("device_bytes")) if isinstance(planned_for, dict) else None
     m = run.manifest or {}
@@ -419,6 +419,40 @@ def build_plan(ar, findings=(), device_bytes: int | None = None) -> Plan | None:
                 functions=_planned(run, points, names, params, list(findings)),
                 device_bytes=device_bytes, events=said, fraction_variable=fraction_env_name(m.get("jaxlib_version")),
                 searched_bytes=searched, cut=cut, backend=rule.name, device_from=device_from)
+
+
+def _less_donated(ar, points: pd.DataFrame, plans: pd.DataFrame, params: dict) -> pd.DataFrame:
+    """The donated rows' bytes outside the call less what the donation
+    deletes beside the call's own arguments: the first call's donated
+    arrays that the program holds by another name (``variables`` of a
+    linen module, the ``params`` a TrainState was made of) and would keep
+    through the run (donation._first_kept: deleted by that first call,
+    donated). Nothing else is taken off."""
+    from jaxmemprof.analysis.advice.donation import first_kept
+
+    donated = points["variant"] == "donated"
+    if not donated.any():
+        return points
+    points = points.copy()
+    for fid in sorted(set(points.loc[donated, "function_id"])):
+        rows = plans[(plans["function_id"] == fid) & (plans["variant"] == "donated")]
+        detail = next((d.get("donated") for d in (_json(x, {}) for x in rows["detail"])
+                       if isinstance(d.get("donated"), dict)), None) or {}
+        names = [params.get(int(fid), [])[i] if isinstance(i, int) and i < len(params.get(int(fid), [])) else str(i)
+                 for i in detail.get("argnums", [])] + [str(n) for n in detail.get("argnames", [])]
+        off: dict = {}
+        for _, until, per in first_kept(ar, int(fid), names) if names else ():
+            if until == float("inf"):  # kept to the run's end: outside every later call of the step
+                for d, b in per.items():
+                    off[d] = off.get(d, 0) + int(b)
+        mine = donated & (points["function_id"] == fid) & points["live_outside_bytes"].notna()
+        for i in points.index[mine]:
+            less = min(off.get(str(points.at[i, "device"]), 0), int(points.at[i, "live_outside_bytes"]))
+            if less:
+                points.at[i, "live_outside_bytes"] -= less
+                if pd.notna(points.at[i, "peak_bytes"]):
+                    points.at[i, "peak_bytes"] -= less
+    return points
 
 
 def recorded_limit(run) -> int | None:

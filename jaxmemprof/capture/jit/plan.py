@@ -350,6 +350,8 @@ class Planner:
         # devices (truepeak.placement: an array copied onto them stays alive).
         before = [(live, placement(inputs, outputs)[1]) for (_, inputs, outputs, signature, _), (_, _, live)
                   in zip(calls, parsed) if signature == sig and isinstance(live, dict)]
+        if state.live_top:  # every call counted (calllive.py): the most live before any of its calls
+            before.append((dict(state.live_top), before[0][1] if before else 1.0))
         live, share = max(before, key=lambda b: max(b[0].values(), default=0)) if before else (None, 1.0)
         outside = None if live is None else {
             d: v for d, v in live_outside(live, (figures or (0,))[0], share, recorded_ab.devices).items()

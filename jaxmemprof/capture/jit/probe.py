@@ -7,16 +7,16 @@ made while another transformation traces is only counted. The probe records:
 - per function: the user's function and where it is defined, the user's line
   that jitted it and the wrapper used, its donation and static arguments;
 - per compiled signature: XLA's figures (``programs``);
-- for a sample of calls (the first ones, then one in ``sample_every``): every
-  array leaf of the arguments, mapped to the user's arguments (argument
-  position and name, pytree path, shape, dtype, sharding, device bytes,
-  donated or not) and of the outputs, and, checked at the function's next
-  call, what became of each input leaf (``liveness``).
+- for a sample of calls (the first ones, then one in ``sample_every``): every array leaf of the arguments,
+  mapped to the user's arguments (argument position and name, pytree path, shape, dtype, sharding, device
+  bytes, donated or not) and of the outputs, and, checked at the function's next call, what became of each
+  input leaf (``liveness``); for every call of a user's function, the bytes live before it (``calllive``).
 
-Once a function's samples are taken its proxy becomes a ``_QuietProbed``
-(no longer counted); a JAX compile event, or a snapshot that finds the
-function's compile cache grown, turns it back, and the first of the next
-1,000 calls with a signature not analysed yet is analysed.
+Once a function's samples are taken its proxy becomes quiet (a user's
+function's calls still have their live bytes counted: calllive.py); a JAX
+compile event, or a snapshot that finds the function's compile cache grown,
+turns it back, and the first of the next 1,000 calls with a signature not
+analysed yet is analysed.
 """
 
 from __future__ import annotations
@@ -31,18 +31,18 @@ import time
 from typing import TYPE_CHECKING
 import weakref
 
-from jaxmemprof.capture.arrays import is_deleted as _is_deleted
 from jaxmemprof.capture.hooks import AfterImport
-from jaxmemprof.capture.jit.frames import drop_own_frames, user_frame
-from jaxmemprof.facts.libraries import BY_NAME, PATCHED, names as library_names, owners as library_owners, plain_arguments, tags as library_tags
+from jaxmemprof.capture.jit.frames import drop_own_frames
+from jaxmemprof.facts.libraries import BY_NAME, PATCHED, plain_arguments
 from jaxmemprof.facts.source import statement_at
+from jaxmemprof.capture.jit.calllive import CallLive, only_signature
 from jaxmemprof.capture.jit.early import Early
-from jaxmemprof.capture.jit.liveness import call_fates, on_death, frame_windows
-from jaxmemprof.capture.jit.owners import Previous, host_leaf as _host_leaf, leaf as _leaf, path_text
+from jaxmemprof.capture.jit.liveness import call_fates
 from jaxmemprof.capture.jit.oom import failed as oom_failed
 from jaxmemprof.capture.jit.plan import Planner
 from jaxmemprof.capture.jit.programs import Programs
-from jaxmemprof.capture.jit.proxy import Probed, QuietProbed, QuietStep
+from jaxmemprof.capture.jit.sampled import SampledCalls
+from jaxmemprof.capture.jit.proxy import Probed, QuietProbed
 from jaxmemprof.capture.jit.site import is_user_function, signature_names, Site
 from jaxmemprof.capture.jit.state import HUNT_CALLS, cache_size, compile_listener, FunctionState, step_of
 from jaxmemprof.capture.tracebacks import described
@@ -50,9 +50,7 @@ from jaxmemprof.capture.tracebacks import described
 if TYPE_CHECKING:
     from jaxmemprof.capture.sampler import Sampler
 
-# Sampled calls before which the live bytes are counted, at most, in a run
-# (later ones are estimated from the sampler's last snapshot before them).
-LIVE_BEFORE_CALLS = 400
+LIVE_BEFORE_CALLS = 400  # sampled calls whose live bytes before are written, at most, in a run
 # A function whose observation fails this often is no longer observed.
 MAX_ERRORS = 3
 # Functions the program dropped whose lowering is kept for XLA's dump at the end.
@@ -68,16 +66,14 @@ def _normalise(value) -> list:
 
 
 def _source_line(frame) -> str:
-    """The text of the statement at ``frame``'s current line as the program
-    has it now (``source.statement_at``): a notebook cell's (IPython keeps
-    cells in linecache), or a file's before anyone edits it. The donation fix
-    is written on it at report time."""
+    """The statement at ``frame``'s line as the program has it now (``source.statement_at``: a notebook
+    cell's, or a file's before anyone edits it), on which the donation fix is written at report time."""
     if frame is None:
         return ""
     return statement_at(frame.f_code.co_filename, frame.f_lineno, frame.f_globals)
 
 
-class JitProbe(Programs):
+class JitProbe(SampledCalls, Programs):
     """Install with :meth:`install`; every function jitted afterwards through
     ``jax.jit`` or ``jax.pmap`` (directly, or through a library wrapper such
     as ``flax.nnx.jit`` or ``equinox.filter_jit``) is observed.
@@ -122,6 +118,7 @@ class JitProbe(Programs):
         # snapshot (Sampler.holding), and counts what is live before a
         # sampled call: set by the session.
         self.observer: Sampler | None = None
+        self.live = CallLive(self)  # the bytes live before every call of a user's function (calllive.py)
         self.on_step = None  # (name) -> bool, set by the session: a call of the step begins (stepped)
         self._step: FunctionState | None = None
         # function_id -> threads inside a call of it now (a quiet function's go straight to XLA): calls_in_flight
@@ -473,6 +470,7 @@ class JitProbe(Programs):
         outer, calling.state = getattr(calling, "state", None), state
         in_call = self.in_call
         in_call[state.function_id] = in_call.get(state.function_id, 0) + 1
+        live = self._guard(state, self.live.before, state) if state.user else None
         try:  # in flight until the probe's work on the call is done too (its inputs and outputs alive)
             try:
                 out = real(*args, **kwargs)
@@ -497,6 +495,9 @@ class JitProbe(Programs):
                 self._guard(state, self._record_call, state, inputs, out)
                 if abstract is not None:
                     self._guard(state, self.planner.keep, state, abstract, real)
+            if live is not None:
+                self._guard(state, self.live.after, state, live,
+                            (inputs[3] if inputs else None) or only_signature(state), bool(inputs and inputs[4] is not None))
             state.quiet = (state.samples >= self.max_samples and state.pending is None and not state.analyse_next) \
                 or state.off
             return out
@@ -524,78 +525,6 @@ class JitProbe(Programs):
     def _is_array(self, x) -> bool:
         return isinstance(x, self._jax.Array) and not isinstance(x, self._tracer_type)
 
-    def _describe_inputs(self, state, args, kwargs):
-        tu = self._jax.tree_util
-        leaves, refs = [], []
-        deaths: dict[int, tuple] = {}
-        first: dict[int, int] = {}  # id of an array -> its first leaf: one array passed twice cannot be donated twice
-        # Where each leaf came from, when the previous call was sampled too;
-        # its owner and tag as the program's libraries name them (owners.py).
-        previous = state.previous if state.previous is not None and state.previous.call == state.calls - 1 else None
-        library = library_owners(state.row.get("wrapper"), sys._getframe(2))
-        ndarray = getattr(sys.modules.get("numpy"), "ndarray", ())  # the program's numpy, if it has one
-        arguments = list(state.arguments(state, args, kwargs))
-        # what a library names that JAX knows only by flat index (equinox's State: by the model's StateIndex)
-        named = library_names(tu, [(name, value) for _, name, _, _, value in arguments])
-        for position, name, keyword, donated, value in arguments:
-            tags = library_tags(tu, value)
-            for path, leaf in tu.tree_flatten_with_path(value)[0]:
-                key = path_text(tu, value, path)
-                if self._is_array(leaf):
-                    d = _leaf(leaf, key)
-                elif ndarray and isinstance(leaf, ndarray):
-                    d = _host_leaf(leaf, key)  # a numpy argument: copied to the device for the call
-                else:
-                    continue
-                d.update(arg=position, name=name, kw=keyword, donated=bool(donated),
-                         same_as=first.setdefault(id(leaf), len(leaves)))
-                owner, tag = library.get(id(leaf), (named.get(id(leaf)) or f"{name}{key}", tags.get(id(leaf))))
-                d["owner"] = owner
-                if tag is not None:
-                    d["tag"] = tag
-                if previous is not None:
-                    d["from"] = previous.origin(leaf)
-                leaves.append(d)
-                try:
-                    refs.append(weakref.ref(leaf, on_death(len(refs), deaths, self.observer)))
-                except TypeError:
-                    refs.append(None)
-        return leaves, refs, deaths
-
-    def _live_before(self, state):
-        """The bytes live on each device just before a sampled call of a
-        user's function (JSON), so that the call's true peak does not depend
-        on when the sampler last looked; None past LIVE_BEFORE_CALLS."""
-        observer = self.observer
-        if observer is None or not state.user or self._live_before_left <= 0:
-            return None
-        self._live_before_left -= 1
-        live = observer.live_bytes_by_device()
-        return None if live is None else json.dumps(live, sort_keys=True)
-
-    def _record_call(self, state, inputs, out):
-        leaves, refs, deaths, signature, live_before = inputs
-        tu = self._jax.tree_util
-        flat = [(path, leaf) for path, leaf in tu.tree_flatten_with_path(out)[0] if self._is_array(leaf)]
-        outputs = [_leaf(leaf, path_text(tu, out, path)) for path, leaf in flat]
-        state.previous = Previous(state.calls, refs, [leaf for _, leaf in flat])
-        for d, r in zip(leaves, refs):
-            obj = r() if r is not None else None
-            d["deleted_after"] = bool(obj is not None and _is_deleted(obj))
-        frame = user_frame(sys._getframe(1))
-        with self._lock:
-            call_id = self._next_call
-            self._next_call += 1
-        self.writer.add_jit_call((
-            call_id, state.function_id, state.calls, time.time(), time.monotonic(),
-            frame.f_code.co_filename if frame else "", frame.f_lineno if frame else 0,
-            frame.f_code.co_name if frame else "",
-            json.dumps(leaves), json.dumps(outputs), None if signature is None else signature, live_before,
-        ))
-        state.samples += 1
-        state.resample = False
-        state.pending = (call_id, refs, deaths, frame_windows(frame))
-
     def _check_liveness(self, state):
         """Record what became of the last sampled call's input leaves by the
         time the function was called again, or the run ended
@@ -617,6 +546,7 @@ class JitProbe(Programs):
             self._sync_cache(state)
             if state.pending is not None:
                 self._check_liveness(state)
+        self.live.flush(self._states)
         self.writer.set_jit_counts([(s.function_id, s.calls, s.compiles, int(s.counted_all), s.traced,
                                      s.backend_compiles) for s in self._states])
 
@@ -679,7 +609,7 @@ class JitProbe(Programs):
         self._quiet.discard(state)
         state.quiet = False
         proxy = state.proxy()
-        if proxy is not None and type(proxy) in (QuietProbed, QuietStep):
+        if proxy is not None and isinstance(proxy, QuietProbed):  # QuietCounted and QuietStep too
             proxy.__class__ = Probed
 
     @staticmethod

@@ -1,7 +1,8 @@
 """The proxy that stands for a jitted function, in two states: ``Probed``,
 whose calls go through the probe, and ``_QuietProbed``, once the function's
 samples are taken, whose calls reach the jitted function with no Python code
-in between (and are no longer counted). The probe turns a quiet proxy back
+in between (and are no longer counted); a user's function's quiet calls
+still have their live bytes counted (``QuietCounted``). The probe turns a quiet proxy back
 (``JitProbe._wake``) when the function may have compiled anew."""
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ class Probed:
             # function, at no cost; JitProbe.poll watches for new compilations.
             state.counted_all = False
             # first: a wake-up in between then still turns it back
-            self.__class__ = QuietStep if state.step else QuietProbed
+            self.__class__ = QuietStep if state.step else QuietCounted if state.user else QuietProbed
             if not state.off:
                 self._probe._quiet.add(state)
         return out
@@ -90,17 +91,23 @@ class QuietProbed(Probed):
     __call__ = property(operator.attrgetter("_real"))
 
 
-class QuietStep(QuietProbed):
-    """A quiet Probed of the program's step (JitProbe.stepped): each call
-    is counted as a step as it begins, then goes straight to the jitted
-    function, with no other work."""
+class QuietCounted(QuietProbed):
+    """A quiet Probed of a user's function: each call's live bytes are
+    counted as it begins (``JitProbe.quiet_call``: the true peak over every
+    call, capture/jit/calllive.py), and, for the program's step, counted
+    as a step; then it goes straight to the jitted function."""
 
     __slots__ = ()
 
     def __call__(self, *args, **kwargs):
-        self._probe.stepped(self._state)
         try:
-            return self._real(*args, **kwargs)
+            return self._probe.live.quiet(self._probe, self._real, self._state, args, kwargs)
         except BaseException as exc:
             drop_own_frames(exc)
             raise
+
+
+class QuietStep(QuietCounted):
+    """A QuietCounted of the program's step (JitProbe.stepped)."""
+
+    __slots__ = ()

@@ -15,7 +15,8 @@ class FunctionState:
                  "signatures", "param_names", "donate_argnums", "donate_argnames", "arguments", "by_signature",
                  "cache", "quiet", "off", "errors", "proxy", "counted_all", "largest", "user", "backend_compiles",
                  "row", "compile_s", "static_argnums", "static_argnames", "static_leaves", "static_seen",
-                 "jit_static", "pruned", "curves", "previous", "plan", "step")
+                 "jit_static", "pruned", "curves", "previous", "plan", "step", "seen", "counted", "uncounted",
+                 "live_top")
 
     def __init__(self, function_id, param_names, donate_argnums, donate_argnames, arguments, by_signature):
         self.function_id = function_id
@@ -56,6 +57,12 @@ class FunctionState:
         self.previous = None  # owners.Previous: the last sampled call's leaves, held weakly
         self.plan = None  # with run --plan, a user's function: plan.Slot (its abstract arguments; None otherwise)
         self.step = False  # the program's step: each call counted as one (JitProbe.stepped)
+        # Every device call, sampled or quiet (calllive.py): seen, its live bytes counted, or not counted
+        # (over the counts' budget); the most live on each device before a counted call so far.
+        self.seen = 0
+        self.counted = 0
+        self.uncounted = 0
+        self.live_top: dict = {}
 
 
 def step_of(step: FunctionState | None, state: FunctionState) -> FunctionState | None:
