@@ -10,7 +10,10 @@ write, per HLO module (``module_NNNN.<name>.<backend>_after_optimizations*``):
   of the line that made it;
 - the buffer assignment (``…-buffer-assignment.txt``): each allocation's size
   and kind (``parameter N``, ``output``, ``maybe-live-out``, ``constant``,
-  ``thread-local``, ``preallocated-temp``) and the HLO values it holds;
+  ``thread-local``, ``preallocated-temp``), its memory space (``color N``:
+  XLA:TPU's on-chip memories; none printed for the device's main memory)
+  and the HLO values it holds; its temporaries in the device's memory are
+  what a TPU reserves for the program (``device_temporaries``);
 - the live ranges (``…-live-range.txt``): the instruction sequence and each
   value's range in it (and a "peak" of XLA's HloLiveRange, not read: it counts
   two values of one buffer where one is written over the other; the peak is
@@ -42,6 +45,7 @@ _OP_NAME = re.compile(r'op_name="((?:[^"\\]|\\.)*)"')
 _FRAME_ID = re.compile(r"stack_frame_id=(\d+)")
 _ALLOCATION = re.compile(r"^allocation (\d+): size (\d+)(.*):$")
 _VALUE = re.compile(r"^ value: <\d+ (\S+)(?: \(\w+\))? @\d+> \(size=(\d+),offset=(\d+)\): (.*)$")
+_COLOR = re.compile(r", color (\d+),")  # an allocation in another memory space than the device's main one
 _RANGE = re.compile(r"^\s+([^\s:][^:]*\{[^}]*\}):(\d+)-(\d+)$")
 _PEAK_AT = re.compile(r"^\s+Live ranges at (\d+) \(peak\):$")
 _SEQUENCE_MAX = re.compile(r"^HloLiveRange \(max (\d+)\):")
@@ -71,7 +75,9 @@ class ProgramMemory:
     peak_position: int
     peak_bytes: int  # the most bytes at any position (each buffer once): what the buffers at the peak add up to
     buffers: list = field(default_factory=list)  # at the peak, then the largest others
-    argument_bytes: int = 0  # allocation sizes by kind, as memory_analysis() adds them
+    # allocation sizes by kind in the device's memory (colour 0), as memory_analysis() adds them on
+    # XLA:CPU and GPU; temp_bytes is XLA:TPU's reservation (device_temporaries), not its memory_analysis()
+    argument_bytes: int = 0
     output_bytes: int = 0
     alias_bytes: int = 0
     temp_bytes: int = 0
@@ -170,10 +176,10 @@ def _value_key(name: str) -> str:
 
 
 def allocations(text: str) -> tuple[dict[str, str], dict[str, int], dict[str, tuple]]:
-    """(kind of each value, bytes per kind over all allocations, each
-    value's slot: (allocation, offset, size)) from a buffer assignment.
-    Values in one slot are one buffer (a loop's carried value and what it
-    was made from)."""
+    """(kind of each value, bytes per kind over the allocations in the
+    device's memory (colour 0: ``device_temporaries``), each value's slot:
+    (allocation, offset, size)) from a buffer assignment. Values in one slot
+    are one buffer (a loop's carried value and what it was made from)."""
     kinds: dict[str, str] = {}
     slots: dict[str, tuple] = {}
     index = -1
@@ -184,6 +190,8 @@ def allocations(text: str) -> tuple[dict[str, str], dict[str, int], dict[str, tu
         if m:
             index, size, attrs = int(m.group(1)), int(m.group(2)), m.group(3)
             parameter = " parameter " in attrs + " "
+            colour = _COLOR.search(attrs + ",")
+            device = colour is None or int(colour.group(1)) == 0  # another memory space: not the device's
             output = "output" in attrs or "maybe-live-out" in attrs
             if "thread-local" in attrs:
                 kind = None  # a scalar of one thread: not in memory_analysis()
@@ -195,7 +203,7 @@ def allocations(text: str) -> tuple[dict[str, str], dict[str, int], dict[str, tu
                 kind = CONSTANT
             else:
                 kind = TEMPORARY
-            if kind is not None:
+            if kind is not None and device:
                 totals[kind] += size
             continue
         v = _VALUE.match(line)
@@ -204,6 +212,27 @@ def allocations(text: str) -> tuple[dict[str, str], dict[str, int], dict[str, tu
             kinds.setdefault(key, kind)
             slots.setdefault(key, (index, int(v.group(3)), int(v.group(2))))
     return kinds, totals, slots
+
+
+def device_temporaries(text: str) -> int:
+    """The bytes of a buffer assignment's temporary allocations in the
+    device's memory: colour 0 (none printed), neither a parameter, an output
+    (``output``, ``maybe-live-out``), a constant nor thread-local; on
+    XLA:TPU one ``preallocated-temp``. What the chip reserves for the
+    program as it runs (``peak_bytes_reserved``, 15,872 B more, measured on
+    a v5e: docs/tpu.md), where XLA:TPU's ``memory_analysis().temp_size``
+    is not; on XLA:CPU it equals ``temp_size`` (tests/test_tpu_reservation.py)."""
+    return allocations(text)[1][TEMPORARY]
+
+
+def reservation(directory: Path | str) -> int | None:
+    """``device_temporaries`` of the program a compile dumped into
+    ``directory`` (its buffer assignment, ``*after_optimizations-buffer-
+    assignment.txt``; the largest where several modules are there, a jitted
+    function's main one); None where there is none."""
+    found = [device_temporaries(f.read_text(errors="replace"))
+             for f in Path(directory).glob("module_*after_optimizations-buffer-assignment.txt")]
+    return max(found) if found else None
 
 
 def live_ranges(text: str) -> tuple[int, dict[str, tuple]]:
@@ -296,7 +325,6 @@ def _name_and_index(name: str) -> tuple:
     return base, tuple(int(i) for i in index.rstrip("}").split(",") if i.strip())
 
 
-_COLOR = re.compile(r", color (\d+),")
 
 
 def _other_memory(text: str) -> set:
@@ -347,3 +375,61 @@ def read_dump(directory: Path | str, module_name: str | None = None) -> list[Pro
         out.append(read_program(hlo.read_text(errors="replace"), assignment.read_text(errors="replace"),
                                 ranges.read_text(errors="replace"), module=module))
     return out
+
+
+# Where a figure's temporaries came from (docs/tpu.md, "The program's reservation").
+MEMORY_ANALYSIS, BUFFER_ASSIGNMENT = "memory_analysis", "buffer_assignment"
+
+
+def platform_of(lowered) -> str:
+    """The platform a lowering compiles for (``tpu`` for a deviceless
+    ``--target`` slice too), '' where it cannot be told."""
+    try:
+        lowering = getattr(lowered, "_lowering", None) or getattr(getattr(lowered, "lowered", None), "_lowering")
+        return str(lowering.compile_args["backend"].platform)
+    except Exception:
+        return ""
+
+
+def reserved_figures(figures: tuple, platform: str, directory) -> tuple[tuple, str]:
+    """XLA's five figures (argument, output, alias, temp, code: memory_analysis()'s)
+    as jaxmemprof gives them, and where their temporaries came from: on a
+    TPU, the temporaries of the program's buffer assignment in the device's
+    memory, from its dump in ``directory`` (``reservation``: what the chip
+    reserves; XLA:TPU's memory_analysis().temp_size is not it, and its
+    executables carry no buffer assignment to read it from instead); on
+    every other backend, or with no dump read, memory_analysis()'s as they are."""
+    if platform != "tpu" or not directory:
+        return tuple(figures), MEMORY_ANALYSIS
+    try:
+        temp = reservation(directory)
+    except OSError:
+        temp = None
+    if temp is None:
+        return tuple(figures), MEMORY_ANALYSIS
+    return (*figures[:3], temp, *figures[4:]), BUFFER_ASSIGNMENT
+
+
+def compile_read(lowered, dump_to: str | None, fields: tuple) -> tuple:
+    """``lowered`` compiled as a compile of jaxmemprof's own (scratch.compile_own:
+    dumped into ``dump_to`` only) and its figures read, the one place a
+    what-if's are: (the executable, the ``fields`` of its memory_analysis()
+    as ints with the temporaries ``reserved_figures`` gives, or None where
+    XLA gave none, a list of what to say: one line where a TPU's
+    temporaries are memory_analysis()'s after all). On a TPU with no
+    ``dump_to``, the compile dumps into a directory of its own, removed once
+    read."""
+    from contextlib import nullcontext
+
+    from jaxmemprof.xla import scratch
+
+    platform = platform_of(lowered)
+    with (nullcontext(dump_to) if dump_to or platform != "tpu" else scratch.dump_scratch()) as to:
+        compiled = scratch.compile_own(lowered, to)
+        ma = compiled.memory_analysis()
+        if ma is None:
+            return compiled, None, []
+        figures, source = reserved_figures(tuple(int(getattr(ma, f, 0) or 0) for f in fields), platform, to)
+    note = ["XLA:TPU's temporaries from memory_analysis(): its dump held no buffer assignment"
+            ] if platform == "tpu" and source != BUFFER_ASSIGNMENT else []
+    return compiled, figures, note

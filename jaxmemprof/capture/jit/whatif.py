@@ -49,6 +49,7 @@ from jaxmemprof.facts.libraries import BY_NAME
 from jaxmemprof.facts.truepeak import peak_of
 from jaxmemprof.units import array_bytes
 from jaxmemprof.xla import scratch
+from jaxmemprof.xla.dump import compile_read
 from jaxmemprof.capture.tracebacks import described
 
 VERIFY_SHARE = 0.1
@@ -149,12 +150,12 @@ def _compile_call(jax, fn, args, kwargs, wrapper: str, dump_to: str | None = Non
             key = None if seen is None else _module_text(lowered, dump_to)
             if seen is not None and key in seen:
                 return seen[key], time.monotonic() - t0, None, said
-            compiled = scratch.compile_own(lowered, dump_to)  # dumped into dump_to only, never the program's dump
-            ma = compiled.memory_analysis()
-        said = [f"{w.category.__name__}: {w.message}"[:300] for w in caught][:3]
-        if ma is None:
+            # dumped into dump_to only (never the program's dump); on a TPU, its temporaries from the dump
+            compiled, figures, note = compile_read(lowered, dump_to, _FIELDS)
+        said = [f"{w.category.__name__}: {w.message}"[:300] for w in caught][:3] + note
+        if figures is None:
             return None, time.monotonic() - t0, "XLA gave no memory analysis", said
-        done = (tuple(int(getattr(ma, f, 0) or 0) for f in _FIELDS), compiled)
+        done = (figures, compiled)
         if seen is not None and key is not None:
             seen[key] = done
         return done, time.monotonic() - t0, None, said
