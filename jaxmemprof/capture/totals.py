@@ -70,6 +70,11 @@ class _TotalsWriter:
     def add_jit_program(self, *args, **kwargs) -> None:
         pass  # XLA's buffers by line: not kept (the totals need memory_analysis() alone)
 
+    def set_jit_compile_temp(self, function_id, signature: str, temp_bytes: int) -> None:
+        for row in self.compiles:  # on a TPU, its dump's temporaries (capture/jit/programs.py)
+            if row["function_id"] == function_id and row["signature"] == signature:
+                row["temp_bytes"] = temp_bytes
+
     def set_jit_liveness(self, *args) -> None:
         pass
 

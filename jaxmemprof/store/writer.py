@@ -322,6 +322,11 @@ class RunWriter:
         if curve is not None:
             self._insert("INSERT INTO jit_curves VALUES (?,?,?)", [curve])
 
+    def set_jit_compile_temp(self, function_id: int, signature: str, temp_bytes: int) -> None:
+        """A signature's temporaries (jit_compiles) set anew: on a TPU, its dump's (capture/jit/programs.py)."""
+        self._insert("UPDATE jit_compiles SET temp_bytes = ? WHERE function_id = ? AND signature = ?",
+                     [(temp_bytes, function_id, signature)])
+
     def set_jit_liveness(self, call_id: int, alive_json: str) -> None:
         self._insert("UPDATE jit_calls SET inputs_alive = ? WHERE call_id = ?", [(alive_json, call_id)])
 

@@ -385,7 +385,7 @@ def platform_of(lowered) -> str:
     """The platform a lowering compiles for (``tpu`` for a deviceless
     ``--target`` slice too), '' where it cannot be told."""
     try:
-        lowering = getattr(lowered, "_lowering", None) or getattr(getattr(lowered, "lowered", None), "_lowering")
+        lowering = getattr(lowered, "_lowering", None) or lowered.lowered._lowering  # a wrapper of one: .lowered
         return str(lowering.compile_args["backend"].platform)
     except Exception:
         return ""

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 
 from jaxmemprof.capture.arrays import is_deleted as _is_deleted
 from jaxmemprof.xla import scratch
+from jaxmemprof.xla.dump import platform_of
 from jaxmemprof.facts.truepeak import peak_of
 from jaxmemprof.capture.jit.retrace import traced
 from jaxmemprof.capture.tracebacks import message
@@ -265,6 +266,8 @@ class Programs:
             key = ("dump", state.function_id, state.largest[1])
             if self.early.taken(key):
                 state.largest = None  # dumped beside the program, or being dumped there now (early.py)
+                if getattr(self.planner, "options", None) is not None:
+                    self.early.result(key)  # --plan reads the signature's figures: its dump's temporaries (TPU)
                 done += 1
                 continue
             if done and spent + state.compile_s > budget:  # the largest is dumped whatever it takes
@@ -307,7 +310,26 @@ class Programs:
         p = max(programs, key=lambda p: p.peak_bytes)
         seconds = time.monotonic() - t0
         self._write_program(state, signature, p, seconds)
+        if platform_of(lowered) == "tpu":
+            self._reserved(state, signature, p.temp_bytes)
         return seconds
+
+    def _reserved(self, state, signature: str, temp: int) -> None:
+        """On a TPU, the signature's temporaries in jit_compiles made its
+        dump's (the buffer assignment's in device memory: the chip's
+        reservation, xla/dump.reserved_figures), in place of
+        memory_analysis()'s; a ``reservation`` event says both (the journal's
+        record of which figure a signature's temp_bytes is: the one with this
+        event and a jit_programs row, the dump's)."""
+        writer = self.writer
+        before = getattr(writer, "jit_compile_figures", lambda *a: None)(state.function_id, signature)
+        setter = getattr(writer, "set_jit_compile_temp", None)
+        if setter is None:
+            return
+        setter(state.function_id, signature, int(temp))
+        said = "" if before is None or before[3] is None else f", not memory_analysis()'s {int(before[3]):,} B"
+        writer.add_event("reservation", f"{state.row.get('name', state.function_id)} {signature[:200]}: "
+                                        f"temporaries {int(temp):,} B from XLA:TPU's buffer assignment{said}")
 
 
 def _bounded(signature: str, limit: int = SIGNATURE_CHARS) -> str:

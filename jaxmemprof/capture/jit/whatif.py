@@ -48,7 +48,6 @@ from jaxmemprof.facts.replicas import candidate, meshes_of, saving, shard_option
 from jaxmemprof.facts.libraries import BY_NAME
 from jaxmemprof.facts.truepeak import peak_of
 from jaxmemprof.units import array_bytes
-from jaxmemprof.xla import scratch
 from jaxmemprof.xla.dump import compile_read
 from jaxmemprof.capture.tracebacks import described
 
