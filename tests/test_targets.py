@@ -95,14 +95,28 @@ if __name__ == "__main__":
 # The independent compile: the program's own step, lowered on the slice's
 # devices from shapes alone, by a process that does not import jaxmemprof
 # (one process for several programs and slices: each spec's compiles, in turn).
+# Its temporaries: XLA:TPU's buffer assignment's in device memory (the chip's reservation, docs/tpu.md),
+# read from the compile's dump by a parse of its own: the allocations with no colour that are neither
+# parameters, outputs, constants nor thread-local.
 INDEPENDENT = r"""
-import json, sys
+import glob, json, re, shutil, sys, tempfile
 import jax, jax.numpy as jnp
 import numpy as np
 from jax.experimental import topologies
 from jax.sharding import Mesh, NamedSharding, SingleDeviceSharding, PartitionSpec as P
 
 specs = json.loads(sys.argv[1])
+
+
+def reservation(path):
+    total = 0
+    for line in open(path):
+        m = re.match(r"^allocation \d+: size (\d+)(.*):$", line)
+        if m and not re.search(r"color|parameter|output|maybe-live-out|constant|thread-local", m.group(2)):
+            total += int(m.group(1))
+    return total
+
+
 programs = {}
 for spec in specs:  # every program imported before any compile (sharded.py sets JAX's CPU devices)
     sys.path.insert(0, spec["dir"])
@@ -138,15 +152,20 @@ for spec in specs:
             args = (jax.ShapeDtypeStruct((program.WIDTH,), jnp.float32, sharding=one),
                     jax.ShapeDtypeStruct((case["batch"], program.WIDTH), jnp.float32, sharding=one))
             fn = jax.jit(program.step)
+        dump = tempfile.mkdtemp()
         try:
-            ma = fn.lower(*args).compile().memory_analysis()
+            ma = fn.lower(*args).compile(compiler_options={"xla_dump_to": dump, "xla_dump_hlo_as_text": True}
+                                         ).memory_analysis()
         except Exception as exc:  # XLA:TPU's own "too large for the device" is an answer
             if "RESOURCE_EXHAUSTED" not in str(exc):
                 raise
             out.append({"refused": str(exc).splitlines()[0]})
             continue
+        finally:
+            reserved = sum(reservation(p) for p in glob.glob(dump + "/*after_optimizations-buffer-assignment.txt"))
+            shutil.rmtree(dump)
         out.append({"argument_bytes": ma.argument_size_in_bytes, "output_bytes": ma.output_size_in_bytes,
-                    "alias_bytes": ma.alias_size_in_bytes, "temp_bytes": ma.temp_size_in_bytes,
+                    "alias_bytes": ma.alias_size_in_bytes, "temp_bytes": reserved,
                     "generated_code_bytes": ma.generated_code_size_in_bytes})
 print(json.dumps(results))
 """
