@@ -256,11 +256,14 @@ def test_the_mlps_figures_are_those_of_an_independent_compile_for_the_slice(reco
     # the run's own backend beside it: its compile of the same step (jit_compiles)
     assert row["run_backend"] == "cpu" and row["run_temp_bytes"] is not None
     # XLA:TPU's buffers at its peak, by the program's lines: they add up to that peak, which is the
-    # independent compile's arguments and outputs (its temporaries 0 B: XLA:TPU fused them away)
+    # independent compile's arguments and outputs; its temporaries' block (the chip's reservation for
+    # the whole call, 705,024 B with libtpu 0.0.42.1, where memory_analysis() says 0 B) holds no value
+    # live there
     lines = t.lines[t.lines["target"] == "v5e:2x2"]
     assert lines["bytes"].sum() == lines["program_peak_bytes"].iloc[0]
+    assert want[0]["temp_bytes"] > 0
     assert lines["program_peak_bytes"].iloc[0] == want[0]["argument_bytes"] + want[0]["output_bytes"] \
-        + want[0]["temp_bytes"] - want[0]["alias_bytes"]
+        - want[0]["alias_bytes"]
     assert lines.loc[lines["kind"] == "argument", "bytes"].sum() == want[0]["argument_bytes"]
     assert lines["site"].str.contains("train_mlp.py:").any()
     out, err = said["mlp"]

@@ -379,6 +379,9 @@ def read_dump(directory: Path | str, module_name: str | None = None) -> list[Pro
 
 # Where a figure's temporaries came from (docs/tpu.md, "The program's reservation").
 MEMORY_ANALYSIS, BUFFER_ASSIGNMENT = "memory_analysis", "buffer_assignment"
+# The run directory a what-if's own dump goes in (scratch.dump_directory), set by the jit probe
+# (capture/jit/programs.py) as the program compiles; None: the system's temporary directory.
+dumps_under: str | None = None
 
 
 def platform_of(lowered) -> str:
@@ -417,14 +420,14 @@ def compile_read(lowered, dump_to: str | None, fields: tuple) -> tuple:
     as ints with the temporaries ``reserved_figures`` gives, or None where
     XLA gave none, a list of what to say: one line where a TPU's
     temporaries are memory_analysis()'s after all). On a TPU with no
-    ``dump_to``, the compile dumps into a directory of its own, removed once
-    read."""
+    ``dump_to``, the compile dumps into a directory of its own inside the
+    run directory (``dumps_under``), removed once read."""
     from contextlib import nullcontext
 
     from jaxmemprof.xla import scratch
 
     platform = platform_of(lowered)
-    with (nullcontext(dump_to) if dump_to or platform != "tpu" else scratch.dump_scratch()) as to:
+    with (nullcontext(dump_to) if dump_to or platform != "tpu" else scratch.dump_scratch(dumps_under)) as to:
         compiled = scratch.compile_own(lowered, to)
         ma = compiled.memory_analysis()
         if ma is None:

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 
 from jaxmemprof.capture.arrays import is_deleted as _is_deleted
 from jaxmemprof.xla import scratch
+from jaxmemprof.xla import dump as _dump
 from jaxmemprof.xla.dump import platform_of
 from jaxmemprof.facts.truepeak import peak_of
 from jaxmemprof.capture.jit.retrace import traced
@@ -87,6 +88,7 @@ class Programs:
             return True
         compiled = lowered.compile()
         ma = compiled.memory_analysis()
+        _dump.dumps_under = getattr(self.writer, "directory", None)  # a what-if's own dump: inside the run (TPU)
         fields = ("argument_size_in_bytes", "output_size_in_bytes", "alias_size_in_bytes",
                   "temp_size_in_bytes", "generated_code_size_in_bytes", "host_argument_size_in_bytes",
                   "host_output_size_in_bytes", "host_alias_size_in_bytes", "host_temp_size_in_bytes",
