@@ -27,6 +27,7 @@ import pytest
 from conftest import cpu_env
 
 from jaxmemprof.facts import tpus
+from jaxmemprof.facts.backends.tpu import RESERVATION_BEYOND_ASSIGNMENT
 from jaxmemprof.xla.dump import allocations, device_temporaries, read_dump, reserved_figures
 
 VIT = Path(__file__).parent / "fixtures" / "tpu" / "vit-b16-batch24"
@@ -72,7 +73,24 @@ d = tempfile.mkdtemp()
 compiled = f.lower(*args).compile(compiler_options={"xla_dump_to": d, "xla_dump_hlo_as_text": True})
 ma = compiled.memory_analysis()
 texts = [open(p).read() for p in glob.glob(d + "/*after_optimizations-buffer-assignment.txt")]
+
+# the program's own signature, dumped (its executable holds no buffer assignment): its jit_compiles row's
+# temporaries made the dump's, and said
+from jaxmemprof.capture.jit.programs import Programs
+from jaxmemprof.capture.totals import _TotalsWriter
+
+
+class State:
+    function_id, curves, row = 1, 0, {"name": "step"}
+
+
+own = Programs()
+own.writer, own._jax = _TotalsWriter(), jax
+own.writer.add_jit_compile((1, 1, 0.0, "sig", ma.argument_size_in_bytes, ma.output_size_in_bytes,
+                            ma.alias_size_in_bytes, ma.temp_size_in_bytes, ma.generated_code_size_in_bytes))
+own._dump_lowered(State, "sig", f.lower(*args))
 print(json.dumps({"figures": list(done[0]), "said": said, "texts": texts, "leftover": os.listdir(tempfile.gettempdir()),
+                  "own": own.writer.compiles[0]["temp_bytes"], "events": own.writer.events,
                   "ma": [ma.argument_size_in_bytes, ma.output_size_in_bytes, ma.alias_size_in_bytes,
                          ma.temp_size_in_bytes, ma.generated_code_size_in_bytes]}))
 """
@@ -91,6 +109,8 @@ def test_a_tpu_compiles_temporaries_are_its_buffer_assignments(tmp_path):
     assert figures[3] == reserved == device_temporaries(text)
     assert figures[:3] == ma[:3] and figures[4] == ma[4]  # the rest as memory_analysis() gives them
     assert out["said"] == []  # read from the dump, nothing to say
+    assert out["own"] == reserved  # the program's own signature's, once its dump is read
+    assert [k for k, _ in out["events"]] == ["reservation"] and f"temporaries {reserved:,} B" in out["events"][0][1]
     assert not [n for n in out["leftover"] if n.startswith(".xla-dump-")]  # the compile's own dump removed
 
 
@@ -134,6 +154,7 @@ def test_the_vit_on_the_chip_reserved_its_buffer_assignments_temporaries():
     where memory_analysis()'s temp_size is 33 and 390 MB off."""
     chip = json.loads((VIT / "chip.json").read_text())
     extra = chip["reservation_constant_bytes"]
+    assert extra == RESERVATION_BEYOND_ASSIGNMENT
     for name in ("undonated", "donated"):
         text = _vit(name)
         assert device_temporaries(text) == colour0_temporaries(text)

@@ -7,7 +7,11 @@ the step needs within ``bytes_limit``, no headroom added: what the chip ran.
 
 Two counters: arrays (arguments, outputs, ``device_put``) are in
 ``bytes_in_use``/``peak_bytes_in_use``; the running program's temporaries
-are a reservation in ``bytes_reserved``/``peak_bytes_reserved``. The chip's
+are a reservation in ``bytes_reserved``/``peak_bytes_reserved``: the
+program's buffer assignment's temporaries in device memory (colour 0) plus
+:data:`RESERVATION_BEYOND_ASSIGNMENT`, not XLA:TPU's
+``memory_analysis().temp_size`` (so every temporaries figure on a TPU is
+read from XLA's dump: jaxmemprof/xla/dump.reserved_figures). The chip's
 own peak is their sum, an upper bound where the two high-water marks did not
 coincide (in a training loop they nearly do). Python runs ahead of the chip
 (async dispatch): outputs of queued steps are allocated at dispatch and show
@@ -22,6 +26,10 @@ from jaxmemprof.facts.backends.base import Backend, ChipPeak
 # undonated: peak_bytes_in_use 8,990 MiB by default, 2,126 MiB with N=2, 1,598 MiB with N=1).
 INFLIGHT_CAP = "jax.config.update('jax_pjrt_client_create_options', {'max_inflight_computations': 2})"
 INFLIGHT_MEASURED = "8,990 -> 2,126 MiB with 2, measured on a v5e chip"
+# What the chip reserves for a program beyond its buffer assignment's temporaries (peak_bytes_reserved
+# less them: the same on a ViT-B/16 step undonated and donated, v5e, libtpu 0.0.42.1). Not added to any
+# figure: unexplained, and 15.5 KiB (docs/tpu.md, "The program's reservation").
+RESERVATION_BEYOND_ASSIGNMENT = 15_872
 
 
 class Tpu(Backend):
