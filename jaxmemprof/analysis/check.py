@@ -132,7 +132,7 @@ def unchecked_run(run, limits: Limits, *, baseline: bool = False,
     snaps = run.snapshots
     readable = snaps if "thinned" not in snaps.columns else snaps[~snaps["thinned"].astype(bool)]
     lost = lost_snapshots(run.warnings)
-    if readable.empty and is_profile(run):
+    if readable.empty and _is_profile(run):
         # A profile without memory events still has its programs: the checks on them are made
         # (check_report); those on the snapshots cannot be.
         needing = tuple(c for c in checks if c in SNAPSHOT_CHECKS)
@@ -161,9 +161,11 @@ def unchecked_run(run, limits: Limits, *, baseline: bool = False,
 SNAPSHOT_CHECKS = ("max-peak", "max-growth", "max-increase")
 
 
-def is_profile(run) -> bool:
-    """Whether ``run`` is an XProf profile read as a run (store/xprof.py)."""
-    return ((getattr(run, "manifest", None) or {}).get("source") or {}).get("format") == "xprof"
+def _is_profile(run) -> bool:
+    """Whether ``run`` is an XProf profile read as a run (headline.is_profile; not imported: the pytest plugin
+    reads this module without pandas)."""
+    source = (getattr(run, "manifest", None) or {}).get("source")
+    return isinstance(source, dict) and source.get("format") == "xprof"
 
 
 def profile_true_peak(report) -> tuple[int, str] | None:

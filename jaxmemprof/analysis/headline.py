@@ -144,11 +144,17 @@ def step_snapshots_gap(snaps, markers) -> tuple[float | None, bool | None]:
     return round(grown, 6), bool(wall > 0 and grown >= HOST_BOUND_SHARE * wall)
 
 
+def is_profile(run) -> bool:
+    """Whether ``run`` is an XProf profile read as a run (store/xprof.py's manifest says its source)."""
+    source = (getattr(run, "manifest", None) or {}).get("source")
+    return isinstance(source, dict) and source.get("format") == "xprof"
+
+
 def unattributed_what(run, peak_snapshot, unattributed, chip) -> str | None:
     """What the unattributed bytes at the live peak are (``Headline.peak_unattributed_what``)."""
     if not unattributed:
         return None
-    if (run.manifest.get("source") or {}).get("format") == "xprof":
+    if is_profile(run):
         return "profile"
     during = getattr(getattr(run, "jit", None), "snapshot_calls", None)
     in_flight = (during is not None and len(during) > 0 and peak_snapshot is not None
@@ -164,7 +170,7 @@ def no_snapshot_why(run, snaps) -> str | None:
         return "running"
     if not run.finished:
         return "killed"
-    if (run.manifest.get("source") or {}).get("format") == "xprof":
+    if is_profile(run):
         return "no-memory-events"
     return "no-arrays"
 
