@@ -126,11 +126,29 @@ def test_show_and_diff_of_two_profiles(profiles):
 
 
 def test_check_on_a_profile_without_memory_events(profiles):
-    # check's limits read the live peak: a CPU profile has none, so a gate on it cannot look, and fails as such
-    # (exit 2, one line after the profile's notes), never passes; a profile with one is checked below
-    plain = profiles["plain"][0]
-    for limit in (("--max-true-peak", "1GiB"), ("--fail-on", "donate")):
-        _one_line_exit_2(run_cli("check", plain, *limit), "no readable snapshot", notes=2)
+    # a CPU profile has programs but no snapshot: the checks on its programs are made, those on the snapshots
+    # say so in one line (exit 2), never pass
+    plain, ma = profiles["plain"][0], profiles["plain"][2]
+    call_peak = ma["argument"] + ma["output"] - ma["alias"] + ma["temp"]  # the step's, from memory_analysis()
+    held = run_cli("check", plain, "--max-true-peak", str(call_peak))
+    assert held.returncode == 0 and "estimated true peak" in held.stdout and "at least" in held.stdout, held.stderr
+    failed = run_cli("check", plain, "--max-true-peak", str(call_peak - 1))
+    assert failed.returncode == 1 and failed.stdout.startswith("FAIL --max-true-peak"), failed.stdout
+    donate = run_cli("check", plain, "--fail-on", "donate")
+    assert donate.returncode == 1 and "FAIL --fail-on donate" in donate.stdout and "train_mlp.py" in donate.stdout
+    assert run_cli("check", plain, "--fail-on", "leak").returncode == 0
+    for limit in (("--max-peak", "1GiB"), ("--max-peak", "1GiB", "--fail-on", "donate"), ("--max-growth", "1MiB/s")):
+        _one_line_exit_2(run_cli("check", plain, *limit), "holds no memory events", notes=2)
+
+
+def test_the_report_of_a_profile_without_memory_events_says_so_once(profiles):
+    out = run_cli("report", profiles["plain"][0], check=0)
+    both = out.stdout + out.stderr
+    assert both.count("no memory events") == 1, both
+    assert "a CPU profile: XProf records allocations only on a TPU or GPU" in both
+    assert "never put an array" not in both
+    doc = json.loads(run_cli("report", profiles["plain"][0], "--json", check=0).stdout)
+    assert doc["summary"]["no_snapshot_why"] == "no-memory-events"
 
 
 def test_export_csv_of_a_profile(profiles, tmp_path):

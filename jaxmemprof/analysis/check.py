@@ -132,7 +132,14 @@ def unchecked_run(run, limits: Limits, *, baseline: bool = False,
     snaps = run.snapshots
     readable = snaps if "thinned" not in snaps.columns else snaps[~snaps["thinned"].astype(bool)]
     lost = lost_snapshots(run.warnings)
-    if readable.empty:
+    if readable.empty and _is_profile(run):
+        # A profile without memory events still has its programs: the checks on them are made
+        # (check_report); those on the snapshots cannot be.
+        needing = tuple(c for c in checks if c in SNAPSHOT_CHECKS)
+        if needing:
+            return Unchecked(needing, "no-memory-events")
+        checks = tuple(c for c in checks if c not in SNAPSHOT_CHECKS)
+    elif readable.empty:
         return Unchecked(checks, "no-snapshot", detail=lost[0] if lost else "")
     torn, why = damaged_for(run, checks)
     if torn:
@@ -150,10 +157,36 @@ def unchecked_run(run, limits: Limits, *, baseline: bool = False,
     return None
 
 
+# The checks whose figures are the snapshots' (a profile without memory events has none).
+SNAPSHOT_CHECKS = ("max-peak", "max-growth", "max-increase")
+
+
+def _is_profile(run) -> bool:
+    """Whether ``run`` is an XProf profile read as a run (headline.is_profile; not imported: the pytest plugin
+    reads this module without pandas)."""
+    source = (getattr(run, "manifest", None) or {}).get("source")
+    return isinstance(source, dict) and source.get("format") == "xprof"
+
+
+def profile_true_peak(report) -> tuple[int, str] | None:
+    """Of a profile without memory events: (the largest call peak of its
+    programs, that program's function), the true peak's figure where nothing
+    outside the calls is known (at least this); None otherwise."""
+    if getattr(report.headline, "no_snapshot_why", None) != "no-memory-events":
+        return None
+    jm = report.jit_memory
+    if jm is None or jm.empty or "call_peak_bytes" not in jm.columns or jm["call_peak_bytes"].isna().all():
+        return None
+    row = jm.loc[jm["call_peak_bytes"].astype("float64").idxmax()]
+    return int(row["call_peak_bytes"]), str(row["function"])
+
+
 def unchecked_report(report, limits: Limits) -> Unchecked | None:
     """Why ``report`` cannot give a figure asked for: the estimated true
-    peak needs the jit probe's figures."""
-    if limits.max_true_peak is not None and report.headline.true_peak_bytes is None:
+    peak needs the jit probe's figures (or, of a profile without memory
+    events, its programs')."""
+    if (limits.max_true_peak is not None and report.headline.true_peak_bytes is None
+            and profile_true_peak(report) is None):
         return Unchecked(("max-true-peak",), "no-jit")
     for name in limits.target_fits:
         targets = report.targets
@@ -218,13 +251,18 @@ def check_report(report, limits: Limits, baseline=None) -> list[Outcome]:
                            site=sites[0][0] if sites else "", details=sites))
     if limits.max_true_peak is not None:
         # Per device (what a device's memory must hold), as XLA's figures are.
-        true_peak = s.true_peak_bytes
+        true_peak, where = s.true_peak_bytes, s.true_peak_where or ""
+        programs = profile_true_peak(report) if true_peak is None else None
+        if programs is not None:  # a profile without memory events: its largest program's call
+            true_peak, where = programs[0], (f"at least: the call peak of {programs[1]}, the largest of the "
+                                             "profile's programs; nothing outside the calls is in a profile "
+                                             "without memory events")
         if true_peak is None:  # no jit probe data: unchecked_report refuses it; never a pass
             raise ValueError("max-true-peak: the report has no estimated true peak")
         true_peak = int(true_peak)
         out.append(Outcome("max-true-peak", limits.max_true_peak, true_peak, true_peak <= limits.max_true_peak,
                            site=sites[0][0] if sites else "", details=sites,
-                           facts={"where": s.true_peak_where or "", "devices": int(s.devices or 1)}))
+                           facts={"where": where, "devices": int(s.devices or 1)}))
     if limits.max_growth is not None:
         column = "growth_bytes_per_step" if limits.growth_per == "step" else "growth_bytes_per_s"
         growing = []

@@ -51,10 +51,20 @@ class Headline(Mapping):
     # the share of the marked steps' time (first marker to last) that the snapshots taken in the program's
     # thread at its steps took (their wall time; None: no snapshot at a step, or under two markers)
     step_snapshots_share: float | None
+    # how much longer the steps with a snapshot at them took than the others (the medians of their marker gaps),
+    # and whether that is the snapshots' own wall time (the loop was host-bound: each snapshot delayed the next
+    # step) or not (a device-bound loop absorbs it: async dispatch); None: not measured (under 2 steps of either)
+    step_snapshots_gap_s: float | None
+    step_snapshots_host_bound: bool | None
+    no_snapshot_why: str | None  # running, killed, no-memory-events (a profile), no-arrays; None: a snapshot
     peak_snapshot: int | None  # the live peak's snapshot (None without a snapshot)
     peak_t: float | None
     peak_bytes: int  # the live peak: the snapshots' most live bytes, all devices
     peak_unattributed_bytes: int | None
+    # what the unattributed bytes are: queued (the peak snapshot had a call in flight and the chip's counters saw
+    # queued generations of its outputs), runtime (the allocator's own beyond live arrays: compiled programs,
+    # constants), profile (a profile's memory events: the allocator's bytes, no arrays in it); None: none
+    peak_unattributed_what: str | None
     true_peak_bytes: int | None  # the true peak on the busiest device (None without the probe's figures)
     true_peak_total_bytes: int | None  # the true peak on all devices summed
     true_peak_where: str  # "during a call of train_step", "at the live peak", or ""
@@ -71,8 +81,10 @@ class Headline(Mapping):
     @property
     def step_snapshots_slowed(self) -> bool:
         """Whether the snapshots at the program's steps took a share of its loop worth saying
-        (``STEP_SNAPSHOTS_SAID`` or more)."""
-        return self.step_snapshots_share is not None and self.step_snapshots_share >= STEP_SNAPSHOTS_SAID
+        (``STEP_SNAPSHOTS_SAID`` or more) in a loop they slowed (host-bound, as measured by
+        ``step_snapshots_gap``)."""
+        return (self.step_snapshots_share is not None and self.step_snapshots_share >= STEP_SNAPSHOTS_SAID
+                and self.step_snapshots_host_bound is True)
 
     def __getitem__(self, key: str):
         if key not in _NAMES:
@@ -129,6 +141,66 @@ def program_thread_cost(run) -> tuple[float, float] | None:
     return float(mine["wall_s"].sum()) + extra, float(mine["cost_s"].sum()) + extra
 
 
+# The steps of each kind (with a snapshot at them, without) needed to compare their gaps.
+GAP_STEPS = 2
+# A loop is host-bound where the steps with a snapshot took this share of the snapshot's wall time longer.
+HOST_BOUND_SHARE = 0.5
+
+
+def step_snapshots_gap(snaps, markers) -> tuple[float | None, bool | None]:
+    """(how much longer the median step with a snapshot at it took than the median step without, whether
+    that is the snapshots' wall time: the loop host-bound), from the markers' gaps (a step: one marker to the
+    next) and the snapshots taken at the steps; (None, None) where either kind has under GAP_STEPS steps.
+    A host-bound loop's step grows by the snapshot's wall time (nothing runs ahead while Python
+    snapshots); a device-bound loop absorbs it (async dispatch: the chip still has steps queued)."""
+    if snaps.empty or markers is None or len(markers) < 3 or "wall_s" not in snaps:
+        return None, None
+    t = markers["t_mono"].astype(float).sort_values().to_numpy()
+    at_steps = snaps[snaps["trigger"] == "step"]
+    if at_steps.empty:
+        return None, None
+    gaps = t[1:] - t[:-1]
+    which = np.searchsorted(t, at_steps["t_mono"].astype(float).to_numpy(), side="right") - 1
+    has = np.zeros(len(gaps), dtype=bool)
+    has[which[(which >= 0) & (which < len(gaps))]] = True
+    if has.sum() < GAP_STEPS or (~has).sum() < GAP_STEPS:
+        return None, None
+    grown = float(np.median(gaps[has]) - np.median(gaps[~has]))
+    wall = float(at_steps["wall_s"].median())
+    return round(grown, 6), bool(wall > 0 and grown >= HOST_BOUND_SHARE * wall)
+
+
+def is_profile(run) -> bool:
+    """Whether ``run`` is an XProf profile read as a run (store/xprof.py's manifest says its source)."""
+    source = (getattr(run, "manifest", None) or {}).get("source")
+    return isinstance(source, dict) and source.get("format") == "xprof"
+
+
+def unattributed_what(run, peak_snapshot, unattributed, chip) -> str | None:
+    """What the unattributed bytes at the live peak are (``Headline.peak_unattributed_what``)."""
+    if not unattributed:
+        return None
+    if is_profile(run):
+        return "profile"
+    during = getattr(getattr(run, "jit", None), "snapshot_calls", None)
+    in_flight = (during is not None and len(during) > 0 and peak_snapshot is not None
+                 and bool((during["snapshot"] == peak_snapshot).any()))
+    return "queued" if in_flight and (chip or {}).get("queued_generations") else "runtime"
+
+
+def no_snapshot_why(run, snaps) -> str | None:
+    """Why a run has no snapshot (``Headline.no_snapshot_why``); None where it has one."""
+    if not snaps.empty:
+        return None
+    if getattr(run, "running", False):
+        return "running"
+    if not run.finished:
+        return "killed"
+    if is_profile(run):
+        return "no-memory-events"
+    return "no-arrays"
+
+
 def _text(v) -> str | None:
     return v if isinstance(v, str) and v else None
 
@@ -148,6 +220,7 @@ def headline(ar: Attributed, tl: Timeline, peaks: Peaks, chip: dict | None, arra
         unattributed = int(peak_row["unattributed_bytes"].iloc[0])
     searches, search_s = search_cost(run)
     own = program_thread_cost(run)
+    gap, host_bound = step_snapshots_gap(snaps, run.markers)
     return Headline(
         run=str(run.path),
         command=" ".join(m.get("argv") or []),
@@ -164,10 +237,14 @@ def headline(ar: Attributed, tl: Timeline, peaks: Peaks, chip: dict | None, arra
         markers=int(len(run.markers)),
         sampling_cpu_s=float(snaps["cost_s"].sum()) if not snaps.empty else 0.0,
         step_snapshots_share=step_snapshots_share(snaps, run.markers),
+        step_snapshots_gap_s=gap,
+        step_snapshots_host_bound=host_bound,
+        no_snapshot_why=no_snapshot_why(run, snaps),
         peak_snapshot=tl.peak_snapshot,
         peak_t=tl.peak_t,
         peak_bytes=int(tl.peak_bytes),
         peak_unattributed_bytes=unattributed,
+        peak_unattributed_what=unattributed_what(run, tl.peak_snapshot, unattributed, chip),
         true_peak_bytes=peaks.device_bytes,
         true_peak_total_bytes=peaks.total_bytes,
         true_peak_where=peaks.where,

@@ -262,6 +262,20 @@ GLOSSARY: dict[str, str] = {
                             "over the time from its first marker to its last; the report says so from 0.10 on: a fast "
                             "loop ran that much slower, and fewer of its steps queued ahead of an accelerator (docs/tpu.md).",
     "peak_unattributed_bytes": "`unattributed_bytes` at the peak snapshot; empty on CPU.",
+    "peak_unattributed_what": "What `peak_unattributed_bytes` are: `queued` (the peak snapshot had a jitted call in "
+                              "flight and the chip's counters saw queued generations of its outputs: steps queued "
+                              "ahead of the chip), `runtime` (what the allocator holds beyond live arrays: the "
+                              "runtime's own, compiled programs and constants), `profile` (an XProf profile's memory "
+                              "events: the allocator's bytes, the profile names no arrays); empty where there are none.",
+    "step_snapshots_gap_s": "How much longer the median marked step with a snapshot at it took than the median step "
+                            "without (seconds, from the markers' gaps); empty under 2 steps of either kind.",
+    "step_snapshots_host_bound": "Whether `step_snapshots_gap_s` is the snapshots' own wall time (at least half their "
+                                 "median): the loop was host-bound and the snapshots slowed it; false: a device-bound "
+                                 "loop absorbed them (async dispatch); the report speaks of `step_snapshots_share` "
+                                 "only where true.",
+    "no_snapshot_why": "Why the run has no snapshot: `running`, `killed`, `no-memory-events` (an XProf profile "
+                       "without them), `no-arrays` (the program never put an array on a JAX device); empty where it "
+                       "has one.",
     "true_peak_total_bytes": "The estimated true peak on all devices summed: the larger of the live peak and the "
                              "call that holds `true_peak_bytes` on all its devices (the live bytes before it minus its "
                              "arguments already on its devices plus the call peak of the signature it ran, on each "

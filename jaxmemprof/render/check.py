@@ -115,6 +115,9 @@ def unchecked_text(u) -> str:
     verb = "cannot be checked"
     if u.reason == "no-snapshot":
         why = "has no readable snapshot" + (f" ({safe(_first_clause(u.detail))})" if u.detail else "")
+    elif u.reason == "no-memory-events":
+        why = ("holds no memory events (a profile without them has no snapshot: its live peak and growth are not "
+               "in it; --max-true-peak and --fail-on read its programs)")
     elif u.reason == "lost-snapshots":
         why = f"{safe(_first_clause(u.detail))}, so its figures are not all there"
     elif u.reason == "damaged":

@@ -167,7 +167,20 @@ def no_snapshot_text(s: dict) -> str:
         return "no snapshot yet: the run is still running"
     if not s.get("finished", True):
         return "no snapshot: the run was killed before its first"
+    if s.get("no_snapshot_why") == "no-memory-events":
+        return ""  # a profile without memory events: its reader's note said so, once (store/xprof_tables.py)
     return "no snapshot: the program never put an array on a JAX device"
+
+
+# The unattributed bytes at the live peak, by what analysis/headline.py says they are.
+_UNATTRIBUTED = {
+    "queued": "unattributed at the live peak (in use by the allocator, not by live arrays): {}: buffers the runtime "
+              "holds for steps queued ahead of the chip (a call was in flight)",
+    "runtime": "unattributed at the live peak (in use by the allocator, not by live arrays): {}: the runtime's own "
+               "(compiled programs, constants)",
+    "profile": "in use at the live peak by the profile's memory events: {} (the allocator's bytes in use and "
+               "reserved; a profile names allocations, not arrays: what held them below)",
+}
 
 
 def _render_summary(rep: Report, con: Console, explain: bool) -> None:
@@ -201,13 +214,11 @@ def _render_summary(rep: Report, con: Console, explain: bool) -> None:
                                     answer.fix_line(a, lambda f: said.saves(f, said.words(f))))
                   if line]
         lines[2:2] = answer.counters_lines(a)  # the chip's own counters beside the true peak (backends/)
-    if s["peak_snapshot"] is None:
+    if s["peak_snapshot"] is None and no_snapshot_text(s):
         lines.append(no_snapshot_text(s))
     if s["peak_unattributed_bytes"]:
-        queued = (getattr(a, "counters", None) or {}).get("queued_generations") if a is not None else None
-        lines.append(f"unattributed at the live peak (in use by the allocator, not by live arrays): "
-                     f"{format_bytes(s['peak_unattributed_bytes'])}"
-                     + (": buffers the runtime holds for steps queued ahead of the chip" if queued else ""))
+        lines.append(_UNATTRIBUTED.get(s["peak_unattributed_what"], _UNATTRIBUTED["runtime"])
+                     .format(format_bytes(s["peak_unattributed_bytes"])))
     lines.append(f"{counted(s['snapshots'], 'snapshot')}, {counted(s['markers'], 'marker')}, "
                  f"{counted(s['arrays_seen'], 'array')} seen; sampling took {s['sampling_cpu_s']:.2f} s of CPU; "
                  f"words: {answer.GLOSSARY}")

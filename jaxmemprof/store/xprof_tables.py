@@ -19,9 +19,12 @@ from jaxmemprof.xprof import timeline as tl
 from jaxmemprof.xprof.programs import ProgramFacts, read_program
 from jaxmemprof.xprof.xplane import Host, read_host
 
-NO_MEMORY_EVENTS = ("no memory events in this profile (a CPU's never has them; a TPU's has them with the host tracer "
-                    "on, as by default): the timeline, the live peak and what held it are not in it; each program's "
-                    "own figures are")
+NO_MEMORY_EVENTS = ("no memory events in this profile ({why}): the timeline, the live peak and what held it are not "
+                    "in it; each program's own figures are read")
+# Why, by the profile's backend: XProf records allocations only on a TPU or GPU, there with the host tracer on.
+NO_MEMORY_EVENTS_WHY = {"cpu": "a CPU profile: XProf records allocations only on a TPU or GPU"}
+NO_MEMORY_EVENTS_ELSE = ("recorded with the host tracer off: XProf records the runtime's allocations with "
+                         "host_tracer_level 2, as by default")
 NOT_IN_A_PROFILE = ("not in a profile: the Python that held arrays, when the caller let go of an argument (the donation "
                     "finding takes the usual state = step(state, batch)), a compile of a change (a saving is an "
                     "upper bound)")
@@ -123,7 +126,8 @@ def build_run(path: Path, files: list, *, multi: bool, process: int | None) -> X
         "source": {"format": "xprof", "files": [str(f) for f in files]},
         "argv": [f"XProf profile of {', '.join(h.host for h in hosts[:4])}{' ...' if len(hosts) > 4 else ''}"],
     }
-    notes = [] if series else [NO_MEMORY_EVENTS]
+    notes = [] if series else [NO_MEMORY_EVENTS.format(
+        why=NO_MEMORY_EVENTS_WHY.get(first.backend, NO_MEMORY_EVENTS_ELSE))]
     notes.append(NOT_IN_A_PROFILE)
     chip_table = pd.DataFrame(chips, columns=["host", "device", "peak_bytes", "source"])
     return XprofRun(path=Path(path), manifest=manifest, snapshots=snapshots, arrays=_empty(["array_id"]), stacks={},

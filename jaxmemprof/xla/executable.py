@@ -211,9 +211,10 @@ def _flatten(m: _Module):
             if ins is None:
                 continue
             called = list(ins.called_computation_ids)
-            if ins.opcode in ("call", "conditional"):
+            if ins.opcode in ("call", "conditional", "async-start"):
+                kind = "async" if ins.opcode == "async-start" else ins.opcode
                 for k, c in enumerate(called):
-                    callers.setdefault(c, []).append((iid, ins.opcode, k))
+                    callers.setdefault(c, []).append((iid, kind, k))
                     walk(c)
             elif ins.opcode == "while" and len(called) >= 2:
                 body, cond = called[0], called[1]
@@ -227,6 +228,40 @@ def _flatten(m: _Module):
 
     walk(m.entry)
     return times, spans, callers, order
+
+
+def _async_ends(m: _Module, times: dict, callers: dict) -> dict:
+    """Per computation run in an async context (an async-start's wrapped
+    computation, and what it calls), the time of that async-start's
+    async-done: XLA's HloLiveRange keeps a value defined there live until
+    then (the computation runs while the caller goes on)."""
+    ends: dict[int, int] = {}
+
+    def done_of(start):
+        iid, seen = start, set()
+        while iid not in seen:
+            seen.add(iid)
+            nxt = [u for u in m.users.get(iid, ()) if m.instr[u].opcode in ("async-update", "async-done")]
+            if not nxt:
+                return None
+            iid = nxt[0]
+            if m.instr[iid].opcode == "async-done":
+                return times.get(iid)
+        return None
+
+    def context(cid, seen=()):
+        if cid in ends or cid in seen:
+            return ends.get(cid)
+        for caller, kind, _ in callers.get(cid, ()):
+            t = done_of(caller) if kind == "async" else context(m.parent[caller], (*seen, cid))
+            if t is not None:
+                ends[cid] = t
+                return t
+        return None
+
+    for cid in list(callers):
+        context(cid)
+    return ends
 
 
 def _value_sets(m: _Module, defined: dict, times: dict, callers: dict) -> dict:
@@ -251,7 +286,7 @@ def _value_sets(m: _Module, defined: dict, times: dict, callers: dict) -> dict:
                 if kind == "while":
                     body = list(c.called_computation_ids)[0]
                     out.append(get(c.operand_ids[0], index) | get(m.root_of.get(body), index))
-                elif kind == "call" and ins.parameter_number < len(c.operand_ids):
+                elif kind in ("call", "async") and ins.parameter_number < len(c.operand_ids):
                     out.append(get(c.operand_ids[ins.parameter_number], index))
                 elif kind == "conditional" and ins.parameter_number == 0 and k + 1 < len(c.operand_ids):
                     out.append(get(c.operand_ids[k + 1], index))
@@ -272,6 +307,25 @@ def _value_sets(m: _Module, defined: dict, times: dict, callers: dict) -> dict:
         if op == "conditional":
             out = [get(m.root_of[c], index) for c in ins.called_computation_ids if c in m.root_of]
             return frozenset().union(*out) if out else frozenset()
+        # async-start's output is ((its operands), the wrapped computation's result, context): it defines the
+        # tuples and the context, forwards its operands at {0, i} and the wrapped root's values at {1};
+        # async-update passes them on; async-done's output is what is at {1}. copy-start's is (destination,
+        # source, context): the source forwarded at {1}; copy-done's output is the destination at {0}.
+        if op == "async-start":
+            if len(index) >= 2 and index[0] == 0 and index[1] < len(ops):
+                return get(ops[index[1]], index[2:])
+            called = list(ins.called_computation_ids)
+            if index and index[0] == 1 and called and called[0] in m.root_of:
+                return get(m.root_of[called[0]], index[1:])
+            return frozenset()
+        if op == "async-update":
+            return get(ops[0], index) if ops else frozenset()
+        if op == "async-done":
+            return get(ops[0], (1,) + index) if ops else frozenset()
+        if op == "copy-start":
+            return get(ops[0], ()) if ops and index == (1,) else frozenset()
+        if op == "copy-done":
+            return get(ops[0], (0,) + index) if ops else frozenset()
         return frozenset()
 
     passing = []  # (instruction, index) where no value is defined: what flows there, in program order
@@ -334,6 +388,7 @@ def _read_protos(hlo_module: bytes, buffer_assignment: bytes, *, module: str, la
     m = _Module(hm)
     frames = _stack_frames(hm.stack_frame_index)
     times, spans, callers, order = _flatten(m)
+    async_end = _async_ends(m, times, callers)
     length = len(order)
 
     # The values: XLA's logical buffers, each defined at (instruction, shape index).
@@ -351,6 +406,7 @@ def _read_protos(hlo_module: bytes, buffer_assignment: bytes, *, module: str, la
     kinds: dict[int, str] = {}
     slots: dict[int, tuple] = {}
     slot_order: list[int] = []
+    elsewhere: set[int] = set()
     totals = {ARGUMENT: 0, OUTPUT: 0, ALIASED: 0, TEMPORARY: 0, CONSTANT: 0}
     for a in ba.buffer_allocations:
         if a.is_thread_local:
@@ -365,6 +421,10 @@ def _read_protos(hlo_module: bytes, buffer_assignment: bytes, *, module: str, la
             kind = TEMPORARY
         if kind is not None:
             totals[kind] += int(a.size)
+        if a.color > 0:
+            # another memory space than the device's main one (XLA:TPU's on-chip memories): not in the
+            # device's memory, as the dump's reader leaves such allocations out
+            elsewhere.update(s.logical_buffer_id for s in a.assigned)
         for s in a.assigned:
             if kind is not None:
                 kinds.setdefault(s.logical_buffer_id, kind)
@@ -391,6 +451,8 @@ def _read_protos(hlo_module: bytes, buffer_assignment: bytes, *, module: str, la
         span = spans[comp]
         start = span[0] if ins.opcode == "parameter" else times[iid]
         end = span[1] if m.root(iid) else times[iid]
+        if comp in async_end:
+            end = max(end, async_end[comp])
         for piid, pindex in positions.get(v, ()):
             if (piid, pindex) == (iid, index):
                 continue
@@ -448,7 +510,7 @@ def _read_protos(hlo_module: bytes, buffer_assignment: bytes, *, module: str, la
             shape = shapes[v] = _subshape(m.instr[iid].shape, index)
         return shape
 
-    own_bytes = {v: shape_bytes(value_shape(v)) for v in ranges}
+    own_bytes = {v: (slots[v][2] if v in slots else shape_bytes(value_shape(v))) for v in ranges}
 
     def name_of(v):
         iid, index = value_at[v]
@@ -457,7 +519,7 @@ def _read_protos(hlo_module: bytes, buffer_assignment: bytes, *, module: str, la
     # The bytes at each position and the peak, each buffer once where its
     # values meet (jaxmemprof.xla.curve.sweep): values in name order, each at
     # its own bytes in its slice.
-    named = sorted(ranges, key=name_of)
+    named = sorted((v for v in ranges if v not in elsewhere), key=name_of)
     swept = sweep([(ranges[v][0], ranges[v][1], own_bytes[v], slots.get(v)) for v in named], length)
     peak_at = swept.peak_position
     live = [v for v, (s, e) in ranges.items() if s <= peak_at <= e]
