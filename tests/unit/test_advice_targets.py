@@ -69,7 +69,10 @@ def test_each_slice_has_a_row_of_its_compiles_and_its_chip(run):
         lines = t.lines[t.lines["target"] == name]
         r = rows.loc[name]
         assert lines["bytes"].sum() == lines["program_peak_bytes"].iloc[0]
-        assert lines["program_peak_bytes"].iloc[0] == r["call_peak_bytes"] - r["generated_code_bytes"]
+        # the call's peak holds XLA:TPU's reservation (its temporaries' block) for the whole call: the sweep's
+        # peak is the arguments and outputs live there with what of the block is in use then, never more
+        below = r["call_peak_bytes"] - r["generated_code_bytes"] - lines["program_peak_bytes"].iloc[0]
+        assert 0 <= below <= r["temp_bytes"]
 
 
 def test_the_runs_own_figures_stand_beside_the_targets(run):
