@@ -119,10 +119,21 @@ def test_show_and_diff_of_two_profiles(profiles):
     shown = json.loads(run_cli("show", plain, "--json", check=0).stdout)
     fid, p = _step(load_profile_run(plain))
     assert shown["totals"]["bytes"] == int(p["peak_bytes"])  # the largest program's buffers at its peak
+    # two profiles diff as two runs: the true peak (a profile without memory events: its largest program's call
+    # peak, XLA's own figures) and the findings resolved
     out = run_cli("diff", plain, donated, "--json", check=0)
     doc = json.loads(out.stdout)
-    _, q = _step(load_profile_run(donated))
-    assert doc["totals"]["delta_bytes"] == int(q["peak_bytes"]) - int(p["peak_bytes"]) < 0
+    ma_plain, ma_donated = profiles["plain"][2], profiles["donated"][2]
+
+    def call_peak(ma):
+        return ma["argument"] + ma["output"] - ma["alias"] + ma["temp"]
+
+    summary = doc["summary"]
+    assert summary["base_true_peak_bytes"] >= call_peak(ma_plain) and "at least" in summary["base_where"]
+    assert summary["delta_true_peak_bytes"] == summary["new_true_peak_bytes"] - summary["base_true_peak_bytes"] < 0
+    assert summary["base_true_peak_bytes"] - summary["new_true_peak_bytes"] == call_peak(ma_plain) - call_peak(ma_donated)
+    resolved = [r for r in doc["rows"] if r["section"] == "finding" and r["change"] == "resolved"]
+    assert [r["kind"] for r in resolved] == ["donate"]
 
 
 def test_check_on_a_profile_without_memory_events(profiles):

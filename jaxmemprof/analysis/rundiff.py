@@ -28,6 +28,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from jaxmemprof.analysis.check import profile_true_peak
 from jaxmemprof.analysis.groups import Table
 
 if TYPE_CHECKING:
@@ -225,13 +226,27 @@ def _rows_of(section: str, base: dict, new: dict, names_base: dict, names_new: d
     return out
 
 
+def _true_peak(rep: Report) -> tuple[int | None, str]:
+    """(the true peak on the busiest device, where): the report's, else a
+    profile's without memory events (its largest program's call peak: at
+    least that, nothing outside the calls being known)."""
+    head = rep.headline
+    if head.true_peak_bytes is not None:
+        return int(head.true_peak_bytes), head.true_peak_where or ""
+    estimated = profile_true_peak(rep)
+    if estimated is None:
+        return None, ""
+    return estimated[0], f"at least: the call peak of {estimated[1]} (a profile without memory events)"
+
+
 def _device_peaks(ar: Attributed, rep: Report) -> dict:
     """{device: the true peak there} where the report tells it per device:
     the roles of the true peak's own call (they add up to its peak on each
     device), else the busiest device's alone."""
     head = rep.headline
     if head.true_peak_bytes is None:
-        return {}
+        estimated = profile_true_peak(rep)  # a profile without memory events: its largest program's call, at least
+        return {} if estimated is None else {"busiest device": estimated[0]}
     peaks = ar.peaks
     by = rep.roles.by_role
     same = peaks.in_call and getattr(rep.roles, "call", None) == (peaks.call.function_id, peaks.call.signature,
@@ -311,11 +326,11 @@ def run_diff(base: tuple[Attributed, Report], new: tuple[Attributed, Report], na
     sb, sn = site_keys(bar.run.manifest, nar.run.manifest)
     rows: list[tuple] = []
     pb, pn = _device_peaks(bar, brep), _device_peaks(nar, nrep)
+    wb, wn = _true_peak(brep)[1], _true_peak(nrep)[1]
     for d in sorted(set(pb) | set(pn)):
         b, n = pb.get(d), pn.get(d)
-        rows.append((TRUE_PEAK, d, nrep.headline.true_peak_where or brep.headline.true_peak_where,
-                     brep.headline.true_peak_where if brep.headline.true_peak_where != nrep.headline.true_peak_where
-                     else "", "", "", b, n, None if b is None or n is None else n - b))
+        rows.append((TRUE_PEAK, d, wn or wb, wb if wb != wn else "", "", "", b, n,
+                     None if b is None or n is None else n - b))
     tb, tn = brep.headline.true_peak_total_bytes, nrep.headline.true_peak_total_bytes
     if max(int(brep.headline.devices or 1), int(nrep.headline.devices or 1)) > 1 and (tb is not None or
                                                                                      tn is not None):
@@ -329,12 +344,12 @@ def run_diff(base: tuple[Attributed, Report], new: tuple[Attributed, Report], na
     found = _findings(brep.findings, nrep.findings, sb, sn)
     rows += [r for r, _ in found]
     hb, hn = brep.headline, nrep.headline
+    (peak_b, where_b), (peak_n, where_n) = _true_peak(brep), _true_peak(nrep)
     if hb.peak_snapshot is not None or hn.peak_snapshot is not None:
         rows.append((LIVE_PEAK, ALL_DEVICES, "", "", "", "", int(hb.peak_bytes), int(hn.peak_bytes),
                      int(hn.peak_bytes) - int(hb.peak_bytes)))
     return RunDiff(base=names[0], new=names[1], rows=Table(RUNDIFF_COLUMNS, rows, True),
-                   base_true_peak_bytes=hb.true_peak_bytes, new_true_peak_bytes=hn.true_peak_bytes,
-                   base_where=hb.true_peak_where, new_where=hn.true_peak_where,
+                   base_true_peak_bytes=peak_b, new_true_peak_bytes=peak_n, base_where=where_b, new_where=where_n,
                    roles_where=(brep.roles.where, nrep.roles.where), findings=tuple(pair for _, pair in found),
                    scripts=tuple(str((m.get("argv") or [""])[0]) for m in (bar.run.manifest, nar.run.manifest)))
 
