@@ -149,6 +149,17 @@ def of_site(table: pd.DataFrame, site: str, at: str | None = None, kept: bool = 
     return None
 
 
+def holders_searched_at(table: pd.DataFrame, snapshot: int | None) -> int | None:
+    """The snapshot whose search ``site_holders`` shows beside ``snapshot``
+    where that is another (a peak between the program's steps: the search at
+    the largest live bytes before it); None where it is the peak's own, or
+    there is none."""
+    if table is None or table.empty or snapshot is None or (table["snapshot"] == snapshot).any():
+        return None
+    peak = table[(table["at"] == "peak") & (table["snapshot"] < snapshot)]
+    return None if peak.empty else int(peak["snapshot"].iloc[0])
+
+
 def site_holders(table: pd.DataFrame, snapshot: int | None, sites: pd.DataFrame | None = None) -> dict:
     """Site -> what holds most of its bytes at ``snapshot`` (the live peak),
     ``holder`` with ``+N more`` when more chains hold some, what they hold
@@ -159,19 +170,17 @@ def site_holders(table: pd.DataFrame, snapshot: int | None, sites: pd.DataFrame 
     stopped at its budget: from the search that followed that snapshot.
     Where none did (a peak between the program's steps, whose search could
     not read its locals), from the search at the largest live bytes before
-    it, said so (``searched at snapshot N``), its counts out of the site's
+    it (``holders_searched_at`` says which), its counts out of the site's
     arrays at that snapshot: one moment's. {} without either."""
     if table is None or table.empty or snapshot is None:
         return {}
     rows = table[table["snapshot"] == snapshot]
     counts = dict(zip(sites["site"], sites["count"])) if sites is not None and "count" in sites else {}
-    at = ""
-    if rows.empty:
+    if rows.empty:  # the search before it (holders_searched_at), its counts at its own snapshot
         peak = table[(table["at"] == "peak") & (table["snapshot"] < snapshot)]
         if peak.empty:
             return {}
-        rows, other = peak, int(peak["snapshot"].iloc[0])
-        at = f", searched at snapshot {other}"
+        rows = peak
         counts = {} if "site_arrays" not in rows else {
             site: n for site, n in zip(rows["site"], rows["site_arrays"]) if pd.notna(n)}
     out = {}
@@ -181,10 +190,8 @@ def site_holders(table: pd.DataFrame, snapshot: int | None, sites: pd.DataFrame 
         first, of, named = g.iloc[0], counts.get(site), int(g["arrays"].sum())
         share = ""
         if of is not None and named < int(of):  # the other arrays are held by what the search cannot see
-            share = (f" ({named} of {int(of)} arrays, {format_bytes(int(first['bytes']))}{at})" if not more else
-                     f" (at most {named} of {int(of)} arrays{at})")
-        elif at:
-            share = at
+            share = (f" ({named} of {int(of)} arrays, {format_bytes(int(first['bytes']))})" if not more else
+                     f" (at most {named} of {int(of)} arrays)")
         out[site] = (first["holder"] + (f" +{more} more" if more else "") + share
                      + (f" ({CUT})" if cut else ""))
     return out

@@ -33,6 +33,7 @@ class Overview:
     holder_searches: int = 0  # searches for the Python references holding arrays (analysis/py_holders.py)
     holder_search_s: float = 0.0  # their CPU time
     peak_holders: dict | None = None  # site -> what held it at the peak (py_holders.site_holders)
+    peak_holders_at: int | None = None  # the snapshot whose search they come from, where not the peak's own
     holders_unread: str = ""  # the program's frames a holder search could not read, and why (py_holders.unread)
     program_thread: tuple[float, float] | None = None  # (wall, CPU) s of its snapshots in the program's thread
 
@@ -79,7 +80,7 @@ def overview(ar: Attributed, top_sites: int = 5) -> Overview:
         return ar.sites_holding(snapshot, top_sites)
 
     from jaxmemprof.analysis.headline import program_thread_cost
-    from jaxmemprof.analysis.py_holders import holders, search_cost, site_holders, unread
+    from jaxmemprof.analysis.py_holders import holders, holders_searched_at, search_cost, site_holders, unread
 
     sites = oom = None
     peak = run_peak(snaps)
@@ -105,5 +106,6 @@ def overview(ar: Attributed, top_sites: int = 5) -> Overview:
         holder_searches=searches, holder_search_s=search_s,
         peak_holders=site_holders(holders(ar), peak.snapshot, sites.rows if sites is not None else None)
         if peak is not None and searches else {},
+        peak_holders_at=holders_searched_at(holders(ar), peak.snapshot) if peak is not None and searches else None,
         holders_unread=unread(run), program_thread=program_thread_cost(run),
     )

@@ -194,7 +194,10 @@ def render_closing(ov, con: Console, *, target: str, run_dir: str, warnings: lis
         for line in said.counters_lines(answer):  # the chip's own counters beside the true peak
             con.print(Text(line))
         shown = len(ov.peak_sites.rows)
-        of = f" (the largest {shown} of {shown + ov.peak_sites.omitted_rows} sites)" if ov.peak_sites.omitted_rows else ""
+        parts = [f"the largest {shown} of {shown + ov.peak_sites.omitted_rows} sites"] if ov.peak_sites.omitted_rows else []
+        if ov.peak_holders and ov.peak_holders_at:
+            parts.append(f"kept alive by: as at snapshot {ov.peak_holders_at}")
+        of = f" ({'; '.join(parts)})" if parts else ""
         con.print(Text(f"live peak {format_bytes(ov.peak_bytes)} at {ov.peak_t:.1f} s (snapshot {ov.peak_snapshot}), "
                        f"held by{of}:"))
         held = ov.peak_holders or {}
