@@ -99,10 +99,16 @@ def outside(python: tuple | None = None, jax: str | None = None, frames: bool | 
     elif python < PYTHON_OLDEST:
         said.append(f"Python {_text(python)} is older than the oldest supported ({_text(PYTHON_OLDEST)}): "
                     f"it may fail anywhere")
-    elif frames is False:
-        said.append(f"Python {_text(python)}: running frames are not read here, so no holder is named among "
-                    f"a running function's locals (kept alive by `x (local of main)`) and a leak's fix is the "
-                    f"generic one")
+    else:
+        lost = []
+        if frames is False:
+            lost.append("running frames are not read here, so no holder is named among a running function's "
+                        "locals (kept alive by `x (local of main)`) and a leak's fix is the generic one")
+        if python < (3, 11):
+            # 3.10 runs a decorator at its function's def line (3.11 on: the decorator's)
+            lost.append("a function jitted by a decorator is placed at its def line, not the decorator's")
+        if lost:
+            said.append(f"Python {_text(python)}: {'; '.join(lost)}")
     got = release(jax)
     if got is not None and got < JAX_OLDEST:
         lost = [LOST_BELOW_JAX] + ([LOST_BELOW_WEAK_TYPE] if got < _JAX_WEAK_TYPE else [])

@@ -24,7 +24,7 @@ def _text(version) -> str:
 def test_inside_the_range_nothing_is_said():
     assert versions.outside((3, 11), "0.10.2") is None
     assert versions.outside(versions.PYTHON_NEWEST, _text(versions.JAX_OLDEST)) is None
-    assert versions.outside(versions.PYTHON_OLDEST, "0.6.2", frames=True) is None
+    assert versions.outside((3, 11), "0.6.2", frames=True) is None
     assert versions.outside((3, 12), None) is None  # no JAX installed: said where it is imported
 
 
@@ -34,7 +34,10 @@ def test_inside_the_range_nothing_is_said():
                               "memory inside jitted calls will not be attributed to lines"]),
     ((3, 11), "0.5.3", True, ["JAX 0.5.3 is older"]),
     ((3, 11), "0.4.30", True, ["JAX 0.4.30 is older", "not be attributed to lines", "no fix will be verified"]),
-    ((3, 10), "0.6.2", False, ["Python 3.10: running frames are not read", "local of main"]),
+    ((3, 10), "0.6.2", False, ["Python 3.10: running frames are not read", "local of main",
+                               "a function jitted by a decorator is placed at its def line"]),
+    ((3, 10), "0.6.2", True, ["Python 3.10: a function jitted by a decorator is placed at its def line"]),
+    ((3, 12), "0.10.2", False, ["Python 3.12: running frames are not read"]),
     ((3, 9), "0.6.2", True, ["Python 3.9 is older than the oldest supported (3.10)"]),
 ])
 def test_outside_the_range_one_line_says_what_and_what_is_missing(python, jax, frames, says):
