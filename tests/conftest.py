@@ -33,6 +33,11 @@ settings.load_profile("ci")
 
 REPO = Path(__file__).resolve().parent.parent
 
+# The tests' own JAX (in-process, and every process they start: cpu_env) is the CPU backend's, as
+# docs/development.md says: with libtpu installed (the test extra's jax[tpu]) and no JAX_PLATFORMS,
+# jax 0.6.1 looked for a TPU first, and its libtpu queried Google Cloud's metadata server for good.
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
 
 def pytest_configure(config):
     """jaxmemprof's modules compiled once, before the tests start their
