@@ -33,6 +33,11 @@ settings.load_profile("ci")
 
 REPO = Path(__file__).resolve().parent.parent
 
+# The tests' own JAX (in-process, and every process they start: cpu_env) is the CPU backend's, as
+# docs/development.md says: with libtpu installed (the test extra's jax[tpu]) and no JAX_PLATFORMS,
+# jax 0.6.1 looked for a TPU first, and its libtpu queried Google Cloud's metadata server for good.
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
 
 def pytest_configure(config):
     """jaxmemprof's modules compiled once, before the tests start their
@@ -49,6 +54,81 @@ def pytest_configure(config):
 
 _SHARED_SCOPES = ("module", "package", "session")
 
+# The compatibility subset (``-m compat``), which .ci/run runs on the oldest
+# JAX and the newest Python the project declares (jaxmemprof/versions.py):
+# what each version could drop. Tests named here by module or node id (a
+# parametrized test's id with its brackets), besides those marked in their
+# own module; a name that no longer matches a test of its module fails the
+# collection, so a renamed test cannot leave the subset unseen.
+COMPAT = (
+    # the README's first command, its findings and holders, and `check --fail-on donate`
+    "tests/test_compat.py",
+    # the bytecode the donation advice reads, on each Python
+    "tests/test_liveness_opcodes.py",
+    "tests/test_versions.py",
+    # a donation's bytes to the byte XLA aliases once applied, and memory inside a jitted call by line
+    "tests/test_donation.py::test_forgotten_donation_is_recommended_with_the_right_bytes",
+    "tests/test_donation.py::test_applied_donation_gets_no_advice_and_lowers_the_peak_by_the_prediction",
+    "tests/test_donation.py::test_report_shows_the_donation_and_memory_inside_jit",
+    # flax.nnx's and equinox's donation, in their own terms, applied and aliased
+    "tests/test_wrappers.py::test_wrapper_gets_donation_advice_in_its_own_terms[nnx_optimizer.py]",
+    "tests/test_wrappers.py::test_wrapper_gets_donation_advice_in_its_own_terms[equinox_optax.py]",
+    # programs that a read of their frames would change (a trace function set), run as under python
+    "tests/test_holders_observe.py::test_run_is_python_for_programs_a_read_would_change",
+    # --target: the release's libtpu, against jax's own deviceless compile
+    "tests/test_targets.py::test_a_single_chip_slice_compiles_with_the_figures_of_jaxs_own_compile_for_one_chip",
+)
+
+# The short loop (``-m fast``, docs/development.md): the unit tests of the
+# analyses, the goldens, the recorded fixtures, the readers' and the
+# options' checks, the architecture and the tools; no test that records a
+# program of its own but the few the goldens and the unit tests share.
+FAST = (
+    "tests/unit/",
+    "tests/test_golden.py",
+    "tests/test_tpu_fixtures.py",
+    "tests/test_liveness_opcodes.py",
+    "tests/test_versions.py",
+    "tests/test_architecture.py",
+    "tests/test_option_values.py",
+    "tests/test_columns_doc.py",
+    "tests/test_backends.py",
+    "tests/test_source.py",
+    "tests/test_generic_pprof.py",
+    "tests/test_show_diff.py",
+    "tests/test_device_names.py",
+    "tests/test_tools.py",
+)
+
+
+def _selects(name: str, nodeid: str) -> bool:
+    """Whether the selector ``name`` (a directory ending in /, a module, a
+    test's node id with or without its parameters) selects ``nodeid``."""
+    if name.endswith("/") or "::" not in name:
+        return nodeid == name or nodeid.startswith(name if name.endswith("/") else name + "::")
+    return nodeid == name or nodeid.startswith(name + "[")
+
+
+def _mark_subsets(config, items) -> None:
+    """The ``compat`` and ``fast`` markers put on the tests COMPAT and FAST
+    name; a name whose module was collected whole but which selects no test
+    of it fails the collection."""
+    whole = not any("::" in str(arg) for arg in config.args)
+    modules = {item.nodeid.split("::", 1)[0] for item in items} if whole else set()
+    unmatched = []
+    for marker, names in (("compat", COMPAT), ("fast", FAST)):
+        for name in names:
+            hit = False
+            for item in items:
+                if _selects(name, item.nodeid):
+                    item.add_marker(getattr(pytest.mark, marker))
+                    hit = True
+            if not hit and name.split("::", 1)[0] in modules:
+                unmatched.append(name)
+    if unmatched:
+        raise pytest.UsageError("tests/conftest.py names tests that are not there (renamed?): "
+                                + ", ".join(unmatched))
+
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's worker reads the groups into the tests' ids
 def pytest_collection_modifyitems(config, items):
@@ -62,6 +142,7 @@ def pytest_collection_modifyitems(config, items):
     module sharing such a fixture with it (tests/unit/'s session runs: the
     whole directory), for pyproject's ``--dist loadgroup``; the other tests
     are spread one by one. Without -n the groups change nothing."""
+    _mark_subsets(config, items)
     tests_dir = str(REPO / "tests") + os.sep
     parent: dict = {}
 

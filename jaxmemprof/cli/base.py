@@ -72,7 +72,10 @@ class Number(click.FloatRange):
         self.zero = zero
 
     def convert(self, value, param, ctx):
-        number = click.types.FloatParamType.convert(self, value, param, ctx)
+        # click.FLOAT's own parse (its message names the value), not the
+        # base class's method called on self: click 8.5's stubs type that
+        # method's self as the base's generic, which a subclass is not.
+        number = click.FLOAT.convert(value, param, ctx)
         if not math.isfinite(number):
             self.fail(f"{value!r} is not a finite number", param, ctx)
         if self.zero and number == 0:

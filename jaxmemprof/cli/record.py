@@ -131,6 +131,10 @@ def run(output, force, interval, max_overhead, module, command, no_jit_probe, pl
         tgt = Target(path=None, module=module, args=tuple(args))
     _index_or_python(tgt)
     _warn_own_options_after(tgt)
+    from jaxmemprof.versions import run_line
+
+    if (unsupported := run_line()) is not None:  # outside the supported range: what will be missing
+        say(unsupported)
     # A process of a job started by hand (-o JOB, no launcher variable) may claim
     # JOB/process-N once jax.distributed.initialize says N: session.directory.
     directory = prepare_directory(Path(output) if output else default_output(tgt.stem), force,

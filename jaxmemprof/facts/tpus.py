@@ -89,8 +89,10 @@ def problem(name: str) -> str | None:
     return None
 
 
-# libtpu's settings while jaxmemprof loads it: no log file (see above).
-LIBTPU_QUIET = {"TPU_MIN_LOG_LEVEL": "3"}
+# libtpu's settings while jaxmemprof loads it: no log file (see above), and no query of Google
+# Cloud's metadata server, which a deviceless topology does not need: libtpu 0.0.15 (jax 0.6.1, the
+# oldest supported) retried it for good off Google Cloud, and `run --target` never ended.
+LIBTPU_QUIET = {"TPU_MIN_LOG_LEVEL": "3", "TPU_SKIP_MDS_QUERY": "1"}
 
 
 def host_bounds(name: str) -> tuple | None:

@@ -1,0 +1,103 @@
+"""The supported range (jaxmemprof/versions.py): the line `run` says outside
+it, the range pyproject.toml and the README declare, and what the range's
+oldest JAX is held to, checked on the JAX installed (CI runs this module on
+the oldest JAX and the newest Python declared: ``-m compat``, .ci/run)."""
+
+from __future__ import annotations
+
+import re
+import sys
+
+import pytest
+
+from conftest import REPO, run_cli
+
+from jaxmemprof import versions
+
+pytestmark = pytest.mark.compat
+
+
+def _text(version) -> str:
+    return ".".join(map(str, version))
+
+
+def test_inside_the_range_nothing_is_said():
+    assert versions.outside((3, 11), "0.10.2") is None
+    assert versions.outside(versions.PYTHON_NEWEST, _text(versions.JAX_OLDEST)) is None
+    assert versions.outside((3, 11), "0.6.2", frames=True) is None
+    assert versions.outside((3, 12), None) is None  # no JAX installed: said where it is imported
+
+
+@pytest.mark.parametrize("python,jax,frames,says", [
+    ((3, 14), "0.12.1", True, ["Python 3.14 is newer than the newest supported (3.13)", "bytecode"]),
+    ((3, 11), "0.6.0", True, ["JAX 0.6.0 is older than the oldest supported (0.6.1)",
+                              "memory inside jitted calls will not be attributed to lines"]),
+    ((3, 11), "0.5.3", True, ["JAX 0.5.3 is older"]),
+    ((3, 11), "0.4.30", True, ["JAX 0.4.30 is older", "not be attributed to lines", "no fix will be verified"]),
+    ((3, 10), "0.6.2", False, ["Python 3.10: running frames are not read", "local of main",
+                               "a function jitted by a decorator is placed at its def line"]),
+    ((3, 10), "0.6.2", True, ["Python 3.10: a function jitted by a decorator is placed at its def line"]),
+    ((3, 12), "0.10.2", False, ["Python 3.12: running frames are not read"]),
+    ((3, 9), "0.6.2", True, ["Python 3.9 is older than the oldest supported (3.10)"]),
+])
+def test_outside_the_range_one_line_says_what_and_what_is_missing(python, jax, frames, says):
+    line = versions.outside(python, jax, frames)
+    assert line is not None and "\n" not in line
+    assert line.startswith("jaxmemprof: warning: ") and line.endswith("the run goes on")
+    for words in says:
+        assert words in line, line
+    if "weak_type" not in line and jax.startswith("0.4.3"):
+        pytest.fail(line)
+
+
+def test_a_version_reads_as_its_release():
+    assert versions.release("0.6.1") == (0, 6, 1)
+    assert versions.release("0.12.0.1") == (0, 12, 0, 1)
+    assert versions.release("0.7.0.dev20250601") == (0, 7, 0)
+    assert versions.release("0.4.30rc1") == (0, 4, 30)
+    assert versions.release("") is None and versions.release("x") is None
+    assert (0, 6, 0) < versions.JAX_OLDEST <= (0, 6, 1) <= (0, 12, 0, 1)
+
+
+def test_pyproject_and_the_readme_declare_the_range():
+    """pyproject's requires-python, its jax and jaxlib floors and its
+    classifiers, and the README's words, are versions.py's."""
+    pyproject = (REPO / "pyproject.toml").read_text()
+    assert re.search(r'^requires-python = ">=(\d+\.\d+)"$', pyproject, re.M).group(1) == _text(versions.PYTHON_OLDEST)
+    for name in ("jax", "jaxlib"):
+        floor = re.search(rf'^\s*"{name}>=([\d.]+)",?$', pyproject, re.M)
+        assert floor is not None and floor.group(1) == _text(versions.JAX_OLDEST), name
+    declared = re.findall(r'"Programming Language :: Python :: (3\.\d+)"', pyproject)
+    oldest, newest = versions.PYTHON_OLDEST[1], versions.PYTHON_NEWEST[1]
+    assert declared == [f"3.{m}" for m in range(oldest, newest + 1)]
+    readme = (REPO / "README.md").read_text()
+    assert versions.supported_range() in readme
+
+
+def test_the_running_versions_are_inside_the_range_and_run_says_nothing(tmp_path):
+    """The environments CI makes (the main one, the oldest JAX's, the newest
+    Python's) are all inside the range: `run` says no line of it there."""
+    got = versions.release(versions.installed_jax())
+    assert got is not None and got >= versions.JAX_OLDEST
+    assert versions.PYTHON_OLDEST <= sys.version_info[:2] <= versions.PYTHON_NEWEST
+    proc = run_cli("run", "-q", "-o", "unused", "-c", "print('ok')", check=0, cwd=tmp_path)
+    assert proc.stdout == "ok\n"
+    assert "supported" not in proc.stderr, proc.stderr
+
+
+def test_the_oldest_jax_carries_what_the_range_promises():
+    """What the range's floor is set by, on the JAX installed: a compiled
+    executable carries XLA's buffer assignment (below 0.6.1 it does not, and
+    memory inside a jitted call is not attributed to lines), and
+    jax.ShapeDtypeStruct takes weak_type (the what-if compiles make theirs
+    with it)."""
+    import jax
+    import jax.numpy as jnp
+
+    from jaxmemprof.xla.executable import executable_protos
+
+    compiled = jax.jit(lambda x: jnp.tanh(x @ x.T).sum()).lower(jnp.ones((64, 32))).compile()
+    module, assignment, name = executable_protos(compiled)
+    assert len(module) > 0 and len(assignment) > 0 and name
+    s = jax.ShapeDtypeStruct((2,), jnp.float32, weak_type=True)
+    assert s.weak_type is True
