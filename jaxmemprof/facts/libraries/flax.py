@@ -42,7 +42,9 @@ def owners(frame) -> dict:
     if frame is None:
         return {}
     args, kwargs = frame.f_locals.get("args"), frame.f_locals.get("kwargs")
-    fn = getattr(frame.f_locals.get("self"), "fun", None)
+    wrapped = frame.f_locals.get("self")
+    # the user's function: nnx.jit's ``fun`` (flax 0.12), else what functools.update_wrapper kept (0.11)
+    fn = getattr(wrapped, "fun", None) or getattr(wrapped, "__wrapped__", None)
     names = list(getattr(getattr(fn, "__code__", None), "co_varnames", ()))
     out: dict = {}
     values = [(names[i] if i < len(names) else f"arg{i}", v) for i, v in enumerate(args or ())]
