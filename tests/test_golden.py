@@ -276,7 +276,7 @@ def test_readme_run_command_recorded_the_bundled_run():
 def test_pprof_example_is_the_reports_peak():
     """The README's `go tool pprof -top` example reads the snapshot its report names as the peak."""
     report = BY_NAME["report-mlp-leak"].path.read_text(encoding="utf-8")
-    peak = int(re.search(r"^What held the live peak \(snapshot (\d+)\)$", report, re.M).group(1))
+    peak = int(re.search(r"^What held the live peak \(snapshot (\d+)[;)]", report, re.M).group(1))
     assert BY_NAME["pprof-top-mlp-leak-peak"].shown.endswith(f"/snapshots/{peak:06d}.prof.gz")
 
 

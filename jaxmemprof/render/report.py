@@ -107,7 +107,7 @@ def render_report(doc: RunDocument, con: Console) -> None:
         con.print(Text(f"warning: {safe(w)}", style="yellow"))
     _render_summary(rep, con, explain)
     if rep.peak_sites is not None and len(rep.peak_sites.rows):
-        at = f"; held by: as the search at snapshot {rep.peak_holders_at} found" if rep.peak_holders_at else ""
+        at = f"; holders as searched at snapshot {rep.peak_holders_at}" if rep.peak_holders_at else ""
         _heading(con, f"What held the live peak (snapshot {s['peak_snapshot']}{at})")
         held = rep.peak_holders
         t = _table("bytes", "count", "%", "site", *(("held by",) if held else ()))

@@ -196,7 +196,7 @@ def render_closing(ov, con: Console, *, target: str, run_dir: str, warnings: lis
         shown = len(ov.peak_sites.rows)
         parts = [f"the largest {shown} of {shown + ov.peak_sites.omitted_rows} sites"] if ov.peak_sites.omitted_rows else []
         if ov.peak_holders and ov.peak_holders_at:
-            parts.append(f"kept alive by: as at snapshot {ov.peak_holders_at}")
+            parts.append(f"holders as searched at snapshot {ov.peak_holders_at}")
         of = f" ({'; '.join(parts)})" if parts else ""
         con.print(Text(f"live peak {format_bytes(ov.peak_bytes)} at {ov.peak_t:.1f} s (snapshot {ov.peak_snapshot}), "
                        f"held by{of}:"))
