@@ -75,59 +75,81 @@ def _park(is_program: Callable[[str], bool]) -> int:
     others = [t for t in threading.enumerate() if t.ident not in ours]
     if not others:
         return 0
-    verdicts: dict = {}
-    pending: set = set()  # threads that reached the program's code under a guarded frame
-
-    def program_code(frame) -> bool:
-        filename = frame.f_code.co_filename
-        v = verdicts.get(filename)
-        if v is None:
-            try:
-                v = verdicts[filename] = bool(is_program(filename))
-            except Exception:
-                v = verdicts[filename] = False
-        return v
-
-    def guarded(frame) -> bool:
-        for _ in range(_DEPTH):
-            if frame is None:
-                return False
-            name = frame.f_code.co_filename
-            if any(g in name for g in _GUARDED):
-                return True
-            frame = frame.f_back
-        return False
-
-    since = time.monotonic()
-
-    def to_stop(frame, entering: bool) -> bool:
-        """Whether this thread stops here: it is in (or has been in) the
-        program's code, and no guarded frame is on its stack now (a frame
-        being entered holds nothing yet), nor, for ``WITH_GRACE_S``, a frame
-        inside a ``with`` block."""
-        ident = threading.get_ident()
-        if ident not in pending and not program_code(frame):
-            return False
-        below = frame.f_back if entering else frame
-        if guarded(below) or (time.monotonic() - since < WITH_GRACE_S and in_with_block(below)):
-            pending.add(ident)
-            return False
-        return True
-
+    watch = _Watch(is_program)
+    _state["watch"] = watch
     if not _forever.locked():
         _forever.acquire()
     if hasattr(sys, "_setprofileallthreads"):  # 3.12 and later
         def on_event(frame, event, arg):
             if threading.get_ident() in ours:
                 sys.setprofile(None)
-            elif to_stop(frame, event == "call"):
+            elif watch.to_stop(frame, event == "call"):
                 _stop()
         sys._setprofileallthreads(on_event)
         sys.setprofile(None)  # not this thread's
-    else:
-        if not _set_each_thread_state(ours, to_stop):
-            return 0
-    return len(others)
+        return len(others)
+    return _interrupt_each(others, watch)
+
+
+class _Watch:
+    """Where a thread of the program's stops: its verdicts on files, the
+    threads seen in the program's code under a guarded frame, the time the
+    script ended."""
+
+    def __init__(self, is_program: Callable[[str], bool]):
+        self.is_program = is_program
+        self.verdicts: dict = {}
+        self.pending: set = set()  # threads that reached the program's code under a guarded frame
+        self.since = time.monotonic()
+
+    def program_code(self, frame) -> bool:
+        filename = frame.f_code.co_filename
+        v = self.verdicts.get(filename)
+        if v is None:
+            try:
+                v = self.verdicts[filename] = bool(self.is_program(filename))
+            except Exception:
+                v = self.verdicts[filename] = False
+        return v
+
+    def in_program(self, frame) -> bool:
+        """Whether a frame of this stack is the program's."""
+        for _ in range(_DEPTH):
+            if frame is None:
+                return False
+            if self.program_code(frame):
+                return True
+            frame = frame.f_back
+        return False
+
+    def holding(self, frame) -> bool:
+        """Whether this stack may hold a lock the end phase needs: a guarded
+        frame on it, or (for ``WITH_GRACE_S``) a frame inside a ``with``."""
+        return _guarded(frame) or (time.monotonic() - self.since < WITH_GRACE_S and in_with_block(frame))
+
+    def to_stop(self, frame, entering: bool) -> bool:
+        """Whether this thread stops here: it is in (or has been in) the
+        program's code, and no guarded frame is on its stack now (a frame
+        being entered holds nothing yet), nor, for ``WITH_GRACE_S``, a frame
+        inside a ``with`` block."""
+        ident = threading.get_ident()
+        if ident not in self.pending and not self.program_code(frame):
+            return False
+        if self.holding(frame.f_back if entering else frame):
+            self.pending.add(ident)
+            return False
+        return True
+
+
+def _guarded(frame) -> bool:
+    for _ in range(_DEPTH):
+        if frame is None:
+            return False
+        name = frame.f_code.co_filename
+        if any(g in name for g in _GUARDED):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def in_with_block(frame) -> bool:
@@ -152,6 +174,8 @@ def _inside_with(code, offset: int) -> bool:
     entries, handlers, exits = got
     if offset in exits:
         return True
+    if not entries:
+        return False
     for _ in range(16):  # out through the handlers that cover each other, innermost first
         target = next((t for start, end, t in entries if start <= offset < end), None)
         if target is None:
@@ -165,15 +189,20 @@ def _inside_with(code, offset: int) -> bool:
 def _with_parts(code) -> tuple:
     """``code``'s exception table, the offsets of its ``with`` handlers
     (WITH_EXCEPT_START among their first instructions) and of the calls of
-    a ``with``'s ``__exit__`` on the way out (three Nones, then the call)."""
+    a ``with``'s ``__exit__`` (on the way out: three Nones, then the call;
+    on an exception: WITH_EXCEPT_START). 3.10 has no exception table: every
+    offset from a SETUP_WITH to the end of its handler counts as an exit."""
     import dis
 
+    try:
+        instructions = list(dis.get_instructions(code))
+    except Exception:
+        return (), frozenset(), frozenset()
     parse = getattr(dis, "_parse_exception_table", None)
     if parse is None:
-        return (), frozenset(), frozenset()
+        return (), frozenset(), _with_ranges_310(instructions)
     try:
         entries = tuple((e.start, e.end, e.target) for e in parse(code))
-        instructions = list(dis.get_instructions(code))
     except Exception:
         return (), frozenset(), frozenset()
     at = {ins.offset: i for i, ins in enumerate(instructions)}
@@ -182,7 +211,7 @@ def _with_parts(code) -> tuple:
         i = at.get(target)
         if i is not None and any(ins.opname == "WITH_EXCEPT_START" for ins in instructions[i:i + 3]):
             handlers.add(target)
-    exits = set()
+    exits = {ins.offset for ins in instructions if ins.opname == "WITH_EXCEPT_START"}
     for i, ins in enumerate(instructions):
         if ins.opname == "LOAD_CONST" and ins.argval is None and i + 3 < len(instructions) and all(
                 x.opname == "LOAD_CONST" and x.argval is None for x in instructions[i + 1:i + 3]):
@@ -192,49 +221,78 @@ def _with_parts(code) -> tuple:
     return entries, frozenset(handlers), frozenset(exits)
 
 
+def _with_ranges_310(instructions: list) -> frozenset:
+    """3.10: the offsets inside a ``with`` (its body and normal exit, from
+    SETUP_WITH to its handler) and of its handler (to its POP_EXCEPT)."""
+    inside: set = set()
+    for ins in instructions:
+        if ins.opname in ("SETUP_WITH", "SETUP_ASYNC_WITH") and isinstance(ins.argval, int):
+            handler = ins.argval
+            ends = [x.offset for x in instructions if x.offset >= handler and x.opname == "POP_EXCEPT"]
+            last = ends[0] if ends else handler
+            inside.update(x.offset for x in instructions if ins.offset < x.offset <= last)
+    return frozenset(inside)
+
+
 def _stop() -> None:
     _state["parked"] += 1
     _forever.acquire()  # for good: the process ends with the thread here
 
 
-def _set_each_thread_state(ours: set, to_stop) -> bool:
-    """3.11: the C profile function set on every thread state through the
-    C API, which takes it for another thread's state too (with the GIL
-    held, as here)."""
+class _Parked(SystemExit):
+    """The exception a thread of the program's is sent on 3.10 and 3.11.
+    Its construction runs in that thread, as the interpreter normalises it
+    at the first frame with a handler (``try``, ``with``) around the point
+    where the thread was: there, unless its stack may hold a lock the end
+    phase needs, it blocks for good, before any handler of the program's
+    runs. A SystemExit, so that where it is let go on and reaches the top
+    of the thread, the thread ends without a word (threading's excepthook
+    ignores SystemExit), and ``except Exception`` does not catch it."""
+
+    def __init__(self, *args):
+        _arrived()
+        super().__init__(*args)
+
+
+def _arrived() -> None:
+    """In the thread the exception was sent to (its own frames, read in it)."""
+    watch = _state.get("watch")
+    if watch is None or threading.get_ident() in our_threads():
+        return  # a thread of jaxmemprof's that took the ident of one that ended: not stopped
+    frame = sys._getframe(2)  # the frame whose handler is about to run
+    if not watch.holding(frame):
+        _stop()
+    # Its stack may hold a lock: the handlers run (a ``with``'s __exit__
+    # gives the lock back, a ``finally`` of logging's releases the
+    # handler's) and the thread stops at its first call or return with no
+    # such frame under it (this thread's own profile function, set in it).
+    watch.pending.add(threading.get_ident())
+
+    def on_event(frame, event, arg):
+        if watch.to_stop(frame, event == "call"):
+            _stop()
+    sys.setprofile(on_event)
+
+
+def _interrupt_each(others: list, watch: _Watch) -> int:
+    """3.10 and 3.11: each thread with a frame of the program's on its
+    stack (read through ``sys._current_frames()``) is sent ``_Parked``
+    through ``PyThreadState_SetAsyncExc``, which finds the thread by its
+    ident under the runtime's lock within the one call (no thread state is
+    held between calls). A thread with none (a library's, an idle pool
+    worker) runs on. The number sent."""
     import ctypes
 
-    api = ctypes.pythonapi
-    needed = ("PyInterpreterState_Get", "PyInterpreterState_ThreadHead", "PyThreadState_Next", "PyThreadState_Get",
-              "_PyEval_SetProfile")
-    if not all(hasattr(api, n) for n in needed):
-        return False
-    api.PyInterpreterState_Get.restype = ctypes.c_void_p
-    api.PyInterpreterState_ThreadHead.restype = ctypes.c_void_p
-    api.PyInterpreterState_ThreadHead.argtypes = [ctypes.c_void_p]
-    api.PyThreadState_Next.restype = ctypes.c_void_p
-    api.PyThreadState_Next.argtypes = [ctypes.c_void_p]
-    api.PyThreadState_Get.restype = ctypes.c_void_p
-    api._PyEval_SetProfile.restype = ctypes.c_int
-    api._PyEval_SetProfile.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
-    kind = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.py_object, ctypes.c_int, ctypes.c_void_p)
-
-    def on_event(_obj, frame, what, _arg):
-        try:
-            if threading.get_ident() in ours:
-                api._PyEval_SetProfile(api.PyThreadState_Get(), None, None)
-            elif to_stop(frame, what == 0):  # PyTrace_CALL
-                _stop()
-        except BaseException:
-            pass
+    try:
+        send = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_ulong, ctypes.py_object)(
+            ("PyThreadState_SetAsyncExc", ctypes.pythonapi))
+    except (AttributeError, OSError):
         return 0
-
-    callback = kind(on_event)
-    _keep.append(callback)
-    address = ctypes.cast(callback, ctypes.c_void_p)
-    ts = api.PyInterpreterState_ThreadHead(api.PyInterpreterState_Get())
-    here = api.PyThreadState_Get()
-    while ts:
-        if ts != here:
-            api._PyEval_SetProfile(ts, address, None)
-        ts = api.PyThreadState_Next(ts)
-    return True
+    frames = sys._current_frames()
+    targets = [t.ident for t in others if t.ident is not None and watch.in_program(frames.get(t.ident))]
+    del frames
+    sent = 0
+    for ident in targets:
+        sent += send(ident, _Parked) == 1
+    _state["sent"] = sent
+    return sent
