@@ -42,9 +42,12 @@ import time
 from collections.abc import Callable
 
 from jaxmemprof.capture.threads import ours as our_threads
+from jaxmemprof.capture.threads import start_thread
 
 _GUARDED = ("/logging/", "<frozen importlib._bootstrap")  # frames that may hold a lock the end phase takes
 _DEPTH = 64  # how far down a stack is looked at for a guarded frame
+_SWITCH_S = 1e-5  # the switch interval while the exceptions are sent (3.10, 3.11)
+_POLL_S = 0.05  # how often jaxmemprof-parking looks at the threads that have not taken theirs
 WITH_GRACE_S = 2.0  # how long a thread inside a ``with`` block is let run to leave it
 
 _forever = threading.Lock()
@@ -257,8 +260,10 @@ class _Parked(SystemExit):
 def _arrived() -> None:
     """In the thread the exception was sent to (its own frames, read in it)."""
     watch = _state.get("watch")
-    if watch is None or threading.get_ident() in our_threads():
-        return  # a thread of jaxmemprof's that took the ident of one that ended: not stopped
+    ident = threading.get_ident()
+    if watch is None or ident in our_threads():
+        return  # the flag's holder (below), or a thread of ours that took the ident of one that ended
+    _state.get("waiting", {}).pop(ident, None)
     frame = sys._getframe(2)  # the frame whose handler is about to run
     if not watch.holding(frame):
         _stop()
@@ -266,7 +271,7 @@ def _arrived() -> None:
     # gives the lock back, a ``finally`` of logging's releases the
     # handler's) and the thread stops at its first call or return with no
     # such frame under it (this thread's own profile function, set in it).
-    watch.pending.add(threading.get_ident())
+    watch.pending.add(ident)
 
     def on_event(frame, event, arg):
         if watch.to_stop(frame, event == "call"):
@@ -281,18 +286,78 @@ def _interrupt_each(others: list, watch: _Watch) -> int:
     ident under the runtime's lock within the one call (no thread state is
     held between calls). A thread with none (a library's, an idle pool
     worker) runs on. The number sent."""
-    import ctypes
-
-    try:
-        send = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_ulong, ctypes.py_object)(
-            ("PyThreadState_SetAsyncExc", ctypes.pythonapi))
-    except (AttributeError, OSError):
+    send = _SEND
+    if send is None:
         return 0
     frames = sys._current_frames()
-    targets = [t.ident for t in others if t.ident is not None and watch.in_program(frames.get(t.ident))]
+    targets = [t for t in others if t.ident is not None and watch.in_program(frames.get(t.ident))]
     del frames
-    sent = 0
-    for ident in targets:
-        sent += send(ident, _Parked) == 1
-    _state["sent"] = sent
+    if not targets:
+        return 0
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(_SWITCH_S)  # the GIL back soon after each step (the program's threads are busy)
+    try:
+        _state.update(waiting={t.ident: t for t in targets})
+        start_thread(_hold_flag, "jaxmemprof-parking", (send,))
+        sent = 0
+        for t in targets:
+            # Alive now: its ident is not another's (an ident is given again
+            # only once its thread is gone).
+            if t.is_alive() and send(t.ident, _Parked) == 1:
+                sent += 1
+            else:
+                _state["waiting"].pop(t.ident, None)
+    finally:
+        sys.setswitchinterval(switch)
     return sent
+
+
+def _resolve():
+    """``PyThreadState_SetAsyncExc``, looked up as jaxmemprof is imported
+    (before the program runs: none of its audit hooks sees the lookup)."""
+    if hasattr(sys, "_setprofileallthreads"):
+        return None
+    try:
+        import ctypes
+
+        return ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_ulong, ctypes.py_object)(
+            ("PyThreadState_SetAsyncExc", ctypes.pythonapi))
+    except Exception:
+        return None
+
+
+_SEND = _resolve()
+
+
+def _hold_flag(send) -> None:
+    """jaxmemprof-parking. The interpreter raises the flag that makes a
+    thread look for an asynchronous exception for all threads at once, and
+    the first thread that takes its own lowers it: the others would see
+    theirs only when the GIL next changes hands in the middle of their
+    bytecode (a thread that wakes, prints and sleeps again: seldom). So
+    this thread keeps one of its own sent while it waits in C (the flag
+    stays up), takes it every ``_POLL_S``, and sends itself another while
+    a thread sent one is alive and has not taken it; then it ends, the flag
+    down."""
+    me = threading.get_ident()
+    while True:
+        if send(me, _Parked) != 1:
+            return
+        took = False
+        try:
+            _poll.acquire(timeout=_POLL_S)  # never given: a wait in C, the exception pending
+            time.sleep(0)  # taken here at the latest, with the flag up
+        except _Parked:
+            took = True
+        waiting = _state["waiting"]
+        for ident, t in list(waiting.items()):
+            if not t.is_alive():  # ended without taking it (in its last steps, in C)
+                waiting.pop(ident, None)
+        if not waiting:
+            if not took:  # the flag was lowered by another thread: this one's is left, never taken
+                send(me, None)
+            return
+
+
+_poll = threading.Lock()
+_poll.acquire()
