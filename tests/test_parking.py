@@ -81,10 +81,9 @@ def test_the_programs_threads_stop_and_the_rest_run_on():
     proc = subprocess.run([sys.executable, "-c", driver, str(ROOT)], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     watched, stopped, prog_a, log_a, lib_a, ours_a, prog_b, log_b, lib_b, ours_b = map(int, proc.stdout.split())
-    # 3.12 and later watch t1, t2, t3 (not the main thread nor jaxmemprof-own);
-    # 3.10 and 3.11 send their exception only to the threads with a frame of
-    # the program's on their stack (t1, t3): the library's runs on either way.
-    assert watched == (3 if sys.version_info >= (3, 12) else 2)
+    # The exception goes to the threads with a frame of the program's on
+    # their stack (t1, t3): not the library's, the main thread nor jaxmemprof-own.
+    assert watched == 2
     # The program's loop stopped; so did the handler the logging thread runs
     # (stopped outside logging's frames, with its lock released: the handler
     # was taken and given back above).

@@ -82,15 +82,6 @@ def _park(is_program: Callable[[str], bool]) -> int:
     _state["watch"] = watch
     if not _forever.locked():
         _forever.acquire()
-    if hasattr(sys, "_setprofileallthreads"):  # 3.12 and later
-        def on_event(frame, event, arg):
-            if threading.get_ident() in ours:
-                sys.setprofile(None)
-            elif watch.to_stop(frame, event == "call"):
-                _stop()
-        sys._setprofileallthreads(on_event)
-        sys.setprofile(None)  # not this thread's
-        return len(others)
     return _interrupt_each(others, watch)
 
 
@@ -315,8 +306,6 @@ def _interrupt_each(others: list, watch: _Watch) -> int:
 def _resolve():
     """``PyThreadState_SetAsyncExc``, looked up as jaxmemprof is imported
     (before the program runs: none of its audit hooks sees the lookup)."""
-    if hasattr(sys, "_setprofileallthreads"):
-        return None
     try:
         import ctypes
 
