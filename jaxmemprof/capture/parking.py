@@ -48,7 +48,6 @@ _GUARDED = ("/logging/", "<frozen importlib._bootstrap")  # frames that may hold
 _DEPTH = 64  # how far down a stack is looked at for a guarded frame
 _SWITCH_S = 1e-5  # the switch interval while the exceptions are sent (3.10, 3.11)
 _POLL_S = 0.05  # how often jaxmemprof-parking looks at the threads that have not taken theirs
-WITH_GRACE_S = 2.0  # how long a thread inside a ``with`` block is let run to leave it
 
 _forever = threading.Lock()
 _state: dict = {"parked": 0}
@@ -93,8 +92,6 @@ class _Watch:
     def __init__(self, is_program: Callable[[str], bool]):
         self.is_program = is_program
         self.verdicts: dict = {}
-        self.pending: set = set()  # threads that reached the program's code under a guarded frame
-        self.since = time.monotonic()
 
     def program_code(self, frame) -> bool:
         filename = frame.f_code.co_filename
@@ -116,23 +113,34 @@ class _Watch:
             frame = frame.f_back
         return False
 
-    def holding(self, frame) -> bool:
-        """Whether this stack may hold a lock the end phase needs: a guarded
-        frame on it, or (for ``WITH_GRACE_S``) a frame inside a ``with``."""
-        return _guarded(frame) or (time.monotonic() - self.since < WITH_GRACE_S and in_with_block(frame))
+    def to_stop(self, frame, event: str, arg) -> bool:
+        """While a thread that may hold a lock unwinds from ``_Parked``:
+        whether it stops at this event. Never under a guarded frame (its
+        handlers give back logging's and the import system's locks); never
+        at a lock's own ``__exit__``/``release`` (a ``with lock:`` gives the
+        lock back) nor at a C call's return; otherwise at the first step into
+        the program's code (a call of its, a call from its code, the return
+        of a frame of its, unless into a ``with`` of the caller's): none of
+        the program's code runs in the meantime."""
+        if event == "c_return" or event == "c_exception" or _guarded(frame):
+            return False
+        if event == "c_call":
+            if _releases_lock(arg):
+                return False
+            return self.program_code(frame)
+        if event == "call":
+            return self.program_code(frame)
+        if event == "return":
+            return self.program_code(frame) and not in_with_block(frame.f_back)
+        return False
 
-    def to_stop(self, frame, entering: bool) -> bool:
-        """Whether this thread stops here: it is in (or has been in) the
-        program's code, and no guarded frame is on its stack now (a frame
-        being entered holds nothing yet), nor, for ``WITH_GRACE_S``, a frame
-        inside a ``with`` block."""
-        ident = threading.get_ident()
-        if ident not in self.pending and not self.program_code(frame):
-            return False
-        if self.holding(frame.f_back if entering else frame):
-            self.pending.add(ident)
-            return False
-        return True
+
+def _releases_lock(fn) -> bool:
+    return getattr(fn, "__name__", "") in ("__exit__", "release") and isinstance(getattr(fn, "__self__", None),
+                                                                               _LOCK_TYPES)
+
+
+_LOCK_TYPES = tuple({type(threading.Lock()), type(threading.RLock())})
 
 
 def _guarded(frame) -> bool:
@@ -255,17 +263,16 @@ def _arrived() -> None:
     if watch is None or ident in our_threads():
         return  # the flag's holder (below), or a thread of ours that took the ident of one that ended
     _state.get("waiting", {}).pop(ident, None)
-    frame = sys._getframe(2)  # the frame whose handler is about to run
-    if not watch.holding(frame):
+    frame = sys._getframe(2)  # where the thread is (3.12 and later), the frame whose handler is next (3.10, 3.11)
+    if not (_guarded(frame) or in_with_block(frame)):
         _stop()
-    # Its stack may hold a lock: the handlers run (a ``with``'s __exit__
-    # gives the lock back, a ``finally`` of logging's releases the
-    # handler's) and the thread stops at its first call or return with no
-    # such frame under it (this thread's own profile function, set in it).
-    watch.pending.add(ident)
+    # Its stack may hold a lock: the exception is let go on, its handlers
+    # give the lock back (a ``with lock:``'s __exit__, logging's
+    # ``finally``), and the thread stops at its first step into the
+    # program's code (this thread's own profile function, set in it).
 
     def on_event(frame, event, arg):
-        if watch.to_stop(frame, event == "call"):
+        if watch.to_stop(frame, event, arg):
             _stop()
     sys.setprofile(on_event)
 
