@@ -114,25 +114,21 @@ class _Watch:
         return False
 
     def to_stop(self, frame, event: str, arg) -> bool:
-        """While a thread that may hold a lock unwinds from ``_Parked``:
+        """While a thread that may hold a lock unwinds from the exception:
         whether it stops at this event. Never under a guarded frame (its
-        handlers give back logging's and the import system's locks); never
+        handlers give back logging's and the import system's locks), nor
         at a lock's own ``__exit__``/``release`` (a ``with lock:`` gives the
-        lock back) nor at a C call's return; otherwise at the first step into
-        the program's code (a call of its, a call from its code, the return
-        of a frame of its, unless into a ``with`` of the caller's): none of
-        the program's code runs in the meantime."""
-        if event == "c_return" or event == "c_exception" or _guarded(frame):
+        lock back), nor in the library's code that a ``with`` runs on the way
+        out (a Condition's __exit__); otherwise at its first call or return,
+        before any code of the program's (a ``with``'s __exit__ of the
+        program's: the thread stops before it, with what it holds)."""
+        if event not in ("call", "c_call", "return") or _guarded(frame):
             return False
         if event == "c_call":
-            if _releases_lock(arg):
-                return False
-            return self.program_code(frame)
+            return not _releases_lock(arg) and (self.program_code(frame) or not in_with_block(frame))
         if event == "call":
-            return self.program_code(frame)
-        if event == "return":
-            return self.program_code(frame) and not in_with_block(frame.f_back)
-        return False
+            return self.program_code(frame) or not in_with_block(frame.f_back)
+        return not in_with_block(frame.f_back)  # a return: into a caller's ``with`` (its __exit__ next), or not
 
 
 def _releases_lock(fn) -> bool:
@@ -256,6 +252,23 @@ class _Parked(SystemExit):
         super().__init__(*args)
 
 
+class _Freeze:
+    """What a thread of the program's is sent on 3.10 and 3.11, where an
+    exception sent as a class is made (normalised) only at the first frame
+    with a handler, after the frames without one are left: their value
+    stacks emptied, a generator that a ``for`` of theirs was iterating
+    closed (its ``finally`` run: measured, where python runs none). An
+    object that is not an exception class is refused at once, where the
+    thread is, by a SystemError whose message has the object's repr: that
+    repr runs first, in the thread, before anything is left. It stops the
+    thread there (as ``_Parked``'s construction on 3.12 and later), or, where
+    the thread may hold a lock, lets the SystemError go on."""
+
+    def __repr__(self) -> str:
+        _arrived()
+        return "jaxmemprof's parking"
+
+
 def _arrived() -> None:
     """In the thread the exception was sent to (its own frames, read in it)."""
     watch = _state.get("watch")
@@ -301,7 +314,7 @@ def _interrupt_each(others: list, watch: _Watch) -> int:
         for t in targets:
             # Alive now: its ident is not another's (an ident is given again
             # only once its thread is gone).
-            if t.is_alive() and send(t.ident, _Parked) == 1:
+            if t.is_alive() and send(t.ident, _SENT) == 1:
                 sent += 1
             else:
                 _state["waiting"].pop(t.ident, None)
@@ -323,6 +336,7 @@ def _resolve():
 
 
 _SEND = _resolve()
+_SENT = _Parked if sys.version_info >= (3, 12) else _Freeze()
 
 
 def _hold_flag(send) -> None:
