@@ -169,3 +169,104 @@ def test_threads_that_start_and_end_while_parking_runs():
                           capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert " 0 bad" in proc.stdout, proc.stdout
+
+
+SIDE_BY_SIDE = textwrap.dedent("""
+    import sys, threading, time
+
+    def say(text):
+        sys.stdout.write(text + "\\n")
+        sys.stdout.flush()
+
+    class Noisy:
+        def __init__(self, name):
+            self.name = name
+        def __del__(self):
+            say("del " + self.name)
+
+    class Ctx:
+        def __enter__(self):
+            return self
+        def __exit__(self, *exc):
+            say("exit " + (exc[0].__name__ if exc[0] else "None"))
+
+    def plain():
+        n = Noisy("plain")
+        while True:
+            time.sleep(0.01)
+
+    def inner():
+        n = Noisy("inner")
+        while True:
+            time.sleep(0.01)
+
+    def under_finally():
+        try:
+            inner()
+        finally:
+            say("finally")
+
+    def with_ctx():
+        with Ctx():
+            while True:
+                time.sleep(0.01)
+
+    def busy():
+        n, x = Noisy("busy"), 0
+        while True:
+            x += 1
+
+    def gen():
+        try:
+            while True:
+                yield 1
+        finally:
+            say("generator closed")
+
+    def gen_loop():
+        for _ in gen():
+            time.sleep(0.01)
+
+    lock = threading.Lock()
+
+    def lock_with():
+        while True:
+            with lock:
+                time.sleep(0.01)
+
+    for f in (plain, under_finally, with_ctx, busy, gen_loop, lock_with):
+        threading.Thread(target=f, daemon=True).start()
+    time.sleep(0.2)
+    say("end of script")
+""")
+
+SIDE_DRIVER = textwrap.dedent("""
+    import sys, time
+    sys.path.insert(0, sys.argv[1])
+    from jaxmemprof.capture.parking import park_program_threads, parked
+    program = sys.argv[2]
+    ns = {"__name__": "__main__"}
+    exec(compile(open(program).read(), program, "exec"), ns)
+    watched = park_program_threads(lambda f: f == program)
+    time.sleep(0.5)
+    free = ns["lock"].acquire(timeout=2)
+    print("parked", watched, parked(), int(free))
+""")
+
+
+def test_nothing_of_the_threads_runs_as_under_python(tmp_path):
+    # Python freezes its daemon threads where they are: no finally, no
+    # __exit__, no __del__ of their locals, no generator they iterate closed.
+    # Parked likewise (an exception that were made only after the frames
+    # without a handler were left, as 3.10 and 3.11 make a class sent to a
+    # thread, closed gen_loop's generator: "generator closed"), and the
+    # thread inside `with lock:` gives the lock back on its way out.
+    program = tmp_path / "prog.py"
+    program.write_text(SIDE_BY_SIDE)
+    py = subprocess.run([sys.executable, str(program)], capture_output=True, text=True, timeout=60)
+    parked_run = subprocess.run([sys.executable, "-c", SIDE_DRIVER, str(ROOT), str(program)], capture_output=True,
+                                text=True, timeout=60)
+    assert py.returncode == parked_run.returncode == 0, parked_run.stderr
+    assert py.stdout == "end of script\n"
+    assert parked_run.stdout == py.stdout + "parked 6 6 1\n"
+    assert parked_run.stderr == py.stderr == ""
