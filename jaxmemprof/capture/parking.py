@@ -7,31 +7,67 @@ compiles, the summary) comes after the atexit handlers, so a daemon thread
 of the program's (a heartbeat, a logger, a prefetcher) would go on acting
 through it: printing, writing files, putting arrays on the device.
 
-``park_program_threads`` stops them instead, without running anything of
-theirs: every thread there is, but the main thread and jaxmemprof's own,
-gets a profile function that blocks the thread for good the next time it
-is about to run the program's own code (a call, a return, or a call into C
-from a file that is not a library's, the standard library's or
-jaxmemprof's), which is where python's finalisation would have stopped it.
-The program's thread is not woken, told or unwound (no exception, no
-``finally``); a thread blocked in C (a sleep, a read) stays there. Library
-code runs on (JAX's own); a thread that reaches the program's code with a
-logging or an import frame on its stack (which may hold a lock the end
-phase takes: a handler's, the module's) is stopped at its first event with
-none there, once the lock is given back. Likewise a thread inside a
-``with`` block (where the program holds its locks: ``with lock:``), or
-calling a ``with``'s ``__exit__``, is stopped at its first event outside
-it, if it leaves within ``WITH_GRACE_S`` of the script's end (a block it
-stays in past that is not waited for: the end phase's re-traces of the
-program's Python have a deadline, capture/jit/rerun.py). What a ``with``
-covers is read from the code's exception table (3.11 and later; 3.10 has
-none, and its threads are not parked). A lock taken by ``acquire()`` is
-not seen. Threads started later (the end phase's own) are left alone.
+``park_program_threads`` stops them instead, where they are, running
+nothing of theirs. Each thread with a frame of the program's on its stack
+as the script ends (read through ``sys._current_frames()``; not the main
+thread, nor jaxmemprof's own) is sent an asynchronous exception through
+``PyThreadState_SetAsyncExc``, the C API that finds a thread by its ident
+under the runtime's lock within one call: no thread state is held between
+calls, no interpreter memory is read through an address. The interpreter
+acts on it at the thread's next check of its eval breaker (a call, a
+loop's jump back): there, before a frame is left, it calls into the object
+sent, in the thread, and that call blocks for good (the thread is parked):
 
-CPython 3.12 and later set the function on every thread through
-``sys._setprofileallthreads``; 3.11 through its C API (each thread state's
-``_PyEval_SetProfile``), with a C callback. Where neither is there, nothing
-is done (the threads act on, as they did before).
+- 3.12 and later make the exception (``_Parked``'s construction) at once,
+  where the thread is.
+- 3.10 and 3.11 make an exception sent as a class only at the first frame
+  with a handler (``try``, ``with``), after leaving the frames without one:
+  their value stacks emptied, a generator that a ``for`` of theirs was
+  iterating closed, its ``finally`` run (measured: tests/test_parking.py).
+  So they are sent an object that is not an exception class (``_Freeze``):
+  the interpreter refuses it at once, where the thread is, with a
+  SystemError whose message holds the object's repr, and the repr (ours)
+  runs first.
+
+Nothing of the program's runs: no ``finally``, no ``__exit__``, no
+``__del__`` of a local, as under python (side by side in
+tests/test_parking.py). Where the thread's stack may hold a lock the end
+phase needs (a logging or an import frame on it, or a frame inside a
+``with`` block, read from the code's exception table; 3.10's SETUP_WITH
+ranges), the exception is let go on instead: the handlers give the lock
+back (a lock's own ``__exit__``, logging's ``finally``) and the thread's own
+profile function (set in it, by it) stops it at its first call or return
+that is not a lock's release, a guarded frame's, or the library's way out
+of a ``with``: before any code of the program's (a context manager of the
+program's is stopped before its ``__exit__``, with what it holds). A lock
+taken by ``acquire()`` is not seen: the end phase's re-traces have a
+deadline (capture/jit/rerun.py).
+
+What this does not do: a thread blocked in C (a sleep, a read) takes the
+exception only when it returns to Python, as before; a thread with none
+of the program's frames as the script ends (a library's, an idle pool
+worker) runs on, as JAX's own do; a thread started by the program's
+threads after the script's end (between the look and the sending) is not
+sent one.
+
+The interpreter raises the flag that makes threads look for an
+asynchronous exception for all threads at once (3.10 to 3.12), and the
+first thread to take its own lowers it: a thread that wakes, prints and
+sleeps would see its own only when the GIL changed hands mid-bytecode. A
+thread of jaxmemprof's (``jaxmemprof-parking``) keeps the flag up until
+every thread sent one has taken it or ended; while one stays blocked in C,
+every thread checks its eval breaker at each call (measured: 4% on a
+call-bound loop on 3.11, 12% on 3.10; 3.13's flags are per thread).
+
+Why not a profile function set on every thread (what this did before):
+3.11 offers that only by walking the thread states through their addresses
+(``PyInterpreterState_ThreadHead``, ``PyThreadState_Next``) with a call
+per thread, and a program's audit hook that lets the GIL go between the
+calls lets a thread end and free the state the walk goes to next: SIGSEGV
+in 7 of 40 runs of benchmarks/stress_parking.py. 3.12 and 3.13's
+``sys._setprofileallthreads`` walks them the same way inside CPython,
+running the audit hooks (``sys.setprofile``) between threads: SIGSEGV too
+(CPython gh-137400, fixed in 3.14).
 """
 
 from __future__ import annotations
@@ -46,12 +82,11 @@ from jaxmemprof.capture.threads import start_thread
 
 _GUARDED = ("/logging/", "<frozen importlib._bootstrap")  # frames that may hold a lock the end phase takes
 _DEPTH = 64  # how far down a stack is looked at for a guarded frame
-_SWITCH_S = 1e-5  # the switch interval while the exceptions are sent (3.10, 3.11)
+_SWITCH_S = 1e-5  # the switch interval while the exceptions are sent
 _POLL_S = 0.05  # how often jaxmemprof-parking looks at the threads that have not taken theirs
 
 _forever = threading.Lock()
 _state: dict = {"parked": 0}
-_keep: list = []  # the C callback, alive for the process's life
 
 
 def parked() -> int:
@@ -60,11 +95,11 @@ def parked() -> int:
 
 
 def park_program_threads(is_program: Callable[[str], bool]) -> int:
-    """Stop the program's threads at their next step into the program's
-    own code (``is_program(filename)``), from the main thread once the
-    script is over. The number of threads watched (every thread but the
-    main thread and jaxmemprof's ``jaxmemprof-*``); 0 where this Python
-    offers no way. Never raises."""
+    """Stop the program's threads where they are, from the main thread once
+    the script is over: those with a frame of the program's code
+    (``is_program(filename)``) on their stack, but the main thread and
+    jaxmemprof's ``jaxmemprof-*``. The number sent the exception; 0 where
+    this Python offers no way (no ctypes). Never raises."""
     try:
         return _park(is_program)
     except Exception:
@@ -85,9 +120,8 @@ def _park(is_program: Callable[[str], bool]) -> int:
 
 
 class _Watch:
-    """Where a thread of the program's stops: its verdicts on files, the
-    threads seen in the program's code under a guarded frame, the time the
-    script ended."""
+    """Which code is the program's (its verdicts on files), and where a
+    thread that may hold a lock stops."""
 
     def __init__(self, is_program: Callable[[str], bool]):
         self.is_program = is_program
