@@ -139,7 +139,7 @@ def main() -> int:
         # it finalises; parked: the same.
         if ours[0] != 0 or ours[1] < 0 or ours[1] > 1 or (args.form == "driver" and ours[2]) or py[0] != 0:
             bad += 1
-            print(f"run {i}: python {py[:2]}, {args.form} {ours[:2]}: {ours[2][-400:]}", file=sys.stderr)
+            print(f"run {i}: python {py[:2]}, {args.form} {ours[:2]}: {ours[2][-3000:]}", file=sys.stderr)
     print(f"{args.runs} runs ({sys.version.split()[0]}, {args.form}): {bad} bad; ticker lines after the script's end "
           f"python {py_after}, parked {ours_after}; {time.monotonic() - t0:.1f} s")
     return 1 if bad else 0
