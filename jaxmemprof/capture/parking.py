@@ -282,7 +282,7 @@ class _Parked(SystemExit):
     ignores SystemExit), and ``except Exception`` does not catch it."""
 
     def __init__(self, *args):
-        _arrived()
+        _arriving()
         super().__init__(*args)
 
 
@@ -299,8 +299,19 @@ class _Freeze:
     the thread may hold a lock, lets the SystemError go on."""
 
     def __repr__(self) -> str:
-        _arrived()
+        _arriving()
         return "jaxmemprof's parking"
+
+
+def _arriving() -> None:
+    """``_arrived``, or, where it fails (an audit hook of the program's that
+    raises at our ``sys._getframe``), the thread blocked all the same: no
+    exception of ours goes on unwatched."""
+    try:
+        _arrived()
+    except BaseException:
+        if threading.get_ident() not in our_threads():
+            _stop()
 
 
 def _arrived() -> None:
@@ -310,7 +321,7 @@ def _arrived() -> None:
     if watch is None or ident in our_threads():
         return  # the flag's holder (below), or a thread of ours that took the ident of one that ended
     _state.get("waiting", {}).pop(ident, None)
-    frame = sys._getframe(2)  # where the thread is (3.12 and later), the frame whose handler is next (3.10, 3.11)
+    frame = sys._getframe(3)  # where the thread is (_arrived, _arriving, the __repr__ or __init__, then it)
     if not (_guarded(frame) or in_with_block(frame)):
         _stop()
     # Its stack may hold a lock: the exception is let go on, its handlers
