@@ -272,14 +272,14 @@ def _stop() -> None:
 
 
 class _Parked(SystemExit):
-    """The exception a thread of the program's is sent on 3.10 and 3.11.
-    Its construction runs in that thread, as the interpreter normalises it
-    at the first frame with a handler (``try``, ``with``) around the point
-    where the thread was: there, unless its stack may hold a lock the end
-    phase needs, it blocks for good, before any handler of the program's
-    runs. A SystemExit, so that where it is let go on and reaches the top
-    of the thread, the thread ends without a word (threading's excepthook
-    ignores SystemExit), and ``except Exception`` does not catch it."""
+    """The exception a thread of the program's is sent on 3.12 and later
+    (and jaxmemprof-parking sends itself on every Python). Its construction
+    runs in that thread, where the thread is, as the interpreter makes it at
+    once: there, unless its stack may hold a lock the end phase needs, it
+    blocks for good, before anything of the program's runs. A SystemExit,
+    so that where it is let go on and reaches the top of the thread, the
+    thread ends without a word (threading's excepthook ignores SystemExit),
+    and ``except Exception`` does not catch it."""
 
     def __init__(self, *args):
         _arriving()
@@ -336,9 +336,9 @@ def _arrived() -> None:
 
 
 def _interrupt_each(others: list, watch: _Watch) -> int:
-    """3.10 and 3.11: each thread with a frame of the program's on its
-    stack (read through ``sys._current_frames()``) is sent ``_Parked``
-    through ``PyThreadState_SetAsyncExc``, which finds the thread by its
+    """Each thread with a frame of the program's on its stack (read
+    through ``sys._current_frames()``) is sent ``_SENT`` (``_Parked``;
+    3.10 and 3.11: ``_Freeze``) through ``PyThreadState_SetAsyncExc``, which finds the thread by its
     ident under the runtime's lock within the one call (no thread state is
     held between calls). A thread with none (a library's, an idle pool
     worker) runs on. The number sent."""
