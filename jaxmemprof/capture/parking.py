@@ -7,31 +7,67 @@ compiles, the summary) comes after the atexit handlers, so a daemon thread
 of the program's (a heartbeat, a logger, a prefetcher) would go on acting
 through it: printing, writing files, putting arrays on the device.
 
-``park_program_threads`` stops them instead, without running anything of
-theirs: every thread there is, but the main thread and jaxmemprof's own,
-gets a profile function that blocks the thread for good the next time it
-is about to run the program's own code (a call, a return, or a call into C
-from a file that is not a library's, the standard library's or
-jaxmemprof's), which is where python's finalisation would have stopped it.
-The program's thread is not woken, told or unwound (no exception, no
-``finally``); a thread blocked in C (a sleep, a read) stays there. Library
-code runs on (JAX's own); a thread that reaches the program's code with a
-logging or an import frame on its stack (which may hold a lock the end
-phase takes: a handler's, the module's) is stopped at its first event with
-none there, once the lock is given back. Likewise a thread inside a
-``with`` block (where the program holds its locks: ``with lock:``), or
-calling a ``with``'s ``__exit__``, is stopped at its first event outside
-it, if it leaves within ``WITH_GRACE_S`` of the script's end (a block it
-stays in past that is not waited for: the end phase's re-traces of the
-program's Python have a deadline, capture/jit/rerun.py). What a ``with``
-covers is read from the code's exception table (3.11 and later; 3.10 has
-none, and its threads are not parked). A lock taken by ``acquire()`` is
-not seen. Threads started later (the end phase's own) are left alone.
+``park_program_threads`` stops them instead, where they are, running
+nothing of theirs. Each thread with a frame of the program's on its stack
+as the script ends (read through ``sys._current_frames()``; not the main
+thread, nor jaxmemprof's own) is sent an asynchronous exception through
+``PyThreadState_SetAsyncExc``, the C API that finds a thread by its ident
+under the runtime's lock within one call: no thread state is held between
+calls, no interpreter memory is read through an address. The interpreter
+acts on it at the thread's next check of its eval breaker (a call, a
+loop's jump back): there, before a frame is left, it calls into the object
+sent, in the thread, and that call blocks for good (the thread is parked):
 
-CPython 3.12 and later set the function on every thread through
-``sys._setprofileallthreads``; 3.11 through its C API (each thread state's
-``_PyEval_SetProfile``), with a C callback. Where neither is there, nothing
-is done (the threads act on, as they did before).
+- 3.12 and later make the exception (``_Parked``'s construction) at once,
+  where the thread is.
+- 3.10 and 3.11 make an exception sent as a class only at the first frame
+  with a handler (``try``, ``with``), after leaving the frames without one:
+  their value stacks emptied, a generator that a ``for`` of theirs was
+  iterating closed, its ``finally`` run (measured: tests/test_parking.py).
+  So they are sent an object that is not an exception class (``_Freeze``):
+  the interpreter refuses it at once, where the thread is, with a
+  SystemError whose message holds the object's repr, and the repr (ours)
+  runs first.
+
+Nothing of the program's runs: no ``finally``, no ``__exit__``, no
+``__del__`` of a local, as under python (side by side in
+tests/test_parking.py). Where the thread's stack may hold a lock the end
+phase needs (a logging or an import frame on it, or a frame inside a
+``with`` block, read from the code's exception table; 3.10's SETUP_WITH
+ranges), the exception is let go on instead: the handlers give the lock
+back (a lock's own ``__exit__``, logging's ``finally``) and the thread's own
+profile function (set in it, by it) stops it at its first call or return
+that is not a lock's release, a guarded frame's, or the library's way out
+of a ``with``: before any code of the program's (a context manager of the
+program's is stopped before its ``__exit__``, with what it holds). A lock
+taken by ``acquire()`` is not seen: the end phase's re-traces have a
+deadline (capture/jit/rerun.py).
+
+What this does not do: a thread blocked in C (a sleep, a read) takes the
+exception only when it returns to Python, as before; a thread with none
+of the program's frames as the script ends (a library's, an idle pool
+worker) runs on, as JAX's own do; a thread started by the program's
+threads after the script's end (between the look and the sending) is not
+sent one.
+
+The interpreter raises the flag that makes threads look for an
+asynchronous exception for all threads at once (3.10 to 3.12), and the
+first thread to take its own lowers it: a thread that wakes, prints and
+sleeps would see its own only when the GIL changed hands mid-bytecode. A
+thread of jaxmemprof's (``jaxmemprof-parking``) keeps the flag up until
+every thread sent one has taken it or ended; while one stays blocked in C,
+every thread checks its eval breaker at each call (measured: 4% on a
+call-bound loop on 3.11, 12% on 3.10; 3.13's flags are per thread).
+
+Why not a profile function set on every thread (what this did before):
+3.11 offers that only by walking the thread states through their addresses
+(``PyInterpreterState_ThreadHead``, ``PyThreadState_Next``) with a call
+per thread, and a program's audit hook that lets the GIL go between the
+calls lets a thread end and free the state the walk goes to next: SIGSEGV
+in 7 of 40 runs of benchmarks/stress_parking.py. 3.12 and 3.13's
+``sys._setprofileallthreads`` walks them the same way inside CPython,
+running the audit hooks (``sys.setprofile``) between threads: SIGSEGV too
+(CPython gh-137400, fixed in 3.14).
 """
 
 from __future__ import annotations
@@ -42,14 +78,15 @@ import time
 from collections.abc import Callable
 
 from jaxmemprof.capture.threads import ours as our_threads
+from jaxmemprof.capture.threads import start_thread
 
 _GUARDED = ("/logging/", "<frozen importlib._bootstrap")  # frames that may hold a lock the end phase takes
 _DEPTH = 64  # how far down a stack is looked at for a guarded frame
-WITH_GRACE_S = 2.0  # how long a thread inside a ``with`` block is let run to leave it
+_SWITCH_S = 1e-5  # the switch interval while the exceptions are sent
+_POLL_S = 0.05  # how often jaxmemprof-parking looks at the threads that have not taken theirs
 
 _forever = threading.Lock()
 _state: dict = {"parked": 0}
-_keep: list = []  # the C callback, alive for the process's life
 
 
 def parked() -> int:
@@ -58,11 +95,11 @@ def parked() -> int:
 
 
 def park_program_threads(is_program: Callable[[str], bool]) -> int:
-    """Stop the program's threads at their next step into the program's
-    own code (``is_program(filename)``), from the main thread once the
-    script is over. The number of threads watched (every thread but the
-    main thread and jaxmemprof's ``jaxmemprof-*``); 0 where this Python
-    offers no way. Never raises."""
+    """Stop the program's threads where they are, from the main thread once
+    the script is over: those with a frame of the program's code
+    (``is_program(filename)``) on their stack, but the main thread and
+    jaxmemprof's ``jaxmemprof-*``. The number sent the exception; 0 where
+    this Python offers no way (no ctypes). Never raises."""
     try:
         return _park(is_program)
     except Exception:
@@ -75,59 +112,76 @@ def _park(is_program: Callable[[str], bool]) -> int:
     others = [t for t in threading.enumerate() if t.ident not in ours]
     if not others:
         return 0
-    verdicts: dict = {}
-    pending: set = set()  # threads that reached the program's code under a guarded frame
+    watch = _Watch(is_program)
+    _state["watch"] = watch
+    if not _forever.locked():
+        _forever.acquire()
+    return _interrupt_each(others, watch)
 
-    def program_code(frame) -> bool:
+
+class _Watch:
+    """Which code is the program's (its verdicts on files), and where a
+    thread that may hold a lock stops."""
+
+    def __init__(self, is_program: Callable[[str], bool]):
+        self.is_program = is_program
+        self.verdicts: dict = {}
+
+    def program_code(self, frame) -> bool:
         filename = frame.f_code.co_filename
-        v = verdicts.get(filename)
+        v = self.verdicts.get(filename)
         if v is None:
             try:
-                v = verdicts[filename] = bool(is_program(filename))
+                v = self.verdicts[filename] = bool(self.is_program(filename))
             except Exception:
-                v = verdicts[filename] = False
+                v = self.verdicts[filename] = False
         return v
 
-    def guarded(frame) -> bool:
+    def in_program(self, frame) -> bool:
+        """Whether a frame of this stack is the program's."""
         for _ in range(_DEPTH):
             if frame is None:
                 return False
-            name = frame.f_code.co_filename
-            if any(g in name for g in _GUARDED):
+            if self.program_code(frame):
                 return True
             frame = frame.f_back
         return False
 
-    since = time.monotonic()
-
-    def to_stop(frame, entering: bool) -> bool:
-        """Whether this thread stops here: it is in (or has been in) the
-        program's code, and no guarded frame is on its stack now (a frame
-        being entered holds nothing yet), nor, for ``WITH_GRACE_S``, a frame
-        inside a ``with`` block."""
-        ident = threading.get_ident()
-        if ident not in pending and not program_code(frame):
+    def to_stop(self, frame, event: str, arg) -> bool:
+        """While a thread that may hold a lock unwinds from the exception:
+        whether it stops at this event. Never under a guarded frame (its
+        handlers give back logging's and the import system's locks), nor
+        at a lock's own ``__exit__``/``release`` (a ``with lock:`` gives the
+        lock back), nor in the library's code that a ``with`` runs on the way
+        out (a Condition's __exit__); otherwise at its first call or return,
+        before any code of the program's (a ``with``'s __exit__ of the
+        program's: the thread stops before it, with what it holds)."""
+        if event not in ("call", "c_call", "return") or _guarded(frame):
             return False
-        below = frame.f_back if entering else frame
-        if guarded(below) or (time.monotonic() - since < WITH_GRACE_S and in_with_block(below)):
-            pending.add(ident)
-            return False
-        return True
+        if event == "c_call":
+            return not _releases_lock(arg) and (self.program_code(frame) or not in_with_block(frame))
+        if event == "call":
+            return self.program_code(frame) or not in_with_block(frame.f_back)
+        return not in_with_block(frame.f_back)  # a return: into a caller's ``with`` (its __exit__ next), or not
 
-    if not _forever.locked():
-        _forever.acquire()
-    if hasattr(sys, "_setprofileallthreads"):  # 3.12 and later
-        def on_event(frame, event, arg):
-            if threading.get_ident() in ours:
-                sys.setprofile(None)
-            elif to_stop(frame, event == "call"):
-                _stop()
-        sys._setprofileallthreads(on_event)
-        sys.setprofile(None)  # not this thread's
-    else:
-        if not _set_each_thread_state(ours, to_stop):
-            return 0
-    return len(others)
+
+def _releases_lock(fn) -> bool:
+    return getattr(fn, "__name__", "") in ("__exit__", "release") and isinstance(getattr(fn, "__self__", None),
+                                                                               _LOCK_TYPES)
+
+
+_LOCK_TYPES = tuple({type(threading.Lock()), type(threading.RLock())})
+
+
+def _guarded(frame) -> bool:
+    for _ in range(_DEPTH):
+        if frame is None:
+            return False
+        name = frame.f_code.co_filename
+        if any(g in name for g in _GUARDED):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def in_with_block(frame) -> bool:
@@ -152,6 +206,8 @@ def _inside_with(code, offset: int) -> bool:
     entries, handlers, exits = got
     if offset in exits:
         return True
+    if not entries:
+        return False
     for _ in range(16):  # out through the handlers that cover each other, innermost first
         target = next((t for start, end, t in entries if start <= offset < end), None)
         if target is None:
@@ -165,15 +221,20 @@ def _inside_with(code, offset: int) -> bool:
 def _with_parts(code) -> tuple:
     """``code``'s exception table, the offsets of its ``with`` handlers
     (WITH_EXCEPT_START among their first instructions) and of the calls of
-    a ``with``'s ``__exit__`` on the way out (three Nones, then the call)."""
+    a ``with``'s ``__exit__`` (on the way out: three Nones, then the call;
+    on an exception: WITH_EXCEPT_START). 3.10 has no exception table: every
+    offset from a SETUP_WITH to the end of its handler counts as an exit."""
     import dis
 
+    try:
+        instructions = list(dis.get_instructions(code))
+    except Exception:
+        return (), frozenset(), frozenset()
     parse = getattr(dis, "_parse_exception_table", None)
     if parse is None:
-        return (), frozenset(), frozenset()
+        return (), frozenset(), _with_ranges_310(instructions)
     try:
         entries = tuple((e.start, e.end, e.target) for e in parse(code))
-        instructions = list(dis.get_instructions(code))
     except Exception:
         return (), frozenset(), frozenset()
     at = {ins.offset: i for i, ins in enumerate(instructions)}
@@ -182,7 +243,7 @@ def _with_parts(code) -> tuple:
         i = at.get(target)
         if i is not None and any(ins.opname == "WITH_EXCEPT_START" for ins in instructions[i:i + 3]):
             handlers.add(target)
-    exits = set()
+    exits = {ins.offset for ins in instructions if ins.opname == "WITH_EXCEPT_START"}
     for i, ins in enumerate(instructions):
         if ins.opname == "LOAD_CONST" and ins.argval is None and i + 3 < len(instructions) and all(
                 x.opname == "LOAD_CONST" and x.argval is None for x in instructions[i + 1:i + 3]):
@@ -192,49 +253,166 @@ def _with_parts(code) -> tuple:
     return entries, frozenset(handlers), frozenset(exits)
 
 
+def _with_ranges_310(instructions: list) -> frozenset:
+    """3.10: the offsets inside a ``with`` (its body and normal exit, from
+    SETUP_WITH to its handler) and of its handler (to its POP_EXCEPT)."""
+    inside: set = set()
+    for ins in instructions:
+        if ins.opname in ("SETUP_WITH", "SETUP_ASYNC_WITH") and isinstance(ins.argval, int):
+            handler = ins.argval
+            ends = [x.offset for x in instructions if x.offset >= handler and x.opname == "POP_EXCEPT"]
+            last = ends[0] if ends else handler
+            inside.update(x.offset for x in instructions if ins.offset < x.offset <= last)
+    return frozenset(inside)
+
+
 def _stop() -> None:
     _state["parked"] += 1
     _forever.acquire()  # for good: the process ends with the thread here
 
 
-def _set_each_thread_state(ours: set, to_stop) -> bool:
-    """3.11: the C profile function set on every thread state through the
-    C API, which takes it for another thread's state too (with the GIL
-    held, as here)."""
-    import ctypes
+class _Parked(SystemExit):
+    """The exception a thread of the program's is sent on 3.12 and later
+    (and jaxmemprof-parking sends itself on every Python). Its construction
+    runs in that thread, where the thread is, as the interpreter makes it at
+    once: there, unless its stack may hold a lock the end phase needs, it
+    blocks for good, before anything of the program's runs. A SystemExit,
+    so that where it is let go on and reaches the top of the thread, the
+    thread ends without a word (threading's excepthook ignores SystemExit),
+    and ``except Exception`` does not catch it."""
 
-    api = ctypes.pythonapi
-    needed = ("PyInterpreterState_Get", "PyInterpreterState_ThreadHead", "PyThreadState_Next", "PyThreadState_Get",
-              "_PyEval_SetProfile")
-    if not all(hasattr(api, n) for n in needed):
-        return False
-    api.PyInterpreterState_Get.restype = ctypes.c_void_p
-    api.PyInterpreterState_ThreadHead.restype = ctypes.c_void_p
-    api.PyInterpreterState_ThreadHead.argtypes = [ctypes.c_void_p]
-    api.PyThreadState_Next.restype = ctypes.c_void_p
-    api.PyThreadState_Next.argtypes = [ctypes.c_void_p]
-    api.PyThreadState_Get.restype = ctypes.c_void_p
-    api._PyEval_SetProfile.restype = ctypes.c_int
-    api._PyEval_SetProfile.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
-    kind = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.py_object, ctypes.c_int, ctypes.c_void_p)
+    def __init__(self, *args):
+        _arriving()
+        super().__init__(*args)
 
-    def on_event(_obj, frame, what, _arg):
-        try:
-            if threading.get_ident() in ours:
-                api._PyEval_SetProfile(api.PyThreadState_Get(), None, None)
-            elif to_stop(frame, what == 0):  # PyTrace_CALL
-                _stop()
-        except BaseException:
-            pass
+
+class _Freeze:
+    """What a thread of the program's is sent on 3.10 and 3.11, where an
+    exception sent as a class is made (normalised) only at the first frame
+    with a handler, after the frames without one are left: their value
+    stacks emptied, a generator that a ``for`` of theirs was iterating
+    closed (its ``finally`` run: measured, where python runs none). An
+    object that is not an exception class is refused at once, where the
+    thread is, by a SystemError whose message has the object's repr: that
+    repr runs first, in the thread, before anything is left. It stops the
+    thread there (as ``_Parked``'s construction on 3.12 and later), or, where
+    the thread may hold a lock, lets the SystemError go on."""
+
+    def __repr__(self) -> str:
+        _arriving()
+        return "jaxmemprof's parking"
+
+
+def _arriving() -> None:
+    """``_arrived``, or, where it fails (an audit hook of the program's that
+    raises at our ``sys._getframe``), the thread blocked all the same: no
+    exception of ours goes on unwatched."""
+    try:
+        _arrived()
+    except BaseException:
+        if threading.get_ident() not in our_threads():
+            _stop()
+
+
+def _arrived() -> None:
+    """In the thread the exception was sent to (its own frames, read in it)."""
+    watch = _state.get("watch")
+    ident = threading.get_ident()
+    if watch is None or ident in our_threads():
+        return  # the flag's holder (below), or a thread of ours that took the ident of one that ended
+    _state.get("waiting", {}).pop(ident, None)
+    frame = sys._getframe(3)  # where the thread is (_arrived, _arriving, the __repr__ or __init__, then it)
+    if not (_guarded(frame) or in_with_block(frame)):
+        _stop()
+    # Its stack may hold a lock: the exception is let go on, its handlers
+    # give the lock back (a ``with lock:``'s __exit__, logging's
+    # ``finally``), and the thread stops at its first step into the
+    # program's code (this thread's own profile function, set in it).
+
+    def on_event(frame, event, arg):
+        if watch.to_stop(frame, event, arg):
+            _stop()
+    sys.setprofile(on_event)
+
+
+def _interrupt_each(others: list, watch: _Watch) -> int:
+    """Each thread with a frame of the program's on its stack (read
+    through ``sys._current_frames()``) is sent ``_SENT`` (``_Parked``;
+    3.10 and 3.11: ``_Freeze``) through ``PyThreadState_SetAsyncExc``, which finds the thread by its
+    ident under the runtime's lock within the one call (no thread state is
+    held between calls). A thread with none (a library's, an idle pool
+    worker) runs on. The number sent."""
+    send = _SEND
+    if send is None:
         return 0
+    frames = sys._current_frames()
+    targets = [t for t in others if t.ident is not None and watch.in_program(frames.get(t.ident))]
+    del frames
+    if not targets:
+        return 0
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(_SWITCH_S)  # the GIL back soon after each step (the program's threads are busy)
+    try:
+        _state.update(waiting={t.ident: t for t in targets})
+        start_thread(_hold_flag, "jaxmemprof-parking", (send,))
+        sent = 0
+        for t in targets:
+            # Alive now: its ident is not another's (an ident is given again
+            # only once its thread is gone).
+            if t.is_alive() and send(t.ident, _SENT) == 1:
+                sent += 1
+            else:
+                _state["waiting"].pop(t.ident, None)
+    finally:
+        sys.setswitchinterval(switch)
+    return sent
 
-    callback = kind(on_event)
-    _keep.append(callback)
-    address = ctypes.cast(callback, ctypes.c_void_p)
-    ts = api.PyInterpreterState_ThreadHead(api.PyInterpreterState_Get())
-    here = api.PyThreadState_Get()
-    while ts:
-        if ts != here:
-            api._PyEval_SetProfile(ts, address, None)
-        ts = api.PyThreadState_Next(ts)
-    return True
+
+def _resolve():
+    """``PyThreadState_SetAsyncExc``, looked up as jaxmemprof is imported
+    (before the program runs: none of its audit hooks sees the lookup)."""
+    try:
+        import ctypes
+
+        return ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_ulong, ctypes.py_object)(
+            ("PyThreadState_SetAsyncExc", ctypes.pythonapi))
+    except Exception:
+        return None
+
+
+_SEND = _resolve()
+_SENT = _Parked if sys.version_info >= (3, 12) else _Freeze()
+
+
+def _hold_flag(send) -> None:
+    """jaxmemprof-parking. The interpreter raises the flag that makes a
+    thread look for an asynchronous exception for all threads at once, and
+    the first thread that takes its own lowers it: the others would see
+    theirs only when the GIL next changes hands in the middle of their
+    bytecode (a thread that wakes, prints and sleeps again: seldom). So
+    this thread keeps one of its own sent while it waits in C (the flag
+    stays up), takes it every ``_POLL_S``, and sends itself another while
+    a thread sent one is alive and has not taken it; then it ends, the flag
+    down."""
+    me = threading.get_ident()
+    while True:
+        if send(me, _Parked) != 1:
+            return
+        took = False
+        try:
+            _poll.acquire(timeout=_POLL_S)  # never given: a wait in C, the exception pending
+            time.sleep(0)  # taken here at the latest, with the flag up
+        except _Parked:
+            took = True
+        waiting = _state["waiting"]
+        for ident, t in list(waiting.items()):
+            if not t.is_alive():  # ended without taking it (in its last steps, in C)
+                waiting.pop(ident, None)
+        if not waiting:
+            if not took:  # the flag was lowered by another thread: this one's is left, never taken
+                send(me, None)
+            return
+
+
+_poll = threading.Lock()
+_poll.acquire()
