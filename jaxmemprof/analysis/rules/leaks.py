@@ -145,6 +145,7 @@ def _shapes_words(f: Finding, x: dict) -> Words:
 def _leak(f: Finding, x: dict) -> Words:
     per_s = fmt(x["growth_bytes_per_s"]) if x.get("growth_bytes_per_s") is not None else "?"
     to_limit = x.get("steps_to_limit")
+    horizon: str | None
     if x.get("growth_bytes_per_step") is not None:
         rate = f"{format_bytes(x['growth_bytes_per_step'])} per step ({per_s}/s)"
         horizon = f"{counted(x['projected_steps'], 'more step')}"

@@ -522,9 +522,6 @@ class JitProbe(SampledCalls, Programs):
         except Exception:
             return False
 
-    def _is_array(self, x) -> bool:
-        return isinstance(x, self._jax.Array) and not isinstance(x, self._tracer_type)
-
     def _check_liveness(self, state):
         """Record what became of the last sampled call's input leaves by the
         time the function was called again, or the run ended

@@ -20,12 +20,11 @@ the program's Python traced again, that re-trace runs here, through
   program's exit status.
 - **What is abandoned stops.** The re-trace thread runs with a profile
   function of ours (its own thread's alone): once abandoned, the thread
-  stops for good at its next call or return (where the parking of the
-  program's threads stops them, capture/parking.py), so nothing of the
-  program's runs in it after the end; a thread blocked in C stays there
-  and stops as it comes back. It is a daemon: it never keeps the process
-  alive. A loop with no call in it at all runs on, on one core, doing
-  nothing anyone can see, until the process ends.
+  stops for good at its next call or return, so nothing of the program's
+  runs in it after the end; one that loops with no call is sent an
+  exception (``PyThreadState_SetAsyncExc``, by its ident) and stops as its
+  frames return; a thread blocked in C stays there and stops as it comes
+  back. It is a daemon: it never keeps the process alive.
 - **No lock of a stopped thread.** The program's threads are stopped once
   the script is over (parking.py), never inside a ``with`` block of theirs
   (where a lock is held) while they can still leave it; a lock held

@@ -10,6 +10,7 @@ import json
 import sys
 import time
 import weakref
+from typing import Any
 
 from jaxmemprof.capture.arrays import is_deleted as _is_deleted
 from jaxmemprof.capture.jit.frames import user_frame
@@ -23,9 +24,21 @@ class SampledCalls:
     fields it reads: _jax, observer, writer, _lock, _next_call,
     _live_before_left)."""
 
+    _jax: Any
+    _tracer_type: Any
+    observer: Any
+    writer: Any
+    _lock: Any
+    _next_call: int
+    _live_before_left: int
+
+    def _is_array(self, x) -> bool:
+        return isinstance(x, self._jax.Array) and not isinstance(x, self._tracer_type)
+
     def _describe_inputs(self, state, args, kwargs):
         tu = self._jax.tree_util
-        leaves, refs = [], []
+        leaves: list = []
+        refs: list = []
         deaths: dict[int, tuple] = {}
         first: dict[int, int] = {}  # id of an array -> its first leaf: one array passed twice cannot be donated twice
         # Where each leaf came from, when the previous call was sampled too;
