@@ -69,28 +69,14 @@ def installed_jax() -> str | None:
     return min(versions, key=lambda v: release(v) or ())
 
 
-def frames_readable() -> bool | None:
-    """Whether this Python's running frames are read for the holder search
-    (the locals of a running function); None where it cannot be told."""
-    try:
-        from jaxmemprof.capture import frame_locals
-    except Exception:
-        return None
-    if sys.version_info >= (3, 13):
-        return True
-    readable = getattr(frame_locals, "readable", None)
-    try:
-        return bool(readable()) if readable is not None else None
-    except Exception:
-        return None
-
-
-def outside(python: tuple | None = None, jax: str | None = None, frames: bool | None = True) -> str | None:
+def outside(python: tuple | None = None, jax: str | None = None) -> str | None:
     """The one line `run` says where ``python`` (major, minor) or ``jax``
     (a version's text; None: not installed, said elsewhere) is outside the
-    supported range, or where this Python's running frames cannot be read
-    (``frames`` False): what is not supported and what will be missing.
-    None where everything is supported."""
+    supported range, or loses something in it: what is not supported and
+    what will be missing. None where everything is supported. (Holders
+    among a running function's locals are read on every supported Python,
+    in the program's own thread; where a run could not read them it says
+    so itself: capture/frame_locals.py.)"""
     python = tuple(python or sys.version_info[:2])
     said = []
     if python > PYTHON_NEWEST:
@@ -101,9 +87,6 @@ def outside(python: tuple | None = None, jax: str | None = None, frames: bool | 
                     f"it may fail anywhere")
     else:
         lost = []
-        if frames is False:
-            lost.append("running frames are not read here, so no holder is named among a running function's "
-                        "locals (kept alive by `x (local of main)`) and a leak's fix is the generic one")
         if python < (3, 11):
             # 3.10 runs a decorator at its function's def line (3.11 on: the decorator's)
             lost.append("a function jitted by a decorator is placed at its def line, not the decorator's")
@@ -126,6 +109,4 @@ def supported_range() -> str:
 def run_line() -> str | None:
     """``outside`` for the running Python and the installed JAX: the line
     `run` says before the script starts, or None."""
-    python = sys.version_info[:2]
-    frames = frames_readable() if python < (3, 13) else True
-    return outside(python, installed_jax(), frames)
+    return outside(sys.version_info[:2], installed_jax())

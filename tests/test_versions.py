@@ -24,24 +24,21 @@ def _text(version) -> str:
 def test_inside_the_range_nothing_is_said():
     assert versions.outside((3, 11), "0.10.2") is None
     assert versions.outside(versions.PYTHON_NEWEST, _text(versions.JAX_OLDEST)) is None
-    assert versions.outside((3, 11), "0.6.2", frames=True) is None
+    assert versions.outside((3, 11), "0.6.2") is None
     assert versions.outside((3, 12), None) is None  # no JAX installed: said where it is imported
 
 
-@pytest.mark.parametrize("python,jax,frames,says", [
-    ((3, 14), "0.12.1", True, ["Python 3.14 is newer than the newest supported (3.13)", "bytecode"]),
-    ((3, 11), "0.6.0", True, ["JAX 0.6.0 is older than the oldest supported (0.6.1)",
+@pytest.mark.parametrize("python,jax,says", [
+    ((3, 14), "0.12.1", ["Python 3.14 is newer than the newest supported (3.13)", "bytecode"]),
+    ((3, 11), "0.6.0", ["JAX 0.6.0 is older than the oldest supported (0.6.1)",
                               "memory inside jitted calls will not be attributed to lines"]),
-    ((3, 11), "0.5.3", True, ["JAX 0.5.3 is older"]),
-    ((3, 11), "0.4.30", True, ["JAX 0.4.30 is older", "not be attributed to lines", "no fix will be verified"]),
-    ((3, 10), "0.6.2", False, ["Python 3.10: running frames are not read", "local of main",
-                               "a function jitted by a decorator is placed at its def line"]),
-    ((3, 10), "0.6.2", True, ["Python 3.10: a function jitted by a decorator is placed at its def line"]),
-    ((3, 12), "0.10.2", False, ["Python 3.12: running frames are not read"]),
-    ((3, 9), "0.6.2", True, ["Python 3.9 is older than the oldest supported (3.10)"]),
+    ((3, 11), "0.5.3", ["JAX 0.5.3 is older"]),
+    ((3, 11), "0.4.30", ["JAX 0.4.30 is older", "not be attributed to lines", "no fix will be verified"]),
+    ((3, 10), "0.6.2", ["Python 3.10: a function jitted by a decorator is placed at its def line"]),
+    ((3, 9), "0.6.2", ["Python 3.9 is older than the oldest supported (3.10)"]),
 ])
-def test_outside_the_range_one_line_says_what_and_what_is_missing(python, jax, frames, says):
-    line = versions.outside(python, jax, frames)
+def test_outside_the_range_one_line_says_what_and_what_is_missing(python, jax, says):
+    line = versions.outside(python, jax)
     assert line is not None and "\n" not in line
     assert line.startswith("jaxmemprof: warning: ") and line.endswith("the run goes on")
     for words in says:
