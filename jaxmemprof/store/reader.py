@@ -451,8 +451,11 @@ def _load_journal_run(path: Path) -> Run:
         raise InputError(str(db_path), f"not a readable journal ({_one_line(exc)})") from None
     try:
         try:
-            dropped_tables({n for (n,) in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")},
-                           warnings)
+            present = {n for (n,) in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            # schema 1's arrays describe themselves: it has no array_kinds to lose
+            if "arrays" in present and "kind_id" not in {c for (_, c, *_) in con.execute("PRAGMA table_info(arrays)")}:
+                present.add("array_kinds")
+            dropped_tables(present, warnings)
         except sqlite3.Error:
             pass  # each table's own read says what it cannot read
         try:

@@ -13,8 +13,8 @@ import pandas as pd
 from conftest import line_of
 
 from jaxmemprof.analysis.attributed import attribute
-from jaxmemprof.analysis.py_holders import (chosen_searches, describe, holders, of_site, search_cost, searches,
-                                             site_holders)
+from jaxmemprof.analysis.py_holders import (chosen_searches, describe, holders, holders_searched_at, of_site,
+                                             search_cost, searches, site_holders)
 from jaxmemprof.store.reader import load_run
 
 from .programs import KEPT_BYTES, PARAMS_BYTES, TABLE_BYTES
@@ -135,9 +135,10 @@ def test_a_later_peak_shows_the_search_before_it_counted_at_that_search():
     # the peak (snapshot 43, after the loop) has 132 arrays at line 82; the search at 41 saw 124 there
     sites = pd.DataFrame({"site": ["train.py:82 (main)", "train.py:77 (main)"], "count": [132, 1]})
     got = site_holders(_table(ROWS), 43, sites)
-    assert got == {
-        "train.py:82 (main)": "loss_history[…] (local of main) (112 of 124 arrays, 448.00 KiB, searched at snapshot 41)",
-        "train.py:77 (main)": "x (local of main), searched at snapshot 41"}
+    assert got == {"train.py:82 (main)": "loss_history[…] (local of main) (112 of 124 arrays, 448.00 KiB)",
+                   "train.py:77 (main)": "x (local of main)"}
+    assert holders_searched_at(_table(ROWS), 43) == 41  # said once, beside the table
+    assert holders_searched_at(_table(ROWS), 41) is None  # the peak's own search
 
 
 def test_no_search_before_the_peak_shows_nothing():
