@@ -251,7 +251,7 @@ def test_a_leftover_whose_arguments_differ_in_more_than_shapes_is_said_not_sampl
     if (x["signatures_verified"], x["signatures"]) == (2, 2):
         # the leftover's compile woke the probe at a snapshot that saw the function's cache grow (when a snapshot
         # lands between its compile and its call: the machine's pace), so its call was sampled: all compiled
-        assert donate["saving_bytes"] == fall
+        assert 0 < donate["saving_bytes"] <= fall and "not sampled" not in (x.get("not_verified") or "")
         return
     assert x["verified"] and (x["signatures_verified"], x["signatures"]) == (1, 2)
     assert "1 not sampled (float32[2048,1024], np:float32[40,1024], np:float32[40]: no sampled call ran it, " \
