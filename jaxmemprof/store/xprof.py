@@ -32,11 +32,17 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from jaxmemprof.errors import InputError
 from jaxmemprof.store import layout
-from jaxmemprof.store.xprof_tables import XprofRun, build_run
 from jaxmemprof.xprof.xplane import SUFFIX
+
+# The tables (pandas, numpy) are imported where a profile is read: telling
+# whether a path is one (is_profile: `show`/`diff` ask it of every pprof
+# file) imports neither.
+if TYPE_CHECKING:
+    from jaxmemprof.store.xprof_tables import XprofRun
 
 PROFILE_DIRS = ("plugins", "profile")
 
@@ -99,6 +105,8 @@ def load_profile_run(path, host: int | None = None) -> XprofRun:
     """The profile at ``path`` as a run (``host``: the index of one host's
     file, in name order; None: every host)."""
     path = Path(path)
+    from jaxmemprof.store.xprof_tables import build_run
+
     files, note = profile_files(path)
     if not files:
         raise InputError(str(path), "is not an XProf profile (no .xplane.pb)")
@@ -117,4 +125,4 @@ def load_profile_run(path, host: int | None = None) -> XprofRun:
 def host_count(path) -> int:
     return len(profile_files(path)[0])
 
-__all__ = ["XprofRun", "host_count", "is_profile", "load_profile_run", "profile_files"]
+__all__ = ["host_count", "is_profile", "load_profile_run", "profile_files"]
