@@ -46,12 +46,29 @@ def _damage(run, sql, *params, table=None):
         con.execute(sql, params)
     except sqlite3.IntegrityError:
         assert table is not None
-        for s in (f"CREATE TABLE loose AS SELECT * FROM {table} ORDER BY rowid", f"DROP TABLE {table}",
-                  f"ALTER TABLE loose RENAME TO {table}"):
-            con.execute(s)
+        columns = ", ".join(r[1] for r in con.execute(f"PRAGMA table_info({table})"))
+        for s in (f"CREATE TABLE loose AS SELECT * FROM {table} WHERE 0",
+                  f"INSERT INTO loose (rowid, {columns}) SELECT rowid, {columns} FROM {table} ORDER BY rowid",
+                  f"DROP TABLE {table}", f"ALTER TABLE loose RENAME TO {table}"):
+            con.execute(s)  # the rows keep their rowids: the damage lands on the row named
         con.execute(sql, params)
     con.commit()
     con.close()
+
+
+def _rowids(run, table) -> list:
+    """The rowids of ``table`` in the run's journal, in order (the bundled
+    runs are re-recorded now and then: a test names the rows they have)."""
+    return [r for (r,) in _read(run, f"SELECT rowid FROM {table} ORDER BY rowid")]
+
+
+def _read(run, sql) -> list:
+    """``sql``'s rows from the run's journal, opened read-only."""
+    con = sqlite3.connect(f"file:{run / 'journal.sqlite'}?mode=ro", uri=True)
+    try:
+        return con.execute(sql).fetchall()
+    finally:
+        con.close()
 
 
 def _one_error(proc, *named):
@@ -121,28 +138,44 @@ def test_a_failed_compile_may_have_no_figures_but_a_compiled_one_must(tmp_path):
     assert report.returncode == 0 and "jit_targets rowid 8: argument_bytes" in report.stdout, report.stdout
 
 
-# (run, table, column, the rowid of the table's first row: py_holders' first rows were replaced by a
-# larger search's, as the writer does)
+# (run, table, column): the table's first row is damaged (py_holders' first rows were replaced by a
+# larger search's, as the writer does: its first rowid is not 1)
 CELLS = [
-    ("mlp-target", "jit_plans", "temp_bytes", 1),
-    ("mlp-target", "jit_target_buffers", "bytes", 1),
-    ("mlp-leak", "jit_whatif", "temp_bytes", 1),
-    ("mlp-leak", "snapshot_calls", "function_id", 1),
-    ("mlp-leak", "py_chains", "line", 1),
-    ("mlp-leak", "py_holders", "array_id", 44),
-    ("mlp-leak", "py_holder_searches", "visited", 1),
+    ("mlp-target", "jit_plans", "temp_bytes"),
+    ("mlp-target", "jit_target_buffers", "bytes"),
+    ("mlp-leak", "jit_whatif", "temp_bytes"),
+    ("mlp-leak", "snapshot_calls", "function_id"),
+    ("mlp-leak", "py_chains", "line"),
+    ("mlp-leak", "py_holders", "array_id"),
+    ("mlp-leak", "py_holder_searches", "visited"),
 ]
+# A sound snapshot_calls row where the recording has none (its loop's snapshots are taken at its
+# step markers, between calls): train_step in progress at the peak's snapshot, as an interval
+# snapshot during a call records it.
+SOUND_CALL = ("INSERT INTO snapshot_calls SELECT (SELECT snapshot FROM snapshots ORDER BY live_bytes DESC LIMIT 1), "
+              "(SELECT function_id FROM jit_functions WHERE name = 'train_step')")
+
+
+def _first_rowid(d, table) -> int:
+    """The first rowid of ``table`` in the fixture's copies (all alike)."""
+    return _rowids(d / f"{table}-sound", table)[0]
 GATE = ["--fail-on", "donate", "--fail-on", "leak"]  # the sound runs fail both (exit 1)
 
 
 @pytest.fixture(scope="module")
 def damaged_tables(tmp_path_factory):
     d = tmp_path_factory.mktemp("tables")
-    for run, table, column, rowid in CELLS:
+    for run, table, column in CELLS:
+        sound = d / f"{table}-sound"
+        shutil.copytree(RUNS / run, sound)
+        if table == "snapshot_calls" and not _rowids(sound, table):
+            _damage(sound, SOUND_CALL)
+        (rowid, *_) = _rowids(sound, table)
         for kind, value in KINDS.items():
             copy = d / f"{table}-{kind}"
-            shutil.copytree(RUNS / run, copy)
+            shutil.copytree(sound, copy)
             _damage(copy, f"UPDATE {table} SET {column} = ? WHERE rowid = {rowid}", value, table=table)
+            assert _rowids(copy, table)[0] == rowid  # the damage landed on that row
     return d
 
 
@@ -153,7 +186,8 @@ def test_every_new_table_is_checked_and_its_damage_named(damaged_tables, table):
     show read the rest with the same one-line warning (was: no word, the
     cell read as 0)."""
     d = damaged_tables
-    _, _, column, rowid = next(c for c in CELLS if c[1] == table)
+    _, _, column = next(c for c in CELLS if c[1] == table)
+    rowid = _first_rowid(d, table)
     jobs = [["check", f"{table}-{kind}", *GATE] for kind in KINDS]
     jobs += [["report", f"{table}-text"], ["export", f"{table}-null", "--csv", f"csv-{table}"],
              ["show", f"{table}-negative@peak"]]
@@ -176,10 +210,11 @@ def test_a_flag_that_is_neither_0_nor_1_is_damage(tmp_path):
     """py_holder_searches' complete and superseded are flags."""
     run = tmp_path / "run"
     shutil.copytree(RUNS / "mlp-leak", run)
-    _damage(run, "UPDATE py_holder_searches SET complete = 7 WHERE rowid = 2")
+    second = _rowids(run, "py_holder_searches")[1]
+    _damage(run, f"UPDATE py_holder_searches SET complete = 7 WHERE rowid = {second}")
     (proc,) = cli_batch([["check", "run", *GATE]], tmp_path)
     assert proc.returncode == 2, proc.stderr
-    _one_error(proc, "py_holder_searches rowid 2: complete is 7, not 0 or 1")
+    _one_error(proc, f"py_holder_searches rowid {second}: complete is 7, not 0 or 1")
 
 
 def test_the_sound_runs_read_as_before(tmp_path):
@@ -313,11 +348,14 @@ def test_an_end_a_signal_skipped_reads_as_cut(tmp_path):
     manifest = json.loads((run / "manifest.json").read_text())
     manifest["end_phase"] = {"seconds": 1.5, "finished_time": manifest["end_time"], "skipped_by": "SIGINT"}
     (run / "manifest.json").write_text(json.dumps(manifest))
+    # the largest batch compiled for v5e:2x2 that fits
+    ((fits,),) = _read(run, "SELECT max(batch) FROM jit_targets WHERE target = 'v5e:2x2' AND variant = 'recorded' "
+                            "AND error IS NULL")
     report, gate = cli_batch([["report", "run"], ["check", "run", "--target-fits", "v5e:2x2"]], tmp_path,
                              env=cpu_env(COLUMNS="300"))
     assert report.returncode == 0 and "largest batch that fits: " not in report.stdout, report.stdout
     assert "v5e:2x2 train_step: search for the largest batch that fits cut short (SIGINT skipped the rest of the " \
-           "run's end): 1,609,070 fits" in report.stdout, report.stdout
+           f"run's end): {fits:,} fits, the largest batch compiled before" in report.stdout, report.stdout
     assert "plan: the run's end was cut short (SIGINT skipped the rest of the run's end)" in report.stdout
     assert gate.returncode == 2, gate.stdout + gate.stderr
     _one_error(gate, "had its end cut short (SIGINT skipped the rest of the run's end)")
@@ -336,8 +374,11 @@ def test_a_holder_search_that_stopped_at_its_budget_says_so(tmp_path):
     assert "warning" not in report.stdout + export.stderr
     peak = [x for x in report.stdout.splitlines() if "(local of main)" in x and "train_mlp.py:8" in x]
     assert peak and all(x.endswith("(search cut short at its budget)") for x in peak), report.stdout
-    assert ("kept alive by `loss_history[…]` (a local of main; list, sample_runs/train_mlp.py:80): 120 arrays, "
-            "480.00 KiB (search cut short at its budget: others may hold them too).") in report.stdout
+    (kept,) = [x[x.index("kept alive by "):] for x in whole.stdout.splitlines() if "kept alive by `loss_history" in x]
+    assert kept.startswith("kept alive by `loss_history[…]` (a local of main; list, sample_runs/train_mlp.py:80): ")
+    assert kept.endswith("."), kept
+    # the intact run's figures, with the search's cut said
+    assert kept[:-1] + " (search cut short at its budget: others may hold them too)." in report.stdout, report.stdout
     assert "cut short" not in whole.stdout  # the whole search's words unchanged
     import csv
 
@@ -352,8 +393,8 @@ TORN = [
     ("mlp-leak", "UPDATE py_chains SET steps = '{\"a\": 1}' WHERE rowid = 1",
      "py_chains rowid 1: steps is not a JSON list of [kind, label] steps"),
     ("mlp-leak", "DELETE FROM py_chains WHERE chain_id = 2",
-     "py_holders name a chain the journal's py_chains lacks and are left out (journal.sqlite, py_holders snapshot 30, "
-     "array_id 1: chain_id 2 is in no py_chains row)"),
+     "py_holders name a chain the journal's py_chains lacks and are left out (journal.sqlite, py_holders HELD: "
+     "chain_id 2 is in no py_chains row)"),
     ("mlp-leak", "UPDATE jit_whatif SET change = '[1]' WHERE rowid = 1", "jit_whatif rowid 1: change is not a JSON object"),
     ("mlp-target", "UPDATE jit_targets SET devices = '[\"TPU_0\"' WHERE rowid = 3",
      "jit_targets rowid 3: devices is not JSON"),
@@ -371,6 +412,10 @@ def test_torn_json_and_lost_references_are_damage(tmp_path):
         shutil.copytree(RUNS / run, tmp_path / f"torn-{i}")
         _damage(tmp_path / f"torn-{i}", sql)
         jobs.append(["check", f"torn-{i}", *GATE] + (["--target-fits", "v5e:2x2"] if run == "mlp-target" else []))
+    # the first holder of chain 2, named
+    (snapshot, array_id), *_ = _read(RUNS / "mlp-leak", "SELECT snapshot, array_id FROM py_holders WHERE chain_id = 2 "
+                                                        "ORDER BY rowid")
     for (_, _, said), proc in zip(TORN, cli_batch(jobs, tmp_path)):
+        said = said.replace("HELD", f"snapshot {snapshot}, array_id {array_id}")
         assert proc.returncode == 2 and proc.stdout == "", (said, proc.stdout, proc.stderr)
         _one_error(proc, said, "cannot be checked")
