@@ -144,7 +144,8 @@ def test_run_summary_is_short(training):
     if closing:
         summary = summary[:closing.start()]
     lines = _lines(summary)
-    assert len(lines) <= 16, summary
+    # 17: the first line also says what the snapshots in the program's own thread cost it (issue 62), and wraps
+    assert len(lines) <= 17, summary
     assert max(len(line) for line in lines) <= 100, summary
     assert lines[-1].lstrip().startswith(("fix: ", "... "))  # the last finding's fix, or how many more
     assert f"(next: jaxmemprof report {run_dir})" in " ".join(summary.split())
@@ -197,7 +198,11 @@ def test_a_rerun_of_the_fixed_program_says_the_change_and_the_gate_that_holds_it
     before = run_cli("run", "-o", "runs/a", "train.py", cwd=tmp_path, env=cpu_env(COLUMNS="100"))
     assert before.returncode == 0, before.stderr
     said = before.stderr.splitlines()
-    assert said[1].startswith("true peak ") and said[2].startswith("it is: "), before.stderr
+    # the answer right after the summary's first line (which may wrap at 100 columns: the cost in the
+    # program's thread is said there when it is worth saying, and a loaded machine makes it so)
+    first = next(i for i, line in enumerate(said) if line.startswith("true peak "))
+    assert said[0].startswith("jaxmemprof: train.py: ") and first <= 2, before.stderr
+    assert said[first + 1].startswith("it is: "), before.stderr
     assert "since the previous run" not in before.stderr
     [finding] = [line for line in said if "donate" in line and "saves" in line]
     assert "(compiled)" in finding

@@ -107,5 +107,17 @@ def overview(ar: Attributed, top_sites: int = 5) -> Overview:
         peak_holders=site_holders(holders(ar), peak.snapshot, sites.rows if sites is not None else None)
         if peak is not None and searches else {},
         peak_holders_at=holders_searched_at(holders(ar), peak.snapshot) if peak is not None and searches else None,
-        holders_unread=unread(run), program_thread=program_thread_cost(run),
+        holders_unread=unread(run), program_thread=_worth_saying(program_thread_cost(run), m.get("duration_s")),
     )
+
+
+# The closing lines say what the snapshots in the program's thread cost it from this share of the run's wall time
+# on (the report and its JSON always give it).
+PROGRAM_THREAD_SAID = 0.02
+
+
+def _worth_saying(cost, duration) -> tuple | None:
+    """``cost`` (wall, CPU) where its wall time is PROGRAM_THREAD_SAID of ``duration`` or more, else None."""
+    if cost is None or not isinstance(duration, (int, float)) or duration <= 0:
+        return cost
+    return cost if cost[0] >= PROGRAM_THREAD_SAID * duration else None

@@ -220,11 +220,12 @@ def _render_summary(rep: Report, con: Console, explain: bool) -> None:
     if s["peak_unattributed_bytes"]:
         lines.append(_UNATTRIBUTED.get(s["peak_unattributed_what"], _UNATTRIBUTED["runtime"])
                      .format(format_bytes(s["peak_unattributed_bytes"])))
-    own = (f", {s['program_thread_wall_s']:.2f} s of the program's own time ({s['program_thread_cpu_s']:.2f} s "
-           "CPU)" if s["program_thread_wall_s"] is not None else "")
     lines.append(f"{counted(s['snapshots'], 'snapshot')}, {counted(s['markers'], 'marker')}, "
-                 f"{counted(s['arrays_seen'], 'array')} seen; sampling took {s['sampling_cpu_s']:.2f} s of CPU{own}; "
+                 f"{counted(s['arrays_seen'], 'array')} seen; sampling took {s['sampling_cpu_s']:.2f} s of CPU; "
                  f"words: {answer.GLOSSARY}")
+    if s["program_thread_wall_s"] is not None:  # what the snapshots in the program's thread cost it, where paid
+        lines.append(f"snapshots in the program's thread took {s['program_thread_wall_s']:.2f} s of its time "
+                     f"({s['program_thread_cpu_s']:.2f} s CPU)")
     if rep.holders_unread:
         lines.append(f"holders: {safe(rep.holders_unread)}")
     if s.step_snapshots_slowed:

@@ -169,8 +169,8 @@ def render_closing(ov, con: Console, *, target: str, run_dir: str, warnings: lis
     ended = "" if ov.ended_by == "exit" else f" ({safe(ov.ended_by)})"
     exited = "" if ov.exit_status is None and ov.ended_by == "exit" else f", exit {ov.exit_status}"  # profile()
     searched = f"; holder search {ov.holder_search_s:.2f} s" if ov.holder_searches else ""
-    # what the snapshots taken in the program's own thread cost it: its wall time, where it is paid
-    own = (f"; {ov.program_thread[0]:.2f} s of the program's own time ({ov.program_thread[1]:.2f} s CPU)"
+    # what the snapshots taken in the program's own thread cost it, where it is paid (its wall time)
+    own = (f"; {ov.program_thread[0]:.2f} s in its thread ({ov.program_thread[1]:.2f} s CPU)"
            if ov.program_thread is not None else "")
     con.print(Text(f"jaxmemprof: {safe(target)}: {took}{exited}{ended}; "
                    f"{counted(ov.snapshots, 'snapshot')}{share}{searched}{own}"))

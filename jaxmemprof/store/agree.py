@@ -13,12 +13,15 @@ import pandas as pd
 from jaxmemprof.store.decode import ADDED_IN_ORDER, note_damage
 
 
-def dropped_tables(present, warnings: list) -> None:
+def dropped_tables(present, warnings: list, not_made=frozenset()) -> None:
     """The tables a journal lacks though it has one added after them
     (ADDED_IN_ORDER): dropped, said in one line, and each noted as damage
-    (a gate that reads one then says it cannot check)."""
+    (a gate that reads one then says it cannot check). ``not_made``: tables
+    this journal's format never has (schema 1's arrays describe themselves:
+    no array_kinds)."""
+    present = set(present) - set(not_made)
     newest = max((i for i, group in enumerate(ADDED_IN_ORDER) if any(t in present for t in group)), default=-1)
-    lost = [t for group in ADDED_IN_ORDER[:newest + 1] for t in group if t not in present]
+    lost = [t for group in ADDED_IN_ORDER[:newest + 1] for t in group if t not in present and t not in not_made]
     if not lost:
         return
     have = next(t for t in ADDED_IN_ORDER[newest] if t in present)

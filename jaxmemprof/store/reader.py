@@ -453,9 +453,8 @@ def _load_journal_run(path: Path) -> Run:
         try:
             present = {n for (n,) in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
             # schema 1's arrays describe themselves: it has no array_kinds to lose
-            if "arrays" in present and "kind_id" not in {c for (_, c, *_) in con.execute("PRAGMA table_info(arrays)")}:
-                present.add("array_kinds")
-            dropped_tables(present, warnings)
+            v1 = "arrays" in present and "kind_id" not in {c for (_, c, *_) in con.execute("PRAGMA table_info(arrays)")}
+            dropped_tables(present, warnings, {"array_kinds"} if v1 else frozenset())
         except sqlite3.Error:
             pass  # each table's own read says what it cannot read
         try:
