@@ -207,7 +207,9 @@ def test_the_scripts_end_is_recorded_before_the_end_phase(tmp_path):
     assert seen["script_end"]["ended_by"] == "exit"
     m = _assert_finalised(run, 5, "exit", None)
     assert m["duration_s"] == seen["script_end"]["duration_s"] <= t_marker - t_start + 0.5
-    assert m["end_phase"]["seconds"] > 1.0  # the compiles of --plan: not in the script's time
+    # the compiles of --plan: not in the script's time (about 1 s here; the end's compiles begun beside the
+    # program, capture/jit/early.py, leave less of them after it than before)
+    assert m["end_phase"]["seconds"] > 0.3
     ended_at = float(marker.read_text())
     after = [t for t in map(float, beats.read_text().split()) if t > ended_at]
     assert len(after) <= 1, f"{len(after)} heartbeats after the script's last atexit handler"

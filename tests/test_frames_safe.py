@@ -274,8 +274,12 @@ def test_the_audit_hook_program_with_three_workers_runs_as_under_python(tmp_path
                         timeout=300)
     run = run_cli("run", "-q", "-o", tmp_path / "run", script, cwd=tmp_path)
     assert py.returncode == 0, py.stderr
-    assert py.stdout == "ok 60 True 0\n"
-    assert (run.returncode, run.stdout) == (0, py.stdout), run.stderr[-3000:]
+    # The program's audit hook counts the ctypes events it was handed: 37 under run with the old frame reading.
+    # Under the suite's load JAX itself sometimes hands it one, under python too (2026-12-07: python printed
+    # "ok 60 True 1" in one run of this test, run in another; 0 in 6 runs alone, idle and under load).
+    assert py.stdout in ("ok 60 True 0\n", "ok 60 True 1\n"), py.stdout
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout in ("ok 60 True 0\n", "ok 60 True 1\n"), (run.stdout, run.stderr[-3000:])
 
 
 TRACED_LEAK = """
