@@ -91,6 +91,8 @@ class OwnThread:
         except BaseException:
             pass
         finally:
+            # inline, not a helper of ours: calling a Python function here would hand the program's tracer a
+            # 'call' event in our thread (test_rerun's settrace-all case, 3.12)
             for _ in range(3):  # a hook the program set on every thread (3.12) off, with C calls alone
                 try:
                     sys.setprofile(None)
