@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import shutil
 import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -170,6 +172,48 @@ def pytest_collection_modifyitems(config, items):
             group = find(module)
             for item in module_items:
                 item.add_marker(pytest.mark.xdist_group(name=group))
+
+
+# Every phase of a test (setup, call, teardown) has a deadline: one that
+# hangs (a child that never ends, a lock never released) fails with the
+# stacks of its threads instead of holding its worker, and so .ci/run,
+# until CI's own limit ends the run with nothing said. The slowest phase
+# takes about 45 s on 2 idle cores (docs/performance.md).
+TEST_DEADLINE_SECONDS = float(os.environ.get("JAXMEMPROF_TEST_DEADLINE", "300"))
+
+
+def _phase_with_deadline(item):
+    if TEST_DEADLINE_SECONDS <= 0 or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def expired(signum, frame):
+        faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+        pytest.fail(f"{item.nodeid}: still running after {TEST_DEADLINE_SECONDS:.0f} s "
+                    "(tests/conftest.py's deadline; its threads' stacks are in its stderr)")
+
+    before = signal.signal(signal.SIGALRM, expired)
+    signal.setitimer(signal.ITIMER_REAL, TEST_DEADLINE_SECONDS)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, before)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item):
+    yield from _phase_with_deadline(item)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item):
+    yield from _phase_with_deadline(item)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item):
+    yield from _phase_with_deadline(item)
 
 
 def cpu_env(**extra) -> dict:
