@@ -21,6 +21,10 @@ if [ -d "$src/.whl-tpu" ] && ls "$src"/.whl-tpu/*.whl >/dev/null 2>&1; then
   if [ -d /opt/pypi/simple ]; then  # the machine's own index, with what each needs, after its own JAX
     PIP_CONFIG_FILE=/dev/null python3 -m pip install --isolated -q --only-binary=:all: \
       --index-url file:///opt/pypi/simple --target /tmp/site2 flax optax pandas jaxtyping wadler-lindig 2>&1 | tail -2
+    # --target installs flax's own jax and jaxlib too, and on PYTHONPATH they would come before the
+    # machine's (with its libtpu): JAX falls back to the CPU ("either a TPU-enabled jaxlib or libtpu
+    # is not installed"), as it did on 2026-12-07. The machine's JAX is the one to measure.
+    rm -rf /tmp/site2/jax /tmp/site2/jax-* /tmp/site2/jaxlib /tmp/site2/jaxlib-* /tmp/site2/libtpu*
   fi
   export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}/tmp/site:/tmp/site2
 fi
