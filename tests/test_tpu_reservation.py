@@ -80,17 +80,38 @@ from jaxmemprof.capture.jit.programs import Programs
 from jaxmemprof.capture.totals import _TotalsWriter
 
 
+from jaxmemprof.capture.jit.programs import program_digest
+
+
+# A second signature of the program (its step counter a Python 0, then the int32 it returned: one program
+# to XLA), and a third that is another program (another length of xs): the dump read for the first gives
+# the second's temporaries, not the third's.
+def counted(n, w, xs):
+    return n + 1, *step(w, xs)
+
+
+g = jax.jit(counted, donate_argnums=(1,))
+counter = jax.ShapeDtypeStruct((), jnp.int32, sharding=one)
+lowerings = {"sig": g.lower(0, *args), "sig-array": g.lower(counter, *args),
+             "sig-other": g.lower(0, args[0], jax.ShapeDtypeStruct((4, 256, 512), jnp.float32, sharding=one))}
+
+
 class State:
     function_id, curves, row = 1, 0, {"name": "step"}
+    programs = {sig: program_digest(low) for sig, low in lowerings.items()}
+    reserved = {}
 
 
 own = Programs()
 own.writer, own._jax = _TotalsWriter(), jax
-own.writer.add_jit_compile((1, 1, 0.0, "sig", ma.argument_size_in_bytes, ma.output_size_in_bytes,
-                            ma.alias_size_in_bytes, ma.temp_size_in_bytes, ma.generated_code_size_in_bytes))
-own._dump_lowered(State, "sig", f.lower(*args))
+for sig, low in lowerings.items():
+    m = low.compile().memory_analysis()
+    own.writer.add_jit_compile((1, 1, 0.0, sig, m.argument_size_in_bytes, m.output_size_in_bytes,
+                                m.alias_size_in_bytes, m.temp_size_in_bytes, m.generated_code_size_in_bytes))
+own._dump_lowered(State, "sig", lowerings["sig"])
 print(json.dumps({"figures": list(done[0]), "said": said, "texts": texts, "leftover": os.listdir(tempfile.gettempdir()),
-                  "own": own.writer.compiles[0]["temp_bytes"], "events": own.writer.events,
+                  "own": {c["signature"]: c["temp_bytes"] for c in own.writer.compiles}, "events": own.writer.events,
+                  "digests": State.programs,
                   "ma": [ma.argument_size_in_bytes, ma.output_size_in_bytes, ma.alias_size_in_bytes,
                          ma.temp_size_in_bytes, ma.generated_code_size_in_bytes]}))
 """
@@ -109,8 +130,14 @@ def test_a_tpu_compiles_temporaries_are_its_buffer_assignments(tmp_path):
     assert figures[3] == reserved == device_temporaries(text)
     assert figures[:3] == ma[:3] and figures[4] == ma[4]  # the rest as memory_analysis() gives them
     assert out["said"] == []  # read from the dump, nothing to say
-    assert out["own"] == reserved  # the program's own signature's, once its dump is read
-    assert [k for k, _ in out["events"]] == ["reservation"] and f"temporaries {reserved:,} B" in out["events"][0][1]
+    # the program's own signature's, once its dump is read, and its twin's (one program: its counter a
+    # Python 0, then an int32 array); not another program's
+    digests = out["digests"]
+    assert digests["sig"] == digests["sig-array"] != digests["sig-other"]
+    assert out["own"]["sig"] == out["own"]["sig-array"] == reserved != out["own"]["sig-other"]
+    assert [k for k, _ in out["events"]] == ["reservation"] * 2
+    assert all(f"temporaries {reserved:,} B" in e for _, e in out["events"])
+    assert "sig-array" in out["events"][1][1] and "(the program of sig)" in out["events"][1][1]
     assert not [n for n in out["leftover"] if n.startswith(".xla-dump-")]  # the compile's own dump removed
 
 

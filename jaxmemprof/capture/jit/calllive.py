@@ -146,6 +146,11 @@ class CallLive:
         (its jit_calls row has the bytes live before it already)."""
         top = state.live_top
         state.counted += 1
+        slot = state.plan
+        if signature is not None and slot is not None and live:
+            most = max(live.values())
+            if most > slot.live.get(signature, -1):
+                slot.live[signature] = most
         if all(top.get(d, -1) >= b for d, b in live.items()):
             return
         state.live_top = {d: max(top.get(d, 0), b) for d, b in {**top, **live}.items()}

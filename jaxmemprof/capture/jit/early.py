@@ -72,6 +72,10 @@ class Early:
         self._queue: dict = {}  # job key -> (priority, submitted, job): the largest priority first, then the oldest
         self._submitted = itertools.count()
         self._results: dict = {}  # compile key -> what the compile gave
+        # (function_id, nums, names) -> {a donated lowering's key: (figures, None)}: the programs its
+        # donations compiled (no executable kept: it would hold device memory), for the signatures
+        # that lower to one of them (whatif._donated)
+        self._lowerings: dict = {}
         self._running = None  # the key of the job under way
         self._making = None  # the result key it makes, where one alone is known (a dump's)
         self._thread: OwnThread | None = None
@@ -142,6 +146,16 @@ class Early:
         """The donation's verifying compile made here (compile_figures's
         answer), or None."""
         return self.result(donation_key(function_id, signature, nums, names), None)
+
+    def lowerings(self, function_id, nums, names, wait: bool = True) -> dict:
+        """The donated programs compiled here for the function's donation
+        (``_compile_call``'s ``seen``, figures only); ``wait``: once the
+        thread's donation job for the function, if under way, is done (not
+        from the thread itself)."""
+        with self._cv:
+            while wait and self._running is not None and self._running[:2] == ("donate", function_id):
+                self._cv.wait(0.1)
+            return dict(self._lowerings.get((function_id, frozenset(nums), frozenset(names)), {}))
 
     def taken(self, key) -> bool:
         """Whether the thread made the compile under ``key`` or is making it
@@ -243,10 +257,14 @@ class Early:
             fn = rejit(probe, state, real, nums, names, trace)
             if isinstance(fn, str):
                 continue
-            done = compile_figures(probe._jax, fn, ab, wrapper=wrapper, retraced=False)
+            seen = self.lowerings(state.function_id, nums, names, wait=False)
+            done = compile_figures(probe._jax, fn, ab, wrapper=wrapper, retraced=False, seen=seen)
             self.compiled += 1
             self.seconds += done[1]
             self._keep(key, done)
+            with self._cv:
+                self._lowerings[(state.function_id, frozenset(nums), frozenset(names))] = {
+                    k: (v[0], None) for k, v in seen.items()}
 
     def _dump(self, state, signature: str, lowered) -> None:
         if self.closed:

@@ -80,7 +80,7 @@ class Slot:
     abstract arguments per signature, XLA's call peak per signature, and the jitted function while it
     is among the largest."""
 
-    __slots__ = ("jit", "options", "abstract", "peaks", "real", "best", "traces")
+    __slots__ = ("jit", "options", "abstract", "peaks", "real", "best", "traces", "live")
 
     def __init__(self, jit: str, options: dict):
         self.jit = jit  # "jit" or "pmap": the jax function that made it
@@ -92,6 +92,9 @@ class Slot:
         # signature -> retrace.Trace: the jaxpr JAX traced for it during the run (kept with its abstract
         # arguments), which the compiles at the end replay instead of tracing the program's Python again
         self.traces: dict = {}
+        # signature -> the most bytes live on a device before a call that ran it (calllive.py): of two
+        # signatures with one call peak, the one run beside more is the run's true peak
+        self.live: dict = {}
 
 
 class Abstract:

@@ -25,6 +25,7 @@ import hashlib
 import inspect
 import json
 import os
+import re
 import sys
 import threading
 import time
@@ -103,6 +104,13 @@ class Programs:
             state.compiles += 1
         peak = peak_of(values[:5])  # the first five: XLA's device figures, in truepeak.FIGURES order
         self.writer.add_jit_compile((state.function_id, state.calls, time.time(), signature, *values))
+        if state.user and platform_of(lowered) == "tpu":
+            digest = state.programs[signature] = program_digest(lowered)
+            temp = next((t for s, t in list(state.reserved.items()) if digest is not None and state.programs.get(s) == digest),
+                        None)
+            if temp is not None:  # its program's dump was read (another signature's): the same temporaries
+                self._reserved(state, signature, temp)
+                return True
         if state.user and not self._read_program(state, signature, compiled, ma):
             # The executable lacks XLA's buffer assignment: the dump at the end, for the largest.
             if state.largest is None or peak > state.largest[0]:
@@ -320,18 +328,52 @@ class Programs:
         """On a TPU, the signature's temporaries in jit_compiles made its
         dump's (the buffer assignment's in device memory: the chip's
         reservation, xla/dump.reserved_figures), in place of
-        memory_analysis()'s; a ``reservation`` event says both (the journal's
-        record of which figure a signature's temp_bytes is: the one with this
-        event and a jit_programs row, the dump's)."""
+        memory_analysis()'s, and those of every signature of the function
+        that lowered to the same program (``program_digest``: one compile,
+        one buffer assignment); a ``reservation`` event says each (the
+        journal's record of which figure a signature's temp_bytes is)."""
         writer = self.writer
-        before = getattr(writer, "jit_compile_figures", lambda *a: None)(state.function_id, signature)
         setter = getattr(writer, "set_jit_compile_temp", None)
         if setter is None:
             return
-        setter(state.function_id, signature, int(temp))
-        said = "" if before is None or before[3] is None else f", not memory_analysis()'s {int(before[3]):,} B"
-        writer.add_event("reservation", f"{state.row.get('name', state.function_id)} {signature[:200]}: "
-                                        f"temporaries {int(temp):,} B from XLA:TPU's buffer assignment{said}")
+        digest = state.programs.get(signature)
+        same = [s for s, d in list(state.programs.items()) if digest is not None and d == digest and s != signature
+                and s not in state.reserved]
+        for sig in [signature, *same]:
+            state.reserved[sig] = int(temp)
+            before = getattr(writer, "jit_compile_figures", lambda *a: None)(state.function_id, sig)
+            setter(state.function_id, sig, int(temp))
+            said = "" if before is None or before[3] is None else f", not memory_analysis()'s {int(before[3]):,} B"
+            whose = "" if sig == signature else f" (the program of {signature[:100]})"
+            writer.add_event("reservation", f"{state.row.get('name', state.function_id)} {sig[:200]}: "
+                                            f"temporaries {int(temp):,} B from XLA:TPU's buffer assignment{said}{whose}")
+
+
+# A sharding over the empty mesh (no axes: the array whole on its one device) written on a parameter,
+# as on an array's and not on a Python scalar's: the same program to XLA as none written.
+_EMPTY_MESH = re.compile(r"sdy\.sharding = #sdy\.sharding<@empty_mesh, \[(?:\{\}(?:, )?)*\]>(?:, )?")
+_EMPTY_DICT = re.compile(r"> \{\}")  # a parameter's attributes, none left
+_EMPTY_MESH_DECLARED = re.compile(r"^ *sdy\.mesh @empty_mesh = <\[\]>.*\n", re.M)  # the mesh, declared where used
+
+
+def program_text(lowered) -> str | None:
+    """The program ``lowered`` holds, as its module's text (shapes,
+    shardings, donations, operations) less what changes nothing in it
+    (``_EMPTY_MESH``): two lowerings of one text are one program to XLA (the
+    same compile, figures and buffer assignment); None where the text cannot
+    be had. (XLA compiles the text; the empty mesh's shardings and its
+    declaration are the one thing normalized.)"""
+    try:
+        text = getattr(lowered, "lowered", lowered).as_text()
+        return _EMPTY_DICT.sub(">", _EMPTY_MESH.sub("", _EMPTY_MESH_DECLARED.sub("", text)))
+    except Exception:
+        return None
+
+
+def program_digest(lowered) -> str | None:
+    """``program_text``'s digest."""
+    text = program_text(lowered)
+    return None if text is None else hashlib.sha256(text.encode()).hexdigest()
 
 
 def _bounded(signature: str, limit: int = SIGNATURE_CHARS) -> str:

@@ -16,7 +16,7 @@ class FunctionState:
                  "cache", "quiet", "off", "errors", "proxy", "counted_all", "largest", "user", "backend_compiles",
                  "row", "compile_s", "static_argnums", "static_argnames", "static_leaves", "static_seen",
                  "jit_static", "pruned", "curves", "previous", "plan", "step", "seen", "counted", "uncounted",
-                 "live_top")
+                 "live_top", "programs", "reserved")
 
     def __init__(self, function_id, param_names, donate_argnums, donate_argnames, arguments, by_signature):
         self.function_id = function_id
@@ -63,6 +63,12 @@ class FunctionState:
         self.counted = 0
         self.uncounted = 0
         self.live_top: dict = {}
+        # On a TPU (programs.py): signature -> its lowered program's digest, and signature -> the
+        # temporaries of its buffer assignment once a dump was read (its own or, where two
+        # signatures lower to one program, as a step's first call with a Python int and the next
+        # with an int32 do, the other's: one compile, one buffer assignment).
+        self.programs: dict = {}
+        self.reserved: dict = {}
 
 
 def step_of(step: FunctionState | None, state: FunctionState) -> FunctionState | None:

@@ -37,7 +37,7 @@ import time
 import warnings
 
 from jaxmemprof.capture.jit.budget import DONATE, SHARD, Job, donation_bound, in_order, rooms
-from jaxmemprof.capture.jit.programs import unseen_compile
+from jaxmemprof.capture.jit.programs import program_text, unseen_compile
 from jaxmemprof.capture.jit.remat import verify_remats
 from jaxmemprof.capture.jit.rerun import run_programs_python, unseen
 from jaxmemprof.capture.jit.retrace import CHANGED, RETRACED, Refused, fingerprint, fresh, replay
@@ -61,14 +61,14 @@ _FIELDS = ("argument_size_in_bytes", "output_size_in_bytes", "alias_size_in_byte
 
 def compile_figures(jax, fn, ab, scaled=(), axis: int = 0, batch: int | None = None, narrow: bool = False,
                     wrapper: str = "jax.jit", dump_to: str | None = None, retraced: bool = True,
-                    seen: dict | None = None):
+                    seen: dict | None = None, lower_only: bool = False):
     """XLA's figures for ``fn`` on the abstract arguments ``ab``
     (plan.Abstract), the ``scaled`` inputs' dimension ``axis`` set to
     ``batch``, every float32 argument as bfloat16 if ``narrow``:
     (figures or None, seconds, error or None, warnings). ``retraced``:
     lowering ``fn`` traces the program's Python (else it replays the run's
     trace, retrace.replay): through rerun.run_programs_python, and a ``Refused``
-    error where it raised. ``seen``: as ``_compile_call``'s."""
+    error where it raised. ``seen``, ``lower_only``: as ``_compile_call``'s."""
     flat = list(ab.flat)
     if wrapper == "jax.pmap":  # pmap places its inputs itself: the arrays' own (pmap) shardings are refused
         flat = [jax.ShapeDtypeStruct(x.shape, x.dtype, weak_type=x.weak_type)
@@ -83,7 +83,7 @@ def compile_figures(jax, fn, ab, scaled=(), axis: int = 0, batch: int | None = N
             if hasattr(x, "shape") and str(x.dtype) == "float32":
                 flat[j] = jax.ShapeDtypeStruct(x.shape, jax.numpy.bfloat16, sharding=x.sharding,
                                                weak_type=x.weak_type)
-    compiled, seconds, error, said = _compile(jax, fn, ab, flat, wrapper, dump_to, retraced, seen)
+    compiled, seconds, error, said = _compile(jax, fn, ab, flat, wrapper, dump_to, retraced, seen, lower_only)
     return (compiled[0] if compiled else None), seconds, error, said
 
 
@@ -103,14 +103,15 @@ def lower(fn, wrapper: str, args, kwargs):
 
 
 def _compile(jax, fn, ab, flat: list, wrapper: str, dump_to: str | None = None, retraced: bool = True,
-             seen: dict | None = None):
+             seen: dict | None = None, lower_only: bool = False):
     """``fn`` lowered and compiled on the abstract arguments ``ab`` with
     ``flat`` as its dynamic leaves: ((XLA's figures, the compiled
     executable) or None, seconds, error or None, warnings). ``dump_to``: a
     directory XLA dumps the compiled program to (its buffer assignment).
-    ``retraced``: the lowering runs the program's Python (rerun.py). ``seen``: as ``_compile_call``'s."""
+    ``retraced``: the lowering runs the program's Python (rerun.py). ``seen``, ``lower_only``: as
+    ``_compile_call``'s."""
     args, kwargs = arguments(jax, ab, placed(jax, flat))
-    return _compile_call(jax, fn, args, kwargs, wrapper, dump_to, retraced, seen)
+    return _compile_call(jax, fn, args, kwargs, wrapper, dump_to, retraced, seen, lower_only)
 
 
 def placed(jax, flat: list) -> list:
@@ -131,10 +132,12 @@ def placed(jax, flat: list) -> list:
 
 
 def _compile_call(jax, fn, args, kwargs, wrapper: str, dump_to: str | None = None, retraced: bool = True,
-                  seen: dict | None = None):
+                  seen: dict | None = None, lower_only: bool = False):
     """``fn`` lowered and compiled on the call ``args``, ``kwargs`` (arrays abstract): as ``_compile``. ``seen``
     (the caller's, kept between calls): a lowering whose module text was compiled before (docs/advice.md: remat's
-    policies) takes that compile's figures and executable; its seconds are the lowering's."""
+    policies; a donation's signatures that differ in weak types alone) takes that compile's figures and
+    executable; its seconds are the lowering's. ``lower_only``: nothing compiled, the error ``NOT_SEEN``
+    where the lowering is not in ``seen``."""
     t0 = time.monotonic()
     said = []
     try:
@@ -149,6 +152,8 @@ def _compile_call(jax, fn, args, kwargs, wrapper: str, dump_to: str | None = Non
             key = None if seen is None else _module_text(lowered, dump_to)
             if seen is not None and key in seen:
                 return seen[key], time.monotonic() - t0, None, said
+            if lower_only:
+                return None, time.monotonic() - t0, NOT_SEEN, said
             # dumped into dump_to only (never the program's dump); on a TPU, its temporaries from the dump
             compiled, figures, note = compile_read(lowered, dump_to, _FIELDS)
         said = [f"{w.category.__name__}: {w.message}"[:300] for w in caught][:3] + note
@@ -163,10 +168,9 @@ def _compile_call(jax, fn, args, kwargs, wrapper: str, dump_to: str | None = Non
 
 
 def _module_text(lowered, dump_to: str | None):
-    """One compile's key: the module's text (shapes, shardings, donations, program) and ``dump_to``; None: no text."""
-    with contextlib.suppress(Exception):
-        return getattr(lowered, "lowered", lowered).as_text(), dump_to
-    return None
+    """One compile's key: the module's text (programs.program_text) and ``dump_to``; None: no text."""
+    text = program_text(lowered)
+    return None if text is None else (text, dump_to)
 
 
 def _lowering(fn, wrapper: str):
@@ -328,8 +332,9 @@ def _largest_states(probe) -> list:
 
 
 def _signatures(slot) -> list:
-    """The kept signatures, largest call peak first."""
-    return sorted(slot.abstract, key=lambda s: -(slot.peaks.get(s) or 0))
+    """The kept signatures, largest call peak with the most live before a call of it first (the
+    run's true peak: a step whose first call, with a Python int, ran beside less than its later ones)."""
+    return sorted(slot.abstract, key=lambda s: -((slot.peaks.get(s) or 0) + slot.live.get(s, 0)))
 
 
 def verify(planner, budget_s: float) -> None:
@@ -394,23 +399,35 @@ def _donate(planner, state, donation, budget_s: float, deadline: float) -> list:
     signatures it compiled that no kept call ran (``_unsampled``)."""
     slot = state.plan
     rows, ok = [], False
+    _, nums, names, own, *_ = donation
+    # the donated lowerings compiled (beside the program too): a signature that lowers to one of them is that compile
+    seen: dict = planner.probe.early.lowerings(state.function_id, nums, names) if own is None else {}
+    compiled: list = []  # the abstract arguments of the signatures compiled
     for sig in _signatures(slot):
         ab = slot.abstract[sig]
+        twin = any(weak_twins(ab, other) for other in compiled)
         fig, seconds, error = _donated(planner, state, donation, sig, ab, slot.traces.get(sig), budget_s,
-                                       deadline, early=True)
+                                       deadline, early=True, seen=seen, twin=twin)
+        if error is None:
+            compiled.append(ab)
         ok = ok or error is None
         rows.append((state.function_id, sig, donation[-1], *(fig or (None,) * 5), float(seconds),
                      str(ab.platform or ""), error))
     return rows + (_unsampled(planner, [(state, donation)], budget_s, deadline) if ok else [])
 
 
-def _donated(planner, state, donation, sig: str, ab, trace, budget_s: float, deadline: float, early=False):
+def _donated(planner, state, donation, sig: str, ab, trace, budget_s: float, deadline: float, early=False,
+             seen: dict | None = None, twin: bool = False):
     """One signature of ``state``'s function compiled with ``donation``
     ((the jitted function, argnums, argnames, the wrapper's own library or
     None, its fix's facts, the change's JSON)), from its abstract arguments
     ``ab``, replaying the run's ``trace`` where kept (else a
     re-trace): (figures or None, seconds, error or None). ``early``: the
-    compile made beside the program (early.py) stands in where it was made."""
+    compile made beside the program (early.py) stands in where it was made.
+    ``seen``: as ``_compile_call``'s; ``twin``: the signature differs from
+    one compiled in ``seen`` only in weak types (``weak_twins``): past the
+    budget it is still lowered, and where it lowers to a program compiled
+    (the same text), that compile's figures are its own."""
     probe = planner.probe
     real, nums, names, own, facts, _ = donation
     wrapper = state.row.get("wrapper") or "jax.jit"
@@ -433,14 +450,19 @@ def _donated(planner, state, donation, sig: str, ab, trace, budget_s: float, dea
         return None, 0.0, f"not verified: {fn}"
     if refused is not None:
         return None, 0.0, f"not verified: {refused.reason}"
-    if time.monotonic() > deadline:
+    over = time.monotonic() > deadline
+    if over and not (twin and seen):
         return None, 0.0, f"{OVER_BUDGET} ({budget_s:g} s; run --verify-seconds)"
     probe.progress(f"verifying the donation of {state.row.get('name', state.function_id)}")
     if call:  # the wrapper's fix: its own call of jax.jit's function
-        compiled, seconds, error, _ = _compile_call(probe._jax, fn, *call, "jax.jit", retraced=trace is None)
+        compiled, seconds, error, _ = _compile_call(probe._jax, fn, *call, "jax.jit", retraced=trace is None,
+                                                    seen=seen, lower_only=over)
         fig = compiled[0] if compiled else None
     else:
-        fig, seconds, error, _ = compile_figures(probe._jax, fn, ab, wrapper=wrapper, retraced=trace is None)
+        fig, seconds, error, _ = compile_figures(probe._jax, fn, ab, wrapper=wrapper, retraced=trace is None,
+                                                 seen=seen, lower_only=over)
+    if error == NOT_SEEN:
+        return None, seconds, f"{OVER_BUDGET} ({budget_s:g} s; run --verify-seconds)"
     if trace is None:
         planner.retraced.setdefault(state.function_id, set()).add("whatif")
     return fig, seconds, None if error is None else f"not verified: {_failed(error)}"
@@ -476,6 +498,37 @@ def _unsampled(planner, verified: list, budget_s: float, deadline: float) -> lis
         out.append((state.function_id, sig, change, *(fig or (None,) * 5), float(seconds),
                     str(ab.platform or ""), error))
     return out
+
+
+NOT_SEEN = "lowered to a program not compiled yet"
+
+
+def weak_twins(a, b) -> bool:
+    """Whether two signatures' abstract arguments (plan.Abstract) differ in
+    weak types alone: the same structure and static values, each array
+    leaf of one shape, dtype and sharding, a Python scalar where the other
+    has a 0-d array (a step count passed as ``0``, then as the int32 the
+    step returned). JAX lowers such signatures to one program as often as
+    not; the compile's text decides (``_donated``)."""
+    if a.treedef != b.treedef or len(a.flat) != len(b.flat) or a.static.keys() != b.static.keys():
+        return False
+    try:
+        if a.static != b.static or a.static_kw != b.static_kw:
+            return False
+    except Exception:  # a static value that cannot be compared
+        return False
+    for x, y in zip(a.flat, b.flat):
+        sx, sy = getattr(x, "shape", None), getattr(y, "shape", None)
+        if sx is None and sy is None:  # Python scalars, traced by their type (their values are not static)
+            if type(x) is not type(y):
+                return False
+        elif sx is None or sy is None:
+            scalar, shape = (x, sy) if sx is None else (y, sx)
+            if shape != () or not isinstance(scalar, (bool, int, float, complex)):
+                return False
+        elif (sx, str(x.dtype), getattr(x, "sharding", None)) != (sy, str(y.dtype), getattr(y, "sharding", None)):
+            return False
+    return True
 
 
 NOT_KEPT = ("not verified: its arguments' shapes were not kept (only the functions with the 8 largest call peaks "
