@@ -189,6 +189,59 @@ for i in range(2):
 print(float(l))
 """
 
+# A linen Block given a train flag it branches on (as BatchNorm's use_running_average=not train and Dropout's
+# deterministic do), called positionally: nn.remat of it traces the flag unless static_argnums names it.
+LINEN_TRAIN = """
+import functools
+import os
+import jax
+import jax.numpy as jnp
+import flax.linen as nn
+
+FIX = os.environ.get("REMAT_FIX", "")
+if FIX == "nothing_saveable":
+    remat = functools.partial(nn.remat, static_argnums=(2,))
+elif FIX:
+    remat = functools.partial(nn.remat, static_argnums=(2,), policy=getattr(jax.checkpoint_policies, FIX))
+else:
+    remat = lambda f: f
+
+
+class Block(nn.Module):
+    @remat
+    @nn.compact
+    def __call__(self, x, train):
+        h = jnp.tanh(nn.Dense(1024)(x))
+        if train:
+            h = jnp.tanh(h * 1.5 + 0.1)
+        return x + nn.Dense(256)(h), None
+
+
+class Model(nn.Module):
+    @nn.compact
+    def __call__(self, x, train=True):
+        blocks = nn.scan(Block, variable_axes={"params": 0}, split_rngs={"params": True}, in_axes=nn.broadcast,
+                         length=8)
+        x, _ = blocks()(x, train)
+        return x
+
+
+model = Model()
+x = jnp.ones((512, 256))
+params = model.init(jax.random.PRNGKey(0), x)
+
+
+@jax.jit
+def train_step(params, x):
+    l, g = jax.value_and_grad(lambda p: jnp.mean(model.apply(p, x, True) ** 2))(params)
+    return jax.tree_util.tree_map(lambda p, d: p - 0.01 * d, params, g), l
+
+
+for i in range(2):
+    params, l = train_step(params, x)
+print(float(l))
+"""
+
 EQUINOX = """
 import os
 import equinox as eqx
@@ -310,11 +363,12 @@ def _remat(run_dir):
 
 @pytest.mark.parametrize("program,what,spelling,printed", [
     (PLAIN_SCAN, "block", "jax.checkpoint", "block = jax.checkpoint(block"),
-    (NNX, "Block.__call__", "nnx.remat", "decorate Block.__call__ with @nnx.remat"),
-    (EQUINOX, "Block.__call__", "eqx.filter_checkpoint", "decorate Block.__call__ with @eqx.filter_checkpoint"),
-    (LINEN, "Block.__call__", "nn.remat", "decorate Block.__call__ with @nn.remat"),
+    (NNX, "Block.__call__", "nnx.remat", "decorate Block.__call__ with @{remat}  (at"),
+    (EQUINOX, "Block.__call__", "eqx.filter_checkpoint", "decorate Block.__call__ with @{remat}  (at"),
+    (LINEN, "Block.__call__", "nn.remat", "decorate Block.__call__ with @{remat}  (at"),
+    (LINEN_TRAIN, "Block.__call__", "nn.remat", "decorate Block.__call__ with @{remat}  (at"),
     (HAIKU, "Block.__call__", "hk.remat", "call Block through hk.remat inside the transform: hk.remat(Block(...)"),
-], ids=["plain-jax", "flax-nnx", "equinox", "flax-linen", "haiku"])
+], ids=["plain-jax", "flax-nnx", "equinox", "flax-linen", "flax-linen-train-flag", "haiku"])
 def test_the_compiled_saving_is_the_fall_of_the_program_with_the_wrap_made(tmp_path, program, what, spelling,
                                                                             printed):
     before, proc = _record(tmp_path, "before", program)
@@ -326,8 +380,15 @@ def test_the_compiled_saving_is_the_fall_of_the_program_with_the_wrap_made(tmp_p
     assert f.fact("compiled") is True and f.fact("remat_function") == what and f.fact("remat_spelling") == spelling
     w = words(f)
     assert w.saves == f"saves {format_bytes(f.saving_bytes)} (compiled)"
-    assert printed in w.brief_fix, w.brief_fix
     policy = f.fact("remat_policy")
+    # the decorator as the compile made it: the remat with its options through functools.partial (linen's
+    # nn.remat and jax.checkpoint take the function first); the train flag static (self is 0)
+    static = "2" if program is LINEN_TRAIN else ""
+    assert f.fact("remat_static_argnums") == static
+    options = ([f"static_argnums=({static},)"] if static else []) + (
+        [] if policy == "nothing_saveable" else [f"policy=jax.checkpoint_policies.{policy}"])
+    remat = f"functools.partial({spelling}, {', '.join(options)})" if options else spelling
+    assert printed.format(remat=remat) in w.brief_fix, w.brief_fix
     if policy != "nothing_saveable":
         assert f"policy=jax.checkpoint_policies.{policy}" in w.brief_fix
     after, _ = _record(tmp_path, "after", program, fix=policy)

@@ -42,13 +42,17 @@ def _wrap_fix(x: dict) -> str:
     """The printed fix, as the compile made it (capture/jit/remat.py)."""
     what, spelling, policy = x["remat_function"], x["remat_spelling"], x["remat_policy"]
     where = f"{x['remat_site']}"
-    chosen = "" if policy == "nothing_saveable" else f"policy=jax.checkpoint_policies.{policy}"
+    static = [s for s in str(x.get("remat_static_argnums") or "").split(",") if s]
+    options = ([f"static_argnums=({', '.join(static)},)"] if static else []) + \
+        ([] if policy == "nothing_saveable" else [f"policy=jax.checkpoint_policies.{policy}"])
+    chosen = ", ".join(options)
     if x.get("remat_how") == "module global":
         return f"{what} = {spelling}({what}{', ' + chosen if chosen else ''})  (after its def at {where})"
     own = remat_words(spelling, what, chosen, where)  # a library whose remat is applied where it is called
     if own is not None:
         return own
-    return f"decorate {what} with @{spelling}{'(' + chosen + ')' if chosen else ''}  (at {where})"
+    # the remats take the function first: options come through functools.partial
+    return f"decorate {what} with @{f'functools.partial({spelling}, {chosen})' if chosen else spelling}  (at {where})"
 
 
 def _remat(f: Finding, x: dict) -> Words:
@@ -112,11 +116,12 @@ REMAT = Rule(
              "(analysis/rules/inside_jit.py)."),
     facts={"": ("function", "wrapper", "program_peak_bytes", "kept_bytes", "buffers", "by_line", "compiled",
                 "not_compiled", "remat_function", "remat_site", "remat_spelling", "remat_how", "remat_policy",
+                "remat_static_argnums",
                 "remat_tried", "temp_before_bytes", "temp_after_bytes", "true_peak_before_bytes",
                 "true_peak_after_bytes", "peak_elsewhere")},
     optional=("peak_elsewhere", "wrapper", "compiled", "not_compiled", "remat_function", "remat_site",
-              "remat_spelling", "remat_how", "remat_policy", "remat_tried", "temp_before_bytes", "temp_after_bytes",
-              "true_peak_before_bytes", "true_peak_after_bytes"),
+              "remat_spelling", "remat_how", "remat_policy", "remat_static_argnums", "remat_tried", "temp_before_bytes",
+              "temp_after_bytes", "true_peak_before_bytes", "true_peak_after_bytes"),
     meanings={"function": "The jitted function's name.",
               "wrapper": f"What jitted it ({', '.join(f'`{w}`' for w in WRAPPERS)}): the fix is in its terms.",
               "kept_bytes": ("Bytes of the forward-pass (`jvp`) temporaries still live at the function's peak: "
@@ -136,6 +141,9 @@ REMAT = Rule(
               "remat_how": "How the compile wrapped it: `module global` or `class attribute`.",
               "remat_policy": ("The policy that lowered the peak most: `nothing_saveable` (the default), "
                                "`dots_saveable` or `dots_with_no_batch_dims_saveable`."),
+              "remat_static_argnums": ("The wrapped method's positional arguments the wrap made static (`self` is 0; "
+                                       "comma-separated), as the fix says: flax linen's nn.remat of a method given a "
+                                       "`train` flag, which it branches on; empty where none."),
               "remat_tried": "Each policy compiled, with the true peak it gives.",
               "temp_before_bytes": "XLA's temporaries of the step as recorded.",
               "temp_after_bytes": "The same, compiled with the wrap made.",
@@ -227,6 +235,7 @@ def compiled_remat(ar: Attributed, function_id: int) -> dict | None:
     return {"compiled": True, "saving_bytes": int(before - after), "remat_function": str(c.get("function")),
             "remat_site": site, "remat_spelling": str(c.get("spelling")), "remat_how": str(c.get("how")),
             "remat_policy": str(c.get("policy")), "remat_tried": "; ".join(tried),
+            "remat_static_argnums": ",".join(str(int(i)) for i in c.get("static_argnums") or []),
             "temp_before_bytes": temp_before, "temp_after_bytes": int(replace[(function_id, sig)]["temp_bytes"]),
             "true_peak_before_bytes": int(before), "true_peak_after_bytes": int(after)}
 

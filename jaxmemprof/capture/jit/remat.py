@@ -136,9 +136,11 @@ class Place:
         self.fn, self.owner, self.attr, self.spelling, self.wrap, self.how = fn, owner, attr, spelling, wrap, how
         self.what = fn.__qualname__
         self._had = None
+        self.made = None
 
     def swap(self, policy) -> None:
         new = self.wrap(self.fn, policy)
+        self.made = new  # its ``static_argnums``, where the wrap made some (flax linen's)
         if self.how == "module global":
             self._had = self.owner[self.attr]
             self.owner[self.attr] = new
@@ -196,6 +198,7 @@ def verify_remats(planner, budget_s: float, deadline: float, largest_states, sig
                   over_budget: str, original_of) -> list:
     """jit_whatif rows for the steps whose kept activations fill a quarter of their peak."""
     from jaxmemprof.capture.jit.retrace import fresh
+    from jaxmemprof.capture.jit.whatif import NOT_SEEN, weak_twins
     from jaxmemprof.facts.libraries import LIBRARIES
 
     probe = planner.probe
@@ -206,7 +209,11 @@ def verify_remats(planner, budget_s: float, deadline: float, largest_states, sig
         wrapper = state.row.get("wrapper") or "jax.jit"
         if not slot.abstract or wrapper == "jax.pmap":
             continue
-        sigs = signatures(slot)[:SIGNATURES]
+        kept = signatures(slot)
+        sigs = kept[:SIGNATURES]
+        # and those that may lower to their program (a step's first call with a Python 0): lowered past them,
+        # compiled only where they do not (seen)
+        twins = [s for s in kept[SIGNATURES:] if any(weak_twins(slot.abstract[s], slot.abstract[t]) for t in sigs)]
         trace = slot.traces.get(sigs[0])
         if trace is None or _kept_share(probe.writer, state.function_id, sigs[0]) < REMAT_SHARE:
             continue
@@ -236,7 +243,7 @@ def verify_remats(planner, budget_s: float, deadline: float, largest_states, sig
             where.update(spelling=place.spelling, how=place.how)
             refused = planner.retraces.refusal(state, real) if real is not None else None
             for policy in POLICIES:
-                for sig in sigs:
+                for sig in sigs + twins:
                     change = {**where, "policy": policy}
                     if real_fun is None or original is None:
                         row(sig, change, error="not compiled: the program dropped the jitted function before the end")
@@ -253,13 +260,22 @@ def verify_remats(planner, budget_s: float, deadline: float, largest_states, sig
                         jitted = original(fresh(real_fun), **slot.options)
                         planner.probe.progress(f"verifying remat in {state.row.get('name', state.function_id)}")
                         fig, seconds, error, _ = compile_figures(jax, jitted, slot.abstract[sig], wrapper=wrapper,
-                                                                 retraced=True, seen=seen)
+                                                                 retraced=True, seen=seen, lower_only=sig in twins)
                     except Exception as exc:  # the wrap itself refused (a library's check)
                         fig, seconds, error = None, 0.0, described(exc).splitlines()[0][:300]
                     finally:
                         place.restore()
+                    static = getattr(place.made, "static_argnums", ())
+                    if static:  # the fix as compiled: those arguments static
+                        change["static_argnums"] = list(static)
                     planner.retraced.setdefault(state.function_id, set()).add("whatif")
                     reason = getattr(error, "reason", error)
+                    if sig in twins and error == NOT_SEEN:  # counted as recorded, as before
+                        reason = f"{reason}: not the program of the signature compiled (one a step)"
+                    named = getattr(place.made, "by_keyword", ())
+                    if error is not None and named:
+                        reason = (f"{reason} ({', '.join(named)} passed by keyword, not an array: "
+                                  f"{place.spelling}'s static_argnums makes positional arguments static only)")
                     row(sig, change, fig, seconds, None if error is None else f"not compiled: {reason}")
     return rows
 

@@ -84,11 +84,43 @@ REMAT = "nnx.remat"
 
 def _linen_remat(fn, policy):
     """A linen Module's method as ``@nn.remat`` above ``@nn.compact`` makes it: lifted, then wrapped as linen
-    wraps a Module's methods when the class is made."""
+    wraps a Module's methods when the class is made. Its positional arguments that are no arrays (a
+    ``train`` flag that BatchNorm and Dropout branch on) are static, as ``static_argnums`` (``self`` is
+    0) makes them, else the flag is traced and the method's ``if``/``not`` on it fails
+    (TracerBoolConversionError); the wrap's ``static_argnums`` attribute keeps the positions it made
+    static, for the printed fix, and ``by_keyword`` the names of such arguments passed by keyword, which
+    static_argnums cannot reach (capture/jit/remat.py says so where the compile failed)."""
+    import functools
+
     linen = sys.modules["flax.linen"]
     from flax.linen.module import wrap_method_once
 
-    return wrap_method_once(linen.remat(fn, policy=policy))
+    made: dict = {}
+
+    def method(self, *args, **kwargs):
+        static = tuple(i + 1 for i, a in enumerate(args) if _static(a))
+        named = [k for k, v in kwargs.items() if _static(v) and k not in wrapped.by_keyword]
+        if named:  # traced, as nn.remat's static_argnums cannot reach them
+            wrapped.by_keyword = (*wrapped.by_keyword, *named)
+        if static not in made:
+            made[static] = linen.remat(fn, policy=policy, static_argnums=static) if static else \
+                linen.remat(fn, policy=policy)
+            wrapped.static_argnums = tuple(sorted(set(wrapped.static_argnums) | set(static)))
+        return made[static](self, *args, **kwargs)
+
+    functools.update_wrapper(method, fn)
+    wrapped = wrap_method_once(method)
+    wrapped.static_argnums = ()
+    wrapped.by_keyword = ()
+    return wrapped
+
+
+def _static(value) -> bool:
+    """A value that tracing would make an array where the method wants it as it is (a flag it branches on,
+    a size): a Python scalar or string, or a tuple of them (None has no leaves to trace)."""
+    if isinstance(value, tuple):
+        return bool(value) and all(_static(v) for v in value)
+    return isinstance(value, (bool, int, float, complex, str))
 
 
 def remats(cls):
