@@ -107,3 +107,20 @@ def test_the_plans_largest_batch_run_fits_by_the_rule_and_the_next_does_not(tmp_
     device = parse_size(DEVICE)
     assert fits_by_default(at_best["summary"]["true_peak_bytes"], device)
     assert not fits_by_default(at_over["summary"]["true_peak_bytes"], device)
+
+
+def test_the_other_arrays_are_named_by_what_holds_them(cnn):
+    """The arrays live beside the step's call that are not its inputs (the
+    role "other arrays") are the program's kept ``variables``: named as the
+    program holds them, their bytes those the program counts."""
+    from jaxmemprof.analysis.roles import OTHER, roles
+
+    d, oracle = cnn
+    r = roles(attribute(load_run(d / "as-is")))
+    other = r.owners[(r.owners["role"] == OTHER) & (r.owners["owner"].str.startswith("variables["))]
+    assert int(other["bytes"].sum()) == oracle["variables_bytes"]
+    assert set(other["owner"]) >= {"variables['params']['Dense_0']['kernel']", "variables['params']['Conv_0']['bias']"}
+    row = r.by_role[r.by_role["role"] == OTHER].iloc[0]
+    assert row["largest_owner"] == "variables['params']['Dense_0']['kernel']"
+    # the owners of each role add up to it, the named and the rest
+    assert int(r.owners[r.owners["role"] == OTHER]["bytes"].sum()) == int(row["bytes"])

@@ -174,6 +174,7 @@ def roles(ar: Attributed) -> Roles:
                 named = dict(leaf, owner=_owner_name(fed[j])) if j in fed else dict(
                     leaf, owner=f"out{leaf.get('path') or ''}")
                 owners.append(_owner(d, NEW_STATE if j in fed else RESULTS, named, call.function))
+    others = _other_owners(ar, row.iloc[0], inputs, call.function)
     o = pd.DataFrame(owners, columns=OWNER_COLUMNS)
     f = call.figures
     rows = []
@@ -196,6 +197,13 @@ def roles(ar: Attributed) -> Roles:
         extra = {NEW_STATE: new_state, RESULTS: written - new_state, INSIDE: f.get("temp_bytes", 0),
                  CODE: f.get("generated_code_bytes", 0)} if d in ran_on else {}
         extra[OTHER] = max(int(live.get(d, 0)) - (inputs_bytes - host.get(d, 0)), 0) if live else 0
+        # the other arrays by the names that held them, largest first, as many as their bytes hold
+        room = extra[OTHER]
+        for other in others.get(d, ()):
+            if other["bytes"] <= room:
+                o = pd.concat([o, pd.DataFrame([other], columns=OWNER_COLUMNS)], ignore_index=True)
+                room -= other["bytes"]
+        od = o[o["device"] == d]
         total = inputs_bytes + sum(extra.values())
         for role in ROLES:
             part = ins[ins["role"] == role] if role not in extra else od[od["role"] == role]
@@ -233,6 +241,58 @@ def roles(ar: Attributed) -> Roles:
                 shown.device_bytes, (shown.function_id, shown.signature, shown.call_index, shown.call_number))
     out.unsampled = unsampled
     return out
+
+
+def _other_owners(ar: Attributed, row, inputs: list, function: str) -> dict:
+    """{device: [owner rows]} of the arrays live before the call that are
+    not its inputs ("other arrays"), each named by what held it where a
+    holder search named it (py_holders: the run's chosen searches, the
+    peak's first; ``params['w']`` of the program's own ``params`` kept
+    beside the state made from it), largest first; arrays no search named
+    are left to the role's unnamed rest. As the snapshot before the call
+    saw them."""
+    from jaxmemprof.analysis.py_holders import chosen_searches, describe
+
+    run = ar.run
+    tabs = getattr(run, "py_holders", None) or {}
+    rows, chains = tabs.get("holders"), tabs.get("chains")
+    chosen = chosen_searches(run)
+    snaps = run.snapshots
+    if not chosen or rows is None or rows.empty or chains is None or chains.empty or snaps.empty \
+            or not getattr(run, "has_arrays", False):
+        return {}
+    t = pd.to_numeric(pd.Series([row.get("t_wall")]), errors="coerce").iloc[0]
+    before = snaps[snaps["t_wall"] <= t] if pd.notna(t) else snaps.iloc[0:0]
+    at = int((before if not before.empty else snaps)["snapshot"].iloc[-1 if not before.empty else 0])
+    a = run.arrays
+    a = a[(a["first_snapshot"] <= at) & (a["last_snapshot"] >= at)]
+    ids = {leaf.get("id") for leaf in inputs if isinstance(leaf.get("id"), int)}
+    a = a[~a["py_id"].isin(ids)]
+    if a.empty:
+        return {}
+    # each array's first chain in the search nearest the peak, then the end's
+    order = [chosen[k] for k in ("peak", "end") if k in chosen]
+    named = rows[rows["snapshot"].isin(order) & rows["array_id"].isin(set(a["array_id"]))].copy()
+    if named.empty:
+        return {}
+    named["_o"] = named["snapshot"].map({snap: i for i, snap in enumerate(order)})
+    first = named.sort_values("_o", kind="stable").drop_duplicates("array_id").set_index("array_id")["chain_id"]
+    chain_rows = chains.set_index("chain_id")
+    text: dict = {}
+    out: dict = {}
+    for r in a[a["array_id"].isin(first.index)].itertuples(index=False):
+        cid = int(first[r.array_id])
+        if cid not in text and cid in chain_rows.index:
+            text[cid] = describe({"chain_id": cid, **chain_rows.loc[cid].to_dict()}, run, ar.files)["holder"]
+        holder = text.get(cid)
+        if not holder:
+            continue
+        shape = "[" + ",".join(str(x) for x in (r.shape if isinstance(r.shape, (tuple, list)) else ())) + "]"
+        for device, b in zip(r.devices or (), r.shard_bytes or ()):
+            out.setdefault(str(device), []).append({"device": str(device), "role": OTHER, "owner": holder,
+                                                    "bytes": int(b), "shape": shape, "dtype": str(r.dtype),
+                                                    "function": function, "sharding": str(r.sharding or "")})
+    return {d: sorted(v, key=lambda x: -x["bytes"]) for d, v in out.items()}
 
 
 def _sampled_like(peaks, true):
