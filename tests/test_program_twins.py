@@ -12,7 +12,7 @@ import jax.numpy as jnp
 
 from jaxmemprof.capture.jit.plan import Abstract
 from jaxmemprof.capture.jit.programs import program_digest, program_text
-from jaxmemprof.capture.jit.whatif import NOT_SEEN, compile_figures, weak_twins
+from jaxmemprof.capture.jit.compiles import NOT_SEEN, compile_figures, weak_twins
 
 
 def _step(step, params, x):

@@ -457,7 +457,7 @@ def test_a_policy_that_lowers_as_another_did_is_not_compiled_again(monkeypatch):
     import jax
     import jax.numpy as jnp
 
-    from jaxmemprof.capture.jit import whatif
+    from jaxmemprof.capture.jit.compiles import _FIELDS, compile_call
     from jaxmemprof.xla import scratch
 
     def step_with(policy):
@@ -472,7 +472,7 @@ def test_a_policy_that_lowers_as_another_did_is_not_compiled_again(monkeypatch):
                         real_compile(lowered, dump_to))
     policies = jax.checkpoint_policies
     seen: dict = {}
-    done = {name: whatif._compile_call(jax, step_with(policy), args, {}, "jax.jit", retraced=False, seen=seen)
+    done = {name: compile_call(jax, step_with(policy), args, {}, "jax.jit", retraced=False, seen=seen)
             for name, policy in (("dots", policies.dots_saveable),
                                  ("dots_no_batch", policies.dots_with_no_batch_dims_saveable),
                                  ("nothing", None))}
@@ -480,7 +480,7 @@ def test_a_policy_that_lowers_as_another_did_is_not_compiled_again(monkeypatch):
     assert all(error is None for _, _, error, _ in done.values())
     figures = {name: d[0][0] for name, d in done.items()}
     own = step_with(policies.dots_with_no_batch_dims_saveable).lower(*args).compile().memory_analysis()
-    assert figures["dots_no_batch"] == figures["dots"] == tuple(int(getattr(own, f)) for f in whatif._FIELDS)
+    assert figures["dots_no_batch"] == figures["dots"] == tuple(int(getattr(own, f)) for f in _FIELDS)
     # without ``seen`` each is compiled
-    whatif._compile_call(jax, step_with(policies.dots_saveable), args, {}, "jax.jit", retraced=False)
+    compile_call(jax, step_with(policies.dots_saveable), args, {}, "jax.jit", retraced=False)
     assert len(compiles) == 3

@@ -722,7 +722,8 @@ state = train_state.TrainState.create(apply_fn=model.apply, params=model.init(ja
 
 @jax.jit
 def train_step(state, x):
-    loss, grads = jax.value_and_grad(lambda p: jnp.mean(state.apply_fn({"params": p}, x, True) ** 2))(state.params)
+    loss, grads = jax.value_and_grad(lambda p: jnp.mean(state.apply_fn({"params": p}, x, train=True) ** 2))(
+        state.params)
     return state.apply_gradients(grads=grads), loss
 
 for i in range(4):
@@ -734,12 +735,16 @@ print("{}")
 def test_a_linen_programs_remat_is_spelled_nn_remat(tmp_path):
     """(7) A flax linen Module's activations under a step jax.jit jitted:
     the remat finding says linen's nn.remat (facts/libraries/flax.py), also
-    where no compile measured it (was: 'wrap that block in jax.checkpoint')."""
+    where no compile measured it (was: 'wrap that block in jax.checkpoint'):
+    here its train flag comes by keyword, which nn.remat's static_argnums
+    cannot make static (positional, tests/test_remat.py compiles it), and
+    the finding says why."""
     from jaxmemprof.facts.libraries import BY_NAME
 
     run, _ = _record(tmp_path, "linen.py", LINEN_TRAIN_FLAG)
     [f] = [f for f in _report(run)["findings"] if f["rule"] == "remat"]
     assert f["facts"]["remat_spelling"] == "nn.remat" and f["facts"]["remat_function"] == "MLP.__call__"
+    assert "train passed by keyword" in f["facts"]["not_compiled"], f["facts"]["not_compiled"]
     assert "nn.remat" in f["brief_fix"] and "jax.checkpoint" not in f["brief_fix"], f["brief_fix"]
     assert BY_NAME["jax.jit"].remat_spelling == "jax.checkpoint"  # the jit's own, which the words no longer take
     text = run_cli("report", run, check=0).stdout

@@ -5,7 +5,7 @@ its temporaries from the compile's dump (xla/dump.reserved_figures,
 docs/tpu.md "The program's reservation").
 
 - a deviceless v5e compile (libtpu, no chip) of a small donated scan step,
-  through the what-ifs' own compile (whatif._compile_call): its temporaries
+  through the what-ifs' own compile (compiles.compile_call): its temporaries
   are the dump's colour-0 temporary allocations, read here by a parse of
   this file's own, and XLA:TPU's memory_analysis() says another figure;
 - on XLA:CPU the same parse equals memory_analysis() (no CPU figure moves);
@@ -51,7 +51,7 @@ import glob, json, os, sys, tempfile
 import jax, jax.numpy as jnp
 from jax.sharding import SingleDeviceSharding
 from jaxmemprof.facts.tpus import topology
-from jaxmemprof.capture.jit.whatif import _compile_call
+from jaxmemprof.capture.jit.compiles import compile_call
 
 one = SingleDeviceSharding(topology("v5e:1x1").devices[0])
 
@@ -66,7 +66,7 @@ def step(w, xs):
 f = jax.jit(step, donate_argnums=(0,))
 args = (jax.ShapeDtypeStruct((512, 512), jnp.float32, sharding=one),
         jax.ShapeDtypeStruct((8, 256, 512), jnp.float32, sharding=one))
-done, seconds, error, said = _compile_call(jax, f, args, {}, "jax.jit", retraced=False)
+done, seconds, error, said = compile_call(jax, f, args, {}, "jax.jit", retraced=False)
 assert error is None, error
 # the independent compile: the same lowering, dumped by XLA's own option, and its memory_analysis()
 d = tempfile.mkdtemp()

@@ -9,7 +9,7 @@ weights are ``self.*`` there, ``model.*`` in the step).
   method's donation, whose calls do not hold the run's true peak (it could
   save nothing of it: ``info``), last.
 - The optimizer's step counter is made on one device (uncommitted) and the
-  first call takes it so: that signature compiles (whatif.placed), so the
+  first call takes it so: that signature compiles (compiles.placed), so the
   sharding is not "refused" and each finding's saving is the fall that the
   fixed program shows (recorded with the fix applied as printed).
 - One finding per array, named as the caller names it (``model.*``).

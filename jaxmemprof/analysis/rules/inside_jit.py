@@ -142,8 +142,8 @@ REMAT = Rule(
               "remat_policy": ("The policy that lowered the peak most: `nothing_saveable` (the default), "
                                "`dots_saveable` or `dots_with_no_batch_dims_saveable`."),
               "remat_static_argnums": ("The wrapped method's positional arguments the wrap made static (`self` is 0; "
-                                       "comma-separated), as the fix says: flax linen's nn.remat of a method given a "
-                                       "`train` flag, which it branches on; empty where none."),
+                                       "comma-separated), as the fix says: a method given a `train` flag it branches "
+                                       "on, which a library's remat would trace; empty where none."),
               "remat_tried": "Each policy compiled, with the true peak it gives.",
               "temp_before_bytes": "XLA's temporaries of the step as recorded.",
               "temp_after_bytes": "The same, compiled with the wrap made.",

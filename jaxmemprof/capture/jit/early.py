@@ -149,7 +149,7 @@ class Early:
 
     def lowerings(self, function_id, nums, names, wait: bool = True) -> dict:
         """The donated programs compiled here for the function's donation
-        (``_compile_call``'s ``seen``, figures only); ``wait``: once the
+        (compiles.compile_call's ``seen``, figures only); ``wait``: once the
         thread's donation job for the function, if under way, is done (not
         from the thread itself)."""
         with self._cv:

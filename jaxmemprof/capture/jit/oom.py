@@ -30,7 +30,8 @@ from typing import Any
 
 from jaxmemprof.capture.jit.frames import user_frame
 from jaxmemprof.capture.tracebacks import described, is_out_of_memory, message
-from jaxmemprof.capture.jit.whatif import compile_figures, rejit
+from jaxmemprof.capture.jit.compiles import compile_figures
+from jaxmemprof.capture.jit.whatif import rejit
 from jaxmemprof.facts.flow import UNKNOWN, batch_keys, flows
 from jaxmemprof.facts.truepeak import peak_of
 from jaxmemprof.xla.oom import read

@@ -35,8 +35,9 @@ from dataclasses import dataclass
 
 from jaxmemprof.capture.jit.oom import batch_multiple, what_fits
 from jaxmemprof.capture.jit.unsampled import prune_traces
-from jaxmemprof.capture.jit.whatif import (VERIFY_MIN_S, VERIFY_SHARE, Retraces, compile_figures,
-                                           donated_arguments, function_donors, rejit, verify)
+from jaxmemprof.capture.jit.compiles import compile_figures
+from jaxmemprof.capture.jit.whatif import (VERIFY_MIN_S, VERIFY_SHARE, Retraces, donated_arguments, function_donors,
+                                           rejit, verify)
 from jaxmemprof.facts.flow import CARRIED, UNKNOWN, batch_keys, flows, leaf_key
 from jaxmemprof.facts.tpus import out_of_memory
 from jaxmemprof.facts.truepeak import live_outside, peak_of, peak_on_device, placement

@@ -198,7 +198,7 @@ def verify_remats(planner, budget_s: float, deadline: float, largest_states, sig
                   over_budget: str, original_of) -> list:
     """jit_whatif rows for the steps whose kept activations fill a quarter of their peak."""
     from jaxmemprof.capture.jit.retrace import fresh
-    from jaxmemprof.capture.jit.whatif import NOT_SEEN, weak_twins
+    from jaxmemprof.capture.jit.compiles import NOT_SEEN, weak_twins
     from jaxmemprof.facts.libraries import LIBRARIES
 
     probe = planner.probe

@@ -24,22 +24,23 @@ of what each could take off the run's true peak, largest first (budget.py).
 A signature past the budget is written with the error ``OVER_BUDGET``; the
 report then says the figure is not verified.
 
-Each compile is of the call as the program made it: an input on one device
-beside inputs on several was uncommitted there (``placed``).
+How each is compiled (as the program made the call, and once per program:
+a signature that lowers to a program compiled already takes its figures)
+is compiles.py's.
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
 import time
-import warnings
 
 from jaxmemprof.capture.jit.budget import DONATE, SHARD, Job, donation_bound, in_order, rooms
-from jaxmemprof.capture.jit.programs import program_text, unseen_compile
+from jaxmemprof.capture.jit.compiles import (NOT_SEEN, arguments, compile_abstract, compile_call, compile_figures,
+                                             lowering, placed, weak_twins)
+from jaxmemprof.capture.jit.programs import unseen_compile
 from jaxmemprof.capture.jit.remat import verify_remats
-from jaxmemprof.capture.jit.rerun import run_programs_python, unseen
+from jaxmemprof.capture.jit.rerun import run_programs_python
 from jaxmemprof.capture.jit.retrace import CHANGED, RETRACED, Refused, fingerprint, fresh, replay
 from jaxmemprof.capture.jit.unsampled import SIZES_DIFFER, template_for
 from jaxmemprof.facts.donors import Call, donors
@@ -48,136 +49,12 @@ from jaxmemprof.facts.replicas import candidate, meshes_of, saving, shard_option
 from jaxmemprof.facts.libraries import BY_NAME
 from jaxmemprof.facts.truepeak import peak_of
 from jaxmemprof.units import array_bytes
-from jaxmemprof.xla.dump import compile_read
 from jaxmemprof.capture.tracebacks import described
 
 VERIFY_SHARE = 0.1
 VERIFY_MIN_S = 10.0
 OVER_BUDGET = "not verified: over the compile budget"
 VERIFY_MOST = 64  # functions whose sampled calls the donation rule reads at the end, at most
-_FIELDS = ("argument_size_in_bytes", "output_size_in_bytes", "alias_size_in_bytes", "temp_size_in_bytes",
-           "generated_code_size_in_bytes")
-
-
-def compile_figures(jax, fn, ab, scaled=(), axis: int = 0, batch: int | None = None, narrow: bool = False,
-                    wrapper: str = "jax.jit", dump_to: str | None = None, retraced: bool = True,
-                    seen: dict | None = None, lower_only: bool = False):
-    """XLA's figures for ``fn`` on the abstract arguments ``ab``
-    (plan.Abstract), the ``scaled`` inputs' dimension ``axis`` set to
-    ``batch``, every float32 argument as bfloat16 if ``narrow``:
-    (figures or None, seconds, error or None, warnings). ``retraced``:
-    lowering ``fn`` traces the program's Python (else it replays the run's
-    trace, retrace.replay): through rerun.run_programs_python, and a ``Refused``
-    error where it raised. ``seen``, ``lower_only``: as ``_compile_call``'s."""
-    flat = list(ab.flat)
-    if wrapper == "jax.pmap":  # pmap places its inputs itself: the arrays' own (pmap) shardings are refused
-        flat = [jax.ShapeDtypeStruct(x.shape, x.dtype, weak_type=x.weak_type)
-                if isinstance(x, jax.ShapeDtypeStruct) else x for x in flat]
-    for j in scaled:
-        x = flat[j]
-        shape = list(x.shape)
-        shape[axis] = batch
-        flat[j] = jax.ShapeDtypeStruct(tuple(shape), x.dtype, sharding=x.sharding, weak_type=x.weak_type)
-    if narrow:
-        for j, x in enumerate(flat):
-            if hasattr(x, "shape") and str(x.dtype) == "float32":
-                flat[j] = jax.ShapeDtypeStruct(x.shape, jax.numpy.bfloat16, sharding=x.sharding,
-                                               weak_type=x.weak_type)
-    compiled, seconds, error, said = _compile(jax, fn, ab, flat, wrapper, dump_to, retraced, seen, lower_only)
-    return (compiled[0] if compiled else None), seconds, error, said
-
-
-def arguments(jax, ab, flat: list) -> tuple[list, dict]:
-    """The call's (args, kwargs) from the abstract arguments ``ab`` with
-    ``flat`` as its dynamic leaves, the static ones put back."""
-    args, kwargs = jax.tree_util.tree_unflatten(ab.treedef, flat)
-    args = list(args)
-    for i, v in ab.static.items():
-        args.insert(i, v)
-    return args, {**kwargs, **ab.static_kw}
-
-
-def lower(fn, wrapper: str, args, kwargs):
-    with _lowering(fn, wrapper):
-        return fn.lower(*args, **kwargs)
-
-
-def _compile(jax, fn, ab, flat: list, wrapper: str, dump_to: str | None = None, retraced: bool = True,
-             seen: dict | None = None, lower_only: bool = False):
-    """``fn`` lowered and compiled on the abstract arguments ``ab`` with
-    ``flat`` as its dynamic leaves: ((XLA's figures, the compiled
-    executable) or None, seconds, error or None, warnings). ``dump_to``: a
-    directory XLA dumps the compiled program to (its buffer assignment).
-    ``retraced``: the lowering runs the program's Python (rerun.py). ``seen``, ``lower_only``: as
-    ``_compile_call``'s."""
-    args, kwargs = arguments(jax, ab, placed(jax, flat))
-    return _compile_call(jax, fn, args, kwargs, wrapper, dump_to, retraced, seen, lower_only)
-
-
-def placed(jax, flat: list) -> list:
-    """The leaves ``flat`` with each array on one device made uncommitted
-    (no sharding) where another spans several: jit refuses a committed
-    array beside arrays on other devices, so the program's own call took it
-    uncommitted (flax.nnx's optimizer step, a PRNG key made by default)
-    and placed it beside the others, as the compile then does; committed,
-    XLA's compile fails ("incompatible devices") where the program's did
-    not."""
-    def devices(x):
-        return len(getattr(getattr(x, "sharding", None), "device_set", ()) or ())
-
-    if not any(isinstance(x, jax.ShapeDtypeStruct) and devices(x) > 1 for x in flat):
-        return flat
-    return [jax.ShapeDtypeStruct(x.shape, x.dtype, weak_type=x.weak_type)
-            if isinstance(x, jax.ShapeDtypeStruct) and devices(x) == 1 else x for x in flat]
-
-
-def _compile_call(jax, fn, args, kwargs, wrapper: str, dump_to: str | None = None, retraced: bool = True,
-                  seen: dict | None = None, lower_only: bool = False):
-    """``fn`` lowered and compiled on the call ``args``, ``kwargs`` (arrays abstract): as ``_compile``. ``seen``
-    (the caller's, kept between calls): a lowering whose module text was compiled before (docs/advice.md: remat's
-    policies; a donation's signatures that differ in weak types alone) takes that compile's figures and
-    executable; its seconds are the lowering's. ``lower_only``: nothing compiled, the error ``NOT_SEEN``
-    where the lowering is not in ``seen``."""
-    t0 = time.monotonic()
-    said = []
-    try:
-        with warnings.catch_warnings(record=True) as caught, unseen_compile(jax):
-            warnings.simplefilter("always")
-            if retraced:
-                lowered, refused = run_programs_python(unseen(jax, lower), fn, wrapper, args, kwargs)
-                if refused is not None:
-                    return None, time.monotonic() - t0, Refused(refused), said
-            else:
-                lowered = lower(fn, wrapper, args, kwargs)
-            key = None if seen is None else _module_text(lowered, dump_to)
-            if seen is not None and key in seen:
-                return seen[key], time.monotonic() - t0, None, said
-            if lower_only:
-                return None, time.monotonic() - t0, NOT_SEEN, said
-            # dumped into dump_to only (never the program's dump); on a TPU, its temporaries from the dump
-            compiled, figures, note = compile_read(lowered, dump_to, _FIELDS)
-        said = [f"{w.category.__name__}: {w.message}"[:300] for w in caught][:3] + note
-        if figures is None:
-            return None, time.monotonic() - t0, "XLA gave no memory analysis", said
-        done = (figures, compiled)
-        if seen is not None and key is not None:
-            seen[key] = done
-        return done, time.monotonic() - t0, None, said
-    except Exception as exc:
-        return None, time.monotonic() - t0, described(exc).splitlines()[0][:500], said
-
-
-def _module_text(lowered, dump_to: str | None):
-    """One compile's key: the module's text (programs.program_text) and ``dump_to``; None: no text."""
-    text = program_text(lowered)
-    return None if text is None else (text, dump_to)
-
-
-def _lowering(fn, wrapper: str):
-    lib = BY_NAME.get(wrapper)
-    return lib.lowering(fn) if lib is not None else contextlib.nullcontext()
-
-
 def rejit(probe, state, real, nums: set, names: set, trace=None):
     """The function jitted anew as the program jitted it, with the arguments
     at ``nums`` and named ``names`` donated besides those it donates; or why
@@ -240,7 +117,7 @@ class Retraces:
         args, kwargs = arguments(probe._jax, ab, placed(probe._jax, list(ab.flat)))
 
         def again():
-            with _lowering(jitted, wrapper), unseen_compile(probe._jax):
+            with lowering(jitted, wrapper), unseen_compile(probe._jax):
                 return jitted.trace(*args, **kwargs)
 
         t, why = run_programs_python(again)
@@ -424,7 +301,7 @@ def _donated(planner, state, donation, sig: str, ab, trace, budget_s: float, dea
     ``ab``, replaying the run's ``trace`` where kept (else a
     re-trace): (figures or None, seconds, error or None). ``early``: the
     compile made beside the program (early.py) stands in where it was made.
-    ``seen``: as ``_compile_call``'s; ``twin``: the signature differs from
+    ``seen``: as ``compile_call``'s; ``twin``: the signature differs from
     one compiled in ``seen`` only in weak types (``weak_twins``): past the
     budget it is still lowered, and where it lowers to a program compiled
     (the same text), that compile's figures are its own."""
@@ -455,7 +332,7 @@ def _donated(planner, state, donation, sig: str, ab, trace, budget_s: float, dea
         return None, 0.0, f"{OVER_BUDGET} ({budget_s:g} s; run --verify-seconds)"
     probe.progress(f"verifying the donation of {state.row.get('name', state.function_id)}")
     if call:  # the wrapper's fix: its own call of jax.jit's function
-        compiled, seconds, error, _ = _compile_call(probe._jax, fn, *call, "jax.jit", retraced=trace is None,
+        compiled, seconds, error, _ = compile_call(probe._jax, fn, *call, "jax.jit", retraced=trace is None,
                                                     seen=seen, lower_only=over)
         fig = compiled[0] if compiled else None
     else:
@@ -498,37 +375,6 @@ def _unsampled(planner, verified: list, budget_s: float, deadline: float) -> lis
         out.append((state.function_id, sig, change, *(fig or (None,) * 5), float(seconds),
                     str(ab.platform or ""), error))
     return out
-
-
-NOT_SEEN = "lowered to a program not compiled yet"
-
-
-def weak_twins(a, b) -> bool:
-    """Whether two signatures' abstract arguments (plan.Abstract) differ in
-    weak types alone: the same structure and static values, each array
-    leaf of one shape, dtype and sharding, a Python scalar where the other
-    has a 0-d array (a step count passed as ``0``, then as the int32 the
-    step returned). JAX lowers such signatures to one program as often as
-    not; the compile's text decides (``_donated``)."""
-    if a.treedef != b.treedef or len(a.flat) != len(b.flat) or a.static.keys() != b.static.keys():
-        return False
-    try:
-        if a.static != b.static or a.static_kw != b.static_kw:
-            return False
-    except Exception:  # a static value that cannot be compared
-        return False
-    for x, y in zip(a.flat, b.flat):
-        sx, sy = getattr(x, "shape", None), getattr(y, "shape", None)
-        if sx is None and sy is None:  # Python scalars, traced by their type (their values are not static)
-            if type(x) is not type(y):
-                return False
-        elif sx is None or sy is None:
-            scalar, shape = (x, sy) if sx is None else (y, sx)
-            if shape != () or not isinstance(scalar, (bool, int, float, complex)):
-                return False
-        elif (sx, str(x.dtype), getattr(x, "sharding", None)) != (sy, str(y.dtype), getattr(y, "sharding", None)):
-            return False
-    return True
 
 
 NOT_KEPT = ("not verified: its arguments' shapes were not kept (only the functions with the 8 largest call peaks "
@@ -634,7 +480,7 @@ def _shard(planner, state, by_sig: dict, budget_s: float, deadline: float) -> li
                 error = f"not verified: {fn if isinstance(fn, str) else refused.reason}"
                 break
             probe.progress(f"verifying the sharding of {state.row.get('name', state.function_id)}")
-            done, took, failed, _ = _compile(jax, fn, ab, variant, wrapper, retraced=trace is None)
+            done, took, failed, _ = compile_abstract(jax, fn, ab, variant, wrapper, retraced=trace is None)
             seconds += took
             if trace is None:
                 planner.retraced.setdefault(state.function_id, set()).add("whatif")
@@ -700,7 +546,7 @@ def _makers(planner, step, made: dict, budget_s: float, deadline: float) -> list
             flat = [jax.ShapeDtypeStruct(x.shape, x.dtype, weak_type=x.weak_type)
                     if isinstance(x, jax.ShapeDtypeStruct) and len(getattr(x.sharding, "device_set", ())) == 1 else x
                     for x in ab.flat]
-            done, took, failed, _ = _compile(jax, fn, ab, flat, "jax.jit", retraced=False)
+            done, took, failed, _ = compile_abstract(jax, fn, ab, flat, "jax.jit", retraced=False)
             if done is None:
                 rows.append((state.function_id, sig, change, *(None,) * 5, took, str(ab.platform or ""),
                              f"not verified: {_failed(failed)}"))
@@ -717,7 +563,7 @@ def _makers(planner, step, made: dict, budget_s: float, deadline: float) -> list
             options = dict(slot.options)
             options["out_shardings"] = jax.tree_util.tree_unflatten(
                 jax.tree_util.tree_structure(done[1].output_shardings), shardings)
-            again, took2, failed, _ = _compile(jax, original(replayed, **options), ab, flat, "jax.jit",
+            again, took2, failed, _ = compile_abstract(jax, original(replayed, **options), ab, flat, "jax.jit",
                                                retraced=False)
             rows.append((state.function_id, sig, change, *(again[0] if again else (None,) * 5), took + took2,
                          str(ab.platform or ""), None if again else f"not verified: {_failed(failed)}"))
