@@ -14,7 +14,7 @@ line of the ticker's after the script's end, nothing on stderr. The old
 program's audit hook run between its calls) crashed or printed here.
 
     python benchmarks/stress_parking.py --runs 200          # the long form (each Python)
-    python benchmarks/stress_parking.py --runs 6            # tests/test_parking.py
+    python benchmarks/stress_parking.py --runs 6 --tick 0.05  # tests/test_parking.py
     python benchmarks/stress_parking.py --runs 10 --form run  # under `jaxmemprof run` (needs JAX)
 """
 
@@ -34,6 +34,7 @@ PROGRAM = r'''
 import os, sys, threading, time
 
 log = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+TICK = float(os.environ.get("STRESS_TICK", "0.005"))
 hooked = threading.local()
 
 def hook(event, args):  # the program's audit hook: writes (the GIL changes hands) in the threads that ask
@@ -68,7 +69,7 @@ def ticker():
     while True:
         sys.stdout.write("tick\n")
         sys.stdout.flush()
-        time.sleep(0.005)
+        time.sleep(TICK)
 
 for _ in range(3):
     threading.Thread(target=spawner, daemon=True).start()
@@ -95,6 +96,9 @@ while time.monotonic() - t0 < 0.4:  # the end phase: the main thread works on
 '''
 
 
+TICK = 0.005  # the ticker's period (--tick)
+
+
 def after_end(out: str) -> int:
     """Lines printed after the script's last line."""
     lines = out.splitlines()
@@ -105,7 +109,7 @@ def one(tmp: Path, form: str, python: str) -> tuple:
     program = tmp / "prog.py"
     program.write_text(PROGRAM)
     log = tmp / "audit.log"
-    env = dict(os.environ, PYTHONPATH=str(REPO), JAX_PLATFORMS="cpu")
+    env = dict(os.environ, PYTHONPATH=str(REPO), JAX_PLATFORMS="cpu", STRESS_TICK=str(TICK))
     if form == "python":
         cmd = [python, str(program), str(log)]
     elif form == "driver":
@@ -122,7 +126,11 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=200)
     ap.add_argument("--form", choices=("driver", "run"), default="driver")
     ap.add_argument("--python", default=sys.executable)
+    ap.add_argument("--tick", type=float, default=0.005,
+                    help="the ticker's period in seconds (the window a late parking would print in)")
     args = ap.parse_args()
+    global TICK
+    TICK = args.tick
     bad = 0
     py_after = ours_after = 0
     t0 = time.monotonic()
