@@ -93,5 +93,14 @@ done
 hb=$src/tests/scripts/end_phase_step.py
 t heartbeat-python python3 "$hb" "$out/hb-python.marker" --ops 30 --heartbeat "$out/hb-python.beats"
 t heartbeat jmp run -q --plan -o "$out/runs/heartbeat" "$hb" "$out/hb-run.marker" --ops 30 --heartbeat "$out/hb-run.beats"
+# Issue 64's donated ViT (linen, nn.scan, TrainState, its first call's step a Python 0): the donation's
+# saving as run says it against the chip's fall, each program under python with the chip's counters read
+# after its last synced step (docs/tpu.md); `python3 benchmarks/tpu/vit_check.py OUTDIR` compares them.
+vit=$src/benchmarks/tpu/vit.py
+t vit-python python3 "$vit" --batch 24 --stats "$out/vit-python.json"
+t vit-donated-python python3 "$vit" --batch 24 --donate --stats "$out/vit-donated-python.json"
+t vit jmp run -o "$out/runs/vit" "$vit" --batch 24 --stats "$out/vit.json"
 for r in "$out"/runs/*; do jmp report "$r" > "$out/$(basename "$r").report.txt" 2>&1; done
+case " ${LANE_ONLY:-vit} " in *" vit "*) jmp report "$out/runs/vit" --json > "$out/vit.report.json" 2>/dev/null
+  python3 "$src/benchmarks/tpu/vit_check.py" "$out" | tee "$out/vit-check.txt";; esac
 exit 0
