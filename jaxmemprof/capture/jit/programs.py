@@ -358,11 +358,11 @@ _EMPTY_MESH_DECLARED = re.compile(r"^ *sdy\.mesh @empty_mesh = <\[\]>.*\n", re.M
 
 def program_text(lowered) -> str | None:
     """The program ``lowered`` holds, as its module's text (shapes,
-    shardings, donations, operations) less what changes nothing in it
+    shardings, donations, operations) less the one thing that changes
+    nothing in it, the empty mesh's shardings and its declaration
     (``_EMPTY_MESH``): two lowerings of one text are one program to XLA (the
     same compile, figures and buffer assignment); None where the text cannot
-    be had. (XLA compiles the text; the empty mesh's shardings and its
-    declaration are the one thing normalized.)"""
+    be had."""
     try:
         text = getattr(lowered, "lowered", lowered).as_text()
         return _EMPTY_DICT.sub(">", _EMPTY_MESH.sub("", _EMPTY_MESH_DECLARED.sub("", text)))
