@@ -23,6 +23,7 @@ import pandas as pd
 
 from jaxmemprof.analysis.attributed import Attributed
 from jaxmemprof.analysis.cells import json_cell, leaves as _leaves
+from jaxmemprof.analysis.py_holders import chosen_searches, describe
 from jaxmemprof.facts.flow import CARRIED, HELD, PER_STEP, UNKNOWN, fed_back, flows, leaf_key, passed_call
 from jaxmemprof.facts.libraries import OPTIMIZER, PARAMETERS, STATE, role_of_tag
 
@@ -251,8 +252,6 @@ def _other_owners(ar: Attributed, row, inputs: list, function: str) -> dict:
     beside the state made from it), largest first; arrays no search named
     are left to the role's unnamed rest. As the snapshot before the call
     saw them."""
-    from jaxmemprof.analysis.py_holders import chosen_searches, describe
-
     run = ar.run
     tabs = getattr(run, "py_holders", None) or {}
     rows, chains = tabs.get("holders"), tabs.get("chains")

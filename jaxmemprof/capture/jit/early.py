@@ -144,8 +144,14 @@ class Early:
 
     def donation(self, function_id, signature: str, nums, names):
         """The donation's verifying compile made here (compile_figures's
-        answer), or None."""
-        return self.result(donation_key(function_id, signature, nums, names), None)
+        answer), or None: not made, or failed (beside the running program;
+        the end compiles it again once the program is done)."""
+        done = self.result(donation_key(function_id, signature, nums, names), None)
+        if done is not None and done[2] is not None:
+            with self._cv:
+                self.used -= 1
+            return None
+        return done
 
     def lowerings(self, function_id, nums, names, wait: bool = True) -> dict:
         """The donated programs compiled here for the function's donation

@@ -320,9 +320,8 @@ def _donated(planner, state, donation, sig: str, ab, trace, budget_s: float, dea
     else:
         fn = rejit(probe, state, real, nums, names, trace)
     refused = None if trace is not None or isinstance(fn, str) else planner.retraces.refusal(state, real)
-    if done is not None and done[2] is None:  # compiled beside the program (early.py), as it would be now
+    if done is not None:  # compiled beside the program (early.py), as it would be now
         return done[0], done[1], None
-    # (one that failed there, beside the running program, is compiled again here, once the program is done)
     if isinstance(fn, str):
         return None, 0.0, f"not verified: {fn}"
     if refused is not None:
