@@ -354,18 +354,24 @@ class Programs:
 _EMPTY_MESH = re.compile(r"sdy\.sharding = #sdy\.sharding<@empty_mesh, \[(?:\{\}(?:, )?)*\]>(?:, )?")
 _EMPTY_DICT = re.compile(r"> \{\}")  # a parameter's attributes, none left
 _EMPTY_MESH_DECLARED = re.compile(r"^ *sdy\.mesh @empty_mesh = <\[\]>.*\n", re.M)  # the mesh, declared where used
+# Before Shardy (jax 0.6): the same written as a replicated sharding, the same as none in a one-device program.
+_REPLICATED = re.compile(r'mhlo\.sharding = "\{replicated\}"(?:, )?')
+_ONE_DEVICE = "mhlo.num_partitions = 1 "
 
 
 def program_text(lowered) -> str | None:
     """The program ``lowered`` holds, as its module's text (shapes,
     shardings, donations, operations) less the one thing that changes
     nothing in it, the empty mesh's shardings and its declaration
-    (``_EMPTY_MESH``): two lowerings of one text are one program to XLA (the
+    (``_EMPTY_MESH``; before Shardy, a one-device program's replicated
+    shardings, ``_REPLICATED``): two lowerings of one text are one program to XLA (the
     same compile, figures and buffer assignment); None where the text cannot
     be had."""
     try:
-        text = getattr(lowered, "lowered", lowered).as_text()
-        return _EMPTY_DICT.sub(">", _EMPTY_MESH.sub("", _EMPTY_MESH_DECLARED.sub("", text)))
+        text = _EMPTY_MESH.sub("", _EMPTY_MESH_DECLARED.sub("", getattr(lowered, "lowered", lowered).as_text()))
+        if _ONE_DEVICE in text:
+            text = _REPLICATED.sub("", text)
+        return _EMPTY_DICT.sub(">", text)
     except Exception:
         return None
 
