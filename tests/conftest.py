@@ -100,6 +100,7 @@ FAST = (
     "tests/test_show_diff.py",
     "tests/test_device_names.py",
     "tests/test_tools.py",
+    "tests/test_own_threads.py",
 )
 
 

@@ -123,12 +123,13 @@ def step_snapshots_share(snaps, markers) -> float | None:
 def program_thread_cost(run) -> tuple[float, float] | None:
     """(wall, CPU) seconds the snapshots taken in the program's own thread took from it (steps', its
     own, their holder searches included): the manifest's ``program_thread`` (capture/steps.py), else
-    the snapshots' own figures (trigger ``step`` or ``api``) and their searches' CPU; None without any."""
+    the snapshots' own figures (trigger ``step`` or ``api``) and their searches' CPU; None without any.
+    Rounded to the microsecond here, once, so that every view prints the same figure."""
     own = run.manifest.get("program_thread")
     if isinstance(own, dict) and own.get("snapshots"):
         wall, cpu = own.get("wall_s"), own.get("cpu_s")
         if isinstance(wall, (int, float)) and isinstance(cpu, (int, float)) and math.isfinite(wall + cpu):
-            return float(wall), float(cpu)
+            return round(float(wall), 6), round(float(cpu), 6)
     snaps = run.snapshots
     if snaps.empty or "wall_s" not in snaps:
         return None
@@ -138,7 +139,7 @@ def program_thread_cost(run) -> tuple[float, float] | None:
     searched = searches(run)
     searched = searched[searched["snapshot"].isin(mine["snapshot"])]
     extra = float(np.nansum(searched["cost_s"].astype(float))) if not searched.empty else 0.0
-    return float(mine["wall_s"].sum()) + extra, float(mine["cost_s"].sum()) + extra
+    return round(float(mine["wall_s"].sum()) + extra, 6), round(float(mine["cost_s"].sum()) + extra, 6)
 
 
 # The steps of each kind (with a snapshot at them, without) needed to compare their gaps.
@@ -253,6 +254,6 @@ def headline(ar: Attributed, tl: Timeline, peaks: Peaks, chip: dict | None, arra
         per_array_data=bool(run.has_arrays),
         holder_searches=searches,
         holder_search_cpu_s=search_s,
-        program_thread_wall_s=None if own is None else round(own[0], 6),
-        program_thread_cpu_s=None if own is None else round(own[1], 6),
+        program_thread_wall_s=None if own is None else own[0],
+        program_thread_cpu_s=None if own is None else own[1],
     )

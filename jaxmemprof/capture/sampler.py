@@ -152,8 +152,14 @@ class Sampler(StepSnapshots):
         self._thread.start()
 
     def stop(self) -> None:
+        """No more snapshots of the thread's: it is waited for, unless this
+        thread holds the lock that thread may be waiting for (a signal's end
+        that came in the middle of a snapshot taken here, or an interrupt
+        that came out of the jit probe's count between its take and its
+        let-go): waiting there would be for ever, and the thread, once it
+        has the lock, finds sampling stopped."""
         self._stop.set()
-        if self._thread is not None:
+        if self._thread is not None and not self.owned_by_this_thread():
             self._thread.join()
 
     @property
@@ -219,6 +225,8 @@ class Sampler(StepSnapshots):
             # The list of live arrays holds every array it lists alive: it
             # exists only while this thread holds the lock (see holding()).
             with self._lock:
+                if self._stop.is_set():
+                    return  # stopped while it waited for the lock
                 if time.monotonic() < self.timed_due():
                     continue  # a step's snapshot meanwhile
                 affordable, live = self._affordable_at()

@@ -57,6 +57,7 @@ class OwnThread:
         self._target, self._args = target, args
         self._running = _thread.allocate_lock()  # held from start to the target's end
         self._started = False
+        self._finished = False  # set by the thread as its last act, before it lets _running go
         self._up = _thread.allocate_lock()
         self.ident: int | None = None
 
@@ -105,16 +106,22 @@ class OwnThread:
                 _unregister(ident, dummy)
             except BaseException:
                 pass
+            self._finished = True
             self._running.release()
 
     def is_alive(self) -> bool:
-        return self._started and self._running.locked()
+        return self._started and not self._finished
 
     def join(self, timeout: float | None = None) -> None:
         if not self._started:
             raise RuntimeError("cannot join thread before it is started")
         if self.ident == _thread.get_ident():
             raise RuntimeError("cannot join current thread")
+        # Its end is the flag, not the lock: a join interrupted (a SIGINT's KeyboardInterrupt) once it took
+        # the lock, before it let it go, leaves the lock held, and the next join (the end phase stops the
+        # sampler again) would wait for ever (issue 62: a kernel interrupt in a cell's end hung the cell).
+        if self._finished:
+            return
         got = self._running.acquire() if timeout is None else self._running.acquire(timeout=max(0.0, timeout))
         if got:
             self._running.release()
