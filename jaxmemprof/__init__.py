@@ -3,6 +3,16 @@
 Importing this package does not import jax; only capturing a run does.
 """
 
+import sys as _sys
+
+from jaxmemprof.versions import too_old as _too_old
+
+if (_refused := _too_old()) is not None:  # pip installs it on none of them (requires-python); a checkout:
+    if _sys.argv[:1] == ["-m"] or _sys.argv[0].endswith(("/jaxmemprof", "\\jaxmemprof.exe")):  # the command
+        _sys.stderr.write(_refused + "\n")
+        raise SystemExit(2)
+    raise ImportError(_refused)
+
 from jaxmemprof._version import __version__
 
 __all__ = ["__version__", "profile", "ProfiledRun", "mark", "snapshot", "load_profile", "load_run", "InputError"]

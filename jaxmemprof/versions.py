@@ -8,8 +8,10 @@ JAX and the newest Python declared (`.ci/run`). pyproject.toml's
 ``requires-python`` and ``jax>=`` say the same (tests/test_versions.py).
 
 Outside the range a run goes on, and says in one line what is not supported
-and what will be missing; below Python's oldest, pip does not install
-jaxmemprof at all (``requires-python``).
+and what will be missing. Below Python's oldest, pip does not install
+jaxmemprof at all (``requires-python``), and a checkout refuses in one line
+(``too_old``, from the package's ``__init__``): 3.10 reached its end of life
+in October 2026 and JAX left it at 0.6.2.
 
 Plain Python: reads the installed JAX's version from its distribution's
 metadata, without importing JAX (the program imports it, as it would under
@@ -21,7 +23,7 @@ from __future__ import annotations
 import re
 import sys
 
-PYTHON_OLDEST = (3, 10)
+PYTHON_OLDEST = (3, 11)
 PYTHON_NEWEST = (3, 13)
 # jax 0.6.0's executables carry no buffer assignment, and XLA's dump of them
 # reads as none either: memory inside a jitted call is not attributed to lines
@@ -82,16 +84,6 @@ def outside(python: tuple | None = None, jax: str | None = None) -> str | None:
     if python > PYTHON_NEWEST:
         said.append(f"Python {_text(python)} is newer than the newest supported ({_text(PYTHON_NEWEST)}): "
                     f"{LOST_ABOVE_PYTHON}")
-    elif python < PYTHON_OLDEST:
-        said.append(f"Python {_text(python)} is older than the oldest supported ({_text(PYTHON_OLDEST)}): "
-                    f"it may fail anywhere")
-    else:
-        lost = []
-        if python < (3, 11):
-            # 3.10 runs a decorator at its function's def line (3.11 on: the decorator's)
-            lost.append("a function jitted by a decorator is placed at its def line, not the decorator's")
-        if lost:
-            said.append(f"Python {_text(python)}: {'; '.join(lost)}")
     got = release(jax)
     if got is not None and got < JAX_OLDEST:
         lost = [LOST_BELOW_JAX] + ([LOST_BELOW_WEAK_TYPE] if got < _JAX_WEAK_TYPE else [])
@@ -99,6 +91,16 @@ def outside(python: tuple | None = None, jax: str | None = None) -> str | None:
     if not said:
         return None
     return "jaxmemprof: warning: " + "; ".join(said) + "; the run goes on"
+
+
+def too_old(python: tuple | None = None) -> str | None:
+    """The one line that refuses a Python older than the oldest supported
+    (``python``: (major, minor); the running one by default), or None."""
+    python = tuple(python or sys.version_info[:2])
+    if python >= PYTHON_OLDEST:
+        return None
+    return (f"jaxmemprof: Python {_text(python)} is older than the oldest supported ({_text(PYTHON_OLDEST)}): "
+            f"run jaxmemprof under Python {_text(PYTHON_OLDEST)}-{_text(PYTHON_NEWEST)}")
 
 
 def supported_range() -> str:

@@ -1,7 +1,7 @@
 """The holder search reads frame locals only where it cannot harm the program
 (issue 62 items 1 and 5; docs/holders.md, "Frames: what is read, and when"):
 its own thread's frames, never another thread's, never through a raw
-pointer; on 3.10-3.12 the dict ``frame.f_locals`` fills is emptied after the
+pointer; on 3.11-3.12 the dict ``frame.f_locals`` fills is emptied after the
 read (it would keep rebound values alive), left alone where the program holds
 it, and not read at all under a trace function. Each checked against
 python's own behaviour, side by side."""
@@ -40,7 +40,7 @@ def test_no_raw_pointer_reads_in_the_holder_search():
 
 def test_a_read_keeps_no_value_alive_after_the_program_rebinds_it():
     """python frees a local's old value when it is rebound; after a read of
-    the frame it still does (3.10-3.12: the frame's dict is emptied)."""
+    the frame it still does (3.11-3.12: the frame's dict is emptied)."""
     seen = {}
 
     def program():
@@ -57,7 +57,7 @@ def test_a_read_keeps_no_value_alive_after_the_program_rebinds_it():
 
 
 def test_a_dict_the_program_holds_from_locals_is_left_as_it_was():
-    """A frame whose code calls locals() is not read on 3.10-3.12: the
+    """A frame whose code calls locals() is not read on 3.11-3.12: the
     program's dict stays what it was when it took it (as under python)."""
     unread = fl.Unread()
     seen = {}
@@ -86,7 +86,7 @@ def _grab_callers_locals():
 
 def test_a_frames_dict_held_elsewhere_is_not_emptied():
     """A dict a callee took of the frame (``sys._getframe(1).f_locals``) and
-    keeps: after a read it still has the frame's names (3.10-3.12: the read
+    keeps: after a read it still has the frame's names (3.11-3.12: the read
     refreshes it as a ``locals()`` call would, and leaves it filled)."""
     seen = {}
 
@@ -108,7 +108,7 @@ def test_a_frames_dict_held_elsewhere_is_not_emptied():
 
 def test_under_a_trace_function_nothing_is_read_and_the_program_keeps_its_locals():
     """A trace function's trampoline writes the frame's dict back: under one,
-    3.10-3.12 read nothing (and say so); the program's locals, and what the
+    3.11-3.12 read nothing (and say so); the program's locals, and what the
     tracer assigns through f_locals, are as under python."""
 
     def program(reads):
@@ -155,7 +155,7 @@ def test_a_search_from_another_thread_reads_no_frame_and_says_whose():
     assert s.found == {}
     assert fl.OTHER_THREAD in s.unread.by_reason and "MainThread" in s.unread.text()
     # the same search in this thread (the program's, at a point it offers) names it (in a function of
-    # its own: pytest's rewritten asserts call locals(), and a frame that does is not read on 3.10-3.12)
+    # its own: pytest's rewritten asserts call locals(), and a frame that does is not read on 3.11-3.12)
     chains = _search_here()
     assert chains[0][0] == "local" and chains[0][5] == [("local", "held")]
 
@@ -179,12 +179,8 @@ def test_a_suspended_generators_locals_are_found_unnamed():
     next(g)
     GEN_HELD.append(g)
     batch = gc.get_referents  # noqa: F841  (another name "batch": the chain must not be named by it)
-    inner = next(r for r in gc.get_referents(g) if type(r) is Big) if sys.version_info >= (3, 11) else None
+    inner = next(r for r in gc.get_referents(g) if type(r) is Big)
     try:
-        if inner is None:  # 3.10: the generator lists its frame, whose referents are its locals
-            frame = next(r for r in gc.get_referents(g) if type(r).__name__ == "frame")
-            inner = next(r for r in gc.get_referents(frame) if type(r) is Big)
-            del frame
         targets = {id(inner): (weakref.ref(inner), 1)}
         del inner
         s = searched(targets, 5.0, library=False, frames=False)
@@ -307,7 +303,7 @@ sys.settrace(None)
 
 
 def test_a_holder_not_named_for_a_trace_function_is_said_in_one_line(tmp_path):
-    """Under a trace function 3.10-3.12 read no frame: the run says which
+    """Under a trace function 3.11-3.12 read no frame: the run says which
     function's locals it could not read, and why, in one line; the
     program's output is python's."""
     script = write_script(tmp_path, "traced_leak.py", TRACED_LEAK)

@@ -76,7 +76,7 @@ def _call_and_next_statement(code, source: str):
         return i.positions.lineno if hasattr(i, "positions") and i.positions is not None else i.starts_line
 
     lines, current = [], None
-    for i in ins:  # 3.10's starts_line is set on a line's first instruction only
+    for i in ins:  # starts_line (before positions) is set on a line's first instruction only
         current = at(i) if at(i) is not None else current
         lines.append(current)
     calls = [k for k, i in enumerate(ins) if lines[k] == line and i.opname.startswith("CALL")]

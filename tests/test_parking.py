@@ -264,7 +264,7 @@ def test_nothing_of_the_threads_runs_as_under_python(tmp_path):
     # Python freezes its daemon threads where they are: no finally, no
     # __exit__, no __del__ of their locals, no generator they iterate closed.
     # Parked likewise (an exception that were made only after the frames
-    # without a handler were left, as 3.10 and 3.11 make a class sent to a
+    # without a handler were left, as 3.11 makes a class sent to a
     # thread, closed gen_loop's generator: "generator closed"), and the
     # thread inside `with lock:` gives the lock back on its way out.
     program = tmp_path / "prog.py"

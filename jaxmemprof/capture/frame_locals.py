@@ -13,7 +13,7 @@ ctypes: only what the interpreter offers.
 
 - Python 3.13 and later: ``frame.f_locals`` is a proxy that reads the frame's
   slots (PEP 667) and writes nothing: used as it is, on this thread's frames.
-- Python 3.10 to 3.12: ``frame.f_locals`` copies the frame's variables into a
+- Python 3.11 and 3.12: ``frame.f_locals`` copies the frame's variables into a
   dict cached on the frame (the one ``locals()`` returns) and returns it; a
   trace or profile function's trampoline writes that dict back into the frame.
   Left filled, the dict would keep each value alive after the program rebinds
@@ -31,8 +31,8 @@ ctypes: only what the interpreter offers.
   3. otherwise the dict is refreshed and its items copied, and then emptied
      unless something besides the frame holds it (``sys.getrefcount``): it then
      keeps nothing alive. A later ``locals()`` or trampoline refreshes it from
-     the frame first (3.10 always; 3.11 and 3.12 because the read set the
-     frame's ``f_fast_as_locals``), so it sees what it would have seen.
+     the frame first (the read set the frame's ``f_fast_as_locals``), so it
+     sees what it would have seen.
 
 Where a frame is not read, ``Unread`` says why, so that the run can say which
 holders could not be named.
@@ -45,7 +45,7 @@ import types
 
 _PROXY = sys.version_info >= (3, 13)
 _CO_OPTIMIZED = 0x1
-# Names whose call in a frame's code hands the program the frame's dict (3.10-3.12).
+# Names whose call in a frame's code hands the program the frame's dict (3.11, 3.12).
 _DICT_USERS = frozenset(("locals", "vars", "exec", "eval"))
 
 # Why a frame was not read.

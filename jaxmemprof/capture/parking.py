@@ -20,11 +20,11 @@ sent, in the thread, and that call blocks for good (the thread is parked):
 
 - 3.12 and later make the exception (``_Parked``'s construction) at once,
   where the thread is.
-- 3.10 and 3.11 make an exception sent as a class only at the first frame
+- 3.11 makes an exception sent as a class only at the first frame
   with a handler (``try``, ``with``), after leaving the frames without one:
   their value stacks emptied, a generator that a ``for`` of theirs was
   iterating closed, its ``finally`` run (measured: tests/test_parking.py).
-  So they are sent an object that is not an exception class (``_Freeze``):
+  So it is sent an object that is not an exception class (``_Freeze``):
   the interpreter refuses it at once, where the thread is, with a
   SystemError whose message holds the object's repr, and the repr (ours)
   runs first.
@@ -33,8 +33,8 @@ Nothing of the program's runs: no ``finally``, no ``__exit__``, no
 ``__del__`` of a local, as under python (side by side in
 tests/test_parking.py). Where the thread's stack may hold a lock the end
 phase needs (a logging or an import frame on it, or a frame inside a
-``with`` block, read from the code's exception table; 3.10's SETUP_WITH
-ranges), the exception is let go on instead: the handlers give the lock
+``with`` block, read from the code's exception table; a code whose table
+cannot be read counts as one), the exception is let go on instead: the handlers give the lock
 back (a lock's own ``__exit__``, logging's ``finally``) and the thread's own
 profile function (set in it, by it) stops it at its first call or return
 that is not a lock's release, a guarded frame's, or the library's way out
@@ -51,13 +51,13 @@ threads after the script's end (between the look and the sending) is not
 sent one.
 
 The interpreter raises the flag that makes threads look for an
-asynchronous exception for all threads at once (3.10 to 3.12), and the
+asynchronous exception for all threads at once (3.11 and 3.12), and the
 first thread to take its own lowers it: a thread that wakes, prints and
 sleeps would see its own only when the GIL changed hands mid-bytecode. A
 thread of jaxmemprof's (``jaxmemprof-parking``) keeps the flag up until
 every thread sent one has taken it or ended; while one stays blocked in C,
 every thread checks its eval breaker at each call (measured: 4% on a
-call-bound loop on 3.11, 12% on 3.10; 3.13's flags are per thread).
+call-bound loop on 3.11; 3.13's flags are per thread).
 
 Why not a profile function set on every thread (what this did before):
 3.11 offers that only by walking the thread states through their addresses
@@ -200,9 +200,14 @@ _codes: dict = {}  # code object -> (exception table entries, with handlers' off
 
 
 def _inside_with(code, offset: int) -> bool:
+    """Whether ``offset`` of ``code`` is inside a ``with`` block or calling
+    its ``__exit__``; a code whose exception table cannot be read counts as
+    inside (a thread is never stopped where it may hold a lock)."""
     got = _codes.get(code)
     if got is None:
         got = _codes[code] = _with_parts(code)
+    if got is UNREAD:
+        return True
     entries, handlers, exits = got
     if offset in exits:
         return True
@@ -218,25 +223,25 @@ def _inside_with(code, offset: int) -> bool:
     return False
 
 
+UNREAD = ()  # _with_parts of a code whose exception table could not be read
+
+
 def _with_parts(code) -> tuple:
     """``code``'s exception table, the offsets of its ``with`` handlers
     (WITH_EXCEPT_START among their first instructions) and of the calls of
     a ``with``'s ``__exit__`` (on the way out: three Nones, then the call;
-    on an exception: WITH_EXCEPT_START). 3.10 has no exception table: every
-    offset from a SETUP_WITH to the end of its handler counts as an exit."""
+    on an exception: WITH_EXCEPT_START); ``UNREAD`` where the table cannot
+    be read (``dis._parse_exception_table``, 3.11 to 3.13, gone or failing)."""
     import dis
 
-    try:
-        instructions = list(dis.get_instructions(code))
-    except Exception:
-        return (), frozenset(), frozenset()
     parse = getattr(dis, "_parse_exception_table", None)
     if parse is None:
-        return (), frozenset(), _with_ranges_310(instructions)
+        return UNREAD
     try:
+        instructions = list(dis.get_instructions(code))
         entries = tuple((e.start, e.end, e.target) for e in parse(code))
     except Exception:
-        return (), frozenset(), frozenset()
+        return UNREAD
     at = {ins.offset: i for i, ins in enumerate(instructions)}
     handlers = set()
     for _, _, target in entries:
@@ -251,19 +256,6 @@ def _with_parts(code) -> tuple:
                 if x.opname in ("CALL", "PRECALL"):
                     exits.add(x.offset)
     return entries, frozenset(handlers), frozenset(exits)
-
-
-def _with_ranges_310(instructions: list) -> frozenset:
-    """3.10: the offsets inside a ``with`` (its body and normal exit, from
-    SETUP_WITH to its handler) and of its handler (to its POP_EXCEPT)."""
-    inside: set = set()
-    for ins in instructions:
-        if ins.opname in ("SETUP_WITH", "SETUP_ASYNC_WITH") and isinstance(ins.argval, int):
-            handler = ins.argval
-            ends = [x.offset for x in instructions if x.offset >= handler and x.opname == "POP_EXCEPT"]
-            last = ends[0] if ends else handler
-            inside.update(x.offset for x in instructions if ins.offset < x.offset <= last)
-    return frozenset(inside)
 
 
 def _stop() -> None:
@@ -287,7 +279,7 @@ class _Parked(SystemExit):
 
 
 class _Freeze:
-    """What a thread of the program's is sent on 3.10 and 3.11, where an
+    """What a thread of the program's is sent on 3.11, where an
     exception sent as a class is made (normalised) only at the first frame
     with a handler, after the frames without one are left: their value
     stacks emptied, a generator that a ``for`` of theirs was iterating
@@ -338,7 +330,7 @@ def _arrived() -> None:
 def _interrupt_each(others: list, watch: _Watch) -> int:
     """Each thread with a frame of the program's on its stack (read
     through ``sys._current_frames()``) is sent ``_SENT`` (``_Parked``;
-    3.10 and 3.11: ``_Freeze``) through ``PyThreadState_SetAsyncExc``, which finds the thread by its
+    3.11: ``_Freeze``) through ``PyThreadState_SetAsyncExc``, which finds the thread by its
     ident under the runtime's lock within the one call (no thread state is
     held between calls). A thread with none (a library's, an idle pool
     worker) runs on. The number sent."""

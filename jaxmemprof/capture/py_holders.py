@@ -257,8 +257,8 @@ def _children(obj, shape: _Shape, module_dicts: set):
                 for k, v in list(dict.items(own)):
                     yield ATTR, _name(k), v
     elif kind == "generator":
-        # What the garbage collector lists of it: its frame's locals and stack
-        # (3.11+), or its frame (3.10), whose own referents are its locals.
+        # What the garbage collector lists of it: its frame's locals and stack;
+        # a frame, where one is listed, by its own referents (its locals).
         for r in gc.get_referents(obj):
             t = type(r)
             if t is types.FrameType:

@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 import warnings
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from pathlib import Path
 
 from jaxmemprof._version import __version__
@@ -125,7 +125,7 @@ class Session:
             "hostname": platform.node(),
             "pid": os.getpid(),
             "environment": allocator_environment(),
-            "start_time": datetime.now(timezone.utc).isoformat(),
+            "start_time": datetime.now(UTC).isoformat(),
             "start_epoch": time.time(),
             "end_time": None,
             "exit_status": None,
@@ -470,7 +470,7 @@ class Session:
             return
         self._t_script_end = time.monotonic()
         self.script_end = {"exit_status": exit_status, "ended_by": ended_by,
-                           "end_time": datetime.now(timezone.utc).isoformat(),
+                           "end_time": datetime.now(UTC).isoformat(),
                            "duration_s": round(self._t_script_end - self.t_start, 6)}
         try:
             with self.writer._lock:
@@ -598,7 +598,7 @@ class Session:
             elif facts.get("process_index") != proc.index:
                 facts["launcher_process_index"] = proc.index
         now = time.monotonic()
-        ended = {"end_time": datetime.now(timezone.utc).isoformat(), "duration_s": round(now - self.t_start, 6)}
+        ended = {"end_time": datetime.now(UTC).isoformat(), "duration_s": round(now - self.t_start, 6)}
         end = self.script_end
         if end is not None:
             # The script's end, not the end phase's: the report's "script ran N s".

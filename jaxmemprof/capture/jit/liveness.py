@@ -18,7 +18,7 @@ from jaxmemprof.capture.jit.frames import is_library, user_frame
 
 # Instructions that run no code of the program's: after a call, an input that
 # dies while only these ran cannot have been used after the call. Each
-# Python the project declares (3.10-3.13) has its own names for them; a
+# Python the project declares (3.11-3.13) has its own names for them; a
 # move missing here ends the window early, and the old state of
 # ``a, b = step(a, b)`` reads as used after the call (3.13 compiles those
 # stores to one STORE_FAST_STORE_FAST): tests/test_liveness_opcodes.py
@@ -28,8 +28,6 @@ _MOVES = frozenset({
     "UNPACK_SEQUENCE", "UNPACK_EX", "BUILD_TUPLE", "BUILD_LIST",
     "LOAD_FAST", "LOAD_CONST", "LOAD_NAME", "LOAD_GLOBAL", "LOAD_DEREF", "LOAD_CLOSURE",
     "STORE_FAST", "STORE_NAME", "STORE_GLOBAL", "STORE_DEREF", "DELETE_FAST", "DELETE_NAME",
-    # 3.10's stack moves (3.11 made them COPY and SWAP)
-    "DUP_TOP", "DUP_TOP_TWO", "ROT_TWO", "ROT_THREE", "ROT_FOUR", "ROT_N",
     # 3.12: a local's load that checks it is bound; the save and restore of a
     # name around an inlined comprehension (PEP 709); the locals of a class
     # body
