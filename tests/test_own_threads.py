@@ -3,7 +3,9 @@ join is interrupted: a SIGINT's KeyboardInterrupt can come out of a join
 just after its wait ended, and the next join (the end phase stops the
 sampler again as it finalises the run) must still return. CI once hung
 here: a kernel interrupt in a ``%%jaxmemprof`` cell's end left the cell
-waiting for ever (tests/test_notebook_end.py)."""
+waiting for ever (tests/test_notebook_end.py). And the sampler is stopped
+from the thread that holds its lock (a signal's end in the middle of a
+snapshot of that thread's) without waiting for ever on itself."""
 
 from __future__ import annotations
 
@@ -53,3 +55,25 @@ def test_a_join_waits_for_the_threads_end_and_a_timeout_bounds_it():
     release.set()
     t.join()
     assert not t.is_alive()
+
+
+def test_the_sampler_stopped_by_the_thread_that_holds_its_lock_is_not_waited_for_ever(tmp_path):
+    import jax.numpy as jnp
+
+    from jaxmemprof.capture.sampler import Sampler
+    from jaxmemprof.store.writer import RunWriter
+
+    kept = jnp.ones(8)  # arrays: the sampler's next look at them takes its lock
+    s = Sampler(RunWriter(tmp_path / "run", {"argv": []}), interval=0.01, max_overhead=1.0)
+    lock = s.holding()
+    with lock:  # held here, as by a snapshot of this thread's that a signal's end came into
+        s.start()
+        time.sleep(0.5)
+        assert s._thread.is_alive()  # waiting for the lock
+        t0 = time.monotonic()
+        s.stop()
+        waited = time.monotonic() - t0
+    assert 0.9 <= waited < 5, waited
+    s._thread.join(5)  # once it has the lock, it finds sampling stopped and ends
+    assert not s._thread.is_alive() and not s.first_taken  # no snapshot taken after the stop
+    del kept

@@ -152,15 +152,15 @@ class Sampler(StepSnapshots):
         self._thread.start()
 
     def stop(self) -> None:
-        """No more snapshots of the thread's: it is waited for, unless this
-        thread holds the lock that thread may be waiting for (a signal's end
-        that came in the middle of a snapshot taken here, or an interrupt
-        that came out of the jit probe's count between its take and its
-        let-go): waiting there would be for ever, and the thread, once it
-        has the lock, finds sampling stopped."""
+        """No more snapshots of the thread's: it is waited for, for a second
+        at most where this thread holds the lock that thread may be waiting
+        for (a signal's end that came in the middle of a snapshot taken here,
+        or an interrupt that came out of the jit probe's count between its
+        take and its let-go): waiting for it there would be for ever, and the
+        thread, once it has the lock, finds sampling stopped."""
         self._stop.set()
-        if self._thread is not None and not self.owned_by_this_thread():
-            self._thread.join()
+        if self._thread is not None:
+            self._thread.join(timeout=1.0 if self.owned_by_this_thread() else None)
 
     @property
     def _wall_per_sampling_s(self) -> float:
