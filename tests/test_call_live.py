@@ -11,6 +11,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from conftest import cpu_env
 
 from jaxmemprof.analysis.answer import Answer
@@ -99,3 +101,47 @@ def test_the_header_says_which_call_and_how_the_figure_is_known():
         "calls of g not seen: at least)")
     assert true_peak_line(_answer(**at_live, true_peak_bound="at least", calls_counted=None)) == (
         "true peak 68.00 MiB at the live peak (no sampled call needed more)")
+
+
+def _interrupt_as_the_lock_is_taken(frame, event, arg):
+    """A profile function that raises KeyboardInterrupt as a lock's acquire
+    returns: where a signal's handler (or the parking's exception at the
+    script's end) can come, between the take and what follows it."""
+    if event == "c_return" and getattr(arg, "__name__", "") == "acquire":
+        sys.setprofile(None)
+        raise KeyboardInterrupt
+
+
+def test_an_interrupt_as_the_count_takes_the_samplers_lock_leaves_the_lock_free():
+    import threading
+    from types import SimpleNamespace
+
+    import jax
+    import jax.numpy as jnp
+
+    from jaxmemprof.capture.jit.calllive import CallLive
+
+    lock = threading.RLock()  # the sampler's (Sampler.holding)
+    live = CallLive(SimpleNamespace(observer=SimpleNamespace(holding=lambda: lock, _aliases={})))
+    state = SimpleNamespace(seen=0, uncounted=0)
+    x = jnp.ones((256,), jnp.float32)
+    sys.setprofile(_interrupt_as_the_lock_is_taken)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            live.before(state)
+    finally:
+        sys.setprofile(None)
+    took: list = []
+
+    def take():
+        got = lock.acquire(timeout=2)
+        took.append(got)
+        if got:
+            lock.release()
+
+    other = threading.Thread(target=take)
+    other.start()
+    other.join()
+    assert took == [True]  # not kept by this thread: the sampler (another thread) takes it
+    counted = live.before(state)  # and the next call is counted
+    assert sum(counted.values()) == sum(a.nbytes for a in jax.live_arrays()) >= x.nbytes

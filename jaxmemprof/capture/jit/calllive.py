@@ -64,17 +64,26 @@ class CallLive:
         lock = observer.holding() if observer is not None else None
         # The sampler's lock: a list of every live array is held here as the sampler's is (an array the
         # program drops meanwhile dies as it is let go, which the liveness checks then know to be ours).
-        if jax is None or (lock is not None and not lock.acquire(blocking=False)):
+        # Not where this thread holds it already (a snapshot of its own under way). Taken inside the try,
+        # and let go where this thread holds it: an exception that comes between the take and the try (a
+        # SIGINT's, the parking's at the script's end) would otherwise keep it, and every snapshot after
+        # (the end's) would wait for it for ever.
+        if jax is None or (lock is not None and lock._is_owned()):
             state.uncounted += 1
             return None
+        got = False
         try:
+            got = lock is None or lock.acquire(blocking=False)
+            if not got:
+                state.uncounted += 1
+                return None
             live = jax.live_arrays()
             out = self._count(live, getattr(observer, "_aliases", None) or {})
         except Exception:
             out = None
         finally:
             live = None
-            if lock is not None:
+            if lock is not None and (got or lock._is_owned()):
                 lock.release()
             self.spent += time.perf_counter() - t0
         if out is None:
