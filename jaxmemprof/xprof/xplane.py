@@ -122,8 +122,8 @@ def host_name(path: Path) -> str:
 
 
 def read_space(path: Path):
-    """The XSpace of one file (the generated message, its events' stats left
-    as bytes: ``XSpaceLean``), or a one-line InputError."""
+    """The XSpace of one file (the generated message, its planes' lines left
+    as bytes: ``XSpaceLines``; ``lines`` parses one), or a one-line InputError."""
     from google.protobuf.message import DecodeError
 
     from jaxmemprof.xprof import xplane_pb2 as pb
@@ -142,7 +142,7 @@ def read_space(path: Path):
     except OSError as exc:
         raise InputError(str(path), f"cannot be read ({exc.strerror or exc})") from None
     try:
-        space = pb.XSpaceLean.FromString(raw)
+        space = pb.XSpaceLines.FromString(raw)
     except (DecodeError, RuntimeError, ValueError) as exc:
         raise InputError(str(path), f"is damaged or truncated: not an XProf profile (protobuf decoding failed: "
                                     f"{' '.join(str(exc).split()) or type(exc).__name__})") from None
@@ -315,7 +315,11 @@ def _scan(plane, names: dict, runs: dict, memory: dict, device: int | None, exec
 
     seen: dict = {}
     rows: list = []
-    for line in plane.lines:
+    if not alloc_ids and executions is None:
+        return
+    # a plane read for its memory events alone: a line is parsed only where its bytes may hold one
+    may_hold = _memory_event_pattern(alloc_ids) if executions is None else None
+    for line in lines(plane, may_hold):
         if line.name in _SKIPPED_LINES:
             continue
         runs_here = executions == "" or executions == line.name
@@ -355,6 +359,41 @@ def _scan(plane, names: dict, runs: dict, memory: dict, device: int | None, exec
     for (program, _), devs in seen.items():
         count, on = runs.get(program, (0, set()))
         runs[program] = (count + 1, on | devs)
+
+
+def lines(plane, may_hold=None):
+    """The plane's lines, each parsed (``XLineLean``) as it comes; with
+    ``may_hold`` (a compiled pattern), only those whose bytes it finds."""
+    from jaxmemprof.xprof import xplane_pb2 as pb
+
+    for raw in plane.lines:
+        if may_hold is None or may_hold.search(raw) is not None:
+            yield pb.XLineLean.FromString(raw)
+
+
+def _memory_event_pattern(ids: set):
+    """What every event of one of ``ids`` has in its line's bytes: the line's
+    events field (tag 0x22), the event's length, then its metadata id
+    (field 1, tag 0x08; written first, as protobuf writes fields in their
+    numbers' order). Other bytes may match too (the line is then parsed,
+    and its events looked at as before); an id of 0 is not written at all:
+    every line matches then."""
+    if 0 in ids:
+        return re.compile(b"")
+    ids_bytes = b"|".join(re.escape(_varint(i)) for i in sorted(ids))
+    return re.compile(b"\x22[\x80-\xff]{0,9}[\x00-\x7f]\x08(?:" + ids_bytes + b")", re.DOTALL)
+
+
+def _varint(n: int) -> bytes:
+    n &= (1 << 64) - 1  # an int64's two's complement, as protobuf writes a negative one
+    out = bytearray()
+    while True:
+        low, n = n & 0x7F, n >> 7
+        if n:
+            out.append(low | 0x80)
+        else:
+            out.append(low)
+            return bytes(out)
 
 
 def _module_line_programs(plane) -> dict:
