@@ -101,6 +101,7 @@ FAST = (
     "tests/test_device_names.py",
     "tests/test_tools.py",
     "tests/test_own_threads.py",
+    "tests/test_xplane_lines.py",
 )
 
 
