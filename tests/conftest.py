@@ -238,6 +238,16 @@ def sigint_at(handler=signal.SIG_DFL):
     return lambda: signal.signal(signal.SIGINT, handler)
 
 
+def interrupted_as_a_lock_is_taken(frame, event, arg):
+    """A profile function (``sys.setprofile``) that raises KeyboardInterrupt
+    as the first lock ``acquire`` of this thread returns, then takes itself
+    off: where a SIGINT's handler (or the parking's exception at a script's
+    end) can come out of a take, before what follows it runs."""
+    if event == "c_return" and getattr(arg, "__name__", "") == "acquire":
+        sys.setprofile(None)
+        raise KeyboardInterrupt
+
+
 def run_cli(*args, cwd=None, env=None, check=None, input=None) -> subprocess.CompletedProcess:
     """Run ``python -m jaxmemprof ARGS`` and return the completed process
     (text stdout/stderr). ``check``: the exit status expected, if any. A

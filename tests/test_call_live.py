@@ -13,7 +13,7 @@ import textwrap
 
 import pytest
 
-from conftest import cpu_env
+from conftest import cpu_env, interrupted_as_a_lock_is_taken
 
 from jaxmemprof.analysis.answer import Answer
 from jaxmemprof.render.answer import true_peak_line
@@ -103,15 +103,6 @@ def test_the_header_says_which_call_and_how_the_figure_is_known():
         "true peak 68.00 MiB at the live peak (no sampled call needed more)")
 
 
-def _interrupt_as_the_lock_is_taken(frame, event, arg):
-    """A profile function that raises KeyboardInterrupt as a lock's acquire
-    returns: where a signal's handler (or the parking's exception at the
-    script's end) can come, between the take and what follows it."""
-    if event == "c_return" and getattr(arg, "__name__", "") == "acquire":
-        sys.setprofile(None)
-        raise KeyboardInterrupt
-
-
 def test_an_interrupt_as_the_count_takes_the_samplers_lock_leaves_the_lock_free():
     import threading
     from types import SimpleNamespace
@@ -125,7 +116,7 @@ def test_an_interrupt_as_the_count_takes_the_samplers_lock_leaves_the_lock_free(
     live = CallLive(SimpleNamespace(observer=SimpleNamespace(holding=lambda: lock, _aliases={})))
     state = SimpleNamespace(seen=0, uncounted=0)
     x = jnp.ones((256,), jnp.float32)
-    sys.setprofile(_interrupt_as_the_lock_is_taken)
+    sys.setprofile(interrupted_as_a_lock_is_taken)
     try:
         with pytest.raises(KeyboardInterrupt):
             live.before(state)

@@ -15,22 +15,15 @@ import time
 
 import pytest
 
+from conftest import interrupted_as_a_lock_is_taken
+
 from jaxmemprof.capture.threads import start_thread
-
-
-def _interrupt_after_the_wait(frame, event, arg):
-    """A profile function that raises KeyboardInterrupt as the first lock
-    acquire in this thread returns: where Python runs a signal's handler
-    once a blocking C call is back (the handler's exception comes out there)."""
-    if event == "c_return" and getattr(arg, "__name__", "") == "acquire":
-        sys.setprofile(None)
-        raise KeyboardInterrupt
 
 
 def test_a_join_interrupted_once_its_wait_ended_leaves_the_thread_joinable():
     t = start_thread(time.sleep, "jaxmemprof-test", (0.3,))
     assert t.is_alive()
-    sys.setprofile(_interrupt_after_the_wait)
+    sys.setprofile(interrupted_as_a_lock_is_taken)
     try:
         with pytest.raises(KeyboardInterrupt):
             t.join()
