@@ -61,8 +61,14 @@ def test_the_sampler_stopped_by_the_thread_that_holds_its_lock_is_not_waited_for
     lock = s.holding()
     with lock:  # held here, as by a snapshot of this thread's that a signal's end came into
         s.start()
-        time.sleep(0.5)
-        assert s._thread.is_alive()  # waiting for the lock
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # until the sampler waits for the lock (its look at the arrays)
+            frame = sys._current_frames().get(s._thread.ident)
+            if frame is not None and frame.f_code.co_name == "_has_arrays":
+                break
+            time.sleep(0.01)
+        assert frame is not None and frame.f_code.co_name == "_has_arrays"
+        del frame
         t0 = time.monotonic()
         s.stop()
         waited = time.monotonic() - t0
