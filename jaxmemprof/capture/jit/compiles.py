@@ -69,7 +69,7 @@ def lower(fn, wrapper: str, args, kwargs):
 
 
 def compile_abstract(jax, fn, ab, flat: list, wrapper: str, dump_to: str | None = None, retraced: bool = True,
-             seen: dict | None = None, lower_only: bool = False):
+                     seen: dict | None = None, lower_only: bool = False):
     """``fn`` lowered and compiled on the abstract arguments ``ab`` with
     ``flat`` as its dynamic leaves: ((XLA's figures, the compiled
     executable) or None, seconds, error or None, warnings). ``dump_to``: a
@@ -98,7 +98,7 @@ def placed(jax, flat: list) -> list:
 
 
 def compile_call(jax, fn, args, kwargs, wrapper: str, dump_to: str | None = None, retraced: bool = True,
-                  seen: dict | None = None, lower_only: bool = False):
+                 seen: dict | None = None, lower_only: bool = False):
     """``fn`` lowered and compiled on the call ``args``, ``kwargs`` (arrays abstract): as ``compile_abstract``. ``seen``
     (the caller's, kept between calls): a lowering whose module text was compiled before (docs/advice.md: remat's
     policies; a donation's signatures that differ in weak types alone) takes that compile's figures and

@@ -30,6 +30,7 @@ import re
 import time
 import types
 
+from jaxmemprof.capture.jit.compiles import NOT_SEEN, compile_figures, weak_twins
 from jaxmemprof.capture.library_roots import is_library
 from jaxmemprof.capture.tracebacks import described
 
@@ -194,11 +195,10 @@ def _library_of(cls, libraries):
     return None
 
 
-def verify_remats(planner, budget_s: float, deadline: float, largest_states, signatures, compile_figures,
-                  over_budget: str, original_of) -> list:
+def verify_remats(planner, budget_s: float, deadline: float, largest_states, signatures, over_budget: str,
+                  original_of) -> list:
     """jit_whatif rows for the steps whose kept activations fill a quarter of their peak."""
     from jaxmemprof.capture.jit.retrace import fresh
-    from jaxmemprof.capture.jit.compiles import NOT_SEEN, weak_twins
     from jaxmemprof.facts.libraries import LIBRARIES
 
     probe = planner.probe

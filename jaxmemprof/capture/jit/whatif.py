@@ -225,7 +225,7 @@ def verify(planner, budget_s: float) -> None:
     room = rooms(probe.writer, [s.function_id for s in states])
     rows = in_order(donation_jobs(planner, states, room, budget_s, deadline)
                     + sharding_jobs(planner, states, budget_s, deadline))
-    rows += verify_remats(planner, budget_s, deadline, _largest_states, _signatures, compile_figures, OVER_BUDGET,
+    rows += verify_remats(planner, budget_s, deadline, _largest_states, _signatures, OVER_BUDGET,
                           lambda state: next((o for name, o, _ in probe._patched if name == state.plan.jit), None))
     if rows:
         planner.probe.writer.add_jit_whatif(rows)
@@ -332,7 +332,7 @@ def _donated(planner, state, donation, sig: str, ab, trace, budget_s: float, dea
     probe.progress(f"verifying the donation of {state.row.get('name', state.function_id)}")
     if call:  # the wrapper's fix: its own call of jax.jit's function
         compiled, seconds, error, _ = compile_call(probe._jax, fn, *call, "jax.jit", retraced=trace is None,
-                                                    seen=seen, lower_only=over)
+                                                   seen=seen, lower_only=over)
         fig = compiled[0] if compiled else None
     else:
         fig, seconds, error, _ = compile_figures(probe._jax, fn, ab, wrapper=wrapper, retraced=trace is None,
@@ -563,7 +563,7 @@ def _makers(planner, step, made: dict, budget_s: float, deadline: float) -> list
             options["out_shardings"] = jax.tree_util.tree_unflatten(
                 jax.tree_util.tree_structure(done[1].output_shardings), shardings)
             again, took2, failed, _ = compile_abstract(jax, original(replayed, **options), ab, flat, "jax.jit",
-                                               retraced=False)
+                                                       retraced=False)
             rows.append((state.function_id, sig, change, *(again[0] if again else (None,) * 5), took + took2,
                          str(ab.platform or ""), None if again else f"not verified: {_failed(failed)}"))
     return rows
