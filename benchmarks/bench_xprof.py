@@ -20,7 +20,8 @@
    chip of it 64 MiB heavier than the others), read by ``python -m jaxmemprof
    report DIR`` in one command: its wall time and its maximum resident memory
    against one host's (hosts are read one at a time: the maximum stays near
-   one host's plus the events kept).
+   one host's plus the events kept); with ``--profile``, the same for that
+   real profile, alone and as ``--hosts`` copies.
 
 Goal (issue 65): jaxmemprof in at most half XProf's time.
 """
@@ -112,6 +113,8 @@ def main() -> None:
         real = profile_files(tmp / "real")[0][0]
         if args.profile:
             _compare(Path(args.profile), args, env, tmp)
+            if args.hosts:  # `report` on it as one host, and on --hosts copies of it as a pod's hosts
+                _report_hosts(Path(args.profile), args.hosts, env, tmp / "real-pod")
         one = tmp / "one" / "plugins" / "profile" / "run" / "host.xplane.pb"
         memory_profile.write(real, one, steps=args.steps)
         size = one.stat().st_size
@@ -182,6 +185,19 @@ def _compare(profile: Path, args, env, tmp: Path) -> None:
         times.append(_run([args.xprof_python, "-c", THEIRS, str(work / profile.name), program], dict(os.environ))["s"])
     theirs = statistics.median(times)
     print(f"; XProf {theirs:.3f} s; ratio {ours / theirs:.2f} (goal <= 0.5)")
+
+
+def _report_hosts(host: Path, hosts: int, env, where: Path) -> None:
+    """``python -m jaxmemprof report`` on ``host`` alone, then on ``hosts``
+    copies of it as one capture: wall time and maximum resident memory."""
+    cmd = [sys.executable, "-m", "jaxmemprof", "report"]
+    for n in (1, hosts):
+        capture = where / str(n) / "plugins" / "profile" / "run"
+        capture.mkdir(parents=True)
+        for h in range(n):
+            shutil.copy(host, capture / f"host{h:02d}.xplane.pb")
+        wall, rss = _max_rss([*cmd, str(where / str(n))], env)
+        print(f"report, {host.name} as {n} host(s): {wall:.2f} s, max RSS {rss / 1024:.0f} MiB")
 
 
 if __name__ == "__main__":
