@@ -96,8 +96,14 @@ t heartbeat jmp run -q --plan -o "$out/runs/heartbeat" "$hb" "$out/hb-run.marker
 # Issue 64's donated ViT (linen, nn.scan, TrainState, its first call's step a Python 0): the donation's
 # saving as run says it against the chip's fall, each program under python with the chip's counters read
 # after its last synced step (docs/tpu.md); `python3 benchmarks/tpu/vit_check.py OUTDIR` compares them.
+# The undonated program three times: its chip peak varies from run to run (docs/tpu.md).
 vit=$src/benchmarks/tpu/vit.py
 t vit-python python3 "$vit" --batch 24 --stats "$out/vit-python.json"
+t vit-python-2 python3 "$vit" --batch 24 --stats "$out/vit-python-2.json"
+t vit-python-3 python3 "$vit" --batch 24 --stats "$out/vit-python-3.json"
+# The control: each step's inputs given 0.5 s to be freed before the next step runs.
+t vit-settled-python python3 "$vit" --batch 24 --settle 0.5 --stats "$out/vit-settled-python.json"
+t vit-settled-python-2 python3 "$vit" --batch 24 --settle 0.5 --stats "$out/vit-settled-python-2.json"
 t vit-donated-python python3 "$vit" --batch 24 --donate --stats "$out/vit-donated-python.json"
 t vit jmp run -o "$out/runs/vit" "$vit" --batch 24 --stats "$out/vit.json"
 for r in "$out"/runs/*; do jmp report "$r" > "$out/$(basename "$r").report.txt" 2>&1; done

@@ -3,9 +3,11 @@ through a ``TrainState`` under ``jax.jit``: issue 64's donated ViT, where the
 saving said and the chip's fall differed (307.53 MiB said, 638 MiB on the chip).
 
     python benchmarks/tpu/vit.py [--batch 64] [--depth 12] [--width 768] [--steps 6]
-        [--donate] [--stats FILE] [--analysis FILE]
+        [--donate] [--settle SECONDS] [--stats FILE] [--analysis FILE]
 
 --stats FILE: the chip's memory_stats() after the last step (synced), as JSON.
+--settle SECONDS: sleep that long after each synced step, so that the runtime
+frees the step's inputs before the next step's outputs are allocated.
 --analysis FILE: the step's compiled memory_analysis() (arguments, outputs,
 aliased, temporaries, generated code), as JSON: what XLA:TPU says beside it.
 """
@@ -13,6 +15,7 @@ aliased, temporaries, generated code), as JSON: what XLA:TPU says beside it.
 import argparse
 import functools
 import json
+import time
 
 import flax.linen as nn
 import jax
@@ -33,6 +36,7 @@ p.add_argument("--image", type=int, default=224)
 p.add_argument("--patch", type=int, default=16)
 p.add_argument("--steps", type=int, default=6)
 p.add_argument("--donate", action="store_true")
+p.add_argument("--settle", type=float, default=0.0)
 p.add_argument("--stats")
 p.add_argument("--analysis")
 args = p.parse_args()
@@ -92,6 +96,8 @@ if args.analysis:
 for _ in range(args.steps):
     state, loss = train_step(state, images, labels)
     loss.block_until_ready()
+    if args.settle:
+        time.sleep(args.settle)
     if jaxmemprof is not None:
         jaxmemprof.mark("step")
 print("loss", round(float(loss), 4))
