@@ -76,6 +76,17 @@ def _leaves(shape, index=()):
         yield index, shape
 
 
+def entry_operations(hlo_module: bytes) -> set:
+    """The names of the operations of the module's entry computation (empty
+    where it cannot be read)."""
+    try:
+        hm = pb.HloModule.FromString(hlo_module)
+    except Exception:  # DecodeError, and whatever a damaged blob raises
+        return set()
+    entry = next((c for c in hm.computations if c.id == hm.entry_computation_id), None)
+    return {i.name for i in entry.instructions} if entry is not None else set()
+
+
 def read_program(module_name: str, hlo_module: bytes, buffer_assignment: bytes, *, largest: int = 20) -> ProgramFacts:
     """The facts of one program (its memory where the profile has its buffer
     assignment; ``error`` says why not)."""

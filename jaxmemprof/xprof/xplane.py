@@ -52,6 +52,7 @@ ALLOCATION, DEALLOCATION = "MemoryAllocation", "MemoryDeallocation"
 _SKIPPED_LINES = {"python"}
 _SKIPPED_PLANES = {"/host:python-tracer"}
 _PROGRAM_NAME = re.compile(r"^(.*)\((\d+)\)$")
+_JIT_CALL = re.compile(r"^PjitFunction\((.+)\)$")
 # An .xplane.pb larger than this is refused before it is read (a profile of a
 # long TPU capture is tens of MiB; protobuf refuses messages of 2 GiB).
 MAX_BYTES = 2 * 1024**3 - 1
@@ -162,6 +163,7 @@ def read_host(path) -> Host:
     devices: list = []
     programs: list = []
     runs: dict = {}
+    by_op: dict = {}
     memory: dict = {}
     has_devices = any(DEVICE_PLANE.match(p.name) for p in space.planes)
     for plane in space.planes:
@@ -190,14 +192,50 @@ def read_host(path) -> Host:
                 # the executions: a device plane's XLA Modules line where there are device planes, else the
                 # host's threads (a CPU)
                 executions = XLA_MODULES if m else (None if has_devices else "")
-                _scan_events(plane, names, runs, memory, int(m.group(2)) if m else None, executions)
+                _scan_events(plane, names, runs, memory, int(m.group(2)) if m else None, executions, by_op)
             except _Damaged as exc:
                 raise InputError(str(path), f"is damaged: {exc}") from None
+    _runs_by_op(by_op, programs, runs)
     for ev in memory.values():
         _in_time_order(ev)
     return Host(path=path, host=host_name(path), hostnames=list(space.hostnames), start_ns=start_ns, stop_ns=stop_ns,
                 versions=versions, pid=pid, devices=sorted(devices), programs=programs, runs=runs, memory=memory,
                 errors=[*space.errors, *space.warnings])
+
+
+def _runs_by_op(by_op: dict, programs: list, runs: dict) -> None:
+    """Executions counted where the events name no run (a CPU's under JAX
+    0.6): from a program's operations' events, on each device the most of
+    one operation of its entry computation (each runs once an execution;
+    one in a loop's body may run more, and is not counted), the most over
+    its devices (each runs it); where none, from the calls of the jitted
+    function of its name (``_count_calls``), if one program has that name."""
+    if not by_op:
+        return
+    from jaxmemprof.xprof.programs import entry_operations
+
+    entry = {p.program_id: entry_operations(p.hlo_module) for p in programs}
+    best: dict = {}
+    for key, n in by_op.items():
+        if key[0] == "call":
+            continue
+        program, op, dev = key
+        ops = entry.get(program)
+        if ops and op not in ops:
+            continue
+        count, on = best.get(program, (0, set()))
+        best[program] = (max(count, n), on | {dev})
+    for program, (count, on) in best.items():
+        was, devs = runs.get(program, (0, set()))
+        runs[program] = (was + count, devs | on)
+    # no operation's event either (a CPU's at host_tracer_level 1): the calls of the one program of that name
+    by_module: dict = {}
+    for p in programs:
+        if p.program_id not in runs:
+            by_module.setdefault(p.module, []).append(p.program_id)
+    for key, n in by_op.items():
+        if key[0] == "call" and len(by_module.get(f"jit_{key[1]}", ())) == 1:
+            runs[by_module[f"jit_{key[1]}"][0]] = (n, {0})
 
 
 def profile_start(path) -> int:
@@ -278,13 +316,15 @@ class _Stats:
         return got
 
 
-def _scan_events(plane, names: dict, runs: dict, memory: dict, device: int | None, executions: str | None) -> None:
+def _scan_events(plane, names: dict, runs: dict, memory: dict, device: int | None, executions: str | None,
+                 by_op: dict) -> None:
     """The executions (program_id, run_id) and memory events of one plane;
-    ``executions``: the line to read executions from ('': every line; None: none)."""
+    ``executions``: the line to read executions from ('': every line; None: none); ``by_op``: the
+    events of a program's operations that name no run ((program, op, device) -> events: ``_runs_by_op``)."""
     from google.protobuf.message import DecodeError
 
     try:
-        _scan(plane, names, runs, memory, device, executions)
+        _scan(plane, names, runs, memory, device, executions, by_op)
     except (DecodeError, RuntimeError, ValueError) as exc:
         raise _Damaged(f"a stat of plane {plane.name!r} cannot be read ({' '.join(str(exc).split())})") from None
 
@@ -293,13 +333,17 @@ class _Damaged(ValueError):
     pass
 
 
-def _scan(plane, names: dict, runs: dict, memory: dict, device: int | None, executions: str | None) -> None:
+def _scan(plane, names: dict, runs: dict, memory: dict, device: int | None, executions: str | None,
+          by_op: dict) -> None:
     alloc_ids = {k for k, v in plane.event_metadata.items() if v.name in (ALLOCATION, DEALLOCATION)}
     allocs = {k for k in alloc_ids if plane.event_metadata[k].name == ALLOCATION}
     wanted = {k: v for k, v in names.items() if v in ("program_id", "run_id", "device_ordinal")}
     slots: dict[int, int] = {k: _INT_SLOTS.get(v) or _TEXT_SLOTS[v] for k, v in names.items()
                              if v in _INT_SLOTS or v in _TEXT_SLOTS}
     module_line_programs = _module_line_programs(plane)
+    # a CPU host's calls of jitted functions (JAX's PjitFunction(name) events), where its executions name no program
+    calls = {k: m.group(1) for k, v in plane.event_metadata.items() if (m := _JIT_CALL.match(v.name))} \
+        if executions == "" else {}
     stat = _Stats(names)
     slotted: dict = {}
     placed = slotted.get
@@ -320,6 +364,8 @@ def _scan(plane, names: dict, runs: dict, memory: dict, device: int | None, exec
     # a plane read for its memory events alone: a line is parsed only where its bytes may hold one
     may_hold = _memory_event_pattern(alloc_ids) if executions is None else None
     for line in lines(plane, may_hold):
+        if calls:
+            _count_calls(line, calls, by_op)
         if line.name in _SKIPPED_LINES:
             continue
         runs_here = executions == "" or executions == line.name
@@ -352,13 +398,32 @@ def _scan(plane, names: dict, runs: dict, memory: dict, device: int | None, exec
             if program is None:
                 continue
             run, ordinal = found.get("run_id"), found.get("device_ordinal")
-            key = (int(program), run if run is not None else (line.timestamp_ns, e.offset_ps))
             dev = device if device is not None else (int(ordinal) if isinstance(ordinal, int) else 0)
+            if run is None and line.name != XLA_MODULES:
+                # an operation's event that names no run (a CPU's, JAX 0.6): counted by operation
+                em = plane.event_metadata.get(mid)
+                key3 = (int(program), em.name if em is not None else "", dev)
+                by_op[key3] = by_op.get(key3, 0) + 1
+                continue
+            key = (int(program), run if run is not None else (line.timestamp_ns, e.offset_ps))
             seen.setdefault(key, set()).add(dev)
     _memory_rows(rows, memory, device)
     for (program, _), devs in seen.items():
         count, on = runs.get(program, (0, set()))
         runs[program] = (count + 1, on | devs)
+
+
+def _count_calls(line, calls: dict, by_op: dict) -> None:
+    """The calls of each jitted function on one line: its PjitFunction events
+    but those inside another of the same function's (JAX writes two for one
+    call)."""
+    ends: dict = {}
+    for e in line.events:
+        name = calls.get(e.metadata_id)
+        if name is None or e.offset_ps < ends.get(name, -1):
+            continue
+        ends[name] = e.offset_ps + e.duration_ps
+        by_op[("call", name)] = by_op.get(("call", name), 0) + 1
 
 
 def lines(plane, may_hold=None):
