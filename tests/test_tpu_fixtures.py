@@ -227,7 +227,7 @@ def test_runs_closing_lines_show_the_counters():
                          holder_search_s=0.0, holder_searches=0, snapshots=s["snapshots"], stretched=None,
                          peak_snapshot=s["peak_snapshot"], peak_sites=rep.peak_sites, peak_bytes=s["peak_bytes"],
                          peak_t=s["peak_t"], peak_holders={}, peak_holders_at=None, program_thread=None,
-                         holders_unread=None)
+                         holders_unread=None, outside_jit="")
     out = io.StringIO()
     render_closing(ov, Console(file=out, width=400, no_color=True), target="gpt.py", run_dir="gpt8", warnings=[],
                    answer=rep.answer)

@@ -22,6 +22,7 @@ from jaxmemprof.analysis.inside_jit import largest_buffers, peak_by_line, progra
 from jaxmemprof.analysis.leaks import leaks, recompiles
 from jaxmemprof.analysis.attributed import Attributed
 from jaxmemprof.analysis.lifetimes import estimated_site_churn, site_lifetimes
+from jaxmemprof.analysis.outside import outside_jit
 from jaxmemprof.analysis.py_holders import empty_holders, holders, holders_searched_at, site_holders, unread
 from jaxmemprof.analysis.reuse import reuse
 from jaxmemprof.analysis.roles import Roles, empty_roles, roles
@@ -66,6 +67,7 @@ class Report:
     peak_holders: dict = field(default_factory=dict)  # site -> what holds it at the live peak (site_holders)
     peak_holders_at: int | None = None  # the snapshot whose search they come from, where not the peak's own
     holders_unread: str = ""  # the program's frames a holder search could not read, and why (py_holders.unread)
+    outside_jit: str = ""  # operations run outside jit between jitted calls, by line (analysis/outside.py)
 
 
 def build_report(ar: Attributed, *, extra_rules=()) -> Report:
@@ -129,6 +131,7 @@ def build_report(ar: Attributed, *, extra_rules=()) -> Report:
         answer=answer(head, peaks, memory_in_jit, jit_peak, what, findings), holders=held,
         peak_holders=site_holders(held, tl.peak_snapshot, peak_sites.rows if peak_sites is not None else None),
         peak_holders_at=holders_searched_at(held, tl.peak_snapshot), holders_unread=unread(run),
+        outside_jit=outside_jit(ar),
     )
     extra = [f for rule in extra_rules for f in rule(run, report)]
     if extra:

@@ -36,6 +36,7 @@ class Overview:
     peak_holders_at: int | None = None  # the snapshot whose search they come from, where not the peak's own
     holders_unread: str = ""  # the program's frames a holder search could not read, and why (py_holders.unread)
     program_thread: tuple[float, float] | None = None  # (wall, CPU) s of its snapshots in the program's thread
+    outside_jit: str = ""  # operations run outside jit between jitted calls, by line (analysis/outside.py)
 
 
 @dataclass(frozen=True)
@@ -80,6 +81,7 @@ def overview(ar: Attributed, top_sites: int = 5) -> Overview:
         return ar.sites_holding(snapshot, top_sites)
 
     from jaxmemprof.analysis.headline import program_thread_cost
+    from jaxmemprof.analysis.outside import outside_jit
     from jaxmemprof.analysis.py_holders import holders, holders_searched_at, search_cost, site_holders, unread
 
     sites = oom = None
@@ -108,6 +110,7 @@ def overview(ar: Attributed, top_sites: int = 5) -> Overview:
         if peak is not None and searches else {},
         peak_holders_at=holders_searched_at(holders(ar), peak.snapshot) if peak is not None and searches else None,
         holders_unread=unread(run), program_thread=_worth_saying(program_thread_cost(run), m.get("duration_s")),
+        outside_jit=outside_jit(ar),
     )
 
 

@@ -79,6 +79,14 @@ def _none_needed_more(a) -> str:
     return f"no counted call needed more; {_counts(a)}: at least"
 
 
+def outside_jit_line(outside: str) -> str | None:
+    """The operations run outside jit between jitted calls (analysis/outside.py), in words; None where none."""
+    if not outside:
+        return None
+    return (f"outside jit, between jitted calls: {safe(outside)}; what these operations hold is seen only where a "
+            f"snapshot fell, not counted in the true peak")
+
+
 def live_peak_line(a, *, by_device: str = "") -> str | None:
     """``by_device``: the live peak's bytes per device in words, on several devices."""
     if a.live_peak_bytes is None:

@@ -228,6 +228,8 @@ def _render_summary(rep: Report, con: Console, explain: bool) -> None:
                      f"({s['program_thread_cpu_s']:.2f} s CPU)")
     if rep.holders_unread:
         lines.append(f"holders: {safe(rep.holders_unread)}")
+    if rep.outside_jit:
+        lines.append(answer.outside_jit_line(rep.outside_jit))
     if s.step_snapshots_slowed:
         lines.append(f"the snapshots at its steps took {s.step_snapshots_share:.0%} of the time between its first and last marked "
                      f"step, in the program's own thread: a loop that much faster under python (on an accelerator, "

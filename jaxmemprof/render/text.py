@@ -184,6 +184,8 @@ def render_closing(ov, con: Console, *, target: str, run_dir: str, warnings: lis
         con.print(Text(f"jaxmemprof: warning: {safe(w)}"))
     if ov.holders_unread:
         con.print(Text(f"jaxmemprof: holders: {safe(ov.holders_unread)}"))
+    if ov.outside_jit:
+        con.print(Text(f"jaxmemprof: {said.outside_jit_line(ov.outside_jit)}"))
     if ov.peak_snapshot is None:
         con.print("jaxmemprof: no snapshot: the program never put an array on a JAX device")
     else:

@@ -37,6 +37,7 @@ from jaxmemprof.facts.libraries import BY_NAME, PATCHED, plain_arguments
 from jaxmemprof.facts.source import statement_at
 from jaxmemprof.capture.jit.calllive import CallLive, only_signature
 from jaxmemprof.capture.jit.early import Early
+from jaxmemprof.capture.jit.outside import OutsideJit
 from jaxmemprof.capture.jit.liveness import call_fates
 from jaxmemprof.capture.jit.oom import failed as oom_failed
 from jaxmemprof.capture.jit.plan import Planner
@@ -119,6 +120,8 @@ class JitProbe(SampledCalls, Programs):
         # sampled call: set by the session.
         self.observer: Sampler | None = None
         self.live = CallLive(self)  # the bytes live before every call of a user's function (calllive.py)
+        self.outside = OutsideJit()  # operations run outside jit, compiled during the run (outside.py)
+        self._names: set = set()  # the names of the functions jitted through the probe
         self.on_step = None  # (name) -> bool, set by the session: a call of the step begins (stepped)
         self._step: FunctionState | None = None
         # function_id -> threads inside a call of it now (a quiet function's go straight to XLA): calls_in_flight
@@ -350,6 +353,7 @@ class JitProbe(SampledCalls, Programs):
             fid = self._next_function
             self._next_function += 1
         row = {"function_id": fid, **row}
+        self._names.add(row.get("name"))
         self.writer.add_jit_function(row)
         *args, user = state_args
         state = FunctionState(fid, *args)
@@ -544,8 +548,13 @@ class JitProbe(SampledCalls, Programs):
             if state.pending is not None:
                 self._check_liveness(state)
         self.live.flush(self._states)
+        self.outside.flush(self.writer, self._calls_seen())
         self.writer.set_jit_counts([(s.function_id, s.calls, s.compiles, int(s.counted_all), s.traced,
                                      s.backend_compiles) for s in self._states])
+
+    def _calls_seen(self) -> int:
+        """The calls of the user's jitted functions seen so far (calllive's count)."""
+        return sum(s.seen for s in self._states)
 
     def calls_in_flight(self) -> list:
         """The functions a call of which is in progress (in the sampling
@@ -576,18 +585,22 @@ class JitProbe(SampledCalls, Programs):
             elif cache_size(proxy._real) != seen:
                 self._wake(state, unless_synced_from=seen)
 
-    def on_compile(self, event: str = "", seconds: float = 0.0) -> None:
+    def on_compile(self, event: str = "", seconds: float = 0.0, fun_name=None) -> None:
         """A JAX compile event: an XLA compile is counted for the function
-        whose call this thread is in, if any; which function compiled is not
-        said otherwise, so every quiet function is observed again until its
-        next call, and functions without a compile cache to watch look for a
-        new signature."""
+        whose call this thread is in, if any (else, one of JAX's own, an
+        operation run outside jit, is kept: ``OutsideJit``); which function
+        compiled is not said otherwise, so every quiet function is observed
+        again until its next call, and functions without a compile cache to
+        watch look for a new signature."""
         if not self.active:
             return
         state = getattr(self._calling, "state", None)
-        if state is not None and event.endswith("/backend_compile_duration"):
-            state.backend_compiles += 1
-            state.compile_s += float(seconds) if isinstance(seconds, (int, float)) else 0.0
+        if event.endswith("/backend_compile_duration"):
+            if state is not None:
+                state.backend_compiles += 1
+                state.compile_s += float(seconds) if isinstance(seconds, (int, float)) else 0.0
+            elif isinstance(fun_name, str):
+                self._guard(None, lambda: self.outside.compiled(fun_name, self._names, self._calls_seen()))
         for state in list(self._quiet):
             self._wake(state)
         for state in self._states:

@@ -90,7 +90,7 @@ def compile_listener(probe_ref):
     def listener(event: str, *args, **kwargs) -> None:
         probe = probe_ref()
         if probe is not None and event.startswith("/jax/core/compile/"):
-            probe.on_compile(event, args[0] if args else 0.0)
+            probe.on_compile(event, args[0] if args else 0.0, kwargs.get("fun_name"))
 
     return listener
 
