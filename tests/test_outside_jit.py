@@ -7,6 +7,8 @@ last are not said."""
 
 from __future__ import annotations
 
+import json
+
 from conftest import line_of, run_cli, write_script
 
 PROGRAM = """
@@ -38,11 +40,12 @@ def _report(tmp_path, *args) -> str:
     out = tmp_path / ("run" + "".join(args))
     proc = run_cli("run", "-q", "-o", out, script, *args, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    return run_cli("report", out, cwd=tmp_path, env=None).stdout, script
+    doc = json.loads(run_cli("report", out, "--json", cwd=tmp_path).stdout)
+    return run_cli("report", out, cwd=tmp_path).stdout, script, doc
 
 
 def test_operations_between_jitted_calls_are_named_by_their_line(tmp_path):
-    text, script = _report(tmp_path, "--evaluate")
+    text, script, doc = _report(tmp_path, "--evaluate")
     [said] = [line for line in text.splitlines() if line.startswith("outside jit, between jitted calls:")]
     at = line_of(script, "outside jit: evaluate")
     # the matmul and the argmax of evaluate's line, compiled once in the first epoch, between step's calls
@@ -50,11 +53,12 @@ def test_operations_between_jitted_calls_are_named_by_their_line(tmp_path):
     ops = said.split(": ", 1)[1].split(" at ")[0].split(", ")
     assert "argmax" in ops and any(op in ("matmul", "dot") for op in ops), ops
     assert "not counted in the true peak" in said
+    assert doc["outside_jit"] and doc["outside_jit"] in said  # the JSON's key, the same words
     # the initialisation's ones and the final sum are not said: before the first call and after the last
     assert f"prog.py:{line_of(script, 'before the first call')}" not in said
     assert f"prog.py:{line_of(script, 'after the last call')}" not in said
 
 
 def test_a_program_whose_operations_outside_jit_are_outside_its_loop_says_nothing(tmp_path):
-    text, _ = _report(tmp_path)
-    assert "outside jit" not in text
+    text, _, doc = _report(tmp_path)
+    assert "outside jit" not in text and doc["outside_jit"] == ""

@@ -296,6 +296,9 @@ GLOSSARY: dict[str, str] = {
     "per_array_data": "True for a run directory; false for a directory of `.prof` files (no per-array records: "
                       "lifetimes are estimated, no reuse).",
     "holders": "The Python references found holding the run's arrays: the rows of holders.csv.",
+    "outside_jit": "Operations the program ran outside jit between its jitted calls, as JAX compiled them, by the "
+                   "user's line that ran them (`dot, add at mnist.py:20 (accuracy)`; '' where none): what they "
+                   "hold is seen only where a snapshot fell, not counted in the true peak (docs/advice.md).",
     "holder_searches": "Searches the run made for the Python references holding its arrays (docs/holders.md).",
     "holder_search_cpu_s": "CPU seconds those searches took, in the searching thread.",
     "program_thread_wall_s": "Wall seconds the snapshots taken in the program's own thread (at its marked steps, "

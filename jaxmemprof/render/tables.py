@@ -92,6 +92,7 @@ def report_document(rep: Report) -> dict:
         "plan": plan_document(rep.plan),
         "targets": targets_document(rep.targets),
         "holders": records(rep.holders),
+        "outside_jit": rep.outside_jit,  # operations run outside jit between jitted calls, by line ('' where none)
         "findings": said.records(rep.findings),
     }
 
