@@ -107,6 +107,7 @@ FAST = (
     "tests/test_tools.py",
     "tests/test_own_threads.py",
     "tests/test_xplane_lines.py",
+    "tests/test_xprof_runs.py",
 )
 
 

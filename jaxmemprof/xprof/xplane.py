@@ -320,7 +320,8 @@ def _scan_events(plane, names: dict, runs: dict, memory: dict, device: int | Non
                  by_op: dict) -> None:
     """The executions (program_id, run_id) and memory events of one plane;
     ``executions``: the line to read executions from ('': every line; None: none); ``by_op``: the
-    events of a program's operations that name no run ((program, op, device) -> events: ``_runs_by_op``)."""
+    events of a program's operations that name no run ((program, op, device) -> events), and the calls of
+    each jitted function (("call", name) -> calls: ``_count_calls``), which ``_runs_by_op`` reads."""
     from google.protobuf.message import DecodeError
 
     try:
