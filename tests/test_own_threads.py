@@ -76,3 +76,15 @@ def test_the_sampler_stopped_by_the_thread_that_holds_its_lock_is_not_waited_for
     s._thread.join(5)  # once it has the lock, it finds sampling stopped and ends
     assert not s._thread.is_alive() and not s.first_taken  # no snapshot taken after the stop
     del kept
+
+
+def test_a_finished_thread_whose_ident_the_joiner_now_has_is_joined():
+    # A thread's ident is the OS's, reused once it ends: the thread that joins it later may have it (seen in
+    # the full suite, where the join above from a new thread raised "cannot join current thread").
+    import _thread
+
+    t = start_thread(time.sleep, "jaxmemprof-test", (0.0,))
+    t.join()
+    t.ident = _thread.get_ident()
+    t.join()  # at once, no error
+    assert not t.is_alive()

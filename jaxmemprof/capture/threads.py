@@ -115,13 +115,14 @@ class OwnThread:
     def join(self, timeout: float | None = None) -> None:
         if not self._started:
             raise RuntimeError("cannot join thread before it is started")
-        if self.ident == _thread.get_ident():
-            raise RuntimeError("cannot join current thread")
         # Its end is the flag, not the lock: a join interrupted (a SIGINT's KeyboardInterrupt) once it took
         # the lock, before it let it go, leaves the lock held, and the next join (the end phase stops the
         # sampler again) would wait for ever (issue 62: a kernel interrupt in a cell's end hung the cell).
+        # Asked first: a thread that ended may have its ident taken by the one joining it now.
         if self._finished:
             return
+        if self.ident == _thread.get_ident():
+            raise RuntimeError("cannot join current thread")
         got = self._running.acquire() if timeout is None else self._running.acquire(timeout=max(0.0, timeout))
         if got:
             self._running.release()
