@@ -154,13 +154,18 @@ def change_lines(new, old: tuple, old_dir: str, new_dir: str) -> list[str]:
             f"gate: jaxmemprof check {safe(new_dir)} --baseline {safe(old_dir)} --max-increase 0"]
 
 
-def counters_lines(a) -> list[str]:
+def counters_lines(a, outside: str = "") -> list[str]:
     """The chip's own counters beside the true peak (``a.counters``:
     analysis/counters.py), and the difference named: ``chip's counters
     15.74 GiB of 15.75 GiB (99.96 %) on tpu:0: arrays 7.35 GiB + the
     program's reservation 8.39 GiB, an upper bound`` then what is beyond
-    the step's need (outputs of queued steps, the reservation, padding)."""
+    the step's need (outputs of queued steps, the reservation, padding).
+    ``outside``: the operations run outside jit between the jitted calls
+    (analysis/outside.py): what they held is in the counters, not in the
+    need, and the rest beyond it is said to be theirs first."""
     c = getattr(a, "counters", None) if a is not None else None
+    rest_is = ("what operations outside jit held (named below), padding and small buffers" if outside
+               else "padding and small buffers")
     if not c or c.get("chip_peak_bytes") is None:
         return []
     chip, limit, reserved = c["chip_peak_bytes"], c.get("bytes_limit"), c.get("peak_reserved_bytes")
@@ -181,7 +186,7 @@ def counters_lines(a) -> list[str]:
     if not generations:
         share = 100 * over / chip if chip else 0.0
         side = "above" if over < 0 else "below"
-        rest = "" if over <= 0 or not c.get("other_bytes") else ": padding and small buffers"
+        rest = "" if over <= 0 or not c.get("other_bytes") else f": {rest_is}"
         return [head, f"the step's need (the true peak {format_bytes(need)}) is {abs(share):.2f} % {side} them "
                       f"({format_bytes(-over, signed=True)}){rest}"]
     parts = [f"{generations} more generation{'s' if generations > 1 else ''} of {safe(str(c.get('queued_function')))}'s "
@@ -191,6 +196,6 @@ def counters_lines(a) -> list[str]:
         parts.append(f"the program's reservation {format_bytes(reserved - c['temporaries_bytes'], signed=True)} "
                      "from XLA's temporaries and code")
     if c.get("other_bytes"):
-        parts.append(f"{format_bytes(c['other_bytes'], signed=True)} padding and small buffers")
+        parts.append(f"{format_bytes(c['other_bytes'], signed=True)} {rest_is}")
     return [head, f"beyond the step's need (the true peak {format_bytes(need)}): {format_bytes(over, signed=True)}: "
                   + "; ".join(parts)]

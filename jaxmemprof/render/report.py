@@ -214,7 +214,7 @@ def _render_summary(rep: Report, con: Console, explain: bool) -> None:
                                     answer.inside_line(a, con.width),
                                     answer.fix_line(a, lambda f: said.saves(f, said.words(f))))
                   if line]
-        lines[2:2] = answer.counters_lines(a)  # the chip's own counters beside the true peak (backends/)
+        lines[2:2] = answer.counters_lines(a, rep.outside_jit)  # the chip's own counters beside the true peak (backends/)
     if s["peak_snapshot"] is None and no_snapshot_text(s):
         lines.append(no_snapshot_text(s))
     if s["peak_unattributed_bytes"]:

@@ -192,7 +192,7 @@ def render_closing(ov, con: Console, *, target: str, run_dir: str, warnings: lis
         for line in (said.true_peak_line(answer, con.width), said.composition_line(answer, con.width)) if answer else ():
             if line:
                 con.print(Text(line))
-        for line in said.counters_lines(answer):  # the chip's own counters beside the true peak
+        for line in said.counters_lines(answer, ov.outside_jit):  # the chip's own counters beside the true peak
             con.print(Text(line))
         shown = len(ov.peak_sites.rows)
         parts = [f"the largest {shown} of {shown + ov.peak_sites.omitted_rows} sites"] if ov.peak_sites.omitted_rows else []
