@@ -57,7 +57,8 @@ def pytest_configure(config):
 _SHARED_SCOPES = ("module", "package", "session")
 
 # The compatibility subset (``-m compat``), which .ci/run runs on the oldest
-# JAX and the newest Python the project declares (jaxmemprof/versions.py):
+# JAX and on each Python the project declares besides the main lane's 3.11
+# (jaxmemprof/versions.py):
 # what each version could drop. Tests named here by module or node id (a
 # parametrized test's id with its brackets), besides those marked in their
 # own module; a name that no longer matches a test of its module fails the
