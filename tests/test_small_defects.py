@@ -294,6 +294,61 @@ def test_owners_are_named_where_jax_knows_only_a_flat_index(tmp_path, name, sour
         assert read[owner] == [json.loads(shape), dtype], (owner, read[owner], shape, dtype)
 
 
+# A flax nnx model split for jax.jit: the program keeps the model (its first
+# parameters, nnx Variables) and the split states (nnx States) in globals.
+NNX_SPLIT = """
+import jax, jax.numpy as jnp, optax
+from flax import nnx
+
+class Net(nnx.Module):
+    def __init__(self, rngs):
+        self.l1 = nnx.Linear(64, 128, rngs=rngs)
+        self.bn = nnx.BatchNorm(128, rngs=rngs)
+        self.l2 = nnx.Linear(128, 10, rngs=rngs)
+
+    def __call__(self, x):
+        return self.l2(nnx.relu(self.bn(self.l1(x))))
+
+model = Net(nnx.Rngs(0))
+graphdef, params, stats = nnx.split(model, nnx.Param, nnx.BatchStat)
+tx = optax.adam(1e-3)
+opt_state = tx.init(params)
+
+@jax.jit
+def step(params, stats, opt_state, x, y):
+    m = nnx.merge(graphdef, params, stats)
+    loss, grads = nnx.value_and_grad(lambda m: optax.softmax_cross_entropy_with_integer_labels(m(x), y).mean())(m)
+    updates, opt_state = tx.update(grads, opt_state, params)
+    return optax.apply_updates(params, updates), nnx.state(m, nnx.BatchStat), opt_state, loss
+
+x, y = jnp.ones((32, 64)), jnp.zeros((32,), jnp.int32)
+for i in range(4):
+    params, stats, opt_state, loss = step(params, stats, opt_state, x, y)
+"""
+
+
+def test_holders_in_flax_containers_are_paths_the_program_reads(tmp_path):
+    """A holder inside flax's own containers is written as the program reads
+    it: an nnx Variable's array as `.value` (flax keeps it as `_raw_value`,
+    0.11 as `raw_value`), an nnx State's entries by index (flax keeps them in
+    `_mapping`): `model.l1.kernel.value`, `opt_state[0].mu['l1']['kernel'].value`;
+    each, read by the program, is an array of the shape the row says."""
+    import pandas as pd
+
+    run, _ = _record(tmp_path, "nnx_split.py", NNX_SPLIT + "\nprint('{}')\n")
+    run_cli("export", run, "--csv", tmp_path / "csv")
+    held = pd.read_csv(tmp_path / "csv" / "holders.csv")
+    named = held[held["holder"].str.match(r"(model|params|stats|opt_state)\b")]
+    holders = sorted(set(named["holder"]))
+    assert "model.l1.kernel.value" in holders and "opt_state[0].mu['l1']['kernel'].value" in holders, holders
+    assert not [h for h in holders if "raw_value" in h or "_mapping" in h], holders
+    script = write_script(tmp_path, "read_nnx_split.py", NNX_SPLIT + f"\nOWNERS = {holders!r}\n" + EVALUATE)
+    read = json.loads(run_script(script).stdout.strip().splitlines()[-1])
+    for holder, shapes in zip(named["holder"], named["shapes"]):
+        shape = read[holder][0]
+        assert shapes == "(" + "x".join(map(str, shape)) + ")", (holder, shape, shapes)
+
+
 # (b) Donated, the step's temporaries rise by a few bytes of 4 MiB (the
 # counter's update beside the loop's): XLA's figures of both, as the program
 # compiles them.

@@ -217,7 +217,7 @@ def describe(chain: dict, run, files) -> dict:
         if i == 0:
             text = label
         elif kind == "attr":
-            text += "." + label
+            text += "." + label if label else ""  # "": the program indexes the object itself (a library's)
         elif kind == "key":
             text += f"[{label}]"
         elif kind == "item":
@@ -272,7 +272,7 @@ def _created_line(file: str, steps: list, function_line: int) -> int | None:
     ``self.history = ...``), in the root's function when the root is a
     frame's local; the ``def`` of an lru_cache's function."""
     names = [(k, label) for i, (k, label) in enumerate(steps)
-             if (i == 0 or k in ("attr", "local", "closure")) and label != ANY]
+             if (i == 0 or k in ("attr", "local", "closure")) and label and label != ANY]
     if not names:
         return None
     tree = _parse(file)

@@ -10,7 +10,9 @@ The roots are searched in two rounds: first the program's own (globals of
 modules that are not library code, and locals of frames running the
 program's code), then, for the arrays still unexplained, library modules and
 frames (JAX's own caches, flax's, IPython's), named as such. A step of a
-chain is an item of a list, tuple, deque, dict or set, an attribute, a
+chain is an item of a list, tuple, deque, dict or set, an attribute (named
+as the program reads it where a library's class stores it under another
+name: flax's ``Variable.value``, facts/libraries' ``ATTRIBUTES``), a
 closure variable of a function, a local of a suspended generator, or an
 entry of a ``functools.lru_cache``. An array reached by no chain is held only
 by references this walk cannot see: C extensions, XLA, a bounded
@@ -56,6 +58,7 @@ import weakref
 
 from jaxmemprof.capture.frame_locals import OTHER_THREAD, Unread, frame_locals, own_stack
 from jaxmemprof.capture.library_roots import is_library
+from jaxmemprof.facts.libraries import ATTRIBUTES
 from jaxmemprof.facts.paths import is_own_file
 
 # Kinds of a step from an object to one it refers to.
@@ -77,6 +80,7 @@ MAX_FANOUT = 65536  # a container's items walked into; past them, only its array
 _TYPE_MRO = type.__dict__["__mro__"].__get__
 _TYPE_DICT = type.__dict__["__dict__"].__get__
 _TYPE_NAME = type.__dict__["__name__"].__get__
+_TYPE_QUALNAME = type.__dict__["__qualname__"].__get__
 _MODULE_DICT = vars(types.ModuleType)["__dict__"].__get__
 _SUBCLASS = type.__subclasscheck__  # (base, t): t's real bases, never a program's __subclasscheck__
 _LRU = type(__import__("functools").lru_cache(maxsize=None)(lambda: None))
@@ -138,13 +142,14 @@ class _Shape:
     made one, its member descriptors (slots, a C type's members), a
     namedtuple's fields."""
 
-    __slots__ = ("kind", "dict_get", "members", "fields", "name")
+    __slots__ = ("kind", "dict_get", "members", "fields", "name", "spelled")
 
     def __init__(self, t):
         self.name = _type_name(t)
         self.dict_get = None
         self.members = []
         self.fields = None
+        self.spelled: dict = {}  # an attribute -> how the program reads it (a library's class: ATTRIBUTES)
         if id(t) in _LEAVES or _is_sub(t, _LEAF_BASES):
             self.kind = "leaf"
             return
@@ -166,6 +171,14 @@ class _Shape:
             except Exception:
                 continue
             entry = own.get("__dict__")
+            module = own.get("__module__")
+            if type(module) is str and ATTRIBUTES:
+                try:
+                    qualname = _plain_str(_TYPE_QUALNAME(klass))
+                except Exception:
+                    qualname = ""
+                for stored, read in ATTRIBUTES.get(f"{_plain_str(module)}.{qualname}", {}).items():
+                    self.spelled.setdefault(stored, read)
             if self.dict_get is None and type(entry) is types.GetSetDescriptorType:
                 self.dict_get = entry.__get__
             fields = own.get("_fields")
@@ -277,10 +290,12 @@ def _children(obj, shape: _Shape, module_dicts: set):
                 d = shape.dict_get(obj)
             except Exception:
                 d = None
+        spelled = shape.spelled
         if type(d) is dict:
             for chunk in _chunks(iter(dict.items(d))):
                 for k, v in chunk:
-                    yield ATTR, _name(k), v
+                    label = _name(k)
+                    yield ATTR, spelled.get(label, label), v
         some = d is not None
         for name, get in shape.members:
             try:
@@ -288,7 +303,7 @@ def _children(obj, shape: _Shape, module_dicts: set):
             except Exception:  # an unset slot; a member of another base
                 continue
             some = True
-            yield ATTR, name, value
+            yield ATTR, spelled.get(name, name), value
         if not some:  # objects of C types: what they refer to, without names
             for r in gc.get_referents(obj):
                 if not _SUBCLASS(type, type(r)):

@@ -74,6 +74,13 @@ and its words). Every name but ``PACKAGE`` (or ``NAME``) may be left out:
   ``remat_words(what, chosen, where)``: the printed fix for a method
   ``what`` (``chosen``: the policy argument, or ''), where decorating it where
   it is defined (``@nnx.remat``) is not how the library is used;
+- ``ATTRIBUTES``: for a class of the library (``module.QualName``) whose
+  instances keep arrays under an attribute of another name than the one
+  the program reads them by, {stored name: how the program reads it}
+  (flax's ``Variable``: ``_raw_value`` is read as ``value``), ``""`` where
+  the program indexes the object itself (flax's ``State``: its
+  ``_mapping``'s items are ``state['l1']``), for the holder search's chains
+  (capture/py_holders.py);
 - ``WORDS``: the library's part of the advice's words, by topic (``phrases``
   below): ``remat`` (how each of its kinds spells remat), ``reshard`` (what
   re-shards inside a step), ``shard_where_made`` (how a parameter is made
@@ -131,7 +138,7 @@ class Library:
                  "owners", "names", "argument_words", "static_leaves", "rejit", "lowering", "spelling",
                  "decorator_takes_options", "verb", "donate_by_name", "donate_option", "donates_every_array",
                  "donation", "fix_words", "donated_call", "tags", "role", "remats", "remat_spelling", "remat",
-                 "remat_words", "words")
+                 "remat_words", "attributes", "words")
 
     def __init__(self, module):
         self.name: str | None = getattr(module, "NAME", None)
@@ -163,6 +170,7 @@ class Library:
         self.remat_spelling: str | None = getattr(module, "REMAT", None)
         self.remat = getattr(module, "remat", None)
         self.remat_words = getattr(module, "remat_words", None)
+        self.attributes: dict[str, dict[str, str]] = getattr(module, "ATTRIBUTES", {})
         words = getattr(module, "WORDS", {})
         self.words: dict[str, tuple] = {k: (v,) if isinstance(v, str) else tuple(v) for k, v in words.items()}
 
@@ -189,6 +197,8 @@ PATCHED = tuple((lib.patches, lib.name) for lib in LIBRARIES if lib.patches)
 KNOWN_WRAPPERS = {lib.frame: lib.name for lib in LIBRARIES if lib.frame}
 # The user's arguments in a call of jax.jit's (or of a wrapper that passes them in its places).
 plain_arguments = _jax.arguments
+# A library class (``module.QualName``) -> {attribute it stores an array under: how the program reads it}.
+ATTRIBUTES = {cls: spelled for lib in LIBRARIES for cls, spelled in lib.attributes.items()}
 _TAGGERS = tuple(lib.tags for lib in LIBRARIES if lib.tags is not None)
 _NAMERS = tuple(lib.names for lib in LIBRARIES if lib.names is not None)
 

@@ -22,6 +22,10 @@ VERB = "nnx.jit"
 DONATE_BY_NAME = True  # as flax's docs write it
 WORDS = {"remat": ("flax linen: nn.remat", "flax nnx: nnx.remat"),
          "shard_where_made": "with flax.nnx, nnx.with_partitioning on the parameter's initializer"}
+# An nnx variable keeps its array in a slot (flax 0.11: ``raw_value``) or its dict (0.12: ``_raw_value``); the
+# program reads it as ``.value``. An nnx State keeps its entries in ``_mapping``; the program indexes the State.
+ATTRIBUTES = {"flax.nnx.variablelib.Variable": {"raw_value": "value", "_raw_value": "value"},
+              "flax.nnx.statelib.State": {"_mapping": ""}}
 _OPTIMIZER_TAGS = ("nnx.OptState", "nnx.OptArray", "nnx.OptVariable")
 
 
