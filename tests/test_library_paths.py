@@ -256,7 +256,7 @@ def test_holders_name_the_programs_sites(runs):
             assert not any(p in (r.get(field) or "") for p in ("deps/", "vendored/", "zdeps.zip")), r
     by_holder = {r["holder"]: r["site"] for r in rows}
     step = line_of(c["prog"] / "train.py", "# STEP")
-    assert by_holder.get("model.l1.kernel._raw_value") == f"train.py:{step} (<module>)", by_holder
+    assert by_holder.get("model.l1.kernel.value") == f"train.py:{step} (<module>)", by_holder
     assert by_holder.get("kept", "").startswith("src/myproj/__init__.py:"), by_holder
 
 
