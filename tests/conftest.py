@@ -76,6 +76,8 @@ COMPAT = (
     # flax.nnx's and equinox's donation, in their own terms, applied and aliased
     "tests/test_wrappers.py::test_wrapper_gets_donation_advice_in_its_own_terms[nnx_optimizer.py]",
     "tests/test_wrappers.py::test_wrapper_gets_donation_advice_in_its_own_terms[equinox_optax.py]",
+    # run is python for the script: every way a program is run and ends (each Python's exit and traceback rules)
+    "tests/test_run_as_python.py",
     # programs that a read of their frames would change (a trace function set), run as under python
     "tests/test_holders_observe.py::test_run_is_python_for_programs_a_read_would_change",
     # --target: the release's libtpu, against jax's own deviceless compile

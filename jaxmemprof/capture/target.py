@@ -8,6 +8,7 @@ python decides it; ``sys.path[0]`` as python sets it for each; and a fresh
 from __future__ import annotations
 
 import builtins
+import linecache
 import os
 import runpy
 import sys
@@ -201,9 +202,17 @@ def exec_stdin(main_box: list) -> None:
 
 
 def exec_command(code: str) -> None:
-    """What ``python -c code`` does."""
+    """What ``python -c code`` does (3.13 and later: its lines are kept for
+    tracebacks, through linecache's hook the interpreter itself calls)."""
     main = _fresh_main()
-    exec(compile(code, "<string>", "exec", dont_inherit=True), main.__dict__)
+    compiled = compile(code, "<string>", "exec", dont_inherit=True)
+    register = getattr(linecache, "_register_code", None) if sys.version_info >= (3, 13) else None
+    if register is not None:
+        try:
+            register("<string>", code, "<string>")
+        except Exception:  # a signature of a later Python's: the traceback then shows no lines
+            pass
+    exec(compiled, main.__dict__)
 
 
 def exec_module(name: str, alter_argv: bool = True) -> None:

@@ -58,6 +58,12 @@ class Probed:
     def __getattr__(self, name):
         return getattr(self._real, name)
 
+    # What jax.stages.Wrapped, a runtime-checkable protocol, asks of a jitted function besides __call__, where
+    # isinstance() finds it: Python 3.12 and later look on the type (inspect.getattr_static), not through
+    # __getattr__. The jitted function's own, read when asked (an AttributeError where it has none).
+    lower = property(lambda self: self._real.lower)
+    trace = property(lambda self: self._real.trace)
+
     def __reduce_ex__(self, protocol):
         # pickle sees the jitted function itself, as under python
         # (itemgetter(0)((real,)) is real: nothing of jaxmemprof in the pickle)
