@@ -13,6 +13,8 @@ needs 67108864 + 3355444 + 67108864 = 137573172 bytes (131.20 MiB).
 
 from __future__ import annotations
 
+import importlib.metadata
+
 import json
 import shutil
 import sqlite3
@@ -139,7 +141,8 @@ def test_cpu_run_gets_no_allocator_findings(cpu_run):
 
 def test_cpu_run_with_both_fraction_variables_is_warned(tmp_path):
     # Recorded for real with both variables set: the manifest keeps them, and
-    # with jaxlib 0.10.2 a GPU run with this environment loses its CUDA backend.
+    # with the jaxlib installed (0.10.2, 0.12.0.1: xla_client.py raises) a GPU run with this environment loses its
+    # CUDA backend.
     out = record(tmp_path, env=cpu_env(XLA_CLIENT_MEM_FRACTION=".5", XLA_PYTHON_CLIENT_MEM_FRACTION=".6"))
     run = load_run(out)
     assert run.manifest["environment"][FRACTION] == ".5"
@@ -147,8 +150,9 @@ def test_cpu_run_with_both_fraction_variables_is_warned(tmp_path):
     [f] = allocator_findings(attribute(run))
     assert (f.rule, f.severity) == ("allocator-env", "high")
     assert said(f).message == (
-        "Both XLA_CLIENT_MEM_FRACTION=.5 and XLA_PYTHON_CLIENT_MEM_FRACTION=.6 are set: jaxlib 0.10.2 "
-        "raises ValueError when both are, and JAX then starts without its CUDA backend.")
+        f"Both XLA_CLIENT_MEM_FRACTION=.5 and XLA_PYTHON_CLIENT_MEM_FRACTION=.6 are set: jaxlib "
+        f"{importlib.metadata.version('jaxlib')} raises ValueError when both are, and JAX then starts without its "
+        "CUDA backend.")
     assert "JAX_PLATFORMS=cpu" in said(f).evidence
     assert said(f).fix.startswith("Unset XLA_PYTHON_CLIENT_MEM_FRACTION (deprecated) and keep XLA_CLIENT_MEM_FRACTION=.5.")
     # The fit of that run carries the same warning.
