@@ -403,14 +403,20 @@ def test_the_compiled_saving_is_the_fall_of_the_program_with_the_wrap_made(tmp_p
     assert _remat(after) == []  # rematerialised: nothing more to say
 
 
-def test_a_wrap_that_does_not_lower_the_peak_is_no_finding(tmp_path):
+def test_a_wrap_is_a_finding_exactly_where_it_lowers_the_peak(tmp_path):
     before, _ = _record(tmp_path, "before", PLAIN_LOOP)
     after, _ = _record(tmp_path, "after", PLAIN_LOOP, fix="nothing_saveable")
-    # the oracle: the program with block = jax.checkpoint(block) has the same true peak (within 1 %)
-    assert abs(_true_peak(before) - _true_peak(after)) <= 0.01 * _true_peak(before)
-    assert _remat(before) == []
     w = load_run(before).jit.whatif
-    assert any('"remat"' in c for c in w["change"])  # it was compiled, and did not lower the peak
+    assert any('"remat"' in c for c in w["change"])  # it was compiled
+    # the oracle: the program with block = jax.checkpoint(block); with JAX 0.10 its true peak is the same (within
+    # 1 %), and there is no finding; JAX 0.12's XLA lowers it (112.00 MiB), and the finding says that fall
+    fall = _true_peak(before) - _true_peak(after)
+    found = _remat(before)
+    if abs(fall) <= 0.01 * _true_peak(before):
+        assert found == []
+    else:
+        [f] = found
+        assert f.saving_bytes == fall, (f.saving_bytes, fall)
 
 
 def test_a_closure_over_a_local_is_not_compiled_and_says_why(tmp_path):
