@@ -318,8 +318,8 @@ def _accumulate(start: np.ndarray, end: np.ndarray, weights, size: int) -> np.nd
     else:
         w = np.asarray(weights, dtype=np.int64)
         # Float bincount is exact below 2**53 bytes per cell.
-        d = (np.bincount(start, weights=w, minlength=size) - np.bincount(end, weights=w, minlength=size))
-        d = np.rint(d).astype(np.int64)
+        cells = np.bincount(start, weights=w, minlength=size) - np.bincount(end, weights=w, minlength=size)
+        d = np.rint(cells).astype(np.int64)
     return np.cumsum(d) if size else d
 
 

@@ -143,7 +143,7 @@ class Curve:
             slope, intercept = 0.0, float(self.p[0]) if len(self.p) else 0.0
         self.slope, self.intercept = float(slope), float(intercept)
         resid = np.abs(self.p - (self.intercept + self.slope * self.b)) if len(self.b) else np.zeros(0)
-        self.max_residual = float(resid.max()) if len(resid) else 0.0
+        self.max_residual = float(np.max(resid)) if len(resid) else 0.0
         self.affine = bool(len(self.b) >= 2 and np.all(resid <= AFFINE_TOLERANCE * np.maximum(self.p, 1.0)))
 
     def at(self, batch: int) -> int | None:
