@@ -262,7 +262,7 @@ def _answer(rep) -> dict | None:
         "inside": answer.inside_line(a, 10_000) or "",
         "fix_number": a.fix_number, "fix": "" if a.fix is None else answer.fix_line(a, lambda f: saves(f, words(f))),
         # the chip's own counters beside the true peak, and the difference named (analysis/counters.py)
-        "chip": answer.counters_lines(a, getattr(rep, "outside_jit", "")), "chip_peak_bytes": (a.counters or {}).get("chip_peak_bytes"),
+        "chip": answer.counters_lines(a, rep.outside_jit), "chip_peak_bytes": (a.counters or {}).get("chip_peak_bytes"),
     })
 
 
